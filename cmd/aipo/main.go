@@ -1,0 +1,86 @@
+// Command aipo trains language models to reason with AIPO: rollouts with
+// collaborator agents on Apache Beam, a Go learner, evaluation and analytics.
+//
+// Usage:
+//
+//	aipo <command> [flags]
+//
+// Run "aipo help" for the list of commands and "aipo <command> --help" for
+// the flags of one. Beam's own flags (--runner, --endpoint,
+// --environment_type, Dataflow's) are accepted by every pipeline command.
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand. run receives the arguments after the command
+// name (a nested command such as "collaborators serve" receives those after
+// "serve") and returns the process exit code.
+type command struct {
+	name    string // "analyze", or "collaborators serve"
+	summary string
+	run     func(args []string) int
+}
+
+var commands = map[string]command{}
+
+// register adds a subcommand; each command's file calls it from init.
+func register(c command) {
+	if _, dup := commands[c.name]; dup {
+		panic("aipo: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "aipo: AIPO reinforcement learning for reasoning\n\nUsage: aipo <command> [flags]\n\nCommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-22s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nRun 'aipo <command> --help' for the flags of a command.\n")
+}
+
+func main() {
+	os.Exit(dispatch(os.Args[1:]))
+}
+
+func dispatch(args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage()
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	// Two-word commands first ("collaborators serve").
+	if len(args) >= 2 {
+		if c, ok := commands[args[0]+" "+args[1]]; ok {
+			return c.run(args[2:])
+		}
+	}
+	if c, ok := commands[args[0]]; ok {
+		return c.run(args[1:])
+	}
+	var near []string
+	for n := range commands {
+		if strings.HasPrefix(n, args[0]) {
+			near = append(near, n)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "aipo: unknown command %q", args[0])
+	if len(near) > 0 {
+		sort.Strings(near)
+		fmt.Fprintf(os.Stderr, " (did you mean %s?)", strings.Join(near, ", "))
+	}
+	fmt.Fprintf(os.Stderr, "; run 'aipo help' for the list\n")
+	return 2
+}

@@ -1,0 +1,115 @@
+package schemas
+
+import "strconv"
+
+// SchemaVersion is written into every row and every manifest. Bump it when a
+// column is added, removed or changes meaning; readers refuse versions they do
+// not know.
+const SchemaVersion = 1
+
+// Token sources: who wrote a response token. Stored as int8 per token in
+// Trajectory.TokenSource.
+const (
+	SourcePolicy    int8 = 0 // sampled by the policy (internal token)
+	SourceVerify    int8 = 1 // written by the Verify Agent (external)
+	SourceKnowledge int8 = 2 // written by the Knowledge Agent (external)
+	SourceReason    int8 = 3 // written by the Reasoning Agent (external)
+	SourceTemplate  int8 = 4 // written by the system: <result> wrappers, notices
+)
+
+// SourceNames maps a token source to its name in configs, reports and errors.
+var SourceNames = [...]string{"policy", "verify", "knowledge", "reason", "template"}
+
+// SourceName returns the name of a token source, or "unknown(N)".
+func SourceName(s int8) string {
+	if s >= 0 && int(s) < len(SourceNames) {
+		return SourceNames[s]
+	}
+	return "unknown(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Interaction status values (Trajectory.InteractionStatus).
+const (
+	StatusOK      = "ok"      // the collaborator answered
+	StatusError   = "error"   // the call failed; the result holds a notice
+	StatusTimeout = "timeout" // the call ran past its deadline
+	StatusLimit   = "limit"   // max_interactions reached; answered with a fixed notice
+)
+
+// Finish reasons (Trajectory.FinishReason).
+const (
+	FinishEOS    = "eos"    // the policy wrote an end-of-sequence token
+	FinishStop   = "stop"   // a stop string or stop token ended it
+	FinishLength = "length" // the token budget ran out
+	FinishError  = "error"  // the rollout failed; reward is 0
+)
+
+// Trajectory is one sampled response to one prompt, with token-level
+// provenance. The per-token columns (ResponseIDs, TokenSource,
+// BehaviorLogProbs) have equal length; the interaction columns (Interaction*)
+// have equal length, one entry per collaborator call, in call order. See the
+// package documentation for the meaning of every column.
+type Trajectory struct {
+	SchemaVersion int32  `parquet:"schema_version"`
+	Run           string `parquet:"run,dict"`
+	Step          int64  `parquet:"step"`
+	PolicyVersion int64  `parquet:"policy_version"`
+	PromptID      string `parquet:"prompt_id"`
+	SampleIndex   int32  `parquet:"sample_index"`
+	DataSource    string `parquet:"data_source,dict"`
+
+	PromptIDs        []int32   `parquet:"prompt_ids,list"`
+	ResponseIDs      []int32   `parquet:"response_ids,list"`
+	TokenSource      []int8    `parquet:"token_source,list"`
+	BehaviorLogProbs []float32 `parquet:"behavior_logprobs,list"`
+	ResponseText     string    `parquet:"response_text"`
+
+	InteractionAgent     []string  `parquet:"interaction_agent,list"`
+	InteractionQuery     []string  `parquet:"interaction_query,list"`
+	InteractionResult    []string  `parquet:"interaction_result,list"`
+	InteractionStatus    []string  `parquet:"interaction_status,list"`
+	InteractionLatencyMs []float32 `parquet:"interaction_latency_ms,list"`
+	InteractionSpanStart []int32   `parquet:"interaction_span_start,list"`
+	InteractionSpanEnd   []int32   `parquet:"interaction_span_end,list"`
+	InteractionNoisy     []bool    `parquet:"interaction_noisy,list"`
+
+	Reward       float32 `parquet:"reward"`
+	Correct      bool    `parquet:"correct"`
+	Advantage    float32 `parquet:"advantage"`
+	FinishReason string  `parquet:"finish_reason,dict"`
+}
+
+// Prompt is one training or evaluation problem after field mapping.
+type Prompt struct {
+	SchemaVersion int32  `parquet:"schema_version"`
+	ID            string `parquet:"id"`
+	DataSource    string `parquet:"data_source,dict"`
+	Problem       string `parquet:"problem"`
+	Answer        string `parquet:"answer"`
+	Solution      string `parquet:"solution,optional"`
+	// Extra holds the source row's other fields as a JSON object (subject,
+	// level, tests, ...), so that nothing in the input is lost.
+	Extra string `parquet:"extra,optional"`
+}
+
+// EvalRecord is one sample of one benchmark problem scored by a verifier.
+type EvalRecord struct {
+	SchemaVersion int32   `parquet:"schema_version"`
+	Run           string  `parquet:"run,dict"`
+	Checkpoint    string  `parquet:"checkpoint,dict"`
+	PolicyVersion int64   `parquet:"policy_version"`
+	Benchmark     string  `parquet:"benchmark,dict"`
+	ProblemID     string  `parquet:"problem_id"`
+	SampleIndex   int32   `parquet:"sample_index"`
+	Seed          int64   `parquet:"seed"`
+	Prompt        string  `parquet:"prompt"`
+	Response      string  `parquet:"response"`
+	Extracted     string  `parquet:"extracted"`
+	Answer        string  `parquet:"answer"`
+	Correct       bool    `parquet:"correct"`
+	Score         float32 `parquet:"score"`
+	Verdict       string  `parquet:"verdict"`
+	FinishReason  string  `parquet:"finish_reason,dict"`
+	ResponseLen   int32   `parquet:"response_len"`
+	LatencyMs     float32 `parquet:"latency_ms"`
+}
