@@ -1,6 +1,19 @@
 package schemas
 
-import "time"
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+)
 
 // ManifestName is the file that commits a step (or any shard set): it is
 // written last, atomically, and readers refuse a directory without it.
@@ -28,4 +41,146 @@ type ManifestFile struct {
 	Rows   int64  `json:"rows"`
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+}
+
+// ErrNoManifest is returned (wrapped) when a directory has no manifest: its
+// writer has not committed it, or was killed before it could.
+var ErrNoManifest = errors.New("no " + ManifestName + " (the step is not committed: its writer is still running or was killed; rerun the writer)")
+
+// ChecksumError reports a committed file whose size or sha256 differs from
+// its manifest entry.
+type ChecksumError struct {
+	File      string // full path of the shard
+	Want, Got string // sha256 in hex, or sizes as "N bytes"
+	What      string // "sha256" or "size"
+}
+
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("shard %s is corrupt: %s is %s, manifest says %s (rewrite the step)", e.File, e.What, e.Got, e.Want)
+}
+
+// StepDir is the directory of step k of a run: <run>/step-<k, 6 digits>.
+func StepDir(runDir string, step int64) string {
+	return storage.Join(runDir, fmt.Sprintf("step-%06d", step))
+}
+
+// ParseManifest decodes and validates a manifest.
+func ParseManifest(b []byte) (Manifest, error) {
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return Manifest{}, fmt.Errorf("manifest: %w", err)
+	}
+	if dec.More() {
+		return Manifest{}, errors.New("manifest: trailing data after the JSON object")
+	}
+	return m, m.Validate()
+}
+
+// Validate checks the manifest's internal consistency.
+func (m *Manifest) Validate() error {
+	if m.SchemaVersion < 1 || m.SchemaVersion > SchemaVersion {
+		return fmt.Errorf("manifest: schema_version %d not supported (this build reads 1..%d; upgrade aipo)", m.SchemaVersion, SchemaVersion)
+	}
+	switch m.Kind {
+	case "trajectories", "prompts", "eval":
+	default:
+		return fmt.Errorf("manifest: unknown kind %q (want trajectories, prompts or eval)", m.Kind)
+	}
+	var rows, size int64
+	seen := make(map[string]bool, len(m.Files))
+	for i, f := range m.Files {
+		if f.Path == "" || strings.HasPrefix(f.Path, "/") || strings.Contains(f.Path, "..") || strings.Contains(f.Path, "://") {
+			return fmt.Errorf("manifest: files[%d].path %q must be a relative path inside the step", i, f.Path)
+		}
+		if seen[f.Path] {
+			return fmt.Errorf("manifest: files[%d].path %q listed twice", i, f.Path)
+		}
+		seen[f.Path] = true
+		if f.Rows < 0 || f.Bytes < 0 {
+			return fmt.Errorf("manifest: files[%d] (%s) has negative rows or bytes", i, f.Path)
+		}
+		if len(f.SHA256) != 64 {
+			return fmt.Errorf("manifest: files[%d] (%s) sha256 %q is not 64 hex digits", i, f.Path, f.SHA256)
+		}
+		if _, err := hex.DecodeString(f.SHA256); err != nil {
+			return fmt.Errorf("manifest: files[%d] (%s) sha256 is not hex", i, f.Path)
+		}
+		rows += f.Rows
+		size += f.Bytes
+	}
+	if rows != m.Rows || size != m.Bytes {
+		return fmt.Errorf("manifest: totals (rows %d, bytes %d) disagree with its files (rows %d, bytes %d)", m.Rows, m.Bytes, rows, size)
+	}
+	return nil
+}
+
+// CommitManifest writes dir/_MANIFEST.json atomically, committing the files
+// it lists. Call it only after every listed file is closed. It fills in the
+// totals, the schema version and the creation time, and sorts the files.
+func CommitManifest(ctx context.Context, dir string, m Manifest) error {
+	if m.SchemaVersion == 0 {
+		m.SchemaVersion = SchemaVersion
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = time.Now().UTC()
+	}
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
+	m.Rows, m.Bytes = 0, 0
+	for _, f := range m.Files {
+		m.Rows += f.Rows
+		m.Bytes += f.Bytes
+	}
+	if m.Files == nil {
+		m.Files = []ManifestFile{}
+	}
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return storage.WriteAtomic(ctx, storage.Join(dir, ManifestName), append(b, '\n'))
+}
+
+// ReadManifest reads and validates dir/_MANIFEST.json. A missing manifest is
+// an error wrapping ErrNoManifest that names the directory.
+func ReadManifest(ctx context.Context, dir string) (Manifest, error) {
+	p := storage.Join(dir, ManifestName)
+	b, err := storage.ReadFile(ctx, p)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotExist) {
+			return Manifest{}, fmt.Errorf("%s: %w", dir, ErrNoManifest)
+		}
+		return Manifest{}, fmt.Errorf("read %s: %w", p, err)
+	}
+	m, err := ParseManifest(b)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("%s: %w", p, err)
+	}
+	return m, nil
+}
+
+// VerifyFile checks one committed file's size and sha256 against its entry
+// and returns its bytes (so that the caller parses what it verified). A
+// mismatch is a *ChecksumError naming the file.
+func VerifyFile(ctx context.Context, dir string, f ManifestFile) ([]byte, error) {
+	p := storage.Join(dir, f.Path)
+	b, err := storage.ReadFile(ctx, p)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotExist) {
+			return nil, fmt.Errorf("shard %s listed in the manifest is missing: %w", p, err)
+		}
+		return nil, fmt.Errorf("read shard %s: %w", p, err)
+	}
+	if int64(len(b)) != f.Bytes {
+		return nil, &ChecksumError{File: p, What: "size", Want: fmt.Sprintf("%d bytes", f.Bytes), Got: fmt.Sprintf("%d bytes", len(b))}
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != f.SHA256 {
+		return nil, &ChecksumError{File: p, What: "sha256", Want: f.SHA256, Got: got}
+	}
+	return b, nil
 }
