@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 
+	gcs "cloud.google.com/go/storage"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/gcs" // registers gs://
 )
@@ -322,10 +323,12 @@ func Remove(ctx context.Context, p string) error {
 	return nil
 }
 
-// wrapRemote turns object-store "not found" errors into ErrNotExist.
+// wrapRemote turns object-store "not found" errors into ErrNotExist. GCS
+// reads report a missing object as gcs.ErrObjectNotExist ("object doesn't
+// exist"), without a status code in the message.
 func wrapRemote(op, p string, err error) error {
 	msg := strings.ToLower(err.Error())
-	if strings.Contains(msg, "not exist") || strings.Contains(msg, "not found") || strings.Contains(msg, "404") {
+	if errors.Is(err, gcs.ErrObjectNotExist) || strings.Contains(msg, "not exist") || strings.Contains(msg, "not found") || strings.Contains(msg, "404") {
 		return fmt.Errorf("storage: %s %s: %w (%v)", op, p, ErrNotExist, err)
 	}
 	return fmt.Errorf("storage: %s %s: %w", op, p, err)

@@ -1,0 +1,21 @@
+// Package checkpoint reads and writes model weights and training
+// checkpoints as named float32 tensors.
+//
+// It speaks three formats:
+//
+//   - Hugging Face safetensors, one file or sharded with
+//     model.safetensors.index.json; F32, BF16 and F16 load (converted to
+//     float32), F32, BF16 and F16 save.
+//   - llama2.c's legacy .bin (seven int32 header fields, then float32
+//     arrays), converted to Hugging Face tensor names and to Hugging Face's
+//     rotate-half RoPE layout (see LoadLlama2C).
+//   - Our checkpoint directory: the Hugging Face model layout (config.json,
+//     model.safetensors or shards, tokenizer files) plus optimizer.bin and
+//     trainer_state.json, committed by a final _COMMITTED marker. A
+//     directory without the marker does not exist as far as Load and Latest
+//     are concerned.
+//
+// Tensors carry Hugging Face names (model.layers.0.self_attn.q_proj.weight)
+// and row-major shapes ([out, in] for linear layers). Paths may be local or
+// gs:// (through internal/storage).
+package checkpoint

@@ -1,0 +1,15 @@
+// Package loss holds the AIPO policy-loss family as pure functions over
+// per-token log-probabilities: the clipped surrogate of the base algorithm
+// (GRPO, Dr.GRPO, DAPO, GSPO) on the policy's own tokens, the amended
+// importance coefficient with lower-bound clipping on collaborator tokens
+// (AIPO, arXiv 2605.08401, Eq. 5-8) and its ablations, a k3 KL penalty to
+// the reference policy, and the aggregation of per-token terms into one
+// scalar.
+//
+// Compute returns the loss to minimise and its derivative with respect to
+// each token's log-probability; the model chains that derivative through
+// its log-softmax. Two implementations exist side by side: a literal
+// token-by-token reference (reference.go) and the fused form Compute uses
+// (compute.go); tests hold them to each other, to finite differences and to
+// PyTorch autograd fixtures made by scripts/loss_fixtures.py.
+package loss

@@ -1,0 +1,140 @@
+package model
+
+import "fmt"
+
+// Activations are what a forward pass keeps for its backward pass, plus its
+// results. They belong to the model that made them and serve one Backward.
+type Activations struct {
+	// LogProbs[t] = log p(Targets[t] | tokens up to t), 0 where no target [N].
+	LogProbs []float32
+	// Entropy[t] is the entropy (nats) of the next-token distribution at t,
+	// 0 where no target [N].
+	Entropy []float32
+
+	b      *prepared
+	layers []layerActs
+	resid  [][]float32 // [L+1][N*C]: input of each layer, then the last output
+	rstdF  []float32   // [N]
+	lnf    []float32   // [N*C]
+	head   headActs
+	used   bool
+}
+
+type layerActs struct {
+	rstd1, ln1 []float32 // [N], [N*C]
+	qkv        []float32 // [N*QKV], rotated
+	y, attLSE  []float32 // [N*QD], [N*H]
+	mid        []float32 // [N*C]: residual after attention
+	rstd2, ln2 []float32 // [N], [N*C]
+	gu, h      []float32 // [N*2F], [N*F]
+}
+
+// Bytes is the memory held by the activations.
+func (a *Activations) Bytes() int {
+	n := len(a.LogProbs) + len(a.Entropy) + len(a.rstdF) + len(a.lnf) + a.head.floats()
+	for _, r := range a.resid {
+		n += len(r)
+	}
+	for _, l := range a.layers {
+		n += len(l.rstd1) + len(l.ln1) + len(l.qkv) + len(l.y) + len(l.attLSE) + len(l.mid) + len(l.rstd2) + len(l.ln2) + len(l.gu) + len(l.h)
+	}
+	return 4 * n
+}
+
+// Forward runs the model over a packed batch and returns the log-probability
+// (and entropy) at every token that has a target, keeping what Backward needs.
+func (m *Model) Forward(b Batch) (*Activations, error) {
+	p, err := m.prepare(b, false)
+	if err != nil {
+		return nil, err
+	}
+	return m.forward(p, keepLogitsFloats), nil
+}
+
+// Logits returns the unnormalised next-token scores at every position of
+// the batch, [N, V] row-major.
+func (m *Model) Logits(b Batch) ([]float32, error) {
+	p, err := m.prepare(b, true)
+	if err != nil {
+		return nil, err
+	}
+	a := m.forward(p, int(^uint(0)>>1))
+	return a.head.logits, nil
+}
+
+func (m *Model) forward(p *prepared, keepLogits int) *Activations {
+	d := m.d
+	N := len(p.tokens)
+	a := &Activations{b: p, layers: make([]layerActs, d.L), resid: make([][]float32, d.L+1)}
+	eps := m.cfg.RMSNormEps
+	x := make([]float32, N*d.C)
+	embeddingForward(x, p.tokens, m.w.emb, d.C)
+	a.resid[0] = x
+	tmp := make([]float32, N*d.C)
+	for l := range a.layers {
+		la, lw := &a.layers[l], &m.w.layers[l]
+		la.rstd1, la.ln1 = make([]float32, N), make([]float32, N*d.C)
+		rmsnormForward(la.ln1, la.rstd1, x, lw.inNorm, N, d.C, eps)
+		la.qkv = make([]float32, N*d.QKV)
+		linearForward(la.qkv, la.ln1, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
+		ropeForward(la.qkv, d.QKV, p.pos, d.H+d.KV, d.D, m.rope)
+		la.y, la.attLSE = make([]float32, N*d.QD), make([]float32, N*d.H)
+		attentionForward(la.y, la.attLSE, la.qkv, p.segs, d)
+		linearForward(tmp, la.y, lw.o, lw.oBias, N, d.QD, d.C)
+		la.mid = make([]float32, N*d.C)
+		residualForward(la.mid, x, tmp)
+		la.rstd2, la.ln2 = make([]float32, N), make([]float32, N*d.C)
+		rmsnormForward(la.ln2, la.rstd2, la.mid, lw.postNorm, N, d.C, eps)
+		la.gu, la.h = make([]float32, N*2*d.F), make([]float32, N*d.F)
+		linearForward(la.gu, la.ln2, lw.gateUp, nil, N, d.C, 2*d.F)
+		swigluForward(la.h, la.gu, N, d.F)
+		linearForward(tmp, la.h, lw.down, nil, N, d.F, d.C)
+		next := make([]float32, N*d.C)
+		residualForward(next, la.mid, tmp)
+		a.resid[l+1], x = next, next
+	}
+	a.rstdF, a.lnf = make([]float32, N), make([]float32, N*d.C)
+	rmsnormForward(a.lnf, a.rstdF, x, m.w.norm, N, d.C, eps)
+	a.LogProbs, a.Entropy = make([]float32, N), make([]float32, N)
+	m.headForward(a, keepLogits)
+	return a
+}
+
+// Backward adds to the model's gradients the gradient of
+// sum_t gradLogProb[t] * LogProbs[t] (entries at tokens without a target are
+// ignored). Entropy is not differentiated. Each Activations serves one call.
+func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
+	p := a.b
+	N := len(p.tokens)
+	if len(gradLogProb) != N {
+		return fmt.Errorf("model: Backward got %d log-prob gradients for %d tokens", len(gradLogProb), N)
+	}
+	if a.used {
+		return fmt.Errorf("model: Backward called twice on the same activations; run Forward again")
+	}
+	a.used = true
+	d := m.d
+	dres := make([]float32, N*d.C)
+	dln := m.headBackward(a, gradLogProb)
+	rmsnormBackward(dres, m.g.norm, dln, a.resid[d.L], m.w.norm, a.rstdF, N, d.C)
+	dh := make([]float32, N*d.F)
+	dgu := make([]float32, N*2*d.F)
+	dy := make([]float32, N*d.QD)
+	dqkv := make([]float32, N*d.QKV)
+	for l := d.L - 1; l >= 0; l-- {
+		la, lw, lg := &a.layers[l], &m.w.layers[l], &m.g.layers[l]
+		// MLP block: resid[l+1] = mid + down(swiglu(gate_up(rmsnorm(mid)))).
+		linearBackward(dh, lg.down, nil, dres, la.h, lw.down, N, d.F, d.C)
+		swigluBackward(dgu, dh, la.gu, N, d.F)
+		linearBackward(dln, lg.gateUp, nil, dgu, la.ln2, lw.gateUp, N, d.C, 2*d.F)
+		rmsnormBackward(dres, lg.postNorm, dln, la.mid, lw.postNorm, la.rstd2, N, d.C)
+		// Attention block: mid = resid[l] + o(attention(rope(qkv(rmsnorm(resid[l]))))).
+		linearBackward(dy, lg.o, lg.oBias, dres, la.y, lw.o, N, d.QD, d.C)
+		attentionBackward(dqkv, dy, la.qkv, la.y, la.attLSE, p.segs, d)
+		ropeBackward(dqkv, d.QKV, p.pos, d.H+d.KV, d.D, m.rope)
+		linearBackward(dln, lg.qkv, lg.qkvBias, dqkv, la.ln1, lw.qkv, N, d.C, d.QKV)
+		rmsnormBackward(dres, lg.inNorm, dln, a.resid[l], lw.inNorm, la.rstd1, N, d.C)
+	}
+	embeddingBackward(m.g.emb, dres, p.tokens, d.C)
+	return nil
+}

@@ -1,0 +1,195 @@
+package model
+
+import (
+	"math"
+
+	"github.com/aipo-rl/aipo/learner/blas"
+)
+
+// Shapes in this file: N = tokens of the packed batch, C = hidden size,
+// V = vocabulary, I/O = input/output features of a linear layer,
+// F = intermediate size. Backward functions add into gradients of
+// parameters and into dx of inputs marked "accumulates"; other outputs are
+// overwritten.
+
+// embeddingForward: out[N,C] = emb[tokens[t], :].
+func embeddingForward(out []float32, tokens []int32, emb []float32, C int) {
+	parallelFor(len(tokens), 256, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			copy(out[t*C:(t+1)*C], emb[int(tokens[t])*C:])
+		}
+	})
+}
+
+// embeddingBackward: dEmb[V,C] += scatter of dout[N,C] by tokens.
+func embeddingBackward(dEmb, dout []float32, tokens []int32, C int) {
+	for t, tok := range tokens {
+		row := dEmb[int(tok)*C : int(tok+1)*C]
+		for i, v := range dout[t*C : (t+1)*C] {
+			row[i] += v
+		}
+	}
+}
+
+// rmsnormForward: out[N,C] = x * rstd * w, rstd[N] = 1/sqrt(mean(x^2)+eps).
+func rmsnormForward(out, rstd, x, w []float32, N, C int, eps float64) {
+	parallelFor(N, 64, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			xr := x[t*C : (t+1)*C]
+			var ss float64
+			for _, v := range xr {
+				ss += float64(v) * float64(v)
+			}
+			r := float32(1 / math.Sqrt(ss/float64(C)+eps))
+			rstd[t] = r
+			o := out[t*C : (t+1)*C]
+			for i, v := range xr {
+				o[i] = v * r * w[i]
+			}
+		}
+	})
+}
+
+// rmsnormBackward: dx[N,C] (accumulates) and dw[C] from dout[N,C]:
+// dx = r*w*dy - x * r^3/C * sum(w*dy*x), dw += sum_t dy*x*r.
+func rmsnormBackward(dx, dw, dout, x, w, rstd []float32, N, C int) {
+	ranges := splitRange(N, workers())
+	partial := make([]float32, len(ranges)*C)
+	parallelTasks(len(ranges), func(_, k int) {
+		pw := partial[k*C : (k+1)*C]
+		for t := ranges[k][0]; t < ranges[k][1]; t++ {
+			xr, dy, dxr := x[t*C:(t+1)*C], dout[t*C:(t+1)*C], dx[t*C:(t+1)*C]
+			r := rstd[t]
+			var dot float64
+			for i, v := range xr {
+				dot += float64(dy[i]) * float64(w[i]) * float64(v)
+				pw[i] += dy[i] * v * r
+			}
+			c := float32(dot) * r * r * r / float32(C)
+			for i, v := range xr {
+				dxr[i] += r*w[i]*dy[i] - v*c
+			}
+		}
+	})
+	for k := range ranges {
+		for i, v := range partial[k*C : (k+1)*C] {
+			dw[i] += v
+		}
+	}
+}
+
+// linearForward: out[N,O] = in[N,I] · w[O,I]^T + b[O] (b may be nil).
+func linearForward(out, in, w, b []float32, N, I, O int) {
+	blas.Sgemm(false, true, N, O, I, 1, in, I, w, I, 0, out, O)
+	if b != nil {
+		parallelFor(N, 64, func(lo, hi int) {
+			for t := lo; t < hi; t++ {
+				o := out[t*O : (t+1)*O]
+				for i := range o {
+					o[i] += b[i]
+				}
+			}
+		})
+	}
+}
+
+// linearBackward: din[N,I] = dout[N,O]·w[O,I] (overwritten; skipped when din
+// is nil), dw[O,I] += dout^T·in, db[O] += column sums of dout.
+func linearBackward(din, dw, db, dout, in, w []float32, N, I, O int) {
+	if din != nil {
+		blas.Sgemm(false, false, N, I, O, 1, dout, O, w, I, 0, din, I)
+	}
+	blas.Sgemm(true, false, O, I, N, 1, dout, O, in, I, 1, dw, I)
+	if db != nil {
+		parallelFor(O, 64, func(lo, hi int) {
+			for t := 0; t < N; t++ {
+				row := dout[t*O : (t+1)*O]
+				for i := lo; i < hi; i++ {
+					db[i] += row[i]
+				}
+			}
+		})
+	}
+}
+
+// swigluForward: h[N,F] = silu(g) * u where gu[N,2F] holds g then u per row.
+func swigluForward(h, gu []float32, N, F int) {
+	parallelFor(N, 16, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			g, u, o := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F], h[t*F:(t+1)*F]
+			for i, gv := range g {
+				o[i] = gv / (1 + exp32(-gv)) * u[i]
+			}
+		}
+	})
+}
+
+// swigluBackward: dgu[N,2F] (overwritten) from dh[N,F]:
+// dg = dh*u*sig(g)*(1+g*(1-sig(g))), du = dh*silu(g).
+func swigluBackward(dgu, dh, gu []float32, N, F int) {
+	parallelFor(N, 16, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			g, u := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F]
+			dg, du, d := dgu[2*t*F:(2*t+1)*F], dgu[(2*t+1)*F:(2*t+2)*F], dh[t*F:(t+1)*F]
+			for i, gv := range g {
+				s := 1 / (1 + exp32(-gv))
+				du[i] = d[i] * gv * s
+				dg[i] = d[i] * u[i] * s * (1 + gv*(1-s))
+			}
+		}
+	})
+}
+
+// residualForward: out[n] = a[n] + b[n].
+func residualForward(out, a, b []float32) {
+	parallelFor(len(out), 1<<14, func(lo, hi int) {
+		o, x, y := out[lo:hi], a[lo:hi], b[lo:hi]
+		for i := range o {
+			o[i] = x[i] + y[i]
+		}
+	})
+}
+
+// The residual's backward is the identity: the same gradient flows to both
+// inputs, so callers reuse the gradient buffer instead of calling a function.
+
+// splitRange cuts [0,n) into at most parts equal ranges.
+func splitRange(n, parts int) [][2]int {
+	step := max((n+parts-1)/max(parts, 1), 1)
+	var out [][2]int
+	for lo := 0; lo < n; lo += step {
+		out = append(out, [2]int{lo, min(lo+step, n)})
+	}
+	return out
+}
+
+// exp32 is e^x in float32 arithmetic, within 2 ulp of math.Exp over the
+// float32 range (checked by TestExp32): x = n*ln2 + r with |r| <= ln2/2
+// (Cody-Waite split of ln2), e^r by its degree-7 Taylor polynomial, then
+// scaled by 2^n. math.Exp in float64 made up a third of a training step.
+func exp32(x float32) float32 {
+	switch {
+	case x != x:
+		return x
+	case x > 88.72284:
+		return float32(math.Inf(1))
+	case x < -103.97208:
+		return 0
+	}
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693145751953125
+		ln2lo = 1.42860682030941723212e-6
+	)
+	t := x * log2e
+	if t < 0 {
+		t -= 0.5
+	} else {
+		t += 0.5
+	}
+	n := int32(t)
+	fn := float32(n)
+	r := x - fn*ln2hi - fn*ln2lo
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
+	return float32(float64(p) * math.Float64frombits(uint64(int64(n)+1023)<<52))
+}

@@ -1,0 +1,260 @@
+package model
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+)
+
+// NamedTensor is one parameter (or its gradient) under its Hugging Face
+// name, row-major as Hugging Face stores it (a linear weight is [out, in]).
+// Data aliases the model's storage.
+type NamedTensor struct {
+	Name  string
+	Shape []int
+	Data  []float32
+}
+
+// spec is a tensor's place in the flat parameter buffer.
+type spec struct {
+	name  string
+	shape []int
+	off   int
+}
+
+func (s spec) size() int {
+	n := 1
+	for _, d := range s.shape {
+		n *= d
+	}
+	return n
+}
+
+// layout lists every parameter of cfg in storage order. Within a layer the
+// q, k, v weights (and their biases) are adjacent so that one matrix
+// multiply computes all three, and so are gate and up.
+func layout(cfg Config) []spec {
+	d := cfg.dims()
+	var out []spec
+	off := 0
+	add := func(name string, shape ...int) {
+		s := spec{name: name, shape: shape, off: off}
+		out = append(out, s)
+		off += s.size()
+	}
+	add("model.embed_tokens.weight", d.V, d.C)
+	for l := 0; l < d.L; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add(p+"input_layernorm.weight", d.C)
+		add(p+"self_attn.q_proj.weight", d.QD, d.C)
+		add(p+"self_attn.k_proj.weight", d.KD, d.C)
+		add(p+"self_attn.v_proj.weight", d.KD, d.C)
+		if cfg.QKVBias() {
+			add(p+"self_attn.q_proj.bias", d.QD)
+			add(p+"self_attn.k_proj.bias", d.KD)
+			add(p+"self_attn.v_proj.bias", d.KD)
+		}
+		add(p+"self_attn.o_proj.weight", d.C, d.QD)
+		if cfg.OBias() {
+			add(p+"self_attn.o_proj.bias", d.C)
+		}
+		add(p+"post_attention_layernorm.weight", d.C)
+		add(p+"mlp.gate_proj.weight", d.F, d.C)
+		add(p+"mlp.up_proj.weight", d.F, d.C)
+		add(p+"mlp.down_proj.weight", d.C, d.F)
+	}
+	add("model.norm.weight", d.C)
+	if !cfg.TieWordEmbeddings {
+		add("lm_head.weight", d.V, d.C)
+	}
+	return out
+}
+
+// weights are typed views into one flat buffer (parameters or gradients).
+type weights struct {
+	flat   []float32
+	emb    []float32 // [V, C]
+	head   []float32 // [V, C]; aliases emb when tied
+	norm   []float32 // [C]
+	layers []layerWeights
+}
+
+type layerWeights struct {
+	inNorm, postNorm []float32 // [C]
+	qkv              []float32 // [QKV, C]: q_proj, k_proj, v_proj stacked
+	qkvBias          []float32 // [QKV] or nil
+	o                []float32 // [C, QD]
+	oBias            []float32 // [C] or nil
+	gateUp           []float32 // [2F, C]: gate_proj, up_proj stacked
+	down             []float32 // [C, F]
+}
+
+func newWeights(cfg Config, specs []spec) weights {
+	last := specs[len(specs)-1]
+	w := weights{flat: make([]float32, last.off+last.size())}
+	byName := map[string]spec{}
+	for _, s := range specs {
+		byName[s.name] = s
+	}
+	d := cfg.dims()
+	view := func(name string, n int) []float32 {
+		s, ok := byName[name]
+		if !ok {
+			return nil
+		}
+		return w.flat[s.off : s.off+n : s.off+n]
+	}
+	w.emb = view("model.embed_tokens.weight", d.V*d.C)
+	w.head = w.emb
+	if !cfg.TieWordEmbeddings {
+		w.head = view("lm_head.weight", d.V*d.C)
+	}
+	w.norm = view("model.norm.weight", d.C)
+	for l := 0; l < d.L; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		lw := layerWeights{
+			inNorm:   view(p+"input_layernorm.weight", d.C),
+			postNorm: view(p+"post_attention_layernorm.weight", d.C),
+			qkv:      view(p+"self_attn.q_proj.weight", d.QKV*d.C),
+			o:        view(p+"self_attn.o_proj.weight", d.C*d.QD),
+			oBias:    view(p+"self_attn.o_proj.bias", d.C),
+			gateUp:   view(p+"mlp.gate_proj.weight", 2*d.F*d.C),
+			down:     view(p+"mlp.down_proj.weight", d.C*d.F),
+		}
+		if cfg.QKVBias() {
+			lw.qkvBias = view(p+"self_attn.q_proj.bias", d.QKV)
+		}
+		w.layers = append(w.layers, lw)
+	}
+	return w
+}
+
+func (w weights) named(specs []spec) []NamedTensor {
+	out := make([]NamedTensor, len(specs))
+	for i, s := range specs {
+		out[i] = NamedTensor{Name: s.name, Shape: append([]int(nil), s.shape...), Data: w.flat[s.off : s.off+s.size() : s.off+s.size()]}
+	}
+	return out
+}
+
+// Model holds the parameters, their gradients and the rotary tables of one
+// decoder-only transformer.
+type Model struct {
+	cfg   Config
+	d     dims
+	specs []spec
+	w, g  weights
+	rope  *ropeTable
+}
+
+func newModel(cfg Config) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	specs := layout(cfg)
+	m := &Model{cfg: cfg, d: cfg.dims(), specs: specs}
+	m.w = newWeights(cfg, specs)
+	m.g = newWeights(cfg, specs)
+	m.rope = newRopeTable(cfg.Head(), cfg.RopeTheta)
+	return m, nil
+}
+
+// New returns a model with weights drawn from a normal distribution of
+// standard deviation 0.02 (seeded), biases zero and norm weights one, as
+// Hugging Face initialises these models.
+func New(cfg Config, seed uint64) (*Model, error) {
+	m, err := newModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	for _, t := range m.Params() {
+		switch {
+		case strings.HasSuffix(t.Name, "norm.weight"):
+			for i := range t.Data {
+				t.Data[i] = 1
+			}
+		case strings.HasSuffix(t.Name, ".bias"):
+		default:
+			for i := range t.Data {
+				t.Data[i] = float32(0.02 * r.NormFloat64())
+			}
+		}
+	}
+	return m, nil
+}
+
+// FromTensors builds a model from named tensors (a loaded checkpoint). Every
+// parameter of cfg must be present with its exact shape; lm_head.weight of a
+// tied model and rotary inv_freq buffers are ignored; any other name is an
+// error.
+func FromTensors(cfg Config, tensors map[string]NamedTensor) (*Model, error) {
+	m, err := newModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	var missing []string
+	for _, t := range m.Params() {
+		want[t.Name] = true
+		src, ok := tensors[t.Name]
+		if !ok {
+			missing = append(missing, t.Name)
+			continue
+		}
+		if !sameShape(src.Shape, t.Shape) || len(src.Data) != len(t.Data) {
+			return nil, fmt.Errorf("model: tensor %s has shape %v (%d values), config wants %v", t.Name, src.Shape, len(src.Data), t.Shape)
+		}
+		copy(t.Data, src.Data)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("model: %d tensors missing, first %s; is the config the checkpoint's own?", len(missing), missing[0])
+	}
+	var extra []string
+	for name := range tensors {
+		if want[name] || strings.HasSuffix(name, "rotary_emb.inv_freq") || (cfg.TieWordEmbeddings && name == "lm_head.weight") {
+			continue
+		}
+		extra = append(extra, name)
+	}
+	if len(extra) > 0 {
+		sort.Strings(extra)
+		return nil, fmt.Errorf("model: %d tensors the config does not use, first %s (a different architecture?)", len(extra), extra[0])
+	}
+	return m, nil
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Config returns the model's configuration.
+func (m *Model) Config() Config { return m.cfg }
+
+// Params lists the parameters in storage order; Data aliases the model.
+func (m *Model) Params() []NamedTensor { return m.w.named(m.specs) }
+
+// Grads lists the gradients in the same order and shapes as Params.
+func (m *Model) Grads() []NamedTensor { return m.g.named(m.specs) }
+
+// ParamData is every parameter in one flat slice (storage order of Params),
+// for optimisers that treat the model as one vector.
+func (m *Model) ParamData() []float32 { return m.w.flat }
+
+// GradData is every gradient in one flat slice, aligned with ParamData.
+func (m *Model) GradData() []float32 { return m.g.flat }
+
+// ZeroGrads sets every gradient to zero.
+func (m *Model) ZeroGrads() { clear(m.g.flat) }
+
+// NumParams is the number of parameters (tied embeddings counted once).
+func (m *Model) NumParams() int { return len(m.w.flat) }

@@ -1,0 +1,82 @@
+package model
+
+import (
+	"math"
+	"sync"
+)
+
+// ropeTable holds cos and sin of pos*theta^(-2i/D) for i < D/2, in the
+// rotate_half convention of Hugging Face: element i of a head pairs with
+// element i+D/2. Rows are added on demand up to the longest position seen.
+type ropeTable struct {
+	mu       sync.Mutex
+	half     int
+	invFreq  []float64
+	cos, sin []float32 // [positions, D/2]
+}
+
+func newRopeTable(D int, theta float64) *ropeTable {
+	t := &ropeTable{half: D / 2, invFreq: make([]float64, D/2)}
+	for i := range t.invFreq {
+		t.invFreq[i] = 1 / math.Pow(theta, float64(2*i)/float64(D))
+	}
+	return t
+}
+
+// ensure grows the table to cover positions [0, n). It is called before
+// parallel work starts, so readers need no lock.
+func (t *ropeTable) ensure(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	have := len(t.cos) / t.half
+	for p := have; p < n; p++ {
+		for _, f := range t.invFreq {
+			a := float64(p) * f
+			t.cos = append(t.cos, float32(math.Cos(a)))
+			t.sin = append(t.sin, float32(math.Sin(a)))
+		}
+	}
+}
+
+// ropeForward rotates, in place, heads 0..nHeads-1 of each row of x[N,ld]
+// (head h at columns h*D..h*D+D-1) by the angle of the row's position:
+// x1' = x1*cos - x2*sin, x2' = x2*cos + x1*sin, x1 = x[:D/2], x2 = x[D/2:].
+func ropeForward(x []float32, ld int, pos []int32, nHeads, D int, t *ropeTable) {
+	half := D / 2
+	parallelFor(len(pos), 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			c := t.cos[int(pos[r])*half : int(pos[r]+1)*half]
+			s := t.sin[int(pos[r])*half : int(pos[r]+1)*half]
+			for h := 0; h < nHeads; h++ {
+				x1 := x[r*ld+h*D : r*ld+h*D+half]
+				x2 := x[r*ld+h*D+half : r*ld+h*D+D]
+				for i := range c {
+					a, b := x1[i], x2[i]
+					x1[i] = a*c[i] - b*s[i]
+					x2[i] = b*c[i] + a*s[i]
+				}
+			}
+		}
+	})
+}
+
+// ropeBackward applies, in place, the transposed rotation to the gradient
+// dx[N,ld] of ropeForward's output: dx1 = d1*cos + d2*sin, dx2 = d2*cos - d1*sin.
+func ropeBackward(dx []float32, ld int, pos []int32, nHeads, D int, t *ropeTable) {
+	half := D / 2
+	parallelFor(len(pos), 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			c := t.cos[int(pos[r])*half : int(pos[r]+1)*half]
+			s := t.sin[int(pos[r])*half : int(pos[r]+1)*half]
+			for h := 0; h < nHeads; h++ {
+				d1 := dx[r*ld+h*D : r*ld+h*D+half]
+				d2 := dx[r*ld+h*D+half : r*ld+h*D+D]
+				for i := range c {
+					a, b := d1[i], d2[i]
+					d1[i] = a*c[i] + b*s[i]
+					d2[i] = b*c[i] - a*s[i]
+				}
+			}
+		}
+	})
+}

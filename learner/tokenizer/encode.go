@@ -1,0 +1,93 @@
+package tokenizer
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Encode encodes text with special parsing off: nothing in text can turn
+// into an added or special token.
+func (t *HF) Encode(text string) []int {
+	return t.encodeText(make([]int, 0, len(text)/3+1), text)
+}
+
+// EncodeSpecial encodes text with special parsing on: added tokens in the
+// text are matched first (leftmost, then longest), the rest is encoded as
+// by Encode. This is what Hugging Face's tokenizer does by default.
+func (t *HF) EncodeSpecial(text string) []int {
+	dst := make([]int, 0, len(text)/3+1)
+	if t.matchRaw == nil {
+		return t.encodeNormalizedSpecial(dst, text)
+	}
+	for _, seg := range t.matchRaw.split(nil, text) {
+		if seg.id >= 0 {
+			dst = append(dst, seg.id)
+			continue
+		}
+		dst = t.encodeNormalizedSpecial(dst, seg.text)
+	}
+	return dst
+}
+
+// encodeNormalizedSpecial normalises text, then matches the added tokens
+// that are matched on normalised text, then encodes the rest.
+func (t *HF) encodeNormalizedSpecial(dst []int, text string) []int {
+	if t.matchNorm == nil {
+		return t.encodeText(dst, text)
+	}
+	if t.norm != nil {
+		text = t.norm(text)
+	}
+	for _, seg := range t.matchNorm.split(nil, text) {
+		if seg.id >= 0 {
+			dst = append(dst, seg.id)
+			continue
+		}
+		dst = t.encodePreTokenized(dst, seg.text)
+	}
+	return dst
+}
+
+// encodeText normalises and encodes text that holds no added tokens.
+func (t *HF) encodeText(dst []int, text string) []int {
+	if t.norm != nil {
+		text = t.norm(text)
+	}
+	return t.encodePreTokenized(dst, text)
+}
+
+// encodePreTokenized pre-tokenizes normalised text and runs BPE on every
+// piece.
+func (t *HF) encodePreTokenized(dst []int, text string) []int {
+	if text == "" {
+		return dst
+	}
+	pieces := []string{text}
+	var next []string
+	for _, st := range t.pre {
+		next = st.split(next[:0], pieces)
+		pieces, next = next, pieces
+	}
+	for _, p := range pieces {
+		dst = t.model.encode(dst, p)
+	}
+	return dst
+}
+
+// Decode turns ids back into text by concatenating the bytes of their
+// tokens; with skipSpecial, special tokens are left out. The bytes are
+// returned as they are, without replacing invalid UTF-8.
+func (t *HF) Decode(ids []int, skipSpecial bool) (string, error) {
+	var b strings.Builder
+	for i, id := range ids {
+		if id < 0 || id >= len(t.tokens) || !t.tokens[id].present {
+			return "", fmt.Errorf("tokenizer: decode: ids[%d] = %d is not a token of this vocabulary (size %d)", i, id, len(t.tokens))
+		}
+		tok := &t.tokens[id]
+		if skipSpecial && tok.special {
+			continue
+		}
+		b.Write(tok.bytes)
+	}
+	return b.String(), nil
+}

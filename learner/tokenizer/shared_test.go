@@ -1,0 +1,67 @@
+package tokenizer
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// sharedData returns the shared/data folder found by walking up from the
+// package directory (it lies beside the repository root), or skips the test.
+// AIPO_SHARED_DATA overrides the search.
+func sharedData(t testing.TB) string {
+	t.Helper()
+	d := sharedDataOrEmpty()
+	if d == "" {
+		t.Skip("shared/data not found above the package directory (set AIPO_SHARED_DATA to the folder holding tokenizers/): skipping the test that needs the real vocabularies")
+	}
+	return d
+}
+
+// sharedDataOrEmpty is sharedData without skipping: "" when absent.
+func sharedDataOrEmpty() string {
+	if d := os.Getenv("AIPO_SHARED_DATA"); d != "" {
+		return d
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		cand := filepath.Join(dir, "shared", "data")
+		if st, err := os.Stat(cand); err == nil && st.IsDir() {
+			return cand
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+var (
+	loadedMu sync.Mutex
+	loaded   = map[string]*HF{}
+)
+
+// sharedTokenizer loads tokenizers/<name>/tokenizer.json once per test binary.
+func sharedTokenizer(t testing.TB, name string) *HF {
+	t.Helper()
+	path := filepath.Join(sharedData(t), "tokenizers", name, "tokenizer.json")
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
+	if tok, ok := loaded[path]; ok {
+		return tok
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("%s is absent (%v): skipping", path, err)
+	}
+	tok, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", path, err)
+	}
+	loaded[path] = tok
+	return tok
+}

@@ -1,0 +1,281 @@
+#!/usr/bin/python3
+"""Reference fixtures for learner/model, computed with PyTorch in float64.
+
+Writes learner/model/testdata/:
+  tiny_qwen2_config.json  Hugging Face config of a tiny random Qwen2 model
+  tiny_qwen2.tns          its weights, a packed batch, logits, target
+                          log-probs, entropies, the loss and every gradient
+  stories260K.tns         for llama2.c's stories260K.bin: a packed batch,
+                          logits, log-probs, the loss, the norm of every
+                          gradient and a few gradients in full
+
+The loss is L = sum_t w_t * logprob_t with fixed random w, so dL/dlogprob = w.
+Sequences are run one at a time (positions from 0), which checks the Go
+model's packing. stories260K is evaluated in llama2.c's own layout (Meta's
+interleaved rotary pairs on the unpermuted wq/wk), which checks the Go
+loader's permutation to Hugging Face's rotate_half layout.
+
+Run: /usr/bin/python3 scripts/model_fixtures.py [path/to/stories260K.bin]
+The .tns format: b"AIPOTNS1", uint32 count, then per tensor uint32 name
+length, name (utf-8), uint32 rank, rank x uint32 dims, float32 data; all
+little-endian.
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+torch.set_default_dtype(torch.float64)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "learner", "model", "testdata")
+
+
+def write_tns(path, tensors):
+    with open(path, "wb") as f:
+        f.write(b"AIPOTNS1")
+        f.write(struct.pack("<I", len(tensors)))
+        for name, t in tensors:
+            t = torch.as_tensor(t).detach().to(torch.float32).contiguous()
+            nb = name.encode()
+            f.write(struct.pack("<I", len(nb)))
+            f.write(nb)
+            f.write(struct.pack("<I", t.dim()))
+            f.write(struct.pack("<%dI" % t.dim(), *t.shape))
+            f.write(t.numpy().astype("<f4").tobytes())
+    print(path, os.path.getsize(path), "bytes")
+
+
+def rmsnorm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_half(x, theta):
+    """Hugging Face rotate_half rotary embedding; x is [T, heads, D]."""
+    T, _, D = x.shape
+    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    rot = torch.cat([-x2, x1], -1)
+    return x * cos + rot * sin
+
+
+def rope_interleaved(x, theta):
+    """llama2.c / Meta rotary embedding: pairs (2i, 2i+1) as complex numbers."""
+    T, _, D = x.shape
+    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    f = torch.polar(torch.ones_like(ang), ang)[:, None, :]
+    xc = torch.view_as_complex(x.reshape(T, x.shape[1], D // 2, 2).contiguous())
+    return torch.view_as_real(xc * f).reshape(x.shape)
+
+
+def forward_seq(p, cfg, tokens, rope):
+    """Logits [T, V] of one sequence."""
+    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = C // H
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    T = len(tokens)
+    x = p["model.embed_tokens.weight"][tokens]
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    for l in range(cfg["num_hidden_layers"]):
+        pre = "model.layers.%d." % l
+        h = rmsnorm(x, p[pre + "input_layernorm.weight"], eps)
+
+        def proj(name):
+            y = h @ p[pre + "self_attn.%s_proj.weight" % name].T
+            b = p.get(pre + "self_attn.%s_proj.bias" % name)
+            return y if b is None else y + b
+
+        q = rope(proj("q").view(T, H, D), theta)
+        k = rope(proj("k").view(T, KV, D), theta)
+        v = proj("v").view(T, KV, D)
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = v.repeat_interleave(H // KV, dim=1)
+        att = torch.einsum("thd,shd->hts", q, k) / math.sqrt(D) + mask
+        y = torch.einsum("hts,shd->thd", att.softmax(-1), v).reshape(T, H * D)
+        x = x + y @ p[pre + "self_attn.o_proj.weight"].T
+        h = rmsnorm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        g = h @ p[pre + "mlp.gate_proj.weight"].T
+        u = h @ p[pre + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
+    x = rmsnorm(x, p["model.norm.weight"], eps)
+    head = p.get("lm_head.weight", p["model.embed_tokens.weight"])
+    return x @ head.T
+
+
+def run(p, cfg, tokens, lens, targets, weights, rope):
+    """Packed-batch logits, log-probs, entropies and loss."""
+    logits, start = [], 0
+    for n in lens:
+        logits.append(forward_seq(p, cfg, tokens[start:start + n], rope))
+        start += n
+    logits = torch.cat(logits)
+    logp = logits.log_softmax(-1)
+    has = targets >= 0
+    lp = torch.zeros(len(tokens))
+    lp[has] = logp[has, targets[has]]
+    ent = torch.zeros(len(tokens))
+    ent[has] = -(logp[has].exp() * logp[has]).sum(-1)
+    loss = (weights * lp).sum()
+    return logits, lp, ent, loss
+
+
+def next_targets(tokens, lens):
+    t = torch.full((len(tokens),), -1, dtype=torch.long)
+    start = 0
+    for n in lens:
+        t[start:start + n - 1] = tokens[start + 1:start + n]
+        start += n
+    return t
+
+
+def tiny():
+    cfg = {
+        "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 48,
+        "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 97, "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+        "hidden_act": "silu", "torch_dtype": "float32",
+    }
+    g = torch.Generator().manual_seed(1234)
+    C, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    QD, KD = C, C // cfg["num_attention_heads"] * cfg["num_key_value_heads"]
+
+    def rnd(*shape, std=0.15):
+        # Weights are rounded to float32 so that Go starts from the same values.
+        return (torch.randn(*shape, generator=g) * std).float().double()
+
+    p = {"model.embed_tokens.weight": rnd(V, C, std=0.6)}
+    for l in range(cfg["num_hidden_layers"]):
+        pre = "model.layers.%d." % l
+        p[pre + "input_layernorm.weight"] = 1 + rnd(C, std=0.1)
+        p[pre + "self_attn.q_proj.weight"] = rnd(QD, C)
+        p[pre + "self_attn.k_proj.weight"] = rnd(KD, C)
+        p[pre + "self_attn.v_proj.weight"] = rnd(KD, C)
+        p[pre + "self_attn.q_proj.bias"] = rnd(QD, std=0.1)
+        p[pre + "self_attn.k_proj.bias"] = rnd(KD, std=0.1)
+        p[pre + "self_attn.v_proj.bias"] = rnd(KD, std=0.1)
+        p[pre + "self_attn.o_proj.weight"] = rnd(C, QD)
+        p[pre + "post_attention_layernorm.weight"] = 1 + rnd(C, std=0.1)
+        p[pre + "mlp.gate_proj.weight"] = rnd(F, C)
+        p[pre + "mlp.up_proj.weight"] = rnd(F, C)
+        p[pre + "mlp.down_proj.weight"] = rnd(C, F)
+    p["model.norm.weight"] = 1 + rnd(C, std=0.1)
+    for t in p.values():
+        t.requires_grad_(True)
+    # One sequence longer than the Go attention's 64-query block.
+    lens = [70, 9, 17]
+    tokens = torch.randint(0, V, (sum(lens),), generator=g)
+    targets = next_targets(tokens, lens)
+    targets[:3] = -1  # a prompt whose log-probs are not wanted
+    weights = torch.randn(sum(lens), generator=g).float().double()
+    weights[targets < 0] = 0
+    logits, lp, ent, loss = run(p, cfg, tokens, lens, targets, weights, rope_half)
+    loss.backward()
+    tensors = [("batch.tokens", tokens), ("batch.seq_lens", torch.tensor(lens)),
+               ("batch.targets", targets), ("batch.weights", weights),
+               ("logits", logits), ("logprobs", lp), ("entropy", ent), ("loss", loss.reshape(1))]
+    tensors += [("param." + k, v) for k, v in p.items()]
+    tensors += [("grad." + k, v.grad) for k, v in p.items()]
+    with open(os.path.join(OUT, "tiny_qwen2_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    write_tns(os.path.join(OUT, "tiny_qwen2.tns"), tensors)
+
+
+def read_llama2c(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    dim, hidden, L, H, KV, V, seq = struct.unpack("<7i", data[:28])
+    shared = V > 0
+    V = abs(V)
+    w = torch.frombuffer(bytearray(data[28:]), dtype=torch.float32).double()
+    D = dim // H
+    kvd = KV * D
+    off = 0
+
+    def take(*shape):
+        nonlocal off
+        n = math.prod(shape)
+        t = w[off:off + n].reshape(shape)
+        off += n
+        return t
+
+    raw = {"emb": take(V, dim), "rms_att": take(L, dim), "wq": take(L, dim, dim), "wk": take(L, kvd, dim),
+           "wv": take(L, kvd, dim), "wo": take(L, dim, dim), "rms_ffn": take(L, dim),
+           "w1": take(L, hidden, dim), "w2": take(L, dim, hidden), "w3": take(L, hidden, dim),
+           "rms_final": take(dim)}
+    take(seq, D // 2)
+    take(seq, D // 2)
+    if not shared:
+        raw["wcls"] = take(V, dim)
+    assert off == w.numel(), "stories260K.bin length does not match its header"
+    cfg = {"model_type": "llama", "hidden_size": dim, "intermediate_size": hidden, "num_hidden_layers": L,
+           "num_attention_heads": H, "num_key_value_heads": KV, "vocab_size": V,
+           "max_position_embeddings": seq, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "tie_word_embeddings": shared}
+    p = {"model.embed_tokens.weight": raw["emb"], "model.norm.weight": raw["rms_final"]}
+    for l in range(L):
+        pre = "model.layers.%d." % l
+        p[pre + "input_layernorm.weight"] = raw["rms_att"][l]
+        p[pre + "self_attn.q_proj.weight"] = raw["wq"][l]
+        p[pre + "self_attn.k_proj.weight"] = raw["wk"][l]
+        p[pre + "self_attn.v_proj.weight"] = raw["wv"][l]
+        p[pre + "self_attn.o_proj.weight"] = raw["wo"][l]
+        p[pre + "post_attention_layernorm.weight"] = raw["rms_ffn"][l]
+        p[pre + "mlp.gate_proj.weight"] = raw["w1"][l]
+        p[pre + "mlp.down_proj.weight"] = raw["w2"][l]
+        p[pre + "mlp.up_proj.weight"] = raw["w3"][l]
+    if not shared:
+        p["lm_head.weight"] = raw["wcls"]
+    return cfg, {k: v.clone().requires_grad_(True) for k, v in p.items()}
+
+
+def to_half_layout(w, heads):
+    """Meta interleaved rotary rows -> Hugging Face rotate_half rows (HF's permute)."""
+    rows, cols = w.shape
+    return w.view(heads, rows // heads // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
+
+
+def stories(path):
+    cfg, p = read_llama2c(path)
+    g = torch.Generator().manual_seed(260)
+    lens = [40, 77, 23]
+    tokens = torch.randint(0, cfg["vocab_size"], (sum(lens),), generator=g)
+    targets = next_targets(tokens, lens)
+    weights = torch.randn(sum(lens), generator=g).float().double()
+    weights[targets < 0] = 0
+    logits, lp, ent, loss = run(p, cfg, tokens, lens, targets, weights, rope_interleaved)
+    loss.backward()
+    grads = {}
+    for k, v in p.items():
+        gr = v.grad
+        if k.endswith("q_proj.weight"):
+            gr = to_half_layout(gr, cfg["num_attention_heads"])
+        elif k.endswith("k_proj.weight"):
+            gr = to_half_layout(gr, cfg["num_key_value_heads"])
+        grads[k] = gr
+    tensors = [("batch.tokens", tokens), ("batch.seq_lens", torch.tensor(lens)),
+               ("batch.targets", targets), ("batch.weights", weights),
+               ("logits", logits), ("logprobs", lp), ("entropy", ent), ("loss", loss.reshape(1))]
+    tensors += [("gradnorm." + k, v.norm().reshape(1)) for k, v in grads.items()]
+    full = ["model.norm.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.weight",
+            "model.layers.4.self_attn.k_proj.weight", "model.layers.2.mlp.down_proj.weight"]
+    tensors += [("grad." + k, grads[k]) for k in full]
+    write_tns(os.path.join(OUT, "stories260K.tns"), tensors)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    tiny()
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "data", "models", "stories260K", "stories260K.bin")
+    stories(path)
+
+
+if __name__ == "__main__":
+    main()

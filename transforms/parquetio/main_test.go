@@ -1,0 +1,49 @@
+package parquetio
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+)
+
+// testBucket is the bucket created in the in-process fake GCS server.
+const testBucket = "aipo-test"
+
+// TestMain starts an in-process fake GCS server on 127.0.0.1 (a random
+// port), points STORAGE_EMULATOR_HOST at it so that every gs:// access of
+// the pipelines goes there, and runs the tests on Beam's default runner
+// (prism, in process).
+func TestMain(m *testing.M) {
+	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{
+		Scheme: "http",
+		Host:   "127.0.0.1",
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "start fake GCS server: %v\n", err)
+		os.Exit(2)
+	}
+	srv.CreateBucket(testBucket)
+	os.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://"))
+	code := ptest.MainRet(m)
+	srv.Stop()
+	os.Exit(code)
+}
+
+// backend is a place to write steps: a local temporary directory or a
+// prefix in the fake GCS bucket.
+type backend struct {
+	name string
+	root func(t *testing.T) string
+}
+
+var backends = []backend{
+	{"local", func(t *testing.T) string { return t.TempDir() }},
+	{"gcs", func(t *testing.T) string {
+		// Test names are unique, so each test writes under its own prefix.
+		return "gs://" + testBucket + "/" + strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	}},
+}

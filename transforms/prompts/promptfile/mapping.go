@@ -1,0 +1,257 @@
+package promptfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aipo-rl/aipo/schemas"
+)
+
+// mapper turns decoded records of one file into Prompt rows.
+type mapper struct {
+	src  Source
+	seen map[string]bool
+}
+
+func newMapper(src Source) *mapper {
+	return &mapper{src: src, seen: make(map[string]bool)}
+}
+
+// rowError is why one record was dead-lettered.
+type rowError struct{ reason, detail string }
+
+// lookup finds name in obj: a direct key first, then a dotted path through
+// nested objects and arrays. It returns the value, the top-level key it
+// came from, and whether it was present (null counts as absent).
+func lookup(obj map[string]any, name string) (any, string, bool) {
+	if v, ok := obj[name]; ok {
+		return v, name, v != nil
+	}
+	if !strings.Contains(name, ".") {
+		return nil, "", false
+	}
+	segs := strings.Split(name, ".")
+	var cur any = obj
+	for _, seg := range segs {
+		switch c := cur.(type) {
+		case map[string]any:
+			v, ok := c[seg]
+			if !ok {
+				return nil, "", false
+			}
+			cur = v
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil, "", false
+			}
+			cur = c[i]
+		default:
+			return nil, "", false
+		}
+	}
+	return cur, segs[0], cur != nil
+}
+
+// normNumber writes a number without a spurious fraction: "27.0" -> "27",
+// "2.50" -> "2.5", "1e3" -> "1000"; integers are kept digit for digit.
+func normNumber(s string) string {
+	if !strings.ContainsAny(s, ".eE") {
+		return s
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return s
+	}
+	return formatFloat(f)
+}
+
+func formatFloat(f float64) string {
+	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// text renders a scalar as text; ok is false for objects and arrays.
+func text(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case json.Number:
+		return normNumber(string(x)), true
+	case bool:
+		return strconv.FormatBool(x), true
+	case []byte:
+		return string(x), true
+	case float64:
+		return formatFloat(x), true
+	case float32:
+		return formatFloat(float64(x)), true
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return fmt.Sprint(x), true
+	}
+	return "", false
+}
+
+// first returns the text of the first candidate present in obj, recording
+// every candidate key present as consumed.
+func first(obj map[string]any, names Names, consumed map[string]bool, column string) (string, bool, *rowError) {
+	var (
+		out   string
+		found bool
+	)
+	for _, n := range names {
+		v, key, ok := lookup(obj, n)
+		if key != "" {
+			consumed[key] = true
+		}
+		if !ok || found {
+			continue
+		}
+		s, isText := text(v)
+		if !isText {
+			return "", false, &rowError{ReasonBadFieldType, fmt.Sprintf("field %q (mapped to %s) is a %s, want a string or number", n, column, kindOf(v))}
+		}
+		out, found = s, true
+	}
+	return out, found, nil
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// row maps one decoded record at position index.
+func (m *mapper) row(obj map[string]any, index int64) (schemas.Prompt, *rowError) {
+	f := m.src.Fields
+	consumed := make(map[string]bool, 8)
+	problem, ok, rerr := first(obj, f.Problem, consumed, "problem")
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	if !ok || strings.TrimSpace(problem) == "" {
+		return schemas.Prompt{}, &rowError{ReasonMissingProblem, fmt.Sprintf("no non-empty problem in fields %s", strings.Join(f.Problem, "|"))}
+	}
+	answer, ok, rerr := first(obj, f.Answer, consumed, "answer")
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	if !ok {
+		return schemas.Prompt{}, &rowError{ReasonMissingAnswer, fmt.Sprintf("no answer: fields %s are absent or null", strings.Join(f.Answer, "|"))}
+	}
+	answer = strings.TrimSpace(answer)
+	if answer == "" {
+		return schemas.Prompt{}, &rowError{ReasonMissingAnswer, "the answer is empty"}
+	}
+	solution, _, rerr := first(obj, f.Solution, consumed, "solution")
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	if f.AnswerMarker != "" {
+		i := strings.LastIndex(answer, f.AnswerMarker)
+		if i < 0 {
+			return schemas.Prompt{}, &rowError{ReasonMissingAnswer, fmt.Sprintf("answer has no %q marker before the final answer", f.AnswerMarker)}
+		}
+		if solution == "" {
+			solution = strings.TrimSpace(answer[:i])
+		}
+		answer = strings.TrimSpace(answer[i+len(f.AnswerMarker):])
+		if answer == "" {
+			return schemas.Prompt{}, &rowError{ReasonMissingAnswer, fmt.Sprintf("nothing after the %q marker", f.AnswerMarker)}
+		}
+	}
+	rawID, ok, rerr := first(obj, f.ID, consumed, "id")
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	if !ok || rawID == "" {
+		rawID = strconv.FormatInt(index, 10)
+	}
+	id := m.src.DataSource + "/" + rawID
+	if m.seen[id] {
+		return schemas.Prompt{}, &rowError{ReasonDuplicateID, fmt.Sprintf("id %q already seen earlier in the file", id)}
+	}
+	for _, d := range f.Drop {
+		consumed[d] = true
+	}
+	var extra map[string]any
+	for k, v := range obj {
+		if consumed[k] || v == nil {
+			continue
+		}
+		if extra == nil {
+			extra = make(map[string]any)
+		}
+		extra[k] = v
+	}
+	extraJSON := ""
+	if extra != nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(extra); err != nil {
+			return schemas.Prompt{}, &rowError{ReasonBadFieldType, fmt.Sprintf("extra fields cannot be written as JSON: %v", err)}
+		}
+		extraJSON = strings.TrimSuffix(buf.String(), "\n")
+	}
+	m.seen[id] = true
+	return schemas.Prompt{
+		SchemaVersion: schemas.SchemaVersion,
+		ID:            id,
+		DataSource:    m.src.DataSource,
+		Problem:       problem,
+		Answer:        answer,
+		Solution:      solution,
+		Extra:         extraJSON,
+	}, nil
+}
+
+// validUTF8 reports whether every string inside v is valid UTF-8, and the
+// first field path that is not.
+func validUTF8(v any, path string) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		if !utf8.ValidString(x) {
+			return path, false
+		}
+	case []byte:
+		if !utf8.Valid(x) {
+			return path, false
+		}
+	case map[string]any:
+		for k, e := range x {
+			if !utf8.ValidString(k) {
+				return path + "." + strings.ToValidUTF8(k, "\uFFFD"), false
+			}
+			if p, ok := validUTF8(e, joinPath(path, k)); !ok {
+				return p, false
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if p, ok := validUTF8(e, joinPath(path, strconv.Itoa(i))); !ok {
+				return p, false
+			}
+		}
+	}
+	return "", true
+}
+
+func joinPath(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "." + b
+}

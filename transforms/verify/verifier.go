@@ -1,0 +1,93 @@
+package verify
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Result is the verdict on one response.
+type Result struct {
+	// Correct reports whether the extracted answer equals the ground truth.
+	Correct bool
+	// Score is the reward: 1 when correct, 0 otherwise.
+	Score float32
+	// Extracted is the final answer found in the response ("" when none).
+	Extracted string
+	// Reason says in words how the verdict was reached.
+	Reason string
+}
+
+// Verifier scores a response against the ground truth of its problem.
+// Implementations are safe for concurrent use.
+type Verifier interface {
+	Verify(response, groundTruth string) Result
+}
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Verifier{}
+)
+
+func init() {
+	math := MathVerifier{}
+	for _, ds := range []string{
+		"math", "math500", "math_500", "deepscaler", "gsm8k",
+		"aime", "aime24", "aime25", "amc", "amc23",
+	} {
+		registry[ds] = math
+	}
+	registry["mc"] = ChoiceVerifier{}
+	registry["integer"] = IntegerVerifier{}
+	registry["demo"] = IntegerVerifier{Marker: "=", Terminator: ";"}
+}
+
+// ForDataSource returns the verifier registered for a data_source. Names are
+// matched case-insensitively. An unknown name gives an error listing the
+// known ones.
+func ForDataSource(ds string) (Verifier, error) {
+	key := strings.ToLower(strings.TrimSpace(ds))
+	registryMu.RLock()
+	v, ok := registry[key]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("verify: no verifier for data_source %q; known data sources: %s (register others with verify.Register)",
+			ds, strings.Join(DataSources(), ", "))
+	}
+	return v, nil
+}
+
+// Register makes v the verifier for data_source name (case-insensitive),
+// replacing any earlier one; a task uses it to configure its own verifier.
+// It panics on an empty name or a nil verifier, which are programming errors.
+func Register(name string, v Verifier) {
+	key := strings.ToLower(strings.TrimSpace(name))
+	if key == "" || v == nil {
+		panic(fmt.Sprintf("verify.Register(%q, %v): name and verifier must be set", name, v))
+	}
+	registryMu.Lock()
+	registry[key] = v
+	registryMu.Unlock()
+}
+
+// DataSources lists the registered data_source names in sorted order.
+func DataSources() []string {
+	registryMu.RLock()
+	names := make([]string, 0, len(registry))
+	for k := range registry {
+		names = append(names, k)
+	}
+	registryMu.RUnlock()
+	sort.Strings(names)
+	return names
+}
+
+// verdict builds a Result from a boolean.
+func verdict(ok bool, extracted, reason string) Result {
+	r := Result{Correct: ok, Extracted: extracted, Reason: reason}
+	if ok {
+		r.Score = 1
+	}
+	return r
+}
