@@ -40,6 +40,23 @@ static int fixCoreType(void) {
 	unsetenv("OPENBLAS_CORETYPE");
 	return 1;
 }
+
+static int hasAVX;
+
+static void initAVX(void) {
+	__builtin_cpu_init();
+	hasAVX = __builtin_cpu_supports("avx");
+}
+
+// sgemm calls OpenBLAS, then clears the upper halves of the vector
+// registers: OpenBLAS's AVX-512 kernels may return with them dirty, and Go's
+// scalar float code (SSE encoded) then runs with a false dependency on them
+// on every instruction.
+static void sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+		const float *b, int ldb, float beta, float *c, int ldc) {
+	cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+	if (hasAVX) __asm__ volatile("vzeroupper");
+}
 */
 import "C"
 
@@ -51,6 +68,7 @@ import (
 
 func init() {
 	C.fixCoreType()
+	C.initAVX()
 	// One pool of workers: Go's. OpenBLAS threads on top of goroutines that
 	// each call OpenBLAS would oversubscribe the cores, and OpenBLAS's
 	// spinning threads steal time from the Go code between calls.
@@ -75,17 +93,17 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	ta, tb := uint32(C.CblasNoTrans), uint32(C.CblasNoTrans)
+	ta, tb := C.int(C.CblasNoTrans), C.int(C.CblasNoTrans)
 	if transA {
 		ta = C.CblasTrans
 	}
 	if transB {
 		tb = C.CblasTrans
 	}
-	C.cblas_sgemm(C.CblasRowMajor, ta, tb, C.blasint(m), C.blasint(n), C.blasint(k),
-		C.float(alpha), (*C.float)(&a[0]), C.blasint(lda),
-		(*C.float)(&b[0]), C.blasint(ldb),
-		C.float(beta), (*C.float)(&c[0]), C.blasint(ldc))
+	C.sgemm(ta, tb, C.int(m), C.int(n), C.int(k),
+		C.float(alpha), (*C.float)(&a[0]), C.int(lda),
+		(*C.float)(&b[0]), C.int(ldb),
+		C.float(beta), (*C.float)(&c[0]), C.int(ldc))
 }
 
 // setLibraryThreads lets benchmarks compare OpenBLAS's own threading with

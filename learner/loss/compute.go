@@ -17,6 +17,12 @@ type Output struct {
 // Compute evaluates the loss configured by cfg on in. It returns an error
 // naming the field (and token index) of the first invalid configuration
 // or input. Internally it works in float64.
+//
+// The aggregation's means run over this call's tokens and trajectories. To
+// split one optimisation batch into micro-batches, give each micro-batch
+// whole trajectories and scale its Loss and GradLogProb by its Count
+// divided by the sum of the Counts of the batch; the sum of the scaled
+// results equals one call on the whole batch.
 func Compute(cfg Config, in Inputs) (Output, error) {
 	if err := cfg.Validate(); err != nil {
 		return Output{}, err
@@ -25,6 +31,16 @@ func Compute(cfg Config, in Inputs) (Output, error) {
 		return Output{}, err
 	}
 	return computeFused(cfg, in, in.LogProb), nil
+}
+
+// Count returns the denominator of cfg's aggregation in this output: the
+// number of loss tokens for token-mean, otherwise the number of
+// trajectories holding a loss token.
+func (o Output) Count(cfg Config) float64 {
+	if cfg.Aggregation == AggTokenMean {
+		return o.Metrics[MetricTokensLoss]
+	}
+	return o.Metrics[MetricTrajectories]
 }
 
 // run is one trajectory's contiguous token range with its counts.

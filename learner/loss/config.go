@@ -22,8 +22,9 @@ const (
 	BaseDAPO = "dapo"
 	// BaseGSPO replaces the token ratio by the sequence ratio: the
 	// geometric mean of the token ratios over a trajectory's Internal
-	// tokens, clipped to [1-SeqClipLow, 1+SeqClipHigh] (GSPO-token form,
-	// arXiv 2507.18071 section 4.3).
+	// tokens, clipped to [1-SeqClipLow, 1+SeqClipHigh] (the GSPO-token
+	// form of arXiv 2507.18071, which with advantages constant per
+	// trajectory has GSPO's sequence-level gradient).
 	BaseGSPO = "gspo"
 )
 

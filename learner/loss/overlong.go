@@ -1,8 +1,8 @@
 package loss
 
-// OverlongPenalty is DAPO's soft overlong punishment (arXiv 2503.14476,
-// Eq. 13), a reward term added to the outcome reward of a response of
-// length generated tokens:
+// OverlongPenalty is DAPO's soft overlong punishment (arXiv 2503.14476), a
+// reward term added to the outcome reward of a response of length
+// generated tokens:
 //
 //	0                                  if length <= maxLen - cache
 //	((maxLen - cache) - length) / cache if maxLen - cache < length <= maxLen

@@ -17,6 +17,7 @@ type Activations struct {
 	rstdF  []float32   // [N]
 	lnf    []float32   // [N*C]
 	head   headActs
+	mem    arena // every buffer above except LogProbs and Entropy
 	used   bool
 }
 
@@ -27,6 +28,16 @@ type layerActs struct {
 	mid        []float32 // [N*C]: residual after attention
 	rstd2, ln2 []float32 // [N], [N*C]
 	gu, h      []float32 // [N*2F], [N*F]
+}
+
+// Release hands the activations' buffers back to the model for reuse by
+// later passes. Backward releases them itself; call Release for a forward
+// pass that will not be differentiated (recomputing old log-probs). LogProbs
+// and Entropy stay valid.
+func (a *Activations) Release() {
+	a.mem.release()
+	a.layers, a.resid, a.rstdF, a.lnf, a.head = nil, nil, nil, nil, headActs{}
+	a.used = true
 }
 
 // Bytes is the memory held by the activations.
@@ -48,7 +59,7 @@ func (m *Model) Forward(b Batch) (*Activations, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.forward(p, keepLogitsFloats), nil
+	return m.forward(p, headAuto), nil
 }
 
 // Logits returns the unnormalised next-token scores at every position of
@@ -58,45 +69,49 @@ func (m *Model) Logits(b Batch) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := m.forward(p, int(^uint(0)>>1))
-	return a.head.logits, nil
+	a := m.forward(p, headLogits)
+	logits := a.head.logits
+	a.mem.keep(logits) // the caller owns the logits
+	a.Release()
+	return logits, nil
 }
 
-func (m *Model) forward(p *prepared, keepLogits int) *Activations {
+func (m *Model) forward(p *prepared, mode headMode) *Activations {
 	d := m.d
 	N := len(p.tokens)
-	a := &Activations{b: p, layers: make([]layerActs, d.L), resid: make([][]float32, d.L+1)}
+	a := &Activations{b: p, layers: make([]layerActs, d.L), resid: make([][]float32, d.L+1), mem: arena{pool: &m.pool}}
+	get := a.mem.get
 	eps := m.cfg.RMSNormEps
-	x := make([]float32, N*d.C)
+	x := get(N * d.C)
 	embeddingForward(x, p.tokens, m.w.emb, d.C)
 	a.resid[0] = x
-	tmp := make([]float32, N*d.C)
+	tmp := get(N * d.C)
 	for l := range a.layers {
 		la, lw := &a.layers[l], &m.w.layers[l]
-		la.rstd1, la.ln1 = make([]float32, N), make([]float32, N*d.C)
+		la.rstd1, la.ln1 = get(N), get(N*d.C)
 		rmsnormForward(la.ln1, la.rstd1, x, lw.inNorm, N, d.C, eps)
-		la.qkv = make([]float32, N*d.QKV)
+		la.qkv = get(N * d.QKV)
 		linearForward(la.qkv, la.ln1, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
 		ropeForward(la.qkv, d.QKV, p.pos, d.H+d.KV, d.D, m.rope)
-		la.y, la.attLSE = make([]float32, N*d.QD), make([]float32, N*d.H)
+		la.y, la.attLSE = get(N*d.QD), get(N*d.H)
 		attentionForward(la.y, la.attLSE, la.qkv, p.segs, d)
 		linearForward(tmp, la.y, lw.o, lw.oBias, N, d.QD, d.C)
-		la.mid = make([]float32, N*d.C)
+		la.mid = get(N * d.C)
 		residualForward(la.mid, x, tmp)
-		la.rstd2, la.ln2 = make([]float32, N), make([]float32, N*d.C)
+		la.rstd2, la.ln2 = get(N), get(N*d.C)
 		rmsnormForward(la.ln2, la.rstd2, la.mid, lw.postNorm, N, d.C, eps)
-		la.gu, la.h = make([]float32, N*2*d.F), make([]float32, N*d.F)
+		la.gu, la.h = get(N*2*d.F), get(N*d.F)
 		linearForward(la.gu, la.ln2, lw.gateUp, nil, N, d.C, 2*d.F)
 		swigluForward(la.h, la.gu, N, d.F)
 		linearForward(tmp, la.h, lw.down, nil, N, d.F, d.C)
-		next := make([]float32, N*d.C)
+		next := get(N * d.C)
 		residualForward(next, la.mid, tmp)
 		a.resid[l+1], x = next, next
 	}
-	a.rstdF, a.lnf = make([]float32, N), make([]float32, N*d.C)
+	a.rstdF, a.lnf = get(N), get(N*d.C)
 	rmsnormForward(a.lnf, a.rstdF, x, m.w.norm, N, d.C, eps)
 	a.LogProbs, a.Entropy = make([]float32, N), make([]float32, N)
-	m.headForward(a, keepLogits)
+	m.headForward(a, mode)
 	return a
 }
 
@@ -112,15 +127,17 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 	if a.used {
 		return fmt.Errorf("model: Backward called twice on the same activations; run Forward again")
 	}
-	a.used = true
+	defer a.Release()
 	d := m.d
-	dres := make([]float32, N*d.C)
-	dln := m.headBackward(a, gradLogProb)
+	tmp := arena{pool: &m.pool}
+	defer tmp.release()
+	dres := tmp.zeroed(N * d.C)
+	dln := m.headBackward(a, gradLogProb, &tmp)
 	rmsnormBackward(dres, m.g.norm, dln, a.resid[d.L], m.w.norm, a.rstdF, N, d.C)
-	dh := make([]float32, N*d.F)
-	dgu := make([]float32, N*2*d.F)
-	dy := make([]float32, N*d.QD)
-	dqkv := make([]float32, N*d.QKV)
+	dh := tmp.get(N * d.F)
+	dgu := tmp.get(N * 2 * d.F)
+	dy := tmp.get(N * d.QD)
+	dqkv := tmp.get(N * d.QKV)
 	for l := d.L - 1; l >= 0; l-- {
 		la, lw, lg := &a.layers[l], &m.w.layers[l], &m.g.layers[l]
 		// MLP block: resid[l+1] = mid + down(swiglu(gate_up(rmsnorm(mid)))).

@@ -8,62 +8,84 @@ import (
 
 // The language-model head: logits[M,V] = xh[M,C] · head[V,C]^T over the M
 // rows that have a target (xh gathers those rows of the final norm's
-// output), then a log-softmax read at the target. When M×V exceeds
-// keepLogitsFloats the logits exist only chunkRows rows at a time and the
+// output), then a log-softmax read at the target. When M×V fits in
+// keepLogitsFloats the forward pass keeps the probabilities for the
+// backward pass; otherwise logits exist only chunkFloats at a time and the
 // backward pass recomputes them, so a 151k vocabulary never needs M×V floats.
 
-const keepLogitsFloats = 1 << 24 // 64 MiB of logits kept for the backward pass
+const keepLogitsFloats = 1 << 24 // 64 MiB of probabilities kept for backward
 
 // chunkFloats bounds the logits that exist at once when they are not kept
 // (16 MiB); a variable so that tests can force many chunks.
 var chunkFloats = 1 << 22
 
+// headMode says what the forward pass leaves in headActs.logits.
+type headMode int
+
+const (
+	headAuto   headMode = iota // probabilities when they fit, else nothing
+	headChunk                  // nothing: the backward pass recomputes
+	headLogits                 // raw logits of every row, for Logits
+)
+
 type headActs struct {
 	xh     []float32 // [M, C]
 	lse    []float32 // [M]
-	logits []float32 // [M, V] when kept, else nil
+	logits []float32 // [M, V]: probabilities (headAuto) or logits (headLogits); nil when chunked
+	probs  bool
 }
 
 func (h headActs) floats() int { return len(h.xh) + len(h.lse) + len(h.logits) }
 
-func (m *Model) chunkRows(M int, kept bool) int {
-	if kept {
-		return M
+func (m *Model) chunkRows(M int, whole bool) int {
+	if whole {
+		return max(M, 1)
 	}
 	return max(1, chunkFloats/m.d.V)
 }
 
 // headForward fills a.LogProbs, a.Entropy and a.head.
-func (m *Model) headForward(a *Activations, keepLogits int) {
+func (m *Model) headForward(a *Activations, mode headMode) {
 	d, p := m.d, a.b
 	M := len(p.rows)
-	xh := make([]float32, M*d.C)
+	xh := a.mem.get(M * d.C)
 	parallelFor(M, 256, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			t := int(p.rows[r])
 			copy(xh[r*d.C:(r+1)*d.C], a.lnf[t*d.C:])
 		}
 	})
-	a.head = headActs{xh: xh, lse: make([]float32, M)}
-	kept := M*d.V <= keepLogits
-	cr := m.chunkRows(M, kept)
-	buf := make([]float32, min(cr, M)*d.V)
-	if kept {
-		a.head.logits = buf
+	a.head = headActs{xh: xh, lse: a.mem.get(M)}
+	if mode == headAuto && M*d.V > keepLogitsFloats {
+		mode = headChunk
+	}
+	whole := mode != headChunk
+	cr := m.chunkRows(M, whole)
+	buf := a.mem.get(min(cr, M) * d.V)
+	if whole {
+		a.head.logits, a.head.probs = buf, mode == headAuto
 	}
 	for r0 := 0; r0 < M; r0 += cr {
 		n := min(cr, M-r0)
 		lg := buf[:n*d.V]
+		if whole {
+			lg = buf[r0*d.V : (r0+n)*d.V]
+		}
 		blas.Sgemm(false, true, n, d.V, d.C, 1, xh[r0*d.C:], d.C, m.w.head, d.C, 0, lg, d.V)
 		parallelFor(n, 8, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				row := lg[i*d.V : (i+1)*d.V]
-				lse, ent := logSumExpEntropy(row)
 				r := r0 + i
-				a.head.lse[r] = lse
 				t := int(p.rows[r])
-				if tgt := p.targets[t]; tgt >= 0 {
-					a.LogProbs[t] = row[tgt] - lse
+				tgt := p.targets[t]
+				var target float32
+				if tgt >= 0 {
+					target = row[tgt]
+				}
+				lse, ent := logSoftmax(row, mode == headAuto)
+				a.head.lse[r] = lse
+				if tgt >= 0 {
+					a.LogProbs[t] = target - lse
 					a.Entropy[t] = ent
 				}
 			}
@@ -71,18 +93,28 @@ func (m *Model) headForward(a *Activations, keepLogits int) {
 	}
 }
 
-// logSumExpEntropy returns log sum exp(x) and the entropy of softmax(x),
-// -sum p log p = lse - sum p*x.
-func logSumExpEntropy(x []float32) (lse, entropy float32) {
+// logSoftmax returns log sum exp(x) and the entropy of softmax(x),
+// -sum p log p = lse - sum p*x; with toProbs it overwrites x with softmax(x).
+// It evaluates exp once per element.
+func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
 	mx := x[0]
 	for _, v := range x {
 		mx = max(mx, v)
 	}
 	var s, sx float64
-	for _, v := range x {
+	for j, v := range x {
 		e := exp32(v - mx)
 		s += float64(e)
 		sx += float64(e * (v - mx))
+		if toProbs {
+			x[j] = e
+		}
+	}
+	if toProbs {
+		inv := float32(1 / s)
+		for j := range x {
+			x[j] *= inv
+		}
 	}
 	l := math.Log(s)
 	return mx + float32(l), float32(l - sx/s)
@@ -90,24 +122,29 @@ func logSumExpEntropy(x []float32) (lse, entropy float32) {
 
 // headBackward turns gradLogProb[N] into dlogits = g*(onehot(target) -
 // softmax) chunk by chunk, adds dlogits^T·xh to the head's gradient and
-// returns the gradient of the final norm's output, dlnf[N,C].
-func (m *Model) headBackward(a *Activations, gradLogProb []float32) []float32 {
+// returns the gradient of the final norm's output, dlnf[N,C], allocated
+// from tmp.
+func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) []float32 {
 	d, p := m.d, a.b
 	M := len(p.rows)
 	xh := a.head.xh
-	kept := a.head.logits != nil
-	cr := m.chunkRows(M, kept)
+	whole := a.head.logits != nil
+	cr := m.chunkRows(M, whole)
 	buf := a.head.logits
-	if !kept {
-		buf = make([]float32, min(cr, M)*d.V)
+	if !whole {
+		buf = tmp.get(min(cr, M) * d.V)
 	}
-	dxh := make([]float32, M*d.C)
+	dxh := tmp.get(M * d.C)
 	for r0 := 0; r0 < M; r0 += cr {
 		n := min(cr, M-r0)
-		lg := buf[r0*d.V*boolInt(kept) : (r0*boolInt(kept)+n)*d.V]
-		if !kept {
+		var lg []float32
+		if whole {
+			lg = buf[r0*d.V : (r0+n)*d.V]
+		} else {
+			lg = buf[:n*d.V]
 			blas.Sgemm(false, true, n, d.V, d.C, 1, xh[r0*d.C:], d.C, m.w.head, d.C, 0, lg, d.V)
 		}
+		probs := a.head.probs
 		parallelFor(n, 8, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				row := lg[i*d.V : (i+1)*d.V]
@@ -118,9 +155,16 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32) []float32 {
 					clear(row)
 					continue
 				}
-				g, lse := gradLogProb[t], a.head.lse[r]
-				for j, v := range row {
-					row[j] = -g * exp32(v-lse)
+				g := gradLogProb[t]
+				if probs {
+					for j, v := range row {
+						row[j] = -g * v
+					}
+				} else {
+					lse := a.head.lse[r]
+					for j, v := range row {
+						row[j] = -g * exp32(v-lse)
+					}
 				}
 				row[tgt] += g
 			}
@@ -128,7 +172,7 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32) []float32 {
 		blas.Sgemm(false, false, n, d.C, d.V, 1, lg, d.V, m.w.head, d.C, 0, dxh[r0*d.C:], d.C)
 		blas.Sgemm(true, false, d.V, d.C, n, 1, lg, d.V, xh[r0*d.C:], d.C, 1, m.g.head, d.C)
 	}
-	dlnf := make([]float32, len(p.tokens)*d.C)
+	dlnf := tmp.zeroed(len(p.tokens) * d.C)
 	parallelFor(M, 256, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			t := int(p.rows[r])
@@ -136,11 +180,4 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32) []float32 {
 		}
 	})
 	return dlnf
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

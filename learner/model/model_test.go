@@ -38,7 +38,13 @@ func TestTinyQwen2MatchesPyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkAgainstFixture(t, m, ts, true)
+	t.Run("probabilities kept", func(t *testing.T) { checkAgainstFixture(t, m, ts, true, headAuto) })
+	t.Run("head in chunks", func(t *testing.T) {
+		// 7 rows of logits at a time, recomputed in the backward pass.
+		defer func(c int) { chunkFloats = c }(chunkFloats)
+		chunkFloats = 7 * cfg.VocabSize
+		checkAgainstFixture(t, m, ts, true, headChunk)
+	})
 }
 
 func TestStories260KMatchesPyTorch(t *testing.T) {
@@ -48,7 +54,7 @@ func TestStories260KMatchesPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := mustTNS(t, "testdata/stories260K.tns")
-	checkAgainstFixture(t, m, ts, false)
+	checkAgainstFixture(t, m, ts, false, headAuto)
 	// Gradient norms of every tensor (full gradients are checked above for
 	// the few the fixture stores).
 	for _, g := range m.Grads() {
@@ -84,7 +90,7 @@ func stories260KPath(t *testing.T) string {
 
 // checkAgainstFixture runs forward and backward on the fixture's batch and
 // compares logits, log-probs, entropies, the loss and the stored gradients.
-func checkAgainstFixture(t *testing.T, m *Model, ts map[string]NamedTensor, allGrads bool) {
+func checkAgainstFixture(t *testing.T, m *Model, ts map[string]NamedTensor, allGrads bool, mode headMode) {
 	t.Helper()
 	b, w := fixtureBatch(t, ts)
 	logits, err := m.Logits(b)
@@ -92,10 +98,11 @@ func checkAgainstFixture(t *testing.T, m *Model, ts map[string]NamedTensor, allG
 		t.Fatal(err)
 	}
 	compare(t, "logits", logits, fixture(t, ts, "logits"), tolLogits)
-	acts, err := m.Forward(b)
+	p, err := m.prepare(b, false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	acts := m.forward(p, mode)
 	compare(t, "logprobs", acts.LogProbs, fixture(t, ts, "logprobs"), tolLogits)
 	compare(t, "entropy", acts.Entropy, fixture(t, ts, "entropy"), tolLogits)
 	var loss float64

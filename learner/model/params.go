@@ -146,6 +146,7 @@ type Model struct {
 	specs []spec
 	w, g  weights
 	rope  *ropeTable
+	pool  bufPool
 }
 
 func newModel(cfg Config) (*Model, error) {

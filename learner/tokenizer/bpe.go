@@ -14,6 +14,7 @@ type bpe struct {
 	ranked       [][2]int32           // merges in rank order (for Marshal)
 	ignoreMerges bool
 	vocab        map[string]int // the model's own vocabulary by string (ignore_merges lookup)
+	special      []bool         // by id: a special added token (never a result of ignore_merges)
 
 	mu    sync.RWMutex
 	cache map[string][]int32
@@ -38,11 +39,10 @@ func newBPE(t *HF, merges [][2]string, ignoreMerges bool) (*bpe, error) {
 		cache:        make(map[string][]int32, 1024),
 	}
 	if ignoreMerges {
-		m.vocab = make(map[string]int, len(t.src.Model.Vocab))
-		for s, id := range t.src.Model.Vocab {
-			if !t.tokens[id].special {
-				m.vocab[s] = id
-			}
+		m.vocab = t.src.Model.Vocab
+		m.special = make([]bool, len(t.tokens))
+		for id := range t.tokens {
+			m.special[id] = t.tokens[id].special
 		}
 	}
 	for b := 0; b < 256; b++ {
@@ -95,7 +95,7 @@ func (m *bpe) encode(dst []int, piece string) []int {
 	}
 	var ids []int32
 	if m.ignoreMerges {
-		if id, ok := m.vocab[byteLevelEncode([]byte(piece))]; ok {
+		if id, ok := m.vocab[byteLevelEncode([]byte(piece))]; ok && !m.special[id] {
 			ids = []int32{int32(id)}
 		}
 	}
@@ -120,18 +120,20 @@ func (m *bpe) encode(dst []int, piece string) []int {
 // whose symbols have changed since it was pushed is skipped when popped.
 func (m *bpe) merge(piece string) []int32 {
 	n := len(piece)
-	id := make([]int32, n)
-	prev := make([]int32, n)
-	next := make([]int32, n)
-	alive := make([]bool, n)
+	sc := scratchPool.Get().(*mergeScratch)
+	defer scratchPool.Put(sc)
+	if cap(sc.links) < 3*n {
+		sc.links = make([]int32, 3*n)
+	}
+	// id[i] < 0 marks a symbol merged into its left neighbour.
+	id, prev, next := sc.links[:n], sc.links[n:2*n], sc.links[2*n:3*n]
 	for i := 0; i < n; i++ {
 		id[i] = m.byteID[piece[i]]
 		prev[i] = int32(i - 1)
 		next[i] = int32(i + 1)
-		alive[i] = true
 	}
 	next[n-1] = -1
-	h := mergeHeap(make([]candidate, 0, n))
+	h := sc.heap[:0]
 	push := func(pos int32) {
 		nx := next[pos]
 		if nx < 0 {
@@ -146,7 +148,7 @@ func (m *bpe) merge(piece string) []int32 {
 	}
 	for len(h) > 0 {
 		c := h.pop()
-		if !alive[c.pos] || next[c.pos] < 0 {
+		if id[c.pos] < 0 || next[c.pos] < 0 {
 			continue
 		}
 		right := next[c.pos]
@@ -155,7 +157,7 @@ func (m *bpe) merge(piece string) []int32 {
 			continue // stale: a neighbour was merged since
 		}
 		id[c.pos] = c.id
-		alive[right] = false
+		id[right] = -1
 		next[c.pos] = next[right]
 		if nr := next[right]; nr >= 0 {
 			prev[nr] = c.pos
@@ -165,12 +167,25 @@ func (m *bpe) merge(piece string) []int32 {
 		}
 		push(c.pos)
 	}
-	out := make([]int32, 0, n)
+	sc.heap = h[:0]
+	count := 0
+	for i := int32(0); i >= 0; i = next[i] {
+		count++
+	}
+	out := make([]int32, 0, count)
 	for i := int32(0); i >= 0; i = next[i] {
 		out = append(out, id[i])
 	}
 	return out
 }
+
+// mergeScratch is the reusable working memory of merge.
+type mergeScratch struct {
+	links []int32
+	heap  mergeHeap
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(mergeScratch) }}
 
 type candidate struct {
 	rank int32

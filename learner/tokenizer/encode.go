@@ -62,6 +62,14 @@ func (t *HF) encodePreTokenized(dst []int, text string) []int {
 	if text == "" {
 		return dst
 	}
+	if t.direct != nil {
+		for i := 0; i < len(text); {
+			e := t.direct.matchAt(text, i)
+			dst = t.model.encode(dst, text[i:e])
+			i = e
+		}
+		return dst
+	}
 	pieces := []string{text}
 	var next []string
 	for _, st := range t.pre {

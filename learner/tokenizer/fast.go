@@ -32,7 +32,7 @@ type wordSplit struct {
 	wsNewlines bool // the \s*[\r\n]+ alternative
 }
 
-func fastSplitterFor(pattern string) func(dst [][2]int, s string) [][2]int {
+func fastSplitterFor(pattern string) *wordSplit {
 	var w wordSplit
 	switch pattern {
 	case llama3Pattern:
@@ -44,7 +44,7 @@ func fastSplitterFor(pattern string) func(dst [][2]int, s string) [][2]int {
 	default:
 		return nil
 	}
-	return w.matches
+	return &w
 }
 
 type charClass uint8

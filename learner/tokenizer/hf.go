@@ -11,9 +11,9 @@ import (
 type HF struct {
 	norm                normalizer
 	pre                 []preStep
+	direct              *wordSplit // pre as one hand-written split, when it is one
 	model               *bpe
 	tokens              []tokenInfo    // by id; a hole has str == "" and !present
-	byName              map[string]int // model vocabulary and added tokens, by their string
 	added               map[string]int // added tokens by content
 	addedL              []addedToken   // in tokenizer.json order
 	matchRaw, matchNorm *matcher
@@ -60,7 +60,7 @@ func build(f *fileJSON) (*HF, error) {
 	if len(m.Vocab) == 0 {
 		return nil, fmt.Errorf("model.vocab is empty")
 	}
-	t := &HF{src: f, byName: make(map[string]int, len(m.Vocab)+len(f.AddedTokens)), added: map[string]int{}}
+	t := &HF{src: f, added: map[string]int{}}
 	var err error
 	if t.norm, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
@@ -72,6 +72,7 @@ func build(f *fileJSON) (*HF, error) {
 	if !byteLevel {
 		return nil, fmt.Errorf("pre_tokenizer has no ByteLevel step: only byte-level BPE tokenizers are supported")
 	}
+	t.direct = directSplit(t.pre)
 	if err := checkDecoder(f.Decoder); err != nil {
 		return nil, err
 	}
@@ -95,7 +96,6 @@ func build(f *fileJSON) (*HF, error) {
 			return nil, fmt.Errorf("model.vocab: id %d is given to both %q and %q", id, t.tokens[id].str, s)
 		}
 		t.tokens[id] = tokenInfo{str: s, bytes: byteLevelDecode(s), present: true}
-		t.byName[s] = id
 	}
 	for _, a := range f.AddedTokens {
 		at := addedToken{addedTokenJSON: a, normContent: a.Content}
@@ -104,7 +104,6 @@ func build(f *fileJSON) (*HF, error) {
 		}
 		t.addedL = append(t.addedL, at)
 		t.tokens[a.ID] = tokenInfo{str: a.Content, bytes: byteLevelDecode(a.Content), present: true, added: true, special: a.Special}
-		t.byName[a.Content] = a.ID
 		t.added[a.Content] = a.ID
 	}
 	t.matchRaw, t.matchNorm = newMatchers(t.addedL)
@@ -142,7 +141,10 @@ func (t *HF) TokenBytes(id int) []byte {
 
 // ID returns the id of a vocabulary string or added token.
 func (t *HF) ID(token string) (int, bool) {
-	id, ok := t.byName[token]
+	if id, ok := t.added[token]; ok {
+		return id, true
+	}
+	id, ok := t.src.Model.Vocab[token]
 	return id, ok
 }
 

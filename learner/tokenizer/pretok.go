@@ -181,7 +181,7 @@ func (l literalSplitter) matches(dst [][2]int, s string) [][2]int {
 // Oniguruma and .NET, which Hugging Face's patterns are written in).
 type regexSplitter struct {
 	re   *regexp2.Regexp
-	fast func(dst [][2]int, s string) [][2]int // hand-written equivalent, when known
+	fast *wordSplit // hand-written equivalent, when known
 }
 
 func newRegexSplitter(pattern string) (*regexSplitter, error) {
@@ -194,7 +194,7 @@ func newRegexSplitter(pattern string) (*regexSplitter, error) {
 
 func (r *regexSplitter) matches(dst [][2]int, s string) [][2]int {
 	if r.fast != nil {
-		return r.fast(dst, s)
+		return r.fast.matches(dst, s)
 	}
 	return r.slowMatches(dst, s)
 }
@@ -342,4 +342,34 @@ func (st *byteLevelStep) split(dst, pieces []string) []string {
 		return st.split2.split(dst, pieces)
 	}
 	return append(dst, pieces...)
+}
+
+// directSplit returns the hand-written word split when the pre-tokenizer is
+// exactly one isolating Split on a known pattern plus a plain ByteLevel (or
+// a ByteLevel with GPT-2's split), the layout of Qwen, Llama 3 and GPT-2.
+// Encoding then runs BPE on each word as it is found, without building the
+// intermediate lists.
+func directSplit(steps []preStep) *wordSplit {
+	fastOf := func(st *splitStep) *wordSplit {
+		if st == nil || st.behavior != isolated || st.invert {
+			return nil
+		}
+		if rs, ok := st.m.(*regexSplitter); ok {
+			return rs.fast
+		}
+		return nil
+	}
+	switch len(steps) {
+	case 1:
+		if bl, ok := steps[0].(*byteLevelStep); ok && !bl.addPrefixSpace {
+			return fastOf(bl.split2)
+		}
+	case 2:
+		sp, ok1 := steps[0].(*splitStep)
+		bl, ok2 := steps[1].(*byteLevelStep)
+		if ok1 && ok2 && !bl.addPrefixSpace && bl.split2 == nil {
+			return fastOf(sp)
+		}
+	}
+	return nil
 }

@@ -10,6 +10,9 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 )
 
+// fakeGCS is the in-process GCS server of the tests.
+var fakeGCS *fakestorage.Server
+
 // testBucket is the bucket created in the in-process fake GCS server.
 const testBucket = "aipo-test"
 
@@ -18,7 +21,8 @@ const testBucket = "aipo-test"
 // the pipelines goes there, and runs the tests on Beam's default runner
 // (prism, in process).
 func TestMain(m *testing.M) {
-	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{
+	var err error
+	fakeGCS, err = fakestorage.NewServerWithOptions(fakestorage.Options{
 		Scheme: "http",
 		Host:   "127.0.0.1",
 	})
@@ -26,10 +30,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "start fake GCS server: %v\n", err)
 		os.Exit(2)
 	}
-	srv.CreateBucket(testBucket)
-	os.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://"))
+	fakeGCS.CreateBucket(testBucket)
+	os.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(fakeGCS.URL(), "http://"))
 	code := ptest.MainRet(m)
-	srv.Stop()
+	fakeGCS.Stop()
 	os.Exit(code)
 }
 

@@ -39,7 +39,12 @@ var (
 	reOrAnd     = regexp.MustCompile(`\s+(?:or|and)\s+`)
 )
 
-const maxAnswerDepth = 8
+// Bounds on the structure of one answer.
+const (
+	maxAnswerDepth = 8
+	maxItems       = 64 // elements of a tuple, set, list, union or matrix
+	maxPlusMinus   = 3  // \pm signs expanded (2^3 values)
+)
 
 // parseAnswer parses a normalised answer.
 func parseAnswer(s string) answer { return parseAt(s, 0) }
@@ -54,6 +59,9 @@ func parseAt(s string, depth int) answer {
 		return parseMatrix(s, m[2], depth)
 	}
 	if parts := splitTop(s, `\cup`); len(parts) > 1 {
+		if len(parts) > maxItems {
+			return text
+		}
 		u := answer{kind: kUnion, raw: s}
 		for _, p := range parts {
 			a := parseAt(p, depth+1)
@@ -66,7 +74,11 @@ func parseAt(s string, depth int) answer {
 	}
 	if strings.HasPrefix(s, `\{`) && strings.HasSuffix(s, `\}`) && matchGroup(s, 0) == len(s)-1 {
 		set := answer{kind: kSet, raw: s}
-		for _, p := range splitTop(s[2:len(s)-2], ",") {
+		parts := splitTop(s[2:len(s)-2], ",")
+		if len(parts) > maxItems {
+			return text
+		}
+		for _, p := range parts {
 			set.items = appendFlat(set.items, parseAt(p, depth+1))
 		}
 		return set
@@ -78,6 +90,9 @@ func parseAt(s string, depth int) answer {
 			if s[0] == '(' && s[len(s)-1] == ')' {
 				return parseAt(inner, depth+1)
 			}
+			return text
+		}
+		if len(parts) > maxItems {
 			return text
 		}
 		t := answer{kind: kTuple, raw: s, open: s[0], close: s[len(s)-1]}
@@ -93,6 +108,9 @@ func parseAt(s string, depth int) answer {
 		s = reOrAnd.ReplaceAllString(s, ",")
 	}
 	if parts := splitTop(s, ","); len(parts) > 1 {
+		if len(parts) > maxItems {
+			return text
+		}
 		l := answer{kind: kList, raw: s}
 		for _, p := range parts {
 			if strings.TrimSpace(p) == "" {
@@ -104,6 +122,9 @@ func parseAt(s string, depth int) answer {
 			return l.items[0]
 		}
 		return l
+	}
+	if strings.Count(s, `\pm`)+strings.Count(s, `\mp`) > maxPlusMinus {
+		return text
 	}
 	for _, pm := range []string{`\pm`, `\mp`} {
 		if i := indexCommand(s, pm); i >= 0 {
@@ -164,6 +185,9 @@ func parseMatrix(raw, body string, depth int) answer {
 		if m.cols == 0 {
 			m.cols = len(cells)
 		} else if m.cols != len(cells) {
+			return answer{kind: kText, raw: raw}
+		}
+		if len(m.items)+len(cells) > maxItems {
 			return answer{kind: kText, raw: raw}
 		}
 		for _, c := range cells {

@@ -120,6 +120,9 @@ func ExtractAnswer(response string, strict bool) (Extraction, bool) {
 // phraseAnswer returns the text after the last "Answer:" / "The answer is",
 // up to the end of its sentence (or the next line when the phrase ends one).
 func phraseAnswer(s string) (string, bool) {
+	if !strings.Contains(strings.ToLower(s), "answer") {
+		return "", false // cheap test before the case-insensitive search
+	}
 	locs := rePhrase.FindAllStringIndex(s, -1)
 	if locs == nil {
 		return "", false

@@ -11,6 +11,10 @@ import (
 // mathematics; see the package documentation for the rules. It is
 // symmetric in its two arguments and never panics.
 func Equivalent(answer, groundTruth string) bool {
+	if len(answer) > maxAnswerLen || len(groundTruth) > maxAnswerLen {
+		a, g := squeeze(answer), squeeze(groundTruth)
+		return a != "" && a == g
+	}
 	a, pa := normalize(answer)
 	g, pg := normalize(groundTruth)
 	if a == "" || g == "" {
@@ -57,6 +61,11 @@ func sameBases(a, b string) bool {
 	}
 	return true
 }
+
+// maxAnswerLen bounds the answers that are parsed; longer ones (no real
+// final answer is this long) only compare as identical strings, which keeps
+// the cost of a degenerate response low.
+const maxAnswerLen = 1000
 
 // percentOf divides a scalar answer by 100.
 func percentOf(a answer) answer {

@@ -48,6 +48,23 @@ func terminatingDecimal(ans string) (string, bool) {
 	return r.FloatString(digits), true
 }
 
+var reThousandsGroup = regexp.MustCompile(`\d,(\\!)?\s*\d{3}`)
+
+// rewrite spells an answer differently without changing it: \dfrac for
+// \frac, a space after every comma, \left( \right) around parentheses. It
+// declines answers with thousands separators (where a space after the comma
+// would make a list) and answers already sized with \left.
+func rewrite(ans string) (string, bool) {
+	if reThousandsGroup.MatchString(ans) || strings.Contains(ans, `\left`) {
+		return "", false
+	}
+	alt := strings.ReplaceAll(ans, `\frac`, `\dfrac`)
+	alt = strings.ReplaceAll(alt, ",", ", ")
+	alt = strings.ReplaceAll(alt, "(", `\left(`)
+	alt = strings.ReplaceAll(alt, ")", `\right)`)
+	return " " + alt + " ", alt != ans
+}
+
 func TestTerminatingDecimal(t *testing.T) {
 	for in, want := range map[string]string{`\frac{3}{56}`: "", `\frac{35}{64}`: "0.546875", `-\frac{3}{8}`: "-0.375",
 		`\frac14`: "0.25", `1\frac{4}{5}`: "1.8", `\dfrac{17}{50}`: "0.34", `\frac 34`: "0.75", `\frac{14}{3}`: ""} {
@@ -93,6 +110,9 @@ func TestMATH500ReferenceAnswers(t *testing.T) {
 			check("dfrac->frac", id, `\boxed{`+strings.ReplaceAll(ans, `\dfrac`, `\frac`)+`}`, ans)
 		case strings.Contains(ans, `\frac`):
 			check("frac->dfrac", id, `\boxed{`+strings.ReplaceAll(ans, `\frac`, `\dfrac`)+`}`, ans)
+		}
+		if alt, ok := rewrite(ans); ok {
+			check("rewritten", id, `\boxed{`+alt+`}`, ans)
 		}
 		if dec, ok := terminatingDecimal(ans); ok {
 			check("decimal", id, `\boxed{`+dec+`}`, ans)

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+)
+
+func init() {
+	register(command{
+		name:    "analyze",
+		summary: "per-step training dynamics of a run (JSON, Markdown, PNG plots)",
+		run:     runAnalyze,
+	})
+}
+
+func runAnalyze(args []string) int {
+	fs := flag.CommandLine
+	run := fs.String("run", "", "run directory (local or gs://) holding step-NNNNNN/ directories")
+	out := fs.String("out", "", "output directory for analysis.json, analysis.md and the plots (default <run>/analysis)")
+	steps := fs.String("steps", "", "steps to analyse: a-b, a-, -b or a single step (default all)")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: aipo analyze --run DIR [--out DIR] [--steps a-b] [Beam flags]\n\n"+
+			"Reads every committed step of a run (steps without %s are skipped) and writes\n"+
+			"per-step accuracy, failed and solved-all tasks, interactions per trajectory by\n"+
+			"agent, external-token share, response lengths, collaborator latency and errors,\n"+
+			"and noisy-document share. Runs on prism unless --runner says otherwise.\n\nFlags:\n", "_MANIFEST.json")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "aipo analyze: unexpected arguments %v (flags only; see --help)\n", fs.Args())
+		return 2
+	}
+	beam.Init()
+	r, err := analytics.ParseStepRange(*steps)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo analyze: %v\n", err)
+		return 2
+	}
+	if *run == "" {
+		fmt.Fprintln(os.Stderr, "aipo analyze: --run is required (the run directory, local or gs://)")
+		return 2
+	}
+	opts := analytics.Options{Run: *run, Out: *out, Steps: r}
+	plan, err := analytics.Run(context.Background(), opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo analyze: %v\n", err)
+		return 1
+	}
+	dir := opts.OutDir()
+	fmt.Printf("analysed %d steps of %s (%d skipped)\n", len(plan.Steps), plan.Run, len(plan.Skipped))
+	for _, n := range []string{analytics.JSONName, analytics.MarkdownName, analytics.DynamicsPNG} {
+		fmt.Printf("  %s\n", storage.Join(dir, n))
+	}
+	return 0
+}

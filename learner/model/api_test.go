@@ -1,0 +1,300 @@
+package model
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func tinyConfig() Config {
+	return Config{ModelType: "qwen2", HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2, NumAttentionHeads: 4,
+		NumKeyValueHeads: 2, VocabSize: 50, MaxPositionEmbeddings: 200, RMSNormEps: 1e-6, RopeTheta: 10000,
+		TieWordEmbeddings: true, HiddenAct: "silu"}
+}
+
+func randomBatch(r *rand.Rand, V int, lens ...int) Batch {
+	n := 0
+	for _, l := range lens {
+		n += l
+	}
+	b := Batch{Tokens: make([]int32, n), SeqLens: lens}
+	for i := range b.Tokens {
+		b.Tokens[i] = int32(r.IntN(V))
+	}
+	return b
+}
+
+func TestParseConfigDefaultsAndErrors(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,
+		"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":64}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NumKeyValueHeads != 4 || c.RopeTheta != 10000 || c.RMSNormEps != 1e-6 || c.HiddenAct != "silu" || c.QKVBias() || c.OBias() {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	bad := map[string]string{
+		`{"model_type":"qwen3"}`: "model_type",
+		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":9,"max_position_embeddings":9}`:        "multiple of num_key_value_heads",
+		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"type":"yarn"}}`: "rope_scaling",
+		`{"model_type":"llama","hidden_size":12,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9}`:                                "odd",
+		`{"model_type":"llama","hidden_size":16,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"hidden_act":"gelu"}`:            "hidden_act",
+		`{"model_type":"llama","hidden_size":16,"intermediate_size":0,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9}`:                                "intermediate_size",
+	}
+	for js, want := range bad {
+		if _, err := ParseConfig([]byte(js)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseConfig(%s) error = %v, want one mentioning %q", js, err, want)
+		}
+	}
+}
+
+func TestNewLayoutAndInit(t *testing.T) {
+	cfg := tinyConfig()
+	m, err := New(cfg, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.dims()
+	want := d.V*d.C + d.C + d.L*(2*d.C+d.QKV*d.C+d.QKV+d.C*d.QD+3*d.C*d.F)
+	if m.NumParams() != want {
+		t.Errorf("NumParams = %d, want %d", m.NumParams(), want)
+	}
+	params, grads := m.Params(), m.Grads()
+	if len(params) != len(grads) || len(params) != 2+d.L*12 {
+		t.Fatalf("%d params and %d grads, want %d each", len(params), len(grads), 2+d.L*12)
+	}
+	for i, p := range params {
+		if p.Name != grads[i].Name || len(p.Data) != len(grads[i].Data) {
+			t.Errorf("param %d %s does not line up with grad %s", i, p.Name, grads[i].Name)
+		}
+		if p.Name == "model.layers.1.self_attn.q_proj.weight" {
+			var ss float64
+			for _, v := range p.Data {
+				ss += float64(v) * float64(v)
+			}
+			if std := math.Sqrt(ss / float64(len(p.Data))); math.Abs(std-0.02) > 0.003 {
+				t.Errorf("%s std %.4f, want 0.02", p.Name, std)
+			}
+		}
+	}
+	// Untied and Llama with attention_bias add lm_head and o_proj.bias.
+	cfg.TieWordEmbeddings, cfg.ModelType, cfg.AttentionBias = false, "llama", true
+	m2, err := New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, p := range m2.Params() {
+		names[p.Name] = true
+	}
+	for _, n := range []string{"lm_head.weight", "model.layers.0.self_attn.o_proj.bias", "model.layers.1.self_attn.v_proj.bias"} {
+		if !names[n] {
+			t.Errorf("untied llama with attention_bias lacks %s", n)
+		}
+	}
+}
+
+func TestFromTensorsErrors(t *testing.T) {
+	cfg := tinyConfig()
+	m, _ := New(cfg, 1)
+	full := map[string]NamedTensor{}
+	for _, p := range m.Params() {
+		full[p.Name] = p
+	}
+	missing := copyMap(full)
+	delete(missing, "model.norm.weight")
+	wrong := copyMap(full)
+	wrong["model.norm.weight"] = NamedTensor{Name: "model.norm.weight", Shape: []int{7}, Data: make([]float32, 7)}
+	extra := copyMap(full)
+	extra["model.layers.0.self_attn.q_norm.weight"] = NamedTensor{Shape: []int{8}, Data: make([]float32, 8)}
+	for name, c := range map[string]struct {
+		in   map[string]NamedTensor
+		want string
+	}{"missing": {missing, "model.norm.weight"}, "shape": {wrong, "shape [7]"}, "extra": {extra, "q_norm"}} {
+		if _, err := FromTensors(cfg, c.in); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one mentioning %q", name, err, c.want)
+		}
+	}
+	tied := copyMap(full)
+	tied["lm_head.weight"] = full["model.embed_tokens.weight"]
+	tied["model.rotary_emb.inv_freq"] = NamedTensor{Shape: []int{4}, Data: make([]float32, 4)}
+	if _, err := FromTensors(cfg, tied); err != nil {
+		t.Errorf("tied lm_head and inv_freq should be ignored: %v", err)
+	}
+}
+
+func copyMap(m map[string]NamedTensor) map[string]NamedTensor {
+	out := map[string]NamedTensor{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func TestBatchErrors(t *testing.T) {
+	m, _ := New(tinyConfig(), 1)
+	cases := map[string]struct {
+		b    Batch
+		want string
+	}{
+		"empty":      {Batch{}, "no tokens"},
+		"token":      {Batch{Tokens: []int32{1, 50}}, "outside the vocabulary"},
+		"lens":       {Batch{Tokens: []int32{1, 2, 3}, SeqLens: []int{1, 1}}, "sum to 2"},
+		"zero len":   {Batch{Tokens: []int32{1, 2}, SeqLens: []int{2, 0}}, "positive"},
+		"targets":    {Batch{Tokens: []int32{1, 2}, Targets: []int32{1}}, "1 targets for 2 tokens"},
+		"target val": {Batch{Tokens: []int32{1, 2}, Targets: []int32{1, -2}}, "outside [-1"},
+		"too long":   {Batch{Tokens: make([]int32, 201)}, "max_position_embeddings"},
+	}
+	for name, c := range cases {
+		if _, err := m.Forward(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one mentioning %q", name, err, c.want)
+		}
+	}
+}
+
+// Sequences packed into one batch give the same log-probs as each run
+// alone: positions restart and attention stays inside a sequence. One
+// sequence is longer than the attention's query block.
+func TestPackedEqualsSeparate(t *testing.T) {
+	m, _ := New(tinyConfig(), 3)
+	for _, p := range m.Params() { // larger weights: non-trivial attention
+		for i := range p.Data {
+			p.Data[i] *= 10
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	packed := randomBatch(r, 50, 5, 80, 1, 17)
+	all, err := m.Forward(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := 0
+	for i, n := range packed.SeqLens {
+		one, err := m.Forward(Batch{Tokens: packed.Tokens[start : start+n]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		compare(t, "sequence "+string(rune('0'+i))+" log-probs", all.LogProbs[start:start+n], one.LogProbs, tolerance{abs: 1e-5, rel: 1e-5})
+		one.Release()
+		start += n
+	}
+}
+
+// Backward adds into the gradients: two passes give twice one pass; a
+// second Backward on the same activations is an error.
+func TestBackwardAccumulates(t *testing.T) {
+	m, _ := New(tinyConfig(), 4)
+	r := rand.New(rand.NewPCG(2, 2))
+	b := randomBatch(r, 50, 30, 20)
+	g := make([]float32, 50)
+	for i := range g {
+		g[i] = float32(r.NormFloat64())
+	}
+	run := func() {
+		a, err := m.Forward(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Backward(a, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Backward(a, g); err == nil || !strings.Contains(err.Error(), "twice") {
+			t.Fatalf("second Backward on the same activations: %v, want an error", err)
+		}
+	}
+	m.ZeroGrads()
+	run()
+	once := append([]float32(nil), m.GradData()...)
+	run()
+	twice := make([]float32, len(once))
+	for i, v := range once {
+		twice[i] = 2 * v
+	}
+	compare(t, "accumulated gradient", m.GradData(), twice, tolerance{abs: 1e-6, rel: 1e-5})
+	if _, err := m.Forward(Batch{Tokens: []int32{1}}); err != nil {
+		t.Fatal(err)
+	}
+	m.ZeroGrads()
+	for i, v := range m.GradData() {
+		if v != 0 {
+			t.Fatalf("ZeroGrads left gradient %d = %v", i, v)
+		}
+	}
+}
+
+// Gradients agree with central finite differences of the loss computed in
+// float64 from the forward pass (a check independent of the fixtures).
+func TestGradientFiniteDifferences(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.TieWordEmbeddings = false
+	m, _ := New(cfg, 5)
+	for _, p := range m.Params() {
+		for i := range p.Data {
+			p.Data[i] *= 4
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	b := randomBatch(r, 50, 9, 6)
+	w := make([]float32, 15)
+	for i := range w {
+		w[i] = float32(r.NormFloat64())
+	}
+	loss := func() float64 {
+		a, err := m.Forward(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Release()
+		var s float64
+		for i, lp := range a.LogProbs {
+			s += float64(w[i]) * float64(lp)
+		}
+		return s
+	}
+	m.ZeroGrads()
+	a, _ := m.Forward(b)
+	if err := m.Backward(a, w); err != nil {
+		t.Fatal(err)
+	}
+	params, grads := m.Params(), m.Grads()
+	const h = 4e-3
+	for pi, p := range params {
+		for k := 0; k < 3; k++ {
+			i := r.IntN(len(p.Data))
+			old := p.Data[i]
+			p.Data[i] = old + h
+			up := loss()
+			p.Data[i] = old - h
+			down := loss()
+			p.Data[i] = old
+			fd := (up - down) / (2 * h)
+			got := float64(grads[pi].Data[i])
+			// float32 forward: the loss (|loss| ~ 30) is rounded to ~2e-6,
+			// which over 2h is ~3e-4, plus the O(h^2) truncation of the
+			// central difference; a wrong gradient is off by far more.
+			if math.Abs(fd-got) > 1e-2+1e-2*math.Abs(fd) {
+				t.Errorf("%s[%d]: gradient %v, finite difference %v", p.Name, i, got, fd)
+			}
+		}
+	}
+}
+
+func TestLlama2CErrors(t *testing.T) {
+	var buf bytes.Buffer
+	binary.Write(&buf, binary.LittleEndian, []int32{16, 32, 1, 4, 2, 10, 8})
+	binary.Write(&buf, binary.LittleEndian, make([]float32, 100))
+	if _, _, err := ReadLlama2C(bytes.NewReader(buf.Bytes())); err == nil || !strings.Contains(err.Error(), "end early") {
+		t.Errorf("truncated file: %v, want an error saying the weights end early", err)
+	}
+	if _, _, err := ReadLlama2C(bytes.NewReader([]byte{1, 2})); err == nil || !strings.Contains(err.Error(), "header") {
+		t.Errorf("short header: %v", err)
+	}
+	var bad bytes.Buffer
+	binary.Write(&bad, binary.LittleEndian, []int32{16, 32, 1, 4, 3, 10, 8})
+	if _, _, err := ReadLlama2C(&bad); err == nil || !strings.Contains(err.Error(), "num_key_value_heads") {
+		t.Errorf("bad header: %v", err)
+	}
+}

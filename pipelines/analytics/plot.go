@@ -1,0 +1,116 @@
+package analytics
+
+import (
+	"bytes"
+	"fmt"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Plot file names.
+const (
+	FailedTasksPNG  = "failed_tasks.png"
+	AccuracyPNG     = "accuracy.png"
+	InteractionsPNG = "interactions.png"
+	DynamicsPNG     = "dynamics.png"
+)
+
+type series struct {
+	name  string
+	value func(StepMetrics) float64
+}
+
+// linePlot draws one line per series against the step, over the steps that
+// have trajectories.
+func linePlot(title, ylabel string, fraction bool, steps []StepMetrics, ss ...series) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "step"
+	p.Y.Label.Text = ylabel
+	p.Add(plotter.NewGrid())
+	if fraction {
+		p.Y.Min, p.Y.Max = 0, 1
+	}
+	args := make([]any, 0, 2*len(ss))
+	for _, s := range ss {
+		var xys plotter.XYs
+		for _, m := range steps {
+			if m.Trajectories > 0 {
+				xys = append(xys, plotter.XY{X: float64(m.Step), Y: s.value(m)})
+			}
+		}
+		if len(ss) > 1 {
+			args = append(args, s.name)
+		}
+		args = append(args, xys)
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return nil, fmt.Errorf("plot %s: %w", title, err)
+	}
+	if len(ss) > 1 {
+		p.Legend.Top = true
+	}
+	return p, nil
+}
+
+// Plots renders the report's PNG files, by file name.
+func Plots(rep Report) (map[string][]byte, error) {
+	failed, err := linePlot("Batch failed tasks", "fraction of prompts with every sample wrong", true, rep.Steps,
+		series{"failed", func(m StepMetrics) float64 { return m.FailedTasks }})
+	if err != nil {
+		return nil, err
+	}
+	acc, err := linePlot("Batch accuracy", "correct trajectories / trajectories", true, rep.Steps,
+		series{"accuracy", func(m StepMetrics) float64 { return m.Accuracy }})
+	if err != nil {
+		return nil, err
+	}
+	inter, err := linePlot("Batch interactions", "interactions per trajectory", false, rep.Steps,
+		series{"total", func(m StepMetrics) float64 { return m.InteractionsPerTrajectory.Total }},
+		series{"verify", func(m StepMetrics) float64 { return m.InteractionsPerTrajectory.Verify }},
+		series{"knowledge", func(m StepMetrics) float64 { return m.InteractionsPerTrajectory.Knowledge }},
+		series{"reason", func(m StepMetrics) float64 { return m.InteractionsPerTrajectory.Reason }})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for name, p := range map[string]*plot.Plot{FailedTasksPNG: failed, AccuracyPNG: acc, InteractionsPNG: inter} {
+		b, err := pngOf(p)
+		if err != nil {
+			return nil, fmt.Errorf("render %s: %w", name, err)
+		}
+		out[name] = b
+	}
+	// The three panels side by side, as in the paper's Fig. 5.
+	img := vgimg.New(18*vg.Inch, 4.5*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
+	row := [][]*plot.Plot{{failed, acc, inter}}
+	canvases := plot.Align(row, tiles, dc)
+	for j, p := range row[0] {
+		p.Draw(canvases[0][j])
+	}
+	var buf bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
+		return nil, fmt.Errorf("render %s: %w", DynamicsPNG, err)
+	}
+	out[DynamicsPNG] = buf.Bytes()
+	return out, nil
+}
+
+func pngOf(p *plot.Plot) ([]byte, error) {
+	w, err := p.WriterTo(6*vg.Inch, 4*vg.Inch, "png")
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
