@@ -80,3 +80,43 @@ func BenchmarkEncode(b *testing.B) {
 	b.ReportMetric(cold.Seconds()/warm.Seconds(), "warm/cold")
 	b.ReportMetric(float64(len(text))/float64(n), "bytes/token")
 }
+
+// BenchmarkPreTokenize compares the hand-written split of Qwen's pattern
+// with the regular expression engine on the same text in the same run.
+func BenchmarkPreTokenize(b *testing.B) {
+	text := gsm8kQuestions(b)
+	rs, err := newRegexSplitter(qwen2Pattern)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mb := float64(len(text)) / 1e6
+	var fast, slow time.Duration
+	var buf [][2]int
+	for b.Loop() {
+		t0 := time.Now()
+		buf = rs.fast.matches(buf[:0], text)
+		t1 := time.Now()
+		buf = rs.slowMatches(buf[:0], text)
+		fast += t1.Sub(t0)
+		slow += time.Since(t1)
+	}
+	it := float64(b.N)
+	b.ReportMetric(mb*it/fast.Seconds(), "MB/s-handwritten")
+	b.ReportMetric(mb*it/slow.Seconds(), "MB/s-regexp2")
+	b.ReportMetric(slow.Seconds()/fast.Seconds(), "speedup")
+}
+
+// BenchmarkEncodeParallel encodes the GSM8K questions from all cores at
+// once (warm cache), as the rollout's workers share one tokenizer.
+func BenchmarkEncodeParallel(b *testing.B) {
+	text := gsm8kQuestions(b)
+	tok := sharedTokenizer(b, "qwen3")
+	tok.Encode(text)
+	b.SetBytes(int64(len(text)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tok.Encode(text)
+		}
+	})
+}

@@ -36,4 +36,13 @@
 //     well, so "50\%" also equals "0.5" (but "50" never equals "0.5").
 //   - When no structure applies, the normalised strings are compared with
 //     spaces removed, and words case-insensitively.
+//
+// Deliberate limits: units are dropped, not converted (5 cm equals 5 m, and
+// 90^\circ does not equal \pi/2); a number-base subscript is dropped when
+// only one side has it (52 answers 52_8); expressions with free variables
+// are compared by value, so an expanded polynomial equals its factored form;
+// ratios such as 1:4 and inequalities compare only as strings. Answers longer
+// than 1000 bytes, lists of more than 64 elements and more than three \pm
+// signs are compared as plain strings, so that a degenerate response costs
+// little.
 package verify

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -120,7 +121,13 @@ func TestMATH500ReferenceAnswers(t *testing.T) {
 		}
 	}
 	total, passed := 0, 0
-	for form, c := range counts {
+	forms := make([]string, 0, len(counts))
+	for form := range counts {
+		forms = append(forms, form)
+	}
+	sort.Strings(forms)
+	for _, form := range forms {
+		c := counts[form]
 		t.Logf("form %-18s %3d/%3d correct", form, c[1], c[0])
 		total += c[0]
 		passed += c[1]
