@@ -23,6 +23,7 @@ func FuzzParseHeader(f *testing.F) {
 	f.Add(craft(`{"__metadata__":{"a":"b"}}  `, nil))
 	f.Add(craft(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}}`, make([]byte, 6)))
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(craft(`{"z":{"dtype":"F32","shape":[35184372088832,0],"data_offsets":[0,0]}}`, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ParseHeader("fuzz.safetensors", bytes.NewReader(b), int64(len(b)))
 		if err != nil {

@@ -145,7 +145,9 @@ func craft(header any, data []byte) []byte {
 type entry = map[string]any
 
 func TestSafetensorsCorruptHeaders(t *testing.T) {
-	f32 := func(shape []int, b, e int) entry { return entry{"dtype": "F32", "shape": shape, "data_offsets": []int{b, e}} }
+	f32 := func(shape []int, b, e int) entry {
+		return entry{"dtype": "F32", "shape": shape, "data_offsets": []int{b, e}}
+	}
 	data16 := make([]byte, 16)
 	cases := []struct {
 		name   string

@@ -35,10 +35,10 @@ func (t Tensor) Validate() error {
 		if d < 0 {
 			return fmt.Errorf("tensor %q: negative dimension in shape %v", t.Name, t.Shape)
 		}
-		n *= int64(d)
-		if n > math.MaxInt32*int64(64) {
+		if d > 0 && n > (1<<50)/int64(d) {
 			return fmt.Errorf("tensor %q: shape %v is too large", t.Name, t.Shape)
 		}
+		n *= int64(d)
 	}
 	if int64(len(t.Data)) != n {
 		return fmt.Errorf("tensor %q: shape %v holds %d values but Data has %d", t.Name, t.Shape, n, len(t.Data))

@@ -298,3 +298,41 @@ func TestLlama2CErrors(t *testing.T) {
 		t.Errorf("bad header: %v", err)
 	}
 }
+
+// Concurrent forward passes on one model give the same results as serial
+// ones (run with -race to check the buffer pool and rotary table).
+func TestConcurrentForward(t *testing.T) {
+	m, _ := New(tinyConfig(), 6)
+	r := rand.New(rand.NewPCG(4, 4))
+	batches := []Batch{randomBatch(r, 50, 40, 7), randomBatch(r, 50, 150), randomBatch(r, 50, 3, 3, 90)}
+	want := make([][]float32, len(batches))
+	for i, b := range batches {
+		a, err := m.Forward(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = a.LogProbs
+		a.Release()
+	}
+	fresh, _ := New(tinyConfig(), 6) // empty rotary table and pool
+	got := make([][]float32, len(batches))
+	done := make(chan error, len(batches))
+	for i, b := range batches {
+		go func() {
+			a, err := fresh.Forward(b)
+			if err == nil {
+				got[i] = a.LogProbs
+				a.Release()
+			}
+			done <- err
+		}()
+	}
+	for range batches {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range batches {
+		compare(t, "concurrent batch log-probs", got[i], want[i], tolerance{abs: 1e-6, rel: 1e-6})
+	}
+}

@@ -23,6 +23,7 @@ type prepared struct {
 	segs                 []segment
 	rows                 []int32 // tokens that have a target, ascending
 	maxLen               int
+	cos, sin             []float32 // rotary rows for positions < maxLen
 }
 
 func (m *Model) prepare(b Batch, allRows bool) (*prepared, error) {
@@ -84,6 +85,6 @@ func (m *Model) prepare(b Batch, allRows bool) (*prepared, error) {
 			p.rows = append(p.rows, int32(t))
 		}
 	}
-	m.rope.ensure(p.maxLen)
+	p.cos, p.sin = m.rope.upTo(p.maxLen)
 	return p, nil
 }

@@ -1,9 +1,26 @@
 // Package model is the CPU reference of the learner's decoder-only
-// transformer (the Llama / Qwen2 family): parameters under Hugging Face
-// names, a forward pass that yields per-token log-probabilities of target
-// tokens over packed sequences, and the matching backward pass.
+// transformer (the Llama / Qwen2 family, configured from a Hugging Face
+// config.json): parameters under Hugging Face names, a forward pass that
+// yields per-token log-probabilities of target tokens over packed
+// sequences, and the matching backward pass.
 //
 // Every layer is a forward/backward function pair over flat float32 arrays
-// with its shapes in a comment; matrix multiplies go through learner/blas,
-// everything else is spread across cores with parallelFor.
+// with its shapes in a comment (ops.go, rope.go, attention.go, head.go);
+// matrix multiplies go through learner/blas, the rest is spread across
+// cores. A batch packs several sequences end to end; positions restart and
+// attention stays within each sequence. Attention keeps only the
+// log-sum-exp of each query's scores and recomputes probabilities in the
+// backward pass, so memory grows with tokens, not tokens squared; the
+// language-model head runs only on tokens that have a target and, for
+// large vocabularies, in chunks.
+//
+// Prefill plus incremental decoding (a KV cache) fits the same pieces:
+// attendBlock takes queries at positions p0.. against keys 0..p0+nq-1 read
+// through a row stride, so a cache of rotated keys and values per layer
+// and sequence can be passed in place of the batch's own.
+//
+// Forward and Logits may run concurrently on one model; Backward adds into
+// the model's gradients and must not overlap another Backward. Weights and
+// gradients are each one flat slice (ParamData, GradData) that Params and
+// Grads view under their names.
 package model

@@ -27,7 +27,7 @@ type layerActs struct {
 	y, attLSE  []float32 // [N*QD], [N*H]
 	mid        []float32 // [N*C]: residual after attention
 	rstd2, ln2 []float32 // [N], [N*C]
-	gu, h      []float32 // [N*2F], [N*F]
+	gu, sig    []float32 // [N*2F]: gate then up; [N*F]: sigmoid(gate)
 }
 
 // Release hands the activations' buffers back to the model for reuse by
@@ -47,7 +47,7 @@ func (a *Activations) Bytes() int {
 		n += len(r)
 	}
 	for _, l := range a.layers {
-		n += len(l.rstd1) + len(l.ln1) + len(l.qkv) + len(l.y) + len(l.attLSE) + len(l.mid) + len(l.rstd2) + len(l.ln2) + len(l.gu) + len(l.h)
+		n += len(l.rstd1) + len(l.ln1) + len(l.qkv) + len(l.y) + len(l.attLSE) + len(l.mid) + len(l.rstd2) + len(l.ln2) + len(l.gu) + len(l.sig)
 	}
 	return 4 * n
 }
@@ -92,7 +92,7 @@ func (m *Model) forward(p *prepared, mode headMode) *Activations {
 		rmsnormForward(la.ln1, la.rstd1, x, lw.inNorm, N, d.C, eps)
 		la.qkv = get(N * d.QKV)
 		linearForward(la.qkv, la.ln1, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
-		ropeForward(la.qkv, d.QKV, p.pos, d.H+d.KV, d.D, m.rope)
+		ropeForward(la.qkv, d.QKV, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 		la.y, la.attLSE = get(N*d.QD), get(N*d.H)
 		attentionForward(la.y, la.attLSE, la.qkv, p.segs, d)
 		linearForward(tmp, la.y, lw.o, lw.oBias, N, d.QD, d.C)
@@ -100,10 +100,12 @@ func (m *Model) forward(p *prepared, mode headMode) *Activations {
 		residualForward(la.mid, x, tmp)
 		la.rstd2, la.ln2 = get(N), get(N*d.C)
 		rmsnormForward(la.ln2, la.rstd2, la.mid, lw.postNorm, N, d.C, eps)
-		la.gu, la.h = get(N*2*d.F), get(N*d.F)
+		la.gu, la.sig = get(N*2*d.F), get(N*d.F)
 		linearForward(la.gu, la.ln2, lw.gateUp, nil, N, d.C, 2*d.F)
-		swigluForward(la.h, la.gu, N, d.F)
-		linearForward(tmp, la.h, lw.down, nil, N, d.F, d.C)
+		h := get(N * d.F)
+		swigluForward(h, la.sig, la.gu, N, d.F)
+		linearForward(tmp, h, lw.down, nil, N, d.F, d.C)
+		a.mem.put(h)
 		next := get(N * d.C)
 		residualForward(next, la.mid, tmp)
 		a.resid[l+1], x = next, next
@@ -134,6 +136,7 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 	dres := tmp.zeroed(N * d.C)
 	dln := m.headBackward(a, gradLogProb, &tmp)
 	rmsnormBackward(dres, m.g.norm, dln, a.resid[d.L], m.w.norm, a.rstdF, N, d.C)
+	h := tmp.get(N * d.F)
 	dh := tmp.get(N * d.F)
 	dgu := tmp.get(N * 2 * d.F)
 	dy := tmp.get(N * d.QD)
@@ -141,14 +144,15 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 	for l := d.L - 1; l >= 0; l-- {
 		la, lw, lg := &a.layers[l], &m.w.layers[l], &m.g.layers[l]
 		// MLP block: resid[l+1] = mid + down(swiglu(gate_up(rmsnorm(mid)))).
-		linearBackward(dh, lg.down, nil, dres, la.h, lw.down, N, d.F, d.C)
-		swigluBackward(dgu, dh, la.gu, N, d.F)
+		swigluRecompute(h, la.sig, la.gu, N, d.F)
+		linearBackward(dh, lg.down, nil, dres, h, lw.down, N, d.F, d.C)
+		swigluBackward(dgu, dh, la.sig, la.gu, N, d.F)
 		linearBackward(dln, lg.gateUp, nil, dgu, la.ln2, lw.gateUp, N, d.C, 2*d.F)
 		rmsnormBackward(dres, lg.postNorm, dln, la.mid, lw.postNorm, la.rstd2, N, d.C)
 		// Attention block: mid = resid[l] + o(attention(rope(qkv(rmsnorm(resid[l]))))).
 		linearBackward(dy, lg.o, lg.oBias, dres, la.y, lw.o, N, d.QD, d.C)
 		attentionBackward(dqkv, dy, la.qkv, la.y, la.attLSE, p.segs, d)
-		ropeBackward(dqkv, d.QKV, p.pos, d.H+d.KV, d.D, m.rope)
+		ropeBackward(dqkv, d.QKV, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 		linearBackward(dln, lg.qkv, lg.qkvBias, dqkv, la.ln1, lw.qkv, N, d.C, d.QKV)
 		rmsnormBackward(dres, lg.inNorm, dln, a.resid[l], lw.inNorm, la.rstd1, N, d.C)
 	}

@@ -112,27 +112,46 @@ func linearBackward(din, dw, db, dout, in, w []float32, N, I, O int) {
 	}
 }
 
-// swigluForward: h[N,F] = silu(g) * u where gu[N,2F] holds g then u per row.
-func swigluForward(h, gu []float32, N, F int) {
+// swigluForward: h[N,F] = silu(g) * u where gu[N,2F] holds g then u per
+// row; sig[N,F] = sigmoid(g) is kept so that the backward pass needs no exp.
+func swigluForward(h, sig, gu []float32, N, F int) {
 	parallelFor(N, 16, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
-			g, u, o := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F], h[t*F:(t+1)*F]
+			g, u := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F]
+			o, sg := h[t*F:(t+1)*F], sig[t*F:(t+1)*F]
 			for i, gv := range g {
-				o[i] = gv / (1 + exp32(-gv)) * u[i]
+				s := 1 / (1 + exp32(-gv))
+				sg[i] = s
+				o[i] = gv * s * u[i]
+			}
+		}
+	})
+}
+
+// swigluRecompute: h[N,F] = g * sig * u, the forward output rebuilt from
+// the kept sigmoid.
+func swigluRecompute(h, sig, gu []float32, N, F int) {
+	parallelFor(N, 16, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			g, u := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F]
+			o, sg := h[t*F:(t+1)*F], sig[t*F:(t+1)*F]
+			for i, gv := range g {
+				o[i] = gv * sg[i] * u[i]
 			}
 		}
 	})
 }
 
 // swigluBackward: dgu[N,2F] (overwritten) from dh[N,F]:
-// dg = dh*u*sig(g)*(1+g*(1-sig(g))), du = dh*silu(g).
-func swigluBackward(dgu, dh, gu []float32, N, F int) {
+// dg = dh*u*s*(1+g*(1-s)), du = dh*g*s, s = sig = sigmoid(g).
+func swigluBackward(dgu, dh, sig, gu []float32, N, F int) {
 	parallelFor(N, 16, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			g, u := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F]
 			dg, du, d := dgu[2*t*F:(2*t+1)*F], dgu[(2*t+1)*F:(2*t+2)*F], dh[t*F:(t+1)*F]
+			sg := sig[t*F : (t+1)*F]
 			for i, gv := range g {
-				s := 1 / (1 + exp32(-gv))
+				s := sg[i]
 				du[i] = d[i] * gv * s
 				dg[i] = d[i] * u[i] * s * (1 + gv*(1-s))
 			}

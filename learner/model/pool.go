@@ -55,6 +55,12 @@ func (a *arena) zeroed(n int) []float32 {
 	return b
 }
 
+// put hands b back early, before release.
+func (a *arena) put(b []float32) {
+	a.keep(b)
+	a.pool.put(b)
+}
+
 // keep removes b from the arena: it will not be released.
 func (a *arena) keep(b []float32) {
 	for i, x := range a.bufs {

@@ -23,9 +23,10 @@ func newRopeTable(D int, theta float64) *ropeTable {
 	return t
 }
 
-// ensure grows the table to cover positions [0, n). It is called before
-// parallel work starts, so readers need no lock.
-func (t *ropeTable) ensure(n int) {
+// upTo grows the table to cover positions [0, n) and returns the cos and
+// sin rows as they stand: later growth appends, so the returned slices stay
+// valid and unshared with writers, and concurrent passes need no lock.
+func (t *ropeTable) upTo(n int) (cos, sin []float32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	have := len(t.cos) / t.half
@@ -36,17 +37,19 @@ func (t *ropeTable) ensure(n int) {
 			t.sin = append(t.sin, float32(math.Sin(a)))
 		}
 	}
+	return t.cos[: n*t.half : n*t.half], t.sin[: n*t.half : n*t.half]
 }
 
 // ropeForward rotates, in place, heads 0..nHeads-1 of each row of x[N,ld]
-// (head h at columns h*D..h*D+D-1) by the angle of the row's position:
+// (head h at columns h*D..h*D+D-1) by the angle of the row's position,
+// cos and sin being rows [position, D/2] of a ropeTable:
 // x1' = x1*cos - x2*sin, x2' = x2*cos + x1*sin, x1 = x[:D/2], x2 = x[D/2:].
-func ropeForward(x []float32, ld int, pos []int32, nHeads, D int, t *ropeTable) {
+func ropeForward(x []float32, ld int, pos []int32, nHeads, D int, cos, sin []float32) {
 	half := D / 2
 	parallelFor(len(pos), 64, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			c := t.cos[int(pos[r])*half : int(pos[r]+1)*half]
-			s := t.sin[int(pos[r])*half : int(pos[r]+1)*half]
+			c := cos[int(pos[r])*half : int(pos[r]+1)*half]
+			s := sin[int(pos[r])*half : int(pos[r]+1)*half]
 			for h := 0; h < nHeads; h++ {
 				x1 := x[r*ld+h*D : r*ld+h*D+half]
 				x2 := x[r*ld+h*D+half : r*ld+h*D+D]
@@ -62,12 +65,12 @@ func ropeForward(x []float32, ld int, pos []int32, nHeads, D int, t *ropeTable) 
 
 // ropeBackward applies, in place, the transposed rotation to the gradient
 // dx[N,ld] of ropeForward's output: dx1 = d1*cos + d2*sin, dx2 = d2*cos - d1*sin.
-func ropeBackward(dx []float32, ld int, pos []int32, nHeads, D int, t *ropeTable) {
+func ropeBackward(dx []float32, ld int, pos []int32, nHeads, D int, cos, sin []float32) {
 	half := D / 2
 	parallelFor(len(pos), 64, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			c := t.cos[int(pos[r])*half : int(pos[r]+1)*half]
-			s := t.sin[int(pos[r])*half : int(pos[r]+1)*half]
+			c := cos[int(pos[r])*half : int(pos[r]+1)*half]
+			s := sin[int(pos[r])*half : int(pos[r]+1)*half]
 			for h := 0; h < nHeads; h++ {
 				d1 := dx[r*ld+h*D : r*ld+h*D+half]
 				d2 := dx[r*ld+h*D+half : r*ld+h*D+D]

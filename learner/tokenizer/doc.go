@@ -17,6 +17,15 @@
 // Llama 3) directly to token ids: the template's markers are special tokens,
 // every message's content is encoded with special parsing off.
 //
+// Encoding adds no BOS or other post-processor tokens (llama.cpp's test
+// vectors and the chat templates add them explicitly; BOS gives the id), and
+// decoding returns the bytes of the tokens as they are, without Hugging Face
+// transformers' clean_up_tokenization_spaces.
+//
+// The pre-tokenizer patterns of Qwen, Llama 3 and GPT-2 run on hand-written
+// matchers that the tests check against the regular expression engine
+// (github.com/dlclark/regexp2), which runs every other pattern.
+//
 // Builtin returns a small byte-level vocabulary for demonstration models;
 // it is an ordinary tokenizer.json tokenizer and can be written next to a
 // checkpoint with SaveDir, so that a demo checkpoint directory has the same

@@ -51,7 +51,7 @@ func ParseStepRange(s string) (StepRange, error) {
 	if err != nil {
 		return StepRange{}, err
 	}
-	if !found && first < 0 {
+	if (!found && first < 0) || (found && lo == "" && hi == "") {
 		return StepRange{}, bad
 	}
 	if first >= 0 && last >= 0 && first > last {
@@ -101,13 +101,18 @@ func Discover(ctx context.Context, run string, r StepRange) (Plan, error) {
 		run = filepath.Clean(run)
 	}
 	plan := Plan{Run: run}
-	paths, err := storage.List(ctx, storage.Join(run, "step-*"))
+	// Locally the glob yields the step directories; object stores have no
+	// directories, so there every object below them is listed ("**"
+	// crosses "/" in Beam's glob) and the step is the first path element
+	// after the run.
+	glob := storage.Join(run, "step-*")
+	if storage.IsRemote(run) {
+		glob = storage.Join(run, "step-**")
+	}
+	paths, err := storage.List(ctx, glob)
 	if err != nil {
 		return plan, fmt.Errorf("list the steps of run %s: %w", run, err)
 	}
-	// Locally the glob yields the step directories; on an object store it
-	// yields every object below them. Either way the first path element
-	// after the run is the step directory.
 	dirs := map[int64]string{}
 	for _, p := range paths {
 		rel := strings.TrimPrefix(filepath.ToSlash(p), filepath.ToSlash(run)+"/")

@@ -1,22 +1,21 @@
 package parquetio
 
 import (
-	"context"
+	"os"
+	"strings"
 	"testing"
-
-	"github.com/aipo-rl/aipo/internal/storage"
 )
 
-func TestDebugGCS(t *testing.T) {
-	ctx := context.Background()
-	p := "gs://" + testBucket + "/dbg/a/_MANIFEST.json"
-	err := storage.WriteAtomic(ctx, p, []byte("hello"))
-	t.Logf("write: %v", err)
-	b, err := storage.ReadFile(ctx, p)
-	t.Logf("read: %q %v", b, err)
-	objs, _, err := fakeGCS.ListObjects(testBucket, "", "", false)
-	for _, o := range objs {
-		t.Logf("obj %s %d", o.Name, o.Size)
+// TestDebugListeners prints the TCP sockets in LISTEN state (run after the
+// other tests, prism's job server is up).
+func TestDebugListeners(t *testing.T) {
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(l)
+			if len(fs) > 3 && fs[3] == "0A" {
+				t.Logf("%s LISTEN %s", f, fs[1])
+			}
+		}
 	}
-	t.Logf("list err %v", err)
 }

@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	fakeGCS, err = fakestorage.NewServerWithOptions(fakestorage.Options{
 		Scheme: "http",
 		Host:   "127.0.0.1",
+		// Downloads use the XML API path /<bucket>/<object>, which the
+		// server routes only for requests addressed to its public host.
+		PublicHost: "127.0.0.1",
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start fake GCS server: %v\n", err)

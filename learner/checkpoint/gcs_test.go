@@ -1,0 +1,108 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+)
+
+// fakeGCS starts an in-process GCS emulator on 127.0.0.1 with one bucket and
+// points the storage client at it.
+func fakeGCS(t *testing.T, bucket string) {
+	t.Helper()
+	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{
+		Scheme: "http", Host: "127.0.0.1",
+		// Object reads use path-style URLs on the emulator host; the server
+		// routes them as such only when that host is its public host.
+		PublicHost: "127.0.0.1",
+	})
+	if err != nil {
+		t.Fatalf("start fake GCS: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
+	t.Setenv("STORAGE_EMULATOR_HOST", srv.URL())
+}
+
+func TestCheckpointOnGCS(t *testing.T) {
+	fakeGCS(t, "ckpt")
+	ctx := context.Background()
+	run := "gs://ckpt/runs/a"
+	if _, _, err := Latest(ctx, run); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("empty bucket: %v, want ErrNoCheckpoint", err)
+	}
+	want := tinyCheckpoint(4)
+	if err := Save(ctx, Dir(run, 4), want); err != nil {
+		t.Fatal(err)
+	}
+	// A sharded checkpoint at a later step.
+	want9 := tinyCheckpoint(9)
+	if err := SaveWith(ctx, Dir(run, 9), want9, SaveOptions{MaxShardBytes: 256}); err != nil {
+		t.Fatal(err)
+	}
+	dir, step, err := Latest(ctx, run)
+	if err != nil || step != 9 || dir != Dir(run, 9) {
+		t.Fatalf("Latest = %s %d %v, want %s 9", dir, step, err, Dir(run, 9))
+	}
+	got, err := Load(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, want9, got)
+	got, err = Load(ctx, Dir(run, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, want, got)
+	if err := Save(ctx, Dir(run, 4), want); !errors.Is(err, ErrExists) {
+		t.Errorf("overwriting a committed gs:// checkpoint: %v, want ErrExists", err)
+	}
+
+	// Files without the marker: refused, and ignored by Latest.
+	if err := storage.Remove(ctx, storage.Join(Dir(run, 9), CommittedName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(ctx, Dir(run, 9)); !errors.Is(err, ErrNotCommitted) || !strings.Contains(err.Error(), Dir(run, 9)) {
+		t.Fatalf("uncommitted gs:// checkpoint: %v, want ErrNotCommitted naming it", err)
+	}
+	if _, _, err := LoadWeights(ctx, Dir(run, 9)); !errors.Is(err, ErrNotCommitted) {
+		t.Fatalf("LoadWeights of uncommitted gs:// checkpoint: %v, want ErrNotCommitted", err)
+	}
+	if _, step, err := Latest(ctx, run); err != nil || step != 4 {
+		t.Fatalf("Latest after uncommitting 9 = %d %v, want 4", step, err)
+	}
+	// Saving again over the leftover (now unsharded) removes stale shards.
+	if err := Save(ctx, Dir(run, 9), want9); err != nil {
+		t.Fatal(err)
+	}
+	left, err := storage.List(ctx, storage.Join(Dir(run, 9), "model-*"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("stale shards after re-save: %v %v", left, err)
+	}
+	if got, err = Load(ctx, Dir(run, 9)); err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, want9, got)
+}
+
+func TestSafetensorsOnGCS(t *testing.T) {
+	fakeGCS(t, "w")
+	ctx := context.Background()
+	p := "gs://w/models/x.safetensors"
+	want := randTensors(6)
+	if err := SaveSafetensors(ctx, p, want, SaveOptions{DType: F32}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := LoadSafetensors(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTensors(t, want, got)
+	if _, _, err := LoadSafetensors(ctx, "gs://w/models/missing.safetensors"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("missing object: %v, want ErrNotExist", err)
+	}
+}
