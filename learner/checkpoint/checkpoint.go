@@ -1,17 +1,14 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -107,8 +104,9 @@ func Save(ctx context.Context, dir string, ck Checkpoint) error {
 // into a sibling temporary directory <dir>.tmp-*, which is renamed to dir;
 // then _COMMITTED is written. On gs:// the files are written in place and
 // _COMMITTED last. Either way, a reader sees the checkpoint only once
-// _COMMITTED exists. An uncommitted leftover at dir (a crashed writer) is
-// replaced; a committed checkpoint is not (ErrExists).
+// _COMMITTED exists. An uncommitted leftover at dir (a crashed writer's,
+// recognised by its trainer_state.json) is replaced; a committed checkpoint
+// is not (ErrExists), nor is a non-empty location holding anything else.
 func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) error {
 	if err := ck.Config.Validate(); err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
@@ -143,6 +141,11 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	cfg, err := ck.Config.Marshal()
 	if err != nil {
 		return m, err
+	}
+	for k, v := range ck.Trainer.Metrics {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return m, fmt.Errorf("trainer state metric %q is %g, which JSON cannot hold (drop it or record it as a string elsewhere)", k, v)
+		}
 	}
 	ts, err := json.MarshalIndent(ck.Trainer, "", "  ")
 	if err != nil {
@@ -209,10 +212,17 @@ func saveLocal(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions)
 	if err := storage.SyncDir(tmp); err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
 	}
-	// Whatever sits at dir now is uncommitted (checked above): a crashed
-	// writer's leftover, safe to replace.
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("save checkpoint %s: remove uncommitted leftover: %w", dir, err)
+	// Whatever sits at dir now is uncommitted (checked above). It is
+	// replaced only when it is a crashed writer's leftover.
+	if entries, err := os.ReadDir(dir); err == nil {
+		if err := checkLeftover(dir, entries); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("save checkpoint %s: remove uncommitted leftover: %w", dir, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("save checkpoint %s: %w", dir, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
@@ -229,6 +239,15 @@ func saveRemote(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions
 	old, err := storage.List(ctx, storage.Join(dir, "*"))
 	if err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
+	}
+	if len(old) > 0 {
+		hasState := false
+		for _, p := range old {
+			hasState = hasState || storage.Base(p) == TrainerStateName
+		}
+		if !hasState {
+			return fmt.Errorf("save checkpoint %s: the location already holds %d objects and no %s; refusing to overwrite what is not a checkpoint (pick an empty location)", dir, len(old), TrainerStateName)
+		}
 	}
 	m, err := writeAll(ctx, dir, ck, opts)
 	if err != nil {
@@ -248,181 +267,23 @@ func saveRemote(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions
 	return commit(ctx, dir, m)
 }
 
-// readMarker reads dir/_COMMITTED.
-func readMarker(ctx context.Context, dir string) (marker, error) {
-	p := storage.Join(dir, CommittedName)
-	b, err := storage.ReadFile(ctx, p)
-	if err != nil {
-		if errors.Is(err, storage.ErrNotExist) {
-			return marker{}, fmt.Errorf("load checkpoint %s: %w", dir, ErrNotCommitted)
+// checkLeftover allows replacing an existing local directory only when it
+// is empty or an uncommitted checkpoint (trainer_state.json present, no
+// subdirectories), never an unrelated directory passed by mistake.
+func checkLeftover(dir string, entries []os.DirEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	hasState := false
+	for _, e := range entries {
+		if e.IsDir() {
+			return fmt.Errorf("save checkpoint %s: the directory exists and holds a subdirectory %s; refusing to replace what is not a checkpoint (pick an empty location)", dir, e.Name())
 		}
-		return marker{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
+		hasState = hasState || e.Name() == TrainerStateName
 	}
-	var m marker
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return marker{}, fmt.Errorf("load checkpoint %s: corrupt %s: %w", dir, CommittedName, err)
+	if !hasState {
+		return fmt.Errorf("save checkpoint %s: the directory exists, is not empty and holds no %s; refusing to replace what is not a checkpoint (pick an empty location)", dir, TrainerStateName)
 	}
-	if m.Version != 1 {
-		return marker{}, fmt.Errorf("load checkpoint %s: %s version %d not supported (this build reads 1)", dir, CommittedName, m.Version)
-	}
-	return m, nil
+	return nil
 }
 
-// Load reads the committed checkpoint in dir, verifying every file's size
-// and sha256 against the marker. A directory without _COMMITTED is refused
-// with an error wrapping ErrNotCommitted.
-func Load(ctx context.Context, dir string) (Checkpoint, error) {
-	m, err := readMarker(ctx, dir)
-	if err != nil {
-		return Checkpoint{}, err
-	}
-	files := make(map[string][]byte, len(m.Files))
-	for _, f := range m.Files {
-		if f.Path != filepath.Base(f.Path) || f.Path == "" {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s lists %q, not a file of the directory", dir, CommittedName, f.Path)
-		}
-		p := storage.Join(dir, f.Path)
-		b, err := storage.ReadFile(ctx, p)
-		if err != nil {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
-		}
-		if int64(len(b)) != f.Bytes {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s is %d bytes, %s says %d (corrupt or overwritten)", dir, p, len(b), CommittedName, f.Bytes)
-		}
-		sum := sha256.Sum256(b)
-		if got := hex.EncodeToString(sum[:]); got != f.SHA256 {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s has sha256 %s, %s says %s (corrupt)", dir, p, got, CommittedName, f.SHA256)
-		}
-		files[f.Path] = b
-	}
-	need := func(name string) ([]byte, error) {
-		b, ok := files[name]
-		if !ok {
-			return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, CommittedName, name)
-		}
-		return b, nil
-	}
-	var ck Checkpoint
-	b, err := need(ConfigName)
-	if err != nil {
-		return Checkpoint{}, err
-	}
-	if ck.Config, err = ParseConfig(b); err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, ConfigName, err)
-	}
-	if b, err = need(TrainerStateName); err != nil {
-		return Checkpoint{}, err
-	}
-	if err := json.Unmarshal(b, &ck.Trainer); err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, TrainerStateName, err)
-	}
-	if ck.Optimizer, err = need(OptimizerName); err != nil {
-		return Checkpoint{}, err
-	}
-	if len(m.TokenizerFiles) > 0 {
-		ck.Tokenizer = map[string][]byte{}
-	}
-	for _, n := range m.TokenizerFiles {
-		if ck.Tokenizer[n], err = need(n); err != nil {
-			return Checkpoint{}, err
-		}
-	}
-	if ck.Tensors, err = loadWeightsFrom(ctx, dir, bytesSource(files)); err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
-	}
-	return ck, nil
-}
-
-// Committed reports whether dir holds a committed checkpoint.
-func Committed(ctx context.Context, dir string) (bool, error) {
-	return storage.Exists(ctx, storage.Join(dir, CommittedName))
-}
-
-// Dir is the directory of the checkpoint of a run at a step:
-// <run>/checkpoints/step-000007.
-func Dir(runDir string, step int64) string {
-	return storage.Join(runDir, "checkpoints", fmt.Sprintf("step-%06d", step))
-}
-
-// Latest returns the committed checkpoint of runDir with the highest step
-// (uncommitted directories are ignored). With none it returns an error
-// wrapping ErrNoCheckpoint.
-func Latest(ctx context.Context, runDir string) (dir string, step int64, err error) {
-	glob := storage.Join(runDir, "checkpoints", "step-*", CommittedName)
-	paths, err := storage.List(ctx, glob)
-	if err != nil {
-		return "", 0, fmt.Errorf("list checkpoints of %s: %w", runDir, err)
-	}
-	step = -1
-	for _, p := range paths {
-		d := storage.Dir(p)
-		s, ok := strings.CutPrefix(storage.Base(d), "step-")
-		if !ok {
-			continue
-		}
-		k, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || k < 0 {
-			continue // step-000007.tmp-123 and other strays
-		}
-		if k > step {
-			dir, step = d, k
-		}
-	}
-	if step < 0 {
-		return "", 0, fmt.Errorf("%s: %w under %s", runDir, ErrNoCheckpoint, storage.Join(runDir, "checkpoints"))
-	}
-	return dir, step, nil
-}
-
-// LoadWeights loads a model's configuration and tensors from any of:
-//   - a directory in Hugging Face layout (ours, or a downloaded model
-//     without our extras): config.json plus model.safetensors or shards;
-//     a directory with a _COMMITTED marker is loaded (and verified) as a
-//     checkpoint; one with trainer_state.json but no marker, or a .tmp-
-//     name, is an unfinished save and refused (ErrNotCommitted);
-//   - a .safetensors file; config.json beside it is read when present,
-//     otherwise the returned Config is the zero value (ModelType == "");
-//   - a llama2.c legacy .bin (see LoadLlama2C).
-func LoadWeights(ctx context.Context, path string) (Config, []Tensor, error) {
-	switch {
-	case strings.HasSuffix(path, ".bin"):
-		return LoadLlama2C(ctx, path)
-	case strings.HasSuffix(path, ".safetensors"):
-		ts, _, err := LoadSafetensors(ctx, path)
-		if err != nil {
-			return Config{}, nil, err
-		}
-		cp := storage.Join(storage.Dir(path), ConfigName)
-		ok, err := storage.Exists(ctx, cp)
-		if err != nil || !ok {
-			return Config{}, ts, err
-		}
-		c, err := LoadConfig(ctx, cp)
-		return c, ts, err
-	}
-	dir := strings.TrimSuffix(path, "/")
-	if strings.Contains(storage.Base(dir), ".tmp-") {
-		return Config{}, nil, fmt.Errorf("load weights %s: a temporary directory of an unfinished save: %w", path, ErrNotCommitted)
-	}
-	committed, err := Committed(ctx, dir)
-	if err != nil {
-		return Config{}, nil, fmt.Errorf("load weights %s: %w", path, err)
-	}
-	if committed {
-		ck, err := Load(ctx, dir)
-		return ck.Config, ck.Tensors, err
-	}
-	// Our extras without the marker: a checkpoint whose writer has not
-	// finished. A downloaded model has neither.
-	if ours, err := storage.Exists(ctx, storage.Join(dir, TrainerStateName)); err == nil && ours {
-		return Config{}, nil, fmt.Errorf("load weights %s: %w", path, ErrNotCommitted)
-	}
-	c, err := LoadConfig(ctx, storage.Join(dir, ConfigName))
-	if err != nil {
-		return Config{}, nil, fmt.Errorf("load weights %s (want a model directory, a .safetensors file or a llama2.c .bin): %w", path, err)
-	}
-	ts, err := LoadWeightsDir(ctx, dir)
-	return c, ts, err
-}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,9 +195,27 @@ func TestCheckpointRejectsBadInput(t *testing.T) {
 	if err := Save(ctx, dir, ck); err == nil || !strings.Contains(err.Error(), ck.Tensors[1].Name) {
 		t.Errorf("short tensor: %v", err)
 	}
+	ck = tinyCheckpoint(1)
+	ck.Trainer.Metrics["kl"] = math.NaN()
+	if err := Save(ctx, dir, ck); err == nil || !strings.Contains(err.Error(), `metric "kl"`) {
+		t.Errorf("NaN metric: %v", err)
+	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("failed saves left %s behind", dir)
 	}
+	// An unrelated, non-empty directory is never replaced.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	precious := filepath.Join(dir, "notes.txt")
+	os.WriteFile(precious, []byte("keep"), 0o644)
+	if err := Save(ctx, dir, tinyCheckpoint(1)); err == nil || !strings.Contains(err.Error(), "refusing to replace") {
+		t.Errorf("Save into a non-checkpoint directory: %v, want a refusal", err)
+	}
+	if b, err := os.ReadFile(precious); err != nil || string(b) != "keep" {
+		t.Fatalf("Save damaged an unrelated directory: %q %v", b, err)
+	}
+	os.RemoveAll(dir)
 	if entries, _ := os.ReadDir(filepath.Dir(dir)); len(entries) != 0 {
 		t.Errorf("failed saves left %d entries (temporary directories?)", len(entries))
 	}

@@ -35,6 +35,11 @@ type Config struct {
 
 	// Extra holds the keys of config.json not listed above, unparsed.
 	Extra map[string]json.RawMessage `json:"-"`
+
+	// omitted holds the original text of typed keys that MarshalJSON would
+	// leave out while zero ("attention_bias": false, "head_dim": null), so
+	// that they survive a round trip.
+	omitted map[string]json.RawMessage
 }
 
 // configAlias has Config's fields without its methods (no recursion).
@@ -70,12 +75,19 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	*c = Config(a)
 	c.Extra = nil
 	for k, v := range all {
-		if !configKeys[k] {
-			if c.Extra == nil {
-				c.Extra = map[string]json.RawMessage{}
+		if configKeys[k] {
+			if zeroJSON(v) {
+				if c.omitted == nil {
+					c.omitted = map[string]json.RawMessage{}
+				}
+				c.omitted[k] = append(json.RawMessage{}, v...)
 			}
-			c.Extra[k] = append(json.RawMessage{}, v...)
+			continue
 		}
+		if c.Extra == nil {
+			c.Extra = map[string]json.RawMessage{}
+		}
+		c.Extra[k] = append(json.RawMessage{}, v...)
 	}
 	if _, ok := all["num_key_value_heads"]; !ok {
 		c.NumKeyValueHeads = c.NumAttentionHeads
@@ -98,6 +110,16 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// zeroJSON reports whether raw is a zero value that an omitempty field
+// would leave out.
+func zeroJSON(raw json.RawMessage) bool {
+	switch string(bytes.TrimSpace(raw)) {
+	case "false", "null", "0", "0.0", `""`, "[]":
+		return true
+	}
+	return false
+}
+
 // MarshalJSON writes the typed fields over Extra, keys sorted.
 func (c Config) MarshalJSON() ([]byte, error) {
 	typed, err := json.Marshal(configAlias(c))
@@ -110,6 +132,13 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	}
 	for k, v := range c.Extra {
 		if _, ok := m[k]; !ok && !configKeys[k] {
+			m[k] = v
+		}
+	}
+	// A typed key absent from the output is zero now; if the loaded file
+	// had it, write its original (zero-valued) text back.
+	for k, v := range c.omitted {
+		if _, ok := m[k]; !ok {
 			m[k] = v
 		}
 	}

@@ -12,7 +12,9 @@ import (
 // does not type.
 const qwen2Config = `{
   "architectures": ["Qwen2ForCausalLM"],
+  "attention_bias": false,
   "attention_dropout": 0.0,
+  "head_dim": null,
   "bos_token_id": 151643,
   "eos_token_id": [151645, 151643],
   "hidden_act": "silu",

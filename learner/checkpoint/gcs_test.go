@@ -105,4 +105,11 @@ func TestSafetensorsOnGCS(t *testing.T) {
 	if _, _, err := LoadSafetensors(ctx, "gs://w/models/missing.safetensors"); !errors.Is(err, storage.ErrNotExist) {
 		t.Fatalf("missing object: %v, want ErrNotExist", err)
 	}
+	// A checkpoint is never written over unrelated objects.
+	if err := Save(ctx, "gs://w/models", tinyCheckpoint(1)); err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
+		t.Fatalf("Save over unrelated objects: %v, want a refusal", err)
+	}
+	if ok, err := storage.Exists(ctx, p); err != nil || !ok {
+		t.Fatalf("Save removed an unrelated object %s: %v", p, err)
+	}
 }

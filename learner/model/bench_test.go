@@ -1,7 +1,6 @@
 package model
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -126,9 +125,4 @@ func sgemmRate(n, m, k int) (wall, cpu float64) {
 	}
 	gflop := 2 * float64(n) * float64(m) * float64(k) * float64(reps) / 1e9
 	return gflop / time.Since(start).Seconds(), gflop / (cpuTime() - cpu0)
-}
-
-// String makes benchmark logs name the configuration.
-func (c Config) String() string {
-	return fmt.Sprintf("%s C=%d F=%d L=%d H=%d KV=%d V=%d", c.ModelType, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.VocabSize)
 }

@@ -127,7 +127,7 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 		return fmt.Errorf("model: Backward got %d log-prob gradients for %d tokens", len(gradLogProb), N)
 	}
 	if a.used {
-		return fmt.Errorf("model: Backward called twice on the same activations; run Forward again")
+		return fmt.Errorf("model: Backward on activations that were already differentiated or released; run Forward again")
 	}
 	defer a.Release()
 	d := m.d

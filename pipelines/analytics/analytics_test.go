@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -35,19 +36,39 @@ func traj(step int64, prompt string, sample int32, correct bool, reward float32,
 		PromptIDs: []int32{1, 2, 3}, TokenSource: sources,
 		Reward: reward, Correct: correct, FinishReason: finish,
 	}
-	for i := range sources {
+	// Spans: the i-th call covers the i-th run of external tokens, or an
+	// empty span after the previous one when there are fewer runs.
+	var runs [][2]int32
+	for i, src := range sources {
 		t.ResponseIDs = append(t.ResponseIDs, int32(100+i))
-		t.BehaviorLogProbs = append(t.BehaviorLogProbs, -0.5)
+		lp := float32(0)
+		if src == schemas.SourcePolicy {
+			lp = -0.5
+		} else if i == 0 || sources[i-1] == schemas.SourcePolicy {
+			runs = append(runs, [2]int32{int32(i), int32(i + 1)})
+		} else {
+			runs[len(runs)-1][1] = int32(i + 1)
+		}
+		t.BehaviorLogProbs = append(t.BehaviorLogProbs, lp)
 	}
+	end := int32(0)
 	for i, c := range calls {
+		span := [2]int32{end, end}
+		if i < len(runs) {
+			span = runs[i]
+		}
+		end = span[1]
 		t.InteractionAgent = append(t.InteractionAgent, c.agent)
 		t.InteractionQuery = append(t.InteractionQuery, "q")
 		t.InteractionResult = append(t.InteractionResult, "r")
 		t.InteractionStatus = append(t.InteractionStatus, c.status)
 		t.InteractionLatencyMs = append(t.InteractionLatencyMs, c.latency)
-		t.InteractionSpanStart = append(t.InteractionSpanStart, int32(i))
-		t.InteractionSpanEnd = append(t.InteractionSpanEnd, int32(i+1))
+		t.InteractionSpanStart = append(t.InteractionSpanStart, span[0])
+		t.InteractionSpanEnd = append(t.InteractionSpanEnd, span[1])
 		t.InteractionNoisy = append(t.InteractionNoisy, c.noisy)
+	}
+	if err := t.Validate(); err != nil {
+		panic(fmt.Sprintf("test trajectory %s/%d is invalid: %v", prompt, sample, err))
 	}
 	return t
 }

@@ -33,8 +33,9 @@ func linePlot(title, ylabel string, fraction bool, steps []StepMetrics, ss ...se
 	p.X.Label.Text = "step"
 	p.Y.Label.Text = ylabel
 	p.Add(plotter.NewGrid())
+	p.Y.Min = 0
 	if fraction {
-		p.Y.Min, p.Y.Max = 0, 1
+		p.Y.Max = 1
 	}
 	args := make([]any, 0, 2*len(ss))
 	for _, s := range ss {

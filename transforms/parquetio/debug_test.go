@@ -4,11 +4,18 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )
 
-// TestDebugListeners prints the TCP sockets in LISTEN state (run after the
-// other tests, prism's job server is up).
 func TestDebugListeners(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	passert.Count(s, beam.CreateList(s, []int{1, 2}), "n", 2)
+	if err := ptest.Run(p); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		b, _ := os.ReadFile(f)
 		for _, l := range strings.Split(string(b), "\n") {

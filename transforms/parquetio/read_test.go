@@ -23,6 +23,7 @@ func readErr(t *testing.T, dirs ...string) string {
 	if err == nil {
 		t.Fatalf("reading %v succeeded, want an error", dirs)
 	}
+	t.Logf("the source failed as expected: %v", err)
 	return err.Error()
 }
 

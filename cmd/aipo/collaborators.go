@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/aipo-rl/aipo/transforms/collab"
+	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
+	"github.com/aipo-rl/aipo/transforms/collab/rpc"
+)
+
+func init() {
+	register(command{
+		name:    "collaborators serve",
+		summary: "host the configured Verify/Knowledge/Reasoning agents over gRPC (aipo.v1.Collaborator)",
+		run:     runCollaboratorsServe,
+	})
+	register(command{
+		name:    "collaborators ask",
+		summary: "ask one configured agent one question and print the answer (for checking a config)",
+		run:     runCollaboratorsAsk,
+	})
+}
+
+func runCollaboratorsServe(args []string) int {
+	fs := flag.NewFlagSet("collaborators serve", flag.ContinueOnError)
+	config := fs.String("config", "", "collaborators YAML file (see the collab.Config documentation)")
+	addr := fs.String("addr", "127.0.0.1:7071", "address to listen on; a non-loopback address needs a token")
+	tokenEnv := fs.String("token-env", "", "environment variable holding the bearer token clients must send")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token clients must send")
+	grace := fs.Duration("grace", 10*time.Second, "how long to let calls in flight finish on SIGINT/SIGTERM")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: aipo collaborators serve --config FILE [--addr 127.0.0.1:7071] [--token-env NAME | --token-file FILE]\n\n"+
+			"Hosts the agents of FILE (any kind: builtin-demo, openai, grpc) as the gRPC service\n"+
+			"aipo.v1.Collaborator, with the retries, limits, breaker and cache of the config.\n"+
+			"Rollouts reach it with kind: grpc and endpoint: HOST:PORT.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *config == "" || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "aipo collaborators serve: --config FILE is required and no arguments are taken (see --help)")
+		return 2
+	}
+	token, err := collab.ReadSecret(*tokenEnv, *tokenFile)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo collaborators serve: token: %v\n", err)
+		return 2
+	}
+	if err := checkBind(*addr, token != ""); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	set, err := loadSet(ctx, *config)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
+		return 1
+	}
+	defer set.Close()
+	lis, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo collaborators serve: listening on %s: %v\n", *addr, err)
+		return 1
+	}
+	auth := "no token"
+	if token != "" {
+		auth = "bearer token required"
+	}
+	fmt.Printf("serving agents %v on %s (%s)\n", set.Agents(), lis.Addr(), auth)
+	if err := rpc.Serve(ctx, lis, set, token, *grace); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
+		return 1
+	}
+	st, _ := json.Marshal(collab.Metrics(set.Stats()))
+	fmt.Printf("stopped; counters: %s\n", st)
+	return 0
+}
+
+// checkBind refuses to expose an unauthenticated server beyond loopback.
+func checkBind(addr string, haveToken bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q must be HOST:PORT (e.g. 127.0.0.1:7071): %w", addr, err)
+	}
+	ip := net.ParseIP(host)
+	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+	if !loopback && !haveToken {
+		return fmt.Errorf("--addr %s is not a loopback address: give --token-env or --token-file so that only clients with the token are served", addr)
+	}
+	return nil
+}
+
+func loadSet(ctx context.Context, path string) (collab.Set, error) {
+	cfg, err := collab.LoadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	return collab.NewSet(ctx, cfg, collab.Env{})
+}
+
+func runCollaboratorsAsk(args []string) int {
+	fs := flag.NewFlagSet("collaborators ask", flag.ContinueOnError)
+	config := fs.String("config", "", "collaborators YAML file")
+	agent := fs.String("agent", "", "verify, knowledge or reason")
+	step := fs.Int64("step", 0, "training step (drives the noise curriculum)")
+	seed := fs.Uint64("seed", 0, "call seed (the noise decision and choices derive from it)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: aipo collaborators ask --config FILE --agent NAME [--step N] [--seed S] QUERY\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	a, err := collab.ParseAgent(*agent)
+	if err != nil || *config == "" || fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "aipo collaborators ask: need --config FILE, --agent verify|knowledge|reason and one QUERY argument (see --help)")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	set, err := loadSet(ctx, *config)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo collaborators ask: %v\n", err)
+		return 1
+	}
+	defer set.Close()
+	ans, err := set.Answer(ctx, collab.Query{Agent: a, Text: fs.Arg(0), Run: "ask", Step: *step, Seed: *seed})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within --timeout %v", *timeout)
+		}
+		fmt.Fprintf(os.Stderr, "aipo collaborators ask: %v\n", err)
+		return 1
+	}
+	out, _ := json.Marshal(map[string]any{"text": ans.Text, "noisy": ans.Noisy, "status": ans.Status, "latency_ms": ans.Latency.Milliseconds()})
+	fmt.Println(string(out))
+	return 0
+}
