@@ -286,4 +286,3 @@ func checkLeftover(dir string, entries []os.DirEntry) error {
 	}
 	return nil
 }
-

@@ -1,0 +1,250 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Inference with a KV cache. A KVCache holds, for one sequence, the rotated
+// keys and the values of every layer at every position fed so far, plus the
+// tokens themselves. Extend feeds new tokens to several caches in one pass:
+// the linear layers, norms and MLP run over the new tokens of all sequences
+// packed together (one Sgemm per layer and projection), attention runs per
+// sequence and head, the new queries at positions p0.. against the cached
+// keys 0..p0+n-1 through attendBlock. A prefill is an Extend of one cache
+// with the whole prompt; a decode step is an Extend of many caches with one
+// token each; a continuation after external tokens is an Extend with those
+// tokens. Shapes below: N = new tokens of the step, B = sequences, P = a
+// sequence's cached positions.
+
+// cacheChunk is the granularity, in positions, by which a cache grows.
+const cacheChunk = 128
+
+// KVCache is the attention state of one sequence: per layer k[P, KD] and
+// v[P, KD] (key/value heads side by side in each row, keys rotated), and
+// the P tokens they were computed from. A cache belongs to the model that
+// filled it (other weights give other keys) and serves one Extend at a time.
+type KVCache struct {
+	d      dims
+	tokens []int32
+	k, v   [][]float32 // [L][cap*KD]
+}
+
+// NewKVCache returns an empty cache shaped for m.
+func (m *Model) NewKVCache() *KVCache {
+	return &KVCache{d: m.d, k: make([][]float32, m.d.L), v: make([][]float32, m.d.L)}
+}
+
+// Len is the number of positions cached.
+func (c *KVCache) Len() int { return len(c.tokens) }
+
+// Tokens are the cached tokens in order; the slice aliases the cache and is
+// valid until the next Extend or Truncate.
+func (c *KVCache) Tokens() []int32 { return c.tokens }
+
+// Truncate keeps the first n positions (n is clamped to [0, Len]). Keys and
+// values of a position depend only on the tokens up to it, so the kept part
+// stays exact and later tokens may be fed after it.
+func (c *KVCache) Truncate(n int) {
+	c.tokens = c.tokens[:max(0, min(n, len(c.tokens)))]
+}
+
+// Bytes is the memory the cache holds (its capacity, not only Len).
+func (c *KVCache) Bytes() int {
+	n := 4 * cap(c.tokens)
+	for l := range c.k {
+		n += 4 * (cap(c.k[l]) + cap(c.v[l]))
+	}
+	return n
+}
+
+// BytesPerToken is the cache memory one position takes for m (keys and
+// values of every layer).
+func (m *Model) BytesPerToken() int { return 2 * 4 * m.d.L * m.d.KD }
+
+// reserve grows the cache's capacity to at least n positions, by whole
+// chunks and at least by half its size, keeping the cached rows.
+func (c *KVCache) reserve(n int) {
+	KD := c.d.KD
+	if len(c.k) > 0 && cap(c.k[0]) >= n*KD {
+		return
+	}
+	have := 0
+	if len(c.k) > 0 {
+		have = cap(c.k[0]) / max(KD, 1)
+	}
+	want := max(n, have+have/2)
+	want = (want + cacheChunk - 1) / cacheChunk * cacheChunk
+	used := len(c.tokens) * KD
+	for l := range c.k {
+		k, v := make([]float32, want*KD), make([]float32, want*KD)
+		copy(k, c.k[l][:used])
+		copy(v, c.v[l][:used])
+		c.k[l], c.v[l] = k, v
+	}
+	toks := make([]int32, len(c.tokens), want)
+	copy(toks, c.tokens)
+	c.tokens = toks
+}
+
+// stepWork is the scratch of one Extend, reused across calls through a
+// sync.Pool so that steps of varying sizes do not pile up buffers.
+type stepWork struct{ buf []float32 }
+
+var stepPool = sync.Pool{New: func() any { return new(stepWork) }}
+
+// take returns a slice of n floats from w.buf at *off and advances *off.
+func (w *stepWork) take(off *int, n int) []float32 {
+	s := w.buf[*off : *off+n : *off+n]
+	*off += n
+	return s
+}
+
+// Extend feeds tokens[i] (at least one token each) to caches[i] for every i
+// in one batched pass, appends them to the caches, and returns the logits
+// after the last new token of each sequence, [B, V] row-major. The result
+// is written into dst when it has the capacity, else freshly allocated.
+// On error no cache is changed. The caches must be distinct; different
+// Extend calls on disjoint caches may run concurrently.
+func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]float32, error) {
+	d := m.d
+	B := len(caches)
+	if B == 0 || len(tokens) != B {
+		return nil, fmt.Errorf("model: Extend got %d caches and %d token lists; give one non-empty list per cache", B, len(tokens))
+	}
+	N, maxPos := 0, 0
+	seen := make(map[*KVCache]bool, B)
+	for i, c := range caches {
+		if c == nil || c.d != d {
+			return nil, fmt.Errorf("model: Extend cache %d was not made by this model's NewKVCache (or by a model of another shape)", i)
+		}
+		if seen[c] {
+			return nil, fmt.Errorf("model: Extend got cache %d twice in one step", i)
+		}
+		seen[c] = true
+		if len(tokens[i]) == 0 {
+			return nil, fmt.Errorf("model: Extend sequence %d has no new tokens", i)
+		}
+		for j, tok := range tokens[i] {
+			if tok < 0 || int(tok) >= d.V {
+				return nil, fmt.Errorf("model: Extend sequence %d token %d is %d, outside the vocabulary [0,%d)", i, j, tok, d.V)
+			}
+		}
+		end := c.Len() + len(tokens[i])
+		if end > m.cfg.MaxPositionEmbeddings {
+			return nil, fmt.Errorf("model: Extend sequence %d would reach %d positions, more than max_position_embeddings %d", i, end, m.cfg.MaxPositionEmbeddings)
+		}
+		N += len(tokens[i])
+		maxPos = max(maxPos, end)
+	}
+
+	// Packed inputs: the new tokens of every sequence end to end, their
+	// absolute positions, and the row where each sequence starts.
+	flat := make([]int32, 0, N)
+	pos := make([]int32, 0, N)
+	starts := make([]int, B)
+	for i, c := range caches {
+		starts[i] = len(flat)
+		flat = append(flat, tokens[i]...)
+		for j := range tokens[i] {
+			pos = append(pos, int32(c.Len()+j))
+		}
+		c.reserve(c.Len() + len(tokens[i]))
+	}
+	cos, sin := m.rope.upTo(maxPos)
+
+	nw := workers()
+	scratchLen := qBlock * maxPos
+	w := stepPool.Get().(*stepWork)
+	defer stepPool.Put(w)
+	need := N*(3*d.C+d.QKV+d.QD+d.H+3*d.F) + N + B*d.C + B + nw*scratchLen
+	if cap(w.buf) < need {
+		w.buf = make([]float32, need)
+	}
+	w.buf = w.buf[:cap(w.buf)]
+	off := 0
+	x, ln, tmp := w.take(&off, N*d.C), w.take(&off, N*d.C), w.take(&off, N*d.C)
+	qkv, y, lse := w.take(&off, N*d.QKV), w.take(&off, N*d.QD), w.take(&off, N*d.H)
+	gu, h := w.take(&off, N*2*d.F), w.take(&off, N*d.F)
+	rstd := w.take(&off, N)
+	last, lastRstd := w.take(&off, B*d.C), w.take(&off, B)
+	scratch := make([][]float32, nw)
+	for k := range scratch {
+		scratch[k] = w.take(&off, scratchLen)
+	}
+
+	type task struct{ seq, h, i0 int }
+	var tasks []task
+	for i := range caches {
+		for hd := 0; hd < d.H; hd++ {
+			for i0 := 0; i0 < len(tokens[i]); i0 += qBlock {
+				tasks = append(tasks, task{i, hd, i0})
+			}
+		}
+	}
+	scale := float32(1 / math.Sqrt(float64(d.D)))
+	group := d.H / d.KV
+	eps := m.cfg.RMSNormEps
+
+	embeddingForward(x, flat, m.w.emb, d.C)
+	for l := range m.w.layers {
+		lw := &m.w.layers[l]
+		rmsnormForward(ln, rstd, x, lw.inNorm, N, d.C, eps)
+		linearForward(qkv, ln, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
+		ropeForward(qkv, d.QKV, pos, d.H+d.KV, d.D, cos, sin)
+		// Append the new rotated keys and values to each cache.
+		for i, c := range caches {
+			p0 := c.Len()
+			for j := range tokens[i] {
+				row := qkv[(starts[i]+j)*d.QKV:]
+				copy(c.k[l][(p0+j)*d.KD:(p0+j+1)*d.KD], row[d.QD:d.QD+d.KD])
+				copy(c.v[l][(p0+j)*d.KD:(p0+j+1)*d.KD], row[d.QD+d.KD:d.QD+2*d.KD])
+			}
+		}
+		parallelTasks(len(tasks), func(wk, ti int) {
+			tk := tasks[ti]
+			c := caches[tk.seq]
+			g := tk.h / group
+			nq := min(qBlock, len(tokens[tk.seq])-tk.i0)
+			row := starts[tk.seq] + tk.i0
+			attendBlock(y[row*d.QD+tk.h*d.D:], d.QD, lse[row*d.H+tk.h:], d.H,
+				qkv[row*d.QKV+tk.h*d.D:], d.QKV,
+				c.k[l][g*d.D:], c.v[l][g*d.D:], d.KD,
+				nq, c.Len()+tk.i0, d.D, scale, scratch[wk])
+		})
+		linearForward(tmp, y, lw.o, lw.oBias, N, d.QD, d.C)
+		residualForward(x, x, tmp)
+		rmsnormForward(ln, rstd, x, lw.postNorm, N, d.C, eps)
+		linearForward(gu, ln, lw.gateUp, nil, N, d.C, 2*d.F)
+		// swigluForward keeps sigmoid(gate) for a backward pass; here it
+		// goes into the first half of tmp's slot of gu-sized scratch.
+		swigluForward(h, gu[:N*d.F], gu, N, d.F)
+		linearForward(tmp, h, lw.down, nil, N, d.F, d.C)
+		residualForward(x, x, tmp)
+	}
+	// Final norm and head on the last new row of each sequence only.
+	for i := range caches {
+		r := starts[i] + len(tokens[i]) - 1
+		copy(last[i*d.C:(i+1)*d.C], x[r*d.C:])
+	}
+	rmsnormForward(last, lastRstd, last, m.w.norm, B, d.C, eps)
+	if cap(dst) >= B*d.V {
+		dst = dst[:B*d.V]
+	} else {
+		dst = make([]float32, B*d.V)
+	}
+	linearForward(dst, last, m.w.head, nil, B, d.C, d.V)
+	for i, c := range caches {
+		c.tokens = append(c.tokens, tokens[i]...)
+	}
+	return dst, nil
+}
+
+// LogSumExp is log sum_j exp(logits[j]) computed as the learner's forward
+// pass computes it, so that logits[t] - LogSumExp(logits) is bit-for-bit
+// the log-probability arithmetic of Forward.
+func LogSumExp(logits []float32) float32 {
+	lse, _ := logSoftmax(logits, false)
+	return lse
+}

@@ -1,0 +1,239 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
+)
+
+// RLConfig controls one reinforcement-learning update.
+type RLConfig struct {
+	Loss loss.Config
+	// MicroBatchTokens bounds the tokens of one forward/backward pass.
+	MicroBatchTokens int
+	// PPOEpochs is the number of passes over the batch; MiniBatches splits
+	// each pass into that many optimiser steps. 1 and 1 is fully on-policy.
+	PPOEpochs, MiniBatches int
+}
+
+// RLSample is one trajectory prepared for the loss.
+type RLSample struct {
+	Sequence
+	// Source is the loss treatment of each response token.
+	Source []loss.Source
+	// Advantage is the trajectory's advantage.
+	Advantage float32
+}
+
+// RLStats summarises an update.
+type RLStats struct {
+	Loss      float64            // mean loss over optimiser steps
+	GradNorm  float64            // last gradient norm before clipping
+	Tokens    int                // response tokens trained on
+	OptSteps  int                // optimiser steps taken
+	Metrics   map[string]float64 // loss metrics averaged over micro-batches
+	OldLogMAE float64            // mean |old log-prob - behaviour log-prob| when behaviour log-probs are given
+}
+
+// Learner holds a policy, its frozen reference and its optimiser.
+type Learner struct {
+	Policy *model.Model
+	Ref    *model.Model // nil: no KL term (Loss.KLCoef must be 0)
+	Opt    *optim.AdamW
+}
+
+// Params returns the policy's parameters in the optimiser's form.
+func (l *Learner) Params() []optim.Param {
+	ps, gs := l.Policy.Params(), l.Policy.Grads()
+	out := make([]optim.Param, len(ps))
+	for i := range ps {
+		out[i] = optim.Param{Name: ps[i].Name, Data: ps[i].Data, Grad: gs[i].Data}
+	}
+	return out
+}
+
+// logProbs runs forward passes without gradient and returns, per sample, the
+// log-probabilities of its response tokens.
+func logProbs(m *model.Model, seqs []Sequence, budget int) ([][]float32, error) {
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	out := make([][]float32, len(seqs))
+	for _, mb := range pack(seqs, order, budget) {
+		a, err := m.Forward(mb.batch)
+		if err != nil {
+			return nil, err
+		}
+		k := 0
+		for _, i := range mb.seqs {
+			lp := make([]float32, len(seqs[i].Response))
+			for j := range lp {
+				lp[j] = a.LogProbs[mb.scored[k]]
+				k++
+			}
+			out[i] = lp
+		}
+		a.Release()
+	}
+	return out, nil
+}
+
+// RLStep applies cfg's update to the learner from samples. Old log-probs
+// are recomputed with the policy as it is on entry (pi_old), reference
+// log-probs with l.Ref.
+func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
+	if len(samples) == 0 {
+		return RLStats{}, errors.New("trainer: no samples to learn from")
+	}
+	if cfg.MicroBatchTokens <= 0 || cfg.PPOEpochs <= 0 || cfg.MiniBatches <= 0 {
+		return RLStats{}, fmt.Errorf("trainer: micro_batch_tokens, ppo_epochs and mini_batches must be positive (got %d, %d, %d)", cfg.MicroBatchTokens, cfg.PPOEpochs, cfg.MiniBatches)
+	}
+	if cfg.Loss.KLCoef != 0 && l.Ref == nil {
+		return RLStats{}, errors.New("trainer: the loss has a KL term but no reference model was given")
+	}
+	seqs := make([]Sequence, len(samples))
+	for i, s := range samples {
+		if len(s.Prompt) == 0 {
+			return RLStats{}, fmt.Errorf("trainer: sample %d has an empty prompt (at least one token, e.g. BOS, must precede the response)", i)
+		}
+		if len(s.Source) != len(s.Response) {
+			return RLStats{}, fmt.Errorf("trainer: sample %d has %d response tokens but %d sources", i, len(s.Response), len(s.Source))
+		}
+		seqs[i] = s.Sequence
+		seqs[i].Index = i
+	}
+	old, err := logProbs(l.Policy, seqs, cfg.MicroBatchTokens)
+	if err != nil {
+		return RLStats{}, err
+	}
+	var ref [][]float32
+	if l.Ref != nil && cfg.Loss.KLCoef != 0 {
+		if ref, err = logProbs(l.Ref, seqs, cfg.MicroBatchTokens); err != nil {
+			return RLStats{}, err
+		}
+	}
+	st := RLStats{Metrics: map[string]float64{}}
+	params := l.Params()
+	metricN := 0
+	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
+		for mbi := 0; mbi < cfg.MiniBatches; mbi++ {
+			var order []int
+			for i := range seqs {
+				if i%cfg.MiniBatches == mbi {
+					order = append(order, i)
+				}
+			}
+			if len(order) == 0 {
+				continue
+			}
+			lossVal, err := l.miniBatch(cfg, samples, seqs, order, old, ref, st.Metrics, &metricN, &st.Tokens)
+			if err != nil {
+				return RLStats{}, err
+			}
+			st.GradNorm = l.Opt.Step(params)
+			st.Loss += lossVal
+			st.OptSteps++
+		}
+	}
+	st.Loss /= float64(st.OptSteps)
+	for k := range st.Metrics {
+		st.Metrics[k] /= float64(metricN)
+	}
+	return st, nil
+}
+
+// miniBatch accumulates the gradient of one mini-batch's loss (the
+// aggregation over all its micro-batches, as if computed at once) and
+// returns the loss.
+func (l *Learner) miniBatch(cfg RLConfig, samples []RLSample, seqs []Sequence, order []int, old, ref [][]float32, metrics map[string]float64, metricN, tokens *int) (float64, error) {
+	mbs := pack(seqs, order, cfg.MicroBatchTokens)
+	inputs := make([]loss.Inputs, len(mbs))
+	var total float64
+	counts := make([]float64, len(mbs))
+	// The aggregation's denominator spans the mini-batch, so counts come
+	// first: a pass over the inputs (no model work) gives each part's share.
+	for b, mb := range mbs {
+		inputs[b] = buildInputs(mb, samples, old, ref)
+		out, err := loss.Compute(cfg.Loss, withLogProb(inputs[b], inputs[b].OldLogProb))
+		if err != nil {
+			return 0, err
+		}
+		counts[b] = out.Count(cfg.Loss)
+		total += counts[b]
+	}
+	l.Policy.ZeroGrads()
+	var lossSum float64
+	for b, mb := range mbs {
+		if counts[b] == 0 {
+			continue
+		}
+		a, err := l.Policy.Forward(mb.batch)
+		if err != nil {
+			return 0, err
+		}
+		in := inputs[b]
+		for j, pos := range mb.scored {
+			in.LogProb[j] = a.LogProbs[pos]
+		}
+		out, err := loss.Compute(cfg.Loss, in)
+		if err != nil {
+			a.Release()
+			return 0, fmt.Errorf("trainer: loss: %w", err)
+		}
+		w := counts[b] / total
+		grad := make([]float32, len(mb.batch.Tokens))
+		for j, pos := range mb.scored {
+			grad[pos] = float32(w) * out.GradLogProb[j]
+		}
+		if err := l.Policy.Backward(a, grad); err != nil {
+			return 0, err
+		}
+		lossSum += w * out.Loss
+		for k, v := range out.Metrics {
+			if !math.IsNaN(v) {
+				metrics[k] += v
+			}
+		}
+		*metricN++
+		*tokens += len(mb.scored)
+	}
+	return lossSum, nil
+}
+
+// withLogProb returns in with LogProb replaced.
+func withLogProb(in loss.Inputs, lp []float32) loss.Inputs {
+	in.LogProb = lp
+	return in
+}
+
+func buildInputs(mb microBatch, samples []RLSample, old, ref [][]float32) loss.Inputs {
+	n := len(mb.scored)
+	in := loss.Inputs{
+		LogProb:    make([]float32, n),
+		OldLogProb: make([]float32, 0, n),
+		RefLogProb: make([]float32, 0, n),
+		Advantage:  make([]float32, 0, n),
+		Source:     make([]loss.Source, 0, n),
+		Seq:        make([]int32, 0, n),
+	}
+	for _, i := range mb.seqs {
+		s := samples[i]
+		in.OldLogProb = append(in.OldLogProb, old[i]...)
+		if ref != nil {
+			in.RefLogProb = append(in.RefLogProb, ref[i]...)
+		} else {
+			in.RefLogProb = append(in.RefLogProb, old[i]...)
+		}
+		in.Source = append(in.Source, s.Source...)
+		for range s.Response {
+			in.Advantage = append(in.Advantage, s.Advantage)
+			in.Seq = append(in.Seq, int32(i))
+		}
+	}
+	return in
+}

@@ -1,0 +1,68 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/aipo-rl/aipo/learner/model"
+)
+
+// SFTStep takes one optimiser step of supervised fine-tuning on seqs: the
+// mean negative log-likelihood of the response tokens (prompt tokens are
+// context only). It returns the loss before the step and the gradient norm.
+func (l *Learner) SFTStep(seqs []Sequence, microBatchTokens int) (lossVal, gradNorm float64, err error) {
+	if len(seqs) == 0 {
+		return 0, 0, errors.New("trainer: empty SFT batch")
+	}
+	order := make([]int, len(seqs))
+	n := 0
+	for i := range order {
+		if len(seqs[i].Prompt) == 0 {
+			return 0, 0, fmt.Errorf("trainer: SFT sequence %d has an empty prompt (at least one token, e.g. BOS, must precede the response)", i)
+		}
+		order[i] = i
+		n += len(seqs[i].Response)
+	}
+	if n == 0 {
+		return 0, 0, errors.New("trainer: SFT batch has no response tokens")
+	}
+	l.Policy.ZeroGrads()
+	inv := float32(1) / float32(n)
+	for _, mb := range pack(seqs, order, microBatchTokens) {
+		a, err := l.Policy.Forward(mb.batch)
+		if err != nil {
+			return 0, 0, err
+		}
+		grad := make([]float32, len(mb.batch.Tokens))
+		for _, pos := range mb.scored {
+			lossVal -= float64(a.LogProbs[pos])
+			grad[pos] = -inv
+		}
+		if err := l.Policy.Backward(a, grad); err != nil {
+			return 0, 0, err
+		}
+	}
+	gradNorm = l.Opt.Step(l.Params())
+	return lossVal / float64(n), gradNorm, nil
+}
+
+// MeanNLL is the mean negative log-likelihood of the response tokens of seqs
+// under m, without changing anything.
+func MeanNLL(m *model.Model, seqs []Sequence, microBatchTokens int) (float64, error) {
+	lps, err := logProbs(m, seqs, microBatchTokens)
+	if err != nil {
+		return 0, err
+	}
+	var s float64
+	n := 0
+	for _, lp := range lps {
+		for _, v := range lp {
+			s -= float64(v)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, errors.New("trainer: no response tokens")
+	}
+	return s / float64(n), nil
+}

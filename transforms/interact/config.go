@@ -1,0 +1,117 @@
+package interact
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Who writes the result's opening delimiter (Config.OpenerBy).
+const (
+	OpenerSystem = "system" // the policy stops at the closing tag; the system writes <result>
+	OpenerPolicy = "policy" // the policy writes <result> itself and stops just after it
+)
+
+// Defaults of Config fields left at zero by Default.
+const (
+	DefaultMaxInteractions   = 3
+	DefaultAnswerTokenBudget = 512
+	DefaultMaxResponseTokens = 16384
+	DefaultPolicyRetries     = 3
+	DefaultBackoffInitial    = 200 * time.Millisecond
+	DefaultBackoffMax        = 5 * time.Second
+	DefaultPolicyTimeout     = 10 * time.Minute
+	// DefaultLimitNotice answers a tag written after max_interactions calls.
+	DefaultLimitNotice = "interaction limit reached; continue on your own"
+	// WithheldNotice replaces an answer that still held a tag after
+	// escaping (it cannot happen with a tokenizer that decodes what it
+	// encodes; the check guards against one that does not).
+	WithheldNotice = "agent answer withheld"
+)
+
+// Config configures the protocol. Default returns the paper's setting.
+type Config struct {
+	// MaxInteractions is how many calls per trajectory reach an agent
+	// (paper: 3). 0 answers every tag with LimitNotice.
+	MaxInteractions int `json:"max_interactions"`
+	// OpenerBy is OpenerSystem or OpenerPolicy (see the package doc).
+	OpenerBy string `json:"opener_by"`
+	// AnswerTokenBudget truncates each answer to this many tokens (the
+	// wrappers not counted).
+	AnswerTokenBudget int `json:"answer_token_budget"`
+	// MaxResponseTokens bounds the response: sampled and inserted tokens
+	// together.
+	MaxResponseTokens int `json:"max_response_tokens"`
+	// Temperature, TopP and TopK are the policy's sampling parameters
+	// (temperature 0 is greedy; top_p 1 and top_k 0 are off).
+	Temperature float32 `json:"temperature"`
+	TopP        float32 `json:"top_p"`
+	TopK        int     `json:"top_k"`
+	// Stop holds extra stop strings that end the trajectory with finish
+	// reason "stop" (the demo's answer terminator, for instance).
+	Stop []string `json:"stop,omitempty"`
+	// LimitNotice answers tags beyond MaxInteractions.
+	LimitNotice string `json:"limit_notice"`
+	// PolicyRetries is how many times a failed policy call is repeated
+	// (with the same seed) before the trajectory ends with "error".
+	PolicyRetries int `json:"policy_retries"`
+	// PolicyBackoffInitial and PolicyBackoffMax shape the wait before a
+	// retry: exponential with full jitter.
+	PolicyBackoffInitial time.Duration `json:"policy_backoff_initial"`
+	PolicyBackoffMax     time.Duration `json:"policy_backoff_max"`
+	// PolicyTimeout bounds one policy call (0: no bound but the caller's).
+	PolicyTimeout time.Duration `json:"policy_timeout"`
+}
+
+// Default returns 3 interactions, the system writing <result>, answers of
+// at most 512 tokens, responses of at most 16384 tokens (the paper's
+// generation budget), temperature 1, top-p 1, top-k off, 3 retries of a
+// failed policy call.
+func Default() Config {
+	return Config{
+		MaxInteractions:      DefaultMaxInteractions,
+		OpenerBy:             OpenerSystem,
+		AnswerTokenBudget:    DefaultAnswerTokenBudget,
+		MaxResponseTokens:    DefaultMaxResponseTokens,
+		Temperature:          1,
+		TopP:                 1,
+		LimitNotice:          DefaultLimitNotice,
+		PolicyRetries:        DefaultPolicyRetries,
+		PolicyBackoffInitial: DefaultBackoffInitial,
+		PolicyBackoffMax:     DefaultBackoffMax,
+		PolicyTimeout:        DefaultPolicyTimeout,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxInteractions < 0:
+		return fmt.Errorf("interact: max_interactions %d must not be negative", c.MaxInteractions)
+	case c.OpenerBy != OpenerSystem && c.OpenerBy != OpenerPolicy:
+		return fmt.Errorf("interact: opener_by %q is unknown: use %q (the system writes <result>) or %q (the policy writes it)", c.OpenerBy, OpenerSystem, OpenerPolicy)
+	case c.AnswerTokenBudget < 1:
+		return fmt.Errorf("interact: answer_token_budget %d must be at least 1", c.AnswerTokenBudget)
+	case c.MaxResponseTokens < 1:
+		return fmt.Errorf("interact: max_response_tokens %d must be at least 1", c.MaxResponseTokens)
+	case !(c.Temperature >= 0) || math.IsInf(float64(c.Temperature), 0):
+		return fmt.Errorf("interact: temperature %v must be finite and >= 0", c.Temperature)
+	case !(c.TopP > 0 && c.TopP <= 1):
+		return fmt.Errorf("interact: top_p %v must lie in (0, 1]", c.TopP)
+	case c.TopK < 0:
+		return fmt.Errorf("interact: top_k %d must not be negative (0 is off)", c.TopK)
+	case c.PolicyRetries < 0 || c.PolicyRetries > 20:
+		return fmt.Errorf("interact: policy_retries %d must be in 0..20", c.PolicyRetries)
+	case c.PolicyBackoffInitial < 0 || c.PolicyBackoffMax < 0 || c.PolicyTimeout < 0:
+		return fmt.Errorf("interact: policy backoff (%v, %v) and timeout %v must not be negative", c.PolicyBackoffInitial, c.PolicyBackoffMax, c.PolicyTimeout)
+	}
+	for i, s := range c.Stop {
+		if s == "" {
+			return fmt.Errorf("interact: stop[%d] is empty", i)
+		}
+		if FindTag(s) >= 0 {
+			return fmt.Errorf("interact: stop[%d] %q holds a protocol tag; the protocol sets its own stops", i, s)
+		}
+	}
+	return nil
+}

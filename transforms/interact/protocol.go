@@ -1,0 +1,442 @@
+package interact
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/collab/guard"
+	"github.com/aipo-rl/aipo/transforms/policy"
+)
+
+// Protocol runs trajectories against one policy client and one set of
+// collaborators. It is safe for concurrent use: many trajectories may run
+// at once.
+type Protocol struct {
+	client policy.Client
+	agents collab.Set
+	cfg    Config
+	info   policy.Info
+
+	resultOpen, resultClose []int32 // wrappers, special parsing on
+	tagIDs                  map[int32]string
+	stopStrings             []string
+	stopIDs                 []int32
+	guard                   *guard.Guard
+}
+
+// New prepares the protocol: it validates cfg, asks the client for its
+// model's description and encodes the wrappers and tags once. A tag that
+// the tokenizer holds as a single token (encoded with special parsing on)
+// becomes a stop token as well as a stop string.
+func New(ctx context.Context, client policy.Client, agents collab.Set, cfg Config) (*Protocol, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	info, err := client.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("interact: policy info: %w", err)
+	}
+	p := &Protocol{client: client, agents: agents, cfg: cfg, info: info, tagIDs: map[int32]string{}}
+	if p.resultOpen, err = client.Tokenize(ctx, ResultOpen, true); err != nil {
+		return nil, fmt.Errorf("interact: tokenize %s: %w", ResultOpen, err)
+	}
+	if p.resultClose, err = client.Tokenize(ctx, ResultClose, true); err != nil {
+		return nil, fmt.Errorf("interact: tokenize %s: %w", ResultClose, err)
+	}
+	if len(p.resultOpen) == 0 || len(p.resultClose) == 0 {
+		return nil, fmt.Errorf("interact: the policy's tokenizer encodes %s or %s as no tokens", ResultOpen, ResultClose)
+	}
+	for _, tag := range AllTags() {
+		ids, err := client.Tokenize(ctx, tag, true)
+		if err != nil {
+			return nil, fmt.Errorf("interact: tokenize %s: %w", tag, err)
+		}
+		if len(ids) == 1 {
+			p.tagIDs[ids[0]] = tag
+		}
+	}
+	for _, t := range Tags {
+		if cfg.OpenerBy == OpenerSystem {
+			p.stopStrings = append(p.stopStrings, t.Close)
+			ids, _ := client.Tokenize(ctx, t.Close, true)
+			if len(ids) == 1 {
+				p.stopIDs = append(p.stopIDs, ids[0])
+			}
+		} else {
+			// Only the exact pair is a call; a lone <result> (the policy's
+			// own answer) or a closing tag followed by anything else is not.
+			p.stopStrings = append(p.stopStrings, t.Close+ResultOpen)
+		}
+	}
+	p.stopStrings = append(p.stopStrings, cfg.Stop...)
+	p.guard = guard.New(guard.Policy{
+		Timeout:        cfg.PolicyTimeout,
+		Retries:        cfg.PolicyRetries,
+		BackoffInitial: cfg.PolicyBackoffInitial,
+		BackoffMax:     cfg.PolicyBackoffMax,
+	}, nil, nil)
+	return p, nil
+}
+
+// Info is the description of the policy the protocol was prepared with.
+func (p *Protocol) Info() policy.Info { return p.info }
+
+// Config is the protocol's configuration.
+func (p *Protocol) Config() Config { return p.cfg }
+
+// Task is one trajectory to run.
+type Task struct {
+	Run        string
+	Step       int64
+	RunSeed    uint64
+	PromptID   string
+	Sample     int
+	DataSource string
+	// Prompt is the prompt's token ids (system prompt and chat template
+	// included).
+	Prompt []int32
+}
+
+// Session is the engine session name of the trajectory.
+func (t Task) Session() string {
+	return t.Run + "/" + strconv.FormatInt(t.Step, 10) + "/" + t.PromptID + "/" + strconv.Itoa(t.Sample)
+}
+
+// Outcome is a finished trajectory and what it cost.
+type Outcome struct {
+	// Trajectory has every column filled except Reward, Correct and
+	// Advantage.
+	Trajectory schemas.Trajectory
+	// PolicyCalls counts Generate calls that succeeded; PolicyRetries the
+	// failed attempts that were repeated.
+	PolicyCalls, PolicyRetries int
+	// Err is why the trajectory ended with finish reason "error".
+	Err error
+}
+
+// policySeedDomain separates policy seeds from collaborator seeds derived
+// from the same coordinates.
+const policySeedDomain = 0x706f6c6963790000
+
+// PolicySeed is the sampling seed of one policy call (turn counts the
+// trajectory's Generate calls from 0). It is never negative.
+func PolicySeed(runSeed uint64, step int64, promptID string, sample, turn int) int64 {
+	return int64(collab.DeriveSeed(runSeed^policySeedDomain, step, promptID, sample, turn) >> 1)
+}
+
+// response accumulates response tokens with their provenance.
+type response struct {
+	ids []int32
+	src []int8
+	lp  []float32
+}
+
+func (r *response) add(ids []int32, src int8, lps []float32) {
+	r.ids = append(r.ids, ids...)
+	for i := range ids {
+		r.src = append(r.src, src)
+		if lps != nil {
+			r.lp = append(r.lp, lps[i])
+		} else {
+			r.lp = append(r.lp, 0)
+		}
+	}
+}
+
+// Run samples one trajectory. The error is non-nil only when ctx ends;
+// every other failure is recorded in the outcome.
+func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
+	tr := schemas.Trajectory{
+		SchemaVersion: schemas.SchemaVersion,
+		Run:           task.Run,
+		Step:          task.Step,
+		PolicyVersion: p.info.PolicyVersion,
+		PromptID:      task.PromptID,
+		SampleIndex:   int32(task.Sample),
+		DataSource:    task.DataSource,
+		PromptIDs:     append([]int32(nil), task.Prompt...),
+	}
+	out := Outcome{}
+	session := task.Session()
+	defer p.client.Release(context.WithoutCancel(ctx), session)
+
+	budget := p.cfg.MaxResponseTokens
+	if p.info.MaxContext > 0 {
+		budget = min(budget, p.info.MaxContext-len(task.Prompt))
+	}
+	var resp response
+	finish := ""
+	if budget < 1 {
+		finish = schemas.FinishError
+		out.Err = fmt.Errorf("prompt %s has %d tokens, which leaves no room in the policy's context of %d", task.PromptID, len(task.Prompt), p.info.MaxContext)
+	}
+	segStart := 0 // first response token the policy wrote since the last insertion
+	versionSet := false
+	for turn := 0; finish == ""; turn++ {
+		remaining := budget - len(resp.ids)
+		if remaining <= 0 {
+			finish = schemas.FinishLength
+			break
+		}
+		prefix := make([]int32, 0, len(task.Prompt)+len(resp.ids))
+		prefix = append(append(prefix, task.Prompt...), resp.ids...)
+		req := policy.Request{Prefix: prefix, Session: session, Params: policy.SampleParams{
+			Temperature:  p.cfg.Temperature,
+			TopP:         p.cfg.TopP,
+			TopK:         p.cfg.TopK,
+			MaxTokens:    remaining,
+			Seed:         PolicySeed(task.RunSeed, task.Step, task.PromptID, task.Sample, turn),
+			StopTokenIDs: p.stopIDs,
+			StopStrings:  p.stopStrings,
+		}}
+		res, retries, err := p.generate(ctx, req)
+		out.PolicyRetries += retries
+		if err != nil {
+			if ctx.Err() != nil {
+				return Outcome{}, ctx.Err()
+			}
+			out.Err = err
+			finish = schemas.FinishError
+			break
+		}
+		out.PolicyCalls++
+		if !versionSet {
+			tr.PolicyVersion, versionSet = res.PolicyVersion, true
+		}
+		resp.add(res.Tokens, schemas.SourcePolicy, res.LogProbs)
+		switch res.FinishReason {
+		case policy.FinishEOS:
+			finish = schemas.FinishEOS
+		case policy.FinishLength:
+			finish = schemas.FinishLength
+		case policy.FinishStop:
+			seg, err := p.client.Detokenize(ctx, resp.ids[segStart:])
+			if err != nil {
+				if ctx.Err() != nil {
+					return Outcome{}, ctx.Err()
+				}
+				out.Err = fmt.Errorf("detokenize: %w", err)
+				finish = schemas.FinishError
+				break
+			}
+			tag, query, ok := p.parseCall(seg)
+			if !ok {
+				finish = schemas.FinishStop // one of Config.Stop
+				break
+			}
+			inserted, err := p.interact(ctx, task, &tr, &resp, budget, tag, query)
+			if err != nil {
+				return Outcome{}, err
+			}
+			segStart = len(resp.ids)
+			if !inserted || len(resp.ids) >= budget {
+				finish = schemas.FinishLength
+			}
+		default:
+			out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s or %s)", res.FinishReason, policy.FinishEOS, policy.FinishStop, policy.FinishLength)
+			finish = schemas.FinishError
+		}
+	}
+	tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = resp.ids, resp.src, resp.lp
+	if tr.ResponseIDs == nil {
+		tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = []int32{}, []int8{}, []float32{}
+	}
+	tr.FinishReason = finish
+	if len(resp.ids) > 0 {
+		text, err := p.client.Detokenize(ctx, resp.ids)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Outcome{}, ctx.Err()
+			}
+			if out.Err == nil {
+				out.Err = fmt.Errorf("detokenize response: %w", err)
+			}
+			tr.FinishReason = schemas.FinishError
+		}
+		tr.ResponseText = text
+	}
+	return out, nil
+}
+
+// generate calls the policy with retries and checks the result's shape.
+func (p *Protocol) generate(ctx context.Context, req policy.Request) (policy.Result, int, error) {
+	attempts := 0
+	res, err := guard.Do(ctx, p.guard, func(ctx context.Context) (policy.Result, error) {
+		attempts++
+		r, err := p.client.Generate(ctx, req)
+		if err != nil {
+			return r, classifyPolicyError(err)
+		}
+		if len(r.Tokens) != len(r.LogProbs) {
+			return r, guard.Errorf(guard.KindMalformed, "policy returned %d tokens and %d log-probs", len(r.Tokens), len(r.LogProbs))
+		}
+		if len(r.Tokens) > req.Params.MaxTokens {
+			return r, guard.Errorf(guard.KindMalformed, "policy returned %d tokens, more than max_tokens %d", len(r.Tokens), req.Params.MaxTokens)
+		}
+		if len(r.Tokens) == 0 && r.FinishReason != policy.FinishEOS {
+			return r, guard.Errorf(guard.KindMalformed, "policy returned no tokens with finish reason %q", r.FinishReason)
+		}
+		return r, nil
+	})
+	if err != nil {
+		return policy.Result{}, max(attempts-1, 0), fmt.Errorf("policy call failed after %d attempts: %w", attempts, err)
+	}
+	return res, attempts - 1, nil
+}
+
+// classifyPolicyError marks errors that repeating cannot fix (requests the
+// server rejects) and lets everything else be retried: a failed policy call
+// costs a whole trajectory.
+func classifyPolicyError(err error) error {
+	e := guard.Classify(err)
+	if e.Kind != guard.KindInternal {
+		return e
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.Unauthenticated,
+			codes.PermissionDenied, codes.Unimplemented, codes.NotFound, codes.AlreadyExists:
+			return &guard.Error{Kind: guard.KindRejected, Err: err}
+		case codes.Canceled:
+			return &guard.Error{Kind: guard.KindCanceled, Err: err}
+		}
+	}
+	return &guard.Error{Kind: guard.KindUnavailable, Err: err}
+}
+
+// parseCall decides whether the policy's text since the last insertion ends
+// with a call, and returns the tag and the query.
+func (p *Protocol) parseCall(seg string) (Tag, string, bool) {
+	for _, t := range Tags {
+		suffix := t.Close
+		if p.cfg.OpenerBy == OpenerPolicy {
+			suffix += ResultOpen
+		}
+		if !strings.HasSuffix(seg, suffix) {
+			continue
+		}
+		body := seg[:len(seg)-len(suffix)]
+		if i := strings.LastIndex(body, t.Open); i >= 0 {
+			body = body[i+len(t.Open):]
+		}
+		return t, strings.TrimSpace(body), true
+	}
+	return Tag{}, "", false
+}
+
+// interact answers one call: asks the agent (or answers with the limit
+// notice), and appends the answer with its wrappers within the budget.
+// It reports false when not even the wrappers fit: the budget then ends the
+// trajectory without a call.
+func (p *Protocol) interact(ctx context.Context, task Task, tr *schemas.Trajectory, resp *response, budget int, tag Tag, query string) (bool, error) {
+	var open []int32
+	if p.cfg.OpenerBy == OpenerSystem {
+		open = p.resultOpen
+	}
+	room := budget - len(resp.ids) - len(open) - len(p.resultClose)
+	if room < 0 {
+		return false, nil
+	}
+	call := len(tr.InteractionAgent)
+	status, text, src, noisy := schemas.StatusLimit, p.cfg.LimitNotice, schemas.SourceTemplate, false
+	var latencyMs float32
+	if p.calls(tr) < p.cfg.MaxInteractions {
+		ans, err := p.agents.Answer(ctx, collab.Query{
+			Agent:    tag.Agent,
+			Text:     query,
+			Run:      task.Run,
+			Step:     task.Step,
+			PromptID: task.PromptID,
+			Sample:   task.Sample,
+			Call:     call,
+			Seed:     collab.DeriveSeed(task.RunSeed, task.Step, task.PromptID, task.Sample, call),
+		})
+		if err != nil {
+			return false, err
+		}
+		status, text, noisy = ans.Status, ans.Text, ans.Noisy
+		latencyMs = float32(ans.Latency.Seconds() * 1000)
+		if status == "" {
+			status = schemas.StatusOK
+		}
+		src = tag.Agent.Source()
+		if status != schemas.StatusOK {
+			src = schemas.SourceTemplate // a notice: the system's words
+		}
+	}
+	ids, text, err := p.encodeAnswer(ctx, Escape(text), min(room, p.cfg.AnswerTokenBudget))
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		ids, text, status, src = nil, WithheldNotice, schemas.StatusError, schemas.SourceTemplate
+		if enc, dec, err2 := p.encodeAnswer(ctx, WithheldNotice, min(room, p.cfg.AnswerTokenBudget)); err2 == nil {
+			ids, text = enc, dec
+		}
+	}
+	start := len(resp.ids)
+	resp.add(open, schemas.SourceTemplate, nil)
+	resp.add(ids, src, nil)
+	resp.add(p.resultClose, schemas.SourceTemplate, nil)
+	tr.InteractionAgent = append(tr.InteractionAgent, string(tag.Agent))
+	tr.InteractionQuery = append(tr.InteractionQuery, query)
+	tr.InteractionResult = append(tr.InteractionResult, text)
+	tr.InteractionStatus = append(tr.InteractionStatus, status)
+	tr.InteractionLatencyMs = append(tr.InteractionLatencyMs, latencyMs)
+	tr.InteractionSpanStart = append(tr.InteractionSpanStart, int32(start))
+	tr.InteractionSpanEnd = append(tr.InteractionSpanEnd, int32(len(resp.ids)))
+	tr.InteractionNoisy = append(tr.InteractionNoisy, noisy)
+	return true, nil
+}
+
+// calls counts the interactions of tr that reached an agent.
+func (p *Protocol) calls(tr *schemas.Trajectory) int {
+	n := 0
+	for _, s := range tr.InteractionStatus {
+		if s != schemas.StatusLimit {
+			n++
+		}
+	}
+	return n
+}
+
+// errTagInAnswer reports an encoded answer that would open or close a tag.
+var errTagInAnswer = errors.New("interact: the encoded answer holds a protocol tag")
+
+// encodeAnswer encodes escaped text with special parsing off, truncates it
+// to limit tokens and checks that no token is a tag and the decoded text
+// holds none. It returns the ids and their decoded text (what the policy
+// sees).
+func (p *Protocol) encodeAnswer(ctx context.Context, text string, limit int) ([]int32, string, error) {
+	if text == "" || limit <= 0 {
+		return nil, "", nil
+	}
+	ids, err := p.client.Tokenize(ctx, text, false)
+	if err != nil {
+		return nil, "", fmt.Errorf("interact: tokenize answer: %w", err)
+	}
+	if len(ids) > limit {
+		ids = ids[:limit]
+	}
+	for _, id := range ids {
+		if tag, ok := p.tagIDs[id]; ok {
+			return nil, "", fmt.Errorf("%w: token %d is %s", errTagInAnswer, id, tag)
+		}
+	}
+	dec, err := p.client.Detokenize(ctx, ids)
+	if err != nil {
+		return nil, "", fmt.Errorf("interact: detokenize answer: %w", err)
+	}
+	if i := FindTag(dec); i >= 0 {
+		return nil, "", fmt.Errorf("%w: decoded text holds a tag at byte %d", errTagInAnswer, i)
+	}
+	return ids, dec, nil
+}
