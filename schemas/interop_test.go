@@ -135,6 +135,7 @@ func TestInteropDuckDB(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("node duckdb-check.mjs %s: %v\nstderr: %s", dir, err, stderr.String())
 	}
+	t.Logf("duckdb-check: %s", bytes.TrimSpace(stdout.Bytes()))
 	var rep duckdbReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("duckdb-check output is not the expected JSON: %v\n%s", err, stdout.String())

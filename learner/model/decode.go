@@ -158,7 +158,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 	scratchLen := qBlock * maxPos
 	w := stepPool.Get().(*stepWork)
 	defer stepPool.Put(w)
-	need := N*(3*d.C+d.QKV+d.QD+d.H+3*d.F) + N + B*d.C + B + nw*scratchLen
+	need := N*(3*d.C+d.QKV+d.QD+d.H+4*d.F) + N + B*d.C + B + nw*scratchLen
 	if cap(w.buf) < need {
 		w.buf = make([]float32, need)
 	}
@@ -166,7 +166,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 	off := 0
 	x, ln, tmp := w.take(&off, N*d.C), w.take(&off, N*d.C), w.take(&off, N*d.C)
 	qkv, y, lse := w.take(&off, N*d.QKV), w.take(&off, N*d.QD), w.take(&off, N*d.H)
-	gu, h := w.take(&off, N*2*d.F), w.take(&off, N*d.F)
+	gu, h, sig := w.take(&off, N*2*d.F), w.take(&off, N*d.F), w.take(&off, N*d.F)
 	rstd := w.take(&off, N)
 	last, lastRstd := w.take(&off, B*d.C), w.take(&off, B)
 	scratch := make([][]float32, nw)
@@ -217,9 +217,8 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 		residualForward(x, x, tmp)
 		rmsnormForward(ln, rstd, x, lw.postNorm, N, d.C, eps)
 		linearForward(gu, ln, lw.gateUp, nil, N, d.C, 2*d.F)
-		// swigluForward keeps sigmoid(gate) for a backward pass; here it
-		// goes into the first half of tmp's slot of gu-sized scratch.
-		swigluForward(h, gu[:N*d.F], gu, N, d.F)
+		swigluForward(h, sig, gu, N, d.F) // sig is not needed without a backward pass
+
 		linearForward(tmp, h, lw.down, nil, N, d.F, d.C)
 		residualForward(x, x, tmp)
 	}

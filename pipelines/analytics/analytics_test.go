@@ -303,7 +303,7 @@ func TestCorruptShardFailsNamingIt(t *testing.T) {
 	p, s := beam.NewPipelineWithRoot()
 	Build(s, plan, filepath.Join(run, "analysis"))
 	err = ptest.Run(p)
-	if err == nil || !strings.Contains(err.Error(), "part-0.parquet") {
+	if err == nil || !strings.Contains(err.Error(), "part-0.parquet") || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("a flipped byte should fail the pipeline naming the shard; got %v", err)
 	}
 }
@@ -337,5 +337,20 @@ func TestAnalyzeFakeGCS(t *testing.T) {
 	}
 	if _, err := png.Decode(bytes.NewReader(b)); err != nil {
 		t.Fatalf("%s on gs:// is not a valid PNG: %v", DynamicsPNG, err)
+	}
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	for _, c := range []struct {
+		vals    []float64
+		p, want float64
+	}{
+		{nil, 50, 0}, {[]float64{7}, 95, 7}, {[]float64{1, 2, 3, 4}, 50, 2}, {[]float64{1, 2, 3, 4}, 95, 4},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 50, 5}, {[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 95, 10},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 90, 9}, {[]float64{1, 2, 3}, 0, 1},
+	} {
+		if got := percentile(c.vals, c.p); got != c.want {
+			t.Errorf("percentile(%v, %g) = %g, want %g", c.vals, c.p, got, c.want)
+		}
 	}
 }

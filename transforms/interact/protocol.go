@@ -263,6 +263,7 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 		}
 		tr.ResponseText = text
 	}
+	out.Trajectory = tr
 	return out, nil
 }
 

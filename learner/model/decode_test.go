@@ -1,0 +1,277 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// Tolerance of cached against full recomputation: both run the same float32
+// kernels, but over matrices of other shapes (one row against the whole
+// sequence), so OpenBLAS blocks the reductions differently and attention
+// sums keys in other groupings. Observed differences are below 2e-6 of the
+// logits' scale; 1e-4 absolute (logits here are of order 1 to 10) still
+// catches a wrong position, mask or cache row, which moves logits by 1e-2
+// or more.
+const tolCached = 1e-4
+
+// peakedModel is a random model whose weights are scaled up so that its
+// next-token distributions are far from uniform: greedy decoding then has
+// no near-ties that rounding could flip, and the comparison of token
+// sequences is meaningful.
+func peakedModel(t testing.TB, cfg Config, seed uint64) *Model {
+	t.Helper()
+	m, err := New(cfg, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Params() {
+		if !strings.HasSuffix(p.Name, "norm.weight") {
+			for i := range p.Data {
+				p.Data[i] *= 8
+			}
+		}
+	}
+	return m
+}
+
+func argmax(row []float32) int32 {
+	best := 0
+	for j, v := range row {
+		if v > row[best] {
+			best = j
+		}
+	}
+	return int32(best)
+}
+
+// maxDiff returns the largest |a-b| and its index.
+func maxDiff(a, b []float32) (float64, int) {
+	worst, at := 0.0, -1
+	for i := range a {
+		if d := math.Abs(float64(a[i]) - float64(b[i])); d > worst || at < 0 {
+			worst, at = d, i
+		}
+	}
+	return worst, at
+}
+
+// lastLogits is the reference: the whole sequence through Logits, the last row.
+func lastLogits(t *testing.T, m *Model, seq []int32) []float32 {
+	t.Helper()
+	lg, err := m.Logits(Batch{Tokens: seq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := m.cfg.VocabSize
+	return lg[(len(seq)-1)*V:]
+}
+
+// checkGreedy decodes steps tokens greedily after prompt with the cache and
+// by full recomputation, and requires the same tokens and close logits.
+func checkGreedy(t *testing.T, m *Model, prompt []int32, steps int) {
+	t.Helper()
+	c := m.NewKVCache()
+	lg, err := m.Extend([]*KVCache{c}, [][]int32{prompt}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := append([]int32(nil), prompt...)
+	for s := 0; s < steps; s++ {
+		ref := lastLogits(t, m, seq)
+		if d, at := maxDiff(lg, ref); d > tolCached {
+			t.Fatalf("step %d (position %d): cached logits differ from full recomputation by %.3g at token %d (%g vs %g)", s, len(seq), d, at, lg[at], ref[at])
+		}
+		got, want := argmax(lg), argmax(ref)
+		if got != want {
+			t.Fatalf("step %d: cached greedy token %d, full recomputation %d", s, got, want)
+		}
+		seq = append(seq, got)
+		if lg, err = m.Extend([]*KVCache{c}, [][]int32{{got}}, lg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Len() != len(seq) {
+		t.Fatalf("cache holds %d positions, sequence has %d", c.Len(), len(seq))
+	}
+	for i, tok := range c.Tokens() {
+		if tok != seq[i] {
+			t.Fatalf("cache token %d is %d, sequence has %d", i, tok, seq[i])
+		}
+	}
+}
+
+func TestGreedyCachedEqualsRecomputeTiny(t *testing.T) {
+	for _, mt := range []string{"qwen2", "llama"} {
+		t.Run(mt, func(t *testing.T) {
+			cfg := tinyConfig()
+			cfg.ModelType = mt
+			cfg.TieWordEmbeddings = mt == "qwen2"
+			m := peakedModel(t, cfg, 3)
+			checkGreedy(t, m, []int32{1, 7, 3, 9, 22, 4, 0}, 80)
+		})
+	}
+}
+
+func TestGreedyCachedEqualsRecomputeStories260K(t *testing.T) {
+	m, err := LoadLlama2C(stories260KPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// BOS then a few story tokens; 100 greedy tokens cross one qBlock.
+	checkGreedy(t, m, []int32{1, 403, 407, 261, 378, 426}, 100)
+}
+
+// TestExtendBatchMatchesSingle feeds sequences at different lengths, some
+// with one token and some with a prefill longer than a query block, in one
+// batch, and compares each with the same sequence fed alone.
+func TestExtendBatchMatchesSingle(t *testing.T) {
+	m := peakedModel(t, tinyConfig(), 5)
+	r := rand.New(rand.NewPCG(1, 2))
+	rnd := func(n int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32(r.IntN(m.cfg.VocabSize))
+		}
+		return s
+	}
+	prior := []int{0, 3, 17, 0, 70}
+	fresh := []int{5, 1, 1, 130, 2}
+	var batch, single []*KVCache
+	var toks [][]int32
+	for i := range prior {
+		b, s := m.NewKVCache(), m.NewKVCache()
+		if prior[i] > 0 {
+			p := rnd(prior[i])
+			for _, c := range []*KVCache{b, s} {
+				if _, err := m.Extend([]*KVCache{c}, [][]int32{p}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		batch, single = append(batch, b), append(single, s)
+		toks = append(toks, rnd(fresh[i]))
+	}
+	lg, err := m.Extend(batch, toks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := m.cfg.VocabSize
+	for i := range single {
+		one, err := m.Extend(single[i:i+1], toks[i:i+1], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, at := maxDiff(lg[i*V:(i+1)*V], one); d > tolCached {
+			t.Errorf("sequence %d (%d cached + %d new): batched logits differ from single by %.3g at token %d", i, prior[i], fresh[i], d, at)
+		}
+		ref := lastLogits(t, m, batch[i].Tokens())
+		if d, at := maxDiff(one, ref); d > tolCached {
+			t.Errorf("sequence %d: cached logits differ from full recomputation by %.3g at token %d", i, d, at)
+		}
+	}
+}
+
+// TestContinuationEqualsScratch: prefill, generate, append external tokens,
+// generate again; the logits equal those of a cache filled from scratch
+// with the concatenation.
+func TestContinuationEqualsScratch(t *testing.T) {
+	m := peakedModel(t, tinyConfig(), 9)
+	c := m.NewKVCache()
+	lg, err := m.Extend([]*KVCache{c}, [][]int32{{2, 4, 6, 8}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if lg, err = m.Extend([]*KVCache{c}, [][]int32{{argmax(lg)}}, lg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	external := []int32{11, 12, 13, 14, 15, 16, 17}
+	cont, err := m.Extend([]*KVCache{c}, [][]int32{external}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scratch := m.NewKVCache()
+	whole, err := m.Extend([]*KVCache{scratch}, [][]int32{append([]int32(nil), c.Tokens()...)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, at := maxDiff(cont, whole); d > tolCached {
+		t.Fatalf("continuation logits differ from a prefill of the concatenation by %.3g at token %d", d, at)
+	}
+	// Truncating back to the prefix and feeding other tokens is exact too.
+	c.Truncate(4)
+	again, err := m.Extend([]*KVCache{c}, [][]int32{{30, 31}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, at := maxDiff(again, lastLogits(t, m, []int32{2, 4, 6, 8, 30, 31})); d > tolCached {
+		t.Fatalf("after Truncate(4), logits differ from recomputation by %.3g at token %d", d, at)
+	}
+}
+
+// TestCachedLogProbsMatchForward: log-probabilities from cached logits with
+// LogSumExp equal Forward's log-probs of the same tokens. Tolerance as
+// tolCached: the same arithmetic on logits that agree to that bound.
+func TestCachedLogProbsMatchForward(t *testing.T) {
+	m, err := LoadLlama2C(stories260KPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := []int32{1, 403, 407, 261, 378, 426}
+	c := m.NewKVCache()
+	lg, err := m.Extend([]*KVCache{c}, [][]int32{seq}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float32
+	for i := 0; i < 40; i++ {
+		tok := int32((i * 37) % m.cfg.VocabSize) // arbitrary, not greedy
+		got = append(got, lg[tok]-LogSumExp(lg))
+		seq = append(seq, tok)
+		if lg, err = m.Extend([]*KVCache{c}, [][]int32{{tok}}, lg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := m.Forward(Batch{Tokens: seq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	want := a.LogProbs[5 : 5+len(got)]
+	if d, at := maxDiff(got, want); d > tolCached {
+		t.Fatalf("cached log-prob of generated token %d is %g, Forward says %g (diff %.3g)", at, got[at], want[at], d)
+	}
+}
+
+func TestExtendErrors(t *testing.T) {
+	m := peakedModel(t, tinyConfig(), 1)
+	other, err := New(Config{ModelType: "llama", HiddenSize: 16, IntermediateSize: 8, NumHiddenLayers: 1, NumAttentionHeads: 2,
+		NumKeyValueHeads: 2, VocabSize: 50, MaxPositionEmbeddings: 8, RMSNormEps: 1e-6, RopeTheta: 1e4, HiddenAct: "silu"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.NewKVCache()
+	cases := []struct {
+		caches []*KVCache
+		toks   [][]int32
+		want   string
+	}{
+		{nil, nil, "one non-empty list per cache"},
+		{[]*KVCache{c}, [][]int32{{}}, "no new tokens"},
+		{[]*KVCache{c}, [][]int32{{50}}, "outside the vocabulary"},
+		{[]*KVCache{c, c}, [][]int32{{1}, {2}}, "twice"},
+		{[]*KVCache{other.NewKVCache()}, [][]int32{{1}}, "another shape"},
+		{[]*KVCache{c}, [][]int32{make([]int32, 201)}, "max_position_embeddings"},
+	}
+	for _, tc := range cases {
+		if _, err := m.Extend(tc.caches, tc.toks, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Extend error = %v, want one mentioning %q", err, tc.want)
+		}
+	}
+	if c.Len() != 0 {
+		t.Errorf("failed Extend calls left %d positions in the cache", c.Len())
+	}
+}

@@ -1,0 +1,158 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/transforms/policy"
+)
+
+// EvalConfig controls an evaluation of the policy alone (no collaborators):
+// when the policy writes a call, nobody answers; it goes on writing, so a
+// correct answer needs the fact inside the policy.
+type EvalConfig struct {
+	Samples     int     `yaml:"samples" json:"samples"`         // k for Avg@k and Pass@k
+	Temperature float32 `yaml:"temperature" json:"temperature"` // sampling temperature of the k samples
+	MaxTokens   int     `yaml:"max_tokens" json:"max_tokens"`   // response budget
+	Seed        int64   `yaml:"seed" json:"seed"`
+	Parallel    int     `yaml:"parallel" json:"parallel"` // requests in flight
+}
+
+// DefaultEval scores greedy decoding and 8 samples at temperature 1.
+func DefaultEval() EvalConfig {
+	return EvalConfig{Samples: 8, Temperature: 1, MaxTokens: 48, Seed: 1234, Parallel: 64}
+}
+
+// SplitScore is the accuracy of the policy alone on one split.
+type SplitScore struct {
+	Split     string  `json:"split"`
+	Questions int     `json:"questions"`
+	Greedy    float64 `json:"greedy"`     // accuracy of greedy decoding
+	AvgK      float64 `json:"avg_k"`      // mean accuracy over k samples
+	PassK     float64 `json:"pass_k"`     // unbiased Pass@k (Chen et al. 2021) with n = k
+	CallRate  float64 `json:"call_rate"`  // greedy responses that write a call
+	K         int     `json:"k"`
+	StdErrAvg float64 `json:"stderr_avg"` // standard error of AvgK over questions
+}
+
+// Evaluate scores the policy on every question of the given splits.
+func Evaluate(ctx context.Context, c policy.Client, task *demotask.Task, cfg EvalConfig, splits ...demotask.Split) ([]SplitScore, error) {
+	enc := NewEncoder()
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []SplitScore
+	for _, split := range splits {
+		qs := task.AllQuestions(split)
+		type res struct {
+			greedy, call bool
+			correct      int
+		}
+		results := make([]res, len(qs))
+		sem := make(chan struct{}, max(1, cfg.Parallel))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var firstErr error
+		run := func(qi, sample int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			q := qs[qi]
+			p := policy.SampleParams{Temperature: cfg.Temperature, TopP: 1, MaxTokens: cfg.MaxTokens,
+				Seed: cfg.Seed + int64(qi)*1000 + int64(sample), StopTokenIDs: info.EOS}
+			if sample < 0 {
+				p.Temperature = 0
+			}
+			r, err := c.Generate(ctx, policy.Request{Prefix: enc.Prompt(q.Prompt), Params: p})
+			var text string
+			if err == nil {
+				text, err = c.Detokenize(ctx, r.Tokens)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("demo eval %s: %w", q.ID, err)
+				}
+				return
+			}
+			ok, _ := demotask.Score(text, q.Answer)
+			if sample < 0 {
+				results[qi].greedy = ok
+				results[qi].call = containsCall(text)
+			} else if ok {
+				results[qi].correct++
+			}
+		}
+		for qi := range qs {
+			for s := -1; s < cfg.Samples; s++ {
+				wg.Add(1)
+				sem <- struct{}{}
+				go run(qi, s)
+			}
+		}
+		wg.Wait()
+		if firstErr != nil {
+			return nil, firstErr
+		}
+		sc := SplitScore{Split: string(split), Questions: len(qs), K: cfg.Samples}
+		var accs []float64
+		for _, r := range results {
+			if r.greedy {
+				sc.Greedy++
+			}
+			if r.call {
+				sc.CallRate++
+			}
+			if cfg.Samples > 0 {
+				a := float64(r.correct) / float64(cfg.Samples)
+				accs = append(accs, a)
+				sc.AvgK += a
+				sc.PassK += PassAtK(cfg.Samples, r.correct, cfg.Samples)
+			}
+		}
+		n := float64(len(qs))
+		sc.Greedy /= n
+		sc.CallRate /= n
+		if cfg.Samples > 0 {
+			sc.AvgK /= n
+			sc.PassK /= n
+			var v float64
+			for _, a := range accs {
+				v += (a - sc.AvgK) * (a - sc.AvgK)
+			}
+			if len(accs) > 1 {
+				sc.StdErrAvg = math.Sqrt(v / float64(len(accs)-1) / n)
+			}
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+func containsCall(text string) bool {
+	for _, tag := range []string{demotask.TagRetrieval, demotask.TagReason, demotask.TagVerify} {
+		if strings.Contains(text, tag) {
+			return true
+		}
+	}
+	return false
+}
+
+// PassAtK is the unbiased estimator of Pass@k from n samples with c correct
+// (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"):
+// 1 - C(n-c, k) / C(n, k).
+func PassAtK(n, c, k int) float64 {
+	if n-c < k {
+		return 1
+	}
+	p := 1.0
+	for i := n - c + 1; i <= n; i++ {
+		p *= 1 - float64(k)/float64(i)
+	}
+	return 1 - p
+}
