@@ -86,7 +86,7 @@ func decodeSafetensors(path string, r io.ReaderAt, size int64) ([]Tensor, map[st
 // appears when complete.
 func SaveSafetensors(ctx context.Context, path string, tensors []Tensor, opts SaveOptions) error {
 	opts = opts.withDefaults()
-	_, err := writeFile(ctx, path, func(w io.Writer) error {
+	_, err := writeFile(ctx, path, false, func(w io.Writer) error {
 		_, err := WriteSafetensors(w, tensors, opts.DType, opts.Metadata)
 		return err
 	})
@@ -109,14 +109,17 @@ type hashWriter struct {
 
 func (hw *hashWriter) Write(p []byte) (int, error) {
 	n, err := hw.w.Write(p)
-	hw.h.Write(p[:n])
+	if hw.h != nil {
+		hw.h.Write(p[:n])
+	}
 	hw.n += int64(n)
 	return n, err
 }
 
-// writeFile writes path through fill, durably, and returns its size and
-// sha256. Local files go through a temporary file renamed into place.
-func writeFile(ctx context.Context, path string, fill func(io.Writer) error) (writtenFile, error) {
+// writeFile writes path through fill, durably, and returns its size and,
+// when hashed, its sha256. Local files go through a temporary file renamed
+// into place.
+func writeFile(ctx context.Context, path string, hashed bool, fill func(io.Writer) error) (writtenFile, error) {
 	wf := writtenFile{Path: storage.Base(path)}
 	var final func() error
 	var w io.Writer
@@ -161,7 +164,10 @@ func writeFile(ctx context.Context, path string, fill func(io.Writer) error) (wr
 		}
 	}
 	bw := bufio.NewWriterSize(w, 1<<20)
-	hw := &hashWriter{w: bw, h: sha256.New()}
+	hw := &hashWriter{w: bw}
+	if hashed {
+		hw.h = sha256.New()
+	}
 	if err := fill(hw); err != nil {
 		abort()
 		return wf, fmt.Errorf("write %s: %w", path, err)
@@ -174,12 +180,14 @@ func writeFile(ctx context.Context, path string, fill func(io.Writer) error) (wr
 		return wf, fmt.Errorf("commit %s: %w", path, err)
 	}
 	wf.Bytes = hw.n
-	wf.SHA256 = hex.EncodeToString(hw.h.Sum(nil))
+	if hashed {
+		wf.SHA256 = hex.EncodeToString(hw.h.Sum(nil))
+	}
 	return wf, nil
 }
 
 func writeBytes(ctx context.Context, path string, b []byte) (writtenFile, error) {
-	return writeFile(ctx, path, func(w io.Writer) error {
+	return writeFile(ctx, path, true, func(w io.Writer) error {
 		_, err := w.Write(b)
 		return err
 	})
@@ -240,7 +248,7 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 	}
 	shards := planShards(tensors, opts.DType.Size(), opts.MaxShardBytes)
 	write := func(name string, ts []Tensor) (writtenFile, error) {
-		return writeFile(ctx, storage.Join(dir, name), func(w io.Writer) error {
+		return writeFile(ctx, storage.Join(dir, name), true, func(w io.Writer) error {
 			_, err := WriteSafetensors(w, ts, opts.DType, opts.Metadata)
 			return err
 		})

@@ -90,7 +90,36 @@ func (c *KVCache) reserve(n int) {
 
 // stepWork is the scratch of one Extend, reused across calls through a
 // sync.Pool so that steps of varying sizes do not pile up buffers.
-type stepWork struct{ buf []float32 }
+type stepWork struct{ buf, pad []float32 }
+
+// smallGemmElems is the output size (rows × columns) at or below which
+// OpenBLAS (0.3.21, x86-64) multiplies by a weight transposed with its
+// "small matrix" kernel, whose summation order depends on the number of
+// rows; larger products go through the blocked kernel, which computes
+// every row the same way whatever the other rows are.
+const smallGemmElems = 1200
+
+// linear is linearForward for the rows of a step, made independent of how
+// many rows the step has: a product small enough for OpenBLAS's small
+// kernel is padded with zero rows past smallGemmElems. Then a sequence's
+// logits do not depend on which other sequences share its batch, and a
+// seeded sample is reproducible under any load. The padding costs at most
+// smallGemmElems extra outputs per call.
+func (w *stepWork) linear(out, in, wt, b []float32, N, I, O int) {
+	if N*O > smallGemmElems {
+		linearForward(out, in, wt, b, N, I, O)
+		return
+	}
+	M := smallGemmElems/O + 1
+	if cap(w.pad) < M*(I+O) {
+		w.pad = make([]float32, M*(I+O))
+	}
+	pin, pout := w.pad[:M*I], w.pad[M*I:M*(I+O)]
+	copy(pin, in[:N*I])
+	clear(pin[N*I:])
+	linearForward(pout, pin, wt, b, M, I, O)
+	copy(out[:N*O], pout)
+}
 
 var stepPool = sync.Pool{New: func() any { return new(stepWork) }}
 
@@ -191,7 +220,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 	for l := range m.w.layers {
 		lw := &m.w.layers[l]
 		rmsnormForward(ln, rstd, x, lw.inNorm, N, d.C, eps)
-		linearForward(qkv, ln, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
+		w.linear(qkv, ln, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
 		ropeForward(qkv, d.QKV, pos, d.H+d.KV, d.D, cos, sin)
 		// Append the new rotated keys and values to each cache.
 		for i, c := range caches {
@@ -213,13 +242,13 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 				c.k[l][g*d.D:], c.v[l][g*d.D:], d.KD,
 				nq, c.Len()+tk.i0, d.D, scale, scratch[wk])
 		})
-		linearForward(tmp, y, lw.o, lw.oBias, N, d.QD, d.C)
+		w.linear(tmp, y, lw.o, lw.oBias, N, d.QD, d.C)
 		residualForward(x, x, tmp)
 		rmsnormForward(ln, rstd, x, lw.postNorm, N, d.C, eps)
-		linearForward(gu, ln, lw.gateUp, nil, N, d.C, 2*d.F)
+		w.linear(gu, ln, lw.gateUp, nil, N, d.C, 2*d.F)
 		swigluForward(h, sig, gu, N, d.F) // sig is not needed without a backward pass
 
-		linearForward(tmp, h, lw.down, nil, N, d.F, d.C)
+		w.linear(tmp, h, lw.down, nil, N, d.F, d.C)
 		residualForward(x, x, tmp)
 	}
 	// Final norm and head on the last new row of each sequence only.
@@ -233,7 +262,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 	} else {
 		dst = make([]float32, B*d.V)
 	}
-	linearForward(dst, last, m.w.head, nil, B, d.C, d.V)
+	w.linear(dst, last, m.w.head, nil, B, d.C, d.V)
 	for i, c := range caches {
 		c.tokens = append(c.tokens, tokens[i]...)
 	}

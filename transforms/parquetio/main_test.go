@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "start fake GCS server: %v\n", err)
 		os.Exit(2)
 	}
-	fakeGCS.CreateBucket(testBucket)
+	fakeGCS.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: testBucket})
 	os.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(fakeGCS.URL(), "http://"))
 	code := ptest.MainRet(m)
 	fakeGCS.Stop()

@@ -44,6 +44,9 @@ func Eval(s string, names Resolver) (*big.Rat, error) {
 	if p.i < len(p.s) {
 		return nil, fmt.Errorf("%w: unexpected %q at byte %d", ErrInvalid, p.s[p.i], p.i)
 	}
+	if p.unknown != "" {
+		return nil, &UnknownNameError{Name: p.unknown}
+	}
 	return v, nil
 }
 
@@ -60,6 +63,10 @@ type parser struct {
 	s     string
 	i     int
 	names Resolver
+	// unknown is the first name the resolver did not know. Parsing goes on
+	// (with the placeholder value 1) so that a malformed expression is
+	// reported as such rather than as an unknown name.
+	unknown string
 }
 
 func (p *parser) space() {
@@ -119,10 +126,12 @@ func (p *parser) term(depth int) (*big.Rat, error) {
 		if op == '*' {
 			v.Mul(v, w)
 		} else {
-			if w.Sign() == 0 {
+			switch {
+			case w.Sign() != 0:
+				v.Quo(v, w)
+			case p.unknown == "":
 				return nil, fmt.Errorf("%w: division by zero", ErrInvalid)
 			}
-			v.Quo(v, w)
 		}
 	}
 }
@@ -186,7 +195,10 @@ func (p *parser) primary(depth int) (*big.Rat, error) {
 		}
 		v, ok := p.names(name)
 		if !ok {
-			return nil, &UnknownNameError{Name: name}
+			if p.unknown == "" {
+				p.unknown = name
+			}
+			v = 1
 		}
 		return new(big.Rat).SetInt64(v), nil
 	case c == 0:

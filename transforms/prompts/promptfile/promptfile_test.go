@@ -236,13 +236,16 @@ func TestGzipAndDefaultMapping(t *testing.T) {
 	plain := readAll(t, Source{Path: filepath.Join(data, "math/aime24/test.jsonl"), Preset: "aime24"})
 	// The default mapping (problem|question|..., answer, solution, id|...)
 	// reads the same rows from the gzipped copy.
-	zipped := readAll(t, Source{Path: gz, DataSource: "aime24"})
-	if len(zipped.good) != 30 || zipped.stats.Format != FormatJSONL {
-		t.Fatalf("gzipped: %d rows, format %q; want 30 jsonl", len(zipped.good), zipped.stats.Format)
+	zipped, dead, st, err := ReadAll(context.Background(), Source{Path: gz, DataSource: "aime24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(zipped) != 30 || len(dead) != 0 || st.Format != FormatJSONL {
+		t.Fatalf("gzipped: %d rows, %d dead, format %q; want 30 jsonl rows", len(zipped), len(dead), st.Format)
 	}
 	for i := range plain.good {
-		if plain.good[i] != zipped.good[i] {
-			t.Fatalf("row %d differs between plain+preset and gzip+default mapping:\n%+v\n%+v", i, plain.good[i], zipped.good[i])
+		if plain.good[i] != zipped[i] {
+			t.Fatalf("row %d differs between plain+preset and gzip+default mapping:\n%+v\n%+v", i, plain.good[i], zipped[i])
 		}
 	}
 }

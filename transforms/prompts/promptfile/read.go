@@ -302,3 +302,14 @@ func (r *reader) jsonArray(br *bufio.Reader) error {
 	}
 	return nil
 }
+
+// ReadAll reads a whole file into memory: the good rows and the dead
+// letters, in file order.
+func ReadAll(ctx context.Context, src Source) ([]schemas.Prompt, []DeadLetter, Stats, error) {
+	var good []schemas.Prompt
+	var dead []DeadLetter
+	st, err := Read(ctx, src,
+		func(p schemas.Prompt) error { good = append(good, p); return nil },
+		func(d DeadLetter) error { dead = append(dead, d); return nil })
+	return good, dead, st, err
+}

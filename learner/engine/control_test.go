@@ -1,0 +1,213 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/model"
+)
+
+// paused starts an engine whose scheduler blocks before each step until
+// the test lets it go on; it returns the engine and the function that
+// releases one step (or all, once closed).
+func paused(t *testing.T, m *model.Model, cfg Config) (*Engine, chan struct{}) {
+	t.Helper()
+	e, err := newEngine(m, nil, 1, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	e.stepHook = func() { <-gate }
+	go e.loop()
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+		e.Close()
+	})
+	return e, gate
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	e, gate := paused(t, peaked(t, tinyConfig(), 1), Config{MaxBatch: 1, MaxQueue: 2, EOS: []int32{}})
+	ctx := testCtx(t)
+	type out struct {
+		res Result
+		err error
+	}
+	results := make(chan out, 3)
+	submit := func() {
+		go func() {
+			r, err := e.Generate(ctx, Request{Prefix: []int32{1, 2}, Params: SampleParams{MaxTokens: 3}})
+			results <- out{r, err}
+		}()
+	}
+	submit()
+	waitFor(t, "the first request to be admitted", func() bool { return e.Stats().Active == 1 })
+	submit()
+	submit()
+	waitFor(t, "two queued requests", func() bool { return e.Stats().Queued == 2 })
+	if _, err := e.Generate(ctx, Request{Prefix: []int32{1}}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("fourth request with a full queue: %v, want ErrQueueFull", err)
+	}
+	close(gate)
+	for i := 0; i < 3; i++ {
+		o := <-results
+		if o.err != nil || len(o.res.Tokens) != 3 {
+			t.Fatalf("queued request: %d tokens, error %v", len(o.res.Tokens), o.err)
+		}
+	}
+}
+
+func TestCancellation(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.MaxPositionEmbeddings = 4096
+	e, gate := paused(t, peaked(t, cfg, 1), Config{MaxBatch: 1, EOS: []int32{}})
+	ctx := testCtx(t)
+	// A running request cancelled after its first tokens leaves the batch.
+	runCtx, cancelRun := context.WithCancel(ctx)
+	errc := make(chan error, 2)
+	var streamed int
+	go func() {
+		_, err := e.GenerateStream(runCtx, Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 4000}}, func(Token) error {
+			streamed++
+			if streamed == 2 {
+				cancelRun()
+			}
+			return nil
+		})
+		errc <- err
+	}()
+	// A queued request cancelled before it is admitted never runs.
+	queuedCtx, cancelQueued := context.WithCancel(ctx)
+	waitFor(t, "the first request to be admitted", func() bool { return e.Stats().Active == 1 })
+	go func() {
+		_, err := e.Generate(queuedCtx, Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 4000}})
+		errc <- err
+	}()
+	waitFor(t, "a queued request", func() bool { return e.Stats().Queued == 1 })
+	cancelQueued()
+	close(gate)
+	for i := 0; i < 2; i++ {
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled request returned %v, want context.Canceled", err)
+		}
+	}
+	waitFor(t, "the batch to empty", func() bool { st := e.Stats(); return st.Active == 0 && st.Queued == 0 })
+	if g := e.Stats().Generated; g >= 4000 {
+		t.Errorf("%d tokens generated: the cancelled request ran to the end", g)
+	}
+	res, err := e.Generate(ctx, Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 5}})
+	if err != nil || len(res.Tokens) != 5 {
+		t.Fatalf("request after cancellations: %d tokens, %v", len(res.Tokens), err)
+	}
+	if _, err := e.Generate(func() context.Context { c, cancel := context.WithCancel(ctx); cancel(); return c }(), Request{Prefix: []int32{1}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("request with a cancelled context: %v", err)
+	}
+}
+
+func TestCloseFailsWaitingRequests(t *testing.T) {
+	e, gate := paused(t, peaked(t, tinyConfig(), 1), Config{MaxBatch: 1, EOS: []int32{}})
+	errc := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			_, err := e.Generate(testCtx(t), Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 5}})
+			errc <- err
+		}()
+	}
+	waitFor(t, "one running and one queued request", func() bool { st := e.Stats(); return st.Active == 1 && st.Queued == 1 })
+	// Close's first half, then let the scheduler run into it.
+	e.closeOnce.Do(func() { close(e.quit) })
+	close(gate)
+	for i := 0; i < 2; i++ {
+		if err := <-errc; !errors.Is(err, ErrClosed) {
+			t.Fatalf("request of a closing engine returned %v, want ErrClosed", err)
+		}
+	}
+	if _, err := e.Generate(testCtx(t), Request{Prefix: []int32{1}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("request after Close: %v, want ErrClosed", err)
+	}
+	e.Close()
+}
+
+// TestReloadUnderLoad: eight clients send requests while the weights are
+// swapped three times; no request fails, and every result equals greedy
+// decoding by the weights of the version it names.
+func TestReloadUnderLoad(t *testing.T) {
+	models := map[int64]*model.Model{}
+	for v := int64(1); v <= 4; v++ {
+		models[v] = peaked(t, tinyConfig(), uint64(10+v))
+	}
+	e := start(t, models[1], nil, Config{EOS: []int32{}, MaxBatch: 8})
+	ctx := testCtx(t)
+	type rec struct {
+		prefix []int32
+		res    Result
+	}
+	var mu sync.Mutex
+	var recs []rec
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for c := 0; c < 8; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 12; i++ {
+				p := []int32{257, int32(c), int32(i), int32(100 + c*i%100)}
+				res, err := e.Generate(ctx, Request{Prefix: p, Params: SampleParams{MaxTokens: 15}})
+				if err != nil {
+					errs <- fmt.Errorf("client %d request %d: %w", c, i, err)
+					return
+				}
+				mu.Lock()
+				recs = append(recs, rec{p, res})
+				mu.Unlock()
+			}
+		}()
+	}
+	for v := int64(2); v <= 4; v++ {
+		waitFor(t, "requests to complete", func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) >= int(v-1)*20 })
+		if err := e.Reload(models[v], v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	byVersion := map[int64]int{}
+	for _, r := range recs {
+		m := models[r.res.PolicyVersion]
+		if m == nil {
+			t.Fatalf("result names version %d, which was never loaded", r.res.PolicyVersion)
+		}
+		byVersion[r.res.PolicyVersion]++
+		if want := greedyRecompute(t, m, r.prefix, 15); sameTokens(r.res.Tokens, want) >= 0 {
+			t.Fatalf("prefix %v: result of version %d is %v, that version's greedy decoding is %v", r.prefix, r.res.PolicyVersion, r.res.Tokens, want)
+		}
+	}
+	if len(recs) != 96 || byVersion[1] == 0 || byVersion[4] == 0 {
+		t.Fatalf("%d results, per version %v; want 96 spread over versions 1 to 4", len(recs), byVersion)
+	}
+	if got := e.Info().PolicyVersion; got != 4 {
+		t.Errorf("Info names version %d after the last reload, want 4", got)
+	}
+}

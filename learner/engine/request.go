@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Finish reasons of a Result.
+const (
+	FinishEOS    = "eos"
+	FinishStop   = "stop"
+	FinishLength = "length"
+)
+
+// ErrQueueFull is returned by Generate when Config.MaxQueue requests are
+// already waiting; the caller should retry later (HTTP 429,
+// RESOURCE_EXHAUSTED).
+var ErrQueueFull = errors.New("engine: request queue is full; retry later or raise MaxQueue")
+
+// ErrClosed is returned for requests to, or still running in, a closed
+// engine.
+var ErrClosed = errors.New("engine: closed")
+
+// SampleParams controls sampling for one request.
+type SampleParams struct {
+	// Temperature divides the logits; 0 is greedy decoding.
+	Temperature float32
+	// TopP keeps the most likely tokens whose probabilities (after
+	// temperature and top-k) sum to at least TopP; 0 or 1 is off.
+	TopP float32
+	// TopK keeps the K most likely tokens; 0 is off.
+	TopK int
+	// MaxTokens bounds the new tokens; 0 means up to the context length.
+	MaxTokens int
+	// Seed seeds the request's random stream: the same seed, prefix and
+	// parameters give the same tokens.
+	Seed int64
+	// StopTokenIDs end generation after one of them is sampled (it is
+	// part of the output).
+	StopTokenIDs []int32
+	// StopStrings end generation once the decoded output contains one of
+	// them (the token that completes it is part of the output). They need
+	// a tokenizer.
+	StopStrings []string
+}
+
+// Request asks for a continuation of Prefix.
+type Request struct {
+	Prefix []int32
+	Params SampleParams
+	// Session, when not empty, keeps the sequence's KV cache after the
+	// request so that a later request of the same session whose Prefix
+	// extends this one's Prefix plus output feeds only the new tokens.
+	Session string
+}
+
+// Result is what one request sampled.
+type Result struct {
+	Tokens []int32 // new tokens
+	// LogProbs[i] is log p(Tokens[i]) under the unmodified policy: the log
+	// softmax of the raw logits, before temperature, top-k and top-p.
+	LogProbs []float32
+	// FinishReason is FinishEOS, FinishStop or FinishLength.
+	FinishReason string
+	// Stop is the stop string, or the decimal stop token id, that ended
+	// generation when FinishReason is FinishStop.
+	Stop string
+	// PolicyVersion names the weights that produced every token.
+	PolicyVersion int64
+	// PrefixTokens is len(Request.Prefix); CachedTokens of them were
+	// taken from the session's cache instead of being fed to the model.
+	PrefixTokens, CachedTokens int
+}
+
+// Token is one sampled token, as GenerateStream reports it.
+type Token struct {
+	Index   int // position in Result.Tokens
+	ID      int32
+	LogProb float32
+}
+
+// validate checks a request against the model's vocabulary and context and
+// returns the number of new tokens it may produce.
+func (r *Request) validate(vocab, maxContext int, haveTokenizer bool) (int, error) {
+	n := len(r.Prefix)
+	if n == 0 {
+		return 0, fmt.Errorf("engine: request has an empty prefix; give at least one token (e.g. BOS)")
+	}
+	if n >= maxContext {
+		return 0, fmt.Errorf("engine: prefix of %d tokens leaves no room in the context of %d; shorten it", n, maxContext)
+	}
+	for i, t := range r.Prefix {
+		if t < 0 || int(t) >= vocab {
+			return 0, fmt.Errorf("engine: prefix token %d is %d, outside the vocabulary [0,%d)", i, t, vocab)
+		}
+	}
+	p := &r.Params
+	if p.Temperature < 0 || math.IsNaN(float64(p.Temperature)) || math.IsInf(float64(p.Temperature), 0) {
+		return 0, fmt.Errorf("engine: temperature %v must be a finite number >= 0", p.Temperature)
+	}
+	if !(p.TopP >= 0 && p.TopP <= 1) {
+		return 0, fmt.Errorf("engine: top_p %v must lie in [0,1] (0 or 1: off)", p.TopP)
+	}
+	if p.TopK < 0 {
+		return 0, fmt.Errorf("engine: top_k %d must be >= 0 (0: off)", p.TopK)
+	}
+	if p.MaxTokens < 0 {
+		return 0, fmt.Errorf("engine: max_tokens %d must be >= 0 (0: up to the context length)", p.MaxTokens)
+	}
+	for i, t := range p.StopTokenIDs {
+		if t < 0 || int(t) >= vocab {
+			return 0, fmt.Errorf("engine: stop token id %d (%d) is outside the vocabulary [0,%d)", i, t, vocab)
+		}
+	}
+	for i, s := range p.StopStrings {
+		if s == "" {
+			return 0, fmt.Errorf("engine: stop string %d is empty", i)
+		}
+	}
+	if len(p.StopStrings) > 0 && !haveTokenizer {
+		return 0, fmt.Errorf("engine: stop strings need a tokenizer; this engine has none (give stop token ids)")
+	}
+	room := maxContext - n
+	if p.MaxTokens > 0 {
+		room = min(room, p.MaxTokens)
+	}
+	return room, nil
+}

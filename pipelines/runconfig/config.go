@@ -1,0 +1,205 @@
+package runconfig
+
+import (
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/transforms/advantage"
+	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/prompts"
+)
+
+// Config is one run's configuration: one YAML file with the sections
+// below. See the package documentation for every field and its default.
+type Config struct {
+	Run           Run              `yaml:"run"`
+	Data          Data             `yaml:"data"`
+	Policy        Policy           `yaml:"policy"`
+	Rollout       Rollout          `yaml:"rollout"`
+	Collaborators collab.Config    `yaml:"collaborators"`
+	Reward        Reward           `yaml:"reward"`
+	Advantage     advantage.Config `yaml:"advantage"`
+	Learner       Learner          `yaml:"learner"`
+	Eval          Eval             `yaml:"eval"`
+
+	// baseDir resolves relative input file names: the config file's
+	// directory, when it came from a local file.
+	baseDir string
+}
+
+// Run names the run and where it lives.
+type Run struct {
+	// Name identifies the run in trajectories and manifests; default: the
+	// last element of Dir.
+	Name string `yaml:"name"`
+	// Dir is the run directory, local or gs://bucket/path (required). A
+	// relative local path is relative to the working directory.
+	Dir string `yaml:"dir"`
+	// Seed drives every random choice of the run: prompt order, sampling
+	// seeds, collaborator noise (default 0).
+	Seed uint64 `yaml:"seed"`
+	// Steps is the number of training steps (default 200, the paper's).
+	Steps int64 `yaml:"steps"`
+}
+
+// Data says where the training prompts come from: prompt files, or the
+// built-in demo task.
+type Data struct {
+	// Demo uses the built-in demo task instead of prompt files.
+	Demo bool `yaml:"demo"`
+	// DemoTask sizes the demo task; default demotask.DefaultConfig().
+	// When set it must be complete.
+	DemoTask *demotask.Config `yaml:"demo_task,omitempty"`
+	// DemoSplit is the entities training questions are drawn from: all
+	// (default), seen or unseen.
+	DemoSplit string `yaml:"demo_split"`
+	// Sources are prompt files (path, format, preset, fields,
+	// data_source; see transforms/prompts). Required unless Demo.
+	Sources []prompts.Source `yaml:"sources,omitempty"`
+	// BatchSize is the number of prompts per step (default 256, the
+	// paper's; 32 for the demo). A dataset with fewer prompts gives all
+	// of them every step.
+	BatchSize int `yaml:"batch_size"`
+	// DeadLetterDir receives one JSONL file of bad prompt rows per step
+	// (step-NNNNNN.jsonl); default <run.dir>/dead_letters.
+	DeadLetterDir string `yaml:"dead_letter_dir"`
+}
+
+// Policy says how to reach the policy and how it samples.
+type Policy struct {
+	// Endpoint is the policy's URI for policy.Open: inproc:///path/to/checkpoint,
+	// grpc://host:port, http://host:port/v1?model=name. `aipo train` sets
+	// it per step; `aipo rollout` needs it here or from --policy.
+	Endpoint string `yaml:"endpoint"`
+	// Temperature of sampling (default 1.0; 0 is greedy).
+	Temperature float32 `yaml:"temperature"`
+	// TopP is nucleus sampling's mass (default 1.0, off).
+	TopP float32 `yaml:"top_p"`
+	// TopK keeps the k likeliest tokens (default 0, off).
+	TopK int `yaml:"top_k"`
+	// MaxResponseTokens bounds a response, collaborator tokens included
+	// (default 16384, the paper's).
+	MaxResponseTokens int `yaml:"max_response_tokens"`
+	// Stop holds extra stop strings that end a response (finish reason
+	// "stop"); default none.
+	Stop []string `yaml:"stop,omitempty"`
+	// Retries of a failed policy call, with the same seed (default 3).
+	Retries int `yaml:"retries"`
+	// BackoffInitial and BackoffMax shape the wait before a retry
+	// (exponential, full jitter; defaults 200ms and 5s).
+	BackoffInitial time.Duration `yaml:"backoff_initial"`
+	BackoffMax     time.Duration `yaml:"backoff_max"`
+	// Timeout bounds one policy call (default 10m).
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Rollout configures the interaction protocol and the rollout workers.
+type Rollout struct {
+	// GroupSize is G, the samples per prompt (default 8).
+	GroupSize int `yaml:"group_size"`
+	// MaxInteractions is the number of collaborator calls per trajectory
+	// (default 3, the paper's); later tags get LimitNotice. 0 answers
+	// every tag with the notice.
+	MaxInteractions int `yaml:"max_interactions"`
+	// OpenerBy is who writes the result's opening <result>: "system"
+	// (default, the paper's) or "policy" (the policy writes it and stops
+	// just after; see transforms/interact).
+	OpenerBy string `yaml:"opener_by"`
+	// TemplateTokens is how the learner treats template tokens (<result>
+	// wrappers and notices): "untrained" (default) or "external" (trained
+	// like collaborator tokens).
+	TemplateTokens string `yaml:"template_tokens"`
+	// AnswerTokenBudget truncates each collaborator answer (default 512).
+	AnswerTokenBudget int `yaml:"answer_token_budget"`
+	// InteractionCost is subtracted from the reward per interaction
+	// (default 0).
+	InteractionCost float64 `yaml:"interaction_cost"`
+	// MaxInFlight bounds the trajectories a worker runs at once (default 64).
+	MaxInFlight int `yaml:"max_in_flight"`
+	// PromptsPerBatch is how many prompts one rollout element carries
+	// (default 0: enough for 4 x MaxInFlight trajectories).
+	PromptsPerBatch int `yaml:"prompts_per_batch"`
+	// SystemPrompt is the system prompt describing the agents (inline);
+	// SystemPromptFile names a file holding it (relative to the config
+	// file). Neither: the built-in text. Both: an error.
+	SystemPrompt     string `yaml:"system_prompt"`
+	SystemPromptFile string `yaml:"system_prompt_file"`
+	// PromptTemplate turns a problem into the prompt text (Go
+	// text/template; fields .System, .Problem, .ID, .DataSource). It is
+	// encoded with special tokens parsed. Default: ChatML with the system
+	// prompt.
+	PromptTemplate string `yaml:"prompt_template"`
+	// LimitNotice answers tags after MaxInteractions calls.
+	LimitNotice string `yaml:"limit_notice"`
+}
+
+// Reward configures scoring.
+type Reward struct {
+	// DataSource, when set, picks the verifier for every prompt instead of
+	// each prompt's own data_source (see transforms/verify). The demo is
+	// scored by the demo task's own rule.
+	DataSource string `yaml:"data_source"`
+}
+
+// Learner configures the learner.
+type Learner struct {
+	// Loss selects the objective (base algorithm, external-token
+	// treatment, clips, omega, KL, aggregation); default loss.DefaultConfig().
+	Loss loss.Config `yaml:"loss"`
+	// Optim is AdamW's setting; default optim.DefaultConfig().
+	Optim optim.Config `yaml:"optim"`
+	// MicroBatchTokens bounds the tokens of one forward/backward pass
+	// (default 16384).
+	MicroBatchTokens int `yaml:"micro_batch_tokens"`
+	// PPOEpochs is the passes over a step's trajectories (default 1).
+	PPOEpochs int `yaml:"ppo_epochs"`
+	// MiniBatches is the optimiser updates per epoch (default 1).
+	MiniBatches int `yaml:"mini_batches"`
+	// Backend is the compute backend: "cpu" (default) or "cuda".
+	Backend string `yaml:"backend"`
+}
+
+// Eval configures the evaluation without collaborators.
+type Eval struct {
+	// Every is the steps between evaluations (default 10; 0 turns it off).
+	Every int64 `yaml:"every"`
+	// Samples is k of Avg@k and Pass@k (default 4).
+	Samples int `yaml:"samples"`
+	// Splits are the demo splits evaluated (default seen and unseen).
+	Splits []string `yaml:"splits,omitempty"`
+	// Benchmarks are prompt files evaluated (default none).
+	Benchmarks []prompts.Source `yaml:"benchmarks,omitempty"`
+	// Temperature of evaluation sampling (default 1.0, the paper's; 0 is
+	// greedy).
+	Temperature float32 `yaml:"temperature"`
+	// MaxResponseTokens bounds an evaluation response (default: the
+	// policy's).
+	MaxResponseTokens int `yaml:"max_response_tokens"`
+}
+
+// Template token treatments (Rollout.TemplateTokens).
+const (
+	TemplateUntrained = "untrained"
+	TemplateExternal  = "external"
+)
+
+// Backends (Learner.Backend).
+const (
+	BackendCPU  = "cpu"
+	BackendCUDA = "cuda"
+)
+
+// Defaults not taken from other packages.
+const (
+	DefaultSteps            = 200
+	DefaultBatchSize        = 256
+	DefaultDemoBatchSize    = 32
+	DefaultGroupSize        = 8
+	DefaultMaxInFlight      = 64
+	DefaultMicroBatchTokens = 16384
+	DefaultEvalEvery        = 10
+	DefaultEvalSamples      = 4
+	DefaultDemoNoise        = 0.2
+)

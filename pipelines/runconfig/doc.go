@@ -1,0 +1,167 @@
+// Package runconfig is the configuration of a run: one YAML file read by
+// `aipo train`, `aipo rollout`, `aipo learn` and `aipo eval`.
+//
+// Load reads a file (local or gs://), decodes it onto Default() so that
+// every field left out keeps its default, rejects unknown fields, resolves
+// relative input files (prompt files, the system prompt file, the
+// collaborators' template and key files) against the file's directory,
+// fills the defaults that depend on other fields (Fill) and validates the
+// result (Validate names the field at fault). Examples with comments live in
+// configs/ at the repository root.
+//
+// # Reference
+//
+// Every field, with its default. ROLE stands for verify, knowledge or
+// reason; [] marks a list.
+//
+//	run.name                    run identifier in rows and manifests (default: last element of run.dir)
+//	run.dir                     run directory, local or gs://bucket/path; required; relative to the working directory
+//	run.seed                    seed of every random choice: prompt order, sampling, collaborator noise (0)
+//	run.steps                   training steps (200)
+//
+//	data.demo                   use the built-in demo task instead of prompt files (false)
+//	data.demo_task              the demo task's size; when given, give all of it (demotask.DefaultConfig())
+//	data.demo_task.seed         seed generating names, values and the seen/unseen split (7)
+//	data.demo_task.num_entities invented entities (40)
+//	data.demo_task.seen_frac    share of entities whose facts the warm start learns (0.5)
+//	data.demo_task.min_value    smallest entity value (100)
+//	data.demo_task.max_value    largest entity value (999)
+//	data.demo_task.max_n        questions add 1..max_n (9)
+//	data.demo_split             entities training questions come from: all, seen, unseen (all)
+//	data.sources[]              prompt files; required unless data.demo (see transforms/prompts)
+//	data.sources[].path         local path (relative to the config file) or gs:// object
+//	data.sources[].format       jsonl, json, parquet; detected when empty
+//	data.sources[].preset       a built-in mapping: aime24, aime25, amc23, math500, gsm8k, gsm8k_train, deepscaler_math, aime_1983_2023
+//	data.sources[].fields       field mapping (default: problem|question|prompt|text, answer|final_answer, solution, id)
+//	data.sources[].fields.problem        candidate fields of the problem text ("a|b" or a list)
+//	data.sources[].fields.answer         candidate fields of the reference answer
+//	data.sources[].fields.solution       candidate fields of a worked solution
+//	data.sources[].fields.id             candidate fields of the row id (the row index otherwise)
+//	data.sources[].fields.answer_marker  take the answer after the last marker ("#### " for GSM8K)
+//	data.sources[].fields.drop           fields not kept in the prompt's extra column
+//	data.sources[].data_source  data_source of every row; picks its verifier (or from the preset)
+//	data.batch_size             prompts per step (256; 32 for the demo); a smaller dataset gives all its prompts
+//	data.dead_letter_dir        where bad prompt rows go, one step-NNNNNN.jsonl per step (<run.dir>/dead_letters)
+//
+//	policy.endpoint             policy URI for policy.Open (inproc:///ckpt, grpc://host:port, http://host:port/v1?model=m); set per step by aipo train, or --policy
+//	policy.temperature          sampling temperature, 0 is greedy (1.0)
+//	policy.top_p                nucleus mass, 1 is off (1.0)
+//	policy.top_k                top-k, 0 is off (0)
+//	policy.max_response_tokens  response budget, collaborator tokens included (16384)
+//	policy.stop[]               extra stop strings ending a response with finish reason stop (none)
+//	policy.retries              retries of a failed policy call, same seed (3)
+//	policy.backoff_initial      first retry wait ceiling, exponential with full jitter (200ms)
+//	policy.backoff_max          largest retry wait (5s)
+//	policy.timeout              bound on one policy call, 0 none (10m)
+//
+//	rollout.group_size          G, samples per prompt, at least 2 (8)
+//	rollout.max_interactions    collaborator calls per trajectory; later tags get limit_notice (3)
+//	rollout.opener_by           who writes <result>: system (paper) or policy (stops right after writing it) (system)
+//	rollout.template_tokens     learner's treatment of template tokens: untrained or external (untrained)
+//	rollout.answer_token_budget tokens kept of each answer (512)
+//	rollout.interaction_cost    reward subtracted per interaction (0)
+//	rollout.max_in_flight       trajectories a worker runs at once (64)
+//	rollout.prompts_per_batch   prompts per rollout element, 0 for 4*max_in_flight/group_size (0)
+//	rollout.system_prompt       system prompt template, inline (built-in text describing the agents)
+//	rollout.system_prompt_file  system prompt template file, relative to the config file
+//	rollout.prompt_template     prompt text template, fields .System .Problem .ID .DataSource (ChatML with the system prompt)
+//	rollout.limit_notice        answer to tags beyond max_interactions ("interaction limit reached; continue on your own")
+//
+//	collaborators               the agents; leave out for none (the demo: all three built in, knowledge noise 0.2)
+//	collaborators.ROLE          one agent: verify, knowledge or reason (see transforms/collab)
+//	collaborators.ROLE.kind     builtin-demo, openai or grpc
+//	collaborators.ROLE.endpoint server: API base URL (openai) or host:port (grpc)
+//	collaborators.ROLE.model    model name sent to an openai endpoint
+//	collaborators.ROLE.system   system prompt template of an openai role (built-in text)
+//	collaborators.ROLE.system_file          the same from a file
+//	collaborators.ROLE.prompt   user message template of an openai role (built-in text)
+//	collaborators.ROLE.prompt_file          the same from a file
+//	collaborators.ROLE.api_key_env          environment variable holding the API key or bearer token
+//	collaborators.ROLE.api_key_file         file holding it
+//	collaborators.ROLE.temperature          an openai role's sampling temperature (0)
+//	collaborators.ROLE.max_generate_tokens  an openai role's generation cap (256)
+//	collaborators.ROLE.documents            documents an openai knowledge role writes per query (1)
+//	collaborators.ROLE.noise                knowledge only: probability of a deliberately noisy answer (none)
+//	collaborators.ROLE.noise.constant       the same probability every step
+//	collaborators.ROLE.noise.start          curriculum probability at step 0
+//	collaborators.ROLE.noise.end            curriculum probability at total_steps
+//	collaborators.ROLE.noise.base           curriculum base (4)
+//	collaborators.ROLE.noise.total_steps    curriculum length in steps
+//	collaborators.ROLE.timeout              per-attempt timeout (30s)
+//	collaborators.ROLE.max_concurrency      calls in flight per endpoint (16)
+//	collaborators.ROLE.retries              retries of retryable failures (3)
+//	collaborators.ROLE.backoff              retry waits
+//	collaborators.ROLE.backoff.initial      first wait ceiling (100ms)
+//	collaborators.ROLE.backoff.max          largest wait (5s)
+//	collaborators.ROLE.breaker              circuit breaker of the endpoint
+//	collaborators.ROLE.breaker.failures     consecutive failures that open it, negative disables (5)
+//	collaborators.ROLE.breaker.cooldown     wait before a probe (10s)
+//	collaborators.ROLE.cache                per-run answer cache (true)
+//	collaborators.demo_task     the task builtin-demo agents answer about (data.demo_task; must match it)
+//	collaborators.demo_task.seed            as data.demo_task.seed
+//	collaborators.demo_task.num_entities    as data.demo_task.num_entities
+//	collaborators.demo_task.seen_frac       as data.demo_task.seen_frac
+//	collaborators.demo_task.min_value       as data.demo_task.min_value
+//	collaborators.demo_task.max_value       as data.demo_task.max_value
+//	collaborators.demo_task.max_n           as data.demo_task.max_n
+//	collaborators.cache_entries answers the cache keeps over all roles (65536)
+//
+//	reward.data_source          verifier for every prompt instead of each prompt's data_source (none)
+//
+//	advantage.method            grpo, drgrpo or rloo (grpo)
+//	advantage.epsilon           added to GRPO's std (1e-6)
+//	advantage.population_std    divide by the population std instead of the sample std (false)
+//	advantage.dynamic_sampling  DAPO: drop groups whose rewards are all equal, and count them (false)
+//	advantage.overlong          DAPO's soft overlong penalty
+//	advantage.overlong.enabled  turn it on (false)
+//	advantage.overlong.max_length           response budget L_max in tokens
+//	advantage.overlong.cache    penalty zone L_cache before max_length
+//	advantage.overlong.factor   penalty scale (1)
+//
+//	learner.loss                the objective (see learner/loss)
+//	learner.loss.base           grpo, drgrpo, dapo or gspo (grpo)
+//	learner.loss.clip_low       eps_low (0.2)
+//	learner.loss.clip_high      eps_high, clip-higher (0.28)
+//	learner.loss.dual_clip      dual-clip bound, 0 off (0)
+//	learner.loss.seq_clip_low   GSPO sequence clip low (3e-4)
+//	learner.loss.seq_clip_high  GSPO sequence clip high (4e-4)
+//	learner.loss.external       collaborator tokens: aipo, ratio (w/o IS), plain (w/o CS), mask (aipo)
+//	learner.loss.omega          AIPO lower bound (0.2)
+//	learner.loss.kl_coef        k3 KL coefficient, 0 off (0.001)
+//	learner.loss.kl_external    KL on external tokens too (false)
+//	learner.loss.aggregation    eq8, token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm (eq8)
+//	learner.loss.norm_tokens    divisor of seq-mean-token-sum-norm (16384)
+//	learner.optim               AdamW (see learner/optim)
+//	learner.optim.lr            peak learning rate (1e-6)
+//	learner.optim.beta1         first-moment decay (0.9)
+//	learner.optim.beta2         second-moment decay (0.999)
+//	learner.optim.eps           denominator epsilon (1e-8)
+//	learner.optim.weight_decay  decoupled weight decay (0.01)
+//	learner.optim.grad_clip     global gradient norm bound, 0 off (1.0)
+//	learner.optim.schedule      constant or warmup-cosine (constant)
+//	learner.optim.warmup_steps  linear warmup updates (0)
+//	learner.optim.total_steps   cosine horizon (200)
+//	learner.optim.min_lr_ratio  cosine floor as a share of lr (0)
+//	learner.micro_batch_tokens  tokens per forward/backward pass (16384)
+//	learner.ppo_epochs          passes over a step's trajectories (1)
+//	learner.mini_batches        optimiser updates per pass (1)
+//	learner.backend             cpu or cuda (cpu)
+//
+//	eval.every                  steps between evaluations, 0 off (10)
+//	eval.samples                k of Avg@k and Pass@k (4)
+//	eval.splits[]               demo splits evaluated: seen, unseen, all (seen and unseen for the demo)
+//	eval.benchmarks[]           prompt files evaluated, fields as data.sources[] (none)
+//	eval.benchmarks[].path      as data.sources[].path
+//	eval.benchmarks[].format    as data.sources[].format
+//	eval.benchmarks[].preset    as data.sources[].preset
+//	eval.benchmarks[].fields    as data.sources[].fields
+//	eval.benchmarks[].fields.problem        as data.sources[].fields.problem
+//	eval.benchmarks[].fields.answer         as data.sources[].fields.answer
+//	eval.benchmarks[].fields.solution       as data.sources[].fields.solution
+//	eval.benchmarks[].fields.id             as data.sources[].fields.id
+//	eval.benchmarks[].fields.answer_marker  as data.sources[].fields.answer_marker
+//	eval.benchmarks[].fields.drop           as data.sources[].fields.drop
+//	eval.benchmarks[].data_source           as data.sources[].data_source
+//	eval.temperature            evaluation temperature, 0 greedy (1.0, the paper's)
+//	eval.max_response_tokens    evaluation response budget (policy.max_response_tokens)
+package runconfig

@@ -1,0 +1,237 @@
+package runconfig
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/interact"
+)
+
+// Default returns the configuration with every default filled in, except
+// what depends on other fields (see Fill) and the required run.dir.
+func Default() Config {
+	ic := interact.Default()
+	return Config{
+		Run: Run{Steps: DefaultSteps},
+		Data: Data{
+			DemoSplit: string(demotask.SplitAll),
+		},
+		Policy: Policy{
+			Temperature:       ic.Temperature,
+			TopP:              ic.TopP,
+			TopK:              ic.TopK,
+			MaxResponseTokens: ic.MaxResponseTokens,
+			Retries:           ic.PolicyRetries,
+			BackoffInitial:    ic.PolicyBackoffInitial,
+			BackoffMax:        ic.PolicyBackoffMax,
+			Timeout:           ic.PolicyTimeout,
+		},
+		Rollout: Rollout{
+			GroupSize:         DefaultGroupSize,
+			MaxInteractions:   ic.MaxInteractions,
+			OpenerBy:          ic.OpenerBy,
+			TemplateTokens:    TemplateUntrained,
+			AnswerTokenBudget: ic.AnswerTokenBudget,
+			MaxInFlight:       DefaultMaxInFlight,
+			LimitNotice:       ic.LimitNotice,
+		},
+		Learner: Learner{
+			Loss:             loss.DefaultConfig(),
+			Optim:            optim.DefaultConfig(),
+			MicroBatchTokens: DefaultMicroBatchTokens,
+			PPOEpochs:        1,
+			MiniBatches:      1,
+			Backend:          BackendCPU,
+		},
+		Eval: Eval{
+			Every:       DefaultEvalEvery,
+			Samples:     DefaultEvalSamples,
+			Temperature: 1,
+		},
+	}
+}
+
+// Parse decodes a YAML configuration onto Default(), so that fields left
+// out keep their defaults, rejects unknown fields, fills the derived
+// defaults (Fill) and validates the result. name labels errors (the file
+// name); relative input files are resolved against baseDir ("" leaves them
+// as written).
+func Parse(data []byte, name, baseDir string) (Config, error) {
+	c := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("runconfig: %s: %w (every field is listed in the runconfig package documentation; see configs/*.yaml for examples)", name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("runconfig: %s holds more than one YAML document; put the whole run in one", name)
+	}
+	c.baseDir = baseDir
+	c.resolvePaths()
+	c.Fill()
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("runconfig: %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// Load reads and parses the configuration file at p (local or gs://).
+// Relative input files inside a local file are resolved against its
+// directory.
+func Load(ctx context.Context, p string) (Config, error) {
+	data, err := storage.ReadFile(ctx, p)
+	if err != nil {
+		return Config{}, fmt.Errorf("runconfig: reading %s: %w", p, err)
+	}
+	base := ""
+	if !storage.IsRemote(p) {
+		if abs, err := filepath.Abs(filepath.Dir(p)); err == nil {
+			base = abs
+		}
+	}
+	return Parse(data, p, base)
+}
+
+// BaseDir is the directory relative input files were resolved against.
+func (c Config) BaseDir() string { return c.baseDir }
+
+func (c *Config) resolve(name string) string {
+	if name == "" || c.baseDir == "" || storage.IsRemote(name) || filepath.IsAbs(name) || strings.Contains(name, "://") {
+		return name
+	}
+	return filepath.Join(c.baseDir, name)
+}
+
+// resolvePaths makes relative input file names absolute against baseDir.
+func (c *Config) resolvePaths() {
+	for i := range c.Data.Sources {
+		c.Data.Sources[i].Path = c.resolve(c.Data.Sources[i].Path)
+	}
+	for i := range c.Eval.Benchmarks {
+		c.Eval.Benchmarks[i].Path = c.resolve(c.Eval.Benchmarks[i].Path)
+	}
+	c.Rollout.SystemPromptFile = c.resolve(c.Rollout.SystemPromptFile)
+	if c.baseDir != "" {
+		c.Collaborators = c.Collaborators.WithBaseDir(c.baseDir)
+	}
+}
+
+// Fill sets the defaults that depend on other fields: run.name from
+// run.dir, data.batch_size (256, or 32 for the demo), data.demo_task,
+// data.dead_letter_dir, the demo's collaborators (all three built in, the
+// Knowledge Agent wrong 20% of the time) when none are configured, and
+// eval.splits and eval.max_response_tokens. It is idempotent.
+func (c *Config) Fill() {
+	if c.Run.Name == "" && c.Run.Dir != "" {
+		c.Run.Name = path.Base(strings.TrimRight(filepath.ToSlash(c.Run.Dir), "/"))
+	}
+	if c.Data.BatchSize == 0 {
+		c.Data.BatchSize = DefaultBatchSize
+		if c.Data.Demo {
+			c.Data.BatchSize = DefaultDemoBatchSize
+		}
+	}
+	if c.Data.DeadLetterDir == "" && c.Run.Dir != "" {
+		c.Data.DeadLetterDir = storage.Join(c.Run.Dir, "dead_letters")
+	}
+	if c.Data.Demo {
+		if c.Data.DemoTask == nil {
+			t := demotask.DefaultConfig()
+			c.Data.DemoTask = &t
+		}
+		if len(c.Collaborators.Roles()) == 0 {
+			base := c.baseDir
+			c.Collaborators = collab.BuiltinDemo(*c.Data.DemoTask, DefaultDemoNoise)
+			if base != "" {
+				c.Collaborators = c.Collaborators.WithBaseDir(base)
+			}
+		}
+		if c.Collaborators.DemoTask == nil {
+			t := *c.Data.DemoTask
+			c.Collaborators.DemoTask = &t
+		}
+		if len(c.Eval.Splits) == 0 {
+			c.Eval.Splits = []string{string(demotask.SplitSeen), string(demotask.SplitUnseen)}
+		}
+	}
+	if c.Eval.MaxResponseTokens == 0 {
+		c.Eval.MaxResponseTokens = c.Policy.MaxResponseTokens
+	}
+}
+
+// Hash is the sha256 (hex) of the configuration written back as YAML: the
+// same settings give the same hash.
+// The policy endpoint is left out: `aipo train` points it at each step's
+// checkpoint.
+func (c Config) Hash() string {
+	c.Policy.Endpoint = ""
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return "unhashable: " + err.Error()
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// YAML writes the configuration (defaults filled) as YAML.
+func (c Config) YAML() ([]byte, error) { return yaml.Marshal(c) }
+
+// Interact returns the interaction protocol's configuration.
+func (c Config) Interact() interact.Config {
+	ic := interact.Default()
+	ic.MaxInteractions = c.Rollout.MaxInteractions
+	ic.OpenerBy = c.Rollout.OpenerBy
+	ic.AnswerTokenBudget = c.Rollout.AnswerTokenBudget
+	ic.MaxResponseTokens = c.Policy.MaxResponseTokens
+	ic.Temperature, ic.TopP, ic.TopK = c.Policy.Temperature, c.Policy.TopP, c.Policy.TopK
+	ic.Stop = append([]string(nil), c.Policy.Stop...)
+	ic.LimitNotice = c.Rollout.LimitNotice
+	ic.PolicyRetries = c.Policy.Retries
+	ic.PolicyBackoffInitial, ic.PolicyBackoffMax = c.Policy.BackoffInitial, c.Policy.BackoffMax
+	ic.PolicyTimeout = c.Policy.Timeout
+	return ic
+}
+
+// SystemPrompt returns the system prompt template: the inline text, the
+// file's contents, or "" for the built-in one.
+func (c Config) SystemPrompt(ctx context.Context) (string, error) {
+	if c.Rollout.SystemPromptFile == "" {
+		return c.Rollout.SystemPrompt, nil
+	}
+	b, err := storage.ReadFile(ctx, c.Rollout.SystemPromptFile)
+	if err != nil {
+		return "", fmt.Errorf("runconfig: rollout.system_prompt_file: %w", err)
+	}
+	return string(b), nil
+}
+
+// DeadLetterPath is the dead-letter file of step k.
+func (c Config) DeadLetterPath(k int64) string {
+	return storage.Join(c.Data.DeadLetterDir, fmt.Sprintf("step-%06d.jsonl", k))
+}
+
+// localMissing reports whether p is a local path that does not exist.
+func localMissing(p string) bool {
+	if p == "" || storage.IsRemote(p) || strings.Contains(p, "://") {
+		return false
+	}
+	_, err := os.Stat(p)
+	return err != nil
+}

@@ -1,0 +1,198 @@
+package runconfig
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/transforms/collab"
+)
+
+// fieldPaths lists the dotted YAML paths of every field under t, with []
+// after list fields and ROLE for the collaborator roles.
+func fieldPaths(t reflect.Type, prefix string, out *[]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t.PkgPath() == "time" {
+		return
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if name == "" || name == "-" {
+			continue
+		}
+		p := prefix + name
+		if p == "collaborators.verify" || p == "collaborators.knowledge" || p == "collaborators.reason" {
+			p = "collaborators.ROLE"
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Slice {
+			p += "[]"
+			ft = ft.Elem()
+		}
+		*out = append(*out, p)
+		fieldPaths(ft, p+".", out)
+	}
+}
+
+// TestReferenceComplete checks that the package doc's reference lists
+// every field of Config, and nothing that is not one.
+func TestReferenceComplete(t *testing.T) {
+	var paths []string
+	fieldPaths(reflect.TypeOf(Config{}), "", &paths)
+	want := map[string]bool{}
+	for _, p := range paths {
+		want[strings.TrimSuffix(p, "[]")] = true
+		want[p] = true
+	}
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^//\t([a-z_]+(?:\.[A-Za-z0-9_\[\]]+)*)\s`)
+	listed := map[string]bool{}
+	for _, m := range line.FindAllStringSubmatch(string(doc), -1) {
+		listed[m[1]] = true
+		if !want[m[1]] {
+			t.Errorf("doc.go lists %q, which is not a field of Config", m[1])
+		}
+	}
+	for _, p := range paths {
+		if !strings.Contains(p, ".") && p != "collaborators" {
+			continue // a section: its fields are listed
+		}
+		if !listed[p] && !listed[strings.TrimSuffix(p, "[]")] {
+			t.Errorf("field %s is missing from the reference in doc.go", p)
+		}
+	}
+}
+
+func TestDefaultsAndFill(t *testing.T) {
+	c, err := Parse([]byte("run: {dir: runs/x}\ndata: {demo: true}\n"), "t.yaml", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Run.Name != "x" || c.Rollout.GroupSize != 8 || c.Rollout.MaxInteractions != 3 || c.Data.BatchSize != 32 ||
+		c.Rollout.OpenerBy != "system" || c.Rollout.TemplateTokens != "untrained" || c.Policy.Temperature != 1 || c.Learner.Loss.Omega != 0.2 {
+		t.Errorf("defaults not filled: %+v", c)
+	}
+	if len(c.Collaborators.Roles()) != 3 {
+		t.Errorf("demo collaborators not filled: %+v", c.Collaborators)
+	}
+	if c.Collaborators.Knowledge.Noise.P(0) != DefaultDemoNoise {
+		t.Errorf("demo knowledge noise %v, want %v", c.Collaborators.Knowledge.Noise.P(0), DefaultDemoNoise)
+	}
+	if !reflect.DeepEqual(c.Eval.Splits, []string{"seen", "unseen"}) || c.Eval.MaxResponseTokens != c.Policy.MaxResponseTokens {
+		t.Errorf("eval defaults: %+v", c.Eval)
+	}
+	if c.Data.DeadLetterDir != "runs/x/dead_letters" || c.DeadLetterPath(7) != "runs/x/dead_letters/step-000007.jsonl" {
+		t.Errorf("dead letters at %q / %q", c.Data.DeadLetterDir, c.DeadLetterPath(7))
+	}
+	// An explicit zero is kept, not replaced by the default.
+	c, err = Parse([]byte("run: {dir: r}\ndata: {demo: true}\nrollout: {max_interactions: 0}\npolicy: {temperature: 0}\n"), "t.yaml", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rollout.MaxInteractions != 0 || c.Policy.Temperature != 0 {
+		t.Errorf("explicit zeros replaced: max_interactions %d temperature %v", c.Rollout.MaxInteractions, c.Policy.Temperature)
+	}
+	d := c
+	d.Fill()
+	if d.Hash() != c.Hash() {
+		t.Error("Fill is not idempotent (hash changed)")
+	}
+	d.Policy.Endpoint = "grpc://127.0.0.1:1"
+	if d.Hash() != c.Hash() {
+		t.Error("the hash depends on policy.endpoint")
+	}
+	d.Rollout.GroupSize = 4
+	if d.Hash() == c.Hash() {
+		t.Error("the hash ignores rollout.group_size")
+	}
+}
+
+func TestRejects(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"run: {dir: r}\ndata: {demo: true}\nrollout: {group_sise: 8}\n", "group_sise"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {omegа: 1}}\n", "omeg"},
+		{"data: {demo: true}\n", "run.dir"},
+		{"run: {dir: r}\n", "data.sources"},
+		{"run: {dir: r}\ndata: {demo: true}\nrollout: {group_size: 1}\n", "rollout.group_size"},
+		{"run: {dir: r}\ndata: {demo: true}\nrollout: {opener_by: agent}\n", "rollout.opener_by"},
+		{"run: {dir: r}\ndata: {demo: true}\nrollout: {template_tokens: trained}\n", "rollout.template_tokens"},
+		{"run: {dir: r}\ndata: {demo: true}\nrollout: {interaction_cost: -1}\n", "rollout.interaction_cost"},
+		{"run: {dir: r}\ndata: {demo: true}\npolicy: {top_p: 0}\n", "policy.top_p"},
+		{"run: {dir: r}\ndata: {demo: true}\npolicy: {endpoint: 'no scheme'}\n", "policy.endpoint"},
+		{"run: {dir: r}\ndata: {demo: true}\nreward: {data_source: nosuch}\n", "reward.data_source"},
+		{"run: {dir: r}\ndata: {demo: true}\nadvantage: {method: ppo}\n", "advantage"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {backend: tpu}\n", "learner.backend"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {optim: {lr: -1}}\n", "learner.optim"},
+		{"run: {dir: r}\ndata: {demo: true}\neval: {splits: [held]}\n", "eval.splits[0]"},
+		{"run: {dir: r}\ndata: {demo: true}\ncollaborators: {knowledge: {kind: openai}}\n", "collaborators"},
+		{"run: {dir: r}\ndata: {sources: [{path: /nonexistent/p.jsonl, data_source: math}]}\n", "data.sources[0].path"},
+		{"run: {dir: r}\ndata: {demo: true, demo_task: {seed: 1}}\n", "data.demo_task"},
+		{"run: {dir: r}\ndata: {demo: true}\n---\nrun: {dir: s}\n", "more than one"},
+	} {
+		_, err := Parse([]byte(c.yaml), "t.yaml", "")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q) = %v, want an error naming %s", c.yaml, err, c.want)
+		}
+	}
+}
+
+// TestExampleConfigs loads every file under configs/.
+func TestExampleConfigs(t *testing.T) {
+	files, err := filepath.Glob("../../configs/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example configs found (%v)", err)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		c, err := Load(context.Background(), f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if c.Data.Demo && c.Collaborators.Knowledge != nil && c.Collaborators.Knowledge.Kind != collab.KindBuiltinDemo {
+			t.Errorf("%s: the demo's knowledge agent is %q", f, c.Collaborators.Knowledge.Kind)
+		}
+	}
+}
+
+func TestRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.jsonl"), []byte(`{"problem":"1+1?","answer":"2"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sys.txt"), []byte("be brief"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfgText := "run: {dir: out}\ndata: {sources: [{path: p.jsonl, data_source: integer}]}\nrollout: {system_prompt_file: sys.txt}\n"
+	p := filepath.Join(dir, "run.yaml")
+	if err := os.WriteFile(p, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Data.Sources[0].Path != filepath.Join(dir, "p.jsonl") {
+		t.Errorf("source path %q, want it resolved against the config's directory", c.Data.Sources[0].Path)
+	}
+	if s, err := c.SystemPrompt(context.Background()); err != nil || s != "be brief" {
+		t.Errorf("system prompt %q, %v", s, err)
+	}
+	if c.Run.Dir != "out" {
+		t.Errorf("run.dir %q, want it as written (relative to the working directory)", c.Run.Dir)
+	}
+}

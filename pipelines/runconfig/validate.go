@@ -1,0 +1,210 @@
+package runconfig
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/transforms/verify"
+)
+
+// fieldError names the field at fault.
+func fieldError(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// Validate reports the first invalid field, naming it ("rollout.group_size:
+// ...") and what to write instead. Call Fill first.
+func (c Config) Validate() error {
+	for _, check := range []func() error{c.validateRun, c.validateData, c.validatePolicy, c.validateRollout, c.validateRest} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c Config) validateRun() error {
+	switch {
+	case strings.TrimSpace(c.Run.Dir) == "":
+		return fieldError("run.dir", "is required: the run directory, a local path or gs://bucket/path")
+	case strings.ContainsAny(c.Run.Name, "/\\\x00") || strings.TrimSpace(c.Run.Name) == "":
+		return fieldError("run.name", "%q must be a non-empty name without slashes", c.Run.Name)
+	case c.Run.Steps < 1:
+		return fieldError("run.steps", "%d must be at least 1", c.Run.Steps)
+	}
+	return nil
+}
+
+func (c Config) validateData() error {
+	d := c.Data
+	switch {
+	case d.Demo && len(d.Sources) > 0:
+		return fieldError("data.sources", "must be empty when data.demo is true (the demo task generates its prompts)")
+	case !d.Demo && len(d.Sources) == 0:
+		return fieldError("data.sources", "is empty: list prompt files (path, preset or fields, data_source), or set data.demo: true")
+	case !d.Demo && d.DemoTask != nil:
+		return fieldError("data.demo_task", "is set but data.demo is false")
+	case d.BatchSize < 1:
+		return fieldError("data.batch_size", "%d must be at least 1", d.BatchSize)
+	}
+	switch demotask.Split(d.DemoSplit) {
+	case demotask.SplitAll, demotask.SplitSeen, demotask.SplitUnseen:
+	default:
+		return fieldError("data.demo_split", "%q is unknown: use all, seen or unseen", d.DemoSplit)
+	}
+	if d.DemoTask != nil {
+		if err := d.DemoTask.Validate(); err != nil {
+			return fieldError("data.demo_task", "%v", err)
+		}
+	}
+	for i, s := range d.Sources {
+		r, err := s.Resolve()
+		if err != nil {
+			return fieldError(fmt.Sprintf("data.sources[%d]", i), "%v", err)
+		}
+		if localMissing(r.Path) {
+			return fieldError(fmt.Sprintf("data.sources[%d].path", i), "%s does not exist (relative paths are relative to the config file)", r.Path)
+		}
+	}
+	return nil
+}
+
+func (c Config) validatePolicy() error {
+	p := c.Policy
+	if p.Endpoint != "" {
+		u, err := url.Parse(p.Endpoint)
+		if err != nil || u.Scheme == "" {
+			return fieldError("policy.endpoint", "%q is not a URI such as inproc:///runs/x/checkpoints/step-000001, grpc://127.0.0.1:7070 or http://127.0.0.1:8000/v1?model=name", p.Endpoint)
+		}
+	}
+	switch {
+	case !(p.Temperature >= 0) || math.IsInf(float64(p.Temperature), 0):
+		return fieldError("policy.temperature", "%v must be finite and >= 0 (0 is greedy)", p.Temperature)
+	case !(p.TopP > 0 && p.TopP <= 1):
+		return fieldError("policy.top_p", "%v must lie in (0, 1] (1 is off)", p.TopP)
+	case p.TopK < 0:
+		return fieldError("policy.top_k", "%d must not be negative (0 is off)", p.TopK)
+	case p.MaxResponseTokens < 1:
+		return fieldError("policy.max_response_tokens", "%d must be at least 1", p.MaxResponseTokens)
+	case p.Retries < 0 || p.Retries > 20:
+		return fieldError("policy.retries", "%d must be in 0..20", p.Retries)
+	case p.BackoffInitial < 0 || p.BackoffMax < 0:
+		return fieldError("policy.backoff_initial", "%v and backoff_max %v must not be negative", p.BackoffInitial, p.BackoffMax)
+	case p.Timeout < 0:
+		return fieldError("policy.timeout", "%v must not be negative (0: no bound)", p.Timeout)
+	}
+	for i, s := range p.Stop {
+		if s == "" {
+			return fieldError(fmt.Sprintf("policy.stop[%d]", i), "is empty")
+		}
+	}
+	return nil
+}
+
+func (c Config) validateRollout() error {
+	r := c.Rollout
+	switch {
+	case r.GroupSize < 2:
+		return fieldError("rollout.group_size", "%d is too small: group advantages need at least 2 samples per prompt (paper: 8)", r.GroupSize)
+	case r.MaxInteractions < 0:
+		return fieldError("rollout.max_interactions", "%d must not be negative (paper: 3; 0 turns the agents off)", r.MaxInteractions)
+	case r.OpenerBy != "system" && r.OpenerBy != "policy":
+		return fieldError("rollout.opener_by", "%q is unknown: use system (the system writes <result>) or policy (the policy writes it)", r.OpenerBy)
+	case r.TemplateTokens != TemplateUntrained && r.TemplateTokens != TemplateExternal:
+		return fieldError("rollout.template_tokens", "%q is unknown: use %s or %s", r.TemplateTokens, TemplateUntrained, TemplateExternal)
+	case r.AnswerTokenBudget < 1:
+		return fieldError("rollout.answer_token_budget", "%d must be at least 1", r.AnswerTokenBudget)
+	case !(r.InteractionCost >= 0) || math.IsInf(r.InteractionCost, 0):
+		return fieldError("rollout.interaction_cost", "%v must be finite and >= 0", r.InteractionCost)
+	case r.MaxInFlight < 1:
+		return fieldError("rollout.max_in_flight", "%d must be at least 1", r.MaxInFlight)
+	case r.PromptsPerBatch < 0:
+		return fieldError("rollout.prompts_per_batch", "%d must not be negative (0: automatic)", r.PromptsPerBatch)
+	case r.SystemPrompt != "" && r.SystemPromptFile != "":
+		return fieldError("rollout.system_prompt", "set system_prompt or system_prompt_file, not both")
+	case localMissing(r.SystemPromptFile):
+		return fieldError("rollout.system_prompt_file", "%s does not exist (relative paths are relative to the config file)", r.SystemPromptFile)
+	}
+	if err := c.Interact().Validate(); err != nil {
+		return fieldError("rollout", "%v", err)
+	}
+	return nil
+}
+
+func (c Config) validateRest() error {
+	if len(c.Collaborators.Roles()) > 0 {
+		if err := c.Collaborators.Validate(); err != nil {
+			return fieldError("collaborators", "%v", err)
+		}
+	}
+	if c.Data.Demo && c.Collaborators.DemoTask != nil && c.Data.DemoTask != nil && *c.Collaborators.DemoTask != *c.Data.DemoTask {
+		return fieldError("collaborators.demo_task", "differs from data.demo_task: the built-in agents must answer about the run's task (leave collaborators.demo_task out)")
+	}
+	if c.Reward.DataSource != "" {
+		if _, err := verify.ForDataSource(c.Reward.DataSource); err != nil {
+			return fieldError("reward.data_source", "%v", err)
+		}
+	}
+	if err := c.Advantage.Validate(); err != nil {
+		return fieldError("advantage", "%v", err)
+	}
+	if err := c.Learner.Loss.Validate(); err != nil {
+		return fieldError("learner.loss", "%v", err)
+	}
+	if err := c.Learner.Optim.Validate(); err != nil {
+		return fieldError("learner.optim", "%v", err)
+	}
+	l := c.Learner
+	switch {
+	case l.MicroBatchTokens < 1:
+		return fieldError("learner.micro_batch_tokens", "%d must be at least 1", l.MicroBatchTokens)
+	case l.PPOEpochs < 1:
+		return fieldError("learner.ppo_epochs", "%d must be at least 1", l.PPOEpochs)
+	case l.MiniBatches < 1:
+		return fieldError("learner.mini_batches", "%d must be at least 1", l.MiniBatches)
+	case l.Backend != BackendCPU && l.Backend != BackendCUDA:
+		return fieldError("learner.backend", "%q is unknown: use %s or %s", l.Backend, BackendCPU, BackendCUDA)
+	}
+	e := c.Eval
+	switch {
+	case e.Every < 0:
+		return fieldError("eval.every", "%d must not be negative (0 turns evaluation off)", e.Every)
+	case e.Samples < 1:
+		return fieldError("eval.samples", "%d must be at least 1", e.Samples)
+	case !(e.Temperature >= 0) || math.IsInf(float64(e.Temperature), 0):
+		return fieldError("eval.temperature", "%v must be finite and >= 0", e.Temperature)
+	case e.MaxResponseTokens < 1:
+		return fieldError("eval.max_response_tokens", "%d must be at least 1", e.MaxResponseTokens)
+	}
+	for i, s := range e.Splits {
+		switch demotask.Split(s) {
+		case demotask.SplitAll, demotask.SplitSeen, demotask.SplitUnseen:
+		default:
+			return fieldError(fmt.Sprintf("eval.splits[%d]", i), "%q is unknown: use all, seen or unseen", s)
+		}
+		if !c.Data.Demo {
+			return fieldError("eval.splits", "are demo splits, but data.demo is false: evaluate prompt files with eval.benchmarks")
+		}
+	}
+	for i, s := range e.Benchmarks {
+		if _, err := s.Resolve(); err != nil {
+			return fieldError(fmt.Sprintf("eval.benchmarks[%d]", i), "%v", err)
+		}
+	}
+	return nil
+}
+
+// ErrNoEndpoint is returned by RequireEndpoint.
+var ErrNoEndpoint = errors.New("policy.endpoint is empty: set it in the config or pass --policy URI")
+
+// RequireEndpoint reports ErrNoEndpoint when no policy endpoint is set.
+func (c Config) RequireEndpoint() error {
+	if c.Policy.Endpoint == "" {
+		return ErrNoEndpoint
+	}
+	return nil
+}
