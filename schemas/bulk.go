@@ -19,9 +19,10 @@ import (
 // It reads the column layout from the file, so it accepts shards written by
 // any Parquet writer that uses the same column names and physical types
 // (required or optional columns, three-level lists with any inner names,
-// plain or dictionary encoded pages, v1 or v2 data pages). A null value, a
-// missing column or a column of another physical type is an error naming the
-// column.
+// plain or dictionary encoded pages, v1 or v2 data pages). As with
+// parquet-go's generic reader, a null scalar reads as its zero value and a
+// null list as an empty one. A null list element, a missing column or a
+// column of another physical type is an error naming the column.
 
 // Column positions of Trajectory in the bulk reader's tables.
 const (
@@ -287,13 +288,14 @@ func (l *levels) page(p parquet.Page) (int, error) {
 			return n, nil
 		}
 		def := p.DefinitionLevels()
+		n := 0
 		for _, d := range def {
-			if d != leaf.maxDef {
-				return 0, fmt.Errorf("row %d is null (trajectory columns are never null)", l.rows)
+			if d == leaf.maxDef {
+				n++
 			}
-			l.rows++
 		}
-		return len(def), nil
+		l.rows += len(def)
+		return n, nil
 	}
 	rep, def := p.RepetitionLevels(), p.DefinitionLevels()
 	if len(rep) != len(def) {
@@ -313,7 +315,7 @@ func (l *levels) page(p parquet.Page) (int, error) {
 		d := def[i]
 		if d >= elemDef {
 			if d != maxDef {
-				return 0, fmt.Errorf("row %d has a null list element (trajectory lists never hold nulls)", len(offs)-1)
+				return 0, fmt.Errorf("row %d has a null list element (trajectory lists cannot hold nulls)", len(offs)-1)
 			}
 			e++
 		}
@@ -334,6 +336,45 @@ func (l *levels) finish(rows int) ([]int32, error) {
 		return nil, fmt.Errorf("column chunk holds %d rows, row group says %d", len(l.offs), rows)
 	}
 	return append(l.offs, l.elems), nil
+}
+
+// dense reports whether the page values map one to one onto the column's
+// entries: lists (whose nulls are empty lists) and required scalars.
+func (l *levels) dense() bool { return l.leaf.list || l.leaf.maxDef == 0 }
+
+// place appends a page's values to vals. For an optional scalar column the
+// values cover only the non-null rows: null rows get the zero value, as
+// parquet-go's generic reader gives them.
+func place[T any](l *levels, vals, pv []T, def []byte) []T {
+	if l.dense() {
+		return append(vals, pv...)
+	}
+	var zero T
+	k := 0
+	for _, d := range def {
+		if d == l.leaf.maxDef {
+			vals = append(vals, pv[k])
+			k++
+		} else {
+			vals = append(vals, zero)
+		}
+	}
+	return vals
+}
+
+// lookup resolves dictionary indexes.
+func lookup[T any](dict []T, idx []int32, n int) ([]T, error) {
+	if len(idx) != n {
+		return nil, fmt.Errorf("page holds %d dictionary indexes, its levels say %d values", len(idx), n)
+	}
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		if uint(i) >= uint(len(dict)) {
+			return nil, fmt.Errorf("dictionary index %d out of range [0,%d)", i, len(dict))
+		}
+		out[j] = dict[i]
+	}
+	return out, nil
 }
 
 // eachPage calls fn with every data page of a column chunk, in order.
@@ -374,23 +415,18 @@ func readFixed[T int32 | int64 | float32](cc parquet.ColumnChunk, leaf *leafInfo
 				dv := d.Page().Data()
 				dictOf, dict = d, get(&dv)
 			}
-			idx := data.Int32()
-			if len(idx) != n {
-				return fmt.Errorf("page holds %d dictionary indexes, its levels say %d values", len(idx), n)
+			pv, err := lookup(dict, data.Int32(), n)
+			if err != nil {
+				return err
 			}
-			for _, i := range idx {
-				if uint(i) >= uint(len(dict)) {
-					return fmt.Errorf("dictionary index %d out of range [0,%d)", i, len(dict))
-				}
-				vals = append(vals, dict[i])
-			}
+			vals = place(lv, vals, pv, p.DefinitionLevels())
 			return nil
 		}
 		pv := get(&data)
 		if len(pv) != n {
 			return fmt.Errorf("page holds %d values, its levels say %d", len(pv), n)
 		}
-		vals = append(vals, pv...)
+		vals = place(lv, vals, pv, p.DefinitionLevels())
 		return nil
 	})
 	if err != nil {
@@ -417,9 +453,11 @@ func readBools(cc parquet.ColumnChunk, leaf *leafInfo, rows int) ([]bool, []int3
 		if len(bits)*8 < n {
 			return fmt.Errorf("page holds %d bits, its levels say %d values", len(bits)*8, n)
 		}
-		for i := range n {
-			vals = append(vals, bits[i>>3]&(1<<(i&7)) != 0)
+		pv := make([]bool, n)
+		for i := range pv {
+			pv[i] = bits[i>>3]&(1<<(i&7)) != 0
 		}
+		vals = place(lv, vals, pv, p.DefinitionLevels())
 		return nil
 	})
 	if err != nil {
@@ -448,23 +486,26 @@ func readStrings(cc parquet.ColumnChunk, leaf *leafInfo, rows int) ([]string, []
 				dv := d.Page().Data()
 				dictOf, dict = d, splitStrings(&dv, nil)
 			}
-			idx := data.Int32()
-			if len(idx) != n {
-				return fmt.Errorf("page holds %d dictionary indexes, its levels say %d values", len(idx), n)
+			pv, err := lookup(dict, data.Int32(), n)
+			if err != nil {
+				return err
 			}
-			for _, i := range idx {
-				if uint(i) >= uint(len(dict)) {
-					return fmt.Errorf("dictionary index %d out of range [0,%d)", i, len(dict))
-				}
-				vals = append(vals, dict[i])
+			vals = place(lv, vals, pv, p.DefinitionLevels())
+			return nil
+		}
+		if lv.dense() {
+			before := len(vals)
+			vals = splitStrings(&data, vals)
+			if got := len(vals) - before; got != n {
+				return fmt.Errorf("page holds %d values, its levels say %d", got, n)
 			}
 			return nil
 		}
-		before := len(vals)
-		vals = splitStrings(&data, vals)
-		if got := len(vals) - before; got != n {
-			return fmt.Errorf("page holds %d values, its levels say %d", got, n)
+		pv := splitStrings(&data, nil)
+		if len(pv) != n {
+			return fmt.Errorf("page holds %d values, its levels say %d", len(pv), n)
 		}
+		vals = place(lv, vals, pv, p.DefinitionLevels())
 		return nil
 	})
 	if err != nil {

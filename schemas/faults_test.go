@@ -165,9 +165,9 @@ func TestValidate(t *testing.T) {
 		return 0
 	}
 	for _, c := range []struct {
-		name  string
-		break_ func(*Trajectory)
-		want  string
+		name   string
+		mutate func(*Trajectory)
+		want   string
 	}{
 		{"version", func(c *Trajectory) { c.SchemaVersion = 9 }, "schema_version"},
 		{"source length", func(c *Trajectory) { c.TokenSource = c.TokenSource[1:] }, "token_source has"},
@@ -184,7 +184,7 @@ func TestValidate(t *testing.T) {
 		{"finish", func(c *Trajectory) { c.FinishReason = "" }, "finish_reason"},
 	} {
 		tr := clone()
-		c.break_(&tr)
+		c.mutate(&tr)
 		err := tr.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Validate() = %v, want an error containing %q", c.name, err, c.want)

@@ -1,9 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
-	"sort"
+	"slices"
 )
 
 // sampler holds the scratch of sampling; the scheduler owns one.
@@ -30,6 +31,14 @@ func argmax(row []float32) int32 {
 
 // sample draws a token from row (raw logits) under p. Greedy decoding uses
 // no randomness; every other setting takes exactly one draw from rng.
+//
+// With top-k or top-p the candidates are sorted by probability (equal
+// logits in id order, so that the kept set is a function of the logits
+// alone) and the draw walks them in that order; without, it walks all ids
+// in order. Only the tokens that can be kept are sorted: those whose
+// probability is at least a cut-off c, lowered until they number at least
+// k (top-k) or hold at least top-p of the mass (top-p alone), since every
+// token below c comes after all of them in the sorted order.
 func (s *sampler) sample(row []float32, p *SampleParams, rng *rand.Rand) int32 {
 	if p.Temperature == 0 || p.TopK == 1 {
 		return argmax(row)
@@ -38,57 +47,108 @@ func (s *sampler) sample(row []float32, p *SampleParams, rng *rand.Rand) int32 {
 	invT := 1 / float64(p.Temperature)
 	topK := p.TopK > 0 && p.TopK < V
 	topP := p.TopP > 0 && p.TopP < 1
-	s.idx = s.idx[:0]
-	for j := range row {
-		s.idx = append(s.idx, int32(j))
+	mx := float64(row[argmax(row)])
+	if cap(s.probs) < V {
+		s.probs = make([]float64, V)
 	}
-	if topK || topP {
-		// Most likely first; equal logits in id order, so that the kept set
-		// is a function of the logits alone.
-		sort.Slice(s.idx, func(a, b int) bool {
-			la, lb := row[s.idx[a]], row[s.idx[b]]
-			return la > lb || (la == lb && s.idx[a] < s.idx[b])
-		})
+	probs := s.probs[:V]
+	var total float64
+	for j, l := range row {
+		e := math.Exp((float64(l) - mx) * invT)
+		probs[j] = e
+		total += e
+	}
+	if !topK && !topP {
+		return pick(probs, nil, total, rng)
+	}
+	var cand []int32
+	var mass float64
+	for c := 0x1p-10; ; c *= 0x1p-10 {
+		cand, mass = s.idx[:0], 0
+		for j, pr := range probs {
+			if pr >= c {
+				cand = append(cand, int32(j))
+				mass += pr
+			}
+		}
+		s.idx = cand
+		enough := len(cand) == V
 		if topK {
-			s.idx = s.idx[:p.TopK]
+			enough = enough || len(cand) >= p.TopK
+		} else {
+			enough = enough || mass >= float64(p.TopP)*total
+		}
+		if enough || c == 0 {
+			break
+		}
+		if c < 0x1p-1000 {
+			c = 0 // next round takes everything
 		}
 	}
-	mx := row[argmax(row)]
-	s.probs = s.probs[:0]
-	var sum float64
-	for _, j := range s.idx {
-		e := math.Exp((float64(row[j]) - float64(mx)) * invT)
-		s.probs = append(s.probs, e)
-		sum += e
+	slices.SortFunc(cand, func(a, b int32) int {
+		if c := cmp.Compare(row[b], row[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	if topK {
+		cand = cand[:min(p.TopK, len(cand))]
+	}
+	mass = 0
+	for _, j := range cand {
+		mass += probs[j]
 	}
 	if topP {
-		// Keep the shortest head of the sorted candidates whose mass
-		// reaches TopP (at least one token).
-		want := float64(p.TopP) * sum
+		// The shortest head of the candidates whose mass reaches TopP of
+		// theirs (at least one token).
+		want := float64(p.TopP) * mass
 		var cum float64
 		n := 0
-		for n < len(s.probs) {
-			cum += s.probs[n]
+		for n < len(cand) {
+			cum += probs[cand[n]]
 			n++
 			if cum >= want {
 				break
 			}
 		}
-		s.idx, s.probs, sum = s.idx[:n], s.probs[:n], cum
+		cand, mass = cand[:n], cum
 	}
-	u := rng.Float64() * sum
+	return pick(probs, cand, mass, rng)
+}
+
+// pick draws from probs restricted to ids (all ids in order when nil),
+// whose probabilities sum to mass, with one uniform draw.
+func pick(probs []float64, ids []int32, mass float64, rng *rand.Rand) int32 {
+	u := rng.Float64() * mass
 	var cum float64
-	for i, pr := range s.probs {
-		cum += pr
-		if u < cum {
-			return s.idx[i]
+	last := int32(-1)
+	if ids == nil {
+		for j, pr := range probs {
+			cum += pr
+			if pr > 0 {
+				last = int32(j)
+			}
+			if u < cum {
+				return int32(j)
+			}
+		}
+	} else {
+		for _, j := range ids {
+			cum += probs[j]
+			if probs[j] > 0 {
+				last = j
+			}
+			if u < cum {
+				return j
+			}
 		}
 	}
 	// Rounding left u at the very top: the last token with mass.
-	for i := len(s.probs) - 1; i >= 0; i-- {
-		if s.probs[i] > 0 {
-			return s.idx[i]
+	if last < 0 {
+		last = 0
+		if ids != nil {
+			last = ids[0]
 		}
 	}
-	return s.idx[0]
+	return last
 }

@@ -22,9 +22,9 @@ type sessionStore struct {
 	tokens int
 	lru    *list.List // front: most recent; values *sessionEntry
 	byID   map[string]*list.Element
-	// active counts, per session, the running requests that will store
-	// their cache when they finish; released marks those whose session
-	// was released meanwhile.
+	// active holds, per session, the running requests and whether each
+	// will store its cache when it finishes (false once the session was
+	// released meanwhile).
 	active map[string]map[*seq]bool
 }
 

@@ -290,3 +290,18 @@ func TestCallerCancellation(t *testing.T) {
 		t.Errorf("err = %v, want the caller's context.DeadlineExceeded", err)
 	}
 }
+
+func FuzzParseChat(f *testing.F) {
+	for _, s := range []string{`{"choices":[{"message":{"content":"x"}}]}`, `{"choices":[]}`, `{"choices":[{"message":{"content":[{"type":"text","text":"a"}]}}]}`, `null`, `[]`, `{"error":"x"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		text, _, _, err := parseChat(body)
+		if err == nil && strings.TrimSpace(text) == "" {
+			t.Fatalf("parseChat(%q) returned an empty answer without an error", body)
+		}
+		if err != nil && guard.Classify(err).Kind == guard.KindInternal {
+			t.Fatalf("parseChat(%q) error %v is unclassified", body, err)
+		}
+	})
+}

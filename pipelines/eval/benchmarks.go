@@ -1,0 +1,169 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
+	"github.com/aipo-rl/aipo/transforms/verify"
+)
+
+// Code verifiers (the others are transforms/verify data sources).
+const (
+	VerifierMBPP      = "mbpp"
+	VerifierHumanEval = "humaneval"
+)
+
+// Preset is a built-in benchmark: its file under the data folder, field
+// mapping, verifier, template, default samples and report breakdowns.
+type Preset struct {
+	RelPath   string
+	Fields    promptfile.FieldMap
+	Verifier  string
+	Template  string
+	Samples   int
+	Rows      int // problems in the bundled file
+	Breakdown []string
+}
+
+func names(s ...string) promptfile.Names { return promptfile.Names(s) }
+
+// Presets are the built-in benchmarks. Samples follow the paper (Avg@16 on
+// AIME, Avg@4 elsewhere).
+var Presets = map[string]Preset{
+	"aime24": {RelPath: "math/aime24/test.jsonl", Verifier: "aime24", Template: "math", Samples: 16, Rows: 30,
+		Fields: promptfile.FieldMap{Problem: names("problem", "question"), Answer: names("answer"), ID: names("id"), Drop: names("solution", "url", "question")}},
+	// The copy whose LaTeX escapes were repaired upstream of three problems.
+	"aime25": {RelPath: "math/aime25/test.escfixed.jsonl", Verifier: "aime25", Template: "math", Samples: 16, Rows: 30,
+		Fields: promptfile.FieldMap{Problem: names("problem"), Answer: names("answer"), ID: names("id")}},
+	"amc23": {RelPath: "math/amc23/test.jsonl", Verifier: "amc23", Template: "math", Samples: 4, Rows: 40,
+		Fields: promptfile.FieldMap{Problem: names("problem", "question"), Answer: names("answer"), ID: names("id"), Drop: names("url", "question")}},
+	"math500": {RelPath: "math/math500/test.jsonl", Verifier: "math500", Template: "math", Samples: 4, Rows: 500,
+		Fields:    promptfile.FieldMap{Problem: names("problem"), Answer: names("answer"), ID: names("unique_id"), Drop: names("solution")},
+		Breakdown: []string{"subject", "level"}},
+	"gsm8k": {RelPath: "math/gsm8k/test.jsonl", Verifier: "gsm8k", Template: "math", Samples: 4, Rows: 1319,
+		Fields: promptfile.FieldMap{Problem: names("question"), Answer: names("answer"), AnswerMarker: "#### "}},
+	// MBPP, all 974 problems; the three asserts of test_list are the tests
+	// (challenge_test_list is not used, as in the original evaluation).
+	"mbpp": {RelPath: "code/mbpp/mbpp.jsonl", Verifier: VerifierMBPP, Template: "mbpp", Samples: 4, Rows: 974,
+		Fields: promptfile.FieldMap{Problem: names("text"), Answer: names("code"), ID: names("task_id")}},
+	"mbpp_sanitized": {RelPath: "code/mbpp/sanitized-mbpp.json", Verifier: VerifierMBPP, Template: "mbpp", Samples: 4, Rows: 427,
+		Fields: promptfile.FieldMap{Problem: names("prompt"), Answer: names("code"), ID: names("task_id")}},
+	// HumanEval's answer column is the entry point: the canonical solution
+	// is kept verbatim in the extra fields (the answer column is trimmed,
+	// which would cut the indentation of its first line).
+	"humaneval": {RelPath: "code/humaneval/HumanEval.jsonl.gz", Verifier: VerifierHumanEval, Template: "humaneval", Samples: 4, Rows: 164,
+		Fields: promptfile.FieldMap{Problem: names("prompt"), Answer: names("entry_point"), ID: names("task_id")}},
+}
+
+// PresetNames lists the presets, sorted.
+func PresetNames() []string {
+	out := make([]string, 0, len(Presets))
+	for n := range Presets {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// resolved is a benchmark with its preset applied and its verifier known.
+type resolved struct {
+	Name      string
+	Source    promptfile.Source
+	Verifier  string
+	Template  string
+	Samples   int
+	MaxTokens int
+	Limit     int
+	Breakdown []string
+}
+
+// code reports whether the benchmark runs programs.
+func (r resolved) code() bool { return r.Verifier == VerifierMBPP || r.Verifier == VerifierHumanEval }
+
+// resolve applies the preset and the run's defaults to b.
+func resolve(b Benchmark, c Config) (resolved, error) {
+	r := resolved{Name: b.key(), Verifier: b.Verifier, Template: b.Template, Samples: b.Samples,
+		MaxTokens: b.MaxTokens, Limit: b.Limit, Breakdown: b.Breakdown}
+	src := promptfile.Source{Path: b.Path, Format: b.Format, Fields: b.Fields, DataSource: r.Name}
+	if b.Preset != "" {
+		p := Presets[b.Preset]
+		if src.Path == "" {
+			dir := c.DataDir
+			if dir == "" {
+				dir = shareddata.Dir()
+			}
+			if dir == "" {
+				return r, fmt.Errorf("benchmark %s: preset %s needs data_dir (the folder holding %s), or set path", r.Name, b.Preset, p.RelPath)
+			}
+			src.Path = storage.Join(dir, p.RelPath)
+		}
+		if len(src.Fields.Problem) == 0 && len(src.Fields.Answer) == 0 {
+			src.Fields = p.Fields
+		}
+		if r.Verifier == "" {
+			r.Verifier = p.Verifier
+		}
+		if r.Template == "" {
+			r.Template = p.Template
+		}
+		if r.Samples == 0 {
+			r.Samples = c.Sampling.Samples
+		}
+		if r.Samples == 0 {
+			r.Samples = p.Samples
+		}
+		if r.Breakdown == nil {
+			r.Breakdown = p.Breakdown
+		}
+	}
+	if src.Path == "" {
+		return r, fmt.Errorf("benchmark %s: no path and no preset (presets: %s)", r.Name, strings.Join(PresetNames(), ", "))
+	}
+	if r.Samples == 0 {
+		r.Samples = c.Sampling.Samples
+	}
+	if r.Samples == 0 {
+		r.Samples = 4
+	}
+	if r.MaxTokens == 0 {
+		r.MaxTokens = c.Sampling.MaxTokens
+	}
+	if r.Verifier == "" {
+		r.Verifier = "math"
+	}
+	if r.Template == "" {
+		r.Template = "plain"
+	}
+	if !r.code() {
+		if _, err := verify.ForDataSource(r.Verifier); err != nil {
+			return r, fmt.Errorf("benchmark %s: %w (or use %s / %s for code)", r.Name, err, VerifierMBPP, VerifierHumanEval)
+		}
+	}
+	if _, err := parseTemplate(r.Template); err != nil {
+		return r, fmt.Errorf("benchmark %s: %w", r.Name, err)
+	}
+	r.Source = src
+	return r, nil
+}
+
+// load reads the benchmark's problems (the first Limit of them) and the
+// number of rows that could not be read.
+func (r resolved) load(ctx context.Context) ([]schemas.Prompt, []promptfile.DeadLetter, error) {
+	good, dead, _, err := promptfile.ReadAll(ctx, r.Source)
+	if err != nil {
+		return nil, nil, fmt.Errorf("benchmark %s: %w", r.Name, err)
+	}
+	if r.Limit > 0 && len(good) > r.Limit {
+		good = good[:r.Limit]
+	}
+	if len(good) == 0 {
+		return nil, dead, fmt.Errorf("benchmark %s: no problems in %s (%d rows dead-lettered)", r.Name, r.Source.Path, len(dead))
+	}
+	return good, dead, nil
+}

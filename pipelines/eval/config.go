@@ -1,0 +1,250 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
+	"github.com/aipo-rl/aipo/transforms/sandbox"
+	"gopkg.in/yaml.v3"
+)
+
+// Config describes one evaluation run.
+type Config struct {
+	// Run names the evaluation in every record ("eval").
+	Run string `yaml:"run" json:"run"`
+	// Out is the output directory, local or gs:// (required).
+	Out string `yaml:"out" json:"out"`
+	// DataDir is where presets find their files (default: the shared data
+	// folder, ../shared/data or $AIPO_SHARED_DATA).
+	DataDir string `yaml:"data_dir" json:"data_dir"`
+	Policy  Policy `yaml:"policy" json:"policy"`
+	Chat    Chat   `yaml:"chat" json:"chat"`
+	// Sampling is the default for every benchmark.
+	Sampling Sampling `yaml:"sampling" json:"sampling"`
+	// PassK lists the k of Pass@k ([1, 4, 16]; ks above a benchmark's n
+	// are left out).
+	PassK []int `yaml:"pass_k" json:"pass_k"`
+	// MajK lists the k of maj@k ([4, 16]).
+	MajK []int `yaml:"maj_k" json:"maj_k"`
+	// ChunkSize is the problems per committed chunk (16).
+	ChunkSize int `yaml:"chunk_size" json:"chunk_size"`
+	// Concurrency bounds the generate requests in flight per chunk (64).
+	Concurrency int `yaml:"concurrency" json:"concurrency"`
+	// MaxChunks stops a run after this many new chunks (0: all); the next
+	// run goes on from there.
+	MaxChunks int `yaml:"max_chunks" json:"max_chunks"`
+	// Retries is how often a failed generate request is retried (2).
+	Retries int            `yaml:"retries" json:"retries"`
+	Sandbox sandbox.Config `yaml:"sandbox" json:"sandbox"`
+	// Benchmarks to evaluate, in report column order.
+	Benchmarks []Benchmark `yaml:"benchmarks" json:"benchmarks"`
+}
+
+// Policy names the policy under evaluation.
+type Policy struct {
+	// URI is any policy.Open endpoint: inproc:///path/to/checkpoint,
+	// grpc://host:port, http://host:port/v1?model=NAME.
+	URI string `yaml:"uri" json:"uri"`
+	// Label is the row name in reports (default: the URI).
+	Label string `yaml:"label" json:"label"`
+}
+
+// Chat says how a rendered prompt becomes token ids.
+type Chat struct {
+	// Tokenizer is a tokenizer.json file, a directory holding one, or
+	// "builtin". With it, the prompt is rendered in the vocabulary's chat
+	// format (learner/tokenizer ApplyChat) as a user turn. Empty: the
+	// checkpoint directory of an inproc:///path URI when it holds a
+	// tokenizer.json, otherwise the raw template below, tokenised by the
+	// policy.
+	Tokenizer string `yaml:"tokenizer" json:"tokenizer"`
+	// System is an optional system message.
+	System string `yaml:"system" json:"system"`
+	// Raw forces the raw template even when a tokenizer is available.
+	Raw bool `yaml:"raw" json:"raw"`
+	// RawTemplate is a text/template over .System and .User, tokenised by
+	// the policy with special tokens on (default: ChatML).
+	RawTemplate string `yaml:"raw_template" json:"raw_template"`
+	// DisableThinking adds Qwen3's empty think block.
+	DisableThinking bool `yaml:"disable_thinking" json:"disable_thinking"`
+}
+
+// Sampling controls generation; zero fields take the defaults named.
+type Sampling struct {
+	// Samples is n, the responses per problem (default: the benchmark's
+	// preset, 16 for AIME and 4 otherwise, as in the paper).
+	Samples int `yaml:"samples" json:"samples"`
+	// Temperature (1.0; 0 is greedy).
+	Temperature *float32 `yaml:"temperature" json:"temperature"`
+	// TopP (1.0).
+	TopP float32 `yaml:"top_p" json:"top_p"`
+	TopK int     `yaml:"top_k" json:"top_k"`
+	// MaxTokens is the response budget (16384).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
+	// Seed is the base of the per-sample seeds.
+	Seed int64 `yaml:"seed" json:"seed"`
+	// Stop strings end a response.
+	Stop []string `yaml:"stop" json:"stop"`
+}
+
+// Defaults of the paper (section 4, B.6).
+const (
+	DefaultTemperature = 1.0
+	DefaultTopP        = 1.0
+	DefaultMaxTokens   = 16384
+	DefaultChunkSize   = 16
+	DefaultConcurrency = 64
+)
+
+// DefaultRawTemplate is ChatML, the format of Qwen models.
+const DefaultRawTemplate = "{{if .System}}<|im_start|>system\n{{.System}}<|im_end|>\n{{end}}<|im_start|>user\n{{.User}}<|im_end|>\n<|im_start|>assistant\n"
+
+// LoadConfig reads a YAML config (local or gs://). Unknown keys are errors.
+func LoadConfig(ctx context.Context, path string) (Config, error) {
+	b, err := storage.ReadFile(ctx, path)
+	if err != nil {
+		return Config{}, fmt.Errorf("eval config: %w", err)
+	}
+	return ParseConfig(b, path)
+}
+
+// ParseConfig parses YAML; name is used in errors.
+func ParseConfig(b []byte, name string) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("eval config %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	if c.Run == "" {
+		c.Run = "eval"
+	}
+	if c.Policy.Label == "" {
+		c.Policy.Label = c.Policy.URI
+	}
+	if c.Sampling.Temperature == nil {
+		t := float32(DefaultTemperature)
+		c.Sampling.Temperature = &t
+	}
+	if c.Sampling.TopP == 0 {
+		c.Sampling.TopP = DefaultTopP
+	}
+	if c.Sampling.MaxTokens == 0 {
+		c.Sampling.MaxTokens = DefaultMaxTokens
+	}
+	if len(c.PassK) == 0 {
+		c.PassK = []int{1, 4, 16}
+	}
+	if len(c.MajK) == 0 {
+		c.MajK = []int{4, 16}
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = DefaultChunkSize
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Retries == 0 {
+		c.Retries = 2
+	}
+	if c.Chat.RawTemplate == "" {
+		c.Chat.RawTemplate = DefaultRawTemplate
+	}
+	return c
+}
+
+// Validate checks the config and names what is wrong and how to fix it.
+func (c Config) Validate() error {
+	if c.Out == "" {
+		return fmt.Errorf("eval config: out is empty (the output directory, local or gs://)")
+	}
+	if c.Policy.URI == "" {
+		return fmt.Errorf("eval config: policy.uri is empty (inproc:///path/to/checkpoint, grpc://host:port or http://host:port/v1?model=NAME)")
+	}
+	s := c.Sampling
+	if s.Samples < 0 || s.MaxTokens < 0 || s.TopK < 0 {
+		return fmt.Errorf("eval config: sampling samples %d, max_tokens %d and top_k %d must not be negative", s.Samples, s.MaxTokens, s.TopK)
+	}
+	if s.Temperature != nil && *s.Temperature < 0 {
+		return fmt.Errorf("eval config: sampling.temperature %v must be >= 0", *s.Temperature)
+	}
+	if s.TopP < 0 || s.TopP > 1 {
+		return fmt.Errorf("eval config: sampling.top_p %v must lie in (0, 1]", s.TopP)
+	}
+	if c.ChunkSize < 0 || c.Concurrency < 0 || c.MaxChunks < 0 || c.Retries < 0 {
+		return fmt.Errorf("eval config: chunk_size, concurrency, max_chunks and retries must not be negative")
+	}
+	for _, k := range append(append([]int(nil), c.PassK...), c.MajK...) {
+		if k < 1 {
+			return fmt.Errorf("eval config: pass_k and maj_k values must be at least 1, got %d", k)
+		}
+	}
+	if len(c.Benchmarks) == 0 {
+		return fmt.Errorf("eval config: no benchmarks (add e.g. `benchmarks: [{preset: math500}]`; presets: %s)", strings.Join(PresetNames(), ", "))
+	}
+	seen := map[string]bool{}
+	for i, b := range c.Benchmarks {
+		name := b.key()
+		if name == "" {
+			return fmt.Errorf("eval config: benchmarks[%d] has neither name nor preset", i)
+		}
+		if strings.ContainsAny(name, "/\\ ") {
+			return fmt.Errorf("eval config: benchmark name %q must not contain slashes or spaces", name)
+		}
+		if seen[name] {
+			return fmt.Errorf("eval config: benchmark %q listed twice (give the second a different name)", name)
+		}
+		seen[name] = true
+		if b.Samples < 0 || b.Limit < 0 {
+			return fmt.Errorf("eval config: benchmark %s: samples and limit must not be negative", name)
+		}
+		if b.Preset != "" {
+			if _, ok := Presets[b.Preset]; !ok {
+				return fmt.Errorf("eval config: benchmark %s: preset %q unknown (known: %s)", name, b.Preset, strings.Join(PresetNames(), ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// Benchmark is one benchmark of a run: a preset, a file with its mapping,
+// or a preset with some fields overridden.
+type Benchmark struct {
+	// Name is the report column and directory name (default: the preset).
+	Name   string `yaml:"name" json:"name"`
+	Preset string `yaml:"preset" json:"preset"`
+	// Path of the file (default: the preset's file under data_dir).
+	Path   string              `yaml:"path" json:"path"`
+	Format promptfile.Format   `yaml:"format" json:"format"`
+	Fields promptfile.FieldMap `yaml:"fields" json:"fields"`
+	// Verifier is "mbpp", "humaneval" (code run in the sandbox) or a
+	// transforms/verify data source ("math", "gsm8k", "mc", "integer", ...).
+	Verifier string `yaml:"verifier" json:"verifier"`
+	// Template is a built-in template name (math, mbpp, humaneval, plain)
+	// or a text/template over .Problem, .ID, .Tests and .Extra.
+	Template string `yaml:"template" json:"template"`
+	// Samples overrides sampling.samples for this benchmark.
+	Samples int `yaml:"samples" json:"samples"`
+	// MaxTokens overrides sampling.max_tokens for this benchmark.
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
+	// Limit keeps the first Limit problems (0: all).
+	Limit int `yaml:"limit" json:"limit"`
+	// Breakdown names source fields (kept in the prompt's extra fields)
+	// whose values get their own rows in the report, e.g. [subject, level].
+	Breakdown []string `yaml:"breakdown" json:"breakdown"`
+}
+
+func (b Benchmark) key() string {
+	if b.Name != "" {
+		return b.Name
+	}
+	return b.Preset
+}

@@ -1,0 +1,20 @@
+// Package inproc serves policy.Client (transforms/policy) from the
+// learner's engine in the same process, under the URI scheme "inproc".
+//
+// Two forms of URI resolve:
+//
+//   - inproc:///abs/path/to/checkpoint opens the committed checkpoint
+//     directory (learner/checkpoint.Load; its tokenizer.json, or the query
+//     tokenizer=builtin or tokenizer=/path/to/tokenizer.json) and starts an
+//     engine whose policy version is the checkpoint's
+//     trainer_state.json policy_version. Engine settings come from the
+//     query: max_batch, max_queue, max_context, session_tokens.
+//   - inproc://name reaches an engine that this process made available
+//     with Serve(name, e), as a training loop does for the engine it
+//     reloads after every update.
+//
+// Engines opened from a checkpoint are shared by every client of the same
+// URI in the process (many Beam DoFn instances share one engine and its
+// batch) and closed when the last client closes. Linking this package
+// (import _ ".../pipelines/inproc") registers the scheme.
+package inproc

@@ -1,0 +1,245 @@
+package inproc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/transforms/policy"
+)
+
+func testModel(t *testing.T) *model.Model {
+	t.Helper()
+	m, err := model.New(model.Config{ModelType: "qwen2", HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, VocabSize: tokenizer.BuiltinVocabSize, MaxPositionEmbeddings: 128,
+		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, HiddenAct: "silu"}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func same(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestServedEngine(t *testing.T) {
+	ctx := ctxT(t)
+	e, err := engine.New(testModel(t), tokenizer.Builtin(), 7, engine.Config{Name: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := Serve("trainloop", e); err != nil {
+		t.Fatal(err)
+	}
+	defer Withdraw("trainloop")
+	c, err := policy.Open(ctx, "inproc://trainloop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	prompt, err := c.Tokenize(ctx, "<|bos|>hello", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prompt[0] != int32(tokenizer.Builtin().BOS()) || len(prompt) != 6 {
+		t.Fatalf("Tokenize with special tokens gave %v", prompt)
+	}
+	params := policy.SampleParams{Temperature: 1, TopP: 0.9, MaxTokens: 12, Seed: 3, StopStrings: []string{"zz"}}
+	got, err := c.Generate(ctx, policy.Request{Prefix: prompt, Params: params, Session: "conv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.Generate(ctx, engine.Request{Prefix: prompt, Params: engine.SampleParams{Temperature: 1, TopP: 0.9, MaxTokens: 12, Seed: 3, StopStrings: []string{"zz"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !same(got.Tokens, want.Tokens) || got.PolicyVersion != 7 || got.FinishReason != want.FinishReason || len(got.LogProbs) != len(got.Tokens) {
+		t.Fatalf("client result %+v, engine result %+v", got, want)
+	}
+	text, err := c.Detokenize(ctx, prompt)
+	if err != nil || text != "<|bos|>hello" {
+		t.Fatalf("Detokenize = %q, %v", text, err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil || info.Model != "tiny" || info.PolicyVersion != 7 || info.VocabSize != tokenizer.BuiltinVocabSize || info.MaxContext != 128 || len(info.EOS) == 0 {
+		t.Fatalf("Info = %+v, %v", info, err)
+	}
+	// The session's cache is reused by the next call, then released.
+	if st := e.Stats(); st.Sessions != 1 {
+		t.Fatalf("engine keeps %d sessions after a session request, want 1", st.Sessions)
+	}
+	c.Release(ctx, "conv")
+	if st := e.Stats(); st.Sessions != 0 {
+		t.Fatalf("engine keeps %d sessions after Release, want 0", st.Sessions)
+	}
+	// The client follows a replacement of the served engine.
+	e2, err := engine.New(testModel(t), tokenizer.Builtin(), 8, engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	if err := Serve("trainloop", e2); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := c.Info(ctx); info.PolicyVersion != 8 {
+		t.Fatalf("after Serve of a new engine the client sees version %d, want 8", info.PolicyVersion)
+	}
+	Withdraw("trainloop")
+	if _, err := c.Generate(ctx, policy.Request{Prefix: prompt}); err == nil || !strings.Contains(err.Error(), "no engine served") {
+		t.Fatalf("Generate after Withdraw: %v", err)
+	}
+	if _, err := policy.Open(ctx, "inproc://nobody"); err == nil || !strings.Contains(err.Error(), "inproc.Serve") {
+		t.Fatalf("Open of an unknown name: %v", err)
+	}
+	if err := Serve("a/b", e); err == nil {
+		t.Fatal("Serve accepted a name with a slash")
+	}
+}
+
+// saveCheckpoint writes m with the built-in tokenizer as a committed
+// checkpoint of policy version 3.
+func saveCheckpoint(t *testing.T, dir string, m *model.Model) {
+	t.Helper()
+	b, err := json.Marshal(m.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := checkpoint.ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []checkpoint.Tensor
+	for _, p := range m.Params() {
+		ts = append(ts, checkpoint.Tensor{Name: p.Name, Shape: p.Shape, Data: p.Data})
+	}
+	tj, err := tokenizer.Builtin().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := tokenizer.Builtin().MarshalConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := checkpoint.Checkpoint{Config: cc, Tensors: ts, Tokenizer: map[string][]byte{"tokenizer.json": tj, "tokenizer_config.json": tc},
+		Optimizer: []byte("{}"), Trainer: checkpoint.TrainerState{Step: 3, PolicyVersion: 3, RunID: "test"}}
+	if err := checkpoint.Save(context.Background(), dir, ck); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckpointEngineShared(t *testing.T) {
+	ctx := ctxT(t)
+	m := testModel(t)
+	dir := filepath.Join(t.TempDir(), "step-000003")
+	saveCheckpoint(t, dir, m)
+	uri := "inproc://" + dir + "?max_batch=8"
+	a, err := policy.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := policy.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ea, _ := a.(*client).get()
+	eb, _ := b.(*client).get()
+	if ea != eb {
+		t.Fatal("two clients of one checkpoint URI got different engines")
+	}
+	info, err := a.Info(ctx)
+	if err != nil || info.PolicyVersion != 3 || info.Model != "step-000003" {
+		t.Fatalf("Info = %+v, %v; want version 3 from trainer_state.json and the directory's name", info, err)
+	}
+	prompt := []int32{257, 65, 66}
+	got, err := b.Generate(ctx, policy.Request{Prefix: prompt, Params: policy.SampleParams{MaxTokens: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := engine.New(m, nil, 3, engine.Config{EOS: info.EOS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	want, err := direct.Generate(ctx, engine.Request{Prefix: prompt, Params: engine.SampleParams{MaxTokens: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !same(got.Tokens, want.Tokens) {
+		t.Fatalf("engine loaded from the checkpoint sampled %v, the saved model %v", got.Tokens, want.Tokens)
+	}
+	a.Close()
+	a.Close() // idempotent
+	if _, err := b.Generate(ctx, policy.Request{Prefix: prompt, Params: policy.SampleParams{MaxTokens: 2}}); err != nil {
+		t.Fatalf("the engine closed while a client still held it: %v", err)
+	}
+	if _, err := a.Generate(ctx, policy.Request{Prefix: prompt}); !errors.Is(err, errClosed) {
+		t.Fatalf("Generate on a closed client: %v", err)
+	}
+	b.Close()
+	if _, err := eb.Generate(ctx, engine.Request{Prefix: prompt}); !errors.Is(err, engine.ErrClosed) {
+		t.Fatalf("after the last client closed, the engine answered %v, want ErrClosed", err)
+	}
+	mu.Lock()
+	left := len(opened)
+	mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d shared engines left open after every client closed", left)
+	}
+}
+
+func TestCheckpointErrors(t *testing.T) {
+	ctx := ctxT(t)
+	m := testModel(t)
+	dir := filepath.Join(t.TempDir(), "ck")
+	saveCheckpoint(t, dir, m)
+	uncommitted := t.TempDir()
+	if err := os.WriteFile(filepath.Join(uncommitted, "config.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{
+		"inproc://" + uncommitted:            "not committed",
+		"inproc://" + dir + "?max_batch=x":   "positive integer",
+		"inproc://" + dir + "?temperature=1": "unknown query parameter",
+		"inproc://host/some/path":            "neither a served engine",
+	}
+	for uri, want := range cases {
+		if c, err := policy.Open(ctx, uri); err == nil || !strings.Contains(err.Error(), want) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("Open(%s) error = %v, want one mentioning %q", uri, err, want)
+		}
+	}
+	// A failed load is not cached: the same URI opens once it is fixed.
+	mu.Lock()
+	left := len(opened)
+	mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d failed loads stayed cached", left)
+	}
+}

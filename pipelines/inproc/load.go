@@ -1,0 +1,70 @@
+package inproc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"path/filepath"
+
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/tokenizer"
+)
+
+// load starts an engine over the committed checkpoint in dir.
+func load(ctx context.Context, dir string, q url.Values) (*engine.Engine, error) {
+	cfg, err := engineConfig(q)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := checkpoint.Load(ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("inproc: %w", err)
+	}
+	m, err := modelOf(ck)
+	if err != nil {
+		return nil, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
+	}
+	tok, err := tokenizerOf(ck, q.Get("tokenizer"))
+	if err != nil {
+		return nil, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
+	}
+	cfg.Name = filepath.Base(dir)
+	e, err := engine.New(m, tok, ck.Trainer.PolicyVersion, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
+	}
+	return e, nil
+}
+
+// modelOf builds the model of a loaded checkpoint.
+func modelOf(ck checkpoint.Checkpoint) (*model.Model, error) {
+	b, err := json.Marshal(ck.Config)
+	if err != nil {
+		return nil, err
+	}
+	mc, err := model.ParseConfig(b)
+	if err != nil {
+		return nil, err
+	}
+	named := make(map[string]model.NamedTensor, len(ck.Tensors))
+	for _, t := range ck.Tensors {
+		named[t.Name] = model.NamedTensor{Name: t.Name, Shape: t.Shape, Data: t.Data}
+	}
+	return model.FromTensors(mc, named)
+}
+
+// tokenizerOf returns the tokenizer named by the URI's tokenizer parameter
+// ("builtin" or a path), else the checkpoint's own tokenizer.json.
+func tokenizerOf(ck checkpoint.Checkpoint, override string) (tokenizer.Tokenizer, error) {
+	if override != "" {
+		return tokenizer.Load(override)
+	}
+	tj, ok := ck.Tokenizer["tokenizer.json"]
+	if !ok {
+		return nil, fmt.Errorf("no tokenizer.json among its files; save the tokenizer with the checkpoint or add ?tokenizer=builtin (or =/path/to/tokenizer.json) to the URI")
+	}
+	return tokenizer.Parse(tj, ck.Tokenizer["tokenizer_config.json"])
+}

@@ -1,0 +1,52 @@
+// Package rollout holds the Beam transforms of the rollout step: choose the
+// step's prompts, run G trajectories per prompt through the interaction
+// protocol (package interact) with many in flight per worker, score them,
+// compute group advantages and the step's metrics.
+//
+//	Select     PCollection<schemas.Prompt> -> PCollection<KV<int, schemas.Prompt>>   (slot -> prompt)
+//	Batch      PCollection<KV<int, schemas.Prompt>> -> PCollection<KV<int, []schemas.Prompt>> (grouped)
+//	Sample     batches -> PCollection<Group>       (G trajectories per prompt)
+//	Score      PCollection<Group> -> PCollection<Group> (rewards)
+//	Advantages PCollection<Group> -> PCollection<schemas.Trajectory>, PCollection<Stats>
+//	StepMeta   PCollection<Stats> -> PCollection<parquetio.StepMeta>
+//
+// # Workers
+//
+// The policy client (policy.Open of Spec.PolicyEndpoint) and the
+// collaborators (collab.NewSet of Spec.Collaborators) are opened in the
+// Setup of the sampling DoFn and closed in its Teardown. They are shared,
+// reference-counted, by every instance of the DoFn in one worker process
+// with the same Spec, as is the bound on trajectories in flight
+// (Spec.MaxInFlight): a runner that runs several bundles at once on one
+// worker does not multiply the bound, nor load the in-process engine twice.
+// One element of the sampling DoFn is a batch of prompts; it starts the G
+// trajectories of every prompt at once, each waiting for a slot of the
+// bound, and emits each prompt's Group when its G trajectories are done.
+//
+// # Rewards
+//
+// A trajectory's reward is its verifier's score minus Spec.InteractionCost
+// per interaction, then DAPO's overlong shaping when configured. The
+// verifier judges what the policy wrote: the tokens collaborators and the
+// system inserted are removed before verification, so the policy is never
+// rewarded for a final answer an agent wrote. The verifier is chosen by
+// the prompt's data_source (or Spec.RewardDataSource); the demo task is
+// scored by demotask.Score. A trajectory that ended with finish reason
+// "error" has reward 0.
+//
+// # Advantages
+//
+// Per prompt, over the trajectories that did not fail, with the configured
+// method (GRPO, Dr.GRPO, RLOO); a failed trajectory gets advantage 0, so an
+// infrastructure failure neither rewards nor punishes the policy. With
+// dynamic sampling, groups whose (non-failed) rewards are all equal are
+// dropped and counted. Every prompt yields exactly G trajectories
+// otherwise, failed calls included.
+//
+// # Reproducibility
+//
+// Prompts of a step are chosen from the run seed and the step; sampling
+// and collaborator seeds from the run seed, step, prompt id, sample index
+// and turn or call (package interact). A re-run of a step gives the same
+// rows.
+package rollout

@@ -1,0 +1,42 @@
+package rollout
+
+import (
+	"context"
+	"reflect"
+
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/parquetio"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+)
+
+// init registers the DoFns, element types, emitters and iterators so that
+// the transforms run on portable runners without reflection fallbacks.
+func init() {
+	beam.RegisterType(reflect.TypeOf((*Group)(nil)).Elem())
+	beam.RegisterType(reflect.TypeOf((*Stats)(nil)).Elem())
+	beam.RegisterType(reflect.TypeOf((*schemas.Prompt)(nil)).Elem())
+	beam.RegisterType(reflect.TypeOf((*schemas.Trajectory)(nil)).Elem())
+
+	register.Function1x2[schemas.Prompt, string, schemas.Prompt](keyByID)
+	register.Function1x1[schemas.Prompt, string](idOf)
+	register.DoFn3x0[[]byte, func(*string) bool, func(string, int)](&chooseFn{})
+	register.Function4x0[string, func(*schemas.Prompt) bool, func(*int) bool, func(int, schemas.Prompt)](joinSlot)
+	register.DoFn2x2[int, schemas.Prompt, int, schemas.Prompt](&batchKeyFn{})
+	register.DoFn2x2[context.Context, int, int, schemas.Prompt](&slotFn{})
+	register.DoFn4x1[context.Context, int, func(*schemas.Prompt) bool, func(Group), error](&sampleFn{})
+	register.DoFn1x2[Group, Group, error](&scoreFn{})
+	register.DoFn3x1[Group, func(schemas.Trajectory), func(Stats), error](&advantageFn{})
+	register.Function2x1[[]byte, func(*Stats) bool, parquetio.StepMeta](mergeStats)
+	register.DoFn1x1[int, parquetio.StepMeta](&countMetaFn{})
+
+	register.Iter1[string]()
+	register.Iter1[int]()
+	register.Iter1[schemas.Prompt]()
+	register.Iter1[Stats]()
+	register.Emitter2[string, int]()
+	register.Emitter2[int, schemas.Prompt]()
+	register.Emitter1[Group]()
+	register.Emitter1[schemas.Trajectory]()
+	register.Emitter1[Stats]()
+}

@@ -1,0 +1,230 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/interact"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
+)
+
+// Group is one prompt's G trajectories on their way to the shards.
+type Group struct {
+	Prompt       schemas.Prompt
+	Trajectories []schemas.Trajectory
+	// PolicyTexts[i] is what the policy itself wrote in trajectory i (the
+	// inserted tokens left out): the text the verifier judges.
+	PolicyTexts []string
+	// Errors[i] says why trajectory i failed ("" when it did not).
+	Errors []string
+	// PolicyCalls and PolicyRetries sum the trajectories' policy calls and
+	// retried attempts.
+	PolicyCalls, PolicyRetries int64
+}
+
+// Sample runs G trajectories for every prompt of every batch.
+//
+//	PCollection<KV<int, []schemas.Prompt>> (from Batch) -> PCollection<Group>
+func Sample(s beam.Scope, spec Spec, batches beam.PCollection) beam.PCollection {
+	s = s.Scope("rollout.Sample")
+	if err := spec.Validate(); err != nil {
+		panic(err)
+	}
+	return beam.ParDo(s, &sampleFn{Spec: spec}, batches)
+}
+
+// sampleFn runs the trajectories of a batch of prompts concurrently, at
+// most Spec.MaxInFlight at a time per worker process.
+type sampleFn struct {
+	Spec Spec `json:"spec"`
+
+	w                         *worker
+	trajectories, failed, ret beam.Counter
+}
+
+// Setup opens (or shares) the worker's policy client and collaborators.
+func (f *sampleFn) Setup(ctx context.Context) error {
+	w, err := acquireWorker(ctx, f.Spec)
+	if err != nil {
+		return err
+	}
+	f.w = w
+	f.trajectories = beam.NewCounter("aipo.rollout", "trajectories")
+	f.failed = beam.NewCounter("aipo.rollout", "failed_trajectories")
+	f.ret = beam.NewCounter("aipo.rollout", "policy_retries")
+	return nil
+}
+
+// Teardown releases the worker; the last user closes the client and the
+// collaborators.
+func (f *sampleFn) Teardown() error {
+	if f.w == nil {
+		return nil
+	}
+	f.w = nil
+	return releaseWorker(f.Spec)
+}
+
+// ProcessElement starts every trajectory of the batch and emits each
+// prompt's Group when its G trajectories are done.
+func (f *sampleFn) ProcessElement(ctx context.Context, _ int, iter func(*schemas.Prompt) bool, emit func(Group)) error {
+	var ps []schemas.Prompt
+	var p schemas.Prompt
+	for iter(&p) {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].ID < ps[j].ID })
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	fail := func(err error) { cancel(err) } // the first cause is kept
+	groups := make([]Group, len(ps))
+	done := make(chan int, len(ps))
+	for i := range ps {
+		go func() {
+			groups[i] = f.runPrompt(ctx, ps[i], fail)
+			done <- i
+		}()
+	}
+	logged := 0
+	for range ps {
+		i := <-done
+		if ctx.Err() != nil {
+			continue
+		}
+		g := groups[i]
+		var failed int64
+		for j, e := range g.Errors {
+			if e == "" {
+				continue
+			}
+			failed++
+			if logged < 5 {
+				logged++
+				log.Warnf(ctx, "rollout: prompt %s sample %d failed: %s", g.Prompt.ID, j, e)
+			}
+		}
+		f.trajectories.Inc(ctx, int64(len(g.Trajectories)))
+		f.failed.Inc(ctx, failed)
+		f.ret.Inc(ctx, g.PolicyRetries)
+		emit(g)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("rollout: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// runPrompt runs the G trajectories of one prompt. It calls fail when ctx
+// ends under it.
+func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(error)) Group {
+	G := f.Spec.GroupSize
+	g := Group{Prompt: p, Trajectories: make([]schemas.Trajectory, G), PolicyTexts: make([]string, G), Errors: make([]string, G)}
+	ids, err := f.promptTokens(ctx, p)
+	if err != nil {
+		for j := range G {
+			g.Trajectories[j] = f.failedTrajectory(p, j, ids)
+			g.Errors[j] = err.Error()
+		}
+		return g
+	}
+	var calls, retries atomic.Int64
+	var wg sync.WaitGroup
+	for j := range G {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case f.w.slots <- struct{}{}:
+			case <-ctx.Done():
+				fail(ctx.Err())
+				return
+			}
+			defer func() { <-f.w.slots }()
+			task := interact.Task{
+				Run: f.Spec.Run, Step: f.Spec.Step, RunSeed: f.Spec.Seed,
+				PromptID: p.ID, Sample: j, DataSource: p.DataSource, Prompt: ids,
+			}
+			out, err := f.w.protocol.Run(ctx, task)
+			if err != nil {
+				fail(err)
+				return
+			}
+			calls.Add(int64(out.PolicyCalls))
+			retries.Add(int64(out.PolicyRetries))
+			g.Trajectories[j] = out.Trajectory
+			if out.Err != nil {
+				g.Errors[j] = out.Err.Error()
+				return
+			}
+			text, err := f.policyText(ctx, out.Trajectory)
+			if err != nil {
+				if ctx.Err() != nil {
+					fail(ctx.Err())
+					return
+				}
+				g.Trajectories[j].FinishReason = schemas.FinishError
+				g.Errors[j] = err.Error()
+				return
+			}
+			g.PolicyTexts[j] = text
+		}()
+	}
+	wg.Wait()
+	g.PolicyCalls, g.PolicyRetries = calls.Load(), retries.Load()
+	return g
+}
+
+// promptTokens renders and encodes a prompt (special tokens parsed),
+// trying the tokenizer up to three times.
+func (f *sampleFn) promptTokens(ctx context.Context, p schemas.Prompt) ([]int32, error) {
+	text, err := f.w.render.Render(p)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		ids, err := f.w.client.Tokenize(ctx, text, true)
+		if err == nil {
+			return ids, nil
+		}
+		if attempt == 2 || ctx.Err() != nil {
+			return nil, fmt.Errorf("tokenize prompt %s: %w", p.ID, err)
+		}
+	}
+}
+
+// policyText decodes the tokens the policy sampled, in order, leaving out
+// every inserted token.
+func (f *sampleFn) policyText(ctx context.Context, t schemas.Trajectory) (string, error) {
+	own := make([]int32, 0, len(t.ResponseIDs))
+	for i, id := range t.ResponseIDs {
+		if t.TokenSource[i] == schemas.SourcePolicy {
+			own = append(own, id)
+		}
+	}
+	if len(own) == 0 {
+		return "", nil
+	}
+	text, err := f.w.client.Detokenize(ctx, own)
+	if err != nil {
+		return "", fmt.Errorf("detokenize the policy's tokens: %w", err)
+	}
+	return text, nil
+}
+
+// failedTrajectory is sample j of a prompt that could not be run at all.
+func (f *sampleFn) failedTrajectory(p schemas.Prompt, j int, prompt []int32) schemas.Trajectory {
+	if prompt == nil {
+		prompt = []int32{}
+	}
+	return schemas.Trajectory{
+		SchemaVersion: schemas.SchemaVersion, Run: f.Spec.Run, Step: f.Spec.Step,
+		PolicyVersion: f.w.protocol.Info().PolicyVersion, PromptID: p.ID, SampleIndex: int32(j),
+		DataSource: p.DataSource, PromptIDs: prompt, ResponseIDs: []int32{}, TokenSource: []int8{},
+		BehaviorLogProbs: []float32{}, FinishReason: schemas.FinishError,
+	}
+}

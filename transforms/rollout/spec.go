@@ -1,0 +1,92 @@
+package rollout
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/aipo-rl/aipo/transforms/advantage"
+	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/interact"
+)
+
+// Spec is what the rollout's DoFns need. It is serialised with them (JSON),
+// so every field is exported.
+type Spec struct {
+	Run            string `json:"run"`
+	Step           int64  `json:"step"`
+	Seed           uint64 `json:"seed"`
+	PolicyEndpoint string `json:"policy_endpoint"`
+
+	Interact interact.Config `json:"interact"`
+	// Collaborators configures the agents; no roles means none (every
+	// call is answered with collab.NoticeNotEnabled).
+	Collaborators collab.Config `json:"collaborators"`
+	// CollabBaseDir resolves relative file names of the collaborators'
+	// configuration.
+	CollabBaseDir string `json:"collab_base_dir"`
+
+	// SystemPrompt and PromptTemplate are templates (see NewRenderer);
+	// empty means the built-in ones.
+	SystemPrompt   string `json:"system_prompt"`
+	PromptTemplate string `json:"prompt_template"`
+
+	GroupSize       int     `json:"group_size"`
+	MaxInFlight     int     `json:"max_in_flight"`
+	PromptsPerBatch int     `json:"prompts_per_batch"`
+	InteractionCost float64 `json:"interaction_cost"`
+	// RewardDataSource, when set, picks the verifier of every prompt.
+	RewardDataSource string `json:"reward_data_source"`
+	// Demo scores with demotask.Score (prompts' answers are integers).
+	Demo      bool             `json:"demo"`
+	Advantage advantage.Config `json:"advantage"`
+}
+
+// Validate reports the first invalid field.
+func (s Spec) Validate() error {
+	switch {
+	case s.PolicyEndpoint == "":
+		return fmt.Errorf("rollout: no policy endpoint (set policy.endpoint or --policy)")
+	case s.GroupSize < 2:
+		return fmt.Errorf("rollout: group size %d must be at least 2", s.GroupSize)
+	case s.MaxInFlight < 1:
+		return fmt.Errorf("rollout: max_in_flight %d must be at least 1", s.MaxInFlight)
+	case s.PromptsPerBatch < 0:
+		return fmt.Errorf("rollout: prompts_per_batch %d must not be negative", s.PromptsPerBatch)
+	case s.InteractionCost < 0:
+		return fmt.Errorf("rollout: interaction_cost %v must not be negative", s.InteractionCost)
+	}
+	if err := s.Interact.Validate(); err != nil {
+		return err
+	}
+	if len(s.Collaborators.Roles()) > 0 {
+		if err := s.Collaborators.Validate(); err != nil {
+			return fmt.Errorf("rollout: collaborators: %w", err)
+		}
+	}
+	return s.Advantage.Validate()
+}
+
+// BatchPrompts is the number of prompts per sampling element: the
+// configured number, or enough prompts for four times the in-flight bound.
+func (s Spec) BatchPrompts() int {
+	if s.PromptsPerBatch > 0 {
+		return s.PromptsPerBatch
+	}
+	return max(1, (4*s.MaxInFlight+s.GroupSize-1)/s.GroupSize)
+}
+
+// key identifies the worker resources a Spec needs (see the package doc).
+func (s Spec) key() string {
+	b, err := json.Marshal(struct {
+		Endpoint string
+		Interact interact.Config
+		Collab   collab.Config
+		Base     string
+		Sys, Tpl string
+		Flight   int
+	}{s.PolicyEndpoint, s.Interact, s.Collaborators, s.CollabBaseDir, s.SystemPrompt, s.PromptTemplate, s.MaxInFlight})
+	if err != nil {
+		panic(fmt.Sprintf("rollout: spec does not serialise: %v", err))
+	}
+	return string(b)
+}
