@@ -150,7 +150,9 @@ func ReadStep[T Row](ctx context.Context, dir string) ([]T, Manifest, error) {
 
 // ReadShardBytes decodes a whole shard held in memory. Trajectories go
 // through the bulk columnar reader (ReadTrajectoriesBulk); other row types
-// through parquet-go's generic reader.
+// through parquet-go's generic reader. It checks neither the manifest nor
+// the rows' invariants: read verified bytes (Step.ReadFile), or use
+// ReadShard, which also runs Trajectory.Validate.
 func ReadShardBytes[T Row](b []byte) ([]T, error) {
 	var zero T
 	if _, ok := any(zero).(Trajectory); ok {

@@ -65,3 +65,17 @@ func sharedTokenizer(t testing.TB, name string) *HF {
 	loaded[path] = tok
 	return tok
 }
+
+// forEachVocab runs f as a subtest for Qwen3, Llama 3 (skipped without the
+// shared data) and the built-in vocabulary.
+func forEachVocab(t *testing.T, f func(t *testing.T, tok *HF)) {
+	for _, name := range []string{"qwen3", "llama3", "builtin"} {
+		t.Run(name, func(t *testing.T) {
+			if name == "builtin" {
+				f(t, Builtin())
+				return
+			}
+			f(t, sharedTokenizer(t, name))
+		})
+	}
+}

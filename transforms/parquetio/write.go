@@ -16,8 +16,10 @@ type StepMeta struct {
 }
 
 // DefaultMaxShardRows bounds one shard: a bundle with more rows is split into
-// several shards of at most this many rows (8 Parquet row groups).
-const DefaultMaxShardRows = 8 * schemas.RowGroupRows
+// several shards of at most this many rows (4 Parquet row groups; about
+// 100 MB of raw rows for trajectories of 2,000 tokens, which a reader holds
+// in memory while it decodes the shard).
+const DefaultMaxShardRows = 4 * schemas.RowGroupRows
 
 // writeConfig holds the options of a sink.
 type writeConfig struct {

@@ -47,21 +47,22 @@ func ExtractCode(response string) string {
 	return strings.TrimRight(blocks[len(blocks)-1].body, " \t\n")
 }
 
-// MBPPProgram is an MBPP check: the setup code and test imports, the
-// candidate, then each assert of the test list. It exits cleanly exactly
-// when every assert holds.
+// MBPPProgram is an MBPP check: the test imports, the candidate, the test
+// setup code (which may use the candidate's definitions, as MBPP's tree
+// problems do), then each assert of the test list. It exits cleanly
+// exactly when every assert holds.
 func MBPPProgram(candidate, setup string, imports, tests []string) string {
 	var b strings.Builder
 	for _, im := range imports {
 		b.WriteString(im)
 		b.WriteByte('\n')
 	}
-	if strings.TrimSpace(setup) != "" {
-		b.WriteString(setup)
-		b.WriteByte('\n')
-	}
 	b.WriteString(candidate)
 	b.WriteString("\n\n")
+	if strings.TrimSpace(setup) != "" {
+		b.WriteString(setup)
+		b.WriteString("\n\n")
+	}
 	for _, t := range tests {
 		b.WriteString(t)
 		b.WriteByte('\n')

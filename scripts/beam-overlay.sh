@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Makes the in-process prism job server of the Beam Go SDK listen on
+# 127.0.0.1 instead of every interface. The SDK offers no option for this,
+# and Go refuses overlays of module-cache files, so this script copies the
+# SDK's Go sources from the module cache into build/beam-sdks (ignored by
+# git), rewrites the one listen address there, and writes build/go.mod: the
+# project's go.mod plus a replace directive pointing at that copy. The
+# Makefile builds and tests with -modfile=build/go.mod. Nothing from Beam is
+# stored in this repository. The script fails loudly when the SDK's line
+# changes, so that an upgrade cannot silently reopen the port.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+mod=github.com/apache/beam/sdks/v2
+ver=$(go list -m -f '{{.Version}}' "$mod")
+src=$(go mod download -json "$mod@$ver" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+dst="$root/build/beam-sdks"
+rel=go/pkg/beam/runners/prism/internal/jobservices/server.go
+want='net.Listen("tcp", fmt.Sprintf(":%d", port))'
+if ! grep -qF "$want" "$src/$rel"; then
+  echo "beam-overlay: $src/$rel no longer has the line to patch ($want); update scripts/beam-overlay.sh for Beam $ver" >&2
+  exit 1
+fi
+if [ ! -f "$dst/.version" ] || [ "$(cat "$dst/.version")" != "$ver" ]; then
+  rm -rf "$dst"
+  mkdir -p "$dst"
+  cp -r "$src/go" "$src/go.mod" "$src/go.sum" "$src/LICENSE" "$dst/"
+  chmod -R u+w "$dst"
+  sed -i 's/net.Listen("tcp", fmt.Sprintf(":%d", port))/net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))/' "$dst/$rel"
+  echo "$ver" > "$dst/.version"
+fi
+cp go.sum build/go.sum
+{ cat go.mod; echo; echo "replace $mod => ./build/beam-sdks"; } > build/go.mod
