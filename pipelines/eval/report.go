@@ -1,0 +1,219 @@
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/metrics"
+)
+
+// Report file names under the output directory.
+const (
+	ReportJSON     = "report.json"
+	ReportMarkdown = "report.md"
+	ReportPNG      = "report.png"
+)
+
+// Report is the scores of one policy on a run's benchmarks.
+type Report struct {
+	Label     string    `json:"label"`
+	Run       string    `json:"run"`
+	PolicyURI string    `json:"policy_uri"`
+	Created   time.Time `json:"created"`
+	// Complete is false while chunks remain (a run stopped by max_chunks
+	// or killed); the scores then cover the committed problems only.
+	Complete bool `json:"complete"`
+	// PolicyVersions lists the versions that produced the records.
+	PolicyVersions []int64          `json:"policy_versions"`
+	Sampling       Sampling         `json:"sampling"`
+	Benchmarks     []BenchmarkScore `json:"benchmarks"`
+	// Overall is the macro average over benchmarks (equal weight each).
+	Overall Overall `json:"overall"`
+}
+
+// BenchmarkScore is one benchmark's scores.
+type BenchmarkScore struct {
+	Name     string `json:"name"`
+	Verifier string `json:"verifier"`
+	Code     bool   `json:"code"`
+	// Problems is the benchmark's size; Scored is how many problems have
+	// committed records.
+	Problems int `json:"problems"`
+	Scored   int `json:"scored"`
+	metrics.Score
+	// Truncated is the share of responses cut at the token limit.
+	Truncated float64 `json:"truncated"`
+	// MeanResponseTokens is the mean response length.
+	MeanResponseTokens float64 `json:"mean_response_tokens"`
+	// Subsets break the benchmark down by a field (MATH500 by subject and
+	// level).
+	Subsets []SubsetScore `json:"subsets,omitempty"`
+}
+
+// SubsetScore is the score of the problems whose Field has Value.
+type SubsetScore struct {
+	Field string `json:"field"`
+	Value string `json:"value"`
+	metrics.Score
+}
+
+// Overall is the macro average over benchmarks.
+type Overall struct {
+	Avg   metrics.Estimate `json:"avg"`
+	Pass1 metrics.Estimate `json:"pass1"`
+}
+
+// buildReport reads every committed chunk of the plan and scores it.
+func buildReport(ctx context.Context, cfg Config, plan *Plan) (*Report, error) {
+	rep := &Report{Label: cfg.Policy.Label, Run: cfg.Run, PolicyURI: cfg.Policy.URI, Created: time.Now().UTC(),
+		Complete: true, Sampling: cfg.Sampling}
+	versions := map[int64]bool{}
+	var avgs, pass1s []metrics.Estimate
+	for _, pb := range plan.Benchmarks {
+		var recs []schemas.EvalRecord
+		for _, dir := range pb.dirs {
+			rows, _, err := schemas.ReadStep[schemas.EvalRecord](ctx, dir)
+			if err != nil {
+				if strings.Contains(err.Error(), schemas.ErrNoManifest.Error()) {
+					rep.Complete = false
+					continue
+				}
+				return nil, fmt.Errorf("eval report: %w", err)
+			}
+			recs = append(recs, rows...)
+		}
+		for _, r := range recs {
+			versions[r.PolicyVersion] = true
+		}
+		bs := scoreBenchmark(pb, recs, cfg.PassK, cfg.MajK)
+		rep.Benchmarks = append(rep.Benchmarks, bs)
+		if bs.Scored > 0 {
+			avgs = append(avgs, bs.Avg)
+			if e, ok := metrics.Find(bs.Pass, 1); ok {
+				pass1s = append(pass1s, e)
+			}
+		}
+	}
+	rep.Overall = Overall{Avg: metrics.Macro(avgs), Pass1: metrics.Macro(pass1s)}
+	for v := range versions {
+		rep.PolicyVersions = append(rep.PolicyVersions, v)
+	}
+	sort.Slice(rep.PolicyVersions, func(i, j int) bool { return rep.PolicyVersions[i] < rep.PolicyVersions[j] })
+	return rep, nil
+}
+
+// scoreBenchmark computes a benchmark's scores and breakdowns from its
+// records.
+func scoreBenchmark(pb PlannedBenchmark, recs []schemas.EvalRecord, passK, majK []int) BenchmarkScore {
+	code := pb.resolved.code()
+	samples := make([]metrics.Sample, len(recs))
+	var truncated, tokens float64
+	for i, r := range recs {
+		samples[i] = metrics.Sample{Problem: r.ProblemID, Correct: r.Correct}
+		if !code {
+			samples[i].Answer = r.Extracted
+		}
+		if r.FinishReason == "length" {
+			truncated++
+		}
+		tokens += float64(r.ResponseLen)
+	}
+	if code {
+		majK = nil
+	}
+	sc := metrics.Summarize(samples, passK, majK)
+	bs := BenchmarkScore{Name: pb.Name, Verifier: pb.Verifier, Code: code, Problems: pb.Problems, Scored: sc.Problems, Score: sc}
+	if len(recs) > 0 {
+		bs.Truncated = truncated / float64(len(recs))
+		bs.MeanResponseTokens = tokens / float64(len(recs))
+	}
+	if len(pb.Breakdown) == 0 {
+		return bs
+	}
+	// Subset membership comes from the problems' extra fields.
+	fields := map[string]map[string]string{} // problem id -> field -> value
+	for _, p := range pb.prompts {
+		extra, err := extraOf(p)
+		if err != nil {
+			continue
+		}
+		m := map[string]string{}
+		for _, f := range pb.Breakdown {
+			if v := stringField(extra, f); v != "" {
+				m[f] = v
+			}
+		}
+		fields[p.ID] = m
+	}
+	for _, f := range pb.Breakdown {
+		groups := map[string][]metrics.Sample{}
+		for _, s := range samples {
+			if v, ok := fields[s.Problem][f]; ok {
+				groups[v] = append(groups[v], s)
+			}
+		}
+		vals := make([]string, 0, len(groups))
+		for v := range groups {
+			vals = append(vals, v)
+		}
+		sort.Strings(vals)
+		for _, v := range vals {
+			bs.Subsets = append(bs.Subsets, SubsetScore{Field: f, Value: v, Score: metrics.Summarize(groups[v], passK, majK)})
+		}
+	}
+	return bs
+}
+
+// Write writes report.json, report.md and report.png into dir.
+func (r *Report) Write(ctx context.Context, dir string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := storage.WriteAtomic(ctx, storage.Join(dir, ReportJSON), append(b, '\n')); err != nil {
+		return fmt.Errorf("eval report: %w", err)
+	}
+	if err := storage.WriteAtomic(ctx, storage.Join(dir, ReportMarkdown), []byte(r.Markdown())); err != nil {
+		return fmt.Errorf("eval report: %w", err)
+	}
+	png, err := Chart([]*Report{r})
+	if err != nil {
+		return err
+	}
+	if err := storage.WriteAtomic(ctx, storage.Join(dir, ReportPNG), png); err != nil {
+		return fmt.Errorf("eval report: %w", err)
+	}
+	return nil
+}
+
+// ReadReport reads a report.json (local or gs://).
+func ReadReport(ctx context.Context, path string) (*Report, error) {
+	b, err := storage.ReadFile(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("eval report: %w", err)
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("eval report %s: not a report.json: %w", path, err)
+	}
+	if r.Label == "" && len(r.Benchmarks) == 0 {
+		return nil, fmt.Errorf("eval report %s: no label and no benchmarks; is it a report.json written by aipo eval?", path)
+	}
+	return &r, nil
+}
+
+// Bench returns the named benchmark's score.
+func (r *Report) Bench(name string) (BenchmarkScore, bool) {
+	for _, b := range r.Benchmarks {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return BenchmarkScore{}, false
+}

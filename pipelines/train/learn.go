@@ -1,0 +1,208 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/schemas"
+)
+
+// LearnMetrics is the record the learner writes for one step.
+type LearnMetrics struct {
+	Kind          string             `json:"kind"` // "learn"
+	Step          int64              `json:"step"`
+	PolicyVersion int64              `json:"policy_version"` // of the checkpoint written
+	Trajectories  int                `json:"trajectories"`
+	Skipped       int                `json:"skipped"` // trajectories without trainable tokens (failed rollouts)
+	Tokens        int                `json:"tokens"`
+	Loss          float64            `json:"loss"`
+	GradNorm      float64            `json:"grad_norm"`
+	LR            float64            `json:"lr"`
+	Seconds       float64            `json:"seconds"`
+	LossMetrics   map[string]float64 `json:"loss_metrics"`
+	Rollout       map[string]string  `json:"rollout,omitempty"` // the step manifest's metrics
+}
+
+// Sources maps a trajectory's token sources to the loss treatment: policy
+// tokens are internal, collaborator tokens external, template tokens as the
+// configuration says.
+func Sources(ts []int8, templateTokens string) ([]loss.Source, error) {
+	out := make([]loss.Source, len(ts))
+	for i, s := range ts {
+		switch s {
+		case schemas.SourcePolicy:
+			out[i] = loss.Internal
+		case schemas.SourceVerify, schemas.SourceKnowledge, schemas.SourceReason:
+			out[i] = loss.External
+		case schemas.SourceTemplate:
+			if templateTokens == runconfig.TemplateExternal {
+				out[i] = loss.External
+			} else {
+				out[i] = loss.Untrained
+			}
+		default:
+			return nil, fmt.Errorf("token %d has unknown source %d", i, s)
+		}
+	}
+	return out, nil
+}
+
+// Samples turns a step's trajectories into learner samples, in a fixed
+// order (prompt id, sample index) so that the update does not depend on
+// shard layout. Trajectories that failed or have no response are skipped.
+func Samples(trajs []schemas.Trajectory, templateTokens string) ([]trainer.RLSample, int, error) {
+	sort.SliceStable(trajs, func(i, j int) bool {
+		if trajs[i].PromptID != trajs[j].PromptID {
+			return trajs[i].PromptID < trajs[j].PromptID
+		}
+		return trajs[i].SampleIndex < trajs[j].SampleIndex
+	})
+	var out []trainer.RLSample
+	skipped := 0
+	for _, t := range trajs {
+		if t.FinishReason == schemas.FinishError || len(t.ResponseIDs) == 0 || len(t.PromptIDs) == 0 {
+			skipped++
+			continue
+		}
+		src, err := Sources(t.TokenSource, templateTokens)
+		if err != nil {
+			return nil, 0, fmt.Errorf("trajectory %s/%d: %w", t.PromptID, t.SampleIndex, err)
+		}
+		out = append(out, trainer.RLSample{
+			Sequence:  trainer.Sequence{Prompt: t.PromptIDs, Response: t.ResponseIDs},
+			Source:    src,
+			Advantage: t.Advantage,
+		})
+	}
+	return out, skipped, nil
+}
+
+// Policy is a loaded checkpoint: the model, its optimiser state and the
+// files that travel with it.
+type Policy struct {
+	Model     *model.Model
+	Opt       []byte
+	Tokenizer map[string][]byte
+	State     checkpoint.TrainerState
+}
+
+// LoadPolicy loads a committed checkpoint directory.
+func LoadPolicy(ctx context.Context, dir string) (*Policy, error) {
+	ck, err := checkpoint.Load(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := trainer.ModelFromTensors(ck.Config, ck.Tensors)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	return &Policy{Model: m, Opt: ck.Optimizer, Tokenizer: ck.Tokenizer, State: ck.Trainer}, nil
+}
+
+// SavePolicy commits a checkpoint. An already committed checkpoint at dir
+// is left as it is (a rerun of a finished step).
+func SavePolicy(ctx context.Context, dir string, m *model.Model, opt []byte, tok map[string][]byte, st checkpoint.TrainerState) error {
+	cc, err := trainer.CheckpointConfig(m.Config())
+	if err != nil {
+		return err
+	}
+	err = checkpoint.Save(ctx, dir, checkpoint.Checkpoint{Config: cc, Tensors: trainer.Tensors(m), Tokenizer: tok, Optimizer: opt, Trainer: st})
+	if errors.Is(err, checkpoint.ErrExists) {
+		return nil
+	}
+	return err
+}
+
+// Learn runs the learner on step k: checkpoint k and step k's trajectories
+// in, checkpoint k+1 and the step's metrics out. When checkpoint k+1 is
+// already committed it does nothing and returns the metrics on record, so
+// running it twice changes nothing.
+func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, error) {
+	runDir := cfg.Run.Dir
+	next := checkpoint.Dir(runDir, k+1)
+	if ok, _ := checkpoint.Committed(ctx, next); ok {
+		var m LearnMetrics
+		b, err := storage.ReadFile(ctx, metricsPath(runDir, "learn", k))
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		return m, err
+	}
+	start := time.Now()
+	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(runDir, k))
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	pol, err := LoadPolicy(ctx, checkpoint.Dir(runDir, k))
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	oc := cfg.Learner.Optim
+	opt, err := optim.New(oc)
+	if err != nil {
+		return LearnMetrics{}, err
+	}
+	if len(pol.Opt) > 0 {
+		if err := opt.UnmarshalState(pol.Opt); err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: optimiser state of checkpoint %d: %w", k, k, err)
+		}
+	}
+	l := &trainer.Learner{Policy: pol.Model, Opt: opt}
+	if cfg.Learner.Loss.KLCoef != 0 {
+		ref, err := LoadPolicy(ctx, checkpoint.Dir(runDir, 0))
+		if err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: reference policy: %w", k, err)
+		}
+		l.Ref = ref.Model
+	}
+	samples, skipped, err := Samples(trajs, cfg.Rollout.TemplateTokens)
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Skipped: skipped, Rollout: man.Meta, LR: opt.LR()}
+	if len(samples) > 0 {
+		st, err := l.RLStep(trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
+			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}, samples)
+		if err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		}
+		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
+	}
+	optState, err := opt.MarshalState()
+	if err != nil {
+		return LearnMetrics{}, err
+	}
+	met.Seconds = time.Since(start).Seconds()
+	if err := writeJSON(ctx, metricsPath(runDir, "learn", k), met); err != nil {
+		return LearnMetrics{}, err
+	}
+	st := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
+		Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
+	if err := SavePolicy(ctx, next, pol.Model, optState, pol.Tokenizer, st); err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)
+	}
+	return met, nil
+}
+
+func metricsPath(runDir, kind string, k int64) string {
+	return storage.Join(runDir, "metrics", fmt.Sprintf("%s-%06d.json", kind, k))
+}
+
+func writeJSON(ctx context.Context, p string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return storage.WriteAtomic(ctx, p, append(b, '\n'))
+}
