@@ -19,24 +19,45 @@ func load(ctx context.Context, dir string, q url.Values) (*engine.Engine, error)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := checkpoint.Load(ctx, dir)
+	ld, err := LoadCheckpoint(ctx, dir, q.Get("tokenizer"))
 	if err != nil {
-		return nil, fmt.Errorf("inproc: %w", err)
-	}
-	m, err := modelOf(ck)
-	if err != nil {
-		return nil, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
-	}
-	tok, err := tokenizerOf(ck, q.Get("tokenizer"))
-	if err != nil {
-		return nil, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
+		return nil, err
 	}
 	cfg.Name = filepath.Base(dir)
-	e, err := engine.New(m, tok, ck.Trainer.PolicyVersion, cfg)
+	e, err := engine.New(ld.Model, ld.Tokenizer, ld.Trainer.PolicyVersion, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
 	}
 	return e, nil
+}
+
+// Loaded is a committed checkpoint read for sampling.
+type Loaded struct {
+	Model     *model.Model
+	Tokenizer tokenizer.Tokenizer
+	// Trainer is the checkpoint's trainer_state.json; its PolicyVersion
+	// names the weights.
+	Trainer checkpoint.TrainerState
+}
+
+// LoadCheckpoint reads the committed checkpoint in dir (local or gs://) and
+// builds its model and tokenizer: the one named by tokenizerPath ("builtin"
+// or a tokenizer.json path) when not empty, else the checkpoint's own
+// tokenizer.json. It is what inproc:///dir URIs and `aipo serve` load.
+func LoadCheckpoint(ctx context.Context, dir, tokenizerPath string) (Loaded, error) {
+	ck, err := checkpoint.Load(ctx, dir)
+	if err != nil {
+		return Loaded{}, fmt.Errorf("inproc: %w", err)
+	}
+	m, err := modelOf(ck)
+	if err != nil {
+		return Loaded{}, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
+	}
+	tok, err := tokenizerOf(ck, tokenizerPath)
+	if err != nil {
+		return Loaded{}, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
+	}
+	return Loaded{Model: m, Tokenizer: tok, Trainer: ck.Trainer}, nil
 }
 
 // modelOf builds the model of a loaded checkpoint.

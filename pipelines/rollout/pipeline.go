@@ -1,0 +1,173 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/parquetio"
+	"github.com/aipo-rl/aipo/transforms/prompts"
+	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
+)
+
+// Options choose the step to roll out.
+type Options struct {
+	Config runconfig.Config
+	Step   int64
+	// Policy, when set, replaces Config.Policy.Endpoint.
+	Policy string
+	// Force rewrites a step that is already committed.
+	Force bool
+	// MaxShardRows caps the rows per shard (0: parquetio's default).
+	MaxShardRows int
+}
+
+// Spec returns the rollout transforms' settings for o.
+func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
+	c := o.Config
+	if o.Policy != "" {
+		c.Policy.Endpoint = o.Policy
+	}
+	if err := c.RequireEndpoint(); err != nil {
+		return rollouts.Spec{}, err
+	}
+	if o.Step < 0 {
+		return rollouts.Spec{}, fmt.Errorf("rollout: step %d must not be negative", o.Step)
+	}
+	sys, err := c.SystemPrompt(ctx)
+	if err != nil {
+		return rollouts.Spec{}, err
+	}
+	spec := rollouts.Spec{
+		Run:              c.Run.Name,
+		Step:             o.Step,
+		Seed:             c.Run.Seed,
+		PolicyEndpoint:   c.Policy.Endpoint,
+		Interact:         c.Interact(),
+		Collaborators:    c.Collaborators,
+		CollabBaseDir:    c.BaseDir(),
+		SystemPrompt:     sys,
+		PromptTemplate:   c.Rollout.PromptTemplate,
+		GroupSize:        c.Rollout.GroupSize,
+		MaxInFlight:      c.Rollout.MaxInFlight,
+		PromptsPerBatch:  c.Rollout.PromptsPerBatch,
+		InteractionCost:  c.Rollout.InteractionCost,
+		RewardDataSource: c.Reward.DataSource,
+		Demo:             c.Data.Demo,
+		Advantage:        c.Advantage,
+	}
+	return spec, spec.Validate()
+}
+
+// StaticMeta is the manifest meta known before the step runs.
+func StaticMeta(o Options, spec rollouts.Spec) map[string]string {
+	c := o.Config
+	data := "demo"
+	if !c.Data.Demo {
+		var paths []string
+		for _, s := range c.Data.Sources {
+			paths = append(paths, s.Path)
+		}
+		data = strings.Join(paths, ",")
+	}
+	return map[string]string{
+		"config_hash":         c.Hash(),
+		"seed":                strconv.FormatUint(c.Run.Seed, 10),
+		"group_size":          strconv.Itoa(spec.GroupSize),
+		"max_interactions":    strconv.Itoa(spec.Interact.MaxInteractions),
+		"opener_by":           spec.Interact.OpenerBy,
+		"template_tokens":     c.Rollout.TemplateTokens,
+		"interaction_cost":    strconv.FormatFloat(spec.InteractionCost, 'g', -1, 64),
+		"answer_token_budget": strconv.Itoa(spec.Interact.AnswerTokenBudget),
+		"data":                data,
+		"policy_endpoint":     redact(spec.PolicyEndpoint),
+	}
+}
+
+// redact drops credentials from an endpoint URI.
+func redact(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "(unparseable)"
+	}
+	u.User = nil
+	q := u.Query()
+	for k := range q {
+		if l := strings.ToLower(k); strings.Contains(l, "key") || strings.Contains(l, "token") || strings.Contains(l, "secret") {
+			q.Set(k, "REDACTED")
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Build adds the rollout of step o.Step to the pipeline and returns the
+// manifest path (a PCollection<string> of one element).
+func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error) {
+	s = s.Scope("rollout")
+	c := o.Config
+	var slotted beam.PCollection
+	metas := []beam.PCollection{}
+	if c.Data.Demo {
+		task, err := demotask.New(*c.Data.DemoTask)
+		if err != nil {
+			return beam.PCollection{}, fmt.Errorf("rollout: data.demo_task: %w", err)
+		}
+		ps := rollouts.DemoPrompts(task, demotask.Split(c.Data.DemoSplit), c.Data.BatchSize, c.Run.Seed, o.Step)
+		slotted = rollouts.Slotted(s, ps)
+	} else {
+		good, dead, err := prompts.TryRead(s, c.Data.Sources...)
+		if err != nil {
+			return beam.PCollection{}, fmt.Errorf("rollout: %w", err)
+		}
+		n := prompts.WriteDeadLetters(s, c.DeadLetterPath(o.Step), dead)
+		metas = append(metas, rollouts.CountMeta(s, "dead_letters", n))
+		slotted = rollouts.Select(s, c.Run.Seed, o.Step, c.Data.BatchSize, good)
+	}
+	groups := rollouts.Sample(s, spec, rollouts.Batch(s, spec.BatchPrompts(), slotted))
+	rows, stats := rollouts.Advantages(s, spec, rollouts.Score(s, spec, groups))
+	metas = append(metas, rollouts.StepMeta(s, stats))
+	meta := parquetio.StepMeta{Run: c.Run.Name, Step: o.Step, Meta: StaticMeta(o, spec)}
+	var opts []parquetio.WriteOption
+	if o.MaxShardRows > 0 {
+		opts = append(opts, parquetio.MaxShardRows(o.MaxShardRows))
+	}
+	dir := schemas.StepDir(c.Run.Dir, o.Step)
+	return parquetio.WriteTrajectoriesMeta(s, dir, meta, beam.Flatten(s, metas...), rows, opts...), nil
+}
+
+// Run rolls out one step on the runner named by Beam's --runner flag
+// (prism by default) and returns the committed manifest. A step that is
+// already committed is refused unless o.Force.
+func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
+	spec, err := Spec(ctx, o)
+	if err != nil {
+		return schemas.Manifest{}, err
+	}
+	dir := schemas.StepDir(o.Config.Run.Dir, o.Step)
+	if _, err := schemas.ReadManifest(ctx, dir); err == nil && !o.Force {
+		return schemas.Manifest{}, fmt.Errorf("rollout: step %d of %s is already committed (%s); pass --force to roll it out again", o.Step, o.Config.Run.Dir, dir)
+	} else if err != nil && !errors.Is(err, schemas.ErrNoManifest) {
+		return schemas.Manifest{}, fmt.Errorf("rollout: %w", err)
+	}
+	p, s := beam.NewPipelineWithRoot()
+	if _, err := Build(s, o, spec); err != nil {
+		return schemas.Manifest{}, err
+	}
+	if err := beamx.Run(ctx, p); err != nil {
+		return schemas.Manifest{}, fmt.Errorf("rollout step %d of %s: %w", o.Step, o.Config.Run.Dir, err)
+	}
+	m, err := schemas.ReadManifest(ctx, dir)
+	if err != nil {
+		return schemas.Manifest{}, fmt.Errorf("rollout: the pipeline finished but %w", err)
+	}
+	return m, nil
+}

@@ -1,0 +1,247 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/pipelines/demo"
+	"github.com/aipo-rl/aipo/pipelines/inproc"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/policy"
+)
+
+// RolloutFunc runs the rollout of step k with the policy at
+// cfg.Policy.Endpoint and commits the step (shards, then manifest).
+type RolloutFunc func(ctx context.Context, cfg runconfig.Config, k int64) error
+
+// Options are the parts of a training run that are not configuration.
+type Options struct {
+	// Rollout runs one step's rollout (the Beam pipeline of
+	// pipelines/rollout in production).
+	Rollout RolloutFunc
+	// Progress receives every phase change; nil discards them.
+	Progress func(Event)
+	// StopAfter, when positive, ends the run after that many steps (for
+	// tests of resumption); 0 runs to cfg.Run.Steps.
+	StopAfter int64
+}
+
+// Event is one progress report.
+type Event struct {
+	Step, Steps int64
+	Phase       string // "rollout", "learn", "eval", "done"
+	Learn       *LearnMetrics
+	Eval        *demo.EvalRecord
+	Elapsed     time.Duration
+}
+
+// Run trains from the last committed checkpoint to cfg.Run.Steps. The run
+// directory must hold checkpoint 0 (the initial policy).
+func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
+	if opts.Rollout == nil {
+		return errors.New("train: no rollout function")
+	}
+	runDir := cfg.Run.Dir
+	_, k, err := checkpoint.Latest(ctx, runDir)
+	if err != nil {
+		return fmt.Errorf("train: %s has no initial policy (checkpoints/step-000000): %w", runDir, err)
+	}
+	emit := func(e Event) {
+		if opts.Progress != nil {
+			opts.Progress(e)
+		}
+	}
+	start := time.Now()
+	var task *demotask.Task
+	if cfg.Data.Demo {
+		tc := demotask.DefaultConfig()
+		if cfg.Data.DemoTask != nil {
+			tc = *cfg.Data.DemoTask
+		}
+		if task, err = demotask.New(tc); err != nil {
+			return err
+		}
+	}
+	// Evaluate the starting point when the schedule asks for it.
+	if err := maybeEval(ctx, cfg, task, k, emit, start); err != nil {
+		return err
+	}
+	done := int64(0)
+	for ; k < cfg.Run.Steps; k++ {
+		if opts.StopAfter > 0 && done >= opts.StopAfter {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "rollout", Elapsed: time.Since(start)})
+		committed, err := storage.Exists(ctx, storage.Join(schemas.StepDir(runDir, k), schemas.ManifestName))
+		if err != nil {
+			return err
+		}
+		if !committed {
+			if err := withEngine(ctx, cfg, k, func(endpoint string) error {
+				c := cfg
+				c.Policy.Endpoint = endpoint
+				return opts.Rollout(ctx, c, k)
+			}); err != nil {
+				return fmt.Errorf("train: rollout of step %d: %w", k, err)
+			}
+		}
+		emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "learn", Elapsed: time.Since(start)})
+		lm, err := Learn(ctx, cfg, k)
+		if err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+		emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "learn", Learn: &lm, Elapsed: time.Since(start)})
+		if err := maybeEval(ctx, cfg, task, k+1, emit, start); err != nil {
+			return err
+		}
+		if err := RebuildMetrics(ctx, runDir); err != nil {
+			return err
+		}
+		done++
+	}
+	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "done", Elapsed: time.Since(start)})
+	return nil
+}
+
+// withEngine serves checkpoint k in this process for the duration of fn.
+func withEngine(ctx context.Context, cfg runconfig.Config, k int64, fn func(endpoint string) error) error {
+	e, err := OpenEngine(ctx, checkpoint.Dir(cfg.Run.Dir, k))
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	name := fmt.Sprintf("train-%s-%06d", sanitize(cfg.Run.Name), k)
+	if err := inproc.Serve(name, e); err != nil {
+		return err
+	}
+	defer inproc.Withdraw(name)
+	return fn(inproc.Scheme + "://" + name)
+}
+
+// OpenEngine starts an engine over a committed checkpoint (local or gs://).
+func OpenEngine(ctx context.Context, dir string) (*engine.Engine, error) {
+	pol, err := LoadPolicy(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	tj, ok := pol.Tokenizer["tokenizer.json"]
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s has no tokenizer.json", dir)
+	}
+	tok, err := tokenizer.Parse(tj, pol.Tokenizer["tokenizer_config.json"])
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	return engine.New(pol.Model, tok, pol.State.PolicyVersion, engine.Config{Name: storage.Base(dir), MaxBatch: 256})
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == '?' || r == '#' || r == ':' || r == '@' {
+			return '-'
+		}
+		return r
+	}, s)
+}
+
+// maybeEval evaluates checkpoint k alone when the schedule says so and it
+// has not been done yet.
+func maybeEval(ctx context.Context, cfg runconfig.Config, task *demotask.Task, k int64, emit func(Event), start time.Time) error {
+	if task == nil || cfg.Eval.Every <= 0 || (k%cfg.Eval.Every != 0 && k != cfg.Run.Steps) {
+		return nil
+	}
+	p := metricsPath(cfg.Run.Dir, "eval", k)
+	if ok, err := storage.Exists(ctx, p); err != nil || ok {
+		return err
+	}
+	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Elapsed: time.Since(start)})
+	t0 := time.Now()
+	var em demo.EvalRecord
+	err := withEngine(ctx, cfg, k, func(endpoint string) error {
+		c, err := policy.Open(ctx, endpoint)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ec := demo.DefaultEval()
+		ec.Samples, ec.Temperature = cfg.Eval.Samples, cfg.Eval.Temperature
+		if cfg.Eval.MaxResponseTokens > 0 {
+			ec.MaxTokens = cfg.Eval.MaxResponseTokens
+		}
+		ec.Seed = int64(cfg.Run.Seed)*7919 + 17
+		var splits []demotask.Split
+		for _, s := range cfg.Eval.Splits {
+			splits = append(splits, demotask.Split(s))
+		}
+		scores, err := demo.Evaluate(ctx, c, task, ec, splits...)
+		if err != nil {
+			return err
+		}
+		em = demo.EvalRecord{Kind: "eval", Step: k, PolicyVersion: k, Splits: scores}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("train: evaluate checkpoint %d: %w", k, err)
+	}
+	em.Seconds = time.Since(t0).Seconds()
+	if err := writeJSON(ctx, p, em); err != nil {
+		return err
+	}
+	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Eval: &em, Elapsed: time.Since(start)})
+	return nil
+}
+
+// RebuildMetrics rewrites <run>/metrics.jsonl from the per-step records,
+// in step order (learn before eval of the same step), atomically.
+func RebuildMetrics(ctx context.Context, runDir string) error {
+	files, err := storage.List(ctx, storage.Join(runDir, "metrics", "*.json"))
+	if err != nil {
+		return err
+	}
+	type rec struct {
+		step int64
+		kind string
+		line []byte
+	}
+	var recs []rec
+	for _, f := range files {
+		b, err := storage.ReadFile(ctx, f)
+		if err != nil {
+			return err
+		}
+		var head struct {
+			Kind string `json:"kind"`
+			Step int64  `json:"step"`
+		}
+		if err := json.Unmarshal(b, &head); err != nil {
+			return fmt.Errorf("train: metrics file %s: %w", f, err)
+		}
+		recs = append(recs, rec{head.Step, head.Kind, []byte(strings.TrimSpace(string(b)))})
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		if recs[i].step != recs[j].step {
+			return recs[i].step < recs[j].step
+		}
+		return recs[i].kind > recs[j].kind // learn before eval
+	})
+	var out []byte
+	for _, r := range recs {
+		out = append(out, r.line...)
+		out = append(out, '\n')
+	}
+	return storage.WriteAtomic(ctx, storage.Join(runDir, "metrics.jsonl"), out)
+}
