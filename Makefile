@@ -18,7 +18,7 @@ TESTFLAGS ?= -timeout 30m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: all build test bench demo lint setup setup-test vet staticcheck clean
+.PHONY: all build test bench demo lint setup setup-test vet staticcheck clean proto
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -55,6 +55,12 @@ bench: setup-test $(OVERLAY)
 
 demo: build
 	$(BIN) demo
+
+# proto regenerates the Go code of every schemas/proto/**/*.proto (needs
+# protoc: apt-get install -y protobuf-compiler; the Go plugins install
+# themselves at pinned versions).
+proto:
+	scripts/proto.sh
 
 clean:
 	rm -rf bin build bench.out

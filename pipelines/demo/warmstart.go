@@ -61,9 +61,10 @@ type Encoder struct{ Tok *tokenizer.HF }
 // NewEncoder returns an encoder over the built-in tokenizer.
 func NewEncoder() Encoder { return Encoder{Tok: tokenizer.Builtin()} }
 
-// Prompt encodes a question: BOS, then the text with special parsing off.
+// Prompt encodes a question with special parsing off, as the rollout
+// renders it (prompt template "{{.Problem}}", no BOS).
 func (e Encoder) Prompt(text string) []int32 {
-	return append([]int32{int32(e.Tok.BOS())}, toInt32(e.Tok.Encode(text))...)
+	return toInt32(e.Tok.Encode(text))
 }
 
 // Response encodes a model-written answer: the agent tags are single

@@ -491,3 +491,17 @@ func Run(ctx context.Context, cfg Config) (*Report, *Plan, error) {
 	}
 	return rep, plan, nil
 }
+
+// ReportOnly recomputes and writes the report from the chunks already
+// committed under cfg.Out, evaluating nothing.
+func ReportOnly(ctx context.Context, cfg Config) (*Report, *Plan, error) {
+	cfg, plan, _, err := prepare(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep, err := buildReport(ctx, cfg, plan)
+	if err != nil {
+		return nil, plan, err
+	}
+	return rep, plan, rep.Write(ctx, cfg.Out)
+}

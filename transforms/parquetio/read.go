@@ -105,7 +105,7 @@ type listShardsFn struct {
 func (fn *listShardsFn) ProcessElement(ctx context.Context, dir string, emit func(Shard)) error {
 	m, err := schemas.ReadManifest(ctx, dir)
 	if err != nil {
-		return fmt.Errorf("parquetio: cannot read step %s: %w", dir, err)
+		return fmt.Errorf("parquetio: %w", err) // names dir
 	}
 	if fn.Kind != "" && m.Kind != fn.Kind {
 		return fmt.Errorf("parquetio: step %s holds %s, not %s (read it with the matching Read function)", dir, m.Kind, fn.Kind)

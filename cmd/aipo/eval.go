@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/pipelines/eval"
+	_ "github.com/aipo-rl/aipo/pipelines/inproc" // the inproc:// policy scheme
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+)
+
+func init() {
+	register(command{
+		name:    "eval",
+		summary: "score a policy on benchmarks (Avg@n, Pass@k, maj@k; Markdown, JSON, PNG report)",
+		run:     runEval,
+	})
+	register(command{
+		name:    "eval report",
+		summary: "rewrite an eval's report from its records, or compare reports side by side",
+		run:     runEvalReport,
+	})
+}
+
+func runEval(args []string) int {
+	fs := flag.CommandLine
+	config := fs.String("config", "", "eval config (YAML, local or gs://); see configs/eval*.yaml")
+	out := fs.String("out", "", "output directory (overrides the config's out)")
+	policyURI := fs.String("policy", "", "policy URI (overrides the config's policy.uri)")
+	label := fs.String("label", "", "row label in reports (overrides policy.label)")
+	maxChunks := fs.Int("max-chunks", -1, "evaluate at most this many chunks, then stop (the next run resumes); -1: the config's")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: aipo eval --config eval.yaml [--out DIR] [--policy URI] [Beam flags]\n\n"+
+			"Samples n responses per benchmark problem from the policy, verifies them (math answers,\n"+
+			"code in a sandbox), commits per-sample records to Parquet chunk by chunk, and writes\n"+
+			"report.json, report.md and report.png into the output directory. A rerun skips the\n"+
+			"committed chunks. Runs on prism unless --runner says otherwise.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "aipo eval: unexpected arguments %v (flags only; see --help)\n", fs.Args())
+		return 2
+	}
+	beam.Init()
+	cfg, code := loadEvalConfig("aipo eval", *config, *out, *policyURI, *label)
+	if code != 0 {
+		return code
+	}
+	if *maxChunks >= 0 {
+		cfg.MaxChunks = *maxChunks
+	}
+	rep, plan, err := eval.Run(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo eval: %v\n", err)
+		return 1
+	}
+	fmt.Printf("evaluated %d chunks (%d were committed before, %d left)\n", plan.Todo, plan.Committed, plan.Left)
+	fmt.Print(rep.Markdown())
+	for _, n := range []string{eval.ReportJSON, eval.ReportMarkdown, eval.ReportPNG} {
+		fmt.Printf("  %s\n", storage.Join(cfg.Out, n))
+	}
+	return 0
+}
+
+func loadEvalConfig(cmd, path, out, uri, label string) (eval.Config, int) {
+	if path == "" {
+		fmt.Fprintf(os.Stderr, "%s: --config is required (an eval YAML; see configs/eval.yaml)\n", cmd)
+		return eval.Config{}, 2
+	}
+	cfg, err := eval.LoadConfig(context.Background(), path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd, err)
+		return eval.Config{}, 2
+	}
+	if out != "" {
+		cfg.Out = out
+	}
+	if uri != "" {
+		cfg.Policy.URI = uri
+	}
+	if label != "" {
+		cfg.Policy.Label = label
+	}
+	return cfg, 0
+}
+
+func runEvalReport(args []string) int {
+	fs := flag.NewFlagSet("eval report", flag.ContinueOnError)
+	config := fs.String("config", "", "eval config whose committed records to report on")
+	compare := fs.Bool("compare", false, "compare the report.json files given as arguments (the first is the baseline)")
+	out := fs.String("out", "", "output directory (with --config: overrides the config's out; with --compare: where compare.{md,json,png} go, default: print only)")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage:\n  aipo eval report --config eval.yaml [--out DIR]\n  aipo eval report --compare [--out DIR] a/report.json b/report.json ...\n\n"+
+			"The first form rewrites report.{json,md,png} from the committed records. The second sets\n"+
+			"several reports side by side in the layout of the paper's Table 1, with deltas against\n"+
+			"the first.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx := context.Background()
+	if *compare {
+		if fs.NArg() < 1 || *config != "" {
+			fmt.Fprintln(os.Stderr, "aipo eval report --compare: give one or more report.json files (and no --config)")
+			return 2
+		}
+		var reps []*eval.Report
+		for _, p := range fs.Args() {
+			r, err := eval.ReadReport(ctx, p)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "aipo eval report: %v\n", err)
+				return 1
+			}
+			reps = append(reps, r)
+		}
+		fmt.Print(eval.CompareMarkdownText(reps))
+		if *out != "" {
+			if err := eval.WriteComparison(ctx, *out, reps); err != nil {
+				fmt.Fprintf(os.Stderr, "aipo eval report: %v\n", err)
+				return 1
+			}
+			for _, n := range []string{eval.CompareJSON, eval.CompareMarkdown, eval.ComparePNG} {
+				fmt.Printf("  %s\n", storage.Join(*out, n))
+			}
+		}
+		return 0
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "aipo eval report: unexpected arguments %v (did you mean --compare?)\n", fs.Args())
+		return 2
+	}
+	cfg, code := loadEvalConfig("aipo eval report", *config, *out, "", "")
+	if code != 0 {
+		return code
+	}
+	rep, _, err := eval.ReportOnly(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo eval report: %v\n", err)
+		return 1
+	}
+	fmt.Print(rep.Markdown())
+	return 0
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/pipelines/serve"
+	"github.com/aipo-rl/aipo/transforms/collab"
+)
+
+func init() {
+	register(command{
+		name:    "serve",
+		summary: "serve a policy checkpoint over gRPC (aipo.v1.Policy) and an OpenAI-compatible HTTP API, with hot reload",
+		run:     runServe,
+	})
+}
+
+func runServe(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	ckpt := fs.String("checkpoint", "", "committed checkpoint directory to serve (default: the newest of --watch)")
+	watch := fs.String("watch", "", "run directory to watch: its newest committed checkpoint (checkpoints/step-N) is loaded when it appears")
+	every := fs.Duration("watch-every", 10*time.Second, "how often to look for a newer checkpoint under --watch")
+	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address (empty: no gRPC)")
+	httpAddr := fs.String("http", "127.0.0.1:8000", "HTTP address of the OpenAI-compatible API (empty: no HTTP)")
+	name := fs.String("name", "", "model name of the HTTP API (default: the base name of --watch, else of --checkpoint)")
+	tok := fs.String("tokenizer", "", "tokenizer instead of the checkpoint's: builtin or a tokenizer.json path")
+	maxBatch := fs.Int("max-batch", 0, "sequences decoded together (0: engine default 64)")
+	maxQueue := fs.Int("max-queue", 0, "requests waiting for the batch before new ones get 429 / RESOURCE_EXHAUSTED (0: engine default 1024)")
+	maxContext := fs.Int("max-context", 0, "most prompt plus output tokens (0: the model's max_position_embeddings)")
+	sessionTokens := fs.Int("session-tokens", 0, "KV-cache positions kept for sessions (0: engine default)")
+	tokenEnv := fs.String("token-env", "", "environment variable holding the bearer token clients must send")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token clients must send")
+	certFile := fs.String("tls-cert", "", "PEM certificate for TLS on both listeners (with --tls-key)")
+	keyFile := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	grace := fs.Duration("grace", 30*time.Second, "how long requests in flight may finish on SIGINT/SIGTERM")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n"+
+			"Serves a policy checkpoint with the built-in engine: gRPC service aipo.v1.Policy (with\n"+
+			"reflection) and OpenAI-compatible /v1/completions, /v1/chat/completions, /v1/models,\n"+
+			"/health, /tokenize, /detokenize. Rollouts reach it as grpc://HOST:PORT or\n"+
+			"http://HOST:PORT/v1?model=NAME. Reload swaps the weights without failing requests.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "aipo serve: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q (see --help)", fs.Args())
+	}
+	if *ckpt == "" && *watch == "" {
+		return fail("give --checkpoint DIR, --watch RUNDIR or both")
+	}
+	if *every <= 0 {
+		return fail("--watch-every %s must be positive", *every)
+	}
+	token, err := collab.ReadSecret(*tokenEnv, *tokenFile)
+	if err != nil {
+		return fail("token: %v", err)
+	}
+	for flagName, addr := range map[string]string{"--grpc": *grpcAddr, "--http": *httpAddr} {
+		if addr == "" {
+			continue
+		}
+		if err := checkServeBind(flagName, addr, token != ""); err != nil {
+			return fail("%v", err)
+		}
+	}
+	var tlsCfg *tls.Config
+	if (*certFile == "") != (*keyFile == "") {
+		return fail("give --tls-cert and --tls-key together")
+	}
+	if *certFile != "" {
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			return fail("TLS key pair %s, %s: %v", *certFile, *keyFile, err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := serve.New(ctx, serve.Options{Checkpoint: *ckpt, WatchRun: *watch, Tokenizer: *tok, Name: *name, Token: token,
+		Engine: engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo serve: %v\n", err)
+		return 1
+	}
+	defer srv.Close()
+	var gl, hl net.Listener
+	if *grpcAddr != "" {
+		if gl, err = net.Listen("tcp", *grpcAddr); err != nil {
+			fmt.Fprintf(os.Stderr, "aipo serve: --grpc %s: %v\n", *grpcAddr, err)
+			return 1
+		}
+	}
+	if *httpAddr != "" {
+		if hl, err = net.Listen("tcp", *httpAddr); err != nil {
+			fmt.Fprintf(os.Stderr, "aipo serve: --http %s: %v\n", *httpAddr, err)
+			return 1
+		}
+	}
+	if *watch != "" {
+		go srv.Watch(ctx, *every)
+	}
+	if err := srv.Serve(ctx, gl, hl, tlsCfg, *grace); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// checkServeBind refuses a non-loopback address without a token.
+func checkServeBind(flagName, addr string, haveToken bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q must be HOST:PORT (e.g. 127.0.0.1:8000): %w", flagName, addr, err)
+	}
+	ip := net.ParseIP(host)
+	if !(host == "localhost" || (ip != nil && ip.IsLoopback())) && !haveToken {
+		return fmt.Errorf("%s %s is not a loopback address: give --token-env or --token-file so that only clients with the token are served", flagName, addr)
+	}
+	return nil
+}

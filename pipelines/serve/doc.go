@@ -1,0 +1,40 @@
+// Package serve hosts the learner's engine as a network service: the gRPC
+// service aipo.v1.Policy (schemas/proto/aipo/v1/policy.proto, with server
+// reflection) and an OpenAI-compatible HTTP API, the two that `aipo serve`
+// listens on.
+//
+// gRPC: Generate streams the sampled token ids and log-probs of a prefix;
+// Continue appends tokens to a session's conversation (the prefix plus
+// output of its previous call, kept by the server) and resumes, reusing
+// the engine's KV cache; Release, Tokenize, Detokenize, Reload and Health
+// complete it.
+//
+// HTTP: POST /v1/completions (text or token-id prompts, several prompts, n
+// samples each, logprobs, stop, stop_token_ids, seed, max_tokens,
+// temperature, top_p, top_k, SSE streaming), POST /v1/chat/completions
+// (the tokenizer's chat format, logprobs, streaming), GET /v1/models,
+// GET /health, and vLLM's POST /tokenize and POST /detokenize. Every
+// choice carries its token ids (prompt_token_ids, token_ids, as vLLM
+// returns them with return_token_ids) and the policy version that sampled
+// it (aipo_policy_version; the response's own field and the
+// X-Aipo-Policy-Version header give the oldest version among its choices).
+// Log-probabilities are those of the sampled tokens (the log softmax of
+// the raw logits, before temperature and top-p): alternatives are not
+// reported, so top_logprobs is null (completions) or empty (chat). Text
+// stops before a matching stop string, as in the OpenAI API, unless
+// include_stop_str_in_output is set; token_ids always hold every sampled
+// token. Errors have the OpenAI shape {"error":{"message","type","param",
+// "code"}}.
+//
+// Load: the engine's bounded queue turns into HTTP 429 (with Retry-After)
+// and gRPC RESOURCE_EXHAUSTED; a client that goes away cancels its
+// request. Reload, by RPC or by watching a run directory for a newer
+// committed checkpoint, swaps the weights between engine steps: requests
+// in flight finish on the weights they started with and name that
+// version. Shutdown stops accepting, lets requests in flight finish within
+// a grace period, then closes the engine.
+//
+// Security: an optional bearer token is checked on every gRPC call and
+// every HTTP endpoint except GET /health (compared in constant time, never
+// logged); TLS is optional on both listeners.
+package serve

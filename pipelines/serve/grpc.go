@@ -1,0 +1,167 @@
+package serve
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/schemas/aipov1"
+)
+
+// GRPCServer returns a gRPC server with the Policy service and server
+// reflection, checking the bearer token when one is set and using tlsCfg
+// when not nil.
+func (s *Server) GRPCServer(tlsCfg *tls.Config) *grpc.Server {
+	var opts []grpc.ServerOption
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	if s.opts.Token != "" {
+		want := []byte("Bearer " + s.opts.Token)
+		check := func(ctx context.Context) error {
+			md, _ := metadata.FromIncomingContext(ctx)
+			got := md.Get("authorization")
+			if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), want) != 1 {
+				return status.Error(codes.Unauthenticated, "missing or wrong bearer token: send metadata \"authorization: Bearer <token>\"")
+			}
+			return nil
+		}
+		opts = append(opts,
+			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if err := check(ctx); err != nil {
+					return nil, err
+				}
+				return h(ctx, req)
+			}),
+			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				if err := check(ss.Context()); err != nil {
+					return err
+				}
+				return h(srv, ss)
+			}))
+	}
+	g := grpc.NewServer(opts...)
+	aipov1.RegisterPolicyServer(g, &policyService{s: s})
+	reflection.Register(g)
+	return g
+}
+
+// policyService implements aipov1.PolicyServer.
+type policyService struct {
+	aipov1.UnimplementedPolicyServer
+	s *Server
+}
+
+func engineParams(p *aipov1.SampleParams) engine.SampleParams {
+	if p == nil {
+		return engine.SampleParams{}
+	}
+	return engine.SampleParams{Temperature: p.Temperature, TopP: p.TopP, TopK: int(p.TopK), MaxTokens: int(p.MaxTokens),
+		Seed: p.Seed, StopTokenIDs: p.StopTokenIds, StopStrings: p.Stop}
+}
+
+// grpcError maps an engine error to a status.
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, engine.ErrQueueFull):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, engine.ErrClosed):
+		return status.Error(codes.Unavailable, "the server is shutting down; retry on another server or later")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	// The engine fails a request otherwise only when it is invalid.
+	return status.Error(codes.InvalidArgument, err.Error())
+}
+
+// stream runs req and sends its tokens as they come, then the final message.
+func (p *policyService) stream(req engine.Request, ss grpc.ServerStreamingServer[aipov1.GenerateResponse]) error {
+	if p.s.draining.Load() {
+		return status.Error(codes.Unavailable, "the server is shutting down; retry on another server or later")
+	}
+	if req.Params.MaxTokens < 0 {
+		return status.Errorf(codes.InvalidArgument, "max_tokens %d must be >= 0 (0: up to the context length)", req.Params.MaxTokens)
+	}
+	res, err := p.s.generate(ss.Context(), req, func(t engine.Token) error {
+		return ss.Send(&aipov1.GenerateResponse{Tokens: []int32{t.ID}, Logprobs: []float32{t.LogProb}})
+	})
+	if err != nil {
+		if _, ok := status.FromError(err); ok && !errors.Is(err, context.Canceled) {
+			return err // a failed Send
+		}
+		return grpcError(err)
+	}
+	return ss.Send(&aipov1.GenerateResponse{Done: true, FinishReason: res.FinishReason, Stop: res.Stop, PolicyVersion: res.PolicyVersion,
+		PrefixTokens: int32(res.PrefixTokens), CachedTokens: int32(res.CachedTokens)})
+}
+
+func (p *policyService) Generate(r *aipov1.GenerateRequest, ss grpc.ServerStreamingServer[aipov1.GenerateResponse]) error {
+	return p.stream(engine.Request{Prefix: r.Prefix, Params: engineParams(r.Params), Session: r.Session}, ss)
+}
+
+func (p *policyService) Continue(r *aipov1.ContinueRequest, ss grpc.ServerStreamingServer[aipov1.GenerateResponse]) error {
+	if r.Session == "" {
+		return status.Error(codes.InvalidArgument, "Continue needs the session of an earlier Generate or Continue")
+	}
+	conv, ok := p.s.hist.get(r.Session)
+	if !ok {
+		return status.Errorf(codes.NotFound, "session %q is unknown (released, evicted or never started): call Generate with the whole prefix and this session", r.Session)
+	}
+	return p.stream(engine.Request{Prefix: append(conv, r.Tokens...), Params: engineParams(r.Params), Session: r.Session}, ss)
+}
+
+func (p *policyService) Release(_ context.Context, r *aipov1.ReleaseRequest) (*aipov1.ReleaseResponse, error) {
+	p.s.release(r.Session)
+	return &aipov1.ReleaseResponse{}, nil
+}
+
+func (p *policyService) Tokenize(_ context.Context, r *aipov1.TokenizeRequest) (*aipov1.TokenizeResponse, error) {
+	ids, err := p.s.eng.Tokenize(r.Text, r.Special)
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &aipov1.TokenizeResponse{Tokens: ids}, nil
+}
+
+func (p *policyService) Detokenize(_ context.Context, r *aipov1.DetokenizeRequest) (*aipov1.DetokenizeResponse, error) {
+	if err := p.s.checkIDs("tokens", r.Tokens); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	text, err := p.s.eng.Detokenize(r.Tokens)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &aipov1.DetokenizeResponse{Text: text}, nil
+}
+
+func (p *policyService) Reload(ctx context.Context, r *aipov1.ReloadRequest) (*aipov1.ReloadResponse, error) {
+	if r.Checkpoint == "" {
+		return nil, status.Error(codes.InvalidArgument, "Reload needs checkpoint: a committed checkpoint directory readable by the server")
+	}
+	v, err := p.s.Reload(ctx, r.Checkpoint)
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &aipov1.ReloadResponse{PolicyVersion: v, Checkpoint: r.Checkpoint}, nil
+}
+
+func (p *policyService) Health(context.Context, *aipov1.PolicyHealthRequest) (*aipov1.PolicyHealthResponse, error) {
+	in, st := p.s.eng.Info(), p.s.eng.Stats()
+	state := "serving"
+	if p.s.draining.Load() {
+		state = "draining"
+	}
+	return &aipov1.PolicyHealthResponse{Status: state, Model: p.s.name, PolicyVersion: in.PolicyVersion, Checkpoint: p.s.Checkpoint(),
+		VocabSize: int32(in.VocabSize), Eos: in.EOS, MaxContext: int32(in.MaxContext), Queued: int32(st.Queued), Active: int32(st.Active)}, nil
+}

@@ -1,0 +1,280 @@
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/tokenizer"
+)
+
+// PolicyVersionHeader names the policy version of an HTTP response (the
+// oldest among its choices).
+const PolicyVersionHeader = "X-Aipo-Policy-Version"
+
+// Handler is the HTTP API: OpenAI-compatible endpoints, /health and vLLM's
+// /tokenize and /detokenize.
+func (s *Server) Handler() http.Handler {
+	routes := map[string]struct {
+		method string
+		h      func(http.ResponseWriter, *http.Request) *apiError
+	}{
+		"/v1/completions":      {http.MethodPost, s.completions},
+		"/v1/chat/completions": {http.MethodPost, s.chat},
+		"/v1/models":           {http.MethodGet, s.models},
+		"/health":              {http.MethodGet, s.health},
+		"/tokenize":            {http.MethodPost, s.tokenize},
+		"/detokenize":          {http.MethodPost, s.detokenize},
+		"/aipo/release":        {http.MethodPost, s.releaseHTTP},
+	}
+	want := []byte("Bearer " + s.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, ok := routes[r.URL.Path]
+		if !ok {
+			writeError(w, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s; this server offers POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, POST /tokenize, POST /detokenize", r.Method, r.URL.Path),
+				Type: "invalid_request_error", Code: strp("not_found")})
+			return
+		}
+		if r.Method != rt.method {
+			w.Header().Set("Allow", rt.method)
+			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, rt.method, r.Method),
+				Type: "invalid_request_error", Code: strp("method_not_allowed")})
+			return
+		}
+		if s.opts.Token != "" && r.URL.Path != "/health" &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeError(w, &apiError{Status: http.StatusUnauthorized, Message: "missing or wrong bearer token: send the header \"Authorization: Bearer <token>\" (the OpenAI SDKs send their api key so)",
+				Type: "invalid_request_error", Code: strp("invalid_api_key")})
+			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+		}
+		if err := rt.h(w, r); err != nil {
+			writeError(w, err)
+		}
+	})
+}
+
+// writeError writes err in the OpenAI error shape.
+func writeError(w http.ResponseWriter, err *apiError) {
+	if err.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, err.Status, struct {
+		Error *apiError `json:"error"`
+	}{err})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// readBody reads and decodes a JSON request body into v.
+func (s *Server) readBody(r *http.Request, v any) *apiError {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body exceeds %d bytes", mb.Limit), Type: "invalid_request_error", Code: strp("body_too_large")}
+		}
+		return badRequest("", "", "reading the request body: %v", err)
+	}
+	return decodeJSON(body, v)
+}
+
+// engineError maps an engine error to an HTTP error.
+func engineError(err error) *apiError {
+	switch {
+	case errors.Is(err, engine.ErrQueueFull):
+		return &apiError{Status: http.StatusTooManyRequests, Message: err.Error(), Type: "rate_limit_error", Code: strp("queue_full")}
+	case errors.Is(err, engine.ErrClosed):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: "the server is shutting down; retry on another server or later", Type: "server_error", Code: strp("unavailable")}
+	case errors.Is(err, context.Canceled):
+		return &apiError{Status: 499, Message: "the request was cancelled", Type: "invalid_request_error", Code: strp("cancelled")}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &apiError{Status: http.StatusGatewayTimeout, Message: err.Error(), Type: "server_error", Code: strp("timeout")}
+	}
+	// The engine fails a request otherwise only when it is invalid.
+	return badRequest("", "invalid_request", "%v", err)
+}
+
+// checkModel refuses a model name other than the served one.
+func (s *Server) checkModel(name string) *apiError {
+	if name != "" && name != s.name {
+		return &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("the model %q does not exist on this server; it serves %q (see GET /v1/models)", name, s.name),
+			Type: "invalid_request_error", Param: strp("model"), Code: strp("model_not_found")}
+	}
+	return nil
+}
+
+// checkIDs checks token ids against the vocabulary.
+func (s *Server) checkIDs(name string, ids []int32) error {
+	vocab := s.eng.Info().VocabSize
+	for i, id := range ids {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("%s[%d] = %d is outside the vocabulary [0,%d)", name, i, id, vocab)
+		}
+	}
+	return nil
+}
+
+// toIDs converts JSON token ids, checking them against the vocabulary.
+func (s *Server) toIDs(param, name string, in []int64) ([]int32, *apiError) {
+	vocab := s.eng.Info().VocabSize
+	out := make([]int32, len(in))
+	for i, v := range in {
+		if v < 0 || v >= int64(vocab) {
+			return nil, badRequest(param, "invalid_token_id", "%s[%d] = %d is outside the vocabulary [0,%d)", name, i, v, vocab)
+		}
+		out[i] = int32(v)
+	}
+	return out, nil
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) *apiError {
+	in := s.eng.Info()
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+		"id": s.name, "object": "model", "created": time.Now().Unix(), "owned_by": "aipo", "root": s.Checkpoint(),
+		"max_model_len": in.MaxContext, "aipo_policy_version": in.PolicyVersion, "aipo_vocab_size": in.VocabSize, "aipo_eos": in.EOS,
+	}}})
+	return nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) *apiError {
+	in, st := s.eng.Info(), s.eng.Stats()
+	status, code := "ok", http.StatusOK
+	if s.draining.Load() {
+		status, code = "draining", http.StatusServiceUnavailable
+	}
+	w.Header().Set(PolicyVersionHeader, strconv.FormatInt(in.PolicyVersion, 10))
+	writeJSON(w, code, map[string]any{"status": status, "model": s.name, "aipo_policy_version": in.PolicyVersion,
+		"checkpoint": s.Checkpoint(), "queued": st.Queued, "active": st.Active})
+	return nil
+}
+
+// tokenizeRequest is vLLM's /tokenize body (prompt, or chat messages),
+// with parse_special (default true: added tokens written in the text
+// become their ids, as Hugging Face tokenizers do).
+type tokenizeRequest struct {
+	Model               string        `json:"model"`
+	Prompt              *string       `json:"prompt"`
+	Messages            []chatMessage `json:"messages"`
+	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
+	AddSpecialTokens    *bool         `json:"add_special_tokens"`
+	ParseSpecial        *bool         `json:"parse_special"`
+}
+
+func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) *apiError {
+	var req tokenizeRequest
+	if err := s.readBody(r, &req); err != nil {
+		return err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	var ids []int32
+	switch {
+	case req.Prompt != nil && req.Messages != nil:
+		return badRequest("prompt", "", "give prompt or messages, not both")
+	case req.Prompt != nil:
+		var err error
+		if ids, err = s.eng.Tokenize(*req.Prompt, req.ParseSpecial == nil || *req.ParseSpecial); err != nil {
+			return badRequest("prompt", "", "%v", err)
+		}
+	case req.Messages != nil:
+		gen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+		var aerr *apiError
+		if ids, aerr = s.applyChat(req.Messages, gen); aerr != nil {
+			return aerr
+		}
+	default:
+		return badRequest("prompt", "missing_prompt", "give prompt (text) or messages (a chat)")
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.eng.Info().MaxContext, "tokens": ids})
+	return nil
+}
+
+func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) *apiError {
+	var req struct {
+		Model  string  `json:"model"`
+		Tokens []int64 `json:"tokens"`
+	}
+	if err := s.readBody(r, &req); err != nil {
+		return err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	ids, aerr := s.toIDs("tokens", "tokens", req.Tokens)
+	if aerr != nil {
+		return aerr
+	}
+	text, err := s.eng.Detokenize(ids)
+	if err != nil {
+		return badRequest("tokens", "", "%v", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"prompt": text})
+	return nil
+}
+
+func (s *Server) releaseHTTP(w http.ResponseWriter, r *http.Request) *apiError {
+	var req struct {
+		Session string `json:"session"`
+	}
+	if err := s.readBody(r, &req); err != nil {
+		return err
+	}
+	if req.Session == "" {
+		return badRequest("session", "", "session is required")
+	}
+	s.release(req.Session)
+	writeJSON(w, http.StatusOK, map[string]any{"released": req.Session})
+	return nil
+}
+
+// applyChat renders chat messages with the tokenizer's chat format.
+func (s *Server) applyChat(msgs []chatMessage, generationPrompt bool) ([]int32, *apiError) {
+	if len(msgs) == 0 {
+		return nil, badRequest("messages", "missing_messages", "messages must hold at least one message")
+	}
+	conv := make([]tokenizer.Message, len(msgs))
+	for i, m := range msgs {
+		text, err := chatText(i, m.Content)
+		if err != nil {
+			return nil, err
+		}
+		conv[i] = tokenizer.Message{Role: m.Role, Content: text}
+	}
+	ids, err := s.tok.ApplyChat(conv, generationPrompt)
+	if err != nil {
+		return nil, badRequest("messages", "invalid_messages", "%v", err)
+	}
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out, nil
+}

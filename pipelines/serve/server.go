@@ -1,0 +1,272 @@
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/pipelines/inproc"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Checkpoint is the committed checkpoint directory served first. When
+	// empty, the newest committed checkpoint of WatchRun is.
+	Checkpoint string
+	// WatchRun, when set, is a run directory whose newest committed
+	// checkpoint (<run>/checkpoints/step-N) Watch loads.
+	WatchRun string
+	// Tokenizer overrides the checkpoint's tokenizer.json: "builtin" or a
+	// path.
+	Tokenizer string
+	// Name is the model name of the HTTP API (default: the base name of
+	// WatchRun, else of Checkpoint); it stays the same across reloads.
+	Name string
+	// Engine sizes the engine (its Name is set from Name).
+	Engine engine.Config
+	// Token, when not empty, is the bearer token every call must carry.
+	Token string
+	// HistoryTokens bounds the tokens of session conversations kept for
+	// Continue (default 1<<22); the least recently used are dropped first.
+	HistoryTokens int
+	// MaxBodyBytes bounds an HTTP request body (default 16 MiB).
+	MaxBodyBytes int64
+	// Logger receives start, reload and error messages (default: slog's).
+	Logger *slog.Logger
+}
+
+// Server serves one engine over gRPC and HTTP. Its methods are safe for
+// concurrent use.
+type Server struct {
+	opts Options
+	name string
+	eng  *engine.Engine
+	tok  tokenizer.Tokenizer
+	log  *slog.Logger
+	hist *histories
+
+	reloadMu   sync.Mutex
+	checkpoint atomic.Pointer[string]
+	draining   atomic.Bool
+	reloads    atomic.Int64
+}
+
+// New loads the checkpoint of opts and starts an engine over it.
+func New(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Checkpoint == "" && opts.WatchRun == "" {
+		return nil, fmt.Errorf("serve: give a checkpoint directory or a run directory to watch")
+	}
+	dir := opts.Checkpoint
+	if dir == "" {
+		d, _, err := checkpoint.Latest(ctx, opts.WatchRun)
+		if err != nil {
+			return nil, fmt.Errorf("serve: no checkpoint given and none in the watched run yet: %w", err)
+		}
+		dir = d
+	}
+	ld, err := inproc.LoadCheckpoint(ctx, dir, opts.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	name := opts.Name
+	if name == "" {
+		src := dir
+		if opts.WatchRun != "" {
+			src = opts.WatchRun
+		}
+		name = filepath.Base(strings.TrimSuffix(src, "/"))
+	}
+	if opts.HistoryTokens == 0 {
+		opts.HistoryTokens = 1 << 22
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = 16 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	cfg := opts.Engine
+	cfg.Name = name
+	e, err := engine.New(ld.Model, ld.Tokenizer, ld.Trainer.PolicyVersion, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
+	}
+	s := &Server{opts: opts, name: name, eng: e, tok: ld.Tokenizer, log: opts.Logger, hist: newHistories(opts.HistoryTokens)}
+	s.checkpoint.Store(&dir)
+	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
+	return s, nil
+}
+
+// Engine is the engine the server samples from.
+func (s *Server) Engine() *engine.Engine { return s.eng }
+
+// Name is the served model name.
+func (s *Server) Name() string { return s.name }
+
+// Checkpoint is the checkpoint directory now served.
+func (s *Server) Checkpoint() string { return *s.checkpoint.Load() }
+
+// Reload loads the committed checkpoint in dir and serves it to every
+// request admitted from now on; requests in flight finish on their
+// weights. It returns the new policy version.
+func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
+	if dir == "" {
+		return 0, fmt.Errorf("serve: reload needs a checkpoint directory")
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	ld, err := inproc.LoadCheckpoint(ctx, dir, s.opts.Tokenizer)
+	if err != nil {
+		return 0, fmt.Errorf("serve: reload: %w", err)
+	}
+	if ld.Tokenizer.VocabSize() != s.tok.VocabSize() {
+		return 0, fmt.Errorf("serve: reload: checkpoint %s has a tokenizer of %d tokens, the server's has %d; serve another vocabulary with a new server", dir, ld.Tokenizer.VocabSize(), s.tok.VocabSize())
+	}
+	if err := s.eng.Reload(ld.Model, ld.Trainer.PolicyVersion); err != nil {
+		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
+	}
+	s.checkpoint.Store(&dir)
+	s.reloads.Add(1)
+	s.log.Info("serve: reloaded", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion)
+	return ld.Trainer.PolicyVersion, nil
+}
+
+// Watch polls the run directory of Options.WatchRun every interval and
+// reloads its newest committed checkpoint whenever that is another
+// directory than the one served, until ctx ends. Failed polls and reloads
+// are logged and retried at the next poll.
+func (s *Server) Watch(ctx context.Context, every time.Duration) {
+	if s.opts.WatchRun == "" {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var failed string // a directory whose reload failed, not retried
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		dir, _, err := checkpoint.Latest(ctx, s.opts.WatchRun)
+		if err != nil {
+			if !errors.Is(err, checkpoint.ErrNoCheckpoint) && ctx.Err() == nil {
+				s.log.Warn("serve: watch", "run", s.opts.WatchRun, "err", err)
+			}
+			continue
+		}
+		if dir == s.Checkpoint() || dir == failed {
+			continue
+		}
+		if _, err := s.Reload(ctx, dir); err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("serve: watch: reload failed; keeping the served weights", "checkpoint", dir, "err", err)
+				failed = dir
+			}
+		}
+	}
+}
+
+// Close closes the engine; requests still running fail.
+func (s *Server) Close() error { return s.eng.Close() }
+
+// Serve serves gRPC on grpcLis and HTTP on httpLis (either may be nil),
+// with tlsCfg when not nil, until ctx ends; then it stops accepting, lets
+// requests in flight finish for at most grace, and returns. It does not
+// close the engine (Close does).
+func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, tlsCfg *tls.Config, grace time.Duration) error {
+	if grpcLis == nil && httpLis == nil {
+		return fmt.Errorf("serve: no listener: give a gRPC address, an HTTP address or both")
+	}
+	errc := make(chan error, 2)
+	var g *grpc.Server
+	if grpcLis != nil {
+		g = s.GRPCServer(tlsCfg)
+		go func() {
+			if err := g.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("serve: gRPC on %s: %w", grpcLis.Addr(), err)
+			}
+		}()
+		s.log.Info("serve: gRPC listening", "addr", grpcLis.Addr().String(), "tls", tlsCfg != nil)
+	}
+	var h *http.Server
+	if httpLis != nil {
+		h = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+		lis := httpLis
+		if tlsCfg != nil {
+			lis = tls.NewListener(httpLis, tlsCfg)
+		}
+		go func() {
+			if err := h.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve: HTTP on %s: %w", httpLis.Addr(), err)
+			}
+		}()
+		s.log.Info("serve: HTTP listening", "addr", httpLis.Addr().String(), "tls", tlsCfg != nil)
+	}
+	var serr error
+	select {
+	case <-ctx.Done():
+	case serr = <-errc:
+	}
+	s.draining.Store(true)
+	s.log.Info("serve: shutting down; finishing requests in flight", "grace", grace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	var wg sync.WaitGroup
+	if h != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.Shutdown(sctx); err != nil {
+				h.Close()
+			}
+		}()
+	}
+	if g != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() { g.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-sctx.Done():
+				g.Stop()
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+	return serr
+}
+
+// generate runs one request on the engine and remembers a session's
+// conversation for Continue.
+func (s *Server) generate(ctx context.Context, req engine.Request, fn func(engine.Token) error) (engine.Result, error) {
+	res, err := s.eng.GenerateStream(ctx, req, fn)
+	if err == nil && req.Session != "" {
+		conv := make([]int32, 0, len(req.Prefix)+len(res.Tokens))
+		s.hist.put(req.Session, append(append(conv, req.Prefix...), res.Tokens...))
+	}
+	return res, err
+}
+
+// release forgets a session.
+func (s *Server) release(session string) {
+	s.hist.drop(session)
+	s.eng.Release(session)
+}

@@ -1,0 +1,55 @@
+package train
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/pipelines/demo"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+)
+
+func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
+
+// The quick demo runs end to end: warm start, training steps with the
+// built-in collaborators, evaluation, analytics and report; every step holds
+// batch x group trajectories and every checkpoint is committed.
+func TestQuickDemoEndToEnd(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir() + "/quick"
+	rep, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { t.Log(s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := int64(0); k < cfg.Run.Steps; k++ {
+		m, err := schemas.ReadManifest(ctx, schemas.StepDir(dir, k))
+		if err != nil {
+			t.Fatalf("step %d: %v", k, err)
+		}
+		if want := int64(cfg.Data.BatchSize * cfg.Rollout.GroupSize); m.Rows != want {
+			t.Errorf("step %d holds %d trajectories, want %d", k, m.Rows, want)
+		}
+		if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(dir, k+1)); !ok {
+			t.Errorf("checkpoint %d not committed: %v", k+1, err)
+		}
+	}
+	for _, f := range []string{"report/" + demo.ReportMarkdown, "report/" + demo.AccuracyPNG, "analysis/analysis.md", "metrics.jsonl"} {
+		if ok, _ := storage.Exists(ctx, storage.Join(dir, f)); !ok {
+			t.Errorf("%s is missing from the run directory", f)
+		}
+	}
+	if len(rep.Evals) == 0 {
+		t.Errorf("the report holds no evaluation")
+	}
+	t.Log("\n" + rep.Summary())
+	if os.Getenv("AIPO_KEEP_RUN") != "" {
+		t.Log("run kept in", dir)
+	}
+}

@@ -1,0 +1,446 @@
+// Package httpclient is the policy.Client of OpenAI-compatible servers that
+// take token-id prompts and return token ids with log-probs: `aipo serve`,
+// vLLM and SGLang. It registers the URI schemes "http" and "https":
+//
+//	http://127.0.0.1:8000/v1?model=NAME
+//	https://policy.example/v1?model=NAME&token_env=AIPO_POLICY_TOKEN&ca=/etc/aipo/ca.pem
+//
+// The path is the API's base (default /v1). Query parameters: model (the
+// served model name; default: the only model of GET /v1/models),
+// token_env or token_file (the bearer token, sent as "Authorization:
+// Bearer"; never put the token itself in a URI), ca (PEM CA file for
+// https), max_retries (default 5).
+//
+// Generate posts to /v1/completions a token-id prompt with max_tokens,
+// temperature, top_p, top_k, seed, stop, stop_token_ids and logprobs, and
+// vLLM's extensions return_token_ids, return_tokens_as_token_ids,
+// skip_special_tokens=false and include_stop_str_in_output (servers that
+// do not know a field ignore it). It reads the sampled ids from the
+// choice's token_ids, or else from logprobs.tokens written as
+// "token_id:N", and the log-probs from logprobs.token_logprobs. A finish
+// reason "stop" with no stop_reason is an end of sequence; a numeric
+// stop_reason is a stop token id, a string one a stop string. The policy
+// version comes from aipo_policy_version (aipo serve; other servers: 0).
+// Requests answered 429 or 5xx, and connection failures, are retried with
+// back-off (honouring Retry-After); a retry repeats the seed.
+//
+// Tokenize and Detokenize use vLLM's /tokenize and /detokenize beside the
+// base path (aipo serve offers them too). vLLM's tokenizer always parses
+// special tokens written in text, so Tokenize(text, false) can differ
+// there from the policy's own tokenizer for such text. Release reaches
+// aipo serve's /aipo/release; other servers evict by themselves. Linking
+// this package (import _ ".../httpclient") registers the schemes.
+package httpclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
+)
+
+func init() {
+	policy.Register("http", open)
+	policy.Register("https", open)
+}
+
+// Client is a policy.Client over an OpenAI-compatible HTTP API.
+type Client struct {
+	base    string // http://host:port/v1
+	root    string // http://host:port
+	model   string
+	token   string
+	retries int
+	hc      *http.Client
+
+	mu     sync.Mutex
+	info   policy.Info // first successful answer of /v1/models
+	haveIt bool
+	aipo   bool // the server is aipo serve
+}
+
+var _ policy.Client = (*Client)(nil)
+
+func open(ctx context.Context, u *url.URL) (policy.Client, error) {
+	if u.Host == "" {
+		return nil, fmt.Errorf("httpclient: %q has no host; want %s://HOST:PORT/v1?model=NAME", u.Redacted(), u.Scheme)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("httpclient: %q carries user information; give the token with token_env or token_file", u.Redacted())
+	}
+	q := u.Query()
+	set, err := remote.Parse(q)
+	if err != nil {
+		return nil, fmt.Errorf("httpclient: %s: %w", u.Redacted(), err)
+	}
+	model := q.Get("model")
+	q.Del("model")
+	if len(q) > 0 {
+		keys := make([]string, 0, len(q))
+		for k := range q {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, %s)", keys[0], u.Redacted(), strings.Join(remote.Known, ", "))
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	if u.Scheme == "https" {
+		if tr.TLSClientConfig, err = set.TLS(); err != nil {
+			return nil, fmt.Errorf("httpclient: %s: %w", u.Redacted(), err)
+		}
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	if path == "" {
+		path = "/v1"
+	}
+	root := u.Scheme + "://" + u.Host
+	c := &Client{base: root + path, root: root + strings.TrimSuffix(path, "/v1"), model: model, token: set.Token, retries: set.MaxRetries,
+		hc: &http.Client{Transport: tr}}
+	// The first answer checks the model (or finds the only one) and keeps
+	// the context length for Generate.
+	in, err := c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.model = in.Model
+	return c, nil
+}
+
+// StatusError is a non-2xx answer, with the server's OpenAI-shaped error.
+type StatusError struct {
+	URL     string
+	Status  int
+	Type    string
+	Code    string
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("http policy %s: %d %s", e.URL, e.Status, http.StatusText(e.Status))
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// post sends body to url as JSON and decodes the answer into out, retrying
+// 429, 5xx and connection failures.
+func (c *Client) do(ctx context.Context, method, url string, body, out any) (http.Header, error) {
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		h, retry, hint, err := c.once(ctx, method, url, payload, out)
+		if err == nil {
+			return h, nil
+		}
+		if !retry || attempt >= c.retries || ctx.Err() != nil {
+			return nil, err
+		}
+		if werr := remote.Wait(ctx, attempt, hint); werr != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, url string, payload []byte, out any) (http.Header, bool, time.Duration, error) {
+	var rd io.Reader
+	if payload != nil {
+		rd = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, 0, ctx.Err()
+		}
+		return nil, true, 0, fmt.Errorf("http policy %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, true, 0, fmt.Errorf("http policy %s: reading the answer: %w", url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		se := &StatusError{URL: url, Status: resp.StatusCode}
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+				Code    any    `json:"code"`
+			} `json:"error"`
+			Message string `json:"message"` // some servers' flat shape
+		}
+		if json.Unmarshal(b, &e) == nil {
+			se.Message, se.Type = e.Error.Message, e.Error.Type
+			if se.Message == "" {
+				se.Message = e.Message
+			}
+			if e.Error.Code != nil {
+				se.Code = fmt.Sprint(e.Error.Code)
+			}
+		}
+		if se.Message == "" {
+			se.Message = strings.TrimSpace(string(b[:min(len(b), 300)]))
+		}
+		var hint time.Duration
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+			hint = time.Duration(s) * time.Second
+		}
+		retry := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
+		return nil, retry, hint, se
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, false, 0, fmt.Errorf("http policy %s: the answer is not the JSON expected: %w", url, err)
+	}
+	return resp.Header, false, 0, nil
+}
+
+// completion is the part of a completions answer the client reads.
+type completion struct {
+	Choices []struct {
+		FinishReason string          `json:"finish_reason"`
+		StopReason   json.RawMessage `json:"stop_reason"`
+		TokenIDs     []int32         `json:"token_ids"`
+		Logprobs     *struct {
+			Tokens        []string   `json:"tokens"`
+			TokenLogprobs []*float64 `json:"token_logprobs"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+	PolicyVersion *int64 `json:"aipo_policy_version"`
+}
+
+// Generate samples a continuation through /v1/completions.
+func (c *Client) Generate(ctx context.Context, req policy.Request) (policy.Result, error) {
+	p := req.Params
+	body := map[string]any{
+		"model": c.model, "prompt": req.Prefix, "temperature": p.Temperature, "seed": p.Seed, "logprobs": 1,
+		"return_token_ids": true, "return_tokens_as_token_ids": true, "skip_special_tokens": false, "include_stop_str_in_output": true,
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		body["top_p"] = p.TopP
+	}
+	if p.TopK > 0 {
+		body["top_k"] = p.TopK
+	}
+	maxTokens := p.MaxTokens
+	if in, err := c.static(ctx); err == nil && in.MaxContext > 0 {
+		room := in.MaxContext - len(req.Prefix)
+		if maxTokens == 0 || maxTokens > room {
+			maxTokens = room
+		}
+	}
+	if maxTokens > 0 {
+		body["max_tokens"] = maxTokens
+	}
+	if len(p.StopTokenIDs) > 0 {
+		body["stop_token_ids"] = p.StopTokenIDs
+	}
+	if len(p.StopStrings) > 0 {
+		body["stop"] = p.StopStrings
+	}
+	if req.Session != "" {
+		body["aipo_session"] = req.Session
+	}
+	var out completion
+	h, err := c.do(ctx, http.MethodPost, c.base+"/completions", body, &out)
+	if err != nil {
+		return policy.Result{}, err
+	}
+	return c.result(&out, h, p)
+}
+
+func (c *Client) result(out *completion, h http.Header, p policy.SampleParams) (policy.Result, error) {
+	url := c.base + "/completions"
+	if len(out.Choices) != 1 {
+		return policy.Result{}, fmt.Errorf("http policy %s: the answer has %d choices, want 1", url, len(out.Choices))
+	}
+	ch := out.Choices[0]
+	if ch.Logprobs == nil {
+		return policy.Result{}, fmt.Errorf("http policy %s: the answer has no logprobs; the server must return log-probs of completions (vLLM: do not set --max-logprobs 0)", url)
+	}
+	var res policy.Result
+	res.Tokens = ch.TokenIDs
+	if res.Tokens == nil {
+		for i, t := range ch.Logprobs.Tokens {
+			s, ok := strings.CutPrefix(t, "token_id:")
+			id, err := strconv.ParseInt(s, 10, 32)
+			if !ok || err != nil {
+				return policy.Result{}, fmt.Errorf("http policy %s: token %d is %q, not token_id:N; start vLLM with --return-tokens-as-token-ids or use a server that returns token_ids", url, i, t)
+			}
+			res.Tokens = append(res.Tokens, int32(id))
+		}
+	}
+	if len(ch.Logprobs.TokenLogprobs) != len(res.Tokens) {
+		return policy.Result{}, fmt.Errorf("http policy %s: %d tokens but %d log-probs", url, len(res.Tokens), len(ch.Logprobs.TokenLogprobs))
+	}
+	for _, lp := range ch.Logprobs.TokenLogprobs {
+		if lp == nil {
+			return policy.Result{}, fmt.Errorf("http policy %s: a sampled token has no log-prob", url)
+		}
+		res.LogProbs = append(res.LogProbs, float32(*lp))
+	}
+	switch ch.FinishReason {
+	case "length":
+		res.FinishReason = policy.FinishLength
+	case "stop":
+		var reason any
+		if len(ch.StopReason) > 0 {
+			d := json.NewDecoder(bytes.NewReader(ch.StopReason))
+			d.UseNumber()
+			d.Decode(&reason)
+		}
+		switch r := reason.(type) {
+		case nil:
+			res.FinishReason = policy.FinishEOS
+		case json.Number:
+			res.FinishReason, res.Stop = policy.FinishStop, r.String()
+			// A server may name an end-of-sequence id given as a stop id.
+			if id, err := r.Int64(); err == nil && !slices.Contains(p.StopTokenIDs, int32(id)) {
+				res.FinishReason, res.Stop = policy.FinishEOS, ""
+			}
+		case string:
+			res.FinishReason, res.Stop = policy.FinishStop, r
+		default:
+			return policy.Result{}, fmt.Errorf("http policy %s: stop_reason %s is neither a token id nor a string", url, ch.StopReason)
+		}
+	default:
+		return policy.Result{}, fmt.Errorf("http policy %s: finish_reason %q (want stop or length)", url, ch.FinishReason)
+	}
+	switch {
+	case out.PolicyVersion != nil:
+		res.PolicyVersion = *out.PolicyVersion
+	case h.Get("X-Aipo-Policy-Version") != "":
+		res.PolicyVersion, _ = strconv.ParseInt(h.Get("X-Aipo-Policy-Version"), 10, 64)
+	}
+	return res, nil
+}
+
+// Release drops a session's cache on aipo serve; other servers keep no
+// sessions.
+func (c *Client) Release(ctx context.Context, session string) {
+	if _, err := c.static(ctx); err != nil || session == "" {
+		return
+	}
+	c.mu.Lock()
+	aipo := c.aipo
+	c.mu.Unlock()
+	if !aipo {
+		return
+	}
+	var out map[string]any
+	c.do(ctx, http.MethodPost, c.root+"/aipo/release", map[string]any{"session": session}, &out)
+}
+
+// Tokenize encodes text through /tokenize.
+func (c *Client) Tokenize(ctx context.Context, text string, special bool) ([]int32, error) {
+	var out struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	body := map[string]any{"model": c.model, "prompt": text, "add_special_tokens": false, "parse_special": special}
+	if _, err := c.do(ctx, http.MethodPost, c.root+"/tokenize", body, &out); err != nil {
+		return nil, err
+	}
+	return out.Tokens, nil
+}
+
+// Detokenize decodes ids through /detokenize.
+func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
+	var out struct {
+		Prompt string `json:"prompt"`
+	}
+	if ids == nil {
+		ids = []int32{}
+	}
+	if _, err := c.do(ctx, http.MethodPost, c.root+"/detokenize", map[string]any{"model": c.model, "tokens": ids}, &out); err != nil {
+		return "", err
+	}
+	return out.Prompt, nil
+}
+
+// Info describes the model from /v1/models: its name, max_model_len and,
+// from aipo serve, the policy version, vocabulary size and EOS ids.
+func (c *Client) Info(ctx context.Context) (policy.Info, error) {
+	var out struct {
+		Data []struct {
+			ID            string  `json:"id"`
+			MaxModelLen   int     `json:"max_model_len"`
+			PolicyVersion *int64  `json:"aipo_policy_version"`
+			VocabSize     int     `json:"aipo_vocab_size"`
+			EOS           []int32 `json:"aipo_eos"`
+		} `json:"data"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, c.base+"/models", nil, &out); err != nil {
+		return policy.Info{}, err
+	}
+	var names []string
+	for _, m := range out.Data {
+		if m.ID == c.model || (c.model == "" && len(out.Data) == 1) {
+			in := policy.Info{Model: m.ID, VocabSize: m.VocabSize, EOS: m.EOS, MaxContext: m.MaxModelLen}
+			if m.PolicyVersion != nil {
+				in.PolicyVersion = *m.PolicyVersion
+			}
+			c.mu.Lock()
+			if !c.haveIt {
+				c.info, c.haveIt, c.aipo = in, true, m.PolicyVersion != nil
+			}
+			c.mu.Unlock()
+			return in, nil
+		}
+		names = append(names, m.ID)
+	}
+	if c.model == "" {
+		return policy.Info{}, fmt.Errorf("http policy %s: the server has %d models (%s); name one with ?model=NAME", c.base, len(names), strings.Join(names, ", "))
+	}
+	return policy.Info{}, fmt.Errorf("http policy %s: the server does not serve model %q (it serves: %s)", c.base, c.model, strings.Join(names, ", "))
+}
+
+// static is the first successful Info (the context length and vocabulary
+// do not change).
+func (c *Client) static(ctx context.Context) (policy.Info, error) {
+	c.mu.Lock()
+	in, ok := c.info, c.haveIt
+	c.mu.Unlock()
+	if ok {
+		return in, nil
+	}
+	return c.Info(ctx)
+}
+
+// Close releases idle connections.
+func (c *Client) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+// IsStatus reports whether err is a StatusError with the given status.
+func IsStatus(err error, status int) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == status
+}
