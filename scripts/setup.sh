@@ -30,6 +30,16 @@ test)
     echo "setup: installing DuckDB for the interop tests" >&2
     (cd "$root/scripts/interop" && npm install --no-audit --no-fund --silent >/dev/null)
   fi
+  # The official OpenAI Node SDK and grpcurl drive aipo serve in its tests.
+  if command -v npm >/dev/null && [ ! -f "$root/scripts/openai-sdk/node_modules/openai/package.json" ]; then
+    echo "setup: installing the OpenAI Node SDK for the serve tests" >&2
+    (cd "$root/scripts/openai-sdk" && npm install --no-audit --no-fund --silent >/dev/null)
+  fi
+  if command -v go >/dev/null && [ ! -x "$root/build/tools/grpcurl" ]; then
+    echo "setup: building grpcurl for the serve tests" >&2
+    (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||
+      echo "setup: building grpcurl failed; its test builds it itself or skips" >&2
+  fi
   ;;
 *)
   echo "usage: setup.sh build|test" >&2; exit 2 ;;

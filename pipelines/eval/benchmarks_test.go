@@ -15,7 +15,7 @@ import (
 )
 
 // loadPreset reads a preset's bundled file.
-func loadPreset(t *testing.T, name string) (resolved, []schemas.Prompt) {
+func loadPreset(t testing.TB, name string) (resolved, []schemas.Prompt) {
 	t.Helper()
 	p := Presets[name]
 	shareddata.Path(t, p.RelPath)

@@ -2,10 +2,13 @@ package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
+	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
 // testModel is a small random Qwen2 model over the built-in vocabulary.
@@ -72,6 +76,12 @@ type running struct {
 // run directory and serves it with opts (Checkpoint filled in when empty).
 func start(t *testing.T, opts Options) *running {
 	t.Helper()
+	return startTLS(t, opts, nil)
+}
+
+// startTLS is start with TLS on both listeners when tlsCfg is not nil.
+func startTLS(t *testing.T, opts Options, tlsCfg *tls.Config) *running {
+	t.Helper()
 	if opts.Checkpoint == "" && opts.WatchRun == "" {
 		opts.Checkpoint = checkpoint.Dir(t.TempDir(), 3)
 		saveCheckpoint(t, opts.Checkpoint, testModel(t, 5), 3)
@@ -96,7 +106,7 @@ func start(t *testing.T, opts Options) *running {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, gl, hl, nil, 5*time.Second) }()
+	go func() { done <- srv.Serve(ctx, gl, hl, tlsCfg, 5*time.Second) }()
 	r := &running{srv: srv, grpcAddr: gl.Addr().String(), httpAddr: hl.Addr().String(), checkpoint: srv.Checkpoint()}
 	stopped := false
 	r.stop = func() {
@@ -134,4 +144,34 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+type tokenizerMessage = tokenizer.Message
+
+func toInts(ids []int32) []int {
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}
+
+func toInt32s(ids []int) []int32 {
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
+}
+
+func policyRequest(prefix []int32, maxTokens int, seed int64) policy.Request {
+	return policy.Request{Prefix: prefix, Params: policy.SampleParams{Temperature: 1, MaxTokens: maxTokens, Seed: seed}}
+}
+
+// mkdirFile creates dir with an empty file name in it.
+func mkdirFile(dir, name string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name), nil, 0o644)
 }

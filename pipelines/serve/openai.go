@@ -90,7 +90,8 @@ func decodeJSON(body []byte, v any) *apiError {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return badRequest(te.Field, "invalid_type", "field %q has the wrong type (got JSON %s, want %s)", te.Field, te.Value, te.Type)
+			field := strings.TrimPrefix(te.Field, "samplingFields.")
+			return badRequest(field, "invalid_type", "field %q has the wrong type (got JSON %s, want %s)", field, te.Value, te.Type)
 		}
 		return badRequest("", "invalid_json", "the request body is not valid JSON for this endpoint: %v", err)
 	}

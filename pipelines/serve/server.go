@@ -205,7 +205,7 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, tlsCf
 	}
 	var h *http.Server
 	if httpLis != nil {
-		h = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+		h = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 		lis := httpLis
 		if tlsCfg != nil {
 			lis = tls.NewListener(httpLis, tlsCfg)

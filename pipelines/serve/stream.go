@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -80,6 +81,15 @@ func (t *textStream) add(id int32) string {
 	t.ids = append(t.ids, id)
 	text := t.s.render(t.sp, t.j, t.ids, nil)
 	end := len(text) - t.hold
+	if !t.sp.includeStop {
+		// A stop string this token completes ends the choice: nothing
+		// from its start on is sent.
+		for _, st := range t.j.params.StopStrings {
+			if k := strings.Index(text, st); k >= 0 {
+				end = min(end, k)
+			}
+		}
+	}
 	// Back off an incomplete trailing character.
 	for k := end - 1; k >= t.sent && k >= end-utf8.UTFMax; k-- {
 		if utf8.RuneStart(text[k]) {

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -38,13 +39,29 @@ func Sample(s beam.Scope, spec Spec, batches beam.PCollection) beam.PCollection 
 	return beam.ParDo(s, &sampleFn{Spec: spec}, batches)
 }
 
-// sampleFn runs the trajectories of a batch of prompts concurrently, at
-// most Spec.MaxInFlight at a time per worker process.
+// sampleFn runs the trajectories of batches of prompts concurrently, at
+// most Spec.MaxInFlight at a time per worker process. Work is not bound to
+// the element that brought it: ProcessElement starts a batch's
+// trajectories and emits the groups that have finished so far (of this or
+// earlier elements of the bundle); FinishBundle waits for the rest. So the
+// in-flight bound stays filled across the elements of a bundle.
 type sampleFn struct {
 	Spec Spec `json:"spec"`
 
 	w                         *worker
 	trajectories, failed, ret beam.Counter
+	b                         *bundle
+}
+
+// bundle is the work of the current bundle.
+type bundle struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	ready  []Group
+	logged int
 }
 
 // Setup opens (or shares) the worker's policy client and collaborators.
@@ -60,9 +77,10 @@ func (f *sampleFn) Setup(ctx context.Context) error {
 	return nil
 }
 
-// Teardown releases the worker; the last user closes the client and the
-// collaborators.
+// Teardown stops unfinished work and releases the worker; the last user
+// closes the client and the collaborators.
 func (f *sampleFn) Teardown() error {
+	f.abandon()
 	if f.w == nil {
 		return nil
 	}
@@ -70,41 +88,79 @@ func (f *sampleFn) Teardown() error {
 	return releaseWorker(f.Spec)
 }
 
-// ProcessElement starts every trajectory of the batch and emits each
-// prompt's Group when its G trajectories are done.
+// StartBundle drops the work of a bundle that failed.
+func (f *sampleFn) StartBundle(_ context.Context, _ func(Group)) {
+	f.abandon()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	f.b = &bundle{ctx: ctx, cancel: cancel}
+}
+
+func (f *sampleFn) abandon() {
+	if f.b != nil {
+		f.b.cancel(errors.New("rollout: bundle abandoned"))
+		f.b.wg.Wait()
+		f.b = nil
+	}
+}
+
+// ProcessElement starts every trajectory of the batch and emits the groups
+// finished so far.
 func (f *sampleFn) ProcessElement(ctx context.Context, _ int, iter func(*schemas.Prompt) bool, emit func(Group)) error {
+	if f.b == nil {
+		f.StartBundle(ctx, emit)
+	}
+	b := f.b
 	var ps []schemas.Prompt
 	var p schemas.Prompt
 	for iter(&p) {
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].ID < ps[j].ID })
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	fail := func(err error) { cancel(err) } // the first cause is kept
-	groups := make([]Group, len(ps))
-	done := make(chan int, len(ps))
-	for i := range ps {
+	for _, p := range ps {
+		b.wg.Add(1)
 		go func() {
-			groups[i] = f.runPrompt(ctx, ps[i], fail)
-			done <- i
+			defer b.wg.Done()
+			g := f.runPrompt(b.ctx, p, b.cancel)
+			b.mu.Lock()
+			b.ready = append(b.ready, g)
+			b.mu.Unlock()
 		}()
 	}
-	logged := 0
-	for range ps {
-		i := <-done
-		if ctx.Err() != nil {
-			continue
-		}
-		g := groups[i]
+	return f.drain(ctx, emit)
+}
+
+// FinishBundle waits for the bundle's remaining trajectories and emits
+// their groups.
+func (f *sampleFn) FinishBundle(ctx context.Context, emit func(Group)) error {
+	if f.b == nil {
+		return nil
+	}
+	f.b.wg.Wait()
+	err := f.drain(ctx, emit)
+	f.b.cancel(nil)
+	f.b = nil
+	return err
+}
+
+// drain emits the finished groups, or reports why the bundle failed.
+func (f *sampleFn) drain(ctx context.Context, emit func(Group)) error {
+	b := f.b
+	if b.ctx.Err() != nil {
+		return fmt.Errorf("rollout: %w", context.Cause(b.ctx))
+	}
+	b.mu.Lock()
+	ready := b.ready
+	b.ready = nil
+	b.mu.Unlock()
+	for _, g := range ready {
 		var failed int64
 		for j, e := range g.Errors {
 			if e == "" {
 				continue
 			}
 			failed++
-			if logged < 5 {
-				logged++
+			if b.logged < 5 {
+				b.logged++
 				log.Warnf(ctx, "rollout: prompt %s sample %d failed: %s", g.Prompt.ID, j, e)
 			}
 		}
@@ -112,9 +168,6 @@ func (f *sampleFn) ProcessElement(ctx context.Context, _ int, iter func(*schemas
 		f.failed.Inc(ctx, failed)
 		f.ret.Inc(ctx, g.PolicyRetries)
 		emit(g)
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("rollout: %w", context.Cause(ctx))
 	}
 	return nil
 }

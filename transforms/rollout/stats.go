@@ -65,14 +65,14 @@ func GroupStats(g Group, kept bool) Stats {
 				c["correct"]++
 			}
 		}
-		c["response_tokens"] += int64(len(t.ResponseIDs))
+		c["tokens.response"] += int64(len(t.ResponseIDs))
 		for _, s := range t.TokenSource {
 			switch s {
 			case schemas.SourcePolicy:
 			case schemas.SourceTemplate:
-				c["template_tokens"]++
+				c["tokens.template"]++
 			default:
-				c["external_tokens"]++
+				c["tokens.external"]++
 			}
 		}
 		for i, a := range t.InteractionAgent {
@@ -96,8 +96,8 @@ func GroupStats(g Group, kept bool) Stats {
 // name (prompts, trajectories, trajectories_written, groups_kept,
 // groups_dropped, correct, finish.<reason>, policy_calls, policy_retries,
 // interactions, interactions.<agent>, interactions.<agent>.<status>,
-// collab_failures, noisy, response_tokens, external_tokens,
-// template_tokens), plus policy_errors (= finish.error), reward_mean and
+// collab_failures, noisy, tokens.response, tokens.external,
+// tokens.template), plus policy_errors (= finish.error), reward_mean and
 // accuracy over the trajectories that did not fail, interactions_per_trajectory,
 // collab_latency_ms_mean, and policy_version_min/max.
 func StatsMeta(s Stats) map[string]string {

@@ -35,6 +35,7 @@ package httpclient
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -180,7 +181,9 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		if ctx.Err() != nil {
 			return nil, false, 0, ctx.Err()
 		}
-		return nil, true, 0, fmt.Errorf("http policy %s: %w", url, err)
+		// An untrusted certificate does not get better by retrying.
+		var cv *tls.CertificateVerificationError
+		return nil, !errors.As(err, &cv), 0, fmt.Errorf("http policy %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

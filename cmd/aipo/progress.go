@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/pipelines/demo"
+	"github.com/aipo-rl/aipo/pipelines/train"
+)
+
+// progress renders training events: one self-updating status line on a
+// terminal, plain log lines otherwise.
+type progress struct {
+	mu      sync.Mutex
+	w       io.Writer
+	tty     bool
+	last    train.Event
+	reward  string
+	acc     string
+	calls   string
+	tokps   string
+	heldout string
+	lineLen int
+}
+
+func newProgress(w *os.File) *progress {
+	st, err := w.Stat()
+	tty := err == nil && st.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb"
+	return &progress{w: w, tty: tty}
+}
+
+// event is a train.Options.Progress callback.
+func (p *progress) event(e train.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = e
+	if e.Learn != nil {
+		m := e.Learn.Rollout
+		p.reward = m["reward_mean"]
+		p.acc = m["accuracy"]
+		p.calls = m["interactions_per_trajectory"]
+		if e.Learn.Seconds > 0 {
+			p.tokps = fmt.Sprintf("%.0f", float64(e.Learn.Tokens)/e.Learn.Seconds)
+		}
+		if !p.tty {
+			fmt.Fprintf(p.w, "step %d/%d learn: loss %.4f grad-norm %.3f reward %s accuracy %s interactions/traj %s tokens/s %s (%s)\n",
+				e.Step+1, e.Steps, e.Learn.Loss, e.Learn.GradNorm, dash(p.reward), dash(p.acc), dash(p.calls), dash(p.tokps), e.Elapsed.Round(time.Second))
+		}
+	}
+	if e.Eval != nil {
+		u, _ := e.Eval.Score(demotask.SplitUnseen)
+		s, _ := e.Eval.Score(demotask.SplitSeen)
+		p.heldout = fmt.Sprintf("%.2f", u.Greedy)
+		line := fmt.Sprintf("eval checkpoint %d (policy alone): held-out greedy %.2f Avg@%d %.2f Pass@%d %.2f, seen greedy %.2f", e.Eval.Step, u.Greedy, u.K, u.AvgK, u.K, u.PassK, s.Greedy)
+		p.println(line)
+	}
+	if p.tty {
+		p.status()
+	} else if e.Learn == nil && e.Eval == nil && e.Phase == "done" {
+		fmt.Fprintf(p.w, "training done in %s\n", e.Elapsed.Round(time.Second))
+	}
+}
+
+func (p *progress) println(s string) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.lineLen))
+	}
+	fmt.Fprintln(p.w, s)
+}
+
+func (p *progress) status() {
+	e := p.last
+	eta := "?"
+	if e.Step > 0 && e.Steps > 0 {
+		per := e.Elapsed / time.Duration(e.Step)
+		eta = (per * time.Duration(e.Steps-e.Step)).Round(time.Second).String()
+	}
+	s := fmt.Sprintf("step %d/%d %-7s reward %s acc %s calls/traj %s held-out %s tok/s %s elapsed %s ETA %s",
+		e.Step+1, e.Steps, e.Phase, dash(p.reward), dash(p.acc), dash(p.calls), dash(p.heldout), dash(p.tokps), e.Elapsed.Round(time.Second), eta)
+	pad := ""
+	if len(s) < p.lineLen {
+		pad = strings.Repeat(" ", p.lineLen-len(s))
+	}
+	p.lineLen = len(s)
+	fmt.Fprintf(p.w, "\r%s%s", s, pad)
+}
+
+// log prints a phase line.
+func (p *progress) log(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.println(s)
+}
+
+// warmStart is a demo.WarmStartProgress callback.
+func (p *progress) warmStart(step, steps int, loss float64, elapsed time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := fmt.Sprintf("warm start %d/%d loss %.4f (%s)", step, steps, loss, elapsed.Round(time.Second))
+	if p.tty {
+		fmt.Fprintf(p.w, "\r%s", s)
+		if step == steps {
+			fmt.Fprintln(p.w)
+		}
+		return
+	}
+	if step%500 == 0 || step == steps || step == 1 {
+		fmt.Fprintln(p.w, s)
+	}
+}
+
+func (p *progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty && p.lineLen > 0 {
+		fmt.Fprintln(p.w)
+		p.lineLen = 0
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+var _ demo.WarmStartProgress = (&progress{}).warmStart

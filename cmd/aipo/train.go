@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+)
+
+func init() {
+	register(command{
+		name:    "train",
+		summary: "the training loop: rollout(k) -> learn(k) -> eval every n -> k+1, resumable",
+		run:     runTrain,
+	})
+	register(command{
+		name:    "learn",
+		summary: "one learner step: step K's trajectories + checkpoint K -> checkpoint K+1",
+		run:     runLearn,
+	})
+}
+
+// loadRunConfig loads --config and applies --run.
+func loadRunConfig(ctx context.Context, cfgPath, run string) (runconfig.Config, error) {
+	if cfgPath == "" && run != "" {
+		cfgPath = storage.Join(run, "run.yaml")
+	}
+	if cfgPath == "" {
+		return runconfig.Config{}, fmt.Errorf("--config is required (a run YAML; see configs/*.yaml), or --run of a run that holds run.yaml")
+	}
+	cfg, err := runconfig.Load(ctx, cfgPath)
+	if err != nil {
+		return runconfig.Config{}, err
+	}
+	if run != "" {
+		cfg.Run.Dir, cfg.Data.DeadLetterDir = run, ""
+		cfg.Fill()
+	}
+	return cfg, cfg.Validate()
+}
+
+func runTrain(args []string) int {
+	fs := flag.CommandLine
+	cfgPath := fs.String("config", "", "run configuration (YAML)")
+	run := fs.String("run", "", "run directory, local or gs:// (overrides run.dir)")
+	initCkpt := fs.String("init", "", "initial policy: a checkpoint directory (ours or Hugging Face layout) copied into <run>/checkpoints/step-000000 when the run has none")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [Beam flags]\n\n"+
+			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
+			"checkpoint. Killed at any moment and started again with the same command, it continues\n"+
+			"and produces the same checkpoints as an uninterrupted run.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	beam.Init()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 2
+	}
+	if *initCkpt != "" {
+		if err := seedCheckpoint(ctx, *initCkpt, cfg.Run.Dir); err != nil {
+			fmt.Fprintf(os.Stderr, "aipo train: --init: %v\n", err)
+			return 1
+		}
+	}
+	p := newProgress(os.Stderr)
+	err = train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event})
+	p.finish()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// seedCheckpoint commits src as checkpoint 0 of the run unless one exists.
+func seedCheckpoint(ctx context.Context, src, runDir string) error {
+	dst := checkpoint.Dir(runDir, 0)
+	if ok, _ := checkpoint.Committed(ctx, dst); ok {
+		return nil
+	}
+	cfg, tensors, err := checkpoint.LoadWeights(ctx, src)
+	if err != nil {
+		return err
+	}
+	tok, err := checkpoint.ReadTokenizerFiles(ctx, storage.Join(src, "tokenizer.json"), storage.Join(src, "tokenizer_config.json"))
+	if err != nil {
+		return fmt.Errorf("%s: %w (the initial checkpoint must carry its tokenizer.json)", src, err)
+	}
+	return checkpoint.Save(ctx, dst, checkpoint.Checkpoint{Config: cfg, Tensors: tensors, Tokenizer: tok,
+		Trainer: checkpoint.TrainerState{RunID: storage.Base(runDir)}})
+}
+
+func runLearn(args []string) int {
+	fs := flag.NewFlagSet("learn", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "run configuration (default <run>/run.yaml)")
+	run := fs.String("run", "", "run directory, local or gs://")
+	step := fs.Int64("step", -1, "the step K whose trajectories are learned from")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: aipo learn --run DIR --step K [--config run.yaml]\n\n"+
+			"Reads step K's committed trajectories and checkpoint K, applies the configured AIPO\n"+
+			"update and commits checkpoint K+1 with one JSON line of metrics. Running it twice for\n"+
+			"the same K changes nothing.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *run == "" || *step < 0 {
+		fmt.Fprintln(os.Stderr, "aipo learn: --run and --step are required")
+		return 2
+	}
+	ctx := context.Background()
+	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
+		return 2
+	}
+	m, err := train.Learn(ctx, cfg, *step)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
+		return 1
+	}
+	if err := printJSON(m); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	return enc.Encode(v)
+}

@@ -1,0 +1,61 @@
+package eval
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/transforms/sandbox"
+)
+
+// BenchmarkScoring measures the cost of scoring by benchmark, without the
+// model: reference responses of MATH500 and GSM8K through the math
+// verifier, and of 32 MBPP (sanitized) and HumanEval problems through the
+// sandbox (GOMAXPROCS programs at once), in records per second, with the
+// ratio of math to code throughput from the same run.
+func BenchmarkScoring(b *testing.B) {
+	shareddata.Path(b, Presets["math500"].RelPath)
+	sb, err := sandbox.New(sandbox.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rate := map[string]float64{}
+	for _, name := range []string{"math500", "gsm8k", "mbpp_sanitized", "humaneval"} {
+		r, ps := loadPreset(b, name)
+		if r.code() && len(ps) > 32 {
+			ps = ps[:32]
+		}
+		sc, err := newScorer(r.Verifier, sb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp := make([]string, len(ps))
+		for i, p := range ps {
+			resp[i], _ = ReferenceResponse(r.Verifier, p)
+		}
+		start := time.Now()
+		n := 0
+		for range b.N {
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 16)
+			for i, p := range ps {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					if v, err := sc.score(context.Background(), p, resp[i]); err != nil || !v.Correct {
+						b.Errorf("%s %s: %v %s", name, p.ID, err, v.Reason)
+					}
+				}()
+			}
+			wg.Wait()
+			n += len(ps)
+		}
+		rate[name] = float64(n) / time.Since(start).Seconds()
+		b.ReportMetric(rate[name], name+"-records/s")
+	}
+	b.ReportMetric(rate["math500"]/rate["mbpp_sanitized"], "math500/mbpp-speed")
+}

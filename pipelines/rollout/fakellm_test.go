@@ -1,0 +1,144 @@
+package rollout
+
+// A flaky OpenAI-compatible chat server for the fault tests: it answers
+// like the built-in demo collaborators, in vLLM's response shape (usage,
+// logprobs), behind one path per agent (/verify/v1, /knowledge/v1,
+// /reason/v1), and fails a fixed share of requests with HTTP 500, a
+// timeout, a reset connection, malformed JSON or an empty answer. Whether a
+// request fails, and how, is decided from its seed, so a retried request
+// fails again and a re-run sees the same faults.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/collab/builtin"
+)
+
+var faultKinds = []string{"500", "timeout", "reset", "malformed", "empty"}
+
+type fakeLLM struct {
+	srv      *httptest.Server
+	task     *demotask.Task
+	rate     float64
+	stall    time.Duration // how long a "timeout" fault stalls
+	requests atomic.Int64
+	faults   [5]atomic.Int64
+}
+
+func newFakeLLM(t *testing.T, rate float64, stall time.Duration) *fakeLLM {
+	task, err := demotask.New(demotask.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeLLM{task: task, rate: rate, stall: stall}
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.handle))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Listener = l
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeLLM) endpoint(agent string) string { return f.srv.URL + "/" + agent + "/v1" }
+
+type fakeRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"messages"`
+	Seed int64 `json:"seed"`
+}
+
+func (f *fakeLLM) handle(w http.ResponseWriter, r *http.Request) {
+	f.requests.Add(1)
+	agent, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	var req fakeRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
+		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
+		return
+	}
+	seed := uint64(req.Seed)
+	if collab.Uniform(seed, 3) < f.rate {
+		k := collab.IntN(seed, 4, len(faultKinds))
+		f.faults[k].Add(1)
+		switch faultKinds[k] {
+		case "500":
+			http.Error(w, `{"error":{"message":"internal error"}}`, http.StatusInternalServerError)
+		case "timeout":
+			select {
+			case <-time.After(f.stall):
+			case <-r.Context().Done():
+			}
+			http.Error(w, "late", http.StatusServiceUnavailable)
+		case "reset":
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					if tc, ok := c.(*net.TCPConn); ok {
+						_ = tc.SetLinger(0)
+					}
+					_ = c.Close()
+				}
+			}
+		case "malformed":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"id":"x","choices":[{"message":{"content":`))
+		case "empty":
+			writeChat(w, req, "")
+		}
+		return
+	}
+	query := req.Messages[len(req.Messages)-1].Content
+	noisy := strings.HasPrefix(query, "NOISY ")
+	query = strings.TrimPrefix(query, "NOISY ")
+	var answer string
+	switch agent {
+	case "knowledge":
+		v, ok := f.task.Lookup(strings.ToLower(strings.TrimSpace(query)))
+		switch {
+		case !ok:
+			answer = builtin.Unknown
+		case noisy:
+			answer = strconv.Itoa(100 + (v-100+1+collab.IntN(seed, 5, 898))%900)
+		default:
+			answer = strconv.Itoa(v)
+		}
+	case "reason":
+		a, _ := builtin.Reasoner{}.Answer(context.Background(), collab.Query{Text: query})
+		answer = a.Text
+	case "verify":
+		answer = builtin.NewVerifier(f.task).Check(query)
+	default:
+		http.Error(w, `{"error":{"message":"no such model"}}`, http.StatusNotFound)
+		return
+	}
+	writeChat(w, req, answer)
+}
+
+// writeChat answers in the shape vLLM's OpenAI server uses.
+func writeChat(w http.ResponseWriter, req fakeRequest, content string) {
+	w.Header().Set("Content-Type", "application/json")
+	prompt := 0
+	for _, m := range req.Messages {
+		prompt += len(m.Content) / 4
+	}
+	fmt.Fprintf(w, `{"id":"chatcmpl-%d","object":"chat.completion","created":1767225600,"model":%q,`+
+		`"choices":[{"index":0,"message":{"role":"assistant","content":%q,"tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],`+
+		`"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":null},"prompt_logprobs":null}`,
+		req.Seed, req.Model, content, prompt, prompt+len(content), len(content))
+}
