@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -440,7 +441,10 @@ func chatTokenizer(cfg Config) string {
 		return cfg.Chat.Tokenizer
 	}
 	if rest, ok := strings.CutPrefix(cfg.Policy.URI, "inproc://"); ok && strings.HasPrefix(rest, "/") {
-		dir, _, _ := strings.Cut(rest, "?")
+		dir, query, _ := strings.Cut(rest, "?")
+		if q, err := url.ParseQuery(query); err == nil && q.Get("tokenizer") != "" {
+			return q.Get("tokenizer") // the engine's own tokenizer override
+		}
 		if ok, _ := storage.Exists(context.Background(), storage.Join(dir, "tokenizer.json")); ok {
 			return dir
 		}

@@ -33,6 +33,7 @@ type fakeLLM struct {
 	task     *demotask.Task
 	rate     float64
 	stall    time.Duration // how long a "timeout" fault stalls
+	delay    time.Duration // added to every answer (the benchmark's simulated model time)
 	requests atomic.Int64
 	faults   [5]atomic.Int64
 }
@@ -67,6 +68,9 @@ type fakeRequest struct {
 
 func (f *fakeLLM) handle(w http.ResponseWriter, r *http.Request) {
 	f.requests.Add(1)
+	if f.delay > 0 {
+		time.Sleep(f.delay)
+	}
 	agent, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	var req fakeRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
+	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/prompts"
 	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -41,6 +43,9 @@ func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
 	}
 	if o.Step < 0 {
 		return rollouts.Spec{}, fmt.Errorf("rollout: step %d must not be negative", o.Step)
+	}
+	if u, err := url.Parse(c.Policy.Endpoint); err != nil || !slices.Contains(policy.Schemes(), u.Scheme) {
+		return rollouts.Spec{}, fmt.Errorf("rollout: policy endpoint %q: no client for its scheme is linked into this program (known: %s)", redact(c.Policy.Endpoint), strings.Join(policy.Schemes(), ", "))
 	}
 	sys, err := c.SystemPrompt(ctx)
 	if err != nil {

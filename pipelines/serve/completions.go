@@ -127,13 +127,6 @@ func (sp *sampling) jobs(prompts [][]int32) []job {
 	return out
 }
 
-// choiceOut is one finished choice, rendered as text.
-type choiceOut struct {
-	job  job
-	res  engine.Result
-	text string
-}
-
 // stopReason is vLLM's stop_reason: nil for end of sequence or length,
 // the stop string, or the stop token id.
 func stopReason(j job, r engine.Result) any {

@@ -87,7 +87,7 @@ func startTLS(t *testing.T, opts Options, tlsCfg *tls.Config) *running {
 		saveCheckpoint(t, opts.Checkpoint, testModel(t, 5), 3)
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = quietLogger()
 	}
 	if opts.Name == "" {
 		opts.Name = "tiny"
@@ -96,14 +96,7 @@ func startTLS(t *testing.T, opts Options, tlsCfg *tls.Config) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	gl, hl := listen(t), listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, gl, hl, tlsCfg, 5*time.Second) }()
@@ -174,4 +167,16 @@ func mkdirFile(dir, name string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, name), nil, 0o644)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// listen opens a loopback listener on a free port.
+func listen(t testing.TB) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

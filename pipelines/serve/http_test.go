@@ -314,48 +314,52 @@ func TestQueueFull(t *testing.T) {
 	var mu sync.Mutex
 	var got429, gotExhausted, ok int
 	var wg sync.WaitGroup
-	for i := range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if i%2 == 0 {
-				st, h, body := post(t, base+"/v1/completions", map[string]any{"prompt": []int{1}, "max_tokens": 120, "seed": i})
+	// Bursts of 12 long requests against room for 2; a loaded machine may
+	// spread one burst out, so a few bursts are allowed.
+	for burst := 0; burst < 5 && (got429 == 0 || gotExhausted == 0 || ok == 0); burst++ {
+		for i := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if i%2 == 0 {
+					st, h, body := post(t, base+"/v1/completions", map[string]any{"prompt": []int{1}, "max_tokens": 120, "seed": i})
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case st == 200:
+						ok++
+					case st == 429 && h.Get("Retry-After") != "" && strings.Contains(string(body), `"code":"queue_full"`):
+						got429++
+					default:
+						t.Errorf("HTTP under a full queue: %d %s", st, body)
+					}
+					return
+				}
+				s, err := rpc.Generate(ctx, &aipov1.GenerateRequest{Prefix: []int32{1}, Params: &aipov1.SampleParams{MaxTokens: 120, Seed: int64(i)}})
+				if err == nil {
+					for {
+						var m *aipov1.GenerateResponse
+						if m, err = s.Recv(); err != nil || m.Done {
+							break
+						}
+					}
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
-				case st == 200:
+				case err == nil:
 					ok++
-				case st == 429 && h.Get("Retry-After") != "" && strings.Contains(string(body), `"code":"queue_full"`):
-					got429++
+				case status.Code(err) == codes.ResourceExhausted:
+					gotExhausted++
 				default:
-					t.Errorf("HTTP under a full queue: %d %s", st, body)
+					t.Errorf("gRPC under a full queue: %v", err)
 				}
-				return
-			}
-			s, err := rpc.Generate(ctx, &aipov1.GenerateRequest{Prefix: []int32{1}, Params: &aipov1.SampleParams{MaxTokens: 120, Seed: int64(i)}})
-			if err == nil {
-				for {
-					var m *aipov1.GenerateResponse
-					if m, err = s.Recv(); err != nil || m.Done {
-						break
-					}
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-			case status.Code(err) == codes.ResourceExhausted:
-				gotExhausted++
-			default:
-				t.Errorf("gRPC under a full queue: %v", err)
-			}
-		}()
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	if got429 == 0 || gotExhausted == 0 || ok == 0 {
-		t.Fatalf("12 concurrent long requests to a queue of 1: %d served, %d HTTP 429, %d RESOURCE_EXHAUSTED; want some of each", ok, got429, gotExhausted)
+		t.Fatalf("bursts of 12 concurrent long requests to a queue of 1: %d served, %d HTTP 429, %d RESOURCE_EXHAUSTED; want some of each", ok, got429, gotExhausted)
 	}
 	// The clients retry with back-off and all get through.
 	var errs []error

@@ -170,7 +170,9 @@ func (s *scripted) Tokenize(_ context.Context, text string, special bool) ([]int
 	return s.tok.encode(text, special), nil
 }
 
-func (s *scripted) Detokenize(_ context.Context, ids []int32) (string, error) { return s.tok.decode(ids) }
+func (s *scripted) Detokenize(_ context.Context, ids []int32) (string, error) {
+	return s.tok.decode(ids)
+}
 
 func (s *scripted) Info(context.Context) (policy.Info, error) {
 	return policy.Info{Model: "scripted", PolicyVersion: s.version, VocabSize: 320, EOS: []int32{eosID}}, nil

@@ -192,4 +192,6 @@ type slotFn struct {
 	Prompts []schemas.Prompt `json:"prompts"`
 }
 
-func (f *slotFn) ProcessElement(_ context.Context, i int) (int, schemas.Prompt) { return i, f.Prompts[i] }
+func (f *slotFn) ProcessElement(_ context.Context, i int) (int, schemas.Prompt) {
+	return i, f.Prompts[i]
+}

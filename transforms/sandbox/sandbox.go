@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -335,11 +336,11 @@ func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 	}
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
-	var timedOut bool
+	var timedOut atomic.Bool
 	go func() {
 		select {
 		case <-ctx.Done():
-			timedOut = true
+			timedOut.Store(true)
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		case <-done:
 		}
@@ -375,7 +376,7 @@ func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 	default:
 		r.Status, r.Err = StatusError, werr.Error()
 	}
-	if timedOut && ctx.Err() != nil {
+	if timedOut.Load() && ctx.Err() != nil {
 		r.Status = StatusTimeout
 	}
 	return r

@@ -18,8 +18,9 @@
 // do not know a field ignore it). It reads the sampled ids from the
 // choice's token_ids, or else from logprobs.tokens written as
 // "token_id:N", and the log-probs from logprobs.token_logprobs. A finish
-// reason "stop" with no stop_reason is an end of sequence; a numeric
-// stop_reason is a stop token id, a string one a stop string. The policy
+// reason "stop" with no stop_reason (SGLang: matched_stop) is an end of
+// sequence; a numeric one is a stop token id (an end of sequence when it
+// was not asked for), a string one a stop string. The policy
 // version comes from aipo_policy_version (aipo serve; other servers: 0).
 // Requests answered 429 or 5xx, and connection failures, are retried with
 // back-off (honouring Retry-After); a retry repeats the seed.
@@ -229,7 +230,8 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 type completion struct {
 	Choices []struct {
 		FinishReason string          `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason"`
+		StopReason   json.RawMessage `json:"stop_reason"`  // vLLM, aipo serve
+		MatchedStop  json.RawMessage `json:"matched_stop"` // SGLang
 		TokenIDs     []int32         `json:"token_ids"`
 		Logprobs     *struct {
 			Tokens        []string   `json:"tokens"`
@@ -314,8 +316,12 @@ func (c *Client) result(out *completion, h http.Header, p policy.SampleParams) (
 		res.FinishReason = policy.FinishLength
 	case "stop":
 		var reason any
-		if len(ch.StopReason) > 0 {
-			d := json.NewDecoder(bytes.NewReader(ch.StopReason))
+		raw := ch.StopReason
+		if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+			raw = ch.MatchedStop
+		}
+		if len(raw) > 0 {
+			d := json.NewDecoder(bytes.NewReader(raw))
 			d.UseNumber()
 			d.Decode(&reason)
 		}

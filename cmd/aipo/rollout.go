@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/aipo-rl/aipo/pipelines/rollout"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/schemas"
+	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+)
+
+func init() {
+	register(command{
+		name:    "rollout",
+		summary: "roll out one training step: G trajectories per prompt with collaborators, scored, to Parquet shards",
+		run:     runRollout,
+	})
+}
+
+func runRollout(args []string) int {
+	fs := flag.CommandLine
+	config := fs.String("config", "", "run configuration file (YAML; local or gs://)")
+	step := fs.Int64("step", -1, "the training step to roll out (K: writes <run.dir>/step-K)")
+	pol := fs.String("policy", "", "policy endpoint URI, replacing policy.endpoint (inproc:///ckpt, grpc://host:port, http://host:port/v1?model=m)")
+	force := fs.Bool("force", false, "roll out a step that is already committed again (its manifest is replaced)")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: aipo rollout --config run.yaml --step K [--policy URI] [--force] [Beam flags]\n\n"+
+			"Reads the step's prompts (prompt files or the demo task), samples rollout.group_size\n"+
+			"trajectories per prompt with the policy calling the collaborators, scores them,\n"+
+			"computes group advantages and commits <run.dir>/step-K/ (shards, then %s with the\n"+
+			"step's metrics). Runs on prism unless --runner says otherwise.\n\nFlags:\n", schemas.ManifestName)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "aipo rollout: unexpected arguments %v (flags only; see --help)\n", fs.Args())
+		return 2
+	}
+	beam.Init()
+	if *config == "" || *step < 0 {
+		fmt.Fprintln(os.Stderr, "aipo rollout: --config and --step are required (see --help)")
+		return 2
+	}
+	ctx := context.Background()
+	cfg, err := runconfig.Load(ctx, *config)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
+		return 2
+	}
+	m, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: *step, Policy: *pol, Force: *force})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
+		return 1
+	}
+	fmt.Printf("step %d of %s: %d trajectories in %d shards, policy version %d\n",
+		m.Step, cfg.Run.Dir, m.Rows, len(m.Files), m.PolicyVersion)
+	keys := []string{"prompts", "accuracy", "reward_mean", "interactions_per_trajectory", "collab_failures", "policy_errors", "groups_dropped", "dead_letters"}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if v, ok := m.Meta[k]; ok {
+			fmt.Printf("  %-28s %s\n", k, v)
+		}
+	}
+	return 0
+}

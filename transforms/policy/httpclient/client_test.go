@@ -1,0 +1,80 @@
+package httpclient
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/transforms/policy"
+)
+
+// TestResultShapes reads completions answers in the shapes that vLLM
+// writes (token ids as "token_id:N" logprob tokens, no token_ids field,
+// stop_reason null / number / string) and in aipo serve's.
+func TestResultShapes(t *testing.T) {
+	c := &Client{base: "http://127.0.0.1:1/v1"}
+	cases := []struct {
+		name   string
+		answer string
+		params policy.SampleParams
+		want   policy.Result
+		err    string
+	}{
+		{"vllm eos", `{"choices":[{"text":"hi","finish_reason":"stop","stop_reason":null,
+			"logprobs":{"tokens":["token_id:5","token_id:2"],"token_logprobs":[-0.5,-1.25],"top_logprobs":[{"token_id:5":-0.5},{"token_id:2":-1.25}]}}]}`,
+			policy.SampleParams{}, policy.Result{Tokens: []int32{5, 2}, LogProbs: []float32{-0.5, -1.25}, FinishReason: policy.FinishEOS}, ""},
+		{"vllm stop token", `{"choices":[{"finish_reason":"stop","stop_reason":7,"logprobs":{"tokens":["token_id:7"],"token_logprobs":[-2]}}]}`,
+			policy.SampleParams{StopTokenIDs: []int32{7}}, policy.Result{Tokens: []int32{7}, LogProbs: []float32{-2}, FinishReason: policy.FinishStop, Stop: "7"}, ""},
+		{"vllm eos named by id", `{"choices":[{"finish_reason":"stop","stop_reason":151645,"logprobs":{"tokens":["token_id:151645"],"token_logprobs":[-0.1]}}]}`,
+			policy.SampleParams{}, policy.Result{Tokens: []int32{151645}, LogProbs: []float32{-0.1}, FinishReason: policy.FinishEOS}, ""},
+		{"stop string", `{"choices":[{"finish_reason":"stop","stop_reason":"</verify>","token_ids":[9,10],"logprobs":{"tokens":["a","b"],"token_logprobs":[-1,-3]}}]}`,
+			policy.SampleParams{StopStrings: []string{"</verify>"}}, policy.Result{Tokens: []int32{9, 10}, LogProbs: []float32{-1, -3}, FinishReason: policy.FinishStop, Stop: "</verify>"}, ""},
+		{"aipo length", `{"choices":[{"finish_reason":"length","stop_reason":null,"token_ids":[1],"logprobs":{"tokens":["x"],"token_logprobs":[-9999.0]}}],"aipo_policy_version":12}`,
+			policy.SampleParams{}, policy.Result{Tokens: []int32{1}, LogProbs: []float32{-9999}, FinishReason: policy.FinishLength, PolicyVersion: 12}, ""},
+		{"sglang eos", `{"choices":[{"finish_reason":"stop","matched_stop":151645,"token_ids":[3,151645],"logprobs":{"tokens":["a","<|im_end|>"],"token_logprobs":[-1,-0.5]}}]}`,
+			policy.SampleParams{}, policy.Result{Tokens: []int32{3, 151645}, LogProbs: []float32{-1, -0.5}, FinishReason: policy.FinishEOS}, ""},
+		{"sglang stop string", `{"choices":[{"finish_reason":"stop","matched_stop":"</verify>","token_ids":[3],"logprobs":{"tokens":["a"],"token_logprobs":[-1]}}]}`,
+			policy.SampleParams{StopStrings: []string{"</verify>"}}, policy.Result{Tokens: []int32{3}, LogProbs: []float32{-1}, FinishReason: policy.FinishStop, Stop: "</verify>"}, ""},
+		{"text tokens", `{"choices":[{"finish_reason":"length","logprobs":{"tokens":["hello"],"token_logprobs":[-1]}}]}`,
+			policy.SampleParams{}, policy.Result{}, "--return-tokens-as-token-ids"},
+		{"no logprobs", `{"choices":[{"finish_reason":"length","token_ids":[1]}]}`, policy.SampleParams{}, policy.Result{}, "no logprobs"},
+		{"two choices", `{"choices":[{},{}]}`, policy.SampleParams{}, policy.Result{}, "2 choices"},
+	}
+	for _, tc := range cases {
+		var out completion
+		if err := json.Unmarshal([]byte(tc.answer), &out); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, err := c.result(&out, http.Header{}, tc.params)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got.Tokens, tc.want.Tokens) || !slices.Equal(got.LogProbs, tc.want.LogProbs) ||
+			got.FinishReason != tc.want.FinishReason || got.Stop != tc.want.Stop || got.PolicyVersion != tc.want.PolicyVersion {
+			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	for uri, want := range map[string]string{
+		"http:///v1":                                            "no host",
+		"http://u:p@127.0.0.1:1/v1":                             "user information",
+		"http://127.0.0.1:1/v1?temperature=1":                   `unknown query parameter "temperature"`,
+		"http://127.0.0.1:1/v1?token_env=AIPO_SURELY_UNSET_VAR": "AIPO_SURELY_UNSET_VAR",
+		"http://127.0.0.1:1/v1?max_retries=-1":                  "max_retries",
+	} {
+		u, _ := url.Parse(uri)
+		if _, err := open(ctx, u); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("open(%s) = %v, want an error mentioning %q", uri, err, want)
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package rollout
+
+import (
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/advantage"
+	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/interact"
+)
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "p" + strconv.Itoa(i)
+	}
+	return out
+}
+
+func TestChooseIDs(t *testing.T) {
+	all := ids(10)
+	// Epoch by epoch: steps 0..4 with batch 4 cover 20 positions = 2 epochs;
+	// within the steps of one epoch no id repeats.
+	seen := map[string]int{}
+	for step := int64(0); step < 2; step++ {
+		for _, id := range ChooseIDs(all, 9, step, 4) {
+			seen[id]++
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("id %s chosen %d times in the first 8 positions of epoch 0", id, n)
+		}
+	}
+	for step := int64(0); step < 6; step++ {
+		got := ChooseIDs(all, 9, step, 4)
+		if len(got) != 4 {
+			t.Fatalf("step %d: %d ids, want 4", step, len(got))
+		}
+		u := map[string]bool{}
+		for _, id := range got {
+			if u[id] {
+				t.Errorf("step %d repeats %s: %v", step, id, got)
+			}
+			u[id] = true
+		}
+		// Input order does not matter.
+		rev := append([]string(nil), all...)
+		sort.Sort(sort.Reverse(sort.StringSlice(rev)))
+		if again := ChooseIDs(rev, 9, step, 4); !reflect.DeepEqual(got, again) {
+			t.Errorf("step %d: %v, with the ids reversed %v", step, got, again)
+		}
+	}
+	if reflect.DeepEqual(ChooseIDs(all, 9, 0, 4), ChooseIDs(all, 10, 0, 4)) {
+		t.Error("the seed does not change the order")
+	}
+	if got := ChooseIDs(all, 9, 3, 50); len(got) != 10 {
+		t.Errorf("a batch larger than the data gave %d ids, want all 10", len(got))
+	}
+}
+
+func TestGroupAdvantages(t *testing.T) {
+	mk := func(rewards []float32, failed ...int) []schemas.Trajectory {
+		ts := make([]schemas.Trajectory, len(rewards))
+		for i, r := range rewards {
+			ts[i] = schemas.Trajectory{Reward: r, FinishReason: schemas.FinishEOS}
+		}
+		for _, i := range failed {
+			ts[i].FinishReason, ts[i].Reward = schemas.FinishError, 0
+		}
+		return ts
+	}
+	ts := mk([]float32{1, 0, 0, 1, 0}, 4)
+	keep, err := GroupAdvantages(advantage.Config{}, ts)
+	if err != nil || !keep {
+		t.Fatal(keep, err)
+	}
+	// GRPO over the four live rewards 1,0,0,1: mean 0.5, sample std 0.57735.
+	want := float32(0.5 / (math.Sqrt(1.0/3) + 1e-6))
+	for i, w := range []float32{want, -want, -want, want, 0} {
+		if math.Abs(float64(ts[i].Advantage-w)) > 1e-6 {
+			t.Errorf("advantage %d = %v, want %v", i, ts[i].Advantage, w)
+		}
+	}
+	ts = mk([]float32{1, 1, 0}, 2)
+	if keep, _ := GroupAdvantages(advantage.Config{DynamicSampling: true}, ts); keep {
+		t.Error("dynamic sampling kept a group whose live rewards are all 1")
+	}
+	if keep, _ := GroupAdvantages(advantage.Config{}, ts); !keep || ts[0].Advantage != 0 {
+		t.Errorf("without dynamic sampling: keep %v advantage %v, want kept with 0", keep, ts[0].Advantage)
+	}
+}
+
+func TestScoreGroup(t *testing.T) {
+	spec := Spec{Demo: true, InteractionCost: 0.25}
+	g := Group{
+		Prompt: schemas.Prompt{ID: "x", Answer: "453", DataSource: DemoSource},
+		Trajectories: []schemas.Trajectory{
+			{FinishReason: schemas.FinishStop, InteractionAgent: []string{"knowledge"}},
+			{FinishReason: schemas.FinishStop},
+			{FinishReason: schemas.FinishError},
+		},
+		// The first answer is right; the second has the right number only
+		// inside text an agent wrote, which the policy's text leaves out.
+		PolicyTexts: []string{"<retrieval>lugr</retrieval><result>450+3=453;", "<result>", "450+3=453;"},
+	}
+	if err := ScoreGroup(spec, &g); err != nil {
+		t.Fatal(err)
+	}
+	got := []float32{g.Trajectories[0].Reward, g.Trajectories[1].Reward, g.Trajectories[2].Reward}
+	if !reflect.DeepEqual(got, []float32{0.75, 0, 0}) || !g.Trajectories[0].Correct || g.Trajectories[2].Correct {
+		t.Errorf("rewards %v correct %v %v %v, want [0.75 0 0] true false false", got, g.Trajectories[0].Correct, g.Trajectories[1].Correct, g.Trajectories[2].Correct)
+	}
+	// Math verification by data_source, and an unknown one named.
+	ok, score, err := Verify(Spec{}, schemas.Prompt{Answer: "1/2", DataSource: "math"}, `so \boxed{0.5}`)
+	if err != nil || !ok || score != 1 {
+		t.Errorf("math verifier: %v %v %v", ok, score, err)
+	}
+	if _, _, err := Verify(Spec{}, schemas.Prompt{ID: "q", DataSource: "nosuch"}, "1"); err == nil || !strings.Contains(err.Error(), "nosuch") {
+		t.Errorf("unknown data_source: %v", err)
+	}
+}
+
+func TestRenderer(t *testing.T) {
+	r, err := NewRenderer("", "", []collab.Agent{collab.Knowledge, collab.Reason}, interact.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := r.System()
+	for _, want := range []string{"<retrieval>", "<reason>", "at most 3 requests"} {
+		if !strings.Contains(sys, want) {
+			t.Errorf("system prompt lacks %q:\n%s", want, sys)
+		}
+	}
+	if strings.Contains(sys, "<verify>") {
+		t.Errorf("system prompt describes the verifier, which is not configured:\n%s", sys)
+	}
+	text, err := r.Render(schemas.Prompt{ID: "a", Problem: "1+1?"})
+	if err != nil || !strings.HasPrefix(text, "<|im_start|>system\n") || !strings.Contains(text, "<|im_start|>user\n1+1?<|im_end|>") {
+		t.Errorf("rendered %q, %v", text, err)
+	}
+	cfg := interact.Default()
+	cfg.OpenerBy = interact.OpenerPolicy
+	r, _ = NewRenderer("", "{{.Problem}}", nil, cfg)
+	if !strings.Contains(r.System(), "write <result> and stop") {
+		t.Errorf("policy-opener system prompt: %s", r.System())
+	}
+	if _, err := NewRenderer("", "{{.Nope}}", nil, cfg); err == nil {
+		t.Error("a template naming an unknown field was accepted")
+	}
+}
+
+func TestDemoPrompts(t *testing.T) {
+	task, _ := demotask.New(demotask.DefaultConfig())
+	a := DemoPrompts(task, demotask.SplitAll, 16, 3, 5)
+	b := DemoPrompts(task, demotask.SplitAll, 16, 3, 5)
+	c := DemoPrompts(task, demotask.SplitAll, 16, 3, 6)
+	if !reflect.DeepEqual(a, b) || reflect.DeepEqual(a, c) {
+		t.Error("demo prompts are not a function of (seed, step)")
+	}
+	u := map[string]bool{}
+	for _, p := range a {
+		if u[p.ID] {
+			t.Errorf("duplicate id %s", p.ID)
+		}
+		u[p.ID] = true
+		if p.DataSource != DemoSource || !strings.HasSuffix(p.Problem, "?") {
+			t.Errorf("prompt %+v", p)
+		}
+	}
+}
+
+func TestStatsMeta(t *testing.T) {
+	g := Group{Trajectories: []schemas.Trajectory{
+		{PolicyVersion: 4, FinishReason: schemas.FinishStop, Reward: 1, Correct: true, ResponseIDs: []int32{1, 2, 3}, TokenSource: []int8{0, 2, 4},
+			InteractionAgent: []string{"knowledge"}, InteractionStatus: []string{"timeout"}, InteractionNoisy: []bool{false}, InteractionLatencyMs: []float32{10}},
+		{PolicyVersion: 5, FinishReason: schemas.FinishError},
+	}, PolicyCalls: 3, PolicyRetries: 2}
+	var all Stats
+	all.Add(GroupStats(g, true))
+	all.Add(GroupStats(g, false))
+	m := StatsMeta(all)
+	for k, want := range map[string]string{
+		"prompts": "2", "trajectories": "4", "trajectories_written": "2", "groups_dropped": "1", "finish.error": "2",
+		"policy_errors": "2", "interactions.knowledge.timeout": "2", "collab_failures": "2", "accuracy": "1", "reward_mean": "1",
+		"policy_version_min": "4", "policy_version_max": "5", "tokens.external": "2", "tokens.template": "2", "policy_retries": "4",
+	} {
+		if m[k] != want {
+			t.Errorf("meta %s = %q, want %q", k, m[k], want)
+		}
+	}
+}
