@@ -109,7 +109,7 @@ func (p *progress) warmStart(step, steps int, loss float64, elapsed time.Duratio
 		}
 		return
 	}
-	if step%500 == 0 || step == steps || step == 1 {
+	if step%200 == 0 || step == steps || step == 1 {
 		fmt.Fprintln(p.w, s)
 	}
 }

@@ -14,6 +14,10 @@ import (
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/transforms/collab"
+	// The grpc(s):// and http(s):// policy schemes, for every command that
+	// opens a policy endpoint.
+	_ "github.com/aipo-rl/aipo/transforms/policy/grpcclient"
+	_ "github.com/aipo-rl/aipo/transforms/policy/httpclient"
 )
 
 func init() {

@@ -3,24 +3,47 @@ package model
 import "sync"
 
 // bufPool recycles the large float32 buffers of forward and backward
-// passes between steps, keyed by length: a training step allocates the
-// same sizes every time, and fresh allocations cost page faults, zeroing
-// and garbage collection. Buffers come back with stale contents; every
-// user either overwrites its buffer fully or clears it.
+// passes between steps: fresh allocations cost page faults, zeroing and
+// garbage collection. Buffers are pooled by size class (four classes per
+// power of two, so at most 25% is wasted), which keeps the number of
+// distinct sizes small when batches vary in length; the pool holds at most
+// maxPooledFloats, and buffers beyond that are left to the garbage
+// collector. Buffers come back with stale contents; every user either
+// overwrites its buffer fully or clears it.
 type bufPool struct {
-	mu   sync.Mutex
-	free map[int][][]float32
+	mu     sync.Mutex
+	free   map[int][][]float32
+	pooled int // floats held in free
+}
+
+// maxPooledFloats bounds the memory a pool keeps for reuse (1 GiB).
+const maxPooledFloats = 1 << 28
+
+// sizeClass rounds n up to the next of 1, 1.25, 1.5 or 1.75 times a power
+// of two (small sizes are used as they are).
+func sizeClass(n int) int {
+	if n <= 64 {
+		return n
+	}
+	e := 1
+	for e*2 <= n {
+		e *= 2
+	}
+	step := e / 4
+	return (n + step - 1) / step * step
 }
 
 func (p *bufPool) get(n int) []float32 {
+	c := sizeClass(n)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if l := p.free[n]; len(l) > 0 {
+	if l := p.free[c]; len(l) > 0 {
 		b := l[len(l)-1]
-		p.free[n] = l[:len(l)-1]
-		return b
+		p.free[c] = l[:len(l)-1]
+		p.pooled -= c
+		return b[:n]
 	}
-	return make([]float32, n)
+	return make([]float32, n, c)
 }
 
 func (p *bufPool) put(bufs ...[]float32) {
@@ -30,9 +53,12 @@ func (p *bufPool) put(bufs ...[]float32) {
 		p.free = map[int][][]float32{}
 	}
 	for _, b := range bufs {
-		if cap(b) > 0 {
-			p.free[cap(b)] = append(p.free[cap(b)], b[:cap(b)])
+		c := cap(b)
+		if c == 0 || c != sizeClass(c) || p.pooled+c > maxPooledFloats {
+			continue
 		}
+		p.free[c] = append(p.free[c], b[:c])
+		p.pooled += c
 	}
 }
 
