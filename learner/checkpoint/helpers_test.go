@@ -2,10 +2,10 @@ package checkpoint
 
 import (
 	"encoding/json"
+	"github.com/aipo-rl/aipo/internal/shareddata"
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -83,11 +83,7 @@ func equalInts(a, b []int) bool {
 
 func stories260KPath(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join("..", "..", "..", "shared", "data", "models", "stories260K", "stories260K.bin")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("stories260K checkpoint missing at %s: %v", p, err)
-	}
-	return p
+	return shareddata.Path(t, "models/stories260K/stories260K.bin")
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

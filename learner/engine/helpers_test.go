@@ -2,9 +2,8 @@ package engine
 
 import (
 	"context"
+	"github.com/aipo-rl/aipo/internal/shareddata"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -120,24 +119,7 @@ func checkLogProbs(t testing.TB, what string, got, want []float32) {
 // package directory to shared/data, or skips.
 func stories260K(t testing.TB) *model.Model {
 	t.Helper()
-	path := os.Getenv("AIPO_STORIES260K")
-	if path == "" {
-		dir, _ := os.Getwd()
-		for ; dir != filepath.Dir(dir); dir = filepath.Dir(dir) {
-			for _, c := range []string{"shared/data/models/stories260K/stories260K.bin", "data/models/stories260K/stories260K.bin"} {
-				if _, err := os.Stat(filepath.Join(dir, c)); err == nil {
-					path = filepath.Join(dir, c)
-					break
-				}
-			}
-			if path != "" {
-				break
-			}
-		}
-	}
-	if path == "" {
-		t.Skip("stories260K.bin not found above the package directory (shared/data/models/stories260K); set AIPO_STORIES260K to its path")
-	}
+	path := shareddata.Path(t, "models/stories260K/stories260K.bin")
 	m, err := model.LoadLlama2C(path)
 	if err != nil {
 		t.Fatal(err)

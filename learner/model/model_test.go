@@ -1,9 +1,8 @@
 package model
 
 import (
+	"github.com/aipo-rl/aipo/internal/shareddata"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -71,21 +70,7 @@ func TestStories260KMatchesPyTorch(t *testing.T) {
 // larger than the fixtures kept in the repository.
 func stories260KPath(t *testing.T) string {
 	t.Helper()
-	candidates := []string{os.Getenv("AIPO_STORIES260K")}
-	if root := os.Getenv("AIPO_SHARED_DATA"); root != "" {
-		candidates = append(candidates, filepath.Join(root, "models/stories260K/stories260K.bin"))
-	}
-	candidates = append(candidates, "../../../shared/data/models/stories260K/stories260K.bin")
-	for _, c := range candidates {
-		if c == "" {
-			continue
-		}
-		if _, err := os.Stat(c); err == nil {
-			return c
-		}
-	}
-	t.Skip("stories260K.bin not found; set AIPO_STORIES260K to its path")
-	return ""
+	return shareddata.Path(t, "models/stories260K/stories260K.bin")
 }
 
 // checkAgainstFixture runs forward and backward on the fixture's batch and

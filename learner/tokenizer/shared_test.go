@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"github.com/aipo-rl/aipo/internal/shareddata"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,34 +13,15 @@ import (
 // AIPO_SHARED_DATA overrides the search.
 func sharedData(t testing.TB) string {
 	t.Helper()
-	d := sharedDataOrEmpty()
+	d := shareddata.Dir()
 	if d == "" {
-		t.Skip("shared/data not found above the package directory (set AIPO_SHARED_DATA to the folder holding tokenizers/): skipping the test that needs the real vocabularies")
+		t.Skip("shared data folder not found (want ../shared/data beside the checkout, or set AIPO_SHARED_DATA)")
 	}
 	return d
 }
 
 // sharedDataOrEmpty is sharedData without skipping: "" when absent.
-func sharedDataOrEmpty() string {
-	if d := os.Getenv("AIPO_SHARED_DATA"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		cand := filepath.Join(dir, "shared", "data")
-		if st, err := os.Stat(cand); err == nil && st.IsDir() {
-			return cand
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
+func sharedDataOrEmpty() string { return shareddata.Dir() }
 
 var (
 	loadedMu sync.Mutex

@@ -2,7 +2,6 @@ package inproc
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
 // load starts an engine over the committed checkpoint in dir.
@@ -62,19 +62,7 @@ func LoadCheckpoint(ctx context.Context, dir, tokenizerPath string) (Loaded, err
 
 // modelOf builds the model of a loaded checkpoint.
 func modelOf(ck checkpoint.Checkpoint) (*model.Model, error) {
-	b, err := json.Marshal(ck.Config)
-	if err != nil {
-		return nil, err
-	}
-	mc, err := model.ParseConfig(b)
-	if err != nil {
-		return nil, err
-	}
-	named := make(map[string]model.NamedTensor, len(ck.Tensors))
-	for _, t := range ck.Tensors {
-		named[t.Name] = model.NamedTensor{Name: t.Name, Shape: t.Shape, Data: t.Data}
-	}
-	return model.FromTensors(mc, named)
+	return trainer.ModelFromTensors(ck.Config, ck.Tensors)
 }
 
 // tokenizerOf returns the tokenizer named by the URI's tokenizer parameter

@@ -13,7 +13,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
-	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
@@ -134,19 +133,11 @@ func withEngine(ctx context.Context, cfg runconfig.Config, k int64, fn func(endp
 
 // OpenEngine starts an engine over a committed checkpoint (local or gs://).
 func OpenEngine(ctx context.Context, dir string) (*engine.Engine, error) {
-	pol, err := LoadPolicy(ctx, dir)
+	l, err := inproc.LoadCheckpoint(ctx, dir, "")
 	if err != nil {
 		return nil, err
 	}
-	tj, ok := pol.Tokenizer["tokenizer.json"]
-	if !ok {
-		return nil, fmt.Errorf("checkpoint %s has no tokenizer.json", dir)
-	}
-	tok, err := tokenizer.Parse(tj, pol.Tokenizer["tokenizer_config.json"])
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	return engine.New(pol.Model, tok, pol.State.PolicyVersion, engine.Config{Name: storage.Base(dir), MaxBatch: 256})
+	return engine.New(l.Model, l.Tokenizer, l.Trainer.PolicyVersion, engine.Config{Name: storage.Base(dir), MaxBatch: 256})
 }
 
 func sanitize(s string) string {

@@ -3,8 +3,8 @@ package verify
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/aipo-rl/aipo/internal/shareddata"
 	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -12,21 +12,11 @@ import (
 // root (found by walking up from the package directory), or skips the test.
 func sharedData(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatalf("getwd: %v", err)
+	d := shareddata.Dir()
+	if d == "" {
+		t.Skip("shared data folder not found (want ../shared/data beside the checkout, or set AIPO_SHARED_DATA)")
 	}
-	for {
-		cand := filepath.Join(dir, "shared", "data")
-		if st, err := os.Stat(cand); err == nil && st.IsDir() {
-			return cand
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("shared/data not found beside the repository root (expected e.g. /work/shared/data for /work/main); the benchmark files are needed for this test")
-		}
-		dir = parent
-	}
+	return d
 }
 
 // readJSONL reads every line of a JSON-lines file into maps of raw fields.

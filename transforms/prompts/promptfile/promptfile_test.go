@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"github.com/aipo-rl/aipo/internal/shareddata"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,21 +21,11 @@ import (
 // (the repository is cloned next to the shared folder), or skips the test.
 func sharedData(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
+	d := shareddata.Dir()
+	if d == "" {
+		t.Skip("shared data folder not found (want ../shared/data beside the checkout, or set AIPO_SHARED_DATA)")
 	}
-	for {
-		cand := filepath.Join(dir, "shared", "data")
-		if st, err := os.Stat(filepath.Join(cand, "MANIFEST.md")); err == nil && !st.IsDir() {
-			return cand
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("shared/data not found in any parent of the package directory; clone the repository next to the shared folder to run the dataset tests")
-		}
-		dir = parent
-	}
+	return d
 }
 
 type result struct {
