@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 
@@ -150,13 +149,12 @@ func TestRejects(t *testing.T) {
 	}
 }
 
-// TestExampleConfigs loads every file under configs/.
+// TestExampleConfigs loads the example run configurations under configs/.
 func TestExampleConfigs(t *testing.T) {
-	files, err := filepath.Glob("../../configs/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no example configs found (%v)", err)
+	var files []string
+	for _, name := range []string{"demo.yaml", "quick.yaml", "math.yaml"} {
+		files = append(files, filepath.Join("..", "..", "configs", name))
 	}
-	sort.Strings(files)
 	for _, f := range files {
 		c, err := Load(context.Background(), f)
 		if err != nil {

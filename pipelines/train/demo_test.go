@@ -12,7 +12,10 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )
 
-func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
+func TestMain(m *testing.M) {
+	runChildIfAsked()
+	ptest.MainWithDefault(m, "prism")
+}
 
 // The quick demo runs end to end: warm start, training steps with the
 // built-in collaborators, evaluation, analytics and report; every step holds
