@@ -1,0 +1,116 @@
+package train
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/demo"
+	"github.com/aipo-rl/aipo/schemas"
+)
+
+// One `aipo learn` step on a hand-built shard raises the log-probability of
+// the positive-advantage trajectory's external tokens; a second run of the
+// same step changes nothing.
+func TestLearnOnHandBuiltShard(t *testing.T) {
+	ctx := context.Background()
+	cfg, _, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Learner.Optim.LR = 1e-2
+	run := cfg.Run.Dir
+	size := demo.ModelSize{Layers: 1, Hidden: 32, Heads: 2, KVHeads: 2, Intermediate: 64, Context: 64}
+	m, err := model.New(size.ModelConfig(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := demo.SavePolicy(ctx, checkpoint.Dir(run, 0), m, nil, checkpoint.TrainerState{}); err != nil {
+		t.Fatal(err)
+	}
+	enc := demo.NewEncoder()
+	prompt := enc.Prompt("lugr+3?")
+	call := enc.Response("<retrieval>lugr</retrieval><result>450</result>450+3=453;")
+	// Sources: the policy wrote the query and <result>; the Knowledge Agent
+	// wrote "450"; the system wrote </result>; the policy wrote the rest.
+	src := make([]int8, len(call))
+	ext := []int{}
+	for i := range call {
+		src[i] = schemas.SourcePolicy
+	}
+	// Token layout of the built-in vocabulary: tags are single tokens.
+	// <retrieval> l u g r </retrieval> <result> 4 5 0 </result> ...
+	for _, i := range []int{7, 8, 9} {
+		src[i] = schemas.SourceKnowledge
+		ext = append(ext, i)
+	}
+	src[10] = schemas.SourceTemplate
+	ids := []int{int(call[7]), int(call[8]), int(call[9]), int(call[10])}
+	if txt, _ := enc.Tok.Decode(ids, false); txt != "450</result>" {
+		t.Fatalf("tokens 7..10 of the response decode to %q, want the knowledge answer 450 and </result>", txt)
+	}
+	lp := make([]float32, len(call))
+	good := schemas.Trajectory{SchemaVersion: schemas.SchemaVersion, Run: cfg.Run.Name, PromptID: "demo/lugr+3", SampleIndex: 0, DataSource: "demo",
+		PromptIDs: prompt, ResponseIDs: call, TokenSource: src, BehaviorLogProbs: lp, ResponseText: "x",
+		InteractionAgent: []string{"knowledge"}, InteractionQuery: []string{"lugr"}, InteractionResult: []string{"450"},
+		InteractionStatus: []string{schemas.StatusOK}, InteractionLatencyMs: []float32{1}, InteractionSpanStart: []int32{7}, InteractionSpanEnd: []int32{10},
+		InteractionNoisy: []bool{false}, Reward: 1, Correct: true, Advantage: 1, FinishReason: schemas.FinishStop}
+	bad := good
+	bad.SampleIndex, bad.Reward, bad.Correct, bad.Advantage = 1, 0, false, -1
+	bad.ResponseIDs = enc.Response("<result>111</result>111+3=114;")
+	bad.TokenSource = make([]int8, len(bad.ResponseIDs))
+	bad.BehaviorLogProbs = make([]float32, len(bad.ResponseIDs))
+	bad.InteractionAgent, bad.InteractionQuery, bad.InteractionResult, bad.InteractionStatus = nil, nil, nil, nil
+	bad.InteractionLatencyMs, bad.InteractionSpanStart, bad.InteractionSpanEnd, bad.InteractionNoisy = nil, nil, nil, nil
+	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{good, bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
+		t.Fatal(err)
+	}
+	before := extLogProbs(t, m, prompt, call, ext)
+	met, err := Learn(ctx, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if met.Trajectories != 2 || met.Tokens != len(call)+len(bad.ResponseIDs) {
+		t.Fatalf("learn metrics: %+v", met)
+	}
+	pol, err := LoadPolicy(ctx, checkpoint.Dir(run, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := extLogProbs(t, pol.Model, prompt, call, ext)
+	for j := range ext {
+		if after[j] <= before[j] {
+			t.Errorf("external token %d: log-prob %.4f -> %.4f, want a rise", ext[j], before[j], after[j])
+		}
+	}
+	weights := filepath.Join(checkpoint.Dir(run, 1), checkpoint.WeightsName)
+	b1, _ := os.ReadFile(weights)
+	again, err := Learn(ctx, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := os.ReadFile(weights)
+	if string(b1) != string(b2) || again.Loss != met.Loss {
+		t.Fatalf("a second learn of step 0 changed the checkpoint or its metrics")
+	}
+}
+
+func extLogProbs(t *testing.T, m *model.Model, prompt, resp []int32, idx []int) []float32 {
+	t.Helper()
+	seq := trainer.Sequence{Prompt: prompt, Response: resp}
+	toks := append(append([]int32{}, prompt...), resp...)
+	a, err := m.Forward(model.Batch{Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	out := make([]float32, len(idx))
+	for j, i := range idx {
+		out[j] = a.LogProbs[len(seq.Prompt)-1+i]
+	}
+	return out
+}
