@@ -83,13 +83,19 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 			o.Log(fmt.Sprintf(format, args...))
 		}
 	}
-	cfg, raw, err := DemoConfig(o)
+	cfg, _, err := DemoConfig(o)
 	if err != nil {
 		return demo.Report{}, err
 	}
 	runDir := cfg.Run.Dir
+	// run.yaml records the configuration as run, ablation flags included,
+	// so that `aipo train --run DIR` continues the same run.
 	if ok, _ := storage.Exists(ctx, storage.Join(runDir, "run.yaml")); !ok {
-		if err := storage.WriteAtomic(ctx, storage.Join(runDir, "run.yaml"), raw); err != nil {
+		y, err := cfg.YAML()
+		if err != nil {
+			return demo.Report{}, err
+		}
+		if err := storage.WriteAtomic(ctx, storage.Join(runDir, "run.yaml"), y); err != nil {
 			return demo.Report{}, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/demo"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )
@@ -47,6 +48,9 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 		if ok, _ := storage.Exists(ctx, storage.Join(dir, f)); !ok {
 			t.Errorf("%s is missing from the run directory", f)
 		}
+	}
+	if _, err := runconfig.Load(ctx, storage.Join(dir, "run.yaml")); err != nil {
+		t.Errorf("the run's run.yaml does not load back (aipo train --run could not continue it): %v", err)
 	}
 	if len(rep.Evals) == 0 {
 		t.Errorf("the report holds no evaluation")
