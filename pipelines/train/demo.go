@@ -127,7 +127,7 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 		return demo.Report{}, err
 	}
 	logf("analytics: per-step training dynamics")
-	if _, err := analytics.Run(ctx, analytics.Options{Run: runDir}); err != nil {
+	if _, err := analytics.Run(ctx, analytics.Options{Run: runDir, Steps: analytics.AllSteps}); err != nil {
 		return demo.Report{}, fmt.Errorf("demo: analytics: %w", err)
 	}
 	rep, err := demo.LoadReport(ctx, runDir)

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -48,6 +49,9 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 		if ok, _ := storage.Exists(ctx, storage.Join(dir, f)); !ok {
 			t.Errorf("%s is missing from the run directory", f)
 		}
+	}
+	if b, err := storage.ReadFile(ctx, storage.Join(dir, "analysis", "analysis.json")); err != nil || strings.Count(string(b), `"policy_version"`) < int(cfg.Run.Steps) {
+		t.Errorf("analysis.json does not cover all %d steps (err %v)", cfg.Run.Steps, err)
 	}
 	if _, err := runconfig.Load(ctx, storage.Join(dir, "run.yaml")); err != nil {
 		t.Errorf("the run's run.yaml does not load back (aipo train --run could not continue it): %v", err)
