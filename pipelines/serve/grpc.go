@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -142,7 +143,10 @@ func (p *policyService) Detokenize(_ context.Context, r *aipov1.DetokenizeReques
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return &aipov1.DetokenizeResponse{Text: text}, nil
+	// Protobuf strings must be valid UTF-8, and ids can end inside a
+	// character or form invalid bytes; replace those with U+FFFD, as the
+	// HTTP API (encoding/json) and Hugging Face's decoder do.
+	return &aipov1.DetokenizeResponse{Text: strings.ToValidUTF8(text, "\uFFFD")}, nil
 }
 
 func (p *policyService) Reload(ctx context.Context, r *aipov1.ReloadRequest) (*aipov1.ReloadResponse, error) {
