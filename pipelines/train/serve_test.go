@@ -2,13 +2,18 @@ package train
 
 import (
 	"context"
+	"math"
 	"net"
+	"reflect"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/demo"
+	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/schemas"
@@ -52,10 +57,23 @@ func TestRolloutThroughServe(t *testing.T) {
 	go func() { done <- srv.Serve(sctx, gl, hl, nil, 5*time.Second) }()
 	defer func() { cancel(); <-done; srv.Close() }()
 
-	for name, endpoint := range map[string]string{
-		"grpc": "grpc://" + gl.Addr().String(),
-		"http": "http://" + hl.Addr().String() + "/v1?model=demo",
-	} {
+	eng, err := OpenEngine(ctx, ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if err := inproc.Serve("serve-test", eng); err != nil {
+		t.Fatal(err)
+	}
+	defer inproc.Withdraw("serve-test")
+	var inprocRows [2][]schemas.Trajectory
+	for _, name := range []string{"grpc", "http", "inproc", "inproc-again"} {
+		endpoint := map[string]string{
+			"grpc":         "grpc://" + gl.Addr().String(),
+			"http":         "http://" + hl.Addr().String() + "/v1?model=demo",
+			"inproc":       "inproc://serve-test",
+			"inproc-again": "inproc://serve-test",
+		}[name]
 		t.Run(name, func(t *testing.T) {
 			c := cfg
 			c.Run.Dir = base + "/" + name
@@ -95,7 +113,55 @@ func TestRolloutThroughServe(t *testing.T) {
 					t.Errorf("prompt %s has %d trajectories, want %d", id, n, c.Rollout.GroupSize)
 				}
 			}
+			// Advantages follow the configured formula over each group.
+			groups := map[string][]schemas.Trajectory{}
+			for _, tr := range trajs {
+				groups[tr.PromptID] = append(groups[tr.PromptID], tr)
+			}
+			for id, g := range groups {
+				sort.Slice(g, func(i, j int) bool { return g[i].SampleIndex < g[j].SampleIndex })
+				rewards := make([]float32, len(g))
+				for i, tr := range g {
+					rewards[i] = tr.Reward
+				}
+				adv, err := c.Advantage.Advantages(rewards)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, tr := range g {
+					if d := math.Abs(float64(adv[i] - tr.Advantage)); d > 1e-5 {
+						t.Errorf("prompt %s sample %d: advantage %v, formula gives %v", id, tr.SampleIndex, tr.Advantage, adv[i])
+					}
+				}
+			}
+			if strings.HasPrefix(name, "inproc") {
+				i := 0
+				if name == "inproc-again" {
+					i = 1
+				}
+				inprocRows[i] = canonical(trajs)
+			}
 			t.Logf("%s: %d trajectories, %d collaborator calls", name, len(trajs), calls)
 		})
 	}
+	if !reflect.DeepEqual(inprocRows[0], inprocRows[1]) {
+		t.Errorf("the same step rolled out twice with the same seed differs")
+	}
+}
+
+// canonical orders trajectories and clears what legitimately differs
+// between two runs (wall-clock latencies).
+func canonical(ts []schemas.Trajectory) []schemas.Trajectory {
+	out := append([]schemas.Trajectory(nil), ts...)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].PromptID != out[j].PromptID {
+			return out[i].PromptID < out[j].PromptID
+		}
+		return out[i].SampleIndex < out[j].SampleIndex
+	})
+	for i := range out {
+		out[i].InteractionLatencyMs = nil
+		out[i].Run = ""
+	}
+	return out
 }
