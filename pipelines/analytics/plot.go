@@ -81,7 +81,7 @@ func Plots(rep Report) (map[string][]byte, error) {
 	}
 	out := map[string][]byte{}
 	for name, p := range map[string]*plot.Plot{FailedTasksPNG: failed, AccuracyPNG: acc, InteractionsPNG: inter} {
-		b, err := pngOf(p)
+		b, err := PNG(p)
 		if err != nil {
 			return nil, fmt.Errorf("render %s: %w", name, err)
 		}
@@ -104,7 +104,8 @@ func Plots(rep Report) (map[string][]byte, error) {
 	return out, nil
 }
 
-func pngOf(p *plot.Plot) ([]byte, error) {
+// PNG renders a plot as a 6x4-inch PNG image.
+func PNG(p *plot.Plot) ([]byte, error) {
 	w, err := p.WriterTo(6*vg.Inch, 4*vg.Inch, "png")
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/pipelines/analytics"
 )
 
 // Files of the demo report, inside <run>/report.
@@ -146,15 +147,7 @@ func (r Report) AccuracyPlot() ([]byte, error) {
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
-	w, err := p.WriterTo(6*vg.Inch, 4*vg.Inch, "png")
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return analytics.PNG(p)
 }
 
 // Write writes report.md, report.json and the accuracy plot into dir.
