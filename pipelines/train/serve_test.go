@@ -2,11 +2,17 @@ package train
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +23,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/collab"
 	_ "github.com/aipo-rl/aipo/transforms/policy/grpcclient"
 	_ "github.com/aipo-rl/aipo/transforms/policy/httpclient"
 )
@@ -66,17 +73,39 @@ func TestRolloutThroughServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inproc.Withdraw("serve-test")
+	// The Knowledge Agent as an LLM behind an OpenAI-compatible chat server
+	// that answers in vLLM's response shape (usage and all).
+	var llmCalls atomic.Int64
+	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		answer := "unknown"
+		for _, e := range task.Entities() {
+			if strings.Contains(string(body), e.Name) {
+				answer = strconv.Itoa(e.Value)
+			}
+		}
+		llmCalls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"kb","choices":[{"index":0,"message":{"role":"assistant","content":%q,"tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":42,"total_tokens":43,"completion_tokens":1,"prompt_tokens_details":null},"prompt_logprobs":null}`, answer)
+	}))
+	defer llm.Close()
 	var inprocRows [2][]schemas.Trajectory
-	for _, name := range []string{"grpc", "http", "inproc", "inproc-again"} {
+	for _, name := range []string{"grpc", "http", "inproc", "inproc-again", "grpc-llm"} {
 		endpoint := map[string]string{
 			"grpc":         "grpc://" + gl.Addr().String(),
 			"http":         "http://" + hl.Addr().String() + "/v1?model=demo",
 			"inproc":       "inproc://serve-test",
 			"inproc-again": "inproc://serve-test",
+			"grpc-llm":     "grpc://" + gl.Addr().String(),
 		}[name]
 		t.Run(name, func(t *testing.T) {
 			c := cfg
 			c.Run.Dir = base + "/" + name
+			if name == "grpc-llm" {
+				kb := *c.Collaborators.Knowledge
+				kb.Kind, kb.Endpoint, kb.Model = collab.KindOpenAI, llm.URL+"/v1", "kb"
+				c.Collaborators.Knowledge = &kb
+			}
 			m, err := rollout.Run(ctx, rollout.Options{Config: c, Step: 0, Policy: endpoint})
 			if err != nil {
 				t.Fatal(err)
@@ -143,6 +172,9 @@ func TestRolloutThroughServe(t *testing.T) {
 			}
 			t.Logf("%s: %d trajectories, %d collaborator calls", name, len(trajs), calls)
 		})
+	}
+	if llmCalls.Load() == 0 {
+		t.Errorf("the LLM Knowledge Agent was never called")
 	}
 	if !reflect.DeepEqual(inprocRows[0], inprocRows[1]) {
 		t.Errorf("the same step rolled out twice with the same seed differs")
