@@ -186,3 +186,17 @@ func marshalConfig(bos, eos, pad string, chatTemplate json.RawMessage) ([]byte, 
 	}
 	return b.Bytes(), nil
 }
+
+// Files returns tokenizer.json and tokenizer_config.json, the files a
+// checkpoint directory carries so that it is self-contained.
+func (t *HF) Files() (map[string][]byte, error) {
+	tj, err := t.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	tc, err := t.MarshalConfig()
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"tokenizer.json": tj, "tokenizer_config.json": tc}, nil
+}

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -63,4 +64,15 @@ func CloneModel(m *model.Model) (*model.Model, error) {
 		named[p.Name] = model.NamedTensor{Name: p.Name, Shape: p.Shape, Data: append([]float32(nil), p.Data...)}
 	}
 	return model.FromTensors(m.Config(), named)
+}
+
+// SaveCheckpoint commits m as a checkpoint in dir with the given tokenizer
+// files, optimiser state and trainer state. A committed checkpoint already
+// there is an error wrapping checkpoint.ErrExists.
+func SaveCheckpoint(ctx context.Context, dir string, m *model.Model, tok map[string][]byte, opt []byte, st checkpoint.TrainerState) error {
+	cc, err := CheckpointConfig(m.Config())
+	if err != nil {
+		return err
+	}
+	return checkpoint.Save(ctx, dir, checkpoint.Checkpoint{Config: cc, Tensors: Tensors(m), Tokenizer: tok, Optimizer: opt, Trainer: st})
 }

@@ -136,26 +136,13 @@ func WarmStart(ctx context.Context, dir string, task *demotask.Task, cfg WarmSta
 }
 
 // SavePolicy writes a demo policy checkpoint (built-in tokenizer files
-// included) to dir.
+// included) to dir. A committed checkpoint already there is kept.
 func SavePolicy(ctx context.Context, dir string, m *model.Model, optState []byte, st checkpoint.TrainerState) error {
-	cc, err := trainer.CheckpointConfig(m.Config())
+	tok, err := tokenizer.Builtin().Files()
 	if err != nil {
 		return err
 	}
-	tok := tokenizer.Builtin()
-	tj, err := tok.Marshal()
-	if err != nil {
-		return err
-	}
-	tc, err := tok.MarshalConfig()
-	if err != nil {
-		return err
-	}
-	err = checkpoint.Save(ctx, dir, checkpoint.Checkpoint{
-		Config: cc, Tensors: trainer.Tensors(m),
-		Tokenizer: map[string][]byte{"tokenizer.json": tj, "tokenizer_config.json": tc},
-		Optimizer: optState, Trainer: st,
-	})
+	err = trainer.SaveCheckpoint(ctx, dir, m, tok, optState, st)
 	if errors.Is(err, checkpoint.ErrExists) {
 		return nil
 	}

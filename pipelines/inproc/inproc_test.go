@@ -2,7 +2,6 @@ package inproc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -125,29 +125,12 @@ func TestServedEngine(t *testing.T) {
 // checkpoint of policy version 3.
 func saveCheckpoint(t *testing.T, dir string, m *model.Model) {
 	t.Helper()
-	b, err := json.Marshal(m.Config())
+	tok, err := tokenizer.Builtin().Files()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := checkpoint.ParseConfig(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ts []checkpoint.Tensor
-	for _, p := range m.Params() {
-		ts = append(ts, checkpoint.Tensor{Name: p.Name, Shape: p.Shape, Data: p.Data})
-	}
-	tj, err := tokenizer.Builtin().Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := tokenizer.Builtin().MarshalConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ck := checkpoint.Checkpoint{Config: cc, Tensors: ts, Tokenizer: map[string][]byte{"tokenizer.json": tj, "tokenizer_config.json": tc},
-		Optimizer: []byte("{}"), Trainer: checkpoint.TrainerState{Step: 3, PolicyVersion: 3, RunID: "test"}}
-	if err := checkpoint.Save(context.Background(), dir, ck); err != nil {
+	st := checkpoint.TrainerState{Step: 3, PolicyVersion: 3, RunID: "test"}
+	if err := trainer.SaveCheckpoint(context.Background(), dir, m, tok, []byte("{}"), st); err != nil {
 		t.Fatal(err)
 	}
 }

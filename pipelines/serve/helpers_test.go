@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
@@ -36,29 +36,12 @@ func testModel(t testing.TB, seed uint64) *model.Model {
 // checkpoint of policy version version in dir.
 func saveCheckpoint(t testing.TB, dir string, m *model.Model, version int64) {
 	t.Helper()
-	b, err := json.Marshal(m.Config())
+	tok, err := tokenizer.Builtin().Files()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := checkpoint.ParseConfig(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ts []checkpoint.Tensor
-	for _, p := range m.Params() {
-		ts = append(ts, checkpoint.Tensor{Name: p.Name, Shape: p.Shape, Data: p.Data})
-	}
-	tj, err := tokenizer.Builtin().Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := tokenizer.Builtin().MarshalConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ck := checkpoint.Checkpoint{Config: cc, Tensors: ts, Tokenizer: map[string][]byte{"tokenizer.json": tj, "tokenizer_config.json": tc},
-		Optimizer: []byte("{}"), Trainer: checkpoint.TrainerState{Step: version, PolicyVersion: version, RunID: "test"}}
-	if err := checkpoint.Save(context.Background(), dir, ck); err != nil {
+	st := checkpoint.TrainerState{Step: version, PolicyVersion: version, RunID: "test"}
+	if err := trainer.SaveCheckpoint(context.Background(), dir, m, tok, []byte("{}"), st); err != nil {
 		t.Fatal(err)
 	}
 }

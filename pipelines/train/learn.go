@@ -113,11 +113,7 @@ func LoadPolicy(ctx context.Context, dir string) (*Policy, error) {
 // SavePolicy commits a checkpoint. An already committed checkpoint at dir
 // is left as it is (a rerun of a finished step).
 func SavePolicy(ctx context.Context, dir string, m *model.Model, opt []byte, tok map[string][]byte, st checkpoint.TrainerState) error {
-	cc, err := trainer.CheckpointConfig(m.Config())
-	if err != nil {
-		return err
-	}
-	err = checkpoint.Save(ctx, dir, checkpoint.Checkpoint{Config: cc, Tensors: trainer.Tensors(m), Tokenizer: tok, Optimizer: opt, Trainer: st})
+	err := trainer.SaveCheckpoint(ctx, dir, m, tok, opt, st)
 	if errors.Is(err, checkpoint.ErrExists) {
 		return nil
 	}
