@@ -47,7 +47,7 @@ func QuickWarmStart() demo.WarmStartConfig {
 }
 
 // DemoConfig returns the configuration of a demo run.
-func DemoConfig(o DemoOptions) (runconfig.Config, []byte, error) {
+func DemoConfig(o DemoOptions) (runconfig.Config, error) {
 	name := o.Config
 	if name == "" {
 		name = "demo"
@@ -57,11 +57,11 @@ func DemoConfig(o DemoOptions) (runconfig.Config, []byte, error) {
 	}
 	raw, err := configs.Get(name)
 	if err != nil {
-		return runconfig.Config{}, nil, err
+		return runconfig.Config{}, err
 	}
 	cfg, err := runconfig.Parse(raw, "configs/"+name+".yaml", "")
 	if err != nil {
-		return runconfig.Config{}, nil, err
+		return runconfig.Config{}, err
 	}
 	if o.RunDir != "" {
 		cfg.Run.Dir, cfg.Data.DeadLetterDir = o.RunDir, ""
@@ -71,7 +71,7 @@ func DemoConfig(o DemoOptions) (runconfig.Config, []byte, error) {
 		o.Mutate(&cfg)
 		cfg.Fill()
 	}
-	return cfg, raw, cfg.Validate()
+	return cfg, cfg.Validate()
 }
 
 // RunDemo runs the demo end to end: warm start (once per run directory),
@@ -83,7 +83,7 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 			o.Log(fmt.Sprintf(format, args...))
 		}
 	}
-	cfg, _, err := DemoConfig(o)
+	cfg, err := DemoConfig(o)
 	if err != nil {
 		return demo.Report{}, err
 	}

@@ -29,7 +29,7 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true})
+	cfg, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // same step changes nothing.
 func TestLearnOnHandBuiltShard(t *testing.T) {
 	ctx := context.Background()
-	cfg, _, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
+	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestKilledRunsResumeToTheSameCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the quick demo many times")
 	}
-	cfg, _, err := DemoConfig(DemoOptions{Quick: true})
+	cfg, err := DemoConfig(DemoOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ import (
 func TestRolloutThroughServe(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
-	cfg, _, err := DemoConfig(DemoOptions{Quick: true, RunDir: base + "/warm"})
+	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: base + "/warm"})
 	if err != nil {
 		t.Fatal(err)
 	}
