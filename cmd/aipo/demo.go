@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
@@ -28,8 +29,12 @@ func runDemo(args []string) int {
 	external := fs.String("external", "", "external-token treatment for an ablation: aipo (default), mask, ratio (w/o IS) or plain (w/o CS)")
 	maxCalls := fs.Int("max-interactions", -1, "collaborator calls per trajectory (default from the config, 3); 0 answers every call with a notice, i.e. training without collaborators")
 	cost := fs.Float64("interaction-cost", -1, "reward subtracted per interaction (default from the config, 0)")
+	compare := fs.Bool("compare", false, "train every method of the comparison (GRPO, Expert Iteration, AIPO-Mask, w/o IS, w/o CS, AIPO, AIPO with a call cost) from one warm start, several seeds each, and write a table and side-by-side plots (default --run runs/compare)")
+	methods := fs.String("methods", "", "with --compare: comma-separated method names (default all: "+methodNames()+")")
+	seeds := fs.Int("seeds", 3, "with --compare: seeds per method")
+	steps := fs.Int64("steps", 0, "with --compare: training steps of every run (default from the config, 200)")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo demo [--run DIR] [--quick] [Beam flags]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo demo [--run DIR] [--quick] [--compare [--methods M,...] [--seeds N] [--steps N]] [Beam flags]\n\n"+
 			"Warm-starts a small policy on invented facts (built once per run directory), trains it\n"+
 			"with AIPO against the built-in Verify, Knowledge and Reasoning agents, evaluates it alone\n"+
 			"on entities whose facts only the Knowledge Agent knew, and writes a report. Started again\n"+
@@ -40,6 +45,9 @@ func runDemo(args []string) int {
 		return 2
 	}
 	beam.Init()
+	if *compare {
+		return runCompare(*run, *quick, *methods, *seeds, *steps, *external != "" || *maxCalls >= 0 || *cost >= 0)
+	}
 	dir := *run
 	if dir == "" {
 		dir = "runs/demo"
@@ -70,5 +78,46 @@ func runDemo(args []string) int {
 		return 1
 	}
 	fmt.Println(rep.Summary())
+	return 0
+}
+
+func methodNames() string {
+	var names []string
+	for _, m := range train.Methods() {
+		names = append(names, m.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// runCompare is `aipo demo --compare`.
+func runCompare(dir string, quick bool, methods string, seeds int, steps int64, ablationFlags bool) int {
+	if ablationFlags {
+		fmt.Fprintln(os.Stderr, "aipo demo: --external, --max-interactions and --interaction-cost choose one run; --compare runs its own methods (pick them with --methods)")
+		return 2
+	}
+	var names []string
+	for _, n := range strings.Split(methods, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	if seeds < 1 {
+		fmt.Fprintf(os.Stderr, "aipo demo: --seeds %d; want at least 1\n", seeds)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p := newProgress(os.Stderr)
+	cmp, err := train.RunCompare(ctx, train.CompareOptions{
+		Dir: dir, Quick: quick, Methods: names, Seeds: seeds, Steps: steps,
+		Progress:          func(_ string, _ uint64, e train.Event) { p.event(e) },
+		WarmStartProgress: p.warmStart, Log: p.log,
+	})
+	p.finish()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo demo --compare: %v\n", err)
+		return 1
+	}
+	fmt.Println(cmp.Summary())
 	return 0
 }

@@ -10,6 +10,9 @@ type Sequence struct {
 	// Index is the sequence's position in the caller's list (trajectory
 	// index); it becomes loss.Inputs.Seq.
 	Index int
+	// Skip, when set (len(Response) entries), marks response tokens that
+	// SFTStep does not train (context only). Nil trains every one.
+	Skip []bool
 }
 
 // Len is the number of tokens the model sees.

@@ -8,8 +8,9 @@ import (
 )
 
 // SFTStep takes one optimiser step of supervised fine-tuning on seqs: the
-// mean negative log-likelihood of the response tokens (prompt tokens are
-// context only). It returns the loss before the step and the gradient norm.
+// mean negative log-likelihood of the response tokens (prompt tokens, and
+// response tokens marked in Sequence.Skip, are context only). It returns
+// the loss before the step and the gradient norm.
 func (l *Learner) SFTStep(seqs []Sequence, microBatchTokens int) (lossVal, gradNorm float64, err error) {
 	if len(seqs) == 0 {
 		return 0, 0, errors.New("trainer: empty SFT batch")
@@ -20,8 +21,15 @@ func (l *Learner) SFTStep(seqs []Sequence, microBatchTokens int) (lossVal, gradN
 		if len(seqs[i].Prompt) == 0 {
 			return 0, 0, fmt.Errorf("trainer: SFT sequence %d has an empty prompt (at least one token, e.g. BOS, must precede the response)", i)
 		}
+		if seqs[i].Skip != nil && len(seqs[i].Skip) != len(seqs[i].Response) {
+			return 0, 0, fmt.Errorf("trainer: SFT sequence %d has %d skip flags for %d response tokens", i, len(seqs[i].Skip), len(seqs[i].Response))
+		}
 		order[i] = i
-		n += len(seqs[i].Response)
+		for j := range seqs[i].Response {
+			if !skipped(seqs[i], j) {
+				n++
+			}
+		}
 	}
 	if n == 0 {
 		return 0, 0, errors.New("trainer: SFT batch has no response tokens")
@@ -34,9 +42,15 @@ func (l *Learner) SFTStep(seqs []Sequence, microBatchTokens int) (lossVal, gradN
 			return 0, 0, err
 		}
 		grad := make([]float32, len(mb.batch.Tokens))
-		for _, pos := range mb.scored {
-			lossVal -= float64(a.LogProbs[pos])
-			grad[pos] = -inv
+		j := 0
+		for _, si := range mb.seqs {
+			for t := range seqs[si].Response {
+				if pos := mb.scored[j]; !skipped(seqs[si], t) {
+					lossVal -= float64(a.LogProbs[pos])
+					grad[pos] = -inv
+				}
+				j++
+			}
 		}
 		if err := l.Policy.Backward(a, grad); err != nil {
 			return 0, 0, err
@@ -45,6 +59,8 @@ func (l *Learner) SFTStep(seqs []Sequence, microBatchTokens int) (lossVal, gradN
 	gradNorm = l.Opt.Step(l.Params())
 	return lossVal / float64(n), gradNorm, nil
 }
+
+func skipped(s Sequence, j int) bool { return s.Skip != nil && s.Skip[j] }
 
 // MeanNLL is the mean negative log-likelihood of the response tokens of seqs
 // under m, without changing anything.

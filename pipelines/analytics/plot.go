@@ -88,20 +88,45 @@ func Plots(rep Report) (map[string][]byte, error) {
 		out[name] = b
 	}
 	// The three panels side by side, as in the paper's Fig. 5.
-	img := vgimg.New(18*vg.Inch, 4.5*vg.Inch)
+	tiled, err := TiledPNG([][]*plot.Plot{{failed, acc, inter}}, 6*vg.Inch, 4.5*vg.Inch)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", DynamicsPNG, err)
+	}
+	out[DynamicsPNG] = tiled
+	return out, nil
+}
+
+// TiledPNG renders plots in a grid (rows of panels, each w x h) as one PNG
+// image, their axes aligned.
+func TiledPNG(rows [][]*plot.Plot, w, h vg.Length) ([]byte, error) {
+	cols := 0
+	for _, r := range rows {
+		cols = max(cols, len(r))
+	}
+	if cols == 0 {
+		return nil, fmt.Errorf("no plots to tile")
+	}
+	img := vgimg.New(vg.Length(cols)*w, vg.Length(len(rows))*h)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
-	row := [][]*plot.Plot{{failed, acc, inter}}
-	canvases := plot.Align(row, tiles, dc)
-	for j, p := range row[0] {
-		p.Draw(canvases[0][j])
+	tiles := draw.Tiles{Rows: len(rows), Cols: cols, PadX: vg.Inch / 4, PadY: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
+	full := make([][]*plot.Plot, len(rows))
+	for i, r := range rows {
+		full[i] = make([]*plot.Plot, cols)
+		copy(full[i], r)
+	}
+	canvases := plot.Align(full, tiles, dc)
+	for i, r := range full {
+		for j, p := range r {
+			if p != nil {
+				p.Draw(canvases[i][j])
+			}
+		}
 	}
 	var buf bytes.Buffer
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
-		return nil, fmt.Errorf("render %s: %w", DynamicsPNG, err)
+		return nil, err
 	}
-	out[DynamicsPNG] = buf.Bytes()
-	return out, nil
+	return buf.Bytes(), nil
 }
 
 // PNG renders a plot as a 6x4-inch PNG image.

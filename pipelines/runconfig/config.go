@@ -103,6 +103,11 @@ type Rollout struct {
 	// (default 3, the paper's); later tags get LimitNotice. 0 answers
 	// every tag with the notice.
 	MaxInteractions int `yaml:"max_interactions"`
+	// Unanswered leaves every call unanswered: the policy goes on writing
+	// alone, as at evaluation, and every token of the response is its own.
+	// This is plain RLVR (the GRPO baseline) on a policy that knows the
+	// call format; MaxInteractions is then unused (default false).
+	Unanswered bool `yaml:"unanswered"`
 	// OpenerBy is who writes the result's opening <result>: "system"
 	// (default, the paper's) or "policy" (the policy writes it and stops
 	// just after; see transforms/interact).
@@ -159,6 +164,12 @@ type Learner struct {
 	MiniBatches int `yaml:"mini_batches"`
 	// Backend is the compute backend: "cpu" (default) or "cuda".
 	Backend string `yaml:"backend"`
+	// Objective is what the learner optimises: "rl" (default), the loss
+	// above on every trajectory with its advantage, or "rejection-sft",
+	// Expert Iteration (Havrilla et al. 2024): supervised fine-tuning on
+	// the step's correct trajectories only, each distinct response once
+	// per prompt; the loss and advantage settings are then unused.
+	Objective string `yaml:"objective"`
 }
 
 // Eval configures the evaluation without collaborators.
@@ -183,6 +194,12 @@ type Eval struct {
 const (
 	TemplateUntrained = "untrained"
 	TemplateExternal  = "external"
+)
+
+// Objectives (Learner.Objective).
+const (
+	ObjectiveRL           = "rl"
+	ObjectiveRejectionSFT = "rejection-sft"
 )
 
 // Backends (Learner.Backend).

@@ -56,6 +56,7 @@
 //
 //	rollout.group_size          G, samples per prompt, at least 2 (8)
 //	rollout.max_interactions    collaborator calls per trajectory; later tags get limit_notice (3)
+//	rollout.unanswered          no collaborators: calls get no answer, the policy writes on alone (plain RLVR) (false)
 //	rollout.opener_by           who writes <result>: system (paper) or policy (stops right after writing it) (system)
 //	rollout.template_tokens     learner's treatment of template tokens: untrained or external (untrained)
 //	rollout.answer_token_budget tokens kept of each answer (512)
@@ -146,6 +147,7 @@
 //	learner.ppo_epochs          passes over a step's trajectories (1)
 //	learner.mini_batches        optimiser updates per pass (1)
 //	learner.backend             cpu or cuda (cpu)
+//	learner.objective           rl, or rejection-sft (Expert Iteration: SFT on correct trajectories) (rl)
 //
 //	eval.every                  steps between evaluations, 0 off (10)
 //	eval.samples                k of Avg@k and Pass@k (4)

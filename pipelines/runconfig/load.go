@@ -58,6 +58,7 @@ func Default() Config {
 			PPOEpochs:        1,
 			MiniBatches:      1,
 			Backend:          BackendCPU,
+			Objective:        ObjectiveRL,
 		},
 		Eval: Eval{
 			Every:       DefaultEvalEvery,
@@ -197,6 +198,7 @@ func (c Config) YAML() ([]byte, error) { return yaml.Marshal(c) }
 func (c Config) Interact() interact.Config {
 	ic := interact.Default()
 	ic.MaxInteractions = c.Rollout.MaxInteractions
+	ic.Unanswered = c.Rollout.Unanswered
 	ic.OpenerBy = c.Rollout.OpenerBy
 	ic.AnswerTokenBudget = c.Rollout.AnswerTokenBudget
 	ic.MaxResponseTokens = c.Policy.MaxResponseTokens

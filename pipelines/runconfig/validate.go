@@ -168,6 +168,8 @@ func (c Config) validateRest() error {
 		return fieldError("learner.mini_batches", "%d must be at least 1", l.MiniBatches)
 	case l.Backend != BackendCPU && l.Backend != BackendCUDA:
 		return fieldError("learner.backend", "%q is unknown: use %s or %s", l.Backend, BackendCPU, BackendCUDA)
+	case l.Objective != ObjectiveRL && l.Objective != ObjectiveRejectionSFT:
+		return fieldError("learner.objective", "%q is unknown: use %s or %s", l.Objective, ObjectiveRL, ObjectiveRejectionSFT)
 	}
 	e := c.Eval
 	switch {

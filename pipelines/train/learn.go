@@ -88,6 +88,43 @@ func Samples(trajs []schemas.Trajectory, templateTokens string) ([]trainer.RLSam
 	return out, skipped, nil
 }
 
+// RejectionSamples turns a step's trajectories into the SFT batch of Expert
+// Iteration: the correct ones only, each distinct response once per
+// prompt, in the same fixed order as Samples. Tokens that the loss would
+// not train (template tokens under "untrained") are context only. It
+// returns the sequences and the number of trajectories left out.
+func RejectionSamples(trajs []schemas.Trajectory, templateTokens string) ([]trainer.Sequence, int, error) {
+	samples, skipped, err := Samples(trajs, templateTokens)
+	if err != nil {
+		return nil, 0, err
+	}
+	kept := trajs[:0:0]
+	for _, t := range trajs {
+		if t.FinishReason == schemas.FinishError || len(t.ResponseIDs) == 0 || len(t.PromptIDs) == 0 {
+			continue
+		}
+		kept = append(kept, t)
+	}
+	seen := map[string]bool{}
+	var out []trainer.Sequence
+	for i, s := range samples {
+		t := kept[i]
+		key := fmt.Sprint(t.PromptID, s.Sequence.Response)
+		if !t.Correct || seen[key] {
+			skipped++
+			continue
+		}
+		seen[key] = true
+		seq := s.Sequence
+		seq.Skip = make([]bool, len(seq.Response))
+		for j, src := range s.Source {
+			seq.Skip[j] = src == loss.Untrained
+		}
+		out = append(out, seq)
+	}
+	return out, skipped, nil
+}
+
 // Policy is a loaded checkpoint: the model, its optimiser state and the
 // files that travel with it.
 type Policy struct {
@@ -162,11 +199,36 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		}
 		l.Ref = ref.Model
 	}
+	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
+	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
+		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
+		if err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		}
+		met.Skipped = skipped
+		// A step without a correct trajectory leaves the policy as it is
+		// (and the optimiser state with it).
+		if len(seqs) > 0 {
+			for _, s := range seqs {
+				for _, skip := range s.Skip {
+					if !skip {
+						met.Tokens++
+					}
+				}
+			}
+			met.Loss, met.GradNorm, err = l.SFTStep(seqs, cfg.Learner.MicroBatchTokens)
+			if err != nil {
+				return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+			}
+			met.LossMetrics = map[string]float64{"sft_sequences": float64(len(seqs))}
+		}
+		return finishLearn(ctx, cfg, k, start, pol, opt, met)
+	}
 	samples, skipped, err := Samples(trajs, cfg.Rollout.TemplateTokens)
 	if err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
-	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Skipped: skipped, Rollout: man.Meta, LR: opt.LR()}
+	met.Skipped = skipped
 	if len(samples) > 0 {
 		st, err := l.RLStep(trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
 			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}, samples)
@@ -175,6 +237,12 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		}
 		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
 	}
+	return finishLearn(ctx, cfg, k, start, pol, opt, met)
+}
+
+// finishLearn records step k's learner metrics and commits checkpoint k+1.
+func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, start time.Time, pol *Policy, opt *optim.AdamW, met LearnMetrics) (LearnMetrics, error) {
+	runDir, next := cfg.Run.Dir, checkpoint.Dir(cfg.Run.Dir, k+1)
 	optState, err := opt.MarshalState()
 	if err != nil {
 		return LearnMetrics{}, err

@@ -10,6 +10,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/demo"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -17,6 +18,91 @@ import (
 // the positive-advantage trajectory's external tokens; a second run of the
 // same step changes nothing.
 func TestLearnOnHandBuiltShard(t *testing.T) {
+	ctx := context.Background()
+	h := newHandBuilt(t)
+	cfg, m, prompt, call, ext, run := h.cfg, h.m, h.prompt, h.good.ResponseIDs, h.ext, h.cfg.Run.Dir
+	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
+		t.Fatal(err)
+	}
+	before := extLogProbs(t, m, prompt, call, ext)
+	met, err := Learn(ctx, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if met.Trajectories != 2 || met.Tokens != len(call)+len(h.bad.ResponseIDs) {
+		t.Fatalf("learn metrics: %+v", met)
+	}
+	pol, err := LoadPolicy(ctx, checkpoint.Dir(run, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := extLogProbs(t, pol.Model, prompt, call, ext)
+	for j := range ext {
+		if after[j] <= before[j] {
+			t.Errorf("external token %d: log-prob %.4f -> %.4f, want a rise", ext[j], before[j], after[j])
+		}
+	}
+	weights := filepath.Join(checkpoint.Dir(run, 1), checkpoint.WeightsName)
+	b1, _ := os.ReadFile(weights)
+	again, err := Learn(ctx, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := os.ReadFile(weights)
+	if string(b1) != string(b2) || again.Loss != met.Loss {
+		t.Fatalf("a second learn of step 0 changed the checkpoint or its metrics")
+	}
+}
+
+// Expert Iteration (learner.objective rejection-sft) trains on the correct
+// trajectory only, once however often it was sampled, and raises the
+// log-probability of its tokens, the collaborator's included.
+func TestLearnRejectionSFT(t *testing.T) {
+	ctx := context.Background()
+	h := newHandBuilt(t)
+	h.cfg.Learner.Objective = runconfig.ObjectiveRejectionSFT
+	dup := h.good
+	dup.SampleIndex = 2
+	if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}, {dup}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
+		t.Fatal(err)
+	}
+	before := extLogProbs(t, h.m, h.prompt, h.good.ResponseIDs, h.ext)
+	met, err := Learn(ctx, h.cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Under template_tokens "untrained" the system's </result> is context.
+	want := len(h.good.ResponseIDs)
+	if h.cfg.Rollout.TemplateTokens != runconfig.TemplateExternal {
+		want--
+	}
+	if met.Trajectories != 3 || met.Skipped != 2 || met.Tokens != want || met.LossMetrics["sft_sequences"] != 1 {
+		t.Fatalf("learn metrics %+v: want 3 trajectories, 2 left out (wrong, duplicate), %d tokens of one sequence", met, want)
+	}
+	pol, err := LoadPolicy(ctx, checkpoint.Dir(h.cfg.Run.Dir, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := extLogProbs(t, pol.Model, h.prompt, h.good.ResponseIDs, h.ext)
+	for j := range h.ext {
+		if after[j] <= before[j] {
+			t.Errorf("external token %d: log-prob %.4f -> %.4f, want a rise", h.ext[j], before[j], after[j])
+		}
+	}
+}
+
+// handBuilt is a one-step run: a tiny policy at checkpoint 0 and two
+// trajectories of the demo task, one correct with a Knowledge Agent call.
+type handBuilt struct {
+	cfg       runconfig.Config
+	m         *model.Model
+	prompt    []int32
+	good, bad schemas.Trajectory
+	ext       []int // response positions of the collaborator's tokens
+}
+
+func newHandBuilt(t *testing.T) handBuilt {
+	t.Helper()
 	ctx := context.Background()
 	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
@@ -66,37 +152,7 @@ func TestLearnOnHandBuiltShard(t *testing.T) {
 	bad.BehaviorLogProbs = make([]float32, len(bad.ResponseIDs))
 	bad.InteractionAgent, bad.InteractionQuery, bad.InteractionResult, bad.InteractionStatus = nil, nil, nil, nil
 	bad.InteractionLatencyMs, bad.InteractionSpanStart, bad.InteractionSpanEnd, bad.InteractionNoisy = nil, nil, nil, nil
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{good, bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
-		t.Fatal(err)
-	}
-	before := extLogProbs(t, m, prompt, call, ext)
-	met, err := Learn(ctx, cfg, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if met.Trajectories != 2 || met.Tokens != len(call)+len(bad.ResponseIDs) {
-		t.Fatalf("learn metrics: %+v", met)
-	}
-	pol, err := LoadPolicy(ctx, checkpoint.Dir(run, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	after := extLogProbs(t, pol.Model, prompt, call, ext)
-	for j := range ext {
-		if after[j] <= before[j] {
-			t.Errorf("external token %d: log-prob %.4f -> %.4f, want a rise", ext[j], before[j], after[j])
-		}
-	}
-	weights := filepath.Join(checkpoint.Dir(run, 1), checkpoint.WeightsName)
-	b1, _ := os.ReadFile(weights)
-	again, err := Learn(ctx, cfg, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b2, _ := os.ReadFile(weights)
-	if string(b1) != string(b2) || again.Loss != met.Loss {
-		t.Fatalf("a second learn of step 0 changed the checkpoint or its metrics")
-	}
+	return handBuilt{cfg: cfg, m: m, prompt: prompt, good: good, bad: bad, ext: ext}
 }
 
 func extLogProbs(t *testing.T, m *model.Model, prompt, resp []int32, idx []int) []float32 {

@@ -34,6 +34,10 @@ type Config struct {
 	// MaxInteractions is how many calls per trajectory reach an agent
 	// (paper: 3). 0 answers every tag with LimitNotice.
 	MaxInteractions int `json:"max_interactions"`
+	// Unanswered leaves calls unanswered: after a call the policy goes on
+	// writing, as at evaluation without collaborators; nothing is
+	// inserted and no interaction is recorded (plain RLVR).
+	Unanswered bool `json:"unanswered"`
 	// OpenerBy is OpenerSystem or OpenerPolicy (see the package doc).
 	OpenerBy string `json:"opener_by"`
 	// AnswerTokenBudget truncates each answer to this many tokens (the

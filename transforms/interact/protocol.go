@@ -232,6 +232,11 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 				finish = schemas.FinishStop // one of Config.Stop
 				break
 			}
+			if p.cfg.Unanswered {
+				// Nobody answers: the policy writes on, its result too.
+				segStart = len(resp.ids)
+				continue
+			}
 			inserted, err := p.interact(ctx, task, &tr, &resp, budget, tag, query)
 			if err != nil {
 				return Outcome{}, err

@@ -212,6 +212,22 @@ func TestPolicyOpenerNoCall(t *testing.T) {
 	}
 }
 
+// Unanswered calls (plain RLVR): the policy's call is not answered, it
+// writes on, its own <result> included, and no interaction is recorded.
+func TestUnanswered(t *testing.T) {
+	cfg := Default()
+	cfg.OpenerBy = OpenerPolicy
+	cfg.Unanswered = true
+	c := newScripted(true, "<retrieval>lugr</retrieval><result>", "77</result>77+3=80;<eos>")
+	var log agentsLog
+	tr := run(t, c, log.set(map[collab.Agent]collab.Answer{collab.Knowledge: ok("450")}), cfg).Trajectory
+	ids, src := expect(t, c.tok, part{"<retrieval>lugr</retrieval><result>77</result>77+3=80;<eos>", true, schemas.SourcePolicy})
+	checkTokens(t, tr, ids, src)
+	if len(tr.InteractionAgent) != 0 || len(log.queries) != 0 || len(c.requests()) != 2 {
+		t.Errorf("%d interactions, %d agent calls, %d Generate calls; want 0, 0, 2", len(tr.InteractionAgent), len(log.queries), len(c.requests()))
+	}
+}
+
 func TestLimitNotice(t *testing.T) {
 	cfg := Default()
 	cfg.MaxInteractions = 1
