@@ -26,6 +26,7 @@ type progress struct {
 	tokps   string
 	heldout string
 	lineLen int
+	wsLine  time.Time // when the last warm-start line was written (not a TTY)
 }
 
 func newProgress(w *os.File) *progress {
@@ -109,8 +110,10 @@ func (p *progress) warmStart(step, steps int, loss float64, elapsed time.Duratio
 		}
 		return
 	}
-	if step%200 == 0 || step == steps || step == 1 {
+	// Plain log lines: the first, the last, and one every 20 seconds.
+	if step == 1 || step == steps || time.Since(p.wsLine) >= 20*time.Second {
 		fmt.Fprintln(p.w, s)
+		p.wsLine = time.Now()
 	}
 }
 
