@@ -46,7 +46,7 @@ staticcheck:
 
 lint: vet staticcheck
 
-test: setup-test $(OVERLAY)
+test: $(OVERLAY) setup-test
 	$(GO) vet $(GOFLAGS_OVERLAY) ./...
 	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) ./...
 

@@ -35,6 +35,13 @@ test)
     echo "setup: installing the OpenAI Node SDK for the serve tests" >&2
     (cd "$root/scripts/openai-sdk" && npm install --no-audit --no-fund --silent >/dev/null)
   fi
+  # The portable-runner tests submit pipelines to a standalone prism job
+  # server built from the Beam copy whose job server binds 127.0.0.1.
+  if command -v go >/dev/null && [ -f "$root/build/go.mod" ] && [ ! -x "$root/build/tools/prism" ]; then
+    echo "setup: building the prism job server for the portable-runner tests" >&2
+    (cd "$root" && go build -modfile="$root/build/go.mod" -o "$root/build/tools/prism" github.com/apache/beam/sdks/v2/go/cmd/prism) ||
+      echo "setup: building prism failed; its test builds it itself" >&2
+  fi
   if command -v go >/dev/null && [ ! -x "$root/build/tools/grpcurl" ]; then
     echo "setup: building grpcurl for the serve tests" >&2
     (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||
