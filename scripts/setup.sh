@@ -42,6 +42,12 @@ test)
     (cd "$root" && go build -modfile="$root/build/go.mod" -o "$root/build/tools/prism" github.com/apache/beam/sdks/v2/go/cmd/prism) ||
       echo "setup: building prism failed; its test builds it itself" >&2
   fi
+  # The gs:// end-to-end test runs fake-gcs-server as its own process.
+  if command -v go >/dev/null && [ -f "$root/build/go.mod" ] && [ ! -x "$root/build/tools/fake-gcs-server" ]; then
+    echo "setup: building fake-gcs-server for the gs:// end-to-end test" >&2
+    (cd "$root" && go build -modfile="$root/build/go.mod" -o "$root/build/tools/fake-gcs-server" github.com/fsouza/fake-gcs-server) ||
+      echo "setup: building fake-gcs-server failed; its test builds it itself" >&2
+  fi
   if command -v go >/dev/null && [ ! -x "$root/build/tools/grpcurl" ]; then
     echo "setup: building grpcurl for the serve tests" >&2
     (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||

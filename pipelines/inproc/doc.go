@@ -9,6 +9,8 @@
 //     engine whose policy version is the checkpoint's
 //     trainer_state.json policy_version. Engine settings come from the
 //     query: max_batch, max_queue, max_context, session_tokens.
+//   - inproc:gs://bucket/path/to/checkpoint does the same for a checkpoint
+//     on remote storage (any scheme of internal/storage), same query.
 //   - inproc://name reaches an engine that this process made available
 //     with Serve(name, e), as a training loop does for the engine it
 //     reloads after every update.

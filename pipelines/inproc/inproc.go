@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
@@ -84,16 +85,17 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 		name := u.Host
 		return &client{uri: u.String(), get: func() (*engine.Engine, error) { return lookup(name) }}, nil
 	case u.Host == "" && strings.HasPrefix(u.Path, "/"):
-		return openCheckpoint(ctx, u)
+		return openCheckpoint(ctx, u, filepath.Clean(u.Path))
+	case u.Opaque != "" && storage.IsRemote(u.Opaque):
+		return openCheckpoint(ctx, u, strings.TrimRight(u.Opaque, "/"))
 	default:
-		return nil, fmt.Errorf("inproc: %q names neither a served engine (inproc://name) nor a checkpoint directory by absolute path (inproc:///abs/path)", u.String())
+		return nil, fmt.Errorf("inproc: %q names neither a served engine (inproc://name) nor a checkpoint directory by absolute path (inproc:///abs/path) or remote path (inproc:gs://bucket/path)", u.String())
 	}
 }
 
-// openCheckpoint returns a client of the shared engine of u's checkpoint,
-// loading it on first use.
-func openCheckpoint(ctx context.Context, u *url.URL) (policy.Client, error) {
-	dir := filepath.Clean(u.Path)
+// openCheckpoint returns a client of the shared engine of the checkpoint in
+// dir, loading it on first use.
+func openCheckpoint(ctx context.Context, u *url.URL, dir string) (policy.Client, error) {
 	key := dir + "?" + u.Query().Encode()
 	mu.Lock()
 	s, ok := opened[key]
