@@ -18,7 +18,7 @@ TESTFLAGS ?= -timeout 30m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: all build test bench demo lint setup setup-test vet staticcheck clean proto
+.PHONY: all build test bench demo lint setup setup-test vet staticcheck clean proto soak reproduce
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -55,6 +55,20 @@ bench: setup-test $(OVERLAY)
 
 demo: build
 	$(BIN) demo
+
+# reproduce trains every method of the comparison (GRPO, Expert Iteration,
+# AIPO-Mask, w/o IS, w/o CS, AIPO, AIPO with a call cost), 3 seeds each, from
+# one warm start and writes runs/compare/report/compare.md (hours on 2 cores;
+# started again, it continues where it stopped).
+reproduce: build
+	$(BIN) demo --compare
+
+# soak runs rollout steps for 10 minutes against a policy server and
+# collaborators that fail half of their requests, and writes
+# build/soak-report.md (failures injected and counted, peak RSS per minute).
+soak: setup-test $(OVERLAY)
+	AIPO_SOAK_DURATION=10m AIPO_SOAK_REPORT=$(CURDIR)/build/soak-report.md \
+		$(GO) test $(GOFLAGS_OVERLAY) -timeout 30m -count=1 -run '^TestFaultSoak$$' -v ./pipelines/train/
 
 # proto regenerates the Go code of every schemas/proto/**/*.proto (needs
 # protoc: apt-get install -y protobuf-compiler; the Go plugins install
