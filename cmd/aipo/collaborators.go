@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
 	"github.com/aipo-rl/aipo/transforms/collab/rpc"
@@ -36,12 +37,15 @@ func runCollaboratorsServe(args []string) int {
 	addr := fs.String("addr", "127.0.0.1:7071", "address to listen on; a non-loopback address needs a token")
 	tokenEnv := fs.String("token-env", "", "environment variable holding the bearer token clients must send")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token clients must send")
+	certFile := fs.String("tls-cert", "", "PEM certificate to serve TLS with (with --tls-key); clients then use grpcs://HOST:PORT")
+	keyFile := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	grace := fs.Duration("grace", 10*time.Second, "how long to let calls in flight finish on SIGINT/SIGTERM")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo collaborators serve --config FILE [--addr 127.0.0.1:7071] [--token-env NAME | --token-file FILE]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo collaborators serve --config FILE [--addr 127.0.0.1:7071] [--token-env NAME | --token-file FILE] [--tls-cert FILE --tls-key FILE]\n\n"+
 			"Hosts the agents of FILE (any kind: builtin-demo, openai, grpc) as the gRPC service\n"+
 			"aipo.v1.Collaborator, with the retries, limits, breaker and cache of the config.\n"+
-			"Rollouts reach it with kind: grpc and endpoint: HOST:PORT.\n\nFlags:\n")
+			"Rollouts reach it with kind: grpc and endpoint: HOST:PORT, or with TLS endpoint:\n"+
+			"grpcs://HOST:PORT and tls_ca_file: the CA that signed --tls-cert.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -56,7 +60,12 @@ func runCollaboratorsServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo collaborators serve: token: %v\n", err)
 		return 2
 	}
-	if err := checkBind(*addr, token != ""); err != nil {
+	if err := secure.CheckBind("--addr", *addr, token != ""); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
+		return 2
+	}
+	tlsCfg, err := secure.ServerTLS(*certFile, *keyFile, "--tls-cert", "--tls-key")
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
 		return 2
 	}
@@ -77,28 +86,18 @@ func runCollaboratorsServe(args []string) int {
 	if token != "" {
 		auth = "bearer token required"
 	}
-	fmt.Printf("serving agents %v on %s (%s)\n", set.Agents(), lis.Addr(), auth)
-	if err := rpc.Serve(ctx, lis, set, token, *grace); err != nil {
+	transport := "plain text"
+	if tlsCfg != nil {
+		transport = "TLS"
+	}
+	fmt.Printf("serving agents %v on %s (%s, %s)\n", set.Agents(), lis.Addr(), transport, auth)
+	if err := rpc.ServeTLS(ctx, lis, set, token, tlsCfg, *grace); err != nil {
 		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
 		return 1
 	}
 	st, _ := json.Marshal(collab.Metrics(set.Stats()))
 	fmt.Printf("stopped; counters: %s\n", st)
 	return 0
-}
-
-// checkBind refuses to expose an unauthenticated server beyond loopback.
-func checkBind(addr string, haveToken bool) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("--addr %q must be HOST:PORT (e.g. 127.0.0.1:7071): %w", addr, err)
-	}
-	ip := net.ParseIP(host)
-	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
-	if !loopback && !haveToken {
-		return fmt.Errorf("--addr %s is not a loopback address: give --token-env or --token-file so that only clients with the token are served", addr)
-	}
-	return nil
 }
 
 func loadSet(ctx context.Context, path string) (collab.Set, error) {

@@ -2,19 +2,18 @@ package main
 
 import "testing"
 
-func TestCheckBind(t *testing.T) {
-	cases := []struct {
-		addr  string
-		token bool
-		ok    bool
-	}{
-		{"127.0.0.1:7071", false, true}, {"localhost:7071", false, true}, {"[::1]:7071", false, true},
-		{"0.0.0.0:7071", false, false}, {"0.0.0.0:7071", true, true}, {":7071", false, false},
-		{"10.0.0.5:7071", false, false}, {"127.0.0.1", false, false},
-	}
-	for _, tc := range cases {
-		if err := checkBind(tc.addr, tc.token); (err == nil) != tc.ok {
-			t.Errorf("checkBind(%q, token %v) = %v, want ok %v", tc.addr, tc.token, err, tc.ok)
+func TestCollaboratorsServeFlagErrors(t *testing.T) {
+	none := t.TempDir() + "/none.pem"
+	for _, args := range [][]string{
+		{},                              // no --config
+		{"--config", "c.yaml", "extra"}, // stray argument
+		{"--config", "c.yaml", "--addr", "0.0.0.0:7071"},              // public without token
+		{"--config", "c.yaml", "--tls-cert", "c.pem"},                 // cert without key
+		{"--config", "c.yaml", "--tls-key", "k.pem"},                  // key without cert
+		{"--config", "c.yaml", "--tls-cert", none, "--tls-key", none}, // unreadable pair
+	} {
+		if code := runCollaboratorsServe(args); code != 2 {
+			t.Errorf("aipo collaborators serve %q exited %d, want 2 (usage error)", args, code)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/transforms/collab"
@@ -78,20 +78,13 @@ func runServe(args []string) int {
 		if addr == "" {
 			continue
 		}
-		if err := checkServeBind(flagName, addr, token != ""); err != nil {
+		if err := secure.CheckBind(flagName, addr, token != ""); err != nil {
 			return fail("%v", err)
 		}
 	}
-	var tlsCfg *tls.Config
-	if (*certFile == "") != (*keyFile == "") {
-		return fail("give --tls-cert and --tls-key together")
-	}
-	if *certFile != "" {
-		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
-		if err != nil {
-			return fail("TLS key pair %s, %s: %v", *certFile, *keyFile, err)
-		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	tlsCfg, err := secure.ServerTLS(*certFile, *keyFile, "--tls-cert", "--tls-key")
+	if err != nil {
+		return fail("%v", err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -124,17 +117,4 @@ func runServe(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// checkServeBind refuses a non-loopback address without a token.
-func checkServeBind(flagName, addr string, haveToken bool) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%s %q must be HOST:PORT (e.g. 127.0.0.1:8000): %w", flagName, addr, err)
-	}
-	ip := net.ParseIP(host)
-	if !(host == "localhost" || (ip != nil && ip.IsLoopback())) && !haveToken {
-		return fmt.Errorf("%s %s is not a loopback address: give --token-env or --token-file so that only clients with the token are served", flagName, addr)
-	}
-	return nil
 }

@@ -71,7 +71,7 @@
 //	collaborators               the agents; leave out for none (the demo: all three built in, knowledge noise 0.2)
 //	collaborators.ROLE          one agent: verify, knowledge or reason (see transforms/collab)
 //	collaborators.ROLE.kind     builtin-demo, openai or grpc
-//	collaborators.ROLE.endpoint server: API base URL (openai) or host:port (grpc)
+//	collaborators.ROLE.endpoint server: API base URL (openai) or host:port, grpcs://host:port for TLS (grpc)
 //	collaborators.ROLE.model    model name sent to an openai endpoint
 //	collaborators.ROLE.system   system prompt template of an openai role (built-in text)
 //	collaborators.ROLE.system_file          the same from a file
@@ -79,6 +79,7 @@
 //	collaborators.ROLE.prompt_file          the same from a file
 //	collaborators.ROLE.api_key_env          environment variable holding the API key or bearer token
 //	collaborators.ROLE.api_key_file         file holding it
+//	collaborators.ROLE.tls_ca_file          PEM CA of a grpcs:// or https:// endpoint's certificate (system roots)
 //	collaborators.ROLE.temperature          an openai role's sampling temperature (0)
 //	collaborators.ROLE.max_generate_tokens  an openai role's generation cap (256)
 //	collaborators.ROLE.documents            documents an openai knowledge role writes per query (1)

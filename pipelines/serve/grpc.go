@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"strings"
@@ -10,10 +9,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
 )
@@ -26,30 +25,7 @@ func (s *Server) GRPCServer(tlsCfg *tls.Config) *grpc.Server {
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
-	if s.opts.Token != "" {
-		want := []byte("Bearer " + s.opts.Token)
-		check := func(ctx context.Context) error {
-			md, _ := metadata.FromIncomingContext(ctx)
-			got := md.Get("authorization")
-			if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), want) != 1 {
-				return status.Error(codes.Unauthenticated, "missing or wrong bearer token: send metadata \"authorization: Bearer <token>\"")
-			}
-			return nil
-		}
-		opts = append(opts,
-			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-				if err := check(ctx); err != nil {
-					return nil, err
-				}
-				return h(ctx, req)
-			}),
-			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-				if err := check(ss.Context()); err != nil {
-					return err
-				}
-				return h(srv, ss)
-			}))
-	}
+	opts = append(opts, secure.TokenOptions(s.opts.Token)...)
 	g := grpc.NewServer(opts...)
 	aipov1.RegisterPolicyServer(g, &policyService{s: s})
 	reflection.Register(g)

@@ -58,7 +58,8 @@ type RoleConfig struct {
 	Kind string `yaml:"kind"`
 	// Endpoint is the server: for openai the API base URL
 	// ("http://127.0.0.1:8000/v1"; "/chat/completions" is appended unless
-	// present), for grpc "host:port" or "grpc://host:port". Roles with the
+	// present), for grpc "host:port" or "grpc://host:port" (plain text) or
+	// "grpcs://host:port" (TLS; see TLSCAFile). Roles with the
 	// same endpoint share its concurrency limit and circuit breaker.
 	Endpoint string `yaml:"endpoint,omitempty"`
 	// Model is the model name sent to an openai endpoint.
@@ -77,6 +78,10 @@ type RoleConfig struct {
 	// nor put in errors.
 	APIKeyEnv  string `yaml:"api_key_env,omitempty"`
 	APIKeyFile string `yaml:"api_key_file,omitempty"`
+	// TLSCAFile is a PEM file (relative to the config file) of the CA that
+	// signed the server's certificate, for a TLS endpoint: grpcs://host:port
+	// (grpc) or https://... (openai). Empty trusts the system roots.
+	TLSCAFile string `yaml:"tls_ca_file,omitempty"`
 	// Temperature of an openai role's sampling; 0 (the default) is greedy.
 	Temperature float64 `yaml:"temperature,omitempty"`
 	// MaxGenerateTokens caps what an openai role's model generates per call
@@ -241,6 +246,16 @@ func (r RoleConfig) validate(a Agent) error {
 	}
 	if r.APIKeyEnv != "" && r.APIKeyFile != "" {
 		return errors.New("set api_key_env or api_key_file, not both")
+	}
+	if r.TLSCAFile != "" {
+		switch {
+		case r.Kind == KindGRPC && !strings.HasPrefix(r.Endpoint, "grpcs://"):
+			return fmt.Errorf("tls_ca_file is for a TLS endpoint: write the endpoint as grpcs://%s", strings.TrimPrefix(r.Endpoint, "grpc://"))
+		case r.Kind == KindOpenAI && !strings.HasPrefix(r.Endpoint, "https://"):
+			return errors.New("tls_ca_file is for a TLS endpoint: the endpoint must be an https:// URL")
+		case r.Kind == KindBuiltinDemo:
+			return errors.New("tls_ca_file applies to kinds grpc and openai only")
+		}
 	}
 	if r.System != "" && r.SystemFile != "" {
 		return errors.New("set system or system_file, not both")

@@ -10,7 +10,8 @@
 //     demo task, with no model server;
 //   - openai (package openai): an LLM behind an OpenAI-compatible chat
 //     completions endpoint (vLLM, SGLang, llama.cpp server, hosted APIs);
-//   - grpc (package rpc): a remote `aipo collaborators serve`.
+//   - grpc (package rpc): a remote `aipo collaborators serve`, in plain
+//     text or over TLS (endpoint grpcs://HOST:PORT, RoleConfig.TLSCAFile).
 //
 // Import package kinds to register all three.
 //

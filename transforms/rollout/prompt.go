@@ -3,6 +3,8 @@ package rollout
 import (
 	_ "embed"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -87,11 +89,77 @@ func NewRenderer(systemTmpl, promptTmpl string, agents []collab.Agent, cfg inter
 // System is the rendered system prompt.
 func (r *Renderer) System() string { return r.system }
 
-// Render returns the prompt text of p.
+// Render returns the prompt text of p. The prompt's own fields (problem, id
+// and data source) have every protocol tag escaped (interact.Escape), so a
+// prompt file cannot open or close a call or a result.
 func (r *Renderer) Render(p schemas.Prompt) (string, error) {
 	var b strings.Builder
-	if err := r.tmpl.Execute(&b, PromptFields{System: r.system, Problem: p.Problem, ID: p.ID, DataSource: p.DataSource}); err != nil {
+	if err := r.tmpl.Execute(&b, PromptFields{System: r.system, Problem: interact.Escape(p.Problem), ID: interact.Escape(p.ID), DataSource: interact.Escape(p.DataSource)}); err != nil {
 		return "", fmt.Errorf("rollout: prompt template on prompt %s: %w", p.ID, err)
 	}
 	return b.String(), nil
+}
+
+// Segment is a stretch of a rendered prompt: the template's own text, whose
+// special tokens (chat markers) are meant, or text of the prompt's fields
+// (Data), which must be encoded with special-token parsing off.
+type Segment struct {
+	Text string
+	Data bool
+}
+
+// fieldMark marks where field i of a prompt lands in the rendered template.
+// The characters are private-use code points, which prompt data and
+// templates do not hold.
+func fieldMark(i int) string { return "\uE000" + strconv.Itoa(i) + "\uE001" }
+
+var fieldMarks = regexp.MustCompile("\uE000([0-9])\uE001")
+
+// Segments renders p like Render and splits the text into template and
+// data stretches (adjacent data stretches merged); their texts joined are
+// Render's text. It fails when the template changes a field's text (a
+// function applied to it), since the field could then not be kept apart.
+func (r *Renderer) Segments(p schemas.Prompt) ([]Segment, error) {
+	whole, err := r.Render(p)
+	if err != nil {
+		return nil, err
+	}
+	fields := []string{interact.Escape(p.Problem), interact.Escape(p.ID), interact.Escape(p.DataSource)}
+	var b strings.Builder
+	mark := func(i int) string {
+		if fields[i] == "" {
+			return "" // keeps {{if .DataSource}} and the like as they render
+		}
+		return fieldMark(i)
+	}
+	if err := r.tmpl.Execute(&b, PromptFields{System: r.system, Problem: mark(0), ID: mark(1), DataSource: mark(2)}); err != nil {
+		return nil, fmt.Errorf("rollout: prompt template on prompt %s: %w", p.ID, err)
+	}
+	marked := b.String()
+	var out []Segment
+	add := func(text string, data bool) {
+		if text == "" {
+			return
+		}
+		if n := len(out); n > 0 && out[n-1].Data == data {
+			out[n-1].Text += text
+			return
+		}
+		out = append(out, Segment{Text: text, Data: data})
+	}
+	last := 0
+	for _, m := range fieldMarks.FindAllStringSubmatchIndex(marked, -1) {
+		add(marked[last:m[0]], false)
+		add(fields[marked[m[2]]-'0'], true)
+		last = m[1]
+	}
+	add(marked[last:], false)
+	var joined strings.Builder
+	for _, s := range out {
+		joined.WriteString(s.Text)
+	}
+	if joined.String() != whole {
+		return nil, fmt.Errorf("rollout: prompt template changes the text of a prompt field (prompt %s); use the fields as they are ({{.Problem}}) so that their text is kept apart from the template's special tokens", p.ID)
+	}
+	return out, nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -232,22 +234,63 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 	return g
 }
 
-// promptTokens renders and encodes a prompt (special tokens parsed),
-// trying the tokenizer up to three times.
+// promptTokens renders and encodes a prompt, trying the tokenizer up to
+// three times. The template's text is encoded with special-token parsing
+// on (its chat markers are meant); the prompt's fields must never become
+// special tokens. When the fields' text encodes the same either way (the
+// usual case), the whole text is encoded at once, which gives exactly the
+// tokens of the rendered text; otherwise (a problem holding "<|im_start|>",
+// say) each stretch is encoded on its own, the fields with special-token
+// parsing off.
 func (f *sampleFn) promptTokens(ctx context.Context, p schemas.Prompt) ([]int32, error) {
-	text, err := f.w.render.Render(p)
+	segs, err := f.w.render.Segments(p)
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
-		ids, err := f.w.client.Tokenize(ctx, text, true)
-		if err == nil {
-			return ids, nil
-		}
-		if attempt == 2 || ctx.Err() != nil {
-			return nil, fmt.Errorf("tokenize prompt %s: %w", p.ID, err)
+	tokenize := func(text string, special bool) ([]int32, error) {
+		for attempt := 0; ; attempt++ {
+			ids, err := f.w.client.Tokenize(ctx, text, special)
+			if err == nil {
+				return ids, nil
+			}
+			if attempt == 2 || ctx.Err() != nil {
+				return nil, fmt.Errorf("tokenize prompt %s: %w", p.ID, err)
+			}
 		}
 	}
+	var whole, data []string
+	for _, s := range segs {
+		whole = append(whole, s.Text)
+		if s.Data {
+			data = append(data, s.Text)
+		}
+	}
+	// Special tokens hold no line breaks, so none spans two joined fields.
+	fields := strings.Join(data, "\n")
+	plain := true
+	if fields != "" {
+		on, err := tokenize(fields, true)
+		if err != nil {
+			return nil, err
+		}
+		off, err := tokenize(fields, false)
+		if err != nil {
+			return nil, err
+		}
+		plain = slices.Equal(on, off)
+	}
+	if plain {
+		return tokenize(strings.Join(whole, ""), true)
+	}
+	var ids []int32
+	for _, s := range segs {
+		part, err := tokenize(s.Text, !s.Data)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, part...)
+	}
+	return ids, nil
 }
 
 // policyText decodes the tokens the policy sampled, in order, leaving out

@@ -16,6 +16,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/collab/guard"
@@ -48,7 +49,7 @@ func build(_ context.Context, agent collab.Agent, role collab.RoleConfig, cfg co
 		Agent: agent, Endpoint: role.Endpoint, Model: role.Model, APIKey: key,
 		System: sys, Prompt: user, Temperature: role.Temperature, MaxTokens: role.MaxGenerateTokens,
 		Documents: role.Documents, Noise: role.NoiseSchedule(), HTTPClient: env.HTTPClient,
-		MaxConns: role.MaxConcurrency,
+		MaxConns: role.MaxConcurrency, CAFile: cfg.Resolve(role.TLSCAFile),
 	})
 }
 
@@ -67,6 +68,9 @@ type Options struct {
 	Noise          collab.Noise // Knowledge: noise schedule
 	HTTPClient     *http.Client // nil: a client of the package's own
 	MaxConns       int          // idle connections kept to the endpoint (own client only)
+	// CAFile is a PEM file of the CA that signed an https endpoint's
+	// certificate (own client only); empty trusts the system roots.
+	CAFile string
 }
 
 // Client is an LLM collaborator. Safe for concurrent use.
@@ -104,9 +108,17 @@ func New(opt Options) (*Client, error) {
 	if c.user, err = parseTemplate(opt.Agent, "user", opt.Prompt); err != nil {
 		return nil, err
 	}
+	if opt.CAFile != "" && c.http != nil {
+		return nil, errors.New("openai: a CA file applies to the package's own HTTP client, not to a given one")
+	}
 	if c.http == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = max(opt.MaxConns, 2)
+		if opt.CAFile != "" {
+			if t.TLSClientConfig, err = secure.ClientTLS(opt.CAFile); err != nil {
+				return nil, fmt.Errorf("openai: %w", err)
+			}
+		}
 		c.http = &http.Client{Transport: t}
 	}
 	return c, nil
@@ -260,6 +272,11 @@ func (c *Client) post(ctx context.Context, body []byte) (string, error) {
 			return "", ge
 		}
 		return "", err
+	}
+	// A server that quotes the request's headers back (a debugging proxy,
+	// an echo endpoint) must not put the key into the trajectory.
+	if c.opt.APIKey != "" {
+		text = strings.ReplaceAll(text, c.opt.APIKey, "[redacted]")
 	}
 	return text, nil
 }

@@ -8,9 +8,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
 	"github.com/aipo-rl/aipo/transforms/collab"
@@ -23,7 +25,7 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return Dial(role.Endpoint, agent, token)
+		return DialWith(role.Endpoint, agent, Credentials{Token: token, CAFile: cfg.Resolve(role.TLSCAFile)})
 	})
 }
 
@@ -34,27 +36,60 @@ type Client struct {
 	api    aipov1.CollaboratorClient
 	agent  collab.Agent
 	target string
+	tls    bool
 }
 
-// Dial connects (lazily) to endpoint ("host:port" or "grpc://host:port")
-// and asks its agent; token, when not empty, is sent as a bearer token.
+// Credentials are what a Client presents and trusts.
+type Credentials struct {
+	// Token, when not empty, is sent as a bearer token with every call.
+	Token string
+	// CAFile is a PEM file of the CA that signed the server's certificate
+	// (grpcs:// endpoints only); empty trusts the system roots.
+	CAFile string
+}
+
+// Dial connects (lazily) to endpoint and asks its agent; token, when not
+// empty, is sent as a bearer token. See DialWith for the endpoints.
 func Dial(endpoint string, agent collab.Agent, token string) (*Client, error) {
-	target := strings.TrimPrefix(endpoint, "grpc://")
+	return DialWith(endpoint, agent, Credentials{Token: token})
+}
+
+// DialWith connects (lazily) to endpoint and asks its agent. The endpoint
+// is "host:port" or "grpc://host:port" (plain text) or "grpcs://host:port"
+// (TLS, verifying the server's certificate against cred.CAFile or the
+// system roots). Over TLS the token is only ever sent encrypted.
+func DialWith(endpoint string, agent collab.Agent, cred Credentials) (*Client, error) {
+	target, tlsOn := strings.CutPrefix(endpoint, "grpcs://")
+	if !tlsOn {
+		target = strings.TrimPrefix(endpoint, "grpc://")
+	}
 	if target == "" || strings.Contains(target, "/") {
-		return nil, fmt.Errorf("rpc: endpoint %q must be host:port or grpc://host:port", endpoint)
+		return nil, fmt.Errorf("rpc: endpoint %q must be host:port, grpc://host:port or grpcs://host:port", endpoint)
 	}
 	if !agent.Valid() {
 		return nil, fmt.Errorf("rpc: unknown agent %q", agent)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token}))
+	var opts []grpc.DialOption
+	switch {
+	case tlsOn:
+		cfg, err := secure.ClientTLS(cred.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("rpc: %s: %w", endpoint, err)
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	case cred.CAFile != "":
+		return nil, fmt.Errorf("rpc: a CA file (tls_ca_file) is given but endpoint %q is plain text: write grpcs://%s", endpoint, target)
+	default:
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if cred.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(secure.Bearer{Token: cred.Token, Secure: tlsOn}))
 	}
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rpc: connecting to %s: %w", target, err)
 	}
-	return &Client{conn: conn, api: aipov1.NewCollaboratorClient(conn), agent: agent, target: target}, nil
+	return &Client{conn: conn, api: aipov1.NewCollaboratorClient(conn), agent: agent, target: target, tls: tlsOn}, nil
 }
 
 // Answer asks the remote agent. The remote side applies its own
@@ -63,7 +98,7 @@ func (c *Client) Answer(ctx context.Context, q collab.Query) (collab.Answer, err
 	q.Agent = c.agent
 	resp, err := c.api.Answer(ctx, ToRequest(q))
 	if err != nil {
-		return collab.Answer{}, classify(c.target, err)
+		return collab.Answer{}, c.classify(err)
 	}
 	st := resp.GetStatus()
 	switch st {
@@ -78,7 +113,7 @@ func (c *Client) Answer(ctx context.Context, q collab.Query) (collab.Answer, err
 func (c *Client) Health(ctx context.Context) (*aipov1.HealthResponse, error) {
 	resp, err := c.api.Health(ctx, &aipov1.HealthRequest{})
 	if err != nil {
-		return nil, classify(c.target, err)
+		return nil, c.classify(err)
 	}
 	return resp, nil
 }
@@ -86,7 +121,10 @@ func (c *Client) Health(ctx context.Context) (*aipov1.HealthResponse, error) {
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-func classify(target string, err error) error {
+// classify turns a call's error into a guard.Error naming the server. A
+// plain-text client that meets a TLS server sees its connection closed or
+// garbled before any gRPC exchange; its error says to use grpcs://.
+func (c *Client) classify(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return guard.Classify(err)
 	}
@@ -102,18 +140,20 @@ func classify(target string, err error) error {
 	default:
 		k = guard.KindRejected
 	}
-	return &guard.Error{Kind: k, Status: int(st.Code()), Err: fmt.Errorf("rpc: %s: %s: %s", target, st.Code(), st.Message())}
+	msg := st.Message()
+	if !c.tls && st.Code() == codes.Unavailable && plainAgainstTLS(msg) {
+		msg += " (the server may require TLS: write the endpoint as grpcs://" + c.target + ")"
+	}
+	return &guard.Error{Kind: k, Status: int(st.Code()), Err: fmt.Errorf("rpc: %s: %s: %s", c.target, st.Code(), msg)}
 }
 
-// bearer sends a token with every call. It allows plaintext transports
-// (see the package doc).
-type bearer struct{ token string }
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
+// plainAgainstTLS recognises the connection errors of a plain-text HTTP/2
+// client whose peer answers with TLS.
+func plainAgainstTLS(msg string) bool {
+	for _, s := range []string{"server preface", "frame too large", "EOF", "connection reset"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
-
-func (bearer) RequireTransportSecurity() bool { return false }
-
-// String keeps the token out of anything that prints the credentials.
-func (bearer) String() string { return "bearer([redacted])" }

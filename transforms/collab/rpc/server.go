@@ -2,7 +2,7 @@ package rpc
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,9 +12,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
@@ -101,28 +102,11 @@ func ToRequest(q collab.Query) *aipov1.AnswerRequest {
 	}
 }
 
-// TokenInterceptor refuses calls whose "authorization" metadata is not
-// "Bearer <token>" with codes.Unauthenticated. The token is compared in
-// constant time and never appears in errors.
-func TokenInterceptor(token string) grpc.UnaryServerInterceptor {
-	want := []byte("Bearer " + token)
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		got := md.Get("authorization")
-		if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), want) != 1 {
-			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
-		}
-		return handler(ctx, req)
-	}
-}
-
-// NewGRPCServer returns a gRPC server hosting set, checking token when it
-// is not empty.
+// NewGRPCServer returns a gRPC server hosting set, refusing calls without
+// the bearer token when token is not empty (codes.Unauthenticated; the
+// token is compared in constant time and never appears in errors).
 func NewGRPCServer(set collab.Set, token string, opts ...grpc.ServerOption) (*grpc.Server, *Server) {
-	if token != "" {
-		opts = append(opts, grpc.ChainUnaryInterceptor(TokenInterceptor(token)))
-	}
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(append(opts, secure.TokenOptions(token)...)...)
 	s := NewServer(set)
 	aipov1.RegisterCollaboratorServer(g, s)
 	return g, s
@@ -132,7 +116,17 @@ func NewGRPCServer(set collab.Set, token string, opts ...grpc.ServerOption) (*gr
 // most grace for calls in flight) and returns nil; a failure to serve is
 // returned as an error.
 func Serve(ctx context.Context, lis net.Listener, set collab.Set, token string, grace time.Duration) error {
-	g, s := NewGRPCServer(set, token)
+	return ServeTLS(ctx, lis, set, token, nil, grace)
+}
+
+// ServeTLS is Serve over TLS with tlsCfg (see secure.ServerTLS); a nil
+// tlsCfg serves plain text.
+func ServeTLS(ctx context.Context, lis net.Listener, set collab.Set, token string, tlsCfg *tls.Config, grace time.Duration) error {
+	var opts []grpc.ServerOption
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	g, s := NewGRPCServer(set, token, opts...)
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(lis) }()
 	select {

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
@@ -51,18 +52,6 @@ type Client struct {
 
 var _ policy.Client = (*Client)(nil)
 
-// bearer sends the token with every call.
-type bearer struct {
-	token  string
-	secure bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
-}
-
-func (b bearer) RequireTransportSecurity() bool { return b.secure }
-
 func open(_ context.Context, u *url.URL) (policy.Client, error) {
 	if u.Host == "" || (u.Path != "" && u.Path != "/") {
 		return nil, fmt.Errorf("grpcclient: %q must be %s://HOST:PORT with no path", u.Redacted(), u.Scheme)
@@ -81,8 +70,8 @@ func open(_ context.Context, u *url.URL) (policy.Client, error) {
 		return nil, fmt.Errorf("grpcclient: unknown query parameter %q in %s (known: %s)", keys[0], u.Redacted(), strings.Join(remote.Known, ", "))
 	}
 	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}
-	secure := u.Scheme == "grpcs"
-	if secure {
+	tlsOn := u.Scheme == "grpcs"
+	if tlsOn {
 		cfg, err := set.TLS()
 		if err != nil {
 			return nil, fmt.Errorf("grpcclient: %s: %w", u.Redacted(), err)
@@ -92,7 +81,7 @@ func open(_ context.Context, u *url.URL) (policy.Client, error) {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
 	if set.Token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: set.Token, secure: secure}))
+		opts = append(opts, grpc.WithPerRPCCredentials(secure.Bearer{Token: set.Token, Secure: tlsOn}))
 	}
 	return Dial(u.Host, set.MaxRetries, opts...)
 }

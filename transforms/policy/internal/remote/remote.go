@@ -5,7 +5,6 @@ package remote
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/secure"
 )
 
 // Settings are the query parameters of a remote endpoint URI that are not
@@ -69,22 +70,7 @@ func Parse(q url.Values) (Settings, error) {
 
 // TLS returns the client TLS configuration: the system roots, or the CA of
 // CAFile when set.
-func (s Settings) TLS() (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if s.CAFile == "" {
-		return cfg, nil
-	}
-	pem, err := os.ReadFile(s.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading ca %s: %w", s.CAFile, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("ca %s holds no PEM certificate", s.CAFile)
-	}
-	cfg.RootCAs = pool
-	return cfg, nil
-}
+func (s Settings) TLS() (*tls.Config, error) { return secure.ClientTLS(s.CAFile) }
 
 // Wait sleeps before retry attempt (0 for the first retry): the hint when
 // positive, else 100ms doubling up to 5s, with jitter; it returns ctx's
