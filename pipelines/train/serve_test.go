@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -14,14 +13,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
-	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	_ "github.com/aipo-rl/aipo/transforms/policy/grpcclient"
@@ -35,35 +29,8 @@ import (
 func TestRolloutThroughServe(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: base + "/warm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	task, err := demotask.New(*cfg.Data.DemoTask)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ckpt := checkpoint.Dir(cfg.Run.Dir, 0)
-	if _, err := demo.WarmStart(ctx, ckpt, task, QuickWarmStart(), nil); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := serve.New(ctx, serve.Options{Checkpoint: ckpt, Name: "demo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(sctx, gl, hl, nil, 5*time.Second) }()
-	defer func() { cancel(); <-done; srv.Close() }()
-
+	ds := startDemoServer(t, base)
+	cfg, task, ckpt := ds.cfg, ds.task, ds.ckpt
 	eng, err := OpenEngine(ctx, ckpt)
 	if err != nil {
 		t.Fatal(err)
@@ -92,11 +59,11 @@ func TestRolloutThroughServe(t *testing.T) {
 	var inprocRows [2][]schemas.Trajectory
 	for _, name := range []string{"grpc", "http", "inproc", "inproc-again", "grpc-llm"} {
 		endpoint := map[string]string{
-			"grpc":         "grpc://" + gl.Addr().String(),
-			"http":         "http://" + hl.Addr().String() + "/v1?model=demo",
+			"grpc":         "grpc://" + ds.grpcAddr,
+			"http":         "http://" + ds.httpAddr + "/v1?model=demo",
 			"inproc":       "inproc://serve-test",
 			"inproc-again": "inproc://serve-test",
-			"grpc-llm":     "grpc://" + gl.Addr().String(),
+			"grpc-llm":     "grpc://" + ds.grpcAddr,
 		}[name]
 		t.Run(name, func(t *testing.T) {
 			c := cfg

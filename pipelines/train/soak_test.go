@@ -21,11 +21,8 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/collab/builtin"
@@ -200,37 +197,10 @@ func TestFaultSoak(t *testing.T) {
 	}
 	ctx := context.Background()
 	base := t.TempDir()
-	cfg0, err := DemoConfig(DemoOptions{Quick: true, RunDir: base + "/warm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	task, err := demotask.New(*cfg0.Data.DemoTask)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ckpt := checkpoint.Dir(cfg0.Run.Dir, 0)
-	if _, err := demo.WarmStart(ctx, ckpt, task, QuickWarmStart(), nil); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := serve.New(ctx, serve.Options{Checkpoint: ckpt, Name: "demo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(sctx, gl, hl, nil, 5*time.Second) }()
-	defer func() { cancel(); <-done; srv.Close() }()
-
+	ds := startDemoServer(t, base)
+	task := ds.task
 	// Faults on generation only: tokenize and detokenize pass through.
-	target, _ := url.Parse("http://" + hl.Addr().String())
+	target, _ := url.Parse("http://" + ds.httpAddr)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.ErrorLog = nil
 	policyFaults := newFaultInjector(proxy, 0.5, 11, 3*time.Second, 100*time.Millisecond)

@@ -2,14 +2,8 @@ package rpc
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
+	"github.com/aipo-rl/aipo/internal/secure/securetest"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,36 +18,6 @@ import (
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
-
-// selfSigned writes a certificate for 127.0.0.1 that is its own CA, and
-// its key, as PEM files in dir; it returns their names.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "aipo collaborators test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
-}
 
 // serveTLS hosts set over TLS on 127.0.0.1 until the test ends.
 func serveTLS(t *testing.T, set collab.Set, token string, cfg *tls.Config) string {
@@ -80,7 +44,8 @@ func serveTLS(t *testing.T, set collab.Set, token string, cfg *tls.Config) strin
 // the plain-text one with an error that says to use grpcs://.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	certFile, keyFile := selfSigned(t, dir)
+	cert := securetest.SelfSigned(t, dir)
+	certFile, keyFile := cert.CertFile, cert.KeyFile
 	srvTLS, err := secure.ServerTLS(certFile, keyFile, "--tls-cert", "--tls-key")
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +115,7 @@ func TestTLS(t *testing.T) {
 
 func TestTLSConfigErrors(t *testing.T) {
 	dir := t.TempDir()
-	certFile, _ := selfSigned(t, dir)
+	certFile := securetest.SelfSigned(t, dir).CertFile
 	for _, y := range []string{
 		"reason: {kind: grpc, endpoint: \"grpc://127.0.0.1:1\", tls_ca_file: cert.pem}",
 		"reason: {kind: grpc, endpoint: \"127.0.0.1:1\", tls_ca_file: cert.pem}",
