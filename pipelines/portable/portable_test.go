@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
@@ -30,39 +30,7 @@ import (
 
 func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-// prismBinary returns the standalone prism job server: build/tools/prism
-// (scripts/setup.sh test builds it) or one built now, from the Beam copy
-// whose job server binds 127.0.0.1 (build/go.mod).
-func prismBinary(t *testing.T) string {
-	t.Helper()
-	root := repoRoot(t)
-	if p := filepath.Join(root, "build", "tools", "prism"); isFile(p) {
-		return p
-	}
-	modfile := filepath.Join(root, "build", "go.mod")
-	if !isFile(modfile) {
-		t.Skip("portable runner test skipped: build/go.mod is missing; run make setup-test (scripts/beam-overlay.sh)")
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("portable runner test skipped: no go command to build the prism job server; run make setup-test")
-	}
-	out := filepath.Join(t.TempDir(), "prism")
-	cmd := exec.Command(goBin, "build", "-modfile="+modfile, "-o", out, "github.com/apache/beam/sdks/v2/go/cmd/prism")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the prism job server: %v\n%s", err, b)
-	}
-	return out
-}
-
-func isFile(p string) bool {
+func fileExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
 }
@@ -82,7 +50,7 @@ func freePort(t *testing.T) int {
 func startJobServer(t *testing.T) string {
 	t.Helper()
 	port := freePort(t)
-	cmd := exec.Command(prismBinary(t), "--job_port", strconv.Itoa(port), "--serve_http=false", "--log_level=warn")
+	cmd := exec.Command(testtools.Binary(t, "prism", "github.com/apache/beam/sdks/v2/go/cmd/prism"), "--job_port", strconv.Itoa(port), "--serve_http=false", "--log_level=warn")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -214,7 +182,7 @@ rollout: {group_size: 2, opener_by: policy, answer_token_budget: 6, max_in_fligh
 	if _, err := analytics.Run(ctx, analytics.Options{Run: run, Steps: analytics.AllSteps}); err != nil {
 		t.Fatalf("analytics on the universal runner: %v", err)
 	}
-	if !isFile(filepath.Join(run, "analysis", analytics.JSONName)) {
+	if !fileExists(filepath.Join(run, "analysis", analytics.JSONName)) {
 		t.Fatalf("analytics wrote no %s", analytics.JSONName)
 	}
 

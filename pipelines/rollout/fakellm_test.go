@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/faultinject"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/collab/builtin"
 )
@@ -81,27 +82,13 @@ func (f *fakeLLM) handle(w http.ResponseWriter, r *http.Request) {
 	if collab.Uniform(seed, 3) < f.rate {
 		k := collab.IntN(seed, 4, len(faultKinds))
 		f.faults[k].Add(1)
-		switch faultKinds[k] {
-		case "500":
-			http.Error(w, `{"error":{"message":"internal error"}}`, http.StatusInternalServerError)
+		switch kind := faultKinds[k]; kind {
 		case "timeout":
-			select {
-			case <-time.After(f.stall):
-			case <-r.Context().Done():
-			}
-			http.Error(w, "late", http.StatusServiceUnavailable)
-		case "reset":
-			if hj, ok := w.(http.Hijacker); ok {
-				if c, _, err := hj.Hijack(); err == nil {
-					if tc, ok := c.(*net.TCPConn); ok {
-						_ = tc.SetLinger(0)
-					}
-					_ = c.Close()
-				}
-			}
+			faultinject.Fail(w, r, faultinject.Stall, f.stall)
 		case "malformed":
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"id":"x","choices":[{"message":{"content":`))
+			faultinject.Fail(w, r, faultinject.Malformed, 0)
+		case "500", "reset":
+			faultinject.Fail(w, r, kind, 0)
 		case "empty":
 			writeChat(w, req, "")
 		}

@@ -9,48 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/eval"
 )
-
-// fakeGCSBinary returns a standalone fake-gcs-server: build/tools (made by
-// scripts/setup.sh test) or one built now from the module the tests use.
-func fakeGCSBinary(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-	if p := filepath.Join(root, "build", "tools", "fake-gcs-server"); fileExists(p) {
-		return p
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("gs:// end-to-end test skipped: no go command to build fake-gcs-server; run make setup-test")
-	}
-	out := filepath.Join(t.TempDir(), "fake-gcs-server")
-	args := []string{"build", "-o", out}
-	if mf := filepath.Join(root, "build", "go.mod"); fileExists(mf) {
-		args = append(args, "-modfile="+mf)
-	}
-	cmd := exec.Command(goBin, append(args, "github.com/fsouza/fake-gcs-server")...)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build fake-gcs-server: %v\n%s", err, b)
-	}
-	return out
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
 
 // startStandaloneGCS runs fake-gcs-server as its own process on 127.0.0.1,
 // creates bucket, and points STORAGE_EMULATOR_HOST (inherited by child
@@ -64,7 +33,7 @@ func startStandaloneGCS(t *testing.T, bucket string) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	host := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(fakeGCSBinary(t), "-scheme", "http", "-host", "127.0.0.1", "-port", strconv.Itoa(port),
+	cmd := exec.Command(testtools.Binary(t, "fake-gcs-server", "github.com/fsouza/fake-gcs-server"), "-scheme", "http", "-host", "127.0.0.1", "-port", strconv.Itoa(port),
 		"-public-host", host, "-backend", "memory", "-log-level", "error")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/faultinject"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -60,30 +61,14 @@ func (f *faultInjector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.count[k].Add(1)
-	switch soakFaults[k] {
-	case "500":
-		http.Error(w, `{"error":{"message":"injected internal error"}}`, http.StatusInternalServerError)
-	case "stall":
-		select {
-		case <-time.After(f.stall):
-		case <-r.Context().Done():
-		}
-		http.Error(w, "too late", http.StatusServiceUnavailable)
-	case "reset":
-		if hj, ok := w.(http.Hijacker); ok {
-			if c, _, err := hj.Hijack(); err == nil {
-				if tc, ok := c.(*net.TCPConn); ok {
-					_ = tc.SetLinger(0)
-				}
-				_ = c.Close()
-			}
-		}
+	switch kind := soakFaults[k]; kind {
 	case "slow":
 		time.Sleep(f.slow)
 		f.next.ServeHTTP(w, r)
 	case "garbage":
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"id":"x","choices":[{"text":`))
+		faultinject.Fail(w, r, faultinject.Malformed, 0)
+	default:
+		faultinject.Fail(w, r, kind, f.stall)
 	}
 }
 
