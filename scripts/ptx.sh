@@ -7,16 +7,19 @@
 #   scripts/ptx.sh            regenerate learner/cuda/ptx
 #   scripts/ptx.sh --check    regenerate into a temporary directory and fail
 #                             when the committed PTX differs (stale or edited)
-#   scripts/ptx.sh --install  install NVRTC first when it is missing (Debian:
-#                             libnvrtc11.2 from the non-free component)
+#   scripts/ptx.sh --install  only install NVRTC when it is missing (Debian
+#                             bookworm: libnvrtc11.2 from the non-free
+#                             component, which it enables); exits 3 when
+#                             NVRTC is still unavailable
 #
 # NVRTC is loaded at run time by learner/cuda/internal/ptxgen (purego, no
 # cgo). Set AIPO_NVRTC to a libnvrtc.so path to use another version; a
 # different NVRTC version writes different PTX, and --check then fails.
 # The committed PTX comes from Debian bookworm's NVRTC 11.8 (PTX ISA 7.8),
 # which the drivers of CUDA 12 and 13 JIT-compile.
-# --check exits 3, with a message, when NVRTC is absent, so that callers
-# (scripts/setup.sh test) can skip it.
+# --check exits 3, with a message, when NVRTC is absent or is another
+# version than the one that wrote the committed PTX (whose output would
+# differ for no fault of the sources), so that make test can skip it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -47,15 +50,18 @@ install_nvrtc() {
     libnvrtc11.2 libnvrtc-builtins11.8 >/dev/null
 }
 
-if ! have_nvrtc; then
-  if [ $install -eq 1 ] && command -v apt-get >/dev/null; then
+if [ $install -eq 1 ]; then
+  if ! have_nvrtc && command -v apt-get >/dev/null; then
     echo "ptx: installing NVRTC (libnvrtc11.2)" >&2
     install_nvrtc || true
   fi
-  if ! have_nvrtc; then
-    echo "ptx: NVRTC (libnvrtc.so*) not found; install Debian's libnvrtc11.2 (non-free) or set AIPO_NVRTC" >&2
-    exit 3
-  fi
+  if have_nvrtc; then exit 0; fi
+  echo "ptx: NVRTC could not be installed" >&2
+  exit 3
+fi
+if ! have_nvrtc; then
+  echo "ptx: NVRTC (libnvrtc.so*) not found; run scripts/ptx.sh --install (Debian) or set AIPO_NVRTC" >&2
+  exit 3
 fi
 
 modfile=()
@@ -65,6 +71,13 @@ trap 'rm -rf "$tmp"' EXIT
 go run "${modfile[@]}" ./learner/cuda/internal/ptxgen -src learner/cuda/kernels -out "$tmp/ptx"
 
 if [ $check -eq 1 ]; then
+  # The compiler line of the PTX header names the NVRTC release.
+  want=$(grep -m1 '^// Cuda compilation tools' learner/cuda/ptx/adamw.ptx || true)
+  got=$(grep -m1 '^// Cuda compilation tools' "$tmp/ptx/adamw.ptx" || true)
+  if [ "$want" != "$got" ]; then
+    echo "ptx: this NVRTC (${got#// }) is not the one that wrote the committed PTX (${want#// }); skipping the comparison" >&2
+    exit 3
+  fi
   if ! diff -r -q learner/cuda/ptx "$tmp/ptx" >&2; then
     echo "ptx: learner/cuda/ptx is stale: run scripts/ptx.sh and commit the result" >&2
     exit 1

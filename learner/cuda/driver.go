@@ -23,10 +23,6 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("cuda: %s: %s", e.Call, e.Name)
 }
 
-// cuErrorNotFound is CUDA_ERROR_NOT_FOUND, which cuModuleGetFunction
-// returns for an unknown kernel name.
-const cuErrorNotFound = 500
-
 // driverAPI holds the driver functions, bound once per process.
 type driverAPI struct {
 	path string // the libcuda that was loaded

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ebitengine/purego"
 )
 
 // The GPU tests (TestGPU*) and the kernel parity tests (TestParity*) need a
@@ -27,6 +29,17 @@ func TestMain(m *testing.M) {
 	for _, dv := range sharedDevs {
 		if err := dv.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "closing the device:", err)
+			code = 1
+		}
+	}
+	if os.Getenv("AIPO_FAKE_CUDA_CHILD") == "1" && code == 0 {
+		// The stand-in driver counts its live allocations: every buffer
+		// the tests made must have been freed.
+		if sym, err := purego.Dlsym(purego.RTLD_DEFAULT, "fake_live_allocations"); err != nil {
+			fmt.Fprintln(os.Stderr, "stand-in driver without fake_live_allocations:", err)
+			code = 1
+		} else if live, _, _ := purego.SyscallN(sym); live != 0 {
+			fmt.Fprintf(os.Stderr, "%d device allocations were not freed\n", int64(live))
 			code = 1
 		}
 	}

@@ -11,6 +11,13 @@ import (
 	"github.com/aipo-rl/aipo/learner/optim"
 )
 
+// The kernel wrappers in this file validate their arguments and queue a
+// launch on the Device's stream. Whether the kernels compute what their CPU
+// counterparts do is verified only by the Parity tests on a GPU
+// (scripts/gpu-check.sh); without one, the tests check that every kernel
+// is an entry of the embedded PTX, and TestFakeDriver checks the launch
+// plumbing against a stand-in driver.
+
 // ptxFiles holds the PTX that scripts/ptx.sh compiles from kernels/*.cu.
 //
 //go:embed ptx/*.ptx
