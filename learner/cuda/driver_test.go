@@ -85,6 +85,15 @@ func TestLibraryDirsIncludeEnvAndWheels(t *testing.T) {
 	if i13 < 0 || i12 < 0 || i13 > i12 {
 		t.Errorf("cuBLAS dirs %v: want %s before %s", dirs, wheel13, wheel12)
 	}
+	// With two Pythons, the newer one's wheels come first.
+	old := filepath.Join(venv, "lib", "python3.9", "site-packages", "nvidia", "cu13", "lib")
+	if err := os.MkdirAll(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dirs = cublasDirs()
+	if iNew, iOld := slices.Index(dirs, wheel13), slices.Index(dirs, old); iNew < 0 || iOld < 0 || iNew > iOld {
+		t.Errorf("cuBLAS dirs %v: want python3.12's before python3.9's", dirs)
+	}
 }
 
 // TestBLASMissingIsClear: without cuBLAS, loadBLAS names the libraries and

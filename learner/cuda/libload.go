@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/ebitengine/purego"
@@ -106,10 +107,22 @@ func cublasDirs() []string {
 		for _, pkgs := range []string{"site-packages", "dist-packages"} {
 			for _, sub := range []string{"nvidia/cu13/lib", "nvidia/cublas/lib", "nvidia/cu12/lib"} {
 				m, _ := filepath.Glob(filepath.Join(r, "lib", "python3*", pkgs, sub))
-				sort.Sort(sort.Reverse(sort.StringSlice(m))) // newest Python first
+				sort.Slice(m, func(i, j int) bool { return pyMinor(m[i]) > pyMinor(m[j]) }) // newest Python first
 				dirs = append(dirs, m...)
 			}
 		}
 	}
 	return dirs
+}
+
+// pyMinor returns N of the ".../python3.N/..." element of a path, or -1.
+func pyMinor(p string) int {
+	for _, part := range strings.Split(filepath.ToSlash(p), "/") {
+		if rest, ok := strings.CutPrefix(part, "python3."); ok {
+			if n, err := strconv.Atoi(rest); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
