@@ -5,6 +5,7 @@
 #   make bench  run the benchmarks and print their ratios
 #   make build  build bin/aipo
 #   make lint   go vet + staticcheck
+#   make ptx    recompile the CUDA kernels to the committed PTX
 
 GO        ?= go
 BIN       := bin/aipo
@@ -18,7 +19,7 @@ TESTFLAGS ?= -timeout 30m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: all build test bench demo lint setup setup-test vet staticcheck clean proto soak reproduce
+.PHONY: all build test bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -48,7 +49,20 @@ lint: vet staticcheck
 
 test: $(OVERLAY) setup-test
 	$(GO) vet $(GOFLAGS_OVERLAY) ./...
+	@scripts/ptx.sh --check; rc=$$?; \
+	if [ $$rc -eq 3 ]; then echo "make test: skipping the PTX staleness check (see the line above)"; \
+	elif [ $$rc -ne 0 ]; then exit $$rc; fi
 	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) ./...
+
+# ptx recompiles learner/cuda/kernels/*.cu to the committed PTX (needs
+# NVRTC: scripts/ptx.sh --install sets it up on Debian).
+ptx: $(OVERLAY)
+	scripts/ptx.sh
+
+# gpu-test-binary builds the CUDA tests for scripts/gpu-check.sh on a GPU
+# machine (which needs no Go): no cgo, so it links no OpenBLAS.
+gpu-test-binary: $(OVERLAY)
+	CGO_ENABLED=0 $(GO) test $(GOFLAGS_OVERLAY) -c -o build/gpu/cuda.test ./learner/cuda
 
 bench: setup-test $(OVERLAY)
 	$(GO) test $(GOFLAGS_OVERLAY) -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh

@@ -48,6 +48,10 @@ test)
     (cd "$root" && go build -modfile="$root/build/go.mod" -o "$root/build/tools/fake-gcs-server" github.com/fsouza/fake-gcs-server) ||
       echo "setup: building fake-gcs-server failed; its test builds it itself" >&2
   fi
+  # NVRTC lets make test check that the committed CUDA PTX matches its
+  # sources; without it (not Debian, no root) the check is skipped.
+  "$root/scripts/ptx.sh" --install >/dev/null 2>&1 ||
+    echo "setup: NVRTC is unavailable; make test will skip the PTX staleness check" >&2
   if command -v go >/dev/null && [ ! -x "$root/build/tools/grpcurl" ]; then
     echo "setup: building grpcurl for the serve tests" >&2
     (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||

@@ -1,0 +1,359 @@
+package cuda
+
+import (
+	"embed"
+	"fmt"
+	"math"
+	"path"
+	"runtime"
+	"unsafe"
+
+	"github.com/aipo-rl/aipo/learner/optim"
+)
+
+// The kernel wrappers in this file validate their arguments and queue a
+// launch on the Device's stream. Whether the kernels compute what their CPU
+// counterparts do is verified only by the Parity tests on a GPU
+// (scripts/gpu-check.sh); without one, the tests check that every kernel
+// is an entry of the embedded PTX, and TestFakeDriver checks the launch
+// plumbing against a stand-in driver.
+
+// ptxFiles holds the PTX that scripts/ptx.sh compiles from kernels/*.cu.
+//
+//go:embed ptx/*.ptx
+var ptxFiles embed.FS
+
+// kernelModules maps each PTX module (ptx/<name>.ptx, from
+// kernels/<name>.cu) to the kernels this package launches from it. Every
+// name must be a ".visible .entry" of its module (checked by the tests and
+// at Open).
+var kernelModules = map[string][]string{
+	"rmsnorm":     {"rmsnorm_forward", "rmsnorm_backward_dx", "rmsnorm_backward_dw"},
+	"swiglu":      {"swiglu_forward", "swiglu_backward"},
+	"elementwise": {"residual_forward", "scale_f32", "cast_f32_to_bf16", "cast_bf16_to_f32"},
+	"rope":        {"rope_forward", "rope_backward"},
+	"embedding":   {"embedding_forward", "embedding_backward"},
+	"adamw":       {"adamw_step"},
+	"norm":        {"sumsq_partial", "sumsq_final"},
+}
+
+// modulePTX returns the embedded PTX of a module.
+func modulePTX(module string) ([]byte, error) {
+	return ptxFiles.ReadFile(path.Join("ptx", module+".ptx"))
+}
+
+// loadKernels JIT-compiles every module and looks its kernels up; it runs
+// on the Device's thread.
+func (dv *Device) loadKernels() error {
+	d := dv.d
+	for module, names := range kernelModules {
+		src, err := modulePTX(module)
+		if err != nil {
+			return fmt.Errorf("embedded PTX of %s: %w", module, err)
+		}
+		image := append(src[:len(src):len(src)], 0) // cuModuleLoadData wants a NUL-terminated string
+		var m uintptr
+		err = d.err("cuModuleLoadData "+module+".ptx", d.cuModuleLoadData(&m, unsafe.Pointer(&image[0])))
+		runtime.KeepAlive(image)
+		if err != nil {
+			return err
+		}
+		dv.modules = append(dv.modules, m)
+		for _, name := range names {
+			var f uintptr
+			cname := cString(name)
+			if err := d.err("cuModuleGetFunction "+name, d.cuModuleGetFunction(&f, m, &cname[0])); err != nil {
+				return err
+			}
+			dv.funcs[name] = f
+		}
+	}
+	return nil
+}
+
+// blockSize is the threads per block of every kernel (AIPO_BLOCK in
+// kernels/common.cuh).
+const blockSize = 256
+
+// gridFor returns the blocks for a grid-stride kernel over n elements:
+// enough for one element per thread, capped at 32 blocks per
+// multiprocessor since the kernels loop beyond that.
+func (dv *Device) gridFor(n int) uint32 {
+	g := (n + blockSize - 1) / blockSize
+	if c := 32 * max(dv.sms, 1); g > c {
+		g = c
+	}
+	return uint32(g)
+}
+
+// need checks that b is a live buffer of this device holding dt with at
+// least n elements.
+func (dv *Device) need(kernel, arg string, b *Buffer, dt DType, n int) error {
+	if err := b.usable(); err != nil {
+		return fmt.Errorf("cuda: %s: %s: %w", kernel, arg, err)
+	}
+	if b.dev != dv {
+		return fmt.Errorf("cuda: %s: %s belongs to another device", kernel, arg)
+	}
+	if b.dt != dt {
+		return fmt.Errorf("cuda: %s: %s holds %s, want %s", kernel, arg, b.dt, dt)
+	}
+	if b.n < n {
+		return fmt.Errorf("cuda: %s: %s has %d elements, needs %d", kernel, arg, b.n, n)
+	}
+	return nil
+}
+
+type arg struct {
+	name string
+	b    *Buffer
+	dt   DType
+	n    int
+}
+
+func (dv *Device) needAll(kernel string, args ...arg) error {
+	for _, a := range args {
+		if err := dv.need(kernel, a.name, a.b, a.dt, a.n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RMSNormForward: out[N,C] = x*rstd*w, rstd[N] = 1/sqrt(mean(x^2)+eps), as
+// learner/model's rmsnormForward.
+func (dv *Device) RMSNormForward(out, rstd, x, w *Buffer, N, C int, eps float64) error {
+	if err := dv.needAll("RMSNormForward", arg{"out", out, F32, N * C}, arg{"rstd", rstd, F32, N},
+		arg{"x", x, F32, N * C}, arg{"w", w, F32, C}); err != nil {
+		return err
+	}
+	return dv.launch("rmsnorm_forward", uint32(N), blockSize, out, rstd, x, w, N, C, eps)
+}
+
+// RMSNormBackward adds the input gradient into dx[N,C] and the weight
+// gradient into dw[C], as learner/model's rmsnormBackward.
+func (dv *Device) RMSNormBackward(dx, dw, dout, x, w, rstd *Buffer, N, C int) error {
+	if err := dv.needAll("RMSNormBackward", arg{"dx", dx, F32, N * C}, arg{"dw", dw, F32, C},
+		arg{"dout", dout, F32, N * C}, arg{"x", x, F32, N * C}, arg{"w", w, F32, C}, arg{"rstd", rstd, F32, N}); err != nil {
+		return err
+	}
+	if err := dv.launch("rmsnorm_backward_dx", uint32(N), blockSize, dx, dout, x, w, rstd, N, C); err != nil {
+		return err
+	}
+	return dv.launch("rmsnorm_backward_dw", uint32((C+blockSize-1)/blockSize), blockSize, dw, dout, x, rstd, N, C)
+}
+
+// SwiGLUForward: h[N,F] = silu(g)*u and sig[N,F] = sigmoid(g), gu[N,2F]
+// holding g then u per row, as learner/model's swigluForward.
+func (dv *Device) SwiGLUForward(h, sig, gu *Buffer, N, F int) error {
+	if err := dv.needAll("SwiGLUForward", arg{"h", h, F32, N * F}, arg{"sig", sig, F32, N * F}, arg{"gu", gu, F32, 2 * N * F}); err != nil {
+		return err
+	}
+	return dv.launch("swiglu_forward", dv.gridFor(N*F), blockSize, h, sig, gu, N, F)
+}
+
+// SwiGLUBackward writes dgu[N,2F] from dh[N,F], as learner/model's
+// swigluBackward.
+func (dv *Device) SwiGLUBackward(dgu, dh, sig, gu *Buffer, N, F int) error {
+	if err := dv.needAll("SwiGLUBackward", arg{"dgu", dgu, F32, 2 * N * F}, arg{"dh", dh, F32, N * F},
+		arg{"sig", sig, F32, N * F}, arg{"gu", gu, F32, 2 * N * F}); err != nil {
+		return err
+	}
+	return dv.launch("swiglu_backward", dv.gridFor(N*F), blockSize, dgu, dh, sig, gu, N, F)
+}
+
+// ResidualForward: out[i] = a[i] + b[i] over out's length.
+func (dv *Device) ResidualForward(out, a, b *Buffer) error {
+	n := 0
+	if out != nil {
+		n = out.n
+	}
+	if err := dv.needAll("ResidualForward", arg{"out", out, F32, n}, arg{"a", a, F32, n}, arg{"b", b, F32, n}); err != nil {
+		return err
+	}
+	return dv.launch("residual_forward", dv.gridFor(n), blockSize, out, a, b, n)
+}
+
+// Scale multiplies x in place by s (for clip_grad_norm_-style clipping).
+func (dv *Device) Scale(x *Buffer, s float32) error {
+	if err := dv.need("Scale", "x", x, F32, 0); err != nil {
+		return err
+	}
+	return dv.launch("scale_f32", dv.gridFor(x.n), blockSize, x, x.n, s)
+}
+
+// CastToBF16 rounds src (F32) into dst (BF16), nearest-even, as
+// learner/checkpoint's Float32ToBF16.
+func (dv *Device) CastToBF16(dst, src *Buffer) error {
+	if err := dv.need("CastToBF16", "src", src, F32, 0); err != nil {
+		return err
+	}
+	if err := dv.need("CastToBF16", "dst", dst, BF16, src.n); err != nil {
+		return err
+	}
+	return dv.launch("cast_f32_to_bf16", dv.gridFor(src.n), blockSize, dst, src, src.n)
+}
+
+// CastToF32 widens src (BF16) into dst (F32); it is exact.
+func (dv *Device) CastToF32(dst, src *Buffer) error {
+	if err := dv.need("CastToF32", "src", src, BF16, 0); err != nil {
+		return err
+	}
+	if err := dv.need("CastToF32", "dst", dst, F32, src.n); err != nil {
+		return err
+	}
+	return dv.launch("cast_bf16_to_f32", dv.gridFor(src.n), blockSize, dst, src, src.n)
+}
+
+// RoPEForward rotates in place heads 0..nHeads-1 (D columns each, from
+// column 0) of each row of x[N,ld], row r by the angle of position pos[r]
+// (I32, N = pos.Len()); cos and sin are the [positions, D/2] rows of
+// learner/model's rope table (rotate_half pairing: i with i+D/2).
+func (dv *Device) RoPEForward(x *Buffer, ld int, pos *Buffer, nHeads, D int, cos, sin *Buffer) error {
+	return dv.rope("rope_forward", x, ld, pos, nHeads, D, cos, sin)
+}
+
+// RoPEBackward applies the transposed rotation to the gradient dx of
+// RoPEForward's output, in place.
+func (dv *Device) RoPEBackward(dx *Buffer, ld int, pos *Buffer, nHeads, D int, cos, sin *Buffer) error {
+	return dv.rope("rope_backward", dx, ld, pos, nHeads, D, cos, sin)
+}
+
+func (dv *Device) rope(kernel string, x *Buffer, ld int, pos *Buffer, nHeads, D int, cos, sin *Buffer) error {
+	if err := dv.need(kernel, "pos", pos, I32, 0); err != nil {
+		return err
+	}
+	if D%2 != 0 || D <= 0 || nHeads*D > ld {
+		return fmt.Errorf("cuda: %s: %d heads of %d columns do not fit rows of %d", kernel, nHeads, D, ld)
+	}
+	N := pos.n
+	if err := dv.need(kernel, "cos", cos, F32, D/2); err != nil {
+		return err
+	}
+	if err := dv.needAll(kernel, arg{"x", x, F32, N * ld}, arg{"sin", sin, F32, cos.n}); err != nil {
+		return err
+	}
+	// The kernel cannot check positions against the table (that would
+	// need a copy of pos); the table's rows bound them.
+	return dv.launch(kernel, dv.gridFor(N*nHeads*D/2), blockSize, x, ld, pos, N, nHeads, D, cos, sin)
+}
+
+// EmbeddingForward: out[N,C] = emb[tokens[t], :] with N = tokens.Len()
+// and V = emb.Len()/C rows. Token ids outside [0, V) give NaN rows.
+func (dv *Device) EmbeddingForward(out, tokens, emb *Buffer, C int) error {
+	if err := dv.need("EmbeddingForward", "tokens", tokens, I32, 0); err != nil {
+		return err
+	}
+	N := tokens.n
+	if err := dv.needAll("EmbeddingForward", arg{"out", out, F32, N * C}, arg{"emb", emb, F32, C}); err != nil {
+		return err
+	}
+	return dv.launch("embedding_forward", dv.gridFor(N*C), blockSize, out, tokens, emb, N, C, emb.n/C)
+}
+
+// EmbeddingBackward: dEmb[V,C] += scatter of dout[N,C] by tokens, in token
+// order (bit-identical to the CPU). Token ids outside [0, V) are skipped.
+func (dv *Device) EmbeddingBackward(dEmb, dout, tokens *Buffer, C int) error {
+	if err := dv.need("EmbeddingBackward", "tokens", tokens, I32, 0); err != nil {
+		return err
+	}
+	N := tokens.n
+	if err := dv.needAll("EmbeddingBackward", arg{"dout", dout, F32, N * C}, arg{"dEmb", dEmb, F32, C}); err != nil {
+		return err
+	}
+	return dv.launch("embedding_backward", uint32((C+blockSize-1)/blockSize), blockSize, dEmb, dout, tokens, N, C, dEmb.n/C)
+}
+
+// AdamWStep holds the float32 constants of one AdamW update, computed as
+// learner/optim.AdamW.Step computes them.
+type AdamWStep struct {
+	Scale, Decay, B1, OneMinusB1, B2, OneMinusB2, StepSize, BC2Sqrt, Eps float32
+}
+
+// NewAdamWStep returns the constants of update number steps (counting
+// from 0, i.e. optim.AdamW.Steps() before the update) with gradients
+// scaled by scale (ClipScale's result).
+func NewAdamWStep(cfg optim.Config, steps int64, scale float64) AdamWStep {
+	lr := cfg.LRAt(steps)
+	t := float64(steps + 1)
+	return AdamWStep{
+		Scale:      float32(scale),
+		Decay:      float32(1 - lr*cfg.WeightDecay),
+		B1:         float32(cfg.Beta1),
+		OneMinusB1: float32(1 - cfg.Beta1),
+		B2:         float32(cfg.Beta2),
+		OneMinusB2: float32(1 - cfg.Beta2),
+		StepSize:   float32(lr / (1 - math.Pow(cfg.Beta1, t))),
+		BC2Sqrt:    float32(math.Sqrt(1 - math.Pow(cfg.Beta2, t))),
+		Eps:        float32(cfg.Eps),
+	}
+}
+
+// ClipScale is the factor learner/optim applies to the gradients:
+// min(1, clip/(norm+1e-6)), or 1 when clip is 0.
+func ClipScale(norm, clip float64) float64 {
+	if clip <= 0 {
+		return 1
+	}
+	return math.Min(1, clip/(norm+1e-6))
+}
+
+// AdamW applies one update to the float32 master weights p with gradient
+// g and moments m and v (all F32, p's length), as learner/optim's kernel.
+func (dv *Device) AdamW(p, g, m, v *Buffer, s AdamWStep) error {
+	if err := dv.need("AdamW", "p", p, F32, 0); err != nil {
+		return err
+	}
+	n := p.n
+	if err := dv.needAll("AdamW", arg{"g", g, F32, n}, arg{"m", m, F32, n}, arg{"v", v, F32, n}); err != nil {
+		return err
+	}
+	return dv.launch("adamw_step", dv.gridFor(n), blockSize, p, g, m, v, n,
+		s.Scale, s.Decay, s.B1, s.OneMinusB1, s.B2, s.OneMinusB2, s.StepSize, s.BC2Sqrt, s.Eps)
+}
+
+// GradNorm returns the global L2 norm of the F32 buffers grads, summing
+// squares in float64 in two passes (per-block partials, then one block),
+// like learner/optim.GradNorm. It waits for the result.
+func (dv *Device) GradNorm(grads []*Buffer) (float64, error) {
+	blocks := make([]uint32, len(grads))
+	total := 0
+	for i, g := range grads {
+		if err := dv.need("GradNorm", fmt.Sprintf("grads[%d]", i), g, F32, 0); err != nil {
+			return 0, err
+		}
+		blocks[i] = dv.gridFor(g.n)
+		total += int(blocks[i])
+	}
+	partial, err := dv.Alloc(F64, total+1) // the last slot receives the sum
+	if err != nil {
+		return 0, err
+	}
+	defer partial.Free()
+	off := 0
+	for i, g := range grads {
+		if blocks[i] == 0 {
+			continue
+		}
+		part, err := partial.Slice(off, off+int(blocks[i]))
+		if err != nil {
+			return 0, err
+		}
+		if err := dv.launch("sumsq_partial", blocks[i], blockSize, part, g, g.n); err != nil {
+			return 0, err
+		}
+		off += int(blocks[i])
+	}
+	sum, err := partial.Slice(total, total+1)
+	if err != nil {
+		return 0, err
+	}
+	if err := dv.launch("sumsq_final", 1, blockSize, sum, partial, total); err != nil {
+		return 0, err
+	}
+	var out [1]float64
+	if err := sum.CopyToFloat64(out[:]); err != nil {
+		return 0, err
+	}
+	return math.Sqrt(out[0]), nil
+}

@@ -1,0 +1,23 @@
+// AdamW on float32 master weights, as learner/optim's kernel.apply (the
+// single-tensor update of torch.optim.AdamW). The host computes the step's
+// constants exactly as learner/optim does and passes them in.
+#include "common.cuh"
+
+//   g  = grad*scale
+//   m  = b1*m + (1-b1)*g
+//   v  = b2*v + (1-b2)*g*g
+//   p  = p*(1-lr*wd) - (lr/(1-b1^t)) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// Grid: any, grid-stride.
+extern "C" __global__ void adamw_step(float *p, const float *grad, float *m, float *v, int n, float scale,
+                                      float decay, float b1, float oneMinusB1, float b2, float oneMinusB2,
+                                      float stepSize, float bc2Sqrt, float eps) {
+  for (long long k = grid_index(); k < n; k += grid_stride()) {
+    const float g = grad[k] * scale;
+    const float mi = m[k] * b1 + oneMinusB1 * g;
+    const float vi = v[k] * b2 + oneMinusB2 * g * g;
+    m[k] = mi;
+    v[k] = vi;
+    const float denom = sqrtf(vi) / bc2Sqrt + eps;
+    p[k] = p[k] * decay - stepSize * (mi / denom);
+  }
+}

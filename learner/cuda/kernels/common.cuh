@@ -1,0 +1,31 @@
+// Shared device helpers for aipo's kernels. Every kernel file includes this
+// header; scripts/ptx.sh hands it to NVRTC by name.
+#pragma once
+
+// Threads per block of the row and element kernels.
+#define AIPO_BLOCK 256
+
+// block_sum_f64 returns the sum of v over the block to every thread.
+// blockDim.x must be a multiple of 32, at most 1024; scratch holds 32
+// doubles of shared memory. It ends with a barrier so scratch can be
+// reused at once.
+static __device__ double block_sum_f64(double v, double *scratch) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = (lane < (int)(blockDim.x >> 5)) ? scratch[lane] : 0.0;
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) scratch[0] = v;
+  }
+  __syncthreads();
+  v = scratch[0];
+  __syncthreads();
+  return v;
+}
+
+// The index of this thread over the whole grid and the grid's stride, as
+// 64-bit values so that element offsets of large tensors do not overflow.
+static __device__ long long grid_index() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
+static __device__ long long grid_stride() { return (long long)gridDim.x * blockDim.x; }

@@ -1,0 +1,32 @@
+// Element-wise kernels: the residual add, in-place scaling (gradient
+// clipping) and the float32 <-> bfloat16 casts. Grid: any, grid-stride.
+#include "common.cuh"
+
+// out[n] = a[n] + b[n], as learner/model's residualForward.
+extern "C" __global__ void residual_forward(float *out, const float *a, const float *b, int n) {
+  for (long long k = grid_index(); k < n; k += grid_stride()) out[k] = a[k] + b[k];
+}
+
+// x[n] *= s.
+extern "C" __global__ void scale_f32(float *x, int n, float s) {
+  for (long long k = grid_index(); k < n; k += grid_stride()) x[k] *= s;
+}
+
+// out[n] = in[n] rounded to bfloat16, nearest with ties to even; NaN stays
+// a quiet NaN with its sign (learner/checkpoint's Float32ToBF16).
+extern "C" __global__ void cast_f32_to_bf16(unsigned short *out, const float *in, int n) {
+  for (long long k = grid_index(); k < n; k += grid_stride()) {
+    unsigned int b = __float_as_uint(in[k]);
+    if ((b & 0x7fffffffu) > 0x7f800000u) {
+      out[k] = (unsigned short)(b >> 16) | 0x0040u;
+      continue;
+    }
+    b += 0x7fffu + ((b >> 16) & 1u);
+    out[k] = (unsigned short)(b >> 16);
+  }
+}
+
+// out[n] = in[n] widened to float32 (exact).
+extern "C" __global__ void cast_bf16_to_f32(float *out, const unsigned short *in, int n) {
+  for (long long k = grid_index(); k < n; k += grid_stride()) out[k] = __uint_as_float((unsigned int)in[k] << 16);
+}

@@ -1,0 +1,208 @@
+// A host-memory stand-in for the parts of libcuda.so.1, libcublas.so.13 and
+// libcublasLt.so.13 that learner/cuda binds, so that the package's Go side
+// (purego bindings, the device thread, buffers, GEMM argument mapping,
+// kernel argument marshalling, error names) is tested on machines without
+// a GPU. TestFakeDriver compiles it three times:
+//   -DFAKE_CUDA     -> libcuda.so.1
+//   -DFAKE_CUBLAS   -> libcublas.so.13
+//   -DFAKE_CUBLASLT -> libcublasLt.so.13
+// "Device memory" is malloc'd host memory. Every call that needs a context
+// fails with CUDA_ERROR_INVALID_CONTEXT unless it comes from the thread
+// that made the context current, as the real driver would when the
+// context is not current there. Of the kernels only residual_forward and
+// scale_f32 are emulated; other launches return CUDA_ERROR_NOT_SUPPORTED.
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FAKE_CUDA
+// The primary context: alive while retained, current on the threads that
+// called cuCtxSetCurrent with it.
+static int ctx_refs;
+static __thread int ctx_current_here;
+#define CHECK_CTX \
+  if (ctx_refs == 0 || !ctx_current_here) return 201
+
+int cuInit(unsigned flags) { return flags == 0 ? 0 : 1; }
+int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+int cuDeviceGet(int *d, int ordinal) {
+  if (ordinal != 0) return 101;
+  *d = 0;
+  return 0;
+}
+int cuDeviceGetAttribute(int *v, int attr, int dev) {
+  switch (attr) {
+  case 75: *v = 9; return 0;
+  case 76: *v = 0; return 0;
+  case 16: *v = 132; return 0;
+  }
+  return 1;
+}
+int cuDeviceGetName(char *s, int n, int dev) { snprintf(s, n, "fake CUDA device"); return 0; }
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { ctx_refs++; *ctx = (void *)0x1000; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int dev) { return ctx_refs-- > 0 ? 0 : 201; }
+int cuCtxSetCurrent(void *ctx) {
+  if (ctx != (void *)0x1000 || ctx_refs == 0) return 201;
+  ctx_current_here = 1;
+  return 0;
+}
+static long live;
+long fake_live_allocations(void) { return live; }
+int cuMemAlloc_v2(uint64_t *p, size_t n) {
+  CHECK_CTX;
+  if (n == 0) return 1;
+  if (n > ((size_t)1 << 40)) return 2;
+  void *m = malloc(n);
+  if (!m) return 2;
+  *p = (uint64_t)(uintptr_t)m;
+  live++;
+  return 0;
+}
+int cuMemFree_v2(uint64_t p) { CHECK_CTX; free((void *)(uintptr_t)p); live--; return 0; }
+int cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { CHECK_CTX; memcpy((void *)(uintptr_t)d, s, n); return 0; }
+int cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { CHECK_CTX; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+int cuMemcpyDtoD_v2(uint64_t d, uint64_t s, size_t n) { CHECK_CTX; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
+int cuMemsetD8_v2(uint64_t d, unsigned char v, size_t n) { CHECK_CTX; memset((void *)(uintptr_t)d, v, n); return 0; }
+int cuMemGetInfo_v2(size_t *f, size_t *t) { CHECK_CTX; *f = (size_t)1 << 30; *t = (size_t)2 << 30; return 0; }
+int cuStreamCreate(void **s, unsigned flags) { CHECK_CTX; *s = (void *)0x2000; return 0; }
+int cuStreamDestroy_v2(void *s) { CHECK_CTX; return s == (void *)0x2000 ? 0 : 400; }
+int cuStreamSynchronize(void *s) { CHECK_CTX; return s == (void *)0x2000 ? 0 : 400; }
+
+static char *modules[64];
+static int nmodules;
+static char *funcs[256];
+static int nfuncs;
+int cuModuleLoadData(void **m, const void *image) {
+  CHECK_CTX;
+  const char *s = image;
+  if (!strstr(s, "\n.target sm_90\n") || !strstr(s, ".visible .entry ")) return 218;
+  if (nmodules == 64) return 2;
+  modules[nmodules] = strdup(s);
+  *m = (void *)(uintptr_t)(++nmodules);
+  return 0;
+}
+int cuModuleUnload(void *m) { CHECK_CTX; return 0; }
+int cuModuleGetFunction(void **f, void *m, const char *name) {
+  CHECK_CTX;
+  uintptr_t i = (uintptr_t)m;
+  if (i < 1 || i > (uintptr_t)nmodules) return 400;
+  char want[256];
+  snprintf(want, sizeof want, ".visible .entry %s(", name);
+  if (!strstr(modules[i - 1], want)) return 500;
+  if (nfuncs == 256) return 2;
+  funcs[nfuncs] = strdup(name);
+  *f = (void *)(uintptr_t)(++nfuncs);
+  return 0;
+}
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra) {
+  CHECK_CTX;
+  uintptr_t i = (uintptr_t)f;
+  if (i < 1 || i > (uintptr_t)nfuncs || stream != (void *)0x2000 || extra != NULL) return 400;
+  if (gx == 0 || gy != 1 || gz != 1 || bx != 256 || by != 1 || bz != 1 || shared != 0) return 9;
+  const char *name = funcs[i - 1];
+  if (strcmp(name, "residual_forward") == 0) {
+    float *out = *(float **)params[0];
+    const float *a = *(float **)params[1], *b = *(float **)params[2];
+    int n = *(int *)params[3];
+    for (int k = 0; k < n; k++) out[k] = a[k] + b[k];
+    return 0;
+  }
+  if (strcmp(name, "scale_f32") == 0) {
+    float *x = *(float **)params[0];
+    int n = *(int *)params[1];
+    float s = *(float *)params[2];
+    for (int k = 0; k < n; k++) x[k] *= s;
+    return 0;
+  }
+  return 801;
+}
+static const char *ename(int r) {
+  switch (r) {
+  case 1: return "CUDA_ERROR_INVALID_VALUE";
+  case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+  case 9: return "CUDA_ERROR_INVALID_CONFIGURATION";
+  case 101: return "CUDA_ERROR_INVALID_DEVICE";
+  case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+  case 218: return "CUDA_ERROR_INVALID_PTX";
+  case 400: return "CUDA_ERROR_INVALID_HANDLE";
+  case 500: return "CUDA_ERROR_NOT_FOUND";
+  case 801: return "CUDA_ERROR_NOT_SUPPORTED";
+  }
+  return NULL;
+}
+int cuGetErrorName(int r, const char **s) { *s = ename(r); return *s ? 0 : 1; }
+int cuGetErrorString(int r, const char **s) {
+  *s = r == 2 ? "out of memory" : ename(r);
+  return *s ? 0 : 1;
+}
+#endif
+
+#ifdef FAKE_CUBLAS
+// Handles are indices into handle_thread, the thread that created each;
+// a call from another thread fails (the stand-in's way of checking that
+// the Go side keeps to one thread).
+static pthread_t handle_thread[64];
+static int nhandles;
+#define CHECK_THREAD \
+  if ((uintptr_t)h < 1 || (uintptr_t)h > (uintptr_t)nhandles || !pthread_equal(handle_thread[(uintptr_t)h - 1], pthread_self())) return 1
+int cublasCreate_v2(void **h) {
+  if (nhandles == 64) return 3;
+  handle_thread[nhandles] = pthread_self();
+  *h = (void *)(uintptr_t)(++nhandles);
+  return 0;
+}
+int cublasDestroy_v2(void *h) { CHECK_THREAD; return 0; }
+int cublasSetStream_v2(void *h, void *s) { CHECK_THREAD; return s == (void *)0x2000 ? 0 : 7; }
+int cublasGetVersion_v2(void *h, int *v) { CHECK_THREAD; *v = 130000; return 0; }
+const char *cublasGetStatusName(int s) { return s == 7 ? "CUBLAS_STATUS_INVALID_VALUE" : "CUBLAS_STATUS_UNKNOWN"; }
+
+static float bf16(const void *p, long k) { uint32_t b = (uint32_t)((const uint16_t *)p)[k] << 16; float f; memcpy(&f, &b, 4); return f; }
+static uint16_t to_bf16(float f) {
+  uint32_t b;
+  memcpy(&b, &f, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(b >> 16) | 0x40;
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return (uint16_t)(b >> 16);
+}
+// Column-major C = alpha*op(A)*op(B) + beta*C, as cuBLAS defines it; the
+// element types are 0 (float) or 14 (bfloat16).
+static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A, int at, int lda, const void *B, int bt,
+                int ldb, float beta, void *C, int ct, int ldc) {
+  if (m < 0 || n < 0 || k < 0 || lda < (ta ? k : m) || ldb < (tb ? n : k) || ldc < m) return 7;
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      float s = 0;
+      for (int p = 0; p < k; p++) {
+        long ia = ta ? p + (long)i * lda : i + (long)p * lda;
+        long ib = tb ? j + (long)p * ldb : p + (long)j * ldb;
+        float a = at == 14 ? bf16(A, ia) : ((const float *)A)[ia];
+        float b = bt == 14 ? bf16(B, ib) : ((const float *)B)[ib];
+        s += a * b;
+      }
+      long ic = i + (long)j * ldc;
+      float c = beta == 0 ? 0 : (ct == 14 ? bf16(C, ic) : ((float *)C)[ic]);
+      float r = alpha * s + beta * c;
+      if (ct == 14) ((uint16_t *)C)[ic] = to_bf16(r); else ((float *)C)[ic] = r;
+    }
+  return 0;
+}
+int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
+                   const float *B, int ldb, const float *beta, float *C, int ldc) {
+  CHECK_THREAD;
+  return gemm(ta, tb, m, n, k, *alpha, A, 0, lda, B, 0, ldb, *beta, C, 0, ldc);
+}
+int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
+                 const void *B, int bt, int ldb, const void *beta, void *C, int ct, int ldc, int compute, int algo) {
+  CHECK_THREAD;
+  if (compute != 68 || algo != -1 || at != 14 || bt != 14 || (ct != 0 && ct != 14)) return 15;
+  return gemm(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb, *(const float *)beta, C, ct, ldc);
+}
+#endif
+
+#ifdef FAKE_CUBLASLT
+size_t cublasLtGetVersion(void) { return 130000; }
+#endif

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Runs the CUDA backend's GPU and kernel parity tests (learner/cuda,
+# TestGPU* and TestParity*) on a machine with an NVIDIA GPU and writes one
+# report. The GPU machine needs no Go and no CUDA toolkit: only the driver
+# (libcuda.so.1) and cuBLAS 12 or 13 (a system install or PyTorch's wheels).
+#
+# Build the test binary on a development machine first, from the
+# repository root (CGO_ENABLED=0: the binary links no OpenBLAS and needs no
+# particular glibc version):
+#
+#   CGO_ENABLED=0 go test -modfile=$PWD/build/go.mod -c -o build/gpu/cuda.test ./learner/cuda
+#
+# (make gpu-test-binary does the same). Then, on the GPU machine:
+#
+#   scripts/gpu-check.sh [DIR]
+#
+# writes DIR/cuda-gpu-report.txt (DIR defaults to $OUT, else build/gpu),
+# prints its path, and exits with the tests' status. AIPO_REQUIRE_GPU=1 is
+# set so that a missing driver fails instead of skipping. cuBLAS folders of
+# the Python packages found here are added to AIPO_CUDA_LIB_PATH. The tests
+# take well under a minute on an H200; the whole run is capped at 7 minutes.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bin=build/gpu/cuda.test
+dir=${1:-${OUT:-build/gpu}}
+mkdir -p "$dir"
+report="$dir/cuda-gpu-report.txt"
+if [ ! -x "$bin" ]; then
+  echo "gpu-check: $bin is missing; build it first (see the header of $0)" | tee "$report" >&2
+  exit 2
+fi
+
+# cuBLAS from Python wheels: nvidia/*/lib folders holding libcublas.
+extra=""
+for py in python3 python; do
+  command -v "$py" >/dev/null || continue
+  sites=$(timeout 30 "$py" -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null) || continue
+  for s in $sites; do
+    for d in "$s"/nvidia/*/lib; do
+      ls "$d"/libcublas.so.* >/dev/null 2>&1 && extra="$extra:$d"
+    done
+  done
+  break
+done
+export AIPO_CUDA_LIB_PATH="${AIPO_CUDA_LIB_PATH:-}$extra"
+export AIPO_REQUIRE_GPU=1
+
+{
+  echo "# aipo CUDA backend GPU check"
+  echo "date: $(date -u +%FT%TZ)"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "host: $(uname -srm)"
+  echo "test binary: $bin ($(stat -c %s "$bin") bytes)"
+  echo "AIPO_CUDA_LIB_PATH=$AIPO_CUDA_LIB_PATH"
+  echo
+  echo "## nvidia-smi"
+  timeout 30 nvidia-smi 2>&1 || echo "(nvidia-smi unavailable)"
+  echo
+  echo "## CUDA libraries known to the dynamic loader"
+  ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libcublas' || echo "(none)"
+  echo
+  echo "## go test -test.v -test.run 'GPU|Parity'"
+} >"$report" 2>&1
+
+start=$(date +%s)
+timeout 420 "$bin" -test.v -test.run 'GPU|Parity' -test.timeout 400s >>"$report" 2>&1
+rc=$?
+{
+  echo
+  echo "## summary"
+  echo "exit status: $rc (124: killed after 420 s)"
+  echo "seconds: $(($(date +%s) - start))"
+  echo "passed: $(grep -c -- '^--- PASS' "$report")"
+  echo "failed: $(grep -c -- '^--- FAIL' "$report")"
+  echo "skipped: $(grep -c -- '^--- SKIP' "$report")"
+} >>"$report"
+sed -n '/^## summary/,$p' "$report"
+grep -- '^--- FAIL' "$report" || true
+echo "gpu-check: report written to $report"
+exit $rc
