@@ -74,6 +74,9 @@ func TestPortableProcessEnvironment(t *testing.T) {
 	// start (which wait to be killed once their work is done) share one
 	// process group, ended as a whole.
 	js.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The boot program writes pipeline_options.json into its working
+	// directory, which it inherits from the job server.
+	js.Dir = dir
 	js.WaitDelay = 5 * time.Second
 	if err := js.Start(); err != nil {
 		t.Fatal(err)
