@@ -4,6 +4,7 @@
 #   make test   run every test (sets itself up)
 #   make bench  run the benchmarks and print their ratios
 #   make build  build bin/aipo
+#   make worker cross-compile bin/aipo-worker (Linux amd64, no cgo) for Dataflow and Flink
 #   make lint   go vet + staticcheck
 #   make ptx    recompile the CUDA kernels to the committed PTX
 
@@ -19,7 +20,7 @@ TESTFLAGS ?= -timeout 30m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: all build test bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
+.PHONY: all build worker beam-boot check-dataflow check-portable test bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -37,6 +38,38 @@ setup-test: setup
 
 build: setup $(OVERLAY)
 	$(GO) build $(GOFLAGS_OVERLAY) -o $(BIN) ./cmd/aipo
+
+# worker cross-compiles the binary that Dataflow and Flink start as the
+# pipelines' SDK worker (pass it with --worker_binary=bin/aipo-worker). It is
+# aipo itself, built for Linux amd64 without cgo: the learner's pure-Go
+# matrix multiply is linked instead of OpenBLAS, so workers need no shared
+# libraries. The build fails if anything needs cgo. Symbol tables and DWARF
+# are left out (-s -w): every job uploads the binary to its staging
+# location, and stack traces keep their function names and lines.
+WORKER    := bin/aipo-worker
+worker: $(OVERLAY)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(GOFLAGS_OVERLAY) -trimpath -ldflags='-s -w' -o $(WORKER) ./cmd/aipo
+
+# beam-boot builds the Beam Go SDK's boot program (the entrypoint of the
+# apache/beam_go_sdk container) for Linux amd64: the command of a Flink
+# PROCESS environment, and with --worker_pool the worker pool of an EXTERNAL
+# one (see scripts/flink/README.md).
+BEAM_BOOT := bin/beam-boot
+beam-boot: $(OVERLAY)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(GOFLAGS_OVERLAY) -trimpath -o $(BEAM_BOOT) github.com/apache/beam/sdks/v2/go/container
+
+# check-dataflow translates the analyze, rollout and eval pipelines into
+# Dataflow jobs with --dry_run, offline (see scripts/dataflow/README.md).
+check-dataflow: $(OVERLAY)
+	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) -run 'Dataflow' -v ./cmd/aipo
+
+# check-portable runs aipo analyze through a local portable job server
+# (prism, which speaks the job API of Beam's Flink job server) in a PROCESS
+# environment: the boot program starts bin/aipo-worker as the SDK worker
+# (see scripts/flink/README.md).
+check-portable: worker beam-boot
+	$(GO) build $(GOFLAGS_OVERLAY) -o build/tools/prism github.com/apache/beam/sdks/v2/go/cmd/prism
+	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) -run 'PortableProcessEnvironment' -v ./cmd/aipo
 
 vet: $(OVERLAY)
 	$(GO) vet $(GOFLAGS_OVERLAY) ./...

@@ -56,6 +56,10 @@ func runAnalyze(args []string) int {
 		return 1
 	}
 	dir := opts.OutDir()
+	if dataflowDryRun() {
+		fmt.Printf("%s: nothing was written to %s\n", dryRunNote, dir)
+		return 0
+	}
 	fmt.Printf("analysed %d steps of %s (%d skipped)\n", len(plan.Steps), plan.Run, len(plan.Skipped))
 	for _, n := range []string{analytics.JSONName, analytics.MarkdownName, analytics.DynamicsPNG} {
 		fmt.Printf("  %s\n", storage.Join(dir, n))

@@ -60,6 +60,10 @@ func runEval(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo eval: %v\n", err)
 		return 1
 	}
+	if dataflowDryRun() {
+		fmt.Printf("%s: no chunk was evaluated; the report written to %s covers the %d chunks committed before\n", dryRunNote, cfg.Out, plan.Committed)
+		return 0
+	}
 	fmt.Printf("evaluated %d chunks (%d were committed before, %d left)\n", plan.Todo, plan.Committed, plan.Left)
 	fmt.Print(rep.Markdown())
 	for _, n := range []string{eval.ReportJSON, eval.ReportMarkdown, eval.ReportPNG} {

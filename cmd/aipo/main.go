@@ -8,6 +8,12 @@
 // Run "aipo help" for the list of commands and "aipo <command> --help" for
 // the flags of one. Beam's own flags (--runner, --endpoint,
 // --environment_type, Dataflow's) are accepted by every pipeline command.
+//
+// The same binary is the worker of its pipelines: started by Beam's SDK
+// harness boot program with flags only (--worker=true --id=...
+// --control_endpoint=...), it serves the runner instead of running a
+// command. Build it for Linux with `make worker` and give it to the runner
+// with --worker_binary.
 package main
 
 import (
@@ -60,6 +66,9 @@ func dispatch(args []string) int {
 			return 2
 		}
 		return 0
+	}
+	if workerInvocation(args) {
+		return runWorker(args)
 	}
 	// Two-word commands first ("collaborators serve").
 	if len(args) >= 2 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -55,6 +56,10 @@ func runRollout(args []string) int {
 		return 2
 	}
 	m, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: *step, Policy: *pol, Force: *force})
+	if err != nil && dataflowDryRun() && errors.Is(err, schemas.ErrNoManifest) {
+		fmt.Printf("%s, so step %d of %s is not committed\n", dryRunNote, *step, cfg.Run.Dir)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
 		return 1
