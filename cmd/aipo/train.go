@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -64,6 +65,10 @@ func runTrain(args []string) int {
 		return 2
 	}
 	beam.Init()
+	if err := inProcessWorkers(); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
@@ -144,4 +149,29 @@ func runLearn(args []string) int {
 func printJSON(v any) error {
 	enc := json.NewEncoder(os.Stdout)
 	return enc.Encode(v)
+}
+
+// inProcessWorkers refuses Beam settings whose workers run outside this
+// process: aipo train serves the policy from an engine in this process
+// (inproc://), which remote workers cannot reach. Prism, and a portable
+// runner with --environment_type=LOOPBACK, keep the workers here.
+func inProcessWorkers() error {
+	runner, env := "", ""
+	if f := flag.Lookup("runner"); f != nil {
+		runner = strings.ToLower(f.Value.String())
+	}
+	if f := flag.Lookup("environment_type"); f != nil {
+		env = strings.ToUpper(f.Value.String())
+	}
+	switch runner {
+	case "", "prism", "direct", "directrunner", "prismrunner":
+		return nil
+	case "universal", "portable", "flink", "spark", "samza":
+		if env == "LOOPBACK" {
+			return nil
+		}
+	}
+	return fmt.Errorf("--runner=%s runs workers outside this process, where the policy engine of aipo train cannot be reached; "+
+		"serve the policy with aipo serve --watch RUN and run aipo rollout --policy grpc://HOST:PORT and aipo learn per step "+
+		"(scripts/dataflow/README.md), or use the local runner or --environment_type=LOOPBACK", runner)
 }
