@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/blas"
+	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 )
 
@@ -167,7 +168,7 @@ func TestParityRMSNorm(t *testing.T) {
 		const eps = 1e-6
 		x, w := randn(r, N*C, 2), randn(r, C, 1)
 		out, rstd := make([]float32, N*C), make([]float32, N)
-		refRMSNormForward(out, rstd, x, w, N, C, eps)
+		model.RMSNormForward(out, rstd, x, w, N, C, eps)
 		gx, gw := upload(t, dv, x), upload(t, dv, w)
 		gout, grstd := alloc(t, dv, F32, N*C), alloc(t, dv, F32, N)
 		must(t, dv.RMSNormForward(gout, grstd, gx, gw, N, C, eps))
@@ -177,7 +178,7 @@ func TestParityRMSNorm(t *testing.T) {
 		// Backward accumulates into dx and dw: start them non-zero.
 		dout, dx0, dw0 := randn(r, N*C, 1), randn(r, N*C, 1), randn(r, C, 1)
 		dx, dw := append([]float32(nil), dx0...), append([]float32(nil), dw0...)
-		refRMSNormBackward(dx, dw, dout, x, w, rstd, N, C)
+		model.RMSNormBackward(dx, dw, dout, x, w, rstd, N, C)
 		gdx, gdw := upload(t, dv, dx0), upload(t, dv, dw0)
 		must(t, dv.RMSNormBackward(gdx, gdw, upload(t, dv, dout), gx, gw, upload(t, dv, rstd), N, C))
 		closeTo(t, "rmsnorm dx", download(t, gdx), dx, 1e-5, 1e-5*maxAbs(dx))
@@ -192,7 +193,7 @@ func TestParitySwiGLU(t *testing.T) {
 	gu := randn(r, 2*N*F, 3)
 	gu[0], gu[1] = 100, -100 // saturated sigmoids
 	h, sig := make([]float32, N*F), make([]float32, N*F)
-	refSwiGLUForward(h, sig, gu, N, F)
+	model.SwiGLUForward(h, sig, gu, N, F)
 	ggu := upload(t, dv, gu)
 	gh, gsig := alloc(t, dv, F32, N*F), alloc(t, dv, F32, N*F)
 	must(t, dv.SwiGLUForward(gh, gsig, ggu, N, F))
@@ -201,7 +202,7 @@ func TestParitySwiGLU(t *testing.T) {
 
 	dh := randn(r, N*F, 1)
 	dgu := make([]float32, 2*N*F)
-	refSwiGLUBackward(dgu, dh, sig, gu, N, F)
+	model.SwiGLUBackward(dgu, dh, sig, gu, N, F)
 	gdgu := alloc(t, dv, F32, 2*N*F)
 	// The backward gets the CPU's sigmoid so that it is checked alone;
 	// its arithmetic has no reductions or exp, hence bit equality.
@@ -235,7 +236,7 @@ func TestParityRoPE(t *testing.T) {
 	// the first nHeads heads are rotated, the rest must stay untouched.
 	N, nHeads, D := 23, 3, 64
 	ld := 5 * D
-	cos, sin := refRopeTable(D, 1e6, 4096)
+	cos, sin := model.RopeTable(D, 1e6, 4096)
 	pos := make([]int32, N)
 	for i := range pos {
 		pos[i] = int32(r.IntN(4096))
@@ -245,7 +246,11 @@ func TestParityRoPE(t *testing.T) {
 	gpos, gcos, gsin := uploadI32(t, dv, pos), upload(t, dv, cos), upload(t, dv, sin)
 	for _, backward := range []bool{false, true} {
 		want := append([]float32(nil), x...)
-		refRope(backward, want, ld, pos, nHeads, D, cos, sin)
+		if backward {
+			model.RopeBackward(want, ld, pos, nHeads, D, cos, sin)
+		} else {
+			model.RopeForward(want, ld, pos, nHeads, D, cos, sin)
+		}
 		gx := upload(t, dv, x)
 		if backward {
 			must(t, dv.RoPEBackward(gx, ld, gpos, nHeads, D, gcos, gsin))
@@ -280,7 +285,7 @@ func TestParityEmbedding(t *testing.T) {
 
 	dout, dEmb0 := randn(r, N*C, 1), randn(r, V*C, 1)
 	dEmb := append([]float32(nil), dEmb0...)
-	refEmbeddingBackward(dEmb, dout, tokens, C)
+	model.EmbeddingBackward(dEmb, dout, tokens, C)
 	gdEmb := upload(t, dv, dEmb0)
 	must(t, dv.EmbeddingBackward(gdEmb, upload(t, dv, dout), gtok, C))
 	closeTo(t, "embedding backward", download(t, gdEmb), dEmb, 0, 0)

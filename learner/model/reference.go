@@ -1,0 +1,44 @@
+package model
+
+// The model's CPU operators, exported as the reference that other backends
+// (learner/cuda) are checked against: the very code that trains here, not a
+// copy. Shapes and conventions are those of the unexported functions each
+// one calls (ops.go, rope.go).
+
+// RMSNormForward is rmsnormForward: out[N,C] = x*rstd*w, rstd[N].
+func RMSNormForward(out, rstd, x, w []float32, N, C int, eps float64) {
+	rmsnormForward(out, rstd, x, w, N, C, eps)
+}
+
+// RMSNormBackward is rmsnormBackward: dx (accumulates) and dw (accumulates).
+func RMSNormBackward(dx, dw, dout, x, w, rstd []float32, N, C int) {
+	rmsnormBackward(dx, dw, dout, x, w, rstd, N, C)
+}
+
+// SwiGLUForward is swigluForward: h[N,F] = silu(g)*u, sig[N,F] = sigmoid(g),
+// gu[N,2F] holding g then u per row.
+func SwiGLUForward(h, sig, gu []float32, N, F int) { swigluForward(h, sig, gu, N, F) }
+
+// SwiGLUBackward is swigluBackward: dgu[N,2F] from dh[N,F].
+func SwiGLUBackward(dgu, dh, sig, gu []float32, N, F int) { swigluBackward(dgu, dh, sig, gu, N, F) }
+
+// RopeTable returns the cos and sin rows [n, D/2] of the rotary embedding
+// with base theta (rotate_half pairing: element i with i+D/2).
+func RopeTable(D int, theta float64, n int) (cos, sin []float32) {
+	return newRopeTable(D, theta).upTo(n)
+}
+
+// RopeForward is ropeForward: rotates heads of x[N,ld] in place.
+func RopeForward(x []float32, ld int, pos []int32, nHeads, D int, cos, sin []float32) {
+	ropeForward(x, ld, pos, nHeads, D, cos, sin)
+}
+
+// RopeBackward is ropeBackward: the transposed rotation, in place.
+func RopeBackward(dx []float32, ld int, pos []int32, nHeads, D int, cos, sin []float32) {
+	ropeBackward(dx, ld, pos, nHeads, D, cos, sin)
+}
+
+// EmbeddingBackward is embeddingBackward: dEmb[V,C] += scatter of dout.
+func EmbeddingBackward(dEmb, dout []float32, tokens []int32, C int) {
+	embeddingBackward(dEmb, dout, tokens, C)
+}
