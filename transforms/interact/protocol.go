@@ -266,7 +266,10 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 			}
 			tr.FinishReason = schemas.FinishError
 		}
-		tr.ResponseText = text
+		// A response may stop inside a multi-byte character (byte-level
+		// vocabularies): the text column holds valid UTF-8, as Parquet's
+		// STRING type requires; the token ids keep the exact bytes.
+		tr.ResponseText = strings.ToValidUTF8(text, "\uFFFD")
 	}
 	out.Trajectory = tr
 	return out, nil
@@ -393,8 +396,8 @@ func (p *Protocol) interact(ctx context.Context, task Task, tr *schemas.Trajecto
 	resp.add(ids, src, nil)
 	resp.add(p.resultClose, schemas.SourceTemplate, nil)
 	tr.InteractionAgent = append(tr.InteractionAgent, string(tag.Agent))
-	tr.InteractionQuery = append(tr.InteractionQuery, query)
-	tr.InteractionResult = append(tr.InteractionResult, text)
+	tr.InteractionQuery = append(tr.InteractionQuery, strings.ToValidUTF8(query, "\uFFFD"))
+	tr.InteractionResult = append(tr.InteractionResult, strings.ToValidUTF8(text, "\uFFFD"))
 	tr.InteractionStatus = append(tr.InteractionStatus, status)
 	tr.InteractionLatencyMs = append(tr.InteractionLatencyMs, latencyMs)
 	tr.InteractionSpanStart = append(tr.InteractionSpanStart, int32(start))

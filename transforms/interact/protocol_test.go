@@ -467,3 +467,18 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("Default() is invalid: %v", err)
 	}
 }
+
+// A response that stops inside a multi-byte character keeps its exact
+// bytes in the token ids, and a valid UTF-8 text column.
+func TestResponseTextValidUTF8(t *testing.T) {
+	c := newScripted(true, "caf\xc3<eos>")
+	var log agentsLog
+	tr := run(t, c, log.set(nil), Default()).Trajectory
+	ids, _ := expect(t, c.tok, part{"caf\xc3<eos>", true, schemas.SourcePolicy})
+	if !reflect.DeepEqual(tr.ResponseIDs, ids) {
+		t.Fatalf("response ids %v, want the exact bytes %v", tr.ResponseIDs, ids)
+	}
+	if tr.ResponseText != "caf\uFFFD" {
+		t.Errorf("response text %q, want the cut character replaced by U+FFFD", tr.ResponseText)
+	}
+}
