@@ -36,10 +36,9 @@ func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq 
 		for _, x := range valid {
 			m = max(m, x)
 		}
+		expShift(valid, valid, m)
 		var sum float32
-		for j, x := range valid {
-			e := exp32(x - m)
-			valid[j] = e
+		for _, e := range valid {
 			sum += e
 		}
 		inv := 1 / sum
@@ -117,9 +116,7 @@ func attentionBackward(dqkv, dy, qkv, y, lse []float32, segs []segment, d dims) 
 				for i := 0; i < nq; i++ {
 					l := lse[(row+i)*d.H+h]
 					r := p[i*nk : (i+1)*nk]
-					for j := 0; j <= i0+i; j++ {
-						r[j] = exp32(r[j] - l)
-					}
+					expShift(r, r[:i0+i+1], l)
 					clear(r[i0+i+1:])
 				}
 				// dP = dY·V^T; dV += P^T·dY.

@@ -106,9 +106,11 @@ func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
 	var s, sx float64
 	for b0 := 0; b0 < len(x); b0 += 256 {
 		blk := x[b0:min(b0+256, len(x))]
+		var es [256]float32
+		expShift(es[:], blk, mx)
 		var bs, bsx float32
 		for j, v := range blk {
-			e := exp32(v - mx)
+			e := es[j]
 			bs += e
 			bsx += e * (v - mx)
 			if toProbs {
@@ -170,8 +172,9 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 					}
 				} else {
 					lse := a.head.lse[r]
-					for j, v := range row {
-						row[j] = -g * exp32(v-lse)
+					expShift(row, row, lse)
+					for j, e := range row {
+						row[j] = -g * e
 					}
 				}
 				row[tgt] += g

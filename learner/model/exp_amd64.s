@@ -1,0 +1,211 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Each constant is 8 copies of a float32 (or int32) bit pattern: a YMM
+// operand. The values are those exp32 uses, rounded to float32 as Go rounds
+// its untyped constants there.
+
+DATA expk_lo<>+0(SB)/4, $0xc2aeac4f
+DATA expk_lo<>+4(SB)/4, $0xc2aeac4f
+DATA expk_lo<>+8(SB)/4, $0xc2aeac4f
+DATA expk_lo<>+12(SB)/4, $0xc2aeac4f
+DATA expk_lo<>+16(SB)/4, $0xc2aeac4f
+DATA expk_lo<>+20(SB)/4, $0xc2aeac4f
+DATA expk_lo<>+24(SB)/4, $0xc2aeac4f
+DATA expk_lo<>+28(SB)/4, $0xc2aeac4f
+GLOBL expk_lo<>(SB), RODATA|NOPTR, $32
+
+DATA expk_hi<>+0(SB)/4, $0x42b0c0a5
+DATA expk_hi<>+4(SB)/4, $0x42b0c0a5
+DATA expk_hi<>+8(SB)/4, $0x42b0c0a5
+DATA expk_hi<>+12(SB)/4, $0x42b0c0a5
+DATA expk_hi<>+16(SB)/4, $0x42b0c0a5
+DATA expk_hi<>+20(SB)/4, $0x42b0c0a5
+DATA expk_hi<>+24(SB)/4, $0x42b0c0a5
+DATA expk_hi<>+28(SB)/4, $0x42b0c0a5
+GLOBL expk_hi<>(SB), RODATA|NOPTR, $32
+
+DATA expk_log2e<>+0(SB)/4, $0x3fb8aa3b
+DATA expk_log2e<>+4(SB)/4, $0x3fb8aa3b
+DATA expk_log2e<>+8(SB)/4, $0x3fb8aa3b
+DATA expk_log2e<>+12(SB)/4, $0x3fb8aa3b
+DATA expk_log2e<>+16(SB)/4, $0x3fb8aa3b
+DATA expk_log2e<>+20(SB)/4, $0x3fb8aa3b
+DATA expk_log2e<>+24(SB)/4, $0x3fb8aa3b
+DATA expk_log2e<>+28(SB)/4, $0x3fb8aa3b
+GLOBL expk_log2e<>(SB), RODATA|NOPTR, $32
+
+DATA expk_magic<>+0(SB)/4, $0x4b400000
+DATA expk_magic<>+4(SB)/4, $0x4b400000
+DATA expk_magic<>+8(SB)/4, $0x4b400000
+DATA expk_magic<>+12(SB)/4, $0x4b400000
+DATA expk_magic<>+16(SB)/4, $0x4b400000
+DATA expk_magic<>+20(SB)/4, $0x4b400000
+DATA expk_magic<>+24(SB)/4, $0x4b400000
+DATA expk_magic<>+28(SB)/4, $0x4b400000
+GLOBL expk_magic<>(SB), RODATA|NOPTR, $32
+
+DATA expk_ln2hi<>+0(SB)/4, $0x3f317200
+DATA expk_ln2hi<>+4(SB)/4, $0x3f317200
+DATA expk_ln2hi<>+8(SB)/4, $0x3f317200
+DATA expk_ln2hi<>+12(SB)/4, $0x3f317200
+DATA expk_ln2hi<>+16(SB)/4, $0x3f317200
+DATA expk_ln2hi<>+20(SB)/4, $0x3f317200
+DATA expk_ln2hi<>+24(SB)/4, $0x3f317200
+DATA expk_ln2hi<>+28(SB)/4, $0x3f317200
+GLOBL expk_ln2hi<>(SB), RODATA|NOPTR, $32
+
+DATA expk_ln2lo<>+0(SB)/4, $0x35bfbe8e
+DATA expk_ln2lo<>+4(SB)/4, $0x35bfbe8e
+DATA expk_ln2lo<>+8(SB)/4, $0x35bfbe8e
+DATA expk_ln2lo<>+12(SB)/4, $0x35bfbe8e
+DATA expk_ln2lo<>+16(SB)/4, $0x35bfbe8e
+DATA expk_ln2lo<>+20(SB)/4, $0x35bfbe8e
+DATA expk_ln2lo<>+24(SB)/4, $0x35bfbe8e
+DATA expk_ln2lo<>+28(SB)/4, $0x35bfbe8e
+GLOBL expk_ln2lo<>(SB), RODATA|NOPTR, $32
+
+DATA expk_one<>+0(SB)/4, $0x3f800000
+DATA expk_one<>+4(SB)/4, $0x3f800000
+DATA expk_one<>+8(SB)/4, $0x3f800000
+DATA expk_one<>+12(SB)/4, $0x3f800000
+DATA expk_one<>+16(SB)/4, $0x3f800000
+DATA expk_one<>+20(SB)/4, $0x3f800000
+DATA expk_one<>+24(SB)/4, $0x3f800000
+DATA expk_one<>+28(SB)/4, $0x3f800000
+GLOBL expk_one<>(SB), RODATA|NOPTR, $32
+
+DATA expk_c2<>+0(SB)/4, $0x3f000000
+DATA expk_c2<>+4(SB)/4, $0x3f000000
+DATA expk_c2<>+8(SB)/4, $0x3f000000
+DATA expk_c2<>+12(SB)/4, $0x3f000000
+DATA expk_c2<>+16(SB)/4, $0x3f000000
+DATA expk_c2<>+20(SB)/4, $0x3f000000
+DATA expk_c2<>+24(SB)/4, $0x3f000000
+DATA expk_c2<>+28(SB)/4, $0x3f000000
+GLOBL expk_c2<>(SB), RODATA|NOPTR, $32
+
+DATA expk_c6<>+0(SB)/4, $0x3e2aaaab
+DATA expk_c6<>+4(SB)/4, $0x3e2aaaab
+DATA expk_c6<>+8(SB)/4, $0x3e2aaaab
+DATA expk_c6<>+12(SB)/4, $0x3e2aaaab
+DATA expk_c6<>+16(SB)/4, $0x3e2aaaab
+DATA expk_c6<>+20(SB)/4, $0x3e2aaaab
+DATA expk_c6<>+24(SB)/4, $0x3e2aaaab
+DATA expk_c6<>+28(SB)/4, $0x3e2aaaab
+GLOBL expk_c6<>(SB), RODATA|NOPTR, $32
+
+DATA expk_c24<>+0(SB)/4, $0x3d2aaaab
+DATA expk_c24<>+4(SB)/4, $0x3d2aaaab
+DATA expk_c24<>+8(SB)/4, $0x3d2aaaab
+DATA expk_c24<>+12(SB)/4, $0x3d2aaaab
+DATA expk_c24<>+16(SB)/4, $0x3d2aaaab
+DATA expk_c24<>+20(SB)/4, $0x3d2aaaab
+DATA expk_c24<>+24(SB)/4, $0x3d2aaaab
+DATA expk_c24<>+28(SB)/4, $0x3d2aaaab
+GLOBL expk_c24<>(SB), RODATA|NOPTR, $32
+
+DATA expk_c120<>+0(SB)/4, $0x3c088889
+DATA expk_c120<>+4(SB)/4, $0x3c088889
+DATA expk_c120<>+8(SB)/4, $0x3c088889
+DATA expk_c120<>+12(SB)/4, $0x3c088889
+DATA expk_c120<>+16(SB)/4, $0x3c088889
+DATA expk_c120<>+20(SB)/4, $0x3c088889
+DATA expk_c120<>+24(SB)/4, $0x3c088889
+DATA expk_c120<>+28(SB)/4, $0x3c088889
+GLOBL expk_c120<>(SB), RODATA|NOPTR, $32
+
+DATA expk_c720<>+0(SB)/4, $0x3ab60b61
+DATA expk_c720<>+4(SB)/4, $0x3ab60b61
+DATA expk_c720<>+8(SB)/4, $0x3ab60b61
+DATA expk_c720<>+12(SB)/4, $0x3ab60b61
+DATA expk_c720<>+16(SB)/4, $0x3ab60b61
+DATA expk_c720<>+20(SB)/4, $0x3ab60b61
+DATA expk_c720<>+24(SB)/4, $0x3ab60b61
+DATA expk_c720<>+28(SB)/4, $0x3ab60b61
+GLOBL expk_c720<>(SB), RODATA|NOPTR, $32
+
+DATA expk_c5040<>+0(SB)/4, $0x39500d01
+DATA expk_c5040<>+4(SB)/4, $0x39500d01
+DATA expk_c5040<>+8(SB)/4, $0x39500d01
+DATA expk_c5040<>+12(SB)/4, $0x39500d01
+DATA expk_c5040<>+16(SB)/4, $0x39500d01
+DATA expk_c5040<>+20(SB)/4, $0x39500d01
+DATA expk_c5040<>+24(SB)/4, $0x39500d01
+DATA expk_c5040<>+28(SB)/4, $0x39500d01
+GLOBL expk_c5040<>(SB), RODATA|NOPTR, $32
+
+DATA expk_kexp<>+0(SB)/4, $0x4b3fff81
+DATA expk_kexp<>+4(SB)/4, $0x4b3fff81
+DATA expk_kexp<>+8(SB)/4, $0x4b3fff81
+DATA expk_kexp<>+12(SB)/4, $0x4b3fff81
+DATA expk_kexp<>+16(SB)/4, $0x4b3fff81
+DATA expk_kexp<>+20(SB)/4, $0x4b3fff81
+DATA expk_kexp<>+24(SB)/4, $0x4b3fff81
+DATA expk_kexp<>+28(SB)/4, $0x4b3fff81
+GLOBL expk_kexp<>(SB), RODATA|NOPTR, $32
+
+// func expShiftAVX2(dst, src *float32, n int, shift float32) (done int)
+//
+// dst[i] = exp32(src[i]-shift), 8 at a time, with exp32's operations in
+// exp32's order (no fused multiply-add), so every result is bit-identical
+// to exp32's. It stops before the first block of 8 holding a value of
+// src[i]-shift outside exp32's fast range (or NaN) and returns how many
+// elements it wrote (a multiple of 8, at most n).
+TEXT ·expShiftAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS shift+24(FP), Y15
+	XORQ AX, AX
+
+loop:
+	LEAQ 8(AX), DX
+	CMPQ DX, CX
+	JGT  done
+	VMOVUPS (SI)(AX*4), Y0
+	VSUBPS  Y15, Y0, Y0              // x = src - shift
+
+	// In range: x >= lo && x <= hi (false for NaN).
+	VCMPPS    $13, expk_lo<>(SB), Y0, Y1 // GE_OS
+	VCMPPS    $2, expk_hi<>(SB), Y0, Y2  // LE_OS
+	VANDPS    Y1, Y2, Y1
+	VMOVMSKPS Y1, BX
+	CMPL      BX, $0xff
+	JNE       done
+
+	VMULPS expk_log2e<>(SB), Y0, Y1  // x*log2e
+	VADDPS expk_magic<>(SB), Y1, Y1  // f = x*log2e + magic
+	VPSUBD expk_kexp<>(SB), Y1, Y2   // bits(f) - 0x4B400000 + 127 = n + 127
+	VPSLLD $23, Y2, Y2               // 2^n
+	VSUBPS expk_magic<>(SB), Y1, Y1  // fn = f - magic
+	VMULPS expk_ln2hi<>(SB), Y1, Y3  // fn*ln2hi
+	VSUBPS Y3, Y0, Y3                // x - fn*ln2hi
+	VMULPS expk_ln2lo<>(SB), Y1, Y4  // fn*ln2lo
+	VSUBPS Y4, Y3, Y3                // r
+
+	VMULPS expk_c5040<>(SB), Y3, Y4  // Horner, innermost first
+	VADDPS expk_c720<>(SB), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS expk_c120<>(SB), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS expk_c24<>(SB), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS expk_c6<>(SB), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS expk_c2<>(SB), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS expk_one<>(SB), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS expk_one<>(SB), Y4, Y4    // p
+	VMULPS Y2, Y4, Y4                // p * 2^n
+
+	VMOVUPS Y4, (DI)(AX*4)
+	MOVQ    DX, AX
+	JMP     loop
+
+done:
+	VZEROUPPER
+	MOVQ AX, done+32(FP)
+	RET
