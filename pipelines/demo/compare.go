@@ -322,7 +322,7 @@ func (c Comparison) Plots() ([]byte, error) {
 		{"Batch interactions", "interactions per trajectory", false, true, batch(func(m analytics.StepMetrics) float64 { return m.InteractionsPerTrajectory.Total })},
 	}
 	var row []*plot.Plot
-	for _, pn := range panels {
+	for pi, pn := range panels {
 		p := plot.New()
 		p.Title.Text = pn.title
 		p.X.Label.Text = "step"
@@ -347,7 +347,12 @@ func (c Comparison) Plots() ([]byte, error) {
 			l.Color = palette[i%len(palette)]
 			l.Width = vg.Points(1.5)
 			p.Add(l)
-			p.Legend.Add(m.Label, l)
+			// One legend, on the failed-tasks panel: its upper half is
+			// empty once training has started; colours are the same in
+			// every panel.
+			if pi == 2 {
+				p.Legend.Add(m.Label, l)
+			}
 		}
 		p.Legend.Top = true
 		row = append(row, p)
