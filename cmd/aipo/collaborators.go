@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
 	"github.com/aipo-rl/aipo/transforms/collab/rpc"
@@ -35,10 +34,7 @@ func runCollaboratorsServe(args []string) int {
 	fs := flag.NewFlagSet("collaborators serve", flag.ContinueOnError)
 	config := fs.String("config", "", "collaborators YAML file (see the collab.Config documentation)")
 	addr := fs.String("addr", "127.0.0.1:7071", "address to listen on; a non-loopback address needs a token")
-	tokenEnv := fs.String("token-env", "", "environment variable holding the bearer token clients must send")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token clients must send")
-	certFile := fs.String("tls-cert", "", "PEM certificate to serve TLS with (with --tls-key); clients then use grpcs://HOST:PORT")
-	keyFile := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	auth := addServerAuth(fs, "PEM certificate to serve TLS with (with --tls-key); clients then use grpcs://HOST:PORT")
 	grace := fs.Duration("grace", 10*time.Second, "how long to let calls in flight finish on SIGINT/SIGTERM")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo collaborators serve --config FILE [--addr 127.0.0.1:7071] [--token-env NAME | --token-file FILE] [--tls-cert FILE --tls-key FILE]\n\n"+
@@ -55,16 +51,7 @@ func runCollaboratorsServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "aipo collaborators serve: --config FILE is required and no arguments are taken (see --help)")
 		return 2
 	}
-	token, err := collab.ReadSecret(*tokenEnv, *tokenFile)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo collaborators serve: token: %v\n", err)
-		return 2
-	}
-	if err := secure.CheckBind("--addr", *addr, token != ""); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
-		return 2
-	}
-	tlsCfg, err := secure.ServerTLS(*certFile, *keyFile, "--tls-cert", "--tls-key")
+	token, tlsCfg, err := auth.load(map[string]string{"--addr": *addr})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
 		return 2
@@ -82,15 +69,15 @@ func runCollaboratorsServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo collaborators serve: listening on %s: %v\n", *addr, err)
 		return 1
 	}
-	auth := "no token"
+	access := "no token"
 	if token != "" {
-		auth = "bearer token required"
+		access = "bearer token required"
 	}
 	transport := "plain text"
 	if tlsCfg != nil {
 		transport = "TLS"
 	}
-	fmt.Printf("serving agents %v on %s (%s, %s)\n", set.Agents(), lis.Addr(), transport, auth)
+	fmt.Printf("serving agents %v on %s (%s, %s)\n", set.Agents(), lis.Addr(), transport, access)
 	if err := rpc.ServeTLS(ctx, lis, set, token, tlsCfg, *grace); err != nil {
 		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
 		return 1

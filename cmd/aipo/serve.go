@@ -10,10 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/pipelines/serve"
-	"github.com/aipo-rl/aipo/transforms/collab"
 	// The grpc(s):// and http(s):// policy schemes, for every command that
 	// opens a policy endpoint.
 	_ "github.com/aipo-rl/aipo/transforms/policy/grpcclient"
@@ -41,10 +39,7 @@ func runServe(args []string) int {
 	maxQueue := fs.Int("max-queue", 0, "requests waiting for the batch before new ones get 429 / RESOURCE_EXHAUSTED (0: engine default 1024)")
 	maxContext := fs.Int("max-context", 0, "most prompt plus output tokens (0: the model's max_position_embeddings)")
 	sessionTokens := fs.Int("session-tokens", 0, "KV-cache positions kept for sessions (0: engine default)")
-	tokenEnv := fs.String("token-env", "", "environment variable holding the bearer token clients must send")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token clients must send")
-	certFile := fs.String("tls-cert", "", "PEM certificate for TLS on both listeners (with --tls-key)")
-	keyFile := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	auth := addServerAuth(fs, "PEM certificate for TLS on both listeners (with --tls-key)")
 	grace := fs.Duration("grace", 30*time.Second, "how long requests in flight may finish on SIGINT/SIGTERM")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n"+
@@ -70,19 +65,7 @@ func runServe(args []string) int {
 	if *every <= 0 {
 		return fail("--watch-every %s must be positive", *every)
 	}
-	token, err := collab.ReadSecret(*tokenEnv, *tokenFile)
-	if err != nil {
-		return fail("token: %v", err)
-	}
-	for flagName, addr := range map[string]string{"--grpc": *grpcAddr, "--http": *httpAddr} {
-		if addr == "" {
-			continue
-		}
-		if err := secure.CheckBind(flagName, addr, token != ""); err != nil {
-			return fail("%v", err)
-		}
-	}
-	tlsCfg, err := secure.ServerTLS(*certFile, *keyFile, "--tls-cert", "--tls-key")
+	token, tlsCfg, err := auth.load(map[string]string{"--grpc": *grpcAddr, "--http": *httpAddr})
 	if err != nil {
 		return fail("%v", err)
 	}
