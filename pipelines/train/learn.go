@@ -58,6 +58,12 @@ func Sources(ts []int8, templateTokens string) ([]loss.Source, error) {
 	return out, nil
 }
 
+// trainable reports whether a trajectory can be learned from: it did not
+// fail and has a prompt and a response.
+func trainable(t schemas.Trajectory) bool {
+	return t.FinishReason != schemas.FinishError && len(t.ResponseIDs) > 0 && len(t.PromptIDs) > 0
+}
+
 // Samples turns a step's trajectories into learner samples, in a fixed
 // order (prompt id, sample index) so that the update does not depend on
 // shard layout. Trajectories that failed or have no response are skipped.
@@ -71,7 +77,7 @@ func Samples(trajs []schemas.Trajectory, templateTokens string) ([]trainer.RLSam
 	var out []trainer.RLSample
 	skipped := 0
 	for _, t := range trajs {
-		if t.FinishReason == schemas.FinishError || len(t.ResponseIDs) == 0 || len(t.PromptIDs) == 0 {
+		if !trainable(t) {
 			skipped++
 			continue
 		}
@@ -98,12 +104,12 @@ func RejectionSamples(trajs []schemas.Trajectory, templateTokens string) ([]trai
 	if err != nil {
 		return nil, 0, err
 	}
-	kept := trajs[:0:0]
+	// Samples sorted trajs in place and kept the trainable ones in order.
+	var kept []schemas.Trajectory
 	for _, t := range trajs {
-		if t.FinishReason == schemas.FinishError || len(t.ResponseIDs) == 0 || len(t.PromptIDs) == 0 {
-			continue
+		if trainable(t) {
+			kept = append(kept, t)
 		}
-		kept = append(kept, t)
 	}
 	seen := map[string]bool{}
 	var out []trainer.Sequence
