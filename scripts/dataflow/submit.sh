@@ -35,26 +35,9 @@
 # them by file or variable (token_file=, api_key_file:) as README.md says.
 set -euo pipefail
 
-usage() {
-  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
-
-[ $# -ge 1 ] || usage
-pipeline=$1
+. "$(dirname "$0")/../lib/submit.sh"
+submit_pipeline "${1:-}" "Dataflow workers"
 shift
-case "$pipeline" in
-rollout | eval | analyze) ;;
--h | --help | help) usage ;;
-train)
-  echo "submit.sh: aipo train serves the policy inside the launcher process (inproc://), which Dataflow workers cannot reach; run rollout and learn per step instead (README.md, \"Training steps\")" >&2
-  exit 2
-  ;;
-*)
-  echo "submit.sh: unknown pipeline '$pipeline' (rollout, eval or analyze)" >&2
-  exit 2
-  ;;
-esac
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 missing=()

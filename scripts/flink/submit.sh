@@ -32,26 +32,9 @@
 #   ASYNC=1        return once the job is submitted instead of waiting
 set -euo pipefail
 
-usage() {
-  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
-
-[ $# -ge 1 ] || usage
-pipeline=$1
+. "$(dirname "$0")/../lib/submit.sh"
+submit_pipeline "${1:-}" "TaskManagers"
 shift
-case "$pipeline" in
-rollout | eval | analyze) ;;
--h | --help | help) usage ;;
-train)
-  echo "submit.sh: aipo train serves the policy inside the launcher process (inproc://), which TaskManagers cannot reach; run rollout and learn per step instead (see ../dataflow/README.md, \"Training steps\")" >&2
-  exit 2
-  ;;
-*)
-  echo "submit.sh: unknown pipeline '$pipeline' (rollout, eval or analyze)" >&2
-  exit 2
-  ;;
-esac
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 if [ -z "${JOB_ENDPOINT:-}" ]; then
