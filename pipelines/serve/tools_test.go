@@ -6,21 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 )
-
-// repoRoot is the module root (two levels above this package).
-func repoRoot(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
 
 // grpcurlVersion is the grpcurl the reflection test drives.
 const grpcurlVersion = "v1.9.3"
@@ -28,7 +22,7 @@ const grpcurlVersion = "v1.9.3"
 // grpcurl returns a grpcurl binary: build/tools/grpcurl (scripts/setup.sh
 // test puts it there) or one built now into a temporary directory.
 func grpcurl(t *testing.T) string {
-	if p := filepath.Join(repoRoot(t), "build", "tools", "grpcurl"); fileExists(p) {
+	if p := filepath.Join(testtools.RepoRoot(), "build", "tools", "grpcurl"); fileExists(p) {
 		return p
 	}
 	goBin, err := exec.LookPath("go")
@@ -109,7 +103,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 	if err != nil {
 		t.Skip("OpenAI SDK test skipped: node is not installed; run make setup-test (needs Node.js and npm)")
 	}
-	dir := filepath.Join(repoRoot(t), "scripts", "openai-sdk")
+	dir := filepath.Join(testtools.RepoRoot(), "scripts", "openai-sdk")
 	if !fileExists(filepath.Join(dir, "node_modules", "openai", "package.json")) {
 		t.Skip("OpenAI SDK test skipped: the npm package openai is not installed in scripts/openai-sdk; run make setup-test")
 	}
