@@ -70,6 +70,8 @@ func benchRowsOnce() []Trajectory {
 // reads the step end to end with ReadStep. Metrics:
 //
 //	write_MB/s, write_MB/s/core  sink throughput (wall; per CPU-second used)
+//	generic_write_MB/s/core      the same shards through parquet-go's GenericWriter
+//	write/generic_write          ratio of the two per CPU-second, same run
 //	bulk_MB/s, generic_MB/s      single-goroutine decode of verified bytes
 //	bulk/generic                 ratio of the two, same run (target >= 4)
 //	readstep_MB/s                ReadStep from disk: manifest, sha256, parallel decode, Validate
@@ -112,6 +114,27 @@ func BenchmarkTrajectoryIO(b *testing.B) {
 			if err := CommitManifest(ctx, dir, Manifest{Kind: KindOf[Trajectory](), Files: files}); err != nil {
 				b.Fatal(err)
 			}
+		})
+
+		// The same shards through parquet-go's GenericWriter, for the ratio.
+		_, gwCPU := measure(func() {
+			genericTrajectoryWriter = true
+			defer func() { genericTrajectoryWriter = false }()
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+			gdir := filepath.Join(b.TempDir(), "generic")
+			for s := range shards {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					if _, err := WriteShard(ctx, filepath.Join(gdir, ShardName(s)), shards[s]); err != nil {
+						b.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
 		})
 
 		s, err := OpenStep(ctx, dir)
@@ -160,6 +183,8 @@ func BenchmarkTrajectoryIO(b *testing.B) {
 
 		b.ReportMetric(mb/wWall.Seconds(), "write_MB/s")
 		b.ReportMetric(mb/wCPU.Seconds(), "write_MB/s/core")
+		b.ReportMetric(mb/gwCPU.Seconds(), "generic_write_MB/s/core")
+		b.ReportMetric(gwCPU.Seconds()/wCPU.Seconds(), "write/generic_write")
 		b.ReportMetric(mb/bWall.Seconds(), "bulk_MB/s")
 		b.ReportMetric(mb/bCPU.Seconds(), "bulk_MB/s/core")
 		b.ReportMetric(mb/gWall.Seconds(), "generic_MB/s")

@@ -87,6 +87,14 @@
 // policy version and totals. The same layout holds any set of shards:
 // prompt datasets and eval results are committed the same way.
 //
+// ShardWriter writes trajectories with a bulk columnar writer (the reader's
+// twin: whole token slices appended per column, list levels written as RLE
+// runs, v2 data pages of up to 1 MiB of values) and prompts and eval records
+// with parquet-go's generic writer; both give the schema and encodings
+// pinned by the golden files. Pages are compressed by internal/zstdcodec:
+// libzstd's fast mode where the binary has cgo, klauspost's pure-Go encoder
+// otherwise.
+//
 // # Commit protocol
 //
 // Writers write and close every shard first (ShardWriter.Close syncs local

@@ -10,8 +10,8 @@ import (
 	"io"
 
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/internal/zstdcodec"
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/compress/zstd"
 )
 
 // Row is the set of row types that shards hold.
@@ -43,7 +43,7 @@ type ShardWriter[T Row] struct {
 	out   storage.Writer
 	sum   hash.Hash
 	count countingWriter
-	pw    *parquet.GenericWriter[T]
+	pw    rowWriter[T]
 	rows  int64
 	done  bool
 }
@@ -67,12 +67,42 @@ func NewShardWriter[T Row](ctx context.Context, path string) (*ShardWriter[T], e
 	}
 	w := &ShardWriter[T]{path: path, out: out, sum: sha256.New()}
 	w.count.w = io.MultiWriter(out, w.sum)
-	w.pw = parquet.NewGenericWriter[T](&w.count,
-		parquet.Compression(&zstd.Codec{Level: zstd.SpeedFastest}),
+	if KindOf[T]() == "trajectories" && !genericTrajectoryWriter {
+		tw, err := newTrajectoryWriter(&w.count)
+		if err != nil {
+			out.Close()
+			return nil, err
+		}
+		w.pw = any(tw).(rowWriter[T])
+	} else {
+		w.pw = parquet.NewGenericWriter[T](&w.count, shardWriterOptions()...)
+	}
+	return w, nil
+}
+
+// rowWriter is what ShardWriter needs of a Parquet writer: parquet-go's
+// GenericWriter for prompts and eval records, the bulk trajectory writer
+// for trajectories.
+type rowWriter[T any] interface {
+	Write([]T) (int, error)
+	Close() error
+}
+
+// genericTrajectoryWriter makes ShardWriter write trajectories through
+// parquet-go's GenericWriter; tests set it to compare the two writers.
+var genericTrajectoryWriter = false
+
+// shardCodec compresses every shard page (libzstd's fast mode where the
+// binary has cgo; see internal/zstdcodec).
+var shardCodec = &zstdcodec.Codec{}
+
+// shardWriterOptions are the generic writer's settings for every shard.
+func shardWriterOptions() []parquet.WriterOption {
+	return []parquet.WriterOption{
+		parquet.Compression(shardCodec),
 		parquet.MaxRowsPerRowGroup(RowGroupRows),
 		parquet.CreatedBy("aipo", "1", ""),
-	)
-	return w, nil
+	}
 }
 
 // Write appends rows.

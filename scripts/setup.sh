@@ -22,7 +22,7 @@ apt_install() {
 
 case "$what" in
 build)
-  apt_install pkg-config libopenblas-dev
+  apt_install pkg-config libopenblas-dev libzstd-dev
   ;;
 test)
   # DuckDB's Node API reads our shards in the interop test.
