@@ -233,6 +233,11 @@ func (dv *Device) MemInfo() (free, total uint64, err error) {
 // It runs on the caller's side and hands the launch to the Device's
 // thread.
 func (dv *Device) launch(name string, grid, block uint32, args ...any) error {
+	return dv.launch2D(name, grid, 1, block, args...)
+}
+
+// launch2D is launch on a grid of gx x gy blocks.
+func (dv *Device) launch2D(name string, gx, gy, block uint32, args ...any) error {
 	slots := make([]uint64, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -251,7 +256,7 @@ func (dv *Device) launch(name string, grid, block uint32, args ...any) error {
 			return fmt.Errorf("cuda: %s: argument %d has unsupported type %T", name, i, a)
 		}
 	}
-	if grid == 0 {
+	if gx == 0 || gy == 0 {
 		return nil // nothing to do
 	}
 	return dv.do(func() error {
@@ -271,6 +276,6 @@ func (dv *Device) launch(name string, grid, block uint32, args ...any) error {
 				ptrs[i] = unsafe.Pointer(&slots[i])
 			}
 		}
-		return dv.d.err("cuLaunchKernel "+name, dv.d.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, dv.stream, unsafe.Pointer(&ptrs[0]), nil))
+		return dv.d.err("cuLaunchKernel "+name, dv.d.cuLaunchKernel(f, gx, gy, 1, block, 1, 1, 0, dv.stream, unsafe.Pointer(&ptrs[0]), nil))
 	})
 }

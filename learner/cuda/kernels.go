@@ -35,6 +35,7 @@ var kernelModules = map[string][]string{
 	"embedding":   {"embedding_forward", "embedding_backward"},
 	"adamw":       {"adamw_step"},
 	"norm":        {"sumsq_partial", "sumsq_final"},
+	"attention":   {"attention_forward", "attention_backward_delta", "attention_backward_dq", "attention_backward_dkdv"},
 }
 
 // modulePTX returns the embedded PTX of a module.
@@ -356,4 +357,88 @@ func (dv *Device) GradNorm(grads []*Buffer) (float64, error) {
 		return 0, err
 	}
 	return math.Sqrt(out[0]), nil
+}
+
+// Attention limits of kernels/attention.cu: rows per block (one thread
+// each) and the widest head.
+const (
+	attRows = 64
+	attMaxD = 128
+)
+
+// SegmentBounds returns, for packed sequences of the given lengths, each
+// token's sequence start and end (exclusive) as the attention kernels
+// take them (upload both as I32 buffers).
+func SegmentBounds(seqLens []int) (start, end []int32) {
+	n := 0
+	for _, l := range seqLens {
+		n += l
+	}
+	start, end = make([]int32, 0, n), make([]int32, 0, n)
+	pos := 0
+	for _, l := range seqLens {
+		for range l {
+			start = append(start, int32(pos))
+			end = append(end, int32(pos+l))
+		}
+		pos += l
+	}
+	return start, end
+}
+
+// attShape checks the attention dimensions shared by both directions.
+func attShape(kernel string, N, H, KV, D int) error {
+	switch {
+	case N < 0 || H <= 0 || KV <= 0 || D <= 0:
+		return fmt.Errorf("cuda: %s: N=%d H=%d KV=%d D=%d must be positive", kernel, N, H, KV, D)
+	case H%KV != 0:
+		return fmt.Errorf("cuda: %s: %d query heads do not split into %d key/value groups", kernel, H, KV)
+	case D > attMaxD:
+		return fmt.Errorf("cuda: %s: head width %d exceeds the kernel's %d", kernel, D, attMaxD)
+	}
+	return nil
+}
+
+// AttentionForward: causal grouped-query attention over packed sequences,
+// y[N,H*D] and lse[N,H] from qkv[N,(H+2KV)*D], as learner/model's
+// attentionForward; segStart (I32, N) is each token's sequence start
+// (SegmentBounds). No N x N matrix is formed.
+func (dv *Device) AttentionForward(y, lse, qkv, segStart *Buffer, N, H, KV, D int) error {
+	if err := attShape("AttentionForward", N, H, KV, D); err != nil {
+		return err
+	}
+	QKV := (H + 2*KV) * D
+	if err := dv.needAll("AttentionForward", arg{"y", y, F32, N * H * D}, arg{"lse", lse, F32, N * H},
+		arg{"qkv", qkv, F32, N * QKV}, arg{"segStart", segStart, I32, N}); err != nil {
+		return err
+	}
+	scale := float32(1 / math.Sqrt(float64(D)))
+	return dv.launch2D("attention_forward", uint32((N+attRows-1)/attRows), uint32(H), attRows,
+		y, lse, qkv, segStart, N, H, KV, D, scale)
+}
+
+// AttentionBackward writes dqkv[N,(H+2KV)*D] (overwritten) from dy[N,H*D]
+// and the forward's qkv, y and lse, as learner/model's attentionBackward.
+// delta (F32, N*H) is scratch.
+func (dv *Device) AttentionBackward(dqkv, dy, qkv, y, lse, segStart, segEnd, delta *Buffer, N, H, KV, D int) error {
+	if err := attShape("AttentionBackward", N, H, KV, D); err != nil {
+		return err
+	}
+	QKV := (H + 2*KV) * D
+	if err := dv.needAll("AttentionBackward", arg{"dqkv", dqkv, F32, N * QKV}, arg{"dy", dy, F32, N * H * D},
+		arg{"qkv", qkv, F32, N * QKV}, arg{"y", y, F32, N * H * D}, arg{"lse", lse, F32, N * H},
+		arg{"segStart", segStart, I32, N}, arg{"segEnd", segEnd, I32, N}, arg{"delta", delta, F32, N * H}); err != nil {
+		return err
+	}
+	scale := float32(1 / math.Sqrt(float64(D)))
+	if err := dv.launch("attention_backward_delta", dv.gridFor(N*H), blockSize, delta, dy, y, N, H, D); err != nil {
+		return err
+	}
+	blocks := uint32((N + attRows - 1) / attRows)
+	if err := dv.launch2D("attention_backward_dq", blocks, uint32(H), attRows,
+		dqkv, dy, qkv, lse, delta, segStart, N, H, KV, D, scale); err != nil {
+		return err
+	}
+	return dv.launch2D("attention_backward_dkdv", blocks, uint32(KV), attRows,
+		dqkv, dy, qkv, lse, delta, segEnd, N, H, KV, D, scale)
 }

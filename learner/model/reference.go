@@ -42,3 +42,31 @@ func RopeBackward(dx []float32, ld int, pos []int32, nHeads, D int, cos, sin []f
 func EmbeddingBackward(dEmb, dout []float32, tokens []int32, C int) {
 	embeddingBackward(dEmb, dout, tokens, C)
 }
+
+// AttentionForward is attentionForward for packed causal sequences of the
+// given lengths: y[N,H*D] and lse[N,H] from qkv[N,(H+2*KV)*D].
+func AttentionForward(y, lse, qkv []float32, seqLens []int, H, KV, D int) {
+	attentionForward(y, lse, qkv, segmentsOf(seqLens), attDims(H, KV, D))
+}
+
+// AttentionBackward is attentionBackward: dqkv (overwritten) from dy and
+// the forward's qkv, y and lse.
+func AttentionBackward(dqkv, dy, qkv, y, lse []float32, seqLens []int, H, KV, D int) {
+	attentionBackward(dqkv, dy, qkv, y, lse, segmentsOf(seqLens), attDims(H, KV, D))
+}
+
+func segmentsOf(seqLens []int) []segment {
+	segs := make([]segment, len(seqLens))
+	pos := 0
+	for i, n := range seqLens {
+		segs[i] = segment{start: pos, n: n}
+		pos += n
+	}
+	return segs
+}
+
+func attDims(H, KV, D int) dims {
+	d := dims{H: H, KV: KV, D: D, QD: H * D, KD: KV * D}
+	d.QKV = d.QD + 2*d.KD
+	return d
+}

@@ -1,0 +1,210 @@
+// Causal grouped-query attention over packed sequences, as learner/model's
+// attentionForward and attentionBackward, without a T x T matrix in memory:
+// keys and values (or queries and output gradients) stream through shared
+// memory in tiles of ATT_TILE rows while each thread keeps one row's
+// running state in registers (the flash-attention recurrence: a running
+// maximum and sum rescale the accumulated output as larger scores arrive).
+//
+// Layout (row-major, as on the CPU): qkv[N, QKV] holds per token the H
+// query heads, then the KV key heads, then the KV value heads, each D wide
+// (QD = H*D, KD = KV*D, QKV = QD + 2*KD); y and dy are [N, QD]; lse and
+// delta are [N, H]. Token t belongs to the sequence [seg_start[t],
+// seg_end[t]) and attends to keys seg_start[t]..t. Query head h reads key
+// and value head h / (H / KV). D <= ATT_MAX_D.
+#include "common.cuh"
+
+#define ATT_TILE 32
+#define ATT_ROWS 64
+#define ATT_MAX_D 128
+// -infinity (NVRTC compiles without the C headers that define INFINITY).
+#define ATT_NEG_INF __int_as_float(0xff800000)
+
+// load_tile copies rows r0..r0+ATT_TILE-1 (clamped to N) of a D-wide head
+// at column col of a row-major [N, ld] matrix into shared memory.
+static __device__ void load_tile(float (*dst)[ATT_MAX_D], const float *src, long long ld, int col,
+                                 int r0, int N, int D) {
+  for (int e = threadIdx.x; e < ATT_TILE * D; e += blockDim.x) {
+    const int r = e / D, c = e - r * D;
+    const int row = r0 + r;
+    dst[r][c] = row < N ? src[(long long)row * ld + col + c] : 0.0f;
+  }
+}
+
+// y[N,QD], lse[N,H] from qkv. Grid: (ceil(N/ATT_ROWS), H); block:
+// ATT_ROWS threads, one query row each.
+extern "C" __global__ void attention_forward(float *y, float *lse, const float *qkv, const int *seg_start,
+                                             int N, int H, int KV, int D, float scale) {
+  __shared__ float ks[ATT_TILE][ATT_MAX_D];
+  __shared__ float vs[ATT_TILE][ATT_MAX_D];
+  const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
+  const int h = blockIdx.y, g = h / (H / KV);
+  const int first = blockIdx.x * ATT_ROWS;
+  const int i = first + threadIdx.x;
+  const bool valid = i < N;
+  const int last = min(first + ATT_ROWS, N) - 1;
+  const int s0 = valid ? seg_start[i] : 0;
+
+  float q[ATT_MAX_D], acc[ATT_MAX_D];
+  for (int d = 0; d < D; d++) {
+    q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
+    acc[d] = 0.0f;
+  }
+  float m = ATT_NEG_INF, l = 0.0f;
+  // The block's keys run from the first row's sequence start (starts never
+  // decrease along the packed rows) to its last row.
+  for (int k0 = seg_start[first]; k0 <= last; k0 += ATT_TILE) {
+    load_tile(ks, qkv, QKV, QD + g * D, k0, N, D);
+    load_tile(vs, qkv, QKV, QD + KD + g * D, k0, N, D);
+    __syncthreads();
+    if (valid) {
+      for (int r = 0; r < ATT_TILE; r++) {
+        const int j = k0 + r;
+        if (j < s0 || j > i) continue;
+        float s = 0.0f;
+        for (int d = 0; d < D; d++) s += q[d] * ks[r][d];
+        s *= scale;
+        if (s > m) {
+          const float c = expf(m - s); // 0 on the first key (m = -inf)
+          l *= c;
+          for (int d = 0; d < D; d++) acc[d] *= c;
+          m = s;
+        }
+        const float p = expf(s - m);
+        l += p;
+        for (int d = 0; d < D; d++) acc[d] += p * vs[r][d];
+      }
+    }
+    __syncthreads();
+  }
+  if (!valid) return;
+  const float inv = 1.0f / l;
+  for (int d = 0; d < D; d++) y[(long long)i * QD + h * D + d] = acc[d] * inv;
+  lse[(long long)i * H + h] = m + logf(l);
+}
+
+// delta[N,H] = sum_d dy*y per row and head, the softmax backward's row
+// term. Grid-stride over N*H.
+extern "C" __global__ void attention_backward_delta(float *delta, const float *dy, const float *y, int N, int H,
+                                                    int D) {
+  const long long n = (long long)N * H;
+  for (long long e = grid_index(); e < n; e += grid_stride()) {
+    const long long t = e / H, h = e - t * H;
+    const float *a = dy + t * H * D + h * D, *b = y + t * H * D + h * D;
+    float s = 0.0f;
+    for (int d = 0; d < D; d++) s += a[d] * b[d];
+    delta[e] = s;
+  }
+}
+
+// dQ rows of dqkv (overwritten): dq_i = scale * sum_j p_ij (dy_i.v_j -
+// delta_i) k_j with p_ij = exp(scale q_i.k_j - lse_i). Grid and block as
+// attention_forward.
+extern "C" __global__ void attention_backward_dq(float *dqkv, const float *dy, const float *qkv, const float *lse,
+                                                 const float *delta, const int *seg_start, int N, int H, int KV,
+                                                 int D, float scale) {
+  __shared__ float ks[ATT_TILE][ATT_MAX_D];
+  __shared__ float vs[ATT_TILE][ATT_MAX_D];
+  const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
+  const int h = blockIdx.y, g = h / (H / KV);
+  const int first = blockIdx.x * ATT_ROWS;
+  const int i = first + threadIdx.x;
+  const bool valid = i < N;
+  const int last = min(first + ATT_ROWS, N) - 1;
+  const int s0 = valid ? seg_start[i] : 0;
+
+  float q[ATT_MAX_D], o[ATT_MAX_D], acc[ATT_MAX_D];
+  for (int d = 0; d < D; d++) {
+    q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
+    o[d] = valid ? dy[(long long)i * QD + h * D + d] : 0.0f;
+    acc[d] = 0.0f;
+  }
+  const float li = valid ? lse[(long long)i * H + h] : 0.0f;
+  const float di = valid ? delta[(long long)i * H + h] : 0.0f;
+  for (int k0 = seg_start[first]; k0 <= last; k0 += ATT_TILE) {
+    load_tile(ks, qkv, QKV, QD + g * D, k0, N, D);
+    load_tile(vs, qkv, QKV, QD + KD + g * D, k0, N, D);
+    __syncthreads();
+    if (valid) {
+      for (int r = 0; r < ATT_TILE; r++) {
+        const int j = k0 + r;
+        if (j < s0 || j > i) continue;
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < D; d++) {
+          s += q[d] * ks[r][d];
+          dp += o[d] * vs[r][d];
+        }
+        const float p = expf(s * scale - li);
+        const float ds = p * (dp - di);
+        for (int d = 0; d < D; d++) acc[d] += ds * ks[r][d];
+      }
+    }
+    __syncthreads();
+  }
+  if (!valid) return;
+  for (int d = 0; d < D; d++) dqkv[(long long)i * QKV + h * D + d] = acc[d] * scale;
+}
+
+// dK and dV rows of dqkv (overwritten), summed over the query heads that
+// share each key/value head: dv_j = sum_i p_ij dy_i, dk_j = scale * sum_i
+// p_ij (dy_i.v_j - delta_i) q_i over queries i >= j of j's sequence.
+// Grid: (ceil(N/ATT_ROWS), KV); block: ATT_ROWS threads, one key row each.
+extern "C" __global__ void attention_backward_dkdv(float *dqkv, const float *dy, const float *qkv, const float *lse,
+                                                   const float *delta, const int *seg_end, int N, int H, int KV,
+                                                   int D, float scale) {
+  __shared__ float qs[ATT_TILE][ATT_MAX_D];
+  __shared__ float os[ATT_TILE][ATT_MAX_D];
+  __shared__ float ls[ATT_TILE], ds_[ATT_TILE];
+  const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
+  const int g = blockIdx.y, group = H / KV;
+  const int first = blockIdx.x * ATT_ROWS;
+  const int j = first + threadIdx.x;
+  const bool valid = j < N;
+  const int last = min(first + ATT_ROWS, N) - 1;
+  const int e0 = valid ? seg_end[j] : 0;
+
+  float k[ATT_MAX_D], v[ATT_MAX_D], dk[ATT_MAX_D], dv[ATT_MAX_D];
+  for (int d = 0; d < D; d++) {
+    k[d] = valid ? qkv[(long long)j * QKV + QD + g * D + d] : 0.0f;
+    v[d] = valid ? qkv[(long long)j * QKV + QD + KD + g * D + d] : 0.0f;
+    dk[d] = 0.0f;
+    dv[d] = 0.0f;
+  }
+  // Queries run from the block's first key to the end of its last key's
+  // sequence (ends never decrease along the packed rows).
+  const int qend = seg_end[last];
+  for (int h = g * group; h < (g + 1) * group; h++) {
+    for (int q0 = first; q0 < qend; q0 += ATT_TILE) {
+      load_tile(qs, qkv, QKV, h * D, q0, N, D);
+      load_tile(os, dy, QD, h * D, q0, N, D);
+      if (threadIdx.x < ATT_TILE) {
+        const int row = q0 + threadIdx.x;
+        ls[threadIdx.x] = row < N ? lse[(long long)row * H + h] : 0.0f;
+        ds_[threadIdx.x] = row < N ? delta[(long long)row * H + h] : 0.0f;
+      }
+      __syncthreads();
+      if (valid) {
+        for (int r = 0; r < ATT_TILE; r++) {
+          const int i = q0 + r;
+          if (i < j || i >= e0) continue;
+          float s = 0.0f, dp = 0.0f;
+          for (int d = 0; d < D; d++) {
+            s += qs[r][d] * k[d];
+            dp += os[r][d] * v[d];
+          }
+          const float p = expf(s * scale - ls[r]);
+          const float dsc = p * (dp - ds_[r]);
+          for (int d = 0; d < D; d++) {
+            dv[d] += p * os[r][d];
+            dk[d] += dsc * qs[r][d];
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  if (!valid) return;
+  for (int d = 0; d < D; d++) {
+    dqkv[(long long)j * QKV + QD + g * D + d] = dk[d] * scale;
+    dqkv[(long long)j * QKV + QD + KD + g * D + d] = dv[d];
+  }
+}
