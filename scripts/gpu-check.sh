@@ -18,7 +18,8 @@
 # prints its path, and exits with the tests' status. AIPO_REQUIRE_GPU=1 is
 # set so that a missing driver fails instead of skipping. cuBLAS folders of
 # the Python packages found here are added to AIPO_CUDA_LIB_PATH. The tests
-# take well under a minute on an H200; the whole run is capped at 7 minutes.
+# take well under a minute on an H200; the whole run is capped at 7.5 minutes
+# (tests 6, the PyTorch baseline of the fused loss 1.5).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -64,12 +65,22 @@ export AIPO_REQUIRE_GPU=1
 } >"$report" 2>&1
 
 start=$(date +%s)
-timeout 420 "$bin" -test.v -test.run 'GPU|Parity' -test.timeout 400s >>"$report" 2>&1
+timeout 360 "$bin" -test.v -test.run 'GPU|Parity' -test.timeout 340s >>"$report" 2>&1
 rc=$?
+# The fused loss's plain-PyTorch baseline, beside TestGPULMHeadMemory.
+{
+  echo
+  echo "## scripts/fused_loss_torch.py (plain PyTorch, same shapes)"
+  if command -v python3 >/dev/null; then
+    timeout 90 python3 scripts/fused_loss_torch.py 2>&1 | tail -5
+  else
+    echo "(no python3)"
+  fi
+} >>"$report"
 {
   echo
   echo "## summary"
-  echo "exit status: $rc (124: killed after 420 s)"
+  echo "exit status: $rc (124: killed after 360 s)"
   echo "seconds: $(($(date +%s) - start))"
   echo "passed: $(grep -c -- '^--- PASS' "$report")"
   echo "failed: $(grep -c -- '^--- FAIL' "$report")"

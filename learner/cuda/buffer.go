@@ -70,6 +70,7 @@ func (dv *Device) Alloc(dt DType, n int) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (allocating %d bytes)", err, bytes)
 	}
+	dv.account(int64(bytes))
 	return b, nil
 }
 
@@ -106,6 +107,7 @@ func (b *Buffer) Free() error {
 	if b.ptr == 0 {
 		return nil
 	}
+	b.dev.account(-int64(b.Bytes()))
 	return b.dev.do(func() error { return b.dev.d.err("cuMemFree_v2", b.dev.d.cuMemFree(b.ptr)) })
 }
 

@@ -43,6 +43,32 @@ type Device struct {
 	mu     sync.Mutex // serialises do and Close
 	closed bool
 	reqs   chan func()
+
+	memMu     sync.Mutex
+	live, top uint64 // bytes held by Alloc'd buffers now and at most
+}
+
+// MemStats returns the bytes of device memory held by this Device's
+// buffers now and the most held at once since the last ResetPeak (cuBLAS
+// and the context hold some more of their own).
+func (dv *Device) MemStats() (live, peak uint64) {
+	dv.memMu.Lock()
+	defer dv.memMu.Unlock()
+	return dv.live, dv.top
+}
+
+// ResetPeak starts a new peak measurement at the current live bytes.
+func (dv *Device) ResetPeak() {
+	dv.memMu.Lock()
+	dv.top = dv.live
+	dv.memMu.Unlock()
+}
+
+func (dv *Device) account(delta int64) {
+	dv.memMu.Lock()
+	dv.live = uint64(int64(dv.live) + delta)
+	dv.top = max(dv.top, dv.live)
+	dv.memMu.Unlock()
 }
 
 // Open opens GPU ordinal (0 for the first) with everything the backend

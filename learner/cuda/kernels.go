@@ -35,6 +35,7 @@ var kernelModules = map[string][]string{
 	"embedding":   {"embedding_forward", "embedding_backward"},
 	"adamw":       {"adamw_step"},
 	"norm":        {"sumsq_partial", "sumsq_final"},
+	"lmhead":      {"lmhead_logprob", "lmhead_dlogits"},
 	"attention":   {"attention_forward", "attention_backward_delta", "attention_backward_dq", "attention_backward_dkdv"},
 }
 

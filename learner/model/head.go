@@ -74,23 +74,52 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 		blas.Sgemm(false, true, n, d.V, d.C, 1, xh[r0*d.C:], d.C, m.w.head, d.C, 0, lg, d.V)
 		parallelFor(n, 8, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				row := lg[i*d.V : (i+1)*d.V]
 				r := r0 + i
 				t := int(p.rows[r])
-				tgt := p.targets[t]
-				var target float32
-				if tgt >= 0 {
-					target = row[tgt]
-				}
-				lse, ent := logSoftmax(row, mode == headAuto)
+				lse, logp, ent, ok := headRowForward(lg[i*d.V:(i+1)*d.V], p.targets[t], mode == headAuto)
 				a.head.lse[r] = lse
-				if tgt >= 0 {
-					a.LogProbs[t] = target - lse
-					a.Entropy[t] = ent
+				if ok {
+					a.LogProbs[t], a.Entropy[t] = logp, ent
 				}
 			}
 		})
 	}
+}
+
+// headRowForward reduces one row of logits: its lse and, when the target
+// is not negative (ok), the target's log-probability and the entropy. With
+// toProbs the row becomes softmax(row).
+func headRowForward(row []float32, tgt int32, toProbs bool) (lse, logp, ent float32, ok bool) {
+	var target float32
+	if tgt >= 0 {
+		target = row[tgt]
+	}
+	lse, ent = logSoftmax(row, toProbs)
+	if tgt < 0 {
+		return lse, 0, 0, false
+	}
+	return lse, target - lse, ent, true
+}
+
+// headRowBackward turns one row into d loss / d logits = g*(onehot(tgt) -
+// softmax): the row holds the probabilities (probs) or the logits, whose
+// softmax is exp(row - lse); a row without a target becomes zero.
+func headRowBackward(row []float32, tgt int32, g, lse float32, probs bool) {
+	if tgt < 0 {
+		clear(row)
+		return
+	}
+	if probs {
+		for j, v := range row {
+			row[j] = -g * v
+		}
+	} else {
+		expShift(row, row, lse)
+		for j, e := range row {
+			row[j] = -g * e
+		}
+	}
+	row[tgt] += g
 }
 
 // logSoftmax returns log sum exp(x) and the entropy of softmax(x),
@@ -157,27 +186,9 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 		probs := a.head.probs
 		parallelFor(n, 8, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				row := lg[i*d.V : (i+1)*d.V]
 				r := r0 + i
 				t := int(p.rows[r])
-				tgt := p.targets[t]
-				if tgt < 0 {
-					clear(row)
-					continue
-				}
-				g := gradLogProb[t]
-				if probs {
-					for j, v := range row {
-						row[j] = -g * v
-					}
-				} else {
-					lse := a.head.lse[r]
-					expShift(row, row, lse)
-					for j, e := range row {
-						row[j] = -g * e
-					}
-				}
-				row[tgt] += g
+				headRowBackward(lg[i*d.V:(i+1)*d.V], p.targets[t], gradLogProb[t], a.head.lse[r], probs)
 			}
 		})
 		blas.Sgemm(false, false, n, d.C, d.V, 1, lg, d.V, m.w.head, d.C, 0, dxh[r0*d.C:], d.C)

@@ -1,5 +1,7 @@
 package model
 
+import "github.com/aipo-rl/aipo/learner/blas"
+
 // The model's CPU operators, exported as the reference that other backends
 // (learner/cuda) are checked against: the very code that trains here, not a
 // copy. Shapes and conventions are those of the unexported functions each
@@ -69,4 +71,29 @@ func attDims(H, KV, D int) dims {
 	d := dims{H: H, KV: KV, D: D, QD: H * D, KD: KV * D}
 	d.QKV = d.QD + 2*d.KD
 	return d
+}
+
+// HeadForward is headForward's arithmetic on M rows that all have a
+// target slot: logits = xh[M,C]·w[V,C]^T, then per row lse, the target's
+// log-probability and the entropy (logp and ent 0 where the target is
+// negative).
+func HeadForward(logp, lse, ent, xh, w []float32, targets []int32, M, C, V int) {
+	logits := make([]float32, M*V)
+	blas.Sgemm(false, true, M, V, C, 1, xh, C, w, C, 0, logits, V)
+	for r := range M {
+		lse[r], logp[r], ent[r], _ = headRowForward(logits[r*V:(r+1)*V], targets[r], false)
+	}
+}
+
+// HeadBackward is headBackward's arithmetic (the chunked path):
+// dlogits = g*(onehot(target) - softmax), dxh[M,C] = dlogits·w
+// (overwritten), dw[V,C] += dlogits^T·xh.
+func HeadBackward(dxh, dw, xh, w []float32, targets []int32, lse, g []float32, M, C, V int) {
+	lg := make([]float32, M*V)
+	blas.Sgemm(false, true, M, V, C, 1, xh, C, w, C, 0, lg, V)
+	for r := range M {
+		headRowBackward(lg[r*V:(r+1)*V], targets[r], g[r], lse[r], false)
+	}
+	blas.Sgemm(false, false, M, C, V, 1, lg, V, w, C, 0, dxh, C)
+	blas.Sgemm(true, false, V, C, M, 1, lg, V, xh, C, 1, dw, C)
 }
