@@ -30,7 +30,7 @@ var ptxFiles embed.FS
 var kernelModules = map[string][]string{
 	"rmsnorm":     {"rmsnorm_forward", "rmsnorm_backward_dx", "rmsnorm_backward_dw"},
 	"swiglu":      {"swiglu_forward", "swiglu_backward"},
-	"elementwise": {"residual_forward", "scale_f32", "cast_f32_to_bf16", "cast_bf16_to_f32"},
+	"elementwise": {"residual_forward", "scale_f32", "cast_f32_to_bf16", "cast_bf16_to_f32", "bias_add_rows", "bias_grad"},
 	"rope":        {"rope_forward", "rope_backward"},
 	"embedding":   {"embedding_forward", "embedding_backward"},
 	"adamw":       {"adamw_step"},
@@ -442,4 +442,20 @@ func (dv *Device) AttentionBackward(dqkv, dy, qkv, y, lse, segStart, segEnd, del
 	}
 	return dv.launch2D("attention_backward_dkdv", blocks, uint32(KV), attRows,
 		dqkv, dy, qkv, lse, delta, segEnd, N, H, KV, D, scale)
+}
+
+// BiasAdd adds b[O] to every row of out[N,O].
+func (dv *Device) BiasAdd(out, b *Buffer, N, O int) error {
+	if err := dv.needAll("BiasAdd", arg{"out", out, F32, N * O}, arg{"b", b, F32, O}); err != nil {
+		return err
+	}
+	return dv.launch("bias_add_rows", dv.gridFor(N*O), blockSize, out, b, N, O)
+}
+
+// BiasGrad adds the column sums of dout[N,O] to db[O], rows in order.
+func (dv *Device) BiasGrad(db, dout *Buffer, N, O int) error {
+	if err := dv.needAll("BiasGrad", arg{"db", db, F32, O}, arg{"dout", dout, F32, N * O}); err != nil {
+		return err
+	}
+	return dv.launch("bias_grad", uint32((O+blockSize-1)/blockSize), blockSize, db, dout, N, O)
 }

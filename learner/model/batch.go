@@ -27,6 +27,40 @@ type prepared struct {
 }
 
 func (m *Model) prepare(b Batch, allRows bool) (*prepared, error) {
+	p, err := m.cfg.prepareBatch(b, allRows)
+	if err != nil {
+		return nil, err
+	}
+	p.cos, p.sin = m.rope.upTo(p.maxLen)
+	return p, nil
+}
+
+// BatchLayout is a validated batch's per-token data, which every backend
+// derives the same way.
+type BatchLayout struct {
+	Tokens  []int32 // input ids [N]
+	Targets []int32 // target ids, -1 for none [N]
+	Pos     []int32 // position of each token in its sequence [N]
+	SeqLens []int   // sequence lengths, summing to N
+	Rows    []int32 // tokens that have a target, ascending
+	MaxLen  int     // longest sequence
+}
+
+// Layout validates b for a model of this configuration, with the errors
+// Forward would return, and derives its per-token data.
+func (c Config) Layout(b Batch) (BatchLayout, error) {
+	p, err := c.prepareBatch(b, false)
+	if err != nil {
+		return BatchLayout{}, err
+	}
+	l := BatchLayout{Tokens: p.tokens, Targets: p.targets, Pos: p.pos, Rows: p.rows, MaxLen: p.maxLen}
+	for _, sg := range p.segs {
+		l.SeqLens = append(l.SeqLens, sg.n)
+	}
+	return l, nil
+}
+
+func (c Config) prepareBatch(b Batch, allRows bool) (*prepared, error) {
 	N := len(b.Tokens)
 	if N == 0 {
 		return nil, fmt.Errorf("model: batch has no tokens")
@@ -44,8 +78,8 @@ func (m *Model) prepare(b Batch, allRows bool) (*prepared, error) {
 		if start+n > N {
 			return nil, fmt.Errorf("model: batch SeqLens sum past the %d tokens (at sequence %d)", N, i)
 		}
-		if n > m.cfg.MaxPositionEmbeddings {
-			return nil, fmt.Errorf("model: batch sequence %d has %d tokens, more than max_position_embeddings %d", i, n, m.cfg.MaxPositionEmbeddings)
+		if n > c.MaxPositionEmbeddings {
+			return nil, fmt.Errorf("model: batch sequence %d has %d tokens, more than max_position_embeddings %d", i, n, c.MaxPositionEmbeddings)
 		}
 		p.segs = append(p.segs, segment{start: start, n: n})
 		for j := 0; j < n; j++ {
@@ -57,7 +91,7 @@ func (m *Model) prepare(b Batch, allRows bool) (*prepared, error) {
 	if start != N {
 		return nil, fmt.Errorf("model: batch SeqLens sum to %d but there are %d tokens", start, N)
 	}
-	V := int32(m.d.V)
+	V := int32(c.VocabSize)
 	for t, tok := range b.Tokens {
 		if tok < 0 || tok >= V {
 			return nil, fmt.Errorf("model: batch token %d at position %d is outside the vocabulary [0,%d)", tok, t, V)
@@ -85,6 +119,5 @@ func (m *Model) prepare(b Batch, allRows bool) (*prepared, error) {
 			p.rows = append(p.rows, int32(t))
 		}
 	}
-	p.cos, p.sin = m.rope.upTo(p.maxLen)
 	return p, nil
 }

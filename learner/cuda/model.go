@@ -1,0 +1,392 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/aipo-rl/aipo/learner/model"
+)
+
+// Model is learner/model's transformer on a GPU, in float32: the same
+// parameters in the same flat layout (model.ParamData's order, so weights
+// and gradients move as one copy each), the same operations in the same
+// order, with the kernels of this package and cuBLAS. It is the CUDA
+// backend's training step; its parity with the CPU model (log-probs and
+// every gradient) is TestParityModelStep's subject.
+//
+// Activations are allocated per call and freed at its end; a later
+// revision will keep them in a pool, as the CPU model does.
+type Model struct {
+	dv  *Device
+	cfg model.Config
+	C, F, L, H, KV, D, V, QD, KD, QKV int
+
+	params, grads *Buffer // flat, model.ParamData's layout
+	w, g          gpuWeights
+	cos, sin      *Buffer // rotary table for every position
+	head          *LMHead
+}
+
+type gpuWeights struct {
+	emb, head, norm *Buffer
+	layers          []gpuLayer
+}
+
+type gpuLayer struct {
+	inNorm, postNorm, qkv, qkvBias, o, oBias, gateUp, down *Buffer
+}
+
+// NewModel uploads m's parameters (and zeroed gradients) to the device.
+func (dv *Device) NewModel(m *model.Model) (*Model, error) {
+	cfg := m.Config()
+	g := &Model{dv: dv, cfg: cfg, C: cfg.HiddenSize, F: cfg.IntermediateSize, L: cfg.NumHiddenLayers,
+		H: cfg.NumAttentionHeads, KV: cfg.NumKeyValueHeads, D: cfg.Head(), V: cfg.VocabSize}
+	g.QD, g.KD = g.H*g.D, g.KV*g.D
+	g.QKV = g.QD + 2*g.KD
+	if err := attShape("NewModel", 0, g.H, g.KV, g.D); err != nil {
+		return nil, err
+	}
+	var err error
+	if g.params, err = dv.Upload(m.ParamData()); err != nil {
+		return nil, fmt.Errorf("cuda: NewModel: parameters: %w", err)
+	}
+	if g.grads, err = dv.Alloc(F32, len(m.ParamData())); err != nil {
+		g.Free()
+		return nil, fmt.Errorf("cuda: NewModel: gradients: %w", err)
+	}
+	if err = g.grads.Zero(); err != nil {
+		g.Free()
+		return nil, err
+	}
+	// Each tensor's offset in the flat buffer, from where its Data starts.
+	base := uintptr(unsafe.Pointer(&m.ParamData()[0]))
+	offs := map[string][2]int{}
+	for _, t := range m.Params() {
+		offs[t.Name] = [2]int{int(uintptr(unsafe.Pointer(&t.Data[0]))-base) / 4, len(t.Data)}
+	}
+	if g.w, err = g.views(g.params, offs); err == nil {
+		g.g, err = g.views(g.grads, offs)
+	}
+	if err != nil {
+		g.Free()
+		return nil, err
+	}
+	cos, sin := model.RopeTable(g.D, cfg.RopeTheta, cfg.MaxPositionEmbeddings)
+	if g.cos, err = dv.Upload(cos); err == nil {
+		g.sin, err = dv.Upload(sin)
+	}
+	if err != nil {
+		g.Free()
+		return nil, fmt.Errorf("cuda: NewModel: rotary table: %w", err)
+	}
+	return g, nil
+}
+
+// views slices the named tensors out of a flat buffer. A q_proj view spans
+// q, k and v (stored adjacent), a gate_proj view gate and up.
+func (g *Model) views(flat *Buffer, offs map[string][2]int) (gpuWeights, error) {
+	var w gpuWeights
+	var firstErr error
+	view := func(name string, n int) *Buffer {
+		o, ok := offs[name]
+		if !ok {
+			return nil
+		}
+		b, err := flat.Slice(o[0], o[0]+n)
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("cuda: NewModel: %s: %w", name, err)
+		}
+		return b
+	}
+	w.emb = view("model.embed_tokens.weight", g.V*g.C)
+	w.head = w.emb
+	if !g.cfg.TieWordEmbeddings {
+		w.head = view("lm_head.weight", g.V*g.C)
+	}
+	w.norm = view("model.norm.weight", g.C)
+	for l := range g.L {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		lw := gpuLayer{
+			inNorm:   view(p+"input_layernorm.weight", g.C),
+			postNorm: view(p+"post_attention_layernorm.weight", g.C),
+			qkv:      view(p+"self_attn.q_proj.weight", g.QKV*g.C),
+			o:        view(p+"self_attn.o_proj.weight", g.C*g.QD),
+			oBias:    view(p+"self_attn.o_proj.bias", g.C),
+			gateUp:   view(p+"mlp.gate_proj.weight", 2*g.F*g.C),
+			down:     view(p+"mlp.down_proj.weight", g.C*g.F),
+		}
+		if g.cfg.QKVBias() {
+			lw.qkvBias = view(p+"self_attn.q_proj.bias", g.QKV)
+		}
+		w.layers = append(w.layers, lw)
+	}
+	if firstErr == nil && (w.emb == nil || w.head == nil || w.norm == nil) {
+		firstErr = fmt.Errorf("cuda: NewModel: the model lacks its embedding, head or final norm")
+	}
+	return w, firstErr
+}
+
+// Free releases the model's device memory.
+func (g *Model) Free() error {
+	var first error
+	if g.head != nil {
+		first = g.head.Free()
+	}
+	for _, b := range []*Buffer{g.params, g.grads, g.cos, g.sin} {
+		if b != nil {
+			if err := b.Free(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// Grads copies the accumulated gradients into dst (model.GradData's layout).
+func (g *Model) Grads(dst []float32) error { return g.grads.CopyToFloat32(dst) }
+
+// ZeroGrads clears the gradients.
+func (g *Model) ZeroGrads() error { return g.grads.Zero() }
+
+// SetParams replaces the parameters with src (model.ParamData's layout).
+func (g *Model) SetParams(src []float32) error { return g.params.CopyFromFloat32(src) }
+
+// LossFunc turns the per-token log-probabilities and entropies of a
+// forward pass into d loss / d log-prob per token (0 where there is no
+// target); it runs on the host.
+type LossFunc func(logProbs, entropy []float32) ([]float32, error)
+
+// scratch hands out buffers that are all freed together.
+type scratch struct {
+	dv   *Device
+	bufs []*Buffer
+	err  error
+}
+
+func (s *scratch) get(dt DType, n int) *Buffer {
+	if s.err != nil {
+		return nil
+	}
+	b, err := s.dv.Alloc(dt, n)
+	if err != nil {
+		s.err = err
+		return nil
+	}
+	s.bufs = append(s.bufs, b)
+	return b
+}
+
+func (s *scratch) zeroed(n int) *Buffer {
+	b := s.get(F32, n)
+	if b != nil {
+		if err := b.Zero(); err != nil && s.err == nil {
+			s.err = err
+		}
+	}
+	return b
+}
+
+func (s *scratch) ints(v []int32) *Buffer {
+	b := s.get(I32, len(v))
+	if b != nil && len(v) > 0 {
+		if err := b.CopyFromInt32(v); err != nil && s.err == nil {
+			s.err = err
+		}
+	}
+	return b
+}
+
+func (s *scratch) free() {
+	for _, b := range s.bufs {
+		b.Free()
+	}
+}
+
+type layerActs struct {
+	rstd1, ln1, qkv, y, lse, mid, rstd2, ln2, gu, sig, h *Buffer
+}
+
+// ForwardBackward runs the model over b, hands the log-probabilities and
+// entropies (per token, 0 where there is no target) to lossFn, and adds
+// the gradient of sum_t grad[t]*logp[t] to the model's gradients, as
+// model.Forward then model.Backward. A nil lossFn runs the forward pass
+// only. It returns the log-probabilities and entropies.
+func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entropy []float32, err error) {
+	lay, err := g.cfg.Layout(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	dv := g.dv
+	N, M, C := len(lay.Tokens), len(lay.Rows), g.C
+	s := &scratch{dv: dv}
+	defer s.free()
+	segStart, segEnd := SegmentBounds(lay.SeqLens)
+	rowTargets := make([]int32, M)
+	for r, t := range lay.Rows {
+		rowTargets[r] = lay.Targets[t]
+	}
+	tokens, pos := s.ints(lay.Tokens), s.ints(lay.Pos)
+	gStart, gEnd := s.ints(segStart), s.ints(segEnd)
+	rows, tgt := s.ints(lay.Rows), s.ints(rowTargets)
+	if s.err != nil {
+		return nil, nil, s.err
+	}
+	eps := g.cfg.RMSNormEps
+	run := func(steps ...func() error) error {
+		for _, f := range steps {
+			if s.err != nil {
+				return s.err
+			}
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return s.err
+	}
+
+	// Forward, as model.forward.
+	resid := make([]*Buffer, g.L+1)
+	acts := make([]layerActs, g.L)
+	x := s.get(F32, N*C)
+	tmp := s.get(F32, N*C)
+	if err := run(func() error { return dv.EmbeddingForward(x, tokens, g.w.emb, C) }); err != nil {
+		return nil, nil, err
+	}
+	resid[0] = x
+	for l := range g.L {
+		la, lw := &acts[l], &g.w.layers[l]
+		la.rstd1, la.ln1, la.qkv = s.get(F32, N), s.get(F32, N*C), s.get(F32, N*g.QKV)
+		la.y, la.lse, la.mid = s.get(F32, N*g.QD), s.get(F32, N*g.H), s.get(F32, N*C)
+		la.rstd2, la.ln2 = s.get(F32, N), s.get(F32, N*C)
+		la.gu, la.sig, la.h = s.get(F32, N*2*g.F), s.get(F32, N*g.F), s.get(F32, N*g.F)
+		next := s.get(F32, N*C)
+		err := run(
+			func() error { return dv.RMSNormForward(la.ln1, la.rstd1, x, lw.inNorm, N, C, eps) },
+			func() error { return g.linear(la.qkv, la.ln1, lw.qkv, lw.qkvBias, N, C, g.QKV) },
+			func() error { return dv.RoPEForward(la.qkv, g.QKV, pos, g.H+g.KV, g.D, g.cos, g.sin) },
+			func() error { return dv.AttentionForward(la.y, la.lse, la.qkv, gStart, N, g.H, g.KV, g.D) },
+			func() error { return g.linear(tmp, la.y, lw.o, lw.oBias, N, g.QD, C) },
+			func() error { return dv.ResidualForward(la.mid, x, tmp) },
+			func() error { return dv.RMSNormForward(la.ln2, la.rstd2, la.mid, lw.postNorm, N, C, eps) },
+			func() error { return g.linear(la.gu, la.ln2, lw.gateUp, nil, N, C, 2*g.F) },
+			func() error { return dv.SwiGLUForward(la.h, la.sig, la.gu, N, g.F) },
+			func() error { return g.linear(tmp, la.h, lw.down, nil, N, g.F, C) },
+			func() error { return dv.ResidualForward(next, la.mid, tmp) },
+		)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d forward: %w", l, err)
+		}
+		resid[l+1], x = next, next
+	}
+	rstdF, lnf := s.get(F32, N), s.get(F32, N*C)
+	logProbs, entropy = make([]float32, N), make([]float32, N)
+	if err := run(func() error { return dv.RMSNormForward(lnf, rstdF, x, g.w.norm, N, C, eps) }); err != nil {
+		return nil, nil, err
+	}
+	var xh *Buffer
+	if M > 0 {
+		if g.head == nil {
+			if g.head, err = dv.NewLMHead(g.V, C, 0); err != nil {
+				return nil, nil, err
+			}
+		}
+		xh = s.get(F32, M*C)
+		rowLP, rowEnt := make([]float32, M), make([]float32, M)
+		err := run(
+			func() error { return dv.EmbeddingForward(xh, rows, lnf, C) }, // gather the rows with a target
+			func() error { return g.head.Forward(xh, g.w.head, tgt, M) },
+			func() error { return g.head.LogProbs(rowLP) },
+			func() error { return g.head.Entropy(rowEnt) },
+		)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cuda: LM head forward: %w", err)
+		}
+		for r, t := range lay.Rows {
+			logProbs[t], entropy[t] = rowLP[r], rowEnt[r]
+		}
+	}
+	if lossFn == nil {
+		return logProbs, entropy, nil
+	}
+	grad, err := lossFn(logProbs, entropy)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(grad) != N {
+		return nil, nil, fmt.Errorf("cuda: the loss returned %d gradients for %d tokens", len(grad), N)
+	}
+
+	// Backward, as model.Backward.
+	dres, dln := s.zeroed(N*C), s.zeroed(N*C)
+	if M > 0 {
+		rowGrad := make([]float32, M)
+		for r, t := range lay.Rows {
+			rowGrad[r] = grad[t]
+		}
+		gb, dxh := s.get(F32, M), s.get(F32, M*C)
+		err := run(
+			func() error { return gb.CopyFromFloat32(rowGrad) },
+			func() error { return g.head.Backward(dxh, g.g.head, xh, g.w.head, tgt, gb, M) },
+			func() error { return dv.EmbeddingBackward(dln, dxh, rows, C) }, // scatter back to the rows
+		)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cuda: LM head backward: %w", err)
+		}
+	}
+	dh, dgu := s.get(F32, N*g.F), s.get(F32, N*2*g.F)
+	dy, dqkv, delta := s.get(F32, N*g.QD), s.get(F32, N*g.QKV), s.get(F32, N*g.H)
+	if err := run(func() error { return dv.RMSNormBackward(dres, g.g.norm, dln, resid[g.L], g.w.norm, rstdF, N, C) }); err != nil {
+		return nil, nil, err
+	}
+	for l := g.L - 1; l >= 0; l-- {
+		la, lw, lg := &acts[l], &g.w.layers[l], &g.g.layers[l]
+		err := run(
+			func() error { return g.linearBack(dh, lg.down, nil, dres, la.h, lw.down, N, g.F, C) },
+			func() error { return dv.SwiGLUBackward(dgu, dh, la.sig, la.gu, N, g.F) },
+			func() error { return g.linearBack(dln, lg.gateUp, nil, dgu, la.ln2, lw.gateUp, N, C, 2*g.F) },
+			func() error { return dv.RMSNormBackward(dres, lg.postNorm, dln, la.mid, lw.postNorm, la.rstd2, N, C) },
+			func() error { return g.linearBack(dy, lg.o, lg.oBias, dres, la.y, lw.o, N, g.QD, C) },
+			func() error {
+				return dv.AttentionBackward(dqkv, dy, la.qkv, la.y, la.lse, gStart, gEnd, delta, N, g.H, g.KV, g.D)
+			},
+			func() error { return dv.RoPEBackward(dqkv, g.QKV, pos, g.H+g.KV, g.D, g.cos, g.sin) },
+			func() error { return g.linearBack(dln, lg.qkv, lg.qkvBias, dqkv, la.ln1, lw.qkv, N, C, g.QKV) },
+			func() error { return dv.RMSNormBackward(dres, lg.inNorm, dln, resid[l], lw.inNorm, la.rstd1, N, C) },
+		)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d backward: %w", l, err)
+		}
+	}
+	if err := dv.EmbeddingBackward(g.g.emb, dres, tokens, C); err != nil {
+		return nil, nil, err
+	}
+	return logProbs, entropy, dv.Sync()
+}
+
+// linear: out[N,O] = in[N,I]·w[O,I]^T (+ b), as model's linearForward.
+func (g *Model) linear(out, in, w, b *Buffer, N, I, O int) error {
+	if err := g.dv.Gemm(false, true, N, O, I, 1, in, I, w, I, 0, out, O); err != nil {
+		return err
+	}
+	if b != nil {
+		return g.dv.BiasAdd(out, b, N, O)
+	}
+	return nil
+}
+
+// linearBack: din = dout·w (overwritten, skipped when nil), dw += dout^T·in,
+// db += column sums of dout, as model's linearBackward.
+func (g *Model) linearBack(din, dw, db, dout, in, w *Buffer, N, I, O int) error {
+	if din != nil {
+		if err := g.dv.Gemm(false, false, N, I, O, 1, dout, O, w, I, 0, din, I); err != nil {
+			return err
+		}
+	}
+	if err := g.dv.Gemm(true, false, O, I, N, 1, dout, O, in, I, 1, dw, I); err != nil {
+		return err
+	}
+	if db != nil {
+		return g.dv.BiasGrad(db, dout, N, O)
+	}
+	return nil
+}
