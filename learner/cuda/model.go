@@ -17,8 +17,8 @@ import (
 // Activations are allocated per call and freed at its end; a later
 // revision will keep them in a pool, as the CPU model does.
 type Model struct {
-	dv  *Device
-	cfg model.Config
+	dv                                *Device
+	cfg                               model.Config
 	C, F, L, H, KV, D, V, QD, KD, QKV int
 
 	params, grads *Buffer // flat, model.ParamData's layout
