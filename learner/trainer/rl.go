@@ -44,6 +44,9 @@ type Learner struct {
 	Policy *model.Model
 	Ref    *model.Model // nil: no KL term (Loss.KLCoef must be 0)
 	Opt    *optim.AdamW
+	// PolicyCompute and RefCompute run the passes of Policy and Ref (nil:
+	// on the CPU, CPU(Policy) and CPU(Ref)).
+	PolicyCompute, RefCompute Compute
 }
 
 // Params returns the policy's parameters in the optimiser's form.
@@ -58,14 +61,14 @@ func (l *Learner) Params() []optim.Param {
 
 // logProbs runs forward passes without gradient and returns, per sample, the
 // log-probabilities of its response tokens.
-func logProbs(m *model.Model, seqs []Sequence, budget int) ([][]float32, error) {
+func logProbs(c Compute, seqs []Sequence, budget int) ([][]float32, error) {
 	order := make([]int, len(seqs))
 	for i := range order {
 		order[i] = i
 	}
 	out := make([][]float32, len(seqs))
 	for _, mb := range pack(seqs, order, budget) {
-		a, err := m.Forward(mb.batch)
+		all, err := c.Run(mb.batch, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -73,12 +76,11 @@ func logProbs(m *model.Model, seqs []Sequence, budget int) ([][]float32, error) 
 		for _, i := range mb.seqs {
 			lp := make([]float32, len(seqs[i].Response))
 			for j := range lp {
-				lp[j] = a.LogProbs[mb.scored[k]]
+				lp[j] = all[mb.scored[k]]
 				k++
 			}
 			out[i] = lp
 		}
-		a.Release()
 	}
 	return out, nil
 }
@@ -107,18 +109,17 @@ func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 		seqs[i] = s.Sequence
 		seqs[i].Index = i
 	}
-	old, err := logProbs(l.Policy, seqs, cfg.MicroBatchTokens)
+	old, err := logProbs(l.policy(), seqs, cfg.MicroBatchTokens)
 	if err != nil {
 		return RLStats{}, err
 	}
 	var ref [][]float32
 	if l.Ref != nil && cfg.Loss.KLCoef != 0 {
-		if ref, err = logProbs(l.Ref, seqs, cfg.MicroBatchTokens); err != nil {
+		if ref, err = logProbs(l.ref(), seqs, cfg.MicroBatchTokens); err != nil {
 			return RLStats{}, err
 		}
 	}
 	st := RLStats{Metrics: map[string]float64{}}
-	params := l.Params()
 	metricN := 0
 	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
 		for mbi := 0; mbi < cfg.MiniBatches; mbi++ {
@@ -135,7 +136,9 @@ func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 			if err != nil {
 				return RLStats{}, err
 			}
-			st.GradNorm = l.Opt.Step(params)
+			if st.GradNorm, err = l.optimiserStep(); err != nil {
+				return RLStats{}, err
+			}
 			st.Loss += lossVal
 			st.OptSteps++
 		}
@@ -166,31 +169,33 @@ func (l *Learner) miniBatch(cfg RLConfig, samples []RLSample, seqs []Sequence, o
 		counts[b] = out.Count(cfg.Loss)
 		total += counts[b]
 	}
-	l.Policy.ZeroGrads()
+	c := l.policy()
+	if err := c.ZeroGrads(); err != nil {
+		return 0, err
+	}
 	var lossSum float64
 	for b, mb := range mbs {
 		if counts[b] == 0 {
 			continue
 		}
-		a, err := l.Policy.Forward(mb.batch)
-		if err != nil {
-			return 0, err
-		}
-		in := inputs[b]
-		for j, pos := range mb.scored {
-			in.LogProb[j] = a.LogProbs[pos]
-		}
-		out, err := loss.Compute(cfg.Loss, in)
-		if err != nil {
-			a.Release()
-			return 0, fmt.Errorf("trainer: loss: %w", err)
-		}
 		w := counts[b] / total
-		grad := make([]float32, len(mb.batch.Tokens))
-		for j, pos := range mb.scored {
-			grad[pos] = float32(w) * out.GradLogProb[j]
-		}
-		if err := l.Policy.Backward(a, grad); err != nil {
+		var out loss.Output
+		_, err := c.Run(mb.batch, func(lp, _ []float32) ([]float32, error) {
+			in := inputs[b]
+			for j, pos := range mb.scored {
+				in.LogProb[j] = lp[pos]
+			}
+			var err error
+			if out, err = loss.Compute(cfg.Loss, in); err != nil {
+				return nil, fmt.Errorf("trainer: loss: %w", err)
+			}
+			grad := make([]float32, len(mb.batch.Tokens))
+			for j, pos := range mb.scored {
+				grad[pos] = float32(w) * out.GradLogProb[j]
+			}
+			return grad, nil
+		})
+		if err != nil {
 			return 0, err
 		}
 		lossSum += w * out.Loss

@@ -34,29 +34,33 @@ func (l *Learner) SFTStep(seqs []Sequence, microBatchTokens int) (lossVal, gradN
 	if n == 0 {
 		return 0, 0, errors.New("trainer: SFT batch has no response tokens")
 	}
-	l.Policy.ZeroGrads()
+	c := l.policy()
+	if err := c.ZeroGrads(); err != nil {
+		return 0, 0, err
+	}
 	inv := float32(1) / float32(n)
 	for _, mb := range pack(seqs, order, microBatchTokens) {
-		a, err := l.Policy.Forward(mb.batch)
+		_, err := c.Run(mb.batch, func(lp, _ []float32) ([]float32, error) {
+			grad := make([]float32, len(mb.batch.Tokens))
+			j := 0
+			for _, si := range mb.seqs {
+				for t := range seqs[si].Response {
+					if pos := mb.scored[j]; !skipped(seqs[si], t) {
+						lossVal -= float64(lp[pos])
+						grad[pos] = -inv
+					}
+					j++
+				}
+			}
+			return grad, nil
+		})
 		if err != nil {
 			return 0, 0, err
 		}
-		grad := make([]float32, len(mb.batch.Tokens))
-		j := 0
-		for _, si := range mb.seqs {
-			for t := range seqs[si].Response {
-				if pos := mb.scored[j]; !skipped(seqs[si], t) {
-					lossVal -= float64(a.LogProbs[pos])
-					grad[pos] = -inv
-				}
-				j++
-			}
-		}
-		if err := l.Policy.Backward(a, grad); err != nil {
-			return 0, 0, err
-		}
 	}
-	gradNorm = l.Opt.Step(l.Params())
+	if gradNorm, err = l.optimiserStep(); err != nil {
+		return 0, 0, err
+	}
 	return lossVal / float64(n), gradNorm, nil
 }
 
@@ -65,7 +69,7 @@ func skipped(s Sequence, j int) bool { return s.Skip != nil && s.Skip[j] }
 // MeanNLL is the mean negative log-likelihood of the response tokens of seqs
 // under m, without changing anything.
 func MeanNLL(m *model.Model, seqs []Sequence, microBatchTokens int) (float64, error) {
-	lps, err := logProbs(m, seqs, microBatchTokens)
+	lps, err := logProbs(CPU(m), seqs, microBatchTokens)
 	if err != nil {
 		return 0, err
 	}

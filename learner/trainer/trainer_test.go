@@ -108,14 +108,14 @@ func TestRLStepRaisesPositiveExternalTokens(t *testing.T) {
 	for i := range samples {
 		seqs[i] = samples[i].Sequence
 	}
-	before, _ := logProbs(l.Policy, seqs, 4096)
+	before, _ := logProbs(CPU(l.Policy), seqs, 4096)
 	cfg := RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 4096, PPOEpochs: 1, MiniBatches: 1}
 	cfg.Loss.KLCoef = 0
 	st, err := l.RLStep(cfg, samples)
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := logProbs(l.Policy, seqs, 4096)
+	after, _ := logProbs(CPU(l.Policy), seqs, 4096)
 	for _, j := range []int{1, 2} {
 		if after[0][j] <= before[0][j] {
 			t.Errorf("external token %d of the positive trajectory: log-prob %.4f -> %.4f, want a rise", j, before[0][j], after[0][j])

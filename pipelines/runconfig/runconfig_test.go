@@ -135,7 +135,7 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nreward: {data_source: nosuch}\n", "reward.data_source"},
 		{"run: {dir: r}\ndata: {demo: true}\nadvantage: {method: ppo}\n", "advantage"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {backend: tpu}\n", "learner.backend"},
-		{"run: {dir: r}\ndata: {demo: true}\nlearner: {backend: cuda}\n", "cannot run on the GPU yet"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {backend: tpu}\n", "is unknown: use cpu or cuda"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {objective: sft}\n", "learner.objective"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {optim: {lr: -1}}\n", "learner.optim"},
 		{"run: {dir: r}\ndata: {demo: true}\neval: {splits: [held]}\n", "eval.splits[0]"},

@@ -166,12 +166,8 @@ func (c Config) validateRest() error {
 		return fieldError("learner.ppo_epochs", "%d must be at least 1", l.PPOEpochs)
 	case l.MiniBatches < 1:
 		return fieldError("learner.mini_batches", "%d must be at least 1", l.MiniBatches)
-	case l.Backend == BackendCUDA:
-		// learner/cuda has the kernels and cuBLAS, but the trainer and the
-		// engine do not run on them yet: refuse rather than train on the CPU.
-		return fieldError("learner.backend", "%q: the trainer cannot run on the GPU yet; use %s", l.Backend, BackendCPU)
-	case l.Backend != BackendCPU:
-		return fieldError("learner.backend", "%q is unknown: use %s", l.Backend, BackendCPU)
+	case l.Backend != BackendCPU && l.Backend != BackendCUDA:
+		return fieldError("learner.backend", "%q is unknown: use %s or %s", l.Backend, BackendCPU, BackendCUDA)
 	case l.Objective != ObjectiveRL && l.Objective != ObjectiveRejectionSFT:
 		return fieldError("learner.objective", "%q is unknown: use %s or %s", l.Objective, ObjectiveRL, ObjectiveRejectionSFT)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -205,6 +206,13 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		}
 		l.Ref = ref.Model
 	}
+	if cfg.Learner.Backend == runconfig.BackendCUDA {
+		release, err := onGPU(l)
+		if err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: learner.backend cuda: %w", k, err)
+		}
+		defer release()
+	}
 	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
 		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
@@ -275,4 +283,37 @@ func writeJSON(ctx context.Context, p string, v any) error {
 		return err
 	}
 	return storage.WriteAtomic(ctx, p, append(b, '\n'))
+}
+
+// onGPU moves the learner's passes (policy and reference) to GPU 0 and
+// returns the function that frees them.
+func onGPU(l *trainer.Learner) (func(), error) {
+	dv, err := cuda.Open(0)
+	if err != nil {
+		return nil, err
+	}
+	var held []*trainer.CUDACompute
+	release := func() {
+		for _, c := range held {
+			c.Close()
+		}
+		dv.Close()
+	}
+	pc, err := trainer.CUDA(dv, l.Policy)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	held = append(held, pc)
+	l.PolicyCompute = pc
+	if l.Ref != nil {
+		rc, err := trainer.CUDA(dv, l.Ref)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		held = append(held, rc)
+		l.RefCompute = rc
+	}
+	return release, nil
 }

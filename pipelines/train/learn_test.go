@@ -2,11 +2,14 @@ package train
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/demo"
@@ -169,4 +172,61 @@ func extLogProbs(t *testing.T, m *model.Model, prompt, resp []int32, idx []int) 
 		out[j] = a.LogProbs[len(seq.Prompt)-1+i]
 	}
 	return out
+}
+
+// learner.backend cuda runs the step's passes on the GPU: without one it
+// fails with a message naming the setting and the missing driver and
+// commits nothing; with one, the step gives the CPU's loss and, like it,
+// raises the positive trajectory's external tokens.
+func TestLearnOnGPUBackend(t *testing.T) {
+	ctx := context.Background()
+	h := newHandBuilt(t)
+	cfg, run := h.cfg, h.cfg.Run.Dir
+	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Learner.Backend = runconfig.BackendCUDA
+	_, drvErr := cuda.Driver()
+	met, err := Learn(ctx, cfg, 0)
+	if drvErr != nil {
+		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {
+			t.Fatalf("without a GPU: Learn = %v, want an error naming learner.backend cuda and libcuda", err)
+		}
+		if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(run, 1)); ok {
+			t.Fatal("a failed GPU step committed checkpoint 1")
+		}
+		t.Logf("no GPU here, as expected: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same step on the CPU, from the same checkpoint, in another run.
+	cpuCfg := cfg
+	cpuCfg.Learner.Backend = runconfig.BackendCPU
+	cpuCfg.Run.Dir = t.TempDir()
+	if err := os.CopyFS(cpuCfg.Run.Dir, os.DirFS(run)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(checkpoint.Dir(cpuCfg.Run.Dir, 1)); err != nil {
+		t.Fatal(err)
+	}
+	want, err := Learn(ctx, cpuCfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(met.Loss-want.Loss) > 1e-4*(1+math.Abs(want.Loss)) {
+		t.Errorf("loss on the GPU %.6g, on the CPU %.6g", met.Loss, want.Loss)
+	}
+	pol, err := LoadPolicy(ctx, checkpoint.Dir(run, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := extLogProbs(t, h.m, h.prompt, h.good.ResponseIDs, h.ext)
+	after := extLogProbs(t, pol.Model, h.prompt, h.good.ResponseIDs, h.ext)
+	for j := range h.ext {
+		if after[j] <= before[j] {
+			t.Errorf("external token %d: log-prob %.4f -> %.4f after the GPU step, want a rise", h.ext[j], before[j], after[j])
+		}
+	}
 }
