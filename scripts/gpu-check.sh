@@ -19,7 +19,7 @@
 # set so that a missing driver fails instead of skipping. cuBLAS folders of
 # the Python packages found here are added to AIPO_CUDA_LIB_PATH. The tests
 # take well under a minute on an H200; the whole run is capped at 7.5 minutes
-# (tests 6, the PyTorch baseline of the fused loss 1.5).
+# (tests 6, the PyTorch baselines under 2).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -67,12 +67,13 @@ export AIPO_REQUIRE_GPU=1
 start=$(date +%s)
 timeout 360 "$bin" -test.v -test.run 'GPU|Parity' -test.timeout 340s >>"$report" 2>&1
 rc=$?
-# The fused loss's plain-PyTorch baseline, beside TestGPULMHeadMemory.
+# PyTorch eager baselines, beside TestGPULMHeadMemory and
+# TestGPUTrainStepThroughput.
 {
   echo
-  echo "## scripts/fused_loss_torch.py (plain PyTorch, same shapes)"
+  echo "## scripts/torch_baselines.py (PyTorch eager, same shapes)"
   if command -v python3 >/dev/null; then
-    timeout 90 python3 scripts/fused_loss_torch.py 2>&1 | tail -5
+    timeout 110 python3 scripts/torch_baselines.py 2>&1 | tail -8
   else
     echo "(no python3)"
   fi
