@@ -149,6 +149,33 @@ func (b *Buffer) copyIn(dt DType, p unsafe.Pointer, n int) error {
 	})
 }
 
+// CopyFrom copies src (same type and length) into b on the device, after
+// the queued work.
+func (b *Buffer) CopyFrom(src *Buffer) error {
+	if err := src.usable(); err != nil {
+		return err
+	}
+	if err := b.usable(); err != nil {
+		return err
+	}
+	if b.dt != src.dt || b.n != src.n {
+		return fmt.Errorf("cuda: device copy of %d %s into %d %s", src.n, src.dt, b.n, b.dt)
+	}
+	if src.n == 0 {
+		return nil
+	}
+	if src.dev != b.dev {
+		return fmt.Errorf("cuda: device copy between buffers of two devices")
+	}
+	dv := b.dev
+	return dv.do(func() error {
+		if err := dv.syncLocked(); err != nil {
+			return err
+		}
+		return dv.d.err("cuMemcpyDtoD_v2", dv.d.cuMemcpyDtoD(b.ptr, src.ptr, b.Bytes()))
+	})
+}
+
 // copyOut copies n elements to host memory p once the queued work is done.
 func (b *Buffer) copyOut(dt DType, p unsafe.Pointer, n int) error {
 	if err := b.check(dt, n, "copy to the host"); err != nil || n == 0 {

@@ -36,7 +36,7 @@ var kernelModules = map[string][]string{
 	"adamw":       {"adamw_step"},
 	"norm":        {"sumsq_partial", "sumsq_final"},
 	"lmhead":      {"lmhead_logprob", "lmhead_dlogits"},
-	"attention":   {"attention_forward", "attention_backward_delta", "attention_backward_dq", "attention_backward_dkdv"},
+	"attention":   {"attention_forward", "attention_backward_delta", "attention_backward_dq", "attention_backward_dkdv", "attention_cached", "kv_append"},
 }
 
 // modulePTX returns the embedded PTX of a module.
@@ -458,4 +458,32 @@ func (dv *Device) BiasGrad(db, dout *Buffer, N, O int) error {
 		return err
 	}
 	return dv.launch("bias_grad", uint32((O+blockSize-1)/blockSize), blockSize, db, dout, N, O)
+}
+
+// AttentionCached: y[nq,H*D] for nq new query rows of qkv[nq,(H+2KV)*D]
+// at positions p0..p0+nq-1 of one sequence, against the rotated keys and
+// values of positions 0..p0+nq-1 in the rows of kc and vc ([*,KV*D], the
+// new rows already appended), as learner/model's decoding attention.
+func (dv *Device) AttentionCached(y, qkv, kc, vc *Buffer, nq, p0, H, KV, D int) error {
+	if err := attShape("AttentionCached", nq, H, KV, D); err != nil {
+		return err
+	}
+	KD := KV * D
+	if err := dv.needAll("AttentionCached", arg{"y", y, F32, nq * H * D}, arg{"qkv", qkv, F32, nq * (H*D + 2*KD)},
+		arg{"kc", kc, F32, (p0 + nq) * KD}, arg{"vc", vc, F32, (p0 + nq) * KD}); err != nil {
+		return err
+	}
+	scale := float32(1 / math.Sqrt(float64(D)))
+	return dv.launch2D("attention_cached", uint32((nq+attRows-1)/attRows), uint32(H), attRows,
+		y, qkv, kc, vc, nq, p0, H, KV, D, scale)
+}
+
+// KVAppend copies the key and value parts of n rows of qkv[n,QD+2KD] into
+// rows row0..row0+n-1 of kc and vc ([*,KD]).
+func (dv *Device) KVAppend(kc, vc, qkv *Buffer, n, row0, QD, KD int) error {
+	if err := dv.needAll("KVAppend", arg{"kc", kc, F32, (row0 + n) * KD}, arg{"vc", vc, F32, (row0 + n) * KD},
+		arg{"qkv", qkv, F32, n * (QD + 2*KD)}); err != nil {
+		return err
+	}
+	return dv.launch("kv_append", dv.gridFor(n*KD), blockSize, kc, vc, qkv, n, row0, QD, KD)
 }

@@ -37,7 +37,10 @@ type gpuLayer struct {
 }
 
 // NewModel uploads m's parameters (and zeroed gradients) to the device.
-func (dv *Device) NewModel(m *model.Model) (*Model, error) {
+func (dv *Device) NewModel(m *model.Model) (*Model, error) { return dv.newModel(m, true) }
+
+// newModel is NewModel, without gradients when withGrads is false.
+func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	cfg := m.Config()
 	g := &Model{dv: dv, cfg: cfg, C: cfg.HiddenSize, F: cfg.IntermediateSize, L: cfg.NumHiddenLayers,
 		H: cfg.NumAttentionHeads, KV: cfg.NumKeyValueHeads, D: cfg.Head(), V: cfg.VocabSize}
@@ -50,13 +53,15 @@ func (dv *Device) NewModel(m *model.Model) (*Model, error) {
 	if g.params, err = dv.Upload(m.ParamData()); err != nil {
 		return nil, fmt.Errorf("cuda: NewModel: parameters: %w", err)
 	}
-	if g.grads, err = dv.Alloc(F32, len(m.ParamData())); err != nil {
-		g.Free()
-		return nil, fmt.Errorf("cuda: NewModel: gradients: %w", err)
-	}
-	if err = g.grads.Zero(); err != nil {
-		g.Free()
-		return nil, err
+	if withGrads {
+		if g.grads, err = dv.Alloc(F32, len(m.ParamData())); err != nil {
+			g.Free()
+			return nil, fmt.Errorf("cuda: NewModel: gradients: %w", err)
+		}
+		if err = g.grads.Zero(); err != nil {
+			g.Free()
+			return nil, err
+		}
 	}
 	// Each tensor's offset in the flat buffer, from where its Data starts.
 	base := uintptr(unsafe.Pointer(&m.ParamData()[0]))
@@ -64,7 +69,7 @@ func (dv *Device) NewModel(m *model.Model) (*Model, error) {
 	for _, t := range m.Params() {
 		offs[t.Name] = [2]int{int(uintptr(unsafe.Pointer(&t.Data[0]))-base) / 4, len(t.Data)}
 	}
-	if g.w, err = g.views(g.params, offs); err == nil {
+	if g.w, err = g.views(g.params, offs); err == nil && withGrads {
 		g.g, err = g.views(g.grads, offs)
 	}
 	if err != nil {

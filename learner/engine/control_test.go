@@ -16,7 +16,7 @@ import (
 // releases one step (or all, once closed).
 func paused(t *testing.T, m *model.Model, cfg Config) (*Engine, chan struct{}) {
 	t.Helper()
-	e, err := newEngine(m, nil, 1, cfg)
+	e, err := newEngine(CPU(m), nil, 1, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ type Config struct {
 
 // weights are one version of the model.
 type weights struct {
-	m       *model.Model
+	m       Backend
 	version int64
 }
 
@@ -73,6 +73,14 @@ type Engine struct {
 // weights while it runs: do not change them in place; hand new weights to
 // Reload instead.
 func New(m *model.Model, tok tokenizer.Tokenizer, version int64, cfg Config) (*Engine, error) {
+	if m == nil {
+		return nil, fmt.Errorf("engine: no model")
+	}
+	return NewOn(CPU(m), tok, version, cfg)
+}
+
+// NewOn is New over any Backend (a GPU copy of the model, for one).
+func NewOn(m Backend, tok tokenizer.Tokenizer, version int64, cfg Config) (*Engine, error) {
 	e, err := newEngine(m, tok, version, cfg)
 	if err != nil {
 		return nil, err
@@ -82,7 +90,7 @@ func New(m *model.Model, tok tokenizer.Tokenizer, version int64, cfg Config) (*E
 }
 
 // newEngine is New without starting the scheduler.
-func newEngine(m *model.Model, tok tokenizer.Tokenizer, version int64, cfg Config) (*Engine, error) {
+func newEngine(m Backend, tok tokenizer.Tokenizer, version int64, cfg Config) (*Engine, error) {
 	if m == nil {
 		return nil, fmt.Errorf("engine: no model")
 	}
@@ -216,6 +224,14 @@ func (e *Engine) GenerateStream(ctx context.Context, req Request, fn func(Token)
 // room for MaxContext positions. Cached sessions of other versions are
 // dropped.
 func (e *Engine) Reload(m *model.Model, version int64) error {
+	if m == nil {
+		return fmt.Errorf("engine: Reload without a model")
+	}
+	return e.ReloadOn(CPU(m), version)
+}
+
+// ReloadOn is Reload with any Backend.
+func (e *Engine) ReloadOn(m Backend, version int64) error {
 	if m == nil {
 		return fmt.Errorf("engine: Reload without a model")
 	}

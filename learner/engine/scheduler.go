@@ -22,7 +22,7 @@ type seq struct {
 	err       error
 
 	w       *weights
-	cache   *model.KVCache
+	cache   Cache
 	pending []int32 // tokens to feed before the next sample
 	one     [1]int32
 	rng     *rand.Rand
@@ -111,7 +111,7 @@ func (e *Engine) admit(active []*seq, q *seq) []*seq {
 		}
 	}
 	if q.cache == nil {
-		q.cache = w.m.NewKVCache()
+		q.cache = w.m.NewCache()
 	}
 	q.pending = prefix[q.cache.Len():]
 	q.res = Result{PolicyVersion: w.version, PrefixTokens: len(prefix), CachedTokens: q.cache.Len()}
@@ -125,7 +125,7 @@ func (e *Engine) admit(active []*seq, q *seq) []*seq {
 func (e *Engine) step(active []*seq, smp *sampler, logits *[]float32) []*seq {
 	type group struct {
 		seqs   []*seq
-		caches []*model.KVCache
+		caches []Cache
 		toks   [][]int32
 	}
 	var order []*weights

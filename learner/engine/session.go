@@ -3,14 +3,12 @@ package engine
 import (
 	"container/list"
 	"sync"
-
-	"github.com/aipo-rl/aipo/learner/model"
 )
 
 // sessionEntry is a finished sequence's cache kept for its session.
 type sessionEntry struct {
 	id      string
-	cache   *model.KVCache
+	cache   Cache
 	version int64
 }
 
@@ -63,7 +61,7 @@ func (s *sessionStore) start(id string, q *seq) {
 
 // finish stores the cache of a request that ran for session id, unless the
 // session was released while it ran or the cache alone exceeds the limit.
-func (s *sessionStore) finish(id string, q *seq, c *model.KVCache, version int64) {
+func (s *sessionStore) finish(id string, q *seq, c Cache, version int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keep, ok := s.active[id][q]

@@ -30,6 +30,27 @@ static __device__ void load_tile(float (*dst)[ATT_MAX_D], const float *src, long
   }
 }
 
+// attend_tile folds keys lo..hi (tile rows, inclusive) of the shared
+// tiles ks, vs into one query row's running state: maximum m, sum l and
+// unnormalised output acc (the flash-attention recurrence).
+static __device__ void attend_tile(const float *q, float *acc, float &m, float &l, float (*ks)[ATT_MAX_D],
+                                   float (*vs)[ATT_MAX_D], int lo, int hi, int D, float scale) {
+  for (int r = lo; r <= hi; r++) {
+    float s = 0.0f;
+    for (int d = 0; d < D; d++) s += q[d] * ks[r][d];
+    s *= scale;
+    if (s > m) {
+      const float c = expf(m - s); // 0 on the first key (m = -inf)
+      l *= c;
+      for (int d = 0; d < D; d++) acc[d] *= c;
+      m = s;
+    }
+    const float p = expf(s - m);
+    l += p;
+    for (int d = 0; d < D; d++) acc[d] += p * vs[r][d];
+  }
+}
+
 // y[N,QD], lse[N,H] from qkv. Grid: (ceil(N/ATT_ROWS), H); block:
 // ATT_ROWS threads, one query row each.
 extern "C" __global__ void attention_forward(float *y, float *lse, const float *qkv, const int *seg_start,
@@ -56,30 +77,59 @@ extern "C" __global__ void attention_forward(float *y, float *lse, const float *
     load_tile(ks, qkv, QKV, QD + g * D, k0, N, D);
     load_tile(vs, qkv, QKV, QD + KD + g * D, k0, N, D);
     __syncthreads();
-    if (valid) {
-      for (int r = 0; r < ATT_TILE; r++) {
-        const int j = k0 + r;
-        if (j < s0 || j > i) continue;
-        float s = 0.0f;
-        for (int d = 0; d < D; d++) s += q[d] * ks[r][d];
-        s *= scale;
-        if (s > m) {
-          const float c = expf(m - s); // 0 on the first key (m = -inf)
-          l *= c;
-          for (int d = 0; d < D; d++) acc[d] *= c;
-          m = s;
-        }
-        const float p = expf(s - m);
-        l += p;
-        for (int d = 0; d < D; d++) acc[d] += p * vs[r][d];
-      }
-    }
+    if (valid) attend_tile(q, acc, m, l, ks, vs, max(0, s0 - k0), min(ATT_TILE - 1, i - k0), D, scale);
     __syncthreads();
   }
   if (!valid) return;
   const float inv = 1.0f / l;
   for (int d = 0; d < D; d++) y[(long long)i * QD + h * D + d] = acc[d] * inv;
   lse[(long long)i * H + h] = m + logf(l);
+}
+
+// Decoding against a cache: y[nq,QD] for nq new query rows of qkv[nq,QKV]
+// at positions p0..p0+nq-1 of one sequence whose rotated keys and values
+// for positions 0..p0+nq-1 are the rows of kc[*,KD] and vc[*,KD] (the new
+// rows already appended), as learner/model's attendBlock with cached keys.
+// Grid: (ceil(nq/ATT_ROWS), H); block: ATT_ROWS threads.
+extern "C" __global__ void attention_cached(float *y, const float *qkv, const float *kc, const float *vc, int nq,
+                                            int p0, int H, int KV, int D, float scale) {
+  __shared__ float ks[ATT_TILE][ATT_MAX_D];
+  __shared__ float vs[ATT_TILE][ATT_MAX_D];
+  const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
+  const int h = blockIdx.y, g = h / (H / KV);
+  const int first = blockIdx.x * ATT_ROWS;
+  const int i = first + threadIdx.x;
+  const bool valid = i < nq;
+  const int keys = p0 + min(first + ATT_ROWS, nq); // rows of the cache this block reads
+
+  float q[ATT_MAX_D], acc[ATT_MAX_D];
+  for (int d = 0; d < D; d++) {
+    q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
+    acc[d] = 0.0f;
+  }
+  float m = ATT_NEG_INF, l = 0.0f;
+  for (int k0 = 0; k0 < keys; k0 += ATT_TILE) {
+    load_tile(ks, kc, KD, g * D, k0, keys, D);
+    load_tile(vs, vc, KD, g * D, k0, keys, D);
+    __syncthreads();
+    if (valid) attend_tile(q, acc, m, l, ks, vs, 0, min(ATT_TILE - 1, p0 + i - k0), D, scale);
+    __syncthreads();
+  }
+  if (!valid) return;
+  const float inv = 1.0f / l;
+  for (int d = 0; d < D; d++) y[(long long)i * QD + h * D + d] = acc[d] * inv;
+}
+
+// kv_append copies the key and value parts of n rows of qkv[n,QKV] into
+// rows row0.. of the caches kc and vc ([*,KD] each). Grid-stride over n*KD.
+extern "C" __global__ void kv_append(float *kc, float *vc, const float *qkv, int n, int row0, int QD, int KD) {
+  const int QKV = QD + 2 * KD;
+  const long long total = (long long)n * KD;
+  for (long long e = grid_index(); e < total; e += grid_stride()) {
+    const long long t = e / KD, c = e - t * KD;
+    kc[(row0 + t) * KD + c] = qkv[t * QKV + QD + c];
+    vc[(row0 + t) * KD + c] = qkv[t * QKV + QD + KD + c];
+  }
 }
 
 // delta[N,H] = sum_d dy*y per row and head, the softmax backward's row

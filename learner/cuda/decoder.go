@@ -1,0 +1,249 @@
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/model"
+)
+
+// Decoder is an engine.Backend on the GPU: learner/engine samples from it
+// (engine.NewOn(decoder, ...)) as from the CPU model. Its attention caches
+// hold each layer's rotated keys and values in device memory; Extend runs
+// the new tokens of all sequences through the layers packed together,
+// appends their keys and values to the caches and attends each sequence's
+// new queries to its cache (attention_cached), then returns the logits of
+// each sequence's last token to the host, where the engine samples.
+type Decoder struct {
+	g  *Model
+	mu sync.Mutex // one Extend at a time
+}
+
+var _ engine.Backend = (*Decoder)(nil)
+
+// NewDecoder uploads m's parameters for decoding (no gradients).
+func (dv *Device) NewDecoder(m *model.Model) (*Decoder, error) {
+	g, err := dv.newModel(m, false)
+	if err != nil {
+		return nil, err
+	}
+	return &Decoder{g: g}, nil
+}
+
+// Free releases the decoder's weights; caches free themselves when they
+// are no longer referenced.
+func (d *Decoder) Free() error { return d.g.Free() }
+
+// Config is the model's configuration.
+func (d *Decoder) Config() model.Config { return d.g.cfg }
+
+// BytesPerToken is the device memory of one cached position.
+func (d *Decoder) BytesPerToken() int { return 2 * 4 * d.g.L * d.g.KD }
+
+// kvStore holds a cache's device buffers, apart from the cache so that a
+// cleanup can free them once the cache is unreachable.
+type kvStore struct {
+	k, v []*Buffer // per layer, capacity*KD floats
+	cap  int       // positions
+}
+
+func (s *kvStore) free() {
+	for l := range s.k {
+		if s.k[l] != nil {
+			s.k[l].Free()
+			s.v[l].Free()
+		}
+	}
+}
+
+type kvCache struct {
+	dec    *Decoder
+	tokens []int32
+	st     *kvStore
+}
+
+// NewCache returns an empty cache.
+func (d *Decoder) NewCache() engine.Cache {
+	c := &kvCache{dec: d, st: &kvStore{k: make([]*Buffer, d.g.L), v: make([]*Buffer, d.g.L)}}
+	runtime.AddCleanup(c, func(s *kvStore) { s.free() }, c.st)
+	return c
+}
+
+func (c *kvCache) Len() int        { return len(c.tokens) }
+func (c *kvCache) Tokens() []int32 { return c.tokens }
+func (c *kvCache) Truncate(n int)  { c.tokens = c.tokens[:max(0, min(n, len(c.tokens)))] }
+func (c *kvCache) Bytes() int      { return 4*cap(c.tokens) + c.dec.BytesPerToken()*c.st.cap }
+func (c *kvCache) kd() int         { return c.dec.g.KD }
+func (c *kvCache) dev() *Device    { return c.dec.g.dv }
+
+// reserve grows the device buffers to at least n positions (by half their
+// size at least, in multiples of 128), keeping the cached rows.
+func (c *kvCache) reserve(n int) error {
+	s := c.st
+	if s.cap >= n {
+		return nil
+	}
+	want := (max(n, s.cap+s.cap/2) + 127) / 128 * 128
+	used := len(c.tokens) * c.kd()
+	grown := &kvStore{k: make([]*Buffer, len(s.k)), v: make([]*Buffer, len(s.v)), cap: want}
+	for l := range s.k {
+		for _, p := range []struct{ dst, src **Buffer }{{&grown.k[l], &s.k[l]}, {&grown.v[l], &s.v[l]}} {
+			b, err := c.dev().Alloc(F32, want*c.kd())
+			if err != nil {
+				grown.free()
+				return fmt.Errorf("cuda: growing a KV cache to %d positions: %w", want, err)
+			}
+			*p.dst = b
+			if used > 0 {
+				dst, _ := b.Slice(0, used)
+				src, _ := (*p.src).Slice(0, used)
+				if err := dst.CopyFrom(src); err != nil {
+					grown.free()
+					return err
+				}
+			}
+		}
+	}
+	s.free()
+	*s = *grown
+	return nil
+}
+
+// Extend implements engine.Backend (see model.Model.Extend).
+func (d *Decoder) Extend(caches []engine.Cache, tokens [][]int32, dst []float32) ([]float32, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g := d.g
+	B := len(caches)
+	if B == 0 || len(tokens) != B {
+		return nil, fmt.Errorf("cuda: Extend got %d caches and %d token lists; give one non-empty list per cache", B, len(tokens))
+	}
+	kc := make([]*kvCache, B)
+	seen := map[*kvCache]bool{}
+	N := 0
+	for i, c := range caches {
+		k, ok := c.(*kvCache)
+		if !ok || k.dec != d {
+			return nil, fmt.Errorf("cuda: Extend cache %d was not made by this decoder's NewCache", i)
+		}
+		if seen[k] {
+			return nil, fmt.Errorf("cuda: Extend got cache %d twice", i)
+		}
+		seen[k] = true
+		if len(tokens[i]) == 0 {
+			return nil, fmt.Errorf("cuda: Extend sequence %d has no new tokens", i)
+		}
+		if n := k.Len() + len(tokens[i]); n > g.cfg.MaxPositionEmbeddings {
+			return nil, fmt.Errorf("cuda: Extend sequence %d would reach %d positions, more than max_position_embeddings %d", i, n, g.cfg.MaxPositionEmbeddings)
+		}
+		for _, t := range tokens[i] {
+			if t < 0 || int(t) >= g.V {
+				return nil, fmt.Errorf("cuda: Extend sequence %d: token %d is outside the vocabulary [0,%d)", i, t, g.V)
+			}
+		}
+		kc[i] = k
+		N += len(tokens[i])
+	}
+	for i, k := range kc {
+		if err := k.reserve(k.Len() + len(tokens[i])); err != nil {
+			return nil, err
+		}
+	}
+	// Packed new tokens, their positions, and each sequence's last row.
+	toks, pos, last, off := make([]int32, 0, N), make([]int32, 0, N), make([]int32, B), make([]int, B+1)
+	for i, k := range kc {
+		off[i] = len(toks)
+		for j, t := range tokens[i] {
+			toks = append(toks, t)
+			pos = append(pos, int32(k.Len()+j))
+		}
+		last[i] = int32(len(toks) - 1)
+	}
+	off[B] = N
+	dv, C := g.dv, g.C
+	s := &scratch{dv: dv}
+	defer s.free()
+	gt, gp, gl := s.ints(toks), s.ints(pos), s.ints(last)
+	x, tmp, mid := s.get(F32, N*C), s.get(F32, N*C), s.get(F32, N*C)
+	ln, rstd := s.get(F32, N*C), s.get(F32, N)
+	qkv, y := s.get(F32, N*g.QKV), s.get(F32, N*g.QD)
+	gu, sig, h := s.get(F32, N*2*g.F), s.get(F32, N*g.F), s.get(F32, N*g.F)
+	if s.err != nil {
+		return nil, s.err
+	}
+	eps := g.cfg.RMSNormEps
+	if err := dv.EmbeddingForward(x, gt, g.w.emb, C); err != nil {
+		return nil, err
+	}
+	for l := range g.L {
+		lw := &g.w.layers[l]
+		if err := dv.RMSNormForward(ln, rstd, x, lw.inNorm, N, C, eps); err != nil {
+			return nil, err
+		}
+		if err := g.linear(qkv, ln, lw.qkv, lw.qkvBias, N, C, g.QKV); err != nil {
+			return nil, err
+		}
+		if err := dv.RoPEForward(qkv, g.QKV, gp, g.H+g.KV, g.D, g.cos, g.sin); err != nil {
+			return nil, err
+		}
+		for i, k := range kc {
+			n, p0 := off[i+1]-off[i], k.Len()
+			rows, err := qkv.Slice(off[i]*g.QKV, off[i+1]*g.QKV)
+			if err != nil {
+				return nil, err
+			}
+			yi, err := y.Slice(off[i]*g.QD, off[i+1]*g.QD)
+			if err != nil {
+				return nil, err
+			}
+			if err := dv.KVAppend(k.st.k[l], k.st.v[l], rows, n, p0, g.QD, g.KD); err != nil {
+				return nil, err
+			}
+			if err := dv.AttentionCached(yi, rows, k.st.k[l], k.st.v[l], n, p0, g.H, g.KV, g.D); err != nil {
+				return nil, err
+			}
+		}
+		steps := []func() error{
+			func() error { return g.linear(tmp, y, lw.o, lw.oBias, N, g.QD, C) },
+			func() error { return dv.ResidualForward(mid, x, tmp) },
+			func() error { return dv.RMSNormForward(ln, rstd, mid, lw.postNorm, N, C, eps) },
+			func() error { return g.linear(gu, ln, lw.gateUp, nil, N, C, 2*g.F) },
+			func() error { return dv.SwiGLUForward(h, sig, gu, N, g.F) },
+			func() error { return g.linear(tmp, h, lw.down, nil, N, g.F, C) },
+			func() error { return dv.ResidualForward(x, mid, tmp) },
+		}
+		for _, f := range steps {
+			if err := f(); err != nil {
+				return nil, fmt.Errorf("cuda: Extend layer %d: %w", l, err)
+			}
+		}
+	}
+	// The last row of each sequence through the final norm and the head.
+	xl, lnl, rl, lg := s.get(F32, B*C), s.get(F32, B*C), s.get(F32, B), s.get(F32, B*g.V)
+	if s.err != nil {
+		return nil, s.err
+	}
+	if err := dv.EmbeddingForward(xl, gl, x, C); err != nil { // gather
+		return nil, err
+	}
+	if err := dv.RMSNormForward(lnl, rl, xl, g.w.norm, B, C, eps); err != nil {
+		return nil, err
+	}
+	if err := dv.Gemm(false, true, B, g.V, C, 1, lnl, C, g.w.head, C, 0, lg, g.V); err != nil {
+		return nil, err
+	}
+	if cap(dst) >= B*g.V {
+		dst = dst[:B*g.V]
+	} else {
+		dst = make([]float32, B*g.V)
+	}
+	if err := lg.CopyToFloat32(dst); err != nil {
+		return nil, err
+	}
+	for i, k := range kc {
+		k.tokens = append(k.tokens, tokens[i]...)
+	}
+	return dst, nil
+}
