@@ -147,7 +147,7 @@
 //	learner.micro_batch_tokens  tokens per forward/backward pass (16384)
 //	learner.ppo_epochs          passes over a step's trajectories (1)
 //	learner.mini_batches        optimiser updates per pass (1)
-//	learner.backend             cpu, or cuda: the learner's passes on GPU 0 (learner/cuda, float32); rollouts stay on the CPU (cpu)
+//	learner.backend             cpu, or cuda: the learner's passes and aipo train's rollout engine on GPU 0 (learner/cuda, float32) (cpu)
 //	learner.objective           rl, or rejection-sft (Expert Iteration: SFT on correct trajectories) (rl)
 //
 //	eval.every                  steps between evaluations, 0 off (10)

@@ -5,11 +5,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/cuda"
+	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/demo"
@@ -228,5 +230,43 @@ func TestLearnOnGPUBackend(t *testing.T) {
 		if after[j] <= before[j] {
 			t.Errorf("external token %d: log-prob %.4f -> %.4f after the GPU step, want a rise", h.ext[j], before[j], after[j])
 		}
+	}
+}
+
+// With learner.backend cuda, aipo train's rollout engine decodes on the
+// GPU: without one it fails naming the setting and the driver; with one,
+// greedy decoding matches the CPU engine's.
+func TestRolloutEngineOnGPUBackend(t *testing.T) {
+	ctx := context.Background()
+	h := newHandBuilt(t)
+	dir := checkpoint.Dir(h.cfg.Run.Dir, 0)
+	e, release, err := openEngineOn(ctx, dir, runconfig.BackendCUDA)
+	if _, drvErr := cuda.Driver(); drvErr != nil {
+		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {
+			t.Fatalf("without a GPU: openEngineOn = %v, want an error naming learner.backend cuda and libcuda", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	defer e.Close()
+	cpu, err := OpenEngine(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	req := engine.Request{Prefix: h.prompt, Params: engine.SampleParams{MaxTokens: 24}}
+	want, err := cpu.Generate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.Generate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Tokens, want.Tokens) {
+		t.Errorf("greedy tokens on the GPU %v, on the CPU %v", got.Tokens, want.Tokens)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
@@ -118,10 +119,11 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 
 // withEngine serves checkpoint k in this process for the duration of fn.
 func withEngine(ctx context.Context, cfg runconfig.Config, k int64, fn func(endpoint string) error) error {
-	e, err := OpenEngine(ctx, checkpoint.Dir(cfg.Run.Dir, k))
+	e, release, err := openEngineOn(ctx, checkpoint.Dir(cfg.Run.Dir, k), cfg.Learner.Backend)
 	if err != nil {
 		return err
 	}
+	defer release()
 	defer e.Close()
 	name := fmt.Sprintf("train-%s-%06d", sanitize(cfg.Run.Name), k)
 	if err := inproc.Serve(name, e); err != nil {
@@ -133,11 +135,41 @@ func withEngine(ctx context.Context, cfg runconfig.Config, k int64, fn func(endp
 
 // OpenEngine starts an engine over a committed checkpoint (local or gs://).
 func OpenEngine(ctx context.Context, dir string) (*engine.Engine, error) {
+	e, _, err := openEngineOn(ctx, dir, runconfig.BackendCPU)
+	return e, err
+}
+
+// openEngineOn is OpenEngine on a compute backend (learner.backend): with
+// cuda the engine decodes on GPU 0. release frees the device after the
+// engine is closed.
+func openEngineOn(ctx context.Context, dir, backend string) (e *engine.Engine, release func(), err error) {
 	l, err := inproc.LoadCheckpoint(ctx, dir, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return engine.New(l.Model, l.Tokenizer, l.Trainer.PolicyVersion, engine.Config{Name: storage.Base(dir), MaxBatch: 256})
+	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: 256}
+	if backend != runconfig.BackendCUDA {
+		e, err := engine.New(l.Model, l.Tokenizer, l.Trainer.PolicyVersion, ecfg)
+		return e, func() {}, err
+	}
+	dv, err := cuda.Open(0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollout engine: learner.backend cuda: %w", err)
+	}
+	dec, err := dv.NewDecoder(l.Model)
+	if err != nil {
+		dv.Close()
+		return nil, nil, fmt.Errorf("rollout engine: learner.backend cuda: %w", err)
+	}
+	release = func() {
+		dec.Free()
+		dv.Close()
+	}
+	if e, err = engine.NewOn(dec, l.Tokenizer, l.Trainer.PolicyVersion, ecfg); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return e, release, nil
 }
 
 func sanitize(s string) string {
