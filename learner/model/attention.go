@@ -32,17 +32,14 @@ func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq 
 	for i := 0; i < nq; i++ {
 		row := s[i*nk : (i+1)*nk]
 		valid := row[:p0+i+1]
-		m := valid[0]
-		for _, x := range valid {
-			m = max(m, x)
-		}
+		m := maxOf(valid)
 		expShift(valid, valid, m)
 		var sum float32
 		for _, e := range valid {
 			sum += e
 		}
 		inv := 1 / sum
-		for j := range valid {
+		for j := scaleVector(valid, inv); j < len(valid); j++ {
 			valid[j] *= inv
 		}
 		clear(row[p0+i+1:])

@@ -16,3 +16,35 @@ func expShift(dst, src []float32, shift float32) {
 		}
 	}
 }
+
+// maxOf returns the largest element of x (non-empty) with the builtin max's
+// semantics: NaN if any element is NaN, +0 over -0. Those make max
+// order-independent, so four running maxima give the same bits as one
+// while not waiting on each other.
+func maxOf(x []float32) float32 {
+	m, done := maxVector(x)
+	if done == 0 {
+		return maxScalar(x)
+	}
+	for _, v := range x[done:] {
+		m = max(m, v)
+	}
+	return m
+}
+
+// maxScalar is maxOf without the vector kernel.
+func maxScalar(x []float32) float32 {
+	m0 := x[0]
+	m1, m2, m3 := m0, m0, m0
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0 = max(m0, x[i])
+		m1 = max(m1, x[i+1])
+		m2 = max(m2, x[i+2])
+		m3 = max(m3, x[i+3])
+	}
+	for ; i < len(x); i++ {
+		m0 = max(m0, x[i])
+	}
+	return max(max(m0, m1), max(m2, m3))
+}

@@ -109,15 +109,12 @@ func headRowBackward(row []float32, tgt int32, g, lse float32, probs bool) {
 		clear(row)
 		return
 	}
-	if probs {
-		for j, v := range row {
-			row[j] = -g * v
-		}
-	} else {
+	if !probs {
 		expShift(row, row, lse)
-		for j, e := range row {
-			row[j] = -g * e
-		}
+	}
+	ng := -g
+	for j := scaleVector(row, ng); j < len(row); j++ {
+		row[j] *= ng
 	}
 	row[tgt] += g
 }
@@ -126,10 +123,7 @@ func headRowBackward(row []float32, tgt int32, g, lse float32, probs bool) {
 // -sum p log p = lse - sum p*x; with toProbs it overwrites x with softmax(x).
 // It evaluates exp once per element.
 func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
-	mx := x[0]
-	for _, v := range x {
-		mx = max(mx, v)
-	}
+	mx := maxOf(x)
 	// float32 sums over blocks of 256, float64 across blocks: accurate for
 	// a 151k vocabulary without a float64 conversion per element.
 	var s, sx float64
@@ -151,7 +145,7 @@ func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
 	}
 	if toProbs {
 		inv := float32(1 / s)
-		for j := range x {
+		for j := scaleVector(x, inv); j < len(x); j++ {
 			x[j] *= inv
 		}
 	}

@@ -57,24 +57,54 @@ func rmsnormBackward(dx, dw, dout, x, w, rstd []float32, N, C int) {
 	partial := make([]float32, len(ranges)*C)
 	parallelTasks(len(ranges), func(_, k int) {
 		pw := partial[k*C : (k+1)*C]
-		for t := ranges[k][0]; t < ranges[k][1]; t++ {
-			xr, dy, dxr := x[t*C:(t+1)*C], dout[t*C:(t+1)*C], dx[t*C:(t+1)*C]
+		t, end := ranges[k][0], ranges[k][1]
+		// Four rows at a time: their dot products are independent chains
+		// (each still summed in index order) and pw takes their terms in
+		// row order, so the bits are those of one row at a time.
+		for ; t+4 <= end; t += 4 {
+			x0, x1, x2, x3 := x[t*C:(t+1)*C], x[(t+1)*C:(t+2)*C], x[(t+2)*C:(t+3)*C], x[(t+3)*C:(t+4)*C]
+			d0, d1, d2, d3 := dout[t*C:(t+1)*C], dout[(t+1)*C:(t+2)*C], dout[(t+2)*C:(t+3)*C], dout[(t+3)*C:(t+4)*C]
+			r0, r1, r2, r3 := rstd[t], rstd[t+1], rstd[t+2], rstd[t+3]
+			var s0, s1, s2, s3 float64
+			for i := range pw {
+				wi := float64(w[i])
+				s0 += float64(d0[i]) * wi * float64(x0[i])
+				s1 += float64(d1[i]) * wi * float64(x1[i])
+				s2 += float64(d2[i]) * wi * float64(x2[i])
+				s3 += float64(d3[i]) * wi * float64(x3[i])
+				p := pw[i] + d0[i]*x0[i]*r0
+				p += d1[i] * x1[i] * r1
+				p += d2[i] * x2[i] * r2
+				pw[i] = p + d3[i]*x3[i]*r3
+			}
+			for j, dot := range [4]float64{s0, s1, s2, s3} {
+				rmsnormDx(dx[(t+j)*C:(t+j+1)*C], dout[(t+j)*C:(t+j+1)*C], x[(t+j)*C:(t+j+1)*C], w, rstd[t+j], dot, C)
+			}
+		}
+		for ; t < end; t++ {
+			xr, dy := x[t*C:(t+1)*C], dout[t*C:(t+1)*C]
 			r := rstd[t]
 			var dot float64
 			for i, v := range xr {
 				dot += float64(dy[i]) * float64(w[i]) * float64(v)
 				pw[i] += dy[i] * v * r
 			}
-			c := float32(dot) * r * r * r / float32(C)
-			for i, v := range xr {
-				dxr[i] += r*w[i]*dy[i] - v*c
-			}
+			rmsnormDx(dx[t*C:(t+1)*C], dy, xr, w, r, dot, C)
 		}
 	})
 	for k := range ranges {
 		for i, v := range partial[k*C : (k+1)*C] {
 			dw[i] += v
 		}
+	}
+}
+
+// rmsnormDx adds one row's input gradient, r*w*dy - x*c with c =
+// dot*r^3/C, to dxr.
+func rmsnormDx(dxr, dy, xr, w []float32, r float32, dot float64, C int) {
+	c := float32(dot) * r * r * r / float32(C)
+	for i, v := range xr {
+		dxr[i] += r*w[i]*dy[i] - v*c
 	}
 }
 
@@ -119,8 +149,15 @@ func swigluForward(h, sig, gu []float32, N, F int) {
 		for t := lo; t < hi; t++ {
 			g, u := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F]
 			o, sg := h[t*F:(t+1)*F], sig[t*F:(t+1)*F]
+			// exp32(-g) through the vectorised expShift (same bits), kept
+			// in sg until the sigmoid replaces it.
 			for i, gv := range g {
-				s := 1 / (1 + exp32(-gv))
+				sg[i] = -gv
+			}
+			expShift(sg, sg, 0)
+			for i := swigluFwdVector(o, sg, g, u); i < len(g); i++ {
+				gv := g[i]
+				s := 1 / (1 + sg[i])
 				sg[i] = s
 				o[i] = gv * s * u[i]
 			}
@@ -135,8 +172,8 @@ func swigluRecompute(h, sig, gu []float32, N, F int) {
 		for t := lo; t < hi; t++ {
 			g, u := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F]
 			o, sg := h[t*F:(t+1)*F], sig[t*F:(t+1)*F]
-			for i, gv := range g {
-				o[i] = gv * sg[i] * u[i]
+			for i := swigluRecVector(o, sg, g, u); i < len(g); i++ {
+				o[i] = g[i] * sg[i] * u[i]
 			}
 		}
 	})
@@ -150,8 +187,8 @@ func swigluBackward(dgu, dh, sig, gu []float32, N, F int) {
 			g, u := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F]
 			dg, du, d := dgu[2*t*F:(2*t+1)*F], dgu[(2*t+1)*F:(2*t+2)*F], dh[t*F:(t+1)*F]
 			sg := sig[t*F : (t+1)*F]
-			for i, gv := range g {
-				s := sg[i]
+			for i := swigluBwdVector(dg, du, d, sg, g, u); i < len(g); i++ {
+				gv, s := g[i], sg[i]
 				du[i] = d[i] * gv * s
 				dg[i] = d[i] * u[i] * s * (1 + gv*(1-s))
 			}
