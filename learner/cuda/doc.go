@@ -1,8 +1,8 @@
-// Package cuda is the foundation of aipo's CUDA backend: it loads the NVIDIA
-// driver (libcuda.so.1) and cuBLAS at run time with purego, so that one
-// binary, built without cgo in this package and without the CUDA toolkit,
-// runs with and without a GPU. Selecting CUDA on a machine without one
-// fails with an error naming every library path that was tried.
+// Package cuda is aipo's CUDA backend: it loads the NVIDIA driver
+// (libcuda.so.1) and cuBLAS at run time with purego, so that one binary,
+// built without cgo in this package and without the CUDA toolkit, runs
+// with and without a GPU. Selecting CUDA on a machine without one fails
+// with an error naming every library path that was tried.
 //
 // The pieces:
 //
@@ -10,22 +10,34 @@
 //     locked OS thread; every driver and cuBLAS call runs there, so the
 //     context is always current. Buffers are plain device allocations (no
 //     managed memory) with copies to and from []float32, []uint16 (bfloat16
-//     bit patterns) and []int32.
+//     bit patterns) and []int32; the Device counts live and peak bytes
+//     (MemStats).
 //   - Gemm and GemmBF16 call cuBLAS with the row-major convention of
 //     learner/blas.Sgemm, so CPU and GPU code pass the same shapes.
-//   - The kernels (RMSNorm, SwiGLU, residual add, RoPE, embedding gather and
-//     scatter-add, AdamW, gradient global norm and scaling, bfloat16 casts)
-//     are CUDA C in kernels/*.cu, compiled to PTX for sm_90 by
-//     scripts/ptx.sh with NVRTC. The PTX in ptx/ is committed and embedded;
-//     the driver JIT-compiles it when a Device opens. Each kernel repeats
-//     the float32 arithmetic of its CPU counterpart in learner/model or
-//     learner/optim, in the same order, and is compiled without fused
-//     multiply-add contraction so that the roundings match.
+//   - The kernels (RMSNorm, SwiGLU, residual add, bias, RoPE, embedding
+//     gather and scatter-add, causal grouped-query attention over packed
+//     sequences and against a KV cache, the LM head's row reductions,
+//     AdamW, gradient global norm and scaling, bfloat16 casts) are CUDA C
+//     in kernels/*.cu, compiled to PTX for sm_90 by scripts/ptx.sh with
+//     NVRTC. The PTX in ptx/ is committed and embedded; the driver
+//     JIT-compiles it when a Device opens. Each kernel repeats the float32
+//     arithmetic of its CPU counterpart in learner/model or learner/optim
+//     where it can, and is compiled without fused multiply-add contraction
+//     so that the roundings match. Attention streams key and value tiles
+//     through shared memory (no N x N matrix); it keeps a query row per
+//     thread and is written for correctness first.
+//   - LMHead fuses the language-model head with the loss: logits exist
+//     one chunk of rows at a time (512 MiB by default), the loss of
+//     learner/loss runs on the host over one float per token.
+//   - Model is learner/model's forward and backward on the device over the
+//     same flat parameter layout (trainer.CUDA uses it for
+//     learner.backend: cuda); Decoder is an engine.Backend with per-sequence
+//     KV caches in device memory, so learner/engine samples on the GPU.
 //
 // What runs where: the library search, the error paths and the checks of
 // the embedded PTX are tested on every machine. Everything that talks to a
-// GPU (the Device methods, Gemm, the kernel launches) is exercised only by
-// the GPU and Parity tests, which skip without a driver; run them on a GPU
-// machine with scripts/gpu-check.sh. The backend is not yet used by the
-// trainer or the inference engine.
+// GPU (the Device methods, Gemm, the kernel launches, Model, LMHead,
+// Decoder) is exercised only by the GPU and Parity tests, which skip
+// without a driver; run them, the benchmarks and the PyTorch baselines on
+// a GPU machine with scripts/gpu-check.sh.
 package cuda
