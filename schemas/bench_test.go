@@ -90,52 +90,17 @@ func BenchmarkTrajectoryIO(b *testing.B) {
 		dir := StepDir(filepath.Join(b.TempDir(), "run"), int64(i))
 
 		// Write: shards in parallel, then the manifest.
-		files := make([]ManifestFile, len(shards))
-		errs := make([]error, len(shards))
+		var files []ManifestFile
 		wWall, wCPU := measure(func() {
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-			for s := range shards {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					files[s], errs[s] = WriteShard(ctx, filepath.Join(dir, ShardsDir, ShardName(s)), shards[s])
-					files[s].Path = ShardsDir + "/" + ShardName(s)
-				}()
-			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
+			files = writeShards(b, ctx, dir, shards)
 			if err := CommitManifest(ctx, dir, Manifest{Kind: KindOf[Trajectory](), Files: files}); err != nil {
 				b.Fatal(err)
 			}
 		})
-
 		// The same shards through parquet-go's GenericWriter, for the ratio.
-		_, gwCPU := measure(func() {
-			genericTrajectoryWriter = true
-			defer func() { genericTrajectoryWriter = false }()
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-			gdir := filepath.Join(b.TempDir(), "generic")
-			for s := range shards {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					if _, err := WriteShard(ctx, filepath.Join(gdir, ShardName(s)), shards[s]); err != nil {
-						b.Error(err)
-					}
-				}()
-			}
-			wg.Wait()
-		})
+		genericTrajectoryWriter = true
+		_, gwCPU := measure(func() { writeShards(b, ctx, filepath.Join(b.TempDir(), "generic"), shards) })
+		genericTrajectoryWriter = false
 
 		s, err := OpenStep(ctx, dir)
 		if err != nil {
@@ -194,4 +159,31 @@ func BenchmarkTrajectoryIO(b *testing.B) {
 		b.ReportMetric(mb, "logical_MB")
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// writeShards writes one shard per element of shards under dir/shards,
+// up to GOMAXPROCS at once (as the Beam sink does per bundle), and returns
+// their manifest entries.
+func writeShards(b *testing.B, ctx context.Context, dir string, shards [][]Trajectory) []ManifestFile {
+	files := make([]ManifestFile, len(shards))
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for s := range shards {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			files[s], errs[s] = WriteShard(ctx, filepath.Join(dir, ShardsDir, ShardName(s)), shards[s])
+			files[s].Path = ShardsDir + "/" + ShardName(s)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return files
 }

@@ -242,7 +242,7 @@ func (c *trajColumnWriter) addRow(t *Trajectory) {
 	case l.i32s != nil:
 		v := l.i32s(t)
 		n = len(v)
-		c.vals = appendInt32s(c.vals, v)
+		c.vals = appendLE32(c.vals, v)
 	case l.i8s != nil:
 		v := l.i8s(t)
 		n = len(v)
@@ -253,7 +253,7 @@ func (c *trajColumnWriter) addRow(t *Trajectory) {
 	case l.f32s != nil:
 		v := l.f32s(t)
 		n = len(v)
-		c.vals = appendFloat32s(c.vals, v)
+		c.vals = appendLE32(c.vals, v)
 	case l.bs != nil:
 		v := l.bs(t)
 		n = len(v)
@@ -657,28 +657,16 @@ func (w *trajectoryWriter) Close() error {
 // fast paths below copy memory as is only then.
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-func appendInt32s(dst []byte, v []int32) []byte {
+// appendLE32 appends v as little-endian 4-byte values.
+func appendLE32[T int32 | float32](dst []byte, v []T) []byte {
 	if len(v) == 0 {
 		return dst
 	}
 	if littleEndian {
 		return append(dst, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))...)
 	}
-	for _, x := range v {
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(x))
-	}
-	return dst
-}
-
-func appendFloat32s(dst []byte, v []float32) []byte {
-	if len(v) == 0 {
-		return dst
-	}
-	if littleEndian {
-		return append(dst, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))...)
-	}
-	for _, x := range v {
-		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(x))
+	for i := range v {
+		dst = binary.LittleEndian.AppendUint32(dst, *(*uint32)(unsafe.Pointer(&v[i])))
 	}
 	return dst
 }

@@ -15,6 +15,21 @@ import (
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
+// tinyModel is a random model of the tiny Qwen2 fixture configuration (2
+// layers, GQA, QKV bias, tied embeddings).
+func tinyModel(t *testing.T, seed uint64) *model.Model {
+	t.Helper()
+	cfg, err := model.LoadConfig("../model/testdata/tiny_qwen2_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.New(cfg, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // TestParityModelStep runs one training step of the tiny Qwen2-shaped
 // fixture configuration (2 layers, GQA, QKV bias, tied embeddings) through
 // the GPU model and the CPU model with the AIPO loss and compares the
@@ -27,14 +42,8 @@ import (
 // 1e-4.
 func TestParityModelStep(t *testing.T) {
 	dv := gpu(t, true)
-	cfg, err := model.LoadConfig("../model/testdata/tiny_qwen2_config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.New(cfg, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := tinyModel(t, 7)
+	cfg := m.Config()
 	g, err := dv.NewModel(m)
 	if err != nil {
 		t.Fatal(err)
@@ -155,19 +164,12 @@ func TestGPUTrainStepThroughput(t *testing.T) {
 
 // TestParityGreedyDecode serves the tiny Qwen2 configuration with
 // learner/engine on the CPU and on the GPU (Decoder) and checks that greedy
-// decoding gives the same 64 tokens from the same prompt, twice per
-// backend: once alone and once batched with another request, so that
-// batched prefill and decode steps through the GPU caches are covered.
+// decoding gives the same 64 tokens for each of two prompts sent at once,
+// so that batched prefill and decode steps through the GPU caches are
+// covered.
 func TestParityGreedyDecode(t *testing.T) {
 	dv := gpu(t, true)
-	cfg, err := model.LoadConfig("../model/testdata/tiny_qwen2_config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.New(cfg, 9)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := tinyModel(t, 9)
 	dec, err := dv.NewDecoder(m)
 	if err != nil {
 		t.Fatal(err)

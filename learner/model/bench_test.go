@@ -163,4 +163,3 @@ func (r *sgemmRef) once() float64 {
 	}
 	return best
 }
-

@@ -299,21 +299,20 @@ func onGPU(l *trainer.Learner) (func(), error) {
 		}
 		dv.Close()
 	}
-	pc, err := trainer.CUDA(dv, l.Policy)
-	if err != nil {
-		release()
-		return nil, err
-	}
-	held = append(held, pc)
-	l.PolicyCompute = pc
-	if l.Ref != nil {
-		rc, err := trainer.CUDA(dv, l.Ref)
+	for _, p := range []struct {
+		m   *model.Model
+		dst *trainer.Compute
+	}{{l.Policy, &l.PolicyCompute}, {l.Ref, &l.RefCompute}} {
+		if p.m == nil {
+			continue
+		}
+		c, err := trainer.CUDA(dv, p.m)
 		if err != nil {
 			release()
 			return nil, err
 		}
-		held = append(held, rc)
-		l.RefCompute = rc
+		held = append(held, c)
+		*p.dst = c
 	}
 	return release, nil
 }
