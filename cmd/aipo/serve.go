@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/pipelines/serve"
 	// The grpc(s):// and http(s):// policy schemes, for every command that
@@ -41,6 +42,7 @@ func runServe(args []string) int {
 	sessionTokens := fs.Int("session-tokens", 0, "KV-cache positions kept for sessions (0: engine default)")
 	auth := addServerAuth(fs, "PEM certificate for TLS on both listeners (with --tls-key)")
 	grace := fs.Duration("grace", 30*time.Second, "how long requests in flight may finish on SIGINT/SIGTERM")
+	device := fs.String("device", "cpu", "where the engine decodes: cpu, or cuda (GPU 0, learner/cuda)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n"+
 			"Serves a policy checkpoint with the built-in engine: gRPC service aipo.v1.Policy (with\n"+
@@ -65,15 +67,27 @@ func runServe(args []string) int {
 	if *every <= 0 {
 		return fail("--watch-every %s must be positive", *every)
 	}
+	if *device != "cpu" && *device != "cuda" {
+		return fail("--device %q is unknown: use cpu or cuda", *device)
+	}
 	token, tlsCfg, err := auth.load(map[string]string{"--grpc": *grpcAddr, "--http": *httpAddr})
 	if err != nil {
 		return fail("%v", err)
 	}
 
+	var gpu *cuda.Device
+	if *device == "cuda" {
+		if gpu, err = cuda.Open(0); err != nil {
+			fmt.Fprintf(os.Stderr, "aipo serve: --device cuda: %v\n", err)
+			return 1
+		}
+		defer gpu.Close()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := serve.New(ctx, serve.Options{Checkpoint: *ckpt, WatchRun: *watch, Tokenizer: *tok, Name: *name, Token: token,
-		Engine: engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}})
+		Engine: engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens},
+		GPU:    gpu})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo serve: %v\n", err)
 		return 1

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/aipo-rl/aipo/learner/cuda"
+)
 
 func TestServeFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
@@ -8,6 +12,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{"--checkpoint", "x", "extra"}, // stray argument
 		{"--checkpoint", "x", "--tls-cert", "c.pem"}, // cert without key
 		{"--checkpoint", "x", "--http", "0.0.0.0:1"}, // public without token
+		{"--checkpoint", "x", "--device", "tpu"},     // unknown device
 	} {
 		if code := runServe(args); code != 2 {
 			t.Errorf("aipo serve %q exited %d, want 2 (usage error)", args, code)
@@ -15,5 +20,11 @@ func TestServeFlagErrors(t *testing.T) {
 	}
 	if code := runServe([]string{"--checkpoint", t.TempDir(), "--grpc", "", "--http", "127.0.0.1:0"}); code != 1 {
 		t.Errorf("aipo serve of an empty directory exited %d, want 1", code)
+	}
+	if _, err := cuda.Driver(); err != nil {
+		// Without a GPU, --device cuda fails before anything is loaded.
+		if code := runServe([]string{"--checkpoint", t.TempDir(), "--device", "cuda", "--grpc", "", "--http", "127.0.0.1:0"}); code != 1 {
+			t.Errorf("aipo serve --device cuda without a GPU exited %d, want 1", code)
+		}
 	}
 }

@@ -29,11 +29,16 @@ func (dv *Device) NewDecoder(m *model.Model) (*Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Decoder{g: g}, nil
+	d := &Decoder{g: g}
+	// A server that reloads drops decoders while requests may still run on
+	// them; their weights go once nothing (engine, cache) refers to them.
+	runtime.AddCleanup(d, func(g *Model) { g.Free() }, g)
+	return d, nil
 }
 
-// Free releases the decoder's weights; caches free themselves when they
-// are no longer referenced.
+// Free releases the decoder's weights now (else they are freed once the
+// decoder is unreachable); caches free themselves when no longer
+// referenced.
 func (d *Decoder) Free() error { return d.g.Free() }
 
 // Config is the model's configuration.

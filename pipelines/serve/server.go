@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
 )
@@ -47,6 +49,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// Logger receives start, reload and error messages (default: slog's).
 	Logger *slog.Logger
+	// GPU, when not nil, is the device the engine decodes on (a
+	// cuda.Decoder per loaded checkpoint); nil decodes on the CPU.
+	GPU *cuda.Device
 }
 
 // Server serves one engine over gRPC and HTTP. Its methods are safe for
@@ -101,7 +106,11 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg := opts.Engine
 	cfg.Name = name
-	e, err := engine.New(ld.Model, ld.Tokenizer, ld.Trainer.PolicyVersion, cfg)
+	backend, err := opts.backend(ld.Model)
+	if err != nil {
+		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
+	}
+	e, err := engine.NewOn(backend, ld.Tokenizer, ld.Trainer.PolicyVersion, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
 	}
@@ -109,6 +118,15 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.checkpoint.Store(&dir)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
 	return s, nil
+}
+
+// backend is the engine backend of m: the CPU model, or a copy on
+// Options.GPU (freed once the engine and its caches no longer use it).
+func (o Options) backend(m *model.Model) (engine.Backend, error) {
+	if o.GPU == nil {
+		return engine.CPU(m), nil
+	}
+	return o.GPU.NewDecoder(m)
 }
 
 // Engine is the engine the server samples from.
@@ -136,7 +154,11 @@ func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
 	if ld.Tokenizer.VocabSize() != s.tok.VocabSize() {
 		return 0, fmt.Errorf("serve: reload: checkpoint %s has a tokenizer of %d tokens, the server's has %d; serve another vocabulary with a new server", dir, ld.Tokenizer.VocabSize(), s.tok.VocabSize())
 	}
-	if err := s.eng.Reload(ld.Model, ld.Trainer.PolicyVersion); err != nil {
+	backend, err := s.opts.backend(ld.Model)
+	if err != nil {
+		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
+	}
+	if err := s.eng.ReloadOn(backend, ld.Trainer.PolicyVersion); err != nil {
 		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
 	}
 	s.checkpoint.Store(&dir)
