@@ -34,7 +34,9 @@ done
 
 have_nvrtc() {
   [ -n "${AIPO_NVRTC:-}" ] && [ -e "$AIPO_NVRTC" ] && return 0
-  ldconfig -p 2>/dev/null | grep -qE 'libnvrtc\.so(\.(11\.2|12|13))?[[:space:]]'
+  # Not grep -q: it would stop reading early, ldconfig would die of
+  # SIGPIPE and, under pipefail, NVRTC would seem absent now and then.
+  ldconfig -p 2>/dev/null | grep -E 'libnvrtc\.so(\.(11\.2|12|13))?[[:space:]]' >/dev/null
 }
 
 install_nvrtc() {
