@@ -34,6 +34,36 @@ type LMHead struct {
 	// Per-row results of the last Forward, grown to the largest M seen.
 	logp, lse, ent, grad *Buffer
 	m                    int // rows of the last Forward
+
+	// bfloat16 GEMMs (UseBF16): the output matrix's bfloat16 copy, and
+	// scratch for a chunk's rounded hidden states and logit gradients.
+	w16, x16, l16 *Buffer
+}
+
+// UseBF16 makes the head's GEMMs take bfloat16 operands with float32
+// accumulation: w16 is the bfloat16 copy of the output matrix that
+// Forward and Backward receive (nil: back to float32). The logits and
+// every reduction stay float32; the chunk's logit gradients are rounded
+// for the two backward GEMMs, which takes another half of the logits
+// chunk (768 MiB in all by default).
+func (h *LMHead) UseBF16(w16 *Buffer) error {
+	h.w16 = w16
+	if w16 == nil || h.x16 != nil {
+		return nil
+	}
+	if err := h.dv.need("LMHead.UseBF16", "w16", w16, BF16, h.V*h.C); err != nil {
+		return err
+	}
+	var err error
+	if h.x16, err = h.dv.Alloc(BF16, h.rows*h.C); err != nil {
+		return err
+	}
+	if h.l16, err = h.dv.Alloc(BF16, h.rows*h.V); err != nil {
+		h.x16.Free()
+		h.x16 = nil
+		return err
+	}
+	return nil
 }
 
 // NewLMHead prepares a head for a vocabulary of V and hidden size C whose
@@ -62,14 +92,14 @@ func (h *LMHead) ChunkRows() int { return h.rows }
 // Free releases the head's device memory.
 func (h *LMHead) Free() error {
 	var first error
-	for _, b := range []*Buffer{h.logits, h.logp, h.lse, h.ent, h.grad} {
+	for _, b := range []*Buffer{h.logits, h.logp, h.lse, h.ent, h.grad, h.x16, h.l16} {
 		if b != nil {
 			if err := b.Free(); err != nil && first == nil {
 				first = err
 			}
 		}
 	}
-	h.logits, h.logp, h.lse, h.ent, h.grad = nil, nil, nil, nil, nil
+	h.logits, h.logp, h.lse, h.ent, h.grad, h.x16, h.l16 = nil, nil, nil, nil, nil, nil, nil
 	return first
 }
 
@@ -101,13 +131,24 @@ func (h *LMHead) check(kernel string, xh, w, targets *Buffer, M int) error {
 	return h.dv.needAll(kernel, arg{"xh", xh, F32, M * h.C}, arg{"w", w, F32, h.V * h.C}, arg{"targets", targets, I32, M})
 }
 
-// chunkLogits fills the logits chunk for rows [r0, r0+n) of xh.
+// chunkLogits fills the logits chunk for rows [r0, r0+n) of xh (in
+// bfloat16 mode from the rows rounded into x16, kept for Backward).
 func (h *LMHead) chunkLogits(xh, w *Buffer, r0, n int) error {
 	x, err := xh.Slice(r0*h.C, (r0+n)*h.C)
 	if err != nil {
 		return err
 	}
-	return h.dv.Gemm(false, true, n, h.V, h.C, 1, x, h.C, w, h.C, 0, h.logits, h.V)
+	if h.w16 == nil {
+		return h.dv.Gemm(false, true, n, h.V, h.C, 1, x, h.C, w, h.C, 0, h.logits, h.V)
+	}
+	x16, err := h.x16.Slice(0, n*h.C)
+	if err != nil {
+		return err
+	}
+	if err := h.dv.CastToBF16(x16, x); err != nil {
+		return err
+	}
+	return h.dv.GemmBF16(false, true, n, h.V, h.C, 1, x16, h.C, h.w16, h.C, 0, h.logits, h.V)
 }
 
 // Forward computes, for each of the M rows, the log-probability of its
@@ -190,10 +231,27 @@ func (h *LMHead) Backward(dxh, dw, xh, w, targets, gradLogProb *Buffer, M int) e
 			return err
 		}
 		// dxh = dlogits·w; dw += dlogits^T·xh.
-		if err := h.dv.Gemm(false, false, n, h.C, h.V, 1, h.logits, h.V, w, h.C, 0, dx, h.C); err != nil {
+		gemm, dl, wt := h.dv.Gemm, h.logits, w
+		if h.w16 != nil {
+			gemm, wt = h.dv.GemmBF16, h.w16
+			lg, err := h.logits.Slice(0, n*h.V)
+			if err != nil {
+				return err
+			}
+			if dl, err = h.l16.Slice(0, n*h.V); err != nil {
+				return err
+			}
+			if err := h.dv.CastToBF16(dl, lg); err != nil {
+				return err
+			}
+			if x, err = h.x16.Slice(0, n*h.C); err != nil {
+				return err
+			}
+		}
+		if err := gemm(false, false, n, h.C, h.V, 1, dl, h.V, wt, h.C, 0, dx, h.C); err != nil {
 			return err
 		}
-		if err := h.dv.Gemm(true, false, h.V, h.C, n, 1, h.logits, h.V, x, h.C, 1, dw, h.C); err != nil {
+		if err := gemm(true, false, h.V, h.C, n, 1, dl, h.V, x, h.C, 1, dw, h.C); err != nil {
 			return err
 		}
 	}

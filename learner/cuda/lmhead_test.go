@@ -131,19 +131,27 @@ func TestGPULMHeadMemory(t *testing.T) {
 		}
 		must(t, dv.Sync())
 	}
-	run() // warm-up
-	start := time.Now()
-	const reps = 3
-	for range reps {
-		run()
-	}
-	el := time.Since(start) / reps
-	_, peak := dv.MemStats()
-	extra := peak - before
+	w16 := alloc(t, dv, BF16, V*C)
+	must(t, dv.CastToBF16(w16, gw))
+	must(t, dv.Sync())
 	flops := 4 * 2 * float64(M) * float64(V) * float64(C) // logits twice, dxh, dw
-	t.Logf("fused LM head + AIPO loss, %d tokens x %d vocab, C=%d: %.1f ms per forward+backward (%.1f TFLOP/s in its GEMMs), peak extra memory %.0f MiB in chunks of %d rows (full logits: %.1f GiB)",
-		M, V, C, el.Seconds()*1e3, flops/el.Seconds()/1e12, float64(extra)/(1<<20), head.ChunkRows(), float64(M)*float64(V)*4/(1<<30))
-	if extra >= 1<<30 {
-		t.Errorf("peak extra memory %d bytes, want below 1 GiB", extra)
+	for _, prec := range []string{"float32", "bfloat16 GEMMs"} {
+		if prec != "float32" {
+			must(t, head.UseBF16(w16))
+		}
+		run() // warm-up
+		start := time.Now()
+		const reps = 3
+		for range reps {
+			run()
+		}
+		el := time.Since(start) / reps
+		_, peak := dv.MemStats()
+		extra := peak - before - w16.Bytes()
+		t.Logf("fused LM head + AIPO loss, %d tokens x %d vocab, C=%d, %s: %.1f ms per forward+backward (%.1f TFLOP/s in its GEMMs), peak extra memory %.0f MiB in chunks of %d rows (full logits: %.1f GiB)",
+			M, V, C, prec, el.Seconds()*1e3, flops/el.Seconds()/1e12, float64(extra)/(1<<20), head.ChunkRows(), float64(M)*float64(V)*4/(1<<30))
+		if extra >= 1<<30 {
+			t.Errorf("%s: peak extra memory %d bytes, want below 1 GiB", prec, extra)
+		}
 	}
 }

@@ -25,6 +25,11 @@ type Model struct {
 	w, g          gpuWeights
 	cos, sin      *Buffer // rotary table for every position
 	head          *LMHead
+
+	// bfloat16 mode (UseBF16): params16 is params rounded, refreshed with
+	// them; cast16 are scratch for activations rounded for a GEMM.
+	params16 *Buffer
+	cast16   [2]*Buffer
 }
 
 type gpuWeights struct {
@@ -131,13 +136,58 @@ func (g *Model) views(flat *Buffer, offs map[string][2]int) (gpuWeights, error) 
 	return w, firstErr
 }
 
+// UseBF16 makes the matrix multiplies take bfloat16 operands (weights and
+// activations rounded to nearest even) with float32 accumulation and
+// float32 outputs, as mixed-precision training does; parameters,
+// gradients, norms, attention, the softmax and the loss stay float32. It
+// roughly halves the GEMMs' memory traffic and uses the tensor cores; the
+// results move by bfloat16's rounding (8 significant bits).
+func (g *Model) UseBF16() error {
+	if g.params16 != nil {
+		return nil
+	}
+	b, err := g.dv.Alloc(BF16, g.params.n)
+	if err != nil {
+		return fmt.Errorf("cuda: UseBF16: %w", err)
+	}
+	g.params16 = b
+	return g.dv.CastToBF16(g.params16, g.params)
+}
+
+// half is the bfloat16 copy of w, a view of the parameters.
+func (g *Model) half(w *Buffer) (*Buffer, error) {
+	off := int(w.ptr-g.params.ptr) / 4
+	return g.params16.Slice(off, off+w.n)
+}
+
+// round casts x into scratch slot (grown as needed) and returns the
+// bfloat16 view of its length.
+func (g *Model) round(slot int, x *Buffer) (*Buffer, error) {
+	if b := g.cast16[slot]; b == nil || b.n < x.n {
+		if b != nil {
+			b.Free()
+		}
+		nb, err := g.dv.Alloc(BF16, x.n)
+		if err != nil {
+			g.cast16[slot] = nil
+			return nil, err
+		}
+		g.cast16[slot] = nb
+	}
+	v, err := g.cast16[slot].Slice(0, x.n)
+	if err != nil {
+		return nil, err
+	}
+	return v, g.dv.CastToBF16(v, x)
+}
+
 // Free releases the model's device memory.
 func (g *Model) Free() error {
 	var first error
 	if g.head != nil {
 		first = g.head.Free()
 	}
-	for _, b := range []*Buffer{g.params, g.grads, g.cos, g.sin} {
+	for _, b := range []*Buffer{g.params, g.grads, g.cos, g.sin, g.params16, g.cast16[0], g.cast16[1]} {
 		if b != nil {
 			if err := b.Free(); err != nil && first == nil {
 				first = err
@@ -154,7 +204,12 @@ func (g *Model) Grads(dst []float32) error { return g.grads.CopyToFloat32(dst) }
 func (g *Model) ZeroGrads() error { return g.grads.Zero() }
 
 // SetParams replaces the parameters with src (model.ParamData's layout).
-func (g *Model) SetParams(src []float32) error { return g.params.CopyFromFloat32(src) }
+func (g *Model) SetParams(src []float32) error {
+	if err := g.params.CopyFromFloat32(src); err != nil || g.params16 == nil {
+		return err
+	}
+	return g.dv.CastToBF16(g.params16, g.params)
+}
 
 // LossFunc turns the per-token log-probabilities and entropies of a
 // forward pass into d loss / d log-prob per token (0 where there is no
@@ -295,6 +350,15 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 				return nil, nil, err
 			}
 		}
+		var w16 *Buffer
+		if g.params16 != nil {
+			if w16, err = g.half(g.w.head); err != nil {
+				return nil, nil, err
+			}
+		}
+		if err := g.head.UseBF16(w16); err != nil {
+			return nil, nil, err
+		}
 		xh = s.get(F32, M*C)
 		rowLP, rowEnt := make([]float32, M), make([]float32, M)
 		err := run(
@@ -370,28 +434,50 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 
 // linear: out[N,O] = in[N,I]·w[O,I]^T (+ b), as model's linearForward.
 func (g *Model) linear(out, in, w, b *Buffer, N, I, O int) error {
-	if err := g.dv.Gemm(false, true, N, O, I, 1, in, I, w, I, 0, out, O); err != nil {
+	var err error
+	if g.params16 == nil {
+		err = g.dv.Gemm(false, true, N, O, I, 1, in, I, w, I, 0, out, O)
+	} else {
+		var x16, w16 *Buffer
+		if x16, err = g.round(0, in); err == nil {
+			if w16, err = g.half(w); err == nil {
+				err = g.dv.GemmBF16(false, true, N, O, I, 1, x16, I, w16, I, 0, out, O)
+			}
+		}
+	}
+	if err != nil || b == nil {
 		return err
 	}
-	if b != nil {
-		return g.dv.BiasAdd(out, b, N, O)
-	}
-	return nil
+	return g.dv.BiasAdd(out, b, N, O)
 }
 
 // linearBack: din = dout·w (overwritten, skipped when nil), dw += dout^T·in,
 // db += column sums of dout, as model's linearBackward.
 func (g *Model) linearBack(din, dw, db, dout, in, w *Buffer, N, I, O int) error {
-	if din != nil {
-		if err := g.dv.Gemm(false, false, N, I, O, 1, dout, O, w, I, 0, din, I); err != nil {
+	if db != nil {
+		// The bias gradient sums the float32 gradient (before any rounding).
+		if err := g.dv.BiasGrad(db, dout, N, O); err != nil {
 			return err
 		}
 	}
-	if err := g.dv.Gemm(true, false, O, I, N, 1, dout, O, in, I, 1, dw, I); err != nil {
-		return err
+	gemm := g.dv.Gemm
+	if g.params16 != nil {
+		gemm = g.dv.GemmBF16
+		var err error
+		if dout, err = g.round(0, dout); err != nil {
+			return err
+		}
+		if in, err = g.round(1, in); err != nil {
+			return err
+		}
+		if w, err = g.half(w); err != nil {
+			return err
+		}
 	}
-	if db != nil {
-		return g.dv.BiasGrad(db, dout, N, O)
+	if din != nil {
+		if err := gemm(false, false, N, I, O, 1, dout, O, w, I, 0, din, I); err != nil {
+			return err
+		}
 	}
-	return nil
+	return gemm(true, false, O, I, N, 1, dout, O, in, I, 1, dw, I)
 }

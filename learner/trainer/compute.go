@@ -81,6 +81,10 @@ func (c *CUDACompute) ZeroGrads() error  { return c.dev.ZeroGrads() }
 func (c *CUDACompute) PullGrads() error  { return c.dev.Grads(c.host.GradData()) }
 func (c *CUDACompute) PushParams() error { return c.dev.SetParams(c.host.ParamData()) }
 
+// UseBF16 makes the device copy multiply with bfloat16 operands (see
+// cuda.Model.UseBF16).
+func (c *CUDACompute) UseBF16() error { return c.dev.UseBF16() }
+
 // Close frees the device copy.
 func (c *CUDACompute) Close() error { return c.dev.Free() }
 

@@ -164,6 +164,10 @@ type Learner struct {
 	MiniBatches int `yaml:"mini_batches"`
 	// Backend is the compute backend: "cpu" (default) or "cuda".
 	Backend string `yaml:"backend"`
+	// Precision is the matrix multiplies' operand type on the cuda
+	// backend: "fp32" (default) or "bf16" (bfloat16 operands, float32
+	// accumulation, parameters and gradients float32).
+	Precision string `yaml:"precision"`
 	// Objective is what the learner optimises: "rl" (default), the loss
 	// above on every trajectory with its advantage, or "rejection-sft",
 	// Expert Iteration (Havrilla et al. 2024): supervised fine-tuning on
@@ -206,6 +210,12 @@ const (
 const (
 	BackendCPU  = "cpu"
 	BackendCUDA = "cuda"
+)
+
+// Precisions (Learner.Precision).
+const (
+	PrecisionFP32 = "fp32"
+	PrecisionBF16 = "bf16"
 )
 
 // Defaults not taken from other packages.

@@ -147,7 +147,8 @@
 //	learner.micro_batch_tokens  tokens per forward/backward pass (16384)
 //	learner.ppo_epochs          passes over a step's trajectories (1)
 //	learner.mini_batches        optimiser updates per pass (1)
-//	learner.backend             cpu, or cuda: the learner's passes and aipo train's rollout engine on GPU 0 (learner/cuda, float32) (cpu)
+//	learner.backend             cpu, or cuda: the learner's passes and aipo train's rollout engine on GPU 0 (learner/cuda) (cpu)
+//	learner.precision           fp32, or bf16 with cuda: bfloat16 GEMM operands, float32 accumulation and state (fp32)
 //	learner.objective           rl, or rejection-sft (Expert Iteration: SFT on correct trajectories) (rl)
 //
 //	eval.every                  steps between evaluations, 0 off (10)

@@ -58,6 +58,7 @@ func Default() Config {
 			PPOEpochs:        1,
 			MiniBatches:      1,
 			Backend:          BackendCPU,
+			Precision:        PrecisionFP32,
 			Objective:        ObjectiveRL,
 		},
 		Eval: Eval{

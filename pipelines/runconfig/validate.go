@@ -168,6 +168,10 @@ func (c Config) validateRest() error {
 		return fieldError("learner.mini_batches", "%d must be at least 1", l.MiniBatches)
 	case l.Backend != BackendCPU && l.Backend != BackendCUDA:
 		return fieldError("learner.backend", "%q is unknown: use %s or %s", l.Backend, BackendCPU, BackendCUDA)
+	case l.Precision != PrecisionFP32 && l.Precision != PrecisionBF16:
+		return fieldError("learner.precision", "%q is unknown: use %s or %s", l.Precision, PrecisionFP32, PrecisionBF16)
+	case l.Precision == PrecisionBF16 && l.Backend != BackendCUDA:
+		return fieldError("learner.precision", "%s needs learner.backend %s (the CPU backend multiplies in %s)", PrecisionBF16, BackendCUDA, PrecisionFP32)
 	case l.Objective != ObjectiveRL && l.Objective != ObjectiveRejectionSFT:
 		return fieldError("learner.objective", "%q is unknown: use %s or %s", l.Objective, ObjectiveRL, ObjectiveRejectionSFT)
 	}

@@ -207,7 +207,7 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		l.Ref = ref.Model
 	}
 	if cfg.Learner.Backend == runconfig.BackendCUDA {
-		release, err := onGPU(l)
+		release, err := onGPU(l, cfg.Learner.Precision == runconfig.PrecisionBF16)
 		if err != nil {
 			return LearnMetrics{}, fmt.Errorf("learn step %d: learner.backend cuda: %w", k, err)
 		}
@@ -285,9 +285,10 @@ func writeJSON(ctx context.Context, p string, v any) error {
 	return storage.WriteAtomic(ctx, p, append(b, '\n'))
 }
 
-// onGPU moves the learner's passes (policy and reference) to GPU 0 and
-// returns the function that frees them.
-func onGPU(l *trainer.Learner) (func(), error) {
+// onGPU moves the learner's passes (policy and reference) to GPU 0, with
+// bfloat16 GEMM operands when bf16 is set, and returns the function that
+// frees them.
+func onGPU(l *trainer.Learner, bf16 bool) (func(), error) {
 	dv, err := cuda.Open(0)
 	if err != nil {
 		return nil, err
@@ -313,6 +314,12 @@ func onGPU(l *trainer.Learner) (func(), error) {
 		}
 		held = append(held, c)
 		*p.dst = c
+		if bf16 {
+			if err := c.UseBF16(); err != nil {
+				release()
+				return nil, err
+			}
+		}
 	}
 	return release, nil
 }
