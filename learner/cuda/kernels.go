@@ -36,6 +36,7 @@ var kernelModules = map[string][]string{
 	"adamw":       {"adamw_step"},
 	"norm":        {"sumsq_partial", "sumsq_final"},
 	"lmhead":      {"lmhead_logprob", "lmhead_dlogits"},
+	"kl":          {"kl_k3"},
 	"attention":   {"attention_forward", "attention_backward_delta", "attention_backward_dq", "attention_backward_dkdv", "attention_cached", "kv_append"},
 }
 
@@ -486,4 +487,18 @@ func (dv *Device) KVAppend(kc, vc, qkv *Buffer, n, row0, QD, KD int) error {
 		return err
 	}
 	return dv.launch("kv_append", dv.gridFor(n*KD), blockSize, kc, vc, qkv, n, row0, QD, KD)
+}
+
+// KLK3 writes, per token, the k3 estimate of KL(pi || pi_ref) from the
+// policy's and the reference's log-probabilities and its derivative with
+// respect to logp, as learner/loss's K3 (float64 inside, float32 out).
+func (dv *Device) KLK3(kl, grad, logp, ref *Buffer) error {
+	if err := dv.need("KLK3", "logp", logp, F32, 0); err != nil {
+		return err
+	}
+	n := logp.n
+	if err := dv.needAll("KLK3", arg{"kl", kl, F32, n}, arg{"grad", grad, F32, n}, arg{"ref", ref, F32, n}); err != nil {
+		return err
+	}
+	return dv.launch("kl_k3", dv.gridFor(n), blockSize, kl, grad, logp, ref, n)
 }

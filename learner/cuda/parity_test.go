@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/blas"
+	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 )
@@ -443,4 +444,31 @@ func TestGPUGemmThroughput(t *testing.T) {
 		}
 		t.Logf("GEMM %d³ bf16=%v: %.1f TFLOP/s", n, bf16, 2*float64(n)*n*n*reps/el.Seconds()/1e12)
 	}
+}
+
+// The KL kernel computes in float64 like loss.K3; exp on the GPU and Go's
+// math.Exp are both within 1 ulp in float64, far below float32's rounding
+// of the outputs, so they agree to 1 float32 ulp (1.2e-7 relative), with
+// values across both clamps and the cap.
+func TestParityKL(t *testing.T) {
+	dv := gpu(t, false)
+	r := rand.New(rand.NewPCG(81, 82))
+	n := 10007
+	logp, ref := make([]float32, n), make([]float32, n)
+	for i := range logp {
+		logp[i] = -float32(r.ExpFloat64() * 3)
+		ref[i] = logp[i] + float32(r.NormFloat64())
+	}
+	logp[0], ref[0] = -30, 0 // d above the clamp
+	logp[1], ref[1] = 0, -30 // d below the clamp
+	logp[2], ref[2] = -5, -0 // k above the cap
+	wantK, wantG := make([]float32, n), make([]float32, n)
+	for i := range logp {
+		k, g := loss.K3(float64(logp[i]), float64(ref[i]))
+		wantK[i], wantG[i] = float32(k), float32(g)
+	}
+	gk, gg := alloc(t, dv, F32, n), alloc(t, dv, F32, n)
+	must(t, dv.KLK3(gk, gg, upload(t, dv, logp), upload(t, dv, ref)))
+	closeTo(t, "k3", download(t, gk), wantK, 2.4e-7, 1e-30)
+	closeTo(t, "k3 gradient", download(t, gg), wantG, 2.4e-7, 1e-30)
 }

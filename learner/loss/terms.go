@@ -105,6 +105,9 @@ func plainToken(logp, a float64) (loss, grad float64) {
 	return -a * pi, -a * pi
 }
 
+// K3 is k3Token, exported as the reference of other backends' KL kernels.
+func K3(logp, ref float64) (kl, grad float64) { return k3Token(logp, ref) }
+
 // k3Token is the "low_var_kl" estimate of KL(pi || pi_ref) at one token,
 //
 //	d = clamp(ref - logp, -20, 20),  k = min(exp(d) - d - 1, 10)
