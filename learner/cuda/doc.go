@@ -35,9 +35,15 @@
 //     KV caches in device memory, so learner/engine samples on the GPU.
 //
 // What runs where: the library search, the error paths and the checks of
-// the embedded PTX are tested on every machine. Everything that talks to a
-// GPU (the Device methods, Gemm, the kernel launches, Model, LMHead,
-// Decoder) is exercised only by the GPU and Parity tests, which skip
-// without a driver; run them, the benchmarks and the PyTorch baselines on
-// a GPU machine with scripts/gpu-check.sh.
+// the embedded PTX are tested on every machine. TestFakeDriver runs the GPU
+// and Parity tests against a host stand-in for the driver and cuBLAS
+// (testdata/fakecuda.c, naive GEMMs) which, with a C++ compiler at hand,
+// also runs the kernels: testdata/emu compiles kernels/*.cu as host C++,
+// one fiber per GPU thread, barriers and warp shuffles as fiber switches.
+// That checks the kernels' indexing, masking and synchronisation, the
+// wrappers and Model, LMHead and Decoder against the CPU code on every
+// machine. What only a GPU shows (speed, register and shared-memory
+// limits, the tensor cores' rounding, the real driver and cuBLAS) needs
+// scripts/gpu-check.sh on one, with the benchmarks and the PyTorch
+// baselines.
 package cuda

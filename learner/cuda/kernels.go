@@ -13,10 +13,11 @@ import (
 
 // The kernel wrappers in this file validate their arguments and queue a
 // launch on the Device's stream. Whether the kernels compute what their CPU
-// counterparts do is verified only by the Parity tests on a GPU
-// (scripts/gpu-check.sh); without one, the tests check that every kernel
-// is an entry of the embedded PTX, and TestFakeDriver checks the launch
-// plumbing against a stand-in driver.
+// counterparts do is verified by the Parity tests: on a GPU
+// (scripts/gpu-check.sh), and on any machine with a C++ compiler through
+// TestFakeDriver, whose stand-in driver runs the kernel sources on the
+// host (testdata/emu). The tests also check that every kernel is an entry
+// of the embedded PTX.
 
 // ptxFiles holds the PTX that scripts/ptx.sh compiles from kernels/*.cu.
 //

@@ -9,8 +9,11 @@
 // "Device memory" is malloc'd host memory. Every call that needs a context
 // fails with CUDA_ERROR_INVALID_CONTEXT unless it comes from the thread
 // that made the context current, as the real driver would when the
-// context is not current there. Of the kernels only residual_forward and
-// scale_f32 are emulated; other launches return CUDA_ERROR_NOT_SUPPORTED.
+// context is not current there. Kernels run on the host: linked with the
+// emulator in emu/ (TestFakeDriver does when a C++ compiler is present),
+// every kernel of learner/cuda/kernels runs from its own source; without
+// it only residual_forward and scale_f32 are emulated here and other
+// launches return CUDA_ERROR_NOT_SUPPORTED.
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,7 +40,7 @@ int cuDeviceGetAttribute(int *v, int attr, int dev) {
   switch (attr) {
   case 75: *v = 9; return 0;
   case 76: *v = 0; return 0;
-  case 16: *v = 132; return 0;
+  case 16: *v = 4; return 0; // few multiprocessors: fewer, longer grid-stride blocks to emulate
   }
   return 1;
 }
@@ -97,13 +100,20 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
   *f = (void *)(uintptr_t)(++nfuncs);
   return 0;
 }
+// emu_launch is the emulator's entry (emu/cudaemu.cpp), absent when the
+// library was built without it.
+int emu_launch(const char *name, unsigned gx, unsigned gy, unsigned bx, void **params) __attribute__((weak));
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra) {
   CHECK_CTX;
   uintptr_t i = (uintptr_t)f;
   if (i < 1 || i > (uintptr_t)nfuncs || stream != (void *)0x2000 || extra != NULL) return 400;
-  if (gx == 0 || gy != 1 || gz != 1 || bx != 256 || by != 1 || bz != 1 || shared != 0) return 9;
+  if (gx == 0 || gy == 0 || gy > 65535 || gz != 1 || bx == 0 || bx > 1024 || bx % 32 != 0 || by != 1 || bz != 1 ||
+      shared != 0)
+    return 9;
   const char *name = funcs[i - 1];
+  if (emu_launch) return emu_launch(name, gx, gy, bx, params);
+  if (gy != 1 || bx != 256) return 9;
   if (strcmp(name, "residual_forward") == 0) {
     float *out = *(float **)params[0];
     const float *a = *(float **)params[1], *b = *(float **)params[2];

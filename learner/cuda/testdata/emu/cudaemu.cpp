@@ -1,0 +1,135 @@
+// The scheduler of cudaemu.h: blocks one after another, a block's threads
+// as ucontext fibers that yield whenever they wait at a barrier
+// (__syncthreads for the block, the shuffles for their warp).
+#include "cudaemu.h"
+
+#include <pthread.h>
+#include <ucontext.h>
+
+#include <vector>
+
+emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// The kernel table, from the registry the test generates.
+extern const emu_entry emu_kernels[];
+extern const int emu_nkernels;
+
+static const size_t kStack = 128 * 1024;
+static ucontext_t sched;
+static std::vector<ucontext_t> fibers;
+static std::vector<char> stacks;
+static std::vector<char> finished;
+static int cur;
+static const emu_invoker_t *run;
+static void **params;
+static std::vector<double> slots;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+// Barriers: a count of arrivals and a generation that advances when every
+// live thread of the block (or of the warp) has arrived. A thread that
+// ends releases a barrier the others already wait at, as on the GPU,
+// where exited threads no longer take part.
+static int live, bar_count, bar_gen;
+static std::vector<int> warp_live, warp_count, warp_gen;
+
+static void yield_() { swapcontext(&fibers[cur], &sched); }
+
+static void release_if_complete(int w) {
+  if (bar_count > 0 && bar_count == live) {
+    bar_count = 0;
+    bar_gen++;
+  }
+  if (warp_count[w] > 0 && warp_count[w] == warp_live[w]) {
+    warp_count[w] = 0;
+    warp_gen[w]++;
+  }
+}
+
+static void fiber_main() {
+  (*run)(params);
+  finished[cur] = 1;
+  live--;
+  warp_live[cur / 32]--;
+  release_if_complete(cur / 32);
+  // Returning resumes uc_link, the scheduler.
+}
+
+void __syncthreads() {
+  const int g = bar_gen;
+  bar_count++;
+  release_if_complete(cur / 32);
+  while (bar_gen == g) yield_();
+}
+
+static void warp_barrier() {
+  const int w = cur / 32, g = warp_gen[w];
+  warp_count[w]++;
+  release_if_complete(w);
+  while (warp_gen[w] == g) yield_();
+}
+
+// __shfl_down_sync within a warp: each lane publishes its value, then
+// reads lane + off (its own value past the warp's end).
+static double shuffle(double v, int off) {
+  const int t = (int)threadIdx.x;
+  slots[t] = v;
+  warp_barrier();
+  const int lane = t & 31;
+  const int src = lane + off < 32 ? t + off : t;
+  const double r = src < (int)blockDim.x ? slots[src] : v;
+  warp_barrier();
+  return r;
+}
+float __shfl_down_sync(unsigned, float v, int off) { return (float)shuffle(v, off); }
+double __shfl_down_sync(unsigned, double v, int off) { return shuffle(v, off); }
+
+static void run_block(int n) {
+  fibers.resize(n);
+  finished.assign(n, 0);
+  if (stacks.size() < n * kStack) stacks.resize(n * kStack);
+  slots.assign(n, 0.0);
+  const int warps = (n + 31) / 32;
+  warp_live.assign(warps, 0);
+  warp_count.assign(warps, 0);
+  warp_gen.assign(warps, 0);
+  for (int t = 0; t < n; t++) warp_live[t / 32]++;
+  live = n;
+  bar_count = 0;
+  bar_gen = 0;
+  for (int t = 0; t < n; t++) {
+    getcontext(&fibers[t]);
+    fibers[t].uc_stack.ss_sp = &stacks[t * kStack];
+    fibers[t].uc_stack.ss_size = kStack;
+    fibers[t].uc_link = &sched;
+    makecontext(&fibers[t], fiber_main, 0);
+  }
+  // Round robin until every thread has ended; a waiting thread, resumed,
+  // checks its barrier and yields again.
+  while (live > 0) {
+    for (int t = 0; t < n; t++) {
+      if (finished[t]) continue;
+      cur = t;
+      threadIdx = {(unsigned)t, 0, 0};
+      swapcontext(&sched, &fibers[t]);
+    }
+  }
+}
+
+extern "C" int emu_launch(const char *name, unsigned gx, unsigned gy, unsigned bx, void **p) {
+  const emu_entry *e = nullptr;
+  for (int i = 0; i < emu_nkernels; i++)
+    if (strcmp(emu_kernels[i].name, name) == 0) e = &emu_kernels[i];
+  if (!e) return 801;  // CUDA_ERROR_NOT_SUPPORTED
+  pthread_mutex_lock(&mu);
+  run = &e->run;
+  params = p;
+  gridDim = {gx, gy, 1};
+  blockDim = {bx, 1, 1};
+  for (unsigned y = 0; y < gy; y++)
+    for (unsigned x = 0; x < gx; x++) {
+      blockIdx = {x, y, 0};
+      run_block((int)bx);
+    }
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
