@@ -46,6 +46,8 @@ type Device struct {
 
 	memMu     sync.Mutex
 	live, top uint64 // bytes held by Alloc'd buffers now and at most
+
+	pool scratchPool
 }
 
 // MemStats returns the bytes of device memory held by this Device's
@@ -207,6 +209,7 @@ func (dv *Device) do(f func() error) error {
 // cuBLAS handle and the context, and stops the Device's thread. Buffers
 // must be freed before; afterwards their methods return an error.
 func (dv *Device) Close() error {
+	dv.ReleaseScratch()
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
 	if dv.closed {

@@ -25,7 +25,7 @@ var fakeTests = []string{
 var emulatedTests = []string{
 	"TestParityRMSNorm", "TestParitySwiGLU", "TestParityRoPE", "TestParityEmbedding", "TestParityCast",
 	"TestParityGradNorm", "TestParityAdamW", "TestParityAttention", "TestParityLMHead", "TestParityKL",
-	"TestParityModelStep", "TestParityModelStepBF16", "TestParityGreedyDecode",
+	"TestParityModelStep", "TestParityModelStepBF16", "TestParityGreedyDecode", "TestGPUScratchReuse",
 }
 
 // TestFakeDriver runs fakeTests in a child process against host-memory

@@ -216,10 +216,11 @@ func (g *Model) SetParams(src []float32) error {
 // target); it runs on the host.
 type LossFunc func(logProbs, entropy []float32) ([]float32, error)
 
-// scratch hands out buffers that are all freed together.
+// scratch hands out buffers for one call, returned to the Device's pool
+// together at its end.
 type scratch struct {
 	dv   *Device
-	bufs []*Buffer
+	bufs []*Buffer // pooled parents
 	err  error
 }
 
@@ -227,13 +228,16 @@ func (s *scratch) get(dt DType, n int) *Buffer {
 	if s.err != nil {
 		return nil
 	}
-	b, err := s.dv.Alloc(dt, n)
-	if err != nil {
-		s.err = err
-		return nil
+	b, err := s.dv.takeScratch(dt, n)
+	if err == nil {
+		s.bufs = append(s.bufs, b)
+		var v *Buffer
+		if v, err = b.Slice(0, n); err == nil {
+			return v
+		}
 	}
-	s.bufs = append(s.bufs, b)
-	return b
+	s.err = err
+	return nil
 }
 
 func (s *scratch) zeroed(n int) *Buffer {
@@ -256,10 +260,17 @@ func (s *scratch) ints(v []int32) *Buffer {
 	return b
 }
 
+// free returns the buffers to the pool once the queued work that uses
+// them is done.
 func (s *scratch) free() {
-	for _, b := range s.bufs {
-		b.Free()
+	if s.dv.Sync() != nil {
+		// A failed device: the buffers may still be in use; let them go.
+		for _, b := range s.bufs {
+			b.Free()
+		}
+		return
 	}
+	s.dv.giveScratch(s.bufs...)
 }
 
 type layerActs struct {

@@ -277,3 +277,39 @@ func TestParityGreedyDecode(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUScratchReuse checks that a second training step and a second
+// decoding step take their activations from the scratch pool: the device
+// memory held does not grow, and ReleaseScratch gives it back.
+func TestGPUScratchReuse(t *testing.T) {
+	dv := gpu(t, true)
+	m := tinyModel(t, 11)
+	g, err := dv.NewModel(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Free()
+	b := model.Batch{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8}, SeqLens: []int{5, 3}}
+	half := func(lp, _ []float32) ([]float32, error) {
+		out := make([]float32, len(lp))
+		for i := range out {
+			out[i] = 0.5
+		}
+		return out, nil
+	}
+	step := func() uint64 {
+		if _, _, err := g.ForwardBackward(b, half); err != nil {
+			t.Fatal(err)
+		}
+		live, _ := dv.MemStats()
+		return live
+	}
+	first := step()
+	if again := step(); again != first {
+		t.Errorf("device memory held after a second step: %d bytes, after the first %d", again, first)
+	}
+	must(t, dv.ReleaseScratch())
+	if live, _ := dv.MemStats(); live >= first {
+		t.Errorf("ReleaseScratch left %d bytes held (%d before)", live, first)
+	}
+}
