@@ -49,6 +49,7 @@ func TestParityAttention(t *testing.T) {
 		{[]int{1, 37, 100, 5}, 4, 2, 32}, // GQA, sequences shorter and longer than a tile
 		{[]int{130}, 2, 1, 128},          // widest head, one long sequence
 		{[]int{64, 64, 3}, 3, 3, 16},     // multi-head without grouping, tile-aligned sequences
+		{[]int{70, 33}, 4, 1, 64},        // the width-64 kernels (Qwen2.5-0.5B's heads)
 	} {
 		N := 0
 		for _, l := range c.lens {

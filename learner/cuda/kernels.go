@@ -38,7 +38,10 @@ var kernelModules = map[string][]string{
 	"norm":        {"sumsq_partial", "sumsq_final"},
 	"lmhead":      {"lmhead_logprob", "lmhead_dlogits"},
 	"kl":          {"kl_k3"},
-	"attention":   {"attention_forward", "attention_backward_delta", "attention_backward_dq", "attention_backward_dkdv", "attention_cached", "kv_append"},
+	"attention": {"attention_forward", "attention_forward_d64", "attention_forward_d128",
+		"attention_backward_delta", "attention_backward_dq", "attention_backward_dq_d64", "attention_backward_dq_d128",
+		"attention_backward_dkdv", "attention_backward_dkdv_d64", "attention_backward_dkdv_d128",
+		"attention_cached", "attention_cached_d64", "attention_cached_d128", "kv_append"},
 }
 
 // modulePTX returns the embedded PTX of a module.
@@ -389,6 +392,16 @@ func SegmentBounds(seqLens []int) (start, end []int32) {
 	return start, end
 }
 
+// attKernel is the entry of an attention kernel for head width D: the
+// variant compiled for that width where there is one (its per-thread
+// state in registers), else the generic one.
+func attKernel(name string, D int) string {
+	if D == 64 || D == 128 {
+		return fmt.Sprintf("%s_d%d", name, D)
+	}
+	return name
+}
+
 // attShape checks the attention dimensions shared by both directions.
 func attShape(kernel string, N, H, KV, D int) error {
 	switch {
@@ -416,7 +429,7 @@ func (dv *Device) AttentionForward(y, lse, qkv, segStart *Buffer, N, H, KV, D in
 		return err
 	}
 	scale := float32(1 / math.Sqrt(float64(D)))
-	return dv.launch2D("attention_forward", uint32((N+attRows-1)/attRows), uint32(H), attRows,
+	return dv.launch2D(attKernel("attention_forward", D), uint32((N+attRows-1)/attRows), uint32(H), attRows,
 		y, lse, qkv, segStart, N, H, KV, D, scale)
 }
 
@@ -438,11 +451,11 @@ func (dv *Device) AttentionBackward(dqkv, dy, qkv, y, lse, segStart, segEnd, del
 		return err
 	}
 	blocks := uint32((N + attRows - 1) / attRows)
-	if err := dv.launch2D("attention_backward_dq", blocks, uint32(H), attRows,
+	if err := dv.launch2D(attKernel("attention_backward_dq", D), blocks, uint32(H), attRows,
 		dqkv, dy, qkv, lse, delta, segStart, N, H, KV, D, scale); err != nil {
 		return err
 	}
-	return dv.launch2D("attention_backward_dkdv", blocks, uint32(KV), attRows,
+	return dv.launch2D(attKernel("attention_backward_dkdv", D), blocks, uint32(KV), attRows,
 		dqkv, dy, qkv, lse, delta, segEnd, N, H, KV, D, scale)
 }
 
@@ -476,7 +489,7 @@ func (dv *Device) AttentionCached(y, qkv, kc, vc *Buffer, nq, p0, H, KV, D int) 
 		return err
 	}
 	scale := float32(1 / math.Sqrt(float64(D)))
-	return dv.launch2D("attention_cached", uint32((nq+attRows-1)/attRows), uint32(H), attRows,
+	return dv.launch2D(attKernel("attention_cached", D), uint32((nq+attRows-1)/attRows), uint32(H), attRows,
 		y, qkv, kc, vc, nq, p0, H, KV, D, scale)
 }
 

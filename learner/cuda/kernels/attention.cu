@@ -16,6 +16,14 @@
 #define ATT_TILE 32
 #define ATT_ROWS 64
 #define ATT_MAX_D 128
+// Each kernel that keeps a row's state per thread comes in three entries:
+// NAME for any D <= ATT_MAX_D, NAME_d64 and NAME_d128 with the head width
+// known at compile time, so that the per-thread arrays fit registers and
+// the loops over D unroll.
+#define ATT_ENTRIES(NAME, PARAMS, ARGS)                                  \
+  extern "C" __global__ void NAME PARAMS { NAME##_impl<0> ARGS; }        \
+  extern "C" __global__ void NAME##_d64 PARAMS { NAME##_impl<64> ARGS; } \
+  extern "C" __global__ void NAME##_d128 PARAMS { NAME##_impl<128> ARGS; }
 // -infinity (NVRTC compiles without the C headers that define INFINITY).
 #define ATT_NEG_INF __int_as_float(0xff800000)
 
@@ -33,8 +41,10 @@ static __device__ void load_tile(float (*dst)[ATT_MAX_D], const float *src, long
 // attend_tile folds keys lo..hi (tile rows, inclusive) of the shared
 // tiles ks, vs into one query row's running state: maximum m, sum l and
 // unnormalised output acc (the flash-attention recurrence).
+template <int DT>
 static __device__ void attend_tile(const float *q, float *acc, float &m, float &l, float (*ks)[ATT_MAX_D],
                                    float (*vs)[ATT_MAX_D], int lo, int hi, int D, float scale) {
+  if (DT > 0) D = DT;
   for (int r = lo; r <= hi; r++) {
     float s = 0.0f;
     for (int d = 0; d < D; d++) s += q[d] * ks[r][d];
@@ -53,8 +63,10 @@ static __device__ void attend_tile(const float *q, float *acc, float &m, float &
 
 // y[N,QD], lse[N,H] from qkv. Grid: (ceil(N/ATT_ROWS), H); block:
 // ATT_ROWS threads, one query row each.
-extern "C" __global__ void attention_forward(float *y, float *lse, const float *qkv, const int *seg_start,
+template <int DT>
+static __device__ void attention_forward_impl(float *y, float *lse, const float *qkv, const int *seg_start,
                                              int N, int H, int KV, int D, float scale) {
+  if (DT > 0) D = DT;
   __shared__ float ks[ATT_TILE][ATT_MAX_D];
   __shared__ float vs[ATT_TILE][ATT_MAX_D];
   const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
@@ -65,7 +77,7 @@ extern "C" __global__ void attention_forward(float *y, float *lse, const float *
   const int last = min(first + ATT_ROWS, N) - 1;
   const int s0 = valid ? seg_start[i] : 0;
 
-  float q[ATT_MAX_D], acc[ATT_MAX_D];
+  float q[DT > 0 ? DT : ATT_MAX_D], acc[DT > 0 ? DT : ATT_MAX_D];
   for (int d = 0; d < D; d++) {
     q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
     acc[d] = 0.0f;
@@ -77,7 +89,7 @@ extern "C" __global__ void attention_forward(float *y, float *lse, const float *
     load_tile(ks, qkv, QKV, QD + g * D, k0, N, D);
     load_tile(vs, qkv, QKV, QD + KD + g * D, k0, N, D);
     __syncthreads();
-    if (valid) attend_tile(q, acc, m, l, ks, vs, max(0, s0 - k0), min(ATT_TILE - 1, i - k0), D, scale);
+    if (valid) attend_tile<DT>(q, acc, m, l, ks, vs, max(0, s0 - k0), min(ATT_TILE - 1, i - k0), D, scale);
     __syncthreads();
   }
   if (!valid) return;
@@ -85,14 +97,19 @@ extern "C" __global__ void attention_forward(float *y, float *lse, const float *
   for (int d = 0; d < D; d++) y[(long long)i * QD + h * D + d] = acc[d] * inv;
   lse[(long long)i * H + h] = m + logf(l);
 }
+ATT_ENTRIES(attention_forward,
+            (float *y, float *lse, const float *qkv, const int *seg_start, int N, int H, int KV, int D, float scale),
+            (y, lse, qkv, seg_start, N, H, KV, D, scale))
 
 // Decoding against a cache: y[nq,QD] for nq new query rows of qkv[nq,QKV]
 // at positions p0..p0+nq-1 of one sequence whose rotated keys and values
 // for positions 0..p0+nq-1 are the rows of kc[*,KD] and vc[*,KD] (the new
 // rows already appended), as learner/model's attendBlock with cached keys.
 // Grid: (ceil(nq/ATT_ROWS), H); block: ATT_ROWS threads.
-extern "C" __global__ void attention_cached(float *y, const float *qkv, const float *kc, const float *vc, int nq,
+template <int DT>
+static __device__ void attention_cached_impl(float *y, const float *qkv, const float *kc, const float *vc, int nq,
                                             int p0, int H, int KV, int D, float scale) {
+  if (DT > 0) D = DT;
   __shared__ float ks[ATT_TILE][ATT_MAX_D];
   __shared__ float vs[ATT_TILE][ATT_MAX_D];
   const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
@@ -102,7 +119,7 @@ extern "C" __global__ void attention_cached(float *y, const float *qkv, const fl
   const bool valid = i < nq;
   const int keys = p0 + min(first + ATT_ROWS, nq); // rows of the cache this block reads
 
-  float q[ATT_MAX_D], acc[ATT_MAX_D];
+  float q[DT > 0 ? DT : ATT_MAX_D], acc[DT > 0 ? DT : ATT_MAX_D];
   for (int d = 0; d < D; d++) {
     q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
     acc[d] = 0.0f;
@@ -112,13 +129,16 @@ extern "C" __global__ void attention_cached(float *y, const float *qkv, const fl
     load_tile(ks, kc, KD, g * D, k0, keys, D);
     load_tile(vs, vc, KD, g * D, k0, keys, D);
     __syncthreads();
-    if (valid) attend_tile(q, acc, m, l, ks, vs, 0, min(ATT_TILE - 1, p0 + i - k0), D, scale);
+    if (valid) attend_tile<DT>(q, acc, m, l, ks, vs, 0, min(ATT_TILE - 1, p0 + i - k0), D, scale);
     __syncthreads();
   }
   if (!valid) return;
   const float inv = 1.0f / l;
   for (int d = 0; d < D; d++) y[(long long)i * QD + h * D + d] = acc[d] * inv;
 }
+ATT_ENTRIES(attention_cached,
+            (float *y, const float *qkv, const float *kc, const float *vc, int nq, int p0, int H, int KV, int D, float scale),
+            (y, qkv, kc, vc, nq, p0, H, KV, D, scale))
 
 // kv_append copies the key and value parts of n rows of qkv[n,QKV] into
 // rows row0.. of the caches kc and vc ([*,KD] each). Grid-stride over n*KD.
@@ -149,9 +169,11 @@ extern "C" __global__ void attention_backward_delta(float *delta, const float *d
 // dQ rows of dqkv (overwritten): dq_i = scale * sum_j p_ij (dy_i.v_j -
 // delta_i) k_j with p_ij = exp(scale q_i.k_j - lse_i). Grid and block as
 // attention_forward.
-extern "C" __global__ void attention_backward_dq(float *dqkv, const float *dy, const float *qkv, const float *lse,
+template <int DT>
+static __device__ void attention_backward_dq_impl(float *dqkv, const float *dy, const float *qkv, const float *lse,
                                                  const float *delta, const int *seg_start, int N, int H, int KV,
                                                  int D, float scale) {
+  if (DT > 0) D = DT;
   __shared__ float ks[ATT_TILE][ATT_MAX_D];
   __shared__ float vs[ATT_TILE][ATT_MAX_D];
   const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
@@ -162,7 +184,7 @@ extern "C" __global__ void attention_backward_dq(float *dqkv, const float *dy, c
   const int last = min(first + ATT_ROWS, N) - 1;
   const int s0 = valid ? seg_start[i] : 0;
 
-  float q[ATT_MAX_D], o[ATT_MAX_D], acc[ATT_MAX_D];
+  float q[DT > 0 ? DT : ATT_MAX_D], o[DT > 0 ? DT : ATT_MAX_D], acc[DT > 0 ? DT : ATT_MAX_D];
   for (int d = 0; d < D; d++) {
     q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
     o[d] = valid ? dy[(long long)i * QD + h * D + d] : 0.0f;
@@ -193,14 +215,19 @@ extern "C" __global__ void attention_backward_dq(float *dqkv, const float *dy, c
   if (!valid) return;
   for (int d = 0; d < D; d++) dqkv[(long long)i * QKV + h * D + d] = acc[d] * scale;
 }
+ATT_ENTRIES(attention_backward_dq,
+            (float *dqkv, const float *dy, const float *qkv, const float *lse, const float *delta, const int *seg_start, int N, int H, int KV, int D, float scale),
+            (dqkv, dy, qkv, lse, delta, seg_start, N, H, KV, D, scale))
 
 // dK and dV rows of dqkv (overwritten), summed over the query heads that
 // share each key/value head: dv_j = sum_i p_ij dy_i, dk_j = scale * sum_i
 // p_ij (dy_i.v_j - delta_i) q_i over queries i >= j of j's sequence.
 // Grid: (ceil(N/ATT_ROWS), KV); block: ATT_ROWS threads, one key row each.
-extern "C" __global__ void attention_backward_dkdv(float *dqkv, const float *dy, const float *qkv, const float *lse,
+template <int DT>
+static __device__ void attention_backward_dkdv_impl(float *dqkv, const float *dy, const float *qkv, const float *lse,
                                                    const float *delta, const int *seg_end, int N, int H, int KV,
                                                    int D, float scale) {
+  if (DT > 0) D = DT;
   __shared__ float qs[ATT_TILE][ATT_MAX_D];
   __shared__ float os[ATT_TILE][ATT_MAX_D];
   __shared__ float ls[ATT_TILE], ds_[ATT_TILE];
@@ -212,7 +239,7 @@ extern "C" __global__ void attention_backward_dkdv(float *dqkv, const float *dy,
   const int last = min(first + ATT_ROWS, N) - 1;
   const int e0 = valid ? seg_end[j] : 0;
 
-  float k[ATT_MAX_D], v[ATT_MAX_D], dk[ATT_MAX_D], dv[ATT_MAX_D];
+  float k[DT > 0 ? DT : ATT_MAX_D], v[DT > 0 ? DT : ATT_MAX_D], dk[DT > 0 ? DT : ATT_MAX_D], dv[DT > 0 ? DT : ATT_MAX_D];
   for (int d = 0; d < D; d++) {
     k[d] = valid ? qkv[(long long)j * QKV + QD + g * D + d] : 0.0f;
     v[d] = valid ? qkv[(long long)j * QKV + QD + KD + g * D + d] : 0.0f;
@@ -258,3 +285,6 @@ extern "C" __global__ void attention_backward_dkdv(float *dqkv, const float *dy,
     dqkv[(long long)j * QKV + QD + KD + g * D + d] = dv[d];
   }
 }
+ATT_ENTRIES(attention_backward_dkdv,
+            (float *dqkv, const float *dy, const float *qkv, const float *lse, const float *delta, const int *seg_end, int N, int H, int KV, int D, float scale),
+            (dqkv, dy, qkv, lse, delta, seg_end, N, H, KV, D, scale))
