@@ -17,9 +17,28 @@ import (
 // new queries to its cache (attention_cached), then returns the logits of
 // each sequence's last token to the host, where the engine samples.
 type Decoder struct {
-	g  *Model
-	mu sync.Mutex // one Extend at a time
+	g   *Model
+	own *decoderMem // what Free, or a cleanup once d is unreachable, frees
+	mu  sync.Mutex  // one Extend at a time
 }
+
+// decoderMem is a Decoder's device memory: the weights, and the head that
+// makes the last rows' logits (from the first Extend on).
+type decoderMem struct {
+	g    *Model
+	head *LMHead
+}
+
+func (m *decoderMem) free() error {
+	if m.head != nil {
+		m.head.Free()
+	}
+	return m.g.Free()
+}
+
+// decoderChunkBytes bounds the decoder's logits chunk: 64 MiB holds the
+// last rows of 110 sequences of a 151,936-token vocabulary at once.
+const decoderChunkBytes = 64 << 20
 
 var _ engine.Backend = (*Decoder)(nil)
 
@@ -29,17 +48,17 @@ func (dv *Device) NewDecoder(m *model.Model) (*Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Decoder{g: g}
+	d := &Decoder{g: g, own: &decoderMem{g: g}}
 	// A server that reloads drops decoders while requests may still run on
-	// them; their weights go once nothing (engine, cache) refers to them.
-	runtime.AddCleanup(d, func(g *Model) { g.Free() }, g)
+	// them; their memory goes once nothing (engine, cache) refers to them.
+	runtime.AddCleanup(d, func(m *decoderMem) { m.free() }, d.own)
 	return d, nil
 }
 
 // Free releases the decoder's weights now (else they are freed once the
 // decoder is unreachable); caches free themselves when no longer
 // referenced.
-func (d *Decoder) Free() error { return d.g.Free() }
+func (d *Decoder) Free() error { return d.own.free() }
 
 // Config is the model's configuration.
 func (d *Decoder) Config() model.Config { return d.g.cfg }
@@ -226,7 +245,7 @@ func (d *Decoder) Extend(caches []engine.Cache, tokens [][]int32, dst []float32)
 		}
 	}
 	// The last row of each sequence through the final norm and the head.
-	xl, lnl, rl, lg := s.get(F32, B*C), s.get(F32, B*C), s.get(F32, B), s.get(F32, B*g.V)
+	xl, lnl, rl := s.get(F32, B*C), s.get(F32, B*C), s.get(F32, B)
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -236,15 +255,19 @@ func (d *Decoder) Extend(caches []engine.Cache, tokens [][]int32, dst []float32)
 	if err := dv.RMSNormForward(lnl, rl, xl, g.w.norm, B, C, eps); err != nil {
 		return nil, err
 	}
-	if err := dv.Gemm(false, true, B, g.V, C, 1, lnl, C, g.w.head, C, 0, lg, g.V); err != nil {
-		return nil, err
+	if d.own.head == nil {
+		h, err := dv.NewLMHead(g.V, C, decoderChunkBytes)
+		if err != nil {
+			return nil, err
+		}
+		d.own.head = h
 	}
 	if cap(dst) >= B*g.V {
 		dst = dst[:B*g.V]
 	} else {
 		dst = make([]float32, B*g.V)
 	}
-	if err := lg.CopyToFloat32(dst); err != nil {
+	if err := d.own.head.Logits(lnl, g.w.head, B, dst); err != nil {
 		return nil, err
 	}
 	for i, k := range kc {

@@ -179,6 +179,32 @@ func (h *LMHead) Forward(xh, w, targets *Buffer, M int) error {
 	return nil
 }
 
+// Logits writes the full logits of the M rows of xh to dst ([M, V]
+// row-major on the host), one chunk at a time: the engine's sampling
+// takes this path for the last row of each sequence.
+func (h *LMHead) Logits(xh, w *Buffer, M int, dst []float32) error {
+	if err := h.dv.needAll("LMHead.Logits", arg{"xh", xh, F32, M * h.C}, arg{"w", w, F32, h.V * h.C}); err != nil {
+		return err
+	}
+	if len(dst) != M*h.V {
+		return fmt.Errorf("cuda: LMHead.Logits: dst has %d floats for %d rows of %d", len(dst), M, h.V)
+	}
+	for r0 := 0; r0 < M; r0 += h.rows {
+		n := min(h.rows, M-r0)
+		if err := h.chunkLogits(xh, w, r0, n); err != nil {
+			return err
+		}
+		lg, err := h.logits.Slice(0, n*h.V)
+		if err != nil {
+			return err
+		}
+		if err := lg.CopyToFloat32(dst[r0*h.V : (r0+n)*h.V]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // LogProbs copies the last Forward's per-row log-probabilities to dst.
 func (h *LMHead) LogProbs(dst []float32) error { return h.download("LogProbs", h.logp, dst) }
 
