@@ -38,6 +38,33 @@ static __device__ void load_tile(float (*dst)[ATT_MAX_D], const float *src, long
   }
 }
 
+// AttBlock is a block's place among n rows (queries, or keys for
+// dK/dV): its first row, this thread's row and whether it exists, the
+// block's last row, and the row widths of the packed layout.
+struct AttBlock {
+  int QD, KD, QKV;
+  int first, row, last;
+  bool valid;
+};
+
+static __device__ AttBlock att_block(int n, int H, int KV, int D) {
+  AttBlock b;
+  b.QD = H * D;
+  b.KD = KV * D;
+  b.QKV = b.QD + 2 * b.KD;
+  b.first = blockIdx.x * ATT_ROWS;
+  b.row = b.first + threadIdx.x;
+  b.valid = b.row < n;
+  b.last = min(b.first + ATT_ROWS, n) - 1;
+  return b;
+}
+
+// load_row copies the D-wide head at column col of row r of a row-major
+// [*, ld] matrix into a thread's array (zeros where valid is false).
+static __device__ void load_row(float *dst, const float *src, long long ld, int col, int r, bool valid, int D) {
+  for (int d = 0; d < D; d++) dst[d] = valid ? src[(long long)r * ld + col + d] : 0.0f;
+}
+
 // attend_tile folds keys lo..hi (tile rows, inclusive) of the shared
 // tiles ks, vs into one query row's running state: maximum m, sum l and
 // unnormalised output acc (the flash-attention recurrence).
@@ -69,19 +96,15 @@ static __device__ void attention_forward_impl(float *y, float *lse, const float 
   if (DT > 0) D = DT;
   __shared__ float ks[ATT_TILE][ATT_MAX_D];
   __shared__ float vs[ATT_TILE][ATT_MAX_D];
-  const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
+  const AttBlock b = att_block(N, H, KV, D);
+  const int QD = b.QD, KD = b.KD, QKV = b.QKV, first = b.first, i = b.row, last = b.last;
+  const bool valid = b.valid;
   const int h = blockIdx.y, g = h / (H / KV);
-  const int first = blockIdx.x * ATT_ROWS;
-  const int i = first + threadIdx.x;
-  const bool valid = i < N;
-  const int last = min(first + ATT_ROWS, N) - 1;
   const int s0 = valid ? seg_start[i] : 0;
 
   float q[DT > 0 ? DT : ATT_MAX_D], acc[DT > 0 ? DT : ATT_MAX_D];
-  for (int d = 0; d < D; d++) {
-    q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
-    acc[d] = 0.0f;
-  }
+  load_row(q, qkv, QKV, h * D, i, valid, D);
+  for (int d = 0; d < D; d++) acc[d] = 0.0f;
   float m = ATT_NEG_INF, l = 0.0f;
   // The block's keys run from the first row's sequence start (starts never
   // decrease along the packed rows) to its last row.
@@ -112,18 +135,15 @@ static __device__ void attention_cached_impl(float *y, const float *qkv, const f
   if (DT > 0) D = DT;
   __shared__ float ks[ATT_TILE][ATT_MAX_D];
   __shared__ float vs[ATT_TILE][ATT_MAX_D];
-  const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
+  const AttBlock b = att_block(nq, H, KV, D);
+  const int QD = b.QD, KD = b.KD, QKV = b.QKV, i = b.row;
+  const bool valid = b.valid;
   const int h = blockIdx.y, g = h / (H / KV);
-  const int first = blockIdx.x * ATT_ROWS;
-  const int i = first + threadIdx.x;
-  const bool valid = i < nq;
-  const int keys = p0 + min(first + ATT_ROWS, nq); // rows of the cache this block reads
+  const int keys = p0 + b.last + 1; // rows of the cache this block reads
 
   float q[DT > 0 ? DT : ATT_MAX_D], acc[DT > 0 ? DT : ATT_MAX_D];
-  for (int d = 0; d < D; d++) {
-    q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
-    acc[d] = 0.0f;
-  }
+  load_row(q, qkv, QKV, h * D, i, valid, D);
+  for (int d = 0; d < D; d++) acc[d] = 0.0f;
   float m = ATT_NEG_INF, l = 0.0f;
   for (int k0 = 0; k0 < keys; k0 += ATT_TILE) {
     load_tile(ks, kc, KD, g * D, k0, keys, D);
@@ -176,20 +196,16 @@ static __device__ void attention_backward_dq_impl(float *dqkv, const float *dy, 
   if (DT > 0) D = DT;
   __shared__ float ks[ATT_TILE][ATT_MAX_D];
   __shared__ float vs[ATT_TILE][ATT_MAX_D];
-  const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
+  const AttBlock b = att_block(N, H, KV, D);
+  const int QD = b.QD, KD = b.KD, QKV = b.QKV, first = b.first, i = b.row, last = b.last;
+  const bool valid = b.valid;
   const int h = blockIdx.y, g = h / (H / KV);
-  const int first = blockIdx.x * ATT_ROWS;
-  const int i = first + threadIdx.x;
-  const bool valid = i < N;
-  const int last = min(first + ATT_ROWS, N) - 1;
   const int s0 = valid ? seg_start[i] : 0;
 
   float q[DT > 0 ? DT : ATT_MAX_D], o[DT > 0 ? DT : ATT_MAX_D], acc[DT > 0 ? DT : ATT_MAX_D];
-  for (int d = 0; d < D; d++) {
-    q[d] = valid ? qkv[(long long)i * QKV + h * D + d] : 0.0f;
-    o[d] = valid ? dy[(long long)i * QD + h * D + d] : 0.0f;
-    acc[d] = 0.0f;
-  }
+  load_row(q, qkv, QKV, h * D, i, valid, D);
+  load_row(o, dy, QD, h * D, i, valid, D);
+  for (int d = 0; d < D; d++) acc[d] = 0.0f;
   const float li = valid ? lse[(long long)i * H + h] : 0.0f;
   const float di = valid ? delta[(long long)i * H + h] : 0.0f;
   for (int k0 = seg_start[first]; k0 <= last; k0 += ATT_TILE) {
@@ -231,21 +247,16 @@ static __device__ void attention_backward_dkdv_impl(float *dqkv, const float *dy
   __shared__ float qs[ATT_TILE][ATT_MAX_D];
   __shared__ float os[ATT_TILE][ATT_MAX_D];
   __shared__ float ls[ATT_TILE], ds_[ATT_TILE];
-  const int QD = H * D, KD = KV * D, QKV = QD + 2 * KD;
+  const AttBlock b = att_block(N, H, KV, D);
+  const int QD = b.QD, KD = b.KD, QKV = b.QKV, first = b.first, j = b.row, last = b.last;
+  const bool valid = b.valid;
   const int g = blockIdx.y, group = H / KV;
-  const int first = blockIdx.x * ATT_ROWS;
-  const int j = first + threadIdx.x;
-  const bool valid = j < N;
-  const int last = min(first + ATT_ROWS, N) - 1;
   const int e0 = valid ? seg_end[j] : 0;
 
   float k[DT > 0 ? DT : ATT_MAX_D], v[DT > 0 ? DT : ATT_MAX_D], dk[DT > 0 ? DT : ATT_MAX_D], dv[DT > 0 ? DT : ATT_MAX_D];
-  for (int d = 0; d < D; d++) {
-    k[d] = valid ? qkv[(long long)j * QKV + QD + g * D + d] : 0.0f;
-    v[d] = valid ? qkv[(long long)j * QKV + QD + KD + g * D + d] : 0.0f;
-    dk[d] = 0.0f;
-    dv[d] = 0.0f;
-  }
+  load_row(k, qkv, QKV, QD + g * D, j, valid, D);
+  load_row(v, qkv, QKV, QD + KD + g * D, j, valid, D);
+  for (int d = 0; d < D; d++) dk[d] = dv[d] = 0.0f;
   // Queries run from the block's first key to the end of its last key's
   // sequence (ends never decrease along the packed rows).
   const int qend = seg_end[last];
