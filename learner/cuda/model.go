@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/aipo-rl/aipo/learner/model"
 )
@@ -68,14 +67,9 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 			return nil, err
 		}
 	}
-	// Each tensor's offset in the flat buffer, from where its Data starts.
-	base := uintptr(unsafe.Pointer(&m.ParamData()[0]))
-	offs := map[string][2]int{}
-	for _, t := range m.Params() {
-		offs[t.Name] = [2]int{int(uintptr(unsafe.Pointer(&t.Data[0]))-base) / 4, len(t.Data)}
-	}
-	if g.w, err = g.views(g.params, offs); err == nil && withGrads {
-		g.g, err = g.views(g.grads, offs)
+	spans := m.Spans()
+	if g.w, err = views(g.params, spans); err == nil && withGrads {
+		g.g, err = views(g.grads, spans)
 	}
 	if err != nil {
 		g.Free()
@@ -92,43 +86,26 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	return g, nil
 }
 
-// views slices the named tensors out of a flat buffer. A q_proj view spans
-// q, k and v (stored adjacent), a gate_proj view gate and up.
-func (g *Model) views(flat *Buffer, offs map[string][2]int) (gpuWeights, error) {
-	var w gpuWeights
+// views slices the model's tensors out of a flat buffer laid out as
+// model.ParamData (a QKV view spans q, k and v, a GateUp view gate and up).
+func views(flat *Buffer, sp model.Spans) (gpuWeights, error) {
 	var firstErr error
-	view := func(name string, n int) *Buffer {
-		o, ok := offs[name]
-		if !ok {
+	view := func(s model.Span) *Buffer {
+		if s.Len == 0 {
 			return nil
 		}
-		b, err := flat.Slice(o[0], o[0]+n)
+		b, err := flat.Slice(s.Off, s.Off+s.Len)
 		if err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("cuda: NewModel: %s: %w", name, err)
+			firstErr = fmt.Errorf("cuda: NewModel: tensor at %d+%d: %w", s.Off, s.Len, err)
 		}
 		return b
 	}
-	w.emb = view("model.embed_tokens.weight", g.V*g.C)
-	w.head = w.emb
-	if !g.cfg.TieWordEmbeddings {
-		w.head = view("lm_head.weight", g.V*g.C)
-	}
-	w.norm = view("model.norm.weight", g.C)
-	for l := range g.L {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		lw := gpuLayer{
-			inNorm:   view(p+"input_layernorm.weight", g.C),
-			postNorm: view(p+"post_attention_layernorm.weight", g.C),
-			qkv:      view(p+"self_attn.q_proj.weight", g.QKV*g.C),
-			o:        view(p+"self_attn.o_proj.weight", g.C*g.QD),
-			oBias:    view(p+"self_attn.o_proj.bias", g.C),
-			gateUp:   view(p+"mlp.gate_proj.weight", 2*g.F*g.C),
-			down:     view(p+"mlp.down_proj.weight", g.C*g.F),
-		}
-		if g.cfg.QKVBias() {
-			lw.qkvBias = view(p+"self_attn.q_proj.bias", g.QKV)
-		}
-		w.layers = append(w.layers, lw)
+	w := gpuWeights{emb: view(sp.Emb), head: view(sp.Head), norm: view(sp.Norm)}
+	for _, ls := range sp.Layers {
+		w.layers = append(w.layers, gpuLayer{
+			inNorm: view(ls.InNorm), postNorm: view(ls.PostNorm), qkv: view(ls.QKV), qkvBias: view(ls.QKVBias),
+			o: view(ls.O), oBias: view(ls.OBias), gateUp: view(ls.GateUp), down: view(ls.Down),
+		})
 	}
 	if firstErr == nil && (w.emb == nil || w.head == nil || w.norm == nil) {
 		firstErr = fmt.Errorf("cuda: NewModel: the model lacks its embedding, head or final norm")

@@ -90,42 +90,81 @@ type layerWeights struct {
 	down             []float32 // [C, F]
 }
 
-func newWeights(cfg Config, specs []spec) weights {
-	last := specs[len(specs)-1]
-	w := weights{flat: make([]float32, last.off+last.size())}
+// Span is where one tensor the model computes with lies in the flat
+// parameter (or gradient) buffer: Len floats from Off; Len 0 where the
+// model has no such tensor (a bias it does not use).
+type Span struct{ Off, Len int }
+
+// LayerSpans are one layer's tensors as the model computes with them: QKV
+// spans q_proj, k_proj and v_proj (stored adjacent), GateUp gate_proj and
+// up_proj.
+type LayerSpans struct {
+	InNorm, PostNorm, QKV, QKVBias, O, OBias, GateUp, Down Span
+}
+
+// Spans are the model's tensors in the flat buffer; Head is Emb when the
+// embeddings are tied.
+type Spans struct {
+	Emb, Head, Norm Span
+	Layers          []LayerSpans
+}
+
+// spansOf places cfg's tensors in the layout of specs.
+func spansOf(cfg Config, specs []spec) Spans {
 	byName := map[string]spec{}
 	for _, s := range specs {
 		byName[s.name] = s
 	}
 	d := cfg.dims()
-	view := func(name string, n int) []float32 {
+	at := func(name string, n int) Span {
 		s, ok := byName[name]
 		if !ok {
-			return nil
+			return Span{}
 		}
-		return w.flat[s.off : s.off+n : s.off+n]
+		return Span{s.off, n}
 	}
-	w.emb = view("model.embed_tokens.weight", d.V*d.C)
-	w.head = w.emb
+	var sp Spans
+	sp.Emb = at("model.embed_tokens.weight", d.V*d.C)
+	sp.Head = sp.Emb
 	if !cfg.TieWordEmbeddings {
-		w.head = view("lm_head.weight", d.V*d.C)
+		sp.Head = at("lm_head.weight", d.V*d.C)
 	}
-	w.norm = view("model.norm.weight", d.C)
+	sp.Norm = at("model.norm.weight", d.C)
 	for l := 0; l < d.L; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
-		lw := layerWeights{
-			inNorm:   view(p+"input_layernorm.weight", d.C),
-			postNorm: view(p+"post_attention_layernorm.weight", d.C),
-			qkv:      view(p+"self_attn.q_proj.weight", d.QKV*d.C),
-			o:        view(p+"self_attn.o_proj.weight", d.C*d.QD),
-			oBias:    view(p+"self_attn.o_proj.bias", d.C),
-			gateUp:   view(p+"mlp.gate_proj.weight", 2*d.F*d.C),
-			down:     view(p+"mlp.down_proj.weight", d.C*d.F),
+		ls := LayerSpans{
+			InNorm:   at(p+"input_layernorm.weight", d.C),
+			PostNorm: at(p+"post_attention_layernorm.weight", d.C),
+			QKV:      at(p+"self_attn.q_proj.weight", d.QKV*d.C),
+			O:        at(p+"self_attn.o_proj.weight", d.C*d.QD),
+			OBias:    at(p+"self_attn.o_proj.bias", d.C),
+			GateUp:   at(p+"mlp.gate_proj.weight", 2*d.F*d.C),
+			Down:     at(p+"mlp.down_proj.weight", d.C*d.F),
 		}
 		if cfg.QKVBias() {
-			lw.qkvBias = view(p+"self_attn.q_proj.bias", d.QKV)
+			ls.QKVBias = at(p+"self_attn.q_proj.bias", d.QKV)
 		}
-		w.layers = append(w.layers, lw)
+		sp.Layers = append(sp.Layers, ls)
+	}
+	return sp
+}
+
+func newWeights(cfg Config, specs []spec) weights {
+	last := specs[len(specs)-1]
+	w := weights{flat: make([]float32, last.off+last.size())}
+	view := func(s Span) []float32 {
+		if s.Len == 0 {
+			return nil
+		}
+		return w.flat[s.Off : s.Off+s.Len : s.Off+s.Len]
+	}
+	sp := spansOf(cfg, specs)
+	w.emb, w.head, w.norm = view(sp.Emb), view(sp.Head), view(sp.Norm)
+	for _, ls := range sp.Layers {
+		w.layers = append(w.layers, layerWeights{
+			inNorm: view(ls.InNorm), postNorm: view(ls.PostNorm), qkv: view(ls.QKV), qkvBias: view(ls.QKVBias),
+			o: view(ls.O), oBias: view(ls.OBias), gateUp: view(ls.GateUp), down: view(ls.Down),
+		})
 	}
 	return w
 }
@@ -246,6 +285,11 @@ func (m *Model) Params() []NamedTensor { return m.w.named(m.specs) }
 
 // Grads lists the gradients in the same order and shapes as Params.
 func (m *Model) Grads() []NamedTensor { return m.g.named(m.specs) }
+
+// Spans places the tensors the model computes with in ParamData and
+// GradData (other backends view their copies of those buffers the same
+// way).
+func (m *Model) Spans() Spans { return spansOf(m.cfg, m.specs) }
 
 // ParamData is every parameter in one flat slice (storage order of Params),
 // for optimisers that treat the model as one vector.
