@@ -39,34 +39,39 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	var wg sync.WaitGroup
+	var part func(lo, hi int)
+	var parts [][2]int
 	if m >= n {
 		// Split the rows of C: each part uses its own rows of op(A).
-		for _, r := range split(m, workers, rowAlign) {
-			wg.Add(1)
-			go func(lo, hi int) {
-				defer wg.Done()
-				aOff := lo * lda
-				if transA {
-					aOff = lo
-				}
-				sgemm(transA, transB, hi-lo, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[lo*ldc:], ldc)
-			}(r[0], r[1])
+		parts = split(m, workers, rowAlign)
+		part = func(lo, hi int) {
+			aOff := lo * lda
+			if transA {
+				aOff = lo
+			}
+			sgemm(transA, transB, hi-lo, n, k, alpha, a[aOff:], lda, b, ldb, beta, c[lo*ldc:], ldc)
 		}
 	} else {
 		// Split the columns of C: each part uses its own columns of op(B).
-		for _, r := range split(n, workers, colAlign) {
-			wg.Add(1)
-			go func(lo, hi int) {
-				defer wg.Done()
-				bOff := lo
-				if transB {
-					bOff = lo * ldb
-				}
-				sgemm(transA, transB, m, hi-lo, k, alpha, a, lda, b[bOff:], ldb, beta, c[lo:], ldc)
-			}(r[0], r[1])
+		parts = split(n, workers, colAlign)
+		part = func(lo, hi int) {
+			bOff := lo
+			if transB {
+				bOff = lo * ldb
+			}
+			sgemm(transA, transB, m, hi-lo, k, alpha, a, lda, b[bOff:], ldb, beta, c[lo:], ldc)
 		}
 	}
+	// The caller computes the first part itself.
+	var wg sync.WaitGroup
+	for _, r := range parts[1:] {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			part(lo, hi)
+		}(r[0], r[1])
+	}
+	part(parts[0][0], parts[0][1])
 	wg.Wait()
 }
 

@@ -19,38 +19,68 @@ const qBlock = 64
 // segment is one sequence of the packed batch: rows start..start+n-1.
 type segment struct{ start, n int }
 
-// attendBlock computes one head for nq queries at positions p0..p0+nq-1 of
-// a sequence whose keys (positions 0..p0+nq-1) are rows of k and v:
-// s[nq, nk] = scale * q·k^T, masked causally, softmaxed in place;
-// y[nq, D] = s·v; lse[i*ldl] = log sum exp of row i. The same function
-// serves a prefill (p0 = 0) and, with cached keys, an incremental decode
-// (nq = 1, p0 = cache length).
+// attendBlock computes one head for nq <= qBlock queries at positions
+// p0..p0+nq-1 of a sequence whose keys (positions 0..p0+nq-1) are rows of
+// k and v: y[nq, D] = softmax(scale * q·k^T, masked causally)·v and
+// lse[i*ldl] = log sum exp of row i's scaled scores. s[nq, nk] is scratch;
+// it ends holding the unnormalised exp(score - row max), y's rows being
+// divided by their sums after the product. The same function serves a
+// prefill (p0 = 0) and, with cached keys, an incremental decode (nq = 1,
+// p0 = cache length). kt, when not nil, holds the keys transposed
+// (kt[d*ldkt + j] = k[j*ldkv + d]) for the score product.
 func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq int, k, v []float32, ldkv int,
-	nq, p0, D int, scale float32, s []float32) {
+	kt []float32, ldkt int, nq, p0, D int, scale float32, s []float32) {
 	nk := p0 + nq
-	blas.SgemmSerial(false, true, nq, nk, D, scale, q, ldq, k, ldkv, 0, s, nk)
+	if kt != nil {
+		blas.SgemmSerial(false, false, nq, nk, D, scale, q, ldq, kt, ldkt, 0, s, nk)
+	} else {
+		blas.SgemmSerial(false, true, nq, nk, D, scale, q, ldq, k, ldkv, 0, s, nk)
+	}
+	// The rows of s become exp(score - max); y's rows are divided by
+	// their sums after the product (D divisions per row instead of nk).
+	var inv [qBlock]float32
 	for i := 0; i < nq; i++ {
 		row := s[i*nk : (i+1)*nk]
 		valid := row[:p0+i+1]
 		m := maxOf(valid)
 		expShift(valid, valid, m)
-		var sum float32
-		for _, e := range valid {
-			sum += e
-		}
-		inv := 1 / sum
-		for j := scaleVector(valid, inv); j < len(valid); j++ {
-			valid[j] *= inv
-		}
+		sum := sum32(valid)
+		inv[i] = 1 / sum
 		clear(row[p0+i+1:])
 		lse[i*ldl] = m + float32(math.Log(float64(sum)))
 	}
 	blas.SgemmSerial(false, false, nq, D, nk, 1, s, nk, v, ldkv, 0, y, ldy)
+	for i := 0; i < nq; i++ {
+		yr := y[i*ldy : i*ldy+D]
+		for j := scaleVector(yr, inv[i]); j < D; j++ {
+			yr[j] *= inv[i]
+		}
+	}
 }
 
-// attentionForward fills y[N,QD] and lse[N,H] from qkv[N,QKV].
-func attentionForward(y, lse, qkv []float32, segs []segment, d dims) {
+// The products with K^T and V^T (scores, dP) read transposed copies:
+// OpenBLAS multiplies A·B at these sizes (64 x 256 x 32) with kernels that
+// need no packing, about twice as fast here as A·B^T, and one copy per
+// segment and head serves every query block of both passes' heads.
+
+// keysTransposed writes segment sg's keys of key/value head g, transposed,
+// into kt: [D, sg.n] starting at keysAt(sg, g, d), so kt[at + e*sg.n + j]
+// is element e of key j. src is qkv or a buffer laid out like it.
+func keysTransposed(kt, src []float32, off int, sg segment, g int, d dims) {
+	at := keysAt(sg, g, d)
+	transposeInto(kt[at:at+d.D*sg.n], sg.n, src[sg.start*d.QKV+off+g*d.D:], d.QKV, sg.n, d.D)
+}
+
+// keysAt is where keysTransposed puts segment sg's head g in a buffer of N*KD floats.
+func keysAt(sg segment, g int, d dims) int { return sg.start*d.KD + g*d.D*sg.n }
+
+// attentionForward fills y[N,QD] and lse[N,H] from qkv[N,QKV]; kt[N*KD] is
+// scratch for the transposed keys.
+func attentionForward(y, lse, qkv, kt []float32, segs []segment, d dims) {
 	scale := float32(1 / math.Sqrt(float64(d.D)))
+	parallelTasks(len(segs)*d.KV, func(_, i int) {
+		keysTransposed(kt, qkv, d.QD, segs[i/d.KV], i%d.KV, d)
+	})
 	type task struct{ seg, h, i0 int }
 	var tasks []task
 	maxT := 0
@@ -76,7 +106,7 @@ func attentionForward(y, lse, qkv []float32, segs []segment, d dims) {
 		attendBlock(y[row*d.QD+tk.h*d.D:], d.QD, lse[row*d.H+tk.h:], d.H,
 			qkv[row*d.QKV+tk.h*d.D:], d.QKV,
 			qkv[sg.start*d.QKV+d.QD+g*d.D:], qkv[sg.start*d.QKV+d.QD+d.KD+g*d.D:], d.QKV,
-			nq, tk.i0, d.D, scale, scratch[w])
+			kt[keysAt(sg, g, d):], sg.n, nq, tk.i0, d.D, scale, scratch[w])
 	})
 }
 
@@ -94,12 +124,17 @@ func attentionBackward(dqkv, dy, qkv, y, lse []float32, segs []segment, d dims) 
 	scratch := make([][]float32, workers())
 	parallelTasks(len(segs)*d.KV, func(w, ti int) {
 		if scratch[w] == nil {
-			scratch[w] = make([]float32, 2*qBlock*maxT)
+			scratch[w] = make([]float32, 2*qBlock*maxT+2*d.D*maxT)
 		}
 		sg, g := segs[ti/d.KV], ti%d.KV
 		base := sg.start * d.QKV
 		k, v := qkv[base+d.QD+g*d.D:], qkv[base+d.QD+d.KD+g*d.D:]
 		dk, dv := dqkv[base+d.QD+g*d.D:], dqkv[base+d.QD+d.KD+g*d.D:]
+		// K and V transposed, [D, sg.n] each (see keysTransposed).
+		kt := scratch[w][2*qBlock*maxT : 2*qBlock*maxT+d.D*sg.n]
+		vt := scratch[w][2*qBlock*maxT+d.D*maxT : 2*qBlock*maxT+d.D*maxT+d.D*sg.n]
+		transposeInto(kt, sg.n, k, d.QKV, sg.n, d.D)
+		transposeInto(vt, sg.n, v, d.QKV, sg.n, d.D)
 		for h := g * group; h < (g+1)*group; h++ {
 			for i0 := 0; i0 < sg.n; i0 += qBlock {
 				nq := min(qBlock, sg.n-i0)
@@ -109,7 +144,7 @@ func attentionBackward(dqkv, dy, qkv, y, lse []float32, segs []segment, d dims) 
 				q, dq := qkv[row*d.QKV+h*d.D:], dqkv[row*d.QKV+h*d.D:]
 				dyb, yb := dy[row*d.QD+h*d.D:], y[row*d.QD+h*d.D:]
 				// P = exp(scale*q·k^T - lse), zero above the diagonal.
-				blas.SgemmSerial(false, true, nq, nk, d.D, scale, q, d.QKV, k, d.QKV, 0, p, nk)
+				blas.SgemmSerial(false, false, nq, nk, d.D, scale, q, d.QKV, kt, sg.n, 0, p, nk)
 				for i := 0; i < nq; i++ {
 					l := lse[(row+i)*d.H+h]
 					r := p[i*nk : (i+1)*nk]
@@ -117,17 +152,13 @@ func attentionBackward(dqkv, dy, qkv, y, lse []float32, segs []segment, d dims) 
 					clear(r[i0+i+1:])
 				}
 				// dP = dY·V^T; dV += P^T·dY.
-				blas.SgemmSerial(false, true, nq, nk, d.D, 1, dyb, d.QD, v, d.QKV, 0, dp, nk)
+				blas.SgemmSerial(false, false, nq, nk, d.D, 1, dyb, d.QD, vt, sg.n, 0, dp, nk)
 				blas.SgemmSerial(true, false, nk, d.D, nq, 1, p, nk, dyb, d.QD, 1, dv, d.QKV)
 				// dS = P * (dP - sum_j dY·Y), stored over dP.
 				for i := 0; i < nq; i++ {
-					var dot float32
-					a, b := dyb[i*d.QD:i*d.QD+d.D], yb[i*d.QD:i*d.QD+d.D]
-					for j := range a {
-						dot += a[j] * b[j]
-					}
+					dot := dot32(dyb[i*d.QD:i*d.QD+d.D], yb[i*d.QD:i*d.QD+d.D])
 					pr, dr := p[i*nk:(i+1)*nk], dp[i*nk:(i+1)*nk]
-					for j := range pr {
+					for j := dsVector(dr, pr, dot); j < len(pr); j++ {
 						dr[j] = pr[j] * (dr[j] - dot)
 					}
 				}

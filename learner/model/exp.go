@@ -4,15 +4,24 @@ package model
 // src; len(dst) >= len(src)). On amd64 with AVX2 the blocks of 8 run
 // vectorised with exp32's exact operations, so the results are the same
 // bits as the scalar loop's on every machine.
-func expShift(dst, src []float32, shift float32) {
+func expShift(dst, src []float32, shift float32) { expShiftSign(dst, src, shift, false) }
+
+// expNeg writes dst[i] = exp32(-src[i]) (dst may be src).
+func expNeg(dst, src []float32) { expShiftSign(dst, src, 0, true) }
+
+func expShiftSign(dst, src []float32, shift float32, neg bool) {
 	dst = dst[:len(src)]
 	for i := 0; i < len(src); {
-		i += expShiftVector(dst[i:], src[i:], shift)
+		i += expShiftVector(dst[i:], src[i:], shift, neg)
 		// A block the vector kernel declined (a value outside exp32's fast
-		// range), or the tail: scalar.
+		// range), or all of it without the kernel: scalar.
 		end := min(i+8, len(src))
 		for ; i < end; i++ {
-			dst[i] = exp32(src[i] - shift)
+			s := src[i]
+			if neg {
+				s = -s
+			}
+			dst[i] = exp32(s - shift)
 		}
 	}
 }

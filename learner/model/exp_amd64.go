@@ -8,15 +8,20 @@ import "golang.org/x/sys/cpu"
 var haveExpAVX2 = cpu.X86.HasAVX2
 
 //go:noescape
-func expShiftAVX2(dst, src *float32, n int, shift float32) (done int)
+func expShiftAVX2(dst, src *float32, n int, shift float32, neg uint32) (done int)
 
-// expShiftVector writes dst[i] = exp32(src[i]-shift) for a prefix of src
-// and returns its length.
-func expShiftVector(dst, src []float32, shift float32) int {
-	if !haveExpAVX2 || len(src) < 8 {
+// expShiftVector writes dst[i] = exp32(src[i]-shift), or exp32(-src[i]-shift)
+// with neg, for a prefix of src and returns its length.
+func expShiftVector(dst, src []float32, shift float32, neg bool) int {
+	if !haveExpAVX2 || len(src) == 0 {
 		return 0
 	}
-	return expShiftAVX2(&dst[0], &src[0], len(src), shift)
+	_ = dst[len(src)-1]
+	var sign uint32
+	if neg {
+		sign = 1 << 31
+	}
+	return expShiftAVX2(&dst[0], &src[0], len(src), shift, sign)
 }
 
 func haveExpAVX2Used() bool { return haveExpAVX2 }

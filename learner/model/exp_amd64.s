@@ -146,64 +146,113 @@ DATA expk_kexp<>+24(SB)/4, $0x4b3fff81
 DATA expk_kexp<>+28(SB)/4, $0x4b3fff81
 GLOBL expk_kexp<>(SB), RODATA|NOPTR, $32
 
-// func expShiftAVX2(dst, src *float32, n int, shift float32) (done int)
+// expk_tail holds 8 all-ones words then 8 zero words: the 8 words from
+// index 8-r are a mask of r leading lanes.
+DATA expk_tail<>+0(SB)/4, $0xffffffff
+DATA expk_tail<>+4(SB)/4, $0xffffffff
+DATA expk_tail<>+8(SB)/4, $0xffffffff
+DATA expk_tail<>+12(SB)/4, $0xffffffff
+DATA expk_tail<>+16(SB)/4, $0xffffffff
+DATA expk_tail<>+20(SB)/4, $0xffffffff
+DATA expk_tail<>+24(SB)/4, $0xffffffff
+DATA expk_tail<>+28(SB)/4, $0xffffffff
+DATA expk_tail<>+32(SB)/4, $0
+DATA expk_tail<>+36(SB)/4, $0
+DATA expk_tail<>+40(SB)/4, $0
+DATA expk_tail<>+44(SB)/4, $0
+DATA expk_tail<>+48(SB)/4, $0
+DATA expk_tail<>+52(SB)/4, $0
+DATA expk_tail<>+56(SB)/4, $0
+DATA expk_tail<>+60(SB)/4, $0
+GLOBL expk_tail<>(SB), RODATA|NOPTR, $64
+
+// EXP32 computes Y4 = exp32(Y0) lane by lane (clobbers Y1-Y3).
+#define EXP32 \
+	VMULPS expk_log2e<>(SB), Y0, Y1  \ // x*log2e
+	VADDPS expk_magic<>(SB), Y1, Y1  \ // f = x*log2e + magic
+	VPSUBD expk_kexp<>(SB), Y1, Y2   \ // bits(f) - 0x4B400000 + 127 = n + 127
+	VPSLLD $23, Y2, Y2               \ // 2^n
+	VSUBPS expk_magic<>(SB), Y1, Y1  \ // fn = f - magic
+	VMULPS expk_ln2hi<>(SB), Y1, Y3  \ // fn*ln2hi
+	VSUBPS Y3, Y0, Y3                \ // x - fn*ln2hi
+	VMULPS expk_ln2lo<>(SB), Y1, Y4  \ // fn*ln2lo
+	VSUBPS Y4, Y3, Y3                \ // r
+	VMULPS expk_c5040<>(SB), Y3, Y4  \ // Horner, innermost first
+	VADDPS expk_c720<>(SB), Y4, Y4   \
+	VMULPS Y3, Y4, Y4                \
+	VADDPS expk_c120<>(SB), Y4, Y4   \
+	VMULPS Y3, Y4, Y4                \
+	VADDPS expk_c24<>(SB), Y4, Y4    \
+	VMULPS Y3, Y4, Y4                \
+	VADDPS expk_c6<>(SB), Y4, Y4     \
+	VMULPS Y3, Y4, Y4                \
+	VADDPS expk_c2<>(SB), Y4, Y4     \
+	VMULPS Y3, Y4, Y4                \
+	VADDPS expk_one<>(SB), Y4, Y4    \
+	VMULPS Y3, Y4, Y4                \
+	VADDPS expk_one<>(SB), Y4, Y4    \ // p
+	VMULPS Y2, Y4, Y4                   // p * 2^n
+
+// INRANGE sets Y1 to the lanes of Y0 inside exp32's fast range
+// (x >= lo && x <= hi; false for NaN).
+#define INRANGE \
+	VCMPPS $13, expk_lo<>(SB), Y0, Y1 \ // GE_OS
+	VCMPPS $2, expk_hi<>(SB), Y0, Y2  \ // LE_OS
+	VANDPS Y1, Y2, Y1
+
+// func expShiftAVX2(dst, src *float32, n int, shift float32, neg uint32) (done int)
 //
-// dst[i] = exp32(src[i]-shift), 8 at a time, with exp32's operations in
-// exp32's order (no fused multiply-add), so every result is bit-identical
-// to exp32's. It stops before the first block of 8 holding a value of
-// src[i]-shift outside exp32's fast range (or NaN) and returns how many
-// elements it wrote (a multiple of 8, at most n).
+// dst[i] = exp32(s[i]-shift), where s[i] is src[i] with its sign bit XORed
+// with neg, 8 at a time and then the last n%8 under a lane mask, with
+// exp32's operations in exp32's order (no fused multiply-add), so every
+// result is bit-identical to exp32's. It stops before the first block
+// holding a value of s[i]-shift outside exp32's fast range (or NaN) and
+// returns how many elements it wrote.
 TEXT ·expShiftAVX2(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
 	VBROADCASTSS shift+24(FP), Y15
+	VBROADCASTSS neg+28(FP), Y14
 	XORQ AX, AX
 
 loop:
 	LEAQ 8(AX), DX
 	CMPQ DX, CX
-	JGT  done
+	JGT  tail
 	VMOVUPS (SI)(AX*4), Y0
-	VSUBPS  Y15, Y0, Y0              // x = src - shift
-
-	// In range: x >= lo && x <= hi (false for NaN).
-	VCMPPS    $13, expk_lo<>(SB), Y0, Y1 // GE_OS
-	VCMPPS    $2, expk_hi<>(SB), Y0, Y2  // LE_OS
-	VANDPS    Y1, Y2, Y1
+	VXORPS  Y14, Y0, Y0
+	VSUBPS  Y15, Y0, Y0              // x = s - shift
+	INRANGE
 	VMOVMSKPS Y1, BX
 	CMPL      BX, $0xff
 	JNE       done
-
-	VMULPS expk_log2e<>(SB), Y0, Y1  // x*log2e
-	VADDPS expk_magic<>(SB), Y1, Y1  // f = x*log2e + magic
-	VPSUBD expk_kexp<>(SB), Y1, Y2   // bits(f) - 0x4B400000 + 127 = n + 127
-	VPSLLD $23, Y2, Y2               // 2^n
-	VSUBPS expk_magic<>(SB), Y1, Y1  // fn = f - magic
-	VMULPS expk_ln2hi<>(SB), Y1, Y3  // fn*ln2hi
-	VSUBPS Y3, Y0, Y3                // x - fn*ln2hi
-	VMULPS expk_ln2lo<>(SB), Y1, Y4  // fn*ln2lo
-	VSUBPS Y4, Y3, Y3                // r
-
-	VMULPS expk_c5040<>(SB), Y3, Y4  // Horner, innermost first
-	VADDPS expk_c720<>(SB), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS expk_c120<>(SB), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS expk_c24<>(SB), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS expk_c6<>(SB), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS expk_c2<>(SB), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS expk_one<>(SB), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS expk_one<>(SB), Y4, Y4    // p
-	VMULPS Y2, Y4, Y4                // p * 2^n
-
+	EXP32
 	VMOVUPS Y4, (DI)(AX*4)
 	MOVQ    DX, AX
 	JMP     loop
+
+tail:
+	CMPQ AX, CX
+	JGE  done
+	// Mask of the CX-AX < 8 remaining lanes.
+	MOVQ CX, DX
+	SUBQ AX, DX
+	NEGQ DX
+	LEAQ expk_tail<>(SB), R8
+	VMOVUPS 32(R8)(DX*4), Y8
+	VMASKMOVPS (SI)(AX*4), Y8, Y0
+	VXORPS  Y14, Y0, Y0
+	VSUBPS  Y15, Y0, Y0
+	INRANGE
+	VANDPS    Y8, Y1, Y1
+	VMOVMSKPS Y1, BX
+	VMOVMSKPS Y8, R9
+	CMPL      BX, R9
+	JNE       done
+	EXP32
+	VMASKMOVPS Y4, Y8, (DI)(AX*4)
+	MOVQ CX, AX
 
 done:
 	VZEROUPPER

@@ -2,6 +2,6 @@
 
 package model
 
-func expShiftVector(dst, src []float32, shift float32) int { return 0 }
+func expShiftVector(dst, src []float32, shift float32, neg bool) int { return 0 }
 
 func haveExpAVX2Used() bool { return false }

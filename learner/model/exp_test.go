@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// expShift gives exp32's bits for every element, whichever path (vector
-// blocks, declined blocks, tail) computes it: values across and beyond
+// expShift and expNeg give exp32's bits for every element, whichever path
+// (vector blocks, declined blocks, the masked tail) computes it: values across and beyond
 // exp32's fast range, NaN and infinities, every length up to 40 and every
 // alignment, in place and into another slice.
 func TestExpShiftMatchesExp32(t *testing.T) {
@@ -29,12 +29,30 @@ func TestExpShiftMatchesExp32(t *testing.T) {
 			off := trial % 3
 			in := src[off : off+n]
 			shift := float32(r.NormFloat64())
-			dst := make([]float32, n)
+			// Guard elements after dst catch a masked tail writing too far.
+			guarded := make([]float32, n+8)
+			for i := range guarded {
+				guarded[i] = -7
+			}
+			dst := guarded[:n]
 			expShift(dst, in, shift)
 			for i, v := range in {
 				want := exp32(v - shift)
 				if math.Float32bits(dst[i]) != math.Float32bits(want) && !(dst[i] != dst[i] && want != want) {
 					t.Fatalf("n %d element %d: exp(%v - %v) = %v (bits %08x), exp32 gives %v (bits %08x)", n, i, v, shift, dst[i], math.Float32bits(dst[i]), want, math.Float32bits(want))
+				}
+			}
+			neg := make([]float32, n)
+			expNeg(neg, in)
+			for i, v := range in {
+				want := exp32(-v)
+				if math.Float32bits(neg[i]) != math.Float32bits(want) && !(neg[i] != neg[i] && want != want) {
+					t.Fatalf("n %d element %d: exp(-%v) = %v, exp32 gives %v", n, i, v, neg[i], want)
+				}
+			}
+			for i, g := range guarded[n:] {
+				if g != -7 {
+					t.Fatalf("n %d: expShift wrote element %d past the end of dst", n, n+i)
 				}
 			}
 			inPlace := append([]float32(nil), in...)

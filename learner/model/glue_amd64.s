@@ -167,3 +167,252 @@ max_reduce:
 	SETNE        nan+20(FP)
 	VZEROUPPER
 	RET
+
+// func addAVX2(o, a, b *float32, n int)
+// o = a + b.
+TEXT ·addAVX2(SB), NOSPLIT, $0-32
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), R8
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+
+add_loop:
+	CMPQ AX, CX
+	JGE  add_done
+	VMOVUPS (SI)(AX*4), Y0
+	VADDPS  (R8)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     add_loop
+
+add_done:
+	VZEROUPPER
+	RET
+
+// func dsAVX2(dp, p *float32, n int, dot float32)
+// dp = p * (dp - dot): attention's dS from dP.
+TEXT ·dsAVX2(SB), NOSPLIT, $0-28
+	MOVQ dp+0(FP), DI
+	MOVQ p+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS dot+24(FP), Y15
+	XORQ AX, AX
+
+ds_loop:
+	CMPQ AX, CX
+	JGE  ds_done
+	VMOVUPS (DI)(AX*4), Y0
+	VSUBPS  Y15, Y0, Y0        // dp - dot
+	VMOVUPS (SI)(AX*4), Y1
+	VMULPS  Y0, Y1, Y1         // p * (dp - dot)
+	VMOVUPS Y1, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     ds_loop
+
+ds_done:
+	VZEROUPPER
+	RET
+
+// func rmsScaleAVX2(o, x, w *float32, n int, r float32)
+// o = (x*r)*w: RMSNorm's output.
+TEXT ·rmsScaleAVX2(SB), NOSPLIT, $0-36
+	MOVQ o+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), R8
+	MOVQ n+24(FP), CX
+	VBROADCASTSS r+32(FP), Y15
+	XORQ AX, AX
+
+rs_loop:
+	CMPQ AX, CX
+	JGE  rs_done
+	VMOVUPS (SI)(AX*4), Y0
+	VMULPS  Y15, Y0, Y0        // x*r
+	VMULPS  (R8)(AX*4), Y0, Y0 // (x*r)*w
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     rs_loop
+
+rs_done:
+	VZEROUPPER
+	RET
+
+// func rmsDxAVX2(dx, dy, x, w *float32, n int, r, c float32)
+// dx += (r*w)*dy - x*c: one row of RMSNorm's input gradient.
+TEXT ·rmsDxAVX2(SB), NOSPLIT, $0-48
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), SI
+	MOVQ x+16(FP), R8
+	MOVQ w+24(FP), R9
+	MOVQ n+32(FP), CX
+	VBROADCASTSS r+40(FP), Y14
+	VBROADCASTSS c+44(FP), Y15
+	XORQ AX, AX
+
+rdx_loop:
+	CMPQ AX, CX
+	JGE  rdx_done
+	VMOVUPS (R9)(AX*4), Y0
+	VMULPS  Y0, Y14, Y0        // r*w
+	VMULPS  (SI)(AX*4), Y0, Y0 // (r*w)*dy
+	VMOVUPS (R8)(AX*4), Y1
+	VMULPS  Y15, Y1, Y1        // x*c
+	VSUBPS  Y1, Y0, Y0         // (r*w)*dy - x*c
+	VMOVUPS (DI)(AX*4), Y2
+	VADDPS  Y0, Y2, Y2         // dx + ...
+	VMOVUPS Y2, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     rdx_loop
+
+rdx_done:
+	VZEROUPPER
+	RET
+
+// func ropeAVX2(x1, x2, c, s *float32, n int, flip uint32)
+// a, b = x1, x2; s' = s with its sign bit XORed with flip;
+// x1 = a*c - b*s'; x2 = b*c + a*s'.
+TEXT ·ropeAVX2(SB), NOSPLIT, $0-44
+	MOVQ x1+0(FP), DI
+	MOVQ x2+8(FP), SI
+	MOVQ c+16(FP), R8
+	MOVQ s+24(FP), R9
+	MOVQ n+32(FP), CX
+	VBROADCASTSS flip+40(FP), Y15
+	XORQ AX, AX
+
+rope_loop:
+	CMPQ AX, CX
+	JGE  rope_done
+	VMOVUPS (DI)(AX*4), Y0     // a
+	VMOVUPS (SI)(AX*4), Y1     // b
+	VMOVUPS (R8)(AX*4), Y2     // c
+	VMOVUPS (R9)(AX*4), Y3
+	VXORPS  Y15, Y3, Y3        // s'
+	VMULPS  Y2, Y0, Y4         // a*c
+	VMULPS  Y3, Y1, Y5         // b*s'
+	VSUBPS  Y5, Y4, Y4         // a*c - b*s'
+	VMULPS  Y2, Y1, Y6         // b*c
+	VMULPS  Y3, Y0, Y7         // a*s'
+	VADDPS  Y7, Y6, Y6         // b*c + a*s'
+	VMOVUPS Y4, (DI)(AX*4)
+	VMOVUPS Y6, (SI)(AX*4)
+	ADDQ    $8, AX
+	JMP     rope_loop
+
+rope_done:
+	VZEROUPPER
+	RET
+
+// The lane reductions below add into acc[0:8] (see lanes.go): element i
+// of the input goes to lane i%8. n is a multiple of 8.
+
+// func sumLanesAVX2(acc, x *float32, n int)
+TEXT ·sumLanesAVX2(SB), NOSPLIT, $0-24
+	MOVQ acc+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VMOVUPS (DI), Y0
+	XORQ AX, AX
+
+suml_loop:
+	CMPQ AX, CX
+	JGE  suml_done
+	VMOVUPS (SI)(AX*4), Y1
+	VADDPS  Y1, Y0, Y0
+	ADDQ    $8, AX
+	JMP     suml_loop
+
+suml_done:
+	VMOVUPS Y0, (DI)
+	VZEROUPPER
+	RET
+
+// func dotLanesAVX2(acc, a, b *float32, n int)
+// acc += a*b, the product rounded first.
+TEXT ·dotLanesAVX2(SB), NOSPLIT, $0-32
+	MOVQ acc+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), R8
+	MOVQ n+24(FP), CX
+	VMOVUPS (DI), Y0
+	XORQ AX, AX
+
+dotl_loop:
+	CMPQ AX, CX
+	JGE  dotl_done
+	VMOVUPS (SI)(AX*4), Y1
+	VMULPS  (R8)(AX*4), Y1, Y1
+	VADDPS  Y1, Y0, Y0
+	ADDQ    $8, AX
+	JMP     dotl_loop
+
+dotl_done:
+	VMOVUPS Y0, (DI)
+	VZEROUPPER
+	RET
+
+// func sumDotShiftLanesAVX2(s, sx, e, v *float32, n int, shift float32)
+// s += e; sx += e*(v-shift).
+TEXT ·sumDotShiftLanesAVX2(SB), NOSPLIT, $0-44
+	MOVQ s+0(FP), DI
+	MOVQ sx+8(FP), R10
+	MOVQ e+16(FP), SI
+	MOVQ v+24(FP), R8
+	MOVQ n+32(FP), CX
+	VBROADCASTSS shift+40(FP), Y15
+	VMOVUPS (DI), Y0
+	VMOVUPS (R10), Y1
+	XORQ AX, AX
+
+sds_loop:
+	CMPQ AX, CX
+	JGE  sds_done
+	VMOVUPS (SI)(AX*4), Y2     // e
+	VADDPS  Y2, Y0, Y0         // s += e
+	VMOVUPS (R8)(AX*4), Y3
+	VSUBPS  Y15, Y3, Y3        // v - shift
+	VMULPS  Y3, Y2, Y3         // e*(v-shift)
+	VADDPS  Y3, Y1, Y1
+	ADDQ    $8, AX
+	JMP     sds_loop
+
+sds_done:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, (R10)
+	VZEROUPPER
+	RET
+
+// func rmsBwdLanesAVX2(acc, pw, dy, x, w *float32, n int, r float32)
+// acc += (dy*w)*x; pw += (dy*x)*r.
+TEXT ·rmsBwdLanesAVX2(SB), NOSPLIT, $0-52
+	MOVQ acc+0(FP), DI
+	MOVQ pw+8(FP), R10
+	MOVQ dy+16(FP), SI
+	MOVQ x+24(FP), R8
+	MOVQ w+32(FP), R9
+	MOVQ n+40(FP), CX
+	VBROADCASTSS r+48(FP), Y15
+	VMOVUPS (DI), Y0
+	XORQ AX, AX
+
+rbl_loop:
+	CMPQ AX, CX
+	JGE  rbl_done
+	VMOVUPS (SI)(AX*4), Y1     // dy
+	VMOVUPS (R8)(AX*4), Y2     // x
+	VMULPS  (R9)(AX*4), Y1, Y3 // dy*w
+	VMULPS  Y2, Y3, Y3         // (dy*w)*x
+	VADDPS  Y3, Y0, Y0
+	VMULPS  Y2, Y1, Y4         // dy*x
+	VMULPS  Y15, Y4, Y4        // (dy*x)*r
+	VMOVUPS (R10)(AX*4), Y5
+	VADDPS  Y4, Y5, Y5         // pw + ...
+	VMOVUPS Y5, (R10)(AX*4)
+	ADDQ    $8, AX
+	JMP     rbl_loop
+
+rbl_done:
+	VMOVUPS Y0, (DI)
+	VZEROUPPER
+	RET

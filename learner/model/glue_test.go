@@ -78,6 +78,89 @@ func TestGlueKernelsMatchScalar(t *testing.T) {
 			same("max", []float32{maxOf(x)}, []float32{maxScalar(x)})
 		}
 	}
+	// Element-wise kernels against their scalar loops, and the lane
+	// reductions against their Go forms.
+	for _, n := range []int{1, 7, 8, 9, 16, 31, 64, 344, 1001} {
+		for _, sp := range []bool{false, true} {
+			a, b, c, w := gen(n, sp), gen(n, sp), gen(n, sp), gen(n, sp)
+			r1, r2 := float32(r.NormFloat64()), float32(r.NormFloat64())
+
+			want := make([]float32, n)
+			for i := range want {
+				want[i] = a[i] + b[i]
+			}
+			got := make([]float32, n)
+			addInto(got, a, b)
+			same("add", got, want)
+
+			for i := range want {
+				want[i] = b[i] * (a[i] - r1)
+			}
+			got = append(got[:0], a...)
+			for j := dsVector(got, b, r1); j < n; j++ {
+				got[j] = b[j] * (got[j] - r1)
+			}
+			same("ds", got, want)
+
+			for i := range want {
+				want[i] = a[i] * r1 * w[i]
+			}
+			for j := rmsScaleVector(got, a, w, r1); j < n; j++ {
+				got[j] = a[j] * r1 * w[j]
+			}
+			same("rms scale", got, want)
+
+			for i := range want {
+				want[i] = c[i] + (r1*w[i]*b[i] - a[i]*r2)
+			}
+			got = append(got[:0], c...)
+			for j := rmsDxVector(got, b, a, w, r1, r2); j < n; j++ {
+				got[j] += r1*w[j]*b[j] - a[j]*r2
+			}
+			same("rms dx", got, want)
+
+			for _, flip := range []bool{false, true} {
+				x1, x2 := append([]float32(nil), a...), append([]float32(nil), b...)
+				w1, w2 := make([]float32, n), make([]float32, n)
+				for i := range w1 {
+					s := w[i]
+					if flip {
+						s = -s
+					}
+					w1[i] = a[i]*c[i] - b[i]*s
+					w2[i] = b[i]*c[i] + a[i]*s
+				}
+				for j := ropeVector(x1, x2, c, w, flip); j < n; j++ {
+					s := w[j]
+					if flip {
+						s = -s
+					}
+					p, q := x1[j], x2[j]
+					x1[j], x2[j] = p*c[j]-q*s, q*c[j]+p*s
+				}
+				same("rope x1", x1, w1)
+				same("rope x2", x2, w2)
+			}
+
+			m := n &^ 7
+			var l1, l2, g1, g2 [8]float32
+			sumLanes(&l1, a[:m])
+			sumLanesGo(&g1, a[:m])
+			same("sum lanes", l1[:], g1[:])
+			dotLanes(&l1, a[:m], b[:m])
+			dotLanesGo(&g1, a[:m], b[:m])
+			same("dot lanes", l1[:], g1[:])
+			sumDotShiftLanes(&l1, &l2, a[:m], b[:m], r1)
+			sumDotShiftLanesGo(&g1, &g2, a[:m], b[:m], r1)
+			same("sum-dot-shift lanes", l1[:], g1[:])
+			same("sum-dot-shift lanes (dot)", l2[:], g2[:])
+			pv, pg := append([]float32(nil), c...), append([]float32(nil), c...)
+			rmsBwdLanes(&l1, pv, b, a, w, r1)
+			rmsBwdLanesGo(&g1, pg, b, a, w, r1)
+			same("rms backward lanes", l1[:], g1[:])
+			same("rms backward pw", pv, pg)
+		}
+	}
 	// Zero maxima of either sign, where VMAXPS and max disagree.
 	for _, x := range [][]float32{
 		{-1, -2, float32(math.Copysign(0, -1)), -3, -4, -5, -6, -7, 0, -1},

@@ -130,15 +130,11 @@ func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
 	for b0 := 0; b0 < len(x); b0 += 256 {
 		blk := x[b0:min(b0+256, len(x))]
 		var es [256]float32
-		expShift(es[:], blk, mx)
-		var bs, bsx float32
-		for j, v := range blk {
-			e := es[j]
-			bs += e
-			bsx += e * (v - mx)
-			if toProbs {
-				blk[j] = e
-			}
+		e := es[:len(blk)]
+		expShift(e, blk, mx)
+		bs, bsx := sumDotShift(e, blk, mx)
+		if toProbs {
+			copy(blk, e)
 		}
 		s += float64(bs)
 		sx += float64(bsx)

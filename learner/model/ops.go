@@ -25,9 +25,7 @@ func embeddingForward(out []float32, tokens []int32, emb []float32, C int) {
 func embeddingBackward(dEmb, dout []float32, tokens []int32, C int) {
 	for t, tok := range tokens {
 		row := dEmb[int(tok)*C : int(tok+1)*C]
-		for i, v := range dout[t*C : (t+1)*C] {
-			row[i] += v
-		}
+		addInto(row, row, dout[t*C:(t+1)*C])
 	}
 }
 
@@ -36,15 +34,12 @@ func rmsnormForward(out, rstd, x, w []float32, N, C int, eps float64) {
 	parallelFor(N, 64, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			xr := x[t*C : (t+1)*C]
-			var ss float64
-			for _, v := range xr {
-				ss += float64(v) * float64(v)
-			}
-			r := float32(1 / math.Sqrt(ss/float64(C)+eps))
+			ss := dot32(xr, xr)
+			r := float32(1 / math.Sqrt(float64(ss)/float64(C)+eps))
 			rstd[t] = r
 			o := out[t*C : (t+1)*C]
-			for i, v := range xr {
-				o[i] = v * r * w[i]
+			for i := rmsScaleVector(o, xr, w, r); i < C; i++ {
+				o[i] = xr[i] * r * w[i]
 			}
 		}
 	})
@@ -57,54 +52,32 @@ func rmsnormBackward(dx, dw, dout, x, w, rstd []float32, N, C int) {
 	partial := make([]float32, len(ranges)*C)
 	parallelTasks(len(ranges), func(_, k int) {
 		pw := partial[k*C : (k+1)*C]
-		t, end := ranges[k][0], ranges[k][1]
-		// Four rows at a time: their dot products are independent chains
-		// (each still summed in index order) and pw takes their terms in
-		// row order, so the bits are those of one row at a time.
-		for ; t+4 <= end; t += 4 {
-			x0, x1, x2, x3 := x[t*C:(t+1)*C], x[(t+1)*C:(t+2)*C], x[(t+2)*C:(t+3)*C], x[(t+3)*C:(t+4)*C]
-			d0, d1, d2, d3 := dout[t*C:(t+1)*C], dout[(t+1)*C:(t+2)*C], dout[(t+2)*C:(t+3)*C], dout[(t+3)*C:(t+4)*C]
-			r0, r1, r2, r3 := rstd[t], rstd[t+1], rstd[t+2], rstd[t+3]
-			var s0, s1, s2, s3 float64
-			for i := range pw {
-				wi := float64(w[i])
-				s0 += float64(d0[i]) * wi * float64(x0[i])
-				s1 += float64(d1[i]) * wi * float64(x1[i])
-				s2 += float64(d2[i]) * wi * float64(x2[i])
-				s3 += float64(d3[i]) * wi * float64(x3[i])
-				p := pw[i] + d0[i]*x0[i]*r0
-				p += d1[i] * x1[i] * r1
-				p += d2[i] * x2[i] * r2
-				pw[i] = p + d3[i]*x3[i]*r3
-			}
-			for j, dot := range [4]float64{s0, s1, s2, s3} {
-				rmsnormDx(dx[(t+j)*C:(t+j+1)*C], dout[(t+j)*C:(t+j+1)*C], x[(t+j)*C:(t+j+1)*C], w, rstd[t+j], dot, C)
-			}
-		}
-		for ; t < end; t++ {
+		for t := ranges[k][0]; t < ranges[k][1]; t++ {
 			xr, dy := x[t*C:(t+1)*C], dout[t*C:(t+1)*C]
 			r := rstd[t]
-			var dot float64
-			for i, v := range xr {
-				dot += float64(dy[i]) * float64(w[i]) * float64(v)
-				pw[i] += dy[i] * v * r
+			// dot = sum (dy*w)*x in lanes; pw += (dy*x)*r.
+			var acc [8]float32
+			n := C &^ 7
+			rmsBwdLanes(&acc, pw, dy, xr, w, r)
+			dot := laneTotal(&acc)
+			for i := n; i < C; i++ {
+				dot += float32(float32(dy[i]*w[i]) * xr[i])
+				pw[i] += float32(float32(dy[i]*xr[i]) * r)
 			}
 			rmsnormDx(dx[t*C:(t+1)*C], dy, xr, w, r, dot, C)
 		}
 	})
 	for k := range ranges {
-		for i, v := range partial[k*C : (k+1)*C] {
-			dw[i] += v
-		}
+		addInto(dw, dw, partial[k*C:(k+1)*C])
 	}
 }
 
 // rmsnormDx adds one row's input gradient, r*w*dy - x*c with c =
 // dot*r^3/C, to dxr.
-func rmsnormDx(dxr, dy, xr, w []float32, r float32, dot float64, C int) {
-	c := float32(dot) * r * r * r / float32(C)
-	for i, v := range xr {
-		dxr[i] += r*w[i]*dy[i] - v*c
+func rmsnormDx(dxr, dy, xr, w []float32, r float32, dot float32, C int) {
+	c := dot * r * r * r / float32(C)
+	for i := rmsDxVector(dxr, dy, xr, w, r, c); i < C; i++ {
+		dxr[i] += float32(r*w[i]*dy[i]) - float32(xr[i]*c)
 	}
 }
 
@@ -115,9 +88,7 @@ func linearForward(out, in, w, b []float32, N, I, O int) {
 		parallelFor(N, 64, func(lo, hi int) {
 			for t := lo; t < hi; t++ {
 				o := out[t*O : (t+1)*O]
-				for i := range o {
-					o[i] += b[i]
-				}
+				addInto(o, o, b)
 			}
 		})
 	}
@@ -133,10 +104,7 @@ func linearBackward(din, dw, db, dout, in, w []float32, N, I, O int) {
 	if db != nil {
 		parallelFor(O, 64, func(lo, hi int) {
 			for t := 0; t < N; t++ {
-				row := dout[t*O : (t+1)*O]
-				for i := lo; i < hi; i++ {
-					db[i] += row[i]
-				}
+				addInto(db[lo:hi], db[lo:hi], dout[t*O+lo:t*O+hi])
 			}
 		})
 	}
@@ -149,12 +117,8 @@ func swigluForward(h, sig, gu []float32, N, F int) {
 		for t := lo; t < hi; t++ {
 			g, u := gu[2*t*F:(2*t+1)*F], gu[(2*t+1)*F:(2*t+2)*F]
 			o, sg := h[t*F:(t+1)*F], sig[t*F:(t+1)*F]
-			// exp32(-g) through the vectorised expShift (same bits), kept
-			// in sg until the sigmoid replaces it.
-			for i, gv := range g {
-				sg[i] = -gv
-			}
-			expShift(sg, sg, 0)
+			// exp32(-g), kept in sg until the sigmoid replaces it.
+			expNeg(sg, g)
 			for i := swigluFwdVector(o, sg, g, u); i < len(g); i++ {
 				gv := g[i]
 				s := 1 / (1 + sg[i])
@@ -199,10 +163,7 @@ func swigluBackward(dgu, dh, sig, gu []float32, N, F int) {
 // residualForward: out[n] = a[n] + b[n].
 func residualForward(out, a, b []float32) {
 	parallelFor(len(out), 1<<14, func(lo, hi int) {
-		o, x, y := out[lo:hi], a[lo:hi], b[lo:hi]
-		for i := range o {
-			o[i] = x[i] + y[i]
-		}
+		addInto(out[lo:hi], a[lo:hi], b[lo:hi])
 	})
 }
 

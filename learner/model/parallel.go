@@ -21,13 +21,16 @@ func parallelFor(n, grain int, f func(lo, hi int)) {
 	}
 	step := (n + workers - 1) / workers
 	var wg sync.WaitGroup
-	for lo := 0; lo < n; lo += step {
+	// The caller takes the first range itself: one goroutine fewer to
+	// start and wake per parallel region.
+	for lo := step; lo < n; lo += step {
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
 			f(lo, hi)
 		}(lo, min(lo+step, n))
 	}
+	f(0, min(step, n))
 	wg.Wait()
 }
 
@@ -43,20 +46,24 @@ func parallelTasks(n int, task func(worker, i int)) {
 		return
 	}
 	var next atomic.Int64
+	run := func(worker int) {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			task(worker, i)
+		}
+	}
 	var wg sync.WaitGroup
-	for k := 0; k < w; k++ {
+	for k := 1; k < w; k++ {
 		wg.Add(1)
 		go func(worker int) {
 			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				task(worker, i)
-			}
+			run(worker)
 		}(k)
 	}
+	run(0) // the caller is worker 0
 	wg.Wait()
 }
 

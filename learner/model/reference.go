@@ -48,7 +48,8 @@ func EmbeddingBackward(dEmb, dout []float32, tokens []int32, C int) {
 // AttentionForward is attentionForward for packed causal sequences of the
 // given lengths: y[N,H*D] and lse[N,H] from qkv[N,(H+2*KV)*D].
 func AttentionForward(y, lse, qkv []float32, seqLens []int, H, KV, D int) {
-	attentionForward(y, lse, qkv, segmentsOf(seqLens), attDims(H, KV, D))
+	d := attDims(H, KV, D)
+	attentionForward(y, lse, qkv, make([]float32, len(lse)/H*d.KD), segmentsOf(seqLens), d)
 }
 
 // AttentionBackward is attentionBackward: dqkv (overwritten) from dy and

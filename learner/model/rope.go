@@ -53,10 +53,10 @@ func ropeForward(x []float32, ld int, pos []int32, nHeads, D int, cos, sin []flo
 			for h := 0; h < nHeads; h++ {
 				x1 := x[r*ld+h*D : r*ld+h*D+half]
 				x2 := x[r*ld+h*D+half : r*ld+h*D+D]
-				for i := range c {
+				for i := ropeVector(x1, x2, c, s, false); i < len(c); i++ {
 					a, b := x1[i], x2[i]
-					x1[i] = a*c[i] - b*s[i]
-					x2[i] = b*c[i] + a*s[i]
+					x1[i] = float32(a*c[i]) - float32(b*s[i])
+					x2[i] = float32(b*c[i]) + float32(a*s[i])
 				}
 			}
 		}
@@ -74,10 +74,12 @@ func ropeBackward(dx []float32, ld int, pos []int32, nHeads, D int, cos, sin []f
 			for h := 0; h < nHeads; h++ {
 				d1 := dx[r*ld+h*D : r*ld+h*D+half]
 				d2 := dx[r*ld+h*D+half : r*ld+h*D+D]
-				for i := range c {
+				// The forward rotation with sin negated: the same bits as
+				// a*c + b*s and b*c - a*s.
+				for i := ropeVector(d1, d2, c, s, true); i < len(c); i++ {
 					a, b := d1[i], d2[i]
-					d1[i] = a*c[i] + b*s[i]
-					d2[i] = b*c[i] - a*s[i]
+					d1[i] = float32(a*c[i]) + float32(b*s[i])
+					d2[i] = float32(b*c[i]) - float32(a*s[i])
 				}
 			}
 		}
