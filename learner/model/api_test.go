@@ -237,8 +237,8 @@ func TestGradientFiniteDifferences(t *testing.T) {
 		}
 	}
 	r := rand.New(rand.NewPCG(3, 3))
-	b := randomBatch(r, 50, 9, 6)
-	w := make([]float32, 15)
+	b := randomBatch(r, 50, 70, 6) // 70: two query blocks of attention
+	w := make([]float32, 76)
 	for i := range w {
 		w[i] = float32(r.NormFloat64())
 	}
@@ -278,6 +278,50 @@ func TestGradientFiniteDifferences(t *testing.T) {
 			if math.Abs(fd-got) > 1e-2+1e-2*math.Abs(fd) {
 				t.Errorf("%s[%d]: gradient %v, finite difference %v", p.Name, i, got, fd)
 			}
+		}
+	}
+}
+
+// The backward pass gives the same gradients whether the forward pass kept
+// the attention probabilities or not. Only rounding differs: kept ones are
+// exp(s - max)/sum, recomputed ones exp(s - lse).
+func TestAttentionProbsKeptOrRecomputed(t *testing.T) {
+	cfg := tinyConfig()
+	r := rand.New(rand.NewPCG(8, 9))
+	b := randomBatch(r, 50, 150, 64, 7)
+	w := make([]float32, len(b.Tokens))
+	for i := range w {
+		w[i] = float32(r.NormFloat64())
+	}
+	grads := func(keep int) [][]float32 {
+		defer func(c int) { keepProbsFloats = c }(keepProbsFloats)
+		keepProbsFloats = keep
+		m, _ := New(cfg, 5)
+		a, err := m.Forward(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept := a.layers[0].probs != nil; kept != (keep > 0) {
+			t.Fatalf("budget %d: probabilities kept = %v", keep, kept)
+		}
+		if err := m.Backward(a, w); err != nil {
+			t.Fatal(err)
+		}
+		var out [][]float32
+		for _, g := range m.Grads() {
+			out = append(out, g.Data)
+		}
+		return out
+	}
+	kept, recomputed := grads(1<<22), grads(0)
+	for i := range kept {
+		var worst, norm float64
+		for j := range kept[i] {
+			worst = max(worst, math.Abs(float64(kept[i][j]-recomputed[i][j])))
+			norm = max(norm, math.Abs(float64(recomputed[i][j])))
+		}
+		if worst > 1e-4*norm+1e-7 {
+			t.Errorf("gradient %d: kept and recomputed probabilities differ by %g (largest entry %g)", i, worst, norm)
 		}
 	}
 }

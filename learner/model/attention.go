@@ -22,22 +22,21 @@ type segment struct{ start, n int }
 // attendBlock computes one head for nq <= qBlock queries at positions
 // p0..p0+nq-1 of a sequence whose keys (positions 0..p0+nq-1) are rows of
 // k and v: y[nq, D] = softmax(scale * q·k^T, masked causally)·v and
-// lse[i*ldl] = log sum exp of row i's scaled scores. s[nq, nk] is scratch;
-// it ends holding the unnormalised exp(score - row max), y's rows being
-// divided by their sums after the product. The same function serves a
-// prefill (p0 = 0) and, with cached keys, an incremental decode (nq = 1,
-// p0 = cache length). kt, when not nil, holds the keys transposed
-// (kt[d*ldkt + j] = k[j*ldkv + d]) for the score product.
+// lse[i*ldl] = log sum exp of row i's scaled scores. s[nq, nk] receives the
+// probabilities, zero above the diagonal, when normP; otherwise it is
+// scratch left holding exp(score - row max), y's rows being divided by
+// their sums after the product (D divisions per row instead of nk). kt,
+// when not nil, holds the keys transposed (kt[e*ldkt + j] = k[j*ldkv + e]).
+// The same function serves a prefill (p0 = 0) and, with cached keys, an
+// incremental decode (nq = 1, p0 = cache length).
 func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq int, k, v []float32, ldkv int,
-	kt []float32, ldkt int, nq, p0, D int, scale float32, s []float32) {
+	kt []float32, ldkt int, nq, p0, D int, scale float32, s []float32, normP bool) {
 	nk := p0 + nq
 	if kt != nil {
 		blas.SgemmSerial(false, false, nq, nk, D, scale, q, ldq, kt, ldkt, 0, s, nk)
 	} else {
 		blas.SgemmSerial(false, true, nq, nk, D, scale, q, ldq, k, ldkv, 0, s, nk)
 	}
-	// The rows of s become exp(score - max); y's rows are divided by
-	// their sums after the product (D divisions per row instead of nk).
 	var inv [qBlock]float32
 	for i := 0; i < nq; i++ {
 		row := s[i*nk : (i+1)*nk]
@@ -46,10 +45,18 @@ func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq 
 		expShift(valid, valid, m)
 		sum := sum32(valid)
 		inv[i] = 1 / sum
+		if normP {
+			for j := scaleVector(valid, inv[i]); j < len(valid); j++ {
+				valid[j] *= inv[i]
+			}
+		}
 		clear(row[p0+i+1:])
 		lse[i*ldl] = m + float32(math.Log(float64(sum)))
 	}
 	blas.SgemmSerial(false, false, nq, D, nk, 1, s, nk, v, ldkv, 0, y, ldy)
+	if normP {
+		return
+	}
 	for i := 0; i < nq; i++ {
 		yr := y[i*ldy : i*ldy+D]
 		for j := scaleVector(yr, inv[i]); j < D; j++ {
@@ -60,27 +67,72 @@ func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq 
 
 // The products with K^T and V^T (scores, dP) read transposed copies:
 // OpenBLAS multiplies A·B at these sizes (64 x 256 x 32) with kernels that
-// need no packing, about twice as fast here as A·B^T, and one copy per
-// segment and head serves every query block of both passes' heads.
+// need no packing, about twice as fast here as A·B^T. The forward pass
+// writes them once per segment and key/value head, kvT[2*N*KD]: K^T then
+// V^T, each segment's head g a [D, n] block at keysAt; the backward pass
+// reads them.
 
-// keysTransposed writes segment sg's keys of key/value head g, transposed,
-// into kt: [D, sg.n] starting at keysAt(sg, g, d), so kt[at + e*sg.n + j]
-// is element e of key j. src is qkv or a buffer laid out like it.
-func keysTransposed(kt, src []float32, off int, sg segment, g int, d dims) {
-	at := keysAt(sg, g, d)
-	transposeInto(kt[at:at+d.D*sg.n], sg.n, src[sg.start*d.QKV+off+g*d.D:], d.QKV, sg.n, d.D)
-}
-
-// keysAt is where keysTransposed puts segment sg's head g in a buffer of N*KD floats.
+// keysAt is where segment sg's head g starts in either half of kvT.
 func keysAt(sg segment, g int, d dims) int { return sg.start*d.KD + g*d.D*sg.n }
 
-// attentionForward fills y[N,QD] and lse[N,H] from qkv[N,QKV]; kt[N*KD] is
-// scratch for the transposed keys.
-func attentionForward(y, lse, qkv, kt []float32, segs []segment, d dims) {
+// transposeKV writes segment sg's head g of K and V into kvT (N tokens).
+func transposeKV(kvT, qkv []float32, sg segment, g, N int, d dims) {
+	at, src := keysAt(sg, g, d), qkv[sg.start*d.QKV+d.QD+g*d.D:]
+	transposeInto(kvT[at:at+d.D*sg.n], sg.n, src, d.QKV, sg.n, d.D)
+	transposeInto(kvT[N*d.KD+at:N*d.KD+at+d.D*sg.n], sg.n, src[d.KD:], d.QKV, sg.n, d.D)
+}
+
+// keepProbsFloats bounds one layer's attention probabilities that the
+// forward pass keeps for the backward pass (16 MiB); above it the backward
+// pass recomputes them from lse. A variable so that tests can force
+// recomputation. Kept, they spare the backward pass a product and an exp
+// per score: for the benchmark's 1M model 2.6 MB a layer.
+var keepProbsFloats = 1 << 22
+
+// probsFloats is the size of a segment of n tokens' probabilities for one
+// head: query block i0 keeps nq × (i0+nq) values.
+func probsFloats(n int) int {
+	t := 0
+	for i0 := 0; i0 < n; i0 += qBlock {
+		nq := min(qBlock, n-i0)
+		t += nq * (i0 + nq)
+	}
+	return t
+}
+
+// probsLayout returns where each segment's probabilities start (head h of
+// segment s at at[s] + h*probsFloats(n)) and the total, or nil when the
+// total is over keepProbsFloats.
+func probsLayout(segs []segment, d dims) (at []int, total int) {
+	at = make([]int, len(segs))
+	for i, sg := range segs {
+		at[i] = total
+		total += d.H * probsFloats(sg.n)
+	}
+	if total > keepProbsFloats {
+		return nil, 0
+	}
+	return at, total
+}
+
+// probsAt is where query block i0 of head h of segment si starts.
+func probsAt(at []int, segs []segment, si, h, i0 int) int {
+	b := i0 / qBlock // every earlier block is full
+	return at[si] + h*probsFloats(segs[si].n) + qBlock*qBlock*b*(b+1)/2
+}
+
+// attentionForward fills y[N,QD] and lse[N,H] from qkv[N,QKV], kvT[2*N*KD]
+// (see keysAt) and, when not nil, probs (see probsLayout).
+func attentionForward(y, lse, qkv, kvT, probs []float32, segs []segment, d dims) {
 	scale := float32(1 / math.Sqrt(float64(d.D)))
+	N := len(lse) / d.H
 	parallelTasks(len(segs)*d.KV, func(_, i int) {
-		keysTransposed(kt, qkv, d.QD, segs[i/d.KV], i%d.KV, d)
+		transposeKV(kvT, qkv, segs[i/d.KV], i%d.KV, N, d)
 	})
+	var pAt []int
+	if probs != nil {
+		pAt, _ = probsLayout(segs, d)
+	}
 	type task struct{ seg, h, i0 int }
 	var tasks []task
 	maxT := 0
@@ -95,46 +147,55 @@ func attentionForward(y, lse, qkv, kt []float32, segs []segment, d dims) {
 	scratch := make([][]float32, workers())
 	group := d.H / d.KV
 	parallelTasks(len(tasks), func(w, i int) {
-		if scratch[w] == nil {
-			scratch[w] = make([]float32, qBlock*maxT)
-		}
 		tk := tasks[i]
 		sg := segs[tk.seg]
 		g := tk.h / group
 		nq := min(qBlock, sg.n-tk.i0)
 		row := sg.start + tk.i0
+		var s []float32
+		if pAt != nil {
+			s = probs[probsAt(pAt, segs, tk.seg, tk.h, tk.i0):]
+		} else {
+			if scratch[w] == nil {
+				scratch[w] = make([]float32, qBlock*maxT)
+			}
+			s = scratch[w]
+		}
 		attendBlock(y[row*d.QD+tk.h*d.D:], d.QD, lse[row*d.H+tk.h:], d.H,
 			qkv[row*d.QKV+tk.h*d.D:], d.QKV,
 			qkv[sg.start*d.QKV+d.QD+g*d.D:], qkv[sg.start*d.QKV+d.QD+d.KD+g*d.D:], d.QKV,
-			kt[keysAt(sg, g, d):], sg.n, nq, tk.i0, d.D, scale, scratch[w])
+			kvT[keysAt(sg, g, d):], sg.n, nq, tk.i0, d.D, scale, s, pAt != nil)
 	})
 }
 
 // attentionBackward fills dqkv[N,QKV] (overwritten) from dy[N,QD], given
-// the forward's qkv, y and lse. One task per (segment, key/value head) owns
-// that head's dK and dV rows, so tasks never write the same memory.
-func attentionBackward(dqkv, dy, qkv, y, lse []float32, segs []segment, d dims) {
+// the forward's qkv, y, lse, kvT and probs (nil: recomputed here). One task
+// per (segment, key/value head) owns that head's dK and dV rows, so tasks
+// never write the same memory.
+func attentionBackward(dqkv, dy, qkv, y, lse, kvT, probs []float32, segs []segment, d dims) {
 	clear(dqkv)
 	scale := float32(1 / math.Sqrt(float64(d.D)))
+	N := len(lse) / d.H
 	group := d.H / d.KV
 	maxT := 0
 	for _, sg := range segs {
 		maxT = max(maxT, sg.n)
 	}
+	var pAt []int
+	if probs != nil {
+		pAt, _ = probsLayout(segs, d)
+	}
 	scratch := make([][]float32, workers())
 	parallelTasks(len(segs)*d.KV, func(w, ti int) {
 		if scratch[w] == nil {
-			scratch[w] = make([]float32, 2*qBlock*maxT+2*d.D*maxT)
+			scratch[w] = make([]float32, 2*qBlock*maxT)
 		}
-		sg, g := segs[ti/d.KV], ti%d.KV
+		si, g := ti/d.KV, ti%d.KV
+		sg := segs[si]
 		base := sg.start * d.QKV
-		k, v := qkv[base+d.QD+g*d.D:], qkv[base+d.QD+d.KD+g*d.D:]
+		k := qkv[base+d.QD+g*d.D:]
 		dk, dv := dqkv[base+d.QD+g*d.D:], dqkv[base+d.QD+d.KD+g*d.D:]
-		// K and V transposed, [D, sg.n] each (see keysTransposed).
-		kt := scratch[w][2*qBlock*maxT : 2*qBlock*maxT+d.D*sg.n]
-		vt := scratch[w][2*qBlock*maxT+d.D*maxT : 2*qBlock*maxT+d.D*maxT+d.D*sg.n]
-		transposeInto(kt, sg.n, k, d.QKV, sg.n, d.D)
-		transposeInto(vt, sg.n, v, d.QKV, sg.n, d.D)
+		kt, vt := kvT[keysAt(sg, g, d):], kvT[N*d.KD+keysAt(sg, g, d):]
 		for h := g * group; h < (g+1)*group; h++ {
 			for i0 := 0; i0 < sg.n; i0 += qBlock {
 				nq := min(qBlock, sg.n-i0)
@@ -143,13 +204,17 @@ func attentionBackward(dqkv, dy, qkv, y, lse []float32, segs []segment, d dims) 
 				p, dp := scratch[w][:nq*nk], scratch[w][qBlock*maxT:qBlock*maxT+nq*nk]
 				q, dq := qkv[row*d.QKV+h*d.D:], dqkv[row*d.QKV+h*d.D:]
 				dyb, yb := dy[row*d.QD+h*d.D:], y[row*d.QD+h*d.D:]
-				// P = exp(scale*q·k^T - lse), zero above the diagonal.
-				blas.SgemmSerial(false, false, nq, nk, d.D, scale, q, d.QKV, kt, sg.n, 0, p, nk)
-				for i := 0; i < nq; i++ {
-					l := lse[(row+i)*d.H+h]
-					r := p[i*nk : (i+1)*nk]
-					expShift(r, r[:i0+i+1], l)
-					clear(r[i0+i+1:])
+				if pAt != nil {
+					p = probs[probsAt(pAt, segs, si, h, i0):][:nq*nk]
+				} else {
+					// P = exp(scale*q·k^T - lse), zero above the diagonal.
+					blas.SgemmSerial(false, false, nq, nk, d.D, scale, q, d.QKV, kt, sg.n, 0, p, nk)
+					for i := 0; i < nq; i++ {
+						l := lse[(row+i)*d.H+h]
+						r := p[i*nk : (i+1)*nk]
+						expShift(r, r[:i0+i+1], l)
+						clear(r[i0+i+1:])
+					}
 				}
 				// dP = dY·V^T; dV += P^T·dY.
 				blas.SgemmSerial(false, false, nq, nk, d.D, 1, dyb, d.QD, vt, sg.n, 0, dp, nk)

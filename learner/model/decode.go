@@ -240,7 +240,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 			attendBlock(y[row*d.QD+tk.h*d.D:], d.QD, lse[row*d.H+tk.h:], d.H,
 				qkv[row*d.QKV+tk.h*d.D:], d.QKV,
 				c.k[l][g*d.D:], c.v[l][g*d.D:], d.KD,
-				nil, 0, nq, c.Len()+tk.i0, d.D, scale, scratch[wk])
+				nil, 0, nq, c.Len()+tk.i0, d.D, scale, scratch[wk], false)
 		})
 		w.linear(tmp, y, lw.o, lw.oBias, N, d.QD, d.C)
 		residualForward(x, x, tmp)

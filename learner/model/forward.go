@@ -25,6 +25,8 @@ type layerActs struct {
 	rstd1, ln1 []float32 // [N], [N*C]
 	qkv        []float32 // [N*QKV], rotated
 	y, attLSE  []float32 // [N*QD], [N*H]
+	kvT        []float32 // [2*N*KD]: K and V transposed per segment and head
+	probs      []float32 // attention probabilities (probsLayout), or nil
 	mid        []float32 // [N*C]: residual after attention
 	rstd2, ln2 []float32 // [N], [N*C]
 	gu, sig    []float32 // [N*2F]: gate then up; [N*F]: sigmoid(gate)
@@ -47,7 +49,8 @@ func (a *Activations) Bytes() int {
 		n += len(r)
 	}
 	for _, l := range a.layers {
-		n += len(l.rstd1) + len(l.ln1) + len(l.qkv) + len(l.y) + len(l.attLSE) + len(l.mid) + len(l.rstd2) + len(l.ln2) + len(l.gu) + len(l.sig)
+		n += len(l.rstd1) + len(l.ln1) + len(l.qkv) + len(l.y) + len(l.attLSE) + len(l.kvT) + len(l.probs) +
+			len(l.mid) + len(l.rstd2) + len(l.ln2) + len(l.gu) + len(l.sig)
 	}
 	return 4 * n
 }
@@ -94,9 +97,12 @@ func (m *Model) forward(p *prepared, mode headMode) *Activations {
 		linearForward(la.qkv, la.ln1, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
 		ropeForward(la.qkv, d.QKV, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 		la.y, la.attLSE = get(N*d.QD), get(N*d.H)
-		kt := get(N * d.KD)
-		attentionForward(la.y, la.attLSE, la.qkv, kt, p.segs, d)
-		a.mem.put(kt)
+		la.kvT = get(2 * N * d.KD)
+		la.probs = nil
+		if _, n := probsLayout(p.segs, d); n > 0 {
+			la.probs = get(n)
+		}
+		attentionForward(la.y, la.attLSE, la.qkv, la.kvT, la.probs, p.segs, d)
 		linearForward(tmp, la.y, lw.o, lw.oBias, N, d.QD, d.C)
 		la.mid = get(N * d.C)
 		residualForward(la.mid, x, tmp)
@@ -153,7 +159,7 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 		rmsnormBackward(dres, lg.postNorm, dln, la.mid, lw.postNorm, la.rstd2, N, d.C)
 		// Attention block: mid = resid[l] + o(attention(rope(qkv(rmsnorm(resid[l]))))).
 		linearBackward(dy, lg.o, lg.oBias, dres, la.y, lw.o, N, d.QD, d.C)
-		attentionBackward(dqkv, dy, la.qkv, la.y, la.attLSE, p.segs, d)
+		attentionBackward(dqkv, dy, la.qkv, la.y, la.attLSE, la.kvT, la.probs, p.segs, d)
 		ropeBackward(dqkv, d.QKV, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 		linearBackward(dln, lg.qkv, lg.qkvBias, dqkv, la.ln1, lw.qkv, N, d.C, d.QKV)
 		rmsnormBackward(dres, lg.inNorm, dln, a.resid[l], lw.inNorm, la.rstd1, N, d.C)

@@ -38,6 +38,12 @@ func TestTinyQwen2MatchesPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("probabilities kept", func(t *testing.T) { checkAgainstFixture(t, m, ts, true, headAuto) })
+	t.Run("attention recomputed", func(t *testing.T) {
+		// The backward pass recomputes the attention probabilities.
+		defer func(c int) { keepProbsFloats = c }(keepProbsFloats)
+		keepProbsFloats = 0
+		checkAgainstFixture(t, m, ts, true, headAuto)
+	})
 	t.Run("head in chunks", func(t *testing.T) {
 		// 7 rows of logits at a time, recomputed in the backward pass.
 		defer func(c int) { chunkFloats = c }(chunkFloats)

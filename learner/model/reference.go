@@ -49,13 +49,23 @@ func EmbeddingBackward(dEmb, dout []float32, tokens []int32, C int) {
 // given lengths: y[N,H*D] and lse[N,H] from qkv[N,(H+2*KV)*D].
 func AttentionForward(y, lse, qkv []float32, seqLens []int, H, KV, D int) {
 	d := attDims(H, KV, D)
-	attentionForward(y, lse, qkv, make([]float32, len(lse)/H*d.KD), segmentsOf(seqLens), d)
+	attentionForward(y, lse, qkv, make([]float32, 2*len(lse)/H*d.KD), nil, segmentsOf(seqLens), d)
 }
 
 // AttentionBackward is attentionBackward: dqkv (overwritten) from dy and
 // the forward's qkv, y and lse.
 func AttentionBackward(dqkv, dy, qkv, y, lse []float32, seqLens []int, H, KV, D int) {
-	attentionBackward(dqkv, dy, qkv, y, lse, segmentsOf(seqLens), attDims(H, KV, D))
+	d := attDims(H, KV, D)
+	// The transposed keys and values the forward pass would have kept.
+	segs := segmentsOf(seqLens)
+	N := len(lse) / H
+	kvT := make([]float32, 2*N*d.KD)
+	for _, sg := range segs {
+		for g := 0; g < KV; g++ {
+			transposeKV(kvT, qkv, sg, g, N, d)
+		}
+	}
+	attentionBackward(dqkv, dy, qkv, y, lse, kvT, nil, segs, d)
 }
 
 func segmentsOf(seqLens []int) []segment {
