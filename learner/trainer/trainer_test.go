@@ -80,12 +80,19 @@ func TestRLStepIndependentOfMicroBatching(t *testing.T) {
 		}
 		grads[k] = append([]float32(nil), l.Policy.GradData()...)
 	}
+	// Same arithmetic in another grouping: float32 rounding only, relative
+	// to each entry, with a floor at 1e-5 of the largest entry for entries
+	// that are sums of cancelling terms.
+	scale := 0.0
+	for _, g := range grads[1] {
+		scale = math.Max(scale, math.Abs(float64(g)))
+	}
 	worst := 0.0
 	for i := range grads[0] {
 		d := math.Abs(float64(grads[0][i] - grads[1][i]))
-		// Same arithmetic in another grouping: float32 rounding only.
-		worst = math.Max(worst, d/(1e-6+math.Abs(float64(grads[1][i]))))
+		worst = math.Max(worst, d/(1e-5*scale+math.Abs(float64(grads[1][i]))))
 	}
+	t.Logf("worst relative difference %.3g (largest entry %.3g)", worst, scale)
 	if worst > 1e-3 {
 		t.Fatalf("gradient with micro-batches of 8 tokens differs from one micro-batch: worst relative difference %.3g", worst)
 	}
