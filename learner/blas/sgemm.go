@@ -3,7 +3,8 @@ package blas
 import (
 	"fmt"
 	"runtime"
-	"sync"
+
+	"github.com/aipo-rl/aipo/learner/par"
 )
 
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C for row-major matrices,
@@ -25,11 +26,16 @@ import (
 // work across GOMAXPROCS goroutines; it panics on inconsistent sizes, as
 // gonum's BLAS does, because they are programming errors.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	SgemmOn(runtime.GOMAXPROCS(0), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SgemmOn is Sgemm on at most workers goroutines (the caller's included),
+// for callers that run two products side by side.
+func SgemmOn(workers int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
 	}
-	workers := runtime.GOMAXPROCS(0)
 	// Below about a million multiply-adds per worker the goroutine hand-off
 	// costs more than it saves.
 	if w := m * n * k / minWorkPerWorker; w < workers {
@@ -62,17 +68,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 			sgemm(transA, transB, m, hi-lo, k, alpha, a, lda, b[bOff:], ldb, beta, c[lo:], ldc)
 		}
 	}
-	// The caller computes the first part itself.
-	var wg sync.WaitGroup
-	for _, r := range parts[1:] {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			part(lo, hi)
-		}(r[0], r[1])
-	}
-	part(parts[0][0], parts[0][1])
-	wg.Wait()
+	par.Run(len(parts), func(p int) { part(parts[p][0], parts[p][1]) })
 }
 
 // SgemmSerial is Sgemm on the calling goroutine only, for callers that

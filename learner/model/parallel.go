@@ -2,36 +2,24 @@ package model
 
 import (
 	"runtime"
-	"sync"
 	"sync/atomic"
+
+	"github.com/aipo-rl/aipo/learner/par"
 )
 
 // parallelFor calls f on consecutive ranges covering [0,n), one range per
 // core, on the calling goroutine when n is below grain.
 func parallelFor(n, grain int, f func(lo, hi int)) {
-	workers := runtime.GOMAXPROCS(0)
-	if g := n / max(grain, 1); g < workers {
-		workers = g
-	}
-	if workers <= 1 {
+	parts := min(workers(), n/max(grain, 1))
+	if parts <= 1 {
 		if n > 0 {
 			f(0, n)
 		}
 		return
 	}
-	step := (n + workers - 1) / workers
-	var wg sync.WaitGroup
-	// The caller takes the first range itself: one goroutine fewer to
-	// start and wake per parallel region.
-	for lo := step; lo < n; lo += step {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			f(lo, hi)
-		}(lo, min(lo+step, n))
-	}
-	f(0, min(step, n))
-	wg.Wait()
+	step := (n + parts - 1) / parts
+	parts = (n + step - 1) / step
+	par.Run(parts, func(p int) { f(p*step, min((p+1)*step, n)) })
 }
 
 // parallelTasks runs task(worker, i) for i in [0,n) on one goroutine per
@@ -46,7 +34,7 @@ func parallelTasks(n int, task func(worker, i int)) {
 		return
 	}
 	var next atomic.Int64
-	run := func(worker int) {
+	par.Run(w, func(worker int) {
 		for {
 			i := int(next.Add(1) - 1)
 			if i >= n {
@@ -54,17 +42,27 @@ func parallelTasks(n int, task func(worker, i int)) {
 			}
 			task(worker, i)
 		}
-	}
-	var wg sync.WaitGroup
-	for k := 1; k < w; k++ {
-		wg.Add(1)
-		go func(worker int) {
-			defer wg.Done()
-			run(worker)
-		}(k)
-	}
-	run(0) // the caller is worker 0
-	wg.Wait()
+	})
 }
 
 func workers() int { return runtime.GOMAXPROCS(0) }
+
+// gemmPair runs two independent products of about the same size side by
+// side, each on half the cores: a linear layer's input and weight
+// gradients. Each product then packs its operands once instead of once
+// per core, and the pair waits at one barrier instead of two.
+func gemmPair(a, b func(workers int)) {
+	w := workers()
+	if w < 2 {
+		a(1)
+		b(1)
+		return
+	}
+	par.Run(2, func(p int) {
+		if p == 0 {
+			a(w - w/2)
+		} else {
+			b(w / 2)
+		}
+	})
+}
