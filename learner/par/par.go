@@ -19,6 +19,12 @@ import (
 // short enough that an idle learner costs nothing measurable.
 const spinFor = 200 * time.Microsecond
 
+// yieldEvery is how many polls a waiting goroutine makes between
+// yields to the scheduler (a few microseconds): often enough that other
+// goroutines get the core, rarely enough that the scheduler's locks stay
+// out of the way.
+const yieldEvery = 4096
+
 // region is one call of Run, published to the team whole.
 type region struct {
 	parts   int
@@ -79,7 +85,7 @@ func Run(parts int, f func(part int)) {
 	t.mu.Unlock()
 	f(0)
 	for i := 0; r.pending.Load() != 0; i++ {
-		if i%64 == 63 {
+		if i%yieldEvery == yieldEvery-1 {
 			runtime.Gosched()
 		}
 	}
@@ -122,7 +128,7 @@ func (t *team) next(last *region) *region {
 		if r := t.cur.Load(); r != last {
 			return r
 		}
-		if i%256 == 255 {
+		if i%yieldEvery == yieldEvery-1 {
 			if time.Now().After(deadline) {
 				break
 			}
