@@ -24,6 +24,10 @@ var benchConfigs = []struct {
 		TieWordEmbeddings: true, HiddenAct: "silu"}},
 }
 
+// minTrainSamples is the fewest step/reference pairs BenchmarkTrainStep
+// measures.
+const minTrainSamples = 10
+
 // trainFLOPs counts the useful floating-point operations of one forward and
 // backward pass: 6 per matrix-multiply parameter per token (2 forward, 4
 // backward), plus causal attention, 12*H*D per (query, key) pair per layer
@@ -55,7 +59,9 @@ func trainFLOPs(cfg Config, lens []int) float64 {
 // uncontended speed of each, the usual estimator where other load only
 // ever slows a run down); "ratio-mean" uses the mean times instead, and
 // "ratio-cpu" CPU-seconds, which other processes' load does not inflate
-// but which counts cores left idle.
+// but which counts cores left idle. At least minTrainSamples pairs are
+// measured whatever b.N (only b.N steps count towards ns/op), so that
+// `make bench`'s -benchtime 1x still takes each estimate from several.
 func BenchmarkTrainStep(b *testing.B) {
 	for _, bc := range benchConfigs {
 		b.Run(bc.name, func(b *testing.B) {
@@ -93,20 +99,22 @@ func BenchmarkTrainStep(b *testing.B) {
 			burst := max(1, int(time.Since(t0).Seconds()/ref.once()))
 			var stepMin, stepSum, refMin, refSum, stepCPU, refCPU float64
 			stepMin, refMin = math.Inf(1), math.Inf(1)
+			samples := max(b.N, minTrainSamples)
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+			for i := 0; i < samples; i++ {
+				if i < b.N {
+					b.StartTimer()
+				}
 				c0, w0 := cpuTime(), time.Now()
 				step()
 				ws, c1 := time.Since(w0).Seconds(), cpuTime()
 				b.StopTimer()
 				wr := ref.run(burst)
 				c2 := cpuTime()
-				b.StartTimer()
 				stepMin, stepSum, stepCPU = min(stepMin, ws), stepSum+ws, stepCPU+c1-c0
 				refMin, refSum, refCPU = min(refMin, wr), refSum+wr, refCPU+c2-c1
 			}
-			b.StopTimer()
-			n := float64(b.N)
+			n := float64(samples)
 			flops := trainFLOPs(bc.cfg, lens)
 			refFlops := ref.flops * float64(burst)
 			gflops := flops / stepMin / 1e9
