@@ -8,11 +8,18 @@
 // with its shapes in a comment (ops.go, rope.go, attention.go, head.go);
 // matrix multiplies go through learner/blas, the rest is spread across
 // cores. A batch packs several sequences end to end; positions restart and
-// attention stays within each sequence. Attention keeps only the
-// log-sum-exp of each query's scores and recomputes probabilities in the
-// backward pass, so memory grows with tokens, not tokens squared; the
+// attention stays within each sequence. Attention keeps its probabilities
+// for the backward pass while they fit a per-layer budget (16 MiB) and
+// otherwise only the log-sum-exp of each query's scores, recomputing them,
+// so long sequences cost memory linear in tokens, not tokens squared; the
 // language-model head runs only on tokens that have a target and, for
 // large vocabularies, in chunks.
+//
+// Element-wise glue runs in AVX2 kernels with the scalar loops' exact
+// operations, and reductions in eight lanes summed in a fixed order
+// (lanes.go), so a pass gives the same bits with and without the vector
+// unit (the matrix multiplies, OpenBLAS or pure Go, are the exception).
+// Parallel regions run on learner/par's team.
 //
 // Prefill plus incremental decoding (a KV cache) fits the same pieces:
 // attendBlock takes queries at positions p0.. against keys 0..p0+nq-1 read
