@@ -26,16 +26,11 @@ import (
 // work across GOMAXPROCS goroutines; it panics on inconsistent sizes, as
 // gonum's BLAS does, because they are programming errors.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	SgemmOn(runtime.GOMAXPROCS(0), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-}
-
-// SgemmOn is Sgemm on at most workers goroutines (the caller's included),
-// for callers that run two products side by side.
-func SgemmOn(workers int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
 	}
+	workers := runtime.GOMAXPROCS(0)
 	// Below about a million multiply-adds per worker the goroutine hand-off
 	// costs more than it saves.
 	if w := m * n * k / minWorkPerWorker; w < workers {

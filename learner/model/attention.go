@@ -2,6 +2,7 @@ package model
 
 import (
 	"math"
+	"slices"
 
 	"github.com/aipo-rl/aipo/learner/blas"
 )
@@ -144,6 +145,9 @@ func attentionForward(y, lse, qkv, kvT, probs []float32, segs []segment, d dims)
 			}
 		}
 	}
+	// Largest blocks (the most keys) first, so that the last tasks
+	// handed out are small and the cores finish together.
+	slices.SortStableFunc(tasks, func(a, b task) int { return b.i0 - a.i0 })
 	scratch := make([][]float32, workers())
 	group := d.H / d.KV
 	parallelTasks(len(tasks), func(w, i int) {

@@ -181,11 +181,8 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 				headRowBackward(lg[i*d.V:(i+1)*d.V], p.targets[t], gradLogProb[t], a.head.lse[r], probs)
 			}
 		})
-		gemmPair(
-			func(w int) {
-				blas.SgemmOn(w, false, false, n, d.C, d.V, 1, lg, d.V, m.w.head, d.C, 0, dxh[r0*d.C:], d.C)
-			},
-			func(w int) { blas.SgemmOn(w, true, false, d.V, d.C, n, 1, lg, d.V, xh[r0*d.C:], d.C, 1, m.g.head, d.C) })
+		blas.Sgemm(false, false, n, d.C, d.V, 1, lg, d.V, m.w.head, d.C, 0, dxh[r0*d.C:], d.C)
+		blas.Sgemm(true, false, d.V, d.C, n, 1, lg, d.V, xh[r0*d.C:], d.C, 1, m.g.head, d.C)
 	}
 	dlnf := tmp.zeroed(len(p.tokens) * d.C)
 	parallelFor(M, 256, func(lo, hi int) {

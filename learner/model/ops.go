@@ -98,12 +98,9 @@ func linearForward(out, in, w, b []float32, N, I, O int) {
 // is nil), dw[O,I] += dout^T·in, db[O] += column sums of dout.
 func linearBackward(din, dw, db, dout, in, w []float32, N, I, O int) {
 	if din != nil {
-		gemmPair(
-			func(workers int) { blas.SgemmOn(workers, false, false, N, I, O, 1, dout, O, w, I, 0, din, I) },
-			func(workers int) { blas.SgemmOn(workers, true, false, O, I, N, 1, dout, O, in, I, 1, dw, I) })
-	} else {
-		blas.Sgemm(true, false, O, I, N, 1, dout, O, in, I, 1, dw, I)
+		blas.Sgemm(false, false, N, I, O, 1, dout, O, w, I, 0, din, I)
 	}
+	blas.Sgemm(true, false, O, I, N, 1, dout, O, in, I, 1, dw, I)
 	if db != nil {
 		parallelFor(O, 64, func(lo, hi int) {
 			for t := 0; t < N; t++ {

@@ -46,23 +46,3 @@ func parallelTasks(n int, task func(worker, i int)) {
 }
 
 func workers() int { return runtime.GOMAXPROCS(0) }
-
-// gemmPair runs two independent products of about the same size side by
-// side, each on half the cores: a linear layer's input and weight
-// gradients. Each product then packs its operands once instead of once
-// per core, and the pair waits at one barrier instead of two.
-func gemmPair(a, b func(workers int)) {
-	w := workers()
-	if w < 2 {
-		a(1)
-		b(1)
-		return
-	}
-	par.Run(2, func(p int) {
-		if p == 0 {
-			a(w - w/2)
-		} else {
-			b(w / 2)
-		}
-	})
-}
