@@ -283,9 +283,10 @@ func TestGradientFiniteDifferences(t *testing.T) {
 }
 
 // The backward pass gives the same gradients whether the forward pass kept
-// the attention probabilities or not. Only rounding differs: kept ones are
-// exp(s - max)/sum, recomputed ones exp(s - lse).
-func TestAttentionProbsKeptOrRecomputed(t *testing.T) {
+// the attention probabilities and the MLP's hidden activation or not. Only
+// rounding differs: kept probabilities are exp(s - max)/sum, recomputed
+// ones exp(s - lse) (the hidden activation is recomputed bit for bit).
+func TestActivationsKeptOrRecomputed(t *testing.T) {
 	cfg := tinyConfig()
 	r := rand.New(rand.NewPCG(8, 9))
 	b := randomBatch(r, 50, 150, 64, 7)
@@ -294,15 +295,15 @@ func TestAttentionProbsKeptOrRecomputed(t *testing.T) {
 		w[i] = float32(r.NormFloat64())
 	}
 	grads := func(keep int) [][]float32 {
-		defer func(c int) { keepProbsFloats = c }(keepProbsFloats)
-		keepProbsFloats = keep
+		defer func(c, h int) { keepProbsFloats, keepHiddenFloats = c, h }(keepProbsFloats, keepHiddenFloats)
+		keepProbsFloats, keepHiddenFloats = keep, keep
 		m, _ := New(cfg, 5)
 		a, err := m.Forward(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if kept := a.layers[0].probs != nil; kept != (keep > 0) {
-			t.Fatalf("budget %d: probabilities kept = %v", keep, kept)
+		if kept := a.layers[0].probs != nil && a.layers[0].h != nil; kept != (keep > 0) {
+			t.Fatalf("budget %d: activations kept = %v", keep, kept)
 		}
 		if err := m.Backward(a, w); err != nil {
 			t.Fatal(err)

@@ -221,7 +221,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 		lw := &m.w.layers[l]
 		rmsnormForward(ln, rstd, x, lw.inNorm, N, d.C, eps)
 		w.linear(qkv, ln, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
-		ropeForward(qkv, d.QKV, pos, d.H+d.KV, d.D, cos, sin)
+		ropeForward(qkv, d.QKV, nil, pos, d.H+d.KV, d.D, cos, sin)
 		// Append the new rotated keys and values to each cache.
 		for i, c := range caches {
 			p0 := c.Len()
@@ -243,8 +243,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 				nil, 0, nq, c.Len()+tk.i0, d.D, scale, scratch[wk], false)
 		})
 		w.linear(tmp, y, lw.o, lw.oBias, N, d.QD, d.C)
-		residualForward(x, x, tmp)
-		rmsnormForward(ln, rstd, x, lw.postNorm, N, d.C, eps)
+		residualNorm(x, ln, rstd, x, tmp, lw.postNorm, N, d.C, eps)
 		w.linear(gu, ln, lw.gateUp, nil, N, d.C, 2*d.F)
 		swigluForward(h, sig, gu, N, d.F) // sig is not needed without a backward pass
 

@@ -21,6 +21,11 @@ type Activations struct {
 	used   bool
 }
 
+// keepHiddenFloats bounds one layer's MLP hidden activation silu(g)*u that
+// the forward pass keeps for the backward pass (16 MiB); above it the
+// backward pass recomputes it from the kept gate, up and sigmoid.
+var keepHiddenFloats = 1 << 22
+
 type layerActs struct {
 	rstd1, ln1 []float32 // [N], [N*C]
 	qkv        []float32 // [N*QKV], rotated
@@ -30,6 +35,7 @@ type layerActs struct {
 	mid        []float32 // [N*C]: residual after attention
 	rstd2, ln2 []float32 // [N], [N*C]
 	gu, sig    []float32 // [N*2F]: gate then up; [N*F]: sigmoid(gate)
+	h          []float32 // [N*F]: the MLP's hidden activation, or nil (recomputed)
 }
 
 // Release hands the activations' buffers back to the model for reuse by
@@ -50,7 +56,7 @@ func (a *Activations) Bytes() int {
 	}
 	for _, l := range a.layers {
 		n += len(l.rstd1) + len(l.ln1) + len(l.qkv) + len(l.y) + len(l.attLSE) + len(l.kvT) + len(l.probs) +
-			len(l.mid) + len(l.rstd2) + len(l.ln2) + len(l.gu) + len(l.sig)
+			len(l.mid) + len(l.rstd2) + len(l.ln2) + len(l.gu) + len(l.sig) + len(l.h)
 	}
 	return 4 * n
 }
@@ -89,13 +95,15 @@ func (m *Model) forward(p *prepared, mode headMode) *Activations {
 	embeddingForward(x, p.tokens, m.w.emb, d.C)
 	a.resid[0] = x
 	tmp := get(N * d.C)
+	// Each residual sum is fused with the norm that reads it (the first
+	// layer's input norm stands alone).
+	a.layers[0].rstd1, a.layers[0].ln1 = get(N), get(N*d.C)
+	rmsnormForward(a.layers[0].ln1, a.layers[0].rstd1, x, m.w.layers[0].inNorm, N, d.C, eps)
 	for l := range a.layers {
 		la, lw := &a.layers[l], &m.w.layers[l]
-		la.rstd1, la.ln1 = get(N), get(N*d.C)
-		rmsnormForward(la.ln1, la.rstd1, x, lw.inNorm, N, d.C, eps)
 		la.qkv = get(N * d.QKV)
-		linearForward(la.qkv, la.ln1, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
-		ropeForward(la.qkv, d.QKV, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
+		linearForward(la.qkv, la.ln1, lw.qkv, nil, N, d.C, d.QKV)
+		ropeForward(la.qkv, d.QKV, lw.qkvBias, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 		la.y, la.attLSE = get(N*d.QD), get(N*d.H)
 		la.kvT = get(2 * N * d.KD)
 		la.probs = nil
@@ -105,21 +113,29 @@ func (m *Model) forward(p *prepared, mode headMode) *Activations {
 		attentionForward(la.y, la.attLSE, la.qkv, la.kvT, la.probs, p.segs, d)
 		linearForward(tmp, la.y, lw.o, lw.oBias, N, d.QD, d.C)
 		la.mid = get(N * d.C)
-		residualForward(la.mid, x, tmp)
 		la.rstd2, la.ln2 = get(N), get(N*d.C)
-		rmsnormForward(la.ln2, la.rstd2, la.mid, lw.postNorm, N, d.C, eps)
+		residualNorm(la.mid, la.ln2, la.rstd2, x, tmp, lw.postNorm, N, d.C, eps)
 		la.gu, la.sig = get(N*2*d.F), get(N*d.F)
 		linearForward(la.gu, la.ln2, lw.gateUp, nil, N, d.C, 2*d.F)
 		h := get(N * d.F)
 		swigluForward(h, la.sig, la.gu, N, d.F)
 		linearForward(tmp, h, lw.down, nil, N, d.F, d.C)
-		a.mem.put(h)
+		if N*d.F <= keepHiddenFloats {
+			la.h = h
+		} else {
+			a.mem.put(h)
+		}
 		next := get(N * d.C)
-		residualForward(next, la.mid, tmp)
+		if l+1 < d.L {
+			nl := &a.layers[l+1]
+			nl.rstd1, nl.ln1 = get(N), get(N*d.C)
+			residualNorm(next, nl.ln1, nl.rstd1, la.mid, tmp, m.w.layers[l+1].inNorm, N, d.C, eps)
+		} else {
+			a.rstdF, a.lnf = get(N), get(N*d.C)
+			residualNorm(next, a.lnf, a.rstdF, la.mid, tmp, m.w.norm, N, d.C, eps)
+		}
 		a.resid[l+1], x = next, next
 	}
-	a.rstdF, a.lnf = get(N), get(N*d.C)
-	rmsnormForward(a.lnf, a.rstdF, x, m.w.norm, N, d.C, eps)
 	a.LogProbs, a.Entropy = make([]float32, N), make([]float32, N)
 	m.headForward(a, mode)
 	return a
@@ -144,7 +160,7 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 	dres := tmp.zeroed(N * d.C)
 	dln := m.headBackward(a, gradLogProb, &tmp)
 	rmsnormBackward(dres, m.g.norm, dln, a.resid[d.L], m.w.norm, a.rstdF, N, d.C)
-	h := tmp.get(N * d.F)
+	var h []float32 // scratch for recomputed hidden activations
 	dh := tmp.get(N * d.F)
 	dgu := tmp.get(N * 2 * d.F)
 	dy := tmp.get(N * d.QD)
@@ -152,8 +168,15 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 	for l := d.L - 1; l >= 0; l-- {
 		la, lw, lg := &a.layers[l], &m.w.layers[l], &m.g.layers[l]
 		// MLP block: resid[l+1] = mid + down(swiglu(gate_up(rmsnorm(mid)))).
-		swigluRecompute(h, la.sig, la.gu, N, d.F)
-		linearBackward(dh, lg.down, nil, dres, h, lw.down, N, d.F, d.C)
+		hl := la.h
+		if hl == nil {
+			if h == nil {
+				h = tmp.get(N * d.F)
+			}
+			hl = h
+			swigluRecompute(hl, la.sig, la.gu, N, d.F)
+		}
+		linearBackward(dh, lg.down, nil, dres, hl, lw.down, N, d.F, d.C)
 		swigluBackward(dgu, dh, la.sig, la.gu, N, d.F)
 		linearBackward(dln, lg.gateUp, nil, dgu, la.ln2, lw.gateUp, N, d.C, 2*d.F)
 		rmsnormBackward(dres, lg.postNorm, dln, la.mid, lw.postNorm, la.rstd2, N, d.C)

@@ -38,10 +38,11 @@ func TestTinyQwen2MatchesPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("probabilities kept", func(t *testing.T) { checkAgainstFixture(t, m, ts, true, headAuto) })
-	t.Run("attention recomputed", func(t *testing.T) {
-		// The backward pass recomputes the attention probabilities.
-		defer func(c int) { keepProbsFloats = c }(keepProbsFloats)
-		keepProbsFloats = 0
+	t.Run("attention and MLP recomputed", func(t *testing.T) {
+		// The backward pass recomputes the attention probabilities and the
+		// MLP's hidden activation.
+		defer func(c, h int) { keepProbsFloats, keepHiddenFloats = c, h }(keepProbsFloats, keepHiddenFloats)
+		keepProbsFloats, keepHiddenFloats = 0, 0
 		checkAgainstFixture(t, m, ts, true, headAuto)
 	})
 	t.Run("head in chunks", func(t *testing.T) {

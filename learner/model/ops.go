@@ -33,16 +33,32 @@ func embeddingBackward(dEmb, dout []float32, tokens []int32, C int) {
 func rmsnormForward(out, rstd, x, w []float32, N, C int, eps float64) {
 	parallelFor(N, 64, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
-			xr := x[t*C : (t+1)*C]
-			ss := dot32(xr, xr)
-			r := float32(1 / math.Sqrt(float64(ss)/float64(C)+eps))
-			rstd[t] = r
-			o := out[t*C : (t+1)*C]
-			for i := rmsScaleVector(o, xr, w, r); i < C; i++ {
-				o[i] = xr[i] * r * w[i]
-			}
+			rstd[t] = rmsnormRow(out[t*C:(t+1)*C], x[t*C:(t+1)*C], w, eps)
 		}
 	})
+}
+
+// residualNorm: sum[N,C] = a + b, then rmsnormForward(out, rstd, sum), one
+// row at a time while the row is in cache.
+func residualNorm(sum, out, rstd, a, b, w []float32, N, C int, eps float64) {
+	parallelFor(N, 64, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			s := sum[t*C : (t+1)*C]
+			addInto(s, a[t*C:(t+1)*C], b[t*C:(t+1)*C])
+			rstd[t] = rmsnormRow(out[t*C:(t+1)*C], s, w, eps)
+		}
+	})
+}
+
+// rmsnormRow normalises one row into o and returns its rstd.
+func rmsnormRow(o, xr, w []float32, eps float64) float32 {
+	C := len(xr)
+	ss := dot32(xr, xr)
+	r := float32(1 / math.Sqrt(float64(ss)/float64(C)+eps))
+	for i := rmsScaleVector(o, xr, w, r); i < C; i++ {
+		o[i] = xr[i] * r * w[i]
+	}
+	return r
 }
 
 // rmsnormBackward: dx[N,C] (accumulates) and dw[C] from dout[N,C]:

@@ -32,7 +32,7 @@ func RopeTable(D int, theta float64, n int) (cos, sin []float32) {
 
 // RopeForward is ropeForward: rotates heads of x[N,ld] in place.
 func RopeForward(x []float32, ld int, pos []int32, nHeads, D int, cos, sin []float32) {
-	ropeForward(x, ld, pos, nHeads, D, cos, sin)
+	ropeForward(x, ld, nil, pos, nHeads, D, cos, sin)
 }
 
 // RopeBackward is ropeBackward: the transposed rotation, in place.

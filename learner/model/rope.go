@@ -40,14 +40,20 @@ func (t *ropeTable) upTo(n int) (cos, sin []float32) {
 	return t.cos[: n*t.half : n*t.half], t.sin[: n*t.half : n*t.half]
 }
 
-// ropeForward rotates, in place, heads 0..nHeads-1 of each row of x[N,ld]
-// (head h at columns h*D..h*D+D-1) by the angle of the row's position,
-// cos and sin being rows [position, D/2] of a ropeTable:
+// ropeForward adds bias[ld] (when not nil) to each row of x[N,ld], then
+// rotates, in place, heads 0..nHeads-1 of the row (head h at columns
+// h*D..h*D+D-1) by the angle of the row's position, cos and sin being rows
+// [position, D/2] of a ropeTable:
 // x1' = x1*cos - x2*sin, x2' = x2*cos + x1*sin, x1 = x[:D/2], x2 = x[D/2:].
-func ropeForward(x []float32, ld int, pos []int32, nHeads, D int, cos, sin []float32) {
+// The bias is added here rather than by the projection's own pass so that
+// each row is visited once.
+func ropeForward(x []float32, ld int, bias []float32, pos []int32, nHeads, D int, cos, sin []float32) {
 	half := D / 2
 	parallelFor(len(pos), 64, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
+			if bias != nil {
+				addInto(x[r*ld:(r+1)*ld], x[r*ld:(r+1)*ld], bias)
+			}
 			c := cos[int(pos[r])*half : int(pos[r]+1)*half]
 			s := sin[int(pos[r])*half : int(pos[r]+1)*half]
 			for h := 0; h < nHeads; h++ {
