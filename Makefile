@@ -99,6 +99,8 @@ gpu-test-binary: $(OVERLAY)
 
 bench: setup-test $(OVERLAY)
 	$(GO) test $(GOFLAGS_OVERLAY) -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
+	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
+	$(GO) test $(GOFLAGS_OVERLAY) -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
 
 demo: build
 	$(BIN) demo
