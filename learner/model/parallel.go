@@ -7,19 +7,31 @@ import (
 	"github.com/aipo-rl/aipo/learner/par"
 )
 
-// parallelFor calls f on consecutive ranges covering [0,n), one range per
-// core, on the calling goroutine when n is below grain.
+// parallelFor calls f on consecutive ranges covering [0,n) of at least
+// grain elements (all of it on the calling goroutine when n is below
+// 2*grain). The ranges, up to four per core, are handed out as cores free
+// up, so that a core slowed by other load does not hold the others back.
 func parallelFor(n, grain int, f func(lo, hi int)) {
-	parts := min(workers(), n/max(grain, 1))
-	if parts <= 1 {
+	w := workers()
+	chunks := min(4*w, n/max(grain, 1))
+	if w <= 1 || chunks <= 1 {
 		if n > 0 {
 			f(0, n)
 		}
 		return
 	}
-	step := (n + parts - 1) / parts
-	parts = (n + step - 1) / step
-	par.Run(parts, func(p int) { f(p*step, min((p+1)*step, n)) })
+	step := (n + chunks - 1) / chunks
+	chunks = (n + step - 1) / step
+	var next atomic.Int64
+	par.Run(min(w, chunks), func(int) {
+		for {
+			c := int(next.Add(1) - 1)
+			if c >= chunks {
+				return
+			}
+			f(c*step, min((c+1)*step, n))
+		}
+	})
 }
 
 // parallelTasks runs task(worker, i) for i in [0,n) on one goroutine per
