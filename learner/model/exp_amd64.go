@@ -4,8 +4,8 @@ package model
 
 import "golang.org/x/sys/cpu"
 
-// haveExpAVX2 selects the AVX2 kernel of expShift.
-var haveExpAVX2 = cpu.X86.HasAVX2
+// haveAVX2 selects the AVX2 kernels of expShift and the glue (glue_amd64.s).
+var haveAVX2 = cpu.X86.HasAVX2
 
 //go:noescape
 func expShiftAVX2(dst, src *float32, n int, shift float32, neg uint32) (done int)
@@ -13,7 +13,7 @@ func expShiftAVX2(dst, src *float32, n int, shift float32, neg uint32) (done int
 // expShiftVector writes dst[i] = exp32(src[i]-shift), or exp32(-src[i]-shift)
 // with neg, for a prefix of src and returns its length.
 func expShiftVector(dst, src []float32, shift float32, neg bool) int {
-	if !haveExpAVX2 || len(src) == 0 {
+	if !haveAVX2 || len(src) == 0 {
 		return 0
 	}
 	_ = dst[len(src)-1]
@@ -24,4 +24,4 @@ func expShiftVector(dst, src []float32, shift float32, neg bool) int {
 	return expShiftAVX2(&dst[0], &src[0], len(src), shift, sign)
 }
 
-func haveExpAVX2Used() bool { return haveExpAVX2 }
+func vectorGlueUsed() bool { return haveAVX2 }

@@ -4,4 +4,4 @@ package model
 
 func expShiftVector(dst, src []float32, shift float32, neg bool) int { return 0 }
 
-func haveExpAVX2Used() bool { return false }
+func vectorGlueUsed() bool { return false }

@@ -64,7 +64,7 @@ func TestExpShiftMatchesExp32(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("vector kernel in use: %v", haveExpAVX2Used())
+	t.Logf("vector kernel in use: %v", vectorGlueUsed())
 }
 
 // BenchmarkExpShift compares the vector kernel with the scalar loop on a

@@ -23,7 +23,7 @@ func maxAVX2(x *float32, n int) (m float32, nan bool)
 
 func swigluFwdVector(h, sig, g, u []float32) int {
 	n := len(g) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	_, _, _ = h[n-1], sig[n-1], u[n-1]
@@ -33,7 +33,7 @@ func swigluFwdVector(h, sig, g, u []float32) int {
 
 func swigluRecVector(h, sig, g, u []float32) int {
 	n := len(g) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	_, _, _ = h[n-1], sig[n-1], u[n-1]
@@ -43,7 +43,7 @@ func swigluRecVector(h, sig, g, u []float32) int {
 
 func swigluBwdVector(dg, du, d, sig, g, u []float32) int {
 	n := len(g) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	_, _, _, _, _ = dg[n-1], du[n-1], d[n-1], sig[n-1], u[n-1]
@@ -53,7 +53,7 @@ func swigluBwdVector(dg, du, d, sig, g, u []float32) int {
 
 func scaleVector(x []float32, c float32) int {
 	n := len(x) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	scaleAVX2(&x[0], n, c)
@@ -65,7 +65,7 @@ func scaleVector(x []float32, c float32) int {
 // zero maximum (whose sign VMAXPS does not settle as max does).
 func maxVector(x []float32) (float32, int) {
 	n := len(x) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0, 0
 	}
 	m, nan := maxAVX2(&x[0], n)
@@ -105,7 +105,7 @@ func rmsBwdLanesAVX2(acc, pw, dy, x, w *float32, n int, r float32)
 // addVector: o = a + b over a prefix.
 func addVector(o, a, b []float32) int {
 	n := len(o) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	_, _ = a[n-1], b[n-1]
@@ -116,7 +116,7 @@ func addVector(o, a, b []float32) int {
 // dsVector: dp = p*(dp-dot) over a prefix.
 func dsVector(dp, p []float32, dot float32) int {
 	n := len(p) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	_ = dp[n-1]
@@ -127,7 +127,7 @@ func dsVector(dp, p []float32, dot float32) int {
 // rmsScaleVector: o = (x*r)*w over a prefix.
 func rmsScaleVector(o, x, w []float32, r float32) int {
 	n := len(x) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	_, _ = o[n-1], w[n-1]
@@ -138,7 +138,7 @@ func rmsScaleVector(o, x, w []float32, r float32) int {
 // rmsDxVector: dx += (r*w)*dy - x*c over a prefix.
 func rmsDxVector(dx, dy, x, w []float32, r, c float32) int {
 	n := len(x) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	_, _, _ = dx[n-1], dy[n-1], w[n-1]
@@ -150,7 +150,7 @@ func rmsDxVector(dx, dy, x, w []float32, r, c float32) int {
 // prefix: x1 = x1*c - x2*s, x2 = x2*c + x1*s, with s negated when flip.
 func ropeVector(x1, x2, c, s []float32, flip bool) int {
 	n := len(c) &^ 7
-	if !haveExpAVX2 || n == 0 {
+	if !haveAVX2 || n == 0 {
 		return 0
 	}
 	_, _, _ = x1[n-1], x2[n-1], s[n-1]
@@ -163,7 +163,7 @@ func ropeVector(x1, x2, c, s []float32, flip bool) int {
 }
 
 func sumLanes(acc *[8]float32, x []float32) {
-	if !haveExpAVX2 {
+	if !haveAVX2 {
 		sumLanesGo(acc, x)
 	} else if len(x) > 0 {
 		sumLanesAVX2(&acc[0], &x[0], len(x)&^7)
@@ -171,7 +171,7 @@ func sumLanes(acc *[8]float32, x []float32) {
 }
 
 func dotLanes(acc *[8]float32, a, b []float32) {
-	if !haveExpAVX2 {
+	if !haveAVX2 {
 		dotLanesGo(acc, a, b)
 	} else if n := len(a) &^ 7; n > 0 {
 		_ = b[n-1]
@@ -180,7 +180,7 @@ func dotLanes(acc *[8]float32, a, b []float32) {
 }
 
 func sumDotShiftLanes(s, sx *[8]float32, e, v []float32, shift float32) {
-	if !haveExpAVX2 {
+	if !haveAVX2 {
 		sumDotShiftLanesGo(s, sx, e, v, shift)
 	} else if n := len(e) &^ 7; n > 0 {
 		_ = v[n-1]
@@ -189,7 +189,7 @@ func sumDotShiftLanes(s, sx *[8]float32, e, v []float32, shift float32) {
 }
 
 func rmsBwdLanes(acc *[8]float32, pw, dy, x, w []float32, r float32) {
-	if !haveExpAVX2 {
+	if !haveAVX2 {
 		rmsBwdLanesGo(acc, pw, dy, x, w, r)
 	} else if n := len(dy) &^ 7; n > 0 {
 		_, _, _ = pw[n-1], x[n-1], w[n-1]
