@@ -189,10 +189,15 @@ func attentionBackward(dqkv, dy, qkv, y, lse, kvT, probs []float32, segs []segme
 	if probs != nil {
 		pAt, _ = probsLayout(segs, d)
 	}
+	// Per worker: dP, then P when it is recomputed.
+	scratchLen := qBlock * maxT
+	if pAt == nil {
+		scratchLen *= 2
+	}
 	scratch := make([][]float32, workers())
 	parallelTasks(len(segs)*d.KV, func(w, ti int) {
 		if scratch[w] == nil {
-			scratch[w] = make([]float32, 2*qBlock*maxT)
+			scratch[w] = make([]float32, scratchLen)
 		}
 		si, g := ti/d.KV, ti%d.KV
 		sg := segs[si]
@@ -205,12 +210,14 @@ func attentionBackward(dqkv, dy, qkv, y, lse, kvT, probs []float32, segs []segme
 				nq := min(qBlock, sg.n-i0)
 				nk := i0 + nq
 				row := sg.start + i0
-				p, dp := scratch[w][:nq*nk], scratch[w][qBlock*maxT:qBlock*maxT+nq*nk]
+				var p []float32
+				dp := scratch[w][:nq*nk]
 				q, dq := qkv[row*d.QKV+h*d.D:], dqkv[row*d.QKV+h*d.D:]
 				dyb, yb := dy[row*d.QD+h*d.D:], y[row*d.QD+h*d.D:]
 				if pAt != nil {
 					p = probs[probsAt(pAt, segs, si, h, i0):][:nq*nk]
 				} else {
+					p = scratch[w][qBlock*maxT : qBlock*maxT+nq*nk]
 					// P = exp(scale*q·k^T - lse), zero above the diagonal.
 					blas.SgemmSerial(false, false, nq, nk, d.D, scale, q, d.QKV, kt, sg.n, 0, p, nk)
 					for i := 0; i < nq; i++ {
