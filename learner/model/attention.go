@@ -76,11 +76,14 @@ func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq 
 // keysAt is where segment sg's head g starts in either half of kvT.
 func keysAt(sg segment, g int, d dims) int { return sg.start*d.KD + g*d.D*sg.n }
 
-// transposeKV writes segment sg's head g of K and V into kvT (N tokens).
-func transposeKV(kvT, qkv []float32, sg segment, g, N int, d dims) {
-	at, src := keysAt(sg, g, d), qkv[sg.start*d.QKV+d.QD+g*d.D:]
-	transposeInto(kvT[at:at+d.D*sg.n], sg.n, src, d.QKV, sg.n, d.D)
-	transposeInto(kvT[N*d.KD+at:N*d.KD+at+d.D*sg.n], sg.n, src[d.KD:], d.QKV, sg.n, d.D)
+// transposeKV writes every segment's K and V heads from qkv into kvT (N tokens).
+func transposeKV(kvT, qkv []float32, segs []segment, N int, d dims) {
+	parallelTasks(len(segs)*d.KV, func(_, i int) {
+		sg, g := segs[i/d.KV], i%d.KV
+		at, src := keysAt(sg, g, d), qkv[sg.start*d.QKV+d.QD+g*d.D:]
+		transposeInto(kvT[at:at+d.D*sg.n], sg.n, src, d.QKV, sg.n, d.D)
+		transposeInto(kvT[N*d.KD+at:N*d.KD+at+d.D*sg.n], sg.n, src[d.KD:], d.QKV, sg.n, d.D)
+	})
 }
 
 // keepProbsFloats bounds one layer's attention probabilities that the
@@ -127,9 +130,7 @@ func probsAt(at []int, segs []segment, si, h, i0 int) int {
 func attentionForward(y, lse, qkv, kvT, probs []float32, segs []segment, d dims) {
 	scale := float32(1 / math.Sqrt(float64(d.D)))
 	N := len(lse) / d.H
-	parallelTasks(len(segs)*d.KV, func(_, i int) {
-		transposeKV(kvT, qkv, segs[i/d.KV], i%d.KV, N, d)
-	})
+	transposeKV(kvT, qkv, segs, N, d)
 	var pAt []int
 	if probs != nil {
 		pAt, _ = probsLayout(segs, d)

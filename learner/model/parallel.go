@@ -22,16 +22,7 @@ func parallelFor(n, grain int, f func(lo, hi int)) {
 	}
 	step := (n + chunks - 1) / chunks
 	chunks = (n + step - 1) / step
-	var next atomic.Int64
-	par.Run(min(w, chunks), func(int) {
-		for {
-			c := int(next.Add(1) - 1)
-			if c >= chunks {
-				return
-			}
-			f(c*step, min((c+1)*step, n))
-		}
-	})
+	parallelTasks(chunks, func(_, c int) { f(c*step, min((c+1)*step, n)) })
 }
 
 // parallelTasks runs task(worker, i) for i in [0,n) on one goroutine per

@@ -60,11 +60,7 @@ func AttentionBackward(dqkv, dy, qkv, y, lse []float32, seqLens []int, H, KV, D 
 	segs := segmentsOf(seqLens)
 	N := len(lse) / H
 	kvT := make([]float32, 2*N*d.KD)
-	for _, sg := range segs {
-		for g := 0; g < KV; g++ {
-			transposeKV(kvT, qkv, sg, g, N, d)
-		}
-	}
+	transposeKV(kvT, qkv, segs, N, d)
 	attentionBackward(dqkv, dy, qkv, y, lse, kvT, nil, segs, d)
 }
 

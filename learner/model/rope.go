@@ -48,6 +48,18 @@ func (t *ropeTable) upTo(n int) (cos, sin []float32) {
 // The bias is added here rather than by the projection's own pass so that
 // each row is visited once.
 func ropeForward(x []float32, ld int, bias []float32, pos []int32, nHeads, D int, cos, sin []float32) {
+	ropeRotate(x, ld, bias, pos, nHeads, D, cos, sin, false)
+}
+
+// ropeBackward applies, in place, the transposed rotation to the gradient
+// dx[N,ld] of ropeForward's output: dx1 = d1*cos + d2*sin, dx2 = d2*cos - d1*sin.
+func ropeBackward(dx []float32, ld int, pos []int32, nHeads, D int, cos, sin []float32) {
+	ropeRotate(dx, ld, nil, pos, nHeads, D, cos, sin, true)
+}
+
+// ropeRotate is ropeForward with sin negated when flip: the transposed
+// rotation, with the same bits as a*c + b*s and b*c - a*s.
+func ropeRotate(x []float32, ld int, bias []float32, pos []int32, nHeads, D int, cos, sin []float32, flip bool) {
 	half := D / 2
 	parallelFor(len(pos), 64, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
@@ -59,33 +71,13 @@ func ropeForward(x []float32, ld int, bias []float32, pos []int32, nHeads, D int
 			for h := 0; h < nHeads; h++ {
 				x1 := x[r*ld+h*D : r*ld+h*D+half]
 				x2 := x[r*ld+h*D+half : r*ld+h*D+D]
-				for i := ropeVector(x1, x2, c, s, false); i < len(c); i++ {
-					a, b := x1[i], x2[i]
-					x1[i] = float32(a*c[i]) - float32(b*s[i])
-					x2[i] = float32(b*c[i]) + float32(a*s[i])
-				}
-			}
-		}
-	})
-}
-
-// ropeBackward applies, in place, the transposed rotation to the gradient
-// dx[N,ld] of ropeForward's output: dx1 = d1*cos + d2*sin, dx2 = d2*cos - d1*sin.
-func ropeBackward(dx []float32, ld int, pos []int32, nHeads, D int, cos, sin []float32) {
-	half := D / 2
-	parallelFor(len(pos), 64, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			c := cos[int(pos[r])*half : int(pos[r]+1)*half]
-			s := sin[int(pos[r])*half : int(pos[r]+1)*half]
-			for h := 0; h < nHeads; h++ {
-				d1 := dx[r*ld+h*D : r*ld+h*D+half]
-				d2 := dx[r*ld+h*D+half : r*ld+h*D+D]
-				// The forward rotation with sin negated: the same bits as
-				// a*c + b*s and b*c - a*s.
-				for i := ropeVector(d1, d2, c, s, true); i < len(c); i++ {
-					a, b := d1[i], d2[i]
-					d1[i] = float32(a*c[i]) + float32(b*s[i])
-					d2[i] = float32(b*c[i]) - float32(a*s[i])
+				for i := ropeVector(x1, x2, c, s, flip); i < len(c); i++ {
+					a, b, sn := x1[i], x2[i], s[i]
+					if flip {
+						sn = -sn
+					}
+					x1[i] = float32(a*c[i]) - float32(b*sn)
+					x2[i] = float32(b*c[i]) + float32(a*sn)
 				}
 			}
 		}
