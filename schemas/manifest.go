@@ -116,9 +116,12 @@ func (m *Manifest) Validate() error {
 	return nil
 }
 
-// CommitManifest writes dir/_MANIFEST.json atomically, committing the files
-// it lists. Call it only after every listed file is closed. It fills in the
-// totals, the schema version and the creation time, and sorts the files.
+// CommitManifest writes dir/_MANIFEST.json atomically and only if absent,
+// committing the files it lists. Call it only after every listed file is
+// closed. It fills in the totals, the schema version and the creation time,
+// and sorts the files. An existing manifest is never replaced: committing
+// the same manifest again succeeds, a different one fails with an error
+// wrapping ErrCommittedElsewhere.
 func CommitManifest(ctx context.Context, dir string, m Manifest) error {
 	if m.SchemaVersion == 0 {
 		m.SchemaVersion = SchemaVersion
@@ -142,7 +145,43 @@ func CommitManifest(ctx context.Context, dir string, m Manifest) error {
 	if err != nil {
 		return err
 	}
-	return storage.WriteAtomic(ctx, storage.Join(dir, ManifestName), append(b, '\n'))
+	p := storage.Join(dir, ManifestName)
+	err = storage.CreateExclusive(ctx, p, append(b, '\n'))
+	if !errors.Is(err, storage.ErrExist) {
+		return err
+	}
+	// A manifest is never replaced. The same one again (a retried commit
+	// bundle) is success; a different one is another writer's commit.
+	old, rerr := ReadManifest(ctx, dir)
+	if rerr != nil {
+		return fmt.Errorf("%s exists and cannot be read (%v); nothing was overwritten: %w", p, rerr, ErrCommittedElsewhere)
+	}
+	if sameCommit(old, m) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", p, ErrCommittedElsewhere)
+}
+
+// ErrCommittedElsewhere is returned (wrapped) by CommitManifest when the
+// directory already holds a different manifest: another writer committed
+// the step first. Nothing is overwritten, and the caller deletes nothing.
+var ErrCommittedElsewhere = errors.New("the step is already committed with a different manifest (another writer committed it first); this attempt's manifest was not written and nothing was overwritten. " +
+	"If the other writer is wrong, remove the step directory and run again")
+
+// sameCommit reports whether two manifests commit the same thing: equal in
+// every field but the creation time.
+func sameCommit(a, b Manifest) bool {
+	a.CreatedAt, b.CreatedAt = time.Time{}, time.Time{}
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// Uncommit removes dir's manifest, so that the step can be written again
+// (aipo rollout --force). The shards stay until the next commit replaces
+// them.
+func Uncommit(ctx context.Context, dir string) error {
+	return storage.Remove(ctx, storage.Join(dir, ManifestName))
 }
 
 // ReadManifest reads and validates dir/_MANIFEST.json. A missing manifest is

@@ -33,6 +33,7 @@ func runDemo(args []string) int {
 	methods := fs.String("methods", "", "with --compare: comma-separated method names (default all: "+methodNames()+")")
 	seeds := fs.Int("seeds", 3, "with --compare: seeds per method")
 	steps := fs.Int64("steps", 0, "with --compare: training steps of every run (default from the config, 200)")
+	leaseOpts := leaseFlags(fs, "aipo demo")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo demo [--run DIR] [--quick] [--compare [--methods M,...] [--seeds N] [--steps N]] [Beam flags]\n\n"+
 			"Warm-starts a small policy on invented facts (built once per run directory), trains it\n"+
@@ -45,6 +46,11 @@ func runDemo(args []string) int {
 		return 2
 	}
 	beam.Init()
+	lo := leaseOpts()
+	if err := checkLeaseTimeout(lo); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo demo: %v\n", err)
+		return 2
+	}
 	if *compare {
 		return runCompare(*run, *quick, *methods, *seeds, *steps, *external != "" || *maxCalls >= 0 || *cost >= 0)
 	}
@@ -71,6 +77,7 @@ func runDemo(args []string) int {
 	}
 	rep, err := train.RunDemo(ctx, train.DemoOptions{
 		RunDir: dir, Quick: *quick, Progress: p.event, WarmStartProgress: p.warmStart, Log: p.log, Mutate: mutate,
+		Lease: lo,
 	})
 	p.finish()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -29,6 +30,7 @@ func runRollout(args []string) int {
 	step := fs.Int64("step", -1, "the training step to roll out (K: writes <run.dir>/step-K)")
 	pol := fs.String("policy", "", "policy endpoint URI, replacing policy.endpoint (inproc:///ckpt, grpc://host:port, http://host:port/v1?model=m)")
 	force := fs.Bool("force", false, "roll out a step that is already committed again (its manifest is replaced)")
+	leaseOpts := leaseFlags(fs, "aipo rollout")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo rollout --config run.yaml --step K [--policy URI] [--force] [Beam flags]\n\n"+
 			"Reads the step's prompts (prompt files or the demo task), samples rollout.group_size\n"+
@@ -54,6 +56,21 @@ func runRollout(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
 		return 2
+	}
+	// A dry run writes nothing, the lease included.
+	if !dataflowDryRun() {
+		lo := leaseOpts()
+		if err := checkLeaseTimeout(lo); err != nil {
+			fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
+			return 2
+		}
+		var release func() error
+		ctx, release, err = runlease.Ensure(ctx, cfg.Run.Dir, lo)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
+			return 1
+		}
+		defer release()
 	}
 	m, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: *step, Policy: *pol, Force: *force})
 	if err != nil && dataflowDryRun() && errors.Is(err, schemas.ErrNoManifest) {

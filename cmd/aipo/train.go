@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
@@ -54,6 +55,7 @@ func runTrain(args []string) int {
 	cfgPath := fs.String("config", "", "run configuration (YAML)")
 	run := fs.String("run", "", "run directory, local or gs:// (overrides run.dir)")
 	initCkpt := fs.String("init", "", "initial policy: a checkpoint directory (ours or Hugging Face layout) copied into <run>/checkpoints/step-000000 when the run has none")
+	leaseOpts := leaseFlags(fs, "aipo train")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [Beam flags]\n\n"+
 			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
@@ -76,14 +78,28 @@ func runTrain(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
 		return 2
 	}
+	lo := leaseOpts()
+	if err := checkLeaseTimeout(lo); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 2
+	}
+	p := newProgress(os.Stderr)
+	// The lease is taken before --init writes checkpoint 0.
+	ctx, release, err := train.Claim(ctx, cfg.Run.Dir, lo, p.log)
+	if err != nil {
+		p.finish()
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 1
+	}
+	defer release()
 	if *initCkpt != "" {
 		if err := seedCheckpoint(ctx, *initCkpt, cfg.Run.Dir); err != nil {
+			p.finish()
 			fmt.Fprintf(os.Stderr, "aipo train: --init: %v\n", err)
 			return 1
 		}
 	}
-	p := newProgress(os.Stderr)
-	err = train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event})
+	err = train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event, Log: p.log})
 	p.finish()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
@@ -115,6 +131,7 @@ func runLearn(args []string) int {
 	cfgPath := fs.String("config", "", "run configuration (default <run>/run.yaml)")
 	run := fs.String("run", "", "run directory, local or gs://")
 	step := fs.Int64("step", -1, "the step K whose trajectories are learned from")
+	leaseOpts := leaseFlags(fs, "aipo learn")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo learn --run DIR --step K [--config run.yaml]\n\n"+
 			"Reads step K's committed trajectories and checkpoint K, applies the configured AIPO\n"+
@@ -135,6 +152,17 @@ func runLearn(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
 		return 2
 	}
+	lo := leaseOpts()
+	if err := checkLeaseTimeout(lo); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
+		return 2
+	}
+	ctx, release, err := runlease.Ensure(ctx, cfg.Run.Dir, lo)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
+		return 1
+	}
+	defer release()
 	m, err := train.Learn(ctx, cfg, *step)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)

@@ -206,7 +206,7 @@ func WriteAtomic(ctx context.Context, p string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(p)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, TempName(filepath.Base(p)))
 	if err != nil {
 		return err
 	}

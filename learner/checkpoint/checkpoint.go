@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
 
@@ -43,7 +44,10 @@ type TrainerState struct {
 	RunID         string             `json:"run_id"`
 	Seed          int64              `json:"seed"`
 	Metrics       map[string]float64 `json:"metrics,omitempty"`
-	CreatedAt     time.Time          `json:"created_at"`
+	// CreatedAt is read from checkpoints of earlier builds and written only
+	// when a caller sets it: Save stamps no wall-clock time, so that two
+	// identical runs write identical checkpoints, byte for byte.
+	CreatedAt time.Time `json:"created_at,omitzero"`
 }
 
 // Checkpoint is everything a training run saves at a step.
@@ -63,7 +67,7 @@ type Checkpoint struct {
 type marker struct {
 	Version        int           `json:"version"`
 	Step           int64         `json:"step"`
-	CreatedAt      time.Time     `json:"created_at"`
+	CreatedAt      time.Time     `json:"created_at,omitzero"` // see TrainerState.CreatedAt
 	Files          []writtenFile `json:"files"`
 	TokenizerFiles []string      `json:"tokenizer_files,omitempty"`
 }
@@ -101,7 +105,7 @@ func Save(ctx context.Context, dir string, ck Checkpoint) error {
 }
 
 // SaveWith writes ck to dir and commits it. Locally every file is written
-// into a sibling temporary directory <dir>.tmp-*, which is renamed to dir;
+// into a sibling temporary directory .<name>.tmp-<owner>-*, which is renamed to dir;
 // then _COMMITTED is written. On gs:// the files are written in place and
 // _COMMITTED last. Either way, a reader sees the checkpoint only once
 // _COMMITTED exists. An uncommitted leftover at dir (a crashed writer's,
@@ -125,9 +129,6 @@ func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	}
 	if committed {
 		return fmt.Errorf("save checkpoint %s: %w", dir, ErrExists)
-	}
-	if ck.Trainer.CreatedAt.IsZero() {
-		ck.Trainer.CreatedAt = time.Now().UTC()
 	}
 	if storage.IsRemote(dir) {
 		return saveRemote(ctx, dir, ck, opts)
@@ -183,12 +184,20 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	return m, nil
 }
 
+// commit writes _COMMITTED, only if absent, after checking that the run's
+// lease (when ctx carries one) still names this writer.
 func commit(ctx context.Context, dir string, m marker) error {
+	if err := runlease.CheckContext(ctx); err != nil {
+		return fmt.Errorf("commit checkpoint %s: %w", dir, err)
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := storage.WriteAtomic(ctx, storage.Join(dir, CommittedName), append(b, '\n')); err != nil {
+	if err := storage.CreateExclusive(ctx, storage.Join(dir, CommittedName), append(b, '\n')); err != nil {
+		if errors.Is(err, storage.ErrExist) {
+			return fmt.Errorf("commit checkpoint %s: %w (another writer committed it meanwhile)", dir, ErrExists)
+		}
 		return fmt.Errorf("commit checkpoint %s: %w", dir, err)
 	}
 	return nil
@@ -200,7 +209,7 @@ func saveLocal(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
 	}
-	tmp, err := os.MkdirTemp(parent, filepath.Base(dir)+".tmp-*")
+	tmp, err := os.MkdirTemp(parent, storage.TempName(filepath.Base(dir)))
 	if err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
 	}

@@ -141,7 +141,7 @@ func writeFile(ctx context.Context, path string, hashed bool, fill func(io.Write
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return wf, err
 		}
-		f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+		f, err := os.CreateTemp(dir, storage.TempName(filepath.Base(path)))
 		if err != nil {
 			return wf, err
 		}

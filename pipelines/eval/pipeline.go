@@ -317,7 +317,7 @@ func isStop(t int32, stops []int32) bool {
 func commitChunk(ctx context.Context, c chunk, run string, b benchSpec, rows []schemas.EvalRecord) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := storage.Join(c.Dir, schemas.ShardsDir, ".tmp-"+hex.EncodeToString(rnd[:])+".parquet")
+	tmp := storage.Join(c.Dir, schemas.ShardsDir, ".tmp-"+storage.TempOwner()+"-"+hex.EncodeToString(rnd[:])+".parquet")
 	f, err := schemas.WriteShard(ctx, tmp, rows)
 	if err != nil {
 		return fmt.Errorf("eval %s chunk %d: %w", c.Benchmark, c.Index, err)

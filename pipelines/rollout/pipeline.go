@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
@@ -28,6 +29,9 @@ type Options struct {
 	Policy string
 	// Force rewrites a step that is already committed.
 	Force bool
+	// Lease is the run directory's lease, checked by the commit; Run fills
+	// it from its context (runlease.Acquire) when it is zero.
+	Lease runlease.Token
 	// MaxShardRows caps the rows per shard (0: parquetio's default).
 	MaxShardRows int
 }
@@ -145,6 +149,9 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 	if o.MaxShardRows > 0 {
 		opts = append(opts, parquetio.MaxShardRows(o.MaxShardRows))
 	}
+	if !o.Lease.IsZero() {
+		opts = append(opts, parquetio.Lease(o.Lease))
+	}
 	dir := schemas.StepDir(c.Run.Dir, o.Step)
 	return parquetio.WriteTrajectoriesMeta(s, dir, meta, beam.Flatten(s, metas...), rows, opts...), nil
 }
@@ -162,6 +169,17 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 		return schemas.Manifest{}, fmt.Errorf("rollout: step %d of %s is already committed (%s); pass --force to roll it out again", o.Step, o.Config.Run.Dir, dir)
 	} else if err != nil && !errors.Is(err, schemas.ErrNoManifest) {
 		return schemas.Manifest{}, fmt.Errorf("rollout: %w", err)
+	}
+	if o.Lease.IsZero() {
+		o.Lease = runlease.TokenFrom(ctx)
+	}
+	if o.Force {
+		if err := runlease.CheckContext(ctx); err != nil {
+			return schemas.Manifest{}, fmt.Errorf("rollout: %w", err)
+		}
+		if err := schemas.Uncommit(ctx, dir); err != nil {
+			return schemas.Manifest{}, fmt.Errorf("rollout: --force: remove the old manifest of %s: %w", dir, err)
+		}
 	}
 	p, s := beam.NewPipelineWithRoot()
 	if _, err := Build(s, o, spec); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aipo-rl/aipo/configs"
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
@@ -35,6 +36,8 @@ type DemoOptions struct {
 	Log func(string)
 	// StopAfter ends training after that many steps (for resumption tests).
 	StopAfter int64
+	// Lease tunes the run directory's lease (see Options.Lease).
+	Lease runlease.Options
 }
 
 // QuickWarmStart is the warm start of the quick demo: a one-layer model
@@ -88,6 +91,14 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 		return demo.Report{}, err
 	}
 	runDir := cfg.Run.Dir
+	if o.Lease.Command == "" {
+		o.Lease.Command = "aipo demo"
+	}
+	ctx, release, err := Claim(ctx, runDir, o.Lease, o.Log)
+	if err != nil {
+		return demo.Report{}, fmt.Errorf("demo: %w", err)
+	}
+	defer release()
 	// run.yaml records the configuration as run, ablation flags included,
 	// so that `aipo train --run DIR` continues the same run.
 	if ok, _ := storage.Exists(ctx, storage.Join(runDir, "run.yaml")); !ok {
@@ -122,7 +133,7 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 		logf("warm start: done in %s", time.Since(t0).Round(time.Second))
 	}
 	logf("training: %d steps of %d prompts x %d samples, external tokens treated as %q", cfg.Run.Steps, cfg.Data.BatchSize, cfg.Rollout.GroupSize, cfg.Learner.Loss.External)
-	err = Run(ctx, cfg, Options{Rollout: RolloutStep, Progress: o.Progress, StopAfter: o.StopAfter})
+	err = Run(ctx, cfg, Options{Rollout: RolloutStep, Progress: o.Progress, StopAfter: o.StopAfter, Log: o.Log})
 	if err != nil {
 		return demo.Report{}, err
 	}

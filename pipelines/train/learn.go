@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/cuda"
@@ -170,6 +171,11 @@ func SavePolicy(ctx context.Context, dir string, m *model.Model, opt []byte, tok
 // running it twice changes nothing.
 func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, error) {
 	runDir := cfg.Run.Dir
+	ctx, release, err := runlease.Ensure(ctx, runDir, runlease.Options{Command: "aipo learn"})
+	if err != nil {
+		return LearnMetrics{}, err
+	}
+	defer release()
 	next := checkpoint.Dir(runDir, k+1)
 	if ok, _ := checkpoint.Committed(ctx, next); ok {
 		var m LearnMetrics

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/cuda"
@@ -35,6 +36,43 @@ type Options struct {
 	// StopAfter, when positive, ends the run after that many steps (for
 	// tests of resumption); 0 runs to cfg.Run.Steps.
 	StopAfter int64
+	// Lease tunes the run directory's lease (internal/runlease): its
+	// timeout, --take-over. A ctx that already carries the lease of the
+	// run directory (RunDemo's) is used as it is.
+	Lease runlease.Options
+	// Log receives one-line notices (a stale lease taken over, leftovers
+	// of dead attempts removed); nil drops them.
+	Log func(string)
+}
+
+// Claim takes the lease of runDir for ctx (or keeps the one ctx carries)
+// and removes what dead attempts left in the directory: temporary files
+// and directories of writers that are gone. Everything under checkpoints/
+// and step-*/ is written only under the lease, so there any temporary not
+// of this process is a dead attempt's; elsewhere (metrics/, report/, ...,
+// which eval and analytics may also write) only those of exited local
+// processes, or older than the lease timeout, are.
+func Claim(ctx context.Context, runDir string, o runlease.Options, logf func(string)) (context.Context, func() error, error) {
+	if o.Log == nil {
+		o.Log = logf
+	}
+	ctx, release, err := runlease.Ensure(ctx, runDir, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = runlease.DefaultTimeout
+	}
+	removed, err := storage.SweepTemps(ctx, runDir, timeout, "checkpoints", "step-*")
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("run directory %s: remove leftovers of dead attempts: %w", runDir, err)
+	}
+	if len(removed) > 0 && logf != nil {
+		logf(fmt.Sprintf("run directory %s: removed %d leftover temporary file(s) of dead attempts", runDir, len(removed)))
+	}
+	return ctx, release, nil
 }
 
 // Event is one progress report.
@@ -53,9 +91,22 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 		return errors.New("train: no rollout function")
 	}
 	runDir := cfg.Run.Dir
+	if opts.Lease.Command == "" {
+		opts.Lease.Command = "aipo train"
+	}
+	ctx, release, err := Claim(ctx, runDir, opts.Lease, opts.Log)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	defer release()
 	_, k, err := checkpoint.Latest(ctx, runDir)
 	if err != nil {
 		return fmt.Errorf("train: %s has no initial policy (checkpoints/step-000000): %w", runDir, err)
+	}
+	// Derived files are rebuilt whatever step the run starts at: a run
+	// killed between its last commit and the rebuild left them short.
+	if err := RebuildMetrics(ctx, runDir); err != nil {
+		return err
 	}
 	emit := func(e Event) {
 		if opts.Progress != nil {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
@@ -18,6 +19,9 @@ type commitFn struct {
 	Kind        string   `json:"kind"`
 	Meta        StepMeta `json:"meta"`
 	KeepOrphans bool     `json:"keep_orphans"`
+	// Lease, when set, must still be held by its attempt when the
+	// manifest is written (see internal/runlease).
+	Lease runlease.Token `json:"lease"`
 }
 
 // ProcessElement commits the manifest and emits its path.
@@ -26,6 +30,11 @@ func (fn *commitFn) ProcessElement(ctx context.Context, _ []byte, files func(*sc
 	var f schemas.ManifestFile
 	for files(&f) {
 		all = append(all, f)
+	}
+	// A writer that lost the run's lease commits nothing and deletes
+	// nothing: the run belongs to another writer now.
+	if err := runlease.Check(ctx, fn.Lease); err != nil {
+		return fmt.Errorf("parquetio: commit %s: %w", fn.Dir, err)
 	}
 	all, err := separateDuplicates(ctx, fn.Dir, all)
 	if err != nil {
@@ -93,7 +102,11 @@ func separateDuplicates(ctx context.Context, dir string, files []schemas.Manifes
 }
 
 // deleteOrphans removes the files in dir/shards/ that the manifest does not
-// list: temporaries and shards of bundle attempts the runner discarded.
+// list: temporaries and shards of bundle attempts the runner discarded. It
+// runs only after this attempt's own manifest was committed, under the
+// run's lease when one is given: an unlisted file can then belong to no
+// committed step (a manifest is never replaced), only to an attempt whose
+// commit can no longer succeed.
 func deleteOrphans(ctx context.Context, dir string, files []schemas.ManifestFile) error {
 	keep := make(map[string]bool, len(files))
 	for _, f := range files {

@@ -11,7 +11,7 @@
 //
 // The sink (WriteTrajectories, WritePrompts, WriteEvalRecords) writes each
 // bundle's rows with schemas.ShardWriter to a temporary name
-// shards/.tmp-<random>.parquet, then renames it to a name derived from its
+// shards/.tmp-<pid>@<host>-<random>.parquet, then renames it to a name derived from its
 // content (the first 128 bits of the file's sha256) and emits the file's
 // schemas.ManifestFile. A single commit step, run once from an impulse with
 // every ManifestFile as a side input (so that an empty input still commits a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
@@ -39,7 +40,7 @@ func WriteTrajectoriesMeta(s beam.Scope, dir string, meta StepMeta, metas, rows 
 	fn := &writeShardsFn[schemas.Trajectory]{}
 	fn.configure(dir, cfg.maxShardRows)
 	files := beam.ParDo(s.Scope("WriteShards"), fn, rows)
-	commit := &commitMetaFn{Dir: dir, Kind: "trajectories", Meta: meta, KeepOrphans: cfg.keepOrphans}
+	commit := &commitMetaFn{Dir: dir, Kind: "trajectories", Meta: meta, KeepOrphans: cfg.keepOrphans, Lease: cfg.lease}
 	return beam.ParDo(s.Scope("CommitManifest"), commit, beam.Impulse(s),
 		beam.SideInput{Input: files}, beam.SideInput{Input: metas})
 }
@@ -47,10 +48,11 @@ func WriteTrajectoriesMeta(s beam.Scope, dir string, meta StepMeta, metas, rows 
 // commitMetaFn is commitFn with a second side input of StepMeta merged into
 // Meta.
 type commitMetaFn struct {
-	Dir         string   `json:"dir"`
-	Kind        string   `json:"kind"`
-	Meta        StepMeta `json:"meta"`
-	KeepOrphans bool     `json:"keep_orphans"`
+	Dir         string         `json:"dir"`
+	Kind        string         `json:"kind"`
+	Meta        StepMeta       `json:"meta"`
+	KeepOrphans bool           `json:"keep_orphans"`
+	Lease       runlease.Token `json:"lease"`
 }
 
 // ProcessElement merges the side metas and commits the manifest.
@@ -67,6 +69,6 @@ func (fn *commitMetaFn) ProcessElement(ctx context.Context, _ []byte, files func
 		}
 		merged.PolicyVersion = max(merged.PolicyVersion, m.PolicyVersion)
 	}
-	inner := &commitFn{Dir: fn.Dir, Kind: fn.Kind, Meta: merged, KeepOrphans: fn.KeepOrphans}
+	inner := &commitFn{Dir: fn.Dir, Kind: fn.Kind, Meta: merged, KeepOrphans: fn.KeepOrphans, Lease: fn.Lease}
 	return inner.ProcessElement(ctx, nil, files, emit)
 }

@@ -77,7 +77,7 @@ func (fn *writeShardsFn[T]) open(ctx context.Context) error {
 	if _, err := rand.Read(r[:]); err != nil {
 		return fmt.Errorf("parquetio: temporary shard name: %w", err)
 	}
-	fn.tmp = storage.Join(fn.Dir, schemas.ShardsDir, ".tmp-"+hex.EncodeToString(r[:])+".parquet")
+	fn.tmp = storage.Join(fn.Dir, schemas.ShardsDir, ".tmp-"+storage.TempOwner()+"-"+hex.EncodeToString(r[:])+".parquet")
 	w, err := schemas.NewShardWriter[T](ctx, fn.tmp)
 	if err != nil {
 		return fmt.Errorf("parquetio: %w", err)

@@ -3,6 +3,7 @@ package parquetio
 import (
 	"fmt"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
@@ -25,6 +26,7 @@ const DefaultMaxShardRows = 4 * schemas.RowGroupRows
 type writeConfig struct {
 	maxShardRows int
 	keepOrphans  bool
+	lease        runlease.Token
 }
 
 // WriteOption changes how a sink writes.
@@ -40,6 +42,14 @@ func MaxShardRows(n int) WriteOption {
 // default the commit step deletes them).
 func KeepOrphans() WriteOption {
 	return func(c *writeConfig) { c.keepOrphans = true }
+}
+
+// Lease makes the commit step check, just before it writes the manifest,
+// that the run's lease still names the attempt of t (see
+// internal/runlease); a lost lease fails the commit and deletes nothing.
+// A zero token checks nothing.
+func Lease(t runlease.Token) WriteOption {
+	return func(c *writeConfig) { c.lease = t }
 }
 
 // WriteTrajectories writes a committed step of trajectories to dir (local or
@@ -95,6 +105,7 @@ func writeStep(s beam.Scope, fn shardSink, kind, dir string, meta StepMeta, rows
 		Kind:        kind,
 		Meta:        meta,
 		KeepOrphans: cfg.keepOrphans,
+		Lease:       cfg.lease,
 	}
 	return beam.ParDo(s.Scope("CommitManifest"), commit, beam.Impulse(s), beam.SideInput{Input: files})
 }
