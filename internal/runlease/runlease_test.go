@@ -27,7 +27,6 @@ func places(t *testing.T) map[string]string {
 	return map[string]string{"local": t.TempDir(), "gcs": "gs://runs/" + strings.ReplaceAll(t.Name(), "/", "_")}
 }
 
-
 func writeHolder(t *testing.T, dir string, h Holder) {
 	t.Helper()
 	b, _ := json.Marshal(h)

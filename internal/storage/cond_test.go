@@ -130,15 +130,15 @@ func TestSweepTemps(t *testing.T) {
 	// A process that has exited: its pid names a dead owner.
 	dead := exitedPID(t)
 	files := map[string]bool{ // path -> removed by the sweep
-		"metrics/.eval-000002.json" + tempMark + itoa(dead) + "@" + HostTag() + "-77": true, // dead local writer
+		"metrics/.eval-000002.json" + tempMark + itoa(dead) + "@" + HostTag() + "-77": true,  // dead local writer
 		"metrics/.learn-000001.json" + tempMark + TempOwner() + "-1":                  false, // this process
 		"report/.report.md" + tempMark + itoa(os.Getppid()) + "@" + HostTag() + "-5":  false, // a live process, young
-		"report/.report.md.tmp-123456":                                               false, // older build, young
-		"step-000003/shards/.tmp-0123456789abcdef.parquet":                           true,  // owned area: any attempt but ours
-		"step-000003/._MANIFEST.json.tmp-99":                                         true,
-		"step-000003/shards/part-0123.parquet":                                       false, // not a temporary
-		"metrics.jsonl":                                                              false,
-		"checkpoints/step-000004/model.safetensors":                                  false,
+		"report/.report.md.tmp-123456":                                                false, // older build, young
+		"step-000003/shards/.tmp-0123456789abcdef.parquet":                            true,  // owned area: any attempt but ours
+		"step-000003/._MANIFEST.json.tmp-99":                                          true,
+		"step-000003/shards/part-0123.parquet":                                        false, // not a temporary
+		"metrics.jsonl":                                                               false,
+		"checkpoints/step-000004/model.safetensors":                                   false,
 	}
 	for p := range files {
 		full := filepath.Join(root, p)

@@ -18,4 +18,3 @@ func exitedPID(t *testing.T) int {
 	}
 	return cmd.Process.Pid
 }
-

@@ -177,6 +177,26 @@ func stepDigest(t *testing.T, dir string, k int64) (string, int) {
 	return hex.EncodeToString(h.Sum(nil)), len(rows)
 }
 
+// checkpointSums maps every file under the run's checkpoints/ (relative
+// path) to its sha256.
+func checkpointSums(t *testing.T, run string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	root := filepath.Join(run, "checkpoints")
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = fileSum(t, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // evalDigest is the run's evaluation records, their timing left out.
 func evalDigest(t *testing.T, dir string) string {
 	t.Helper()
@@ -227,6 +247,7 @@ func TestKilledRunsResumeToTheSameCheckpoint(t *testing.T) {
 		}
 	}
 	wantEval := evalDigest(t, ref)
+	wantCkpts := checkpointSums(t, ref)
 
 	// How long each phase lasted in the reference run, to aim the kills.
 	type span struct {
@@ -301,6 +322,21 @@ func TestKilledRunsResumeToTheSameCheckpoint(t *testing.T) {
 		}
 		if extra, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("step-%06d", steps))); len(extra) > 0 {
 			t.Errorf("trial %d: a step beyond the run's %d steps exists", trial, steps)
+		}
+		// Every file of every checkpoint is the same, byte for byte (no
+		// wall-clock time is written into one).
+		if got := checkpointSums(t, dir); fmt.Sprint(got) != fmt.Sprint(wantCkpts) {
+			for p, sum := range wantCkpts {
+				if got[p] != sum {
+					t.Errorf("trial %d (killed in %s): %s differs from the uninterrupted run's", trial, target, p)
+				}
+			}
+			if len(got) != len(wantCkpts) {
+				t.Errorf("trial %d (killed in %s): %d checkpoint files, the uninterrupted run has %d", trial, target, len(got), len(wantCkpts))
+			}
+		}
+		if left := tempFiles(t, dir); len(left) > 0 {
+			t.Errorf("trial %d (killed in %s): temporary files of dead attempts left after the resume: %v", trial, target, left)
 		}
 		if got := evalDigest(t, dir); got != wantEval {
 			t.Errorf("trial %d (killed in %s): evaluation records differ from the uninterrupted run's", trial, target)

@@ -1,0 +1,214 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/schemas"
+)
+
+// child is a quick demo running in its own process.
+type child struct {
+	cmd    *exec.Cmd
+	stderr bytes.Buffer
+	marks  chan string // phase names as the child prints them
+	done   chan error
+}
+
+// startChild starts the quick demo in dir (see runChildIfAsked) without
+// waiting for it.
+func startChild(t *testing.T, dir string) *child {
+	t.Helper()
+	c := &child{marks: make(chan string, 256), done: make(chan error, 1)}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	c.cmd.Env = append(os.Environ(), childEnv+"="+dir)
+	c.cmd.Stderr = &c.stderr
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if p, ok := strings.CutPrefix(sc.Text(), "PHASE "); ok {
+				select {
+				case c.marks <- p:
+				default:
+				}
+			}
+		}
+		c.done <- c.cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = c.cmd.Process.Kill() })
+	return c
+}
+
+// wait waits for the child to end, at most limit.
+func (c *child) wait(t *testing.T, limit time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-c.done:
+		return err
+	case <-time.After(limit):
+		_ = c.cmd.Process.Kill()
+		t.Fatalf("the child ran past %s; stderr:\n%s", limit, c.stderr.String())
+		return nil
+	}
+}
+
+// checkRunIntact reads every committed step of a finished quick demo
+// through its manifest (every listed shard present, sha256 verified) and
+// the final checkpoint.
+func checkRunIntact(t *testing.T, run string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := DemoConfig(DemoOptions{Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range cfg.Run.Steps {
+		rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(run, k))
+		if err != nil {
+			t.Errorf("step %d of %s: %v", k, run, err)
+			continue
+		}
+		if want := cfg.Data.BatchSize * cfg.Rollout.GroupSize; len(rows) != want {
+			t.Errorf("step %d of %s holds %d trajectories, want %d", k, run, len(rows), want)
+		}
+	}
+	if _, err := LoadPolicy(ctx, checkpoint.Dir(run, cfg.Run.Steps)); err != nil {
+		t.Errorf("final checkpoint of %s: %v", run, err)
+	}
+}
+
+// Two quick demos started at once on one run directory: one takes the
+// lease and finishes with every committed step intact; the other is refused
+// with an error naming the holder and how to take over, and writes nothing.
+// Local disk and a standalone fake GCS server (the lease there is held by
+// generation preconditions).
+func TestTwoWritersOnOneRunDirectory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick demo and a fake GCS server")
+	}
+	startStandaloneGCS(t, "aipo-lease")
+	for name, run := range map[string]string{"local": filepath.Join(t.TempDir(), "run"), "gcs": "gs://aipo-lease/runs/twice"} {
+		t.Run(name, func(t *testing.T) {
+			a, b := startChild(t, run), startChild(t, run)
+			errA, errB := a.wait(t, 5*time.Minute), b.wait(t, 5*time.Minute)
+			if (errA == nil) == (errB == nil) {
+				t.Fatalf("want exactly one writer to run: first exited with %v, second with %v\nfirst's stderr:\n%s\nsecond's stderr:\n%s",
+					errA, errB, a.stderr.String(), b.stderr.String())
+			}
+			refused := b
+			if errA != nil {
+				refused = a
+			}
+			msg := refused.stderr.String()
+			for _, want := range []string{"is in use by", "aipo demo", "--take-over", run} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("the refused writer's error does not say %q:\n%s", want, msg)
+				}
+			}
+			if n := len(refused.marks); n > 0 {
+				t.Errorf("the refused writer started %d phases", n)
+			}
+			checkRunIntact(t, run)
+			if ok, _ := storage.Exists(context.Background(), storage.Join(run, "_LEASE.json")); ok {
+				t.Errorf("the finished writer left its lease behind")
+			}
+		})
+	}
+}
+
+// tempFiles lists the temporary files and directories under a local run.
+func tempFiles(t *testing.T, run string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(run, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && storage.IsTemp(d.Name()) {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// A run killed after its last commit but before metrics.jsonl was rebuilt
+// (here: a finished run whose metrics.jsonl lost its last records, the
+// state such a kill leaves) and the temporary files of dead attempts
+// planted in every place a writer leaves them: started again, the run
+// completes metrics.jsonl and removes every leftover.
+func TestResumeAfterTheLastCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick demo twice")
+	}
+	run := filepath.Join(t.TempDir(), "run")
+	c := startChild(t, run)
+	if err := c.wait(t, 5*time.Minute); err != nil {
+		t.Fatalf("quick demo: %v\n%s", err, c.stderr.String())
+	}
+	mp := filepath.Join(run, "metrics.jsonl")
+	want, err := os.ReadFile(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(string(want), "\n"), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("metrics.jsonl has %d records", len(lines))
+	}
+	if err := os.WriteFile(mp, []byte(strings.Join(lines[:len(lines)-2], "")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	owner := fmt.Sprintf("%d@%s", dead.Process.Pid, storage.HostTag())
+	planted := []string{
+		"checkpoints/.step-000002.tmp-" + owner + "-1/model.safetensors",
+		"step-000001/._MANIFEST.json.tmp-" + owner + "-2",
+		"step-000001/shards/.tmp-" + owner + "-0123456789abcdef.parquet",
+		".metrics.jsonl.tmp-" + owner + "-3",
+		"metrics/.eval-000002.json.tmp-" + owner + "-4",
+		"report/.report.md.tmp-" + owner + "-5",
+	}
+	for _, p := range planted {
+		full := filepath.Join(run, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte("left by a killed writer"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c = startChild(t, run)
+	if err := c.wait(t, 5*time.Minute); err != nil {
+		t.Fatalf("resumed quick demo: %v\n%s", err, c.stderr.String())
+	}
+	got, err := os.ReadFile(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("metrics.jsonl after the resume has %d lines, the finished run's %d", bytes.Count(got, []byte("\n")), len(lines))
+	}
+	if left := tempFiles(t, run); len(left) > 0 {
+		t.Errorf("temporary files left after the resume: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(run, "_LEASE.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the lease is still there after the run ended: %v", err)
+	}
+}
