@@ -360,4 +360,3 @@ func TestStreamPolicyVersionHeader(t *testing.T) {
 		}
 	}
 }
-
