@@ -13,20 +13,22 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// Defaults of the bounds in Options.
+// defaultBytesPerToken and defaultBodySlack make the default body limit:
+// room for several full-context prompts of ordinary text, or one of text
+// that JSON escapes heavily, plus the rest of a request.
 const (
-	// defaultBytesPerToken and defaultBodySlack make the default body
-	// limit: room for several full-context prompts of ordinary text, or
-	// one of text that JSON escapes heavily, plus the rest of a request.
 	defaultBytesPerToken = 32
 	defaultBodySlack     = 1 << 20
+)
 
-	defaultHeaderTimeout     = 10 * time.Second
-	defaultBodyTimeout       = 60 * time.Second
-	defaultIdleTimeout       = 2 * time.Minute
-	defaultWriteTimeout      = 60 * time.Second
-	defaultMaxConns          = 2048
-	defaultMaxClientRequests = 512
+// Defaults of the bounds in Options (aipo serve's flags show them).
+const (
+	DefaultHeaderTimeout     = 10 * time.Second
+	DefaultBodyTimeout       = 60 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultWriteTimeout      = 60 * time.Second
+	DefaultMaxConns          = 2048
+	DefaultMaxClientRequests = 512
 )
 
 // defaultBodyBytes is the default limit of a request body for a context of

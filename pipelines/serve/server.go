@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -46,6 +47,9 @@ type Options struct {
 	// HistoryTokens bounds the tokens of session conversations kept for
 	// Continue (default 1<<22); the least recently used are dropped first.
 	HistoryTokens int
+	// The bounds of requests and connections below take their default
+	// when zero; a negative value turns the bound off.
+	//
 	// MaxBodyBytes bounds an HTTP request body and a gRPC request
 	// message (default: 32 bytes per token of the engine's context plus
 	// 1 MiB). Larger bodies get 413 before they are read to the end.
@@ -74,8 +78,6 @@ type Options struct {
 	// Continue over gRPC together (default 512). Beyond it a request gets
 	// 429 with Retry-After, or RESOURCE_EXHAUSTED. Clients behind one
 	// proxy share its address.
-	//
-	// A negative value turns off the bound of any of these fields.
 	MaxClientRequests int
 	// Logger receives start, reload and error messages (default: slog's).
 	Logger *slog.Logger
@@ -132,12 +134,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.HistoryTokens == 0 {
 		opts.HistoryTokens = 1 << 22
 	}
-	opts.HeaderTimeout = orDefault(opts.HeaderTimeout, defaultHeaderTimeout)
-	opts.BodyTimeout = orDefault(opts.BodyTimeout, defaultBodyTimeout)
-	opts.IdleTimeout = orDefault(opts.IdleTimeout, defaultIdleTimeout)
-	opts.WriteTimeout = orDefault(opts.WriteTimeout, defaultWriteTimeout)
-	opts.MaxConns = orDefault(opts.MaxConns, defaultMaxConns)
-	opts.MaxClientRequests = orDefault(opts.MaxClientRequests, defaultMaxClientRequests)
+	opts.HeaderTimeout = orDefault(opts.HeaderTimeout, DefaultHeaderTimeout)
+	opts.BodyTimeout = orDefault(opts.BodyTimeout, DefaultBodyTimeout)
+	opts.IdleTimeout = orDefault(opts.IdleTimeout, DefaultIdleTimeout)
+	opts.WriteTimeout = orDefault(opts.WriteTimeout, DefaultWriteTimeout)
+	opts.MaxConns = orDefault(opts.MaxConns, DefaultMaxConns)
+	opts.MaxClientRequests = orDefault(opts.MaxClientRequests, DefaultMaxClientRequests)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -153,7 +155,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	maxContext := e.Info().MaxContext
 	bodyOrigin := "set by --max-body-bytes"
-	if opts.MaxBodyBytes == 0 {
+	switch {
+	case opts.MaxBodyBytes < 0:
+		opts.MaxBodyBytes, bodyOrigin = math.MaxInt64, "none"
+	case opts.MaxBodyBytes == 0:
 		opts.MaxBodyBytes = defaultBodyBytes(maxContext)
 		bodyOrigin = fmt.Sprintf("the default: %d bytes per token of the %d-token context plus %d KiB", defaultBytesPerToken, maxContext, defaultBodySlack>>10)
 	}
