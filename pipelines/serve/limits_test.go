@@ -108,6 +108,22 @@ func TestLongPromptBoundedMemory(t *testing.T) {
 			}
 			t.Logf("POST %s, %d MB: 413, heap +%d MB", c.path, len(c.body)>>20, grew>>20)
 		}
+		// Without a Content-Length (chunked), the body is read up to the
+		// limit and refused there.
+		var st int
+		var out []byte
+		grew := peakHeap(func() {
+			resp, err := http.Post("http://"+r.httpAddr+"/v1/completions", "application/json", io.MultiReader(bytes.NewReader(completion)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			st = resp.StatusCode
+			out, _ = io.ReadAll(resp.Body)
+		})
+		if st != http.StatusRequestEntityTooLarge || !strings.Contains(string(out), fmt.Sprint(want)) || !strings.Contains(string(out), "--max-body-bytes") || grew > limit {
+			t.Errorf("chunked POST of %d bytes: %d %s, heap +%d MB; want 413 naming the limit %d and --max-body-bytes, under %d MB", len(completion), st, out, grew>>20, want, limit>>20)
+		}
 	})
 
 	t.Run("raised body limit", func(t *testing.T) {
