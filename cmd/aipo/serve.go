@@ -43,12 +43,21 @@ func runServe(args []string) int {
 	auth := addServerAuth(fs, "PEM certificate for TLS on both listeners (with --tls-key)")
 	grace := fs.Duration("grace", 30*time.Second, "how long requests in flight may finish on SIGINT/SIGTERM")
 	device := fs.String("device", "cpu", "where the engine decodes: cpu, or cuda (GPU 0, learner/cuda)")
+	maxBody := fs.Int64("max-body-bytes", 0, "largest HTTP request body and gRPC request message; larger ones get 413 / RESOURCE_EXHAUSTED (0: 32 bytes per token of the context plus 1 MiB)")
+	headerTimeout := fs.Duration("header-timeout", serve.DefaultHeaderTimeout, "how long a client may take to send a request's headers (0: no limit)")
+	bodyTimeout := fs.Duration("body-timeout", serve.DefaultBodyTimeout, "how long a client may take to send a request's body; slower ones get 408 and are disconnected (0: no limit)")
+	idleTimeout := fs.Duration("idle-timeout", serve.DefaultIdleTimeout, "how long a keep-alive HTTP connection may wait for its next request, and a gRPC connection may stay without calls (0: no limit)")
+	writeTimeout := fs.Duration("write-timeout", serve.DefaultWriteTimeout, "how long one write of a response may block on a client that does not read; a stream that is read may run longer (0: no limit)")
+	maxConns := fs.Int("max-conns", serve.DefaultMaxConns, "open connections per listener; further ones wait to be accepted until one closes (0: no limit)")
+	maxClient := fs.Int("max-client-requests", serve.DefaultMaxClientRequests, "generation requests in flight from one client IP, HTTP and gRPC together; further ones get 429 with Retry-After / RESOURCE_EXHAUSTED (0: no limit)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n"+
 			"Serves a policy checkpoint with the built-in engine: gRPC service aipo.v1.Policy (with\n"+
 			"reflection) and OpenAI-compatible /v1/completions, /v1/chat/completions, /v1/models,\n"+
 			"/health, /tokenize, /detokenize. Rollouts reach it as grpc://HOST:PORT or\n"+
-			"http://HOST:PORT/v1?model=NAME. Reload swaps the weights without failing requests.\n\nFlags:\n")
+			"http://HOST:PORT/v1?model=NAME. Reload swaps the weights without failing requests.\n"+
+			"Request bodies, slow or idle clients, connections and each client's concurrent\n"+
+			"requests are bounded (--max-body-bytes ... --max-client-requests).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +79,41 @@ func runServe(args []string) int {
 	if *device != "cpu" && *device != "cuda" {
 		return fail("--device %q is unknown: use cpu or cuda", *device)
 	}
+	if *maxBody < 0 {
+		return fail("--max-body-bytes %d must be positive, or 0 for the default that follows the context", *maxBody)
+	}
+	// The flags take 0 for no limit; Options takes 0 for its default and a
+	// negative value for none.
+	bounds := serve.Options{MaxBodyBytes: *maxBody}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		to   *time.Duration
+	}{{"--header-timeout", *headerTimeout, &bounds.HeaderTimeout}, {"--body-timeout", *bodyTimeout, &bounds.BodyTimeout},
+		{"--idle-timeout", *idleTimeout, &bounds.IdleTimeout}, {"--write-timeout", *writeTimeout, &bounds.WriteTimeout}} {
+		switch {
+		case d.v < 0:
+			return fail("%s %s must not be negative (0: no limit)", d.name, d.v)
+		case d.v == 0:
+			*d.to = -1
+		default:
+			*d.to = d.v
+		}
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+		to   *int
+	}{{"--max-conns", *maxConns, &bounds.MaxConns}, {"--max-client-requests", *maxClient, &bounds.MaxClientRequests}} {
+		switch {
+		case c.v < 0:
+			return fail("%s %d must not be negative (0: no limit)", c.name, c.v)
+		case c.v == 0:
+			*c.to = -1
+		default:
+			*c.to = c.v
+		}
+	}
 	token, tlsCfg, err := auth.load(map[string]string{"--grpc": *grpcAddr, "--http": *httpAddr})
 	if err != nil {
 		return fail("%v", err)
@@ -85,9 +129,10 @@ func runServe(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := serve.New(ctx, serve.Options{Checkpoint: *ckpt, WatchRun: *watch, Tokenizer: *tok, Name: *name, Token: token,
-		Engine: engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens},
-		GPU:    gpu})
+	opts := bounds
+	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token, opts.GPU = *ckpt, *watch, *tok, *name, token, gpu
+	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
+	srv, err := serve.New(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo serve: %v\n", err)
 		return 1

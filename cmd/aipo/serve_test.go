@@ -13,6 +13,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{"--checkpoint", "x", "--tls-cert", "c.pem"}, // cert without key
 		{"--checkpoint", "x", "--http", "0.0.0.0:1"}, // public without token
 		{"--checkpoint", "x", "--device", "tpu"},     // unknown device
+		{"--checkpoint", "x", "--max-body-bytes", "-1"},
+		{"--checkpoint", "x", "--body-timeout", "-1s"},
+		{"--checkpoint", "x", "--max-client-requests", "-2"},
 	} {
 		if code := runServe(args); code != 2 {
 			t.Errorf("aipo serve %q exited %d, want 2 (usage error)", args, code)

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -113,6 +114,27 @@ func (s *Server) checkPrompt(param string, ids []int32) *apiError {
 	return nil
 }
 
+// checkTextFits refuses text of n bytes that cannot fit the context
+// whatever it encodes to, before it is tokenized: a byte-level BPE token
+// stands for at most tokBytes bytes, so the text has at least
+// ceil(n / tokBytes) tokens. Text that may fit is tokenized and checked
+// by checkPrompt; with the body limit that bounds what tokenizing costs.
+func (s *Server) checkTextFits(param, what string, n int, special bool) *apiError {
+	per := s.tokBytes[0]
+	if special {
+		per = s.tokBytes[1]
+	}
+	if per <= 0 || n <= 0 {
+		return nil
+	}
+	ctx, least := s.eng.Info().MaxContext, (n+per-1)/per
+	if least < ctx {
+		return nil
+	}
+	return badRequest(param, "context_length_exceeded", "%s is %d bytes, so at least %d tokens (a token of this tokenizer stands for at most %d bytes); this model's context is %d tokens and the output needs at least one: shorten the prompt",
+		what, n, least, per, ctx)
+}
+
 // jobs makes the choices of prompts: n per prompt, choice i of a prompt
 // seeded with seed+i.
 func (sp *sampling) jobs(prompts [][]int32) []job {
@@ -216,6 +238,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	if s.draining.Load() {
 		return engineError(engine.ErrClosed)
 	}
+	release, aerr := s.admitHTTP(r)
+	if aerr != nil {
+		return aerr
+	}
+	defer release()
 	var req completionRequest
 	if err := s.readBody(r, &req); err != nil {
 		return err
@@ -240,6 +267,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	var prompts [][]int32
 	for i, t := range texts {
+		what := "the prompt"
+		if len(texts) > 1 {
+			what = fmt.Sprintf("prompt %d", i)
+		}
+		if err := s.checkTextFits("prompt", what, len(t), true); err != nil {
+			return err
+		}
 		enc, err := s.eng.Tokenize(t, true)
 		if err != nil {
 			return badRequest("prompt", "", "prompt %d: %v", i, err)
@@ -321,6 +355,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if s.draining.Load() {
 		return engineError(engine.ErrClosed)
 	}
+	release, aerr := s.admitHTTP(r)
+	if aerr != nil {
+		return aerr
+	}
+	defer release()
 	var req chatRequest
 	if err := s.readBody(r, &req); err != nil {
 		return err
@@ -336,7 +375,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if t := req.TopLogprobs; t != nil && (*t < 0 || *t > 20 || (*t > 0 && !req.Logprobs)) {
 		return badRequest("top_logprobs", "invalid_top_logprobs", "top_logprobs %d must lie in [0, 20] and needs logprobs: true", *t)
 	}
-	prompt, aerr := s.applyChat(req.Messages, true)
+	prompt, aerr := s.applyChatFitting(req.Messages)
 	if aerr != nil {
 		return aerr
 	}

@@ -17,7 +17,10 @@
 // choice carries its token ids (prompt_token_ids, token_ids, as vLLM
 // returns them with return_token_ids) and the policy version that sampled
 // it (aipo_policy_version; the response's own field and the
-// X-Aipo-Policy-Version header give the oldest version among its choices).
+// X-Aipo-Policy-Version header give the oldest version among its choices;
+// on a stream, whose headers go out before its choices finish, the header
+// is the version served when the request was admitted, the same unless a
+// reload comes between).
 // Log-probabilities are those of the sampled tokens (the log softmax of
 // the raw logits, before temperature and top-p): alternatives are not
 // reported, so top_logprobs is null (completions) or empty (chat). Text
@@ -33,6 +36,30 @@
 // in flight finish on the weights they started with and name that
 // version. Shutdown stops accepting, lets requests in flight finish within
 // a grace period, then closes the engine.
+//
+// Bounds (Options, and the flags of aipo serve): a request body, and a
+// gRPC request message, of at most MaxBodyBytes (by default 32 bytes per
+// token of the context plus 1 MiB; 413 body_too_large naming the limit
+// and --max-body-bytes). Text prompts and chat contents whose byte length
+// alone shows they cannot fit the context (a token stands for at most
+// tokenizer.MaxTokenBytes bytes) are refused as context_length_exceeded
+// before they are tokenized, so that a long prompt costs about three times
+// its size, not the size of its tokenization. Headers must arrive within
+// HeaderTimeout and the body within BodyTimeout of the handler's start
+// (408 request_timeout, connection closed); the body deadline is lifted
+// once the body is read, so it never cuts a response. Each write of a
+// response has WriteTimeout, so a client that stops reading is cut off
+// while a stream that is read runs as long as it needs (http.Server's own
+// ReadTimeout and WriteTimeout would bound the whole request). Keep-alive
+// connections close after IdleTimeout. Each listener holds at most
+// MaxConns connections; further ones wait in the listen backlog until one
+// closes. One client IP may have MaxClientRequests generation requests in
+// flight (completions and chat, Generate and Continue together); beyond
+// that it gets 429 too_many_client_requests with Retry-After, or
+// RESOURCE_EXHAUSTED. gRPC closes connections idle for IdleTimeout, bounds
+// the handshake by HeaderTimeout, takes MaxClientRequests+16 concurrent
+// calls per connection and disconnects peers that ping more often than
+// every 20 s.
 //
 // Security: an optional bearer token is checked on every gRPC call and
 // every HTTP endpoint except GET /health (compared in constant time, never

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"math"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -19,9 +22,28 @@ import (
 
 // GRPCServer returns a gRPC server with the Policy service and server
 // reflection, checking the bearer token when one is set and using tlsCfg
-// when not nil.
+// when not nil. It has the bounds of the HTTP API: a request message as
+// large as a request body, the handshake within HeaderTimeout, connections
+// without calls closed after IdleTimeout, and as many concurrent calls per
+// connection as one client may have generation requests (plus a few for
+// the unary calls beside them); a peer that sends keepalive pings more
+// often than every 20 s, or without a call open, is disconnected.
 func (s *Server) GRPCServer(tlsCfg *tls.Config) *grpc.Server {
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(min(s.opts.MaxBodyBytes, math.MaxInt32))),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second}),
+	}
+	ka := keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}
+	if s.opts.IdleTimeout > 0 {
+		ka.MaxConnectionIdle = s.opts.IdleTimeout
+	}
+	opts = append(opts, grpc.KeepaliveParams(ka))
+	if s.opts.HeaderTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(s.opts.HeaderTimeout))
+	}
+	if s.opts.MaxClientRequests > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(s.opts.MaxClientRequests+16)))
+	}
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
@@ -70,6 +92,11 @@ func (p *policyService) stream(req engine.Request, ss grpc.ServerStreamingServer
 	if req.Params.MaxTokens < 0 {
 		return status.Errorf(codes.InvalidArgument, "max_tokens %d must be >= 0 (0: up to the context length)", req.Params.MaxTokens)
 	}
+	release, msg, ok := p.s.admitGRPC(ss.Context())
+	if !ok {
+		return status.Error(codes.ResourceExhausted, msg)
+	}
+	defer release()
 	res, err := p.s.generate(ss.Context(), req, func(t engine.Token) error {
 		return ss.Send(&aipov1.GenerateResponse{Tokens: []int32{t.ID}, Logprobs: []float32{t.LogProb}})
 	})

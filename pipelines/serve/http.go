@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -8,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -38,6 +38,19 @@ func (s *Server) Handler() http.Handler {
 	}
 	want := []byte("Bearer " + s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		body := r.Body != nil && r.Body != http.NoBody
+		if body {
+			if s.opts.BodyTimeout > 0 {
+				rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+			}
+			r.Body = &bodyDeadline{ReadCloser: http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), rc: rc}
+		}
+		if s.opts.WriteTimeout > 0 {
+			dw := &deadlineWriter{ResponseWriter: w, rc: rc, d: s.opts.WriteTimeout}
+			dw.arm() // a deadline of an earlier request on this connection may have passed
+			w = dw
+		}
 		rt, ok := routes[r.URL.Path]
 		if !ok {
 			writeError(w, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s; this server offers POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, POST /tokenize, POST /detokenize", r.Method, r.URL.Path),
@@ -56,9 +69,6 @@ func (s *Server) Handler() http.Handler {
 			writeError(w, &apiError{Status: http.StatusUnauthorized, Message: "missing or wrong bearer token: send the header \"Authorization: Bearer <token>\" (the OpenAI SDKs send their api key so)",
 				Type: "invalid_request_error", Code: strp("invalid_api_key")})
 			return
-		}
-		if r.Body != nil {
-			r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 		}
 		if err := rt.h(w, r); err != nil {
 			writeError(w, err)
@@ -86,17 +96,34 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// readBody reads and decodes a JSON request body into v.
+// readBody reads and decodes a JSON request body into v. A body whose
+// Content-Length exceeds the limit is refused before it is read.
 func (s *Server) readBody(r *http.Request, v any) *apiError {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		return s.bodyTooLarge(fmt.Sprintf("the request body of %d bytes", r.ContentLength))
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead) // one allocation, not a doubling series
+	}
+	if _, err := buf.ReadFrom(r.Body); err != nil {
 		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body exceeds %d bytes", mb.Limit), Type: "invalid_request_error", Code: strp("body_too_large")}
+		switch {
+		case errors.As(err, &mb):
+			return s.bodyTooLarge("the request body")
+		case isTimeout(err):
+			return &apiError{Status: http.StatusRequestTimeout, Message: fmt.Sprintf("the request body did not arrive within %s, the time this server gives a client to send one: send it faster, or raise the limit with aipo serve --body-timeout", s.opts.BodyTimeout),
+				Type: "invalid_request_error", Code: strp("request_timeout")}
 		}
 		return badRequest("", "", "reading the request body: %v", err)
 	}
-	return decodeJSON(body, v)
+	return decodeJSON(buf.Bytes(), v)
+}
+
+// bodyTooLarge is the 413 of a body over Options.MaxBodyBytes.
+func (s *Server) bodyTooLarge(what string) *apiError {
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("%s exceeds this server's limit of %d bytes (%s): send less, or raise the limit with aipo serve --max-body-bytes",
+		what, s.opts.MaxBodyBytes, s.bodyOrigin), Type: "invalid_request_error", Code: strp("body_too_large")}
 }
 
 // engineError maps an engine error to an HTTP error.
@@ -257,6 +284,33 @@ func (s *Server) releaseHTTP(w http.ResponseWriter, r *http.Request) *apiError {
 
 // applyChat renders chat messages with the tokenizer's chat format.
 func (s *Server) applyChat(msgs []chatMessage, generationPrompt bool) ([]int32, *apiError) {
+	conv, aerr := chatMessages(msgs)
+	if aerr != nil {
+		return nil, aerr
+	}
+	return s.renderChat(conv, generationPrompt)
+}
+
+// applyChatFitting is applyChat with the generation prompt, refusing
+// messages whose length alone shows that they cannot fit the context
+// before they are tokenized.
+func (s *Server) applyChatFitting(msgs []chatMessage) ([]int32, *apiError) {
+	conv, aerr := chatMessages(msgs)
+	if aerr != nil {
+		return nil, aerr
+	}
+	n := 0
+	for _, m := range conv {
+		n += len(m.Content) // contents are encoded with special parsing off
+	}
+	if err := s.checkTextFits("messages", "the content of the messages", n, false); err != nil {
+		return nil, err
+	}
+	return s.renderChat(conv, true)
+}
+
+// chatMessages reads the text of chat messages.
+func chatMessages(msgs []chatMessage) ([]tokenizer.Message, *apiError) {
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "missing_messages", "messages must hold at least one message")
 	}
@@ -268,6 +322,11 @@ func (s *Server) applyChat(msgs []chatMessage, generationPrompt bool) ([]int32, 
 		}
 		conv[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
+	return conv, nil
+}
+
+// renderChat renders a conversation with the tokenizer's chat format.
+func (s *Server) renderChat(conv []tokenizer.Message, generationPrompt bool) ([]int32, *apiError) {
 	ids, err := s.tok.ApplyChat(conv, generationPrompt)
 	if err != nil {
 		return nil, badRequest("messages", "invalid_messages", "%v", err)

@@ -251,6 +251,9 @@ func TestHTTPStream(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("stream content type %q", ct)
 	}
+	if v := resp.Header.Get(PolicyVersionHeader); v != "3" {
+		t.Errorf("stream %s = %q, want 3 as on the whole answer", PolicyVersionHeader, v)
+	}
 	var text strings.Builder
 	var ids []int32
 	var finish string

@@ -83,11 +83,12 @@ type chatRequest struct {
 	TopLogprobs         *int          `json:"top_logprobs"`
 }
 
-// decodeJSON decodes body into v, naming the problem on failure.
+// decodeJSON decodes body into v, naming the problem on failure. It
+// decodes in place (a json.Decoder would copy the body into its buffer
+// first); the request types hold no interface values, so numbers keep
+// their Go types.
 func decodeJSON(body []byte, v any) *apiError {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
 			field := strings.TrimPrefix(te.Field, "samplingFields.")

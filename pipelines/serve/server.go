@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -45,8 +47,38 @@ type Options struct {
 	// HistoryTokens bounds the tokens of session conversations kept for
 	// Continue (default 1<<22); the least recently used are dropped first.
 	HistoryTokens int
-	// MaxBodyBytes bounds an HTTP request body (default 16 MiB).
+	// The bounds of requests and connections below take their default
+	// when zero; a negative value turns the bound off.
+	//
+	// MaxBodyBytes bounds an HTTP request body and a gRPC request
+	// message (default: 32 bytes per token of the engine's context plus
+	// 1 MiB). Larger bodies get 413 before they are read to the end.
 	MaxBodyBytes int64
+	// HeaderTimeout bounds reading a request's headers (default 10 s);
+	// gRPC uses it for the connection handshake.
+	HeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, from the moment the
+	// handler starts (default 60 s): a slower body gets 408 and its
+	// connection is closed. The bound ends once the body is read, so it
+	// does not cut a long response.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a keep-alive HTTP connection that waits that long
+	// for its next request, and a gRPC connection without calls for that
+	// long (default 2 min).
+	IdleTimeout time.Duration
+	// WriteTimeout bounds each write of a response to the client (default
+	// 60 s): a client that stops reading is cut off; a stream that keeps
+	// being read may last as long as it runs.
+	WriteTimeout time.Duration
+	// MaxConns caps the open connections of each listener (default 2048);
+	// further connections wait in the listen backlog until one closes.
+	MaxConns int
+	// MaxClientRequests caps the generation requests in flight from one
+	// client IP address: completions and chat over HTTP and Generate and
+	// Continue over gRPC together (default 512). Beyond it a request gets
+	// 429 with Retry-After, or RESOURCE_EXHAUSTED. Clients behind one
+	// proxy share its address.
+	MaxClientRequests int
 	// Logger receives start, reload and error messages (default: slog's).
 	Logger *slog.Logger
 	// GPU, when not nil, is the device the engine decodes on (a
@@ -63,6 +95,10 @@ type Server struct {
 	tok  tokenizer.Tokenizer
 	log  *slog.Logger
 	hist *histories
+
+	tokBytes   [2]int // the most bytes of text per token, special parsing off and on (0: no bound)
+	clients    *clientLimiter
+	bodyOrigin string // how MaxBodyBytes was set, for the 413 message
 
 	reloadMu   sync.Mutex
 	checkpoint atomic.Pointer[string]
@@ -98,9 +134,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.HistoryTokens == 0 {
 		opts.HistoryTokens = 1 << 22
 	}
-	if opts.MaxBodyBytes == 0 {
-		opts.MaxBodyBytes = 16 << 20
-	}
+	opts.HeaderTimeout = orDefault(opts.HeaderTimeout, DefaultHeaderTimeout)
+	opts.BodyTimeout = orDefault(opts.BodyTimeout, DefaultBodyTimeout)
+	opts.IdleTimeout = orDefault(opts.IdleTimeout, DefaultIdleTimeout)
+	opts.WriteTimeout = orDefault(opts.WriteTimeout, DefaultWriteTimeout)
+	opts.MaxConns = orDefault(opts.MaxConns, DefaultMaxConns)
+	opts.MaxClientRequests = orDefault(opts.MaxClientRequests, DefaultMaxClientRequests)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -114,7 +153,17 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
 	}
-	s := &Server{opts: opts, name: name, eng: e, tok: ld.Tokenizer, log: opts.Logger, hist: newHistories(opts.HistoryTokens)}
+	maxContext := e.Info().MaxContext
+	bodyOrigin := "set by --max-body-bytes"
+	switch {
+	case opts.MaxBodyBytes < 0:
+		opts.MaxBodyBytes, bodyOrigin = math.MaxInt64, "none"
+	case opts.MaxBodyBytes == 0:
+		opts.MaxBodyBytes = defaultBodyBytes(maxContext)
+		bodyOrigin = fmt.Sprintf("the default: %d bytes per token of the %d-token context plus %d KiB", defaultBytesPerToken, maxContext, defaultBodySlack>>10)
+	}
+	s := &Server{opts: opts, name: name, eng: e, tok: ld.Tokenizer, log: opts.Logger, hist: newHistories(opts.HistoryTokens),
+		tokBytes: tokenBytes(ld.Tokenizer), clients: newClientLimiter(opts.MaxClientRequests), bodyOrigin: bodyOrigin}
 	s.checkpoint.Store(&dir)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
 	return s, nil
@@ -219,7 +268,7 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, tlsCf
 	if grpcLis != nil {
 		g = s.GRPCServer(tlsCfg)
 		go func() {
-			if err := g.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			if err := g.Serve(s.limitConns(grpcLis)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 				errc <- fmt.Errorf("serve: gRPC on %s: %w", grpcLis.Addr(), err)
 			}
 		}()
@@ -227,10 +276,14 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, tlsCf
 	}
 	var h *http.Server
 	if httpLis != nil {
-		h = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-		lis := httpLis
+		// No ReadTimeout or WriteTimeout: they would bound a whole
+		// request, long streams included. The handler bounds the body
+		// read and each write instead (BodyTimeout, WriteTimeout).
+		h = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.opts.HeaderTimeout, IdleTimeout: s.opts.IdleTimeout,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+		lis := s.limitConns(httpLis)
 		if tlsCfg != nil {
-			lis = tls.NewListener(httpLis, tlsCfg)
+			lis = tls.NewListener(lis, tlsCfg)
 		}
 		go func() {
 			if err := h.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -274,6 +327,23 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, tlsCf
 	}
 	wg.Wait()
 	return serr
+}
+
+// limitConns caps the open connections of lis at Options.MaxConns.
+func (s *Server) limitConns(lis net.Listener) net.Listener {
+	if s.opts.MaxConns <= 0 {
+		return lis
+	}
+	return netutil.LimitListener(lis, s.opts.MaxConns)
+}
+
+// tokenBytes is the most bytes of text one token of tok stands for,
+// without and with special parsing (0: no bound), when tok tells it.
+func tokenBytes(tok tokenizer.Tokenizer) [2]int {
+	if b, ok := tok.(interface{ MaxTokenBytes(special bool) int }); ok {
+		return [2]int{b.MaxTokenBytes(false), b.MaxTokenBytes(true)}
+	}
+	return [2]int{}
 }
 
 // generate runs one request on the engine and remembers a session's

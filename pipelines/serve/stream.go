@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +19,19 @@ import (
 type sse struct {
 	mu      sync.Mutex
 	w       http.ResponseWriter
+	version int64 // the policy version served when the stream was admitted
 	started bool
 	broken  error
+}
+
+// newSSE starts an event stream of a request about to be admitted. Its
+// X-Aipo-Policy-Version is the version served now: every choice is
+// admitted later and samples with that version or, after a reload in
+// between, a newer one, so that it is the oldest among the choices (as on
+// the other responses) unless a reload races the admission; the final
+// chunk of each choice names the version that sampled it.
+func (s *Server) newSSE(w http.ResponseWriter) *sse {
+	return &sse{w: w, version: s.eng.Info().PolicyVersion}
 }
 
 func (e *sse) send(v any) error {
@@ -41,6 +53,7 @@ func (e *sse) raw(b []byte) error {
 		h.Set("Content-Type", "text/event-stream")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Accel-Buffering", "no")
+		h.Set(PolicyVersionHeader, strconv.FormatInt(e.version, 10))
 		e.w.WriteHeader(http.StatusOK)
 		e.started = true
 	}
@@ -171,7 +184,7 @@ func (s *Server) finishStream(ev *sse, err error, usageChunk func() any) *apiErr
 }
 
 func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, sp *sampling, jobs []job, logprobs bool) *apiError {
-	ev := &sse{w: w}
+	ev := s.newSSE(w)
 	id, created := newID("cmpl-"), time.Now().Unix()
 	chunk := func(c completionChoice) any {
 		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.name, Choices: []completionChoice{c}}
@@ -214,7 +227,7 @@ func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, sp *s
 }
 
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sp *sampling, jobs []job, logprobs bool) *apiError {
-	ev := &sse{w: w}
+	ev := s.newSSE(w)
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	chunk := func(c chatChoice) any {
 		return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.name, Choices: []chatChoice{c}}
