@@ -3,6 +3,7 @@ package secure
 import (
 	"errors"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -76,12 +77,12 @@ func RedactURI(uri string) string {
 	return b.String()
 }
 
-// redactQuery writes q with the values of parameters that are not public
-// masked; a part without "=" that is not a public name is masked whole.
-func redactQuery(b *strings.Builder, q string) {
+// queryParts calls fn for each part of query q (parts separated by & or
+// ;), with the separator that follows it ("" for the last), its key and
+// whether its value is public.
+func queryParts(q string, fn func(part, sep, key string, hasValue, public bool)) {
 	for q != "" {
-		part := q
-		sep := ""
+		part, sep := q, ""
 		if i := strings.IndexAny(q, "&;"); i >= 0 {
 			part, sep, q = q[:i], q[i:i+1], q[i+1:]
 		} else {
@@ -89,7 +90,14 @@ func redactQuery(b *strings.Builder, q string) {
 		}
 		key, _, hasValue := strings.Cut(part, "=")
 		name, err := url.QueryUnescape(key)
-		public := err == nil && publicParams[name]
+		fn(part, sep, key, hasValue, err == nil && publicParams[name])
+	}
+}
+
+// redactQuery writes q with the values of parameters that are not public
+// masked; a part without "=" that is not a public name is masked whole.
+func redactQuery(b *strings.Builder, q string) {
+	queryParts(q, func(part, sep, key string, hasValue, public bool) {
 		switch {
 		case public:
 			b.WriteString(part)
@@ -99,7 +107,40 @@ func redactQuery(b *strings.Builder, q string) {
 			b.WriteString(Mask)
 		}
 		b.WriteString(sep)
+	})
+}
+
+// QuerySecrets returns what RedactURI masks in the query of uri: each
+// value of a parameter that is not public (and a part without "="), as
+// written and unescaped, for a client that sends such a query to mask in
+// what the server answers. Values shorter than 4 bytes are left out (too
+// common to replace in text).
+func QuerySecrets(uri string) []string {
+	_, q, ok := strings.Cut(uri, "?")
+	if !ok {
+		return nil
 	}
+	q, _, _ = strings.Cut(q, "#")
+	var out []string
+	add := func(v string) {
+		if len(v) >= 4 && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	queryParts(q, func(part, _, key string, hasValue, public bool) {
+		if public {
+			return
+		}
+		v := part
+		if hasValue {
+			v = part[len(key)+1:]
+		}
+		add(v)
+		if u, err := url.QueryUnescape(v); err == nil {
+			add(u)
+		}
+	})
+	return out
 }
 
 // RedactURL is RedactURI of u.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -93,5 +94,16 @@ func TestRedactError(t *testing.T) {
 	}
 	if RedactError(nil) != nil || RedactError(errors.New("x")).Error() != "x" {
 		t.Error("RedactError changed an error without a URL")
+	}
+}
+
+func TestQuerySecrets(t *testing.T) {
+	got := QuerySecrets("https://h/v1?model=m&key=S%45CRET&x=ab&SECRET2;t=SECRET#frag")
+	want := []string{"S%45CRET", "SECRET", "SECRET2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("QuerySecrets = %q, want %q", got, want)
+	}
+	if QuerySecrets("https://h/v1") != nil || QuerySecrets("https://h/v1?model=m&token_env=X") != nil {
+		t.Error("QuerySecrets found secrets in a URI without any")
 	}
 }

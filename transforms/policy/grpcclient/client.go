@@ -58,12 +58,12 @@ var _ policy.Client = (*Client)(nil)
 
 func open(_ context.Context, u *url.URL) (policy.Client, error) {
 	if u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("grpcclient: %q must be %s://HOST:PORT with no path", u.Redacted(), u.Scheme)
+		return nil, fmt.Errorf("grpcclient: %q must be %s://HOST:PORT with no path", secure.RedactURL(u), u.Scheme)
 	}
 	q := u.Query()
 	set, err := remote.Parse(q)
 	if err != nil {
-		return nil, fmt.Errorf("grpcclient: %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("grpcclient: %s: %w", secure.RedactURL(u), err)
 	}
 	if len(q) > 0 {
 		keys := make([]string, 0, len(q))
@@ -71,14 +71,14 @@ func open(_ context.Context, u *url.URL) (policy.Client, error) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("grpcclient: unknown query parameter %q in %s (known: %s)", keys[0], u.Redacted(), strings.Join(remote.Known, ", "))
+		return nil, fmt.Errorf("grpcclient: unknown query parameter %q in %s (known: %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
 	}
 	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}
 	tlsOn := u.Scheme == "grpcs"
 	if tlsOn {
 		cfg, err := set.TLS()
 		if err != nil {
-			return nil, fmt.Errorf("grpcclient: %s: %w", u.Redacted(), err)
+			return nil, fmt.Errorf("grpcclient: %s: %w", secure.RedactURL(u), err)
 		}
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	} else {

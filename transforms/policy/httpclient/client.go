@@ -59,6 +59,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
 )
@@ -87,15 +88,15 @@ var _ policy.Client = (*Client)(nil)
 
 func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 	if u.Host == "" {
-		return nil, fmt.Errorf("httpclient: %q has no host; want %s://HOST:PORT/v1?model=NAME", u.Redacted(), u.Scheme)
+		return nil, fmt.Errorf("httpclient: %q has no host; want %s://HOST:PORT/v1?model=NAME", secure.RedactURL(u), u.Scheme)
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("httpclient: %q carries user information; give the token with token_env or token_file", u.Redacted())
+		return nil, fmt.Errorf("httpclient: %q carries user information; give the token with token_env or token_file", secure.RedactURL(u))
 	}
 	q := u.Query()
 	set, err := remote.Parse(q)
 	if err != nil {
-		return nil, fmt.Errorf("httpclient: %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("httpclient: %s: %w", secure.RedactURL(u), err)
 	}
 	model := q.Get("model")
 	q.Del("model")
@@ -105,13 +106,13 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, %s)", keys[0], u.Redacted(), strings.Join(remote.Known, ", "))
+		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
 	if u.Scheme == "https" {
 		if tr.TLSClientConfig, err = set.TLS(); err != nil {
-			return nil, fmt.Errorf("httpclient: %s: %w", u.Redacted(), err)
+			return nil, fmt.Errorf("httpclient: %s: %w", secure.RedactURL(u), err)
 		}
 	}
 	path := strings.TrimSuffix(u.Path, "/")
@@ -197,7 +198,7 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		if ctx.Err() != nil {
 			return nil, false, 0, ctx.Err()
 		}
-		return nil, transient(err), 0, fmt.Errorf("http policy %s: %w", url, err)
+		return nil, transient(err), 0, fmt.Errorf("http policy %s: %w", url, secure.RedactError(err))
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
