@@ -233,6 +233,11 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		if se.Message == "" {
 			se.Message = strings.TrimSpace(string(b[:min(len(b), 300)]))
 		}
+		// A server (or a proxy before it) that quotes the request's
+		// Authorization header must not put the token into an error.
+		if c.token != "" {
+			se.Message = strings.ReplaceAll(se.Message, c.token, "[redacted]")
+		}
 		return nil, retryStatus(resp.StatusCode), remote.RetryAfter(resp.Header.Get("Retry-After"), time.Now()), se
 	}
 	if err := json.Unmarshal(b, out); err != nil {
