@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/secure"
 )
 
 func TestStepDoublesWithJitter(t *testing.T) {
@@ -117,6 +119,16 @@ func TestParseRetrySettings(t *testing.T) {
 		q, _ := url.ParseQuery(v)
 		if _, err := Parse(q); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%s) = %v, want an error naming %s", v, err, want)
+		}
+	}
+}
+
+// TestKnownArePublic: the settings' parameters are shown in messages
+// (secure.RedactURI masks every other).
+func TestKnownArePublic(t *testing.T) {
+	for _, k := range append([]string{"model"}, Known...) {
+		if !secure.PublicParam(k) {
+			t.Errorf("parameter %s is not in secure's public list; messages would mask its value", k)
 		}
 	}
 }
