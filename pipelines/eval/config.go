@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
@@ -128,7 +129,7 @@ func (c Config) withDefaults() Config {
 		c.Run = "eval"
 	}
 	if c.Policy.Label == "" {
-		c.Policy.Label = c.Policy.URI
+		c.Policy.Label = secure.RedactURI(c.Policy.URI)
 	}
 	if c.Sampling.Temperature == nil {
 		t := float32(DefaultTemperature)

@@ -18,6 +18,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/schemas"
@@ -121,7 +122,7 @@ func (fn *evalChunkFn) Setup(ctx context.Context) error {
 	}
 	fn.client = c
 	if fn.info, err = c.Info(ctx); err != nil {
-		return fmt.Errorf("eval: policy %s: info: %w", fn.Cfg.Policy.URI, err)
+		return fmt.Errorf("eval: policy %s: info: %w", secure.RedactURI(fn.Cfg.Policy.URI), err)
 	}
 	var tok *tokenizer.HF
 	if fn.Tokenizer != "" {

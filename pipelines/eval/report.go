@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/metrics"
@@ -71,7 +72,7 @@ type Overall struct {
 
 // buildReport reads every committed chunk of the plan and scores it.
 func buildReport(ctx context.Context, cfg Config, plan *Plan) (*Report, error) {
-	rep := &Report{Label: cfg.Policy.Label, Run: cfg.Run, PolicyURI: cfg.Policy.URI, Created: time.Now().UTC(),
+	rep := &Report{Label: cfg.Policy.Label, Run: cfg.Run, PolicyURI: secure.RedactURI(cfg.Policy.URI), Created: time.Now().UTC(),
 		Complete: true, Sampling: cfg.Sampling}
 	versions := map[int64]bool{}
 	var avgs, pass1s []metrics.Estimate

@@ -12,7 +12,7 @@ import (
 
 // client is a policy.Client over an engine of this process.
 type client struct {
-	uri    string
+	uri    string // masked (secure.RedactURI), for messages
 	get    func() (*engine.Engine, error)
 	close  func() // nil for served engines
 	closed atomic.Bool

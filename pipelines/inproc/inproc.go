@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -83,13 +84,13 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 			return nil, err
 		}
 		name := u.Host
-		return &client{uri: u.String(), get: func() (*engine.Engine, error) { return lookup(name) }}, nil
+		return &client{uri: secure.RedactURL(u), get: func() (*engine.Engine, error) { return lookup(name) }}, nil
 	case u.Host == "" && strings.HasPrefix(u.Path, "/"):
 		return openCheckpoint(ctx, u, filepath.Clean(u.Path))
 	case u.Opaque != "" && storage.IsRemote(u.Opaque):
 		return openCheckpoint(ctx, u, strings.TrimRight(u.Opaque, "/"))
 	default:
-		return nil, fmt.Errorf("inproc: %q names neither a served engine (inproc://name) nor a checkpoint directory by absolute path (inproc:///abs/path) or remote path (inproc:gs://bucket/path)", u.String())
+		return nil, fmt.Errorf("inproc: %q names neither a served engine (inproc://name) nor a checkpoint directory by absolute path (inproc:///abs/path) or remote path (inproc:gs://bucket/path)", secure.RedactURL(u))
 	}
 }
 
@@ -120,7 +121,7 @@ func openCheckpoint(ctx context.Context, u *url.URL, dir string) (policy.Client,
 		return nil, s.err
 	}
 	e := s.e
-	return &client{uri: u.String(), get: func() (*engine.Engine, error) { return e, nil }, close: func() { release(key, s) }}, nil
+	return &client{uri: secure.RedactURL(u), get: func() (*engine.Engine, error) { return e, nil }, close: func() { release(key, s) }}, nil
 }
 
 // release drops one client of s, closing its engine with the last one (a

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/runlease"
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
@@ -49,7 +50,7 @@ func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
 		return rollouts.Spec{}, fmt.Errorf("rollout: step %d must not be negative", o.Step)
 	}
 	if u, err := url.Parse(c.Policy.Endpoint); err != nil || !slices.Contains(policy.Schemes(), u.Scheme) {
-		return rollouts.Spec{}, fmt.Errorf("rollout: policy endpoint %q: no client for its scheme is linked into this program (known: %s)", redact(c.Policy.Endpoint), strings.Join(policy.Schemes(), ", "))
+		return rollouts.Spec{}, fmt.Errorf("rollout: policy endpoint %q: no client for its scheme is linked into this program (known: %s)", secure.RedactURI(c.Policy.Endpoint), strings.Join(policy.Schemes(), ", "))
 	}
 	sys, err := c.SystemPrompt(ctx)
 	if err != nil {
@@ -97,25 +98,8 @@ func StaticMeta(o Options, spec rollouts.Spec) map[string]string {
 		"interaction_cost":    strconv.FormatFloat(spec.InteractionCost, 'g', -1, 64),
 		"answer_token_budget": strconv.Itoa(spec.Interact.AnswerTokenBudget),
 		"data":                data,
-		"policy_endpoint":     redact(spec.PolicyEndpoint),
+		"policy_endpoint":     secure.RedactURI(spec.PolicyEndpoint),
 	}
-}
-
-// redact drops credentials from an endpoint URI.
-func redact(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil {
-		return "(unparseable)"
-	}
-	u.User = nil
-	q := u.Query()
-	for k := range q {
-		if l := strings.ToLower(k); strings.Contains(l, "key") || strings.Contains(l, "token") || strings.Contains(l, "secret") {
-			q.Set(k, "REDACTED")
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // Build adds the rollout of step o.Step to the pipeline and returns the

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/transforms/verify"
 )
 
@@ -78,7 +79,7 @@ func (c Config) validatePolicy() error {
 	if p.Endpoint != "" {
 		u, err := url.Parse(p.Endpoint)
 		if err != nil || u.Scheme == "" {
-			return fieldError("policy.endpoint", "%q is not a URI such as inproc:///runs/x/checkpoints/step-000001, grpc://127.0.0.1:7070 or http://127.0.0.1:8000/v1?model=name", p.Endpoint)
+			return fieldError("policy.endpoint", "%q is not a URI such as inproc:///runs/x/checkpoints/step-000001, grpc://127.0.0.1:7070 or http://127.0.0.1:8000/v1?model=name", secure.RedactURI(p.Endpoint))
 		}
 	}
 	switch {

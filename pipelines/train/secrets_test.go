@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,12 +24,18 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/collab/guard"
 	"github.com/aipo-rl/aipo/transforms/collab/openai"
+	"github.com/aipo-rl/aipo/transforms/collab/rpc"
+	"github.com/aipo-rl/aipo/transforms/policy"
+	_ "github.com/aipo-rl/aipo/transforms/policy/grpcclient"
+	_ "github.com/aipo-rl/aipo/transforms/policy/httpclient"
 )
 
 // plantedLLM is an OpenAI-compatible chat server standing in for the
@@ -446,4 +453,182 @@ func decodeAny(b []byte) []byte {
 	add(schemas.ReadShardBytes[schemas.Prompt](b))
 	add(schemas.ReadShardBytes[schemas.EvalRecord](b))
 	return out
+}
+
+// echoURL is an OpenAI-compatible server that fails in ways that put the
+// request's URL (query included) and Authorization header into what a
+// client reads: errors quoting them, a malformed answer quoting them, and
+// an answer whose content is the URL.
+type echoURL struct{ n atomic.Int64 }
+
+func (s *echoURL) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	quoted, _ := json.Marshal("bad request " + r.URL.String() + " with " + r.Header.Get("Authorization"))
+	switch r.URL.Path {
+	case "/v1/models": // a policy server: the model list, then errors
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"m","max_model_len":64}]}`)
+		return
+	case "/v1/completions":
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":{"message":%s,"type":"invalid_request_error"}}`, quoted)
+		return
+	}
+	switch s.n.Add(1) % 4 {
+	case 1:
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintf(w, `{"error":{"message":%s,"type":"server_error"}}`, quoted)
+	case 2:
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":{"message":%s}}`, quoted)
+	case 3:
+		fmt.Fprintf(w, `{"choices":[{"message":{"content":%s}}`, quoted) // truncated JSON
+	default:
+		writeChat(w, r.URL.String())
+	}
+}
+
+// TestQuerySecretsNeverLeak plants a secret in a query parameter that aipo
+// does not define, in policy endpoints and in collaborator endpoints, and
+// provokes every error on the way: a URI that does not parse, an unknown
+// scheme, user information, the unknown parameter's rejection, an
+// unreachable server, a server answering errors and malformed bodies that
+// quote the request's URL and Authorization header, configuration checks,
+// and the rollout manifest's policy_endpoint. The secret appears in no
+// error (%v, %+v, %#v), no answer, no log line and no manifest value.
+func TestQuerySecretsNeverLeak(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	secret := plantedKey(t)
+	token := plantedKey(t) // the policy's bearer token, given by token_env
+	t.Setenv("AIPO_TEST_PLANTED_POLICY_TOKEN", token)
+	secrets := []string{secret, strings.TrimPrefix(secret, "sk-aipo-planted-"), token, strings.TrimPrefix(token, "sk-aipo-planted-")}
+
+	echo := &echoURL{}
+	srv := httptest.NewServer(echo) // 127.0.0.1
+	defer srv.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	gone := closed.Listener.Addr().String()
+	closed.Close() // nothing listens there any more
+
+	out := startCapture(t)
+	var b strings.Builder
+	record := func(what string, v any, err error) {
+		fmt.Fprintf(&b, "%s: %v / %v %+v %#v\n", what, v, err, err, err)
+	}
+	expectErr := func(what string, err error, want string) {
+		record(what, nil, err)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one mentioning %q", what, err, want)
+		}
+	}
+
+	// Policy endpoints: every scheme rejects the unknown parameter, naming
+	// it, and shows the URI masked.
+	for _, uri := range []string{
+		"http://" + srv.Listener.Addr().String() + "/v1?model=m&token=" + secret,
+		"https://" + srv.Listener.Addr().String() + "/v1?model=m&x_api_key=" + secret + "&x_api_key=" + secret,
+		"grpc://" + gone + "?token=" + secret,
+		"grpcs://" + gone + "?auth=" + url.QueryEscape(secret) + "#" + secret,
+		"inproc:///no/such/checkpoint?key=" + secret,
+	} {
+		_, err := policy.Open(ctx, uri)
+		expectErr("policy.Open "+uri[:5], err, "")
+		if err != nil && !strings.Contains(err.Error(), secure.Mask) && !strings.Contains(err.Error(), "unknown query parameter") {
+			t.Errorf("policy.Open: %v names neither the masked URI nor the unknown parameter", err)
+		}
+	}
+	for uri, want := range map[string]string{
+		"http://127.0.0.1:1/v1?model=m&token=" + secret + "\x7f": "bad endpoint",
+		"htp://127.0.0.1:1/v1?token=" + secret:                   "no client for scheme",
+		"http://u:" + secret + "@127.0.0.1:1/v1":                  "user information",
+		"http://" + secret + "@127.0.0.1:1/v1":                    "user information",
+		"http://127.0.0.1:1/v1?model=m&token=" + secret:           `unknown query parameter "token"`,
+	} {
+		_, err := policy.Open(ctx, uri)
+		expectErr("policy.Open", err, want)
+	}
+	// A token given rightly (token_env) to a server that quotes the
+	// request's Authorization header in its errors, and an unreachable
+	// server.
+	c, err := policy.Open(ctx, "http://"+srv.Listener.Addr().String()+"/v1?model=m&max_retries=0&token_env=AIPO_TEST_PLANTED_POLICY_TOKEN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Generate(ctx, policy.Request{Prefix: []int32{1}, Params: policy.SampleParams{MaxTokens: 1}})
+	expectErr("Generate against a quoting server", err, "400")
+	record("result", res, nil)
+	c.Close()
+	_, err = policy.Open(ctx, "http://"+gone+"/v1?model=m&retry_budget=200ms&token_env=AIPO_TEST_PLANTED_POLICY_TOKEN")
+	expectErr("policy.Open of an unreachable server", err, "refused")
+
+	// The run configuration and the rollout's manifest.
+	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := cfg
+	bad.Policy.Endpoint = "http://[::1/v1?token=" + secret
+	expectErr("runconfig validation", bad.Validate(), "policy.endpoint")
+	_, err = rollout.Spec(ctx, rollout.Options{Config: cfg, Policy: "htp://127.0.0.1:1/v1?token=" + secret})
+	expectErr("rollout.Spec", err, "no client")
+	spec, err := rollout.Spec(ctx, rollout.Options{Config: cfg, Policy: "http://127.0.0.1:1/v1?model=m&token=" + secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := rollout.StaticMeta(rollout.Options{Config: cfg}, spec)
+	record("manifest meta", meta, nil)
+	if !strings.Contains(meta["policy_endpoint"], "token="+secure.Mask) {
+		t.Errorf("manifest policy_endpoint %q does not show the parameter masked", meta["policy_endpoint"])
+	}
+
+	// Collaborator endpoints: an openai one sends its query to the server,
+	// which quotes it back in errors and answers; an unreachable one; rpc
+	// ones; and the configuration check.
+	kb, err := openai.New(openai.Options{Agent: collab.Knowledge, Endpoint: srv.URL + "/v1?api-version=1&key=" + secret, Model: "kb", APIKey: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		a, err := kb.Answer(ctx, collab.Query{Agent: collab.Knowledge, Text: "lugr", Seed: uint64(i)})
+		record("openai answer", a, err)
+	}
+	kb.Close()
+	if echo.n.Load() < 8 {
+		t.Errorf("the collaborator server saw %d calls, want 8", echo.n.Load())
+	}
+	unreachable, err := openai.New(openai.Options{Agent: collab.Knowledge, Endpoint: "http://" + gone + "/v1?key=" + secret, Model: "kb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = unreachable.Answer(ctx, collab.Query{Agent: collab.Knowledge, Text: "lugr"})
+	expectErr("openai unreachable", err, "refused")
+	_, err = openai.New(openai.Options{Agent: collab.Knowledge, Endpoint: "ftp://h/v1?key=" + secret, Model: "kb"})
+	expectErr("openai endpoint check", err, "http(s) URL")
+	_, err = rpc.DialWith("grpc://127.0.0.1:1/path?token="+secret, collab.Knowledge, rpc.Credentials{})
+	expectErr("rpc endpoint check", err, "host:port")
+	if rc, err := rpc.DialWith(gone+"?token="+secret, collab.Knowledge, rpc.Credentials{}); err != nil {
+		record("rpc dial", nil, err)
+	} else {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := rc.Answer(actx, collab.Query{Agent: collab.Knowledge, Text: "lugr"})
+		acancel()
+		expectErr("rpc unreachable", err, "rpc")
+		rc.Close()
+	}
+	role := collab.RoleConfig{Kind: collab.KindGRPC, Endpoint: "grpc://127.0.0.1:1?token=" + secret, TLSCAFile: "/etc/ca.pem"}
+	_, err = collab.NewSet(ctx, collab.Config{Knowledge: &role}, collab.Env{})
+	expectErr("collab config check", err, "grpcs://")
+
+	out.stop()
+	text := b.String() + "\nlogs:\n" + out.text(t)
+	for _, s := range secrets {
+		if i := strings.Index(text, s); i >= 0 {
+			t.Errorf("a planted secret leaked: ...%s...", text[max(0, i-200):min(len(text), i+len(s)+20)])
+		}
+	}
+	if !strings.Contains(text, secure.Mask) || !strings.Contains(text, "[redacted]") {
+		t.Errorf("no masked secret in what was checked; the cases did not carry one:\n%s", text)
+	}
+	t.Logf("%d bytes of errors, answers and logs checked", len(text))
 }

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/secure"
 )
 
 // Kinds of collaborator implementations (RoleConfig.Kind).
@@ -250,7 +251,7 @@ func (r RoleConfig) validate(a Agent) error {
 	if r.TLSCAFile != "" {
 		switch {
 		case r.Kind == KindGRPC && !strings.HasPrefix(r.Endpoint, "grpcs://"):
-			return fmt.Errorf("tls_ca_file is for a TLS endpoint: write the endpoint as grpcs://%s", strings.TrimPrefix(r.Endpoint, "grpc://"))
+			return fmt.Errorf("tls_ca_file is for a TLS endpoint: write the endpoint as grpcs://%s", secure.RedactURI(strings.TrimPrefix(r.Endpoint, "grpc://")))
 		case r.Kind == KindOpenAI && !strings.HasPrefix(r.Endpoint, "https://"):
 			return errors.New("tls_ca_file is for a TLS endpoint: the endpoint must be an https:// URL")
 		case r.Kind == KindBuiltinDemo:

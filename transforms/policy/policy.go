@@ -23,6 +23,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/aipo-rl/aipo/internal/secure"
 )
 
 // SampleParams controls sampling for one request.
@@ -122,13 +124,13 @@ func Register(scheme string, open Opener) {
 func Open(ctx context.Context, uri string) (Client, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
-		return nil, fmt.Errorf("policy: bad endpoint %q: %w", uri, err)
+		return nil, fmt.Errorf("policy: bad endpoint %q: %w", secure.RedactURI(uri), secure.RedactError(err))
 	}
 	mu.RLock()
 	open, ok := openers[u.Scheme]
 	mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("policy: no client for scheme %q in %q (known: %s)", u.Scheme, uri, strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("policy: no client for scheme %q in %q (known: %s)", u.Scheme, secure.RedactURI(uri), strings.Join(Schemes(), ", "))
 	}
 	return open(ctx, u)
 }

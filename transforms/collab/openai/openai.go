@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -77,6 +78,8 @@ type Options struct {
 type Client struct {
 	opt          Options
 	url          string
+	shown        string   // url masked (secure.RedactURI), for messages
+	secrets      []string // the API key and the query's secret values, masked in what the server answers
 	system, user *template.Template
 	http         *http.Client
 
@@ -101,7 +104,12 @@ func New(opt Options) (*Client, error) {
 	if opt.Documents <= 0 {
 		opt.Documents = 1
 	}
-	c := &Client{opt: opt, url: u, http: opt.HTTPClient}
+	c := &Client{opt: opt, url: u, shown: secure.RedactURI(u), secrets: secure.QuerySecrets(u), http: opt.HTTPClient}
+	if opt.APIKey != "" {
+		c.secrets = append(c.secrets, opt.APIKey)
+	}
+	// The longest first, so that one holding another is masked whole.
+	slices.SortFunc(c.secrets, func(a, b string) int { return len(b) - len(a) })
 	if c.system, err = parseTemplate(opt.Agent, "system", opt.System); err != nil {
 		return nil, err
 	}
@@ -127,7 +135,7 @@ func New(opt Options) (*Client, error) {
 func chatURL(endpoint string) (string, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("openai: endpoint %q must be an http(s) URL such as http://127.0.0.1:8000/v1", endpoint)
+		return "", fmt.Errorf("openai: endpoint %q must be an http(s) URL such as http://127.0.0.1:8000/v1", secure.RedactURI(endpoint))
 	}
 	if u.User != nil {
 		return "", fmt.Errorf("openai: endpoint must not hold credentials; use api_key_env or api_key_file")
@@ -237,7 +245,7 @@ func (c *Client) Answer(ctx context.Context, q collab.Query) (collab.Answer, err
 func (c *Client) post(ctx context.Context, body []byte) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return "", guard.Errorf(guard.KindInternal, "openai: %w", err)
+		return "", guard.Errorf(guard.KindInternal, "openai: %w", secure.RedactError(err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -254,12 +262,12 @@ func (c *Client) post(ctx context.Context, body []byte) (string, error) {
 		return "", c.transportError(err)
 	}
 	if len(raw) > maxBody {
-		return "", guard.Errorf(guard.KindMalformed, "openai: response from %s larger than %d bytes", c.url, maxBody)
+		return "", guard.Errorf(guard.KindMalformed, "openai: response from %s larger than %d bytes", c.shown, maxBody)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", &guard.Error{
 			Kind: guard.HTTPKind(resp.StatusCode), Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After")),
-			Err: fmt.Errorf("openai: %s answered %s: %s", c.url, resp.Status, c.redact(errorMessage(raw))),
+			Err: fmt.Errorf("openai: %s answered %s: %s", c.shown, resp.Status, c.redact(errorMessage(raw))),
 		}
 	}
 	text, prompt, completion, err := parseChat(raw)
@@ -268,24 +276,22 @@ func (c *Client) post(ctx context.Context, body []byte) (string, error) {
 	if err != nil {
 		var ge *guard.Error
 		if errors.As(err, &ge) {
-			ge.Err = fmt.Errorf("openai: %s: %s", c.url, c.redact(ge.Err.Error()))
+			ge.Err = fmt.Errorf("openai: %s: %s", c.shown, c.redact(ge.Err.Error()))
 			return "", ge
 		}
 		return "", err
 	}
-	// A server that quotes the request's headers back (a debugging proxy,
-	// an echo endpoint) must not put the key into the trajectory.
-	if c.opt.APIKey != "" {
-		text = strings.ReplaceAll(text, c.opt.APIKey, "[redacted]")
-	}
-	return text, nil
+	// A server that quotes the request's headers or URL back (a debugging
+	// proxy, an echo endpoint) must not put a secret into the trajectory.
+	return c.mask(text), nil
 }
 
 // transportError classifies a failure to send or read, keeping the key
 // out of the message.
 func (c *Client) transportError(err error) error {
 	e := guard.Classify(err)
-	return &guard.Error{Kind: e.Kind, Err: fmt.Errorf("openai: %s: %s: %w", c.url, c.redact(err.Error()), errorsOnly(err))}
+	secure.RedactError(err)
+	return &guard.Error{Kind: e.Kind, Err: fmt.Errorf("openai: %s: %s: %w", c.shown, c.redact(err.Error()), errorsOnly(err))}
 }
 
 // errorsOnly keeps err's chain for errors.Is (context, syscall) while the
@@ -297,10 +303,17 @@ type quiet struct{ err error }
 func (q quiet) Error() string { return "request failed" }
 func (q quiet) Unwrap() error { return q.err }
 
-func (c *Client) redact(s string) string {
-	if c.opt.APIKey != "" {
-		s = strings.ReplaceAll(s, c.opt.APIKey, "[redacted]")
+// mask replaces every secret of the client in s.
+func (c *Client) mask(s string) string {
+	for _, v := range c.secrets {
+		s = strings.ReplaceAll(s, v, "[redacted]")
 	}
+	return s
+}
+
+// redact masks s and shortens it for a message.
+func (c *Client) redact(s string) string {
+	s = c.mask(s)
 	if len(s) > 300 {
 		s = s[:300] + "..."
 	}

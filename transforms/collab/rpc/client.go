@@ -36,6 +36,7 @@ type Client struct {
 	api    aipov1.CollaboratorClient
 	agent  collab.Agent
 	target string
+	shown  string // target masked (secure.RedactURI), for messages
 	tls    bool
 }
 
@@ -64,7 +65,7 @@ func DialWith(endpoint string, agent collab.Agent, cred Credentials) (*Client, e
 		target = strings.TrimPrefix(endpoint, "grpc://")
 	}
 	if target == "" || strings.Contains(target, "/") {
-		return nil, fmt.Errorf("rpc: endpoint %q must be host:port, grpc://host:port or grpcs://host:port", endpoint)
+		return nil, fmt.Errorf("rpc: endpoint %q must be host:port, grpc://host:port or grpcs://host:port", secure.RedactURI(endpoint))
 	}
 	if !agent.Valid() {
 		return nil, fmt.Errorf("rpc: unknown agent %q", agent)
@@ -74,11 +75,11 @@ func DialWith(endpoint string, agent collab.Agent, cred Credentials) (*Client, e
 	case tlsOn:
 		cfg, err := secure.ClientTLS(cred.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("rpc: %s: %w", endpoint, err)
+			return nil, fmt.Errorf("rpc: %s: %w", secure.RedactURI(endpoint), err)
 		}
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	case cred.CAFile != "":
-		return nil, fmt.Errorf("rpc: a CA file (tls_ca_file) is given but endpoint %q is plain text: write grpcs://%s", endpoint, target)
+		return nil, fmt.Errorf("rpc: a CA file (tls_ca_file) is given but endpoint %q is plain text: write grpcs://%s", secure.RedactURI(endpoint), secure.RedactURI(target))
 	default:
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
@@ -87,9 +88,9 @@ func DialWith(endpoint string, agent collab.Agent, cred Credentials) (*Client, e
 	}
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("rpc: connecting to %s: %w", target, err)
+		return nil, fmt.Errorf("rpc: connecting to %s: %s", secure.RedactURI(target), strings.ReplaceAll(err.Error(), target, secure.RedactURI(target)))
 	}
-	return &Client{conn: conn, api: aipov1.NewCollaboratorClient(conn), agent: agent, target: target, tls: tlsOn}, nil
+	return &Client{conn: conn, api: aipov1.NewCollaboratorClient(conn), agent: agent, target: target, shown: secure.RedactURI(target), tls: tlsOn}, nil
 }
 
 // Answer asks the remote agent. The remote side applies its own
@@ -104,7 +105,7 @@ func (c *Client) Answer(ctx context.Context, q collab.Query) (collab.Answer, err
 	switch st {
 	case schemas.StatusOK, schemas.StatusError, schemas.StatusTimeout:
 	default:
-		return collab.Answer{}, guard.Errorf(guard.KindMalformed, "rpc: %s answered with unknown status %q", c.target, st)
+		return collab.Answer{}, guard.Errorf(guard.KindMalformed, "rpc: %s answered with unknown status %q", c.shown, st)
 	}
 	return collab.Answer{Text: resp.GetText(), Noisy: resp.GetNoisy(), Status: st, Cached: resp.GetCached()}, nil
 }
@@ -140,11 +141,15 @@ func (c *Client) classify(err error) error {
 	default:
 		k = guard.KindRejected
 	}
-	msg := st.Message()
-	if !c.tls && st.Code() == codes.Unavailable && plainAgainstTLS(msg) {
-		msg += " (the server may require TLS: write the endpoint as grpcs://" + c.target + ")"
+	// gRPC's own messages may quote the target (its resolver's errors).
+	msg := strings.ReplaceAll(st.Message(), c.target, c.shown)
+	for _, v := range secure.QuerySecrets(c.target) {
+		msg = strings.ReplaceAll(msg, v, secure.Mask)
 	}
-	return &guard.Error{Kind: k, Status: int(st.Code()), Err: fmt.Errorf("rpc: %s: %s: %s", c.target, st.Code(), msg)}
+	if !c.tls && st.Code() == codes.Unavailable && plainAgainstTLS(msg) {
+		msg += " (the server may require TLS: write the endpoint as grpcs://" + c.shown + ")"
+	}
+	return &guard.Error{Kind: k, Status: int(st.Code()), Err: fmt.Errorf("rpc: %s: %s: %s", c.shown, st.Code(), msg)}
 }
 
 // plainAgainstTLS recognises the connection errors of a plain-text HTTP/2

@@ -7,10 +7,14 @@
 //
 // Query parameters: token_env or token_file (the bearer token; never put
 // the token itself in a URI), ca (PEM CA file for grpcs; default: the
-// system roots), max_retries (default 5). Generate collects the server's
-// token stream into one Result; calls refused with RESOURCE_EXHAUSTED (the
-// server's queue is full) or UNAVAILABLE are retried with back-off, and
-// since a retry repeats the same seed it samples the same tokens. Sessions
+// system roots), max_retries and retry_budget (the retry policy shared with
+// the HTTP client, remote.Retry: by default up to 20 retries within 30s,
+// waits from 100ms doubling to 2s with jitter, never past the call's
+// deadline). Generate collects the server's token stream into one Result;
+// calls refused with RESOURCE_EXHAUSTED (the server's queue is full) or
+// UNAVAILABLE (the server is unreachable or restarting) are retried, and
+// since a retry repeats the same seed it samples the same tokens. Tokenize,
+// Detokenize and Info are retried alike. Sessions
 // pass through: the server keeps the session's KV cache and the next call's
 // prefix, which extends this one's, feeds only the new tokens. Linking this
 // package (import _ ".../grpcclient") registers the schemes.
@@ -44,22 +48,22 @@ func init() {
 
 // Client is a policy.Client over a gRPC connection.
 type Client struct {
-	target  string
-	conn    *grpc.ClientConn
-	rpc     aipov1.PolicyClient
-	retries int
+	target string
+	conn   *grpc.ClientConn
+	rpc    aipov1.PolicyClient
+	retry  remote.Retry
 }
 
 var _ policy.Client = (*Client)(nil)
 
 func open(_ context.Context, u *url.URL) (policy.Client, error) {
 	if u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("grpcclient: %q must be %s://HOST:PORT with no path", u.Redacted(), u.Scheme)
+		return nil, fmt.Errorf("grpcclient: %q must be %s://HOST:PORT with no path", secure.RedactURL(u), u.Scheme)
 	}
 	q := u.Query()
 	set, err := remote.Parse(q)
 	if err != nil {
-		return nil, fmt.Errorf("grpcclient: %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("grpcclient: %s: %w", secure.RedactURL(u), err)
 	}
 	if len(q) > 0 {
 		keys := make([]string, 0, len(q))
@@ -67,14 +71,14 @@ func open(_ context.Context, u *url.URL) (policy.Client, error) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("grpcclient: unknown query parameter %q in %s (known: %s)", keys[0], u.Redacted(), strings.Join(remote.Known, ", "))
+		return nil, fmt.Errorf("grpcclient: unknown query parameter %q in %s (known: %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
 	}
 	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}
 	tlsOn := u.Scheme == "grpcs"
 	if tlsOn {
 		cfg, err := set.TLS()
 		if err != nil {
-			return nil, fmt.Errorf("grpcclient: %s: %w", u.Redacted(), err)
+			return nil, fmt.Errorf("grpcclient: %s: %w", secure.RedactURL(u), err)
 		}
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	} else {
@@ -83,17 +87,25 @@ func open(_ context.Context, u *url.URL) (policy.Client, error) {
 	if set.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(secure.Bearer{Token: set.Token, Secure: tlsOn}))
 	}
-	return Dial(u.Host, set.MaxRetries, opts...)
+	c, err := Dial(u.Host, set.Retry.MaxRetries, opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.retry = set.Retry
+	return c, nil
 }
 
 // Dial connects to target (HOST:PORT) with the given options; maxRetries
-// bounds the retries of an overloaded or unavailable server.
+// bounds the retries of an overloaded or unavailable server (the other
+// bounds of remote.DefaultRetry apply).
 func Dial(target string, maxRetries int, opts ...grpc.DialOption) (*Client, error) {
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("grpcclient: %s: %w", target, err)
 	}
-	return &Client{target: target, conn: conn, rpc: aipov1.NewPolicyClient(conn), retries: maxRetries}, nil
+	retry := remote.DefaultRetry
+	retry.MaxRetries = maxRetries
+	return &Client{target: target, conn: conn, rpc: aipov1.NewPolicyClient(conn), retry: retry}, nil
 }
 
 // retriable reports whether a failed call may succeed when repeated.
@@ -136,16 +148,23 @@ func (c *Client) Continue(ctx context.Context, session string, tokens []int32, p
 }
 
 func (c *Client) call(ctx context.Context, start func(context.Context) (grpc.ServerStreamingClient[aipov1.GenerateResponse], error)) (policy.Result, error) {
-	for attempt := 0; ; attempt++ {
-		res, err := collect(ctx, start)
+	return unary(ctx, c, func(ctx context.Context) (policy.Result, error) { return collect(ctx, start) })
+}
+
+// unary runs one call under the retry policy: attempts bounded by
+// remote.Attempt, retried while retriable and the policy allows.
+func unary[T any](ctx context.Context, c *Client, fn func(context.Context) (T, error)) (T, error) {
+	rs := c.retry.Start()
+	for {
+		actx, cancel := remote.Attempt(ctx)
+		v, err := fn(actx)
+		cancel()
 		if err == nil {
-			return res, nil
+			return v, nil
 		}
-		if !retriable(err) || attempt >= c.retries || ctx.Err() != nil {
-			return policy.Result{}, c.wrap(err)
-		}
-		if werr := remote.Wait(ctx, attempt, 0); werr != nil {
-			return policy.Result{}, c.wrap(err)
+		if !retriable(err) || !rs.Next(ctx, 0) {
+			var zero T
+			return zero, c.wrap(err)
 		}
 	}
 }
@@ -186,7 +205,9 @@ func (c *Client) Release(ctx context.Context, session string) {
 
 // Tokenize encodes text with the server's tokenizer.
 func (c *Client) Tokenize(ctx context.Context, text string, special bool) ([]int32, error) {
-	r, err := c.rpc.Tokenize(ctx, &aipov1.TokenizeRequest{Text: text, Special: special})
+	r, err := unary(ctx, c, func(ctx context.Context) (*aipov1.TokenizeResponse, error) {
+		return c.rpc.Tokenize(ctx, &aipov1.TokenizeRequest{Text: text, Special: special})
+	})
 	if err != nil {
 		return nil, c.wrap(err)
 	}
@@ -195,7 +216,9 @@ func (c *Client) Tokenize(ctx context.Context, text string, special bool) ([]int
 
 // Detokenize decodes ids with the server's tokenizer.
 func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
-	r, err := c.rpc.Detokenize(ctx, &aipov1.DetokenizeRequest{Tokens: ids})
+	r, err := unary(ctx, c, func(ctx context.Context) (*aipov1.DetokenizeResponse, error) {
+		return c.rpc.Detokenize(ctx, &aipov1.DetokenizeRequest{Tokens: ids})
+	})
 	if err != nil {
 		return "", c.wrap(err)
 	}
@@ -204,7 +227,9 @@ func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
 
 // Info describes the served model (the Health call).
 func (c *Client) Info(ctx context.Context) (policy.Info, error) {
-	h, err := c.rpc.Health(ctx, &aipov1.PolicyHealthRequest{})
+	h, err := unary(ctx, c, func(ctx context.Context) (*aipov1.PolicyHealthResponse, error) {
+		return c.rpc.Health(ctx, &aipov1.PolicyHealthRequest{})
+	})
 	if err != nil {
 		return policy.Info{}, c.wrap(err)
 	}

@@ -9,7 +9,8 @@
 // served model name; default: the only model of GET /v1/models),
 // token_env or token_file (the bearer token, sent as "Authorization:
 // Bearer"; never put the token itself in a URI), ca (PEM CA file for
-// https), max_retries (default 5).
+// https), max_retries and retry_budget (the retry policy shared with the
+// gRPC client, remote.Retry; default: up to 20 retries within 30s).
 //
 // Generate posts to /v1/completions a token-id prompt with max_tokens,
 // temperature, top_p, top_k, seed, stop, stop_token_ids and logprobs, and
@@ -22,8 +23,14 @@
 // sequence; a numeric one is a stop token id (an end of sequence when it
 // was not asked for), a string one a stop string. The policy
 // version comes from aipo_policy_version (aipo serve; other servers: 0).
-// Requests answered 429 or 5xx, and connection failures, are retried with
-// back-off (honouring Retry-After); a retry repeats the seed.
+// Requests that fail in a way that may pass are retried with exponential
+// back-off and jitter, never past the call's context deadline: connection
+// refused, reset or closed before a whole answer, and answers 502, 503,
+// 504 and 429 (honouring Retry-After when it ends within the deadline and
+// the budget). Other answers (4xx, 500) and TLS failures are not retried.
+// Every request is safe to repeat: a retry of a completion repeats its
+// seed, and the servers keep no state per request. A call whose context
+// has no deadline is bounded by remote.CallTimeout per attempt.
 //
 // Tokenize and Detokenize use vLLM's /tokenize and /detokenize beside the
 // base path (aipo serve offers them too). vLLM's tokenizer always parses
@@ -37,18 +44,22 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
 )
@@ -60,12 +71,12 @@ func init() {
 
 // Client is a policy.Client over an OpenAI-compatible HTTP API.
 type Client struct {
-	base    string // http://host:port/v1
-	root    string // http://host:port
-	model   string
-	token   string
-	retries int
-	hc      *http.Client
+	base  string // http://host:port/v1
+	root  string // http://host:port
+	model string
+	token string
+	retry remote.Retry
+	hc    *http.Client
 
 	mu     sync.Mutex
 	info   policy.Info // first successful answer of /v1/models
@@ -77,15 +88,15 @@ var _ policy.Client = (*Client)(nil)
 
 func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 	if u.Host == "" {
-		return nil, fmt.Errorf("httpclient: %q has no host; want %s://HOST:PORT/v1?model=NAME", u.Redacted(), u.Scheme)
+		return nil, fmt.Errorf("httpclient: %q has no host; want %s://HOST:PORT/v1?model=NAME", secure.RedactURL(u), u.Scheme)
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("httpclient: %q carries user information; give the token with token_env or token_file", u.Redacted())
+		return nil, fmt.Errorf("httpclient: %q carries user information; give the token with token_env or token_file", secure.RedactURL(u))
 	}
 	q := u.Query()
 	set, err := remote.Parse(q)
 	if err != nil {
-		return nil, fmt.Errorf("httpclient: %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("httpclient: %s: %w", secure.RedactURL(u), err)
 	}
 	model := q.Get("model")
 	q.Del("model")
@@ -95,13 +106,13 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, %s)", keys[0], u.Redacted(), strings.Join(remote.Known, ", "))
+		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
 	if u.Scheme == "https" {
 		if tr.TLSClientConfig, err = set.TLS(); err != nil {
-			return nil, fmt.Errorf("httpclient: %s: %w", u.Redacted(), err)
+			return nil, fmt.Errorf("httpclient: %s: %w", secure.RedactURL(u), err)
 		}
 	}
 	path := strings.TrimSuffix(u.Path, "/")
@@ -109,7 +120,7 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 		path = "/v1"
 	}
 	root := u.Scheme + "://" + u.Host
-	c := &Client{base: root + path, root: root + strings.TrimSuffix(path, "/v1"), model: model, token: set.Token, retries: set.MaxRetries,
+	c := &Client{base: root + path, root: root + strings.TrimSuffix(path, "/v1"), model: model, token: set.Token, retry: set.Retry,
 		hc: &http.Client{Transport: tr}}
 	// The first answer checks the model (or finds the only one) and keeps
 	// the context length for Generate.
@@ -138,8 +149,11 @@ func (e *StatusError) Error() string {
 	return s
 }
 
-// post sends body to url as JSON and decodes the answer into out, retrying
-// 429, 5xx and connection failures.
+// maxAnswer bounds the body of an answer read into memory.
+const maxAnswer = 64 << 20
+
+// do sends body (when not nil) to url as JSON and decodes the answer into
+// out, retrying failures that may pass under the client's retry policy.
 func (c *Client) do(ctx context.Context, method, url string, body, out any) (http.Header, error) {
 	var payload []byte
 	if body != nil {
@@ -148,26 +162,28 @@ func (c *Client) do(ctx context.Context, method, url string, body, out any) (htt
 			return nil, err
 		}
 	}
-	for attempt := 0; ; attempt++ {
+	rs := c.retry.Start()
+	for {
 		h, retry, hint, err := c.once(ctx, method, url, payload, out)
 		if err == nil {
 			return h, nil
 		}
-		if !retry || attempt >= c.retries || ctx.Err() != nil {
-			return nil, err
-		}
-		if werr := remote.Wait(ctx, attempt, hint); werr != nil {
+		if !retry || !rs.Next(ctx, hint) {
 			return nil, err
 		}
 	}
 }
 
+// once makes one attempt; it reports whether a failure may pass when
+// repeated, and the server's Retry-After.
 func (c *Client) once(ctx context.Context, method, url string, payload []byte, out any) (http.Header, bool, time.Duration, error) {
+	actx, cancel := remote.Attempt(ctx)
+	defer cancel()
 	var rd io.Reader
 	if payload != nil {
 		rd = bytes.NewReader(payload)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	req, err := http.NewRequestWithContext(actx, method, url, rd)
 	if err != nil {
 		return nil, false, 0, err
 	}
@@ -182,14 +198,18 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		if ctx.Err() != nil {
 			return nil, false, 0, ctx.Err()
 		}
-		// An untrusted certificate does not get better by retrying.
-		var cv *tls.CertificateVerificationError
-		return nil, !errors.As(err, &cv), 0, fmt.Errorf("http policy %s: %w", url, err)
+		return nil, transient(err), 0, fmt.Errorf("http policy %s: %w", url, secure.RedactError(err))
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
-		return nil, true, 0, fmt.Errorf("http policy %s: reading the answer: %w", url, err)
+		if ctx.Err() != nil {
+			return nil, false, 0, ctx.Err()
+		}
+		return nil, transient(err), 0, fmt.Errorf("http policy %s: reading the answer: %w", url, err)
+	}
+	if len(b) > maxAnswer {
+		return nil, false, 0, fmt.Errorf("http policy %s: the answer exceeds %d MiB", url, maxAnswer>>20)
 	}
 	if resp.StatusCode/100 != 2 {
 		se := &StatusError{URL: url, Status: resp.StatusCode}
@@ -213,17 +233,61 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		if se.Message == "" {
 			se.Message = strings.TrimSpace(string(b[:min(len(b), 300)]))
 		}
-		var hint time.Duration
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-			hint = time.Duration(s) * time.Second
+		// A server (or a proxy before it) that quotes the request's
+		// Authorization header must not put the token into an error.
+		if c.token != "" {
+			se.Message = strings.ReplaceAll(se.Message, c.token, "[redacted]")
 		}
-		retry := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
-		return nil, retry, hint, se
+		return nil, retryStatus(resp.StatusCode), remote.RetryAfter(resp.Header.Get("Retry-After"), time.Now()), se
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return nil, false, 0, fmt.Errorf("http policy %s: the answer is not the JSON expected: %w", url, err)
 	}
 	return resp.Header, false, 0, nil
+}
+
+// retryStatus reports whether an answer with status may succeed when the
+// request is repeated: an overloaded (429), restarting or unreachable
+// (502, 503, 504) server. Other statuses are the request's fault or the
+// server's bug, which repeating does not fix.
+func retryStatus(status int) bool {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// transient reports whether a failure to get an answer may pass: the
+// connection was refused, reset, aborted or closed before the whole
+// answer, or connecting timed out or failed on the network; a name that
+// does not resolve, a TLS failure (an untrusted certificate, a server that
+// does not speak TLS) or a malformed answer does not get better.
+func transient(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.IsTemporary || dns.IsTimeout
+	}
+	var cv *tls.CertificateVerificationError
+	var rh tls.RecordHeaderError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	if errors.As(err, &cv) || errors.As(err, &rh) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) {
+		return false
+	}
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
+		syscall.ENETUNREACH, syscall.EHOSTUNREACH, io.EOF, io.ErrUnexpectedEOF, net.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // completion is the part of a completions answer the client reads.

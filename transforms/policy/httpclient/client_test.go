@@ -71,6 +71,7 @@ func TestOpenErrors(t *testing.T) {
 		"http://127.0.0.1:1/v1?temperature=1":                   `unknown query parameter "temperature"`,
 		"http://127.0.0.1:1/v1?token_env=AIPO_SURELY_UNSET_VAR": "AIPO_SURELY_UNSET_VAR",
 		"http://127.0.0.1:1/v1?max_retries=-1":                  "max_retries",
+		"http://127.0.0.1:1/v1?retry_budget=5":                  "retry_budget",
 	} {
 		u, _ := url.Parse(uri)
 		if _, err := open(ctx, u); err == nil || !strings.Contains(err.Error(), want) {
