@@ -4,26 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"github.com/aipo-rl/aipo/internal/testtools"
 )
 
 // places are a local run directory and one on an in-process fake GCS server
 // (127.0.0.1).
 func places(t *testing.T) map[string]string {
 	t.Helper()
-	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", Host: "127.0.0.1", PublicHost: "127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "runs"})
-	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://"))
+	testtools.InProcessGCS(t, "runs")
 	return map[string]string{"local": t.TempDir(), "gcs": "gs://runs/" + strings.ReplaceAll(t.Name(), "/", "_")}
 }
 
@@ -33,15 +26,6 @@ func writeHolder(t *testing.T, dir string, h Holder) {
 	if err := storage.CreateExclusive(context.Background(), Path(dir), b); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func exitedPID(t *testing.T) int {
-	t.Helper()
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	return cmd.Process.Pid
 }
 
 func TestOneWriterAtATime(t *testing.T) {
@@ -107,7 +91,7 @@ func TestStaleLeasesAreTakenOver(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			now := time.Now().UTC()
 			// A holder on this host whose process has exited: stale at once.
-			writeHolder(t, dir, Holder{ID: "dead", Host: storage.HostTag(), PID: exitedPID(t), AcquiredAt: now, RenewedAt: now, TimeoutSeconds: 3600})
+			writeHolder(t, dir, Holder{ID: "dead", Host: storage.HostTag(), PID: testtools.ExitedPID(t), AcquiredAt: now, RenewedAt: now, TimeoutSeconds: 3600})
 			var logs []string
 			l, _, err := Acquire(ctx, dir, Options{Log: func(s string) { logs = append(logs, s) }})
 			if err != nil {

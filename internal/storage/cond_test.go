@@ -5,11 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"github.com/aipo-rl/aipo/internal/testtools"
 )
 
 // condPlaces are the two kinds of place the conditional writes must work
@@ -17,13 +18,7 @@ import (
 // (127.0.0.1), which implements the generation preconditions.
 func condPlaces(t *testing.T) map[string]string {
 	t.Helper()
-	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", Host: "127.0.0.1", PublicHost: "127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "cond"})
-	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://"))
+	testtools.InProcessGCS(t, "cond")
 	return map[string]string{"local": t.TempDir(), "gcs": "gs://cond/" + strings.ReplaceAll(t.Name(), "/", "_")}
 }
 
@@ -128,17 +123,17 @@ func TestSweepTemps(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	// A process that has exited: its pid names a dead owner.
-	dead := exitedPID(t)
+	dead := testtools.ExitedPID(t)
 	files := map[string]bool{ // path -> removed by the sweep
-		"metrics/.eval-000002.json" + tempMark + itoa(dead) + "@" + HostTag() + "-77": true,  // dead local writer
-		"metrics/.learn-000001.json" + tempMark + TempOwner() + "-1":                  false, // this process
-		"report/.report.md" + tempMark + itoa(os.Getppid()) + "@" + HostTag() + "-5":  false, // a live process, young
-		"report/.report.md.tmp-123456":                                                false, // older build, young
-		"step-000003/shards/.tmp-0123456789abcdef.parquet":                            true,  // owned area: any attempt but ours
-		"step-000003/._MANIFEST.json.tmp-99":                                          true,
-		"step-000003/shards/part-0123.parquet":                                        false, // not a temporary
-		"metrics.jsonl":                                                               false,
-		"checkpoints/step-000004/model.safetensors":                                   false,
+		"metrics/.eval-000002.json" + tempMark + strconv.Itoa(dead) + "@" + HostTag() + "-77": true,  // dead local writer
+		"metrics/.learn-000001.json" + tempMark + TempOwner() + "-1":                          false, // this process
+		"report/.report.md" + tempMark + strconv.Itoa(os.Getppid()) + "@" + HostTag() + "-5":  false, // a live process, young
+		"report/.report.md.tmp-123456":                     false, // older build, young
+		"step-000003/shards/.tmp-0123456789abcdef.parquet": true,  // owned area: any attempt but ours
+		"step-000003/._MANIFEST.json.tmp-99":               true,
+		"step-000003/shards/part-0123.parquet":             false, // not a temporary
+		"metrics.jsonl":                                    false,
+		"checkpoints/step-000004/model.safetensors":        false,
 	}
 	for p := range files {
 		full := filepath.Join(root, p)

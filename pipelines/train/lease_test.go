@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -174,11 +175,7 @@ func TestResumeAfterTheLastCommit(t *testing.T) {
 	if err := os.WriteFile(mp, []byte(strings.Join(lines[:len(lines)-2], "")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
-	}
-	owner := fmt.Sprintf("%d@%s", dead.Process.Pid, storage.HostTag())
+	owner := fmt.Sprintf("%d@%s", testtools.ExitedPID(t), storage.HostTag())
 	planted := []string{
 		"checkpoints/.step-000002.tmp-" + owner + "-1/model.safetensors",
 		"step-000001/._MANIFEST.json.tmp-" + owner + "-2",

@@ -541,9 +541,9 @@ func TestQuerySecretsNeverLeak(t *testing.T) {
 	for uri, want := range map[string]string{
 		"http://127.0.0.1:1/v1?model=m&token=" + secret + "\x7f": "bad endpoint",
 		"htp://127.0.0.1:1/v1?token=" + secret:                   "no client for scheme",
-		"http://u:" + secret + "@127.0.0.1:1/v1":                  "user information",
-		"http://" + secret + "@127.0.0.1:1/v1":                    "user information",
-		"http://127.0.0.1:1/v1?model=m&token=" + secret:           `unknown query parameter "token"`,
+		"http://u:" + secret + "@127.0.0.1:1/v1":                 "user information",
+		"http://" + secret + "@127.0.0.1:1/v1":                   "user information",
+		"http://127.0.0.1:1/v1?model=m&token=" + secret:          `unknown query parameter "token"`,
 	} {
 		_, err := policy.Open(ctx, uri)
 		expectErr("policy.Open", err, want)
