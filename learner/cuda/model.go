@@ -40,12 +40,25 @@ type gpuLayer struct {
 	inNorm, postNorm, qkv, qkvBias, o, oBias, gateUp, down *Buffer
 }
 
+// Supports reports whether the GPU backend computes models of cfg as the
+// CPU model does: nil, or an error saying what it lacks. NewModel and
+// NewDecoder refuse such models rather than compute something else.
+func Supports(cfg model.Config) error {
+	if cfg.QKNorm() {
+		return fmt.Errorf("learner.backend cuda: %s's per-head q/k norm is not implemented on the GPU yet; use learner.backend cpu", cfg.ModelType)
+	}
+	return nil
+}
+
 // NewModel uploads m's parameters (and zeroed gradients) to the device.
 func (dv *Device) NewModel(m *model.Model) (*Model, error) { return dv.newModel(m, true) }
 
 // newModel is NewModel, without gradients when withGrads is false.
 func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	cfg := m.Config()
+	if err := Supports(cfg); err != nil {
+		return nil, err
+	}
 	g := &Model{dv: dv, cfg: cfg, C: cfg.HiddenSize, F: cfg.IntermediateSize, L: cfg.NumHiddenLayers,
 		H: cfg.NumAttentionHeads, KV: cfg.NumKeyValueHeads, D: cfg.Head(), V: cfg.VocabSize}
 	g.QD, g.KD = g.H*g.D, g.KV*g.D
@@ -75,7 +88,9 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 		g.Free()
 		return nil, err
 	}
-	cos, sin := model.RopeTable(g.D, cfg.RopeTheta, cfg.MaxPositionEmbeddings)
+	// The kernels rotate with this table, so rope_scaling (Llama 3's
+	// rescaled frequencies) needs nothing more on the device.
+	cos, sin := model.RopeTableOf(cfg, cfg.MaxPositionEmbeddings)
 	if g.cos, err = dv.Upload(cos); err == nil {
 		g.sin, err = dv.Upload(sin)
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // Config is the subset of a Hugging Face config.json that fixes the shape
-// and arithmetic of a Llama or Qwen2 model.
+// and arithmetic of a Llama, Qwen2 or Qwen3 model.
 type Config struct {
 	ModelType             string  `json:"model_type"`
 	HiddenSize            int     `json:"hidden_size"`
@@ -23,9 +23,30 @@ type Config struct {
 	TieWordEmbeddings     bool    `json:"tie_word_embeddings"`
 	// AttentionBias is Llama's switch for biases on q, k, v and o. Qwen2
 	// always has q, k, v biases (and none on o), whatever this says.
-	AttentionBias bool            `json:"attention_bias"`
-	HiddenAct     string          `json:"hidden_act"`
-	RopeScaling   json.RawMessage `json:"rope_scaling,omitempty"`
+	AttentionBias bool   `json:"attention_bias"`
+	HiddenAct     string `json:"hidden_act"`
+	// RopeScaling rescales the rotary frequencies; nil (absent or null)
+	// for plain RoPE. Only rope_type "llama3" is supported.
+	RopeScaling *RopeScaling `json:"rope_scaling,omitempty"`
+}
+
+// RopeScaling is config.json's rope_scaling object, as far as Llama 3.x's
+// frequency-dependent scaling reads it. Type is the older name of RopeType.
+type RopeScaling struct {
+	RopeType                      string  `json:"rope_type,omitempty"`
+	Type                          string  `json:"type,omitempty"`
+	Factor                        float64 `json:"factor"`
+	LowFreqFactor                 float64 `json:"low_freq_factor"`
+	HighFreqFactor                float64 `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings"`
+}
+
+// kind is the scaling's rope_type (or, in older configs, type).
+func (r *RopeScaling) kind() string {
+	if r.RopeType != "" {
+		return r.RopeType
+	}
+	return r.Type
 }
 
 // ParseConfig reads a Hugging Face config.json, fills Hugging Face's
@@ -69,9 +90,12 @@ func LoadConfig(path string) (Config, error) {
 // Validate reports the first field that this package cannot run.
 func (c Config) Validate() error {
 	switch c.ModelType {
-	case "llama", "qwen2":
+	case "llama", "qwen2", "qwen3":
 	default:
-		return fmt.Errorf("model: model_type %q is not supported; use \"llama\" or \"qwen2\"", c.ModelType)
+		return fmt.Errorf("model: model_type %q is not supported; use \"llama\", \"qwen2\" or \"qwen3\"", c.ModelType)
+	}
+	if c.ModelType == "qwen3" && c.AttentionBias {
+		return fmt.Errorf("model: attention_bias with model_type qwen3 is not supported (no released Qwen3 uses it)")
 	}
 	pos := []struct {
 		name string
@@ -96,8 +120,13 @@ func (c Config) Validate() error {
 	if c.HiddenAct != "silu" {
 		return fmt.Errorf("model: hidden_act %q is not supported; only \"silu\" (SwiGLU)", c.HiddenAct)
 	}
-	if len(c.RopeScaling) > 0 && string(c.RopeScaling) != "null" {
-		return fmt.Errorf("model: rope_scaling %s is not supported; remove it or set it to null", c.RopeScaling)
+	if rs := c.RopeScaling; rs != nil {
+		if rs.kind() != "llama3" {
+			return fmt.Errorf("model: rope_scaling of rope_type %q is not supported; only \"llama3\" (or null for plain RoPE)", rs.kind())
+		}
+		if !(rs.Factor >= 1) || !(rs.LowFreqFactor > 0) || !(rs.HighFreqFactor > rs.LowFreqFactor) || rs.OriginalMaxPositionEmbeddings <= 0 {
+			return fmt.Errorf("model: rope_scaling llama3 needs factor >= 1, 0 < low_freq_factor < high_freq_factor and a positive original_max_position_embeddings; got %+v", *rs)
+		}
 	}
 	if c.RMSNormEps <= 0 || c.RopeTheta <= 0 {
 		return fmt.Errorf("model: rms_norm_eps %g and rope_theta %g must be positive", c.RMSNormEps, c.RopeTheta)
@@ -115,6 +144,11 @@ func (c Config) Head() int {
 
 // QKVBias reports whether q, k and v projections carry biases.
 func (c Config) QKVBias() bool { return c.ModelType == "qwen2" || c.AttentionBias }
+
+// QKNorm reports whether each attention head's query and key vectors are
+// RMS-normalised (weights q_norm and k_norm of shape [head_dim]) after the
+// projection and before the rotary embedding, as Qwen3 does.
+func (c Config) QKNorm() bool { return c.ModelType == "qwen3" }
 
 // OBias reports whether the output projection carries a bias (Llama with
 // attention_bias only).

@@ -221,6 +221,9 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 		lw := &m.w.layers[l]
 		rmsnormForward(ln, rstd, x, lw.inNorm, N, d.C, eps)
 		w.linear(qkv, ln, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
+		if lw.qkNorm != nil { // Qwen3: the cache keeps normalised, rotated keys
+			qkNormForward(qkv, nil, nil, lw.qkNorm, N, d, eps)
+		}
 		ropeForward(qkv, d.QKV, nil, pos, d.H+d.KV, d.D, cos, sin)
 		// Append the new rotated keys and values to each cache.
 		for i, c := range caches {

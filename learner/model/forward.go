@@ -29,6 +29,8 @@ var keepHiddenFloats = 1 << 22
 type layerActs struct {
 	rstd1, ln1 []float32 // [N], [N*C]
 	qkv        []float32 // [N*QKV], rotated
+	qkRaw      []float32 // [N*(QD+KD)]: query and key heads before the per-head norm, or nil
+	qkRstd     []float32 // [N*(H+KV)]: their rstd, or nil
 	y, attLSE  []float32 // [N*QD], [N*H]
 	kvT        []float32 // [2*N*KD]: K and V transposed per segment and head
 	probs      []float32 // attention probabilities (probsLayout), or nil
@@ -55,7 +57,7 @@ func (a *Activations) Bytes() int {
 		n += len(r)
 	}
 	for _, l := range a.layers {
-		n += len(l.rstd1) + len(l.ln1) + len(l.qkv) + len(l.y) + len(l.attLSE) + len(l.kvT) + len(l.probs) +
+		n += len(l.rstd1) + len(l.ln1) + len(l.qkv) + len(l.qkRaw) + len(l.qkRstd) + len(l.y) + len(l.attLSE) + len(l.kvT) + len(l.probs) +
 			len(l.mid) + len(l.rstd2) + len(l.ln2) + len(l.gu) + len(l.sig) + len(l.h)
 	}
 	return 4 * n
@@ -103,6 +105,10 @@ func (m *Model) forward(p *prepared, mode headMode) *Activations {
 		la, lw := &a.layers[l], &m.w.layers[l]
 		la.qkv = get(N * d.QKV)
 		linearForward(la.qkv, la.ln1, lw.qkv, nil, N, d.C, d.QKV)
+		if lw.qkNorm != nil { // Qwen3 (no q, k, v bias)
+			la.qkRaw, la.qkRstd = get(N*(d.QD+d.KD)), get(N*(d.H+d.KV))
+			qkNormForward(la.qkv, la.qkRaw, la.qkRstd, lw.qkNorm, N, d, eps)
+		}
 		ropeForward(la.qkv, d.QKV, lw.qkvBias, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 		la.y, la.attLSE = get(N*d.QD), get(N*d.H)
 		la.kvT = get(2 * N * d.KD)
@@ -180,10 +186,14 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 		swigluBackward(dgu, dh, la.sig, la.gu, N, d.F)
 		linearBackward(dln, lg.gateUp, nil, dgu, la.ln2, lw.gateUp, N, d.C, 2*d.F)
 		rmsnormBackward(dres, lg.postNorm, dln, la.mid, lw.postNorm, la.rstd2, N, d.C)
-		// Attention block: mid = resid[l] + o(attention(rope(qkv(rmsnorm(resid[l]))))).
+		// Attention block: mid = resid[l] + o(attention(rope(qknorm(qkv(rmsnorm(resid[l])))))),
+		// qknorm the identity but for Qwen3.
 		linearBackward(dy, lg.o, lg.oBias, dres, la.y, lw.o, N, d.QD, d.C)
 		attentionBackward(dqkv, dy, la.qkv, la.y, la.attLSE, la.kvT, la.probs, p.segs, d)
 		ropeBackward(dqkv, d.QKV, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
+		if lw.qkNorm != nil {
+			qkNormBackward(dqkv, lg.qkNorm, la.qkRaw, la.qkRstd, lw.qkNorm, N, d)
+		}
 		linearBackward(dln, lg.qkv, lg.qkvBias, dqkv, la.ln1, lw.qkv, N, d.C, d.QKV)
 		rmsnormBackward(dres, lg.inNorm, dln, a.resid[l], lw.inNorm, la.rstd1, N, d.C)
 	}

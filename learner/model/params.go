@@ -59,6 +59,10 @@ func layout(cfg Config) []spec {
 		if cfg.OBias() {
 			add(p+"self_attn.o_proj.bias", d.C)
 		}
+		if cfg.QKNorm() {
+			add(p+"self_attn.q_norm.weight", d.D)
+			add(p+"self_attn.k_norm.weight", d.D)
+		}
 		add(p+"post_attention_layernorm.weight", d.C)
 		add(p+"mlp.gate_proj.weight", d.F, d.C)
 		add(p+"mlp.up_proj.weight", d.F, d.C)
@@ -86,6 +90,7 @@ type layerWeights struct {
 	qkvBias          []float32 // [QKV] or nil
 	o                []float32 // [C, QD]
 	oBias            []float32 // [C] or nil
+	qkNorm           []float32 // [2D]: q_norm then k_norm, or nil
 	gateUp           []float32 // [2F, C]: gate_proj, up_proj stacked
 	down             []float32 // [C, F]
 }
@@ -97,9 +102,11 @@ type Span struct{ Off, Len int }
 
 // LayerSpans are one layer's tensors as the model computes with them: QKV
 // spans q_proj, k_proj and v_proj (stored adjacent), GateUp gate_proj and
-// up_proj.
+// up_proj, QKNorm q_norm and k_norm (Qwen3's per-head norms; Len 0 for
+// other models).
 type LayerSpans struct {
 	InNorm, PostNorm, QKV, QKVBias, O, OBias, GateUp, Down Span
+	QKNorm                                                 Span
 }
 
 // Spans are the model's tensors in the flat buffer; Head is Emb when the
@@ -144,6 +151,9 @@ func spansOf(cfg Config, specs []spec) Spans {
 		if cfg.QKVBias() {
 			ls.QKVBias = at(p+"self_attn.q_proj.bias", d.QKV)
 		}
+		if cfg.QKNorm() {
+			ls.QKNorm = at(p+"self_attn.q_norm.weight", 2*d.D)
+		}
 		sp.Layers = append(sp.Layers, ls)
 	}
 	return sp
@@ -164,6 +174,7 @@ func newWeights(cfg Config, specs []spec) weights {
 		w.layers = append(w.layers, layerWeights{
 			inNorm: view(ls.InNorm), postNorm: view(ls.PostNorm), qkv: view(ls.QKV), qkvBias: view(ls.QKVBias),
 			o: view(ls.O), oBias: view(ls.OBias), gateUp: view(ls.GateUp), down: view(ls.Down),
+			qkNorm: view(ls.QKNorm),
 		})
 	}
 	return w
@@ -196,7 +207,7 @@ func newModel(cfg Config) (*Model, error) {
 	m := &Model{cfg: cfg, d: cfg.dims(), specs: specs}
 	m.w = newWeights(cfg, specs)
 	m.g = newWeights(cfg, specs)
-	m.rope = newRopeTable(cfg.Head(), cfg.RopeTheta)
+	m.rope = newRopeTable(cfg.Head(), cfg.RopeTheta, cfg.RopeScaling)
 	return m, nil
 }
 

@@ -27,7 +27,14 @@ func SwiGLUBackward(dgu, dh, sig, gu []float32, N, F int) { swigluBackward(dgu, 
 // RopeTable returns the cos and sin rows [n, D/2] of the rotary embedding
 // with base theta (rotate_half pairing: element i with i+D/2).
 func RopeTable(D int, theta float64, n int) (cos, sin []float32) {
-	return newRopeTable(D, theta).upTo(n)
+	return newRopeTable(D, theta, nil).upTo(n)
+}
+
+// RopeTableOf returns the cos and sin rows [n, head_dim/2] that a model of
+// cfg rotates with: base rope_theta and, when set, rope_scaling's rescaled
+// frequencies.
+func RopeTableOf(cfg Config, n int) (cos, sin []float32) {
+	return newRopeTable(cfg.Head(), cfg.RopeTheta, cfg.RopeScaling).upTo(n)
 }
 
 // RopeForward is ropeForward: rotates heads of x[N,ld] in place.

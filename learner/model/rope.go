@@ -15,12 +15,40 @@ type ropeTable struct {
 	cos, sin []float32 // [positions, D/2]
 }
 
-func newRopeTable(D int, theta float64) *ropeTable {
+// newRopeTable builds the table for head dimension D, base theta and, when
+// scaling is not nil, Llama 3's rescaled frequencies.
+func newRopeTable(D int, theta float64, scaling *RopeScaling) *ropeTable {
 	t := &ropeTable{half: D / 2, invFreq: make([]float64, D/2)}
 	for i := range t.invFreq {
 		t.invFreq[i] = 1 / math.Pow(theta, float64(2*i)/float64(D))
 	}
+	if scaling != nil {
+		llama3Frequencies(t.invFreq, scaling)
+	}
 	return t
+}
+
+// llama3Frequencies rescales inverse frequencies in place as Llama 3.x
+// does (rope_type "llama3"). With wavelength w = 2*pi/f and o the original
+// context length: components whose wavelength is shorter than
+// o/high_freq_factor (many turns within the original context) keep f;
+// those longer than o/low_freq_factor are slowed by factor; in between f
+// moves linearly in o/w from f/factor to f:
+// f' = (1-s)*f/factor + s*f with s = (o/w - low)/(high - low).
+func llama3Frequencies(invFreq []float64, r *RopeScaling) {
+	orig := float64(r.OriginalMaxPositionEmbeddings)
+	lowWave, highWave := orig/r.LowFreqFactor, orig/r.HighFreqFactor
+	for i, f := range invFreq {
+		wave := 2 * math.Pi / f
+		switch {
+		case wave < highWave:
+		case wave > lowWave:
+			invFreq[i] = f / r.Factor
+		default:
+			s := (orig/wave - r.LowFreqFactor) / (r.HighFreqFactor - r.LowFreqFactor)
+			invFreq[i] = (1-s)*f/r.Factor + s*f
+		}
+	}
 }
 
 // upTo grows the table to cover positions [0, n) and returns the cos and
