@@ -5,6 +5,12 @@ Writes learner/model/testdata/:
   tiny_qwen2_config.json  Hugging Face config of a tiny random Qwen2 model
   tiny_qwen2.tns          its weights, a packed batch, logits, target
                           log-probs, entropies, the loss and every gradient
+  tiny_qwen3_config.json  a tiny random Qwen3 model: no q/k/v bias, per-head
+  tiny_qwen3.tns          RMSNorm of q and k before RoPE, head_dim (32)
+                          independent of hidden_size / heads (16), untied
+  tiny_llama3_config.json a tiny random Llama-3.2-style model: rope_scaling
+  tiny_llama3.tns         "llama3" (factor 32, low 1, high 4, original
+                          context 16, theta 500000), tied embeddings
   stories260K.tns         for llama2.c's stories260K.bin: a packed batch,
                           logits, log-probs, the loss, the norm of every
                           gradient and a few gradients in full
@@ -15,7 +21,11 @@ model's packing. stories260K is evaluated in llama2.c's own layout (Meta's
 interleaved rotary pairs on the unpermuted wq/wk), which checks the Go
 loader's permutation to Hugging Face's rotate_half layout.
 
-Run: /usr/bin/python3 scripts/model_fixtures.py [path/to/stories260K.bin]
+The models are written here from the published architectures in float64
+torch, without transformers.
+
+Run: /usr/bin/python3 scripts/model_fixtures.py [--only NAME,...] [path/to/stories260K.bin]
+(NAME among tiny_qwen2, tiny_qwen3, tiny_llama3, stories260K; all by default)
 The .tns format: b"AIPOTNS1", uint32 count, then per tensor uint32 name
 length, name (utf-8), uint32 rank, rank x uint32 dims, float32 data; all
 little-endian.
@@ -52,10 +62,36 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def rope_half(x, theta):
+def inv_freq(D, theta, scaling=None):
+    """Rotary inverse frequencies theta^(-2i/D), i < D/2, rescaled as Llama 3.x
+    does when scaling is its rope_scaling object: with wavelength 2*pi/f and
+    the original context length o, frequencies turning more than
+    high_freq_factor times within o are kept, those turning less than
+    low_freq_factor times are divided by factor, and in between the result
+    moves linearly in o/wavelength from f/factor to f."""
+    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    if scaling is None:
+        return inv
+    assert scaling["rope_type"] == "llama3"
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    orig = scaling["original_max_position_embeddings"]
+    out = inv.clone()
+    for i, f in enumerate(inv.tolist()):
+        wave = 2 * math.pi / f
+        if wave < orig / high:
+            continue
+        if wave > orig / low:
+            out[i] = f / factor
+        else:
+            s = (orig / wave - low) / (high - low)
+            out[i] = (1 - s) * f / factor + s * f
+    return out
+
+
+def rope_half(x, theta, scaling=None):
     """Hugging Face rotate_half rotary embedding; x is [T, heads, D]."""
     T, _, D = x.shape
-    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    inv = inv_freq(D, theta, scaling)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
     sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
@@ -64,10 +100,10 @@ def rope_half(x, theta):
     return x * cos + rot * sin
 
 
-def rope_interleaved(x, theta):
+def rope_interleaved(x, theta, scaling=None):
     """llama2.c / Meta rotary embedding: pairs (2i, 2i+1) as complex numbers."""
     T, _, D = x.shape
-    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    inv = inv_freq(D, theta, scaling)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     f = torch.polar(torch.ones_like(ang), ang)[:, None, :]
     xc = torch.view_as_complex(x.reshape(T, x.shape[1], D // 2, 2).contiguous())
@@ -75,10 +111,11 @@ def rope_interleaved(x, theta):
 
 
 def forward_seq(p, cfg, tokens, rope):
-    """Logits [T, V] of one sequence."""
+    """Logits [T, V] of one sequence. Qwen3 (q_norm and k_norm present)
+    RMS-normalises each head's query and key over head_dim before RoPE."""
     C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D = C // H
-    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    D = cfg.get("head_dim") or C // H
+    eps, theta, scaling = cfg["rms_norm_eps"], cfg["rope_theta"], cfg.get("rope_scaling")
     T = len(tokens)
     x = p["model.embed_tokens.weight"][tokens]
     mask = torch.full((T, T), float("-inf")).triu(1)
@@ -91,8 +128,11 @@ def forward_seq(p, cfg, tokens, rope):
             b = p.get(pre + "self_attn.%s_proj.bias" % name)
             return y if b is None else y + b
 
-        q = rope(proj("q").view(T, H, D), theta)
-        k = rope(proj("k").view(T, KV, D), theta)
+        q, k = proj("q").view(T, H, D), proj("k").view(T, KV, D)
+        if pre + "self_attn.q_norm.weight" in p:
+            q = rmsnorm(q, p[pre + "self_attn.q_norm.weight"], eps)
+            k = rmsnorm(k, p[pre + "self_attn.k_norm.weight"], eps)
+        q, k = rope(q, theta, scaling), rope(k, theta, scaling)
         v = proj("v").view(T, KV, D)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
@@ -188,6 +228,83 @@ def tiny():
     write_tns(os.path.join(OUT, "tiny_qwen2.tns"), tensors)
 
 
+def tiny_new(name, cfg, seed, qk_norm):
+    """A tiny random model of cfg (weights as tiny()'s), its batch, outputs
+    and every gradient, written as NAME_config.json and NAME.tns."""
+    g = torch.Generator().manual_seed(seed)
+    C, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = cfg.get("head_dim") or C // H
+    QD, KD = H * D, KV * D
+
+    def rnd(*shape, std=0.15):
+        return (torch.randn(*shape, generator=g) * std).float().double()
+
+    p = {"model.embed_tokens.weight": rnd(V, C, std=0.6)}
+    for l in range(cfg["num_hidden_layers"]):
+        pre = "model.layers.%d." % l
+        p[pre + "input_layernorm.weight"] = 1 + rnd(C, std=0.1)
+        p[pre + "self_attn.q_proj.weight"] = rnd(QD, C)
+        p[pre + "self_attn.k_proj.weight"] = rnd(KD, C)
+        p[pre + "self_attn.v_proj.weight"] = rnd(KD, C)
+        p[pre + "self_attn.o_proj.weight"] = rnd(C, QD)
+        if qk_norm:
+            p[pre + "self_attn.q_norm.weight"] = 1 + rnd(D, std=0.2)
+            p[pre + "self_attn.k_norm.weight"] = 1 + rnd(D, std=0.2)
+        p[pre + "post_attention_layernorm.weight"] = 1 + rnd(C, std=0.1)
+        p[pre + "mlp.gate_proj.weight"] = rnd(F, C)
+        p[pre + "mlp.up_proj.weight"] = rnd(F, C)
+        p[pre + "mlp.down_proj.weight"] = rnd(C, F)
+    p["model.norm.weight"] = 1 + rnd(C, std=0.1)
+    if not cfg["tie_word_embeddings"]:
+        p["lm_head.weight"] = rnd(V, C, std=0.3)
+    for t in p.values():
+        t.requires_grad_(True)
+    lens = [70, 9, 17]  # one sequence longer than the Go attention's 64-query block
+    tokens = torch.randint(0, V, (sum(lens),), generator=g)
+    targets = next_targets(tokens, lens)
+    targets[:3] = -1
+    weights = torch.randn(sum(lens), generator=g).float().double()
+    weights[targets < 0] = 0
+    logits, lp, ent, loss = run(p, cfg, tokens, lens, targets, weights, rope_half)
+    loss.backward()
+    tensors = [("batch.tokens", tokens), ("batch.seq_lens", torch.tensor(lens)),
+               ("batch.targets", targets), ("batch.weights", weights),
+               ("logits", logits), ("logprobs", lp), ("entropy", ent), ("loss", loss.reshape(1))]
+    tensors += [("param." + k, v) for k, v in p.items()]
+    tensors += [("grad." + k, v.grad) for k, v in p.items()]
+    with open(os.path.join(OUT, name + "_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    write_tns(os.path.join(OUT, name + ".tns"), tensors)
+
+
+def tiny_qwen3():
+    cfg = {
+        "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 128, "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+        "attention_bias": False, "hidden_act": "silu", "torch_dtype": "float32",
+    }
+    tiny_new("tiny_qwen3", cfg, 3003, qk_norm=True)
+
+
+def tiny_llama3():
+    cfg = {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True,
+        "attention_bias": False, "hidden_act": "silu", "torch_dtype": "float32",
+        # Llama 3.2's scaling with a tiny original context, so that it
+        # changes every frequency of a 16-wide head within 96 positions.
+        "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+    }
+    tiny_new("tiny_llama3", cfg, 3203, qk_norm=False)
+
+
 def read_llama2c(path):
     with open(path, "rb") as f:
         data = f.read()
@@ -272,9 +389,17 @@ def stories(path):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    tiny()
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "data", "models", "stories260K", "stories260K.bin")
-    stories(path)
+    args = sys.argv[1:]
+    only = None
+    if len(args) >= 2 and args[0] == "--only":
+        only, args = set(args[1].split(",")), args[2:]
+    want = lambda name: only is None or name in only
+    for name, fn in [("tiny_qwen2", tiny), ("tiny_qwen3", tiny_qwen3), ("tiny_llama3", tiny_llama3)]:
+        if want(name):
+            fn()
+    if want("stories260K"):
+        path = args[0] if args else os.path.join(ROOT, "..", "shared", "data", "models", "stories260K", "stories260K.bin")
+        stories(path)
 
 
 if __name__ == "__main__":

@@ -37,12 +37,15 @@ func TestParseConfigDefaultsAndErrors(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	bad := map[string]string{
-		`{"model_type":"qwen3"}`: "model_type",
-		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":9,"max_position_embeddings":9}`:        "multiple of num_key_value_heads",
-		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"type":"yarn"}}`: "rope_scaling",
-		`{"model_type":"llama","hidden_size":12,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9}`:                                "odd",
-		`{"model_type":"llama","hidden_size":16,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"hidden_act":"gelu"}`:            "hidden_act",
-		`{"model_type":"llama","hidden_size":16,"intermediate_size":0,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9}`:                                "intermediate_size",
+		`{"model_type":"gemma"}`: "model_type",
+		`{"model_type":"qwen3","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"attention_bias":true}`:                                                                                                             "attention_bias",
+		`{"model_type":"llama","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1,"original_max_position_embeddings":8192}}`: "low_freq_factor",
+		`{"model_type":"llama","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"rope_type":"linear","factor":2}}`:                                                                                  "rope_scaling",
+		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":9,"max_position_embeddings":9}`:                                                                                                           "multiple of num_key_value_heads",
+		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"type":"yarn"}}`:                                                                                                    "rope_scaling",
+		`{"model_type":"llama","hidden_size":12,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9}`:                                                                                                                                   "odd",
+		`{"model_type":"llama","hidden_size":16,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"hidden_act":"gelu"}`:                                                                                                               "hidden_act",
+		`{"model_type":"llama","hidden_size":16,"intermediate_size":0,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9}`:                                                                                                                                   "intermediate_size",
 	}
 	for js, want := range bad {
 		if _, err := ParseConfig([]byte(js)); err == nil || !strings.Contains(err.Error(), want) {

@@ -136,6 +136,6 @@ func compare(t *testing.T, name string, got, want []float32, tol tolerance) {
 		t.Errorf("%s: worst entry [%d] = %v, reference %v (abs diff %.3g, rel diff %.3g; tensor max |ref| %.3g, tolerance %.0e*max + %.0e*|ref|)",
 			name, at, got[at], want[at], math.Abs(float64(got[at])-float64(want[at])), rel, scale, tol.abs, tol.rel)
 	} else if testing.Verbose() {
-		t.Logf("%s: max abs diff %.3g (tensor max |ref| %.3g)", name, worst, scale)
+		t.Logf("%s: max abs diff %.3g (tensor max |ref| %.3g; relative to it %.3g)", name, worst, scale, worst/math.Max(scale, 1e-30))
 	}
 }

@@ -3,7 +3,6 @@ package model
 import (
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"math"
-	"strings"
 	"testing"
 )
 
@@ -21,36 +20,9 @@ var (
 )
 
 func TestTinyQwen2MatchesPyTorch(t *testing.T) {
-	cfg, err := LoadConfig("testdata/tiny_qwen2_config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := mustTNS(t, "testdata/tiny_qwen2.tns")
-	params := map[string]NamedTensor{}
-	for name, x := range ts {
-		if rest, ok := strings.CutPrefix(name, "param."); ok {
-			x.Name = rest
-			params[rest] = x
-		}
-	}
-	m, err := FromTensors(cfg, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Run("probabilities kept", func(t *testing.T) { checkAgainstFixture(t, m, ts, true, headAuto) })
-	t.Run("attention and MLP recomputed", func(t *testing.T) {
-		// The backward pass recomputes the attention probabilities and the
-		// MLP's hidden activation.
-		defer func(c, h int) { keepProbsFloats, keepHiddenFloats = c, h }(keepProbsFloats, keepHiddenFloats)
-		keepProbsFloats, keepHiddenFloats = 0, 0
-		checkAgainstFixture(t, m, ts, true, headAuto)
-	})
-	t.Run("head in chunks", func(t *testing.T) {
-		// 7 rows of logits at a time, recomputed in the backward pass.
-		defer func(c int) { chunkFloats = c }(chunkFloats)
-		chunkFloats = 7 * cfg.VocabSize
-		checkAgainstFixture(t, m, ts, true, headChunk)
-	})
+	m, ts := loadFixture(t, "tiny_qwen2")
+	checkFixtureVariants(t, m, ts)
+	logWorst(t, m, ts)
 }
 
 func TestStories260KMatchesPyTorch(t *testing.T) {
