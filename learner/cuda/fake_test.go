@@ -15,7 +15,7 @@ import (
 // GEMMs are naive.
 var fakeTests = []string{
 	"TestGPUDeviceInfo", "TestGPUBufferRoundTrip", "TestGPUErrors", "TestGPUConcurrentUse",
-	"TestParityGemmF32", "TestParityGemmBF16", "TestParityResidual",
+	"TestParityGemmF32", "TestParityGemmBF16", "TestParityResidual", "TestGPURefusesQwen3",
 }
 
 // emulatedTests join fakeTests when the stand-in driver is linked with the
@@ -26,6 +26,7 @@ var emulatedTests = []string{
 	"TestParityRMSNorm", "TestParitySwiGLU", "TestParityRoPE", "TestParityEmbedding", "TestParityCast",
 	"TestParityGradNorm", "TestParityAdamW", "TestParityAttention", "TestParityLMHead", "TestParityKL",
 	"TestParityModelStep", "TestParityModelStepBF16", "TestParityGreedyDecode", "TestGPUScratchReuse",
+	"TestParityModelStepLlama3", "TestParityGreedyDecodeLlama3",
 }
 
 // TestFakeDriver runs fakeTests in a child process against host-memory

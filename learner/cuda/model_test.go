@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +20,14 @@ import (
 // layers, GQA, QKV bias, tied embeddings).
 func tinyModel(t *testing.T, seed uint64) *model.Model {
 	t.Helper()
-	cfg, err := model.LoadConfig("../model/testdata/tiny_qwen2_config.json")
+	return fixtureModel(t, "tiny_qwen2", seed)
+}
+
+// fixtureModel is a random model of the configuration of the CPU model's
+// fixture NAME (../model/testdata/NAME_config.json).
+func fixtureModel(t *testing.T, name string, seed uint64) *model.Model {
+	t.Helper()
+	cfg, err := model.LoadConfig("../model/testdata/" + name + "_config.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,9 +48,18 @@ func tinyModel(t *testing.T, seed uint64) *model.Model {
 // largest magnitude, so gradients are held to 1e-3 of it per tensor (the
 // same bound the PyTorch fixtures use for the CPU model) and log-probs to
 // 1e-4.
-func TestParityModelStep(t *testing.T) {
-	dv := gpu(t, true)
-	m := tinyModel(t, 7)
+func TestParityModelStep(t *testing.T) { parityModelStep(t, gpu(t, true), tinyModel(t, 7)) }
+
+// TestParityModelStepLlama3 is TestParityModelStep for the tiny Llama 3
+// fixture configuration (rope_scaling "llama3", tied embeddings, no bias):
+// the kernels rotate with the rescaled table the host uploads. Same
+// tolerances.
+func TestParityModelStepLlama3(t *testing.T) {
+	parityModelStep(t, gpu(t, true), fixtureModel(t, "tiny_llama3", 7))
+}
+
+func parityModelStep(t *testing.T, dv *Device, m *model.Model) {
+	t.Helper()
 	cfg := m.Config()
 	g, err := dv.NewModel(m)
 	if err != nil {
@@ -230,9 +247,64 @@ func TestGPUTrainStepThroughput(t *testing.T) {
 // decoding gives the same 64 tokens for each of two prompts sent at once,
 // so that batched prefill and decode steps through the GPU caches are
 // covered.
-func TestParityGreedyDecode(t *testing.T) {
+func TestParityGreedyDecode(t *testing.T) { parityGreedyDecode(t, gpu(t, true), tinyModel(t, 9)) }
+
+// TestParityGreedyDecodeLlama3 is TestParityGreedyDecode for the tiny
+// Llama 3 configuration: 64 greedy tokens reach positions far past its
+// original context of 16, where the rescaled frequencies matter. The
+// weights (norms aside) are scaled up eightfold, as the CPU model's
+// peakedModel does, so that the next-token distributions are peaked: then
+// the greedy tokens depend on the positions (with the unscaled table they
+// change) and have no near-ties that rounding could flip.
+func TestParityGreedyDecodeLlama3(t *testing.T) {
 	dv := gpu(t, true)
-	m := tinyModel(t, 9)
+	m := fixtureModel(t, "tiny_llama3", 9)
+	for _, p := range m.Params() {
+		if !strings.HasSuffix(p.Name, "norm.weight") {
+			for i := range p.Data {
+				p.Data[i] *= 8
+			}
+		}
+	}
+	parityGreedyDecode(t, dv, m)
+}
+
+// TestGPURefusesQwen3: uploading a Qwen3 model for training or decoding
+// fails with Supports' error and allocates nothing (the stand-in driver
+// checks that every allocation is freed).
+func TestGPURefusesQwen3(t *testing.T) {
+	dv := gpu(t, true)
+	m := fixtureModel(t, "tiny_qwen3", 1)
+	const want = "learner.backend cuda: qwen3's per-head q/k norm is not implemented on the GPU yet; use learner.backend cpu"
+	if g, err := dv.NewModel(m); err == nil || err.Error() != want {
+		if g != nil {
+			g.Free()
+		}
+		t.Errorf("NewModel(qwen3) error = %v, want %q", err, want)
+	}
+	if d, err := dv.NewDecoder(m); err == nil || err.Error() != want {
+		if d != nil {
+			d.Free()
+		}
+		t.Errorf("NewDecoder(qwen3) error = %v, want %q", err, want)
+	}
+}
+
+// TestSupports needs no device: the model families the kernels compute
+// pass, Qwen3 is refused.
+func TestSupports(t *testing.T) {
+	for _, name := range []string{"tiny_qwen2", "tiny_llama3"} {
+		if err := Supports(fixtureModel(t, name, 1).Config()); err != nil {
+			t.Errorf("Supports(%s) = %v, want nil", name, err)
+		}
+	}
+	if err := Supports(fixtureModel(t, "tiny_qwen3", 1).Config()); err == nil || !strings.Contains(err.Error(), "q/k norm") {
+		t.Errorf("Supports(qwen3) = %v, want the q/k norm refusal", err)
+	}
+}
+
+func parityGreedyDecode(t *testing.T, dv *Device, m *model.Model) {
+	t.Helper()
 	dec, err := dv.NewDecoder(m)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,8 @@ type Config struct {
 	AttentionBias bool   `json:"attention_bias"`
 	HiddenAct     string `json:"hidden_act"`
 	// RopeScaling rescales the rotary frequencies; nil (absent or null)
-	// for plain RoPE. Only rope_type "llama3" is supported.
+	// or rope_type "default" for plain RoPE. Only rope_type "llama3"
+	// rescales.
 	RopeScaling *RopeScaling `json:"rope_scaling,omitempty"`
 }
 
@@ -121,10 +122,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("model: hidden_act %q is not supported; only \"silu\" (SwiGLU)", c.HiddenAct)
 	}
 	if rs := c.RopeScaling; rs != nil {
-		if rs.kind() != "llama3" {
-			return fmt.Errorf("model: rope_scaling of rope_type %q is not supported; only \"llama3\" (or null for plain RoPE)", rs.kind())
+		switch rs.kind() {
+		case "default": // plain RoPE
+		case "llama3":
+		default:
+			return fmt.Errorf("model: rope_scaling of rope_type %q is not supported; only \"llama3\" (or \"default\" or null for plain RoPE)", rs.kind())
 		}
-		if !(rs.Factor >= 1) || !(rs.LowFreqFactor > 0) || !(rs.HighFreqFactor > rs.LowFreqFactor) || rs.OriginalMaxPositionEmbeddings <= 0 {
+		if rs.kind() == "llama3" && !(rs.Factor >= 1) || !(rs.LowFreqFactor > 0) || !(rs.HighFreqFactor > rs.LowFreqFactor) || rs.OriginalMaxPositionEmbeddings <= 0 {
 			return fmt.Errorf("model: rope_scaling llama3 needs factor >= 1, 0 < low_freq_factor < high_freq_factor and a positive original_max_position_embeddings; got %+v", *rs)
 		}
 	}

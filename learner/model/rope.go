@@ -16,13 +16,13 @@ type ropeTable struct {
 }
 
 // newRopeTable builds the table for head dimension D, base theta and, when
-// scaling is not nil, Llama 3's rescaled frequencies.
+// scaling is of rope_type llama3, Llama 3's rescaled frequencies.
 func newRopeTable(D int, theta float64, scaling *RopeScaling) *ropeTable {
 	t := &ropeTable{half: D / 2, invFreq: make([]float64, D/2)}
 	for i := range t.invFreq {
 		t.invFreq[i] = 1 / math.Pow(theta, float64(2*i)/float64(D))
 	}
-	if scaling != nil {
+	if scaling != nil && scaling.kind() == "llama3" {
 		llama3Frequencies(t.invFreq, scaling)
 	}
 	return t
