@@ -33,6 +33,9 @@
 //     same flat parameter layout (trainer.CUDA uses it for
 //     learner.backend: cuda); Decoder is an engine.Backend with per-sequence
 //     KV caches in device memory, so learner/engine samples on the GPU.
+//     Both serve Llama (Llama 3's rope_scaling included: the rotary table
+//     comes from the host) and Qwen2; they refuse Qwen3, whose per-head
+//     q/k norm has no kernel yet (Supports).
 //
 // What runs where: the library search, the error paths and the checks of
 // the embedded PTX are tested on every machine. TestFakeDriver runs the GPU

@@ -1,6 +1,6 @@
 // Package model is the CPU reference of the learner's decoder-only
-// transformer (the Llama / Qwen2 family, configured from a Hugging Face
-// config.json): parameters under Hugging Face names, a forward pass that
+// transformer (the Llama / Qwen2 / Qwen3 family, Llama 3's rope_scaling
+// included, configured from a Hugging Face config.json): parameters under Hugging Face names, a forward pass that
 // yields per-token log-probabilities of target tokens over packed
 // sequences, and the matching backward pass.
 //
