@@ -52,10 +52,15 @@ type TrainerState struct {
 
 // Checkpoint is everything a training run saves at a step.
 type Checkpoint struct {
+	// Config is written as it is, every key kept, except that torch_dtype
+	// names the dtype the weights are saved in and a config without
+	// architectures gets its model type's class.
 	Config  Config
 	Tensors []Tensor
-	// Tokenizer maps file names (tokenizer.json, tokenizer_config.json, ...)
-	// to their contents, copied into the directory as they are.
+	// Tokenizer maps file names (tokenizer.json, tokenizer_config.json, and
+	// the other files of a Hugging Face directory that travel with the
+	// weights unchanged, as generation_config.json) to their contents,
+	// copied into the directory as they are.
 	Tokenizer map[string][]byte
 	// Optimizer is the optimiser's own serialised state, stored opaquely.
 	Optimizer []byte
@@ -139,7 +144,7 @@ func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 // writeAll writes every file of ck into dir and returns the marker.
 func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) (marker, error) {
 	m := marker{Version: 1, Step: ck.Trainer.Step, CreatedAt: ck.Trainer.CreatedAt}
-	cfg, err := ck.Config.Marshal()
+	cfg, err := forWeights(ck.Config, opts.withDefaults().DType).Marshal()
 	if err != nil {
 		return m, err
 	}

@@ -49,7 +49,9 @@ type Config struct {
 	HiddenAct     string `json:"hidden_act"`         // default "silu"
 	// TorchDtype is the element type of the weights as saved ("bfloat16",
 	// "float32", ...).
-	TorchDtype       string   `json:"torch_dtype,omitempty"`
+	TorchDtype string `json:"torch_dtype,omitempty"`
+	// Dtype is transformers 5's name for torch_dtype.
+	Dtype            string   `json:"dtype,omitempty"`
 	BOSTokenID       *int     `json:"bos_token_id,omitempty"`
 	EOSTokenID       TokenIDs `json:"eos_token_id,omitempty"`
 	UseSlidingWindow bool     `json:"use_sliding_window,omitempty"`

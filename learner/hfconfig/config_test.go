@@ -286,7 +286,7 @@ func TestRefusals(t *testing.T) {
 		{`"num_attention_heads":6`, "num_attention_heads", "num_attention_heads 6 does not divide hidden_size 64"},
 		{`"num_key_value_heads":3`, "num_key_value_heads", "num_key_value_heads 3 does not divide num_attention_heads 8"},
 		{`"head_dim":-2`, "head_dim", "head_dim is -2"},
-		{`"hidden_size":72`, "head_dim", "is 9; rotary embeddings need an even one"},
+		{`"hidden_size":72`, "head_dim", "is 9, which is odd; rotary embeddings need an even one"},
 		{`"rms_norm_eps":0`, "rms_norm_eps", "rms_norm_eps is 0"},
 		{`"rope_theta":-1`, "rope_theta", "rope_theta is -1"},
 		{`"hidden_act":"gelu"`, "hidden_act", `hidden_act "gelu" is not supported (supported: silu`},

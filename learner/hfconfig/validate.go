@@ -24,6 +24,21 @@ const (
 	RopeLlama3  = "llama3"  // Llama 3.1/3.2's frequency-dependent scaling
 )
 
+// CausalLMClass is the transformers class of modelType's causal language
+// model, as config.json's architectures names it ("" for an unsupported
+// model type).
+func CausalLMClass(modelType string) string {
+	switch modelType {
+	case ModelLlama:
+		return "LlamaForCausalLM"
+	case ModelQwen2:
+		return "Qwen2ForCausalLM"
+	case ModelQwen3:
+		return "Qwen3ForCausalLM"
+	}
+	return ""
+}
+
 // qwen3HeadDim is Qwen3Config's head_dim when config.json has none.
 const qwen3HeadDim = 128
 
@@ -137,7 +152,7 @@ func (c Config) Arch() (Arch, error) {
 		return bad("num_attention_heads", "%d does not divide hidden_size %d; set head_dim", c.NumAttentionHeads, c.HiddenSize)
 	}
 	if hd := c.Head(); hd%2 != 0 {
-		return bad("head_dim", "(the head dimension) is %d; rotary embeddings need an even one", hd)
+		return bad("head_dim", "(the head dimension) is %d, which is odd; rotary embeddings need an even one", hd)
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return bad("num_key_value_heads", "%d does not divide num_attention_heads %d", c.NumKeyValueHeads, c.NumAttentionHeads)
