@@ -86,6 +86,36 @@ func reserved(name string) bool {
 	return strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors")
 }
 
+// Files of a Hugging Face model directory that travel with the weights
+// unchanged, in Checkpoint.Tokenizer.
+const (
+	TokenizerName       = "tokenizer.json"
+	TokenizerConfigName = "tokenizer_config.json"
+	// GenerationConfigName holds the sampling defaults (eos_token_id,
+	// temperature, ...) that transformers and vLLM read beside config.json.
+	GenerationConfigName = "generation_config.json"
+)
+
+// ReadModelFiles reads, from a Hugging Face model directory (local or
+// gs://), the files a checkpoint carries along unchanged:
+// tokenizer.json and tokenizer_config.json, which must be there, and
+// generation_config.json when it is.
+func ReadModelFiles(ctx context.Context, dir string) (map[string][]byte, error) {
+	files, err := ReadTokenizerFiles(ctx, storage.Join(dir, TokenizerName), storage.Join(dir, TokenizerConfigName))
+	if err != nil {
+		return nil, err
+	}
+	p := storage.Join(dir, GenerationConfigName)
+	b, err := storage.ReadFile(ctx, p)
+	switch {
+	case err == nil:
+		files[GenerationConfigName] = b
+	case !errors.Is(err, storage.ErrNotExist):
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return files, nil
+}
+
 // ReadTokenizerFiles reads files (local or gs://) into the map that
 // Checkpoint.Tokenizer expects, keyed by base name.
 func ReadTokenizerFiles(ctx context.Context, paths ...string) (map[string][]byte, error) {

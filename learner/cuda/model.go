@@ -50,10 +50,14 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	// These kernels compute plain RoPE (model.RopeTable) and no q/k norm:
 	// a model with either, once learner/model runs them, is refused here
 	// rather than computed wrongly.
-	if a, err := cfg.Arch(); err != nil {
+	a, err := cfg.Arch()
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("cuda: NewModel: %w", err)
-	} else if a.QKNorm || a.RopeScaling.Kind != hfconfig.RopeDefault {
-		return nil, fmt.Errorf("cuda: NewModel: model_type %s with rope_scaling %s: per-head q/k norm and RoPE scaling are not implemented by this build's CUDA backend", a.ModelType, a.RopeScaling.Kind)
+	case a.QKNorm:
+		return nil, fmt.Errorf("cuda: NewModel: %s's per-head q/k norm is not implemented by this build's CUDA backend", a.ModelType)
+	case a.RopeScaling.Kind != hfconfig.RopeDefault:
+		return nil, fmt.Errorf("cuda: NewModel: rope_scaling.rope_type %s is not implemented by this build's CUDA backend (plain RoPE only)", a.RopeScaling.Kind)
 	}
 	g := &Model{dv: dv, cfg: cfg, C: cfg.HiddenSize, F: cfg.IntermediateSize, L: cfg.NumHiddenLayers,
 		H: cfg.NumAttentionHeads, KV: cfg.NumKeyValueHeads, D: cfg.Head(), V: cfg.VocabSize}
@@ -62,7 +66,6 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	if err := attShape("NewModel", 0, g.H, g.KV, g.D); err != nil {
 		return nil, err
 	}
-	var err error
 	if g.params, err = dv.Upload(m.ParamData()); err != nil {
 		return nil, fmt.Errorf("cuda: NewModel: parameters: %w", err)
 	}
