@@ -171,4 +171,11 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := LoadConfig(context.Background(), p); err == nil || !strings.HasPrefix(err.Error(), p+": rope_scaling.rope_type su is not supported") {
 		t.Errorf("LoadConfig: %v, want it to name %s and rope_scaling.rope_type", err, p)
 	}
+	if err := os.WriteFile(p, []byte("{"+base+`,"model_type":"mistral"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := LoadWeights(context.Background(), filepath.Dir(p))
+	if want := p + ": model_type mistral is not supported (supported: llama, qwen2, qwen3)"; err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("LoadWeights of a Mistral directory: %v, want one line containing %q", err, want)
+	}
 }

@@ -59,7 +59,9 @@ func keyOrder(t *testing.T, b []byte) []string {
 	return keys
 }
 
-// The published config.json of each family parses, validates, derives the
+// The published config.json of each family (testdata/README.md: transcribed
+// from the Hub, e.g. https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json)
+// parses, validates, derives the
 // right architecture and is written back with every key, value and the
 // key order of the file.
 func TestGoldenConfigs(t *testing.T) {
