@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
@@ -46,6 +47,18 @@ func (dv *Device) NewModel(m *model.Model) (*Model, error) { return dv.newModel(
 // newModel is NewModel, without gradients when withGrads is false.
 func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	cfg := m.Config()
+	// These kernels compute plain RoPE (model.RopeTable) and no q/k norm:
+	// a model with either, once learner/model runs them, is refused here
+	// rather than computed wrongly.
+	a, err := cfg.Arch()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("cuda: NewModel: %w", err)
+	case a.QKNorm:
+		return nil, fmt.Errorf("cuda: NewModel: %s's per-head q/k norm is not implemented by this build's CUDA backend", a.ModelType)
+	case a.RopeScaling.Kind != hfconfig.RopeDefault:
+		return nil, fmt.Errorf("cuda: NewModel: rope_scaling.rope_type %s is not implemented by this build's CUDA backend (plain RoPE only)", a.RopeScaling.Kind)
+	}
 	g := &Model{dv: dv, cfg: cfg, C: cfg.HiddenSize, F: cfg.IntermediateSize, L: cfg.NumHiddenLayers,
 		H: cfg.NumAttentionHeads, KV: cfg.NumKeyValueHeads, D: cfg.Head(), V: cfg.VocabSize}
 	g.QD, g.KD = g.H*g.D, g.KV*g.D
@@ -53,7 +66,6 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	if err := attShape("NewModel", 0, g.H, g.KV, g.D); err != nil {
 		return nil, err
 	}
-	var err error
 	if g.params, err = dv.Upload(m.ParamData()); err != nil {
 		return nil, fmt.Errorf("cuda: NewModel: parameters: %w", err)
 	}
@@ -260,7 +272,7 @@ type layerActs struct {
 // model.Forward then model.Backward. A nil lossFn runs the forward pass
 // only. It returns the log-probabilities and entropies.
 func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entropy []float32, err error) {
-	lay, err := g.cfg.Layout(b)
+	lay, err := model.Layout(g.cfg, b)
 	if err != nil {
 		return nil, nil, err
 	}

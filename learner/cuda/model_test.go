@@ -58,7 +58,7 @@ func TestParityModelStep(t *testing.T) {
 		b.Tokens[i] = int32(r.IntN(cfg.VocabSize))
 	}
 	in, _ := lossBatch(r, N)
-	lay, err := cfg.Layout(b)
+	lay, err := model.Layout(cfg, b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,54 +1,24 @@
 package model
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
+
+	"github.com/aipo-rl/aipo/learner/hfconfig"
 )
 
-// Config is the subset of a Hugging Face config.json that fixes the shape
-// and arithmetic of a Llama or Qwen2 model.
-type Config struct {
-	ModelType             string  `json:"model_type"`
-	HiddenSize            int     `json:"hidden_size"`
-	IntermediateSize      int     `json:"intermediate_size"`
-	NumHiddenLayers       int     `json:"num_hidden_layers"`
-	NumAttentionHeads     int     `json:"num_attention_heads"`
-	NumKeyValueHeads      int     `json:"num_key_value_heads"`
-	HeadDim               int     `json:"head_dim,omitempty"` // 0: hidden_size / num_attention_heads
-	VocabSize             int     `json:"vocab_size"`
-	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
-	RMSNormEps            float64 `json:"rms_norm_eps"`
-	RopeTheta             float64 `json:"rope_theta"`
-	TieWordEmbeddings     bool    `json:"tie_word_embeddings"`
-	// AttentionBias is Llama's switch for biases on q, k, v and o. Qwen2
-	// always has q, k, v biases (and none on o), whatever this says.
-	AttentionBias bool            `json:"attention_bias"`
-	HiddenAct     string          `json:"hidden_act"`
-	RopeScaling   json.RawMessage `json:"rope_scaling,omitempty"`
-}
+// Config is the model's config.json. It is hfconfig.Config, the one
+// config.json type of the learner (an alias, so a model built from a
+// checkpoint carries the file's every key, and writes them back): what is
+// valid is hfconfig's to say, what this build's model can run is
+// runnable's.
+type Config = hfconfig.Config
 
-// ParseConfig reads a Hugging Face config.json, fills Hugging Face's
-// defaults for absent fields and validates the result.
+// ParseConfig reads and validates a Hugging Face config.json.
 func ParseConfig(data []byte) (Config, error) {
-	var c Config
-	if err := json.Unmarshal(data, &c); err != nil {
+	c, err := hfconfig.Parse(data)
+	if err != nil {
 		return Config{}, fmt.Errorf("model: config.json: %w", err)
-	}
-	if c.NumKeyValueHeads == 0 {
-		c.NumKeyValueHeads = c.NumAttentionHeads
-	}
-	if c.RopeTheta == 0 {
-		c.RopeTheta = 10000
-	}
-	if c.RMSNormEps == 0 {
-		c.RMSNormEps = 1e-6
-	}
-	if c.HiddenAct == "" {
-		c.HiddenAct = "silu"
-	}
-	if err := c.Validate(); err != nil {
-		return Config{}, err
 	}
 	return c, nil
 }
@@ -59,66 +29,28 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("model: %w", err)
 	}
-	c, err := ParseConfig(data)
+	c, err := hfconfig.Parse(data)
 	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
+		return Config{}, fmt.Errorf("model: %s: %w", path, err)
 	}
 	return c, nil
 }
 
-// Validate reports the first field that this package cannot run.
-func (c Config) Validate() error {
-	switch c.ModelType {
-	case "llama", "qwen2":
-	default:
-		return fmt.Errorf("model: model_type %q is not supported; use \"llama\" or \"qwen2\"", c.ModelType)
+// runnable reports the first feature of a valid architecture that this
+// build's forward and backward passes do not compute: such a model is
+// refused when it is built rather than computed wrongly. What they do
+// compute: Llama and Qwen2 decoders with q/k/v (and Llama's o) biases,
+// any head dimension (heads times head_dim need not be hidden_size), GQA,
+// tied or separate embeddings and plain RoPE.
+func runnable(a hfconfig.Arch) error {
+	if a.QKNorm {
+		return fmt.Errorf("model: %s's per-head q/k norm (q_norm, k_norm) is not implemented by this build's model; it cannot load model_type %s", a.ModelType, a.ModelType)
 	}
-	pos := []struct {
-		name string
-		v    int
-	}{{"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize}, {"num_hidden_layers", c.NumHiddenLayers},
-		{"num_attention_heads", c.NumAttentionHeads}, {"num_key_value_heads", c.NumKeyValueHeads}, {"vocab_size", c.VocabSize},
-		{"max_position_embeddings", c.MaxPositionEmbeddings}}
-	for _, p := range pos {
-		if p.v <= 0 {
-			return fmt.Errorf("model: config %s = %d, must be positive", p.name, p.v)
-		}
-	}
-	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
-		return fmt.Errorf("model: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumAttentionHeads, c.NumKeyValueHeads)
-	}
-	if c.HeadDim == 0 && c.HiddenSize%c.NumAttentionHeads != 0 {
-		return fmt.Errorf("model: hidden_size %d is not a multiple of num_attention_heads %d; set head_dim", c.HiddenSize, c.NumAttentionHeads)
-	}
-	if c.Head()%2 != 0 {
-		return fmt.Errorf("model: head dimension %d is odd; rotary embeddings need an even one", c.Head())
-	}
-	if c.HiddenAct != "silu" {
-		return fmt.Errorf("model: hidden_act %q is not supported; only \"silu\" (SwiGLU)", c.HiddenAct)
-	}
-	if len(c.RopeScaling) > 0 && string(c.RopeScaling) != "null" {
-		return fmt.Errorf("model: rope_scaling %s is not supported; remove it or set it to null", c.RopeScaling)
-	}
-	if c.RMSNormEps <= 0 || c.RopeTheta <= 0 {
-		return fmt.Errorf("model: rms_norm_eps %g and rope_theta %g must be positive", c.RMSNormEps, c.RopeTheta)
+	if a.RopeScaling.Kind != hfconfig.RopeDefault {
+		return fmt.Errorf("model: rope_scaling.rope_type %s (Llama 3.1/3.2 RoPE frequency scaling) is not implemented by this build's model, which computes plain RoPE only", a.RopeScaling.Kind)
 	}
 	return nil
 }
-
-// Head is the per-head dimension D.
-func (c Config) Head() int {
-	if c.HeadDim > 0 {
-		return c.HeadDim
-	}
-	return c.HiddenSize / c.NumAttentionHeads
-}
-
-// QKVBias reports whether q, k and v projections carry biases.
-func (c Config) QKVBias() bool { return c.ModelType == "qwen2" || c.AttentionBias }
-
-// OBias reports whether the output projection carries a bias (Llama with
-// attention_bias only).
-func (c Config) OBias() bool { return c.ModelType == "llama" && c.AttentionBias }
 
 // dims are the derived sizes used throughout the kernels.
 type dims struct {
@@ -126,7 +58,7 @@ type dims struct {
 	QD, KD, QKV          int // H*D, KV*D, QD+2*KD
 }
 
-func (c Config) dims() dims {
+func dimsOf(c Config) dims {
 	d := dims{C: c.HiddenSize, F: c.IntermediateSize, L: c.NumHiddenLayers, H: c.NumAttentionHeads,
 		KV: c.NumKeyValueHeads, D: c.Head(), V: c.VocabSize}
 	d.QD, d.KD = d.H*d.D, d.KV*d.D
