@@ -12,7 +12,6 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -93,7 +92,7 @@ func runTrain(args []string) int {
 	}
 	defer release()
 	if *initCkpt != "" {
-		if err := seedCheckpoint(ctx, *initCkpt, cfg.Run.Dir); err != nil {
+		if err := train.SeedCheckpoint(ctx, *initCkpt, cfg.Run.Dir); err != nil {
 			p.finish()
 			fmt.Fprintf(os.Stderr, "aipo train: --init: %v\n", err)
 			return 1
@@ -106,24 +105,6 @@ func runTrain(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// seedCheckpoint commits src as checkpoint 0 of the run unless one exists.
-func seedCheckpoint(ctx context.Context, src, runDir string) error {
-	dst := checkpoint.Dir(runDir, 0)
-	if ok, _ := checkpoint.Committed(ctx, dst); ok {
-		return nil
-	}
-	cfg, tensors, err := checkpoint.LoadWeights(ctx, src)
-	if err != nil {
-		return err
-	}
-	tok, err := checkpoint.ReadTokenizerFiles(ctx, storage.Join(src, "tokenizer.json"), storage.Join(src, "tokenizer_config.json"))
-	if err != nil {
-		return fmt.Errorf("%s: %w (the initial checkpoint must carry its tokenizer.json)", src, err)
-	}
-	return checkpoint.Save(ctx, dst, checkpoint.Checkpoint{Config: cfg, Tensors: tensors, Tokenizer: tok,
-		Trainer: checkpoint.TrainerState{RunID: storage.Base(runDir)}})
 }
 
 func runLearn(args []string) int {

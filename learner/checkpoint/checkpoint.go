@@ -52,10 +52,15 @@ type TrainerState struct {
 
 // Checkpoint is everything a training run saves at a step.
 type Checkpoint struct {
+	// Config is written as it is, every key kept, except that torch_dtype
+	// names the dtype the weights are saved in and a config without
+	// architectures gets its model type's class.
 	Config  Config
 	Tensors []Tensor
-	// Tokenizer maps file names (tokenizer.json, tokenizer_config.json, ...)
-	// to their contents, copied into the directory as they are.
+	// Tokenizer maps file names (tokenizer.json, tokenizer_config.json, and
+	// the other files of a Hugging Face directory that travel with the
+	// weights unchanged, as generation_config.json) to their contents,
+	// copied into the directory as they are.
 	Tokenizer map[string][]byte
 	// Optimizer is the optimiser's own serialised state, stored opaquely.
 	Optimizer []byte
@@ -79,6 +84,36 @@ func reserved(name string) bool {
 		return true
 	}
 	return strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors")
+}
+
+// Files of a Hugging Face model directory that travel with the weights
+// unchanged, in Checkpoint.Tokenizer.
+const (
+	TokenizerName       = "tokenizer.json"
+	TokenizerConfigName = "tokenizer_config.json"
+	// GenerationConfigName holds the sampling defaults (eos_token_id,
+	// temperature, ...) that transformers and vLLM read beside config.json.
+	GenerationConfigName = "generation_config.json"
+)
+
+// ReadModelFiles reads, from a Hugging Face model directory (local or
+// gs://), the files a checkpoint carries along unchanged:
+// tokenizer.json and tokenizer_config.json, which must be there, and
+// generation_config.json when it is.
+func ReadModelFiles(ctx context.Context, dir string) (map[string][]byte, error) {
+	files, err := ReadTokenizerFiles(ctx, storage.Join(dir, TokenizerName), storage.Join(dir, TokenizerConfigName))
+	if err != nil {
+		return nil, err
+	}
+	p := storage.Join(dir, GenerationConfigName)
+	b, err := storage.ReadFile(ctx, p)
+	switch {
+	case err == nil:
+		files[GenerationConfigName] = b
+	case !errors.Is(err, storage.ErrNotExist):
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return files, nil
 }
 
 // ReadTokenizerFiles reads files (local or gs://) into the map that
@@ -139,7 +174,7 @@ func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 // writeAll writes every file of ck into dir and returns the marker.
 func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) (marker, error) {
 	m := marker{Version: 1, Step: ck.Trainer.Step, CreatedAt: ck.Trainer.CreatedAt}
-	cfg, err := ck.Config.Marshal()
+	cfg, err := forWeights(ck.Config, opts.withDefaults().DType).Marshal()
 	if err != nil {
 		return m, err
 	}

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,14 +48,11 @@ func TestConfigKeepsUnknownFields(t *testing.T) {
 	if c.ModelType != "qwen2" || c.HiddenSize != 896 || c.NumKeyValueHeads != 2 || c.RopeTheta != 1e6 || !c.TieWordEmbeddings || c.VocabSize != 151936 {
 		t.Fatalf("typed fields wrong: %+v", c)
 	}
-	if !c.HasQKVBias() || c.HeadDimension() != 64 {
-		t.Errorf("HasQKVBias %v HeadDimension %d, want true 64", c.HasQKVBias(), c.HeadDimension())
+	if !c.QKVBias() || c.Head() != 64 {
+		t.Errorf("QKVBias %v Head %d, want true 64", c.QKVBias(), c.Head())
 	}
-	if string(c.Extra["eos_token_id"]) != "[151645, 151643]" {
-		t.Errorf("Extra[eos_token_id] = %s", c.Extra["eos_token_id"])
-	}
-	if _, ok := c.Extra["hidden_size"]; ok {
-		t.Error("a typed key also landed in Extra")
+	if r, _ := c.Raw("initializer_range"); string(r) != "0.02" {
+		t.Errorf("Raw(initializer_range) = %s", r)
 	}
 	p := filepath.Join(t.TempDir(), "config.json")
 	if err := SaveConfig(context.Background(), p, c); err != nil {
@@ -64,41 +62,81 @@ func TestConfigKeepsUnknownFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every key of the original comes back with the same value.
+	sameKeysAndValues(t, c2, []byte(qwen2Config), nil)
+}
+
+// sameKeysAndValues fails t unless c writes every key of want with its
+// value, no other key, except the keys of changed, which must hold the
+// values given there.
+func sameKeysAndValues(t *testing.T, c Config, want []byte, changed map[string]any) {
+	t.Helper()
 	var a, b map[string]any
-	if err := json.Unmarshal([]byte(qwen2Config), &a); err != nil {
+	if err := json.Unmarshal(want, &a); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := json.Marshal(c2)
+	for k, v := range changed {
+		a[k] = v
+	}
+	out, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := json.Unmarshal(out, &b); err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range a {
 		ja, _ := json.Marshal(v)
 		jb, _ := json.Marshal(b[k])
-		if string(ja) != string(jb) {
-			t.Errorf("key %s: saved %s, original %s", k, jb, ja)
+		if _, ok := b[k]; !ok || string(ja) != string(jb) {
+			t.Errorf("key %s: saved %s, want %s", k, jb, ja)
 		}
 	}
-	if len(b) != len(a) {
-		t.Errorf("round trip has %d keys, original %d", len(b), len(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			t.Errorf("key %s added", k)
+		}
 	}
 }
 
-func TestConfigDefaults(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"model_type":"llama","hidden_size":64,"intermediate_size":172,"num_hidden_layers":2,"num_attention_heads":8,"vocab_size":512,"max_position_embeddings":256}`))
+// A saved checkpoint's config.json is the config it was given, with
+// torch_dtype naming the dtype of the saved weights.
+func TestSaveKeepsConfigAndTellsTheDtype(t *testing.T) {
+	ctx := context.Background()
+	c, err := ParseConfig([]byte(qwen2Config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.NumKeyValueHeads != 8 || c.RopeTheta != 10000 || c.RMSNormEps != 1e-6 || c.HiddenAct != "silu" || c.TieWordEmbeddings || c.HasQKVBias() {
-		t.Fatalf("defaults not applied: %+v", c)
+	c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.VocabSize = 8, 8, 1, 2, 1, 4
+	small := map[string]any{"hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 4}
+	ts := []Tensor{{Name: "w", Shape: []int{2}, Data: []float32{1, 2}}}
+	for _, dt := range []struct {
+		opt  DType
+		name string
+	}{{F32, "float32"}, {BF16, "bfloat16"}, {F16, "float16"}} {
+		dir := filepath.Join(t.TempDir(), "ck")
+		if err := SaveWith(ctx, dir, Checkpoint{Config: c, Tensors: ts}, SaveOptions{DType: dt.opt}); err != nil {
+			t.Fatal(err)
+		}
+		ck, err := Load(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		small["torch_dtype"] = dt.name
+		sameKeysAndValues(t, ck.Config, []byte(qwen2Config), small)
 	}
-	c, err = ParseConfig([]byte(`{"model_type":"llama","hidden_size":64,"intermediate_size":172,"num_hidden_layers":2,"num_attention_heads":8,"vocab_size":512,"max_position_embeddings":256,"rope_parameters":{"rope_theta":500000.0,"rope_type":"default"}}`))
+	// A config of the model's own making gets its architectures.
+	lit := Config{ModelType: "qwen3", HiddenSize: 8, IntermediateSize: 8, NumHiddenLayers: 1, NumAttentionHeads: 2, NumKeyValueHeads: 1,
+		VocabSize: 4, MaxPositionEmbeddings: 8, RMSNormEps: 1e-6, RopeTheta: 1e4, HiddenAct: "silu"}
+	dir := filepath.Join(t.TempDir(), "lit")
+	if err := Save(ctx, dir, Checkpoint{Config: lit, Tensors: ts}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := Load(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RopeTheta != 500000 {
-		t.Errorf("rope_theta from rope_parameters = %g, want 500000", c.RopeTheta)
+	if len(ck.Config.Architectures) != 1 || ck.Config.Architectures[0] != "Qwen3ForCausalLM" || ck.Config.TorchDtype != "float32" {
+		t.Errorf("architectures %v torch_dtype %q, want [Qwen3ForCausalLM] float32", ck.Config.Architectures, ck.Config.TorchDtype)
 	}
 }
 
@@ -109,25 +147,35 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{`"hidden_size":0`, "hidden_size is 0"},
 		{`"num_attention_heads":6`, "num_attention_heads 6 does not divide hidden_size 64"},
-		{`"num_key_value_heads":3`, "num_key_value_heads 3 does not divide num_attention_heads 8"},
-		{`"num_key_value_heads":0`, "num_key_value_heads is 0"},
-		{`"vocab_size":-5`, "vocab_size is -5"},
-		{`"rms_norm_eps":0`, "rms_norm_eps is 0"},
-		{`"rope_theta":-1`, "rope_theta is -1"},
-		{`"hidden_act":"gelu"`, `hidden_act "gelu" is not supported`},
-		{`"rope_scaling":{"rope_type":"llama3","factor":8.0}`, "rope_scaling"},
-		{`"model_type":""`, "model_type is missing"},
-		{`"hidden_size":"big"`, "hidden_size"},
-		{`"hidden_size":72`, "head dimension 9 is odd"},
+		{`"model_type":"mistral"`, "model_type mistral is not supported (supported: llama, qwen2, qwen3)"},
+		{`"rope_scaling":{"rope_type":"yarn","factor":4.0}`, "rope_scaling.rope_type yarn is not supported (supported: default, llama3)"},
+		{`"rope_scaling":{"rope_type":"llama3","factor":8.0}`, "rope_scaling.low_freq_factor"},
 	} {
-		// Later keys win in encoding/json, so the override goes last.
 		_, err := ParseConfig([]byte("{" + base + "," + c.extra + "}"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.extra, err, c.want)
 		}
 	}
-	// Qwen3 sets head_dim explicitly; heads need not divide hidden_size.
-	if _, err := ParseConfig([]byte("{" + base + `,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,"hidden_size":1000}`)); err != nil {
-		t.Errorf("explicit head_dim refused: %v", err)
+	// The config layer accepts what the model may not run yet: qwen3 and
+	// Llama 3's RoPE scaling.
+	for _, extra := range []string{`"model_type":"qwen3"`, `"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}`, `"rope_scaling":{"rope_type":"default"}`} {
+		if _, err := ParseConfig([]byte("{" + base + "," + extra + "}")); err != nil {
+			t.Errorf("%s refused: %v", extra, err)
+		}
+	}
+	// A bad config.json names its file.
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(p, []byte("{"+base+`,"rope_scaling":{"rope_type":"su"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(context.Background(), p); err == nil || !strings.HasPrefix(err.Error(), p+": rope_scaling.rope_type su is not supported") {
+		t.Errorf("LoadConfig: %v, want it to name %s and rope_scaling.rope_type", err, p)
+	}
+	if err := os.WriteFile(p, []byte("{"+base+`,"model_type":"mistral"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := LoadWeights(context.Background(), filepath.Dir(p))
+	if want := p + ": model_type mistral is not supported (supported: llama, qwen2, qwen3)"; err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("LoadWeights of a Mistral directory: %v, want one line containing %q", err, want)
 	}
 }

@@ -15,6 +15,12 @@
 //     directory without the marker does not exist as far as Load and Latest
 //     are concerned.
 //
+// config.json is hfconfig.Config (Config is an alias): a checkpoint writes
+// back the config it was given with every key, torch_dtype naming the dtype
+// of the saved weights. Other files of a Hugging Face directory that travel
+// with the weights (tokenizer files, generation_config.json) are copied
+// through Checkpoint.Tokenizer unchanged.
+//
 // Tensors carry Hugging Face names (model.layers.0.self_attn.q_proj.weight)
 // and row-major shapes ([out, in] for linear layers). Paths may be local or
 // gs:// (through internal/storage).

@@ -77,7 +77,7 @@ func Load(ctx context.Context, dir string) (Checkpoint, error) {
 		return Checkpoint{}, err
 	}
 	if ck.Config, err = ParseConfig(b); err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, ConfigName, err)
+		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, storage.Join(dir, ConfigName), err)
 	}
 	if b, err = need(TrainerStateName); err != nil {
 		return Checkpoint{}, err

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 	"unsafe"
 )
 
@@ -81,6 +82,21 @@ func (d DType) Size() int {
 		return 2
 	}
 	return 0
+}
+
+// TorchName is the torch dtype name of d as config.json's torch_dtype
+// writes it ("float32", "bfloat16", "float16"), or d lower-cased for a type
+// this package does not write.
+func (d DType) TorchName() string {
+	switch d {
+	case F32:
+		return "float32"
+	case BF16:
+		return "bfloat16"
+	case F16:
+		return "float16"
+	}
+	return strings.ToLower(string(d))
 }
 
 // knownDTypes are the safetensors element types of the format; those other

@@ -44,6 +44,9 @@ type gpuLayer struct {
 // CPU model does: nil, or an error saying what it lacks. NewModel and
 // NewDecoder refuse such models rather than compute something else.
 func Supports(cfg model.Config) error {
+	if _, err := cfg.Arch(); err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
 	if cfg.QKNorm() {
 		return fmt.Errorf("learner.backend cuda: %s's per-head q/k norm is not implemented on the GPU yet; use learner.backend cpu", cfg.ModelType)
 	}
@@ -56,7 +59,8 @@ func (dv *Device) NewModel(m *model.Model) (*Model, error) { return dv.newModel(
 // newModel is NewModel, without gradients when withGrads is false.
 func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	cfg := m.Config()
-	if err := Supports(cfg); err != nil {
+	err := Supports(cfg)
+	if err != nil {
 		return nil, err
 	}
 	g := &Model{dv: dv, cfg: cfg, C: cfg.HiddenSize, F: cfg.IntermediateSize, L: cfg.NumHiddenLayers,
@@ -66,7 +70,6 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	if err := attShape("NewModel", 0, g.H, g.KV, g.D); err != nil {
 		return nil, err
 	}
-	var err error
 	if g.params, err = dv.Upload(m.ParamData()); err != nil {
 		return nil, fmt.Errorf("cuda: NewModel: parameters: %w", err)
 	}
@@ -275,7 +278,7 @@ type layerActs struct {
 // model.Forward then model.Backward. A nil lossFn runs the forward pass
 // only. It returns the log-probabilities and entropies.
 func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entropy []float32, err error) {
-	lay, err := g.cfg.Layout(b)
+	lay, err := model.Layout(g.cfg, b)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -75,7 +75,7 @@ func parityModelStep(t *testing.T, dv *Device, m *model.Model) {
 		b.Tokens[i] = int32(r.IntN(cfg.VocabSize))
 	}
 	in, _ := lossBatch(r, N)
-	lay, err := cfg.Layout(b)
+	lay, err := model.Layout(cfg, b)
 	if err != nil {
 		t.Fatal(err)
 	}

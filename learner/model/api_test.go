@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -37,15 +38,13 @@ func TestParseConfigDefaultsAndErrors(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	bad := map[string]string{
-		`{"model_type":"gemma"}`: "model_type",
-		`{"model_type":"qwen3","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"attention_bias":true}`:                                                                                                             "attention_bias",
-		`{"model_type":"llama","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1,"original_max_position_embeddings":8192}}`: "low_freq_factor",
-		`{"model_type":"llama","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"rope_type":"linear","factor":2}}`:                                                                                  "rope_scaling",
-		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":9,"max_position_embeddings":9}`:                                                                                                           "multiple of num_key_value_heads",
+		`{"model_type":"mistral"}`: "model_type mistral is not supported (supported: llama, qwen2, qwen3)",
+		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":9,"max_position_embeddings":9}`:                                                                                                           "num_key_value_heads 3 does not divide num_attention_heads 4",
 		`{"model_type":"qwen2","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"type":"yarn"}}`:                                                                                                    "rope_scaling",
 		`{"model_type":"llama","hidden_size":12,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9}`:                                                                                                                                   "odd",
 		`{"model_type":"llama","hidden_size":16,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"hidden_act":"gelu"}`:                                                                                                               "hidden_act",
 		`{"model_type":"llama","hidden_size":16,"intermediate_size":0,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9}`:                                                                                                                                   "intermediate_size",
+		`{"model_type":"llama","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":9,"max_position_embeddings":9,"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1,"original_max_position_embeddings":8192}}`: "high_freq_factor",
 	}
 	for js, want := range bad {
 		if _, err := ParseConfig([]byte(js)); err == nil || !strings.Contains(err.Error(), want) {
@@ -60,7 +59,7 @@ func TestNewLayoutAndInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := cfg.dims()
+	d := dimsOf(cfg)
 	want := d.V*d.C + d.C + d.L*(2*d.C+d.QKV*d.C+d.QKV+d.C*d.QD+3*d.C*d.F)
 	if m.NumParams() != want {
 		t.Errorf("NumParams = %d, want %d", m.NumParams(), want)
@@ -230,10 +229,33 @@ func TestBackwardAccumulates(t *testing.T) {
 
 // Gradients agree with central finite differences of the loss computed in
 // float64 from the forward pass (a check independent of the fixtures).
+// The second configuration has heads of 12 (4 heads, 48 wide, over a
+// hidden size of 32) and Llama's biases on q, k, v and o.
 func TestGradientFiniteDifferences(t *testing.T) {
 	cfg := tinyConfig()
 	cfg.TieWordEmbeddings = false
-	m, _ := New(cfg, 5)
+	wide := cfg
+	wide.ModelType, wide.HeadDim, wide.AttentionBias = "llama", 12, true
+	for _, c := range []Config{cfg, wide} {
+		t.Run(fmt.Sprintf("%s_head%d", c.ModelType, c.Head()), func(t *testing.T) { gradientFiniteDifferences(t, c) })
+	}
+}
+
+func gradientFiniteDifferences(t *testing.T, cfg Config) {
+	m, err := New(cfg, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := dimsOf(cfg); cfg.HeadDim > 0 && d.QD == d.C {
+		t.Fatalf("head_dim %d gives q width %d = hidden_size: not the case under test", cfg.HeadDim, d.QD)
+	}
+	for _, p := range m.Params() {
+		if strings.HasSuffix(p.Name, ".bias") {
+			for i := range p.Data {
+				p.Data[i] = 0.1 * float32(i%7-3)
+			}
+		}
+	}
 	for _, p := range m.Params() {
 		for i := range p.Data {
 			p.Data[i] *= 4
@@ -382,5 +404,27 @@ func TestConcurrentForward(t *testing.T) {
 	}
 	for i := range batches {
 		compare(t, "concurrent batch log-probs", got[i], want[i], tolerance{abs: 1e-6, rel: 1e-6})
+	}
+}
+
+// Every architecture the config layer accepts builds: qwen3's q/k norm,
+// Llama 3's RoPE scaling, plain RoPE spelled either way, a head dimension
+// other than hidden_size / heads.
+func TestAcceptedArchitecturesBuild(t *testing.T) {
+	const base = `"hidden_size":32,"intermediate_size":48,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,"max_position_embeddings":64`
+	for _, js := range []string{
+		`{"model_type":"llama",` + base + `,"rope_scaling":{"rope_type":"default"}}`,
+		`{"model_type":"llama",` + base + `,"rope_scaling":{"type":"default"}}`,
+		`{"model_type":"qwen2",` + base + `,"head_dim":16}`,
+		`{"model_type":"qwen3",` + base + `,"head_dim":16}`,
+		`{"model_type":"llama",` + base + `,"rope_scaling":{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}}`,
+	} {
+		cfg, err := ParseConfig([]byte(js))
+		if err != nil {
+			t.Fatalf("ParseConfig(%s): %v", js, err)
+		}
+		if _, err := New(cfg, 1); err != nil {
+			t.Errorf("New(%s): %v", js, err)
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/aipo-rl/aipo/learner/hfconfig"
 )
 
 // Qwen3 (per-head q/k norm, head_dim independent of hidden_size) and
@@ -139,7 +141,7 @@ func TestTinyLlama3MatchesPyTorch(t *testing.T) {
 // Llama 3.1's figures): wavelengths under 2048 keep their frequency, over
 // 8192 are divided by 8, and in between s = (8192/w - 1)/3 mixes the two.
 func TestLlama3Frequencies(t *testing.T) {
-	r := &RopeScaling{RopeType: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
+	r := &hfconfig.RopeScaling{RopeType: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
 	f := []float64{2 * math.Pi / 100, 2 * math.Pi / 4096, 2 * math.Pi / 10000}
 	llama3Frequencies(f, r)
 	s := (8192.0/4096 - 1) / 3

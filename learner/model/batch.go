@@ -27,7 +27,7 @@ type prepared struct {
 }
 
 func (m *Model) prepare(b Batch, allRows bool) (*prepared, error) {
-	p, err := m.cfg.prepareBatch(b, allRows)
+	p, err := prepareBatch(m.cfg, b, allRows)
 	if err != nil {
 		return nil, err
 	}
@@ -46,10 +46,10 @@ type BatchLayout struct {
 	MaxLen  int     // longest sequence
 }
 
-// Layout validates b for a model of this configuration, with the errors
+// Layout validates b for a model of configuration c, with the errors
 // Forward would return, and derives its per-token data.
-func (c Config) Layout(b Batch) (BatchLayout, error) {
-	p, err := c.prepareBatch(b, false)
+func Layout(c Config, b Batch) (BatchLayout, error) {
+	p, err := prepareBatch(c, b, false)
 	if err != nil {
 		return BatchLayout{}, err
 	}
@@ -60,7 +60,7 @@ func (c Config) Layout(b Batch) (BatchLayout, error) {
 	return l, nil
 }
 
-func (c Config) prepareBatch(b Batch, allRows bool) (*prepared, error) {
+func prepareBatch(c Config, b Batch, allRows bool) (*prepared, error) {
 	N := len(b.Tokens)
 	if N == 0 {
 		return nil, fmt.Errorf("model: batch has no tokens")

@@ -34,7 +34,7 @@ const minTrainSamples = 10
 // (QK^T and PV forward; dP, dV, dQ, dK backward). The backward's recompute
 // of the probabilities is not counted: it is overhead, not useful work.
 func trainFLOPs(cfg Config, lens []int) float64 {
-	d := cfg.dims()
+	d := dimsOf(cfg)
 	N := 0
 	pairs := 0.0
 	for _, n := range lens {
@@ -91,7 +91,7 @@ func BenchmarkTrainStep(b *testing.B) {
 				}
 				return n
 			}
-			d := bc.cfg.dims()
+			d := dimsOf(bc.cfg)
 			ref := newSgemmRef(N, 2*d.F, d.C)
 			actBytes := step() // warm-up: fill the buffer pool, grow the rope table
 			t0 := time.Now()

@@ -2,7 +2,10 @@
 // transformer (the Llama / Qwen2 / Qwen3 family, Llama 3's rope_scaling
 // included, configured from a Hugging Face config.json): parameters under Hugging Face names, a forward pass that
 // yields per-token log-probabilities of target tokens over packed
-// sequences, and the matching backward pass.
+// sequences, and the matching backward pass. Its Config is
+// hfconfig.Config; a valid config with a feature these passes do not
+// compute yet (qwen3's q/k norm, llama3 RoPE scaling) is refused when the
+// model is built (see runnable).
 //
 // Every layer is a forward/backward function pair over flat float32 arrays
 // with its shapes in a comment (ops.go, rope.go, attention.go, head.go);

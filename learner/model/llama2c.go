@@ -39,7 +39,7 @@ func ReadLlama2C(r io.Reader) (Config, map[string]NamedTensor, error) {
 	if err := cfg.Validate(); err != nil {
 		return Config{}, nil, fmt.Errorf("model: llama2.c header %v is not a valid model (is this a version-0 llama2.c .bin?): %w", hdr, err)
 	}
-	d := cfg.dims()
+	d := dimsOf(cfg)
 	out := map[string]NamedTensor{}
 	read := func(n int) ([]float32, error) {
 		buf := make([]float32, n)

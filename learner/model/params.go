@@ -35,7 +35,7 @@ func (s spec) size() int {
 // q, k, v weights (and their biases) are adjacent so that one matrix
 // multiply computes all three, and so are gate and up.
 func layout(cfg Config) []spec {
-	d := cfg.dims()
+	d := dimsOf(cfg)
 	var out []spec
 	off := 0
 	add := func(name string, shape ...int) {
@@ -122,7 +122,7 @@ func spansOf(cfg Config, specs []spec) Spans {
 	for _, s := range specs {
 		byName[s.name] = s
 	}
-	d := cfg.dims()
+	d := dimsOf(cfg)
 	at := func(name string, n int) Span {
 		s, ok := byName[name]
 		if !ok {
@@ -200,11 +200,11 @@ type Model struct {
 }
 
 func newModel(cfg Config) (*Model, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	if _, err := cfg.Arch(); err != nil {
+		return nil, fmt.Errorf("model: config: %w", err)
 	}
 	specs := layout(cfg)
-	m := &Model{cfg: cfg, d: cfg.dims(), specs: specs}
+	m := &Model{cfg: cfg, d: dimsOf(cfg), specs: specs}
 	m.w = newWeights(cfg, specs)
 	m.g = newWeights(cfg, specs)
 	m.rope = newRopeTable(cfg.Head(), cfg.RopeTheta, cfg.RopeScaling)

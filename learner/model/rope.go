@@ -3,6 +3,8 @@ package model
 import (
 	"math"
 	"sync"
+
+	"github.com/aipo-rl/aipo/learner/hfconfig"
 )
 
 // ropeTable holds cos and sin of pos*theta^(-2i/D) for i < D/2, in the
@@ -17,12 +19,12 @@ type ropeTable struct {
 
 // newRopeTable builds the table for head dimension D, base theta and, when
 // scaling is of rope_type llama3, Llama 3's rescaled frequencies.
-func newRopeTable(D int, theta float64, scaling *RopeScaling) *ropeTable {
+func newRopeTable(D int, theta float64, scaling *hfconfig.RopeScaling) *ropeTable {
 	t := &ropeTable{half: D / 2, invFreq: make([]float64, D/2)}
 	for i := range t.invFreq {
 		t.invFreq[i] = 1 / math.Pow(theta, float64(2*i)/float64(D))
 	}
-	if scaling != nil && scaling.kind() == "llama3" {
+	if scaling != nil && scaling.Kind() == hfconfig.RopeLlama3 {
 		llama3Frequencies(t.invFreq, scaling)
 	}
 	return t
@@ -35,7 +37,7 @@ func newRopeTable(D int, theta float64, scaling *RopeScaling) *ropeTable {
 // those longer than o/low_freq_factor are slowed by factor; in between f
 // moves linearly in o/w from f/factor to f:
 // f' = (1-s)*f/factor + s*f with s = (o/w - low)/(high - low).
-func llama3Frequencies(invFreq []float64, r *RopeScaling) {
+func llama3Frequencies(invFreq []float64, r *hfconfig.RopeScaling) {
 	orig := float64(r.OriginalMaxPositionEmbeddings)
 	lowWave, highWave := orig/r.LowFreqFactor, orig/r.HighFreqFactor
 	for i, f := range invFreq {

@@ -2,42 +2,22 @@ package trainer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
-// ModelConfig converts a checkpoint's config.json to the model's view of it.
-func ModelConfig(c checkpoint.Config) (model.Config, error) {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return model.Config{}, err
-	}
-	return model.ParseConfig(b)
-}
-
-// CheckpointConfig converts a model config to a checkpoint config.json.
-func CheckpointConfig(c model.Config) (checkpoint.Config, error) {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return checkpoint.Config{}, err
-	}
-	return checkpoint.ParseConfig(b)
-}
-
-// ModelFromTensors builds a model from a config and named tensors.
+// ModelFromTensors builds a model from a checkpoint's config and tensors.
+// The model keeps the config as it is (checkpoint.Config and model.Config
+// are both hfconfig.Config), so that a checkpoint saved from it writes the
+// same config.json back.
 func ModelFromTensors(c checkpoint.Config, ts []checkpoint.Tensor) (*model.Model, error) {
-	mc, err := ModelConfig(c)
-	if err != nil {
-		return nil, err
-	}
 	named := make(map[string]model.NamedTensor, len(ts))
 	for _, t := range ts {
 		named[t.Name] = model.NamedTensor{Name: t.Name, Shape: t.Shape, Data: t.Data}
 	}
-	m, err := model.FromTensors(mc, named)
+	m, err := model.FromTensors(c, named)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: build model: %w", err)
 	}
@@ -67,12 +47,10 @@ func CloneModel(m *model.Model) (*model.Model, error) {
 }
 
 // SaveCheckpoint commits m as a checkpoint in dir with the given tokenizer
-// files, optimiser state and trainer state. A committed checkpoint already
-// there is an error wrapping checkpoint.ErrExists.
+// files (and other files that travel with them), optimiser state and
+// trainer state. config.json is the model's config as it was loaded, every
+// key kept (see checkpoint.Checkpoint.Config). A committed checkpoint
+// already there is an error wrapping checkpoint.ErrExists.
 func SaveCheckpoint(ctx context.Context, dir string, m *model.Model, tok map[string][]byte, opt []byte, st checkpoint.TrainerState) error {
-	cc, err := CheckpointConfig(m.Config())
-	if err != nil {
-		return err
-	}
-	return checkpoint.Save(ctx, dir, checkpoint.Checkpoint{Config: cc, Tensors: Tensors(m), Tokenizer: tok, Optimizer: opt, Trainer: st})
+	return checkpoint.Save(ctx, dir, checkpoint.Checkpoint{Config: m.Config(), Tensors: Tensors(m), Tokenizer: tok, Optimizer: opt, Trainer: st})
 }

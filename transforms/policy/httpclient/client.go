@@ -286,9 +286,20 @@ func transient(err error) bool {
 	if errors.As(err, &op) {
 		return true
 	}
+	// The server closed a kept-alive connection just as the request went
+	// out on it (a server shutting down does this to every idle one).
+	// net/http retries that itself only for requests it deems idempotent,
+	// not POSTs, and exports no value for it: the request was not read.
+	if strings.Contains(err.Error(), errServerClosedIdle) {
+		return true
+	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// errServerClosedIdle is net/http's message for a request sent on a
+// connection the server had just closed as idle.
+const errServerClosedIdle = "http: server closed idle connection"
 
 // completion is the part of a completions answer the client reads.
 type completion struct {

@@ -312,3 +312,16 @@ func TestUnreachableGivesUp(t *testing.T) {
 		t.Errorf("an unreachable server gave a StatusError: %v", err)
 	}
 }
+
+// A request sent on a kept-alive connection that the server closed as idle
+// at that moment was never read: it is retried. net/http reports it only
+// by its message, wrapped in a *url.Error.
+func TestServerClosedIdleIsTransient(t *testing.T) {
+	err := &url.Error{Op: "Post", URL: "http://127.0.0.1:1/v1/completions", Err: errors.New(errServerClosedIdle)}
+	if !transient(fmt.Errorf("http policy: %w", err)) {
+		t.Errorf("transient(%v) = false, want true", err)
+	}
+	if transient(&url.Error{Op: "Post", URL: "http://127.0.0.1:1/v1/completions", Err: errors.New("http: malformed response")}) {
+		t.Error("a malformed answer counted as transient")
+	}
+}
