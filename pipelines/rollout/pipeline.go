@@ -71,6 +71,8 @@ func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
 		PromptsPerBatch:  c.Rollout.PromptsPerBatch,
 		InteractionCost:  c.Rollout.InteractionCost,
 		RewardDataSource: c.Reward.DataSource,
+		RewardStrict:     c.Reward.IsStrict(),
+		ScoreTruncated:   c.Reward.ScoreTruncated,
 		Demo:             c.Data.Demo,
 		Advantage:        c.Advantage,
 	}

@@ -146,7 +146,21 @@ type Reward struct {
 	// each prompt's own data_source (see transforms/verify). The demo is
 	// scored by the demo task's own rule.
 	DataSource string `yaml:"data_source"`
+	// Strict (default true) scores training rewards in each verifier's
+	// strict form (verify.ForTraining): only the final answer the format
+	// marks counts (\boxed{} for math and integers, a boxed letter for
+	// multiple choice), never a fall-back to the last number of the text.
+	// Evaluation (aipo eval) keeps the lenient extraction benchmarks are
+	// usually scored with.
+	Strict *bool `yaml:"strict"`
+	// ScoreTruncated scores a response that the length budget cut off
+	// (finish_reason length) like any other; by default (false) it scores
+	// 0, whatever it holds.
+	ScoreTruncated bool `yaml:"score_truncated"`
 }
+
+// IsStrict is Strict with its default.
+func (r Reward) IsStrict() bool { return r.Strict == nil || *r.Strict }
 
 // Learner configures the learner.
 type Learner struct {

@@ -109,6 +109,10 @@
 //	collaborators.cache_entries answers the cache keeps over all roles (65536)
 //
 //	reward.data_source          verifier for every prompt instead of each prompt's data_source (none)
+//	reward.strict               training rewards from the format's marked answer only: \boxed{} for math and
+//	                            integers, a boxed letter for choices; no last-number fall-back (true;
+//	                            aipo eval keeps its own, lenient extraction)
+//	reward.score_truncated      score responses the length budget cut off instead of giving them 0 (false)
 //
 //	advantage.method            grpo, drgrpo or rloo (grpo)
 //	advantage.epsilon           added to GRPO's std (1e-6)

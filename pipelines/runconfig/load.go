@@ -141,6 +141,10 @@ func (c *Config) resolvePaths() {
 // Knowledge Agent wrong 20% of the time) when none are configured, and
 // eval.splits and eval.max_response_tokens. It is idempotent.
 func (c *Config) Fill() {
+	if c.Reward.Strict == nil {
+		strict := true
+		c.Reward.Strict = &strict
+	}
 	if c.Run.Name == "" && c.Run.Dir != "" {
 		c.Run.Name = path.Base(strings.TrimRight(filepath.ToSlash(c.Run.Dir), "/"))
 	}

@@ -146,7 +146,7 @@ func (c Config) validateRest() error {
 		return fieldError("collaborators.demo_task", "differs from data.demo_task: the built-in agents must answer about the run's task (leave collaborators.demo_task out)")
 	}
 	if c.Reward.DataSource != "" {
-		if _, err := verify.ForDataSource(c.Reward.DataSource); err != nil {
+		if _, err := verify.ForTraining(c.Reward.DataSource, c.Reward.IsStrict()); err != nil {
 			return fieldError("reward.data_source", "%v", err)
 		}
 	}

@@ -127,6 +127,41 @@ func TestScoreGroup(t *testing.T) {
 	}
 }
 
+// A response cut off by the length budget scores 0 (and counts as wrong)
+// unless score_truncated is set; strict rewards ignore a trailing guess.
+func TestScoreTruncatedAndStrict(t *testing.T) {
+	group := func() Group {
+		return Group{
+			Prompt: schemas.Prompt{ID: "m", Answer: "42", DataSource: "math"},
+			Trajectories: []schemas.Trajectory{
+				{FinishReason: schemas.FinishLength, ResponseIDs: []int32{1, 2}},
+				{FinishReason: schemas.FinishStop, ResponseIDs: []int32{1}},
+				{FinishReason: schemas.FinishStop, ResponseIDs: []int32{1}},
+			},
+			PolicyTexts: []string{`\boxed{42} and then on and on`, `\boxed{42}`, `so it is 42`},
+		}
+	}
+	for _, c := range []struct {
+		spec Spec
+		want []float32
+	}{
+		{Spec{RewardStrict: true}, []float32{0, 1, 0}},
+		{Spec{RewardStrict: true, ScoreTruncated: true}, []float32{1, 1, 0}},
+		{Spec{RewardStrict: false}, []float32{0, 1, 1}},
+	} {
+		g := group()
+		if err := ScoreGroup(c.spec, &g); err != nil {
+			t.Fatal(err)
+		}
+		for i, tr := range g.Trajectories {
+			if tr.Reward != c.want[i] || tr.Correct != (c.want[i] > 0) {
+				t.Errorf("strict %v score_truncated %v, trajectory %d (%s, %q): reward %v correct %v, want %v",
+					c.spec.RewardStrict, c.spec.ScoreTruncated, i, tr.FinishReason, g.PolicyTexts[i], tr.Reward, tr.Correct, c.want[i])
+			}
+		}
+	}
+}
+
 func TestRenderer(t *testing.T) {
 	r, err := NewRenderer("", "", []collab.Agent{collab.Knowledge, collab.Reason}, interact.Default())
 	if err != nil {

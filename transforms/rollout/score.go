@@ -43,6 +43,12 @@ func ScoreGroup(spec Spec, g *Group) error {
 		if err != nil {
 			return err
 		}
+		// A response the length budget cut off earns nothing unless the
+		// run says otherwise: an answer guessed before the budget ran out
+		// is not one the policy finished.
+		if t.FinishReason == schemas.FinishLength && !spec.ScoreTruncated {
+			correct, score = false, 0
+		}
 		r := score - float32(spec.InteractionCost)*float32(len(t.InteractionAgent))
 		t.Reward = spec.Advantage.Shape(r, len(t.ResponseIDs))
 		t.Correct = correct
@@ -66,7 +72,7 @@ func Verify(spec Spec, p schemas.Prompt, text string) (bool, float32, error) {
 	if spec.RewardDataSource != "" {
 		ds = spec.RewardDataSource
 	}
-	v, err := verify.ForDataSource(ds)
+	v, err := verify.ForTraining(ds, spec.RewardStrict)
 	if err != nil {
 		return false, 0, fmt.Errorf("rollout: prompt %s: %w (or set reward.data_source)", p.ID, err)
 	}

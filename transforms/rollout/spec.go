@@ -36,6 +36,11 @@ type Spec struct {
 	InteractionCost float64 `json:"interaction_cost"`
 	// RewardDataSource, when set, picks the verifier of every prompt.
 	RewardDataSource string `json:"reward_data_source"`
+	// RewardStrict scores with each verifier's strict form (see
+	// verify.ForTraining); ScoreTruncated scores responses the length
+	// budget cut off instead of giving them 0.
+	RewardStrict   bool `json:"reward_strict"`
+	ScoreTruncated bool `json:"score_truncated"`
 	// Demo scores with demotask.Score (prompts' answers are integers).
 	Demo      bool             `json:"demo"`
 	Advantage advantage.Config `json:"advantage"`

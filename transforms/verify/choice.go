@@ -11,6 +11,13 @@ import (
 type ChoiceVerifier struct {
 	// Letters are the valid choices, upper case ("ABCD"); empty means A-J.
 	Letters string
+	// BoxedOnly accepts only a boxed letter (the strict form).
+	BoxedOnly bool
+}
+
+// StrictForm implements Stricter: a boxed letter only.
+func (v ChoiceVerifier) StrictForm() Verifier {
+	return ChoiceVerifier{Letters: v.Letters, BoxedOnly: true}
 }
 
 func (v ChoiceVerifier) letters() string {
@@ -71,8 +78,17 @@ func (v ChoiceVerifier) Verify(response, groundTruth string) Result {
 	if !ok {
 		return verdict(false, "", fmt.Sprintf("ground truth %q is not one of the choices %s", groundTruth, letters))
 	}
-	got, ok := ExtractChoice(response, letters)
-	if !ok {
+	var got string
+	if v.BoxedOnly {
+		if b, found := ExtractBoxed(response); found {
+			got, ok = choiceLetter(b, letters)
+		} else {
+			ok = false
+		}
+		if !ok {
+			return verdict(false, "", "no \\boxed{} choice letter in the response")
+		}
+	} else if got, ok = ExtractChoice(response, letters); !ok {
 		return verdict(false, "", "no choice letter in the response")
 	}
 	if got == gt {

@@ -16,6 +16,18 @@ type IntegerVerifier struct {
 	// Terminator, when set, must follow the integer (spaces allowed in
 	// between), for example ";"; a response without it scores 0.
 	Terminator string
+	// BoxedOnly, without a Marker, takes the answer from the last
+	// \boxed{} only, never the last integer of the text (the strict form).
+	BoxedOnly bool
+}
+
+// StrictForm implements Stricter: a verifier with a Marker already reads a
+// marked answer only; one without reads the last \boxed{} only.
+func (v IntegerVerifier) StrictForm() Verifier {
+	if v.Marker == "" {
+		v.BoxedOnly = true
+	}
+	return v
 }
 
 // reIntegerLike matches an integer and any fractional or grouped tail, so
@@ -42,6 +54,17 @@ func (v IntegerVerifier) Verify(response, groundTruth string) Result {
 			return verdict(false, "", fmt.Sprintf("no integer after the last %q", v.Marker))
 		}
 		digits, rest = after[:loc[1]], after[loc[1]:]
+	} else if v.BoxedOnly {
+		b, ok := ExtractBoxed(response)
+		if !ok {
+			return verdict(false, "", "no \\boxed{} answer in the response")
+		}
+		b = strings.TrimSpace(b)
+		loc := reIntegerLike.FindStringIndex(b)
+		if loc == nil || loc[0] != 0 || loc[1] != len(b) {
+			return verdict(false, b, fmt.Sprintf("boxed answer %q is not an integer", b))
+		}
+		digits = b
 	} else {
 		locs := reIntegerLike.FindAllStringIndex(response, -1)
 		if locs == nil {

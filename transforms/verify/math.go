@@ -85,6 +85,9 @@ type MathVerifier struct {
 	Strict bool
 }
 
+// StrictForm implements Stricter: boxed answers only.
+func (v MathVerifier) StrictForm() Verifier { return MathVerifier{Strict: true} }
+
 // Verify implements Verifier. The ground truth may be a bare answer, a GSM8K
 // solution ending in "#### N", or a solution with a \boxed answer.
 func (v MathVerifier) Verify(response, groundTruth string) Result {

@@ -33,8 +33,8 @@ var (
 func init() {
 	math := MathVerifier{}
 	for _, ds := range []string{
-		"math", "math500", "math_500", "deepscaler", "gsm8k",
-		"aime", "aime24", "aime25", "amc", "amc23",
+		"math", "math500", "math_500", "deepscaler", "deepscaler_math", "gsm8k",
+		"aime", "aime24", "aime25", "aime_1983_2023", "amc", "amc23",
 	} {
 		registry[ds] = math
 	}
@@ -69,6 +69,28 @@ func Register(name string, v Verifier) {
 	registryMu.Lock()
 	registry[key] = v
 	registryMu.Unlock()
+}
+
+// Stricter is a verifier that has a strict form: one that accepts only a
+// final answer given the way the format marks it (a box, a tag) and never
+// falls back to the last number or letter of the text.
+type Stricter interface {
+	StrictForm() Verifier
+}
+
+// ForTraining returns the verifier of a data_source as training rewards
+// use it: with strict set, its strict form (see Stricter), so that a policy
+// cannot collect reward by ending its text with a guess; otherwise the
+// registered one. Evaluation uses ForDataSource as registered.
+func ForTraining(ds string, strict bool) (Verifier, error) {
+	v, err := ForDataSource(ds)
+	if err != nil || !strict {
+		return v, err
+	}
+	if s, ok := v.(Stricter); ok {
+		return s.StrictForm(), nil
+	}
+	return v, nil
 }
 
 // DataSources lists the registered data_source names in sorted order.

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/verify"
 	"github.com/parquet-go/parquet-go"
 	"gopkg.in/yaml.v3"
 )
@@ -460,5 +461,16 @@ func TestFieldNamesAndResolve(t *testing.T) {
 	}
 	if _, err := Read(context.Background(), Source{Path: filepath.Join(t.TempDir(), "missing.jsonl"), DataSource: "x"}, nil, nil); err == nil || !strings.Contains(err.Error(), "missing.jsonl") {
 		t.Errorf("a missing file should be an error naming it: %v", err)
+	}
+}
+
+// Every preset's data_source has a training verifier, so that a rollout
+// on it scores without reward.data_source.
+func TestPresetsHaveVerifiers(t *testing.T) {
+	for _, name := range PresetNames() {
+		ds := Presets[name].DataSource
+		if _, err := verify.ForTraining(ds, true); err != nil {
+			t.Errorf("preset %s: data_source %s: %v", name, ds, err)
+		}
 	}
 }
