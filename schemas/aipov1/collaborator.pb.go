@@ -46,7 +46,12 @@ type AnswerRequest struct {
 	// Index of the interaction within the trajectory.
 	Call int32 `protobuf:"varint,7,opt,name=call,proto3" json:"call,omitempty"`
 	// Seed derived from the run seed, step, prompt, sample and call.
-	Seed          uint64 `protobuf:"varint,8,opt,name=seed,proto3" json:"seed,omitempty"`
+	Seed uint64 `protobuf:"varint,8,opt,name=seed,proto3" json:"seed,omitempty"`
+	// The prompt's problem, when the role's context setting sends it.
+	Problem string `protobuf:"bytes,9,opt,name=problem,proto3" json:"problem,omitempty"`
+	// The policy's text before the call, when the role's context setting
+	// sends it.
+	Context       string `protobuf:"bytes,10,opt,name=context,proto3" json:"context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -135,6 +140,20 @@ func (x *AnswerRequest) GetSeed() uint64 {
 		return x.Seed
 	}
 	return 0
+}
+
+func (x *AnswerRequest) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+func (x *AnswerRequest) GetContext() string {
+	if x != nil {
+		return x.Context
+	}
+	return ""
 }
 
 // AnswerResponse is an agent's answer.
@@ -315,7 +334,7 @@ var File_aipo_v1_collaborator_proto protoreflect.FileDescriptor
 
 const file_aipo_v1_collaborator_proto_rawDesc = "" +
 	"\n" +
-	"\x1aaipo/v1/collaborator.proto\x12\aaipo.v1\"\xbc\x01\n" +
+	"\x1aaipo/v1/collaborator.proto\x12\aaipo.v1\"\xf0\x01\n" +
 	"\rAnswerRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x10\n" +
@@ -324,7 +343,10 @@ const file_aipo_v1_collaborator_proto_rawDesc = "" +
 	"\tprompt_id\x18\x05 \x01(\tR\bpromptId\x12\x16\n" +
 	"\x06sample\x18\x06 \x01(\x05R\x06sample\x12\x12\n" +
 	"\x04call\x18\a \x01(\x05R\x04call\x12\x12\n" +
-	"\x04seed\x18\b \x01(\x04R\x04seed\"\x89\x01\n" +
+	"\x04seed\x18\b \x01(\x04R\x04seed\x12\x18\n" +
+	"\aproblem\x18\t \x01(\tR\aproblem\x12\x18\n" +
+	"\acontext\x18\n" +
+	" \x01(\tR\acontext\"\x89\x01\n" +
 	"\x0eAnswerResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
 	"\x05noisy\x18\x02 \x01(\bR\x05noisy\x12\x16\n" +

@@ -50,8 +50,13 @@ func (a Agent) Source() int8 {
 
 // Query is one call of a policy to an agent.
 type Query struct {
-	Agent    Agent
-	Text     string // what the policy wrote inside the agent's tag
+	Agent Agent
+	Text  string // what the policy wrote inside the agent's tag
+	// Problem is the prompt's problem and Context the policy's text before
+	// the call (earlier agents' answers included): the interaction
+	// context, sent as the role's context setting says (RoleConfig.Context).
+	Problem  string
+	Context  string
 	Run      string // run identifier (cache scope)
 	Step     int64  // training step (drives the Knowledge Agent's noise curriculum)
 	PromptID string

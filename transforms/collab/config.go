@@ -68,7 +68,9 @@ type RoleConfig struct {
 	// System and SystemFile give the system prompt template (inline text
 	// or a file, relative to the config file); Prompt and PromptFile the
 	// user message template. Go text/template syntax with the fields
-	// .Query, .Noisy and .Documents. Empty: the built-in text of the role.
+	// .Query, .Problem, .Context (empty unless Context sends them), .Noisy
+	// and .Documents. Empty: the built-in text of the role
+	// (transforms/collab/openai/prompts).
 	System     string `yaml:"system,omitempty"`
 	SystemFile string `yaml:"system_file,omitempty"`
 	Prompt     string `yaml:"prompt,omitempty"`
@@ -110,6 +112,46 @@ type RoleConfig struct {
 	Breaker Breaker `yaml:"breaker,omitempty"`
 	// Cache turns the per-run answer cache on or off; unset means on.
 	Cache *bool `yaml:"cache,omitempty"`
+	// Context is what of the trajectory the agent is sent besides the
+	// query (the paper's interaction context I_j): "query" (only what the
+	// policy wrote inside the tag), "problem" (and the problem), or
+	// "full" (and the policy's text so far). Unset: full for the verify
+	// and reason roles, problem for knowledge, query for builtin-demo
+	// (whose answers depend on the query alone). Answers are cached per
+	// query and the context sent.
+	Context string `yaml:"context,omitempty"`
+}
+
+// Context modes of RoleConfig.Context.
+const (
+	ContextQuery   = "query"
+	ContextProblem = "problem"
+	ContextFull    = "full"
+)
+
+// ContextFor is the context mode of the role of agent a, its default
+// filled in.
+func (r RoleConfig) ContextFor(a Agent) string {
+	switch {
+	case r.Context != "":
+		return r.Context
+	case r.Kind == KindBuiltinDemo:
+		return ContextQuery
+	case a == Knowledge:
+		return ContextProblem
+	}
+	return ContextFull
+}
+
+// trimContext drops from q what mode does not send.
+func trimContext(q Query, mode string) Query {
+	switch mode {
+	case ContextQuery:
+		q.Problem, q.Context = "", ""
+	case ContextProblem:
+		q.Context = ""
+	}
+	return q
 }
 
 // Backoff is exponential with full jitter: before retry n the call waits a
@@ -263,6 +305,11 @@ func (r RoleConfig) validate(a Agent) error {
 	}
 	if r.Prompt != "" && r.PromptFile != "" {
 		return errors.New("set prompt or prompt_file, not both")
+	}
+	switch r.Context {
+	case "", ContextQuery, ContextProblem, ContextFull:
+	default:
+		return fmt.Errorf("context %q is unknown (want %s, %s or %s)", r.Context, ContextQuery, ContextProblem, ContextFull)
 	}
 	if r.Noise != nil {
 		if a != Knowledge {

@@ -58,9 +58,16 @@ type Resilient struct {
 	guard *guard.Guard
 	cache *Cache
 	det   bool
+	// context is the role's context mode (RoleConfig.Context): what of a
+	// query's Problem and Context reaches the collaborator and the key.
+	context string
 
 	hits, noisy atomic.Int64
 }
+
+// SetContext sets the context mode (ContextQuery, ContextProblem or
+// ContextFull; "" sends everything).
+func (r *Resilient) SetContext(mode string) { r.context = mode }
 
 // NewResilient wraps inner, the collaborator of agent. cache may be nil (no
 // caching); g's Counters must be set.
@@ -91,6 +98,7 @@ func (r *Resilient) Answer(ctx context.Context, q Query) (Answer, error) {
 	if q.Agent == "" {
 		q.Agent = r.agent
 	}
+	q = trimContext(q, r.context)
 	var (
 		ans Answer
 		err error
@@ -138,6 +146,9 @@ func (r *Resilient) call(ctx context.Context, q Query) (Answer, error) {
 // key is the cache key of q (see the package doc).
 func (r *Resilient) key(q Query) string {
 	k := q.Run + "\x00" + string(q.Agent) + "\x00" + q.Text
+	if q.Problem != "" || q.Context != "" {
+		k += "\x00" + q.Problem + "\x00" + q.Context
+	}
 	if !r.det {
 		k += "\x00" + strconv.FormatInt(q.Step, 10) + "\x00" + strconv.FormatUint(q.Seed, 10)
 	}

@@ -134,7 +134,9 @@ func NewSet(ctx context.Context, cfg Config, env Env) (Set, error) {
 		if *r.Cache {
 			c = cache
 		}
-		set[a] = NewResilient(a, inner, g, c)
+		res := NewResilient(a, inner, g, c)
+		res.SetContext(r.ContextFor(a))
+		set[a] = res
 	}
 	return set, nil
 }

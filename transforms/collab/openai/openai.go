@@ -170,8 +170,8 @@ func parseTemplate(agent collab.Agent, part, text string) (*template.Template, e
 	}
 	// Render once with sample data so that a template naming a field that
 	// does not exist fails now, not on the first call.
-	if err := t.Execute(io.Discard, templateData{Query: "q", Documents: 1}); err != nil {
-		return nil, fmt.Errorf("openai: %s %s template: %w (fields: .Query, .Noisy, .Documents)", agent, part, err)
+	if err := t.Execute(io.Discard, templateData{Query: "q", Problem: "p", Context: "c", Documents: 1}); err != nil {
+		return nil, fmt.Errorf("openai: %s %s template: %w (fields: .Query, .Problem, .Context, .Noisy, .Documents)", agent, part, err)
 	}
 	return t, nil
 }
@@ -179,6 +179,8 @@ func parseTemplate(agent collab.Agent, part, text string) (*template.Template, e
 // templateData is what the templates see.
 type templateData struct {
 	Query     string
+	Problem   string // empty unless the role's context sends it
+	Context   string // the policy's text before the call, likewise
 	Noisy     bool
 	Documents int
 }
@@ -216,7 +218,7 @@ type chatRequest struct {
 
 // Answer asks the model.
 func (c *Client) Answer(ctx context.Context, q collab.Query) (collab.Answer, error) {
-	data := templateData{Query: q.Text, Documents: c.opt.Documents}
+	data := templateData{Query: q.Text, Problem: q.Problem, Context: q.Context, Documents: c.opt.Documents}
 	if c.opt.Agent == collab.Knowledge {
 		data.Noisy = c.opt.Noise.Noisy(q)
 	}

@@ -91,6 +91,7 @@ func FromRequest(r *aipov1.AnswerRequest) collab.Query {
 	return collab.Query{
 		Agent: collab.Agent(r.GetAgent()), Text: r.GetText(), Run: r.GetRun(), Step: r.GetStep(),
 		PromptID: r.GetPromptId(), Sample: int(r.GetSample()), Call: int(r.GetCall()), Seed: r.GetSeed(),
+		Problem: r.GetProblem(), Context: r.GetContext(),
 	}
 }
 
@@ -98,7 +99,7 @@ func FromRequest(r *aipov1.AnswerRequest) collab.Query {
 func ToRequest(q collab.Query) *aipov1.AnswerRequest {
 	return &aipov1.AnswerRequest{
 		Agent: string(q.Agent), Text: q.Text, Run: q.Run, Step: q.Step, PromptId: q.PromptID,
-		Sample: int32(q.Sample), Call: int32(q.Call), Seed: q.Seed,
+		Sample: int32(q.Sample), Call: int32(q.Call), Seed: q.Seed, Problem: q.Problem, Context: q.Context,
 	}
 }
 
