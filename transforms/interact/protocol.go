@@ -334,7 +334,9 @@ func classifyPolicyError(err error) error {
 // serve stop this way; so do vLLM, whose text is cut at the stop string
 // while the token ids keep the whole token (SamplingParams "stop": "the
 // returned output will not contain the stop strings"), reporting the
-// string in stop_reason, and SGLang, which reports it in matched_stop.
+// string in stop_reason (https://github.com/vllm-project/vllm/pull/2976;
+// include_stop_str_in_output keeps the string in the text), and SGLang,
+// which reports it in matched_stop.
 // Generation stops at the first completion of any stop string and seg
 // starts after the previous stop or insertion, so the stop is the
 // occurrence of a stop string in seg that ends first: a call when it is a
