@@ -16,6 +16,22 @@
 // within what the policy wrote since the last answer was appended; when the
 // opening tag is missing, it is all of that text.
 //
+// # Tags on any vocabulary
+//
+// Calls are found on text, never on token boundaries. The protocol's stop
+// strings end a policy call once the decoded output contains one; the
+// token that completed it is kept whole (token in, token out: the
+// policy's tokens are never re-encoded). On real vocabularies that token
+// often carries more characters after the tag: Qwen3 and Llama 3 encode
+// "</verify>\n" as "</", "verify", ">\n", and hold hundreds of tokens
+// that start with ">" (">.", ">,", ">)", ">So" ...). A closing tag
+// completed inside a token is a call all the same; the characters of that
+// token after the tag stay the policy's, and the answer block is appended
+// after the token, so the response decodes to exactly what the policy and
+// the agents wrote, and each interaction's span covers exactly the
+// inserted tokens. Tags split over several tokens, opening tags merged
+// with a leading space, and tags at the very end are found the same way.
+//
 // # Who writes the result's opening delimiter (Config.OpenerBy)
 //
 // "system" (the paper's protocol): the policy stops at a closing agent tag;

@@ -321,24 +321,60 @@ func classifyPolicyError(err error) error {
 	return &guard.Error{Kind: guard.KindUnavailable, Err: err}
 }
 
-// parseCall decides whether the policy's text since the last insertion ends
-// with a call, and returns the tag and the query.
+// parseCall decides whether the policy's text since the last insertion
+// (seg, decoded from its tokens) ended with a call, and returns the tag and
+// the query.
+//
+// The decision is made on text, not on token boundaries: an engine stops
+// once the decoded output contains a stop string, and the token that
+// completed it stays whole in the token ids. On a real vocabulary that
+// token often carries more characters after the tag (Qwen3 and Llama 3
+// hold ">\n", ">.", ">," and hundreds more tokens starting with ">"), so
+// seg need not end with the closing tag. The in-process engine and aipo
+// serve stop this way; so do vLLM, whose text is cut at the stop string
+// while the token ids keep the whole token (SamplingParams "stop": "the
+// returned output will not contain the stop strings"), reporting the
+// string in stop_reason (https://github.com/vllm-project/vllm/pull/2976;
+// include_stop_str_in_output keeps the string in the text), and SGLang,
+// which reports it in matched_stop.
+// Generation stops at the first completion of any stop string and seg
+// starts after the previous stop or insertion, so the stop is the
+// occurrence of a stop string in seg that ends first: a call when it is a
+// protocol tag (opener_by system: a closing tag; policy: a closing tag
+// with <result> right after it), the end of the trajectory when it is one
+// of Config.Stop. The characters after it stay in the policy's token; the
+// answer is appended after that token.
 func (p *Protocol) parseCall(seg string) (Tag, string, bool) {
-	for _, t := range Tags {
+	best, bestEnd := -1, len(seg)+1
+	for k, t := range Tags {
 		suffix := t.Close
 		if p.cfg.OpenerBy == OpenerPolicy {
 			suffix += ResultOpen
 		}
-		if !strings.HasSuffix(seg, suffix) {
-			continue
+		if i := strings.Index(seg, suffix); i >= 0 && i+len(suffix) < bestEnd {
+			best, bestEnd = k, i+len(suffix)
 		}
-		body := seg[:len(seg)-len(suffix)]
-		if i := strings.LastIndex(body, t.Open); i >= 0 {
-			body = body[i+len(t.Open):]
-		}
-		return t, strings.TrimSpace(body), true
 	}
-	return Tag{}, "", false
+	if best < 0 {
+		return Tag{}, "", false
+	}
+	for _, s := range p.cfg.Stop {
+		// A stop string of the configuration that ends before the tag
+		// ended generation first (on a tie the tag wins, as the engines
+		// check the protocol's stop strings first).
+		if i := strings.Index(seg[:bestEnd], s); i >= 0 && i+len(s) < bestEnd {
+			return Tag{}, "", false
+		}
+	}
+	t := Tags[best]
+	body := seg[:bestEnd-len(t.Close)]
+	if p.cfg.OpenerBy == OpenerPolicy {
+		body = seg[:bestEnd-len(t.Close)-len(ResultOpen)]
+	}
+	if i := strings.LastIndex(body, t.Open); i >= 0 {
+		body = body[i+len(t.Open):]
+	}
+	return t, strings.TrimSpace(body), true
 }
 
 // interact answers one call: asks the agent (or answers with the limit
