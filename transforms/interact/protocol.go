@@ -103,6 +103,9 @@ type Task struct {
 	// Prompt is the prompt's token ids (system prompt and chat template
 	// included).
 	Prompt []int32
+	// Problem is the prompt's problem text, sent to agents whose context
+	// setting includes it (collab.RoleConfig.Context).
+	Problem string
 }
 
 // Session is the engine session name of the trajectory.
@@ -179,6 +182,9 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 		out.Err = fmt.Errorf("prompt %s has %d tokens, which leaves no room in the policy's context of %d", task.PromptID, len(task.Prompt), p.info.MaxContext)
 	}
 	segStart := 0 // first response token the policy wrote since the last insertion
+	// sofar is the response's text before segStart (the policy's segments
+	// and the inserted answers), for the agents' interaction context.
+	var sofar strings.Builder
 	versionSet := false
 	for turn := 0; finish == ""; turn++ {
 		remaining := budget - len(resp.ids)
@@ -234,12 +240,28 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 			}
 			if p.cfg.Unanswered {
 				// Nobody answers: the policy writes on, its result too.
+				sofar.WriteString(seg)
 				segStart = len(resp.ids)
 				continue
 			}
-			inserted, err := p.interact(ctx, task, &tr, &resp, budget, tag, query)
+			// The interaction context: everything before this call's
+			// opening tag.
+			before := seg
+			if i := strings.LastIndex(seg, tag.Open); i >= 0 {
+				before = seg[:i]
+			}
+			calls := len(tr.InteractionAgent)
+			inserted, err := p.interact(ctx, task, &tr, &resp, budget, tag, query, sofar.String()+before)
 			if err != nil {
 				return Outcome{}, err
+			}
+			sofar.WriteString(seg)
+			if len(tr.InteractionAgent) > calls {
+				if p.cfg.OpenerBy == OpenerSystem {
+					sofar.WriteString(ResultOpen)
+				}
+				sofar.WriteString(tr.InteractionResult[calls])
+				sofar.WriteString(ResultClose)
 			}
 			segStart = len(resp.ids)
 			if !inserted || len(resp.ids) >= budget {
@@ -381,7 +403,7 @@ func (p *Protocol) parseCall(seg string) (Tag, string, bool) {
 // notice), and appends the answer with its wrappers within the budget.
 // It reports false when not even the wrappers fit: the budget then ends the
 // trajectory without a call.
-func (p *Protocol) interact(ctx context.Context, task Task, tr *schemas.Trajectory, resp *response, budget int, tag Tag, query string) (bool, error) {
+func (p *Protocol) interact(ctx context.Context, task Task, tr *schemas.Trajectory, resp *response, budget int, tag Tag, query, interactionContext string) (bool, error) {
 	var open []int32
 	if p.cfg.OpenerBy == OpenerSystem {
 		open = p.resultOpen
@@ -397,6 +419,8 @@ func (p *Protocol) interact(ctx context.Context, task Task, tr *schemas.Trajecto
 		ans, err := p.agents.Answer(ctx, collab.Query{
 			Agent:    tag.Agent,
 			Text:     query,
+			Problem:  task.Problem,
+			Context:  interactionContext,
 			Run:      task.Run,
 			Step:     task.Step,
 			PromptID: task.PromptID,

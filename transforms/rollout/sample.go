@@ -202,7 +202,7 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 			defer func() { <-f.w.slots }()
 			task := interact.Task{
 				Run: f.Spec.Run, Step: f.Spec.Step, RunSeed: f.Spec.Seed,
-				PromptID: p.ID, Sample: j, DataSource: p.DataSource, Prompt: ids,
+				PromptID: p.ID, Sample: j, DataSource: p.DataSource, Prompt: ids, Problem: p.Problem,
 			}
 			out, err := f.w.protocol.Run(ctx, task)
 			if err != nil {

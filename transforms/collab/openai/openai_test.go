@@ -305,3 +305,58 @@ func FuzzParseChat(f *testing.F) {
 		}
 	})
 }
+
+// An agent's request carries the interaction context its role's context
+// setting sends: the query alone, the problem too, or the policy's text so
+// far as well; by default full for verify and reason, problem for
+// knowledge.
+func TestRolesSendTheirContext(t *testing.T) {
+	const key = "sk-test-0123456789"
+	f := newFakeLLM(t, key, 0)
+	t.Setenv("AIPO_TEST_LLM_KEY", key)
+	q := collab.Query{Text: "2+2=4", Problem: "PROBLEM-TEXT", Context: "WORK-SO-FAR", Seed: 1}
+	for _, c := range []struct {
+		agent         collab.Agent
+		mode          string
+		problem, work bool
+	}{
+		{collab.Verify, "", true, true},
+		{collab.Reason, "", true, true},
+		{collab.Knowledge, "", true, false},
+		{collab.Verify, collab.ContextQuery, false, false},
+		{collab.Verify, collab.ContextProblem, true, false},
+		{collab.Knowledge, collab.ContextFull, true, true},
+	} {
+		cfg := faultConfig(f.url(), -1)
+		role := *cfg.Verify
+		role.Context = c.mode
+		cfg = collab.Config{}
+		switch c.agent {
+		case collab.Verify:
+			cfg.Verify = &role
+		case collab.Reason:
+			cfg.Reason = &role
+		case collab.Knowledge:
+			cfg.Knowledge = &role
+		}
+		set, err := collab.NewSet(context.Background(), cfg, collab.Env{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := q
+		q.Agent = c.agent
+		if _, err := set.Answer(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+		set.Close()
+		user := f.requests[len(f.requests)-1].Messages[1].Content
+		if strings.Contains(user, "PROBLEM-TEXT") != c.problem || strings.Contains(user, "WORK-SO-FAR") != c.work || !strings.Contains(user, "2+2=4") {
+			t.Errorf("%s with context %q: user message %q; want problem %v, work so far %v, and the query", c.agent, c.mode, user, c.problem, c.work)
+		}
+	}
+	bad := faultConfig(f.url(), -1)
+	bad.Verify.Context = "everything"
+	if _, err := collab.NewSet(context.Background(), bad, collab.Env{}); err == nil || !strings.Contains(err.Error(), "everything") {
+		t.Errorf("an unknown context mode: %v, want an error naming it", err)
+	}
+}

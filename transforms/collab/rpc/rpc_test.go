@@ -186,3 +186,11 @@ func unwrapStatus(err error) error {
 	}
 	return err
 }
+
+// The interaction context crosses the wire.
+func TestRequestCarriesContext(t *testing.T) {
+	q := collab.Query{Agent: collab.Verify, Text: "2+2=4", Problem: "p?", Context: "so far", Run: "r", Step: 3, PromptID: "x", Sample: 1, Call: 2, Seed: 9}
+	if got := FromRequest(ToRequest(q)); got != q {
+		t.Errorf("round trip of %+v gave %+v", q, got)
+	}
+}
