@@ -99,6 +99,9 @@
 //	collaborators.ROLE.breaker.failures     consecutive failures that open it, negative disables (5)
 //	collaborators.ROLE.breaker.cooldown     wait before a probe (10s)
 //	collaborators.ROLE.cache                per-run answer cache (true)
+//	collaborators.ROLE.context  what the agent is sent besides the query: query, problem or full (the
+//	                            response so far too); full for verify and reason, problem for knowledge,
+//	                            query for builtin-demo (see docs/operators.md)
 //	collaborators.demo_task     the task builtin-demo agents answer about (data.demo_task; must match it)
 //	collaborators.demo_task.seed            as data.demo_task.seed
 //	collaborators.demo_task.num_entities    as data.demo_task.num_entities
