@@ -1,9 +1,13 @@
 package serve
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -11,6 +15,9 @@ import (
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
+	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/train"
 )
 
 // logprobTol bounds |served log-prob - PyTorch's|. The reference is float64;
@@ -116,3 +123,167 @@ func TestServeHFDirMatchesPyTorch(t *testing.T) {
 	}
 }
 
+
+// One learner step from a plain bfloat16 Hugging Face directory, through
+// the entry points `aipo train --init` uses (train.SeedCheckpoint,
+// LoadPolicy, SavePolicy): every key of its config.json survives with its
+// value in both checkpoints; model.safetensors is bfloat16, each value the
+// float32 master in master.safetensors rounded; the masters reload bit for
+// bit (training resumes from them); and the checkpoint, stripped of our
+// extras (marker, masters, optimizer and trainer state), is a plain
+// Hugging Face directory that aipo serve answers from exactly as from the
+// checkpoint itself.
+func TestLearnerStepFromHFDirServes(t *testing.T) {
+	ctx := context.Background()
+	src, fx := hfDir(t, "qwen3")
+	gen := []byte(`{"bos_token_id": 151643, "eos_token_id": [151645, 151643], "temperature": 0.6, "top_p": 0.95}` + "\n")
+	if err := os.WriteFile(filepath.Join(src, checkpoint.GenerationConfigName), gen, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := t.TempDir()
+	if err := train.SeedCheckpoint(ctx, src, run); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := train.LoadPolicy(ctx, checkpoint.Dir(run, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := optim.DefaultConfig()
+	oc.LR = 1e-2
+	opt, err := optim.New(oc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &trainer.Learner{Policy: pol.Model, Opt: opt}
+	if _, _, err := l.SFTStep([]trainer.Sequence{{Prompt: fx.PromptIDs, Response: fx.GreedyIDs}}, 4096); err != nil {
+		t.Fatal(err)
+	}
+	optState, err := opt.MarshalState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	step1 := checkpoint.Dir(run, 1)
+	if err := train.SavePolicy(ctx, step1, pol.Model, optState, pol.Tokenizer, checkpoint.TrainerState{Step: 1, PolicyVersion: 1, RunID: "hf"}); err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := json.Unmarshal(fx.Config, &want); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{checkpoint.Dir(run, 0), step1} {
+		b, err := os.ReadFile(filepath.Join(dir, checkpoint.ConfigName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: config.json\n%s\nwant the init's keys and values\n%s", dir, b, fx.Config)
+		}
+		if g, err := os.ReadFile(filepath.Join(dir, checkpoint.GenerationConfigName)); err != nil || !bytes.Equal(g, gen) {
+			t.Errorf("%s: generation_config.json %q, %v; want the init's", dir, g, err)
+		}
+		for name, dt := range map[string]checkpoint.DType{checkpoint.WeightsName: checkpoint.BF16, checkpoint.MasterName: checkpoint.F32} {
+			for _, ti := range header(t, filepath.Join(dir, name)).Tensors {
+				if ti.DType != dt {
+					t.Fatalf("%s: %s holds %s as %s, want %s", dir, name, ti.Name, ti.DType, dt)
+				}
+			}
+		}
+	}
+	// The masters come back bit for bit; model.safetensors is them rounded.
+	again, err := train.LoadPolicy(ctx, step1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, err := checkpoint.LoadServed(ctx, step1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for i, p := range pol.Model.Params() {
+		q, s := again.Model.Params()[i], served.Tensors[i]
+		for j, v := range p.Data {
+			if math.Float32bits(q.Data[j]) != math.Float32bits(v) {
+				t.Fatalf("%s[%d]: reloaded master %v, trained %v (not bit for bit)", p.Name, j, q.Data[j], v)
+			}
+			if s.Data[j] != checkpoint.BF16ToFloat32(checkpoint.Float32ToBF16(v)) {
+				t.Fatalf("%s[%d]: model.safetensors holds %v, the master %v rounds to %v", p.Name, j, s.Data[j], v, checkpoint.BF16ToFloat32(checkpoint.Float32ToBF16(v)))
+			}
+			if v != s.Data[j] {
+				moved++
+			}
+		}
+	}
+	if moved == 0 {
+		t.Fatal("every master is a bfloat16 value: the step changed nothing, or the masters were not kept")
+	}
+	plain := filepath.Join(t.TempDir(), "plain")
+	copyExcept(t, step1, plain, checkpoint.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
+	a := greedyBody(t, start(t, Options{Checkpoint: step1, Name: "m"}).httpAddr, fx)
+	b := greedyBody(t, start(t, Options{Checkpoint: plain, Name: "m"}).httpAddr, fx)
+	if !slices.Equal(a.Choices[0].TokenIDs, b.Choices[0].TokenIDs) || !slices.Equal(a.Choices[0].Logprobs.TokenLogprobs, b.Choices[0].Logprobs.TokenLogprobs) {
+		t.Errorf("served from the checkpoint %+v, from its plain copy %+v", a.Choices[0], b.Choices[0])
+	}
+	if a.Version != 1 || b.Version != 0 {
+		t.Errorf("policy versions %d and %d, want 1 (the checkpoint's) and 0 (a plain directory)", a.Version, b.Version)
+	}
+}
+
+// greedyBody is the server's greedy answer to the fixture's prompt.
+func greedyBody(t *testing.T, addr string, fx hfmodel.Fixture) greedyAnswer {
+	t.Helper()
+	st, _, body := post(t, "http://"+addr+"/v1/completions", map[string]any{"model": "m", "prompt": fx.Prompt,
+		"max_tokens": len(fx.GreedyIDs), "temperature": 0, "logprobs": 1})
+	var out greedyAnswer
+	if st != 200 || json.Unmarshal(body, &out) != nil || len(out.Choices) != 1 {
+		t.Fatalf("completions: %d %s", st, body)
+	}
+	return out
+}
+
+// header parses the safetensors header of path.
+func header(t *testing.T, path string) checkpoint.Header {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := checkpoint.ParseHeader(path, f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// copyExcept copies the files of src into a new directory dst, leaving out
+// those named.
+func copyExcept(t *testing.T, src, dst string, skip ...string) {
+	t.Helper()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if slices.Contains(skip, e.Name()) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
