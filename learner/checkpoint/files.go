@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/aipo-rl/aipo/internal/storage"
 )
@@ -444,4 +445,15 @@ func bytesSource(files map[string][]byte) fileSource {
 		}
 		return bytes.NewReader(b), int64(len(b)), nil
 	}
+}
+
+// WeightsPath names the weights of the model directory dir in messages:
+// its model.safetensors.index.json when there is one, else its
+// model.safetensors.
+func WeightsPath(ctx context.Context, dir string) string {
+	dir = strings.TrimSuffix(dir, "/")
+	if ok, err := storage.Exists(ctx, storage.Join(dir, WeightsIndexName)); err == nil && ok {
+		return storage.Join(dir, WeightsIndexName)
+	}
+	return storage.Join(dir, WeightsName)
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 
+	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -55,18 +56,13 @@ func LoadCheckpoint(ctx context.Context, dir, tokenizerPath string) (Loaded, err
 	}
 	m, err := modelOf(ck)
 	if err != nil {
-		return Loaded{}, fmt.Errorf("inproc: %s: the weights do not fit its config.json: %w", weightsPath(dir), err)
+		return Loaded{}, fmt.Errorf("inproc: %s does not fit %s: %w", checkpoint.WeightsPath(ctx, dir), storage.Join(dir, checkpoint.ConfigName), err)
 	}
 	tok, err := tokenizerOf(ck, tokenizerPath)
 	if err != nil {
 		return Loaded{}, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
 	}
 	return Loaded{Model: m, Tokenizer: tok, Trainer: ck.Trainer}, nil
-}
-
-// weightsPath names the weight file(s) of dir in errors.
-func weightsPath(dir string) string {
-	return dir + "/{" + checkpoint.WeightsName + " or " + checkpoint.WeightsIndexName + "}"
 }
 
 // modelOf builds the model of a loaded checkpoint.

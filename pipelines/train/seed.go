@@ -30,7 +30,7 @@ func SeedCheckpoint(ctx context.Context, src, runDir string) error {
 		return fmt.Errorf("init %s: %w", src, err)
 	}
 	if _, err := trainer.ModelFromTensors(cfg, tensors); err != nil {
-		return fmt.Errorf("init %s: the weights do not fit its config.json: %w", src, err)
+		return fmt.Errorf("init %s: %s does not fit %s: %w", src, checkpoint.WeightsPath(ctx, src), storage.Join(src, checkpoint.ConfigName), err)
 	}
 	files, err := checkpoint.ReadModelFiles(ctx, src)
 	if err != nil {
