@@ -123,7 +123,6 @@ func TestServeHFDirMatchesPyTorch(t *testing.T) {
 	}
 }
 
-
 // One learner step from a plain bfloat16 Hugging Face directory, through
 // the entry points `aipo train --init` uses (train.SeedCheckpoint,
 // LoadPolicy, SavePolicy): every key of its config.json survives with its

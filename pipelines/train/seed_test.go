@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
