@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
 // builtinQwen3 is the config.json of a tiny Qwen3 over the built-in
@@ -211,5 +213,61 @@ func writeFile(t *testing.T, dir, name string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The same weights (each exact in bfloat16) as a single bfloat16
+// model.safetensors with tokenizer_config.json, and as float32 shards
+// listed by model.safetensors.index.json without tokenizer_config.json:
+// aipo serve answers both alike, token for token and log-prob for
+// log-prob, and so does an inproc:// engine over the sharded directory.
+func TestServeHFDirShardedF32EqualsBF16(t *testing.T) {
+	ctx := context.Background()
+	cj := builtinQwen3()
+	cfg, err := hfconfig.Parse(cj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := hfmodel.Tensors(cfg, 11)
+	tok, err := tokenizer.Builtin().Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, sharded := filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "sharded")
+	for _, dir := range []string{one, sharded} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, dir, checkpoint.ConfigName, cj)
+		writeFile(t, dir, checkpoint.TokenizerName, tok[checkpoint.TokenizerName])
+	}
+	writeFile(t, one, checkpoint.TokenizerConfigName, tok[checkpoint.TokenizerConfigName])
+	if err := checkpoint.SaveSafetensors(ctx, filepath.Join(one, checkpoint.WeightsName), ts, checkpoint.SaveOptions{DType: checkpoint.BF16}); err != nil {
+		t.Fatal(err)
+	}
+	names, err := checkpoint.SaveWeights(ctx, sharded, ts, checkpoint.SaveOptions{DType: checkpoint.F32, MaxShardBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) < 3 || !slices.Contains(names, checkpoint.WeightsIndexName) {
+		t.Fatalf("wrote %v, want several shards and their index", names)
+	}
+	fx := hfmodel.Fixture{Prompt: "one two three", GreedyIDs: make([]int32, 6)}
+	a := greedyBody(t, start(t, Options{Checkpoint: one, Name: "m"}).httpAddr, fx)
+	b := greedyBody(t, start(t, Options{Checkpoint: sharded, Name: "m"}).httpAddr, fx)
+	if len(a.Choices[0].TokenIDs) != 6 || !slices.Equal(a.Choices[0].TokenIDs, b.Choices[0].TokenIDs) || !slices.Equal(a.Choices[0].Logprobs.TokenLogprobs, b.Choices[0].Logprobs.TokenLogprobs) {
+		t.Errorf("bf16 single file %+v, f32 shards %+v", a.Choices[0], b.Choices[0])
+	}
+	c, err := policy.Open(ctx, "inproc://"+sharded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Generate(ctx, policy.Request{Prefix: a.Choices[0].Prompt, Params: policy.SampleParams{Temperature: 0, MaxTokens: 6}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Tokens, a.Choices[0].TokenIDs) {
+		t.Errorf("inproc:// over the shards: %v, aipo serve: %v", res.Tokens, a.Choices[0].TokenIDs)
 	}
 }
