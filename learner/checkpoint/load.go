@@ -72,9 +72,13 @@ func LoadServed(ctx context.Context, dir string) (Checkpoint, error) {
 	if ours, err := storage.Exists(ctx, storage.Join(dir, TrainerStateName)); err == nil && ours {
 		return Checkpoint{}, fmt.Errorf("load %s: it has %s but %w", dir, TrainerStateName, ErrNotCommitted)
 	}
-	c, err := LoadConfig(ctx, storage.Join(dir, ConfigName))
+	cp := storage.Join(dir, ConfigName)
+	if ok, err := storage.Exists(ctx, cp); err == nil && !ok {
+		return Checkpoint{}, fmt.Errorf("load %s: no %s, so not a Hugging Face model directory (config.json, model.safetensors or model.safetensors.index.json with its shards, tokenizer.json), and no %s, so not a committed checkpoint either: %w", dir, ConfigName, CommittedName, ErrNotCommitted)
+	}
+	c, err := LoadConfig(ctx, cp)
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("load model directory %s (want config.json, model.safetensors or model.safetensors.index.json with its shards, tokenizer.json): %w", dir, err)
+		return Checkpoint{}, fmt.Errorf("load model directory %s: %w", dir, err)
 	}
 	ts, dt, err := loadWeightsDir(ctx, dir)
 	if err != nil {
