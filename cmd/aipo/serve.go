@@ -29,7 +29,7 @@ func init() {
 
 func runServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	ckpt := fs.String("checkpoint", "", "committed checkpoint directory to serve (default: the newest of --watch)")
+	ckpt := fs.String("checkpoint", "", "committed checkpoint or Hugging Face model directory (config.json, model.safetensors or shards, tokenizer.json) to serve (default: the newest of --watch)")
 	watch := fs.String("watch", "", "run directory to watch: its newest committed checkpoint (checkpoints/step-N) is loaded when it appears")
 	every := fs.Duration("watch-every", 10*time.Second, "how often to look for a newer checkpoint under --watch")
 	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address (empty: no gRPC)")

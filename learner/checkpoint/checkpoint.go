@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -20,6 +21,12 @@ import (
 const (
 	OptimizerName    = "optimizer.bin"
 	TrainerStateName = "trainer_state.json"
+	// MasterName holds the float32 master weights, beside model.safetensors,
+	// when the model's dtype is not float32: training resumes from it bit
+	// for bit, while model.safetensors (in the model's dtype) is what
+	// serving and other tools load. One file, never sharded; same tensor
+	// names and shapes as the model weights.
+	MasterName = "master.safetensors"
 	// CommittedName is written last; a directory without it is not a
 	// checkpoint (its writer is still running or died).
 	CommittedName = "_COMMITTED"
@@ -55,8 +62,15 @@ type Checkpoint struct {
 	// Config is written as it is, every key kept, except that torch_dtype
 	// names the dtype the weights are saved in and a config without
 	// architectures gets its model type's class.
-	Config  Config
+	Config Config
+	// Tensors are the float32 weights: on Load, the master weights when
+	// the checkpoint has them (see MasterName), else model.safetensors.
 	Tensors []Tensor
+	// DType is the element type of model.safetensors, the model's own
+	// dtype (that of the weights the run started from). Save writes F32
+	// when it is empty and Config.TorchDtype does not name bfloat16 or
+	// float16 (see ModelDType); Load sets it from config.json.
+	DType DType
 	// Tokenizer maps file names (tokenizer.json, tokenizer_config.json, and
 	// the other files of a Hugging Face directory that travel with the
 	// weights unchanged, as generation_config.json) to their contents,
@@ -80,7 +94,7 @@ type marker struct {
 // reserved are file names a tokenizer file may not take.
 func reserved(name string) bool {
 	switch name {
-	case ConfigName, WeightsName, WeightsIndexName, OptimizerName, TrainerStateName, CommittedName:
+	case ConfigName, WeightsName, WeightsIndexName, MasterName, OptimizerName, TrainerStateName, CommittedName:
 		return true
 	}
 	return strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors")
@@ -97,21 +111,20 @@ const (
 )
 
 // ReadModelFiles reads, from a Hugging Face model directory (local or
-// gs://), the files a checkpoint carries along unchanged:
-// tokenizer.json and tokenizer_config.json, which must be there, and
-// generation_config.json when it is.
+// gs://), the files a checkpoint carries along unchanged: tokenizer.json,
+// which must be there, and tokenizer_config.json and
+// generation_config.json when they are.
 func ReadModelFiles(ctx context.Context, dir string) (map[string][]byte, error) {
-	files, err := ReadTokenizerFiles(ctx, storage.Join(dir, TokenizerName), storage.Join(dir, TokenizerConfigName))
+	files, err := ReadTokenizerFiles(ctx, storage.Join(dir, TokenizerName))
 	if err != nil {
 		return nil, err
 	}
-	p := storage.Join(dir, GenerationConfigName)
-	b, err := storage.ReadFile(ctx, p)
-	switch {
-	case err == nil:
-		files[GenerationConfigName] = b
-	case !errors.Is(err, storage.ErrNotExist):
-		return nil, fmt.Errorf("read %s: %w", p, err)
+	more, err := readOptional(ctx, dir, TokenizerConfigName, GenerationConfigName)
+	if err != nil {
+		return nil, err
+	}
+	for n, b := range more {
+		files[n] = b
 	}
 	return files, nil
 }
@@ -134,12 +147,43 @@ func ReadTokenizerFiles(ctx context.Context, paths ...string) (map[string][]byte
 	return out, nil
 }
 
-// Save writes ck to dir with F32 weights in one file (see SaveWith).
+// Save writes ck to dir (see SaveWith), its weights in ck.DType (or the
+// dtype ck.Config's torch_dtype names), sharded above DefaultMaxShardBytes.
 func Save(ctx context.Context, dir string, ck Checkpoint) error {
 	return SaveWith(ctx, dir, ck, SaveOptions{})
 }
 
-// SaveWith writes ck to dir and commits it. Locally every file is written
+// ModelDType is the dtype that config.json's torch_dtype (or dtype) names
+// when it is one that safetensors files here are written in: BF16 for
+// "bfloat16", F16 for "float16", and F32 otherwise (float32, absent, or a
+// type the learner does not write).
+func ModelDType(c Config) DType {
+	t := c.TorchDtype
+	if t == "" {
+		t = c.Dtype
+	}
+	switch t {
+	case "bfloat16":
+		return BF16
+	case "float16":
+		return F16
+	}
+	return F32
+}
+
+// modelDType is the dtype ck's model.safetensors is written in.
+func (ck Checkpoint) modelDType() DType {
+	if ck.DType != "" {
+		return ck.DType
+	}
+	return ModelDType(ck.Config)
+}
+
+// SaveWith writes ck to dir and commits it: config.json (torch_dtype naming
+// the dtype of model.safetensors), the weights in opts.DType (when empty,
+// ck's model dtype), and, when that is not F32, the float32 weights as well
+// in master.safetensors, which Load prefers; then the optimiser and
+// trainer state and the tokenizer files. Locally every file is written
 // into a sibling temporary directory .<name>.tmp-<owner>-*, which is renamed to dir;
 // then _COMMITTED is written. On gs:// the files are written in place and
 // _COMMITTED last. Either way, a reader sees the checkpoint only once
@@ -152,6 +196,9 @@ func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	}
 	if len(ck.Tensors) == 0 {
 		return fmt.Errorf("save checkpoint %s: no tensors", dir)
+	}
+	if opts.DType == "" {
+		opts.DType = ck.modelDType()
 	}
 	for name := range ck.Tokenizer {
 		if name == "" || name != filepath.Base(name) || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || reserved(name) {
@@ -215,6 +262,17 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		return m, err
 	}
 	m.Files = append(m.Files, wfs...)
+	if opts.DType != F32 {
+		md := opts.withDefaults().Metadata
+		wf, err := writeFile(ctx, storage.Join(dir, MasterName), true, func(w io.Writer) error {
+			_, err := WriteSafetensors(w, ck.Tensors, F32, md)
+			return err
+		})
+		if err != nil {
+			return m, err
+		}
+		m.Files = append(m.Files, wf)
+	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	return m, nil
 }

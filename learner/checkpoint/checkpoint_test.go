@@ -99,6 +99,10 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	}
 }
 
+// A BF16 checkpoint, sharded: Load (training) returns the float32 masters
+// bit for bit; LoadServed returns model.safetensors' shards, each value
+// the master rounded to bfloat16 (ties to even), as every other tool
+// reads them; config.json says bfloat16.
 func TestCheckpointShardedBF16(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "ck")
@@ -113,12 +117,99 @@ func TestCheckpointShardedBF16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sameCheckpoint(t, want, got)
+	if got.DType != BF16 || got.Config.TorchDtype != "bfloat16" {
+		t.Errorf("DType %s, torch_dtype %q; want BF16, bfloat16", got.DType, got.Config.TorchDtype)
+	}
+	served, err := LoadServed(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range want.Tensors {
 		for j, x := range want.Tensors[i].Data {
 			want.Tensors[i].Data[j] = BF16ToFloat32(Float32ToBF16(x))
 		}
 	}
-	sameCheckpoint(t, want, got)
+	sameCheckpoint(t, want, served)
+}
+
+// A checkpoint whose config says bfloat16 is saved as a Hugging Face
+// directory in bfloat16 (model.safetensors holds BF16 tensors only) with
+// the float32 masters beside it in master.safetensors; one whose config
+// says float32 (or nothing) has no master file, its model.safetensors
+// being exact already.
+func TestSaveWritesMastersBesideModelDtype(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		torch  string
+		dtype  DType
+		master bool
+	}{{"bfloat16", BF16, true}, {"float16", F16, true}, {"float32", F32, false}, {"", F32, false}} {
+		ck := tinyCheckpoint(1)
+		ck.Config.TorchDtype = tc.torch
+		dir := filepath.Join(t.TempDir(), "ck")
+		if err := Save(ctx, dir, ck); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(filepath.Join(dir, WeightsName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		h, err := ParseHeader(WeightsName, f, st.Size())
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ti := range h.Tensors {
+			if ti.DType != tc.dtype {
+				t.Errorf("torch_dtype %q: %s is %s in %s, want %s", tc.torch, ti.Name, ti.DType, WeightsName, tc.dtype)
+			}
+		}
+		_, err = os.Stat(filepath.Join(dir, MasterName))
+		if has := err == nil; has != tc.master {
+			t.Errorf("torch_dtype %q: %s present %v, want %v", tc.torch, MasterName, has, tc.master)
+		}
+		got, err := Load(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTensors(t, ck.Tensors, got.Tensors) // the masters, exact
+		if got.Config.TorchDtype != tc.dtype.TorchName() {
+			t.Errorf("torch_dtype %q: saved config says %q, want %q", tc.torch, got.Config.TorchDtype, tc.dtype.TorchName())
+		}
+	}
+}
+
+// A damaged master file is caught by the marker's sha256 although only
+// the model weights would be served; so is a damaged model.safetensors
+// when training loads the masters.
+func TestLoadVerifiesFilesItDoesNotParse(t *testing.T) {
+	ctx := context.Background()
+	ck := tinyCheckpoint(1)
+	ck.Config.TorchDtype = "bfloat16"
+	for _, name := range []string{MasterName, WeightsName} {
+		dir := filepath.Join(t.TempDir(), "ck")
+		if err := Save(ctx, dir, ck); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-1] ^= 1
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		load := Load
+		if name == MasterName {
+			load = LoadServed
+		}
+		if _, err := load(ctx, dir); err == nil || !strings.Contains(err.Error(), "sha256") || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s damaged: %v, want a sha256 mismatch naming it", name, err)
+		}
+	}
 }
 
 func TestUncommittedCheckpointRefused(t *testing.T) {

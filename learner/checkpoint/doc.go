@@ -9,11 +9,21 @@
 //   - llama2.c's legacy .bin (seven int32 header fields, then float32
 //     arrays), converted to Hugging Face tensor names and to Hugging Face's
 //     rotate-half RoPE layout (see LoadLlama2C).
-//   - Our checkpoint directory: the Hugging Face model layout (config.json,
-//     model.safetensors or shards, tokenizer files) plus optimizer.bin and
-//     trainer_state.json, committed by a final _COMMITTED marker. A
-//     directory without the marker does not exist as far as Load and Latest
-//     are concerned.
+//   - Our checkpoint directory: a complete Hugging Face model directory
+//     (config.json, model.safetensors or shards in the model's dtype,
+//     tokenizer files, generation_config.json) plus master.safetensors
+//     (the float32 master weights, when the model's dtype is not float32),
+//     optimizer.bin and trainer_state.json, committed by a final _COMMITTED
+//     marker. A directory without the marker does not exist as far as Load
+//     and Latest are concerned.
+//
+// Load, for training, returns the float32 masters when the checkpoint has
+// them (a resumed run continues bit for bit); LoadServed returns the
+// weights of model.safetensors, as vLLM or transformers see them, and also
+// reads a plain Hugging Face directory without our extras. The model's
+// dtype is config.json's torch_dtype (ModelDType); LoadWeights, reading a
+// downloaded directory, sets it to the dtype the weights are stored in, so
+// that a run seeded from bf16 weights writes bf16 checkpoints.
 //
 // config.json is hfconfig.Config (Config is an alias): a checkpoint writes
 // back the config it was given with every key, torch_dtype naming the dtype

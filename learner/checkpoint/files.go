@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/aipo-rl/aipo/internal/storage"
 )
@@ -70,9 +71,22 @@ func LoadSafetensors(ctx context.Context, path string) ([]Tensor, map[string]str
 }
 
 func decodeSafetensors(path string, r io.ReaderAt, size int64) ([]Tensor, map[string]string, error) {
+	return decodeCounting(path, r, size, nil)
+}
+
+// decodeCounting is decodeSafetensors adding, when counts is not nil, each
+// tensor's element count to counts[its dtype].
+func decodeCounting(path string, r io.ReaderAt, size int64, counts map[DType]int64) ([]Tensor, map[string]string, error) {
 	h, err := ParseHeader(path, r, size)
 	if err != nil {
 		return nil, nil, err
+	}
+	if counts != nil {
+		for _, ti := range h.Tensors {
+			if es := ti.DType.Size(); es > 0 {
+				counts[ti.DType] += (ti.End - ti.Begin) / int64(es)
+			}
+		}
 	}
 	ts, err := ReadTensors(path, r, h)
 	if err != nil {
@@ -303,9 +317,27 @@ func plainSource(dir string, opened *[]io.Closer) fileSource {
 	}
 }
 
+// storedDType is the dtype of most elements in counts (F32 when empty); a
+// tie goes to the wider type.
+func storedDType(counts map[DType]int64) DType {
+	best := F32
+	for _, d := range []DType{F32, BF16, F16} {
+		if counts[d] > counts[best] {
+			best = d
+		}
+	}
+	return best
+}
+
 // loadWeightsFrom loads model.safetensors, or the shards listed by
 // model.safetensors.index.json when that exists.
 func loadWeightsFrom(ctx context.Context, dir string, open fileSource) ([]Tensor, error) {
+	return loadWeightsCounting(ctx, dir, open, nil)
+}
+
+// loadWeightsCounting is loadWeightsFrom counting elements by dtype (see
+// decodeCounting).
+func loadWeightsCounting(ctx context.Context, dir string, open fileSource, counts map[DType]int64) ([]Tensor, error) {
 	ir, isize, err := open(ctx, WeightsIndexName)
 	switch {
 	case errors.Is(err, storage.ErrNotExist):
@@ -313,7 +345,7 @@ func loadWeightsFrom(ctx context.Context, dir string, open fileSource) ([]Tensor
 		if err != nil {
 			return nil, fmt.Errorf("weights in %s: neither %s nor %s can be read: %w", dir, WeightsName, WeightsIndexName, err)
 		}
-		ts, _, err := decodeSafetensors(storage.Join(dir, WeightsName), r, size)
+		ts, _, err := decodeCounting(storage.Join(dir, WeightsName), r, size, counts)
 		return ts, err
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", storage.Join(dir, WeightsIndexName), err)
@@ -351,7 +383,7 @@ func loadWeightsFrom(ctx context.Context, dir string, open fileSource) ([]Tensor
 		if err != nil {
 			return nil, fmt.Errorf("shard %s listed in %s: %w", p, WeightsIndexName, err)
 		}
-		ts, _, err := decodeSafetensors(p, r, size)
+		ts, _, err := decodeCounting(p, r, size, counts)
 		if err != nil {
 			return nil, err
 		}
@@ -390,6 +422,20 @@ func LoadWeightsDir(ctx context.Context, dir string) ([]Tensor, error) {
 	return loadWeightsFrom(ctx, dir, plainSource(dir, &opened))
 }
 
+// loadWeightsDir is LoadWeightsDir also returning the dtype most of the
+// weights are stored in (see storedDType).
+func loadWeightsDir(ctx context.Context, dir string) ([]Tensor, DType, error) {
+	var opened []io.Closer
+	defer func() {
+		for _, c := range opened {
+			c.Close()
+		}
+	}()
+	counts := map[DType]int64{}
+	ts, err := loadWeightsCounting(ctx, dir, plainSource(dir, &opened), counts)
+	return ts, storedDType(counts), err
+}
+
 // bytesSource serves files already read (and verified) into memory.
 func bytesSource(files map[string][]byte) fileSource {
 	return func(_ context.Context, name string) (io.ReaderAt, int64, error) {
@@ -399,4 +445,15 @@ func bytesSource(files map[string][]byte) fileSource {
 		}
 		return bytes.NewReader(b), int64(len(b)), nil
 	}
+}
+
+// WeightsPath names the weights of the model directory dir in messages:
+// its model.safetensors.index.json when there is one, else its
+// model.safetensors.
+func WeightsPath(ctx context.Context, dir string) string {
+	dir = strings.TrimSuffix(dir, "/")
+	if ok, err := storage.Exists(ctx, storage.Join(dir, WeightsIndexName)); err == nil && ok {
+		return storage.Join(dir, WeightsIndexName)
+	}
+	return storage.Join(dir, WeightsName)
 }

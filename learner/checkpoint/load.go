@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,32 +38,125 @@ func readMarker(ctx context.Context, dir string) (marker, error) {
 	return m, nil
 }
 
-// Load reads the committed checkpoint in dir, verifying every file's size
-// and sha256 against the marker. A directory without _COMMITTED is refused
-// with an error wrapping ErrNotCommitted.
+// Load reads the committed checkpoint in dir for training, verifying every
+// file's size and sha256 against the marker. Its Tensors are the float32
+// master weights (master.safetensors) when the checkpoint has them, else
+// model.safetensors (or its shards). A directory without _COMMITTED is
+// refused with an error wrapping ErrNotCommitted.
 func Load(ctx context.Context, dir string) (Checkpoint, error) {
+	return loadCommitted(ctx, dir, true)
+}
+
+// LoadServed reads a model directory for serving: a committed checkpoint
+// (verified as by Load) with the weights of model.safetensors, in the
+// model's dtype, as every other tool sees them, not the float32 masters;
+// or a plain Hugging Face directory, as one downloads from the Hub
+// (config.json, model.safetensors or shards with
+// model.safetensors.index.json, tokenizer.json and tokenizer_config.json
+// when present, generation_config.json when present; no marker, no
+// trainer state, whose zero TrainerState it returns). A directory with
+// trainer_state.json but no marker is an unfinished checkpoint
+// (ErrNotCommitted).
+func LoadServed(ctx context.Context, dir string) (Checkpoint, error) {
+	dir = strings.TrimSuffix(dir, "/")
+	committed, err := Committed(ctx, dir)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("load %s: %w", dir, err)
+	}
+	if committed {
+		return loadCommitted(ctx, dir, false)
+	}
+	if strings.Contains(storage.Base(dir), ".tmp-") {
+		return Checkpoint{}, fmt.Errorf("load %s: a temporary directory of an unfinished save: %w", dir, ErrNotCommitted)
+	}
+	if ours, err := storage.Exists(ctx, storage.Join(dir, TrainerStateName)); err == nil && ours {
+		return Checkpoint{}, fmt.Errorf("load %s: it has %s but %w", dir, TrainerStateName, ErrNotCommitted)
+	}
+	cp := storage.Join(dir, ConfigName)
+	if ok, err := storage.Exists(ctx, cp); err == nil && !ok {
+		return Checkpoint{}, fmt.Errorf("load %s: no %s, so not a Hugging Face model directory (config.json, model.safetensors or model.safetensors.index.json with its shards, tokenizer.json), and no %s, so not a committed checkpoint either: %w", dir, ConfigName, CommittedName, ErrNotCommitted)
+	}
+	c, err := LoadConfig(ctx, cp)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("load model directory %s: %w", dir, err)
+	}
+	ts, dt, err := loadWeightsDir(ctx, dir)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("load model directory %s: %w", dir, err)
+	}
+	files, err := readOptional(ctx, dir, TokenizerName, TokenizerConfigName, GenerationConfigName)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("load model directory %s: %w", dir, err)
+	}
+	c.TorchDtype = dt.TorchName()
+	if c.Dtype != "" {
+		c.Dtype = c.TorchDtype
+	}
+	return Checkpoint{Config: c, Tensors: ts, DType: dt, Tokenizer: files}, nil
+}
+
+// readOptional reads those of names that exist in dir, keyed by name.
+func readOptional(ctx context.Context, dir string, names ...string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, n := range names {
+		p := storage.Join(dir, n)
+		b, err := storage.ReadFile(ctx, p)
+		switch {
+		case err == nil:
+			out[n] = b
+		case !errors.Is(err, storage.ErrNotExist):
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+	}
+	return out, nil
+}
+
+// isWeightsFile reports whether name is one of the model-dtype weight
+// files: model.safetensors, its shards or their index.
+func isWeightsFile(name string) bool {
+	return name == WeightsName || name == WeightsIndexName || (strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors"))
+}
+
+// loadCommitted is Load (masters: tensors from master.safetensors when
+// listed) or the committed case of LoadServed (tensors from the model
+// weights). Files whose content is not needed are verified as they stream
+// by, not kept.
+func loadCommitted(ctx context.Context, dir string, masters bool) (Checkpoint, error) {
 	m, err := readMarker(ctx, dir)
 	if err != nil {
 		return Checkpoint{}, err
 	}
+	hasMaster := false
+	for _, f := range m.Files {
+		hasMaster = hasMaster || f.Path == MasterName
+	}
+	useMaster := masters && hasMaster
 	files := make(map[string][]byte, len(m.Files))
 	for _, f := range m.Files {
 		if f.Path != filepath.Base(f.Path) || f.Path == "" || f.Path == "." || f.Path == ".." || strings.ContainsAny(f.Path, `/\`) {
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s lists %q, not a file of the directory", dir, CommittedName, f.Path)
 		}
 		p := storage.Join(dir, f.Path)
-		b, err := storage.ReadFile(ctx, p)
+		keep := true
+		switch {
+		case f.Path == MasterName:
+			keep = useMaster
+		case isWeightsFile(f.Path):
+			keep = !useMaster
+		}
+		got, n, b, err := readHashed(ctx, p, keep)
 		if err != nil {
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
 		}
-		if int64(len(b)) != f.Bytes {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s is %d bytes, %s says %d (corrupt or overwritten)", dir, p, len(b), CommittedName, f.Bytes)
+		if n != f.Bytes {
+			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s is %d bytes, %s says %d (corrupt or overwritten)", dir, p, n, CommittedName, f.Bytes)
 		}
-		sum := sha256.Sum256(b)
-		if got := hex.EncodeToString(sum[:]); got != f.SHA256 {
+		if got != f.SHA256 {
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s has sha256 %s, %s says %s (corrupt)", dir, p, got, CommittedName, f.SHA256)
 		}
-		files[f.Path] = b
+		if keep {
+			files[f.Path] = b
+		}
 	}
 	need := func(name string) ([]byte, error) {
 		b, ok := files[name]
@@ -79,6 +173,7 @@ func Load(ctx context.Context, dir string) (Checkpoint, error) {
 	if ck.Config, err = ParseConfig(b); err != nil {
 		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, storage.Join(dir, ConfigName), err)
 	}
+	ck.DType = ModelDType(ck.Config)
 	if b, err = need(TrainerStateName); err != nil {
 		return Checkpoint{}, err
 	}
@@ -96,10 +191,41 @@ func Load(ctx context.Context, dir string) (Checkpoint, error) {
 			return Checkpoint{}, err
 		}
 	}
+	if useMaster {
+		p := storage.Join(dir, MasterName)
+		if ck.Tensors, _, err = decodeSafetensors(p, bytes.NewReader(files[MasterName]), int64(len(files[MasterName]))); err != nil {
+			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
+		}
+		return ck, nil
+	}
 	if ck.Tensors, err = loadWeightsFrom(ctx, dir, bytesSource(files)); err != nil {
 		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
 	}
 	return ck, nil
+}
+
+// readHashed reads path, returning its sha256 (hex), its size and, when
+// keep is set, its content; otherwise the bytes are only hashed.
+func readHashed(ctx context.Context, path string, keep bool) (string, int64, []byte, error) {
+	if keep {
+		b, err := storage.ReadFile(ctx, path)
+		if err != nil {
+			return "", 0, nil, err
+		}
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:]), int64(len(b)), b, nil
+	}
+	r, err := storage.OpenReaderAt(ctx, path)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	defer r.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.NewSectionReader(r, 0, r.Size()))
+	if err != nil {
+		return "", 0, nil, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil, nil
 }
 
 // Committed reports whether dir holds a committed checkpoint.
@@ -146,8 +272,10 @@ func Latest(ctx context.Context, runDir string) (dir string, step int64, err err
 // LoadWeights loads a model's configuration and tensors from any of:
 //   - a directory in Hugging Face layout (ours, or a downloaded model
 //     without our extras): config.json plus model.safetensors or shards;
+//     its Config's torch_dtype is set to the dtype the weights are stored
+//     in (that of most elements: BF16, F16 or F32), whatever the file said;
 //     a directory with a _COMMITTED marker is loaded (and verified) as a
-//     checkpoint; one with trainer_state.json but no marker, or a .tmp-
+//     checkpoint, with its float32 master weights when it has them; one with trainer_state.json but no marker, or a .tmp-
 //     name, is an unfinished save and refused (ErrNotCommitted);
 //   - a .safetensors file; config.json beside it is read when present,
 //     otherwise the returned Config is the zero value (ModelType == "");
@@ -190,6 +318,15 @@ func LoadWeights(ctx context.Context, path string) (Config, []Tensor, error) {
 	if err != nil {
 		return Config{}, nil, fmt.Errorf("load weights %s (want a model directory, a .safetensors file or a llama2.c .bin): %w", path, err)
 	}
-	ts, err := LoadWeightsDir(ctx, dir)
-	return c, ts, err
+	ts, dt, err := loadWeightsDir(ctx, dir)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	// torch_dtype names what the files hold, which a checkpoint seeded
+	// from the directory then saves model.safetensors in.
+	c.TorchDtype = dt.TorchName()
+	if c.Dtype != "" {
+		c.Dtype = c.TorchDtype
+	}
+	return c, ts, nil
 }

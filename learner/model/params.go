@@ -247,10 +247,14 @@ func FromTensors(cfg Config, tensors map[string]NamedTensor) (*Model, error) {
 	}
 	want := map[string]bool{}
 	var missing []string
+	var missingShape []int
 	for _, t := range m.Params() {
 		want[t.Name] = true
 		src, ok := tensors[t.Name]
 		if !ok {
+			if missing == nil {
+				missingShape = t.Shape
+			}
 			missing = append(missing, t.Name)
 			continue
 		}
@@ -260,7 +264,7 @@ func FromTensors(cfg Config, tensors map[string]NamedTensor) (*Model, error) {
 		copy(t.Data, src.Data)
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("model: %d tensors missing, first %s; is the config the checkpoint's own?", len(missing), missing[0])
+		return nil, fmt.Errorf("model: %d tensors missing, first %s (config wants shape %v); is the config the checkpoint's own?", len(missing), missing[0], missingShape)
 	}
 	var extra []string
 	for name := range tensors {

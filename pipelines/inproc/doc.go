@@ -3,11 +3,13 @@
 //
 // Two forms of URI resolve:
 //
-//   - inproc:///abs/path/to/checkpoint opens the committed checkpoint
-//     directory (learner/checkpoint.Load; its tokenizer.json, or the query
-//     tokenizer=builtin or tokenizer=/path/to/tokenizer.json) and starts an
-//     engine whose policy version is the checkpoint's
-//     trainer_state.json policy_version. Engine settings come from the
+//   - inproc:///abs/path/to/checkpoint opens a committed checkpoint
+//     directory or a plain Hugging Face model directory
+//     (learner/checkpoint.LoadServed: config.json, model.safetensors or
+//     shards, in float32, bfloat16 or float16; its tokenizer.json, or the
+//     query tokenizer=builtin or tokenizer=/path/to/tokenizer.json) and
+//     starts an engine whose policy version is the checkpoint's
+//     trainer_state.json policy_version (0 for a Hugging Face directory). Engine settings come from the
 //     query: max_batch, max_queue, max_context, session_tokens.
 //   - inproc:gs://bucket/path/to/checkpoint does the same for a checkpoint
 //     on remote storage (any scheme of internal/storage), same query.

@@ -200,12 +200,20 @@ func TestCheckpointErrors(t *testing.T) {
 	m := testModel(t)
 	dir := filepath.Join(t.TempDir(), "ck")
 	saveCheckpoint(t, dir, m)
-	uncommitted := t.TempDir()
-	if err := os.WriteFile(filepath.Join(uncommitted, "config.json"), []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
+	// Our checkpoint whose writer has not committed it (trainer_state.json,
+	// no marker) is refused; a directory without a marker but with a
+	// config.json is read as a Hugging Face directory, and its config
+	// checked; an empty one is neither.
+	uncommitted, plain, empty := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, f := range []string{filepath.Join(uncommitted, "config.json"), filepath.Join(uncommitted, "trainer_state.json"), filepath.Join(plain, "config.json")} {
+		if err := os.WriteFile(f, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cases := map[string]string{
 		"inproc://" + uncommitted:            "not committed",
+		"inproc://" + plain:                  plain + "/config.json: model_type is missing",
+		"inproc://" + empty:                  "no config.json, so not a Hugging Face model directory",
 		"inproc://" + dir + "?max_batch=x":   "positive integer",
 		"inproc://" + dir + "?temperature=1": "unknown query parameter",
 		"inproc://host/some/path":            "neither a served engine",

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 
+	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -13,7 +14,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
-// load starts an engine over the committed checkpoint in dir.
+// load starts an engine over the model directory dir (see LoadCheckpoint).
 func load(ctx context.Context, dir string, q url.Values) (*engine.Engine, error) {
 	cfg, err := engineConfig(q)
 	if err != nil {
@@ -31,27 +32,31 @@ func load(ctx context.Context, dir string, q url.Values) (*engine.Engine, error)
 	return e, nil
 }
 
-// Loaded is a committed checkpoint read for sampling.
+// Loaded is a model directory read for sampling.
 type Loaded struct {
 	Model     *model.Model
 	Tokenizer tokenizer.Tokenizer
 	// Trainer is the checkpoint's trainer_state.json; its PolicyVersion
-	// names the weights.
+	// names the weights (0 for a plain Hugging Face directory).
 	Trainer checkpoint.TrainerState
 }
 
-// LoadCheckpoint reads the committed checkpoint in dir (local or gs://) and
-// builds its model and tokenizer: the one named by tokenizerPath ("builtin"
-// or a tokenizer.json path) when not empty, else the checkpoint's own
-// tokenizer.json. It is what inproc:///dir URIs and `aipo serve` load.
+// LoadCheckpoint reads the model directory dir (local or gs://), one of
+// our committed checkpoints or a plain Hugging Face directory as vLLM and
+// SGLang take it (see checkpoint.LoadServed: the weights of
+// model.safetensors or its shards, in the model's dtype, not a
+// checkpoint's float32 masters), and builds its model and tokenizer: the
+// one named by tokenizerPath ("builtin" or a tokenizer.json path) when not
+// empty, else the directory's own tokenizer.json. It is what inproc:///dir
+// URIs and `aipo serve` load.
 func LoadCheckpoint(ctx context.Context, dir, tokenizerPath string) (Loaded, error) {
-	ck, err := checkpoint.Load(ctx, dir)
+	ck, err := checkpoint.LoadServed(ctx, dir)
 	if err != nil {
 		return Loaded{}, fmt.Errorf("inproc: %w", err)
 	}
 	m, err := modelOf(ck)
 	if err != nil {
-		return Loaded{}, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
+		return Loaded{}, fmt.Errorf("inproc: %s does not fit %s: %w", checkpoint.WeightsPath(ctx, dir), storage.Join(dir, checkpoint.ConfigName), err)
 	}
 	tok, err := tokenizerOf(ck, tokenizerPath)
 	if err != nil {
@@ -73,7 +78,7 @@ func tokenizerOf(ck checkpoint.Checkpoint, override string) (tokenizer.Tokenizer
 	}
 	tj, ok := ck.Tokenizer["tokenizer.json"]
 	if !ok {
-		return nil, fmt.Errorf("no tokenizer.json among its files; save the tokenizer with the checkpoint or add ?tokenizer=builtin (or =/path/to/tokenizer.json) to the URI")
+		return nil, fmt.Errorf("no tokenizer.json among its files; copy the model's tokenizer.json (and tokenizer_config.json) into the directory, or add ?tokenizer=builtin (or =/path/to/tokenizer.json) to the URI (--tokenizer for aipo serve)")
 	}
 	return tokenizer.Parse(tj, ck.Tokenizer["tokenizer_config.json"])
 }

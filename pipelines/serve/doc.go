@@ -1,7 +1,10 @@
 // Package serve hosts the learner's engine as a network service: the gRPC
 // service aipo.v1.Policy (schemas/proto/aipo/v1/policy.proto, with server
 // reflection) and an OpenAI-compatible HTTP API, the two that `aipo serve`
-// listens on.
+// listens on. It serves one of our committed checkpoints or a plain
+// Hugging Face model directory as downloaded (config.json,
+// model.safetensors or shards, tokenizer.json; f32, bf16 or f16), with the
+// weights of model.safetensors (see inproc.LoadCheckpoint).
 //
 // gRPC: Generate streams the sampled token ids and log-probs of a prefix;
 // Continue appends tokens to a session's conversation (the prefix plus

@@ -6,14 +6,20 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
 // SeedCheckpoint commits the model at src (a Hugging Face model directory,
 // or one of our checkpoints; see checkpoint.LoadWeights) as checkpoint 0 of
 // the run at runDir, unless one is committed there already. config.json is
-// kept as src has it, every key included (torch_dtype then names the
-// float32 of the saved weights); tokenizer.json and tokenizer_config.json
-// travel along, and generation_config.json when src has one.
+// kept as src has it, every key included, torch_dtype naming the dtype the
+// weights of src are stored in: a bfloat16 (float16) model gives a
+// checkpoint whose model.safetensors is bfloat16 (float16), with the
+// float32 master weights beside it in master.safetensors; a float32 model
+// one in float32 alone. tokenizer.json (and tokenizer_config.json and
+// generation_config.json when src has them) travel along. The weights are
+// checked against config.json (every tensor present, of its shape) before
+// anything is written: a bad init leaves no checkpoint behind.
 func SeedCheckpoint(ctx context.Context, src, runDir string) error {
 	dst := checkpoint.Dir(runDir, 0)
 	if ok, _ := checkpoint.Committed(ctx, dst); ok {
@@ -21,11 +27,14 @@ func SeedCheckpoint(ctx context.Context, src, runDir string) error {
 	}
 	cfg, tensors, err := checkpoint.LoadWeights(ctx, src)
 	if err != nil {
-		return err
+		return fmt.Errorf("init %s: %w", src, err)
+	}
+	if _, err := trainer.ModelFromTensors(cfg, tensors); err != nil {
+		return fmt.Errorf("init %s: %s does not fit %s: %w", src, checkpoint.WeightsPath(ctx, src), storage.Join(src, checkpoint.ConfigName), err)
 	}
 	files, err := checkpoint.ReadModelFiles(ctx, src)
 	if err != nil {
-		return fmt.Errorf("%s: %w (the initial checkpoint must carry its tokenizer.json)", src, err)
+		return fmt.Errorf("init %s: %w (the initial checkpoint must carry its tokenizer.json)", src, err)
 	}
 	return checkpoint.Save(ctx, dst, checkpoint.Checkpoint{Config: cfg, Tensors: tensors, Tokenizer: files,
 		Trainer: checkpoint.TrainerState{RunID: storage.Base(runDir)}})

@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -64,11 +65,15 @@ func writeHFDir(t *testing.T, dir string, h handBuilt, gen []byte) []byte {
 	return cj
 }
 
-// A run initialised from a Hugging Face directory keeps its config.json
-// through a learner step: every key with its value (architectures,
-// torch_dtype, bos and eos ids and keys the learner does not read), except
-// torch_dtype, which names the float32 of the saved weights; and its
-// generation_config.json, byte for byte.
+// A run initialised from a bfloat16 Hugging Face directory keeps its
+// config.json through a learner step: every key with its value
+// (architectures, torch_dtype, bos and eos ids and keys the learner does
+// not read); its generation_config.json, byte for byte; and its dtype:
+// model.safetensors of every checkpoint is bfloat16, the float32 masters
+// beside it in master.safetensors. Each checkpoint, stripped of our extras
+// (marker, masters, optimizer and trainer state), is a plain Hugging Face
+// directory that inproc (what aipo serve loads) opens, with the weights of
+// model.safetensors.
 func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
@@ -93,7 +98,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 	if err := json.Unmarshal(orig, &want); err != nil {
 		t.Fatal(err)
 	}
-	want["torch_dtype"] = "float32"
+	want["torch_dtype"] = "bfloat16" // the init's weights are bfloat16; so are the checkpoints'
 	for step := int64(0); step <= 1; step++ {
 		dir := checkpoint.Dir(h.cfg.Run.Dir, step)
 		b, err := os.ReadFile(filepath.Join(dir, checkpoint.ConfigName))
@@ -119,6 +124,29 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 		if g, err := os.ReadFile(filepath.Join(dir, checkpoint.GenerationConfigName)); err != nil || !bytes.Equal(g, gen) {
 			t.Errorf("checkpoint %d: generation_config.json = %q, %v; want the init directory's", step, g, err)
 		}
+		for name, dt := range map[string]checkpoint.DType{checkpoint.WeightsName: checkpoint.BF16, checkpoint.MasterName: checkpoint.F32} {
+			for _, d := range headerDTypes(t, filepath.Join(dir, name)) {
+				if d != dt {
+					t.Errorf("checkpoint %d: %s holds %s tensors, want %s only", step, name, d, dt)
+				}
+			}
+		}
+		plain := filepath.Join(t.TempDir(), "plain")
+		copyExcept(t, dir, plain, checkpoint.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
+		ld, err := inproc.LoadCheckpoint(ctx, plain, "")
+		if err != nil {
+			t.Fatalf("checkpoint %d as a plain Hugging Face directory: %v", step, err)
+		}
+		served, err := checkpoint.LoadServed(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range ld.Model.Params() {
+			if !reflect.DeepEqual(p.Data, served.Tensors[i].Data) || p.Name != served.Tensors[i].Name {
+				t.Errorf("checkpoint %d: the plain copy's %s differs from the checkpoint's model.safetensors", step, p.Name)
+				break
+			}
+		}
 	}
 	// A directory without generation_config.json seeds a checkpoint
 	// without one.
@@ -130,5 +158,56 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(checkpoint.Dir(run2, 0), checkpoint.GenerationConfigName)); !os.IsNotExist(err) {
 		t.Errorf("checkpoint of a directory without generation_config.json has one (%v)", err)
+	}
+}
+
+// headerDTypes lists the dtypes of the tensors of a safetensors file.
+func headerDTypes(t *testing.T, path string) []checkpoint.DType {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := checkpoint.ParseHeader(path, f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []checkpoint.DType
+	for _, ti := range h.Tensors {
+		out = append(out, ti.DType)
+	}
+	return out
+}
+
+// copyExcept copies the files of src into a new directory dst, leaving out
+// those named.
+func copyExcept(t *testing.T, src, dst string, skip ...string) {
+	t.Helper()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+next:
+	for _, e := range entries {
+		for _, s := range skip {
+			if e.Name() == s {
+				continue next
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

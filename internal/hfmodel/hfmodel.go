@@ -1,0 +1,159 @@
+// Package hfmodel builds tiny random Hugging Face model directories, as a
+// user downloads them from the Hub, for tests that walk the user's path:
+// config.json, model.safetensors (bfloat16, or another dtype), and the
+// tokenizer files of a real model.
+//
+// The weights are a function of a seed, computed exactly as
+// scripts/hf_dir_fixtures.py computes them for its PyTorch reference:
+// element i of the k-th tensor (in the order of Names) is the top byte b of
+// splitmix64(seed + k*2^32 + i), mapped to (b-128) * 2^-7 for the
+// embedding (and an untied LM head), (b-128) * 2^-8 for the other
+// matrices and 1 + ((b>>4) - 8)/16 for norm weights. Every value is exact
+// in bfloat16, so the bfloat16 file holds what the reference computes with.
+package hfmodel
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/hfconfig"
+)
+
+// Fixture is one scripts/hf_dir_fixtures.py output: a model, a prompt
+// and PyTorch's greedy continuation of it.
+type Fixture struct {
+	Model          string          `json:"model"`
+	Seed           uint64          `json:"seed"`
+	Config         json.RawMessage `json:"config"`
+	Prompt         string          `json:"prompt"`
+	PromptIDs      []int32         `json:"prompt_ids"`
+	GreedyIDs      []int32         `json:"greedy_ids"`
+	GreedyLogprobs []float64       `json:"greedy_logprobs"`
+	MinTop2Gap     float64         `json:"min_top2_gap"`
+	// WeightsSum is the sum of every weight, exact in float64.
+	WeightsSum float64 `json:"weights_sum"`
+}
+
+// ReadFixture reads a fixture file.
+func ReadFixture(path string) (Fixture, error) {
+	var f Fixture
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return f, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// shape is one tensor of the generator: name, shape and the exponent of
+// its step (0 for a norm weight).
+type shape struct {
+	name string
+	dims []int
+	exp  int
+}
+
+func shapes(c hfconfig.Config) []shape {
+	C, F, V := c.HiddenSize, c.IntermediateSize, c.VocabSize
+	H, KV, D := c.NumAttentionHeads, c.NumKeyValueHeads, c.Head()
+	out := []shape{{"model.embed_tokens.weight", []int{V, C}, 7}}
+	for l := 0; l < c.NumHiddenLayers; l++ {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		out = append(out,
+			shape{pre + "input_layernorm.weight", []int{C}, 0},
+			shape{pre + "self_attn.q_proj.weight", []int{H * D, C}, 8},
+			shape{pre + "self_attn.k_proj.weight", []int{KV * D, C}, 8},
+			shape{pre + "self_attn.v_proj.weight", []int{KV * D, C}, 8},
+			shape{pre + "self_attn.o_proj.weight", []int{C, H * D}, 8})
+		if c.ModelType == "qwen3" {
+			out = append(out, shape{pre + "self_attn.q_norm.weight", []int{D}, 0}, shape{pre + "self_attn.k_norm.weight", []int{D}, 0})
+		}
+		out = append(out,
+			shape{pre + "post_attention_layernorm.weight", []int{C}, 0},
+			shape{pre + "mlp.gate_proj.weight", []int{F, C}, 8},
+			shape{pre + "mlp.up_proj.weight", []int{F, C}, 8},
+			shape{pre + "mlp.down_proj.weight", []int{C, F}, 8})
+	}
+	out = append(out, shape{"model.norm.weight", []int{C}, 0})
+	if !c.TieWordEmbeddings {
+		out = append(out, shape{"lm_head.weight", []int{V, C}, 7})
+	}
+	return out
+}
+
+// topByte is the top byte of splitmix64's output for state s.
+func topByte(s uint64) int {
+	z := s * 0x9E3779B97F4A7C15
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	z ^= z >> 31
+	return int(z >> 56)
+}
+
+// Tensors are the weights of a Llama, Qwen2 or Qwen3 model of config c for
+// seed (no biases: Qwen2's q/k/v biases are not generated).
+func Tensors(c hfconfig.Config, seed uint64) []checkpoint.Tensor {
+	var out []checkpoint.Tensor
+	for k, s := range shapes(c) {
+		n := 1
+		for _, d := range s.dims {
+			n *= d
+		}
+		data := make([]float32, n)
+		base := seed + uint64(k)<<32
+		for i := range data {
+			b := topByte(base + uint64(i))
+			if s.exp == 0 {
+				data[i] = 1 + float32((b>>4)-8)/16
+			} else {
+				data[i] = float32(b-128) / float32(int(1)<<s.exp)
+			}
+		}
+		out = append(out, checkpoint.Tensor{Name: s.name, Shape: s.dims, Data: data})
+	}
+	return out
+}
+
+// WriteDir writes a Hugging Face model directory: configJSON as
+// config.json, the weights of Tensors(config, seed) as model.safetensors in
+// dtype, and tokenizer.json and tokenizer_config.json copied from tokDir.
+func WriteDir(dir string, configJSON []byte, seed uint64, dtype checkpoint.DType, tokDir string) error {
+	c, err := hfconfig.Parse(configJSON)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, checkpoint.ConfigName), configJSON, 0o644); err != nil {
+		return err
+	}
+	for _, n := range []string{checkpoint.TokenizerName, checkpoint.TokenizerConfigName} {
+		b, err := os.ReadFile(filepath.Join(tokDir, n))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return checkpoint.SaveSafetensors(context.Background(), filepath.Join(dir, checkpoint.WeightsName), Tensors(c, seed), checkpoint.SaveOptions{DType: dtype})
+}
+
+// Sum is the sum of every value of ts in float64 (exact for the weights of
+// Tensors, each a multiple of 2^-8 below 2 in magnitude).
+func Sum(ts []checkpoint.Tensor) float64 {
+	var s float64
+	for _, t := range ts {
+		for _, v := range t.Data {
+			s += float64(v)
+		}
+	}
+	return s
+}
