@@ -21,6 +21,11 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	// The "cuda" compute backend (learner.backend, aipo serve --device):
+	// learner/cuda registers itself in learner/backend. "cpu" is always
+	// there.
+	_ "github.com/aipo-rl/aipo/learner/cuda"
 )
 
 // command is one subcommand. run receives the arguments after the command

@@ -7,10 +7,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/cuda"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/pipelines/serve"
 	// The grpc(s):// and http(s):// policy schemes, for every command that
@@ -42,7 +43,7 @@ func runServe(args []string) int {
 	sessionTokens := fs.Int("session-tokens", 0, "KV-cache positions kept for sessions (0: engine default)")
 	auth := addServerAuth(fs, "PEM certificate for TLS on both listeners (with --tls-key)")
 	grace := fs.Duration("grace", 30*time.Second, "how long requests in flight may finish on SIGINT/SIGTERM")
-	device := fs.String("device", "cpu", "where the engine decodes: cpu, or cuda (GPU 0, learner/cuda)")
+	device := fs.String("device", backend.CPUName, "the compute backend the engine decodes on: "+strings.Join(backend.Names(), " or ")+" (cuda: GPU 0)")
 	maxBody := fs.Int64("max-body-bytes", 0, "largest HTTP request body and gRPC request message; larger ones get 413 / RESOURCE_EXHAUSTED (0: 32 bytes per token of the context plus 1 MiB)")
 	headerTimeout := fs.Duration("header-timeout", serve.DefaultHeaderTimeout, "how long a client may take to send a request's headers (0: no limit)")
 	bodyTimeout := fs.Duration("body-timeout", serve.DefaultBodyTimeout, "how long a client may take to send a request's body; slower ones get 408 and are disconnected (0: no limit)")
@@ -76,8 +77,9 @@ func runServe(args []string) int {
 	if *every <= 0 {
 		return fail("--watch-every %s must be positive", *every)
 	}
-	if *device != "cpu" && *device != "cuda" {
-		return fail("--device %q is unknown: use cpu or cuda", *device)
+	be, err := backend.Lookup(*device)
+	if err != nil {
+		return fail("--device: %v", err)
 	}
 	if *maxBody < 0 {
 		return fail("--max-body-bytes %d must be positive, or 0 for the default that follows the context", *maxBody)
@@ -119,18 +121,16 @@ func runServe(args []string) int {
 		return fail("%v", err)
 	}
 
-	var gpu *cuda.Device
-	if *device == "cuda" {
-		if gpu, err = cuda.Open(0); err != nil {
-			fmt.Fprintf(os.Stderr, "aipo serve: --device cuda: %v\n", err)
-			return 1
-		}
-		defer gpu.Close()
+	dev, err := be.Open()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aipo serve: --device %s: %v\n", *device, err)
+		return 1
 	}
+	defer dev.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts := bounds
-	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token, opts.GPU = *ckpt, *watch, *tok, *name, token, gpu
+	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token, opts.Device = *ckpt, *watch, *tok, *name, token, dev
 	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
 	srv, err := serve.New(ctx, opts)
 	if err != nil {

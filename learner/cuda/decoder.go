@@ -5,11 +5,11 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
-// Decoder is an engine.Backend on the GPU: learner/engine samples from it
+// Decoder is a backend.Decoder (an engine.Backend) on the GPU: learner/engine samples from it
 // (engine.NewOn(decoder, ...)) as from the CPU model. Its attention caches
 // hold each layer's rotated keys and values in device memory; Extend runs
 // the new tokens of all sequences through the layers packed together,
@@ -40,7 +40,7 @@ func (m *decoderMem) free() error {
 // last rows of 110 sequences of a 151,936-token vocabulary at once.
 const decoderChunkBytes = 64 << 20
 
-var _ engine.Backend = (*Decoder)(nil)
+var _ backend.Decoder = (*Decoder)(nil)
 
 // NewDecoder uploads m's parameters for decoding (no gradients).
 func (dv *Device) NewDecoder(m *model.Model) (*Decoder, error) {
@@ -59,6 +59,9 @@ func (dv *Device) NewDecoder(m *model.Model) (*Decoder, error) {
 // decoder is unreachable); caches free themselves when no longer
 // referenced.
 func (d *Decoder) Free() error { return d.own.free() }
+
+// Close is Free (backend.Decoder).
+func (d *Decoder) Close() error { return d.Free() }
 
 // Config is the model's configuration.
 func (d *Decoder) Config() model.Config { return d.g.cfg }
@@ -89,7 +92,7 @@ type kvCache struct {
 }
 
 // NewCache returns an empty cache.
-func (d *Decoder) NewCache() engine.Cache {
+func (d *Decoder) NewCache() backend.Cache {
 	c := &kvCache{dec: d, st: &kvStore{k: make([]*Buffer, d.g.L), v: make([]*Buffer, d.g.L)}}
 	runtime.AddCleanup(c, func(s *kvStore) { s.free() }, c.st)
 	return c
@@ -135,8 +138,8 @@ func (c *kvCache) reserve(n int) error {
 	return nil
 }
 
-// Extend implements engine.Backend (see model.Model.Extend).
-func (d *Decoder) Extend(caches []engine.Cache, tokens [][]int32, dst []float32) ([]float32, error) {
+// Extend implements backend.Decoder (see model.Model.Extend).
+func (d *Decoder) Extend(caches []backend.Cache, tokens [][]int32, dst []float32) ([]float32, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	g := d.g

@@ -30,9 +30,12 @@
 //     one chunk of rows at a time (512 MiB by default), the loss of
 //     learner/loss runs on the host over one float per token.
 //   - Model is learner/model's forward and backward on the device over the
-//     same flat parameter layout (trainer.CUDA uses it for
-//     learner.backend: cuda); Decoder is an engine.Backend with per-sequence
-//     KV caches in device memory, so learner/engine samples on the GPU.
+//     same flat parameter layout; Decoder is a backend.Decoder (what
+//     learner/engine samples from) with per-sequence KV caches in device
+//     memory, so the engine samples on the GPU. The package registers both
+//     as learner/backend's "cuda" (backend.go): learner.backend: cuda and
+//     aipo serve --device cuda reach them by a lookup of that name, and a
+//     binary has them when it imports this package (cmd/aipo does).
 //     Both serve Llama (Llama 3's rope_scaling included: the rotary table
 //     comes from the host) and Qwen2; they refuse Qwen3, whose per-head
 //     q/k norm has no kernel yet (Supports).

@@ -45,7 +45,7 @@ type Learner struct {
 	Ref    *model.Model // nil: no KL term (Loss.KLCoef must be 0)
 	Opt    *optim.AdamW
 	// PolicyCompute and RefCompute run the passes of Policy and Ref (nil:
-	// on the CPU, CPU(Policy) and CPU(Ref)).
+	// on the CPU, CPU(Policy) and CPU(Ref)); On sets them from a backend.
 	PolicyCompute, RefCompute Compute
 }
 

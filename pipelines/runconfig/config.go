@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/transforms/advantage"
@@ -176,10 +177,12 @@ type Learner struct {
 	PPOEpochs int `yaml:"ppo_epochs"`
 	// MiniBatches is the optimiser updates per epoch (default 1).
 	MiniBatches int `yaml:"mini_batches"`
-	// Backend is the compute backend: "cpu" (default) or "cuda".
+	// Backend is the compute backend, a name registered in learner/backend:
+	// "cpu" (default) or "cuda" (in a binary that links learner/cuda, as
+	// cmd/aipo does).
 	Backend string `yaml:"backend"`
-	// Precision is the matrix multiplies' operand type on the cuda
-	// backend: "fp32" (default) or "bf16" (bfloat16 operands, float32
+	// Precision is the matrix multiplies' operand type, one the backend
+	// multiplies in: "fp32" (default) or "bf16" (cuda) (bfloat16 operands, float32
 	// accumulation, parameters and gradients float32).
 	Precision string `yaml:"precision"`
 	// Objective is what the learner optimises: "rl" (default), the loss
@@ -220,16 +223,14 @@ const (
 	ObjectiveRejectionSFT = "rejection-sft"
 )
 
-// Backends (Learner.Backend).
-const (
-	BackendCPU  = "cpu"
-	BackendCUDA = "cuda"
-)
+// BackendCPU is the default Learner.Backend; the others are the names
+// registered in learner/backend (backend.Names).
+const BackendCPU = backend.CPUName
 
 // Precisions (Learner.Precision).
 const (
-	PrecisionFP32 = "fp32"
-	PrecisionBF16 = "bf16"
+	PrecisionFP32 = backend.FP32
+	PrecisionBF16 = backend.BF16
 )
 
 // Defaults not taken from other packages.

@@ -137,7 +137,7 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {backend: tpu}\n", "learner.backend"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {backend: tpu}\n", "is unknown: use cpu or cuda"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: fp8}\n", "is unknown: use fp32 or bf16"},
-		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: bf16}\n", "bf16 needs learner.backend cuda"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: bf16}\n", "bf16 needs backend cuda (the cpu backend multiplies in fp32)"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {objective: sft}\n", "learner.objective"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {optim: {lr: -1}}\n", "learner.optim"},
 		{"run: {dir: r}\ndata: {demo: true}\neval: {splits: [held]}\n", "eval.splits[0]"},

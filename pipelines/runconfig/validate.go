@@ -9,6 +9,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/secure"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/transforms/verify"
 )
 
@@ -167,12 +168,17 @@ func (c Config) validateRest() error {
 		return fieldError("learner.ppo_epochs", "%d must be at least 1", l.PPOEpochs)
 	case l.MiniBatches < 1:
 		return fieldError("learner.mini_batches", "%d must be at least 1", l.MiniBatches)
-	case l.Backend != BackendCPU && l.Backend != BackendCUDA:
-		return fieldError("learner.backend", "%q is unknown: use %s or %s", l.Backend, BackendCPU, BackendCUDA)
-	case l.Precision != PrecisionFP32 && l.Precision != PrecisionBF16:
+	}
+	if _, err := backend.Lookup(l.Backend); err != nil {
+		return fieldError("learner.backend", "%v", err)
+	}
+	if l.Precision != PrecisionFP32 && l.Precision != PrecisionBF16 {
 		return fieldError("learner.precision", "%q is unknown: use %s or %s", l.Precision, PrecisionFP32, PrecisionBF16)
-	case l.Precision == PrecisionBF16 && l.Backend != BackendCUDA:
-		return fieldError("learner.precision", "%s needs learner.backend %s (the CPU backend multiplies in %s)", PrecisionBF16, BackendCUDA, PrecisionFP32)
+	}
+	if err := backend.CheckPrecision(l.Backend, l.Precision); err != nil {
+		return fieldError("learner.precision", "%v", err)
+	}
+	switch {
 	case l.Objective != ObjectiveRL && l.Objective != ObjectiveRejectionSFT:
 		return fieldError("learner.objective", "%q is unknown: use %s or %s", l.Objective, ObjectiveRL, ObjectiveRejectionSFT)
 	}

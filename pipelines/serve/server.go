@@ -18,8 +18,8 @@ import (
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
@@ -81,9 +81,10 @@ type Options struct {
 	MaxClientRequests int
 	// Logger receives start, reload and error messages (default: slog's).
 	Logger *slog.Logger
-	// GPU, when not nil, is the device the engine decodes on (a
-	// cuda.Decoder per loaded checkpoint); nil decodes on the CPU.
-	GPU *cuda.Device
+	// Device, when not nil, is the opened learner/backend backend the
+	// engine decodes on (a Decoder of it per loaded checkpoint; cuda: GPU
+	// 0); nil decodes on the CPU. The caller closes it after the server.
+	Device backend.Device
 }
 
 // Server serves one engine over gRPC and HTTP. Its methods are safe for
@@ -145,11 +146,11 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg := opts.Engine
 	cfg.Name = name
-	backend, err := opts.backend(ld.Model)
+	dec, err := opts.decoder(ld.Model)
 	if err != nil {
 		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
 	}
-	e, err := engine.NewOn(backend, ld.Tokenizer, ld.Trainer.PolicyVersion, cfg)
+	e, err := engine.NewOn(dec, ld.Tokenizer, ld.Trainer.PolicyVersion, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
 	}
@@ -169,13 +170,13 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// backend is the engine backend of m: the CPU model, or a copy on
-// Options.GPU (freed once the engine and its caches no longer use it).
-func (o Options) backend(m *model.Model) (engine.Backend, error) {
-	if o.GPU == nil {
+// decoder is the engine backend of m: the CPU model, or a copy on
+// Options.Device (freed once the engine and its caches no longer use it).
+func (o Options) decoder(m *model.Model) (engine.Backend, error) {
+	if o.Device == nil {
 		return engine.CPU(m), nil
 	}
-	return o.GPU.NewDecoder(m)
+	return o.Device.Decoder(m)
 }
 
 // Engine is the engine the server samples from.
@@ -203,11 +204,11 @@ func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
 	if ld.Tokenizer.VocabSize() != s.tok.VocabSize() {
 		return 0, fmt.Errorf("serve: reload: checkpoint %s has a tokenizer of %d tokens, the server's has %d; serve another vocabulary with a new server", dir, ld.Tokenizer.VocabSize(), s.tok.VocabSize())
 	}
-	backend, err := s.opts.backend(ld.Model)
+	dec, err := s.opts.decoder(ld.Model)
 	if err != nil {
 		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
 	}
-	if err := s.eng.ReloadOn(backend, ld.Trainer.PolicyVersion); err != nil {
+	if err := s.eng.ReloadOn(dec, ld.Trainer.PolicyVersion); err != nil {
 		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
 	}
 	s.checkpoint.Store(&dir)

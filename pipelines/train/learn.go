@@ -10,8 +10,8 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -212,13 +212,11 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		}
 		l.Ref = ref.Model
 	}
-	if cfg.Learner.Backend == runconfig.BackendCUDA {
-		release, err := onGPU(l, cfg.Learner.Precision == runconfig.PrecisionBF16)
-		if err != nil {
-			return LearnMetrics{}, fmt.Errorf("learn step %d: learner.backend cuda: %w", k, err)
-		}
-		defer release()
+	freeCompute, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision)
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: learner.backend %s: %w", k, cfg.Learner.Backend, err)
 	}
+	defer freeCompute()
 	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
 		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
@@ -291,41 +289,25 @@ func writeJSON(ctx context.Context, p string, v any) error {
 	return storage.WriteAtomic(ctx, p, append(b, '\n'))
 }
 
-// onGPU moves the learner's passes (policy and reference) to GPU 0, with
-// bfloat16 GEMM operands when bf16 is set, and returns the function that
-// frees them.
-func onGPU(l *trainer.Learner, bf16 bool) (func(), error) {
-	dv, err := cuda.Open(0)
+// onBackend moves the learner's passes (policy and reference) to the
+// backend called name (learner.backend; cuda: GPU 0), multiplying in
+// precision, and returns the function that frees them and the device.
+func onBackend(l *trainer.Learner, name, precision string) (func(), error) {
+	b, err := backend.Lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	var held []*trainer.CUDACompute
-	release := func() {
-		for _, c := range held {
-			c.Close()
-		}
+	dv, err := b.Open()
+	if err != nil {
+		return nil, err
+	}
+	free, err := l.On(dv, precision)
+	if err != nil {
 		dv.Close()
+		return nil, err
 	}
-	for _, p := range []struct {
-		m   *model.Model
-		dst *trainer.Compute
-	}{{l.Policy, &l.PolicyCompute}, {l.Ref, &l.RefCompute}} {
-		if p.m == nil {
-			continue
-		}
-		c, err := trainer.CUDA(dv, p.m)
-		if err != nil {
-			release()
-			return nil, err
-		}
-		held = append(held, c)
-		*p.dst = c
-		if bf16 {
-			if err := c.UseBF16(); err != nil {
-				release()
-				return nil, err
-			}
-		}
-	}
-	return release, nil
+	return func() {
+		free()
+		dv.Close()
+	}, nil
 }

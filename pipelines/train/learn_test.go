@@ -187,7 +187,7 @@ func TestLearnOnGPUBackend(t *testing.T) {
 	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Learner.Backend = runconfig.BackendCUDA
+	cfg.Learner.Backend = "cuda"
 	_, drvErr := cuda.Driver()
 	met, err := Learn(ctx, cfg, 0)
 	if drvErr != nil {
@@ -240,7 +240,7 @@ func TestRolloutEngineOnGPUBackend(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
 	dir := checkpoint.Dir(h.cfg.Run.Dir, 0)
-	e, release, err := openEngineOn(ctx, dir, runconfig.BackendCUDA)
+	e, release, err := openEngineOn(ctx, dir, "cuda")
 	if _, drvErr := cuda.Driver(); drvErr != nil {
 		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {
 			t.Fatalf("without a GPU: openEngineOn = %v, want an error naming learner.backend cuda and libcuda", err)

@@ -12,8 +12,8 @@ import (
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
@@ -190,30 +190,30 @@ func OpenEngine(ctx context.Context, dir string) (*engine.Engine, error) {
 	return e, err
 }
 
-// openEngineOn is OpenEngine on a compute backend (learner.backend): with
-// cuda the engine decodes on GPU 0. release frees the device after the
-// engine is closed.
-func openEngineOn(ctx context.Context, dir, backend string) (e *engine.Engine, release func(), err error) {
+// openEngineOn is OpenEngine on the compute backend called name
+// (learner.backend, looked up in learner/backend; cuda decodes on GPU 0).
+// release frees the decoder and the device after the engine is closed.
+func openEngineOn(ctx context.Context, dir, name string) (e *engine.Engine, release func(), err error) {
 	l, err := inproc.LoadCheckpoint(ctx, dir, "")
 	if err != nil {
 		return nil, nil, err
 	}
 	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: 256}
-	if backend != runconfig.BackendCUDA {
-		e, err := engine.New(l.Model, l.Tokenizer, l.Trainer.PolicyVersion, ecfg)
-		return e, func() {}, err
-	}
-	dv, err := cuda.Open(0)
+	b, err := backend.Lookup(name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend cuda: %w", err)
+		return nil, nil, fmt.Errorf("rollout engine: learner.backend: %w", err)
 	}
-	dec, err := dv.NewDecoder(l.Model)
+	dv, err := b.Open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s: %w", name, err)
+	}
+	dec, err := dv.Decoder(l.Model)
 	if err != nil {
 		dv.Close()
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend cuda: %w", err)
+		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s: %w", name, err)
 	}
 	release = func() {
-		dec.Free()
+		dec.Close()
 		dv.Close()
 	}
 	if e, err = engine.NewOn(dec, l.Tokenizer, l.Trainer.PolicyVersion, ecfg); err != nil {

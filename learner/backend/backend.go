@@ -1,0 +1,178 @@
+// Package backend is the registry of aipo's compute backends: where a
+// model's training passes and its decoding for learner/engine run. A
+// backend's package registers it under a name in an init function; "cpu"
+// (learner/model itself, the reference every other backend is checked
+// against) is registered here, "cuda" by learner/cuda, which a binary links
+// in with a blank import. Callers pick a backend with one Lookup of the
+// name in their configuration (learner.backend, aipo serve --device) and
+// never compare names.
+//
+// The package is a leaf: it imports learner/model and nothing of
+// learner/engine, learner/trainer or any backend, so that those import it
+// and not each other.
+package backend
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/aipo-rl/aipo/learner/model"
+)
+
+// The GEMM operand precisions a backend may multiply in (runconfig's
+// learner.precision).
+const (
+	FP32 = "fp32"
+	BF16 = "bf16"
+)
+
+// CPUName is the name of the CPU backend, the default.
+const CPUName = "cpu"
+
+// Backend is a compute backend.
+type Backend interface {
+	// Available is nil when the backend can run on this machine, else an
+	// error saying why not and what to install or set (cuda: the driver
+	// library paths that were tried).
+	Available() error
+	// Precisions lists the GEMM operand precisions the backend multiplies
+	// in, FP32 first.
+	Precisions() []string
+	// Open acquires the backend's device (cuda: GPU 0). What is opened on
+	// it is closed before the Device.
+	Open() (Device, error)
+}
+
+// Device is an opened backend.
+type Device interface {
+	// Train returns the training passes of m on the device, multiplying in
+	// precision (one of the backend's Precisions; "" is FP32). m stays the
+	// model the optimiser updates.
+	Train(m *model.Model, precision string) (Compute, error)
+	// Decoder returns m's decoding passes for learner/engine over a copy
+	// of its parameters as they are now.
+	Decoder(m *model.Model) (Decoder, error)
+	// Close releases the device.
+	Close() error
+}
+
+// LossGrad turns the per-token log-probabilities and entropies of a
+// forward pass into d loss / d log-prob per token.
+type LossGrad = func(logProbs, entropy []float32) ([]float32, error)
+
+// Compute is a model's forward and backward passes for the trainer. The
+// host model stays the one the optimiser updates and checkpoints are
+// written from.
+type Compute interface {
+	// Run does a forward pass over b and returns the per-token
+	// log-probabilities (0 where there is no target). When loss is not nil
+	// it gets them and the entropies, and the backward pass of its result
+	// adds to the gradients.
+	Run(b model.Batch, loss LossGrad) ([]float32, error)
+	// ZeroGrads clears the gradients.
+	ZeroGrads() error
+	// PullGrads makes the host model's gradients current; the trainer calls
+	// it before an optimiser step.
+	PullGrads() error
+	// PushParams copies the host model's parameters to where the passes
+	// run; the trainer calls it after an optimiser step.
+	PushParams() error
+	// Close frees what the passes hold on the device.
+	Close() error
+}
+
+// Decoder is the model an engine samples from. Its methods are those of
+// model.Model that decoding needs.
+type Decoder interface {
+	// Config is the model's configuration.
+	Config() model.Config
+	// BytesPerToken is the cache memory of one position.
+	BytesPerToken() int
+	// NewCache returns an empty attention cache for one sequence.
+	NewCache() Cache
+	// Extend feeds tokens[i] to caches[i] for every i in one batched pass
+	// and returns the logits after each sequence's last new token, [B, V]
+	// row-major, written into dst when it has the capacity (as
+	// model.Model.Extend). On error no cache is changed.
+	Extend(caches []Cache, tokens [][]int32, dst []float32) ([]float32, error)
+	// Close frees the decoder's copy of the parameters now; without it they
+	// go once the decoder and its caches are unreachable. It is called
+	// after the engine that uses the decoder is closed.
+	Close() error
+}
+
+// Cache is one sequence's attention state in a Decoder (model.KVCache on
+// the CPU).
+type Cache interface {
+	Len() int
+	Tokens() []int32
+	Truncate(n int)
+	Bytes() int
+}
+
+var (
+	mu       sync.RWMutex
+	registry = map[string]Backend{}
+)
+
+// Register makes b the backend called name. It panics when name is empty or
+// taken (two packages registering one name is a build mistake).
+func Register(name string, b Backend) {
+	if name == "" || b == nil {
+		panic("backend: Register needs a name and a backend")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic(fmt.Sprintf("backend: %q is registered twice", name))
+	}
+	registry[name] = b
+}
+
+// Lookup is the backend called name; for a name nobody registered the error
+// lists the names that are.
+func Lookup(name string) (Backend, error) {
+	mu.RLock()
+	b, ok := registry[name]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("backend %q is unknown: use %s (a backend is linked into the binary by importing its package, e.g. learner/cuda)", name, strings.Join(Names(), " or "))
+	}
+	return b, nil
+}
+
+// Names lists the registered backends, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// CheckPrecision is nil when the backend called name multiplies in
+// precision; else the error names the backends that do.
+func CheckPrecision(name, precision string) error {
+	b, err := Lookup(name)
+	if err != nil {
+		return err
+	}
+	if precision == "" || slices.Contains(b.Precisions(), precision) {
+		return nil
+	}
+	var with []string
+	for _, n := range Names() {
+		if o, _ := Lookup(n); slices.Contains(o.Precisions(), precision) {
+			with = append(with, n)
+		}
+	}
+	if len(with) == 0 {
+		return fmt.Errorf("precision %s is not multiplied in by any backend linked in (%s multiplies in %s)", precision, name, strings.Join(b.Precisions(), ", "))
+	}
+	return fmt.Errorf("%s needs backend %s (the %s backend multiplies in %s)", precision, strings.Join(with, " or "), name, strings.Join(b.Precisions(), ", "))
+}

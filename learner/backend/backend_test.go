@@ -1,0 +1,171 @@
+package backend
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/learner/model"
+)
+
+// absent is a test backend: a registered name whose Open fails with a reason,
+// as a backend without its hardware does.
+type absent struct{ reason error }
+
+func (a absent) Available() error      { return a.reason }
+func (a absent) Precisions() []string  { return []string{FP32, BF16} }
+func (a absent) Open() (Device, error) { return nil, a.reason }
+
+var errAbsent = errors.New("test-absent: no device here (install one)")
+
+func init() { Register("test-absent", absent{errAbsent}) }
+
+func tinyModel(t *testing.T) *model.Model {
+	t.Helper()
+	m, err := model.New(model.Config{
+		ModelType: "llama", HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, VocabSize: 20, MaxPositionEmbeddings: 64,
+		RMSNormEps: 1e-5, RopeTheta: 10000, TieWordEmbeddings: true, HiddenAct: "silu",
+	}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestLookupUnknownNamesTheRegistered(t *testing.T) {
+	if got := Names(); !slices.Equal(got, []string{"cpu", "test-absent"}) {
+		t.Fatalf("Names() = %q, want [cpu test-absent] (sorted)", got)
+	}
+	_, err := Lookup("tpu")
+	if err == nil {
+		t.Fatal(`Lookup("tpu") succeeded; want an error`)
+	}
+	for _, want := range []string{`"tpu"`, "use cpu or test-absent"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Lookup(tpu) error %q does not contain %q", err, want)
+		}
+	}
+	b, err := Lookup("cpu")
+	if err != nil || b.Available() != nil {
+		t.Fatalf(`Lookup("cpu") = %v, %v; want the always-available CPU backend`, b, err)
+	}
+}
+
+func TestUnavailableBackendSaysWhy(t *testing.T) {
+	b, err := Lookup("test-absent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Available(); !errors.Is(err, errAbsent) {
+		t.Errorf("Available() = %v, want %v", err, errAbsent)
+	}
+	if _, err := b.Open(); !errors.Is(err, errAbsent) {
+		t.Errorf("Open() = %v, want %v", err, errAbsent)
+	}
+}
+
+func TestRegisterTwicePanics(t *testing.T) {
+	defer func() {
+		r := recover()
+		if r == nil || !strings.Contains(r.(string), `"cpu" is registered twice`) {
+			t.Fatalf("second Register(cpu) recovered %v; want a panic naming the name", r)
+		}
+	}()
+	Register("cpu", cpuBackend{})
+}
+
+func TestCheckPrecision(t *testing.T) {
+	if err := CheckPrecision("cpu", FP32); err != nil {
+		t.Errorf("cpu, fp32: %v", err)
+	}
+	if err := CheckPrecision("test-absent", BF16); err != nil {
+		t.Errorf("test-absent, bf16: %v", err)
+	}
+	err := CheckPrecision("cpu", BF16)
+	if err == nil || !strings.Contains(err.Error(), "bf16 needs backend test-absent (the cpu backend multiplies in fp32)") {
+		t.Errorf("cpu, bf16: %v; want an error naming the backends that multiply in bf16", err)
+	}
+	if err := CheckPrecision("tpu", FP32); err == nil || !strings.Contains(err.Error(), "use cpu or test-absent") {
+		t.Errorf("tpu, fp32: %v; want the unknown-backend error", err)
+	}
+}
+
+// The CPU backend's passes are the model's own: the same bits as calling
+// Forward, Backward and Extend on it.
+func TestCPUBackendIsTheModel(t *testing.T) {
+	b, _ := Lookup("cpu")
+	dv, err := b.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dv.Close()
+	if _, err := dv.Train(tinyModel(t), BF16); err == nil || !strings.Contains(err.Error(), "the CPU multiplies in fp32") {
+		t.Errorf("Train(bf16) on the CPU = %v, want a refusal naming fp32", err)
+	}
+	toks := []int32{1, 5, 7, 3, 9, 2}
+	batch := model.Batch{Tokens: toks}
+	lossFn := func(lp, _ []float32) ([]float32, error) {
+		g := make([]float32, len(lp))
+		for i := range g {
+			g[i] = -1
+		}
+		return g, nil
+	}
+	ref, viaBackend := tinyModel(t), tinyModel(t)
+	a, err := ref.Forward(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), a.LogProbs...)
+	g, _ := lossFn(a.LogProbs, a.Entropy)
+	if err := ref.Backward(a, g); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dv.Train(viaBackend, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Run(batch, lossFn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Run log-probs %v, want the model's %v", got, want)
+	}
+	if err := c.PullGrads(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(viaBackend.GradData(), ref.GradData()) {
+		t.Error("gradients through the CPU backend differ from the model's own Backward")
+	}
+
+	dec, err := dv.Decoder(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := dec.NewCache()
+	gotLogits, err := dec.Extend([]Cache{cache}, [][]int32{toks}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := ref.NewKVCache()
+	wantLogits, err := ref.Extend([]*model.KVCache{kv}, [][]int32{toks}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(gotLogits, wantLogits) || cache.Len() != len(toks) {
+		t.Errorf("Decoder.Extend: %d cached, logits equal %v; want %d cached and the model's logits", cache.Len(), slices.Equal(gotLogits, wantLogits), len(toks))
+	}
+	if _, err := dec.Extend([]Cache{foreign{}}, [][]int32{toks}, nil); err == nil || !strings.Contains(err.Error(), "was not made by this decoder") {
+		t.Errorf("Extend with a foreign cache = %v, want an error naming it", err)
+	}
+}
+
+type foreign struct{}
+
+func (foreign) Len() int        { return 0 }
+func (foreign) Tokens() []int32 { return nil }
+func (foreign) Truncate(int)    {}
+func (foreign) Bytes() int      { return 0 }
