@@ -193,69 +193,20 @@ func (d *Decoder) Extend(caches []backend.Cache, tokens [][]int32, dst []float32
 	s := &scratch{dv: dv}
 	defer s.free()
 	gt, gp, gl := s.ints(toks), s.ints(pos), s.ints(last)
-	x, tmp, mid := s.get(F32, N*C), s.get(F32, N*C), s.get(F32, N*C)
-	ln, rstd := s.get(F32, N*C), s.get(F32, N)
-	qkv, y := s.get(F32, N*g.QKV), s.get(F32, N*g.QD)
-	gu, sig, h := s.get(F32, N*2*g.F), s.get(F32, N*g.F), s.get(F32, N*g.F)
 	if s.err != nil {
 		return nil, s.err
 	}
-	eps := g.cfg.RMSNormEps
-	if err := dv.EmbeddingForward(x, gt, g.w.emb, C); err != nil {
-		return nil, err
+	o := &decodeOps{layerOps: layerOps{g: g, s: s, N: N, tokens: gt, pos: gp}, caches: kc, off: off}
+	lnf := model.DecodeLayers[*Buffer](o, model.LayerShape{N: N, L: g.L, C: C, F: g.F, H: g.H, QD: g.QD, QKV: g.QKV})
+	if o.err != nil {
+		return nil, fmt.Errorf("cuda: Extend: %w", o.err)
 	}
-	for l := range g.L {
-		lw := &g.w.layers[l]
-		if err := dv.RMSNormForward(ln, rstd, x, lw.inNorm, N, C, eps); err != nil {
-			return nil, err
-		}
-		if err := g.linear(qkv, ln, lw.qkv, lw.qkvBias, N, C, g.QKV); err != nil {
-			return nil, err
-		}
-		if err := dv.RoPEForward(qkv, g.QKV, gp, g.H+g.KV, g.D, g.cos, g.sin); err != nil {
-			return nil, err
-		}
-		for i, k := range kc {
-			n, p0 := off[i+1]-off[i], k.Len()
-			rows, err := qkv.Slice(off[i]*g.QKV, off[i+1]*g.QKV)
-			if err != nil {
-				return nil, err
-			}
-			yi, err := y.Slice(off[i]*g.QD, off[i+1]*g.QD)
-			if err != nil {
-				return nil, err
-			}
-			if err := dv.KVAppend(k.st.k[l], k.st.v[l], rows, n, p0, g.QD, g.KD); err != nil {
-				return nil, err
-			}
-			if err := dv.AttentionCached(yi, rows, k.st.k[l], k.st.v[l], n, p0, g.H, g.KV, g.D); err != nil {
-				return nil, err
-			}
-		}
-		steps := []func() error{
-			func() error { return g.linear(tmp, y, lw.o, lw.oBias, N, g.QD, C) },
-			func() error { return dv.ResidualForward(mid, x, tmp) },
-			func() error { return dv.RMSNormForward(ln, rstd, mid, lw.postNorm, N, C, eps) },
-			func() error { return g.linear(gu, ln, lw.gateUp, nil, N, C, 2*g.F) },
-			func() error { return dv.SwiGLUForward(h, sig, gu, N, g.F) },
-			func() error { return g.linear(tmp, h, lw.down, nil, N, g.F, C) },
-			func() error { return dv.ResidualForward(x, mid, tmp) },
-		}
-		for _, f := range steps {
-			if err := f(); err != nil {
-				return nil, fmt.Errorf("cuda: Extend layer %d: %w", l, err)
-			}
-		}
-	}
-	// The last row of each sequence through the final norm and the head.
-	xl, lnl, rl := s.get(F32, B*C), s.get(F32, B*C), s.get(F32, B)
+	// The last row of each sequence through the head.
+	lnl := s.get(F32, B*C)
 	if s.err != nil {
 		return nil, s.err
 	}
-	if err := dv.EmbeddingForward(xl, gl, x, C); err != nil { // gather
-		return nil, err
-	}
-	if err := dv.RMSNormForward(lnl, rl, xl, g.w.norm, B, C, eps); err != nil {
+	if err := dv.EmbeddingForward(lnl, gl, lnf, C); err != nil { // gather
 		return nil, err
 	}
 	if d.own.head == nil {
@@ -277,4 +228,37 @@ func (d *Decoder) Extend(caches []backend.Cache, tokens [][]int32, dst []float32
 		k.tokens = append(k.tokens, tokens[i]...)
 	}
 	return dst, nil
+}
+
+// decodeOps are the model.LayerOps of one Extend: the training pass's
+// kernels, with attention that appends each layer's new keys and values to
+// the caches and attends each sequence's new queries to its cache.
+type decodeOps struct {
+	layerOps
+	caches []*kvCache
+	off    []int // each sequence's first row, then N
+}
+
+func (o *decodeOps) Attention(y, lse, qkv *Buffer, l int) {
+	g := o.g
+	o.do(l, "attention", func() error {
+		for i, k := range o.caches {
+			n, p0 := o.off[i+1]-o.off[i], k.Len()
+			rows, err := qkv.Slice(o.off[i]*g.QKV, o.off[i+1]*g.QKV)
+			if err != nil {
+				return err
+			}
+			yi, err := y.Slice(o.off[i]*g.QD, o.off[i+1]*g.QD)
+			if err != nil {
+				return err
+			}
+			if err := g.dv.KVAppend(k.st.k[l], k.st.v[l], rows, n, p0, g.QD, g.KD); err != nil {
+				return err
+			}
+			if err := g.dv.AttentionCached(yi, rows, k.st.k[l], k.st.v[l], n, p0, g.H, g.KV, g.D); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

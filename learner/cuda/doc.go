@@ -30,7 +30,9 @@
 //     one chunk of rows at a time (512 MiB by default), the loss of
 //     learner/loss runs on the host over one float per token.
 //   - Model is learner/model's forward and backward on the device over the
-//     same flat parameter layout; Decoder is a backend.Decoder (what
+//     same flat parameter layout: the layer sequence is learner/model's own
+//     (model.ForwardLayers, BackwardLayers, DecodeLayers) over layerOps,
+//     its model.LayerOps of these kernels (layerops.go); Decoder is a backend.Decoder (what
 //     learner/engine samples from) with per-sequence KV caches in device
 //     memory, so the engine samples on the GPU. The package registers both
 //     as learner/backend's "cuda" (backend.go): learner.backend: cuda and

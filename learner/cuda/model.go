@@ -268,10 +268,6 @@ func (s *scratch) free() {
 	s.dv.giveScratch(s.bufs...)
 }
 
-type layerActs struct {
-	rstd1, ln1, qkv, y, lse, mid, rstd2, ln2, gu, sig, h *Buffer
-}
-
 // ForwardBackward runs the model over b, hands the log-probabilities and
 // entropies (per token, 0 where there is no target) to lossFn, and adds
 // the gradient of sum_t grad[t]*logp[t] to the model's gradients, as
@@ -297,7 +293,6 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 	if s.err != nil {
 		return nil, nil, s.err
 	}
-	eps := g.cfg.RMSNormEps
 	run := func(steps ...func() error) error {
 		for _, f := range steps {
 			if s.err != nil {
@@ -310,45 +305,16 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 		return s.err
 	}
 
-	// Forward, as model.forward.
+	// Forward: the layers as learner/model sequences them.
+	o := &layerOps{g: g, s: s, N: N, tokens: tokens, pos: pos, gStart: gStart, gEnd: gEnd}
+	shape := model.LayerShape{N: N, L: g.L, C: C, F: g.F, H: g.H, QD: g.QD, QKV: g.QKV}
 	resid := make([]*Buffer, g.L+1)
-	acts := make([]layerActs, g.L)
-	x := s.get(F32, N*C)
-	tmp := s.get(F32, N*C)
-	if err := run(func() error { return dv.EmbeddingForward(x, tokens, g.w.emb, C) }); err != nil {
+	acts := make([]model.LayerActs[*Buffer], g.L)
+	lnf, rstdF := model.ForwardLayers[*Buffer](o, shape, acts, resid)
+	if err := run(func() error { return o.err }); err != nil {
 		return nil, nil, err
 	}
-	resid[0] = x
-	for l := range g.L {
-		la, lw := &acts[l], &g.w.layers[l]
-		la.rstd1, la.ln1, la.qkv = s.get(F32, N), s.get(F32, N*C), s.get(F32, N*g.QKV)
-		la.y, la.lse, la.mid = s.get(F32, N*g.QD), s.get(F32, N*g.H), s.get(F32, N*C)
-		la.rstd2, la.ln2 = s.get(F32, N), s.get(F32, N*C)
-		la.gu, la.sig, la.h = s.get(F32, N*2*g.F), s.get(F32, N*g.F), s.get(F32, N*g.F)
-		next := s.get(F32, N*C)
-		err := run(
-			func() error { return dv.RMSNormForward(la.ln1, la.rstd1, x, lw.inNorm, N, C, eps) },
-			func() error { return g.linear(la.qkv, la.ln1, lw.qkv, lw.qkvBias, N, C, g.QKV) },
-			func() error { return dv.RoPEForward(la.qkv, g.QKV, pos, g.H+g.KV, g.D, g.cos, g.sin) },
-			func() error { return dv.AttentionForward(la.y, la.lse, la.qkv, gStart, N, g.H, g.KV, g.D) },
-			func() error { return g.linear(tmp, la.y, lw.o, lw.oBias, N, g.QD, C) },
-			func() error { return dv.ResidualForward(la.mid, x, tmp) },
-			func() error { return dv.RMSNormForward(la.ln2, la.rstd2, la.mid, lw.postNorm, N, C, eps) },
-			func() error { return g.linear(la.gu, la.ln2, lw.gateUp, nil, N, C, 2*g.F) },
-			func() error { return dv.SwiGLUForward(la.h, la.sig, la.gu, N, g.F) },
-			func() error { return g.linear(tmp, la.h, lw.down, nil, N, g.F, C) },
-			func() error { return dv.ResidualForward(next, la.mid, tmp) },
-		)
-		if err != nil {
-			return nil, nil, fmt.Errorf("cuda: layer %d forward: %w", l, err)
-		}
-		resid[l+1], x = next, next
-	}
-	rstdF, lnf := s.get(F32, N), s.get(F32, N*C)
 	logProbs, entropy = make([]float32, N), make([]float32, N)
-	if err := run(func() error { return dv.RMSNormForward(lnf, rstdF, x, g.w.norm, N, C, eps) }); err != nil {
-		return nil, nil, err
-	}
 	var xh *Buffer
 	if M > 0 {
 		if g.head == nil {
@@ -391,8 +357,9 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 		return nil, nil, fmt.Errorf("cuda: the loss returned %d gradients for %d tokens", len(grad), N)
 	}
 
-	// Backward, as model.Backward.
-	dres, dln := s.zeroed(N*C), s.zeroed(N*C)
+	// Backward: the LM head's here, the layers' as learner/model sequences
+	// them.
+	dln := s.zeroed(N * C)
 	if M > 0 {
 		rowGrad := make([]float32, M)
 		for r, t := range lay.Rows {
@@ -408,31 +375,8 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 			return nil, nil, fmt.Errorf("cuda: LM head backward: %w", err)
 		}
 	}
-	dh, dgu := s.get(F32, N*g.F), s.get(F32, N*2*g.F)
-	dy, dqkv, delta := s.get(F32, N*g.QD), s.get(F32, N*g.QKV), s.get(F32, N*g.H)
-	if err := run(func() error { return dv.RMSNormBackward(dres, g.g.norm, dln, resid[g.L], g.w.norm, rstdF, N, C) }); err != nil {
-		return nil, nil, err
-	}
-	for l := g.L - 1; l >= 0; l-- {
-		la, lw, lg := &acts[l], &g.w.layers[l], &g.g.layers[l]
-		err := run(
-			func() error { return g.linearBack(dh, lg.down, nil, dres, la.h, lw.down, N, g.F, C) },
-			func() error { return dv.SwiGLUBackward(dgu, dh, la.sig, la.gu, N, g.F) },
-			func() error { return g.linearBack(dln, lg.gateUp, nil, dgu, la.ln2, lw.gateUp, N, C, 2*g.F) },
-			func() error { return dv.RMSNormBackward(dres, lg.postNorm, dln, la.mid, lw.postNorm, la.rstd2, N, C) },
-			func() error { return g.linearBack(dy, lg.o, lg.oBias, dres, la.y, lw.o, N, g.QD, C) },
-			func() error {
-				return dv.AttentionBackward(dqkv, dy, la.qkv, la.y, la.lse, gStart, gEnd, delta, N, g.H, g.KV, g.D)
-			},
-			func() error { return dv.RoPEBackward(dqkv, g.QKV, pos, g.H+g.KV, g.D, g.cos, g.sin) },
-			func() error { return g.linearBack(dln, lg.qkv, lg.qkvBias, dqkv, la.ln1, lw.qkv, N, C, g.QKV) },
-			func() error { return dv.RMSNormBackward(dres, lg.inNorm, dln, resid[l], lw.inNorm, la.rstd1, N, C) },
-		)
-		if err != nil {
-			return nil, nil, fmt.Errorf("cuda: layer %d backward: %w", l, err)
-		}
-	}
-	if err := dv.EmbeddingBackward(g.g.emb, dres, tokens, C); err != nil {
+	model.BackwardLayers[*Buffer](o, shape, acts, resid, rstdF, dln)
+	if err := run(func() error { return o.err }); err != nil {
 		return nil, nil, err
 	}
 	return logProbs, entropy, dv.Sync()

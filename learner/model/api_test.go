@@ -327,7 +327,7 @@ func TestActivationsKeptOrRecomputed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if kept := a.layers[0].probs != nil && a.layers[0].h != nil; kept != (keep > 0) {
+		if kept := a.extra[0].probs != nil && a.layers[0].H != nil; kept != (keep > 0) {
 			t.Fatalf("budget %d: activations kept = %v", keep, kept)
 		}
 		if err := m.Backward(a, w); err != nil {

@@ -187,78 +187,32 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 	scratchLen := qBlock * maxPos
 	w := stepPool.Get().(*stepWork)
 	defer stepPool.Put(w)
-	need := N*(3*d.C+d.QKV+d.QD+d.H+4*d.F) + N + B*d.C + B + nw*scratchLen
+	// What DecodeLayers takes (see runLayers), the last rows and the
+	// attention tasks' scratch.
+	need := N*(7*d.C+d.QKV+d.QD+d.H+4*d.F) + 3*N + B*d.C + nw*scratchLen
 	if cap(w.buf) < need {
 		w.buf = make([]float32, need)
 	}
 	w.buf = w.buf[:cap(w.buf)]
-	off := 0
-	x, ln, tmp := w.take(&off, N*d.C), w.take(&off, N*d.C), w.take(&off, N*d.C)
-	qkv, y, lse := w.take(&off, N*d.QKV), w.take(&off, N*d.QD), w.take(&off, N*d.H)
-	gu, h, sig := w.take(&off, N*2*d.F), w.take(&off, N*d.F), w.take(&off, N*d.F)
-	rstd := w.take(&off, N)
-	last, lastRstd := w.take(&off, B*d.C), w.take(&off, B)
-	scratch := make([][]float32, nw)
-	for k := range scratch {
-		scratch[k] = w.take(&off, scratchLen)
+	o := &decodeOps{cpuOps: cpuOps{m: m, p: &prepared{tokens: flat, pos: pos, cos: cos, sin: sin}},
+		w: w, caches: caches, tokens: tokens, starts: starts, scratch: make([][]float32, nw)}
+	for k := range o.scratch {
+		o.scratch[k] = o.Get(scratchLen)
 	}
-
-	type task struct{ seq, h, i0 int }
-	var tasks []task
+	last := o.Get(B * d.C)
 	for i := range caches {
 		for hd := 0; hd < d.H; hd++ {
 			for i0 := 0; i0 < len(tokens[i]); i0 += qBlock {
-				tasks = append(tasks, task{i, hd, i0})
+				o.tasks = append(o.tasks, decodeTask{i, hd, i0})
 			}
 		}
 	}
-	scale := float32(1 / math.Sqrt(float64(d.D)))
-	group := d.H / d.KV
-	eps := m.cfg.RMSNormEps
-
-	embeddingForward(x, flat, m.w.emb, d.C)
-	for l := range m.w.layers {
-		lw := &m.w.layers[l]
-		rmsnormForward(ln, rstd, x, lw.inNorm, N, d.C, eps)
-		w.linear(qkv, ln, lw.qkv, lw.qkvBias, N, d.C, d.QKV)
-		if lw.qkNorm != nil { // Qwen3: the cache keeps normalised, rotated keys
-			qkNormForward(qkv, nil, nil, lw.qkNorm, N, d, eps)
-		}
-		ropeForward(qkv, d.QKV, nil, pos, d.H+d.KV, d.D, cos, sin)
-		// Append the new rotated keys and values to each cache.
-		for i, c := range caches {
-			p0 := c.Len()
-			for j := range tokens[i] {
-				row := qkv[(starts[i]+j)*d.QKV:]
-				copy(c.k[l][(p0+j)*d.KD:(p0+j+1)*d.KD], row[d.QD:d.QD+d.KD])
-				copy(c.v[l][(p0+j)*d.KD:(p0+j+1)*d.KD], row[d.QD+d.KD:d.QD+2*d.KD])
-			}
-		}
-		parallelTasks(len(tasks), func(wk, ti int) {
-			tk := tasks[ti]
-			c := caches[tk.seq]
-			g := tk.h / group
-			nq := min(qBlock, len(tokens[tk.seq])-tk.i0)
-			row := starts[tk.seq] + tk.i0
-			attendBlock(y[row*d.QD+tk.h*d.D:], d.QD, lse[row*d.H+tk.h:], d.H,
-				qkv[row*d.QKV+tk.h*d.D:], d.QKV,
-				c.k[l][g*d.D:], c.v[l][g*d.D:], d.KD,
-				nil, 0, nq, c.Len()+tk.i0, d.D, scale, scratch[wk], false)
-		})
-		w.linear(tmp, y, lw.o, lw.oBias, N, d.QD, d.C)
-		residualNorm(x, ln, rstd, x, tmp, lw.postNorm, N, d.C, eps)
-		w.linear(gu, ln, lw.gateUp, nil, N, d.C, 2*d.F)
-		swigluForward(h, sig, gu, N, d.F) // sig is not needed without a backward pass
-
-		w.linear(tmp, h, lw.down, nil, N, d.F, d.C)
-		residualForward(x, x, tmp)
-	}
-	// Final norm and head on the last new row of each sequence only.
+	lnf := DecodeLayers[[]float32](o, m.shape(N))
+	// The head on the last new row of each sequence only.
 	for i := range caches {
 		r := starts[i] + len(tokens[i]) - 1
-		copy(last[i*d.C:(i+1)*d.C], x[r*d.C:])
+		copy(last[i*d.C:(i+1)*d.C], lnf[r*d.C:])
 	}
-	rmsnormForward(last, lastRstd, last, m.w.norm, B, d.C, eps)
 	if cap(dst) >= B*d.V {
 		dst = dst[:B*d.V]
 	} else {
@@ -277,4 +231,76 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 func LogSumExp(logits []float32) float32 {
 	lse, _ := logSoftmax(logits, false)
 	return lse
+}
+
+// decodeOps are the LayerOps of one Extend: the CPU ops, with buffers from
+// the step's scratch, rows multiplied as stepWork.linear does (independent
+// of the batch), the q/k norm keeping nothing, and attention that appends
+// each layer's new keys and values to the caches and attends to them.
+type decodeOps struct {
+	cpuOps
+	w       *stepWork
+	off     int
+	caches  []*KVCache
+	tokens  [][]int32
+	starts  []int // each sequence's first row
+	tasks   []decodeTask
+	scratch [][]float32 // per worker
+}
+
+// decodeTask is one query block of one head of one sequence.
+type decodeTask struct{ seq, h, i0 int }
+
+func (o *decodeOps) Get(n int) []float32 {
+	if o.off+n <= len(o.w.buf) {
+		return o.w.take(&o.off, n)
+	}
+	return make([]float32, n)
+}
+
+func (o *decodeOps) Zeroed(n int) []float32 {
+	b := o.Get(n)
+	clear(b)
+	return b
+}
+
+func (o *decodeOps) Linear(out, in []float32, l int, w Weight, bias bool) {
+	wt, b, _, _, I, O := o.linear(l, w)
+	if !bias {
+		b = nil
+	}
+	o.w.linear(out, in, wt, b, o.n(), I, O)
+}
+
+// QKNorm normalises in place: the cache keeps normalised, rotated keys.
+func (o *decodeOps) QKNorm(qkv []float32, l int) {
+	if qn := o.m.w.layers[l].qkNorm; qn != nil {
+		qkNormForward(qkv, nil, nil, qn, o.n(), o.m.d, o.m.cfg.RMSNormEps)
+	}
+}
+
+func (o *decodeOps) Attention(y, lse, qkv []float32, l int) {
+	d := o.m.d
+	// Append the new rotated keys and values to each cache.
+	for i, c := range o.caches {
+		p0 := c.Len()
+		for j := range o.tokens[i] {
+			row := qkv[(o.starts[i]+j)*d.QKV:]
+			copy(c.k[l][(p0+j)*d.KD:(p0+j+1)*d.KD], row[d.QD:d.QD+d.KD])
+			copy(c.v[l][(p0+j)*d.KD:(p0+j+1)*d.KD], row[d.QD+d.KD:d.QD+2*d.KD])
+		}
+	}
+	scale := float32(1 / math.Sqrt(float64(d.D)))
+	group := d.H / d.KV
+	parallelTasks(len(o.tasks), func(wk, ti int) {
+		tk := o.tasks[ti]
+		c := o.caches[tk.seq]
+		g := tk.h / group
+		nq := min(qBlock, len(o.tokens[tk.seq])-tk.i0)
+		row := o.starts[tk.seq] + tk.i0
+		attendBlock(y[row*d.QD+tk.h*d.D:], d.QD, lse[row*d.H+tk.h:], d.H,
+			qkv[row*d.QKV+tk.h*d.D:], d.QKV,
+			c.k[l][g*d.D:], c.v[l][g*d.D:], d.KD,
+			nil, 0, nq, c.Len()+tk.i0, d.D, scale, o.scratch[wk], false)
+	})
 }

@@ -7,6 +7,12 @@
 // compute yet (qwen3's q/k norm, llama3 RoPE scaling) is refused when the
 // model is built (see runnable).
 //
+// The decoder-layer sequence is written once (layers.go): ForwardLayers,
+// BackwardLayers and DecodeLayers run it over a backend's LayerOps. The
+// CPU's ops (cpuops.go, and decodeOps for Extend) are this package's
+// kernels; learner/cuda implements the same interface with its kernels, so
+// training, scoring and decoding on either backend take the same steps.
+//
 // Every layer is a forward/backward function pair over flat float32 arrays
 // with its shapes in a comment (ops.go, rope.go, attention.go, head.go);
 // matrix multiplies go through learner/blas, the rest is spread across

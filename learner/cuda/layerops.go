@@ -1,0 +1,177 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/aipo-rl/aipo/learner/model"
+)
+
+// layerOps are the model.LayerOps of a Model for one pass: the CUDA
+// kernels over device buffers, in the order learner/model's sequence
+// (model.ForwardLayers, model.BackwardLayers) gives them. The first error
+// sticks: later ops do nothing and the pass returns it.
+type layerOps struct {
+	g                         *Model
+	s                         *scratch
+	N                         int
+	tokens, pos, gStart, gEnd *Buffer
+	delta                     *Buffer // attention backward scratch [N*H]
+	err                       error
+}
+
+var _ model.LayerOps[*Buffer] = (*layerOps)(nil)
+
+// do runs f unless an op failed; what fails is named by layer (-1: none)
+// and step.
+func (o *layerOps) do(l int, step string, f func() error) {
+	if o.err != nil {
+		return
+	}
+	if o.s.err != nil {
+		o.err = o.s.err
+		return
+	}
+	if err := f(); err != nil {
+		if l >= 0 && l < o.g.L {
+			o.err = fmt.Errorf("cuda: layer %d %s: %w", l, step, err)
+		} else {
+			o.err = fmt.Errorf("cuda: %s: %w", step, err)
+		}
+	}
+}
+
+// norm is norm w of layer l (model.WFinalNorm: the final norm) in ws: the
+// weights, or the gradients in a backward pass (a decoder has none).
+func (o *layerOps) norm(ws *gpuWeights, l int, w model.Weight) *Buffer {
+	switch w {
+	case model.WInNorm:
+		return ws.layers[l].inNorm
+	case model.WPostNorm:
+		return ws.layers[l].postNorm
+	case model.WFinalNorm:
+		return ws.norm
+	}
+	panic("cuda: a norm op was given a weight that is not a norm")
+}
+
+// linear is projection w of layer l in ws, its bias, and its shape [O, I].
+func (o *layerOps) linear(ws *gpuWeights, l int, w model.Weight) (wt, b *Buffer, I, O int) {
+	g, lw := o.g, &ws.layers[l]
+	switch w {
+	case model.WQKV:
+		return lw.qkv, lw.qkvBias, g.C, g.QKV
+	case model.WO:
+		return lw.o, lw.oBias, g.QD, g.C
+	case model.WGateUp:
+		return lw.gateUp, nil, g.C, 2 * g.F
+	case model.WDown:
+		return lw.down, nil, g.F, g.C
+	}
+	panic("cuda: a linear op was given a weight that is not a projection")
+}
+
+func (o *layerOps) Get(n int) *Buffer    { return o.s.get(F32, n) }
+func (o *layerOps) Zeroed(n int) *Buffer { return o.s.zeroed(n) }
+
+func (o *layerOps) Embed(x *Buffer) {
+	o.do(-1, "embedding", func() error { return o.g.dv.EmbeddingForward(x, o.tokens, o.g.w.emb, o.g.C) })
+}
+
+func (o *layerOps) Norm(out, rstd, x *Buffer, l int, w model.Weight) {
+	wt := o.norm(&o.g.w, l, w)
+	o.do(l, "forward", func() error { return o.g.dv.RMSNormForward(out, rstd, x, wt, o.N, o.g.C, o.g.cfg.RMSNormEps) })
+}
+
+// ResidualNorm is the residual kernel, then the norm kernel.
+func (o *layerOps) ResidualNorm(sum, out, rstd, a, b *Buffer, l int, w model.Weight) {
+	wt := o.norm(&o.g.w, l, w)
+	step := "forward"
+	if w == model.WInNorm {
+		l, step = l-1, "forward (residual into the next layer)"
+	}
+	o.do(l, step, func() error {
+		if err := o.g.dv.ResidualForward(sum, a, b); err != nil {
+			return err
+		}
+		return o.g.dv.RMSNormForward(out, rstd, sum, wt, o.N, o.g.C, o.g.cfg.RMSNormEps)
+	})
+}
+
+func (o *layerOps) Linear(out, in *Buffer, l int, w model.Weight, bias bool) {
+	wt, b, I, O := o.linear(&o.g.w, l, w)
+	if !bias {
+		b = nil
+	}
+	o.do(l, "forward", func() error { return o.g.linear(out, in, wt, b, o.N, I, O) })
+}
+
+// QKNorm has nothing to do: Supports refuses models with a q/k norm.
+func (o *layerOps) QKNorm(qkv *Buffer, l int) {}
+
+// RoPE adds the QKV bias (the bias kernel after the projection's GEMM, as
+// linear does), then rotates.
+func (o *layerOps) RoPE(qkv *Buffer, l int) {
+	g, b := o.g, o.g.w.layers[l].qkvBias
+	o.do(l, "forward", func() error {
+		if b != nil {
+			if err := g.dv.BiasAdd(qkv, b, o.N, g.QKV); err != nil {
+				return err
+			}
+		}
+		return g.dv.RoPEForward(qkv, g.QKV, o.pos, g.H+g.KV, g.D, g.cos, g.sin)
+	})
+}
+
+func (o *layerOps) Attention(y, lse, qkv *Buffer, l int) {
+	g := o.g
+	o.do(l, "forward", func() error { return g.dv.AttentionForward(y, lse, qkv, o.gStart, o.N, g.H, g.KV, g.D) })
+}
+
+func (o *layerOps) SwiGLU(h, sig, gu *Buffer) {
+	o.do(-1, "forward", func() error { return o.g.dv.SwiGLUForward(h, sig, gu, o.N, o.g.F) })
+}
+
+// KeepHidden keeps h: device memory holds it.
+func (o *layerOps) KeepHidden(h *Buffer) *Buffer { return h }
+
+func (o *layerOps) NormBack(dx, dout, x, rstd *Buffer, l int, w model.Weight) {
+	wt, gw := o.norm(&o.g.w, l, w), o.norm(&o.g.g, l, w)
+	o.do(l, "backward", func() error { return o.g.dv.RMSNormBackward(dx, gw, dout, x, wt, rstd, o.N, o.g.C) })
+}
+
+func (o *layerOps) LinearBack(din, dout, in *Buffer, l int, w model.Weight, bias bool) {
+	wt, _, I, O := o.linear(&o.g.w, l, w)
+	gw, gb, _, _ := o.linear(&o.g.g, l, w)
+	if !bias {
+		gb = nil
+	}
+	o.do(l, "backward", func() error { return o.g.linearBack(din, gw, gb, dout, in, wt, o.N, I, O) })
+}
+
+func (o *layerOps) Hidden(la *model.LayerActs[*Buffer]) *Buffer { return la.H }
+
+func (o *layerOps) SwiGLUBack(dgu, dh, sig, gu *Buffer) {
+	o.do(-1, "backward", func() error { return o.g.dv.SwiGLUBackward(dgu, dh, sig, gu, o.N, o.g.F) })
+}
+
+func (o *layerOps) AttentionBack(dqkv, dy *Buffer, la *model.LayerActs[*Buffer], l int) {
+	g := o.g
+	if o.delta == nil {
+		o.delta = o.s.get(F32, o.N*g.H)
+	}
+	o.do(l, "backward", func() error {
+		return g.dv.AttentionBackward(dqkv, dy, la.QKV, la.Y, la.LSE, o.gStart, o.gEnd, o.delta, o.N, g.H, g.KV, g.D)
+	})
+}
+
+func (o *layerOps) RoPEBack(dqkv *Buffer) {
+	g := o.g
+	o.do(-1, "backward", func() error { return g.dv.RoPEBackward(dqkv, g.QKV, o.pos, g.H+g.KV, g.D, g.cos, g.sin) })
+}
+
+// QKNormBack has nothing to do (see QKNorm).
+func (o *layerOps) QKNormBack(dqkv *Buffer, l int) {}
+
+func (o *layerOps) EmbedBack(dx *Buffer) {
+	o.do(-1, "embedding backward", func() error { return o.g.dv.EmbeddingBackward(o.g.g.emb, dx, o.tokens, o.g.C) })
+}

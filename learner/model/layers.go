@@ -1,0 +1,239 @@
+package model
+
+// The decoder-layer sequence, written once for every backend and every
+// pass: ForwardLayers runs embed → per layer: input RMSNorm → QKV
+// projection → [q/k norm] → RoPE (with the QKV bias) → attention → o
+// projection (+bias) → residual and post-attention RMSNorm → gate/up →
+// SwiGLU → down → residual and the next norm (the next layer's input norm,
+// or the final norm), and BackwardLayers its gradient in reverse. A backend
+// implements LayerOps over its buffers B with its own kernels: []float32
+// and learner/model's CPU code here (the reference), *cuda.Buffer and the
+// CUDA kernels in learner/cuda. Each op is one step of the CPU's arithmetic
+// as it is (a residual sum fused with the norm that reads it, the QKV bias
+// added in RoPE's pass), so that the sequence reorders no floating-point
+// operation of any backend. The LM head, which each backend fuses with the
+// loss its own way, stays outside.
+
+// Weight names one of a layer's tensors (or the final norm) for an op; the
+// backend finds it, its bias and its gradient in its own parameter layout.
+type Weight int
+
+const (
+	WInNorm    Weight = iota // input_layernorm [C]
+	WQKV                     // q_proj, k_proj, v_proj stacked [QKV, C], bias [QKV] (added by RoPE)
+	WO                       // o_proj [C, QD], bias [C]
+	WPostNorm                // post_attention_layernorm [C]
+	WGateUp                  // gate_proj, up_proj stacked [2F, C]
+	WDown                    // down_proj [C, F]
+	WFinalNorm               // the model's final norm [C] (layer index L)
+)
+
+// LayerShape is what the sequence sizes its buffers by.
+type LayerShape struct {
+	N   int // tokens (rows) of the pass
+	L   int // layers
+	C   int // hidden size
+	F   int // MLP intermediate size
+	H   int // query heads
+	QD  int // H * head_dim
+	QKV int // QD + 2 * KV * head_dim
+}
+
+// LayerActs are what one layer's forward pass keeps for its backward pass.
+type LayerActs[B any] struct {
+	Rstd1, Ln1 B // input norm: [N], [N*C]
+	QKV        B // [N*QKV]: rotated queries and keys, values
+	Y, LSE     B // attention output [N*QD], log-sum-exp [N*H]
+	Mid        B // [N*C]: residual after attention
+	Rstd2, Ln2 B // post-attention norm: [N], [N*C]
+	GU, Sig    B // [N*2F] gate then up; [N*F] sigmoid(gate)
+	H          B // [N*F] the MLP's hidden activation, or the zero B (LayerOps.Hidden recomputes it)
+}
+
+// LayerOps are the operations of the decoder-layer sequence on one
+// backend, over its buffer type B, for one pass (its tokens, positions and
+// segments are the ops' own). Buffers come from Get and Zeroed; an op
+// writes its first argument(s) and reads the others.
+type LayerOps[B any] interface {
+	// Get returns a buffer of n floats for this pass (contents undefined).
+	Get(n int) B
+	// Zeroed is Get with the contents cleared.
+	Zeroed(n int) B
+
+	// Embed: x[N,C] = the embedding rows of the pass's tokens.
+	Embed(x B)
+	// Norm: out = RMSNorm(x) with weight w of layer l, rstd its 1/rms.
+	Norm(out, rstd, x B, l int, w Weight)
+	// ResidualNorm: sum = a + b, then out = RMSNorm(sum) with weight w of
+	// layer l (WFinalNorm: l is L), rstd its 1/rms.
+	ResidualNorm(sum, out, rstd, a, b B, l int, w Weight)
+	// Linear: out = in · W^T for weight w of layer l, plus its bias when
+	// bias is set and the layer has one.
+	Linear(out, in B, l int, w Weight, bias bool)
+	// QKNorm normalises each query and key head of qkv in place when layer
+	// l has a per-head q/k norm (Qwen3), keeping what QKNormBack needs.
+	QKNorm(qkv B, l int)
+	// RoPE adds layer l's QKV bias when it has one, then rotates the query
+	// and key heads of qkv in place by their positions.
+	RoPE(qkv B, l int)
+	// Attention: causal grouped-query attention within each sequence of
+	// the pass; y[N,QD] and lse[N,H] from qkv, keeping what AttentionBack
+	// needs for layer l.
+	Attention(y, lse, qkv B, l int)
+	// SwiGLU: h = silu(gate) * up, sig = sigmoid(gate), from gu.
+	SwiGLU(h, sig, gu B)
+	// KeepHidden is h when the backward pass is to read it, else the zero
+	// B after handing h back (the backward pass recomputes it).
+	KeepHidden(h B) B
+
+	// NormBack adds to dx the gradient through RMSNorm (weight w of layer
+	// l) of dout at x, and to the weight's gradient.
+	NormBack(dx, dout, x, rstd B, l int, w Weight)
+	// LinearBack: din = dout · W (overwritten), and the gradients of W
+	// (and of its bias when bias is set and the layer has one) accumulate.
+	LinearBack(din, dout, in B, l int, w Weight, bias bool)
+	// Hidden is la.H, or the hidden activation recomputed from la.GU and
+	// la.Sig when the forward pass did not keep it.
+	Hidden(la *LayerActs[B]) B
+	// SwiGLUBack: dgu from dh.
+	SwiGLUBack(dgu, dh, sig, gu B)
+	// AttentionBack: dqkv (overwritten) from dy for layer l.
+	AttentionBack(dqkv, dy B, la *LayerActs[B], l int)
+	// RoPEBack rotates the query and key gradients of dqkv back in place.
+	RoPEBack(dqkv B)
+	// QKNormBack replaces dqkv's normalised query and key gradients by
+	// those before layer l's q/k norm, when it has one.
+	QKNormBack(dqkv B, l int)
+	// EmbedBack adds dx to the embedding rows of the pass's tokens.
+	EmbedBack(dx B)
+}
+
+// ForwardLayers runs the decoder layers over the pass of o and returns the
+// final norm's output lnf[N*C] and its rstd. acts (one per layer) and
+// resid (L+1: each layer's input, then the last layer's output) are
+// filled for BackwardLayers.
+func ForwardLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B) (lnf, rstdF B) {
+	return runLayers(o, s, acts, resid, true)
+}
+
+// DecodeLayers is ForwardLayers for a pass that is not differentiated (a
+// decoding step): one set of buffers serves every layer, and o's Attention
+// attends to (and extends) its caches. It returns the final norm's output
+// lnf[N*C].
+func DecodeLayers[B any](o LayerOps[B], s LayerShape) (lnf B) {
+	lnf, _ = runLayers(o, s, make([]LayerActs[B], 1), make([]B, 2), false)
+	return lnf
+}
+
+// runLayers is the sequence. With keep, layer l's activations go to
+// acts[l] and its input to resid[l]; without, acts[0] is reused and resid
+// holds two buffers, the layer's input and its output, in turn.
+func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B, keep bool) (lnf, rstdF B) {
+	N, C := s.N, s.C
+	act := func(l int) *LayerActs[B] {
+		if keep {
+			return &acts[l]
+		}
+		return &acts[0]
+	}
+	x := o.Get(N * C)
+	o.Embed(x)
+	resid[0] = x
+	tmp := o.Get(N * C)
+	// Each residual sum goes with the norm that reads it (the first
+	// layer's input norm stands alone).
+	a0 := act(0)
+	a0.Rstd1, a0.Ln1 = o.Get(N), o.Get(N*C)
+	o.Norm(a0.Ln1, a0.Rstd1, x, 0, WInNorm)
+	var h B
+	for l := 0; l < s.L; l++ {
+		la, fresh := act(l), keep || l == 0 // fresh: la needs its buffers
+		if fresh {
+			la.QKV = o.Get(N * s.QKV)
+		}
+		o.Linear(la.QKV, la.Ln1, l, WQKV, false)
+		o.QKNorm(la.QKV, l)
+		o.RoPE(la.QKV, l)
+		if fresh {
+			la.Y, la.LSE = o.Get(N*s.QD), o.Get(N*s.H)
+		}
+		o.Attention(la.Y, la.LSE, la.QKV, l)
+		o.Linear(tmp, la.Y, l, WO, true)
+		if fresh {
+			la.Mid = o.Get(N * C)
+			la.Rstd2, la.Ln2 = o.Get(N), o.Get(N*C)
+		}
+		o.ResidualNorm(la.Mid, la.Ln2, la.Rstd2, x, tmp, l, WPostNorm)
+		if fresh {
+			la.GU, la.Sig = o.Get(N*2*s.F), o.Get(N*s.F)
+			h = o.Get(N * s.F)
+		}
+		o.Linear(la.GU, la.Ln2, l, WGateUp, false)
+		o.SwiGLU(h, la.Sig, la.GU)
+		o.Linear(tmp, h, l, WDown, false)
+		if keep {
+			la.H = o.KeepHidden(h)
+		}
+		var next B
+		switch {
+		case keep:
+			next = o.Get(N * C)
+		case l == 0 && s.L > 1:
+			resid[1] = o.Get(N * C)
+			fallthrough
+		default:
+			next = resid[(l+1)%2]
+		}
+		if l+1 < s.L {
+			nl := act(l + 1)
+			if keep {
+				nl.Rstd1, nl.Ln1 = o.Get(N), o.Get(N*C)
+			}
+			o.ResidualNorm(next, nl.Ln1, nl.Rstd1, la.Mid, tmp, l+1, WInNorm)
+		} else {
+			if !keep && s.L == 1 {
+				next = o.Get(N * C)
+			}
+			rstdF, lnf = o.Get(N), o.Get(N*C)
+			o.ResidualNorm(next, lnf, rstdF, la.Mid, tmp, s.L, WFinalNorm)
+		}
+		if keep {
+			resid[l+1] = next
+		} else {
+			resid[(l+1)%2] = next
+		}
+		x = next
+	}
+	return lnf, rstdF
+}
+
+// BackwardLayers adds to the gradients the backward pass of ForwardLayers
+// given dlnf, the gradient of its lnf (the LM head's backward pass); dlnf
+// is used as scratch.
+func BackwardLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B, rstdF, dlnf B) {
+	N, C := s.N, s.C
+	dres := o.Zeroed(N * C)
+	dln := dlnf
+	o.NormBack(dres, dln, resid[s.L], rstdF, s.L, WFinalNorm)
+	dh := o.Get(N * s.F)
+	dgu := o.Get(N * 2 * s.F)
+	dy := o.Get(N * s.QD)
+	dqkv := o.Get(N * s.QKV)
+	for l := s.L - 1; l >= 0; l-- {
+		la := &acts[l]
+		// MLP block: resid[l+1] = mid + down(swiglu(gate_up(rmsnorm(mid)))).
+		o.LinearBack(dh, dres, o.Hidden(la), l, WDown, false)
+		o.SwiGLUBack(dgu, dh, la.Sig, la.GU)
+		o.LinearBack(dln, dgu, la.Ln2, l, WGateUp, false)
+		o.NormBack(dres, dln, la.Mid, la.Rstd2, l, WPostNorm)
+		// Attention block: mid = resid[l] + o(attention(rope(qknorm(qkv(rmsnorm(resid[l])))))),
+		// qknorm the identity but for Qwen3.
+		o.LinearBack(dy, dres, la.Y, l, WO, true)
+		o.AttentionBack(dqkv, dy, la, l)
+		o.RoPEBack(dqkv)
+		o.QKNormBack(dqkv, l)
+		o.LinearBack(dln, dqkv, la.Ln1, l, WQKV, true)
+		o.NormBack(dres, dln, resid[l], la.Rstd1, l, WInNorm)
+	}
+	o.EmbedBack(dres)
+}
