@@ -33,6 +33,7 @@ type scriptBackend struct {
 
 func (b scriptBackend) Config() model.Config { return b.cfg }
 func (b scriptBackend) NewCache() Cache      { return &scriptCache{} }
+func (b scriptBackend) Close() error         { return nil }
 
 func (b scriptBackend) Extend(caches []Cache, tokens [][]int32, dst []float32) ([]float32, error) {
 	V := b.cfg.VocabSize

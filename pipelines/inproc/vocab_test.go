@@ -39,6 +39,7 @@ type scriptBackend struct {
 func (b *scriptBackend) Config() model.Config   { return b.cfg }
 func (b *scriptBackend) BytesPerToken() int     { return 4 }
 func (b *scriptBackend) NewCache() engine.Cache { return &scriptCache{} }
+func (b *scriptBackend) Close() error           { return nil }
 
 func (b *scriptBackend) next(seq []int32) int32 {
 	k, from := 0, b.prompt
