@@ -9,6 +9,7 @@ import (
 	"text/template"
 
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/chattemplate"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
 )
@@ -40,25 +41,66 @@ type PromptFields struct {
 	DataSource string
 }
 
-// Renderer turns prompts into prompt text.
+// Renderer turns prompts into prompt text: with a Go prompt template, or
+// with a model's own chat template (NewChatRenderer).
 type Renderer struct {
 	system string
 	tmpl   *template.Template
+	// chat, when set, renders instead of tmpl: a system turn (the rendered
+	// system prompt; none when it is empty) and a user turn (the problem),
+	// with the generation prompt.
+	chat     *chattemplate.Template
+	chatOpts chattemplate.Options
 }
 
 // NewRenderer renders the system prompt template once (for the agents in
 // agents and the protocol settings in cfg) and parses the prompt template.
 // Empty templates mean the defaults.
 func NewRenderer(systemTmpl, promptTmpl string, agents []collab.Agent, cfg interact.Config) (*Renderer, error) {
-	if systemTmpl == "" {
-		systemTmpl = DefaultSystemPrompt
-	}
 	if promptTmpl == "" {
 		promptTmpl = DefaultPromptTemplate
 	}
+	system, err := renderSystem(systemTmpl, agents, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pt, err := template.New("prompt").Option("missingkey=error").Parse(promptTmpl)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: prompt template: %w", err)
+	}
+	return check(&Renderer{system: system, tmpl: pt})
+}
+
+// NewChatRenderer is NewRenderer with a model's chat template in place of
+// the prompt template: each prompt is the conversation of the system
+// prompt (ours, describing the agents) and the problem as the user's turn,
+// ending with the generation prompt; thinking, when set, is the template's
+// enable_thinking.
+func NewChatRenderer(systemTmpl string, chat *chattemplate.Template, thinking *bool, agents []collab.Agent, cfg interact.Config) (*Renderer, error) {
+	system, err := renderSystem(systemTmpl, agents, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return check(&Renderer{system: system, chat: chat, chatOpts: chattemplate.Options{AddGenerationPrompt: true, EnableThinking: thinking}})
+}
+
+// check renders a prompt with r, so that a template failing on every
+// prompt fails at once.
+func check(r *Renderer) (*Renderer, error) {
+	if _, err := r.Render(schemas.Prompt{ID: "x", Problem: "1+1?"}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// renderSystem renders the system prompt template (empty: the built-in).
+func renderSystem(systemTmpl string, agents []collab.Agent, cfg interact.Config) (string, error) {
+	if systemTmpl == "" {
+		systemTmpl = DefaultSystemPrompt
+	}
 	st, err := template.New("system").Option("missingkey=error").Parse(systemTmpl)
 	if err != nil {
-		return nil, fmt.Errorf("rollout: system prompt template: %w", err)
+		return "", fmt.Errorf("rollout: system prompt template: %w", err)
 	}
 	f := SystemFields{PolicyOpens: cfg.OpenerBy == interact.OpenerPolicy, MaxInteractions: cfg.MaxInteractions}
 	for _, a := range agents {
@@ -73,17 +115,9 @@ func NewRenderer(systemTmpl, promptTmpl string, agents []collab.Agent, cfg inter
 	}
 	var b strings.Builder
 	if err := st.Execute(&b, f); err != nil {
-		return nil, fmt.Errorf("rollout: system prompt template: %w", err)
+		return "", fmt.Errorf("rollout: system prompt template: %w", err)
 	}
-	pt, err := template.New("prompt").Option("missingkey=error").Parse(promptTmpl)
-	if err != nil {
-		return nil, fmt.Errorf("rollout: prompt template: %w", err)
-	}
-	r := &Renderer{system: strings.TrimSpace(b.String()), tmpl: pt}
-	if _, err := r.Render(schemas.Prompt{ID: "x", Problem: "1+1?"}); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return strings.TrimSpace(b.String()), nil
 }
 
 // System is the rendered system prompt.
@@ -93,9 +127,26 @@ func (r *Renderer) System() string { return r.system }
 // and data source) have every protocol tag escaped (interact.Escape), so a
 // prompt file cannot open or close a call or a result.
 func (r *Renderer) Render(p schemas.Prompt) (string, error) {
+	return r.fill(p.ID, PromptFields{System: r.system, Problem: interact.Escape(p.Problem), ID: interact.Escape(p.ID), DataSource: interact.Escape(p.DataSource)})
+}
+
+// fill renders the template on f; id names the prompt in errors.
+func (r *Renderer) fill(id string, f PromptFields) (string, error) {
+	if r.chat != nil {
+		var msgs []chattemplate.Message
+		if f.System != "" {
+			msgs = append(msgs, chattemplate.Message{Role: "system", Content: f.System})
+		}
+		msgs = append(msgs, chattemplate.Message{Role: "user", Content: f.Problem})
+		text, err := r.chat.Render(msgs, r.chatOpts)
+		if err != nil {
+			return "", fmt.Errorf("rollout: prompt %s: %w", id, err)
+		}
+		return text, nil
+	}
 	var b strings.Builder
-	if err := r.tmpl.Execute(&b, PromptFields{System: r.system, Problem: interact.Escape(p.Problem), ID: interact.Escape(p.ID), DataSource: interact.Escape(p.DataSource)}); err != nil {
-		return "", fmt.Errorf("rollout: prompt template on prompt %s: %w", p.ID, err)
+	if err := r.tmpl.Execute(&b, f); err != nil {
+		return "", fmt.Errorf("rollout: prompt template on prompt %s: %w", id, err)
 	}
 	return b.String(), nil
 }
@@ -125,17 +176,16 @@ func (r *Renderer) Segments(p schemas.Prompt) ([]Segment, error) {
 		return nil, err
 	}
 	fields := []string{interact.Escape(p.Problem), interact.Escape(p.ID), interact.Escape(p.DataSource)}
-	var b strings.Builder
 	mark := func(i int) string {
 		if fields[i] == "" {
 			return "" // keeps {{if .DataSource}} and the like as they render
 		}
 		return fieldMark(i)
 	}
-	if err := r.tmpl.Execute(&b, PromptFields{System: r.system, Problem: mark(0), ID: mark(1), DataSource: mark(2)}); err != nil {
-		return nil, fmt.Errorf("rollout: prompt template on prompt %s: %w", p.ID, err)
+	marked, err := r.fill(p.ID, PromptFields{System: r.system, Problem: mark(0), ID: mark(1), DataSource: mark(2)})
+	if err != nil {
+		return nil, err
 	}
-	marked := b.String()
 	var out []Segment
 	add := func(text string, data bool) {
 		if text == "" {
@@ -157,6 +207,22 @@ func (r *Renderer) Segments(p schemas.Prompt) ([]Segment, error) {
 	var joined strings.Builder
 	for _, s := range out {
 		joined.WriteString(s.Text)
+	}
+	if joined.String() != whole && r.chat != nil {
+		// A chat template may change the problem's text (Llama 3's trims
+		// it); with the problem once in the text, what the template made
+		// of it lies between the template's text before and after.
+		if ms := fieldMarks.FindAllStringIndex(marked, -1); len(ms) == 1 {
+			before, after := marked[:ms[0][0]], marked[ms[0][1]:]
+			if len(whole) >= len(before)+len(after) && strings.HasPrefix(whole, before) && strings.HasSuffix(whole, after) {
+				out = nil
+				add(before, false)
+				add(whole[len(before):len(whole)-len(after)], true)
+				add(after, false)
+				return out, nil
+			}
+		}
+		return nil, fmt.Errorf("rollout: the chat template of %s changes the text of prompt %s in a way that cannot be kept apart from its special tokens", r.chat.File(), p.ID)
 	}
 	if joined.String() != whole {
 		return nil, fmt.Errorf("rollout: prompt template changes the text of a prompt field (prompt %s); use the fields as they are ({{.Problem}}) so that their text is kept apart from the template's special tokens", p.ID)

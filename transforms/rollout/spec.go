@@ -29,6 +29,15 @@ type Spec struct {
 	// empty means the built-in ones.
 	SystemPrompt   string `json:"system_prompt"`
 	PromptTemplate string `json:"prompt_template"`
+	// ChatTemplate, when set, is the Jinja chat template of the model
+	// (from ChatTemplateFile, a tokenizer_config.json, whose special
+	// tokens are ChatTokens) that renders each prompt instead of
+	// PromptTemplate (see NewChatRenderer); EnableThinking, when set, is
+	// its enable_thinking.
+	ChatTemplate     string            `json:"chat_template,omitempty"`
+	ChatTemplateFile string            `json:"chat_template_file,omitempty"`
+	ChatTokens       map[string]string `json:"chat_tokens,omitempty"`
+	EnableThinking   *bool             `json:"enable_thinking,omitempty"`
 
 	GroupSize       int     `json:"group_size"`
 	MaxInFlight     int     `json:"max_in_flight"`
@@ -59,6 +68,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("rollout: prompts_per_batch %d must not be negative", s.PromptsPerBatch)
 	case s.InteractionCost < 0:
 		return fmt.Errorf("rollout: interaction_cost %v must not be negative", s.InteractionCost)
+	case s.ChatTemplate != "" && s.PromptTemplate != "":
+		return fmt.Errorf("rollout: both a chat template (%s) and a prompt template are set; set rollout.chat_template: none to use the prompt template, or drop rollout.prompt_template", s.ChatTemplateFile)
 	}
 	if err := s.Interact.Validate(); err != nil {
 		return err
@@ -89,7 +100,11 @@ func (s Spec) key() string {
 		Base     string
 		Sys, Tpl string
 		Flight   int
-	}{s.PolicyEndpoint, s.Interact, s.Collaborators, s.CollabBaseDir, s.SystemPrompt, s.PromptTemplate, s.MaxInFlight})
+		Chat     string
+		ChatFile string
+		Tokens   map[string]string
+		Thinking *bool
+	}{s.PolicyEndpoint, s.Interact, s.Collaborators, s.CollabBaseDir, s.SystemPrompt, s.PromptTemplate, s.MaxInFlight, s.ChatTemplate, s.ChatTemplateFile, s.ChatTokens, s.EnableThinking})
 	if err != nil {
 		panic(fmt.Sprintf("rollout: spec does not serialise: %v", err))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/aipo-rl/aipo/transforms/chattemplate"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -86,11 +87,23 @@ func openWorker(ctx context.Context, spec Spec) (*worker, error) {
 		_ = w.close()
 		return nil, fmt.Errorf("rollout: %w", err)
 	}
-	if w.render, err = NewRenderer(spec.SystemPrompt, spec.PromptTemplate, w.agents.Agents(), spec.Interact); err != nil {
+	if w.render, err = spec.renderer(w.agents.Agents()); err != nil {
 		_ = w.close()
 		return nil, err
 	}
 	return w, nil
+}
+
+// renderer is the prompt renderer of spec for the agents.
+func (spec Spec) renderer(agents []collab.Agent) (*Renderer, error) {
+	if spec.ChatTemplate == "" {
+		return NewRenderer(spec.SystemPrompt, spec.PromptTemplate, agents, spec.Interact)
+	}
+	chat, err := chattemplate.New(spec.ChatTemplateFile, spec.ChatTemplate, spec.ChatTokens)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: %w", err)
+	}
+	return NewChatRenderer(spec.SystemPrompt, chat, spec.EnableThinking, agents, spec.Interact)
 }
 
 func (w *worker) close() error {
