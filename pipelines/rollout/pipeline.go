@@ -4,16 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/secure"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/chattemplate"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/prompts"
@@ -56,6 +62,10 @@ func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
 	if err != nil {
 		return rollouts.Spec{}, err
 	}
+	chat, err := ChatTemplate(ctx, c)
+	if err != nil {
+		return rollouts.Spec{}, err
+	}
 	spec := rollouts.Spec{
 		Run:              c.Run.Name,
 		Step:             o.Step,
@@ -76,7 +86,65 @@ func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
 		Demo:             c.Data.Demo,
 		Advantage:        c.Advantage,
 	}
+	if chat != nil {
+		spec.ChatTemplate, spec.ChatTemplateFile, spec.EnableThinking = chat.Source(), chat.File(), c.Rollout.EnableThinking
+		spec.ChatTokens = map[string]string{}
+		for _, k := range []string{"bos_token", "eos_token", "pad_token", "unk_token"} {
+			if v, ok := chat.Special(k); ok {
+				spec.ChatTokens[k] = v
+			}
+		}
+	}
 	return spec, spec.Validate()
+}
+
+// fallbackSaid holds the runs whose fallback from the chat template to the
+// prompt template was said (once per run and process), on noticeOut.
+var (
+	fallbackSaid sync.Map
+	noticeOut    io.Writer = os.Stderr
+)
+
+// ChatTemplate returns the chat template that renders c's prompts (see
+// runconfig.Rollout.ChatTemplate), or nil for the prompt template. A
+// configured file must hold a template that compiles; the initial
+// checkpoint's file is used when it holds one, and its absence or a file
+// without a template falls back to the prompt template, said once on
+// standard error.
+func ChatTemplate(ctx context.Context, c runconfig.Config) (*chattemplate.Template, error) {
+	r := c.Rollout
+	switch {
+	case r.ChatTemplate == runconfig.ChatTemplateNone:
+		return nil, nil
+	case r.ChatTemplate != "":
+		t, err := chattemplate.Load(ctx, r.ChatTemplate)
+		if errors.Is(err, chattemplate.ErrNoTemplate) {
+			return nil, fmt.Errorf("rollout.chat_template: %w; name a tokenizer_config.json that has one, or set chat_template: none to use prompt_template", err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rollout.chat_template: %w", err)
+		}
+		return t, nil
+	case r.PromptTemplate != "":
+		return nil, nil
+	}
+	file := storage.Join(checkpoint.Dir(c.Run.Dir, 0), chattemplate.ConfigFile)
+	t, err := chattemplate.Load(ctx, file)
+	switch {
+	case err == nil:
+		return t, nil
+	case errors.Is(err, storage.ErrNotExist), errors.Is(err, chattemplate.ErrNoTemplate):
+		if _, said := fallbackSaid.LoadOrStore(c.Run.Dir, true); !said {
+			why := "it does not exist"
+			if errors.Is(err, chattemplate.ErrNoTemplate) {
+				why = "it has no chat_template"
+			}
+			fmt.Fprintf(noticeOut, "rollout: prompts use rollout.prompt_template (the built-in ChatML when unset), not the model's chat template: %s %s; set rollout.chat_template to a tokenizer_config.json to use one, or to none to silence this\n", file, why)
+		}
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("rollout: the initial checkpoint's chat template: %w (set rollout.chat_template to another tokenizer_config.json, or to none to use prompt_template)", err)
+	}
 }
 
 // StaticMeta is the manifest meta known before the step runs.

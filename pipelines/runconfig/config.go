@@ -137,6 +137,21 @@ type Rollout struct {
 	// encoded with special tokens parsed. Default: ChatML with the system
 	// prompt.
 	PromptTemplate string `yaml:"prompt_template"`
+	// ChatTemplate is where the model's own chat template comes from: a
+	// tokenizer_config.json holding a Jinja "chat_template" (or the
+	// directory holding one; relative to the config file, or gs://), or
+	// "none" for PromptTemplate. Empty (the default): the run's initial
+	// checkpoint, <run.dir>/checkpoints/step-000000/tokenizer_config.json,
+	// when it holds a chat_template and PromptTemplate is not set;
+	// otherwise PromptTemplate (or its ChatML default), said once. With a
+	// chat template each prompt is rendered as Hugging Face's
+	// apply_chat_template renders a system turn (the system prompt above)
+	// and a user turn (the problem), with the generation prompt.
+	ChatTemplate string `yaml:"chat_template,omitempty"`
+	// EnableThinking, when set, is the chat template's enable_thinking
+	// (Qwen3: false adds an empty think block); unset leaves it to the
+	// template's default.
+	EnableThinking *bool `yaml:"enable_thinking,omitempty"`
 	// LimitNotice answers tags after MaxInteractions calls.
 	LimitNotice string `yaml:"limit_notice"`
 }
@@ -210,6 +225,10 @@ type Eval struct {
 	// policy's).
 	MaxResponseTokens int `yaml:"max_response_tokens"`
 }
+
+// ChatTemplateNone is the Rollout.ChatTemplate that turns the model's chat
+// template off (prompts are rendered with Rollout.PromptTemplate).
+const ChatTemplateNone = "none"
 
 // Template token treatments (Rollout.TemplateTokens).
 const (

@@ -130,6 +130,9 @@ func (c *Config) resolvePaths() {
 		c.Eval.Benchmarks[i].Path = c.resolve(c.Eval.Benchmarks[i].Path)
 	}
 	c.Rollout.SystemPromptFile = c.resolve(c.Rollout.SystemPromptFile)
+	if c.Rollout.ChatTemplate != ChatTemplateNone {
+		c.Rollout.ChatTemplate = c.resolve(c.Rollout.ChatTemplate)
+	}
 	if c.baseDir != "" {
 		c.Collaborators = c.Collaborators.WithBaseDir(c.baseDir)
 	}

@@ -130,6 +130,12 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.system_prompt", "set system_prompt or system_prompt_file, not both")
 	case localMissing(r.SystemPromptFile):
 		return fieldError("rollout.system_prompt_file", "%s does not exist (relative paths are relative to the config file)", r.SystemPromptFile)
+	case r.ChatTemplate != "" && r.ChatTemplate != ChatTemplateNone && r.PromptTemplate != "":
+		return fieldError("rollout.chat_template", "set chat_template (the model's template) or prompt_template (ours), not both")
+	case r.ChatTemplate != ChatTemplateNone && localMissing(r.ChatTemplate):
+		return fieldError("rollout.chat_template", "%s does not exist: name a tokenizer_config.json or the directory holding one (relative paths are relative to the config file), or none for prompt_template", r.ChatTemplate)
+	case r.EnableThinking != nil && r.ChatTemplate == ChatTemplateNone:
+		return fieldError("rollout.enable_thinking", "is a chat template's switch, and chat_template is none")
 	}
 	if err := c.Interact().Validate(); err != nil {
 		return fieldError("rollout", "%v", err)

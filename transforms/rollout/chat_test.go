@@ -3,9 +3,11 @@ package rollout
 import (
 	"context"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/chattemplate"
 	"github.com/aipo-rl/aipo/transforms/collab"
@@ -124,5 +126,35 @@ func TestSpecChatTemplate(t *testing.T) {
 	both := Spec{PolicyEndpoint: "x://", GroupSize: 2, MaxInFlight: 1, ChatTemplate: "x", ChatTemplateFile: "f.json", PromptTemplate: "{{.Problem}}", Interact: interact.Default()}
 	if err := both.Validate(); err == nil || !strings.Contains(err.Error(), "chat_template: none") {
 		t.Errorf("chat and prompt template: %v", err)
+	}
+}
+
+// TestBuiltinVocabularyTemplate checks that the chat template the built-in
+// vocabulary writes into every checkpoint (the demo's) renders exactly the
+// prompts of DefaultPromptTemplate, segments included, so that the demo's
+// prompts and tokens do not change when the checkpoint's template is used.
+func TestBuiltinVocabularyTemplate(t *testing.T) {
+	cfg, err := tokenizer.Builtin().MarshalConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := chattemplate.Parse("builtin/tokenizer_config.json", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := NewRenderer("", "", collab.Agents, interact.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat, err := NewChatRenderer("", tm, nil, collab.Agents, interact.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []schemas.Prompt{{ID: "a", Problem: "What is 2+3?"}, {ID: "b", Problem: "  <|im_start|>x\n</result> ünï 🦙 "}, {ID: "c", Problem: ""}} {
+		want, err1 := plain.Segments(p)
+		got, err2 := chat.Segments(p)
+		if err1 != nil || err2 != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("prompt %s: chat template segments %+v (%v), prompt template %+v (%v)", p.ID, got, err2, want, err1)
+		}
 	}
 }

@@ -74,6 +74,12 @@ func (s Spec) Validate() error {
 	if err := s.Interact.Validate(); err != nil {
 		return err
 	}
+	if s.ChatTemplate != "" {
+		// A template that fails on a prompt fails here, before any worker.
+		if _, err := s.renderer(collab.Agents); err != nil {
+			return err
+		}
+	}
 	if len(s.Collaborators.Roles()) > 0 {
 		if err := s.Collaborators.Validate(); err != nil {
 			return fmt.Errorf("rollout: collaborators: %w", err)
