@@ -66,6 +66,11 @@
 //	rollout.system_prompt       system prompt template, inline (built-in text describing the agents)
 //	rollout.system_prompt_file  system prompt template file, relative to the config file
 //	rollout.prompt_template     prompt text template, fields .System .Problem .ID .DataSource (ChatML with the system prompt)
+//	rollout.chat_template       the model's Jinja chat template: a tokenizer_config.json or its directory, relative to the
+//	                            config file, or none for prompt_template (unset: <run.dir>/checkpoints/step-000000's when
+//	                            it has a chat_template and prompt_template is unset, else prompt_template, said once);
+//	                            renders a system turn (the system prompt) and a user turn (the problem), generation prompt on
+//	rollout.enable_thinking     the chat template's enable_thinking; Qwen3: false adds an empty think block (unset)
 //	rollout.limit_notice        answer to tags beyond max_interactions ("interaction limit reached; continue on your own")
 //
 //	collaborators               the agents; leave out for none (the demo: all three built in, knowledge noise 0.2)
