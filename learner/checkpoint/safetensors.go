@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"unicode/utf8"
@@ -63,6 +64,21 @@ type rawInfo struct {
 	DType       string  `json:"dtype"`
 	Shape       []int64 `json:"shape"`
 	DataOffsets []int64 `json:"data_offsets"`
+}
+
+// ReadHeaderFile reads and validates the header of the local safetensors
+// file at path.
+func ReadHeaderFile(path string) (Header, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Header{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Header{}, err
+	}
+	return ParseHeader(path, f, st.Size())
 }
 
 // ParseHeader reads and validates the header of a safetensors file of the

@@ -246,16 +246,7 @@ func greedyBody(t *testing.T, addr string, fx hfmodel.Fixture) greedyAnswer {
 // header parses the safetensors header of path.
 func header(t *testing.T, path string) checkpoint.Header {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := checkpoint.ParseHeader(path, f, st.Size())
+	h, err := checkpoint.ReadHeaderFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,16 +164,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 // headerDTypes lists the dtypes of the tensors of a safetensors file.
 func headerDTypes(t *testing.T, path string) []checkpoint.DType {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := checkpoint.ParseHeader(path, f, st.Size())
+	h, err := checkpoint.ReadHeaderFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
