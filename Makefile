@@ -36,8 +36,12 @@ setup:
 setup-test: setup
 	@scripts/setup.sh test
 
+# BUILDVCS stamps the commit into bin/aipo (aipo version) when the tree is a
+# git checkout; the go command leaves it out with -modfile otherwise.
+BUILDVCS := $(shell git rev-parse --git-dir >/dev/null 2>&1 && echo -buildvcs=true)
+
 build: setup $(OVERLAY)
-	$(GO) build $(GOFLAGS_OVERLAY) -o $(BIN) ./cmd/aipo
+	$(GO) build $(GOFLAGS_OVERLAY) $(BUILDVCS) -o $(BIN) ./cmd/aipo
 
 # worker cross-compiles the binary that Dataflow and Flink start as the
 # pipelines' SDK worker (pass it with --worker_binary=bin/aipo-worker). It is

@@ -35,10 +35,9 @@ type WarmStartConfig struct {
 	Mix         demotask.CorpusMix `yaml:"mix" json:"mix"`                   // corpus composition
 }
 
-// DefaultWarmStart follows the prototype of DEMO.md (3 layers, width 128,
-// 4 heads, AdamW 2e-3 with cosine decay, weight decay 0.01) with fewer lines
-// (1200 steps of 96 instead of 2000 of 128), so that the whole demo fits
-// its time budget on two cores.
+// DefaultWarmStart is a 3-layer, width-128, 4-head model trained with AdamW
+// 2e-3 with cosine decay and weight decay 0.01 for 1200 steps of 96 lines,
+// sized so that the whole demo fits its time budget on two cores.
 func DefaultWarmStart() WarmStartConfig {
 	return WarmStartConfig{
 		Model: ModelSize{Layers: 3, Hidden: 128, Heads: 4, KVHeads: 4, Intermediate: 344, Context: 64},
