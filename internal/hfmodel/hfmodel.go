@@ -128,6 +128,16 @@ func WriteDir(dir string, configJSON []byte, seed uint64, dtype checkpoint.DType
 	if err != nil {
 		return err
 	}
+	return WriteTensors(dir, configJSON, Tensors(c, seed), dtype, tokDir)
+}
+
+// WriteTensors writes a Hugging Face model directory like WriteDir with
+// the given weights (a trained model's, say) instead of generated ones.
+// configJSON must describe them.
+func WriteTensors(dir string, configJSON []byte, tensors []checkpoint.Tensor, dtype checkpoint.DType, tokDir string) error {
+	if _, err := hfconfig.Parse(configJSON); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -143,7 +153,7 @@ func WriteDir(dir string, configJSON []byte, seed uint64, dtype checkpoint.DType
 			return err
 		}
 	}
-	return checkpoint.SaveSafetensors(context.Background(), filepath.Join(dir, checkpoint.WeightsName), Tensors(c, seed), checkpoint.SaveOptions{DType: dtype})
+	return checkpoint.SaveSafetensors(context.Background(), filepath.Join(dir, checkpoint.WeightsName), tensors, checkpoint.SaveOptions{DType: dtype})
 }
 
 // Sum is the sum of every value of ts in float64 (exact for the weights of
