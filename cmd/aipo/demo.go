@@ -34,6 +34,7 @@ func runDemo(args []string) int {
 	seeds := fs.Int("seeds", 3, "with --compare: seeds per method")
 	steps := fs.Int64("steps", 0, "with --compare: training steps of every run (default from the config, 200)")
 	leaseOpts := leaseFlags(fs, "aipo demo")
+	reconfigure := fs.Bool("reconfigure", false, "apply flags that differ from the run's run.yaml from the next step on (recorded in <run>/config_changes.jsonl) instead of refusing them")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo demo [--run DIR] [--quick] [--compare [--methods M,...] [--seeds N] [--steps N]] [Beam flags]\n\n"+
 			"Warm-starts a small policy on invented facts (built once per run directory), trains it\n"+
@@ -77,7 +78,7 @@ func runDemo(args []string) int {
 	}
 	rep, err := train.RunDemo(ctx, train.DemoOptions{
 		RunDir: dir, Quick: *quick, Progress: p.event, WarmStartProgress: p.warmStart, Log: p.log, Mutate: mutate,
-		Lease: lo,
+		Lease: lo, Reconfigure: *reconfigure,
 	})
 	p.finish()
 	if err != nil {

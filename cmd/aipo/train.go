@@ -55,6 +55,7 @@ func runTrain(args []string) int {
 	run := fs.String("run", "", "run directory, local or gs:// (overrides run.dir)")
 	initCkpt := fs.String("init", "", "initial policy: a checkpoint directory (ours or Hugging Face layout) copied into <run>/checkpoints/step-000000 when the run has none")
 	leaseOpts := leaseFlags(fs, "aipo train")
+	reconfigure := fs.Bool("reconfigure", false, "apply a configuration that differs from the run's run.yaml from the next step on, recording the change in <run>/config_changes.jsonl (without it such a run is refused with the changed fields)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [Beam flags]\n\n"+
 			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
@@ -91,6 +92,11 @@ func runTrain(args []string) int {
 		return 1
 	}
 	defer release()
+	if err := train.RememberConfig(ctx, cfg, *reconfigure, p.log); err != nil {
+		p.finish()
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 2
+	}
 	if *initCkpt != "" {
 		if err := train.SeedCheckpoint(ctx, *initCkpt, cfg.Run.Dir); err != nil {
 			p.finish()

@@ -38,6 +38,9 @@ type DemoOptions struct {
 	StopAfter int64
 	// Lease tunes the run directory's lease (see Options.Lease).
 	Lease runlease.Options
+	// Reconfigure applies a configuration that differs from the run's
+	// run.yaml instead of refusing it (see RememberConfig).
+	Reconfigure bool
 }
 
 // QuickWarmStart is the warm start of the quick demo: a one-layer model
@@ -100,15 +103,11 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 	}
 	defer release()
 	// run.yaml records the configuration as run, ablation flags included,
-	// so that `aipo train --run DIR` continues the same run.
-	if ok, _ := storage.Exists(ctx, storage.Join(runDir, "run.yaml")); !ok {
-		y, err := cfg.YAML()
-		if err != nil {
-			return demo.Report{}, err
-		}
-		if err := storage.WriteAtomic(ctx, storage.Join(runDir, "run.yaml"), y); err != nil {
-			return demo.Report{}, err
-		}
+	// so that `aipo train --run DIR` continues the same run; a later demo
+	// with other flags on the same directory is refused (or, with
+	// Reconfigure, recorded).
+	if err := RememberConfig(ctx, cfg, o.Reconfigure, o.Log); err != nil {
+		return demo.Report{}, fmt.Errorf("demo: %w", err)
 	}
 	task, err := demotask.New(*cfg.Data.DemoTask)
 	if err != nil {
