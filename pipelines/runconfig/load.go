@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -79,6 +80,17 @@ func Parse(data []byte, name, baseDir string) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		// Unknown keys are named by their dotted path, with the field meant.
+		var doc yaml.Node
+		if yaml.Unmarshal(data, &doc) == nil {
+			if unknown := unknownFields(&doc, reflect.TypeOf(c)); len(unknown) > 0 {
+				parts := make([]string, len(unknown))
+				for i, u := range unknown {
+					parts[i] = u.String()
+				}
+				return Config{}, fmt.Errorf("runconfig: %s: %s (every field is listed in the runconfig package documentation; see configs/*.yaml for examples)", name, strings.Join(parts, "; "))
+			}
+		}
 		return Config{}, fmt.Errorf("runconfig: %s: %w (every field is listed in the runconfig package documentation; see configs/*.yaml for examples)", name, err)
 	}
 	var extra yaml.Node

@@ -1,0 +1,141 @@
+package runconfig
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// unknownField is a key of a run YAML that names no field of its section.
+type unknownField struct {
+	line        int
+	path, guess string // dotted path; the closest known field's, or ""
+}
+
+func (u unknownField) String() string {
+	s := fmt.Sprintf("line %d: %s is not a field", u.line, u.path)
+	if u.guess != "" {
+		s += " (did you mean " + u.guess + "?)"
+	}
+	return s
+}
+
+var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
+
+// unknownFields walks a decoded YAML document against the type it fills
+// and lists the keys no field takes, by dotted path, with the closest
+// known field of the same section. Sections with their own decoding (a
+// yaml.Unmarshaler) or free-form maps are not entered.
+func unknownFields(doc *yaml.Node, t reflect.Type) []unknownField {
+	var out []unknownField
+	var walk func(n *yaml.Node, t reflect.Type, path string)
+	walk = func(n *yaml.Node, t reflect.Type, path string) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+			walk(n.Content[0], t, path)
+			return
+		}
+		if reflect.PointerTo(t).Implements(unmarshalerType) || t.Implements(unmarshalerType) {
+			return
+		}
+		switch {
+		case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+			fields := map[string]reflect.Type{}
+			yamlFields(t, fields)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				ft, ok := fields[k.Value]
+				if !ok {
+					u := unknownField{line: k.Line, path: p}
+					if g := closest(k.Value, fields); g != "" {
+						u.guess = strings.TrimPrefix(path+"."+g, ".")
+					}
+					out = append(out, u)
+					continue
+				}
+				walk(v, ft, p)
+			}
+		case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+			for i, e := range n.Content {
+				walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	}
+	walk(doc, t, "")
+	sort.Slice(out, func(i, j int) bool { return out[i].line < out[j].line })
+	return out
+}
+
+// yamlFields collects the YAML keys of struct t (inline fields included).
+func yamlFields(t reflect.Type, into map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("yaml")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue
+		}
+		if strings.Contains(opts, "inline") {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				yamlFields(ft, into)
+			}
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		into[name] = f.Type
+	}
+}
+
+// closest is the known key nearest to k by edit distance, if it is near
+// enough to be a typo (at most a third of the key's length, and 3).
+func closest(k string, fields map[string]reflect.Type) string {
+	best, bestD := "", 1<<30
+	for name := range fields {
+		if d := editDistance(k, name); d < bestD || (d == bestD && name < best) {
+			best, bestD = name, d
+		}
+	}
+	if bestD <= min(3, max(1, len(k)/3)) {
+		return best
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
