@@ -32,8 +32,8 @@ func runAnalyze(args []string) int {
 			"and noisy-document share. Runs on prism unless --runner says otherwise.\n\nFlags:\n", "_MANIFEST.json")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "aipo analyze: unexpected arguments %v (flags only; see --help)\n", fs.Args())

@@ -44,8 +44,8 @@ func runCollaboratorsServe(args []string) int {
 			"grpcs://HOST:PORT and tls_ca_file: the CA that signed --tls-cert.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *config == "" || fs.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "aipo collaborators serve: --config FILE is required and no arguments are taken (see --help)")
@@ -106,8 +106,8 @@ func runCollaboratorsAsk(args []string) int {
 		fmt.Fprintf(os.Stderr, "Usage: aipo collaborators ask --config FILE --agent NAME [--step N] [--seed S] QUERY\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	a, err := collab.ParseAgent(*agent)
 	if err != nil || *config == "" || fs.NArg() != 1 {

@@ -43,8 +43,8 @@ func runDemo(args []string) int {
 			"with the same flags, it continues where it stopped.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	beam.Init()
 	lo := leaseOpts()

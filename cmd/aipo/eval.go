@@ -40,8 +40,8 @@ func runEval(args []string) int {
 			"committed chunks. Runs on prism unless --runner says otherwise.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "aipo eval: unexpected arguments %v (flags only; see --help)\n", fs.Args())
@@ -106,8 +106,8 @@ func runEvalReport(args []string) int {
 			"the first.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	ctx := context.Background()
 	if *compare {

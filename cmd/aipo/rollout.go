@@ -39,8 +39,8 @@ func runRollout(args []string) int {
 			"step's metrics). Runs on prism unless --runner says otherwise.\n\nFlags:\n", schemas.ManifestName)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "aipo rollout: unexpected arguments %v (flags only; see --help)\n", fs.Args())

@@ -61,8 +61,8 @@ func runServe(args []string) int {
 			"requests are bounded (--max-body-bytes ... --max-client-requests).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "aipo serve: "+format+"\n", a...)

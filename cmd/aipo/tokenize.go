@@ -35,11 +35,8 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			"line, space-separated. With --decode, reads ids and prints the text they stand for.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *path == "" || fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "aipo tokenize: give --tokenizer (a tokenizer.json, its directory, or builtin) and the input on stdin, no arguments\n")

@@ -63,8 +63,8 @@ func runTrain(args []string) int {
 			"and produces the same checkpoints as an uninterrupted run.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	beam.Init()
 	if err := inProcessWorkers(); err != nil {
@@ -126,8 +126,8 @@ func runLearn(args []string) int {
 			"the same K changes nothing.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *run == "" || *step < 0 {
 		fmt.Fprintln(os.Stderr, "aipo learn: --run and --step are required")

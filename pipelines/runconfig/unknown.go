@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/textdist"
 	"gopkg.in/yaml.v3"
 )
 
@@ -104,38 +105,12 @@ func yamlFields(t reflect.Type, into map[string]reflect.Type) {
 	}
 }
 
-// closest is the known key nearest to k by edit distance, if it is near
-// enough to be a typo (at most a third of the key's length, and 3).
+// closest is the known key nearest to k, if it is near enough to be a
+// typo of it.
 func closest(k string, fields map[string]reflect.Type) string {
-	best, bestD := "", 1<<30
+	names := make([]string, 0, len(fields))
 	for name := range fields {
-		if d := editDistance(k, name); d < bestD || (d == bestD && name < best) {
-			best, bestD = name, d
-		}
+		names = append(names, name)
 	}
-	if bestD <= min(3, max(1, len(k)/3)) {
-		return best
-	}
-	return ""
-}
-
-// editDistance is the Levenshtein distance of a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return textdist.Closest(k, names)
 }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/aipo-rl/aipo/internal/textdist"
+)
+
+// parseFlags parses a command's flags. --help exits 0 (after the usage);
+// a bad flag exits 2 with the flag package's message, and an unknown one
+// also with the flag meant when one is close. The process's own flag set
+// (whose flags Beam reads) is switched to return its errors here rather
+// than exit.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if fs == flag.CommandLine {
+		fs.Init(os.Args[0], flag.ContinueOnError)
+	}
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	}
+	const undefined = "flag provided but not defined: -"
+	if name, found := strings.CutPrefix(err.Error(), undefined); found {
+		if g := closestFlag(fs, name); g != "" {
+			fmt.Fprintf(fs.Output(), "aipo: unknown flag -%s; did you mean --%s?\n", name, g)
+		}
+	}
+	return 2, false
+}
+
+// closestFlag is the defined flag nearest to name, if it is near enough to
+// be a typo.
+func closestFlag(fs *flag.FlagSet, name string) string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return textdist.Closest(name, names)
+}

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every command exits 0 for --help, and an unknown flag exits 2 with the
+// flag meant.
+func TestHelpAndUnknownFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process per command")
+	}
+	for _, c := range [][]string{{"train"}, {"learn"}, {"rollout"}, {"eval"}, {"analyze"}, {"serve"}, {"demo"}, {"tokenize"}, {"collaborators", "serve"}} {
+		if code, out := runAipo(t, append(c, "--help")...); code != 0 || !strings.Contains(out, "Usage") {
+			t.Errorf("aipo %s --help exited %d (want 0) with:\n%s", strings.Join(c, " "), code, out)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--confg", "x.yaml"}, "did you mean --config?"},
+		{[]string{"serve", "--checkpont", "x"}, "did you mean --checkpoint?"},
+		{[]string{"demo", "--takeover"}, "did you mean --take-over?"},
+	} {
+		code, out := runAipo(t, c.args...)
+		if code != 2 || !strings.Contains(out, c.want) {
+			t.Errorf("aipo %s exited %d, want 2 saying %q; output:\n%s", strings.Join(c.args, " "), code, c.want, out)
+		}
+	}
+}
