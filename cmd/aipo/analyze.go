@@ -30,7 +30,7 @@ func runAnalyze(args []string) int {
 			"per-step accuracy, failed and solved-all tasks, interactions per trajectory by\n"+
 			"agent, external-token share, response lengths, collaborator latency and errors,\n"+
 			"and noisy-document share. Runs on prism unless --runner says otherwise.\n\nFlags:\n", "_MANIFEST.json")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

@@ -42,7 +42,7 @@ func runCollaboratorsServe(args []string) int {
 			"aipo.v1.Collaborator, with the retries, limits, breaker and cache of the config.\n"+
 			"Rollouts reach it with kind: grpc and endpoint: HOST:PORT, or with TLS endpoint:\n"+
 			"grpcs://HOST:PORT and tls_ca_file: the CA that signed --tls-cert.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -104,7 +104,7 @@ func runCollaboratorsAsk(args []string) int {
 	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo collaborators ask --config FILE --agent NAME [--step N] [--seed S] QUERY\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

@@ -41,7 +41,7 @@ func runDemo(args []string) int {
 			"with AIPO against the built-in Verify, Knowledge and Reasoning agents, evaluates it alone\n"+
 			"on entities whose facts only the Knowledge Agent knew, and writes a report. Started again\n"+
 			"with the same flags, it continues where it stopped.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

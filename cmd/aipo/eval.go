@@ -38,7 +38,7 @@ func runEval(args []string) int {
 			"code in a sandbox), commits per-sample records to Parquet chunk by chunk, and writes\n"+
 			"report.json, report.md and report.png into the output directory. A rerun skips the\n"+
 			"committed chunks. Runs on prism unless --runner says otherwise.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -104,7 +104,7 @@ func runEvalReport(args []string) int {
 			"The first form rewrites report.{json,md,png} from the committed records. The second sets\n"+
 			"several reports side by side in the layout of the paper's Table 1, with deltas against\n"+
 			"the first.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

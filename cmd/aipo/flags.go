@@ -42,3 +42,41 @@ func closestFlag(fs *flag.FlagSet, name string) string {
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	return textdist.Closest(name, names)
 }
+
+// libraryFlags are the flags the process's flag set held before any aipo
+// command added its own: Beam's runner and pipeline options, and any other
+// library's.
+var libraryFlags = func() map[string]bool {
+	m := map[string]bool{}
+	flag.CommandLine.VisitAll(func(f *flag.Flag) { m[f.Name] = true })
+	return m
+}()
+
+// printFlags writes fs's flags for a command's --help: the command's own
+// first, then (on the process's flag set) Beam's and the libraries' under
+// their own heading.
+func printFlags(fs *flag.FlagSet) {
+	if fs != flag.CommandLine {
+		printFlags(fs)
+		return
+	}
+	own := flag.NewFlagSet("", flag.ContinueOnError)
+	lib := flag.NewFlagSet("", flag.ContinueOnError)
+	own.SetOutput(fs.Output())
+	lib.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		to := own
+		if libraryFlags[f.Name] {
+			to = lib
+		}
+		to.Var(f.Value, f.Name, f.Usage)
+		to.Lookup(f.Name).DefValue = f.DefValue
+	})
+	own.PrintDefaults()
+	n := 0
+	lib.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintf(fs.Output(), "\nBeam's flags (%d: the runner and its options, e.g. --runner, --endpoint, --environment_type, Dataflow's --project, --region):\n", n)
+		lib.PrintDefaults()
+	}
+}

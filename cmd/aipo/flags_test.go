@@ -16,6 +16,12 @@ func TestHelpAndUnknownFlags(t *testing.T) {
 			t.Errorf("aipo %s --help exited %d (want 0) with:\n%s", strings.Join(c, " "), code, out)
 		}
 	}
+	// The command's own flags come first, Beam's under their own heading.
+	_, out := runAipo(t, "analyze", "--help")
+	own, beam, runner := strings.Index(out, "  -run string"), strings.Index(out, "Beam's flags"), strings.Index(out, "  -runner")
+	if own < 0 || beam < own || runner < beam {
+		t.Errorf("aipo analyze --help: own flag at %d, Beam's heading at %d, --runner at %d; want them in that order:\n%s", own, beam, runner, out)
+	}
 	for _, c := range []struct {
 		args []string
 		want string

@@ -37,7 +37,7 @@ func runRollout(args []string) int {
 			"trajectories per prompt with the policy calling the collaborators, scores them,\n"+
 			"computes group advantages and commits <run.dir>/step-K/ (shards, then %s with the\n"+
 			"step's metrics). Runs on prism unless --runner says otherwise.\n\nFlags:\n", schemas.ManifestName)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

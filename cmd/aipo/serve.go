@@ -59,7 +59,7 @@ func runServe(args []string) int {
 			"http://HOST:PORT/v1?model=NAME. Reload swaps the weights without failing requests.\n"+
 			"Request bodies, slow or idle clients, connections and each client's concurrent\n"+
 			"requests are bounded (--max-body-bytes ... --max-client-requests).\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

@@ -33,7 +33,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Usage: aipo tokenize --tokenizer FILE [--decode] [--special] [--pieces] < input\n\n"+
 			"Encodes the text on stdin (as is, trailing newline included) and prints the token ids on one\n"+
 			"line, space-separated. With --decode, reads ids and prints the text they stand for.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

@@ -61,7 +61,7 @@ func runTrain(args []string) int {
 			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
 			"checkpoint. Killed at any moment and started again with the same command, it continues\n"+
 			"and produces the same checkpoints as an uninterrupted run.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -124,7 +124,7 @@ func runLearn(args []string) int {
 			"Reads step K's committed trajectories and checkpoint K, applies the configured AIPO\n"+
 			"update and commits checkpoint K+1 with one JSON line of metrics. Running it twice for\n"+
 			"the same K changes nothing.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
