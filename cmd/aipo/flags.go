@@ -57,7 +57,7 @@ var libraryFlags = func() map[string]bool {
 // their own heading.
 func printFlags(fs *flag.FlagSet) {
 	if fs != flag.CommandLine {
-		printFlags(fs)
+		fs.PrintDefaults()
 		return
 	}
 	own := flag.NewFlagSet("", flag.ContinueOnError)
