@@ -33,7 +33,7 @@ type LearnMetrics struct {
 	LR            float64            `json:"lr"`
 	Seconds       float64            `json:"seconds"`
 	LossMetrics   map[string]float64 `json:"loss_metrics"`
-	Rollout       map[string]string  `json:"rollout,omitempty"` // the step manifest's metrics
+	Rollout       StepMeta           `json:"rollout,omitempty"` // the step manifest's metrics, numbers as numbers
 }
 
 // Sources maps a trajectory's token sources to the loss treatment: policy

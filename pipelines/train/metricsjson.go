@@ -1,0 +1,83 @@
+package train
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+)
+
+// StepMeta is a step manifest's metrics as a learner record carries them:
+// the manifest holds strings (its meta map is free-form), the record writes
+// every value that is a number as a JSON number, so that metrics.jsonl's
+// readers and plots see numbers. Reading accepts both forms (records of
+// earlier builds hold strings).
+type StepMeta map[string]string
+
+// MarshalJSON writes the map with sorted keys, numbers as numbers.
+func (m StepMeta) MarshalJSON() ([]byte, error) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(kb)
+		b.WriteByte(':')
+		v := m[k]
+		if isJSONNumber(v) {
+			b.WriteString(v)
+			continue
+		}
+		vb, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(vb)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// UnmarshalJSON reads values that are strings or numbers.
+func (m *StepMeta) UnmarshalJSON(data []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	out := make(StepMeta, len(raw))
+	for k, r := range raw {
+		var s string
+		if err := json.Unmarshal(r, &s); err == nil {
+			out[k] = s
+			continue
+		}
+		var n json.Number
+		if err := json.Unmarshal(r, &n); err != nil {
+			return fmt.Errorf("rollout metric %q is %s, neither a number nor a string", k, r)
+		}
+		out[k] = n.String()
+	}
+	*m = out
+	return nil
+}
+
+// isJSONNumber reports whether s is a finite number written as JSON writes
+// numbers.
+func isJSONNumber(s string) bool {
+	if _, err := strconv.ParseFloat(s, 64); err != nil {
+		return false
+	}
+	var n json.Number
+	return json.Unmarshal([]byte(s), &n) == nil
+}
