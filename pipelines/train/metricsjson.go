@@ -35,7 +35,7 @@ func (m StepMeta) MarshalJSON() ([]byte, error) {
 		b.Write(kb)
 		b.WriteByte(':')
 		v := m[k]
-		if isJSONNumber(v) {
+		if !textMeta[k] && isJSONNumber(v) {
 			b.WriteString(v)
 			continue
 		}
@@ -71,6 +71,10 @@ func (m *StepMeta) UnmarshalJSON(data []byte) error {
 	*m = out
 	return nil
 }
+
+// textMeta are meta keys whose values are text even when they look like a
+// number (a hash of digits only).
+var textMeta = map[string]bool{"config_hash": true, "policy_endpoint": true, "data": true, "opener_by": true, "template_tokens": true, "run": true}
 
 // isJSONNumber reports whether s is a finite number written as JSON writes
 // numbers.
