@@ -48,6 +48,9 @@ func (s *Server) parseSampling(f *samplingFields, maxTokens *int, defaultMax int
 		if *maxTokens < 1 {
 			return sp, badRequest("max_tokens", "invalid_max_tokens", "max_tokens %d must be at least 1 (leave it out for the default)", *maxTokens)
 		}
+		if ctx := s.eng.Info().MaxContext; ctx > 0 && *maxTokens > ctx {
+			return sp, badRequest("max_tokens", "invalid_max_tokens", "max_tokens %d is more than this model's context of %d tokens (prompt included): ask for at most %d", *maxTokens, ctx, ctx-1)
+		}
 		p.MaxTokens = *maxTokens
 	}
 	p.Temperature = 1

@@ -83,6 +83,70 @@ type chatRequest struct {
 	TopLogprobs         *int          `json:"top_logprobs"`
 }
 
+// unsupportedFields are OpenAI request parameters this server does not
+// implement. A request that sets one to anything but its neutral value is
+// refused naming it, rather than served as if it had not asked (vLLM
+// refuses what it cannot do the same way). Only these fields are copied
+// out of the body; the rest is skipped in place.
+type unsupportedFields struct {
+	LogitBias         json.RawMessage `json:"logit_bias"`
+	PresencePenalty   json.RawMessage `json:"presence_penalty"`
+	FrequencyPenalty  json.RawMessage `json:"frequency_penalty"`
+	RepetitionPenalty json.RawMessage `json:"repetition_penalty"`
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	Functions         json.RawMessage `json:"functions"`
+	FunctionCall      json.RawMessage `json:"function_call"`
+	ResponseFormat    json.RawMessage `json:"response_format"`
+	GuidedJSON        json.RawMessage `json:"guided_json"`
+	GuidedRegex       json.RawMessage `json:"guided_regex"`
+}
+
+// refuseUnsupported returns a 400 naming the first unsupported parameter
+// the body sets to a value other than its neutral one.
+func refuseUnsupported(body []byte) *apiError {
+	var u unsupportedFields
+	if json.Unmarshal(body, &u) != nil {
+		return nil // not an object: decodeJSON has said so
+	}
+	neutral := func(r json.RawMessage, ok ...string) bool {
+		v := strings.TrimSpace(string(r))
+		if v == "" || v == "null" {
+			return true
+		}
+		for _, o := range ok {
+			if v == o {
+				return true
+			}
+		}
+		return false
+	}
+	const sampler = "this server samples with temperature, top_p, top_k, stop, stop_token_ids, seed and max_tokens only"
+	for _, c := range []struct {
+		name string
+		raw  json.RawMessage
+		ok   []string
+		why  string
+	}{
+		{"logit_bias", u.LogitBias, []string{"{}"}, sampler},
+		{"presence_penalty", u.PresencePenalty, []string{"0", "0.0"}, sampler},
+		{"frequency_penalty", u.FrequencyPenalty, []string{"0", "0.0"}, sampler},
+		{"repetition_penalty", u.RepetitionPenalty, []string{"1", "1.0"}, sampler},
+		{"tools", u.Tools, []string{"[]"}, "it does no tool calling"},
+		{"tool_choice", u.ToolChoice, []string{`"none"`}, "it does no tool calling"},
+		{"functions", u.Functions, []string{"[]"}, "it does no function calling"},
+		{"function_call", u.FunctionCall, []string{`"none"`}, "it does no function calling"},
+		{"response_format", u.ResponseFormat, []string{`{"type":"text"}`, `{"type": "text"}`}, "it does no constrained decoding"},
+		{"guided_json", u.GuidedJSON, nil, "it does no constrained decoding"},
+		{"guided_regex", u.GuidedRegex, nil, "it does no constrained decoding"},
+	} {
+		if !neutral(c.raw, c.ok...) {
+			return badRequest(c.name, "unsupported_parameter", "%s is not supported by aipo serve (%s); leave it out", c.name, c.why)
+		}
+	}
+	return nil
+}
+
 // decodeJSON decodes body into v, naming the problem on failure. It
 // decodes in place (a json.Decoder would copy the body into its buffer
 // first); the request types hold no interface values, so numbers keep
@@ -96,7 +160,7 @@ func decodeJSON(body []byte, v any) *apiError {
 		}
 		return badRequest("", "invalid_json", "the request body is not valid JSON for this endpoint: %v", err)
 	}
-	return nil
+	return refuseUnsupported(body)
 }
 
 // parsePrompt reads a completions prompt: a string, a list of strings, a
