@@ -30,7 +30,11 @@
 // stops before a matching stop string, as in the OpenAI API, unless
 // include_stop_str_in_output is set; token_ids always hold every sampled
 // token. Errors have the OpenAI shape {"error":{"message","type","param",
-// "code"}}.
+// "code"}}. Parameters the sampler does not implement (logit_bias, the
+// presence, frequency and repetition penalties, tools and tool_choice,
+// functions, response_format, guided decoding, echo, best_of) are refused
+// with a 400 naming them unless they hold their neutral value; max_tokens
+// may not exceed the context.
 //
 // Load: the engine's bounded queue turns into HTTP 429 (with Retry-After)
 // and gRPC RESOURCE_EXHAUSTED; a client that goes away cancels its
