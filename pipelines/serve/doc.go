@@ -15,8 +15,13 @@
 // HTTP: POST /v1/completions (text or token-id prompts, several prompts, n
 // samples each, logprobs, stop, stop_token_ids, seed, max_tokens,
 // temperature, top_p, top_k, SSE streaming), POST /v1/chat/completions
-// (the tokenizer's chat format, logprobs, streaming), GET /v1/models,
-// GET /health, and vLLM's POST /tokenize and POST /detokenize. Every
+// (the tokenizer's chat format, logprobs, streaming), GET /v1/models and
+// GET /v1/models/{id}, GET /health, GET /metrics (Prometheus' text format:
+// aipo_serve_requests_total by endpoint and code, the
+// aipo_serve_request_duration_seconds histogram, aipo_serve_queue_depth,
+// aipo_serve_active_sequences, aipo_serve_generated_tokens_total, whose rate
+// is tokens/s, and aipo_serve_policy_version), and vLLM's POST /tokenize and
+// POST /detokenize. Every
 // choice carries its token ids (prompt_token_ids, token_ids, as vLLM
 // returns them with return_token_ids) and the policy version that sampled
 // it (aipo_policy_version; the response's own field and the

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/engine"
@@ -35,6 +36,8 @@ func (s *Server) Handler() http.Handler {
 		"/tokenize":            {http.MethodPost, s.tokenize},
 		"/detokenize":          {http.MethodPost, s.detokenize},
 		"/aipo/release":        {http.MethodPost, s.releaseHTTP},
+		"/v1/models/{id}":      {http.MethodGet, s.model},
+		"/metrics":             {http.MethodGet, s.metricsHTTP},
 	}
 	want := []byte("Bearer " + s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -51,9 +54,13 @@ func (s *Server) Handler() http.Handler {
 			dw.arm() // a deadline of an earlier request on this connection may have passed
 			w = dw
 		}
-		rt, ok := routes[r.URL.Path]
+		path := r.URL.Path
+		if strings.HasPrefix(path, "/v1/models/") {
+			path = "/v1/models/{id}"
+		}
+		rt, ok := routes[path]
 		if !ok {
-			writeError(w, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s; this server offers POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, POST /tokenize, POST /detokenize", r.Method, r.URL.Path),
+			writeError(w, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no endpoint %s %s; this server offers POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics, POST /tokenize, POST /detokenize", r.Method, r.URL.Path),
 				Type: "invalid_request_error", Code: strp("not_found")})
 			return
 		}
@@ -70,10 +77,21 @@ func (s *Server) Handler() http.Handler {
 				Type: "invalid_request_error", Code: strp("invalid_api_key")})
 			return
 		}
-		if err := rt.h(w, r); err != nil {
-			writeError(w, err)
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		if err := rt.h(sw, r); err != nil {
+			writeError(sw, err)
+		}
+		if path != "/metrics" {
+			s.metrics.observe(path, sw.code, start)
 		}
 	})
+}
+
+// metricsHTTP is GET /metrics: Prometheus' text format (see serverMetrics).
+func (s *Server) metricsHTTP(w http.ResponseWriter, r *http.Request) *apiError {
+	s.metrics.handler().ServeHTTP(w, r)
+	return nil
 }
 
 // writeError writes err in the OpenAI error shape.
@@ -182,11 +200,27 @@ func newID(prefix string) string {
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) *apiError {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelCard()}})
+	return nil
+}
+
+// modelCard is the served model as /v1/models describes it.
+func (s *Server) modelCard() map[string]any {
 	in := s.eng.Info()
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+	return map[string]any{
 		"id": s.name, "object": "model", "created": time.Now().Unix(), "owned_by": "aipo", "root": s.Checkpoint(),
 		"max_model_len": in.MaxContext, "aipo_policy_version": in.PolicyVersion, "aipo_vocab_size": in.VocabSize, "aipo_eos": in.EOS,
-	}}})
+	}
+}
+
+// model is GET /v1/models/{id}: the served model, or 404 for another id.
+func (s *Server) model(w http.ResponseWriter, r *http.Request) *apiError {
+	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+	if id != s.name {
+		return &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("model %q is not served here; this server serves %q (GET /v1/models lists it)", id, s.name),
+			Type: "invalid_request_error", Param: strp("model"), Code: strp("model_not_found")}
+	}
+	writeJSON(w, http.StatusOK, s.modelCard())
 	return nil
 }
 

@@ -105,6 +105,7 @@ type Server struct {
 	checkpoint atomic.Pointer[string]
 	draining   atomic.Bool
 	reloads    atomic.Int64
+	metrics    *serverMetrics
 }
 
 // New loads the checkpoint of opts and starts an engine over it.
@@ -166,6 +167,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s := &Server{opts: opts, name: name, eng: e, tok: ld.Tokenizer, log: opts.Logger, hist: newHistories(opts.HistoryTokens),
 		tokBytes: tokenBytes(ld.Tokenizer), clients: newClientLimiter(opts.MaxClientRequests), bodyOrigin: bodyOrigin}
 	s.checkpoint.Store(&dir)
+	s.metrics = newServerMetrics(s)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
 	return s, nil
 }
