@@ -198,8 +198,12 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 	groups := rollouts.Sample(s, spec, rollouts.Batch(s, spec.BatchPrompts(), slotted))
 	rows, stats := rollouts.Advantages(s, spec, rollouts.Score(s, spec, groups))
 	metas = append(metas, rollouts.StepMeta(s, stats))
+	check := rollouts.StepCheck{Step: o.Step, MaxFailedFraction: c.Rollout.FailedFractionBound()}
+	if !c.Data.Demo {
+		check.Sources, check.DeadLetters = StaticMeta(o, spec)["data"], c.DeadLetterPath(o.Step)
+	}
 	meta := parquetio.StepMeta{Run: c.Run.Name, Step: o.Step, Meta: StaticMeta(o, spec)}
-	var opts []parquetio.WriteOption
+	opts := []parquetio.WriteOption{parquetio.RequireMeta(rollouts.CheckedMeta)}
 	if o.MaxShardRows > 0 {
 		opts = append(opts, parquetio.MaxShardRows(o.MaxShardRows))
 	}
@@ -207,7 +211,7 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 		opts = append(opts, parquetio.Lease(o.Lease))
 	}
 	dir := schemas.StepDir(c.Run.Dir, o.Step)
-	return parquetio.WriteTrajectoriesMeta(s, dir, meta, beam.Flatten(s, metas...), rows, opts...), nil
+	return parquetio.WriteTrajectoriesMeta(s, dir, meta, rollouts.CheckStep(s, check, beam.Flatten(s, metas...)), rows, opts...), nil
 }
 
 // Run rolls out one step on the runner named by Beam's --runner flag
@@ -240,6 +244,9 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 		return schemas.Manifest{}, err
 	}
 	if err := beamx.Run(ctx, p); err != nil {
+		if refusal, ok := rollouts.Refused(err, o.Step); ok {
+			return schemas.Manifest{}, fmt.Errorf("%w (%s)", refusal, o.Config.Run.Dir)
+		}
 		return schemas.Manifest{}, fmt.Errorf("rollout step %d of %s: %w", o.Step, o.Config.Run.Dir, err)
 	}
 	m, err := schemas.ReadManifest(ctx, dir)

@@ -127,6 +127,13 @@ type Rollout struct {
 	// PromptsPerBatch is how many prompts one rollout element carries
 	// (default 0: enough for 4 x MaxInFlight trajectories).
 	PromptsPerBatch int `yaml:"prompts_per_batch"`
+	// MaxFailedFraction bounds the share of a step's samples that may fail
+	// (finish reason error: the policy unreachable, a prompt longer than
+	// its context, ...): a step above it fails before it is committed, with
+	// the counts and the first failure; one at or below it trains on the
+	// rest, warned once. A step whose every sample failed always fails.
+	// Unset: 0.5 (FailedFractionBound).
+	MaxFailedFraction *float64 `yaml:"max_failed_fraction,omitempty"`
 	// SystemPrompt is the system prompt describing the agents (inline);
 	// SystemPromptFile names a file holding it (relative to the config
 	// file). Neither: the built-in text. Both: an error.
@@ -154,6 +161,15 @@ type Rollout struct {
 	EnableThinking *bool `yaml:"enable_thinking,omitempty"`
 	// LimitNotice answers tags after MaxInteractions calls.
 	LimitNotice string `yaml:"limit_notice"`
+}
+
+// FailedFractionBound is MaxFailedFraction, or its default (0.5) when
+// unset.
+func (r Rollout) FailedFractionBound() float64 {
+	if r.MaxFailedFraction == nil {
+		return DefaultMaxFailedFraction
+	}
+	return *r.MaxFailedFraction
 }
 
 // Reward configures scoring.
@@ -254,13 +270,14 @@ const (
 
 // Defaults not taken from other packages.
 const (
-	DefaultSteps            = 200
-	DefaultBatchSize        = 256
-	DefaultDemoBatchSize    = 32
-	DefaultGroupSize        = 8
-	DefaultMaxInFlight      = 64
-	DefaultMicroBatchTokens = 16384
-	DefaultEvalEvery        = 10
-	DefaultEvalSamples      = 4
-	DefaultDemoNoise        = 0.2
+	DefaultSteps             = 200
+	DefaultBatchSize         = 256
+	DefaultDemoBatchSize     = 32
+	DefaultGroupSize         = 8
+	DefaultMaxInFlight       = 64
+	DefaultMaxFailedFraction = 0.5
+	DefaultMicroBatchTokens  = 16384
+	DefaultEvalEvery         = 10
+	DefaultEvalSamples       = 4
+	DefaultDemoNoise         = 0.2
 )

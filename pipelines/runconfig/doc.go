@@ -63,6 +63,7 @@
 //	rollout.interaction_cost    reward subtracted per interaction (0)
 //	rollout.max_in_flight       trajectories a worker runs at once (64)
 //	rollout.prompts_per_batch   prompts per rollout element, 0 for 4*max_in_flight/group_size (0)
+//	rollout.max_failed_fraction share of a step's samples that may fail (error) before the step fails; all failing always fails (0.5)
 //	rollout.system_prompt       system prompt template, inline (built-in text describing the agents)
 //	rollout.system_prompt_file  system prompt template file, relative to the config file
 //	rollout.prompt_template     prompt text template, fields .System .Problem .ID .DataSource (ChatML with the system prompt)

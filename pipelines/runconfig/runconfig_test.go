@@ -97,13 +97,16 @@ func TestDefaultsAndFill(t *testing.T) {
 	if c.Data.DeadLetterDir != "runs/x/dead_letters" || c.DeadLetterPath(7) != "runs/x/dead_letters/step-000007.jsonl" {
 		t.Errorf("dead letters at %q / %q", c.Data.DeadLetterDir, c.DeadLetterPath(7))
 	}
+	if c.Rollout.FailedFractionBound() != DefaultMaxFailedFraction {
+		t.Errorf("rollout.max_failed_fraction unset gives %v, want %v", c.Rollout.FailedFractionBound(), DefaultMaxFailedFraction)
+	}
 	// An explicit zero is kept, not replaced by the default.
-	c, err = Parse([]byte("run: {dir: r}\ndata: {demo: true}\nrollout: {max_interactions: 0}\npolicy: {temperature: 0}\n"), "t.yaml", "")
+	c, err = Parse([]byte("run: {dir: r}\ndata: {demo: true}\nrollout: {max_interactions: 0, max_failed_fraction: 0}\npolicy: {temperature: 0}\n"), "t.yaml", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Rollout.MaxInteractions != 0 || c.Policy.Temperature != 0 {
-		t.Errorf("explicit zeros replaced: max_interactions %d temperature %v", c.Rollout.MaxInteractions, c.Policy.Temperature)
+	if c.Rollout.MaxInteractions != 0 || c.Policy.Temperature != 0 || c.Rollout.FailedFractionBound() != 0 {
+		t.Errorf("explicit zeros replaced: max_interactions %d temperature %v max_failed_fraction %v", c.Rollout.MaxInteractions, c.Policy.Temperature, c.Rollout.FailedFractionBound())
 	}
 	d := c
 	d.Fill()
@@ -130,6 +133,8 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {opener_by: agent}\n", "rollout.opener_by"},
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {template_tokens: trained}\n", "rollout.template_tokens"},
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {interaction_cost: -1}\n", "rollout.interaction_cost"},
+		{"run: {dir: r}\ndata: {demo: true}\nrollout: {max_failed_fraction: 1.5}\n", "rollout.max_failed_fraction"},
+		{"run: {dir: r}\ndata: {demo: true}\nrollout: {max_failed_fraction: -0.1}\n", "must be between 0"},
 		{"run: {dir: r}\ndata: {demo: true}\npolicy: {top_p: 0}\n", "policy.top_p"},
 		{"run: {dir: r}\ndata: {demo: true}\npolicy: {endpoint: 'no scheme'}\n", "policy.endpoint"},
 		{"run: {dir: r}\ndata: {demo: true}\nreward: {data_source: nosuch}\n", "reward.data_source"},

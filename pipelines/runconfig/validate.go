@@ -124,6 +124,8 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.interaction_cost", "%v must be finite and >= 0", r.InteractionCost)
 	case r.MaxInFlight < 1:
 		return fieldError("rollout.max_in_flight", "%d must be at least 1", r.MaxInFlight)
+	case r.MaxFailedFraction != nil && !(*r.MaxFailedFraction >= 0 && *r.MaxFailedFraction <= 1):
+		return fieldError("rollout.max_failed_fraction", "%v must be between 0 (no sample may fail) and 1 (any share may, short of all)", *r.MaxFailedFraction)
 	case r.PromptsPerBatch < 0:
 		return fieldError("rollout.prompts_per_batch", "%d must not be negative (0: automatic)", r.PromptsPerBatch)
 	case r.SystemPrompt != "" && r.SystemPromptFile != "":

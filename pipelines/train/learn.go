@@ -190,6 +190,9 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 	if err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
+	if err := nothingToTrain(k, trajs, man.Meta); err != nil {
+		return LearnMetrics{}, err
+	}
 	pol, err := LoadPolicy(ctx, checkpoint.Dir(runDir, k))
 	if err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
@@ -247,6 +250,9 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
 	met.Skipped = skipped
+	if err := noTrainableToken(k, samples, skipped, cfg.Rollout.TemplateTokens); err != nil {
+		return LearnMetrics{}, err
+	}
 	if len(samples) > 0 {
 		st, err := l.RLStep(trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
 			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}, samples)
@@ -256,6 +262,56 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
 	}
 	return finishLearn(ctx, cfg, k, start, pol, opt, met)
+}
+
+// nothingToTrain says why step k, whose committed trajectories are trajs
+// and manifest meta meta, has nothing to learn from, or returns nil: no
+// trajectory (every group dropped by dynamic sampling, or none rolled out),
+// or every trajectory failed. The rollout refuses to commit such steps;
+// this guards steps committed before it did, or by other writers.
+func nothingToTrain(k int64, trajs []schemas.Trajectory, meta map[string]string) error {
+	fix := fmt.Sprintf("fix the cause, then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force) and rerun", k, k)
+	if len(trajs) == 0 {
+		if d := meta["groups_dropped"]; d != "" && d != "0" {
+			return fmt.Errorf("learn step %d: nothing to train on: all %s groups were dropped by advantage.dynamic_sampling (each group's rewards were equal, so no sample has an advantage); raise rollout.group_size or data.batch_size, use harder or easier prompts, or turn dynamic_sampling off; checkpoint %d was not written", k, d, k+1)
+		}
+		return fmt.Errorf("learn step %d: nothing to train on: the step holds no trajectory (prompts: %s); %s; checkpoint %d was not written", k, metaOr(meta, "prompts", "0"), fix, k+1)
+	}
+	for _, t := range trajs {
+		if t.FinishReason != schemas.FinishError {
+			return nil
+		}
+	}
+	return fmt.Errorf("learn step %d: nothing to train on: every one of the %d trajectories failed; the first failure: %s; %s; checkpoint %d was not written",
+		k, len(trajs), metaOr(meta, "first_error", "(not recorded)"), fix, k+1)
+}
+
+// noTrainableToken fails an RL step none of whose response tokens the loss
+// trains on: no sample (all skipped: failed, or without a response), or
+// samples whose tokens are all untrained (template tokens under
+// rollout.template_tokens: untrained). Tokens with a zero advantage (a GRPO
+// group whose rewards are all equal) are trainable: the loss sees them and
+// its KL and entropy terms still apply, so such a step is a step.
+func noTrainableToken(k int64, samples []trainer.RLSample, skipped int, templateTokens string) error {
+	for _, s := range samples {
+		for _, src := range s.Source {
+			if src != loss.Untrained {
+				return nil
+			}
+		}
+	}
+	if len(samples) == 0 {
+		return fmt.Errorf("learn step %d: nothing to train on: all %d trajectories were skipped (failed, or without a prompt or response); see the step's rollout warnings for why, fix the cause and roll the step out again; checkpoint %d was not written", k, skipped, k+1)
+	}
+	return fmt.Errorf("learn step %d: nothing to train on: none of the response tokens of the %d samples is trained (all template tokens, rollout.template_tokens: %s); set rollout.template_tokens: %s or let the policy answer; checkpoint %d was not written",
+		k, len(samples), templateTokens, runconfig.TemplateExternal, k+1)
+}
+
+func metaOr(meta map[string]string, k, or string) string {
+	if v := meta[k]; v != "" {
+		return v
+	}
+	return or
 }
 
 // finishLearn records step k's learner metrics and commits checkpoint k+1.

@@ -20,6 +20,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
+	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
 )
 
 // RolloutFunc runs the rollout of step k with the policy at
@@ -154,6 +155,9 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 		lm, err := Learn(ctx, cfg, k)
 		if err != nil {
 			return fmt.Errorf("train: %w", err)
+		}
+		if w := rollouts.FailureWarning(k, lm.Rollout); w != "" && opts.Log != nil {
+			opts.Log(w)
 		}
 		emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "learn", Learn: &lm, Elapsed: time.Since(start)})
 		if err := maybeEval(ctx, cfg, task, k+1, emit, start); err != nil {

@@ -40,7 +40,7 @@ func WriteTrajectoriesMeta(s beam.Scope, dir string, meta StepMeta, metas, rows 
 	fn := &writeShardsFn[schemas.Trajectory]{}
 	fn.configure(dir, cfg.maxShardRows)
 	files := beam.ParDo(s.Scope("WriteShards"), fn, rows)
-	commit := &commitMetaFn{Dir: dir, Kind: "trajectories", Meta: meta, KeepOrphans: cfg.keepOrphans, Lease: cfg.lease}
+	commit := &commitMetaFn{Dir: dir, Kind: "trajectories", Meta: meta, KeepOrphans: cfg.keepOrphans, Lease: cfg.lease, RequireMeta: cfg.requireMeta}
 	return beam.ParDo(s.Scope("CommitManifest"), commit, beam.Impulse(s),
 		beam.SideInput{Input: files}, beam.SideInput{Input: metas})
 }
@@ -53,6 +53,7 @@ type commitMetaFn struct {
 	Meta        StepMeta       `json:"meta"`
 	KeepOrphans bool           `json:"keep_orphans"`
 	Lease       runlease.Token `json:"lease"`
+	RequireMeta string         `json:"require_meta,omitempty"`
 }
 
 // ProcessElement merges the side metas and commits the manifest.
@@ -68,6 +69,9 @@ func (fn *commitMetaFn) ProcessElement(ctx context.Context, _ []byte, files func
 			merged.Meta[k] = v
 		}
 		merged.PolicyVersion = max(merged.PolicyVersion, m.PolicyVersion)
+	}
+	if _, ok := merged.Meta[fn.RequireMeta]; fn.RequireMeta != "" && !ok {
+		return fmt.Errorf("parquetio: step %d of %s not committed: its meta lacks %s, set by the check that must pass before the commit (it failed, or did not run)", fn.Meta.Step, fn.Dir, fn.RequireMeta)
 	}
 	inner := &commitFn{Dir: fn.Dir, Kind: fn.Kind, Meta: merged, KeepOrphans: fn.KeepOrphans, Lease: fn.Lease}
 	return inner.ProcessElement(ctx, nil, files, emit)

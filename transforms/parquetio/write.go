@@ -27,6 +27,7 @@ type writeConfig struct {
 	maxShardRows int
 	keepOrphans  bool
 	lease        runlease.Token
+	requireMeta  string
 }
 
 // WriteOption changes how a sink writes.
@@ -50,6 +51,15 @@ func KeepOrphans() WriteOption {
 // A zero token checks nothing.
 func Lease(t runlease.Token) WriteOption {
 	return func(c *writeConfig) { c.lease = t }
+}
+
+// RequireMeta makes WriteTrajectoriesMeta's commit refuse, writing no
+// manifest, unless the merged side meta holds key: a stage that checks the
+// step before its commit (and sets key when it passes) then guards the
+// commit even where a runner goes on after that stage failed and hands the
+// commit an empty side input.
+func RequireMeta(key string) WriteOption {
+	return func(c *writeConfig) { c.requireMeta = key }
 }
 
 // WriteTrajectories writes a committed step of trajectories to dir (local or

@@ -29,11 +29,13 @@ func init() {
 	register.DoFn3x1[Group, func(schemas.Trajectory), func(Stats), error](&advantageFn{})
 	register.Function2x1[[]byte, func(*Stats) bool, parquetio.StepMeta](mergeStats)
 	register.DoFn1x1[int, parquetio.StepMeta](&countMetaFn{})
+	register.DoFn3x2[context.Context, []byte, func(*parquetio.StepMeta) bool, parquetio.StepMeta, error](&checkStepFn{})
 
 	register.Iter1[string]()
 	register.Iter1[int]()
 	register.Iter1[schemas.Prompt]()
 	register.Iter1[Stats]()
+	register.Iter1[parquetio.StepMeta]()
 	register.Emitter2[string, int]()
 	register.Emitter2[int, schemas.Prompt]()
 	register.Emitter1[Group]()

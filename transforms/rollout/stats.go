@@ -1,9 +1,11 @@
 package rollout
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
@@ -21,6 +23,10 @@ type Stats struct {
 	// VersionMin and VersionMax bound the policy versions seen (valid when
 	// Counts["trajectories"] > 0).
 	VersionMin, VersionMax int64
+	// FirstError is the first failure of the step ("prompt <id> sample
+	// <j>: <why>"; the smallest such text when groups merge, so that it
+	// does not depend on bundle order), or "" when no sample failed.
+	FirstError string
 }
 
 // Add adds o to s.
@@ -40,6 +46,9 @@ func (s *Stats) Add(o Stats) {
 	}
 	s.RewardSum += o.RewardSum
 	s.LatencyMsSum += o.LatencyMsSum
+	if o.FirstError != "" && (s.FirstError == "" || o.FirstError < s.FirstError) {
+		s.FirstError = o.FirstError
+	}
 }
 
 // GroupStats counts one group; kept says whether its trajectories are
@@ -52,6 +61,12 @@ func GroupStats(g Group, kept bool) Stats {
 		c["trajectories_written"] += int64(len(g.Trajectories))
 	} else {
 		c["groups_dropped"]++
+	}
+	for j, e := range g.Errors {
+		if e != "" {
+			st.FirstError = fmt.Sprintf("prompt %s sample %d: %s", g.Prompt.ID, j, e)
+			break
+		}
 	}
 	c["policy_calls"] += g.PolicyCalls
 	c["policy_retries"] += g.PolicyRetries
@@ -99,7 +114,8 @@ func GroupStats(g Group, kept bool) Stats {
 // collab_failures, noisy, tokens.response, tokens.external,
 // tokens.template), plus policy_errors (= finish.error), reward_mean and
 // accuracy over the trajectories that did not fail, interactions_per_trajectory,
-// collab_latency_ms_mean, and policy_version_min/max.
+// collab_latency_ms_mean, policy_version_min/max, and first_error (the
+// first failure's text, at most 1000 bytes, when a sample failed).
 func StatsMeta(s Stats) map[string]string {
 	m := map[string]string{}
 	keys := make([]string, 0, len(s.Counts))
@@ -128,11 +144,21 @@ func StatsMeta(s Stats) map[string]string {
 		m["policy_version_min"] = strconv.FormatInt(s.VersionMin, 10)
 		m["policy_version_max"] = strconv.FormatInt(s.VersionMax, 10)
 	}
+	if e := s.FirstError; e != "" {
+		if len(e) > maxErrorMeta {
+			e = e[:maxErrorMeta] + "..."
+		}
+		e = strings.Join(strings.Fields(e), " ") // one line, for logs and errors
+		m["first_error"] = e
+	}
 	if k := s.Counts["interactions"]; k > 0 {
 		m["collab_latency_ms_mean"] = f(s.LatencyMsSum / float64(k))
 	}
 	return m
 }
+
+// maxErrorMeta bounds the first_error meta.
+const maxErrorMeta = 1000
 
 // StepMeta merges every group's Stats into one parquetio.StepMeta (the
 // metrics and the largest policy version), for

@@ -1,0 +1,130 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/parquetio"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+)
+
+// StepCheck says what a step must have before its manifest is committed.
+type StepCheck struct {
+	Step int64 `json:"step"`
+	// Sources names the prompt files (data.sources, comma-separated); empty
+	// for the demo task, whose steps always have prompts.
+	Sources string `json:"sources"`
+	// DeadLetters is where the step's malformed rows are written.
+	DeadLetters string `json:"dead_letters"`
+	// MaxFailedFraction bounds failed samples / samples.
+	MaxFailedFraction float64 `json:"max_failed_fraction"`
+}
+
+// Err returns why a step whose merged manifest meta is meta must not be
+// committed, or nil: no prompt row (every row malformed, or no row), every
+// sample failed, or more than MaxFailedFraction of them failed.
+func (c StepCheck) Err(meta map[string]string) error {
+	n := func(k string) int64 { v, _ := strconv.ParseInt(meta[k], 10, 64); return v }
+	if n("prompts") == 0 {
+		if c.Sources == "" {
+			return fmt.Errorf("rollout step %d refused: no prompt to roll out; set data.batch_size to at least 1", c.Step)
+		}
+		dead := n("dead_letters")
+		if dead > 0 {
+			return fmt.Errorf("rollout step %d refused: no usable prompt in data.sources %s: %d rows read, all %d malformed (dead-lettered to %s, one line each saying why); fix those rows or point data.sources at a file with valid prompts; nothing was committed",
+				c.Step, c.Sources, dead, dead, c.DeadLetters)
+		}
+		return fmt.Errorf("rollout step %d refused: no usable prompt in data.sources %s: 0 rows read (empty files?); add prompts to them or point data.sources at a file with prompts; nothing was committed", c.Step, c.Sources)
+	}
+	total, failed := n("trajectories"), n("finish."+schemas.FinishError)
+	if failed == 0 {
+		return nil
+	}
+	first := meta["first_error"]
+	if first == "" {
+		first = "(not recorded)"
+	}
+	if failed == total {
+		return fmt.Errorf("rollout step %d refused: every sample failed (%d of %d), so there is nothing to train on; the first failure: %s; fix that cause (a prompt longer than the policy's context: shorten rollout.system_prompt or the prompts, or serve a model with a longer context) and run again; nothing was committed",
+			c.Step, failed, total, first)
+	}
+	if frac := float64(failed) / float64(total); frac > c.MaxFailedFraction {
+		return fmt.Errorf("rollout step %d refused: %d of %d samples failed (%.1f%%, above rollout.max_failed_fraction %g); the first failure: %s; fix that cause, or raise rollout.max_failed_fraction to train on the samples that did not fail; nothing was committed",
+			c.Step, failed, total, 100*frac, c.MaxFailedFraction, first)
+	}
+	return nil
+}
+
+// FailureWarning is the once-per-step warning for a committed step some of
+// whose samples failed (within rollout.max_failed_fraction), from its
+// manifest meta; "" when none failed.
+func FailureWarning(step int64, meta map[string]string) string {
+	failed, _ := strconv.ParseInt(meta["finish."+schemas.FinishError], 10, 64)
+	if failed == 0 {
+		return ""
+	}
+	first := meta["first_error"]
+	if first == "" {
+		first = "(not recorded)"
+	}
+	return fmt.Sprintf("warning: step %d: %d of %s samples failed and were not trained on (within rollout.max_failed_fraction); the first failure: %s",
+		step, failed, meta["trajectories"], first)
+}
+
+// Refused finds StepCheck's refusal in err, the error of a pipeline run
+// that CheckStep failed (runners wrap a DoFn's error in their own report),
+// and returns it alone; ok is false when err holds none.
+func Refused(err error, step int64) (refusal error, ok bool) {
+	if err == nil {
+		return nil, false
+	}
+	text := err.Error()
+	i := strings.LastIndex(text, fmt.Sprintf("rollout step %d refused: ", step))
+	if i < 0 {
+		return nil, false
+	}
+	text = text[i:]
+	if j := strings.IndexByte(text, '\n'); j >= 0 {
+		text = text[:j]
+	}
+	return errors.New(text), true
+}
+
+// CheckedMeta is the meta key CheckStep sets when the step passes; commit
+// with parquetio.RequireMeta(CheckedMeta) so that no manifest is written
+// when the check failed.
+const CheckedMeta = "step_check"
+
+// CheckStep merges a step's meta (CountMeta and StepMeta outputs) into one
+// StepMeta and fails the pipeline, before the commit that reads it, when
+// c.Err refuses the step; a step that passes gets CheckedMeta: passed.
+//
+//	PCollection<parquetio.StepMeta> -> PCollection<parquetio.StepMeta>
+func CheckStep(s beam.Scope, c StepCheck, metas beam.PCollection) beam.PCollection {
+	s = s.Scope("rollout.CheckStep")
+	return beam.ParDo(s, &checkStepFn{Check: c}, beam.Impulse(s), beam.SideInput{Input: metas})
+}
+
+type checkStepFn struct {
+	Check StepCheck `json:"check"`
+}
+
+func (f *checkStepFn) ProcessElement(_ context.Context, _ []byte, metas func(*parquetio.StepMeta) bool) (parquetio.StepMeta, error) {
+	out := parquetio.StepMeta{Meta: map[string]string{}}
+	var m parquetio.StepMeta
+	for metas(&m) {
+		for k, v := range m.Meta {
+			out.Meta[k] = v
+		}
+		out.PolicyVersion = max(out.PolicyVersion, m.PolicyVersion)
+	}
+	if err := f.Check.Err(out.Meta); err != nil {
+		return parquetio.StepMeta{}, err
+	}
+	out.Meta[CheckedMeta] = "passed"
+	return out, nil
+}
