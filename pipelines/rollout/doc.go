@@ -10,6 +10,13 @@
 //	  -> Parquet shards in <run.dir>/step-K/shards/, then _MANIFEST.json with the
 //	     policy version and the step's metrics in its meta
 //
+// A step with nothing to train on is refused before its manifest is
+// written (transforms/rollout.StepCheck): no prompt row (every row of the
+// prompt files malformed, or none), every sample failed, or a failed share
+// above rollout.max_failed_fraction. Run then returns the refusal alone
+// (the counts, the first failure and the fix); the shards already written
+// stay uncommitted and are removed by the step's next commit.
+//
 // It runs on prism unless Beam's --runner flag says otherwise. See package
 // transforms/rollout for the transforms and runconfig for the
 // configuration.
@@ -22,5 +29,6 @@
 // group_size, max_interactions, opener_by, template_tokens,
 // interaction_cost, answer_token_budget, data (the prompt files or
 // "demo"), policy_endpoint (without credentials) and dead_letters (bad
-// prompt rows; prompt files only).
+// prompt rows; prompt files only), first_error (the first failed sample's
+// text, when one failed) and step_check (passed).
 package rollout
