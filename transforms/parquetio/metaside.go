@@ -2,6 +2,7 @@ package parquetio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -70,8 +71,14 @@ func (fn *commitMetaFn) ProcessElement(ctx context.Context, _ []byte, files func
 		}
 		merged.PolicyVersion = max(merged.PolicyVersion, m.PolicyVersion)
 	}
-	if _, ok := merged.Meta[fn.RequireMeta]; fn.RequireMeta != "" && !ok {
-		return fmt.Errorf("parquetio: step %d of %s not committed: its meta lacks %s, set by the check that must pass before the commit (it failed, or did not run)", fn.Meta.Step, fn.Dir, fn.RequireMeta)
+	if fn.RequireMeta != "" {
+		v, ok := merged.Meta[fn.RequireMeta]
+		switch {
+		case !ok:
+			return fmt.Errorf("parquetio: step %d of %s not committed: its meta lacks %s, set by the check that must pass before the commit (it failed, or did not run)", fn.Meta.Step, fn.Dir, fn.RequireMeta)
+		case v != "passed":
+			return errors.New(v) // the check's refusal, as it wrote it
+		}
 	}
 	inner := &commitFn{Dir: fn.Dir, Kind: fn.Kind, Meta: merged, KeepOrphans: fn.KeepOrphans, Lease: fn.Lease}
 	return inner.ProcessElement(ctx, nil, files, emit)

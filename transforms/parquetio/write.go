@@ -54,10 +54,10 @@ func Lease(t runlease.Token) WriteOption {
 }
 
 // RequireMeta makes WriteTrajectoriesMeta's commit refuse, writing no
-// manifest, unless the merged side meta holds key: a stage that checks the
-// step before its commit (and sets key when it passes) then guards the
-// commit even where a runner goes on after that stage failed and hands the
-// commit an empty side input.
+// manifest, unless the merged side meta holds key with the value "passed":
+// a stage that checks the step before its commit sets key to "passed" or to
+// its refusal, which the commit then fails with (the one error of the run),
+// and a missing key (the check did not run) refuses too.
 func RequireMeta(key string) WriteOption {
 	return func(c *writeConfig) { c.requireMeta = key }
 }

@@ -99,9 +99,13 @@ func Refused(err error, step int64) (refusal error, ok bool) {
 // when the check failed.
 const CheckedMeta = "step_check"
 
+// CheckPassed is CheckedMeta's value for a step that passed; any other
+// value is the refusal.
+const CheckPassed = "passed"
+
 // CheckStep merges a step's meta (CountMeta and StepMeta outputs) into one
-// StepMeta and fails the pipeline, before the commit that reads it, when
-// c.Err refuses the step; a step that passes gets CheckedMeta: passed.
+// StepMeta and sets CheckedMeta to CheckPassed, or to c.Err's refusal, which
+// the commit (parquetio.RequireMeta) then fails with, writing nothing.
 //
 //	PCollection<parquetio.StepMeta> -> PCollection<parquetio.StepMeta>
 func CheckStep(s beam.Scope, c StepCheck, metas beam.PCollection) beam.PCollection {
@@ -122,9 +126,12 @@ func (f *checkStepFn) ProcessElement(_ context.Context, _ []byte, metas func(*pa
 		}
 		out.PolicyVersion = max(out.PolicyVersion, m.PolicyVersion)
 	}
+	// The verdict travels to the commit, which refuses with it: failing
+	// here instead would race the commit, which a runner may still run
+	// (with empty side inputs) and whose error would then be the one shown.
+	out.Meta[CheckedMeta] = CheckPassed
 	if err := f.Check.Err(out.Meta); err != nil {
-		return parquetio.StepMeta{}, err
+		out.Meta[CheckedMeta] = err.Error()
 	}
-	out.Meta[CheckedMeta] = "passed"
 	return out, nil
 }
