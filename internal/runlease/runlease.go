@@ -387,7 +387,7 @@ func CheckContext(ctx context.Context) error {
 // Ensure returns a lease of runDir for ctx: the one ctx already carries for
 // that directory (release is then a no-op), or a newly acquired one.
 func Ensure(ctx context.Context, runDir string, o Options) (context.Context, func() error, error) {
-	if l := FromContext(ctx); l != nil && sameDir(l.dir, runDir) {
+	if Held(ctx, runDir) {
 		return ctx, func() error { return nil }, nil
 	}
 	l, lctx, err := Acquire(ctx, runDir, o)
@@ -395,6 +395,12 @@ func Ensure(ctx context.Context, runDir string, o Options) (context.Context, fun
 		return nil, nil, err
 	}
 	return lctx, l.Release, nil
+}
+
+// Held reports whether ctx carries the lease of runDir.
+func Held(ctx context.Context, runDir string) bool {
+	l := FromContext(ctx)
+	return l != nil && sameDir(l.dir, runDir)
 }
 
 func sameDir(a, b string) bool {

@@ -54,6 +54,10 @@ type Options struct {
 // which eval and analytics may also write) only those of exited local
 // processes, or older than the lease timeout, are.
 func Claim(ctx context.Context, runDir string, o runlease.Options, logf func(string)) (context.Context, func() error, error) {
+	if runlease.Held(ctx, runDir) {
+		// The holder claimed the directory, leftovers swept, already.
+		return ctx, func() error { return nil }, nil
+	}
 	if o.Log == nil {
 		o.Log = logf
 	}
