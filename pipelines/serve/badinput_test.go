@@ -88,6 +88,18 @@ func TestBadHFDirRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// editTensor writes the good weights with one tensor changed by edit.
+	editTensor := func(good []checkpoint.Tensor, name string, edit func(*rawTensor)) func(t *testing.T, dir string) {
+		return func(t *testing.T, dir string) {
+			ts := bf16Raw(good)
+			for i := range ts {
+				if ts[i].name == name {
+					edit(&ts[i])
+				}
+			}
+			writeRaw(t, filepath.Join(dir, checkpoint.WeightsName), ts)
+		}
+	}
 	const q = "model.layers.0.self_attn.q_proj.weight" // [16, 16]: heads 2 x head_dim 8
 	const up = "model.layers.0.mlp.up_proj.weight"     // [24, 16]
 	for _, tc := range []struct {
@@ -107,33 +119,9 @@ func TestBadHFDirRefused(t *testing.T) {
 			}
 			writeRaw(t, filepath.Join(dir, checkpoint.WeightsName), ts)
 		}, []string{"model.safetensors", up, "missing", "[24 16]"}},
-		{"wrong shape", func(t *testing.T, dir string) {
-			ts := bf16Raw(good)
-			for i := range ts {
-				if ts[i].name == up {
-					ts[i].shape = []int{16, 24}
-				}
-			}
-			writeRaw(t, filepath.Join(dir, checkpoint.WeightsName), ts)
-		}, []string{"model.safetensors", up, "[16 24]", "config wants [24 16]"}},
-		{"int32 tensor", func(t *testing.T, dir string) {
-			ts := bf16Raw(good)
-			for i := range ts {
-				if ts[i].name == q {
-					ts[i].dtype, ts[i].data = "I32", make([]byte, 4*16*16)
-				}
-			}
-			writeRaw(t, filepath.Join(dir, checkpoint.WeightsName), ts)
-		}, []string{"model.safetensors", q, "I32", "F32, BF16 and F16"}},
-		{"float64 tensor", func(t *testing.T, dir string) {
-			ts := bf16Raw(good)
-			for i := range ts {
-				if ts[i].name == q {
-					ts[i].dtype, ts[i].data = "F64", make([]byte, 8*16*16)
-				}
-			}
-			writeRaw(t, filepath.Join(dir, checkpoint.WeightsName), ts)
-		}, []string{"model.safetensors", q, "F64", "F32, BF16 and F16"}},
+		{"wrong shape", editTensor(good, up, func(r *rawTensor) { r.shape = []int{16, 24} }), []string{"model.safetensors", up, "[16 24]", "config wants [24 16]"}},
+		{"int32 tensor", editTensor(good, q, func(r *rawTensor) { r.dtype, r.data = "I32", make([]byte, 4*16*16) }), []string{"model.safetensors", q, "I32", "F32, BF16 and F16"}},
+		{"float64 tensor", editTensor(good, q, func(r *rawTensor) { r.dtype, r.data = "F64", make([]byte, 8*16*16) }), []string{"model.safetensors", q, "F64", "F32, BF16 and F16"}},
 		{"truncated file", func(t *testing.T, dir string) {
 			p := filepath.Join(dir, checkpoint.WeightsName)
 			b, err := os.ReadFile(p)

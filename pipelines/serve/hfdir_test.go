@@ -13,6 +13,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/hfmodel"
 	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -220,7 +221,7 @@ func TestLearnerStepFromHFDirServes(t *testing.T) {
 		t.Fatal("every master is a bfloat16 value: the step changed nothing, or the masters were not kept")
 	}
 	plain := filepath.Join(t.TempDir(), "plain")
-	copyExcept(t, step1, plain, checkpoint.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
+	testtools.CopyDirExcept(t, step1, plain, checkpoint.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
 	a := greedyBody(t, start(t, Options{Checkpoint: step1, Name: "m"}).httpAddr, fx)
 	b := greedyBody(t, start(t, Options{Checkpoint: plain, Name: "m"}).httpAddr, fx)
 	if !slices.Equal(a.Choices[0].TokenIDs, b.Choices[0].TokenIDs) || !slices.Equal(a.Choices[0].Logprobs.TokenLogprobs, b.Choices[0].Logprobs.TokenLogprobs) {
@@ -251,29 +252,4 @@ func header(t *testing.T, path string) checkpoint.Header {
 		t.Fatal(err)
 	}
 	return h
-}
-
-// copyExcept copies the files of src into a new directory dst, leaving out
-// those named.
-func copyExcept(t *testing.T, src, dst string, skip ...string) {
-	t.Helper()
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if slices.Contains(skip, e.Name()) {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

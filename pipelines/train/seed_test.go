@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/learner/trainer"
@@ -132,7 +133,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 			}
 		}
 		plain := filepath.Join(t.TempDir(), "plain")
-		copyExcept(t, dir, plain, checkpoint.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
+		testtools.CopyDirExcept(t, dir, plain, checkpoint.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
 		ld, err := inproc.LoadCheckpoint(ctx, plain, "")
 		if err != nil {
 			t.Fatalf("checkpoint %d as a plain Hugging Face directory: %v", step, err)
@@ -173,32 +174,4 @@ func headerDTypes(t *testing.T, path string) []checkpoint.DType {
 		out = append(out, ti.DType)
 	}
 	return out
-}
-
-// copyExcept copies the files of src into a new directory dst, leaving out
-// those named.
-func copyExcept(t *testing.T, src, dst string, skip ...string) {
-	t.Helper()
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-next:
-	for _, e := range entries {
-		for _, s := range skip {
-			if e.Name() == s {
-				continue next
-			}
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
