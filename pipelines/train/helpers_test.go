@@ -2,7 +2,10 @@ package train
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,21 +40,42 @@ func startDemoServer(t *testing.T, base string) demoServer {
 	if _, err := demo.WarmStart(ctx, ckpt, task, QuickWarmStart(), nil); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := serve.New(ctx, serve.Options{Checkpoint: ckpt, Name: "demo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(sctx, gl, hl, nil, 5*time.Second) }()
-	t.Cleanup(func() { cancel(); <-done; srv.Close() })
+	gl, hl := listen(t), listen(t)
+	t.Cleanup(serveCheckpoint(t, ckpt, "demo", gl, hl, 5*time.Second))
 	return demoServer{cfg: cfg, task: task, ckpt: ckpt, grpcAddr: gl.Addr().String(), httpAddr: hl.Addr().String()}
+}
+
+// listen is a listener on a free port of 127.0.0.1.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// serveCheckpoint serves a checkpoint (ours or a plain Hugging Face
+// directory) as model name with `aipo serve` on the listeners (nil: that
+// protocol off) until the returned stop, which gives calls in flight drain
+// to finish and may be called more than once.
+func serveCheckpoint(t *testing.T, ckpt, name string, gl, hl net.Listener, drain time.Duration) (stop func()) {
+	t.Helper()
+	srv, err := serve.New(context.Background(), serve.Options{Checkpoint: ckpt, Name: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, gl, hl, nil, drain) }()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve %s: %v", ckpt, err)
+			}
+			srv.Close()
+		})
+	}
 }

@@ -2,15 +2,12 @@ package train
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aipo-rl/aipo/pipelines/rollout"
-	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -28,26 +25,11 @@ func TestRolloutRidesOutHTTPPolicyOutage(t *testing.T) {
 	addr := ""
 	var stop func()
 	up := func(l net.Listener) {
-		srv, err := serve.New(ctx, serve.Options{Checkpoint: ds.ckpt, Name: "demo", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
 		addr = l.Addr().String()
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(sctx, gl, l, nil, 100*time.Millisecond) }()
-		stop = func() { cancel(); <-done; srv.Close() }
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+		stop = serveCheckpoint(t, ds.ckpt, "demo", nil, l, 100*time.Millisecond)
 	}
 	first := make(chan struct{})
-	up(&signalListener{Listener: l, first: first})
+	up(&signalListener{Listener: listen(t), first: first})
 	defer func() { stop() }()
 
 	c := ds.cfg
@@ -80,6 +62,7 @@ func TestRolloutRidesOutHTTPPolicyOutage(t *testing.T) {
 	down := time.Now()
 	time.Sleep(8 * time.Second)
 	var l2 net.Listener
+	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		if l2, err = net.Listen("tcp", addr); err == nil {
 			break
