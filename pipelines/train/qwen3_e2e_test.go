@@ -2,10 +2,11 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +22,6 @@ import (
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
@@ -255,24 +255,8 @@ eval: {every: 0}
 	if err := hfmodel.WriteTensors(hfDir, []byte(e2eQwen3Config), trainer.Tensors(m), checkpoint.F32, tokDir); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := serve.New(ctx, serve.Options{Checkpoint: hfDir, Name: "qwen3-tags"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(sctx, nil, hl, nil, 5*time.Second) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		srv.Close()
-	}()
+	hl := listen(t)
+	defer serveCheckpoint(t, hfDir, "qwen3-tags", nil, hl, 5*time.Second)()
 
 	mf, err := rollout.Run(ctx, rollout.Options{Config: rc, Step: 0, Policy: "http://" + hl.Addr().String() + "/v1?model=qwen3-tags"})
 	if err != nil {
@@ -378,6 +362,42 @@ eval: {every: 0}
 	if len(trajs) > 0 {
 		tr := trajs[0]
 		t.Logf("%s/%d: prompt %d tokens; response %q; sources %v; span [%d, %d)", tr.PromptID, tr.SampleIndex, len(tr.PromptIDs), tr.ResponseText, tr.TokenSource, tr.InteractionSpanStart[0], tr.InteractionSpanEnd[0])
+	}
+
+	// The same policy through the whole loop as aipo train runs it: the
+	// Hugging Face directory as --init, one rollout step on the in-process
+	// engine (the real tokenizer again), one learner step; checkpoint 1
+	// keeps every key of the config.json and trained real tokens.
+	lc := rc
+	lc.Run.Dir, lc.Run.Steps, lc.Data.DeadLetterDir = filepath.Join(dir, "loop"), 1, ""
+	lc.Fill()
+	if err := SeedCheckpoint(ctx, hfDir, lc.Run.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := Run(ctx, lc, Options{Rollout: RolloutStep}); err != nil {
+		t.Fatalf("aipo train on the Hugging Face directory: %v", err)
+	}
+	var lm LearnMetrics
+	if b, err := os.ReadFile(filepath.Join(lc.Run.Dir, "metrics", "learn-000000.json")); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(b, &lm); err != nil {
+		t.Fatal(err)
+	}
+	if want := len(e2eCalls) * rc.Rollout.GroupSize; lm.Trajectories != want || lm.Tokens == 0 {
+		t.Errorf("learner step: %d trajectories, %d tokens; want %d trajectories and trained tokens", lm.Trajectories, lm.Tokens, want)
+	}
+	var was, now map[string]any
+	for p, into := range map[string]*map[string]any{filepath.Join(hfDir, checkpoint.ConfigName): &was, filepath.Join(checkpoint.Dir(lc.Run.Dir, 1), checkpoint.ConfigName): &now} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, into); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+	}
+	if !reflect.DeepEqual(was, now) {
+		t.Errorf("checkpoint 1's config.json %v differs from the init's %v", now, was)
 	}
 	t.Logf("end to end in %s", time.Since(start).Round(time.Millisecond))
 }
