@@ -42,6 +42,9 @@ func (s *Server) parseSampling(f *samplingFields, maxTokens *int, defaultMax int
 	if err := s.checkModel(f.Model); err != nil {
 		return sp, err
 	}
+	if err := f.unsupportedFields.refuse(); err != nil {
+		return sp, err
+	}
 	p := &sp.params
 	p.MaxTokens = defaultMax
 	if maxTokens != nil {

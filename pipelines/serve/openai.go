@@ -55,6 +55,7 @@ type samplingFields struct {
 	SkipSpecial      *bool           `json:"skip_special_tokens"`
 	TokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
 	Session          string          `json:"aipo_session"`
+	unsupportedFields
 }
 
 // completionRequest is the body of POST /v1/completions.
@@ -86,8 +87,8 @@ type chatRequest struct {
 // unsupportedFields are OpenAI request parameters this server does not
 // implement. A request that sets one to anything but its neutral value is
 // refused naming it, rather than served as if it had not asked (vLLM
-// refuses what it cannot do the same way). Only these fields are copied
-// out of the body; the rest is skipped in place.
+// refuses what it cannot do the same way). They are decoded with the rest
+// of samplingFields, in the request's one pass over the body.
 type unsupportedFields struct {
 	LogitBias         json.RawMessage `json:"logit_bias"`
 	PresencePenalty   json.RawMessage `json:"presence_penalty"`
@@ -102,13 +103,9 @@ type unsupportedFields struct {
 	GuidedRegex       json.RawMessage `json:"guided_regex"`
 }
 
-// refuseUnsupported returns a 400 naming the first unsupported parameter
-// the body sets to a value other than its neutral one.
-func refuseUnsupported(body []byte) *apiError {
-	var u unsupportedFields
-	if json.Unmarshal(body, &u) != nil {
-		return nil // not an object: decodeJSON has said so
-	}
+// refuse returns a 400 naming the first unsupported parameter the request
+// sets to a value other than its neutral one.
+func (u *unsupportedFields) refuse() *apiError {
 	neutral := func(r json.RawMessage, ok ...string) bool {
 		v := strings.TrimSpace(string(r))
 		if v == "" || v == "null" {
@@ -160,7 +157,7 @@ func decodeJSON(body []byte, v any) *apiError {
 		}
 		return badRequest("", "invalid_json", "the request body is not valid JSON for this endpoint: %v", err)
 	}
-	return refuseUnsupported(body)
+	return nil
 }
 
 // parsePrompt reads a completions prompt: a string, a list of strings, a
