@@ -12,6 +12,12 @@ writes, per base, the inputs, each case's configuration, loss, gradient
 with respect to the log-probabilities and metrics. The stop-gradient of
 the paper's Eq. 6-7 is `.detach()`. Inputs are rounded to float32 (what
 the Go side reads) and everything is then computed in float64.
+
+The batch also carries the sampler's log-probabilities of the policy
+tokens (behavior_log_prob), for the rollout correction (truncated
+importance sampling on rho = pi_old / pi_behav at token, sequence or
+geometric level, truncate or mask mode, as veRL's rollout_is) and for the
+train-inference mismatch measurement written as each file's "mismatch".
 """
 import json
 import math
@@ -83,6 +89,78 @@ def build_batch():
                 source=src, seq=seq, entropy=ent)
 
 
+def add_behavior(b):
+    """The sampler's log-probabilities of the Internal tokens: pi_old moved
+    by a log-ratio d = log pi_old - log pi_behav that is small for most
+    tokens and beyond log(1.5) either way for every fifth and sixth one,
+    plus a shift per trajectory that puts the sequence sums and means on
+    both sides of their caps, so that each level and mode of the correction
+    keeps some tokens and bounds others. 0 elsewhere, as the trajectory
+    schema stores it. A generator of its own leaves the other inputs as
+    they were."""
+    g = torch.Generator().manual_seed(4321)
+
+    def rnd(lo, hi):
+        return lo + (hi - lo) * torch.rand((), generator=g, dtype=F64).item()
+
+    shift = {0: 0.0, 1: 0.12, 2: 0.1, 5: -0.1, 6: -0.02, 7: 0.02}
+    behav, k = [], 0
+    for s, q, o in zip(b["source"], b["seq"], b["old_log_prob"]):
+        if s != INTERNAL:
+            behav.append(0.0)
+            continue
+        r = k % 5
+        d = rnd(0.45, 0.9) if r == 0 else rnd(-0.9, -0.45) if r == 1 else rnd(-0.15, 0.15)
+        d += shift[q]
+        k += 1
+        behav.append(f32(o - d))
+    b["behavior_log_prob"] = behav
+    return b
+
+
+def correction(cfg, b, internal, inv, ntraj):
+    """Weights of the rollout correction and the Internal tokens it keeps."""
+    rc = cfg["rollout_correction"]
+    old = torch.tensor(b["old_log_prob"], dtype=F64)
+    behav = torch.tensor(b["behavior_log_prob"], dtype=F64)
+    lr = torch.where(internal, old - behav, torch.zeros_like(old))
+    per = torch.zeros(ntraj, dtype=F64).index_add(0, inv, lr)
+    cnt = torch.zeros(ntraj, dtype=F64).index_add(0, inv, internal.to(F64))
+    if rc["level"] == "token":
+        x = lr
+    elif rc["level"] == "sequence":
+        x = per[inv]
+    elif rc["level"] == "geometric":
+        x = (per / cnt.clamp(min=1))[inv]
+    else:
+        raise ValueError(rc["level"])
+    rho = torch.exp(torch.clamp(x, -20, 20))
+    cap = rc["cap"]
+    if rc["mode"] == "truncate":
+        w = torch.clamp(rho, max=cap)
+        keep = torch.ones_like(internal)
+    elif rc["mode"] == "mask":
+        keep = (rho >= 1 / cap) & (rho <= cap)
+        w = rho
+    else:
+        raise ValueError(rc["mode"])
+    return rho, w, keep
+
+
+def mismatch(b):
+    """veRL's mismatch measurement over the Internal tokens."""
+    src = torch.tensor(b["source"])
+    internal = src == INTERNAL
+    old = torch.tensor(b["old_log_prob"], dtype=F64)[internal]
+    behav = torch.tensor(b["behavior_log_prob"], dtype=F64)[internal]
+    seq = torch.tensor(b["seq"])[internal]
+    d = old - behav
+    x = torch.clamp(d, -20, 20)
+    return dict(tokens=int(internal.sum()), sequences=int(torch.unique(seq).numel()),
+                abs_mean=float(d.abs().mean()), abs_max=float(d.abs().max()),
+                kl=float((behav - old).mean()), kl_k3=float((torch.exp(x) - 1 - x).mean()))
+
+
 def compute(cfg, b):
     logp = torch.tensor(b["log_prob"], dtype=F64, requires_grad=True)
     old = torch.tensor(b["old_log_prob"], dtype=F64)
@@ -92,12 +170,20 @@ def compute(cfg, b):
     seq = torch.tensor(b["seq"])
     ent = torch.tensor(b["entropy"], dtype=F64)
 
-    internal = src == INTERNAL
+    internal_all = src == INTERNAL
     external = src == EXTERNAL
-    ext_in = external & (cfg["external"] != "mask")
-    in_loss = internal | ext_in
     _, inv = torch.unique_consecutive(seq, return_inverse=True)
     ntraj = int(inv.max()) + 1
+    # Rollout correction: mask mode leaves Internal tokens out of the loss
+    # altogether (veRL: the rejection is applied to the response mask).
+    corr = cfg["rollout_correction"]["level"] not in ("", "off")
+    if corr:
+        rho, is_w, keep = correction(cfg, b, internal_all, inv, ntraj)
+        internal = internal_all & keep
+    else:
+        internal = internal_all
+    ext_in = external & (cfg["external"] != "mask")
+    in_loss = internal | ext_in
 
     def per_traj(x):
         return torch.zeros(ntraj, dtype=F64).index_add(0, inv, x)
@@ -125,6 +211,8 @@ def compute(cfg, b):
         ratio_int = tok_ratio
         pg_int, clip_int, dual_int = ppo(ratio_int, cfg["clip_low"], cfg["clip_high"], cfg["dual_clip"])
 
+    if corr:
+        pg_int = pg_int * is_w  # a constant: it depends on pi_old and pi_behav only
     pi = torch.exp(logp)
     ext = cfg["external"]
     ratio_ext, clip_ext, dual_ext = tok_ratio, torch.zeros_like(internal), torch.zeros_like(internal)
@@ -201,19 +289,35 @@ def compute(cfg, b):
             "ext_under_omega_frac": frac((external & (pi < cfg["omega"])).sum(), ne_all),
             "ext_prob_mean": frac((pi * external).sum(), ne_all),
             "entropy": frac((ent * in_loss).sum(), nloss),
-            "tokens_internal": float(internal.sum()),
+            "tokens_internal": float(internal_all.sum()),
             "tokens_external": float(ne_all),
             "tokens_untrained": float((src == UNTRAINED).sum()),
             "tokens_loss": float(nloss),
             "trajectories": S,
         }
+        if corr:
+            cap = cfg["rollout_correction"]["cap"]
+            ni_all = int(internal_all.sum())
+            metrics.update({
+                "rollout_is_ratio_mean": frac((rho * internal_all).sum(), ni_all),
+                "rollout_is_weight_mean": frac((is_w * internal).sum(), int(internal.sum())),
+                "rollout_is_frac_high": frac(((rho > cap) & internal_all).sum(), ni_all),
+                "rollout_is_frac_low": frac(((rho < 1 / cap) & internal_all).sum(), ni_all),
+                "rollout_is_masked_frac": frac((internal_all & ~internal).sum(), ni_all),
+            })
     return float(loss), logp.grad.tolist(), metrics
 
 
 def default_config():
     return dict(base="grpo", clip_low=0.2, clip_high=0.28, dual_clip=0.0, seq_clip_low=3e-4,
                 seq_clip_high=4e-4, external="aipo", omega=0.2, kl_coef=0.001, kl_external=False,
-                aggregation="eq8", norm_tokens=48)
+                aggregation="eq8", norm_tokens=48,
+                rollout_correction=dict(level="off", cap=2.0, mode="truncate"))
+
+
+# Caps per correction level, inside veRL's recommended ranges, chosen so
+# that the batch's ratios fall on both sides of them.
+CORRECTION_CAPS = dict(token=1.5, sequence=2.0, geometric=1.05)
 
 
 def cases_for(base):
@@ -229,6 +333,18 @@ def cases_for(base):
                 dict(omega=1.0), dict(omega=0.05, aggregation="token-mean")):
         c = default_config()
         c.update(base=base, **upd)
+        out.append(c)
+    # Rollout correction: every level and mode, then with other options.
+    for level, cap in CORRECTION_CAPS.items():
+        for mode in ("truncate", "mask"):
+            c = default_config()
+            c.update(base=base, rollout_correction=dict(level=level, cap=cap, mode=mode))
+            out.append(c)
+    for level, mode, upd in (("token", "mask", dict(aggregation="token-mean")),
+                             ("sequence", "truncate", dict(external="ratio", dual_clip=3.0)),
+                             ("geometric", "mask", dict(aggregation="seq-mean-token-mean", kl_external=True))):
+        c = default_config()
+        c.update(base=base, rollout_correction=dict(level=level, cap=CORRECTION_CAPS[level], mode=mode), **upd)
         out.append(c)
     return out
 
@@ -253,17 +369,24 @@ def overlong_cases():
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "learner", "loss", "testdata")
     os.makedirs(root, exist_ok=True)
-    batch = build_batch()
+    batch = add_behavior(build_batch())
+    mm = mismatch(batch)
     for base in BASES:
         cases = []
         for cfg in cases_for(base):
             loss, grad, metrics = compute(cfg, batch)
             assert all(math.isfinite(x) for x in grad), cfg
+            rc = cfg["rollout_correction"]
+            if rc["level"] != "off":
+                # The batch exercises the bounds: some Internal tokens are
+                # bounded (truncated or masked), some are not.
+                bounded = metrics["rollout_is_masked_frac" if rc["mode"] == "mask" else "rollout_is_frac_high"]
+                assert 0 < bounded < 1, (cfg, metrics)
             cases.append(dict(config=cfg, loss=loss, grad=grad, metrics=metrics))
         path = os.path.join(root, "loss_%s.json" % base)
         with open(path, "w") as f:
             json.dump(dict(generator="scripts/loss_fixtures.py", torch=torch.__version__,
-                           inputs=batch, cases=cases), f, separators=(",", ":"))
+                           inputs=batch, mismatch=mm, cases=cases), f, separators=(",", ":"))
             f.write("\n")
         print(path, len(cases), "cases")
     path = os.path.join(root, "overlong.json")

@@ -119,7 +119,23 @@ func randomBatch(rng *rand.Rand, nTraj int, kinkFree bool) Inputs {
 		}
 		seq += int32(1 + rng.IntN(2))
 	}
+	addBehavior(&in)
 	return in
+}
+
+// addBehavior gives in's Internal tokens a sampler's log-probability:
+// pi_old moved by a log-ratio in [-0.6, 0.6] (0 elsewhere, as trajectories
+// store it), from a generator of its own so that the other inputs do not
+// depend on it. The rollout correction reads only pi_old and pi_behav,
+// which the finite differences hold fixed, so it adds no kink.
+func addBehavior(in *Inputs) {
+	rng := rand.New(rand.NewPCG(uint64(len(in.LogProb)), 77))
+	in.BehaviorLogProb = make([]float32, len(in.LogProb))
+	for i, s := range in.Source {
+		if s == Internal {
+			in.BehaviorLogProb[i] = in.OldLogProb[i] - float32(-0.6+1.2*rng.Float64())
+		}
+	}
 }
 
 // assertKinkFree fails if any token of in lies near a kink of cfg's loss,

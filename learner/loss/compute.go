@@ -60,6 +60,15 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 	extInLoss := cfg.External != ExternalMask
 	gspo := cfg.Base == BaseGSPO
 
+	// Rollout correction: each Internal token's weight, and whether mask
+	// mode keeps it.
+	rc := correctionSums{on: cfg.RolloutCorrection.On(), cap: cfg.RolloutCorrection.Cap}
+	var isw []float64
+	var kept []bool
+	if rc.on {
+		isw, kept = correctionRuns(cfg.RolloutCorrection, &in, &rc)
+	}
+
 	// Pass 1: trajectory ranges.
 	runs := make([]run, 0, 16)
 	lossTokens, trajectories := 0, 0
@@ -69,6 +78,9 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 		for ; i < n && in.Seq[i] == q; i++ {
 			switch in.Source[i] {
 			case Internal:
+				if rc.on && !kept[i] {
+					continue
+				}
 				r.internal++
 				if gspo {
 					r.seqLR += float64(detached[i]) - float64(in.OldLogProb[i])
@@ -146,6 +158,9 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 			useRatio := src == Internal
 			if src == Internal {
 				m.internal++
+				if rc.on && !kept[i] {
+					continue
+				}
 				w = wInt
 			} else {
 				m.external++
@@ -211,6 +226,9 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 				m.ratioSum += ratio
 				m.oldMinusNew += old - logp
 			}
+			if rc.on && src == Internal {
+				l, g = l*isw[i], g*isw[i]
+			}
 			if (src == Internal && klInt) || (src == External && klExt) {
 				d, dd := float64(in.RefLogProb[i])-logp, -1.0
 				if d > maxLogRatio {
@@ -236,5 +254,7 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 		}
 	}
 	loss := pgLoss + beta*klLoss
-	return Output{Loss: loss, GradLogProb: grad, Metrics: m.finish(loss, pgLoss, klLoss, haveEntropy)}
+	metrics := m.finish(loss, pgLoss, klLoss, haveEntropy)
+	rc.finish(metrics)
+	return Output{Loss: loss, GradLogProb: grad, Metrics: metrics}
 }

@@ -125,6 +125,10 @@ type Config struct {
 	// conventionally the generation budget (default 16384, the paper's
 	// maximum number of generated tokens). Must be > 0 in that mode.
 	NormTokens int `yaml:"norm_tokens" json:"norm_tokens"`
+	// RolloutCorrection weighs the policy term of Internal tokens by the
+	// truncated behaviour ratio pi_old/pi_behav (see correction.go); off
+	// by default.
+	RolloutCorrection RolloutCorrection `yaml:"rollout_correction" json:"rollout_correction"`
 }
 
 // DefaultConfig returns the paper's setting: GRPO base with decoupled clip
@@ -143,6 +147,8 @@ func DefaultConfig() Config {
 		KLCoef:      0.001,
 		Aggregation: AggEq8,
 		NormTokens:  16384,
+
+		RolloutCorrection: DefaultRolloutCorrection(),
 	}
 }
 
@@ -206,7 +212,7 @@ func (c Config) Validate() error {
 	if !(c.KLCoef >= 0 && !math.IsInf(c.KLCoef, 0)) {
 		return fmt.Errorf("loss: Config.KLCoef = %v must be finite and >= 0 (paper: 0.001; 0 turns KL off)", c.KLCoef)
 	}
-	return nil
+	return c.RolloutCorrection.Validate()
 }
 
 func clipRange(lowName, highName string, low, high float64) error {

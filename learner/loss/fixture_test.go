@@ -28,6 +28,7 @@ type fixtureInputs struct {
 	LogProb    []float32 `json:"log_prob"`
 	OldLogProb []float32 `json:"old_log_prob"`
 	RefLogProb []float32 `json:"ref_log_prob"`
+	Behavior   []float32 `json:"behavior_log_prob"`
 	Advantage  []float32 `json:"advantage"`
 	Source     []uint8   `json:"source"`
 	Seq        []int32   `json:"seq"`
@@ -39,7 +40,7 @@ func (f fixtureInputs) inputs() Inputs {
 	for i, s := range f.Source {
 		src[i] = Source(s)
 	}
-	return Inputs{LogProb: f.LogProb, OldLogProb: f.OldLogProb, RefLogProb: f.RefLogProb,
+	return Inputs{LogProb: f.LogProb, OldLogProb: f.OldLogProb, RefLogProb: f.RefLogProb, BehaviorLogProb: f.Behavior,
 		Advantage: f.Advantage, Source: src, Seq: f.Seq, Entropy: f.Entropy}
 }
 
@@ -51,8 +52,9 @@ type fixtureCase struct {
 }
 
 type fixtureFile struct {
-	Inputs fixtureInputs `json:"inputs"`
-	Cases  []fixtureCase `json:"cases"`
+	Inputs   fixtureInputs `json:"inputs"`
+	Mismatch Mismatch      `json:"mismatch"`
+	Cases    []fixtureCase `json:"cases"`
 }
 
 func loadFixtures(t testing.TB) map[string]fixtureFile {
@@ -77,7 +79,11 @@ func loadFixtures(t testing.TB) map[string]fixtureFile {
 }
 
 func caseName(c Config) string {
-	return fmt.Sprintf("%s/%s/%s/dual=%g/klext=%v/kl=%g/omega=%g", c.Base, c.External, c.Aggregation, c.DualClip, c.KLExternal, c.KLCoef, c.Omega)
+	name := fmt.Sprintf("%s/%s/%s/dual=%g/klext=%v/kl=%g/omega=%g", c.Base, c.External, c.Aggregation, c.DualClip, c.KLExternal, c.KLCoef, c.Omega)
+	if r := c.RolloutCorrection; r.On() {
+		name += fmt.Sprintf("/is=%s,%s,%g", r.Level, r.Mode, r.Cap)
+	}
+	return name
 }
 
 func closeTo(got, want, rel, abs float64) bool {
@@ -134,6 +140,9 @@ func TestPyTorchFixtures(t *testing.T) {
 		for _, c := range f.Cases {
 			what := name + ":" + caseName(c.Config)
 			seen[c.Config.Base+"/"+c.Config.External+"/"+c.Config.Aggregation] = true
+			if r := c.Config.RolloutCorrection; r.On() {
+				seen[c.Config.Base+"/is="+r.Level+"/"+r.Mode] = true
+			}
 			got, err := Compute(c.Config, in)
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
@@ -150,6 +159,38 @@ func TestPyTorchFixtures(t *testing.T) {
 				if !seen[b+"/"+e+"/"+a] {
 					t.Errorf("no PyTorch fixture for %s/%s/%s: regenerate with /usr/bin/python3 scripts/loss_fixtures.py", b, e, a)
 				}
+			}
+		}
+		for _, l := range []string{CorrectionToken, CorrectionSequence, CorrectionGeometric} {
+			for _, m := range []string{CorrectionTruncate, CorrectionMask} {
+				if !seen[b+"/is="+l+"/"+m] {
+					t.Errorf("no PyTorch fixture for %s with rollout correction %s/%s: regenerate with /usr/bin/python3 scripts/loss_fixtures.py", b, l, m)
+				}
+			}
+		}
+	}
+}
+
+// TestMismatchFixture holds MeasureMismatch to the fixtures' measurement
+// (PyTorch in float64 from the same float32 inputs: the sums agree to
+// rounding, and the max and counts exactly).
+func TestMismatchFixture(t *testing.T) {
+	for name, f := range loadFixtures(t) {
+		in := f.Inputs.inputs()
+		got := MeasureMismatch(in.OldLogProb, in.BehaviorLogProb, in.Source, in.Seq)
+		want := f.Mismatch
+		if want.Tokens == 0 {
+			t.Fatalf("%s has no mismatch measurement: regenerate with /usr/bin/python3 scripts/loss_fixtures.py", name)
+		}
+		if got.Tokens != want.Tokens || got.Sequences != want.Sequences || got.AbsMax != want.AbsMax {
+			t.Errorf("%s: tokens %d, sequences %d, abs max %.17g; want %d, %d, %.17g", name, got.Tokens, got.Sequences, got.AbsMax, want.Tokens, want.Sequences, want.AbsMax)
+		}
+		for _, q := range []struct {
+			what      string
+			got, want float64
+		}{{"abs_mean", got.AbsMean, want.AbsMean}, {"kl", got.KL, want.KL}, {"kl_k3", got.KLK3, want.KLK3}} {
+			if !closeTo(q.got, q.want, fixtureScalarRel, fixtureScalarAbs) {
+				t.Errorf("%s: %s = %.17g, want %.17g", name, q.what, q.got, q.want)
 			}
 		}
 	}

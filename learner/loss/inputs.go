@@ -44,6 +44,11 @@ type Inputs struct {
 	// OldLogProb is log pi_old(token) under the policy that sampled the
 	// batch (recomputed at the start of the step).
 	OldLogProb []float32
+	// BehaviorLogProb is log pi_behav(token), the log-probability the
+	// sampler (the inference engine) returned for each Internal token. It
+	// is read only when Config.RolloutCorrection is on, and may be nil
+	// otherwise.
+	BehaviorLogProb []float32
 	// RefLogProb is log pi_ref(token) under the reference (initial)
 	// policy. It may be nil when Config.KLCoef is 0.
 	RefLogProb []float32
@@ -84,6 +89,7 @@ func (in *Inputs) validate(cfg *Config) error {
 	}{
 		{"OldLogProb", len(in.OldLogProb), false},
 		{"RefLogProb", len(in.RefLogProb), cfg.KLCoef == 0},
+		{"BehaviorLogProb", len(in.BehaviorLogProb), !cfg.RolloutCorrection.On()},
 		{"Advantage", len(in.Advantage), false},
 		{"Source", len(in.Source), false},
 		{"Seq", len(in.Seq), false},
@@ -92,6 +98,9 @@ func (in *Inputs) validate(cfg *Config) error {
 	for _, l := range lengths {
 		if l.n == n || (l.optional && l.n == 0) {
 			continue
+		}
+		if l.name == "BehaviorLogProb" && l.n == 0 {
+			return &InputError{Field: l.name, Index: -1, Reason: fmt.Sprintf("is missing (%d tokens): Config.RolloutCorrection (level %s) weighs each policy token by pi_old/pi_behav and needs the sampler's log-probabilities; give them or turn the correction off", n, cfg.RolloutCorrection.Level)}
 		}
 		return &InputError{Field: l.name, Index: -1, Reason: fmt.Sprintf("has %d entries but LogProb has %d: every per-token slice must have one entry per token", l.n, n)}
 	}
@@ -123,6 +132,11 @@ func (in *Inputs) validate(cfg *Config) error {
 		usesOld := s == Internal || cfg.External == ExternalRatio
 		if usesOld {
 			if err := finite("OldLogProb", i, in.OldLogProb[i]); err != nil {
+				return err
+			}
+		}
+		if s == Internal && cfg.RolloutCorrection.On() {
+			if err := finite("BehaviorLogProb", i, in.BehaviorLogProb[i]); err != nil {
 				return err
 			}
 		}

@@ -37,6 +37,23 @@ func allConfigs() []Config {
 			v(&c)
 			out = append(out, c)
 		}
+		// The rollout correction at every level and mode, with caps that
+		// the batches' behaviour ratios fall on both sides of.
+		for _, l := range []struct {
+			level string
+			cap   float64
+		}{{CorrectionToken, 1.3}, {CorrectionSequence, 2}, {CorrectionGeometric, 1.05}} {
+			for _, m := range []string{CorrectionTruncate, CorrectionMask} {
+				c := DefaultConfig()
+				c.Base, c.NormTokens = b, 50
+				c.RolloutCorrection = RolloutCorrection{Level: l.level, Cap: l.cap, Mode: m}
+				out = append(out, c)
+				for _, agg := range []string{AggTokenMean, AggSeqMeanTokenMean} {
+					c.Aggregation = agg
+					out = append(out, c)
+				}
+			}
+		}
 	}
 	return out
 }
@@ -279,7 +296,7 @@ func TestMicroBatchesCombine(t *testing.T) {
 		}
 	}
 	part := func(lo, hi int) Inputs {
-		return Inputs{LogProb: in.LogProb[lo:hi], OldLogProb: in.OldLogProb[lo:hi], RefLogProb: in.RefLogProb[lo:hi],
+		return Inputs{LogProb: in.LogProb[lo:hi], OldLogProb: in.OldLogProb[lo:hi], RefLogProb: in.RefLogProb[lo:hi], BehaviorLogProb: in.BehaviorLogProb[lo:hi],
 			Advantage: in.Advantage[lo:hi], Source: in.Source[lo:hi], Seq: in.Seq[lo:hi], Entropy: in.Entropy[lo:hi]}
 	}
 	for _, cfg := range allConfigs() {

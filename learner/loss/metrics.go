@@ -44,6 +44,25 @@ const (
 	MetricTokensLoss = "tokens_loss"
 	// MetricTrajectories counts trajectories with at least one loss token.
 	MetricTrajectories = "trajectories"
+
+	// The rollout-correction metrics, present only when the correction is
+	// on. rho is the behaviour ratio pi_old/pi_behav at the configured
+	// level (guarded to exp(+/-20)), over Internal tokens.
+
+	// MetricISRatioMean is the mean rho before truncation or masking.
+	MetricISRatioMean = "rollout_is_ratio_mean"
+	// MetricISWeightMean is the mean weight applied, over the Internal
+	// tokens kept in the loss.
+	MetricISWeightMean = "rollout_is_weight_mean"
+	// MetricISFracHigh is the fraction of Internal tokens with rho > Cap
+	// (truncated, or masked).
+	MetricISFracHigh = "rollout_is_frac_high"
+	// MetricISFracLow is the fraction of Internal tokens with rho < 1/Cap
+	// (masked in mask mode, kept as they are under truncate).
+	MetricISFracLow = "rollout_is_frac_low"
+	// MetricISMaskedFrac is the fraction of Internal tokens mask mode
+	// left out of the loss (0 under truncate).
+	MetricISMaskedFrac = "rollout_is_masked_frac"
 )
 
 // metricSums accumulates the sums behind the metrics.

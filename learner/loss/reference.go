@@ -22,7 +22,53 @@ func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 		members[q] = append(members[q], i)
 	}
 
+	// Rollout correction: per Internal token, log rho at the configured
+	// level, the weight of its policy term and whether it stays in the
+	// loss.
+	rcOn := cfg.RolloutCorrection.On()
+	isWeight := make([]float64, n)
+	isKeep := make([]bool, n)
+	rc := correctionSums{on: rcOn, cap: cfg.RolloutCorrection.Cap}
+	if rcOn {
+		for _, q := range order {
+			var lrs []float64
+			for _, i := range members[q] {
+				if in.Source[i] == Internal {
+					lrs = append(lrs, float64(in.OldLogProb[i])-float64(in.BehaviorLogProb[i]))
+				}
+			}
+			k := 0
+			for _, i := range members[q] {
+				if in.Source[i] != Internal {
+					continue
+				}
+				var lr float64
+				switch cfg.RolloutCorrection.Level {
+				case CorrectionToken:
+					lr = lrs[k]
+				case CorrectionSequence:
+					for _, x := range lrs {
+						lr += x
+					}
+				case CorrectionGeometric:
+					for _, x := range lrs {
+						lr += x
+					}
+					lr /= float64(len(lrs))
+				}
+				k++
+				lr = guardLogRho(lr)
+				isWeight[i], isKeep[i] = correctionWeight(lr, cfg.RolloutCorrection.Cap, cfg.RolloutCorrection.Mode)
+				rc.add(lr, isWeight[i], isKeep[i])
+			}
+		}
+	}
+	dropped := func(i int) bool { return rcOn && in.Source[i] == Internal && !isKeep[i] }
+
 	inLoss := func(i int) bool {
+		if dropped(i) {
+			return false
+		}
 		return in.Source[i] == Internal || (in.Source[i] == External && cfg.External != ExternalMask)
 	}
 	takesKL := func(i int) bool {
@@ -42,7 +88,7 @@ func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 		// Internal tokens.
 		seqLR, nInt := 0.0, 0
 		for _, i := range members[q] {
-			if in.Source[i] == Internal {
+			if in.Source[i] == Internal && !dropped(i) {
 				seqLR += float64(detached[i]) - float64(in.OldLogProb[i])
 				nInt++
 			}
@@ -59,6 +105,9 @@ func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 				continue
 			case Internal:
 				m.internal++
+				if dropped(i) {
+					continue
+				}
 				var t ratioTerm
 				if cfg.Base == BaseGSPO {
 					t = gspoToken(logp, float64(detached[i]), seqLR, a, cfg.SeqClipLow, cfg.SeqClipHigh)
@@ -66,6 +115,9 @@ func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 					t = ppoToken(logp, float64(in.OldLogProb[i]), a, cfg.ClipLow, cfg.ClipHigh, cfg.DualClip)
 				}
 				pg[i], dpg[i] = t.loss, t.grad
+				if rcOn {
+					pg[i], dpg[i] = pg[i]*isWeight[i], dpg[i]*isWeight[i]
+				}
 				m.addRatio(t, logp, float64(in.OldLogProb[i]))
 			case External:
 				m.external++
@@ -163,5 +215,6 @@ func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 	out.Loss = pgLoss + cfg.KLCoef*klLoss
 	m.lossTokens, m.trajectories = lossTokens, trajectories
 	out.Metrics = m.finish(out.Loss, pgLoss, klLoss, len(in.Entropy) > 0)
+	rc.finish(out.Metrics)
 	return out
 }

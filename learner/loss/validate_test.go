@@ -43,6 +43,18 @@ func TestInvalidInputs(t *testing.T) {
 		{"bad source", func(in *Inputs, _ *Config) { in.Source[2] = 7 }, "Source", 2, "is 7"},
 		{"seq decreasing", func(in *Inputs, _ *Config) { in.Seq[4] = 0; in.Seq[3] = 2 }, "Seq", 4, "non-decreasing"},
 		{"seq negative", func(in *Inputs, _ *Config) { in.Seq[0] = -1 }, "Seq", 0, ">= 0"},
+		{"behaviour missing with correction", func(in *Inputs, c *Config) {
+			in.BehaviorLogProb = nil
+			c.RolloutCorrection.Level = CorrectionToken
+		}, "BehaviorLogProb", -1, "needs the sampler's log-probabilities"},
+		{"behaviour short with correction", func(in *Inputs, c *Config) {
+			in.BehaviorLogProb = []float32{0, -0.4}
+			c.RolloutCorrection.Level = CorrectionSequence
+		}, "BehaviorLogProb", -1, "has 2 entries but LogProb has 5"},
+		{"NaN behaviour on internal", func(in *Inputs, c *Config) {
+			in.BehaviorLogProb = []float32{0, nan, 0, -2, 0}
+			c.RolloutCorrection.Level = CorrectionGeometric
+		}, "BehaviorLogProb", 1, "NaN"},
 	}
 	for _, c := range cases {
 		in, cfg := smallInputs(), DefaultConfig()
@@ -71,6 +83,17 @@ func TestInvalidInputs(t *testing.T) {
 	if _, err := Compute(cfg, in); err != nil {
 		t.Errorf("no RefLogProb with KL off: %v", err)
 	}
+	// Behaviour log-probs are read only with the correction on, and then
+	// only those of policy tokens.
+	in.BehaviorLogProb = nil
+	if _, err := Compute(cfg, in); err != nil {
+		t.Errorf("no BehaviorLogProb with the correction off: %v", err)
+	}
+	in.BehaviorLogProb = []float32{nan, -0.5, inf, -2, nan}
+	cfg.RolloutCorrection.Level = CorrectionToken
+	if _, err := Compute(cfg, in); err != nil {
+		t.Errorf("NaN behaviour log-probs of non-policy tokens: %v", err)
+	}
 }
 
 func TestInvalidConfig(t *testing.T) {
@@ -90,6 +113,10 @@ func TestInvalidConfig(t *testing.T) {
 		{func(c *Config) { c.Base, c.SeqClipLow = BaseGSPO, -1 }, "SeqClipLow = -1"},
 		{func(c *Config) { c.DualClip = 0.5 }, "DualClip = 0.5"},
 		{func(c *Config) { c.KLCoef = -1 }, "KLCoef = -1"},
+		{func(c *Config) { c.RolloutCorrection.Level = "seq" }, `RolloutCorrection.Level "seq" is unknown`},
+		{func(c *Config) { c.RolloutCorrection.Level, c.RolloutCorrection.Cap = CorrectionToken, 1 }, "RolloutCorrection.Cap = 1 must be finite and > 1"},
+		{func(c *Config) { c.RolloutCorrection.Level, c.RolloutCorrection.Cap = CorrectionToken, math.Inf(1) }, "RolloutCorrection.Cap = +Inf"},
+		{func(c *Config) { c.RolloutCorrection.Level, c.RolloutCorrection.Mode = CorrectionToken, "clip" }, `RolloutCorrection.Mode "clip" is unknown`},
 	}
 	for _, c := range cases {
 		cfg := DefaultConfig()
@@ -124,7 +151,10 @@ func TestDefaultConfigIsPaper(t *testing.T) {
 			t.Errorf("ConfigFor(%s): %v", b, err)
 		}
 	}
-	src := "base: gspo\nexternal: plain\nomega: 0.1\nkl_coef: 0.01\nkl_external: true\naggregation: token-mean\nseq_clip_low: 0.001\nclip_high: 0.3\ndual_clip: 3\nnorm_tokens: 10\n"
+	if c.RolloutCorrection.On() {
+		t.Errorf("DefaultConfig() turns the rollout correction on: %+v", c.RolloutCorrection)
+	}
+	src := "base: gspo\nexternal: plain\nomega: 0.1\nkl_coef: 0.01\nkl_external: true\naggregation: token-mean\nseq_clip_low: 0.001\nclip_high: 0.3\ndual_clip: 3\nnorm_tokens: 10\nrollout_correction: {level: geometric, cap: 1.001}\n"
 	got := DefaultConfig()
 	if err := yaml.Unmarshal([]byte(src), &got); err != nil {
 		t.Fatal(err)
@@ -132,6 +162,7 @@ func TestDefaultConfigIsPaper(t *testing.T) {
 	want := DefaultConfig()
 	want.Base, want.External, want.Omega, want.KLCoef, want.KLExternal = BaseGSPO, ExternalPlain, 0.1, 0.01, true
 	want.Aggregation, want.SeqClipLow, want.ClipHigh, want.DualClip, want.NormTokens = AggTokenMean, 0.001, 0.3, 3, 10
+	want.RolloutCorrection = RolloutCorrection{Level: CorrectionGeometric, Cap: 1.001, Mode: CorrectionTruncate}
 	if got != want {
 		t.Errorf("yaml:\n%s\ngave %+v, want %+v", src, got, want)
 	}
