@@ -26,7 +26,7 @@ var emulatedTests = []string{
 	"TestParityRMSNorm", "TestParitySwiGLU", "TestParityRoPE", "TestParityEmbedding", "TestParityCast",
 	"TestParityGradNorm", "TestParityAdamW", "TestParityAttention", "TestParityLMHead", "TestParityKL",
 	"TestParityModelStep", "TestParityModelStepBF16", "TestParityGreedyDecode", "TestGPUScratchReuse",
-	"TestParityModelStepLlama3", "TestParityGreedyDecodeLlama3",
+	"TestParityModelStepLlama3", "TestParityGreedyDecodeLlama3", "TestParityModelStepRolloutCorrection",
 }
 
 // TestFakeDriver runs fakeTests in a child process against host-memory

@@ -58,7 +58,23 @@ func TestParityModelStepLlama3(t *testing.T) {
 	parityModelStep(t, gpu(t, true), fixtureModel(t, "tiny_llama3", 7))
 }
 
+// TestParityModelStepRolloutCorrection is TestParityModelStep with the
+// loss's rollout correction on (token level, truncate at 1.2; the
+// sampler's log-probabilities 0.3 from pi_old at random on either side, so
+// that some weights are truncated and some not): the device's log-probs
+// feed the same weighted loss as the CPU's. Same tolerances.
+func TestParityModelStepRolloutCorrection(t *testing.T) {
+	lc := loss.DefaultConfig()
+	lc.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 1.2, Mode: loss.CorrectionTruncate}
+	parityModelStepLoss(t, gpu(t, true), tinyModel(t, 7), lc)
+}
+
 func parityModelStep(t *testing.T, dv *Device, m *model.Model) {
+	t.Helper()
+	parityModelStepLoss(t, dv, m, loss.DefaultConfig())
+}
+
+func parityModelStepLoss(t *testing.T, dv *Device, m *model.Model, lc loss.Config) {
 	t.Helper()
 	cfg := m.Config()
 	g, err := dv.NewModel(m)
@@ -75,6 +91,12 @@ func parityModelStep(t *testing.T, dv *Device, m *model.Model) {
 		b.Tokens[i] = int32(r.IntN(cfg.VocabSize))
 	}
 	in, _ := lossBatch(r, N)
+	if lc.RolloutCorrection.On() {
+		in.BehaviorLogProb = make([]float32, N)
+		for i := range in.BehaviorLogProb {
+			in.BehaviorLogProb[i] = in.OldLogProb[i] + 0.3*float32(2*r.IntN(2)-1)
+		}
+	}
 	lay, err := model.Layout(cfg, b)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +110,7 @@ func parityModelStep(t *testing.T, dv *Device, m *model.Model) {
 		return func(lp, ent []float32) ([]float32, error) {
 			x := in
 			x.LogProb, x.Entropy = lp, ent
-			o, err := loss.Compute(loss.DefaultConfig(), x)
+			o, err := loss.Compute(lc, x)
 			*out = o.Loss
 			return o.GradLogProb, err
 		}

@@ -27,6 +27,12 @@ type RLSample struct {
 	Source []loss.Source
 	// Advantage is the trajectory's advantage.
 	Advantage float32
+	// Behavior is the sampler's log-probability of each response token
+	// (meaningful for Internal tokens; len(Response) entries), or nil when
+	// the sampler's numbers are not known. It is compared with the
+	// learner's pi_old (RLStats.Mismatch) and feeds the loss's rollout
+	// correction, which needs it for every sample.
+	Behavior []float32
 }
 
 // RLStats summarises an update.
@@ -37,6 +43,9 @@ type RLStats struct {
 	OptSteps  int                // optimiser steps taken
 	Metrics   map[string]float64 // loss metrics averaged over micro-batches
 	OldLogMAE float64            // mean |old log-prob - behaviour log-prob| when behaviour log-probs are given
+	// Mismatch compares pi_old with the behaviour log-probs over the
+	// Internal tokens of the samples that carry them (Tokens 0: none).
+	Mismatch loss.Mismatch
 }
 
 // Learner holds a policy, its frozen reference and its optimiser.
@@ -106,6 +115,12 @@ func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 		if len(s.Source) != len(s.Response) {
 			return RLStats{}, fmt.Errorf("trainer: sample %d has %d response tokens but %d sources", i, len(s.Response), len(s.Source))
 		}
+		if s.Behavior != nil && len(s.Behavior) != len(s.Response) {
+			return RLStats{}, fmt.Errorf("trainer: sample %d has %d response tokens but %d behaviour log-probs", i, len(s.Response), len(s.Behavior))
+		}
+		if s.Behavior == nil && cfg.Loss.RolloutCorrection.On() {
+			return RLStats{}, fmt.Errorf("trainer: sample %d has no behaviour log-probs, but the loss's rollout correction (level %s) weighs every policy token by pi_old/pi_behav; give the sampler's log-probs or turn the correction off", i, cfg.Loss.RolloutCorrection.Level)
+		}
 		seqs[i] = s.Sequence
 		seqs[i].Index = i
 	}
@@ -119,7 +134,8 @@ func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 			return RLStats{}, err
 		}
 	}
-	st := RLStats{Metrics: map[string]float64{}}
+	st := RLStats{Metrics: map[string]float64{}, Mismatch: measureMismatch(samples, old)}
+	st.OldLogMAE = st.Mismatch.AbsMean
 	metricN := 0
 	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
 		for mbi := 0; mbi < cfg.MiniBatches; mbi++ {
@@ -210,6 +226,26 @@ func (l *Learner) miniBatch(cfg RLConfig, samples []RLSample, seqs []Sequence, o
 	return lossSum, nil
 }
 
+// measureMismatch compares pi_old with the behaviour log-probs of the
+// samples that carry them, over all of them at once.
+func measureMismatch(samples []RLSample, old [][]float32) loss.Mismatch {
+	var o, b []float32
+	var src []loss.Source
+	var seq []int32
+	for i, s := range samples {
+		if s.Behavior == nil {
+			continue
+		}
+		o = append(o, old[i]...)
+		b = append(b, s.Behavior...)
+		src = append(src, s.Source...)
+		for range s.Response {
+			seq = append(seq, int32(i))
+		}
+	}
+	return loss.MeasureMismatch(o, b, src, seq)
+}
+
 // withLogProb returns in with LogProb replaced.
 func withLogProb(in loss.Inputs, lp []float32) loss.Inputs {
 	in.LogProb = lp
@@ -222,13 +258,22 @@ func buildInputs(mb microBatch, samples []RLSample, old, ref [][]float32) loss.I
 		LogProb:    make([]float32, n),
 		OldLogProb: make([]float32, 0, n),
 		RefLogProb: make([]float32, 0, n),
-		Advantage:  make([]float32, 0, n),
-		Source:     make([]loss.Source, 0, n),
-		Seq:        make([]int32, 0, n),
+		// Zeros stand for samples without behaviour log-probs: the loss
+		// reads them only with the rollout correction on, and RLStep
+		// refuses such samples then.
+		BehaviorLogProb: make([]float32, 0, n),
+		Advantage:       make([]float32, 0, n),
+		Source:          make([]loss.Source, 0, n),
+		Seq:             make([]int32, 0, n),
 	}
 	for _, i := range mb.seqs {
 		s := samples[i]
 		in.OldLogProb = append(in.OldLogProb, old[i]...)
+		if s.Behavior != nil {
+			in.BehaviorLogProb = append(in.BehaviorLogProb, s.Behavior...)
+		} else {
+			in.BehaviorLogProb = append(in.BehaviorLogProb, make([]float32, len(s.Response))...)
+		}
 		if ref != nil {
 			in.RefLogProb = append(in.RefLogProb, ref[i]...)
 		} else {

@@ -3,6 +3,7 @@ package trainer
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -185,5 +186,114 @@ func TestSFTSkipTrainsOnlyUnmarkedTokens(t *testing.T) {
 	bad := Sequence{Prompt: full.Prompt, Response: full.Response, Skip: []bool{true}}
 	if _, _, err := l.SFTStep([]Sequence{bad}, 256); err == nil {
 		t.Fatal("SFTStep accepted skip flags of the wrong length")
+	}
+}
+
+// withBehavior returns samples carrying behaviour log-probs: pi_old of l's
+// policy (as the learner computes it with micro-batches of budget tokens,
+// so bit for bit) moved by shift on every Internal token, 0 elsewhere.
+func withBehavior(t *testing.T, l *Learner, samples []RLSample, budget int, shift float32) []RLSample {
+	t.Helper()
+	seqs := make([]Sequence, len(samples))
+	for i := range samples {
+		seqs[i] = samples[i].Sequence
+	}
+	old, err := logProbs(CPU(l.Policy), seqs, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append([]RLSample(nil), samples...)
+	for i := range out {
+		b := make([]float32, len(out[i].Response))
+		for j, s := range out[i].Source {
+			if s == loss.Internal {
+				b[j] = old[i][j] + shift
+			}
+		}
+		out[i].Behavior = b
+	}
+	return out
+}
+
+// RLStep measures the train-inference mismatch over the policy's tokens of
+// the samples that carry behaviour log-probs: 0 when the sampler's numbers
+// are the learner's, the shift when they are moved by one, with the k1 and
+// k3 estimates of KL(pi_behav || pi_old) it implies.
+func TestRLStepMeasuresMismatch(t *testing.T) {
+	cfg := RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 4096, PPOEpochs: 1, MiniBatches: 1}
+	cfg.Loss.KLCoef = 0
+	l := newLearner(t, 1e-2, 9)
+	st, err := l.RLStep(cfg, withBehavior(t, l, rlSamples(), cfg.MicroBatchTokens, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Internal tokens of rlSamples: 2 + 3 + 2.
+	if m := st.Mismatch; m.Tokens != 7 || m.Sequences != 3 || m.AbsMax != 0 || m.AbsMean != 0 || m.KL != 0 || m.KLK3 != 0 || st.OldLogMAE != 0 {
+		t.Errorf("behaviour = pi_old: mismatch %+v, OldLogMAE %v, want 7 tokens of 3 sequences and zeros", m, st.OldLogMAE)
+	}
+
+	l = newLearner(t, 1e-2, 9)
+	s := withBehavior(t, l, rlSamples(), cfg.MicroBatchTokens, 0.1)
+	s[2].Behavior = nil // not known: left out of the measurement
+	st, err = l.RLStep(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := st.Mismatch
+	// Each |delta| is 0.1 up to the float32 rounding of pi_old + 0.1 (half
+	// an ulp of numbers below 8: 5e-7).
+	const tol = 1e-6
+	k3 := math.Exp(-0.1) - 1 + 0.1
+	if m.Tokens != 5 || m.Sequences != 2 || math.Abs(m.AbsMean-0.1) > tol || math.Abs(m.AbsMax-0.1) > tol ||
+		math.Abs(m.KL-0.1) > tol || math.Abs(m.KLK3-k3) > tol || st.OldLogMAE != m.AbsMean {
+		t.Errorf("behaviour = pi_old + 0.1 on two samples: mismatch %+v (OldLogMAE %v), want 5 tokens of 2 sequences, |delta| 0.1, KL 0.1, k3 %.6g", m, st.OldLogMAE, k3)
+	}
+}
+
+// The rollout correction reaches the update: with pi_behav = pi_old it
+// changes nothing; with every policy token's rho = e^0.5 above the cap
+// 1.2 (token level, truncate) and only policy tokens in the loss (External
+// masked, no KL), the loss is linear in the weights, so the gradient is
+// 1.2 times the uncorrected one. A sample without behaviour log-probs is
+// refused while the correction is on.
+func TestRLStepRolloutCorrection(t *testing.T) {
+	base := RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 8, PPOEpochs: 1, MiniBatches: 1}
+	base.Loss.KLCoef, base.Loss.External = 0, loss.ExternalMask
+	on := base
+	on.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 1.2, Mode: loss.CorrectionTruncate}
+	grad := func(cfg RLConfig, shift float32) []float32 {
+		l := newLearner(t, 1e-2, 5)
+		if _, err := l.RLStep(cfg, withBehavior(t, l, rlSamples(), cfg.MicroBatchTokens, shift)); err != nil {
+			t.Fatal(err)
+		}
+		return append([]float32(nil), l.Policy.GradData()...)
+	}
+	off := grad(base, 0)
+	same := grad(on, 0)
+	scaled := grad(on, -0.5)
+	scale := 0.0
+	for _, g := range off {
+		scale = math.Max(scale, math.Abs(float64(g)))
+	}
+	for i := range off {
+		if same[i] != off[i] {
+			t.Fatalf("rho = 1: gradient entry %d is %v with the correction, %v without", i, same[i], off[i])
+		}
+		// float32 rounding of the chained products: relative 1e-5 with a
+		// floor at 1e-6 of the largest entry.
+		if want := 1.2 * float64(off[i]); math.Abs(float64(scaled[i])-want) > 1e-5*math.Abs(want)+1e-6*scale {
+			t.Fatalf("rho = e^0.5 truncated at 1.2: gradient entry %d is %v, want 1.2 x %v", i, scaled[i], off[i])
+		}
+	}
+
+	l := newLearner(t, 1e-2, 5)
+	s := withBehavior(t, l, rlSamples(), on.MicroBatchTokens, 0)
+	s[1].Behavior = nil
+	if _, err := l.RLStep(on, s); err == nil || !strings.Contains(err.Error(), "sample 1 has no behaviour log-probs") {
+		t.Fatalf("a sample without behaviour log-probs under the correction: %v", err)
+	}
+	s[1].Behavior = []float32{0}
+	if _, err := l.RLStep(base, s); err == nil || !strings.Contains(err.Error(), "1 behaviour log-probs") {
+		t.Fatalf("a sample with 1 behaviour log-prob for 3 tokens: %v", err)
 	}
 }
