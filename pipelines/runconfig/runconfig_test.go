@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
 
@@ -123,6 +124,33 @@ func TestDefaultsAndFill(t *testing.T) {
 	}
 }
 
+// learner.loss.rollout_correction is off by default; a level turns it on
+// with the default cap and mode, each of which can be set.
+func TestRolloutCorrectionConfig(t *testing.T) {
+	c, err := Parse([]byte("run: {dir: r}\ndata: {demo: true}\n"), "t.yaml", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc := c.Learner.Loss.RolloutCorrection; rc.On() || rc != (loss.RolloutCorrection{Level: "off", Cap: 2, Mode: "truncate"}) {
+		t.Errorf("default rollout_correction %+v, want off with cap 2 and mode truncate", rc)
+	}
+	for yaml, want := range map[string]loss.RolloutCorrection{
+		"{level: token}":                        {Level: "token", Cap: 2, Mode: "truncate"},
+		"{level: sequence, cap: 5, mode: mask}": {Level: "sequence", Cap: 5, Mode: "mask"},
+		"{level: geometric, cap: 1.001}":        {Level: "geometric", Cap: 1.001, Mode: "truncate"},
+		"{level: off, cap: 3, mode: mask}":      {Level: "off", Cap: 3, Mode: "mask"},
+	} {
+		c, err := Parse([]byte("run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: "+yaml+"}}\n"), "t.yaml", "")
+		if err != nil {
+			t.Errorf("%s: %v", yaml, err)
+			continue
+		}
+		if got := c.Learner.Loss.RolloutCorrection; got != want {
+			t.Errorf("%s: %+v, want %+v", yaml, got, want)
+		}
+	}
+}
+
 func TestRejects(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {group_sise: 8}\n", "group_sise"},
@@ -145,6 +173,13 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: bf16}\n", "bf16 needs backend cuda (the cpu backend multiplies in fp32)"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {objective: sft}\n", "learner.objective"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {optim: {lr: -1}}\n", "learner.optim"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {level: seq}}}\n", "learner.loss.rollout_correction.level: \"seq\" is unknown: use off, token, sequence"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {level: \"\"}}}\n", "learner.loss.rollout_correction.level"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {level: token, cap: 1}}}\n", "learner.loss.rollout_correction.cap: 1 must be finite and > 1"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {level: geometric, cap: .inf}}}\n", "learner.loss.rollout_correction.cap: +Inf"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {level: token, mode: clip}}}\n", "learner.loss.rollout_correction.mode: \"clip\" is unknown: use truncate"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {levels: token}}}\n", "levels"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {mode: clip}}}\n", "learner.loss.rollout_correction.mode"},
 		{"run: {dir: r}\ndata: {demo: true}\neval: {splits: [held]}\n", "eval.splits[0]"},
 		{"run: {dir: r}\ndata: {demo: true}\ncollaborators: {knowledge: {kind: openai}}\n", "collaborators"},
 		{"run: {dir: r}\ndata: {sources: [{path: /nonexistent/p.jsonl, data_source: math}]}\n", "data.sources[0].path"},

@@ -10,6 +10,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/transforms/verify"
 )
 
@@ -162,6 +163,9 @@ func (c Config) validateRest() error {
 	if err := c.Advantage.Validate(); err != nil {
 		return fieldError("advantage", "%v", err)
 	}
+	if err := validateRolloutCorrection(c.Learner.Loss.RolloutCorrection); err != nil {
+		return err
+	}
 	if err := c.Learner.Loss.Validate(); err != nil {
 		return fieldError("learner.loss", "%v", err)
 	}
@@ -226,6 +230,26 @@ var ErrNoEndpoint = errors.New("policy.endpoint is empty: set it in the config o
 func (c Config) RequireEndpoint() error {
 	if c.Policy.Endpoint == "" {
 		return ErrNoEndpoint
+	}
+	return nil
+}
+
+// validateRolloutCorrection checks learner.loss.rollout_correction, naming
+// its fields as the run YAML writes them. Cap and mode are checked with the
+// correction off too, so that a mistake does not wait for the day it is
+// turned on.
+func validateRolloutCorrection(rc loss.RolloutCorrection) error {
+	const f = "learner.loss.rollout_correction."
+	switch rc.Level {
+	case loss.CorrectionOff, loss.CorrectionToken, loss.CorrectionSequence, loss.CorrectionGeometric:
+	default:
+		return fieldError(f+"level", "%q is unknown: use off, token, sequence (the product of the ratios over a trajectory's policy tokens) or geometric (their geometric mean)", rc.Level)
+	}
+	if !(rc.Cap > 1) || math.IsInf(rc.Cap, 0) {
+		return fieldError(f+"cap", "%v must be finite and > 1: it is the largest weight, and mask mode keeps ratios in [1/cap, cap] (typical: 1.5-5 at token level, 2-10 at sequence level, 1.0002-1.001 at geometric level)", rc.Cap)
+	}
+	if rc.Mode != loss.CorrectionTruncate && rc.Mode != loss.CorrectionMask {
+		return fieldError(f+"mode", "%q is unknown: use truncate (weights capped at cap) or mask (tokens outside [1/cap, cap] left out of the loss)", rc.Mode)
 	}
 	return nil
 }

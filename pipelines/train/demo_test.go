@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -58,6 +59,23 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 	}
 	if len(rep.Evals) == 0 {
 		t.Errorf("the report holds no evaluation")
+	}
+	// The in-process engine samples with the checkpoint the learner starts
+	// from, in the same float32 code (a KV-cached decode against a packed
+	// forward: sums in another order), so the learner finds its numbers
+	// again to within float32 noise (measured: 8e-6 at most).
+	for k := int64(0); k < cfg.Run.Steps; k++ {
+		var lm LearnMetrics
+		b, err := storage.ReadFile(ctx, metricsPath(dir, "learn", k))
+		if err == nil {
+			err = json.Unmarshal(b, &lm)
+		}
+		if err != nil {
+			t.Fatalf("learner record of step %d: %v", k, err)
+		}
+		if m := lm.Mismatch; m == nil || m.Tokens == 0 || m.AbsMax > 1e-4 {
+			t.Errorf("step %d: train-inference mismatch %+v, want policy tokens compared and |delta| <= 1e-4", k, m)
+		}
 	}
 	t.Log("\n" + rep.Summary())
 	if os.Getenv("AIPO_KEEP_RUN") != "" {

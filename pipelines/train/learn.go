@@ -34,6 +34,9 @@ type LearnMetrics struct {
 	Seconds       float64            `json:"seconds"`
 	LossMetrics   map[string]float64 `json:"loss_metrics"`
 	Rollout       StepMeta           `json:"rollout,omitempty"` // the step manifest's metrics, numbers as numbers
+	// Mismatch compares the learner's log-probs of the policy's tokens
+	// with the sampler's (absent when the step carries none).
+	Mismatch *loss.Mismatch `json:"mismatch,omitempty"`
 }
 
 // Sources maps a trajectory's token sources to the loss treatment: policy
@@ -253,6 +256,9 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 	if err := noTrainableToken(k, samples, skipped, cfg.Rollout.TemplateTokens); err != nil {
 		return LearnMetrics{}, err
 	}
+	if err := withBehavior(k, trajs, samples, cfg.Learner.Loss.RolloutCorrection); err != nil {
+		return LearnMetrics{}, err
+	}
 	if len(samples) > 0 {
 		st, err := l.RLStep(trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
 			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}, samples)
@@ -260,6 +266,7 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 		}
 		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
+		met.Mismatch = mismatchOf(st)
 	}
 	return finishLearn(ctx, cfg, k, start, pol, opt, met)
 }
