@@ -184,6 +184,12 @@ func compareFields(t *testing.T, path string, g, w reflect.Value) {
 		for i := 0; i < g.NumField(); i++ {
 			compareFields(t, path+"."+g.Type().Field(i).Name, g.Field(i), w.Field(i))
 		}
+	case reflect.Pointer:
+		if g.IsNil() != w.IsNil() {
+			t.Errorf("%s = %v, want %v", path, g.Interface(), w.Interface())
+		} else if !g.IsNil() {
+			compareFields(t, path, g.Elem(), w.Elem())
+		}
 	case reflect.Float64:
 		if math.Abs(g.Float()-w.Float()) > 1e-12 {
 			t.Errorf("%s = %v, want %v", path, g.Float(), w.Float())

@@ -29,6 +29,14 @@
 //	                      interactions with status ok
 //	length_finish_share   trajectories ended by the token budget
 //
+// Per step, from the learner's record of it (<run>/metrics/learn-NNNNNN.json,
+// when the step has been learned from and its trajectories carry behaviour
+// log-probs): the train-inference mismatch, i.e. the learner's
+// log-probabilities of the policy's own tokens against the sampler's
+// (policy tokens compared, mean and max |delta log p|, KL estimates k1 and
+// k3), and the rollout correction's weight mean and bounded fractions when
+// the step trained with learner.loss.rollout_correction.
+//
 // Percentiles are exact, by the nearest-rank rule: the p-th percentile of n
 // sorted values is the value at rank ceil(p/100 * n). The values of a step
 // are gathered in its accumulator, so memory grows with the trajectories
@@ -38,5 +46,6 @@
 // Output, under --out (default <run>/analysis, local or gs://):
 // analysis.json (every metric of every step), analysis.md (a summary table
 // and a table per step) and PNG plots: failed_tasks.png, accuracy.png,
-// interactions.png and dynamics.png (the three side by side, as in Fig. 5).
+// interactions.png and dynamics.png (the three side by side, as in Fig. 5),
+// and mismatch.png when a step has a mismatch measurement.
 package analytics

@@ -218,6 +218,11 @@ type StepMetrics struct {
 	NoisyDocShare    float64 `json:"noisy_doc_share"`
 
 	LengthFinishShare float64 `json:"length_finish_share"`
+
+	// Mismatch is the learner's measurement of the train-inference
+	// mismatch on this step's trajectories, from its record
+	// (metrics/learn-NNNNNN.json); absent when there is none.
+	Mismatch *Mismatch `json:"mismatch,omitempty"`
 }
 
 func ratio(n, d int64) float64 {

@@ -72,6 +72,9 @@ type StepRef struct {
 	Rows          int64                  `json:"rows"`
 	PolicyVersion int64                  `json:"policy_version"`
 	Files         []schemas.ManifestFile `json:"files"`
+	// Mismatch is what the learner recorded about the step's
+	// train-inference mismatch (nil: no record, or none measured).
+	Mismatch *Mismatch `json:"mismatch,omitempty"`
 }
 
 // Skipped is a step directory that was not read, and why.
@@ -152,7 +155,11 @@ func Discover(ctx context.Context, run string, r StepRange) (Plan, error) {
 		if m.Step != k {
 			return plan, fmt.Errorf("%s: manifest says step %d but the directory is step %d (the run is damaged; rewrite the step)", storage.Join(dir, schemas.ManifestName), m.Step, k)
 		}
-		plan.Steps = append(plan.Steps, StepRef{Step: k, Dir: dir, Rows: m.Rows, PolicyVersion: m.PolicyVersion, Files: m.Files})
+		mm, err := readMismatch(ctx, run, k)
+		if err != nil {
+			return plan, err
+		}
+		plan.Steps = append(plan.Steps, StepRef{Step: k, Dir: dir, Rows: m.Rows, PolicyVersion: m.PolicyVersion, Files: m.Files, Mismatch: mm})
 	}
 	if len(plan.Steps) == 0 {
 		return plan, fmt.Errorf("run %s has no committed step in the range asked for (%d step directories skipped); check --run and --steps", run, len(plan.Skipped))

@@ -18,6 +18,9 @@ const (
 	AccuracyPNG     = "accuracy.png"
 	InteractionsPNG = "interactions.png"
 	DynamicsPNG     = "dynamics.png"
+	// MismatchPNG is written when a step has the learner's mismatch
+	// measurement.
+	MismatchPNG = "mismatch.png"
 )
 
 type series struct {
@@ -93,7 +96,44 @@ func Plots(rep Report) (map[string][]byte, error) {
 		return nil, fmt.Errorf("render %s: %w", DynamicsPNG, err)
 	}
 	out[DynamicsPNG] = tiled
+	if mp, err := mismatchPlot(rep.Steps); err != nil {
+		return nil, err
+	} else if mp != nil {
+		b, err := PNG(mp)
+		if err != nil {
+			return nil, fmt.Errorf("render %s: %w", MismatchPNG, err)
+		}
+		out[MismatchPNG] = b
+	}
 	return out, nil
+}
+
+// mismatchPlot draws the learner's train-inference mismatch over the steps
+// that have it (nil when none has).
+func mismatchPlot(steps []StepMetrics) (*plot.Plot, error) {
+	var mean, mx, k3 plotter.XYs
+	for _, m := range steps {
+		if mm := m.Mismatch; mm != nil {
+			x := float64(m.Step)
+			mean = append(mean, plotter.XY{X: x, Y: mm.AbsMean})
+			mx = append(mx, plotter.XY{X: x, Y: mm.AbsMax})
+			k3 = append(k3, plotter.XY{X: x, Y: mm.KLK3})
+		}
+	}
+	if len(mean) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Title.Text = "Train-inference mismatch"
+	p.X.Label.Text = "step"
+	p.Y.Label.Text = "|log p learner - log p sampler|, KL"
+	p.Add(plotter.NewGrid())
+	p.Y.Min = 0
+	if err := plotutil.AddLinePoints(p, "mean |delta|", mean, "max |delta|", mx, "KL (k3)", k3); err != nil {
+		return nil, fmt.Errorf("plot %s: %w", MismatchPNG, err)
+	}
+	p.Legend.Top = true
+	return p, nil
 }
 
 // TiledPNG renders plots in a grid (rows of panels, each w x h) as one PNG

@@ -57,6 +57,7 @@ func BuildReport(plan Plan, accs []stepAcc) (Report, error) {
 		if a.Trajectories == 0 {
 			m.PolicyVersion = ref.PolicyVersion
 		}
+		m.Mismatch = ref.Mismatch
 		rep.Steps = append(rep.Steps, m)
 	}
 	if len(byStep) > 0 {
@@ -149,6 +150,7 @@ func Markdown(rep Report) string {
 			m.InteractionsPerTrajectory.Total, m.ExternalTokenShare, m.ResponseLengthP50, m.ResponseLengthP95,
 			m.LatencyMsP50, m.LatencyMsP95, m.ErrorRate, m.NoisyDocShare, m.MeanReward)
 	}
+	mismatchTable(&b, rep.Steps)
 	for _, m := range rep.Steps {
 		fmt.Fprintf(&b, "\n## Step %d\n\n| metric | value |\n|---|---:|\n", m.Step)
 		row := func(name, format string, v any) { fmt.Fprintf(&b, "| %s | "+format+" |\n", name, v) }
@@ -182,6 +184,16 @@ func Markdown(rep Report) string {
 		row("status ok / error / timeout / limit / other", "%s", fmt.Sprintf("%d / %d / %d / %d / %d", m.Status.OK, m.Status.Error, m.Status.Timeout, m.Status.Limit, m.Status.Other))
 		row("knowledge answers", "%d", m.KnowledgeAnswers)
 		row("noisy document share", "%.4f", m.NoisyDocShare)
+		if mm := m.Mismatch; mm != nil {
+			row("policy tokens compared with the sampler", "%d", mm.Tokens)
+			row("train-inference |delta log p| mean", "%.3g", mm.AbsMean)
+			row("train-inference |delta log p| max", "%.3g", mm.AbsMax)
+			row("train-inference KL (k1 / k3)", "%s", fmt.Sprintf("%.3g / %.3g", mm.KL, mm.KLK3))
+			if mm.Corrected {
+				row("rollout IS weight mean", "%.4f", mm.ISWeightMean)
+				row("rollout IS above cap / below 1/cap / masked", "%s", fmt.Sprintf("%.4f / %.4f / %.4f", mm.ISFracHigh, mm.ISFracLow, mm.ISMaskedFrac))
+			}
+		}
 	}
 	if len(rep.Skipped) > 0 {
 		b.WriteString("\n## Skipped step directories\n\n| step | directory | reason |\n|---:|---|---|\n")
@@ -190,4 +202,34 @@ func Markdown(rep Report) string {
 		}
 	}
 	return b.String()
+}
+
+// mismatchTable writes the train-inference mismatch of the steps that have
+// a learner measurement, one row per step, with its plot.
+func mismatchTable(b *bytes.Buffer, steps []StepMetrics) {
+	n := 0
+	for _, m := range steps {
+		if m.Mismatch != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	b.WriteString("\n## Train-inference mismatch\n\n")
+	b.WriteString("The learner's log-probabilities of the policy's own tokens against the sampler's (behavior_logprobs), from the learner's records; KL estimates of KL(sampler || learner). The IS columns are set when the step trained with learner.loss.rollout_correction.\n\n")
+	fmt.Fprintf(b, "![mismatch](%s)\n\n", MismatchPNG)
+	b.WriteString("| step | policy tokens | mean abs delta | max abs delta | KL k1 | KL k3 | IS weight mean | IS above cap | IS masked |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range steps {
+		mm := m.Mismatch
+		if mm == nil {
+			continue
+		}
+		is := "- | - | -"
+		if mm.Corrected {
+			is = fmt.Sprintf("%.4f | %.4f | %.4f", mm.ISWeightMean, mm.ISFracHigh, mm.ISMaskedFrac)
+		}
+		fmt.Fprintf(b, "| %d | %d | %.3g | %.3g | %.3g | %.3g | %s |\n", m.Step, mm.Tokens, mm.AbsMean, mm.AbsMax, mm.KL, mm.KLK3, is)
+	}
 }

@@ -77,6 +77,9 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 			t.Errorf("step %d: train-inference mismatch %+v, want policy tokens compared and |delta| <= 1e-4", k, m)
 		}
 	}
+	if b, err := storage.ReadFile(ctx, storage.Join(dir, "analysis", "analysis.md")); err != nil || !strings.Contains(string(b), "## Train-inference mismatch") {
+		t.Errorf("aipo analyze's report has no train-inference mismatch section (err %v)", err)
+	}
 	t.Log("\n" + rep.Summary())
 	if os.Getenv("AIPO_KEEP_RUN") != "" {
 		t.Log("run kept in", dir)
