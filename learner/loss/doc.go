@@ -3,8 +3,10 @@
 // (GRPO, Dr.GRPO, DAPO, GSPO) on the policy's own tokens, the amended
 // importance coefficient with lower-bound clipping on collaborator tokens
 // (AIPO, arXiv 2605.08401, Eq. 5-8) and its ablations, a k3 KL penalty to
-// the reference policy, and the aggregation of per-token terms into one
-// scalar.
+// the reference policy, the aggregation of per-token terms into one
+// scalar, and, optionally, truncated importance sampling on the behaviour
+// ratio pi_old/pi_behav that corrects for the train-inference mismatch
+// (correction.go; MeasureMismatch measures it).
 //
 // Compute returns the loss to minimise and its derivative with respect to
 // each token's log-probability; the model chains that derivative through
