@@ -89,20 +89,28 @@ func ReadGen(ctx context.Context, p string) ([]byte, Gen, error) {
 		}
 		return b, localGen(b), nil
 	}
-	o, err := remoteObject(ctx, p)
+	var b []byte
+	var g Gen
+	err := bounded(ctx, "read", p, func(ctx context.Context) error {
+		o, err := remoteObject(ctx, p)
+		if err != nil {
+			return err
+		}
+		r, err := o.NewReader(ctx)
+		if err != nil {
+			return wrapRemote("read", p, err)
+		}
+		defer r.Close()
+		if b, err = io.ReadAll(r); err != nil {
+			return fmt.Errorf("storage: read %s: %w", p, err)
+		}
+		g = Gen{remote: r.Attrs.Generation}
+		return nil
+	})
 	if err != nil {
 		return nil, Gen{}, err
 	}
-	r, err := o.NewReader(ctx)
-	if err != nil {
-		return nil, Gen{}, wrapRemote("read", p, err)
-	}
-	defer r.Close()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return nil, Gen{}, fmt.Errorf("storage: read %s: %w", p, err)
-	}
-	return b, Gen{remote: r.Attrs.Generation}, nil
+	return b, g, nil
 }
 
 // ReplaceIf writes data to p only if p is still at generation g (the zero
@@ -154,23 +162,26 @@ func ReplaceIf(ctx context.Context, p string, data []byte, g Gen) (Gen, error) {
 // found" for a generation that is no longer the live one (then nil).
 func RemoveIf(ctx context.Context, p string, g Gen) error {
 	if IsRemote(p) {
-		o, err := remoteObject(ctx, p)
-		if err != nil {
-			return err
-		}
-		// Deleting that generation, with the generation precondition too:
-		// a newer generation is then either refused (412) or not found
-		// (404, which some emulators answer instead), and stays either way.
-		err = o.Generation(g.remote).If(gcs.Conditions{GenerationMatch: g.remote}).Delete(ctx)
-		switch {
-		case err == nil:
-			return nil
-		case isPreconditionFailed(err):
-			return fmt.Errorf("storage: remove %s: %w", p, ErrPrecondition)
-		case errors.Is(wrapRemote("remove", p, err), ErrNotExist):
-			return nil
-		}
-		return wrapRemote("remove", p, err)
+		return bounded(ctx, "remove", p, func(ctx context.Context) error {
+			o, err := remoteObject(ctx, p)
+			if err != nil {
+				return err
+			}
+			// Deleting that generation, with the generation precondition
+			// too: a newer generation is then either refused (412) or not
+			// found (404, which some emulators answer instead), and stays
+			// either way.
+			err = o.Generation(g.remote).If(gcs.Conditions{GenerationMatch: g.remote}).Delete(ctx)
+			switch {
+			case err == nil:
+				return nil
+			case isPreconditionFailed(err):
+				return fmt.Errorf("storage: remove %s: %w", p, ErrPrecondition)
+			case errors.Is(wrapRemote("remove", p, err), ErrNotExist):
+				return nil
+			}
+			return wrapRemote("remove", p, err)
+		})
 	}
 	dir := filepath.Dir(p)
 	unlock, err := lockDir(ctx, dir)
@@ -303,6 +314,16 @@ func client() (*gcs.Client, error) {
 }
 
 func writeRemoteIf(ctx context.Context, p string, data []byte, c gcs.Conditions) (Gen, error) {
+	var g Gen
+	err := bounded(ctx, "write", p, func(ctx context.Context) error {
+		var err error
+		g, err = writeRemoteIfOnce(ctx, p, data, c)
+		return err
+	})
+	return g, err
+}
+
+func writeRemoteIfOnce(ctx context.Context, p string, data []byte, c gcs.Conditions) (Gen, error) {
 	o, err := remoteObject(ctx, p)
 	if err != nil {
 		return Gen{}, err

@@ -27,13 +27,15 @@ func Rename(ctx context.Context, src, dst string) error {
 		}
 		return SyncDir(filepath.Dir(dst))
 	}
-	fs, err := remoteFS(ctx, src)
-	if err != nil {
-		return err
-	}
-	defer fs.Close()
-	if err := filesystem.Rename(ctx, fs, src, dst); err != nil {
-		return wrapRemote("rename", src+" to "+dst, err)
-	}
-	return nil
+	return bounded(ctx, "rename", src+" to "+dst, func(ctx context.Context) error {
+		fs, err := remoteFS(ctx, src)
+		if err != nil {
+			return err
+		}
+		defer fs.Close()
+		if err := filesystem.Rename(ctx, fs, src, dst); err != nil {
+			return wrapRemote("rename", src+" to "+dst, err)
+		}
+		return nil
+	})
 }

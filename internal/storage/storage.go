@@ -79,26 +79,36 @@ func ReadFile(ctx context.Context, p string) ([]byte, error) {
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
 	if err != nil {
+		var te *TimeoutError
+		if errors.As(err, &te) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("storage: read %s: %w", p, err)
 	}
 	return b, nil
 }
 
-// OpenRead opens a file for sequential reading.
+// OpenRead opens a file for sequential reading. On an object store the
+// opening waits at most Timeout() for the store's answer, and so does each
+// Read.
 func OpenRead(ctx context.Context, p string) (io.ReadCloser, error) {
 	if !IsRemote(p) {
 		return os.Open(p)
 	}
-	fs, err := remoteFS(ctx, p)
+	w := newWatch(ctx)
+	fs, err := remoteFS(w.ctx, p)
 	if err != nil {
-		return nil, err
+		w.close()
+		return nil, w.wrap("open", p, err)
 	}
-	rc, err := fs.OpenRead(ctx, p)
+	rc, err := fs.OpenRead(w.ctx, p)
+	w.disarm()
 	if err != nil {
 		fs.Close()
-		return nil, wrapRemote("open", p, err)
+		w.close()
+		return nil, w.wrap("open", p, wrapRemote("open", p, err))
 	}
-	return &closeBoth{ReadCloser: rc, fs: fs}, nil
+	return &closeBoth{ReadCloser: rc, fs: fs, w: w, p: p}, nil
 }
 
 // ReaderAt is a random-access view of a file with its size.
@@ -171,16 +181,20 @@ func Create(ctx context.Context, p string) (Writer, error) {
 		}
 		return syncFile{f}, nil
 	}
-	fs, err := remoteFS(ctx, p)
+	w := newWatch(ctx)
+	fs, err := remoteFS(w.ctx, p)
 	if err != nil {
-		return nil, err
+		w.close()
+		return nil, w.wrap("create", p, err)
 	}
-	wc, err := fs.OpenWrite(ctx, p)
+	wc, err := fs.OpenWrite(w.ctx, p)
+	w.disarm()
 	if err != nil {
 		fs.Close()
-		return nil, wrapRemote("create", p, err)
+		w.close()
+		return nil, w.wrap("create", p, wrapRemote("create", p, err))
 	}
-	return &closeBothW{WriteCloser: wc, fs: fs, p: p}, nil
+	return &closeBothW{WriteCloser: wc, fs: fs, p: p, w: w}, nil
 }
 
 // WriteAtomic writes data to p so that readers see either the old file or
@@ -195,10 +209,10 @@ func WriteAtomic(ctx context.Context, p string, data []byte) error {
 		}
 		if _, err := w.Write(data); err != nil {
 			w.Close()
-			return fmt.Errorf("storage: write %s: %w", p, err)
+			return remoteErr("write", p, err)
 		}
 		if err := w.Close(); err != nil {
-			return fmt.Errorf("storage: commit %s: %w", p, err)
+			return remoteErr("commit", p, err)
 		}
 		return nil
 	}
@@ -266,14 +280,20 @@ func Size(ctx context.Context, p string) (int64, error) {
 		}
 		return st.Size(), nil
 	}
-	fs, err := remoteFS(ctx, p)
+	var n int64
+	err := bounded(ctx, "stat", p, func(ctx context.Context) error {
+		fs, err := remoteFS(ctx, p)
+		if err != nil {
+			return err
+		}
+		defer fs.Close()
+		if n, err = fs.Size(ctx, p); err != nil {
+			return wrapRemote("stat", p, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, err
-	}
-	defer fs.Close()
-	n, err := fs.Size(ctx, p)
-	if err != nil {
-		return 0, wrapRemote("stat", p, err)
 	}
 	return n, nil
 }
@@ -284,14 +304,20 @@ func List(ctx context.Context, glob string) ([]string, error) {
 	if !IsRemote(glob) {
 		return filepath.Glob(glob)
 	}
-	fs, err := remoteFS(ctx, glob)
+	var out []string
+	err := bounded(ctx, "list", glob, func(ctx context.Context) error {
+		fs, err := remoteFS(ctx, glob)
+		if err != nil {
+			return err
+		}
+		defer fs.Close()
+		if out, err = fs.List(ctx, glob); err != nil {
+			return fmt.Errorf("storage: list %s: %w", glob, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer fs.Close()
-	out, err := fs.List(ctx, glob)
-	if err != nil {
-		return nil, fmt.Errorf("storage: list %s: %w", glob, err)
 	}
 	sortStrings(out)
 	return out, nil
@@ -305,22 +331,24 @@ func Remove(ctx context.Context, p string) error {
 		}
 		return nil
 	}
-	fs, err := remoteFS(ctx, p)
-	if err != nil {
-		return err
-	}
-	defer fs.Close()
-	r, ok := fs.(filesystem.Remover)
-	if !ok {
-		return fmt.Errorf("storage: %s: filesystem cannot remove files", p)
-	}
-	if err := r.Remove(ctx, p); err != nil {
-		if errors.Is(wrapRemote("remove", p, err), ErrNotExist) {
-			return nil
+	return bounded(ctx, "remove", p, func(ctx context.Context) error {
+		fs, err := remoteFS(ctx, p)
+		if err != nil {
+			return err
 		}
-		return wrapRemote("remove", p, err)
-	}
-	return nil
+		defer fs.Close()
+		r, ok := fs.(filesystem.Remover)
+		if !ok {
+			return fmt.Errorf("storage: %s: filesystem cannot remove files", p)
+		}
+		if err := r.Remove(ctx, p); err != nil {
+			if errors.Is(wrapRemote("remove", p, err), ErrNotExist) {
+				return nil
+			}
+			return wrapRemote("remove", p, err)
+		}
+		return nil
+	})
 }
 
 // wrapRemote turns object-store "not found" errors into ErrNotExist. GCS
@@ -334,27 +362,65 @@ func wrapRemote(op, p string, err error) error {
 	return fmt.Errorf("storage: %s %s: %w", op, p, err)
 }
 
+// remoteErr wraps a failed remote write, keeping a TimeoutError as it is.
+func remoteErr(op, p string, err error) error {
+	var te *TimeoutError
+	if errors.As(err, &te) {
+		return err
+	}
+	return fmt.Errorf("storage: %s %s: %w", op, p, err)
+}
+
+// closeBoth is a remote reader: each Read waits at most the bound.
 type closeBoth struct {
 	io.ReadCloser
 	fs filesystem.Interface
+	w  *watch
+	p  string
+}
+
+func (c *closeBoth) Read(b []byte) (int, error) {
+	c.w.arm()
+	n, err := c.ReadCloser.Read(b)
+	c.w.disarm()
+	if err != nil && err != io.EOF {
+		err = c.w.wrap("read", c.p, err)
+	}
+	return n, err
 }
 
 func (c *closeBoth) Close() error {
 	err := c.ReadCloser.Close()
 	c.fs.Close()
+	c.w.close()
 	return err
 }
 
+// closeBothW is a remote writer: each Write, and the Close that commits
+// the object, waits at most the bound.
 type closeBothW struct {
 	io.WriteCloser
 	fs filesystem.Interface
 	p  string
+	w  *watch
+}
+
+func (c *closeBothW) Write(b []byte) (int, error) {
+	c.w.arm()
+	n, err := c.WriteCloser.Write(b)
+	c.w.disarm()
+	return n, c.w.wrap("write", c.p, err)
 }
 
 func (c *closeBothW) Close() error {
+	c.w.arm()
 	err := c.WriteCloser.Close()
 	c.fs.Close()
+	defer c.w.close()
 	if err != nil {
+		if c.w.fired() {
+			return c.w.wrap("close", c.p, err)
+		}
 		return wrapRemote("close", c.p, err)
 	}
 	return nil

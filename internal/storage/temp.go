@@ -171,9 +171,16 @@ func SweepTemps(ctx context.Context, root string, staleAfter time.Duration, owne
 		return nil, err
 	}
 	defer fsys.Close()
-	all, err := fsys.List(ctx, Join(root, "**"))
+	var all []string
+	err = bounded(ctx, "list", root, func(ctx context.Context) error {
+		var err error
+		if all, err = fsys.List(ctx, Join(root, "**")); err != nil {
+			return fmt.Errorf("storage: list %s: %w", root, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("storage: list %s: %w", root, err)
+		return nil, err
 	}
 	prefix := strings.TrimSuffix(root, "/") + "/"
 	for _, p := range all {
@@ -181,8 +188,16 @@ func SweepTemps(ctx context.Context, root string, staleAfter time.Duration, owne
 		name := path.Base(rel)
 		var mod time.Time
 		if lm, ok := fsys.(filesystem.LastModifiedGetter); ok {
-			if t, err := lm.LastModified(ctx, p); err == nil {
-				mod = t
+			err := bounded(ctx, "stat", p, func(ctx context.Context) error {
+				t, err := lm.LastModified(ctx, p)
+				if err == nil {
+					mod = t
+				}
+				return err
+			})
+			var te *TimeoutError
+			if errors.As(err, &te) {
+				return removed, err
 			}
 		}
 		if !dead(rel, name, mod) {
