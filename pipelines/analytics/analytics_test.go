@@ -316,10 +316,10 @@ func TestCorruptShardFailsNamingIt(t *testing.T) {
 
 func TestBuildReportChecksRowCounts(t *testing.T) {
 	plan := Plan{Run: "r", Steps: []StepRef{{Step: 1, Dir: "r/step-000001", Rows: 2}}}
-	if _, err := BuildReport(plan, []stepAcc{{Step: 1, Trajectories: 1}}); err == nil || !strings.Contains(err.Error(), "manifest commits 2 rows") {
+	if _, err := BuildReport(plan, []stepAcc{{Step: 1, Trajectories: 1}}, nil); err == nil || !strings.Contains(err.Error(), "manifest commits 2 rows") {
 		t.Errorf("row-count mismatch: %v", err)
 	}
-	if _, err := BuildReport(plan, []stepAcc{{Step: 1, Trajectories: 2}, {Step: 9, Trajectories: 1}}); err == nil || !strings.Contains(err.Error(), "step 9") {
+	if _, err := BuildReport(plan, []stepAcc{{Step: 1, Trajectories: 2}, {Step: 9, Trajectories: 1}}, nil); err == nil || !strings.Contains(err.Error(), "step 9") {
 		t.Errorf("stray step: %v", err)
 	}
 }

@@ -1,8 +1,10 @@
 package analytics
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -69,4 +71,87 @@ func readMismatch(ctx context.Context, run string, k int64) (*Mismatch, error) {
 		m.ISMaskedFrac = rec.LossMetrics[loss.MetricISMaskedFrac]
 	}
 	return m, nil
+}
+
+// LearnerMetrics is what the learner recorded for the update on a step's
+// trajectories (<run>/metrics/learn-NNNNNN.json, gathered in
+// <run>/metrics.jsonl): the loss, the gradient norm and learning rate, and
+// the loss's own figures, among them
+//
+//	approx_kl_old            KL estimate between the policy and pi_old
+//	kl_ref                   KL to the reference policy (0 without kl_coef)
+//	clip_frac_low/high/dual  share of tokens clipped, by bound
+//	ext_prob_mean            mean probability of the external tokens
+//	ext_under_omega_frac     share of external tokens under the lower bound
+//	ratio_mean               mean importance ratio
+//
+// and the rollout correction's figures when it is on. Every figure is kept
+// under Metrics as recorded; the train-inference mismatch is Mismatch's.
+type LearnerMetrics struct {
+	Loss     float64            `json:"loss"`
+	GradNorm float64            `json:"grad_norm"`
+	LR       float64            `json:"lr"`
+	Tokens   int64              `json:"tokens"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+}
+
+// learnRecord is the part of a learn metrics record that is read here.
+type learnRecord struct {
+	Kind        string             `json:"kind"`
+	Step        int64              `json:"step"`
+	Tokens      int64              `json:"tokens"`
+	Loss        float64            `json:"loss"`
+	GradNorm    float64            `json:"grad_norm"`
+	LR          float64            `json:"lr"`
+	LossMetrics map[string]float64 `json:"loss_metrics"`
+}
+
+func (r learnRecord) metrics() *LearnerMetrics {
+	return &LearnerMetrics{Loss: r.Loss, GradNorm: r.GradNorm, LR: r.LR, Tokens: r.Tokens, Metrics: r.LossMetrics}
+}
+
+// loadLearner attaches the learner's record of each planned step: from
+// <run>/metrics.jsonl, else from the step's own record. A step the learner
+// has not trained yet has none. A record that cannot be parsed is an error
+// naming its file and line.
+func loadLearner(ctx context.Context, run string, steps []StepRef) error {
+	recs := map[int64]learnRecord{}
+	p := storage.Join(run, "metrics.jsonl")
+	b, err := storage.ReadFile(ctx, p)
+	switch {
+	case errors.Is(err, storage.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("read %s: %w", p, err)
+	default:
+		for i, line := range bytes.Split(b, []byte("\n")) {
+			if len(bytes.TrimSpace(line)) == 0 || !bytes.Contains(line, []byte(`"learn"`)) {
+				continue
+			}
+			var r learnRecord
+			if err := json.Unmarshal(line, &r); err != nil {
+				return fmt.Errorf("%s line %d: %w (the learner's metrics; aipo train rewrites the file from %s)", p, i+1, err, storage.Join(run, "metrics"))
+			}
+			if r.Kind == "learn" {
+				recs[r.Step] = r
+			}
+		}
+	}
+	for i := range steps {
+		r, ok := recs[steps[i].Step]
+		if !ok {
+			f := learnerRecordPath(run, steps[i].Step)
+			b, err := storage.ReadFile(ctx, f)
+			if errors.Is(err, storage.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("read %s: %w", f, err)
+			}
+			if err := json.Unmarshal(b, &r); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+		}
+		steps[i].Learner = r.metrics()
+	}
+	return nil
 }

@@ -223,6 +223,9 @@ type StepMetrics struct {
 	// mismatch on this step's trajectories, from its record
 	// (metrics/learn-NNNNNN.json); absent when there is none.
 	Mismatch *Mismatch `json:"mismatch,omitempty"`
+	// Learner is the learner's record of its update on the step (nil when
+	// the step has not been learned from).
+	Learner *LearnerMetrics `json:"learner,omitempty"`
 }
 
 func ratio(n, d int64) float64 {

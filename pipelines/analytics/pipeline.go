@@ -2,6 +2,8 @@ package analytics
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"reflect"
@@ -74,9 +76,9 @@ func PerStep(s beam.Scope, trajs beam.PCollection) beam.PCollection {
 // write the report into out.
 func Build(s beam.Scope, plan Plan, out string) {
 	s = s.Scope("analytics")
-	trajs := readTrajectories(s, plan.Steps)
+	trajs, bad := readTrajectories(s, plan.Steps)
 	perStep := PerStep(s, trajs)
-	writeReport(s, plan, out, beam.DropKey(s, perStep))
+	writeReport(s, plan, out, beam.DropKey(s, perStep), bad)
 }
 
 // Run discovers the steps of o.Run, logs the skipped ones, and runs the
@@ -98,5 +100,35 @@ func Run(ctx context.Context, o Options) (Plan, error) {
 	if err := beamx.Run(ctx, p); err != nil {
 		return plan, fmt.Errorf("analyze %s: %w", o.Run, err)
 	}
+	// Steps whose shards could not be read are known once the pipeline
+	// has run: the report lists them, and so does the returned plan.
+	b, err := storage.ReadFile(ctx, storage.Join(o.OutDir(), JSONName))
+	if errors.Is(err, storage.ErrNotExist) {
+		return plan, nil // a runner that writes nothing (Dataflow's --dry_run)
+	}
+	if err != nil {
+		return plan, fmt.Errorf("analyze %s: read the report back: %w", o.Run, err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return plan, fmt.Errorf("analyze %s: read the report back: %w", o.Run, err)
+	}
+	unreadable := map[int64]bool{}
+	for _, u := range rep.Unreadable {
+		unreadable[u.Step] = true
+	}
+	kept := plan.Steps[:0]
+	for _, st := range plan.Steps {
+		if !unreadable[st.Step] {
+			kept = append(kept, st)
+		}
+	}
+	plan.Steps = kept
+	for _, sk := range rep.Skipped {
+		if unreadable[sk.Step] {
+			log.Printf("analyze: skipping step %d (%s): %s", sk.Step, sk.Dir, sk.Reason)
+		}
+	}
+	plan.Skipped = rep.Skipped
 	return plan, nil
 }

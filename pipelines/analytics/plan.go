@@ -75,6 +75,9 @@ type StepRef struct {
 	// Mismatch is what the learner recorded about the step's
 	// train-inference mismatch (nil: no record, or none measured).
 	Mismatch *Mismatch `json:"mismatch,omitempty"`
+	// Learner is the learner's record of its update on this step's
+	// trajectories; nil before the learner has run on it.
+	Learner *LearnerMetrics `json:"learner,omitempty"`
 }
 
 // Skipped is a step directory that was not read, and why.
@@ -163,6 +166,9 @@ func Discover(ctx context.Context, run string, r StepRange) (Plan, error) {
 	}
 	if len(plan.Steps) == 0 {
 		return plan, fmt.Errorf("run %s has no committed step in the range asked for (%d step directories skipped); check --run and --steps", run, len(plan.Skipped))
+	}
+	if err := loadLearner(ctx, run, plan.Steps); err != nil {
+		return plan, err
 	}
 	return plan, nil
 }

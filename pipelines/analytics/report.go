@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -14,15 +15,20 @@ import (
 )
 
 func init() {
-	register.DoFn3x1[context.Context, []byte, func(*stepAcc) bool, error](&writeReportFn{})
+	register.DoFn4x1[context.Context, []byte, func(*stepAcc) bool, func(*UnreadableShard) bool, error](&writeReportFn{})
 	register.Iter1[stepAcc]()
+	register.Iter1[UnreadableShard]()
 }
 
 // Report is the content of analysis.json.
 type Report struct {
-	Run     string        `json:"run"`
-	Steps   []StepMetrics `json:"steps"`
-	Skipped []Skipped     `json:"skipped,omitempty"`
+	Run   string        `json:"run"`
+	Steps []StepMetrics `json:"steps"`
+	// Skipped are the step directories not analysed: not committed, or
+	// with a shard that could not be read (then named in Unreadable).
+	Skipped []Skipped `json:"skipped,omitempty"`
+	// Unreadable are the shards that could not be read, with the reason.
+	Unreadable []UnreadableShard `json:"unreadable,omitempty"`
 }
 
 // File names written into the output directory.
@@ -34,8 +40,10 @@ const (
 // BuildReport turns the per-step accumulators into the report. Every
 // committed step of the plan gets an entry (a step with no rows gets zero
 // metrics), and each step's trajectory count must equal its manifest's row
-// count.
-func BuildReport(plan Plan, accs []stepAcc) (Report, error) {
+// count. A step with an unreadable shard is left out of the steps (its
+// other shards would give figures of part of its batch) and listed among
+// the skipped ones, naming the shard; if no step is left, that is an error.
+func BuildReport(plan Plan, accs []stepAcc, bad []UnreadableShard) (Report, error) {
 	byStep := map[int64]stepAcc{}
 	for _, a := range accs {
 		if prev, ok := byStep[a.Step]; ok {
@@ -43,10 +51,32 @@ func BuildReport(plan Plan, accs []stepAcc) (Report, error) {
 		}
 		byStep[a.Step] = a
 	}
-	rep := Report{Run: plan.Run, Skipped: plan.Skipped}
+	sort.Slice(bad, func(i, j int) bool {
+		if bad[i].Step != bad[j].Step {
+			return bad[i].Step < bad[j].Step
+		}
+		return bad[i].Shard < bad[j].Shard
+	})
+	badByStep := map[int64][]UnreadableShard{}
+	for _, u := range bad {
+		badByStep[u.Step] = append(badByStep[u.Step], u)
+	}
+	rep := Report{Run: plan.Run, Skipped: slices.Clone(plan.Skipped), Unreadable: bad}
 	for _, ref := range plan.Steps {
 		a, ok := byStep[ref.Step]
 		delete(byStep, ref.Step)
+		if us := badByStep[ref.Step]; len(us) > 0 {
+			first := us[0].Reason
+			if !strings.Contains(first, us[0].Shard) {
+				first = us[0].Shard + ": " + first
+			}
+			reason := fmt.Sprintf("%d of its %d shards unreadable: %s", len(us), len(ref.Files), first)
+			if len(us) > 1 {
+				reason += fmt.Sprintf(" (and %d more, listed under unreadable)", len(us)-1)
+			}
+			rep.Skipped = append(rep.Skipped, Skipped{Step: ref.Step, Dir: ref.Dir, Reason: reason})
+			continue
+		}
 		if !ok {
 			a = stepAcc{Step: ref.Step}
 		}
@@ -58,8 +88,10 @@ func BuildReport(plan Plan, accs []stepAcc) (Report, error) {
 			m.PolicyVersion = ref.PolicyVersion
 		}
 		m.Mismatch = ref.Mismatch
+		m.Learner = ref.Learner
 		rep.Steps = append(rep.Steps, m)
 	}
+	sort.Slice(rep.Skipped, func(i, j int) bool { return rep.Skipped[i].Step < rep.Skipped[j].Step })
 	if len(byStep) > 0 {
 		var stray []string
 		for k, a := range byStep {
@@ -68,32 +100,41 @@ func BuildReport(plan Plan, accs []stepAcc) (Report, error) {
 		sort.Strings(stray)
 		return rep, fmt.Errorf("trajectories of steps outside the committed ones were read: %s (a shard holds rows of another step; rewrite it)", strings.Join(stray, ", "))
 	}
+	if len(rep.Steps) == 0 && len(bad) > 0 {
+		return rep, fmt.Errorf("no step of %s could be read: shard %s: %s (%d unreadable shards in all; rewrite the steps, or choose others with --steps)", plan.Run, bad[0].Shard, bad[0].Reason, len(bad))
+	}
 	return rep, nil
 }
 
 // writeReport writes the report of the accumulators into out.
 //
-// Input: PCollection<stepAcc>, one per step.
-func writeReport(s beam.Scope, plan Plan, out string, accs beam.PCollection) {
+// Input: PCollection<stepAcc>, one per step; PCollection<UnreadableShard>.
+func writeReport(s beam.Scope, plan Plan, out string, accs, bad beam.PCollection) {
 	s = s.Scope("analytics.WriteReport")
-	beam.ParDo0(s, &writeReportFn{Out: out, Plan: plan}, beam.Impulse(s), beam.SideInput{Input: accs})
+	beam.ParDo0(s, &writeReportFn{Out: out, Plan: plan}, beam.Impulse(s), beam.SideInput{Input: accs}, beam.SideInput{Input: bad})
 }
 
 // writeReportFn gathers the per-step accumulators (one small value per step)
-// and writes analysis.json, analysis.md and the plots.
+// and the unreadable shards, and writes analysis.json, analysis.md and the
+// plots.
 type writeReportFn struct {
 	Out  string `json:"out"`
 	Plan Plan   `json:"plan"`
 }
 
-func (f *writeReportFn) ProcessElement(ctx context.Context, _ []byte, iter func(*stepAcc) bool) error {
+func (f *writeReportFn) ProcessElement(ctx context.Context, _ []byte, iter func(*stepAcc) bool, badIter func(*UnreadableShard) bool) error {
 	var accs []stepAcc
 	var a stepAcc
 	for iter(&a) {
 		accs = append(accs, a)
 		a = stepAcc{}
 	}
-	rep, err := BuildReport(f.Plan, accs)
+	var bad []UnreadableShard
+	var u UnreadableShard
+	for badIter(&u) {
+		bad = append(bad, u)
+	}
+	rep, err := BuildReport(f.Plan, accs, bad)
 	if err != nil {
 		return err
 	}
@@ -131,6 +172,35 @@ func WriteReport(ctx context.Context, dir string, rep Report) error {
 	return nil
 }
 
+// writeLearner writes the learner's table: one row per step it trained on,
+// the figures of learner.png.
+func writeLearner(b *bytes.Buffer, steps []StepMetrics) {
+	var learned []StepMetrics
+	for _, m := range steps {
+		if m.Learner != nil {
+			learned = append(learned, m)
+		}
+	}
+	if len(learned) == 0 {
+		return
+	}
+	b.WriteString("\n## Learner\n\nThe learner's record of its update on each step's trajectories (definitions: the analytics package\ndocumentation, LearnerMetrics).\n\n![learner](" + LearnerPNG + ")\n\n")
+	b.WriteString("| step | loss | grad norm | lr | KL to pi_old | KL to ref | clipped low / high / dual | external prob | external under omega |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range learned {
+		l := m.Learner
+		f := func(k string) string {
+			v, ok := l.Metrics[k]
+			if !ok {
+				return "-"
+			}
+			return fmt.Sprintf("%.4g", v)
+		}
+		fmt.Fprintf(b, "| %d | %.4g | %.4g | %.3g | %s | %s | %s / %s / %s | %s | %s |\n", m.Step, l.Loss, l.GradNorm, l.LR,
+			f("approx_kl_old"), f("kl_ref"), f("clip_frac_low"), f("clip_frac_high"), f("clip_frac_dual"), f("ext_prob_mean"), f("ext_under_omega_frac"))
+	}
+}
+
 // Markdown renders the report: a summary table over the steps, then one
 // table per step with every metric.
 func Markdown(rep Report) string {
@@ -151,6 +221,7 @@ func Markdown(rep Report) string {
 			m.LatencyMsP50, m.LatencyMsP95, m.ErrorRate, m.NoisyDocShare, m.MeanReward)
 	}
 	mismatchTable(&b, rep.Steps)
+	writeLearner(&b, rep.Steps)
 	for _, m := range rep.Steps {
 		fmt.Fprintf(&b, "\n## Step %d\n\n| metric | value |\n|---|---:|\n", m.Step)
 		row := func(name, format string, v any) { fmt.Fprintf(&b, "| %s | "+format+" |\n", name, v) }
@@ -193,6 +264,26 @@ func Markdown(rep Report) string {
 				row("rollout IS weight mean", "%.4f", mm.ISWeightMean)
 				row("rollout IS above cap / below 1/cap / masked", "%s", fmt.Sprintf("%.4f / %.4f / %.4f", mm.ISFracHigh, mm.ISFracLow, mm.ISMaskedFrac))
 			}
+		}
+		if l := m.Learner; l != nil {
+			row("learner loss", "%.6g", l.Loss)
+			row("learner gradient norm", "%.6g", l.GradNorm)
+			row("learning rate", "%.6g", l.LR)
+			row("learner tokens", "%d", l.Tokens)
+			keys := make([]string, 0, len(l.Metrics))
+			for k := range l.Metrics {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				row("learner "+k, "%.6g", l.Metrics[k])
+			}
+		}
+	}
+	if len(rep.Unreadable) > 0 {
+		b.WriteString("\n## Unreadable shards\n\n| step | shard | reason |\n|---:|---|---|\n")
+		for _, u := range rep.Unreadable {
+			fmt.Fprintf(&b, "| %d | %s | %s |\n", u.Step, u.Shard, strings.ReplaceAll(u.Reason, "|", "\\|"))
 		}
 	}
 	if len(rep.Skipped) > 0 {
