@@ -8,7 +8,6 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
 
 func init() {
@@ -39,10 +38,13 @@ func runAnalyze(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo analyze: unexpected arguments %v (flags only; see --help)\n", fs.Args())
 		return 2
 	}
-	beam.Init()
+	if err := initBeam(); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo analyze: %s\n", errText(err))
+		return 2
+	}
 	r, err := analytics.ParseStepRange(*steps)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo analyze: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo analyze: %s\n", errText(err))
 		return 2
 	}
 	if *run == "" {
@@ -52,7 +54,7 @@ func runAnalyze(args []string) int {
 	opts := analytics.Options{Run: *run, Out: *out, Steps: r}
 	plan, err := analytics.Run(context.Background(), opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo analyze: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo analyze: %s\n", errText(err))
 		return 1
 	}
 	dir := opts.OutDir()
@@ -61,7 +63,7 @@ func runAnalyze(args []string) int {
 		return 0
 	}
 	fmt.Printf("analysed %d steps of %s (%d skipped)\n", len(plan.Steps), plan.Run, len(plan.Skipped))
-	for _, n := range []string{analytics.JSONName, analytics.MarkdownName, analytics.DynamicsPNG} {
+	for _, n := range []string{analytics.JSONName, analytics.MarkdownName, analytics.DynamicsPNG, analytics.LearnerPNG} {
 		fmt.Printf("  %s\n", storage.Join(dir, n))
 	}
 	return 0

@@ -31,6 +31,12 @@ func TestMain(m *testing.M) {
 // code and combined output.
 func runAipo(t *testing.T, args ...string) (int, string) {
 	t.Helper()
+	return runAipoEnv(t, nil, args...)
+}
+
+// runAipoEnv is runAipo with extra environment variables (KEY=VALUE).
+func runAipoEnv(t *testing.T, extra []string, args ...string) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0])
@@ -49,7 +55,7 @@ func runAipo(t *testing.T, args ...string) (int, string) {
 		}
 		env = append(env, kv)
 	}
-	cmd.Env = env
+	cmd.Env = append(env, extra...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

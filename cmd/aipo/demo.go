@@ -11,7 +11,6 @@ import (
 
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
 
 func init() {
@@ -29,6 +28,7 @@ func runDemo(args []string) int {
 	external := fs.String("external", "", "external-token treatment for an ablation: aipo (default), mask, ratio (w/o IS) or plain (w/o CS)")
 	maxCalls := fs.Int("max-interactions", -1, "collaborator calls per trajectory (default from the config, 3); 0 answers every call with a notice, i.e. training without collaborators")
 	cost := fs.Float64("interaction-cost", -1, "reward subtracted per interaction (default from the config, 0)")
+	seed := fs.Int64("seed", -1, "the training seed (run.seed: sampling, batch order; default from the config, 0); the warm start is the same for every seed")
 	compare := fs.Bool("compare", false, "train every method of the comparison (GRPO, Expert Iteration, AIPO-Mask, w/o IS, w/o CS, AIPO, AIPO with a call cost) from one warm start, several seeds each, and write a table and side-by-side plots (default --run runs/compare)")
 	methods := fs.String("methods", "", "with --compare: comma-separated method names (default all: "+methodNames()+")")
 	seeds := fs.Int("seeds", 3, "with --compare: seeds per method")
@@ -36,7 +36,7 @@ func runDemo(args []string) int {
 	leaseOpts := leaseFlags(fs, "aipo demo")
 	reconfigure := fs.Bool("reconfigure", false, "apply flags that differ from the run's run.yaml from the next step on (recorded in <run>/config_changes.jsonl) instead of refusing them")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo demo [--run DIR] [--quick] [--compare [--methods M,...] [--seeds N] [--steps N]] [Beam flags]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo demo [--run DIR] [--quick] [--seed N] [--compare [--methods M,...] [--seeds N] [--steps N]] [Beam flags]\n\n"+
 			"Warm-starts a small policy on invented facts (built once per run directory), trains it\n"+
 			"with AIPO against the built-in Verify, Knowledge and Reasoning agents, evaluates it alone\n"+
 			"on entities whose facts only the Knowledge Agent knew, and writes a report. Started again\n"+
@@ -46,14 +46,17 @@ func runDemo(args []string) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	beam.Init()
+	if err := initBeam(); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo demo: %s\n", errText(err))
+		return 2
+	}
 	lo := leaseOpts()
 	if err := checkLeaseTimeout(lo); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo demo: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo demo: %s\n", errText(err))
 		return 2
 	}
 	if *compare {
-		return runCompare(*run, *quick, *methods, *seeds, *steps, *external != "" || *maxCalls >= 0 || *cost >= 0)
+		return runCompare(*run, *quick, *methods, *seeds, *steps, *external != "" || *maxCalls >= 0 || *cost >= 0 || *seed >= 0)
 	}
 	dir := *run
 	if dir == "" {
@@ -75,6 +78,9 @@ func runDemo(args []string) int {
 		if *cost >= 0 {
 			c.Rollout.InteractionCost = *cost
 		}
+		if *seed >= 0 {
+			c.Run.Seed = uint64(*seed)
+		}
 	}
 	rep, err := train.RunDemo(ctx, train.DemoOptions{
 		RunDir: dir, Quick: *quick, Progress: p.event, WarmStartProgress: p.warmStart, Log: p.log, Mutate: mutate,
@@ -82,7 +88,7 @@ func runDemo(args []string) int {
 	})
 	p.finish()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo demo: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo demo: %s\n", errText(err))
 		return 1
 	}
 	fmt.Println(rep.Summary())
@@ -100,7 +106,7 @@ func methodNames() string {
 // runCompare is `aipo demo --compare`.
 func runCompare(dir string, quick bool, methods string, seeds int, steps int64, ablationFlags bool) int {
 	if ablationFlags {
-		fmt.Fprintln(os.Stderr, "aipo demo: --external, --max-interactions and --interaction-cost choose one run; --compare runs its own methods (pick them with --methods)")
+		fmt.Fprintln(os.Stderr, "aipo demo: --external, --max-interactions, --interaction-cost and --seed choose one run; --compare runs its own methods (pick them with --methods)")
 		return 2
 	}
 	var names []string
@@ -123,7 +129,7 @@ func runCompare(dir string, quick bool, methods string, seeds int, steps int64, 
 	})
 	p.finish()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo demo --compare: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo demo --compare: %s\n", errText(err))
 		return 1
 	}
 	fmt.Println(cmp.Summary())

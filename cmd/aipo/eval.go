@@ -9,7 +9,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/eval"
 	_ "github.com/aipo-rl/aipo/pipelines/inproc" // the inproc:// policy scheme
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
 
 func init() {
@@ -47,7 +46,10 @@ func runEval(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo eval: unexpected arguments %v (flags only; see --help)\n", fs.Args())
 		return 2
 	}
-	beam.Init()
+	if err := initBeam(); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo eval: %s\n", errText(err))
+		return 2
+	}
 	cfg, code := loadEvalConfig("aipo eval", *config, *out, *policyURI, *label)
 	if code != 0 {
 		return code
@@ -57,7 +59,7 @@ func runEval(args []string) int {
 	}
 	rep, plan, err := eval.Run(context.Background(), cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo eval: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo eval: %s\n", errText(err))
 		return 1
 	}
 	if dataflowDryRun() {
@@ -119,7 +121,7 @@ func runEvalReport(args []string) int {
 		for _, p := range fs.Args() {
 			r, err := eval.ReadReport(ctx, p)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "aipo eval report: %v\n", err)
+				fmt.Fprintf(os.Stderr, "aipo eval report: %s\n", errText(err))
 				return 1
 			}
 			reps = append(reps, r)
@@ -127,7 +129,7 @@ func runEvalReport(args []string) int {
 		fmt.Print(eval.CompareMarkdownText(reps))
 		if *out != "" {
 			if err := eval.WriteComparison(ctx, *out, reps); err != nil {
-				fmt.Fprintf(os.Stderr, "aipo eval report: %v\n", err)
+				fmt.Fprintf(os.Stderr, "aipo eval report: %s\n", errText(err))
 				return 1
 			}
 			for _, n := range []string{eval.CompareJSON, eval.CompareMarkdown, eval.ComparePNG} {
@@ -146,7 +148,7 @@ func runEvalReport(args []string) int {
 	}
 	rep, _, err := eval.ReportOnly(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo eval report: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo eval report: %s\n", errText(err))
 		return 1
 	}
 	fmt.Print(rep.Markdown())

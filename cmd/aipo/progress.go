@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,12 +28,19 @@ type progress struct {
 	heldout string
 	lineLen int
 	wsLine  time.Time // when the last warm-start line was written (not a TTY)
+	// The first event of this process: the ETA is measured over the steps
+	// this process ran (a resumed run's earlier steps took no time here).
+	started   bool
+	firstStep int64
+	firstTime time.Duration
 }
 
 func newProgress(w *os.File) *progress {
 	st, err := w.Stat()
 	tty := err == nil && st.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb"
-	return &progress{w: w, tty: tty}
+	p := &progress{w: w, tty: tty}
+	console.setProgress(p)
+	return p
 }
 
 // event is a train.Options.Progress callback.
@@ -40,17 +48,29 @@ func (p *progress) event(e train.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.last = e
+	if !p.started {
+		p.started, p.firstStep, p.firstTime = true, e.Step, e.Elapsed
+	}
 	if e.Learn != nil {
 		m := e.Learn.Rollout
-		p.reward = m["reward_mean"]
-		p.acc = m["accuracy"]
-		p.calls = m["interactions_per_trajectory"]
+		p.acc = num(m["accuracy"])
+		// The reward is shown where it says something the accuracy does
+		// not (a call cost, a shaped reward): every number once.
+		p.reward = num(m["reward_mean"])
+		if p.reward == p.acc {
+			p.reward = ""
+		}
+		p.calls = num(m["interactions_per_trajectory"])
 		if e.Learn.Seconds > 0 {
 			p.tokps = fmt.Sprintf("%.0f", float64(e.Learn.Tokens)/e.Learn.Seconds)
 		}
 		if !p.tty {
-			fmt.Fprintf(p.w, "step %d/%d learn: loss %.4f grad-norm %.3f reward %s accuracy %s interactions/traj %s tokens/s %s (%s)\n",
-				e.Step+1, e.Steps, e.Learn.Loss, e.Learn.GradNorm, dash(p.reward), dash(p.acc), dash(p.calls), dash(p.tokps), e.Elapsed.Round(time.Second))
+			reward := ""
+			if p.reward != "" {
+				reward = " reward " + p.reward
+			}
+			fmt.Fprintf(p.w, "step %d/%d: loss %.4f grad-norm %.3f accuracy %s%s interactions/traj %s tokens/s %s (%s, ETA %s)\n",
+				e.Step+1, e.Steps, e.Learn.Loss, e.Learn.GradNorm, dash(p.acc), reward, dash(p.calls), dash(p.tokps), e.Elapsed.Round(time.Second), p.eta(e.Step+1))
 		}
 	}
 	if e.Eval != nil {
@@ -76,13 +96,12 @@ func (p *progress) println(s string) {
 
 func (p *progress) status() {
 	e := p.last
-	eta := "?"
-	if e.Step > 0 && e.Steps > 0 {
-		per := e.Elapsed / time.Duration(e.Step)
-		eta = (per * time.Duration(e.Steps-e.Step)).Round(time.Second).String()
+	reward := ""
+	if p.reward != "" {
+		reward = " reward " + p.reward
 	}
-	s := fmt.Sprintf("step %d/%d %-7s reward %s acc %s calls/traj %s held-out %s tok/s %s elapsed %s ETA %s",
-		e.Step+1, e.Steps, e.Phase, dash(p.reward), dash(p.acc), dash(p.calls), dash(p.heldout), dash(p.tokps), e.Elapsed.Round(time.Second), eta)
+	s := fmt.Sprintf("step %d/%d %-7s acc %s%s calls/traj %s held-out %s tok/s %s elapsed %s ETA %s",
+		e.Step+1, e.Steps, e.Phase, dash(p.acc), reward, dash(p.calls), dash(p.heldout), dash(p.tokps), e.Elapsed.Round(time.Second), p.eta(e.Step))
 	pad := ""
 	if len(s) < p.lineLen {
 		pad = strings.Repeat(" ", p.lineLen-len(s))
@@ -124,6 +143,28 @@ func (p *progress) finish() {
 		fmt.Fprintln(p.w)
 		p.lineLen = 0
 	}
+}
+
+// eta is the time left once done steps of the run are finished, at the
+// pace of the steps this process ran; "?" before the first of them.
+func (p *progress) eta(done int64) string {
+	e := p.last
+	ran := done - p.firstStep
+	if ran <= 0 || e.Steps <= 0 {
+		return "?"
+	}
+	per := (e.Elapsed - p.firstTime) / time.Duration(ran)
+	return (per * time.Duration(max(e.Steps-done, 0))).Round(time.Second).String()
+}
+
+// num formats a metric recorded as text ("0.613281") with three decimals;
+// text that is not a number is shown as it is.
+func num(s string) string {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return s
+	}
+	return strconv.FormatFloat(f, 'f', 3, 64)
 }
 
 func dash(s string) string {

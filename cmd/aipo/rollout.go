@@ -13,7 +13,6 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
 
 func init() {
@@ -46,7 +45,10 @@ func runRollout(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo rollout: unexpected arguments %v (flags only; see --help)\n", fs.Args())
 		return 2
 	}
-	beam.Init()
+	if err := initBeam(); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
+		return 2
+	}
 	if *config == "" || *step < 0 {
 		fmt.Fprintln(os.Stderr, "aipo rollout: --config and --step are required (see --help)")
 		return 2
@@ -54,20 +56,20 @@ func runRollout(args []string) int {
 	ctx := context.Background()
 	cfg, err := runconfig.Load(ctx, *config)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
 		return 2
 	}
 	// A dry run writes nothing, the lease included.
 	if !dataflowDryRun() {
 		lo := leaseOpts()
 		if err := checkLeaseTimeout(lo); err != nil {
-			fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
+			fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
 			return 2
 		}
 		var release func() error
 		ctx, release, err = runlease.Ensure(ctx, cfg.Run.Dir, lo)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
+			fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
 			return 1
 		}
 		defer release()
@@ -78,7 +80,7 @@ func runRollout(args []string) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo rollout: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
 		return 1
 	}
 	fmt.Printf("step %d of %s: %d trajectories in %d shards, policy version %d\n",

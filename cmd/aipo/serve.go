@@ -50,6 +50,7 @@ func runServe(args []string) int {
 	idleTimeout := fs.Duration("idle-timeout", serve.DefaultIdleTimeout, "how long a keep-alive HTTP connection may wait for its next request, and a gRPC connection may stay without calls (0: no limit)")
 	writeTimeout := fs.Duration("write-timeout", serve.DefaultWriteTimeout, "how long one write of a response may block on a client that does not read; a stream that is read may run longer (0: no limit)")
 	maxConns := fs.Int("max-conns", serve.DefaultMaxConns, "open connections per listener; further ones wait to be accepted until one closes (0: no limit)")
+	storageTimeout := fs.String("storage-timeout", "", storageTimeoutUsage)
 	maxClient := fs.Int("max-client-requests", serve.DefaultMaxClientRequests, "generation requests in flight from one client IP, HTTP and gRPC together; further ones get 429 with Retry-After / RESOURCE_EXHAUSTED (0: no limit)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n"+
@@ -70,6 +71,9 @@ func runServe(args []string) int {
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected arguments %q (see --help)", fs.Args())
+	}
+	if err := applyStorageTimeout(*storageTimeout); err != nil {
+		return fail("%v", err)
 	}
 	if *ckpt == "" && *watch == "" {
 		return fail("give --checkpoint DIR, --watch RUNDIR or both")

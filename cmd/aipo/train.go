@@ -14,7 +14,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
 
 func init() {
@@ -66,21 +65,24 @@ func runTrain(args []string) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	beam.Init()
+	if err := initBeam(); err != nil {
+		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
+		return 2
+	}
 	if err := inProcessWorkers(); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
 	}
 	lo := leaseOpts()
 	if err := checkLeaseTimeout(lo); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
 	}
 	p := newProgress(os.Stderr)
@@ -88,26 +90,26 @@ func runTrain(args []string) int {
 	ctx, release, err := train.Claim(ctx, cfg.Run.Dir, lo, p.log)
 	if err != nil {
 		p.finish()
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 1
 	}
 	defer release()
 	if err := train.RememberConfig(ctx, cfg, *reconfigure, p.log); err != nil {
 		p.finish()
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
 	}
 	if *initCkpt != "" {
 		if err := train.SeedCheckpoint(ctx, *initCkpt, cfg.Run.Dir); err != nil {
 			p.finish()
-			fmt.Fprintf(os.Stderr, "aipo train: --init: %v\n", err)
+			fmt.Fprintf(os.Stderr, "aipo train: --init: %s\n", errText(err))
 			return 1
 		}
 	}
 	err = train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event, Log: p.log})
 	p.finish()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 1
 	}
 	return 0
@@ -136,23 +138,23 @@ func runLearn(args []string) int {
 	ctx := context.Background()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo learn: %s\n", errText(err))
 		return 2
 	}
 	lo := leaseOpts()
 	if err := checkLeaseTimeout(lo); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo learn: %s\n", errText(err))
 		return 2
 	}
 	ctx, release, err := runlease.Ensure(ctx, cfg.Run.Dir, lo)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo learn: %s\n", errText(err))
 		return 1
 	}
 	defer release()
 	m, err := train.Learn(ctx, cfg, *step)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo learn: %v\n", err)
+		fmt.Fprintf(os.Stderr, "aipo learn: %s\n", errText(err))
 		return 1
 	}
 	if err := printJSON(m); err != nil {
