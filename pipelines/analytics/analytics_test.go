@@ -18,6 +18,9 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
@@ -290,7 +293,10 @@ func TestStepRange(t *testing.T) {
 	}
 }
 
-func TestCorruptShardFailsNamingIt(t *testing.T) {
+// A shard that does not match its manifest does not fail the analysis: its
+// step is skipped, naming the shard and the mismatch, and the other steps
+// are reported as they are.
+func TestCorruptShardIsNamedAndItsStepSkipped(t *testing.T) {
 	run := filepath.Join(t.TempDir(), "run")
 	buildRun(t, run)
 	shard := filepath.Join(schemas.StepDir(run, 2), "shards", "part-0.parquet")
@@ -302,15 +308,125 @@ func TestCorruptShardFailsNamingIt(t *testing.T) {
 	if err := os.WriteFile(shard, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := Discover(context.Background(), run, AllSteps)
+	out := filepath.Join(run, "analysis")
+	runPipeline(t, run, out, AllSteps)
+	rep := readReport(t, out)
+	if len(rep.Steps) != 2 || rep.Steps[0].Step != 1 || rep.Steps[1].Step != 5 {
+		t.Fatalf("steps %+v; want 1 and 5", rep.Steps)
+	}
+	compareMetrics(t, rep.Steps[0], want[0])
+	if len(rep.Unreadable) != 1 || rep.Unreadable[0].Shard != shard || rep.Unreadable[0].Step != 2 || !strings.Contains(rep.Unreadable[0].Reason, "corrupt") {
+		t.Errorf("unreadable %+v; want %s of step 2, corrupt", rep.Unreadable, shard)
+	}
+	if len(rep.Skipped) != 2 || rep.Skipped[0].Step != 2 || !strings.Contains(rep.Skipped[0].Reason, shard) || rep.Skipped[1].Step != 3 {
+		t.Errorf("skipped %+v; want step 2 naming %s, then step 3", rep.Skipped, shard)
+	}
+	md, err := os.ReadFile(filepath.Join(out, MarkdownName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, s := beam.NewPipelineWithRoot()
-	Build(s, plan, filepath.Join(run, "analysis"))
-	err = ptest.Run(p)
-	if err == nil || !strings.Contains(err.Error(), "part-0.parquet") || !strings.Contains(err.Error(), "corrupt") {
-		t.Fatalf("a flipped byte should fail the pipeline naming the shard; got %v", err)
+	if !strings.Contains(string(md), "## Unreadable shards") || !strings.Contains(string(md), shard) {
+		t.Errorf("%s does not list the unreadable shard:\n%s", MarkdownName, md)
+	}
+
+	// With every step unreadable nothing is reported: that is an error
+	// naming a shard.
+	run2 := filepath.Join(t.TempDir(), "run2")
+	writeStep(t, run2, 1, true, []schemas.Trajectory{traj(1, "p1", 0, true, 1, "eos", []int8{P})})
+	if err := os.WriteFile(filepath.Join(schemas.StepDir(run2, 1), "shards", "part-0.parquet"), []byte("gone"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Discover(context.Background(), run2, AllSteps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, sc := beam.NewPipelineWithRoot()
+	Build(sc, plan, filepath.Join(run2, "analysis"))
+	if err := ptest.Run(p); err == nil || !strings.Contains(err.Error(), "no step of "+run2+" could be read") || !strings.Contains(err.Error(), "part-0.parquet") {
+		t.Fatalf("a run with no readable step: %v; want an error naming a shard", err)
+	}
+}
+
+// The learner's records reach the report: from metrics.jsonl, else from a
+// step's own metrics file; figures about the sampler/learner mismatch get
+// their own columns and panel when present.
+func TestLearnerMetricsInTheReport(t *testing.T) {
+	run := filepath.Join(t.TempDir(), "run")
+	buildRun(t, run)
+	ctx := context.Background()
+	jsonl := `{"kind":"learn","step":1,"policy_version":1,"tokens":22,"loss":0.25,"grad_norm":1.5,"lr":0.0002,"loss_metrics":{"approx_kl_old":0.01,"kl_ref":0,"clip_frac_low":0.1,"clip_frac_high":0.2,"clip_frac_dual":0,"ext_prob_mean":0.6,"ext_under_omega_frac":0.3,"logprob_mismatch_mean":0.004}}
+{"kind":"eval","step":2,"policy_version":2,"splits":[]}
+{"kind":"learn","step":2,"policy_version":2,"tokens":8,"loss":-0.5,"grad_norm":0.5,"lr":0.0001,"loss_metrics":{"approx_kl_old":0.02,"ext_prob_mean":0.7}}
+`
+	if err := storage.WriteAtomic(ctx, storage.Join(run, "metrics.jsonl"), []byte(jsonl)); err != nil {
+		t.Fatal(err)
+	}
+	if err := storage.WriteAtomic(ctx, storage.Join(run, "metrics", "learn-000005.json"), []byte(`{"kind":"learn","step":5,"loss":0.125,"grad_norm":0.25,"lr":5e-05,"loss_metrics":{"ext_prob_mean":0.9}}`)); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(run, "analysis")
+	runPipeline(t, run, out, AllSteps)
+	rep := readReport(t, out)
+	if len(rep.Steps) != 3 {
+		t.Fatalf("%d steps, want 3", len(rep.Steps))
+	}
+	for i, w := range []LearnerMetrics{
+		{Loss: 0.25, GradNorm: 1.5, LR: 0.0002, Tokens: 22, Metrics: map[string]float64{"approx_kl_old": 0.01, "kl_ref": 0, "clip_frac_low": 0.1, "clip_frac_high": 0.2, "clip_frac_dual": 0, "ext_prob_mean": 0.6, "ext_under_omega_frac": 0.3, "logprob_mismatch_mean": 0.004}},
+		{Loss: -0.5, GradNorm: 0.5, LR: 0.0001, Tokens: 8, Metrics: map[string]float64{"approx_kl_old": 0.02, "ext_prob_mean": 0.7}},
+		{Loss: 0.125, GradNorm: 0.25, LR: 5e-05, Metrics: map[string]float64{"ext_prob_mean": 0.9}},
+	} {
+		if got := rep.Steps[i].Learner; got == nil || !reflect.DeepEqual(*got, w) {
+			t.Errorf("step %d learner = %+v, want %+v", rep.Steps[i].Step, got, w)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(out, MarkdownName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"## Learner", "![learner](learner.png)", "logprob_mismatch_mean |", "| 1 | 0.25 | 1.5 | 0.0002 | 0.01 | 0 | 0.1 / 0.2 / 0 | 0.6 | 0.3 | 0.004 |", "| 2 | -0.5 | 0.5 | 0.0001 | 0.02 | - | - / - / - | 0.7 | - | - |", "| learner ext_prob_mean | 0.9 |"} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("%s lacks %q:\n%s", MarkdownName, s, md)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, LearnerPNG))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Six panels (loss, gradient norm, KL, clipped tokens, external
+	// tokens, mismatch) in two rows of three.
+	if r := img.Bounds(); r.Dx() < 3*r.Dy()/2 || r.Dy() < 600 {
+		t.Errorf("%s is %dx%d pixels; want two rows of three panels", LearnerPNG, r.Dx(), r.Dy())
+	}
+	plots, err := learnerPlots(rep.Steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plots) != 6 || plots[5].Title.Text != "Sampler / learner mismatch" {
+		t.Errorf("%d learner panels, want 6 ending with the mismatch", len(plots))
+	}
+}
+
+// A legend is drawn beside the plot, outside its data area, so that it
+// covers no line.
+func TestLegendClearOfTheData(t *testing.T) {
+	steps := []StepMetrics{{Step: 0, Trajectories: 1, InteractionsPerTrajectory: AgentCounts{Total: 1, Knowledge: 1}},
+		{Step: 1, Trajectories: 1, InteractionsPerTrajectory: AgentCounts{Total: 2, Verify: 1, Knowledge: 1}}}
+	p, err := linePlot("interactions", "per trajectory", fromZero, steps,
+		series{"total", rolloutValue(func(m StepMetrics) float64 { return m.InteractionsPerTrajectory.Total })},
+		series{"knowledge", rolloutValue(func(m StepMetrics) float64 { return m.InteractionsPerTrajectory.Knowledge })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, legend := DrawClear(p, draw.New(vgimg.New(6*vg.Inch, 4*vg.Inch)))
+	if legend.Size().X <= 0 || legend.Size().Y <= 0 {
+		t.Fatalf("no legend drawn: %+v", legend)
+	}
+	if legend.Min.X < data.Max.X {
+		t.Errorf("legend %+v overlaps the data area %+v", legend, data)
 	}
 }
 

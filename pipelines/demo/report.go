@@ -104,13 +104,23 @@ func (r Report) Markdown() string {
 		fmt.Fprintf(&b, "| %d | %.3f | %.3f ± %.3f | %.3f | %.2f | %.3f | %.3f |\n", e.Step, u.Greedy, u.AvgK, u.StdErrAvg, u.PassK, u.CallRate, s.Greedy, s.AvgK)
 	}
 	b.WriteString("\n![held-out accuracy](" + AccuracyPNG + ")\n\n")
-	b.WriteString("Training dynamics (reward, failed tasks, interactions per agent, external-token share) are in\n")
-	b.WriteString("`../analysis/analysis.md` and its plots.\n")
+	b.WriteString("Training dynamics (reward, failed tasks, interactions per agent, external-token share) and the\n")
+	b.WriteString("learner's figures (loss, gradient norm, KL, clipped tokens, external-token probability) are in\n")
+	b.WriteString("`../analysis/analysis.md` and its plots (`dynamics.png`, `learner.png`).\n")
 	return b.String()
 }
 
-// AccuracyPlot draws held-out and seen accuracy against the step.
+// AccuracyPlot draws held-out and seen accuracy against the step, the
+// legend beside the plot (analytics.PNG), clear of the lines.
 func (r Report) AccuracyPlot() ([]byte, error) {
+	p, err := r.accuracyPlot()
+	if err != nil {
+		return nil, err
+	}
+	return analytics.PNG(p)
+}
+
+func (r Report) accuracyPlot() (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Policy alone: accuracy vs training step"
 	p.X.Label.Text = "step"
@@ -145,9 +155,7 @@ func (r Report) AccuracyPlot() ([]byte, error) {
 		p.Add(l)
 		p.Legend.Add(s.name, l)
 	}
-	p.Legend.Top = true
-	p.Legend.Left = true
-	return analytics.PNG(p)
+	return p, nil
 }
 
 // Write writes report.md, report.json and the accuracy plot into dir.
