@@ -43,6 +43,10 @@ type SampleParams struct {
 	// them (the token that completes it is part of the output). They need
 	// a tokenizer.
 	StopStrings []string
+	// TopLogprobs asks, at every sampled position, for the TopLogprobs
+	// most likely tokens with their log-probabilities under the
+	// unmodified policy, as LogProbs (Result.TopLogProbs); 0: none.
+	TopLogprobs int
 }
 
 // Request asks for a continuation of Prefix.
@@ -61,6 +65,11 @@ type Result struct {
 	// LogProbs[i] is log p(Tokens[i]) under the unmodified policy: the log
 	// softmax of the raw logits, before temperature, top-k and top-p.
 	LogProbs []float32
+	// TopLogProbs[i] holds, when SampleParams.TopLogprobs asked for them,
+	// the most likely tokens at position i with their log-probabilities
+	// (the same distribution as LogProbs), most likely first, equal ones
+	// in id order.
+	TopLogProbs [][]TokenLogProb
 	// FinishReason is FinishEOS, FinishStop or FinishLength.
 	FinishReason string
 	// Stop is the stop string, or the decimal stop token id, that ended
@@ -76,6 +85,13 @@ type Result struct {
 // Token is one sampled token, as GenerateStream reports it.
 type Token struct {
 	Index   int // position in Result.Tokens
+	ID      int32
+	LogProb float32
+	Top     []TokenLogProb // Result.TopLogProbs[Index]
+}
+
+// TokenLogProb is a token with its log-probability.
+type TokenLogProb struct {
 	ID      int32
 	LogProb float32
 }
@@ -104,6 +120,9 @@ func (r *Request) validate(vocab, maxContext int, haveTokenizer bool) (int, erro
 	}
 	if p.TopK < 0 {
 		return 0, fmt.Errorf("engine: top_k %d must be >= 0 (0: off)", p.TopK)
+	}
+	if p.TopLogprobs < 0 || p.TopLogprobs > vocab {
+		return 0, fmt.Errorf("engine: top_logprobs %d must lie in [0, %d] (the vocabulary)", p.TopLogprobs, vocab)
 	}
 	if p.MaxTokens < 0 {
 		return 0, fmt.Errorf("engine: max_tokens %d must be >= 0 (0: up to the context length)", p.MaxTokens)

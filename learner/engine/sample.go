@@ -152,3 +152,36 @@ func pick(probs []float64, ids []int32, mass float64, rng *rand.Rand) int32 {
 	}
 	return last
 }
+
+// topLogProbs returns the n most likely tokens of row (raw logits), most
+// likely first and equal logits in id order, with their log-probabilities
+// row[j] - lse (lse: the log-sum-exp of row, as for the sampled token).
+// One pass keeps the best n seen so far in order: O(V) for the small n an
+// API asks for (at most 20 by the servers' caps).
+func topLogProbs(row []float32, n int, lse float32) []TokenLogProb {
+	n = min(n, len(row))
+	out := make([]TokenLogProb, 0, n)
+	for j, v := range row {
+		if v != v { // NaN: never among the most likely
+			continue
+		}
+		if len(out) == n && !(v > out[n-1].LogProb) {
+			continue
+		}
+		// The first place holding a smaller logit: equal ones seen
+		// earlier (lower ids) stay ahead.
+		i := len(out)
+		for i > 0 && out[i-1].LogProb < v {
+			i--
+		}
+		if len(out) < n {
+			out = append(out, TokenLogProb{})
+		}
+		copy(out[i+1:], out[i:len(out)-1])
+		out[i] = TokenLogProb{ID: int32(j), LogProb: v}
+	}
+	for i := range out {
+		out[i].LogProb -= lse
+	}
+	return out
+}

@@ -195,13 +195,19 @@ func (e *Engine) step(active []*seq, smp *sampler, logits *[]float32) []*seq {
 func (e *Engine) sample(q *seq, row []float32, smp *sampler) bool {
 	p := &q.req.Params
 	tok := smp.sample(row, p, q.rng)
-	lp := row[tok] - model.LogSumExp(row)
+	lse := model.LogSumExp(row)
+	lp := row[tok] - lse
 	r := &q.res
 	r.Tokens = append(r.Tokens, tok)
 	r.LogProbs = append(r.LogProbs, lp)
+	var top []TokenLogProb
+	if p.TopLogprobs > 0 {
+		top = topLogProbs(row, p.TopLogprobs, lse)
+		r.TopLogProbs = append(r.TopLogProbs, top)
+	}
 	e.generated.Add(1)
 	if q.stream != nil {
-		q.stream <- Token{Index: len(r.Tokens) - 1, ID: tok, LogProb: lp}
+		q.stream <- Token{Index: len(r.Tokens) - 1, ID: tok, LogProb: lp, Top: top}
 	}
 	for _, id := range e.eos {
 		if tok == id {
