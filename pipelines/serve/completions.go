@@ -264,8 +264,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 		return badRequest("suffix", "unsupported", "suffix is not supported")
 	case req.BestOf != nil && *req.BestOf != sp.n:
 		return badRequest("best_of", "unsupported", "best_of is not supported (give n)")
-	case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > 20):
-		return badRequest("logprobs", "invalid_logprobs", "logprobs %d must lie in [0, 20] (the log-probs of the sampled tokens are returned; alternatives are not)", *req.Logprobs)
+	case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > MaxLogprobs):
+		return badRequest("logprobs", "invalid_logprobs", "logprobs %d must lie in [0, %d]: the sampled token's log-prob and that many alternatives per position", *req.Logprobs, MaxLogprobs)
+	}
+	if req.Logprobs != nil {
+		sp.params.TopLogprobs = *req.Logprobs
 	}
 	texts, ids, aerr := parsePrompt(req.Prompt)
 	if aerr != nil {
@@ -319,7 +322,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 		c := completionChoice{Index: j.index, Text: s.render(&sp, j, rs.Tokens, &rs), FinishReason: finishReason(rs), StopReason: stopReason(j, rs),
 			PromptTokenIDs: j.prefix, TokenIDs: nonNil(rs.Tokens), PolicyVersion: &rs.PolicyVersion}
 		if req.Logprobs != nil {
-			c.Logprobs = s.completionLogprobs(&sp, rs.Tokens, rs.LogProbs, 0)
+			c.Logprobs = s.completionLogprobs(&sp, rs.Tokens, rs.LogProbs, rs.TopLogProbs, 0)
 		}
 		out.Choices = append(out.Choices, c)
 		out.Usage.CompletionTokens += len(rs.Tokens)
@@ -343,12 +346,27 @@ func nonNil(ids []int32) []int32 {
 }
 
 // completionLogprobs is the logprobs object of tokens whose text starts at
-// offset.
-func (s *Server) completionLogprobs(sp *sampling, ids []int32, lps []float32, offset int) *completionLogprobs {
-	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []jsonFloat{}, TopLogprobs: nil, TextOffset: []int{}}
+// offset. top_logprobs holds, per position, the alternatives asked for
+// (logprobs N) and the sampled token, so up to N+1 entries as the OpenAI
+// API documents ("the API will always return the logprob of the sampled
+// token, so there may be up to logprobs+1 elements").
+func (s *Server) completionLogprobs(sp *sampling, ids []int32, lps []float32, top [][]engine.TokenLogProb, offset int) *completionLogprobs {
+	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []jsonFloat{}, TopLogprobs: []topDict{}, TextOffset: []int{}}
 	for i, id := range ids {
 		lp.Tokens = append(lp.Tokens, s.tokenText(sp, id))
 		lp.TokenLogprobs = append(lp.TokenLogprobs, jsonFloat(lps[i]))
+		var d topDict
+		sampled := false
+		if i < len(top) {
+			for _, a := range top[i] {
+				d = append(d, topEntry{s.tokenText(sp, a.ID), jsonFloat(a.LogProb)})
+				sampled = sampled || a.ID == id
+			}
+		}
+		if !sampled {
+			d = append(d, topEntry{s.tokenText(sp, id), jsonFloat(lps[i])})
+		}
+		lp.TopLogprobs = append(lp.TopLogprobs, d)
 		lp.TextOffset = append(lp.TextOffset, offset)
 		if !(sp.skipSpecial && s.tok.IsSpecial(int(id))) {
 			offset += len(s.tok.TokenBytes(int(id)))
@@ -378,8 +396,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	if t := req.TopLogprobs; t != nil && (*t < 0 || *t > 20 || (*t > 0 && !req.Logprobs)) {
-		return badRequest("top_logprobs", "invalid_top_logprobs", "top_logprobs %d must lie in [0, 20] and needs logprobs: true", *t)
+	if t := req.TopLogprobs; t != nil {
+		if *t < 0 || *t > MaxLogprobs || (*t > 0 && !req.Logprobs) {
+			return badRequest("top_logprobs", "invalid_top_logprobs", "top_logprobs %d must lie in [0, %d] and needs logprobs: true", *t, MaxLogprobs)
+		}
+		sp.params.TopLogprobs = *t
 	}
 	prompt, aerr := s.applyChatFitting(req.Messages)
 	if aerr != nil {
@@ -404,7 +425,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		c := chatChoice{Index: j.index, Message: &chatMessageOut{Role: "assistant", Content: &text}, FinishReason: finishReason(rs),
 			StopReason: stopReason(j, rs), PromptTokenIDs: j.prefix, TokenIDs: nonNil(rs.Tokens), PolicyVersion: &rs.PolicyVersion}
 		if req.Logprobs {
-			c.Logprobs = s.chatLogprobs(&sp, rs.Tokens, rs.LogProbs)
+			c.Logprobs = s.chatLogprobs(&sp, rs.Tokens, rs.LogProbs, rs.TopLogProbs)
 		}
 		out.Choices = append(out.Choices, c)
 		out.Usage.CompletionTokens += len(rs.Tokens)
@@ -417,16 +438,34 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	return nil
 }
 
-// chatLogprobs is the logprobs object of a chat choice.
-func (s *Server) chatLogprobs(sp *sampling, ids []int32, lps []float32) *chatLogprobs {
+// chatLogprobs is the logprobs object of a chat choice: per token its
+// log-prob and the top_logprobs alternatives asked for, most likely first
+// (the sampled token among them only when it is one of the most likely).
+func (s *Server) chatLogprobs(sp *sampling, ids []int32, lps []float32, top [][]engine.TokenLogProb) *chatLogprobs {
 	out := &chatLogprobs{Content: []chatTokenLogprob{}}
 	for i, id := range ids {
-		b := s.tok.TokenBytes(int(id))
-		bs := make([]int, len(b))
-		for k, c := range b {
-			bs[k] = int(c)
+		alts := []chatTopLogprob{}
+		if i < len(top) {
+			for _, a := range top[i] {
+				alts = append(alts, chatTopLogprob{Token: s.tokenText(sp, a.ID), Logprob: jsonFloat(a.LogProb), Bytes: s.tokenByteInts(a.ID)})
+			}
 		}
-		out.Content = append(out.Content, chatTokenLogprob{Token: s.tokenText(sp, id), Logprob: jsonFloat(lps[i]), Bytes: bs, TopLogprobs: []any{}})
+		out.Content = append(out.Content, chatTokenLogprob{Token: s.tokenText(sp, id), Logprob: jsonFloat(lps[i]), Bytes: s.tokenByteInts(id), TopLogprobs: alts})
 	}
 	return out
 }
+
+// tokenByteInts is a token's bytes as the chat logprobs' bytes field.
+func (s *Server) tokenByteInts(id int32) []int {
+	b := s.tok.TokenBytes(int(id))
+	bs := make([]int, len(b))
+	for k, c := range b {
+		bs[k] = int(c)
+	}
+	return bs
+}
+
+// MaxLogprobs is the most alternatives a request may ask for per position
+// (completions logprobs, chat top_logprobs): OpenAI's chat limit and
+// vLLM's default --max-logprobs, 20.
+const MaxLogprobs = 20

@@ -29,9 +29,13 @@
 // on a stream, whose headers go out before its choices finish, the header
 // is the version served when the request was admitted, the same unless a
 // reload comes between).
-// Log-probabilities are those of the sampled tokens (the log softmax of
-// the raw logits, before temperature and top-p): alternatives are not
-// reported, so top_logprobs is null (completions) or empty (chat). Text
+// Log-probabilities are those of the policy itself (the log softmax of the
+// raw logits, before temperature and top-p), for the sampled tokens and
+// for the alternatives asked for: completions' logprobs N gives, per
+// position, the N most likely tokens and the sampled one in top_logprobs
+// (a token-to-log-prob object, most likely first, up to N+1 entries);
+// chat's top_logprobs N gives the N most likely per content entry; N is at
+// most 20 (MaxLogprobs). The gRPC API returns the sampled tokens' only. Text
 // stops before a matching stop string, as in the OpenAI API, unless
 // include_stop_str_in_output is set; token_ids always hold every sampled
 // token. Errors have the OpenAI shape {"error":{"message","type","param",

@@ -299,8 +299,46 @@ type usage struct {
 type completionLogprobs struct {
 	Tokens        []string    `json:"tokens"`
 	TokenLogprobs []jsonFloat `json:"token_logprobs"`
-	TopLogprobs   []any       `json:"top_logprobs"`
+	TopLogprobs   []topDict   `json:"top_logprobs"`
 	TextOffset    []int       `json:"text_offset"`
+}
+
+// topDict is one position of the legacy top_logprobs: a JSON object from
+// token text to log-probability, most likely first. Two tokens whose text
+// is the same keep the first (the more likely) entry.
+type topDict []topEntry
+
+type topEntry struct {
+	text string
+	lp   jsonFloat
+}
+
+func (d topDict) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	seen := map[string]bool{}
+	for _, e := range d {
+		if seen[e.text] {
+			continue
+		}
+		seen[e.text] = true
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		k, err := json.Marshal(e.text)
+		if err != nil {
+			return nil, err
+		}
+		v, err := e.lp.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // completionChoice is one choice of a completions response or chunk.
@@ -327,10 +365,17 @@ type completionResponse struct {
 
 // chatTokenLogprob is one entry of a chat choice's logprobs.content.
 type chatTokenLogprob struct {
-	Token       string    `json:"token"`
-	Logprob     jsonFloat `json:"logprob"`
-	Bytes       []int     `json:"bytes"`
-	TopLogprobs []any     `json:"top_logprobs"`
+	Token       string           `json:"token"`
+	Logprob     jsonFloat        `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+// chatTopLogprob is one alternative of a chat logprobs entry.
+type chatTopLogprob struct {
+	Token   string    `json:"token"`
+	Logprob jsonFloat `json:"logprob"`
+	Bytes   []int     `json:"bytes"`
 }
 
 type chatLogprobs struct {

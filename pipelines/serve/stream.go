@@ -203,7 +203,7 @@ func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, sp *s
 		ts := streams[byIndex[j.index]]
 		c := completionChoice{Index: j.index, Text: ts.add(t.ID), TokenIDs: []int32{t.ID}}
 		if logprobs {
-			c.Logprobs = s.completionLogprobs(sp, []int32{t.ID}, []float32{t.LogProb}, 0)
+			c.Logprobs = s.completionLogprobs(sp, []int32{t.ID}, []float32{t.LogProb}, [][]engine.TokenLogProb{t.Top}, 0)
 		}
 		return ev.send(chunk(c))
 	}, func(j job, res engine.Result) error {
@@ -251,7 +251,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sp *sampling
 		}
 		c := chatChoice{Index: j.index, Delta: delta, TokenIDs: []int32{t.ID}}
 		if logprobs {
-			c.Logprobs = s.chatLogprobs(sp, []int32{t.ID}, []float32{t.LogProb})
+			c.Logprobs = s.chatLogprobs(sp, []int32{t.ID}, []float32{t.LogProb}, [][]engine.TokenLogProb{t.Top})
 		}
 		return ev.send(chunk(c))
 	}, func(j job, res engine.Result) error {
