@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/data/benchmarks"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
@@ -19,7 +19,8 @@ const (
 	VerifierHumanEval = "humaneval"
 )
 
-// Preset is a built-in benchmark: its file under the data folder, field
+// Preset is a built-in benchmark: its file under the data folder (by
+// default the copy bundled in the binary, data/benchmarks), field
 // mapping, verifier, template, default samples and report breakdowns.
 type Preset struct {
 	RelPath   string
@@ -96,10 +97,12 @@ func resolve(b Benchmark, c Config) (resolved, error) {
 		if src.Path == "" {
 			dir := c.DataDir
 			if dir == "" {
-				dir = shareddata.Dir()
-			}
-			if dir == "" {
-				return r, fmt.Errorf("benchmark %s: preset %s needs data_dir (the folder holding %s), or set path", r.Name, b.Preset, p.RelPath)
+				// The copy bundled in the binary (data/benchmarks).
+				d, err := benchmarks.Dir()
+				if err != nil {
+					return r, fmt.Errorf("benchmark %s: preset %s: %w (set data_dir to a folder holding %s, or path)", r.Name, b.Preset, err, p.RelPath)
+				}
+				dir = d
 			}
 			src.Path = storage.Join(dir, p.RelPath)
 		}

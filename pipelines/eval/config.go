@@ -18,8 +18,9 @@ type Config struct {
 	Run string `yaml:"run" json:"run"`
 	// Out is the output directory, local or gs:// (required).
 	Out string `yaml:"out" json:"out"`
-	// DataDir is where presets find their files (default: the shared data
-	// folder, ../shared/data or $AIPO_SHARED_DATA).
+	// DataDir is where presets find their files, at the paths of
+	// data/benchmarks (default: the copy bundled in the binary, written
+	// out once under the user's cache directory).
 	DataDir string `yaml:"data_dir" json:"data_dir"`
 	Policy  Policy `yaml:"policy" json:"policy"`
 	Chat    Chat   `yaml:"chat" json:"chat"`

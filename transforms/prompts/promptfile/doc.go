@@ -7,8 +7,9 @@
 // file when empty), a FieldMap saying which source fields hold the problem,
 // the answer, the solution and the id, and the data_source written into
 // every row (the rollout and eval pipelines choose the verifier by it).
-// Presets ("aime24", "gsm8k", ...) fill the mapping for the files in
-// shared/data/math.
+// Presets ("aime24", "gsm8k", ...) fill the mapping for the known datasets:
+// the benchmark files bundled in data/benchmarks and the usual layout of
+// the training sets (gsm8k_train, deepscaler_math) where you keep them.
 //
 // Read streams good rows to one callback and bad rows to another: a row
 // that is not JSON, not an object, has invalid UTF-8, lacks a problem or an

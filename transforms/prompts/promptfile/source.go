@@ -115,8 +115,8 @@ type Source struct {
 type Preset struct {
 	Fields     FieldMap
 	DataSource string
-	// RelPath is where the dataset lies under the shared data folder
-	// (shared/data), for commands that default to the bundled copy.
+	// RelPath is where the dataset lies under a data folder laid out as
+	// data/benchmarks (which bundles the evaluation sets).
 	RelPath string
 	// Rows is the number of good rows the bundled copy yields.
 	Rows int

@@ -1,0 +1,32 @@
+package eval
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Without data_dir the presets read the copy bundled in the binary: no
+// folder outside the repository is looked for (an offline data folder
+// named by AIPO_SHARED_DATA, here empty, is not used).
+func TestPresetsReadTheBundledCopy(t *testing.T) {
+	t.Setenv("AIPO_SHARED_DATA", t.TempDir())
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	for _, name := range PresetNames() {
+		r, err := resolve(Benchmark{Preset: name}, Config{}.withDefaults())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !strings.HasSuffix(filepath.ToSlash(r.Source.Path), Presets[name].RelPath) || !strings.Contains(r.Source.Path, "benchmarks-") {
+			t.Errorf("%s reads %s, want the bundled %s", name, r.Source.Path, Presets[name].RelPath)
+		}
+		good, dead, err := r.load(context.Background())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(good) != Presets[name].Rows || len(dead) != 0 {
+			t.Errorf("%s: %d problems (%d dead-lettered), want %d", name, len(good), len(dead), Presets[name].Rows)
+		}
+	}
+}
