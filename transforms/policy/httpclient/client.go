@@ -174,6 +174,27 @@ func (c *Client) do(ctx context.Context, method, url string, body, out any) (htt
 	}
 }
 
+// meta is do for a metadata call, bounded by remote.MetaTimeout; a server
+// that does not answer within it is named in the error.
+func (c *Client) meta(ctx context.Context, method, url string, body, out any) (http.Header, error) {
+	mctx, cancel := remote.Meta(ctx)
+	defer cancel()
+	h, err := c.do(mctx, method, url, body, out)
+	if err != nil && ctx.Err() == nil && errors.Is(mctx.Err(), context.DeadlineExceeded) {
+		return nil, fmt.Errorf("http policy %s: no answer to %s %s within %s (the server accepts connections but does not answer; check it and the address): %w",
+			c.base, method, secure.RedactURL(mustURL(url)), remote.MetaTimeout, err)
+	}
+	return h, err
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		return &url.URL{Opaque: "(unparsable)"}
+	}
+	return u
+}
+
 // once makes one attempt; it reports whether a failure may pass when
 // repeated, and the server's Retry-After.
 func (c *Client) once(ctx context.Context, method, url string, payload []byte, out any) (http.Header, bool, time.Duration, error) {
@@ -439,7 +460,7 @@ func (c *Client) Release(ctx context.Context, session string) {
 		return
 	}
 	var out map[string]any
-	c.do(ctx, http.MethodPost, c.root+"/aipo/release", map[string]any{"session": session}, &out)
+	c.meta(ctx, http.MethodPost, c.root+"/aipo/release", map[string]any{"session": session}, &out)
 }
 
 // Tokenize encodes text through /tokenize.
@@ -448,7 +469,7 @@ func (c *Client) Tokenize(ctx context.Context, text string, special bool) ([]int
 		Tokens []int32 `json:"tokens"`
 	}
 	body := map[string]any{"model": c.model, "prompt": text, "add_special_tokens": false, "parse_special": special}
-	if _, err := c.do(ctx, http.MethodPost, c.root+"/tokenize", body, &out); err != nil {
+	if _, err := c.meta(ctx, http.MethodPost, c.root+"/tokenize", body, &out); err != nil {
 		return nil, err
 	}
 	return out.Tokens, nil
@@ -462,7 +483,7 @@ func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
 	if ids == nil {
 		ids = []int32{}
 	}
-	if _, err := c.do(ctx, http.MethodPost, c.root+"/detokenize", map[string]any{"model": c.model, "tokens": ids}, &out); err != nil {
+	if _, err := c.meta(ctx, http.MethodPost, c.root+"/detokenize", map[string]any{"model": c.model, "tokens": ids}, &out); err != nil {
 		return "", err
 	}
 	return out.Prompt, nil
@@ -480,7 +501,7 @@ func (c *Client) Info(ctx context.Context) (policy.Info, error) {
 			EOS           []int32 `json:"aipo_eos"`
 		} `json:"data"`
 	}
-	if _, err := c.do(ctx, http.MethodGet, c.base+"/models", nil, &out); err != nil {
+	if _, err := c.meta(ctx, http.MethodGet, c.base+"/models", nil, &out); err != nil {
 		return policy.Info{}, err
 	}
 	var names []string

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
 )
 
 // fakeServer is a minimal OpenAI-compatible completions server on a
@@ -323,5 +324,49 @@ func TestServerClosedIdleIsTransient(t *testing.T) {
 	}
 	if transient(&url.Error{Op: "Post", URL: "http://127.0.0.1:1/v1/completions", Err: errors.New("http: malformed response")}) {
 		t.Error("a malformed answer counted as transient")
+	}
+}
+
+// TestSilentServerBounded: a server that accepts connections and never
+// answers is given up on within remote.MetaTimeout at Open (the model
+// list), with an error naming it, instead of waiting for a generation's
+// bound (minutes).
+func TestSilentServerBounded(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	prev := remote.MetaTimeout
+	remote.MetaTimeout = time.Second
+	defer func() { remote.MetaTimeout = prev }()
+	addr := l.Addr().String()
+	t0 := time.Now()
+	_, err = policy.Open(context.Background(), "http://"+addr+"/v1?model=m")
+	if el := time.Since(t0); el > 5*time.Second {
+		t.Errorf("gave up after %v; want about the 1s bound", el)
+	}
+	if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "no answer") {
+		t.Errorf("error %v, want one naming %s and the missing answer", err, addr)
 	}
 }

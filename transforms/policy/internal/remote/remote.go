@@ -110,6 +110,21 @@ var DefaultRetry = Retry{MaxRetries: 20, Budget: 30 * time.Second, Initial: 100 
 // busy server takes minutes).
 const CallTimeout = 10 * time.Minute
 
+// MetaTimeout bounds a metadata call (the model list, tokenize,
+// detokenize, release), retries included: unlike a generation, a server
+// answers it at once, so one that accepts connections but does not answer
+// is found within this bound. A variable for tests.
+var MetaTimeout = 30 * time.Second
+
+// Meta bounds a metadata call: ctx itself when its deadline comes sooner,
+// else ctx with MetaTimeout.
+func Meta(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= MetaTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, MetaTimeout)
+}
+
 // Attempt bounds one attempt: ctx itself when it has a deadline, else ctx
 // with CallTimeout.
 func Attempt(ctx context.Context) (context.Context, context.CancelFunc) {
