@@ -82,9 +82,6 @@ func runDemo(args []string) int {
 			c.Run.Seed = uint64(*seed)
 		}
 	}
-	if *quick {
-		p.log(quickNote)
-	}
 	rep, err := train.RunDemo(ctx, train.DemoOptions{
 		RunDir: dir, Quick: *quick, Progress: p.event, WarmStartProgress: p.warmStart, Log: p.log, Mutate: mutate,
 		Lease: lo, Reconfigure: *reconfigure,
