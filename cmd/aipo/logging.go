@@ -14,6 +14,8 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/harness"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/util/hooks"
 	beamlog "github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 )
 
@@ -85,9 +87,33 @@ func initBeam() error {
 		beamName = "error"
 	}
 	beamlog.LogLevel = beamName
+	if workersHere() {
+		// Workers in this process would send their logs to the runner,
+		// which prints them (at INFO, and to stderr whatever the level
+		// once the channel of a finished worker is full); in-process they
+		// log through slog like the runner, at the level asked for.
+		hooks.DisableHook(harness.DefaultRemoteLoggingHook)
+	}
 	beam.Init()
 	setLogLevel(lv)
 	return nil
+}
+
+// workersHere reports whether the pipelines' workers run in this process:
+// prism (the default) or a portable runner with LOOPBACK workers.
+func workersHere() bool {
+	runner, env := "", ""
+	if f := flag.Lookup("runner"); f != nil {
+		runner = strings.ToLower(f.Value.String())
+	}
+	if f := flag.Lookup("environment_type"); f != nil {
+		env = strings.ToUpper(f.Value.String())
+	}
+	switch runner {
+	case "", "prism", "direct", "directrunner", "prismrunner":
+		return true
+	}
+	return env == "LOOPBACK"
 }
 
 // applyStorageTimeout sets the object store's bound from --storage-timeout,
