@@ -28,7 +28,9 @@ func runAnalyze(args []string) int {
 			"Reads every committed step of a run (steps without %s are skipped) and writes\n"+
 			"per-step accuracy, failed and solved-all tasks, interactions per trajectory by\n"+
 			"agent, external-token share, response lengths, collaborator latency and errors,\n"+
-			"and noisy-document share. Runs on prism unless --runner says otherwise.\n\nFlags:\n", "_MANIFEST.json")
+			"and noisy-document share, with the learner's loss, KL, clip fractions and external-token\n"+
+			"probability. A shard that cannot be read is named and its step left out. Runs on prism\n"+
+			"unless --runner says otherwise.\n\nFlags:\n", "_MANIFEST.json")
 		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
