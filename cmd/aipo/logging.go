@@ -73,7 +73,12 @@ func parseLogLevel(flagValue string) (string, slog.Level, error) {
 // initBeam is beam.Init for the pipeline commands, followed by the logging
 // setting: it returns an error (exit 2) for a bad --log-level.
 func initBeam() error {
-	name, lv, err := parseLogLevel(*logLevelFlag)
+	level := *logLevelFlag
+	if level == "" && os.Getenv(logLevelEnv) == "" && dataflowDryRun() {
+		// A dry run's output is the job, which the runner logs at INFO.
+		level = "info"
+	}
+	name, lv, err := parseLogLevel(level)
 	if err != nil {
 		return err
 	}
