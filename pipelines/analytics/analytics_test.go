@@ -193,6 +193,10 @@ func compareFields(t *testing.T, path string, g, w reflect.Value) {
 		} else if !g.IsNil() {
 			compareFields(t, path, g.Elem(), w.Elem())
 		}
+	case reflect.Map:
+		if !reflect.DeepEqual(g.Interface(), w.Interface()) {
+			t.Errorf("%s = %v, want %v", path, g.Interface(), w.Interface())
+		}
 	case reflect.Float64:
 		if math.Abs(g.Float()-w.Float()) > 1e-12 {
 			t.Errorf("%s = %v, want %v", path, g.Float(), w.Float())
@@ -348,13 +352,12 @@ func TestCorruptShardIsNamedAndItsStepSkipped(t *testing.T) {
 }
 
 // The learner's records reach the report: from metrics.jsonl, else from a
-// step's own metrics file; figures about the sampler/learner mismatch get
-// their own columns and panel when present.
+// step's own metrics file.
 func TestLearnerMetricsInTheReport(t *testing.T) {
 	run := filepath.Join(t.TempDir(), "run")
 	buildRun(t, run)
 	ctx := context.Background()
-	jsonl := `{"kind":"learn","step":1,"policy_version":1,"tokens":22,"loss":0.25,"grad_norm":1.5,"lr":0.0002,"loss_metrics":{"approx_kl_old":0.01,"kl_ref":0,"clip_frac_low":0.1,"clip_frac_high":0.2,"clip_frac_dual":0,"ext_prob_mean":0.6,"ext_under_omega_frac":0.3,"logprob_mismatch_mean":0.004}}
+	jsonl := `{"kind":"learn","step":1,"policy_version":1,"tokens":22,"loss":0.25,"grad_norm":1.5,"lr":0.0002,"loss_metrics":{"approx_kl_old":0.01,"kl_ref":0,"clip_frac_low":0.1,"clip_frac_high":0.2,"clip_frac_dual":0,"ext_prob_mean":0.6,"ext_under_omega_frac":0.3}}
 {"kind":"eval","step":2,"policy_version":2,"splits":[]}
 {"kind":"learn","step":2,"policy_version":2,"tokens":8,"loss":-0.5,"grad_norm":0.5,"lr":0.0001,"loss_metrics":{"approx_kl_old":0.02,"ext_prob_mean":0.7}}
 `
@@ -371,7 +374,7 @@ func TestLearnerMetricsInTheReport(t *testing.T) {
 		t.Fatalf("%d steps, want 3", len(rep.Steps))
 	}
 	for i, w := range []LearnerMetrics{
-		{Loss: 0.25, GradNorm: 1.5, LR: 0.0002, Tokens: 22, Metrics: map[string]float64{"approx_kl_old": 0.01, "kl_ref": 0, "clip_frac_low": 0.1, "clip_frac_high": 0.2, "clip_frac_dual": 0, "ext_prob_mean": 0.6, "ext_under_omega_frac": 0.3, "logprob_mismatch_mean": 0.004}},
+		{Loss: 0.25, GradNorm: 1.5, LR: 0.0002, Tokens: 22, Metrics: map[string]float64{"approx_kl_old": 0.01, "kl_ref": 0, "clip_frac_low": 0.1, "clip_frac_high": 0.2, "clip_frac_dual": 0, "ext_prob_mean": 0.6, "ext_under_omega_frac": 0.3}},
 		{Loss: -0.5, GradNorm: 0.5, LR: 0.0001, Tokens: 8, Metrics: map[string]float64{"approx_kl_old": 0.02, "ext_prob_mean": 0.7}},
 		{Loss: 0.125, GradNorm: 0.25, LR: 5e-05, Metrics: map[string]float64{"ext_prob_mean": 0.9}},
 	} {
@@ -383,7 +386,7 @@ func TestLearnerMetricsInTheReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"## Learner", "![learner](learner.png)", "logprob_mismatch_mean |", "| 1 | 0.25 | 1.5 | 0.0002 | 0.01 | 0 | 0.1 / 0.2 / 0 | 0.6 | 0.3 | 0.004 |", "| 2 | -0.5 | 0.5 | 0.0001 | 0.02 | - | - / - / - | 0.7 | - | - |", "| learner ext_prob_mean | 0.9 |"} {
+	for _, s := range []string{"## Learner", "![learner](learner.png)", "| 1 | 0.25 | 1.5 | 0.0002 | 0.01 | 0 | 0.1 / 0.2 / 0 | 0.6 | 0.3 |", "| 2 | -0.5 | 0.5 | 0.0001 | 0.02 | - | - / - / - | 0.7 | - |", "| learner ext_prob_mean | 0.9 |"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("%s lacks %q:\n%s", MarkdownName, s, md)
 		}
@@ -396,8 +399,8 @@ func TestLearnerMetricsInTheReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Six panels (loss, gradient norm, KL, clipped tokens, external
-	// tokens, mismatch) in two rows of three.
+	// Five panels (loss, gradient norm, KL, clipped tokens, external
+	// tokens) in two rows of three.
 	if r := img.Bounds(); r.Dx() < 3*r.Dy()/2 || r.Dy() < 600 {
 		t.Errorf("%s is %dx%d pixels; want two rows of three panels", LearnerPNG, r.Dx(), r.Dy())
 	}
@@ -405,8 +408,8 @@ func TestLearnerMetricsInTheReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(plots) != 6 || plots[5].Title.Text != "Sampler / learner mismatch" {
-		t.Errorf("%d learner panels, want 6 ending with the mismatch", len(plots))
+	if len(plots) != 5 || plots[4].Title.Text != "External tokens" {
+		t.Errorf("%d learner panels, want 5 ending with the external tokens", len(plots))
 	}
 }
 

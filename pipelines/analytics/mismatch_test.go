@@ -38,6 +38,10 @@ func TestAnalyzeMismatch(t *testing.T) {
 	w := append([]StepMetrics(nil), want...)
 	w[0].Mismatch = &Mismatch{Mismatch: loss.Mismatch{Tokens: 12, Sequences: 4, AbsMean: 0.02, AbsMax: 0.5, KL: 0.001, KLK3: 0.0004},
 		Corrected: true, ISWeightMean: 1.05, ISFracHigh: 0.25, ISFracLow: 0.125}
+	// The same records give the learner's figures.
+	w[0].Learner = &LearnerMetrics{Loss: 0.1, Metrics: map[string]float64{"loss": 0.1, "rollout_is_ratio_mean": 1.1, "rollout_is_weight_mean": 1.05,
+		"rollout_is_frac_high": 0.25, "rollout_is_frac_low": 0.125, "rollout_is_masked_frac": 0}}
+	w[1].Learner = &LearnerMetrics{Loss: 0.2, Metrics: map[string]float64{"loss": 0.2}}
 	if len(rep.Steps) != len(w) {
 		t.Fatalf("report has %d steps, want %d", len(rep.Steps), len(w))
 	}

@@ -22,7 +22,7 @@ const (
 	// MismatchPNG is written when a step has the learner's mismatch
 	// measurement.
 	MismatchPNG = "mismatch.png"
-	LearnerPNG      = "learner.png"
+	LearnerPNG  = "learner.png"
 )
 
 type series struct {
