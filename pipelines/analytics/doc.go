@@ -6,7 +6,11 @@
 // Input: <run>/step-NNNNNN/_MANIFEST.json and the trajectory shards it
 // lists. A step without a manifest is not committed (its writer is running
 // or was killed): it is skipped with a notice and never read. Shards are
-// verified against the manifest's sizes and sha256 before they are parsed.
+// verified against the manifest's sizes and sha256 before they are parsed;
+// a shard that fails (missing, damaged, not decodable) does not fail the
+// analysis: its step is left out and listed as skipped, naming the shard
+// and the reason (Report.Unreadable), and the other steps are reported. A
+// run none of whose steps can be read is an error.
 //
 // Per step, over the step's trajectories (one per sample of a prompt):
 //
@@ -35,7 +39,10 @@
 // log-probabilities of the policy's own tokens against the sampler's
 // (policy tokens compared, mean and max |delta log p|, KL estimates k1 and
 // k3), and the rollout correction's weight mean and bounded fractions when
-// the step trained with learner.loss.rollout_correction.
+// the step trained with learner.loss.rollout_correction. And the learner's
+// figures of its update (LearnerMetrics, from <run>/metrics.jsonl, else the
+// step's record): loss, gradient norm, learning rate, the KL estimates, the
+// clip fractions and the external tokens' probability.
 //
 // Percentiles are exact, by the nearest-rank rule: the p-th percentile of n
 // sorted values is the value at rank ceil(p/100 * n). The values of a step
@@ -44,8 +51,10 @@
 // batch), not with the run.
 //
 // Output, under --out (default <run>/analysis, local or gs://):
-// analysis.json (every metric of every step), analysis.md (a summary table
-// and a table per step) and PNG plots: failed_tasks.png, accuracy.png,
-// interactions.png and dynamics.png (the three side by side, as in Fig. 5),
-// and mismatch.png when a step has a mismatch measurement.
+// analysis.json (every metric of every step), analysis.md (a summary table,
+// the learner's table and a table per step) and PNG plots: failed_tasks.png,
+// accuracy.png, interactions.png and dynamics.png (the three side by side,
+// as in Fig. 5), learner.png when the learner has run, and mismatch.png when
+// a step has a mismatch measurement. Legends are drawn beside the plots
+// (DrawClear), never over their lines.
 package analytics
