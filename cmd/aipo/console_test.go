@@ -250,3 +250,27 @@ func TestProgressLines(t *testing.T) {
 		t.Errorf("the log line does not start on a cleared line: %q", out)
 	}
 }
+
+// aipoLine is a line of the demo's console that aipo writes (on a pipe:
+// plain lines).
+var aipoLine = regexp.MustCompile(`^(warm start|training|eval checkpoint|step \d+/\d+: |analytics: |report: |policy alone|checkpoint +\d+: |quick demo: )`)
+
+// The quick demo's console is aipo's own lines only, one per step, and
+// says that --quick is a smoke test.
+func TestQuickDemoConsole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick demo in a child process")
+	}
+	code, out := runAipo(t, "demo", "--quick", "--run", filepath.Join(t.TempDir(), "quick"))
+	if code != 0 {
+		t.Fatalf("aipo demo --quick exited %d:\n%s", code, out)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !aipoLine.MatchString(l) {
+			t.Errorf("line %q is not aipo's", l)
+		}
+	}
+	if !strings.Contains(out, "smoke test") || strings.Count(out, "step 3/3: ") != 1 {
+		t.Errorf("the console does not say it is a smoke test, or does not print each step once:\n%s", out)
+	}
+}
