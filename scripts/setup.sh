@@ -52,6 +52,12 @@ test)
   # sources; without it (not Debian, no root) the check is skipped.
   "$root/scripts/ptx.sh" --install >/dev/null 2>&1 ||
     echo "setup: NVRTC is unavailable; make test will skip the PTX staleness check" >&2
+  # llama.cpp's llama-server is the real OpenAI-compatible server the HTTP
+  # policy client is tested against: built once from the source npm's
+  # node-llama-cpp bundles (10-20 minutes on 2 cores), cached after.
+  apt_install cmake g++
+  "$root/scripts/llama-server.sh" ||
+    echo "setup: building llama-server failed; its tests fail until it builds (AIPO_SKIP_LLAMA=1 skips them)" >&2
   if command -v go >/dev/null && [ ! -x "$root/build/tools/grpcurl" ]; then
     echo "setup: building grpcurl for the serve tests" >&2
     (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||

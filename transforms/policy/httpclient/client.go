@@ -1,43 +1,88 @@
 // Package httpclient is the policy.Client of OpenAI-compatible servers that
 // take token-id prompts and return token ids with log-probs: `aipo serve`,
-// vLLM and SGLang. It registers the URI schemes "http" and "https":
+// vLLM, SGLang and llama.cpp's llama-server. It registers the URI schemes
+// "http" and "https":
 //
 //	http://127.0.0.1:8000/v1?model=NAME
 //	https://policy.example/v1?model=NAME&token_env=AIPO_POLICY_TOKEN&ca=/etc/aipo/ca.pem
+//	http://127.0.0.1:8080/v1?server=llamacpp
 //
 // The path is the API's base (default /v1). Query parameters: model (the
-// served model name; default: the only model of GET /v1/models),
-// token_env or token_file (the bearer token, sent as "Authorization:
-// Bearer"; never put the token itself in a URI), ca (PEM CA file for
-// https), max_retries and retry_budget (the retry policy shared with the
-// gRPC client, remote.Retry; default: up to 20 retries within 30s).
+// served model name; default: the only model of GET /v1/models), server
+// (which server answers: auto, aipo, vllm, sglang or llamacpp; see
+// below), token_env or token_file (the bearer token, sent as
+// "Authorization: Bearer"; never put the token itself in a URI), ca (PEM
+// CA file for https), max_retries and retry_budget (the retry policy
+// shared with the gRPC client, remote.Retry; default: up to 20 retries
+// within 30s).
 //
-// Generate posts to /v1/completions a token-id prompt with max_tokens,
-// temperature, top_p, top_k, seed, stop, stop_token_ids and logprobs, and
-// vLLM's extensions return_token_ids, return_tokens_as_token_ids,
-// skip_special_tokens=false and include_stop_str_in_output (servers that
-// do not know a field ignore it). It reads the sampled ids from the
-// choice's token_ids, or else from logprobs.tokens written as
-// "token_id:N", and the log-probs from logprobs.token_logprobs. A finish
-// reason "stop" with no stop_reason (SGLang: matched_stop) is an end of
-// sequence; a numeric one is a stop token id (an end of sequence when it
-// was not asked for), a string one a stop string. The policy
-// version comes from aipo_policy_version (aipo serve; other servers: 0).
+// # Servers
+//
+// The servers agree on /v1/models and on little else: where a completion's
+// token ids and log-probs are, and what /tokenize and /detokenize read
+// and answer, differ. The client speaks each one's dialect, chosen by the
+// server parameter; with server=auto (the default) the first answer of
+// /v1/models decides: aipo serve writes aipo_policy_version, and vLLM,
+// SGLang and llama-server name themselves in owned_by ("vllm", "sglang",
+// "llamacpp"). A listing that names none of them (a proxy in front, an
+// unknown server) is spoken to as vLLM, the generic OpenAI completions
+// dialect, and the client says so once on standard error; set server= to
+// choose. The dialects (servers.go, sglang.go, llamacpp.go cite the
+// documents and versions they follow):
+//
+//   - aipo and vllm: POST /v1/completions with a token-id prompt and
+//     vLLM's extensions return_token_ids, return_tokens_as_token_ids,
+//     skip_special_tokens=false and include_stop_str_in_output. The ids
+//     are read from the choice's token_ids, or else from logprobs.tokens
+//     written as "token_id:N" (or logprobs.content[].id / .token), the
+//     log-probs from logprobs.token_logprobs (or logprobs.content[].logprob).
+//     /tokenize sends prompt and reads tokens, /detokenize sends tokens and
+//     reads prompt. The context length is /v1/models' max_model_len.
+//   - sglang: SGLang's native POST /generate with input_ids and
+//     return_logprob, which pairs every output id with its log-prob in
+//     meta_info.output_token_logprobs ([logprob, id, text] each) beside
+//     output_ids; /v1/tokenize sends prompt and reads tokens,
+//     /v1/detokenize sends tokens and reads text; max_model_len as vLLM.
+//   - llamacpp: llama-server's native POST /completion with return_tokens
+//     (every sampled id, in tokens) and n_probs (the log-probs, in
+//     completion_probabilities[].logprob beside each entry's id), the
+//     samplers it applies by default switched off (top_k, top_p, min_p,
+//     penalties ... see llamacpp.go); /tokenize sends content and reads
+//     tokens, /detokenize sends tokens and reads content; the context is
+//     /v1/models' meta.n_ctx (the slot's), else meta.n_ctx_train.
+//
+// A finish reason "stop" with no stop_reason (SGLang: matched_stop or
+// meta_info.finish_reason.matched) is an end of sequence; a numeric one is
+// a stop token id (an end of sequence when it was not asked for), a string
+// one a stop string. The policy version comes from aipo_policy_version
+// (aipo serve; other servers: 0).
+//
+// No answer is taken on trust: a completion with no tokens although
+// max_tokens > 0, with more tokens than asked for, with ids but no
+// log-probs (or a different number of each), with ids that disagree
+// between two fields, or with a log-prob that is not a finite number <= 0
+// is an error naming the server, the endpoint and the field; so is a
+// /tokenize answer with no tokens for non-empty text and an answer that
+// lacks the field the dialect reads (a server of another kind than
+// configured).
+//
 // Requests that fail in a way that may pass are retried with exponential
 // back-off and jitter, never past the call's context deadline: connection
 // refused, reset or closed before a whole answer, and answers 502, 503,
 // 504 and 429 (honouring Retry-After when it ends within the deadline and
-// the budget). Other answers (4xx, 500) and TLS failures are not retried.
-// Every request is safe to repeat: a retry of a completion repeats its
-// seed, and the servers keep no state per request. A call whose context
-// has no deadline is bounded by remote.CallTimeout per attempt.
+// the budget). Other answers (4xx, 500) and TLS failures are not retried:
+// every request is safe to repeat, but a retry of a completion repeats its
+// seed, so a server that failed on it (llama-server answers 500 to some
+// prompts) fails the same way again; the caller decides (the rollout
+// retries a bounded number of times, then records the trajectory as
+// failed). A call whose context has no deadline is bounded by
+// remote.CallTimeout per attempt.
 //
-// Tokenize and Detokenize use vLLM's /tokenize and /detokenize beside the
-// base path (aipo serve offers them too). vLLM's tokenizer always parses
-// special tokens written in text, so Tokenize(text, false) can differ
-// there from the policy's own tokenizer for such text. Release reaches
-// aipo serve's /aipo/release; other servers evict by themselves. Linking
-// this package (import _ ".../httpclient") registers the schemes.
+// vLLM's tokenizer always parses special tokens written in text, so
+// Tokenize(text, false) can differ there from the policy's own tokenizer
+// for such text. Release reaches aipo serve's /aipo/release; other
+// servers evict by themselves. Linking this package (import _
+// ".../httpclient") registers the schemes.
 package httpclient
 
 import (
@@ -49,11 +94,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,9 +124,12 @@ type Client struct {
 	hc    *http.Client
 
 	mu     sync.Mutex
+	kind   string      // the server's dialect (ServerAipo ...); "" until the first Info under server=auto
 	info   policy.Info // first successful answer of /v1/models
 	haveIt bool
-	aipo   bool // the server is aipo serve
+	// pieces are llama-server's bytes of every token (llamacpp.go), read
+	// once when an answer needs them.
+	pieces [][]byte
 }
 
 var _ policy.Client = (*Client)(nil)
@@ -100,13 +148,22 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 	}
 	model := q.Get("model")
 	q.Del("model")
+	kind := q.Get("server")
+	q.Del("server")
+	switch kind {
+	case "", ServerAuto:
+		kind = ""
+	case ServerAipo, ServerVLLM, ServerSGLang, ServerLlamaCpp:
+	default:
+		return nil, fmt.Errorf("httpclient: server=%q in %s is not a server this client speaks to (want %s)", kind, secure.RedactURL(u), strings.Join(Servers, ", "))
+	}
 	if len(q) > 0 {
 		keys := make([]string, 0, len(q))
 		for k := range q {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
+		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, server, %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
@@ -121,9 +178,9 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 	}
 	root := u.Scheme + "://" + u.Host
 	c := &Client{base: root + path, root: root + strings.TrimSuffix(path, "/v1"), model: model, token: set.Token, retry: set.Retry,
-		hc: &http.Client{Transport: tr}}
-	// The first answer checks the model (or finds the only one) and keeps
-	// the context length for Generate.
+		hc: &http.Client{Transport: tr}, kind: kind}
+	// The first answer checks the model (or finds the only one), tells
+	// the server's kind and keeps the context length for Generate.
 	in, err := c.Info(ctx)
 	if err != nil {
 		return nil, err
@@ -135,6 +192,7 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 // StatusError is a non-2xx answer, with the server's OpenAI-shaped error.
 type StatusError struct {
 	URL     string
+	Server  string // the server's kind in words (vLLM, llama-server ...)
 	Status  int
 	Type    string
 	Code    string
@@ -142,7 +200,11 @@ type StatusError struct {
 }
 
 func (e *StatusError) Error() string {
-	s := fmt.Sprintf("http policy %s: %d %s", e.URL, e.Status, http.StatusText(e.Status))
+	s := fmt.Sprintf("http policy %s", e.URL)
+	if e.Server != "" {
+		s += " (" + e.Server + ")"
+	}
+	s += fmt.Sprintf(": %d %s", e.Status, http.StatusText(e.Status))
 	if e.Message != "" {
 		s += ": " + e.Message
 	}
@@ -233,7 +295,7 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		return nil, false, 0, fmt.Errorf("http policy %s: the answer exceeds %d MiB", url, maxAnswer>>20)
 	}
 	if resp.StatusCode/100 != 2 {
-		se := &StatusError{URL: url, Status: resp.StatusCode}
+		se := &StatusError{URL: url, Status: resp.StatusCode, Server: serverNames[c.serverKind()]}
 		var e struct {
 			Error struct {
 				Message string `json:"message"`
@@ -322,129 +384,101 @@ func transient(err error) bool {
 // connection the server had just closed as idle.
 const errServerClosedIdle = "http: server closed idle connection"
 
-// completion is the part of a completions answer the client reads.
-type completion struct {
-	Choices []struct {
-		FinishReason string          `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason"`  // vLLM, aipo serve
-		MatchedStop  json.RawMessage `json:"matched_stop"` // SGLang
-		TokenIDs     []int32         `json:"token_ids"`
-		Logprobs     *struct {
-			Tokens        []string   `json:"tokens"`
-			TokenLogprobs []*float64 `json:"token_logprobs"`
-		} `json:"logprobs"`
-	} `json:"choices"`
-	PolicyVersion *int64 `json:"aipo_policy_version"`
-}
-
-// Generate samples a continuation through /v1/completions.
+// Generate samples a continuation in the server's dialect.
 func (c *Client) Generate(ctx context.Context, req policy.Request) (policy.Result, error) {
-	p := req.Params
-	body := map[string]any{
-		"model": c.model, "prompt": req.Prefix, "temperature": p.Temperature, "seed": p.Seed, "logprobs": 1,
-		"return_token_ids": true, "return_tokens_as_token_ids": true, "skip_special_tokens": false, "include_stop_str_in_output": true,
+	in, err := c.static(ctx)
+	if err != nil {
+		return policy.Result{}, err
 	}
-	if p.TopP > 0 && p.TopP < 1 {
-		body["top_p"] = p.TopP
-	}
-	if p.TopK > 0 {
-		body["top_k"] = p.TopK
-	}
-	maxTokens := p.MaxTokens
-	if in, err := c.static(ctx); err == nil && in.MaxContext > 0 {
+	maxTokens := req.Params.MaxTokens
+	if in.MaxContext > 0 {
 		room := in.MaxContext - len(req.Prefix)
 		if maxTokens == 0 || maxTokens > room {
 			maxTokens = room
 		}
 	}
-	if maxTokens > 0 {
-		body["max_tokens"] = maxTokens
+	var res policy.Result
+	switch c.serverKind() {
+	case ServerSGLang:
+		res, err = c.generateSGLang(ctx, req, maxTokens)
+	case ServerLlamaCpp:
+		res, err = c.generateLlamaCpp(ctx, req, maxTokens)
+	default:
+		res, err = c.generateOpenAI(ctx, req, maxTokens)
 	}
-	if len(p.StopTokenIDs) > 0 {
-		body["stop_token_ids"] = p.StopTokenIDs
-	}
-	if len(p.StopStrings) > 0 {
-		body["stop"] = p.StopStrings
-	}
-	if req.Session != "" {
-		body["aipo_session"] = req.Session
-	}
-	var out completion
-	h, err := c.do(ctx, http.MethodPost, c.base+"/completions", body, &out)
 	if err != nil {
 		return policy.Result{}, err
 	}
-	return c.result(&out, h, p)
-}
-
-func (c *Client) result(out *completion, h http.Header, p policy.SampleParams) (policy.Result, error) {
-	url := c.base + "/completions"
-	if len(out.Choices) != 1 {
-		return policy.Result{}, fmt.Errorf("http policy %s: the answer has %d choices, want 1", url, len(out.Choices))
-	}
-	ch := out.Choices[0]
-	if ch.Logprobs == nil {
-		return policy.Result{}, fmt.Errorf("http policy %s: the answer has no logprobs; the server must return log-probs of completions (vLLM: do not set --max-logprobs 0)", url)
-	}
-	var res policy.Result
-	res.Tokens = ch.TokenIDs
-	if res.Tokens == nil {
-		for i, t := range ch.Logprobs.Tokens {
-			s, ok := strings.CutPrefix(t, "token_id:")
-			id, err := strconv.ParseInt(s, 10, 32)
-			if !ok || err != nil {
-				return policy.Result{}, fmt.Errorf("http policy %s: token %d is %q, not token_id:N; start vLLM with --return-tokens-as-token-ids or use a server that returns token_ids", url, i, t)
-			}
-			res.Tokens = append(res.Tokens, int32(id))
-		}
-	}
-	if len(ch.Logprobs.TokenLogprobs) != len(res.Tokens) {
-		return policy.Result{}, fmt.Errorf("http policy %s: %d tokens but %d log-probs", url, len(res.Tokens), len(ch.Logprobs.TokenLogprobs))
-	}
-	for _, lp := range ch.Logprobs.TokenLogprobs {
-		if lp == nil {
-			return policy.Result{}, fmt.Errorf("http policy %s: a sampled token has no log-prob", url)
-		}
-		res.LogProbs = append(res.LogProbs, float32(*lp))
-	}
-	switch ch.FinishReason {
-	case "length":
-		res.FinishReason = policy.FinishLength
-	case "stop":
-		var reason any
-		raw := ch.StopReason
-		if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-			raw = ch.MatchedStop
-		}
-		if len(raw) > 0 {
-			d := json.NewDecoder(bytes.NewReader(raw))
-			d.UseNumber()
-			d.Decode(&reason)
-		}
-		switch r := reason.(type) {
-		case nil:
-			res.FinishReason = policy.FinishEOS
-		case json.Number:
-			res.FinishReason, res.Stop = policy.FinishStop, r.String()
-			// A server may name an end-of-sequence id given as a stop id.
-			if id, err := r.Int64(); err == nil && !slices.Contains(p.StopTokenIDs, int32(id)) {
-				res.FinishReason, res.Stop = policy.FinishEOS, ""
-			}
-		case string:
-			res.FinishReason, res.Stop = policy.FinishStop, r
-		default:
-			return policy.Result{}, fmt.Errorf("http policy %s: stop_reason %s is neither a token id nor a string", url, ch.StopReason)
-		}
-	default:
-		return policy.Result{}, fmt.Errorf("http policy %s: finish_reason %q (want stop or length)", url, ch.FinishReason)
-	}
-	switch {
-	case out.PolicyVersion != nil:
-		res.PolicyVersion = *out.PolicyVersion
-	case h.Get("X-Aipo-Policy-Version") != "":
-		res.PolicyVersion, _ = strconv.ParseInt(h.Get("X-Aipo-Policy-Version"), 10, 64)
+	if err := c.check(res, maxTokens, in.VocabSize); err != nil {
+		return policy.Result{}, err
 	}
 	return res, nil
+}
+
+// check refuses a result that cannot be trained on: no tokens although
+// some were asked for (every finish, an end of sequence included, writes
+// at least the token that ended it), more than asked for, ids without
+// log-probs or outside the vocabulary, log-probs that are not finite and
+// <= 0 (a small positive rounding is tolerated).
+func (c *Client) check(res policy.Result, maxTokens, vocab int) error {
+	who := c.who()
+	switch {
+	case maxTokens > 0 && len(res.Tokens) == 0:
+		return fmt.Errorf("%s: the completion has no tokens although max_tokens is %d (finish reason %q); the server returned an empty result", who, maxTokens, res.FinishReason)
+	case maxTokens > 0 && len(res.Tokens) > maxTokens:
+		return fmt.Errorf("%s: the completion has %d tokens, more than max_tokens %d", who, len(res.Tokens), maxTokens)
+	case len(res.LogProbs) != len(res.Tokens):
+		return fmt.Errorf("%s: the completion has %d token ids but %d log-probs", who, len(res.Tokens), len(res.LogProbs))
+	}
+	for i, id := range res.Tokens {
+		if id < 0 || (vocab > 0 && int(id) >= vocab) {
+			return fmt.Errorf("%s: token %d of the completion is id %d, outside the vocabulary of %d", who, i, id, vocab)
+		}
+	}
+	for i, lp := range res.LogProbs {
+		if math.IsNaN(float64(lp)) || math.IsInf(float64(lp), 0) || lp > maxLogProb {
+			return fmt.Errorf("%s: the log-prob of token %d (id %d) is %v, not a finite number <= 0", who, i, res.Tokens[i], lp)
+		}
+	}
+	return nil
+}
+
+// maxLogProb tolerates a log-prob a hair above 0: servers compute them in
+// float32 (log of a softmax that rounds to 1 can come out at +1e-7).
+const maxLogProb = 1e-4
+
+// finish maps a server's finish reason and stop reason (JSON: null, a
+// number or a string) to the Result's.
+func finish(who, reason string, stop json.RawMessage, p policy.SampleParams, res *policy.Result) error {
+	switch reason {
+	case "length":
+		res.FinishReason = policy.FinishLength
+		return nil
+	case "stop":
+	default:
+		return fmt.Errorf("%s: finish reason %q (want stop or length)", who, reason)
+	}
+	var r any
+	if len(stop) > 0 {
+		d := json.NewDecoder(bytes.NewReader(stop))
+		d.UseNumber()
+		d.Decode(&r)
+	}
+	switch r := r.(type) {
+	case nil:
+		res.FinishReason = policy.FinishEOS
+	case json.Number:
+		res.FinishReason, res.Stop = policy.FinishStop, r.String()
+		// A server may name an end-of-sequence id given as a stop id.
+		if id, err := r.Int64(); err == nil && !slices.Contains(p.StopTokenIDs, int32(id)) {
+			res.FinishReason, res.Stop = policy.FinishEOS, ""
+		}
+	case string:
+		res.FinishReason, res.Stop = policy.FinishStop, r
+	default:
+		return fmt.Errorf("%s: the stop reason %s is neither a token id nor a string", who, stop)
+	}
+	return nil
 }
 
 // Release drops a session's cache on aipo serve; other servers keep no
@@ -453,77 +487,11 @@ func (c *Client) Release(ctx context.Context, session string) {
 	if _, err := c.static(ctx); err != nil || session == "" {
 		return
 	}
-	c.mu.Lock()
-	aipo := c.aipo
-	c.mu.Unlock()
-	if !aipo {
+	if c.serverKind() != ServerAipo {
 		return
 	}
 	var out map[string]any
 	c.meta(ctx, http.MethodPost, c.root+"/aipo/release", map[string]any{"session": session}, &out)
-}
-
-// Tokenize encodes text through /tokenize.
-func (c *Client) Tokenize(ctx context.Context, text string, special bool) ([]int32, error) {
-	var out struct {
-		Tokens []int32 `json:"tokens"`
-	}
-	body := map[string]any{"model": c.model, "prompt": text, "add_special_tokens": false, "parse_special": special}
-	if _, err := c.meta(ctx, http.MethodPost, c.root+"/tokenize", body, &out); err != nil {
-		return nil, err
-	}
-	return out.Tokens, nil
-}
-
-// Detokenize decodes ids through /detokenize.
-func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
-	var out struct {
-		Prompt string `json:"prompt"`
-	}
-	if ids == nil {
-		ids = []int32{}
-	}
-	if _, err := c.meta(ctx, http.MethodPost, c.root+"/detokenize", map[string]any{"model": c.model, "tokens": ids}, &out); err != nil {
-		return "", err
-	}
-	return out.Prompt, nil
-}
-
-// Info describes the model from /v1/models: its name, max_model_len and,
-// from aipo serve, the policy version, vocabulary size and EOS ids.
-func (c *Client) Info(ctx context.Context) (policy.Info, error) {
-	var out struct {
-		Data []struct {
-			ID            string  `json:"id"`
-			MaxModelLen   int     `json:"max_model_len"`
-			PolicyVersion *int64  `json:"aipo_policy_version"`
-			VocabSize     int     `json:"aipo_vocab_size"`
-			EOS           []int32 `json:"aipo_eos"`
-		} `json:"data"`
-	}
-	if _, err := c.meta(ctx, http.MethodGet, c.base+"/models", nil, &out); err != nil {
-		return policy.Info{}, err
-	}
-	var names []string
-	for _, m := range out.Data {
-		if m.ID == c.model || (c.model == "" && len(out.Data) == 1) {
-			in := policy.Info{Model: m.ID, VocabSize: m.VocabSize, EOS: m.EOS, MaxContext: m.MaxModelLen}
-			if m.PolicyVersion != nil {
-				in.PolicyVersion = *m.PolicyVersion
-			}
-			c.mu.Lock()
-			if !c.haveIt {
-				c.info, c.haveIt, c.aipo = in, true, m.PolicyVersion != nil
-			}
-			c.mu.Unlock()
-			return in, nil
-		}
-		names = append(names, m.ID)
-	}
-	if c.model == "" {
-		return policy.Info{}, fmt.Errorf("http policy %s: the server has %d models (%s); name one with ?model=NAME", c.base, len(names), strings.Join(names, ", "))
-	}
-	return policy.Info{}, fmt.Errorf("http policy %s: the server does not serve model %q (it serves: %s)", c.base, c.model, strings.Join(names, ", "))
 }
 
 // static is the first successful Info (the context length and vocabulary

@@ -34,7 +34,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch r.URL.Path {
 	case "/v1/models":
-		fmt.Fprint(w, `{"object":"list","data":[{"id":"m","max_model_len":64}]}`)
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"m","owned_by":"vllm","max_model_len":64}]}`)
 	case "/v1/completions":
 		n := f.completions.Add(1)
 		if f.fail != nil && f.fail(w, r, n) {

@@ -65,8 +65,12 @@ func (s *scriptServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var out any
 	switch r.URL.Path {
 	case "/v1/models":
-		out = map[string]any{"data": []any{map[string]any{"id": "m", "max_model_len": 8192}}}
-	case "/tokenize":
+		owner := "vllm"
+		if s.sglang {
+			owner = "sglang"
+		}
+		out = map[string]any{"data": []any{map[string]any{"id": "m", "owned_by": owner, "max_model_len": 8192}}}
+	case "/tokenize", "/v1/tokenize":
 		var text string
 		var special bool
 		json.Unmarshal(req["prompt"], &text)
@@ -76,7 +80,7 @@ func (s *scriptServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ids = s.tok.EncodeSpecial(text)
 		}
 		out = map[string]any{"tokens": ids}
-	case "/detokenize":
+	case "/detokenize", "/v1/detokenize":
 		var ids []int
 		json.Unmarshal(req["tokens"], &ids)
 		text, err := s.tok.Decode(ids, false)
@@ -85,11 +89,19 @@ func (s *scriptServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		out = map[string]any{"prompt": text}
-	case "/v1/completions":
+		if s.sglang {
+			out = map[string]any{"text": text}
+		}
+	case "/v1/completions", "/generate":
 		var stops []string
 		var include bool
 		json.Unmarshal(req["stop"], &stops)
 		json.Unmarshal(req["include_stop_str_in_output"], &include)
+		if r.URL.Path == "/generate" {
+			var sp map[string]json.RawMessage
+			json.Unmarshal(req["sampling_params"], &sp)
+			json.Unmarshal(sp["stop"], &stops)
+		}
 		s.mu.Lock()
 		k := s.calls
 		s.calls++
@@ -123,6 +135,21 @@ func (s *scriptServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				text = text[:cut]
 				break
 			}
+		}
+		if r.URL.Path == "/generate" {
+			// SGLang's native answer: output_ids, and meta_info with the
+			// finish reason and [logprob, id, null] per output token.
+			lpe := make([]any, len(ids))
+			for i, id := range ids {
+				lpe[i] = []any{lps[i], id, nil}
+			}
+			fr := map[string]any{"type": finish, "matched": reason}
+			if finish == "length" {
+				fr = map[string]any{"type": "length", "length": len(ids)}
+			}
+			out = map[string]any{"text": text, "output_ids": ids, "meta_info": map[string]any{"id": "x", "finish_reason": fr,
+				"prompt_tokens": 3, "completion_tokens": len(ids), "output_token_logprobs": lpe, "weight_version": "default"}}
+			break
 		}
 		toks := make([]string, len(ids))
 		for i, id := range ids {

@@ -1,0 +1,371 @@
+package httpclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/aipo-rl/aipo/transforms/policy"
+)
+
+// The servers the client speaks to (URI parameter server; ServerAuto
+// tells them apart by their /v1/models answer).
+const (
+	ServerAuto     = "auto"
+	ServerAipo     = "aipo"     // aipo serve
+	ServerVLLM     = "vllm"     // vLLM, and the generic OpenAI completions dialect
+	ServerSGLang   = "sglang"   // SGLang
+	ServerLlamaCpp = "llamacpp" // llama.cpp's llama-server
+)
+
+// Servers are the values of the server parameter.
+var Servers = []string{ServerAuto, ServerAipo, ServerVLLM, ServerSGLang, ServerLlamaCpp}
+
+// serverNames are the servers' names in messages.
+var serverNames = map[string]string{ServerAipo: "aipo serve", ServerVLLM: "vLLM", ServerSGLang: "SGLang", ServerLlamaCpp: "llama-server"}
+
+// noticeOut receives the one-line notice of a server whose kind the
+// listing does not tell (once per base URL and process).
+var (
+	noticeOut  io.Writer = os.Stderr
+	noticeSaid sync.Map
+)
+
+// serverKind is the dialect in use (ServerVLLM until Info decided).
+func (c *Client) serverKind() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kind == "" {
+		return ServerVLLM
+	}
+	return c.kind
+}
+
+// who names the server in errors: its base URL and kind.
+func (c *Client) who() string {
+	return "http policy " + c.base + " (" + serverNames[c.serverKind()] + ")"
+}
+
+// modelEntry is one model of a /v1/models answer, with what each server
+// adds: vLLM and SGLang max_model_len
+// (https://docs.vllm.ai/en/v0.11.0/serving/openai_compatible_server.html;
+// sgl-project/sglang python/sglang/srt/entrypoints/http_server.py
+// available_models at 0025436eab0556737d615b36a4dd3e1e26e82f3d), aipo serve
+// its aipo_* fields, llama-server meta with n_ctx (the context of one
+// slot) and n_ctx_train (llama.cpp tools/server/server-context.cpp
+// get_res_model_info and tools/server/README.md "GET /v1/models" at
+// 80fb11ac73e66d89eae2c6a91d8a77428fa733ed, the source bundled in npm's
+// node-llama-cpp@3.21.1).
+type modelEntry struct {
+	ID            string  `json:"id"`
+	OwnedBy       string  `json:"owned_by"`
+	MaxModelLen   int     `json:"max_model_len"`
+	PolicyVersion *int64  `json:"aipo_policy_version"`
+	VocabSize     int     `json:"aipo_vocab_size"`
+	EOS           []int32 `json:"aipo_eos"`
+	Meta          *struct {
+		NCtx      int `json:"n_ctx"`
+		NCtxTrain int `json:"n_ctx_train"`
+		NVocab    int `json:"n_vocab"`
+	} `json:"meta"`
+}
+
+// kindOf tells the server from its model entry: "" when nothing names it.
+func kindOf(m modelEntry) string {
+	switch {
+	case m.PolicyVersion != nil || m.OwnedBy == "aipo":
+		return ServerAipo
+	case m.OwnedBy == "vllm":
+		return ServerVLLM
+	case m.OwnedBy == "sglang":
+		return ServerSGLang
+	case m.OwnedBy == "llamacpp" || m.Meta != nil && m.Meta.NCtxTrain > 0:
+		return ServerLlamaCpp
+	}
+	return ""
+}
+
+// Info describes the model from /v1/models: its name and context length,
+// from aipo serve also the policy version, vocabulary size and EOS ids,
+// from llama-server the vocabulary size. The first answer also settles
+// the server's kind under server=auto.
+func (c *Client) Info(ctx context.Context) (policy.Info, error) {
+	var out struct {
+		Data []modelEntry `json:"data"`
+	}
+	if _, err := c.meta(ctx, http.MethodGet, c.base+"/models", nil, &out); err != nil {
+		return policy.Info{}, err
+	}
+	var names []string
+	for _, m := range out.Data {
+		if m.ID != c.model && (c.model != "" || len(out.Data) != 1) {
+			names = append(names, m.ID)
+			continue
+		}
+		c.mu.Lock()
+		if c.kind == "" {
+			c.kind = kindOf(m)
+			if c.kind == "" {
+				c.kind = ServerVLLM
+				if _, said := noticeSaid.LoadOrStore(c.base, true); !said {
+					fmt.Fprintf(noticeOut, "http policy %s: /v1/models names no server this client knows (owned_by %q), so it speaks the OpenAI completions dialect with vLLM's extensions; set server=vllm, sglang, llamacpp or aipo in the endpoint URI to choose\n", c.base, m.OwnedBy)
+				}
+			}
+		}
+		kind := c.kind
+		c.mu.Unlock()
+		in := policy.Info{Model: m.ID, MaxContext: m.MaxModelLen}
+		switch kind {
+		case ServerAipo:
+			in.VocabSize, in.EOS = m.VocabSize, m.EOS
+			if m.PolicyVersion != nil {
+				in.PolicyVersion = *m.PolicyVersion
+			}
+		case ServerLlamaCpp:
+			if m.Meta == nil {
+				return policy.Info{}, fmt.Errorf("%s: /v1/models has no meta for model %q (llama-server writes none while the model loads); try again when /health answers ok", c.who(), m.ID)
+			}
+			in.VocabSize = m.Meta.NVocab
+			in.MaxContext = m.Meta.NCtx
+			if in.MaxContext <= 0 {
+				in.MaxContext = m.Meta.NCtxTrain
+			}
+		}
+		c.mu.Lock()
+		if !c.haveIt {
+			c.info, c.haveIt = in, true
+		}
+		c.mu.Unlock()
+		return in, nil
+	}
+	if c.model == "" {
+		return policy.Info{}, fmt.Errorf("http policy %s: the server has %d models (%s); name one with ?model=NAME", c.base, len(names), strings.Join(names, ", "))
+	}
+	return policy.Info{}, fmt.Errorf("http policy %s: the server does not serve model %q (it serves: %s)", c.base, c.model, strings.Join(names, ", "))
+}
+
+// Tokenize encodes text with the server's tokenizer: aipo serve's and
+// vLLM's /tokenize (prompt -> tokens; vLLM: protocol.py TokenizeRequest and
+// TokenizeResponse, https://docs.vllm.ai/en/v0.11.0/serving/openai_compatible_server.html#tokenizer-api),
+// SGLang's /v1/tokenize (the same fields; serving_tokenize.py at
+// 0351c1fafe4c53c91c331dea205af48b018af559) and llama-server's /tokenize
+// (content -> tokens, add_special and parse_special; tools/server/README.md
+// "POST /tokenize" of the bundled source, see modelEntry). Nothing is added
+// (no BOS); llama-server's SentencePiece vocabularies put a space before
+// the text as its tokenizer always does.
+func (c *Client) Tokenize(ctx context.Context, text string, special bool) ([]int32, error) {
+	var out struct {
+		Tokens *[]int32 `json:"tokens"`
+	}
+	kind := c.serverKind()
+	url, body := c.root+"/tokenize", map[string]any{"model": c.model, "prompt": text, "add_special_tokens": false}
+	switch kind {
+	case ServerAipo:
+		body["parse_special"] = special
+	case ServerSGLang:
+		url = c.base + "/tokenize"
+	case ServerLlamaCpp:
+		body = map[string]any{"content": text, "add_special": false, "parse_special": special}
+	}
+	if _, err := c.meta(ctx, http.MethodPost, url, body, &out); err != nil {
+		return nil, err
+	}
+	if out.Tokens == nil {
+		return nil, fmt.Errorf("%s: the answer of %s has no tokens field; is the server another kind? (set server= in the endpoint URI)", c.who(), url)
+	}
+	if len(*out.Tokens) == 0 && text != "" {
+		return nil, fmt.Errorf("%s: %s answered no tokens for %d bytes of text (field tokens); a server of another kind reads the text from another field (set server= in the endpoint URI)", c.who(), url, len(text))
+	}
+	return *out.Tokens, nil
+}
+
+// Detokenize decodes ids with the server's tokenizer: /detokenize answers
+// prompt on aipo serve and vLLM, text on SGLang (/v1/detokenize), content
+// on llama-server (see Tokenize for the documents).
+func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
+	if ids == nil {
+		ids = []int32{}
+	}
+	kind := c.serverKind()
+	url, field := c.root+"/detokenize", "prompt"
+	body := map[string]any{"model": c.model, "tokens": ids}
+	switch kind {
+	case ServerSGLang:
+		url, field = c.base+"/detokenize", "text"
+		body["skip_special_tokens"] = false
+	case ServerLlamaCpp:
+		field = "content"
+		body = map[string]any{"tokens": ids}
+	}
+	var out map[string]json.RawMessage
+	if _, err := c.meta(ctx, http.MethodPost, url, body, &out); err != nil {
+		return "", err
+	}
+	raw, ok := out[field]
+	var text string
+	if !ok || json.Unmarshal(raw, &text) != nil {
+		return "", fmt.Errorf("%s: the answer of %s has no %s string; is the server another kind? (set server= in the endpoint URI)", c.who(), url, field)
+	}
+	return text, nil
+}
+
+// completion is the part of an OpenAI completions answer the client
+// reads, in the shapes of aipo serve, vLLM (token_ids with
+// return_token_ids, logprobs.tokens "token_id:N" with
+// return_tokens_as_token_ids: vllm/entrypoints/openai/protocol.py
+// CompletionRequest and CompletionLogProbs,
+// https://docs.vllm.ai/en/v0.11.0/serving/openai_compatible_server.html#completions-api_1),
+// SGLang (token_ids, matched_stop) and llama-server's /v1/completions
+// (logprobs.content[{id, token, logprob}], the chat completions' shape).
+type completion struct {
+	Choices []struct {
+		FinishReason string          `json:"finish_reason"`
+		StopReason   json.RawMessage `json:"stop_reason"`  // vLLM, aipo serve
+		MatchedStop  json.RawMessage `json:"matched_stop"` // SGLang
+		TokenIDs     []int32         `json:"token_ids"`
+		Logprobs     *struct {
+			Tokens        []string   `json:"tokens"`
+			TokenLogprobs []*float64 `json:"token_logprobs"`
+			Content       []struct {
+				ID      *int32   `json:"id"`
+				Token   string   `json:"token"`
+				Logprob *float64 `json:"logprob"`
+			} `json:"content"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+	PolicyVersion *int64 `json:"aipo_policy_version"`
+}
+
+// generateOpenAI samples through /v1/completions (aipo serve, vLLM).
+func (c *Client) generateOpenAI(ctx context.Context, req policy.Request, maxTokens int) (policy.Result, error) {
+	p := req.Params
+	body := map[string]any{
+		"model": c.model, "prompt": req.Prefix, "temperature": p.Temperature, "seed": p.Seed, "logprobs": 1,
+		"return_token_ids": true, "return_tokens_as_token_ids": true, "skip_special_tokens": false, "include_stop_str_in_output": true,
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		body["top_p"] = p.TopP
+	}
+	if p.TopK > 0 {
+		body["top_k"] = p.TopK
+	}
+	if maxTokens > 0 {
+		body["max_tokens"] = maxTokens
+	}
+	if len(p.StopTokenIDs) > 0 {
+		body["stop_token_ids"] = p.StopTokenIDs
+	}
+	if len(p.StopStrings) > 0 {
+		body["stop"] = p.StopStrings
+	}
+	if req.Session != "" && c.serverKind() == ServerAipo {
+		body["aipo_session"] = req.Session
+	}
+	var out completion
+	h, err := c.do(ctx, http.MethodPost, c.base+"/completions", body, &out)
+	if err != nil {
+		return policy.Result{}, err
+	}
+	return c.result(&out, h, p)
+}
+
+// result reads a completions answer: the ids from token_ids, else from
+// logprobs.tokens ("token_id:N"), else from logprobs.content[].id; the
+// log-probs from logprobs.token_logprobs, else logprobs.content[].logprob.
+// Two fields that both give the ids must agree.
+func (c *Client) result(out *completion, h http.Header, p policy.SampleParams) (policy.Result, error) {
+	who := c.who() + " /completions"
+	if len(out.Choices) != 1 {
+		return policy.Result{}, fmt.Errorf("%s: the answer has %d choices, want 1", who, len(out.Choices))
+	}
+	ch := out.Choices[0]
+	if ch.Logprobs == nil {
+		return policy.Result{}, fmt.Errorf("%s: the answer has no logprobs; the server must return log-probs of completions (vLLM: do not set --max-logprobs 0)", who)
+	}
+	lp := ch.Logprobs
+	var res policy.Result
+	var fromTokens []int32
+	textTokens := false
+	for i, t := range lp.Tokens {
+		s, ok := strings.CutPrefix(t, "token_id:")
+		id, err := strconv.ParseInt(s, 10, 32)
+		if !ok || err != nil {
+			textTokens = true
+			if ch.TokenIDs == nil {
+				return policy.Result{}, fmt.Errorf("%s: logprobs.tokens[%d] is %q, not token_id:N, and the answer has no token_ids; start vLLM with --return-tokens-as-token-ids or use a server that returns token_ids", who, i, t)
+			}
+			break
+		}
+		fromTokens = append(fromTokens, int32(id))
+	}
+	res.Tokens = ch.TokenIDs
+	switch {
+	case res.Tokens == nil && len(lp.Tokens) > 0:
+		res.Tokens = fromTokens
+	case res.Tokens != nil && len(lp.Tokens) > 0 && !textTokens && !slices.Equal(res.Tokens, fromTokens):
+		return policy.Result{}, fmt.Errorf("%s: token_ids %v and logprobs.tokens %v name different tokens", who, res.Tokens, fromTokens)
+	}
+	var lps []*float64
+	switch {
+	case len(lp.TokenLogprobs) > 0 || len(lp.Content) == 0:
+		lps = lp.TokenLogprobs
+	default:
+		var fromContent []int32
+		for i, e := range lp.Content {
+			id := e.ID
+			if id == nil {
+				if s, ok := strings.CutPrefix(e.Token, "token_id:"); ok {
+					if v, err := strconv.ParseInt(s, 10, 32); err == nil {
+						v32 := int32(v)
+						id = &v32
+					}
+				}
+			}
+			if id == nil {
+				return policy.Result{}, fmt.Errorf("%s: logprobs.content[%d] has neither an id nor a token_id:N token", who, i)
+			}
+			fromContent = append(fromContent, *id)
+			lps = append(lps, e.Logprob)
+		}
+		if res.Tokens == nil {
+			res.Tokens = fromContent
+		} else if !slices.Equal(res.Tokens, fromContent) {
+			return policy.Result{}, fmt.Errorf("%s: token_ids %v and logprobs.content %v name different tokens", who, res.Tokens, fromContent)
+		}
+	}
+	if len(lps) != len(res.Tokens) {
+		return policy.Result{}, fmt.Errorf("%s: %d token ids but %d log-probs (logprobs.token_logprobs or logprobs.content)", who, len(res.Tokens), len(lps))
+	}
+	for i, v := range lps {
+		if v == nil {
+			return policy.Result{}, fmt.Errorf("%s: token %d (id %d) has no log-prob", who, i, res.Tokens[i])
+		}
+		res.LogProbs = append(res.LogProbs, float32(*v))
+	}
+	stop := ch.StopReason
+	if isNull(stop) {
+		stop = ch.MatchedStop
+	}
+	if err := finish(who, ch.FinishReason, stop, p, &res); err != nil {
+		return policy.Result{}, err
+	}
+	switch {
+	case out.PolicyVersion != nil:
+		res.PolicyVersion = *out.PolicyVersion
+	case h.Get("X-Aipo-Policy-Version") != "":
+		res.PolicyVersion, _ = strconv.ParseInt(h.Get("X-Aipo-Policy-Version"), 10, 64)
+	}
+	return res, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s == "" || s == "null"
+}
