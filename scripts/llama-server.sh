@@ -35,9 +35,21 @@ link() {
 
 if [ "${1:-}" = "--print" ]; then echo "$bin"; exit 0; fi
 
-if [ -x "$bin/llama-server" ] && [ -x "$bin/llama-convert-llama2c-to-ggml" ] && [ -f "$dir/.done" ]; then
+built() { [ -x "$bin/llama-server" ] && [ -x "$bin/llama-convert-llama2c-to-ggml" ] && [ -f "$dir/.done" ]; }
+if built; then
   link
   exit 0
+fi
+
+# One build at a time per cache (checkouts that share it wait for it).
+mkdir -p "$dir"
+if command -v flock >/dev/null; then
+  exec 9>"$dir/.lock"
+  flock 9
+  if built; then
+    link
+    exit 0
+  fi
 fi
 
 for tool in npm git cmake c++; do
@@ -47,7 +59,6 @@ for tool in npm git cmake c++; do
   fi
 done
 
-mkdir -p "$dir"
 work=$(mktemp -d "$dir/work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
