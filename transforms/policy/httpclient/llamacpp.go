@@ -180,10 +180,11 @@ func (c *Client) llamaOnce(ctx context.Context, req policy.Request, maxTokens in
 			break
 		}
 	}
+	all := ids
 	ids = ids[:n]
 	res.Tokens = ids
 	probs := a.Probs
-	if a.StopType == "word" && len(probs) < len(*a.Tokens) {
+	if a.StopType == "word" && len(probs) < len(all) {
 		// Ask again for the log-probs the stop string took away.
 		var again llamaAnswer
 		if _, err := c.do(ctx, http.MethodPost, url, llamaBody(req, len(ids), nil), &again); err != nil {
@@ -196,9 +197,9 @@ func (c *Client) llamaOnce(ctx context.Context, req policy.Request, maxTokens in
 			}
 			return policy.Result{}, fmt.Errorf("%s: asked again with the same seed for the log-probs that the stop string %q dropped, the server sampled %v, not %v", who, a.StoppingWord, got, ids)
 		}
-		probs = again.Probs
+		probs, all = again.Probs, ids
 	}
-	lps, err := c.llamaLogProbs(ctx, who, req.Prefix, probs, ids)
+	lps, err := c.llamaLogProbs(ctx, who, req.Prefix, probs, all, n)
 	if err != nil {
 		return policy.Result{}, err
 	}
@@ -218,11 +219,11 @@ type llamaProb struct {
 	} `json:"top_logprobs"`
 }
 
-// llamaLogProbs gives every id its log-prob from the entries of
-// completion_probabilities (probs): one per id when the server recorded
-// all, else one per id after which the text was whole UTF-8, the others
-// asked for one by one (see above).
-func (c *Client) llamaLogProbs(ctx context.Context, who string, prefix []int32, probs []llamaProb, ids []int32) ([]float32, error) {
+// llamaLogProbs gives each of the first n of the answer's ids their
+// log-prob from its completion_probabilities (probs): one per id when the
+// server recorded all, else one per id after which the text was whole
+// UTF-8, the others asked for one by one (see above).
+func (c *Client) llamaLogProbs(ctx context.Context, who string, prefix []int32, probs []llamaProb, ids []int32, n int) ([]float32, error) {
 	lps := make([]float32, len(ids))
 	have := make([]bool, len(ids))
 	if len(probs) >= len(ids) {
@@ -235,20 +236,23 @@ func (c *Client) llamaLogProbs(ctx context.Context, who string, prefix []int32, 
 			return nil, err
 		}
 		var text []byte
-		n := 0
+		whole := 0
 		for i, id := range ids {
+			if int(id) < 0 || int(id) >= len(pieces) {
+				return nil, fmt.Errorf("%s: token %d is id %d, outside the vocabulary of %d", who, i, id, len(pieces))
+			}
 			text = append(text, pieces[id]...)
 			if utf8Cut(text) == len(text) {
 				have[i] = true
-				n++
+				whole++
 			}
 		}
-		if n > len(probs) {
-			return nil, fmt.Errorf("%s: the answer has log-probs for %d of %d token ids (completion_probabilities), and %d of them end the text on a whole character; llama-server reports one for each such token", who, len(probs), len(ids), n)
+		if whole != len(probs) {
+			return nil, fmt.Errorf("%s: the answer has log-probs for %d of %d token ids (completion_probabilities), and %d of them end the text on a whole character; llama-server reports one for each such token", who, len(probs), len(ids), whole)
 		}
 	}
 	j := 0
-	for i, id := range ids {
+	for i, id := range ids[:n] {
 		if !have[i] {
 			continue
 		}
@@ -262,7 +266,7 @@ func (c *Client) llamaLogProbs(ctx context.Context, who string, prefix []int32, 
 		}
 		lps[i] = float32(*e.Logprob)
 	}
-	for i, id := range ids {
+	for i, id := range ids[:n] {
 		if have[i] {
 			continue
 		}
@@ -272,7 +276,7 @@ func (c *Client) llamaLogProbs(ctx context.Context, who string, prefix []int32, 
 		}
 		lps[i] = lp
 	}
-	return lps, nil
+	return lps[:n], nil
 }
 
 // utf8Cut is llama-server's validate_utf8 (tools/server/server-common.cpp):

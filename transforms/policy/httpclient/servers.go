@@ -130,7 +130,7 @@ func (c *Client) Info(ctx context.Context) (policy.Info, error) {
 			}
 		case ServerLlamaCpp:
 			if m.Meta == nil {
-				return policy.Info{}, fmt.Errorf("%s: /v1/models has no meta for model %q (llama-server writes none while the model loads); try again when /health answers ok", c.who(), m.ID)
+				return policy.Info{}, fmt.Errorf("%s: /v1/models has no meta for model %q: llama-server writes none while the model loads (try again when its /health answers ok), other servers none at all (is server=llamacpp right?)", c.who(), m.ID)
 			}
 			in.VocabSize = m.Meta.NVocab
 			in.MaxContext = m.Meta.NCtx
