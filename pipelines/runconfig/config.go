@@ -43,6 +43,13 @@ type Run struct {
 	Seed uint64 `yaml:"seed"`
 	// Steps is the number of training steps (default 200, the paper's).
 	Steps int64 `yaml:"steps"`
+	// Async overlaps rollout and learning: step k is sampled by checkpoint
+	// k-1 (step 0 by checkpoint 0), so that rollout k+1 runs while the
+	// learner turns step k into checkpoint k+1, and two rollouts may be in
+	// flight at once. The learner then sees trajectories one version behind
+	// (Policy.MaxStaleness is at least 1). Default false: rollout k on
+	// checkpoint k, then learn k, strictly in turn.
+	Async bool `yaml:"async,omitempty"`
 }
 
 // Data says where the training prompts come from: prompt files, or the
@@ -70,9 +77,12 @@ type Data struct {
 
 // Policy says how to reach the policy and how it samples.
 type Policy struct {
-	// Endpoint is the policy's URI for policy.Open: inproc:///path/to/checkpoint,
-	// grpc://host:port, http://host:port/v1?model=name. `aipo train` sets
-	// it per step; `aipo rollout` needs it here or from --policy.
+	// Endpoint is the policy's URI for policy.Open: grpc://host:port (aipo
+	// serve), http://host:port/v1?model=name (aipo serve, vLLM, SGLang), or
+	// inproc://name. `aipo train` samples each step from it; empty, or
+	// inproc:// alone (the default), is an engine of its own in the
+	// process, on the step's checkpoint. `aipo rollout` needs it here or
+	// from --policy.
 	Endpoint string `yaml:"endpoint"`
 	// Temperature of sampling (default 1.0; 0 is greedy).
 	Temperature float32 `yaml:"temperature"`
@@ -92,9 +102,78 @@ type Policy struct {
 	// (exponential, full jitter; defaults 200ms and 5s).
 	BackoffInitial time.Duration `yaml:"backoff_initial"`
 	BackoffMax     time.Duration `yaml:"backoff_max"`
-	// Timeout bounds one policy call (default 10m).
+	// Timeout bounds one policy call (default 10m), and the check that the
+	// policy server answers before a step is rolled out.
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxStaleness is how many policy versions the weights that sampled a
+	// step may lag behind the checkpoint the learner updates: the learner
+	// refuses a step with a trajectory sampled by a version outside
+	// [k - MaxStaleness, k]. Unset: 0, or 1 when Run.Async.
+	MaxStaleness *int64 `yaml:"max_staleness,omitempty"`
+	// Sync pushes every new checkpoint to the policy servers of the run
+	// before the next rollout starts (default: none).
+	Sync Sync `yaml:"sync,omitempty"`
 }
+
+// Sync says how `aipo train` tells the policy servers of the run to load
+// each new checkpoint. The servers read the checkpoint directory
+// themselves (shared storage, or gs:// for aipo serve).
+type Sync struct {
+	// Kind is the servers' reload protocol: "none" (default: nobody is
+	// told; the servers must load the checkpoints by themselves, as aipo
+	// serve --watch does), "aipo" (aipo serve's Reload RPC), "sglang"
+	// (SGLang's POST /update_weights_from_disk) or "vllm" (vLLM's POST
+	// /collective_rpc reload_weights, with VLLM_SERVER_DEV_MODE=1).
+	Kind string `yaml:"kind,omitempty"`
+	// Endpoints are the control addresses of every replica serving the
+	// run, updated together: grpc://host:port for aipo (default: the
+	// policy endpoint when it is grpc://), http://host:port for sglang and
+	// vllm (default: the policy endpoint's scheme, host and port). Query
+	// parameters token_env, token_file and ca as in the policy endpoint.
+	Endpoints []string `yaml:"endpoints,omitempty"`
+	// Timeout bounds one push to one replica, the load of the weights and
+	// the check of the answer included (default 10m).
+	Timeout time.Duration `yaml:"timeout,omitempty"`
+	// CheckpointDir is the run's checkpoints directory as the servers see
+	// it (default <run.dir>/checkpoints, made absolute): checkpoint k is
+	// CheckpointDir/step-NNNNNN.
+	CheckpointDir string `yaml:"checkpoint_dir,omitempty"`
+	// LoadFormat is sent to SGLang as load_format (default: the server's).
+	LoadFormat string `yaml:"load_format,omitempty"`
+}
+
+// Staleness is Policy.MaxStaleness with its default: 1 for an
+// asynchronous run, 0 otherwise.
+func (c Config) Staleness() int64 {
+	if c.Policy.MaxStaleness != nil {
+		return *c.Policy.MaxStaleness
+	}
+	if c.Run.Async {
+		return 1
+	}
+	return 0
+}
+
+// InProcessPolicy reports whether `aipo train` samples from an engine of
+// its own (policy.endpoint empty or inproc:// alone).
+func (c Config) InProcessPolicy() bool {
+	return c.Policy.Endpoint == "" || c.Policy.Endpoint == InProcessEndpoint
+}
+
+// InProcessEndpoint is the policy.endpoint that names aipo train's own
+// engine explicitly.
+const InProcessEndpoint = "inproc://"
+
+// Sync kinds (Policy.Sync.Kind).
+const (
+	SyncNone   = "none"
+	SyncAipo   = "aipo"
+	SyncSGLang = "sglang"
+	SyncVLLM   = "vllm"
+)
+
+// DefaultSyncTimeout bounds one push of a checkpoint to one replica.
+const DefaultSyncTimeout = 10 * time.Minute
 
 // Rollout configures the interaction protocol and the rollout workers.
 type Rollout struct {
@@ -281,3 +360,14 @@ const (
 	DefaultEvalSamples       = 4
 	DefaultDemoNoise         = 0.2
 )
+
+// TimeoutOrDefault is Timeout, or DefaultSyncTimeout when unset.
+func (s Sync) TimeoutOrDefault() time.Duration {
+	if s.Timeout > 0 {
+		return s.Timeout
+	}
+	return DefaultSyncTimeout
+}
+
+// Pushes reports whether checkpoints are pushed to policy servers.
+func (s Sync) Pushes() bool { return s.Kind != "" && s.Kind != SyncNone }

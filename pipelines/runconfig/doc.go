@@ -18,6 +18,7 @@
 //	run.dir                     run directory, local or gs://bucket/path; required; relative to the working directory
 //	run.seed                    seed of every random choice: prompt order, sampling, collaborator noise (0)
 //	run.steps                   training steps (200)
+//	run.async                   overlap rollout and learning: step k sampled by checkpoint k-1, rollout k+1 during learn k (false)
 //
 //	data.demo                   use the built-in demo task instead of prompt files (false)
 //	data.demo_task              the demo task's size; when given, give all of it (demotask.DefaultConfig())
@@ -43,7 +44,9 @@
 //	data.batch_size             prompts per step (256; 32 for the demo); a smaller dataset gives all its prompts
 //	data.dead_letter_dir        where bad prompt rows go, one step-NNNNNN.jsonl per step (<run.dir>/dead_letters)
 //
-//	policy.endpoint             policy URI for policy.Open (inproc:///ckpt, grpc://host:port, http://host:port/v1?model=m); set per step by aipo train, or --policy
+//	policy.endpoint             policy URI for policy.Open (grpc://host:port, http://host:port/v1?model=m, inproc://name); aipo train
+//	                            samples every step from it; empty or inproc:// alone: aipo train's own engine on the step's
+//	                            checkpoint (the default); aipo rollout needs it, or --policy
 //	policy.temperature          sampling temperature, 0 is greedy (1.0)
 //	policy.top_p                nucleus mass, 1 is off (1.0)
 //	policy.top_k                top-k, 0 is off (0)
@@ -52,7 +55,15 @@
 //	policy.retries              retries of a failed policy call, same seed (3)
 //	policy.backoff_initial      first retry wait ceiling, exponential with full jitter (200ms)
 //	policy.backoff_max          largest retry wait (5s)
-//	policy.timeout              bound on one policy call, 0 none (10m)
+//	policy.timeout              bound on one policy call, and on aipo train's check that the server answers, 0 none (10m)
+//	policy.max_staleness        versions a step's sampling weights may lag behind the learner's checkpoint (0; 1 with run.async)
+//	policy.sync                 how aipo train pushes each new checkpoint to the policy servers (docs/operators.md)
+//	policy.sync.kind            none, aipo (Reload RPC), sglang (/update_weights_from_disk), vllm (/collective_rpc) (none)
+//	policy.sync.endpoints[]     every replica's control address: grpc://host:port (aipo), http://host:port (sglang, vllm)
+//	                            (the policy endpoint's, when it is of that scheme)
+//	policy.sync.timeout         bound on one push to one replica, load and check included (10m)
+//	policy.sync.checkpoint_dir  the run's checkpoints directory as the servers see it (<run.dir>/checkpoints, absolute)
+//	policy.sync.load_format     SGLang's load_format (the server's)
 //
 //	rollout.group_size          G, samples per prompt, at least 2 (8)
 //	rollout.max_interactions    collaborator calls per trajectory; later tags get limit_notice (3)

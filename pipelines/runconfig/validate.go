@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
@@ -105,7 +106,102 @@ func (c Config) validatePolicy() error {
 			return fieldError(fmt.Sprintf("policy.stop[%d]", i), "is empty")
 		}
 	}
+	if p.MaxStaleness != nil {
+		switch m := *p.MaxStaleness; {
+		case m < 0:
+			return fieldError("policy.max_staleness", "%d must not be negative (0: every trajectory of step k sampled by checkpoint k)", m)
+		case m == 0 && c.Run.Async:
+			return fieldError("policy.max_staleness", "is 0, but run.async samples step k with checkpoint k-1: leave it out (1) or raise it")
+		}
+	}
+	return c.validateSync()
+}
+
+// validateSync checks policy.sync against the policy endpoint.
+func (c Config) validateSync() error {
+	s := c.Policy.Sync
+	const f = "policy.sync."
+	switch s.Kind {
+	case "", SyncNone:
+		if len(s.Endpoints) > 0 {
+			return fieldError(f+"endpoints", "are set but policy.sync.kind is none: name the servers' reload protocol (aipo, sglang or vllm)")
+		}
+	case SyncAipo, SyncSGLang, SyncVLLM:
+		if c.InProcessPolicy() {
+			return fieldError(f+"kind", "%s pushes checkpoints to policy servers, but policy.endpoint is aipo train's own engine: set policy.endpoint to the servers' address, or leave policy.sync out", s.Kind)
+		}
+	default:
+		return fieldError(f+"kind", "%q is unknown: use none, aipo (aipo serve's Reload RPC), sglang (/update_weights_from_disk) or vllm (/collective_rpc reload_weights)", s.Kind)
+	}
+	switch {
+	case s.Timeout < 0:
+		return fieldError(f+"timeout", "%v must not be negative (0: the default, %v)", s.Timeout, DefaultSyncTimeout)
+	case s.LoadFormat != "" && s.Kind != SyncSGLang:
+		return fieldError(f+"load_format", "is SGLang's load_format, but policy.sync.kind is %s", orNone(s.Kind))
+	case s.CheckpointDir != "" && (s.Kind == "" || s.Kind == SyncNone):
+		return fieldError(f+"checkpoint_dir", "is set but policy.sync.kind is none")
+	}
+	for i, e := range s.Endpoints {
+		u, err := url.Parse(e)
+		if err != nil || u.Host == "" {
+			return fieldError(fmt.Sprintf(f+"endpoints[%d]", i), "%q is not a URI such as %s", secure.RedactURI(e), syncExample(s.Kind))
+		}
+		if want := syncSchemes(s.Kind); !slices.Contains(want, u.Scheme) {
+			return fieldError(fmt.Sprintf(f+"endpoints[%d]", i), "%q: %s servers are reached by %s, not %s", secure.RedactURI(e), s.Kind, strings.Join(want, " or "), u.Scheme)
+		}
+	}
+	if s.Kind != "" && s.Kind != SyncNone && len(c.SyncEndpoints()) == 0 {
+		return fieldError(f+"endpoints", "are needed: policy.endpoint %s does not say where %s's control address is; list every replica, such as %s", secure.RedactURI(c.Policy.Endpoint), s.Kind, syncExample(s.Kind))
+	}
 	return nil
+}
+
+func orNone(kind string) string {
+	if kind == "" {
+		return SyncNone
+	}
+	return kind
+}
+
+func syncSchemes(kind string) []string {
+	if kind == SyncAipo {
+		return []string{"grpc", "grpcs"}
+	}
+	return []string{"http", "https"}
+}
+
+func syncExample(kind string) string {
+	if kind == SyncAipo {
+		return "grpc://10.0.0.5:7070"
+	}
+	return "http://10.0.0.5:8000"
+}
+
+// SyncEndpoints are the control addresses policy.sync pushes checkpoints
+// to: policy.sync.endpoints, or the one the policy endpoint implies (aipo:
+// the endpoint itself when it is grpc:// or grpcs://; sglang and vllm: its
+// scheme, host and port when it is http:// or https://, with its token and
+// CA parameters). None for policy.sync.kind none.
+func (c Config) SyncEndpoints() []string {
+	s := c.Policy.Sync
+	if s.Kind == "" || s.Kind == SyncNone {
+		return nil
+	}
+	if len(s.Endpoints) > 0 {
+		return append([]string(nil), s.Endpoints...)
+	}
+	u, err := url.Parse(c.Policy.Endpoint)
+	if err != nil || u.Host == "" || !slices.Contains(syncSchemes(s.Kind), u.Scheme) {
+		return nil
+	}
+	q := url.Values{}
+	for _, k := range []string{"token_env", "token_file", "ca"} {
+		if v := u.Query().Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	d := url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: q.Encode()}
+	return []string{d.String()}
 }
 
 func (c Config) validateRollout() error {
