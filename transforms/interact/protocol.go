@@ -214,7 +214,10 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 			break
 		}
 		out.PolicyCalls++
-		if !versionSet {
+		// A trajectory sampled by several versions (weights swapped, or a
+		// server restarted, between its calls) records the oldest: the
+		// learner's staleness check then sees its worst lag.
+		if !versionSet || res.PolicyVersion < tr.PolicyVersion {
 			tr.PolicyVersion, versionSet = res.PolicyVersion, true
 		}
 		resp.add(res.Tokens, schemas.SourcePolicy, res.LogProbs)

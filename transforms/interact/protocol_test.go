@@ -482,3 +482,21 @@ func TestResponseTextValidUTF8(t *testing.T) {
 		t.Errorf("response text %q, want the cut character replaced by U+FFFD", tr.ResponseText)
 	}
 }
+
+// A trajectory whose calls were answered by different policy versions (a
+// server that swapped weights or restarted between them) records the
+// oldest, whichever call it answered.
+func TestTrajectoryRecordsOldestVersion(t *testing.T) {
+	for _, versions := range [][]int64{{7, 5}, {5, 7}, {6, 6}} {
+		c := newScripted(true, "<retrieval>lugr</retrieval>", "450+3=453;<eos>")
+		c.versions = versions
+		var log agentsLog
+		out := run(t, c, log.set(map[collab.Agent]collab.Answer{collab.Knowledge: ok("450")}), Default())
+		if len(c.requests()) != 2 {
+			t.Fatalf("%d calls, want 2", len(c.requests()))
+		}
+		if got, want := out.Trajectory.PolicyVersion, min(versions[0], versions[1]); got != want {
+			t.Errorf("calls answered by versions %v: trajectory records %d, want %d", versions, got, want)
+		}
+	}
+}

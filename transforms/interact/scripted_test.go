@@ -91,6 +91,9 @@ type scripted struct {
 	tok     scriptTok
 	pieces  []string
 	version int64
+	// versions, when set, is the policy version of each call of a session
+	// (version past its end).
+	versions []int64
 	// fail, when set, is asked before each Generate attempt (n counts the
 	// attempts of the session from 0) and may return an error.
 	fail func(session string, n int) error
@@ -131,6 +134,9 @@ func (s *scripted) Generate(ctx context.Context, req policy.Request) (policy.Res
 	s.mu.Unlock()
 	ids := s.tok.encode(s.pieces[k], true)
 	res := policy.Result{PolicyVersion: s.version}
+	if k < len(s.versions) {
+		res.PolicyVersion = s.versions[k]
+	}
 	for i, id := range ids {
 		if len(res.Tokens) == req.Params.MaxTokens {
 			res.FinishReason = policy.FinishLength

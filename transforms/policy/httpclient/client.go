@@ -12,9 +12,9 @@
 // (which server answers: auto, aipo, vllm, sglang or llamacpp; see
 // below), token_env or token_file (the bearer token, sent as
 // "Authorization: Bearer"; never put the token itself in a URI), ca (PEM
-// CA file for https), max_retries and retry_budget (the retry policy
-// shared with the gRPC client, remote.Retry; default: up to 20 retries
-// within 30s).
+// CA file for https), policy_version (see below), max_retries and
+// retry_budget (the retry policy shared with the gRPC client,
+// remote.Retry; default: up to 20 retries within 30s).
 //
 // # Servers
 //
@@ -54,8 +54,12 @@
 // A finish reason "stop" with no stop_reason (SGLang: matched_stop or
 // meta_info.finish_reason.matched) is an end of sequence; a numeric one is
 // a stop token id (an end of sequence when it was not asked for), a string
-// one a stop string. The policy version comes from aipo_policy_version
-// (aipo serve; other servers: 0).
+// one a stop string. The policy version of an answer is the one the
+// server names: aipo_policy_version or X-Aipo-Policy-Version (aipo serve),
+// or SGLang's weight_version when it is a number (the weight_version of
+// its last update_weights_from_disk); for a server that names none (vLLM,
+// llama-server), the endpoint's policy_version=N (the version its weights
+// were confirmed to hold when they were pushed), else 0.
 //
 // No answer is taken on trust: a completion with no tokens although
 // max_tokens > 0, with more tokens than asked for, with ids but no
@@ -99,6 +103,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -130,6 +135,10 @@ type Client struct {
 	// pieces are llama-server's bytes of every token (llamacpp.go), read
 	// once when an answer needs them.
 	pieces [][]byte
+
+	// version, when set (policy_version=N), is the policy version of
+	// answers that name none.
+	version *int64
 }
 
 var _ policy.Client = (*Client)(nil)
@@ -157,13 +166,22 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 	default:
 		return nil, fmt.Errorf("httpclient: server=%q in %s is not a server this client speaks to (want %s)", kind, secure.RedactURL(u), strings.Join(Servers, ", "))
 	}
+	var version *int64
+	if v := q.Get("policy_version"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("httpclient: policy_version=%q in %s must be a policy version >= 0", v, secure.RedactURL(u))
+		}
+		version = &n
+	}
+	q.Del("policy_version")
 	if len(q) > 0 {
 		keys := make([]string, 0, len(q))
 		for k := range q {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, server, %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
+		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, server, policy_version, %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
@@ -178,7 +196,7 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 	}
 	root := u.Scheme + "://" + u.Host
 	c := &Client{base: root + path, root: root + strings.TrimSuffix(path, "/v1"), model: model, token: set.Token, retry: set.Retry,
-		hc: &http.Client{Transport: tr}, kind: kind}
+		hc: &http.Client{Transport: tr}, kind: kind, version: version}
 	// The first answer checks the model (or finds the only one), tells
 	// the server's kind and keeps the context length for Generate.
 	in, err := c.Info(ctx)

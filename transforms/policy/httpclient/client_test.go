@@ -72,10 +72,53 @@ func TestOpenErrors(t *testing.T) {
 		"http://127.0.0.1:1/v1?token_env=AIPO_SURELY_UNSET_VAR": "AIPO_SURELY_UNSET_VAR",
 		"http://127.0.0.1:1/v1?max_retries=-1":                  "max_retries",
 		"http://127.0.0.1:1/v1?retry_budget=5":                  "retry_budget",
+		"http://127.0.0.1:1/v1?policy_version=-2":               "policy_version",
+		"http://127.0.0.1:1/v1?policy_version=v3":               "policy_version",
 	} {
 		u, _ := url.Parse(uri)
 		if _, err := open(ctx, u); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("open(%s) = %v, want an error mentioning %q", uri, err, want)
+		}
+	}
+}
+
+// TestAnswerVersions: the version an answer names wins (aipo serve's field
+// or header, SGLang's numeric metadata.weight_version); an answer that
+// names none (vLLM, or SGLang before any weight_version was given) gets
+// the endpoint's policy_version, else 0. SGLang's shape is that of
+// CompletionResponse in python/sglang/srt/entrypoints/openai/serving_completions.py
+// (metadata={"weight_version": meta_info["weight_version"]}),
+// https://github.com/sgl-project/sglang, v0.5.
+func TestAnswerVersions(t *testing.T) {
+	const choice = `"choices":[{"finish_reason":"length","token_ids":[1],"logprobs":{"tokens":["x"],"token_logprobs":[-1]}}]`
+	seven := int64(7)
+	for _, tc := range []struct {
+		name    string
+		answer  string
+		header  string
+		stamped *int64
+		want    int64
+	}{
+		{"vllm, nothing stamped", `{` + choice + `}`, "", nil, 0},
+		{"vllm, stamped", `{` + choice + `}`, "", &seven, 7},
+		{"aipo field wins", `{` + choice + `,"aipo_policy_version":3}`, "", &seven, 3},
+		{"aipo header wins", `{` + choice + `}`, "4", &seven, 4},
+		{"sglang weight_version", `{` + choice + `,"metadata":{"weight_version":"5"}}`, "", &seven, 5},
+		{"sglang default weight_version", `{` + choice + `,"metadata":{"weight_version":"default"}}`, "", &seven, 7},
+		{"sglang default weight_version, nothing stamped", `{` + choice + `,"metadata":{"weight_version":"default"}}`, "", nil, 0},
+	} {
+		var out completion
+		if err := json.Unmarshal([]byte(tc.answer), &out); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		h := http.Header{}
+		if tc.header != "" {
+			h.Set("X-Aipo-Policy-Version", tc.header)
+		}
+		c := &Client{base: "http://127.0.0.1:1/v1", version: tc.stamped}
+		got, err := c.result(&out, h, policy.SampleParams{})
+		if err != nil || got.PolicyVersion != tc.want {
+			t.Errorf("%s: version %d, %v; want %d", tc.name, got.PolicyVersion, err, tc.want)
 		}
 	}
 }

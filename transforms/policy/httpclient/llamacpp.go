@@ -204,6 +204,7 @@ func (c *Client) llamaOnce(ctx context.Context, req policy.Request, maxTokens in
 		return policy.Result{}, err
 	}
 	res.LogProbs = lps
+	res.PolicyVersion = c.answerVersion(nil, nil, "")
 	return res, nil
 }
 

@@ -138,6 +138,9 @@ func (c *Client) Info(ctx context.Context) (policy.Info, error) {
 				in.MaxContext = m.Meta.NCtxTrain
 			}
 		}
+		if kind != ServerAipo && c.version != nil {
+			in.PolicyVersion = *c.version
+		}
 		c.mu.Lock()
 		if !c.haveIt {
 			c.info, c.haveIt = in, true
@@ -241,6 +244,12 @@ type completion struct {
 		} `json:"logprobs"`
 	} `json:"choices"`
 	PolicyVersion *int64 `json:"aipo_policy_version"`
+	// SGLang's OpenAI route names the weight version it was given with its
+	// last weight update (update_weights_from_disk's weight_version) in
+	// the metadata of a completion; "default" until it is given one.
+	Metadata *struct {
+		WeightVersion string `json:"weight_version"`
+	} `json:"metadata"`
 }
 
 // generateOpenAI samples through /v1/completions (aipo serve, vLLM).
@@ -356,13 +365,33 @@ func (c *Client) result(out *completion, h http.Header, p policy.SampleParams) (
 	if err := finish(who, ch.FinishReason, stop, p, &res); err != nil {
 		return policy.Result{}, err
 	}
-	switch {
-	case out.PolicyVersion != nil:
-		res.PolicyVersion = *out.PolicyVersion
-	case h.Get("X-Aipo-Policy-Version") != "":
-		res.PolicyVersion, _ = strconv.ParseInt(h.Get("X-Aipo-Policy-Version"), 10, 64)
+	wv := ""
+	if out.Metadata != nil {
+		wv = out.Metadata.WeightVersion
 	}
+	res.PolicyVersion = c.answerVersion(out.PolicyVersion, h, wv)
 	return res, nil
+}
+
+// answerVersion is the policy version an answer names: aipo serve's
+// aipo_policy_version or X-Aipo-Policy-Version, SGLang's weight_version
+// when it is a number, else the endpoint's policy_version, else 0.
+func (c *Client) answerVersion(named *int64, h http.Header, weightVersion string) int64 {
+	if named != nil {
+		return *named
+	}
+	if h != nil {
+		if v, err := strconv.ParseInt(h.Get("X-Aipo-Policy-Version"), 10, 64); err == nil {
+			return v
+		}
+	}
+	if v, err := strconv.ParseInt(weightVersion, 10, 64); err == nil {
+		return v
+	}
+	if c.version != nil {
+		return *c.version
+	}
+	return 0
 }
 
 func isNull(raw json.RawMessage) bool {

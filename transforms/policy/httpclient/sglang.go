@@ -29,6 +29,9 @@ type sglangGenerate struct {
 			Message string          `json:"message"`
 		} `json:"finish_reason"`
 		OutputTokenLogprobs [][]json.RawMessage `json:"output_token_logprobs"`
+		// WeightVersion is the weight_version of the server's last weight
+		// update ("default" until it is given one).
+		WeightVersion string `json:"weight_version"`
 	} `json:"meta_info"`
 }
 
@@ -97,5 +100,6 @@ func (c *Client) sglangResult(out *sglangGenerate, p policy.SampleParams) (polic
 	if err := finish(who, fr.Type, fr.Matched, p, &res); err != nil {
 		return policy.Result{}, err
 	}
+	res.PolicyVersion = c.answerVersion(nil, nil, mi.WeightVersion)
 	return res, nil
 }
