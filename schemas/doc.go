@@ -17,7 +17,7 @@
 //	| all        | schema_version         | int32                | SchemaVersion of the writer; readers refuse versions they do not know                                           |
 //	| Trajectory | run                    | string, dict         | run name (the run directory's base name)                                                                        |
 //	| Trajectory | step                   | int64                | training step whose rollout produced the row (the step directory's number)                                      |
-//	| Trajectory | policy_version         | int64                | version of the policy weights that sampled the policy tokens, as the policy server named it (the oldest, if several) |
+//	| Trajectory | policy_version         | int64                | policy version of the weights that sampled the policy tokens, as the server named it (the oldest, if several)   |
 //	| Trajectory | prompt_id              | string               | Prompt.id of the problem                                                                                        |
 //	| Trajectory | sample_index           | int32                | index of this sample in its prompt's group, 0..group-1                                                          |
 //	| Trajectory | data_source            | string, dict         | Prompt.data_source; picks the verifier                                                                          |
