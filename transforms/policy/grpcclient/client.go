@@ -237,11 +237,15 @@ func (c *Client) Info(ctx context.Context) (policy.Info, error) {
 }
 
 // Reload asks the server to serve the committed checkpoint in dir and
-// returns the new policy version.
+// returns the new policy version. It is retried like the other calls when
+// the server is unavailable or overloaded (loading the same checkpoint
+// twice serves it once).
 func (c *Client) Reload(ctx context.Context, dir string) (int64, error) {
-	r, err := c.rpc.Reload(ctx, &aipov1.ReloadRequest{Checkpoint: dir})
+	r, err := unary(ctx, c, func(ctx context.Context) (*aipov1.ReloadResponse, error) {
+		return c.rpc.Reload(ctx, &aipov1.ReloadRequest{Checkpoint: dir})
+	})
 	if err != nil {
-		return 0, c.wrap(err)
+		return 0, err
 	}
 	return r.PolicyVersion, nil
 }

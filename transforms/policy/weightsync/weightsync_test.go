@@ -1,0 +1,332 @@
+package weightsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// No SGLang or vLLM runs here (no PyPI, no GPU on these machines): the
+// servers below implement exactly the contract each project documents and
+// implements, as cited beside the clients (sglang.go, vllm.go):
+//
+//   - SGLang v0.5: https://docs.sglang.io/basic_usage/native_api.html
+//     ("Update Weights From Disk", "Get Model Info"), source
+//     python/sglang/srt/entrypoints/http_server.py of
+//     https://github.com/sgl-project/sglang (update_weights_from_disk,
+//     get_model_info) and UpdateWeightFromDiskReqInput in
+//     python/sglang/srt/managers/io_struct.py.
+//   - vLLM: POST /collective_rpc of vllm/entrypoints/serve/dev/rpc/api_router.py
+//     and POST /reset_prefix_cache of vllm/entrypoints/serve/cache/api_router.py
+//     (both mounted with VLLM_SERVER_DEV_MODE=1), the worker method
+//     reload_weights(weights_iterator=None, weights_path=None,
+//     is_checkpoint_format=True) of vllm/v1/worker/gpu_model_runner.py, at
+//     https://github.com/vllm-project/vllm commit 35d5cda; layerwise
+//     reloading: https://docs.vllm.ai/en/latest/training/layerwise/.
+
+// sglangServer is SGLang's native weight-update API over a model directory
+// that must exist (SGLang fails to find weights otherwise).
+type sglangServer struct {
+	mu            sync.Mutex
+	modelPath     string
+	weightVersion string
+	updates       int
+	// stuck, when set, keeps reporting the old model after a success (a
+	// data-parallel rank that did not take the update).
+	stuck bool
+}
+
+func (s *sglangServer) handler(t *testing.T) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /update_weights_from_disk", func(w http.ResponseWriter, r *http.Request) {
+		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			t.Errorf("update_weights_from_disk sent with Content-Type %q", ct)
+		}
+		// UpdateWeightFromDiskReqInput: model_path (required), load_format,
+		// abort_all_requests, weight_version, is_async, torch_empty_cache,
+		// keep_pause, recapture_cuda_graph, token_step, flush_cache.
+		var req map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		known := map[string]bool{"model_path": true, "load_format": true, "abort_all_requests": true, "weight_version": true, "is_async": true,
+			"torch_empty_cache": true, "keep_pause": true, "recapture_cuda_graph": true, "token_step": true, "flush_cache": true}
+		for k := range req {
+			if !known[k] {
+				t.Errorf("update_weights_from_disk sent field %q, which SGLang does not take", k)
+			}
+		}
+		path, ok := req["model_path"].(string)
+		if !ok {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"object":"error","message":"model_path: field required","type":"Bad Request","param":null,"code":400}`)
+			return
+		}
+		version, _ := req["weight_version"].(string)
+		w.Header().Set("Content-Type", "application/json")
+		if _, err := os.Stat(filepath.Join(path, "model.safetensors")); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"success":false,"message":"Failed to get weights iterator: %s (repository not found).","num_paused_requests":0}`, path)
+			return
+		}
+		s.mu.Lock()
+		s.updates++
+		msg := "Succeeded to update model weights."
+		if !s.stuck {
+			s.modelPath = path
+			if version != "" {
+				s.weightVersion = version
+				msg += " Weight version updated to " + version + "."
+			}
+		}
+		s.mu.Unlock()
+		json.NewEncoder(w).Encode(map[string]any{"success": true, "message": msg, "num_paused_requests": 0})
+	})
+	mux.HandleFunc("GET /get_model_info", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"model_path": s.modelPath, "tokenizer_path": s.modelPath, "is_generation": true,
+			"preferred_sampling_params": nil, "weight_version": s.weightVersion, "has_image_understanding": false, "has_audio_understanding": false})
+	})
+	return mux
+}
+
+// vllmServer is vLLM's development endpoints over a model directory, with
+// workers tensor-parallel ranks.
+type vllmServer struct {
+	workers int
+	devMode bool
+
+	mu      sync.Mutex
+	weights string
+	events  []string
+}
+
+func (s *vllmServer) handler(t *testing.T) http.Handler {
+	mux := http.NewServeMux()
+	if !s.devMode {
+		return mux // the dev router is not attached: 404 for both
+	}
+	mux.HandleFunc("POST /collective_rpc", func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"error":{"message":"JSON decode error: %s","type":"BadRequestError","param":null,"code":400}}`, err)
+			return
+		}
+		method, ok := body["method"].(string)
+		if !ok {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"error":{"message":"Missing 'method' in request body","type":"BadRequestError","param":null,"code":400}}`)
+			return
+		}
+		kwargs, _ := body["kwargs"].(map[string]any)
+		for k, v := range kwargs {
+			if _, isString := v.(string); !isString {
+				t.Errorf("collective_rpc kwarg %s is %T: vLLM passes only serialized strings", k, v)
+			}
+		}
+		if method != "reload_weights" {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, "Internal Server Error")
+			return
+		}
+		path, _ := kwargs["weights_path"].(string)
+		if path == "" {
+			t.Errorf("reload_weights without weights_path reloads the model vLLM started with")
+		}
+		if _, err := os.Stat(filepath.Join(path, "model.safetensors")); err != nil {
+			// A worker's exception surfaces as FastAPI's 500.
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, "Internal Server Error")
+			return
+		}
+		s.mu.Lock()
+		s.weights = path
+		s.events = append(s.events, "reload "+path)
+		s.mu.Unlock()
+		results := make([]any, s.workers) // reload_weights returns None on every worker
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"results": results})
+	})
+	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.events = append(s.events, "reset_prefix_cache")
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})
+	return mux
+}
+
+// checkpointDir is a directory holding a model.safetensors.
+func checkpointDir(t *testing.T, name string) string {
+	t.Helper()
+	d := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "model.safetensors"), []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func open(t *testing.T, kind string, endpoints []string, o Options) *Group {
+	t.Helper()
+	g, err := Open(context.Background(), kind, endpoints, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+// Two SGLang replicas are updated together and each is checked through its
+// model info; a failed update names the replica and SGLang's message; a
+// replica that claims success but still serves the old model is caught.
+func TestSGLangPush(t *testing.T) {
+	ctx := context.Background()
+	a, b := &sglangServer{weightVersion: "default"}, &sglangServer{weightVersion: "default"}
+	sa, sb := httptest.NewServer(a.handler(t)), httptest.NewServer(b.handler(t))
+	defer sa.Close()
+	defer sb.Close()
+	g := open(t, KindSGLang, []string{sa.URL, sb.URL}, Options{Timeout: 5 * time.Second, LoadFormat: "safetensors"})
+	ck := Checkpoint{Dir: checkpointDir(t, "step-000003"), Version: 3}
+	if err := g.Push(ctx, ck); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []*sglangServer{a, b} {
+		if s.modelPath != ck.Dir || s.weightVersion != "3" || s.updates != 1 {
+			t.Errorf("replica %d serves %q version %q after %d updates, want %q version 3", i, s.modelPath, s.weightVersion, s.updates, ck.Dir)
+		}
+	}
+	missing := Checkpoint{Dir: filepath.Join(t.TempDir(), "step-000004"), Version: 4}
+	err := g.Push(ctx, missing)
+	if err == nil || !strings.Contains(err.Error(), "2 of 2 replicas failed") || !strings.Contains(err.Error(), sa.URL) || !strings.Contains(err.Error(), sb.URL) ||
+		!strings.Contains(err.Error(), "Failed to get weights iterator") {
+		t.Errorf("a checkpoint the servers cannot read: %v", err)
+	}
+	if a.modelPath != ck.Dir {
+		t.Errorf("a failed update changed the served model to %q", a.modelPath)
+	}
+	b.stuck = true
+	err = g.Push(ctx, Checkpoint{Dir: checkpointDir(t, "step-000005"), Version: 5})
+	if err == nil || strings.Contains(err.Error(), sa.URL) || !strings.Contains(err.Error(), sb.URL) || !strings.Contains(err.Error(), `weight_version "3"`) {
+		t.Errorf("a replica that still serves version 3: %v", err)
+	}
+}
+
+// vLLM's reload goes to every worker through /collective_rpc, then the
+// prefix cache is reset; a server without the dev endpoints, and a reload
+// that raises, are errors that say so.
+func TestVLLMPush(t *testing.T) {
+	ctx := context.Background()
+	v := &vllmServer{workers: 2, devMode: true}
+	s := httptest.NewServer(v.handler(t))
+	defer s.Close()
+	g := open(t, KindVLLM, []string{s.URL}, Options{Timeout: 5 * time.Second})
+	ck := Checkpoint{Dir: checkpointDir(t, "step-000001"), Version: 1}
+	if err := g.Push(ctx, ck); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"reload " + ck.Dir, "reset_prefix_cache"}; fmt.Sprint(v.events) != fmt.Sprint(want) {
+		t.Errorf("server saw %v, want %v", v.events, want)
+	}
+	err := g.Push(ctx, Checkpoint{Dir: filepath.Join(t.TempDir(), "nope"), Version: 2})
+	if err == nil || !strings.Contains(err.Error(), "answered 500") || !strings.Contains(err.Error(), s.URL) {
+		t.Errorf("a reload that raises: %v", err)
+	}
+	if v.weights != ck.Dir || len(v.events) != 2 {
+		t.Errorf("a failed reload went on: weights %q, events %v", v.weights, v.events)
+	}
+	plain := httptest.NewServer((&vllmServer{workers: 1}).handler(t))
+	defer plain.Close()
+	err = open(t, KindVLLM, []string{plain.URL}, Options{Timeout: 5 * time.Second}).Push(ctx, ck)
+	if err == nil || !strings.Contains(err.Error(), "VLLM_SERVER_DEV_MODE=1") {
+		t.Errorf("a server without the dev endpoints: %v", err)
+	}
+}
+
+// A replica that does not answer fails the push within the timeout, named;
+// the other replica's push is not held up past it either.
+func TestPushBounded(t *testing.T) {
+	ctx := context.Background()
+	hang := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
+	defer func() {
+		close(hang) // first: Close waits for the handlers
+		slow.Close()
+	}()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	l.Close() // nothing listens there now
+	ck := Checkpoint{Dir: checkpointDir(t, "step-000001"), Version: 1}
+	for _, tc := range []struct {
+		kind, endpoint string
+	}{
+		{KindSGLang, slow.URL}, {KindVLLM, slow.URL}, {KindSGLang, closed}, {KindVLLM, closed},
+		{KindAipo, "grpc://" + l.Addr().String()},
+	} {
+		g := open(t, tc.kind, []string{tc.endpoint}, Options{Timeout: 700 * time.Millisecond})
+		start := time.Now()
+		err := g.Push(ctx, ck)
+		took := time.Since(start)
+		if err == nil || !strings.Contains(err.Error(), tc.endpoint[strings.Index(tc.endpoint, "//")+2:]) || !strings.Contains(err.Error(), "policy.sync.timeout 700ms") {
+			t.Errorf("%s at %s: %v", tc.kind, tc.endpoint, err)
+		}
+		if took > 3*time.Second {
+			t.Errorf("%s at %s: the push took %v, past its 700ms timeout", tc.kind, tc.endpoint, took)
+		}
+	}
+}
+
+func TestOpenRefuses(t *testing.T) {
+	for _, tc := range []struct{ kind, endpoint, want string }{
+		{KindSGLang, "http://127.0.0.1:1/v1", "has a path"},
+		{KindVLLM, "grpc://127.0.0.1:1", "want http://host:port"},
+		{KindVLLM, "http://127.0.0.1:1?model=x", `unknown query parameter "model"`},
+		{KindSGLang, "http://127.0.0.1:1?token_env=AIPO_SURELY_UNSET_VAR", "AIPO_SURELY_UNSET_VAR"},
+		{KindAipo, "http://127.0.0.1:1", "not a gRPC endpoint"},
+		{"triton", "http://127.0.0.1:1", "unknown kind"},
+	} {
+		_, err := Open(context.Background(), tc.kind, []string{tc.endpoint}, Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%s, %s) = %v, want an error with %q", tc.kind, tc.endpoint, err, tc.want)
+		}
+	}
+}
+
+// The bearer token of token_env travels in the Authorization header and
+// never into an error.
+func TestPushSendsToken(t *testing.T) {
+	t.Setenv("AIPO_SYNC_TEST_TOKEN", "s3cret-token")
+	var got string
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Get("Authorization")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error":"Unauthorized"}`)
+	}))
+	defer s.Close()
+	g := open(t, KindVLLM, []string{s.URL + "?token_env=AIPO_SYNC_TEST_TOKEN"}, Options{Timeout: 2 * time.Second})
+	err := g.Push(context.Background(), Checkpoint{Dir: "/x", Version: 1})
+	if got != "Bearer s3cret-token" {
+		t.Errorf("Authorization %q", got)
+	}
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "401") {
+		t.Errorf("refused push: %v", err)
+	}
+}
