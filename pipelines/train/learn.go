@@ -196,6 +196,9 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 	if err := nothingToTrain(k, trajs, man.Meta); err != nil {
 		return LearnMetrics{}, err
 	}
+	if err := checkVersions(k, trajs, cfg.Staleness()); err != nil {
+		return LearnMetrics{}, err
+	}
 	pol, err := LoadPolicy(ctx, checkpoint.Dir(runDir, k))
 	if err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)

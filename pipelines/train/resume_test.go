@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
@@ -26,6 +27,10 @@ import (
 // and exit, so that a test can kill it with SIGKILL at any moment. The
 // child prints a line "PHASE <name> <step>" on stdout when a phase starts.
 const childEnv = "AIPO_TRAIN_TEST_CHILD_RUN"
+
+// childAsyncEnv, set to 1 beside childEnv, makes the child's run
+// asynchronous (run.async).
+const childAsyncEnv = "AIPO_TRAIN_TEST_CHILD_ASYNC"
 
 // runChildIfAsked is called by TestMain before the tests: in a child it
 // runs the quick demo and exits.
@@ -58,6 +63,9 @@ func runChildIfAsked() {
 			}
 		},
 	}
+	if os.Getenv(childAsyncEnv) == "1" {
+		o.Mutate = func(c *runconfig.Config) { c.Run.Async = true }
+	}
 	if _, err := RunDemo(context.Background(), o); err != nil {
 		os.Stderr.WriteString("child: " + err.Error() + "\n")
 		os.Exit(1)
@@ -85,8 +93,14 @@ type killPlan struct {
 // the phase marks it printed.
 func runChild(t *testing.T, dir string, plan killPlan) (finished bool, marks []mark) {
 	t.Helper()
+	return runChildEnv(t, dir, plan)
+}
+
+// runChildEnv is runChild with more environment variables for the child.
+func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finished bool, marks []mark) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -229,13 +243,36 @@ func TestKilledRunsResumeToTheSameCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the quick demo many times")
 	}
+	crashSuite(t, false, 24)
+}
+
+// The same for the asynchronous loop (run.async), where step k's rollout
+// runs on checkpoint k-1 while the learner commits checkpoint k, and two
+// rollouts may be in flight: killed anywhere, a run resumes to the
+// uninterrupted asynchronous run's checkpoints, trajectories and
+// evaluations, every step sampled by the checkpoint before it.
+func TestKilledAsyncRunsResumeToTheSameCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts the quick demo many times")
+	}
+	crashSuite(t, true, 9)
+}
+
+// crashSuite runs the quick demo (asynchronous or not) uninterrupted, then
+// trials times killed and resumed, and compares.
+func crashSuite(t *testing.T, async bool, trials int) {
+	var env []string
+	if async {
+		env = append(env, childAsyncEnv+"=1")
+	}
+	run := func(dir string, plan killPlan) (bool, []mark) { return runChildEnv(t, dir, plan, env...) }
 	cfg, err := DemoConfig(DemoOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := t.TempDir()
 	ref := filepath.Join(base, "reference")
-	_, marks := runChild(t, ref, killPlan{})
+	_, marks := run(ref, killPlan{})
 	steps := cfg.Run.Steps
 	wantWeights := fileSum(t, filepath.Join(checkpoint.Dir(ref, steps), checkpoint.WeightsName))
 	wantSteps := make([]string, steps)
@@ -272,8 +309,22 @@ func TestKilledRunsResumeToTheSameCheckpoint(t *testing.T) {
 			t.Fatalf("the reference run printed no %q phase; marks: %v", p, marks)
 		}
 	}
+	if async {
+		// Step k was sampled by checkpoint k-1 (step 0 by checkpoint 0),
+		// as the versions the engine named say.
+		for k := range steps {
+			rows, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), schemas.StepDir(ref, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				if want := max(0, k-1); r.PolicyVersion != want {
+					t.Fatalf("asynchronous step %d: trajectory %s/%d sampled by version %d, want %d", k, r.PromptID, r.SampleIndex, r.PolicyVersion, want)
+				}
+			}
+		}
+	}
 	rng := rand.New(rand.NewPCG(42, 0))
-	const trials = 24
 	kills, perPhase := 0, map[string]int{}
 	for trial := range trials {
 		target := targets[trial%len(targets)]
@@ -302,7 +353,7 @@ func TestKilledRunsResumeToTheSameCheckpoint(t *testing.T) {
 			if attempt < len(plans) {
 				p = plans[attempt]
 			}
-			finished, _ := runChild(t, dir, p)
+			finished, _ := run(dir, p)
 			if finished {
 				break
 			}

@@ -18,9 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
 )
 
 // RolloutFunc runs the rollout of step k with the policy at
@@ -133,51 +131,28 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	if err := maybeEval(ctx, cfg, task, k, emit, start); err != nil {
 		return err
 	}
-	done := int64(0)
-	for ; k < cfg.Run.Steps; k++ {
-		if opts.StopAfter > 0 && done >= opts.StopAfter {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "rollout", Elapsed: time.Since(start)})
-		committed, err := storage.Exists(ctx, storage.Join(schemas.StepDir(runDir, k), schemas.ManifestName))
-		if err != nil {
-			return err
-		}
-		if !committed {
-			if err := withEngine(ctx, cfg, k, func(endpoint string) error {
-				c := cfg
-				c.Policy.Endpoint = endpoint
-				return opts.Rollout(ctx, c, k)
-			}); err != nil {
-				return fmt.Errorf("train: rollout of step %d: %w", k, err)
-			}
-		}
-		emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "learn", Elapsed: time.Since(start)})
-		lm, err := Learn(ctx, cfg, k)
-		if err != nil {
-			return fmt.Errorf("train: %w", err)
-		}
-		if w := rollouts.FailureWarning(k, lm.Rollout); w != "" && opts.Log != nil {
-			opts.Log(w)
-		}
-		emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "learn", Learn: &lm, Elapsed: time.Since(start)})
-		if err := maybeEval(ctx, cfg, task, k+1, emit, start); err != nil {
-			return err
-		}
-		if err := RebuildMetrics(ctx, runDir); err != nil {
-			return err
-		}
-		done++
+	lp, err := newLoop(ctx, cfg, opts, task, start)
+	if err != nil {
+		return err
 	}
-	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "done", Elapsed: time.Since(start)})
+	defer lp.close()
+	if cfg.Run.Async {
+		err = lp.runAsync(ctx, k)
+	} else {
+		err = lp.runSync(ctx, k)
+	}
+	if err != nil {
+		return err
+	}
+	if _, last, err := checkpoint.Latest(ctx, runDir); err == nil && last >= cfg.Run.Steps {
+		emit(Event{Step: cfg.Run.Steps, Steps: cfg.Run.Steps, Phase: "done", Elapsed: time.Since(start)})
+	}
 	return nil
 }
 
-// withEngine serves checkpoint k in this process for the duration of fn.
-func withEngine(ctx context.Context, cfg runconfig.Config, k int64, fn func(endpoint string) error) error {
+// withEngine serves checkpoint k in this process for the duration of fn,
+// under a name of its own for each purpose ("" for rollouts).
+func withEngine(ctx context.Context, cfg runconfig.Config, k int64, purpose string, fn func(endpoint string) error) error {
 	e, release, err := openEngineOn(ctx, checkpoint.Dir(cfg.Run.Dir, k), cfg.Learner.Backend)
 	if err != nil {
 		return err
@@ -185,6 +160,9 @@ func withEngine(ctx context.Context, cfg runconfig.Config, k int64, fn func(endp
 	defer release()
 	defer e.Close()
 	name := fmt.Sprintf("train-%s-%06d", sanitize(cfg.Run.Name), k)
+	if purpose != "" {
+		name = fmt.Sprintf("train-%s-%s-%06d", sanitize(cfg.Run.Name), purpose, k)
+	}
 	if err := inproc.Serve(name, e); err != nil {
 		return err
 	}
@@ -253,7 +231,7 @@ func maybeEval(ctx context.Context, cfg runconfig.Config, task *demotask.Task, k
 	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Elapsed: time.Since(start)})
 	t0 := time.Now()
 	var em demo.EvalRecord
-	err := withEngine(ctx, cfg, k, func(endpoint string) error {
+	err := withEngine(ctx, cfg, k, "eval", func(endpoint string) error {
 		c, err := policy.Open(ctx, endpoint)
 		if err != nil {
 			return err

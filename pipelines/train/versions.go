@@ -1,0 +1,63 @@
+package train
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/aipo-rl/aipo/schemas"
+)
+
+// checkVersions refuses step k when a trajectory the learner would train
+// on was sampled by weights other than those the run allows: checkpoint
+// k's policy version k, or with maxStale > 0 one of the maxStale versions
+// before it. Each trajectory's version is the one the policy server named
+// in its answers (the oldest, when several did), so a server that was not
+// told about a new checkpoint, or came back from a restart with older
+// weights, shows here.
+func checkVersions(k int64, trajs []schemas.Trajectory, maxStale int64) error {
+	lo := max(0, k-maxStale)
+	counts := map[int64]int{}
+	bad, total := 0, 0
+	newer := false
+	for _, t := range trajs {
+		if !trainable(t) {
+			continue
+		}
+		total++
+		v := t.PolicyVersion
+		counts[v]++
+		if v < lo || v > k {
+			bad++
+			newer = newer || v > k
+		}
+	}
+	if bad == 0 {
+		return nil
+	}
+	versions := make([]int64, 0, len(counts))
+	for v := range counts {
+		versions = append(versions, v)
+	}
+	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
+	found := make([]string, len(versions))
+	for i, v := range versions {
+		found[i] = fmt.Sprintf("%d (%d)", v, counts[v])
+	}
+	allowed := fmt.Sprintf("version %d", k)
+	if lo < k {
+		allowed = fmt.Sprintf("versions %d..%d", lo, k)
+	}
+	why := fmt.Sprintf("the policy server was not serving checkpoint %d while the step was sampled (it was not told of it, or restarted with older weights): "+
+		"set policy.sync so that aipo train pushes every checkpoint to the servers before the rollout (docs/operators.md), or allow the lag with policy.max_staleness: %d",
+		k, k-versions[0])
+	if len(versions) == 1 && versions[0] == 0 {
+		why += "; a server that names no version in its answers (vLLM) is recorded as version 0 unless policy.sync tells it the checkpoint"
+	}
+	if newer {
+		why = fmt.Sprintf("a version newer than checkpoint %d sampled it: the policy server serves the weights of another run, or of a later checkpoint of this one; point policy.endpoint at this run's servers", k)
+	}
+	return fmt.Errorf("learn step %d: %d of the %d trajectories were sampled by policy versions outside the %s this step allows (policy.max_staleness %d); versions found (trajectories): %s. "+
+		"That is off-policy data the loss would treat as on-policy. %s; then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force) and rerun; checkpoint %d was not written",
+		k, bad, total, allowed, maxStale, strings.Join(found, ", "), why, k, k, k+1)
+}
