@@ -69,16 +69,18 @@ func runTrain(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
 	}
-	if err := inProcessWorkers(); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
-		return 2
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
+	}
+	if cfg.InProcessPolicy() {
+		if err := inProcessWorkers(); err != nil {
+			fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
+			return 2
+		}
 	}
 	lo := leaseOpts()
 	if err := checkLeaseTimeout(lo); err != nil {
@@ -169,9 +171,10 @@ func printJSON(v any) error {
 }
 
 // inProcessWorkers refuses Beam settings whose workers run outside this
-// process: aipo train serves the policy from an engine in this process
-// (inproc://), which remote workers cannot reach. Prism, and a portable
-// runner with --environment_type=LOOPBACK, keep the workers here.
+// process when aipo train serves the policy from an engine of its own
+// (policy.endpoint empty or inproc://), which remote workers cannot reach.
+// Prism, and a portable runner with --environment_type=LOOPBACK, keep the
+// workers here; with an external policy server any runner does.
 func inProcessWorkers() error {
 	runner, env := "", ""
 	if f := flag.Lookup("runner"); f != nil {
@@ -189,6 +192,7 @@ func inProcessWorkers() error {
 		}
 	}
 	return fmt.Errorf("--runner=%s runs workers outside this process, where the policy engine of aipo train cannot be reached; "+
-		"serve the policy with aipo serve --watch RUN and run aipo rollout --policy grpc://HOST:PORT and aipo learn per step "+
+		"serve the policy with aipo serve and set policy.endpoint to it with policy.sync.kind: aipo (aipo train then tells it of every checkpoint), "+
+		"or serve it with aipo serve --watch RUN and run aipo rollout --policy grpc://HOST:PORT and aipo learn per step "+
 		"(scripts/dataflow/README.md), or use the local runner or --environment_type=LOOPBACK", runner)
 }
