@@ -25,7 +25,7 @@ type demoServer struct {
 	grpcAddr, httpAddr string
 }
 
-func startDemoServer(t *testing.T, base string) demoServer {
+func startDemoServer(t testing.TB, base string) demoServer {
 	t.Helper()
 	ctx := context.Background()
 	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: base + "/warm"})
@@ -46,7 +46,7 @@ func startDemoServer(t *testing.T, base string) demoServer {
 }
 
 // listen is a listener on a free port of 127.0.0.1.
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,7 +59,7 @@ func listen(t *testing.T) net.Listener {
 // directory) as model name with `aipo serve` on the listeners (nil: that
 // protocol off) until the returned stop, which gives calls in flight drain
 // to finish and may be called more than once.
-func serveCheckpoint(t *testing.T, ckpt, name string, gl, hl net.Listener, drain time.Duration) (stop func()) {
+func serveCheckpoint(t testing.TB, ckpt, name string, gl, hl net.Listener, drain time.Duration) (stop func()) {
 	t.Helper()
 	srv, err := serve.New(context.Background(), serve.Options{Checkpoint: ckpt, Name: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

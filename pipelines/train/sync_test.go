@@ -82,7 +82,7 @@ func (s *policyServer) reload(ctx context.Context, dir string) {
 // demo server's warm start, on the quick configuration with a learning
 // rate and weight decay large enough that each step moves the log-probs
 // well past logProbTol, and without evaluation.
-func syncRun(t *testing.T, ds demoServer, base, name string, mutate func(*runconfig.Config)) runconfig.Config {
+func syncRun(t testing.TB, ds demoServer, base, name string, mutate func(*runconfig.Config)) runconfig.Config {
 	t.Helper()
 	c := ds.cfg
 	c.Run.Dir, c.Data.DeadLetterDir = filepath.Join(base, name), ""

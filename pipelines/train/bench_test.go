@@ -1,0 +1,87 @@
+package train
+
+import (
+	"context"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+)
+
+// benchLatency is what the policy server adds to every request, as a
+// remote inference server under load does.
+const benchLatency = 50 * time.Millisecond
+
+// benchLatencies are the latencies BenchmarkTrainLoop runs at: benchLatency,
+// and one where waiting on the server dominates a rollout as it does at
+// real sizes (the quick demo's one-layer model costs the server nothing,
+// so at 50 ms a rollout's own CPU work, Beam's included, weighs as much as
+// its waits, and on a CPU-starved machine more: the overlap then has little
+// to hide).
+var benchLatencies = []time.Duration{benchLatency, 10 * benchLatency}
+
+// BenchmarkTrainLoop measures the steps per minute of the synchronous and
+// the asynchronous loop side by side, on the quick configuration run for
+// 6 steps, with aipo serve (told of every checkpoint through its Reload
+// RPC) behind an HTTP proxy that delays each request (benchLatencies). The
+// asynchronous loop rolls step k+1 out on checkpoint k while the learner
+// turns step k into checkpoint k+1, two rollouts at a time: reported as
+// sync-steps/min, async-steps/min and their ratio async/sync (target >=
+// 1.6).
+func BenchmarkTrainLoop(b *testing.B) {
+	base := b.TempDir()
+	ds := startDemoServer(b, base)
+	for _, lat := range benchLatencies {
+		b.Run("latency="+lat.String(), func(b *testing.B) { benchLoops(b, ds, base+"/"+lat.String(), lat) })
+	}
+}
+
+func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration) {
+	ctx := context.Background()
+	backend, err := url.Parse("http://" + ds.httpAddr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(backend)
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(latency):
+		case <-r.Context().Done():
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})
+	pl := listen(b)
+	proxy := &http.Server{Handler: slow, ReadHeaderTimeout: 10 * time.Second}
+	go proxy.Serve(pl)
+	defer proxy.Close()
+	var took [2]time.Duration
+	const steps = 6
+	b.ResetTimer()
+	for i := range b.N {
+		for m, async := range []bool{false, true} {
+			name := map[bool]string{false: "sync", true: "async"}[async]
+			c := syncRun(b, ds, base, name+"-"+string(rune('a'+i)), func(c *runconfig.Config) {
+				c.Run.Steps, c.Run.Async = steps, async
+				// The rollouts of a process share rollout.max_in_flight: room
+				// for the two steps the asynchronous loop rolls out at once
+				// (the synchronous one cannot use more than a step's 16).
+				c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
+				c.Policy.Endpoint = "http://" + pl.Addr().String() + "/v1?model=demo"
+				c.Policy.Sync = runconfig.Sync{Kind: runconfig.SyncAipo, Endpoints: []string{"grpc://" + ds.grpcAddr}}
+			})
+			start := time.Now()
+			if err := Run(ctx, c, Options{Rollout: RolloutStep}); err != nil {
+				b.Fatalf("%s loop: %v", name, err)
+			}
+			took[m] += time.Since(start)
+		}
+	}
+	perMin := func(d time.Duration) float64 { return float64(steps*b.N) / d.Minutes() }
+	b.ReportMetric(perMin(took[0]), "sync-steps/min")
+	b.ReportMetric(perMin(took[1]), "async-steps/min")
+	b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "async/sync")
+}
