@@ -199,8 +199,9 @@ func (c *Config) Fill() {
 
 // Hash is the sha256 (hex) of the configuration written back as YAML: the
 // same settings give the same hash.
-// The policy endpoint is left out: `aipo train` points it at each step's
-// checkpoint.
+// The policy endpoint is left out: where the policy is served (aipo
+// train's own engine on each step's checkpoint, or servers that may move)
+// does not change the run.
 func (c Config) Hash() string {
 	c.Policy.Endpoint = ""
 	b, err := yaml.Marshal(c)
