@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"net"
 	"os"
@@ -10,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -148,6 +151,23 @@ func learnerLogProbs(t *testing.T, ctx context.Context, dir string, seqs ...[2][
 	return out
 }
 
+// learnRecord is learner step k's metrics on record.
+func learnRecord(t *testing.T, ctx context.Context, c runconfig.Config, k int64) LearnMetrics {
+	t.Helper()
+	b, err := storage.ReadFile(ctx, metricsPath(c.Run.Dir, "learn", k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m LearnMetrics
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Mismatch == nil || m.Mismatch.Tokens == 0 {
+		t.Fatalf("learner step %d recorded no train-inference mismatch: %s", k, b)
+	}
+	return m
+}
+
 func maxDiff(a, b []float32) float64 {
 	d := 0.0
 	for i := range a {
@@ -252,6 +272,10 @@ func TestTrainWithPolicyServer(t *testing.T) {
 			}
 			for k := range c.Run.Steps {
 				checkStep(t, ctx, c, k, k)
+				// The learner's own measure of the mismatch agrees: ~0.
+				if m := learnRecord(t, ctx, c, k).Mismatch; m.AbsMax > logProbTol {
+					t.Errorf("step %d: the learner measured a train-inference mismatch up to %.3g", k, m.AbsMax)
+				}
 			}
 			// After the last step the server serves the final checkpoint.
 			if _, _, _, v := probe(t, ctx, endpoint); v != c.Run.Steps {
@@ -306,17 +330,33 @@ func TestStalePolicyServer(t *testing.T) {
 			t.Errorf("a server one version behind, max_staleness 0: %v", err)
 		}
 	})
-	t.Run("one step late, max_staleness 1", func(t *testing.T) {
+	// Accepted with max_staleness 1, the lag measured by the learner's
+	// mismatch metrics and corrected by truncated importance sampling on
+	// the behaviour ratio.
+	t.Run("one step late, max_staleness 1, corrected", func(t *testing.T) {
 		one := int64(1)
 		c := syncRun(t, ds, base, "late-allowed", func(c *runconfig.Config) {
 			c.Policy.Endpoint = endpoint
 			c.Policy.MaxStaleness = &one
+			c.Learner.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 1.01, Mode: loss.CorrectionTruncate}
 		})
 		if err := Run(ctx, c, late(c)); err != nil {
 			t.Fatal(err)
 		}
 		for k := range c.Run.Steps {
 			checkStep(t, ctx, c, k, max(0, k-1))
+			m := learnRecord(t, ctx, c, k)
+			w, on := m.LossMetrics["rollout_is_weight_mean"]
+			switch {
+			case !on:
+				t.Errorf("step %d: no rollout correction on record: %v", k, m.LossMetrics)
+			case k == 0 && (m.Mismatch.AbsMax > logProbTol || math.Abs(w-1) > logProbTol):
+				t.Errorf("step 0 (on-policy): mismatch up to %.3g, mean weight %v", m.Mismatch.AbsMax, w)
+			case k > 0 && (m.Mismatch.AbsMean < 100*logProbTol || m.LossMetrics["rollout_is_frac_high"] == 0):
+				t.Errorf("step %d (one version behind): mismatch %.3g on average, %v of the weights truncated", k, m.Mismatch.AbsMean, m.LossMetrics["rollout_is_frac_high"])
+			default:
+				t.Logf("step %d: mismatch |delta| mean %.3g max %.3g, mean weight %.4f, truncated %.2f", k, m.Mismatch.AbsMean, m.Mismatch.AbsMax, w, m.LossMetrics["rollout_is_frac_high"])
+			}
 		}
 	})
 }
@@ -426,6 +466,8 @@ func TestAsyncTrainWithPolicyServer(t *testing.T) {
 		c.Run.Async = true
 		c.Policy.Endpoint = "grpc://" + ds.grpcAddr
 		c.Policy.Sync = runconfig.Sync{Kind: runconfig.SyncAipo}
+		c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
+		c.Learner.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 2, Mode: loss.CorrectionTruncate}
 	})
 	if err := Run(ctx, c, Options{Rollout: RolloutStep}); err != nil {
 		t.Fatal(err)
@@ -435,11 +477,24 @@ func TestAsyncTrainWithPolicyServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		lagged := 0
 		for _, tr := range trajs {
 			if v := tr.PolicyVersion; v < max(0, k-1) || v > k {
 				t.Errorf("step %d: trajectory sampled by version %d", k, v)
+			} else if v < k {
+				lagged++
 			}
 		}
+		// The learner measures the lag and weighs it by the rollout
+		// correction.
+		m := learnRecord(t, ctx, c, k)
+		if _, on := m.LossMetrics["rollout_is_weight_mean"]; !on {
+			t.Errorf("step %d: no rollout correction on record", k)
+		}
+		if lagged == len(trajs) && m.Mismatch.AbsMean < 100*logProbTol {
+			t.Errorf("step %d, sampled one version behind: mismatch only %.3g", k, m.Mismatch.AbsMean)
+		}
+		t.Logf("step %d: %d of %d trajectories one version behind, mismatch |delta| mean %.3g", k, lagged, len(trajs), m.Mismatch.AbsMean)
 	}
 	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, c.Run.Steps)); !ok {
 		t.Error("final checkpoint not committed")
