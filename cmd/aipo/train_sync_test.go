@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/configs"
+	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/pipelines/demo"
+	"github.com/aipo-rl/aipo/pipelines/serve"
+	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/policy"
+)
+
+// `aipo train --config run.yaml --init CKPT` with policy.endpoint naming
+// aipo serve and policy.sync.kind aipo: every step is sampled by the
+// server, told of each checkpoint before the rollout it samples, and the
+// server ends the run on the final checkpoint.
+func TestTrainCommandSyncsPolicyServer(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	task, err := demotask.New(demotask.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := filepath.Join(base, "warm")
+	if _, err := demo.WarmStart(ctx, warm, task, train.QuickWarmStart(), nil); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := serve.New(ctx, serve.Options{Checkpoint: warm, Name: "demo", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx, gl, nil, nil, time.Second) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	endpoint := "grpc://" + gl.Addr().String()
+
+	raw, err := configs.Get("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(string(raw), "policy:\n", "policy:\n  endpoint: "+endpoint+"\n  sync: {kind: aipo}\n", 1)
+	yaml = strings.Replace(yaml, "every: 3", "every: 0", 1)
+	if yaml == string(raw) || !strings.Contains(yaml, "sync: {kind: aipo}") {
+		t.Fatal("could not set the policy server in the quick configuration")
+	}
+	cfgPath := filepath.Join(base, "run.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(base, "run")
+	code, out := runAipo(t, "train", "--config", cfgPath, "--run", run, "--init", warm)
+	if code != 0 {
+		t.Fatalf("aipo train exited %d:\n%s", code, out)
+	}
+	for _, want := range []string{"policy servers (aipo, 1) serve checkpoint 0", "policy servers (aipo, 1) serve checkpoint 3", "step 3/3 learn"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("aipo train's output lacks %q:\n%s", want, out)
+		}
+	}
+	for k := range int64(3) {
+		trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(run, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range trajs {
+			if tr.PolicyVersion != k {
+				t.Fatalf("step %d: trajectory %s/%d sampled by version %d", k, tr.PromptID, tr.SampleIndex, tr.PolicyVersion)
+			}
+		}
+	}
+	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(run, 3)); !ok {
+		t.Error("checkpoint 3 not committed")
+	}
+	c, err := policy.Open(ctx, endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if in, err := c.Info(ctx); err != nil || in.PolicyVersion != 3 {
+		t.Errorf("after the run the server serves version %d (%v), want 3", in.PolicyVersion, err)
+	}
+}
