@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
@@ -18,6 +19,14 @@ import (
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
 )
+
+// rolloutRan is set once a rollout of this process has returned. The
+// first pipeline a process runs on Beam's local runner (prism) starts its
+// job service and sets Beam's global job endpoint and environment flags
+// without a lock, so the asynchronous loop starts no second rollout
+// before the first has returned; from then on pipelines only read them and
+// may run at once.
+var rolloutRan atomic.Bool
 
 // loop is one invocation of the training loop: the steps it rolls out and
 // learns, and the policy servers it keeps on the right weights.
@@ -133,6 +142,7 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 		err = withEngine(ctx, lp.cfg, s, "", func(endpoint string) error {
 			c := lp.cfg
 			c.Policy.Endpoint = endpoint
+			defer rolloutRan.Store(true)
 			return lp.opts.Rollout(ctx, c, k)
 		})
 	} else {
@@ -140,6 +150,7 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 		c.Policy.Endpoint = lp.endpointFor(s)
 		if err = reachable(ctx, c, k); err == nil {
 			err = lp.opts.Rollout(ctx, c, k)
+			rolloutRan.Store(true)
 		}
 	}
 	if err != nil {
@@ -282,14 +293,25 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 			default:
 			}
 			inflight.Add(1)
+			finished := make(chan struct{})
 			go func() {
 				defer inflight.Done()
+				defer close(finished)
 				if err := lp.rollout(ctx, j, s); err != nil {
 					fail(err)
 					return
 				}
 				close(rolled[j])
 			}()
+			if !rolloutRan.Load() {
+				// No rollout pipeline has run in this process yet: let this
+				// one start the runner alone (see rolloutRan).
+				select {
+				case <-finished:
+				case <-ctx.Done():
+					return
+				}
+			}
 		}
 	}()
 	done := int64(0)
