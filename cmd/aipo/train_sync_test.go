@@ -74,7 +74,7 @@ func TestTrainCommandSyncsPolicyServer(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("aipo train exited %d:\n%s", code, out)
 	}
-	for _, want := range []string{"policy servers (aipo, 1) serve checkpoint 0", "policy servers (aipo, 1) serve checkpoint 3", "step 3/3 learn"} {
+	for _, want := range []string{"policy servers (aipo, 1) serve checkpoint 0", "policy servers (aipo, 1) serve checkpoint 3", "step 3/3: loss"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("aipo train's output lacks %q:\n%s", want, out)
 		}
