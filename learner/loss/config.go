@@ -152,10 +152,25 @@ func DefaultConfig() Config {
 	}
 }
 
-// ConfigFor returns DefaultConfig with the base set to base and the
-// aggregation that base uses on its own: "grpo" keeps Eq. 8 (the paper),
-// "drgrpo" takes seq-mean-token-sum-norm, "dapo" token-mean and "gspo"
-// seq-mean-token-mean. Set Aggregation to "eq8" afterwards to put AIPO's
+// ConfigFor returns the loss side of base's preset: DefaultConfig with
+// what the base's paper sets.
+//
+//	grpo    DefaultConfig: the AIPO paper's GRPO run (arXiv 2605.08401,
+//	        Table 3): clip 0.2/0.28, k3 KL 0.001, Eq. 8 (on trajectories
+//	        without External tokens Eq. 8 is GRPO's per-trajectory token
+//	        mean, Shao et al. 2024)
+//	drgrpo  Dr. GRPO (Liu et al. 2025, arXiv 2503.20783): no length
+//	        normalisation (seq-mean-token-sum-norm over NormTokens), PPO's
+//	        symmetric clip 0.2/0.2, no KL (beta 0, as its R1-Zero recipe)
+//	dapo    DAPO (Yu et al. 2025, arXiv 2503.14476): token-mean, clip-higher
+//	        0.2/0.28, no KL
+//	gspo    GSPO (Zheng et al. 2025, arXiv 2507.18071): the sequence ratio
+//	        clipped to [1-3e-4, 1+4e-4], a sequence-level (token-mean per
+//	        trajectory) aggregation; KL as DefaultConfig
+//
+// The advantage side of a preset (normalisation, dynamic sampling,
+// overlong shaping) belongs to the rollout's advantage configuration
+// (transforms/advantage). Set Aggregation to "eq8" afterwards to put AIPO's
 // objective on top of any base.
 func ConfigFor(base string) (Config, error) {
 	c := DefaultConfig()
@@ -164,10 +179,15 @@ func ConfigFor(base string) (Config, error) {
 	case BaseGRPO:
 	case BaseDrGRPO:
 		c.Aggregation = AggSeqMeanTokenSumNorm
+		c.ClipHigh = 0.2
+		c.KLCoef = 0
 	case BaseDAPO:
 		c.Aggregation = AggTokenMean
+		c.ClipLow, c.ClipHigh = 0.2, 0.28
+		c.KLCoef = 0
 	case BaseGSPO:
 		c.Aggregation = AggSeqMeanTokenMean
+		c.SeqClipLow, c.SeqClipHigh = 3e-4, 4e-4
 	default:
 		return Config{}, fmt.Errorf("loss: unknown base algorithm %q: use one of grpo, drgrpo, dapo, gspo", base)
 	}

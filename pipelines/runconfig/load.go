@@ -25,10 +25,11 @@ import (
 )
 
 // Default returns the configuration with every default filled in, except
-// what depends on other fields (see Fill) and the required run.dir.
+// what depends on other fields (see Fill) and the required run.dir. Its
+// algorithm is the grpo preset (see PresetFor).
 func Default() Config {
 	ic := interact.Default()
-	return Config{
+	c := Config{
 		Run: Run{Steps: DefaultSteps},
 		Data: Data{
 			DemoSplit: string(demotask.SplitAll),
@@ -68,6 +69,10 @@ func Default() Config {
 			Temperature: 1,
 		},
 	}
+	if err := c.ApplyBase(loss.BaseGRPO); err != nil {
+		panic(err) // the grpo preset always exists
+	}
+	return c
 }
 
 // Parse decodes a YAML configuration onto Default(), so that fields left
@@ -77,6 +82,13 @@ func Default() Config {
 // as written).
 func Parse(data []byte, name, baseDir string) (Config, error) {
 	c := Default()
+	// learner.loss.base chooses the defaults of every algorithm field; the
+	// fields the file writes then override them.
+	if base := peekBase(data); base != "" {
+		if err := c.ApplyBase(base); err != nil {
+			return Config{}, fmt.Errorf("runconfig: %s: %w", name, err)
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
@@ -153,8 +165,10 @@ func (c *Config) resolvePaths() {
 // Fill sets the defaults that depend on other fields: run.name from
 // run.dir, data.batch_size (256, or 32 for the demo), data.demo_task,
 // data.dead_letter_dir, the demo's collaborators (all three built in, the
-// Knowledge Agent wrong 20% of the time) when none are configured, and
-// eval.splits and eval.max_response_tokens. It is idempotent.
+// Knowledge Agent wrong 20% of the time) when none are configured,
+// eval.splits and eval.max_response_tokens, and the budget of
+// advantage.overlong when it is on and left at 0 (policy.max_response_tokens,
+// a fifth of it as the penalty zone). It is idempotent.
 func (c *Config) Fill() {
 	if c.Reward.Strict == nil {
 		strict := true
@@ -195,6 +209,7 @@ func (c *Config) Fill() {
 	if c.Eval.MaxResponseTokens == 0 {
 		c.Eval.MaxResponseTokens = c.Policy.MaxResponseTokens
 	}
+	c.fillOverlong()
 }
 
 // Hash is the sha256 (hex) of the configuration written back as YAML: the

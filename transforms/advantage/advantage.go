@@ -17,6 +17,15 @@ const (
 // DefaultEpsilon is added to the GRPO standard deviation.
 const DefaultEpsilon = 1e-6
 
+// DefaultRefillRounds is the MaxRefillRounds of the presets: with DAPO's
+// first draw, nine draws at most, close to the max_num_gen_batches of 10
+// in DAPO's published scripts.
+const DefaultRefillRounds = 8
+
+// MaxRefillRoundsLimit bounds MaxRefillRounds: every round is a stage of
+// the rollout pipeline.
+const MaxRefillRoundsLimit = 32
+
 // methodAliases maps accepted spellings to a method name.
 var methodAliases = map[string]string{
 	"grpo": GRPO, "drgrpo": DrGRPO, "dr_grpo": DrGRPO, "dr.grpo": DrGRPO, "dr-grpo": DrGRPO, "rloo": RLOO,
@@ -35,8 +44,14 @@ type Config struct {
 	// PopulationStd makes GRPO divide by the population std (over G)
 	// instead of the sample std (over G-1).
 	PopulationStd bool `yaml:"population_std"`
-	// DynamicSampling drops groups whose rewards are all equal (DAPO).
+	// DynamicSampling drops groups whose rewards are all equal (DAPO) and
+	// refills the batch from further prompts (see MaxRefillRounds).
 	DynamicSampling bool `yaml:"dynamic_sampling"`
+	// MaxRefillRounds bounds the draws of further prompts that replace the
+	// groups dynamic sampling dropped, until the step holds the batch size
+	// of kept groups (DAPO's max_num_gen_batches less the first draw).
+	// 0 drops without refilling. Unused without DynamicSampling.
+	MaxRefillRounds int `yaml:"max_refill_rounds"`
 	// Overlong configures DAPO's soft overlong penalty.
 	Overlong Overlong `yaml:"overlong"`
 }
@@ -61,6 +76,9 @@ func (c Config) Validate() error {
 	}
 	if c.Epsilon < 0 || math.IsNaN(c.Epsilon) || math.IsInf(c.Epsilon, 0) {
 		return fmt.Errorf("advantage: epsilon %v must be a finite number >= 0 (0 means %g)", c.Epsilon, DefaultEpsilon)
+	}
+	if c.MaxRefillRounds < 0 || c.MaxRefillRounds > MaxRefillRoundsLimit {
+		return fmt.Errorf("advantage: max_refill_rounds %d must be between 0 (drop without refilling) and %d", c.MaxRefillRounds, MaxRefillRoundsLimit)
 	}
 	o := c.Overlong
 	if o.Enabled {
