@@ -101,6 +101,13 @@ func runTrain(args []string) int {
 		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
 	}
+	alg, err := train.WriteAlgorithm(ctx, cfg)
+	if err != nil {
+		p.finish()
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 1
+	}
+	p.log(alg.String())
 	if *initCkpt != "" {
 		if err := train.SeedCheckpoint(ctx, *initCkpt, cfg.Run.Dir); err != nil {
 			p.finish()

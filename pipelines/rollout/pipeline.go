@@ -177,7 +177,7 @@ func StaticMeta(o Options, spec rollouts.Spec) map[string]string {
 func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error) {
 	s = s.Scope("rollout")
 	c := o.Config
-	var slotted beam.PCollection
+	var slotted, good beam.PCollection
 	metas := []beam.PCollection{}
 	if c.Data.Demo {
 		task, err := demotask.New(*c.Data.DemoTask)
@@ -187,7 +187,9 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 		ps := rollouts.DemoPrompts(task, demotask.Split(c.Data.DemoSplit), c.Data.BatchSize, c.Run.Seed, o.Step)
 		slotted = rollouts.Slotted(s, ps)
 	} else {
-		good, dead, err := prompts.TryRead(s, c.Data.Sources...)
+		var dead beam.PCollection
+		var err error
+		good, dead, err = prompts.TryRead(s, c.Data.Sources...)
 		if err != nil {
 			return beam.PCollection{}, fmt.Errorf("rollout: %w", err)
 		}
@@ -195,9 +197,17 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 		metas = append(metas, rollouts.CountMeta(s, "dead_letters", n))
 		slotted = rollouts.Select(s, c.Run.Seed, o.Step, c.Data.BatchSize, good)
 	}
-	groups := rollouts.Sample(s, spec, rollouts.Batch(s, spec.BatchPrompts(), slotted))
-	rows, stats := rollouts.Advantages(s, spec, rollouts.Score(s, spec, groups))
-	metas = append(metas, rollouts.StepMeta(s, stats))
+	var rows beam.PCollection
+	if c.Advantage.DynamicSampling {
+		var meta beam.PCollection
+		rows, meta = dynamicSampling(s, o, spec, slotted, good)
+		metas = append(metas, meta)
+	} else {
+		groups := rollouts.Sample(s, spec, rollouts.Batch(s, spec.BatchPrompts(), slotted))
+		var stats beam.PCollection
+		rows, stats = rollouts.Advantages(s, spec, rollouts.Score(s, spec, groups))
+		metas = append(metas, rollouts.StepMeta(s, stats))
+	}
 	check := rollouts.StepCheck{Step: o.Step, MaxFailedFraction: c.Rollout.FailedFractionBound()}
 	if !c.Data.Demo {
 		check.Sources, check.DeadLetters = StaticMeta(o, spec)["data"], c.DeadLetterPath(o.Step)
@@ -212,6 +222,34 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 	}
 	dir := schemas.StepDir(c.Run.Dir, o.Step)
 	return parquetio.WriteTrajectoriesMeta(s, dir, meta, rollouts.CheckStep(s, check, beam.Flatten(s, metas...)), rows, opts...), nil
+}
+
+// dynamicSampling rolls out the step under advantage.dynamic_sampling: the
+// first draw (slotted), then up to advantage.max_refill_rounds further
+// draws of prompts (from good, or the demo task), each a stage fed the
+// decisions of the ones before, until data.batch_size groups are kept; it
+// returns the trained groups' trajectories and the step's meta (see
+// transforms/rollout's Refill, Trim and DecisionMeta).
+func dynamicSampling(s beam.Scope, o Options, spec rollouts.Spec, slotted, good beam.PCollection) (rows, meta beam.PCollection) {
+	c := o.Config
+	batch := c.Data.BatchSize
+	var allRows, allDecisions []beam.PCollection
+	for draw := 0; draw <= c.Advantage.MaxRefillRounds; draw++ {
+		ds := s.Scope(fmt.Sprintf("draw%d", draw))
+		if draw > 0 {
+			earlier := beam.Flatten(ds, allDecisions...)
+			if c.Data.Demo {
+				slotted = rollouts.RefillDemo(ds, *c.Data.DemoTask, demotask.Split(c.Data.DemoSplit), c.Run.Seed, o.Step, draw, batch, earlier)
+			} else {
+				slotted = rollouts.Refill(ds, c.Run.Seed, o.Step, draw, batch, good, earlier)
+			}
+		}
+		groups := rollouts.Sample(ds, spec, rollouts.Batch(ds, spec.BatchPrompts(), slotted))
+		r, d := rollouts.Decide(ds, spec, draw, rollouts.Score(ds, spec, groups))
+		allRows, allDecisions = append(allRows, r), append(allDecisions, d)
+	}
+	decisions := beam.Flatten(s, allDecisions...)
+	return rollouts.Trim(s, batch, beam.Flatten(s, allRows...), decisions), rollouts.DecisionMeta(s, batch, decisions)
 }
 
 // Run rolls out one step on the runner named by Beam's --runner flag

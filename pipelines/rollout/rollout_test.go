@@ -256,15 +256,34 @@ func promptIDs(rows []schemas.Trajectory) []string {
 }
 
 // TestRolloutDynamicSampling drops the groups whose rewards are all equal
-// and counts them, with a per-call cost in the rewards.
+// (with a per-call cost in the rewards) and refills the batch from further
+// demo questions: the step trains on exactly data.batch_size groups, and
+// the manifest says how many prompts were drawn to get there.
 func TestRolloutDynamicSampling(t *testing.T) {
 	c := demoConfig(t, filepath.Join(t.TempDir(), "run"), "demoplayer:///", "advantage: {dynamic_sampling: true}\n")
 	c.Rollout.InteractionCost = 0.1
 	rows, m := runStep(t, c, 0, false)
-	kept, dropped := metaInt(t, m, "groups_kept"), metaInt(t, m, "groups_dropped")
-	if kept+dropped != 12 || int64(len(rows)) != 4*kept || metaInt(t, m, "trajectories_written") != int64(len(rows)) {
-		t.Fatalf("kept %d dropped %d groups, %d rows written", kept, dropped, len(rows))
+	checkDynamic(t, m, rows, 12, 4)
+	if draws := metaInt(t, m, "draws"); draws < 2 || metaInt(t, m, "groups_dropped") == 0 {
+		t.Errorf("draws %d, dropped %d: this seed drops groups in the first draw, so a refill should have run", draws, metaInt(t, m, "groups_dropped"))
 	}
+	checkGroups(t, c, rows, 12)
+
+	// Without refill the dropped groups stay missing.
+	c.Advantage.MaxRefillRounds = 0
+	c.Run.Dir = filepath.Join(t.TempDir(), "norefill")
+	c.Fill()
+	rows, m = runStep(t, c, 0, false)
+	kept, dropped := metaInt(t, m, "groups_kept"), metaInt(t, m, "groups_dropped")
+	if kept+dropped != 12 || kept == 12 || int64(len(rows)) != 4*kept || metaInt(t, m, "groups_short") != 12-kept || metaInt(t, m, "draws") != 1 {
+		t.Errorf("without refill: kept %d dropped %d, %d rows, meta %v", kept, dropped, len(rows), m.Meta)
+	}
+}
+
+// checkDynamic checks a step under dynamic sampling: batch groups of G
+// kept, none with all-equal rewards, and counts that add up.
+func checkDynamic(t *testing.T, m schemas.Manifest, rows []schemas.Trajectory, batch, G int) {
+	t.Helper()
 	byPrompt := map[string][]float32{}
 	for _, r := range rows {
 		byPrompt[r.PromptID] = append(byPrompt[r.PromptID], r.Reward)
@@ -274,7 +293,81 @@ func TestRolloutDynamicSampling(t *testing.T) {
 			t.Errorf("prompt %s has all-equal rewards %v but was kept", id, rs)
 		}
 	}
-	checkGroups(t, c, rows, int(kept))
+	drawn, kept, dropped, surplus := metaInt(t, m, "prompts"), metaInt(t, m, "groups_kept"), metaInt(t, m, "groups_dropped"), metaInt(t, m, "groups_surplus")
+	if len(byPrompt) != batch || int(kept) != batch || len(rows) != batch*G || metaInt(t, m, "trajectories_written") != int64(len(rows)) {
+		t.Errorf("%d groups in the shards, kept %d, %d rows: want the batch of %d groups of %d", len(byPrompt), kept, len(rows), batch, G)
+	}
+	if drawn != kept+dropped+surplus || drawn <= int64(batch) && dropped > 0 || metaInt(t, m, "trajectories") != drawn*int64(G) {
+		t.Errorf("prompts drawn %d = kept %d + dropped %d + surplus %d? trajectories sampled %d", drawn, kept, dropped, surplus, metaInt(t, m, "trajectories"))
+	}
+	if metaInt(t, m, "groups_short") != 0 {
+		t.Errorf("groups_short = %d with prompts to spare", metaInt(t, m, "groups_short"))
+	}
+}
+
+// TestRolloutDynamicSamplingFiles refills from a prompt file: further
+// prompts are ones no earlier draw of the step took, the first draw is the
+// step's ordinary selection, and a dataset too small to fill the batch
+// trains on what it kept, saying how many groups it lacks.
+func TestRolloutDynamicSamplingFiles(t *testing.T) {
+	dir := t.TempDir()
+	task, _ := demotask.New(demotask.DefaultConfig())
+	var lines, all []string
+	for i, q := range task.AllQuestions(demotask.SplitAll)[:60] {
+		lines = append(lines, fmt.Sprintf(`{"id":"p%02d","problem":%q,"answer":"%d"}`, i, q.Prompt, q.Answer))
+		all = append(all, fmt.Sprintf("demo/p%02d", i))
+	}
+	file := filepath.Join(dir, "prompts.jsonl")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text := fmt.Sprintf(`
+run: {name: files, dir: %q, seed: 2}
+data: {sources: [{path: %q, data_source: demo}], batch_size: 10}
+policy: {endpoint: "demoplayer:///", max_response_tokens: 24, stop: [";"]}
+rollout: {group_size: 3, opener_by: policy, max_in_flight: 8, prompt_template: "{{.Problem}}"}
+collaborators: {knowledge: {kind: builtin-demo}}
+advantage: {dynamic_sampling: true}
+eval: {every: 0}
+`, filepath.Join(dir, "run"), file)
+	c, err := runconfig.Parse([]byte(text), "files.yaml", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, m := runStep(t, c, 1, false)
+	checkDynamic(t, m, rows, 10, 3)
+	// Every prompt trained on is either one of the step's ordinary batch
+	// or a further draw; the first draw is exactly ChooseIDs'.
+	first := map[string]bool{}
+	for _, id := range rollouts.ChooseIDs(all, 2, 1, 10) {
+		first[id] = true
+	}
+	refill := map[string]bool{}
+	for _, id := range rollouts.RefillOrder(all, 2, 1) {
+		if !first[id] {
+			refill[id] = true
+		}
+	}
+	for _, r := range rows {
+		if !first[r.PromptID] && !refill[r.PromptID] {
+			t.Errorf("trained prompt %s is in no draw", r.PromptID)
+		}
+	}
+
+	// Five prompts cannot fill a batch of ten: the step trains on the
+	// groups it kept and says how many it lacks.
+	small := filepath.Join(dir, "small.jsonl")
+	if err := os.WriteFile(small, []byte(strings.Join(lines[:5], "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Data.Sources[0].Path, c.Run.Dir = small, filepath.Join(dir, "small")
+	c.Data.DeadLetterDir = ""
+	c.Fill()
+	rows, m = runStep(t, c, 0, false)
+	kept := metaInt(t, m, "groups_kept")
+	if metaInt(t, m, "prompts") != 5 || kept+metaInt(t, m, "groups_dropped") != 5 || metaInt(t, m, "groups_short") != 10-kept || int64(len(rows)) != 3*kept {
+		t.Errorf("small dataset: meta %v, %d rows", m.Meta, len(rows))
+	}
 }
 
 // TestRolloutFaults runs the LLM collaborators against a server failing 30%

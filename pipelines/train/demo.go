@@ -109,6 +109,13 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 	if err := RememberConfig(ctx, cfg, o.Reconfigure, o.Log); err != nil {
 		return demo.Report{}, fmt.Errorf("demo: %w", err)
 	}
+	alg, err := WriteAlgorithm(ctx, cfg)
+	if err != nil {
+		return demo.Report{}, fmt.Errorf("demo: %w", err)
+	}
+	if o.Log != nil {
+		o.Log(alg.String())
+	}
 	task, err := demotask.New(*cfg.Data.DemoTask)
 	if err != nil {
 		return demo.Report{}, err

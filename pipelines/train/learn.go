@@ -283,7 +283,7 @@ func nothingToTrain(k int64, trajs []schemas.Trajectory, meta map[string]string)
 	fix := fmt.Sprintf("fix the cause, then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force) and rerun", k, k)
 	if len(trajs) == 0 {
 		if d := meta["groups_dropped"]; d != "" && d != "0" {
-			return fmt.Errorf("learn step %d: nothing to train on: all %s groups were dropped by advantage.dynamic_sampling (each group's rewards were equal, so no sample has an advantage); raise rollout.group_size or data.batch_size, use harder or easier prompts, or turn dynamic_sampling off; checkpoint %d was not written", k, d, k+1)
+			return fmt.Errorf("learn step %d: nothing to train on: all %s groups were dropped by advantage.dynamic_sampling in %s draw(s) (each group's rewards were equal, so no sample has an advantage); raise advantage.max_refill_rounds, rollout.group_size or data.batch_size, use harder or easier prompts, or turn dynamic_sampling off; checkpoint %d was not written", k, d, metaOr(meta, "draws", "1"), k+1)
 		}
 		return fmt.Errorf("learn step %d: nothing to train on: the step holds no trajectory (prompts: %s); %s; checkpoint %d was not written", k, metaOr(meta, "prompts", "0"), fix, k+1)
 	}

@@ -60,9 +60,22 @@ func (c StepCheck) Err(meta map[string]string) error {
 }
 
 // FailureWarning is the once-per-step warning for a committed step some of
-// whose samples failed (within rollout.max_failed_fraction), from its
-// manifest meta; "" when none failed.
+// whose samples failed (within rollout.max_failed_fraction), or that
+// dynamic sampling could not fill (groups_short), from its manifest meta;
+// "" when neither happened.
 func FailureWarning(step int64, meta map[string]string) string {
+	var lines []string
+	if w := failureWarning(step, meta); w != "" {
+		lines = append(lines, w)
+	}
+	if short, _ := strconv.ParseInt(meta["groups_short"], 10, 64); short > 0 {
+		lines = append(lines, fmt.Sprintf("warning: step %d: dynamic sampling kept %s groups, %d short of data.batch_size, after %s draw(s) of %s prompts (%s dropped with all-equal rewards); the dataset or advantage.max_refill_rounds ran out",
+			step, meta["groups_kept"], short, meta["draws"], meta["prompts"], meta["groups_dropped"]))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func failureWarning(step int64, meta map[string]string) string {
 	failed, _ := strconv.ParseInt(meta["finish."+schemas.FinishError], 10, 64)
 	if failed == 0 {
 		return ""

@@ -231,3 +231,47 @@ func TestStatsMeta(t *testing.T) {
 		}
 	}
 }
+
+func TestRefillCount(t *testing.T) {
+	for _, c := range []struct{ batch, kept, drawn, want int }{
+		{10, 10, 10, 0},  // full
+		{10, 12, 14, 0},  // more than full
+		{10, 0, 10, 10},  // nothing kept: a whole batch again
+		{10, 5, 10, 10},  // half kept: twice what is missing, at most the batch
+		{10, 8, 10, 3},   // 2 missing at a keep rate of 0.8: ceil(2.5)
+		{10, 9, 10, 2},   // 1 missing: ceil(10/9)
+		{256, 200, 256, 72},
+	} {
+		if got := RefillCount(c.batch, c.kept, c.drawn); got != c.want {
+			t.Errorf("RefillCount(%d, %d, %d) = %d, want %d", c.batch, c.kept, c.drawn, got, c.want)
+		}
+	}
+}
+
+// TestTrainedAndMeta trims the kept groups to the batch in draw order and
+// counts the trimmed ones as surplus, not as written.
+func TestTrainedAndMeta(t *testing.T) {
+	group := func(draw int, id string, order uint64, kept bool) Decision {
+		st := GroupStats(Group{Prompt: schemas.Prompt{ID: id}, Trajectories: make([]schemas.Trajectory, 2)}, kept)
+		return Decision{Draw: draw, PromptID: id, Order: order, Kept: kept, Size: 2, Stats: st}
+	}
+	ds := []Decision{
+		group(1, "c", 2, true), group(0, "a", 9, true), group(0, "b", 1, false),
+		group(1, "d", 1, true), group(1, "e", 3, false), group(2, "f", 0, true),
+	}
+	got := Trained(ds, 2)
+	if len(got) != 2 || !got["a"] || !got["d"] {
+		t.Errorf("Trained = %v, want a (draw 0) and d (draw 1, first in order)", got)
+	}
+	m := DecisionsMeta(ds, 2).Meta
+	for k, want := range map[string]string{"prompts": "6", "groups_kept": "2", "groups_dropped": "2", "groups_surplus": "2",
+		"groups_short": "0", "draws": "3", "trajectories": "12", "trajectories_written": "4"} {
+		if m[k] != want {
+			t.Errorf("meta %s = %q, want %q (all %v)", k, m[k], want, m)
+		}
+	}
+	m = DecisionsMeta(ds, 6).Meta
+	if m["groups_short"] != "2" || m["groups_surplus"] != "0" || m["groups_kept"] != "4" {
+		t.Errorf("batch 6 with 4 kept: %v", m)
+	}
+}

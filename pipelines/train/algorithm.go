@@ -1,0 +1,34 @@
+package train
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"gopkg.in/yaml.v3"
+)
+
+// AlgorithmName is the resolved algorithm a run directory holds beside
+// run.yaml: the base's preset, every algorithm field as the run sets it,
+// and the fields the run overrides (runconfig.Algorithm).
+const AlgorithmName = "algorithm.yaml"
+
+// WriteAlgorithm resolves cfg's algorithm, writes it to
+// <run>/algorithm.yaml and returns it, so that the caller prints it once.
+// Call it under the run's lease, after RememberConfig.
+func WriteAlgorithm(ctx context.Context, cfg runconfig.Config) (runconfig.Algorithm, error) {
+	a, err := cfg.Algorithm()
+	if err != nil {
+		return a, err
+	}
+	b, err := yaml.Marshal(a)
+	if err != nil {
+		return a, err
+	}
+	p := storage.Join(cfg.Run.Dir, AlgorithmName)
+	if err := storage.WriteAtomic(ctx, p, b); err != nil {
+		return a, fmt.Errorf("run directory %s: write %s: %w", cfg.Run.Dir, AlgorithmName, err)
+	}
+	return a, nil
+}
