@@ -52,10 +52,10 @@ func TestDAPOKeepsTheBatchFull(t *testing.T) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		var m struct {
-			Kind         string             `json:"kind"`
-			Step         int64              `json:"step"`
-			Trajectories int                `json:"trajectories"`
-			Rollout      map[string]any     `json:"rollout"`
+			Kind         string         `json:"kind"`
+			Step         int64          `json:"step"`
+			Trajectories int            `json:"trajectories"`
+			Rollout      map[string]any `json:"rollout"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			t.Fatalf("metrics line %s: %v", sc.Bytes(), err)

@@ -323,4 +323,3 @@ func DecisionsMeta(all []Decision, batch int) parquetio.StepMeta {
 	m.Meta["groups_short"] = strconv.Itoa(max(0, batch-len(trained)))
 	return m
 }
-

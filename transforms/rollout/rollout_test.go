@@ -234,12 +234,12 @@ func TestStatsMeta(t *testing.T) {
 
 func TestRefillCount(t *testing.T) {
 	for _, c := range []struct{ batch, kept, drawn, want int }{
-		{10, 10, 10, 0},  // full
-		{10, 12, 14, 0},  // more than full
-		{10, 0, 10, 10},  // nothing kept: a whole batch again
-		{10, 5, 10, 10},  // half kept: twice what is missing, at most the batch
-		{10, 8, 10, 3},   // 2 missing at a keep rate of 0.8: ceil(2.5)
-		{10, 9, 10, 2},   // 1 missing: ceil(10/9)
+		{10, 10, 10, 0}, // full
+		{10, 12, 14, 0}, // more than full
+		{10, 0, 10, 10}, // nothing kept: a whole batch again
+		{10, 5, 10, 10}, // half kept: twice what is missing, at most the batch
+		{10, 8, 10, 3},  // 2 missing at a keep rate of 0.8: ceil(2.5)
+		{10, 9, 10, 2},  // 1 missing: ceil(10/9)
 		{256, 200, 256, 72},
 	} {
 		if got := RefillCount(c.batch, c.kept, c.drawn); got != c.want {
