@@ -29,8 +29,9 @@ func runAnalyze(args []string) int {
 			"per-step accuracy, failed and solved-all tasks, interactions per trajectory by\n"+
 			"agent, external-token share, response lengths, collaborator latency and errors,\n"+
 			"and noisy-document share, with the learner's loss, KL, clip fractions and external-token\n"+
-			"probability. A shard that cannot be read is named and its step left out. Runs on prism\n"+
-			"unless --runner says otherwise.\n\nFlags:\n", "_MANIFEST.json")
+			"probability, and the held-out benchmarks' Avg@n and Pass@k over steps (eval.benchmarks,\n"+
+			"which aipo train evaluates every eval.every steps). A shard that cannot be read is named\n"+
+			"and its step left out. Runs on prism unless --runner says otherwise.\n\nFlags:\n", "_MANIFEST.json")
 		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -67,6 +68,9 @@ func runAnalyze(args []string) int {
 	fmt.Printf("analysed %d steps of %s (%d skipped)\n", len(plan.Steps), plan.Run, len(plan.Skipped))
 	for _, n := range []string{analytics.JSONName, analytics.MarkdownName, analytics.DynamicsPNG, analytics.LearnerPNG} {
 		fmt.Printf("  %s\n", storage.Join(dir, n))
+	}
+	if h, err := analytics.ReadHeldout(context.Background(), *run); err == nil && len(h) > 0 {
+		fmt.Printf("  %s (held-out benchmarks at %d checkpoints)\n", storage.Join(dir, analytics.HeldoutPNG), len(h))
 	}
 	return 0
 }

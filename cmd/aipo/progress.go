@@ -80,6 +80,17 @@ func (p *progress) event(e train.Event) {
 		line := fmt.Sprintf("eval checkpoint %d (policy alone): held-out greedy %.2f Avg@%d %.2f Pass@%d %.2f, seen greedy %.2f", e.Eval.Step, u.Greedy, u.K, u.AvgK, u.K, u.PassK, s.Greedy)
 		p.println(line)
 	}
+	if b := e.Benchmarks; b != nil {
+		var parts []string
+		for _, s := range b.Benchmarks {
+			part := fmt.Sprintf("%s Avg@%d %.3f", s.Name, s.Samples, s.Avg)
+			if v, ok := s.Pass[fmt.Sprint(s.Samples)]; ok && s.Samples > 1 {
+				part += fmt.Sprintf(" Pass@%d %.3f", s.Samples, v)
+			}
+			parts = append(parts, part)
+		}
+		p.println(fmt.Sprintf("eval checkpoint %d on eval.benchmarks: %s (%s)", b.Step, strings.Join(parts, ", "), b.Dir))
+	}
 	if p.tty {
 		p.status()
 	} else if e.Learn == nil && e.Eval == nil && e.Phase == "done" {

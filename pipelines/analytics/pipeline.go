@@ -74,11 +74,15 @@ func PerStep(s beam.Scope, trajs beam.PCollection) beam.PCollection {
 
 // Build adds the analysis of plan to the pipeline: read, aggregate per step,
 // write the report into out.
-func Build(s beam.Scope, plan Plan, out string) {
+func Build(s beam.Scope, plan Plan, out string) { BuildWithHeldout(s, plan, out, nil) }
+
+// BuildWithHeldout is Build with the run's held-out evaluations (see
+// ReadHeldout) in the report.
+func BuildWithHeldout(s beam.Scope, plan Plan, out string, heldout []HeldoutRecord) {
 	s = s.Scope("analytics")
 	trajs, bad := readTrajectories(s, plan.Steps)
 	perStep := PerStep(s, trajs)
-	writeReport(s, plan, out, beam.DropKey(s, perStep), bad)
+	writeReport(s, plan, out, heldout, beam.DropKey(s, perStep), bad)
 }
 
 // Run discovers the steps of o.Run, logs the skipped ones, and runs the
@@ -95,8 +99,12 @@ func Run(ctx context.Context, o Options) (Plan, error) {
 	if err != nil {
 		return plan, err
 	}
+	heldout, err := ReadHeldout(ctx, o.Run)
+	if err != nil {
+		return plan, err
+	}
 	p, s := beam.NewPipelineWithRoot()
-	Build(s, plan, o.OutDir())
+	BuildWithHeldout(s, plan, o.OutDir(), heldout)
 	if err := beamx.Run(ctx, p); err != nil {
 		return plan, fmt.Errorf("analyze %s: %w", o.Run, err)
 	}

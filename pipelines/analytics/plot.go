@@ -178,6 +178,15 @@ func Plots(rep Report) (map[string][]byte, error) {
 		}
 		out[MismatchPNG] = b
 	}
+	if len(rep.Heldout) > 0 {
+		h, err := heldoutPlot(rep.Heldout)
+		if err != nil {
+			return nil, err
+		}
+		if out[HeldoutPNG], err = PNG(h); err != nil {
+			return nil, fmt.Errorf("render %s: %w", HeldoutPNG, err)
+		}
+	}
 	return out, nil
 }
 

@@ -29,6 +29,9 @@ type Report struct {
 	Skipped []Skipped `json:"skipped,omitempty"`
 	// Unreadable are the shards that could not be read, with the reason.
 	Unreadable []UnreadableShard `json:"unreadable,omitempty"`
+	// Heldout are the run's evaluations on its held-out benchmarks
+	// (eval.benchmarks), in step order.
+	Heldout []HeldoutRecord `json:"heldout,omitempty"`
 }
 
 // File names written into the output directory.
@@ -109,17 +112,18 @@ func BuildReport(plan Plan, accs []stepAcc, bad []UnreadableShard) (Report, erro
 // writeReport writes the report of the accumulators into out.
 //
 // Input: PCollection<stepAcc>, one per step; PCollection<UnreadableShard>.
-func writeReport(s beam.Scope, plan Plan, out string, accs, bad beam.PCollection) {
+func writeReport(s beam.Scope, plan Plan, out string, heldout []HeldoutRecord, accs, bad beam.PCollection) {
 	s = s.Scope("analytics.WriteReport")
-	beam.ParDo0(s, &writeReportFn{Out: out, Plan: plan}, beam.Impulse(s), beam.SideInput{Input: accs}, beam.SideInput{Input: bad})
+	beam.ParDo0(s, &writeReportFn{Out: out, Plan: plan, Heldout: heldout}, beam.Impulse(s), beam.SideInput{Input: accs}, beam.SideInput{Input: bad})
 }
 
 // writeReportFn gathers the per-step accumulators (one small value per step)
 // and the unreadable shards, and writes analysis.json, analysis.md and the
 // plots.
 type writeReportFn struct {
-	Out  string `json:"out"`
-	Plan Plan   `json:"plan"`
+	Out     string          `json:"out"`
+	Plan    Plan            `json:"plan"`
+	Heldout []HeldoutRecord `json:"heldout"`
 }
 
 func (f *writeReportFn) ProcessElement(ctx context.Context, _ []byte, iter func(*stepAcc) bool, badIter func(*UnreadableShard) bool) error {
@@ -138,6 +142,7 @@ func (f *writeReportFn) ProcessElement(ctx context.Context, _ []byte, iter func(
 	if err != nil {
 		return err
 	}
+	rep.Heldout = f.Heldout
 	return WriteReport(ctx, f.Out, rep)
 }
 
@@ -286,6 +291,7 @@ func Markdown(rep Report) string {
 			fmt.Fprintf(&b, "| %d | %s | %s |\n", u.Step, u.Shard, strings.ReplaceAll(u.Reason, "|", "\\|"))
 		}
 	}
+	b.WriteString(heldoutMarkdown(rep.Heldout))
 	if len(rep.Skipped) > 0 {
 		b.WriteString("\n## Skipped step directories\n\n| step | directory | reason |\n|---:|---|---|\n")
 		for _, sk := range rep.Skipped {

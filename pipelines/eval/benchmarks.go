@@ -72,6 +72,26 @@ func PresetNames() []string {
 	return out
 }
 
+// Check reports whether b resolves: its preset exists, it names a file (or
+// its preset finds one under dataDir, "" for the shared data folder), its
+// verifier and template are known. The error names what to fix.
+func (b Benchmark) Check(dataDir string) error {
+	if b.key() == "" {
+		return fmt.Errorf("benchmark has neither name nor preset (presets: %s)", strings.Join(PresetNames(), ", "))
+	}
+	if b.Preset != "" {
+		if _, ok := Presets[b.Preset]; !ok {
+			return fmt.Errorf("benchmark %s: preset %q unknown (known: %s)", b.key(), b.Preset, strings.Join(PresetNames(), ", "))
+		}
+	}
+	_, err := resolve(b, Config{DataDir: dataDir}.withDefaults())
+	return err
+}
+
+// Key is the benchmark's name in reports and directories: its name, or
+// its preset.
+func (b Benchmark) Key() string { return b.key() }
+
 // resolved is a benchmark with its preset applied and its verifier known.
 type resolved struct {
 	Name      string

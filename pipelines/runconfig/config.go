@@ -7,6 +7,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/pipelines/eval"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/prompts"
@@ -311,8 +312,12 @@ type Eval struct {
 	Samples int `yaml:"samples"`
 	// Splits are the demo splits evaluated (default seen and unseen).
 	Splits []string `yaml:"splits,omitempty"`
-	// Benchmarks are prompt files evaluated (default none).
-	Benchmarks []prompts.Source `yaml:"benchmarks,omitempty"`
+	// Benchmarks are the held-out benchmarks `aipo train` evaluates every
+	// Every steps with the eval pipeline (pipelines/eval: a preset, or a
+	// file with its mapping, verifier and template; default none).
+	// Samples, Temperature and MaxResponseTokens above are their sampling
+	// unless a benchmark sets its own samples or max_tokens.
+	Benchmarks []eval.Benchmark `yaml:"benchmarks,omitempty"`
 	// Temperature of evaluation sampling (default 1.0, the paper's; 0 is
 	// greedy).
 	Temperature float32 `yaml:"temperature"`

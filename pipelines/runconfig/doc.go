@@ -32,7 +32,8 @@
 //	data.sources[]              prompt files; required unless data.demo (see transforms/prompts)
 //	data.sources[].path         local path (relative to the config file) or gs:// object
 //	data.sources[].format       jsonl, json, parquet; detected when empty
-//	data.sources[].preset       a built-in mapping: aime24, aime25, amc23, math500, gsm8k, gsm8k_train, deepscaler_math, aime_1983_2023
+//	data.sources[].preset       a built-in mapping: aime24, aime25, amc23, math500, gsm8k, gsm8k_train, deepscaler_math,
+//	                            aime_1983_2023, or verl (veRL's layout read as is; aipo data convert writes it)
 //	data.sources[].fields       field mapping (default: problem|question|prompt|text, answer|final_answer, solution, id)
 //	data.sources[].fields.problem        candidate fields of the problem text ("a|b" or a list)
 //	data.sources[].fields.answer         candidate fields of the reference answer
@@ -40,7 +41,10 @@
 //	data.sources[].fields.id             candidate fields of the row id (the row index otherwise)
 //	data.sources[].fields.answer_marker  take the answer after the last marker ("#### " for GSM8K)
 //	data.sources[].fields.drop           fields not kept in the prompt's extra column
-//	data.sources[].data_source  data_source of every row; picks its verifier (or from the preset)
+//	data.sources[].fields.keep           fields kept in the extra column although a mapped field came from inside them
+//	data.sources[].fields.messages       the problem field is a chat message list: its last user message (veRL's prompt)
+//	data.sources[].fields.data_source    candidate fields of a per-row data_source, matched to a verifier (veRL's)
+//	data.sources[].data_source  data_source of every row; picks its verifier (or from the preset; verl: each row's own)
 //	data.batch_size             prompts per step (256; 32 for the demo); a smaller dataset gives all its prompts
 //	data.dead_letter_dir        where bad prompt rows go, one step-NNNNNN.jsonl per step (<run.dir>/dead_letters)
 //
@@ -186,18 +190,28 @@
 //	eval.every                  steps between evaluations, 0 off (10)
 //	eval.samples                k of Avg@k and Pass@k (4)
 //	eval.splits[]               demo splits evaluated: seen, unseen, all (seen and unseen for the demo)
-//	eval.benchmarks[]           prompt files evaluated, fields as data.sources[] (none)
-//	eval.benchmarks[].path      as data.sources[].path
+//	eval.benchmarks[]           held-out benchmarks evaluated with the eval pipeline every eval.every steps, results in
+//	                            <run>/eval/step-NNNNNN and metrics.jsonl, shown by aipo analyze (none)
+//	eval.benchmarks[].name      report name (default: the preset)
+//	eval.benchmarks[].preset    an eval preset: aime24, aime25, amc23, math500, gsm8k, mbpp, mbpp_sanitized, humaneval
+//	eval.benchmarks[].path      the file, relative to the config file (default: the preset's under the shared data folder)
 //	eval.benchmarks[].format    as data.sources[].format
-//	eval.benchmarks[].preset    as data.sources[].preset
-//	eval.benchmarks[].fields    as data.sources[].fields
+//	eval.benchmarks[].fields    as data.sources[].fields (default: the preset's)
 //	eval.benchmarks[].fields.problem        as data.sources[].fields.problem
 //	eval.benchmarks[].fields.answer         as data.sources[].fields.answer
 //	eval.benchmarks[].fields.solution       as data.sources[].fields.solution
 //	eval.benchmarks[].fields.id             as data.sources[].fields.id
 //	eval.benchmarks[].fields.answer_marker  as data.sources[].fields.answer_marker
 //	eval.benchmarks[].fields.drop           as data.sources[].fields.drop
-//	eval.benchmarks[].data_source           as data.sources[].data_source
+//	eval.benchmarks[].fields.keep           as data.sources[].fields.keep
+//	eval.benchmarks[].fields.messages       as data.sources[].fields.messages
+//	eval.benchmarks[].fields.data_source    as data.sources[].fields.data_source
+//	eval.benchmarks[].verifier  a transforms/verify data source, or mbpp / humaneval (the preset's; math)
+//	eval.benchmarks[].template  math, mbpp, humaneval, plain, or a text/template (the preset's; plain)
+//	eval.benchmarks[].samples   n of this benchmark (eval.samples)
+//	eval.benchmarks[].max_tokens            response budget of this benchmark (eval.max_response_tokens)
+//	eval.benchmarks[].limit     the first limit problems only, 0 all (0)
+//	eval.benchmarks[].breakdown extra fields whose values get their own report rows (the preset's)
 //	eval.temperature            evaluation temperature, 0 greedy (1.0, the paper's)
 //	eval.max_response_tokens    evaluation response budget (policy.max_response_tokens)
 package runconfig

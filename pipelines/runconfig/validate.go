@@ -311,10 +311,19 @@ func (c Config) validateRest() error {
 			return fieldError("eval.splits", "are demo splits, but data.demo is false: evaluate prompt files with eval.benchmarks")
 		}
 	}
-	for i, s := range e.Benchmarks {
-		if _, err := s.Resolve(); err != nil {
-			return fieldError(fmt.Sprintf("eval.benchmarks[%d]", i), "%v", err)
+	seen := map[string]bool{}
+	for i, b := range e.Benchmarks {
+		field := fmt.Sprintf("eval.benchmarks[%d]", i)
+		if err := b.Check(""); err != nil {
+			return fieldError(field, "%v", err)
 		}
+		if localMissing(b.Path) {
+			return fieldError(field+".path", "%s does not exist (relative paths are relative to the config file)", b.Path)
+		}
+		if seen[b.Key()] {
+			return fieldError(field, "benchmark %q is listed twice: give the second a name", b.Key())
+		}
+		seen[b.Key()] = true
 	}
 	return nil
 }

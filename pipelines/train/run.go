@@ -84,6 +84,7 @@ type Event struct {
 	Phase       string // "rollout", "learn", "eval", "done"
 	Learn       *LearnMetrics
 	Eval        *demo.EvalRecord
+	Benchmarks  *BenchmarkEvalRecord // eval.benchmarks' scores (evalbench.go)
 	Elapsed     time.Duration
 }
 
@@ -221,6 +222,9 @@ func sanitize(s string) string {
 // maybeEval evaluates checkpoint k alone when the schedule says so and it
 // has not been done yet.
 func maybeEval(ctx context.Context, cfg runconfig.Config, task *demotask.Task, k int64, emit func(Event), start time.Time) error {
+	if err := maybeEvalBenchmarks(ctx, cfg, k, emit, start); err != nil {
+		return err
+	}
 	if task == nil || cfg.Eval.Every <= 0 || (k%cfg.Eval.Every != 0 && k != cfg.Run.Steps) {
 		return nil
 	}

@@ -43,11 +43,42 @@ func init() {
 	registry["demo"] = IntegerVerifier{Marker: "=", Terminator: ";"}
 }
 
+// aliases maps the data_source names of datasets prepared for other
+// frameworks (veRL's preprocessing scripts, DAPO-Math-17k) to the verifier
+// names registered here.
+var aliases = map[string]string{
+	"openai/gsm8k":                       "gsm8k",
+	"lighteval/math":                     "math",
+	"digitallearninggmbh/math-lighteval": "math",
+	"hendrycks/competition_math":         "math",
+	"huggingfaceh4/math-500":             "math500",
+	"math_dapo":                          "math",
+	"math_dapo_reasoning":                "math",
+	"aime2024":                           "aime24",
+	"aime2025":                           "aime25",
+}
+
+// Canonical returns the registered name for data_source ds (matched
+// case-insensitively, directly or through the aliases of other
+// frameworks' names, "openai/gsm8k" being "gsm8k") and whether a verifier
+// is registered under it.
+func Canonical(ds string) (string, bool) {
+	key := strings.ToLower(strings.TrimSpace(ds))
+	if a, ok := aliases[key]; ok {
+		key = a
+	}
+	registryMu.RLock()
+	_, ok := registry[key]
+	registryMu.RUnlock()
+	return key, ok
+}
+
 // ForDataSource returns the verifier registered for a data_source. Names are
-// matched case-insensitively. An unknown name gives an error listing the
+// matched case-insensitively, and other frameworks' names through their
+// aliases (see Canonical). An unknown name gives an error listing the
 // known ones.
 func ForDataSource(ds string) (Verifier, error) {
-	key := strings.ToLower(strings.TrimSpace(ds))
+	key, _ := Canonical(ds)
 	registryMu.RLock()
 	v, ok := registry[key]
 	registryMu.RUnlock()

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/verify"
 )
 
 // mapper turns decoded records of one file into Prompt rows.
@@ -137,7 +138,17 @@ func kindOf(v any) string {
 func (m *mapper) row(obj map[string]any, index int64) (schemas.Prompt, *rowError) {
 	f := m.src.Fields
 	consumed := make(map[string]bool, 8)
-	problem, ok, rerr := first(obj, f.Problem, consumed, "problem")
+	var (
+		problem string
+		ok      bool
+		rerr    *rowError
+		history []any // a message list holding more than the problem
+	)
+	if f.Messages {
+		problem, history, ok, rerr = firstMessages(obj, f.Problem, consumed)
+	} else {
+		problem, ok, rerr = first(obj, f.Problem, consumed, "problem")
+	}
 	if rerr != nil {
 		return schemas.Prompt{}, rerr
 	}
@@ -172,6 +183,10 @@ func (m *mapper) row(obj map[string]any, index int64) (schemas.Prompt, *rowError
 			return schemas.Prompt{}, &rowError{ReasonMissingAnswer, fmt.Sprintf("nothing after the %q marker", f.AnswerMarker)}
 		}
 	}
+	ds, rowDS, rerr := m.dataSource(obj, consumed)
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
 	rawID, ok, rerr := first(obj, f.ID, consumed, "id")
 	if rerr != nil {
 		return schemas.Prompt{}, rerr
@@ -179,9 +194,12 @@ func (m *mapper) row(obj map[string]any, index int64) (schemas.Prompt, *rowError
 	if !ok || rawID == "" {
 		rawID = strconv.FormatInt(index, 10)
 	}
-	id := m.src.DataSource + "/" + rawID
+	id := ds + "/" + rawID
 	if m.seen[id] {
 		return schemas.Prompt{}, &rowError{ReasonDuplicateID, fmt.Sprintf("id %q already seen earlier in the file", id)}
+	}
+	for _, k := range f.Keep {
+		delete(consumed, k)
 	}
 	for _, d := range f.Drop {
 		consumed[d] = true
@@ -195,6 +213,20 @@ func (m *mapper) row(obj map[string]any, index int64) (schemas.Prompt, *rowError
 			extra = make(map[string]any)
 		}
 		extra[k] = v
+	}
+	keepExtra := func(k string, v any) {
+		if extra == nil {
+			extra = make(map[string]any)
+		}
+		if _, taken := extra[k]; !taken {
+			extra[k] = v
+		}
+	}
+	if history != nil {
+		keepExtra(f.Problem[0], history)
+	}
+	if rowDS != "" && rowDS != ds {
+		keepExtra("data_source", rowDS) // the row's own name, before matching it to a verifier
 	}
 	extraJSON := ""
 	if extra != nil {
@@ -210,12 +242,78 @@ func (m *mapper) row(obj map[string]any, index int64) (schemas.Prompt, *rowError
 	return schemas.Prompt{
 		SchemaVersion: schemas.SchemaVersion,
 		ID:            id,
-		DataSource:    m.src.DataSource,
+		DataSource:    ds,
 		Problem:       problem,
 		Answer:        answer,
 		Solution:      solution,
 		Extra:         extraJSON,
 	}, nil
+}
+
+// dataSource is the row's data_source: the Source's, or the row's own
+// (FieldMap.DataSource) matched to a verifier's name; raw is the row's
+// value as written ("" when the Source sets it).
+func (m *mapper) dataSource(obj map[string]any, consumed map[string]bool) (ds, raw string, rerr *rowError) {
+	if m.src.DataSource != "" {
+		return m.src.DataSource, "", nil
+	}
+	names := m.src.Fields.DataSource
+	raw, ok, rerr := first(obj, names, consumed, "data_source")
+	if rerr != nil {
+		return "", "", rerr
+	}
+	raw = strings.TrimSpace(raw)
+	if !ok || raw == "" {
+		return "", "", &rowError{ReasonUnknownDataSource, fmt.Sprintf("no data_source: fields %s are absent, null or empty; set data_source on the source to score every row with one verifier", strings.Join(names, "|"))}
+	}
+	ds, known := verify.Canonical(raw)
+	if !known {
+		return "", "", &rowError{ReasonUnknownDataSource, fmt.Sprintf("data_source %q has no verifier (known: %s); set data_source on the source, or reward.data_source, to score these rows with a known one", raw, strings.Join(verify.DataSources(), ", "))}
+	}
+	return ds, raw, nil
+}
+
+// firstMessages reads the first candidate present as a chat message list
+// and returns the content of its last user message, and the list itself
+// when it holds other messages too.
+func firstMessages(obj map[string]any, names Names, consumed map[string]bool) (string, []any, bool, *rowError) {
+	for _, n := range names {
+		v, key, ok := lookup(obj, n)
+		if key != "" {
+			consumed[key] = true
+		}
+		if !ok {
+			continue
+		}
+		list, isList := v.([]any)
+		if !isList {
+			return "", nil, false, &rowError{ReasonNotMessages, fmt.Sprintf("field %q is a %s, want a chat message list [{\"role\": \"user\", \"content\": \"...\"}]", n, kindOf(v))}
+		}
+		user := -1
+		for i, e := range list {
+			msg, isObj := e.(map[string]any)
+			if !isObj {
+				return "", nil, false, &rowError{ReasonNotMessages, fmt.Sprintf("field %q entry %d is a %s, want a {role, content} message", n, i, kindOf(e))}
+			}
+			role, rok := msg["role"].(string)
+			content, cok := msg["content"].(string)
+			if !rok || !cok {
+				return "", nil, false, &rowError{ReasonNotMessages, fmt.Sprintf("field %q entry %d has no string role and content", n, i)}
+			}
+			if role == "user" && strings.TrimSpace(content) != "" {
+				user = i
+			}
+		}
+		if user < 0 {
+			return "", nil, false, &rowError{ReasonNotMessages, fmt.Sprintf("field %q holds no user message with content (%d messages)", n, len(list))}
+		}
+		var history []any
+		if len(list) > 1 {
+			history = list
+		}
+		return list[user].(map[string]any)["content"].(string), history, true, nil
+	}
+	return "", nil, false, nil
 }
 
 // validUTF8 reports whether every string inside v is valid UTF-8, and the

@@ -469,6 +469,9 @@ func TestFieldNamesAndResolve(t *testing.T) {
 func TestPresetsHaveVerifiers(t *testing.T) {
 	for _, name := range PresetNames() {
 		ds := Presets[name].DataSource
+		if ds == "" && len(Presets[name].Fields.DataSource) > 0 {
+			continue // each row names its own (verl)
+		}
 		if _, err := verify.ForTraining(ds, true); err != nil {
 			t.Errorf("preset %s: data_source %s: %v", name, ds, err)
 		}

@@ -27,6 +27,13 @@ const (
 	ReasonBadFieldType   = "bad_field_type"  // a mapped field is an object or array
 	ReasonDuplicateID    = "duplicate_id"    // the id repeats an earlier row of the file
 	ReasonBadRow         = "bad_row"         // a Parquet row that cannot be decoded
+	// ReasonNotMessages: the problem field of a chat-message mapping
+	// (FieldMap.Messages, veRL's prompt) is not a list of {role, content}
+	// messages holding a user message.
+	ReasonNotMessages = "not_messages"
+	// ReasonUnknownDataSource: the row's data_source (FieldMap.DataSource)
+	// is missing, or no verifier knows it.
+	ReasonUnknownDataSource = "unknown_data_source"
 )
 
 // rawLimit bounds the excerpt of a bad record kept in a dead letter.

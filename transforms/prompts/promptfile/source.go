@@ -84,6 +84,22 @@ type FieldMap struct {
 	AnswerMarker string `json:"answer_marker,omitempty" yaml:"answer_marker,omitempty"`
 	// Drop names source fields that are not kept in Extra.
 	Drop Names `json:"drop,omitempty" yaml:"drop,omitempty"`
+	// Keep names source fields kept in Extra although a mapped field was
+	// read from inside them ("extra_info" when the id is
+	// "extra_info.index").
+	Keep Names `json:"keep,omitempty" yaml:"keep,omitempty"`
+	// Messages says the problem field is a chat message list
+	// ([{role, content}, ...], veRL's prompt column): the problem is the
+	// content of its last user message, and a row whose field is not such
+	// a list is dead-lettered (not_messages). The whole list is kept in
+	// Extra when it holds more than that message.
+	Messages bool `json:"messages,omitempty" yaml:"messages,omitempty"`
+	// DataSource: candidates for a per-row data_source (veRL's
+	// data_source column), used when the Source sets none: the row's
+	// value, matched to a verifier's name (verify.Canonical: "openai/gsm8k"
+	// is gsm8k), becomes the row's data_source; a row without one, or whose
+	// value no verifier knows, is dead-lettered (unknown_data_source).
+	DataSource Names `json:"data_source,omitempty" yaml:"data_source,omitempty"`
 }
 
 // DefaultFields is the mapping used when a Source has neither a preset nor
@@ -107,7 +123,8 @@ type Source struct {
 	// Fields is the field mapping; DefaultFields when empty and no preset.
 	Fields FieldMap `json:"fields,omitempty" yaml:"fields,omitempty"`
 	// DataSource is written into every row of the file (required, directly
-	// or through the preset).
+	// or through the preset, unless Fields.DataSource reads it per row; set,
+	// it overrides the rows' own).
 	DataSource string `json:"data_source,omitempty" yaml:"data_source,omitempty"`
 }
 
@@ -162,6 +179,23 @@ var Presets = map[string]Preset{
 		Fields:     FieldMap{Problem: Names{"problem"}, Answer: Names{"answer"}, Solution: Names{"solution"}},
 		DataSource: "aime_1983_2023", RelPath: "math/train_deepscaler/aime_1983_2023.json", Rows: 975,
 	},
+	// verl is the layout of veRL's preprocessed datasets and of
+	// DAPO-Math-17k, in Parquet or JSONL, read as is: data_source per row
+	// (picking its verifier), prompt as a chat message list, ability,
+	// reward_model.{style, ground_truth}, extra_info (index, a reference
+	// solution). `aipo data convert` writes the bundled benchmarks in it.
+	"verl": {Fields: VERLFields},
+}
+
+// VERLFields is the mapping of the verl preset.
+var VERLFields = FieldMap{
+	Problem:    Names{"prompt"},
+	Messages:   true,
+	Answer:     Names{"reward_model.ground_truth"},
+	Solution:   Names{"extra_info.solution"},
+	ID:         Names{"extra_info.id", "extra_info.index", "id", "index"},
+	DataSource: Names{"data_source"},
+	Keep:       Names{"reward_model", "extra_info"},
 }
 
 // PresetNames lists the presets, sorted.
@@ -201,10 +235,13 @@ func (s Source) Resolve() (Source, error) {
 			return s, fmt.Errorf("prompt source %s: preset %q does not exist (known: %s)", s.Path, s.Preset, strings.Join(PresetNames(), ", "))
 		}
 		if len(s.Fields.Problem) == 0 && len(s.Fields.Answer) == 0 {
-			drop := s.Fields.Drop
+			drop, keep := s.Fields.Drop, s.Fields.Keep
 			s.Fields = p.Fields
 			if len(drop) > 0 {
 				s.Fields.Drop = drop
+			}
+			if len(keep) > 0 {
+				s.Fields.Keep = keep
 			}
 		}
 		if s.DataSource == "" {
@@ -223,7 +260,7 @@ func (s Source) Resolve() (Source, error) {
 	if s.Preset == "" && len(s.Fields.Solution) == 0 {
 		s.Fields.Solution = DefaultFields.Solution
 	}
-	if s.DataSource == "" {
+	if s.DataSource == "" && len(s.Fields.DataSource) == 0 {
 		return s, fmt.Errorf("prompt source %s: data_source is empty (set data_source, or a preset: %s)", s.Path, strings.Join(PresetNames(), ", "))
 	}
 	switch s.Format {
