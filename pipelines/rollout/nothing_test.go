@@ -137,3 +137,36 @@ func TestRolloutFailedFraction(t *testing.T) {
 	}
 	noManifest(t, c, 0)
 }
+
+// A veRL file none of whose rows is usable (no ground_truth, a prompt that
+// is not a chat, a data_source no verifier knows) fails the step with the
+// dead letters saying why, row by row, and nothing committed.
+func TestRolloutVERLBadRows(t *testing.T) {
+	dir := t.TempDir()
+	rows := []string{
+		`{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "lugr+3?"}], "ability": "math", "reward_model": {"style": "rule"}, "extra_info": {"index": 0}}`,
+		`{"data_source": "openai/gsm8k", "prompt": "lugr+3?", "ability": "math", "reward_model": {"style": "rule", "ground_truth": "5"}, "extra_info": {"index": 1}}`,
+		`{"data_source": "somebody/private_set", "prompt": [{"role": "user", "content": "lugr+3?"}], "ability": "math", "reward_model": {"style": "rule", "ground_truth": "5"}, "extra_info": {"index": 2}}`,
+	}
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, []byte(strings.Join(rows, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := fileConfig(t, dir, bad)
+	c.Data.Sources[0].Preset, c.Data.Sources[0].DataSource = "verl", ""
+	_, err := Run(context.Background(), Options{Config: c, Step: 0})
+	if err == nil || !strings.Contains(err.Error(), "no usable prompt") || !strings.Contains(err.Error(), "all 3 malformed") {
+		t.Fatalf("a veRL file of bad rows: %v", err)
+	}
+	noManifest(t, c, 0)
+	dl, err := os.ReadFile(c.DeadLetterPath(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reason := range []string{`"reason":"missing_answer"`, `"reason":"not_messages"`, `"reason":"unknown_data_source"`} {
+		if !strings.Contains(string(dl), reason) {
+			t.Errorf("dead letters lack %s:\n%s", reason, dl)
+		}
+	}
+	t.Logf("dead letters:\n%s", dl)
+}
