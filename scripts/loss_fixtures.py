@@ -221,6 +221,8 @@ def compute(cfg, b):
         pg_ext = -adv * coef
     elif ext == "plain":
         pg_ext = -adv * pi
+    elif ext == "luffy":
+        pg_ext = -adv * pi / (pi + cfg["gamma"])  # LUFFY's f(pi) = pi/(pi+gamma), pi_off = 1, no clip
     elif ext == "ratio":
         pg_ext, clip_ext, dual_ext = ppo(tok_ratio, cfg["clip_low"], cfg["clip_high"], cfg["dual_clip"])
     else:
@@ -366,6 +368,41 @@ def overlong_cases():
     return out
 
 
+def luffy_cases():
+    """LUFFY (Yan et al. 2025, arXiv:2504.14945): off-policy tokens (External
+    here) trained with the shaped ratio pi/(pi+gamma), pi_off = 1, no clip.
+    Every base and aggregation with LUFFY's gamma 0.1, and variants: another
+    gamma, KL on the off-policy tokens, LUFFY's own setting (token-mean, no
+    KL)."""
+    out = []
+    for base in BASES:
+        for agg in AGGS:
+            c = default_config()
+            c.update(base=base, external="luffy", gamma=0.1, aggregation=agg)
+            out.append(c)
+    for upd in (dict(gamma=0.5), dict(gamma=0.01, aggregation="token-mean"),
+                dict(kl_external=True), dict(kl_coef=0.0, aggregation="token-mean")):
+        c = default_config()
+        c.update(external="luffy", gamma=0.1)
+        c.update(upd)
+        out.append(c)
+    return out
+
+
+def write_luffy(root, batch):
+    cases = []
+    for cfg in luffy_cases():
+        loss, grad, metrics = compute(cfg, batch)
+        assert all(math.isfinite(x) for x in grad), cfg
+        cases.append(dict(config=cfg, loss=loss, grad=grad, metrics=metrics))
+    path = os.path.join(root, "loss_luffy.json")
+    with open(path, "w") as f:
+        json.dump(dict(generator="scripts/loss_fixtures.py", torch=torch.__version__,
+                       inputs=batch, cases=cases), f, separators=(",", ":"))
+        f.write("\n")
+    print(path, len(cases), "cases")
+
+
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "learner", "loss", "testdata")
     os.makedirs(root, exist_ok=True)
@@ -389,6 +426,7 @@ def main():
                            inputs=batch, mismatch=mm, cases=cases), f, separators=(",", ":"))
             f.write("\n")
         print(path, len(cases), "cases")
+    write_luffy(root, batch)
     path = os.path.join(root, "overlong.json")
     with open(path, "w") as f:
         json.dump(dict(generator="scripts/loss_fixtures.py", cases=overlong_cases()), f, indent=1)

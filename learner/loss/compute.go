@@ -107,6 +107,7 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 	slo, shi := 1-cfg.SeqClipLow, 1+cfg.SeqClipHigh
 	dual := cfg.DualClip
 	omega := cfg.Omega
+	gamma := cfg.Gamma
 	beta := cfg.KLCoef
 	klInt := beta != 0
 	klExt := klInt && cfg.KLExternal && extInLoss
@@ -180,6 +181,9 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 					l, g = -a*c, -a*c
 				case ExternalPlain:
 					l, g = -a*pi, -a*pi
+				case ExternalLUFFY:
+					den := pi + gamma
+					l, g = -a*pi/den, -a*gamma*pi/(den*den)
 				case ExternalRatio:
 					useRatio = true
 				}

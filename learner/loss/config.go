@@ -45,6 +45,14 @@ const (
 	// ExternalMask is the ablation "Mask": External tokens are left out of
 	// the loss altogether (no policy term, no KL, not counted).
 	ExternalMask = "mask"
+	// ExternalLUFFY is LUFFY's policy shaping of off-policy tokens (Yan et
+	// al. 2025, arXiv 2504.14945): the importance ratio with the
+	// off-policy model's probability taken as 1, i.e. pi itself, shaped by
+	// f(pi) = pi/(pi+gamma) and not clipped, l = -A*f(pi), whose gradient
+	// gamma*pi/(pi+gamma)^2 * A * grad log pi puts the most weight on
+	// tokens with pi near gamma rather than vanishing as pi -> 0 as fast
+	// as "plain" does.
+	ExternalLUFFY = "luffy"
 )
 
 // Aggregation modes: how per-token terms become one scalar. S is the number
@@ -105,12 +113,17 @@ type Config struct {
 	// SeqClipHigh is GSPO's upper clip on the sequence ratio (GSPO paper:
 	// 4e-4). Used only with Base "gspo".
 	SeqClipHigh float64 `yaml:"seq_clip_high" json:"seq_clip_high"`
-	// External is the treatment of collaborator tokens: "aipo" (default),
-	// "ratio" ("w/o IS"), "plain" ("w/o CS") or "mask" ("Mask").
+	// External is the treatment of collaborator tokens (and of every other
+	// token the policy did not sample, such as LUFFY's off-policy guidance
+	// traces): "aipo" (default), "ratio" ("w/o IS"), "plain" ("w/o CS"),
+	// "mask" ("Mask") or "luffy" (LUFFY's policy shaping).
 	External string `yaml:"external" json:"external"`
 	// Omega is the lower bound of the External coefficient under "aipo",
 	// in (0, 1] (paper: 0.2).
 	Omega float64 `yaml:"omega" json:"omega"`
+	// Gamma is the constant of LUFFY's shaping f(pi) = pi/(pi+gamma) under
+	// External "luffy", > 0 (LUFFY: 0.1).
+	Gamma float64 `yaml:"gamma" json:"gamma"`
 	// KLCoef weighs the k3 ("low_var_kl") estimate of KL(pi || pi_ref)
 	// added to each KL token's loss (paper: 0.001). 0 turns the KL term
 	// off, and RefLogProb may then be nil.
@@ -131,6 +144,9 @@ type Config struct {
 	RolloutCorrection RolloutCorrection `yaml:"rollout_correction" json:"rollout_correction"`
 }
 
+// DefaultGamma is LUFFY's shaping constant (arXiv 2504.14945).
+const DefaultGamma = 0.1
+
 // DefaultConfig returns the paper's setting: GRPO base with decoupled clip
 // 0.2/0.28, AIPO's External treatment with omega 0.2, KL 0.001 (k3) on
 // Internal tokens, Eq. 8 aggregation; GSPO's clips 3e-4/4e-4 for when the
@@ -144,6 +160,7 @@ func DefaultConfig() Config {
 		SeqClipHigh: 4e-4,
 		External:    ExternalAIPO,
 		Omega:       0.2,
+		Gamma:       DefaultGamma,
 		KLCoef:      0.001,
 		Aggregation: AggEq8,
 		NormTokens:  16384,
@@ -203,8 +220,12 @@ func (c Config) Validate() error {
 	}
 	switch c.External {
 	case ExternalAIPO, ExternalRatio, ExternalPlain, ExternalMask:
+	case ExternalLUFFY:
+		if !(c.Gamma > 0 && !math.IsInf(c.Gamma, 0)) {
+			return fmt.Errorf("loss: Config.Gamma = %v, but external %q shapes by pi/(pi+gamma): set a finite gamma > 0 (LUFFY: 0.1)", c.Gamma, c.External)
+		}
 	default:
-		return fmt.Errorf("loss: Config.External %q is unknown: use one of aipo, ratio, plain, mask", c.External)
+		return fmt.Errorf("loss: Config.External %q is unknown: use one of aipo, ratio, plain, mask, luffy", c.External)
 	}
 	switch c.Aggregation {
 	case AggEq8, AggTokenMean, AggSeqMeanTokenSum, AggSeqMeanTokenMean:

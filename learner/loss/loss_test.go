@@ -9,7 +9,7 @@ import (
 
 var (
 	allBases     = []string{BaseGRPO, BaseDrGRPO, BaseDAPO, BaseGSPO}
-	allExternals = []string{ExternalAIPO, ExternalRatio, ExternalPlain, ExternalMask}
+	allExternals = []string{ExternalAIPO, ExternalRatio, ExternalPlain, ExternalMask, ExternalLUFFY}
 	allAggs      = []string{AggEq8, AggTokenMean, AggSeqMeanTokenSum, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm}
 )
 

@@ -131,6 +131,8 @@ func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 					pg[i], dpg[i], _ = aipoToken(logp, float64(detached[i]), a, cfg.Omega)
 				case ExternalPlain:
 					pg[i], dpg[i] = plainToken(logp, a)
+				case ExternalLUFFY:
+					pg[i], dpg[i] = luffyToken(logp, a, cfg.Gamma)
 				case ExternalRatio:
 					t := ppoToken(logp, float64(in.OldLogProb[i]), a, cfg.ClipLow, cfg.ClipHigh, cfg.DualClip)
 					pg[i], dpg[i] = t.loss, t.grad

@@ -105,6 +105,18 @@ func plainToken(logp, a float64) (loss, grad float64) {
 	return -a * pi, -a * pi
 }
 
+// luffyToken is LUFFY's shaped off-policy term: with pi_off taken as 1 the
+// importance ratio is pi, shaped by f(pi) = pi/(pi+gamma) and not clipped,
+//
+//	l = -A*pi/(pi+gamma),  dl/dlogp = -A*gamma*pi/(pi+gamma)^2
+//
+// (d f/d pi = gamma/(pi+gamma)^2 and d pi/d logp = pi).
+func luffyToken(logp, a, gamma float64) (loss, grad float64) {
+	pi := math.Exp(logp)
+	d := pi + gamma
+	return -a * pi / d, -a * gamma * pi / (d * d)
+}
+
 // K3 is k3Token, exported as the reference of other backends' KL kernels.
 func K3(logp, ref float64) (kl, grad float64) { return k3Token(logp, ref) }
 
