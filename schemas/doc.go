@@ -23,7 +23,7 @@
 //	| Trajectory | data_source            | string, dict         | Prompt.data_source; picks the verifier                                                                          |
 //	| Trajectory | prompt_ids             | list<int32>          | token ids of the rendered prompt (system prompt and problem), policy tokenizer                                  |
 //	| Trajectory | response_ids           | list<int32>          | token ids of the response, policy and external tokens in order, policy tokenizer                                |
-//	| Trajectory | token_source           | list<int8>           | per response token: 0 policy, 1 verify, 2 knowledge, 3 reason, 4 template; len = len(response_ids)              |
+//	| Trajectory | token_source           | list<int8>           | per response token: 0 policy, 1 verify, 2 knowledge, 3 reason, 4 template, 5 guide; len(response_ids)           |
 //	| Trajectory | behavior_logprobs      | list<float32>        | per response token: log-prob under the sampling policy for policy tokens, exactly 0 for all others; len = len(response_ids) |
 //	| Trajectory | response_text          | string               | detokenised response, for reading and verifiers                                                                 |
 //	| Trajectory | interaction_agent      | list<string>         | per collaborator call, in call order: verify, knowledge or reason                                               |

@@ -15,10 +15,11 @@ const (
 	SourceKnowledge int8 = 2 // written by the Knowledge Agent (external)
 	SourceReason    int8 = 3 // written by the Reasoning Agent (external)
 	SourceTemplate  int8 = 4 // written by the system: <result> wrappers, notices
+	SourceGuide     int8 = 5 // an off-policy guidance trace (a reference solution or a teacher's answer; LUFFY)
 )
 
 // SourceNames maps a token source to its name in configs, reports and errors.
-var SourceNames = [...]string{"policy", "verify", "knowledge", "reason", "template"}
+var SourceNames = [...]string{"policy", "verify", "knowledge", "reason", "template", "guide"}
 
 // SourceName returns the name of a token source, or "unknown(N)".
 func SourceName(s int8) string {

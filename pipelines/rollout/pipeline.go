@@ -85,6 +85,7 @@ func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
 		ScoreTruncated:   c.Reward.ScoreTruncated,
 		Demo:             c.Data.Demo,
 		Advantage:        c.Advantage,
+		Guidance:         c.Rollout.Guidance,
 	}
 	if chat != nil {
 		spec.ChatTemplate, spec.ChatTemplateFile, spec.EnableThinking = chat.Source(), chat.File(), c.Rollout.EnableThinking
@@ -158,7 +159,7 @@ func StaticMeta(o Options, spec rollouts.Spec) map[string]string {
 		}
 		data = strings.Join(paths, ",")
 	}
-	return map[string]string{
+	m := map[string]string{
 		"config_hash":         c.Hash(),
 		"seed":                strconv.FormatUint(c.Run.Seed, 10),
 		"group_size":          strconv.Itoa(spec.GroupSize),
@@ -170,6 +171,10 @@ func StaticMeta(o Options, spec rollouts.Spec) map[string]string {
 		"data":                data,
 		"policy_endpoint":     secure.RedactURI(spec.PolicyEndpoint),
 	}
+	if spec.Guidance.On() {
+		m["guidance"] = spec.Guidance.Source
+	}
+	return m
 }
 
 // Build adds the rollout of step o.Step to the pipeline and returns the

@@ -11,6 +11,7 @@ import (
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/prompts"
+	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
 )
 
 // Config is one run's configuration: one YAML file with the sections
@@ -241,6 +242,13 @@ type Rollout struct {
 	EnableThinking *bool `yaml:"enable_thinking,omitempty"`
 	// LimitNotice answers tags after MaxInteractions calls.
 	LimitNotice string `yaml:"limit_notice"`
+	// Guidance mixes off-policy guidance traces into each group, LUFFY's
+	// way (arXiv 2504.14945): the last traces of group_size samples are a
+	// reference solution of the prompt (source solution) or a teacher
+	// model's answer (source teacher) instead of the policy's samples,
+	// trained as off-policy tokens (learner.loss.external luffy for
+	// LUFFY's shaping). Default off.
+	Guidance rollouts.Guidance `yaml:"guidance,omitempty"`
 }
 
 // FailedFractionBound is MaxFailedFraction, or its default (0.5) when

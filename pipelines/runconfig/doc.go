@@ -88,6 +88,11 @@
 //	                            renders a system turn (the system prompt) and a user turn (the problem), generation prompt on
 //	rollout.enable_thinking     the chat template's enable_thinking; Qwen3: false adds an empty think block (unset)
 //	rollout.limit_notice        answer to tags beyond max_interactions ("interaction limit reached; continue on your own")
+//	rollout.guidance            off-policy guidance traces mixed into each group, LUFFY's way (off)
+//	rollout.guidance.source     solution (the prompt's reference solution, ending in its answer) or teacher (none: off)
+//	rollout.guidance.traces     samples of each group that are traces, leaving at least one sampled (1, LUFFY's 1 of 8)
+//	rollout.guidance.teacher    source teacher: the model writing traces, a collaborator role (fields as collaborators.ROLE;
+//	                            unset system and prompt: a step-by-step solution ending in \boxed{})
 //
 //	collaborators               the agents; leave out for none (the demo: all three built in, knowledge noise 0.2)
 //	collaborators.ROLE          one agent: verify, knowledge or reason (see transforms/collab)
@@ -158,8 +163,10 @@
 //	learner.loss.dual_clip      dual-clip bound, 0 off (0)
 //	learner.loss.seq_clip_low   GSPO sequence clip low (3e-4)
 //	learner.loss.seq_clip_high  GSPO sequence clip high (4e-4)
-//	learner.loss.external       collaborator tokens: aipo, ratio (w/o IS), plain (w/o CS), mask (aipo)
+//	learner.loss.external       tokens the policy did not sample (collaborators', guidance traces): aipo, ratio (w/o IS),
+//	                            plain (w/o CS), mask, or luffy (LUFFY's shaping pi/(pi+gamma), no clip) (aipo)
 //	learner.loss.omega          AIPO lower bound (0.2)
+//	learner.loss.gamma          LUFFY's shaping constant under external luffy (0.1)
 //	learner.loss.kl_coef        k3 KL coefficient, 0 off (0.001; drgrpo and dapo: 0)
 //	learner.loss.kl_external    KL on external tokens too (false)
 //	learner.loss.aggregation    eq8, token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm

@@ -210,6 +210,9 @@ func (c *Config) Fill() {
 		c.Eval.MaxResponseTokens = c.Policy.MaxResponseTokens
 	}
 	c.fillOverlong()
+	if c.Rollout.Guidance.On() && c.Rollout.Guidance.Traces == 0 {
+		c.Rollout.Guidance.Traces = 1
+	}
 }
 
 // Hash is the sha256 (hex) of the configuration written back as YAML: the

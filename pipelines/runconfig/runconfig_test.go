@@ -35,6 +35,12 @@ func fieldPaths(t reflect.Type, prefix string, out *[]string) {
 		if p == "collaborators.verify" || p == "collaborators.knowledge" || p == "collaborators.reason" {
 			p = "collaborators.ROLE"
 		}
+		if p == "rollout.guidance.teacher" {
+			// A collaborator role: its fields are listed under
+			// collaborators.ROLE.
+			*out = append(*out, p)
+			continue
+		}
 		ft := f.Type
 		if ft.Kind() == reflect.Slice {
 			p += "[]"

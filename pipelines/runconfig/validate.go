@@ -239,6 +239,9 @@ func (c Config) validateRollout() error {
 	if err := c.Interact().Validate(); err != nil {
 		return fieldError("rollout", "%v", err)
 	}
+	if err := r.Guidance.Validate(r.GroupSize); err != nil {
+		return err
+	}
 	return nil
 }
 

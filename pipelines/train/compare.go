@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
 )
 
 // Method is a training method of the comparison: the demo configuration
@@ -50,6 +51,9 @@ func Methods() []Method {
 		{demo.MethodInfo{Name: "aipo", Label: "AIPO",
 			About: "amended importance sampling with lower-bound clipping, omega 0.2 (the demo's configuration)"},
 			ext(loss.ExternalAIPO)},
+		{demo.MethodInfo{Name: "luffy", Label: "LUFFY",
+			About: "off-policy guidance (Yan et al. 2025): 1 of the 8 samples of each group is the reference answer, the fact written out, trained with LUFFY's shaping pi/(pi+0.1), no clip, token-mean; calls unanswered as in GRPO (rollout.guidance, learner.loss.external luffy)"},
+			LUFFY},
 		{demo.MethodInfo{Name: "aipo-cost", Label: fmt.Sprintf("AIPO, cost %.2g/call", DefaultInteractionCost),
 			About: fmt.Sprintf("AIPO with %.2g subtracted from the reward per interaction (rollout.interaction_cost)", DefaultInteractionCost)},
 			func(c *runconfig.Config) {
@@ -57,6 +61,20 @@ func Methods() []Method {
 				c.Rollout.InteractionCost = DefaultInteractionCost
 			}},
 	}
+}
+
+// LUFFY turns a configuration into LUFFY's (arXiv 2504.14945) on the same
+// base: plain RLVR whose calls get no answer, one guidance trace per group
+// (the prompt's reference solution), its tokens trained with the policy
+// shaping pi/(pi+gamma), gamma 0.1, without clip and with the off-policy
+// model's probability taken as 1, one token-level mean over the step (the
+// 1/Z of LUFFY's objective), no KL.
+func LUFFY(c *runconfig.Config) {
+	c.Rollout.Unanswered = true
+	c.Rollout.Guidance = rollouts.Guidance{Source: rollouts.GuideSolution, Traces: 1}
+	c.Learner.Loss.External, c.Learner.Loss.Gamma = loss.ExternalLUFFY, loss.DefaultGamma
+	c.Learner.Loss.Aggregation = loss.AggTokenMean
+	c.Learner.Loss.KLCoef = 0
 }
 
 // CompareOptions choose a comparison.

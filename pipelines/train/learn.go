@@ -48,7 +48,10 @@ func Sources(ts []int8, templateTokens string) ([]loss.Source, error) {
 		switch s {
 		case schemas.SourcePolicy:
 			out[i] = loss.Internal
-		case schemas.SourceVerify, schemas.SourceKnowledge, schemas.SourceReason:
+		case schemas.SourceVerify, schemas.SourceKnowledge, schemas.SourceReason, schemas.SourceGuide:
+			// Collaborators' answers and guidance traces: tokens the
+			// policy did not sample (learner.loss.external decides how
+			// they are trained).
 			out[i] = loss.External
 		case schemas.SourceTemplate:
 			if templateTokens == runconfig.TemplateExternal {

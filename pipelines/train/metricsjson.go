@@ -74,7 +74,7 @@ func (m *StepMeta) UnmarshalJSON(data []byte) error {
 
 // textMeta are meta keys whose values are text even when they look like a
 // number (a hash of digits only).
-var textMeta = map[string]bool{"config_hash": true, "policy_endpoint": true, "data": true, "opener_by": true, "template_tokens": true, "run": true}
+var textMeta = map[string]bool{"config_hash": true, "policy_endpoint": true, "data": true, "opener_by": true, "template_tokens": true, "run": true, "guidance": true}
 
 // isJSONNumber reports whether s is a finite number written as JSON writes
 // numbers.

@@ -222,13 +222,7 @@ func (f *refillDemoFn) ProcessElement(_ []byte, earlier func(*Decision) bool, em
 	n := RefillCount(f.Batch, kept, drawn)
 	rng := rand.New(rand.NewPCG(f.Seed^0x64656d6f^refillSalt, uint64(f.Step)<<8|uint64(f.Draw)))
 	for i, q := range f.task.Sample(demotask.Split(f.Split), n, rng) {
-		emit(i, schemas.Prompt{
-			SchemaVersion: schemas.SchemaVersion,
-			ID:            fmt.Sprintf("r%02d.%03d-%s", f.Draw, i, q.ID),
-			DataSource:    DemoSource,
-			Problem:       q.Prompt,
-			Answer:        strconv.Itoa(q.Answer),
-		})
+		emit(i, demoPrompt(f.task, fmt.Sprintf("r%02d.%03d-%s", f.Draw, i, q.ID), q))
 	}
 	return nil
 }

@@ -28,6 +28,10 @@ type Group struct {
 	// PolicyCalls and PolicyRetries sum the trajectories' policy calls and
 	// retried attempts.
 	PolicyCalls, PolicyRetries int64
+	// Guided counts the samples that are guidance traces; GuideMissing
+	// those meant to be that were sampled from the policy instead (the
+	// prompt had no solution, or the teacher failed).
+	Guided, GuideMissing int64
 }
 
 // Sample runs G trajectories for every prompt of every batch.
@@ -187,8 +191,12 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 		}
 		return g
 	}
-	var calls, retries atomic.Int64
+	var calls, retries, guided, missing atomic.Int64
 	var wg sync.WaitGroup
+	firstGuide := G
+	if f.Spec.Guidance.On() {
+		firstGuide = G - f.Spec.Guidance.Traces
+	}
 	for j := range G {
 		wg.Add(1)
 		go func() {
@@ -200,6 +208,26 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 				return
 			}
 			defer func() { <-f.w.slots }()
+			if j >= firstGuide {
+				text, err := f.guideText(ctx, p, j)
+				if err != nil && ctx.Err() != nil {
+					fail(ctx.Err())
+					return
+				}
+				if text != "" {
+					tr, kept, err := f.guideTrajectory(ctx, p, j, ids, text)
+					if err == nil {
+						g.Trajectories[j], g.PolicyTexts[j] = tr, kept
+						guided.Add(1)
+						return
+					}
+					if ctx.Err() != nil {
+						fail(ctx.Err())
+						return
+					}
+				}
+				missing.Add(1) // sampled from the policy instead
+			}
 			task := interact.Task{
 				Run: f.Spec.Run, Step: f.Spec.Step, RunSeed: f.Spec.Seed,
 				PromptID: p.ID, Sample: j, DataSource: p.DataSource, Prompt: ids, Problem: p.Problem,
@@ -231,6 +259,19 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 	}
 	wg.Wait()
 	g.PolicyCalls, g.PolicyRetries = calls.Load(), retries.Load()
+	g.Guided, g.GuideMissing = guided.Load(), missing.Load()
+	// A guidance trace carries the version of the policy that sampled its
+	// group's other samples.
+	for j := firstGuide; j < G && g.Guided > 0; j++ {
+		if g.Trajectories[j].TokenSource != nil && len(g.Trajectories[j].TokenSource) > 0 && g.Trajectories[j].TokenSource[0] == schemas.SourceGuide {
+			for i := range firstGuide {
+				if g.Trajectories[i].FinishReason != schemas.FinishError {
+					g.Trajectories[j].PolicyVersion = g.Trajectories[i].PolicyVersion
+					break
+				}
+			}
+		}
+	}
 	return g
 }
 

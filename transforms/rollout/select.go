@@ -164,15 +164,24 @@ func DemoPrompts(task *demotask.Task, split demotask.Split, n int, seed uint64, 
 	qs := task.Sample(split, n, rng)
 	out := make([]schemas.Prompt, len(qs))
 	for i, q := range qs {
-		out[i] = schemas.Prompt{
-			SchemaVersion: schemas.SchemaVersion,
-			ID:            fmt.Sprintf("%03d-%s", i, q.ID),
-			DataSource:    DemoSource,
-			Problem:       q.Prompt,
-			Answer:        strconv.Itoa(q.Answer),
-		}
+		out[i] = demoPrompt(task, fmt.Sprintf("%03d-%s", i, q.ID), q)
 	}
 	return out
+}
+
+// demoPrompt is question q as a prompt with id id; its solution is the
+// direct answer of the warm start's format, the fact written out (what an
+// off-policy guidance trace of the demo says).
+func demoPrompt(task *demotask.Task, id string, q demotask.Question) schemas.Prompt {
+	v, _ := task.Lookup(q.Entity)
+	return schemas.Prompt{
+		SchemaVersion: schemas.SchemaVersion,
+		ID:            id,
+		DataSource:    DemoSource,
+		Problem:       q.Prompt,
+		Answer:        strconv.Itoa(q.Answer),
+		Solution:      demotask.Direct(v, q.N),
+	}
 }
 
 // Slotted keys prompts by their position: the input of Batch for prompts

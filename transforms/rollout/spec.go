@@ -53,6 +53,8 @@ type Spec struct {
 	// Demo scores with demotask.Score (prompts' answers are integers).
 	Demo      bool             `json:"demo"`
 	Advantage advantage.Config `json:"advantage"`
+	// Guidance mixes off-policy guidance traces into each group (LUFFY).
+	Guidance Guidance `json:"guidance"`
 }
 
 // Validate reports the first invalid field.
@@ -85,6 +87,9 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("rollout: collaborators: %w", err)
 		}
 	}
+	if err := s.Guidance.Validate(s.GroupSize); err != nil {
+		return err
+	}
 	return s.Advantage.Validate()
 }
 
@@ -110,7 +115,8 @@ func (s Spec) key() string {
 		ChatFile string
 		Tokens   map[string]string
 		Thinking *bool
-	}{s.PolicyEndpoint, s.Interact, s.Collaborators, s.CollabBaseDir, s.SystemPrompt, s.PromptTemplate, s.MaxInFlight, s.ChatTemplate, s.ChatTemplateFile, s.ChatTokens, s.EnableThinking})
+		Guidance Guidance
+	}{s.PolicyEndpoint, s.Interact, s.Collaborators, s.CollabBaseDir, s.SystemPrompt, s.PromptTemplate, s.MaxInFlight, s.ChatTemplate, s.ChatTemplateFile, s.ChatTokens, s.EnableThinking, s.Guidance})
 	if err != nil {
 		panic(fmt.Sprintf("rollout: spec does not serialise: %v", err))
 	}

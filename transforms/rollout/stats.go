@@ -70,6 +70,10 @@ func GroupStats(g Group, kept bool) Stats {
 	}
 	c["policy_calls"] += g.PolicyCalls
 	c["policy_retries"] += g.PolicyRetries
+	if g.Guided > 0 || g.GuideMissing > 0 {
+		c["guidance_traces"] += g.Guided
+		c["guidance_missing"] += g.GuideMissing
+	}
 	for _, t := range g.Trajectories {
 		c["trajectories"]++
 		c["finish."+t.FinishReason]++
@@ -86,6 +90,8 @@ func GroupStats(g Group, kept bool) Stats {
 			case schemas.SourcePolicy:
 			case schemas.SourceTemplate:
 				c["tokens.template"]++
+			case schemas.SourceGuide:
+				c["tokens.guide"]++
 			default:
 				c["tokens.external"]++
 			}
@@ -112,7 +118,8 @@ func GroupStats(g Group, kept bool) Stats {
 // groups_dropped, correct, finish.<reason>, policy_calls, policy_retries,
 // interactions, interactions.<agent>, interactions.<agent>.<status>,
 // collab_failures, noisy, tokens.response, tokens.external,
-// tokens.template), plus policy_errors (= finish.error), reward_mean and
+// tokens.template, and with guidance traces guidance_traces,
+// guidance_missing and tokens.guide), plus policy_errors (= finish.error), reward_mean and
 // accuracy over the trajectories that did not fail, interactions_per_trajectory,
 // collab_latency_ms_mean, policy_version_min/max, and first_error (the
 // first failure's text, at most 1000 bytes, when a sample failed).

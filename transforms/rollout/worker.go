@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aipo-rl/aipo/transforms/chattemplate"
 	"github.com/aipo-rl/aipo/transforms/collab"
@@ -22,6 +23,10 @@ type worker struct {
 	protocol *interact.Protocol
 	render   *Renderer
 	slots    chan struct{}
+	// teacher writes guidance traces (Guidance.Source teacher); empty
+	// otherwise.
+	teacher       collab.Set
+	teacherWarned atomic.Bool
 }
 
 var (
@@ -83,6 +88,17 @@ func openWorker(ctx context.Context, spec Spec) (*worker, error) {
 			return nil, fmt.Errorf("rollout: %w", err)
 		}
 	}
+	w.teacher = collab.Set{}
+	if spec.Guidance.Source == GuideTeacher {
+		cfg := collab.Config{Reason: spec.Guidance.teacherRole()}
+		if spec.CollabBaseDir != "" {
+			cfg = cfg.WithBaseDir(spec.CollabBaseDir)
+		}
+		if w.teacher, err = collab.NewSet(ctx, cfg, collab.Env{}); err != nil {
+			_ = w.close()
+			return nil, fmt.Errorf("rollout: rollout.guidance.teacher: %w", err)
+		}
+	}
 	if w.protocol, err = interact.New(ctx, client, w.agents, spec.Interact); err != nil {
 		_ = w.close()
 		return nil, fmt.Errorf("rollout: %w", err)
@@ -107,5 +123,5 @@ func (spec Spec) renderer(agents []collab.Agent) (*Renderer, error) {
 }
 
 func (w *worker) close() error {
-	return errors.Join(w.client.Close(), w.agents.Close())
+	return errors.Join(w.client.Close(), w.agents.Close(), w.teacher.Close())
 }

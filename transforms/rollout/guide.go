@@ -1,0 +1,161 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
+)
+
+// Off-policy guidance (LUFFY, Yan et al. 2025, arXiv:2504.14945): the last
+// Guidance.Traces samples of each group are not sampled from the policy
+// but written by someone else, a reference solution of the dataset or a
+// teacher model, tokenised with the policy's tokenizer and marked
+// schemas.SourceGuide token by token. They are scored and take part in the
+// group's advantages like any sample (LUFFY's mixed-policy group), and the
+// learner trains their tokens as off-policy (External) tokens, with
+// learner.loss.external luffy for LUFFY's policy shaping.
+
+// Guidance sources.
+const (
+	GuideSolution = "solution" // the prompt's reference solution
+	GuideTeacher  = "teacher"  // a teacher model's answer (Guidance.Teacher)
+)
+
+// DefaultTeacherSystem is the teacher's system prompt when its role sets
+// none.
+const DefaultTeacherSystem = "Solve the problem. Reason step by step, then put the final answer within \\boxed{}."
+
+// Guidance configures off-policy guidance traces.
+type Guidance struct {
+	// Source is "" (off), "solution" or "teacher".
+	Source string `yaml:"source" json:"source"`
+	// Traces is the number of samples of each group that are guidance
+	// traces (LUFFY: 1 of 8); the group keeps rollout.group_size samples.
+	// Default 1 when Source is set.
+	Traces int `yaml:"traces" json:"traces"`
+	// Teacher is the model that writes the traces under "teacher": a
+	// collaborator role (kind openai, endpoint, model, ...; see
+	// transforms/collab), sent the problem. Unset system and prompt: a
+	// step-by-step solution ending in \boxed{} (DefaultTeacherSystem).
+	Teacher *collab.RoleConfig `yaml:"teacher,omitempty" json:"teacher,omitempty"`
+}
+
+// On reports whether guidance traces are configured.
+func (g Guidance) On() bool { return g.Source != "" }
+
+// Validate reports the first invalid field against the group size.
+func (g Guidance) Validate(groupSize int) error {
+	switch g.Source {
+	case "":
+		if g.Teacher != nil || g.Traces != 0 {
+			return fmt.Errorf("rollout.guidance: traces and teacher are set but source is empty: set source: solution or teacher")
+		}
+		return nil
+	case GuideSolution:
+		if g.Teacher != nil {
+			return fmt.Errorf("rollout.guidance.teacher is set but source is solution: set source: teacher to use it")
+		}
+	case GuideTeacher:
+		if g.Teacher == nil {
+			return fmt.Errorf("rollout.guidance.source is teacher but no teacher is configured: set rollout.guidance.teacher (kind openai, endpoint, model)")
+		}
+		if err := (collab.Config{Reason: g.teacherRole()}).Validate(); err != nil {
+			return fmt.Errorf("rollout.guidance.teacher: %w", err)
+		}
+	default:
+		return fmt.Errorf("rollout.guidance.source %q is unknown: use solution (the dataset's reference solutions) or teacher", g.Source)
+	}
+	if g.Traces < 1 || groupSize-g.Traces < 1 {
+		return fmt.Errorf("rollout.guidance.traces %d must leave the group of %d at least one on-policy sample and be at least 1 (LUFFY: 1 of 8)", g.Traces, groupSize)
+	}
+	return nil
+}
+
+// teacherRole is the teacher's role with its defaults.
+func (g Guidance) teacherRole() *collab.RoleConfig {
+	if g.Teacher == nil {
+		return nil
+	}
+	r := *g.Teacher
+	if r.System == "" && r.SystemFile == "" && r.Prompt == "" && r.PromptFile == "" {
+		r.System, r.Prompt = DefaultTeacherSystem, "{{.Problem}}"
+	}
+	if r.Context == "" {
+		r.Context = collab.ContextProblem
+	}
+	return &r
+}
+
+// guideText is the trace a prompt's guidance gives, or "" when it has none:
+// the reference solution, ending in the answer in the verifier's format
+// when the solution alone is not scored correct; or the teacher's answer
+// (its call failed: "").
+func (f *sampleFn) guideText(ctx context.Context, p schemas.Prompt, j int) (string, error) {
+	g := f.Spec.Guidance
+	if g.Source == GuideTeacher {
+		a, err := f.w.teacher.Answer(ctx, collab.Query{Agent: collab.Reason, Text: p.Problem, Problem: p.Problem,
+			Run: f.Spec.Run, Step: f.Spec.Step, PromptID: p.ID, Sample: j,
+			Seed: collab.DeriveSeed(f.Spec.Seed, f.Spec.Step, p.ID, j, -1)})
+		if err != nil || a.Status != schemas.StatusOK {
+			if err == nil && f.w.teacherWarned.CompareAndSwap(false, true) {
+				log.Warnf(ctx, "rollout: the guidance teacher did not answer prompt %s (%s: %s); such samples are drawn from the policy instead (counted as guidance_missing), and this is said once per worker", p.ID, a.Status, a.Text)
+			}
+			return "", err
+		}
+		return a.Text, nil
+	}
+	text := strings.TrimSpace(p.Solution)
+	if text == "" {
+		return "", nil
+	}
+	if ok, _, err := Verify(f.Spec, p, text); err == nil && ok {
+		return text, nil
+	}
+	return text + "\n\nThe final answer is $\\boxed{" + strings.TrimSpace(p.Answer) + "}$.", nil
+}
+
+// guideTrajectory turns a trace into sample j of prompt p: its text
+// tokenised by the policy's tokenizer (special tokens parsed, so that the
+// protocol's tags are the tokens the policy writes), ended as the policy
+// ends a response (an EOS token unless a stop string closes the text), cut
+// to the response budget, every token marked SourceGuide.
+// It returns the trajectory and the text it holds.
+func (f *sampleFn) guideTrajectory(ctx context.Context, p schemas.Prompt, j int, prompt []int32, text string) (schemas.Trajectory, string, error) {
+	ids, err := f.w.client.Tokenize(ctx, text, true)
+	if err != nil {
+		return schemas.Trajectory{}, "", fmt.Errorf("tokenize the guidance trace of prompt %s: %w", p.ID, err)
+	}
+	info := f.w.protocol.Info()
+	finish := schemas.FinishStop
+	stopped := false
+	for _, s := range f.Spec.Interact.Stop {
+		if strings.HasSuffix(text, s) {
+			stopped = true
+		}
+	}
+	if !stopped && len(info.EOS) > 0 {
+		ids = append(ids, info.EOS[0])
+		finish = schemas.FinishEOS
+	}
+	if budget := f.Spec.Interact.MaxResponseTokens; len(ids) > budget {
+		// Cut as the budget cuts a sample; the verifier sees what is kept.
+		ids, finish = ids[:budget], schemas.FinishLength
+		if text, err = f.w.client.Detokenize(ctx, ids); err != nil {
+			return schemas.Trajectory{}, "", fmt.Errorf("detokenize the guidance trace of prompt %s: %w", p.ID, err)
+		}
+	}
+	src := make([]int8, len(ids))
+	for i := range src {
+		src[i] = schemas.SourceGuide
+	}
+	return schemas.Trajectory{
+		SchemaVersion: schemas.SchemaVersion, Run: f.Spec.Run, Step: f.Spec.Step,
+		PolicyVersion: info.PolicyVersion, PromptID: p.ID, SampleIndex: int32(j), DataSource: p.DataSource,
+		PromptIDs: append([]int32(nil), prompt...), ResponseIDs: ids, TokenSource: src,
+		BehaviorLogProbs: make([]float32, len(ids)), ResponseText: text, FinishReason: finish,
+	}, text, nil
+}
