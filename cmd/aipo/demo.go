@@ -29,7 +29,7 @@ func runDemo(args []string) int {
 	maxCalls := fs.Int("max-interactions", -1, "collaborator calls per trajectory (default from the config, 3); 0 answers every call with a notice, i.e. training without collaborators")
 	cost := fs.Float64("interaction-cost", -1, "reward subtracted per interaction (default from the config, 0)")
 	seed := fs.Int64("seed", -1, "the training seed (run.seed: sampling, batch order; default from the config, 0); the warm start is the same for every seed")
-	compare := fs.Bool("compare", false, "train every method of the comparison (GRPO, Expert Iteration, AIPO-Mask, w/o IS, w/o CS, AIPO, AIPO with a call cost) from one warm start, several seeds each, and write a table and side-by-side plots (default --run runs/compare)")
+	compare := fs.Bool("compare", false, "train every method of the comparison (GRPO, Expert Iteration, AIPO-Mask, w/o IS, w/o CS, AIPO, LUFFY, AIPO with a call cost) from one warm start, several seeds each, and write a table and side-by-side plots (default --run runs/compare)")
 	methods := fs.String("methods", "", "with --compare: comma-separated method names (default all: "+methodNames()+")")
 	seeds := fs.Int("seeds", 3, "with --compare: seeds per method")
 	steps := fs.Int64("steps", 0, "with --compare: training steps of every run (default from the config, 200)")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
@@ -204,6 +205,10 @@ func TestExampleConfigs(t *testing.T) {
 	var files []string
 	for _, name := range []string{"demo.yaml", "quick.yaml", "math.yaml"} {
 		files = append(files, filepath.Join("..", "..", "configs", name))
+	}
+	// math-local.yaml names the bundled data beside the checkout.
+	if shareddata.Dir() != "" {
+		files = append(files, filepath.Join("..", "..", "configs", "math-local.yaml"))
 	}
 	for _, f := range files {
 		c, err := Load(context.Background(), f)

@@ -80,7 +80,7 @@ func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, end
 		Policy: eval.Policy{URI: endpoint, Label: fmt.Sprintf("%s step %d", cfg.Run.Name, k)},
 		Sampling: eval.Sampling{Samples: cfg.Eval.Samples, Temperature: &temp, TopP: cfg.Policy.TopP, TopK: cfg.Policy.TopK,
 			MaxTokens: cfg.Eval.MaxResponseTokens, Seed: int64(cfg.Run.Seed)*7919 + 29, Stop: cfg.Policy.Stop},
-		PassK:      passKs(cfg.Eval.Samples),
+		PassK:      passKs(maxSamples(cfg)),
 		MajK:       []int{cfg.Eval.Samples},
 		Benchmarks: cfg.Eval.Benchmarks,
 	}
@@ -91,6 +91,15 @@ func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, end
 		ec.Chat.Tokenizer = tok
 	}
 	return ec, nil
+}
+
+// maxSamples is the most samples per problem of any benchmark.
+func maxSamples(cfg runconfig.Config) int {
+	n := cfg.Eval.Samples
+	for _, b := range cfg.Eval.Benchmarks {
+		n = max(n, b.Samples)
+	}
+	return n
 }
 
 // passKs are the k of Pass@k reported for n samples: 1, the powers of 4

@@ -1,0 +1,83 @@
+package train
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/hfmodel"
+	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/schemas"
+)
+
+// TestMathLocalRuns trains configs/math-local.yaml as a user would, shrunk
+// to one step: a Hugging Face directory (a tiny random Qwen3 with the real
+// Qwen3 tokenizer and chat template) as --init, the bundled GSM8K and MATH
+// training files, the collaborators behind aipo serve's OpenAI chat API,
+// and the held-out MATH500 and AIME24 evaluated before and after the step.
+func TestMathLocalRuns(t *testing.T) {
+	ctx := context.Background()
+	tokDir := filepath.Dir(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))
+	shareddata.Path(t, "math/math500/test.jsonl")
+	hfDir := filepath.Join(t.TempDir(), "qwen3-tiny")
+	if err := hfmodel.WriteDir(hfDir, []byte(e2eQwen3Config), 11, checkpoint.F32, tokDir); err != nil {
+		t.Fatal(err)
+	}
+	hl := listen(t)
+	defer serveCheckpoint(t, hfDir, "collab", nil, hl, 5*time.Second)()
+
+	cfg, err := runconfig.Load(ctx, filepath.Join("..", "..", "configs", "math-local.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The file as it is, sized down to seconds: one step of two prompts,
+	// short responses, two problems of each benchmark; the collaborators'
+	// server on this test's port.
+	cfg.Run.Dir, cfg.Data.DeadLetterDir = filepath.Join(t.TempDir(), "run"), ""
+	cfg.Run.Steps, cfg.Data.BatchSize, cfg.Rollout.GroupSize = 1, 2, 2
+	cfg.Policy.MaxResponseTokens, cfg.Rollout.AnswerTokenBudget = 12, 8
+	cfg.Eval.Every, cfg.Eval.Samples, cfg.Eval.MaxResponseTokens = 1, 2, 8
+	for i := range cfg.Eval.Benchmarks {
+		cfg.Eval.Benchmarks[i].Limit = 2
+	}
+	endpoint := "http://" + hl.Addr().String() + "/v1"
+	cfg.Collaborators.Verify.Endpoint, cfg.Collaborators.Knowledge.Endpoint, cfg.Collaborators.Reason.Endpoint = endpoint, endpoint, endpoint
+	cfg.Collaborators.Verify.MaxGenerateTokens, cfg.Collaborators.Knowledge.MaxGenerateTokens, cfg.Collaborators.Reason.MaxGenerateTokens = 8, 8, 8
+	cfg.Fill()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := SeedCheckpoint(ctx, hfDir, cfg.Run.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := Run(ctx, cfg, Options{Rollout: RolloutStep}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := schemas.ReadManifest(ctx, schemas.StepDir(cfg.Run.Dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Rows != 4 || m.Meta["data"] != cfg.Data.Sources[0].Path+","+cfg.Data.Sources[1].Path {
+		t.Errorf("step 0: %d rows from %q; want 2 prompts x 2 samples from the two bundled files", m.Rows, m.Meta["data"])
+	}
+	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg.Run.Dir, 1)); !ok {
+		t.Errorf("checkpoint 1: %v", err)
+	}
+	recs, err := analytics.ReadHeldout(ctx, cfg.Run.Dir)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("held-out evaluations %+v (%v); want checkpoints 0 and 1", recs, err)
+	}
+	for _, r := range recs {
+		if len(r.Benchmarks) != 2 || r.Benchmarks[0].Name != "math500" || r.Benchmarks[1].Name != "aime24" || r.Benchmarks[0].Problems != 2 {
+			t.Errorf("checkpoint %d: %+v; want math500 and aime24, two problems each", r.Step, r.Benchmarks)
+		}
+	}
+	if os.Getenv("AIPO_KEEP_RUN") != "" {
+		t.Log("run kept in", cfg.Run.Dir)
+	}
+}
