@@ -398,7 +398,7 @@ def write_luffy(root, batch):
     path = os.path.join(root, "loss_luffy.json")
     with open(path, "w") as f:
         json.dump(dict(generator="scripts/loss_fixtures.py", torch=torch.__version__,
-                       inputs=batch, cases=cases), f, separators=(",", ":"))
+                       inputs=batch, mismatch=mismatch(batch), cases=cases), f, separators=(",", ":"))
         f.write("\n")
     print(path, len(cases), "cases")
 
