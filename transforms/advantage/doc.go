@@ -16,9 +16,10 @@
 // implementations return the raw reward for a group of one; here a lone
 // sample has no baseline and contributes nothing.)
 //
-// DAPO's dynamic sampling drops such groups before the update: [AllEqual]
-// says whether to drop one and [GroupFilter] counts kept and dropped
-// groups. DAPO's overlong reward shaping is [OverlongPenalty], added to the
+// DAPO's dynamic sampling drops such groups before the update and refills
+// the batch from further prompts (Config.MaxRefillRounds; the rollout does
+// the drawing): [AllEqual] says whether to drop one and [GroupFilter]
+// counts kept and dropped groups. DAPO's overlong reward shaping is [OverlongPenalty], added to the
 // reward before advantages are computed ([Config.Shape]).
 //
 // Arithmetic is done in float64 and returned as float32.

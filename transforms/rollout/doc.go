@@ -10,6 +10,15 @@
 //	Advantages PCollection<Group> -> PCollection<schemas.Trajectory>, PCollection<Stats>
 //	StepMeta   PCollection<Stats> -> PCollection<parquetio.StepMeta>
 //
+// Under dynamic sampling (refill.go) Decide replaces Advantages, Refill
+// (RefillDemo) draws further prompts after each draw, Trim keeps the batch
+// and DecisionMeta replaces StepMeta:
+//
+//	Decide       PCollection<Group> -> PCollection<schemas.Trajectory>, PCollection<Decision>
+//	Refill       PCollection<schemas.Prompt>, PCollection<Decision> -> PCollection<KV<int, schemas.Prompt>>
+//	Trim         PCollection<schemas.Trajectory>, PCollection<Decision> -> PCollection<schemas.Trajectory>
+//	DecisionMeta PCollection<Decision> -> PCollection<parquetio.StepMeta>
+//
 // # Workers
 //
 // The policy client (policy.Open of Spec.PolicyEndpoint) and the
@@ -40,8 +49,16 @@
 // method (GRPO, Dr.GRPO, RLOO); a failed trajectory gets advantage 0, so an
 // infrastructure failure neither rewards nor punishes the policy. With
 // dynamic sampling, groups whose (non-failed) rewards are all equal are
-// dropped and counted. Every prompt yields exactly G trajectories
-// otherwise, failed calls included.
+// dropped and counted, and further prompts are drawn and sampled until the
+// step holds the batch size of kept groups (see refill.go). Every prompt
+// yields exactly G trajectories otherwise, failed calls included.
+//
+// # Guidance traces
+//
+// With Spec.Guidance (LUFFY), the last traces of a prompt's G samples are
+// a reference solution or a teacher's answer in the policy's tokens,
+// marked schemas.SourceGuide, scored and normalised with the group (see
+// guide.go).
 //
 // # Reproducibility
 //
