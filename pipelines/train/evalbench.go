@@ -43,7 +43,7 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Elapsed: time.Since(start)})
 	t0 := time.Now()
 	var rep *eval.Report
-	err := withEngine(ctx, cfg, k, func(endpoint string) error {
+	err := withEngine(ctx, cfg, k, "bench", func(endpoint string) error {
 		ec, err := benchmarkEvalConfig(ctx, cfg, k, endpoint)
 		if err != nil {
 			return err
