@@ -2,6 +2,7 @@
 #
 #   make demo   run the main job on the embedded default (sets itself up)
 #   make test   run every test (sets itself up)
+#   make rehearse  the CPU rehearsal of the paper's recipe, longer than make test's
 #   make bench  run the benchmarks and print their ratios
 #   make build  build bin/aipo
 #   make worker cross-compile bin/aipo-worker (Linux amd64, no cgo) for Dataflow and Flink
@@ -20,7 +21,7 @@ TESTFLAGS ?= -timeout 30m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: all build worker beam-boot check-dataflow check-portable test bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
+.PHONY: all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -100,6 +101,13 @@ ptx: $(OVERLAY)
 # machine (which needs no Go): no cgo, so it links no OpenBLAS.
 gpu-test-binary: $(OVERLAY)
 	CGO_ENABLED=0 $(GO) test $(GOFLAGS_OVERLAY) -c -o build/gpu/cuda.test ./learner/cuda
+
+# rehearse runs the CPU rehearsal of the paper's recipe (cmd/aipo's
+# TestRehearsal, which make test runs at 3 steps) at 20 steps of 8 groups
+# with a 100-problem MATH500 slice every 5 steps, printing each command's
+# console and the figures it checks.
+rehearse: setup-test $(OVERLAY)
+	AIPO_REHEARSE=long $(GO) test $(GOFLAGS_OVERLAY) -count=1 -timeout 60m -run '^TestRehearsal$$' -v ./cmd/aipo
 
 bench: setup-test $(OVERLAY)
 	$(GO) test $(GOFLAGS_OVERLAY) -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh

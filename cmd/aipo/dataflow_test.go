@@ -37,7 +37,13 @@ func runAipo(t *testing.T, args ...string) (int, string) {
 // runAipoEnv is runAipo with extra environment variables (KEY=VALUE).
 func runAipoEnv(t *testing.T, extra []string, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	return runAipoFor(t, 3*time.Minute, extra, args...)
+}
+
+// runAipoFor is runAipoEnv with the time the command may take.
+func runAipoFor(t *testing.T, limit time.Duration, extra []string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0])
 	// Nothing may leave the machine. The Dataflow runner checks the

@@ -23,6 +23,31 @@ import (
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 )
 
+// TinyQwen3Config is the config.json of a tiny Qwen3 (one layer, width
+// 32) over the real Qwen3 vocabulary: the tied embedding (151936 x 32) is
+// almost all of its 4.9M parameters, and the LM head almost all of its
+// compute.
+const TinyQwen3Config = `{
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 16,
+  "hidden_act": "silu",
+  "hidden_size": 32,
+  "intermediate_size": 64,
+  "max_position_embeddings": 4096,
+  "model_type": "qwen3",
+  "num_attention_heads": 2,
+  "num_hidden_layers": 1,
+  "num_key_value_heads": 1,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000,
+  "tie_word_embeddings": true,
+  "torch_dtype": "float32",
+  "vocab_size": 151936
+}`
+
 // Fixture is one scripts/hf_dir_fixtures.py output: a model, a prompt
 // and PyTorch's greedy continuation of it.
 type Fixture struct {

@@ -85,11 +85,22 @@ func (t *HF) encodePreTokenized(dst []int, text string) []int {
 // Decode turns ids back into text by concatenating the bytes of their
 // tokens; with skipSpecial, special tokens are left out. The bytes are
 // returned as they are, without replacing invalid UTF-8.
+//
+// An id that names no token decodes to no text, as Hugging Face's
+// tokenizers decode it (its decode keeps only the ids that map to a
+// token): models pad their vocabulary past the tokenizer's (Qwen3's
+// config.json has vocab_size 151936 for 151669 tokens), so a sampler that
+// draws from every row of the LM head, as vLLM's and ours do, can draw
+// such an id, and its text is empty rather than an error that loses the
+// whole response. A negative id is an error.
 func (t *HF) Decode(ids []int, skipSpecial bool) (string, error) {
 	var b strings.Builder
 	for i, id := range ids {
-		if id < 0 || id >= len(t.tokens) || !t.tokens[id].present {
-			return "", fmt.Errorf("tokenizer: decode: ids[%d] = %d is not a token of this vocabulary (size %d)", i, id, len(t.tokens))
+		if id < 0 {
+			return "", fmt.Errorf("tokenizer: decode: ids[%d] = %d is negative, not a token id", i, id)
+		}
+		if id >= len(t.tokens) || !t.tokens[id].present {
+			continue
 		}
 		tok := &t.tokens[id]
 		if skipSpecial && tok.special {

@@ -91,3 +91,24 @@ func TestMarshalRoundTripQwen(t *testing.T) {
 		t.Fatalf("after Marshal/Parse: %v (vocab %d); before: %v (vocab %d)", b, back.VocabSize(), a, tok.VocabSize())
 	}
 }
+
+// Ids past the tokenizer's vocabulary but inside the model's (Qwen3 pads
+// its LM head to 151936 rows for 151669 tokens) decode to no text, as
+// Hugging Face's tokenizers decode them; a negative id is an error.
+func TestDecodePaddedVocabulary(t *testing.T) {
+	tok := sharedTokenizer(t, "qwen3")
+	if tok.VocabSize() != 151669 {
+		t.Fatalf("Qwen3 tokenizer has %d tokens, want 151669", tok.VocabSize())
+	}
+	ids := tok.Encode("2+2=4")
+	padded := append([]int{151928}, ids[:2]...)
+	padded = append(padded, 151935)
+	padded = append(padded, ids[2:]...)
+	got, err := tok.Decode(padded, false)
+	if err != nil || got != "2+2=4" {
+		t.Errorf("Decode(%v) = %q, %v; want %q", padded, got, err, "2+2=4")
+	}
+	if _, err := tok.Decode([]int{ids[0], -1}, false); err == nil || !strings.Contains(err.Error(), "ids[1] = -1") {
+		t.Errorf("Decode with a negative id: %v; want an error naming ids[1]", err)
+	}
+}

@@ -25,7 +25,7 @@ func TestMathLocalRuns(t *testing.T) {
 	tokDir := filepath.Dir(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))
 	shareddata.Path(t, "math/math500/test.jsonl")
 	hfDir := filepath.Join(t.TempDir(), "qwen3-tiny")
-	if err := hfmodel.WriteDir(hfDir, []byte(e2eQwen3Config), 11, checkpoint.F32, tokDir); err != nil {
+	if err := hfmodel.WriteDir(hfDir, []byte(hfmodel.TinyQwen3Config), 11, checkpoint.F32, tokDir); err != nil {
 		t.Fatal(err)
 	}
 	hl := listen(t)

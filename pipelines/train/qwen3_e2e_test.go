@@ -28,30 +28,6 @@ import (
 	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
 )
 
-// e2eQwen3Config is a tiny Qwen3 (one layer, width 32) over the real Qwen3
-// vocabulary: the tied embedding (151936 x 32) is almost all of its 4.9M
-// parameters, and the LM head almost all of its compute.
-const e2eQwen3Config = `{
-  "architectures": ["Qwen3ForCausalLM"],
-  "attention_bias": false,
-  "bos_token_id": 151643,
-  "eos_token_id": 151645,
-  "head_dim": 16,
-  "hidden_act": "silu",
-  "hidden_size": 32,
-  "intermediate_size": 64,
-  "max_position_embeddings": 4096,
-  "model_type": "qwen3",
-  "num_attention_heads": 2,
-  "num_hidden_layers": 1,
-  "num_key_value_heads": 1,
-  "rms_norm_eps": 1e-06,
-  "rope_theta": 1000000,
-  "tie_word_embeddings": true,
-  "torch_dtype": "float32",
-  "vocab_size": 151936
-}`
-
 // e2eCall is one prompt of the end-to-end test, the call its target
 // response makes and the rest of that response.
 type e2eCall struct {
@@ -201,7 +177,7 @@ eval: {every: 0}
 	}
 
 	// SFT until greedy decoding reproduces every target.
-	cfg, err := hfconfig.Parse([]byte(e2eQwen3Config))
+	cfg, err := hfconfig.Parse([]byte(hfmodel.TinyQwen3Config))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +228,7 @@ eval: {every: 0}
 	// A plain Hugging Face directory: config.json, model.safetensors, the
 	// real tokenizer files; no marker, no trainer state.
 	hfDir := filepath.Join(t.TempDir(), "qwen3-tags")
-	if err := hfmodel.WriteTensors(hfDir, []byte(e2eQwen3Config), trainer.Tensors(m), checkpoint.F32, tokDir); err != nil {
+	if err := hfmodel.WriteTensors(hfDir, []byte(hfmodel.TinyQwen3Config), trainer.Tensors(m), checkpoint.F32, tokDir); err != nil {
 		t.Fatal(err)
 	}
 	hl := listen(t)
