@@ -61,6 +61,14 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "aipo tokenize --decode: %v\n", err)
 			return 1
 		}
+		// Decode gives an id without a token no text (the rows a model
+		// pads its LM head with); asked by hand, such an id is a mistake.
+		for i, id := range ids {
+			if id >= 0 && tok.TokenBytes(id) == nil {
+				fmt.Fprintf(stderr, "aipo tokenize --decode: id %d (number %d of the input) is not a token of %s (%d tokens; a model that pads its vocabulary past the tokenizer's can sample such ids, which decode to no text)\n", id, i+1, *path, tok.VocabSize())
+				return 1
+			}
+		}
 		text, err := tok.Decode(ids, !*special)
 		if err != nil {
 			fmt.Fprintf(stderr, "aipo tokenize --decode: %v\n", err)

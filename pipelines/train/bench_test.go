@@ -60,6 +60,7 @@ func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration)
 	go proxy.Serve(pl)
 	defer proxy.Close()
 	var took, cpu [2]time.Duration
+	var rolling time.Duration // the synchronous loop's time in its rollouts
 	const steps = 6
 	b.ResetTimer()
 	for i := range b.N {
@@ -74,8 +75,16 @@ func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration)
 				c.Policy.Endpoint = "http://" + pl.Addr().String() + "/v1?model=demo"
 				c.Policy.Sync = runconfig.Sync{Kind: runconfig.SyncAipo, Endpoints: []string{"grpc://" + ds.grpcAddr}}
 			})
+			roll := RolloutStep
+			if !async {
+				roll = func(ctx context.Context, c runconfig.Config, k int64) error {
+					t0 := time.Now()
+					defer func() { rolling += time.Since(t0) }()
+					return RolloutStep(ctx, c, k)
+				}
+			}
 			c0, start := cpuTime(), time.Now()
-			if err := Run(ctx, c, Options{Rollout: RolloutStep}); err != nil {
+			if err := Run(ctx, c, Options{Rollout: roll}); err != nil {
 				b.Fatalf("%s loop: %v", name, err)
 			}
 			took[m] += time.Since(start)
@@ -86,6 +95,18 @@ func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration)
 	b.ReportMetric(perMin(took[0]), "sync-steps/min")
 	b.ReportMetric(perMin(took[1]), "async-steps/min")
 	b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "async/sync")
+	// What overlap can gain at most, from the synchronous loop's rollout
+	// time R and the rest of its step L (learner step, checkpoint, push,
+	// metrics) per step: the asynchronous loop starts rollout j when
+	// checkpoint j-1 is committed and learner step j waits for it, so its
+	// period is max(L, (R+L)/2) (two rollouts in flight at most), and the
+	// best ratio (R+L) / max(L, (R+L)/2), 2 when R >= L.
+	n := float64(steps * b.N)
+	r := rolling.Seconds() / n
+	l := took[0].Seconds()/n - r
+	b.ReportMetric(r, "sync-rollout-s/step")
+	b.ReportMetric(l, "sync-rest-s/step")
+	b.ReportMetric((r+l)/max(l, (r+l)/2), "bound-async/sync")
 	// The process's CPU time per step (the in-process policy server's
 	// included): when it approaches the wall time per step times the
 	// cores the process gets, the loop is bound by CPU, not by waits, and
