@@ -46,8 +46,14 @@ func fixtureParams(ts map[string]NamedTensor) map[string]NamedTensor {
 }
 
 // checkFixtureVariants compares m with the fixture with probabilities and
-// hidden activations kept, recomputed, and with the head in chunks.
+// hidden activations kept, recomputed, with the head in chunks, and with
+// activation checkpointing.
 func checkFixtureVariants(t *testing.T, m *Model, ts map[string]NamedTensor) {
+	t.Run("activation checkpointing", func(t *testing.T) {
+		defer m.SetCheckpointing(false)
+		m.SetCheckpointing(true)
+		checkAgainstFixture(t, m, ts, true, headAuto)
+	})
 	t.Run("probabilities kept", func(t *testing.T) { checkAgainstFixture(t, m, ts, true, headAuto) })
 	t.Run("attention and MLP recomputed", func(t *testing.T) {
 		defer func(c, h int) { keepProbsFloats, keepHiddenFloats = c, h }(keepProbsFloats, keepHiddenFloats)

@@ -2,7 +2,9 @@ package model
 
 // cpuOps are the LayerOps of the CPU model for one pass over p: buffers
 // from mem, weights and gradients from the model's flat layout, and what
-// the q/k norm and attention keep in extra (one per layer).
+// the q/k norm and attention keep in extra: one per layer, or one that
+// every layer reuses (a checkpointed pass, whose layers are in flight one
+// at a time).
 type cpuOps struct {
 	m     *Model
 	p     *prepared
@@ -21,32 +23,40 @@ func (m *Model) shape(N int) LayerShape {
 
 func (o *cpuOps) n() int { return len(o.p.tokens) }
 
-// norm is the weight and gradient of norm w of layer l (WFinalNorm: the
-// model's final norm).
-func (o *cpuOps) norm(l int, w Weight) (wt, g []float32) {
+// ext is what layer l's q/k norm and attention keep.
+func (o *cpuOps) ext(l int) *layerExtra {
+	if len(o.extra) == 1 {
+		return &o.extra[0]
+	}
+	return &o.extra[l]
+}
+
+// norm is norm w of layer l (WFinalNorm: the model's final norm) in ws:
+// the weights, or the gradients in a backward pass.
+func (o *cpuOps) norm(ws *weights, l int, w Weight) []float32 {
 	switch w {
 	case WInNorm:
-		return o.m.w.layers[l].inNorm, o.m.g.layers[l].inNorm
+		return ws.layers[l].inNorm
 	case WPostNorm:
-		return o.m.w.layers[l].postNorm, o.m.g.layers[l].postNorm
+		return ws.layers[l].postNorm
 	case WFinalNorm:
-		return o.m.w.norm, o.m.g.norm
+		return ws.norm
 	}
 	panic("model: a norm op was given a weight that is not a norm")
 }
 
-// linear is weight w of layer l with its bias, gradients and shape [O, I].
-func (o *cpuOps) linear(l int, w Weight) (wt, b, gw, gb []float32, I, O int) {
-	d, lw, lg := o.m.d, &o.m.w.layers[l], &o.m.g.layers[l]
+// linear is projection w of layer l in ws with its bias and shape [O, I].
+func (o *cpuOps) linear(ws *weights, l int, w Weight) (wt, b []float32, I, O int) {
+	d, lw := o.m.d, &ws.layers[l]
 	switch w {
 	case WQKV:
-		return lw.qkv, lw.qkvBias, lg.qkv, lg.qkvBias, d.C, d.QKV
+		return lw.qkv, lw.qkvBias, d.C, d.QKV
 	case WO:
-		return lw.o, lw.oBias, lg.o, lg.oBias, d.QD, d.C
+		return lw.o, lw.oBias, d.QD, d.C
 	case WGateUp:
-		return lw.gateUp, nil, lg.gateUp, nil, d.C, 2 * d.F
+		return lw.gateUp, nil, d.C, 2 * d.F
 	case WDown:
-		return lw.down, nil, lg.down, nil, d.F, d.C
+		return lw.down, nil, d.F, d.C
 	}
 	panic("model: a linear op was given a weight that is not a projection")
 }
@@ -57,17 +67,17 @@ func (o *cpuOps) Zeroed(n int) []float32 { return o.mem.zeroed(n) }
 func (o *cpuOps) Embed(x []float32) { embeddingForward(x, o.p.tokens, o.m.w.emb, o.m.d.C) }
 
 func (o *cpuOps) Norm(out, rstd, x []float32, l int, w Weight) {
-	wt, _ := o.norm(l, w)
+	wt := o.norm(&o.m.w, l, w)
 	rmsnormForward(out, rstd, x, wt, o.n(), o.m.d.C, o.m.cfg.RMSNormEps)
 }
 
 func (o *cpuOps) ResidualNorm(sum, out, rstd, a, b []float32, l int, w Weight) {
-	wt, _ := o.norm(l, w)
+	wt := o.norm(&o.m.w, l, w)
 	residualNorm(sum, out, rstd, a, b, wt, o.n(), o.m.d.C, o.m.cfg.RMSNormEps)
 }
 
 func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
-	wt, b, _, _, I, O := o.linear(l, w)
+	wt, b, I, O := o.linear(&o.m.w, l, w)
 	if !bias {
 		b = nil
 	}
@@ -79,8 +89,10 @@ func (o *cpuOps) QKNorm(qkv []float32, l int) {
 	if lw.qkNorm == nil { // all but Qwen3 (which has no q, k, v bias)
 		return
 	}
-	d, N, x := o.m.d, o.n(), &o.extra[l]
-	x.qkRaw, x.qkRstd = o.mem.get(N*(d.QD+d.KD)), o.mem.get(N*(d.H+d.KV))
+	d, N, x := o.m.d, o.n(), o.ext(l)
+	if x.qkRaw == nil {
+		x.qkRaw, x.qkRstd = o.mem.get(N*(d.QD+d.KD)), o.mem.get(N*(d.H+d.KV))
+	}
 	qkNormForward(qkv, x.qkRaw, x.qkRstd, lw.qkNorm, N, d, o.m.cfg.RMSNormEps)
 }
 
@@ -90,11 +102,12 @@ func (o *cpuOps) RoPE(qkv []float32, l int) {
 }
 
 func (o *cpuOps) Attention(y, lse, qkv []float32, l int) {
-	d, x := o.m.d, &o.extra[l]
-	x.kvT = o.mem.get(2 * o.n() * d.KD)
-	x.probs = nil
-	if _, n := probsLayout(o.p.segs, d); n > 0 {
-		x.probs = o.mem.get(n)
+	d, x := o.m.d, o.ext(l)
+	if x.kvT == nil {
+		x.kvT = o.mem.get(2 * o.n() * d.KD)
+		if _, n := probsLayout(o.p.segs, d); n > 0 {
+			x.probs = o.mem.get(n)
+		}
 	}
 	attentionForward(y, lse, qkv, x.kvT, x.probs, o.p.segs, d)
 }
@@ -110,12 +123,13 @@ func (o *cpuOps) KeepHidden(h []float32) []float32 {
 }
 
 func (o *cpuOps) NormBack(dx, dout, x, rstd []float32, l int, w Weight) {
-	wt, g := o.norm(l, w)
+	wt, g := o.norm(&o.m.w, l, w), o.norm(o.m.gradsNow(), l, w)
 	rmsnormBackward(dx, g, dout, x, wt, rstd, o.n(), o.m.d.C)
 }
 
 func (o *cpuOps) LinearBack(din, dout, in []float32, l int, w Weight, bias bool) {
-	wt, _, gw, gb, I, O := o.linear(l, w)
+	wt, _, I, O := o.linear(&o.m.w, l, w)
+	gw, gb, _, _ := o.linear(o.m.gradsNow(), l, w)
 	if !bias {
 		gb = nil
 	}
@@ -139,7 +153,7 @@ func (o *cpuOps) SwiGLUBack(dgu, dh, sig, gu []float32) {
 }
 
 func (o *cpuOps) AttentionBack(dqkv, dy []float32, la *LayerActs[[]float32], l int) {
-	x := &o.extra[l]
+	x := o.ext(l)
 	attentionBackward(dqkv, dy, la.QKV, la.Y, la.LSE, x.kvT, x.probs, o.p.segs, o.m.d)
 }
 
@@ -153,8 +167,10 @@ func (o *cpuOps) QKNormBack(dqkv []float32, l int) {
 	if lw.qkNorm == nil {
 		return
 	}
-	x := &o.extra[l]
-	qkNormBackward(dqkv, o.m.g.layers[l].qkNorm, x.qkRaw, x.qkRstd, lw.qkNorm, o.n(), o.m.d)
+	x := o.ext(l)
+	qkNormBackward(dqkv, o.m.gradsNow().layers[l].qkNorm, x.qkRaw, x.qkRstd, lw.qkNorm, o.n(), o.m.d)
 }
 
-func (o *cpuOps) EmbedBack(dx []float32) { embeddingBackward(o.m.g.emb, dx, o.p.tokens, o.m.d.C) }
+func (o *cpuOps) EmbedBack(dx []float32) {
+	embeddingBackward(o.m.gradsNow().emb, dx, o.p.tokens, o.m.d.C)
+}

@@ -265,7 +265,7 @@ func (o *decodeOps) Zeroed(n int) []float32 {
 }
 
 func (o *decodeOps) Linear(out, in []float32, l int, w Weight, bias bool) {
-	wt, b, _, _, I, O := o.linear(l, w)
+	wt, b, I, O := o.linear(&o.m.w, l, w)
 	if !bias {
 		b = nil
 	}

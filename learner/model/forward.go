@@ -11,15 +11,16 @@ type Activations struct {
 	// 0 where no target [N].
 	Entropy []float32
 
-	b      *prepared
-	layers []LayerActs[[]float32]
-	extra  []layerExtra
-	resid  [][]float32 // [L+1][N*C]: input of each layer, then the last output
-	rstdF  []float32   // [N]
-	lnf    []float32   // [N*C]
-	head   headActs
-	mem    arena // every buffer above except LogProbs and Entropy
-	used   bool
+	b            *prepared
+	checkpointed bool // layers holds the one layer in flight (see SetCheckpointing)
+	layers       []LayerActs[[]float32]
+	extra        []layerExtra
+	resid        [][]float32 // [L+1][N*C]: input of each layer, then the last output
+	rstdF        []float32   // [N]
+	lnf          []float32   // [N*C]
+	head         headActs
+	mem          arena // every buffer above except LogProbs and Entropy
+	used         bool
 }
 
 // keepHiddenFloats bounds one layer's MLP hidden activation silu(g)*u that
@@ -61,14 +62,58 @@ func (a *Activations) Bytes() int {
 }
 
 // Forward runs the model over a packed batch and returns the log-probability
-// (and entropy) at every token that has a target, keeping what Backward needs.
+// (and entropy) at every token that has a target, keeping what Backward
+// needs: every layer's activations, or with activation checkpointing on
+// (SetCheckpointing) each layer's input alone, from which Backward
+// recomputes the rest one layer at a time.
 func (m *Model) Forward(b Batch) (*Activations, error) {
 	p, err := m.prepare(b, false)
 	if err != nil {
 		return nil, err
 	}
-	return m.forward(p, headAuto), nil
+	return m.forward(p, headAuto, m.trainKeep()), nil
 }
+
+// trainKeep is what a pass to be differentiated keeps.
+func (m *Model) trainKeep() keepMode {
+	if m.checkpoint {
+		return keepInputs
+	}
+	return keepAll
+}
+
+// Score is Forward for a pass that will not be differentiated (old and
+// reference log-probabilities): it keeps nothing for a backward pass, one
+// set of buffers serving every layer, and returns the same
+// log-probabilities and entropies as Forward, bit for bit.
+func (m *Model) Score(b Batch) (logProbs, entropy []float32, err error) {
+	p, err := m.prepare(b, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	a := m.forward(p, headAuto, keepNone)
+	a.Release()
+	return a.LogProbs, a.Entropy, nil
+}
+
+// SetCheckpointing turns activation checkpointing of Forward on or off:
+// on, a forward pass keeps each decoder layer's input only (N*C floats a
+// layer) and Backward recomputes the layer's activations from it before
+// its backward pass, one layer at a time, so that a pass holds one layer's
+// worth of activations instead of every layer's, for about one more
+// forward pass of compute. The gradients are the same, bit for bit (the
+// recompute repeats the same operations on the same inputs). Set it
+// before passes run, not during one.
+func (m *Model) SetCheckpointing(on bool) { m.checkpoint = on }
+
+// PeakActivationBytes is the most memory the buffers of the model's
+// passes (activations, the LM head's, the backward pass's scratch) held at
+// once since the last call (or since the model was built); each call
+// starts a new peak from what is held now.
+func (m *Model) PeakActivationBytes() int64 { return 4 * int64(m.pool.peakFloats()) }
+
+// Checkpointing reports whether activation checkpointing is on.
+func (m *Model) Checkpointing() bool { return m.checkpoint }
 
 // Logits returns the unnormalised next-token scores at every position of
 // the batch, [N, V] row-major.
@@ -77,19 +122,26 @@ func (m *Model) Logits(b Batch) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := m.forward(p, headLogits)
+	a := m.forward(p, headLogits, keepNone)
 	logits := a.head.logits
 	a.mem.keep(logits) // the caller owns the logits
 	a.Release()
 	return logits, nil
 }
 
-func (m *Model) forward(p *prepared, mode headMode) *Activations {
+func (m *Model) forward(p *prepared, mode headMode, keep keepMode) *Activations {
 	d := m.d
-	a := &Activations{b: p, layers: make([]LayerActs[[]float32], d.L), extra: make([]layerExtra, d.L),
-		resid: make([][]float32, d.L+1), mem: arena{pool: &m.pool}}
+	nl, nr := d.L, d.L+1
+	switch keep {
+	case keepInputs:
+		nl = 1
+	case keepNone:
+		nl, nr = 1, 2
+	}
+	a := &Activations{b: p, checkpointed: keep == keepInputs, layers: make([]LayerActs[[]float32], nl), extra: make([]layerExtra, nl),
+		resid: make([][]float32, nr), mem: arena{pool: &m.pool}}
 	o := &cpuOps{m: m, p: p, mem: &a.mem, extra: a.extra}
-	a.lnf, a.rstdF = ForwardLayers[[]float32](o, m.shape(len(p.tokens)), a.layers, a.resid)
+	a.lnf, a.rstdF = runLayers[[]float32](o, m.shape(len(p.tokens)), a.layers, a.resid, keep)
 	N := len(p.tokens)
 	a.LogProbs, a.Entropy = make([]float32, N), make([]float32, N)
 	m.headForward(a, mode)
@@ -108,11 +160,18 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 	if a.used {
 		return fmt.Errorf("model: Backward on activations that were already differentiated or released; run Forward again")
 	}
+	if len(a.resid) != m.d.L+1 {
+		return fmt.Errorf("model: Backward on activations of a pass that kept nothing for it (Score, Logits)")
+	}
 	defer a.Release()
 	tmp := arena{pool: &m.pool}
 	defer tmp.release()
 	dlnf := m.headBackward(a, gradLogProb, &tmp)
 	o := &cpuOps{m: m, p: p, mem: &tmp, extra: a.extra}
-	BackwardLayers[[]float32](o, m.shape(N), a.layers, a.resid, a.rstdF, dlnf)
+	if a.checkpointed {
+		BackwardLayersCheckpointed[[]float32](o, m.shape(N), a.layers, a.resid, a.rstdF, dlnf)
+	} else {
+		BackwardLayers[[]float32](o, m.shape(N), a.layers, a.resid, a.rstdF, dlnf)
+	}
 	return nil
 }

@@ -55,6 +55,9 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 			copy(xh[r*d.C:(r+1)*d.C], a.lnf[t*d.C:])
 		}
 	})
+	// The rows are gathered: the final norm's output is not read again.
+	a.mem.put(a.lnf)
+	a.lnf = nil
 	a.head = headActs{xh: xh, lse: a.mem.get(M)}
 	if mode == headAuto && M*d.V > keepLogitsFloats {
 		mode = headChunk
@@ -83,6 +86,9 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 				}
 			}
 		})
+	}
+	if !whole {
+		a.mem.put(buf) // the backward pass recomputes its chunks in a buffer of its own
 	}
 }
 
@@ -182,7 +188,10 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 			}
 		})
 		blas.Sgemm(false, false, n, d.C, d.V, 1, lg, d.V, m.w.head, d.C, 0, dxh[r0*d.C:], d.C)
-		blas.Sgemm(true, false, d.V, d.C, n, 1, lg, d.V, xh[r0*d.C:], d.C, 1, m.g.head, d.C)
+		blas.Sgemm(true, false, d.V, d.C, n, 1, lg, d.V, xh[r0*d.C:], d.C, 1, m.gradsNow().head, d.C)
+	}
+	if !whole {
+		tmp.put(buf)
 	}
 	dlnf := tmp.zeroed(len(p.tokens) * d.C)
 	parallelFor(M, 256, func(lo, hi int) {
@@ -191,5 +200,6 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 			copy(dlnf[t*d.C:(t+1)*d.C], dxh[r*d.C:])
 		}
 	})
+	tmp.put(dxh)
 	return dlnf
 }

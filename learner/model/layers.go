@@ -113,23 +113,44 @@ type LayerOps[B any] interface {
 // resid (L+1: each layer's input, then the last layer's output) are
 // filled for BackwardLayers.
 func ForwardLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B) (lnf, rstdF B) {
-	return runLayers(o, s, acts, resid, true)
+	return runLayers(o, s, acts, resid, keepAll)
+}
+
+// ForwardLayersCheckpointed is ForwardLayers with activation checkpointing:
+// of each layer only its input is kept (resid, L+1 as for ForwardLayers),
+// and acts[0] holds the buffers of the one layer in flight, which
+// BackwardLayersCheckpointed reuses to recompute each layer in turn. The
+// activations of a pass then take N*C floats per layer plus one layer's
+// worth, instead of every layer's.
+func ForwardLayersCheckpointed[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B) (lnf, rstdF B) {
+	return runLayers(o, s, acts[:1], resid, keepInputs)
 }
 
 // DecodeLayers is ForwardLayers for a pass that is not differentiated (a
-// decoding step): one set of buffers serves every layer, and o's Attention
-// attends to (and extends) its caches. It returns the final norm's output
-// lnf[N*C].
+// decoding step, or scoring without gradients): one set of buffers serves
+// every layer, and o's Attention attends to (and, decoding, extends) its
+// caches. It returns the final norm's output lnf[N*C].
 func DecodeLayers[B any](o LayerOps[B], s LayerShape) (lnf B) {
-	lnf, _ = runLayers(o, s, make([]LayerActs[B], 1), make([]B, 2), false)
+	lnf, _ = runLayers(o, s, make([]LayerActs[B], 1), make([]B, 2), keepNone)
 	return lnf
 }
 
-// runLayers is the sequence. With keep, layer l's activations go to
-// acts[l] and its input to resid[l]; without, acts[0] is reused and resid
-// holds two buffers, the layer's input and its output, in turn.
-func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B, keep bool) (lnf, rstdF B) {
+// keepMode is what runLayers keeps for a backward pass.
+type keepMode int
+
+const (
+	keepAll    keepMode = iota // every layer's activations and input
+	keepInputs                 // each layer's input; one set of buffers serves every layer
+	keepNone                   // nothing: one set of buffers, two residual buffers in turn
+)
+
+// runLayers is the sequence. With keepAll, layer l's activations go to
+// acts[l] and its input to resid[l]; otherwise acts[0] is reused, and
+// resid holds every layer's input (keepInputs) or two buffers, the layer's
+// input and its output, in turn (keepNone).
+func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B, mode keepMode) (lnf, rstdF B) {
 	N, C := s.N, s.C
+	keep := mode == keepAll
 	act := func(l int) *LayerActs[B] {
 		if keep {
 			return &acts[l]
@@ -171,12 +192,15 @@ func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []
 		o.Linear(la.GU, la.Ln2, l, WGateUp, false)
 		o.SwiGLU(h, la.Sig, la.GU)
 		o.Linear(tmp, h, l, WDown, false)
-		if keep {
+		switch mode {
+		case keepAll:
 			la.H = o.KeepHidden(h)
+		case keepInputs:
+			la.H = h // the one layer in flight's; the recompute fills it again
 		}
 		var next B
 		switch {
-		case keep:
+		case mode != keepNone:
 			next = o.Get(N * C)
 		case l == 0 && s.L > 1:
 			resid[1] = o.Get(N * C)
@@ -191,26 +215,68 @@ func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []
 			}
 			o.ResidualNorm(next, nl.Ln1, nl.Rstd1, la.Mid, tmp, l+1, WInNorm)
 		} else {
-			if !keep && s.L == 1 {
+			if mode == keepNone && s.L == 1 {
 				next = o.Get(N * C)
 			}
 			rstdF, lnf = o.Get(N), o.Get(N*C)
 			o.ResidualNorm(next, lnf, rstdF, la.Mid, tmp, s.L, WFinalNorm)
 		}
-		if keep {
-			resid[l+1] = next
-		} else {
+		if mode == keepNone {
 			resid[(l+1)%2] = next
+		} else {
+			resid[l+1] = next
 		}
 		x = next
 	}
 	return lnf, rstdF
 }
 
+// recomputeLayer runs layer l's forward pass again from its input x into
+// la (whose buffers ForwardLayersCheckpointed allocated), as far as its
+// backward pass reads: the same ops on the same inputs as the first time,
+// so every value is the same (the input norm alone runs as Norm rather
+// than fused with the residual sum that produced x, the same arithmetic on
+// the same sum). tmp[N*C] is scratch.
+func recomputeLayer[B any](o LayerOps[B], la *LayerActs[B], x, tmp B, l int) {
+	o.Norm(la.Ln1, la.Rstd1, x, l, WInNorm)
+	o.Linear(la.QKV, la.Ln1, l, WQKV, false)
+	o.QKNorm(la.QKV, l)
+	o.RoPE(la.QKV, l)
+	o.Attention(la.Y, la.LSE, la.QKV, l)
+	o.Linear(tmp, la.Y, l, WO, true)
+	o.ResidualNorm(la.Mid, la.Ln2, la.Rstd2, x, tmp, l, WPostNorm)
+	o.Linear(la.GU, la.Ln2, l, WGateUp, false)
+	o.SwiGLU(la.H, la.Sig, la.GU)
+}
+
 // BackwardLayers adds to the gradients the backward pass of ForwardLayers
 // given dlnf, the gradient of its lnf (the LM head's backward pass); dlnf
 // is used as scratch.
 func BackwardLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B, rstdF, dlnf B) {
+	backwardLayers(o, s, func(l int) *LayerActs[B] { return &acts[l] }, resid, rstdF, dlnf)
+}
+
+// BackwardLayersCheckpointed is BackwardLayers after
+// ForwardLayersCheckpointed: before each layer's backward pass it
+// recomputes the layer's activations from its kept input into acts[0].
+// The gradients are those of BackwardLayers, bit for bit, where the
+// backend's ops are deterministic.
+func BackwardLayersCheckpointed[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B, rstdF, dlnf B) {
+	la := &acts[0]
+	var tmp B
+	have := false
+	backwardLayers(o, s, func(l int) *LayerActs[B] {
+		if !have {
+			tmp, have = o.Get(s.N*s.C), true
+		}
+		recomputeLayer(o, la, resid[l], tmp, l)
+		return la
+	}, resid, rstdF, dlnf)
+}
+
+// backwardLayers is the backward sequence; layer(l) gives layer l's
+// activations (called once per layer, from the last to the first).
+func backwardLayers[B any](o LayerOps[B], s LayerShape, layer func(l int) *LayerActs[B], resid []B, rstdF, dlnf B) {
 	N, C := s.N, s.C
 	dres := o.Zeroed(N * C)
 	dln := dlnf
@@ -220,7 +286,7 @@ func BackwardLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], res
 	dy := o.Get(N * s.QD)
 	dqkv := o.Get(N * s.QKV)
 	for l := s.L - 1; l >= 0; l-- {
-		la := &acts[l]
+		la := layer(l)
 		// MLP block: resid[l+1] = mid + down(swiglu(gate_up(rmsnorm(mid)))).
 		o.LinearBack(dh, dres, o.Hidden(la), l, WDown, false)
 		o.SwiGLUBack(dgu, dh, la.Sig, la.GU)

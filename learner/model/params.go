@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // NamedTensor is one parameter (or its gradient) under its Hugging Face
@@ -189,14 +190,23 @@ func (w weights) named(specs []spec) []NamedTensor {
 }
 
 // Model holds the parameters, their gradients and the rotary tables of one
-// decoder-only transformer.
+// decoder-only transformer. The gradients are allocated by the first pass
+// that needs them (Backward, Grads, GradData): a model that is only
+// evaluated (a frozen reference, a model that serves decoding) holds its
+// weights alone.
 type Model struct {
 	cfg   Config
 	d     dims
 	specs []spec
-	w, g  weights
+	w     weights
 	rope  *ropeTable
 	pool  bufPool
+
+	gradMu sync.Mutex
+	g      weights // zero until gradsNow allocates it
+	// checkpoint is the activation-checkpointing choice of Forward (see
+	// SetCheckpointing).
+	checkpoint bool
 }
 
 func newModel(cfg Config) (*Model, error) {
@@ -206,7 +216,6 @@ func newModel(cfg Config) (*Model, error) {
 	specs := layout(cfg)
 	m := &Model{cfg: cfg, d: dimsOf(cfg), specs: specs}
 	m.w = newWeights(cfg, specs)
-	m.g = newWeights(cfg, specs)
 	m.rope = newRopeTable(cfg.Head(), cfg.RopeTheta, cfg.RopeScaling)
 	return m, nil
 }
@@ -298,8 +307,27 @@ func (m *Model) Config() Config { return m.cfg }
 // Params lists the parameters in storage order; Data aliases the model.
 func (m *Model) Params() []NamedTensor { return m.w.named(m.specs) }
 
-// Grads lists the gradients in the same order and shapes as Params.
-func (m *Model) Grads() []NamedTensor { return m.g.named(m.specs) }
+// Grads lists the gradients in the same order and shapes as Params
+// (allocating them, zero, on the first call).
+func (m *Model) Grads() []NamedTensor { return m.gradsNow().named(m.specs) }
+
+// gradsNow returns the gradients, allocating them (zero) on first use.
+func (m *Model) gradsNow() *weights {
+	m.gradMu.Lock()
+	defer m.gradMu.Unlock()
+	if m.g.flat == nil {
+		m.g = newWeights(m.cfg, m.specs)
+	}
+	return &m.g
+}
+
+// HasGrads reports whether the model's gradients are allocated (a model
+// that was never differentiated holds none).
+func (m *Model) HasGrads() bool {
+	m.gradMu.Lock()
+	defer m.gradMu.Unlock()
+	return m.g.flat != nil
+}
 
 // Spans places the tensors the model computes with in ParamData and
 // GradData (other backends view their copies of those buffers the same
@@ -310,11 +338,17 @@ func (m *Model) Spans() Spans { return spansOf(m.cfg, m.specs) }
 // for optimisers that treat the model as one vector.
 func (m *Model) ParamData() []float32 { return m.w.flat }
 
-// GradData is every gradient in one flat slice, aligned with ParamData.
-func (m *Model) GradData() []float32 { return m.g.flat }
+// GradData is every gradient in one flat slice, aligned with ParamData
+// (allocated, zero, on the first call).
+func (m *Model) GradData() []float32 { return m.gradsNow().flat }
 
-// ZeroGrads sets every gradient to zero.
-func (m *Model) ZeroGrads() { clear(m.g.flat) }
+// ZeroGrads sets every gradient to zero (nothing to do while none is
+// allocated).
+func (m *Model) ZeroGrads() {
+	m.gradMu.Lock()
+	defer m.gradMu.Unlock()
+	clear(m.g.flat)
+}
 
 // NumParams is the number of parameters (tied embeddings counted once).
 func (m *Model) NumParams() int { return len(m.w.flat) }

@@ -14,6 +14,28 @@ type bufPool struct {
 	mu     sync.Mutex
 	free   map[int][][]float32
 	pooled int // floats held in free
+	// live counts the floats of the buffers arenas hold now (their
+	// lengths, what a pass writes), peak its largest value since
+	// resetPeak: the activation memory of the passes.
+	live, peak int
+}
+
+// track adds n floats (negative: taken back) to the live count.
+func (p *bufPool) track(n int) {
+	p.mu.Lock()
+	p.live += n
+	p.peak = max(p.peak, p.live)
+	p.mu.Unlock()
+}
+
+// peakFloats returns the peak of live floats and starts a new one from
+// what is live now.
+func (p *bufPool) peakFloats() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pk := p.peak
+	p.peak = p.live
+	return pk
 }
 
 // maxPooledFloats bounds the memory a pool keeps for reuse (1 GiB).
@@ -71,6 +93,7 @@ type arena struct {
 func (a *arena) get(n int) []float32 {
 	b := a.pool.get(n)
 	a.bufs = append(a.bufs, b)
+	a.pool.track(n)
 	return b
 }
 
@@ -92,12 +115,18 @@ func (a *arena) keep(b []float32) {
 	for i, x := range a.bufs {
 		if len(x) > 0 && len(b) > 0 && &x[0] == &b[0] {
 			a.bufs = append(a.bufs[:i], a.bufs[i+1:]...)
+			a.pool.track(-len(x))
 			return
 		}
 	}
 }
 
 func (a *arena) release() {
+	n := 0
+	for _, b := range a.bufs {
+		n += len(b)
+	}
+	a.pool.track(-n)
 	a.pool.put(a.bufs...)
 	a.bufs = nil
 }
