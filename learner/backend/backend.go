@@ -7,18 +7,20 @@
 // name in their configuration (learner.backend, aipo serve --device) and
 // never compare names.
 //
-// The package is a leaf: it imports learner/model and nothing of
-// learner/engine, learner/trainer or any backend, so that those import it
-// and not each other.
+// The package is a leaf: it imports learner/model and learner/optim and
+// nothing of learner/engine, learner/trainer or any backend, so that those
+// import it and not each other.
 package backend
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
 )
 
 // The GEMM operand precisions a backend may multiply in (runconfig's
@@ -51,6 +53,13 @@ type Device interface {
 	// precision (one of the backend's Precisions; "" is FP32). m stays the
 	// model the optimiser updates.
 	Train(m *model.Model, precision string) (Compute, error)
+	// Eval returns forward passes of m that are never differentiated (a
+	// frozen reference model): m's weights alone, no gradients, held in
+	// the dtype the precision computes in where the device keeps its own
+	// copy (cuda: bfloat16 projections with BF16), so that the caller may
+	// drop m; on the CPU the passes are m's own. Only Run (without a
+	// loss) and Close apply.
+	Eval(m *model.Model, precision string) (Compute, error)
 	// Decoder returns m's decoding passes for learner/engine over a copy
 	// of its parameters as they are now.
 	Decoder(m *model.Model) (Decoder, error)
@@ -62,23 +71,40 @@ type Device interface {
 // forward pass into d loss / d log-prob per token.
 type LossGrad = func(logProbs, entropy []float32) ([]float32, error)
 
-// Compute is a model's forward and backward passes for the trainer. The
-// host model stays the one the optimiser updates and checkpoints are
-// written from.
+// Compute is a model's forward and backward passes for the trainer, and
+// its optimiser step where the passes run: on the CPU the host model's
+// own; on a device the parameters (float32 masters), gradients and AdamW
+// moments stay in device memory, and a step moves nothing to the host
+// but its metrics. Checkpoints are written from the host model after
+// SyncParams.
 type Compute interface {
 	// Run does a forward pass over b and returns the per-token
 	// log-probabilities (0 where there is no target). When loss is not nil
 	// it gets them and the entropies, and the backward pass of its result
-	// adds to the gradients.
+	// adds to the gradients; when it is nil the pass keeps nothing for a
+	// backward pass.
 	Run(b model.Batch, loss LossGrad) ([]float32, error)
 	// ZeroGrads clears the gradients.
 	ZeroGrads() error
-	// PullGrads makes the host model's gradients current; the trainer calls
-	// it before an optimiser step.
-	PullGrads() error
-	// PushParams copies the host model's parameters to where the passes
-	// run; the trainer calls it after an optimiser step.
-	PushParams() error
+	// Step applies opt's next AdamW update (its configuration and step
+	// count; learner/optim's arithmetic) to the parameters the passes run
+	// with, from the gradients accumulated since ZeroGrads, clipped to
+	// opt's GradClip, and returns their global L2 norm before clipping.
+	// When the norm is not finite nothing is updated and opt's step count
+	// stays (as optim.AdamW.Step).
+	Step(opt *optim.AdamW) (gradNorm float64, err error)
+	// ReadOptimizer replaces opt's state by the one streamed from r
+	// (learner/optim's format), its moments put where Step reads them.
+	ReadOptimizer(opt *optim.AdamW, r io.Reader) error
+	// WriteOptimizer streams opt's state, with the moments from where Step
+	// keeps them, to w (learner/optim's format).
+	WriteOptimizer(opt *optim.AdamW, w io.Writer) error
+	// SyncParams makes the host model's parameters those the passes run
+	// with; the trainer calls it before a checkpoint is written from them.
+	SyncParams() error
+	// SetCheckpointing turns activation checkpointing (see
+	// model.Model.SetCheckpointing) on or off for the passes that follow.
+	SetCheckpointing(on bool)
 	// Close frees what the passes hold on the device.
 	Close() error
 }

@@ -134,7 +134,7 @@ func TestCPUBackendIsTheModel(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("Run log-probs %v, want the model's %v", got, want)
 	}
-	if err := c.PullGrads(); err != nil {
+	if err := c.SyncParams(); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(viaBackend.GradData(), ref.GradData()) {

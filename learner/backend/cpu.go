@@ -2,8 +2,10 @@ package backend
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
 )
 
 // The CPU backend is learner/model itself: it is always available, and its
@@ -27,6 +29,10 @@ func (cpuDevice) Train(m *model.Model, precision string) (Compute, error) {
 	return CPUCompute(m), nil
 }
 
+func (d cpuDevice) Eval(m *model.Model, precision string) (Compute, error) {
+	return d.Train(m, precision)
+}
+
 func (cpuDevice) Decoder(m *model.Model) (Decoder, error) {
 	if m == nil {
 		return nil, fmt.Errorf("backend cpu: Decoder without a model")
@@ -40,13 +46,13 @@ func CPUCompute(m *model.Model) Compute { return cpuCompute{m} }
 type cpuCompute struct{ m *model.Model }
 
 func (c cpuCompute) Run(b model.Batch, loss LossGrad) ([]float32, error) {
+	if loss == nil {
+		lp, _, err := c.m.Score(b)
+		return lp, err
+	}
 	a, err := c.m.Forward(b)
 	if err != nil {
 		return nil, err
-	}
-	if loss == nil {
-		a.Release()
-		return a.LogProbs, nil
 	}
 	grad, err := loss(a.LogProbs, a.Entropy)
 	if err != nil {
@@ -56,10 +62,40 @@ func (c cpuCompute) Run(b model.Batch, loss LossGrad) ([]float32, error) {
 	return a.LogProbs, c.m.Backward(a, grad)
 }
 
-func (c cpuCompute) ZeroGrads() error  { c.m.ZeroGrads(); return nil }
-func (c cpuCompute) PullGrads() error  { return nil }
-func (c cpuCompute) PushParams() error { return nil }
-func (c cpuCompute) Close() error      { return nil }
+func (c cpuCompute) ZeroGrads() error         { c.m.ZeroGrads(); return nil }
+func (c cpuCompute) SyncParams() error        { return nil }
+func (c cpuCompute) SetCheckpointing(on bool) { c.m.SetCheckpointing(on) }
+func (c cpuCompute) Close() error             { return nil }
+
+// Step is optim.AdamW.Step on the host model's parameters and gradients.
+func (c cpuCompute) Step(opt *optim.AdamW) (float64, error) {
+	ps := OptimParams(c.m)
+	if err := opt.Check(ps); err != nil {
+		return 0, err
+	}
+	return opt.Step(ps), nil
+}
+
+func (c cpuCompute) ReadOptimizer(opt *optim.AdamW, r io.Reader) error {
+	_, err := opt.ReadFrom(r)
+	return err
+}
+
+func (c cpuCompute) WriteOptimizer(opt *optim.AdamW, w io.Writer) error {
+	_, err := opt.WriteTo(w)
+	return err
+}
+
+// OptimParams are m's parameters with their gradients in the optimiser's
+// form (the gradients allocated if they were not).
+func OptimParams(m *model.Model) []optim.Param {
+	ps, gs := m.Params(), m.Grads()
+	out := make([]optim.Param, len(ps))
+	for i := range ps {
+		out[i] = optim.Param{Name: ps[i].Name, Data: ps[i].Data, Grad: gs[i].Data}
+	}
+	return out
+}
 
 // CPUDecoder is the Decoder of m itself.
 func CPUDecoder(m *model.Model) Decoder { return cpuDecoder{m} }

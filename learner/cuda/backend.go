@@ -2,9 +2,11 @@ package cuda
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
 )
 
 // Name is the name this package registers its backend under
@@ -63,6 +65,40 @@ func (d cudaDevice) Train(m *model.Model, precision string) (backend.Compute, er
 	return &compute{host: m, dev: g}, nil
 }
 
+// Eval uploads m's weights alone (NewFrozen): with backend.BF16 the
+// projections and head in bfloat16 only.
+func (d cudaDevice) Eval(m *model.Model, precision string) (backend.Compute, error) {
+	if precision != "" && precision != backend.FP32 && precision != backend.BF16 {
+		return nil, fmt.Errorf("cuda: precision %q is unknown: use %s or %s", precision, backend.FP32, backend.BF16)
+	}
+	g, err := d.dv.NewFrozen(m, precision == backend.BF16)
+	if err != nil {
+		return nil, err
+	}
+	return frozen{g}, nil
+}
+
+// frozen runs the forward passes of a model that is not trained.
+type frozen struct{ dev *Model }
+
+var errFrozen = fmt.Errorf("cuda: the model was uploaded for evaluation only (a frozen reference): it has no gradients and no optimiser")
+
+func (f frozen) Run(b model.Batch, loss backend.LossGrad) ([]float32, error) {
+	if loss != nil {
+		return nil, errFrozen
+	}
+	lp, _, err := f.dev.ForwardBackward(b, nil)
+	return lp, err
+}
+
+func (f frozen) ZeroGrads() error                             { return errFrozen }
+func (f frozen) Step(*optim.AdamW) (float64, error)           { return 0, errFrozen }
+func (f frozen) ReadOptimizer(*optim.AdamW, io.Reader) error  { return errFrozen }
+func (f frozen) WriteOptimizer(*optim.AdamW, io.Writer) error { return errFrozen }
+func (f frozen) SyncParams() error                            { return errFrozen }
+func (f frozen) SetCheckpointing(bool)                        {}
+func (f frozen) Close() error                                 { return f.dev.Free() }
+
 func (d cudaDevice) Decoder(m *model.Model) (backend.Decoder, error) {
 	return d.dv.NewDecoder(m)
 }
@@ -78,7 +114,19 @@ func (c *compute) Run(b model.Batch, loss backend.LossGrad) ([]float32, error) {
 	return lp, err
 }
 
-func (c *compute) ZeroGrads() error  { return c.dev.ZeroGrads() }
-func (c *compute) PullGrads() error  { return c.dev.Grads(c.host.GradData()) }
-func (c *compute) PushParams() error { return c.dev.SetParams(c.host.ParamData()) }
-func (c *compute) Close() error      { return c.dev.Free() }
+func (c *compute) ZeroGrads() error         { return c.dev.ZeroGrads() }
+func (c *compute) SyncParams() error        { return c.dev.Params(c.host.ParamData()) }
+func (c *compute) SetCheckpointing(on bool) { c.dev.SetCheckpointing(on) }
+func (c *compute) Close() error             { return c.dev.Free() }
+
+// Step is the device's AdamW (Model.Step): the parameters, gradients and
+// moments stay on the device.
+func (c *compute) Step(opt *optim.AdamW) (float64, error) { return c.dev.Step(opt) }
+
+func (c *compute) ReadOptimizer(opt *optim.AdamW, r io.Reader) error {
+	return c.dev.ReadOptimizer(c.host, opt, r)
+}
+
+func (c *compute) WriteOptimizer(opt *optim.AdamW, w io.Writer) error {
+	return c.dev.WriteOptimizer(c.host, opt, w)
+}

@@ -27,6 +27,8 @@ var emulatedTests = []string{
 	"TestParityGradNorm", "TestParityAdamW", "TestParityAttention", "TestParityLMHead", "TestParityKL",
 	"TestParityModelStep", "TestParityModelStepBF16", "TestParityGreedyDecode", "TestGPUScratchReuse",
 	"TestParityModelStepLlama3", "TestParityGreedyDecodeLlama3", "TestParityModelStepRolloutCorrection",
+	"TestParityDeviceOptimizer", "TestDeviceTrainingStepStaysOnTheDevice", "TestFrozenModelHoldsWeightsOnly",
+	"TestGPUCheckpointingGradientsBitIdentical",
 }
 
 // TestFakeDriver runs fakeTests in a child process against host-memory

@@ -34,7 +34,7 @@ var kernelModules = map[string][]string{
 	"elementwise": {"residual_forward", "scale_f32", "cast_f32_to_bf16", "cast_bf16_to_f32", "bias_add_rows", "bias_grad"},
 	"rope":        {"rope_forward", "rope_backward"},
 	"embedding":   {"embedding_forward", "embedding_backward"},
-	"adamw":       {"adamw_step"},
+	"adamw":       {"adamw_step", "adamw_step_clip"},
 	"norm":        {"sumsq_partial", "sumsq_final"},
 	"lmhead":      {"lmhead_logprob", "lmhead_dlogits"},
 	"kl":          {"kl_k3"},
@@ -319,43 +319,40 @@ func (dv *Device) AdamW(p, g, m, v *Buffer, s AdamWStep) error {
 		s.Scale, s.Decay, s.B1, s.OneMinusB1, s.B2, s.OneMinusB2, s.StepSize, s.BC2Sqrt, s.Eps)
 }
 
+// AdamWClipped is AdamW with the clip scale decided on the device from
+// sumsq (F64, one element: GradSumSq's result), as learner/optim decides
+// it: min(1, clip/(norm+1e-6)) with clip > 0, else 1; s.Scale is not
+// used. With a norm that is not finite the kernel changes nothing.
+func (dv *Device) AdamWClipped(p, g, m, v, sumsq *Buffer, s AdamWStep, clip float64) error {
+	if err := dv.need("AdamWClipped", "p", p, F32, 0); err != nil {
+		return err
+	}
+	n := p.n
+	if err := dv.needAll("AdamWClipped", arg{"g", g, F32, n}, arg{"m", m, F32, n}, arg{"v", v, F32, n}, arg{"sumsq", sumsq, F64, 1}); err != nil {
+		return err
+	}
+	return dv.launch("adamw_step_clip", dv.gridFor(n), blockSize, p, g, m, v, n, sumsq, clip,
+		s.Decay, s.B1, s.OneMinusB1, s.B2, s.OneMinusB2, s.StepSize, s.BC2Sqrt, s.Eps)
+}
+
 // GradNorm returns the global L2 norm of the F32 buffers grads, summing
 // squares in float64 in two passes (per-block partials, then one block),
 // like learner/optim.GradNorm. It waits for the result.
 func (dv *Device) GradNorm(grads []*Buffer) (float64, error) {
-	blocks := make([]uint32, len(grads))
-	total := 0
-	for i, g := range grads {
-		if err := dv.need("GradNorm", fmt.Sprintf("grads[%d]", i), g, F32, 0); err != nil {
-			return 0, err
-		}
-		blocks[i] = dv.gridFor(g.n)
-		total += int(blocks[i])
+	total, err := dv.sumSqPartials("GradNorm", grads)
+	if err != nil {
+		return 0, err
 	}
 	partial, err := dv.Alloc(F64, total+1) // the last slot receives the sum
 	if err != nil {
 		return 0, err
 	}
 	defer partial.Free()
-	off := 0
-	for i, g := range grads {
-		if blocks[i] == 0 {
-			continue
-		}
-		part, err := partial.Slice(off, off+int(blocks[i]))
-		if err != nil {
-			return 0, err
-		}
-		if err := dv.launch("sumsq_partial", blocks[i], blockSize, part, g, g.n); err != nil {
-			return 0, err
-		}
-		off += int(blocks[i])
-	}
 	sum, err := partial.Slice(total, total+1)
 	if err != nil {
 		return 0, err
 	}
-	if err := dv.launch("sumsq_final", 1, blockSize, sum, partial, total); err != nil {
+	if err := dv.GradSumSq(sum, partial, grads); err != nil {
 		return 0, err
 	}
 	var out [1]float64
@@ -363,6 +360,49 @@ func (dv *Device) GradNorm(grads []*Buffer) (float64, error) {
 		return 0, err
 	}
 	return math.Sqrt(out[0]), nil
+}
+
+// sumSqPartials checks grads and returns the partial sums GradSumSq
+// takes for them.
+func (dv *Device) sumSqPartials(kernel string, grads []*Buffer) (int, error) {
+	total := 0
+	for i, g := range grads {
+		if err := dv.need(kernel, fmt.Sprintf("grads[%d]", i), g, F32, 0); err != nil {
+			return 0, err
+		}
+		total += int(dv.gridFor(g.n))
+	}
+	return total, nil
+}
+
+// GradSumSq queues the sum of squares of every element of the F32
+// buffers grads into sum[0] (F64), partial (F64, at least as many
+// elements as the grid blocks of grads: GradNorm's count) holding the
+// per-block sums; nothing is read back.
+func (dv *Device) GradSumSq(sum, partial *Buffer, grads []*Buffer) error {
+	total, err := dv.sumSqPartials("GradSumSq", grads)
+	if err != nil {
+		return err
+	}
+	if err := dv.needAll("GradSumSq", arg{"sum", sum, F64, 1}, arg{"partial", partial, F64, total}); err != nil {
+		return err
+	}
+	off := 0
+	for _, g := range grads {
+		nb := dv.gridFor(g.n)
+		if nb == 0 {
+			continue
+		}
+		part, err := partial.Slice(off, off+int(nb))
+		if err != nil {
+			return err
+		}
+		if err := dv.launch("sumsq_partial", nb, blockSize, part, g, g.n); err != nil {
+			return err
+		}
+		off += int(nb)
+	}
+	return dv.launch("sumsq_final", 1, blockSize, sum, partial, total)
 }
 
 // Attention limits of kernels/attention.cu: rows per block (one thread

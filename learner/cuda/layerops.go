@@ -99,10 +99,21 @@ func (o *layerOps) ResidualNorm(sum, out, rstd, a, b *Buffer, l int, w model.Wei
 
 func (o *layerOps) Linear(out, in *Buffer, l int, w model.Weight, bias bool) {
 	wt, b, I, O := o.linear(&o.g.w, l, w)
+	w16 := o.half(l, w)
 	if !bias {
 		b = nil
 	}
-	o.do(l, "forward", func() error { return o.g.linear(out, in, wt, b, o.N, I, O) })
+	o.do(l, "forward", func() error { return o.g.linear(out, in, wt, w16, b, o.N, I, O) })
+}
+
+// half is the bfloat16 copy of projection w of layer l, nil when the
+// model multiplies in float32.
+func (o *layerOps) half(l int, w model.Weight) *Buffer {
+	if !o.g.use16 {
+		return nil
+	}
+	w16, _, _, _ := o.linear(&o.g.w16, l, w)
+	return w16
 }
 
 // QKNorm has nothing to do: Supports refuses models with a q/k norm.
@@ -142,10 +153,11 @@ func (o *layerOps) NormBack(dx, dout, x, rstd *Buffer, l int, w model.Weight) {
 func (o *layerOps) LinearBack(din, dout, in *Buffer, l int, w model.Weight, bias bool) {
 	wt, _, I, O := o.linear(&o.g.w, l, w)
 	gw, gb, _, _ := o.linear(&o.g.g, l, w)
+	w16 := o.half(l, w)
 	if !bias {
 		gb = nil
 	}
-	o.do(l, "backward", func() error { return o.g.linearBack(din, gw, gb, dout, in, wt, o.N, I, O) })
+	o.do(l, "backward", func() error { return o.g.linearBack(din, gw, gb, dout, in, wt, w16, o.N, I, O) })
 }
 
 func (o *layerOps) Hidden(la *model.LayerActs[*Buffer]) *Buffer { return la.H }

@@ -127,8 +127,14 @@ func (h *LMHead) ensure(m int) error {
 	return nil
 }
 
+// check validates a pass's arguments; w (F32) may be nil when the head
+// multiplies in bfloat16 (a frozen model holds w16 alone).
 func (h *LMHead) check(kernel string, xh, w, targets *Buffer, M int) error {
-	return h.dv.needAll(kernel, arg{"xh", xh, F32, M * h.C}, arg{"w", w, F32, h.V * h.C}, arg{"targets", targets, I32, M})
+	args := []arg{{"xh", xh, F32, M * h.C}, {"targets", targets, I32, M}}
+	if w != nil || h.w16 == nil {
+		args = append(args, arg{"w", w, F32, h.V * h.C})
+	}
+	return h.dv.needAll(kernel, args...)
 }
 
 // chunkLogits fills the logits chunk for rows [r0, r0+n) of xh (in

@@ -21,14 +21,24 @@ type Model struct {
 	C, F, L, H, KV, D, V, QD, KD, QKV int
 
 	params, grads *Buffer // flat, model.ParamData's layout
+	spans         model.Spans
 	w, g          gpuWeights
 	cos, sin      *Buffer // rotary table for every position
 	head          *LMHead
 
 	// bfloat16 mode (UseBF16): params16 is params rounded, refreshed with
-	// them; cast16 are scratch for activations rounded for a GEMM.
+	// them, and w16 its views; cast16 are scratch for activations rounded
+	// for a GEMM. A frozen bfloat16 model (NewFrozen) has w16 alone for
+	// its projections and head, each tensor its own buffer (owned), and in
+	// w only the float32 tensors (embedding, norms, biases).
 	params16 *Buffer
+	w16      gpuWeights
+	use16    bool
 	cast16   [2]*Buffer
+	owned    []*Buffer
+
+	adam       adamState // the optimiser's moments (Step)
+	checkpoint bool      // activation checkpointing (SetCheckpointing)
 }
 
 type gpuWeights struct {
@@ -59,15 +69,8 @@ func (dv *Device) NewModel(m *model.Model) (*Model, error) { return dv.newModel(
 // newModel is NewModel, without gradients when withGrads is false.
 func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	cfg := m.Config()
-	err := Supports(cfg)
+	g, err := dv.shell(cfg)
 	if err != nil {
-		return nil, err
-	}
-	g := &Model{dv: dv, cfg: cfg, C: cfg.HiddenSize, F: cfg.IntermediateSize, L: cfg.NumHiddenLayers,
-		H: cfg.NumAttentionHeads, KV: cfg.NumKeyValueHeads, D: cfg.Head(), V: cfg.VocabSize}
-	g.QD, g.KD = g.H*g.D, g.KV*g.D
-	g.QKV = g.QD + 2*g.KD
-	if err := attShape("NewModel", 0, g.H, g.KV, g.D); err != nil {
 		return nil, err
 	}
 	if g.params, err = dv.Upload(m.ParamData()); err != nil {
@@ -84,6 +87,7 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 		}
 	}
 	spans := m.Spans()
+	g.spans = spans
 	if g.w, err = views(g.params, spans); err == nil && withGrads {
 		g.g, err = views(g.grads, spans)
 	}
@@ -91,17 +95,154 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 		g.Free()
 		return nil, err
 	}
-	// The kernels rotate with this table, so rope_scaling (Llama 3's
-	// rescaled frequencies) needs nothing more on the device.
-	cos, sin := model.RopeTableOf(cfg, cfg.MaxPositionEmbeddings)
-	if g.cos, err = dv.Upload(cos); err == nil {
-		g.sin, err = dv.Upload(sin)
-	}
-	if err != nil {
+	if err := g.ropeTable(); err != nil {
 		g.Free()
-		return nil, fmt.Errorf("cuda: NewModel: rotary table: %w", err)
+		return nil, err
 	}
 	return g, nil
+}
+
+// shell is a Model of cfg without any device memory yet.
+func (dv *Device) shell(cfg model.Config) (*Model, error) {
+	if err := Supports(cfg); err != nil {
+		return nil, err
+	}
+	g := &Model{dv: dv, cfg: cfg, C: cfg.HiddenSize, F: cfg.IntermediateSize, L: cfg.NumHiddenLayers,
+		H: cfg.NumAttentionHeads, KV: cfg.NumKeyValueHeads, D: cfg.Head(), V: cfg.VocabSize}
+	g.QD, g.KD = g.H*g.D, g.KV*g.D
+	g.QKV = g.QD + 2*g.KD
+	if err := attShape("NewModel", 0, g.H, g.KV, g.D); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// ropeTable uploads the rotary table. The kernels rotate with it, so
+// rope_scaling (Llama 3's rescaled frequencies) needs nothing more on the
+// device.
+func (g *Model) ropeTable() error {
+	cos, sin := model.RopeTableOf(g.cfg, g.cfg.MaxPositionEmbeddings)
+	var err error
+	if g.cos, err = g.dv.Upload(cos); err == nil {
+		g.sin, err = g.dv.Upload(sin)
+	}
+	if err != nil {
+		return fmt.Errorf("cuda: NewModel: rotary table: %w", err)
+	}
+	return nil
+}
+
+// NewFrozen uploads m for passes without gradients (a frozen reference
+// model): its weights alone. With bf16 the projections and the LM head
+// are held in bfloat16 only (2 bytes a parameter, the rounding UseBF16's
+// GEMMs apply), the embedding, norms and biases in float32 as the
+// training model reads them, so that its log-probabilities are those of
+// a bf16 training model with the same weights, bit for bit. The passes
+// do not read m again: the caller may drop it.
+func (dv *Device) NewFrozen(m *model.Model, bf16 bool) (*Model, error) {
+	if !bf16 {
+		return dv.newModel(m, false)
+	}
+	g, err := dv.shell(m.Config())
+	if err != nil {
+		return nil, err
+	}
+	if err := g.upload16(m); err != nil {
+		g.Free()
+		return nil, fmt.Errorf("cuda: NewFrozen: %w", err)
+	}
+	if err := g.ropeTable(); err != nil {
+		g.Free()
+		return nil, err
+	}
+	return g, nil
+}
+
+// upload16 fills w (float32: embedding, norms, biases) and w16 (bfloat16:
+// projections, head) tensor by tensor from the host model, rounding on
+// the device through a staging buffer of at most 16M floats.
+func (g *Model) upload16(m *model.Model) error {
+	g.spans, g.use16 = m.Spans(), true
+	flat := m.ParamData()
+	var stage *Buffer
+	defer func() {
+		if stage != nil {
+			stage.Free()
+		}
+	}()
+	f32 := func(s model.Span) (*Buffer, error) {
+		if s.Len == 0 {
+			return nil, nil
+		}
+		b, err := g.dv.Upload(flat[s.Off : s.Off+s.Len])
+		if err == nil {
+			g.owned = append(g.owned, b)
+		}
+		return b, err
+	}
+	bf := func(s model.Span) (*Buffer, error) {
+		if s.Len == 0 {
+			return nil, nil
+		}
+		b, err := g.dv.Alloc(BF16, s.Len)
+		if err != nil {
+			return nil, err
+		}
+		g.owned = append(g.owned, b)
+		const chunk = 1 << 24
+		if stage == nil {
+			if stage, err = g.dv.Alloc(F32, min(chunk, s.Len)); err != nil {
+				return nil, err
+			}
+		}
+		for lo := 0; lo < s.Len; lo += chunk {
+			hi := min(lo+chunk, s.Len)
+			if stage.n < hi-lo {
+				stage.Free()
+				if stage, err = g.dv.Alloc(F32, hi-lo); err != nil {
+					return nil, err
+				}
+			}
+			src, err := stage.Slice(0, hi-lo)
+			if err != nil {
+				return nil, err
+			}
+			dst, err := b.Slice(lo, hi)
+			if err != nil {
+				return nil, err
+			}
+			if err := src.CopyFromFloat32(flat[s.Off+lo : s.Off+hi]); err != nil {
+				return nil, err
+			}
+			if err := g.dv.CastToBF16(dst, src); err != nil {
+				return nil, err
+			}
+		}
+		return b, g.dv.Sync() // the stage is reused
+	}
+	var err error
+	do := func(dst **Buffer, up func(model.Span) (*Buffer, error), s model.Span) {
+		if err == nil {
+			*dst, err = up(s)
+		}
+	}
+	sp := g.spans
+	do(&g.w.emb, f32, sp.Emb)
+	do(&g.w.norm, f32, sp.Norm)
+	do(&g.w16.head, bf, sp.Head)
+	g.w.layers, g.w16.layers = make([]gpuLayer, len(sp.Layers)), make([]gpuLayer, len(sp.Layers))
+	for l, ls := range sp.Layers {
+		w, w16 := &g.w.layers[l], &g.w16.layers[l]
+		do(&w.inNorm, f32, ls.InNorm)
+		do(&w.postNorm, f32, ls.PostNorm)
+		do(&w.qkvBias, f32, ls.QKVBias)
+		do(&w.oBias, f32, ls.OBias)
+		do(&w16.qkv, bf, ls.QKV)
+		do(&w16.o, bf, ls.O)
+		do(&w16.gateUp, bf, ls.GateUp)
+		do(&w16.down, bf, ls.Down)
+	}
+	return err
 }
 
 // views slices the model's tensors out of a flat buffer laid out as
@@ -141,18 +282,19 @@ func (g *Model) UseBF16() error {
 	if g.params16 != nil {
 		return nil
 	}
+	if g.use16 {
+		return nil // a frozen bfloat16 model
+	}
 	b, err := g.dv.Alloc(BF16, g.params.n)
 	if err != nil {
 		return fmt.Errorf("cuda: UseBF16: %w", err)
 	}
-	g.params16 = b
-	return g.dv.CastToBF16(g.params16, g.params)
-}
-
-// half is the bfloat16 copy of w, a view of the parameters.
-func (g *Model) half(w *Buffer) (*Buffer, error) {
-	off := int(w.ptr-g.params.ptr) / 4
-	return g.params16.Slice(off, off+w.n)
+	if g.w16, err = views(b, g.spans); err != nil {
+		b.Free()
+		return err
+	}
+	g.params16, g.use16 = b, true
+	return g.refresh16()
 }
 
 // round casts x into scratch slot (grown as needed) and returns the
@@ -176,13 +318,22 @@ func (g *Model) round(slot int, x *Buffer) (*Buffer, error) {
 	return v, g.dv.CastToBF16(v, x)
 }
 
+// SetCheckpointing turns activation checkpointing of ForwardBackward on or
+// off: each layer's input alone is kept and the layer recomputed before
+// its backward pass (model.ForwardLayersCheckpointed), so a pass holds one
+// layer's activations instead of every layer's.
+func (g *Model) SetCheckpointing(on bool) { g.checkpoint = on }
+
 // Free releases the model's device memory.
 func (g *Model) Free() error {
 	var first error
 	if g.head != nil {
 		first = g.head.Free()
 	}
-	for _, b := range []*Buffer{g.params, g.grads, g.cos, g.sin, g.params16, g.cast16[0], g.cast16[1]} {
+	if err := g.adam.free(); err != nil && first == nil {
+		first = err
+	}
+	for _, b := range append([]*Buffer{g.params, g.grads, g.cos, g.sin, g.params16, g.cast16[0], g.cast16[1]}, g.owned...) {
 		if b != nil {
 			if err := b.Free(); err != nil && first == nil {
 				first = err
@@ -200,11 +351,15 @@ func (g *Model) ZeroGrads() error { return g.grads.Zero() }
 
 // SetParams replaces the parameters with src (model.ParamData's layout).
 func (g *Model) SetParams(src []float32) error {
-	if err := g.params.CopyFromFloat32(src); err != nil || g.params16 == nil {
+	if err := g.params.CopyFromFloat32(src); err != nil {
 		return err
 	}
-	return g.dv.CastToBF16(g.params16, g.params)
+	return g.refresh16()
 }
+
+// Params copies the parameters (the float32 masters) into dst
+// (model.ParamData's layout).
+func (g *Model) Params(dst []float32) error { return g.params.CopyToFloat32(dst) }
 
 // LossFunc turns the per-token log-probabilities and entropies of a
 // forward pass into d loss / d log-prob per token (0 where there is no
@@ -274,6 +429,9 @@ func (s *scratch) free() {
 // model.Forward then model.Backward. A nil lossFn runs the forward pass
 // only. It returns the log-probabilities and entropies.
 func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entropy []float32, err error) {
+	if lossFn != nil && g.grads == nil {
+		return nil, nil, fmt.Errorf("cuda: a backward pass of a model without gradients (a frozen one)")
+	}
 	lay, err := model.Layout(g.cfg, b)
 	if err != nil {
 		return nil, nil, err
@@ -308,9 +466,19 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 	// Forward: the layers as learner/model sequences them.
 	o := &layerOps{g: g, s: s, N: N, tokens: tokens, pos: pos, gStart: gStart, gEnd: gEnd}
 	shape := model.LayerShape{N: N, L: g.L, C: C, F: g.F, H: g.H, QD: g.QD, QKV: g.QKV}
-	resid := make([]*Buffer, g.L+1)
-	acts := make([]model.LayerActs[*Buffer], g.L)
-	lnf, rstdF := model.ForwardLayers[*Buffer](o, shape, acts, resid)
+	var resid []*Buffer
+	var acts []model.LayerActs[*Buffer]
+	var lnf, rstdF *Buffer
+	switch {
+	case lossFn == nil: // nothing kept for a backward pass
+		lnf = model.DecodeLayers[*Buffer](o, shape)
+	case g.checkpoint:
+		resid, acts = make([]*Buffer, g.L+1), make([]model.LayerActs[*Buffer], 1)
+		lnf, rstdF = model.ForwardLayersCheckpointed[*Buffer](o, shape, acts, resid)
+	default:
+		resid, acts = make([]*Buffer, g.L+1), make([]model.LayerActs[*Buffer], g.L)
+		lnf, rstdF = model.ForwardLayers[*Buffer](o, shape, acts, resid)
+	}
 	if err := run(func() error { return o.err }); err != nil {
 		return nil, nil, err
 	}
@@ -322,13 +490,7 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 				return nil, nil, err
 			}
 		}
-		var w16 *Buffer
-		if g.params16 != nil {
-			if w16, err = g.half(g.w.head); err != nil {
-				return nil, nil, err
-			}
-		}
-		if err := g.head.UseBF16(w16); err != nil {
+		if err := g.head.UseBF16(g.w16.head); err != nil {
 			return nil, nil, err
 		}
 		xh = s.get(F32, M*C)
@@ -375,24 +537,27 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 			return nil, nil, fmt.Errorf("cuda: LM head backward: %w", err)
 		}
 	}
-	model.BackwardLayers[*Buffer](o, shape, acts, resid, rstdF, dln)
+	if g.checkpoint {
+		model.BackwardLayersCheckpointed[*Buffer](o, shape, acts, resid, rstdF, dln)
+	} else {
+		model.BackwardLayers[*Buffer](o, shape, acts, resid, rstdF, dln)
+	}
 	if err := run(func() error { return o.err }); err != nil {
 		return nil, nil, err
 	}
 	return logProbs, entropy, dv.Sync()
 }
 
-// linear: out[N,O] = in[N,I]·w[O,I]^T (+ b), as model's linearForward.
-func (g *Model) linear(out, in, w, b *Buffer, N, I, O int) error {
+// linear: out[N,O] = in[N,I]·w[O,I]^T (+ b), as model's linearForward;
+// with w16 (w's bfloat16 copy) the GEMM takes bfloat16 operands.
+func (g *Model) linear(out, in, w, w16, b *Buffer, N, I, O int) error {
 	var err error
-	if g.params16 == nil {
+	if w16 == nil {
 		err = g.dv.Gemm(false, true, N, O, I, 1, in, I, w, I, 0, out, O)
 	} else {
-		var x16, w16 *Buffer
+		var x16 *Buffer
 		if x16, err = g.round(0, in); err == nil {
-			if w16, err = g.half(w); err == nil {
-				err = g.dv.GemmBF16(false, true, N, O, I, 1, x16, I, w16, I, 0, out, O)
-			}
+			err = g.dv.GemmBF16(false, true, N, O, I, 1, x16, I, w16, I, 0, out, O)
 		}
 	}
 	if err != nil || b == nil {
@@ -402,8 +567,9 @@ func (g *Model) linear(out, in, w, b *Buffer, N, I, O int) error {
 }
 
 // linearBack: din = dout·w (overwritten, skipped when nil), dw += dout^T·in,
-// db += column sums of dout, as model's linearBackward.
-func (g *Model) linearBack(din, dw, db, dout, in, w *Buffer, N, I, O int) error {
+// db += column sums of dout, as model's linearBackward; with w16 the GEMMs
+// take bfloat16 operands.
+func (g *Model) linearBack(din, dw, db, dout, in, w, w16 *Buffer, N, I, O int) error {
 	if db != nil {
 		// The bias gradient sums the float32 gradient (before any rounding).
 		if err := g.dv.BiasGrad(db, dout, N, O); err != nil {
@@ -411,16 +577,13 @@ func (g *Model) linearBack(din, dw, db, dout, in, w *Buffer, N, I, O int) error 
 		}
 	}
 	gemm := g.dv.Gemm
-	if g.params16 != nil {
-		gemm = g.dv.GemmBF16
+	if w16 != nil {
+		gemm, w = g.dv.GemmBF16, w16
 		var err error
 		if dout, err = g.round(0, dout); err != nil {
 			return err
 		}
 		if in, err = g.round(1, in); err != nil {
-			return err
-		}
-		if w, err = g.half(w); err != nil {
 			return err
 		}
 	}

@@ -21,13 +21,16 @@ type poolKey struct {
 	size int
 }
 
-// poolSize is the pooled size for n elements: the next power of two, at
-// least 256.
+// poolSize is the pooled size for n elements: the next of 1, 1.25, 1.5
+// or 1.75 times a power of two, at least 256, so that a pooled buffer
+// wastes at most a quarter of itself (the CPU model's size classes) and
+// the sizes of varying batches still fall into few classes.
 func poolSize(n int) int {
 	if n <= 256 {
 		return 256
 	}
-	return 1 << bits.Len(uint(n-1))
+	step := 1 << (bits.Len(uint(n)) - 1) / 4
+	return (n + step - 1) / step * step
 }
 
 // takeScratch returns a buffer of at least n elements of dt from the pool,

@@ -335,3 +335,76 @@ func TestParallelNormDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// WriteState and ReadState stream the same bytes as WriteTo and ReadFrom
+// in chunks of at most stateChunk floats, whatever holds the moments: a
+// tensor larger than a chunk arrives in pieces at the right offsets.
+func TestStateStreamsInChunks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	params := randomParams(rng, map[string]int{"a": stateChunk + 17, "b": 5})
+	o, _ := New(DefaultConfig())
+	o.Step(params)
+	o.Step(params)
+	var want bytes.Buffer
+	if _, err := o.WriteTo(&want); err != nil {
+		t.Fatal(err)
+	}
+	// A second holder of the moments: flat arrays, as a device keeps them.
+	flat := map[string][2][]float32{}
+	var tensors []TensorState
+	for _, name := range o.order {
+		s := o.state[name]
+		flat[name] = [2][]float32{append([]float32(nil), s.m...), append([]float32(nil), s.v...)}
+		tensors = append(tensors, TensorState{name, len(s.m)})
+	}
+	var got bytes.Buffer
+	calls := 0
+	if _, err := WriteState(&got, o.Steps(), o.Config(), tensors, func(ti, moment, off int, vals []float32) error {
+		if len(vals) > stateChunk {
+			t.Fatalf("a chunk of %d floats", len(vals))
+		}
+		calls++
+		copy(vals, flat[tensors[ti].Name][moment][off:])
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatal("WriteState from flat arrays differs from WriteTo")
+	}
+	if calls != 2*2+2 {
+		t.Errorf("%d chunks, want 6 (a's m and v in two each, b's in one)", calls)
+	}
+	back := map[string][2][]float32{}
+	var steps int64
+	if _, err := ReadState(bytes.NewReader(want.Bytes()), func(st int64, ts []TensorState) error {
+		steps = st
+		for _, ts := range ts {
+			back[ts.Name] = [2][]float32{make([]float32, ts.Numel), make([]float32, ts.Numel)}
+		}
+		return nil
+	}, func(ti, moment, off int, vals []float32) error {
+		copy(back[tensors[ti].Name][moment][off:], vals)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if steps != 2 {
+		t.Errorf("steps %d, want 2", steps)
+	}
+	for name, mv := range flat {
+		for k := range 2 {
+			for i := range mv[k] {
+				if math.Float32bits(mv[k][i]) != math.Float32bits(back[name][k][i]) {
+					t.Fatalf("%s moment %d element %d: %v read back as %v", name, k, i, mv[k][i], back[name][k][i])
+				}
+			}
+		}
+	}
+	// A corrupt stream fails on its checksum, after the chunks went by.
+	bad := flip(want.Bytes(), want.Len()-30)
+	if _, err := ReadState(bytes.NewReader(bad), func(int64, []TensorState) error { return nil },
+		func(int, int, int, []float32) error { return nil }); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("corrupt stream: %v", err)
+	}
+}

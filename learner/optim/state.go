@@ -67,11 +67,28 @@ func (o *AdamW) UnmarshalState(b []byte) error {
 	return nil
 }
 
-// WriteTo writes the state to w (io.WriterTo).
-func (o *AdamW) WriteTo(w io.Writer) (int64, error) {
-	h := stateHeader{Steps: o.steps, Config: o.cfg}
-	for _, name := range o.order {
-		h.Tensors = append(h.Tensors, stateTensor{name, len(o.state[name].m)})
+// TensorState names one tensor's moments in a state: Numel floats of m,
+// then as many of v.
+type TensorState struct {
+	Name  string
+	Numel int
+}
+
+// stateChunk is the floats one call of WriteState's fill or ReadState's
+// put moves (4 MiB): large enough that a device copy per chunk costs
+// little, small enough that the buffers stay small beside the state.
+const stateChunk = 1 << 20
+
+// WriteState streams a state in the format above to w: the header (steps,
+// cfg, tensors in order), then each tensor's m and v, asking fill for
+// them one chunk at a time (moment 0 is m, 1 is v; off is the chunk's
+// first element within the tensor; fill writes len(vals) values). No
+// whole copy of the state is made: the moments may live anywhere (host
+// memory, a device).
+func WriteState(w io.Writer, steps int64, cfg Config, tensors []TensorState, fill func(tensor, moment, off int, vals []float32) error) (int64, error) {
+	h := stateHeader{Steps: steps, Config: cfg}
+	for _, t := range tensors {
+		h.Tensors = append(h.Tensors, stateTensor{t.Name, t.Numel})
 	}
 	js, err := json.Marshal(h)
 	if err != nil {
@@ -84,12 +101,15 @@ func (o *AdamW) WriteTo(w io.Writer) (int64, error) {
 	binary.LittleEndian.PutUint32(fixed[12:], uint32(len(js)))
 	cw.Write(fixed[:])
 	cw.Write(js)
-	buf := make([]byte, 4*4096)
-	for _, name := range o.order {
-		s := o.state[name]
-		for _, arr := range [][]float32{s.m, s.v} {
-			for lo := 0; lo < len(arr); lo += 4096 {
-				part := arr[lo:min(lo+4096, len(arr))]
+	vals := make([]float32, min(stateChunk, maxNumel(tensors)))
+	buf := make([]byte, 4*len(vals))
+	for ti, t := range tensors {
+		for moment := 0; moment < 2; moment++ {
+			for lo := 0; lo < t.Numel && cw.err == nil; lo += stateChunk {
+				part := vals[:min(stateChunk, t.Numel-lo)]
+				if err := fill(ti, moment, lo, part); err != nil {
+					return cw.n, fmt.Errorf("optim: writing optimiser state: tensor %q: %w", t.Name, err)
+				}
 				for i, f := range part {
 					binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(f))
 				}
@@ -109,9 +129,22 @@ func (o *AdamW) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, nil
 }
 
-// ReadFrom replaces the state with one read from r (io.ReaderFrom). On
-// error the optimiser is left unchanged.
-func (o *AdamW) ReadFrom(r io.Reader) (int64, error) {
+func maxNumel(ts []TensorState) int {
+	n := 0
+	for _, t := range ts {
+		n = max(n, t.Numel)
+	}
+	return n
+}
+
+// ReadState streams a state in the format above from r: begin gets the
+// step count and the tensors once the header is read and validated (an
+// error from it stops the read), then put gets each tensor's m and v one
+// chunk at a time, in file order (moment 0 is m, 1 is v; off as for
+// WriteState; vals is valid during the call only). The checksum covers
+// everything and is checked last: when ReadState fails, whatever put
+// received must be discarded. It returns the bytes read.
+func ReadState(r io.Reader, begin func(steps int64, tensors []TensorState) error, put func(tensor, moment, off int, vals []float32) error) (int64, error) {
 	cr := &crcReader{r: r, crc: crc32.NewIEEE()}
 	var fixed [16]byte
 	if _, err := io.ReadFull(cr, fixed[:]); err != nil {
@@ -138,30 +171,38 @@ func (o *AdamW) ReadFrom(r io.Reader) (int64, error) {
 	if h.Steps < 0 {
 		return cr.n, fmt.Errorf("%w: negative step count %d", ErrState, h.Steps)
 	}
-	state := make(map[string]*moments, len(h.Tensors))
-	order := make([]string, 0, len(h.Tensors))
-	buf := make([]byte, 4*4096)
-	for _, t := range h.Tensors {
+	tensors := make([]TensorState, len(h.Tensors))
+	seen := make(map[string]bool, len(h.Tensors))
+	for i, t := range h.Tensors {
 		if t.Numel < 0 || t.Numel > math.MaxInt32 {
 			return cr.n, fmt.Errorf("%w: tensor %q has %d elements", ErrState, t.Name, t.Numel)
 		}
-		if _, dup := state[t.Name]; dup {
+		if seen[t.Name] {
 			return cr.n, fmt.Errorf("%w: tensor %q appears twice", ErrState, t.Name)
 		}
-		s := &moments{m: make([]float32, t.Numel), v: make([]float32, t.Numel)}
-		for _, arr := range [][]float32{s.m, s.v} {
-			for lo := 0; lo < len(arr); lo += 4096 {
-				part := arr[lo:min(lo+4096, len(arr))]
+		seen[t.Name] = true
+		tensors[i] = TensorState{t.Name, t.Numel}
+	}
+	if err := begin(h.Steps, tensors); err != nil {
+		return cr.n, err
+	}
+	vals := make([]float32, min(stateChunk, maxNumel(tensors)))
+	buf := make([]byte, 4*len(vals))
+	for ti, t := range tensors {
+		for moment := 0; moment < 2; moment++ {
+			for lo := 0; lo < t.Numel; lo += stateChunk {
+				part := vals[:min(stateChunk, t.Numel-lo)]
 				if _, err := io.ReadFull(cr, buf[:4*len(part)]); err != nil {
 					return cr.n, fmt.Errorf("%w: tensor %q truncated: %v", ErrState, t.Name, err)
 				}
 				for i := range part {
 					part[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
 				}
+				if err := put(ti, moment, lo, part); err != nil {
+					return cr.n, err
+				}
 			}
 		}
-		state[t.Name] = s
-		order = append(order, t.Name)
 	}
 	want := cr.crc.Sum32()
 	var sum [4]byte
@@ -171,9 +212,68 @@ func (o *AdamW) ReadFrom(r io.Reader) (int64, error) {
 	if got := binary.LittleEndian.Uint32(sum[:]); got != want {
 		return cr.n, fmt.Errorf("%w: checksum %08x, computed %08x (the file is corrupt)", ErrState, got, want)
 	}
-	o.steps, o.state, o.order = h.Steps, state, order
 	return cr.n, nil
 }
+
+// WriteTo writes the state to w (io.WriterTo), streaming: no copy of the
+// state is built.
+func (o *AdamW) WriteTo(w io.Writer) (int64, error) {
+	tensors := make([]TensorState, len(o.order))
+	for i, name := range o.order {
+		tensors[i] = TensorState{name, len(o.state[name].m)}
+	}
+	return WriteState(w, o.steps, o.cfg, tensors, func(t, moment, off int, vals []float32) error {
+		s := o.state[o.order[t]]
+		src := s.m
+		if moment == 1 {
+			src = s.v
+		}
+		copy(vals, src[off:])
+		return nil
+	})
+}
+
+// ReadFrom replaces the state with one read from r (io.ReaderFrom),
+// decoding into the new moments as it reads. The moments it replaces are
+// dropped before the new ones are allocated, so that two whole copies
+// never coexist: on an error past the header the optimiser keeps its step
+// count but no moments (before it, nothing changes).
+func (o *AdamW) ReadFrom(r io.Reader) (int64, error) {
+	var steps int64
+	var state map[string]*moments
+	var order []string
+	n, err := ReadState(r, func(st int64, ts []TensorState) error {
+		o.state, o.order = map[string]*moments{}, nil
+		steps, state, order = st, make(map[string]*moments, len(ts)), make([]string, len(ts))
+		for i, t := range ts {
+			state[t.Name] = &moments{m: make([]float32, t.Numel), v: make([]float32, t.Numel)}
+			order[i] = t.Name
+		}
+		return nil
+	}, func(t, moment, off int, vals []float32) error {
+		s := state[order[t]]
+		dst := s.m
+		if moment == 1 {
+			dst = s.v
+		}
+		copy(dst[off:], vals)
+		return nil
+	})
+	if err != nil {
+		return n, err
+	}
+	o.steps, o.state, o.order = steps, state, order
+	return n, nil
+}
+
+// Advance counts one update applied where the moments are kept elsewhere
+// (a device's AdamW, with the constants of Constants): the step count
+// that the learning-rate schedule and the bias corrections read moves on.
+func (o *AdamW) Advance() { o.steps++ }
+
+// SetSteps sets the step count (restoring a state whose moments were read
+// elsewhere, see ReadState).
+func (o *AdamW) SetSteps(n int64) { o.steps = n }
 
 type countWriter struct {
 	w   *bufio.Writer

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -23,7 +24,10 @@ func CPU(m *model.Model) Compute { return backend.CPUCompute(m) }
 // On moves the passes of the policy and the reference to dev (a
 // backend.Device: the registry's Lookup of learner.backend, opened),
 // multiplying in precision, and returns the function that frees them; dev
-// itself stays open.
+// itself stays open. The policy's passes train (dev.Train), the
+// reference's only evaluate (dev.Eval: weights alone, in the compute
+// dtype on a device). Once On returns, the reference's passes hold what
+// they need: the caller may set Ref to nil and let the host copy go.
 func (l *Learner) On(dev backend.Device, precision string) (release func(), err error) {
 	var held []Compute
 	release = func() {
@@ -33,13 +37,18 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 		l.PolicyCompute, l.RefCompute = nil, nil
 	}
 	for _, p := range []struct {
-		m   *model.Model
-		dst *Compute
-	}{{l.Policy, &l.PolicyCompute}, {l.Ref, &l.RefCompute}} {
+		m     *model.Model
+		dst   *Compute
+		train bool
+	}{{l.Policy, &l.PolicyCompute, true}, {l.Ref, &l.RefCompute, false}} {
 		if p.m == nil {
 			continue
 		}
-		c, err := dev.Train(p.m, precision)
+		open := dev.Eval
+		if p.train {
+			open = dev.Train
+		}
+		c, err := open(p.m, precision)
 		if err != nil {
 			release()
 			return nil, err
@@ -50,19 +59,32 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 	return release, nil
 }
 
-// optimiserStep pulls the gradients, steps the optimiser on the host model
-// and pushes the parameters back; it returns the gradient norm.
+// optimiserStep steps the optimiser where the policy's passes run and
+// returns the gradient norm.
 func (l *Learner) optimiserStep() (float64, error) {
-	c := l.policy()
-	if err := c.PullGrads(); err != nil {
-		return 0, fmt.Errorf("trainer: gradients from the device: %w", err)
-	}
-	norm := l.Opt.Step(l.Params())
-	if err := c.PushParams(); err != nil {
-		return 0, fmt.Errorf("trainer: parameters to the device: %w", err)
+	norm, err := l.policy().Step(l.Opt)
+	if err != nil {
+		return 0, fmt.Errorf("trainer: optimiser step: %w", err)
 	}
 	return norm, nil
 }
+
+// SyncPolicy makes the host policy's parameters those the passes run
+// with (a device keeps its own until asked), before a checkpoint is
+// written from them.
+func (l *Learner) SyncPolicy() error {
+	if err := l.policy().SyncParams(); err != nil {
+		return fmt.Errorf("trainer: parameters from the device: %w", err)
+	}
+	return nil
+}
+
+// ReadOptimizer restores the optimiser's state from r (optimizer.bin) into
+// where the policy's passes keep it.
+func (l *Learner) ReadOptimizer(r io.Reader) error { return l.policy().ReadOptimizer(l.Opt, r) }
+
+// WriteOptimizer streams the optimiser's state to w.
+func (l *Learner) WriteOptimizer(w io.Writer) error { return l.policy().WriteOptimizer(l.Opt, w) }
 
 func (l *Learner) policy() Compute {
 	if l.PolicyCompute != nil {
@@ -71,9 +93,13 @@ func (l *Learner) policy() Compute {
 	return CPU(l.Policy)
 }
 
+// ref is the reference's passes, nil without a reference.
 func (l *Learner) ref() Compute {
 	if l.RefCompute != nil {
 		return l.RefCompute
+	}
+	if l.Ref == nil {
+		return nil
 	}
 	return CPU(l.Ref)
 }

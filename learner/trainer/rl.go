@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -51,22 +52,15 @@ type RLStats struct {
 // Learner holds a policy, its frozen reference and its optimiser.
 type Learner struct {
 	Policy *model.Model
-	Ref    *model.Model // nil: no KL term (Loss.KLCoef must be 0)
+	Ref    *model.Model // nil: no KL term (Loss.KLCoef must be 0), unless RefCompute is set
 	Opt    *optim.AdamW
 	// PolicyCompute and RefCompute run the passes of Policy and Ref (nil:
 	// on the CPU, CPU(Policy) and CPU(Ref)); On sets them from a backend.
 	PolicyCompute, RefCompute Compute
 }
 
-// Params returns the policy's parameters in the optimiser's form.
-func (l *Learner) Params() []optim.Param {
-	ps, gs := l.Policy.Params(), l.Policy.Grads()
-	out := make([]optim.Param, len(ps))
-	for i := range ps {
-		out[i] = optim.Param{Name: ps[i].Name, Data: ps[i].Data, Grad: gs[i].Data}
-	}
-	return out
-}
+// Params returns the host policy's parameters in the optimiser's form.
+func (l *Learner) Params() []optim.Param { return backend.OptimParams(l.Policy) }
 
 // logProbs runs forward passes without gradient and returns, per sample, the
 // log-probabilities of its response tokens.
@@ -104,7 +98,7 @@ func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 	if cfg.MicroBatchTokens <= 0 || cfg.PPOEpochs <= 0 || cfg.MiniBatches <= 0 {
 		return RLStats{}, fmt.Errorf("trainer: micro_batch_tokens, ppo_epochs and mini_batches must be positive (got %d, %d, %d)", cfg.MicroBatchTokens, cfg.PPOEpochs, cfg.MiniBatches)
 	}
-	if cfg.Loss.KLCoef != 0 && l.Ref == nil {
+	if cfg.Loss.KLCoef != 0 && l.ref() == nil {
 		return RLStats{}, errors.New("trainer: the loss has a KL term but no reference model was given")
 	}
 	seqs := make([]Sequence, len(samples))
@@ -129,8 +123,8 @@ func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 		return RLStats{}, err
 	}
 	var ref [][]float32
-	if l.Ref != nil && cfg.Loss.KLCoef != 0 {
-		if ref, err = logProbs(l.ref(), seqs, cfg.MicroBatchTokens); err != nil {
+	if rc := l.ref(); rc != nil && cfg.Loss.KLCoef != 0 {
+		if ref, err = logProbs(rc, seqs, cfg.MicroBatchTokens); err != nil {
 			return RLStats{}, err
 		}
 	}

@@ -21,3 +21,28 @@ extern "C" __global__ void adamw_step(float *p, const float *grad, float *m, flo
     p[k] = p[k] * decay - stepSize * (mi / denom);
   }
 }
+
+// adamw_step with the gradient clipping of learner/optim decided on the
+// device: sumsq[0] is the gradients' global sum of squares (sumsq_final's
+// result); the norm is its square root and the gradients are scaled by
+// min(1, clip/(norm+1e-6)) (clip > 0), computed in double as the host
+// does and rounded to float. When the norm is not finite nothing is
+// updated, as learner/optim skips such steps. So an optimiser step needs
+// nothing from the host but the schedule's constants.
+extern "C" __global__ void adamw_step_clip(float *p, const float *grad, float *m, float *v, int n,
+                                           const double *sumsq, double clip, float decay, float b1,
+                                           float oneMinusB1, float b2, float oneMinusB2, float stepSize,
+                                           float bc2Sqrt, float eps) {
+  const double norm = sqrt(sumsq[0]);
+  if (!isfinite(norm)) return;
+  const float scale = clip > 0 ? (float)fmin(1.0, clip / (norm + 1e-6)) : 1.0f;
+  for (long long k = grid_index(); k < n; k += grid_stride()) {
+    const float g = grad[k] * scale;
+    const float mi = m[k] * b1 + oneMinusB1 * g;
+    const float vi = v[k] * b2 + oneMinusB2 * g * g;
+    m[k] = mi;
+    v[k] = vi;
+    const float denom = sqrtf(vi) / bc2Sqrt + eps;
+    p[k] = p[k] * decay - stepSize * (mi / denom);
+  }
+}
