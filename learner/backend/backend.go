@@ -45,6 +45,38 @@ type Backend interface {
 	// Open acquires the backend's device (cuda: GPU 0). What is opened on
 	// it is closed before the Device.
 	Open() (Device, error)
+	// StepMemory is the memory a learner step of w holds at its peak, on
+	// the host and on the device (zero for the CPU), computed from the
+	// configuration alone as the backend allocates it.
+	StepMemory(w Workload) (host, device Memory)
+}
+
+// Workload is what the memory of a learner step depends on.
+type Workload struct {
+	Model model.Config
+	// Precision is the GEMM operand precision (FP32 when empty).
+	Precision string
+	// Pass is one micro-batch's shape (model.Packed: tokens, sequences,
+	// rows with a target, activation checkpointing); the step's largest.
+	Pass model.PassShape
+	// Reference is a frozen reference model held beside the policy (the
+	// loss has a KL term).
+	Reference bool
+}
+
+// Memory is the bytes a learner step holds in one place, by part.
+type Memory struct {
+	Weights     int64 // the policy's float32 parameters (masters)
+	Compute     int64 // their copy in the compute dtype (bfloat16)
+	Grads       int64 // the policy's gradients
+	Optimizer   int64 // AdamW's two moments
+	Reference   int64 // the reference model's weights (no gradients)
+	Activations int64 // one micro-batch's passes at their peak: activations, LM head, backward scratch
+}
+
+// Total is the sum of the parts.
+func (m Memory) Total() int64 {
+	return m.Weights + m.Compute + m.Grads + m.Optimizer + m.Reference + m.Activations
 }
 
 // Device is an opened backend.

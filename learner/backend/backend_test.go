@@ -13,9 +13,10 @@ import (
 // as a backend without its hardware does.
 type absent struct{ reason error }
 
-func (a absent) Available() error      { return a.reason }
-func (a absent) Precisions() []string  { return []string{FP32, BF16} }
-func (a absent) Open() (Device, error) { return nil, a.reason }
+func (a absent) Available() error                     { return a.reason }
+func (a absent) Precisions() []string                 { return []string{FP32, BF16} }
+func (a absent) Open() (Device, error)                { return nil, a.reason }
+func (a absent) StepMemory(Workload) (Memory, Memory) { return Memory{}, Memory{} }
 
 var errAbsent = errors.New("test-absent: no device here (install one)")
 

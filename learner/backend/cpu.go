@@ -18,6 +18,20 @@ func (cpuBackend) Available() error      { return nil }
 func (cpuBackend) Precisions() []string  { return []string{FP32} }
 func (cpuBackend) Open() (Device, error) { return cpuDevice{}, nil }
 
+// StepMemory: on the CPU everything is host memory, float32: the policy's
+// weights and gradients (4 bytes a parameter each), AdamW's moments (8),
+// the reference's weights (4, no gradients), and one micro-batch's passes
+// (model.PassBytes). The old and reference log-probabilities are scored
+// without keeping activations, below the training pass's peak.
+func (cpuBackend) StepMemory(w Workload) (host, device Memory) {
+	P := model.ParamCount(w.Model)
+	host = Memory{Weights: 4 * P, Grads: 4 * P, Optimizer: 8 * P, Activations: model.PassBytes(w.Model, w.Pass)}
+	if w.Reference {
+		host.Reference = 4 * P
+	}
+	return host, Memory{}
+}
+
 type cpuDevice struct{}
 
 func (cpuDevice) Close() error { return nil }

@@ -34,6 +34,23 @@ func (cudaBackend) Available() error {
 
 func (cudaBackend) Precisions() []string { return []string{backend.FP32, backend.BF16} }
 
+// StepMemory: the device holds the policy's float32 masters, gradients and
+// AdamW moments (16 bytes a parameter), with bf16 its bfloat16 copy (2),
+// the reference's weights alone (NewFrozen: 4 bytes a parameter, about 2
+// with bf16), and one micro-batch's pass (PassBytes). The host keeps the
+// policy's float32 weights, from which checkpoints are written; the
+// reference's host copy is dropped once uploaded.
+func (cudaBackend) StepMemory(w backend.Workload) (host, device backend.Memory) {
+	bf16 := w.Precision == backend.BF16
+	wt, comp, gr, opt := WeightBytes(w.Model, false, bf16)
+	device = backend.Memory{Weights: wt, Compute: comp, Grads: gr, Optimizer: opt, Activations: PassBytes(w.Model, w.Pass, bf16)}
+	if w.Reference {
+		rw, rc, _, _ := WeightBytes(w.Model, true, bf16)
+		device.Reference = rw + rc
+	}
+	return backend.Memory{Weights: 4 * model.ParamCount(w.Model)}, device
+}
+
 func (cudaBackend) Open() (backend.Device, error) {
 	dv, err := Open(0)
 	if err != nil {

@@ -28,7 +28,7 @@ var emulatedTests = []string{
 	"TestParityModelStep", "TestParityModelStepBF16", "TestParityGreedyDecode", "TestGPUScratchReuse",
 	"TestParityModelStepLlama3", "TestParityGreedyDecodeLlama3", "TestParityModelStepRolloutCorrection",
 	"TestParityDeviceOptimizer", "TestDeviceTrainingStepStaysOnTheDevice", "TestFrozenModelHoldsWeightsOnly",
-	"TestGPUCheckpointingGradientsBitIdentical",
+	"TestGPUCheckpointingGradientsBitIdentical", "TestPassBytesIsTheDevicePeak",
 }
 
 // TestFakeDriver runs fakeTests in a child process against host-memory
