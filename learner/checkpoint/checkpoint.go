@@ -78,7 +78,11 @@ type Checkpoint struct {
 	Tokenizer map[string][]byte
 	// Optimizer is the optimiser's own serialised state, stored opaquely.
 	Optimizer []byte
-	Trainer   TrainerState
+	// WriteOptimizer, when set, streams the optimiser's state into
+	// optimizer.bin in place of Optimizer (which must then be empty), so
+	// that no copy of it is built in memory.
+	WriteOptimizer func(io.Writer) error
+	Trainer        TrainerState
 }
 
 // marker is the content of _COMMITTED: every file of the checkpoint with
@@ -237,7 +241,22 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	small := []struct {
 		name string
 		data []byte
-	}{{ConfigName, cfg}, {TrainerStateName, append(ts, '\n')}, {OptimizerName, ck.Optimizer}}
+	}{{ConfigName, cfg}, {TrainerStateName, append(ts, '\n')}}
+	if ck.WriteOptimizer == nil {
+		small = append(small, struct {
+			name string
+			data []byte
+		}{OptimizerName, ck.Optimizer})
+	} else {
+		if len(ck.Optimizer) > 0 {
+			return m, fmt.Errorf("the checkpoint has both optimiser state bytes and a function streaming it; give one")
+		}
+		wf, err := writeFile(ctx, storage.Join(dir, OptimizerName), true, ck.WriteOptimizer)
+		if err != nil {
+			return m, err
+		}
+		m.Files = append(m.Files, wf)
+	}
 	names := make([]string, 0, len(ck.Tokenizer))
 	for n := range ck.Tokenizer {
 		names = append(names, n)

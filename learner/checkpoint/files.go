@@ -59,10 +59,11 @@ func (o SaveOptions) withDefaults() SaveOptions {
 	return o
 }
 
-// LoadSafetensors reads one safetensors file (local or gs://) and returns its
-// tensors in file order, converted to float32, and its metadata.
+// LoadSafetensors reads one safetensors file (local, through a memory map,
+// or gs://) and returns its tensors in file order, converted to float32,
+// and its metadata.
 func LoadSafetensors(ctx context.Context, path string) ([]Tensor, map[string]string, error) {
-	r, err := storage.OpenReaderAt(ctx, path)
+	r, err := openWeights(ctx, path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open safetensors %s: %w", path, err)
 	}
@@ -70,13 +71,30 @@ func LoadSafetensors(ctx context.Context, path string) ([]Tensor, map[string]str
 	return decodeSafetensors(path, r, r.Size())
 }
 
-func decodeSafetensors(path string, r io.ReaderAt, size int64) ([]Tensor, map[string]string, error) {
-	return decodeCounting(path, r, size, nil)
+// weightsReader is a weights file being read.
+type weightsReader interface {
+	io.ReaderAt
+	io.Closer
+	Size() int64
 }
 
-// decodeCounting is decodeSafetensors adding, when counts is not nil, each
-// tensor's element count to counts[its dtype].
-func decodeCounting(path string, r io.ReaderAt, size int64, counts map[DType]int64) ([]Tensor, map[string]string, error) {
+// openWeights opens a weights file: a local one through a memory map
+// (openMapped), a gs:// one read whole (objects offer no mapping).
+func openWeights(ctx context.Context, path string) (weightsReader, error) {
+	if storage.IsRemote(path) {
+		return storage.OpenReaderAt(ctx, path)
+	}
+	return openMapped(path)
+}
+
+func decodeSafetensors(path string, r io.ReaderAt, size int64) ([]Tensor, map[string]string, error) {
+	return decodeCounting(path, r, size, nil, nil)
+}
+
+// decodeCounting is decodeSafetensors decoding into dest's slices (fresh
+// ones when nil) and adding, when counts is not nil, each tensor's element
+// count to counts[its dtype].
+func decodeCounting(path string, r io.ReaderAt, size int64, counts map[DType]int64, dest TensorDest) ([]Tensor, map[string]string, error) {
 	h, err := ParseHeader(path, r, size)
 	if err != nil {
 		return nil, nil, err
@@ -88,7 +106,7 @@ func decodeCounting(path string, r io.ReaderAt, size int64, counts map[DType]int
 			}
 		}
 	}
-	ts, err := ReadTensors(path, r, h)
+	ts, err := readTensorsInto(path, r, h, dest)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -305,10 +323,11 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 // verifies each file against its commit marker before parsing it.
 type fileSource func(ctx context.Context, name string) (io.ReaderAt, int64, error)
 
-// plainSource opens files of dir without verification.
+// plainSource opens files of dir without verification (local ones
+// through a memory map).
 func plainSource(dir string, opened *[]io.Closer) fileSource {
 	return func(ctx context.Context, name string) (io.ReaderAt, int64, error) {
-		r, err := storage.OpenReaderAt(ctx, storage.Join(dir, name))
+		r, err := openWeights(ctx, storage.Join(dir, name))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -330,14 +349,15 @@ func storedDType(counts map[DType]int64) DType {
 }
 
 // loadWeightsFrom loads model.safetensors, or the shards listed by
-// model.safetensors.index.json when that exists.
-func loadWeightsFrom(ctx context.Context, dir string, open fileSource) ([]Tensor, error) {
-	return loadWeightsCounting(ctx, dir, open, nil)
+// model.safetensors.index.json when that exists, into dest's slices
+// (fresh ones when nil).
+func loadWeightsFrom(ctx context.Context, dir string, open fileSource, dest TensorDest) ([]Tensor, error) {
+	return loadWeightsCounting(ctx, dir, open, nil, dest)
 }
 
 // loadWeightsCounting is loadWeightsFrom counting elements by dtype (see
 // decodeCounting).
-func loadWeightsCounting(ctx context.Context, dir string, open fileSource, counts map[DType]int64) ([]Tensor, error) {
+func loadWeightsCounting(ctx context.Context, dir string, open fileSource, counts map[DType]int64, dest TensorDest) ([]Tensor, error) {
 	ir, isize, err := open(ctx, WeightsIndexName)
 	switch {
 	case errors.Is(err, storage.ErrNotExist):
@@ -345,7 +365,7 @@ func loadWeightsCounting(ctx context.Context, dir string, open fileSource, count
 		if err != nil {
 			return nil, fmt.Errorf("weights in %s: neither %s nor %s can be read: %w", dir, WeightsName, WeightsIndexName, err)
 		}
-		ts, _, err := decodeCounting(storage.Join(dir, WeightsName), r, size, counts)
+		ts, _, err := decodeCounting(storage.Join(dir, WeightsName), r, size, counts, dest)
 		return ts, err
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", storage.Join(dir, WeightsIndexName), err)
@@ -383,7 +403,7 @@ func loadWeightsCounting(ctx context.Context, dir string, open fileSource, count
 		if err != nil {
 			return nil, fmt.Errorf("shard %s listed in %s: %w", p, WeightsIndexName, err)
 		}
-		ts, _, err := decodeCounting(p, r, size, counts)
+		ts, _, err := decodeCounting(p, r, size, counts, dest)
 		if err != nil {
 			return nil, err
 		}
@@ -419,7 +439,7 @@ func LoadWeightsDir(ctx context.Context, dir string) ([]Tensor, error) {
 			c.Close()
 		}
 	}()
-	return loadWeightsFrom(ctx, dir, plainSource(dir, &opened))
+	return loadWeightsFrom(ctx, dir, plainSource(dir, &opened), nil)
 }
 
 // loadWeightsDir is LoadWeightsDir also returning the dtype most of the
@@ -432,7 +452,7 @@ func loadWeightsDir(ctx context.Context, dir string) ([]Tensor, DType, error) {
 		}
 	}()
 	counts := map[DType]int64{}
-	ts, err := loadWeightsCounting(ctx, dir, plainSource(dir, &opened), counts)
+	ts, err := loadWeightsCounting(ctx, dir, plainSource(dir, &opened), counts, nil)
 	return ts, storedDType(counts), err
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"path/filepath"
 	"strconv"
@@ -44,8 +45,80 @@ func readMarker(ctx context.Context, dir string) (marker, error) {
 // model.safetensors (or its shards). A directory without _COMMITTED is
 // refused with an error wrapping ErrNotCommitted.
 func Load(ctx context.Context, dir string) (Checkpoint, error) {
-	return loadCommitted(ctx, dir, true)
+	return loadCommitted(ctx, dir, true, LoadOptions{})
 }
+
+// LoadOptions change what LoadWith reads.
+type LoadOptions struct {
+	// Into, when set, is called with the checkpoint's config before any
+	// weight is read and returns where each tensor is decoded (a model's
+	// own storage, so that the weights exist once in memory);
+	// Checkpoint.Tensors then alias those slices.
+	Into func(Config) (TensorDest, error)
+	// SkipOptimizer leaves optimizer.bin unread (Checkpoint.Optimizer
+	// nil): OpenOptimizer streams it, verified as it is read.
+	SkipOptimizer bool
+}
+
+// LoadWith is Load as opts say. Local weight files are read through a
+// memory map whose pages are dropped as they are consumed (gs:// objects
+// are read whole, verified, then decoded).
+func LoadWith(ctx context.Context, dir string, opts LoadOptions) (Checkpoint, error) {
+	return loadCommitted(ctx, dir, true, opts)
+}
+
+// OpenOptimizer streams the optimizer.bin of the committed checkpoint in
+// dir, checking its size and sha256 against the marker as it is read: a
+// mismatch is the error of the read that reaches the end (whatever was
+// read before it must be discarded).
+func OpenOptimizer(ctx context.Context, dir string) (io.ReadCloser, error) {
+	m, err := readMarker(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range m.Files {
+		if f.Path != OptimizerName {
+			continue
+		}
+		p := storage.Join(dir, f.Path)
+		r, err := storage.OpenRead(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
+		}
+		return &verifiedReader{r: r, h: sha256.New(), path: p, want: f}, nil
+	}
+	return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, CommittedName, OptimizerName)
+}
+
+// verifiedReader hashes what it reads and checks it against the marker's
+// entry at the end.
+type verifiedReader struct {
+	r    io.ReadCloser
+	h    hash.Hash
+	n    int64
+	path string
+	want writtenFile
+}
+
+func (v *verifiedReader) Read(p []byte) (int, error) {
+	n, err := v.r.Read(p)
+	v.h.Write(p[:n])
+	v.n += int64(n)
+	if v.n > v.want.Bytes {
+		return n, fmt.Errorf("%s is longer than the %d bytes %s says (corrupt or overwritten)", v.path, v.want.Bytes, CommittedName)
+	}
+	if err == io.EOF {
+		if v.n != v.want.Bytes {
+			return n, fmt.Errorf("%s is %d bytes, %s says %d (corrupt or overwritten)", v.path, v.n, CommittedName, v.want.Bytes)
+		}
+		if got := hex.EncodeToString(v.h.Sum(nil)); got != v.want.SHA256 {
+			return n, fmt.Errorf("%s has sha256 %s, %s says %s (corrupt)", v.path, got, CommittedName, v.want.SHA256)
+		}
+	}
+	return n, err
+}
+
+func (v *verifiedReader) Close() error { return v.r.Close() }
 
 // LoadServed reads a model directory for serving: a committed checkpoint
 // (verified as by Load) with the weights of model.safetensors, in the
@@ -64,7 +137,7 @@ func LoadServed(ctx context.Context, dir string) (Checkpoint, error) {
 		return Checkpoint{}, fmt.Errorf("load %s: %w", dir, err)
 	}
 	if committed {
-		return loadCommitted(ctx, dir, false)
+		return loadCommitted(ctx, dir, false, LoadOptions{})
 	}
 	if strings.Contains(storage.Base(dir), ".tmp-") {
 		return Checkpoint{}, fmt.Errorf("load %s: a temporary directory of an unfinished save: %w", dir, ErrNotCommitted)
@@ -120,8 +193,9 @@ func isWeightsFile(name string) bool {
 // loadCommitted is Load (masters: tensors from master.safetensors when
 // listed) or the committed case of LoadServed (tensors from the model
 // weights). Files whose content is not needed are verified as they stream
-// by, not kept.
-func loadCommitted(ctx context.Context, dir string, masters bool) (Checkpoint, error) {
+// by, not kept; the weights used are, locally, mapped, verified through
+// the mapping and decoded from it.
+func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptions) (Checkpoint, error) {
 	m, err := readMarker(ctx, dir)
 	if err != nil {
 		return Checkpoint{}, err
@@ -131,31 +205,56 @@ func loadCommitted(ctx context.Context, dir string, masters bool) (Checkpoint, e
 		hasMaster = hasMaster || f.Path == MasterName
 	}
 	useMaster := masters && hasMaster
+	local := !storage.IsRemote(dir)
 	files := make(map[string][]byte, len(m.Files))
+	mapped := map[string]*mappedFile{}
+	defer func() {
+		for _, mf := range mapped {
+			mf.Close()
+		}
+	}()
 	for _, f := range m.Files {
 		if f.Path != filepath.Base(f.Path) || f.Path == "" || f.Path == "." || f.Path == ".." || strings.ContainsAny(f.Path, `/\`) {
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s lists %q, not a file of the directory", dir, CommittedName, f.Path)
 		}
+		if f.Path == OptimizerName && opts.SkipOptimizer {
+			continue // OpenOptimizer verifies it as it streams
+		}
 		p := storage.Join(dir, f.Path)
-		keep := true
+		keep, weights := true, false
 		switch {
 		case f.Path == MasterName:
-			keep = useMaster
+			keep, weights = useMaster, true
 		case isWeightsFile(f.Path):
-			keep = !useMaster
+			keep, weights = !useMaster, f.Path != WeightsIndexName
 		}
-		got, n, b, err := readHashed(ctx, p, keep)
-		if err != nil {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
+		var got string
+		var n int64
+		if keep && weights && local {
+			mf, err := openMapped(p)
+			if err != nil {
+				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
+			}
+			mapped[f.Path] = mf
+			h := sha256.New()
+			if n, err = io.CopyBuffer(h, io.NewSectionReader(mf, 0, mf.Size()), make([]byte, 1<<20)); err != nil {
+				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, p, err)
+			}
+			got = hex.EncodeToString(h.Sum(nil))
+		} else {
+			var b []byte
+			if got, n, b, err = readHashed(ctx, p, keep); err != nil {
+				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
+			}
+			if keep {
+				files[f.Path] = b
+			}
 		}
 		if n != f.Bytes {
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s is %d bytes, %s says %d (corrupt or overwritten)", dir, p, n, CommittedName, f.Bytes)
 		}
 		if got != f.SHA256 {
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s has sha256 %s, %s says %s (corrupt)", dir, p, got, CommittedName, f.SHA256)
-		}
-		if keep {
-			files[f.Path] = b
 		}
 	}
 	need := func(name string) ([]byte, error) {
@@ -180,8 +279,10 @@ func loadCommitted(ctx context.Context, dir string, masters bool) (Checkpoint, e
 	if err := json.Unmarshal(b, &ck.Trainer); err != nil {
 		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, TrainerStateName, err)
 	}
-	if ck.Optimizer, err = need(OptimizerName); err != nil {
-		return Checkpoint{}, err
+	if !opts.SkipOptimizer {
+		if ck.Optimizer, err = need(OptimizerName); err != nil {
+			return Checkpoint{}, err
+		}
 	}
 	if len(m.TokenizerFiles) > 0 {
 		ck.Tokenizer = map[string][]byte{}
@@ -191,14 +292,29 @@ func loadCommitted(ctx context.Context, dir string, masters bool) (Checkpoint, e
 			return Checkpoint{}, err
 		}
 	}
+	var dest TensorDest
+	if opts.Into != nil {
+		if dest, err = opts.Into(ck.Config); err != nil {
+			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
+		}
+	}
+	source := func(_ context.Context, name string) (io.ReaderAt, int64, error) {
+		if mf, ok := mapped[name]; ok {
+			return mf, mf.Size(), nil
+		}
+		return bytesSource(files)(ctx, name)
+	}
 	if useMaster {
-		p := storage.Join(dir, MasterName)
-		if ck.Tensors, _, err = decodeSafetensors(p, bytes.NewReader(files[MasterName]), int64(len(files[MasterName]))); err != nil {
+		r, size, err := source(ctx, MasterName)
+		if err == nil {
+			ck.Tensors, _, err = decodeCounting(storage.Join(dir, MasterName), r, size, nil, dest)
+		}
+		if err != nil {
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
 		}
 		return ck, nil
 	}
-	if ck.Tensors, err = loadWeightsFrom(ctx, dir, bytesSource(files)); err != nil {
+	if ck.Tensors, err = loadWeightsFrom(ctx, dir, source, dest); err != nil {
 		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
 	}
 	return ck, nil

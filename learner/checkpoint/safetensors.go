@@ -261,42 +261,75 @@ func describePrev(prev string, pos int64) string {
 // ReadTensors reads every tensor of a parsed header from r and converts it to
 // float32. A dtype other than F32, BF16 or F16 is an error naming the tensor.
 func ReadTensors(file string, r io.ReaderAt, h Header) ([]Tensor, error) {
+	return readTensorsInto(file, r, h, nil)
+}
+
+// TensorDest says where a loader decodes each tensor: the float32 slice
+// for the tensor name of shape (exactly as many elements), nil to skip
+// the tensor, or an error that stops the load.
+type TensorDest func(name string, shape []int) ([]float32, error)
+
+// readTensorsInto is ReadTensors decoding into dest's slices (fresh ones
+// when dest is nil); the returned tensors alias them, and those dest
+// skipped have no Data.
+func readTensorsInto(file string, r io.ReaderAt, h Header, dest TensorDest) ([]Tensor, error) {
 	out := make([]Tensor, 0, len(h.Tensors))
 	var scratch []byte
 	for _, ti := range h.Tensors {
-		t, err := readTensor(file, r, h.DataStart, ti, &scratch)
-		if err != nil {
-			return nil, err
+		es := ti.DType.Size()
+		if es == 0 {
+			return nil, &FormatError{File: file, Tensor: ti.Name, Reason: fmt.Sprintf("dtype %s is not supported (this package reads F32, BF16 and F16; convert the file)", ti.DType)}
 		}
-		out = append(out, t)
+		n := int((ti.End - ti.Begin) / int64(es))
+		var data []float32
+		if dest == nil {
+			data = make([]float32, n)
+		} else {
+			d, err := dest(ti.Name, ti.Shape)
+			if err != nil {
+				return nil, err
+			}
+			if d == nil {
+				out = append(out, Tensor{Name: ti.Name, Shape: append([]int{}, ti.Shape...)})
+				continue
+			}
+			if len(d) != n {
+				return nil, fmt.Errorf("safetensors %s: tensor %q has %d elements, its destination %d", file, ti.Name, n, len(d))
+			}
+			data = d
+		}
+		if err := readTensor(r, h.DataStart, ti, data, &scratch); err != nil {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", file, ti.Name, err)
+		}
+		out = append(out, Tensor{Name: ti.Name, Shape: append([]int{}, ti.Shape...), Data: data})
 	}
 	return out, nil
 }
 
-func readTensor(file string, r io.ReaderAt, dataStart int64, ti TensorInfo, scratch *[]byte) (Tensor, error) {
-	es := ti.DType.Size()
-	if es == 0 {
-		return Tensor{}, &FormatError{File: file, Tensor: ti.Name, Reason: fmt.Sprintf("dtype %s is not supported (this package reads F32, BF16 and F16; convert the file)", ti.DType)}
-	}
-	n := int((ti.End - ti.Begin) / int64(es))
-	t := Tensor{Name: ti.Name, Shape: append([]int{}, ti.Shape...), Data: make([]float32, n)}
+// decodeChunk is the elements readTensor converts at a time (4 MiB of
+// float32): a large tensor in another dtype needs no copy of its bytes.
+const decodeChunk = 1 << 20
+
+// readTensor decodes tensor ti into data (its element count).
+func readTensor(r io.ReaderAt, dataStart int64, ti TensorInfo, data []float32, scratch *[]byte) error {
 	off := dataStart + ti.Begin
 	if ti.DType == F32 && nativeLittle {
-		if err := readFull(r, f32Bytes(t.Data), off); err != nil {
-			return Tensor{}, fmt.Errorf("safetensors %s: tensor %q: %w", file, ti.Name, err)
+		return readFull(r, f32Bytes(data), off)
+	}
+	es := ti.DType.Size()
+	for lo := 0; lo < len(data); lo += decodeChunk {
+		part := data[lo:min(lo+decodeChunk, len(data))]
+		need := len(part) * es
+		if cap(*scratch) < need {
+			*scratch = make([]byte, need)
 		}
-		return t, nil
+		raw := (*scratch)[:need]
+		if err := readFull(r, raw, off+int64(lo*es)); err != nil {
+			return err
+		}
+		decodeInto(part, raw, ti.DType)
 	}
-	need := int(ti.End - ti.Begin)
-	if cap(*scratch) < need {
-		*scratch = make([]byte, need)
-	}
-	raw := (*scratch)[:need]
-	if err := readFull(r, raw, off); err != nil {
-		return Tensor{}, fmt.Errorf("safetensors %s: tensor %q: %w", file, ti.Name, err)
-	}
-	decodeInto(t.Data, raw, ti.DType)
-	return t, nil
+	return nil
 }
 
 func readFull(r io.ReaderAt, b []byte, off int64) error {

@@ -289,6 +289,76 @@ func FromTensors(cfg Config, tensors map[string]NamedTensor) (*Model, error) {
 	return m, nil
 }
 
+// Loader builds a model from tensors that arrive one at a time (a
+// checkpoint decoding straight into the model's storage, so that the
+// weights exist once in memory): Dest says where each goes, Model checks
+// that every parameter came and returns the model. The rules are
+// FromTensors'.
+type Loader struct {
+	m      *Model
+	specs  map[string]spec
+	filled map[string]bool
+	extra  []string
+}
+
+// NewLoader returns a loader for a model of cfg, its weights zero.
+func NewLoader(cfg Config) (*Loader, error) {
+	m, err := newModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loader{m: m, specs: map[string]spec{}, filled: map[string]bool{}}
+	for _, s := range m.specs {
+		l.specs[s.name] = s
+	}
+	return l, nil
+}
+
+// Dest returns the storage of parameter name, which must have shape; nil
+// for a tensor the model does not read (rotary inv_freq buffers, a tied
+// model's lm_head.weight, and names the config does not use, which Model
+// then reports).
+func (l *Loader) Dest(name string, shape []int) ([]float32, error) {
+	s, ok := l.specs[name]
+	if !ok {
+		if !strings.HasSuffix(name, "rotary_emb.inv_freq") && !(l.m.cfg.TieWordEmbeddings && name == "lm_head.weight") {
+			l.extra = append(l.extra, name)
+		}
+		return nil, nil
+	}
+	if !sameShape(shape, s.shape) {
+		return nil, fmt.Errorf("model: tensor %s has shape %v, config wants %v", name, shape, s.shape)
+	}
+	if l.filled[name] {
+		return nil, fmt.Errorf("model: tensor %s arrives twice", name)
+	}
+	l.filled[name] = true
+	return l.m.w.flat[s.off : s.off+s.size() : s.off+s.size()], nil
+}
+
+// Model returns the model once every parameter was filled, else the error
+// FromTensors gives for the missing (or unused) tensors.
+func (l *Loader) Model() (*Model, error) {
+	var missing []string
+	var missingShape []int
+	for _, s := range l.m.specs {
+		if !l.filled[s.name] {
+			if missing == nil {
+				missingShape = s.shape
+			}
+			missing = append(missing, s.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("model: %d tensors missing, first %s (config wants shape %v); is the config the checkpoint's own?", len(missing), missing[0], missingShape)
+	}
+	if len(l.extra) > 0 {
+		sort.Strings(l.extra)
+		return nil, fmt.Errorf("model: %d tensors the config does not use, first %s (a different architecture?)", len(l.extra), l.extra[0])
+	}
+	return l.m, nil
+}
+
 func sameShape(a, b []int) bool {
 	if len(a) != len(b) {
 		return false

@@ -79,6 +79,10 @@ func (l *Learner) SyncPolicy() error {
 	return nil
 }
 
+// SetCheckpointing turns activation checkpointing of the policy's
+// training passes on or off.
+func (l *Learner) SetCheckpointing(on bool) { l.policy().SetCheckpointing(on) }
+
 // ReadOptimizer restores the optimiser's state from r (optimizer.bin) into
 // where the policy's passes keep it.
 func (l *Learner) ReadOptimizer(r io.Reader) error { return l.policy().ReadOptimizer(l.Opt, r) }

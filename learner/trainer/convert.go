@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -44,6 +45,39 @@ func CloneModel(m *model.Model) (*model.Model, error) {
 		named[p.Name] = model.NamedTensor{Name: p.Name, Shape: p.Shape, Data: append([]float32(nil), p.Data...)}
 	}
 	return model.FromTensors(m.Config(), named)
+}
+
+// LoadModel builds the model of the committed checkpoint in dir, its
+// weights decoded straight into the model's storage (local files through
+// a memory map), so that they exist once in memory; the returned
+// checkpoint carries everything else but the optimiser state, which
+// checkpoint.OpenOptimizer streams. Its Tensors alias the model.
+func LoadModel(ctx context.Context, dir string) (*model.Model, checkpoint.Checkpoint, error) {
+	var ld *model.Loader
+	ck, err := checkpoint.LoadWith(ctx, dir, checkpoint.LoadOptions{SkipOptimizer: true,
+		Into: func(c checkpoint.Config) (checkpoint.TensorDest, error) {
+			var err error
+			ld, err = model.NewLoader(c)
+			if err != nil {
+				return nil, fmt.Errorf("trainer: build model: %w", err)
+			}
+			return ld.Dest, nil
+		}})
+	if err != nil {
+		return nil, checkpoint.Checkpoint{}, err
+	}
+	m, err := ld.Model()
+	if err != nil {
+		return nil, checkpoint.Checkpoint{}, fmt.Errorf("trainer: build model from %s: %w", dir, err)
+	}
+	return m, ck, nil
+}
+
+// SaveCheckpointWith is SaveCheckpoint with the optimiser state streamed
+// into optimizer.bin by writeOpt (a Learner's WriteOptimizer) rather than
+// held in memory.
+func SaveCheckpointWith(ctx context.Context, dir string, m *model.Model, tok map[string][]byte, writeOpt func(io.Writer) error, st checkpoint.TrainerState) error {
+	return checkpoint.Save(ctx, dir, checkpoint.Checkpoint{Config: m.Config(), Tensors: Tensors(m), Tokenizer: tok, WriteOptimizer: writeOpt, Trainer: st})
 }
 
 // SaveCheckpoint commits m as a checkpoint in dir with the given tokenizer

@@ -310,6 +310,14 @@ type Learner struct {
 	// the step's correct trajectories only, each distinct response once
 	// per prompt; the loss and advantage settings are then unused.
 	Objective string `yaml:"objective"`
+	// ActivationCheckpointing keeps each decoder layer's input alone in
+	// the forward pass and recomputes the layer before its backward pass,
+	// so that a micro-batch holds one layer's activations instead of every
+	// layer's, for about one more forward pass of compute; the gradients
+	// are the same. "auto" (default) turns it on when a micro-batch's
+	// activations without it would exceed 1 GiB on the backend
+	// (trainer.CheckpointingThreshold), "on" and "off" as they say.
+	ActivationCheckpointing string `yaml:"activation_checkpointing"`
 }
 
 // Eval configures the evaluation without collaborators.

@@ -193,6 +193,7 @@
 //	learner.backend             cpu, or cuda: the learner's passes and aipo train's rollout engine on GPU 0 (learner/cuda) (cpu)
 //	learner.precision           fp32, or bf16 with cuda: bfloat16 GEMM operands, float32 accumulation and state (fp32)
 //	learner.objective           rl, or rejection-sft (Expert Iteration: SFT on correct trajectories) (rl)
+//	learner.activation_checkpointing  auto, on or off: keep each layer's input only, recompute the layer in the backward pass; auto: on above 1 GiB of a micro-batch's activations (auto)
 //
 //	eval.every                  steps between evaluations, 0 off (10)
 //	eval.samples                k of Avg@k and Pass@k (4)

@@ -20,6 +20,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
 )
@@ -62,6 +63,8 @@ func Default() Config {
 			Backend:          BackendCPU,
 			Precision:        PrecisionFP32,
 			Objective:        ObjectiveRL,
+
+			ActivationCheckpointing: trainer.CheckpointingAuto,
 		},
 		Eval: Eval{
 			Every:       DefaultEvalEvery,

@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/transforms/verify"
 )
 
@@ -292,6 +293,12 @@ func (c Config) validateRest() error {
 	switch {
 	case l.Objective != ObjectiveRL && l.Objective != ObjectiveRejectionSFT:
 		return fieldError("learner.objective", "%q is unknown: use %s or %s", l.Objective, ObjectiveRL, ObjectiveRejectionSFT)
+	}
+	switch l.ActivationCheckpointing {
+	case trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff:
+	default:
+		return fieldError("learner.activation_checkpointing", "%q is unknown: use %s, %s or %s", l.ActivationCheckpointing,
+			trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff)
 	}
 	e := c.Eval
 	switch {

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -236,7 +237,16 @@ func copyWarmStart(ctx context.Context, warm, dst string) error {
 	if err != nil {
 		return fmt.Errorf("compare: warm start: %w", err)
 	}
-	if err := SavePolicy(ctx, dst, pol.Model, pol.Opt, pol.Tokenizer, pol.State); err != nil {
+	copyOpt := func(w io.Writer) error {
+		r, err := pol.OpenOptimizer(ctx)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.Copy(w, r)
+		return err
+	}
+	if err := savePolicyStreaming(ctx, dst, pol.Model, copyOpt, pol.Tokenizer, pol.State); err != nil {
 		return fmt.Errorf("compare: copy the warm start to %s: %w", dst, err)
 	}
 	return nil

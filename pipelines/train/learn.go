@@ -1,10 +1,12 @@
 package train
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
@@ -139,32 +141,45 @@ func RejectionSamples(trajs []schemas.Trajectory, templateTokens string) ([]trai
 	return out, skipped, nil
 }
 
-// Policy is a loaded checkpoint: the model, its optimiser state and the
-// files that travel with it.
+// Policy is a loaded checkpoint: the model and the files that travel with
+// it; its optimiser state stays on disk until OpenOptimizer streams it.
 type Policy struct {
 	Model     *model.Model
-	Opt       []byte
+	Dir       string // the checkpoint's directory
 	Tokenizer map[string][]byte
 	State     checkpoint.TrainerState
 }
 
-// LoadPolicy loads a committed checkpoint directory.
+// OpenOptimizer streams the checkpoint's optimiser state (verified as it
+// is read).
+func (p *Policy) OpenOptimizer(ctx context.Context) (io.ReadCloser, error) {
+	return checkpoint.OpenOptimizer(ctx, p.Dir)
+}
+
+// LoadPolicy loads a committed checkpoint directory: the weights decoded
+// into the model's own storage (trainer.LoadModel), the optimiser state
+// left on disk.
 func LoadPolicy(ctx context.Context, dir string) (*Policy, error) {
-	ck, err := checkpoint.Load(ctx, dir)
+	m, ck, err := trainer.LoadModel(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	m, err := trainer.ModelFromTensors(ck.Config, ck.Tensors)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	return &Policy{Model: m, Opt: ck.Optimizer, Tokenizer: ck.Tokenizer, State: ck.Trainer}, nil
+	return &Policy{Model: m, Dir: dir, Tokenizer: ck.Tokenizer, State: ck.Trainer}, nil
 }
 
 // SavePolicy commits a checkpoint. An already committed checkpoint at dir
 // is left as it is (a rerun of a finished step).
 func SavePolicy(ctx context.Context, dir string, m *model.Model, opt []byte, tok map[string][]byte, st checkpoint.TrainerState) error {
-	err := trainer.SaveCheckpoint(ctx, dir, m, tok, opt, st)
+	return existsIsDone(trainer.SaveCheckpoint(ctx, dir, m, tok, opt, st))
+}
+
+// savePolicyStreaming is SavePolicy with the optimiser state streamed
+// into the checkpoint by writeOpt.
+func savePolicyStreaming(ctx context.Context, dir string, m *model.Model, writeOpt func(io.Writer) error, tok map[string][]byte, st checkpoint.TrainerState) error {
+	return existsIsDone(trainer.SaveCheckpointWith(ctx, dir, m, tok, writeOpt, st))
+}
+
+func existsIsDone(err error) error {
 	if errors.Is(err, checkpoint.ErrExists) {
 		return nil
 	}
@@ -202,33 +217,43 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 	if err := checkVersions(k, trajs, cfg.Staleness()); err != nil {
 		return LearnMetrics{}, err
 	}
-	pol, err := LoadPolicy(ctx, checkpoint.Dir(runDir, k))
-	if err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
-	}
 	oc := cfg.Learner.Optim
 	opt, err := optim.New(oc)
 	if err != nil {
 		return LearnMetrics{}, err
 	}
-	if len(pol.Opt) > 0 {
-		if err := opt.UnmarshalState(pol.Opt); err != nil {
-			return LearnMetrics{}, fmt.Errorf("learn step %d: optimiser state of checkpoint %d: %w", k, k, err)
-		}
-	}
-	l := &trainer.Learner{Policy: pol.Model, Opt: opt}
+	l := &trainer.Learner{Opt: opt}
+	// The reference first: its host copy goes once a device holds it, before
+	// the policy, its gradients and its optimiser state take their memory.
+	var ref *model.Model
 	if cfg.Learner.Loss.KLCoef != 0 {
-		ref, err := LoadPolicy(ctx, checkpoint.Dir(runDir, 0))
+		rp, err := LoadPolicy(ctx, checkpoint.Dir(runDir, 0))
 		if err != nil {
 			return LearnMetrics{}, fmt.Errorf("learn step %d: reference policy: %w", k, err)
 		}
-		l.Ref = ref.Model
+		ref = rp.Model
 	}
+	pol, err := LoadPolicy(ctx, checkpoint.Dir(runDir, k))
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	l.Policy, l.Ref = pol.Model, ref
+	ref = nil
 	freeCompute, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision)
 	if err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: learner.backend %s: %w", k, cfg.Learner.Backend, err)
 	}
 	defer freeCompute()
+	l.Ref = nil // the reference's passes hold what they need (on a device, their own copy)
+	if err := restoreOptimizer(ctx, l, pol); err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: optimiser state of checkpoint %d: %w", k, k, err)
+	}
+	ckpt, err := trainer.UseCheckpointing(trainer.MemoryConfig{Model: pol.Model.Config(), Backend: cfg.Learner.Backend,
+		Precision: cfg.Learner.Precision, MicroBatchTokens: cfg.Learner.MicroBatchTokens, Checkpointing: cfg.Learner.ActivationCheckpointing})
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: learner.activation_checkpointing: %w", k, err)
+	}
+	l.SetCheckpointing(ckpt)
 	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
 		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
@@ -252,7 +277,7 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 			}
 			met.LossMetrics = map[string]float64{"sft_sequences": float64(len(seqs))}
 		}
-		return finishLearn(ctx, cfg, k, start, pol, opt, met)
+		return finishLearn(ctx, cfg, k, start, pol, l, met)
 	}
 	samples, skipped, err := Samples(trajs, cfg.Rollout.TemplateTokens)
 	if err != nil {
@@ -274,7 +299,7 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
 		met.Mismatch = mismatchOf(st)
 	}
-	return finishLearn(ctx, cfg, k, start, pol, opt, met)
+	return finishLearn(ctx, cfg, k, start, pol, l, met)
 }
 
 // nothingToTrain says why step k, whose committed trajectories are trajs
@@ -327,12 +352,28 @@ func metaOr(meta map[string]string, k, or string) string {
 	return or
 }
 
-// finishLearn records step k's learner metrics and commits checkpoint k+1.
-func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, start time.Time, pol *Policy, opt *optim.AdamW, met LearnMetrics) (LearnMetrics, error) {
-	runDir, next := cfg.Run.Dir, checkpoint.Dir(cfg.Run.Dir, k+1)
-	optState, err := opt.MarshalState()
+// restoreOptimizer streams the policy checkpoint's optimiser state into
+// where the learner's step keeps it (host memory, or the device); an empty
+// state (a checkpoint written before any step) leaves the optimiser fresh.
+func restoreOptimizer(ctx context.Context, l *trainer.Learner, pol *Policy) error {
+	r, err := pol.OpenOptimizer(ctx)
 	if err != nil {
-		return LearnMetrics{}, err
+		return err
+	}
+	defer r.Close()
+	br := bufio.NewReaderSize(r, 1<<16)
+	if _, err := br.Peek(1); err == io.EOF {
+		return nil
+	}
+	return l.ReadOptimizer(br)
+}
+
+// finishLearn records step k's learner metrics and commits checkpoint k+1,
+// the optimiser state streamed from where the step keeps it.
+func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, start time.Time, pol *Policy, l *trainer.Learner, met LearnMetrics) (LearnMetrics, error) {
+	runDir, next := cfg.Run.Dir, checkpoint.Dir(cfg.Run.Dir, k+1)
+	if err := l.SyncPolicy(); err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
 	met.Seconds = time.Since(start).Seconds()
 	if err := writeJSON(ctx, metricsPath(runDir, "learn", k), met); err != nil {
@@ -340,7 +381,7 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, start time.
 	}
 	st := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
 		Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
-	if err := SavePolicy(ctx, next, pol.Model, optState, pol.Tokenizer, st); err != nil {
+	if err := savePolicyStreaming(ctx, next, pol.Model, l.WriteOptimizer, pol.Tokenizer, st); err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)
 	}
 	return met, nil
