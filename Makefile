@@ -4,6 +4,7 @@
 #   make test   run every test (sets itself up)
 #   make rehearse  the CPU rehearsal of the paper's recipe, longer than make test's
 #   make bench  run the benchmarks and print their ratios
+#   make bench-memory  measure a learner step's host memory, before and after, into docs/results/memory.md
 #   make build  build bin/aipo
 #   make worker cross-compile bin/aipo-worker (Linux amd64, no cgo) for Dataflow and Flink
 #   make lint   go vet + staticcheck
@@ -21,7 +22,7 @@ TESTFLAGS ?= -timeout 30m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
+.PHONY: bench-memory all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -113,6 +114,13 @@ bench: setup-test $(OVERLAY)
 	$(GO) test $(GOFLAGS_OVERLAY) -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
 	$(GO) test $(GOFLAGS_OVERLAY) -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
+
+# bench-memory runs `aipo learn` of the tree before the memory work and of
+# this one on 25M, 100M and 300M-parameter models, side by side, and writes
+# docs/results/memory.md (peak RSS: host bytes per parameter, activation
+# bytes per token per layer; checkpointing's time; the planner's figure).
+bench-memory: $(OVERLAY)
+	scripts/memory-bench.sh
 
 demo: build
 	$(BIN) demo

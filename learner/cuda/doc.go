@@ -30,8 +30,18 @@
 //     one chunk of rows at a time (512 MiB by default), the loss of
 //     learner/loss runs on the host over one float per token.
 //   - Model is learner/model's forward and backward on the device over the
-//     same flat parameter layout: the layer sequence is learner/model's own
-//     (model.ForwardLayers, BackwardLayers, DecodeLayers) over layerOps,
+//     same flat parameter layout, and its optimiser step (optimizer.go:
+//     the AdamW moments beside the float32 masters, the gradients' norm
+//     and the clipping decided on the device, so a step brings only the
+//     norm back; the state streams to and from the host in chunks when a
+//     checkpoint is written or read). With bf16 the GEMMs take bfloat16
+//     operands (the masters' rounded copy, activations rounded per GEMM),
+//     gradients and their reduction stay float32. NewFrozen uploads a
+//     model that is only evaluated (the reference): its weights alone, in
+//     bfloat16 for the projections with bf16. memory.go computes what
+//     all of it takes (WeightBytes, PassBytes) as it is allocated. The
+//     layer sequence is learner/model's own (model.ForwardLayers,
+//     BackwardLayers, their checkpointed variants, DecodeLayers) over layerOps,
 //     its model.LayerOps of these kernels (layerops.go); Decoder is a backend.Decoder (what
 //     learner/engine samples from) with per-sequence KV caches in device
 //     memory, so the engine samples on the GPU. The package registers both

@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/aipo-rl/aipo/learner/blas"
 )
@@ -125,6 +126,29 @@ func probsAt(at []int, segs []segment, si, h, i0 int) int {
 	return at[si] + h*probsFloats(segs[si].n) + qBlock*qBlock*b*(b+1)/2
 }
 
+// attScratch recycles the attention's per-worker scratch (qBlock rows of
+// scores, of the longest sequence's length) between the layers and
+// passes: allocated per call it would be garbage that the heap holds
+// until the next collection.
+var attScratch sync.Pool // of *[]float32
+
+// getScratch returns n floats of scratch (contents undefined).
+func getScratch(n int) []float32 {
+	if p, ok := attScratch.Get().(*[]float32); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]float32, n)
+}
+
+// putScratch hands back every non-nil buffer of bufs.
+func putScratch(bufs [][]float32) {
+	for _, b := range bufs {
+		if b != nil {
+			attScratch.Put(&b)
+		}
+	}
+}
+
 // attentionForward fills y[N,QD] and lse[N,H] from qkv[N,QKV], kvT[2*N*KD]
 // (see keysAt) and, when not nil, probs (see probsLayout).
 func attentionForward(y, lse, qkv, kvT, probs []float32, segs []segment, d dims) {
@@ -150,6 +174,7 @@ func attentionForward(y, lse, qkv, kvT, probs []float32, segs []segment, d dims)
 	// handed out are small and the cores finish together.
 	slices.SortStableFunc(tasks, func(a, b task) int { return b.i0 - a.i0 })
 	scratch := make([][]float32, workers())
+	defer putScratch(scratch)
 	group := d.H / d.KV
 	parallelTasks(len(tasks), func(w, i int) {
 		tk := tasks[i]
@@ -162,7 +187,7 @@ func attentionForward(y, lse, qkv, kvT, probs []float32, segs []segment, d dims)
 			s = probs[probsAt(pAt, segs, tk.seg, tk.h, tk.i0):]
 		} else {
 			if scratch[w] == nil {
-				scratch[w] = make([]float32, qBlock*maxT)
+				scratch[w] = getScratch(qBlock * maxT)
 			}
 			s = scratch[w]
 		}
@@ -196,9 +221,10 @@ func attentionBackward(dqkv, dy, qkv, y, lse, kvT, probs []float32, segs []segme
 		scratchLen *= 2
 	}
 	scratch := make([][]float32, workers())
+	defer putScratch(scratch)
 	parallelTasks(len(segs)*d.KV, func(w, ti int) {
 		if scratch[w] == nil {
-			scratch[w] = make([]float32, scratchLen)
+			scratch[w] = getScratch(scratchLen)
 		}
 		si, g := ti/d.KV, ti%d.KV
 		sg := segs[si]

@@ -35,6 +35,16 @@
 // through a row stride, so a cache of rotated keys and values per layer
 // and sequence can be passed in place of the batch's own.
 //
+// With activation checkpointing (SetCheckpointing) a forward pass keeps
+// each layer's input alone and Backward recomputes the layer from it
+// before its backward pass (ForwardLayersCheckpointed,
+// BackwardLayersCheckpointed), so a pass holds one layer's activations;
+// the gradients are the same bits. Score is a forward pass that keeps
+// nothing for a backward pass. PassBytes computes a pass's buffer memory
+// from a configuration, as the passes allocate it (PeakActivationBytes
+// measures it). The gradients are allocated by the first Backward: a
+// model that is only evaluated holds its weights alone.
+//
 // Forward and Logits may run concurrently on one model; Backward adds into
 // the model's gradients and must not overlap another Backward. Weights and
 // gradients are each one flat slice (ParamData, GradData) that Params and

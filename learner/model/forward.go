@@ -109,8 +109,16 @@ func (m *Model) SetCheckpointing(on bool) { m.checkpoint = on }
 // PeakActivationBytes is the most memory the buffers of the model's
 // passes (activations, the LM head's, the backward pass's scratch) held at
 // once since the last call (or since the model was built); each call
-// starts a new peak from what is held now.
+// starts a new peak from what is held now. Models that share their
+// buffers (ShareBuffers) share the figure.
 func (m *Model) PeakActivationBytes() int64 { return 4 * int64(m.pool.peakFloats()) }
+
+// ShareBuffers makes m's passes take their buffers from o's pool, so that
+// what one model's pass handed back serves the next pass of the other
+// (the frozen reference's scoring and the policy's training pass run one
+// after the other; each pool alone would keep its own peak resident).
+// Call it before passes run.
+func (m *Model) ShareBuffers(o *Model) { m.pool = o.pool }
 
 // Checkpointing reports whether activation checkpointing is on.
 func (m *Model) Checkpointing() bool { return m.checkpoint }
@@ -139,7 +147,7 @@ func (m *Model) forward(p *prepared, mode headMode, keep keepMode) *Activations 
 		nl, nr = 1, 2
 	}
 	a := &Activations{b: p, checkpointed: keep == keepInputs, layers: make([]LayerActs[[]float32], nl), extra: make([]layerExtra, nl),
-		resid: make([][]float32, nr), mem: arena{pool: &m.pool}}
+		resid: make([][]float32, nr), mem: arena{pool: m.pool}}
 	o := &cpuOps{m: m, p: p, mem: &a.mem, extra: a.extra}
 	a.lnf, a.rstdF = runLayers[[]float32](o, m.shape(len(p.tokens)), a.layers, a.resid, keep)
 	N := len(p.tokens)
@@ -164,7 +172,7 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 		return fmt.Errorf("model: Backward on activations of a pass that kept nothing for it (Score, Logits)")
 	}
 	defer a.Release()
-	tmp := arena{pool: &m.pool}
+	tmp := arena{pool: m.pool}
 	defer tmp.release()
 	dlnf := m.headBackward(a, gradLogProb, &tmp)
 	o := &cpuOps{m: m, p: p, mem: &tmp, extra: a.extra}

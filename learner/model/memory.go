@@ -63,6 +63,10 @@ func Packed(n, seqLen int, checkpointing bool) PassShape {
 //     (QD) and of q, k, v (QKV), the final norm's input gradient (C),
 //     the recomputed hidden activation (F) when it was not kept, and,
 //     checkpointed, the recomputed attention projection (C).
+//
+// Left out, being small and independent of the layers: the attention's
+// per-core scratch (64 rows of the longest sequence's scores, twice in the
+// backward pass) and the per-token results (log-probs, entropies).
 func PassBytes(cfg Config, s PassShape) int64 {
 	d := dimsOf(cfg)
 	N := 0

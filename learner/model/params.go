@@ -200,7 +200,7 @@ type Model struct {
 	specs []spec
 	w     weights
 	rope  *ropeTable
-	pool  bufPool
+	pool  *bufPool // the passes' buffers; shared with another model by ShareBuffers
 
 	gradMu sync.Mutex
 	g      weights // zero until gradsNow allocates it
@@ -214,7 +214,7 @@ func newModel(cfg Config) (*Model, error) {
 		return nil, fmt.Errorf("model: config: %w", err)
 	}
 	specs := layout(cfg)
-	m := &Model{cfg: cfg, d: dimsOf(cfg), specs: specs}
+	m := &Model{cfg: cfg, d: dimsOf(cfg), specs: specs, pool: &bufPool{}}
 	m.w = newWeights(cfg, specs)
 	m.rope = newRopeTable(cfg.Head(), cfg.RopeTheta, cfg.RopeScaling)
 	return m, nil

@@ -47,6 +47,8 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 		open := dev.Eval
 		if p.train {
 			open = dev.Train
+		} else if l.Policy != nil {
+			p.m.ShareBuffers(l.Policy) // on the CPU, see ref
 		}
 		c, err := open(p.m, precision)
 		if err != nil {
@@ -104,6 +106,9 @@ func (l *Learner) ref() Compute {
 	}
 	if l.Ref == nil {
 		return nil
+	}
+	if l.Policy != nil {
+		l.Ref.ShareBuffers(l.Policy) // the scoring pass's buffers serve the training pass after it
 	}
 	return CPU(l.Ref)
 }

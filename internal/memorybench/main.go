@@ -1,0 +1,345 @@
+// Command memorybench measures the host memory of a learner step (aipo
+// learn) of two builds side by side, and the time activation checkpointing
+// costs: for each model size it writes a run directory (a random Qwen2-
+// shaped checkpoint 0 and one step of trajectories), runs `aipo learn` of
+// each build on copies of it as child processes, and reads each child's
+// peak resident set (getrusage). scripts/memory-bench.sh builds the two
+// binaries (the tree before this memory work and the working tree) and
+// runs it; it writes the table it prints to -out.
+//
+// What is measured, per size and build:
+//
+//   - the peak RSS of `aipo learn` over one 2,048-token sequence (long)
+//     and over one 64-token sequence (short), the loss with a KL term so
+//     that the reference model is held;
+//   - host bytes per parameter: (short peak - the peak of the same step on
+//     a 1-layer, 64-wide model, the process's fixed cost) / parameters;
+//   - activation bytes per token per layer: (long peak - short peak) /
+//     (token difference x layers);
+//   - with the working tree, the long step with activation checkpointing
+//     on and off, its seconds, and the planner's prediction
+//     (trainer.PlanStep) beside the measured peak above the fixed cost.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/schemas"
+)
+
+type size struct {
+	name string
+	cfg  model.Config
+}
+
+// qwen2 is a Qwen2-shaped configuration: 64-wide heads, a 32,000-token
+// vocabulary, tied embeddings.
+func qwen2(C, F, L, kv int) model.Config {
+	return model.Config{ModelType: "qwen2", HiddenSize: C, IntermediateSize: F, NumHiddenLayers: L, NumAttentionHeads: C / 64,
+		NumKeyValueHeads: kv, VocabSize: 32000, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6,
+		TieWordEmbeddings: true, HiddenAct: "silu"}
+}
+
+var sizes = []size{
+	{"25M", qwen2(256, 1024, 16, 1)},
+	{"100M", qwen2(512, 2048, 20, 2)},
+	{"300M", qwen2(1024, 2816, 24, 4)},
+}
+
+// baseline is the model whose step measures the process's fixed cost.
+var baseline = size{"fixed cost", qwen2(64, 128, 1, 1)}
+
+const (
+	longTokens  = 2048
+	shortTokens = 64
+	promptLen   = 16
+)
+
+func main() {
+	before := flag.String("before", "", "aipo binary of the tree before (empty: only the working tree is measured)")
+	after := flag.String("after", "", "aipo binary of the working tree")
+	work := flag.String("work", "build/memory", "scratch directory for the run directories")
+	out := flag.String("out", "", "also write the report here (Markdown)")
+	only := flag.String("sizes", "25M,100M,300M", "comma-separated sizes to measure")
+	beforeLabel := flag.String("before-label", "before", "name of the before build in the report")
+	flag.Parse()
+	if *after == "" {
+		fmt.Fprintln(os.Stderr, "memorybench: -after is required")
+		os.Exit(2)
+	}
+	var picked []size
+	for _, s := range sizes {
+		if strings.Contains(","+*only+",", ","+s.name+",") {
+			picked = append(picked, s)
+		}
+	}
+	b := &bench{work: *work, before: *before, after: *after}
+	if err := b.run(picked, *beforeLabel, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "memorybench:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	work, before, after string
+	report              strings.Builder
+}
+
+func (b *bench) printf(format string, args ...any) {
+	fmt.Printf(format, args...)
+	fmt.Fprintf(&b.report, format, args...)
+}
+
+// measurement is one `aipo learn`.
+type measurement struct {
+	peak    int64   // bytes
+	seconds float64 // wall time of the child
+	skipped string  // why it was not run
+}
+
+func (b *bench) run(picked []size, beforeLabel, out string) error {
+	ctx := context.Background()
+	if err := os.MkdirAll(b.work, 0o755); err != nil {
+		return err
+	}
+	builds := []struct{ label, bin string }{{beforeLabel, b.before}, {"after", b.after}}
+	if b.before == "" {
+		builds = builds[1:]
+	}
+	// The fixed cost of each build: the short step of a tiny model.
+	fixed := map[string]int64{}
+	base, err := b.prepare(ctx, baseline)
+	if err != nil {
+		return err
+	}
+	for _, bd := range builds {
+		m := b.learn(bd.bin, base, shortTokens, "")
+		if m.skipped != "" {
+			return fmt.Errorf("%s: fixed-cost step: %s", bd.label, m.skipped)
+		}
+		fixed[bd.label] = m.peak
+	}
+	b.printf("# Learner step memory on the CPU: %s and after, side by side\n\n", beforeLabel)
+	b.printf("Produced by scripts/memory-bench.sh (internal/memorybench) on %s; do not edit by hand.\n", time.Now().UTC().Format("2006-01-02"))
+	b.printf("One `aipo learn` step per row (a child process, its peak RSS from getrusage), the loss with a KL term so the\n")
+	b.printf("reference model is held, micro_batch_tokens 2048, one sequence of %d tokens (long) or %d (short).\n", longTokens, shortTokens)
+	b.printf("Host bytes/param = (short-step peak - fixed cost) / parameters, the fixed cost being the peak of the same step on a\n")
+	b.printf("1-layer, 64-wide model (%s: %s; after: %s). Activation bytes/token/layer = (long peak - short peak) / (%d tokens x layers).\n\n",
+		beforeLabel, mib(fixed[beforeLabel]), mib(fixed["after"]), longTokens-shortTokens)
+	b.printf("| size | params | layers | hidden | build | checkpointing | short peak | long peak | host B/param | act B/token/layer | 4 x hidden x 4 | long step s |\n")
+	b.printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	type result struct {
+		size                     string
+		bpp, act, seconds, ratio float64
+		plan, measured           int64
+	}
+	var after []result
+	for _, s := range picked {
+		P := model.ParamCount(s.cfg)
+		dir, err := b.prepare(ctx, s)
+		if err != nil {
+			return err
+		}
+		for _, bd := range builds {
+			modes := []string{""}
+			if bd.label == "after" {
+				modes = []string{"off", "on"}
+			}
+			short := b.learn(bd.bin, dir, shortTokens, modes[0])
+			var onSeconds, offSeconds float64
+			for _, mode := range modes {
+				long := b.learn(bd.bin, dir, longTokens, mode)
+				label := mode
+				if mode == "" {
+					label = "(none)"
+				}
+				if short.skipped != "" || long.skipped != "" {
+					b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | | | | |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
+						s.cfg.HiddenSize, bd.label, label, short.show(), long.show())
+					continue
+				}
+				bpp := float64(short.peak-fixed[bd.label]) / float64(P)
+				act := float64(long.peak-short.peak) / float64((longTokens-shortTokens)*s.cfg.NumHiddenLayers)
+				b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | %.1f | %.0f | %d | %.1f |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
+					s.cfg.HiddenSize, bd.label, label, mib(short.peak), mib(long.peak), bpp, act, 16*s.cfg.HiddenSize, long.seconds)
+				if bd.label == "after" {
+					if mode == "on" {
+						onSeconds = long.seconds
+						st, err := trainer.PlanStep(trainer.MemoryConfig{Model: s.cfg, MicroBatchTokens: longTokens, Checkpointing: "on", Reference: true})
+						if err != nil {
+							return err
+						}
+						after = append(after, result{size: s.name, bpp: bpp, act: act, plan: st.Host.Total(), measured: long.peak - fixed["after"]})
+					} else {
+						offSeconds = long.seconds
+					}
+				}
+			}
+			if onSeconds > 0 && offSeconds > 0 {
+				after[len(after)-1].ratio = onSeconds / offSeconds
+			}
+		}
+	}
+	b.printf("\nAfter, with activation checkpointing on: the step's time against the step without it, and the planner\n")
+	b.printf("(trainer.PlanStep: weights, gradients, AdamW moments, reference, one micro-batch's activations) against the\n")
+	b.printf("long step's measured peak above the fixed cost.\n\n")
+	b.printf("| size | host B/param (target <= 20) | act B/token/layer (target <= 4 x hidden x 4) | step time on/off (target <= 1.4) | planned | measured | planned/measured |\n")
+	b.printf("|---|---|---|---|---|---|---|\n")
+	for _, r := range after {
+		b.printf("| %s | %.1f | %.0f | %.2f | %s | %s | %.2f |\n", r.size, r.bpp, r.act, r.ratio, mib(r.plan), mib(r.measured), float64(r.plan)/float64(r.measured))
+	}
+	if out != "" {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(out, []byte(b.report.String()), 0o644)
+	}
+	return nil
+}
+
+func (m measurement) show() string {
+	if m.skipped != "" {
+		return "not run: " + m.skipped
+	}
+	return mib(m.peak)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// prepare writes the size's checkpoint 0 and the step-0 trajectories of
+// both lengths into work/<size>/{short,long} (one checkpoint, linked).
+func (b *bench) prepare(ctx context.Context, s size) (string, error) {
+	dir := filepath.Join(b.work, strings.ReplaceAll(s.name, " ", "-"))
+	ck := filepath.Join(dir, "checkpoint-0")
+	if ok, _ := checkpoint.Committed(ctx, ck); !ok {
+		os.RemoveAll(dir)
+		m, err := model.New(s.cfg, 1)
+		if err != nil {
+			return "", err
+		}
+		if err := trainer.SaveCheckpoint(ctx, ck, m, nil, nil, checkpoint.TrainerState{RunID: "memorybench"}); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// learn runs one `aipo learn` of bin on a fresh run directory of tokens
+// tokens (checkpoint 0 linked from the prepared one), with activation
+// checkpointing mode (empty: the field is left out, for builds without
+// it), and returns its peak RSS and wall time.
+func (b *bench) learn(bin, dir string, tokens int, mode string) measurement {
+	if need, avail := projected(dir, tokens), memAvailable(); avail > 0 && need > avail {
+		return measurement{skipped: fmt.Sprintf("%s projected, %s available", mib(need), mib(avail))}
+	}
+	run := filepath.Join(dir, fmt.Sprintf("run-%d-%s-%d", tokens, mode, time.Now().UnixNano()))
+	defer os.RemoveAll(run)
+	if err := linkTree(filepath.Join(dir, "checkpoint-0"), checkpoint.Dir(run, 0)); err != nil {
+		return measurement{skipped: err.Error()}
+	}
+	ctx := context.Background()
+	traj := trajectory(tokens)
+	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{traj}}, schemas.Manifest{Run: "memorybench"}); err != nil {
+		return measurement{skipped: err.Error()}
+	}
+	yaml := fmt.Sprintf("run: {name: memorybench, dir: %s, steps: 1}\ndata: {demo: true}\nlearner:\n  loss: {kl_coef: 0.001}\n  micro_batch_tokens: %d\n", run, longTokens)
+	if mode != "" {
+		yaml += "  activation_checkpointing: " + mode + "\n"
+	}
+	cfgPath := filepath.Join(run, "run.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		return measurement{skipped: err.Error()}
+	}
+	cmd := exec.Command(bin, "learn", "--run", run, "--config", cfgPath, "--step", "0")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if e := os.Getenv("MEMORYBENCH_CHILD_ENV"); e != "" {
+		cmd.Env = append(os.Environ(), strings.Fields(e)...)
+	}
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		return measurement{skipped: fmt.Sprintf("aipo learn failed: %v: %s", err, strings.TrimSpace(stderr.String()))}
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return measurement{peak: ru.Maxrss * 1024, seconds: time.Since(t0).Seconds()}
+}
+
+// trajectory is one correct policy trajectory of tokens tokens.
+func trajectory(tokens int) schemas.Trajectory {
+	resp := tokens - promptLen
+	t := schemas.Trajectory{SchemaVersion: schemas.SchemaVersion, Run: "memorybench", PromptID: "p0", DataSource: "demo",
+		PromptIDs: make([]int32, promptLen), ResponseIDs: make([]int32, resp), TokenSource: make([]int8, resp),
+		BehaviorLogProbs: make([]float32, resp), ResponseText: "x", Reward: 1, Correct: true, Advantage: 1, FinishReason: schemas.FinishStop}
+	for i := range t.PromptIDs {
+		t.PromptIDs[i] = int32(1 + i)
+	}
+	for i := range t.ResponseIDs {
+		t.ResponseIDs[i] = int32((i*7919 + 13) % 32000)
+		t.TokenSource[i] = schemas.SourcePolicy
+		t.BehaviorLogProbs[i] = -10
+	}
+	return t
+}
+
+// linkTree hard-links the files of src into dst (the runs read checkpoint
+// 0 and never change it).
+func linkTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		return os.Link(p, target)
+	})
+}
+
+// projected is a generous bound of what a step of the prepared model
+// needs (40 bytes a parameter and the activations without checkpointing),
+// so that a run that could not fit the machine is skipped rather than
+// pushing the machine's other work out of memory.
+func projected(dir string, tokens int) int64 {
+	ck := filepath.Join(dir, "checkpoint-0", checkpoint.WeightsName)
+	st, err := os.Stat(ck)
+	if err != nil {
+		return 0
+	}
+	P := st.Size() / 4
+	cfg, err := model.LoadConfig(filepath.Join(dir, "checkpoint-0", checkpoint.ConfigName))
+	if err != nil {
+		return 0
+	}
+	return 40*P + model.PassBytes(cfg, model.Packed(tokens, tokens, false))
+}
+
+// memAvailable is /proc/meminfo's MemAvailable less 2 GiB of margin (0
+// when unknown).
+func memAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb*1024 - 2<<30
+		}
+	}
+	return 0
+}
