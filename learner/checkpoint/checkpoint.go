@@ -83,6 +83,15 @@ type Checkpoint struct {
 	// that no copy of it is built in memory.
 	WriteOptimizer func(io.Writer) error
 	Trainer        TrainerState
+	// ServingOnly, on Save, writes the serving checkpoint alone: the
+	// Hugging Face directory (model.safetensors in the model's dtype,
+	// config.json, the tokenizer files) and trainer_state.json, without
+	// the training state (master.safetensors and optimizer.bin; Optimizer
+	// and WriteOptimizer are not used). On Load it says that the checkpoint is such a one:
+	// Tensors are then the served weights and Optimizer is nil, so a run
+	// cannot continue from it bit for bit (a full checkpoint lists
+	// optimizer.bin in its marker; see Full).
+	ServingOnly bool
 }
 
 // marker is the content of _COMMITTED: every file of the checkpoint with
@@ -242,12 +251,14 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		name string
 		data []byte
 	}{{ConfigName, cfg}, {TrainerStateName, append(ts, '\n')}}
-	if ck.WriteOptimizer == nil {
+	switch {
+	case ck.ServingOnly:
+	case ck.WriteOptimizer == nil:
 		small = append(small, struct {
 			name string
 			data []byte
 		}{OptimizerName, ck.Optimizer})
-	} else {
+	default:
 		if len(ck.Optimizer) > 0 {
 			return m, fmt.Errorf("the checkpoint has both optimiser state bytes and a function streaming it; give one")
 		}
@@ -281,7 +292,7 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		return m, err
 	}
 	m.Files = append(m.Files, wfs...)
-	if opts.DType != F32 {
+	if opts.DType != F32 && !ck.ServingOnly {
 		md := opts.withDefaults().Metadata
 		wf, err := writeFile(ctx, storage.Join(dir, MasterName), true, func(w io.Writer) error {
 			_, err := WriteSafetensors(w, ck.Tensors, F32, md)

@@ -15,7 +15,11 @@
 //     (the float32 master weights, when the model's dtype is not float32),
 //     optimizer.bin and trainer_state.json, committed by a final _COMMITTED
 //     marker. A directory without the marker does not exist as far as Load
-//     and Latest are concerned.
+//     and Latest are concerned. A serving checkpoint
+//     (Checkpoint.ServingOnly) leaves the training state out
+//     (master.safetensors, optimizer.bin): what policy servers load, at a
+//     fraction of the size; Full tells the two apart. Remove deletes a
+//     committed checkpoint so that no reader sees part of one.
 //
 // Load, for training, returns the float32 masters when the checkpoint has
 // them (a resumed run continues bit for bit); LoadServed returns the

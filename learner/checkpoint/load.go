@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -279,10 +280,14 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 	if err := json.Unmarshal(b, &ck.Trainer); err != nil {
 		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, TrainerStateName, err)
 	}
-	if !opts.SkipOptimizer {
-		if ck.Optimizer, err = need(OptimizerName); err != nil {
-			return Checkpoint{}, err
-		}
+	// A serving checkpoint lists no optimizer.bin (and no masters).
+	hasOpt := false
+	for _, f := range m.Files {
+		hasOpt = hasOpt || f.Path == OptimizerName
+	}
+	ck.ServingOnly = !hasOpt
+	if hasOpt && !opts.SkipOptimizer {
+		ck.Optimizer = files[OptimizerName]
 	}
 	if len(m.TokenizerFiles) > 0 {
 		ck.Tokenizer = map[string][]byte{}
@@ -359,30 +364,47 @@ func Dir(runDir string, step int64) string {
 // (uncommitted directories are ignored). With none it returns an error
 // wrapping ErrNoCheckpoint.
 func Latest(ctx context.Context, runDir string) (dir string, step int64, err error) {
+	steps, err := List(ctx, runDir)
+	if err != nil {
+		return "", 0, err
+	}
+	if len(steps) == 0 {
+		return "", 0, fmt.Errorf("%s: %w under %s", runDir, ErrNoCheckpoint, storage.Join(runDir, "checkpoints"))
+	}
+	step = steps[len(steps)-1]
+	return Dir(runDir, step), step, nil
+}
+
+// List returns the steps of runDir's committed checkpoints, ascending
+// (uncommitted directories and strays such as step-000007.tmp-123 are
+// left out).
+func List(ctx context.Context, runDir string) ([]int64, error) {
 	glob := storage.Join(runDir, "checkpoints", "step-*", CommittedName)
 	paths, err := storage.List(ctx, glob)
 	if err != nil {
-		return "", 0, fmt.Errorf("list checkpoints of %s: %w", runDir, err)
+		return nil, fmt.Errorf("list checkpoints of %s: %w", runDir, err)
 	}
-	step = -1
+	var steps []int64
 	for _, p := range paths {
-		d := storage.Dir(p)
-		s, ok := strings.CutPrefix(storage.Base(d), "step-")
-		if !ok {
-			continue
-		}
-		k, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || k < 0 {
-			continue // step-000007.tmp-123 and other strays
-		}
-		if k > step {
-			dir, step = d, k
+		if k, ok := stepOf(storage.Base(storage.Dir(p))); ok {
+			steps = append(steps, k)
 		}
 	}
-	if step < 0 {
-		return "", 0, fmt.Errorf("%s: %w under %s", runDir, ErrNoCheckpoint, storage.Join(runDir, "checkpoints"))
+	slices.Sort(steps)
+	return slices.Compact(steps), nil
+}
+
+// stepOf is the step of a checkpoint directory named step-NNNNNN.
+func stepOf(name string) (int64, bool) {
+	s, ok := strings.CutPrefix(name, "step-")
+	if !ok {
+		return 0, false
 	}
-	return dir, step, nil
+	k, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || k < 0 {
+		return 0, false
+	}
+	return k, true
 }
 
 // LoadWeights loads a model's configuration and tensors from any of:
