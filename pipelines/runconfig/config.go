@@ -26,6 +26,7 @@ type Config struct {
 	Advantage     advantage.Config `yaml:"advantage"`
 	Learner       Learner          `yaml:"learner"`
 	Eval          Eval             `yaml:"eval"`
+	Checkpoint    Checkpoint       `yaml:"checkpoint"`
 
 	// baseDir resolves relative input file names: the config file's
 	// directory, when it came from a local file.
@@ -342,6 +343,39 @@ type Eval struct {
 	MaxResponseTokens int `yaml:"max_response_tokens"`
 }
 
+// Checkpoint is what the learner writes after each step and what the run
+// keeps. Checkpoint k (the policy after k steps) is always written: the
+// serving weights in the model's dtype (a complete Hugging Face directory,
+// what rollouts and policy servers load). Every SaveEvery steps, and at
+// the run's last step, it also holds the full training state (float32
+// master weights and the optimiser's moments), from which the run resumes;
+// a run stopped after a serving checkpoint resumes from the newest full
+// state and replays the learner steps since then from their committed
+// trajectories, checking each replayed step against the checkpoint it
+// wrote. After each step the run removes the checkpoints it keeps no
+// longer (see the train package's Retained).
+type Checkpoint struct {
+	// SaveEvery is the steps between full training states (default 10;
+	// 1 makes every checkpoint a full one, as earlier builds wrote).
+	SaveEvery int64 `yaml:"save_every"`
+	// KeepLast is how many of the newest checkpoints are kept (default 3;
+	// 0 keeps every checkpoint, removing none). Checkpoint 0 (the initial
+	// policy), the newest full state and the checkpoint of a step still
+	// being rolled out are kept whatever it says.
+	KeepLast int `yaml:"keep_last"`
+	// KeepEvery, when positive, keeps for good the checkpoints of steps
+	// that are multiples of it (default 0: none beyond KeepLast). A kept
+	// checkpoint stays as it was written: serving weights, or full.
+	KeepEvery int64 `yaml:"keep_every"`
+}
+
+// FullAt reports whether checkpoint step of a run of steps steps holds the
+// full training state: every SaveEvery steps, at step 0 (the initial
+// policy) and at the last step.
+func (c Checkpoint) FullAt(step, steps int64) bool {
+	return step == 0 || step >= steps || c.SaveEvery <= 1 || step%c.SaveEvery == 0
+}
+
 // ChatTemplateNone is the Rollout.ChatTemplate that turns the model's chat
 // template off (prompts are rendered with Rollout.PromptTemplate).
 const ChatTemplateNone = "none"
@@ -380,6 +414,8 @@ const (
 	DefaultEvalEvery         = 10
 	DefaultEvalSamples       = 4
 	DefaultDemoNoise         = 0.2
+	DefaultSaveEvery         = 10
+	DefaultKeepLast          = 3
 )
 
 // TimeoutOrDefault is Timeout, or DefaultSyncTimeout when unset.

@@ -222,4 +222,12 @@
 //	eval.benchmarks[].breakdown extra fields whose values get their own report rows (the preset's)
 //	eval.temperature            evaluation temperature, 0 greedy (1.0, the paper's)
 //	eval.max_response_tokens    evaluation response budget (policy.max_response_tokens)
+//
+//	checkpoint                  what the learner writes each step and what the run keeps (every checkpoint holds
+//	                            the serving weights in the model's dtype; full ones also the float32 masters and
+//	                            the optimiser, from which a run resumes, replaying the learner steps since)
+//	checkpoint.save_every       steps between full training states; also full: step 0 and the last step (10)
+//	checkpoint.keep_last        newest checkpoints kept; 0 keeps all. Always kept: step 0, the newest full state,
+//	                            the checkpoint of a step still being rolled out (3)
+//	checkpoint.keep_every       also keep the checkpoints of steps that are multiples of it, 0 none (0)
 package runconfig

@@ -71,6 +71,7 @@ func Default() Config {
 			Samples:     DefaultEvalSamples,
 			Temperature: 1,
 		},
+		Checkpoint: Checkpoint{SaveEvery: DefaultSaveEvery, KeepLast: DefaultKeepLast},
 	}
 	if err := c.ApplyBase(loss.BaseGRPO); err != nil {
 		panic(err) // the grpo preset always exists

@@ -335,6 +335,19 @@ func (c Config) validateRest() error {
 		}
 		seen[b.Key()] = true
 	}
+	return c.validateCheckpoint()
+}
+
+func (c Config) validateCheckpoint() error {
+	ck := c.Checkpoint
+	switch {
+	case ck.SaveEvery < 1:
+		return fieldError("checkpoint.save_every", "%d must be at least 1 (1 writes the full training state at every step)", ck.SaveEvery)
+	case ck.KeepLast < 0:
+		return fieldError("checkpoint.keep_last", "%d must not be negative (0 keeps every checkpoint)", ck.KeepLast)
+	case ck.KeepEvery < 0:
+		return fieldError("checkpoint.keep_every", "%d must not be negative (0 keeps none beyond checkpoint.keep_last)", ck.KeepEvery)
+	}
 	return nil
 }
 

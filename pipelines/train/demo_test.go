@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,8 +44,19 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 		if want := int64(cfg.Data.BatchSize * cfg.Rollout.GroupSize); m.Rows != want {
 			t.Errorf("step %d holds %d trajectories, want %d", k, m.Rows, want)
 		}
-		if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(dir, k+1)); !ok {
-			t.Errorf("checkpoint %d not committed: %v", k+1, err)
+	}
+	// The checkpoints the policy keeps (configs/quick.yaml: full states at
+	// 0, 2 and 3, keep_last 1), nothing else.
+	want := []int64{0, 3}
+	if got, err := checkpoint.List(ctx, dir); err != nil || !slices.Equal(got, want) {
+		t.Errorf("checkpoints after the run: %v (%v), want %v", got, err, want)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "checkpoints", "*")); len(left) != len(want) {
+		t.Errorf("checkpoints/ holds %v, want the %d committed checkpoints alone", left, len(want))
+	}
+	for _, k := range want {
+		if full, err := checkpoint.Full(ctx, checkpoint.Dir(dir, k)); !full {
+			t.Errorf("checkpoint %d is not a full training state (%v)", k, err)
 		}
 	}
 	for _, f := range []string{"report/" + demo.ReportMarkdown, "report/" + demo.AccuracyPNG, "analysis/analysis.md", "metrics.jsonl"} {

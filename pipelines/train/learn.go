@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,13 +9,11 @@ import (
 	"sort"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
-	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -148,6 +145,10 @@ type Policy struct {
 	Dir       string // the checkpoint's directory
 	Tokenizer map[string][]byte
 	State     checkpoint.TrainerState
+	// ServingOnly: the checkpoint holds the serving weights alone (no
+	// optimiser state; for a model whose dtype is not float32, weights
+	// rounded to it), not a state to continue training from.
+	ServingOnly bool
 }
 
 // OpenOptimizer streams the checkpoint's optimiser state (verified as it
@@ -164,7 +165,7 @@ func LoadPolicy(ctx context.Context, dir string) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Policy{Model: m, Dir: dir, Tokenizer: ck.Tokenizer, State: ck.Trainer}, nil
+	return &Policy{Model: m, Dir: dir, Tokenizer: ck.Tokenizer, State: ck.Trainer, ServingOnly: ck.ServingOnly}, nil
 }
 
 // SavePolicy commits a checkpoint. An already committed checkpoint at dir
@@ -187,27 +188,24 @@ func existsIsDone(err error) error {
 }
 
 // Learn runs the learner on step k: checkpoint k and step k's trajectories
-// in, checkpoint k+1 and the step's metrics out. When checkpoint k+1 is
-// already committed it does nothing and returns the metrics on record, so
-// running it twice changes nothing.
+// in, checkpoint k+1 and the step's metrics out. When checkpoint k+1 (or a
+// later one) is already committed it does nothing and returns the metrics
+// on record, so running it twice changes nothing. Checkpoint k+1 holds the
+// full training state or the serving weights alone as checkpoint.save_every
+// says; when checkpoint k holds serving weights alone, the state is
+// rebuilt from the newest full state before it (see learnSession).
 func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, error) {
-	runDir := cfg.Run.Dir
-	ctx, release, err := runlease.Ensure(ctx, runDir, runlease.Options{Command: "aipo learn"})
-	if err != nil {
-		return LearnMetrics{}, err
-	}
-	defer release()
-	next := checkpoint.Dir(runDir, k+1)
-	if ok, _ := checkpoint.Committed(ctx, next); ok {
-		var m LearnMetrics
-		b, err := storage.ReadFile(ctx, metricsPath(runDir, "learn", k))
-		if err == nil {
-			err = json.Unmarshal(b, &m)
-		}
-		return m, err
-	}
+	s := newLearnSession(cfg, nil)
+	defer s.Close()
+	return s.Learn(ctx, k)
+}
+
+// learnStep applies step k's update to st (the training state after k
+// steps) under cfg and returns the step's metrics; it writes nothing. The
+// reference policy, when the loss needs one, comes from ref.
+func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, ref func(context.Context, bool) (*model.Model, error)) (LearnMetrics, error) {
 	start := time.Now()
-	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(runDir, k))
+	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(cfg.Run.Dir, k))
 	if err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
@@ -217,43 +215,11 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 	if err := checkVersions(k, trajs, cfg.Staleness()); err != nil {
 		return LearnMetrics{}, err
 	}
-	oc := cfg.Learner.Optim
-	opt, err := optim.New(oc)
-	if err != nil {
-		return LearnMetrics{}, err
-	}
-	l := &trainer.Learner{Opt: opt}
-	// The reference first: its host copy goes once a device holds it, before
-	// the policy, its gradients and its optimiser state take their memory.
-	var ref *model.Model
-	if cfg.Learner.Loss.KLCoef != 0 {
-		rp, err := LoadPolicy(ctx, checkpoint.Dir(runDir, 0))
-		if err != nil {
-			return LearnMetrics{}, fmt.Errorf("learn step %d: reference policy: %w", k, err)
-		}
-		ref = rp.Model
-	}
-	pol, err := LoadPolicy(ctx, checkpoint.Dir(runDir, k))
+	l, err := st.learner(ctx, cfg, ref)
 	if err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
-	l.Policy, l.Ref = pol.Model, ref
-	ref = nil
-	freeCompute, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision)
-	if err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: learner.backend %s: %w", k, cfg.Learner.Backend, err)
-	}
-	defer freeCompute()
-	l.Ref = nil // the reference's passes hold what they need (on a device, their own copy)
-	if err := restoreOptimizer(ctx, l, pol); err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: optimiser state of checkpoint %d: %w", k, k, err)
-	}
-	ckpt, err := trainer.UseCheckpointing(trainer.MemoryConfig{Model: pol.Model.Config(), Backend: cfg.Learner.Backend,
-		Precision: cfg.Learner.Precision, MicroBatchTokens: cfg.Learner.MicroBatchTokens, Checkpointing: cfg.Learner.ActivationCheckpointing})
-	if err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: learner.activation_checkpointing: %w", k, err)
-	}
-	l.SetCheckpointing(ckpt)
+	opt := l.Opt
 	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
 		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
@@ -277,7 +243,8 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 			}
 			met.LossMetrics = map[string]float64{"sft_sequences": float64(len(seqs))}
 		}
-		return finishLearn(ctx, cfg, k, start, pol, l, met)
+		met.Seconds = time.Since(start).Seconds()
+		return met, nil
 	}
 	samples, skipped, err := Samples(trajs, cfg.Rollout.TemplateTokens)
 	if err != nil {
@@ -299,7 +266,8 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
 		met.Mismatch = mismatchOf(st)
 	}
-	return finishLearn(ctx, cfg, k, start, pol, l, met)
+	met.Seconds = time.Since(start).Seconds()
+	return met, nil
 }
 
 // nothingToTrain says why step k, whose committed trajectories are trajs
@@ -352,36 +320,27 @@ func metaOr(meta map[string]string, k, or string) string {
 	return or
 }
 
-// restoreOptimizer streams the policy checkpoint's optimiser state into
-// where the learner's step keeps it (host memory, or the device); an empty
-// state (a checkpoint written before any step) leaves the optimiser fresh.
-func restoreOptimizer(ctx context.Context, l *trainer.Learner, pol *Policy) error {
-	r, err := pol.OpenOptimizer(ctx)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	br := bufio.NewReaderSize(r, 1<<16)
-	if _, err := br.Peek(1); err == io.EOF {
-		return nil
-	}
-	return l.ReadOptimizer(br)
-}
-
-// finishLearn records step k's learner metrics and commits checkpoint k+1,
-// the optimiser state streamed from where the step keeps it.
-func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, start time.Time, pol *Policy, l *trainer.Learner, met LearnMetrics) (LearnMetrics, error) {
+// finishLearn records step k's learner metrics and commits checkpoint k+1
+// from st (the state after step k): the full training state when full is
+// set, else the serving weights alone.
+func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, full bool, met LearnMetrics) (LearnMetrics, error) {
 	runDir, next := cfg.Run.Dir, checkpoint.Dir(cfg.Run.Dir, k+1)
-	if err := l.SyncPolicy(); err != nil {
+	if err := st.syncParams(); err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
-	met.Seconds = time.Since(start).Seconds()
+	var writeOpt func(io.Writer) error
+	if full {
+		writeOpt = st.writeOptimizer
+	}
 	if err := writeJSON(ctx, metricsPath(runDir, "learn", k), met); err != nil {
 		return LearnMetrics{}, err
 	}
-	st := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
+	ts := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
 		Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
-	if err := savePolicyStreaming(ctx, next, pol.Model, l.WriteOptimizer, pol.Tokenizer, st); err != nil {
+	m := st.pol.Model
+	err := checkpoint.Save(ctx, next, checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
+		WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full})
+	if err := existsIsDone(err); err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)
 	}
 	return met, nil

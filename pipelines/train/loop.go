@@ -38,6 +38,8 @@ type loop struct {
 
 	emitMu sync.Mutex
 
+	learner *learnSession // the learner steps, with the training state kept between them
+
 	servers *weightsync.Group // nil: nobody is told (in-process policy, or policy.sync none)
 	pushMu  sync.Mutex
 	pushed  int64 // the checkpoint the servers were last told to serve; -1 none yet
@@ -206,7 +208,7 @@ func reachable(ctx context.Context, cfg runconfig.Config, k int64) error {
 // checkpoint k+1 when due, and the rebuilt metrics.
 func (lp *loop) learn(ctx context.Context, k int64) error {
 	lp.emit(Event{Step: k, Phase: "learn"})
-	lm, err := Learn(ctx, lp.cfg, k)
+	lm, err := lp.learner.Learn(ctx, k)
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}

@@ -112,6 +112,13 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	if err := RebuildMetrics(ctx, runDir); err != nil {
 		return err
 	}
+	// So are the checkpoints the policy keeps (a run killed between a
+	// commit and the removals after it).
+	if err := applyRetention(ctx, cfg); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	learner := newLearnSession(cfg, opts.Log)
+	defer learner.Close()
 	emit := func(e Event) {
 		if opts.Progress != nil {
 			opts.Progress(e)
@@ -137,6 +144,7 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 		return err
 	}
 	defer lp.close()
+	lp.learner = learner
 	if cfg.Run.Async {
 		err = lp.runAsync(ctx, k)
 	} else {

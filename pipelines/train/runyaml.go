@@ -26,6 +26,11 @@ const (
 type ConfigChange struct {
 	FromStep int64         `json:"from_step"`
 	Changes  []FieldChange `json:"changes"`
+	// Before is the whole run.yaml in force before FromStep: a run that
+	// resumes from a full state older than the change replays the learner
+	// steps before it with their own configuration (absent in lines of
+	// earlier builds).
+	Before string `json:"before_yaml,omitempty"`
 }
 
 // FieldChange is one changed field, by its dotted path in the run YAML.
@@ -94,7 +99,7 @@ func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool,
 	if !reconfigure {
 		return &ConfigChangedError{Dir: runDir, Changes: changes, Step: step}
 	}
-	line, err := json.Marshal(ConfigChange{FromStep: step, Changes: changes})
+	line, err := json.Marshal(ConfigChange{FromStep: step, Changes: changes, Before: string(was)})
 	if err != nil {
 		return err
 	}
@@ -132,6 +137,15 @@ func diffYAML(was, now []byte) ([]FieldChange, error) {
 	fa, fb := map[string]string{}, map[string]string{}
 	flatten("", a, fa)
 	flatten("", b, fb)
+	// A field that the recorded file lacks (written by a build without it)
+	// and that holds its default now is not a change.
+	fd := map[string]string{}
+	if db, err := runconfig.Default().YAML(); err == nil {
+		var d map[string]any
+		if yaml.Unmarshal(db, &d) == nil {
+			flatten("", d, fd)
+		}
+	}
 	keys := map[string]bool{}
 	for k := range fa {
 		keys[k] = true
@@ -142,6 +156,9 @@ func diffYAML(was, now []byte) ([]FieldChange, error) {
 	var out []FieldChange
 	for k := range keys {
 		if ignoredFields[k] || fa[k] == fb[k] {
+			continue
+		}
+		if _, had := fa[k]; !had && fb[k] == fd[k] {
 			continue
 		}
 		out = append(out, FieldChange{Field: k, Was: orUnset(fa[k]), Now: orUnset(fb[k])})

@@ -79,6 +79,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
 	h.cfg.Run.Dir = t.TempDir()
+	h.cfg.Checkpoint.SaveEvery = 1 // checkpoint 1 a full one, with its float32 masters
 	src := filepath.Join(t.TempDir(), "hf")
 	gen := []byte("{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": [2, 3],\n  \"temperature\": 0.6,\n  \"top_p\": 0.95\n}\n")
 	orig := writeHFDir(t, src, h, gen)
