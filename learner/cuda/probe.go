@@ -1,0 +1,27 @@
+package cuda
+
+// DeviceInfo describes one GPU as the driver reports it.
+type DeviceInfo struct {
+	Ordinal      int
+	Name         string
+	TotalBytes   uint64 // cuMemGetInfo's total
+	FreeBytes    uint64 // and free, with this process's context open
+	Major, Minor int    // compute capability
+}
+
+// Probe opens GPU ordinal without cuBLAS (nothing is launched or
+// allocated), reads its name, compute capability and memory, and closes
+// it: what a planner needs to know before a run. Without a driver or a GPU it returns the error Open would (the
+// libraries and paths that were tried).
+func Probe(ordinal int) (DeviceInfo, error) {
+	dv, err := open(ordinal, false)
+	if err != nil {
+		return DeviceInfo{}, err
+	}
+	defer dv.Close()
+	free, total, err := dv.MemInfo()
+	if err != nil {
+		return DeviceInfo{}, err
+	}
+	return DeviceInfo{Ordinal: ordinal, Name: dv.Name(), TotalBytes: total, FreeBytes: free, Major: dv.major, Minor: dv.minor}, nil
+}
