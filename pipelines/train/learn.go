@@ -203,7 +203,7 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 // learnStep applies step k's update to st (the training state after k
 // steps) under cfg and returns the step's metrics; it writes nothing. The
 // reference policy, when the loss needs one, comes from ref.
-func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, ref func(context.Context, bool) (*model.Model, error)) (LearnMetrics, error) {
+func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, ref func(context.Context) (*model.Model, error)) (LearnMetrics, error) {
 	start := time.Now()
 	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(cfg.Run.Dir, k))
 	if err != nil {

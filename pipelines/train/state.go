@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -35,6 +36,7 @@ type trainState struct {
 	optBytes []byte
 	l        *trainer.Learner // the passes, or nil
 	on       string           // the setting l runs with
+	cpu      bool             // l runs on the CPU: opt holds the moments
 	free     func()
 }
 
@@ -42,7 +44,7 @@ type trainState struct {
 // learner.precision, the reference when the loss has a KL term,
 // learner.activation_checkpointing), opening them, and restoring the
 // optimiser's state into them, when they are not open with that setting.
-func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref func(context.Context, bool) (*model.Model, error)) (*trainer.Learner, error) {
+func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref func(context.Context) (*model.Model, error)) (*trainer.Learner, error) {
 	if err := st.opt.SetConfig(cfg.Learner.Optim); err != nil {
 		return nil, err
 	}
@@ -55,9 +57,9 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		l := &trainer.Learner{Policy: st.pol.Model, Opt: st.opt}
 		cpu := cfg.Learner.Backend == runconfig.BackendCPU
 		if kl {
-			// On the CPU the passes read the host copy, kept for the
-			// session; a device holds its own, and the host's goes.
-			r, err := ref(ctx, cpu)
+			// On the CPU the passes read the host copy; a device holds
+			// its own, and the host's goes.
+			r, err := ref(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("reference policy: %w", err)
 			}
@@ -74,7 +76,7 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 			free()
 			return nil, fmt.Errorf("optimiser state of checkpoint %d: %w", st.step, err)
 		}
-		st.l, st.on, st.free = l, on, free
+		st.l, st.on, st.free, st.cpu = l, on, free, cpu
 	}
 	ckpt, err := trainer.UseCheckpointing(trainer.MemoryConfig{Model: st.pol.Model.Config(), Backend: cfg.Learner.Backend,
 		Precision: cfg.Learner.Precision, MicroBatchTokens: cfg.Learner.MicroBatchTokens, Checkpointing: cfg.Learner.ActivationCheckpointing})
@@ -143,15 +145,19 @@ func (st *trainState) writeOptimizer(w io.Writer) error {
 	return err
 }
 
-// park brings what the passes hold back to the host (the weights, the
-// optimiser state as bytes) and closes them, freeing the device (for the
-// rollout engine between steps).
+// park ends the step's hold on memory: it brings what the passes hold
+// back to the host and closes them. On a device the weights come back and
+// the optimiser state is kept as bytes, freeing the device for the rollout
+// engine between steps. On the CPU the optimiser keeps its moments and the
+// policy is rebuilt from its weights alone, so that its gradients, its
+// activation buffers and the reference do not stay through the rollout.
 func (st *trainState) park() error {
 	if st.l == nil {
 		return nil
 	}
 	err := st.syncParams()
-	if err == nil {
+	cpu := st.cpu
+	if err == nil && !cpu {
 		var b bytes.Buffer
 		if err = st.l.WriteOptimizer(&b); err == nil {
 			st.optBytes = b.Bytes()
@@ -159,6 +165,17 @@ func (st *trainState) park() error {
 	}
 	st.free()
 	st.l, st.on, st.free = nil, "", nil
+	if err == nil && cpu {
+		old := st.pol.Model
+		// What the step held is garbage now; collected first, its memory
+		// takes the copy.
+		runtime.GC()
+		m, merr := trainer.ModelFromTensors(old.Config(), trainer.Tensors(old))
+		if merr != nil {
+			return merr
+		}
+		st.pol.Model = m
+	}
 	return err
 }
 
@@ -180,12 +197,13 @@ func (st *trainState) close() {
 // under the configuration it ran with, checking every replayed step's
 // weights against the checkpoint it committed (checkpoint.SameWeights).
 // The learner is deterministic, so the replayed state is the one the
-// interrupted run held, bit for bit.
+// interrupted run held, bit for bit. Between steps (while the rollout
+// runs) it holds, on the host, the float32 weights and the optimiser's
+// moments alone: 12 bytes a parameter.
 type learnSession struct {
 	cfg  runconfig.Config
 	logf func(string)
-	st   *trainState  // nil: none held
-	ref  *model.Model // the reference policy, once loaded
+	st   *trainState // nil: none held
 }
 
 func newLearnSession(cfg runconfig.Config, logf func(string)) *learnSession {
@@ -229,8 +247,8 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 		full := s.cfg.Checkpoint.FullAt(k+1, s.cfg.Run.Steps)
 		met, err = finishLearn(ctx, s.cfg, k, st, full, met)
 	}
-	if err == nil && s.cfg.Learner.Backend != runconfig.BackendCPU {
-		// The device is the rollout engine's until the next step.
+	if err == nil {
+		// Until the next step the memory is the rollout engine's.
 		err = st.park()
 	}
 	if err != nil {
@@ -264,18 +282,11 @@ func learned(ctx context.Context, runDir string, k int64) (bool, error) {
 	return len(steps) > 0 && steps[len(steps)-1] > k, nil
 }
 
-// reference loads the reference policy (checkpoint 0), kept for the
-// session when keep is set.
-func (s *learnSession) reference(ctx context.Context, keep bool) (*model.Model, error) {
-	if s.ref != nil {
-		return s.ref, nil
-	}
+// reference loads the reference policy (checkpoint 0).
+func (s *learnSession) reference(ctx context.Context) (*model.Model, error) {
 	ref, err := LoadPolicy(ctx, checkpoint.Dir(s.cfg.Run.Dir, 0))
 	if err != nil {
 		return nil, err
-	}
-	if keep {
-		s.ref = ref.Model
 	}
 	return ref.Model, nil
 }
