@@ -11,7 +11,7 @@ func TestHelpAndUnknownFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a process per command")
 	}
-	for _, c := range [][]string{{"train"}, {"learn"}, {"rollout"}, {"eval"}, {"analyze"}, {"serve"}, {"demo"}, {"tokenize"}, {"collaborators", "serve"}} {
+	for _, c := range [][]string{{"train"}, {"learn"}, {"rollout"}, {"eval"}, {"analyze"}, {"serve"}, {"demo"}, {"tokenize"}, {"plan"}, {"collaborators", "serve"}} {
 		if code, out := runAipo(t, append(c, "--help")...); code != 0 || !strings.Contains(out, "Usage") {
 			t.Errorf("aipo %s --help exited %d (want 0) with:\n%s", strings.Join(c, " "), code, out)
 		}

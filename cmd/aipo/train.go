@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -54,12 +55,15 @@ func runTrain(args []string) int {
 	run := fs.String("run", "", "run directory, local or gs:// (overrides run.dir)")
 	initCkpt := fs.String("init", "", "initial policy: a checkpoint directory (ours or Hugging Face layout) copied into <run>/checkpoints/step-000000 when the run has none")
 	leaseOpts := leaseFlags(fs, "aipo train")
+	ignorePlan := fs.Bool("ignore-plan", false, "run even when the memory plan (aipo plan) says the run does not fit")
+	planOpts := planFlags(fs)
 	reconfigure := fs.Bool("reconfigure", false, "apply a configuration that differs from the run's run.yaml from the next step on, recording the change in <run>/config_changes.jsonl (without it such a run is refused with the changed fields)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [Beam flags]\n\n"+
 			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
 			"checkpoint. Killed at any moment and started again with the same command, it continues\n"+
-			"and produces the same checkpoints as an uninterrupted run.\n\nFlags:\n")
+			"and produces the same checkpoints as an uninterrupted run. It first makes the memory\n"+
+			"plan of aipo plan and refuses a run that does not fit (--ignore-plan runs it anyway).\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -86,6 +90,13 @@ func runTrain(args []string) int {
 	if err := checkLeaseTimeout(lo); err != nil {
 		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
+	}
+	// The memory plan, before anything is written: a run that cannot fit
+	// is refused before step 0.
+	po := planOpts()
+	po.Init = *initCkpt
+	if code := checkPlan(ctx, cfg, po, *ignorePlan); code != 0 {
+		return code
 	}
 	p := newProgress(os.Stderr)
 	// The lease is taken before --init writes checkpoint 0.
@@ -202,4 +213,28 @@ func inProcessWorkers() error {
 		"serve the policy with aipo serve and set policy.endpoint to it with policy.sync.kind: aipo (aipo train then tells it of every checkpoint), "+
 		"or serve it with aipo serve --watch RUN and run aipo rollout --policy grpc://HOST:PORT and aipo learn per step "+
 		"(scripts/dataflow/README.md), or use the local runner or --environment_type=LOOPBACK", runner)
+}
+
+// checkPlan makes the run's memory plan and returns 0 when it fits (or is
+// ignored, or the model is not known yet: Run then says what is missing),
+// else the exit code, after the refusal with the numbers and the fix.
+func checkPlan(ctx context.Context, cfg runconfig.Config, o train.PlanOptions, ignore bool) int {
+	p, err := train.MakePlan(ctx, cfg, o)
+	switch {
+	case errors.Is(err, train.ErrModelUnknown):
+		return 0
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(os.Stderr, "aipo train: memory plan: %s\n", p.Summary())
+	if err := p.Refusal(); err != nil {
+		if ignore {
+			fmt.Fprintf(os.Stderr, "aipo train: --ignore-plan: going on although %v\n", err)
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
+		return 1
+	}
+	return 0
 }

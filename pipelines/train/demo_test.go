@@ -19,6 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	runChildIfAsked()
+	runPlanChildIfAsked()
 	ptest.MainWithDefault(m, "prism")
 }
 

@@ -193,7 +193,7 @@ func openEngineOn(ctx context.Context, dir, name string) (e *engine.Engine, rele
 	if err != nil {
 		return nil, nil, err
 	}
-	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: 256}
+	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: engineMaxBatch}
 	b, err := backend.Lookup(name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rollout engine: learner.backend: %w", err)
