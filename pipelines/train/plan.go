@@ -296,13 +296,6 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
 	add(act, st.Host.Activations, st.Device.Activations)
-	if p.Reference && !cudaRun {
-		// On the CPU each model keeps its own buffer pool: the reference's
-		// holds what its scoring passes took, beside the policy's.
-		sc := model.Packed(p.PassTokens, p.SeqTokens, false)
-		sc.Score = true
-		add("the reference's scoring buffers (its own pool)", model.PassBytes(mc, sc), 0)
-	}
 	learn.Lines = append(learn.Lines, proc)
 	if cudaRun {
 		learn.Lines = append(learn.Lines, ctxLine)
