@@ -37,6 +37,7 @@ type trainState struct {
 	l        *trainer.Learner // the passes, or nil
 	on       string           // the setting l runs with
 	cpu      bool             // l runs on the CPU: opt holds the moments
+	synced   bool             // the host weights are l's (no step since syncParams)
 	free     func()
 }
 
@@ -84,6 +85,7 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		return nil, fmt.Errorf("learner.activation_checkpointing: %w", err)
 	}
 	st.l.SetCheckpointing(ckpt)
+	st.synced = false // a step follows
 	return st.l, nil
 }
 
@@ -117,10 +119,14 @@ func (st *trainState) restoreOptimizer(ctx context.Context, l *trainer.Learner) 
 
 // syncParams makes the host policy's weights those the passes hold.
 func (st *trainState) syncParams() error {
-	if st.l == nil {
+	if st.l == nil || st.synced {
 		return nil
 	}
-	return st.l.SyncPolicy()
+	if err := st.l.SyncPolicy(); err != nil {
+		return err
+	}
+	st.synced = true
+	return nil
 }
 
 // writeOptimizer streams the optimiser's state, in learner/optim's
