@@ -197,7 +197,7 @@ func MakePlan(ctx context.Context, cfg runconfig.Config, o PlanOptions) (Plan, e
 	switch {
 	case o.HostBytes > 0:
 		p.Host = Capacity{Name: "the host", Bytes: o.HostBytes, Note: "--host-gib"}
-	case o.Device != "":
+	case o.Device != "" && p.cuda():
 		p.Host = Capacity{Name: "the host", Note: "the named device's host is not this machine; give its memory with --host-gib"}
 	default:
 		p.Host = hostCapacity(base)
