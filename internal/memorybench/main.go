@@ -48,9 +48,15 @@ type size struct {
 // vocabulary, tied embeddings.
 func qwen2(C, F, L, kv int) model.Config {
 	return model.Config{ModelType: "qwen2", HiddenSize: C, IntermediateSize: F, NumHiddenLayers: L, NumAttentionHeads: C / 64,
-		NumKeyValueHeads: kv, VocabSize: 32000, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6,
+		NumKeyValueHeads: kv, VocabSize: vocab, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6,
 		TieWordEmbeddings: true, HiddenAct: "silu"}
 }
+
+// vocab is the sizes' vocabulary; the fixed-cost model's is baseVocab.
+const (
+	vocab     = 32000
+	baseVocab = 256
+)
 
 var sizes = []size{
 	{"25M", qwen2(256, 1024, 16, 1)},
@@ -58,8 +64,14 @@ var sizes = []size{
 	{"300M", qwen2(1024, 2816, 24, 4)},
 }
 
-// baseline is the model whose step measures the process's fixed cost.
-var baseline = size{"fixed cost", qwen2(64, 128, 1, 1)}
+// baseline is the model whose step measures the process's fixed cost: a
+// 1-layer, 64-wide model of a 256-token vocabulary (about 50K parameters,
+// 1 MB at 20 bytes a parameter).
+var baseline = func() size {
+	c := qwen2(64, 128, 1, 1)
+	c.VocabSize = baseVocab
+	return size{"fixed cost", c}
+}()
 
 const (
 	longTokens  = 2048
@@ -114,7 +126,11 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	if err := os.MkdirAll(b.work, 0o755); err != nil {
 		return err
 	}
-	builds := []struct{ label, bin string }{{beforeLabel, b.before}, {"after", b.after}}
+	type build struct {
+		label, bin string
+		after      bool
+	}
+	builds := []build{{beforeLabel, b.before, false}, {"after", b.after, true}}
 	if b.before == "" {
 		builds = builds[1:]
 	}
@@ -125,7 +141,7 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 		return err
 	}
 	for _, bd := range builds {
-		m := b.learn(bd.bin, base, shortTokens, "")
+		m := b.learn(bd.bin, base, shortTokens, "", bd.after)
 		if m.skipped != "" {
 			return fmt.Errorf("%s: fixed-cost step: %s", bd.label, m.skipped)
 		}
@@ -135,15 +151,22 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	b.printf("Produced by scripts/memory-bench.sh (internal/memorybench) on %s; do not edit by hand.\n", time.Now().UTC().Format("2006-01-02"))
 	b.printf("One `aipo learn` step per row (a child process, its peak RSS from getrusage), the loss with a KL term so the\n")
 	b.printf("reference model is held, micro_batch_tokens 2048, one sequence of %d tokens (long) or %d (short).\n", longTokens, shortTokens)
-	b.printf("Host bytes/param = (short-step peak - fixed cost) / parameters, the fixed cost being the peak of the same step on a\n")
-	b.printf("1-layer, 64-wide model (%s: %s; after: %s). Activation bytes/token/layer = (long peak - short peak) / (%d tokens x layers).\n\n",
-		beforeLabel, mib(fixed[beforeLabel]), mib(fixed["after"]), longTokens-shortTokens)
-	b.printf("| size | params | layers | hidden | build | checkpointing | short peak | long peak | host B/param | act B/token/layer | 4 x hidden x 4 | long step s |\n")
+	b.printf("Host B/param (net) = (short-step peak - fixed cost) / parameters, the fixed cost being the peak of the same step on a\n")
+	b.printf("1-layer, 64-wide model of a 256-token vocabulary (%s: %s; after: %s); it still holds what a step needs\n",
+		beforeLabel, mib(fixed[beforeLabel]), mib(fixed["after"]))
+	b.printf("whatever the model's size (buffers of a 64-token pass, of the checkpoint writer), which the slope between sizes\n")
+	b.printf("(second table) leaves out. Act B/token/layer = (long peak - short peak) / (%d tokens x layers).\n\n", longTokens-shortTokens)
+	b.printf("| size | params | layers | hidden | build | checkpointing | short peak | long peak | host B/param (net) | act B/token/layer | 4 x hidden x 4 | long step s |\n")
 	b.printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	type point struct {
+		P     int64
+		short int64
+	}
+	shorts := map[string][]point{}
 	type result struct {
-		size                     string
-		bpp, act, seconds, ratio float64
-		plan, measured           int64
+		size           string
+		bpp, act, time float64
+		plan, measured int64
 	}
 	var after []result
 	for _, s := range picked {
@@ -154,13 +177,17 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 		}
 		for _, bd := range builds {
 			modes := []string{""}
-			if bd.label == "after" {
+			if bd.after {
 				modes = []string{"off", "on"}
 			}
-			short := b.learn(bd.bin, dir, shortTokens, modes[0])
-			var onSeconds, offSeconds float64
-			for _, mode := range modes {
-				long := b.learn(bd.bin, dir, longTokens, mode)
+			short := b.learn(bd.bin, dir, shortTokens, modes[0], bd.after)
+			if short.skipped == "" {
+				shorts[bd.label] = append(shorts[bd.label], point{P, short.peak})
+			}
+			var r result
+			var seconds [2]float64
+			for k, mode := range modes {
+				long := b.learn(bd.bin, dir, longTokens, mode, bd.after)
 				label := mode
 				if mode == "" {
 					label = "(none)"
@@ -174,31 +201,61 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 				act := float64(long.peak-short.peak) / float64((longTokens-shortTokens)*s.cfg.NumHiddenLayers)
 				b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | %.1f | %.0f | %d | %.1f |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
 					s.cfg.HiddenSize, bd.label, label, mib(short.peak), mib(long.peak), bpp, act, 16*s.cfg.HiddenSize, long.seconds)
-				if bd.label == "after" {
-					if mode == "on" {
-						onSeconds = long.seconds
-						st, err := trainer.PlanStep(trainer.MemoryConfig{Model: s.cfg, MicroBatchTokens: longTokens, Checkpointing: "on", Reference: true})
-						if err != nil {
-							return err
-						}
-						after = append(after, result{size: s.name, bpp: bpp, act: act, plan: st.Host.Total(), measured: long.peak - fixed["after"]})
-					} else {
-						offSeconds = long.seconds
+				seconds[k] = long.seconds
+				if mode == "on" {
+					st, err := trainer.PlanStep(trainer.MemoryConfig{Model: s.cfg, MicroBatchTokens: longTokens, Checkpointing: "on", Reference: true})
+					if err != nil {
+						return err
 					}
+					r = result{size: s.name, bpp: bpp, act: act, plan: st.Host.Total(), measured: long.peak - fixed["after"]}
 				}
 			}
-			if onSeconds > 0 && offSeconds > 0 {
-				after[len(after)-1].ratio = onSeconds / offSeconds
+			if r.size != "" {
+				if seconds[0] > 0 {
+					r.time = seconds[1] / seconds[0]
+				}
+				after = append(after, r)
 			}
 		}
 	}
-	b.printf("\nAfter, with activation checkpointing on: the step's time against the step without it, and the planner\n")
-	b.printf("(trainer.PlanStep: weights, gradients, AdamW moments, reference, one micro-batch's activations) against the\n")
-	b.printf("long step's measured peak above the fixed cost.\n\n")
-	b.printf("| size | host B/param (target <= 20) | act B/token/layer (target <= 4 x hidden x 4) | step time on/off (target <= 1.4) | planned | measured | planned/measured |\n")
+	b.printf("\nHost bytes per parameter as the slope of the short step's peak over the parameters, from each size to the next\n")
+	b.printf("(the fixed-cost model first): what a step holds for each parameter, the costs that do not grow with the model cancelled.\n\n")
+	b.printf("| from | to |")
+	for _, bd := range builds {
+		b.printf(" %s B/param |", bd.label)
+	}
+	b.printf("\n|---|---|")
+	for range builds {
+		b.printf("---|")
+	}
+	b.printf("\n")
+	names := append([]string{baseline.name}, func() []string {
+		var n []string
+		for _, s := range picked {
+			n = append(n, s.name)
+		}
+		return n
+	}()...)
+	for i := 1; i < len(names); i++ {
+		b.printf("| %s | %s |", names[i-1], names[i])
+		for _, bd := range builds {
+			pts := append([]point{{model.ParamCount(baseline.cfg), fixed[bd.label]}}, shorts[bd.label]...)
+			if i < len(pts) && len(pts) == len(names) {
+				b.printf(" %.1f |", float64(pts[i].short-pts[i-1].short)/float64(pts[i].P-pts[i-1].P))
+			} else {
+				b.printf(" (not run) |")
+			}
+		}
+		b.printf("\n")
+	}
+	b.printf("\nAfter, with activation checkpointing on: the whole step's time against the step without it (load, scoring,\n")
+	b.printf("training pass, save; BenchmarkCheckpointing times the training pass alone), and the planner (trainer.PlanStep:\n")
+	b.printf("weights, gradients, AdamW moments, reference, one micro-batch's activations) against the long step's measured peak\n")
+	b.printf("above the fixed cost.\n\n")
+	b.printf("| size | host B/param net (target <= 20) | act B/token/layer (target <= 4 x hidden x 4) | step time on/off (target <= 1.4) | planned | measured | planned/measured |\n")
 	b.printf("|---|---|---|---|---|---|---|\n")
 	for _, r := range after {
-		b.printf("| %s | %.1f | %.0f | %.2f | %s | %s | %.2f |\n", r.size, r.bpp, r.act, r.ratio, mib(r.plan), mib(r.measured), float64(r.plan)/float64(r.measured))
+		b.printf("| %s | %.1f | %.0f | %.2f | %s | %s | %.2f |\n", r.size, r.bpp, r.act, r.time, mib(r.plan), mib(r.measured), float64(r.plan)/float64(r.measured))
 	}
 	if out != "" {
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -220,8 +277,40 @@ func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 // prepare writes the size's checkpoint 0 and the step-0 trajectories of
 // both lengths into work/<size>/{short,long} (one checkpoint, linked).
+//
+// A size goes to the first of -work and /dev/shm (memory: its files then
+// count against what the runs may use, see projected) whose free space
+// holds its checkpoint 0 and one checkpoint a run writes (4 + 12 bytes a
+// parameter, and a tenth more); the others are cleared first.
 func (b *bench) prepare(ctx context.Context, s size) (string, error) {
-	dir := filepath.Join(b.work, strings.ReplaceAll(s.name, " ", "-"))
+	name := strings.ReplaceAll(s.name, " ", "-")
+	need := 16 * model.ParamCount(s.cfg) * 11 / 10
+	var dir string
+	for _, root := range []string{b.work, "/dev/shm/memorybench"} {
+		if d := filepath.Join(root, name); dirBytes(d) > 0 {
+			dir = d // prepared already
+			break
+		}
+	}
+	if dir == "" {
+		for _, root := range []string{b.work, "/dev/shm/memorybench"} {
+			for _, other := range sizes {
+				if other.name != s.name {
+					os.RemoveAll(filepath.Join(root, other.name))
+				}
+			}
+			if err := os.MkdirAll(root, 0o755); err != nil {
+				continue
+			}
+			if free(root) >= need {
+				dir = filepath.Join(root, name)
+				break
+			}
+		}
+	}
+	if dir == "" {
+		return "", fmt.Errorf("%s: no room for %s of checkpoints in %s or /dev/shm", s.name, mib(need), b.work)
+	}
 	ck := filepath.Join(dir, "checkpoint-0")
 	if ok, _ := checkpoint.Committed(ctx, ck); !ok {
 		os.RemoveAll(dir)
@@ -239,9 +328,10 @@ func (b *bench) prepare(ctx context.Context, s size) (string, error) {
 // learn runs one `aipo learn` of bin on a fresh run directory of tokens
 // tokens (checkpoint 0 linked from the prepared one), with activation
 // checkpointing mode (empty: the field is left out, for builds without
-// it), and returns its peak RSS and wall time.
-func (b *bench) learn(bin, dir string, tokens int, mode string) measurement {
-	if need, avail := projected(dir, tokens), memAvailable(); avail > 0 && need > avail {
+// it), and returns its peak RSS and wall time; after says the build is the
+// working tree (for the projection of what it needs).
+func (b *bench) learn(bin, dir string, tokens int, mode string, after bool) measurement {
+	if need, avail := projected(dir, tokens, mode, after), memAvailable(); avail > 0 && need > avail {
 		return measurement{skipped: fmt.Sprintf("%s projected, %s available", mib(need), mib(avail))}
 	}
 	run := filepath.Join(dir, fmt.Sprintf("run-%d-%s-%d", tokens, mode, time.Now().UnixNano()))
@@ -250,7 +340,11 @@ func (b *bench) learn(bin, dir string, tokens int, mode string) measurement {
 		return measurement{skipped: err.Error()}
 	}
 	ctx := context.Background()
-	traj := trajectory(tokens)
+	cfg, err := model.LoadConfig(filepath.Join(dir, "checkpoint-0", checkpoint.ConfigName))
+	if err != nil {
+		return measurement{skipped: err.Error()}
+	}
+	traj := trajectory(tokens, cfg.VocabSize)
 	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{traj}}, schemas.Manifest{Run: "memorybench"}); err != nil {
 		return measurement{skipped: err.Error()}
 	}
@@ -276,8 +370,9 @@ func (b *bench) learn(bin, dir string, tokens int, mode string) measurement {
 	return measurement{peak: ru.Maxrss * 1024, seconds: time.Since(t0).Seconds()}
 }
 
-// trajectory is one correct policy trajectory of tokens tokens.
-func trajectory(tokens int) schemas.Trajectory {
+// trajectory is one correct policy trajectory of tokens tokens of a
+// vocabulary of v.
+func trajectory(tokens, v int) schemas.Trajectory {
 	resp := tokens - promptLen
 	t := schemas.Trajectory{SchemaVersion: schemas.SchemaVersion, Run: "memorybench", PromptID: "p0", DataSource: "demo",
 		PromptIDs: make([]int32, promptLen), ResponseIDs: make([]int32, resp), TokenSource: make([]int8, resp),
@@ -286,7 +381,7 @@ func trajectory(tokens int) schemas.Trajectory {
 		t.PromptIDs[i] = int32(1 + i)
 	}
 	for i := range t.ResponseIDs {
-		t.ResponseIDs[i] = int32((i*7919 + 13) % 32000)
+		t.ResponseIDs[i] = int32((i*7919 + 13) % v)
 		t.TokenSource[i] = schemas.SourcePolicy
 		t.BehaviorLogProbs[i] = -10
 	}
@@ -310,21 +405,51 @@ func linkTree(src, dst string) error {
 }
 
 // projected is a generous bound of what a step of the prepared model
-// needs (40 bytes a parameter and the activations without checkpointing),
-// so that a run that could not fit the machine is skipped rather than
-// pushing the machine's other work out of memory.
-func projected(dir string, tokens int) int64 {
-	ck := filepath.Join(dir, "checkpoint-0", checkpoint.WeightsName)
-	st, err := os.Stat(ck)
-	if err != nil {
-		return 0
-	}
-	P := st.Size() / 4
+// needs, so that a run that could not fit the machine is skipped rather
+// than pushing the machine's other work out of memory: for the working
+// tree its planner's figure and a quarter more, for the tree before 52
+// bytes a parameter and the activations without checkpointing; with the
+// run directory in memory, the checkpoint it writes.
+func projected(dir string, tokens int, mode string, after bool) int64 {
 	cfg, err := model.LoadConfig(filepath.Join(dir, "checkpoint-0", checkpoint.ConfigName))
 	if err != nil {
 		return 0
 	}
-	return 40*P + model.PassBytes(cfg, model.Packed(tokens, tokens, false))
+	var files int64
+	if strings.HasPrefix(dir, "/dev/shm/") {
+		files = 12 * model.ParamCount(cfg) // the checkpoint the run writes, in memory
+	}
+	if after {
+		st, err := trainer.PlanStep(trainer.MemoryConfig{Model: cfg, MicroBatchTokens: tokens, Checkpointing: mode, Reference: true})
+		if err != nil {
+			return 0
+		}
+		return st.Host.Total()*5/4 + files
+	}
+	return 52*model.ParamCount(cfg) + model.PassBytes(cfg, model.Packed(tokens, tokens, false)) + files
+}
+
+// free is the space left on the file system of dir.
+func free(dir string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+// dirBytes is the size of the files under dir (0 when it does not exist).
+func dirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // memAvailable is /proc/meminfo's MemAvailable less 2 GiB of margin (0
