@@ -443,7 +443,7 @@ func learnerField(f string) bool {
 // the warm start, the reference of the KL term, the chat template), the
 // newest p.KeepLast, those of steps that are multiples of p.KeepEvery, the
 // newest full one (what a resumed run starts from: full reports which are
-// full) and those whose step open reports still being rolled out. With
+// full) and those open reports still sample a step not yet committed. With
 // p.KeepLast 0 every checkpoint is kept.
 func Retained(p runconfig.Checkpoint, steps []int64, full, open func(int64) bool) map[int64]bool {
 	keep := map[int64]bool{}
@@ -487,7 +487,7 @@ func applyRetention(ctx context.Context, cfg runconfig.Config) error {
 		return ok
 	}
 	open := func(k int64) bool {
-		ok, err := stepOpen(ctx, runDir, k)
+		ok, err := stillSamples(ctx, cfg, k)
 		if err != nil && ferr == nil {
 			ferr = err
 		}
@@ -508,16 +508,22 @@ func applyRetention(ctx context.Context, cfg runconfig.Config) error {
 	return nil
 }
 
-// stepOpen reports whether step k's rollout started and is not committed:
-// its directory exists without a manifest (the rollout samples from
-// checkpoint k).
-func stepOpen(ctx context.Context, runDir string, k int64) (bool, error) {
-	dir := schemas.StepDir(runDir, k)
-	if ok, err := storage.Exists(ctx, storage.Join(dir, schemas.ManifestName)); err != nil || ok {
-		return false, err
+// stillSamples reports whether checkpoint k samples a step that is not
+// committed: step k, or in an asynchronous run step k+1 (run.async: step j
+// is sampled by checkpoint j-1). Such a checkpoint is kept whether or not
+// its rollout has begun: in an asynchronous run the rollout of step k+1
+// may be starting while learner step k commits checkpoint k+1 and prunes,
+// and a run killed then resumes by rolling step k+1 out from checkpoint k.
+func stillSamples(ctx context.Context, cfg runconfig.Config, k int64) (bool, error) {
+	j := k
+	if cfg.Run.Async {
+		j = k + 1
 	}
-	entries, err := storage.List(ctx, storage.Join(dir, "*"))
-	return len(entries) > 0, err
+	if j >= cfg.Run.Steps {
+		return false, nil
+	}
+	ok, err := storage.Exists(ctx, storage.Join(schemas.StepDir(cfg.Run.Dir, j), schemas.ManifestName))
+	return !ok, err
 }
 
 // removeLeftovers removes the uncommitted checkpoint directories below
