@@ -360,8 +360,9 @@ type Checkpoint struct {
 	SaveEvery int64 `yaml:"save_every"`
 	// KeepLast is how many of the newest checkpoints are kept (default 3;
 	// 0 keeps every checkpoint, removing none). Checkpoint 0 (the initial
-	// policy), the newest full state and the checkpoint of a step still
-	// being rolled out are kept whatever it says.
+	// policy), the newest full state and a checkpoint that still samples
+	// a step not yet committed (step k, or step k+1 with run.async) are
+	// kept whatever it says.
 	KeepLast int `yaml:"keep_last"`
 	// KeepEvery, when positive, keeps for good the checkpoints of steps
 	// that are multiples of it (default 0: none beyond KeepLast). A kept

@@ -90,6 +90,8 @@ func syncRun(t testing.TB, ds demoServer, base, name string, mutate func(*runcon
 	c := ds.cfg
 	c.Run.Dir, c.Data.DeadLetterDir = filepath.Join(base, name), ""
 	c.Eval.Every = 0
+	// Every checkpoint stays: the tests probe the servers against each.
+	c.Checkpoint.KeepLast = 0
 	c.Learner.Optim.LR, c.Learner.Optim.WeightDecay = 2e-2, 0.5
 	if mutate != nil {
 		mutate(&c)
