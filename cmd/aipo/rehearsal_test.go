@@ -20,8 +20,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
-	"github.com/aipo-rl/aipo/learner/model"
-	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
@@ -438,28 +436,17 @@ func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg run
 		add([]int32{eos}, false)
 		seqs = append(seqs, s)
 	}
-	hc, err := hfconfig.Parse([]byte(hfmodel.TinyQwen3Config))
+	l, err := hfmodel.SFTLearner([]byte(hfmodel.TinyQwen3Config), 7, 1e-2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.New(hc, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oc := optim.DefaultConfig()
-	oc.LR, oc.WeightDecay = 1e-2, 0
-	opt, err := optim.New(oc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &trainer.Learner{Policy: m, Opt: opt}
 	var loss float64
 	for range steps {
 		if loss, _, err = l.SFTStep(seqs, 1<<20); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := hfmodel.WriteTensors(dir, []byte(hfmodel.TinyQwen3Config), trainer.Tensors(m), checkpoint.F32, tokDir); err != nil {
+	if err := hfmodel.WriteTensors(dir, []byte(hfmodel.TinyQwen3Config), trainer.Tensors(l.Policy), checkpoint.F32, tokDir); err != nil {
 		t.Fatal(err)
 	}
 	return loss

@@ -21,6 +21,9 @@ import (
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
 // TinyQwen3Config is the config.json of a tiny Qwen3 (one layer, width
@@ -191,4 +194,26 @@ func Sum(ts []checkpoint.Tensor) float64 {
 		}
 	}
 	return s
+}
+
+// SFTLearner is a learner of a fresh model of configJSON (random weights
+// from seed) under AdamW at lr without weight decay: what tests teach a
+// tiny model a behaviour with before they save it (WriteTensors of
+// trainer.Tensors(l.Policy)).
+func SFTLearner(configJSON []byte, seed uint64, lr float64) (*trainer.Learner, error) {
+	c, err := hfconfig.Parse(configJSON)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.New(c, seed)
+	if err != nil {
+		return nil, err
+	}
+	oc := optim.DefaultConfig()
+	oc.LR, oc.WeightDecay = lr, 0
+	opt, err := optim.New(oc)
+	if err != nil {
+		return nil, err
+	}
+	return &trainer.Learner{Policy: m, Opt: opt}, nil
 }

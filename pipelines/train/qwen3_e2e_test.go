@@ -15,9 +15,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/hfmodel"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/model"
-	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
@@ -177,21 +175,11 @@ eval: {every: 0}
 	}
 
 	// SFT until greedy decoding reproduces every target.
-	cfg, err := hfconfig.Parse([]byte(hfmodel.TinyQwen3Config))
+	l, err := hfmodel.SFTLearner([]byte(hfmodel.TinyQwen3Config), 7, 1e-2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.New(cfg, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oc := optim.DefaultConfig()
-	oc.LR, oc.WeightDecay = 1e-2, 0
-	opt, err := optim.New(oc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &trainer.Learner{Policy: m, Opt: opt}
+	m := l.Policy
 	seqs := make([]trainer.Sequence, len(targets))
 	for i, tg := range targets {
 		seqs[i] = trainer.Sequence{Prompt: tg.prompt, Response: tg.response, Skip: tg.skip}
