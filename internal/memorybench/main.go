@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,18 +156,20 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	b.printf("1-layer, 64-wide model of a 256-token vocabulary (%s: %s; after: %s); it still holds what a step needs\n",
 		beforeLabel, mib(fixed[beforeLabel]), mib(fixed["after"]))
 	b.printf("whatever the model's size (buffers of a 64-token pass, of the checkpoint writer), which the slope between sizes\n")
-	b.printf("(second table) leaves out. Act B/token/layer = (long peak - short peak) / (%d tokens x layers).\n\n", longTokens-shortTokens)
-	b.printf("| size | params | layers | hidden | build | checkpointing | short peak | long peak | host B/param (net) | act B/token/layer | 4 x hidden x 4 | long step s |\n")
-	b.printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.printf("(second table) leaves out. Act B/token/layer = (long peak - short peak) / (%d tokens x layers). Host B/param at 0\n", longTokens-shortTokens)
+	b.printf("tokens leaves out the short step's own per-token memory too (its activations and its rows of logits): the net peak\n")
+	b.printf("extrapolated to a step of no tokens along the line through the short and the long step without checkpointing.\n\n")
+	b.printf("| size | params | layers | hidden | build | checkpointing | short peak | long peak | host B/param (net) | host B/param at 0 tokens | act B/token/layer | 4 x hidden x 4 | long step s |\n")
+	b.printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type point struct {
 		P     int64
 		short int64
 	}
 	shorts := map[string][]point{}
 	type result struct {
-		size           string
-		bpp, act, time float64
-		plan, measured int64
+		size                 string
+		bpp, zero, act, time float64
+		plan, measured       int64
 	}
 	var after []result
 	for _, s := range picked {
@@ -186,6 +189,7 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 			}
 			var r result
 			var seconds [2]float64
+			zero := math.NaN() // host B/param at 0 tokens, from the first mode's long step
 			for k, mode := range modes {
 				long := b.learn(bd.bin, dir, longTokens, mode, bd.after)
 				label := mode
@@ -193,21 +197,25 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 					label = "(none)"
 				}
 				if short.skipped != "" || long.skipped != "" {
-					b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | | | | |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
+					b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | | | | | |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
 						s.cfg.HiddenSize, bd.label, label, short.show(), long.show())
 					continue
 				}
 				bpp := float64(short.peak-fixed[bd.label]) / float64(P)
 				act := float64(long.peak-short.peak) / float64((longTokens-shortTokens)*s.cfg.NumHiddenLayers)
-				b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | %.1f | %.0f | %d | %.1f |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
-					s.cfg.HiddenSize, bd.label, label, mib(short.peak), mib(long.peak), bpp, act, 16*s.cfg.HiddenSize, long.seconds)
+				if k == 0 {
+					perToken := float64(long.peak-short.peak) / float64(longTokens-shortTokens)
+					zero = (float64(short.peak-fixed[bd.label]) - perToken*shortTokens) / float64(P)
+				}
+				b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | %.1f | %.1f | %.0f | %d | %.1f |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
+					s.cfg.HiddenSize, bd.label, label, mib(short.peak), mib(long.peak), bpp, zero, act, 16*s.cfg.HiddenSize, long.seconds)
 				seconds[k] = long.seconds
 				if mode == "on" {
 					st, err := trainer.PlanStep(trainer.MemoryConfig{Model: s.cfg, MicroBatchTokens: longTokens, Checkpointing: "on", Reference: true})
 					if err != nil {
 						return err
 					}
-					r = result{size: s.name, bpp: bpp, act: act, plan: st.Host.Total(), measured: long.peak - fixed["after"]}
+					r = result{size: s.name, bpp: bpp, zero: zero, act: act, plan: st.Host.Total(), measured: long.peak - fixed["after"]}
 				}
 			}
 			if r.size != "" {
@@ -252,10 +260,10 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	b.printf("training pass, save; BenchmarkCheckpointing times the training pass alone), and the planner (trainer.PlanStep:\n")
 	b.printf("weights, gradients, AdamW moments, reference, one micro-batch's activations) against the long step's measured peak\n")
 	b.printf("above the fixed cost.\n\n")
-	b.printf("| size | host B/param net (target <= 20) | act B/token/layer (target <= 4 x hidden x 4) | step time on/off (target <= 1.4) | planned | measured | planned/measured |\n")
-	b.printf("|---|---|---|---|---|---|---|\n")
+	b.printf("| size | host B/param net (target <= 20) | at 0 tokens | act B/token/layer (target <= 4 x hidden x 4) | step time on/off (target <= 1.4) | planned | measured | planned/measured |\n")
+	b.printf("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range after {
-		b.printf("| %s | %.1f | %.0f | %.2f | %s | %s | %.2f |\n", r.size, r.bpp, r.act, r.time, mib(r.plan), mib(r.measured), float64(r.plan)/float64(r.measured))
+		b.printf("| %s | %.1f | %.1f | %.0f | %.2f | %s | %s | %.2f |\n", r.size, r.bpp, r.zero, r.act, r.time, mib(r.plan), mib(r.measured), float64(r.plan)/float64(r.measured))
 	}
 	if out != "" {
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
