@@ -104,16 +104,22 @@ func initBeam() error {
 	return nil
 }
 
-// workersHere reports whether the pipelines' workers run in this process:
-// prism (the default) or a portable runner with LOOPBACK workers.
-func workersHere() bool {
-	runner, env := "", ""
+// runnerFlags are Beam's --runner (lower case) and --environment_type
+// (upper case) as given, empty when unset.
+func runnerFlags() (runner, env string) {
 	if f := flag.Lookup("runner"); f != nil {
 		runner = strings.ToLower(f.Value.String())
 	}
 	if f := flag.Lookup("environment_type"); f != nil {
 		env = strings.ToUpper(f.Value.String())
 	}
+	return runner, env
+}
+
+// workersHere reports whether the pipelines' workers run in this process:
+// prism (the default) or a portable runner with LOOPBACK workers.
+func workersHere() bool {
+	runner, env := runnerFlags()
 	switch runner {
 	case "", "prism", "direct", "directrunner", "prismrunner":
 		return true

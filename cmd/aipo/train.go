@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -194,13 +193,7 @@ func printJSON(v any) error {
 // Prism, and a portable runner with --environment_type=LOOPBACK, keep the
 // workers here; with an external policy server any runner does.
 func inProcessWorkers() error {
-	runner, env := "", ""
-	if f := flag.Lookup("runner"); f != nil {
-		runner = strings.ToLower(f.Value.String())
-	}
-	if f := flag.Lookup("environment_type"); f != nil {
-		env = strings.ToUpper(f.Value.String())
-	}
+	runner, env := runnerFlags()
 	switch runner {
 	case "", "prism", "direct", "directrunner", "prismrunner":
 		return nil
