@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
@@ -463,16 +464,9 @@ func dirBytes(dir string) int64 {
 // memAvailable is /proc/meminfo's MemAvailable less 2 GiB of margin (0
 // when unknown).
 func memAvailable() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
+	_, avail, err := meminfo.Read()
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			var kb int64
-			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
-			return kb*1024 - 2<<30
-		}
-	}
-	return 0
+	return avail - 2<<30
 }

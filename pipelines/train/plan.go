@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -378,7 +378,7 @@ func planDisk(cfg runconfig.Config, mc model.Config, P int64) Disk {
 // hostCapacity is this machine's memory: what is available now plus what
 // this process holds (the plan counts it).
 func hostCapacity(base int64) Capacity {
-	total, avail, err := meminfo()
+	total, avail, err := meminfo.Read()
 	if err != nil {
 		return Capacity{Name: "this machine", Note: "not known: " + err.Error()}
 	}
@@ -698,36 +698,6 @@ func fmtBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-// meminfo reads MemTotal and MemAvailable of /proc/meminfo.
-func meminfo() (total, avail int64, err error) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "MemTotal":
-			total = n << 10
-		case "MemAvailable":
-			avail = n << 10
-		}
-	}
-	if total == 0 || avail == 0 {
-		return 0, 0, errors.New("/proc/meminfo has no MemTotal or MemAvailable")
-	}
-	return total, avail, sc.Err()
 }
 
 // selfRSS is this process's resident memory now (/proc/self/status
