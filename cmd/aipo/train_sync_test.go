@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aipo-rl/aipo/configs"
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/demo"
-	"github.com/aipo-rl/aipo/pipelines/serve"
 	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -36,25 +31,9 @@ func TestTrainCommandSyncsPolicyServer(t *testing.T) {
 	if _, err := demo.WarmStart(ctx, warm, task, train.QuickWarmStart(), nil); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := serve.New(ctx, serve.Options{Checkpoint: warm, Name: "demo", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(sctx, gl, nil, nil, time.Second) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	endpoint := "grpc://" + gl.Addr().String()
+	addr := freeAddr(t)
+	defer serveOn(t, warm, "demo", addr, "")()
+	endpoint := "grpc://" + addr
 
 	raw, err := configs.Get("quick")
 	if err != nil {
