@@ -89,6 +89,11 @@ func Run(parts int, f func(part int)) {
 			runtime.Gosched()
 		}
 	}
+	// Every part has returned, and no member calls f again (each takes a
+	// region once): drop it, for the team and t.cur keep r until the next
+	// region, and f would keep alive what it captured (a pass's buffers, a
+	// model's weights that were meant to go).
+	r.f = nil
 	t.busy.Store(false)
 }
 
