@@ -62,6 +62,11 @@ type Workload struct {
 	// Reference is a frozen reference model held beside the policy (the
 	// loss has a KL term).
 	Reference bool
+	// ReferenceBF16 says the reference's weights are bfloat16 values (its
+	// checkpoint is bfloat16, as a run seeded from a bfloat16 Hugging Face
+	// model is): the CPU then holds its matrices in bfloat16
+	// (model.HoldBF16).
+	ReferenceBF16 bool
 }
 
 // Memory is the bytes a learner step holds in one place, by part.

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -170,3 +171,57 @@ func (foreign) Len() int        { return 0 }
 func (foreign) Tokens() []int32 { return nil }
 func (foreign) Truncate(int)    {}
 func (foreign) Bytes() int      { return 0 }
+
+// bf16Model is tinyModel with every weight rounded to a bfloat16 value
+// (its high 16 bits kept), as a model loaded from a bfloat16 checkpoint.
+func bf16Model(t *testing.T) *model.Model {
+	t.Helper()
+	m := tinyModel(t)
+	for i, v := range m.ParamData() {
+		m.ParamData()[i] = math.Float32frombits(math.Float32bits(v) &^ 0xffff)
+	}
+	return m
+}
+
+// The CPU's Eval holds a bfloat16-exact model in bfloat16 and scores it as
+// the float32 model scores, bit for bit; a model of other values stays as
+// it is. StepMemory counts the reference at 2 bytes a parameter then.
+func TestCPUEvalHoldsBF16References(t *testing.T) {
+	b, _ := Lookup("cpu")
+	dv, _ := b.Open()
+	defer dv.Close()
+	batch := model.Batch{Tokens: []int32{1, 5, 7, 3, 9, 2, 11, 4}, SeqLens: []int{5, 3}}
+	want, _, err := bf16Model(t).Score(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := bf16Model(t)
+	c, err := dv.Eval(ref, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ref.HeldInBF16() {
+		t.Fatal("Eval kept a bfloat16-exact reference in float32")
+	}
+	got, err := c.Run(batch, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("scored in bfloat16: %v, want the float32 model's %v", got, want)
+	}
+	other := tinyModel(t)
+	if _, err := dv.Eval(other, ""); err != nil {
+		t.Fatal(err)
+	}
+	if other.HeldInBF16() {
+		t.Error("Eval narrowed float32 weights that are not bfloat16 values")
+	}
+	w := Workload{Model: ref.Config(), Pass: model.Packed(64, 64, false), Reference: true}
+	f32, _ := b.StepMemory(w)
+	w.ReferenceBF16 = true
+	bf, _ := b.StepMemory(w)
+	if P := int64(ref.NumParams()); f32.Reference != 4*P || bf.Reference != 2*P {
+		t.Errorf("reference bytes %d (float32 values), %d (bfloat16 values); want %d and %d", f32.Reference, bf.Reference, 4*P, 2*P)
+	}
+}

@@ -3,6 +3,7 @@ package backend
 import (
 	"fmt"
 	"io"
+	"runtime/debug"
 
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -20,13 +21,17 @@ func (cpuBackend) Open() (Device, error) { return cpuDevice{}, nil }
 
 // StepMemory: on the CPU everything is host memory, float32: the policy's
 // weights and gradients (4 bytes a parameter each), AdamW's moments (8),
-// the reference's weights (4, no gradients), and one micro-batch's passes
+// the reference's weights (4, no gradients; 2 when they are bfloat16
+// values, held in bfloat16 by Eval), and one micro-batch's passes
 // (model.PassBytes). The old and reference log-probabilities are scored
 // without keeping activations, below the training pass's peak.
 func (cpuBackend) StepMemory(w Workload) (host, device Memory) {
 	P := model.ParamCount(w.Model)
 	host = Memory{Weights: 4 * P, Grads: 4 * P, Optimizer: 8 * P, Activations: model.PassBytes(w.Model, w.Pass)}
-	if w.Reference {
+	switch {
+	case w.Reference && w.ReferenceBF16:
+		host.Reference = 2 * P
+	case w.Reference:
 		host.Reference = 4 * P
 	}
 	return host, Memory{}
@@ -43,8 +48,21 @@ func (cpuDevice) Train(m *model.Model, precision string) (Compute, error) {
 	return CPUCompute(m), nil
 }
 
+// Eval is the passes of a model that is only scored (the frozen
+// reference): m itself, its weight matrices held in bfloat16 when they
+// are all bfloat16 values (model.HoldBF16: half the memory, the same
+// log-probabilities bit for bit). The float32 copy it drops is handed back
+// to the system at once, before the step's gradients and optimiser state
+// are allocated, so that the two never sit in memory together.
 func (d cpuDevice) Eval(m *model.Model, precision string) (Compute, error) {
-	return d.Train(m, precision)
+	c, err := d.Train(m, precision)
+	if err != nil {
+		return nil, err
+	}
+	if !m.HeldInBF16() && m.HoldBF16() {
+		debug.FreeOSMemory()
+	}
+	return c, nil
 }
 
 func (cpuDevice) Decoder(m *model.Model) (Decoder, error) {

@@ -64,7 +64,13 @@ func (o *cpuOps) linear(ws *weights, l int, w Weight) (wt, b []float32, I, O int
 func (o *cpuOps) Get(n int) []float32    { return o.mem.get(n) }
 func (o *cpuOps) Zeroed(n int) []float32 { return o.mem.zeroed(n) }
 
-func (o *cpuOps) Embed(x []float32) { embeddingForward(x, o.p.tokens, o.m.w.emb, o.m.d.C) }
+func (o *cpuOps) Embed(x []float32) {
+	if n := o.m.narrow; n != nil {
+		narrowEmbed(x, o.p.tokens, n.emb, o.m.d.C)
+		return
+	}
+	embeddingForward(x, o.p.tokens, o.m.w.emb, o.m.d.C)
+}
 
 func (o *cpuOps) Norm(out, rstd, x []float32, l int, w Weight) {
 	wt := o.norm(&o.m.w, l, w)
@@ -80,6 +86,11 @@ func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 	wt, b, I, O := o.linear(&o.m.w, l, w)
 	if !bias {
 		b = nil
+	}
+	if n := o.m.narrow; n != nil {
+		narrowMatmul(out, in, n.matrix(l, w), o.n(), I, O, O, o.mem)
+		addBias(out, b, o.n(), O)
+		return
 	}
 	linearForward(out, in, wt, b, o.n(), I, O)
 }

@@ -137,6 +137,9 @@ func (w *stepWork) take(off *int, n int) []float32 {
 // On error no cache is changed. The caches must be distinct; different
 // Extend calls on disjoint caches may run concurrently.
 func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]float32, error) {
+	if m.narrow != nil {
+		return nil, errNarrow
+	}
 	d := m.d
 	B := len(caches)
 	if B == 0 || len(tokens) != B {

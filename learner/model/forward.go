@@ -67,6 +67,9 @@ func (a *Activations) Bytes() int {
 // (SetCheckpointing) each layer's input alone, from which Backward
 // recomputes the rest one layer at a time.
 func (m *Model) Forward(b Batch) (*Activations, error) {
+	if m.narrow != nil {
+		return nil, errNarrow
+	}
 	p, err := m.prepare(b, false)
 	if err != nil {
 		return nil, err
@@ -126,6 +129,9 @@ func (m *Model) Checkpointing() bool { return m.checkpoint }
 // Logits returns the unnormalised next-token scores at every position of
 // the batch, [N, V] row-major.
 func (m *Model) Logits(b Batch) ([]float32, error) {
+	if m.narrow != nil {
+		return nil, errNarrow
+	}
 	p, err := m.prepare(b, true)
 	if err != nil {
 		return nil, err

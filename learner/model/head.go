@@ -13,7 +13,9 @@ import (
 // backward pass; otherwise logits exist only chunkFloats at a time and the
 // backward pass recomputes them, so a 151k vocabulary never needs M×V floats.
 
-const keepLogitsFloats = 1 << 24 // 64 MiB of probabilities kept for backward
+// keepLogitsFloats bounds the probabilities kept for backward (64 MiB); a
+// variable so that tests can force the chunked head.
+var keepLogitsFloats = 1 << 24
 
 // chunkFloats bounds the logits that exist at once when they are not kept
 // (16 MiB); a variable so that tests can force many chunks.
@@ -74,7 +76,11 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 		if whole {
 			lg = buf[r0*d.V : (r0+n)*d.V]
 		}
-		blas.Sgemm(false, true, n, d.V, d.C, 1, xh[r0*d.C:], d.C, m.w.head, d.C, 0, lg, d.V)
+		if nw := m.narrow; nw != nil {
+			narrowMatmul(lg, xh[r0*d.C:], nw.head, n, d.C, d.V, d.V, &a.mem)
+		} else {
+			blas.Sgemm(false, true, n, d.V, d.C, 1, xh[r0*d.C:], d.C, m.w.head, d.C, 0, lg, d.V)
+		}
 		parallelFor(n, 8, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				r := r0 + i

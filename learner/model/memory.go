@@ -125,7 +125,7 @@ func PassBytes(cfg Config, s PassShape) int64 {
 	// The head's forward pass: the final norm's output is handed back once
 	// its rows are gathered; chunked logits once they are reduced.
 	m, v := int64(M), int64(d.V)
-	whole := m*v <= keepLogitsFloats
+	whole := m*v <= int64(keepLogitsFloats)
 	logits := min(max(1, int64(chunkFloats)/v), m) * v
 	if whole {
 		logits = m * v

@@ -100,14 +100,20 @@ func rmsnormDx(dxr, dy, xr, w []float32, r float32, dot float32, C int) {
 // linearForward: out[N,O] = in[N,I] · w[O,I]^T + b[O] (b may be nil).
 func linearForward(out, in, w, b []float32, N, I, O int) {
 	blas.Sgemm(false, true, N, O, I, 1, in, I, w, I, 0, out, O)
-	if b != nil {
-		parallelFor(N, 64, func(lo, hi int) {
-			for t := lo; t < hi; t++ {
-				o := out[t*O : (t+1)*O]
-				addInto(o, o, b)
-			}
-		})
+	addBias(out, b, N, O)
+}
+
+// addBias adds b[O] to every row of out[N,O] (nothing when b is nil).
+func addBias(out, b []float32, N, O int) {
+	if b == nil {
+		return
 	}
+	parallelFor(N, 64, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			o := out[t*O : (t+1)*O]
+			addInto(o, o, b)
+		}
+	})
 }
 
 // linearBackward: din[N,I] = dout[N,O]·w[O,I] (overwritten; skipped when din

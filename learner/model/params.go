@@ -204,6 +204,9 @@ type Model struct {
 
 	gradMu sync.Mutex
 	g      weights // zero until gradsNow allocates it
+	// narrow holds the weight matrices in bfloat16 when HoldBF16 made
+	// the model hold them so (w then keeps the norms and biases alone).
+	narrow *narrowWeights
 	// checkpoint is the activation-checkpointing choice of Forward (see
 	// SetCheckpointing).
 	checkpoint bool
@@ -375,11 +378,25 @@ func sameShape(a, b []int) bool {
 func (m *Model) Config() Config { return m.cfg }
 
 // Params lists the parameters in storage order; Data aliases the model.
-func (m *Model) Params() []NamedTensor { return m.w.named(m.specs) }
+func (m *Model) Params() []NamedTensor {
+	m.mustHoldFloat32()
+	return m.w.named(m.specs)
+}
+
+// mustHoldFloat32 panics on a model held in bfloat16 (HoldBF16), whose
+// float32 parameters are gone: asking for them is a programming error.
+func (m *Model) mustHoldFloat32() {
+	if m.narrow != nil {
+		panic(errNarrow)
+	}
+}
 
 // Grads lists the gradients in the same order and shapes as Params
 // (allocating them, zero, on the first call).
-func (m *Model) Grads() []NamedTensor { return m.gradsNow().named(m.specs) }
+func (m *Model) Grads() []NamedTensor {
+	m.mustHoldFloat32()
+	return m.gradsNow().named(m.specs)
+}
 
 // gradsNow returns the gradients, allocating them (zero) on first use.
 func (m *Model) gradsNow() *weights {
@@ -406,11 +423,17 @@ func (m *Model) Spans() Spans { return spansOf(m.cfg, m.specs) }
 
 // ParamData is every parameter in one flat slice (storage order of Params),
 // for optimisers that treat the model as one vector.
-func (m *Model) ParamData() []float32 { return m.w.flat }
+func (m *Model) ParamData() []float32 {
+	m.mustHoldFloat32()
+	return m.w.flat
+}
 
 // GradData is every gradient in one flat slice, aligned with ParamData
 // (allocated, zero, on the first call).
-func (m *Model) GradData() []float32 { return m.gradsNow().flat }
+func (m *Model) GradData() []float32 {
+	m.mustHoldFloat32()
+	return m.gradsNow().flat
+}
 
 // ZeroGrads sets every gradient to zero (nothing to do while none is
 // allocated).
@@ -420,5 +443,22 @@ func (m *Model) ZeroGrads() {
 	clear(m.g.flat)
 }
 
+// ReleaseBuffers lets go of everything the model holds beyond its weights:
+// its gradients (allocated again, zero, by the next pass that needs them)
+// and the pass buffers its pool keeps for reuse (a model that shared its
+// pool, ShareBuffers, keeps the pool). Call it between passes, not during
+// one.
+func (m *Model) ReleaseBuffers() {
+	m.gradMu.Lock()
+	m.g = weights{}
+	m.gradMu.Unlock()
+	m.pool = &bufPool{}
+}
+
 // NumParams is the number of parameters (tied embeddings counted once).
-func (m *Model) NumParams() int { return len(m.w.flat) }
+func (m *Model) NumParams() int {
+	if m.narrow != nil {
+		return m.narrow.params
+	}
+	return len(m.w.flat)
+}

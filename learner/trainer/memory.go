@@ -44,6 +44,9 @@ type MemoryConfig struct {
 	Checkpointing string
 	// Reference: the loss has a KL term, so the frozen reference is held.
 	Reference bool
+	// ReferenceBF16: the reference's weights are bfloat16 values (its
+	// checkpoint's torch_dtype is bfloat16); see backend.Workload.
+	ReferenceBF16 bool
 }
 
 // StepMemory is a step's memory at its peak, by part and place.
@@ -115,7 +118,7 @@ func workload(c MemoryConfig) (backend.Backend, backend.Workload, error) {
 		seq = c.MicroBatchTokens
 	}
 	return b, backend.Workload{Model: c.Model, Precision: c.Precision, Pass: model.Packed(c.MicroBatchTokens, seq, false),
-		Reference: c.Reference}, nil
+		Reference: c.Reference, ReferenceBF16: c.ReferenceBF16}, nil
 }
 
 func useCheckpointing(c MemoryConfig, b backend.Backend, w backend.Workload) (bool, error) {

@@ -270,7 +270,8 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 		p.PassTokens = min(p.PassTokens, max(step, p.SeqTokens))
 	}
 	st, err := trainer.PlanStep(trainer.MemoryConfig{Model: mc, Backend: cfg.Learner.Backend, Precision: cfg.Learner.Precision,
-		MicroBatchTokens: p.PassTokens, SequenceTokens: p.SeqTokens, Checkpointing: cfg.Learner.ActivationCheckpointing, Reference: p.Reference})
+		MicroBatchTokens: p.PassTokens, SequenceTokens: p.SeqTokens, Checkpointing: cfg.Learner.ActivationCheckpointing, Reference: p.Reference,
+		ReferenceBF16: checkpoint.ModelDType(mc) == checkpoint.BF16})
 	if err != nil {
 		return Plan{}, fmt.Errorf("plan: %w", err)
 	}
@@ -290,7 +291,11 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	add("their bfloat16 copy for the GEMMs", st.Host.Compute, st.Device.Compute)
 	add("gradients (float32)", st.Host.Grads, st.Device.Grads)
 	add("AdamW moments (float32 m and v)", st.Host.Optimizer, st.Device.Optimizer)
-	add("reference policy (weights alone)", st.Host.Reference, st.Device.Reference)
+	refLine := "reference policy (weights alone)"
+	if st.Host.Reference == 2*P {
+		refLine = "reference policy (weights alone, its bfloat16 values held in bfloat16)"
+	}
+	add(refLine, st.Host.Reference, st.Device.Reference)
 	if cudaRun && p.Reference {
 		add("the reference's host copy while it uploads", 4*P, 0)
 	}

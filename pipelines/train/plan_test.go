@@ -237,3 +237,42 @@ func TestPlanInputs(t *testing.T) {
 		t.Errorf("the demo: %s", p.Summary())
 	}
 }
+
+// On the CPU a reference seeded from a bfloat16 model is planned at 2
+// bytes a parameter (held in bfloat16, see model.HoldBF16), one from a
+// float32 model at 4.
+func TestPlanReferenceInBF16OnTheCPU(t *testing.T) {
+	ctx := context.Background()
+	cfg := paperConfig(t)
+	cfg.Learner.Backend, cfg.Learner.Precision = runconfig.BackendCPU, ""
+	raw, err := os.ReadFile(goldenConfig(t, "DeepSeek-R1-Distill-Qwen-1.5B"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f32 := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(f32, bytes.Replace(raw, []byte(`"torch_dtype": "bfloat16"`), []byte(`"torch_dtype": "float32"`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		init  string
+		bytes int64
+		held  bool
+	}{{goldenConfig(t, "DeepSeek-R1-Distill-Qwen-1.5B"), 2, true}, {f32, 4, false}} {
+		p, err := MakePlan(ctx, cfg, PlanOptions{Init: tc.init, Baseline: 128 << 20, HostBytes: 1 << 40})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, l := range p.Phases[0].Lines {
+			if strings.HasPrefix(l.What, "reference policy") {
+				found = true
+				if l.Host != tc.bytes*p.Params || strings.Contains(l.What, "bfloat16") != tc.held {
+					t.Errorf("%s: %q %d bytes, want %d bytes a parameter (%d)", tc.init, l.What, l.Host, tc.bytes, tc.bytes*p.Params)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no reference line in the learner step: %+v", tc.init, p.Phases[0].Lines)
+		}
+	}
+}

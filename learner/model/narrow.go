@@ -1,0 +1,192 @@
+package model
+
+import (
+	"errors"
+	"math"
+
+	"github.com/aipo-rl/aipo/learner/blas"
+)
+
+// A model that only scores (the frozen reference of the KL term) may hold
+// its weight matrices in bfloat16 when every one of their values is a
+// bfloat16 value, as it is for a model loaded from a bfloat16 checkpoint
+// (the Hugging Face releases of Qwen2.5, Qwen3 and Llama 3 are bfloat16;
+// checkpoint 0 of a run seeded from one keeps those values): 2 bytes a
+// parameter instead of 4, and the same log-probabilities bit for bit,
+// because widening a bfloat16 value to float32 is exact and the passes
+// multiply the very float32 values they multiplied before. A pass widens
+// each matrix just before it multiplies with it, a slice of at most
+// narrowSliceFloats floats at a time, so what it holds beyond the
+// bfloat16 weights is one such slice.
+
+// errNarrow is the error of a pass that a bfloat16-held model cannot run.
+var errNarrow = errors.New("model: the weights are held in bfloat16 for scoring alone (a frozen reference): only Score runs on this model")
+
+// narrowSliceFloats bounds the float32 copy of a bfloat16-held matrix that
+// exists at once (1M floats, 4 MiB); a variable so that tests can force
+// many slices.
+var narrowSliceFloats = 1 << 20
+
+// narrowWeights are the bfloat16 matrices of a model held in bfloat16;
+// the norms and biases stay float32 in the model's weights.
+type narrowWeights struct {
+	emb, head []uint16 // [V, C]; head aliases emb when tied
+	layers    []narrowLayer
+	params    int // the model's parameter count
+}
+
+type narrowLayer struct{ qkv, o, gateUp, down []uint16 }
+
+// matrix is projection w of layer l.
+func (n *narrowWeights) matrix(l int, w Weight) []uint16 {
+	lw := &n.layers[l]
+	switch w {
+	case WQKV:
+		return lw.qkv
+	case WO:
+		return lw.o
+	case WGateUp:
+		return lw.gateUp
+	case WDown:
+		return lw.down
+	}
+	panic("model: a linear op was given a weight that is not a projection")
+}
+
+// HoldBF16 makes m hold its weight matrices (embeddings, projections, LM
+// head) in bfloat16 when every value in them is exactly a bfloat16 value,
+// and reports whether it did; otherwise m is left as it was. A model so
+// held scores (Score) as before, bit for bit, in half the memory, and runs
+// nothing else: Forward, Logits, Extend, Params and the optimiser's views
+// are for models that train or serve. Call it on a model that will only be
+// scored, before its first pass.
+func (m *Model) HoldBF16() bool {
+	if m.narrow != nil {
+		return true
+	}
+	if m.g.flat != nil {
+		return false // a model with gradients trains
+	}
+	w := &m.w
+	mats := [][]float32{w.emb}
+	if !m.cfg.TieWordEmbeddings {
+		mats = append(mats, w.head)
+	}
+	for _, lw := range w.layers {
+		mats = append(mats, lw.qkv, lw.o, lw.gateUp, lw.down)
+	}
+	total := 0
+	for _, x := range mats {
+		if !bf16Exact(x) {
+			return false
+		}
+		total += len(x)
+	}
+	store := make([]uint16, total)
+	take := func(x []float32) []uint16 {
+		s := store[:len(x):len(x)]
+		store = store[len(x):]
+		narrowInto(s, x)
+		return s
+	}
+	n := &narrowWeights{params: len(w.flat)}
+	n.emb = take(w.emb)
+	n.head = n.emb
+	if !m.cfg.TieWordEmbeddings {
+		n.head = take(w.head)
+	}
+	// The float32 weights that stay (norms and biases) move to a buffer
+	// of their own so that the flat one can go.
+	small := 0
+	for _, lw := range w.layers {
+		small += len(lw.inNorm) + len(lw.postNorm) + len(lw.qkvBias) + len(lw.oBias) + len(lw.qkNorm)
+		n.layers = append(n.layers, narrowLayer{qkv: take(lw.qkv), o: take(lw.o), gateUp: take(lw.gateUp), down: take(lw.down)})
+	}
+	small += len(w.norm)
+	buf := make([]float32, small)
+	keep := func(x []float32) []float32 {
+		if x == nil {
+			return nil
+		}
+		s := buf[:len(x):len(x)]
+		buf = buf[len(x):]
+		copy(s, x)
+		return s
+	}
+	kept := weights{norm: keep(w.norm)}
+	for _, lw := range w.layers {
+		kept.layers = append(kept.layers, layerWeights{inNorm: keep(lw.inNorm), postNorm: keep(lw.postNorm),
+			qkvBias: keep(lw.qkvBias), oBias: keep(lw.oBias), qkNorm: keep(lw.qkNorm)})
+	}
+	m.w, m.narrow = kept, n
+	return true
+}
+
+// HeldInBF16 reports whether HoldBF16 made m hold its matrices in bfloat16.
+func (m *Model) HeldInBF16() bool { return m.narrow != nil }
+
+// bf16Exact reports whether every value of x is a bfloat16 value (its low
+// 16 bits are zero).
+func bf16Exact(x []float32) bool {
+	for _, v := range x {
+		if math.Float32bits(v)&0xffff != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// narrowInto stores the (bfloat16-exact) values of src as bfloat16.
+func narrowInto(dst []uint16, src []float32) {
+	parallelFor(len(src), 1<<16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			dst[i] = uint16(math.Float32bits(src[i]) >> 16)
+		}
+	})
+}
+
+// widen writes the float32 values of the bfloat16 src into dst.
+func widen(dst []float32, src []uint16) {
+	for i, h := range src {
+		dst[i] = math.Float32frombits(uint32(h) << 16)
+	}
+}
+
+// narrowSliceRows is how many rows of width cols one widened slice holds:
+// a multiple of sliceAlign. The slices' products are the whole product's
+// bit for bit only because the multiply computes each column of its result
+// the same way whatever the columns beside it: the pure-Go kernel always
+// does; OpenBLAS 0.3.21's SkylakeX kernels do for column blocks 32 wide or
+// wider and not for 16 (its small-matrix kernels take other paths), which
+// TestHoldBF16ScoresBitIdentical would catch on a machine whose kernels
+// differ.
+func narrowSliceRows(cols int) int {
+	return max(sliceAlign, narrowSliceFloats/cols/sliceAlign*sliceAlign)
+}
+
+const sliceAlign = 64
+
+// narrowMatmul is out[N,O] = in[N,I]·W[O,I]^T for a bfloat16 W: the rows of
+// W widened a slice at a time into a buffer of mem, each slice's columns
+// of out computed by the same multiply as the float32 weights'.
+func narrowMatmul(out, in []float32, w []uint16, N, I, O, ldOut int, mem *arena) {
+	rows := min(narrowSliceRows(I), O)
+	buf := mem.get(rows * I)
+	for o0 := 0; o0 < O; o0 += rows {
+		n := min(rows, O-o0)
+		s := buf[:n*I]
+		parallelFor(n, 64, func(lo, hi int) { widen(s[lo*I:hi*I], w[(o0+lo)*I:(o0+hi)*I]) })
+		blas.Sgemm(false, true, N, n, I, 1, in, I, s, I, 0, out[o0:], ldOut)
+	}
+	mem.put(buf)
+}
+
+// narrowEmbed gathers the rows of the bfloat16 embedding, widened.
+func narrowEmbed(out []float32, tokens []int32, emb []uint16, C int) {
+	parallelFor(len(tokens), 256, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			r := int(tokens[t]) * C
+			widen(out[t*C:(t+1)*C], emb[r:r+C])
+		}
+	})
+}
