@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -155,8 +155,8 @@ func (st *trainState) writeOptimizer(w io.Writer) error {
 // back to the host and closes them. On a device the weights come back and
 // the optimiser state is kept as bytes, freeing the device for the rollout
 // engine between steps. On the CPU the optimiser keeps its moments and the
-// policy is rebuilt from its weights alone, so that its gradients, its
-// activation buffers and the reference do not stay through the rollout.
+// policy its weights alone: its gradients, its activation buffers and the
+// reference do not stay through the rollout.
 func (st *trainState) park() error {
 	if st.l == nil {
 		return nil
@@ -172,15 +172,11 @@ func (st *trainState) park() error {
 	st.free()
 	st.l, st.on, st.free = nil, "", nil
 	if err == nil && cpu {
-		old := st.pol.Model
-		// What the step held is garbage now; collected first, its memory
-		// takes the copy.
-		runtime.GC()
-		m, merr := trainer.ModelFromTensors(old.Config(), trainer.Tensors(old))
-		if merr != nil {
-			return merr
-		}
-		st.pol.Model = m
+		// The policy keeps its weights; its gradients, its pass buffers
+		// and the reference are garbage now, handed back to the system
+		// at once (the rollout engine may be another process).
+		st.pol.Model.ReleaseBuffers()
+		debug.FreeOSMemory()
 	}
 	return err
 }
