@@ -75,9 +75,9 @@ type TensorState struct {
 }
 
 // stateChunk is the floats one call of WriteState's fill or ReadState's
-// put moves (4 MiB): large enough that a device copy per chunk costs
+// put moves (1 MiB): large enough that a device copy per chunk costs
 // little, small enough that the buffers stay small beside the state.
-const stateChunk = 1 << 20
+const stateChunk = 1 << 18
 
 // WriteState streams a state in the format above to w: the header (steps,
 // cfg, tensors in order), then each tensor's m and v, asking fill for
