@@ -75,6 +75,13 @@ var baseline = func() size {
 	return size{"fixed cost", c}
 }()
 
+// bf16Label names the rows whose checkpoint 0 (bf16Checkpoint) holds
+// bfloat16 values.
+const (
+	bf16Label      = "after, bfloat16 init"
+	bf16Checkpoint = "checkpoint-0-bf16"
+)
+
 const (
 	longTokens  = 2048
 	shortTokens = 64
@@ -131,8 +138,9 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	type build struct {
 		label, bin string
 		after      bool
+		bf16       bool // checkpoint 0 holds bfloat16 values, as a run seeded from a Hugging Face release
 	}
-	builds := []build{{beforeLabel, b.before, false}, {"after", b.after, true}}
+	builds := []build{{beforeLabel, b.before, false, false}, {"after", b.after, true, false}, {bf16Label, b.after, true, true}}
 	if b.before == "" {
 		builds = builds[1:]
 	}
@@ -143,7 +151,7 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 		return err
 	}
 	for _, bd := range builds {
-		m := b.learn(bd.bin, base, shortTokens, "", bd.after)
+		m := b.learn(bd.bin, base, shortTokens, "", bd.after, bd.bf16)
 		if m.skipped != "" {
 			return fmt.Errorf("%s: fixed-cost step: %s", bd.label, m.skipped)
 		}
@@ -159,7 +167,9 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	b.printf("whatever the model's size (buffers of a 64-token pass, of the checkpoint writer), which the slope between sizes\n")
 	b.printf("(second table) leaves out. Act B/token/layer = (long peak - short peak) / (%d tokens x layers). Host B/param at 0\n", longTokens-shortTokens)
 	b.printf("tokens leaves out the short step's own per-token memory too (its activations and its rows of logits): the net peak\n")
-	b.printf("extrapolated to a step of no tokens along the line through the short and the long step without checkpointing.\n\n")
+	b.printf("extrapolated to a step of no tokens along the line through the short and the long step without checkpointing.\n")
+	b.printf("Rows %q start from the same weights rounded to bfloat16 (torch_dtype bfloat16, as a run seeded from a\n", bf16Label)
+	b.printf("Hugging Face release of Qwen2.5, Qwen3 or Llama 3 starts): the reference then holds its matrices in bfloat16.\n\n")
 	b.printf("| size | params | layers | hidden | build | checkpointing | short peak | long peak | host B/param (net) | host B/param at 0 tokens | act B/token/layer | 4 x hidden x 4 | long step s |\n")
 	b.printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type point struct {
@@ -168,7 +178,7 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	}
 	shorts := map[string][]point{}
 	type result struct {
-		size                 string
+		size, init           string
 		bpp, zero, act, time float64
 		plan, measured       int64
 	}
@@ -184,7 +194,7 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 			if bd.after {
 				modes = []string{"off", "on"}
 			}
-			short := b.learn(bd.bin, dir, shortTokens, modes[0], bd.after)
+			short := b.learn(bd.bin, dir, shortTokens, modes[0], bd.after, bd.bf16)
 			if short.skipped == "" {
 				shorts[bd.label] = append(shorts[bd.label], point{P, short.peak})
 			}
@@ -192,7 +202,7 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 			var seconds [2]float64
 			zero := math.NaN() // host B/param at 0 tokens, from the first mode's long step
 			for k, mode := range modes {
-				long := b.learn(bd.bin, dir, longTokens, mode, bd.after)
+				long := b.learn(bd.bin, dir, longTokens, mode, bd.after, bd.bf16)
 				label := mode
 				if mode == "" {
 					label = "(none)"
@@ -212,11 +222,11 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 					s.cfg.HiddenSize, bd.label, label, mib(short.peak), mib(long.peak), bpp, zero, act, 16*s.cfg.HiddenSize, long.seconds)
 				seconds[k] = long.seconds
 				if mode == "on" {
-					st, err := trainer.PlanStep(trainer.MemoryConfig{Model: s.cfg, MicroBatchTokens: longTokens, Checkpointing: "on", Reference: true})
+					st, err := trainer.PlanStep(trainer.MemoryConfig{Model: s.cfg, MicroBatchTokens: longTokens, Checkpointing: "on", Reference: true, ReferenceBF16: bd.bf16})
 					if err != nil {
 						return err
 					}
-					r = result{size: s.name, bpp: bpp, zero: zero, act: act, plan: st.Host.Total(), measured: long.peak - fixed["after"]}
+					r = result{size: s.name, init: bd.label, bpp: bpp, zero: zero, act: act, plan: st.Host.Total(), measured: long.peak - fixed[bd.label]}
 				}
 			}
 			if r.size != "" {
@@ -261,10 +271,10 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	b.printf("training pass, save; BenchmarkCheckpointing times the training pass alone), and the planner (trainer.PlanStep:\n")
 	b.printf("weights, gradients, AdamW moments, reference, one micro-batch's activations) against the long step's measured peak\n")
 	b.printf("above the fixed cost.\n\n")
-	b.printf("| size | host B/param net (target <= 20) | at 0 tokens | act B/token/layer (target <= 4 x hidden x 4) | step time on/off (target <= 1.4) | planned | measured | planned/measured |\n")
-	b.printf("|---|---|---|---|---|---|---|---|\n")
+	b.printf("| size | build | host B/param net (target <= 20) | at 0 tokens | act B/token/layer (target <= 4 x hidden x 4) | step time on/off (target <= 1.4) | planned | measured | planned/measured |\n")
+	b.printf("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range after {
-		b.printf("| %s | %.1f | %.1f | %.0f | %.2f | %s | %s | %.2f |\n", r.size, r.bpp, r.zero, r.act, r.time, mib(r.plan), mib(r.measured), float64(r.plan)/float64(r.measured))
+		b.printf("| %s | %s | %.1f | %.1f | %.0f | %.2f | %s | %s | %.2f |\n", r.size, r.init, r.bpp, r.zero, r.act, r.time, mib(r.plan), mib(r.measured), float64(r.plan)/float64(r.measured))
 	}
 	if out != "" {
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -289,11 +299,12 @@ func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 //
 // A size goes to the first of -work and /dev/shm (memory: its files then
 // count against what the runs may use, see projected) whose free space
-// holds its checkpoint 0 and one checkpoint a run writes (4 + 12 bytes a
-// parameter, and a tenth more); the others are cleared first.
+// holds its two checkpoints 0 (float32, and bfloat16 with its float32
+// masters) and one checkpoint a run writes (4 + 6 + 12 bytes a parameter,
+// and a tenth more); the others are cleared first.
 func (b *bench) prepare(ctx context.Context, s size) (string, error) {
 	name := strings.ReplaceAll(s.name, " ", "-")
-	need := 16 * model.ParamCount(s.cfg) * 11 / 10
+	need := 22 * model.ParamCount(s.cfg) * 11 / 10
 	var dir string
 	for _, root := range []string{b.work, "/dev/shm/memorybench"} {
 		if d := filepath.Join(root, name); dirBytes(d) > 0 {
@@ -320,14 +331,30 @@ func (b *bench) prepare(ctx context.Context, s size) (string, error) {
 	if dir == "" {
 		return "", fmt.Errorf("%s: no room for %s of checkpoints in %s or /dev/shm", s.name, mib(need), b.work)
 	}
-	ck := filepath.Join(dir, "checkpoint-0")
-	if ok, _ := checkpoint.Committed(ctx, ck); !ok {
+	ck, ck16 := filepath.Join(dir, "checkpoint-0"), filepath.Join(dir, bf16Checkpoint)
+	ok, _ := checkpoint.Committed(ctx, ck)
+	ok16, _ := checkpoint.Committed(ctx, ck16)
+	if !ok || !ok16 {
 		os.RemoveAll(dir)
 		m, err := model.New(s.cfg, 1)
 		if err != nil {
 			return "", err
 		}
 		if err := trainer.SaveCheckpoint(ctx, ck, m, nil, nil, checkpoint.TrainerState{RunID: "memorybench"}); err != nil {
+			return "", err
+		}
+		// The same weights rounded to bfloat16 (to nearest even), saved as
+		// a bfloat16 model is.
+		c := s.cfg
+		c.TorchDtype = "bfloat16"
+		m16, err := model.New(c, 1)
+		if err != nil {
+			return "", err
+		}
+		for i, v := range m16.ParamData() {
+			m16.ParamData()[i] = checkpoint.BF16ToFloat32(checkpoint.Float32ToBF16(v))
+		}
+		if err := trainer.SaveCheckpoint(ctx, ck16, m16, nil, nil, checkpoint.TrainerState{RunID: "memorybench"}); err != nil {
 			return "", err
 		}
 	}
@@ -339,13 +366,17 @@ func (b *bench) prepare(ctx context.Context, s size) (string, error) {
 // checkpointing mode (empty: the field is left out, for builds without
 // it), and returns its peak RSS and wall time; after says the build is the
 // working tree (for the projection of what it needs).
-func (b *bench) learn(bin, dir string, tokens int, mode string, after bool) measurement {
+func (b *bench) learn(bin, dir string, tokens int, mode string, after, bf16 bool) measurement {
 	if need, avail := projected(dir, tokens, mode, after), memAvailable(); avail > 0 && need > avail {
 		return measurement{skipped: fmt.Sprintf("%s projected, %s available", mib(need), mib(avail))}
 	}
 	run := filepath.Join(dir, fmt.Sprintf("run-%d-%s-%d", tokens, mode, time.Now().UnixNano()))
 	defer os.RemoveAll(run)
-	if err := linkTree(filepath.Join(dir, "checkpoint-0"), checkpoint.Dir(run, 0)); err != nil {
+	from := filepath.Join(dir, "checkpoint-0")
+	if bf16 {
+		from = filepath.Join(dir, bf16Checkpoint)
+	}
+	if err := linkTree(from, checkpoint.Dir(run, 0)); err != nil {
 		return measurement{skipped: err.Error()}
 	}
 	ctx := context.Background()
