@@ -247,10 +247,18 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	if err != nil {
 		return m, err
 	}
+	// trainer_state.json goes first: on gs:// the files land in place one
+	// object at a time, and a later save recognises what a writer killed
+	// part way left behind by it (saveRemote).
+	wf, err := writeBytes(ctx, storage.Join(dir, TrainerStateName), append(ts, '\n'))
+	if err != nil {
+		return m, err
+	}
+	m.Files = append(m.Files, wf)
 	small := []struct {
 		name string
 		data []byte
-	}{{ConfigName, cfg}, {TrainerStateName, append(ts, '\n')}}
+	}{{ConfigName, cfg}}
 	switch {
 	case ck.ServingOnly:
 	case ck.WriteOptimizer == nil:

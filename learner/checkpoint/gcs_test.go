@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -112,4 +113,40 @@ func TestSafetensorsOnGCS(t *testing.T) {
 	if ok, err := storage.Exists(ctx, p); err != nil || !ok {
 		t.Fatalf("Save removed an unrelated object %s: %v", p, err)
 	}
+}
+
+// A save on gs:// writes trainer_state.json before anything else, so that
+// whatever a writer killed part way leaves behind is recognised as its
+// leftover and saved over by the next attempt (a resumed run), never
+// refused as a location that is not a checkpoint.
+func TestKilledSaveOnGCSIsSavedOver(t *testing.T) {
+	fakeGCS(t, "ckpt")
+	ctx := context.Background()
+	dir := Dir("gs://ckpt/runs/killed", 2)
+	ck := tinyCheckpoint(2)
+	ck.Optimizer = nil
+	var first []string
+	ck.WriteOptimizer = func(io.Writer) error {
+		var err error
+		first, err = storage.List(ctx, storage.Join(dir, "*"))
+		if err != nil {
+			return err
+		}
+		return errors.New("killed")
+	}
+	if err := Save(ctx, dir, ck); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("save whose optimiser stream fails: %v", err)
+	}
+	if len(first) != 1 || storage.Base(first[0]) != TrainerStateName {
+		t.Fatalf("objects before the optimiser state: %v, want %s alone", first, TrainerStateName)
+	}
+	want := tinyCheckpoint(2)
+	if err := Save(ctx, dir, want); err != nil {
+		t.Fatalf("saving over a killed save's leftover: %v", err)
+	}
+	got, err := Load(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, want, got)
 }
