@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,6 +102,8 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
+	var stderr tailBuffer
+	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +133,7 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 				// The child ended on its own (before any planned kill, or
 				// without the planned phase: it was already done).
 				if err := cmd.Wait(); err != nil {
-					t.Fatalf("quick demo in %s failed: %v", dir, err)
+					t.Fatalf("quick demo in %s failed: %v; the end of its stderr:\n%s", dir, err, stderr.String())
 				}
 				return true, marks
 			}
@@ -402,4 +405,27 @@ func crashSuite(t *testing.T, async bool, trials int) {
 		t.Errorf("only %d kills in %d trials; the kill times missed the runs", kills, trials)
 	}
 	t.Logf("%d trials, %d kills (first kill by phase: %v); uninterrupted run %s", trials, kills, perPhase, marks[len(marks)-1].at.Round(time.Millisecond))
+}
+
+// tailBuffer keeps the last 4 KiB written to it: the end of a child's
+// stderr, for the message of a test it fails.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - 4096; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
