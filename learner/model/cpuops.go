@@ -88,7 +88,7 @@ func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 		b = nil
 	}
 	if n := o.m.narrow; n != nil {
-		narrowMatmul(out, in, n.matrix(l, w), o.n(), I, O, O, o.mem)
+		narrowMatmul(out, in, n.matrix(l, w), o.n(), I, O, o.mem)
 		addBias(out, b, o.n(), O)
 		return
 	}

@@ -77,7 +77,7 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 			lg = buf[r0*d.V : (r0+n)*d.V]
 		}
 		if nw := m.narrow; nw != nil {
-			narrowMatmul(lg, xh[r0*d.C:], nw.head, n, d.C, d.V, d.V, &a.mem)
+			narrowMatmul(lg, xh[r0*d.C:], nw.head, n, d.C, d.V, &a.mem)
 		} else {
 			blas.Sgemm(false, true, n, d.V, d.C, 1, xh[r0*d.C:], d.C, m.w.head, d.C, 0, lg, d.V)
 		}

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"math"
+	"slices"
 
 	"github.com/aipo-rl/aipo/learner/blas"
 )
@@ -32,7 +33,6 @@ var narrowSliceFloats = 1 << 20
 type narrowWeights struct {
 	emb, head []uint16 // [V, C]; head aliases emb when tied
 	layers    []narrowLayer
-	params    int // the model's parameter count
 }
 
 type narrowLayer struct{ qkv, o, gateUp, down []uint16 }
@@ -75,48 +75,23 @@ func (m *Model) HoldBF16() bool {
 	for _, lw := range w.layers {
 		mats = append(mats, lw.qkv, lw.o, lw.gateUp, lw.down)
 	}
-	total := 0
 	for _, x := range mats {
 		if !bf16Exact(x) {
 			return false
 		}
-		total += len(x)
 	}
-	store := make([]uint16, total)
-	take := func(x []float32) []uint16 {
-		s := store[:len(x):len(x)]
-		store = store[len(x):]
-		narrowInto(s, x)
-		return s
-	}
-	n := &narrowWeights{params: len(w.flat)}
-	n.emb = take(w.emb)
+	n := &narrowWeights{emb: narrowed(w.emb)}
 	n.head = n.emb
 	if !m.cfg.TieWordEmbeddings {
-		n.head = take(w.head)
+		n.head = narrowed(w.head)
 	}
-	// The float32 weights that stay (norms and biases) move to a buffer
-	// of their own so that the flat one can go.
-	small := 0
+	// The float32 weights that stay (norms and biases) are copied out so
+	// that the flat buffer can go.
+	kept := weights{norm: slices.Clone(w.norm)}
 	for _, lw := range w.layers {
-		small += len(lw.inNorm) + len(lw.postNorm) + len(lw.qkvBias) + len(lw.oBias) + len(lw.qkNorm)
-		n.layers = append(n.layers, narrowLayer{qkv: take(lw.qkv), o: take(lw.o), gateUp: take(lw.gateUp), down: take(lw.down)})
-	}
-	small += len(w.norm)
-	buf := make([]float32, small)
-	keep := func(x []float32) []float32 {
-		if x == nil {
-			return nil
-		}
-		s := buf[:len(x):len(x)]
-		buf = buf[len(x):]
-		copy(s, x)
-		return s
-	}
-	kept := weights{norm: keep(w.norm)}
-	for _, lw := range w.layers {
-		kept.layers = append(kept.layers, layerWeights{inNorm: keep(lw.inNorm), postNorm: keep(lw.postNorm),
-			qkvBias: keep(lw.qkvBias), oBias: keep(lw.oBias), qkNorm: keep(lw.qkNorm)})
+		n.layers = append(n.layers, narrowLayer{qkv: narrowed(lw.qkv), o: narrowed(lw.o), gateUp: narrowed(lw.gateUp), down: narrowed(lw.down)})
+		kept.layers = append(kept.layers, layerWeights{inNorm: slices.Clone(lw.inNorm), postNorm: slices.Clone(lw.postNorm),
+			qkvBias: slices.Clone(lw.qkvBias), oBias: slices.Clone(lw.oBias), qkNorm: slices.Clone(lw.qkNorm)})
 	}
 	m.w, m.narrow = kept, n
 	return true
@@ -136,13 +111,15 @@ func bf16Exact(x []float32) bool {
 	return true
 }
 
-// narrowInto stores the (bfloat16-exact) values of src as bfloat16.
-func narrowInto(dst []uint16, src []float32) {
+// narrowed is the (bfloat16-exact) values of src as bfloat16.
+func narrowed(src []float32) []uint16 {
+	dst := make([]uint16, len(src))
 	parallelFor(len(src), 1<<16, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			dst[i] = uint16(math.Float32bits(src[i]) >> 16)
 		}
 	})
+	return dst
 }
 
 // widen writes the float32 values of the bfloat16 src into dst.
@@ -169,14 +146,14 @@ const sliceAlign = 64
 // narrowMatmul is out[N,O] = in[N,I]·W[O,I]^T for a bfloat16 W: the rows of
 // W widened a slice at a time into a buffer of mem, each slice's columns
 // of out computed by the same multiply as the float32 weights'.
-func narrowMatmul(out, in []float32, w []uint16, N, I, O, ldOut int, mem *arena) {
+func narrowMatmul(out, in []float32, w []uint16, N, I, O int, mem *arena) {
 	rows := min(narrowSliceRows(I), O)
 	buf := mem.get(rows * I)
 	for o0 := 0; o0 < O; o0 += rows {
 		n := min(rows, O-o0)
 		s := buf[:n*I]
 		parallelFor(n, 64, func(lo, hi int) { widen(s[lo*I:hi*I], w[(o0+lo)*I:(o0+hi)*I]) })
-		blas.Sgemm(false, true, N, n, I, 1, in, I, s, I, 0, out[o0:], ldOut)
+		blas.Sgemm(false, true, N, n, I, 1, in, I, s, I, 0, out[o0:], O)
 	}
 	mem.put(buf)
 }

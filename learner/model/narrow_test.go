@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/aipo-rl/aipo/learner/checkpoint"
 )
 
 // bf16Copy is a copy of m whose every parameter is rounded to bfloat16
@@ -15,9 +17,7 @@ func bf16Copy(t *testing.T, m *Model) *Model {
 	for _, p := range m.Params() {
 		d := make([]float32, len(p.Data))
 		for i, v := range p.Data {
-			b := math.Float32bits(v)
-			b += 0x7fff + (b>>16)&1
-			d[i] = math.Float32frombits(b &^ 0xffff)
+			d[i] = checkpoint.BF16ToFloat32(checkpoint.Float32ToBF16(v))
 		}
 		ts[p.Name] = NamedTensor{Name: p.Name, Shape: p.Shape, Data: d}
 	}

@@ -457,8 +457,6 @@ func (m *Model) ReleaseBuffers() {
 
 // NumParams is the number of parameters (tied embeddings counted once).
 func (m *Model) NumParams() int {
-	if m.narrow != nil {
-		return m.narrow.params
-	}
-	return len(m.w.flat)
+	last := m.specs[len(m.specs)-1]
+	return last.off + last.size()
 }

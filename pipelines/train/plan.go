@@ -269,9 +269,10 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	if step := cfg.Data.BatchSize * cfg.Rollout.GroupSize * p.SeqTokens; step > 0 {
 		p.PassTokens = min(p.PassTokens, max(step, p.SeqTokens))
 	}
+	refBF16 := checkpoint.ModelDType(mc) == checkpoint.BF16
 	st, err := trainer.PlanStep(trainer.MemoryConfig{Model: mc, Backend: cfg.Learner.Backend, Precision: cfg.Learner.Precision,
 		MicroBatchTokens: p.PassTokens, SequenceTokens: p.SeqTokens, Checkpointing: cfg.Learner.ActivationCheckpointing, Reference: p.Reference,
-		ReferenceBF16: checkpoint.ModelDType(mc) == checkpoint.BF16})
+		ReferenceBF16: refBF16})
 	if err != nil {
 		return Plan{}, fmt.Errorf("plan: %w", err)
 	}
@@ -292,7 +293,7 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	add("gradients (float32)", st.Host.Grads, st.Device.Grads)
 	add("AdamW moments (float32 m and v)", st.Host.Optimizer, st.Device.Optimizer)
 	refLine := "reference policy (weights alone)"
-	if st.Host.Reference == 2*P {
+	if refBF16 && st.Host.Reference > 0 { // the CPU's copy (a device's is in its compute dtype)
 		refLine = "reference policy (weights alone, its bfloat16 values held in bfloat16)"
 	}
 	add(refLine, st.Host.Reference, st.Device.Reference)
