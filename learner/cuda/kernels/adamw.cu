@@ -7,10 +7,10 @@
 //   m  = b1*m + (1-b1)*g
 //   v  = b2*v + (1-b2)*g*g
 //   p  = p*(1-lr*wd) - (lr/(1-b1^t)) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
-// Grid: any, grid-stride.
-extern "C" __global__ void adamw_step(float *p, const float *grad, float *m, float *v, int n, float scale,
-                                      float decay, float b1, float oneMinusB1, float b2, float oneMinusB2,
-                                      float stepSize, float bc2Sqrt, float eps) {
+// over this thread's elements (grid-stride): the body of both kernels below.
+static __device__ void adamw_update(float *p, const float *grad, float *m, float *v, int n, float scale,
+                                   float decay, float b1, float oneMinusB1, float b2, float oneMinusB2,
+                                   float stepSize, float bc2Sqrt, float eps) {
   for (long long k = grid_index(); k < n; k += grid_stride()) {
     const float g = grad[k] * scale;
     const float mi = m[k] * b1 + oneMinusB1 * g;
@@ -20,6 +20,13 @@ extern "C" __global__ void adamw_step(float *p, const float *grad, float *m, flo
     const float denom = sqrtf(vi) / bc2Sqrt + eps;
     p[k] = p[k] * decay - stepSize * (mi / denom);
   }
+}
+
+// Grid: any, grid-stride.
+extern "C" __global__ void adamw_step(float *p, const float *grad, float *m, float *v, int n, float scale,
+                                      float decay, float b1, float oneMinusB1, float b2, float oneMinusB2,
+                                      float stepSize, float bc2Sqrt, float eps) {
+  adamw_update(p, grad, m, v, n, scale, decay, b1, oneMinusB1, b2, oneMinusB2, stepSize, bc2Sqrt, eps);
 }
 
 // adamw_step with the gradient clipping of learner/optim decided on the
@@ -36,13 +43,5 @@ extern "C" __global__ void adamw_step_clip(float *p, const float *grad, float *m
   const double norm = sqrt(sumsq[0]);
   if (!isfinite(norm)) return;
   const float scale = clip > 0 ? (float)fmin(1.0, clip / (norm + 1e-6)) : 1.0f;
-  for (long long k = grid_index(); k < n; k += grid_stride()) {
-    const float g = grad[k] * scale;
-    const float mi = m[k] * b1 + oneMinusB1 * g;
-    const float vi = v[k] * b2 + oneMinusB2 * g * g;
-    m[k] = mi;
-    v[k] = vi;
-    const float denom = sqrtf(vi) / bc2Sqrt + eps;
-    p[k] = p[k] * decay - stepSize * (mi / denom);
-  }
+  adamw_update(p, grad, m, v, n, scale, decay, b1, oneMinusB1, b2, oneMinusB2, stepSize, bc2Sqrt, eps);
 }
