@@ -58,6 +58,17 @@ func (a *adamState) free() error {
 	return first
 }
 
+// chunk is the n values of moment (0: m, 1: v) from flat offset lo, the
+// piece of the state one call of optim's WriteState fill or ReadState put
+// moves.
+func (a *adamState) chunk(moment, lo, n int) (*Buffer, error) {
+	b := a.m
+	if moment == 1 {
+		b = a.v
+	}
+	return b.Slice(lo, lo+n)
+}
+
 // moments allocates the zeroed moments on first use.
 func (g *Model) moments() error {
 	if g.adam.m != nil {
@@ -203,12 +214,7 @@ func (g *Model) ReadOptimizer(host *model.Model, opt *optim.AdamW, r io.Reader) 
 		g.adam.valid = len(ts) > 0
 		return g.adam.v.Zero()
 	}, func(t, moment, off int, vals []float32) error {
-		dst := g.adam.m
-		if moment == 1 {
-			dst = g.adam.v
-		}
-		lo := where[t] + off
-		v, err := dst.Slice(lo, lo+len(vals))
+		v, err := g.adam.chunk(moment, where[t]+off, len(vals))
 		if err != nil {
 			return err
 		}
@@ -235,12 +241,7 @@ func (g *Model) WriteOptimizer(host *model.Model, opt *optim.AdamW, w io.Writer)
 		}
 	}
 	_, err := optim.WriteState(w, opt.Steps(), opt.Config(), ts, func(t, moment, off int, vals []float32) error {
-		src := g.adam.m
-		if moment == 1 {
-			src = g.adam.v
-		}
-		lo := offs[t] + off
-		v, err := src.Slice(lo, lo+len(vals))
+		v, err := g.adam.chunk(moment, offs[t]+off, len(vals))
 		if err != nil {
 			return err
 		}
