@@ -2,6 +2,7 @@ package train
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,7 +15,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -102,7 +102,7 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
-	var stderr tailBuffer
+	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -133,7 +133,8 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 				// The child ended on its own (before any planned kill, or
 				// without the planned phase: it was already done).
 				if err := cmd.Wait(); err != nil {
-					t.Fatalf("quick demo in %s failed: %v; the end of its stderr:\n%s", dir, err, stderr.String())
+					e := stderr.Bytes()
+					t.Fatalf("quick demo in %s failed: %v; the end of its stderr:\n%s", dir, err, e[max(0, len(e)-4096):])
 				}
 				return true, marks
 			}
@@ -405,27 +406,4 @@ func crashSuite(t *testing.T, async bool, trials int) {
 		t.Errorf("only %d kills in %d trials; the kill times missed the runs", kills, trials)
 	}
 	t.Logf("%d trials, %d kills (first kill by phase: %v); uninterrupted run %s", trials, kills, perPhase, marks[len(marks)-1].at.Round(time.Millisecond))
-}
-
-// tailBuffer keeps the last 4 KiB written to it: the end of a child's
-// stderr, for the message of a test it fails.
-type tailBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - 4096; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
