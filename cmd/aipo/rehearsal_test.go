@@ -152,7 +152,7 @@ eval:
 		t.Fatal(err)
 	}
 	warm := filepath.Join(base, "qwen3-tiny-warm")
-	sftLoss := warmStartQwen3(t, tok, tokDir, warm, cfg, rows, r.sftSteps)
+	sftLoss := warmStartQwen3(t, tok, tokDir, warm, cfg, rows, r.sftSteps, hfmodel.TinyQwen3Config)
 	collabDir := filepath.Join(base, "qwen3-tiny-collab")
 	if err := hfmodel.WriteDir(collabDir, []byte(hfmodel.TinyQwen3Config), 5, checkpoint.F32, tokDir); err != nil {
 		t.Fatal(err)
@@ -388,13 +388,13 @@ func readYAML(t *testing.T, path string, v any) {
 	}
 }
 
-// warmStartQwen3 writes to dir a Hugging Face directory of the tiny Qwen3
-// (hfmodel.TinyQwen3Config) after steps of SFT on responses that call the
+// warmStartQwen3 writes to dir a Hugging Face directory of a tiny Qwen3
+// (configJSON: hfmodel.TinyQwen3Config or TinyQwen3VLLMConfig) after steps of SFT on responses that call the
 // Verify Agent and answer \boxed{d} with d a random digit, over prompts
 // rendered as the run renders them; the result's tokens (random ones, as
 // the collaborators' server will write) are context only. It returns the
 // last SFT loss.
-func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg runconfig.Config, rows []gsm8kRow, steps int) float64 {
+func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg runconfig.Config, rows []gsm8kRow, steps int, configJSON string) float64 {
 	t.Helper()
 	render, err := rollouts.NewRenderer("", "", []collab.Agent{collab.Verify, collab.Knowledge, collab.Reason}, cfg.Interact())
 	if err != nil {
@@ -436,7 +436,7 @@ func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg run
 		add([]int32{eos}, false)
 		seqs = append(seqs, s)
 	}
-	l, err := hfmodel.SFTLearner([]byte(hfmodel.TinyQwen3Config), 7, 1e-2)
+	l, err := hfmodel.SFTLearner([]byte(configJSON), 7, 1e-2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg run
 			t.Fatal(err)
 		}
 	}
-	if err := hfmodel.WriteTensors(dir, []byte(hfmodel.TinyQwen3Config), trainer.Tensors(l.Policy), checkpoint.F32, tokDir); err != nil {
+	if err := hfmodel.WriteTensors(dir, []byte(configJSON), trainer.Tensors(l.Policy), checkpoint.F32, tokDir); err != nil {
 		t.Fatal(err)
 	}
 	return loss

@@ -51,6 +51,83 @@ const TinyQwen3Config = `{
   "vocab_size": 151936
 }`
 
+// TinyQwen3VLLMConfig is a tiny Qwen3 that vLLM's CPU build serves: its
+// attention heads are 32 wide (vLLM 0.32.0's CPU attention takes head
+// sizes 32, 64, 80, ..., 512, CPUAttentionBackend.get_supported_head_sizes,
+// and refuses TinyQwen3Config's 16), two layers of width 64 over the real
+// Qwen3 vocabulary (9.9M parameters, the tied embedding almost all).
+const TinyQwen3VLLMConfig = `{
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 32,
+  "hidden_act": "silu",
+  "hidden_size": 64,
+  "intermediate_size": 128,
+  "max_position_embeddings": 4096,
+  "model_type": "qwen3",
+  "num_attention_heads": 2,
+  "num_hidden_layers": 2,
+  "num_key_value_heads": 1,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000,
+  "tie_word_embeddings": true,
+  "torch_dtype": "float32",
+  "vocab_size": 151936
+}`
+
+// TinyQwen2VLLMConfig is the Qwen2.5 counterpart of TinyQwen3VLLMConfig
+// (Qwen2ForCausalLM: q, k and v biases, no q/k norms), over the same
+// vocabulary, as Qwen2.5's releases have it.
+const TinyQwen2VLLMConfig = `{
+  "architectures": ["Qwen2ForCausalLM"],
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "hidden_act": "silu",
+  "hidden_size": 64,
+  "intermediate_size": 128,
+  "max_position_embeddings": 4096,
+  "max_window_layers": 2,
+  "model_type": "qwen2",
+  "num_attention_heads": 2,
+  "num_hidden_layers": 2,
+  "num_key_value_heads": 1,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "float32",
+  "use_sliding_window": false,
+  "vocab_size": 151936
+}`
+
+// QKVBiases are Qwen2's q, k and v projection biases for config c, drawn
+// from seed as Tensors draws matrices (scale 2^-8), which Tensors leaves
+// out (scripts/hf_dir_fixtures.py has no Qwen2 model); nil for other
+// model types.
+func QKVBiases(c hfconfig.Config, seed uint64) []checkpoint.Tensor {
+	if c.ModelType != "qwen2" {
+		return nil
+	}
+	H, KV, D := c.NumAttentionHeads, c.NumKeyValueHeads, c.Head()
+	var out []checkpoint.Tensor
+	for l := 0; l < c.NumHiddenLayers; l++ {
+		for j, p := range []struct {
+			name string
+			n    int
+		}{{"q_proj", H * D}, {"k_proj", KV * D}, {"v_proj", KV * D}} {
+			data := make([]float32, p.n)
+			base := seed ^ uint64(l*3+j+1)<<48
+			for i := range data {
+				data[i] = float32(topByte(base+uint64(i))-128) / 256
+			}
+			out = append(out, checkpoint.Tensor{Name: fmt.Sprintf("model.layers.%d.self_attn.%s.bias", l, p.name), Shape: []int{p.n}, Data: data})
+		}
+	}
+	return out
+}
+
 // Fixture is one scripts/hf_dir_fixtures.py output: a model, a prompt
 // and PyTorch's greedy continuation of it.
 type Fixture struct {

@@ -56,10 +56,15 @@
 // a stop token id (an end of sequence when it was not asked for), a string
 // one a stop string. The policy version of an answer is the one the
 // server names: aipo_policy_version or X-Aipo-Policy-Version (aipo serve),
-// or SGLang's weight_version when it is a number (the weight_version of
-// its last update_weights_from_disk); for a server that names none (vLLM,
-// llama-server), the endpoint's policy_version=N (the version its weights
-// were confirmed to hold when they were pushed), else 0.
+// SGLang's weight_version when it is a number (the weight_version of
+// its last update_weights_from_disk), or vLLM's weight_version of
+// GET /weight_info when it is a number (set by /update_weight_version, as
+// policy.sync kind vllm does; read after each completion, so that an
+// answer of a server restarted since is never labelled with the version
+// it lost); for a server that names none (a vLLM never told a version,
+// or restarted: weight_version "default"; llama-server), the endpoint's
+// policy_version=N (the version its weights were confirmed to hold when
+// they were pushed), else 0.
 //
 // No answer is taken on trust: a completion with no tokens although
 // max_tokens > 0, with more tokens than asked for, with ids but no
@@ -106,6 +111,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -139,6 +145,10 @@ type Client struct {
 	// version, when set (policy_version=N), is the policy version of
 	// answers that name none.
 	version *int64
+	// noWeightInfo is set once a vLLM answered 404 to /weight_info (a
+	// release before its RL routes, or one started without
+	// VLLM_SERVER_DEV_MODE): its answers name no version.
+	noWeightInfo atomic.Bool
 }
 
 var _ policy.Client = (*Client)(nil)

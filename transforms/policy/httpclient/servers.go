@@ -3,6 +3,7 @@ package httpclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -282,7 +283,41 @@ func (c *Client) generateOpenAI(ctx context.Context, req policy.Request, maxToke
 	if err != nil {
 		return policy.Result{}, err
 	}
+	if c.serverKind() == ServerVLLM && out.Metadata == nil {
+		wv, err := c.vllmWeightVersion(ctx)
+		if err != nil {
+			return policy.Result{}, err
+		}
+		out.Metadata = &struct {
+			WeightVersion string `json:"weight_version"`
+		}{wv}
+	}
 	return c.result(&out, h, p)
+}
+
+// vllmWeightVersion is vLLM's GET /weight_info weight_version: the version
+// /update_weight_version last set, "default" when none was set since the
+// server started, "" when the server has no such route (404: remembered,
+// and not asked again).
+func (c *Client) vllmWeightVersion(ctx context.Context) (string, error) {
+	if c.noWeightInfo.Load() {
+		return "", nil
+	}
+	var out struct {
+		WeightVersion *string `json:"weight_version"`
+	}
+	if _, err := c.meta(ctx, http.MethodGet, c.root+"/weight_info", nil, &out); err != nil {
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == http.StatusNotFound {
+			c.noWeightInfo.Store(true)
+			return "", nil
+		}
+		return "", fmt.Errorf("%s: GET /weight_info after a completion: %w", c.who(), err)
+	}
+	if out.WeightVersion == nil {
+		return "", fmt.Errorf("%s: GET /weight_info answered no weight_version; is the server vLLM? (set server= in the endpoint URI)", c.who())
+	}
+	return *out.WeightVersion, nil
 }
 
 // result reads a completions answer: the ids from token_ids, else from

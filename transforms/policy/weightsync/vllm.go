@@ -4,35 +4,65 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
 )
 
 // vllmReplica is a vLLM OpenAI-compatible server started with
 // VLLM_SERVER_DEV_MODE=1, told through its development endpoints.
 //
-// The contract, as vLLM implements it (vllm/entrypoints/serve/dev/rpc/api_router.py,
-// POST /collective_rpc, and vllm/entrypoints/serve/cache/api_router.py,
-// POST /reset_prefix_cache, mounted only when VLLM_SERVER_DEV_MODE is set;
-// the worker method reload_weights(weights_iterator=None, weights_path=None,
-// is_checkpoint_format=True) of vllm/v1/worker/gpu_model_runner.py, which
-// came with layerwise reloading, vllm-project/vllm#32133, and is documented
-// at https://docs.vllm.ai/en/latest/training/layerwise/), read at
-// vllm-project/vllm commit 35d5cda (2026):
+// The contract, as vLLM 0.32.0 implements it and as the tests run it
+// against a real vLLM (cmd/aipo's vLLM tests, on the CPU build that
+// scripts/vllm.sh installs):
 //
-//	POST /collective_rpc
+//	GET /weight_info                       (vllm/entrypoints/rl/online/api_router.py)
+//	  200 {"weight_version": "default"|V}  what /update_weight_version last set
+//	POST /collective_rpc                   (vllm/entrypoints/serve/dev/rpc/api_router.py)
 //	  {"method": "reload_weights", "kwargs": {"weights_path": DIR}}
-//	  200 {"results": [null, ...]}   one result per worker; reload_weights returns None
-//	  400 {"error": ...} / 500        a malformed request, or a worker's exception
-//	POST /reset_prefix_cache
-//	  200 (no body)
+//	  200 {"results": [null, ...]}         one result per worker
+//	POST /reset_prefix_cache               (vllm/entrypoints/serve/cache/api_router.py)
+//	  200
+//	POST /update_weight_version            (vllm/entrypoints/rl/online/api_router.py)
+//	  {"new_version": "K"}  200 {"success": true, "new_version": "K"}
+//	POST /v1/completions with prompt_logprobs 0: the probe
 //
-// The args and kwargs of /collective_rpc are strings only, which
-// weights_path is. reload_weights reads the checkpoint with the server's
-// load format and copies it into the running model; resetting the prefix
-// cache drops KV blocks computed with the old weights. vLLM reports no
-// weight version, neither here nor in its completions.
+// All of them are mounted only when VLLM_SERVER_DEV_MODE is set. The
+// worker method reload_weights(weights_iterator=None, weights_path=None,
+// is_checkpoint_format=True) (vllm/v1/worker/gpu_model_runner.py, which
+// the CPU model runner inherits; layerwise reloading, vllm-project/vllm#32133,
+// https://docs.vllm.ai/en/latest/training/layerwise/) reads the checkpoint
+// with the server's load format and copies it into the running model;
+// resetting the prefix cache drops KV blocks computed with the old weights.
+//
+// vLLM does not check that a reload changed anything, so a push then asks
+// for the log-probs of a fixed probe: when the same process pushed another
+// checkpoint before and the probe's log-probs are still the ones after
+// that push, the reload did not reach the model and the push fails,
+// naming the probe. (The first push of a process is not judged: the
+// server may have started on the checkpoint's very weights.)
+//
+// The version is then set with /update_weight_version; the HTTP policy
+// client reads /weight_info after each completion, so a server restarted
+// on its startup weights (weight_version "default" again) is seen in the
+// versions its trajectories record. vLLM releases without the RL routes
+// (before /update_weight_version) answer 404 there: the push goes on
+// without a version, and the rollout's endpoint carries it instead.
 type vllmReplica struct {
 	s *httpServer
+	// versioned is set by a push to a server that has /weight_info.
+	versioned *atomic.Bool
+	// last is the version this process pushed last and the probe's
+	// log-probs after it.
+	last *lastPush
+}
+
+type lastPush struct {
+	sync.Mutex
+	version int64
+	probe   []float64
 }
 
 func openVLLM(endpoint string) (replica, error) {
@@ -40,7 +70,75 @@ func openVLLM(endpoint string) (replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	return vllmReplica{s}, nil
+	return vllmReplica{s, new(atomic.Bool), new(lastPush)}, nil
+}
+
+// namesVersions reports whether the last push set the server's
+// weight_version, which its /weight_info then names.
+func (r vllmReplica) namesVersions() bool { return r.versioned.Load() }
+
+// ProbeTokens is the prompt whose log-probs a vLLM push compares before
+// and after the reload: token ids 10 to 25, which every vocabulary of the
+// model families aipo trains has (in the byte-level BPE vocabularies of
+// Qwen and Llama 3 they are the characters "+" to ":").
+var ProbeTokens = func() []int32 {
+	ids := make([]int32, 16)
+	for i := range ids {
+		ids[i] = int32(10 + i)
+	}
+	return ids
+}()
+
+// probeName names the probe in errors.
+func probeName() string {
+	return fmt.Sprintf("the log-probs of token ids %d..%d as a prompt (/v1/completions, prompt_logprobs 0)", ProbeTokens[0], ProbeTokens[len(ProbeTokens)-1])
+}
+
+// weightVersion is /weight_info's weight_version ("" when the server has
+// no such route: an older vLLM).
+func (r vllmReplica) weightVersion(ctx context.Context) (string, error) {
+	status, b, err := r.s.call(ctx, http.MethodGet, "/weight_info", nil)
+	if err != nil {
+		return "", err
+	}
+	if status == http.StatusNotFound {
+		return "", nil
+	}
+	var ans struct {
+		WeightVersion *string `json:"weight_version"`
+	}
+	if status != http.StatusOK || json.Unmarshal(b, &ans) != nil || ans.WeightVersion == nil {
+		return "", fmt.Errorf("GET /weight_info answered %d %s, not {\"weight_version\": ...}", status, short(b))
+	}
+	return *ans.WeightVersion, nil
+}
+
+// probe is the server's log-probs of ProbeTokens[1:] after their prefixes.
+func (r vllmReplica) probe(ctx context.Context) ([]float64, error) {
+	body := map[string]any{"prompt": ProbeTokens, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
+	status, b, err := r.s.call(ctx, http.MethodPost, "/v1/completions", body)
+	if err != nil {
+		return nil, fmt.Errorf("probe (%s): %w", probeName(), err)
+	}
+	var ans struct {
+		Choices []struct {
+			PromptLogprobs []map[string]struct {
+				Logprob float64 `json:"logprob"`
+			} `json:"prompt_logprobs"`
+		} `json:"choices"`
+	}
+	if status != http.StatusOK || json.Unmarshal(b, &ans) != nil || len(ans.Choices) != 1 || len(ans.Choices[0].PromptLogprobs) != len(ProbeTokens) {
+		return nil, fmt.Errorf("probe (%s) answered %d %s", probeName(), status, short(b))
+	}
+	out := make([]float64, 0, len(ProbeTokens)-1)
+	for i, m := range ans.Choices[0].PromptLogprobs[1:] {
+		e, ok := m[strconv.Itoa(int(ProbeTokens[i+1]))]
+		if !ok {
+			return nil, fmt.Errorf("probe (%s): prompt_logprobs[%d] has no entry for token %d", probeName(), i+1, ProbeTokens[i+1])
+		}
+		out = append(out, e.Logprob)
+	}
+	return out, nil
 }
 
 func (r vllmReplica) push(ctx context.Context, ck Checkpoint) error {
@@ -73,7 +171,49 @@ func (r vllmReplica) push(ctx context.Context, ck Checkpoint) error {
 	if status != http.StatusOK {
 		return fmt.Errorf("the weights were reloaded, but POST /reset_prefix_cache answered %d %s", status, short(b))
 	}
+	now, err := r.probe(ctx)
+	if err != nil {
+		return fmt.Errorf("the weights were reloaded, but %w", err)
+	}
+	r.last.Lock()
+	prev, prevProbe := r.last.version, r.last.probe
+	r.last.Unlock()
+	if prevProbe != nil && prev != ck.Version && sameFloats(prevProbe, now) {
+		return fmt.Errorf("POST /collective_rpc reload_weights answered success, but %s are those of version %d, pushed before: the reload did not reach the model (unless checkpoint %d's weights equal version %d's)", probeName(), prev, ck.Version, prev)
+	}
+	r.last.Lock()
+	r.last.version, r.last.probe = ck.Version, now
+	r.last.Unlock()
+	version := strconv.FormatInt(ck.Version, 10)
+	status, b, err = r.s.call(ctx, http.MethodPost, "/update_weight_version", map[string]string{"new_version": version})
+	if err != nil {
+		return fmt.Errorf("the weights were reloaded, but POST /update_weight_version failed: %w", err)
+	}
+	if status == http.StatusNotFound {
+		r.versioned.Store(false)
+		return nil // a vLLM without the RL routes: the endpoint carries the version
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("the weights were reloaded, but POST /update_weight_version answered %d %s", status, short(b))
+	}
+	if got, err := r.weightVersion(ctx); err != nil || got != version {
+		return fmt.Errorf("after POST /update_weight_version %s, GET /weight_info reports %q (%v)", version, got, err)
+	}
+	r.versioned.Store(true)
 	return nil
+}
+
+// sameFloats reports whether a and b hold the same values.
+func sameFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] && !(math.IsNaN(a[i]) && math.IsNaN(b[i])) {
+			return false
+		}
+	}
+	return true
 }
 
 func (r vllmReplica) close() error { return r.s.close() }

@@ -24,8 +24,12 @@
 //     "kwargs": {"weights_path": DIR}} (the server runs with
 //     VLLM_SERVER_DEV_MODE=1); the answer must be 200 with one null result
 //     per worker, then POST /reset_prefix_cache (200) drops the KV cache
-//     of the old weights. vLLM names no version: the rollout's endpoint
-//     carries the pushed version (policy_version=N).
+//     of the old weights; the log-probs of a fixed probe must have moved
+//     when the server served another version before; POST
+//     /update_weight_version sets the version, which GET /weight_info
+//     then names (and the HTTP policy client reads after each
+//     completion). A vLLM without those routes names no version: the
+//     rollout's endpoint carries the pushed version (policy_version=N).
 //
 // The request and answer shapes, and the versions they were read from, are
 // given beside each client (sglang.go, vllm.go).
@@ -155,6 +159,19 @@ func (g *Group) Push(ctx context.Context, ck Checkpoint) error {
 		return failed[0]
 	}
 	return fmt.Errorf("%d of %d replicas failed: %w", len(failed), len(g.replicas), errors.Join(failed...))
+}
+
+// NamesVersions reports whether every replica names the version it
+// serves in its answers (aipo serve, SGLang, and a vLLM whose last push
+// set its weight_version); when one does not, the rollout's endpoint must
+// carry the pushed version (policy_version=N).
+func (g *Group) NamesVersions() bool {
+	for _, r := range g.replicas {
+		if v, ok := r.(interface{ namesVersions() bool }); ok && !v.namesVersions() {
+			return false
+		}
+	}
+	return true
 }
 
 // Close closes every replica's connection.

