@@ -1,0 +1,735 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/hfmodel"
+	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/internal/testtools"
+	"github.com/aipo-rl/aipo/internal/vllmserver"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/hfconfig"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/chattemplate"
+	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
+)
+
+// vllmLogProbTol bounds |vLLM's log-prob - the learner's| of one token on
+// the same float32 weights. Both compute in float32, vLLM with PyTorch's
+// CPU kernels (oneDNN matrix multiplies, its own CPU attention kernel) and
+// the learner with OpenBLAS and its own attention, so sums run in other
+// orders: over the tiny Qwen3's 2 layers of width 64 and a log-softmax
+// over 151,936 logits the differences measured here are a few 1e-6
+// (TestVLLMPolicyServer logs the largest), while a checkpoint one learner
+// step away moves the probe's log-probs by 1e-3 or more and a wrong RoPE
+// layout, norm or transposition by 1e-2 or more. The train-inference
+// mismatch metrics of the run (analysis.json) must stay within it too.
+const vllmLogProbTol = 1e-4
+
+// vllmCall is one /v1/completions exchange the recording proxy saw.
+type vllmCall struct {
+	Prompt []int32
+	// Reloads is how many reloads had been answered when the request came.
+	Reloads int
+	Status  int
+	Tokens  []int32
+	// LogProbs are logprobs.token_logprobs of the answer.
+	LogProbs []float64
+	// PromptLogProbs are prompt_logprobs[1:] of the prompt's own tokens,
+	// for a request that asked for them (the sync's probe).
+	PromptLogProbs []float64
+}
+
+// vllmProxy is a reverse proxy on 127.0.0.1 before a real vLLM: it keeps
+// every /v1/completions exchange as vLLM wrote it and every reload vLLM
+// answered, and lets a test take /collective_rpc over.
+type vllmProxy struct {
+	URL string
+
+	mu      sync.Mutex
+	calls   []vllmCall
+	reloads []string // weights_path of each reload vLLM answered 200
+	// rpc, when set, sees each /collective_rpc body first; it returns
+	// true when it answered the request itself.
+	rpc func(w http.ResponseWriter, r *http.Request, weightsPath string) bool
+}
+
+type proxyKey struct{}
+
+type proxyReq struct {
+	path    string
+	prompt  []int32
+	reload  string
+	reloads int
+	promptL bool
+}
+
+func newVLLMProxy(t *testing.T, target string) *vllmProxy {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &vllmProxy{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		in, ok := resp.Request.Context().Value(proxyKey{}).(proxyReq)
+		if !ok {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		switch in.path {
+		case "/collective_rpc":
+			if resp.StatusCode == http.StatusOK && in.reload != "" {
+				p.reloads = append(p.reloads, in.reload)
+			}
+		case "/v1/completions":
+			c := vllmCall{Prompt: in.prompt, Reloads: in.reloads, Status: resp.StatusCode}
+			if resp.StatusCode == http.StatusOK {
+				var out struct {
+					Choices []struct {
+						TokenIDs []int32 `json:"token_ids"`
+						Logprobs *struct {
+							TokenLogprobs []float64 `json:"token_logprobs"`
+						} `json:"logprobs"`
+						PromptLogprobs []map[string]struct {
+							Logprob float64 `json:"logprob"`
+						} `json:"prompt_logprobs"`
+					} `json:"choices"`
+				}
+				if err := json.Unmarshal(body, &out); err != nil || len(out.Choices) != 1 {
+					return fmt.Errorf("vLLM's completion answer %q: %v", body, err)
+				}
+				ch := out.Choices[0]
+				c.Tokens = ch.TokenIDs
+				if ch.Logprobs != nil {
+					c.LogProbs = ch.Logprobs.TokenLogprobs
+				}
+				if in.promptL && len(ch.PromptLogprobs) == len(in.prompt) {
+					for i, m := range ch.PromptLogprobs[1:] {
+						c.PromptLogProbs = append(c.PromptLogProbs, m[fmt.Sprint(in.prompt[i+1])].Logprob)
+					}
+				}
+			}
+			p.calls = append(p.calls, c)
+		}
+		return nil
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/completions" || r.URL.Path == "/collective_rpc" {
+			body, _ := io.ReadAll(r.Body)
+			var in struct {
+				Prompt         json.RawMessage `json:"prompt"`
+				PromptLogprobs *int            `json:"prompt_logprobs"`
+				Kwargs         struct {
+					WeightsPath string `json:"weights_path"`
+				} `json:"kwargs"`
+			}
+			json.Unmarshal(body, &in)
+			pr := proxyReq{path: r.URL.Path, reload: in.Kwargs.WeightsPath, promptL: in.PromptLogprobs != nil}
+			json.Unmarshal(in.Prompt, &pr.prompt)
+			p.mu.Lock()
+			pr.reloads = len(p.reloads)
+			hook := p.rpc
+			p.mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if r.URL.Path == "/collective_rpc" && hook != nil && hook(w, r, pr.reload) {
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), proxyKey{}, pr))
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.URL = srv.URL
+	return p
+}
+
+// setRPC installs (nil: removes) the /collective_rpc hook.
+func (p *vllmProxy) setRPC(f func(w http.ResponseWriter, r *http.Request, weightsPath string) bool) {
+	p.mu.Lock()
+	p.rpc = f
+	p.mu.Unlock()
+}
+
+func (p *vllmProxy) snapshot() ([]vllmCall, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.calls), slices.Clone(p.reloads)
+}
+
+// vllmRunConfig is the rehearsal's recipe with vLLM (behind the proxy) as
+// the policy server, told of every checkpoint by policy.sync kind vllm,
+// and no held-out evaluation.
+func vllmRunConfig(t *testing.T, path, runDir, train, proxy, collabAddr string, steps int64, syncTimeout string) runconfig.Config {
+	t.Helper()
+	text := fmt.Sprintf(`run: {name: vllm, dir: %q, seed: 0, steps: %d}
+data:
+  sources: [{path: %q, preset: verl}]
+  batch_size: 4
+policy:
+  endpoint: "%s/v1?model=policy"
+  sync: {kind: vllm, timeout: %s}
+  temperature: 1.0
+  max_response_tokens: 40
+rollout:
+  group_size: 4
+  max_interactions: 1
+  opener_by: system
+  answer_token_budget: 16
+collaborators:
+  verify: &collab {kind: openai, endpoint: "http://%s/v1", model: collab, timeout: 60s, max_generate_tokens: 6}
+  knowledge: *collab
+  reason: *collab
+learner:
+  loss: {base: dapo, external: aipo, omega: 0.2}
+  optim: {lr: 1.0e-4, grad_clip: 1.0}
+  backend: cpu
+eval:
+  every: 0
+`, runDir, steps, train, proxy, syncTimeout, collabAddr)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := runconfig.Load(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// scoreWith returns m's log-probs of ids[1:] after their prefixes.
+func scoreWith(t *testing.T, m *model.Model, ids []int32) []float32 {
+	t.Helper()
+	lps, _, err := m.Score(model.Batch{Tokens: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lps[:len(ids)-1]
+}
+
+// loadModel is the learner's model of the weights a server loads from dir
+// (a Hugging Face directory or a committed checkpoint).
+func loadModel(t *testing.T, dir string) *model.Model {
+	t.Helper()
+	ck, err := checkpoint.LoadServed(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := trainer.ModelFromTensors(ck.Config, ck.Tensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// policyRuns are the maximal runs of policy tokens of a trajectory's
+// response: [start, end) pairs.
+func policyRuns(src []int8) [][2]int {
+	var out [][2]int
+	for i := 0; i < len(src); {
+		if src[i] != schemas.SourcePolicy {
+			i++
+			continue
+		}
+		j := i
+		for j < len(src) && src[j] == schemas.SourcePolicy {
+			j++
+		}
+		out = append(out, [2]int{i, j})
+		i = j
+	}
+	return out
+}
+
+// checkAgainstVLLM checks that every policy token of trajs, with its
+// log-prob, is what vLLM answered: each run of policy tokens starts an
+// answer to exactly the prompt and response before it. It returns how many
+// tokens it checked.
+func checkAgainstVLLM(t *testing.T, calls []vllmCall, trajs []schemas.Trajectory) int {
+	t.Helper()
+	byPrompt := map[string][]vllmCall{}
+	for _, c := range calls {
+		if c.Status == http.StatusOK && c.PromptLogProbs == nil {
+			byPrompt[fmt.Sprint(c.Prompt)] = append(byPrompt[fmt.Sprint(c.Prompt)], c)
+		}
+	}
+	checked := 0
+	for _, tr := range trajs {
+		name := fmt.Sprintf("step %d %s/%d", tr.Step, tr.PromptID, tr.SampleIndex)
+		for _, run := range policyRuns(tr.TokenSource) {
+			prefix := append(slices.Clone(tr.PromptIDs), tr.ResponseIDs[:run[0]]...)
+			seg, lps := tr.ResponseIDs[run[0]:run[1]], tr.BehaviorLogProbs[run[0]:run[1]]
+			found := false
+			for _, c := range byPrompt[fmt.Sprint(prefix)] {
+				if len(c.Tokens) < len(seg) || !slices.Equal(c.Tokens[:len(seg)], seg) {
+					continue
+				}
+				same := true
+				for i := range seg {
+					if float32(c.LogProbs[i]) != lps[i] {
+						same = false
+					}
+				}
+				if same {
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Errorf("%s: policy tokens [%d, %d) (%v) with log-probs %v are not an answer vLLM gave after the %d tokens before them", name, run[0], run[1], seg, lps, len(prefix))
+				continue
+			}
+			checked += len(seg)
+		}
+	}
+	return checked
+}
+
+// mismatch is the largest |learner - vLLM| log-prob over the policy tokens
+// of trajs, under m.
+func mismatch(t *testing.T, m *model.Model, trajs []schemas.Trajectory) float64 {
+	t.Helper()
+	worst := 0.0
+	for _, tr := range trajs {
+		ids := append(slices.Clone(tr.PromptIDs), tr.ResponseIDs...)
+		lps := scoreWith(t, m, ids)
+		for i, src := range tr.TokenSource {
+			if src == schemas.SourcePolicy {
+				worst = max(worst, math.Abs(float64(lps[len(tr.PromptIDs)-1+i])-float64(tr.BehaviorLogProbs[i])))
+			}
+		}
+	}
+	return worst
+}
+
+// TestVLLMPolicyServer runs aipo against a real vLLM (0.32.0's CPU build,
+// which scripts/vllm.sh installs) serving a tiny Qwen3 with the real Qwen3
+// tokenizer and chat template, warm-started as the rehearsal's is to call
+// the Verify Agent, behind a proxy that records what vLLM answered:
+//
+//   - the chat template: what aipo renders and encodes for a conversation
+//     is, token for token, what vLLM's /tokenize renders for it;
+//   - aipo rollout over HTTP: every policy token and log-prob committed is
+//     one vLLM returned, calls are found on the real vocabulary, and the
+//     learner's log-probs of the same tokens agree within vllmLogProbTol;
+//   - aipo train, 3 steps, policy.sync kind vllm, killed with SIGKILL
+//     between the learner step that wrote checkpoint 2 and its sync, and
+//     run again: every trajectory sampled by its step's checkpoint (vLLM's
+//     weight_version, read after each completion), the sync's probe after
+//     each reload equal to that checkpoint's log-probs under the learner
+//     (and not the previous one's), the run's mismatch metrics within
+//     vllmLogProbTol;
+//   - faults: a sync that vLLM does not answer within policy.sync.timeout,
+//     and a reload acknowledged without reaching the model, each fail the
+//     step with an error naming the server, and the same command resumes.
+func TestVLLMPolicyServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real vLLM and trains a tiny Qwen3")
+	}
+	ctx := context.Background()
+	start := time.Now()
+	tokDir := filepath.Dir(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))
+	gsm8k := shareddata.Path(t, "math/gsm8k/train.jsonl")
+	base := t.TempDir()
+	rows := oneDigitGSM8K(t, gsm8k, 64)
+	raw := filepath.Join(base, "gsm8k-one-digit.jsonl")
+	writeJSONL(t, raw, rows)
+	train := filepath.Join(base, "train.parquet")
+	if code, out := runAipo(t, "data", "convert", "--preset", "gsm8k_train", "--in", raw, "--out", train); code != 0 {
+		t.Fatalf("aipo data convert exited %d:\n%s", code, out)
+	}
+	tok, err := tokenizer.Load(tokDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collabAddr := freeAddr(t)
+	collabDir := filepath.Join(base, "qwen3-tiny-collab")
+	if err := hfmodel.WriteDir(collabDir, []byte(hfmodel.TinyQwen3Config), 5, checkpoint.F32, tokDir); err != nil {
+		t.Fatal(err)
+	}
+	defer serveOn(t, collabDir, "collab", "", collabAddr)()
+
+	// The warm start renders prompts as the run does; the run's own
+	// configuration needs the proxy's address, so a first one serves.
+	warm := filepath.Join(base, "qwen3-vllm-warm")
+	cfg0 := vllmRunConfig(t, filepath.Join(base, "warm.yaml"), filepath.Join(base, "unused"), train, "http://127.0.0.1:1", collabAddr, 1, "60s")
+	loss := warmStartQwen3(t, tok, tokDir, warm, cfg0, rows, 60, hfmodel.TinyQwen3VLLMConfig)
+	t.Logf("warm start: 60 SFT steps, loss %.3f", loss)
+
+	vs := vllmserver.Start(t, warm, vllmserver.Options{Name: "policy"})
+	px := newVLLMProxy(t, vs.URL)
+	defer func() {
+		if t.Failed() {
+			t.Logf("the end of vLLM's log (%s):\n%s", vs.Log, vs.Tail(40))
+		}
+	}()
+	t.Logf("set-up: %s", time.Since(start).Round(time.Second))
+
+	t.Run("chat template", func(t *testing.T) {
+		vllmChatTemplate(t, vs, tokDir, tok, true)
+	})
+
+	t.Run("rollout", func(t *testing.T) {
+		runDir := filepath.Join(base, "rollout")
+		cfgPath := filepath.Join(base, "rollout.yaml")
+		vllmRunConfig(t, cfgPath, runDir, train, px.URL, collabAddr, 1, "60s")
+		t0 := time.Now()
+		if code, out := runAipoFor(t, 6*time.Minute, nil, "rollout", "--config", cfgPath, "--step", "0"); code != 0 {
+			t.Fatalf("aipo rollout exited %d:\n%s", code, out)
+		}
+		trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(runDir, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, _ := px.snapshot()
+		n := checkAgainstVLLM(t, calls, trajs)
+		interactions := 0
+		for _, tr := range trajs {
+			interactions += len(tr.InteractionAgent)
+		}
+		if interactions == 0 {
+			t.Errorf("%d trajectories and no collaborator call: the warm-started policy calls the Verify Agent, and the calls must be found on the Qwen3 vocabulary", len(trajs))
+		}
+		d := mismatch(t, loadModel(t, warm), trajs)
+		if d > vllmLogProbTol {
+			t.Errorf("the learner's log-probs of vLLM's tokens differ by up to %.3g, more than %.0e", d, vllmLogProbTol)
+		}
+		t.Logf("aipo rollout through vLLM: %d trajectories, %d policy tokens equal to vLLM's answers, %d calls, learner vs vLLM max |delta log-prob| %.3g (%s)",
+			len(trajs), n, interactions, d, time.Since(t0).Round(time.Second))
+	})
+
+	t.Run("train", func(t *testing.T) {
+		runDir := filepath.Join(base, "run")
+		cfgPath := filepath.Join(base, "run.yaml")
+		vllmRunConfig(t, cfgPath, runDir, train, px.URL, collabAddr, 3, "120s")
+		args := []string{"train", "--config", cfgPath, "--init", warm}
+
+		// First attempt: SIGKILL once checkpoint 2 is committed and its
+		// reload reaches the proxy, before vLLM hears of it.
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+		defer cancel()
+		cmd, out := aipoCommand(cctx, t, nil, args...)
+		var killed sync.Once
+		px.setRPC(func(w http.ResponseWriter, r *http.Request, path string) bool {
+			if filepath.Base(path) != "step-000002" {
+				return false
+			}
+			hit := false
+			killed.Do(func() {
+				if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(runDir, 2)); !ok {
+					t.Errorf("the sync of checkpoint 2 began before it was committed")
+				}
+				cmd.Process.Kill()
+				hit = true
+			})
+			if hit {
+				http.Error(w, "the trainer was killed", http.StatusBadGateway)
+			}
+			return hit
+		})
+		t0 := time.Now()
+		err := cmd.Run()
+		px.setRPC(nil)
+		if err == nil {
+			t.Fatalf("aipo train finished although it was to be killed at the sync of checkpoint 2:\n%s", out)
+		}
+		if cctx.Err() != nil {
+			t.Fatalf("aipo train did not reach the sync of checkpoint 2 in time:\n%s", out)
+		}
+		t.Logf("killed at the sync of checkpoint 2 after %s", time.Since(t0).Round(time.Second))
+		code, text := runAipoFor(t, 15*time.Minute, nil, args...)
+		if code != 0 {
+			t.Fatalf("aipo train, run again after the kill, exited %d:\n%s", code, text)
+		}
+		for _, want := range []string{"policy servers (vllm, 1) serve checkpoint 2", "policy servers (vllm, 1) serve checkpoint 3", "step 3/3: loss"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("the resumed aipo train's output lacks %q:\n%s", want, text)
+			}
+		}
+		t.Logf("aipo train, 3 steps with a kill and a resume: %s", time.Since(t0).Round(time.Second))
+		for k := range int64(3) {
+			trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(runDir, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range trajs {
+				if tr.PolicyVersion != k {
+					t.Fatalf("step %d: trajectory %s/%d sampled by version %d", k, tr.PromptID, tr.SampleIndex, tr.PolicyVersion)
+				}
+			}
+			calls, _ := px.snapshot()
+			checkAgainstVLLM(t, calls, trajs)
+		}
+		var info struct {
+			WeightVersion string `json:"weight_version"`
+		}
+		resp, err := http.Get(vs.URL + "/weight_info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&info)
+		resp.Body.Close()
+		if info.WeightVersion != "3" {
+			t.Errorf("after the run vLLM's weight_version is %q, want 3", info.WeightVersion)
+		}
+
+		// The probe the sync read after each reload is the checkpoint's.
+		calls, reloads := px.snapshot()
+		var prev []float32
+		for k := int64(0); k <= 3; k++ {
+			dir := checkpoint.Dir(runDir, k)
+			abs, _ := filepath.Abs(dir)
+			want := scoreWith(t, loadModel(t, dir), weightsync.ProbeTokens)
+			var got []float64
+			for _, c := range calls {
+				if c.PromptLogProbs != nil && slices.Equal(c.Prompt, weightsync.ProbeTokens) && c.Reloads > 0 && reloads[c.Reloads-1] == abs {
+					got = c.PromptLogProbs
+				}
+			}
+			if got == nil {
+				t.Errorf("checkpoint %d: no probe after its reload (reloads %v)", k, reloads)
+				continue
+			}
+			same, moved := 0.0, 0.0
+			for i := range want {
+				same = max(same, math.Abs(got[i]-float64(want[i])))
+				if prev != nil {
+					moved = max(moved, math.Abs(got[i]-float64(prev[i])))
+				}
+			}
+			if same > vllmLogProbTol {
+				t.Errorf("checkpoint %d: vLLM's probe log-probs differ from the learner's by up to %.3g", k, same)
+			}
+			if prev != nil && moved <= vllmLogProbTol {
+				t.Errorf("checkpoint %d: vLLM's probe log-probs are within %.3g of checkpoint %d's: the reload did not change them", k, moved, k-1)
+			}
+			t.Logf("checkpoint %d: probe vs learner max |delta| %.3g, vs checkpoint %d %.3g", k, same, k-1, moved)
+			prev = want
+		}
+
+		code, text = runAipo(t, "analyze", "--run", runDir)
+		if code != 0 {
+			t.Fatalf("aipo analyze exited %d:\n%s", code, text)
+		}
+		var an analytics.Report
+		b, err := os.ReadFile(filepath.Join(runDir, "analysis", analytics.JSONName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &an); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range an.Steps {
+			if st.Mismatch == nil {
+				t.Errorf("analysis.json, step %d: no train-inference mismatch", st.Step)
+			} else if st.Mismatch.AbsMax > vllmLogProbTol {
+				t.Errorf("step %d: train-inference mismatch max |delta| %.3g, want <= %.0e", st.Step, st.Mismatch.AbsMax, vllmLogProbTol)
+			} else {
+				t.Logf("step %d: train-inference mismatch mean |delta| %.2g, max %.2g", st.Step, st.Mismatch.AbsMean, st.Mismatch.AbsMax)
+			}
+		}
+	})
+
+	t.Run("faults", func(t *testing.T) {
+		runDir := filepath.Join(base, "faults")
+		cfgPath := filepath.Join(base, "faults.yaml")
+		vllmRunConfig(t, cfgPath, runDir, train, px.URL, collabAddr, 2, "5s")
+		args := []string{"train", "--config", cfgPath, "--init", warm}
+
+		// A reload that never answers: the push of checkpoint 0 times out.
+		release := make(chan struct{})
+		px.setRPC(func(w http.ResponseWriter, r *http.Request, path string) bool {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			http.Error(w, "stalled", http.StatusGatewayTimeout)
+			return true
+		})
+		code, text := runAipoFor(t, 5*time.Minute, nil, args...)
+		close(release)
+		if code == 0 || !strings.Contains(text, "policy.sync.timeout") || !strings.Contains(text, px.URL) || !strings.Contains(text, "run the same command again") {
+			t.Errorf("a sync vLLM does not answer: aipo train exited %d, want an error naming the server, policy.sync.timeout and the resume:\n%s", code, text)
+		}
+
+		// A reload acknowledged without reaching the model: checkpoint 1's
+		// push answers success and the probe still reads checkpoint 0.
+		px.setRPC(func(w http.ResponseWriter, r *http.Request, path string) bool {
+			if filepath.Base(path) != "step-000001" {
+				return false
+			}
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"results":[null]}`)
+			return true
+		})
+		code, text = runAipoFor(t, 10*time.Minute, nil, args...)
+		px.setRPC(nil)
+		if code == 0 || !strings.Contains(text, "the reload did not reach the model") || !strings.Contains(text, "token ids 10..25") || !strings.Contains(text, px.URL) {
+			t.Errorf("a reload that changed nothing: aipo train exited %d, want an error naming the server and the probe:\n%s", code, text)
+		}
+		m, err := schemas.ReadManifest(ctx, schemas.StepDir(runDir, 0))
+		if err != nil || m.Rows == 0 {
+			t.Fatalf("step 0, committed before the failed sync, is gone: %v", err)
+		}
+
+		// Fixed, the same command resumes and finishes.
+		code, text = runAipoFor(t, 10*time.Minute, nil, args...)
+		if code != 0 || !strings.Contains(text, "policy servers (vllm, 1) serve checkpoint 2") {
+			t.Fatalf("aipo train after the faults exited %d:\n%s", code, text)
+		}
+		for k := range int64(2) {
+			trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(runDir, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range trajs {
+				if tr.PolicyVersion != k {
+					t.Errorf("step %d: trajectory %s/%d sampled by version %d", k, tr.PromptID, tr.SampleIndex, tr.PolicyVersion)
+				}
+			}
+		}
+	})
+	t.Logf("vLLM tests: %s in all", time.Since(start).Round(time.Second))
+}
+
+// vllmChatTemplate checks that aipo's rendering of conversations with the
+// model's chat template, encoded with its tokenizer, is the token ids
+// vLLM's /tokenize renders for the same messages.
+func vllmChatTemplate(t *testing.T, vs *vllmserver.Server, tplDir string, tok *tokenizer.HF, thinking bool) {
+	t.Helper()
+	tm, err := chattemplate.Load(context.Background(), tplDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	convs := [][]chattemplate.Message{
+		{{Role: "user", Content: "What is 2+2?"}},
+		{{Role: "system", Content: "You are a careful solver. Put the answer in \\boxed{}."}, {Role: "user", Content: "Janet has 3 apples and buys 5 more. How many?"}},
+		{{Role: "user", Content: "Solve x^2 = 9."}, {Role: "assistant", Content: "x = 3 or x = -3."}, {Role: "user", Content: "And x^3 = 8?"}},
+		{{Role: "user", Content: "Ünïcode, emoji 🙂 and <verify>tags</verify>\n\ttabs."}},
+		{{Role: "user", Content: "Say hello."}, {Role: "assistant", Content: "Hello."}},
+	}
+	for i, msgs := range convs {
+		for _, gen := range []bool{true, false} {
+			if gen == (msgs[len(msgs)-1].Role == "assistant") {
+				continue // a generation prompt follows a user turn only
+			}
+			o := chattemplate.Options{AddGenerationPrompt: gen}
+			body := map[string]any{"model": vs.Name, "messages": msgs, "add_generation_prompt": gen, "add_special_tokens": false}
+			if thinking {
+				off := false
+				o.EnableThinking = &off
+				body["chat_template_kwargs"] = map[string]any{"enable_thinking": false}
+			}
+			text, err := tm.Render(msgs, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours := tok.EncodeSpecial(text)
+			var out struct {
+				Tokens []int `json:"tokens"`
+			}
+			if err := vs.Post(context.Background(), "/tokenize", body, &out); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ours, out.Tokens) {
+				t.Errorf("conversation %d (add_generation_prompt %v): aipo renders %d tokens, vLLM %d:\naipo %v\nvLLM %v\ntext %q", i, gen, len(ours), len(out.Tokens), ours, out.Tokens, text)
+			}
+		}
+	}
+}
+
+// TestVLLMQwen25 serves a tiny Qwen2.5 (Qwen2ForCausalLM, with q/k/v
+// biases, and Qwen2.5's chat template) with vLLM: the chat template renders
+// to the same ids, and a completion's log-probs are the learner's within
+// vllmLogProbTol.
+func TestVLLMQwen25(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real vLLM")
+	}
+	ctx := context.Background()
+	tokDir := filepath.Dir(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))
+	tplDir := filepath.Join(testtools.RepoRoot(), "transforms", "chattemplate", "testdata", "qwen2.5")
+	dir := filepath.Join(t.TempDir(), "qwen2.5-tiny")
+	c, err := hfconfig.Parse([]byte(hfmodel.TinyQwen2VLLMConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := append(hfmodel.Tensors(c, 21), hfmodel.QKVBiases(c, 21)...)
+	if err := hfmodel.WriteTensors(dir, []byte(hfmodel.TinyQwen2VLLMConfig), ts, checkpoint.F32, tokDir); err != nil {
+		t.Fatal(err)
+	}
+	// Qwen2.5's tokenizer is Qwen3's byte-level BPE without Qwen3's four
+	// added tokens; its chat template is its own.
+	cfgFile, err := os.ReadFile(filepath.Join(tplDir, "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), cfgFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := vllmserver.Start(t, dir, vllmserver.Options{Name: "qwen25"})
+	vllmChatTemplate(t, vs, dir, tok, false)
+
+	var prompt []int32
+	for _, id := range tok.EncodeSpecial("<|im_start|>user\nJanet has 3 apples and buys 5 more. How many does she have?<|im_end|>\n<|im_start|>assistant\n") {
+		prompt = append(prompt, int32(id))
+	}
+	var out struct {
+		Choices []struct {
+			TokenIDs []int32 `json:"token_ids"`
+			Logprobs struct {
+				TokenLogprobs []float64 `json:"token_logprobs"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+	}
+	body := map[string]any{"model": vs.Name, "prompt": prompt, "max_tokens": 24, "temperature": 1, "seed": 3, "logprobs": 1, "return_token_ids": true}
+	if err := vs.Post(ctx, "/v1/completions", body, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Choices) != 1 || len(out.Choices[0].TokenIDs) == 0 {
+		t.Fatalf("vLLM answered %+v", out)
+	}
+	ch := out.Choices[0]
+	ids := append(slices.Clone(prompt), ch.TokenIDs...)
+	lps := scoreWith(t, loadModel(t, dir), ids)
+	worst := 0.0
+	for i, lp := range ch.Logprobs.TokenLogprobs {
+		worst = max(worst, math.Abs(lp-float64(lps[len(prompt)-1+i])))
+	}
+	if worst > vllmLogProbTol {
+		t.Errorf("Qwen2.5: the learner's log-probs of vLLM's %d tokens differ by up to %.3g", len(ch.TokenIDs), worst)
+	}
+	t.Logf("Qwen2.5: %d tokens sampled by vLLM, learner vs vLLM max |delta log-prob| %.3g", len(ch.TokenIDs), worst)
+}
