@@ -60,7 +60,7 @@ func runAipoFor(t *testing.T, limit time.Duration, extra []string, args ...strin
 // aipoCommand is the child process that runs one aipo command, its
 // combined output going to the returned buffer (read it once the process
 // has ended).
-func aipoCommand(ctx context.Context, t *testing.T, extra []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+func aipoCommand(ctx context.Context, t testing.TB, extra []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0])
 	// Nothing may leave the machine. The Dataflow runner checks the

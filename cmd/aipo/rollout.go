@@ -11,6 +11,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/aipo-rl/aipo/schemas"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
 )
@@ -73,6 +74,16 @@ func runRollout(args []string) int {
 			return 1
 		}
 		defer release()
+	}
+	// With policy.sync, the servers are made to serve the step's
+	// checkpoint first, as aipo train does before its rollouts.
+	if *pol == "" && cfg.Policy.Sync.Pushes() && !cfg.InProcessPolicy() && !dataflowDryRun() {
+		_, endpoint, err := train.PushForRollout(ctx, cfg, *step, func(s string) { fmt.Println(s) })
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "aipo rollout: step %d: %s\n", *step, errText(err))
+			return 1
+		}
+		*pol = endpoint
 	}
 	m, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: *step, Policy: *pol, Force: *force})
 	if err != nil && dataflowDryRun() && errors.Is(err, schemas.ErrNoManifest) {

@@ -119,7 +119,7 @@ func runTrain(args []string) int {
 	}
 	p.log(alg.String())
 	if *initCkpt != "" {
-		if err := train.SeedCheckpoint(ctx, *initCkpt, cfg.Run.Dir); err != nil {
+		if err := train.SeedRunCheckpoint(ctx, *initCkpt, cfg); err != nil {
 			p.finish()
 			fmt.Fprintf(os.Stderr, "aipo train: --init: %s\n", errText(err))
 			return 1

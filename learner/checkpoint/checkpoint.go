@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -83,6 +84,16 @@ type Checkpoint struct {
 	// that no copy of it is built in memory.
 	WriteOptimizer func(io.Writer) error
 	Trainer        TrainerState
+	// WriteTiedHead, on Save, also writes lm_head.weight into
+	// model.safetensors (a copy of model.embed_tokens.weight) when the
+	// config ties the two and Tensors has no head of its own. vLLM's
+	// in-place reload (reload_weights, 0.32.0) gives the embedding its new
+	// values but keeps a tied LM head's old ones unless the checkpoint
+	// names the head (its layerwise reload puts back the tensors of a
+	// layer it loaded nothing into); every reader that ties the weights
+	// loads the same model either way (transformers, vLLM at start-up,
+	// aipo's loader, which ignores a tied model's head).
+	WriteTiedHead bool
 	// ServingOnly, on Save, writes the serving checkpoint alone: the
 	// Hugging Face directory (model.safetensors in the model's dtype,
 	// config.json, the tokenizer files) and trainer_state.json, without
@@ -295,7 +306,7 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		}
 		m.Files = append(m.Files, wf)
 	}
-	wfs, err := saveWeights(ctx, dir, ck.Tensors, opts)
+	wfs, err := saveWeights(ctx, dir, ck.ServedTensors(), opts)
 	if err != nil {
 		return m, err
 	}
@@ -313,6 +324,27 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	return m, nil
+}
+
+// ServedTensors are the tensors Save writes into model.safetensors:
+// Tensors, with lm_head.weight added as WriteTiedHead asks.
+func (ck Checkpoint) ServedTensors() []Tensor {
+	if !ck.WriteTiedHead || !ck.Config.TieWordEmbeddings {
+		return ck.Tensors
+	}
+	var embed *Tensor
+	for i, t := range ck.Tensors {
+		switch t.Name {
+		case "lm_head.weight":
+			return ck.Tensors
+		case "model.embed_tokens.weight":
+			embed = &ck.Tensors[i]
+		}
+	}
+	if embed == nil {
+		return ck.Tensors
+	}
+	return append(slices.Clip(ck.Tensors), Tensor{Name: "lm_head.weight", Shape: embed.Shape, Data: embed.Data})
 }
 
 // commit writes _COMMITTED, only if absent, after checking that the run's

@@ -339,7 +339,7 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 		Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
 	m := st.pol.Model
 	err := checkpoint.Save(ctx, next, checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
-		WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full})
+		WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full, WriteTiedHead: writesTiedHead(cfg)})
 	if err := existsIsDone(err); err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -361,4 +362,44 @@ func (lp *loop) finish(ctx context.Context, done int64) error {
 		return fmt.Errorf("train: all %d steps are trained, but policy.sync could not give the servers the final checkpoint: %w", lp.cfg.Run.Steps, err)
 	}
 	return nil
+}
+
+// PushForRollout makes the policy servers of cfg (policy.sync) serve the
+// newest committed checkpoint up to k before `aipo rollout --step k`
+// samples from them (checkpoint k, or k-1 while an asynchronous run has
+// not written k yet), as `aipo train` does before its own rollouts, and
+// returns that checkpoint and the policy endpoint the rollout uses (with
+// policy_version=N for a server that names no version). So a step the
+// learner refused because a server was restarted on older weights is
+// rolled out again, with --force, from the right weights. Without
+// policy.sync, or with an in-process policy, it pushes nothing and
+// returns -1 and the configured endpoint; so it does, saying so, when no
+// checkpoint up to k is committed (a first rollout before aipo train wrote
+// checkpoint 0).
+func PushForRollout(ctx context.Context, cfg runconfig.Config, k int64, log func(string)) (int64, string, error) {
+	lp, err := newLoop(ctx, cfg, Options{Log: log}, nil, time.Now())
+	if err != nil {
+		return -1, "", err
+	}
+	defer lp.close()
+	if lp.servers == nil {
+		return -1, cfg.Policy.Endpoint, nil
+	}
+	for s := k; s >= 0 && s >= k-1; s-- {
+		ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg.Run.Dir, s))
+		if err != nil {
+			return -1, "", err
+		}
+		if !ok {
+			continue
+		}
+		if err := lp.push(ctx, s); err != nil {
+			return -1, "", fmt.Errorf("policy.sync: %w; nothing of step %d was written", err, k)
+		}
+		return s, lp.endpointFor(s), nil
+	}
+	if log != nil {
+		log(fmt.Sprintf("policy.sync: no checkpoint up to %d is committed in %s, so the servers are not told of one and sample with the weights they serve", k, cfg.Run.Dir))
+	}
+	return -1, lp.cfg.Policy.Endpoint, nil
 }

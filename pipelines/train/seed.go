@@ -7,6 +7,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
 )
 
 // SeedCheckpoint commits the model at src (a Hugging Face model directory,
@@ -21,6 +22,25 @@ import (
 // checked against config.json (every tensor present, of its shape) before
 // anything is written: a bad init leaves no checkpoint behind.
 func SeedCheckpoint(ctx context.Context, src, runDir string) error {
+	return seedCheckpoint(ctx, src, runDir, false)
+}
+
+// SeedRunCheckpoint is SeedCheckpoint into cfg's run directory, writing the
+// LM head of a model with tied embeddings explicitly when the run's
+// policy servers are vLLM (see writesTiedHead).
+func SeedRunCheckpoint(ctx context.Context, src string, cfg runconfig.Config) error {
+	return seedCheckpoint(ctx, src, cfg.Run.Dir, writesTiedHead(cfg))
+}
+
+// writesTiedHead says whether the run's checkpoints carry lm_head.weight
+// beside a tied embedding: when policy.sync pushes them to vLLM, whose
+// in-place reload leaves a tied head on its old values otherwise
+// (checkpoint.Checkpoint.WriteTiedHead).
+func writesTiedHead(cfg runconfig.Config) bool {
+	return cfg.Policy.Sync.Kind == runconfig.SyncVLLM
+}
+
+func seedCheckpoint(ctx context.Context, src, runDir string, tiedHead bool) error {
 	dst := checkpoint.Dir(runDir, 0)
 	if ok, _ := checkpoint.Committed(ctx, dst); ok {
 		return nil
@@ -37,5 +57,5 @@ func SeedCheckpoint(ctx context.Context, src, runDir string) error {
 		return fmt.Errorf("init %s: %w (the initial checkpoint must carry its tokenizer.json)", src, err)
 	}
 	return checkpoint.Save(ctx, dst, checkpoint.Checkpoint{Config: cfg, Tensors: tensors, Tokenizer: files,
-		Trainer: checkpoint.TrainerState{RunID: storage.Base(runDir)}})
+		Trainer: checkpoint.TrainerState{RunID: storage.Base(runDir)}, WriteTiedHead: tiedHead})
 }

@@ -352,7 +352,9 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 		if !ok {
 			continue // removed by retention: nothing to check against
 		}
-		if err := checkpoint.SameWeights(ctx, next, trainer.Tensors(st.pol.Model)); err != nil {
+		m := st.pol.Model
+		served := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(s.cfg)}.ServedTensors()
+		if err := checkpoint.SameWeights(ctx, next, served); err != nil {
 			st.close()
 			return nil, fmt.Errorf("resume: replaying learner step %d from the full state of checkpoint %d did not give the weights of checkpoint %d, which the run committed (%w); the learner is not deterministic on this machine (learner.backend %s, learner.precision %s). Go on from checkpoint %d by removing the checkpoints after it (and their steps' trajectories, step-%06d onwards), or from the newest full state otherwise; set checkpoint.save_every: 1 to write the full state every step",
 				j, from, j+1, err, c.Learner.Backend, c.Learner.Precision, from, from)

@@ -58,6 +58,6 @@ func checkVersions(k int64, trajs []schemas.Trajectory, maxStale int64) error {
 		why = fmt.Sprintf("a version newer than checkpoint %d sampled it: the policy server serves the weights of another run, or of a later checkpoint of this one; point policy.endpoint at this run's servers", k)
 	}
 	return fmt.Errorf("learn step %d: %d of the %d trajectories were sampled by policy versions outside the %s this step allows (policy.max_staleness %d); versions found (trajectories): %s. "+
-		"That is off-policy data the loss would treat as on-policy. %s; then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force) and rerun; checkpoint %d was not written",
+		"That is off-policy data the loss would treat as on-policy. %s; then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force, which first pushes the checkpoint when policy.sync is set) and rerun; checkpoint %d was not written",
 		k, bad, total, allowed, maxStale, strings.Join(found, ", "), why, k, k, k+1)
 }

@@ -1,0 +1,474 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/hfmodel"
+	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/internal/vllmserver"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+)
+
+// qwen3Shape06B is config.json of a model shaped as Qwen/Qwen3-0.6B (the
+// layer count, widths, heads, vocabulary and tied embedding of that
+// model's config.json on the Hugging Face Hub, as its model card lists
+// them: 28 layers, 16 query and 8 key/value heads of 128), in float32.
+// Its weights are random (hfmodel's seeded values), so what it generates
+// is noise, but every matrix multiply has the real model's shape.
+const qwen3Shape06B = `{
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000,
+  "tie_word_embeddings": true,
+  "torch_dtype": "float32",
+  "vocab_size": 151936
+}`
+
+// Shape of the benchmark's requests: every prompt is promptTokens token
+// ids, every answer exactly genTokens tokens.
+const (
+	promptTokens = 16
+	genTokens    = 64
+	// benchContext is both servers' context (aipo serve --max-context,
+	// vLLM --max-model-len): far above prompt plus output, and small
+	// enough that vLLM's 1 GiB KV cache holds 32 sequences of the 0.6B
+	// shape (224 KiB a position) with room to spare.
+	benchContext = 512
+)
+
+// serveLoad is one load: requests requests, concurrent of them in flight
+// at a time.
+type serveLoad struct {
+	name                 string
+	concurrent, requests int
+	seedBase             int64
+}
+
+// serveResult is one server's figures for one load.
+type serveResult struct {
+	tokPerSec float64
+	peakMiB   float64
+}
+
+// BenchmarkServeVsVLLM measures aipo serve against vLLM (0.32.0's CPU
+// build) on one model directory per size, a tiny Qwen3 and a random model
+// of Qwen3-0.6B's shape (skipped with -short): the same token-id prompts
+// with the same seeds through /v1/completions at temperature 1, each
+// answer exactly 64 tokens with the sampled token's log-prob (as a
+// rollout asks), first one request at a time ("batch1"), then 32 at once
+// ("batch32"). It reports generated tokens a second over the wall time of
+// each load and the peak resident memory of each server's processes, and
+// prints one line per size and load:
+//
+//	serve-vs-vllm SIZE LOAD: aipo X tok/s (RSS A MiB), vLLM Y tok/s (RSS B MiB), ratio X/Y
+//
+// The servers run one after the other, never together, so that neither
+// shares the cores with the other. Both are warmed up with one short
+// request before anything is timed.
+func BenchmarkServeVsVLLM(b *testing.B) {
+	tokDir := filepath.Dir(shareddata.Path(b, "tokenizers/qwen3/tokenizer.json"))
+	vllmserver.Python(b)
+	sizes := []struct {
+		name, config string
+		sequential   int // requests of the batch1 load
+	}{
+		{"tiny", hfmodel.TinyQwen3VLLMConfig, 8},
+		{"0.6B", qwen3Shape06B, 4},
+	}
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			if size.name != "tiny" && testing.Short() {
+				b.Skip("the 0.6B shape takes minutes a server on 2 cores; -short runs the tiny model only")
+			}
+			b.StopTimer()
+			dir := filepath.Join(b.TempDir(), "model")
+			if err := hfmodel.WriteDir(dir, []byte(size.config), 1, checkpoint.F32, tokDir); err != nil {
+				b.Fatal(err)
+			}
+			// The 0.6B shape's tensors (2.4 GB) are garbage now; give
+			// the memory back before the servers need it.
+			runtime.GC()
+			debug.FreeOSMemory()
+			loads := []serveLoad{
+				{name: "batch1", concurrent: 1, requests: size.sequential, seedBase: 1000},
+				{name: "batch32", concurrent: 32, requests: 32, seedBase: 2000},
+			}
+			aipo := benchAipoServe(b, dir, loads)
+			vllm := benchVLLM(b, dir, loads)
+			for i, l := range loads {
+				a, v := aipo[i], vllm[i]
+				ratio := a.tokPerSec / v.tokPerSec
+				b.ReportMetric(a.tokPerSec, "aipo_tok/s_"+l.name)
+				b.ReportMetric(v.tokPerSec, "vllm_tok/s_"+l.name)
+				b.ReportMetric(ratio, "aipo/vllm_"+l.name)
+				fmt.Printf("serve-vs-vllm %s %s: aipo %.1f tok/s (RSS %.0f MiB), vLLM %.1f tok/s (RSS %.0f MiB), ratio %.2f\n",
+					size.name, l.name, a.tokPerSec, a.peakMiB, v.tokPerSec, v.peakMiB, ratio)
+			}
+			last := len(loads) - 1
+			b.ReportMetric(aipo[last].peakMiB, "aipo_peak_MiB")
+			b.ReportMetric(vllm[last].peakMiB, "vllm_peak_MiB")
+		})
+	}
+}
+
+// benchAipoServe runs aipo serve on dir in a child process (so that its
+// peak RSS is its own), warms it up, runs each load b.N times and stops
+// it.
+func benchAipoServe(b *testing.B, dir string, loads []serveLoad) []serveResult {
+	addr := benchListenAddr(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	cmd, out := aipoCommand(ctx, b, nil, "serve", "--checkpoint", dir, "--name", "policy",
+		"--http", addr, "--grpc=", "--max-context", strconv.Itoa(benchContext), "--grace", "5s")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	defer stop()
+	url := "http://" + addr
+	hc := benchHTTPClient()
+	defer hc.CloseIdleConnections()
+	// aipo serve listens once the weights are loaded: /health answers 200
+	// from then on.
+	began := time.Now()
+	for {
+		select {
+		case <-done:
+			b.Fatalf("aipo serve exited before it answered /health (%v); its output:\n%s", cmd.ProcessState, out.String())
+		default:
+		}
+		if resp, err := hc.Get(url + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Since(began) > 5*time.Minute {
+			stop()
+			b.Fatalf("aipo serve did not answer /health with 200 within 5m; its output:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.Logf("aipo serve (pid %d) serves %s after %s", cmd.Process.Pid, filepath.Base(dir), time.Since(began).Round(time.Millisecond))
+	pid := cmd.Process.Pid
+	// aipo serve is one process: the kernel's high-water mark of its
+	// resident set (VmHWM) is its peak since it started.
+	peak := func() float64 {
+		kb, err := procStatusKB(pid, "VmHWM")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(kb) / 1024
+	}
+	post := func(ctx context.Context, body map[string]any) (completionAnswer, error) {
+		return postCompletion(ctx, hc, url, body)
+	}
+	return runLoads(b, "aipo serve", post, nil, peak, loads)
+}
+
+// benchVLLM runs vLLM on dir, warms it up, runs each load b.N times and
+// stops it.
+func benchVLLM(b *testing.B, dir string, loads []serveLoad) []serveResult {
+	vs := vllmserver.Start(b, dir, vllmserver.Options{Name: "policy", MaxModelLen: benchContext})
+	defer vs.Stop()
+	hc := benchHTTPClient()
+	defer hc.CloseIdleConnections()
+	pgid := vs.PID()
+	// vLLM is an API server process with its engine in a child process
+	// (and helpers of Python's multiprocessing), all in the process group
+	// vllmserver starts. Its peak is the sum of each member's VmHWM: each
+	// process's own peak since it started, startup included. The members
+	// need not peak at the same moment and shared file pages (PyTorch's
+	// libraries) count once per process, so the sum is an upper bound of
+	// the group's resident memory at any one time.
+	peak := func() float64 {
+		kb, err := groupHWMKB(pgid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(kb) / 1024
+	}
+	post := func(ctx context.Context, body map[string]any) (completionAnswer, error) {
+		a, err := postCompletion(ctx, hc, vs.URL, body)
+		if err != nil {
+			err = fmt.Errorf("%w; vLLM's log:\n%s", err, vs.Tail(30))
+		}
+		return a, err
+	}
+	// vLLM honours ignore_eos; aipo serve has no such parameter (see
+	// runLoads).
+	extra := map[string]any{"ignore_eos": true}
+	return runLoads(b, "vLLM", post, extra, peak, loads)
+}
+
+// runLoads warms a server up with one short request, then runs each load
+// b.N times, timing it, and reads the server's peak memory after each.
+// extra are the fields only this server gets.
+//
+// Every answer must hold exactly genTokens tokens (finish_reason
+// "length"). vLLM is told to ignore end-of-sequence tokens; aipo serve
+// has no ignore_eos or min_tokens (pipelines/serve reads neither), so its
+// answers could end early on one of the Qwen3 tokenizer's end tokens.
+// With the random weights and these fixed seeds none does; should a
+// change to the model or the sampler make one do so, the benchmark fails
+// naming the request rather than count tokens that were not generated.
+func runLoads(b *testing.B, server string, post func(context.Context, map[string]any) (completionAnswer, error),
+	extra map[string]any, peak func() float64, loads []serveLoad) []serveResult {
+	body := func(prompt []int32, seed int64, maxTokens int) map[string]any {
+		m := map[string]any{"model": "policy", "prompt": prompt, "max_tokens": maxTokens, "temperature": 1, "seed": seed,
+			"logprobs": 1, "return_token_ids": true, "skip_special_tokens": false}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	if _, err := post(ctx, body(benchPrompt(-1), 1, 4)); err != nil {
+		cancel()
+		b.Fatalf("%s: warm-up request: %v", server, err)
+	}
+	cancel()
+	out := make([]serveResult, len(loads))
+	for li, l := range loads {
+		var wall time.Duration
+		for range b.N {
+			// Bounds the whole load: the 0.6B shape's 32 requests take
+			// minutes on 2 cores.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			jobs := make(chan int, l.requests)
+			for i := range l.requests {
+				jobs <- i
+			}
+			close(jobs)
+			errs := make(chan error, l.requests)
+			var wg sync.WaitGroup
+			b.StartTimer()
+			began := time.Now()
+			for range l.concurrent {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range jobs {
+						seed := l.seedBase + int64(i)
+						a, err := post(ctx, body(benchPrompt(i), seed, genTokens))
+						if err == nil {
+							err = a.check(genTokens)
+						}
+						if err != nil {
+							errs <- fmt.Errorf("%s %s request %d (seed %d): %w", server, l.name, i, seed, err)
+							cancel()
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			wall += time.Since(began)
+			b.StopTimer()
+			cancel()
+			close(errs)
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+		out[li] = serveResult{tokPerSec: float64(b.N*l.requests*genTokens) / wall.Seconds(), peakMiB: peak()}
+		b.Logf("%s %s: %d requests of %d tokens, %d at a time, in %s", server, l.name, l.requests, genTokens, l.concurrent, wall.Round(time.Millisecond))
+	}
+	return out
+}
+
+// benchPrompt is request i's prompt: promptTokens ordinary token ids (below
+// the Qwen3 vocabulary's special tokens at 151643), a function of i only
+// so that both servers get the same prompts. No two prompts share a first
+// token, so vLLM's prefix cache finds nothing to reuse. i = -1 is the
+// warm-up's.
+func benchPrompt(i int) []int32 {
+	p := make([]int32, promptTokens)
+	for j := range p {
+		p[j] = int32((int64(i+2)*7919 + int64(j)*104729) % 150000)
+	}
+	return p
+}
+
+// completionAnswer is the part of a /v1/completions answer the benchmark
+// checks.
+type completionAnswer struct {
+	Choices []struct {
+		TokenIDs     []int32 `json:"token_ids"`
+		FinishReason *string `json:"finish_reason"`
+		Logprobs     *struct {
+			TokenLogprobs []*float64 `json:"token_logprobs"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+	Usage *struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+// check requires one choice of exactly n tokens, each with its log-prob,
+// that ended for length.
+func (a completionAnswer) check(n int) error {
+	if len(a.Choices) != 1 {
+		return fmt.Errorf("%d choices, want 1", len(a.Choices))
+	}
+	c := a.Choices[0]
+	fr := "<none>"
+	if c.FinishReason != nil {
+		fr = *c.FinishReason
+	}
+	if len(c.TokenIDs) != n || fr != "length" {
+		return fmt.Errorf("%d token ids (finish_reason %s), want exactly %d ending for length", len(c.TokenIDs), fr, n)
+	}
+	if c.Logprobs == nil || len(c.Logprobs.TokenLogprobs) != n {
+		return fmt.Errorf("the answer has no log-prob for each of its %d tokens", n)
+	}
+	if a.Usage != nil && a.Usage.CompletionTokens != n {
+		return fmt.Errorf("usage.completion_tokens %d, want %d", a.Usage.CompletionTokens, n)
+	}
+	return nil
+}
+
+// postCompletion sends body to url's /v1/completions and decodes a 200
+// answer.
+func postCompletion(ctx context.Context, hc *http.Client, url string, body map[string]any) (completionAnswer, error) {
+	var a completionAnswer
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return a, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(buf))
+	if err != nil {
+		return a, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return a, err
+	}
+	defer resp.Body.Close()
+	ans, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return a, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return a, fmt.Errorf("POST %s/v1/completions answered %d: %s", url, resp.StatusCode, ans)
+	}
+	return a, json.Unmarshal(ans, &a)
+}
+
+// benchHTTPClient keeps a connection open per concurrent request, so that
+// the loads time generation rather than connection setup.
+func benchHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+}
+
+// benchListenAddr is a free 127.0.0.1 address.
+func benchListenAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// procStatusKB is field (VmHWM, VmRSS, ...) of /proc/PID/status, in KiB.
+func procStatusKB(pid int, field string) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || name != field {
+			continue
+		}
+		v, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		return strconv.ParseInt(v, 10, 64)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
+}
+
+// groupHWMKB sums VmHWM over the live processes of process group pgid.
+func groupHWMKB(pgid int) (int64, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces and
+		// parentheses, so fields are counted after its last ')'.
+		k := bytes.LastIndexByte(stat, ')')
+		if k < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[k+1:]))
+		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		kb, err := procStatusKB(pid, "VmHWM")
+		if err != nil {
+			continue // ended meanwhile, or a kernel thread
+		}
+		sum += kb
+		n++
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("no live process in group %d", pgid)
+	}
+	return sum, nil
+}
