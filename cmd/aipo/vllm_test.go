@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -605,6 +606,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 		if code == 0 || !strings.Contains(text, "policy.sync.timeout") || !strings.Contains(text, px.URL) || !strings.Contains(text, "run the same command again") {
 			t.Errorf("a sync vLLM does not answer: aipo train exited %d, want an error naming the server, policy.sync.timeout and the resume:\n%s", code, text)
 		}
+		t.Logf("stalled reload: %s", lineWith(text, "policy.sync.timeout"))
 
 		// A reload acknowledged without reaching the model: checkpoint 1's
 		// push answers success and the probe still reads checkpoint 0.
@@ -621,6 +623,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 		if code == 0 || !strings.Contains(text, "the reload did not reach the model") || !strings.Contains(text, "token ids 10..25") || !strings.Contains(text, px.URL) {
 			t.Errorf("a reload that changed nothing: aipo train exited %d, want an error naming the server and the probe:\n%s", code, text)
 		}
+		t.Logf("hollow reload: %s", lineWith(text, "did not reach the model"))
 		m, err := schemas.ReadManifest(ctx, schemas.StepDir(runDir, 0))
 		if err != nil || m.Rows == 0 {
 			t.Fatalf("step 0, committed before the failed sync, is gone: %v", err)
@@ -657,6 +660,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 		if code == 0 || !strings.Contains(text, "learn step 1") || !strings.Contains(text, "versions found (trajectories): 0 (") {
 			t.Errorf("step 1 sampled partly by a vLLM restarted on its startup weights: aipo train exited %d, want the learner to refuse it naming version 0:\n%s", code, text)
 		}
+		t.Logf("vLLM restarted mid-rollout: %s", lineWith(text, "versions found"))
 		if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(runDir, 2)); ok {
 			t.Error("checkpoint 2 was written from a step sampled by the wrong weights")
 		}
@@ -684,6 +688,16 @@ func TestVLLMPolicyServer(t *testing.T) {
 		}
 	})
 	t.Logf("vLLM tests: %s in all", time.Since(start).Round(time.Second))
+}
+
+// lineWith is the first line of text holding sub, cut to 600 bytes.
+func lineWith(text, sub string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			return l[:min(len(l), 600)]
+		}
+	}
+	return "(no line holds " + strconv.Quote(sub) + ")"
 }
 
 // vllmChatTemplate checks that aipo's rendering of conversations with the
