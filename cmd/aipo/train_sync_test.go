@@ -12,7 +12,6 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/train"
-	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -58,17 +57,7 @@ func TestTrainCommandSyncsPolicyServer(t *testing.T) {
 			t.Errorf("aipo train's output lacks %q:\n%s", want, out)
 		}
 	}
-	for k := range int64(3) {
-		trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(run, k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tr := range trajs {
-			if tr.PolicyVersion != k {
-				t.Fatalf("step %d: trajectory %s/%d sampled by version %d", k, tr.PromptID, tr.SampleIndex, tr.PolicyVersion)
-			}
-		}
-	}
+	sampledByTheirStep(t, run, 3)
 	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(run, 3)); !ok {
 		t.Error("checkpoint 3 not committed")
 	}

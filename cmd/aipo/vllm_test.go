@@ -501,17 +501,8 @@ func TestVLLMPolicyServer(t *testing.T) {
 			}
 		}
 		t.Logf("aipo train, 3 steps with a kill and a resume: %s", time.Since(t0).Round(time.Second))
-		for k := range int64(3) {
-			trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(runDir, k))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, tr := range trajs {
-				if tr.PolicyVersion != k {
-					t.Fatalf("step %d: trajectory %s/%d sampled by version %d", k, tr.PromptID, tr.SampleIndex, tr.PolicyVersion)
-				}
-			}
-			calls, _ := px.snapshot()
+		calls, _ := px.snapshot()
+		for _, trajs := range sampledByTheirStep(t, runDir, 3) {
 			checkAgainstVLLM(t, calls, trajs)
 		}
 		var info struct {
@@ -675,19 +666,29 @@ func TestVLLMPolicyServer(t *testing.T) {
 		if code != 0 || !strings.Contains(text, "policy servers (vllm, 1) serve checkpoint 2") {
 			t.Fatalf("aipo train after the faults exited %d:\n%s", code, text)
 		}
-		for k := range int64(2) {
-			trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(runDir, k))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, tr := range trajs {
-				if tr.PolicyVersion != k {
-					t.Errorf("step %d: trajectory %s/%d sampled by version %d", k, tr.PromptID, tr.SampleIndex, tr.PolicyVersion)
-				}
-			}
-		}
+		sampledByTheirStep(t, runDir, 2)
 	})
 	t.Logf("vLLM tests: %s in all", time.Since(start).Round(time.Second))
+}
+
+// sampledByTheirStep reads the trajectories of steps 0..steps-1 of the
+// run, checking that each was sampled by its step's checkpoint.
+func sampledByTheirStep(t *testing.T, runDir string, steps int64) [][]schemas.Trajectory {
+	t.Helper()
+	var out [][]schemas.Trajectory
+	for k := range steps {
+		trajs, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), schemas.StepDir(runDir, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range trajs {
+			if tr.PolicyVersion != k {
+				t.Fatalf("step %d: trajectory %s/%d sampled by version %d, want checkpoint %d", k, tr.PromptID, tr.SampleIndex, tr.PolicyVersion, k)
+			}
+		}
+		out = append(out, trajs)
+	}
+	return out
 }
 
 // lineWith is the first line of text holding sub, cut to 600 bytes.
