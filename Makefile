@@ -110,8 +110,11 @@ gpu-test-binary: $(OVERLAY)
 rehearse: setup-test $(OVERLAY)
 	AIPO_REHEARSE=long $(GO) test $(GOFLAGS_OVERLAY) -count=1 -timeout 60m -run '^TestRehearsal$$' -v ./cmd/aipo
 
+# bench's timeout is per package: cmd/aipo's BenchmarkServeVsVLLM serves a
+# tiny and a Qwen3-0.6B-shaped model with aipo serve and with vLLM, one
+# after the other (about 10 minutes on 2 cores).
 bench: setup-test $(OVERLAY)
-	$(GO) test $(GOFLAGS_OVERLAY) -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
+	$(GO) test $(GOFLAGS_OVERLAY) -timeout 60m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
 	$(GO) test $(GOFLAGS_OVERLAY) -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
 
