@@ -13,7 +13,10 @@ func BenchmarkSgemm(b *testing.B) {
 	shapes := []struct {
 		m, n, k int
 		transB  bool
-	}{{256, 256, 256, false}, {1024, 1024, 1024, false}, {1024, 1376, 512, true}, {1024, 512, 1376, false}, {2048, 128, 344, true}}
+	}{{256, 256, 256, false}, {1024, 1024, 1024, false}, {1024, 1376, 512, true}, {1024, 512, 1376, false}, {2048, 128, 344, true},
+		// One token's step through a Qwen3-0.6B-shaped layer and its LM head
+		// (a batch-1 decode): matrix times vector.
+		{1, 3072, 1024, true}, {1, 1024, 3072, true}, {1, 151936, 1024, true}}
 	for _, s := range shapes {
 		b.Run(fmt.Sprintf("%dx%dx%d_tB%v", s.m, s.n, s.k, s.transB), func(b *testing.B) {
 			benchGemm(b, s.m, s.n, s.k, s.transB, Sgemm)

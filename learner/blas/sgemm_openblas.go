@@ -57,6 +57,20 @@ static void sgemm(int ta, int tb, int m, int n, int k, float alpha, const float 
 	cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 	if (hasAVX) __asm__ volatile("vzeroupper");
 }
+
+// sgemv computes the one row of C that a product with m = 1 has, as
+// OpenBLAS's matrix-vector product: its sgemm packs all of B for a single
+// row, which reads B at a third of the memory bandwidth (a batch-1 decode
+// step is nothing but such products). tb says B is stored n x k; x is the
+// row of A with stride incx.
+static void sgemv(int tb, int n, int k, float alpha, const float *x, int incx,
+		const float *b, int ldb, float beta, float *c) {
+	if (tb == CblasTrans)
+		cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b, ldb, x, incx, beta, c, 1);
+	else
+		cblas_sgemv(CblasRowMajor, CblasTrans, k, n, alpha, b, ldb, x, incx, beta, c, 1);
+	if (hasAVX) __asm__ volatile("vzeroupper");
+}
 */
 import "C"
 
@@ -99,6 +113,20 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	}
 	if transB {
 		tb = C.CblasTrans
+	}
+	if m == 1 {
+		if beta == 0 {
+			// sgemv scales y by beta, and some OpenBLAS releases compute
+			// NaN*0 there: C must not be read when beta is zero.
+			clear(c[:n])
+		}
+		incx := 1
+		if transA {
+			incx = lda
+		}
+		C.sgemv(tb, C.int(n), C.int(k), C.float(alpha), (*C.float)(&a[0]), C.int(incx),
+			(*C.float)(&b[0]), C.int(ldb), C.float(beta), (*C.float)(&c[0]))
+		return
 	}
 	C.sgemm(ta, tb, C.int(m), C.int(n), C.int(k),
 		C.float(alpha), (*C.float)(&a[0]), C.int(lda),

@@ -70,7 +70,7 @@ func TestSgemmMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	type shape struct{ m, n, k int }
 	shapes := []shape{{1, 1, 1}, {3, 5, 7}, {17, 1, 33}, {1, 29, 9}, {0, 4, 3}, {4, 0, 3}, {5, 6, 0},
-		{64, 64, 64}, {130, 67, 129}, {257, 300, 31}, {33, 517, 260}, {600, 40, 700}}
+		{64, 64, 64}, {130, 67, 129}, {257, 300, 31}, {33, 517, 260}, {600, 40, 700}, {1, 300, 257}, {1, 700, 1}}
 	for i := 0; i < 8; i++ {
 		shapes = append(shapes, shape{1 + r.IntN(200), 1 + r.IntN(200), 1 + r.IntN(300)})
 	}

@@ -4,13 +4,53 @@ import (
 	"cmp"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync"
 )
 
-// sampler holds the scratch of sampling; the scheduler owns one.
+// sampler holds the scratch of sampling; each goroutine that draws owns
+// one (newSamplers).
 type sampler struct {
 	idx   []int32
 	probs []float64
+}
+
+// newSamplers are the scratch of the goroutines that draw a step's rows,
+// one a processor: on a vocabulary of 151,936 the draw (an exponential a
+// logit, the log-sum-exp, the top log-probs) costs as much as a small
+// model's whole forward pass, and one goroutine drawing 32 rows after
+// another left the other cores idle.
+func newSamplers() []sampler {
+	return make([]sampler, max(1, runtime.GOMAXPROCS(0)))
+}
+
+// drawRows runs f for rows 0..n-1, spread over one goroutine per sampler
+// (rows in contiguous blocks), and returns the draws in row order. Each
+// row's random stream is its own, so the draws do not depend on the
+// spread.
+func drawRows(smp []sampler, n int, f func(row int, s *sampler) draw) []draw {
+	out := make([]draw, n)
+	workers := min(len(smp), n)
+	if workers <= 1 {
+		for i := range n {
+			out[i] = f(i, &smp[0])
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*n/workers, (w+1)*n/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				out[i] = f(i, &smp[w])
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // newRNG is a request's random stream.

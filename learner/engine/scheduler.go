@@ -33,7 +33,7 @@ type seq struct {
 func (e *Engine) loop() {
 	defer close(e.exited)
 	var active []*seq
-	var smp sampler
+	smp := newSamplers()
 	var logits []float32
 	defer func() {
 		for _, q := range active {
@@ -81,7 +81,7 @@ func (e *Engine) loop() {
 			if e.stepHook != nil {
 				e.stepHook()
 			}
-			active = e.step(active, &smp, &logits)
+			active = e.step(active, smp, &logits)
 		}
 	}
 }
@@ -122,7 +122,7 @@ func (e *Engine) admit(active []*seq, q *seq) []*seq {
 // step feeds every sequence that takes part its next tokens, samples for
 // those whose pending tokens are all fed, and returns the sequences still
 // running.
-func (e *Engine) step(active []*seq, smp *sampler, logits *[]float32) []*seq {
+func (e *Engine) step(active []*seq, smp []sampler, logits *[]float32) []*seq {
 	type group struct {
 		seqs   []*seq
 		caches []Cache
@@ -164,14 +164,22 @@ func (e *Engine) step(active []*seq, smp *sampler, logits *[]float32) []*seq {
 		}
 		*logits = lg
 		V := len(lg) / len(g.seqs)
+		var due []int // rows whose pending tokens are all fed: they sample
 		for i, q := range g.seqs {
 			fed := len(g.toks[i])
 			e.fed.Add(int64(fed))
 			q.pending = q.pending[fed:]
-			if len(q.pending) > 0 {
-				continue
+			if len(q.pending) == 0 {
+				due = append(due, i)
 			}
-			if e.sample(q, lg[i*V:(i+1)*V], smp) {
+		}
+		draws := drawRows(smp, len(due), func(j int, s *sampler) draw {
+			i := due[j]
+			return drawRow(g.seqs[i], lg[i*V:(i+1)*V], s)
+		})
+		for j, i := range due {
+			q := g.seqs[i]
+			if e.record(q, draws[j]) {
 				e.finish(q, nil)
 				finished[q] = true
 			}
@@ -190,19 +198,36 @@ func (e *Engine) step(active []*seq, smp *sampler, logits *[]float32) []*seq {
 	return kept
 }
 
-// sample draws q's next token from row, records it, and reports whether
-// the sequence is finished; otherwise the token is pending.
-func (e *Engine) sample(q *seq, row []float32, smp *sampler) bool {
+// draw is one sampled token with its log-prob and, when asked for, the
+// most likely tokens' log-probs.
+type draw struct {
+	tok int32
+	lp  float32
+	top []TokenLogProb
+}
+
+// drawRow samples q's next token from its logits row. It touches nothing
+// but q's random stream and s, so rows draw in parallel.
+func drawRow(q *seq, row []float32, s *sampler) draw {
 	p := &q.req.Params
-	tok := smp.sample(row, p, q.rng)
+	tok := s.sample(row, p, q.rng)
 	lse := model.LogSumExp(row)
-	lp := row[tok] - lse
+	d := draw{tok: tok, lp: row[tok] - lse}
+	if p.TopLogprobs > 0 {
+		d.top = topLogProbs(row, p.TopLogprobs, lse)
+	}
+	return d
+}
+
+// record appends q's drawn token and reports whether the sequence is
+// finished; otherwise the token is pending.
+func (e *Engine) record(q *seq, d draw) bool {
+	p := &q.req.Params
+	tok, lp, top := d.tok, d.lp, d.top
 	r := &q.res
 	r.Tokens = append(r.Tokens, tok)
 	r.LogProbs = append(r.LogProbs, lp)
-	var top []TokenLogProb
 	if p.TopLogprobs > 0 {
-		top = topLogProbs(row, p.TopLogprobs, lse)
 		r.TopLogProbs = append(r.TopLogProbs, top)
 	}
 	e.generated.Add(1)
