@@ -32,6 +32,12 @@ test)
   # failed install fails make test, with pip's reason.
   "$root/scripts/vllm.sh" &
   vllm_pid=$!
+  # The library checks' Python environment (TensorBoard's own reader reads
+  # back aipo train's event files), pinned with hashes in
+  # scripts/pychecks/requirements.txt: beside the rest, like vLLM's, and a
+  # failed install fails make test with pip's reason.
+  "$root/scripts/pychecks.sh" &
+  pychecks_pid=$!
   # DuckDB's Node API reads our shards in the interop test.
   if command -v npm >/dev/null && [ ! -d "$root/scripts/interop/node_modules/@duckdb/node-api" ]; then
     echo "setup: installing DuckDB for the interop tests" >&2
@@ -70,8 +76,14 @@ test)
     (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||
       echo "setup: building grpcurl failed; its test builds it itself or skips" >&2
   fi
+  pychecks_ok=true
+  wait "$pychecks_pid" || pychecks_ok=false
   if ! wait "$vllm_pid"; then
     echo "setup: installing vLLM failed (see above); make test runs vLLM's tests and cannot go on without it" >&2
+    exit 1
+  fi
+  if ! $pychecks_ok; then
+    echo "setup: installing the library checks' Python environment failed (see above); make test runs the TensorBoard check and cannot go on without it" >&2
     exit 1
   fi
   ;;

@@ -1,0 +1,26 @@
+package testtools
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// PyChecks is the interpreter of the Python environment of the library
+// checks, build/tools/pychecks/bin/python, that scripts/pychecks.sh
+// installs (scripts/setup.sh test and make test run it). When it is absent
+// the test fails, saying how to install it: the checks are never skipped.
+func PyChecks(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(), "build", "tools", "pychecks", "bin", "python")
+	if st, err := os.Stat(p); err == nil && !st.IsDir() {
+		return p
+	}
+	t.Fatalf("the Python environment of the library checks is not installed: %s is absent; run scripts/pychecks.sh (scripts/setup.sh test and make test run it; it installs the packages pinned in scripts/pychecks/requirements.txt from PyPI into ~/.cache/aipo)", p)
+	return ""
+}
+
+// PyCheckScript is scripts/pychecks/<name>, a script for PyChecks' interpreter.
+func PyCheckScript(name string) string {
+	return filepath.Join(RepoRoot(), "scripts", "pychecks", name)
+}
