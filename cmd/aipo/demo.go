@@ -35,6 +35,7 @@ func runDemo(args []string) int {
 	steps := fs.Int64("steps", 0, "with --compare: training steps of every run (default from the config, 200)")
 	leaseOpts := leaseFlags(fs, "aipo demo")
 	reconfigure := fs.Bool("reconfigure", false, "apply flags that differ from the run's run.yaml from the next step on (recorded in <run>/config_changes.jsonl) instead of refusing them")
+	noTensorBoard := fs.Bool("no-tensorboard", false, "write no TensorBoard event files in <run>/tensorboard (run.tensorboard: false)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo demo [--run DIR] [--quick] [--seed N] [--compare [--methods M,...] [--seeds N] [--steps N]] [Beam flags]\n\n"+
 			"Warm-starts a small policy on invented facts (built once per run directory), trains it\n"+
@@ -80,6 +81,10 @@ func runDemo(args []string) int {
 		}
 		if *seed >= 0 {
 			c.Run.Seed = uint64(*seed)
+		}
+		if *noTensorBoard {
+			off := false
+			c.Run.TensorBoard = &off
 		}
 	}
 	rep, err := train.RunDemo(ctx, train.DemoOptions{

@@ -57,6 +57,7 @@ func runTrain(args []string) int {
 	ignorePlan := fs.Bool("ignore-plan", false, "run even when the memory plan (aipo plan) says the run does not fit")
 	planOpts := planFlags(fs)
 	reconfigure := fs.Bool("reconfigure", false, "apply a configuration that differs from the run's run.yaml from the next step on, recording the change in <run>/config_changes.jsonl (without it such a run is refused with the changed fields)")
+	noTensorBoard := fs.Bool("no-tensorboard", false, "write no TensorBoard event files in <run>/tensorboard this time (as run.tensorboard: false)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [Beam flags]\n\n"+
 			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
@@ -110,6 +111,10 @@ func runTrain(args []string) int {
 		p.finish()
 		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
 		return 2
+	}
+	if *noTensorBoard {
+		off := false
+		cfg.Run.TensorBoard = &off
 	}
 	alg, err := train.WriteAlgorithm(ctx, cfg)
 	if err != nil {

@@ -53,7 +53,15 @@ type Run struct {
 	// (Policy.MaxStaleness is at least 1). Default false: rollout k on
 	// checkpoint k, then learn k, strictly in turn.
 	Async bool `yaml:"async,omitempty"`
+	// TensorBoard writes the per-step metrics as TensorBoard event files
+	// in <dir>/tensorboard (default true; false, or aipo train
+	// --no-tensorboard, turns it off). Each invocation follows its own
+	// setting: changing it is not a change of the run.
+	TensorBoard *bool `yaml:"tensorboard,omitempty"`
 }
+
+// WritesTensorBoard is TensorBoard with its default (true).
+func (r Run) WritesTensorBoard() bool { return r.TensorBoard == nil || *r.TensorBoard }
 
 // Data says where the training prompts come from: prompt files, or the
 // built-in demo task.

@@ -19,6 +19,7 @@
 //	run.seed                    seed of every random choice: prompt order, sampling, collaborator noise (0)
 //	run.steps                   training steps (200)
 //	run.async                   overlap rollout and learning: step k sampled by checkpoint k-1, rollout k+1 during learn k (false)
+//	run.tensorboard             write the per-step metrics as TensorBoard event files in <run.dir>/tensorboard (true)
 //
 //	data.demo                   use the built-in demo task instead of prompt files (false)
 //	data.demo_task              the demo task's size; when given, give all of it (demotask.DefaultConfig())

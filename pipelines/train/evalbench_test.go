@@ -19,6 +19,8 @@ import (
 // held-out benchmark in eval.benchmarks, evaluated every step: each
 // checkpoint's records and report are in <run>/eval/step-NNNNNN, its
 // scores in metrics.jsonl, and aipo analyze shows Pass@k over the steps.
+// The run is stopped after one step and resumed; TensorBoard's reader
+// finds every step's metrics in its event files.
 func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
@@ -38,6 +40,21 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	mutate := func(c *runconfig.Config) {
 		c.Run.Steps, c.Eval.Every, c.Eval.Samples = 2, 1, 2
 		c.Eval.Benchmarks = []eval.Benchmark{{Name: "heldout", Path: bench, Verifier: "demo", Template: "{{.Problem}}"}}
+	}
+	// One step, then the rest in a second invocation, as a run killed and
+	// started again: the first process's event file ends in half a record,
+	// as a writer killed inside one leaves it.
+	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate, StopAfter: 1}); err != nil {
+		t.Fatal(err)
+	}
+	events, _ := filepath.Glob(filepath.Join(TensorBoardDir(dir), "events.out.tfevents.*"))
+	if len(events) != 1 {
+		t.Fatalf("the first invocation wrote %d event files, want 1: %v", len(events), events)
+	}
+	if raw, err := os.ReadFile(events[0]); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(events[0], raw[:len(raw)-9], 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
 		t.Fatal(err)
@@ -77,4 +94,8 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	if ok, _ := storage.Exists(ctx, storage.Join(dir, "analysis", analytics.HeldoutPNG)); !ok {
 		t.Errorf("%s was not drawn", analytics.HeldoutPNG)
 	}
+	// TensorBoard's own reader finds every step of both invocations once,
+	// with the records' values.
+	checkTensorBoard(t, dir, map[string]int{"train/loss": 2, "train/reward_mean": 2, "mismatch/abs_max": 2,
+		"interactions/knowledge": 2, "benchmark/heldout/avg": 3, "eval/unseen/greedy": 3})
 }

@@ -63,8 +63,9 @@ func startStandaloneGCS(t *testing.T, bucket string) {
 
 // The quick demo with its run directory on gs:// (a standalone
 // fake-gcs-server): killed in the middle and started again, it finishes
-// with the same final checkpoint as a local run; analytics and eval then
-// read the run from gs://.
+// with the same final checkpoint as a local run and TensorBoard's event
+// files holding every step once; analytics and eval then read the run
+// from gs://.
 func TestGCSRunEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the quick demo twice and a fake GCS server")
@@ -108,6 +109,9 @@ func TestGCSRunEndToEnd(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("final weights on gs:// (%d bytes) differ from the local run's (%d bytes)", len(got), len(want))
 	}
+	// TensorBoard's event files are on gs:// too, each step once across the
+	// killed process's file and the resumed one's.
+	checkEventsOnce(t, run, "gs:// run")
 
 	// aipo analyze --run gs://...
 	out := "gs://aipo-e2e/analysis-again"

@@ -40,6 +40,7 @@ type loop struct {
 	emitMu sync.Mutex
 
 	learner *learnSession // the learner steps, with the training state kept between them
+	board   *board        // TensorBoard's event files (nil: run.tensorboard off)
 
 	servers *weightsync.Group // nil: nobody is told (in-process policy, or policy.sync none)
 	pushMu  sync.Mutex
@@ -208,7 +209,7 @@ func reachable(ctx context.Context, cfg runconfig.Config, k int64) error {
 }
 
 // learn runs learner step k and what follows it: the evaluation of
-// checkpoint k+1 when due, and the rebuilt metrics.
+// checkpoint k+1 when due, the rebuilt metrics and TensorBoard's events.
 func (lp *loop) learn(ctx context.Context, k int64) error {
 	lp.emit(Event{Step: k, Phase: "learn"})
 	lm, err := lp.learner.Learn(ctx, k)
@@ -222,7 +223,11 @@ func (lp *loop) learn(ctx context.Context, k int64) error {
 	if err := maybeEval(ctx, lp.cfg, lp.task, k+1, lp.emit, lp.start); err != nil {
 		return err
 	}
-	return RebuildMetrics(ctx, lp.cfg.Run.Dir)
+	if err := RebuildMetrics(ctx, lp.cfg.Run.Dir); err != nil {
+		return err
+	}
+	lp.board.sync(ctx)
+	return nil
 }
 
 // runSync is the synchronous loop: rollout k on checkpoint k, then learn

@@ -241,8 +241,9 @@ func evalDigest(t *testing.T, dir string) string {
 // analytics, then started again with the same command until it finishes.
 // Every trial must end with the uninterrupted run's final checkpoint (same
 // sha256), the same trajectories in every step (none lost, none
-// duplicated, every step read through its manifest) and the same
-// evaluation records.
+// duplicated, every step read through its manifest), the same
+// evaluation records, and TensorBoard's event files holding every step's
+// metrics once.
 func TestKilledRunsResumeToTheSameCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the quick demo many times")
@@ -396,6 +397,9 @@ func crashSuite(t *testing.T, async bool, trials int) {
 		if got := evalDigest(t, dir); got != wantEval {
 			t.Errorf("trial %d (killed in %s): evaluation records differ from the uninterrupted run's", trial, target)
 		}
+		// TensorBoard's event files (one per process that wrote) hold every
+		// step of the records once: none lost to a kill, none repeated.
+		checkEventsOnce(t, dir, fmt.Sprintf("trial %d (killed in %s)", trial, target))
 		for _, f := range []string{"report/report.md", "analysis/analysis.json"} {
 			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 				t.Errorf("trial %d: %s missing after the resumed run: %v", trial, f, err)

@@ -145,6 +145,10 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	}
 	defer lp.close()
 	lp.learner = learner
+	// TensorBoard's files catch up with the records first (those of an
+	// earlier invocation that it did not write), then follow each step.
+	lp.board = openBoard(cfg, opts.Log)
+	lp.board.sync(ctx)
 	if cfg.Run.Async {
 		err = lp.runAsync(ctx, k)
 	} else {
