@@ -281,31 +281,3 @@ func (s *Server) Post(ctx context.Context, path string, body, out any) error {
 	}
 	return json.Unmarshal(ans, out)
 }
-
-// PromptLogProbs are vLLM's log-probs of ids[1:] after their prefixes
-// (/v1/completions with prompt_logprobs 0 and one token drawn).
-func (s *Server) PromptLogProbs(ctx context.Context, ids []int32) ([]float64, error) {
-	var out struct {
-		Choices []struct {
-			PromptLogprobs []map[string]struct {
-				Logprob float64 `json:"logprob"`
-			} `json:"prompt_logprobs"`
-		} `json:"choices"`
-	}
-	body := map[string]any{"model": s.Name, "prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
-	if err := s.Post(ctx, "/v1/completions", body, &out); err != nil {
-		return nil, err
-	}
-	if len(out.Choices) != 1 || len(out.Choices[0].PromptLogprobs) != len(ids) {
-		return nil, fmt.Errorf("vLLM %s: prompt_logprobs of %d tokens: got %+v", s.URL, len(ids), out.Choices)
-	}
-	lps := make([]float64, 0, len(ids)-1)
-	for i, m := range out.Choices[0].PromptLogprobs[1:] {
-		e, ok := m[strconv.Itoa(int(ids[i+1]))]
-		if !ok {
-			return nil, fmt.Errorf("vLLM %s: prompt_logprobs[%d] has no entry for token %d: %v", s.URL, i+1, ids[i+1], m)
-		}
-		lps = append(lps, e.Logprob)
-	}
-	return lps, nil
-}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 )
 
 // vllmReplica is a vLLM OpenAI-compatible server started with
@@ -52,17 +51,14 @@ import (
 // without a version, and the rollout's endpoint carries it instead.
 type vllmReplica struct {
 	s *httpServer
-	// versioned is set by a push to a server that has /weight_info.
-	versioned *atomic.Bool
-	// last is the version this process pushed last and the probe's
-	// log-probs after it.
-	last *lastPush
-}
 
-type lastPush struct {
-	sync.Mutex
-	version int64
-	probe   []float64
+	mu sync.Mutex
+	// versioned: the last push set the server's weight_version.
+	versioned bool
+	// lastVersion and lastProbe are the version this process pushed last
+	// and the probe's log-probs after it (nil before the first push).
+	lastVersion int64
+	lastProbe   []float64
 }
 
 func openVLLM(endpoint string) (replica, error) {
@@ -70,12 +66,16 @@ func openVLLM(endpoint string) (replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	return vllmReplica{s, new(atomic.Bool), new(lastPush)}, nil
+	return &vllmReplica{s: s}, nil
 }
 
 // namesVersions reports whether the last push set the server's
 // weight_version, which its /weight_info then names.
-func (r vllmReplica) namesVersions() bool { return r.versioned.Load() }
+func (r *vllmReplica) namesVersions() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.versioned
+}
 
 // ProbeTokens is the prompt whose log-probs a vLLM push compares before
 // and after the reload: token ids 10 to 25, which every vocabulary of the
@@ -96,7 +96,7 @@ func probeName() string {
 
 // weightVersion is /weight_info's weight_version ("" when the server has
 // no such route: an older vLLM).
-func (r vllmReplica) weightVersion(ctx context.Context) (string, error) {
+func (r *vllmReplica) weightVersion(ctx context.Context) (string, error) {
 	status, b, err := r.s.call(ctx, http.MethodGet, "/weight_info", nil)
 	if err != nil {
 		return "", err
@@ -114,7 +114,7 @@ func (r vllmReplica) weightVersion(ctx context.Context) (string, error) {
 }
 
 // probe is the server's log-probs of ProbeTokens[1:] after their prefixes.
-func (r vllmReplica) probe(ctx context.Context) ([]float64, error) {
+func (r *vllmReplica) probe(ctx context.Context) ([]float64, error) {
 	body := map[string]any{"prompt": ProbeTokens, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
 	status, b, err := r.s.call(ctx, http.MethodPost, "/v1/completions", body)
 	if err != nil {
@@ -141,7 +141,7 @@ func (r vllmReplica) probe(ctx context.Context) ([]float64, error) {
 	return out, nil
 }
 
-func (r vllmReplica) push(ctx context.Context, ck Checkpoint) error {
+func (r *vllmReplica) push(ctx context.Context, ck Checkpoint) error {
 	body := map[string]any{"method": "reload_weights", "kwargs": map[string]string{"weights_path": ck.Dir}}
 	status, b, err := r.s.call(ctx, http.MethodPost, "/collective_rpc", body)
 	if err != nil {
@@ -175,22 +175,22 @@ func (r vllmReplica) push(ctx context.Context, ck Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("the weights were reloaded, but %w", err)
 	}
-	r.last.Lock()
-	prev, prevProbe := r.last.version, r.last.probe
-	r.last.Unlock()
+	r.mu.Lock()
+	prev, prevProbe := r.lastVersion, r.lastProbe
+	r.mu.Unlock()
 	if prevProbe != nil && prev != ck.Version && sameFloats(prevProbe, now) {
 		return fmt.Errorf("POST /collective_rpc reload_weights answered success, but %s are those of version %d, pushed before: the reload did not reach the model (unless checkpoint %d's weights equal version %d's)", probeName(), prev, ck.Version, prev)
 	}
-	r.last.Lock()
-	r.last.version, r.last.probe = ck.Version, now
-	r.last.Unlock()
+	r.mu.Lock()
+	r.lastVersion, r.lastProbe = ck.Version, now
+	r.mu.Unlock()
 	version := strconv.FormatInt(ck.Version, 10)
 	status, b, err = r.s.call(ctx, http.MethodPost, "/update_weight_version", map[string]string{"new_version": version})
 	if err != nil {
 		return fmt.Errorf("the weights were reloaded, but POST /update_weight_version failed: %w", err)
 	}
 	if status == http.StatusNotFound {
-		r.versioned.Store(false)
+		r.setVersioned(false)
 		return nil // a vLLM without the RL routes: the endpoint carries the version
 	}
 	if status != http.StatusOK {
@@ -199,8 +199,14 @@ func (r vllmReplica) push(ctx context.Context, ck Checkpoint) error {
 	if got, err := r.weightVersion(ctx); err != nil || got != version {
 		return fmt.Errorf("after POST /update_weight_version %s, GET /weight_info reports %q (%v)", version, got, err)
 	}
-	r.versioned.Store(true)
+	r.setVersioned(true)
 	return nil
+}
+
+func (r *vllmReplica) setVersioned(v bool) {
+	r.mu.Lock()
+	r.versioned = v
+	r.mu.Unlock()
 }
 
 // sameFloats reports whether a and b hold the same values.
@@ -216,4 +222,4 @@ func sameFloats(a, b []float64) bool {
 	return true
 }
 
-func (r vllmReplica) close() error { return r.s.close() }
+func (r *vllmReplica) close() error { return r.s.close() }
