@@ -248,9 +248,13 @@ type completion struct {
 	// SGLang's OpenAI route names the weight version it was given with its
 	// last weight update (update_weights_from_disk's weight_version) in
 	// the metadata of a completion; "default" until it is given one.
-	Metadata *struct {
-		WeightVersion string `json:"weight_version"`
-	} `json:"metadata"`
+	Metadata *answerMeta `json:"metadata"`
+}
+
+// answerMeta is what an answer says of the weights that wrote it: SGLang's
+// metadata, or for vLLM what GET /weight_info said after the answer.
+type answerMeta struct {
+	WeightVersion string `json:"weight_version"`
 }
 
 // generateOpenAI samples through /v1/completions (aipo serve, vLLM).
@@ -288,9 +292,7 @@ func (c *Client) generateOpenAI(ctx context.Context, req policy.Request, maxToke
 		if err != nil {
 			return policy.Result{}, err
 		}
-		out.Metadata = &struct {
-			WeightVersion string `json:"weight_version"`
-		}{wv}
+		out.Metadata = &answerMeta{wv}
 	}
 	return c.result(&out, h, p)
 }
