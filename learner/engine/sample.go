@@ -6,7 +6,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"sync"
+
+	"github.com/aipo-rl/aipo/learner/par"
 )
 
 // sampler holds the scratch of sampling; each goroutine that draws owns
@@ -25,31 +26,18 @@ func newSamplers() []sampler {
 	return make([]sampler, max(1, runtime.GOMAXPROCS(0)))
 }
 
-// drawRows runs f for rows 0..n-1, spread over one goroutine per sampler
-// (rows in contiguous blocks), and returns the draws in row order. Each
-// row's random stream is its own, so the draws do not depend on the
-// spread.
+// drawRows runs f for rows 0..n-1 as one parallel region of the learner's
+// team (learner/par), one part a sampler, rows in contiguous blocks, and
+// returns the draws in row order. Each row's random stream is its own, so
+// the draws do not depend on the spread.
 func drawRows(smp []sampler, n int, f func(row int, s *sampler) draw) []draw {
 	out := make([]draw, n)
-	workers := min(len(smp), n)
-	if workers <= 1 {
-		for i := range n {
-			out[i] = f(i, &smp[0])
+	parts := min(len(smp), n)
+	par.Run(parts, func(w int) {
+		for i := w * n / parts; i < (w+1)*n/parts; i++ {
+			out[i] = f(i, &smp[w])
 		}
-		return out
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*n/workers, (w+1)*n/workers
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := lo; i < hi; i++ {
-				out[i] = f(i, &smp[w])
-			}
-		}()
-	}
-	wg.Wait()
+	})
 	return out
 }
 
