@@ -453,7 +453,7 @@ func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg run
 }
 
 // freeAddr is a 127.0.0.1 address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/hfmodel"
+	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/vllmserver"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -144,7 +143,7 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 // peak RSS is its own), warms it up, runs each load b.N times and stops
 // it.
 func benchAipoServe(b *testing.B, dir string, loads []serveLoad) []serveResult {
-	addr := benchListenAddr(b)
+	addr := freeAddr(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	cmd, out := aipoCommand(ctx, b, nil, "serve", "--checkpoint", dir, "--name", "policy",
@@ -193,11 +192,11 @@ func benchAipoServe(b *testing.B, dir string, loads []serveLoad) []serveResult {
 	// aipo serve is one process: the kernel's high-water mark of its
 	// resident set (VmHWM) is its peak since it started.
 	peak := func() float64 {
-		kb, err := procStatusKB(pid, "VmHWM")
+		n, err := meminfo.Status(pid, "VmHWM")
 		if err != nil {
 			b.Fatal(err)
 		}
-		return float64(kb) / 1024
+		return float64(n) / (1 << 20)
 	}
 	post := func(ctx context.Context, body map[string]any) (completionAnswer, error) {
 		return postCompletion(ctx, hc, url, body)
@@ -221,11 +220,11 @@ func benchVLLM(b *testing.B, dir string, loads []serveLoad) []serveResult {
 	// libraries) count once per process, so the sum is an upper bound of
 	// the group's resident memory at any one time.
 	peak := func() float64 {
-		kb, err := groupHWMKB(pgid)
+		n, err := groupHWM(pgid)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return float64(kb) / 1024
+		return float64(n) / (1 << 20)
 	}
 	post := func(ctx context.Context, body map[string]any) (completionAnswer, error) {
 		a, err := postCompletion(ctx, hc, vs.URL, body)
@@ -401,40 +400,9 @@ func benchHTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 }
 
-// benchListenAddr is a free 127.0.0.1 address.
-func benchListenAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// procStatusKB is field (VmHWM, VmRSS, ...) of /proc/PID/status, in KiB.
-func procStatusKB(pid int, field string) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || name != field {
-			continue
-		}
-		v, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
-		return strconv.ParseInt(v, 10, 64)
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
-}
-
-// groupHWMKB sums VmHWM over the live processes of process group pgid.
-func groupHWMKB(pgid int) (int64, error) {
+// groupHWM sums VmHWM over the live processes of process group pgid, in
+// bytes.
+func groupHWM(pgid int) (int64, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -460,11 +428,11 @@ func groupHWMKB(pgid int) (int64, error) {
 		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
 			continue
 		}
-		kb, err := procStatusKB(pid, "VmHWM")
+		n, err := meminfo.Status(pid, "VmHWM")
 		if err != nil {
 			continue // ended meanwhile, or a kernel thread
 		}
-		sum += kb
+		sum += n
 		n++
 	}
 	if n == 0 {

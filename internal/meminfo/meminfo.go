@@ -1,10 +1,12 @@
 // Package meminfo reads the host's memory from /proc/meminfo, for the
-// plans and benchmarks that size a run against it.
+// plans and benchmarks that size a run against it, and a process's from
+// /proc/PID/status.
 package meminfo
 
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -38,4 +40,34 @@ func Read() (total, avail int64, err error) {
 		return 0, 0, errors.New("/proc/meminfo has no MemTotal or MemAvailable")
 	}
 	return total, avail, sc.Err()
+}
+
+// Status returns field (VmRSS, VmHWM, ...) of /proc/PID/status in bytes;
+// pid 0 reads this process's (/proc/self/status).
+func Status(pid int, field string) (int64, error) {
+	path := "/proc/self/status"
+	if pid != 0 {
+		path = fmt.Sprintf("/proc/%d/status", pid)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || k != field {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %s: %w", path, field, err)
+		}
+		return n << 10, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s has no %s", path, field)
 }

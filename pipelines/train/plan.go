@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -709,17 +708,6 @@ func fmtBytes(n int64) string {
 // selfRSS is this process's resident memory now (/proc/self/status
 // VmRSS), 0 where that is not known.
 func selfRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err == nil {
-				return n << 10
-			}
-		}
-	}
-	return 0
+	n, _ := meminfo.Status(0, "VmRSS")
+	return n
 }

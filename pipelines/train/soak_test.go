@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/faultinject"
+	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -142,19 +142,8 @@ func serveLoopback(t *testing.T, h http.Handler) string {
 
 // rssMiB reads this process's resident set size.
 func rssMiB() float64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
-			return kb / 1024
-		}
-	}
-	return 0
+	n, _ := meminfo.Status(0, "VmRSS")
+	return float64(n) / (1 << 20)
 }
 
 // The fault soak: rollout steps of the demo task, one after another,
