@@ -10,6 +10,11 @@
 // embedding (and an untied LM head), (b-128) * 2^-8 for the other
 // matrices and 1 + ((b>>4) - 8)/16 for norm weights. Every value is exact
 // in bfloat16, so the bfloat16 file holds what the reference computes with.
+//
+// The configs carry transformers_version as released ones do: transformers
+// 5 takes a local directory whose config.json lacks it for an old Mistral
+// checkpoint and warns, loading its tokenizer, that the pre-tokenizer's
+// regex is wrong (tokenization_utils_tokenizers._patch_mistral_regex).
 package hfmodel
 
 import (
@@ -48,6 +53,7 @@ const TinyQwen3Config = `{
   "rope_theta": 1000000,
   "tie_word_embeddings": true,
   "torch_dtype": "float32",
+  "transformers_version": "4.51.0",
   "vocab_size": 151936
 }`
 
@@ -74,6 +80,7 @@ const TinyQwen3VLLMConfig = `{
   "rope_theta": 1000000,
   "tie_word_embeddings": true,
   "torch_dtype": "float32",
+  "transformers_version": "4.51.0",
   "vocab_size": 151936
 }`
 
@@ -98,8 +105,38 @@ const TinyQwen2VLLMConfig = `{
   "sliding_window": null,
   "tie_word_embeddings": true,
   "torch_dtype": "float32",
+  "transformers_version": "4.43.1",
   "use_sliding_window": false,
   "vocab_size": 151936
+}`
+
+// TinyLlama3Config is a tiny Llama 3.2 (LlamaForCausalLM) over the real
+// Llama 3 vocabulary: Llama 3.2's rope scaling ("llama3", with the
+// published constants), tied embeddings and end tokens, two layers of
+// width 64 with heads of 32 (as TinyQwen3VLLMConfig, so that vLLM's CPU
+// attention takes it too).
+const TinyLlama3Config = `{
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009],
+  "head_dim": 32,
+  "hidden_act": "silu",
+  "hidden_size": 64,
+  "intermediate_size": 128,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 2,
+  "num_hidden_layers": 2,
+  "num_key_value_heads": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": true,
+  "torch_dtype": "float32",
+  "transformers_version": "4.45.0",
+  "vocab_size": 128256
 }`
 
 // QKVBiases are Qwen2's q, k and v projection biases for config c, drawn
