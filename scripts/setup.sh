@@ -38,6 +38,12 @@ test)
   # failed install fails make test with pip's reason.
   "$root/scripts/pychecks.sh" &
   pychecks_pid=$!
+  # veRL's own loss code judges aipo's losses and GRPO advantages (veRL
+  # 0.9.1 and what its core_algos imports, pinned with hashes in
+  # scripts/verl/requirements.txt, PyTorch shared with vLLM's): beside the
+  # rest, and a failed install fails make test with pip's reason.
+  "$root/scripts/verl.sh" &
+  verl_pid=$!
   # DuckDB's Node API reads our shards in the interop test.
   if command -v npm >/dev/null && [ ! -d "$root/scripts/interop/node_modules/@duckdb/node-api" ]; then
     echo "setup: installing DuckDB for the interop tests" >&2
@@ -78,12 +84,18 @@ test)
   fi
   pychecks_ok=true
   wait "$pychecks_pid" || pychecks_ok=false
+  verl_ok=true
+  wait "$verl_pid" || verl_ok=false
   if ! wait "$vllm_pid"; then
     echo "setup: installing vLLM failed (see above); make test runs vLLM's tests and cannot go on without it" >&2
     exit 1
   fi
   if ! $pychecks_ok; then
     echo "setup: installing the library checks' Python environment failed (see above); make test runs the TensorBoard check and cannot go on without it" >&2
+    exit 1
+  fi
+  if ! $verl_ok; then
+    echo "setup: installing veRL's Python environment failed (see above); make test holds aipo's losses to veRL's and cannot go on without it" >&2
     exit 1
   fi
   ;;
