@@ -21,15 +21,31 @@ model's packing. stories260K is evaluated in llama2.c's own layout (Meta's
 interleaved rotary pairs on the unpermuted wq/wk), which checks the Go
 loader's permutation to Hugging Face's rotate_half layout.
 
-The models are written here from the published architectures in float64
-torch, without transformers.
+Two references compute the tiny models' outputs and gradients, in float64:
+  --reference transformers (the committed fixtures): transformers' own
+      model classes (Qwen2ForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM)
+      built from the config, loaded with the weights (strictly: no missing
+      or unexpected key but a tied head), run with eager attention. Needs
+      torch and transformers: the environment scripts/vllm.sh installs
+      (build/tools/vllm/bin/python). The hand-written reference runs beside
+      it and the worst difference between the two is printed. transformers
+      computes its rotary tables in float32 whatever the model's dtype, so
+      the two differ by ~1e-7 of the logits' scale, far below what the Go
+      tests resolve.
+  --reference handwritten (the default; Debian's /usr/bin/python3 with
+      python3-torch runs it): the models written here from the published
+      architectures, without transformers.
+stories260K (llama2.c's layout) always uses the hand-written reference.
 
-Run: /usr/bin/python3 scripts/model_fixtures.py [--only NAME,...] [path/to/stories260K.bin]
-(NAME among tiny_qwen2, tiny_qwen3, tiny_llama3, stories260K; all by default)
+Run: build/tools/vllm/bin/python scripts/model_fixtures.py --reference transformers [--out DIR] [--only NAME,...]
+     /usr/bin/python3 scripts/model_fixtures.py [--out DIR] [--only NAME,...] [path/to/stories260K.bin]
+(NAME among tiny_qwen2, tiny_qwen3, tiny_llama3, stories260K; all by default;
+DIR defaults to learner/model/testdata)
 The .tns format: b"AIPOTNS1", uint32 count, then per tensor uint32 name
 length, name (utf-8), uint32 rank, rank x uint32 dims, float32 data; all
 little-endian.
 """
+import copy
 import json
 import math
 import os
@@ -154,15 +170,63 @@ def run(p, cfg, tokens, lens, targets, weights, rope):
     for n in lens:
         logits.append(forward_seq(p, cfg, tokens[start:start + n], rope))
         start += n
-    logits = torch.cat(logits)
+    return head_terms(torch.cat(logits), targets, weights)
+
+
+def head_terms(logits, targets, weights):
+    """Log-probs of the targets, entropies and the loss from logits."""
     logp = logits.log_softmax(-1)
     has = targets >= 0
-    lp = torch.zeros(len(tokens))
+    lp = torch.zeros(len(targets))
     lp[has] = logp[has, targets[has]]
-    ent = torch.zeros(len(tokens))
+    ent = torch.zeros(len(targets))
     ent[has] = -(logp[has].exp() * logp[has]).sum(-1)
     loss = (weights * lp).sum()
     return logits, lp, ent, loss
+
+
+REFERENCE = "handwritten"
+
+
+def transformers_pass(p, cfg, tokens, lens, targets, weights):
+    """run() with transformers' model class for cfg: logits, log-probs,
+    entropies, loss and the gradient of every tensor of p."""
+    import transformers
+
+    # A copy: transformers writes rope_theta into the rope_scaling it is given.
+    conf = transformers.AutoConfig.for_model(**copy.deepcopy({k: v for k, v in cfg.items() if k != "torch_dtype"}))
+    conf._attn_implementation = "eager"
+    model = getattr(transformers, cfg["architectures"][0])(conf).to(torch.float64)
+    missing, unexpected = model.load_state_dict({k: v.detach() for k, v in p.items()}, strict=False)
+    tied = ["lm_head.weight"] if cfg["tie_word_embeddings"] else []
+    assert sorted(missing) == tied and not unexpected, (missing, unexpected)
+    model.tie_weights()
+    model.eval()
+    logits, start = [], 0
+    for n in lens:
+        logits.append(model(tokens[start:start + n][None]).logits[0])
+        start += n
+    logits, lp, ent, loss = head_terms(torch.cat(logits), targets, weights)
+    loss.backward()
+    named = dict(model.named_parameters())
+    grads = {k: named[k].grad for k in p}
+    return logits, lp, ent, loss, grads
+
+
+def reference_pass(p, cfg, tokens, lens, targets, weights):
+    """The outputs and gradients of the reference selected by --reference;
+    with transformers, the hand-written reference runs too and the worst
+    difference between the two is printed."""
+    logits, lp, ent, loss = run(p, cfg, tokens, lens, targets, weights, rope_half)
+    loss.backward()
+    grads = {k: v.grad for k, v in p.items()}
+    if REFERENCE == "handwritten":
+        return logits, lp, ent, loss, grads
+    out = transformers_pass(p, cfg, tokens, lens, targets, weights)
+    rel = lambda a, b: ((a - b).abs().max() / b.abs().max()).item()
+    print("  transformers against the hand-written reference: logits %.2g, worst gradient %.2g of the tensor's max"
+          % (rel(out[0], logits), max(rel(out[4][k], grads[k]) for k in p)))
+    return out
 
 
 def next_targets(tokens, lens):
@@ -215,13 +279,12 @@ def tiny():
     targets[:3] = -1  # a prompt whose log-probs are not wanted
     weights = torch.randn(sum(lens), generator=g).float().double()
     weights[targets < 0] = 0
-    logits, lp, ent, loss = run(p, cfg, tokens, lens, targets, weights, rope_half)
-    loss.backward()
+    logits, lp, ent, loss, grads = reference_pass(p, cfg, tokens, lens, targets, weights)
     tensors = [("batch.tokens", tokens), ("batch.seq_lens", torch.tensor(lens)),
                ("batch.targets", targets), ("batch.weights", weights),
                ("logits", logits), ("logprobs", lp), ("entropy", ent), ("loss", loss.reshape(1))]
     tensors += [("param." + k, v) for k, v in p.items()]
-    tensors += [("grad." + k, v.grad) for k, v in p.items()]
+    tensors += [("grad." + k, grads[k]) for k in p]
     with open(os.path.join(OUT, "tiny_qwen2_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
@@ -266,13 +329,12 @@ def tiny_new(name, cfg, seed, qk_norm):
     targets[:3] = -1
     weights = torch.randn(sum(lens), generator=g).float().double()
     weights[targets < 0] = 0
-    logits, lp, ent, loss = run(p, cfg, tokens, lens, targets, weights, rope_half)
-    loss.backward()
+    logits, lp, ent, loss, grads = reference_pass(p, cfg, tokens, lens, targets, weights)
     tensors = [("batch.tokens", tokens), ("batch.seq_lens", torch.tensor(lens)),
                ("batch.targets", targets), ("batch.weights", weights),
                ("logits", logits), ("logprobs", lp), ("entropy", ent), ("loss", loss.reshape(1))]
     tensors += [("param." + k, v) for k, v in p.items()]
-    tensors += [("grad." + k, v.grad) for k, v in p.items()]
+    tensors += [("grad." + k, grads[k]) for k in p]
     with open(os.path.join(OUT, name + "_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
@@ -388,11 +450,24 @@ def stories(path):
 
 
 def main():
-    os.makedirs(OUT, exist_ok=True)
+    global OUT, REFERENCE
     args = sys.argv[1:]
     only = None
-    if len(args) >= 2 and args[0] == "--only":
-        only, args = set(args[1].split(",")), args[2:]
+    while len(args) >= 2 and args[0] in ("--only", "--out", "--reference"):
+        if args[0] == "--only":
+            only = set(args[1].split(","))
+        elif args[0] == "--out":
+            OUT = args[1]
+        elif args[1] in ("transformers", "handwritten"):
+            REFERENCE = args[1]
+        else:
+            sys.exit("--reference is transformers or handwritten, not %r" % args[1])
+        args = args[2:]
+    os.makedirs(OUT, exist_ok=True)
+    if REFERENCE == "transformers":
+        import transformers
+
+        print("reference: transformers %s, torch %s" % (transformers.__version__, torch.__version__))
     want = lambda name: only is None or name in only
     for name, fn in [("tiny_qwen2", tiny), ("tiny_qwen3", tiny_qwen3), ("tiny_llama3", tiny_llama3)]:
         if want(name):

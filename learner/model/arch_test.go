@@ -10,7 +10,8 @@ import (
 
 // Qwen3 (per-head q/k norm, head_dim independent of hidden_size) and
 // Llama 3.x (rope_scaling "llama3", tied embeddings) against float64
-// PyTorch references written by scripts/model_fixtures.py. The tolerances
+// references that scripts/model_fixtures.py computes with transformers'
+// own model classes (TestFamiliesAgainstTransformers runs it live). The tolerances
 // are tolLogits and tolGrad of model_test.go, for the reasons given there:
 // these models are as deep (2 layers) and as wide (C 64, D up to 32) as
 // tiny_qwen2, and the q/k norm adds one reduction of length D per head,
