@@ -72,9 +72,11 @@ const (
 	AggSeqMeanTokenMean = "seq-mean-token-mean"
 	// AggSeqMeanTokenSumNorm is the mean over trajectories of each
 	// trajectory's token sum divided by the constant NormTokens
-	// (Dr.GRPO). veRL's form of this mode sums over the micro-batch
-	// instead of averaging; ours averages so that the scale does not
-	// depend on how many trajectories a call holds.
+	// (Dr.GRPO). veRL 0.9.1's form of this mode divides by its
+	// loss_scale_factor, by default the padded response length of the
+	// micro-batch; ours divides by a constant so that the scale does not
+	// depend on how a batch was padded (docs/algorithms.md, "Checked
+	// against veRL").
 	AggSeqMeanTokenSumNorm = "seq-mean-token-sum-norm"
 )
 

@@ -22,6 +22,10 @@ import (
 // rollout_is_level token|sequence|geometric, rollout_is_mode
 // truncate|mask, rollout_is_threshold with the lower bound 1/threshold, and
 // the weights applied as pg_losses * rollout_is_weights in core_algos.py).
+// veRL 0.9.1 keeps the token and sequence levels in
+// verl/trainer/ppo/rollout_corr_helper.py, truncate as rollout_is_threshold
+// and mask as its rejection sampling (rollout_rs token_k1 / seq_sum_k1);
+// verl_test.go holds this file to them.
 
 // Rollout-correction levels (RolloutCorrection.Level): how rho is formed.
 const (
