@@ -3,6 +3,7 @@ package testtools
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,38 +12,60 @@ import (
 )
 
 // Verl is the interpreter of veRL's Python environment,
-// build/tools/verl/bin/python, that scripts/verl.sh installs (scripts/setup.sh
-// test and make test run it). When it is absent the test fails, saying how
-// to install it: the checks against veRL are never skipped.
+// build/tools/verl/bin/python, that scripts/verl.sh installs (veRL 0.9.1
+// and what its core_algos imports).
 func Verl(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join(RepoRoot(), "build", "tools", "verl", "bin", "python")
-	if st, err := os.Stat(p); err == nil && !st.IsDir() {
-		return p
-	}
-	t.Fatalf("veRL's Python environment is not installed: %s is absent; run scripts/verl.sh (scripts/setup.sh test and make test run it; it installs veRL 0.9.1 and the packages pinned in scripts/verl/requirements.txt from PyPI into ~/.cache/aipo)", p)
-	return ""
+	return pyEnv(t, "verl", "veRL's Python environment (veRL 0.9.1 on PyTorch)")
 }
 
-// RunVerlScript runs scripts/verl/<name> with Verl's interpreter and the
-// arguments args, bounded by timeout, and fails the test with the script's
-// stderr when it does not exit 0.
-func RunVerlScript(t testing.TB, timeout time.Duration, name string, args ...string) {
+// VerlVersion is the veRL release scripts/verl/requirements.txt pins and
+// the checks against veRL are written for.
+const VerlVersion = "0.9.1"
+
+// VerlCheck runs scripts/verl/core_algos_check.py with Verl's interpreter
+// on in (written as JSON) and decodes what it writes into out, bounded by
+// timeout; it fails the test with the script's stderr when the script
+// fails, and when the environment holds another veRL than VerlVersion.
+func VerlCheck(t testing.TB, timeout time.Duration, in, out any) {
 	t.Helper()
 	py := Verl(t)
+	dir := t.TempDir()
+	inPath, outPath := filepath.Join(dir, "in.json"), filepath.Join(dir, "out.json")
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(inPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join(RepoRoot(), "scripts", "verl", name)}, args...)...)
-	// No plugin discovery or Ray start-up: the script calls pure functions.
+	script := filepath.Join(RepoRoot(), "scripts", "verl", "core_algos_check.py")
+	cmd := exec.CommandContext(ctx, py, script, inPath, outPath)
+	// No plugin discovery: the script calls pure functions.
 	cmd.Env = append(os.Environ(), "VERL_USE_EXTERNAL_PLUGINS=none", "PYTHONDONTWRITEBYTECODE=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
-			t.Fatalf("scripts/verl/%s did not finish within %v; its stderr:\n%s", name, timeout, stderr.String())
+			t.Fatalf("scripts/verl/core_algos_check.py did not finish within %v; its stderr:\n%s", timeout, stderr.String())
 		}
-		t.Fatalf("scripts/verl/%s: %v; its stderr:\n%s", name, err, stderr.String())
+		t.Fatalf("scripts/verl/core_algos_check.py: %v; its stderr:\n%s", err, stderr.String())
 	}
-	t.Logf("scripts/verl/%s ran in %v", name, time.Since(start).Round(time.Millisecond))
+	if b, err = os.ReadFile(outPath); err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Verl, Torch string }
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("scripts/verl/core_algos_check.py wrote %s: %v", outPath, err)
+	}
+	if v.Verl != VerlVersion {
+		t.Fatalf("build/tools/verl holds veRL %s; the checks and docs/algorithms.md are written for %s: run scripts/verl.sh", v.Verl, VerlVersion)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("veRL %s on PyTorch %s ran in %v", v.Verl, v.Torch, time.Since(start).Round(time.Millisecond))
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -175,32 +173,10 @@ func (v verlBatch) inputs() (in Inputs, index [][]int) {
 // runVerl evaluates every case with veRL's code.
 func runVerl(t *testing.T, cases []verlCase) map[string]verlResult {
 	t.Helper()
-	dir := t.TempDir()
-	inPath, outPath := filepath.Join(dir, "in.json"), filepath.Join(dir, "out.json")
-	b, err := json.Marshal(map[string]any{"cases": cases})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(inPath, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	testtools.RunVerlScript(t, 5*time.Minute, "core_algos_check.py", inPath, outPath)
-	b, err = os.ReadFile(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out struct {
-		Verl  string       `json:"verl"`
-		Torch string       `json:"torch"`
 		Cases []verlResult `json:"cases"`
 	}
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	if out.Verl != "0.9.1" {
-		t.Fatalf("build/tools/verl holds veRL %s; the checks and docs/algorithms.md are written for 0.9.1: run scripts/verl.sh", out.Verl)
-	}
-	t.Logf("veRL %s on PyTorch %s", out.Verl, out.Torch)
+	testtools.VerlCheck(t, 5*time.Minute, map[string]any{"cases": cases}, &out)
 	res := make(map[string]verlResult, len(out.Cases))
 	for _, r := range out.Cases {
 		res[r.Name] = r

@@ -1,11 +1,8 @@
 package advantage
 
 import (
-	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -144,33 +141,13 @@ func relDiff(a, b float64) float64 {
 // runVerl returns veRL's advantages ([response][position]) per case name.
 func runVerl(t *testing.T, cases []verlAdvCase) map[string][][]float64 {
 	t.Helper()
-	dir := t.TempDir()
-	inPath, outPath := filepath.Join(dir, "in.json"), filepath.Join(dir, "out.json")
-	b, err := json.Marshal(map[string]any{"cases": cases})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(inPath, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	testtools.RunVerlScript(t, 5*time.Minute, "core_algos_check.py", inPath, outPath)
-	b, err = os.ReadFile(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out struct {
-		Verl  string `json:"verl"`
 		Cases []struct {
 			Name       string      `json:"name"`
 			Advantages [][]float64 `json:"advantages"`
 		} `json:"cases"`
 	}
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	if out.Verl != "0.9.1" {
-		t.Fatalf("build/tools/verl holds veRL %s; the check and docs/algorithms.md are written for 0.9.1: run scripts/verl.sh", out.Verl)
-	}
+	testtools.VerlCheck(t, 5*time.Minute, map[string]any{"cases": cases}, &out)
 	res := map[string][][]float64{}
 	for _, c := range out.Cases {
 		res[c.Name] = c.Advantages
