@@ -109,13 +109,11 @@ func verlRandomBatch(rng *rand.Rand, b, t int, logSpread float64) verlBatch {
 	v := verlBatch{LogProb: mk(), Old: mk(), Ref: mk(), Rollout: mk(), Advantages: mk(), Mask: mk()}
 	for i := 0; i < b; i++ {
 		n := 1 + rng.IntN(t)
-		switch i % 6 {
-		case 0:
+		if i%6 == 0 {
 			n = 1
-		case 5:
-			if i == 5 {
-				n = 0
-			}
+		}
+		if i == 5 {
+			n = 0
 		}
 		a := rng.NormFloat64()
 		if i%4 == 2 {
