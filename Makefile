@@ -22,7 +22,7 @@ TESTFLAGS ?= -timeout 30m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: bench-memory all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
+.PHONY: setup-bench bench-memory all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -110,10 +110,17 @@ gpu-test-binary: $(OVERLAY)
 rehearse: setup-test $(OVERLAY)
 	AIPO_REHEARSE=long $(GO) test $(GOFLAGS_OVERLAY) -count=1 -timeout 60m -run '^TestRehearsal$$' -v ./cmd/aipo
 
+# setup-bench adds what only the benchmarks need: TRL's environment
+# (scripts/trl.sh), for cmd/aipo's BenchmarkGRPOVsTRL, which trains with
+# aipo and with TRL's GRPOTrainer side by side and checks that both give one
+# batch the same GRPO loss. make test does not install it or run that check.
+setup-bench: setup-test
+	@scripts/trl.sh
+
 # bench's timeout is per package: cmd/aipo's BenchmarkServeVsVLLM serves a
 # tiny and a Qwen3-0.6B-shaped model with aipo serve and with vLLM, one
 # after the other (about 10 minutes on 2 cores).
-bench: setup-test $(OVERLAY)
+bench: setup-bench $(OVERLAY)
 	$(GO) test $(GOFLAGS_OVERLAY) -timeout 60m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
 	$(GO) test $(GOFLAGS_OVERLAY) -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh

@@ -1,0 +1,489 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/hfmodel"
+	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/internal/testtools"
+	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/schemas"
+)
+
+// The run both sides train: trlBenchPrompts GSM8K prompts per step (the
+// whole dataset), trlBenchGroup samples each, at most trlBenchTokens
+// response tokens at temperature 1, trlBenchSteps steps, learning rate
+// trlBenchLR; grpo's clip 0.2/0.28 and KL coefficient 0.001; aipo's AdamW
+// defaults (weight decay 0.01, gradient clip 1, constant schedule).
+const (
+	trlBenchPrompts = 4
+	trlBenchGroup   = 8
+	trlBenchTokens  = 24
+	trlBenchSteps   = 5
+	trlBenchLR      = 1e-3
+	trlBenchRounds  = 2
+	trlBenchAnswer  = "3" // every prompt's gold answer
+	// trlLossTol bounds |aipo - TRL| on the GRPO loss of one batch: both in
+	// float32 log-probs of the same weights (transformers and aipo agree on
+	// a logit within about 1e-5 here, see docs/models.md), the loss a mean
+	// of terms of order |A| x ratio; float32 rounding leaves about 1e-6.
+	trlLossTol = 1e-5
+)
+
+// trlBenchSetupEnv names the directory TestTRLBenchSetup prepares for
+// BenchmarkGRPOVsTRL.
+const trlBenchSetupEnv = "AIPO_TRL_BENCH_DIR"
+
+// trlPython is the interpreter of TRL's environment, build/tools/trl, that
+// scripts/trl.sh installs (make bench runs it). Absent, the benchmark fails
+// saying how to install it.
+func trlPython(b testing.TB) string {
+	b.Helper()
+	p := filepath.Join(testtools.RepoRoot(), "build", "tools", "trl", "bin", "python")
+	if st, err := os.Stat(p); err == nil && !st.IsDir() {
+		return p
+	}
+	b.Fatalf("TRL's Python environment is not installed: %s is absent; run scripts/trl.sh (make bench runs it; it installs the packages pinned in scripts/trl/requirements.txt from PyPI into ~/.cache/aipo)", p)
+	return ""
+}
+
+// BenchmarkGRPOVsTRL runs `aipo train` (learner.loss.base grpo, no
+// collaborators, the policy sampled in process, CPU) and TRL's
+// GRPOTrainer (scripts/trl/grpo.py: transformers' generate, no vLLM,
+// float32 on the CPU) on the same tiny Qwen3 directory (hfmodel.
+// TinyQwen3Config, warm-started to answer \boxed{3} or \boxed{5}, so that
+// groups have both rewards), the same GSM8K prompts (the ids aipo's
+// rollout renders), group size, response length, temperature, learning
+// rate, optimiser and steps, each in processes of its own, alternated
+// (aipo, TRL, aipo, TRL), on GOMAXPROCS threads. Reported: steps/min of
+// each (steps over the sum of the step times each side measures, start-up
+// and model loading left out; the best process of each side) and their
+// ratio, the peak RSS of each (getrusage after Wait; the largest) and their
+// ratio, and the same steps/min over the processes' whole wall time.
+//
+// Then the GRPO loss of one identical batch, computed by both: aipo's
+// first step (its prompts, responses, loss mask, advantages, and the
+// sampler's log-probs as old and reference log-probs) under the weights
+// of its first checkpoint, by learner/loss with the grpo preset and by
+// GRPOTrainer._compute_loss (loss_type grpo, beta 0.001, epsilon 0.2,
+// epsilon_high 0.28). They must agree within trlLossTol: the benchmark
+// fails otherwise.
+func BenchmarkGRPOVsTRL(b *testing.B) {
+	py := trlPython(b)
+	dir := b.TempDir()
+	setup := exec.Command(os.Args[0], "-test.run", "^TestTRLBenchSetup$", "-test.count=1", "-test.v")
+	setup.Env = append(os.Environ(), trlBenchSetupEnv+"="+dir)
+	if out, err := setup.CombinedOutput(); err != nil {
+		b.Fatalf("preparing the model and data: %v\n%s", err, out)
+	}
+	var ours, theirs []benchRun
+	var firstRun string
+	for r := range trlBenchRounds {
+		run := filepath.Join(dir, fmt.Sprintf("aipo-%d", r))
+		ours = append(ours, runAipoTrain(b, dir, run))
+		if r == 0 {
+			firstRun = run
+			writeTRLPrompts(b, dir, run)
+		}
+		theirs = append(theirs, runTRLTrain(b, py, dir, r))
+	}
+	rate := func(rs []benchRun, wall bool) float64 {
+		best := 0.0
+		for _, r := range rs {
+			s := r.loopSeconds
+			if wall {
+				s = r.wall
+			}
+			best = max(best, float64(r.steps)/s*60)
+		}
+		return best
+	}
+	peak := func(rs []benchRun) int64 {
+		var p int64
+		for _, r := range rs {
+			p = max(p, r.peak)
+		}
+		return p
+	}
+	ra, rt := rate(ours, false), rate(theirs, false)
+	wa, wt := rate(ours, true), rate(theirs, true)
+	pa, pt := peak(ours), peak(theirs)
+	b.ReportMetric(ra, "aipo-steps/min")
+	b.ReportMetric(rt, "trl-steps/min")
+	b.ReportMetric(ra/rt, "ratio-steps/min")
+	b.ReportMetric(wa/wt, "ratio-wall-steps/min")
+	b.ReportMetric(float64(pa)/(1<<20), "aipo-peak-MiB")
+	b.ReportMetric(float64(pt)/(1<<20), "trl-peak-MiB")
+	b.ReportMetric(float64(pa)/float64(pt), "ratio-peak-rss")
+	b.Logf("grpo-vs-trl (%d threads; %s): aipo %.1f steps/min (%.1f with start-up), peak %.0f MiB, step seconds %v; TRL %.1f steps/min (%.1f with start-up), peak %.0f MiB, step seconds %v",
+		runtime.GOMAXPROCS(0), theirs[0].versions, ra, wa, float64(pa)/(1<<20), stepSeconds(ours), rt, wt, float64(pt)/(1<<20), stepSeconds(theirs))
+
+	la, lt, advDiff := lossOfFirstStep(b, py, dir, firstRun)
+	b.ReportMetric(math.Abs(la-lt), "loss-abs-diff")
+	b.Logf("grpo-vs-trl loss of aipo's first batch under its first checkpoint: aipo %.9f, TRL %.9f, |difference| %.2g (tolerance %g); TRL's own group normalisation would give advantages up to %.2g from aipo's",
+		la, lt, math.Abs(la-lt), trlLossTol, advDiff)
+	if !(math.Abs(la-lt) <= trlLossTol) {
+		b.Errorf("the GRPO loss of one batch: aipo %.9g, TRL %.9g, |difference| %.3g above %g", la, lt, math.Abs(la-lt), trlLossTol)
+	}
+}
+
+// benchRun is one process of either side.
+type benchRun struct {
+	steps       int
+	loopSeconds float64   // the steps' own time, start-up left out
+	stepSecs    []float64 // each step's
+	wall        float64   // the whole process
+	peak        int64     // bytes, getrusage of the process
+	versions    string
+}
+
+func stepSeconds(rs []benchRun) []string {
+	var out []string
+	for _, r := range rs {
+		var s []string
+		for _, v := range r.stepSecs {
+			s = append(s, strconv.FormatFloat(v, 'f', 2, 64))
+		}
+		out = append(out, strings.Join(s, " "))
+	}
+	return out
+}
+
+// runAipoTrain runs `aipo train --init DIR/init` for trlBenchSteps steps
+// into run and reads its step times from metrics.jsonl.
+func runAipoTrain(b *testing.B, dir, run string) benchRun {
+	b.Helper()
+	cfgPath := run + ".yaml"
+	text := fmt.Sprintf(`run: {name: trl-bench, dir: %q, seed: 0, steps: %d}
+data:
+  sources: [{path: %q, preset: verl}]
+  batch_size: %d
+policy:
+  temperature: 1.0
+  max_response_tokens: %d
+rollout:
+  group_size: %d
+  max_interactions: 0
+learner:
+  loss: {base: grpo}
+  optim: {lr: %g}
+  backend: cpu
+eval:
+  every: 0
+`, run, trlBenchSteps, filepath.Join(dir, "train.parquet"), trlBenchPrompts, trlBenchTokens, trlBenchGroup, trlBenchLR)
+	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd, out := aipoCommand(ctx, b, nil, "train", "--config", cfgPath, "--init", filepath.Join(dir, "init"))
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("aipo train: %v\n%s", err, out.String())
+	}
+	r := benchRun{wall: time.Since(t0).Seconds(), peak: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024}
+	f, err := os.Open(filepath.Join(run, "metrics.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var rec struct {
+			StepSeconds float64 `json:"seconds"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			b.Fatalf("metrics.jsonl: %v", err)
+		}
+		if r.steps == 0 {
+			b.Logf("metrics line: %s", sc.Text())
+		}
+		r.steps++
+		r.stepSecs = append(r.stepSecs, rec.StepSeconds)
+		r.loopSeconds += rec.StepSeconds
+	}
+	if r.steps != trlBenchSteps || !(r.loopSeconds > 0) {
+		b.Fatalf("aipo train wrote %d steps to metrics.jsonl (want %d) taking %g s:\n%s", r.steps, trlBenchSteps, r.loopSeconds, out.String())
+	}
+	return r
+}
+
+// trlPrompt is one row of TRL's dataset.
+type trlPrompt struct {
+	Prompt string `json:"prompt"`
+	Answer string `json:"answer"`
+}
+
+// writeTRLPrompts writes DIR/prompts.json: the text of the prompt ids
+// aipo's first step sampled from (its chat template, system prompt and
+// thinking switch as rendered by its rollout), each once, with the gold
+// answer, for TRL to tokenize again. It checks that the text tokenizes to
+// the same ids.
+func writeTRLPrompts(b *testing.B, dir, run string) {
+	b.Helper()
+	rows, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), filepath.Join(run, "step-000001"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, "init"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ps []trlPrompt
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.PromptID] {
+			continue
+		}
+		seen[r.PromptID] = true
+		ids := make([]int, len(r.PromptIDs))
+		for i, v := range r.PromptIDs {
+			ids[i] = int(v)
+		}
+		text, err := tok.Decode(ids, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if again := tok.EncodeSpecial(text); !slices.Equal(again, ids) {
+			b.Fatalf("prompt %s: its text does not tokenize back to aipo's %d ids (%d ids)", r.PromptID, len(ids), len(again))
+		}
+		ps = append(ps, trlPrompt{Prompt: text, Answer: trlBenchAnswer})
+	}
+	if len(ps) != trlBenchPrompts {
+		b.Fatalf("aipo's first step sampled %d prompts, want %d", len(ps), trlBenchPrompts)
+	}
+	writeJSON(b, filepath.Join(dir, "prompts.json"), ps)
+}
+
+// runTRLTrain runs scripts/trl/grpo.py train with the settings of
+// runAipoTrain.
+func runTRLTrain(b *testing.B, py, dir string, round int) benchRun {
+	b.Helper()
+	var ps []trlPrompt
+	readJSON(b, filepath.Join(dir, "prompts.json"), &ps)
+	oc := optim.DefaultConfig()
+	req := map[string]any{"model": filepath.Join(dir, "init"), "out": filepath.Join(dir, fmt.Sprintf("trl-%d", round)),
+		"prompts": ps, "batch_size": trlBenchPrompts, "group_size": trlBenchGroup, "max_tokens": trlBenchTokens,
+		"steps": trlBenchSteps, "lr": trlBenchLR, "temperature": 1.0, "seed": round, "threads": runtime.GOMAXPROCS(0),
+		"weight_decay": oc.WeightDecay, "grad_clip": oc.GradClip}
+	for k, v := range trlLossSettings(b) {
+		req[k] = v
+	}
+	reqPath := filepath.Join(dir, fmt.Sprintf("trl-train-%d.json", round))
+	writeJSON(b, reqPath, req)
+	var res struct {
+		Versions    map[string]string `json:"versions"`
+		Steps       int               `json:"steps"`
+		StepSeconds []float64         `json:"step_seconds"`
+	}
+	t0 := time.Now()
+	cmd := runTRLScript(b, py, "train", reqPath, 15*time.Minute, &res)
+	r := benchRun{wall: time.Since(t0).Seconds(), peak: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024,
+		steps: res.Steps, stepSecs: res.StepSeconds}
+	for _, s := range res.StepSeconds {
+		r.loopSeconds += s
+	}
+	if r.steps != trlBenchSteps || !(r.loopSeconds > 0) {
+		b.Fatalf("TRL trained %d steps (want %d) taking %g s", r.steps, trlBenchSteps, r.loopSeconds)
+	}
+	r.versions = fmt.Sprintf("TRL %s, PyTorch %s, transformers %s", res.Versions["trl"], res.Versions["torch"], res.Versions["transformers"])
+	return r
+}
+
+// trlLossSettings are TRL's names for the grpo preset's clip range and KL
+// coefficient.
+func trlLossSettings(b testing.TB) map[string]any {
+	b.Helper()
+	c, err := loss.ConfigFor("grpo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return map[string]any{"clip_low": c.ClipLow, "clip_high": c.ClipHigh, "beta": c.KLCoef}
+}
+
+// runTRLScript runs scripts/trl/grpo.py MODE REQUEST, at most limit, and
+// decodes the JSON line it prints into res; it returns the finished
+// command (for its resource usage).
+func runTRLScript(b testing.TB, py, mode, reqPath string, limit time.Duration, res any) *exec.Cmd {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, filepath.Join(testtools.RepoRoot(), "scripts", "trl", "grpo.py"), mode, reqPath)
+	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "PYTHONDONTWRITEBYTECODE=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			b.Fatalf("scripts/trl/grpo.py %s did not finish within %v; its output:\n%s%s", mode, limit, out.String(), errb.String())
+		}
+		b.Fatalf("scripts/trl/grpo.py %s: %v\n%s%s", mode, err, out.String(), errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), res); err != nil {
+		b.Fatalf("scripts/trl/grpo.py %s printed no result (%v):\n%s%s", mode, err, out.String(), errb.String())
+	}
+	return cmd
+}
+
+// lossOfFirstStep computes the GRPO loss of aipo's first batch under its
+// first checkpoint with aipo's loss and with TRL's, and returns both and
+// the largest difference between the batch's advantages and those TRL's
+// own normalisation of its rewards gives.
+func lossOfFirstStep(b *testing.B, py, dir, run string) (ours, theirs, advDiff float64) {
+	b.Helper()
+	ctx := context.Background()
+	rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, filepath.Join(run, "step-000001"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Groups contiguous, in sample order: TRL's rewards view(-1, G).
+	slices.SortStableFunc(rows, func(x, y schemas.Trajectory) int {
+		if c := strings.Compare(x.PromptID, y.PromptID); c != 0 {
+			return c
+		}
+		return int(x.SampleIndex - y.SampleIndex)
+	})
+	ckpt := filepath.Join(run, "checkpoints", "step-000001")
+	m, _, err := trainer.LoadModel(ctx, ckpt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := loss.ConfigFor("grpo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var in loss.Inputs
+	req := map[string]any{"model": ckpt, "out": filepath.Join(dir, "trl-loss"), "group_size": trlBenchGroup,
+		"lr": trlBenchLR, "weight_decay": 0.0, "grad_clip": 1.0}
+	for k, v := range trlLossSettings(b) {
+		req[k] = v
+	}
+	var promptIDs, complIDs, masks [][]int
+	var olds [][]float32
+	var advs, rewards []float32
+	for i, r := range rows {
+		lp, _, err := m.Score(model.Batch{Tokens: append(slices.Clone(r.PromptIDs), r.ResponseIDs...)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mask := make([]int, len(r.ResponseIDs))
+		for j := range r.ResponseIDs {
+			src := loss.Untrained // no collaborators: the policy's tokens are the only ones trained
+			if r.TokenSource[j] == schemas.SourcePolicy {
+				src, mask[j] = loss.Internal, 1
+			}
+			in.LogProb = append(in.LogProb, lp[len(r.PromptIDs)-1+j])
+			in.OldLogProb = append(in.OldLogProb, r.BehaviorLogProbs[j])
+			in.RefLogProb = append(in.RefLogProb, r.BehaviorLogProbs[j])
+			in.Advantage = append(in.Advantage, r.Advantage)
+			in.Source = append(in.Source, src)
+			in.Seq = append(in.Seq, int32(i))
+		}
+		promptIDs = append(promptIDs, ints(r.PromptIDs))
+		complIDs = append(complIDs, ints(r.ResponseIDs))
+		masks = append(masks, mask)
+		olds = append(olds, r.BehaviorLogProbs)
+		advs = append(advs, r.Advantage)
+		rewards = append(rewards, r.Reward)
+	}
+	out, err := loss.Compute(cfg, in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req["prompt_ids"], req["completion_ids"], req["loss_mask"] = promptIDs, complIDs, masks
+	req["old_logps"], req["ref_logps"], req["advantages"], req["rewards"] = olds, olds, advs, rewards
+	reqPath := filepath.Join(dir, "trl-loss.json")
+	writeJSON(b, reqPath, req)
+	var res struct {
+		Loss          float64   `json:"loss"`
+		TRLAdvantages []float64 `json:"trl_advantages"`
+	}
+	runTRLScript(b, py, "loss", reqPath, 5*time.Minute, &res)
+	for i, a := range res.TRLAdvantages {
+		advDiff = max(advDiff, math.Abs(a-float64(advs[i])))
+	}
+	b.Logf("grpo-vs-trl batch: %d trajectories of %d prompts, %d loss tokens, clip fractions %v", len(rows), len(rows)/trlBenchGroup, int(out.Metrics[loss.MetricTokensLoss]), clipMetrics(out.Metrics))
+	return out.Loss, res.Loss, advDiff
+}
+
+func clipMetrics(ms map[string]float64) map[string]float64 {
+	o := map[string]float64{}
+	for k, v := range ms {
+		if strings.Contains(k, "clip") || strings.Contains(k, "kl") {
+			o[k] = v
+		}
+	}
+	return o
+}
+
+func ints(v []int32) []int {
+	o := make([]int, len(v))
+	for i, x := range v {
+		o[i] = int(x)
+	}
+	return o
+}
+
+func writeJSON(b testing.TB, path string, v any) {
+	b.Helper()
+	j, err := json.Marshal(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(path, j, 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func readJSON(b testing.TB, path string, v any) {
+	b.Helper()
+	j, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := json.Unmarshal(j, v); err != nil {
+		b.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestTRLBenchSetup prepares BenchmarkGRPOVsTRL's directory (named by
+// AIPO_TRL_BENCH_DIR): GSM8K prompts converted by `aipo data convert`
+// (train.parquet; every gold answer is trlBenchAnswer) and the warm-started tiny
+// Qwen3 directory (init/, float32, the real Qwen3 tokenizer); it runs only
+// when the benchmark starts it.
+func TestTRLBenchSetup(t *testing.T) {
+	dir := os.Getenv(trlBenchSetupEnv)
+	if dir == "" {
+		t.Skip("run by BenchmarkGRPOVsTRL")
+	}
+	rows := sameAnswerGSM8K(t, trlBenchAnswer, trlBenchPrompts)
+	raw := filepath.Join(dir, "gsm8k-answer-3.jsonl")
+	writeJSONL(t, raw, rows)
+	train := filepath.Join(dir, "train.parquet")
+	if code, out := runAipo(t, "data", "convert", "--preset", "gsm8k_train", "--in", raw, "--out", train); code != 0 {
+		t.Fatalf("aipo data convert exited %d:\n%s", code, out)
+	}
+	fam := tfFamily{name: "qwen3", config: hfmodel.TinyQwen3Config, eos: 151645, think: true,
+		tok: filepath.Dir(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))}
+	writeFamilyDir(t, fam, filepath.Join(dir, "init"), fam.config, warmStartAnswer(t, fam, rows), "float32")
+}

@@ -1,0 +1,181 @@
+"""TRL's GRPOTrainer beside `aipo train` (cmd/aipo, BenchmarkGRPOVsTRL).
+
+    python grpo.py train REQUEST.json   trains with GRPOTrainer, prints one JSON line
+    python grpo.py loss REQUEST.json    TRL's GRPO loss of one given batch, one JSON line
+
+Run in the environment of scripts/trl.sh. Nothing leaves the machine
+(HF_HUB_OFFLINE, report_to none); everything runs on the CPU in float32.
+
+train: the request names the model directory, the prompts (text already
+rendered by aipo's chat template, so both sides sample from the same ids)
+with their gold answers, and the settings both sides share. The reward is a
+GSM8K verifier like aipo's: the last \\boxed{...} of the completion against
+the gold answer as numbers, 1 or 0. Printed: the versions, the steps and
+each step's wall time (generation, scoring, reference pass and update).
+
+loss: the request holds one batch (prompt ids, completion ids, the loss mask
+of each completion token, advantages, old and reference log-probs) and the
+loss settings; GRPOTrainer's own _compute_loss computes the loss with the
+weights of the model directory. Printed: the loss, and the advantages TRL's
+own group normalisation would give the batch's rewards.
+"""
+
+import json
+import os
+import re
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_DISABLED", "true")
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+import trl  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def boxed_reward(completions, answer, **_):
+    """1 where the last \\boxed{} of a completion equals the gold answer as a number."""
+    out = []
+    for c, gold in zip(completions, answer):
+        found = BOXED.findall(c)
+        ok = False
+        if found:
+            try:
+                ok = float(found[-1].replace(",", "").strip()) == float(gold)
+            except ValueError:
+                ok = False
+        out.append(1.0 if ok else 0.0)
+    return out
+
+
+def config(req, out_dir, **kw):
+    return GRPOConfig(
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=req.get("seed", 0),
+        learning_rate=req["lr"],
+        weight_decay=req["weight_decay"],
+        max_grad_norm=req["grad_clip"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        loss_type="grpo",
+        scale_rewards="group",
+        beta=req["beta"],
+        epsilon=req["clip_low"],
+        epsilon_high=req["clip_high"],
+        num_iterations=1,
+        temperature=req.get("temperature", 1.0),
+        top_p=1.0,
+        top_k=0,
+        **kw,
+    )
+
+
+def versions():
+    return {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def train(req):
+    torch.set_num_threads(req["threads"])
+    tok = AutoTokenizer.from_pretrained(req["model"])
+    model = AutoModelForCausalLM.from_pretrained(req["model"], dtype=torch.float32)
+    n = len(req["prompts"])
+    ds = Dataset.from_list(req["prompts"])
+    args = config(
+        req,
+        req["out"],
+        per_device_train_batch_size=req["batch_size"] * req["group_size"],
+        gradient_accumulation_steps=1,
+        num_generations=req["group_size"],
+        max_completion_length=req["max_tokens"],
+        max_steps=req["steps"],
+    )
+    step_seconds = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            step_seconds.append(time.perf_counter() - self.t0)
+
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=boxed_reward, args=args, train_dataset=ds, processing_class=tok, callbacks=[Timer()]
+    )
+    t0 = time.perf_counter()
+    trainer.train()
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    print(json.dumps({"versions": versions(), "prompts": n, "steps": len(step_seconds), "step_seconds": step_seconds,
+                      "train_seconds": time.perf_counter() - t0, "reward": rewards}))
+
+
+def loss(req):
+    torch.set_num_threads(req.get("threads", 1))
+    tok = AutoTokenizer.from_pretrained(req["model"])
+    model = AutoModelForCausalLM.from_pretrained(req["model"], dtype=torch.float32)
+    G = req["group_size"]
+    args = config(req, req["out"], per_device_train_batch_size=G, num_generations=G, max_completion_length=64, max_steps=1)
+    ds = Dataset.from_list([{"prompt": "x", "answer": "0"}])
+    trainer = GRPOTrainer(model=model, reward_funcs=boxed_reward, args=args, train_dataset=ds, processing_class=tok)
+    trainer.model.eval()  # no dropout in the model; eval mode divides by no accumulation count
+
+    def left(rows, pad):
+        w = max(len(r) for r in rows)
+        return [[pad] * (w - len(r)) + r for r in rows], [[0] * (w - len(r)) + [1] * len(r) for r in rows]
+
+    def right(rows, pad):
+        w = max(len(r) for r in rows)
+        return [r + [pad] * (w - len(r)) for r in rows]
+
+    pad = tok.pad_token_id
+    p, pm = left(req["prompt_ids"], pad)
+    f32 = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    inputs = {
+        "prompt_ids": torch.tensor(p),
+        "prompt_mask": torch.tensor(pm),
+        "completion_ids": torch.tensor(right(req["completion_ids"], pad)),
+        "completion_mask": torch.tensor(right(req["loss_mask"], 0)),
+        "advantages": f32(req["advantages"]),
+        "old_per_token_logps": f32(right(req["old_logps"], 0.0)),
+        "ref_per_token_logps": f32(right(req["ref_logps"], 0.0)),
+        "num_items_in_batch": torch.tensor(float(sum(map(sum, req["loss_mask"])))),
+    }
+    with torch.no_grad():
+        value = trainer._compute_loss(trainer.model, inputs).item()
+    # TRL's group normalisation of the rewards (GRPOTrainer's
+    # _generate_and_score_completions, scale_rewards="group"), for comparison
+    # with the advantages the batch carries.
+    r = f32(req["rewards"]).view(-1, G)
+    adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)
+    print(json.dumps({"versions": versions(), "loss": value, "trl_advantages": adv.flatten().tolist()}))
+
+
+def main():
+    mode, path = sys.argv[1], sys.argv[2]
+    with open(path) as f:
+        req = json.load(f)
+    {"train": train, "loss": loss}[mode](req)
+
+
+if __name__ == "__main__":
+    main()
