@@ -10,8 +10,9 @@ train: the request names the model directory, the prompts (text already
 rendered by aipo's chat template, so both sides sample from the same ids)
 with their gold answers, and the settings both sides share. The reward is a
 GSM8K verifier like aipo's: the last \\boxed{...} of the completion against
-the gold answer as numbers, 1 or 0. Printed: the versions, the steps and
-each step's wall time (generation, scoring, reference pass and update).
+the gold answer as numbers, 1 or 0. Printed: the versions and the time
+(Unix seconds) at which each step (generation, scoring, reference pass and
+update) ended.
 
 loss: the request holds one batch (prompt ids, completion ids, the loss mask
 of each completion token, advantages, old and reference log-probs) and the
@@ -110,14 +111,11 @@ def train(req):
         max_completion_length=req["max_tokens"],
         max_steps=req["steps"],
     )
-    step_seconds = []
+    step_ends = []
 
     class Timer(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
-
         def on_step_end(self, *a, **k):
-            step_seconds.append(time.perf_counter() - self.t0)
+            step_ends.append(time.time())
 
     trainer = GRPOTrainer(
         model=model, reward_funcs=boxed_reward, args=args, train_dataset=ds, processing_class=tok, callbacks=[Timer()]
@@ -125,7 +123,7 @@ def train(req):
     t0 = time.perf_counter()
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    print(json.dumps({"versions": versions(), "prompts": n, "steps": len(step_seconds), "step_seconds": step_seconds,
+    print(json.dumps({"versions": versions(), "prompts": n, "step_ends": step_ends,
                       "train_seconds": time.perf_counter() - t0, "reward": rewards}))
 
 
