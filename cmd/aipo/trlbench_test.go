@@ -134,13 +134,28 @@ func BenchmarkGRPOVsTRL(b *testing.B) {
 	b.Logf("grpo-vs-trl (%d threads; %s): aipo %.1f steps/min (%.1f with start-up), peak %.0f MiB, step seconds %v; TRL %.1f steps/min (%.1f with start-up), peak %.0f MiB, step seconds %v",
 		runtime.GOMAXPROCS(0), theirs[0].versions, ra, wa, float64(pa)/(1<<20), stepSeconds(ours), rt, wt, float64(pt)/(1<<20), stepSeconds(theirs))
 
-	la, lt, advDiff := lossOfFirstStep(b, py, dir, firstRun)
-	b.ReportMetric(math.Abs(la-lt), "loss-abs-diff")
-	b.Logf("grpo-vs-trl loss of aipo's first batch under its first checkpoint: aipo %.9f, TRL %.9f, |difference| %.2g (tolerance %g); TRL's own group normalisation would give advantages up to %.2g from aipo's",
-		la, lt, math.Abs(la-lt), trlLossTol, advDiff)
-	if !(math.Abs(la-lt) <= trlLossTol) {
-		b.Errorf("the GRPO loss of one batch: aipo %.9g, TRL %.9g, |difference| %.3g above %g", la, lt, math.Abs(la-lt), trlLossTol)
+	lc := lossOfFirstStep(b, py, dir, firstRun)
+	d0, dk := math.Abs(lc.aipo0-lc.trl0), math.Abs(lc.aipo-lc.trl-lc.clampKL)
+	b.ReportMetric(d0, "loss-abs-diff")
+	b.ReportMetric(dk, "loss-kl-abs-diff")
+	b.Logf("grpo-vs-trl loss of aipo's first batch under its first checkpoint, without the KL term (beta 0): aipo %.9f, TRL %.9f, |difference| %.2g (tolerance %g)",
+		lc.aipo0, lc.trl0, d0, trlLossTol)
+	b.Logf("grpo-vs-trl with the KL term (coefficient 0.001): aipo %.9f, TRL %.9f; aipo's k3 is capped at 10 per token (veRL's low_var_kl), TRL's is not: the cap accounts for %.9f of the difference, leaving %.2g; TRL's own group normalisation would give advantages up to %.2g from aipo's",
+		lc.aipo, lc.trl, -lc.clampKL, dk, lc.advDiff)
+	if !(d0 <= trlLossTol) || !(dk <= trlLossTol) {
+		b.Errorf("the GRPO loss of one batch: aipo %.9g, TRL %.9g without KL (|difference| %.3g); with KL %.9g and %.9g, %.3g apart once the k3 cap's %.3g is counted; tolerance %g",
+			lc.aipo0, lc.trl0, d0, lc.aipo, lc.trl, dk, -lc.clampKL, trlLossTol)
 	}
+}
+
+// lossCheck is what lossOfFirstStep computes.
+type lossCheck struct {
+	aipo, trl   float64 // the grpo preset's loss, KL coefficient 0.001
+	aipo0, trl0 float64 // the same without the KL term
+	// clampKL is aipo's loss minus what it would be with TRL's uncapped
+	// k3: the KL coefficient times the Eq. 8 mean of min(k3, 10) - k3.
+	clampKL float64
+	advDiff float64 // largest |TRL's group normalisation - aipo's advantage|
 }
 
 // setSteps sets r's step times from the times each step ended: the
@@ -339,10 +354,9 @@ func runTRLScript(b testing.TB, py, mode, reqPath string, limit time.Duration, r
 }
 
 // lossOfFirstStep computes the GRPO loss of aipo's first batch under its
-// first checkpoint with aipo's loss and with TRL's, and returns both and
-// the largest difference between the batch's advantages and those TRL's
-// own normalisation of its rewards gives.
-func lossOfFirstStep(b *testing.B, py, dir, run string) (ours, theirs, advDiff float64) {
+// first checkpoint with aipo's loss and with TRL's, with and without the KL
+// term.
+func lossOfFirstStep(b testing.TB, py, dir, run string) lossCheck {
 	b.Helper()
 	ctx := context.Background()
 	rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, filepath.Join(run, "step-000000"))
@@ -403,20 +417,58 @@ func lossOfFirstStep(b *testing.B, py, dir, run string) (ours, theirs, advDiff f
 	if err != nil {
 		b.Fatal(err)
 	}
+	cfg0 := cfg
+	cfg0.KLCoef = 0
+	out0, err := loss.Compute(cfg0, in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lc := lossCheck{aipo: out.Loss, aipo0: out0.Loss, clampKL: cfg.KLCoef * capEffect(in)}
 	req["prompt_ids"], req["completion_ids"], req["loss_mask"] = promptIDs, complIDs, masks
 	req["old_logps"], req["ref_logps"], req["advantages"], req["rewards"] = olds, olds, advs, rewards
 	reqPath := filepath.Join(dir, "trl-loss.json")
 	writeJSON(b, reqPath, req)
 	var res struct {
 		Loss          float64   `json:"loss"`
+		Loss0         float64   `json:"loss_beta0"`
 		TRLAdvantages []float64 `json:"trl_advantages"`
 	}
 	runTRLScript(b, py, "loss", reqPath, 5*time.Minute, &res)
+	lc.trl, lc.trl0 = res.Loss, res.Loss0
 	for i, a := range res.TRLAdvantages {
-		advDiff = max(advDiff, math.Abs(a-float64(advs[i])))
+		lc.advDiff = max(lc.advDiff, math.Abs(a-float64(advs[i])))
 	}
 	b.Logf("grpo-vs-trl batch: %d trajectories of %d prompts, %d loss tokens, clip fractions %v", len(rows), len(rows)/trlBenchGroup, int(out.Metrics[loss.MetricTokensLoss]), clipMetrics(out.Metrics))
-	return out.Loss, res.Loss, advDiff
+	return lc
+}
+
+// capEffect is the Eq. 8 mean (each trajectory's mean over its loss
+// tokens, then the mean over trajectories) of min(k3, 10) - k3 at in's
+// log-probs: what aipo's cap on the k3 estimate takes off the KL term.
+func capEffect(in loss.Inputs) float64 {
+	var total, sum float64
+	var seqs, n int
+	flush := func() {
+		if n > 0 {
+			total += sum / float64(n)
+			seqs++
+		}
+		sum, n = 0, 0
+	}
+	for i := range in.LogProb {
+		if i > 0 && in.Seq[i] != in.Seq[i-1] {
+			flush()
+		}
+		if in.Source[i] != loss.Internal {
+			continue
+		}
+		d := float64(in.RefLogProb[i]) - float64(in.LogProb[i])
+		capped, _ := loss.K3(float64(in.LogProb[i]), float64(in.RefLogProb[i]))
+		sum += capped - (math.Exp(d) - d - 1)
+		n++
+	}
+	flush()
+	return total / float64(seqs)
 }
 
 func clipMetrics(ms map[string]float64) map[string]float64 {

@@ -17,7 +17,8 @@ update) ended.
 loss: the request holds one batch (prompt ids, completion ids, the loss mask
 of each completion token, advantages, old and reference log-probs) and the
 loss settings; GRPOTrainer's own _compute_loss computes the loss with the
-weights of the model directory. Printed: the loss, and the advantages TRL's
+weights of the model directory. Printed: the loss as configured, the loss
+with beta 0 (no KL term), and the advantages TRL's
 own group normalisation would give the batch's rewards.
 """
 
@@ -82,6 +83,9 @@ def config(req, out_dir, **kw):
         loss_type="grpo",
         scale_rewards="group",
         beta=req["beta"],
+        # aipo's KL term is k3 itself (veRL's low_var_kl); TRL 1.16 multiplies
+        # it by the importance ratio by default (DeepSeek-V3.2).
+        use_bias_correction_kl=False,
         epsilon=req["clip_low"],
         epsilon_high=req["clip_high"],
         num_iterations=1,
@@ -160,12 +164,14 @@ def loss(req):
     }
     with torch.no_grad():
         value = trainer._compute_loss(trainer.model, inputs).item()
+        trainer.beta = 0.0  # the same batch without the KL term
+        value0 = trainer._compute_loss(trainer.model, inputs).item()
     # TRL's group normalisation of the rewards (GRPOTrainer's
     # _generate_and_score_completions, scale_rewards="group"), for comparison
     # with the advantages the batch carries.
     r = f32(req["rewards"]).view(-1, G)
     adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)
-    print(json.dumps({"versions": versions(), "loss": value, "trl_advantages": adv.flatten().tolist()}))
+    print(json.dumps({"versions": versions(), "loss": value, "loss_beta0": value0, "trl_advantages": adv.flatten().tolist()}))
 
 
 def main():
