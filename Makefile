@@ -119,7 +119,8 @@ setup-bench: setup-test
 
 # bench's timeout is per package: cmd/aipo's BenchmarkServeVsVLLM serves a
 # tiny and a Qwen3-0.6B-shaped model with aipo serve and with vLLM, one
-# after the other (about 10 minutes on 2 cores).
+# after the other (about 10 minutes on 2 cores), and BenchmarkGRPOVsTRL
+# trains with aipo and TRL (about 13 minutes, almost all of it TRL's).
 bench: setup-bench $(OVERLAY)
 	$(GO) test $(GOFLAGS_OVERLAY) -timeout 60m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"

@@ -66,24 +66,28 @@ func trlPython(b testing.TB) string {
 // BenchmarkGRPOVsTRL runs `aipo train` (learner.loss.base grpo, no
 // collaborators, the policy sampled in process, CPU) and TRL's
 // GRPOTrainer (scripts/trl/grpo.py: transformers' generate, no vLLM,
-// float32 on the CPU) on the same tiny Qwen3 directory (hfmodel.
-// TinyQwen3Config, warm-started to answer \boxed{3} or \boxed{5}, so that
-// groups have both rewards), the same GSM8K prompts (the ids aipo's
-// rollout renders), group size, response length, temperature, learning
-// rate, optimiser and steps, each in processes of its own, alternated
-// (aipo, TRL, aipo, TRL), on GOMAXPROCS threads. Reported: steps/min of
-// each (steps over the sum of the step times each side measures, start-up
-// and model loading left out; the best process of each side) and their
-// ratio, the peak RSS of each (getrusage after Wait; the largest) and their
-// ratio, and the same steps/min over the processes' whole wall time.
+// float32 on the CPU) on the same tiny Qwen3 directory (the qwen3 family
+// of TestTransformersLoadsCheckpoints, warm-started to answer \boxed{3} or
+// \boxed{5}, so that groups have both rewards), the same GSM8K prompts
+// (the ids aipo's rollout renders), group size, response length,
+// temperature, learning rate, optimiser, KL term and steps, each in
+// processes of its own, alternated (aipo, TRL, aipo, TRL), on GOMAXPROCS
+// threads. Reported: steps/min of each (from the end of a process's first
+// step to the end of its last, so start-up, model loading and the warm-up
+// step are left out; the best process of each side) and their ratio
+// (target >= 3), the peak RSS of each (getrusage after Wait; the largest)
+// and their ratio, and the ratio of steps/min over the processes' whole
+// wall time.
 //
 // Then the GRPO loss of one identical batch, computed by both: aipo's
 // first step (its prompts, responses, loss mask, advantages, and the
 // sampler's log-probs as old and reference log-probs) under the weights
 // of its first checkpoint, by learner/loss with the grpo preset and by
-// GRPOTrainer._compute_loss (loss_type grpo, beta 0.001, epsilon 0.2,
-// epsilon_high 0.28). They must agree within trlLossTol: the benchmark
-// fails otherwise.
+// GRPOTrainer._compute_loss (loss_type grpo, epsilon 0.2, epsilon_high
+// 0.28, beta 0.001 without the ratio's bias correction), once without the
+// KL term and once with it. The first pair must agree within trlLossTol,
+// the second within trlLossTol once aipo's cap on k3 is counted; the
+// benchmark fails otherwise.
 func BenchmarkGRPOVsTRL(b *testing.B) {
 	py := trlPython(b)
 	dir := b.TempDir()
