@@ -20,5 +20,5 @@ set -euo pipefail
 [ "${1:-}" = "--print" ] && export PYVENV_PRINT=1
 # The check imports the modules the tests call and prints the versions.
 pyvenv_install verl "$(dirname "$0")/verl/requirements.txt" 11 12 \
-  "veRL 0.9.1 with PyTorch 2.13.0, Ray and transformers (about 3 GB of downloads, less what pip's cache holds from scripts/vllm.sh; 5 GB on disk)" \
+  "veRL 0.9.1 with PyTorch 2.13.0, Ray and transformers (about 3 GB of downloads; 5 GB on disk)" \
   'import torch, verl; from verl.trainer.ppo import core_algos, rollout_corr_helper; from verl.workers.config import ActorConfig; print("veRL", verl.__version__, "on PyTorch", torch.__version__)'
