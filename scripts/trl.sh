@@ -8,8 +8,9 @@
 #
 # The environment lives under ${AIPO_CACHE:-$XDG_CACHE_HOME/aipo}, keyed by
 # the requirements file's hash, so a second run (and a second checkout)
-# installs nothing; pip's downloads are cached beside it and shared with
-# scripts/vllm.sh (the same PyTorch and transformers files). It is linked as
+# installs nothing (pip is given a cache beside it, which it fills only
+# where PyPI's files come with caching headers; the PyTorch and
+# transformers files are scripts/vllm.sh's). It is linked as
 # build/tools/trl, where the benchmark looks. A failed install exits
 # non-zero with pip's reason (scripts/lib/pyvenv.sh).
 #

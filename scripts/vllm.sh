@@ -6,7 +6,8 @@
 #
 # The environment lives under ${AIPO_CACHE:-$XDG_CACHE_HOME/aipo}, keyed by
 # the requirements file's hash, so a second run (and a second checkout)
-# installs nothing; pip's downloads are cached beside it. It is linked as
+# installs nothing (pip is given a cache beside it, which it fills only
+# where PyPI's files come with caching headers). It is linked as
 # build/tools/vllm, where the tests look. A failed install exits non-zero
 # with pip's reason (scripts/lib/pyvenv.sh).
 #
