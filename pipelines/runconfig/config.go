@@ -10,6 +10,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/eval"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 	"github.com/aipo-rl/aipo/transforms/prompts"
 	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
 )
@@ -174,14 +175,6 @@ func (c Config) InProcessPolicy() bool {
 // InProcessEndpoint is the policy.endpoint that names aipo train's own
 // engine explicitly.
 const InProcessEndpoint = "inproc://"
-
-// Sync kinds (Policy.Sync.Kind).
-const (
-	SyncNone   = "none"
-	SyncAipo   = "aipo"
-	SyncSGLang = "sglang"
-	SyncVLLM   = "vllm"
-)
 
 // DefaultSyncTimeout bounds one push of a checkpoint to one replica.
 const DefaultSyncTimeout = 10 * time.Minute
@@ -436,4 +429,4 @@ func (s Sync) TimeoutOrDefault() time.Duration {
 }
 
 // Pushes reports whether checkpoints are pushed to policy servers.
-func (s Sync) Pushes() bool { return s.Kind != "" && s.Kind != SyncNone }
+func (s Sync) Pushes() bool { return s.Kind != "" && s.Kind != weightsync.KindNone }

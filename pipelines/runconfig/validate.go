@@ -13,6 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 	"github.com/aipo-rl/aipo/transforms/verify"
 )
 
@@ -123,11 +124,11 @@ func (c Config) validateSync() error {
 	s := c.Policy.Sync
 	const f = "policy.sync."
 	switch s.Kind {
-	case "", SyncNone:
+	case "", weightsync.KindNone:
 		if len(s.Endpoints) > 0 {
 			return fieldError(f+"endpoints", "are set but policy.sync.kind is none: name the servers' reload protocol (aipo, sglang or vllm)")
 		}
-	case SyncAipo, SyncSGLang, SyncVLLM:
+	case weightsync.KindAipo, weightsync.KindSGLang, weightsync.KindVLLM:
 		if c.InProcessPolicy() {
 			return fieldError(f+"kind", "%s pushes checkpoints to policy servers, but policy.endpoint is aipo train's own engine: set policy.endpoint to the servers' address, or leave policy.sync out", s.Kind)
 		}
@@ -137,9 +138,9 @@ func (c Config) validateSync() error {
 	switch {
 	case s.Timeout < 0:
 		return fieldError(f+"timeout", "%v must not be negative (0: the default, %v)", s.Timeout, DefaultSyncTimeout)
-	case s.LoadFormat != "" && s.Kind != SyncSGLang:
+	case s.LoadFormat != "" && s.Kind != weightsync.KindSGLang:
 		return fieldError(f+"load_format", "is SGLang's load_format, but policy.sync.kind is %s", orNone(s.Kind))
-	case s.CheckpointDir != "" && (s.Kind == "" || s.Kind == SyncNone):
+	case s.CheckpointDir != "" && !s.Pushes():
 		return fieldError(f+"checkpoint_dir", "is set but policy.sync.kind is none")
 	}
 	for i, e := range s.Endpoints {
@@ -151,7 +152,7 @@ func (c Config) validateSync() error {
 			return fieldError(fmt.Sprintf(f+"endpoints[%d]", i), "%q: %s servers are reached by %s, not %s", secure.RedactURI(e), s.Kind, strings.Join(want, " or "), u.Scheme)
 		}
 	}
-	if s.Kind != "" && s.Kind != SyncNone && len(c.SyncEndpoints()) == 0 {
+	if s.Pushes() && len(c.SyncEndpoints()) == 0 {
 		return fieldError(f+"endpoints", "are needed: policy.endpoint %s does not say where %s's control address is; list every replica, such as %s", secure.RedactURI(c.Policy.Endpoint), s.Kind, syncExample(s.Kind))
 	}
 	return nil
@@ -159,20 +160,20 @@ func (c Config) validateSync() error {
 
 func orNone(kind string) string {
 	if kind == "" {
-		return SyncNone
+		return weightsync.KindNone
 	}
 	return kind
 }
 
 func syncSchemes(kind string) []string {
-	if kind == SyncAipo {
+	if kind == weightsync.KindAipo {
 		return []string{"grpc", "grpcs"}
 	}
 	return []string{"http", "https"}
 }
 
 func syncExample(kind string) string {
-	if kind == SyncAipo {
+	if kind == weightsync.KindAipo {
 		return "grpc://10.0.0.5:7070"
 	}
 	return "http://10.0.0.5:8000"
@@ -185,7 +186,7 @@ func syncExample(kind string) string {
 // CA parameters). None for policy.sync.kind none.
 func (c Config) SyncEndpoints() []string {
 	s := c.Policy.Sync
-	if s.Kind == "" || s.Kind == SyncNone {
+	if !s.Pushes() {
 		return nil
 	}
 	if len(s.Endpoints) > 0 {

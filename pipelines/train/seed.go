@@ -8,6 +8,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 )
 
 // SeedCheckpoint commits the model at src (a Hugging Face model directory,
@@ -37,7 +38,7 @@ func SeedRunCheckpoint(ctx context.Context, src string, cfg runconfig.Config) er
 // in-place reload leaves a tied head on its old values otherwise
 // (checkpoint.Checkpoint.WriteTiedHead).
 func writesTiedHead(cfg runconfig.Config) bool {
-	return cfg.Policy.Sync.Kind == runconfig.SyncVLLM
+	return cfg.Policy.Sync.Kind == weightsync.KindVLLM
 }
 
 func seedCheckpoint(ctx context.Context, src, runDir string, tiedHead bool) error {

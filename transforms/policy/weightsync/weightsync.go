@@ -49,8 +49,10 @@ import (
 	"github.com/aipo-rl/aipo/internal/secure"
 )
 
-// Kinds of policy servers.
+// Kinds of policy servers, as policy.sync.kind names them; KindNone (or
+// an empty kind) tells no server of new checkpoints.
 const (
+	KindNone   = "none"
 	KindAipo   = "aipo"
 	KindSGLang = "sglang"
 	KindVLLM   = "vllm"
