@@ -100,12 +100,7 @@ func rehearse(t *testing.T, r rehearsal) {
 	// Training prompts: GSM8K rows whose answer is one digit, in the
 	// bundled file's own layout, converted to veRL's.
 	rows := oneDigitGSM8K(t, gsm8k, r.prompts)
-	raw := filepath.Join(base, "gsm8k-one-digit.jsonl")
-	writeJSONL(t, raw, rows)
-	train := filepath.Join(base, "train.parquet")
-	if code, out := runAipo(t, "data", "convert", "--preset", "gsm8k_train", "--in", raw, "--out", train); code != 0 {
-		t.Fatalf("aipo data convert exited %d:\n%s", code, out)
-	}
+	train := convertGSM8K(t, base, "gsm8k-one-digit", rows)
 
 	runDir := filepath.Join(base, "run")
 	policyAddr, collabAddr := freeAddr(t), freeAddr(t)
@@ -186,13 +181,6 @@ eval:
 		t.Errorf("algorithm.yaml: base %q, settings %v; want dapo with dynamic sampling, token-mean and the overlong penalty", alg.Base, set)
 	}
 
-	ids := func(v []int32) []int {
-		o := make([]int, len(v))
-		for i, x := range v {
-			o[i] = int(x)
-		}
-		return o
-	}
 	calls, collabTokens := 0, 0
 	for k := range r.steps {
 		dir := schemas.StepDir(runDir, k)
@@ -215,7 +203,7 @@ eval:
 			if tr.PolicyVersion != k {
 				t.Fatalf("%s: sampled by version %d, want checkpoint %d", name, tr.PolicyVersion, k)
 			}
-			text, err := tok.Decode(ids(tr.ResponseIDs), false)
+			text, err := tok.Decode(ints(tr.ResponseIDs), false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +218,7 @@ eval:
 				if s < 0 || e <= s || e > len(tr.ResponseIDs) {
 					t.Fatalf("%s: interaction %d spans [%d, %d) of %d tokens", name, i, s, e, len(tr.ResponseIDs))
 				}
-				span, _ := tok.Decode(ids(tr.ResponseIDs[s:e]), false)
+				span, _ := tok.Decode(ints(tr.ResponseIDs[s:e]), false)
 				if !strings.HasPrefix(span, interact.ResultOpen) || !strings.HasSuffix(span, interact.ResultClose) {
 					t.Errorf("%s: interaction %d's span decodes to %q, want %s...%s", name, i, span, interact.ResultOpen, interact.ResultClose)
 				}
@@ -400,13 +388,6 @@ func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg run
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc := func(ids []int) []int32 {
-		o := make([]int32, len(ids))
-		for i, v := range ids {
-			o[i] = int32(v)
-		}
-		return o
-	}
 	const eos = 151645 // <|im_end|>, the tiny config's eos_token_id
 	rng := rand.New(rand.NewPCG(1, 2))
 	seqs := make([]trainer.Sequence, 0, 32)
@@ -416,7 +397,7 @@ func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg run
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := trainer.Sequence{Prompt: enc(tok.EncodeSpecial(text))}
+		s := trainer.Sequence{Prompt: int32s(tok.EncodeSpecial(text))}
 		add := func(ids []int32, skip bool) {
 			s.Response = append(s.Response, ids...)
 			for range ids {
@@ -424,18 +405,30 @@ func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg run
 			}
 		}
 		d := rng.IntN(10)
-		add(enc(tok.Encode(fmt.Sprintf("<verify>The answer is %d.</verify>\n", d))), false)
-		add(enc(tok.EncodeSpecial(interact.ResultOpen)), true)
+		add(int32s(tok.Encode(fmt.Sprintf("<verify>The answer is %d.</verify>\n", d))), false)
+		add(int32s(tok.EncodeSpecial(interact.ResultOpen)), true)
 		noise := make([]int32, 1+rng.IntN(6))
 		for j := range noise {
 			noise[j] = int32(1000 + rng.IntN(100000))
 		}
 		add(noise, true)
-		add(enc(tok.EncodeSpecial(interact.ResultClose)), true)
-		add(enc(tok.Encode(fmt.Sprintf("So the answer is \\boxed{%d}.", rng.IntN(10)))), false)
+		add(int32s(tok.EncodeSpecial(interact.ResultClose)), true)
+		add(int32s(tok.Encode(fmt.Sprintf("So the answer is \\boxed{%d}.", rng.IntN(10)))), false)
 		add([]int32{eos}, false)
 		seqs = append(seqs, s)
 	}
+	ts, loss := sftTrain(t, configJSON, seqs, steps)
+	if err := hfmodel.WriteTensors(dir, []byte(configJSON), ts, checkpoint.F32, tokDir); err != nil {
+		t.Fatal(err)
+	}
+	return loss
+}
+
+// sftTrain trains a random model of configJSON (seed 7) by steps of SFT on
+// seqs (AdamW at 1e-2, no weight decay) and returns its weights and the
+// last loss.
+func sftTrain(t *testing.T, configJSON string, seqs []trainer.Sequence, steps int) ([]checkpoint.Tensor, float64) {
+	t.Helper()
 	l, err := hfmodel.SFTLearner([]byte(configJSON), 7, 1e-2)
 	if err != nil {
 		t.Fatal(err)
@@ -446,10 +439,21 @@ func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg run
 			t.Fatal(err)
 		}
 	}
-	if err := hfmodel.WriteTensors(dir, []byte(configJSON), trainer.Tensors(l.Policy), checkpoint.F32, tokDir); err != nil {
-		t.Fatal(err)
+	return trainer.Tensors(l.Policy), loss
+}
+
+// convertGSM8K writes rows (the bundled GSM8K file's layout) to
+// dir/NAME.jsonl and converts them with `aipo data convert --preset
+// gsm8k_train` to veRL's Parquet layout, dir/NAME.parquet, which it returns.
+func convertGSM8K(t *testing.T, dir, name string, rows []gsm8kRow) string {
+	t.Helper()
+	raw := filepath.Join(dir, name+".jsonl")
+	writeJSONL(t, raw, rows)
+	out := filepath.Join(dir, name+".parquet")
+	if code, text := runAipo(t, "data", "convert", "--preset", "gsm8k_train", "--in", raw, "--out", out); code != 0 {
+		t.Fatalf("aipo data convert exited %d:\n%s", code, text)
 	}
-	return loss
+	return out
 }
 
 // freeAddr is a 127.0.0.1 address with a port free a moment ago.

@@ -16,7 +16,7 @@ REQUEST is one JSON object:
 OUT_DIR receives report.json:
 
   {"versions": {"transformers": V, "torch": V, "safetensors": V, "tokenizers": V},
-   "model_class": NAME, "tokenizer_class": NAME,
+   "model_class": NAME,
    "config_dtype": "float32" | "bfloat16", "param_dtypes": [DTYPE, ...],
    "loading_info": {"missing_keys": [...], "unexpected_keys": [...],
                     "mismatched_keys": [...], "error_msgs": [...]},
@@ -29,12 +29,12 @@ OUT_DIR receives report.json:
 Each logits file holds the prompt's logits, little-endian float32, row by
 row (len(prompt) rows of vocab_size).
 
-The model is loaded twice. First as the directory asks (dtype "auto": what
-config.json's dtype names), for the loading report and the parameters'
-dtypes. Then in float32, which for a bfloat16 checkpoint widens every
-weight exactly: the logits and greedy tokens are then those of the very
-weights aipo computes with (aipo computes in float32 whatever the file
-holds), so that only the order of float32 operations separates the two.
+The model is loaded as the directory asks (dtype "auto": what config.json's
+dtype names), for the loading report and the parameters' dtypes, and then
+cast to float32, which for a bfloat16 checkpoint widens every weight
+exactly: the logits and greedy tokens are then those of the very weights
+aipo computes with (aipo computes in float32 whatever the file holds), so
+that only the order of float32 operations separates the two.
 
 It runs in the environment scripts/vllm.sh installs (vLLM's pinned torch
 and transformers; see scripts/vllm/requirements.txt), on the CPU, and never
@@ -102,15 +102,12 @@ def main(argv):
             "tokenizers": tokenizers.__version__,
         },
         "model_class": type(model).__name__,
-        "tokenizer_class": type(tok).__name__,
         "config_dtype": str(model.config.dtype).replace("torch.", ""),
         "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()}),
         "loading_info": {k: sorted(str(x) for x in v) for k, v in info.items()},
         "warnings": found,
     }
-    del model
-
-    model = AutoModelForCausalLM.from_pretrained(req["dir"], dtype=torch.float32)
+    model = model.float()
     model.eval()
     files = []
     with torch.no_grad():
