@@ -13,10 +13,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -229,7 +229,7 @@ checkpoint: {keep_last: 0}
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("aipo train: %v\n%s", err, out.String())
 	}
-	r := benchRun{wall: time.Since(t0).Seconds(), peak: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024}
+	r := benchRun{wall: time.Since(t0).Seconds(), peak: meminfo.Peak(cmd.ProcessState)}
 	// A step ends when the learner writes its record (rollout and update
 	// done, the checkpoint committed).
 	var ends []float64
@@ -313,7 +313,7 @@ func runTRLTrain(b *testing.B, py, dir string, round int) benchRun {
 	}
 	t0 := time.Now()
 	cmd := runTRLScript(b, py, "train", reqPath, 15*time.Minute, &res)
-	r := benchRun{wall: time.Since(t0).Seconds(), peak: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024}
+	r := benchRun{wall: time.Since(t0).Seconds(), peak: meminfo.Peak(cmd.ProcessState)}
 	if len(res.StepEnds) != trlBenchSteps {
 		b.Fatalf("TRL trained %d steps, want %d", len(res.StepEnds), trlBenchSteps)
 	}
@@ -526,12 +526,7 @@ func TestTRLBenchSetup(t *testing.T) {
 		t.Skip("run by BenchmarkGRPOVsTRL")
 	}
 	rows := sameAnswerGSM8K(t, trlBenchAnswer, trlBenchPrompts)
-	raw := filepath.Join(dir, "gsm8k-answer-3.jsonl")
-	writeJSONL(t, raw, rows)
-	train := filepath.Join(dir, "train.parquet")
-	if code, out := runAipo(t, "data", "convert", "--preset", "gsm8k_train", "--in", raw, "--out", train); code != 0 {
-		t.Fatalf("aipo data convert exited %d:\n%s", code, out)
-	}
+	convertGSM8K(t, dir, "train", rows)
 	// The Qwen3 of TestTransformersLoadsCheckpoints (two layers of width
 	// 64): its warm start gives groups of both rewards under aipo's system
 	// prompt; hfmodel.TinyQwen3Config's one layer of width 32 does not, and

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Read returns MemTotal and MemAvailable of /proc/meminfo, in bytes.
@@ -70,4 +71,12 @@ func Status(pid int, field string) (int64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("%s has no %s", path, field)
+}
+
+// Peak is the peak resident memory, in bytes, of the exited process ps
+// describes: getrusage's ru_maxrss of the child, which Linux counts in KiB.
+// It covers the whole process, whatever it loaded (an interpreter and its
+// libraries included).
+func Peak(ps *os.ProcessState) int64 {
+	return ps.SysUsage().(*syscall.Rusage).Maxrss << 10
 }

@@ -406,8 +406,7 @@ func (b *bench) learn(bin, dir string, tokens int, mode string, after, bf16 bool
 	if err := cmd.Run(); err != nil {
 		return measurement{skipped: fmt.Sprintf("aipo learn failed: %v: %s", err, strings.TrimSpace(stderr.String()))}
 	}
-	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	return measurement{peak: ru.Maxrss * 1024, seconds: time.Since(t0).Seconds()}
+	return measurement{peak: meminfo.Peak(cmd.ProcessState), seconds: time.Since(t0).Seconds()}
 }
 
 // trajectory is one correct policy trajectory of tokens tokens of a

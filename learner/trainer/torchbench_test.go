@@ -14,10 +14,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -29,11 +29,7 @@ import (
 // (the embedding over half of it), and Qwen3-0.6B's width, heads, q/k norm
 // and real 151,936-token vocabulary with 2 of its 28 layers (187M, the
 // tied embedding 155.6M of it).
-var stepBenchShapes = []struct {
-	name       string
-	batch, seq int
-	config     string
-}{
+var stepBenchShapes = []stepBenchShape{
 	{"0.8M-vocab512", 4, 256, `{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 128, "intermediate_size": 344,
   "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 1024,
   "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true, "hidden_act": "silu", "torch_dtype": "float32"}`},
@@ -44,6 +40,14 @@ var stepBenchShapes = []struct {
   "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
   "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true,
   "attention_bias": false, "hidden_act": "silu", "torch_dtype": "float32"}`},
+}
+
+// stepBenchShape is one model of BenchmarkStepVsPyTorch and its batch:
+// batch sequences of seq random tokens.
+type stepBenchShape struct {
+	name       string
+	batch, seq int
+	config     string
 }
 
 // stepBenchSteps are the timed steps of each process (after one warm-up);
@@ -90,13 +94,12 @@ func BenchmarkStepVsPyTorch(b *testing.B) {
 				b.Fatal(err)
 			}
 			var ours, theirs []stepResult
+			self := []string{os.Args[0], "-test.run", "^TestStepBenchChild$", "-test.count=1"}
+			torch := []string{py, filepath.Join(testtools.RepoRoot(), "scripts", "torch_step_bench.py"), cfgPath,
+				strconv.Itoa(sh.batch), strconv.Itoa(sh.seq), strconv.Itoa(stepBenchSteps), strconv.Itoa(threads)}
 			for range stepBenchRounds {
-				self := exec.Command(os.Args[0], "-test.run", "^TestStepBenchChild$", "-test.count=1")
-				self.Env = append(os.Environ(), stepBenchChildEnv+"="+sh.name)
-				ours = append(ours, runStepProcess(b, "aipo", self))
-				torch := exec.Command(py, filepath.Join(testtools.RepoRoot(), "scripts", "torch_step_bench.py"), cfgPath,
-					strconv.Itoa(sh.batch), strconv.Itoa(sh.seq), strconv.Itoa(stepBenchSteps), strconv.Itoa(threads))
-				theirs = append(theirs, runStepProcess(b, "PyTorch", torch))
+				ours = append(ours, runStepProcess(b, "aipo", []string{stepBenchChildEnv + "=" + sh.name}, self))
+				theirs = append(theirs, runStepProcess(b, "PyTorch", nil, torch))
 			}
 			if ours[0].Params != theirs[0].Params {
 				b.Fatalf("aipo's model has %d parameters, PyTorch's %d: not the same shape", ours[0].Params, theirs[0].Params)
@@ -129,14 +132,15 @@ func BenchmarkStepVsPyTorch(b *testing.B) {
 	}
 }
 
-// runStepProcess runs one side's process (at most 15 minutes) and reads
-// its JSON line and peak memory.
-func runStepProcess(b *testing.B, side string, cmd *exec.Cmd) stepResult {
+// runStepProcess runs one side's process, argv with env added to this
+// process's environment, for at most 15 minutes, and reads its JSON line
+// and peak memory.
+func runStepProcess(b *testing.B, side string, env, argv []string) stepResult {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
-	c.Env = cmd.Env
+	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	c.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Run(); err != nil {
@@ -156,7 +160,7 @@ func runStepProcess(b *testing.B, side string, cmd *exec.Cmd) stepResult {
 	if !found || len(r.Seconds) == 0 {
 		b.Fatalf("%s step benchmark printed no result:\n%s%s", side, out.String(), errb.String())
 	}
-	r.peak = c.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024
+	r.peak = meminfo.Peak(c.ProcessState)
 	return r
 }
 
@@ -167,13 +171,7 @@ func TestStepBenchChild(t *testing.T) {
 	if name == "" {
 		t.Skip("run by BenchmarkStepVsPyTorch")
 	}
-	i := slices.IndexFunc(stepBenchShapes, func(s struct {
-		name       string
-		batch, seq int
-		config     string
-	}) bool {
-		return s.name == name
-	})
+	i := slices.IndexFunc(stepBenchShapes, func(s stepBenchShape) bool { return s.name == name })
 	if i < 0 {
 		t.Fatalf("%s=%q names no shape", stepBenchChildEnv, name)
 	}
