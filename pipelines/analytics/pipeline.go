@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"reflect"
 	"strconv"
 
+	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -17,8 +17,8 @@ import (
 )
 
 func init() {
-	beam.RegisterType(reflect.TypeOf((*stepAcc)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*promptTally)(nil)).Elem())
+	beamrow.Register[stepAcc]()
+	beamrow.Register[promptTally]()
 	register.Function1x2[schemas.Trajectory, int64, stepAcc](trajectoryByStep)
 	register.Function1x2[schemas.Trajectory, string, promptTally](trajectoryByPrompt)
 	register.Function2x2[string, promptTally, int64, stepAcc](promptByStep)

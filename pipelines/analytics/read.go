@@ -2,8 +2,8 @@ package analytics
 
 import (
 	"context"
-	"reflect"
 
+	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -11,8 +11,8 @@ import (
 )
 
 func init() {
-	beam.RegisterType(reflect.TypeOf((*stepShard)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*UnreadableShard)(nil)).Elem())
+	beamrow.Register[stepShard]()
+	beamrow.Register[UnreadableShard]()
 	register.DoFn4x1[context.Context, stepShard, func(schemas.Trajectory), func(UnreadableShard), error](&readShardFn{})
 	register.Emitter1[UnreadableShard]()
 }

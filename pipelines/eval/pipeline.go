@@ -11,13 +11,13 @@ import (
 	"hash/fnv"
 	"log"
 	"net/url"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"text/template"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
@@ -31,7 +31,7 @@ import (
 )
 
 func init() {
-	beam.RegisterType(reflect.TypeOf((*chunk)(nil)).Elem())
+	beamrow.Register[chunk]()
 	register.DoFn2x1[context.Context, chunk, error](&evalChunkFn{})
 }
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 
+	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	beam.RegisterType(reflect.TypeOf((*StepMeta)(nil)).Elem())
+	beamrow.Register[StepMeta]()
 	register.DoFn5x1[context.Context, []byte, func(*schemas.ManifestFile) bool, func(*StepMeta) bool, func(string), error](&commitMetaFn{})
 	register.Iter1[StepMeta]()
 }

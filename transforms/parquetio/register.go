@@ -2,10 +2,9 @@ package parquetio
 
 import (
 	"context"
-	"reflect"
 
+	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/schemas"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 )
 
@@ -13,11 +12,11 @@ import (
 // the transforms run on portable runners (prism, Flink, Dataflow) without
 // reflection fallbacks.
 func init() {
-	beam.RegisterType(reflect.TypeOf((*schemas.Trajectory)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*schemas.Prompt)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*schemas.EvalRecord)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*schemas.ManifestFile)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*Shard)(nil)).Elem())
+	beamrow.Register[schemas.Trajectory]()
+	beamrow.Register[schemas.Prompt]()
+	beamrow.Register[schemas.EvalRecord]()
+	beamrow.Register[schemas.ManifestFile]()
+	beamrow.Register[Shard]()
 
 	register.DoFn3x1[context.Context, schemas.Trajectory, func(schemas.ManifestFile), error](&writeShardsFn[schemas.Trajectory]{})
 	register.DoFn3x1[context.Context, schemas.Prompt, func(schemas.ManifestFile), error](&writeShardsFn[schemas.Prompt]{})

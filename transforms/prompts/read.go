@@ -3,8 +3,8 @@ package prompts
 import (
 	"context"
 	"fmt"
-	"reflect"
 
+	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -20,8 +20,8 @@ type Source = promptfile.Source
 type DeadLetter = promptfile.DeadLetter
 
 func init() {
-	beam.RegisterType(reflect.TypeOf((*schemas.Prompt)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*DeadLetter)(nil)).Elem())
+	beamrow.Register[schemas.Prompt]()
+	beamrow.Register[DeadLetter]()
 	register.DoFn4x1[context.Context, int, func(schemas.Prompt), func(DeadLetter), error](&readFn{})
 	register.Emitter1[schemas.Prompt]()
 	register.Emitter1[DeadLetter]()

@@ -2,22 +2,21 @@ package rollout
 
 import (
 	"context"
-	"reflect"
 
+	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 )
 
 // init registers the DoFns, element types, emitters and iterators so that
 // the transforms run on portable runners without reflection fallbacks.
 func init() {
-	beam.RegisterType(reflect.TypeOf((*Group)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*Stats)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*schemas.Prompt)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*schemas.Trajectory)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*Decision)(nil)).Elem())
+	beamrow.Register[Group]()
+	beamrow.Register[Stats]()
+	beamrow.Register[schemas.Prompt]()
+	beamrow.Register[schemas.Trajectory]()
+	beamrow.Register[Decision]()
 
 	register.Function1x2[schemas.Prompt, string, schemas.Prompt](keyByID)
 	register.Function1x1[schemas.Prompt, string](idOf)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The command of a PROCESS environment on a Flink TaskManager (or a Spark
+# executor): starts the Go SDK's boot program, which fetches the staged
+# bin/aipo-worker and runs it as the SDK worker.
+#
+#   --environment_type=PROCESS --environment_config='{"command":"/opt/aipo/scripts/flink/worker-boot.sh"}'
+#
+# Each start gets a directory of its own for the staged files: the boot
+# program's default (/tmp/staged) is shared by every worker on the host, and
+# two TaskManager slots starting workers at once write the same file. The
+# directory is removed when the worker ends.
+#
+# Settings (environment variables of the TaskManager):
+#   AIPO_BEAM_BOOT   the boot program (default: bin/beam-boot beside this script's checkout)
+#   TMPDIR           where the per-worker directories go (default /tmp)
+set -uo pipefail
+boot=${AIPO_BEAM_BOOT:-$(cd "$(dirname "$0")/../.." && pwd)/bin/beam-boot}
+if [ ! -x "$boot" ]; then
+  echo "worker-boot.sh: no boot program at $boot (make beam-boot, or set AIPO_BEAM_BOOT)" >&2
+  exit 1
+fi
+dir=$(mktemp -d "${TMPDIR:-/tmp}/aipo-worker.XXXXXX") || exit 1
+"$boot" --semi_persist_dir="$dir" "$@" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+wait "$child"
+rc=$?
+# wait returns early when a trapped signal arrives; wait again for the exit.
+while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done
+rm -rf "$dir"
+exit "$rc"

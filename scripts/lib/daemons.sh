@@ -1,0 +1,79 @@
+# Background processes a script starts and stops by PID, each with its PID
+# in STATE/NAME.pid and its output in STATE/log/NAME.out. Sourced by
+# scripts/flink/cluster.sh and scripts/spark/job-server.sh; set $state first.
+
+daemon_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# daemon_start NAME CMD... starts CMD in the background unless NAME runs.
+daemon_start() {
+  local name=$1
+  shift
+  mkdir -p "$state/log"
+  if daemon_alive "$state/$name.pid"; then
+    echo "$name is already running (PID $(cat "$state/$name.pid"))" >&2
+    return
+  fi
+  "$@" >"$state/log/$name.out" 2>&1 &
+  echo $! >"$state/$name.pid"
+}
+
+# daemon_dead prints the name of a started process that has exited.
+daemon_dead() {
+  local f
+  for f in "$state"/*.pid; do
+    [ -f "$f" ] || continue
+    if ! daemon_alive "$f"; then
+      basename "$f" .pid
+      return 0
+    fi
+  done
+  return 1
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+daemon_logs() {
+  local f
+  for f in "$state"/log/*; do
+    [ -f "$f" ] || continue
+    echo "----- $f (last 40 lines)" >&2
+    tail -n 40 "$f" >&2
+  done
+}
+
+# daemon_status prints each process's state; non-zero when one is down.
+daemon_status() {
+  local ok=0 f any=
+  for f in "$state"/*.pid; do
+    [ -f "$f" ] || continue
+    any=1
+    if daemon_alive "$f"; then
+      echo "$(basename "$f" .pid): running (PID $(cat "$f"))"
+    else
+      echo "$(basename "$f" .pid): not running"
+      ok=1
+    fi
+  done
+  if [ -z "$any" ]; then
+    echo "nothing started in $state"
+    ok=1
+  fi
+  return $ok
+}
+
+# daemon_stop_all sends TERM to every process, waits up to 20 s, then KILL.
+daemon_stop_all() {
+  local f pid
+  for f in "$state"/*.pid; do
+    [ -f "$f" ] || continue
+    kill -TERM "$(cat "$f")" 2>/dev/null || true
+  done
+  local deadline=$((SECONDS + 20))
+  for f in "$state"/*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
+}
