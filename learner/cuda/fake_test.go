@@ -101,7 +101,8 @@ func TestFakeDriver(t *testing.T) {
 	if !strings.Contains(log, "fake CUDA device") || !strings.Contains(log, filepath.Join(dir, "libcublas.so.13")) {
 		t.Errorf("the child did not use the stand-in libraries:\n%s", log)
 	}
-	if t.Failed() {
+	// With -v the child's whole log: the parity tests' worst differences.
+	if t.Failed() || testing.Verbose() {
 		t.Log(log)
 		return
 	}

@@ -263,10 +263,23 @@ func parityModelStepBF16(t *testing.T, dv *Device, m *model.Model) {
 // operands (UseBF16), to set beside scripts/torch_baselines.py's PyTorch
 // eager bf16 figure for the same shapes.
 func TestGPUTrainStepThroughput(t *testing.T) {
+	trainStepThroughput(t, "Qwen2.5-0.5B", model.Config{ModelType: "qwen2", HiddenSize: 896, IntermediateSize: 4864,
+		NumHiddenLayers: 24, NumAttentionHeads: 14, NumKeyValueHeads: 2, VocabSize: 151936, MaxPositionEmbeddings: 4096,
+		RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, HiddenAct: "silu"})
+}
+
+// TestGPUTrainStepThroughputQwen3 is TestGPUTrainStepThroughput for a
+// Qwen3-0.6B-shaped model (28 layers, hidden 1024, 16/8 heads of head_dim
+// 128, so 2048 query columns, SwiGLU 3072, tied 151,936-token vocabulary,
+// per-head q/k norms): the q/k norm kernels at a real model's shapes.
+func TestGPUTrainStepThroughputQwen3(t *testing.T) {
+	trainStepThroughput(t, "Qwen3-0.6B", model.Config{ModelType: "qwen3", HiddenSize: 1024, IntermediateSize: 3072,
+		NumHiddenLayers: 28, NumAttentionHeads: 16, NumKeyValueHeads: 8, HeadDim: 128, VocabSize: 151936,
+		MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, HiddenAct: "silu"})
+}
+
+func trainStepThroughput(t *testing.T, shapes string, cfg model.Config) {
 	dv := gpu(t, true)
-	cfg := model.Config{ModelType: "qwen2", HiddenSize: 896, IntermediateSize: 4864, NumHiddenLayers: 24,
-		NumAttentionHeads: 14, NumKeyValueHeads: 2, VocabSize: 151936, MaxPositionEmbeddings: 4096,
-		RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, HiddenAct: "silu"}
 	m, err := model.New(cfg, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -290,11 +303,13 @@ func TestGPUTrainStepThroughput(t *testing.T) {
 		}
 		return grad, nil
 	}
-	C, F, L, V := 896.0, 4864.0, 24.0, 151936.0
-	QKV := C + 2*128.0
-	mm := L*(C*QKV+C*C+3*C*F) + V*C
+	// 6 FLOPs per weight and token, and attention's QK^T and PV (2 FLOPs
+	// per query column and causal pair each, times 3 with the backward).
+	C, F, L, V := float64(cfg.HiddenSize), float64(cfg.IntermediateSize), float64(cfg.NumHiddenLayers), float64(cfg.VocabSize)
+	QD, KD := float64(cfg.NumAttentionHeads*cfg.Head()), float64(cfg.NumKeyValueHeads*cfg.Head())
+	mm := L*(C*(QD+2*KD)+QD*C+3*C*F) + V*C
 	pairs := 4 * 1024.0 * 1025 / 2
-	flops := 6*mm*float64(N) + 12*L*C*pairs
+	flops := 6*mm*float64(N) + 12*L*QD*pairs
 	for _, prec := range []string{"float32", "bfloat16 GEMMs"} {
 		if prec != "float32" {
 			must(t, g.UseBF16())
@@ -310,8 +325,8 @@ func TestGPUTrainStepThroughput(t *testing.T) {
 			}
 		}
 		el := time.Since(start).Seconds() / reps
-		t.Logf("train step, Qwen2.5-0.5B shapes, %d tokens (4 x 1024), %s: %.1f ms, %.0f tokens/s, %.1f TFLOP/s, MFU %.2f%% of 989 TFLOP/s bf16",
-			N, prec, el*1e3, float64(N)/el, flops/el/1e12, 100*flops/el/989e12)
+		t.Logf("train step, %s shapes, %d tokens (4 x 1024), %s: %.1f ms, %.0f tokens/s, %.1f TFLOP/s, MFU %.2f%% of 989 TFLOP/s bf16",
+			shapes, N, prec, el*1e3, float64(N)/el, flops/el/1e12, 100*flops/el/989e12)
 	}
 }
 
