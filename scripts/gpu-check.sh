@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs the CUDA backend's GPU and kernel parity tests (learner/cuda,
 # TestGPU* and TestParity*) on a machine with an NVIDIA GPU and writes one
-# report. The GPU machine needs no Go and no CUDA toolkit: only the driver
+# report: each kernel against the CPU code, a training step and greedy
+# decoding of the tiny Qwen2, Llama 3 and Qwen3 fixture configurations (the
+# Qwen3 ones with the per-head q/k norm kernels), and the throughput of a
+# training step at Qwen2.5-0.5B and Qwen3-0.6B shapes. The GPU machine needs no Go and no CUDA toolkit: only the driver
 # (libcuda.so.1) and cuBLAS 12 or 13 (a system install or PyTorch's wheels).
 #
 # Build the test binary on a development machine first, from the
@@ -86,6 +89,8 @@ rc=$?
   echo "passed: $(grep -c -- '^--- PASS' "$report")"
   echo "failed: $(grep -c -- '^--- FAIL' "$report")"
   echo "skipped: $(grep -c -- '^--- SKIP' "$report")"
+  echo "train step throughput:"
+  grep -o 'train step, .*' "$report" | sed 's/^/  /' || echo "  (none)"
 } >>"$report"
 sed -n '/^## summary/,$p' "$report"
 grep -- '^--- FAIL' "$report" || true

@@ -271,7 +271,9 @@ func (dv *Device) launch2D(name string, gx, gy, block uint32, args ...any) error
 	for i, a := range args {
 		switch v := a.(type) {
 		case *Buffer:
-			slots[i] = v.ptr
+			if v != nil { // nil: a null pointer (an optional output)
+				slots[i] = v.ptr
+			}
 		case int:
 			if v != int(int32(v)) {
 				return fmt.Errorf("cuda: %s: argument %d (%d) overflows a C int", name, i, v)

@@ -14,9 +14,10 @@
 //     (MemStats).
 //   - Gemm and GemmBF16 call cuBLAS with the row-major convention of
 //     learner/blas.Sgemm, so CPU and GPU code pass the same shapes.
-//   - The kernels (RMSNorm, SwiGLU, residual add, bias, RoPE, embedding
-//     gather and scatter-add, causal grouped-query attention over packed
-//     sequences and against a KV cache, the LM head's row reductions,
+//   - The kernels (RMSNorm, Qwen3's per-head q/k norm, SwiGLU, residual
+//     add, bias, RoPE, embedding gather and scatter-add, causal
+//     grouped-query attention over packed sequences and against a KV
+//     cache, the LM head's row reductions,
 //     AdamW, gradient global norm and scaling, bfloat16 casts) are CUDA C
 //     in kernels/*.cu, compiled to PTX for sm_90 by scripts/ptx.sh with
 //     NVRTC. The PTX in ptx/ is committed and embedded; the driver
@@ -49,8 +50,8 @@
 //     aipo serve --device cuda reach them by a lookup of that name, and a
 //     binary has them when it imports this package (cmd/aipo does).
 //     Both serve Llama (Llama 3's rope_scaling included: the rotary table
-//     comes from the host) and Qwen2; they refuse Qwen3, whose per-head
-//     q/k norm has no kernel yet (Supports).
+//     comes from the host), Qwen2 and Qwen3 (its per-head q/k norm before
+//     the rotation: kernels/qknorm.cu, head_dim from the config).
 //
 // What runs where: the library search, the error paths and the checks of
 // the embedded PTX are tested on every machine. TestFakeDriver runs the GPU

@@ -174,13 +174,14 @@ func closeTo(t *testing.T, name string, got, want []float32, rtol, atol float64)
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
 	}
-	bad, worst, worstI := 0, 0.0, -1
+	bad, worst, worstI, maxDiff := 0, 0.0, -1, 0.0
 	for i := range got {
 		g, w := float64(got[i]), float64(want[i])
 		if math.IsNaN(g) && math.IsNaN(w) {
 			continue
 		}
 		d := math.Abs(g - w)
+		maxDiff = math.Max(maxDiff, d)
 		if rtol == 0 && atol == 0 {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 				bad++
@@ -201,7 +202,7 @@ func closeTo(t *testing.T, name string, got, want []float32, rtol, atol float64)
 		t.Errorf("%s: %d of %d values out of tolerance (rtol %g, atol %g); worst at %d: got %g, want %g",
 			name, bad, len(got), rtol, atol, worstI, got[worstI], want[worstI])
 	} else {
-		t.Logf("%s: %d values within tolerance (rtol %g, atol %g; worst %.3g of it)", name, len(got), rtol, atol, worst)
+		t.Logf("%s: %d values within tolerance (rtol %g, atol %g; worst %.3g of it, max |diff| %.3g)", name, len(got), rtol, atol, worst, maxDiff)
 	}
 }
 

@@ -33,6 +33,7 @@ var kernelModules = map[string][]string{
 	"swiglu":      {"swiglu_forward", "swiglu_backward"},
 	"elementwise": {"residual_forward", "scale_f32", "cast_f32_to_bf16", "cast_bf16_to_f32", "bias_add_rows", "bias_grad"},
 	"rope":        {"rope_forward", "rope_backward"},
+	"qknorm":      {"qk_norm_forward", "qk_norm_backward_dx", "qk_norm_backward_dw"},
 	"embedding":   {"embedding_forward", "embedding_backward"},
 	"adamw":       {"adamw_step", "adamw_step_clip"},
 	"norm":        {"sumsq_partial", "sumsq_final"},
@@ -243,6 +244,73 @@ func (dv *Device) rope(kernel string, x *Buffer, ld int, pos *Buffer, nHeads, D 
 	// The kernel cannot check positions against the table (that would
 	// need a copy of pos); the table's rows bound them.
 	return dv.launch(kernel, dv.gridFor(N*nHeads*D/2), blockSize, x, ld, pos, N, nHeads, D, cos, sin)
+}
+
+// qkNormRows are the rows of one block of the q/k norm's weight-gradient
+// partial sums.
+const qkNormRows = 32
+
+// qkNormPartials is the length of QKNormBackward's scratch for N rows of
+// head width D.
+func qkNormPartials(N, D int) int { return (N + qkNormRows - 1) / qkNormRows * 2 * D }
+
+// qkNormShape checks the heads of a q/k norm against rows of ld columns.
+func qkNormShape(kernel string, N, ld, H, KV, D int) error {
+	if N < 0 || H <= 0 || KV <= 0 || D <= 0 || (H+KV)*D > ld {
+		return fmt.Errorf("cuda: %s: N=%d, %d query and %d key heads of %d columns do not fit rows of %d", kernel, N, H, KV, D, ld)
+	}
+	return nil
+}
+
+// QKNormForward normalises in place, with Qwen3's per-head RMS norm, the
+// H query heads and then KV key heads (D columns each, from column 0) of
+// every row of qkv[N,ld]: query heads with w[0:D] (q_norm), key heads with
+// w[D:2D] (k_norm), as learner/model's qkNormForward. raw (N*(H+KV)*D) and
+// rstd (N*(H+KV)) receive the heads before the norm and their
+// 1/sqrt(mean(x^2)+eps), for QKNormBackward; both nil keep nothing.
+func (dv *Device) QKNormForward(qkv, raw, rstd, w *Buffer, N, ld, H, KV, D int, eps float64) error {
+	if err := qkNormShape("QKNormForward", N, ld, H, KV, D); err != nil {
+		return err
+	}
+	heads := N * (H + KV)
+	args := []arg{{"qkv", qkv, F32, N * ld}, {"w", w, F32, 2 * D}}
+	if raw != nil || rstd != nil {
+		args = append(args, arg{"raw", raw, F32, heads * D}, arg{"rstd", rstd, F32, heads})
+	}
+	if err := dv.needAll("QKNormForward", args...); err != nil {
+		return err
+	}
+	return dv.launch("qk_norm_forward", uint32((heads+blockSize/32-1)/(blockSize/32)), blockSize,
+		qkv, raw, rstd, w, N, ld, H, KV, D, eps)
+}
+
+// QKNormBackward replaces in place the gradient of the normalised heads in
+// dqkv[N,ld] by the gradient of the heads before the norm and adds the
+// weights' gradient to dw[2D] (q_norm then k_norm), given QKNormForward's
+// raw and rstd, as learner/model's qkNormBackward. partial (F32,
+// qkNormPartials(N, D)) is scratch.
+func (dv *Device) QKNormBackward(dqkv, dw, raw, rstd, w, partial *Buffer, N, ld, H, KV, D int) error {
+	if err := qkNormShape("QKNormBackward", N, ld, H, KV, D); err != nil {
+		return err
+	}
+	heads, P := N*(H+KV), (N+qkNormRows-1)/qkNormRows
+	if err := dv.needAll("QKNormBackward", arg{"dqkv", dqkv, F32, N * ld}, arg{"dw", dw, F32, 2 * D},
+		arg{"raw", raw, F32, heads * D}, arg{"rstd", rstd, F32, heads}, arg{"w", w, F32, 2 * D},
+		arg{"partial", partial, F32, P * 2 * D}); err != nil {
+		return err
+	}
+	// The weights' gradient reads the incoming gradient, which the input
+	// gradient then overwrites.
+	if err := dv.launch("qk_norm_backward_dw", uint32(P), blockSize, partial, dqkv, raw, rstd, N, ld, H, KV, D, qkNormRows); err != nil {
+		return err
+	}
+	if P > 0 {
+		if err := dv.BiasGrad(dw, partial, P, 2*D); err != nil {
+			return err
+		}
+	}
+	return dv.launch("qk_norm_backward_dx", uint32((heads+blockSize/32-1)/(blockSize/32)), blockSize,
+		dqkv, raw, rstd, w, N, ld, H, KV, D)
 }
 
 // EmbeddingForward: out[N,C] = emb[tokens[t], :] with N = tokens.Len()

@@ -62,6 +62,17 @@ func PassBytes(cfg model.Config, s model.PassShape, bf16 bool) int64 {
 		layer(L)
 		get(F32, N*C, L)
 	}
+	if cfg.QKNorm() && !s.Score {
+		// The q/k norm's input and rstd, kept per layer (the layer in
+		// flight's with checkpointing) for the backward pass.
+		slots := L
+		if s.Checkpointing {
+			slots = 1
+		}
+		heads := N * (H + cfg.NumKeyValueHeads)
+		get(F32, heads*D, slots)
+		get(F32, heads, slots)
+	}
 	get(F32, N, 1)   // the final norm's rstd
 	get(F32, N*C, 1) // and output
 	if M > 0 {
@@ -79,6 +90,9 @@ func PassBytes(cfg model.Config, s model.PassShape, bf16 bool) int64 {
 		get(F32, N*QD, 1)
 		get(F32, N*QKV, 1)
 		get(F32, N*H, 1) // attention backward's delta
+		if cfg.QKNorm() {
+			get(F32, qkNormPartials(N, D), 1) // the q/k norm's weight-gradient partial sums
+		}
 		if s.Checkpointing {
 			get(F32, N*C, 1) // the recomputed projection
 		}
@@ -117,6 +131,9 @@ func WeightBytes(cfg model.Config, frozen, bf16 bool) (weights, compute, grads, 
 		f32 = V*C + C // embedding, final norm
 		for range cfg.NumHiddenLayers {
 			f32 += 2 * C
+			if cfg.QKNorm() {
+				f32 += 2 * int64(cfg.Head()) // q_norm, k_norm
+			}
 			if cfg.QKVBias() {
 				f32 += int64(cfg.NumAttentionHeads*cfg.Head() + 2*cfg.NumKeyValueHeads*cfg.Head())
 			}

@@ -12,10 +12,16 @@ import (
 // memory MemStats counts, exactly: a training model's weights, gradients,
 // bfloat16 copy and (after a step) moments, and the peak of a first
 // ForwardBackward above them, with and without checkpointing, in float32
-// and bf16, and of a pass without a backward one.
+// and bf16, and of a pass without a backward one; for the tiny Qwen2 and
+// Qwen3 configurations (the q/k norm's kept input and scratch).
 func TestPassBytesIsTheDevicePeak(t *testing.T) {
 	dv := gpu(t, true)
-	m := tinyModel(t, 15)
+	for _, name := range []string{"tiny_qwen2", "tiny_qwen3"} {
+		t.Run(name, func(t *testing.T) { passBytesIsTheDevicePeak(t, dv, fixtureModel(t, name, 15)) })
+	}
+}
+
+func passBytesIsTheDevicePeak(t *testing.T, dv *Device, m *model.Model) {
 	cfg := m.Config()
 	r := rand.New(rand.NewPCG(69, 70))
 	lens := []int{21, 9, 34}
@@ -32,7 +38,7 @@ func TestPassBytesIsTheDevicePeak(t *testing.T) {
 	for _, c := range []struct {
 		name              string
 		bf16, ckpt, score bool
-	}{{"fp32 checkpointed", false, true, false}, {"bf16", true, false, false}, {"bf16 score", true, false, true}} {
+	}{{"fp32", false, false, false}, {"fp32 checkpointed", false, true, false}, {"bf16", true, false, false}, {"bf16 score", true, false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			must(t, dv.ReleaseScratch())
 			live0, _ := dv.MemStats()

@@ -48,6 +48,7 @@ type gpuWeights struct {
 
 type gpuLayer struct {
 	inNorm, postNorm, qkv, qkvBias, o, oBias, gateUp, down *Buffer
+	qkNorm                                                 *Buffer // [2D] q_norm then k_norm (Qwen3), or nil
 }
 
 // Supports reports whether the GPU backend computes models of cfg as the
@@ -56,9 +57,6 @@ type gpuLayer struct {
 func Supports(cfg model.Config) error {
 	if _, err := cfg.Arch(); err != nil {
 		return fmt.Errorf("cuda: %w", err)
-	}
-	if cfg.QKNorm() {
-		return fmt.Errorf("learner.backend cuda: %s's per-head q/k norm is not implemented on the GPU yet; use learner.backend cpu", cfg.ModelType)
 	}
 	return nil
 }
@@ -237,6 +235,7 @@ func (g *Model) upload16(m *model.Model) error {
 		do(&w.postNorm, f32, ls.PostNorm)
 		do(&w.qkvBias, f32, ls.QKVBias)
 		do(&w.oBias, f32, ls.OBias)
+		do(&w.qkNorm, f32, ls.QKNorm)
 		do(&w16.qkv, bf, ls.QKV)
 		do(&w16.o, bf, ls.O)
 		do(&w16.gateUp, bf, ls.GateUp)
@@ -264,6 +263,7 @@ func views(flat *Buffer, sp model.Spans) (gpuWeights, error) {
 		w.layers = append(w.layers, gpuLayer{
 			inNorm: view(ls.InNorm), postNorm: view(ls.PostNorm), qkv: view(ls.QKV), qkvBias: view(ls.QKVBias),
 			o: view(ls.O), oBias: view(ls.OBias), gateUp: view(ls.GateUp), down: view(ls.Down),
+			qkNorm: view(ls.QKNorm),
 		})
 	}
 	if firstErr == nil && (w.emb == nil || w.head == nil || w.norm == nil) {
@@ -464,7 +464,7 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 	}
 
 	// Forward: the layers as learner/model sequences them.
-	o := &layerOps{g: g, s: s, N: N, tokens: tokens, pos: pos, gStart: gStart, gEnd: gEnd}
+	o := &layerOps{g: g, s: s, N: N, tokens: tokens, pos: pos, gStart: gStart, gEnd: gEnd, keep: lossFn != nil}
 	shape := model.LayerShape{N: N, L: g.L, C: C, F: g.F, H: g.H, QD: g.QD, QKV: g.QKV}
 	var resid []*Buffer
 	var acts []model.LayerActs[*Buffer]

@@ -222,10 +222,17 @@ func sameBits(a, b []float32) (int, bool) {
 // no gradients, and with bf16 its projections and head in bfloat16 alone
 // (2 bytes a parameter; the embedding, norms and biases stay float32).
 // Its log-probabilities are those of the training model in the same
-// precision, bit for bit (the same operands reach the same kernels).
+// precision, bit for bit (the same operands reach the same kernels). For
+// the tiny Qwen2 and Qwen3 configurations (q_norm and k_norm are float32
+// tensors of a bf16 frozen model, as the other norms).
 func TestFrozenModelHoldsWeightsOnly(t *testing.T) {
 	dv := gpu(t, true)
-	m := tinyModel(t, 9)
+	for _, name := range []string{"tiny_qwen2", "tiny_qwen3"} {
+		t.Run(name, func(t *testing.T) { frozenModelHoldsWeightsOnly(t, dv, fixtureModel(t, name, 9)) })
+	}
+}
+
+func frozenModelHoldsWeightsOnly(t *testing.T, dv *Device, m *model.Model) {
 	cfg := m.Config()
 	r := rand.New(rand.NewPCG(65, 66))
 	b := model.Batch{Tokens: make([]int32, 50), SeqLens: []int{20, 30}}
@@ -235,7 +242,7 @@ func TestFrozenModelHoldsWeightsOnly(t *testing.T) {
 	sp := m.Spans()
 	f32 := sp.Emb.Len + sp.Norm.Len
 	for _, ls := range sp.Layers {
-		f32 += ls.InNorm.Len + ls.PostNorm.Len + ls.QKVBias.Len + ls.OBias.Len
+		f32 += ls.InNorm.Len + ls.PostNorm.Len + ls.QKVBias.Len + ls.OBias.Len + ls.QKNorm.Len
 	}
 	cos, sin := model.RopeTableOf(cfg, cfg.MaxPositionEmbeddings)
 	rope := uint64(4 * (len(cos) + len(sin)))
@@ -280,10 +287,16 @@ func TestFrozenModelHoldsWeightsOnly(t *testing.T) {
 // TestGPUCheckpointingGradientsBitIdentical: the device's layers go
 // through learner/model's checkpointed sequence too; its kernels (and the
 // stand-in's GEMMs) are deterministic, so the gradients with and without
-// checkpointing are the same bits, in float32 and with bf16 GEMMs.
+// checkpointing are the same bits, in float32 and with bf16 GEMMs, for the
+// tiny Qwen2 and Qwen3 configurations (with checkpointing the q/k norm
+// keeps one layer's input, recomputed before its backward pass).
 func TestGPUCheckpointingGradientsBitIdentical(t *testing.T) {
 	dv := gpu(t, true)
-	m := tinyModel(t, 13)
+	t.Run("tiny_qwen2", func(t *testing.T) { checkpointingGradientsBitIdentical(t, dv, tinyModel(t, 13)) })
+	t.Run("tiny_qwen3", func(t *testing.T) { checkpointingGradientsBitIdentical(t, dv, qwen3Model(t, 13)) })
+}
+
+func checkpointingGradientsBitIdentical(t *testing.T, dv *Device, m *model.Model) {
 	r := rand.New(rand.NewPCG(67, 68))
 	b := model.Batch{Tokens: make([]int32, 45), SeqLens: []int{12, 33}}
 	for i := range b.Tokens {

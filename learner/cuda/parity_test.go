@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -263,6 +264,63 @@ func TestParityRoPE(t *testing.T) {
 			name = "rope backward"
 		}
 		closeTo(t, name, download(t, gx), want, 0, 0)
+	}
+}
+
+// TestParityQKNorm checks the per-head q/k norm (Qwen3) against
+// learner/model's qkNormForward and qkNormBackward, for head widths below,
+// at and above a warp's 32 lanes and not a multiple of them, with several
+// rows per block of the weight gradient's partial sums (N up to 70 > 2*32).
+// Tolerances as for RMSNorm: the rstd 1e-6 relative (the GPU sums squares
+// in float64, the CPU in float32 lanes), the output and the input gradient
+// 1e-5 relative (1e-5 of the largest for the gradient, whose elements
+// cancel), the weight gradient, a float32 sum over N*(H or KV) terms in
+// another order, 1e-5 of its largest. The value heads must come back
+// untouched: they are compared bit for bit as part of the rows.
+func TestParityQKNorm(t *testing.T) {
+	dv := gpu(t, false)
+	r := rand.New(rand.NewPCG(71, 72))
+	for _, sz := range [][4]int{{1, 1, 1, 2}, {5, 4, 2, 32}, {70, 3, 1, 48}, {33, 8, 2, 128}} {
+		N, H, KV, D := sz[0], sz[1], sz[2], sz[3]
+		const eps = 1e-6
+		ld, heads := (H+2*KV)*D, N*(H+KV)
+		qkv, w := randn(r, N*ld, 2), randn(r, 2*D, 1)
+		want, raw, rstd := append([]float32(nil), qkv...), make([]float32, heads*D), make([]float32, heads)
+		model.QKNormForward(want, raw, rstd, w, N, H, KV, D, eps)
+		gw := upload(t, dv, w)
+		gqkv, graw, grstd := upload(t, dv, qkv), alloc(t, dv, F32, heads*D), alloc(t, dv, F32, heads)
+		must(t, dv.QKNormForward(gqkv, graw, grstd, gw, N, ld, H, KV, D, eps))
+		name := fmt.Sprintf("qk norm N=%d H=%d KV=%d D=%d", N, H, KV, D)
+		closeTo(t, name+" rstd", download(t, grstd), rstd, 1e-6, 0)
+		closeTo(t, name+" raw", download(t, graw), raw, 0, 0)
+		closeTo(t, name+" out", download(t, gqkv), want, 1e-5, 0)
+		// Without raw and rstd (a decoding step) the output is the same.
+		gqkv2 := upload(t, dv, qkv)
+		must(t, dv.QKNormForward(gqkv2, nil, nil, gw, N, ld, H, KV, D, eps))
+		closeTo(t, name+" out, nothing kept", download(t, gqkv2), download(t, gqkv), 0, 0)
+
+		// The backward pass replaces dqkv's query and key heads and
+		// accumulates into dw: start it non-zero.
+		dqkv, dw0 := randn(r, N*ld, 1), randn(r, 2*D, 1)
+		dx, dw := append([]float32(nil), dqkv...), append([]float32(nil), dw0...)
+		model.QKNormBackward(dx, dw, raw, rstd, w, N, H, KV, D)
+		gdx, gdw := upload(t, dv, dqkv), upload(t, dv, dw0)
+		partial := alloc(t, dv, F32, qkNormPartials(N, D))
+		must(t, dv.QKNormBackward(gdx, gdw, upload(t, dv, raw), upload(t, dv, rstd), gw, partial, N, ld, H, KV, D))
+		gotDx := download(t, gdx)
+		closeTo(t, name+" dx", gotDx, dx, 1e-5, 1e-5*maxAbs(dx))
+		closeTo(t, name+" dw", download(t, gdw), dw, 0, 1e-5*maxAbs(dw))
+		var gotV, wantV []float32
+		for i := range N {
+			v := i*ld + (H+KV)*D
+			gotV, wantV = append(gotV, gotDx[v:(i+1)*ld]...), append(wantV, dqkv[v:(i+1)*ld]...)
+		}
+		closeTo(t, name+" value gradients untouched", gotV, wantV, 0, 0)
+	}
+	// Heads that do not fit the rows are refused before any launch.
+	b := alloc(t, dv, F32, 64)
+	if err := dv.QKNormForward(b, nil, nil, b, 1, 64, 2, 1, 32, 1e-6); err == nil {
+		t.Error("QKNormForward accepted 3 heads of 32 columns in rows of 64")
 	}
 }
 

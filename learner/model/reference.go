@@ -47,6 +47,20 @@ func RopeBackward(dx []float32, ld int, pos []int32, nHeads, D int, cos, sin []f
 	ropeBackward(dx, ld, pos, nHeads, D, cos, sin)
 }
 
+// QKNormForward is qkNormForward on rows qkv[N,(H+2*KV)*D]: the query and
+// key heads normalised in place with w[2D] (q_norm then k_norm); raw
+// [N*(H+KV)*D] and rstd [N*(H+KV)] receive what QKNormBackward reads, or
+// are nil.
+func QKNormForward(qkv, raw, rstd, w []float32, N, H, KV, D int, eps float64) {
+	qkNormForward(qkv, raw, rstd, w, N, attDims(H, KV, D), eps)
+}
+
+// QKNormBackward is qkNormBackward: dqkv's query and key head gradients
+// replaced in place by those before the norm, dw[2D] accumulates.
+func QKNormBackward(dqkv, dw, raw, rstd, w []float32, N, H, KV, D int) {
+	qkNormBackward(dqkv, dw, raw, rstd, w, N, attDims(H, KV, D))
+}
+
 // EmbeddingBackward is embeddingBackward: dEmb[V,C] += scatter of dout.
 func EmbeddingBackward(dEmb, dout []float32, tokens []int32, C int) {
 	embeddingBackward(dEmb, dout, tokens, C)

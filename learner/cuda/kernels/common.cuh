@@ -25,6 +25,14 @@ static __device__ double block_sum_f64(double v, double *scratch) {
   return v;
 }
 
+// warp_sum_f64 returns the sum of v over the warp to every lane: lane 0's
+// total, broadcast, so that every lane holds the same bits. All 32 lanes
+// must call it.
+static __device__ double warp_sum_f64(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
 // The index of this thread over the whole grid and the grid's stride, as
 // 64-bit values so that element offsets of large tensors do not overflow.
 static __device__ long long grid_index() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }

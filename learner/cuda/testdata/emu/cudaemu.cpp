@@ -68,20 +68,23 @@ static void warp_barrier() {
   while (warp_gen[w] == g) yield_();
 }
 
-// __shfl_down_sync within a warp: each lane publishes its value, then
-// reads lane + off (its own value past the warp's end).
-static double shuffle(double v, int off) {
+// The shuffles within a warp: each lane publishes its value, then reads
+// lane src (its own value when src is past the warp's end or the block's).
+static double shuffle(double v, int src) {
   const int t = (int)threadIdx.x;
   slots[t] = v;
   warp_barrier();
-  const int lane = t & 31;
-  const int src = lane + off < 32 ? t + off : t;
-  const double r = src < (int)blockDim.x ? slots[src] : v;
+  const int s = (t & ~31) + src;
+  const double r = src < 32 && s < (int)blockDim.x ? slots[s] : v;
   warp_barrier();
   return r;
 }
-float __shfl_down_sync(unsigned, float v, int off) { return (float)shuffle(v, off); }
-double __shfl_down_sync(unsigned, double v, int off) { return shuffle(v, off); }
+// __shfl_down_sync reads lane + off.
+float __shfl_down_sync(unsigned, float v, int off) { return (float)shuffle(v, ((int)threadIdx.x & 31) + off); }
+double __shfl_down_sync(unsigned, double v, int off) { return shuffle(v, ((int)threadIdx.x & 31) + off); }
+// __shfl_sync reads lane src (0 to 31).
+float __shfl_sync(unsigned, float v, int src) { return (float)shuffle(v, src & 31); }
+double __shfl_sync(unsigned, double v, int src) { return shuffle(v, src & 31); }
 
 static void run_block(int n) {
   fibers.resize(n);

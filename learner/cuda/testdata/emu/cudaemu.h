@@ -26,6 +26,8 @@ extern emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 void __syncthreads();
 float __shfl_down_sync(unsigned mask, float v, int off);
 double __shfl_down_sync(unsigned mask, double v, int off);
+float __shfl_sync(unsigned mask, float v, int src);
+double __shfl_sync(unsigned mask, double v, int src);
 static inline float __int_as_float(int i) {
   float f;
   memcpy(&f, &i, 4);
