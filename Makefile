@@ -4,6 +4,7 @@
 #   make test   run every test (sets itself up)
 #   make rehearse  the CPU rehearsal of the paper's recipe, longer than make test's
 #   make bench  run the benchmarks and print their ratios
+#   make bench-smoke  run every benchmark once at its smallest size (make test runs it)
 #   make bench-memory  measure a learner step's host memory, before and after, into docs/results/memory.md
 #   make build  build bin/aipo
 #   make worker cross-compile bin/aipo-worker (Linux amd64, no cgo) for Dataflow and Flink
@@ -22,7 +23,7 @@ TESTFLAGS ?= -timeout 30m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: setup-bench bench-memory all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
+.PHONY: setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -92,6 +93,16 @@ test: $(OVERLAY) setup-test
 	if [ $$rc -eq 3 ]; then echo "make test: skipping the PTX staleness check (see the line above)"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
 	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) ./...
+	@$(MAKE) --no-print-directory bench-smoke
+
+# bench-smoke runs every benchmark once at its smallest size (-short picks
+# it, -benchtime 1x one iteration; each benchmark's doc comment says what it
+# shrinks to) and judges no figure, so that a change that breaks a
+# benchmark fails make test rather than the next make bench. It prints each
+# skipped benchmark with its reason (BenchmarkGRPOVsTRL runs aipo's side and
+# skips TRL's, which only make setup-bench installs) and its wall time.
+bench-smoke: $(OVERLAY)
+	@GO=$(GO) scripts/bench-smoke.sh
 
 # ptx recompiles learner/cuda/kernels/*.cu to the committed PTX (needs
 # NVRTC: scripts/ptx.sh --install sets it up on Debian).

@@ -16,12 +16,16 @@ import (
 
 // Benchmark sizes: a step of 10,000 trajectories of 2,000 response tokens
 // (prompt ~200 tokens, mostly policy tokens with 0-3 interaction spans,
-// ~4 bytes of response text per token), written as 10 shards.
-const (
-	benchRows   = 10_000
-	benchTokens = 2_000
-	benchShards = 10
-)
+// ~4 bytes of response text per token), written as 10 shards. With -short
+// (make bench-smoke), 100 trajectories of 200 tokens.
+const benchShards = 10
+
+func benchSize() (rows, tokens int) {
+	if testing.Short() {
+		return 100, 200
+	}
+	return 10_000, 2_000
+}
 
 // logicalBytes is the in-memory size of a row's data: fixed-width values at
 // their Go width (int8 token sources count 1 byte), strings at their length.
@@ -56,6 +60,7 @@ func measure(fn func()) (wall, cpu time.Duration) {
 
 func benchRowsOnce() []Trajectory {
 	rng := rand.New(rand.NewPCG(42, 42))
+	benchRows, benchTokens := benchSize()
 	rows := make([]Trajectory, benchRows)
 	for i := range rows {
 		rows[i] = genTrajectory(rng, genOptions{promptLen: 150 + rng.IntN(101), respLen: benchTokens, maxInteractions: 3, textPerToken: 4}, i)
@@ -78,6 +83,7 @@ func benchRowsOnce() []Trajectory {
 //	shard_MB                     bytes on disk (zstd)
 func BenchmarkTrajectoryIO(b *testing.B) {
 	rows := benchRowsOnce()
+	benchRows := len(rows)
 	var logical int64
 	for i := range rows {
 		logical += logicalBytes(&rows[i])

@@ -80,7 +80,7 @@ type serveResult struct {
 
 // BenchmarkServeVsVLLM measures aipo serve against vLLM (0.32.0's CPU
 // build) on one model directory per size, a tiny Qwen3 and a random model
-// of Qwen3-0.6B's shape (skipped with -short): the same token-id prompts
+// of Qwen3-0.6B's shape: the same token-id prompts
 // with the same seeds through /v1/completions at temperature 1, each
 // answer exactly 64 tokens with the sampled token's log-prob (as a
 // rollout asks), first one request at a time ("batch1"), then 32 at once
@@ -92,7 +92,9 @@ type serveResult struct {
 //
 // The servers run one after the other, never together, so that neither
 // shares the cores with the other. Both are warmed up with one short
-// request before anything is timed.
+// request before anything is timed. With -short (make bench-smoke) it
+// serves the tiny model alone, 2 requests one at a time, then 8 at once
+// ("batch8").
 func BenchmarkServeVsVLLM(b *testing.B) {
 	tokDir := filepath.Dir(shareddata.Path(b, "tokenizers/qwen3/tokenizer.json"))
 	vllmserver.Python(b)
@@ -120,6 +122,14 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 			loads := []serveLoad{
 				{name: "batch1", concurrent: 1, requests: size.sequential, seedBase: 1000},
 				{name: "batch32", concurrent: 32, requests: 32, seedBase: 2000},
+			}
+			if testing.Short() {
+				// make bench-smoke: both servers and both paths, at the
+				// fewest requests that exercise them.
+				loads = []serveLoad{
+					{name: "batch1", concurrent: 1, requests: 2, seedBase: 1000},
+					{name: "batch8", concurrent: 8, requests: 8, seedBase: 2000},
+				}
 			}
 			aipo := benchAipoServe(b, dir, loads)
 			vllm := benchVLLM(b, dir, loads)
@@ -428,11 +438,11 @@ func groupHWM(pgid int) (int64, error) {
 		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
 			continue
 		}
-		n, err := meminfo.Status(pid, "VmHWM")
+		hwm, err := meminfo.Status(pid, "VmHWM")
 		if err != nil {
 			continue // ended meanwhile, or a kernel thread
 		}
-		sum += n
+		sum += hwm
 		n++
 	}
 	if n == 0 {

@@ -88,14 +88,21 @@ func trlPython(b testing.TB) string {
 // KL term and once with it. The first pair must agree within trlLossTol,
 // the second within trlLossTol once aipo's cap on k3 is counted; the
 // benchmark fails otherwise.
+//
+// With -short (make bench-smoke, which make test runs) it prepares the
+// model and data, runs aipo's side once and writes TRL's prompts from its
+// first step, then skips the TRL side, saying so: TRL's environment is
+// installed by make setup-bench (make bench), not by make test.
 func BenchmarkGRPOVsTRL(b *testing.B) {
-	py := trlPython(b)
-	dir := b.TempDir()
-	setup := exec.Command(os.Args[0], "-test.run", "^TestTRLBenchSetup$", "-test.count=1", "-test.v")
-	setup.Env = append(os.Environ(), trlBenchSetupEnv+"="+dir)
-	if out, err := setup.CombinedOutput(); err != nil {
-		b.Fatalf("preparing the model and data: %v\n%s", err, out)
+	if testing.Short() {
+		dir := trlBenchSetup(b)
+		run := filepath.Join(dir, "aipo-0")
+		r := runAipoTrain(b, dir, run)
+		writeTRLPrompts(b, dir, run)
+		b.Skipf("aipo's side ran (%d timed steps, %.1f s); the TRL side and the loss check run in make bench: TRL's environment (scripts/trl.sh) is installed by make setup-bench, not make test", r.steps, r.wall)
 	}
+	py := trlPython(b)
+	dir := trlBenchSetup(b)
 	var ours, theirs []benchRun
 	var firstRun string
 	for r := range trlBenchRounds {
@@ -150,6 +157,19 @@ func BenchmarkGRPOVsTRL(b *testing.B) {
 		b.Errorf("the GRPO loss of one batch: aipo %.9g, TRL %.9g without KL (|difference| %.3g); with KL %.9g and %.9g, %.3g apart once the k3 cap's %.3g is counted; tolerance %g",
 			lc.aipo0, lc.trl0, d0, lc.aipo, lc.trl, dk, -lc.clampKL, trlLossTol)
 	}
+}
+
+// trlBenchSetup prepares BenchmarkGRPOVsTRL's directory in a child process
+// (TestTRLBenchSetup) and returns it.
+func trlBenchSetup(b *testing.B) string {
+	b.Helper()
+	dir := b.TempDir()
+	setup := exec.Command(os.Args[0], "-test.run", "^TestTRLBenchSetup$", "-test.count=1", "-test.v")
+	setup.Env = append(os.Environ(), trlBenchSetupEnv+"="+dir)
+	if out, err := setup.CombinedOutput(); err != nil {
+		b.Fatalf("preparing the model and data: %v\n%s", err, out)
+	}
+	return dir
 }
 
 // lossCheck is what lossOfFirstStep computes.

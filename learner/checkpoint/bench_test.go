@@ -10,10 +10,21 @@ import (
 	"time"
 )
 
-// benchTensors is a Llama-shaped parameter set of about 25M float32 values:
-// vocab 10240, hidden 512, MLP 1408, 6 layers.
-func benchTensors() []Tensor {
-	const V, d, hd, L = 10240, 512, 1408, 6
+// benchShape is the Llama shape BenchmarkSaveLoad25M writes: about 25M
+// float32 values (vocab 10240, hidden 512, MLP 1408, 6 layers), or with
+// -short (make bench-smoke) about 0.1M, enough to run every path once.
+type benchShape struct{ V, d, hd, L int }
+
+func benchShapeOf() benchShape {
+	if testing.Short() {
+		return benchShape{V: 512, d: 64, hd: 176, L: 2}
+	}
+	return benchShape{V: 10240, d: 512, hd: 1408, L: 6}
+}
+
+// benchTensors is the parameter set of shape s.
+func benchTensors(s benchShape) []Tensor {
+	V, d, hd, L := s.V, s.d, s.hd, s.L
 	r := rand.New(rand.NewPCG(1, 2))
 	mk := func(name string, shape ...int) Tensor {
 		t := Tensor{Name: name, Shape: shape}
@@ -45,14 +56,15 @@ func benchTensors() []Tensor {
 // the page cache, as the files were just written.
 func BenchmarkSaveLoad25M(b *testing.B) {
 	ctx := context.Background()
-	ts := benchTensors()
+	s := benchShapeOf()
+	ts := benchTensors(s)
 	var n int
 	for _, t := range ts {
 		n += len(t.Data)
 	}
 	mb := float64(4*n) / 1e6
-	ck := Checkpoint{Config: Config{ModelType: "llama", HiddenSize: 512, IntermediateSize: 1408, NumHiddenLayers: 6, NumAttentionHeads: 8,
-		NumKeyValueHeads: 8, VocabSize: 10240, MaxPositionEmbeddings: 1024, RMSNormEps: 1e-5, RopeTheta: 10000}, Tensors: ts, Optimizer: []byte{0}}
+	ck := Checkpoint{Config: Config{ModelType: "llama", HiddenSize: s.d, IntermediateSize: s.hd, NumHiddenLayers: s.L, NumAttentionHeads: 8,
+		NumKeyValueHeads: 8, VocabSize: s.V, MaxPositionEmbeddings: 1024, RMSNormEps: 1e-5, RopeTheta: 10000, HiddenAct: "silu"}, Tensors: ts, Optimizer: []byte{0}}
 	raw := f32Bytes(make([]float32, n))
 	var tSave, tLoad, tSave16, tLoad16, tCkSave, tCkLoad, tRawW, tRawR time.Duration
 	timeIt := func(acc *time.Duration, f func() error) {

@@ -27,6 +27,19 @@ var benchModels = []struct {
 		TieWordEmbeddings: true, HiddenAct: "silu"}},
 }
 
+// benchSizes are the benchModels a benchmark runs, and the repetitions of
+// each measurement: all of them, or with -short (make bench-smoke) the
+// demonstration model alone, measured once.
+func benchSizes(reps int) ([]struct {
+	name string
+	cfg  model.Config
+}, int) {
+	if testing.Short() {
+		return benchModels[:1], 1
+	}
+	return benchModels, reps
+}
+
 func benchEngine(b *testing.B, cfg model.Config) (*Engine, *model.Model) {
 	b.Helper()
 	m, err := model.New(cfg, 1)
@@ -83,7 +96,8 @@ func decodeRate(b *testing.B, e *Engine, V, batch, newTok int, seed uint64) floa
 // and batch 32, measured side by side, and their ratio (target >= 4), plus
 // the time to first token of an idle engine for a 128-token prompt.
 func BenchmarkDecode(b *testing.B) {
-	for _, bm := range benchModels {
+	models, reps := benchSizes(3)
+	for _, bm := range models {
 		b.Run(bm.name, func(b *testing.B) {
 			e, m := benchEngine(b, bm.cfg)
 			V := bm.cfg.VocabSize
@@ -92,7 +106,7 @@ func BenchmarkDecode(b *testing.B) {
 			var one, many, ttft []float64
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				for rep := 0; rep < 3; rep++ {
+				for rep := 0; rep < reps; rep++ {
 					one = append(one, decodeRate(b, e, V, 1, 64, uint64(rep)))
 					many = append(many, decodeRate(b, e, V, 32, 64, uint64(rep)))
 					r := rand.New(rand.NewPCG(uint64(rep), 1))
@@ -118,7 +132,8 @@ func BenchmarkDecode(b *testing.B) {
 // sequence without a cache (target <= 0.25), measured side by side. Each
 // request samples one token, so the times are prefill times.
 func BenchmarkContinuation(b *testing.B) {
-	for _, bm := range benchModels {
+	models, reps := benchSizes(5)
+	for _, bm := range models {
 		b.Run(bm.name, func(b *testing.B) {
 			e, _ := benchEngine(b, bm.cfg)
 			V := bm.cfg.VocabSize
@@ -135,7 +150,7 @@ func BenchmarkContinuation(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				for rep := 0; rep < 5; rep++ {
+				for rep := 0; rep < reps; rep++ {
 					prefix := randomTokens(r, 500, V)
 					first, t500 := timed(Request{Prefix: prefix, Session: "bench", Params: SampleParams{MaxTokens: 1}})
 					whole := append(append(append([]int32(nil), prefix...), first.Tokens...), randomTokens(r, 49, V)...)

@@ -9,11 +9,16 @@ import (
 // BenchmarkCompute times the fused form (what Compute runs) and the loop
 // reference on the same ~64k-token batch and reports tokens/s of each and
 // their ratio, and the fused form with the rollout correction on (token
-// level, truncate) beside the default, as the ratio corrected-cost.
+// level, truncate) beside the default, as the ratio corrected-cost. With
+// -short (make bench-smoke) the batch is ~4k tokens.
 func BenchmarkCompute(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
+	tokens := 1 << 16
+	if testing.Short() {
+		tokens = 1 << 12
+	}
 	var in Inputs
-	for len(in.LogProb) < 1<<16 {
+	for len(in.LogProb) < tokens {
 		part := randomBatch(rng, 64, false)
 		off := int32(0)
 		if n := len(in.Seq); n > 0 {

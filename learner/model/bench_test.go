@@ -24,8 +24,20 @@ var benchConfigs = []struct {
 		TieWordEmbeddings: true, HiddenAct: "silu"}},
 }
 
+// benchSizes are the benchConfigs a benchmark runs: both, or with -short
+// (make bench-smoke) the 1M one alone.
+func benchSizes() []struct {
+	name string
+	cfg  Config
+} {
+	if testing.Short() {
+		return benchConfigs[:1]
+	}
+	return benchConfigs
+}
+
 // minTrainSamples is the fewest step/reference pairs BenchmarkTrainStep
-// measures.
+// measures (b.N with -short).
 const minTrainSamples = 10
 
 // trainFLOPs counts the useful floating-point operations of one forward and
@@ -62,8 +74,9 @@ func trainFLOPs(cfg Config, lens []int) float64 {
 // but which counts cores left idle. At least minTrainSamples pairs are
 // measured whatever b.N (only b.N steps count towards ns/op), so that
 // `make bench`'s -benchtime 1x still takes each estimate from several.
+// With -short (make bench-smoke) it runs the 1M model for b.N samples.
 func BenchmarkTrainStep(b *testing.B) {
-	for _, bc := range benchConfigs {
+	for _, bc := range benchSizes() {
 		b.Run(bc.name, func(b *testing.B) {
 			m, err := New(bc.cfg, 1)
 			if err != nil {
@@ -100,6 +113,9 @@ func BenchmarkTrainStep(b *testing.B) {
 			var stepMin, stepSum, refMin, refSum, stepCPU, refCPU float64
 			stepMin, refMin = math.Inf(1), math.Inf(1)
 			samples := max(b.N, minTrainSamples)
+			if testing.Short() {
+				samples = b.N
+			}
 			b.ResetTimer()
 			for i := 0; i < samples; i++ {
 				if i < b.N {

@@ -15,15 +15,21 @@ import (
 // BenchmarkTrainStep estimates it; the machine is shared). It reports the
 // time ratio (target <= 1.4) and each mode's peak activation memory
 // (PeakActivationBytes) per token per layer, against 4 x hidden x 4 bytes.
+// With -short (make bench-smoke): 2 layers of hidden 64 over a 256-token
+// sequence, one sample.
 func BenchmarkCheckpointing(b *testing.B) {
 	cfg := Config{ModelType: "qwen2", HiddenSize: 256, IntermediateSize: 1024, NumHiddenLayers: 16, NumAttentionHeads: 4,
 		NumKeyValueHeads: 1, VocabSize: 32000, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6,
 		TieWordEmbeddings: true, HiddenAct: "silu"}
+	N, minSamples := 2048, 4
+	if testing.Short() {
+		cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers, cfg.VocabSize = 64, 256, 2, 512
+		N, minSamples = 256, 1
+	}
 	m, err := New(cfg, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
-	const N = 2048
 	r := rand.New(rand.NewPCG(7, 8))
 	batch := Batch{Tokens: make([]int32, N)}
 	for i := range batch.Tokens {
@@ -31,7 +37,7 @@ func BenchmarkCheckpointing(b *testing.B) {
 	}
 	grad := make([]float32, N)
 	for i := range grad {
-		grad[i] = float32(r.NormFloat64()) / N
+		grad[i] = float32(r.NormFloat64()) / float32(N)
 	}
 	pass := func(ckpt bool) (float64, int64) {
 		m.SetCheckpointing(ckpt)
@@ -50,7 +56,7 @@ func BenchmarkCheckpointing(b *testing.B) {
 	pass(true)
 	best := [2]float64{math.Inf(1), math.Inf(1)}
 	var peak [2]int64
-	samples := max(b.N, 4)
+	samples := max(b.N, minSamples)
 	b.ResetTimer()
 	for i := 0; i < samples; i++ {
 		for k := range 2 {
@@ -63,7 +69,7 @@ func BenchmarkCheckpointing(b *testing.B) {
 			best[idx], peak[idx] = min(best[idx], s), p
 		}
 	}
-	perTL := func(p int64) float64 { return float64(p) / N / float64(cfg.NumHiddenLayers) }
+	perTL := func(p int64) float64 { return float64(p) / float64(N) / float64(cfg.NumHiddenLayers) }
 	b.ReportMetric(best[1]/best[0], "ckpt-time-ratio")
 	b.ReportMetric(perTL(peak[0]), "act-B/token/layer-off")
 	b.ReportMetric(perTL(peak[1]), "act-B/token/layer-on")

@@ -8,9 +8,10 @@ import (
 // BenchmarkExtendDecode measures one decode step (one new token for each
 // of B sequences that hold 64 cached positions) at B = 1 and B = 32 side
 // by side, and reports tokens/s for each and their ratio: what batching
-// the linear layers buys before any scheduling or sampling.
+// the linear layers buys before any scheduling or sampling. With -short
+// (make bench-smoke) it runs the 1M model alone.
 func BenchmarkExtendDecode(b *testing.B) {
-	for _, bc := range benchConfigs {
+	for _, bc := range benchSizes() {
 		b.Run(bc.name, func(b *testing.B) {
 			m, err := New(bc.cfg, 1)
 			if err != nil {

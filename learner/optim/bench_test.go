@@ -12,9 +12,12 @@ import (
 // same arrays as the memory-bandwidth baseline. A step moves 32 bytes per
 // parameter (the gradient read twice, data, m and v read and written); the
 // copy moves 8 (read plus write). It reports both rates in GB/s and their
-// ratio.
+// ratio. With -short (make bench-smoke) the parameters number 250,000.
 func BenchmarkAdamWStep(b *testing.B) {
-	const total, tensors = 25_000_000, 10
+	total, tensors := 25_000_000, 10
+	if testing.Short() {
+		total = 250_000
+	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	params := make([]Param, tensors)
 	for i := range params {

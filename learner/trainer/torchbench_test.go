@@ -83,11 +83,16 @@ type stepResult struct {
 // process's (getrusage). tokens/s is the fastest step's over all processes
 // of a side; the peak is the largest. Reported per shape: ratio-tokens/s
 // (aipo over PyTorch; target >= 1.5) and ratio-peak-rss (aipo over
-// PyTorch; target <= 0.5).
+// PyTorch; target <= 0.5). With -short (make bench-smoke) it runs the
+// 0.8M shape alone, one process a side.
 func BenchmarkStepVsPyTorch(b *testing.B) {
 	py := testtools.TorchPython(b)
 	threads := runtime.GOMAXPROCS(0)
-	for _, sh := range stepBenchShapes {
+	shapes, rounds := stepBenchShapes, stepBenchRounds
+	if testing.Short() {
+		shapes, rounds = shapes[:1], 1
+	}
+	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
 			cfgPath := filepath.Join(b.TempDir(), "config.json")
 			if err := os.WriteFile(cfgPath, []byte(sh.config), 0o644); err != nil {
@@ -97,7 +102,7 @@ func BenchmarkStepVsPyTorch(b *testing.B) {
 			self := []string{os.Args[0], "-test.run", "^TestStepBenchChild$", "-test.count=1"}
 			torch := []string{py, filepath.Join(testtools.RepoRoot(), "scripts", "torch_step_bench.py"), cfgPath,
 				strconv.Itoa(sh.batch), strconv.Itoa(sh.seq), strconv.Itoa(stepBenchSteps), strconv.Itoa(threads)}
-			for range stepBenchRounds {
+			for range rounds {
 				ours = append(ours, runStepProcess(b, "aipo", []string{stepBenchChildEnv + "=" + sh.name}, self))
 				theirs = append(theirs, runStepProcess(b, "PyTorch", nil, torch))
 			}

@@ -42,10 +42,20 @@ func TestWarmStartSavesAndReuses(t *testing.T) {
 	}
 }
 
+// BenchmarkWarmStartStep times the demo's warm start (supervised steps of
+// 128 sequences on the default model) per step. With -short (make
+// bench-smoke) the model and batch are the test's above.
 func BenchmarkWarmStartStep(b *testing.B) {
-	task, _ := demotask.New(demotask.DefaultConfig())
+	task, err := demotask.New(demotask.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
 	cfg := DefaultWarmStart()
 	cfg.Steps, cfg.Batch = b.N, 128
+	if testing.Short() {
+		cfg.Model = ModelSize{Layers: 1, Hidden: 32, Heads: 2, KVHeads: 2, Intermediate: 64, Context: 64}
+		cfg.Batch = 16
+	}
 	start := time.Now()
 	if _, err := WarmStart(context.Background(), b.TempDir()+"/ws", task, cfg, nil); err != nil {
 		b.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 )
 
@@ -14,18 +13,30 @@ import (
 // model: reference responses of MATH500 and GSM8K through the math
 // verifier, and of 32 MBPP (sanitized) and HumanEval problems through the
 // sandbox (GOMAXPROCS programs at once), in records per second, with the
-// ratio of math to code throughput from the same run.
+// ratio of math to code throughput from the same run. It reads the copies
+// bundled in the binary (data/benchmarks). With -short (make bench-smoke)
+// the code benchmarks run 4 problems each.
 func BenchmarkScoring(b *testing.B) {
-	shareddata.Path(b, Presets["math500"].RelPath)
 	sb, err := sandbox.New(sandbox.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
+	codeProblems := 32
+	if testing.Short() {
+		codeProblems = 4
+	}
 	rate := map[string]float64{}
 	for _, name := range []string{"math500", "gsm8k", "mbpp_sanitized", "humaneval"} {
-		r, ps := loadPreset(b, name)
-		if r.code() && len(ps) > 32 {
-			ps = ps[:32]
+		r, err := resolve(Benchmark{Preset: name}, Config{}.withDefaults())
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps, dead, err := r.load(context.Background())
+		if err != nil || len(dead) > 0 {
+			b.Fatalf("%s: %v, %d rows dead-lettered", name, err, len(dead))
+		}
+		if r.code() && len(ps) > codeProblems {
+			ps = ps[:codeProblems]
 		}
 		sc, err := newScorer(r.Verifier, sb)
 		if err != nil {

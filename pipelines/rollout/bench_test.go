@@ -55,9 +55,14 @@ func cpuTime() time.Duration {
 // trajectory); it reports the pipeline's throughput as a ratio of it
 // (whole pipeline, and the sampling phase alone from the first policy call
 // to the last), and the CPU time the process spent per trajectory, which
-// excludes model time (the simulated calls sleep).
+// excludes model time (the simulated calls sleep). With -short (make
+// bench-smoke) it rolls out 8 prompts.
 func BenchmarkRolloutThroughput(b *testing.B) {
 	const inFlight = 64
+	prompts := 512
+	if testing.Short() {
+		prompts = 8
+	}
 	llm := newFakeLLM(&testing.T{}, 0, 0)
 	llm.delay = benchCollab
 	roles := ""
@@ -67,7 +72,7 @@ func BenchmarkRolloutThroughput(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		c := demoConfig(&testing.T{}, filepath.Join(b.TempDir(), "run"), "demoplayer:///?latency=bench", "collaborators:\n"+roles)
-		c.Data.BatchSize = 512
+		c.Data.BatchSize = prompts
 		c.Rollout.GroupSize = 8
 		c.Rollout.MaxInFlight = inFlight
 		c.Rollout.PromptsPerBatch = 0

@@ -203,7 +203,7 @@
 //	                            <run>/eval/step-NNNNNN and metrics.jsonl, shown by aipo analyze (none)
 //	eval.benchmarks[].name      report name (default: the preset)
 //	eval.benchmarks[].preset    an eval preset: aime24, aime25, amc23, math500, gsm8k, mbpp, mbpp_sanitized, humaneval
-//	eval.benchmarks[].path      the file, relative to the config file (default: the preset's under the shared data folder)
+//	eval.benchmarks[].path      the file, relative to the config file (default: the preset's copy bundled in the binary, data/benchmarks)
 //	eval.benchmarks[].format    as data.sources[].format
 //	eval.benchmarks[].fields    as data.sources[].fields (default: the preset's)
 //	eval.benchmarks[].fields.problem        as data.sources[].fields.problem

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
@@ -203,12 +202,8 @@ func TestRejects(t *testing.T) {
 // TestExampleConfigs loads the example run configurations under configs/.
 func TestExampleConfigs(t *testing.T) {
 	var files []string
-	for _, name := range []string{"demo.yaml", "quick.yaml", "math.yaml"} {
+	for _, name := range []string{"demo.yaml", "quick.yaml", "math.yaml", "math-local.yaml"} {
 		files = append(files, filepath.Join("..", "..", "configs", name))
-	}
-	// math-local.yaml names the bundled data beside the checkout.
-	if shareddata.Dir() != "" {
-		files = append(files, filepath.Join("..", "..", "configs", "math-local.yaml"))
 	}
 	for _, f := range files {
 		c, err := Load(context.Background(), f)

@@ -32,11 +32,16 @@ var benchLatencies = []time.Duration{benchLatency, 10 * benchLatency}
 // asynchronous loop rolls step k+1 out on checkpoint k while the learner
 // turns step k into checkpoint k+1, two rollouts at a time: reported as
 // sync-steps/min, async-steps/min and their ratio async/sync (target >=
-// 1.6).
+// 1.6). With -short (make bench-smoke) it runs 2 steps of each loop at
+// benchLatency alone.
 func BenchmarkTrainLoop(b *testing.B) {
 	base := b.TempDir()
 	ds := startDemoServer(b, base)
-	for _, lat := range benchLatencies {
+	lats := benchLatencies
+	if testing.Short() {
+		lats = lats[:1]
+	}
+	for _, lat := range lats {
 		b.Run("latency="+lat.String(), func(b *testing.B) { benchLoops(b, ds, base+"/"+lat.String(), lat) })
 	}
 }
@@ -62,13 +67,16 @@ func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration)
 	defer proxy.Close()
 	var took, cpu [2]time.Duration
 	var rolling time.Duration // the synchronous loop's time in its rollouts
-	const steps = 6
+	steps := 6
+	if testing.Short() {
+		steps = 2
+	}
 	b.ResetTimer()
 	for i := range b.N {
 		for m, async := range []bool{false, true} {
 			name := map[bool]string{false: "sync", true: "async"}[async]
 			c := syncRun(b, ds, base, name+"-"+string(rune('a'+i)), func(c *runconfig.Config) {
-				c.Run.Steps, c.Run.Async = steps, async
+				c.Run.Steps, c.Run.Async = int64(steps), async
 				// The rollouts of a process share rollout.max_in_flight: room
 				// for the two steps the asynchronous loop rolls out at once
 				// (the synchronous one cannot use more than a step's 16).

@@ -17,13 +17,13 @@ import (
 
 // TestMathLocalRuns trains configs/math-local.yaml as a user would, shrunk
 // to one step: a Hugging Face directory (a tiny random Qwen3 with the real
-// Qwen3 tokenizer and chat template) as --init, the bundled GSM8K and MATH
-// training files, the collaborators behind aipo serve's OpenAI chat API,
-// and the held-out MATH500 and AIME24 evaluated before and after the step.
+// Qwen3 tokenizer and chat template) as --init, the GSM8K and MATH
+// training files of data/train, the collaborators behind aipo serve's
+// OpenAI chat API, and the bundled MATH500 and AIME24 evaluated before and
+// after the step.
 func TestMathLocalRuns(t *testing.T) {
 	ctx := context.Background()
 	tokDir := filepath.Dir(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))
-	shareddata.Path(t, "math/math500/test.jsonl")
 	hfDir := filepath.Join(t.TempDir(), "qwen3-tiny")
 	if err := hfmodel.WriteDir(hfDir, []byte(hfmodel.TinyQwen3Config), 11, checkpoint.F32, tokDir); err != nil {
 		t.Fatal(err)

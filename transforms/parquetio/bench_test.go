@@ -101,8 +101,12 @@ func rawBytesFn(t schemas.Trajectory, emit func(int64)) { emit(rawBytes(&t)) }
 // schemas.ReadStep) in the same run. Both write timings include generating
 // the rows (inside the pipeline for Beam), so their ratio is the cost of
 // running the sink under Beam. MB/s are of raw (uncompressed) row bytes.
+// With -short (make bench-smoke) it writes 64 trajectories of 200 tokens.
 func BenchmarkSinkSource(b *testing.B) {
-	const rows, tokens, seeds = 10_000, 2_000, 8
+	rows, tokens, seeds := 10_000, 2_000, 8
+	if testing.Short() {
+		rows, tokens = 64, 200
+	}
 	ctx := context.Background()
 	for range b.N {
 		root := b.TempDir()

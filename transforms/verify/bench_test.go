@@ -11,9 +11,10 @@ import (
 // as the reference (decided by the normalised-string shortcut) and
 // rewritten (\dfrac, spaces after commas, \left( \right), which mostly
 // forces the structural comparison), for the answers rewrite accepts. It reports answers/s of each and the cost
-// ratio structural/identical.
+// ratio structural/identical. It reads the repository's copy of MATH500
+// (data/benchmarks), so it needs nothing beside the clone.
 func BenchmarkVerifyMATH500(b *testing.B) {
-	rows := readJSONL(b, filepath.Join(sharedData(b), "math", "math500", "test.jsonl"))
+	rows := readJSONL(b, filepath.Join("..", "..", "data", "benchmarks", "math", "math500", "test.jsonl"))
 	type pair struct{ resp, gt string }
 	var same, rewritten []pair
 	for _, row := range rows {
