@@ -87,7 +87,8 @@ staticcheck:
 
 lint: vet staticcheck
 
-test: $(OVERLAY) setup-test
+# worker and beam-boot: the Flink and Spark tests' PROCESS workers.
+test: $(OVERLAY) setup-test worker beam-boot
 	$(GO) vet $(GOFLAGS_OVERLAY) ./...
 	@scripts/ptx.sh --check; rc=$$?; \
 	if [ $$rc -eq 3 ]; then echo "make test: skipping the PTX staleness check (see the line above)"; \

@@ -44,6 +44,12 @@ test)
   # rest, and a failed install fails make test with pip's reason.
   "$root/scripts/verl.sh" &
   verl_pid=$!
+  # Flink 1.19.3 (from PyPI's apache-flink packages) and Beam 2.62.0's Flink
+  # and Spark job servers (from Maven Central) for TestFlinkAndSpark: beside
+  # the rest, cached under ~/.cache/aipo and ~/.m2, and a failed install
+  # fails make test with the reason.
+  ("$root/scripts/flink/cluster.sh" install && "$root/scripts/spark/job-server.sh" install) &
+  engines_pid=$!
   # DuckDB's Node API reads our shards in the interop test.
   if command -v npm >/dev/null && [ ! -d "$root/scripts/interop/node_modules/@duckdb/node-api" ]; then
     echo "setup: installing DuckDB for the interop tests" >&2
@@ -86,6 +92,8 @@ test)
   wait "$pychecks_pid" || pychecks_ok=false
   verl_ok=true
   wait "$verl_pid" || verl_ok=false
+  engines_ok=true
+  wait "$engines_pid" || engines_ok=false
   if ! wait "$vllm_pid"; then
     echo "setup: installing vLLM failed (see above); make test runs vLLM's tests and cannot go on without it" >&2
     exit 1
@@ -96,6 +104,10 @@ test)
   fi
   if ! $verl_ok; then
     echo "setup: installing veRL's Python environment failed (see above); make test holds aipo's losses to veRL's and cannot go on without it" >&2
+    exit 1
+  fi
+  if ! $engines_ok; then
+    echo "setup: installing Flink or Beam's job servers failed (see above); make test runs the pipelines on them and cannot go on without them" >&2
     exit 1
   fi
   ;;

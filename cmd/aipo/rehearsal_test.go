@@ -471,7 +471,15 @@ func freeAddr(t testing.TB) string {
 // and HTTP at httpAddr (either may be empty), until the returned stop.
 func serveOn(t *testing.T, ckpt, name, grpcAddr, httpAddr string) (stop func()) {
 	t.Helper()
-	srv, err := serve.New(context.Background(), serve.Options{Checkpoint: ckpt, Name: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return serveWith(t, serve.Options{Checkpoint: ckpt, Name: name}, grpcAddr, httpAddr)
+}
+
+// serveWith is serveOn with the server's options.
+func serveWith(t *testing.T, opts serve.Options, grpcAddr, httpAddr string) (stop func()) {
+	t.Helper()
+	name := opts.Name
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := serve.New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

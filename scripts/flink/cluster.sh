@@ -30,6 +30,8 @@
 #   EXPANSION_PORT  job server's expansion service (default 8097)
 #   TASKMANAGERS    how many TaskManagers (default 2)
 #   SLOTS           task slots per TaskManager (default 2)
+#   PARALLELISM     jobs' default parallelism (default: SLOTS, so that a job
+#                   restarted after a TaskManager is lost fits on the rest)
 #   RESTARTS        restart attempts after a failure (fixed-delay strategy,
 #                   default 3, 2 s apart)
 #   START_TIMEOUT   seconds to wait for the cluster to come up (default 180)
@@ -48,6 +50,7 @@ expansion_port=${EXPANSION_PORT:-8097}
 taskmanagers=${TASKMANAGERS:-2}
 slots=${SLOTS:-2}
 restarts=${RESTARTS:-3}
+parallelism=${PARALLELISM:-$slots}
 start_timeout=${START_TIMEOUT:-180}
 
 . "$root/scripts/lib/daemons.sh"
@@ -138,8 +141,10 @@ rest:
 blob:
   server:
     port: $blob_port
+# One TaskManager's slots: a job restarted after losing a TaskManager
+# still finds enough slots on the others.
 parallelism:
-  default: $((taskmanagers * slots))
+  default: $parallelism
 io:
   tmp:
     dirs: $state/tmp
