@@ -13,7 +13,9 @@ daemon_start() {
     echo "$name is already running (PID $(cat "$state/$name.pid"))" >&2
     return
   fi
-  "$@" >"$state/log/$name.out" 2>&1 &
+  # In $state: the Go SDK's boot program, started by these processes for
+  # PROCESS workers, writes pipeline_options.json into its working directory.
+  (cd "$state" && exec "$@") >"$state/log/$name.out" 2>&1 &
   echo $! >"$state/$name.pid"
 }
 
