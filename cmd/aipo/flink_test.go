@@ -60,10 +60,21 @@ func (e beamEngine) logs() string {
 		if err != nil {
 			continue
 		}
+		// The failures the workers' boot programs reported (they log
+		// through the TaskManager or the job server), then the tail.
+		var errs []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "Failed to") || strings.Contains(line, "boot.go") || strings.Contains(line, "Caused by") {
+				errs = append(errs, line)
+			}
+		}
+		if len(errs) > 40 {
+			errs = errs[len(errs)-40:]
+		}
 		if len(data) > 6000 {
 			data = data[len(data)-6000:]
 		}
-		fmt.Fprintf(&b, "----- %s (tail)\n%s\n", f, data)
+		fmt.Fprintf(&b, "----- %s: failures reported\n%s\n----- %s (tail)\n%s\n", f, strings.Join(errs, "\n"), f, data)
 	}
 	return b.String()
 }
