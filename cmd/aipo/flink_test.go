@@ -95,9 +95,9 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// script runs one of the project's scripts with env added, for at most
+// runScript runs one of the project's scripts with env added, for at most
 // limit, and fails the test with its output when it fails.
-func script(t *testing.T, limit time.Duration, env []string, path string, args ...string) string {
+func runScript(t *testing.T, limit time.Duration, env []string, path string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -118,21 +118,10 @@ func script(t *testing.T, limit time.Duration, env []string, path string, args .
 func startFlink(t *testing.T, root string) beamEngine {
 	t.Helper()
 	e := beamEngine{name: "flink", endpoint: freeAddr(t), state: t.TempDir(), rest: freeAddr(t)}
-	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
-	env := []string{"FLINK_STATE=" + e.state, "JOB_PORT=" + port(e.endpoint),
-		"REST_PORT=" + port(e.rest), "RPC_PORT=" + port(freeAddr(t)), "BLOB_PORT=" + port(freeAddr(t)),
-		"ARTIFACT_PORT=" + port(freeAddr(t)), "EXPANSION_PORT=" + port(freeAddr(t))}
-	cluster := filepath.Join(root, "scripts", "flink", "cluster.sh")
 	// The first start downloads Flink (230 MB) and the job server's jars
 	// (150 MB); later ones find them in the cache.
-	t.Logf("%s", script(t, 15*time.Minute, env, cluster, "start"))
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the Flink cluster's logs:\n%s", e.logs())
-		}
-		script(t, time.Minute, env, cluster, "stop")
-	})
-	e.restart = func() { t.Logf("%s", script(t, 5*time.Minute, env, cluster, "start")) }
+	e.start(t, filepath.Join(root, "scripts", "flink", "cluster.sh"), "FLINK_STATE",
+		"REST_PORT="+portOf(e.rest), "RPC_PORT="+portOf(freeAddr(t)), "BLOB_PORT="+portOf(freeAddr(t)))
 	return e
 }
 
@@ -141,20 +130,30 @@ func startFlink(t *testing.T, root string) beamEngine {
 func startSpark(t *testing.T, root string) beamEngine {
 	t.Helper()
 	e := beamEngine{name: "spark", endpoint: freeAddr(t), state: t.TempDir()}
-	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
-	env := []string{"SPARK_STATE=" + e.state, "JOB_PORT=" + port(e.endpoint),
-		"ARTIFACT_PORT=" + port(freeAddr(t)), "EXPANSION_PORT=" + port(freeAddr(t))}
-	js := filepath.Join(root, "scripts", "spark", "job-server.sh")
-	t.Logf("%s", script(t, 15*time.Minute, env, js, "start"))
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the Spark job server's logs:\n%s", e.logs())
-		}
-		script(t, time.Minute, env, js, "stop")
-	})
-	e.restart = func() { script(t, 5*time.Minute, env, js, "start") }
+	e.start(t, filepath.Join(root, "scripts", "spark", "job-server.sh"), "SPARK_STATE")
 	return e
 }
+
+// start runs `script start` with e's state directory in the variable
+// stateVar, its job port and free artifact and expansion ports (and env
+// besides), stops it with `script stop` when the test ends, printing its
+// logs first if the test failed, and sets e.restart.
+func (e *beamEngine) start(t *testing.T, script, stateVar string, env ...string) {
+	t.Helper()
+	env = append(env, stateVar+"="+e.state, "JOB_PORT="+portOf(e.endpoint),
+		"ARTIFACT_PORT="+portOf(freeAddr(t)), "EXPANSION_PORT="+portOf(freeAddr(t)))
+	t.Logf("%s", runScript(t, 15*time.Minute, env, script, "start"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the %s processes' logs:\n%s", e.name, e.logs())
+		}
+		runScript(t, time.Minute, env, script, "stop")
+	})
+	e.restart = func() { t.Logf("%s", runScript(t, 5*time.Minute, env, script, "start")) }
+}
+
+// portOf is the port of a host:port address.
+func portOf(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
 
 // flinkJobs lists the cluster's jobs as its REST API reports them.
 func flinkJobs(rest string) ([]struct {
@@ -475,29 +474,9 @@ func TestFlinkAndSpark(t *testing.T) {
 	collabAddr := freeAddr(t)
 	config := func(name, policyAddr string) string {
 		runDir := filepath.Join(base, name)
-		text := fmt.Sprintf(`run: {name: beam-engines, dir: %q, seed: 0, steps: 3}
-data:
-  sources: [{path: %q, preset: verl}]
-  batch_size: 2
-policy:
-  endpoint: grpc://%s
-  sync: {kind: aipo, timeout: 60s}
-  temperature: 1.0
-  max_response_tokens: 40
-rollout:
-  group_size: 4
-  max_interactions: 1
-  opener_by: system
-  answer_token_budget: 16
-collaborators:
-  verify: &collab {kind: openai, endpoint: "http://%s/v1", model: collab, timeout: 60s, max_generate_tokens: 6}
-  knowledge: *collab
-  reason: *collab
-learner:
-  loss: {base: grpo, external: aipo, omega: 0.2}
-  optim: {lr: 1.0e-4, grad_clip: 1.0}
-  backend: cpu
-`, runDir, train, policyAddr, collabAddr)
+		text := tinyRecipe{name: "beam-engines", dir: runDir, steps: 3, train: train, batch: 2,
+			policy: "grpc://" + policyAddr, sync: "{kind: aipo, timeout: 60s}", group: 4, loss: "grpo",
+			collab: collabAddr}.yaml()
 		p := filepath.Join(base, name+".yaml")
 		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 			t.Fatal(err)

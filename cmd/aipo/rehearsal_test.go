@@ -104,35 +104,15 @@ func rehearse(t *testing.T, r rehearsal) {
 
 	runDir := filepath.Join(base, "run")
 	policyAddr, collabAddr := freeAddr(t), freeAddr(t)
-	cfgText := fmt.Sprintf(`# The paper's recipe (configs/math.yaml), shrunk to seconds.
-run: {name: rehearsal, dir: %q, seed: 0, steps: %d}
-data:
-  sources: [{path: %q, preset: verl}]
-  batch_size: %d
-policy:
-  endpoint: grpc://%s
-  sync: {kind: aipo, timeout: 60s}
-  temperature: 1.0
-  max_response_tokens: 40
-rollout:
-  group_size: %d
-  max_interactions: 1
-  opener_by: system
-  answer_token_budget: 16
-collaborators:
-  verify: &collab {kind: openai, endpoint: "http://%s/v1", model: collab, timeout: 60s, max_generate_tokens: 6}
-  knowledge: *collab
-  reason: *collab
-learner:
-  loss: {base: dapo, external: aipo, omega: 0.2}
-  optim: {lr: 1.0e-4, grad_clip: 1.0}
-  backend: cpu
-eval:
+	// The paper's recipe (configs/math.yaml), shrunk to seconds.
+	cfgText := tinyRecipe{name: "rehearsal", dir: runDir, steps: r.steps, train: train, batch: r.batch,
+		policy: "grpc://" + policyAddr, sync: "{kind: aipo, timeout: 60s}", group: r.group, loss: "dapo",
+		collab: collabAddr, eval: fmt.Sprintf(`eval:
   every: %d
   samples: 2
   max_response_tokens: 24
   benchmarks: [{path: %q, preset: math500, limit: %d}]
-`, runDir, r.steps, train, r.batch, policyAddr, r.group, collabAddr, r.evalEvery, math500, r.evalProblems)
+`, r.evalEvery, math500, r.evalProblems)}.yaml()
 	cfgPath := filepath.Join(base, "rehearsal.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
 		t.Fatal(err)
@@ -505,4 +485,44 @@ func serveWith(t *testing.T, opts serve.Options, grpcAddr, httpAddr string) (sto
 		}
 		srv.Close()
 	}
+}
+
+// tinyRecipe is the run configuration the end-to-end tests share: the
+// paper's recipe at a size that trains in seconds, one interaction, the
+// three collaborators behind one OpenAI-compatible endpoint.
+type tinyRecipe struct {
+	name, dir    string
+	steps        int64
+	train        string // a veRL parquet of prompts
+	batch, group int64
+	policy, sync string // policy.endpoint and policy.sync (YAML flow)
+	loss         string // learner.loss.base
+	collab       string // the collaborators' host:port
+	eval         string // an eval: section, or empty
+}
+
+func (r tinyRecipe) yaml() string {
+	return fmt.Sprintf(`run: {name: %s, dir: %q, seed: 0, steps: %d}
+data:
+  sources: [{path: %q, preset: verl}]
+  batch_size: %d
+policy:
+  endpoint: %q
+  sync: %s
+  temperature: 1.0
+  max_response_tokens: 40
+rollout:
+  group_size: %d
+  max_interactions: 1
+  opener_by: system
+  answer_token_budget: 16
+collaborators:
+  verify: &collab {kind: openai, endpoint: "http://%s/v1", model: collab, timeout: 60s, max_generate_tokens: 6}
+  knowledge: *collab
+  reason: *collab
+learner:
+  loss: {base: %s, external: aipo, omega: 0.2}
+  optim: {lr: 1.0e-4, grad_clip: 1.0}
+  backend: cpu
+%s`, r.name, r.dir, r.steps, r.train, r.batch, r.policy, r.sync, r.group, r.collab, r.loss, r.eval)
 }

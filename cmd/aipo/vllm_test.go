@@ -213,31 +213,9 @@ func (p *vllmProxy) snapshot() ([]vllmCall, []string) {
 // and no held-out evaluation.
 func vllmRunConfig(t *testing.T, path, runDir, train, proxy, collabAddr string, steps int64, syncTimeout string, query string) runconfig.Config {
 	t.Helper()
-	text := fmt.Sprintf(`run: {name: vllm, dir: %q, seed: 0, steps: %d}
-data:
-  sources: [{path: %q, preset: verl}]
-  batch_size: 4
-policy:
-  endpoint: "%s/v1?model=policy%s"
-  sync: {kind: vllm, endpoints: ["%s"], timeout: %s}
-  temperature: 1.0
-  max_response_tokens: 40
-rollout:
-  group_size: 4
-  max_interactions: 1
-  opener_by: system
-  answer_token_budget: 16
-collaborators:
-  verify: &collab {kind: openai, endpoint: "http://%s/v1", model: collab, timeout: 60s, max_generate_tokens: 6}
-  knowledge: *collab
-  reason: *collab
-learner:
-  loss: {base: dapo, external: aipo, omega: 0.2}
-  optim: {lr: 1.0e-4, grad_clip: 1.0}
-  backend: cpu
-eval:
-  every: 0
-`, runDir, steps, train, proxy, query, proxy, syncTimeout, collabAddr)
+	text := tinyRecipe{name: "vllm", dir: runDir, steps: steps, train: train, batch: 4,
+		policy: proxy + "/v1?model=policy" + query, sync: fmt.Sprintf("{kind: vllm, endpoints: [%q], timeout: %s}", proxy, syncTimeout),
+		group: 4, loss: "dapo", collab: collabAddr, eval: "eval:\n  every: 0\n"}.yaml()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}

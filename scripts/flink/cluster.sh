@@ -166,6 +166,12 @@ registered_taskmanagers() {
     python3 -c 'import json,sys; print(len(json.load(sys.stdin)["taskmanagers"]))' 2>/dev/null || echo 0
 }
 
+# flink_up succeeds once every TaskManager has registered and the job
+# server listens.
+flink_up() {
+  [ "$(registered_taskmanagers)" -ge "$taskmanagers" ] && port_open "$job_port" && port_open "$artifact_port"
+}
+
 cmd_install() {
   install_flink >/dev/null
   "$root/scripts/beam-jobserver/build.sh" flink >/dev/null
@@ -187,28 +193,7 @@ cmd_start() {
     --flink-master="127.0.0.1:$rest_port" --job-port="$job_port" --artifact-port="$artifact_port" \
     --expansion-port="$expansion_port" --artifacts-dir="$state/artifacts"
   log "waiting up to ${start_timeout}s for the JobManager (REST 127.0.0.1:$rest_port), $taskmanagers TaskManagers and the job server (127.0.0.1:$job_port)"
-  local deadline=$((SECONDS + start_timeout))
-  while :; do
-    local n
-    n=$(registered_taskmanagers)
-    if [ "$n" -ge "$taskmanagers" ] && port_open "$job_port" && port_open "$artifact_port"; then
-      break
-    fi
-    local dead
-    if dead=$(daemon_dead); then
-      log "$dead exited while starting"
-      daemon_logs
-      cmd_stop
-      exit 1
-    fi
-    if [ $SECONDS -ge $deadline ]; then
-      log "not up after ${start_timeout}s ($n of $taskmanagers TaskManagers registered)"
-      daemon_logs
-      cmd_stop
-      exit 1
-    fi
-    sleep 1
-  done
+  daemon_wait "$start_timeout" "the Flink cluster" flink_up || exit 1
   log "up: REST 127.0.0.1:$rest_port, job server 127.0.0.1:$job_port, $taskmanagers TaskManagers x $slots slots; state in $state"
 }
 

@@ -79,3 +79,26 @@ daemon_stop_all() {
     rm -f "$f"
   done
 }
+
+# daemon_wait SECONDS WHAT READY... runs the command READY once a second
+# until it succeeds. When a started process exits first, or SECONDS pass,
+# it prints why (naming WHAT) and every process's log, stops them all and
+# returns 1.
+daemon_wait() {
+  local timeout=$1 what=$2 dead deadline
+  shift 2
+  deadline=$((SECONDS + timeout))
+  until "$@"; do
+    if dead=$(daemon_dead); then
+      echo "$dead exited while starting $what" >&2
+    elif [ $SECONDS -ge $deadline ]; then
+      echo "$what: not up after ${timeout}s" >&2
+    else
+      sleep 1
+      continue
+    fi
+    daemon_logs
+    daemon_stop_all
+    return 1
+  done
+}

@@ -35,6 +35,8 @@ start_timeout=${START_TIMEOUT:-120}
 
 log() { echo "spark-job-server: $*" >&2; }
 
+jobserver_up() { port_open "$job_port" && port_open "$artifact_port"; }
+
 cmd_start() {
   local js
   js=$("$root/scripts/beam-jobserver/build.sh" spark)
@@ -51,22 +53,7 @@ cmd_start() {
     --spark-master-url="${SPARK_MASTER:-local[2]}" --job-port="$job_port" --artifact-port="$artifact_port" \
     --expansion-port="$expansion_port" --artifacts-dir="$state/artifacts"
   log "waiting up to ${start_timeout}s for the job server (127.0.0.1:$job_port)"
-  local deadline=$((SECONDS + start_timeout)) dead
-  until port_open "$job_port" && port_open "$artifact_port"; do
-    if dead=$(daemon_dead); then
-      log "$dead exited while starting"
-      daemon_logs
-      daemon_stop_all
-      exit 1
-    fi
-    if [ $SECONDS -ge $deadline ]; then
-      log "not listening after ${start_timeout}s"
-      daemon_logs
-      daemon_stop_all
-      exit 1
-    fi
-    sleep 1
-  done
+  daemon_wait "$start_timeout" "the Spark job server" jobserver_up || exit 1
   log "up: job server 127.0.0.1:$job_port, Spark master ${SPARK_MASTER:-local[2]}; state in $state"
 }
 
