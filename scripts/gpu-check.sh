@@ -71,7 +71,7 @@ start=$(date +%s)
 timeout 360 "$bin" -test.v -test.run 'GPU|Parity' -test.timeout 340s >>"$report" 2>&1
 rc=$?
 # PyTorch eager baselines, beside TestGPULMHeadMemory and
-# TestGPUTrainStepThroughput.
+# TestGPUTrainStepThroughput and TestGPUTrainStepThroughputQwen3.
 {
   echo
   echo "## scripts/torch_baselines.py (PyTorch eager, same shapes)"

@@ -19,7 +19,13 @@ randomly initialised Qwen2.5-0.5B-shaped decoder (24 layers, hidden 896,
 QKV bias) in bfloat16 over 4 sequences of 1,024 tokens, attention by
 scaled_dot_product_attention: tokens/s and MFU against 989 TFLOP/s.
 
-    python3 scripts/torch_baselines.py [fused-loss] [train-step]
+train-step-qwen3 (beside TestGPUTrainStepThroughputQwen3): the same for a
+Qwen3-0.6B-shaped decoder (28 layers, hidden 1024, 16 query / 8 key-value
+heads of 128, SwiGLU 3072, no QKV bias, RMSNorm of each query and key head
+before RoPE), the shapes of Qwen3-0.6B's config.json.
+
+    python3 scripts/torch_baselines.py [fused-loss] [train-step] [train-step-qwen3]
+    python3 scripts/torch_baselines.py --device cpu --tiny train-step-qwen3   # a shape check
 """
 import argparse
 import json
@@ -77,9 +83,20 @@ def fused_loss(reps, M=16384, V=151936, C=896):
     del xh, w
 
 
+def device_name(dev):
+    return torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
+
+
 def timed(step, reps):
     """Milliseconds per call of step after a warm-up, and peak memory beyond
-    what was allocated before the timed calls."""
+    what was allocated before the timed calls (on a GPU; 0 on the CPU)."""
+    if not torch.cuda.is_available():
+        import time
+        step()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            step()
+        return (time.perf_counter() - t0) * 1e3 / reps, 0
     step()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
@@ -95,17 +112,20 @@ def timed(step, reps):
 
 class Decoder(torch.nn.Module):
     """A Qwen2-architecture decoder: RMSNorm, QKV with bias, RoPE (rotate
-    half), grouped-query causal attention, SwiGLU, tied embeddings."""
+    half), grouped-query causal attention, SwiGLU, tied embeddings; with
+    qk_norm (and no bias, head_dim D apart from C/H), Qwen3's."""
 
-    def __init__(self, V=151936, C=896, F=4864, L=24, H=14, KV=2, theta=1e6):
+    def __init__(self, V=151936, C=896, F=4864, L=24, H=14, KV=2, D=None, bias=True, qk_norm=False, theta=1e6):
         super().__init__()
-        self.H, self.KV, self.D = H, KV, C // H
+        self.H, self.KV, self.D = H, KV, D or C // H
         self.emb = torch.nn.Embedding(V, C)
         self.layers = torch.nn.ModuleList()
         for _ in range(L):
             m = torch.nn.Module()
             m.n1, m.n2 = torch.nn.RMSNorm(C, eps=1e-6), torch.nn.RMSNorm(C, eps=1e-6)
-            m.qkv = torch.nn.Linear(C, (H + 2 * KV) * self.D, bias=True)
+            m.qkv = torch.nn.Linear(C, (H + 2 * KV) * self.D, bias=bias)
+            m.qn = torch.nn.RMSNorm(self.D, eps=1e-6) if qk_norm else torch.nn.Identity()
+            m.kn = torch.nn.RMSNorm(self.D, eps=1e-6) if qk_norm else torch.nn.Identity()
             m.o = torch.nn.Linear(H * self.D, C, bias=False)
             m.gu = torch.nn.Linear(C, 2 * F, bias=False)
             m.down = torch.nn.Linear(F, C, bias=False)
@@ -127,8 +147,8 @@ class Decoder(torch.nn.Module):
         x = self.emb(tokens)
         for m in self.layers:
             q, k, v = m.qkv(m.n1(x)).split([self.H * self.D, self.KV * self.D, self.KV * self.D], -1)
-            q = self.rope(q.view(B, T, self.H, self.D).transpose(1, 2))
-            k = self.rope(k.view(B, T, self.KV, self.D).transpose(1, 2))
+            q = self.rope(m.qn(q.view(B, T, self.H, self.D)).transpose(1, 2))
+            k = self.rope(m.kn(k.view(B, T, self.KV, self.D)).transpose(1, 2))
             v = v.view(B, T, self.KV, self.D).transpose(1, 2)
             rep = self.H // self.KV
             y = torch.nn.functional.scaled_dot_product_attention(
@@ -139,11 +159,19 @@ class Decoder(torch.nn.Module):
         return self.norm(x) @ self.emb.weight.t()
 
 
-def train_step(reps, B=4, T=1024):
-    dev = torch.device("cuda")
+QWEN25_05B = dict(V=151936, C=896, F=4864, L=24, H=14, KV=2, D=64, bias=True, qk_norm=False)
+QWEN3_06B = dict(V=151936, C=1024, F=3072, L=28, H=16, KV=8, D=128, bias=False, qk_norm=True)
+# --tiny: the same code at a size a CPU runs in a second, to check shapes.
+TINY = dict(V=512, C=64, F=128, L=2, H=4, KV=2, D=32)
+
+
+def train_step(reps, shape=QWEN25_05B, name="train-step", dev="cuda", tiny=False, B=4, T=1024):
+    if tiny:
+        shape, B, T = {**shape, **TINY}, 2, 16
+    dev = torch.device(dev)
     torch.manual_seed(0)
-    model = Decoder().to(dev, torch.bfloat16)
-    tokens = torch.randint(0, 151936, (B, T + 1), device=dev)
+    model = Decoder(**shape).to(dev, torch.bfloat16)
+    tokens = torch.randint(0, shape["V"], (B, T + 1), device=dev)
 
     def step():
         model.zero_grad(set_to_none=True)
@@ -152,29 +180,40 @@ def train_step(reps, B=4, T=1024):
         loss.backward()
 
     ms, peak = timed(step, reps)
-    C, F, L, V, N = 896, 4864, 24, 151936, B * T
-    mm = L * (C * (C + 256) + C * C + 3 * C * F) + V * C
-    flops = 6 * mm * N + 12 * L * C * B * T * (T + 1) / 2
-    print(json.dumps({"bench": "train-step", "impl": "pytorch-eager-bf16", "torch": torch.__version__,
-                      "device": torch.cuda.get_device_name(), "tokens": N, "ms_per_step": round(ms, 1),
+    # FLOPs counted as TestGPUTrainStepThroughput counts them: 6 per weight
+    # and token, and 12 per layer, query column and causal pair (attention).
+    C, F, L, V, N = shape["C"], shape["F"], shape["L"], shape["V"], B * T
+    QD, KD = shape["H"] * shape["D"], shape["KV"] * shape["D"]
+    mm = L * (C * (QD + 2 * KD) + QD * C + 3 * C * F) + V * C
+    flops = 6 * mm * N + 12 * L * QD * B * T * (T + 1) / 2
+    print(json.dumps({"bench": name, "impl": "pytorch-eager-bf16", "torch": torch.__version__,
+                      "device": device_name(dev), "tokens": N, "ms_per_step": round(ms, 1),
                       "tokens_per_s": round(N / ms * 1e3), "tflops": round(flops / ms / 1e9, 1),
                       "mfu_pct": round(100 * flops / ms / 1e9 / 989, 2), "peak_extra_mib": round(peak / 2**20)}))
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("bench", nargs="*", default=["fused-loss", "train-step"])
+    ap.add_argument("bench", nargs="*", default=["fused-loss", "train-step", "train-step-qwen3"])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu with --tiny for a shape check")
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes (train-step benches only)")
     a = ap.parse_args()
-    if not torch.cuda.is_available():
+    if a.device == "cuda" and not torch.cuda.is_available():
         print(json.dumps({"error": "no CUDA device visible to PyTorch"}))
         return
+    benches = {
+        "fused-loss": lambda reps: fused_loss(reps),
+        "train-step": lambda reps: train_step(reps, QWEN25_05B, "train-step", a.device, a.tiny),
+        "train-step-qwen3": lambda reps: train_step(reps, QWEN3_06B, "train-step-qwen3", a.device, a.tiny),
+    }
     for b in a.bench:
         try:
-            {"fused-loss": fused_loss, "train-step": train_step}[b](a.reps)
+            benches[b](a.reps)
         except Exception as e:  # report and go on to the next benchmark
             print(json.dumps({"bench": b, "error": repr(e)[:500]}))
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
