@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -207,5 +208,75 @@ func TestResumeAfterTheLastCommit(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(run, "_LEASE.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the lease is still there after the run ended: %v", err)
+	}
+}
+
+// A run killed after its last checkpoint committed and before that
+// checkpoint's evaluation was written resumes by evaluating it, the last
+// thing it does: metrics.jsonl and the report must still hold that
+// evaluation, the report naming the last checkpoint as the final one.
+func TestResumeWhoseLastActIsTheFinalEvaluation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick demo twice")
+	}
+	cfg, err := DemoConfig(DemoOptions{Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := cfg.Run.Steps
+	run := filepath.Join(t.TempDir(), "run")
+	c := startChild(t, run)
+	if err := c.wait(t, 5*time.Minute); err != nil {
+		t.Fatalf("quick demo: %v\n%s", err, c.stderr.String())
+	}
+	mp := filepath.Join(run, "metrics.jsonl")
+	finished, err := os.ReadFile(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The state the kill leaves: checkpoint `last` committed, its
+	// evaluation record not yet written, metrics.jsonl rebuilt after the
+	// learner's record of the last step.
+	evalFile := filepath.Join(run, "metrics", fmt.Sprintf("eval-%06d.json", last))
+	if err := os.Remove(evalFile); err != nil {
+		t.Fatalf("the finished run has no evaluation of checkpoint %d: %v", last, err)
+	}
+	if err := RebuildMetrics(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"report/report.md", "report/report.json"} {
+		if err := os.Remove(filepath.Join(run, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c = startChild(t, run)
+	if err := c.wait(t, 5*time.Minute); err != nil {
+		t.Fatalf("resumed quick demo: %v\n%s", err, c.stderr.String())
+	}
+	if _, err := os.Stat(evalFile); err != nil {
+		t.Fatalf("the resume did not evaluate checkpoint %d: %v", last, err)
+	}
+	got, err := os.ReadFile(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, want := bytes.Count(got, []byte("\n")), bytes.Count(finished, []byte("\n")); n != want {
+		t.Errorf("metrics.jsonl after the resume has %d records, the finished run's %d", n, want)
+	}
+	checkMetricsRebuilt(t, run, "the resumed run")
+	var rep struct {
+		Evals []struct {
+			Step int64 `json:"step"`
+		} `json:"evals"`
+	}
+	b, err := os.ReadFile(filepath.Join(run, "report", "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Evals) == 0 || rep.Evals[len(rep.Evals)-1].Step != last {
+		t.Errorf("the report's evaluations end at %v, want checkpoint %d last", rep.Evals, last)
 	}
 }

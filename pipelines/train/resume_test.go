@@ -400,6 +400,7 @@ func crashSuite(t *testing.T, async bool, trials int) {
 		// TensorBoard's event files (one per process that wrote) hold every
 		// step of the records once: none lost to a kill, none repeated.
 		checkEventsOnce(t, dir, fmt.Sprintf("trial %d (killed in %s)", trial, target))
+		checkMetricsRebuilt(t, dir, fmt.Sprintf("trial %d (killed in %s)", trial, target))
 		for _, f := range []string{"report/report.md", "analysis/analysis.json"} {
 			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 				t.Errorf("trial %d: %s missing after the resumed run: %v", trial, f, err)
@@ -410,4 +411,26 @@ func crashSuite(t *testing.T, async bool, trials int) {
 		t.Errorf("only %d kills in %d trials; the kill times missed the runs", kills, trials)
 	}
 	t.Logf("%d trials, %d kills (first kill by phase: %v); uninterrupted run %s", trials, kills, perPhase, marks[len(marks)-1].at.Round(time.Millisecond))
+}
+
+// checkMetricsRebuilt fails the test unless the run's metrics.jsonl holds
+// exactly the committed records of metrics/, as rebuilding it from them
+// gives: none missing (an evaluation a resume ran last) and none extra.
+func checkMetricsRebuilt(t *testing.T, dir, what string) {
+	t.Helper()
+	p := filepath.Join(dir, "metrics.jsonl")
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if err := RebuildMetrics(context.Background(), dir); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s: metrics.jsonl holds %d records, the committed records of metrics/ %d", what, bytes.Count(got, []byte("\n")), bytes.Count(want, []byte("\n")))
+	}
 }

@@ -135,8 +135,14 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 			return err
 		}
 	}
-	// Evaluate the starting point when the schedule asks for it.
+	// Evaluate the starting point when the schedule asks for it, and
+	// rebuild the derived files again: on a resume of a run killed after
+	// its last checkpoint committed, this evaluation is the last thing the
+	// run does, and the loop below has no step left to rebuild them after.
 	if err := maybeEval(ctx, cfg, task, k, emit, start); err != nil {
+		return err
+	}
+	if err := RebuildMetrics(ctx, runDir); err != nil {
 		return err
 	}
 	lp, err := newLoop(ctx, cfg, opts, task, start)
