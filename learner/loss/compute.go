@@ -1,7 +1,5 @@
 package loss
 
-import "math"
-
 // Output is the result of Compute.
 type Output struct {
 	// Loss is the scalar to minimise: minus the aggregated objective plus
@@ -57,8 +55,7 @@ type run struct {
 // computeLoop.
 func computeFused(cfg Config, in Inputs, detached []float32) Output {
 	n := len(in.LogProb)
-	extInLoss := cfg.External != ExternalMask
-	gspo := cfg.Base == BaseGSPO
+	ext := externalTreatments[cfg.External]
 
 	// Rollout correction: each Internal token's weight, and whether mask
 	// mode keeps it.
@@ -68,17 +65,80 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 	if rc.on {
 		isw, kept = correctionRuns(cfg.RolloutCorrection, &in, &rc)
 	}
+	runs, counts := trajectoryRuns(cfg, in, detached, kept, ext)
+	weigh := aggregations[cfg.Aggregation]
+	klInt := cfg.KLCoef != 0
+	klExt := klInt && cfg.KLExternal && !ext.masked
+	haveEntropy := len(in.Entropy) > 0
 
-	// Pass 1: trajectory ranges.
+	grad := make([]float32, n)
+	var pgLoss, klLoss float64
+	m := metricSums{lossTokens: counts.lossTokens, trajectories: counts.trajectories}
+	for _, r := range runs {
+		counts.internal, counts.external = r.internal, r.external
+		wInt, wExt := weigh(counts)
+		for i := r.start; i < r.end; i++ {
+			src := in.Source[i]
+			logp := float64(in.LogProb[i])
+			var w float64
+			switch src {
+			case Untrained:
+				m.untrained++
+				continue
+			case Internal:
+				m.internal++
+				if rc.on && !kept[i] {
+					continue
+				}
+				w = wInt
+			default:
+				m.addExternal(logp, cfg.Omega)
+				if ext.masked {
+					continue
+				}
+				w = wExt
+			}
+			l, g := policyTerm(&cfg, ext, src == Internal, logp, float64(detached[i]), float64(in.OldLogProb[i]), float64(in.Advantage[i]), r.seqLR, &m)
+			if rc.on && src == Internal {
+				l, g = l*isw[i], g*isw[i]
+			}
+			if (src == Internal && klInt) || (src == External && klExt) {
+				k, dk := k3Token(logp, float64(in.RefLogProb[i]))
+				m.klTokens++
+				m.klSum += k
+				klLoss += w * k
+				g += cfg.KLCoef * dk
+			}
+			if haveEntropy {
+				m.entropy += float64(in.Entropy[i])
+			}
+			pgLoss += w * l
+			grad[i] = float32(w * g)
+		}
+	}
+	loss := pgLoss + cfg.KLCoef*klLoss
+	metrics := m.finish(loss, pgLoss, klLoss, haveEntropy)
+	rc.finish(metrics)
+	return Output{Loss: loss, GradLogProb: grad, Metrics: metrics}
+}
+
+// trajectoryRuns finds each trajectory's contiguous token range, counts
+// its loss tokens by source (Internal ones that mask-mode correction drops
+// left out, External ones only when ext trains them) and GSPO's detached
+// mean log-ratio over its Internal tokens; and counts the batch's loss
+// tokens and trajectories with one.
+func trajectoryRuns(cfg Config, in Inputs, detached []float32, kept []bool, ext externalTreatment) ([]run, aggCounts) {
+	n := len(in.LogProb)
+	gspo := cfg.Base == BaseGSPO
 	runs := make([]run, 0, 16)
-	lossTokens, trajectories := 0, 0
+	counts := aggCounts{normTokens: cfg.NormTokens}
 	for i := 0; i < n; {
 		r := run{start: i}
 		q := in.Seq[i]
 		for ; i < n && in.Seq[i] == q; i++ {
 			switch in.Source[i] {
 			case Internal:
-				if rc.on && !kept[i] {
+				if kept != nil && !kept[i] {
 					continue
 				}
 				r.internal++
@@ -86,7 +146,7 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 					r.seqLR += float64(detached[i]) - float64(in.OldLogProb[i])
 				}
 			case External:
-				if extInLoss {
+				if !ext.masked {
 					r.external++
 				}
 			}
@@ -96,169 +156,10 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 			r.seqLR /= float64(r.internal)
 		}
 		if nl := r.internal + r.external; nl > 0 {
-			lossTokens += nl
-			trajectories++
+			counts.lossTokens += nl
+			counts.trajectories++
 		}
 		runs = append(runs, r)
 	}
-
-	// Constants hoisted out of the token loop.
-	lo, hi := 1-cfg.ClipLow, 1+cfg.ClipHigh
-	slo, shi := 1-cfg.SeqClipLow, 1+cfg.SeqClipHigh
-	dual := cfg.DualClip
-	omega := cfg.Omega
-	gamma := cfg.Gamma
-	beta := cfg.KLCoef
-	klInt := beta != 0
-	klExt := klInt && cfg.KLExternal && extInLoss
-	haveEntropy := len(in.Entropy) > 0
-	invS := 0.0
-	if trajectories > 0 {
-		invS = 1 / float64(trajectories)
-	}
-
-	grad := make([]float32, n)
-	var pgLoss, klLoss float64
-	var m metricSums
-	m.lossTokens, m.trajectories = lossTokens, trajectories
-
-	// Pass 2: every token, fused.
-	for _, r := range runs {
-		var wInt, wExt float64
-		switch cfg.Aggregation {
-		case AggEq8:
-			if r.internal > 0 {
-				wInt = invS / float64(r.internal)
-			}
-			if r.external > 0 {
-				wExt = invS / float64(r.external)
-			}
-		case AggTokenMean:
-			wInt = 1 / float64(max(lossTokens, 1))
-			wExt = wInt
-		case AggSeqMeanTokenSum:
-			wInt, wExt = invS, invS
-		case AggSeqMeanTokenMean:
-			if nl := r.internal + r.external; nl > 0 {
-				wInt = invS / float64(nl)
-				wExt = wInt
-			}
-		case AggSeqMeanTokenSumNorm:
-			wInt = invS / float64(cfg.NormTokens)
-			wExt = wInt
-		}
-		for i := r.start; i < r.end; i++ {
-			src := in.Source[i]
-			if src == Untrained {
-				m.untrained++
-				continue
-			}
-			logp := float64(in.LogProb[i])
-			a := float64(in.Advantage[i])
-			var l, g, w float64
-			useRatio := src == Internal
-			if src == Internal {
-				m.internal++
-				if rc.on && !kept[i] {
-					continue
-				}
-				w = wInt
-			} else {
-				m.external++
-				pi := math.Exp(logp)
-				m.extProb += pi
-				if pi < omega {
-					m.extUnderOmega++
-				}
-				switch cfg.External {
-				case ExternalMask:
-					continue
-				case ExternalAIPO:
-					c := omega / math.Exp(float64(detached[i])) * pi
-					if c < pi {
-						c = pi
-					}
-					l, g = -a*c, -a*c
-				case ExternalPlain:
-					l, g = -a*pi, -a*pi
-				case ExternalLUFFY:
-					den := pi + gamma
-					l, g = -a*pi/den, -a*gamma*pi/(den*den)
-				case ExternalRatio:
-					useRatio = true
-				}
-				w = wExt
-			}
-			if useRatio {
-				old := float64(in.OldLogProb[i])
-				var x, dx, cl, ch float64 // log ratio, its derivative, clip bounds
-				if gspo && src == Internal {
-					x, dx = logp-float64(detached[i])+r.seqLR, 1
-					if x > maxSeqLogRatio {
-						x, dx = maxSeqLogRatio, 0
-					}
-					cl, ch = slo, shi
-				} else {
-					x, dx = logp-old, 1
-					if x > maxLogRatio {
-						x, dx = maxLogRatio, 0
-					} else if x < -maxLogRatio {
-						x, dx = -maxLogRatio, 0
-					}
-					cl, ch = lo, hi
-				}
-				ratio := math.Exp(x)
-				l1 := -a * ratio
-				l2 := -a * math.Min(math.Max(ratio, cl), ch)
-				if l2 > l1 {
-					l, g = l2, 0
-					if a > 0 {
-						m.clipHigh++
-					} else {
-						m.clipLow++
-					}
-				} else {
-					l, g = l1, -a*ratio*dx
-				}
-				if dual > 0 && a < 0 && !(gspo && src == Internal) {
-					if l3 := -a * dual; l > l3 {
-						l, g = l3, 0
-						m.dual++
-					}
-				}
-				m.ratioTokens++
-				m.ratioSum += ratio
-				m.oldMinusNew += old - logp
-			}
-			if rc.on && src == Internal {
-				l, g = l*isw[i], g*isw[i]
-			}
-			if (src == Internal && klInt) || (src == External && klExt) {
-				d, dd := float64(in.RefLogProb[i])-logp, -1.0
-				if d > maxLogRatio {
-					d, dd = maxLogRatio, 0
-				} else if d < -maxLogRatio {
-					d, dd = -maxLogRatio, 0
-				}
-				e := math.Exp(d)
-				k, dk := e-d-1, (e-1)*dd
-				if k > maxKL {
-					k, dk = maxKL, 0
-				}
-				m.klTokens++
-				m.klSum += k
-				klLoss += w * k
-				g += beta * dk
-			}
-			if haveEntropy {
-				m.entropy += float64(in.Entropy[i])
-			}
-			pgLoss += w * l
-			grad[i] = float32(w * g)
-		}
-	}
-	loss := pgLoss + beta*klLoss
-	metrics := m.finish(loss, pgLoss, klLoss, haveEntropy)
-	rc.finish(metrics)
-	return Output{Loss: loss, GradLogProb: grad, Metrics: metrics}
+	return runs, counts
 }

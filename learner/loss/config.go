@@ -220,23 +220,17 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("loss: Config.Base %q is unknown: use one of grpo, drgrpo, dapo, gspo", c.Base)
 	}
-	switch c.External {
-	case ExternalAIPO, ExternalRatio, ExternalPlain, ExternalMask:
-	case ExternalLUFFY:
-		if !(c.Gamma > 0 && !math.IsInf(c.Gamma, 0)) {
-			return fmt.Errorf("loss: Config.Gamma = %v, but external %q shapes by pi/(pi+gamma): set a finite gamma > 0 (LUFFY: 0.1)", c.Gamma, c.External)
-		}
-	default:
-		return fmt.Errorf("loss: Config.External %q is unknown: use one of aipo, ratio, plain, mask, luffy", c.External)
+	if _, ok := externalTreatments[c.External]; !ok {
+		return fmt.Errorf("loss: Config.External %q is unknown: use one of %s", c.External, names(externalTreatments))
 	}
-	switch c.Aggregation {
-	case AggEq8, AggTokenMean, AggSeqMeanTokenSum, AggSeqMeanTokenMean:
-	case AggSeqMeanTokenSumNorm:
-		if c.NormTokens <= 0 {
-			return fmt.Errorf("loss: Config.NormTokens = %d, but aggregation %q divides by it: set it to the generation budget (e.g. 16384)", c.NormTokens, c.Aggregation)
-		}
-	default:
-		return fmt.Errorf("loss: Config.Aggregation %q is unknown: use one of eq8, token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm", c.Aggregation)
+	if c.External == ExternalLUFFY && !(c.Gamma > 0 && !math.IsInf(c.Gamma, 0)) {
+		return fmt.Errorf("loss: Config.Gamma = %v, but external %q shapes by pi/(pi+gamma): set a finite gamma > 0 (LUFFY: 0.1)", c.Gamma, c.External)
+	}
+	if _, ok := aggregations[c.Aggregation]; !ok {
+		return fmt.Errorf("loss: Config.Aggregation %q is unknown: use one of %s", c.Aggregation, names(aggregations))
+	}
+	if c.Aggregation == AggSeqMeanTokenSumNorm && c.NormTokens <= 0 {
+		return fmt.Errorf("loss: Config.NormTokens = %d, but aggregation %q divides by it: set it to the generation budget (e.g. 16384)", c.NormTokens, c.Aggregation)
 	}
 	if !(c.Omega > 0 && c.Omega <= 1) {
 		return fmt.Errorf("loss: Config.Omega = %v is outside (0, 1]: it bounds a probability from below (paper: 0.2)", c.Omega)

@@ -10,7 +10,11 @@
 //
 // Compute returns the loss to minimise and its derivative with respect to
 // each token's log-probability; the model chains that derivative through
-// its log-softmax. Two implementations exist side by side: a literal
+// its log-softmax. As veRL's core_algos does, the loss is chosen by name
+// from two tables (treatments.go): the External treatment (a per-token term
+// of its own, the base's clipped ratio, or a mask) and the aggregation (the
+// weight of each trajectory's tokens); a new one is one entry there. Two
+// implementations exist side by side: a literal
 // token-by-token reference (reference.go) and the fused form Compute uses
 // (compute.go); tests hold them to each other, to finite differences and to
 // PyTorch autograd fixtures made by scripts/loss_fixtures.py.
