@@ -18,7 +18,7 @@ func init() {
 	})
 }
 
-func runAnalyze(args []string) int {
+func runAnalyze(args []string) error {
 	fs := flag.CommandLine
 	run := fs.String("run", "", "run directory (local or gs://) holding step-NNNNNN/ directories")
 	out := fs.String("out", "", "output directory for analysis.json, analysis.md and the plots (default <run>/analysis)")
@@ -34,36 +34,31 @@ func runAnalyze(args []string) int {
 			"and its step left out. Runs on prism unless --runner says otherwise.\n\nFlags:\n", "_MANIFEST.json")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "aipo analyze: unexpected arguments %v (flags only; see --help)\n", fs.Args())
-		return 2
+		return usageError("unexpected arguments %v (flags only; see --help)", fs.Args())
 	}
 	if err := initBeam(); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo analyze: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	r, err := analytics.ParseStepRange(*steps)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo analyze: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	if *run == "" {
-		fmt.Fprintln(os.Stderr, "aipo analyze: --run is required (the run directory, local or gs://)")
-		return 2
+		return usageError("--run is required (the run directory, local or gs://)")
 	}
 	opts := analytics.Options{Run: *run, Out: *out, Steps: r}
 	plan, err := analytics.Run(context.Background(), opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo analyze: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
 	dir := opts.OutDir()
 	if dataflowDryRun() {
 		fmt.Printf("%s: nothing was written to %s\n", dryRunNote, dir)
-		return 0
+		return nil
 	}
 	fmt.Printf("analysed %d steps of %s (%d skipped)\n", len(plan.Steps), plan.Run, len(plan.Skipped))
 	for _, n := range []string{analytics.JSONName, analytics.MarkdownName, analytics.DynamicsPNG, analytics.LearnerPNG} {
@@ -72,5 +67,5 @@ func runAnalyze(args []string) int {
 	if h, err := analytics.ReadHeldout(context.Background(), *run); err == nil && len(h) > 0 {
 		fmt.Printf("  %s (held-out benchmarks at %d checkpoints)\n", storage.Join(dir, analytics.HeldoutPNG), len(h))
 	}
-	return 0
+	return nil
 }

@@ -30,7 +30,7 @@ func init() {
 	})
 }
 
-func runCollaboratorsServe(args []string) int {
+func runCollaboratorsServe(args []string) error {
 	fs := flag.NewFlagSet("collaborators serve", flag.ContinueOnError)
 	config := fs.String("config", "", "collaborators YAML file (see the collab.Config documentation)")
 	addr := fs.String("addr", "127.0.0.1:7071", "address to listen on; a non-loopback address needs a token")
@@ -44,30 +44,26 @@ func runCollaboratorsServe(args []string) int {
 			"grpcs://HOST:PORT and tls_ca_file: the CA that signed --tls-cert.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *config == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "aipo collaborators serve: --config FILE is required and no arguments are taken (see --help)")
-		return 2
+		return usageError("--config FILE is required and no arguments are taken (see --help)")
 	}
 	token, tlsCfg, err := auth.load(map[string]string{"--addr": *addr})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
-		return 2
+		return usageError("%v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	set, err := loadSet(ctx, *config)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
-		return 1
+		return runError("%v", err)
 	}
 	defer set.Close()
 	lis, err := net.Listen("tcp", *addr)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo collaborators serve: listening on %s: %v\n", *addr, err)
-		return 1
+		return runError("listening on %s: %v", *addr, err)
 	}
 	access := "no token"
 	if token != "" {
@@ -79,12 +75,11 @@ func runCollaboratorsServe(args []string) int {
 	}
 	fmt.Printf("serving agents %v on %s (%s, %s)\n", set.Agents(), lis.Addr(), transport, access)
 	if err := rpc.ServeTLS(ctx, lis, set, token, tlsCfg, *grace); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo collaborators serve: %v\n", err)
-		return 1
+		return runError("%v", err)
 	}
 	st, _ := json.Marshal(collab.Metrics(set.Stats()))
 	fmt.Printf("stopped; counters: %s\n", st)
-	return 0
+	return nil
 }
 
 func loadSet(ctx context.Context, path string) (collab.Set, error) {
@@ -95,7 +90,7 @@ func loadSet(ctx context.Context, path string) (collab.Set, error) {
 	return collab.NewSet(ctx, cfg, collab.Env{})
 }
 
-func runCollaboratorsAsk(args []string) int {
+func runCollaboratorsAsk(args []string) error {
 	fs := flag.NewFlagSet("collaborators ask", flag.ContinueOnError)
 	config := fs.String("config", "", "collaborators YAML file")
 	agent := fs.String("agent", "", "verify, knowledge or reason")
@@ -106,20 +101,18 @@ func runCollaboratorsAsk(args []string) int {
 		fmt.Fprintf(os.Stderr, "Usage: aipo collaborators ask --config FILE --agent NAME [--step N] [--seed S] QUERY\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	a, err := collab.ParseAgent(*agent)
 	if err != nil || *config == "" || fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "aipo collaborators ask: need --config FILE, --agent verify|knowledge|reason and one QUERY argument (see --help)")
-		return 2
+		return usageError("need --config FILE, --agent verify|knowledge|reason and one QUERY argument (see --help)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	set, err := loadSet(ctx, *config)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo collaborators ask: %v\n", err)
-		return 1
+		return runError("%v", err)
 	}
 	defer set.Close()
 	ans, err := set.Answer(ctx, collab.Query{Agent: a, Text: fs.Arg(0), Run: "ask", Step: *step, Seed: *seed})
@@ -127,10 +120,9 @@ func runCollaboratorsAsk(args []string) int {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within --timeout %v", *timeout)
 		}
-		fmt.Fprintf(os.Stderr, "aipo collaborators ask: %v\n", err)
-		return 1
+		return runError("%v", err)
 	}
 	out, _ := json.Marshal(map[string]any{"text": ans.Text, "noisy": ans.Noisy, "status": ans.Status, "latency_ms": ans.Latency.Milliseconds()})
 	fmt.Println(string(out))
-	return 0
+	return nil
 }

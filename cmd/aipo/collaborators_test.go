@@ -12,8 +12,9 @@ func TestCollaboratorsServeFlagErrors(t *testing.T) {
 		{"--config", "c.yaml", "--tls-key", "k.pem"},                  // key without cert
 		{"--config", "c.yaml", "--tls-cert", none, "--tls-key", none}, // unreadable pair
 	} {
-		if code := runCollaboratorsServe(args); code != 2 {
-			t.Errorf("aipo collaborators serve %q exited %d, want 2 (usage error)", args, code)
+		err := runCollaboratorsServe(args)
+		if code := report("collaborators serve", err); code != 2 {
+			t.Errorf("aipo collaborators serve %q exited %d (%v), want 2 (usage error)", args, code, err)
 		}
 	}
 }

@@ -16,8 +16,10 @@ func init() {
 	register(command{
 		name:    "data convert",
 		summary: "write a prompt file (a bundled benchmark by preset, or any file with a mapping) in veRL's Parquet or JSONL layout",
-		run: func(args []string) int {
-			return runDataConvert(context.Background(), args, os.Stdout, os.Stderr)
+		// It prints to the writers it is given (its tests read them) and
+		// returns the exit code.
+		run: func(args []string) error {
+			return exitCode(runDataConvert(context.Background(), args, os.Stdout, os.Stderr))
 		},
 	})
 }
@@ -41,8 +43,8 @@ func runDataConvert(ctx context.Context, args []string, stdout, stderr io.Writer
 			"mapping rejects are written to FILE.dead.jsonl with the reason.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return report("data convert", err) // its code; the flag package has printed why
 	}
 	if *preset == "" || *out == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "aipo data convert: give --preset and --out (see --help)")

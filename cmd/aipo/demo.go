@@ -21,7 +21,7 @@ func init() {
 	})
 }
 
-func runDemo(args []string) int {
+func runDemo(args []string) error {
 	fs := flag.CommandLine
 	run := fs.String("run", "", "run directory, local or gs:// (default runs/demo, or runs/quick with --quick)")
 	quick := fs.Bool("quick", false, "a smoke test of every stage in 3 steps of a 1-layer model (a minute or two; for tests and CI): its figures do not show learning")
@@ -44,17 +44,15 @@ func runDemo(args []string) int {
 			"with the same flags, it continues where it stopped.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if err := initBeam(); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo demo: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	lo := leaseOpts()
 	if err := checkLeaseTimeout(lo); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo demo: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	if *compare {
 		return runCompare(*run, *quick, *methods, *seeds, *steps, *external != "" || *maxCalls >= 0 || *cost >= 0 || *seed >= 0)
@@ -93,14 +91,13 @@ func runDemo(args []string) int {
 	})
 	p.finish()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo demo: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
 	fmt.Println(rep.Summary())
 	if *quick {
 		fmt.Println(quickNote)
 	}
-	return 0
+	return nil
 }
 
 // quickNote says what --quick is: its figures do not show learning.
@@ -116,10 +113,9 @@ func methodNames() string {
 }
 
 // runCompare is `aipo demo --compare`.
-func runCompare(dir string, quick bool, methods string, seeds int, steps int64, ablationFlags bool) int {
+func runCompare(dir string, quick bool, methods string, seeds int, steps int64, ablationFlags bool) error {
 	if ablationFlags {
-		fmt.Fprintln(os.Stderr, "aipo demo: --external, --max-interactions, --interaction-cost and --seed choose one run; --compare runs its own methods (pick them with --methods)")
-		return 2
+		return usageError("--external, --max-interactions, --interaction-cost and --seed choose one run; --compare runs its own methods (pick them with --methods)")
 	}
 	var names []string
 	for _, n := range strings.Split(methods, ",") {
@@ -128,8 +124,7 @@ func runCompare(dir string, quick bool, methods string, seeds int, steps int64, 
 		}
 	}
 	if seeds < 1 {
-		fmt.Fprintf(os.Stderr, "aipo demo: --seeds %d; want at least 1\n", seeds)
-		return 2
+		return usageError("--seeds %d; want at least 1", seeds)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -141,9 +136,8 @@ func runCompare(dir string, quick bool, methods string, seeds int, steps int64, 
 	})
 	p.finish()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo demo --compare: %s\n", errText(err))
-		return 1
+		return runError("--compare: %s", errText(err))
 	}
 	fmt.Println(cmp.Summary())
-	return 0
+	return nil
 }

@@ -24,7 +24,7 @@ func init() {
 	})
 }
 
-func runEval(args []string) int {
+func runEval(args []string) error {
 	fs := flag.CommandLine
 	config := fs.String("config", "", "eval config (YAML, local or gs://); see configs/eval*.yaml")
 	out := fs.String("out", "", "output directory (overrides the config's out)")
@@ -39,50 +39,45 @@ func runEval(args []string) int {
 			"committed chunks. Runs on prism unless --runner says otherwise.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "aipo eval: unexpected arguments %v (flags only; see --help)\n", fs.Args())
-		return 2
+		return usageError("unexpected arguments %v (flags only; see --help)", fs.Args())
 	}
 	if err := initBeam(); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo eval: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
-	cfg, code := loadEvalConfig("aipo eval", *config, *out, *policyURI, *label)
-	if code != 0 {
-		return code
+	cfg, err := loadEvalConfig(*config, *out, *policyURI, *label)
+	if err != nil {
+		return err
 	}
 	if *maxChunks >= 0 {
 		cfg.MaxChunks = *maxChunks
 	}
 	rep, plan, err := eval.Run(context.Background(), cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo eval: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
 	if dataflowDryRun() {
 		fmt.Printf("%s: no chunk was evaluated; the report written to %s covers the %d chunks committed before\n", dryRunNote, cfg.Out, plan.Committed)
-		return 0
+		return nil
 	}
 	fmt.Printf("evaluated %d chunks (%d were committed before, %d left)\n", plan.Todo, plan.Committed, plan.Left)
 	fmt.Print(rep.Markdown())
 	for _, n := range []string{eval.ReportJSON, eval.ReportMarkdown, eval.ReportPNG} {
 		fmt.Printf("  %s\n", storage.Join(cfg.Out, n))
 	}
-	return 0
+	return nil
 }
 
-func loadEvalConfig(cmd, path, out, uri, label string) (eval.Config, int) {
+func loadEvalConfig(path, out, uri, label string) (eval.Config, error) {
 	if path == "" {
-		fmt.Fprintf(os.Stderr, "%s: --config is required (an eval YAML; see configs/eval.yaml)\n", cmd)
-		return eval.Config{}, 2
+		return eval.Config{}, usageError("--config is required (an eval YAML; see configs/eval.yaml)")
 	}
 	cfg, err := eval.LoadConfig(context.Background(), path)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd, err)
-		return eval.Config{}, 2
+		return eval.Config{}, usageError("%v", err)
 	}
 	if out != "" {
 		cfg.Out = out
@@ -93,10 +88,10 @@ func loadEvalConfig(cmd, path, out, uri, label string) (eval.Config, int) {
 	if label != "" {
 		cfg.Policy.Label = label
 	}
-	return cfg, 0
+	return cfg, nil
 }
 
-func runEvalReport(args []string) int {
+func runEvalReport(args []string) error {
 	fs := flag.NewFlagSet("eval report", flag.ContinueOnError)
 	config := fs.String("config", "", "eval config whose committed records to report on")
 	compare := fs.Bool("compare", false, "compare the report.json files given as arguments (the first is the baseline)")
@@ -108,49 +103,44 @@ func runEvalReport(args []string) int {
 			"the first.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	ctx := context.Background()
 	if *compare {
 		if fs.NArg() < 1 || *config != "" {
-			fmt.Fprintln(os.Stderr, "aipo eval report --compare: give one or more report.json files (and no --config)")
-			return 2
+			return usageError("--compare: give one or more report.json files (and no --config)")
 		}
 		var reps []*eval.Report
 		for _, p := range fs.Args() {
 			r, err := eval.ReadReport(ctx, p)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "aipo eval report: %s\n", errText(err))
-				return 1
+				return runError("%s", errText(err))
 			}
 			reps = append(reps, r)
 		}
 		fmt.Print(eval.CompareMarkdownText(reps))
 		if *out != "" {
 			if err := eval.WriteComparison(ctx, *out, reps); err != nil {
-				fmt.Fprintf(os.Stderr, "aipo eval report: %s\n", errText(err))
-				return 1
+				return runError("%s", errText(err))
 			}
 			for _, n := range []string{eval.CompareJSON, eval.CompareMarkdown, eval.ComparePNG} {
 				fmt.Printf("  %s\n", storage.Join(*out, n))
 			}
 		}
-		return 0
+		return nil
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "aipo eval report: unexpected arguments %v (did you mean --compare?)\n", fs.Args())
-		return 2
+		return usageError("unexpected arguments %v (did you mean --compare?)", fs.Args())
 	}
-	cfg, code := loadEvalConfig("aipo eval report", *config, *out, "", "")
-	if code != 0 {
-		return code
+	cfg, err := loadEvalConfig(*config, *out, "", "")
+	if err != nil {
+		return err
 	}
 	rep, _, err := eval.ReportOnly(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo eval report: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
 	fmt.Print(rep.Markdown())
-	return 0
+	return nil
 }

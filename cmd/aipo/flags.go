@@ -10,21 +10,22 @@ import (
 	"github.com/aipo-rl/aipo/internal/textdist"
 )
 
-// parseFlags parses a command's flags. --help exits 0 (after the usage);
+// parseFlags parses a command's flags; an error ends the command, as
+// dispatch reports it: --help exits 0 (after the usage);
 // a bad flag exits 2 with the flag package's message, and an unknown one
 // also with the flag meant when one is close. The process's own flag set
 // (whose flags Beam reads) is switched to return its errors here rather
 // than exit.
-func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+func parseFlags(fs *flag.FlagSet, args []string) error {
 	if fs == flag.CommandLine {
 		fs.Init(os.Args[0], flag.ContinueOnError)
 	}
 	err := fs.Parse(args)
 	switch {
 	case err == nil:
-		return 0, true
+		return nil
 	case errors.Is(err, flag.ErrHelp):
-		return 0, false
+		return &cmdError{code: 0}
 	}
 	const undefined = "flag provided but not defined: -"
 	if name, found := strings.CutPrefix(err.Error(), undefined); found {
@@ -32,7 +33,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 			fmt.Fprintf(fs.Output(), "aipo: unknown flag -%s; did you mean --%s?\n", name, g)
 		}
 	}
-	return 2, false
+	return exitCode(2)
 }
 
 // closestFlag is the defined flag nearest to name, if it is near enough to

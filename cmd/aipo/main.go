@@ -30,11 +30,11 @@ import (
 
 // command is one subcommand. run receives the arguments after the command
 // name (a nested command such as "collaborators serve" receives those after
-// "serve") and returns the process exit code.
+// "serve") and returns nil or the error dispatch reports (exit.go).
 type command struct {
 	name    string // "analyze", or "collaborators serve"
 	summary string
-	run     func(args []string) int
+	run     func(args []string) error
 }
 
 var commands = map[string]command{}
@@ -78,11 +78,11 @@ func dispatch(args []string) int {
 	// Two-word commands first ("collaborators serve").
 	if len(args) >= 2 {
 		if c, ok := commands[args[0]+" "+args[1]]; ok {
-			return c.run(args[2:])
+			return report(c.name, c.run(args[2:]))
 		}
 	}
 	if c, ok := commands[args[0]]; ok {
-		return c.run(args[1:])
+		return report(c.name, c.run(args[1:]))
 	}
 	var near []string
 	for n := range commands {

@@ -28,7 +28,7 @@ func planFlags(fs *flag.FlagSet) func() train.PlanOptions {
 	}
 }
 
-func runPlan(args []string) int {
+func runPlan(args []string) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "run configuration (YAML)")
 	run := fs.String("run", "", "run directory, local or gs:// (overrides run.dir)")
@@ -44,25 +44,23 @@ func runPlan(args []string) int {
 			"start and refuses a run that does not fit. Exits 1 when it does not fit.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	ctx := context.Background()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo plan: %v\n", err)
-		return 2
+		return usageError("%v", err)
 	}
 	o := planOpts()
 	o.Init = *initDir
 	p, err := train.MakePlan(ctx, cfg, o)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo plan: %v\n", err)
-		return 2
+		return usageError("%v", err)
 	}
 	fmt.Print(p.String())
 	if !p.Fits() {
-		return 1
+		return exitCode(1)
 	}
-	return 0
+	return nil
 }

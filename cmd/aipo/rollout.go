@@ -24,7 +24,7 @@ func init() {
 	})
 }
 
-func runRollout(args []string) int {
+func runRollout(args []string) error {
 	fs := flag.CommandLine
 	config := fs.String("config", "", "run configuration file (YAML; local or gs://)")
 	step := fs.Int64("step", -1, "the training step to roll out (K: writes <run.dir>/step-K)")
@@ -39,39 +39,33 @@ func runRollout(args []string) int {
 			"step's metrics). Runs on prism unless --runner says otherwise.\n\nFlags:\n", schemas.ManifestName)
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "aipo rollout: unexpected arguments %v (flags only; see --help)\n", fs.Args())
-		return 2
+		return usageError("unexpected arguments %v (flags only; see --help)", fs.Args())
 	}
 	if err := initBeam(); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	if *config == "" || *step < 0 {
-		fmt.Fprintln(os.Stderr, "aipo rollout: --config and --step are required (see --help)")
-		return 2
+		return usageError("--config and --step are required (see --help)")
 	}
 	ctx := context.Background()
 	cfg, err := runconfig.Load(ctx, *config)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	// A dry run writes nothing, the lease included.
 	if !dataflowDryRun() {
 		lo := leaseOpts()
 		if err := checkLeaseTimeout(lo); err != nil {
-			fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
-			return 2
+			return usageError("%s", errText(err))
 		}
 		var release func() error
 		ctx, release, err = runlease.Ensure(ctx, cfg.Run.Dir, lo)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
-			return 1
+			return runError("%s", errText(err))
 		}
 		defer release()
 	}
@@ -80,19 +74,17 @@ func runRollout(args []string) int {
 	if *pol == "" && cfg.Policy.Sync.Pushes() && !cfg.InProcessPolicy() && !dataflowDryRun() {
 		_, endpoint, err := train.PushForRollout(ctx, cfg, *step, func(s string) { fmt.Println(s) })
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "aipo rollout: step %d: %s\n", *step, errText(err))
-			return 1
+			return runError("step %d: %s", *step, errText(err))
 		}
 		*pol = endpoint
 	}
 	m, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: *step, Policy: *pol, Force: *force})
 	if err != nil && dataflowDryRun() && errors.Is(err, schemas.ErrNoManifest) {
 		fmt.Printf("%s, so step %d of %s is not committed\n", dryRunNote, *step, cfg.Run.Dir)
-		return 0
+		return nil
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo rollout: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
 	fmt.Printf("step %d of %s: %d trajectories in %d shards, policy version %d\n",
 		m.Step, cfg.Run.Dir, m.Rows, len(m.Files), m.PolicyVersion)
@@ -103,5 +95,5 @@ func runRollout(args []string) int {
 			fmt.Printf("  %-28s %s\n", k, v)
 		}
 	}
-	return 0
+	return nil
 }

@@ -28,7 +28,7 @@ func init() {
 	})
 }
 
-func runServe(args []string) int {
+func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	ckpt := fs.String("checkpoint", "", "committed checkpoint or Hugging Face model directory (config.json, model.safetensors or shards, tokenizer.json) to serve (default: the newest of --watch)")
 	watch := fs.String("watch", "", "run directory to watch: its newest committed checkpoint (checkpoints/step-N) is loaded when it appears")
@@ -62,31 +62,27 @@ func runServe(args []string) int {
 			"requests are bounded (--max-body-bytes ... --max-client-requests).\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "aipo serve: "+format+"\n", a...)
-		return 2
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fail("unexpected arguments %q (see --help)", fs.Args())
+		return usageError("unexpected arguments %q (see --help)", fs.Args())
 	}
 	if err := applyStorageTimeout(*storageTimeout); err != nil {
-		return fail("%v", err)
+		return usageError("%v", err)
 	}
 	if *ckpt == "" && *watch == "" {
-		return fail("give --checkpoint DIR, --watch RUNDIR or both")
+		return usageError("give --checkpoint DIR, --watch RUNDIR or both")
 	}
 	if *every <= 0 {
-		return fail("--watch-every %s must be positive", *every)
+		return usageError("--watch-every %s must be positive", *every)
 	}
 	be, err := backend.Lookup(*device)
 	if err != nil {
-		return fail("--device: %v", err)
+		return usageError("--device: %v", err)
 	}
 	if *maxBody < 0 {
-		return fail("--max-body-bytes %d must be positive, or 0 for the default that follows the context", *maxBody)
+		return usageError("--max-body-bytes %d must be positive, or 0 for the default that follows the context", *maxBody)
 	}
 	// The flags take 0 for no limit; Options takes 0 for its default and a
 	// negative value for none.
@@ -99,7 +95,7 @@ func runServe(args []string) int {
 		{"--idle-timeout", *idleTimeout, &bounds.IdleTimeout}, {"--write-timeout", *writeTimeout, &bounds.WriteTimeout}} {
 		switch {
 		case d.v < 0:
-			return fail("%s %s must not be negative (0: no limit)", d.name, d.v)
+			return usageError("%s %s must not be negative (0: no limit)", d.name, d.v)
 		case d.v == 0:
 			*d.to = -1
 		default:
@@ -113,7 +109,7 @@ func runServe(args []string) int {
 	}{{"--max-conns", *maxConns, &bounds.MaxConns}, {"--max-client-requests", *maxClient, &bounds.MaxClientRequests}} {
 		switch {
 		case c.v < 0:
-			return fail("%s %d must not be negative (0: no limit)", c.name, c.v)
+			return usageError("%s %d must not be negative (0: no limit)", c.name, c.v)
 		case c.v == 0:
 			*c.to = -1
 		default:
@@ -122,13 +118,12 @@ func runServe(args []string) int {
 	}
 	token, tlsCfg, err := auth.load(map[string]string{"--grpc": *grpcAddr, "--http": *httpAddr})
 	if err != nil {
-		return fail("%v", err)
+		return usageError("%v", err)
 	}
 
 	dev, err := be.Open()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo serve: --device %s: %v\n", *device, err)
-		return 1
+		return runError("--device %s: %v", *device, err)
 	}
 	defer dev.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -138,29 +133,25 @@ func runServe(args []string) int {
 	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
 	srv, err := serve.New(ctx, opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo serve: %v\n", err)
-		return 1
+		return runError("%v", err)
 	}
 	defer srv.Close()
 	var gl, hl net.Listener
 	if *grpcAddr != "" {
 		if gl, err = net.Listen("tcp", *grpcAddr); err != nil {
-			fmt.Fprintf(os.Stderr, "aipo serve: --grpc %s: %v\n", *grpcAddr, err)
-			return 1
+			return runError("--grpc %s: %v", *grpcAddr, err)
 		}
 	}
 	if *httpAddr != "" {
 		if hl, err = net.Listen("tcp", *httpAddr); err != nil {
-			fmt.Fprintf(os.Stderr, "aipo serve: --http %s: %v\n", *httpAddr, err)
-			return 1
+			return runError("--http %s: %v", *httpAddr, err)
 		}
 	}
 	if *watch != "" {
 		go srv.Watch(ctx, *every)
 	}
 	if err := srv.Serve(ctx, gl, hl, tlsCfg, *grace); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo serve: %v\n", err)
-		return 1
+		return runError("%v", err)
 	}
-	return 0
+	return nil
 }

@@ -17,16 +17,16 @@ func TestServeFlagErrors(t *testing.T) {
 		{"--checkpoint", "x", "--body-timeout", "-1s"},
 		{"--checkpoint", "x", "--max-client-requests", "-2"},
 	} {
-		if code := runServe(args); code != 2 {
+		if code := report("serve", runServe(args)); code != 2 {
 			t.Errorf("aipo serve %q exited %d, want 2 (usage error)", args, code)
 		}
 	}
-	if code := runServe([]string{"--checkpoint", t.TempDir(), "--grpc", "", "--http", "127.0.0.1:0"}); code != 1 {
+	if code := report("serve", runServe([]string{"--checkpoint", t.TempDir(), "--grpc", "", "--http", "127.0.0.1:0"})); code != 1 {
 		t.Errorf("aipo serve of an empty directory exited %d, want 1", code)
 	}
 	if _, err := cuda.Driver(); err != nil {
 		// Without a GPU, --device cuda fails before anything is loaded.
-		if code := runServe([]string{"--checkpoint", t.TempDir(), "--device", "cuda", "--grpc", "", "--http", "127.0.0.1:0"}); code != 1 {
+		if code := report("serve", runServe([]string{"--checkpoint", t.TempDir(), "--device", "cuda", "--grpc", "", "--http", "127.0.0.1:0"})); code != 1 {
 			t.Errorf("aipo serve --device cuda without a GPU exited %d, want 1", code)
 		}
 	}

@@ -16,8 +16,10 @@ func init() {
 	register(command{
 		name:    "tokenize",
 		summary: "encode stdin to token ids (or decode ids to text) with a tokenizer",
-		run: func(args []string) int {
-			return runTokenize(args, os.Stdin, os.Stdout, os.Stderr)
+		// It prints to the writers it is given (its tests read them) and
+		// returns the exit code.
+		run: func(args []string) error {
+			return exitCode(runTokenize(args, os.Stdin, os.Stdout, os.Stderr))
 		},
 	})
 }
@@ -35,8 +37,8 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			"line, space-separated. With --decode, reads ids and prints the text they stand for.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return report("tokenize", err) // its code; the flag package has printed why
 	}
 	if *path == "" || fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "aipo tokenize: give --tokenizer (a tokenizer.json, its directory, or builtin) and the input on stdin, no arguments\n")

@@ -48,7 +48,7 @@ func loadRunConfig(ctx context.Context, cfgPath, run string) (runconfig.Config, 
 	return cfg, cfg.Validate()
 }
 
-func runTrain(args []string) int {
+func runTrain(args []string) error {
 	fs := flag.CommandLine
 	cfgPath := fs.String("config", "", "run configuration (YAML)")
 	run := fs.String("run", "", "run directory, local or gs:// (overrides run.dir)")
@@ -66,51 +66,45 @@ func runTrain(args []string) int {
 			"plan of aipo plan and refuses a run that does not fit (--ignore-plan runs it anyway).\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if err := initBeam(); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	if cfg.InProcessPolicy() {
 		if err := inProcessWorkers(); err != nil {
-			fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
-			return 2
+			return usageError("%s", errText(err))
 		}
 	}
 	lo := leaseOpts()
 	if err := checkLeaseTimeout(lo); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	// The memory plan, before anything is written: a run that cannot fit
 	// is refused before step 0.
 	po := planOpts()
 	po.Init = *initCkpt
-	if code := checkPlan(ctx, cfg, po, *ignorePlan); code != 0 {
-		return code
+	if err := checkPlan(ctx, cfg, po, *ignorePlan); err != nil {
+		return err
 	}
 	p := newProgress(os.Stderr)
 	// The lease is taken before --init writes checkpoint 0.
 	ctx, release, err := train.Claim(ctx, cfg.Run.Dir, lo, p.log)
 	if err != nil {
 		p.finish()
-		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
 	defer release()
 	if err := train.RememberConfig(ctx, cfg, *reconfigure, p.log); err != nil {
 		p.finish()
-		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	if *noTensorBoard {
 		off := false
@@ -119,27 +113,24 @@ func runTrain(args []string) int {
 	alg, err := train.WriteAlgorithm(ctx, cfg)
 	if err != nil {
 		p.finish()
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
-		return 1
+		return runError("%v", err)
 	}
 	p.log(alg.String())
 	if *initCkpt != "" {
 		if err := train.SeedRunCheckpoint(ctx, *initCkpt, cfg); err != nil {
 			p.finish()
-			fmt.Fprintf(os.Stderr, "aipo train: --init: %s\n", errText(err))
-			return 1
+			return runError("--init: %s", errText(err))
 		}
 	}
 	err = train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event, Log: p.log})
 	p.finish()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo train: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
-	return 0
+	return nil
 }
 
-func runLearn(args []string) int {
+func runLearn(args []string) error {
 	fs := flag.NewFlagSet("learn", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "run configuration (default <run>/run.yaml)")
 	run := fs.String("run", "", "run directory, local or gs://")
@@ -152,39 +143,34 @@ func runLearn(args []string) int {
 			"the same K changes nothing.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *run == "" || *step < 0 {
-		fmt.Fprintln(os.Stderr, "aipo learn: --run and --step are required")
-		return 2
+		return usageError("--run and --step are required")
 	}
 	ctx := context.Background()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo learn: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	lo := leaseOpts()
 	if err := checkLeaseTimeout(lo); err != nil {
-		fmt.Fprintf(os.Stderr, "aipo learn: %s\n", errText(err))
-		return 2
+		return usageError("%s", errText(err))
 	}
 	ctx, release, err := runlease.Ensure(ctx, cfg.Run.Dir, lo)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo learn: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
 	defer release()
 	m, err := train.Learn(ctx, cfg, *step)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aipo learn: %s\n", errText(err))
-		return 1
+		return runError("%s", errText(err))
 	}
 	if err := printJSON(m); err != nil {
-		return 1
+		return runError("writing the metrics to stdout: %v", err)
 	}
-	return 0
+	return nil
 }
 
 func printJSON(v any) error {
@@ -213,26 +199,24 @@ func inProcessWorkers() error {
 		"(scripts/dataflow/README.md), or use the local runner or --environment_type=LOOPBACK", runner)
 }
 
-// checkPlan makes the run's memory plan and returns 0 when it fits (or is
-// ignored, or the model is not known yet: Run then says what is missing),
-// else the exit code, after the refusal with the numbers and the fix.
-func checkPlan(ctx context.Context, cfg runconfig.Config, o train.PlanOptions, ignore bool) int {
+// checkPlan makes the run's memory plan and returns nil when it fits (or
+// is ignored, or the model is not known yet: Run then says what is
+// missing), else the refusal with the numbers and the fix.
+func checkPlan(ctx context.Context, cfg runconfig.Config, o train.PlanOptions, ignore bool) error {
 	p, err := train.MakePlan(ctx, cfg, o)
 	switch {
 	case errors.Is(err, train.ErrModelUnknown):
-		return 0
+		return nil
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
-		return 2
+		return usageError("%v", err)
 	}
 	fmt.Fprintf(os.Stderr, "aipo train: memory plan: %s\n", p.Summary())
 	if err := p.Refusal(); err != nil {
 		if ignore {
 			fmt.Fprintf(os.Stderr, "aipo train: --ignore-plan: going on although %v\n", err)
-			return 0
+			return nil
 		}
-		fmt.Fprintf(os.Stderr, "aipo train: %v\n", err)
-		return 1
+		return runError("%v", err)
 	}
-	return 0
+	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
 )
@@ -44,11 +43,10 @@ func versionText() string {
 	return out + ", " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
 }
 
-func runVersion(args []string) int {
+func runVersion(args []string) error {
 	if len(args) > 0 && args[0] != "--help" && args[0] != "-h" {
-		fmt.Fprintf(os.Stderr, "aipo version: unexpected arguments %v (it takes none)\n", args)
-		return 2
+		return usageError("unexpected arguments %v (it takes none)", args)
 	}
 	fmt.Println(versionText())
-	return 0
+	return nil
 }
