@@ -148,8 +148,32 @@ func (e *beamEngine) start(t *testing.T, script, stateVar string, env ...string)
 			t.Logf("the %s processes' logs:\n%s", e.name, e.logs())
 		}
 		runScript(t, time.Minute, env, script, "stop")
+		if left := processesIn(e.state); len(left) > 0 {
+			t.Errorf("%s stop left processes working in %s: %v", script, e.state, left)
+		}
 	})
 	e.restart = func() { t.Logf("%s", runScript(t, 5*time.Minute, env, script, "start")) }
+}
+
+// processesIn lists the processes whose working directory is dir or below
+// it (the workers a TaskManager started inherit its directory), each as
+// "PID command".
+func processesIn(dir string) []string {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var out []string
+	for _, p := range procs {
+		cwd, err := os.Readlink(filepath.Join(p, "cwd"))
+		if err != nil || (cwd != real && !strings.HasPrefix(cwd, real+"/")) {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		out = append(out, filepath.Base(p)+" "+strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " "))
+	}
+	return out
 }
 
 // portOf is the port of a host:port address.

@@ -63,7 +63,29 @@ daemon_status() {
   return $ok
 }
 
-# daemon_stop_all sends TERM to every process, waits up to 20 s, then KILL.
+# daemon_strays prints the PIDs of the processes working in $state other
+# than the started ones: the SDK workers a TaskManager or the Spark job
+# server started there (their working directory is inherited), which
+# outlive a parent that was killed.
+daemon_strays() {
+  local p cwd f skip real
+  real=$(cd "$state" && pwd -P) || return 0
+  for p in /proc/[0-9]*; do
+    cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
+    case "$cwd" in
+    "$real" | "$real"/*) ;;
+    *) continue ;;
+    esac
+    skip=
+    for f in "$state"/*.pid; do
+      [ -f "$f" ] && [ "$(cat "$f")" = "${p#/proc/}" ] && skip=1
+    done
+    [ -n "$skip" ] || echo "${p#/proc/}"
+  done
+}
+
+# daemon_stop_all sends TERM to every process, waits up to 20 s, then KILL;
+# then the same to the strays left in $state.
 daemon_stop_all() {
   local f pid
   for f in "$state"/*.pid; do
@@ -78,6 +100,17 @@ daemon_stop_all() {
     kill -KILL "$pid" 2>/dev/null || true
     rm -f "$f"
   done
+  local strays
+  strays=$(daemon_strays)
+  if [ -n "$strays" ]; then
+    echo "stopping $(echo $strays | wc -w) process(es) left working in $state: $(echo $strays)" >&2
+    kill -TERM $strays 2>/dev/null || true
+    deadline=$((SECONDS + 5))
+    for pid in $strays; do
+      while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+      kill -KILL "$pid" 2>/dev/null || true
+    done
+  fi
 }
 
 # daemon_wait SECONDS WHAT READY... runs the command READY once a second
