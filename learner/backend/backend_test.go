@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/learner/blas"
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
@@ -200,8 +201,8 @@ func TestCPUEvalHoldsBF16References(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ref.HeldInBF16() {
-		t.Fatal("Eval kept a bfloat16-exact reference in float32")
+	if held := ref.HeldInBF16(); held != model.HoldsBF16Exactly() {
+		t.Fatalf("Eval held a bfloat16-exact reference in bfloat16: %v; on these BLAS kernels (%s) it should: %v", held, blas.Backend(), model.HoldsBF16Exactly())
 	}
 	got, err := c.Run(batch, nil)
 	if err != nil {
@@ -221,7 +222,11 @@ func TestCPUEvalHoldsBF16References(t *testing.T) {
 	f32, _ := b.StepMemory(w)
 	w.ReferenceBF16 = true
 	bf, _ := b.StepMemory(w)
-	if P := int64(ref.NumParams()); f32.Reference != 4*P || bf.Reference != 2*P {
-		t.Errorf("reference bytes %d (float32 values), %d (bfloat16 values); want %d and %d", f32.Reference, bf.Reference, 4*P, 2*P)
+	wantBF := int64(2) // bytes a reference parameter of bfloat16 values takes
+	if !model.HoldsBF16Exactly() {
+		wantBF = 4
+	}
+	if P := int64(ref.NumParams()); f32.Reference != 4*P || bf.Reference != wantBF*P {
+		t.Errorf("reference bytes %d (float32 values), %d (bfloat16 values); want %d and %d", f32.Reference, bf.Reference, 4*P, wantBF*P)
 	}
 }

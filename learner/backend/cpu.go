@@ -29,7 +29,7 @@ func (cpuBackend) StepMemory(w Workload) (host, device Memory) {
 	P := model.ParamCount(w.Model)
 	host = Memory{Weights: 4 * P, Grads: 4 * P, Optimizer: 8 * P, Activations: model.PassBytes(w.Model, w.Pass)}
 	switch {
-	case w.Reference && w.ReferenceBF16:
+	case w.Reference && w.ReferenceBF16 && model.HoldsBF16Exactly():
 		host.Reference = 2 * P
 	case w.Reference:
 		host.Reference = 4 * P

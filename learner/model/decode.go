@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 )
 
@@ -100,17 +101,39 @@ type stepWork struct{ buf, pad []float32 }
 const smallGemmElems = 1200
 
 // linear is linearForward for the rows of a step, made independent of how
-// many rows the step has: a product small enough for OpenBLAS's small
-// kernel is padded with zero rows past smallGemmElems. Then a sequence's
-// logits do not depend on which other sequences share its batch, and a
-// seeded sample is reproducible under any load. The padding costs at most
-// smallGemmElems extra outputs per call.
+// many rows the step has, so that a sequence's logits do not depend on
+// which other sequences share its batch and a seeded sample is
+// reproducible under any load. How depends on the BLAS kernels, which
+// rowLayout probes once: rows padded with zero rows up to a multiple of
+// the kernels' row block (1 for OpenBLAS 0.3.21's SkylakeX kernels, 12 for
+// its Haswell and Zen ones), or, where no padding makes rows independent,
+// one product per row.
 func (w *stepWork) linear(out, in, wt, b []float32, N, I, O int) {
-	if N*O > smallGemmElems {
+	pad := rowLayout()
+	if pad == 0 {
+		for r := 0; r < N; r++ {
+			w.linearPadded(out[r*O:(r+1)*O], in[r*I:(r+1)*I], wt, b, 1, I, O, 1)
+		}
+		return
+	}
+	w.linearPadded(out, in, wt, b, N, I, O, pad)
+}
+
+// linearPadded computes the N rows of the product among at least M rows:
+// a product small enough for OpenBLAS's small-matrix kernel (whose
+// summation order depends on the number of rows) gets zero rows past
+// smallGemmElems, and the row count is rounded up to a multiple of pad.
+// The padding costs at most smallGemmElems + (pad-1)*O extra outputs.
+func (w *stepWork) linearPadded(out, in, wt, b []float32, N, I, O, pad int) {
+	M := N
+	if N*O <= smallGemmElems {
+		M = smallGemmElems/O + 1
+	}
+	M = (M + pad - 1) / pad * pad
+	if M == N {
 		linearForward(out, in, wt, b, N, I, O)
 		return
 	}
-	M := smallGemmElems/O + 1
 	if cap(w.pad) < M*(I+O) {
 		w.pad = make([]float32, M*(I+O))
 	}
@@ -119,6 +142,50 @@ func (w *stepWork) linear(out, in, wt, b []float32, N, I, O int) {
 	clear(pin[N*I:])
 	linearForward(pout, pin, wt, b, M, I, O)
 	copy(out[:N*O], pout)
+}
+
+// rowLayout is the row padding that makes linearPadded compute every row
+// the same way whatever rows share its product, on the kernels this
+// process runs (0: none does; compute one row at a time). It is probed
+// once, on random products of a few shapes on both sides of the
+// small-matrix threshold, each row of each batch size against the row
+// computed alone.
+var rowLayout = sync.OnceValue(func() int {
+	for _, pad := range []int{1, 2, 4, 8, 12, 16, 24, 32} {
+		if rowsIndependent(pad) {
+			return pad
+		}
+	}
+	return 0
+})
+
+func rowsIndependent(pad int) bool {
+	r := rand.New(rand.NewPCG(5, 8))
+	var w stepWork
+	for _, sh := range [][2]int{{64, 172}, {64, 600}, {128, 1500}} {
+		I, O := sh[0], sh[1]
+		wt, in := make([]float32, O*I), make([]float32, 40*I)
+		for i := range wt {
+			wt[i] = r.Float32() - 0.5
+		}
+		for i := range in {
+			in[i] = r.Float32() - 0.5
+		}
+		alone := make([]float32, 40*O)
+		for row := 0; row < 40; row++ {
+			w.linearPadded(alone[row*O:(row+1)*O], in[row*I:(row+1)*I], wt, nil, 1, I, O, pad)
+		}
+		out := make([]float32, 40*O)
+		for _, n := range []int{2, 3, 5, 7, 12, 13, 19, 25, 40} {
+			w.linearPadded(out, in, wt, nil, n, I, O, pad)
+			for i := range n * O {
+				if out[i] != alone[i] {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 var stepPool = sync.Pool{New: func() any { return new(stepWork) }}

@@ -3,7 +3,9 @@ package model
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
+	"sync"
 
 	"github.com/aipo-rl/aipo/learner/blas"
 )
@@ -60,7 +62,20 @@ func (n *narrowWeights) matrix(l int, w Weight) []uint16 {
 // nothing else: Forward, Logits, Extend, Params and the optimiser's views
 // are for models that train or serve. Call it on a model that will only be
 // scored, before its first pass.
+//
+// It also declines on BLAS kernels that compute a column of a product
+// differently when the product is cut into column slices (OpenBLAS
+// 0.3.21's Haswell and Zen kernels do; see columnSlicesExact): held, the
+// model would score in the last bits otherwise than in float32.
 func (m *Model) HoldBF16() bool {
+	if m.narrow == nil && !columnSlicesExact() {
+		return false
+	}
+	return m.holdBF16()
+}
+
+// holdBF16 is HoldBF16 whatever the kernels.
+func (m *Model) holdBF16() bool {
 	if m.narrow != nil {
 		return true
 	}
@@ -167,3 +182,42 @@ func narrowEmbed(out []float32, tokens []int32, emb []uint16, C int) {
 		}
 	})
 }
+
+// HoldsBF16Exactly reports whether HoldBF16 holds bfloat16-exact models on
+// this process's BLAS kernels (where it does not, they stay float32).
+func HoldsBF16Exactly() bool { return columnSlicesExact() }
+
+// columnSlicesExact reports whether this process's BLAS kernels compute
+// the columns of a product cut into slices of sliceAlign-multiple widths
+// (as narrowMatmul cuts it) bit for bit as the whole product's. It is
+// probed once, on random products of a few shapes with the rows of a
+// scoring micro-batch (above OpenBLAS's small-matrix sizes, whose kernels
+// no scoring pass of a real model meets), slices of 1 and 3 times
+// sliceAlign columns with a remainder.
+var columnSlicesExact = sync.OnceValue(func() bool {
+	r := rand.New(rand.NewPCG(9, 2))
+	for _, sh := range [][3]int{{64, 128, 1000}, {200, 64, 700}} {
+		N, I, O := sh[0], sh[1], sh[2]
+		in, w := make([]float32, N*I), make([]float32, O*I)
+		for i := range in {
+			in[i] = r.Float32() - 0.5
+		}
+		for i := range w {
+			w[i] = r.Float32() - 0.5
+		}
+		whole, cut := make([]float32, N*O), make([]float32, N*O)
+		blas.Sgemm(false, true, N, O, I, 1, in, I, w, I, 0, whole, O)
+		for _, width := range []int{sliceAlign, 3 * sliceAlign} {
+			for o0 := 0; o0 < O; o0 += width {
+				n := min(width, O-o0)
+				blas.Sgemm(false, true, N, n, I, 1, in, I, w[o0*I:], I, 0, cut[o0:], O)
+			}
+			for i := range whole {
+				if math.Float32bits(whole[i]) != math.Float32bits(cut[i]) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+})

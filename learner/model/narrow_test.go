@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/aipo-rl/aipo/learner/blas"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 )
 
@@ -45,6 +46,16 @@ func TestHoldBF16ScoresBitIdentical(t *testing.T) {
 			}
 			want := bf16Copy(t, f32)
 			got := bf16Copy(t, f32)
+			if !columnSlicesExact() {
+				// Kernels that change a column's bits with the slicing
+				// (OpenBLAS's Haswell ones): holding would not be exact, so
+				// HoldBF16 must decline and leave the model in float32.
+				if got.HoldBF16() || got.HeldInBF16() || len(got.ParamData()) != got.NumParams() {
+					t.Fatalf("HoldBF16 narrowed a model on kernels that slice inexactly (%s)", blas.Backend())
+				}
+				t.Logf("BLAS %s slices columns inexactly: HoldBF16 declined, the model stays float32", blas.Backend())
+				return
+			}
 			if !got.HoldBF16() || !got.HeldInBF16() {
 				t.Fatal("HoldBF16 refused bfloat16-exact weights")
 			}
@@ -91,7 +102,7 @@ func TestHoldBF16ScoresBitIdentical(t *testing.T) {
 func TestHoldBF16ScoresAlone(t *testing.T) {
 	m, _ := loadFixture(t, "tiny_qwen2")
 	m = bf16Copy(t, m)
-	if !m.HoldBF16() {
+	if !m.holdBF16() { // whatever the kernels: what a held model refuses
 		t.Fatal("HoldBF16 refused bfloat16-exact weights")
 	}
 	b := randomBatch(rand.New(rand.NewPCG(1, 2)), m.Config().VocabSize, 9)

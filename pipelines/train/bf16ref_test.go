@@ -53,8 +53,8 @@ func TestBF16ReferenceFromAHuggingFaceDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.close()
-	if l.Ref == nil || !l.Ref.HeldInBF16() {
-		t.Fatal("the reference of a run seeded from a bfloat16 directory is not held in bfloat16")
+	if l.Ref == nil || l.Ref.HeldInBF16() != model.HoldsBF16Exactly() {
+		t.Fatalf("the reference of a run seeded from a bfloat16 directory: held in bfloat16 %v, want %v on these BLAS kernels", l.Ref != nil && l.Ref.HeldInBF16(), model.HoldsBF16Exactly())
 	}
 	ids := tok.EncodeSpecial("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n<verify>2+3=5</verify>\nSo the answer is \\boxed{5}.<|im_end|>")
 	b := model.Batch{Tokens: make([]int32, len(ids))}
@@ -82,8 +82,12 @@ func TestBF16ReferenceFromAHuggingFaceDirectory(t *testing.T) {
 	for _, ln := range p.Phases[0].Lines {
 		if strings.HasPrefix(ln.What, "reference policy") {
 			found = true
-			if ln.Host != 2*p.Params || !strings.Contains(ln.What, "bfloat16") {
-				t.Errorf("plan: %q %d bytes, want 2 bytes a parameter (%d)", ln.What, ln.Host, 2*p.Params)
+			want := int64(2) // bytes a parameter
+			if !model.HoldsBF16Exactly() {
+				want = 4
+			}
+			if ln.Host != want*p.Params || strings.Contains(ln.What, "bfloat16") != (want == 2) {
+				t.Errorf("plan: %q %d bytes, want %d bytes a parameter (%d)", ln.What, ln.Host, want, want*p.Params)
 			}
 		}
 	}

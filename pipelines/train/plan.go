@@ -292,7 +292,10 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	add("gradients (float32)", st.Host.Grads, st.Device.Grads)
 	add("AdamW moments (float32 m and v)", st.Host.Optimizer, st.Device.Optimizer)
 	refLine := "reference policy (weights alone)"
-	if refBF16 && st.Host.Reference > 0 { // the CPU's copy (a device's is in its compute dtype)
+	// The CPU's copy (a device's is in its compute dtype), in bfloat16 where
+	// the backend counted 2 bytes a parameter for it (not on BLAS kernels
+	// that would score it inexactly: model.HoldsBF16Exactly).
+	if refBF16 && st.Host.Reference > 0 && st.Host.Reference <= 2*P {
 		refLine = "reference policy (weights alone, its bfloat16 values held in bfloat16)"
 	}
 	add(refLine, st.Host.Reference, st.Device.Reference)
