@@ -16,7 +16,7 @@ BIN       := bin/aipo
 STATICCHECK_VERSION := v0.8.2
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 # Tests may take long on 2 cores; keep a generous per-package timeout.
-TESTFLAGS ?= -timeout 30m
+TESTFLAGS ?= -timeout 45m
 # build/go.mod points the Beam SDK at a copy whose in-process prism job
 # server binds 127.0.0.1 (see scripts/beam-overlay.sh); every build and test
 # goes through it.
