@@ -20,12 +20,17 @@ if [ ! -x "$boot" ]; then
   exit 1
 fi
 dir=$(mktemp -d "${TMPDIR:-/tmp}/aipo-worker.XXXXXX") || exit 1
-"$boot" --semi_persist_dir="$dir" "$@" &
+# The boot program and the worker it starts run in a process group of their
+# own (the boot program's PID), so that stopping this script stops both: the
+# runner stops the environment by signalling this script only, and a boot
+# program that exits leaves its worker running, idle, otherwise.
+setsid "$boot" --semi_persist_dir="$dir" "$@" &
 child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+trap 'kill -TERM -- "-$child" 2>/dev/null' TERM INT
 wait "$child"
 rc=$?
 # wait returns early when a trapped signal arrives; wait again for the exit.
 while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done
+kill -TERM -- "-$child" 2>/dev/null
 rm -rf "$dir"
 exit "$rc"
