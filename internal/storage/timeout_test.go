@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -12,13 +13,23 @@ import (
 // closedPort is a loopback address nothing listens on.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A port below Linux's ephemeral range (32768-60999): the servers other
+	// tests start on port 0 never take it while this test runs, as they
+	// could take a freed ephemeral port and answer in its place.
+	for p := 29000; p < 29100; p++ {
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close() // free to bind, so nothing listens there
+			return addr
+		}
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	t.Fatal("no closed port in 127.0.0.1:29000-29099")
+	return ""
 }
 
 // silentServer accepts connections and never answers: a store behind a

@@ -258,6 +258,11 @@ func TestPlanReferenceInBF16OnTheCPU(t *testing.T) {
 		bytes int64
 		held  bool
 	}{{goldenConfig(t, "DeepSeek-R1-Distill-Qwen-1.5B"), 2, true}, {f32, 4, false}} {
+		if tc.held && !model.HoldsBF16Exactly() {
+			// BLAS kernels that slice columns inexactly: the CPU keeps
+			// the reference in float32 and the plan counts it so.
+			tc.bytes, tc.held = 4, false
+		}
 		p, err := MakePlan(ctx, cfg, PlanOptions{Init: tc.init, Baseline: 128 << 20, HostBytes: 1 << 40})
 		if err != nil {
 			t.Fatal(err)
