@@ -149,9 +149,9 @@ func widen(dst []float32, src []uint16) {
 // bit for bit only because the multiply computes each column of its result
 // the same way whatever the columns beside it: the pure-Go kernel always
 // does; OpenBLAS 0.3.21's SkylakeX kernels do for column blocks 32 wide or
-// wider and not for 16 (its small-matrix kernels take other paths), which
-// TestHoldBF16ScoresBitIdentical would catch on a machine whose kernels
-// differ.
+// wider and not for 16 (its small-matrix kernels take other paths); its
+// Haswell and Zen kernels do not, and there HoldBF16 declines
+// (columnSlicesExact probes the kernels in use).
 func narrowSliceRows(cols int) int {
 	return max(sliceAlign, narrowSliceFloats/cols/sliceAlign*sliceAlign)
 }
