@@ -13,9 +13,12 @@ import (
 	"syscall"
 )
 
+// Source is the file Read reads.
+const Source = "/proc/meminfo"
+
 // Read returns MemTotal and MemAvailable of /proc/meminfo, in bytes.
 func Read() (total, avail int64, err error) {
-	f, err := os.Open("/proc/meminfo")
+	f, err := os.Open(Source)
 	if err != nil {
 		return 0, 0, err
 	}

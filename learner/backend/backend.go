@@ -49,6 +49,49 @@ type Backend interface {
 	// the host and on the device (zero for the CPU), computed from the
 	// configuration alone as the backend allocates it.
 	StepMemory(w Workload) (host, device Memory)
+	// DecoderMemory is what the Decoder of a model of configuration c
+	// holds for its parameters, on the host and on the device (its caches
+	// are counted by Decoder.BytesPerToken).
+	DecoderMemory(c model.Config) (host, device int64)
+	// Devices lists the devices the backend runs on as they are now, in
+	// the order it numbers them (Open takes the first): the CPU's is this
+	// machine, cuda's every GPU the driver sees. When none can be read the
+	// error says why and what to install or set; when a later one cannot,
+	// the ones before it come with its error.
+	Devices() ([]DeviceInfo, error)
+}
+
+// The kinds of device a DeviceInfo describes.
+const (
+	KindCPU = "cpu"
+	KindGPU = "gpu"
+)
+
+// DeviceInfo describes one device of a backend and its memory, as the
+// backend reads them.
+type DeviceInfo struct {
+	Backend string // the backend's name
+	ID      string // the device's id within the backend (cuda: the ordinal)
+	Name    string // as the driver or the system names it
+	Kind    string // KindCPU or KindGPU
+	// TotalBytes is the device's memory; FreeBytes what is free (the
+	// CPU: available) now.
+	TotalBytes, FreeBytes int64
+	// MemorySource is where the two were read (/proc/meminfo,
+	// cuMemGetInfo).
+	MemorySource string
+	// ComputeMajor and ComputeMinor are a GPU's compute capability; zero
+	// for the CPU.
+	ComputeMajor, ComputeMinor int
+}
+
+// DevicesOf is the devices of the backend called name (Backend.Devices).
+func DevicesOf(name string) ([]DeviceInfo, error) {
+	b, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return b.Devices()
 }
 
 // Workload is what the memory of a learner step depends on.

@@ -2,11 +2,14 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/learner/blas"
 	"github.com/aipo-rl/aipo/learner/model"
 )
@@ -15,10 +18,12 @@ import (
 // as a backend without its hardware does.
 type absent struct{ reason error }
 
-func (a absent) Available() error                     { return a.reason }
-func (a absent) Precisions() []string                 { return []string{FP32, BF16} }
-func (a absent) Open() (Device, error)                { return nil, a.reason }
-func (a absent) StepMemory(Workload) (Memory, Memory) { return Memory{}, Memory{} }
+func (a absent) Available() error                          { return a.reason }
+func (a absent) Precisions() []string                      { return []string{FP32, BF16} }
+func (a absent) Open() (Device, error)                     { return nil, a.reason }
+func (a absent) StepMemory(Workload) (Memory, Memory)      { return Memory{}, Memory{} }
+func (a absent) DecoderMemory(model.Config) (int64, int64) { return 0, 0 }
+func (a absent) Devices() ([]DeviceInfo, error)            { return nil, a.reason }
 
 var errAbsent = errors.New("test-absent: no device here (install one)")
 
@@ -66,6 +71,54 @@ func TestUnavailableBackendSaysWhy(t *testing.T) {
 	}
 	if _, err := b.Open(); !errors.Is(err, errAbsent) {
 		t.Errorf("Open() = %v, want %v", err, errAbsent)
+	}
+	if devs, err := DevicesOf("test-absent"); !errors.Is(err, errAbsent) || len(devs) != 0 {
+		t.Errorf("DevicesOf(test-absent) = %v, %v; want no device and %v", devs, err, errAbsent)
+	}
+	if _, err := DevicesOf("tpu"); err == nil || !strings.Contains(err.Error(), "use cpu or test-absent") {
+		t.Errorf("DevicesOf(tpu) = %v; want the unknown-backend error", err)
+	}
+}
+
+// The CPU backend's one device is this machine, its memory /proc/meminfo's
+// as internal/meminfo reads it.
+func TestCPUDevicesAreThisMachine(t *testing.T) {
+	devs, err := DevicesOf(CPUName)
+	total, avail, merr := meminfo.Read()
+	if merr != nil {
+		if err == nil || err.Error() != merr.Error() {
+			t.Fatalf("without %s: DevicesOf(cpu) = %v, %v; want meminfo's error %v", meminfo.Source, devs, err, merr)
+		}
+		return
+	}
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("DevicesOf(cpu) = %v, %v; want one device", devs, err)
+	}
+	d := devs[0]
+	if d.Backend != CPUName || d.ID != "0" || d.Kind != KindCPU || d.MemorySource != meminfo.Source || d.ComputeMajor != 0 ||
+		!strings.Contains(d.Name, fmt.Sprintf("%d CPUs", runtime.NumCPU())) {
+		t.Errorf("the CPU device: %+v", d)
+	}
+	// MemAvailable moves between two reads; MemTotal does not.
+	if d.TotalBytes != total || d.FreeBytes <= 0 || d.FreeBytes > d.TotalBytes {
+		t.Errorf("the CPU device has %d bytes, %d free; /proc/meminfo says %d, %d available", d.TotalBytes, d.FreeBytes, total, avail)
+	}
+}
+
+// The CPU decoder is the host model: its float32 parameters, as many bytes
+// as the model's Params hold.
+func TestCPUDecoderMemoryIsTheModel(t *testing.T) {
+	m := tinyModel(t)
+	var want int64
+	for _, p := range m.Params() {
+		want += 4 * int64(len(p.Data))
+	}
+	b, err := Lookup(CPUName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, dev := b.DecoderMemory(m.Config()); host != want || dev != 0 {
+		t.Errorf("DecoderMemory = %d host, %d device; want %d host (the model's parameters), 0 device", host, dev, want)
 	}
 }
 

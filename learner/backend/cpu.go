@@ -3,8 +3,10 @@ package backend
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 
+	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 )
@@ -35,6 +37,24 @@ func (cpuBackend) StepMemory(w Workload) (host, device Memory) {
 		host.Reference = 4 * P
 	}
 	return host, Memory{}
+}
+
+// DecoderMemory: the CPU's decoder is the host model itself, its float32
+// parameters.
+func (cpuBackend) DecoderMemory(c model.Config) (host, device int64) {
+	return 4 * model.ParamCount(c), 0
+}
+
+// Devices is this machine, its memory MemTotal and MemAvailable of
+// /proc/meminfo. The error is meminfo's, which names the file.
+func (cpuBackend) Devices() ([]DeviceInfo, error) {
+	total, avail, err := meminfo.Read()
+	if err != nil {
+		return nil, err
+	}
+	return []DeviceInfo{{Backend: CPUName, ID: "0", Kind: KindCPU,
+		Name:       fmt.Sprintf("host (%s/%s, %d CPUs)", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+		TotalBytes: total, FreeBytes: avail, MemorySource: meminfo.Source}}, nil
 }
 
 type cpuDevice struct{}

@@ -22,14 +22,49 @@ type cudaBackend struct{}
 // Available loads the driver and asks it for a device: without one the
 // error names every library path tried and the variable to set.
 func (cudaBackend) Available() error {
+	_, err := gpuCount()
+	return err
+}
+
+// gpuCount is the GPUs the driver sees; without a driver, or with one
+// that sees none, the error says what to install or check.
+func gpuCount() (int, error) {
 	info, err := Driver()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if info.Devices == 0 {
-		return fmt.Errorf("cuda: the driver %s sees no GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi)", info.Path)
+		return 0, fmt.Errorf("cuda: the driver %s sees no GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi)", info.Path)
 	}
-	return nil
+	return info.Devices, nil
+}
+
+// Devices probes every GPU the driver sees, in ordinal order (Probe: a
+// context opened and closed on each, nothing allocated); a GPU that does
+// not open stops the list with its error (a compute capability below
+// 8.0 among them).
+func (cudaBackend) Devices() ([]backend.DeviceInfo, error) {
+	n, err := gpuCount()
+	if err != nil {
+		return nil, err
+	}
+	var out []backend.DeviceInfo
+	for i := range n {
+		info, err := Probe(i)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, info.backendInfo())
+	}
+	return out, nil
+}
+
+// DecoderMemory: the decoder uploads the model's float32 parameters
+// without gradients and its rotary table (WeightBytes of a frozen float32
+// model); it keeps nothing on the host.
+func (cudaBackend) DecoderMemory(c model.Config) (host, device int64) {
+	w, _, _, _ := WeightBytes(c, true, false)
+	return 0, w
 }
 
 func (cudaBackend) Precisions() []string { return []string{backend.FP32, backend.BF16} }

@@ -15,7 +15,8 @@ import (
 // GEMMs are naive.
 var fakeTests = []string{
 	"TestGPUDeviceInfo", "TestGPUBufferRoundTrip", "TestGPUErrors", "TestGPUConcurrentUse",
-	"TestParityGemmF32", "TestParityGemmBF16", "TestParityResidual", "TestGPUProbe",
+	"TestParityGemmF32", "TestParityGemmBF16", "TestParityResidual", "TestGPUProbe", "TestGPUDevices",
+	"TestGPUDecoderMemory",
 }
 
 // emulatedTests join fakeTests when the stand-in driver is linked with the

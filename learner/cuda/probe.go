@@ -1,5 +1,11 @@
 package cuda
 
+import (
+	"strconv"
+
+	"github.com/aipo-rl/aipo/learner/backend"
+)
+
 // DeviceInfo describes one GPU as the driver reports it.
 type DeviceInfo struct {
 	Ordinal      int
@@ -24,4 +30,11 @@ func Probe(ordinal int) (DeviceInfo, error) {
 		return DeviceInfo{}, err
 	}
 	return DeviceInfo{Ordinal: ordinal, Name: dv.Name(), TotalBytes: total, FreeBytes: free, Major: dv.major, Minor: dv.minor}, nil
+}
+
+// backendInfo is d as learner/backend describes a device.
+func (d DeviceInfo) backendInfo() backend.DeviceInfo {
+	return backend.DeviceInfo{Backend: Name, ID: strconv.Itoa(d.Ordinal), Name: d.Name, Kind: backend.KindGPU,
+		TotalBytes: int64(d.TotalBytes), FreeBytes: int64(d.FreeBytes), MemorySource: "cuMemGetInfo",
+		ComputeMajor: d.Major, ComputeMinor: d.Minor}
 }
