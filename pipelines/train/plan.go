@@ -12,7 +12,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/demo"
@@ -25,7 +24,9 @@ import (
 // adds what a run holds around the step (the training state kept between
 // steps, the in-process rollout engine and its attention caches, the
 // process itself) and the checkpoints' disk, and compares the peaks with
-// the machine's memory or a named device's. docs/scaling.md gives the
+// the machine's memory or a named device's. The machine's memory and its
+// GPUs are what the backends' Devices report (learner/backend's registry:
+// the binary links the backends it runs on). docs/scaling.md gives the
 // formulas.
 
 // engineMaxBatch is the sequences the in-process rollout engine of aipo
@@ -202,7 +203,7 @@ func MakePlan(ctx context.Context, cfg runconfig.Config, o PlanOptions) (Plan, e
 		p.Host = hostCapacity(base)
 	}
 	if p.cuda() {
-		if p.Device, err = deviceCapacity(o.Device); err != nil {
+		if p.Device, err = deviceCapacity(o.Device, cfg.Learner.Backend); err != nil {
 			return Plan{}, err
 		}
 	}
@@ -276,6 +277,13 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 		return Plan{}, fmt.Errorf("plan: %w", err)
 	}
 	p.Checkpointing = st.Checkpointing
+	b, err := backend.Lookup(cfg.Learner.Backend)
+	if err != nil {
+		return Plan{}, fmt.Errorf("plan: %w", err)
+	}
+	// The rollout engine's decoder: on the CPU the host model, on a device
+	// its upload.
+	engineHost, engineDev := b.DecoderMemory(mc)
 	P := p.Params
 	proc := Line{What: "the process (binary, runtime, buffers)", Host: base}
 	ctxLine := Line{What: "CUDA context, kernels and cuBLAS workspaces (allowance)", Device: cudaReserve}
@@ -325,13 +333,12 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	roll := Phase{Name: "rollout (in-process engine)", Lines: []Line{held}}
 	kvWhat := fmt.Sprintf("attention caches: %d sequences x %d positions x %d bytes, and the session cache", seqs, p.SeqTokens, bpt)
 	if cudaRun {
-		w, _, _, _ := cuda.WeightBytes(mc, true, false)
-		load.Lines = append(load.Lines, Line{What: "the engine's weights on the device (float32)", Device: w}, ctxLine)
+		load.Lines = append(load.Lines, Line{What: "the engine's weights on the device (float32)", Device: engineDev}, ctxLine)
 		chunk := int64(64 << 20) // the decoder's logits chunk
-		roll.Lines = append(roll.Lines, Line{What: "the engine's weights and logits chunk (float32)", Device: w + chunk},
+		roll.Lines = append(roll.Lines, Line{What: "the engine's weights and logits chunk (float32)", Device: engineDev + chunk},
 			Line{What: kvWhat, Device: kv}, ctxLine)
 	} else {
-		roll.Lines = append(roll.Lines, Line{What: "the engine's model (float32)", Host: 4 * P}, Line{What: kvWhat, Host: kv})
+		roll.Lines = append(roll.Lines, Line{What: "the engine's model (float32)", Host: engineHost}, Line{What: kvWhat, Host: kv})
 	}
 	load.Lines = append(load.Lines, proc)
 	roll.Lines = append(roll.Lines, proc)
@@ -383,20 +390,22 @@ func planDisk(cfg runconfig.Config, mc model.Config, P int64) Disk {
 	return d
 }
 
-// hostCapacity is this machine's memory: what is available now plus what
-// this process holds (the plan counts it).
+// hostCapacity is this machine's memory (the CPU backend's device): what
+// is available now plus what this process holds (the plan counts it).
 func hostCapacity(base int64) Capacity {
-	total, avail, err := meminfo.Read()
+	devs, err := backend.DevicesOf(backend.CPUName)
 	if err != nil {
 		return Capacity{Name: "this machine", Note: "not known: " + err.Error()}
 	}
-	c := Capacity{Name: "this machine", Bytes: avail + base,
-		Note: fmt.Sprintf("%s available now of %s (/proc/meminfo), with this process's %s", fmtBytes(avail), fmtBytes(total), fmtBytes(base))}
+	h := devs[0]
+	c := Capacity{Name: "this machine", Bytes: h.FreeBytes + base,
+		Note: fmt.Sprintf("%s available now of %s (%s), with this process's %s", fmtBytes(h.FreeBytes), fmtBytes(h.TotalBytes), h.MemorySource, fmtBytes(base))}
 	return c
 }
 
-// deviceCapacity is the named device's memory, or GPU 0's.
-func deviceCapacity(name string) (Capacity, error) {
+// deviceCapacity is the named device's memory, or that of the first
+// device of the backend called backendName (the one it opens).
+func deviceCapacity(name, backendName string) (Capacity, error) {
 	if name != "" {
 		for _, d := range Devices {
 			if strings.EqualFold(d.Name, name) {
@@ -405,12 +414,16 @@ func deviceCapacity(name string) (Capacity, error) {
 		}
 		return Capacity{}, fmt.Errorf("plan: --device %s is not one this plan knows: use %s", name, strings.Join(DeviceNames(), ", "))
 	}
-	info, err := cuda.Probe(0)
-	if err != nil {
+	devs, err := backend.DevicesOf(backendName)
+	if len(devs) == 0 {
+		if err == nil {
+			err = fmt.Errorf("backend %s lists no device", backendName)
+		}
 		short, _, _ := strings.Cut(err.Error(), "; tried")
 		return Capacity{Name: "GPU 0", Note: "not found (" + short + "); name one with --device " + strings.Join(DeviceNames(), "|")}, nil
 	}
-	return Capacity{Name: info.Name, Bytes: int64(info.TotalBytes), Note: fmt.Sprintf("GPU 0, %s free now", fmtBytes(int64(info.FreeBytes)))}, nil
+	d := devs[0]
+	return Capacity{Name: d.Name, Bytes: d.TotalBytes, Note: fmt.Sprintf("GPU %s, %s free now", d.ID, fmtBytes(d.FreeBytes))}, nil
 }
 
 // phaseFits reports whether phase i fits the known capacities.
