@@ -19,7 +19,7 @@ between the best and the second-best logit along the way, and the exact
 sum of the weights (which the Go test checks its generator against).
 
 The weights are not committed: they are a function of the seed, computed
-here and in internal/hfmodel (Go) the same way. Element i of the k-th tensor
+here and in learner/hfmodel (Go) the same way. Element i of the k-th tensor
 (in the order of tensor_names) is byte b = splitmix64(seed + k * 2^32 + i) >> 56
 mapped to (b - 128) * 2^-e for matrices and 1 + ((b >> 4) - 8) / 16 for
 norm weights: every value is exactly representable in bfloat16, so the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures the host memory of a learner step on the CPU, the tree before the
 # memory work and the working tree side by side, and writes
-# docs/results/memory.md (see internal/memorybench for what is measured).
+# docs/results/memory.md (see learner/internal/memorybench for what is measured).
 #
 #   scripts/memory-bench.sh                 every size (25M, 100M, 300M)
 #   SIZES=25M scripts/memory-bench.sh       only some
@@ -25,7 +25,7 @@ work=build/memory
 mkdir -p "$work"
 [ -f build/go.mod ] || scripts/beam-overlay.sh
 go build -modfile="$root/build/go.mod" -o "$work/aipo-after" ./cmd/aipo
-go build -modfile="$root/build/go.mod" -o "$work/memorybench" ./internal/memorybench
+go build -modfile="$root/build/go.mod" -o "$work/memorybench" ./learner/internal/memorybench
 rev=$(git rev-parse --verify "$base^{commit}")
 if [ "$(cat "$work/base/.rev" 2>/dev/null)" != "$rev" ]; then
   rm -rf "$work/base"

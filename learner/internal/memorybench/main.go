@@ -158,7 +158,7 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 		fixed[bd.label] = m.peak
 	}
 	b.printf("# Learner step memory on the CPU: %s and after, side by side\n\n", beforeLabel)
-	b.printf("Produced by scripts/memory-bench.sh (internal/memorybench) on %s; do not edit by hand.\n", time.Now().UTC().Format("2006-01-02"))
+	b.printf("Produced by scripts/memory-bench.sh (learner/internal/memorybench) on %s; do not edit by hand.\n", time.Now().UTC().Format("2006-01-02"))
 	b.printf("One `aipo learn` step per row (a child process, its peak RSS from getrusage), the loss with a KL term so the\n")
 	b.printf("reference model is held, micro_batch_tokens 2048, one sequence of %d tokens (long) or %d (short).\n", longTokens, shortTokens)
 	b.printf("Host B/param (net) = (short-step peak - fixed cost) / parameters, the fixed cost being the peak of the same step on a\n")
