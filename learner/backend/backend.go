@@ -7,9 +7,13 @@
 // name in their configuration (learner.backend, aipo serve --device) and
 // never compare names.
 //
-// The package is a leaf: it imports learner/model and learner/optim and
-// nothing of learner/engine, learner/trainer or any backend, so that those
-// import it and not each other.
+// Backends also say what devices they run on and how much memory those
+// have (Devices), so that planners (aipo plan) ask the registry and link
+// no backend themselves: only the main package imports learner/cuda.
+//
+// The package is a leaf: it imports learner/model, learner/optim and
+// internal/meminfo and nothing of learner/engine, learner/trainer or any
+// backend, so that those import it and not each other.
 package backend
 
 import (

@@ -1,0 +1,203 @@
+package archcheck
+
+import (
+	"bufio"
+	"fmt"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// root is the module's directory, two levels above this package.
+const root = "../.."
+
+// imports is one package directory's imports of the module's own
+// packages, by the importing files: path (relative to the module) -> the
+// imported packages (relative too), from non-test and from test files.
+type imports struct {
+	code, tests map[string][]string
+}
+
+// modulePath is the module line of go.mod.
+func modulePath(t *testing.T) string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
+			return strings.TrimSpace(m)
+		}
+	}
+	t.Fatalf("%s: no module line", filepath.Join(root, "go.mod"))
+	return ""
+}
+
+// skipDir says which directories hold no package of the module: testdata,
+// hidden and underscore directories (the go command's rule), and build/
+// (the generated module overlay and its downloads).
+func skipDir(rel, name string) bool {
+	return name == "testdata" || (rel != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_"))) || rel == "build"
+}
+
+// readImports parses the imports of every Go file of the module.
+func readImports(t *testing.T) imports {
+	t.Helper()
+	mod := modulePath(t)
+	im := imports{code: map[string][]string{}, tests: map[string][]string{}}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if skipDir(rel, d.Name()) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		into := im.code
+		if strings.HasSuffix(path, "_test.go") {
+			into = im.tests
+		}
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		for _, spec := range f.Imports {
+			p, err := strconv.Unquote(spec.Path.Value)
+			if err != nil {
+				return fmt.Errorf("%s: import %s: %w", path, spec.Path.Value, err)
+			}
+			if own, ok := strings.CutPrefix(p, mod+"/"); ok && !slices.Contains(into[pkg], own) {
+				into[pkg] = append(into[pkg], own)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.code) == 0 {
+		t.Fatalf("no package of %s imports another under %s", mod, root)
+	}
+	return im
+}
+
+// under reports whether package p is dir or below it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+// underAny reports whether p is under one of dirs.
+func underAny(p string, dirs ...string) bool {
+	return slices.ContainsFunc(dirs, func(d string) bool { return under(p, d) })
+}
+
+// rule is one import rule: a package `from` selects (with tests: its test
+// files too) may not import what `forbidden` selects.
+type rule struct {
+	name      string
+	from      func(pkg string) bool
+	forbidden func(imp string) bool
+	tests     bool
+}
+
+var rules = []rule{
+	{name: "only cmd/aipo imports learner/cuda",
+		from:      func(p string) bool { return p != "cmd/aipo" && !under(p, "learner/cuda") },
+		forbidden: func(i string) bool { return i == "learner/cuda" }},
+	{name: "internal/ imports nothing of learner/, pipelines/, transforms/, cmd/", tests: true,
+		from:      func(p string) bool { return under(p, "internal") },
+		forbidden: func(i string) bool { return underAny(i, "learner", "pipelines", "transforms", "cmd") }},
+	{name: "learner/ imports nothing of pipelines/, transforms/, cmd/", tests: true,
+		from:      func(p string) bool { return under(p, "learner") },
+		forbidden: func(i string) bool { return underAny(i, "pipelines", "transforms", "cmd") }},
+	{name: "schemas/ imports nothing of learner/, pipelines/, transforms/, cmd/", tests: true,
+		from:      func(p string) bool { return under(p, "schemas") },
+		forbidden: func(i string) bool { return underAny(i, "learner", "pipelines", "transforms", "cmd") }},
+	{name: "transforms/ imports nothing of learner/, pipelines/, cmd/",
+		from:      func(p string) bool { return under(p, "transforms") },
+		forbidden: func(i string) bool { return underAny(i, "learner", "pipelines", "cmd") }},
+	{name: "nothing outside cmd/ imports cmd/", tests: true,
+		from:      func(p string) bool { return !under(p, "cmd") },
+		forbidden: func(i string) bool { return under(i, "cmd") }},
+}
+
+// violations lists the imports of im that break r, sorted, as
+// "pkg -> imported" (with " (test)" for a test file's).
+func (r rule) violations(im imports) []string {
+	var out []string
+	check := func(graph map[string][]string, suffix string) {
+		for pkg, imps := range graph {
+			if !r.from(pkg) {
+				continue
+			}
+			for _, i := range imps {
+				if r.forbidden(i) {
+					out = append(out, pkg+" -> "+i+suffix)
+				}
+			}
+		}
+	}
+	check(im.code, "")
+	if r.tests {
+		check(im.tests, " (test)")
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The module's imports keep the rules of the package comment.
+func TestImportRules(t *testing.T) {
+	im := readImports(t)
+	for _, r := range rules {
+		if v := r.violations(im); len(v) > 0 {
+			t.Errorf("%s; these imports break it (move the code down, or reach a backend through learner/backend's registry):\n  %s",
+				r.name, strings.Join(v, "\n  "))
+		}
+	}
+}
+
+// The rules see what they are about: the imports they allow are there
+// (cmd/aipo links learner/cuda, learner/ reaches internal/, pipelines/
+// reaches learner/), and a forbidden import added to the graph is
+// reported under its rule.
+func TestImportRulesSeeTheGraph(t *testing.T) {
+	im := readImports(t)
+	for _, want := range []struct{ pkg, imp string }{
+		{"cmd/aipo", "learner/cuda"}, {"learner/backend", "internal/meminfo"}, {"pipelines/train", "learner/backend"},
+	} {
+		if !slices.Contains(im.code[want.pkg], want.imp) {
+			t.Errorf("the graph lacks %s -> %s: %v", want.pkg, want.imp, im.code[want.pkg])
+		}
+	}
+	im.code["pipelines/train"] = append(slices.Clone(im.code["pipelines/train"]), "learner/cuda")
+	im.tests["internal/meminfo"] = append(slices.Clone(im.tests["internal/meminfo"]), "learner/model")
+	got := map[string][]string{}
+	for _, r := range rules {
+		got[r.name] = r.violations(im)
+	}
+	if v := got[rules[0].name]; !slices.Equal(v, []string{"pipelines/train -> learner/cuda"}) {
+		t.Errorf("%s: %q, want the added pipelines/train -> learner/cuda", rules[0].name, v)
+	}
+	if v := got[rules[1].name]; !slices.Equal(v, []string{"internal/meminfo -> learner/model (test)"}) {
+		t.Errorf("%s: %q, want the added test import of internal/meminfo", rules[1].name, v)
+	}
+}
