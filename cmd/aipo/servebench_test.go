@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/vllmserver"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/hfmodel"
 )
 
 // qwen3Shape06B is config.json of a model shaped as Qwen/Qwen3-0.6B (the

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
+	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/aipo-rl/aipo/transforms/policy"

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
