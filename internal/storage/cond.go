@@ -76,7 +76,11 @@ func CreateExclusive(ctx context.Context, p string, data []byte) error {
 		}
 		return err
 	}
-	return SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return err
+	}
+	Changed(p)
+	return nil
 }
 
 // ReadGen reads p with its generation. A missing file is an error wrapping
@@ -153,7 +157,11 @@ func ReplaceIf(ctx context.Context, p string, data []byte, g Gen) (Gen, error) {
 		os.Remove(tmp)
 		return Gen{}, err
 	}
-	return localGen(data), SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return Gen{}, err
+	}
+	Changed(p)
+	return localGen(data), nil
 }
 
 // RemoveIf deletes p only if it is still at generation g. A file already
@@ -202,10 +210,17 @@ func RemoveIf(ctx context.Context, p string, g Gen) error {
 	if localGen(cur) != g {
 		return fmt.Errorf("storage: remove %s: %w", p, ErrPrecondition)
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(p); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
 		return err
 	}
-	return SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return err
+	}
+	Changed(p)
+	return nil
 }
 
 func localGen(b []byte) Gen {
@@ -320,6 +335,9 @@ func writeRemoteIf(ctx context.Context, p string, data []byte, c gcs.Conditions)
 		g, err = writeRemoteIfOnce(ctx, p, data, c)
 		return err
 	})
+	if err == nil {
+		Changed(p)
+	}
 	return g, err
 }
 

@@ -25,7 +25,11 @@ func Rename(ctx context.Context, src, dst string) error {
 		if err := os.Rename(src, dst); err != nil {
 			return err
 		}
-		return SyncDir(filepath.Dir(dst))
+		if err := SyncDir(filepath.Dir(dst)); err != nil {
+			return err
+		}
+		Changed(dst)
+		return nil
 	}
 	return bounded(ctx, "rename", src+" to "+dst, func(ctx context.Context) error {
 		fs, err := remoteFS(ctx, src)
@@ -36,6 +40,7 @@ func Rename(ctx context.Context, src, dst string) error {
 		if err := filesystem.Rename(ctx, fs, src, dst); err != nil {
 			return wrapRemote("rename", src+" to "+dst, err)
 		}
+		Changed(dst)
 		return nil
 	})
 }

@@ -165,7 +165,11 @@ func (f syncFile) Close() error {
 		f.File.Close()
 		return err
 	}
-	return f.File.Close()
+	if err := f.File.Close(); err != nil {
+		return err
+	}
+	Changed(f.File.Name())
+	return nil
 }
 
 // Create opens p for writing, creating parent directories of local paths. On
@@ -214,6 +218,7 @@ func WriteAtomic(ctx context.Context, p string, data []byte) error {
 		if err := w.Close(); err != nil {
 			return remoteErr("commit", p, err)
 		}
+		Changed(p)
 		return nil
 	}
 	dir := filepath.Dir(p)
@@ -239,7 +244,11 @@ func WriteAtomic(ctx context.Context, p string, data []byte) error {
 	if err := os.Rename(tmp.Name(), p); err != nil {
 		return err
 	}
-	return SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return err
+	}
+	Changed(p)
+	return nil
 }
 
 // SyncDir makes renames and creations inside a local directory durable. It is
@@ -326,7 +335,10 @@ func List(ctx context.Context, glob string) ([]string, error) {
 // Remove deletes p. Removing a file that does not exist is not an error.
 func Remove(ctx context.Context, p string) error {
 	if !IsRemote(p) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		err := os.Remove(p)
+		if err == nil {
+			Changed(p)
+		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return nil
@@ -347,6 +359,7 @@ func Remove(ctx context.Context, p string) error {
 			}
 			return wrapRemote("remove", p, err)
 		}
+		Changed(p)
 		return nil
 	})
 }
@@ -423,6 +436,7 @@ func (c *closeBothW) Close() error {
 		}
 		return wrapRemote("close", c.p, err)
 	}
+	Changed(c.p)
 	return nil
 }
 

@@ -402,6 +402,7 @@ func saveLocal(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions)
 	if err := storage.SyncDir(parent); err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
 	}
+	storage.Changed(dir)
 	return commit(ctx, dir, m)
 }
 

@@ -138,6 +138,7 @@ func Remove(ctx context.Context, dir string) error {
 	if err := storage.SyncDir(parent); err != nil {
 		return fmt.Errorf("remove checkpoint %s: %w", dir, err)
 	}
+	storage.Changed(dir)
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("remove checkpoint %s: delete %s: %w", dir, tmp, err)
 	}
@@ -170,7 +171,11 @@ func RemoveUncommitted(ctx context.Context, dir string) error {
 		if err := checkLeftover(dir, entries); err != nil {
 			return err
 		}
-		return os.RemoveAll(dir)
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		storage.Changed(dir)
+		return nil
 	}
 	objs, err := storage.List(ctx, storage.Join(dir, "*"))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -14,11 +15,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -32,6 +37,45 @@ const childEnv = "AIPO_TRAIN_TEST_CHILD_RUN"
 // childAsyncEnv, set to 1 beside childEnv, makes the child's run
 // asynchronous (run.async).
 const childAsyncEnv = "AIPO_TRAIN_TEST_CHILD_ASYNC"
+
+// childKillAtPhaseEnv ("PHASE STEP", as Event names them) makes the
+// child kill itself with SIGKILL as that phase of that step starts.
+const childKillAtPhaseEnv = "AIPO_TRAIN_TEST_CHILD_KILL_AT_PHASE"
+
+// childKillAtChangeEnv (a number N) makes the child kill itself with
+// SIGKILL right after the N-th change it makes to files (storage's
+// observer sees every one), so that nothing after that change happens.
+// Every child prints a line "CHANGE <n> <path relative to the run>" for
+// each change it makes.
+const childKillAtChangeEnv = "AIPO_TRAIN_TEST_CHILD_KILL_AT_CHANGE"
+
+// killSelf ends the process the way a crash or an OOM kill does: no
+// deferred function runs, nothing is flushed or cleaned up.
+func killSelf() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
+}
+
+// observeChanges prints every change the child makes under dir, and
+// kills the child right after change number killAt when that is a number.
+func observeChanges(dir, killAt string) {
+	var n atomic.Int64
+	var mu sync.Mutex
+	at, _ := strconv.ParseInt(killAt, 10, 64)
+	storage.ObserveChanges(func(p string) {
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return // not the run's (a warm start's scratch files)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		k := n.Add(1)
+		fmt.Fprintf(os.Stdout, "CHANGE %d %s\n", k, rel)
+		if k == at {
+			killSelf()
+		}
+	})
+}
 
 // runChildIfAsked is called by TestMain before the tests: in a child it
 // runs the quick demo and exits.
@@ -67,6 +111,17 @@ func runChildIfAsked() {
 	if os.Getenv(childAsyncEnv) == "1" {
 		o.Mutate = func(c *runconfig.Config) { c.Run.Async = true }
 	}
+	killAtPhase := os.Getenv(childKillAtPhaseEnv)
+	if killAtPhase != "" {
+		progress := o.Progress
+		o.Progress = func(e Event) {
+			if fmt.Sprintf("%s %d", e.Phase, e.Step) == killAtPhase {
+				killSelf()
+			}
+			progress(e)
+		}
+	}
+	observeChanges(dir, os.Getenv(childKillAtChangeEnv))
 	if _, err := RunDemo(context.Background(), o); err != nil {
 		os.Stderr.WriteString("child: " + err.Error() + "\n")
 		os.Exit(1)
@@ -74,11 +129,23 @@ func runChildIfAsked() {
 	os.Exit(0)
 }
 
-// mark is a phase start seen in a child's output.
+// mark is a phase start seen in a child's output, or a change it made
+// (phase "change", step the change's number).
 type mark struct {
 	phase string
 	step  int64
+	path  string        // a change's path, relative to the run
 	at    time.Duration // since the child started
+}
+
+// killedBySIGKILL reports whether a child's Wait error says SIGKILL ended it.
+func killedBySIGKILL(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // killPlan kills the child once the mark (phase, step) has been seen and
@@ -102,6 +169,10 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+dir), env...)
+	selfKill := false
+	for _, e := range env {
+		selfKill = selfKill || strings.HasPrefix(e, childKillAtPhaseEnv+"=") || strings.HasPrefix(e, childKillAtChangeEnv+"=")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -118,7 +189,15 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			var m mark
-			if _, err := fmt.Sscanf(sc.Text(), "PHASE %s %d", &m.phase, &m.step); err == nil {
+			if rel, ok := strings.CutPrefix(sc.Text(), "CHANGE "); ok {
+				m.phase = "change"
+				if n, p, ok := strings.Cut(rel, " "); ok {
+					m.step, _ = strconv.ParseInt(n, 10, 64)
+					m.path = p
+				}
+				m.at = time.Since(start)
+				seen <- m
+			} else if _, err := fmt.Sscanf(sc.Text(), "PHASE %s %d", &m.phase, &m.step); err == nil {
 				m.at = time.Since(start)
 				seen <- m
 			}
@@ -132,7 +211,11 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 			if !ok {
 				// The child ended on its own (before any planned kill, or
 				// without the planned phase: it was already done).
-				if err := cmd.Wait(); err != nil {
+				err := cmd.Wait()
+				if selfKill && killedBySIGKILL(err) {
+					return false, marks
+				}
+				if err != nil {
 					e := stderr.Bytes()
 					t.Fatalf("quick demo in %s failed: %v; the end of its stderr:\n%s", dir, err, e[max(0, len(e)-4096):])
 				}
@@ -278,18 +361,9 @@ func crashSuite(t *testing.T, async bool, trials int) {
 	base := t.TempDir()
 	ref := filepath.Join(base, "reference")
 	_, marks := run(ref, killPlan{})
+	marks = phaseMarks(marks)
 	steps := cfg.Run.Steps
-	wantWeights := fileSum(t, filepath.Join(checkpoint.Dir(ref, steps), checkpoint.WeightsName))
-	wantSteps := make([]string, steps)
-	for k := range steps {
-		var n int
-		wantSteps[k], n = stepDigest(t, ref, k)
-		if want := cfg.Data.BatchSize * cfg.Rollout.GroupSize; n != want {
-			t.Fatalf("reference step %d holds %d trajectories, want %d", k, n, want)
-		}
-	}
-	wantEval := evalDigest(t, ref)
-	wantCkpts := checkpointSums(t, ref)
+	want := digestRun(t, ref, cfg)
 
 	// How long each phase lasted in the reference run, to aim the kills.
 	type span struct {
@@ -367,45 +441,7 @@ func crashSuite(t *testing.T, async bool, trials int) {
 				perPhase[target]++
 			}
 		}
-		if got := fileSum(t, filepath.Join(checkpoint.Dir(dir, steps), checkpoint.WeightsName)); got != wantWeights {
-			t.Errorf("trial %d (killed in %s): final weights sha256 %s, uninterrupted run %s", trial, target, got, wantWeights)
-		}
-		for k := range steps {
-			got, n := stepDigest(t, dir, k)
-			if got != wantSteps[k] {
-				t.Errorf("trial %d (killed in %s) step %d: %d trajectories differ from the uninterrupted run's", trial, target, k, n)
-			}
-		}
-		if extra, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("step-%06d", steps))); len(extra) > 0 {
-			t.Errorf("trial %d: a step beyond the run's %d steps exists", trial, steps)
-		}
-		// Every file of every checkpoint is the same, byte for byte (no
-		// wall-clock time is written into one).
-		if got := checkpointSums(t, dir); fmt.Sprint(got) != fmt.Sprint(wantCkpts) {
-			for p, sum := range wantCkpts {
-				if got[p] != sum {
-					t.Errorf("trial %d (killed in %s): %s differs from the uninterrupted run's", trial, target, p)
-				}
-			}
-			if len(got) != len(wantCkpts) {
-				t.Errorf("trial %d (killed in %s): %d checkpoint files, the uninterrupted run has %d", trial, target, len(got), len(wantCkpts))
-			}
-		}
-		if left := tempFiles(t, dir); len(left) > 0 {
-			t.Errorf("trial %d (killed in %s): temporary files of dead attempts left after the resume: %v", trial, target, left)
-		}
-		if got := evalDigest(t, dir); got != wantEval {
-			t.Errorf("trial %d (killed in %s): evaluation records differ from the uninterrupted run's", trial, target)
-		}
-		// TensorBoard's event files (one per process that wrote) hold every
-		// step of the records once: none lost to a kill, none repeated.
-		checkEventsOnce(t, dir, fmt.Sprintf("trial %d (killed in %s)", trial, target))
-		checkMetricsRebuilt(t, dir, fmt.Sprintf("trial %d (killed in %s)", trial, target))
-		for _, f := range []string{"report/report.md", "analysis/analysis.json"} {
-			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-				t.Errorf("trial %d: %s missing after the resumed run: %v", trial, f, err)
-			}
-		}
+		want.check(t, dir, fmt.Sprintf("trial %d (killed in %s)", trial, target))
 	}
 	if kills < trials {
 		t.Errorf("only %d kills in %d trials; the kill times missed the runs", kills, trials)

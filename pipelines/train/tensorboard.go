@@ -210,7 +210,11 @@ func (b *board) append(ctx context.Context, data []byte) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	storage.Changed(b.file)
+	return nil
 }
 
 // scan notes the (step, tag) pairs the directory's event files hold, up to
