@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes the in-process prism job server of the Beam Go SDK listen on
-# 127.0.0.1 instead of every interface. The SDK offers no option for this,
+# 127.0.0.1 instead of every interface, and the SDK's boot program copy the
+# worker under TMPDIR rather than /tmp (below). The SDK offers no option for this,
 # and Go refuses overlays of module-cache files, so this script copies the
 # SDK's Go sources from the module cache into build/beam-sdks (ignored by
 # git), rewrites the one listen address there, and writes build/go.mod: the
@@ -28,6 +29,20 @@ if [ ! -f "$dst/.version" ] || [ "$(cat "$dst/.version")" != "$ver" ]; then
   chmod -R u+w "$dst"
   sed -i 's/net.Listen("tcp", fmt.Sprintf(":%d", port))/net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))/' "$dst/$rel"
   echo "$ver" > "$dst/.version"
+fi
+# The boot program copies the worker binary into a fresh directory under a
+# fixed /tmp/ and never removes it (183 MB per worker start on Flink and
+# Spark, tens of GB after a few test runs). Under TMPDIR instead, the
+# per-worker directory scripts/flink/worker-boot.sh gives it (and removes)
+# holds the copy. Patched in place whenever the copy still has the line, so a
+# copy made before this patch gets it too.
+boot=go/container/boot.go
+if grep -qF 'os.MkdirTemp("/tmp/", "bin*")' "$dst/$boot"; then
+  sed -i 's#os.MkdirTemp("/tmp/", "bin\*")#os.MkdirTemp("", "bin*")#' "$dst/$boot"
+fi
+if ! grep -qF 'os.MkdirTemp("", "bin*")' "$dst/$boot"; then
+  echo "beam-overlay: $dst/$boot no longer copies the worker with os.MkdirTemp(\"/tmp/\", \"bin*\"); update scripts/beam-overlay.sh for Beam $ver" >&2
+  exit 1
 fi
 cp go.sum build/go.sum
 { cat go.mod; echo; echo "replace $mod => ./build/beam-sdks"; } > build/go.mod

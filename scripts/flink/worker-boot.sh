@@ -8,7 +8,8 @@
 # Each start gets a directory of its own for the staged files: the boot
 # program's default (/tmp/staged) is shared by every worker on the host, and
 # two TaskManager slots starting workers at once write the same file. The
-# directory is removed when the worker ends.
+# directory, which also holds the boot program's copy of the worker binary,
+# is removed when the worker ends.
 #
 # Settings (environment variables of the TaskManager):
 #   AIPO_BEAM_BOOT   the boot program (default: bin/beam-boot beside this script's checkout)
@@ -24,7 +25,10 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/aipo-worker.XXXXXX") || exit 1
 # own (the boot program's PID), so that stopping this script stops both: the
 # runner stops the environment by signalling this script only, and a boot
 # program that exits leaves its worker running, idle, otherwise.
-setsid "$boot" --semi_persist_dir="$dir" "$@" &
+# TMPDIR: the boot program copies the worker binary there (the overlay's
+# patch; Beam's own copies it under /tmp and leaves it), so that the copy
+# goes with the directory.
+TMPDIR="$dir" setsid "$boot" --semi_persist_dir="$dir" "$@" &
 child=$!
 trap 'kill -TERM -- "-$child" 2>/dev/null' TERM INT
 wait "$child"
