@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/verify"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -46,7 +47,7 @@ func ScoreGroup(spec Spec, g *Group) error {
 		// A response the length budget cut off earns nothing unless the
 		// run says otherwise: an answer guessed before the budget ran out
 		// is not one the policy finished.
-		if t.FinishReason == schemas.FinishLength && !spec.ScoreTruncated {
+		if t.FinishReason == sampling.FinishLength && !spec.ScoreTruncated {
 			correct, score = false, 0
 		}
 		r := score - float32(spec.InteractionCost)*float32(len(t.InteractionAgent))
