@@ -99,7 +99,7 @@ func TestGroupAdvantages(t *testing.T) {
 }
 
 func TestScoreGroup(t *testing.T) {
-	spec := Spec{Demo: true, InteractionCost: 0.25}
+	spec := Spec{InteractionCost: 0.25, RewardStrict: true}
 	g := Group{
 		Prompt: schemas.Prompt{ID: "x", Answer: "453", DataSource: DemoSource},
 		Trajectories: []schemas.Trajectory{

@@ -2,10 +2,7 @@ package rollout
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/verify"
@@ -59,16 +56,6 @@ func ScoreGroup(spec Spec, g *Group) error {
 
 // Verify scores the text the policy wrote for prompt p.
 func Verify(spec Spec, p schemas.Prompt, text string) (bool, float32, error) {
-	if spec.Demo && spec.RewardDataSource == "" {
-		want, err := strconv.Atoi(strings.TrimSpace(p.Answer))
-		if err != nil {
-			return false, 0, fmt.Errorf("rollout: demo prompt %s has answer %q, not an integer", p.ID, p.Answer)
-		}
-		if ok, _ := demotask.Score(text, want); ok {
-			return true, 1, nil
-		}
-		return false, 0, nil
-	}
 	ds := p.DataSource
 	if spec.RewardDataSource != "" {
 		ds = spec.RewardDataSource
