@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/aipo-rl/aipo/internal/sampling"
 )
 
 // words is a small vocabulary for realistic, compressible text.
@@ -50,7 +52,7 @@ func genTrajectory(rng *rand.Rand, o genOptions, idx int) Trajectory {
 		ResponseText:  randText(rng, o.respLen*o.textPerToken/5),
 		Reward:        float32(rng.IntN(2)),
 		Advantage:     float32(rng.NormFloat64()),
-		FinishReason:  []string{FinishEOS, FinishStop, FinishLength, FinishError}[rng.IntN(4)],
+		FinishReason:  []string{sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength, FinishError}[rng.IntN(4)],
 	}
 	t.Correct = t.Reward > 0
 	if o.promptLen > 0 {

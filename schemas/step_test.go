@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 )
@@ -102,7 +103,7 @@ func TestRoundTripPromptsAndEval(t *testing.T) {
 		evals[i] = EvalRecord{SchemaVersion: SchemaVersion, Run: "r", Checkpoint: "step-000010", Benchmark: "aime24",
 			ProblemID: fmt.Sprint(i / 4), SampleIndex: int32(i % 4), Seed: int64(i), Prompt: randText(rng, 20),
 			Response: randText(rng, 200), Extracted: "42", Answer: "42", Correct: i%3 == 0, Score: float32(i%3) / 2,
-			Verdict: "equal", FinishReason: FinishEOS, ResponseLen: int32(rng.IntN(4000)), LatencyMs: 12.5}
+			Verdict: "equal", FinishReason: sampling.FinishEOS, ResponseLen: int32(rng.IntN(4000)), LatencyMs: 12.5}
 	}
 	pdir := filepath.Join(t.TempDir(), "prompts")
 	if _, err := WriteStep(ctx, pdir, splitRows(prompts, 128), Manifest{}); err != nil {

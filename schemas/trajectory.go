@@ -37,13 +37,10 @@ const (
 	StatusLimit   = "limit"   // max_interactions reached; answered with a fixed notice
 )
 
-// Finish reasons (Trajectory.FinishReason).
-const (
-	FinishEOS    = "eos"    // the policy wrote an end-of-sequence token
-	FinishStop   = "stop"   // a stop string or stop token ended it
-	FinishLength = "length" // the token budget ran out
-	FinishError  = "error"  // the rollout failed; reward is 0
-)
+// FinishError is the finish reason (Trajectory.FinishReason) of a rollout
+// that failed; its reward is 0. The others are the policy's own
+// (sampling.FinishEOS, FinishStop, FinishLength).
+const FinishError = "error"
 
 // Trajectory is one sampled response to one prompt, with token-level
 // provenance. The per-token columns (ResponseIDs, TokenSource,

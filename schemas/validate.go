@@ -3,6 +3,8 @@ package schemas
 import (
 	"fmt"
 	"math"
+
+	"github.com/aipo-rl/aipo/internal/sampling"
 )
 
 // InteractionAgents are the values of Trajectory.InteractionAgent: the names
@@ -82,9 +84,9 @@ func (t *Trajectory) Validate() error {
 		prevEnd = b
 	}
 	switch t.FinishReason {
-	case FinishEOS, FinishStop, FinishLength, FinishError:
+	case sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength, FinishError:
 	default:
-		return fmt.Errorf("finish_reason is %q, want %s, %s, %s or %s", t.FinishReason, FinishEOS, FinishStop, FinishLength, FinishError)
+		return fmt.Errorf("finish_reason is %q, want %s, %s, %s or %s", t.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength, FinishError)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/aipo-rl/aipo/schemas"
@@ -32,7 +33,7 @@ func writeRun(t *testing.T, n int) string {
 			var rows []schemas.Trajectory
 			for i := 0; i < 2; i++ {
 				rows = append(rows, schemas.Trajectory{SchemaVersion: 1, Run: "r", Step: int64(k), PromptID: "p" + string(rune('0'+sh)),
-					SampleIndex: int32(i), FinishReason: schemas.FinishEOS, ResponseIDs: []int32{5, 6},
+					SampleIndex: int32(i), FinishReason: sampling.FinishEOS, ResponseIDs: []int32{5, 6},
 					TokenSource: []int8{schemas.SourcePolicy, schemas.SourcePolicy}, BehaviorLogProbs: []float32{-1, -1},
 					Correct: i == 0, Reward: float32(1 - i)})
 			}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -40,10 +41,10 @@ func TestPortableProcessEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	run := filepath.Join(dir, "run")
 	rows := []schemas.Trajectory{
-		{SchemaVersion: 1, Run: "r", Step: 0, PromptID: "p0", SampleIndex: 0, FinishReason: schemas.FinishEOS,
+		{SchemaVersion: 1, Run: "r", Step: 0, PromptID: "p0", SampleIndex: 0, FinishReason: sampling.FinishEOS,
 			ResponseIDs: []int32{5, 6}, TokenSource: []int8{schemas.SourcePolicy, schemas.SourcePolicy},
 			BehaviorLogProbs: []float32{-1, -1}, Correct: true, Reward: 1},
-		{SchemaVersion: 1, Run: "r", Step: 0, PromptID: "p0", SampleIndex: 1, FinishReason: schemas.FinishEOS,
+		{SchemaVersion: 1, Run: "r", Step: 0, PromptID: "p0", SampleIndex: 1, FinishReason: sampling.FinishEOS,
 			ResponseIDs: []int32{7}, TokenSource: []int8{schemas.SourcePolicy}, BehaviorLogProbs: []float32{-2}},
 	}
 	if _, err := schemas.WriteStep(context.Background(), schemas.StepDir(run, 0), [][]schemas.Trajectory{rows},

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 )
@@ -35,7 +36,7 @@ func TestGreedyMatchesRecomputeAndLearnerLogProbs(t *testing.T) {
 				if i := sameTokens(res.Tokens, want); i >= 0 {
 					t.Fatalf("prompt %v: engine token %d differs from greedy recomputation:\n got %v\nwant %v", p, i, res.Tokens, want)
 				}
-				if res.FinishReason != FinishLength || res.PolicyVersion != 1 {
+				if res.FinishReason != sampling.FinishLength || res.PolicyVersion != 1 {
 					t.Errorf("finish %q version %d, want length and 1", res.FinishReason, res.PolicyVersion)
 				}
 				checkLogProbs(t, fmt.Sprintf("prompt %v", p), res.LogProbs, learnerLogProbs(t, m, p, res.Tokens))
@@ -250,7 +251,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := T[:first(T[6])+1]
-		if sameTokens(res.Tokens, want) >= 0 || res.FinishReason != FinishStop || res.Stop != fmt.Sprint(T[6]) {
+		if sameTokens(res.Tokens, want) >= 0 || res.FinishReason != sampling.FinishStop || res.Stop != fmt.Sprint(T[6]) {
 			t.Fatalf("stop token %d: got %v %q %q, want %v stop %q", T[6], res.Tokens, res.FinishReason, res.Stop, want, fmt.Sprint(T[6]))
 		}
 	})
@@ -264,7 +265,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 		}
 		text, _ := e.Detokenize(res.Tokens)
 		before, _ := e.Detokenize(res.Tokens[:len(res.Tokens)-1])
-		if res.FinishReason != FinishStop || res.Stop != s || !strings.Contains(text, s) || strings.Contains(before, s) || len(res.Tokens) > 5 {
+		if res.FinishReason != sampling.FinishStop || res.Stop != s || !strings.Contains(text, s) || strings.Contains(before, s) || len(res.Tokens) > 5 {
 			t.Fatalf("stop string %q: got %q (%v) finish %q stop %q; want output ending at its first occurrence", s, text, res.Tokens, res.FinishReason, res.Stop)
 		}
 	})
@@ -274,7 +275,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sameTokens(res.Tokens, T[:first(T[9])+1]) >= 0 || res.FinishReason != FinishEOS {
+		if sameTokens(res.Tokens, T[:first(T[9])+1]) >= 0 || res.FinishReason != sampling.FinishEOS {
 			t.Fatalf("eos %d: got %v %q", T[9], res.Tokens, res.FinishReason)
 		}
 	})
@@ -283,7 +284,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Tokens) != 4 || res.FinishReason != FinishLength {
+		if len(res.Tokens) != 4 || res.FinishReason != sampling.FinishLength {
 			t.Fatalf("max_tokens 4: %d tokens, finish %q", len(res.Tokens), res.FinishReason)
 		}
 		e3 := start(t, m, tok, Config{EOS: []int32{}, MaxContext: 10})
@@ -291,7 +292,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Tokens) != 6 || res.FinishReason != FinishLength {
+		if len(res.Tokens) != 6 || res.FinishReason != sampling.FinishLength {
 			t.Fatalf("context 10 with a 4-token prefix: %d tokens, finish %q; want 6, length", len(res.Tokens), res.FinishReason)
 		}
 	})

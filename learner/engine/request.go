@@ -4,13 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-)
 
-// Finish reasons of a Result.
-const (
-	FinishEOS    = "eos"
-	FinishStop   = "stop"
-	FinishLength = "length"
+	"github.com/aipo-rl/aipo/internal/sampling"
 )
 
 // ErrQueueFull is returned by Generate when Config.MaxQueue requests are
@@ -22,32 +17,8 @@ var ErrQueueFull = errors.New("engine: request queue is full; retry later or rai
 // engine.
 var ErrClosed = errors.New("engine: closed")
 
-// SampleParams controls sampling for one request.
-type SampleParams struct {
-	// Temperature divides the logits; 0 is greedy decoding.
-	Temperature float32
-	// TopP keeps the most likely tokens whose probabilities (after
-	// temperature and top-k) sum to at least TopP; 0 or 1 is off.
-	TopP float32
-	// TopK keeps the K most likely tokens; 0 is off.
-	TopK int
-	// MaxTokens bounds the new tokens; 0 means up to the context length.
-	MaxTokens int
-	// Seed seeds the request's random stream: the same seed, prefix and
-	// parameters give the same tokens.
-	Seed int64
-	// StopTokenIDs end generation after one of them is sampled (it is
-	// part of the output).
-	StopTokenIDs []int32
-	// StopStrings end generation once the decoded output contains one of
-	// them (the token that completes it is part of the output). They need
-	// a tokenizer.
-	StopStrings []string
-	// TopLogprobs asks, at every sampled position, for the TopLogprobs
-	// most likely tokens with their log-probabilities under the
-	// unmodified policy, as LogProbs (Result.TopLogProbs); 0: none.
-	TopLogprobs int
-}
+// SampleParams controls sampling for one request (sampling.Params).
+type SampleParams = sampling.Params
 
 // Request asks for a continuation of Prefix.
 type Request struct {
@@ -70,10 +41,11 @@ type Result struct {
 	// (the same distribution as LogProbs), most likely first, equal ones
 	// in id order.
 	TopLogProbs [][]TokenLogProb
-	// FinishReason is FinishEOS, FinishStop or FinishLength.
+	// FinishReason is sampling.FinishEOS, sampling.FinishStop or
+	// sampling.FinishLength.
 	FinishReason string
 	// Stop is the stop string, or the decimal stop token id, that ended
-	// generation when FinishReason is FinishStop.
+	// generation when FinishReason is sampling.FinishStop.
 	Stop string
 	// PolicyVersion names the weights that produced every token.
 	PolicyVersion int64

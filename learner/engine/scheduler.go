@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
@@ -236,13 +237,13 @@ func (e *Engine) record(q *seq, d draw) bool {
 	}
 	for _, id := range e.eos {
 		if tok == id {
-			r.FinishReason = FinishEOS
+			r.FinishReason = sampling.FinishEOS
 			return true
 		}
 	}
 	for _, id := range p.StopTokenIDs {
 		if tok == id {
-			r.FinishReason, r.Stop = FinishStop, strconv.Itoa(int(id))
+			r.FinishReason, r.Stop = sampling.FinishStop, strconv.Itoa(int(id))
 			return true
 		}
 	}
@@ -253,13 +254,13 @@ func (e *Engine) record(q *seq, d draw) bool {
 			// Occurrences that end inside the newest token's bytes.
 			from := max(0, len(q.text)-len(added)-len(s)+1)
 			if bytes.Contains(q.text[from:], []byte(s)) {
-				r.FinishReason, r.Stop = FinishStop, s
+				r.FinishReason, r.Stop = sampling.FinishStop, s
 				return true
 			}
 		}
 	}
 	if len(r.Tokens) >= q.room {
-		r.FinishReason = FinishLength
+		r.FinishReason = sampling.FinishLength
 		return true
 	}
 	q.one[0] = tok

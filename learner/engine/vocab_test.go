@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
@@ -97,7 +98,7 @@ func TestStopStringInsideToken(t *testing.T) {
 			out, _ := tok.Decode(toInts(res.Tokens), false)
 			last, _ := tok.Decode(toInts(res.Tokens[len(res.Tokens)-1:]), false)
 			before := strings.TrimSuffix(out, last)
-			if res.FinishReason != FinishStop || res.Stop != "</verify>" || !strings.Contains(out, "</verify>") || strings.Contains(before, "</verify>") {
+			if res.FinishReason != sampling.FinishStop || res.Stop != "</verify>" || !strings.Contains(out, "</verify>") || strings.Contains(before, "</verify>") {
 				t.Fatalf("%s %q: finish %q stop %q output %q (last token %q); want stop at the token completing </verify>", name, text, res.FinishReason, res.Stop, out, last)
 			}
 			if !slices.Equal(res.Tokens, script[:len(res.Tokens)]) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -79,7 +80,7 @@ func summarize(t schemas.Trajectory) stepAcc {
 	if t.Correct {
 		a.Correct = 1
 	}
-	if t.FinishReason == schemas.FinishLength {
+	if t.FinishReason == sampling.FinishLength {
 		a.FinishLength = 1
 	}
 	a.Tokens = int64(len(t.TokenSource))

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -15,16 +16,21 @@ import (
 // when the policy writes a call, nobody answers; it goes on writing, so a
 // correct answer needs the fact inside the policy.
 type EvalConfig struct {
-	Samples     int     `yaml:"samples" json:"samples"`         // k for Avg@k and Pass@k
-	Temperature float32 `yaml:"temperature" json:"temperature"` // sampling temperature of the k samples
-	MaxTokens   int     `yaml:"max_tokens" json:"max_tokens"`   // response budget
-	Seed        int64   `yaml:"seed" json:"seed"`
-	Parallel    int     `yaml:"parallel" json:"parallel"` // requests in flight
+	// Samples is k for Avg@k and Pass@k.
+	Samples int `yaml:"samples" json:"samples"`
+	// Params are the sampling of the k samples: Temperature, TopP, TopK,
+	// MaxTokens (the response budget) and Seed (the base of every
+	// request's seed). Greedy decoding uses them at temperature 0; every
+	// request also stops at the policy's end-of-sequence tokens (after
+	// StopTokenIDs).
+	sampling.Params `yaml:",inline"`
+	// Parallel bounds the requests in flight.
+	Parallel int `yaml:"parallel" json:"parallel"`
 }
 
 // DefaultEval scores greedy decoding and 8 samples at temperature 1.
 func DefaultEval() EvalConfig {
-	return EvalConfig{Samples: 8, Temperature: 1, MaxTokens: 48, Seed: 1234, Parallel: 64}
+	return EvalConfig{Samples: 8, Params: sampling.Params{Temperature: 1, TopP: 1, MaxTokens: 48, Seed: 1234}, Parallel: 64}
 }
 
 // EvalRecord is an evaluation of one checkpoint of the policy alone, as
@@ -82,8 +88,9 @@ func Evaluate(ctx context.Context, c policy.Client, task *demotask.Task, cfg Eva
 			defer wg.Done()
 			defer func() { <-sem }()
 			q := qs[qi]
-			p := policy.SampleParams{Temperature: cfg.Temperature, TopP: 1, MaxTokens: cfg.MaxTokens,
-				Seed: cfg.Seed + int64(qi)*1000 + int64(sample), StopTokenIDs: info.EOS}
+			p := cfg.Params
+			p.Seed = cfg.Seed + int64(qi)*1000 + int64(sample)
+			p.StopTokenIDs = append(append([]int32(nil), cfg.StopTokenIDs...), info.EOS...)
 			if sample < 0 {
 				p.Temperature = 0
 			}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/beamrow"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
@@ -270,7 +271,7 @@ func (fn *evalChunkFn) sample(ctx context.Context, bench string, b benchSpec, sc
 		return schemas.EvalRecord{}, fmt.Errorf("eval %s problem %s sample %d: generate: %w", bench, p.ID, s, err)
 	}
 	toks := res.Tokens
-	if n := len(toks); n > 0 && res.FinishReason != policy.FinishLength && isStop(toks[n-1], stops) {
+	if n := len(toks); n > 0 && res.FinishReason != sampling.FinishLength && isStop(toks[n-1], stops) {
 		toks = toks[:n-1]
 	}
 	text, err := fn.client.Detokenize(ctx, toks)

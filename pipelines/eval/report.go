@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
@@ -120,7 +121,7 @@ func scoreBenchmark(pb PlannedBenchmark, recs []schemas.EvalRecord, passK, majK 
 		if !code {
 			samples[i].Answer = r.Extracted
 		}
-		if r.FinishReason == "length" {
+		if r.FinishReason == sampling.FinishLength {
 			truncated++
 		}
 		tokens += float64(r.ResponseLen)

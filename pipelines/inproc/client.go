@@ -34,10 +34,7 @@ func (c *client) Generate(ctx context.Context, req policy.Request) (policy.Resul
 	if err != nil {
 		return policy.Result{}, err
 	}
-	p := req.Params
-	res, err := e.Generate(ctx, engine.Request{Prefix: req.Prefix, Session: req.Session, Params: engine.SampleParams{
-		Temperature: p.Temperature, TopP: p.TopP, TopK: p.TopK, MaxTokens: p.MaxTokens, Seed: p.Seed,
-		StopTokenIDs: p.StopTokenIDs, StopStrings: p.StopStrings}})
+	res, err := e.Generate(ctx, engine.Request{Prefix: req.Prefix, Session: req.Session, Params: req.Params})
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return policy.Result{}, err

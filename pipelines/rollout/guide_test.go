@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -83,7 +84,7 @@ eval: {every: 0}
 		}
 		ids := tok.EncodeSpecial(want)
 		got := r.ResponseIDs
-		if r.FinishReason == schemas.FinishEOS {
+		if r.FinishReason == sampling.FinishEOS {
 			got = got[:len(got)-1]
 		}
 		if fmt.Sprint(toInt32(ids)) != fmt.Sprint(got) {
@@ -92,7 +93,7 @@ eval: {every: 0}
 		if !r.Correct || r.Reward != 1 {
 			t.Errorf("%s: trace scored %v/%v, want correct", r.PromptID, r.Correct, r.Reward)
 		}
-		if strings.HasPrefix(r.PromptID, "demo/") && r.FinishReason != schemas.FinishStop {
+		if strings.HasPrefix(r.PromptID, "demo/") && r.FinishReason != sampling.FinishStop {
 			t.Errorf("%s: a trace ending in the stop string ';' finishes %q, want stop", r.PromptID, r.FinishReason)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/llamaserver"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -288,7 +289,7 @@ func TestRolloutThroughLlamaServer(t *testing.T) {
 		}
 		stops := 0
 		for _, tr := range trajs {
-			if tr.FinishReason == schemas.FinishStop {
+			if tr.FinishReason == sampling.FinishStop {
 				stops++
 			}
 			prefix := append([]int32(nil), tr.PromptIDs...)

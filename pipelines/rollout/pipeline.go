@@ -83,7 +83,6 @@ func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
 		RewardDataSource: c.Reward.DataSource,
 		RewardStrict:     c.Reward.IsStrict(),
 		ScoreTruncated:   c.Reward.ScoreTruncated,
-		Demo:             c.Data.Demo,
 		Advantage:        c.Advantage,
 		Guidance:         c.Rollout.Guidance,
 	}

@@ -29,6 +29,7 @@ import (
 	"sync"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -108,18 +109,18 @@ func (p *player) Generate(_ context.Context, req policy.Request) (policy.Result,
 	out := ""
 	for _, id := range p.tok.EncodeSpecial(cont) {
 		if len(res.Tokens) == req.Params.MaxTokens {
-			res.FinishReason = policy.FinishLength
+			res.FinishReason = sampling.FinishLength
 			return res, nil
 		}
 		res.Tokens = append(res.Tokens, int32(id))
 		res.LogProbs = append(res.LogProbs, -0.1-0.01*float32(len(res.Tokens)%7))
 		if int32(id) == eos {
-			res.FinishReason = policy.FinishEOS
+			res.FinishReason = sampling.FinishEOS
 			return res, nil
 		}
 		for _, st := range req.Params.StopTokenIDs {
 			if int32(id) == st {
-				res.FinishReason, res.Stop = policy.FinishStop, strconv.Itoa(id)
+				res.FinishReason, res.Stop = sampling.FinishStop, strconv.Itoa(id)
 				return res, nil
 			}
 		}
@@ -127,12 +128,12 @@ func (p *player) Generate(_ context.Context, req policy.Request) (policy.Result,
 		out += s
 		for _, st := range req.Params.StopStrings {
 			if strings.HasSuffix(out, st) {
-				res.FinishReason, res.Stop = policy.FinishStop, st
+				res.FinishReason, res.Stop = sampling.FinishStop, st
 				return res, nil
 			}
 		}
 	}
-	res.FinishReason = policy.FinishLength
+	res.FinishReason = sampling.FinishLength
 	return res, nil
 }
 

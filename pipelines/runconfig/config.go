@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -96,18 +97,16 @@ type Policy struct {
 	// process, on the step's checkpoint. `aipo rollout` needs it here or
 	// from --policy.
 	Endpoint string `yaml:"endpoint"`
-	// Temperature of sampling (default 1.0; 0 is greedy).
-	Temperature float32 `yaml:"temperature"`
-	// TopP is nucleus sampling's mass (default 1.0, off).
-	TopP float32 `yaml:"top_p"`
-	// TopK keeps the k likeliest tokens (default 0, off).
-	TopK int `yaml:"top_k"`
+	// Params are the sampling parameters, at the section's top level:
+	// temperature (default 1.0; 0 is greedy), top_p (nucleus sampling's
+	// mass, default 1.0, off), top_k (the k likeliest tokens, default 0,
+	// off) and stop (extra stop strings that end a response with finish
+	// reason "stop"; default none). The rollout sets each call's token
+	// budget and seed.
+	sampling.Params `yaml:",inline"`
 	// MaxResponseTokens bounds a response, collaborator tokens included
 	// (default 16384, the paper's).
 	MaxResponseTokens int `yaml:"max_response_tokens"`
-	// Stop holds extra stop strings that end a response (finish reason
-	// "stop"); default none.
-	Stop []string `yaml:"stop,omitempty"`
 	// Retries of a failed policy call, with the same seed (default 3).
 	Retries int `yaml:"retries"`
 	// BackoffInitial and BackoffMax shape the wait before a retry
@@ -265,8 +264,9 @@ func (r Rollout) FailedFractionBound() float64 {
 // Reward configures scoring.
 type Reward struct {
 	// DataSource, when set, picks the verifier for every prompt instead of
-	// each prompt's own data_source (see transforms/verify). The demo is
-	// scored by the demo task's own rule.
+	// each prompt's own data_source (see transforms/verify). The demo's
+	// prompts have data_source demo, whose verifier is the demo task's own
+	// rule (demotask.Score).
 	DataSource string `yaml:"data_source"`
 	// Strict (default true) scores training rewards in each verifier's
 	// strict form (verify.ForTraining): only the final answer the format

@@ -36,9 +36,7 @@ func Default() Config {
 			DemoSplit: string(demotask.SplitAll),
 		},
 		Policy: Policy{
-			Temperature:       ic.Temperature,
-			TopP:              ic.TopP,
-			TopK:              ic.TopK,
+			Params:            ic.Params,
 			MaxResponseTokens: ic.MaxResponseTokens,
 			Retries:           ic.PolicyRetries,
 			BackoffInitial:    ic.PolicyBackoffInitial,
@@ -245,8 +243,8 @@ func (c Config) Interact() interact.Config {
 	ic.OpenerBy = c.Rollout.OpenerBy
 	ic.AnswerTokenBudget = c.Rollout.AnswerTokenBudget
 	ic.MaxResponseTokens = c.Policy.MaxResponseTokens
-	ic.Temperature, ic.TopP, ic.TopK = c.Policy.Temperature, c.Policy.TopP, c.Policy.TopK
-	ic.Stop = append([]string(nil), c.Policy.Stop...)
+	ic.Params = c.Policy.Params
+	ic.StopStrings = append([]string(nil), c.Policy.StopStrings...)
 	ic.LimitNotice = c.Rollout.LimitNotice
 	ic.PolicyRetries = c.Policy.Retries
 	ic.PolicyBackoffInitial, ic.PolicyBackoffMax = c.Policy.BackoffInitial, c.Policy.BackoffMax

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,7 +28,12 @@ func fieldPaths(t reflect.Type, prefix string, out *[]string) {
 		if !f.IsExported() {
 			continue
 		}
-		name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		tag := strings.Split(f.Tag.Get("yaml"), ",")
+		if len(tag) > 1 && slices.Contains(tag[1:], "inline") {
+			fieldPaths(f.Type, prefix, out)
+			continue
+		}
+		name := tag[0]
 		if name == "" || name == "-" {
 			continue
 		}

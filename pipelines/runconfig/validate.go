@@ -103,7 +103,7 @@ func (c Config) validatePolicy() error {
 	case p.Timeout < 0:
 		return fieldError("policy.timeout", "%v must not be negative (0: no bound)", p.Timeout)
 	}
-	for i, s := range p.Stop {
+	for i, s := range p.StopStrings {
 		if s == "" {
 			return fieldError(fmt.Sprintf("policy.stop[%d]", i), "is empty")
 		}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -82,7 +83,7 @@ func TestClientsMatchEngine(t *testing.T) {
 			}
 			finishes[res.FinishReason] = true
 		}
-		if !finishes[policy.FinishLength] || !finishes[policy.FinishStop] {
+		if !finishes[sampling.FinishLength] || !finishes[sampling.FinishStop] {
 			t.Fatalf("%s: the cases ended only as %v; they should cover length and stop", name, finishes)
 		}
 	}

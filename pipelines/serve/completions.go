@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/engine"
 )
 
@@ -23,8 +24,8 @@ type job struct {
 	params engine.SampleParams
 }
 
-// sampling is what a completions or chat request asks, validated.
-type sampling struct {
+// samplingRequest is what a completions or chat request asks, validated.
+type samplingRequest struct {
 	params       engine.SampleParams // Seed: of choice 0
 	n            int
 	includeStop  bool
@@ -37,8 +38,8 @@ type sampling struct {
 
 // parseSampling validates the fields that completions and chat share.
 // defaultMax is the max_tokens when none is given (0: up to the context).
-func (s *Server) parseSampling(f *samplingFields, maxTokens *int, defaultMax int) (sampling, *apiError) {
-	var sp sampling
+func (s *Server) parseSampling(f *samplingFields, maxTokens *int, defaultMax int) (samplingRequest, *apiError) {
+	var sp samplingRequest
 	if err := s.checkModel(f.Model); err != nil {
 		return sp, err
 	}
@@ -143,7 +144,7 @@ func (s *Server) checkTextFits(param, what string, n int, special bool) *apiErro
 
 // jobs makes the choices of prompts: n per prompt, choice i of a prompt
 // seeded with seed+i.
-func (sp *sampling) jobs(prompts [][]int32) []job {
+func (sp *samplingRequest) jobs(prompts [][]int32) []job {
 	var out []job
 	for pi, pr := range prompts {
 		for i := 0; i < sp.n; i++ {
@@ -158,7 +159,7 @@ func (sp *sampling) jobs(prompts [][]int32) []job {
 // stopReason is vLLM's stop_reason: nil for end of sequence or length,
 // the stop string, or the stop token id.
 func stopReason(j job, r engine.Result) any {
-	if r.FinishReason != engine.FinishStop {
+	if r.FinishReason != sampling.FinishStop {
 		return nil
 	}
 	if slices.Contains(j.params.StopStrings, r.Stop) {
@@ -172,7 +173,7 @@ func stopReason(j job, r engine.Result) any {
 
 func finishReason(r engine.Result) *string {
 	s := "stop"
-	if r.FinishReason == engine.FinishLength {
+	if r.FinishReason == sampling.FinishLength {
 		s = "length"
 	}
 	return &s
@@ -180,13 +181,13 @@ func finishReason(r engine.Result) *string {
 
 // render decodes ids to the response text: special tokens skipped when
 // asked, cut before a matching stop string unless includeStop.
-func (s *Server) render(sp *sampling, j job, ids []int32, r *engine.Result) string {
+func (s *Server) render(sp *samplingRequest, j job, ids []int32, r *engine.Result) string {
 	in := make([]int, len(ids))
 	for i, id := range ids {
 		in[i] = int(id)
 	}
 	text, _ := s.tok.Decode(in, sp.skipSpecial)
-	if r != nil && !sp.includeStop && r.FinishReason == engine.FinishStop && slices.Contains(j.params.StopStrings, r.Stop) {
+	if r != nil && !sp.includeStop && r.FinishReason == sampling.FinishStop && slices.Contains(j.params.StopStrings, r.Stop) {
 		if k := strings.Index(text, r.Stop); k >= 0 {
 			text = text[:k]
 		}
@@ -195,7 +196,7 @@ func (s *Server) render(sp *sampling, j job, ids []int32, r *engine.Result) stri
 }
 
 // tokenText is a token as logprobs show it: "token_id:N" or its bytes.
-func (s *Server) tokenText(sp *sampling, id int32) string {
+func (s *Server) tokenText(sp *samplingRequest, id int32) string {
 	if sp.tokensAsIDs {
 		return "token_id:" + strconv.Itoa(int(id))
 	}
@@ -204,7 +205,7 @@ func (s *Server) tokenText(sp *sampling, id int32) string {
 
 // runAll runs jobs concurrently and returns their results in order; the
 // first failure cancels the rest.
-func (s *Server) runAll(ctx context.Context, sp *sampling, jobs []job) ([]engine.Result, error) {
+func (s *Server) runAll(ctx context.Context, sp *samplingRequest, jobs []job) ([]engine.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := make([]engine.Result, len(jobs))
@@ -350,7 +351,7 @@ func nonNil(ids []int32) []int32 {
 // (logprobs N) and the sampled token, so up to N+1 entries as the OpenAI
 // API documents ("the API will always return the logprob of the sampled
 // token, so there may be up to logprobs+1 elements").
-func (s *Server) completionLogprobs(sp *sampling, ids []int32, lps []float32, top [][]engine.TokenLogProb, offset int) *completionLogprobs {
+func (s *Server) completionLogprobs(sp *samplingRequest, ids []int32, lps []float32, top [][]engine.TokenLogProb, offset int) *completionLogprobs {
 	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []jsonFloat{}, TopLogprobs: []topDict{}, TextOffset: []int{}}
 	for i, id := range ids {
 		lp.Tokens = append(lp.Tokens, s.tokenText(sp, id))
@@ -441,7 +442,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 // chatLogprobs is the logprobs object of a chat choice: per token its
 // log-prob and the top_logprobs alternatives asked for, most likely first
 // (the sampled token among them only when it is one of the most likely).
-func (s *Server) chatLogprobs(sp *sampling, ids []int32, lps []float32, top [][]engine.TokenLogProb) *chatLogprobs {
+func (s *Server) chatLogprobs(sp *samplingRequest, ids []int32, lps []float32, top [][]engine.TokenLogProb) *chatLogprobs {
 	out := &chatLogprobs{Content: []chatTokenLogprob{}}
 	for i, id := range ids {
 		alts := []chatTopLogprob{}

@@ -72,14 +72,14 @@ func (e *sse) raw(b []byte) error {
 // UTF-8 character, until the choice finishes.
 type textStream struct {
 	s    *Server
-	sp   *sampling
+	sp   *samplingRequest
 	j    job
 	ids  []int32
 	sent int // bytes of text sent
 	hold int
 }
 
-func newTextStream(s *Server, sp *sampling, j job) *textStream {
+func newTextStream(s *Server, sp *samplingRequest, j job) *textStream {
 	t := &textStream{s: s, sp: sp, j: j}
 	if !sp.includeStop {
 		for _, st := range j.params.StopStrings {
@@ -133,7 +133,7 @@ func (t *textStream) finish(r *engine.Result) string {
 
 // streamJobs runs jobs concurrently, calling token for each sampled token
 // and done for each finished job, and returns the first failure.
-func (s *Server) streamJobs(ctx context.Context, sp *sampling, jobs []job, token func(j job, t engine.Token) error, done func(j job, r engine.Result) error) error {
+func (s *Server) streamJobs(ctx context.Context, sp *samplingRequest, jobs []job, token func(j job, t engine.Token) error, done func(j job, r engine.Result) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(jobs))
@@ -183,7 +183,7 @@ func (s *Server) finishStream(ev *sse, err error, usageChunk func() any) *apiErr
 	return nil
 }
 
-func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, sp *sampling, jobs []job, logprobs bool) *apiError {
+func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, sp *samplingRequest, jobs []job, logprobs bool) *apiError {
 	ev := s.newSSE(w)
 	id, created := newID("cmpl-"), time.Now().Unix()
 	chunk := func(c completionChoice) any {
@@ -226,7 +226,7 @@ func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, sp *s
 	return s.finishStream(ev, err, usageChunk)
 }
 
-func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sp *sampling, jobs []job, logprobs bool) *apiError {
+func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sp *samplingRequest, jobs []job, logprobs bool) *apiError {
 	ev := s.newSSE(w)
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	chunk := func(c chatChoice) any {

@@ -79,7 +79,7 @@ func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, end
 		Out:    BenchmarkEvalDir(cfg.Run.Dir, k),
 		Policy: eval.Policy{URI: endpoint, Label: fmt.Sprintf("%s step %d", cfg.Run.Name, k)},
 		Sampling: eval.Sampling{Samples: cfg.Eval.Samples, Temperature: &temp, TopP: cfg.Policy.TopP, TopK: cfg.Policy.TopK,
-			MaxTokens: cfg.Eval.MaxResponseTokens, Seed: int64(cfg.Run.Seed)*7919 + 29, Stop: cfg.Policy.Stop},
+			MaxTokens: cfg.Eval.MaxResponseTokens, Seed: int64(cfg.Run.Seed)*7919 + 29, Stop: cfg.Policy.StopStrings},
 		PassK:      passKs(maxSamples(cfg)),
 		MajK:       []int{cfg.Eval.Samples},
 		Benchmarks: cfg.Eval.Benchmarks,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/engine"
@@ -149,7 +150,7 @@ func newHandBuilt(t *testing.T) handBuilt {
 		PromptIDs: prompt, ResponseIDs: call, TokenSource: src, BehaviorLogProbs: lp, ResponseText: "x",
 		InteractionAgent: []string{"knowledge"}, InteractionQuery: []string{"lugr"}, InteractionResult: []string{"450"},
 		InteractionStatus: []string{schemas.StatusOK}, InteractionLatencyMs: []float32{1}, InteractionSpanStart: []int32{7}, InteractionSpanEnd: []int32{10},
-		InteractionNoisy: []bool{false}, Reward: 1, Correct: true, Advantage: 1, FinishReason: schemas.FinishStop}
+		InteractionNoisy: []bool{false}, Reward: 1, Correct: true, Advantage: 1, FinishReason: sampling.FinishStop}
 	bad := good
 	bad.SampleIndex, bad.Reward, bad.Correct, bad.Advantage = 1, 0, false, -1
 	bad.ResponseIDs = enc.Response("<result>111</result>111+3=114;")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
@@ -115,7 +116,7 @@ func planBenchRun(b *testing.B, s planBenchSize) string {
 	var trajs []schemas.Trajectory
 	for i := range planBenchTrajs {
 		t := schemas.Trajectory{SchemaVersion: schemas.SchemaVersion, Run: cfg.Run.Name, PromptID: "p", SampleIndex: int32(i), DataSource: "bench",
-			Advantage: float32(i%2)*2 - 1, FinishReason: schemas.FinishStop}
+			Advantage: float32(i%2)*2 - 1, FinishReason: sampling.FinishStop}
 		for range planBenchPrompt {
 			t.PromptIDs = append(t.PromptIDs, int32(r.IntN(s.vocab)))
 		}

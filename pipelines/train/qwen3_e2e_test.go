@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfmodel"
@@ -261,8 +262,8 @@ eval: {every: 0}
 		if !slices.Equal(tr.PromptIDs, tg.prompt) {
 			t.Errorf("%s: the served tokenizer encodes the prompt as %d tokens that differ from the local Qwen3 tokenizer's %d", name, len(tr.PromptIDs), len(tg.prompt))
 		}
-		if tr.FinishReason != schemas.FinishEOS {
-			t.Errorf("%s: finish reason %q, want %q (response %q)", name, tr.FinishReason, schemas.FinishEOS, tr.ResponseText)
+		if tr.FinishReason != sampling.FinishEOS {
+			t.Errorf("%s: finish reason %q, want %q (response %q)", name, tr.FinishReason, sampling.FinishEOS, tr.ResponseText)
 		}
 		if len(tr.InteractionAgent) != 1 {
 			t.Fatalf("%s: %d interactions (%v), want 1; response %q", name, len(tr.InteractionAgent), tr.InteractionAgent, tr.ResponseText)

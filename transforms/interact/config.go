@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/sampling"
 )
 
 // Who writes the result's opening delimiter (Config.OpenerBy).
@@ -46,14 +48,13 @@ type Config struct {
 	// MaxResponseTokens bounds the response: sampled and inserted tokens
 	// together.
 	MaxResponseTokens int `json:"max_response_tokens"`
-	// Temperature, TopP and TopK are the policy's sampling parameters
-	// (temperature 0 is greedy; top_p 1 and top_k 0 are off).
-	Temperature float32 `json:"temperature"`
-	TopP        float32 `json:"top_p"`
-	TopK        int     `json:"top_k"`
-	// Stop holds extra stop strings that end the trajectory with finish
-	// reason "stop" (the demo's answer terminator, for instance).
-	Stop []string `json:"stop,omitempty"`
+	// Params are the policy's sampling parameters: Temperature, TopP and
+	// TopK (temperature 0 is greedy; top_p 1 and top_k 0 are off), and
+	// StopStrings, extra stop strings that end the trajectory with finish
+	// reason sampling.FinishStop (the demo's answer terminator, for
+	// instance). The protocol sets MaxTokens, Seed and StopTokenIDs of
+	// each call itself.
+	sampling.Params
 	// LimitNotice answers tags beyond MaxInteractions.
 	LimitNotice string `json:"limit_notice"`
 	// PolicyRetries is how many times a failed policy call is repeated
@@ -77,8 +78,7 @@ func Default() Config {
 		OpenerBy:             OpenerSystem,
 		AnswerTokenBudget:    DefaultAnswerTokenBudget,
 		MaxResponseTokens:    DefaultMaxResponseTokens,
-		Temperature:          1,
-		TopP:                 1,
+		Params:               sampling.Params{Temperature: 1, TopP: 1},
 		LimitNotice:          DefaultLimitNotice,
 		PolicyRetries:        DefaultPolicyRetries,
 		PolicyBackoffInitial: DefaultBackoffInitial,
@@ -109,7 +109,7 @@ func (c Config) Validate() error {
 	case c.PolicyBackoffInitial < 0 || c.PolicyBackoffMax < 0 || c.PolicyTimeout < 0:
 		return fmt.Errorf("interact: policy backoff (%v, %v) and timeout %v must not be negative", c.PolicyBackoffInitial, c.PolicyBackoffMax, c.PolicyTimeout)
 	}
-	for i, s := range c.Stop {
+	for i, s := range c.StopStrings {
 		if s == "" {
 			return fmt.Errorf("interact: stop[%d] is empty", i)
 		}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
@@ -39,7 +40,7 @@ func TestRealVocabAnswerCannotForge(t *testing.T) {
 		if !strings.HasPrefix(tail, "Then the answer is 4.") {
 			t.Errorf("%s: after the answer the response holds %q; want the policy's next words", name, tail)
 		}
-		if tr.FinishReason != schemas.FinishEOS {
+		if tr.FinishReason != sampling.FinishEOS {
 			t.Errorf("%s: finish %q, want eos (the policy's own)", name, tr.FinishReason)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/collab/guard"
@@ -76,7 +77,7 @@ func New(ctx context.Context, client policy.Client, agents collab.Set, cfg Confi
 			p.stopStrings = append(p.stopStrings, t.Close+ResultOpen)
 		}
 	}
-	p.stopStrings = append(p.stopStrings, cfg.Stop...)
+	p.stopStrings = append(p.stopStrings, cfg.StopStrings...)
 	p.guard = guard.New(guard.Policy{
 		Timeout:        cfg.PolicyTimeout,
 		Retries:        cfg.PolicyRetries,
@@ -189,20 +190,16 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 	for turn := 0; finish == ""; turn++ {
 		remaining := budget - len(resp.ids)
 		if remaining <= 0 {
-			finish = schemas.FinishLength
+			finish = sampling.FinishLength
 			break
 		}
 		prefix := make([]int32, 0, len(task.Prompt)+len(resp.ids))
 		prefix = append(append(prefix, task.Prompt...), resp.ids...)
-		req := policy.Request{Prefix: prefix, Session: session, Params: policy.SampleParams{
-			Temperature:  p.cfg.Temperature,
-			TopP:         p.cfg.TopP,
-			TopK:         p.cfg.TopK,
-			MaxTokens:    remaining,
-			Seed:         PolicySeed(task.RunSeed, task.Step, task.PromptID, task.Sample, turn),
-			StopTokenIDs: p.stopIDs,
-			StopStrings:  p.stopStrings,
-		}}
+		params := p.cfg.Params
+		params.MaxTokens = remaining
+		params.Seed = PolicySeed(task.RunSeed, task.Step, task.PromptID, task.Sample, turn)
+		params.StopTokenIDs, params.StopStrings = p.stopIDs, p.stopStrings
+		req := policy.Request{Prefix: prefix, Session: session, Params: params}
 		res, retries, err := p.generate(ctx, req)
 		out.PolicyRetries += retries
 		if err != nil {
@@ -222,11 +219,11 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 		}
 		resp.add(res.Tokens, schemas.SourcePolicy, res.LogProbs)
 		switch res.FinishReason {
-		case policy.FinishEOS:
-			finish = schemas.FinishEOS
-		case policy.FinishLength:
-			finish = schemas.FinishLength
-		case policy.FinishStop:
+		case sampling.FinishEOS:
+			finish = sampling.FinishEOS
+		case sampling.FinishLength:
+			finish = sampling.FinishLength
+		case sampling.FinishStop:
 			seg, err := p.client.Detokenize(ctx, resp.ids[segStart:])
 			if err != nil {
 				if ctx.Err() != nil {
@@ -238,7 +235,7 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 			}
 			tag, query, ok := p.parseCall(seg)
 			if !ok {
-				finish = schemas.FinishStop // one of Config.Stop
+				finish = sampling.FinishStop // one of Config.StopStrings
 				break
 			}
 			if p.cfg.Unanswered {
@@ -268,10 +265,10 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 			}
 			segStart = len(resp.ids)
 			if !inserted || len(resp.ids) >= budget {
-				finish = schemas.FinishLength
+				finish = sampling.FinishLength
 			}
 		default:
-			out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s or %s)", res.FinishReason, policy.FinishEOS, policy.FinishStop, policy.FinishLength)
+			out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s or %s)", res.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength)
 			finish = schemas.FinishError
 		}
 	}
@@ -315,7 +312,7 @@ func (p *Protocol) generate(ctx context.Context, req policy.Request) (policy.Res
 		if len(r.Tokens) > req.Params.MaxTokens {
 			return r, guard.Errorf(guard.KindMalformed, "policy returned %d tokens, more than max_tokens %d", len(r.Tokens), req.Params.MaxTokens)
 		}
-		if len(r.Tokens) == 0 && r.FinishReason != policy.FinishEOS {
+		if len(r.Tokens) == 0 && r.FinishReason != sampling.FinishEOS {
 			return r, guard.Errorf(guard.KindMalformed, "policy returned no tokens with finish reason %q", r.FinishReason)
 		}
 		return r, nil
@@ -367,7 +364,7 @@ func classifyPolicyError(err error) error {
 // occurrence of a stop string in seg that ends first: a call when it is a
 // protocol tag (opener_by system: a closing tag; policy: a closing tag
 // with <result> right after it), the end of the trajectory when it is one
-// of Config.Stop. The characters after it stay in the policy's token; the
+// of Config.StopStrings. The characters after it stay in the policy's token; the
 // answer is appended after that token.
 func (p *Protocol) parseCall(seg string) (Tag, string, bool) {
 	best, bestEnd := -1, len(seg)+1
@@ -383,7 +380,7 @@ func (p *Protocol) parseCall(seg string) (Tag, string, bool) {
 	if best < 0 {
 		return Tag{}, "", false
 	}
-	for _, s := range p.cfg.Stop {
+	for _, s := range p.cfg.StopStrings {
 		// A stop string of the configuration that ends before the tag
 		// ended generation first (on a tie the tag wins, as the engines
 		// check the protocol's stop strings first).

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
@@ -141,7 +142,7 @@ func TestSystemOpener(t *testing.T) {
 			if tr.InteractionLatencyMs[0] <= 0 {
 				t.Errorf("latency %v ms, want > 0", tr.InteractionLatencyMs[0])
 			}
-			if tr.FinishReason != schemas.FinishEOS || tr.ResponseText != "<retrieval>lugr</retrieval><result>450</result>450+3=453;" {
+			if tr.FinishReason != sampling.FinishEOS || tr.ResponseText != "<retrieval>lugr</retrieval><result>450</result>450+3=453;" {
 				t.Errorf("finish %q text %q", tr.FinishReason, tr.ResponseText)
 			}
 			if tr.PolicyVersion != 7 || tr.Run != "r" || tr.Step != 4 || tr.PromptID != "lugr+3" || tr.SampleIndex != 2 || tr.DataSource != "demo" {
@@ -300,7 +301,7 @@ func TestFailedCallAndNotEnabled(t *testing.T) {
 			}
 		}
 	}
-	if tr.FinishReason != schemas.FinishEOS {
+	if tr.FinishReason != sampling.FinishEOS {
 		t.Errorf("finish %q: a failed call must not end the trajectory", tr.FinishReason)
 	}
 }
@@ -318,7 +319,7 @@ func TestPolicyFailures(t *testing.T) {
 		}
 		var log agentsLog
 		out := run(t, c, log.set(map[collab.Agent]collab.Answer{collab.Reason: ok("3")}), cfg)
-		if out.Trajectory.FinishReason != schemas.FinishEOS || out.PolicyRetries != 2 || out.PolicyCalls != 2 || out.Err != nil {
+		if out.Trajectory.FinishReason != sampling.FinishEOS || out.PolicyRetries != 2 || out.PolicyCalls != 2 || out.Err != nil {
 			t.Errorf("finish %q retries %d calls %d err %v; want eos 2 2 nil", out.Trajectory.FinishReason, out.PolicyRetries, out.PolicyCalls, out.Err)
 		}
 		reqs := c.requests()
@@ -356,7 +357,7 @@ func TestBudget(t *testing.T) {
 	var log agentsLog
 	tr := run(t, c, log.set(map[collab.Agent]collab.Answer{collab.Knowledge: ok("987654321")}), cfg).Trajectory
 	// 4 policy tokens, then room for <result>, 6 answer tokens, </result>.
-	if len(tr.ResponseIDs) != 12 || tr.FinishReason != schemas.FinishLength {
+	if len(tr.ResponseIDs) != 12 || tr.FinishReason != sampling.FinishLength {
 		t.Fatalf("%d tokens finish %q, want 12 length", len(tr.ResponseIDs), tr.FinishReason)
 	}
 	if tr.InteractionResult[0] != "987654" {
@@ -367,18 +368,18 @@ func TestBudget(t *testing.T) {
 	c = newScripted(true, "<retrieval>ab</retrieval>", "x<eos>")
 	log = agentsLog{}
 	tr = run(t, c, log.set(map[collab.Agent]collab.Answer{collab.Knowledge: ok("1")}), cfg).Trajectory
-	if len(log.queries) != 0 || len(tr.ResponseIDs) != 4 || tr.FinishReason != schemas.FinishLength {
+	if len(log.queries) != 0 || len(tr.ResponseIDs) != 4 || tr.FinishReason != sampling.FinishLength {
 		t.Errorf("%d calls, %d tokens, finish %q; want 0, 4, length", len(log.queries), len(tr.ResponseIDs), tr.FinishReason)
 	}
 }
 
 func TestExtraStop(t *testing.T) {
 	cfg := Default()
-	cfg.Stop = []string{";"}
+	cfg.StopStrings = []string{";"}
 	c := newScripted(true, "450+3=453;more")
 	var log agentsLog
 	tr := run(t, c, log.set(nil), cfg).Trajectory
-	if tr.FinishReason != schemas.FinishStop || tr.ResponseText != "450+3=453;" {
+	if tr.FinishReason != sampling.FinishStop || tr.ResponseText != "450+3=453;" {
 		t.Errorf("finish %q text %q, want stop at the terminator", tr.FinishReason, tr.ResponseText)
 	}
 }
@@ -454,7 +455,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.MaxInteractions = -1 }, "max_interactions"},
 		{func(c *Config) { c.AnswerTokenBudget = 0 }, "answer_token_budget"},
 		{func(c *Config) { c.TopP = 0 }, "top_p"},
-		{func(c *Config) { c.Stop = []string{"</reason>"} }, "stop[0]"},
+		{func(c *Config) { c.StopStrings = []string{"</reason>"} }, "stop[0]"},
 	} {
 		cfg := Default()
 		c.mut(&cfg)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -139,30 +140,30 @@ func (s *scripted) Generate(ctx context.Context, req policy.Request) (policy.Res
 	}
 	for i, id := range ids {
 		if len(res.Tokens) == req.Params.MaxTokens {
-			res.FinishReason = policy.FinishLength
+			res.FinishReason = sampling.FinishLength
 			return res, nil
 		}
 		res.Tokens = append(res.Tokens, id)
 		res.LogProbs = append(res.LogProbs, logProb(req.Params.Seed, i))
 		if id == eosID {
-			res.FinishReason = policy.FinishEOS
+			res.FinishReason = sampling.FinishEOS
 			return res, nil
 		}
 		for _, st := range req.Params.StopTokenIDs {
 			if id == st {
-				res.FinishReason, res.Stop = policy.FinishStop, fmt.Sprint(id)
+				res.FinishReason, res.Stop = sampling.FinishStop, fmt.Sprint(id)
 				return res, nil
 			}
 		}
 		text, _ := s.tok.decode(res.Tokens)
 		for _, st := range req.Params.StopStrings {
 			if strings.HasSuffix(text, st) {
-				res.FinishReason, res.Stop = policy.FinishStop, st
+				res.FinishReason, res.Stop = sampling.FinishStop, st
 				return res, nil
 			}
 		}
 	}
-	res.FinishReason = policy.FinishLength
+	res.FinishReason = sampling.FinishLength
 	return res, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/schemas"
@@ -94,7 +95,7 @@ func (v *vocabPolicy) Generate(_ context.Context, req policy.Request) (policy.Re
 	if k < len(v.pieces) {
 		ids = ids32(v.tok.EncodeSpecial(v.pieces[k]))
 	}
-	res := policy.Result{PolicyVersion: 3, FinishReason: policy.FinishLength}
+	res := policy.Result{PolicyVersion: 3, FinishReason: sampling.FinishLength}
 	var text []byte
 	defer func() {
 		v.mu.Lock()
@@ -109,12 +110,12 @@ outer:
 		res.Tokens = append(res.Tokens, id)
 		res.LogProbs = append(res.LogProbs, logProb(req.Params.Seed, i))
 		if int(id) == v.tok.EOS() {
-			res.FinishReason = policy.FinishEOS
+			res.FinishReason = sampling.FinishEOS
 			break
 		}
 		for _, st := range req.Params.StopTokenIDs {
 			if id == st {
-				res.FinishReason, res.Stop = policy.FinishStop, fmt.Sprint(id)
+				res.FinishReason, res.Stop = sampling.FinishStop, fmt.Sprint(id)
 				break outer
 			}
 		}
@@ -123,7 +124,7 @@ outer:
 		for _, s := range req.Params.StopStrings {
 			from := max(0, len(text)-len(added)-len(s)+1)
 			if strings.Contains(string(text[from:]), s) {
-				res.FinishReason, res.Stop = policy.FinishStop, s
+				res.FinishReason, res.Stop = sampling.FinishStop, s
 				break outer
 			}
 		}
@@ -426,14 +427,14 @@ func TestRealVocabLimitAndUnanswered(t *testing.T) {
 			}
 		})
 		t.Run(name+"/extra stop", func(t *testing.T) {
-			// A Config.Stop string completed by the same token as a tag's
+			// A Config.StopStrings string completed by the same token as a tag's
 			// first characters: the configured stop ends the trajectory.
 			cfg := Default()
-			cfg.Stop = []string{"####"}
+			cfg.StopStrings = []string{"####"}
 			var log agentsLog
 			agents := log.set(map[collab.Agent]collab.Answer{collab.Verify: ok("yes")})
 			v, tr := runVocab(t, tok, cfg, agents, "Answer #### 4 <verify>4</verify>")
-			if tr.FinishReason != schemas.FinishStop || len(tr.InteractionAgent) != 0 || len(v.emitted) != 1 {
+			if tr.FinishReason != sampling.FinishStop || len(tr.InteractionAgent) != 0 || len(v.emitted) != 1 {
 				t.Fatalf("finish %q with %d interactions after %d calls; want stop, 0, 1", tr.FinishReason, len(tr.InteractionAgent), len(v.emitted))
 			}
 		})

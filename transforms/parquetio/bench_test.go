@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
@@ -33,7 +34,7 @@ func longTrajectory(rng *rand.Rand, idx, tokens int) schemas.Trajectory {
 		TokenSource:      make([]int8, tokens),
 		BehaviorLogProbs: make([]float32, tokens),
 		ResponseText:     randText(rng, tokens/2),
-		Reward:           1, Correct: true, Advantage: 0.5, FinishReason: schemas.FinishEOS,
+		Reward:           1, Correct: true, Advantage: 0.5, FinishReason: sampling.FinishEOS,
 	}
 	for i := range t.PromptIDs {
 		t.PromptIDs[i] = rng.Int32N(151_936)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -39,7 +40,7 @@ func randTrajectories(rng *rand.Rand, n int, step int64) []schemas.Trajectory {
 			ResponseText:  randText(rng, rng.IntN(30)),
 			Reward:        float32(rng.IntN(2)),
 			Advantage:     float32(rng.NormFloat64()),
-			FinishReason:  []string{schemas.FinishEOS, schemas.FinishStop, schemas.FinishLength, schemas.FinishError}[rng.IntN(4)],
+			FinishReason:  []string{sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength, schemas.FinishError}[rng.IntN(4)],
 		}
 		t.Correct = t.Reward > 0
 		for range rng.IntN(3) * rng.IntN(40) { // often zero
@@ -122,7 +123,7 @@ func randEvalRecords(rng *rand.Rand, n int) []schemas.EvalRecord {
 			Correct:       rng.IntN(2) == 0,
 			Score:         float32(rng.IntN(2)),
 			Verdict:       "math_verify",
-			FinishReason:  schemas.FinishEOS,
+			FinishReason:  sampling.FinishEOS,
 			ResponseLen:   int32(rng.IntN(4000)),
 			LatencyMs:     float32(rng.IntN(90000)) / 3,
 		}

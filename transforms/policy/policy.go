@@ -24,25 +24,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 )
 
-// SampleParams controls sampling for one request.
-type SampleParams struct {
-	Temperature float32 `json:"temperature" yaml:"temperature"` // 0 = greedy
-	TopP        float32 `json:"top_p" yaml:"top_p"`             // 1 = off
-	TopK        int     `json:"top_k" yaml:"top_k"`             // 0 = off
-	MaxTokens   int     `json:"max_tokens" yaml:"max_tokens"`   // new tokens in this call
-	// Seed makes sampling reproducible: the same seed, prefix and
-	// parameters give the same tokens.
-	Seed int64 `json:"seed" yaml:"seed"`
-	// StopTokenIDs end generation after one of them is sampled (it is
-	// included in the output). EOS is always a stop token.
-	StopTokenIDs []int32 `json:"stop_token_ids,omitempty" yaml:"stop_token_ids,omitempty"`
-	// StopStrings end generation once the decoded output ends with one of
-	// them (the matching tokens are included in the output).
-	StopStrings []string `json:"stop,omitempty" yaml:"stop,omitempty"`
-}
+// SampleParams controls sampling for one request (sampling.Params).
+type SampleParams = sampling.Params
 
 // Request asks for a continuation of Prefix.
 type Request struct {
@@ -54,22 +41,15 @@ type Request struct {
 	Session string
 }
 
-// Finish reasons of a Result.
-const (
-	FinishEOS    = "eos"
-	FinishStop   = "stop"
-	FinishLength = "length"
-)
-
 // Result is what one Generate call sampled.
 type Result struct {
 	Tokens   []int32   // newly sampled tokens
 	LogProbs []float32 // log-probability of each sampled token under the sampling policy (before temperature)
-	// FinishReason is FinishEOS, FinishStop (a stop token or string) or
-	// FinishLength (MaxTokens reached).
+	// FinishReason is sampling.FinishEOS, sampling.FinishStop (a stop
+	// token or string) or sampling.FinishLength (MaxTokens reached).
 	FinishReason string
 	// Stop is the stop string or the decimal stop token id that ended the
-	// call, when FinishReason is FinishStop.
+	// call, when FinishReason is sampling.FinishStop.
 	Stop string
 	// PolicyVersion identifies the weights that produced the tokens.
 	PolicyVersion int64

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -14,7 +15,7 @@ func TestFirstErrorIsOrderFree(t *testing.T) {
 	group := func(id string, errs ...string) Group {
 		g := Group{Prompt: schemas.Prompt{ID: id}, Errors: errs}
 		for _, e := range errs {
-			tr := schemas.Trajectory{FinishReason: schemas.FinishStop}
+			tr := schemas.Trajectory{FinishReason: sampling.FinishStop}
 			if e != "" {
 				tr.FinishReason = schemas.FinishError
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
@@ -130,20 +131,20 @@ func (f *sampleFn) guideTrajectory(ctx context.Context, p schemas.Prompt, j int,
 		return schemas.Trajectory{}, "", fmt.Errorf("tokenize the guidance trace of prompt %s: %w", p.ID, err)
 	}
 	info := f.w.protocol.Info()
-	finish := schemas.FinishStop
+	finish := sampling.FinishStop
 	stopped := false
-	for _, s := range f.Spec.Interact.Stop {
+	for _, s := range f.Spec.Interact.StopStrings {
 		if strings.HasSuffix(text, s) {
 			stopped = true
 		}
 	}
 	if !stopped && len(info.EOS) > 0 {
 		ids = append(ids, info.EOS[0])
-		finish = schemas.FinishEOS
+		finish = sampling.FinishEOS
 	}
 	if budget := f.Spec.Interact.MaxResponseTokens; len(ids) > budget {
 		// Cut as the budget cuts a sample; the verifier sees what is kept.
-		ids, finish = ids[:budget], schemas.FinishLength
+		ids, finish = ids[:budget], sampling.FinishLength
 		if text, err = f.w.client.Detokenize(ctx, ids); err != nil {
 			return schemas.Trajectory{}, "", fmt.Errorf("detokenize the guidance trace of prompt %s: %w", p.ID, err)
 		}

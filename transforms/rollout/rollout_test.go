@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
@@ -69,7 +70,7 @@ func TestGroupAdvantages(t *testing.T) {
 	mk := func(rewards []float32, failed ...int) []schemas.Trajectory {
 		ts := make([]schemas.Trajectory, len(rewards))
 		for i, r := range rewards {
-			ts[i] = schemas.Trajectory{Reward: r, FinishReason: schemas.FinishEOS}
+			ts[i] = schemas.Trajectory{Reward: r, FinishReason: sampling.FinishEOS}
 		}
 		for _, i := range failed {
 			ts[i].FinishReason, ts[i].Reward = schemas.FinishError, 0
@@ -98,12 +99,12 @@ func TestGroupAdvantages(t *testing.T) {
 }
 
 func TestScoreGroup(t *testing.T) {
-	spec := Spec{Demo: true, InteractionCost: 0.25}
+	spec := Spec{InteractionCost: 0.25, RewardStrict: true}
 	g := Group{
 		Prompt: schemas.Prompt{ID: "x", Answer: "453", DataSource: DemoSource},
 		Trajectories: []schemas.Trajectory{
-			{FinishReason: schemas.FinishStop, InteractionAgent: []string{"knowledge"}},
-			{FinishReason: schemas.FinishStop},
+			{FinishReason: sampling.FinishStop, InteractionAgent: []string{"knowledge"}},
+			{FinishReason: sampling.FinishStop},
 			{FinishReason: schemas.FinishError},
 		},
 		// The first answer is right; the second has the right number only
@@ -134,9 +135,9 @@ func TestScoreTruncatedAndStrict(t *testing.T) {
 		return Group{
 			Prompt: schemas.Prompt{ID: "m", Answer: "42", DataSource: "math"},
 			Trajectories: []schemas.Trajectory{
-				{FinishReason: schemas.FinishLength, ResponseIDs: []int32{1, 2}},
-				{FinishReason: schemas.FinishStop, ResponseIDs: []int32{1}},
-				{FinishReason: schemas.FinishStop, ResponseIDs: []int32{1}},
+				{FinishReason: sampling.FinishLength, ResponseIDs: []int32{1, 2}},
+				{FinishReason: sampling.FinishStop, ResponseIDs: []int32{1}},
+				{FinishReason: sampling.FinishStop, ResponseIDs: []int32{1}},
 			},
 			PolicyTexts: []string{`\boxed{42} and then on and on`, `\boxed{42}`, `so it is 42`},
 		}
@@ -213,7 +214,7 @@ func TestDemoPrompts(t *testing.T) {
 
 func TestStatsMeta(t *testing.T) {
 	g := Group{Trajectories: []schemas.Trajectory{
-		{PolicyVersion: 4, FinishReason: schemas.FinishStop, Reward: 1, Correct: true, ResponseIDs: []int32{1, 2, 3}, TokenSource: []int8{0, 2, 4},
+		{PolicyVersion: 4, FinishReason: sampling.FinishStop, Reward: 1, Correct: true, ResponseIDs: []int32{1, 2, 3}, TokenSource: []int8{0, 2, 4},
 			InteractionAgent: []string{"knowledge"}, InteractionStatus: []string{"timeout"}, InteractionNoisy: []bool{false}, InteractionLatencyMs: []float32{10}},
 		{PolicyVersion: 5, FinishReason: schemas.FinishError},
 	}, PolicyCalls: 3, PolicyRetries: 2}

@@ -2,10 +2,8 @@ package rollout
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/verify"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -46,7 +44,7 @@ func ScoreGroup(spec Spec, g *Group) error {
 		// A response the length budget cut off earns nothing unless the
 		// run says otherwise: an answer guessed before the budget ran out
 		// is not one the policy finished.
-		if t.FinishReason == schemas.FinishLength && !spec.ScoreTruncated {
+		if t.FinishReason == sampling.FinishLength && !spec.ScoreTruncated {
 			correct, score = false, 0
 		}
 		r := score - float32(spec.InteractionCost)*float32(len(t.InteractionAgent))
@@ -58,16 +56,6 @@ func ScoreGroup(spec Spec, g *Group) error {
 
 // Verify scores the text the policy wrote for prompt p.
 func Verify(spec Spec, p schemas.Prompt, text string) (bool, float32, error) {
-	if spec.Demo && spec.RewardDataSource == "" {
-		want, err := strconv.Atoi(strings.TrimSpace(p.Answer))
-		if err != nil {
-			return false, 0, fmt.Errorf("rollout: demo prompt %s has answer %q, not an integer", p.ID, p.Answer)
-		}
-		if ok, _ := demotask.Score(text, want); ok {
-			return true, 1, nil
-		}
-		return false, 0, nil
-	}
 	ds := p.DataSource
 	if spec.RewardDataSource != "" {
 		ds = spec.RewardDataSource

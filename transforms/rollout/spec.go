@@ -48,11 +48,9 @@ type Spec struct {
 	// RewardStrict scores with each verifier's strict form (see
 	// verify.ForTraining); ScoreTruncated scores responses the length
 	// budget cut off instead of giving them 0.
-	RewardStrict   bool `json:"reward_strict"`
-	ScoreTruncated bool `json:"score_truncated"`
-	// Demo scores with demotask.Score (prompts' answers are integers).
-	Demo      bool             `json:"demo"`
-	Advantage advantage.Config `json:"advantage"`
+	RewardStrict   bool             `json:"reward_strict"`
+	ScoreTruncated bool             `json:"score_truncated"`
+	Advantage      advantage.Config `json:"advantage"`
 	// Guidance mixes off-policy guidance traces into each group (LUFFY).
 	Guidance Guidance `json:"guidance"`
 }

@@ -40,7 +40,7 @@ func init() {
 	}
 	registry["mc"] = ChoiceVerifier{}
 	registry["integer"] = IntegerVerifier{}
-	registry["demo"] = IntegerVerifier{Marker: "=", Terminator: ";"}
+	registry["demo"] = DemoVerifier{}
 }
 
 // aliases maps the data_source names of datasets prepared for other

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/meminfo"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
@@ -415,7 +416,7 @@ func trajectory(tokens, v int) schemas.Trajectory {
 	resp := tokens - promptLen
 	t := schemas.Trajectory{SchemaVersion: schemas.SchemaVersion, Run: "memorybench", PromptID: "p0", DataSource: "demo",
 		PromptIDs: make([]int32, promptLen), ResponseIDs: make([]int32, resp), TokenSource: make([]int8, resp),
-		BehaviorLogProbs: make([]float32, resp), ResponseText: "x", Reward: 1, Correct: true, Advantage: 1, FinishReason: schemas.FinishStop}
+		BehaviorLogProbs: make([]float32, resp), ResponseText: "x", Reward: 1, Correct: true, Advantage: 1, FinishReason: sampling.FinishStop}
 	for i := range t.PromptIDs {
 		t.PromptIDs[i] = int32(1 + i)
 	}

@@ -115,6 +115,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
@@ -480,7 +481,7 @@ const maxLogProb = 1e-4
 func finish(who, reason string, stop json.RawMessage, p policy.SampleParams, res *policy.Result) error {
 	switch reason {
 	case "length":
-		res.FinishReason = policy.FinishLength
+		res.FinishReason = sampling.FinishLength
 		return nil
 	case "stop":
 	default:
@@ -494,15 +495,15 @@ func finish(who, reason string, stop json.RawMessage, p policy.SampleParams, res
 	}
 	switch r := r.(type) {
 	case nil:
-		res.FinishReason = policy.FinishEOS
+		res.FinishReason = sampling.FinishEOS
 	case json.Number:
-		res.FinishReason, res.Stop = policy.FinishStop, r.String()
+		res.FinishReason, res.Stop = sampling.FinishStop, r.String()
 		// A server may name an end-of-sequence id given as a stop id.
 		if id, err := r.Int64(); err == nil && !slices.Contains(p.StopTokenIDs, int32(id)) {
-			res.FinishReason, res.Stop = policy.FinishEOS, ""
+			res.FinishReason, res.Stop = sampling.FinishEOS, ""
 		}
 	case string:
-		res.FinishReason, res.Stop = policy.FinishStop, r
+		res.FinishReason, res.Stop = sampling.FinishStop, r
 	default:
 		return fmt.Errorf("%s: the stop reason %s is neither a token id nor a string", who, stop)
 	}

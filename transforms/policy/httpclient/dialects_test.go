@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -211,24 +212,24 @@ func TestLlamaCompletion(t *testing.T) {
 		err     string
 	}{
 		{name: "eos", answers: []string{llamaAnswerJSON([]int32{9, 2}, 2, "eos", "")},
-			want: policy.Result{Tokens: []int32{9, 2}, LogProbs: []float32{-0.5, -1.5}, FinishReason: policy.FinishEOS}},
+			want: policy.Result{Tokens: []int32{9, 2}, LogProbs: []float32{-0.5, -1.5}, FinishReason: sampling.FinishEOS}},
 		{name: "limit", answers: []string{llamaAnswerJSON([]int32{9, 10, 11}, 3, "limit", "")},
-			want: policy.Result{Tokens: []int32{9, 10, 11}, LogProbs: []float32{-0.5, -1.5, -2.5}, FinishReason: policy.FinishLength}},
+			want: policy.Result{Tokens: []int32{9, 10, 11}, LogProbs: []float32{-0.5, -1.5, -2.5}, FinishReason: sampling.FinishLength}},
 		// The stop string's tokens lose their log-probs; asked again with
 		// n_predict 3 and no stop strings, the server returns them.
 		{name: "stop string", answers: []string{llamaAnswerJSON([]int32{9, 10, 11}, 2, "word", "."), llamaAnswerJSON([]int32{9, 10, 11}, 3, "limit", "")},
-			want: policy.Result{Tokens: []int32{9, 10, 11}, LogProbs: []float32{-0.5, -1.5, -2.5}, FinishReason: policy.FinishStop, Stop: "."}},
+			want: policy.Result{Tokens: []int32{9, 10, 11}, LogProbs: []float32{-0.5, -1.5, -2.5}, FinishReason: sampling.FinishStop, Stop: "."}},
 		{name: "stop string, other tokens again", answers: []string{llamaAnswerJSON([]int32{9, 10, 11}, 2, "word", "."), llamaAnswerJSON([]int32{9, 10, 12}, 3, "limit", "")},
 			err: "sampled [9 10 12], not [9 10 11]"},
 		// A stop token id ends the completion where it is (the server has none).
 		{name: "stop id", answers: []string{llamaAnswerJSON([]int32{9, 7, 11}, 3, "limit", "")},
 			params: func(p *policy.SampleParams) { p.StopTokenIDs = []int32{7} },
-			want:   policy.Result{Tokens: []int32{9, 7}, LogProbs: []float32{-0.5, -1.5}, FinishReason: policy.FinishStop, Stop: "7"}},
+			want:   policy.Result{Tokens: []int32{9, 7}, LogProbs: []float32{-0.5, -1.5}, FinishReason: sampling.FinishStop, Stop: "7"}},
 		// The bytes 0xC3 0xA9 (é) as two byte tokens: the server records
 		// no entry for the first; the client asks for its log-prob after the
 		// prompt and "a" (3 tokens: -3 - 0.198 in llamaAllJSON).
 		{name: "split character", answers: []string{llamaSplitJSON()},
-			want: policy.Result{Tokens: []int32{100, 3 + 0xC3, 3 + 0xA9}, LogProbs: []float32{-0.5, -3 - 0.198, -1.5}, FinishReason: policy.FinishEOS}},
+			want: policy.Result{Tokens: []int32{100, 3 + 0xC3, 3 + 0xA9}, LogProbs: []float32{-0.5, -3 - 0.198, -1.5}, FinishReason: sampling.FinishEOS}},
 		{name: "ids without log-probs", answers: []string{llamaAnswerJSON([]int32{100, 101, 102}, 1, "eos", "")},
 			err: "log-probs for 1 of 3 token ids (completion_probabilities), and 3 of them end the text on a whole character"},
 		{name: "no tokens", answers: []string{llamaAnswerJSON([]int32{}, 0, "limit", "")},
@@ -317,11 +318,11 @@ func TestSGLangGenerate(t *testing.T) {
 		err          string
 	}{
 		{"eos", `{"text":"ab","output_ids":[9,2],"meta_info":{"id":"x","finish_reason":{"type":"stop","matched":2},"output_token_logprobs":[[-0.5,9,null],[-1.5,2,null]]}}`,
-			policy.Result{Tokens: []int32{9, 2}, LogProbs: []float32{-0.5, -1.5}, FinishReason: policy.FinishEOS}, ""},
+			policy.Result{Tokens: []int32{9, 2}, LogProbs: []float32{-0.5, -1.5}, FinishReason: sampling.FinishEOS}, ""},
 		{"stop string", `{"text":"a.","output_ids":[9,3],"meta_info":{"finish_reason":{"type":"stop","matched":"."},"output_token_logprobs":[[-0.5,9,null],[-1.5,3,null]]}}`,
-			policy.Result{Tokens: []int32{9, 3}, LogProbs: []float32{-0.5, -1.5}, FinishReason: policy.FinishStop, Stop: "."}, ""},
+			policy.Result{Tokens: []int32{9, 3}, LogProbs: []float32{-0.5, -1.5}, FinishReason: sampling.FinishStop, Stop: "."}, ""},
 		{"length", `{"text":"a","output_ids":[9],"meta_info":{"finish_reason":{"type":"length","length":1},"output_token_logprobs":[[-0.5,9,"a"]]}}`,
-			policy.Result{Tokens: []int32{9}, LogProbs: []float32{-0.5}, FinishReason: policy.FinishLength}, ""},
+			policy.Result{Tokens: []int32{9}, LogProbs: []float32{-0.5}, FinishReason: sampling.FinishLength}, ""},
 		{"fewer log-probs", `{"output_ids":[9,2],"meta_info":{"finish_reason":{"type":"stop","matched":2},"output_token_logprobs":[[-0.5,9,null]]}}`,
 			policy.Result{}, "2 output_ids but 1 meta_info.output_token_logprobs"},
 		{"ids disagree", `{"output_ids":[9,2],"meta_info":{"finish_reason":{"type":"stop","matched":2},"output_token_logprobs":[[-0.5,9,null],[-1.5,4,null]]}}`,
@@ -383,7 +384,7 @@ func TestOpenAIEmptyAndInconsistent(t *testing.T) {
 	json.Unmarshal([]byte(`{"choices":[{"text":"ab","finish_reason":"stop","logprobs":{"content":[{"id":9,"token":"a","bytes":[97],"logprob":-0.25,"top_logprobs":[]},{"id":2,"token":"","bytes":[],"logprob":-0.5,"top_logprobs":[]}]}}]}`), &out)
 	c := &Client{base: "http://127.0.0.1:1/v1"}
 	got, err := c.result(&out, http.Header{}, policy.SampleParams{})
-	if err != nil || !slices.Equal(got.Tokens, []int32{9, 2}) || !slices.Equal(got.LogProbs, []float32{-0.25, -0.5}) || got.FinishReason != policy.FinishEOS {
+	if err != nil || !slices.Equal(got.Tokens, []int32{9, 2}) || !slices.Equal(got.LogProbs, []float32{-0.25, -0.5}) || got.FinishReason != sampling.FinishEOS {
 		t.Errorf("logprobs.content: %+v, %v", got, err)
 	}
 }

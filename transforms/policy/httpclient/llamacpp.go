@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -163,11 +164,11 @@ func (c *Client) llamaOnce(ctx context.Context, req policy.Request, maxTokens in
 	var res policy.Result
 	switch a.StopType {
 	case "eos":
-		res.FinishReason = policy.FinishEOS
+		res.FinishReason = sampling.FinishEOS
 	case "limit":
-		res.FinishReason = policy.FinishLength
+		res.FinishReason = sampling.FinishLength
 	case "word":
-		res.FinishReason, res.Stop = policy.FinishStop, a.StoppingWord
+		res.FinishReason, res.Stop = sampling.FinishStop, a.StoppingWord
 	default:
 		return policy.Result{}, fmt.Errorf("%s: stop_type %q (want eos, limit or word)", who, a.StopType)
 	}
@@ -176,7 +177,7 @@ func (c *Client) llamaOnce(ctx context.Context, req policy.Request, maxTokens in
 	for i, id := range ids {
 		if slices.Contains(req.Params.StopTokenIDs, id) {
 			n = i + 1
-			res.FinishReason, res.Stop = policy.FinishStop, strconv.Itoa(int(id))
+			res.FinishReason, res.Stop = sampling.FinishStop, strconv.Itoa(int(id))
 			break
 		}
 	}
