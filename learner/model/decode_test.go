@@ -114,6 +114,41 @@ func TestGreedyCachedEqualsRecomputeTiny(t *testing.T) {
 	}
 }
 
+// TestGreedyCachedEqualsRecomputeBatchVariant decodes with one plain
+// product a step (SetBatchInvariantDecode off), alone and beside other
+// sequences: the same greedy tokens as full recomputation, and batched
+// logits close to those alone.
+func TestGreedyCachedEqualsRecomputeBatchVariant(t *testing.T) {
+	m := peakedModel(t, tinyConfig(), 3)
+	m.SetBatchInvariantDecode(false)
+	checkGreedy(t, m, []int32{1, 7, 3, 9, 22, 4, 0}, 40)
+	r := rand.New(rand.NewPCG(8, 3))
+	V := m.cfg.VocabSize
+	var caches []*KVCache
+	var toks [][]int32
+	for i := 0; i < 13; i++ {
+		c := m.NewKVCache()
+		if _, err := m.Extend([]*KVCache{c}, [][]int32{{int32(r.IntN(V)), int32(r.IntN(V))}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		caches, toks = append(caches, c), append(toks, []int32{int32(r.IntN(V))})
+	}
+	lg, err := m.Extend(caches, toks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range caches {
+		c.Truncate(2)
+		one, err := m.Extend([]*KVCache{c}, toks[i:i+1], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, at := maxDiff(lg[i*V:(i+1)*V], one); d > tolCached {
+			t.Fatalf("sequence %d: logit %d differs by %.3g between the batch and alone", i, at, d)
+		}
+	}
+}
+
 func TestGreedyCachedEqualsRecomputeStories260K(t *testing.T) {
 	m, err := LoadLlama2C(stories260KPath(t))
 	if err != nil {
