@@ -138,7 +138,7 @@ func (w *stepWork) linear(out, in, wt, b []float32, N, I, O int) {
 	case l.pad > 0:
 		w.linearPadded(out, in, wt, b, N, I, O, l.pad)
 	case l.block > 0:
-		w.linearBlocked(out, in, wt, b, N, I, O, l.block)
+		w.linearBlocked(out, in, wt, b, N, I, O, l)
 	default:
 		// Every row by the same call, whatever the batch: invariant by
 		// construction.
@@ -173,36 +173,52 @@ func (w *stepWork) linearPadded(out, in, wt, b []float32, N, I, O, pad int) {
 	copy(out[:N*O], pout)
 }
 
-// linearBlocked computes the N rows of the product in blocks of block rows
-// (the last one padded with zero rows), each block as the transposed
-// product W·Xᵀ of a slice of the weight's rows at a time: every output is
-// computed by a call whose shape depends on the block size and the
-// weight's slicing alone, never on N, at a position in its block that the
-// probe found not to matter. A slice is small enough to stay in cache
-// while every block multiplies it, so the weight is read from memory once
-// a step whatever the blocks. The padding costs at most (block-1)*O extra
-// outputs.
-func (w *stepWork) linearBlocked(out, in, wt, b []float32, N, I, O, block int) {
-	M := (N + block - 1) / block * block
-	if cap(w.pad) < M*(I+O) {
-		w.pad = make([]float32, M*(I+O))
+// linearBlocked computes the N rows of the product in blocks of at most
+// l.block rows (with l.fill, the last block padded with zero rows to
+// l.block), each block as the transposed product W·Xᵀ over a slice of the
+// weight's rows at a time: every output is computed by a call whose
+// weight slice depends on I and O alone, at a position among the call's
+// rows that the probe found not to matter. A slice is small enough to
+// stay in cache while every block multiplies it, so the weight is read
+// from memory once a step whatever the blocks. Slices are a multiple of
+// sliceUnit rows; the last one, when shorter, is multiplied as a copy
+// padded with zero rows.
+func (w *stepWork) linearBlocked(out, in, wt, b []float32, N, I, O int, l stepLayout) {
+	M := N
+	if l.fill {
+		M = (N + l.block - 1) / l.block * l.block
 	}
-	// pin holds the rows padded to whole blocks; ct the transposed result
-	// of each block, [M/block][O][block].
-	pin, ct := w.pad[:M*I], w.pad[M*I:M*(I+O)]
+	rows := blockSliceRows(I, O)
+	nSlices := (O + rows - 1) / rows
+	o0Tail := (nSlices - 1) * rows
+	tailPad := (O - o0Tail + sliceUnit - 1) / sliceUnit * sliceUnit
+	Op := o0Tail + tailPad
+	need := M*I + M*Op + tailPad*I
+	if cap(w.pad) < need {
+		w.pad = make([]float32, need)
+	}
+	// pin holds the rows (padded to whole blocks with fill); ct the
+	// transposed result of each block, [Op][nb] from row b0*Op; wTail
+	// the last slice of the weight padded to tailPad rows.
+	pin, ct, wTail := w.pad[:M*I], w.pad[M*I:M*(I+Op)], w.pad[M*(I+Op):need]
 	copy(pin, in[:N*I])
 	clear(pin[N*I:])
-	rows := blockSliceRows(I, O)
-	parallelFor((O+rows-1)/rows, 1, func(lo, hi int) {
-		for o0 := lo * rows; o0 < min(hi*rows, O); o0 += rows {
-			n := min(rows, O-o0)
-			for b0 := 0; b0 < M; b0 += block {
-				c := ct[b0*O+o0*block:]
-				blas.SgemmSerial(false, true, n, block, I, 1, wt[o0*I:], I, pin[b0*I:], I, 0, c, block)
-				for r := b0; r < min(b0+block, N); r++ {
-					dst := out[r*O+o0 : r*O+o0+n]
+	copy(wTail, wt[o0Tail*I:O*I])
+	clear(wTail[(O-o0Tail)*I:])
+	parallelFor(nSlices, 1, func(lo, hi int) {
+		for s := lo; s < hi; s++ {
+			o0, n, ws := s*rows, rows, wt[s*rows*I:]
+			if s == nSlices-1 {
+				n, ws = tailPad, wTail
+			}
+			for b0 := 0; b0 < M; b0 += l.block {
+				nb := min(l.block, M-b0)
+				c := ct[b0*Op+o0*nb:]
+				blas.SgemmSerial(false, true, n, nb, I, 1, ws, I, pin[b0*I:], I, 0, c, nb)
+				for r := b0; r < min(b0+nb, N); r++ {
+					dst := out[r*O+o0 : r*O+min(o0+n, O)]
 					for j := range dst {
-						dst[j] = c[j*block+r-b0]
+						dst[j] = c[j*nb+r-b0]
 					}
 				}
 			}
@@ -211,17 +227,28 @@ func (w *stepWork) linearBlocked(out, in, wt, b []float32, N, I, O, block int) {
 	addBias(out, b, N, O)
 }
 
+// sliceUnit divides the weight slices of linearBlocked: OpenBLAS 0.3.21's
+// Haswell kernels multiply 12 weight rows at a time, and compute a column
+// of W·Xᵀ alike in every block of up to 15 rows only where no shorter
+// group of weight rows is left over.
+const sliceUnit = 12
+
 // blockSliceRows is how many weight rows of width I linearBlocked
-// multiplies at a time: about 256 KiB of them, a multiple of 16 rows.
+// multiplies at a time: about 256 KiB of them, a multiple of sliceUnit.
 func blockSliceRows(I, O int) int {
-	return min(O, max(16, (1<<16)/max(I, 1)/16*16))
+	r := max(1, (1<<16)/max(I, 1)/sliceUnit) * sliceUnit
+	return min(r, (O+sliceUnit-1)/sliceUnit*sliceUnit)
 }
 
 // stepLayout is how stepWork.linear computes a step's rows: padded to a
-// multiple of pad rows in one product (pad > 0), or in blocks of block
-// rows through the transposed product (block > 0), or, with neither, one
-// row at a time.
-type stepLayout struct{ pad, block int }
+// multiple of pad rows in one product (pad > 0); or in blocks of at most
+// block rows through the transposed product (block > 0), the last block
+// padded to block rows when fill is set; or, with neither, one row at a
+// time.
+type stepLayout struct {
+	pad, block int
+	fill       bool
+}
 
 // decodeLayout is the first layout, in the order of preference below, that
 // computes every row the same way whatever rows share its step, on the
@@ -231,10 +258,14 @@ var decodeLayout = sync.OnceValue(func() stepLayout {
 	for _, pad := range []int{1, 2, 4, 8, 12, 16, 24, 32} {
 		cands = append(cands, stepLayout{pad: pad})
 	}
-	// Blocks of 8 before 16: a step of one row pays for block-1 padding
-	// rows, and from 8 rows on both read the weight once.
-	for _, block := range []int{8, 16, 4} {
+	// Unpadded blocks first: a step of one row is then one product of
+	// one row (and the largest block the fewest products); a padded block
+	// of 8 before 16: a step of one row pays for block-1 padding rows.
+	for _, block := range []int{15, 7} {
 		cands = append(cands, stepLayout{block: block})
+	}
+	for _, block := range []int{8, 16, 4} {
+		cands = append(cands, stepLayout{block: block, fill: true})
 	}
 	for _, l := range cands {
 		if layoutExact(l) {
@@ -291,7 +322,7 @@ func (w *stepWork) linearWith(l stepLayout, out, in, wt []float32, N, I, O int) 
 	if l.pad > 0 {
 		w.linearPadded(out, in, wt, nil, N, I, O, l.pad)
 	} else {
-		w.linearBlocked(out, in, wt, nil, N, I, O, l.block)
+		w.linearBlocked(out, in, wt, nil, N, I, O, l)
 	}
 }
 
