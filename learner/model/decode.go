@@ -124,11 +124,11 @@ const smallGemmElems = 1200
 // reproducible under any load. How depends on the BLAS kernels, which
 // decodeLayout probes once: rows padded with zero rows up to a multiple of
 // the kernels' row block in one product (OpenBLAS 0.3.21's SkylakeX
-// kernels); else blocks of a fixed number of rows, each one product with
-// the weight as the left operand (its Haswell and Zen kernels, which
-// compute a row of a product by its position among the rows, compute a
-// column of the transposed product the same way at every position of such
-// a block); else one product per row.
+// kernels); else blocks of at most a fixed number of rows, each one
+// product with the weight as the left operand (its Haswell and Zen
+// kernels, which compute a row of a product by its position among the
+// rows, compute a column of the transposed product the same way at every
+// position of a block of up to 15 rows); else one product per row.
 func (w *stepWork) linear(out, in, wt, b []float32, N, I, O int) {
 	if w.plain {
 		linearForward(out, in, wt, b, N, I, O)
