@@ -51,6 +51,7 @@ func runServe(args []string) error {
 	writeTimeout := fs.Duration("write-timeout", serve.DefaultWriteTimeout, "how long one write of a response may block on a client that does not read; a stream that is read may run longer (0: no limit)")
 	maxConns := fs.Int("max-conns", serve.DefaultMaxConns, "open connections per listener; further ones wait to be accepted until one closes (0: no limit)")
 	storageTimeout := fs.String("storage-timeout", "", storageTimeoutUsage)
+	invariant := fs.Bool("batch-invariant", true, "decode every sequence bit for bit alike whatever other requests share its step, so that seeded samples repeat under any load (false: one plain product a step, faster on CPUs whose BLAS kernels compute a row by its position in the batch, such as OpenBLAS's Haswell and Zen kernels; the cpu device only)")
 	maxClient := fs.Int("max-client-requests", serve.DefaultMaxClientRequests, "generation requests in flight from one client IP, HTTP and gRPC together; further ones get 429 with Retry-After / RESOURCE_EXHAUSTED (0: no limit)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n"+
@@ -80,6 +81,9 @@ func runServe(args []string) error {
 	be, err := backend.Lookup(*device)
 	if err != nil {
 		return usageError("--device: %v", err)
+	}
+	if !*invariant && *device != backend.CPUName {
+		return usageError("--batch-invariant=false chooses how the cpu device multiplies a step; drop it for --device %s", *device)
 	}
 	if *maxBody < 0 {
 		return usageError("--max-body-bytes %d must be positive, or 0 for the default that follows the context", *maxBody)
@@ -131,6 +135,7 @@ func runServe(args []string) error {
 	opts := bounds
 	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token, opts.Device = *ckpt, *watch, *tok, *name, token, dev
 	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
+	opts.BatchVariant = !*invariant
 	srv, err := serve.New(ctx, opts)
 	if err != nil {
 		return runError("%v", err)

@@ -86,9 +86,11 @@ type serveResult struct {
 // rollout asks), first one request at a time ("batch1"), then 32 at once
 // ("batch32"). It reports generated tokens a second over the wall time of
 // each load and the peak resident memory of each server's processes, and
-// prints one line per size and load:
+// prints two lines per size and load, aipo serve as it starts by default
+// (batch-invariant decoding) and with --batch-invariant=false:
 //
 //	serve-vs-vllm SIZE LOAD: aipo X tok/s (RSS A MiB), vLLM Y tok/s (RSS B MiB), ratio X/Y
+//	serve-vs-vllm SIZE LOAD --batch-invariant=false: aipo X tok/s (RSS A MiB), ratio X/Y
 //
 // The servers run one after the other, never together, so that neither
 // shares the cores with the other. Both are warmed up with one short
@@ -132,15 +134,20 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 				}
 			}
 			aipo := benchAipoServe(b, dir, loads)
+			variant := benchAipoServe(b, dir, loads, "--batch-invariant=false")
 			vllm := benchVLLM(b, dir, loads)
 			for i, l := range loads {
-				a, v := aipo[i], vllm[i]
-				ratio := a.tokPerSec / v.tokPerSec
+				a, av, v := aipo[i], variant[i], vllm[i]
+				ratio, ratioV := a.tokPerSec/v.tokPerSec, av.tokPerSec/v.tokPerSec
 				b.ReportMetric(a.tokPerSec, "aipo_tok/s_"+l.name)
+				b.ReportMetric(av.tokPerSec, "aipo_variant_tok/s_"+l.name)
 				b.ReportMetric(v.tokPerSec, "vllm_tok/s_"+l.name)
 				b.ReportMetric(ratio, "aipo/vllm_"+l.name)
+				b.ReportMetric(ratioV, "aipo_variant/vllm_"+l.name)
 				fmt.Printf("serve-vs-vllm %s %s: aipo %.1f tok/s (RSS %.0f MiB), vLLM %.1f tok/s (RSS %.0f MiB), ratio %.2f\n",
 					size.name, l.name, a.tokPerSec, a.peakMiB, v.tokPerSec, v.peakMiB, ratio)
+				fmt.Printf("serve-vs-vllm %s %s --batch-invariant=false: aipo %.1f tok/s (RSS %.0f MiB), ratio %.2f\n",
+					size.name, l.name, av.tokPerSec, av.peakMiB, ratioV)
 			}
 			last := len(loads) - 1
 			b.ReportMetric(aipo[last].peakMiB, "aipo_peak_MiB")
@@ -149,15 +156,16 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 	}
 }
 
-// benchAipoServe runs aipo serve on dir in a child process (so that its
-// peak RSS is its own), warms it up, runs each load b.N times and stops
-// it.
-func benchAipoServe(b *testing.B, dir string, loads []serveLoad) []serveResult {
+// benchAipoServe runs aipo serve on dir, with flags after the bench's
+// own, in a child process (so that its peak RSS is its own), warms it up,
+// runs each load b.N times and stops it.
+func benchAipoServe(b *testing.B, dir string, loads []serveLoad, flags ...string) []serveResult {
 	addr := freeAddr(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
-	cmd, out := aipoCommand(ctx, b, nil, "serve", "--checkpoint", dir, "--name", "policy",
-		"--http", addr, "--grpc=", "--max-context", strconv.Itoa(benchContext), "--grace", "5s")
+	args := append([]string{"serve", "--checkpoint", dir, "--name", "policy",
+		"--http", addr, "--grpc=", "--max-context", strconv.Itoa(benchContext), "--grace", "5s"}, flags...)
+	cmd, out := aipoCommand(ctx, b, nil, args...)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
+
+	"github.com/aipo-rl/aipo/learner/blas"
 )
 
 // Inference with a KV cache. A KVCache holds, for one sequence, the rotated
@@ -90,8 +93,23 @@ func (c *KVCache) reserve(n int) {
 }
 
 // stepWork is the scratch of one Extend, reused across calls through a
-// sync.Pool so that steps of varying sizes do not pile up buffers.
-type stepWork struct{ buf, pad []float32 }
+// sync.Pool so that steps of varying sizes do not pile up buffers. plain
+// is the model's batchVariant for the step.
+type stepWork struct {
+	buf, pad []float32
+	plain    bool
+}
+
+// SetBatchInvariantDecode chooses how Extend multiplies the rows of a
+// step. On (the default), a sequence's logits are bit for bit the same
+// whatever other sequences share its step, so that a seeded sample is
+// reproducible under any load; on BLAS kernels that compute a row of a
+// product by its position among the rows (OpenBLAS 0.3.21's Haswell and
+// Zen kernels) that costs a step of many rows several products (see
+// stepWork.linear). Off, a step's rows go through one plain product, the
+// fastest on every kernel, and a sequence's logits may differ in the last
+// bits with the step's other rows. Set it before the first Extend.
+func (m *Model) SetBatchInvariantDecode(on bool) { m.batchVariant = !on }
 
 // smallGemmElems is the output size (rows × columns) at or below which
 // OpenBLAS (0.3.21, x86-64) multiplies by a weight transposed with its
@@ -104,21 +122,30 @@ const smallGemmElems = 1200
 // many rows the step has, so that a sequence's logits do not depend on
 // which other sequences share its batch and a seeded sample is
 // reproducible under any load. How depends on the BLAS kernels, which
-// rowLayout probes once: rows padded with zero rows up to a multiple of
-// the kernels' row block (1 for OpenBLAS 0.3.21's SkylakeX kernels, 12 for
-// its Haswell and Zen ones), or, where no padding makes rows independent,
-// one product per row.
+// decodeLayout probes once: rows padded with zero rows up to a multiple of
+// the kernels' row block in one product (OpenBLAS 0.3.21's SkylakeX
+// kernels); else blocks of at most a fixed number of rows, each one
+// product with the weight as the left operand (its Haswell and Zen
+// kernels, which compute a row of a product by its position among the
+// rows, compute a column of the transposed product the same way at every
+// position of a block of up to 15 rows); else one product per row.
 func (w *stepWork) linear(out, in, wt, b []float32, N, I, O int) {
-	pad := rowLayout()
-	if pad == 0 {
+	if w.plain {
+		linearForward(out, in, wt, b, N, I, O)
+		return
+	}
+	switch l := decodeLayout(); {
+	case l.pad > 0:
+		w.linearPadded(out, in, wt, b, N, I, O, l.pad)
+	case l.block > 0:
+		w.linearBlocked(out, in, wt, b, N, I, O, l)
+	default:
 		// Every row by the same call, whatever the batch: invariant by
 		// construction.
 		for r := 0; r < N; r++ {
 			linearForward(out[r*O:(r+1)*O], in[r*I:(r+1)*I], wt, b, 1, I, O)
 		}
-		return
 	}
-	w.linearPadded(out, in, wt, b, N, I, O, pad)
 }
 
 // linearPadded computes the N rows of the product among at least M rows:
@@ -146,40 +173,140 @@ func (w *stepWork) linearPadded(out, in, wt, b []float32, N, I, O, pad int) {
 	copy(out[:N*O], pout)
 }
 
-// rowLayout is the row padding that makes linearPadded compute every row
-// the same way whatever rows share its product, on the kernels this
-// process runs (0: none does; compute one row at a time). It is probed
-// once, on random products of a few shapes on both sides of the
-// small-matrix threshold, each row of each batch size against the row
-// computed alone.
-var rowLayout = sync.OnceValue(func() int {
+// linearBlocked computes the N rows of the product in blocks of at most
+// l.block rows (with l.fill, the last block padded with zero rows to
+// l.block), each block as the transposed product W·Xᵀ over a slice of the
+// weight's rows at a time: every output is computed by a call whose
+// weight slice depends on I and O alone, at a position among the call's
+// rows that the probe found not to matter. A slice is small enough to
+// stay in cache while every block multiplies it, so the weight is read
+// from memory once a step whatever the blocks. Slices are a multiple of
+// sliceUnit rows; the last one, when shorter, is multiplied as a copy
+// padded with zero rows.
+func (w *stepWork) linearBlocked(out, in, wt, b []float32, N, I, O int, l stepLayout) {
+	M := N
+	if l.fill {
+		M = (N + l.block - 1) / l.block * l.block
+	}
+	rows := blockSliceRows(I, O)
+	nSlices := (O + rows - 1) / rows
+	o0Tail := (nSlices - 1) * rows
+	tailPad := (O - o0Tail + sliceUnit - 1) / sliceUnit * sliceUnit
+	Op := o0Tail + tailPad
+	need := M*I + M*Op + tailPad*I
+	if cap(w.pad) < need {
+		w.pad = make([]float32, need)
+	}
+	// pin holds the rows (padded to whole blocks with fill); ct the
+	// transposed result of each block, [Op][nb] from row b0*Op; wTail
+	// the last slice of the weight padded to tailPad rows.
+	pin, ct, wTail := w.pad[:M*I], w.pad[M*I:M*(I+Op)], w.pad[M*(I+Op):need]
+	copy(pin, in[:N*I])
+	clear(pin[N*I:])
+	copy(wTail, wt[o0Tail*I:O*I])
+	clear(wTail[(O-o0Tail)*I:])
+	parallelFor(nSlices, 1, func(lo, hi int) {
+		for s := lo; s < hi; s++ {
+			o0, n, ws := s*rows, rows, wt[s*rows*I:]
+			if s == nSlices-1 {
+				n, ws = tailPad, wTail
+			}
+			for b0 := 0; b0 < M; b0 += l.block {
+				nb := min(l.block, M-b0)
+				c := ct[b0*Op+o0*nb:]
+				blas.SgemmSerial(false, true, n, nb, I, 1, ws, I, pin[b0*I:], I, 0, c, nb)
+				for r := b0; r < min(b0+nb, N); r++ {
+					dst := out[r*O+o0 : r*O+min(o0+n, O)]
+					for j := range dst {
+						dst[j] = c[j*nb+r-b0]
+					}
+				}
+			}
+		}
+	})
+	addBias(out, b, N, O)
+}
+
+// sliceUnit divides the weight slices of linearBlocked: OpenBLAS 0.3.21's
+// Haswell kernels multiply 12 weight rows at a time, and compute a column
+// of W·Xᵀ alike in every block of up to 15 rows only where no shorter
+// group of weight rows is left over.
+const sliceUnit = 12
+
+// blockSliceRows is how many weight rows of width I linearBlocked
+// multiplies at a time: about 256 KiB of them, a multiple of sliceUnit.
+func blockSliceRows(I, O int) int {
+	r := max(1, (1<<16)/max(I, 1)/sliceUnit) * sliceUnit
+	return min(r, (O+sliceUnit-1)/sliceUnit*sliceUnit)
+}
+
+// stepLayout is how stepWork.linear computes a step's rows: padded to a
+// multiple of pad rows in one product (pad > 0); or in blocks of at most
+// block rows through the transposed product (block > 0), the last block
+// padded to block rows when fill is set; or, with neither, one row at a
+// time.
+type stepLayout struct {
+	pad, block int
+	fill       bool
+}
+
+// decodeLayout is the first layout, in the order of preference below, that
+// computes every row the same way whatever rows share its step, on the
+// kernels this process runs. It is probed once (see layoutExact).
+var decodeLayout = sync.OnceValue(func() stepLayout {
+	var cands []stepLayout
 	for _, pad := range []int{1, 2, 4, 8, 12, 16, 24, 32} {
-		if rowsIndependent(pad) {
-			return pad
+		cands = append(cands, stepLayout{pad: pad})
+	}
+	// Unpadded blocks first: a step of one row is then one product of
+	// one row (and the largest block the fewest products); a padded block
+	// of 8 before 16: a step of one row pays for block-1 padding rows.
+	for _, block := range []int{15, 7} {
+		cands = append(cands, stepLayout{block: block})
+	}
+	for _, block := range []int{8, 16, 4} {
+		cands = append(cands, stepLayout{block: block, fill: true})
+	}
+	for _, l := range cands {
+		if layoutExact(l) {
+			return l
 		}
 	}
-	return 0
+	return stepLayout{}
 })
 
-func rowsIndependent(pad int) bool {
+// layoutExact reports whether layout l computes each row of random
+// products, for batch sizes up to the serving engine's default maximum
+// (64), bit for bit as the row computed alone. The shapes are a few on
+// both sides of OpenBLAS's small-matrix threshold, a tiny model's, and
+// the projections of a model of width 1024 (more batch sizes on the
+// small ones, which cost little).
+func layoutExact(l stepLayout) bool {
 	r := rand.New(rand.NewPCG(5, 8))
 	var w stepWork
-	for _, sh := range [][2]int{{64, 172}, {64, 600}, {128, 1500}} {
-		I, O := sh[0], sh[1]
-		wt, in := make([]float32, O*I), make([]float32, 40*I)
+	small := []int{2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 19, 24, 25, 31, 32, 33, 40, 47, 48, 49, 63, 64}
+	for _, sh := range []struct {
+		I, O  int
+		sizes []int
+	}{
+		{64, 172, small}, {64, 600, small}, {128, 1500, small}, {32, 50, small}, {64, 128, small},
+		{1024, 3072, []int{2, 7, 9, 17, 33, 64}}, {3072, 1024, []int{3, 12, 25}},
+	} {
+		I, O, rows := sh.I, sh.O, slices.Max(sh.sizes)
+		wt, in := make([]float32, O*I), make([]float32, rows*I)
 		for i := range wt {
 			wt[i] = r.Float32() - 0.5
 		}
 		for i := range in {
 			in[i] = r.Float32() - 0.5
 		}
-		alone := make([]float32, 40*O)
-		for row := 0; row < 40; row++ {
-			w.linearPadded(alone[row*O:(row+1)*O], in[row*I:(row+1)*I], wt, nil, 1, I, O, pad)
+		alone := make([]float32, rows*O)
+		for row := range rows {
+			w.linearWith(l, alone[row*O:(row+1)*O], in[row*I:(row+1)*I], wt, 1, I, O)
 		}
-		out := make([]float32, 40*O)
-		for _, n := range []int{2, 3, 5, 7, 12, 13, 19, 25, 40} {
-			w.linearPadded(out, in, wt, nil, n, I, O, pad)
+		out := make([]float32, rows*O)
+		for _, n := range sh.sizes {
+			w.linearWith(l, out, in, wt, n, I, O)
 			for i := range n * O {
 				if out[i] != alone[i] {
 					return false
@@ -188,6 +315,15 @@ func rowsIndependent(pad int) bool {
 		}
 	}
 	return true
+}
+
+// linearWith is stepWork.linear under layout l (which must pad or block).
+func (w *stepWork) linearWith(l stepLayout, out, in, wt []float32, N, I, O int) {
+	if l.pad > 0 {
+		w.linearPadded(out, in, wt, nil, N, I, O, l.pad)
+	} else {
+		w.linearBlocked(out, in, wt, nil, N, I, O, l)
+	}
 }
 
 var stepPool = sync.Pool{New: func() any { return new(stepWork) }}
@@ -259,6 +395,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 	scratchLen := qBlock * maxPos
 	w := stepPool.Get().(*stepWork)
 	defer stepPool.Put(w)
+	w.plain = m.batchVariant
 	// What DecodeLayers takes (see runLayers), the last rows and the
 	// attention tasks' scratch.
 	need := N*(7*d.C+d.QKV+d.QD+d.H+4*d.F) + 3*N + B*d.C + nw*scratchLen

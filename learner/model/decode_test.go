@@ -114,6 +114,41 @@ func TestGreedyCachedEqualsRecomputeTiny(t *testing.T) {
 	}
 }
 
+// TestGreedyCachedEqualsRecomputeBatchVariant decodes with one plain
+// product a step (SetBatchInvariantDecode off), alone and beside other
+// sequences: the same greedy tokens as full recomputation, and batched
+// logits close to those alone.
+func TestGreedyCachedEqualsRecomputeBatchVariant(t *testing.T) {
+	m := peakedModel(t, tinyConfig(), 3)
+	m.SetBatchInvariantDecode(false)
+	checkGreedy(t, m, []int32{1, 7, 3, 9, 22, 4, 0}, 40)
+	r := rand.New(rand.NewPCG(8, 3))
+	V := m.cfg.VocabSize
+	var caches []*KVCache
+	var toks [][]int32
+	for i := 0; i < 13; i++ {
+		c := m.NewKVCache()
+		if _, err := m.Extend([]*KVCache{c}, [][]int32{{int32(r.IntN(V)), int32(r.IntN(V))}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		caches, toks = append(caches, c), append(toks, []int32{int32(r.IntN(V))})
+	}
+	lg, err := m.Extend(caches, toks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range caches {
+		c.Truncate(2)
+		one, err := m.Extend([]*KVCache{c}, toks[i:i+1], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, at := maxDiff(lg[i*V:(i+1)*V], one); d > tolCached {
+			t.Fatalf("sequence %d: logit %d differs by %.3g between the batch and alone", i, at, d)
+		}
+	}
+}
+
 func TestGreedyCachedEqualsRecomputeStories260K(t *testing.T) {
 	m, err := LoadLlama2C(stories260KPath(t))
 	if err != nil {
@@ -330,5 +365,42 @@ func TestExtendBitwiseIndependentOfBatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStepLinearIndependentOfBatch checks the layout decodeLayout picked
+// for this process's kernels on every batch size a serving engine runs by
+// default (1 to 64), on a projection of a model of width 1024 and on the
+// tiny served model's: each row of a step is bit for bit the row computed
+// alone, and close to the plain product's.
+func TestStepLinearIndependentOfBatch(t *testing.T) {
+	t.Logf("layout %+v", decodeLayout())
+	r := rand.New(rand.NewPCG(7, 1))
+	for _, sh := range [][2]int{{1024, 3072}, {64, 128}, {128, 64}, {32, 50}} {
+		I, O := sh[0], sh[1]
+		wt, bias, in := make([]float32, O*I), make([]float32, O), make([]float32, 64*I)
+		for _, x := range [][]float32{wt, bias, in} {
+			for i := range x {
+				x[i] = r.Float32() - 0.5
+			}
+		}
+		var w stepWork
+		alone, plain := make([]float32, 64*O), make([]float32, 64*O)
+		linearForward(plain, in, wt, bias, 64, I, O)
+		for row := range 64 {
+			w.linear(alone[row*O:(row+1)*O], in[row*I:(row+1)*I], wt, bias, 1, I, O)
+		}
+		if d, at := maxDiff(alone, plain); d > 1e-4 {
+			t.Fatalf("%dx%d: a row alone differs from the plain product by %.3g at %d", I, O, d, at)
+		}
+		out := make([]float32, 64*O)
+		for n := 1; n <= 64; n++ {
+			w.linear(out, in, wt, bias, n, I, O)
+			for i := range n * O {
+				if out[i] != alone[i] {
+					t.Fatalf("%dx%d, %d rows: row %d column %d is %v, alone %v", I, O, n, i/O, i%O, out[i], alone[i])
+				}
+			}
+		}
 	}
 }

@@ -210,6 +210,9 @@ type Model struct {
 	// checkpoint is the activation-checkpointing choice of Forward (see
 	// SetCheckpointing).
 	checkpoint bool
+	// batchVariant makes Extend multiply a step's rows in one plain
+	// product (see SetBatchInvariantDecode).
+	batchVariant bool
 }
 
 func newModel(cfg Config) (*Model, error) {

@@ -85,6 +85,12 @@ type Options struct {
 	// engine decodes on (a Decoder of it per loaded checkpoint; cuda: GPU
 	// 0); nil decodes on the CPU. The caller closes it after the server.
 	Device backend.Device
+	// BatchVariant, on the CPU, decodes each step's sequences through
+	// one plain product per projection (model.SetBatchInvariantDecode
+	// off): faster on BLAS kernels that compute a row by its position
+	// among the rows, but a sequence's logits, and so a seeded sample,
+	// may then differ in the last bits with the other requests in flight.
+	BatchVariant bool
 }
 
 // Server serves one engine over gRPC and HTTP. Its methods are safe for
@@ -176,6 +182,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 // Options.Device (freed once the engine and its caches no longer use it).
 func (o Options) decoder(m *model.Model) (engine.Backend, error) {
 	if o.Device == nil {
+		m.SetBatchInvariantDecode(!o.BatchVariant)
 		return engine.CPU(m), nil
 	}
 	return o.Device.Decoder(m)
