@@ -12,12 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
 
 // ManifestName is the file that commits a step (or any shard set): it is
 // written last, atomically, and readers refuse a directory without it.
-const ManifestName = "_MANIFEST.json"
+const ManifestName = rundir.ManifestName
 
 // Manifest commits a set of Parquet shards. Paths are relative to the
 // directory that holds the manifest.
@@ -59,10 +60,9 @@ func (e *ChecksumError) Error() string {
 	return fmt.Sprintf("shard %s is corrupt: %s is %s, manifest says %s (rewrite the step)", e.File, e.What, e.Got, e.Want)
 }
 
-// StepDir is the directory of step k of a run: <run>/step-<k, 6 digits>.
-func StepDir(runDir string, step int64) string {
-	return storage.Join(runDir, fmt.Sprintf("step-%06d", step))
-}
+// StepDir is the directory of step k of a run: <run>/step-<k, 6 digits>
+// (rundir.Step).
+func StepDir(runDir string, step int64) string { return rundir.Step(runDir, step) }
 
 // ParseManifest decodes and validates a manifest.
 func ParseManifest(b []byte) (Manifest, error) {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
@@ -30,7 +31,7 @@ const (
 	MasterName = "master.safetensors"
 	// CommittedName is written last; a directory without it is not a
 	// checkpoint (its writer is still running or died).
-	CommittedName = "_COMMITTED"
+	CommittedName = rundir.CommittedName
 )
 
 // ErrNotCommitted is returned (wrapped, naming the directory) by Load for a

@@ -12,9 +12,9 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
 
@@ -356,9 +356,7 @@ func Committed(ctx context.Context, dir string) (bool, error) {
 
 // Dir is the directory of the checkpoint of a run at a step:
 // <run>/checkpoints/step-000007.
-func Dir(runDir string, step int64) string {
-	return storage.Join(runDir, "checkpoints", fmt.Sprintf("step-%06d", step))
-}
+func Dir(runDir string, step int64) string { return rundir.Checkpoint(runDir, step) }
 
 // Latest returns the committed checkpoint of runDir with the highest step
 // (uncommitted directories are ignored). With none it returns an error
@@ -369,7 +367,7 @@ func Latest(ctx context.Context, runDir string) (dir string, step int64, err err
 		return "", 0, err
 	}
 	if len(steps) == 0 {
-		return "", 0, fmt.Errorf("%s: %w under %s", runDir, ErrNoCheckpoint, storage.Join(runDir, "checkpoints"))
+		return "", 0, fmt.Errorf("%s: %w under %s", runDir, ErrNoCheckpoint, rundir.Checkpoints(runDir))
 	}
 	step = steps[len(steps)-1]
 	return Dir(runDir, step), step, nil
@@ -379,32 +377,18 @@ func Latest(ctx context.Context, runDir string) (dir string, step int64, err err
 // (uncommitted directories and strays such as step-000007.tmp-123 are
 // left out).
 func List(ctx context.Context, runDir string) ([]int64, error) {
-	glob := storage.Join(runDir, "checkpoints", "step-*", CommittedName)
-	paths, err := storage.List(ctx, glob)
+	paths, err := storage.List(ctx, rundir.CheckpointFiles(runDir, CommittedName))
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints of %s: %w", runDir, err)
 	}
 	var steps []int64
 	for _, p := range paths {
-		if k, ok := stepOf(storage.Base(storage.Dir(p))); ok {
+		if k, ok := rundir.ParseStepName(storage.Base(storage.Dir(p))); ok {
 			steps = append(steps, k)
 		}
 	}
 	slices.Sort(steps)
 	return slices.Compact(steps), nil
-}
-
-// stepOf is the step of a checkpoint directory named step-NNNNNN.
-func stepOf(name string) (int64, bool) {
-	s, ok := strings.CutPrefix(name, "step-")
-	if !ok {
-		return 0, false
-	}
-	k, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || k < 0 {
-		return 0, false
-	}
-	return k, true
 }
 
 // LoadWeights loads a model's configuration and tensors from any of:
