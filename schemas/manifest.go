@@ -3,7 +3,6 @@ package schemas
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,12 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
 
 // ManifestName is the file that commits a step (or any shard set): it is
 // written last, atomically, and readers refuse a directory without it.
-const ManifestName = "_MANIFEST.json"
+const ManifestName = rundir.ManifestName
 
 // Manifest commits a set of Parquet shards. Paths are relative to the
 // directory that holds the manifest.
@@ -43,37 +43,29 @@ type ManifestFile struct {
 	SHA256 string `json:"sha256"`
 }
 
+// File is f as the run directory's commit protocol lists a file.
+func (f ManifestFile) File() rundir.File {
+	return rundir.File{Path: f.Path, Bytes: f.Bytes, SHA256: f.SHA256}
+}
+
 // ErrNoManifest is returned (wrapped) when a directory has no manifest: its
 // writer has not committed it, or was killed before it could.
-var ErrNoManifest = errors.New("no " + ManifestName + " (the step is not committed: its writer is still running or was killed; rerun the writer)")
+// It is a rundir.ErrNotCommitted.
+var ErrNoManifest = rundir.NotCommitted("no " + ManifestName + " (the step is not committed: its writer is still running or was killed; rerun the writer)")
 
 // ChecksumError reports a committed file whose size or sha256 differs from
-// its manifest entry.
-type ChecksumError struct {
-	File      string // full path of the shard
-	Want, Got string // sha256 in hex, or sizes as "N bytes"
-	What      string // "sha256" or "size"
-}
+// its manifest entry: the run directory's one error for it.
+type ChecksumError = rundir.ChecksumError
 
-func (e *ChecksumError) Error() string {
-	return fmt.Sprintf("shard %s is corrupt: %s is %s, manifest says %s (rewrite the step)", e.File, e.What, e.Got, e.Want)
-}
-
-// StepDir is the directory of step k of a run: <run>/step-<k, 6 digits>.
-func StepDir(runDir string, step int64) string {
-	return storage.Join(runDir, fmt.Sprintf("step-%06d", step))
-}
+// StepDir is the directory of step k of a run: <run>/step-<k, 6 digits>
+// (rundir.Step).
+func StepDir(runDir string, step int64) string { return rundir.Step(runDir, step) }
 
 // ParseManifest decodes and validates a manifest.
 func ParseManifest(b []byte) (Manifest, error) {
 	var m Manifest
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
+	if err := rundir.DecodeMarker(b, &m); err != nil {
 		return Manifest{}, fmt.Errorf("manifest: %w", err)
-	}
-	if dec.More() {
-		return Manifest{}, errors.New("manifest: trailing data after the JSON object")
 	}
 	return m, m.Validate()
 }
@@ -141,12 +133,8 @@ func CommitManifest(ctx context.Context, dir string, m Manifest) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	p := storage.Join(dir, ManifestName)
-	err = storage.CreateExclusive(ctx, p, append(b, '\n'))
+	p := rundir.Manifest(dir)
+	err := rundir.WriteMarker(ctx, p, m)
 	if !errors.Is(err, storage.ErrExist) {
 		return err
 	}
@@ -181,13 +169,13 @@ func sameCommit(a, b Manifest) bool {
 // (aipo rollout --force). The shards stay until the next commit replaces
 // them.
 func Uncommit(ctx context.Context, dir string) error {
-	return storage.Remove(ctx, storage.Join(dir, ManifestName))
+	return storage.Remove(ctx, rundir.Manifest(dir))
 }
 
 // ReadManifest reads and validates dir/_MANIFEST.json. A missing manifest is
 // an error wrapping ErrNoManifest that names the directory.
 func ReadManifest(ctx context.Context, dir string) (Manifest, error) {
-	p := storage.Join(dir, ManifestName)
+	p := rundir.Manifest(dir)
 	b, err := storage.ReadFile(ctx, p)
 	if err != nil {
 		if errors.Is(err, storage.ErrNotExist) {
@@ -206,20 +194,5 @@ func ReadManifest(ctx context.Context, dir string) (Manifest, error) {
 // and returns its bytes (so that the caller parses what it verified). A
 // mismatch is a *ChecksumError naming the file.
 func VerifyFile(ctx context.Context, dir string, f ManifestFile) ([]byte, error) {
-	p := storage.Join(dir, f.Path)
-	b, err := storage.ReadFile(ctx, p)
-	if err != nil {
-		if errors.Is(err, storage.ErrNotExist) {
-			return nil, fmt.Errorf("shard %s listed in the manifest is missing: %w", p, err)
-		}
-		return nil, fmt.Errorf("read shard %s: %w", p, err)
-	}
-	if int64(len(b)) != f.Bytes {
-		return nil, &ChecksumError{File: p, What: "size", Want: fmt.Sprintf("%d bytes", f.Bytes), Got: fmt.Sprintf("%d bytes", len(b))}
-	}
-	sum := sha256.Sum256(b)
-	if got := hex.EncodeToString(sum[:]); got != f.SHA256 {
-		return nil, &ChecksumError{File: p, What: "sha256", Want: f.SHA256, Got: got}
-	}
-	return b, nil
+	return rundir.VerifyFile(ctx, dir, f.File(), ManifestName)
 }

@@ -9,12 +9,13 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/parquet-go/parquet-go"
 )
 
 // ShardsDir is the sub-directory of a step directory that holds its shards.
-const ShardsDir = "shards"
+const ShardsDir = rundir.ShardsName
 
 // ShardName is the conventional name of shard i of a step:
 // part-00007.parquet. Writers that name shards otherwise (for instance after

@@ -10,8 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
-	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
 )
@@ -32,7 +32,7 @@ func init() {
 // loadRunConfig loads --config and applies --run.
 func loadRunConfig(ctx context.Context, cfgPath, run string) (runconfig.Config, error) {
 	if cfgPath == "" && run != "" {
-		cfgPath = storage.Join(run, "run.yaml")
+		cfgPath = rundir.RunYAML(run)
 	}
 	if cfgPath == "" {
 		return runconfig.Config{}, fmt.Errorf("--config is required (a run YAML; see configs/*.yaml), or --run of a run that holds run.yaml")

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/runlease"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
 
@@ -30,12 +30,13 @@ const (
 	MasterName = "master.safetensors"
 	// CommittedName is written last; a directory without it is not a
 	// checkpoint (its writer is still running or died).
-	CommittedName = "_COMMITTED"
+	CommittedName = rundir.CommittedName
 )
 
 // ErrNotCommitted is returned (wrapped, naming the directory) by Load for a
 // directory without a _COMMITTED marker.
-var ErrNotCommitted = errors.New("checkpoint is not committed (no " + CommittedName + " marker: its writer is still running or was killed; use an earlier checkpoint or rerun the step that writes it)")
+// It is a rundir.ErrNotCommitted.
+var ErrNotCommitted = rundir.NotCommitted("checkpoint is not committed (no " + CommittedName + " marker: its writer is still running or was killed; use an earlier checkpoint or rerun the step that writes it)")
 
 // ErrExists is returned (wrapped) by Save when the directory already holds a
 // committed checkpoint; checkpoints are never overwritten.
@@ -111,7 +112,7 @@ type marker struct {
 	Version        int           `json:"version"`
 	Step           int64         `json:"step"`
 	CreatedAt      time.Time     `json:"created_at,omitzero"` // see TrainerState.CreatedAt
-	Files          []writtenFile `json:"files"`
+	Files          []rundir.File `json:"files"`
 	TokenizerFiles []string      `json:"tokenizer_files,omitempty"`
 }
 
@@ -229,7 +230,7 @@ func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 			return fmt.Errorf("save checkpoint %s: tokenizer file name %q must be a plain file name other than the checkpoint's own files", dir, name)
 		}
 	}
-	committed, err := storage.Exists(ctx, storage.Join(dir, CommittedName))
+	committed, err := Committed(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
 	}
@@ -350,14 +351,7 @@ func (ck Checkpoint) ServedTensors() []Tensor {
 // commit writes _COMMITTED, only if absent, after checking that the run's
 // lease (when ctx carries one) still names this writer.
 func commit(ctx context.Context, dir string, m marker) error {
-	if err := runlease.CheckContext(ctx); err != nil {
-		return fmt.Errorf("commit checkpoint %s: %w", dir, err)
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := storage.CreateExclusive(ctx, storage.Join(dir, CommittedName), append(b, '\n')); err != nil {
+	if err := rundir.WriteMarker(ctx, rundir.Committed(dir), m); err != nil {
 		if errors.Is(err, storage.ErrExist) {
 			return fmt.Errorf("commit checkpoint %s: %w (another writer committed it meanwhile)", dir, ErrExists)
 		}

@@ -4,18 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
 
@@ -125,34 +123,11 @@ func SaveSafetensors(ctx context.Context, path string, tensors []Tensor, opts Sa
 	return err
 }
 
-// writtenFile records one written file for the commit marker.
-type writtenFile struct {
-	Path   string `json:"path"` // relative to the checkpoint directory
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256"`
-}
-
-// hashWriter counts and hashes what passes through it.
-type hashWriter struct {
-	w io.Writer
-	h hash.Hash
-	n int64
-}
-
-func (hw *hashWriter) Write(p []byte) (int, error) {
-	n, err := hw.w.Write(p)
-	if hw.h != nil {
-		hw.h.Write(p[:n])
-	}
-	hw.n += int64(n)
-	return n, err
-}
-
 // writeFile writes path through fill, durably, and returns its size and,
 // when hashed, its sha256. Local files go through a temporary file renamed
 // into place.
-func writeFile(ctx context.Context, path string, hashed bool, fill func(io.Writer) error) (writtenFile, error) {
-	wf := writtenFile{Path: storage.Base(path)}
+func writeFile(ctx context.Context, path string, hashed bool, fill func(io.Writer) error) (rundir.File, error) {
+	wf := rundir.File{Path: storage.Base(path)}
 	var final func() error
 	var w io.Writer
 	var abort func()
@@ -196,9 +171,9 @@ func writeFile(ctx context.Context, path string, hashed bool, fill func(io.Write
 		}
 	}
 	bw := bufio.NewWriterSize(w, 1<<20)
-	hw := &hashWriter{w: bw}
+	hw := &rundir.HashWriter{W: bw}
 	if hashed {
-		hw.h = sha256.New()
+		hw = rundir.NewHashWriter(bw)
 	}
 	if err := fill(hw); err != nil {
 		abort()
@@ -211,14 +186,10 @@ func writeFile(ctx context.Context, path string, hashed bool, fill func(io.Write
 	if err := final(); err != nil {
 		return wf, fmt.Errorf("commit %s: %w", path, err)
 	}
-	wf.Bytes = hw.n
-	if hashed {
-		wf.SHA256 = hex.EncodeToString(hw.h.Sum(nil))
-	}
-	return wf, nil
+	return hw.File(wf.Path), nil
 }
 
-func writeBytes(ctx context.Context, path string, b []byte) (writtenFile, error) {
+func writeBytes(ctx context.Context, path string, b []byte) (rundir.File, error) {
 	return writeFile(ctx, path, true, func(w io.Writer) error {
 		_, err := w.Write(b)
 		return err
@@ -270,7 +241,7 @@ func SaveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 	return names, err
 }
 
-func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOptions) ([]writtenFile, error) {
+func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOptions) ([]rundir.File, error) {
 	opts = opts.withDefaults()
 	if err := validateSet(tensors); err != nil {
 		return nil, fmt.Errorf("save weights to %s: %w", dir, err)
@@ -279,7 +250,7 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 		return nil, fmt.Errorf("save weights to %s: dtype %q not supported (use F32, BF16 or F16)", dir, opts.DType)
 	}
 	shards := planShards(tensors, opts.DType.Size(), opts.MaxShardBytes)
-	write := func(name string, ts []Tensor) (writtenFile, error) {
+	write := func(name string, ts []Tensor) (rundir.File, error) {
 		return writeFile(ctx, storage.Join(dir, name), true, func(w io.Writer) error {
 			_, err := WriteSafetensors(w, ts, opts.DType, opts.Metadata)
 			return err
@@ -290,11 +261,11 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 		if err != nil {
 			return nil, err
 		}
-		return []writtenFile{f}, nil
+		return []rundir.File{f}, nil
 	}
 	idx := shardIndex{Metadata: map[string]any{}, WeightMap: map[string]string{}}
 	var total int64
-	var out []writtenFile
+	var out []rundir.File
 	for i, ts := range shards {
 		name := ShardName(i+1, len(shards))
 		f, err := write(name, ts)

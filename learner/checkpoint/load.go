@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,26 +11,22 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
 
 // readMarker reads dir/_COMMITTED.
 func readMarker(ctx context.Context, dir string) (marker, error) {
-	p := storage.Join(dir, CommittedName)
-	b, err := storage.ReadFile(ctx, p)
-	if err != nil {
-		if errors.Is(err, storage.ErrNotExist) {
-			return marker{}, fmt.Errorf("load checkpoint %s: %w", dir, ErrNotCommitted)
-		}
-		return marker{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
-	}
 	var m marker
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
+	err := rundir.ReadMarker(ctx, rundir.Committed(dir), &m)
+	switch {
+	case errors.Is(err, rundir.ErrNotCommitted):
+		return marker{}, fmt.Errorf("load checkpoint %s: %w", dir, ErrNotCommitted)
+	case errors.Is(err, rundir.ErrUnreadable):
+		return marker{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
+	case err != nil:
 		return marker{}, fmt.Errorf("load checkpoint %s: corrupt %s: %w", dir, CommittedName, err)
 	}
 	if m.Version != 1 {
@@ -98,7 +93,7 @@ type verifiedReader struct {
 	h    hash.Hash
 	n    int64
 	path string
-	want writtenFile
+	want rundir.File
 }
 
 func (v *verifiedReader) Read(p []byte) (int, error) {
@@ -106,14 +101,11 @@ func (v *verifiedReader) Read(p []byte) (int, error) {
 	v.h.Write(p[:n])
 	v.n += int64(n)
 	if v.n > v.want.Bytes {
-		return n, fmt.Errorf("%s is longer than the %d bytes %s says (corrupt or overwritten)", v.path, v.want.Bytes, CommittedName)
+		return n, v.want.Check(v.path, v.n, "", CommittedName)
 	}
 	if err == io.EOF {
-		if v.n != v.want.Bytes {
-			return n, fmt.Errorf("%s is %d bytes, %s says %d (corrupt or overwritten)", v.path, v.n, CommittedName, v.want.Bytes)
-		}
-		if got := hex.EncodeToString(v.h.Sum(nil)); got != v.want.SHA256 {
-			return n, fmt.Errorf("%s has sha256 %s, %s says %s (corrupt)", v.path, got, CommittedName, v.want.SHA256)
+		if err := v.want.Check(v.path, v.n, hex.EncodeToString(v.h.Sum(nil)), CommittedName); err != nil {
+			return n, err
 		}
 	}
 	return n, err
@@ -251,11 +243,8 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 				files[f.Path] = b
 			}
 		}
-		if n != f.Bytes {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s is %d bytes, %s says %d (corrupt or overwritten)", dir, p, n, CommittedName, f.Bytes)
-		}
-		if got != f.SHA256 {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s has sha256 %s, %s says %s (corrupt)", dir, p, got, CommittedName, f.SHA256)
+		if err := f.Check(p, n, got, CommittedName); err != nil {
+			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
 		}
 	}
 	need := func(name string) ([]byte, error) {
@@ -351,14 +340,12 @@ func readHashed(ctx context.Context, path string, keep bool) (string, int64, []b
 
 // Committed reports whether dir holds a committed checkpoint.
 func Committed(ctx context.Context, dir string) (bool, error) {
-	return storage.Exists(ctx, storage.Join(dir, CommittedName))
+	return storage.Exists(ctx, rundir.Committed(dir))
 }
 
 // Dir is the directory of the checkpoint of a run at a step:
 // <run>/checkpoints/step-000007.
-func Dir(runDir string, step int64) string {
-	return storage.Join(runDir, "checkpoints", fmt.Sprintf("step-%06d", step))
-}
+func Dir(runDir string, step int64) string { return rundir.Checkpoint(runDir, step) }
 
 // Latest returns the committed checkpoint of runDir with the highest step
 // (uncommitted directories are ignored). With none it returns an error
@@ -369,7 +356,7 @@ func Latest(ctx context.Context, runDir string) (dir string, step int64, err err
 		return "", 0, err
 	}
 	if len(steps) == 0 {
-		return "", 0, fmt.Errorf("%s: %w under %s", runDir, ErrNoCheckpoint, storage.Join(runDir, "checkpoints"))
+		return "", 0, fmt.Errorf("%s: %w under %s", runDir, ErrNoCheckpoint, rundir.Checkpoints(runDir))
 	}
 	step = steps[len(steps)-1]
 	return Dir(runDir, step), step, nil
@@ -379,32 +366,18 @@ func Latest(ctx context.Context, runDir string) (dir string, step int64, err err
 // (uncommitted directories and strays such as step-000007.tmp-123 are
 // left out).
 func List(ctx context.Context, runDir string) ([]int64, error) {
-	glob := storage.Join(runDir, "checkpoints", "step-*", CommittedName)
-	paths, err := storage.List(ctx, glob)
+	paths, err := storage.List(ctx, rundir.CheckpointFiles(runDir, CommittedName))
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints of %s: %w", runDir, err)
 	}
 	var steps []int64
 	for _, p := range paths {
-		if k, ok := stepOf(storage.Base(storage.Dir(p))); ok {
+		if k, ok := rundir.ParseStepName(storage.Base(storage.Dir(p))); ok {
 			steps = append(steps, k)
 		}
 	}
 	slices.Sort(steps)
 	return slices.Compact(steps), nil
-}
-
-// stepOf is the step of a checkpoint directory named step-NNNNNN.
-func stepOf(name string) (int64, bool) {
-	s, ok := strings.CutPrefix(name, "step-")
-	if !ok {
-		return 0, false
-	}
-	k, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || k < 0 {
-		return 0, false
-	}
-	return k, true
 }
 
 // LoadWeights loads a model's configuration and tensors from any of:

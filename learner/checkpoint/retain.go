@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 )
@@ -59,7 +60,7 @@ func SameWeights(ctx context.Context, dir string, tensors []Tensor) error {
 	if err != nil {
 		return err
 	}
-	listed := map[string]writtenFile{}
+	listed := map[string]rundir.File{}
 	for _, f := range m.Files {
 		listed[f.Path] = f
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -24,12 +25,12 @@ const HeldoutPNG = "heldout.png"
 // HeldoutPath is the record of the evaluation of checkpoint k, beside the
 // run's other per-step metrics.
 func HeldoutPath(runDir string, k int64) string {
-	return storage.Join(runDir, "metrics", fmt.Sprintf("evalbench-%06d.json", k))
+	return rundir.MetricsRecord(runDir, rundir.BenchmarkKind, k)
 }
 
-// HeldoutRecord is one evaluation of checkpoint Step of a run on its
+// BenchmarkEvalRecord is one evaluation of checkpoint Step of a run on its
 // held-out benchmarks: the policy alone, n samples per problem.
-type HeldoutRecord struct {
+type BenchmarkEvalRecord struct {
 	Kind          string `json:"kind"` // HeldoutKind
 	Step          int64  `json:"step"`
 	PolicyVersion int64  `json:"policy_version"`
@@ -62,18 +63,18 @@ func (s HeldoutScore) PassAtN() float64 {
 
 // ReadHeldout reads the held-out evaluations of a run, in step order
 // (none when the run evaluated no benchmark).
-func ReadHeldout(ctx context.Context, runDir string) ([]HeldoutRecord, error) {
-	files, err := storage.List(ctx, storage.Join(runDir, "metrics", "evalbench-*.json"))
+func ReadHeldout(ctx context.Context, runDir string) ([]BenchmarkEvalRecord, error) {
+	files, err := storage.List(ctx, rundir.MetricsRecords(runDir, rundir.BenchmarkKind))
 	if err != nil {
 		return nil, err
 	}
-	var out []HeldoutRecord
+	var out []BenchmarkEvalRecord
 	for _, f := range files {
 		b, err := storage.ReadFile(ctx, f)
 		if err != nil {
 			return nil, err
 		}
-		var r HeldoutRecord
+		var r BenchmarkEvalRecord
 		dec := json.NewDecoder(bytes.NewReader(b))
 		if err := dec.Decode(&r); err != nil || r.Kind != HeldoutKind {
 			return nil, fmt.Errorf("analyze: held-out evaluation %s: not a %s record (%v); remove it and run aipo train again to redo that evaluation", f, HeldoutKind, err)
@@ -85,7 +86,7 @@ func ReadHeldout(ctx context.Context, runDir string) ([]HeldoutRecord, error) {
 }
 
 // heldoutMarkdown is the report's section on the held-out benchmarks.
-func heldoutMarkdown(rs []HeldoutRecord) string {
+func heldoutMarkdown(rs []BenchmarkEvalRecord) string {
 	if len(rs) == 0 {
 		return ""
 	}
@@ -108,7 +109,7 @@ func heldoutMarkdown(rs []HeldoutRecord) string {
 }
 
 // heldoutPlot draws Pass@n of every benchmark over steps.
-func heldoutPlot(rs []HeldoutRecord) (*plot.Plot, error) {
+func heldoutPlot(rs []BenchmarkEvalRecord) (*plot.Plot, error) {
 	var names []string
 	seen := map[string]bool{}
 	for _, r := range rs {

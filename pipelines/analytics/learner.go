@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/loss"
 )
@@ -32,7 +33,7 @@ type Mismatch struct {
 
 // learnerRecordPath is where the learner writes its record of step k.
 func learnerRecordPath(run string, k int64) string {
-	return storage.Join(run, "metrics", fmt.Sprintf("learn-%06d.json", k))
+	return rundir.MetricsRecord(run, rundir.LearnKind, k)
 }
 
 // readMismatch reads the learner's record of step k, when there is one
@@ -48,11 +49,7 @@ func readMismatch(ctx context.Context, run string, k int64) (*Mismatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rec struct {
-		Step        int64              `json:"step"`
-		Mismatch    *loss.Mismatch     `json:"mismatch"`
-		LossMetrics map[string]float64 `json:"loss_metrics"`
-	}
+	var rec LearnRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("%s is not a learner record (%v): restore it from the run's metrics.jsonl, which holds the same record on one line", p, err)
 	}
@@ -95,19 +92,29 @@ type LearnerMetrics struct {
 	Metrics  map[string]float64 `json:"metrics,omitempty"`
 }
 
-// learnRecord is the part of a learn metrics record that is read here.
-type learnRecord struct {
-	Kind        string             `json:"kind"`
-	Step        int64              `json:"step"`
-	Tokens      int64              `json:"tokens"`
-	Loss        float64            `json:"loss"`
-	GradNorm    float64            `json:"grad_norm"`
-	LR          float64            `json:"lr"`
-	LossMetrics map[string]float64 `json:"loss_metrics"`
+// LearnRecord is the learner's record of a step: written by aipo train
+// and aipo learn to <run>/metrics/learn-NNNNNN.json (and, one a line, into
+// <run>/metrics.jsonl), read back here and by a resumed run.
+type LearnRecord struct {
+	Kind          string             `json:"kind"` // rundir.LearnKind
+	Step          int64              `json:"step"`
+	PolicyVersion int64              `json:"policy_version"` // of the checkpoint written
+	Trajectories  int                `json:"trajectories"`
+	Skipped       int                `json:"skipped"` // trajectories without trainable tokens (failed rollouts)
+	Tokens        int                `json:"tokens"`
+	Loss          float64            `json:"loss"`
+	GradNorm      float64            `json:"grad_norm"`
+	LR            float64            `json:"lr"`
+	Seconds       float64            `json:"seconds"`
+	LossMetrics   map[string]float64 `json:"loss_metrics"`
+	Rollout       RolloutMeta        `json:"rollout,omitempty"` // the step manifest's metrics, numbers as numbers
+	// Mismatch compares the learner's log-probs of the policy's tokens
+	// with the sampler's (absent when the step carries none).
+	Mismatch *loss.Mismatch `json:"mismatch,omitempty"`
 }
 
-func (r learnRecord) metrics() *LearnerMetrics {
-	return &LearnerMetrics{Loss: r.Loss, GradNorm: r.GradNorm, LR: r.LR, Tokens: r.Tokens, Metrics: r.LossMetrics}
+func (r LearnRecord) metrics() *LearnerMetrics {
+	return &LearnerMetrics{Loss: r.Loss, GradNorm: r.GradNorm, LR: r.LR, Tokens: int64(r.Tokens), Metrics: r.LossMetrics}
 }
 
 // loadLearner attaches the learner's record of each planned step: from
@@ -115,8 +122,8 @@ func (r learnRecord) metrics() *LearnerMetrics {
 // has not trained yet has none. A record that cannot be parsed is an error
 // naming its file and line.
 func loadLearner(ctx context.Context, run string, steps []StepRef) error {
-	recs := map[int64]learnRecord{}
-	p := storage.Join(run, "metrics.jsonl")
+	recs := map[int64]LearnRecord{}
+	p := rundir.MetricsLog(run)
 	b, err := storage.ReadFile(ctx, p)
 	switch {
 	case errors.Is(err, storage.ErrNotExist):
@@ -127,11 +134,11 @@ func loadLearner(ctx context.Context, run string, steps []StepRef) error {
 			if len(bytes.TrimSpace(line)) == 0 || !bytes.Contains(line, []byte(`"learn"`)) {
 				continue
 			}
-			var r learnRecord
+			var r LearnRecord
 			if err := json.Unmarshal(line, &r); err != nil {
-				return fmt.Errorf("%s line %d: %w (the learner's metrics; aipo train rewrites the file from %s)", p, i+1, err, storage.Join(run, "metrics"))
+				return fmt.Errorf("%s line %d: %w (the learner's metrics; aipo train rewrites the file from %s)", p, i+1, err, rundir.Metrics(run))
 			}
-			if r.Kind == "learn" {
+			if r.Kind == rundir.LearnKind {
 				recs[r.Step] = r
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/aipo-rl/aipo/internal/beamrow"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -41,7 +42,7 @@ func (o Options) OutDir() string {
 	if o.Out != "" {
 		return o.Out
 	}
-	return storage.Join(o.Run, "analysis")
+	return rundir.Analysis(o.Run)
 }
 
 func trajectoryByStep(t schemas.Trajectory) (int64, stepAcc) {
@@ -78,7 +79,7 @@ func Build(s beam.Scope, plan Plan, out string) { BuildWithHeldout(s, plan, out,
 
 // BuildWithHeldout is Build with the run's held-out evaluations (see
 // ReadHeldout) in the report.
-func BuildWithHeldout(s beam.Scope, plan Plan, out string, heldout []HeldoutRecord) {
+func BuildWithHeldout(s beam.Scope, plan Plan, out string, heldout []BenchmarkEvalRecord) {
 	s = s.Scope("analytics")
 	trajs, bad := readTrajectories(s, plan.Steps)
 	perStep := PerStep(s, trajs)

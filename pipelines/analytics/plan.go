@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -95,8 +95,6 @@ type Plan struct {
 	Skipped []Skipped `json:"skipped,omitempty"`
 }
 
-var stepName = regexp.MustCompile(`^step-([0-9]+)$`)
-
 // Discover lists the step directories of run (local or gs://) in range and
 // reads their manifests. A step without a manifest, or whose manifest is
 // not of trajectories, is skipped; an unreadable or invalid manifest is an
@@ -111,9 +109,9 @@ func Discover(ctx context.Context, run string, r StepRange) (Plan, error) {
 	// directories, so there every object below them is listed ("**"
 	// crosses "/" in Beam's glob) and the step is the first path element
 	// after the run.
-	glob := storage.Join(run, "step-*")
+	glob := rundir.Steps(run)
 	if storage.IsRemote(run) {
-		glob = storage.Join(run, "step-**")
+		glob += "*"
 	}
 	paths, err := storage.List(ctx, glob)
 	if err != nil {
@@ -123,16 +121,9 @@ func Discover(ctx context.Context, run string, r StepRange) (Plan, error) {
 	for _, p := range paths {
 		rel := strings.TrimPrefix(filepath.ToSlash(p), filepath.ToSlash(run)+"/")
 		name, _, _ := strings.Cut(rel, "/")
-		m := stepName.FindStringSubmatch(name)
-		if m == nil {
+		k, ok := rundir.ParseStepName(name)
+		if !ok || !r.Contains(k) {
 			continue
-		}
-		k, err := strconv.ParseInt(m[1], 10, 64)
-		if err != nil || !r.Contains(k) {
-			continue
-		}
-		if prev, ok := dirs[k]; ok && storage.Base(prev) != name {
-			return plan, fmt.Errorf("run %s has two directories for step %d: %s and %s (remove one)", run, k, storage.Base(prev), name)
 		}
 		dirs[k] = storage.Join(run, name)
 	}

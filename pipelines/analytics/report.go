@@ -31,7 +31,7 @@ type Report struct {
 	Unreadable []UnreadableShard `json:"unreadable,omitempty"`
 	// Heldout are the run's evaluations on its held-out benchmarks
 	// (eval.benchmarks), in step order.
-	Heldout []HeldoutRecord `json:"heldout,omitempty"`
+	Heldout []BenchmarkEvalRecord `json:"heldout,omitempty"`
 }
 
 // File names written into the output directory.
@@ -112,7 +112,7 @@ func BuildReport(plan Plan, accs []stepAcc, bad []UnreadableShard) (Report, erro
 // writeReport writes the report of the accumulators into out.
 //
 // Input: PCollection<stepAcc>, one per step; PCollection<UnreadableShard>.
-func writeReport(s beam.Scope, plan Plan, out string, heldout []HeldoutRecord, accs, bad beam.PCollection) {
+func writeReport(s beam.Scope, plan Plan, out string, heldout []BenchmarkEvalRecord, accs, bad beam.PCollection) {
 	s = s.Scope("analytics.WriteReport")
 	beam.ParDo0(s, &writeReportFn{Out: out, Plan: plan, Heldout: heldout}, beam.Impulse(s), beam.SideInput{Input: accs}, beam.SideInput{Input: bad})
 }
@@ -121,9 +121,9 @@ func writeReport(s beam.Scope, plan Plan, out string, heldout []HeldoutRecord, a
 // and the unreadable shards, and writes analysis.json, analysis.md and the
 // plots.
 type writeReportFn struct {
-	Out     string          `json:"out"`
-	Plan    Plan            `json:"plan"`
-	Heldout []HeldoutRecord `json:"heldout"`
+	Out     string                `json:"out"`
+	Plan    Plan                  `json:"plan"`
+	Heldout []BenchmarkEvalRecord `json:"heldout"`
 }
 
 func (f *writeReportFn) ProcessElement(ctx context.Context, _ []byte, iter func(*stepAcc) bool, badIter func(*UnreadableShard) bool) error {

@@ -14,6 +14,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 )
@@ -57,13 +58,13 @@ func LoadCompareRun(ctx context.Context, method string, seed uint64, dir string)
 	if err != nil {
 		return CompareRun{}, err
 	}
-	b, err := storage.ReadFile(ctx, storage.Join(dir, "analysis", analytics.JSONName))
+	b, err := storage.ReadFile(ctx, storage.Join(rundir.Analysis(dir), analytics.JSONName))
 	if err != nil {
 		return CompareRun{}, fmt.Errorf("comparison: %w (run `aipo analyze --run %s`)", err, dir)
 	}
 	var an analytics.Report
 	if err := json.Unmarshal(b, &an); err != nil {
-		return CompareRun{}, fmt.Errorf("comparison: %s: %w", storage.Join(dir, "analysis", analytics.JSONName), err)
+		return CompareRun{}, fmt.Errorf("comparison: %s: %w", storage.Join(rundir.Analysis(dir), analytics.JSONName), err)
 	}
 	return CompareRun{Method: method, Seed: seed, Dir: dir, Evals: rep.Evals, Steps: an.Steps}, nil
 }
@@ -386,6 +387,6 @@ func (c Comparison) Summary() string {
 		u := c.FinalScore(m.Name, demotask.SplitUnseen, func(s SplitScore) float64 { return s.AvgK })
 		lines = append(lines, fmt.Sprintf("  %-22s %s", m.Label, u))
 	}
-	lines = append(lines, "report: "+storage.Join(c.Dir, "report", CompareMarkdown))
+	lines = append(lines, "report: "+storage.Join(rundir.Report(c.Dir), CompareMarkdown))
 	return strings.Join(lines, "\n")
 }

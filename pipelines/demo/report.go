@@ -14,6 +14,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 )
@@ -37,7 +38,7 @@ type Report struct {
 
 // LoadReport reads <run>/metrics.jsonl.
 func LoadReport(ctx context.Context, runDir string) (Report, error) {
-	b, err := storage.ReadFile(ctx, storage.Join(runDir, "metrics.jsonl"))
+	b, err := storage.ReadFile(ctx, rundir.MetricsLog(runDir))
 	if err != nil {
 		return Report{}, fmt.Errorf("demo report: %w (has the run trained a step yet?)", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -186,7 +187,7 @@ func (c *Config) Fill() {
 		}
 	}
 	if c.Data.DeadLetterDir == "" && c.Run.Dir != "" {
-		c.Data.DeadLetterDir = storage.Join(c.Run.Dir, "dead_letters")
+		c.Data.DeadLetterDir = rundir.DeadLetters(c.Run.Dir)
 	}
 	if c.Data.Demo {
 		if c.Data.DemoTask == nil {
@@ -267,7 +268,7 @@ func (c Config) SystemPrompt(ctx context.Context) (string, error) {
 
 // DeadLetterPath is the dead-letter file of step k.
 func (c Config) DeadLetterPath(k int64) string {
-	return storage.Join(c.Data.DeadLetterDir, fmt.Sprintf("step-%06d.jsonl", k))
+	return rundir.DeadLetter(c.Data.DeadLetterDir, k)
 }
 
 // localMissing reports whether p is a local path that does not exist.

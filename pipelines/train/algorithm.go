@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"gopkg.in/yaml.v3"
@@ -12,7 +13,7 @@ import (
 // AlgorithmName is the resolved algorithm a run directory holds beside
 // run.yaml: the base's preset, every algorithm field as the run sets it,
 // and the fields the run overrides (runconfig.Algorithm).
-const AlgorithmName = "algorithm.yaml"
+const AlgorithmName = rundir.AlgorithmName
 
 // WriteAlgorithm resolves cfg's algorithm, writes it to
 // <run>/algorithm.yaml and returns it, so that the caller prints it once.
@@ -26,7 +27,7 @@ func WriteAlgorithm(ctx context.Context, cfg runconfig.Config) (runconfig.Algori
 	if err != nil {
 		return a, err
 	}
-	p := storage.Join(cfg.Run.Dir, AlgorithmName)
+	p := rundir.Algorithm(cfg.Run.Dir)
 	if err := storage.WriteAtomic(ctx, p, b); err != nil {
 		return a, fmt.Errorf("run directory %s: write %s: %w", cfg.Run.Dir, AlgorithmName, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -218,12 +219,12 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 			cmp.Runs = append(cmp.Runs, r)
 			// The report is rewritten after every run: an interrupted
 			// comparison still has one for the runs that finished.
-			if err := cmp.Write(ctx, storage.Join(o.Dir, "report")); err != nil {
+			if err := cmp.Write(ctx, rundir.Report(o.Dir)); err != nil {
 				return cmp, fmt.Errorf("compare: report: %w", err)
 			}
 		}
 	}
-	logf("report: %s", storage.Join(o.Dir, "report", demo.CompareMarkdown))
+	logf("report: %s", storage.Join(rundir.Report(o.Dir), demo.CompareMarkdown))
 	return cmp, nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aipo-rl/aipo/configs"
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -151,10 +152,10 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 	if err != nil {
 		return demo.Report{}, err
 	}
-	if err := rep.Write(ctx, storage.Join(runDir, "report")); err != nil {
+	if err := rep.Write(ctx, rundir.Report(runDir)); err != nil {
 		return demo.Report{}, err
 	}
-	logf("report: %s", storage.Join(runDir, "report", demo.ReportMarkdown))
+	logf("report: %s", storage.Join(rundir.Report(runDir), demo.ReportMarkdown))
 	return rep, nil
 }
 

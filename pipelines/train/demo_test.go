@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/demo"
@@ -80,7 +81,7 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 	// again to within float32 noise (measured: 8e-6 at most).
 	for k := int64(0); k < cfg.Run.Steps; k++ {
 		var lm LearnMetrics
-		b, err := storage.ReadFile(ctx, metricsPath(dir, "learn", k))
+		b, err := storage.ReadFile(ctx, rundir.MetricsRecord(dir, rundir.LearnKind, k))
 		if err == nil {
 			err = json.Unmarshal(b, &lm)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
@@ -12,14 +13,9 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 )
 
-// BenchmarkEvalRecord is one evaluation of a checkpoint on the run's
-// eval.benchmarks (metrics/evalbench-NNNNNN.json and its line of
-// metrics.jsonl), as aipo analyze reads it back.
-type BenchmarkEvalRecord = analytics.HeldoutRecord
-
 // BenchmarkEvalDir is where the evaluation of checkpoint k lives.
 func BenchmarkEvalDir(runDir string, k int64) string {
-	return storage.Join(runDir, "eval", fmt.Sprintf("step-%06d", k))
+	return rundir.Eval(runDir, k)
 }
 
 // evalScheduled says whether the schedule evaluates checkpoint k.
@@ -54,7 +50,7 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 	if err != nil {
 		return fmt.Errorf("train: evaluate checkpoint %d on eval.benchmarks: %w", k, err)
 	}
-	rec := BenchmarkEvalRecord{Kind: analytics.HeldoutKind, Step: k, PolicyVersion: k, Dir: BenchmarkEvalDir(cfg.Run.Dir, k),
+	rec := analytics.BenchmarkEvalRecord{Kind: analytics.HeldoutKind, Step: k, PolicyVersion: k, Dir: BenchmarkEvalDir(cfg.Run.Dir, k),
 		Seconds: time.Since(t0).Seconds()}
 	for _, b := range rep.Benchmarks {
 		rec.Benchmarks = append(rec.Benchmarks, benchmarkPoint(b))

@@ -9,34 +9,21 @@ import (
 	"sort"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
-// LearnMetrics is the record the learner writes for one step.
-type LearnMetrics struct {
-	Kind          string             `json:"kind"` // "learn"
-	Step          int64              `json:"step"`
-	PolicyVersion int64              `json:"policy_version"` // of the checkpoint written
-	Trajectories  int                `json:"trajectories"`
-	Skipped       int                `json:"skipped"` // trajectories without trainable tokens (failed rollouts)
-	Tokens        int                `json:"tokens"`
-	Loss          float64            `json:"loss"`
-	GradNorm      float64            `json:"grad_norm"`
-	LR            float64            `json:"lr"`
-	Seconds       float64            `json:"seconds"`
-	LossMetrics   map[string]float64 `json:"loss_metrics"`
-	Rollout       StepMeta           `json:"rollout,omitempty"` // the step manifest's metrics, numbers as numbers
-	// Mismatch compares the learner's log-probs of the policy's tokens
-	// with the sampler's (absent when the step carries none).
-	Mismatch *loss.Mismatch `json:"mismatch,omitempty"`
-}
+// LearnMetrics is the record the learner writes for one step (the one
+// type of it, analytics.LearnRecord, which aipo analyze reads back).
+type LearnMetrics = analytics.LearnRecord
 
 // Sources maps a trajectory's token sources to the loss treatment: policy
 // tokens are internal, collaborator tokens external, template tokens as the
@@ -205,7 +192,7 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 // reference policy, when the loss needs one, comes from ref.
 func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, ref func(context.Context) (*model.Model, error)) (LearnMetrics, error) {
 	start := time.Now()
-	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(cfg.Run.Dir, k))
+	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(cfg.Run.Dir, k))
 	if err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
@@ -332,7 +319,7 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 	if full {
 		writeOpt = st.writeOptimizer
 	}
-	if err := writeJSON(ctx, metricsPath(runDir, "learn", k), met); err != nil {
+	if err := writeJSON(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k), met); err != nil {
 		return LearnMetrics{}, err
 	}
 	ts := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
@@ -344,10 +331,6 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 		return LearnMetrics{}, fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)
 	}
 	return met, nil
-}
-
-func metricsPath(runDir, kind string, k int64) string {
-	return storage.Join(runDir, "metrics", fmt.Sprintf("%s-%06d.json", kind, k))
 }
 
 func writeJSON(ctx context.Context, p string, v any) error {

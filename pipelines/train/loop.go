@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
@@ -122,20 +122,20 @@ func (lp *loop) push(ctx context.Context, s int64) error {
 func serverCheckpointDir(cfg runconfig.Config, k int64) string {
 	root := cfg.Policy.Sync.CheckpointDir
 	if root == "" {
-		root = storage.Join(cfg.Run.Dir, "checkpoints")
+		root = rundir.Checkpoints(cfg.Run.Dir)
 		if !storage.IsRemote(root) {
 			if abs, err := filepath.Abs(root); err == nil {
 				root = abs
 			}
 		}
 	}
-	return storage.Join(root, fmt.Sprintf("step-%06d", k))
+	return rundir.CheckpointIn(root, k)
 }
 
 // rollout commits step k, sampled by checkpoint s, unless it is committed.
 func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 	lp.emit(Event{Step: k, Phase: "rollout"})
-	committed, err := storage.Exists(ctx, storage.Join(schemas.StepDir(lp.cfg.Run.Dir, k), schemas.ManifestName))
+	committed, err := storage.Exists(ctx, rundir.Manifest(rundir.Step(lp.cfg.Run.Dir, k)))
 	if err != nil || committed {
 		return err
 	}

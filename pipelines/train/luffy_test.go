@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
@@ -51,7 +52,7 @@ func TestLUFFYTrains(t *testing.T) {
 		if guides != cfg.Data.BatchSize || man.Meta["guidance_traces"] != "4" {
 			t.Errorf("step %d: %d traces (meta %s), want one per prompt", k, guides, man.Meta["guidance_traces"])
 		}
-		b, err := storage.ReadFile(ctx, metricsPath(dir, "learn", k))
+		b, err := storage.ReadFile(ctx, rundir.MetricsRecord(dir, rundir.LearnKind, k))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -72,7 +73,7 @@ func TestLearnRecordsMismatch(t *testing.T) {
 		if m.Tokens != policyTokens(good, bad) || m.Sequences != 2 || math.Abs(m.AbsMean-d) > 1e-5 || math.Abs(m.AbsMax-d) > 1e-5 || math.Abs(m.KL-float64(shift)) > 1e-5 {
 			t.Errorf("shift %v: mismatch %+v, want %d policy tokens of 2 trajectories, |delta| %v, kl %v", shift, *m, policyTokens(good, bad), d, shift)
 		}
-		b, err := storage.ReadFile(ctx, metricsPath(h.cfg.Run.Dir, "learn", 0))
+		b, err := storage.ReadFile(ctx, rundir.MetricsRecord(h.cfg.Run.Dir, rundir.LearnKind, 0))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
@@ -67,7 +69,7 @@ func Claim(ctx context.Context, runDir string, o runlease.Options, logf func(str
 	if timeout <= 0 {
 		timeout = runlease.DefaultTimeout
 	}
-	removed, err := storage.SweepTemps(ctx, runDir, timeout, "checkpoints", "step-*")
+	removed, err := storage.SweepTemps(ctx, runDir, timeout, rundir.CheckpointsName, rundir.StepGlob)
 	if err != nil {
 		release()
 		return nil, nil, fmt.Errorf("run directory %s: remove leftovers of dead attempts: %w", runDir, err)
@@ -84,7 +86,7 @@ type Event struct {
 	Phase       string // "rollout", "learn", "eval", "done"
 	Learn       *LearnMetrics
 	Eval        *demo.EvalRecord
-	Benchmarks  *BenchmarkEvalRecord // eval.benchmarks' scores (evalbench.go)
+	Benchmarks  *analytics.BenchmarkEvalRecord // eval.benchmarks' scores (evalbench.go)
 	Elapsed     time.Duration
 }
 
@@ -246,7 +248,7 @@ func maybeEval(ctx context.Context, cfg runconfig.Config, task *demotask.Task, k
 	if task == nil || cfg.Eval.Every <= 0 || (k%cfg.Eval.Every != 0 && k != cfg.Run.Steps) {
 		return nil
 	}
-	p := metricsPath(cfg.Run.Dir, "eval", k)
+	p := rundir.MetricsRecord(cfg.Run.Dir, rundir.EvalKind, k)
 	if ok, err := storage.Exists(ctx, p); err != nil || ok {
 		return err
 	}
@@ -290,7 +292,7 @@ func maybeEval(ctx context.Context, cfg runconfig.Config, task *demotask.Task, k
 // RebuildMetrics rewrites <run>/metrics.jsonl from the per-step records,
 // in step order (learn before eval of the same step), atomically.
 func RebuildMetrics(ctx context.Context, runDir string) error {
-	files, err := storage.List(ctx, storage.Join(runDir, "metrics", "*.json"))
+	files, err := storage.List(ctx, rundir.MetricsRecords(runDir, ""))
 	if err != nil {
 		return err
 	}
@@ -325,5 +327,5 @@ func RebuildMetrics(ctx context.Context, runDir string) error {
 		out = append(out, r.line...)
 		out = append(out, '\n')
 	}
-	return storage.WriteAtomic(ctx, storage.Join(runDir, "metrics.jsonl"), out)
+	return storage.WriteAtomic(ctx, rundir.MetricsLog(runDir), out)
 }

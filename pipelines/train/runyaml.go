@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
@@ -17,8 +18,8 @@ import (
 // RunYAMLName is the configuration a run directory remembers, and
 // ConfigChangesName the log of the changes applied with --reconfigure.
 const (
-	RunYAMLName       = "run.yaml"
-	ConfigChangesName = "config_changes.jsonl"
+	RunYAMLName       = rundir.RunYAMLName
+	ConfigChangesName = rundir.ConfigChangesName
 )
 
 // ConfigChange is one line of config_changes.jsonl: the fields changed and
@@ -75,7 +76,7 @@ var ignoredFields = map[string]bool{"run.dir": true, "data.dead_letter_dir": tru
 // Call it under the run's lease.
 func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool, logf func(string)) error {
 	runDir := cfg.Run.Dir
-	p := storage.Join(runDir, RunYAMLName)
+	p := rundir.RunYAML(runDir)
 	now, err := cfg.YAML()
 	if err != nil {
 		return err
@@ -105,7 +106,7 @@ func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool,
 	if err != nil {
 		return err
 	}
-	lp := storage.Join(runDir, ConfigChangesName)
+	lp := rundir.ConfigChanges(runDir)
 	log, err := storage.ReadFile(ctx, lp)
 	if err != nil && !errors.Is(err, storage.ErrNotExist) {
 		return fmt.Errorf("run directory %s: read %s: %w", runDir, ConfigChangesName, err)

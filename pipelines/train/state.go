@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -18,7 +19,6 @@ import (
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/schemas"
 )
 
 // trainState is a run's training state after step steps: the policy (its
@@ -232,7 +232,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 			return LearnMetrics{}, err
 		}
 		var m LearnMetrics
-		b, err := storage.ReadFile(ctx, metricsPath(runDir, "learn", k))
+		b, err := storage.ReadFile(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k))
 		if err == nil {
 			err = json.Unmarshal(b, &m)
 		}
@@ -390,7 +390,7 @@ func newestFull(ctx context.Context, runDir string, k int64) (int64, error) {
 // (without the previous run.yaml) is refused when it touched what the
 // learner computes with.
 func configAt(ctx context.Context, cfg runconfig.Config, k int64) (runconfig.Config, error) {
-	b, err := storage.ReadFile(ctx, storage.Join(cfg.Run.Dir, ConfigChangesName))
+	b, err := storage.ReadFile(ctx, rundir.ConfigChanges(cfg.Run.Dir))
 	if errors.Is(err, storage.ErrNotExist) {
 		return cfg, nil
 	}
@@ -520,7 +520,7 @@ func stillSamples(ctx context.Context, cfg runconfig.Config, k int64) (bool, err
 	if j >= cfg.Run.Steps {
 		return false, nil
 	}
-	ok, err := storage.Exists(ctx, storage.Join(schemas.StepDir(cfg.Run.Dir, j), schemas.ManifestName))
+	ok, err := storage.Exists(ctx, rundir.Manifest(rundir.Step(cfg.Run.Dir, j)))
 	return !ok, err
 }
 
@@ -528,14 +528,14 @@ func stillSamples(ctx context.Context, cfg runconfig.Config, k int64) (bool, err
 // step newest that hold a trainer state (a save or a removal on gs:// cut
 // short; locally such leftovers are temporaries that Claim sweeps).
 func removeLeftovers(ctx context.Context, runDir string, newest int64) error {
-	paths, err := storage.List(ctx, storage.Join(runDir, "checkpoints", "step-*", checkpoint.TrainerStateName))
+	paths, err := storage.List(ctx, rundir.CheckpointFiles(runDir, checkpoint.TrainerStateName))
 	if err != nil {
 		return err
 	}
 	for _, p := range paths {
 		dir := storage.Dir(p)
-		var k int64
-		if _, err := fmt.Sscanf(storage.Base(dir), "step-%d", &k); err != nil || k >= newest || fmt.Sprintf("step-%06d", k) != storage.Base(dir) {
+		k, ok := rundir.ParseStepName(storage.Base(dir))
+		if !ok || k >= newest {
 			continue
 		}
 		if ok, err := checkpoint.Committed(ctx, dir); err != nil || ok {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -157,7 +158,7 @@ func learnerLogProbs(t *testing.T, ctx context.Context, dir string, seqs ...[2][
 // learnRecord is learner step k's metrics on record.
 func learnRecord(t *testing.T, ctx context.Context, c runconfig.Config, k int64) LearnMetrics {
 	t.Helper()
-	b, err := storage.ReadFile(ctx, metricsPath(c.Run.Dir, "learn", k))
+	b, err := storage.ReadFile(ctx, rundir.MetricsRecord(c.Run.Dir, rundir.LearnKind, k))
 	if err != nil {
 		t.Fatal(err)
 	}

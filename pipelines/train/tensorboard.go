@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/tfevents"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -23,7 +24,7 @@ import (
 
 // TensorBoardDir is where aipo train writes its TensorBoard event files:
 // <run>/tensorboard.
-func TensorBoardDir(runDir string) string { return storage.Join(runDir, "tensorboard") }
+func TensorBoardDir(runDir string) string { return rundir.TensorBoard(runDir) }
 
 // boardFiles numbers the event files this process starts, so that two
 // runs of one process in the same second get files of their own.
@@ -90,7 +91,7 @@ func (b *board) write(ctx context.Context) error {
 		}
 		b.scanned = true
 	}
-	files, err := storage.List(ctx, storage.Join(b.run, "metrics", "*.json"))
+	files, err := storage.List(ctx, rundir.MetricsRecords(b.run, ""))
 	if err != nil {
 		return err
 	}
@@ -300,7 +301,7 @@ func recordScalars(raw []byte) (string, int64, []tfevents.Scalar, error) {
 			vals[p+"call_rate"], vals[p+"stderr_avg"] = s.CallRate, s.StdErrAvg
 		}
 	case analytics.HeldoutKind:
-		var m BenchmarkEvalRecord
+		var m analytics.BenchmarkEvalRecord
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return "", 0, nil, err
 		}
@@ -341,7 +342,7 @@ func learnScalars(m LearnMetrics, vals map[string]float64) {
 	}
 	num := map[string]float64{}
 	for k, s := range m.Rollout {
-		if textMeta[k] || boardSettings[k] {
+		if analytics.TextMeta(k) || boardSettings[k] {
 			continue
 		}
 		if v, err := strconv.ParseFloat(s, 64); err == nil {

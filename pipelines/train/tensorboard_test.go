@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/internal/tfevents"
@@ -25,7 +26,7 @@ import (
 // writeRecord writes a metrics record as the run writes it.
 func writeRecord(t *testing.T, runDir, kind string, k int64, v any) {
 	t.Helper()
-	if err := writeJSON(context.Background(), metricsPath(runDir, kind, k), v); err != nil {
+	if err := writeJSON(context.Background(), rundir.MetricsRecord(runDir, kind, k), v); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -34,7 +35,7 @@ func boardLearnRecord(k int64) LearnMetrics {
 	return LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: 16, Tokens: 300,
 		Loss: 0.125 + float64(k), GradNorm: 1.5, LR: 3e-4 * float64(k+1), Seconds: 2,
 		LossMetrics: map[string]float64{"pg_loss": -0.25, "ext_prob_mean": 0.3},
-		Rollout: StepMeta{"trajectories": "16", "reward_mean": "0.4375", "accuracy": "0.4375", "tokens.response": "400",
+		Rollout: analytics.RolloutMeta{"trajectories": "16", "reward_mean": "0.4375", "accuracy": "0.4375", "tokens.response": "400",
 			"tokens.external": "40", "tokens.guide": "10", "interactions": "6", "interactions.knowledge": "6",
 			"interactions.knowledge.ok": "6", "interactions_per_trajectory": "0.375", "seed": "3", "config_hash": "12345"},
 		Mismatch: &loss.Mismatch{Tokens: 100, Sequences: 16, AbsMean: 1e-6, AbsMax: 8e-6, KL: -1e-7, KLK3: 2e-9}}
@@ -198,7 +199,7 @@ func TestBoardWritesEachStepOnce(t *testing.T) {
 	}
 	writeRecord(t, run, "learn", 1, boardLearnRecord(1))
 	commitCheckpoint(t, run, 2)
-	writeRecord(t, run, "evalbench", 1, BenchmarkEvalRecord{Kind: analytics.HeldoutKind, Step: 1,
+	writeRecord(t, run, "evalbench", 1, analytics.BenchmarkEvalRecord{Kind: analytics.HeldoutKind, Step: 1,
 		Benchmarks: []analytics.HeldoutScore{{Name: "aime24", Avg: 0.1, Pass: map[string]float64{"1": 0.1, "4": 0.3}}}})
 	b.sync(ctx)
 	files, _ := eventFiles(t, run)
@@ -322,7 +323,7 @@ func checkTensorBoard(t *testing.T, runDir string, series map[string]int) {
 			t.Errorf("TensorBoard: step %d %s = %v (found %v), the record says %v", step, tag, g, ok, float32(w))
 		}
 	}
-	meta := func(m StepMeta, k string) float64 {
+	meta := func(m analytics.RolloutMeta, k string) float64 {
 		v, err := strconv.ParseFloat(m[k], 64)
 		if err != nil {
 			t.Fatalf("rollout meta %s = %q", k, m[k])
@@ -366,7 +367,7 @@ func checkTensorBoard(t *testing.T, runDir string, series map[string]int) {
 				expect(m.Step, "loss/"+name, v)
 			}
 		case strings.HasPrefix(base, "evalbench-"):
-			var m BenchmarkEvalRecord
+			var m analytics.BenchmarkEvalRecord
 			if err := json.Unmarshal(b, &m); err != nil {
 				t.Fatal(err)
 			}

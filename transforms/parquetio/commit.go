@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
@@ -51,7 +52,7 @@ func (fn *commitFn) ProcessElement(ctx context.Context, _ []byte, files func(*sc
 	if err := schemas.CommitManifest(ctx, fn.Dir, m); err != nil {
 		return fmt.Errorf("parquetio: commit %s: %w", fn.Dir, err)
 	}
-	path := storage.Join(fn.Dir, schemas.ManifestName)
+	path := rundir.Manifest(fn.Dir)
 	if !fn.KeepOrphans {
 		if err := deleteOrphans(ctx, fn.Dir, all); err != nil {
 			// The step is committed; leftover files cost space, not correctness.

@@ -1,4 +1,4 @@
-package train
+package analytics
 
 import (
 	"bytes"
@@ -8,15 +8,15 @@ import (
 	"strconv"
 )
 
-// StepMeta is a step manifest's metrics as a learner record carries them:
+// RolloutMeta is a step manifest's metrics as a learner record carries them:
 // the manifest holds strings (its meta map is free-form), the record writes
 // every value that is a number as a JSON number, so that metrics.jsonl's
 // readers and plots see numbers. Reading accepts both forms (records of
 // earlier builds hold strings).
-type StepMeta map[string]string
+type RolloutMeta map[string]string
 
 // MarshalJSON writes the map with sorted keys, numbers as numbers.
-func (m StepMeta) MarshalJSON() ([]byte, error) {
+func (m RolloutMeta) MarshalJSON() ([]byte, error) {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -50,12 +50,12 @@ func (m StepMeta) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads values that are strings or numbers.
-func (m *StepMeta) UnmarshalJSON(data []byte) error {
+func (m *RolloutMeta) UnmarshalJSON(data []byte) error {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return err
 	}
-	out := make(StepMeta, len(raw))
+	out := make(RolloutMeta, len(raw))
 	for k, r := range raw {
 		var s string
 		if err := json.Unmarshal(r, &s); err == nil {
@@ -85,3 +85,7 @@ func isJSONNumber(s string) bool {
 	var n json.Number
 	return json.Unmarshal([]byte(s), &n) == nil
 }
+
+// TextMeta reports whether the manifest meta key k holds text even when
+// its value looks like a number (a hash of digits only).
+func TextMeta(k string) bool { return textMeta[k] }
