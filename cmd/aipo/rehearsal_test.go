@@ -29,7 +29,7 @@ import (
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
 	"github.com/aipo-rl/aipo/transforms/policy"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 	"gopkg.in/yaml.v3"
 )
 
@@ -364,7 +364,7 @@ func readYAML(t *testing.T, path string, v any) {
 // last SFT loss.
 func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg runconfig.Config, rows []gsm8kRow, steps int, configJSON string) float64 {
 	t.Helper()
-	render, err := rollouts.NewRenderer("", "", []collab.Agent{collab.Verify, collab.Knowledge, collab.Reason}, cfg.Interact())
+	render, err := trajectories.NewRenderer("", "", []collab.Agent{collab.Verify, collab.Knowledge, collab.Reason}, cfg.Interact())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,19 +11,19 @@
 //	     policy version and the step's metrics in its meta
 //
 // A step with nothing to train on is refused before its manifest is
-// written (transforms/rollout.StepCheck): no prompt row (every row of the
+// written (transforms/trajectories.StepCheck): no prompt row (every row of the
 // prompt files malformed, or none), every sample failed, or a failed share
 // above rollout.max_failed_fraction. Run then returns the refusal alone
 // (the counts, the first failure and the fix); the shards already written
 // stay uncommitted and are removed by the step's next commit.
 //
 // It runs on prism unless Beam's --runner flag says otherwise. See package
-// transforms/rollout for the transforms and runconfig for the
+// transforms/trajectories for the transforms and runconfig for the
 // configuration.
 //
 // # Manifest meta
 //
-// Besides the counts of transforms/rollout.StatsMeta (trajectories,
+// Besides the counts of transforms/trajectories.StatsMeta (trajectories,
 // failures by kind, interactions per agent and status, dropped groups,
 // reward and accuracy), the manifest records config_hash, seed,
 // group_size, max_interactions, opener_by, template_tokens,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // fileConfig is a rollout of the prompt file at path.
@@ -97,7 +97,7 @@ func TestRolloutFailedFraction(t *testing.T) {
 	if m.Meta["first_error"] == "" {
 		t.Errorf("meta first_error is empty with %d failures", failed)
 	}
-	w := rollouts.FailureWarning(0, m.Meta)
+	w := trajectories.FailureWarning(0, m.Meta)
 	t.Logf("below the bound: %s", w)
 	for _, want := range []string{fmt.Sprintf("%d of %d samples failed", failed, total), m.Meta["first_error"], "rollout.max_failed_fraction"} {
 		if !strings.Contains(w, want) {

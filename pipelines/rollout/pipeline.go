@@ -23,7 +23,7 @@ import (
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/prompts"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 )
@@ -44,29 +44,29 @@ type Options struct {
 }
 
 // Spec returns the rollout transforms' settings for o.
-func Spec(ctx context.Context, o Options) (rollouts.Spec, error) {
+func Spec(ctx context.Context, o Options) (trajectories.Spec, error) {
 	c := o.Config
 	if o.Policy != "" {
 		c.Policy.Endpoint = o.Policy
 	}
 	if err := c.RequireEndpoint(); err != nil {
-		return rollouts.Spec{}, err
+		return trajectories.Spec{}, err
 	}
 	if o.Step < 0 {
-		return rollouts.Spec{}, fmt.Errorf("rollout: step %d must not be negative", o.Step)
+		return trajectories.Spec{}, fmt.Errorf("rollout: step %d must not be negative", o.Step)
 	}
 	if u, err := url.Parse(c.Policy.Endpoint); err != nil || !slices.Contains(policy.Schemes(), u.Scheme) {
-		return rollouts.Spec{}, fmt.Errorf("rollout: policy endpoint %q: no client for its scheme is linked into this program (known: %s)", secure.RedactURI(c.Policy.Endpoint), strings.Join(policy.Schemes(), ", "))
+		return trajectories.Spec{}, fmt.Errorf("rollout: policy endpoint %q: no client for its scheme is linked into this program (known: %s)", secure.RedactURI(c.Policy.Endpoint), strings.Join(policy.Schemes(), ", "))
 	}
 	sys, err := c.SystemPrompt(ctx)
 	if err != nil {
-		return rollouts.Spec{}, err
+		return trajectories.Spec{}, err
 	}
 	chat, err := ChatTemplate(ctx, c)
 	if err != nil {
-		return rollouts.Spec{}, err
+		return trajectories.Spec{}, err
 	}
-	spec := rollouts.Spec{
+	spec := trajectories.Spec{
 		Run:              c.Run.Name,
 		Step:             o.Step,
 		Seed:             c.Run.Seed,
@@ -148,7 +148,7 @@ func ChatTemplate(ctx context.Context, c runconfig.Config) (*chattemplate.Templa
 }
 
 // StaticMeta is the manifest meta known before the step runs.
-func StaticMeta(o Options, spec rollouts.Spec) map[string]string {
+func StaticMeta(o Options, spec trajectories.Spec) map[string]string {
 	c := o.Config
 	data := "demo"
 	if !c.Data.Demo {
@@ -178,7 +178,7 @@ func StaticMeta(o Options, spec rollouts.Spec) map[string]string {
 
 // Build adds the rollout of step o.Step to the pipeline and returns the
 // manifest path (a PCollection<string> of one element).
-func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error) {
+func Build(s beam.Scope, o Options, spec trajectories.Spec) (beam.PCollection, error) {
 	s = s.Scope("rollout")
 	c := o.Config
 	var slotted, good beam.PCollection
@@ -188,8 +188,8 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 		if err != nil {
 			return beam.PCollection{}, fmt.Errorf("rollout: data.demo_task: %w", err)
 		}
-		ps := rollouts.DemoPrompts(task, demotask.Split(c.Data.DemoSplit), c.Data.BatchSize, c.Run.Seed, o.Step)
-		slotted = rollouts.Slotted(s, ps)
+		ps := trajectories.DemoPrompts(task, demotask.Split(c.Data.DemoSplit), c.Data.BatchSize, c.Run.Seed, o.Step)
+		slotted = trajectories.Slotted(s, ps)
 	} else {
 		var dead beam.PCollection
 		var err error
@@ -198,8 +198,8 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 			return beam.PCollection{}, fmt.Errorf("rollout: %w", err)
 		}
 		n := prompts.WriteDeadLetters(s, c.DeadLetterPath(o.Step), dead)
-		metas = append(metas, rollouts.CountMeta(s, "dead_letters", n))
-		slotted = rollouts.Select(s, c.Run.Seed, o.Step, c.Data.BatchSize, good)
+		metas = append(metas, trajectories.CountMeta(s, "dead_letters", n))
+		slotted = trajectories.Select(s, c.Run.Seed, o.Step, c.Data.BatchSize, good)
 	}
 	var rows beam.PCollection
 	if c.Advantage.DynamicSampling {
@@ -207,17 +207,17 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 		rows, meta = dynamicSampling(s, o, spec, slotted, good)
 		metas = append(metas, meta)
 	} else {
-		groups := rollouts.Sample(s, spec, rollouts.Batch(s, spec.BatchPrompts(), slotted))
+		groups := trajectories.Sample(s, spec, trajectories.Batch(s, spec.BatchPrompts(), slotted))
 		var stats beam.PCollection
-		rows, stats = rollouts.Advantages(s, spec, rollouts.Score(s, spec, groups))
-		metas = append(metas, rollouts.StepMeta(s, stats))
+		rows, stats = trajectories.Advantages(s, spec, trajectories.Score(s, spec, groups))
+		metas = append(metas, trajectories.StepMeta(s, stats))
 	}
-	check := rollouts.StepCheck{Step: o.Step, MaxFailedFraction: c.Rollout.FailedFractionBound()}
+	check := trajectories.StepCheck{Step: o.Step, MaxFailedFraction: c.Rollout.FailedFractionBound()}
 	if !c.Data.Demo {
 		check.Sources, check.DeadLetters = StaticMeta(o, spec)["data"], c.DeadLetterPath(o.Step)
 	}
 	meta := parquetio.StepMeta{Run: c.Run.Name, Step: o.Step, Meta: StaticMeta(o, spec)}
-	opts := []parquetio.WriteOption{parquetio.RequireMeta(rollouts.CheckedMeta)}
+	opts := []parquetio.WriteOption{parquetio.RequireMeta(trajectories.CheckedMeta)}
 	if o.MaxShardRows > 0 {
 		opts = append(opts, parquetio.MaxShardRows(o.MaxShardRows))
 	}
@@ -225,7 +225,7 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 		opts = append(opts, parquetio.Lease(o.Lease))
 	}
 	dir := schemas.StepDir(c.Run.Dir, o.Step)
-	return parquetio.WriteTrajectoriesMeta(s, dir, meta, rollouts.CheckStep(s, check, beam.Flatten(s, metas...)), rows, opts...), nil
+	return parquetio.WriteTrajectoriesMeta(s, dir, meta, trajectories.CheckStep(s, check, beam.Flatten(s, metas...)), rows, opts...), nil
 }
 
 // dynamicSampling rolls out the step under advantage.dynamic_sampling: the
@@ -233,8 +233,8 @@ func Build(s beam.Scope, o Options, spec rollouts.Spec) (beam.PCollection, error
 // draws of prompts (from good, or the demo task), each a stage fed the
 // decisions of the ones before, until data.batch_size groups are kept; it
 // returns the trained groups' trajectories and the step's meta (see
-// transforms/rollout's Refill, Trim and DecisionMeta).
-func dynamicSampling(s beam.Scope, o Options, spec rollouts.Spec, slotted, good beam.PCollection) (rows, meta beam.PCollection) {
+// transforms/trajectories's Refill, Trim and DecisionMeta).
+func dynamicSampling(s beam.Scope, o Options, spec trajectories.Spec, slotted, good beam.PCollection) (rows, meta beam.PCollection) {
 	c := o.Config
 	batch := c.Data.BatchSize
 	var allRows, allDecisions []beam.PCollection
@@ -243,17 +243,17 @@ func dynamicSampling(s beam.Scope, o Options, spec rollouts.Spec, slotted, good 
 		if draw > 0 {
 			earlier := beam.Flatten(ds, allDecisions...)
 			if c.Data.Demo {
-				slotted = rollouts.RefillDemo(ds, *c.Data.DemoTask, demotask.Split(c.Data.DemoSplit), c.Run.Seed, o.Step, draw, batch, earlier)
+				slotted = trajectories.RefillDemo(ds, *c.Data.DemoTask, demotask.Split(c.Data.DemoSplit), c.Run.Seed, o.Step, draw, batch, earlier)
 			} else {
-				slotted = rollouts.Refill(ds, c.Run.Seed, o.Step, draw, batch, good, earlier)
+				slotted = trajectories.Refill(ds, c.Run.Seed, o.Step, draw, batch, good, earlier)
 			}
 		}
-		groups := rollouts.Sample(ds, spec, rollouts.Batch(ds, spec.BatchPrompts(), slotted))
-		r, d := rollouts.Decide(ds, spec, draw, rollouts.Score(ds, spec, groups))
+		groups := trajectories.Sample(ds, spec, trajectories.Batch(ds, spec.BatchPrompts(), slotted))
+		r, d := trajectories.Decide(ds, spec, draw, trajectories.Score(ds, spec, groups))
 		allRows, allDecisions = append(allRows, r), append(allDecisions, d)
 	}
 	decisions := beam.Flatten(s, allDecisions...)
-	return rollouts.Trim(s, batch, beam.Flatten(s, allRows...), decisions), rollouts.DecisionMeta(s, batch, decisions)
+	return trajectories.Trim(s, batch, beam.Flatten(s, allRows...), decisions), trajectories.DecisionMeta(s, batch, decisions)
 }
 
 // Run rolls out one step on the runner named by Beam's --runner flag
@@ -286,7 +286,7 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 		return schemas.Manifest{}, err
 	}
 	if err := beamx.Run(ctx, p); err != nil {
-		if refusal, ok := rollouts.Refused(err, o.Step); ok {
+		if refusal, ok := trajectories.Refused(err, o.Step); ok {
 			return schemas.Manifest{}, fmt.Errorf("%w (%s)", refusal, o.Config.Run.Dir)
 		}
 		return schemas.Manifest{}, fmt.Errorf("rollout step %d of %s: %w", o.Step, o.Config.Run.Dir, err)

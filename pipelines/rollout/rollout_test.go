@@ -19,7 +19,7 @@ import (
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )
 
@@ -117,7 +117,7 @@ func checkGroups(t *testing.T, c runconfig.Config, rows []schemas.Trajectory, pr
 			if int(r.SampleIndex) != i {
 				t.Fatalf("prompt %s: sample %d at position %d", id, r.SampleIndex, i)
 			}
-			if r.PolicyVersion != 3 || r.Run != "test" || r.DataSource != rollouts.DemoSource {
+			if r.PolicyVersion != 3 || r.Run != "test" || r.DataSource != trajectories.DemoSource {
 				t.Errorf("prompt %s sample %d: version %d run %q source %q", id, i, r.PolicyVersion, r.Run, r.DataSource)
 			}
 			// Provenance: spans hold the answer (agent's source, or
@@ -339,11 +339,11 @@ eval: {every: 0}
 	// Every prompt trained on is either one of the step's ordinary batch
 	// or a further draw; the first draw is exactly ChooseIDs'.
 	first := map[string]bool{}
-	for _, id := range rollouts.ChooseIDs(all, 2, 1, 10) {
+	for _, id := range trajectories.ChooseIDs(all, 2, 1, 10) {
 		first[id] = true
 	}
 	refill := map[string]bool{}
-	for _, id := range rollouts.RefillOrder(all, 2, 1) {
+	for _, id := range trajectories.RefillOrder(all, 2, 1) {
 		if !first[id] {
 			refill[id] = true
 		}
@@ -478,7 +478,7 @@ eval: {every: 0}
 	for i := range all {
 		all[i] = fmt.Sprintf("demo/p%02d", i)
 	}
-	for _, id := range rollouts.ChooseIDs(all, 2, 4, 8) {
+	for _, id := range trajectories.ChooseIDs(all, 2, 4, 8) {
 		if ids[id] != 3 {
 			t.Errorf("prompt %s chosen by ChooseIDs has %d rows", id, ids[id])
 		}

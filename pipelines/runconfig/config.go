@@ -13,7 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 	"github.com/aipo-rl/aipo/transforms/prompts"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // Config is one run's configuration: one YAML file with the sections
@@ -249,7 +249,7 @@ type Rollout struct {
 	// model's answer (source teacher) instead of the policy's samples,
 	// trained as off-policy tokens (learner.loss.external luffy for
 	// LUFFY's shaping). Default off.
-	Guidance rollouts.Guidance `yaml:"guidance,omitempty"`
+	Guidance trajectories.Guidance `yaml:"guidance,omitempty"`
 }
 
 // FailedFractionBound is MaxFailedFraction, or its default (0.5) when

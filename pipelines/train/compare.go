@@ -14,7 +14,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // Method is a training method of the comparison: the demo configuration
@@ -73,7 +73,7 @@ func Methods() []Method {
 // 1/Z of LUFFY's objective), no KL.
 func LUFFY(c *runconfig.Config) {
 	c.Rollout.Unanswered = true
-	c.Rollout.Guidance = rollouts.Guidance{Source: rollouts.GuideSolution, Traces: 1}
+	c.Rollout.Guidance = trajectories.Guidance{Source: trajectories.GuideSolution, Traces: 1}
 	c.Learner.Loss.External, c.Learner.Loss.Gamma = loss.ExternalLUFFY, loss.DefaultGamma
 	c.Learner.Loss.Aggregation = loss.AggTokenMean
 	c.Learner.Loss.KLCoef = 0

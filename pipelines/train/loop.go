@@ -18,7 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // rolloutRan is set once a rollout of this process has returned. The
@@ -216,7 +216,7 @@ func (lp *loop) learn(ctx context.Context, k int64) error {
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	if w := rollouts.FailureWarning(k, lm.Rollout); w != "" && lp.opts.Log != nil {
+	if w := trajectories.FailureWarning(k, lm.Rollout); w != "" && lp.opts.Log != nil {
 		lp.opts.Log(w)
 	}
 	lp.emit(Event{Step: k, Phase: "learn", Learn: &lm})

@@ -14,7 +14,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // TestLUFFYTrains runs the quick demo as LUFFY for two steps: every group
@@ -75,7 +75,7 @@ func TestLUFFYTeacher(t *testing.T) {
 	cfg := srv.cfg
 	LUFFY(&cfg)
 	cfg.Run.Dir, cfg.Data.DeadLetterDir = filepath.Join(t.TempDir(), "run"), ""
-	cfg.Rollout.Guidance = rollouts.Guidance{Source: rollouts.GuideTeacher, Traces: 1, Teacher: &collab.RoleConfig{
+	cfg.Rollout.Guidance = trajectories.Guidance{Source: trajectories.GuideTeacher, Traces: 1, Teacher: &collab.RoleConfig{
 		Kind: collab.KindOpenAI, Endpoint: "http://" + srv.httpAddr + "/v1", Model: "demo", MaxGenerateTokens: 24,
 		System: "Answer.", Prompt: "{{.Problem}}"}} // the demo model's context is 64 tokens
 	cfg.Fill()

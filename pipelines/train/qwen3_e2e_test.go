@@ -24,7 +24,7 @@ import (
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
-	rollouts "github.com/aipo-rl/aipo/transforms/rollout"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // e2eCall is one prompt of the end-to-end test, the call its target
@@ -148,7 +148,7 @@ eval: {every: 0}
 	// The prompts exactly as the rollout renders them (default ChatML
 	// template and system prompt for a Verify Agent, opener_by system)
 	// and encodes them (special tokens parsed).
-	render, err := rollouts.NewRenderer("", "", []collab.Agent{collab.Verify}, rc.Interact())
+	render, err := trajectories.NewRenderer("", "", []collab.Agent{collab.Verify}, rc.Interact())
 	if err != nil {
 		t.Fatal(err)
 	}

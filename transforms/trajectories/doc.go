@@ -1,7 +1,8 @@
-// Package rollout holds the Beam transforms of the rollout step: choose the
-// step's prompts, run G trajectories per prompt through the interaction
-// protocol (package interact) with many in flight per worker, score them,
-// compute group advantages and the step's metrics.
+// Package trajectories holds the Beam transforms that make a step's
+// trajectories (package pipelines/rollout assembles them into the rollout
+// step's pipeline): choose the step's prompts, run G trajectories per prompt
+// through the interaction protocol (package interact) with many in flight
+// per worker, score them, compute group advantages and the step's metrics.
 //
 //	Select     PCollection<schemas.Prompt> -> PCollection<KV<int, schemas.Prompt>>   (slot -> prompt)
 //	Batch      PCollection<KV<int, schemas.Prompt>> -> PCollection<KV<int, []schemas.Prompt>> (grouped)
@@ -66,4 +67,4 @@
 // and collaborator seeds from the run seed, step, prompt id, sample index
 // and turn or call (package interact). A re-run of a step gives the same
 // rows.
-package rollout
+package trajectories
