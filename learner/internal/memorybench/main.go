@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/meminfo"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -393,7 +394,7 @@ func (b *bench) learn(bin, dir string, tokens int, mode string, after, bf16 bool
 	if mode != "" {
 		yaml += "  activation_checkpointing: " + mode + "\n"
 	}
-	cfgPath := filepath.Join(run, "run.yaml")
+	cfgPath := rundir.RunYAML(run)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		return measurement{skipped: err.Error()}
 	}
