@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -59,8 +58,8 @@ func killSelf() {
 // observeChanges prints every change the child makes under dir, and
 // kills the child right after change number killAt when that is a number.
 func observeChanges(dir, killAt string) {
-	var n atomic.Int64
 	var mu sync.Mutex
+	var n int64 // changes seen, under mu
 	at, _ := strconv.ParseInt(killAt, 10, 64)
 	storage.ObserveChanges(func(p string) {
 		rel, err := filepath.Rel(dir, p)
@@ -69,9 +68,9 @@ func observeChanges(dir, killAt string) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		k := n.Add(1)
-		fmt.Fprintf(os.Stdout, "CHANGE %d %s\n", k, rel)
-		if k == at {
+		n++
+		fmt.Fprintf(os.Stdout, "CHANGE %d %s\n", n, rel)
+		if n == at {
 			killSelf()
 		}
 	})
