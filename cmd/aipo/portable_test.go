@@ -78,6 +78,10 @@ func TestPortableProcessEnvironment(t *testing.T) {
 	// The boot program writes pipeline_options.json into its working
 	// directory, which it inherits from the job server.
 	js.Dir = dir
+	// The boot program copies the worker binary (about 180 MB) into a new
+	// directory under TMPDIR and leaves it there: under the test's own
+	// directory it goes when the test ends, not into /tmp for good.
+	js.Env = append(os.Environ(), "TMPDIR="+dir)
 	js.WaitDelay = 5 * time.Second
 	if err := js.Start(); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,13 @@
 // avoids oversubscription when OpenBLAS is called from several goroutines
 // and OpenBLAS threads spinning while Go code runs between calls.
 //
+// RowDots is the one product not left to the BLAS: X·Wᵀ with every output
+// computed by one fixed sequence of vector operations (AVX-512 or AVX2,
+// chosen at start-up), so that a row's results do not depend on the rows
+// beside it. A serving engine's decode step needs that for seeded samples
+// to repeat under any load; OpenBLAS's Haswell kernels compute a row by its
+// position among the rows, and no BLAS promises otherwise.
+//
 // OpenBLAS 0.3.21 does not recognise recent Xeons (Emerald Rapids, CPU
 // model 207) and falls back to its SSE3 "Prescott" kernels, about 6x
 // slower; at start-up the package re-selects the AVX-512 (SkylakeX) or

@@ -111,6 +111,24 @@ type stepWork struct {
 // bits with the step's other rows. Set it before the first Extend.
 func (m *Model) SetBatchInvariantDecode(on bool) { m.batchVariant = !on }
 
+// DecodeProduct says how Extend multiplies a step's rows on this CPU, for
+// start-up logs.
+func (m *Model) DecodeProduct() string {
+	switch {
+	case m.batchVariant:
+		return "one plain product a step (" + blas.Backend() + "), batch-variant"
+	case blas.RowDotsAvailable():
+		return "fixed-order products (" + blas.RowDotsKernel() + "), batch-invariant"
+	}
+	switch l := decodeLayout(); {
+	case l.pad > 0:
+		return fmt.Sprintf("rows padded to a multiple of %d (%s), batch-invariant", l.pad, blas.Backend())
+	case l.block > 0:
+		return fmt.Sprintf("blocks of up to %d rows (%s), batch-invariant", l.block, blas.Backend())
+	}
+	return "one product a row (" + blas.Backend() + "), batch-invariant"
+}
+
 // smallGemmElems is the output size (rows × columns) at or below which
 // OpenBLAS (0.3.21, x86-64) multiplies by a weight transposed with its
 // "small matrix" kernel, whose summation order depends on the number of
@@ -121,7 +139,12 @@ const smallGemmElems = 1200
 // linear is linearForward for the rows of a step, made independent of how
 // many rows the step has, so that a sequence's logits do not depend on
 // which other sequences share its batch and a seeded sample is
-// reproducible under any load. How depends on the BLAS kernels, which
+// reproducible under any load. Where the CPU has AVX2 or AVX-512 (a cgo
+// build) the step goes through blas.RowDots, which computes every output
+// by one fixed sequence of operations whatever the rows beside it (and,
+// on 2 cores of an AVX-512 CPU, at about twice OpenBLAS 0.3.21's Haswell
+// sgemm on a 32-row step of a width-1024 model: BenchmarkRowDots in
+// learner/blas). Elsewhere it depends on the BLAS kernels, which
 // decodeLayout probes once: rows padded with zero rows up to a multiple of
 // the kernels' row block in one product (OpenBLAS 0.3.21's SkylakeX
 // kernels); else blocks of at most a fixed number of rows, each one
@@ -132,6 +155,10 @@ const smallGemmElems = 1200
 func (w *stepWork) linear(out, in, wt, b []float32, N, I, O int) {
 	if w.plain {
 		linearForward(out, in, wt, b, N, I, O)
+		return
+	}
+	if blas.RowDotsAvailable() {
+		linearDots(out, in, wt, b, N, I, O)
 		return
 	}
 	switch l := decodeLayout(); {
@@ -223,6 +250,18 @@ func (w *stepWork) linearBlocked(out, in, wt, b []float32, N, I, O int, l stepLa
 				}
 			}
 		}
+	})
+	addBias(out, b, N, O)
+}
+
+// linearDots computes the step's N rows with blas.RowDots, the weight's
+// rows split among the cores in slices of whole 4-row tiles (each output
+// is computed alike in any slice; the split only shares the work).
+func linearDots(out, in, wt, b []float32, N, I, O int) {
+	const tile = 4
+	parallelFor((O+tile-1)/tile, 16, func(lo, hi int) {
+		o0, o1 := lo*tile, min(hi*tile, O)
+		blas.RowDots(N, o1-o0, I, in, I, wt[o0*I:], I, out[o0:], O)
 	})
 	addBias(out, b, N, O)
 }

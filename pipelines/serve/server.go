@@ -175,6 +175,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.checkpoint.Store(&dir)
 	s.metrics = newServerMetrics(s)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
+	if opts.Device == nil {
+		s.log.Info("serve: decode steps", "product", ld.Model.DecodeProduct())
+	}
 	return s, nil
 }
 

@@ -1,0 +1,166 @@
+//go:build cgo && !purego
+
+// The fixed-order product behind RowDots (rowdots.go).
+//
+// Every output c[i][j] = sum over p of x[i][p]*w[j][p] is computed by one
+// sequence of operations: a vector accumulator starts at zero and takes a
+// fused multiply-add of each chunk of the two rows in order (16 floats with
+// AVX-512, 8 with AVX2; the last chunk loaded masked, zeros past k), then
+// its lanes are summed by one fixed tree. Outputs share loads but never an
+// arithmetic operation, so an output's bits depend on its two rows and k
+// alone: not on how many rows x or w has, nor on where the output falls in
+// a tile. Tiles of several outputs exist only to load each chunk once for
+// several accumulators.
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "rowdots.h"
+
+#define T512 __attribute__((target("avx512f")))
+#define T256 __attribute__((target("avx2,fma")))
+
+#define PRAGMA_UNROLL _Pragma("GCC unroll 16")
+
+static inline T512 float hsum512(__m512 v) {
+	__m256 lo = _mm512_castps512_ps256(v);
+	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+	__m256 s8 = _mm256_add_ps(lo, hi);
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	__m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+	return _mm_cvtss_f32(s1);
+}
+
+static inline T256 float hsum256(__m256 v) {
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	__m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+	return _mm_cvtss_f32(s1);
+}
+
+// TILE512 defines a kernel of MR rows of w by NR rows of x.
+#define TILE512(NAME, MR, NR)                                                          \
+	static T512 void NAME(int k, const float *x, int ldx, const float *w, int ldw,      \
+			      float *c, int ldc) {                                          \
+		__m512 acc[NR][MR];                                                         \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
+			acc[i][j] = _mm512_setzero_ps();                                    \
+		int p = 0;                                                                  \
+		for (; p + 16 <= k; p += 16) {                                              \
+			__m512 wv[MR];                                                      \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = _mm512_loadu_ps(w + j * ldw + p); \
+			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
+				__m512 xv = _mm512_loadu_ps(x + i * ldx + p);               \
+				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
+					acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);  \
+			}                                                                   \
+		}                                                                           \
+		if (p < k) {                                                                \
+			__mmask16 mk = (__mmask16)((1u << (k - p)) - 1u);                   \
+			__m512 wv[MR];                                                      \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = _mm512_maskz_loadu_ps(mk, w + j * ldw + p); \
+			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
+				__m512 xv = _mm512_maskz_loadu_ps(mk, x + i * ldx + p);     \
+				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
+					acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);  \
+			}                                                                   \
+		}                                                                           \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
+			c[i * ldc + j] = hsum512(acc[i][j]);                                \
+	}
+
+// TILE256 is TILE512 with AVX2 vectors of 8 floats.
+#define TILE256(NAME, MR, NR)                                                          \
+	static T256 void NAME(int k, const float *x, int ldx, const float *w, int ldw,      \
+			      float *c, int ldc, __m256i tailmask) {                        \
+		__m256 acc[NR][MR];                                                         \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
+			acc[i][j] = _mm256_setzero_ps();                                    \
+		int p = 0;                                                                  \
+		for (; p + 8 <= k; p += 8) {                                                \
+			__m256 wv[MR];                                                      \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = _mm256_loadu_ps(w + j * ldw + p); \
+			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
+				__m256 xv = _mm256_loadu_ps(x + i * ldx + p);               \
+				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
+					acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);  \
+			}                                                                   \
+		}                                                                           \
+		if (p < k) {                                                                \
+			__m256 wv[MR];                                                      \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = _mm256_maskload_ps(w + j * ldw + p, tailmask); \
+			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
+				__m256 xv = _mm256_maskload_ps(x + i * ldx + p, tailmask);  \
+				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
+					acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);  \
+			}                                                                   \
+		}                                                                           \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
+			c[i * ldc + j] = hsum256(acc[i][j]);                                \
+	}
+
+// AVX-512: 4x4 tiles hold 16 accumulators, the 4 chunks of w and one of x
+// in 21 of the 32 vector registers.
+TILE512(tile512_4x4, 4, 4)
+TILE512(tile512_4x1, 4, 1)
+TILE512(tile512_1x1, 1, 1)
+
+// AVX2: 16 vector registers; 4x2 tiles use 8 accumulators, 4 chunks of w
+// and one of x.
+TILE256(tile256_4x2, 4, 2)
+TILE256(tile256_4x1, 4, 1)
+TILE256(tile256_1x1, 1, 1)
+
+// The w rows are the outer loop: a tile of 4 of them stays in the first
+// level cache while every row of x passes, so w, the large operand of a
+// decode step, is read from memory once.
+static T512 void rowdots512(int n, int m, int k, const float *x, int ldx, const float *w, int ldw,
+			    float *c, int ldc) {
+	int j = 0;
+	for (; j + 4 <= m; j += 4) {
+		int i = 0;
+		for (; i + 4 <= n; i += 4)
+			tile512_4x4(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
+		for (; i < n; i++)
+			tile512_4x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
+	}
+	for (; j < m; j++)
+		for (int i = 0; i < n; i++)
+			tile512_1x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
+}
+
+static T256 void rowdots256(int n, int m, int k, const float *x, int ldx, const float *w, int ldw,
+			    float *c, int ldc) {
+	int32_t lanes[8];
+	for (int l = 0; l < 8; l++) lanes[l] = l < (k % 8) ? -1 : 0;
+	__m256i tail = _mm256_loadu_si256((const __m256i *)lanes);
+	int j = 0;
+	for (; j + 4 <= m; j += 4) {
+		int i = 0;
+		for (; i + 2 <= n; i += 2)
+			tile256_4x2(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail);
+		for (; i < n; i++)
+			tile256_4x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail);
+	}
+	for (; j < m; j++)
+		for (int i = 0; i < n; i++)
+			tile256_1x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail);
+}
+
+int rowdots_level(void) {
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f")) return ROWDOTS_AVX512;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ROWDOTS_AVX2;
+	return ROWDOTS_NONE;
+}
+
+void rowdots(int level, int n, int m, int k, const float *x, int ldx, const float *w, int ldw, float *c,
+	     int ldc) {
+	if (level == ROWDOTS_AVX512)
+		rowdots512(n, m, k, x, ldx, w, ldw, c, ldc);
+	else
+		rowdots256(n, m, k, x, ldx, w, ldw, c, ldc);
+	// Go's scalar float code is SSE encoded: leave no dirty upper halves.
+	__asm__ volatile("vzeroupper");
+}
