@@ -32,6 +32,24 @@ static inline T512 float hsum512(__m512 v) {
 	return _mm_cvtss_f32(s1);
 }
 
+// reduce4x512 sums the lanes of four accumulators at once, by the same
+// tree as hsum512 (lane l with l+8, then with l+4, l+2, l+1), so each sum
+// has hsum512's bits: a pair of accumulators' halves is added in one
+// instruction, then four quarters, then within each quarter. It returns
+// the four sums in order.
+static inline T512 __m128 reduce4x512(__m512 a, __m512 b, __m512 c, __m512 d) {
+	__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+				  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+	__m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+				  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+	__m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+				 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+	q = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(1, 0, 3, 2)));
+	q = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(2, 3, 0, 1)));
+	const __m512i lane0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+	return _mm512_castps512_ps128(_mm512_permutexvar_ps(lane0, q));
+}
+
 static inline T256 float hsum256(__m256 v) {
 	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
 	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -66,8 +84,12 @@ static inline T256 float hsum256(__m256 v) {
 					acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);  \
 			}                                                                   \
 		}                                                                           \
-		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
-			c[i * ldc + j] = hsum512(acc[i][j]);                                \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                                \
+			int j = 0;                                                          \
+			PRAGMA_UNROLL for (; j + 4 <= MR; j += 4)                           \
+				_mm_storeu_ps(c + i * ldc + j, reduce4x512(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3])); \
+			PRAGMA_UNROLL for (; j < MR; j++) c[i * ldc + j] = hsum512(acc[i][j]); \
+		}                                                                           \
 	}
 
 // TILE256 is TILE512 with AVX2 vectors of 8 floats.
