@@ -117,7 +117,7 @@ func (m *Model) DecodeProduct() string {
 	switch {
 	case m.batchVariant:
 		return "one plain product a step (" + blas.Backend() + "), batch-variant"
-	case blas.RowDotsAvailable():
+	case decodeRowDots:
 		return "fixed-order products (" + blas.RowDotsKernel() + "), batch-invariant"
 	}
 	switch l := decodeLayout(); {
@@ -157,7 +157,7 @@ func (w *stepWork) linear(out, in, wt, b []float32, N, I, O int) {
 		linearForward(out, in, wt, b, N, I, O)
 		return
 	}
-	if blas.RowDotsAvailable() {
+	if decodeRowDots {
 		linearDots(out, in, wt, b, N, I, O)
 		return
 	}
@@ -253,6 +253,11 @@ func (w *stepWork) linearBlocked(out, in, wt, b []float32, N, I, O int, l stepLa
 	})
 	addBias(out, b, N, O)
 }
+
+// decodeRowDots says whether stepWork.linear multiplies through
+// blas.RowDots; tests turn it off to hold the layouts of other CPUs to
+// their contract on this one.
+var decodeRowDots = blas.RowDotsAvailable()
 
 // linearDots computes the step's N rows with blas.RowDots, the weight's
 // rows split among the cores in slices of whole 4-row tiles (each output

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"github.com/aipo-rl/aipo/learner/blas"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -368,13 +369,30 @@ func TestExtendBitwiseIndependentOfBatch(t *testing.T) {
 	}
 }
 
-// TestStepLinearIndependentOfBatch checks the layout decodeLayout picked
-// for this process's kernels on every batch size a serving engine runs by
+// TestStepLinearIndependentOfBatch checks blas.RowDots, where this CPU
+// runs it, and the layout decodeLayout picked for this process's BLAS
+// kernels (the way of CPUs without it) on every batch size a serving engine runs by
 // default (1 to 64), on a projection of a model of width 1024 and on the
 // tiny served model's: each row of a step is bit for bit the row computed
 // alone, and close to the plain product's.
 func TestStepLinearIndependentOfBatch(t *testing.T) {
-	t.Logf("layout %+v", decodeLayout())
+	ways := []bool{false}
+	if decodeRowDots {
+		ways = append(ways, true)
+		defer func() { decodeRowDots = true }()
+	}
+	for _, dots := range ways {
+		decodeRowDots = dots
+		if dots {
+			t.Logf("blas.RowDots (%s)", blas.RowDotsKernel())
+		} else {
+			t.Logf("layout %+v", decodeLayout())
+		}
+		stepLinearIndependentOfBatch(t)
+	}
+}
+
+func stepLinearIndependentOfBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 1))
 	for _, sh := range [][2]int{{1024, 3072}, {64, 128}, {128, 64}, {32, 50}} {
 		I, O := sh[0], sh[1]
