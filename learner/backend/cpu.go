@@ -159,6 +159,10 @@ func (d cpuDecoder) BytesPerToken() int   { return d.m.BytesPerToken() }
 func (d cpuDecoder) NewCache() Cache      { return d.m.NewKVCache() }
 func (d cpuDecoder) Close() error         { return nil }
 
+// HostModel is the model the decoder runs: the host's own, whose decoding
+// settings (model.SetBatchInvariantDecode) apply.
+func (d cpuDecoder) HostModel() *model.Model { return d.m }
+
 func (d cpuDecoder) Extend(caches []Cache, tokens [][]int32, dst []float32) ([]float32, error) {
 	kc := make([]*model.KVCache, len(caches))
 	for i, c := range caches {

@@ -175,7 +175,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.checkpoint.Store(&dir)
 	s.metrics = newServerMetrics(s)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
-	if opts.Device == nil {
+	if _, host := dec.(interface{ HostModel() *model.Model }); host || opts.Device == nil {
 		s.log.Info("serve: decode steps", "product", ld.Model.DecodeProduct())
 	}
 	return s, nil
@@ -184,8 +184,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 // decoder is the engine backend of m: the CPU model, or a copy on
 // Options.Device (freed once the engine and its caches no longer use it).
 func (o Options) decoder(m *model.Model) (engine.Backend, error) {
+	// The cpu device decodes with m itself (and with no device the engine
+	// does); elsewhere m's setting is not used.
+	m.SetBatchInvariantDecode(!o.BatchVariant)
 	if o.Device == nil {
-		m.SetBatchInvariantDecode(!o.BatchVariant)
 		return engine.CPU(m), nil
 	}
 	return o.Device.Decoder(m)
