@@ -1,5 +1,6 @@
-// Package blas holds the single-precision matrix multiply that the CPU
-// learner spends its time in.
+// Package blas holds the numeric kernels the CPU learner and decoder spend
+// their time in: the single-precision matrix multiply, a fixed-order
+// product and a vectorised exp.
 //
 // Sgemm has two implementations chosen at build time: OpenBLAS through cgo
 // (the default whenever cgo is enabled and the purego tag is absent) and a
@@ -21,6 +22,10 @@
 // beside it. A serving engine's decode step needs that for seeded samples
 // to repeat under any load; OpenBLAS's Haswell kernels compute a row by its
 // position among the rows, and no BLAS promises otherwise.
+//
+// ExpShifted is math.Exp over a row of logits, eight at a time with
+// AVX-512 by the very operations math.Exp performs on amd64, so the same
+// bits: the token draw's probabilities, which must not change for a seed.
 //
 // OpenBLAS 0.3.21 does not recognise recent Xeons (Emerald Rapids, CPU
 // model 207) and falls back to its SSE3 "Prescott" kernels, about 6x

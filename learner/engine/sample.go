@@ -2,11 +2,11 @@ package engine
 
 import (
 	"cmp"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
 
+	"github.com/aipo-rl/aipo/learner/blas"
 	"github.com/aipo-rl/aipo/learner/par"
 )
 
@@ -80,10 +80,11 @@ func (s *sampler) sample(row []float32, p *SampleParams, rng *rand.Rand) int32 {
 		s.probs = make([]float64, V)
 	}
 	probs := s.probs[:V]
+	// probs[j] = math.Exp((float64(row[j]) - mx) * invT), vectorised
+	// with the same bits.
+	blas.ExpShifted(probs, row, mx, invT)
 	var total float64
-	for j, l := range row {
-		e := math.Exp((float64(l) - mx) * invT)
-		probs[j] = e
+	for _, e := range probs {
 		total += e
 	}
 	if !topK && !topP {

@@ -1,0 +1,33 @@
+//go:build cgo && !purego
+
+package blas
+
+/*
+#include "exp.h"
+*/
+import "C"
+
+import "math"
+
+var expVector = C.exp_level() != 0
+
+// ExpShifted writes dst[j] = math.Exp((float64(src[j]) - shift) * scale)
+// for every j, bit for bit what that expression gives: on a CPU with
+// AVX-512 eight at a time by the operations math.Exp performs on amd64
+// (each lane a separate IEEE computation, so the same roundings), else one
+// at a time. A token draw over a vocabulary of 151,936 logits spends most
+// of its time here, and must draw the same token as before for a seed.
+func ExpShifted(dst []float64, src []float32, shift, scale float64) {
+	dst = dst[:len(src)]
+	if expVector && len(src) > 0 {
+		C.expshifted((*C.double)(&dst[0]), (*C.float)(&src[0]), C.long(len(src)), C.double(shift), C.double(scale))
+		for j, e := range dst {
+			// Marked by the vector code: outside its fast path.
+			if e < 0 {
+				dst[j] = math.Exp((float64(src[j]) - shift) * scale)
+			}
+		}
+		return
+	}
+	expShiftedGo(dst, src, shift, scale)
+}

@@ -1,0 +1,4 @@
+// The vectorised exp of exp.c; see exp.go.
+
+int exp_level(void);
+void expshifted(double *dst, const float *src, long n, double shift, double scale);

@@ -1,0 +1,9 @@
+//go:build !cgo || purego
+
+package blas
+
+// ExpShifted writes dst[j] = math.Exp((float64(src[j]) - shift) * scale)
+// for every j; see exp.go for the cgo build's vectorised one.
+func ExpShifted(dst []float64, src []float32, shift, scale float64) {
+	expShiftedGo(dst[:len(src)], src, shift, scale)
+}
