@@ -19,6 +19,7 @@ import (
 func TestRunRemembersItsConfig(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "run")
+	ctx = claimed(t, ctx, dir)
 	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}
