@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -78,12 +77,12 @@ func runRollout(args []string) error {
 		*pol = endpoint
 	}
 	m, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: *step, Policy: *pol, Force: *force, DryRun: dataflowDryRun()})
-	if err != nil && dataflowDryRun() && errors.Is(err, schemas.ErrNoManifest) {
-		fmt.Printf("%s, so step %d of %s is not committed\n", dryRunNote, *step, cfg.Run.Dir)
-		return nil
-	}
 	if err != nil {
 		return runError("%s", errText(err))
+	}
+	if dataflowDryRun() {
+		fmt.Printf("%s, so step %d of %s was not rolled out\n", dryRunNote, *step, cfg.Run.Dir)
+		return nil
 	}
 	fmt.Printf("step %d of %s: %d trajectories in %d shards, policy version %d\n",
 		m.Step, cfg.Run.Dir, m.Rows, len(m.Files), m.PolicyVersion)

@@ -38,7 +38,8 @@ type Options struct {
 	Force bool
 	// DryRun says that the runner only translates the pipeline and runs
 	// it nowhere (Dataflow's --dry_run): Run then needs no lease, since
-	// nothing is written, and --force removes no manifest.
+	// nothing is written, removes no manifest with Force, and returns a
+	// zero manifest.
 	DryRun bool
 	// MaxShardRows caps the rows per shard (0: parquetio's default).
 	MaxShardRows int
@@ -297,6 +298,9 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 			return schemas.Manifest{}, fmt.Errorf("%w (%s)", refusal, o.Config.Run.Dir)
 		}
 		return schemas.Manifest{}, fmt.Errorf("rollout step %d of %s: %w", o.Step, o.Config.Run.Dir, err)
+	}
+	if o.DryRun {
+		return schemas.Manifest{}, nil // nothing ran, nothing was committed
 	}
 	m, err := schemas.ReadManifest(ctx, dir)
 	if err != nil {
