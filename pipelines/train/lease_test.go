@@ -310,7 +310,8 @@ func tree(t *testing.T, dir string) map[string]string {
 }
 
 // The lease is taken by the command that owns the run (Claim) and only
-// checked below it: Run, RunDemo, Learn and the rollout pipeline called
+// checked below it: Run, RunDemo, Learn, the rollout pipeline and the
+// writers of run.yaml, algorithm.yaml and an --init checkpoint called
 // without it fail with an error that names the run directory and the fix,
 // and write nothing; under it they run. A second claim is refused, in the
 // process that holds the lease and in another writer alike.
@@ -319,24 +320,29 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 	h := newHandBuilt(t)
 	cfg, run := h.cfg, h.cfg.Run.Dir
 	cfg.Run.Steps, cfg.Eval.Every = 1, 0
-	notHeld := func(what string, err error) {
+	// notHeld checks the refusal of call, its message led by prefix.
+	notHeld := func(call, prefix string, err error) {
 		t.Helper()
 		var nh *runlease.NotHeldError
 		if !errors.As(err, &nh) {
-			t.Fatalf("%s without the lease: %v, want a *runlease.NotHeldError", what, err)
+			t.Fatalf("%s without the lease: %v, want a *runlease.NotHeldError", call, err)
 		}
-		for _, want := range []string{what + ": run directory " + run, "lease (" + runlease.Name + ") is not held by this process", "train.Claim"} {
+		for _, want := range []string{prefix + "run directory " + run, "lease (" + runlease.Name + ") is not held by this process", "train.Claim"} {
 			if !strings.Contains(err.Error(), want) {
-				t.Errorf("%s without the lease: the error does not say %q: %v", what, want, err)
+				t.Errorf("%s without the lease: the error does not say %q: %v", call, want, err)
 			}
 		}
 	}
 	before := tree(t, run)
-	notHeld("train", Run(ctx, cfg, Options{Rollout: RolloutStep}))
+	notHeld("Run", "train: ", Run(ctx, cfg, Options{Rollout: RolloutStep}))
 	_, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: 0})
-	notHeld("rollout", err)
+	notHeld("rollout.Run", "rollout: ", err)
 	_, err = RunDemo(ctx, DemoOptions{RunDir: run, Quick: true})
-	notHeld("demo", err)
+	notHeld("RunDemo", "demo: ", err)
+	notHeld("RememberConfig", "", RememberConfig(ctx, cfg, false, nil))
+	_, err = WriteAlgorithm(ctx, cfg)
+	notHeld("WriteAlgorithm", "", err)
+	notHeld("SeedRunCheckpoint", "", SeedRunCheckpoint(ctx, checkpoint.Dir(run, 0), cfg))
 	unchanged := func(want map[string]string) {
 		t.Helper()
 		if got := tree(t, run); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -349,7 +355,7 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 	}
 	withStep := tree(t, run)
 	_, err = Learn(ctx, cfg, 0)
-	notHeld("learn step 0", err)
+	notHeld("Learn", "learn step 0: ", err)
 	unchanged(withStep)
 
 	lctx := claimed(t, ctx, run)

@@ -84,6 +84,7 @@ func TestRememberConfigWritesRunYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx = claimed(t, ctx, cfg.Run.Dir)
 	if err := RememberConfig(ctx, cfg, false, nil); err != nil {
 		t.Fatal(err)
 	}
