@@ -125,7 +125,9 @@ func TestDataflowDryRunAnalyze(t *testing.T) {
 
 // TestDataflowDryRunRollout translates the rollout pipeline into a
 // Dataflow job offline. The policy's token is referenced by file: the file
-// name travels with the job, the token does not. A dry run commits no step.
+// name travels with the job, the token does not. A dry run writes nothing,
+// the run's lease included, and with --force leaves the committed step as
+// it was.
 func TestDataflowDryRunRollout(t *testing.T) {
 	dir := t.TempDir()
 	const token = "tok-3c1f9a7e-never-in-the-job"
@@ -150,8 +152,26 @@ func TestDataflowDryRunRollout(t *testing.T) {
 	if strings.Contains(out, token) {
 		t.Errorf("the printed job holds the policy token")
 	}
-	if _, err := os.Stat(schemas.StepDir(run, 0)); !os.IsNotExist(err) {
-		t.Errorf("a dry run created %s (stat: %v)", schemas.StepDir(run, 0), err)
+	if _, err := os.Stat(run); !os.IsNotExist(err) {
+		t.Errorf("a dry run created %s (stat: %v)", run, err)
+	}
+
+	ctx := context.Background()
+	rows := []schemas.Trajectory{{Run: "r", Step: 0, PromptID: "p0", SampleIndex: 0}}
+	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{rows}, schemas.Manifest{Run: "r", Step: 0}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(schemas.StepDir(run, 0), schemas.ManifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out = runAipo(t, append([]string{"rollout", "--config", cfg, "--step", "0", "--policy", policy, "--force"}, dataflowFlags(t)...)...)
+	if code != 0 || !strings.Contains(out, dryRunNote) {
+		t.Fatalf("aipo rollout --force --dry_run exited %d, want 0 with the job printed; output:\n%s", code, out)
+	}
+	after, err := os.ReadFile(filepath.Join(schemas.StepDir(run, 0), schemas.ManifestName))
+	if err != nil || !bytes.Equal(after, before) {
+		t.Errorf("a dry run with --force changed the committed step's manifest (%v)", err)
 	}
 }
 

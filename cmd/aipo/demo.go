@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
 )
@@ -55,7 +56,7 @@ func runDemo(args []string) error {
 		return usageError("%s", errText(err))
 	}
 	if *compare {
-		return runCompare(*run, *quick, *methods, *seeds, *steps, *external != "" || *maxCalls >= 0 || *cost >= 0 || *seed >= 0)
+		return runCompare(*run, *quick, *methods, *seeds, *steps, *external != "" || *maxCalls >= 0 || *cost >= 0 || *seed >= 0, lo)
 	}
 	dir := *run
 	if dir == "" {
@@ -85,10 +86,24 @@ func runDemo(args []string) error {
 			c.Run.TensorBoard = &off
 		}
 	}
-	rep, err := train.RunDemo(ctx, train.DemoOptions{
+	do := train.DemoOptions{
 		RunDir: dir, Quick: *quick, Progress: p.event, WarmStartProgress: p.warmStart, Log: p.log, Mutate: mutate,
-		Lease: lo, Reconfigure: *reconfigure,
-	})
+		Reconfigure: *reconfigure,
+	}
+	// The configuration is checked before the lease is taken: flags that
+	// make no valid run leave no trace in the run directory.
+	cfg, err := train.DemoConfig(do)
+	if err != nil {
+		p.finish()
+		return runError("%s", errText(err))
+	}
+	ctx, release, err := train.Claim(ctx, cfg.Run.Dir, lo, p.log)
+	if err != nil {
+		p.finish()
+		return runError("%s", errText(err))
+	}
+	defer release()
+	rep, err := train.RunDemo(ctx, do)
 	p.finish()
 	if err != nil {
 		return runError("%s", errText(err))
@@ -113,7 +128,7 @@ func methodNames() string {
 }
 
 // runCompare is `aipo demo --compare`.
-func runCompare(dir string, quick bool, methods string, seeds int, steps int64, ablationFlags bool) error {
+func runCompare(dir string, quick bool, methods string, seeds int, steps int64, ablationFlags bool, lo runlease.Options) error {
 	if ablationFlags {
 		return usageError("--external, --max-interactions, --interaction-cost and --seed choose one run; --compare runs its own methods (pick them with --methods)")
 	}
@@ -132,7 +147,7 @@ func runCompare(dir string, quick bool, methods string, seeds int, steps int64, 
 	cmp, err := train.RunCompare(ctx, train.CompareOptions{
 		Dir: dir, Quick: quick, Methods: names, Seeds: seeds, Steps: steps,
 		Progress:          func(_ string, _ uint64, e train.Event) { p.event(e) },
-		WarmStartProgress: p.warmStart, Log: p.log,
+		WarmStartProgress: p.warmStart, Log: p.log, Lease: lo,
 	})
 	p.finish()
 	if err != nil {

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"sort"
 
-	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
@@ -63,7 +61,7 @@ func runRollout(args []string) error {
 			return usageError("%s", errText(err))
 		}
 		var release func() error
-		ctx, release, err = runlease.Ensure(ctx, cfg.Run.Dir, lo)
+		ctx, release, err = train.Claim(ctx, cfg.Run.Dir, lo, lo.Log)
 		if err != nil {
 			return runError("%s", errText(err))
 		}
@@ -78,13 +76,13 @@ func runRollout(args []string) error {
 		}
 		*pol = endpoint
 	}
-	m, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: *step, Policy: *pol, Force: *force})
-	if err != nil && dataflowDryRun() && errors.Is(err, schemas.ErrNoManifest) {
-		fmt.Printf("%s, so step %d of %s is not committed\n", dryRunNote, *step, cfg.Run.Dir)
-		return nil
-	}
+	m, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: *step, Policy: *pol, Force: *force, DryRun: dataflowDryRun()})
 	if err != nil {
 		return runError("%s", errText(err))
+	}
+	if dataflowDryRun() {
+		fmt.Printf("%s, so step %d of %s was not rolled out\n", dryRunNote, *step, cfg.Run.Dir)
+		return nil
 	}
 	fmt.Printf("step %d of %s: %d trajectories in %d shards, policy version %d\n",
 		m.Step, cfg.Run.Dir, m.Rows, len(m.Files), m.PolicyVersion)

@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
-	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
 )
@@ -158,7 +157,7 @@ func runLearn(args []string) error {
 	if err := checkLeaseTimeout(lo); err != nil {
 		return usageError("%s", errText(err))
 	}
-	ctx, release, err := runlease.Ensure(ctx, cfg.Run.Dir, lo)
+	ctx, release, err := train.Claim(ctx, cfg.Run.Dir, lo, lo.Log)
 	if err != nil {
 		return runError("%s", errText(err))
 	}

@@ -1,7 +1,10 @@
 // Package runlease gives a run directory one writer at a time.
 //
-// A writer (aipo train, aipo demo, aipo rollout, aipo learn) acquires the
-// lease before it writes anything into the run directory: the file
+// The command that owns a run (aipo train, aipo demo, aipo rollout, aipo
+// learn) acquires the lease once, before it writes anything into the run
+// directory, and hands it down in its context; the layers below take no
+// lease of their own: they refuse to start without it (Require) and check
+// it before every commit (Check). The lease is the file
 // <run>/_LEASE.json, created only if absent and renewed by compare-and-swap
 // (object generation preconditions on gs://, see storage.ReplaceIf), so
 // that two writers on two machines cannot both hold it. The holder renews
@@ -84,6 +87,17 @@ func (h Holder) String() string {
 		cmd = " (" + h.Command + ")"
 	}
 	return fmt.Sprintf("process %d on %s%s, attempt %s", h.PID, host, cmd, h.ID)
+}
+
+// NotHeldError is returned by Require when the context does not carry the
+// lease of the run directory.
+type NotHeldError struct {
+	Dir string
+}
+
+func (e *NotHeldError) Error() string {
+	return fmt.Sprintf("run directory %s: the run's lease (%s) is not held by this process; "+
+		"the command that owns the run takes it once, before anything writes there (train.Claim), and passes it down in the context", e.Dir, Name)
 }
 
 // HeldError is returned by Acquire when another writer holds the lease.
@@ -384,17 +398,19 @@ func CheckContext(ctx context.Context) error {
 	return nil
 }
 
-// Ensure returns a lease of runDir for ctx: the one ctx already carries for
-// that directory (release is then a no-op), or a newly acquired one.
-func Ensure(ctx context.Context, runDir string, o Options) (context.Context, func() error, error) {
-	if Held(ctx, runDir) {
-		return ctx, func() error { return nil }, nil
+// Require returns nil if ctx carries the lease of runDir and this process
+// has not lost it; a *NotHeldError when ctx carries no lease of runDir, a
+// *LostError when the renewal found it taken. It reads nothing: the layers
+// below the owning command call it before they write anything, and the
+// commits check the lease file itself (Check).
+func Require(ctx context.Context, runDir string) error {
+	if !Held(ctx, runDir) {
+		return &NotHeldError{Dir: runDir}
 	}
-	l, lctx, err := Acquire(ctx, runDir, o)
-	if err != nil {
-		return nil, nil, err
-	}
-	return lctx, l.Release, nil
+	l := FromContext(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
 }
 
 // Held reports whether ctx carries the lease of runDir.

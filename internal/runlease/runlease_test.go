@@ -143,24 +143,37 @@ func TestRenewal(t *testing.T) {
 	}
 }
 
-// Ensure reuses the lease a context carries for the same directory.
-func TestEnsureReuses(t *testing.T) {
+// Require passes only under the lease of the directory asked about, and
+// fails once the lease is lost.
+func TestRequire(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	lctx, release, err := Ensure(ctx, dir, Options{})
+	dir, other := t.TempDir(), t.TempDir()
+	var notHeld *NotHeldError
+	if err := Require(ctx, dir); !errors.As(err, &notHeld) || notHeld.Dir != dir || !strings.Contains(err.Error(), "not held by this process") {
+		t.Fatalf("Require without a lease: %v, want a *NotHeldError naming %s", err, dir)
+	}
+	l, lctx, err := Acquire(ctx, dir, Options{Timeout: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner, innerRelease, err := Ensure(lctx, dir, Options{})
+	defer l.Release()
+	if err := Require(lctx, dir); err != nil {
+		t.Fatalf("Require under the lease: %v", err)
+	}
+	if err := Require(lctx, dir+"/"); err != nil {
+		t.Fatalf("Require of the same directory with a trailing slash: %v", err)
+	}
+	if err := Require(lctx, other); !errors.As(err, &notHeld) || notHeld.Dir != other {
+		t.Fatalf("Require of another directory under this one's lease: %v, want a *NotHeldError naming %s", err, other)
+	}
+	thief, _, err := Acquire(ctx, dir, Options{TakeOver: true})
 	if err != nil {
-		t.Fatalf("Ensure inside the holder: %v", err)
+		t.Fatal(err)
 	}
-	if FromContext(inner) != FromContext(lctx) {
-		t.Error("Ensure acquired a second lease instead of reusing the context's")
+	defer thief.Release()
+	<-lctx.Done() // the renewal finds the lease taken
+	var lost *LostError
+	if err := Require(lctx, dir); !errors.As(err, &lost) {
+		t.Fatalf("Require after the lease was taken over: %v, want a *LostError", err)
 	}
-	innerRelease()
-	if err := CheckContext(lctx); err != nil {
-		t.Fatalf("the inner release dropped the outer lease: %v", err)
-	}
-	release()
 }

@@ -168,14 +168,16 @@ func TestRemoveCheckpoint(t *testing.T) {
 		t.Errorf("an unfinished save is still there: %v", err)
 	}
 	// A lease lost to another writer stops the removal before it starts.
-	lctx, release, err := runlease.Ensure(ctx, run, runlease.Options{Command: "test"})
+	l, lctx, err := runlease.Acquire(ctx, run, runlease.Options{Command: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer release()
-	if _, _, err := runlease.Ensure(context.Background(), run, runlease.Options{Command: "thief", TakeOver: true}); err != nil {
+	defer l.Release()
+	thief, _, err := runlease.Acquire(context.Background(), run, runlease.Options{Command: "thief", TakeOver: true})
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer thief.Release()
 	if err := Remove(lctx, Dir(run, 2)); err == nil {
 		t.Fatal("Remove went ahead under a lease taken over by another writer")
 	}

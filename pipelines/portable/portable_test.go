@@ -16,6 +16,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -166,7 +167,13 @@ rollout: {group_size: 2, opener_by: policy, answer_token_budget: 6, max_in_fligh
 	if err != nil {
 		t.Fatal(err)
 	}
-	man, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: 0})
+	// The lease of the run, as aipo rollout takes it.
+	lease, lctx, err := runlease.Acquire(ctx, run, runlease.Options{Command: "aipo rollout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	man, err := rollout.Run(lctx, rollout.Options{Config: cfg, Step: 0})
 	if err != nil {
 		t.Fatalf("rollout on the universal runner: %v", err)
 	}

@@ -79,7 +79,7 @@ func BenchmarkRolloutThroughput(b *testing.B) {
 		benchSpan = span{}
 		b.StartTimer()
 		cpu0, t0 := cpuTime(), time.Now()
-		m, err := Run(context.Background(), Options{Config: c, Step: int64(i)})
+		m, err := runUnderLease(b, context.Background(), Options{Config: c, Step: int64(i)})
 		wall, cpu := time.Since(t0), cpuTime()-cpu0
 		if err != nil {
 			b.Fatal(err)

@@ -227,7 +227,7 @@ rollout: {group_size: 4, max_in_flight: 4, prompt_template: "{{.Problem}}"}
 func rolloutStep(t *testing.T, c runconfig.Config) []schemas.Trajectory {
 	t.Helper()
 	ctx := context.Background()
-	m, err := Run(ctx, Options{Config: c, Step: 0})
+	m, err := runUnderLease(t, ctx, Options{Config: c, Step: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

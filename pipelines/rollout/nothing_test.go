@@ -49,7 +49,7 @@ func TestRolloutNoUsablePrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := fileConfig(t, dir, bad)
-	_, err := Run(context.Background(), Options{Config: c, Step: 0})
+	_, err := runUnderLease(t, context.Background(), Options{Config: c, Step: 0})
 	if err == nil {
 		t.Fatal("a rollout of a file whose every row is malformed succeeded")
 	}
@@ -69,7 +69,7 @@ func TestRolloutNoUsablePrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = fileConfig(t, t.TempDir(), empty)
-	_, err = Run(context.Background(), Options{Config: c, Step: 0})
+	_, err = runUnderLease(t, context.Background(), Options{Config: c, Step: 0})
 	if err == nil {
 		t.Fatal("a rollout of an empty prompt file succeeded")
 	}
@@ -109,7 +109,7 @@ func TestRolloutFailedFraction(t *testing.T) {
 	low := 0.05
 	c = demoConfig(t, filepath.Join(t.TempDir(), "run"), "demoplayer:///?perm=0.15", "")
 	c.Rollout.MaxFailedFraction = &low
-	_, err := Run(ctx, Options{Config: c, Step: 0})
+	_, err := runUnderLease(t, ctx, Options{Config: c, Step: 0})
 	if err == nil {
 		t.Fatal("a step above rollout.max_failed_fraction was committed")
 	}
@@ -125,7 +125,7 @@ func TestRolloutFailedFraction(t *testing.T) {
 	all := 1.0
 	c = demoConfig(t, filepath.Join(t.TempDir(), "run"), "demoplayer:///?perm=1", "")
 	c.Rollout.MaxFailedFraction = &all
-	_, err = Run(ctx, Options{Config: c, Step: 0})
+	_, err = runUnderLease(t, ctx, Options{Config: c, Step: 0})
 	if err == nil {
 		t.Fatal("a step whose every sample failed was committed")
 	}
@@ -154,7 +154,7 @@ func TestRolloutVERLBadRows(t *testing.T) {
 	}
 	c := fileConfig(t, dir, bad)
 	c.Data.Sources[0].Preset, c.Data.Sources[0].DataSource = "verl", ""
-	_, err := Run(context.Background(), Options{Config: c, Step: 0})
+	_, err := runUnderLease(t, context.Background(), Options{Config: c, Step: 0})
 	if err == nil || !strings.Contains(err.Error(), "no usable prompt") || !strings.Contains(err.Error(), "all 3 malformed") {
 		t.Fatalf("a veRL file of bad rows: %v", err)
 	}

@@ -36,9 +36,11 @@ type Options struct {
 	Policy string
 	// Force rewrites a step that is already committed.
 	Force bool
-	// Lease is the run directory's lease, checked by the commit; Run fills
-	// it from its context (runlease.Acquire) when it is zero.
-	Lease runlease.Token
+	// DryRun says that the runner only translates the pipeline and runs
+	// it nowhere (Dataflow's --dry_run): Run then needs no lease, since
+	// nothing is written, removes no manifest with Force, and returns a
+	// zero manifest.
+	DryRun bool
 	// MaxShardRows caps the rows per shard (0: parquetio's default).
 	MaxShardRows int
 }
@@ -177,8 +179,10 @@ func StaticMeta(o Options, spec trajectories.Spec) map[string]string {
 }
 
 // Build adds the rollout of step o.Step to the pipeline and returns the
-// manifest path (a PCollection<string> of one element).
-func Build(s beam.Scope, o Options, spec trajectories.Spec) (beam.PCollection, error) {
+// manifest path (a PCollection<string> of one element). The step's commit
+// checks the run directory's lease named by lease (zero: none) before it
+// writes the manifest.
+func Build(s beam.Scope, o Options, spec trajectories.Spec, lease runlease.Token) (beam.PCollection, error) {
 	s = s.Scope("rollout")
 	c := o.Config
 	var slotted, good beam.PCollection
@@ -221,8 +225,8 @@ func Build(s beam.Scope, o Options, spec trajectories.Spec) (beam.PCollection, e
 	if o.MaxShardRows > 0 {
 		opts = append(opts, parquetio.MaxShardRows(o.MaxShardRows))
 	}
-	if !o.Lease.IsZero() {
-		opts = append(opts, parquetio.Lease(o.Lease))
+	if !lease.IsZero() {
+		opts = append(opts, parquetio.Lease(lease))
 	}
 	dir := schemas.StepDir(c.Run.Dir, o.Step)
 	return parquetio.WriteTrajectoriesMeta(s, dir, meta, trajectories.CheckStep(s, check, beam.Flatten(s, metas...)), rows, opts...), nil
@@ -258,8 +262,15 @@ func dynamicSampling(s beam.Scope, o Options, spec trajectories.Spec, slotted, g
 
 // Run rolls out one step on the runner named by Beam's --runner flag
 // (prism by default) and returns the committed manifest. A step that is
-// already committed is refused unless o.Force.
+// already committed is refused unless o.Force. ctx must carry the run
+// directory's lease (the command that owns the run takes it): without it,
+// unless o.DryRun, Run writes nothing and says so.
 func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
+	if !o.DryRun {
+		if err := runlease.Require(ctx, o.Config.Run.Dir); err != nil {
+			return schemas.Manifest{}, fmt.Errorf("rollout: %w", err)
+		}
+	}
 	spec, err := Spec(ctx, o)
 	if err != nil {
 		return schemas.Manifest{}, err
@@ -270,10 +281,7 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 	} else if err != nil && !errors.Is(err, schemas.ErrNoManifest) {
 		return schemas.Manifest{}, fmt.Errorf("rollout: %w", err)
 	}
-	if o.Lease.IsZero() {
-		o.Lease = runlease.TokenFrom(ctx)
-	}
-	if o.Force {
+	if o.Force && !o.DryRun {
 		if err := runlease.CheckContext(ctx); err != nil {
 			return schemas.Manifest{}, fmt.Errorf("rollout: %w", err)
 		}
@@ -282,7 +290,7 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 		}
 	}
 	p, s := beam.NewPipelineWithRoot()
-	if _, err := Build(s, o, spec); err != nil {
+	if _, err := Build(s, o, spec, runlease.TokenFrom(ctx)); err != nil {
 		return schemas.Manifest{}, err
 	}
 	if err := beamx.Run(ctx, p); err != nil {
@@ -290,6 +298,9 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 			return schemas.Manifest{}, fmt.Errorf("%w (%s)", refusal, o.Config.Run.Dir)
 		}
 		return schemas.Manifest{}, fmt.Errorf("rollout step %d of %s: %w", o.Step, o.Config.Run.Dir, err)
+	}
+	if o.DryRun {
+		return schemas.Manifest{}, nil // nothing ran, nothing was committed
 	}
 	m, err := schemas.ReadManifest(ctx, dir)
 	if err != nil {

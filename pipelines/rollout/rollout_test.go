@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -41,10 +42,26 @@ rollout: {group_size: 4, opener_by: policy, answer_token_budget: 8, max_in_fligh
 	return c
 }
 
+// runUnderLease is one aipo rollout: it takes the lease of the run
+// directory, runs the step under it and releases it.
+func runUnderLease(t testing.TB, ctx context.Context, o Options) (schemas.Manifest, error) {
+	t.Helper()
+	l, lctx, err := runlease.Acquire(ctx, o.Config.Run.Dir, runlease.Options{Command: "aipo rollout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := l.Release(); err != nil {
+			t.Errorf("release the lease of %s: %v", o.Config.Run.Dir, err)
+		}
+	}()
+	return Run(lctx, o)
+}
+
 func runStep(t *testing.T, c runconfig.Config, step int64, force bool) ([]schemas.Trajectory, schemas.Manifest) {
 	t.Helper()
 	ctx := context.Background()
-	m, err := Run(ctx, Options{Config: c, Step: step, Force: force})
+	m, err := runUnderLease(t, ctx, Options{Config: c, Step: step, Force: force})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +245,7 @@ func TestRolloutDemo(t *testing.T) {
 	}
 
 	// The same step again, with the same seed: the same rows.
-	if _, err := Run(context.Background(), Options{Config: c, Step: 2}); err == nil || !strings.Contains(err.Error(), "already committed") {
+	if _, err := runUnderLease(t, context.Background(), Options{Config: c, Step: 2}); err == nil || !strings.Contains(err.Error(), "already committed") {
 		t.Errorf("rolling out a committed step again without Force: %v", err)
 	}
 	again, m2 := runStep(t, c, 2, true)

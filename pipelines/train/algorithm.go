@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"gopkg.in/yaml.v3"
@@ -17,8 +18,11 @@ const AlgorithmName = rundir.AlgorithmName
 
 // WriteAlgorithm resolves cfg's algorithm, writes it to
 // <run>/algorithm.yaml and returns it, so that the caller prints it once.
-// Call it under the run's lease, after RememberConfig.
+// ctx must carry the run's lease (Claim); call it after RememberConfig.
 func WriteAlgorithm(ctx context.Context, cfg runconfig.Config) (runconfig.Algorithm, error) {
+	if err := runlease.Require(ctx, cfg.Run.Dir); err != nil {
+		return runconfig.Algorithm{}, err
+	}
 	a, err := cfg.Algorithm()
 	if err != nil {
 		return a, err

@@ -92,8 +92,9 @@ func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration)
 					return RolloutStep(ctx, c, k)
 				}
 			}
+			lctx := claimed(b, ctx, c.Run.Dir)
 			c0, start := cpuTime(), time.Now()
-			if err := Run(ctx, c, Options{Rollout: roll}); err != nil {
+			if err := Run(lctx, c, Options{Rollout: roll}); err != nil {
 				b.Fatalf("%s loop: %v", name, err)
 			}
 			took[m] += time.Since(start)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -98,6 +99,9 @@ type CompareOptions struct {
 	Progress          func(method string, seed uint64, e Event)
 	WarmStartProgress demo.WarmStartProgress
 	Log               func(string)
+	// Lease tunes the lease of each run directory (see Claim): the
+	// comparison owns its runs and claims each before it writes there.
+	Lease runlease.Options
 }
 
 func (o *CompareOptions) fill() error {
@@ -194,23 +198,8 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 			seed := uint64(s)
 			dir := storage.Join(o.Dir, m.Name, fmt.Sprintf("seed-%d", seed))
 			logf("run %d/%d: %s, seed %d (%s)", s*len(methods)+i+1, total, m.Label, seed, dir)
-			if err := copyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
+			if err := compareRun(ctx, o, m, seed, dir, warm); err != nil {
 				return cmp, err
-			}
-			mutate := func(c *runconfig.Config) {
-				m.Mutate(c)
-				c.Run.Seed = seed
-				c.Run.Name = fmt.Sprintf("%s-seed-%d", m.Name, seed)
-				if o.Steps > 0 {
-					c.Run.Steps = o.Steps
-				}
-			}
-			var progress func(Event)
-			if o.Progress != nil {
-				progress = func(e Event) { o.Progress(m.Name, seed, e) }
-			}
-			if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: o.Quick, Mutate: mutate, Progress: progress}); err != nil {
-				return cmp, fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
 			}
 			r, err := demo.LoadCompareRun(ctx, m.Name, seed, dir)
 			if err != nil {
@@ -226,6 +215,40 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 	}
 	logf("report: %s", storage.Join(rundir.Report(o.Dir), demo.CompareMarkdown))
 	return cmp, nil
+}
+
+// compareRun trains one method with one seed in dir, under the lease of
+// dir, taken before the shared warm start is copied in as checkpoint 0 and
+// released when the run ends.
+func compareRun(ctx context.Context, o CompareOptions, m Method, seed uint64, dir, warm string) error {
+	lo := o.Lease
+	if lo.Command == "" {
+		lo.Command = "aipo demo --compare"
+	}
+	ctx, release, err := Claim(ctx, dir, lo, o.Log)
+	if err != nil {
+		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
+	}
+	defer release()
+	if err := copyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
+		return err
+	}
+	mutate := func(c *runconfig.Config) {
+		m.Mutate(c)
+		c.Run.Seed = seed
+		c.Run.Name = fmt.Sprintf("%s-seed-%d", m.Name, seed)
+		if o.Steps > 0 {
+			c.Run.Steps = o.Steps
+		}
+	}
+	var progress func(Event)
+	if o.Progress != nil {
+		progress = func(e Event) { o.Progress(m.Name, seed, e) }
+	}
+	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: o.Quick, Mutate: mutate, Progress: progress}); err != nil {
+		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
+	}
+	return nil
 }
 
 // copyWarmStart gives a run the shared warm start as its checkpoint 0,

@@ -37,8 +37,6 @@ type DemoOptions struct {
 	Log func(string)
 	// StopAfter ends training after that many steps (for resumption tests).
 	StopAfter int64
-	// Lease tunes the run directory's lease (see Options.Lease).
-	Lease runlease.Options
 	// Reconfigure applies a configuration that differs from the run's
 	// run.yaml instead of refusing it (see RememberConfig).
 	Reconfigure bool
@@ -83,7 +81,9 @@ func DemoConfig(o DemoOptions) (runconfig.Config, error) {
 
 // RunDemo runs the demo end to end: warm start (once per run directory),
 // AIPO training with the built-in collaborators, evaluation of the policy
-// alone, analytics and the report. It returns the report.
+// alone, analytics and the report. It returns the report. ctx must carry
+// the run directory's lease (Claim): without it RunDemo writes nothing and
+// says so.
 func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 	logf := func(format string, args ...any) {
 		if o.Log != nil {
@@ -95,14 +95,9 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 		return demo.Report{}, err
 	}
 	runDir := cfg.Run.Dir
-	if o.Lease.Command == "" {
-		o.Lease.Command = "aipo demo"
-	}
-	ctx, release, err := Claim(ctx, runDir, o.Lease, o.Log)
-	if err != nil {
+	if err := runlease.Require(ctx, runDir); err != nil {
 		return demo.Report{}, fmt.Errorf("demo: %w", err)
 	}
-	defer release()
 	// run.yaml records the configuration as run, ablation flags included,
 	// so that `aipo train --run DIR` continues the same run; a later demo
 	// with other flags on the same directory is refused (or, with

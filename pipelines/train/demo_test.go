@@ -30,6 +30,7 @@ func TestMain(m *testing.M) {
 func TestQuickDemoEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/quick"
+	ctx = claimed(t, ctx, dir)
 	rep, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { t.Log(s) }})
 	if err != nil {
 		t.Fatal(err)

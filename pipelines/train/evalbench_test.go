@@ -44,6 +44,7 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	// One step, then the rest in a second invocation, as a run killed and
 	// started again: the first process's event file ends in half a record,
 	// as a writer killed inside one leaves it.
+	ctx = claimed(t, ctx, dir)
 	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
@@ -43,6 +44,23 @@ func startDemoServer(t testing.TB, base string) demoServer {
 	gl, hl := listen(t), listen(t)
 	t.Cleanup(serveCheckpoint(t, ckpt, "demo", gl, hl, 5*time.Second))
 	return demoServer{cfg: cfg, task: task, ckpt: ckpt, grpcAddr: gl.Addr().String(), httpAddr: hl.Addr().String()}
+}
+
+// claimed is ctx carrying the lease of the run directory dir, taken with
+// Claim as the command that owns a run takes it, and released when the
+// test ends.
+func claimed(t testing.TB, ctx context.Context, dir string) context.Context {
+	t.Helper()
+	ctx, release, err := Claim(ctx, dir, runlease.Options{Command: "test " + t.Name()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := release(); err != nil {
+			t.Errorf("release the lease of %s: %v", dir, err)
+		}
+	})
+	return ctx
 }
 
 // listen is a listener on a free port of 127.0.0.1.

@@ -180,7 +180,9 @@ func existsIsDone(err error) error {
 // on record, so running it twice changes nothing. Checkpoint k+1 holds the
 // full training state or the serving weights alone as checkpoint.save_every
 // says; when checkpoint k holds serving weights alone, the state is
-// rebuilt from the newest full state before it (see learnSession).
+// rebuilt from the newest full state before it (see learnSession). ctx
+// must carry the run directory's lease (Claim): without it Learn writes
+// nothing and says so.
 func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, error) {
 	s := newLearnSession(cfg, nil)
 	defer s.Close()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/cuda"
@@ -31,6 +32,7 @@ func TestLearnOnHandBuiltShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := extLogProbs(t, m, prompt, call, ext)
+	ctx = claimed(t, ctx, run)
 	met, err := Learn(ctx, cfg, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +75,7 @@ func TestLearnRejectionSFT(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := extLogProbs(t, h.m, h.prompt, h.good.ResponseIDs, h.ext)
-	met, err := Learn(ctx, h.cfg, 0)
+	met, err := Learn(claimed(t, ctx, h.cfg.Run.Dir), h.cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +192,7 @@ func TestLearnOnGPUBackend(t *testing.T) {
 	}
 	cfg.Learner.Backend = "cuda"
 	_, drvErr := cuda.Driver()
-	met, err := Learn(ctx, cfg, 0)
+	met, err := Learn(claimed(t, ctx, run), cfg, 0)
 	if drvErr != nil {
 		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {
 			t.Fatalf("without a GPU: Learn = %v, want an error naming learner.backend cuda and libcuda", err)
@@ -211,10 +213,15 @@ func TestLearnOnGPUBackend(t *testing.T) {
 	if err := os.CopyFS(cpuCfg.Run.Dir, os.DirFS(run)); err != nil {
 		t.Fatal(err)
 	}
+	// The copy is another run: without checkpoint 1, and without the
+	// lease file of the run it was copied from, which this test holds.
 	if err := os.RemoveAll(checkpoint.Dir(cpuCfg.Run.Dir, 1)); err != nil {
 		t.Fatal(err)
 	}
-	want, err := Learn(ctx, cpuCfg, 0)
+	if err := os.Remove(filepath.Join(cpuCfg.Run.Dir, runlease.Name)); err != nil {
+		t.Fatal(err)
+	}
+	want, err := Learn(claimed(t, ctx, cpuCfg.Run.Dir), cpuCfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

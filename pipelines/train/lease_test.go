@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -278,5 +280,110 @@ func TestResumeWhoseLastActIsTheFinalEvaluation(t *testing.T) {
 	}
 	if len(rep.Evals) == 0 || rep.Evals[len(rep.Evals)-1].Step != last {
 		t.Errorf("the report's evaluations end at %v, want checkpoint %d last", rep.Evals, last)
+	}
+}
+
+// tree lists what lies under dir: every file with the sha256 of its bytes,
+// every directory; nil when dir does not exist.
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			out[rel] = "dir"
+			return nil
+		}
+		out[rel] = fileSum(t, p)
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The lease is taken by the command that owns the run (Claim) and only
+// checked below it: Run, RunDemo, Learn, the rollout pipeline and the
+// writers of run.yaml, algorithm.yaml and an --init checkpoint called
+// without it fail with an error that names the run directory and the fix,
+// and write nothing; under it they run. A second claim is refused, in the
+// process that holds the lease and in another writer alike.
+func TestLowerLayersRequireTheLease(t *testing.T) {
+	ctx := context.Background()
+	h := newHandBuilt(t)
+	cfg, run := h.cfg, h.cfg.Run.Dir
+	cfg.Run.Steps, cfg.Eval.Every = 1, 0
+	// notHeld checks the refusal of call, its message led by prefix.
+	notHeld := func(call, prefix string, err error) {
+		t.Helper()
+		var nh *runlease.NotHeldError
+		if !errors.As(err, &nh) {
+			t.Fatalf("%s without the lease: %v, want a *runlease.NotHeldError", call, err)
+		}
+		for _, want := range []string{prefix + "run directory " + run, "lease (" + runlease.Name + ") is not held by this process", "train.Claim"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s without the lease: the error does not say %q: %v", call, want, err)
+			}
+		}
+	}
+	before := tree(t, run)
+	notHeld("Run", "train: ", Run(ctx, cfg, Options{Rollout: RolloutStep}))
+	_, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: 0})
+	notHeld("rollout.Run", "rollout: ", err)
+	_, err = RunDemo(ctx, DemoOptions{RunDir: run, Quick: true})
+	notHeld("RunDemo", "demo: ", err)
+	notHeld("RememberConfig", "", RememberConfig(ctx, cfg, false, nil))
+	_, err = WriteAlgorithm(ctx, cfg)
+	notHeld("WriteAlgorithm", "", err)
+	notHeld("SeedRunCheckpoint", "", SeedRunCheckpoint(ctx, checkpoint.Dir(run, 0), cfg))
+	unchanged := func(want map[string]string) {
+		t.Helper()
+		if got := tree(t, run); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("calls without the lease changed the run directory:\nbefore %v\nafter  %v", want, got)
+		}
+	}
+	unchanged(before)
+	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
+		t.Fatal(err)
+	}
+	withStep := tree(t, run)
+	_, err = Learn(ctx, cfg, 0)
+	notHeld("Learn", "learn step 0: ", err)
+	unchanged(withStep)
+
+	lctx := claimed(t, ctx, run)
+	if _, _, err := Claim(lctx, run, runlease.Options{}, nil); err == nil || !strings.Contains(err.Error(), "holds its lease already") {
+		t.Errorf("a second claim by the holder: %v, want a refusal", err)
+	}
+	var held *runlease.HeldError
+	if _, _, err := Claim(ctx, run, runlease.Options{Command: "aipo train"}, nil); !errors.As(err, &held) {
+		t.Errorf("a second writer's claim: %v, want a *runlease.HeldError", err)
+	}
+	if _, err := Learn(lctx, cfg, 0); err != nil {
+		t.Fatalf("learn step 0 under the lease: %v", err)
+	}
+	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(run, 1)); !ok {
+		t.Fatalf("learn step 0 under the lease committed no checkpoint 1: %v", err)
+	}
+
+	// The whole loop, rollout included, from checkpoint 0 in a run of its own.
+	h2 := newHandBuilt(t)
+	cfg2 := h2.cfg
+	cfg2.Run.Steps, cfg2.Eval.Every = 1, 0
+	if err := Run(claimed(t, ctx, cfg2.Run.Dir), cfg2, Options{Rollout: RolloutStep}); err != nil {
+		t.Fatalf("train under the lease: %v", err)
+	}
+	if _, err := schemas.ReadManifest(ctx, schemas.StepDir(cfg2.Run.Dir, 0)); err != nil {
+		t.Errorf("train under the lease: step 0: %v", err)
+	}
+	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg2.Run.Dir, 1)); !ok {
+		t.Errorf("train under the lease committed no checkpoint 1: %v", err)
 	}
 }

@@ -27,7 +27,7 @@ func TestLUFFYTrains(t *testing.T) {
 		LUFFY(c)
 		c.Run.Steps, c.Eval.Every = 2, 0
 	}
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
+	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true, Mutate: mutate})
@@ -82,7 +82,7 @@ func TestLUFFYTeacher(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: 0, Policy: "grpc://" + srv.grpcAddr}); err != nil {
+	if _, err := rollout.Run(claimed(t, ctx, cfg.Run.Dir), rollout.Options{Config: cfg, Step: 0, Policy: "grpc://" + srv.grpcAddr}); err != nil {
 		t.Fatal(err)
 	}
 	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(cfg.Run.Dir, 0))

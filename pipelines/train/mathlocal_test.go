@@ -52,6 +52,7 @@ func TestMathLocalRuns(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	ctx = claimed(t, ctx, cfg.Run.Dir)
 	if err := SeedCheckpoint(ctx, hfDir, cfg.Run.Dir); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestLearnRecordsMismatch(t *testing.T) {
 		if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{good, bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
 			t.Fatal(err)
 		}
-		met, err := Learn(ctx, h.cfg, 0)
+		met, err := Learn(claimed(t, ctx, h.cfg.Run.Dir), h.cfg, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,6 +101,7 @@ func TestLearnWithoutBehaviorLogProbs(t *testing.T) {
 	if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
+	ctx = claimed(t, ctx, h.cfg.Run.Dir)
 	on := h.cfg
 	on.Learner.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionSequence, Cap: 2, Mode: loss.CorrectionTruncate}
 	_, err := Learn(ctx, on, 0)
@@ -135,7 +136,7 @@ func TestLearnRolloutCorrection(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.cfg.Learner.Loss.RolloutCorrection = rc
-		met, err := Learn(ctx, h.cfg, 0)
+		met, err := Learn(claimed(t, ctx, h.cfg.Run.Dir), h.cfg, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func TestTrainFailsOnAPromptFileWithoutUsableRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs []string
-	err := Run(ctx, cfg, Options{Rollout: RolloutStep, Log: func(s string) { logs = append(logs, s) }})
+	err := Run(claimed(t, ctx, cfg.Run.Dir), cfg, Options{Rollout: RolloutStep, Log: func(s string) { logs = append(logs, s) }})
 	if err == nil {
 		t.Fatalf("a run on a file without a usable row trained (log %q)", logs)
 	}
@@ -91,7 +91,7 @@ func TestLearnRefusesNothingToTrain(t *testing.T) {
 			if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), shards, schemas.Manifest{Run: h.cfg.Run.Name, Meta: c.meta}); err != nil {
 				t.Fatal(err)
 			}
-			_, err := Learn(ctx, h.cfg, 0)
+			_, err := Learn(claimed(t, ctx, run), h.cfg, 0)
 			if err == nil {
 				t.Fatal("Learn trained on nothing")
 			}
@@ -115,7 +115,7 @@ func TestTrainFailsWhenEveryPromptOverflowsTheContext(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/long"
 	var logs []string
-	_, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { logs = append(logs, s) },
+	_, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { logs = append(logs, s) },
 		Mutate: func(c *runconfig.Config) {
 			c.Eval.Every = 0
 			c.Rollout.SystemPrompt = strings.Repeat("lugr+3=453; ", 20) // about 120 tokens, the context is 64
@@ -155,7 +155,7 @@ func TestTrainWarnsOncePerStepWithFailedSamples(t *testing.T) {
 		return err
 	}
 	var logs []string
-	if err := Run(ctx, cfg, Options{Rollout: rollout, Log: func(s string) { logs = append(logs, s) }}); err != nil {
+	if err := Run(claimed(t, ctx, cfg.Run.Dir), cfg, Options{Rollout: rollout, Log: func(s string) { logs = append(logs, s) }}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg.Run.Dir, 1)); !ok {

@@ -38,7 +38,7 @@ func TestRunOfAnEarlierBuildResumes(t *testing.T) {
 		sum, _ := stepDigest(t, oldRun, k)
 		before = append(before, sum)
 	}
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { t.Log(s) }}); err != nil {
+	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { t.Log(s) }}); err != nil {
 		t.Fatalf("resuming %s: %v", oldRun, err)
 	}
 	cfg, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true})

@@ -40,9 +40,10 @@ func TestRolloutRidesOutHTTPPolicyOutage(t *testing.T) {
 		err error
 	}
 	res := make(chan result, 1)
+	lctx := claimed(t, ctx, c.Run.Dir)
 	start := time.Now()
 	go func() {
-		m, err := rollout.Run(ctx, rollout.Options{Config: c, Step: 0, Policy: "http://" + addr + "/v1?model=demo"})
+		m, err := rollout.Run(lctx, rollout.Options{Config: c, Step: 0, Policy: "http://" + addr + "/v1?model=demo"})
 		res <- result{m, err}
 	}()
 	// The server goes while the rollout is sampling: shortly after its

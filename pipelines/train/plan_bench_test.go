@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -48,8 +49,15 @@ func runPlanChildIfAsked() {
 	if err != nil {
 		fail(err)
 	}
+	// The child is the command that owns the run, as aipo learn is.
+	ctx, release, err := Claim(ctx, dir, runlease.Options{Command: "aipo learn"}, nil)
+	if err != nil {
+		fail(err)
+	}
 	t0 := time.Now()
-	if _, err := Learn(ctx, cfg, 0); err != nil {
+	_, err = Learn(ctx, cfg, 0)
+	release() // os.Exit runs no deferred function
+	if err != nil {
 		fail(err)
 	}
 	var ru syscall.Rusage

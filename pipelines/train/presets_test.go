@@ -37,7 +37,7 @@ func TestDAPOKeepsTheBatchFull(t *testing.T) {
 		c.Eval.Every = 0
 	}
 	var logs []string
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate, Log: func(s string) { logs = append(logs, s) }}); err != nil {
+	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Mutate: mutate, Log: func(s string) { logs = append(logs, s) }}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true, Mutate: mutate})

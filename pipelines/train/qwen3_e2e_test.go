@@ -223,7 +223,7 @@ eval: {every: 0}
 	hl := listen(t)
 	defer serveCheckpoint(t, hfDir, "qwen3-tags", nil, hl, 5*time.Second)()
 
-	mf, err := rollout.Run(ctx, rollout.Options{Config: rc, Step: 0, Policy: "http://" + hl.Addr().String() + "/v1?model=qwen3-tags"})
+	mf, err := rollout.Run(claimed(t, ctx, rc.Run.Dir), rollout.Options{Config: rc, Step: 0, Policy: "http://" + hl.Addr().String() + "/v1?model=qwen3-tags"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,10 +336,11 @@ eval: {every: 0}
 	lc := rc
 	lc.Run.Dir, lc.Run.Steps, lc.Data.DeadLetterDir = filepath.Join(dir, "loop"), 1, ""
 	lc.Fill()
-	if err := SeedCheckpoint(ctx, hfDir, lc.Run.Dir); err != nil {
+	lctx := claimed(t, ctx, lc.Run.Dir)
+	if err := SeedCheckpoint(lctx, hfDir, lc.Run.Dir); err != nil {
 		t.Fatal(err)
 	}
-	if err := Run(ctx, lc, Options{Rollout: RolloutStep}); err != nil {
+	if err := Run(lctx, lc, Options{Rollout: RolloutStep}); err != nil {
 		t.Fatalf("aipo train on the Hugging Face directory: %v", err)
 	}
 	var lm LearnMetrics

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -121,7 +122,15 @@ func runChildIfAsked() {
 		}
 	}
 	observeChanges(dir, os.Getenv(childKillAtChangeEnv))
-	if _, err := RunDemo(context.Background(), o); err != nil {
+	// The child is the command that owns the run, as aipo demo is.
+	ctx, release, err := Claim(context.Background(), dir, runlease.Options{Command: "aipo demo"}, o.Log)
+	if err != nil {
+		os.Stderr.WriteString("child: " + err.Error() + "\n")
+		os.Exit(1)
+	}
+	_, err = RunDemo(ctx, o)
+	release() // os.Exit runs no deferred function
+	if err != nil {
 		os.Stderr.WriteString("child: " + err.Error() + "\n")
 		os.Exit(1)
 	}

@@ -37,34 +37,35 @@ type Options struct {
 	// StopAfter, when positive, ends the run after that many steps (for
 	// tests of resumption); 0 runs to cfg.Run.Steps.
 	StopAfter int64
-	// Lease tunes the run directory's lease (internal/runlease): its
-	// timeout, --take-over. A ctx that already carries the lease of the
-	// run directory (RunDemo's) is used as it is.
-	Lease runlease.Options
-	// Log receives one-line notices (a stale lease taken over, leftovers
-	// of dead attempts removed); nil drops them.
+	// Log receives one-line notices of the run; nil drops them.
 	Log func(string)
 }
 
-// Claim takes the lease of runDir for ctx (or keeps the one ctx carries)
-// and removes what dead attempts left in the directory: temporary files
-// and directories of writers that are gone. Everything under checkpoints/
-// and step-*/ is written only under the lease, so there any temporary not
-// of this process is a dead attempt's; elsewhere (metrics/, report/, ...,
+// Claim takes the lease of runDir (internal/runlease) for the command that
+// owns the run, once per process, before anything is written there, and
+// removes what dead attempts left in the directory: temporary files and
+// directories of writers that are gone. Everything under checkpoints/ and
+// step-*/ is written only under the lease, so there any temporary not of
+// this process is a dead attempt's; elsewhere (metrics/, report/, ...,
 // which eval and analytics may also write) only those of exited local
-// processes, or older than the lease timeout, are.
+// processes, or older than the lease timeout, are. o tunes the lease (its
+// timeout, --take-over, the command named in it); logf receives one line
+// when a stale lease is taken over (unless o.Log is set) or leftovers are
+// removed. The returned context carries the lease to the layers below
+// (Run, RunDemo, Learn, the rollout pipeline), which only check it;
+// release it when the command ends.
 func Claim(ctx context.Context, runDir string, o runlease.Options, logf func(string)) (context.Context, func() error, error) {
 	if runlease.Held(ctx, runDir) {
-		// The holder claimed the directory, leftovers swept, already.
-		return ctx, func() error { return nil }, nil
+		return nil, nil, fmt.Errorf("run directory %s: this process holds its lease already; the command that owns the run claims it once", runDir)
 	}
 	if o.Log == nil {
 		o.Log = logf
 	}
-	ctx, release, err := runlease.Ensure(ctx, runDir, o)
+	l, ctx, err := runlease.Acquire(ctx, runDir, o)
 	if err != nil {
 		return nil, nil, err
 	}
+	release := l.Release
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = runlease.DefaultTimeout
@@ -91,20 +92,16 @@ type Event struct {
 }
 
 // Run trains from the last committed checkpoint to cfg.Run.Steps. The run
-// directory must hold checkpoint 0 (the initial policy).
+// directory must hold checkpoint 0 (the initial policy), and ctx its lease
+// (Claim): without it Run writes nothing and says so.
 func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	if opts.Rollout == nil {
 		return errors.New("train: no rollout function")
 	}
 	runDir := cfg.Run.Dir
-	if opts.Lease.Command == "" {
-		opts.Lease.Command = "aipo train"
-	}
-	ctx, release, err := Claim(ctx, runDir, opts.Lease, opts.Log)
-	if err != nil {
+	if err := runlease.Require(ctx, runDir); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	defer release()
 	_, k, err := checkpoint.Latest(ctx, runDir)
 	if err != nil {
 		return fmt.Errorf("train: %s has no initial policy (checkpoints/step-000000): %w", runDir, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
@@ -73,9 +74,12 @@ var ignoredFields = map[string]bool{"run.dir": true, "data.dead_letter_dir": tru
 // location) is refused with the changed fields, unless reconfigure is set,
 // which records the change in config_changes.jsonl with the step it applies
 // from (the next step to roll out) and makes cfg the run's configuration.
-// Call it under the run's lease.
+// ctx must carry the run's lease (Claim).
 func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool, logf func(string)) error {
 	runDir := cfg.Run.Dir
+	if err := runlease.Require(ctx, runDir); err != nil {
+		return err
+	}
 	p := rundir.RunYAML(runDir)
 	now, err := cfg.YAML()
 	if err != nil {

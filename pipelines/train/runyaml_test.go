@@ -19,6 +19,7 @@ import (
 func TestRunRemembersItsConfig(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "run")
+	ctx = claimed(t, ctx, dir)
 	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +84,7 @@ func TestRememberConfigWritesRunYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx = claimed(t, ctx, cfg.Run.Dir)
 	if err := RememberConfig(ctx, cfg, false, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -222,7 +222,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 			}
 
 			out := startCapture(t)
-			rep, runErr := RunDemo(context.Background(), DemoOptions{
+			rep, runErr := RunDemo(claimed(t, context.Background(), runDir), DemoOptions{
 				RunDir: runDir, Quick: true, Mutate: mutate, WarmStart: &ws,
 				Log:      func(s string) { out.printf("log: %s", s) },
 				Progress: func(e Event) { out.printf("progress: %+v learn=%+v eval=%+v", e, e.Learn, e.Eval) },

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/trainer"
@@ -28,8 +29,12 @@ func SeedCheckpoint(ctx context.Context, src, runDir string) error {
 
 // SeedRunCheckpoint is SeedCheckpoint into cfg's run directory, writing the
 // LM head of a model with tied embeddings explicitly when the run's
-// policy servers are vLLM (see writesTiedHead).
+// policy servers are vLLM (see writesTiedHead). ctx must carry the run's
+// lease (Claim), as aipo train --init's does.
 func SeedRunCheckpoint(ctx context.Context, src string, cfg runconfig.Config) error {
+	if err := runlease.Require(ctx, cfg.Run.Dir); err != nil {
+		return err
+	}
 	return seedCheckpoint(ctx, src, cfg.Run.Dir, writesTiedHead(cfg))
 }
 

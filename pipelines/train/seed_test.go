@@ -89,7 +89,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 	if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
-	met, err := Learn(ctx, h.cfg, 0)
+	met, err := Learn(claimed(t, ctx, h.cfg.Run.Dir), h.cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

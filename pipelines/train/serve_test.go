@@ -73,7 +73,7 @@ func TestRolloutThroughServe(t *testing.T) {
 				kb.Kind, kb.Endpoint, kb.Model = collab.KindOpenAI, llm.URL+"/v1", "kb"
 				c.Collaborators.Knowledge = &kb
 			}
-			m, err := rollout.Run(ctx, rollout.Options{Config: c, Step: 0, Policy: endpoint})
+			m, err := rollout.Run(claimed(t, ctx, c.Run.Dir), rollout.Options{Config: c, Step: 0, Policy: endpoint})
 			if err != nil {
 				t.Fatal(err)
 			}

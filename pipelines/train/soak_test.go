@@ -230,6 +230,7 @@ collaborators:
 
 	var collabFailures, policyRetries, policyErrors, trajectories, interactions int64
 	steps := int64(0)
+	ctx = claimed(t, ctx, cfg.Run.Dir)
 	for k := int64(0); ; k++ {
 		if duration == 0 && k == 2 || duration > 0 && time.Since(start) >= duration {
 			break

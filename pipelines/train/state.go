@@ -219,14 +219,13 @@ func (s *learnSession) log(format string, args ...any) {
 }
 
 // Learn runs learner step k (see the package-level Learn), then removes
-// the checkpoints the run keeps no longer (applyRetention).
+// the checkpoints the run keeps no longer (applyRetention). ctx carries
+// the run's lease.
 func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error) {
 	runDir := s.cfg.Run.Dir
-	ctx, release, err := runlease.Ensure(ctx, runDir, runlease.Options{Command: "aipo learn"})
-	if err != nil {
-		return LearnMetrics{}, err
+	if err := runlease.Require(ctx, runDir); err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
-	defer release()
 	if done, err := learned(ctx, runDir, k); err != nil || done {
 		if err != nil {
 			return LearnMetrics{}, err

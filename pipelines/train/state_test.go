@@ -132,7 +132,7 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 	}
 	ref := filepath.Join(base, "ref")
 	seed(ref)
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: ref, Quick: true, Mutate: mutate}); err != nil {
+	if _, err := RunDemo(claimed(t, ctx, ref), DemoOptions{RunDir: ref, Quick: true, Mutate: mutate}); err != nil {
 		t.Fatal(err)
 	}
 	want := checkpointSums(t, ref)
@@ -147,7 +147,8 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 
 	run := filepath.Join(base, "stopped")
 	seed(run)
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, StopAfter: 2}); err != nil {
+	lctx := claimed(t, ctx, run)
+	if _, err := RunDemo(lctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, StopAfter: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if _, k, _ := checkpoint.Latest(ctx, run); k != 2 {
@@ -161,11 +162,11 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 	}
 	other := cfg
 	other.Learner.Optim.LR *= 2
-	if _, err := Learn(ctx, other, 2); !errors.Is(err, checkpoint.ErrWeightsDiffer) || !strings.Contains(err.Error(), "replaying learner step 0") {
+	if _, err := Learn(lctx, other, 2); !errors.Is(err, checkpoint.ErrWeightsDiffer) || !strings.Contains(err.Error(), "replaying learner step 0") {
 		t.Fatalf("learn step 2 with a changed learning rate: %v, want a replay mismatch at step 0", err)
 	}
 	var logs []string
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, Log: func(s string) { logs = append(logs, s) }}); err != nil {
+	if _, err := RunDemo(lctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, Log: func(s string) { logs = append(logs, s) }}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(logs, func(s string) bool {
@@ -195,14 +196,15 @@ func TestReplayUsesTheConfigurationEachStepRanWith(t *testing.T) {
 			c.Eval.Every = 0
 			c.Checkpoint = runconfig.Checkpoint{SaveEvery: saveEvery, KeepLast: 1}
 		}
-		if _, err := RunDemo(ctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, StopAfter: 2}); err != nil {
+		lctx := claimed(t, ctx, run)
+		if _, err := RunDemo(lctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, StopAfter: 2}); err != nil {
 			t.Fatal(err)
 		}
 		changed := func(c *runconfig.Config) {
 			mutate(c)
 			c.Learner.Optim.LR *= 3
 		}
-		if _, err := RunDemo(ctx, DemoOptions{RunDir: run, Quick: true, Mutate: changed, Reconfigure: true}); err != nil {
+		if _, err := RunDemo(lctx, DemoOptions{RunDir: run, Quick: true, Mutate: changed, Reconfigure: true}); err != nil {
 			t.Fatalf("save_every %d: %v", saveEvery, err)
 		}
 		if got, _ := checkpoint.List(ctx, run); !slices.Equal(got, []int64{0, 4}) {

@@ -239,7 +239,7 @@ func TestTrainWithPolicyServer(t *testing.T) {
 			var logs []string
 			var prev []float32
 			rolled := 0
-			err := Run(ctx, c, Options{
+			err := Run(claimed(t, ctx, c.Run.Dir), c, Options{
 				Log: func(s string) { logs = append(logs, s) },
 				Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
 					if rc.Policy.Endpoint != endpoint {
@@ -307,7 +307,7 @@ func TestStalePolicyServer(t *testing.T) {
 	t.Run("never told", func(t *testing.T) {
 		c := syncRun(t, ds, base, "never-told", func(c *runconfig.Config) { c.Policy.Endpoint = endpoint })
 		srv.reload(ctx, checkpoint.Dir(c.Run.Dir, 0))
-		err := Run(ctx, c, Options{Rollout: RolloutStep})
+		err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Rollout: RolloutStep})
 		for _, want := range []string{"learn step 1:", "16 of the 16 trajectories were sampled by policy versions outside the version 1 this step allows (policy.max_staleness 0)",
 			"versions found (trajectories): 0 (16)", "set policy.sync", "policy.max_staleness: 1", "--step 1 --force", "checkpoint 2 was not written"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
@@ -329,7 +329,7 @@ func TestStalePolicyServer(t *testing.T) {
 	}
 	t.Run("one step late", func(t *testing.T) {
 		c := syncRun(t, ds, base, "late", func(c *runconfig.Config) { c.Policy.Endpoint = endpoint })
-		err := Run(ctx, c, late(c))
+		err := Run(claimed(t, ctx, c.Run.Dir), c, late(c))
 		if err == nil || !strings.Contains(err.Error(), "learn step 1:") || !strings.Contains(err.Error(), "versions found (trajectories): 0 (16)") {
 			t.Errorf("a server one version behind, max_staleness 0: %v", err)
 		}
@@ -344,7 +344,7 @@ func TestStalePolicyServer(t *testing.T) {
 			c.Policy.MaxStaleness = &one
 			c.Learner.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 1.01, Mode: loss.CorrectionTruncate}
 		})
-		if err := Run(ctx, c, late(c)); err != nil {
+		if err := Run(claimed(t, ctx, c.Run.Dir), c, late(c)); err != nil {
 			t.Fatal(err)
 		}
 		for k := range c.Run.Steps {
@@ -377,7 +377,7 @@ func TestRestartedPolicyServerDetected(t *testing.T) {
 		c.Policy.Endpoint = "http://" + srv.httpAddr + "/v1?model=demo"
 		c.Policy.Sync = runconfig.Sync{Kind: weightsync.KindAipo, Endpoints: []string{"grpc://" + srv.grpcAddr}}
 	})
-	err := Run(ctx, c, Options{Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
+	err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
 		if k == 2 {
 			srv.restart(ds.ckpt)
 		}
@@ -408,8 +408,9 @@ func TestPolicyServerBadInput(t *testing.T) {
 			c.Policy.Endpoint = endpoint
 			c.Policy.Timeout = 1500 * time.Millisecond
 		})
+		lctx := claimed(t, ctx, c.Run.Dir)
 		start := time.Now()
-		err := Run(ctx, c, Options{Rollout: RolloutStep})
+		err := Run(lctx, c, Options{Rollout: RolloutStep})
 		took := time.Since(start)
 		if err == nil || !strings.Contains(err.Error(), "rollout of step 0") || !strings.Contains(err.Error(), deadAddr) ||
 			!strings.Contains(err.Error(), "did not answer within policy.timeout 1.5s") {
@@ -434,7 +435,8 @@ func TestPolicyServerBadInput(t *testing.T) {
 		rolled++
 		return RolloutStep(ctx, rc, k)
 	}}
-	err := Run(ctx, c, opts)
+	lctx := claimed(t, ctx, c.Run.Dir)
+	err := Run(lctx, c, opts)
 	if err == nil || !strings.Contains(err.Error(), "step 0 not started") || !strings.Contains(err.Error(), ds.grpcAddr) ||
 		!strings.Contains(err.Error(), filepath.Join(base, "elsewhere", "checkpoints", "step-000000")) || !strings.Contains(err.Error(), "run the same command again") {
 		t.Errorf("a push the server refuses: %v", err)
@@ -446,7 +448,7 @@ func TestPolicyServerBadInput(t *testing.T) {
 		t.Error("step 0 was written after a failed push")
 	}
 	c.Policy.Sync.CheckpointDir = ""
-	if err := Run(ctx, c, opts); err != nil {
+	if err := Run(lctx, c, opts); err != nil {
 		t.Fatalf("the run does not resume once the push works: %v", err)
 	}
 	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, c.Run.Steps)); !ok || rolled != int(c.Run.Steps) {
@@ -473,7 +475,7 @@ func TestAsyncTrainWithPolicyServer(t *testing.T) {
 		c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
 		c.Learner.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 2, Mode: loss.CorrectionTruncate}
 	})
-	if err := Run(ctx, c, Options{Rollout: RolloutStep}); err != nil {
+	if err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Rollout: RolloutStep}); err != nil {
 		t.Fatal(err)
 	}
 	for k := range c.Run.Steps {
