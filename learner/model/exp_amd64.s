@@ -166,6 +166,17 @@ DATA expk_tail<>+56(SB)/4, $0
 DATA expk_tail<>+60(SB)/4, $0
 GLOBL expk_tail<>(SB), RODATA|NOPTR, $64
 
+// expk_under is exp32Slow's bound below which exp32 is 0: float32(-103.97208).
+DATA expk_under<>+0(SB)/4, $0xc2cff1b4
+DATA expk_under<>+4(SB)/4, $0xc2cff1b4
+DATA expk_under<>+8(SB)/4, $0xc2cff1b4
+DATA expk_under<>+12(SB)/4, $0xc2cff1b4
+DATA expk_under<>+16(SB)/4, $0xc2cff1b4
+DATA expk_under<>+20(SB)/4, $0xc2cff1b4
+DATA expk_under<>+24(SB)/4, $0xc2cff1b4
+DATA expk_under<>+28(SB)/4, $0xc2cff1b4
+GLOBL expk_under<>(SB), RODATA|NOPTR, $32
+
 // EXP32 computes Y4 = exp32(Y0) lane by lane (clobbers Y1-Y3).
 #define EXP32 \
 	VMULPS expk_log2e<>(SB), Y0, Y1  \ // x*log2e
@@ -200,6 +211,12 @@ GLOBL expk_tail<>(SB), RODATA|NOPTR, $64
 	VCMPPS $2, expk_hi<>(SB), Y0, Y2  \ // LE_OS
 	VANDPS Y1, Y2, Y1
 
+// ZERO sets Y5 to the lanes of Y0 below expk_under, whose exp32 is 0 (false
+// for NaN), and adds them to Y1's: EXP32's result there is replaced by 0.
+#define ZERO \
+	VCMPPS $1, expk_under<>(SB), Y0, Y5 \ // LT_OS
+	VORPS  Y5, Y1, Y1
+
 // func expShiftAVX2(dst, src *float32, n int, shift float32, neg uint32) (done int)
 //
 // dst[i] = exp32(s[i]-shift), where s[i] is src[i] with its sign bit XORed
@@ -207,7 +224,8 @@ GLOBL expk_tail<>(SB), RODATA|NOPTR, $64
 // exp32's operations in exp32's order (no fused multiply-add), so every
 // result is bit-identical to exp32's. It stops before the first block
 // holding a value of s[i]-shift outside exp32's fast range (or NaN) and
-// returns how many elements it wrote.
+// returns how many elements it wrote. Values below exp32Slow's bound for 0
+// (-103.97208) are in range: their result is 0, as exp32Slow's.
 TEXT ·expShiftAVX2(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -224,10 +242,12 @@ loop:
 	VXORPS  Y14, Y0, Y0
 	VSUBPS  Y15, Y0, Y0              // x = s - shift
 	INRANGE
+	ZERO
 	VMOVMSKPS Y1, BX
 	CMPL      BX, $0xff
 	JNE       done
 	EXP32
+	VANDNPS Y4, Y5, Y4               // 0 below expk_under
 	VMOVUPS Y4, (DI)(AX*4)
 	MOVQ    DX, AX
 	JMP     loop
@@ -245,12 +265,14 @@ tail:
 	VXORPS  Y14, Y0, Y0
 	VSUBPS  Y15, Y0, Y0
 	INRANGE
+	ZERO
 	VANDPS    Y8, Y1, Y1
 	VMOVMSKPS Y1, BX
 	VMOVMSKPS Y8, R9
 	CMPL      BX, R9
 	JNE       done
 	EXP32
+	VANDNPS Y4, Y5, Y4
 	VMASKMOVPS Y4, Y8, (DI)(AX*4)
 	MOVQ CX, AX
 

@@ -12,7 +12,9 @@ import (
 // alignment, in place and into another slice.
 func TestExpShiftMatchesExp32(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	special := []float32{0, -0, 1e-30, -87.33654, -87.3366, 88.37626, 88.3763, -100, -104, 100, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	under := float32(-103.97208) // exp32Slow's bound for 0
+	special := []float32{0, -0, 1e-30, -87.33654, -87.3366, 88.37626, 88.3763, -100, -104, 100, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
+		under, math.Nextafter32(under, 0), math.Nextafter32(under, -200), -1e30}
 	for n := 0; n <= 40; n++ {
 		for trial := 0; trial < 20; trial++ {
 			src := make([]float32, n+3)
@@ -65,6 +67,15 @@ func TestExpShiftMatchesExp32(t *testing.T) {
 		}
 	}
 	t.Logf("vector kernel in use: %v", vectorGlueUsed())
+	if vectorGlueUsed() {
+		// Far below the range (a logit far under the largest) is the
+		// vector kernel's too: 0, without the scalar fallback.
+		block := []float32{-1, -200, -2, float32(math.Inf(-1)), -3, -1e30, -104, -0.5}
+		out := make([]float32, len(block))
+		if done := expShiftVector(out, block, 0, false); done != len(block) {
+			t.Fatalf("the vector kernel declined a block of values in range or below -103.97208 (wrote %d of %d)", done, len(block))
+		}
+	}
 }
 
 // BenchmarkExpShift compares the vector kernel with the scalar loop on a
