@@ -122,8 +122,11 @@ static inline T256 float hsum256(__m256 v) {
 			c[i * ldc + j] = hsum256(acc[i][j]);                                \
 	}
 
-// AVX-512: 4x4 tiles hold 16 accumulators, the 4 chunks of w and one of x
-// in 21 of the 32 vector registers.
+// AVX-512: 6x4 tiles hold 24 accumulators, the 6 chunks of w and one of x
+// in 31 of the 32 vector registers; 4-row and single tiles take the rows
+// of w left over.
+TILE512(tile512_6x4, 6, 4)
+TILE512(tile512_6x1, 6, 1)
 TILE512(tile512_4x4, 4, 4)
 TILE512(tile512_4x1, 4, 1)
 TILE512(tile512_1x1, 1, 1)
@@ -134,12 +137,19 @@ TILE256(tile256_4x2, 4, 2)
 TILE256(tile256_4x1, 4, 1)
 TILE256(tile256_1x1, 1, 1)
 
-// The w rows are the outer loop: a tile of 4 of them stays in the first
+// The w rows are the outer loop: a tile of 6 (or 4) of them stays in the first
 // level cache while every row of x passes, so w, the large operand of a
 // decode step, is read from memory once.
 static T512 void rowdots512(int n, int m, int k, const float *x, int ldx, const float *w, int ldw,
 			    float *c, int ldc) {
 	int j = 0;
+	for (; j + 6 <= m; j += 6) {
+		int i = 0;
+		for (; i + 4 <= n; i += 4)
+			tile512_6x4(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
+		for (; i < n; i++)
+			tile512_6x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
+	}
 	for (; j + 4 <= m; j += 4) {
 		int i = 0;
 		for (; i + 4 <= n; i += 4)
