@@ -242,7 +242,7 @@ func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Co
 		}
 		return c, ck0, nil
 	}
-	if cfg.Data.Demo {
+	if cfg.Data.Sources.Defaults().Task != nil {
 		return demo.DefaultWarmStart().Model.ModelConfig(), "the demo's warm-start model (aipo demo --quick trains a smaller one)", nil
 	}
 	return model.Config{}, "", fmt.Errorf("plan: %w: pass --init DIR (a Hugging Face model directory or a checkpoint; its config.json is enough), or plan a run whose %s exists", ErrModelUnknown, ck0)
@@ -253,10 +253,7 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	p := Plan{Config: cfg, Model: mc, Params: model.ParamCount(mc), Reference: cfg.Learner.Loss.KLCoef != 0}
 	p.PromptTokens = o.PromptTokens
 	if p.PromptTokens <= 0 {
-		p.PromptTokens = 1024
-		if cfg.Data.Demo {
-			p.PromptTokens = 16
-		}
+		p.PromptTokens = cfg.Data.Sources.Defaults().PromptTokens
 	}
 	p.ResponseTokens = cfg.Policy.MaxResponseTokens
 	p.SeqTokens = p.PromptTokens + p.ResponseTokens
