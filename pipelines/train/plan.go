@@ -77,13 +77,14 @@ func DeviceNames() []string {
 type PlanOptions struct {
 	// Init is the initial model (aipo train --init): a Hugging Face
 	// directory or a checkpoint; its config.json is all the plan reads.
-	// Empty: the run's checkpoint 0, else, for the demo task, the demo's
-	// warm-start model.
+	// Empty: the run's checkpoint 0, else, for a run whose sources draw
+	// from a task (the demo), the demo's warm-start model.
 	Init string
 	// Device names a GPU of Devices to plan for instead of the one found.
 	Device string
-	// PromptTokens is the prompt length planned for (0: 1024, or 16 for
-	// the demo task, whose questions are a few bytes).
+	// PromptTokens is the prompt length planned for (0: the sources' kind's,
+	// prompts.Defaults: 1024 for files, 16 for the demo task, whose
+	// questions are a few bytes).
 	PromptTokens int
 	// Baseline is the process's own memory besides the run's (0: this
 	// process's resident memory now).
@@ -214,7 +215,8 @@ func MakePlan(ctx context.Context, cfg runconfig.Config, o PlanOptions) (Plan, e
 }
 
 // planModel finds the model's configuration: --init's config.json, the
-// run's checkpoint 0, or the demo's warm-start model.
+// run's checkpoint 0, or, when the sources draw from a task, the demo's
+// warm-start model.
 func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Config, string, error) {
 	read := func(dir string) (model.Config, error) {
 		p := dir
