@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -152,14 +151,6 @@ func ChatTemplate(ctx context.Context, c runconfig.Config) (*chattemplate.Templa
 // StaticMeta is the manifest meta known before the step runs.
 func StaticMeta(o Options, spec trajectories.Spec) map[string]string {
 	c := o.Config
-	data := "demo"
-	if !c.Data.Demo {
-		var paths []string
-		for _, s := range c.Data.Sources {
-			paths = append(paths, s.Path)
-		}
-		data = strings.Join(paths, ",")
-	}
 	m := map[string]string{
 		"config_hash":         c.Hash(),
 		"seed":                strconv.FormatUint(c.Run.Seed, 10),
@@ -169,7 +160,7 @@ func StaticMeta(o Options, spec trajectories.Spec) map[string]string {
 		"template_tokens":     c.Rollout.TemplateTokens,
 		"interaction_cost":    strconv.FormatFloat(spec.InteractionCost, 'g', -1, 64),
 		"answer_token_budget": strconv.Itoa(spec.Interact.AnswerTokenBudget),
-		"data":                data,
+		"data":                c.Data.Sources.Label(),
 		"policy_endpoint":     secure.RedactURI(spec.PolicyEndpoint),
 	}
 	if spec.Guidance.On() {
@@ -185,41 +176,23 @@ func StaticMeta(o Options, spec trajectories.Spec) map[string]string {
 func Build(s beam.Scope, o Options, spec trajectories.Spec, lease runlease.Token) (beam.PCollection, error) {
 	s = s.Scope("rollout")
 	c := o.Config
-	var slotted, good beam.PCollection
-	metas := []beam.PCollection{}
-	if c.Data.Demo {
-		task, err := demotask.New(*c.Data.DemoTask)
-		if err != nil {
-			return beam.PCollection{}, fmt.Errorf("rollout: data.demo_task: %w", err)
-		}
-		ps := trajectories.DemoPrompts(task, demotask.Split(c.Data.DemoSplit), c.Data.BatchSize, c.Run.Seed, o.Step)
-		slotted = trajectories.Slotted(s, ps)
-	} else {
-		var dead beam.PCollection
-		var err error
-		good, dead, err = prompts.TryRead(s, c.Data.Sources...)
-		if err != nil {
-			return beam.PCollection{}, fmt.Errorf("rollout: %w", err)
-		}
-		n := prompts.WriteDeadLetters(s, c.DeadLetterPath(o.Step), dead)
-		metas = append(metas, trajectories.CountMeta(s, "dead_letters", n))
-		slotted = trajectories.Select(s, c.Run.Seed, o.Step, c.Data.BatchSize, good)
+	first, err := c.Data.Sources.Draw(s, prompts.Step{Seed: c.Run.Seed, Step: o.Step, Batch: c.Data.BatchSize, DeadLetters: c.DeadLetterPath(o.Step)})
+	if err != nil {
+		return beam.PCollection{}, fmt.Errorf("rollout: %w", err)
 	}
+	metas := append([]beam.PCollection{}, first.Meta...)
 	var rows beam.PCollection
 	if c.Advantage.DynamicSampling {
 		var meta beam.PCollection
-		rows, meta = dynamicSampling(s, o, spec, slotted, good)
+		rows, meta = dynamicSampling(s, o, spec, first)
 		metas = append(metas, meta)
 	} else {
-		groups := trajectories.Sample(s, spec, trajectories.Batch(s, spec.BatchPrompts(), slotted))
+		groups := trajectories.Sample(s, spec, trajectories.Batch(s, spec.BatchPrompts(), first.Slotted))
 		var stats beam.PCollection
 		rows, stats = trajectories.Advantages(s, spec, trajectories.Score(s, spec, groups))
 		metas = append(metas, trajectories.StepMeta(s, stats))
 	}
-	check := trajectories.StepCheck{Step: o.Step, MaxFailedFraction: c.Rollout.FailedFractionBound()}
-	if !c.Data.Demo {
-		check.Sources, check.DeadLetters = StaticMeta(o, spec)["data"], c.DeadLetterPath(o.Step)
-	}
+	check := trajectories.StepCheck{Step: o.Step, Sources: first.Files, DeadLetters: first.DeadLetters, MaxFailedFraction: c.Rollout.FailedFractionBound()}
 	meta := parquetio.StepMeta{Run: c.Run.Name, Step: o.Step, Meta: StaticMeta(o, spec)}
 	opts := []parquetio.WriteOption{parquetio.RequireMeta(trajectories.CheckedMeta)}
 	if o.MaxShardRows > 0 {
@@ -233,24 +206,20 @@ func Build(s beam.Scope, o Options, spec trajectories.Spec, lease runlease.Token
 }
 
 // dynamicSampling rolls out the step under advantage.dynamic_sampling: the
-// first draw (slotted), then up to advantage.max_refill_rounds further
-// draws of prompts (from good, or the demo task), each a stage fed the
-// decisions of the ones before, until data.batch_size groups are kept; it
-// returns the trained groups' trajectories and the step's meta (see
-// transforms/trajectories's Refill, Trim and DecisionMeta).
-func dynamicSampling(s beam.Scope, o Options, spec trajectories.Spec, slotted, good beam.PCollection) (rows, meta beam.PCollection) {
+// first draw, then up to advantage.max_refill_rounds further draws of
+// prompts (the sources' Refill), each a stage fed the decisions of the ones
+// before, until data.batch_size groups are kept; it returns the trained
+// groups' trajectories and the step's meta (see transforms/trajectories's
+// Refill, Trim and DecisionMeta).
+func dynamicSampling(s beam.Scope, o Options, spec trajectories.Spec, first prompts.Drawn) (rows, meta beam.PCollection) {
 	c := o.Config
 	batch := c.Data.BatchSize
+	slotted := first.Slotted
 	var allRows, allDecisions []beam.PCollection
 	for draw := 0; draw <= c.Advantage.MaxRefillRounds; draw++ {
 		ds := s.Scope(fmt.Sprintf("draw%d", draw))
 		if draw > 0 {
-			earlier := beam.Flatten(ds, allDecisions...)
-			if c.Data.Demo {
-				slotted = trajectories.RefillDemo(ds, *c.Data.DemoTask, demotask.Split(c.Data.DemoSplit), c.Run.Seed, o.Step, draw, batch, earlier)
-			} else {
-				slotted = trajectories.Refill(ds, c.Run.Seed, o.Step, draw, batch, good, earlier)
-			}
+			slotted = first.Refill(ds, draw, beam.Flatten(ds, allDecisions...))
 		}
 		groups := trajectories.Sample(ds, spec, trajectories.Batch(ds, spec.BatchPrompts(), slotted))
 		r, d := trajectories.Decide(ds, spec, draw, trajectories.Score(ds, spec, groups))

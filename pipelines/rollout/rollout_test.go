@@ -125,7 +125,7 @@ func checkGroups(t *testing.T, c runconfig.Config, rows []schemas.Trajectory, pr
 		_, qid, _ := strings.Cut(id, "-")
 		name, nText, _ := strings.Cut(qid, "+")
 		n, _ := strconv.Atoi(nText)
-		value, _ := demotask.New(*c.Data.DemoTask)
+		value, _ := demotask.New(*c.Data.Sources.Defaults().Task)
 		v, _ := value.Lookup(name)
 		answer := v + n
 		var rewards []float32

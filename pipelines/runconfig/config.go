@@ -3,7 +3,6 @@ package runconfig
 import (
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -65,27 +64,25 @@ type Run struct {
 // WritesTensorBoard is TensorBoard with its default (true).
 func (r Run) WritesTensorBoard() bool { return r.TensorBoard == nil || *r.TensorBoard }
 
-// Data says where the training prompts come from: prompt files, or the
-// built-in demo task.
+// Data says where the training prompts come from: the sources, of one kind
+// (prompt files, or the built-in demo task; see transforms/prompts), and
+// how many a step takes.
 type Data struct {
-	// Demo uses the built-in demo task instead of prompt files.
-	Demo bool `yaml:"demo"`
-	// DemoTask sizes the demo task; default demotask.DefaultConfig().
-	// When set it must be complete.
-	DemoTask *demotask.Config `yaml:"demo_task,omitempty"`
-	// DemoSplit is the entities training questions are drawn from: all
-	// (default), seen or unseen.
-	DemoSplit string `yaml:"demo_split"`
-	// Sources are prompt files (path, format, preset, fields,
-	// data_source; see transforms/prompts). Required unless Demo.
-	Sources []prompts.Source `yaml:"sources,omitempty"`
-	// BatchSize is the number of prompts per step (default 256, the
-	// paper's; 32 for the demo). A dataset with fewer prompts gives all
-	// of them every step.
+	// Sources are where the prompts come from (required): prompt files
+	// (path, format, preset, fields, data_source), or one entry of kind
+	// demo, the built-in demo task (task, split). See prompts.SourceConfig.
+	Sources prompts.Sources `yaml:"sources,omitempty"`
+	// BatchSize is the number of prompts per step; its default is the
+	// sources' (256, the paper's, for files; 32 for the demo). A dataset
+	// with fewer prompts gives all of them every step.
 	BatchSize int `yaml:"batch_size"`
 	// DeadLetterDir receives one JSONL file of bad prompt rows per step
 	// (step-NNNNNN.jsonl); default <run.dir>/dead_letters.
 	DeadLetterDir string `yaml:"dead_letter_dir"`
+	// Shorthand is the earlier way of asking for the demo task, still
+	// read (see DemoShorthand); Fill writes it out as a source and clears
+	// it, so it is never written back.
+	Shorthand DemoShorthand `yaml:",inline"`
 }
 
 // Policy says how to reach the policy and how it samples.
@@ -328,7 +325,8 @@ type Eval struct {
 	Every int64 `yaml:"every"`
 	// Samples is k of Avg@k and Pass@k (default 4).
 	Samples int `yaml:"samples"`
-	// Splits are the demo splits evaluated (default seen and unseen).
+	// Splits are the splits of the demo task evaluated, for a run whose
+	// source is the demo task (default: its kind's, seen and unseen).
 	Splits []string `yaml:"splits,omitempty"`
 	// Benchmarks are the held-out benchmarks `aipo train` evaluates every
 	// Every steps with the eval pipeline (pipelines/eval: a preset, or a
@@ -407,15 +405,12 @@ const (
 // Defaults not taken from other packages.
 const (
 	DefaultSteps             = 200
-	DefaultBatchSize         = 256
-	DefaultDemoBatchSize     = 32
 	DefaultGroupSize         = 8
 	DefaultMaxInFlight       = 64
 	DefaultMaxFailedFraction = 0.5
 	DefaultMicroBatchTokens  = 16384
 	DefaultEvalEvery         = 10
 	DefaultEvalSamples       = 4
-	DefaultDemoNoise         = 0.2
 	DefaultSaveEvery         = 10
 	DefaultKeepLast          = 3
 )

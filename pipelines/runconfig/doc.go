@@ -21,16 +21,8 @@
 //	run.async                   overlap rollout and learning: step k sampled by checkpoint k-1, rollout k+1 during learn k (false)
 //	run.tensorboard             write the per-step metrics as TensorBoard event files in <run.dir>/tensorboard (true)
 //
-//	data.demo                   use the built-in demo task instead of prompt files (false)
-//	data.demo_task              the demo task's size; when given, give all of it (demotask.DefaultConfig())
-//	data.demo_task.seed         seed generating names, values and the seen/unseen split (7)
-//	data.demo_task.num_entities invented entities (40)
-//	data.demo_task.seen_frac    share of entities whose facts the warm start learns (0.5)
-//	data.demo_task.min_value    smallest entity value (100)
-//	data.demo_task.max_value    largest entity value (999)
-//	data.demo_task.max_n        questions add 1..max_n (9)
-//	data.demo_split             entities training questions come from: all, seen, unseen (all)
-//	data.sources[]              prompt files; required unless data.demo (see transforms/prompts)
+//	data.sources[]              where the prompts come from, entries of one kind; required (see transforms/prompts)
+//	data.sources[].kind         file (prompt files; the default) or demo (the built-in demo task: one entry, task and split)
 //	data.sources[].path         local path (relative to the config file) or gs:// object
 //	data.sources[].format       jsonl, json, parquet; detected when empty
 //	data.sources[].preset       a built-in mapping: aime24, aime25, amc23, math500, gsm8k, gsm8k_train, deepscaler_math,
@@ -46,8 +38,25 @@
 //	data.sources[].fields.messages       the problem field is a chat message list: its last user message (veRL's prompt)
 //	data.sources[].fields.data_source    candidate fields of a per-row data_source, matched to a verifier (veRL's)
 //	data.sources[].data_source  data_source of every row; picks its verifier (or from the preset; verl: each row's own)
+//	data.sources[].task         kind demo: the demo task's size; when given, give all of it (demotask.DefaultConfig())
+//	data.sources[].task.seed         seed generating names, values and the seen/unseen split (7)
+//	data.sources[].task.num_entities invented entities (40)
+//	data.sources[].task.seen_frac    share of entities whose facts the warm start learns (0.5)
+//	data.sources[].task.min_value    smallest entity value (100)
+//	data.sources[].task.max_value    largest entity value (999)
+//	data.sources[].task.max_n        questions add 1..max_n (9)
+//	data.sources[].split        kind demo: entities training questions come from: all, seen, unseen (all)
 //	data.batch_size             prompts per step (256; 32 for the demo); a smaller dataset gives all its prompts
 //	data.dead_letter_dir        where bad prompt rows go, one step-NNNNNN.jsonl per step (<run.dir>/dead_letters)
+//	data.demo                   shorthand, still read: true is data.sources: [{kind: demo}] (false)
+//	data.demo_task              shorthand: that entry's task (data.sources[].task)
+//	data.demo_task.seed         as data.sources[].task.seed
+//	data.demo_task.num_entities as data.sources[].task.num_entities
+//	data.demo_task.seen_frac    as data.sources[].task.seen_frac
+//	data.demo_task.min_value    as data.sources[].task.min_value
+//	data.demo_task.max_value    as data.sources[].task.max_value
+//	data.demo_task.max_n        as data.sources[].task.max_n
+//	data.demo_split             shorthand: that entry's split (data.sources[].split)
 //
 //	policy.endpoint             policy URI for policy.Open (grpc://host:port, http://host:port/v1?model=m, inproc://name); aipo train
 //	                            samples every step from it; empty or inproc:// alone: aipo train's own engine on the step's
@@ -129,13 +138,13 @@
 //	collaborators.ROLE.context  what the agent is sent besides the query: query, problem or full (the
 //	                            response so far too); full for verify and reason, problem for knowledge,
 //	                            query for builtin-demo (see docs/operators.md)
-//	collaborators.demo_task     the task builtin-demo agents answer about (data.demo_task; must match it)
-//	collaborators.demo_task.seed            as data.demo_task.seed
-//	collaborators.demo_task.num_entities    as data.demo_task.num_entities
-//	collaborators.demo_task.seen_frac       as data.demo_task.seen_frac
-//	collaborators.demo_task.min_value       as data.demo_task.min_value
-//	collaborators.demo_task.max_value       as data.demo_task.max_value
-//	collaborators.demo_task.max_n           as data.demo_task.max_n
+//	collaborators.demo_task     the task builtin-demo agents answer about (the demo source's data.sources[].task; must match it)
+//	collaborators.demo_task.seed            as data.sources[].task.seed
+//	collaborators.demo_task.num_entities    as data.sources[].task.num_entities
+//	collaborators.demo_task.seen_frac       as data.sources[].task.seen_frac
+//	collaborators.demo_task.min_value       as data.sources[].task.min_value
+//	collaborators.demo_task.max_value       as data.sources[].task.max_value
+//	collaborators.demo_task.max_n           as data.sources[].task.max_n
 //	collaborators.cache_entries answers the cache keeps over all roles (65536)
 //
 //	reward.data_source          verifier for every prompt instead of each prompt's data_source (none)

@@ -16,13 +16,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/trainer"
-	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
 )
 
@@ -33,9 +31,6 @@ func Default() Config {
 	ic := interact.Default()
 	c := Config{
 		Run: Run{Steps: DefaultSteps},
-		Data: Data{
-			DemoSplit: string(demotask.SplitAll),
-		},
 		Policy: Policy{
 			Params:            ic.Params,
 			MaxResponseTokens: ic.MaxResponseTokens,
@@ -166,12 +161,16 @@ func (c *Config) resolvePaths() {
 }
 
 // Fill sets the defaults that depend on other fields: run.name from
-// run.dir, data.batch_size (256, or 32 for the demo), data.demo_task,
-// data.dead_letter_dir, the demo's collaborators (all three built in, the
-// Knowledge Agent wrong 20% of the time) when none are configured,
-// eval.splits and eval.max_response_tokens, and the budget of
-// advantage.overlong when it is on and left at 0 (policy.max_response_tokens,
-// a fifth of it as the penalty zone). It is idempotent.
+// run.dir, the data section's shorthand written out as a source
+// (DemoShorthand), the sources' own defaults (the demo's task and split),
+// what the sources' kind gives a run that leaves it out (prompts.Defaults:
+// data.batch_size, 256 for files and 32 for the demo; the collaborators
+// when none are configured, for the demo all three built in with the
+// Knowledge Agent wrong 20% of the time, and the task built-in agents
+// answer about; eval.splits), data.dead_letter_dir,
+// eval.max_response_tokens, and the budget of advantage.overlong when it
+// is on and left at 0 (policy.max_response_tokens, a fifth of it as the
+// penalty zone). It is idempotent.
 func (c *Config) Fill() {
 	if c.Reward.Strict == nil {
 		strict := true
@@ -180,34 +179,27 @@ func (c *Config) Fill() {
 	if c.Run.Name == "" && c.Run.Dir != "" {
 		c.Run.Name = path.Base(strings.TrimRight(filepath.ToSlash(c.Run.Dir), "/"))
 	}
+	c.Data.fillSources()
+	def := c.Data.Sources.Defaults()
 	if c.Data.BatchSize == 0 {
-		c.Data.BatchSize = DefaultBatchSize
-		if c.Data.Demo {
-			c.Data.BatchSize = DefaultDemoBatchSize
-		}
+		c.Data.BatchSize = def.BatchSize
 	}
 	if c.Data.DeadLetterDir == "" && c.Run.Dir != "" {
 		c.Data.DeadLetterDir = rundir.DeadLetters(c.Run.Dir)
 	}
-	if c.Data.Demo {
-		if c.Data.DemoTask == nil {
-			t := demotask.DefaultConfig()
-			c.Data.DemoTask = &t
+	if len(c.Collaborators.Roles()) == 0 && len(def.Collaborators.Roles()) > 0 {
+		base := c.baseDir
+		c.Collaborators = def.Collaborators
+		if base != "" {
+			c.Collaborators = c.Collaborators.WithBaseDir(base)
 		}
-		if len(c.Collaborators.Roles()) == 0 {
-			base := c.baseDir
-			c.Collaborators = collab.BuiltinDemo(*c.Data.DemoTask, DefaultDemoNoise)
-			if base != "" {
-				c.Collaborators = c.Collaborators.WithBaseDir(base)
-			}
-		}
-		if c.Collaborators.DemoTask == nil {
-			t := *c.Data.DemoTask
-			c.Collaborators.DemoTask = &t
-		}
-		if len(c.Eval.Splits) == 0 {
-			c.Eval.Splits = []string{string(demotask.SplitSeen), string(demotask.SplitUnseen)}
-		}
+	}
+	if c.Collaborators.DemoTask == nil && def.Collaborators.DemoTask != nil {
+		t := *def.Collaborators.DemoTask
+		c.Collaborators.DemoTask = &t
+	}
+	if len(c.Eval.Splits) == 0 {
+		c.Eval.Splits = def.EvalSplits
 	}
 	if c.Eval.MaxResponseTokens == 0 {
 		c.Eval.MaxResponseTokens = c.Policy.MaxResponseTokens

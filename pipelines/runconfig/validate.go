@@ -47,34 +47,14 @@ func (c Config) validateRun() error {
 
 func (c Config) validateData() error {
 	d := c.Data
-	switch {
-	case d.Demo && len(d.Sources) > 0:
-		return fieldError("data.sources", "must be empty when data.demo is true (the demo task generates its prompts)")
-	case !d.Demo && len(d.Sources) == 0:
-		return fieldError("data.sources", "is empty: list prompt files (path, preset or fields, data_source), or set data.demo: true")
-	case !d.Demo && d.DemoTask != nil:
-		return fieldError("data.demo_task", "is set but data.demo is false")
-	case d.BatchSize < 1:
+	if err := d.Shorthand.check(len(d.Sources)); err != nil {
+		return err
+	}
+	if err := d.Sources.Check(); err != nil {
+		return err
+	}
+	if d.BatchSize < 1 {
 		return fieldError("data.batch_size", "%d must be at least 1", d.BatchSize)
-	}
-	switch demotask.Split(d.DemoSplit) {
-	case demotask.SplitAll, demotask.SplitSeen, demotask.SplitUnseen:
-	default:
-		return fieldError("data.demo_split", "%q is unknown: use all, seen or unseen", d.DemoSplit)
-	}
-	if d.DemoTask != nil {
-		if err := d.DemoTask.Validate(); err != nil {
-			return fieldError("data.demo_task", "%v", err)
-		}
-	}
-	for i, s := range d.Sources {
-		r, err := s.Resolve()
-		if err != nil {
-			return fieldError(fmt.Sprintf("data.sources[%d]", i), "%v", err)
-		}
-		if localMissing(r.Path) {
-			return fieldError(fmt.Sprintf("data.sources[%d].path", i), "%s does not exist (relative paths are relative to the config file)", r.Path)
-		}
 	}
 	return nil
 }
@@ -253,8 +233,9 @@ func (c Config) validateRest() error {
 			return fieldError("collaborators", "%v", err)
 		}
 	}
-	if c.Data.Demo && c.Collaborators.DemoTask != nil && c.Data.DemoTask != nil && *c.Collaborators.DemoTask != *c.Data.DemoTask {
-		return fieldError("collaborators.demo_task", "differs from data.demo_task: the built-in agents must answer about the run's task (leave collaborators.demo_task out)")
+	def := c.Data.Sources.Defaults()
+	if t := def.Collaborators.DemoTask; t != nil && c.Collaborators.DemoTask != nil && *c.Collaborators.DemoTask != *t {
+		return fieldError("collaborators.demo_task", "differs from the task of data.sources (kind %s): the built-in agents must answer about the run's task (leave collaborators.demo_task out)", c.Data.Sources[0].KindName())
 	}
 	if c.Reward.DataSource != "" {
 		if _, err := verify.ForTraining(c.Reward.DataSource, c.Reward.IsStrict()); err != nil {
@@ -318,8 +299,8 @@ func (c Config) validateRest() error {
 		default:
 			return fieldError(fmt.Sprintf("eval.splits[%d]", i), "%q is unknown: use all, seen or unseen", s)
 		}
-		if !c.Data.Demo {
-			return fieldError("eval.splits", "are demo splits, but data.demo is false: evaluate prompt files with eval.benchmarks")
+		if def.Task == nil {
+			return fieldError("eval.splits", "are splits of the demo task, but data.sources are prompt files: evaluate prompt files with eval.benchmarks")
 		}
 	}
 	seen := map[string]bool{}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -170,7 +169,7 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 	if err != nil {
 		return demo.Comparison{}, err
 	}
-	task, err := demotask.New(*base.Data.DemoTask)
+	task, err := demoTask(base)
 	if err != nil {
 		return demo.Comparison{}, err
 	}

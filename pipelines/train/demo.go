@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/configs"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -112,7 +111,7 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 	if o.Log != nil {
 		o.Log(alg.String())
 	}
-	task, err := demotask.New(*cfg.Data.DemoTask)
+	task, err := demoTask(cfg)
 	if err != nil {
 		return demo.Report{}, err
 	}

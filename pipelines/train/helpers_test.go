@@ -33,7 +33,7 @@ func startDemoServer(t testing.TB, base string) demoServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := demotask.New(*cfg.Data.DemoTask)
+	task, err := demoTask(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

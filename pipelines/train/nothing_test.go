@@ -24,7 +24,7 @@ func TestTrainFailsOnAPromptFileWithoutUsableRows(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"id":"a","problem":"no answer"}`+"\n"+`{"id":"b","problem":"nor here"}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Data.Demo, cfg.Data.DemoTask, cfg.Data.Sources, cfg.Eval.Every, cfg.Eval.Splits = false, nil, []prompts.Source{{Path: bad, DataSource: "demo"}}, 0, nil
+	cfg.Data.Sources, cfg.Eval.Every, cfg.Eval.Splits = prompts.Sources{{Source: prompts.Source{Path: bad, DataSource: "demo"}}}, 0, nil
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

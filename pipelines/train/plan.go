@@ -77,13 +77,14 @@ func DeviceNames() []string {
 type PlanOptions struct {
 	// Init is the initial model (aipo train --init): a Hugging Face
 	// directory or a checkpoint; its config.json is all the plan reads.
-	// Empty: the run's checkpoint 0, else, for the demo task, the demo's
-	// warm-start model.
+	// Empty: the run's checkpoint 0, else, for a run whose sources draw
+	// from a task (the demo), the demo's warm-start model.
 	Init string
 	// Device names a GPU of Devices to plan for instead of the one found.
 	Device string
-	// PromptTokens is the prompt length planned for (0: 1024, or 16 for
-	// the demo task, whose questions are a few bytes).
+	// PromptTokens is the prompt length planned for (0: the sources' kind's,
+	// prompts.Defaults: 1024 for files, 16 for the demo task, whose
+	// questions are a few bytes).
 	PromptTokens int
 	// Baseline is the process's own memory besides the run's (0: this
 	// process's resident memory now).
@@ -214,7 +215,8 @@ func MakePlan(ctx context.Context, cfg runconfig.Config, o PlanOptions) (Plan, e
 }
 
 // planModel finds the model's configuration: --init's config.json, the
-// run's checkpoint 0, or the demo's warm-start model.
+// run's checkpoint 0, or, when the sources draw from a task, the demo's
+// warm-start model.
 func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Config, string, error) {
 	read := func(dir string) (model.Config, error) {
 		p := dir
@@ -242,7 +244,7 @@ func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Co
 		}
 		return c, ck0, nil
 	}
-	if cfg.Data.Demo {
+	if cfg.Data.Sources.Defaults().Task != nil {
 		return demo.DefaultWarmStart().Model.ModelConfig(), "the demo's warm-start model (aipo demo --quick trains a smaller one)", nil
 	}
 	return model.Config{}, "", fmt.Errorf("plan: %w: pass --init DIR (a Hugging Face model directory or a checkpoint; its config.json is enough), or plan a run whose %s exists", ErrModelUnknown, ck0)
@@ -253,10 +255,7 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	p := Plan{Config: cfg, Model: mc, Params: model.ParamCount(mc), Reference: cfg.Learner.Loss.KLCoef != 0}
 	p.PromptTokens = o.PromptTokens
 	if p.PromptTokens <= 0 {
-		p.PromptTokens = 1024
-		if cfg.Data.Demo {
-			p.PromptTokens = 16
-		}
+		p.PromptTokens = cfg.Data.Sources.Defaults().PromptTokens
 	}
 	p.ResponseTokens = cfg.Policy.MaxResponseTokens
 	p.SeqTokens = p.PromptTokens + p.ResponseTokens

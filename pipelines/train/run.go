@@ -124,15 +124,9 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 		}
 	}
 	start := time.Now()
-	var task *demotask.Task
-	if cfg.Data.Demo {
-		tc := demotask.DefaultConfig()
-		if cfg.Data.DemoTask != nil {
-			tc = *cfg.Data.DemoTask
-		}
-		if task, err = demotask.New(tc); err != nil {
-			return err
-		}
+	task, err := runTask(cfg)
+	if err != nil {
+		return err
 	}
 	// Evaluate the starting point when the schedule asks for it, and
 	// rebuild the derived files again: on a resume of a run killed after

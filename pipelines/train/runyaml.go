@@ -132,8 +132,15 @@ func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool,
 }
 
 // diffYAML lists the leaf fields that differ between two run YAMLs, by
-// dotted path, sorted, the ignored ones left out.
+// dotted path, sorted, the ignored ones left out; the recorded one's data
+// shorthand is compared as Fill writes it out (runconfig.ExpandShorthand).
 func diffYAML(was, now []byte) ([]FieldChange, error) {
+	// A run.yaml of an earlier build may ask for the demo task in the
+	// shorthand (data.demo); compare it as written out.
+	was, err := runconfig.ExpandShorthand(was)
+	if err != nil {
+		return nil, err
+	}
 	var a, b map[string]any
 	if err := yaml.Unmarshal(was, &a); err != nil {
 		return nil, err

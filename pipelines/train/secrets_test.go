@@ -181,7 +181,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			task, err := demotask.New(*cfg.Data.DemoTask)
+			task, err := demoTask(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
@@ -101,7 +100,7 @@ func warmQuick(t *testing.T) func(dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := demotask.New(*cfg.Data.DemoTask)
+	task, err := demoTask(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

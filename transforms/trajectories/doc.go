@@ -11,9 +11,13 @@
 //	Advantages PCollection<Group> -> PCollection<schemas.Trajectory>, PCollection<Stats>
 //	StepMeta   PCollection<Stats> -> PCollection<parquetio.StepMeta>
 //
+// A step's prompts come from the run's sources (sources.go registers the
+// kinds of prompts.Sources): Select chooses them from prompt files,
+// DemoPrompts draws them from the demo task.
+//
 // Under dynamic sampling (refill.go) Decide replaces Advantages, Refill
-// (RefillDemo) draws further prompts after each draw, Trim keeps the batch
-// and DecisionMeta replaces StepMeta:
+// (RefillDemo for the demo task) draws further prompts after each draw,
+// Trim keeps the batch and DecisionMeta replaces StepMeta:
 //
 //	Decide       PCollection<Group> -> PCollection<schemas.Trajectory>, PCollection<Decision>
 //	Refill       PCollection<schemas.Prompt>, PCollection<Decision> -> PCollection<KV<int, schemas.Prompt>>

@@ -114,7 +114,7 @@ var DefaultFields = FieldMap{
 // Source is one prompt file and how to read it.
 type Source struct {
 	// Path of the file: a local path or gs://bucket/object.
-	Path string `json:"path" yaml:"path"`
+	Path string `json:"path" yaml:"path,omitempty"`
 	// Format of the file; detected when empty.
 	Format Format `json:"format,omitempty" yaml:"format,omitempty"`
 	// Preset names a built-in mapping (see Presets); it fills Fields and
