@@ -31,3 +31,23 @@ func ExpShifted(dst []float64, src []float32, shift, scale float64) {
 	}
 	expShiftedGo(dst, src, shift, scale)
 }
+
+// Exp32Shift writes dst[i] = exp32(s - shift) for a prefix of src, where
+// s is src[i] with its sign flipped when neg, and exp32 is learner/model's
+// float32 exp (its fast path's float32 operations in order; below
+// -103.97208 zero; above 88.72284 +Inf; between those bounds and the fast
+// range float32(math.Exp(float64(x))); NaN as itself), sixteen at a time
+// with AVX-512, bit for bit the scalar function. It returns the length of
+// the prefix: all of src on a CPU with AVX-512, else 0. learner/model
+// holds it to exp32.
+func Exp32Shift(dst, src []float32, shift float32, neg bool) int {
+	if !expVector || len(src) == 0 {
+		return 0
+	}
+	_ = dst[len(src)-1]
+	var sign C.uint
+	if neg {
+		sign = 1 << 31
+	}
+	return int(C.exp32shift((*C.float)(&dst[0]), (*C.float)(&src[0]), C.long(len(src)), C.float(shift), sign))
+}

@@ -1,5 +1,7 @@
 package model
 
+import "github.com/aipo-rl/aipo/learner/blas"
+
 // expShift writes dst[i] = exp32(src[i]-shift) for every i (dst may be
 // src; len(dst) >= len(src)). On amd64 with AVX2 the blocks of 8 run
 // vectorised with exp32's exact operations, so the results are the same
@@ -13,8 +15,13 @@ func expShiftSign(dst, src []float32, shift float32, neg bool) {
 	dst = dst[:len(src)]
 	for i := 0; i < len(src); {
 		i += expShiftVector(dst[i:], src[i:], shift, neg)
-		// A block the vector kernel declined (a value outside exp32's fast
-		// range), or all of it without the kernel: scalar.
+		if i < len(src) {
+			// A block the AVX2 kernel declined (a value between exp32's
+			// fast range and its bounds for 0 and +Inf, or NaN): the
+			// AVX-512 one covers every value, at once for the rest.
+			i += blas.Exp32Shift(dst[i:], src[i:], shift, neg)
+		}
+		// Without either kernel: scalar.
 		end := min(i+8, len(src))
 		for ; i < end; i++ {
 			s := src[i]

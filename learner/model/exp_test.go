@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/aipo-rl/aipo/learner/blas"
 )
 
 // expShift and expNeg give exp32's bits for every element, whichever path
@@ -98,4 +100,46 @@ func BenchmarkExpShift(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestExp32ShiftOfBLASIsExp32 holds blas.Exp32Shift, the AVX-512 kernel the
+// AVX2 one hands its declined blocks to, to exp32 bit for bit over every
+// range exp32 distinguishes, with and without the sign flip.
+func TestExp32ShiftOfBLASIsExp32(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	src := make([]float32, 1<<16+5)
+	for i := range src {
+		switch r.IntN(3) {
+		case 0:
+			src[i] = float32(r.Float64()*240 - 120)
+		case 1:
+			src[i] = float32(r.Float64()*20 - 108)
+		default:
+			src[i] = float32(r.NormFloat64() * 10)
+		}
+	}
+	src = append(src, -87.33654, -87.3366, 88.37626, 88.3763, 88.72284, 88.7229, -103.97208, -103.9721, float32(math.NaN()),
+		float32(math.Inf(1)), float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1)))
+	dst := make([]float32, len(src))
+	for _, neg := range []bool{false, true} {
+		for _, shift := range []float32{0, 1.5, -3} {
+			n := blas.Exp32Shift(dst, src, shift, neg)
+			if n == 0 {
+				t.Log("no AVX-512 kernel on this CPU: the AVX2 one and the scalar loop cover it, held by TestExpShiftMatchesExp32")
+				return
+			}
+			if n != len(src) {
+				t.Fatalf("Exp32Shift wrote %d of %d", n, len(src))
+			}
+			for i, v := range src {
+				if neg {
+					v = -v
+				}
+				want := exp32(v - shift)
+				if math.Float32bits(dst[i]) != math.Float32bits(want) && !(dst[i] != dst[i] && want != want) {
+					t.Fatalf("exp32(%v - %v): Exp32Shift %v (%#x), exp32 %v (%#x)", v, shift, dst[i], math.Float32bits(dst[i]), want, math.Float32bits(want))
+				}
+			}
+		}
+	}
 }
