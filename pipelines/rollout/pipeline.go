@@ -202,7 +202,7 @@ func Build(s beam.Scope, o Options, spec trajectories.Spec, lease runlease.Token
 			return beam.PCollection{}, fmt.Errorf("rollout: %w", err)
 		}
 		n := prompts.WriteDeadLetters(s, c.DeadLetterPath(o.Step), dead)
-		metas = append(metas, trajectories.CountMeta(s, "dead_letters", n))
+		metas = append(metas, trajectories.DeadLettersMeta(s, n))
 		slotted = trajectories.Select(s, c.Run.Seed, o.Step, c.Data.BatchSize, good)
 	}
 	var rows beam.PCollection
