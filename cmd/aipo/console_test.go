@@ -215,7 +215,7 @@ func TestProgressLines(t *testing.T) {
 	ev := func(step int64, elapsed time.Duration, acc, reward string) {
 		p.event(train.Event{Step: step, Steps: 10, Phase: "learn", Elapsed: elapsed,
 			Learn: &train.LearnMetrics{Loss: 0.5, GradNorm: 1, Tokens: 100, Seconds: 1,
-				Rollout: analytics.RolloutMeta{"accuracy": acc, "reward_mean": reward, "interactions_per_trajectory": "0.613281"}}})
+				Rollout: analytics.RolloutMeta{"trajectories": "16", "accuracy": acc, "reward_mean": reward, "interactions_per_trajectory": "0.613281"}}})
 	}
 	// A run resumed at step 6: four steps left, each done in 10s.
 	p.event(train.Event{Step: 6, Steps: 10, Phase: "rollout"})

@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // progress renders training events: one self-updating status line on a
@@ -52,15 +53,20 @@ func (p *progress) event(e train.Event) {
 		p.started, p.firstStep, p.firstTime = true, e.Step, e.Elapsed
 	}
 	if e.Learn != nil {
-		m := e.Learn.Rollout
-		p.acc = num(m["accuracy"])
+		p.acc, p.reward, p.calls = "", "", ""
+		if st, err := trajectories.ReadStepStats(e.Learn.Rollout); err == nil {
+			if st.Scored() {
+				p.acc, p.reward = num(st.Accuracy), num(st.RewardMean)
+			}
+			if st.Trajectories > 0 {
+				p.calls = num(st.InteractionsPerTrajectory)
+			}
+		}
 		// The reward is shown where it says something the accuracy does
 		// not (a call cost, a shaped reward): every number once.
-		p.reward = num(m["reward_mean"])
 		if p.reward == p.acc {
 			p.reward = ""
 		}
-		p.calls = num(m["interactions_per_trajectory"])
 		if e.Learn.Seconds > 0 {
 			p.tokps = fmt.Sprintf("%.0f", float64(e.Learn.Tokens)/e.Learn.Seconds)
 		}
@@ -170,13 +176,7 @@ func (p *progress) eta(done int64) string {
 
 // num formats a metric recorded as text ("0.613281") with three decimals;
 // text that is not a number is shown as it is.
-func num(s string) string {
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return s
-	}
-	return strconv.FormatFloat(f, 'f', 3, 64)
-}
+func num(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) }
 
 func dash(s string) string {
 	if s == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/aipo-rl/aipo/schemas"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 func init() {
@@ -86,10 +87,15 @@ func runRollout(args []string) error {
 	}
 	fmt.Printf("step %d of %s: %d trajectories in %d shards, policy version %d\n",
 		m.Step, cfg.Run.Dir, m.Rows, len(m.Files), m.PolicyVersion)
+	st, err := trajectories.ReadStepStats(m.Meta)
+	if err != nil {
+		return runError("step %d of %s: %v", m.Step, cfg.Run.Dir, err)
+	}
+	meta := st.Meta()
 	keys := []string{"prompts", "accuracy", "reward_mean", "interactions_per_trajectory", "collab_failures", "policy_errors", "groups_dropped", "dead_letters"}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if v, ok := m.Meta[k]; ok {
+		if v, ok := meta[k]; ok {
 			fmt.Printf("  %-28s %s\n", k, v)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -453,7 +454,7 @@ func parityGreedyDecode(t *testing.T, dv *Device, m *model.Model) {
 	defer gpuEng.Close()
 	prompts := [][]int32{{1, 5, 9, 17, 3}, {2, 2, 40, 7, 11, 60, 13, 8, 90}}
 	req := func(p []int32) engine.Request {
-		return engine.Request{Prefix: p, Params: engine.SampleParams{Temperature: 0, MaxTokens: 64}}
+		return engine.Request{Prefix: p, Params: sampling.Params{Temperature: 0, MaxTokens: 64}}
 	}
 	generate := func(e *engine.Engine) [][]int32 {
 		out := make([][]int32, len(prompts))

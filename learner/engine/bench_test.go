@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 )
@@ -75,7 +76,7 @@ func decodeRate(b *testing.B, e *Engine, V, batch, newTok int, seed uint64) floa
 	r := rand.New(rand.NewPCG(seed, 0))
 	reqs := make([]Request, batch)
 	for i := range reqs {
-		reqs[i] = Request{Prefix: randomTokens(r, 8, V), Params: SampleParams{Temperature: 1, MaxTokens: newTok, Seed: int64(i)}}
+		reqs[i] = Request{Prefix: randomTokens(r, 8, V), Params: sampling.Params{Temperature: 1, MaxTokens: newTok, Seed: int64(i)}}
 	}
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -111,7 +112,7 @@ func BenchmarkDecode(b *testing.B) {
 					many = append(many, decodeRate(b, e, V, 32, 64, uint64(rep)))
 					r := rand.New(rand.NewPCG(uint64(rep), 1))
 					t0 := time.Now()
-					if _, err := e.Generate(context.Background(), Request{Prefix: randomTokens(r, 128, V), Params: SampleParams{MaxTokens: 1}}); err != nil {
+					if _, err := e.Generate(context.Background(), Request{Prefix: randomTokens(r, 128, V), Params: sampling.Params{MaxTokens: 1}}); err != nil {
 						b.Fatal(err)
 					}
 					ttft = append(ttft, time.Since(t0).Seconds()*1e3)
@@ -152,13 +153,13 @@ func BenchmarkContinuation(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				for rep := 0; rep < reps; rep++ {
 					prefix := randomTokens(r, 500, V)
-					first, t500 := timed(Request{Prefix: prefix, Session: "bench", Params: SampleParams{MaxTokens: 1}})
+					first, t500 := timed(Request{Prefix: prefix, Session: "bench", Params: sampling.Params{MaxTokens: 1}})
 					whole := append(append(append([]int32(nil), prefix...), first.Tokens...), randomTokens(r, 49, V)...)
-					res, tc := timed(Request{Prefix: whole, Session: "bench", Params: SampleParams{MaxTokens: 1}})
+					res, tc := timed(Request{Prefix: whole, Session: "bench", Params: sampling.Params{MaxTokens: 1}})
 					if res.CachedTokens != 500 {
 						b.Fatalf("continuation reused %d tokens, want 500", res.CachedTokens)
 					}
-					_, t550 := timed(Request{Prefix: whole, Params: SampleParams{MaxTokens: 1}})
+					_, t550 := timed(Request{Prefix: whole, Params: sampling.Params{MaxTokens: 1}})
 					e.Release("bench")
 					cont, full500, full550 = append(cont, tc), append(full500, t500), append(full550, t550)
 				}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
@@ -55,7 +56,7 @@ func TestQueueFull(t *testing.T) {
 	results := make(chan out, 3)
 	submit := func() {
 		go func() {
-			r, err := e.Generate(ctx, Request{Prefix: []int32{1, 2}, Params: SampleParams{MaxTokens: 3}})
+			r, err := e.Generate(ctx, Request{Prefix: []int32{1, 2}, Params: sampling.Params{MaxTokens: 3}})
 			results <- out{r, err}
 		}()
 	}
@@ -86,7 +87,7 @@ func TestCancellation(t *testing.T) {
 	errc := make(chan error, 2)
 	var streamed int
 	go func() {
-		_, err := e.GenerateStream(runCtx, Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 4000}}, func(Token) error {
+		_, err := e.GenerateStream(runCtx, Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 4000}}, func(Token) error {
 			streamed++
 			if streamed == 2 {
 				cancelRun()
@@ -99,7 +100,7 @@ func TestCancellation(t *testing.T) {
 	queuedCtx, cancelQueued := context.WithCancel(ctx)
 	waitFor(t, "the first request to be admitted", func() bool { return e.Stats().Active == 1 })
 	go func() {
-		_, err := e.Generate(queuedCtx, Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 4000}})
+		_, err := e.Generate(queuedCtx, Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 4000}})
 		errc <- err
 	}()
 	waitFor(t, "a queued request", func() bool { return e.Stats().Queued == 1 })
@@ -114,7 +115,7 @@ func TestCancellation(t *testing.T) {
 	if g := e.Stats().Generated; g >= 4000 {
 		t.Errorf("%d tokens generated: the cancelled request ran to the end", g)
 	}
-	res, err := e.Generate(ctx, Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 5}})
+	res, err := e.Generate(ctx, Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 5}})
 	if err != nil || len(res.Tokens) != 5 {
 		t.Fatalf("request after cancellations: %d tokens, %v", len(res.Tokens), err)
 	}
@@ -128,7 +129,7 @@ func TestCloseFailsWaitingRequests(t *testing.T) {
 	errc := make(chan error, 2)
 	for i := 0; i < 2; i++ {
 		go func() {
-			_, err := e.Generate(testCtx(t), Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 5}})
+			_, err := e.Generate(testCtx(t), Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 5}})
 			errc <- err
 		}()
 	}
@@ -171,7 +172,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 12; i++ {
 				p := []int32{257, int32(c), int32(i), int32(100 + c*i%100)}
-				res, err := e.Generate(ctx, Request{Prefix: p, Params: SampleParams{MaxTokens: 15}})
+				res, err := e.Generate(ctx, Request{Prefix: p, Params: sampling.Params{MaxTokens: 15}})
 				if err != nil {
 					errs <- fmt.Errorf("client %d request %d: %w", c, i, err)
 					return

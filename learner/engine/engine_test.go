@@ -28,7 +28,7 @@ func TestGreedyMatchesRecomputeAndLearnerLogProbs(t *testing.T) {
 			e := start(t, m, nil, Config{EOS: []int32{}})
 			ctx := testCtx(t)
 			for _, p := range prompts {
-				res, err := e.Generate(ctx, Request{Prefix: p, Params: SampleParams{MaxTokens: 70}})
+				res, err := e.Generate(ctx, Request{Prefix: p, Params: sampling.Params{MaxTokens: 70}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -51,7 +51,7 @@ func TestSampledLogProbsMatchLearner(t *testing.T) {
 	m := stories260K(t)
 	e := start(t, m, nil, Config{EOS: []int32{}})
 	p := []int32{1, 403, 407}
-	res, err := e.Generate(testCtx(t), Request{Prefix: p, Params: SampleParams{Temperature: 1.3, TopK: 40, TopP: 0.8, MaxTokens: 60, Seed: 7}})
+	res, err := e.Generate(testCtx(t), Request{Prefix: p, Params: sampling.Params{Temperature: 1.3, TopK: 40, TopP: 0.8, MaxTokens: 60, Seed: 7}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +66,20 @@ func TestSessionContinuation(t *testing.T) {
 	e := start(t, m, nil, Config{EOS: []int32{}})
 	ctx := testCtx(t)
 	prefix := []int32{257, 5, 6, 7, 8, 9}
-	first, err := e.Generate(ctx, Request{Prefix: prefix, Session: "s", Params: SampleParams{MaxTokens: 12}})
+	first, err := e.Generate(ctx, Request{Prefix: prefix, Session: "s", Params: sampling.Params{MaxTokens: 12}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	external := []int32{261, 40, 41, 42, 262}
 	cont := append(append(append([]int32(nil), prefix...), first.Tokens...), external...)
-	second, err := e.Generate(ctx, Request{Prefix: cont, Session: "s", Params: SampleParams{MaxTokens: 20}})
+	second, err := e.Generate(ctx, Request{Prefix: cont, Session: "s", Params: sampling.Params{MaxTokens: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := len(prefix) + len(first.Tokens) - 1; second.CachedTokens != want {
 		t.Errorf("continuation reused %d cached tokens, want %d (all but the last sampled token)", second.CachedTokens, want)
 	}
-	fresh, err := e.Generate(ctx, Request{Prefix: cont, Params: SampleParams{MaxTokens: 20}})
+	fresh, err := e.Generate(ctx, Request{Prefix: cont, Params: sampling.Params{MaxTokens: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestSessionContinuation(t *testing.T) {
 
 	// A prefix that departs from the cache reuses the common part.
 	other := append(append([]int32(nil), cont[:8]...), 99, 98)
-	third, err := e.Generate(ctx, Request{Prefix: other, Session: "s", Params: SampleParams{MaxTokens: 10}})
+	third, err := e.Generate(ctx, Request{Prefix: other, Session: "s", Params: sampling.Params{MaxTokens: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestSessionContinuation(t *testing.T) {
 	}
 	// After Release nothing is reused.
 	e.Release("s")
-	again, err := e.Generate(ctx, Request{Prefix: other, Session: "s", Params: SampleParams{MaxTokens: 3}})
+	again, err := e.Generate(ctx, Request{Prefix: other, Session: "s", Params: sampling.Params{MaxTokens: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestSeedsReproducibleUnderLoad(t *testing.T) {
 	prompts := randomPrompts(40, V, 3)
 	var reqs []Request
 	for i, p := range prompts {
-		reqs = append(reqs, Request{Prefix: p, Params: SampleParams{Temperature: 1, TopP: []float32{1, 0.9}[i%2],
+		reqs = append(reqs, Request{Prefix: p, Params: sampling.Params{Temperature: 1, TopP: []float32{1, 0.9}[i%2],
 			TopK: []int{0, 50}[i%2], MaxTokens: 10 + 7*(i%5), Seed: int64(1000 + i)}})
 	}
 	alone := start(t, m, nil, Config{EOS: []int32{}, PrefillChunk: 16, StepTokens: 32})
@@ -208,7 +208,7 @@ func TestBatch32EqualsOneAtATime(t *testing.T) {
 	prompts := randomPrompts(32, tokenizer.BuiltinVocabSize, 8)
 	var reqs []Request
 	for _, p := range prompts {
-		reqs = append(reqs, Request{Prefix: p, Params: SampleParams{MaxTokens: 30}})
+		reqs = append(reqs, Request{Prefix: p, Params: sampling.Params{MaxTokens: 30}})
 	}
 	e := start(t, m, nil, Config{EOS: []int32{}, MaxBatch: 32})
 	got := runAll(t, e, reqs)
@@ -232,7 +232,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 	e := start(t, m, tok, Config{EOS: []int32{}})
 	ctx := testCtx(t)
 	p := []int32{257, 65, 66, 67}
-	base, err := e.Generate(ctx, Request{Prefix: p, Params: SampleParams{MaxTokens: 30}})
+	base, err := e.Generate(ctx, Request{Prefix: p, Params: sampling.Params{MaxTokens: 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 		return -1
 	}
 	t.Run("stop token", func(t *testing.T) {
-		res, err := e.Generate(ctx, Request{Prefix: p, Params: SampleParams{MaxTokens: 30, StopTokenIDs: []int32{T[6]}}})
+		res, err := e.Generate(ctx, Request{Prefix: p, Params: sampling.Params{MaxTokens: 30, StopTokenIDs: []int32{T[6]}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +259,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 		full, _ := e.Detokenize(T)
 		pre, _ := e.Detokenize(T[:4])
 		s := full[len(pre)-1 : len(pre)+1] // spans tokens 3 and 4
-		res, err := e.Generate(ctx, Request{Prefix: p, Params: SampleParams{MaxTokens: 30, StopStrings: []string{"\x00never", s}}})
+		res, err := e.Generate(ctx, Request{Prefix: p, Params: sampling.Params{MaxTokens: 30, StopStrings: []string{"\x00never", s}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 	})
 	t.Run("eos", func(t *testing.T) {
 		e2 := start(t, m, tok, Config{EOS: []int32{T[9]}})
-		res, err := e2.Generate(ctx, Request{Prefix: p, Params: SampleParams{MaxTokens: 30}})
+		res, err := e2.Generate(ctx, Request{Prefix: p, Params: sampling.Params{MaxTokens: 30}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +280,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 		}
 	})
 	t.Run("length and context", func(t *testing.T) {
-		res, err := e.Generate(ctx, Request{Prefix: p, Params: SampleParams{MaxTokens: 4}})
+		res, err := e.Generate(ctx, Request{Prefix: p, Params: sampling.Params{MaxTokens: 4}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +317,7 @@ func TestStopsAndFinishReasons(t *testing.T) {
 func TestStreamMatchesResult(t *testing.T) {
 	e := start(t, peaked(t, tinyConfig(), 3), nil, Config{EOS: []int32{}})
 	var got []Token
-	res, err := e.GenerateStream(testCtx(t), Request{Prefix: []int32{1, 2, 3}, Params: SampleParams{Temperature: 1, MaxTokens: 25, Seed: 3}},
+	res, err := e.GenerateStream(testCtx(t), Request{Prefix: []int32{1, 2, 3}, Params: sampling.Params{Temperature: 1, MaxTokens: 25, Seed: 3}},
 		func(tk Token) error { got = append(got, tk); return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +331,7 @@ func TestStreamMatchesResult(t *testing.T) {
 		}
 	}
 	stop := errors.New("client went away")
-	_, err = e.GenerateStream(testCtx(t), Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: 200}},
+	_, err = e.GenerateStream(testCtx(t), Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 200}},
 		func(tk Token) error { return stop })
 	if !errors.Is(err, stop) {
 		t.Fatalf("callback error: Generate returned %v, want %v", err, stop)
@@ -349,12 +349,12 @@ func TestBadRequests(t *testing.T) {
 		{Request{Prefix: make([]int32, 50)}, "no room in the context"},
 		{Request{Prefix: []int32{1, 269}}, "prefix token 1 is 269, outside the vocabulary"},
 		{Request{Prefix: []int32{-1}}, "outside the vocabulary"},
-		{Request{Prefix: []int32{1}, Params: SampleParams{MaxTokens: -1}}, "max_tokens -1"},
-		{Request{Prefix: []int32{1}, Params: SampleParams{Temperature: -1}}, "temperature"},
-		{Request{Prefix: []int32{1}, Params: SampleParams{TopP: 1.5}}, "top_p"},
-		{Request{Prefix: []int32{1}, Params: SampleParams{TopK: -2}}, "top_k"},
-		{Request{Prefix: []int32{1}, Params: SampleParams{StopTokenIDs: []int32{999}}}, "stop token id"},
-		{Request{Prefix: []int32{1}, Params: SampleParams{StopStrings: []string{"x"}}}, "need a tokenizer"},
+		{Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: -1}}, "max_tokens -1"},
+		{Request{Prefix: []int32{1}, Params: sampling.Params{Temperature: -1}}, "temperature"},
+		{Request{Prefix: []int32{1}, Params: sampling.Params{TopP: 1.5}}, "top_p"},
+		{Request{Prefix: []int32{1}, Params: sampling.Params{TopK: -2}}, "top_k"},
+		{Request{Prefix: []int32{1}, Params: sampling.Params{StopTokenIDs: []int32{999}}}, "stop token id"},
+		{Request{Prefix: []int32{1}, Params: sampling.Params{StopStrings: []string{"x"}}}, "need a tokenizer"},
 	}
 	for _, tc := range cases {
 		if _, err := e.Generate(ctx, tc.req); err == nil || !strings.Contains(err.Error(), tc.want) {

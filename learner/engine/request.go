@@ -17,13 +17,10 @@ var ErrQueueFull = errors.New("engine: request queue is full; retry later or rai
 // engine.
 var ErrClosed = errors.New("engine: closed")
 
-// SampleParams controls sampling for one request (sampling.Params).
-type SampleParams = sampling.Params
-
 // Request asks for a continuation of Prefix.
 type Request struct {
 	Prefix []int32
-	Params SampleParams
+	Params sampling.Params
 	// Session, when not empty, keeps the sequence's KV cache after the
 	// request so that a later request of the same session whose Prefix
 	// extends this one's Prefix plus output feeds only the new tokens.
@@ -36,7 +33,7 @@ type Result struct {
 	// LogProbs[i] is log p(Tokens[i]) under the unmodified policy: the log
 	// softmax of the raw logits, before temperature, top-k and top-p.
 	LogProbs []float32
-	// TopLogProbs[i] holds, when SampleParams.TopLogprobs asked for them,
+	// TopLogProbs[i] holds, when Params.TopLogprobs asked for them,
 	// the most likely tokens at position i with their log-probabilities
 	// (the same distribution as LogProbs), most likely first, equal ones
 	// in id order.

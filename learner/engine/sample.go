@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/blas"
 	"github.com/aipo-rl/aipo/learner/par"
 )
@@ -67,7 +68,7 @@ func argmax(row []float32) int32 {
 // probability is at least a cut-off c, lowered until they number at least
 // k (top-k) or hold at least top-p of the mass (top-p alone), since every
 // token below c comes after all of them in the sorted order.
-func (s *sampler) sample(row []float32, p *SampleParams, rng *rand.Rand) int32 {
+func (s *sampler) sample(row []float32, p *sampling.Params, rng *rand.Rand) int32 {
 	if p.Temperature == 0 || p.TopK == 1 {
 		return argmax(row)
 	}

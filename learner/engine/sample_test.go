@@ -3,6 +3,8 @@ package engine
 import (
 	"math"
 	"testing"
+
+	"github.com/aipo-rl/aipo/internal/sampling"
 )
 
 // softmaxRef is the reference distribution: softmax(logits/T) restricted to
@@ -27,7 +29,7 @@ func softmaxRef(logits []float32, T float64, keep map[int]bool) []float64 {
 // want within 5 standard deviations of a binomial count (a false alarm
 // about once in 3 million tokens checked; any wrong cut or temperature
 // moves some frequency by far more at n = 100000).
-func checkFrequencies(t *testing.T, logits []float32, p SampleParams, want []float64) {
+func checkFrequencies(t *testing.T, logits []float32, p sampling.Params, want []float64) {
 	t.Helper()
 	const n = 100000
 	var s sampler
@@ -47,40 +49,40 @@ func checkFrequencies(t *testing.T, logits []float32, p SampleParams, want []flo
 func TestSamplerDistributions(t *testing.T) {
 	logits := []float32{2.0, 1.5, 0.3, -1.0, 1.5, 0.0}
 	t.Run("temperature", func(t *testing.T) {
-		checkFrequencies(t, logits, SampleParams{Temperature: 0.7, Seed: 1}, softmaxRef(logits, 0.7, nil))
-		checkFrequencies(t, logits, SampleParams{Temperature: 1, Seed: 2}, softmaxRef(logits, 1, nil))
+		checkFrequencies(t, logits, sampling.Params{Temperature: 0.7, Seed: 1}, softmaxRef(logits, 0.7, nil))
+		checkFrequencies(t, logits, sampling.Params{Temperature: 1, Seed: 2}, softmaxRef(logits, 1, nil))
 	})
 	t.Run("top-k", func(t *testing.T) {
 		// The three largest: 2.0 (id 0) and the tie 1.5 (ids 1 and 4).
-		checkFrequencies(t, logits, SampleParams{Temperature: 1, TopK: 3, Seed: 3}, softmaxRef(logits, 1, map[int]bool{0: true, 1: true, 4: true}))
+		checkFrequencies(t, logits, sampling.Params{Temperature: 1, TopK: 3, Seed: 3}, softmaxRef(logits, 1, map[int]bool{0: true, 1: true, 4: true}))
 		// Ties are cut in id order: top-2 keeps ids 0 and 1.
-		checkFrequencies(t, logits, SampleParams{Temperature: 1, TopK: 2, Seed: 4}, softmaxRef(logits, 1, map[int]bool{0: true, 1: true}))
+		checkFrequencies(t, logits, sampling.Params{Temperature: 1, TopK: 2, Seed: 4}, softmaxRef(logits, 1, map[int]bool{0: true, 1: true}))
 	})
 	t.Run("top-p", func(t *testing.T) {
 		full := softmaxRef(logits, 1, nil) // 0.33, 0.20, 0.06, 0.02, 0.20, 0.04
 		if full[0] >= 0.5 || full[0]+full[1] < 0.5 {
 			t.Fatalf("fixture probabilities %v no longer straddle 0.5", full)
 		}
-		checkFrequencies(t, logits, SampleParams{Temperature: 1, TopP: 0.5, Seed: 5}, softmaxRef(logits, 1, map[int]bool{0: true, 1: true}))
+		checkFrequencies(t, logits, sampling.Params{Temperature: 1, TopP: 0.5, Seed: 5}, softmaxRef(logits, 1, map[int]bool{0: true, 1: true}))
 		// top-p after top-k after temperature.
 		hot := softmaxRef(logits, 2, map[int]bool{0: true, 1: true, 4: true})
 		if hot[0]+hot[1] >= 0.9 {
 			t.Fatalf("fixture probabilities %v: top-p 0.9 would not need the third token", hot)
 		}
-		checkFrequencies(t, logits, SampleParams{Temperature: 2, TopK: 3, TopP: 0.9, Seed: 6}, hot)
+		checkFrequencies(t, logits, sampling.Params{Temperature: 2, TopK: 3, TopP: 0.9, Seed: 6}, hot)
 	})
 }
 
 func TestSamplerGreedyAndSeeds(t *testing.T) {
 	var s sampler
 	tie := []float32{1, 3, 3, 2}
-	for _, p := range []SampleParams{{}, {Temperature: 1, TopK: 1}} {
+	for _, p := range []sampling.Params{{}, {Temperature: 1, TopK: 1}} {
 		if got := s.sample(tie, &p, newRNG(1)); got != 1 {
 			t.Errorf("%+v on %v picked %d, want 1 (the lowest id of the maxima)", p, tie, got)
 		}
 	}
 	logits := []float32{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}
-	p := SampleParams{Temperature: 1, Seed: 42}
+	p := sampling.Params{Temperature: 1, Seed: 42}
 	draw := func(seed int64) []int32 {
 		rng := newRNG(seed)
 		var out []int32

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
@@ -66,7 +67,7 @@ func TestTopLogProbsMatchLearner(t *testing.T) {
 	e := start(t, m, nil, Config{EOS: []int32{}})
 	prefix := []int32{1, 2, 3}
 	const n = 5
-	req := Request{Prefix: prefix, Params: SampleParams{Temperature: 1.3, MaxTokens: 20, Seed: 11, TopLogprobs: n}}
+	req := Request{Prefix: prefix, Params: sampling.Params{Temperature: 1.3, MaxTokens: 20, Seed: 11, TopLogprobs: n}}
 	var streamed []Token
 	res, err := e.GenerateStream(testCtx(t), req, func(tk Token) error { streamed = append(streamed, tk); return nil })
 	if err != nil {
@@ -118,14 +119,14 @@ func TestTopLogProbsMatchLearner(t *testing.T) {
 		}
 	}
 	// Without the request there are none.
-	plain, err := e.Generate(testCtx(t), Request{Prefix: prefix, Params: SampleParams{Temperature: 1.3, MaxTokens: 20, Seed: 11}})
+	plain, err := e.Generate(testCtx(t), Request{Prefix: prefix, Params: sampling.Params{Temperature: 1.3, MaxTokens: 20, Seed: 11}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if plain.TopLogProbs != nil || !slices.Equal(plain.Tokens, res.Tokens) {
 		t.Errorf("without TopLogprobs: %d top lists, tokens %v (want none, and the same tokens %v)", len(plain.TopLogProbs), plain.Tokens, res.Tokens)
 	}
-	if _, err := e.Generate(testCtx(t), Request{Prefix: prefix, Params: SampleParams{TopLogprobs: -1}}); err == nil || !strings.Contains(err.Error(), "top_logprobs") {
+	if _, err := e.Generate(testCtx(t), Request{Prefix: prefix, Params: sampling.Params{TopLogprobs: -1}}); err == nil || !strings.Contains(err.Error(), "top_logprobs") {
 		t.Errorf("TopLogprobs -1: %v", err)
 	}
 }

@@ -90,7 +90,7 @@ func TestStopStringInsideToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := e.Generate(testCtx(t), Request{Prefix: prefix, Params: SampleParams{MaxTokens: 64, StopStrings: []string{"</reason>", "</verify>"}}})
+			res, err := e.Generate(testCtx(t), Request{Prefix: prefix, Params: sampling.Params{MaxTokens: 64, StopStrings: []string{"</reason>", "</verify>"}}})
 			e.Close()
 			if err != nil {
 				t.Fatal(err)

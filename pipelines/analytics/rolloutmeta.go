@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // RolloutMeta is a step manifest's metrics as a learner record carries them:
@@ -35,7 +37,7 @@ func (m RolloutMeta) MarshalJSON() ([]byte, error) {
 		b.Write(kb)
 		b.WriteByte(':')
 		v := m[k]
-		if !textMeta[k] && isJSONNumber(v) {
+		if !TextMeta(k) && isJSONNumber(v) {
 			b.WriteString(v)
 			continue
 		}
@@ -72,8 +74,9 @@ func (m *RolloutMeta) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// textMeta are meta keys whose values are text even when they look like a
-// number (a hash of digits only).
+// textMeta are the rollout's settings among the meta keys whose values are
+// text even when they look like a number (a hash of digits only); the
+// statistics that are text, trajectories.IsStepStatText says.
 var textMeta = map[string]bool{"config_hash": true, "policy_endpoint": true, "data": true, "opener_by": true, "template_tokens": true, "run": true, "guidance": true}
 
 // isJSONNumber reports whether s is a finite number written as JSON writes
@@ -88,4 +91,4 @@ func isJSONNumber(s string) bool {
 
 // TextMeta reports whether the manifest meta key k holds text even when
 // its value looks like a number (a hash of digits only).
-func TextMeta(k string) bool { return textMeta[k] }
+func TextMeta(k string) bool { return textMeta[k] || trajectories.IsStepStatText(k) }

@@ -2,9 +2,12 @@ package eval
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
@@ -74,22 +77,79 @@ type Chat struct {
 	DisableThinking bool `yaml:"disable_thinking" json:"disable_thinking"`
 }
 
-// Sampling controls generation; zero fields take the defaults named.
+// Sampling controls generation: the responses per problem and the
+// sampling parameters of every request. Its YAML keys are samples and
+// those of sampling.Params (temperature, top_p, top_k, stop) with two of
+// its per-request fields, which here configure every request: max_tokens,
+// the response budget, and seed, the base of the per-sample seeds.
 type Sampling struct {
 	// Samples is n, the responses per problem (default: the benchmark's
 	// preset, 16 for AIME and 4 otherwise, as in the paper).
-	Samples int `yaml:"samples" json:"samples"`
-	// Temperature (1.0; 0 is greedy).
-	Temperature *float32 `yaml:"temperature" json:"temperature"`
-	// TopP (1.0).
-	TopP float32 `yaml:"top_p" json:"top_p"`
-	TopK int     `yaml:"top_k" json:"top_k"`
-	// MaxTokens is the response budget (16384).
-	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
-	// Seed is the base of the per-sample seeds.
-	Seed int64 `yaml:"seed" json:"seed"`
-	// Stop strings end a response.
-	Stop []string `yaml:"stop" json:"stop"`
+	Samples int `json:"samples"`
+	// Params: Temperature (1.0 when the key is left out, as ParseConfig
+	// reads it; 0 is greedy), TopP (1.0), TopK (0, off), MaxTokens (the
+	// response budget, 16384), Seed (the base of the per-sample seeds) and
+	// StopStrings (the key stop: strings that end a response).
+	sampling.Params
+}
+
+// samplingKey is a key of a Sampling in YAML and JSON with its field.
+type samplingKey struct {
+	key   string
+	field any
+}
+
+// keys are the YAML and JSON keys of a Sampling, in the order its JSON
+// writes them, each with its field.
+func (s *Sampling) keys() []samplingKey {
+	return []samplingKey{{"samples", &s.Samples}, {"temperature", &s.Temperature}, {"top_p", &s.TopP}, {"top_k", &s.TopK},
+		{"max_tokens", &s.MaxTokens}, {"seed", &s.Seed}, {"stop", &s.StopStrings}}
+}
+
+// UnmarshalYAML reads the keys of keys; a key left out keeps the
+// field's value (ParseConfig starts from the default temperature), an
+// unknown key is an error that names it.
+func (s *Sampling) UnmarshalYAML(n *yaml.Node) error {
+	keys := s.keys()
+	names := make([]string, len(keys))
+	for i, f := range keys {
+		names[i] = f.key
+	}
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+		return nil
+	case n.Kind != yaml.MappingNode:
+		return fmt.Errorf("line %d: sampling must be a mapping of %s", n.Line, strings.Join(names, ", "))
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		j := slices.IndexFunc(keys, func(f samplingKey) bool { return f.key == k.Value })
+		if j < 0 {
+			return fmt.Errorf("line %d: field %s not found in sampling (its keys: %s)", k.Line, k.Value, strings.Join(names, ", "))
+		}
+		if err := v.Decode(keys[j].field); err != nil {
+			return fmt.Errorf("sampling.%s: %w", k.Value, err)
+		}
+	}
+	return nil
+}
+
+// MarshalJSON writes the keys of keys in their order, stop as null when
+// it holds none: the layout of reports and of the settings a benchmark's
+// fingerprint hashes, so that runs of earlier builds resume.
+func (s Sampling) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, f := range s.keys() {
+		v, err := json.Marshal(f.field)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(append(b, '"'), f.key...), '"', ':'), v...)
+	}
+	return append(b, '}'), nil
 }
 
 // Defaults of the paper (section 4, B.6).
@@ -115,7 +175,7 @@ func LoadConfig(ctx context.Context, path string) (Config, error) {
 
 // ParseConfig parses YAML; name is used in errors.
 func ParseConfig(b []byte, name string) (Config, error) {
-	var c Config
+	c := Config{Sampling: Sampling{Params: sampling.Params{Temperature: DefaultTemperature}}}
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
@@ -131,10 +191,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Policy.Label == "" {
 		c.Policy.Label = secure.RedactURI(c.Policy.URI)
-	}
-	if c.Sampling.Temperature == nil {
-		t := float32(DefaultTemperature)
-		c.Sampling.Temperature = &t
 	}
 	if c.Sampling.TopP == 0 {
 		c.Sampling.TopP = DefaultTopP
@@ -175,8 +231,8 @@ func (c Config) Validate() error {
 	if s.Samples < 0 || s.MaxTokens < 0 || s.TopK < 0 {
 		return fmt.Errorf("eval config: sampling samples %d, max_tokens %d and top_k %d must not be negative", s.Samples, s.MaxTokens, s.TopK)
 	}
-	if s.Temperature != nil && *s.Temperature < 0 {
-		return fmt.Errorf("eval config: sampling.temperature %v must be >= 0", *s.Temperature)
+	if s.Temperature < 0 {
+		return fmt.Errorf("eval config: sampling.temperature %v must be >= 0", s.Temperature)
 	}
 	if s.TopP < 0 || s.TopP > 1 {
 		return fmt.Errorf("eval config: sampling.top_p %v must lie in (0, 1]", s.TopP)

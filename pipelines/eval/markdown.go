@@ -61,9 +61,7 @@ func (r *Report) Markdown() string {
 		}
 	}
 	fmt.Fprintf(&b, "\n## Run\n\n- policy: `%s`\n- policy versions: %v\n", r.PolicyURI, r.PolicyVersions)
-	if t := r.Sampling.Temperature; t != nil {
-		fmt.Fprintf(&b, "- sampling: temperature %g, top-p %g, max tokens %d\n", *t, r.Sampling.TopP, r.Sampling.MaxTokens)
-	}
+	fmt.Fprintf(&b, "- sampling: temperature %g, top-p %g, max tokens %d\n", r.Sampling.Temperature, r.Sampling.TopP, r.Sampling.MaxTokens)
 	fmt.Fprintf(&b, "- created: %s\n", r.Created.Format("2006-01-02 15:04:05 UTC"))
 	return b.String()
 }

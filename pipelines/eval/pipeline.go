@@ -245,8 +245,8 @@ feed:
 // sample generates, scores and records one response.
 func (fn *evalChunkFn) sample(ctx context.Context, bench string, b benchSpec, sc *scorer, p schemas.Prompt, user string, prefix []int32, s int, stops []int32) (schemas.EvalRecord, error) {
 	seed := sampleSeed(fn.Cfg.Sampling.Seed, p.ID, s)
-	params := policy.SampleParams{Temperature: *fn.Cfg.Sampling.Temperature, TopP: fn.Cfg.Sampling.TopP, TopK: fn.Cfg.Sampling.TopK,
-		MaxTokens: b.MaxTokens, Seed: seed, StopTokenIDs: stops, StopStrings: fn.Cfg.Sampling.Stop}
+	params := fn.Cfg.Sampling.Params
+	params.MaxTokens, params.Seed, params.StopTokenIDs = b.MaxTokens, seed, stops
 	if fn.info.MaxContext > 0 && len(prefix)+params.MaxTokens > fn.info.MaxContext {
 		params.MaxTokens = fn.info.MaxContext - len(prefix)
 		if params.MaxTokens < 1 {

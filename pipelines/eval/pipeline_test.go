@@ -196,8 +196,7 @@ benchmarks:
 		t.Fatalf("third run: err %v, plan %+v; want nothing to do", err, plan)
 	}
 	// Other settings on the same directory are refused.
-	t2 := float32(0.5)
-	cfg.Sampling.Temperature = &t2
+	cfg.Sampling.Temperature = 0.5
 	if _, _, err := Run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "other settings") {
 		t.Fatalf("a run with another temperature over the same out: err %v, want a refusal naming other settings", err)
 	}

@@ -116,7 +116,7 @@ func TestConfigErrors(t *testing.T) {
 	// Defaults are the paper's.
 	c, _ := ParseConfig([]byte("out: o\npolicy: {uri: x://y}\nbenchmarks: [{preset: aime24}]\n"), "t")
 	c = c.withDefaults()
-	if *c.Sampling.Temperature != 1 || c.Sampling.TopP != 1 || c.Sampling.MaxTokens != 16384 {
+	if c.Sampling.Temperature != 1 || c.Sampling.TopP != 1 || c.Sampling.MaxTokens != 16384 {
 		t.Errorf("defaults: %+v", c.Sampling)
 	}
 	r, err := resolve(Benchmark{Preset: "aime24"}, Config{DataDir: "/data"}.withDefaults())

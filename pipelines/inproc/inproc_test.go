@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -69,12 +70,12 @@ func TestServedEngine(t *testing.T) {
 	if prompt[0] != int32(tokenizer.Builtin().BOS()) || len(prompt) != 6 {
 		t.Fatalf("Tokenize with special tokens gave %v", prompt)
 	}
-	params := policy.SampleParams{Temperature: 1, TopP: 0.9, MaxTokens: 12, Seed: 3, StopStrings: []string{"zz"}}
+	params := sampling.Params{Temperature: 1, TopP: 0.9, MaxTokens: 12, Seed: 3, StopStrings: []string{"zz"}}
 	got, err := c.Generate(ctx, policy.Request{Prefix: prompt, Params: params, Session: "conv"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := e.Generate(ctx, engine.Request{Prefix: prompt, Params: engine.SampleParams{Temperature: 1, TopP: 0.9, MaxTokens: 12, Seed: 3, StopStrings: []string{"zz"}}})
+	want, err := e.Generate(ctx, engine.Request{Prefix: prompt, Params: sampling.Params{Temperature: 1, TopP: 0.9, MaxTokens: 12, Seed: 3, StopStrings: []string{"zz"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestCheckpointEngineShared(t *testing.T) {
 		t.Fatalf("Info = %+v, %v; want version 3 from trainer_state.json and the directory's name", info, err)
 	}
 	prompt := []int32{257, 65, 66}
-	got, err := b.Generate(ctx, policy.Request{Prefix: prompt, Params: policy.SampleParams{MaxTokens: 10}})
+	got, err := b.Generate(ctx, policy.Request{Prefix: prompt, Params: sampling.Params{MaxTokens: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestCheckpointEngineShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer direct.Close()
-	want, err := direct.Generate(ctx, engine.Request{Prefix: prompt, Params: engine.SampleParams{MaxTokens: 10}})
+	want, err := direct.Generate(ctx, engine.Request{Prefix: prompt, Params: sampling.Params{MaxTokens: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestCheckpointEngineShared(t *testing.T) {
 	}
 	a.Close()
 	a.Close() // idempotent
-	if _, err := b.Generate(ctx, policy.Request{Prefix: prompt, Params: policy.SampleParams{MaxTokens: 2}}); err != nil {
+	if _, err := b.Generate(ctx, policy.Request{Prefix: prompt, Params: sampling.Params{MaxTokens: 2}}); err != nil {
 		t.Fatalf("the engine closed while a client still held it: %v", err)
 	}
 	if _, err := a.Generate(ctx, policy.Request{Prefix: prompt}); !errors.Is(err, errClosed) {

@@ -354,7 +354,7 @@ func TestRolloutThroughLlamaServer(t *testing.T) {
 		}
 		_, _, before := rec.counts()
 		for seed := int64(0); seed < 200; seed++ {
-			res, err := c.Generate(ctx, policy.Request{Prefix: prompt, Params: policy.SampleParams{Temperature: 1, MaxTokens: 3, Seed: seed}})
+			res, err := c.Generate(ctx, policy.Request{Prefix: prompt, Params: sampling.Params{Temperature: 1, MaxTokens: 3, Seed: seed}})
 			if err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}

@@ -331,15 +331,26 @@ type Eval struct {
 	// Benchmarks are the held-out benchmarks `aipo train` evaluates every
 	// Every steps with the eval pipeline (pipelines/eval: a preset, or a
 	// file with its mapping, verifier and template; default none).
-	// Samples, Temperature and MaxResponseTokens above are their sampling
+	// Their sampling is EvalSampling: the policy's sampling parameters
+	// with Samples, Temperature and MaxResponseTokens of this section,
 	// unless a benchmark sets its own samples or max_tokens.
 	Benchmarks []eval.Benchmark `yaml:"benchmarks,omitempty"`
-	// Temperature of evaluation sampling (default 1.0, the paper's; 0 is
-	// greedy).
+	// Temperature of evaluation sampling, in place of the policy's
+	// (default 1.0, the paper's; 0 is greedy).
 	Temperature float32 `yaml:"temperature"`
 	// MaxResponseTokens bounds an evaluation response (default: the
 	// policy's).
 	MaxResponseTokens int `yaml:"max_response_tokens"`
+}
+
+// EvalSampling is the sampling of the benchmark evaluations (Eval.Benchmarks):
+// the policy's sampling parameters (top_p, top_k, stop) at eval.temperature,
+// with eval.samples samples and eval.max_response_tokens as the response
+// budget; the seed is the caller's.
+func (c Config) EvalSampling() eval.Sampling {
+	p := c.Policy.Params
+	p.Temperature, p.MaxTokens = c.Eval.Temperature, c.Eval.MaxResponseTokens
+	return eval.Sampling{Samples: c.Eval.Samples, Params: p}
 }
 
 // Checkpoint is what the learner writes after each step and what the run

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/hfmodel"
@@ -251,7 +252,7 @@ func TestServeHFDirShardedF32EqualsBF16(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	res, err := c.Generate(ctx, policy.Request{Prefix: a.Choices[0].Prompt, Params: policy.SampleParams{Temperature: 0, MaxTokens: 6}})
+	res, err := c.Generate(ctx, policy.Request{Prefix: a.Choices[0].Prompt, Params: sampling.Params{Temperature: 0, MaxTokens: 6}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
@@ -62,7 +63,7 @@ func BenchmarkTransport(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		tEng += workload(func(i int) error {
-			_, err := eng.Generate(ctx, engine.Request{Prefix: prefix, Params: engine.SampleParams{Temperature: 1, Seed: int64(i), MaxTokens: tokens}})
+			_, err := eng.Generate(ctx, engine.Request{Prefix: prefix, Params: sampling.Params{Temperature: 1, Seed: int64(i), MaxTokens: tokens}})
 			return err
 		})
 		tGRPC += workload(func(i int) error {

@@ -42,7 +42,7 @@ func TestClientsMatchEngine(t *testing.T) {
 	text := "<|im_start|>user\nwhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
 	want, _ := ref.Tokenize(text, true)
 	plain, _ := ref.Tokenize("<|im_end|>", false)
-	cases := []policy.SampleParams{
+	cases := []sampling.Params{
 		{MaxTokens: 12},
 		{Temperature: 1, TopP: 0.9, MaxTokens: 20, Seed: 7},
 		{Temperature: 0.8, TopK: 5, MaxTokens: 20, Seed: 3},
@@ -71,7 +71,7 @@ func TestClientsMatchEngine(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s case %d: %v", name, i, err)
 			}
-			exp, err := ref.Generate(ctx, engine.Request{Prefix: want, Params: engine.SampleParams{Temperature: p.Temperature, TopP: p.TopP,
+			exp, err := ref.Generate(ctx, engine.Request{Prefix: want, Params: sampling.Params{Temperature: p.Temperature, TopP: p.TopP,
 				TopK: p.TopK, MaxTokens: p.MaxTokens, Seed: p.Seed, StopTokenIDs: p.StopTokenIDs, StopStrings: p.StopStrings}})
 			if err != nil {
 				t.Fatal(err)
@@ -97,8 +97,8 @@ func TestContinueSession(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	c := openClient(t, "grpc://"+r.grpcAddr).(*grpcclient.Client)
 	prefix, _ := ref.Tokenize("<|bos|>The answer", true)
-	p := policy.SampleParams{Temperature: 1, MaxTokens: 6, Seed: 21}
-	ep := engine.SampleParams{Temperature: 1, MaxTokens: 6, Seed: 21}
+	p := sampling.Params{Temperature: 1, MaxTokens: 6, Seed: 21}
+	ep := sampling.Params{Temperature: 1, MaxTokens: 6, Seed: 21}
 	first, err := c.Generate(ctx, policy.Request{Prefix: prefix, Params: p, Session: "conv"})
 	if err != nil {
 		t.Fatal(err)
@@ -149,9 +149,9 @@ func TestBadInput(t *testing.T) {
 	}{
 		{policy.Request{Prefix: long}, "leaves no room in the context of 128"},
 		{policy.Request{Prefix: []int32{1, 99999}}, "outside the vocabulary"},
-		{policy.Request{Prefix: []int32{1}, Params: policy.SampleParams{MaxTokens: -1}}, "max_tokens -1 must be >= 0"},
+		{policy.Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: -1}}, "max_tokens -1 must be >= 0"},
 		{policy.Request{Prefix: nil}, "empty prefix"},
-		{policy.Request{Prefix: []int32{1}, Params: policy.SampleParams{TopP: 2}}, "top_p"},
+		{policy.Request{Prefix: []int32{1}, Params: sampling.Params{TopP: 2}}, "top_p"},
 	}
 	for _, tc := range cases {
 		_, err := c.Generate(ctx, tc.req)
@@ -188,14 +188,14 @@ func TestBearerToken(t *testing.T) {
 	prefix := []int32{1, 2, 3}
 	for _, base := range []string{"grpc://" + r.grpcAddr + "?", "http://" + r.httpAddr + "/v1?model=tiny&"} {
 		good := openClient(t, base+"token_env=AIPO_TEST_GOOD")
-		if _, err := good.Generate(ctx, policy.Request{Prefix: prefix, Params: policy.SampleParams{MaxTokens: 2}}); err != nil {
+		if _, err := good.Generate(ctx, policy.Request{Prefix: prefix, Params: sampling.Params{MaxTokens: 2}}); err != nil {
 			t.Fatalf("%s with the right token: %v", base, err)
 		}
 		for _, q := range []string{"token_env=AIPO_TEST_BAD&max_retries=0", "max_retries=0"} {
 			uri := base + q
 			c, err := policy.Open(ctx, uri)
 			if err == nil {
-				_, err = c.Generate(ctx, policy.Request{Prefix: prefix, Params: policy.SampleParams{MaxTokens: 2}})
+				_, err = c.Generate(ctx, policy.Request{Prefix: prefix, Params: sampling.Params{MaxTokens: 2}})
 				c.Close()
 			}
 			if err == nil {

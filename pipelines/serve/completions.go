@@ -21,12 +21,12 @@ import (
 type job struct {
 	index  int
 	prefix []int32
-	params engine.SampleParams
+	params sampling.Params
 }
 
 // samplingRequest is what a completions or chat request asks, validated.
 type samplingRequest struct {
-	params       engine.SampleParams // Seed: of choice 0
+	params       sampling.Params // Seed: of choice 0
 	n            int
 	includeStop  bool
 	skipSpecial  bool

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
@@ -60,11 +61,11 @@ type policyService struct {
 	s *Server
 }
 
-func engineParams(p *aipov1.SampleParams) engine.SampleParams {
+func engineParams(p *aipov1.SampleParams) sampling.Params {
 	if p == nil {
-		return engine.SampleParams{}
+		return sampling.Params{}
 	}
-	return engine.SampleParams{Temperature: p.Temperature, TopP: p.TopP, TopK: int(p.TopK), MaxTokens: int(p.MaxTokens),
+	return sampling.Params{Temperature: p.Temperature, TopP: p.TopP, TopK: int(p.TopK), MaxTokens: int(p.MaxTokens),
 		Seed: p.Seed, StopTokenIDs: p.StopTokenIds, StopStrings: p.Stop}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -141,7 +142,7 @@ func toInt32s(ids []int) []int32 {
 }
 
 func policyRequest(prefix []int32, maxTokens int, seed int64) policy.Request {
-	return policy.Request{Prefix: prefix, Params: policy.SampleParams{Temperature: 1, MaxTokens: maxTokens, Seed: seed}}
+	return policy.Request{Prefix: prefix, Params: sampling.Params{Temperature: 1, MaxTokens: maxTokens, Seed: seed}}
 }
 
 // mkdirFile creates dir with an empty file name in it.

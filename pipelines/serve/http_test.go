@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
 )
@@ -146,7 +147,7 @@ func TestHTTPCompletions(t *testing.T) {
 	}
 	prompts := [][]int32{p1, {1, 2}}
 	for i, c := range out.Choices {
-		want, err := ref.Generate(ctx, engine.Request{Prefix: prompts[i/2], Params: engine.SampleParams{Temperature: 1, MaxTokens: 8, Seed: 40 + int64(i%2)}})
+		want, err := ref.Generate(ctx, engine.Request{Prefix: prompts[i/2], Params: sampling.Params{Temperature: 1, MaxTokens: 8, Seed: 40 + int64(i%2)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +184,7 @@ func TestHTTPCompletions(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt, _ := ref.Tokenizer().ApplyChat([]tokenizerMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "2+2?"}}, true)
-	want, _ := ref.Generate(ctx, engine.Request{Prefix: toInt32s(prompt), Params: engine.SampleParams{Temperature: 1, MaxTokens: 10, Seed: 2}})
+	want, _ := ref.Generate(ctx, engine.Request{Prefix: toInt32s(prompt), Params: sampling.Params{Temperature: 1, MaxTokens: 10, Seed: 2}})
 	text := jsonText(ref, want.Tokens)
 	c := chat.Choices[0]
 	if chat.Object != "chat.completion" || c.Message.Role != "assistant" || c.Message.Content != text || !slices.Equal(c.TokenIDs, want.Tokens) ||

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
@@ -56,7 +57,7 @@ func TestReloadUnderLoad(t *testing.T) {
 					late++
 					if res.PolicyVersion != 4 {
 						failures = append(failures, fmt.Errorf("client %d: a request begun after the reload got version %d", w, res.PolicyVersion))
-					} else if want, _ := ref4.Generate(ctx, engine.Request{Prefix: req.Prefix, Params: engine.SampleParams{Temperature: 1, MaxTokens: 12, Seed: req.Params.Seed}}); fmt.Sprint(want.Tokens) != fmt.Sprint(res.Tokens) {
+					} else if want, _ := ref4.Generate(ctx, engine.Request{Prefix: req.Prefix, Params: sampling.Params{Temperature: 1, MaxTokens: 12, Seed: req.Params.Seed}}); fmt.Sprint(want.Tokens) != fmt.Sprint(res.Tokens) {
 						failures = append(failures, fmt.Errorf("client %d: version 4 sampled %v, the new weights give %v", w, res.Tokens, want.Tokens))
 					}
 				}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
@@ -167,7 +168,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 	if !slices.Equal(out.Models, []string{"tiny"}) {
 		t.Fatalf("models.list = %v", out.Models)
 	}
-	gen := func(prefix []int32, p engine.SampleParams) engine.Result {
+	gen := func(prefix []int32, p sampling.Params) engine.Result {
 		res, err := ref.Generate(ctx, engine.Request{Prefix: prefix, Params: p})
 		if err != nil {
 			t.Fatal(err)
@@ -175,7 +176,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 		return res
 	}
 	once, _ := ref.Tokenize("<|bos|>Once", true)
-	want := gen(once, engine.SampleParams{Temperature: 1, Seed: 3, MaxTokens: 8})
+	want := gen(once, sampling.Params{Temperature: 1, Seed: 3, MaxTokens: 8})
 	c := out.Completion.Choices[0]
 	if !slices.Equal(c.TokenIDs, want.Tokens) || !slices.Equal(c.Logprobs.TokenLogprobs, want.LogProbs) || c.Text != jsonText(ref, want.Tokens) ||
 		len(c.Logprobs.Tokens) != len(want.Tokens) || out.Completion.Version != 3 {
@@ -184,19 +185,19 @@ func TestOpenAINodeSDK(t *testing.T) {
 	if out.Streamed.Text != c.Text || out.Streamed.FinishReason != c.FinishReason {
 		t.Fatalf("SDK stream gave %q (%s), the whole answer %q (%s)", out.Streamed.Text, out.Streamed.FinishReason, c.Text, c.FinishReason)
 	}
-	wantIDs := gen([]int32{257, 104, 105}, engine.SampleParams{MaxTokens: 6})
+	wantIDs := gen([]int32{257, 104, 105}, sampling.Params{MaxTokens: 6})
 	if ci := out.CompletionIDs.Choices[0]; !slices.Equal(ci.TokenIDs, wantIDs.Tokens) || !slices.Equal(ci.Logprobs.TokenLogprobs, wantIDs.LogProbs) {
 		t.Fatalf("SDK completion of token ids %+v; engine %v", ci, wantIDs.Tokens)
 	}
 	prompt, _ := ref.Tokenizer().ApplyChat([]tokenizer.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "What is 2+2?"}}, true)
-	wantChat := gen(toInt32s(prompt), engine.SampleParams{Temperature: 1, Seed: 5, MaxTokens: 8})
+	wantChat := gen(toInt32s(prompt), sampling.Params{Temperature: 1, Seed: 5, MaxTokens: 8})
 	ch := out.Chat.Choices[0]
 	if ch.Message.Role != "assistant" || ch.Message.Content != jsonText(ref, wantChat.Tokens) || !slices.Equal(ch.TokenIDs, wantChat.Tokens) ||
 		len(ch.Logprobs.Content) != len(wantChat.Tokens) || ch.Logprobs.Content[0].Logprob != wantChat.LogProbs[0] {
 		t.Fatalf("SDK chat %+v; engine %v %v", ch, wantChat.Tokens, wantChat.LogProbs)
 	}
 	prompt2, _ := ref.Tokenizer().ApplyChat([]tokenizer.Message{{Role: "user", Content: "What is 2+2?"}}, true)
-	if want := jsonText(ref, gen(toInt32s(prompt2), engine.SampleParams{Temperature: 1, Seed: 5, MaxTokens: 8}).Tokens); out.ChatStreamed != want {
+	if want := jsonText(ref, gen(toInt32s(prompt2), sampling.Params{Temperature: 1, Seed: 5, MaxTokens: 8}).Tokens); out.ChatStreamed != want {
 		t.Fatalf("SDK chat stream %q, engine %q", out.ChatStreamed, want)
 	}
 	for name, w := range map[string]struct {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/engine"
 )
 
@@ -51,7 +52,7 @@ func TestTopLogprobs(t *testing.T) {
 	base := "http://" + r.httpAddr
 	prompt, _ := ref.Tokenize("<|bos|>one", true)
 	const n = 3
-	want, err := ref.Generate(ctx, engine.Request{Prefix: prompt, Params: engine.SampleParams{Temperature: 1, MaxTokens: 12, Seed: 9, TopLogprobs: n}})
+	want, err := ref.Generate(ctx, engine.Request{Prefix: prompt, Params: sampling.Params{Temperature: 1, MaxTokens: 12, Seed: 9, TopLogprobs: n}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestTopLogprobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := chat.Choices[0]
-	wc, err := ref.Generate(ctx, engine.Request{Prefix: cc.Prompt, Params: engine.SampleParams{Temperature: 1, MaxTokens: 10, Seed: 4, TopLogprobs: n}})
+	wc, err := ref.Generate(ctx, engine.Request{Prefix: cc.Prompt, Params: sampling.Params{Temperature: 1, MaxTokens: 10, Seed: 4, TopLogprobs: n}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,13 +69,13 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 // the checkpoint carries a tokenizer.json (the ChatML template through the
 // policy's tokenizer otherwise).
 func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, endpoint string) (eval.Config, error) {
-	temp := cfg.Eval.Temperature
+	smp := cfg.EvalSampling()
+	smp.Seed = int64(cfg.Run.Seed)*7919 + 29
 	ec := eval.Config{
-		Run:    cfg.Run.Name,
-		Out:    BenchmarkEvalDir(cfg.Run.Dir, k),
-		Policy: eval.Policy{URI: endpoint, Label: fmt.Sprintf("%s step %d", cfg.Run.Name, k)},
-		Sampling: eval.Sampling{Samples: cfg.Eval.Samples, Temperature: &temp, TopP: cfg.Policy.TopP, TopK: cfg.Policy.TopK,
-			MaxTokens: cfg.Eval.MaxResponseTokens, Seed: int64(cfg.Run.Seed)*7919 + 29, Stop: cfg.Policy.StopStrings},
+		Run:        cfg.Run.Name,
+		Out:        BenchmarkEvalDir(cfg.Run.Dir, k),
+		Policy:     eval.Policy{URI: endpoint, Label: fmt.Sprintf("%s step %d", cfg.Run.Name, k)},
+		Sampling:   smp,
 		PassK:      passKs(maxSamples(cfg)),
 		MajK:       []int{cfg.Eval.Samples},
 		Benchmarks: cfg.Eval.Benchmarks,

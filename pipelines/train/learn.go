@@ -19,6 +19,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // LearnMetrics is the record the learner writes for one step (the one
@@ -266,19 +267,36 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 // this guards steps committed before it did, or by other writers.
 func nothingToTrain(k int64, trajs []schemas.Trajectory, meta map[string]string) error {
 	fix := fmt.Sprintf("fix the cause, then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force) and rerun", k, k)
-	if len(trajs) == 0 {
-		if d := meta["groups_dropped"]; d != "" && d != "0" {
-			return fmt.Errorf("learn step %d: nothing to train on: all %s groups were dropped by advantage.dynamic_sampling in %s draw(s) (each group's rewards were equal, so no sample has an advantage); raise advantage.max_refill_rounds, rollout.group_size or data.batch_size, use harder or easier prompts, or turn dynamic_sampling off; checkpoint %d was not written", k, d, metaOr(meta, "draws", "1"), k+1)
-		}
-		return fmt.Errorf("learn step %d: nothing to train on: the step holds no trajectory (prompts: %s); %s; checkpoint %d was not written", k, metaOr(meta, "prompts", "0"), fix, k+1)
-	}
+	failed := len(trajs) > 0
 	for _, t := range trajs {
 		if t.FinishReason != schemas.FinishError {
-			return nil
+			failed = false
+			break
 		}
 	}
+	if len(trajs) > 0 && !failed {
+		return nil
+	}
+	st, err := trajectories.ReadStepStats(meta)
+	if err != nil {
+		return fmt.Errorf("learn step %d: nothing to train on, and the manifest's %w", k, err)
+	}
+	if len(trajs) == 0 {
+		if st.GroupsDropped > 0 {
+			draws := int64(1)
+			if st.Refill != nil {
+				draws = st.Refill.Draws
+			}
+			return fmt.Errorf("learn step %d: nothing to train on: all %d groups were dropped by advantage.dynamic_sampling in %d draw(s) (each group's rewards were equal, so no sample has an advantage); raise advantage.max_refill_rounds, rollout.group_size or data.batch_size, use harder or easier prompts, or turn dynamic_sampling off; checkpoint %d was not written", k, st.GroupsDropped, draws, k+1)
+		}
+		return fmt.Errorf("learn step %d: nothing to train on: the step holds no trajectory (prompts: %d); %s; checkpoint %d was not written", k, st.Prompts, fix, k+1)
+	}
+	first := st.FirstError
+	if first == "" {
+		first = "(not recorded)"
+	}
 	return fmt.Errorf("learn step %d: nothing to train on: every one of the %d trajectories failed; the first failure: %s; %s; checkpoint %d was not written",
-		k, len(trajs), metaOr(meta, "first_error", "(not recorded)"), fix, k+1)
+		k, len(trajs), first, fix, k+1)
 }
 
 // noTrainableToken fails an RL step none of whose response tokens the loss
@@ -300,13 +318,6 @@ func noTrainableToken(k int64, samples []trainer.RLSample, skipped int, template
 	}
 	return fmt.Errorf("learn step %d: nothing to train on: none of the response tokens of the %d samples is trained (all template tokens, rollout.template_tokens: %s); set rollout.template_tokens: %s or let the policy answer; checkpoint %d was not written",
 		k, len(samples), templateTokens, runconfig.TemplateExternal, k+1)
-}
-
-func metaOr(meta map[string]string, k, or string) string {
-	if v := meta[k]; v != "" {
-		return v
-	}
-	return or
 }
 
 // finishLearn records step k's learner metrics and commits checkpoint k+1

@@ -265,7 +265,7 @@ func TestRolloutEngineOnGPUBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cpu.Close()
-	req := engine.Request{Prefix: h.prompt, Params: engine.SampleParams{MaxTokens: 24}}
+	req := engine.Request{Prefix: h.prompt, Params: sampling.Params{MaxTokens: 24}}
 	want, err := cpu.Generate(ctx, req)
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
@@ -555,7 +556,7 @@ func TestQuerySecretsNeverLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Generate(ctx, policy.Request{Prefix: []int32{1}, Params: policy.SampleParams{MaxTokens: 1}})
+	res, err := c.Generate(ctx, policy.Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 1}})
 	expectErr("Generate against a quoting server", err, "400")
 	record("result", res, nil)
 	c.Close()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -119,7 +120,7 @@ func probe(t *testing.T, ctx context.Context, endpoint string) (prefix, tokens [
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Generate(ctx, policy.Request{Prefix: prefix, Params: policy.SampleParams{Temperature: 0, MaxTokens: 8, Seed: 1}})
+	res, err := c.Generate(ctx, policy.Request{Prefix: prefix, Params: sampling.Params{Temperature: 0, MaxTokens: 8, Seed: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

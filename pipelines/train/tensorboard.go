@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // TensorBoardDir is where aipo train writes its TensorBoard event files:
@@ -358,18 +358,19 @@ func learnScalars(m LearnMetrics, vals map[string]float64) {
 			vals["rollout/"+k] = v
 		}
 	}
-	if resp := num["tokens.response"]; resp > 0 {
-		vals["train/external_token_share"] = (num["tokens.external"] + num["tokens.guide"]) / resp
+	st, err := trajectories.ReadStepStats(m.Rollout)
+	if err != nil {
+		return // a record whose rollout statistics do not read: its numbers above only
 	}
-	if n := num["trajectories"]; n > 0 {
+	if resp := float64(st.ResponseTokens); resp > 0 {
+		vals["train/external_token_share"] = float64(st.ExternalTokens+st.GuideTokens) / resp
+	}
+	if n := float64(st.Trajectories); n > 0 {
 		for _, a := range boardAgents {
-			vals["interactions/"+a] = num["interactions."+a] / n
+			vals["interactions/"+a] = float64(st.AgentInteractions[a]) / n
 		}
-		for k, v := range num {
-			a, ok := strings.CutPrefix(k, "interactions.")
-			if ok && !strings.Contains(a, ".") {
-				vals["interactions/"+a] = v / n
-			}
+		for a, v := range st.AgentInteractions {
+			vals["interactions/"+a] = float64(v) / n
 		}
 	}
 }

@@ -28,13 +28,10 @@ import (
 	"github.com/aipo-rl/aipo/internal/secure"
 )
 
-// SampleParams controls sampling for one request (sampling.Params).
-type SampleParams = sampling.Params
-
 // Request asks for a continuation of Prefix.
 type Request struct {
 	Prefix []int32
-	Params SampleParams
+	Params sampling.Params
 	// Session, when set, names a conversation whose KV cache the engine may
 	// keep between calls; the next call's Prefix normally extends this
 	// call's Prefix plus its output. Engines without sessions ignore it.

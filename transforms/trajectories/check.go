@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"maps"
 	"strings"
 
-	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
@@ -24,30 +23,29 @@ type StepCheck struct {
 	MaxFailedFraction float64 `json:"max_failed_fraction"`
 }
 
-// Err returns why a step whose merged manifest meta is meta must not be
-// committed, or nil: no prompt row (every row malformed, or no row), every
-// sample failed, or more than MaxFailedFraction of them failed.
-func (c StepCheck) Err(meta map[string]string) error {
-	n := func(k string) int64 { v, _ := strconv.ParseInt(meta[k], 10, 64); return v }
-	if n("prompts") == 0 {
+// Err returns why a step whose statistics are st must not be committed, or
+// nil: no prompt row (every row malformed, or no row), every sample
+// failed, or more than MaxFailedFraction of them failed.
+func (c StepCheck) Err(st StepStats) error {
+	if st.Prompts == 0 {
 		if c.Sources == "" {
 			return fmt.Errorf("rollout step %d refused: no prompt to roll out; set data.batch_size to at least 1", c.Step)
 		}
-		dead := n("dead_letters")
+		var dead int64
+		if st.DeadLetters != nil {
+			dead = *st.DeadLetters
+		}
 		if dead > 0 {
 			return fmt.Errorf("rollout step %d refused: no usable prompt in data.sources %s: %d rows read, all %d malformed (dead-lettered to %s, one line each saying why); fix those rows or point data.sources at a file with valid prompts; nothing was committed",
 				c.Step, c.Sources, dead, dead, c.DeadLetters)
 		}
 		return fmt.Errorf("rollout step %d refused: no usable prompt in data.sources %s: 0 rows read (empty files?); add prompts to them or point data.sources at a file with prompts; nothing was committed", c.Step, c.Sources)
 	}
-	total, failed := n("trajectories"), n("finish."+schemas.FinishError)
+	total, failed := st.Trajectories, st.Failed()
 	if failed == 0 {
 		return nil
 	}
-	first := meta["first_error"]
-	if first == "" {
-		first = "(not recorded)"
-	}
+	first := firstError(st)
 	if failed == total {
 		return fmt.Errorf("rollout step %d refused: every sample failed (%d of %d), so there is nothing to train on; the first failure: %s; fix that cause (a prompt longer than the policy's context: shorten rollout.system_prompt or the prompts, or serve a model with a longer context) and run again; nothing was committed",
 			c.Step, failed, total, first)
@@ -59,33 +57,33 @@ func (c StepCheck) Err(meta map[string]string) error {
 	return nil
 }
 
+// firstError is st's first failure, or "(not recorded)".
+func firstError(st StepStats) string {
+	if st.FirstError == "" {
+		return "(not recorded)"
+	}
+	return st.FirstError
+}
+
 // FailureWarning is the once-per-step warning for a committed step some of
 // whose samples failed (within rollout.max_failed_fraction), or that
 // dynamic sampling could not fill (groups_short), from its manifest meta;
 // "" when neither happened.
 func FailureWarning(step int64, meta map[string]string) string {
-	var lines []string
-	if w := failureWarning(step, meta); w != "" {
-		lines = append(lines, w)
+	st, err := ReadStepStats(meta)
+	if err != nil {
+		return fmt.Sprintf("warning: step %d: %v", step, err)
 	}
-	if short, _ := strconv.ParseInt(meta["groups_short"], 10, 64); short > 0 {
-		lines = append(lines, fmt.Sprintf("warning: step %d: dynamic sampling kept %s groups, %d short of data.batch_size, after %s draw(s) of %s prompts (%s dropped with all-equal rewards); the dataset or advantage.max_refill_rounds ran out",
-			step, meta["groups_kept"], short, meta["draws"], meta["prompts"], meta["groups_dropped"]))
+	var lines []string
+	if failed := st.Failed(); failed > 0 {
+		lines = append(lines, fmt.Sprintf("warning: step %d: %d of %d samples failed and were not trained on (within rollout.max_failed_fraction); the first failure: %s",
+			step, failed, st.Trajectories, firstError(st)))
+	}
+	if r := st.Refill; r != nil && r.GroupsShort > 0 {
+		lines = append(lines, fmt.Sprintf("warning: step %d: dynamic sampling kept %d groups, %d short of data.batch_size, after %d draw(s) of %d prompts (%d dropped with all-equal rewards); the dataset or advantage.max_refill_rounds ran out",
+			step, st.GroupsKept, r.GroupsShort, r.Draws, st.Prompts, st.GroupsDropped))
 	}
 	return strings.Join(lines, "\n")
-}
-
-func failureWarning(step int64, meta map[string]string) string {
-	failed, _ := strconv.ParseInt(meta["finish."+schemas.FinishError], 10, 64)
-	if failed == 0 {
-		return ""
-	}
-	first := meta["first_error"]
-	if first == "" {
-		first = "(not recorded)"
-	}
-	return fmt.Sprintf("warning: step %d: %d of %s samples failed and were not trained on (within rollout.max_failed_fraction); the first failure: %s",
-		step, failed, meta["trajectories"], first)
 }
 
 // Refused finds StepCheck's refusal in err, the error of a pipeline run
@@ -107,18 +105,14 @@ func Refused(err error, step int64) (refusal error, ok bool) {
 	return errors.New(text), true
 }
 
-// CheckedMeta is the meta key CheckStep sets when the step passes; commit
-// with parquetio.RequireMeta(CheckedMeta) so that no manifest is written
-// when the check failed.
-const CheckedMeta = "step_check"
-
 // CheckPassed is CheckedMeta's value for a step that passed; any other
 // value is the refusal.
 const CheckPassed = "passed"
 
-// CheckStep merges a step's meta (CountMeta and StepMeta outputs) into one
-// StepMeta and sets CheckedMeta to CheckPassed, or to c.Err's refusal, which
-// the commit (parquetio.RequireMeta) then fails with, writing nothing.
+// CheckStep merges a step's meta (DeadLettersMeta and StepMeta outputs)
+// into one StepMeta and sets its StepStats.Check to CheckPassed, or to
+// c.Err's refusal, which the commit (parquetio.RequireMeta(CheckedMeta))
+// then fails with, writing nothing.
 //
 //	PCollection<parquetio.StepMeta> -> PCollection<parquetio.StepMeta>
 func CheckStep(s beam.Scope, c StepCheck, metas beam.PCollection) beam.PCollection {
@@ -134,17 +128,22 @@ func (f *checkStepFn) ProcessElement(_ context.Context, _ []byte, metas func(*pa
 	out := parquetio.StepMeta{Meta: map[string]string{}}
 	var m parquetio.StepMeta
 	for metas(&m) {
-		for k, v := range m.Meta {
-			out.Meta[k] = v
-		}
+		maps.Copy(out.Meta, m.Meta)
 		out.PolicyVersion = max(out.PolicyVersion, m.PolicyVersion)
 	}
 	// The verdict travels to the commit, which refuses with it: failing
 	// here instead would race the commit, which a runner may still run
 	// (with empty side inputs) and whose error would then be the one shown.
-	out.Meta[CheckedMeta] = CheckPassed
-	if err := f.Check.Err(out.Meta); err != nil {
-		out.Meta[CheckedMeta] = err.Error()
+	st, err := ReadStepStats(out.Meta)
+	if err == nil {
+		err = f.Check.Err(st)
+	} else {
+		err = fmt.Errorf("rollout step %d refused: %w", f.Check.Step, err)
 	}
+	st.Check = CheckPassed
+	if err != nil {
+		st.Check = err.Error()
+	}
+	maps.Copy(out.Meta, st.Meta())
 	return out, nil
 }

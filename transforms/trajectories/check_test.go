@@ -29,7 +29,7 @@ func TestFirstErrorIsOrderFree(t *testing.T) {
 		fwd.Add(GroupStats(gs[i], true))
 		rev.Add(GroupStats(gs[len(gs)-1-i], true))
 	}
-	f, r := StatsMeta(fwd), StatsMeta(rev)
+	f, r := fwd.StepStats().Meta(), rev.StepStats().Meta()
 	if f["first_error"] != "prompt a sample 2: a failed" || r["first_error"] != f["first_error"] {
 		t.Errorf("first_error %q forwards, %q backwards; want prompt a sample 2: a failed", f["first_error"], r["first_error"])
 	}
@@ -38,12 +38,12 @@ func TestFirstErrorIsOrderFree(t *testing.T) {
 	}
 	var one Stats
 	one.Add(GroupStats(gs[0], true))
-	if e := StatsMeta(one)["first_error"]; e != "prompt b sample 1: b failed on two lines" {
+	if e := one.StepStats().Meta()["first_error"]; e != "prompt b sample 1: b failed on two lines" {
 		t.Errorf("first_error %q is not the failure on one line", e)
 	}
 	var none Stats
 	none.Add(GroupStats(gs[2], true))
-	if e, ok := StatsMeta(none)["first_error"]; ok {
+	if e, ok := none.StepStats().Meta()["first_error"]; ok {
 		t.Errorf("first_error %q without a failure", e)
 	}
 }
@@ -53,24 +53,25 @@ func TestFirstErrorIsOrderFree(t *testing.T) {
 // wrapped report.
 func TestStepCheck(t *testing.T) {
 	c := StepCheck{Step: 3, Sources: "p.jsonl", DeadLetters: "dl/step-000003.jsonl", MaxFailedFraction: 0.5}
-	meta := func(failed, total string) map[string]string {
-		return map[string]string{"prompts": "2", "trajectories": total, "finish.error": failed, "first_error": "prompt x sample 0: boom"}
+	meta := func(failed, total int64) StepStats {
+		return StepStats{Prompts: 2, Trajectories: total, Finish: map[string]int64{schemas.FinishError: failed}, FirstError: "prompt x sample 0: boom"}
 	}
-	if err := c.Err(meta("2", "4")); err != nil {
+	if err := c.Err(meta(2, 4)); err != nil {
 		t.Errorf("2 of 4 failed under 0.5: %v", err)
 	}
-	if err := c.Err(meta("0", "4")); err != nil {
+	if err := c.Err(meta(0, 4)); err != nil {
 		t.Errorf("none failed: %v", err)
 	}
-	err := c.Err(meta("3", "4"))
+	err := c.Err(meta(3, 4))
 	if err == nil || !strings.Contains(err.Error(), "3 of 4 samples failed (75.0%, above rollout.max_failed_fraction 0.5); the first failure: prompt x sample 0: boom") {
 		t.Errorf("3 of 4 failed under 0.5: %v", err)
 	}
 	c.MaxFailedFraction = 1
-	if err := c.Err(meta("4", "4")); err == nil || !strings.Contains(err.Error(), "every sample failed (4 of 4)") {
+	if err := c.Err(meta(4, 4)); err == nil || !strings.Contains(err.Error(), "every sample failed (4 of 4)") {
 		t.Errorf("all failed under 1: %v", err)
 	}
-	err = c.Err(map[string]string{"prompts": "0", "dead_letters": "5"})
+	dead := int64(5)
+	err = c.Err(StepStats{DeadLetters: &dead})
 	if err == nil || !strings.Contains(err.Error(), "no usable prompt in data.sources p.jsonl: 5 rows read, all 5 malformed (dead-lettered to dl/step-000003.jsonl") {
 		t.Errorf("all rows malformed: %v", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"sort"
-	"strconv"
 	"sync"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
@@ -302,18 +301,16 @@ func DecisionsMeta(all []Decision, batch int) parquetio.StepMeta {
 			}
 			c["groups_kept"]--
 			c["trajectories_written"] -= int64(d.Size)
-			c["groups_surplus"]++
 			s.Counts = c
 			surplus++
 		}
 		st.Add(s)
 	}
-	m := parquetio.StepMeta{Meta: StatsMeta(st)}
+	ss := st.StepStats()
+	ss.Refill = &RefillStats{Draws: int64(len(draws)), GroupsSurplus: surplus, GroupsShort: int64(max(0, batch-len(trained)))}
+	m := parquetio.StepMeta{Meta: ss.Meta()}
 	if st.Counts["trajectories"] > 0 {
 		m.PolicyVersion = st.VersionMax
 	}
-	m.Meta["draws"] = strconv.Itoa(len(draws))
-	m.Meta["groups_surplus"] = strconv.FormatInt(surplus, 10)
-	m.Meta["groups_short"] = strconv.Itoa(max(0, batch-len(trained)))
 	return m
 }

@@ -28,7 +28,7 @@ func init() {
 	register.DoFn1x2[Group, Group, error](&scoreFn{})
 	register.DoFn3x1[Group, func(schemas.Trajectory), func(Stats), error](&advantageFn{})
 	register.Function2x1[[]byte, func(*Stats) bool, parquetio.StepMeta](mergeStats)
-	register.DoFn1x1[int, parquetio.StepMeta](&countMetaFn{})
+	register.Function1x1[int, parquetio.StepMeta](deadLettersStepMeta)
 	register.DoFn3x2[context.Context, []byte, func(*parquetio.StepMeta) bool, parquetio.StepMeta, error](&checkStepFn{})
 	register.DoFn3x1[Group, func(schemas.Trajectory), func(Decision), error](&decideFn{})
 	register.DoFn4x0[[]byte, func(*string) bool, func(*Decision) bool, func(string, int)](&refillFn{})

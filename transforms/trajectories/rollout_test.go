@@ -212,7 +212,7 @@ func TestDemoPrompts(t *testing.T) {
 	}
 }
 
-func TestStatsMeta(t *testing.T) {
+func TestStepStatsMeta(t *testing.T) {
 	g := Group{Trajectories: []schemas.Trajectory{
 		{PolicyVersion: 4, FinishReason: sampling.FinishStop, Reward: 1, Correct: true, ResponseIDs: []int32{1, 2, 3}, TokenSource: []int8{0, 2, 4},
 			InteractionAgent: []string{"knowledge"}, InteractionStatus: []string{"timeout"}, InteractionNoisy: []bool{false}, InteractionLatencyMs: []float32{10}},
@@ -221,7 +221,7 @@ func TestStatsMeta(t *testing.T) {
 	var all Stats
 	all.Add(GroupStats(g, true))
 	all.Add(GroupStats(g, false))
-	m := StatsMeta(all)
+	m := all.StepStats().Meta()
 	for k, want := range map[string]string{
 		"prompts": "2", "trajectories": "4", "trajectories_written": "2", "groups_dropped": "1", "finish.error": "2",
 		"policy_errors": "2", "interactions.knowledge.timeout": "2", "collab_failures": "2", "accuracy": "1", "reward_mean": "1",

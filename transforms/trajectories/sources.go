@@ -98,7 +98,7 @@ func (k fileKind) Draw(s beam.Scope, ss prompts.Sources, st prompts.Step) (promp
 	if err != nil {
 		return prompts.Drawn{}, err
 	}
-	meta := CountMeta(s, "dead_letters", prompts.WriteDeadLetters(s, st.DeadLetters, dead))
+	meta := DeadLettersMeta(s, prompts.WriteDeadLetters(s, st.DeadLetters, dead))
 	return prompts.Drawn{
 		Slotted:     Select(s, st.Seed, st.Step, st.Batch, good),
 		Meta:        []beam.PCollection{meta},

@@ -3,19 +3,17 @@ package trajectories
 import (
 	"fmt"
 	"math"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
 
-// Stats are additive counts of a step (one per group, merged by StepMeta).
+// Stats are additive counts of a step (one per group, merged by StepMeta),
+// from which StepStats makes the step's statistics.
 type Stats struct {
-	// Counts holds named counts, written to the manifest's meta as they are
-	// (see StatsMeta for the names).
+	// Counts holds named counts, under the names of their StepStats meta
+	// keys.
 	Counts map[string]int64
 	// RewardSum and LatencyMsSum sum the rewards of the trajectories that
 	// did not fail and the latencies of collaborator calls.
@@ -113,58 +111,7 @@ func GroupStats(g Group, kept bool) Stats {
 	return st
 }
 
-// StatsMeta writes merged stats as manifest meta: every count under its
-// name (prompts, trajectories, trajectories_written, groups_kept,
-// groups_dropped, correct, finish.<reason>, policy_calls, policy_retries,
-// interactions, interactions.<agent>, interactions.<agent>.<status>,
-// collab_failures, noisy, tokens.response, tokens.external,
-// tokens.template, and with guidance traces guidance_traces,
-// guidance_missing and tokens.guide), plus policy_errors (= finish.error), reward_mean and
-// accuracy over the trajectories that did not fail, interactions_per_trajectory,
-// collab_latency_ms_mean, policy_version_min/max, and first_error (the
-// first failure's text, at most 1000 bytes, when a sample failed).
-func StatsMeta(s Stats) map[string]string {
-	m := map[string]string{}
-	keys := make([]string, 0, len(s.Counts))
-	for k := range s.Counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		m[k] = strconv.FormatInt(s.Counts[k], 10)
-	}
-	for _, k := range []string{"prompts", "trajectories", "trajectories_written", "groups_kept", "groups_dropped", "interactions", "collab_failures", "policy_retries"} {
-		if _, ok := m[k]; !ok {
-			m[k] = "0"
-		}
-	}
-	n := s.Counts["trajectories"]
-	ok := n - s.Counts["finish."+schemas.FinishError]
-	m["policy_errors"] = strconv.FormatInt(s.Counts["finish."+schemas.FinishError], 10)
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
-	if ok > 0 {
-		m["reward_mean"] = f(s.RewardSum / float64(ok))
-		m["accuracy"] = f(float64(s.Counts["correct"]) / float64(ok))
-	}
-	if n > 0 {
-		m["interactions_per_trajectory"] = f(float64(s.Counts["interactions"]) / float64(n))
-		m["policy_version_min"] = strconv.FormatInt(s.VersionMin, 10)
-		m["policy_version_max"] = strconv.FormatInt(s.VersionMax, 10)
-	}
-	if e := s.FirstError; e != "" {
-		if len(e) > maxErrorMeta {
-			e = e[:maxErrorMeta] + "..."
-		}
-		e = strings.Join(strings.Fields(e), " ") // one line, for logs and errors
-		m["first_error"] = e
-	}
-	if k := s.Counts["interactions"]; k > 0 {
-		m["collab_latency_ms_mean"] = f(s.LatencyMsSum / float64(k))
-	}
-	return m
-}
-
-// maxErrorMeta bounds the first_error meta.
+// maxErrorMeta bounds StepStats.FirstError.
 const maxErrorMeta = 1000
 
 // StepMeta merges every group's Stats into one parquetio.StepMeta (the
@@ -184,26 +131,23 @@ func mergeStats(_ []byte, iter func(*Stats) bool) parquetio.StepMeta {
 	for iter(&st) {
 		all.Add(st)
 	}
-	m := parquetio.StepMeta{Meta: StatsMeta(all)}
+	m := parquetio.StepMeta{Meta: all.StepStats().Meta()}
 	if all.Counts["trajectories"] > 0 {
 		m.PolicyVersion = all.VersionMax
 	}
 	return m
 }
 
-// CountMeta turns a count (such as prompts.WriteDeadLetters' output) into
-// a StepMeta holding it under name.
+// DeadLettersMeta turns the count of a step's malformed prompt rows
+// (prompts.WriteDeadLetters' output) into a StepMeta holding it as
+// StepStats.DeadLetters, for CheckStep to merge.
 //
 //	PCollection<int> -> PCollection<parquetio.StepMeta>
-func CountMeta(s beam.Scope, name string, counts beam.PCollection) beam.PCollection {
-	s = s.Scope("rollout.CountMeta")
-	return beam.ParDo(s, &countMetaFn{Name: name}, counts)
+func DeadLettersMeta(s beam.Scope, counts beam.PCollection) beam.PCollection {
+	s = s.Scope("rollout.DeadLettersMeta")
+	return beam.ParDo(s, deadLettersStepMeta, counts)
 }
 
-type countMetaFn struct {
-	Name string `json:"name"`
-}
-
-func (f *countMetaFn) ProcessElement(n int) parquetio.StepMeta {
-	return parquetio.StepMeta{Meta: map[string]string{f.Name: strconv.Itoa(n)}}
+func deadLettersStepMeta(n int) parquetio.StepMeta {
+	return parquetio.StepMeta{Meta: deadLettersMeta(int64(n))}
 }

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -125,7 +126,7 @@ func (c *Client) wrap(err error) error {
 	return fmt.Errorf("grpc policy %s: %w", c.target, err)
 }
 
-func params(p policy.SampleParams) *aipov1.SampleParams {
+func params(p sampling.Params) *aipov1.SampleParams {
 	return &aipov1.SampleParams{Temperature: p.Temperature, TopP: p.TopP, TopK: int32(p.TopK), MaxTokens: int32(p.MaxTokens),
 		Seed: p.Seed, StopTokenIds: p.StopTokenIDs, Stop: p.StopStrings}
 }
@@ -140,7 +141,7 @@ func (c *Client) Generate(ctx context.Context, req policy.Request) (policy.Resul
 
 // Continue appends tokens to a session's conversation on the server (its
 // previous prefix plus output) and resumes sampling.
-func (c *Client) Continue(ctx context.Context, session string, tokens []int32, p policy.SampleParams) (policy.Result, error) {
+func (c *Client) Continue(ctx context.Context, session string, tokens []int32, p sampling.Params) (policy.Result, error) {
 	in := &aipov1.ContinueRequest{Session: session, Tokens: tokens, Params: params(p)}
 	return c.call(ctx, func(ctx context.Context) (grpc.ServerStreamingClient[aipov1.GenerateResponse], error) {
 		return c.rpc.Continue(ctx, in)

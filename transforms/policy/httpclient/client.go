@@ -478,7 +478,7 @@ const maxLogProb = 1e-4
 
 // finish maps a server's finish reason and stop reason (JSON: null, a
 // number or a string) to the Result's.
-func finish(who, reason string, stop json.RawMessage, p policy.SampleParams, res *policy.Result) error {
+func finish(who, reason string, stop json.RawMessage, p sampling.Params, res *policy.Result) error {
 	switch reason {
 	case "length":
 		res.FinishReason = sampling.FinishLength

@@ -21,29 +21,29 @@ func TestResultShapes(t *testing.T) {
 	cases := []struct {
 		name   string
 		answer string
-		params policy.SampleParams
+		params sampling.Params
 		want   policy.Result
 		err    string
 	}{
 		{"vllm eos", `{"choices":[{"text":"hi","finish_reason":"stop","stop_reason":null,
 			"logprobs":{"tokens":["token_id:5","token_id:2"],"token_logprobs":[-0.5,-1.25],"top_logprobs":[{"token_id:5":-0.5},{"token_id:2":-1.25}]}}]}`,
-			policy.SampleParams{}, policy.Result{Tokens: []int32{5, 2}, LogProbs: []float32{-0.5, -1.25}, FinishReason: sampling.FinishEOS}, ""},
+			sampling.Params{}, policy.Result{Tokens: []int32{5, 2}, LogProbs: []float32{-0.5, -1.25}, FinishReason: sampling.FinishEOS}, ""},
 		{"vllm stop token", `{"choices":[{"finish_reason":"stop","stop_reason":7,"logprobs":{"tokens":["token_id:7"],"token_logprobs":[-2]}}]}`,
-			policy.SampleParams{StopTokenIDs: []int32{7}}, policy.Result{Tokens: []int32{7}, LogProbs: []float32{-2}, FinishReason: sampling.FinishStop, Stop: "7"}, ""},
+			sampling.Params{StopTokenIDs: []int32{7}}, policy.Result{Tokens: []int32{7}, LogProbs: []float32{-2}, FinishReason: sampling.FinishStop, Stop: "7"}, ""},
 		{"vllm eos named by id", `{"choices":[{"finish_reason":"stop","stop_reason":151645,"logprobs":{"tokens":["token_id:151645"],"token_logprobs":[-0.1]}}]}`,
-			policy.SampleParams{}, policy.Result{Tokens: []int32{151645}, LogProbs: []float32{-0.1}, FinishReason: sampling.FinishEOS}, ""},
+			sampling.Params{}, policy.Result{Tokens: []int32{151645}, LogProbs: []float32{-0.1}, FinishReason: sampling.FinishEOS}, ""},
 		{"stop string", `{"choices":[{"finish_reason":"stop","stop_reason":"</verify>","token_ids":[9,10],"logprobs":{"tokens":["a","b"],"token_logprobs":[-1,-3]}}]}`,
-			policy.SampleParams{StopStrings: []string{"</verify>"}}, policy.Result{Tokens: []int32{9, 10}, LogProbs: []float32{-1, -3}, FinishReason: sampling.FinishStop, Stop: "</verify>"}, ""},
+			sampling.Params{StopStrings: []string{"</verify>"}}, policy.Result{Tokens: []int32{9, 10}, LogProbs: []float32{-1, -3}, FinishReason: sampling.FinishStop, Stop: "</verify>"}, ""},
 		{"aipo length", `{"choices":[{"finish_reason":"length","stop_reason":null,"token_ids":[1],"logprobs":{"tokens":["x"],"token_logprobs":[-9999.0]}}],"aipo_policy_version":12}`,
-			policy.SampleParams{}, policy.Result{Tokens: []int32{1}, LogProbs: []float32{-9999}, FinishReason: sampling.FinishLength, PolicyVersion: 12}, ""},
+			sampling.Params{}, policy.Result{Tokens: []int32{1}, LogProbs: []float32{-9999}, FinishReason: sampling.FinishLength, PolicyVersion: 12}, ""},
 		{"sglang eos", `{"choices":[{"finish_reason":"stop","matched_stop":151645,"token_ids":[3,151645],"logprobs":{"tokens":["a","<|im_end|>"],"token_logprobs":[-1,-0.5]}}]}`,
-			policy.SampleParams{}, policy.Result{Tokens: []int32{3, 151645}, LogProbs: []float32{-1, -0.5}, FinishReason: sampling.FinishEOS}, ""},
+			sampling.Params{}, policy.Result{Tokens: []int32{3, 151645}, LogProbs: []float32{-1, -0.5}, FinishReason: sampling.FinishEOS}, ""},
 		{"sglang stop string", `{"choices":[{"finish_reason":"stop","matched_stop":"</verify>","token_ids":[3],"logprobs":{"tokens":["a"],"token_logprobs":[-1]}}]}`,
-			policy.SampleParams{StopStrings: []string{"</verify>"}}, policy.Result{Tokens: []int32{3}, LogProbs: []float32{-1}, FinishReason: sampling.FinishStop, Stop: "</verify>"}, ""},
+			sampling.Params{StopStrings: []string{"</verify>"}}, policy.Result{Tokens: []int32{3}, LogProbs: []float32{-1}, FinishReason: sampling.FinishStop, Stop: "</verify>"}, ""},
 		{"text tokens", `{"choices":[{"finish_reason":"length","logprobs":{"tokens":["hello"],"token_logprobs":[-1]}}]}`,
-			policy.SampleParams{}, policy.Result{}, "--return-tokens-as-token-ids"},
-		{"no logprobs", `{"choices":[{"finish_reason":"length","token_ids":[1]}]}`, policy.SampleParams{}, policy.Result{}, "no logprobs"},
-		{"two choices", `{"choices":[{},{}]}`, policy.SampleParams{}, policy.Result{}, "2 choices"},
+			sampling.Params{}, policy.Result{}, "--return-tokens-as-token-ids"},
+		{"no logprobs", `{"choices":[{"finish_reason":"length","token_ids":[1]}]}`, sampling.Params{}, policy.Result{}, "no logprobs"},
+		{"two choices", `{"choices":[{},{}]}`, sampling.Params{}, policy.Result{}, "2 choices"},
 	}
 	for _, tc := range cases {
 		var out completion
@@ -117,7 +117,7 @@ func TestAnswerVersions(t *testing.T) {
 			h.Set("X-Aipo-Policy-Version", tc.header)
 		}
 		c := &Client{base: "http://127.0.0.1:1/v1", version: tc.stamped}
-		got, err := c.result(&out, h, policy.SampleParams{})
+		got, err := c.result(&out, h, sampling.Params{})
 		if err != nil || got.PolicyVersion != tc.want {
 			t.Errorf("%s: version %d, %v; want %d", tc.name, got.PolicyVersion, err, tc.want)
 		}

@@ -203,11 +203,11 @@ func llamaAllJSON(n int) string {
 // named.
 func TestLlamaCompletion(t *testing.T) {
 	ctx := context.Background()
-	req := policy.Request{Prefix: []int32{5, 6}, Params: policy.SampleParams{Temperature: 1, MaxTokens: 8, Seed: 1 << 40, StopStrings: []string{"."}}}
+	req := policy.Request{Prefix: []int32{5, 6}, Params: sampling.Params{Temperature: 1, MaxTokens: 8, Seed: 1 << 40, StopStrings: []string{"."}}}
 	for _, tc := range []struct {
 		name    string
 		answers []string // the first answer, then the answer asked again without stop strings
-		params  func(*policy.SampleParams)
+		params  func(*sampling.Params)
 		want    policy.Result
 		err     string
 	}{
@@ -223,7 +223,7 @@ func TestLlamaCompletion(t *testing.T) {
 			err: "sampled [9 10 12], not [9 10 11]"},
 		// A stop token id ends the completion where it is (the server has none).
 		{name: "stop id", answers: []string{llamaAnswerJSON([]int32{9, 7, 11}, 3, "limit", "")},
-			params: func(p *policy.SampleParams) { p.StopTokenIDs = []int32{7} },
+			params: func(p *sampling.Params) { p.StopTokenIDs = []int32{7} },
 			want:   policy.Result{Tokens: []int32{9, 7}, LogProbs: []float32{-0.5, -1.5}, FinishReason: sampling.FinishStop, Stop: "7"}},
 		// The bytes 0xC3 0xA9 (é) as two byte tokens: the server records
 		// no entry for the first; the client asks for its log-prob after the
@@ -311,7 +311,7 @@ func TestLlamaCompletion(t *testing.T) {
 // results, and the inconsistent ones refused.
 func TestSGLangGenerate(t *testing.T) {
 	ctx := context.Background()
-	req := policy.Request{Prefix: []int32{5, 6}, Params: policy.SampleParams{Temperature: 1, MaxTokens: 8, Seed: 3}}
+	req := policy.Request{Prefix: []int32{5, 6}, Params: sampling.Params{Temperature: 1, MaxTokens: 8, Seed: 3}}
 	for _, tc := range []struct {
 		name, answer string
 		want         policy.Result
@@ -362,7 +362,7 @@ func TestSGLangGenerate(t *testing.T) {
 // that would give an empty or inconsistent result.
 func TestOpenAIEmptyAndInconsistent(t *testing.T) {
 	ctx := context.Background()
-	req := policy.Request{Prefix: []int32{5}, Params: policy.SampleParams{MaxTokens: 4}}
+	req := policy.Request{Prefix: []int32{5}, Params: sampling.Params{MaxTokens: 4}}
 	for _, tc := range []struct{ name, answer, err string }{
 		{"no tokens", `{"choices":[{"finish_reason":"length","token_ids":[],"logprobs":{"tokens":[],"token_logprobs":[]}}]}`, "no tokens although max_tokens is 4"},
 		{"ids without log-probs", `{"choices":[{"finish_reason":"length","token_ids":[1,2],"logprobs":{"tokens":["a","b"],"token_logprobs":[]}}]}`, "2 token ids but 0 log-probs"},
@@ -383,7 +383,7 @@ func TestOpenAIEmptyAndInconsistent(t *testing.T) {
 	var out completion
 	json.Unmarshal([]byte(`{"choices":[{"text":"ab","finish_reason":"stop","logprobs":{"content":[{"id":9,"token":"a","bytes":[97],"logprob":-0.25,"top_logprobs":[]},{"id":2,"token":"","bytes":[],"logprob":-0.5,"top_logprobs":[]}]}}]}`), &out)
 	c := &Client{base: "http://127.0.0.1:1/v1"}
-	got, err := c.result(&out, http.Header{}, policy.SampleParams{})
+	got, err := c.result(&out, http.Header{}, sampling.Params{})
 	if err != nil || !slices.Equal(got.Tokens, []int32{9, 2}) || !slices.Equal(got.LogProbs, []float32{-0.25, -0.5}) || got.FinishReason != sampling.FinishEOS {
 		t.Errorf("logprobs.content: %+v, %v", got, err)
 	}
@@ -407,7 +407,7 @@ func TestLlamaRedraw(t *testing.T) {
 			},
 		}}
 		c := openDialect(t, d, "")
-		req := policy.Request{Prefix: []int32{5}, Params: policy.SampleParams{Temperature: 1, MaxTokens: 1, Seed: 77}}
+		req := policy.Request{Prefix: []int32{5}, Params: sampling.Params{Temperature: 1, MaxTokens: 1, Seed: 77}}
 		res, err := c.Generate(context.Background(), req)
 		if fails > llamaRedraws {
 			if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") || len(seeds) != llamaRedraws+1 {

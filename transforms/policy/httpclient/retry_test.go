@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
 )
@@ -95,7 +96,7 @@ func openFake(t *testing.T, f *fakeServer, query string) *Client {
 }
 
 func generate(ctx context.Context, c *Client, seed int64) error {
-	_, err := c.Generate(ctx, policy.Request{Prefix: []int32{1}, Params: policy.SampleParams{MaxTokens: 1, Seed: seed}})
+	_, err := c.Generate(ctx, policy.Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 1, Seed: seed}})
 	return err
 }
 

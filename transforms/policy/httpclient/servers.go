@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -326,7 +327,7 @@ func (c *Client) vllmWeightVersion(ctx context.Context) (string, error) {
 // logprobs.tokens ("token_id:N"), else from logprobs.content[].id; the
 // log-probs from logprobs.token_logprobs, else logprobs.content[].logprob.
 // Two fields that both give the ids must agree.
-func (c *Client) result(out *completion, h http.Header, p policy.SampleParams) (policy.Result, error) {
+func (c *Client) result(out *completion, h http.Header, p sampling.Params) (policy.Result, error) {
 	who := c.who() + " /completions"
 	if len(out.Choices) != 1 {
 		return policy.Result{}, fmt.Errorf("%s: the answer has %d choices, want 1", who, len(out.Choices))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -65,7 +66,7 @@ func (c *Client) generateSGLang(ctx context.Context, req policy.Request, maxToke
 	return c.sglangResult(&out, p)
 }
 
-func (c *Client) sglangResult(out *sglangGenerate, p policy.SampleParams) (policy.Result, error) {
+func (c *Client) sglangResult(out *sglangGenerate, p sampling.Params) (policy.Result, error) {
 	who := c.who() + " /generate"
 	if out.OutputIDs == nil || out.MetaInfo == nil {
 		return policy.Result{}, fmt.Errorf("%s: the answer has no output_ids or meta_info; is the server another kind? (set server= in the endpoint URI)", who)
