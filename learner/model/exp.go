@@ -1,6 +1,10 @@
 package model
 
-import "github.com/aipo-rl/aipo/learner/blas"
+import (
+	"sync"
+
+	"github.com/aipo-rl/aipo/learner/blas"
+)
 
 // expShift writes dst[i] = exp32(src[i]-shift) for every i (dst may be
 // src; len(dst) >= len(src)). On amd64 with AVX2 the blocks of 8 run
@@ -19,7 +23,7 @@ func expShiftSign(dst, src []float32, shift float32, neg bool) {
 			// A block the AVX2 kernel declined (a value between exp32's
 			// fast range and its bounds for 0 and +Inf, or NaN): the
 			// AVX-512 one covers every value, at once for the rest.
-			i += blas.Exp32Shift(dst[i:], src[i:], shift, neg)
+			i += expShiftWide(dst[i:], src[i:], shift, neg)
 		}
 		// Without either kernel: scalar.
 		end := min(i+8, len(src))
@@ -63,4 +67,29 @@ func maxScalar(x []float32) float32 {
 		m0 = max(m0, x[i])
 	}
 	return max(max(m0, m1), max(m2, m3))
+}
+
+// wideScratch holds the operands of blas.Exp32Shift: 256 inputs, then 256
+// results.
+var wideScratch = sync.Pool{New: func() any { return new([512]float32) }}
+
+// expShiftWide is blas.Exp32Shift of src into dst (the length it wrote),
+// through pooled scratch: a slice handed to C escapes to the heap, and
+// callers' stack buffers (logSoftmax's block) must stay where they are.
+func expShiftWide(dst, src []float32, shift float32, neg bool) int {
+	buf := wideScratch.Get().(*[512]float32)
+	defer wideScratch.Put(buf)
+	done := 0
+	for done < len(src) {
+		n := min(256, len(src)-done)
+		in, out := buf[:n], buf[256:256+n]
+		copy(in, src[done:done+n])
+		w := blas.Exp32Shift(out, in, shift, neg)
+		copy(dst[done:done+w], out[:w])
+		done += w
+		if w < n {
+			break
+		}
+	}
+	return done
 }
