@@ -11,6 +11,10 @@ import "math"
 
 var expVector = C.exp_level() != 0
 
+// ExpVectorAvailable reports whether ExpShifted and Exp32Shift run their
+// AVX-512 kernels here (Exp32Shift writes nothing otherwise).
+func ExpVectorAvailable() bool { return expVector }
+
 // ExpShifted writes dst[j] = math.Exp((float64(src[j]) - shift) * scale)
 // for every j, bit for bit what that expression gives: on a CPU with
 // AVX-512 eight at a time by the operations math.Exp performs on amd64

@@ -11,3 +11,6 @@ func ExpShifted(dst []float64, src []float32, shift, scale float64) {
 // Exp32Shift writes nothing in a build without cgo (see exp.go) and
 // returns 0.
 func Exp32Shift(dst, src []float32, shift float32, neg bool) int { return 0 }
+
+// ExpVectorAvailable is false in a build without cgo.
+func ExpVectorAvailable() bool { return false }

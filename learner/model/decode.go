@@ -260,11 +260,13 @@ func (w *stepWork) linearBlocked(out, in, wt, b []float32, N, I, O int, l stepLa
 var decodeRowDots = blas.RowDotsAvailable()
 
 // linearDots computes the step's N rows with blas.RowDots, the weight's
-// rows split among the cores in slices of whole 4-row tiles (each output
-// is computed alike in any slice; the split only shares the work).
+// rows split among the cores in slices of 12 rows, whole tiles of both of
+// RowDots' widths (6 and 4 rows), so that a split leaves no narrower
+// tiles behind (each output is computed alike in any slice; the split
+// only shares the work).
 func linearDots(out, in, wt, b []float32, N, I, O int) {
-	const tile = 4
-	parallelFor((O+tile-1)/tile, 16, func(lo, hi int) {
+	const tile = 12
+	parallelFor((O+tile-1)/tile, 5, func(lo, hi int) {
 		o0, o1 := lo*tile, min(hi*tile, O)
 		blas.RowDots(N, o1-o0, I, in, I, wt[o0*I:], I, out[o0:], O)
 	})

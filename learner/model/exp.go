@@ -77,6 +77,9 @@ var wideScratch = sync.Pool{New: func() any { return new([512]float32) }}
 // through pooled scratch: a slice handed to C escapes to the heap, and
 // callers' stack buffers (logSoftmax's block) must stay where they are.
 func expShiftWide(dst, src []float32, shift float32, neg bool) int {
+	if !blas.ExpVectorAvailable() {
+		return 0 // no copies for nothing: the caller goes on in scalar
+	}
 	buf := wideScratch.Get().(*[512]float32)
 	defer wideScratch.Put(buf)
 	done := 0
