@@ -29,14 +29,8 @@ func TestRolloutAndLearnCommandsTakeTheLease(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	run := filepath.Join(base, "run")
-	task, err := demotask.New(demotask.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ckpt := checkpoint.Dir(run, 0)
-	if _, err := demo.WarmStart(ctx, ckpt, task, train.QuickWarmStart(), nil); err != nil {
-		t.Fatal(err)
-	}
+	quickWarmStart(t, ckpt)
 	raw, err := configs.Get("quick")
 	if err != nil {
 		t.Fatal(err)
@@ -101,5 +95,18 @@ func TestRolloutAndLearnCommandsTakeTheLease(t *testing.T) {
 	}
 	if ok, err := checkpoint.Committed(ctx, ckpt1); !ok {
 		t.Errorf("aipo learn committed no checkpoint 1: %v", err)
+	}
+}
+
+// quickWarmStart writes the quick configuration's warm start of the demo
+// task, a committed checkpoint, into dir.
+func quickWarmStart(t *testing.T, dir string) {
+	t.Helper()
+	task, err := demotask.New(demotask.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demo.WarmStart(context.Background(), dir, task, train.QuickWarmStart(), nil); err != nil {
+		t.Fatal(err)
 	}
 }

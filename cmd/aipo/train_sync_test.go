@@ -8,10 +8,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/configs"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/pipelines/demo"
-	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -22,14 +19,8 @@ import (
 func TestTrainCommandSyncsPolicyServer(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
-	task, err := demotask.New(demotask.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	warm := filepath.Join(base, "warm")
-	if _, err := demo.WarmStart(ctx, warm, task, train.QuickWarmStart(), nil); err != nil {
-		t.Fatal(err)
-	}
+	quickWarmStart(t, warm)
 	addr := freeAddr(t)
 	defer serveOn(t, warm, "demo", addr, "")()
 	endpoint := "grpc://" + addr
