@@ -31,6 +31,17 @@ var ErrNotExist = os.ErrNotExist
 // IsRemote reports whether p names an object store rather than a local path.
 func IsRemote(p string) bool { return strings.Contains(p, "://") }
 
+// MissingLocal reports whether p is a local path that does not exist: a
+// check of a configuration's files before anything runs (a remote path or
+// an empty one is not judged here).
+func MissingLocal(p string) bool {
+	if p == "" || IsRemote(p) {
+		return false
+	}
+	_, err := os.Stat(p)
+	return err != nil
+}
+
 // Join joins path elements with "/" for remote paths and the OS separator
 // for local ones.
 func Join(base string, elem ...string) string {

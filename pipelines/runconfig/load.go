@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -261,13 +260,4 @@ func (c Config) SystemPrompt(ctx context.Context) (string, error) {
 // DeadLetterPath is the dead-letter file of step k.
 func (c Config) DeadLetterPath(k int64) string {
 	return rundir.DeadLetter(c.Data.DeadLetterDir, k)
-}
-
-// localMissing reports whether p is a local path that does not exist.
-func localMissing(p string) bool {
-	if p == "" || storage.IsRemote(p) || strings.Contains(p, "://") {
-		return false
-	}
-	_, err := os.Stat(p)
-	return err != nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/secure"
+	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/trainer"
@@ -209,11 +210,11 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.prompts_per_batch", "%d must not be negative (0: automatic)", r.PromptsPerBatch)
 	case r.SystemPrompt != "" && r.SystemPromptFile != "":
 		return fieldError("rollout.system_prompt", "set system_prompt or system_prompt_file, not both")
-	case localMissing(r.SystemPromptFile):
+	case storage.MissingLocal(r.SystemPromptFile):
 		return fieldError("rollout.system_prompt_file", "%s does not exist (relative paths are relative to the config file)", r.SystemPromptFile)
 	case r.ChatTemplate != "" && r.ChatTemplate != ChatTemplateNone && r.PromptTemplate != "":
 		return fieldError("rollout.chat_template", "set chat_template (the model's template) or prompt_template (ours), not both")
-	case r.ChatTemplate != ChatTemplateNone && localMissing(r.ChatTemplate):
+	case r.ChatTemplate != ChatTemplateNone && storage.MissingLocal(r.ChatTemplate):
 		return fieldError("rollout.chat_template", "%s does not exist: name a tokenizer_config.json or the directory holding one (relative paths are relative to the config file), or none for prompt_template", r.ChatTemplate)
 	case r.EnableThinking != nil && r.ChatTemplate == ChatTemplateNone:
 		return fieldError("rollout.enable_thinking", "is a chat template's switch, and chat_template is none")
@@ -309,7 +310,7 @@ func (c Config) validateRest() error {
 		if err := b.Check(""); err != nil {
 			return fieldError(field, "%v", err)
 		}
-		if localMissing(b.Path) {
+		if storage.MissingLocal(b.Path) {
 			return fieldError(field+".path", "%s does not exist (relative paths are relative to the config file)", b.Path)
 		}
 		if seen[b.Key()] {

@@ -2,7 +2,6 @@ package trajectories
 
 import (
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 
@@ -61,20 +60,11 @@ func (fileKind) Check(ss prompts.Sources) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", field, err)
 		}
-		if localMissing(r.Path) {
+		if storage.MissingLocal(r.Path) {
 			return fmt.Errorf("%s.path: %s does not exist (relative paths are relative to the config file)", field, r.Path)
 		}
 	}
 	return nil
-}
-
-// localMissing reports whether p is a local path that does not exist.
-func localMissing(p string) bool {
-	if p == "" || storage.IsRemote(p) || strings.Contains(p, "://") {
-		return false
-	}
-	_, err := os.Stat(p)
-	return err != nil
 }
 
 func (fileKind) Defaults(prompts.Sources) prompts.Defaults {
