@@ -4,6 +4,7 @@
 #   make test   run every test (sets itself up)
 #   make rehearse  the CPU rehearsal of the paper's recipe, longer than make test's
 #   make bench  run the benchmarks and print their ratios
+#   make race-prism  prism with several jobs at once, under the race detector (make test runs it)
 #   make bench-smoke  run every benchmark once at its smallest size (make test runs it)
 #   make bench-memory  measure a learner step's host memory, before and after, into docs/results/memory.md
 #   make build  build bin/aipo
@@ -23,7 +24,7 @@ TESTFLAGS ?= -timeout 45m
 OVERLAY   := build/go.mod
 GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
 
-.PHONY: setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
+.PHONY: race-prism setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 $(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -94,7 +95,17 @@ test: $(OVERLAY) setup-test worker beam-boot
 	if [ $$rc -eq 3 ]; then echo "make test: skipping the PTX staleness check (see the line above)"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
 	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) ./...
+	@$(MAKE) --no-print-directory race-prism
 	@$(MAKE) --no-print-directory bench-smoke
+
+# race-prism runs pipelines submitted together in one process under the race
+# detector, which sees an unguarded access to prism's shared state whether or
+# not two of them happen to collide (without it, a collision is rare and kills
+# the process: see scripts/beam-overlay.sh). About 4 minutes, most of it the
+# instrumented build of the Beam SDK.
+race-prism: $(OVERLAY)
+	@echo "race-prism: building the analytics pipeline with the race detector (a few minutes on 2 cores)"
+	$(GO) test $(GOFLAGS_OVERLAY) -race -count=1 -run '^TestPipelinesAtOnceInOneProcess$$' ./pipelines/analytics/
 
 # bench-smoke runs every benchmark once at its smallest size (-short picks
 # it, -benchtime 1x one iteration; each benchmark's doc comment says what it

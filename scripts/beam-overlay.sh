@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Makes the in-process prism job server of the Beam Go SDK listen on
-# 127.0.0.1 instead of every interface, and the SDK's boot program copy the
-# worker under TMPDIR rather than /tmp (below). The SDK offers no option for this,
-# and Go refuses overlays of module-cache files, so this script copies the
-# SDK's Go sources from the module cache into build/beam-sdks (ignored by
-# git), rewrites the one listen address there, and writes build/go.mod: the
-# project's go.mod plus a replace directive pointing at that copy. The
-# Makefile builds and tests with -modfile=build/go.mod. Nothing from Beam is
-# stored in this repository. The script fails loudly when the SDK's line
-# changes, so that an upgrade cannot silently reopen the port.
+# 127.0.0.1 instead of every interface, its artifact map safe for two jobs at
+# once, and the SDK's boot program copy the worker under TMPDIR rather than
+# /tmp (each below). The SDK offers no option for these, and Go refuses
+# overlays of module-cache files, so this script copies the SDK's Go sources
+# from the module cache into build/beam-sdks (ignored by git), patches those
+# lines there, and writes build/go.mod: the project's go.mod plus a replace
+# directive pointing at that copy. The Makefile builds and tests with
+# -modfile=build/go.mod. Nothing from Beam is stored in this repository. The
+# script fails loudly when a patched line changes, so that an upgrade cannot
+# silently reopen the port or the race.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -44,5 +45,26 @@ if ! grep -qF 'os.MkdirTemp("", "bin*")' "$dst/$boot"; then
   echo "beam-overlay: $dst/$boot no longer copies the worker with os.MkdirTemp(\"/tmp/\", \"bin*\"); update scripts/beam-overlay.sh for Beam $ver" >&2
   exit 1
 fi
+# Prism keeps the artifacts a job stages in one map of the server, written by
+# ReverseArtifactRetrievalService and read by GetArtifact without the
+# server's lock. Two pipelines submitted at once in one process (the train
+# loop's evaluation beside its rollout, tests in parallel) then crash the
+# whole process with "fatal error: concurrent map writes" (artifact.go:89).
+# The copy takes the server's mutex around both. Patched in place like the
+# boot program above.
+art=go/pkg/beam/runners/prism/internal/jobservices/artifact.go
+sed -i \
+  -e 's/^\(\t*\)if len(s.artifacts) == 0 {$/\1s.mu.Lock(); if len(s.artifacts) == 0 {/' \
+  -e 's/^\(\t*\)s.artifacts\[string(dep.GetTypePayload())\] = buf.Bytes()$/\1s.artifacts[string(dep.GetTypePayload())] = buf.Bytes(); s.mu.Unlock()/' \
+  -e 's/^\(\t*\)buf, ok := s.artifacts\[string(info.GetTypePayload())\]$/\1s.mu.RLock(); buf, ok := s.artifacts[string(info.GetTypePayload())]; s.mu.RUnlock()/' \
+  "$dst/$art"
+for line in 's.mu.Lock(); if len(s.artifacts) == 0 {' \
+  's.artifacts[string(dep.GetTypePayload())] = buf.Bytes(); s.mu.Unlock()' \
+  's.mu.RLock(); buf, ok := s.artifacts[string(info.GetTypePayload())]; s.mu.RUnlock()'; do
+  if ! grep -qF "$line" "$dst/$art"; then
+    echo "beam-overlay: $dst/$art no longer accesses the artifact map as patched ($line); update scripts/beam-overlay.sh for Beam $ver" >&2
+    exit 1
+  fi
+done
 cp go.sum build/go.sum
 { cat go.mod; echo; echo "replace $mod => ./build/beam-sdks"; } > build/go.mod
