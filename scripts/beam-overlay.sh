@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes the in-process prism job server of the Beam Go SDK listen on
 # 127.0.0.1 instead of every interface, its artifact map safe for two jobs at
-# once, and the SDK's boot program copy the worker under TMPDIR rather than
-# /tmp (each below). The SDK offers no option for these, and Go refuses
+# once, the SDK's boot program copy the worker under TMPDIR rather than /tmp,
+# and loopback submissions clean up their placeholder file (each below). The SDK offers no option for these, and Go refuses
 # overlays of module-cache files, so this script copies the SDK's Go sources
 # from the module cache into build/beam-sdks (ignored by git), patches those
 # lines there, and writes build/go.mod: the project's go.mod plus a replace
@@ -66,5 +66,17 @@ for line in 's.mu.Lock(); if len(s.artifacts) == 0 {' \
     exit 1
   fi
 done
+# In LOOPBACK mode the SDK names an empty temporary file as the worker binary
+# it stages (nothing runs it) and neither closes nor removes it: every
+# pipeline a process runs leaves a file in TMPDIR and an open descriptor,
+# one per rollout step and evaluation of a long training run. The copy
+# closes it and removes it when the submission returns (staging has read it
+# by then).
+exe=go/pkg/beam/runners/universal/runnerlib/execute.go
+sed -i 's/^\(\t*\)f, _ := os.CreateTemp(os.TempDir(), "beamloopbackworker-\*")$/\1f, err := os.CreateTemp(os.TempDir(), "beamloopbackworker-*"); if err != nil { return presult, err }; f.Close(); defer os.Remove(f.Name())/' "$dst/$exe"
+if ! grep -qF 'f, err := os.CreateTemp(os.TempDir(), "beamloopbackworker-*"); if err != nil { return presult, err }; f.Close(); defer os.Remove(f.Name())' "$dst/$exe"; then
+  echo "beam-overlay: $dst/$exe no longer makes the loopback placeholder as patched; update scripts/beam-overlay.sh for Beam $ver" >&2
+  exit 1
+fi
 cp go.sum build/go.sum
 { cat go.mod; echo; echo "replace $mod => ./build/beam-sdks"; } > build/go.mod

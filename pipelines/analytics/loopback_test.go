@@ -1,6 +1,10 @@
 package analytics
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/netcheck"
@@ -21,6 +25,37 @@ func TestPrismListensOnLoopbackOnly(t *testing.T) {
 	for _, l := range ls {
 		if !l.Loopback() {
 			t.Errorf("this process listens on %s, which is not loopback (build with `make test`, which applies scripts/beam-overlay.sh)", l)
+		}
+	}
+}
+
+// A loopback submission names an empty temporary file as the worker binary
+// it stages. The SDK left it in TMPDIR with its descriptor open, one of each
+// per pipeline: thousands over a long training run. The overlay closes and
+// removes it (scripts/beam-overlay.sh).
+func TestLoopbackLeavesNoPlaceholder(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	run := filepath.Join(t.TempDir(), "run")
+	buildRun(t, run)
+	for i := range 3 {
+		runPipeline(t, run, filepath.Join(t.TempDir(), fmt.Sprintf("analysis-%d", i)), AllSteps)
+	}
+	left, err := filepath.Glob(filepath.Join(tmp, "beamloopbackworker-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("3 pipelines left %d placeholder files in TMPDIR: %v", len(left), left)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("cannot list this process's descriptors: %v", err)
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.Contains(target, "beamloopbackworker-") {
+			t.Errorf("descriptor %s is still open on %s", fd.Name(), target)
 		}
 	}
 }
