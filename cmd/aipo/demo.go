@@ -26,17 +26,18 @@ func runDemo(args []string) error {
 	fs := flag.CommandLine
 	run := fs.String("run", "", "run directory, local or gs:// (default runs/demo, or runs/quick with --quick)")
 	quick := fs.Bool("quick", false, "a smoke test of every stage in 3 steps of a 1-layer model (a minute or two; for tests and CI): its figures do not show learning")
-	external := fs.String("external", "", "external-token treatment for an ablation: aipo (default), mask, ratio (w/o IS) or plain (w/o CS)")
-	maxCalls := fs.Int("max-interactions", -1, "collaborator calls per trajectory (default from the config, 3); 0 answers every call with a notice, i.e. training without collaborators")
-	cost := fs.Float64("interaction-cost", -1, "reward subtracted per interaction (default from the config, 0)")
-	seed := fs.Int64("seed", -1, "the training seed (run.seed: sampling, batch order; default from the config, 0); the warm start is the same for every seed")
+	var o demoOverrides
+	fs.StringVar(&o.external, "external", "", "external-token treatment for an ablation: aipo (default), mask, ratio (w/o IS) or plain (w/o CS)")
+	fs.IntVar(&o.maxCalls, "max-interactions", -1, "collaborator calls per trajectory (default from the config, 3); 0 answers every call with a notice, i.e. training without collaborators")
+	fs.Float64Var(&o.cost, "interaction-cost", -1, "reward subtracted per interaction (default from the config, 0)")
+	fs.Int64Var(&o.seed, "seed", -1, "the training seed (run.seed: sampling, batch order; default from the config, 0); the warm start is the same for every seed")
 	compare := fs.Bool("compare", false, "train every method of the comparison (GRPO, Expert Iteration, AIPO-Mask, w/o IS, w/o CS, AIPO, LUFFY, AIPO with a call cost) from one warm start, several seeds each, and write a table and side-by-side plots (default --run runs/compare)")
 	methods := fs.String("methods", "", "with --compare: comma-separated method names (default all: "+methodNames()+")")
 	seeds := fs.Int("seeds", 3, "with --compare: seeds per method")
 	steps := fs.Int64("steps", 0, "with --compare: training steps of every run (default from the config, 200)")
 	leaseOpts := leaseFlags(fs, "aipo demo")
 	reconfigure := fs.Bool("reconfigure", false, "apply flags that differ from the run's run.yaml from the next step on (recorded in <run>/config_changes.jsonl) instead of refusing them")
-	noTensorBoard := fs.Bool("no-tensorboard", false, "write no TensorBoard event files in <run>/tensorboard (run.tensorboard: false)")
+	fs.BoolVar(&o.noTensorBoard, "no-tensorboard", false, "write no TensorBoard event files in <run>/tensorboard (run.tensorboard: false)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo demo [--run DIR] [--quick] [--seed N] [--compare [--methods M,...] [--seeds N] [--steps N]] [Beam flags]\n\n"+
 			"Warm-starts a small policy on invented facts (built once per run directory), trains it\n"+
@@ -56,7 +57,7 @@ func runDemo(args []string) error {
 		return usageError("%s", errText(err))
 	}
 	if *compare {
-		return runCompare(*run, *quick, *methods, *seeds, *steps, *external != "" || *maxCalls >= 0 || *cost >= 0 || *seed >= 0, lo)
+		return runCompare(*run, *quick, *methods, *seeds, *steps, o.methodFlags(), lo)
 	}
 	dir := *run
 	if dir == "" {
@@ -68,26 +69,8 @@ func runDemo(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p := newProgress(os.Stderr)
-	mutate := func(c *runconfig.Config) {
-		if *external != "" {
-			c.Learner.Loss.External = *external
-		}
-		if *maxCalls >= 0 {
-			c.Rollout.MaxInteractions = *maxCalls
-		}
-		if *cost >= 0 {
-			c.Rollout.InteractionCost = *cost
-		}
-		if *seed >= 0 {
-			c.Run.Seed = uint64(*seed)
-		}
-		if *noTensorBoard {
-			off := false
-			c.Run.TensorBoard = &off
-		}
-	}
 	do := train.DemoOptions{
-		RunDir: dir, Quick: *quick, Progress: p.event, WarmStartProgress: p.warmStart, Log: p.log, Mutate: mutate,
+		RunDir: dir, Quick: *quick, Progress: p.event, WarmStartProgress: p.warmStart, Log: p.log, Mutate: o.apply,
 		Reconfigure: *reconfigure,
 	}
 	// The configuration is checked before the lease is taken: flags that
@@ -113,6 +96,41 @@ func runDemo(args []string) error {
 		fmt.Println(quickNote)
 	}
 	return nil
+}
+
+// demoOverrides are the flags of aipo demo that change the run's
+// configuration; a negative number or an empty string leaves it as it is.
+type demoOverrides struct {
+	external      string
+	maxCalls      int
+	cost          float64
+	seed          int64
+	noTensorBoard bool
+}
+
+// methodFlags reports whether a flag that a method of --compare sets
+// itself was given (runCompare refuses them).
+func (o demoOverrides) methodFlags() bool {
+	return o.external != "" || o.maxCalls >= 0 || o.cost >= 0 || o.seed >= 0
+}
+
+func (o demoOverrides) apply(c *runconfig.Config) {
+	if o.external != "" {
+		c.Learner.Loss.External = o.external
+	}
+	if o.maxCalls >= 0 {
+		c.Rollout.MaxInteractions = o.maxCalls
+	}
+	if o.cost >= 0 {
+		c.Rollout.InteractionCost = o.cost
+	}
+	if o.seed >= 0 {
+		c.Run.Seed = uint64(o.seed)
+	}
+	if o.noTensorBoard {
+		off := false
+		c.Run.TensorBoard = &off
+	}
 }
 
 // quickNote says what --quick is: its figures do not show learning.

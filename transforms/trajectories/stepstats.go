@@ -245,9 +245,7 @@ func deadLettersMeta(n int64) map[string]string {
 // parse is an error naming it.
 func ReadStepStats(meta map[string]string) (StepStats, error) {
 	var s StepStats
-	bad := func(k string, err error) error {
-		return fmt.Errorf("step statistics: meta %s = %q: %v (the manifest's meta was changed by hand or by another writer; roll the step out again)", k, meta[k], err)
-	}
+	r := statMeta(meta)
 	for _, k := range stepStatKeys {
 		v, ok := meta[k.key]
 		if !ok {
@@ -256,29 +254,65 @@ func ReadStepStats(meta map[string]string) (StepStats, error) {
 		if k.integer != nil {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				return StepStats{}, bad(k.key, err)
+				return StepStats{}, r.bad(k.key, err)
 			}
 			*k.integer(&s) = n
 			continue
 		}
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return StepStats{}, bad(k.key, err)
+			return StepStats{}, r.bad(k.key, err)
 		}
 		*k.number(&s) = x
 	}
-	count := func(k string) (int64, error) {
-		n, err := strconv.ParseInt(meta[k], 10, 64)
-		if err != nil {
-			return 0, bad(k, err)
-		}
-		return n, nil
+	if err := r.countsByKey(&s); err != nil {
+		return StepStats{}, err
 	}
-	for k := range meta {
-		if reason, ok := strings.CutPrefix(k, prefixFinish); ok {
-			n, err := count(k)
+	s.FirstError = meta[metaFirstError]
+	if _, ok := meta[refillKeys[0].key]; ok {
+		s.Refill = &RefillStats{}
+		for _, k := range refillKeys {
+			n, err := r.count(k.key)
 			if err != nil {
 				return StepStats{}, err
+			}
+			*k.field(s.Refill) = n
+		}
+	}
+	if _, ok := meta[metaDeadLetters]; ok {
+		n, err := r.count(metaDeadLetters)
+		if err != nil {
+			return StepStats{}, err
+		}
+		s.DeadLetters = &n
+	}
+	s.Check = meta[CheckedMeta]
+	return s, nil
+}
+
+// statMeta reads a manifest's meta as step statistics.
+type statMeta map[string]string
+
+func (m statMeta) bad(k string, err error) error {
+	return fmt.Errorf("step statistics: meta %s = %q: %v (the manifest's meta was changed by hand or by another writer; roll the step out again)", k, m[k], err)
+}
+
+func (m statMeta) count(k string) (int64, error) {
+	n, err := strconv.ParseInt(m[k], 10, 64)
+	if err != nil {
+		return 0, m.bad(k, err)
+	}
+	return n, nil
+}
+
+// countsByKey reads the counts whose key names what is counted: finish
+// reasons, and interactions by agent and by agent and status.
+func (m statMeta) countsByKey(s *StepStats) error {
+	for k := range m {
+		if reason, ok := strings.CutPrefix(k, prefixFinish); ok {
+			n, err := m.count(k)
+			if err != nil {
+				return err
 			}
 			if s.Finish == nil {
 				s.Finish = map[string]int64{}
@@ -289,45 +323,27 @@ func ReadStepStats(meta map[string]string) (StepStats, error) {
 		if !ok {
 			continue
 		}
-		n, err := count(k)
+		n, err := m.count(k)
 		if err != nil {
-			return StepStats{}, err
+			return err
 		}
-		if agent, status, ok := strings.Cut(rest, "."); ok {
-			if s.AgentStatuses == nil {
-				s.AgentStatuses = map[string]map[string]int64{}
-			}
-			if s.AgentStatuses[agent] == nil {
-				s.AgentStatuses[agent] = map[string]int64{}
-			}
-			s.AgentStatuses[agent][status] = n
-		} else {
+		agent, status, ok := strings.Cut(rest, ".")
+		if !ok {
 			if s.AgentInteractions == nil {
 				s.AgentInteractions = map[string]int64{}
 			}
 			s.AgentInteractions[rest] = n
+			continue
 		}
-	}
-	s.FirstError = meta[metaFirstError]
-	if _, ok := meta[refillKeys[0].key]; ok {
-		s.Refill = &RefillStats{}
-		for _, k := range refillKeys {
-			n, err := count(k.key)
-			if err != nil {
-				return StepStats{}, err
-			}
-			*k.field(s.Refill) = n
+		if s.AgentStatuses == nil {
+			s.AgentStatuses = map[string]map[string]int64{}
 		}
-	}
-	if _, ok := meta[metaDeadLetters]; ok {
-		n, err := count(metaDeadLetters)
-		if err != nil {
-			return StepStats{}, err
+		if s.AgentStatuses[agent] == nil {
+			s.AgentStatuses[agent] = map[string]int64{}
 		}
-		s.DeadLetters = &n
+		s.AgentStatuses[agent][status] = n
 	}
-	s.Check = meta[CheckedMeta]
-	return s, nil
+	return nil
 }
 
 // IsStepStatText reports whether the meta key k is a statistic that holds
