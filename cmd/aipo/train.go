@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
 )
@@ -94,36 +95,47 @@ func runTrain(args []string) error {
 		return err
 	}
 	p := newProgress(os.Stderr)
-	// The lease is taken before --init writes checkpoint 0.
+	err = trainRun(ctx, cfg, lo, trainFlags{init: *initCkpt, reconfigure: *reconfigure, noTensorBoard: *noTensorBoard}, p)
+	p.finish()
+	return err
+}
+
+// trainFlags are the flags of aipo train that act under the run's lease.
+type trainFlags struct {
+	init          string
+	reconfigure   bool
+	noTensorBoard bool
+}
+
+// trainRun is aipo train once its flags are read and its plan made: it
+// takes the run's lease (before --init writes checkpoint 0), records the
+// configuration and the algorithm, and trains.
+func trainRun(ctx context.Context, cfg runconfig.Config, lo runlease.Options, f trainFlags, p *progress) error {
 	ctx, release, err := train.Claim(ctx, cfg.Run.Dir, lo, p.log)
 	if err != nil {
-		p.finish()
 		return runError("%s", errText(err))
 	}
 	defer release()
-	if err := train.RememberConfig(ctx, cfg, *reconfigure, p.log); err != nil {
-		p.finish()
+	if err := train.RememberConfig(ctx, cfg, f.reconfigure, p.log); err != nil {
 		return usageError("%s", errText(err))
 	}
-	if *noTensorBoard {
+	// --no-tensorboard applies to this start only: run.yaml is recorded
+	// without it.
+	if f.noTensorBoard {
 		off := false
 		cfg.Run.TensorBoard = &off
 	}
 	alg, err := train.WriteAlgorithm(ctx, cfg)
 	if err != nil {
-		p.finish()
 		return runError("%v", err)
 	}
 	p.log(alg.String())
-	if *initCkpt != "" {
-		if err := train.SeedRunCheckpoint(ctx, *initCkpt, cfg); err != nil {
-			p.finish()
+	if f.init != "" {
+		if err := train.SeedRunCheckpoint(ctx, f.init, cfg); err != nil {
 			return runError("--init: %s", errText(err))
 		}
 	}
-	err = train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event, Log: p.log})
-	p.finish()
-	if err != nil {
+	if err := train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event, Log: p.log}); err != nil {
 		return runError("%s", errText(err))
 	}
 	return nil

@@ -231,25 +231,29 @@ func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
 // (logprobs.content[{id, token, logprob}], the chat completions' shape).
 type completion struct {
 	Choices []struct {
-		FinishReason string          `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason"`  // vLLM, aipo serve
-		MatchedStop  json.RawMessage `json:"matched_stop"` // SGLang
-		TokenIDs     []int32         `json:"token_ids"`
-		Logprobs     *struct {
-			Tokens        []string   `json:"tokens"`
-			TokenLogprobs []*float64 `json:"token_logprobs"`
-			Content       []struct {
-				ID      *int32   `json:"id"`
-				Token   string   `json:"token"`
-				Logprob *float64 `json:"logprob"`
-			} `json:"content"`
-		} `json:"logprobs"`
+		FinishReason string              `json:"finish_reason"`
+		StopReason   json.RawMessage     `json:"stop_reason"`  // vLLM, aipo serve
+		MatchedStop  json.RawMessage     `json:"matched_stop"` // SGLang
+		TokenIDs     []int32             `json:"token_ids"`
+		Logprobs     *completionLogprobs `json:"logprobs"`
 	} `json:"choices"`
 	PolicyVersion *int64 `json:"aipo_policy_version"`
 	// SGLang's OpenAI route names the weight version it was given with its
 	// last weight update (update_weights_from_disk's weight_version) in
 	// the metadata of a completion; "default" until it is given one.
 	Metadata *answerMeta `json:"metadata"`
+}
+
+// completionLogprobs is a choice's log-probs, in the shapes completion
+// describes.
+type completionLogprobs struct {
+	Tokens        []string   `json:"tokens"`
+	TokenLogprobs []*float64 `json:"token_logprobs"`
+	Content       []struct {
+		ID      *int32   `json:"id"`
+		Token   string   `json:"token"`
+		Logprob *float64 `json:"logprob"`
+	} `json:"content"`
 }
 
 // answerMeta is what an answer says of the weights that wrote it: SGLang's
@@ -336,8 +340,31 @@ func (c *Client) result(out *completion, h http.Header, p sampling.Params) (poli
 	if ch.Logprobs == nil {
 		return policy.Result{}, fmt.Errorf("%s: the answer has no logprobs; the server must return log-probs of completions (vLLM: do not set --max-logprobs 0)", who)
 	}
-	lp := ch.Logprobs
 	var res policy.Result
+	var err error
+	res.Tokens, res.LogProbs, err = ch.Logprobs.tokens(who, ch.TokenIDs)
+	if err != nil {
+		return policy.Result{}, err
+	}
+	stop := ch.StopReason
+	if isNull(stop) {
+		stop = ch.MatchedStop
+	}
+	if err := finish(who, ch.FinishReason, stop, p, &res); err != nil {
+		return policy.Result{}, err
+	}
+	wv := ""
+	if out.Metadata != nil {
+		wv = out.Metadata.WeightVersion
+	}
+	res.PolicyVersion = c.answerVersion(out.PolicyVersion, h, wv)
+	return res, nil
+}
+
+// tokens reads the token ids and their log-probs out of a choice's
+// log-probs and token_ids (tokenIDs, nil when the answer has none),
+// which must name the same tokens where both are given.
+func (lp *completionLogprobs) tokens(who string, tokenIDs []int32) (ids []int32, out []float32, _ error) {
 	var fromTokens []int32
 	textTokens := false
 	for i, t := range lp.Tokens {
@@ -345,19 +372,19 @@ func (c *Client) result(out *completion, h http.Header, p sampling.Params) (poli
 		id, err := strconv.ParseInt(s, 10, 32)
 		if !ok || err != nil {
 			textTokens = true
-			if ch.TokenIDs == nil {
-				return policy.Result{}, fmt.Errorf("%s: logprobs.tokens[%d] is %q, not token_id:N, and the answer has no token_ids; start vLLM with --return-tokens-as-token-ids or use a server that returns token_ids", who, i, t)
+			if tokenIDs == nil {
+				return nil, nil, fmt.Errorf("%s: logprobs.tokens[%d] is %q, not token_id:N, and the answer has no token_ids; start vLLM with --return-tokens-as-token-ids or use a server that returns token_ids", who, i, t)
 			}
 			break
 		}
 		fromTokens = append(fromTokens, int32(id))
 	}
-	res.Tokens = ch.TokenIDs
+	ids = tokenIDs
 	switch {
-	case res.Tokens == nil && len(lp.Tokens) > 0:
-		res.Tokens = fromTokens
-	case res.Tokens != nil && len(lp.Tokens) > 0 && !textTokens && !slices.Equal(res.Tokens, fromTokens):
-		return policy.Result{}, fmt.Errorf("%s: token_ids %v and logprobs.tokens %v name different tokens", who, res.Tokens, fromTokens)
+	case ids == nil && len(lp.Tokens) > 0:
+		ids = fromTokens
+	case ids != nil && len(lp.Tokens) > 0 && !textTokens && !slices.Equal(ids, fromTokens):
+		return nil, nil, fmt.Errorf("%s: token_ids %v and logprobs.tokens %v name different tokens", who, ids, fromTokens)
 	}
 	var lps []*float64
 	switch {
@@ -376,39 +403,27 @@ func (c *Client) result(out *completion, h http.Header, p sampling.Params) (poli
 				}
 			}
 			if id == nil {
-				return policy.Result{}, fmt.Errorf("%s: logprobs.content[%d] has neither an id nor a token_id:N token", who, i)
+				return nil, nil, fmt.Errorf("%s: logprobs.content[%d] has neither an id nor a token_id:N token", who, i)
 			}
 			fromContent = append(fromContent, *id)
 			lps = append(lps, e.Logprob)
 		}
-		if res.Tokens == nil {
-			res.Tokens = fromContent
-		} else if !slices.Equal(res.Tokens, fromContent) {
-			return policy.Result{}, fmt.Errorf("%s: token_ids %v and logprobs.content %v name different tokens", who, res.Tokens, fromContent)
+		if ids == nil {
+			ids = fromContent
+		} else if !slices.Equal(ids, fromContent) {
+			return nil, nil, fmt.Errorf("%s: token_ids %v and logprobs.content %v name different tokens", who, ids, fromContent)
 		}
 	}
-	if len(lps) != len(res.Tokens) {
-		return policy.Result{}, fmt.Errorf("%s: %d token ids but %d log-probs (logprobs.token_logprobs or logprobs.content)", who, len(res.Tokens), len(lps))
+	if len(lps) != len(ids) {
+		return nil, nil, fmt.Errorf("%s: %d token ids but %d log-probs (logprobs.token_logprobs or logprobs.content)", who, len(ids), len(lps))
 	}
 	for i, v := range lps {
 		if v == nil {
-			return policy.Result{}, fmt.Errorf("%s: token %d (id %d) has no log-prob", who, i, res.Tokens[i])
+			return nil, nil, fmt.Errorf("%s: token %d (id %d) has no log-prob", who, i, ids[i])
 		}
-		res.LogProbs = append(res.LogProbs, float32(*v))
+		out = append(out, float32(*v))
 	}
-	stop := ch.StopReason
-	if isNull(stop) {
-		stop = ch.MatchedStop
-	}
-	if err := finish(who, ch.FinishReason, stop, p, &res); err != nil {
-		return policy.Result{}, err
-	}
-	wv := ""
-	if out.Metadata != nil {
-		wv = out.Metadata.WeightVersion
-	}
-	res.PolicyVersion = c.answerVersion(out.PolicyVersion, h, wv)
-	return res, nil
+	return ids, out, nil
 }
 
 // answerVersion is the policy version an answer names: aipo serve's
