@@ -348,12 +348,16 @@ func mismatch(t *testing.T, m *model.Model, trajs []schemas.Trajectory) float64 
 //     each reload equal to that checkpoint's log-probs under the learner
 //     (and not the previous one's), the run's mismatch metrics within
 //     vllmLogProbTol;
-//   - faults: a sync that vLLM does not answer within policy.sync.timeout,
-//     a reload acknowledged without reaching the model, and vLLM killed
-//     mid-rollout and restarted on its startup weights (ridden out by the
-//     client, caught by the version its answers then name) each fail the
-//     run with an error naming the server or the versions, nothing
-//     committed is lost, and the run resumes.
+//   - faults: a sync that vLLM does not answer within policy.sync.timeout
+//     and a reload acknowledged without reaching the model each fail the
+//     run with an error naming the server, nothing committed is lost, and
+//     the run resumes; vLLM killed mid-rollout and restarted on its
+//     startup weights (ridden out by the client, caught by the version its
+//     answers then name) is recovered by the same command, which pushes
+//     the checkpoint again and rolls the step out again;
+//   - restarts: vLLM killed mid-sync, and killed mid-rollout and restarted
+//     on the checkpoint the run is at, both ridden out by one aipo train,
+//     every trajectory its step's.
 func TestVLLMPolicyServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real vLLM and trains a tiny Qwen3")
@@ -601,52 +605,101 @@ func TestVLLMPolicyServer(t *testing.T) {
 		// vLLM killed while step 1 is rolled out, and restarted on its
 		// startup weights: the client rides the outage out, the answers of
 		// the restarted server name no version (weight_version "default",
-		// recorded as version 0), and the learner refuses the step.
+		// recorded as version 0), the learner refuses the step, and the
+		// same command pushes checkpoint 1 again, rolls step 1 out again
+		// and finishes.
 		ck1, _ := filepath.Abs(checkpoint.Dir(runDir, 1))
-		var once sync.Once
-		restarted := make(chan error, 1)
-		px.setCompletion(func(reloads []string, probe bool) {
-			if probe || len(reloads) == 0 || reloads[len(reloads)-1] != ck1 {
-				return
-			}
-			once.Do(func() {
-				go func() {
-					vs.Kill()
-					restarted <- vs.Restart()
-				}()
-			})
-		})
+		restarted := killOnCompletion(t, px, vs, ck1, "")
 		code, text = runAipoFor(t, 12*time.Minute, nil, args...)
 		px.setCompletion(nil)
-		select {
-		case err := <-restarted:
-			if err != nil {
-				t.Fatalf("restarting vLLM: %v", err)
-			}
-		case <-time.After(5 * time.Minute):
-			t.Fatal("vLLM was never killed: no completion of step 1 reached the proxy")
+		waitRestarted(t, restarted)
+		if code != 0 || !strings.Contains(text, "warning: step 1 was sampled in part by policy versions [0") || !strings.Contains(text, "rolling step 1 out again (attempt 1 of 3)") ||
+			!strings.Contains(text, "policy servers (vllm, 1) serve checkpoint 2") {
+			t.Fatalf("step 1 sampled partly by a vLLM restarted on its startup weights: aipo train exited %d, want it to roll the step out again and finish:\n%s", code, text)
 		}
-		if code == 0 || !strings.Contains(text, "learn step 1") || !strings.Contains(text, "versions found (trajectories): 0 (") {
-			t.Errorf("step 1 sampled partly by a vLLM restarted on its startup weights: aipo train exited %d, want the learner to refuse it naming version 0:\n%s", code, text)
-		}
-		t.Logf("vLLM restarted mid-rollout: %s", lineWith(text, "versions found"))
-		if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(runDir, 2)); ok {
-			t.Error("checkpoint 2 was written from a step sampled by the wrong weights")
-		}
-		// The fix the error names: roll the step out again (aipo rollout
-		// pushes checkpoint 1 first), then the same command.
-		if code, out := runAipoFor(t, 6*time.Minute, nil, "rollout", "--config", cfgPath, "--step", "1", "--force"); code != 0 || !strings.Contains(out, "serve checkpoint 1") {
-			t.Fatalf("aipo rollout --step 1 --force exited %d:\n%s", code, out)
-		}
-
-		// Fixed, the same command resumes and finishes.
-		code, text = runAipoFor(t, 10*time.Minute, nil, args...)
-		if code != 0 || !strings.Contains(text, "policy servers (vllm, 1) serve checkpoint 2") {
-			t.Fatalf("aipo train after the faults exited %d:\n%s", code, text)
-		}
+		t.Logf("vLLM restarted mid-rollout: %s", lineWith(text, "rolling step 1 out again"))
 		sampledByTheirStep(t, runDir, 2)
 	})
+
+	// What a supervisor that restarts vLLM does to a run, ridden out by
+	// the same aipo train command: vLLM killed while it reloads checkpoint
+	// 1 (the sync retries until it is back, within policy.sync.timeout),
+	// and killed while step 2 is rolled out and restarted on checkpoint 2
+	// itself, the checkpoint the run is at (its answers name no version,
+	// so the learner cannot tell its weights from its startup ones: the
+	// step is rolled out again after a push).
+	t.Run("restarts", func(t *testing.T) {
+		runDir := filepath.Join(base, "restarts")
+		cfgPath := filepath.Join(base, "restarts.yaml")
+		vllmRunConfig(t, cfgPath, runDir, train, px.URL, collabAddr, 3, "4m", "&retry_budget=6m&max_retries=100000")
+		var once sync.Once
+		syncRestarted := make(chan error, 1)
+		px.setRPC(func(w http.ResponseWriter, r *http.Request, path string) bool {
+			if filepath.Base(path) == "step-000001" {
+				once.Do(func() {
+					vs.Kill() // before the reload reaches it: the proxy answers 502
+					go func() { syncRestarted <- vs.Restart() }()
+				})
+			}
+			return false
+		})
+		ck2, _ := filepath.Abs(checkpoint.Dir(runDir, 2))
+		rolloutRestarted := killOnCompletion(t, px, vs, ck2, ck2)
+		code, text := runAipoFor(t, 20*time.Minute, nil, "train", "--config", cfgPath, "--init", warm)
+		px.setRPC(nil)
+		px.setCompletion(nil)
+		waitRestarted(t, syncRestarted)
+		waitRestarted(t, rolloutRestarted)
+		if code != 0 {
+			t.Fatalf("aipo train with vLLM killed mid-sync and restarted on checkpoint 2 mid-rollout exited %d:\n%s", code, text)
+		}
+		for _, want := range []string{"policy servers (vllm, 1) serve checkpoint 1", "rolling step 2 out again (attempt 1 of 3)", "policy servers (vllm, 1) serve checkpoint 3", "step 3/3: loss"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("aipo train's output lacks %q:\n%s", want, text)
+			}
+		}
+		t.Logf("vLLM restarted on checkpoint 2 mid-rollout: %s", lineWith(text, "rolling step 2 out again"))
+		sampledByTheirStep(t, runDir, 3)
+	})
 	t.Logf("vLLM tests: %s in all", time.Since(start).Round(time.Second))
+}
+
+// killOnCompletion kills vs at the first completion the proxy sees after
+// the reload of ckpt (not a sync's probe) and restarts it, on its startup
+// weights or, when model is set, on model; the channel carries the
+// restart's outcome.
+func killOnCompletion(t *testing.T, px *vllmProxy, vs *vllmserver.Server, ckpt, model string) chan error {
+	var once sync.Once
+	restarted := make(chan error, 1)
+	px.setCompletion(func(reloads []string, probe bool) {
+		if probe || len(reloads) == 0 || reloads[len(reloads)-1] != ckpt {
+			return
+		}
+		once.Do(func() {
+			go func() {
+				vs.Kill()
+				if model != "" {
+					restarted <- vs.RestartOn(model)
+				} else {
+					restarted <- vs.Restart()
+				}
+			}()
+		})
+	})
+	return restarted
+}
+
+// waitRestarted waits for a restart killOnCompletion (or a hook) began.
+func waitRestarted(t *testing.T, restarted chan error) {
+	t.Helper()
+	select {
+	case err := <-restarted:
+		if err != nil {
+			t.Fatalf("restarting vLLM: %v", err)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("vLLM was never killed: the request it was to be killed at never reached the proxy")
+	}
 }
 
 // sampledByTheirStep reads the trajectories of steps 0..steps-1 of the

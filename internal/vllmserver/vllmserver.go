@@ -228,6 +228,18 @@ func (s *Server) Restart() error {
 	return s.start()
 }
 
+// RestartOn stops the server and starts it again on the same port with
+// model (a Hugging Face directory, such as a checkpoint of a run) as its
+// startup weights, as a supervisor restarting it on the run's latest
+// checkpoint does. Later restarts keep model.
+func (s *Server) RestartOn(model string) error {
+	s.Stop()
+	s.mu.Lock()
+	s.model = model
+	s.mu.Unlock()
+	return s.start()
+}
+
 // Tail is the last n lines of the server's log.
 func (s *Server) Tail(n int) string {
 	f, err := os.Open(s.Log)

@@ -59,6 +59,13 @@ type Run struct {
 	// --no-tensorboard, turns it off). Each invocation follows its own
 	// setting: changing it is not a change of the run.
 	TensorBoard *bool `yaml:"tensorboard,omitempty"`
+	// AllowNoSignal lets a run none of whose steps had a learning signal
+	// (every group's rewards tied, so every advantage was 0) end with
+	// success. By default (false) such a run fails when its last step is
+	// trained, saying what to change: it trained on nothing. Set it for a
+	// smoke run of the plumbing on an untrained model, which the steps'
+	// warnings still name.
+	AllowNoSignal bool `yaml:"allow_no_signal,omitempty"`
 }
 
 // WritesTensorBoard is TensorBoard with its default (true).

@@ -211,6 +211,7 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 	}
 	opt := l.Opt
 	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
+	met.Groups, met.GroupsNoSignal = groupSignal(trajs, cfg.Learner.Objective)
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
 		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,10 @@ type loop struct {
 	servers *weightsync.Group // nil: nobody is told (in-process policy, or policy.sync none)
 	pushMu  sync.Mutex
 	pushed  int64 // the checkpoint the servers were last told to serve; -1 none yet
+
+	// resampled: the loop was entered again at a step being rolled out
+	// again (resample.go).
+	resampled bool
 }
 
 func newLoop(ctx context.Context, cfg runconfig.Config, opts Options, task *demotask.Task, start time.Time) (*loop, error) {
@@ -90,6 +95,9 @@ func (lp *loop) sampler(k int64) int64 {
 // rolled out, unless they were told already (pushes only go forward).
 // Nothing of step k is written when it fails.
 func (lp *loop) serve(ctx context.Context, k, s int64) error {
+	if err := lp.recheck(ctx, k); err != nil {
+		return fmt.Errorf("train: step %d not started: policy.sync: %w; nothing of step %d was written: fix the server (or policy.sync), then run the same command again to resume", k, err, k)
+	}
 	if err := lp.push(ctx, s); err != nil {
 		return fmt.Errorf("train: step %d not started: policy.sync: %w; nothing of step %d was written: fix the server (or policy.sync), then run the same command again to resume", k, err, k)
 	}
@@ -114,6 +122,39 @@ func (lp *loop) push(ctx context.Context, s int64) error {
 		lp.opts.Log(fmt.Sprintf("policy servers (%s, %d) serve checkpoint %d", lp.servers.Kind(), len(lp.servers.Endpoints()), s))
 	}
 	return nil
+}
+
+// recheck asks the servers that name their version whether they still
+// serve the checkpoint they were last told of, before step k is rolled
+// out, and pushes it again to all of them when one does not: a server
+// restarted since serves its startup weights (vLLM's weight_version
+// "default"), and a rollout on it would be refused by the learner.
+func (lp *loop) recheck(ctx context.Context, k int64) error {
+	if lp.servers == nil {
+		return nil
+	}
+	lp.pushMu.Lock()
+	defer lp.pushMu.Unlock()
+	v := lp.pushed
+	if v < 0 {
+		return nil
+	}
+	stale, err := lp.servers.Stale(ctx, v)
+	if err != nil || len(stale) == 0 {
+		return err
+	}
+	if lp.opts.Log != nil {
+		lp.opts.Log(fmt.Sprintf("policy.sync: %s (restarted since the push?): pushing checkpoint %d again before step %d is rolled out", strings.Join(stale, "; "), v, k))
+	}
+	return lp.servers.Push(ctx, weightsync.Checkpoint{Dir: serverCheckpointDir(lp.cfg, v), Version: v})
+}
+
+// forget makes the next push of any checkpoint reach the servers, as if
+// they had been told of none.
+func (lp *loop) forget() {
+	lp.pushMu.Lock()
+	lp.pushed = -1
+	lp.pushMu.Unlock()
 }
 
 // serverCheckpointDir is checkpoint k's directory as the policy servers
@@ -216,8 +257,12 @@ func (lp *loop) learn(ctx context.Context, k int64) error {
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	if w := trajectories.FailureWarning(k, lm.Rollout); w != "" && lp.opts.Log != nil {
-		lp.opts.Log(w)
+	if lp.opts.Log != nil {
+		for _, w := range []string{trajectories.FailureWarning(k, lm.Rollout), signalWarning(lp.cfg, lm)} {
+			if w != "" {
+				lp.opts.Log(w)
+			}
+		}
 	}
 	lp.emit(Event{Step: k, Phase: "learn", Learn: &lm})
 	if err := maybeEval(ctx, lp.cfg, lp.task, k+1, lp.emit, lp.start); err != nil {
@@ -282,6 +327,7 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 	for j := range rolled {
 		rolled[j] = make(chan struct{})
 	}
+	alone := lp.resampled
 	stop := make(chan struct{}) // no new rollout after this
 	launched := make(chan struct{})
 	go func() {
@@ -313,9 +359,11 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 				}
 				close(rolled[j])
 			}()
-			if !rolloutRan.Load() {
+			if !rolloutRan.Load() || (alone && j == k0) {
 				// No rollout pipeline has run in this process yet: let this
-				// one start the runner alone (see rolloutRan).
+				// one start the runner alone (see rolloutRan). A step
+				// rolled out again (resample) also runs alone: the next
+				// one's push would move the servers on under it.
 				select {
 				case <-finished:
 				case <-ctx.Done():

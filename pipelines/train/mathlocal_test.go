@@ -2,8 +2,10 @@ package train
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,8 +58,12 @@ func TestMathLocalRuns(t *testing.T) {
 	if err := SeedCheckpoint(ctx, hfDir, cfg.Run.Dir); err != nil {
 		t.Fatal(err)
 	}
-	if err := Run(ctx, cfg, Options{Rollout: RolloutStep}); err != nil {
-		t.Fatal(err)
+	// A random policy solves nothing: the step trains on no signal, says
+	// so, and the run ends with ErrNoSignal once everything else is done.
+	var logs []string
+	err = Run(ctx, cfg, Options{Rollout: RolloutStep, Log: func(s string) { logs = append(logs, s) }})
+	if !errors.Is(err, ErrNoSignal) || !strings.Contains(strings.Join(logs, "\n"), "warning: step 0 had no learning signal: in all 2 groups") {
+		t.Fatalf("a random policy on math-local.yaml: %v; log:\n%s", err, strings.Join(logs, "\n"))
 	}
 	m, err := schemas.ReadManifest(ctx, schemas.StepDir(cfg.Run.Dir, 0))
 	if err != nil {

@@ -148,15 +148,13 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	// earlier invocation that it did not write), then follow each step.
 	lp.board = openBoard(cfg, opts.Log)
 	lp.board.sync(ctx)
-	if cfg.Run.Async {
-		err = lp.runAsync(ctx, k)
-	} else {
-		err = lp.runSync(ctx, k)
-	}
-	if err != nil {
+	if err := lp.run(ctx, k); err != nil {
 		return err
 	}
 	if _, last, err := checkpoint.Latest(ctx, runDir); err == nil && last >= cfg.Run.Steps {
+		if err := checkSignal(ctx, cfg); err != nil {
+			return err
+		}
 		emit(Event{Step: cfg.Run.Steps, Steps: cfg.Run.Steps, Phase: "done", Elapsed: time.Since(start)})
 	}
 	return nil

@@ -367,30 +367,58 @@ func TestStalePolicyServer(t *testing.T) {
 }
 
 // A policy server restarted between the push of checkpoint 2 and the end
-// of rollout 2, back on checkpoint 0's weights: the versions it names
-// give it away, and the learner refuses step 2.
-func TestRestartedPolicyServerDetected(t *testing.T) {
+// of rollout 2, back on checkpoint 0's weights: the versions it names give
+// it away, the learner refuses step 2, and aipo train pushes checkpoint 2
+// again, rolls the step out again and goes on, so that every trajectory
+// of the run is its step's. A server that comes back on old weights at
+// every attempt fails the run after ResampleAttempts, saying so.
+func TestRestartedPolicyServerRecovered(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	ds := startDemoServer(t, base)
 	srv := startPolicyServer(t, ds.ckpt)
-	c := syncRun(t, ds, base, "restarted", func(c *runconfig.Config) {
-		c.Policy.Endpoint = "http://" + srv.httpAddr + "/v1?model=demo"
-		c.Policy.Sync = runconfig.Sync{Kind: weightsync.KindAipo, Endpoints: []string{"grpc://" + srv.grpcAddr}}
-	})
-	err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
-		if k == 2 {
-			srv.restart(ds.ckpt)
+	run := func(name string, restarts int) (runconfig.Config, []string, error) {
+		c := syncRun(t, ds, base, name, func(c *runconfig.Config) {
+			c.Policy.Endpoint = "http://" + srv.httpAddr + "/v1?model=demo"
+			c.Policy.Sync = runconfig.Sync{Kind: weightsync.KindAipo, Endpoints: []string{"grpc://" + srv.grpcAddr}}
+		})
+		var logs []string
+		done := 0
+		err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Log: func(s string) { logs = append(logs, s) }, Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
+			if k == 2 && done < restarts {
+				done++
+				srv.restart(ds.ckpt)
+			}
+			return RolloutStep(ctx, rc, k)
+		}})
+		return c, logs, err
+	}
+
+	t.Run("once", func(t *testing.T) {
+		c, logs, err := run("restarted-once", 1)
+		if err != nil {
+			t.Fatalf("a server restarted once on old weights mid-step: %v", err)
 		}
-		return RolloutStep(ctx, rc, k)
-	}})
-	if err == nil || !strings.Contains(err.Error(), "learn step 2:") || !strings.Contains(err.Error(), "versions found (trajectories): 0 (16)") ||
-		!strings.Contains(err.Error(), "restarted with older weights") {
-		t.Errorf("a server restarted on old weights mid-step: %v", err)
-	}
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, 3)); ok {
-		t.Error("checkpoint 3 was written")
-	}
+		text := strings.Join(logs, "\n")
+		for _, want := range []string{"warning: step 2 was sampled in part by policy versions [0], not by checkpoint 2", "rolling step 2 out again (attempt 1 of 3)"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("the log does not say %q:\n%s", want, text)
+			}
+		}
+		for k := range c.Run.Steps {
+			checkStep(t, ctx, c, k, k)
+		}
+	})
+	t.Run("every time", func(t *testing.T) {
+		c, _, err := run("restarted-always", 100)
+		if err == nil || !strings.Contains(err.Error(), "learn step 2:") || !strings.Contains(err.Error(), "versions found (trajectories): 0 (16)") ||
+			!strings.Contains(err.Error(), "rolled step 2 out again 3 times") {
+			t.Errorf("a server back on old weights at every attempt: %v", err)
+		}
+		if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, 3)); ok {
+			t.Error("checkpoint 3 was written")
+		}
+	})
 }
 
 // Bad input around the policy servers: an unreachable policy server fails

@@ -57,7 +57,22 @@ func checkVersions(k int64, trajs []schemas.Trajectory, maxStale int64) error {
 	if newer {
 		why = fmt.Sprintf("a version newer than checkpoint %d sampled it: the policy server serves the weights of another run, or of a later checkpoint of this one; point policy.endpoint at this run's servers", k)
 	}
-	return fmt.Errorf("learn step %d: %d of the %d trajectories were sampled by policy versions outside the %s this step allows (policy.max_staleness %d); versions found (trajectories): %s. "+
+	return &VersionError{Step: k, Newer: newer, Versions: versions, msg: fmt.Sprintf("learn step %d: %d of the %d trajectories were sampled by policy versions outside the %s this step allows (policy.max_staleness %d); versions found (trajectories): %s. "+
 		"That is off-policy data the loss would treat as on-policy. %s; then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force, which first pushes the checkpoint when policy.sync is set) and rerun; checkpoint %d was not written",
-		k, bad, total, allowed, maxStale, strings.Join(found, ", "), why, k, k, k+1)
+		k, bad, total, allowed, maxStale, strings.Join(found, ", "), why, k, k, k+1)}
 }
+
+// VersionError is checkVersions' refusal of a step sampled by other
+// weights than the run allows.
+type VersionError struct {
+	Step int64
+	// Newer: a version after the step's checkpoint sampled some of it (a
+	// server of another run, or of a later checkpoint): pushing the
+	// step's checkpoint again would not explain it.
+	Newer bool
+	// Versions are the versions found, in order.
+	Versions []int64
+	msg      string
+}
+
+func (e *VersionError) Error() string { return e.msg }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/grpcclient"
@@ -41,6 +42,15 @@ func (r aipoReplica) push(ctx context.Context, ck Checkpoint) error {
 		return fmt.Errorf("it answered that it now serves policy version %d, not %d: the directory it read is not the checkpoint the learner wrote (check policy.sync.checkpoint_dir)", v, ck.Version)
 	}
 	return nil
+}
+
+// serving is the policy version aipo serve's Health RPC names.
+func (r aipoReplica) serving(ctx context.Context) (string, error) {
+	info, err := r.c.Info(ctx)
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(info.PolicyVersion, 10), nil
 }
 
 func (r aipoReplica) close() error { return r.c.Close() }

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
@@ -26,7 +28,12 @@ type httpServer struct {
 	hc    *http.Client
 }
 
-func openHTTP(endpoint string) (*httpServer, error) {
+// openHTTP opens endpoint's control API. Its calls retry a server that
+// is down or restarting for as long as one push may take (timeout), unless
+// the endpoint's retry_budget or max_retries say otherwise: a server
+// restarted by its supervisor mid-push is waited for, not given up on
+// after the policy client's default budget.
+func openHTTP(endpoint string, timeout time.Duration) (*httpServer, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("want http://host:port or https://host:port")
@@ -38,9 +45,16 @@ func openHTTP(endpoint string) (*httpServer, error) {
 		return nil, fmt.Errorf("the address has a path (%s): give the server's root, http://host:port", p)
 	}
 	q := u.Query()
+	budget, retries := q.Has("retry_budget"), q.Has("max_retries")
 	set, err := remote.Parse(q)
 	if err != nil {
 		return nil, err
+	}
+	if !budget && timeout > 0 {
+		set.Retry.Budget = timeout
+	}
+	if !retries && timeout > 0 {
+		set.Retry.MaxRetries = math.MaxInt32 // the budget bounds them
 	}
 	if len(q) > 0 {
 		keys := make([]string, 0, len(q))

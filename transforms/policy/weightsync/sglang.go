@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // sglangReplica is an SGLang server, told through its native API.
@@ -35,8 +36,8 @@ type sglangReplica struct {
 	loadFormat string
 }
 
-func openSGLang(endpoint, loadFormat string) (replica, error) {
-	s, err := openHTTP(endpoint)
+func openSGLang(endpoint, loadFormat string, timeout time.Duration) (replica, error) {
+	s, err := openHTTP(endpoint, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +80,21 @@ func (r sglangReplica) push(ctx context.Context, ck Checkpoint) error {
 		return fmt.Errorf("after the update, GET /get_model_info reports model_path %q and weight_version %q, not %q and %q", info.ModelPath, info.WeightVersion, ck.Dir, version)
 	}
 	return nil
+}
+
+// serving is the weight_version GET /get_model_info reports.
+func (r sglangReplica) serving(ctx context.Context) (string, error) {
+	status, b, err := r.s.call(ctx, http.MethodGet, "/get_model_info", nil)
+	if err != nil {
+		return "", err
+	}
+	var info struct {
+		WeightVersion string `json:"weight_version"`
+	}
+	if status != http.StatusOK || json.Unmarshal(b, &info) != nil {
+		return "", fmt.Errorf("GET /get_model_info answered %d %s", status, short(b))
+	}
+	return info.WeightVersion, nil
 }
 
 func (r sglangReplica) close() error { return r.s.close() }

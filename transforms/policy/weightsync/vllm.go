@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // vllmReplica is a vLLM OpenAI-compatible server started with
@@ -61,8 +62,8 @@ type vllmReplica struct {
 	lastProbe   []float64
 }
 
-func openVLLM(endpoint string) (replica, error) {
-	s, err := openHTTP(endpoint)
+func openVLLM(endpoint string, timeout time.Duration) (replica, error) {
+	s, err := openHTTP(endpoint, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +202,15 @@ func (r *vllmReplica) push(ctx context.Context, ck Checkpoint) error {
 	}
 	r.setVersioned(true)
 	return nil
+}
+
+// serving is /weight_info's weight_version when a push of this process
+// set it (a server restarted since says "default"), else "".
+func (r *vllmReplica) serving(ctx context.Context) (string, error) {
+	if !r.namesVersions() {
+		return "", nil
+	}
+	return r.weightVersion(ctx)
 }
 
 func (r *vllmReplica) setVersioned(v bool) {

@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -104,9 +105,9 @@ func Open(ctx context.Context, kind string, endpoints []string, o Options) (*Gro
 		case KindAipo:
 			r, err = openAipo(ctx, e)
 		case KindSGLang:
-			r, err = openSGLang(e, o.LoadFormat)
+			r, err = openSGLang(e, o.LoadFormat, g.timeout)
 		case KindVLLM:
-			r, err = openVLLM(e)
+			r, err = openVLLM(e, g.timeout)
 		default:
 			err = fmt.Errorf("unknown kind %q (aipo, sglang or vllm)", kind)
 		}
@@ -198,4 +199,54 @@ func short(b []byte) string {
 		s = s[:300] + "..."
 	}
 	return s
+}
+
+// server is a replica that can say which version it serves now.
+type server interface {
+	// serving is the version the server names ("" when it names none,
+	// or cannot say).
+	serving(ctx context.Context) (string, error)
+}
+
+// Stale asks every replica that names its version which one it serves,
+// and returns a description of each that does not serve version: one
+// restarted since (on its startup weights: vLLM's weight_version
+// "default"), or told of another checkpoint by someone else. A replica
+// that names no version cannot be judged and is left out; one that does
+// not answer within the group's timeout is an error.
+func (g *Group) Stale(ctx context.Context, version int64) ([]string, error) {
+	want := strconv.FormatInt(version, 10)
+	out := make([]string, len(g.replicas))
+	errs := make([]error, len(g.replicas))
+	var wg sync.WaitGroup
+	for i, r := range g.replicas {
+		s, ok := r.(server)
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, g.timeout)
+			defer cancel()
+			got, err := s.serving(sctx)
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("%s server %s did not say which version it serves: %w", g.kind, g.endpoints[i], err)
+			case got != "" && got != want:
+				out[i] = fmt.Sprintf("%s server %s serves version %q, not %s", g.kind, g.endpoints[i], got, want)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var stale []string
+	for _, s := range out {
+		if s != "" {
+			stale = append(stale, s)
+		}
+	}
+	return stale, nil
 }

@@ -227,3 +227,33 @@ func TestPushSendsToken(t *testing.T) {
 		t.Errorf("refused push: %v", err)
 	}
 }
+
+// Stale names each replica that no longer serves the version pushed (one
+// restarted on its startup weights, weight_version "default" again), and
+// nothing while every replica serves it.
+func TestStale(t *testing.T) {
+	ctx := context.Background()
+	a, b := &sglangServer{weightVersion: "default"}, &sglangServer{weightVersion: "default"}
+	sa, sb := httptest.NewServer(a.handler(t)), httptest.NewServer(b.handler(t))
+	defer sa.Close()
+	defer sb.Close()
+	g := open(t, KindSGLang, []string{sa.URL, sb.URL}, Options{Timeout: 5 * time.Second})
+	if err := g.Push(ctx, Checkpoint{Dir: checkpointDir(t, "step-000002"), Version: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := g.Stale(ctx, 2); err != nil || len(stale) != 0 {
+		t.Errorf("every replica serves version 2: stale %q, %v", stale, err)
+	}
+	b.mu.Lock()
+	b.modelPath, b.weightVersion = "", "default" // restarted
+	b.mu.Unlock()
+	stale, err := g.Stale(ctx, 2)
+	if err != nil || len(stale) != 1 || !strings.Contains(stale[0], sb.URL) || !strings.Contains(stale[0], `serves version "default", not 2`) {
+		t.Errorf("replica b restarted: stale %q, %v", stale, err)
+	}
+	sb.Close()
+	gs := open(t, KindSGLang, []string{sb.URL}, Options{Timeout: time.Second})
+	if _, err := gs.Stale(ctx, 2); err == nil || !strings.Contains(err.Error(), sb.URL) || !strings.Contains(err.Error(), "did not say which version it serves") {
+		t.Errorf("a replica that is down: %v", err)
+	}
+}
