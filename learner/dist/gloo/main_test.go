@@ -19,6 +19,7 @@ func TestMain(m *testing.M) {
 		"collectives": programCollectives,
 		"loop":        programLoop,
 		"rendezvous":  programRendezvous,
+		"benchpeer":   programBenchPeer,
 	})
 	os.Exit(m.Run())
 }
