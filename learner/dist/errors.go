@@ -113,6 +113,15 @@ func (e *OpError) Error() string {
 	return b.String()
 }
 
+// summary is the error without its suspects: what this rank itself saw.
+func (e *OpError) summary() string {
+	s := fmt.Sprintf("%s %s: %v", e.Backend, e.Op, e.Kind)
+	if e.Err != nil {
+		s += fmt.Sprintf(" [%v]", e.Err)
+	}
+	return s
+}
+
 // Unwrap lets errors.Is match both the kind and the engine's error.
 func (e *OpError) Unwrap() []error {
 	if e.Err == nil {

@@ -187,6 +187,12 @@ func (g *Group) stopHeartbeat() {
 // can name this rank and its reason. It is best effort and bounded.
 func (g *Group) ReportFailure(err error) {
 	msg := err.Error()
+	var oe *OpError
+	if errors.As(err, &oe) {
+		// Its own failure only: the suspects it names are reported by
+		// the store to every rank anyway.
+		msg = oe.summary()
+	}
 	if len(msg) > 500 {
 		msg = msg[:500] + "..."
 	}
@@ -242,7 +248,10 @@ func (g *Group) Suspects(within time.Duration) []PeerState {
 				failed = append(failed, p)
 			}
 		}
-		if len(gone)+len(stale) > 0 || time.Now().After(deadline) {
+		// A reported failure is enough once a killed peer's closed
+		// connection would have shown.
+		settled := len(failed) > 0 && time.Since(deadline.Add(-within)) > min(within, 500*time.Millisecond)
+		if len(gone)+len(stale) > 0 || settled || time.Now().After(deadline) {
 			sort.Slice(stale, func(i, j int) bool { return stale[i].SinceBeat > stale[j].SinceBeat })
 			return append(append(gone, stale...), failed...)
 		}

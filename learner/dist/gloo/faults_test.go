@@ -103,3 +103,24 @@ func TestMissingRankFailsRendezvous(t *testing.T) {
 		}
 	}
 }
+
+// Abort on one rank: its next call fails as aborted, and the others fail
+// at once naming it and its reason.
+func TestAbortIsReported(t *testing.T) {
+	rs := disttest.Launch(t, disttest.Spec{Program: "abort", Size: 3})
+	for _, e := range rs.Wait(20 * time.Second) {
+		failure := lineWith(e.Output, "FAILED")
+		t.Logf("rank %d exited %d after %.1f s: %s", e.Rank, e.Code, e.Took.Seconds(), failure)
+		switch {
+		case e.Code != 3:
+			t.Errorf("rank %d exited %d:\n%s", e.Rank, e.Code, e.Output)
+		case e.Rank == 1 && !strings.Contains(failure, "kind=aborted"):
+			t.Errorf("rank 1: %s; want kind=aborted", failure)
+		case e.Rank != 1 && !strings.Contains(failure, "rank 1 reported a failure of its own") && !strings.Contains(failure, "bad batch"):
+			t.Errorf("rank %d does not name rank 1's abort: %s", e.Rank, failure)
+		}
+		if e.Took > 12*time.Second {
+			t.Errorf("rank %d took %s", e.Rank, e.Took)
+		}
+	}
+}

@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 		"loop":        programLoop,
 		"rendezvous":  programRendezvous,
 		"benchpeer":   programBenchPeer,
+		"abort":       programAbort,
 	})
 	os.Exit(m.Run())
 }

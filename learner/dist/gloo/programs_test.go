@@ -4,6 +4,7 @@ package gloo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,4 +50,28 @@ func programRendezvous() int {
 	fmt.Println("joined")
 	g.Close()
 	return 0
+}
+
+// programAbort all-reduces in a loop; rank 1 aborts its communicator after
+// three calls and checks that the next call fails as aborted.
+func programAbort() int {
+	g, c, err := join(testOptions())
+	if err != nil {
+		return failed(err)
+	}
+	defer g.Close()
+	defer c.Close()
+	buf := make([]float32, 1024)
+	for k := 0; ; k++ {
+		if k == 3 && c.Rank() == 1 {
+			c.Abort(errors.New("bad batch"))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.AllReduce(ctx, dist.Float32s(buf))
+		cancel()
+		if err != nil {
+			return failed(err)
+		}
+		fmt.Printf("iter %d\n", k)
+	}
 }
