@@ -121,10 +121,12 @@ bench-smoke: $(OVERLAY)
 ptx: $(OVERLAY)
 	scripts/ptx.sh
 
-# gpu-test-binary builds the CUDA tests for scripts/gpu-check.sh on a GPU
-# machine (which needs no Go): no cgo, so it links no OpenBLAS.
+# gpu-test-binary builds the CUDA tests and the NCCL backend's tests for
+# scripts/gpu-check.sh on a GPU machine (which needs no Go): no cgo, so
+# they link no OpenBLAS and no Gloo.
 gpu-test-binary: $(OVERLAY)
 	CGO_ENABLED=0 $(GO) test $(GOFLAGS_OVERLAY) -c -o build/gpu/cuda.test ./learner/cuda
+	CGO_ENABLED=0 $(GO) test $(GOFLAGS_OVERLAY) -c -o build/gpu/nccl.test ./learner/dist/nccl
 
 # rehearse runs the CPU rehearsal of the paper's recipe (cmd/aipo's
 # TestRehearsal, which make test runs at 3 steps) at 20 steps of 8 groups

@@ -7,11 +7,16 @@
 # training step at Qwen2.5-0.5B and Qwen3-0.6B shapes. The GPU machine needs no Go and no CUDA toolkit: only the driver
 # (libcuda.so.1) and cuBLAS 12 or 13 (a system install or PyTorch's wheels).
 #
-# Build the test binary on a development machine first, from the
-# repository root (CGO_ENABLED=0: the binary links no OpenBLAS and needs no
+# It also runs the NCCL backend's one-rank check (learner/dist/nccl,
+# TestGPUNCCLOneRank: every collective and a 64 MiB all-reduce on GPU 0,
+# NCCL from the libnccl2 package or the nvidia-nccl-cu12 wheel).
+#
+# Build the test binaries on a development machine first, from the
+# repository root (CGO_ENABLED=0: the binaries link no OpenBLAS and need no
 # particular glibc version):
 #
 #   CGO_ENABLED=0 go test -modfile=$PWD/build/go.mod -c -o build/gpu/cuda.test ./learner/cuda
+#   CGO_ENABLED=0 go test -modfile=$PWD/build/go.mod -c -o build/gpu/nccl.test ./learner/dist/nccl
 #
 # (make gpu-test-binary does the same). Then, on the GPU machine:
 #
@@ -21,19 +26,22 @@
 # prints its path, and exits with the tests' status. AIPO_REQUIRE_GPU=1 is
 # set so that a missing driver fails instead of skipping. cuBLAS folders of
 # the Python packages found here are added to AIPO_CUDA_LIB_PATH. The tests
-# take well under a minute on an H200; the whole run is capped at 7.5 minutes
-# (tests 6, the PyTorch baselines under 2).
+# take well under a minute on an H200; the whole run is capped at 9 minutes
+# (tests 6, the NCCL check 1.5, the PyTorch baselines under 2).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bin=build/gpu/cuda.test
+ncclbin=build/gpu/nccl.test
 dir=${1:-${OUT:-build/gpu}}
 mkdir -p "$dir"
 report="$dir/cuda-gpu-report.txt"
-if [ ! -x "$bin" ]; then
-  echo "gpu-check: $bin is missing; build it first (see the header of $0)" | tee "$report" >&2
-  exit 2
-fi
+for b in "$bin" "$ncclbin"; do
+  if [ ! -x "$b" ]; then
+    echo "gpu-check: $b is missing; build it first (make gpu-test-binary, or see the header of $0)" | tee "$report" >&2
+    exit 2
+  fi
+done
 
 # cuBLAS from Python wheels: nvidia/*/lib folders holding libcublas.
 extra=""
@@ -42,7 +50,7 @@ for py in python3 python; do
   sites=$(timeout 30 "$py" -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null) || continue
   for s in $sites; do
     for d in "$s"/nvidia/*/lib; do
-      ls "$d"/libcublas.so.* >/dev/null 2>&1 && extra="$extra:$d"
+      if compgen -G "$d/libcublas.so.*" >/dev/null || compgen -G "$d/libnccl.so.*" >/dev/null; then extra="$extra:$d"; fi
     done
   done
   break
@@ -62,7 +70,7 @@ export AIPO_REQUIRE_GPU=1
   timeout 30 nvidia-smi 2>&1 || echo "(nvidia-smi unavailable)"
   echo
   echo "## CUDA libraries known to the dynamic loader"
-  ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libcublas' || echo "(none)"
+  ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libcublas|libnccl' || echo "(none)"
   echo
   echo "## go test -test.v -test.run 'GPU|Parity'"
 } >"$report" 2>&1
@@ -70,6 +78,13 @@ export AIPO_REQUIRE_GPU=1
 start=$(date +%s)
 timeout 360 "$bin" -test.v -test.run 'GPU|Parity' -test.timeout 340s >>"$report" 2>&1
 rc=$?
+{
+  echo
+  echo "## nccl.test -test.v -test.run 'GPU|Load|Config' (one rank)"
+} >>"$report"
+timeout 90 "$ncclbin" -test.v -test.run 'GPU|Load|Config' -test.timeout 80s >>"$report" 2>&1
+nrc=$?
+[ "$rc" -eq 0 ] && rc=$nrc
 # PyTorch eager baselines, beside TestGPULMHeadMemory and
 # TestGPUTrainStepThroughput and TestGPUTrainStepThroughputQwen3.
 {

@@ -22,7 +22,16 @@ apt_install() {
 
 case "$what" in
 build)
-  apt_install pkg-config libopenblas-dev libzstd-dev
+  # libgloo-dev is Gloo, the CPU collectives engine of learner/dist/gloo
+  # (its shim is compiled by cgo; libgloo0 brings libhiredis and libibverbs,
+  # which libgloo.so links itself). The backend is built and tested against
+  # Debian bookworm's version, pinned here.
+  apt_install pkg-config libopenblas-dev libzstd-dev libgloo-dev
+  gloo_pinned="0.0~git20220518.5b14351-3"
+  gloo_have=$(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || true)
+  if [ -n "$gloo_have" ] && [ "$gloo_have" != "$gloo_pinned" ]; then
+    echo "setup: libgloo-dev is $gloo_have, but learner/dist/gloo is tested with $gloo_pinned; run its tests (go test ./learner/dist/...) before relying on it" >&2
+  fi
   ;;
 test)
   # vLLM's CPU build is the real vLLM the HTTP policy client and the vllm

@@ -1,0 +1,84 @@
+//go:build cgo && !purego
+
+package gloo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/dist/internal/disttest"
+)
+
+// The tests start real processes: the test binary re-executed as each rank
+// (disttest.Launch), which TestMain sends to one of these rank programs.
+func TestMain(m *testing.M) {
+	disttest.Dispatch(map[string]func() int{
+		"collectives": programCollectives,
+		"loop":        programLoop,
+		"rendezvous":  programRendezvous,
+		"benchpeer":   programBenchPeer,
+		"abort":       programAbort,
+	})
+	os.Exit(m.Run())
+}
+
+// testOptions are the group bounds of the rank programs: short, so that
+// failures show within the test's time.
+func testOptions() dist.Options {
+	return dist.Options{
+		RendezvousTimeout: 20 * time.Second,
+		OpTimeout:         20 * time.Second,
+		Heartbeat:         250 * time.Millisecond,
+		StaleAfter:        time.Second,
+		CloseTimeout:      5 * time.Second,
+	}
+}
+
+// join forms the group from the launcher's environment and opens a Gloo
+// communicator on it.
+func join(opts dist.Options) (*dist.Group, dist.Comm, error) {
+	env, err := dist.EnvFromOS()
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx := context.Background()
+	g, err := dist.Join(ctx, env, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := New(ctx, g)
+	if err != nil {
+		g.Close()
+		return nil, nil, err
+	}
+	return g, c, nil
+}
+
+// kindOf names the dist.Err* kind an error matches.
+func kindOf(err error) string {
+	for _, k := range []struct {
+		err  error
+		name string
+	}{{dist.ErrTimeout, "timeout"}, {dist.ErrPeerLost, "peer-lost"}, {dist.ErrAborted, "aborted"},
+		{dist.ErrClosed, "closed"}, {dist.ErrInvalid, "invalid"}, {dist.ErrRendezvous, "rendezvous"}, {dist.ErrEngine, "engine"}} {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return "other"
+}
+
+// failed prints a rank program's failure in the form the tests read.
+func failed(err error) int {
+	fmt.Printf("FAILED kind=%s: %v\n", kindOf(err), err)
+	var oe *dist.OpError
+	if errors.As(err, &oe) {
+		fmt.Printf("suspects=%v elapsed=%.2fs\n", oe.SuspectRanks(), oe.Elapsed.Seconds())
+	}
+	return 3
+}
