@@ -96,29 +96,13 @@ func (o *AdamW) Step(params []Param) (gradNorm float64) {
 	if math.IsNaN(gradNorm) || math.IsInf(gradNorm, 0) {
 		return gradNorm
 	}
-	scale := 1.0
-	if c := o.cfg.GradClip; c > 0 {
-		scale = math.Min(1, c/(gradNorm+1e-6))
-	}
 	for _, p := range params {
 		if _, ok := o.state[p.Name]; !ok {
 			o.state[p.Name] = &moments{m: make([]float32, len(p.Data)), v: make([]float32, len(p.Data))}
 			o.order = append(o.order, p.Name)
 		}
 	}
-	lr := o.cfg.LRAt(o.steps)
-	t := float64(o.steps + 1)
-	k := kernel{
-		scale:      float32(scale),
-		decay:      float32(1 - lr*o.cfg.WeightDecay),
-		b1:         float32(o.cfg.Beta1),
-		oneMinusB1: float32(1 - o.cfg.Beta1),
-		b2:         float32(o.cfg.Beta2),
-		oneMinusB2: float32(1 - o.cfg.Beta2),
-		stepSize:   float32(lr / (1 - math.Pow(o.cfg.Beta1, t))),
-		bc2Sqrt:    float32(math.Sqrt(1 - math.Pow(o.cfg.Beta2, t))),
-		eps:        float32(o.cfg.Eps),
-	}
+	k := o.cfg.kernelAt(o.steps, gradNorm)
 	parallel(len(chunks), func(c int) {
 		ch := chunks[c]
 		p := params[ch.param]
@@ -132,6 +116,28 @@ func (o *AdamW) Step(params []Param) (gradNorm float64) {
 // kernel holds one update's float32 constants.
 type kernel struct {
 	scale, decay, b1, oneMinusB1, b2, oneMinusB2, stepSize, bc2Sqrt, eps float32
+}
+
+// kernelAt is the constants of the update after steps updates, with the
+// gradients clipped from their global norm gradNorm to GradClip.
+func (c Config) kernelAt(steps int64, gradNorm float64) kernel {
+	scale := 1.0
+	if c.GradClip > 0 {
+		scale = math.Min(1, c.GradClip/(gradNorm+1e-6))
+	}
+	lr := c.LRAt(steps)
+	t := float64(steps + 1)
+	return kernel{
+		scale:      float32(scale),
+		decay:      float32(1 - lr*c.WeightDecay),
+		b1:         float32(c.Beta1),
+		oneMinusB1: float32(1 - c.Beta1),
+		b2:         float32(c.Beta2),
+		oneMinusB2: float32(1 - c.Beta2),
+		stepSize:   float32(lr / (1 - math.Pow(c.Beta1, t))),
+		bc2Sqrt:    float32(math.Sqrt(1 - math.Pow(c.Beta2, t))),
+		eps:        float32(c.Eps),
+	}
 }
 
 // apply is the AdamW update of torch.optim.AdamW (single-tensor path), per
@@ -189,22 +195,33 @@ func globalNorm(params []Param, chunks []chunk) float64 {
 	partial := make([]float64, len(chunks))
 	parallel(len(chunks), func(c int) {
 		ch := chunks[c]
-		var s0, s1, s2, s3 float64
-		g := params[ch.param].Grad[ch.lo:ch.hi]
-		i := 0
-		for ; i+4 <= len(g); i += 4 {
-			a, b, c, d := float64(g[i]), float64(g[i+1]), float64(g[i+2]), float64(g[i+3])
-			s0 += a * a
-			s1 += b * b
-			s2 += c * c
-			s3 += d * d
-		}
-		for ; i < len(g); i++ {
-			a := float64(g[i])
-			s0 += a * a
-		}
-		partial[c] = (s0 + s1) + (s2 + s3)
+		partial[c] = SquaredSum(params[ch.param].Grad[ch.lo:ch.hi])
 	})
+	return NormOfSquares(partial)
+}
+
+// SquaredSum is the sum of the squares of g in float64, as the global
+// gradient norm sums one chunk: four running sums, added pairwise.
+func SquaredSum(g []float32) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(g); i += 4 {
+		a, b, c, d := float64(g[i]), float64(g[i+1]), float64(g[i+2]), float64(g[i+3])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
+	}
+	for ; i < len(g); i++ {
+		a := float64(g[i])
+		s0 += a * a
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// NormOfSquares is the global norm from every chunk's SquaredSum, added
+// in chunk order.
+func NormOfSquares(partial []float64) float64 {
 	var sum float64
 	for _, s := range partial {
 		sum += s

@@ -57,6 +57,10 @@ type Learner struct {
 	// PolicyCompute and RefCompute run the passes of Policy and Ref (nil:
 	// on the CPU, CPU(Policy) and CPU(Ref)); On sets them from a backend.
 	PolicyCompute, RefCompute Compute
+	// DP, when set (EnableDataParallel), makes the learner one rank of a
+	// data-parallel group: RLStepDP updates, and the optimiser state is
+	// this rank's share.
+	DP *DataParallel
 }
 
 // Params returns the host policy's parameters in the optimiser's form.
@@ -70,10 +74,15 @@ func logProbs(c Compute, seqs []Sequence, budget int) ([][]float32, error) {
 		order[i] = i
 	}
 	out := make([][]float32, len(seqs))
+	return out, logProbsInto(out, c, seqs, order, budget)
+}
+
+// logProbsInto sets out[i] for each i of order (packed in that order).
+func logProbsInto(out [][]float32, c Compute, seqs []Sequence, order []int, budget int) error {
 	for _, mb := range pack(seqs, order, budget) {
 		all, err := c.Run(mb.batch, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		k := 0
 		for _, i := range mb.seqs {
@@ -85,38 +94,16 @@ func logProbs(c Compute, seqs []Sequence, budget int) ([][]float32, error) {
 			out[i] = lp
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // RLStep applies cfg's update to the learner from samples. Old log-probs
 // are recomputed with the policy as it is on entry (pi_old), reference
 // log-probs with l.Ref.
 func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
-	if len(samples) == 0 {
-		return RLStats{}, errors.New("trainer: no samples to learn from")
-	}
-	if cfg.MicroBatchTokens <= 0 || cfg.PPOEpochs <= 0 || cfg.MiniBatches <= 0 {
-		return RLStats{}, fmt.Errorf("trainer: micro_batch_tokens, ppo_epochs and mini_batches must be positive (got %d, %d, %d)", cfg.MicroBatchTokens, cfg.PPOEpochs, cfg.MiniBatches)
-	}
-	if cfg.Loss.KLCoef != 0 && l.ref() == nil {
-		return RLStats{}, errors.New("trainer: the loss has a KL term but no reference model was given")
-	}
-	seqs := make([]Sequence, len(samples))
-	for i, s := range samples {
-		if len(s.Prompt) == 0 {
-			return RLStats{}, fmt.Errorf("trainer: sample %d has an empty prompt (at least one token, e.g. BOS, must precede the response)", i)
-		}
-		if len(s.Source) != len(s.Response) {
-			return RLStats{}, fmt.Errorf("trainer: sample %d has %d response tokens but %d sources", i, len(s.Response), len(s.Source))
-		}
-		if s.Behavior != nil && len(s.Behavior) != len(s.Response) {
-			return RLStats{}, fmt.Errorf("trainer: sample %d has %d response tokens but %d behaviour log-probs", i, len(s.Response), len(s.Behavior))
-		}
-		if s.Behavior == nil && cfg.Loss.RolloutCorrection.On() {
-			return RLStats{}, fmt.Errorf("trainer: sample %d has no behaviour log-probs, but the loss's rollout correction (level %s) weighs every policy token by pi_old/pi_behav; give the sampler's log-probs or turn the correction off", i, cfg.Loss.RolloutCorrection.Level)
-		}
-		seqs[i] = s.Sequence
-		seqs[i].Index = i
+	seqs, err := l.rlSequences(cfg, samples)
+	if err != nil {
+		return RLStats{}, err
 	}
 	old, err := logProbs(l.policy(), seqs, cfg.MicroBatchTokens)
 	if err != nil {
@@ -160,6 +147,38 @@ func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 	return st, nil
 }
 
+// rlSequences checks an RL update's configuration and samples and returns
+// the samples' sequences, each indexed by its position.
+func (l *Learner) rlSequences(cfg RLConfig, samples []RLSample) ([]Sequence, error) {
+	if len(samples) == 0 {
+		return nil, errors.New("trainer: no samples to learn from")
+	}
+	if cfg.MicroBatchTokens <= 0 || cfg.PPOEpochs <= 0 || cfg.MiniBatches <= 0 {
+		return nil, fmt.Errorf("trainer: micro_batch_tokens, ppo_epochs and mini_batches must be positive (got %d, %d, %d)", cfg.MicroBatchTokens, cfg.PPOEpochs, cfg.MiniBatches)
+	}
+	if cfg.Loss.KLCoef != 0 && l.ref() == nil {
+		return nil, errors.New("trainer: the loss has a KL term but no reference model was given")
+	}
+	seqs := make([]Sequence, len(samples))
+	for i, s := range samples {
+		if len(s.Prompt) == 0 {
+			return nil, fmt.Errorf("trainer: sample %d has an empty prompt (at least one token, e.g. BOS, must precede the response)", i)
+		}
+		if len(s.Source) != len(s.Response) {
+			return nil, fmt.Errorf("trainer: sample %d has %d response tokens but %d sources", i, len(s.Response), len(s.Source))
+		}
+		if s.Behavior != nil && len(s.Behavior) != len(s.Response) {
+			return nil, fmt.Errorf("trainer: sample %d has %d response tokens but %d behaviour log-probs", i, len(s.Response), len(s.Behavior))
+		}
+		if s.Behavior == nil && cfg.Loss.RolloutCorrection.On() {
+			return nil, fmt.Errorf("trainer: sample %d has no behaviour log-probs, but the loss's rollout correction (level %s) weighs every policy token by pi_old/pi_behav; give the sampler's log-probs or turn the correction off", i, cfg.Loss.RolloutCorrection.Level)
+		}
+		seqs[i] = s.Sequence
+		seqs[i].Index = i
+	}
+	return seqs, nil
+}
+
 // miniBatch accumulates the gradient of one mini-batch's loss (the
 // aggregation over all its micro-batches, as if computed at once) and
 // returns the loss.
@@ -189,22 +208,7 @@ func (l *Learner) miniBatch(cfg RLConfig, samples []RLSample, seqs []Sequence, o
 			continue
 		}
 		w := counts[b] / total
-		var out loss.Output
-		_, err := c.Run(mb.batch, func(lp, _ []float32) ([]float32, error) {
-			in := inputs[b]
-			for j, pos := range mb.scored {
-				in.LogProb[j] = lp[pos]
-			}
-			var err error
-			if out, err = loss.Compute(cfg.Loss, in); err != nil {
-				return nil, fmt.Errorf("trainer: loss: %w", err)
-			}
-			grad := make([]float32, len(mb.batch.Tokens))
-			for j, pos := range mb.scored {
-				grad[pos] = float32(w) * out.GradLogProb[j]
-			}
-			return grad, nil
-		})
+		out, err := runMicroBatch(c, cfg.Loss, mb, inputs[b], w)
 		if err != nil {
 			return 0, err
 		}
@@ -218,6 +222,28 @@ func (l *Learner) miniBatch(cfg RLConfig, samples []RLSample, seqs []Sequence, o
 		*tokens += len(mb.scored)
 	}
 	return lossSum, nil
+}
+
+// runMicroBatch runs the forward and backward passes of one micro-batch
+// with inputs in, its loss weighted by w (its share of the mini-batch's
+// aggregation), adding to the gradients, and returns the loss's output.
+func runMicroBatch(c Compute, cfg loss.Config, mb microBatch, in loss.Inputs, w float64) (loss.Output, error) {
+	var out loss.Output
+	_, err := c.Run(mb.batch, func(lp, _ []float32) ([]float32, error) {
+		for j, pos := range mb.scored {
+			in.LogProb[j] = lp[pos]
+		}
+		var err error
+		if out, err = loss.Compute(cfg, in); err != nil {
+			return nil, fmt.Errorf("trainer: loss: %w", err)
+		}
+		grad := make([]float32, len(mb.batch.Tokens))
+		for j, pos := range mb.scored {
+			grad[pos] = float32(w) * out.GradLogProb[j]
+		}
+		return grad, nil
+	})
+	return out, err
 }
 
 // measureMismatch compares pi_old with the behaviour log-probs of the

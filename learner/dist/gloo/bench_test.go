@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/dist"
-	"github.com/aipo-rl/aipo/learner/dist/internal/disttest"
+	"github.com/aipo-rl/aipo/learner/internal/disttest"
 )
 
 // benchFloats is the all-reduce size of the benchmark: 16 MiB of float32.

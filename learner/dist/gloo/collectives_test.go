@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/dist"
-	"github.com/aipo-rl/aipo/learner/dist/internal/disttest"
+	"github.com/aipo-rl/aipo/learner/internal/disttest"
 )
 
 // val is the element i of rank r's input: a small integer, so that every

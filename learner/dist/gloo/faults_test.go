@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist/internal/disttest"
+	"github.com/aipo-rl/aipo/learner/internal/disttest"
 )
 
 // opDeadline is the per-call deadline of programLoop.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/dist"
-	"github.com/aipo-rl/aipo/learner/dist/internal/disttest"
+	"github.com/aipo-rl/aipo/learner/internal/disttest"
 )
 
 // The tests start real processes: the test binary re-executed as each rank

@@ -1,0 +1,572 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/optim"
+)
+
+// DefaultShards is the number of virtual shards a data-parallel update
+// splits each mini-batch into unless told otherwise: groups of 1, 2, 4 and
+// 8 ranks then compute the same bits.
+const DefaultShards = 8
+
+// DataParallel is this process's part of a data-parallel group (ZeRO
+// stage 1): every rank holds the whole policy, computes the gradients of
+// its share of each mini-batch, and updates the optimiser state of its
+// share of the parameters, whose new values every rank then gathers.
+//
+// The update does not depend on the number of ranks. Each mini-batch is
+// split into Shards virtual shards, balanced by tokens, independently of
+// the group (shardSamples); each shard is packed into micro-batches of its
+// own, so every matrix product has the same shape at any group size; the
+// shards' gradients are summed in one fixed binary tree whose subtrees are
+// the ranks' (rank r owns a contiguous run of shards and sums it locally,
+// then the ranks' sums meet in the same tree through an all-to-all and a
+// sum in rank order here: the engine only moves bytes); the gradient norm
+// is the sum, in chunk order, of per-chunk partial sums; AdamW is
+// elementwise. When the group size divides Shards and Shards/size is a
+// power of two, the tree is the same at every size and so are the bits; at
+// other sizes (3 ranks of 8 shards) the sums are grouped differently and
+// the update agrees within float32 rounding.
+type DataParallel struct {
+	Comm   dist.Comm
+	Shards int
+
+	chunks []optim.Chunk
+	bounds []int // rank r owns chunks [bounds[r], bounds[r+1])
+	start  []int // rank r owns flat elements [start[r], start[r+1])
+	offset []int // flat offset of each parameter
+	opt    *optim.Shard
+	grad   []float32 // the reduced gradient of this rank's elements
+}
+
+// EnableDataParallel makes the learner's updates those of rank
+// comm.Rank() of a group that splits each mini-batch into shards virtual
+// shards (a power of two, at least the group's size). The optimiser state
+// becomes this rank's share of l.Opt's (empty until ReadOptimizer). The
+// passes must run on the host (the CPU backend).
+func (l *Learner) EnableDataParallel(comm dist.Comm, shards int) error {
+	if l.PolicyCompute != nil {
+		return errors.New("trainer: data-parallel training runs the passes on the host (learner.backend: cpu); the CUDA backend's group (NCCL) is not wired to the learner yet")
+	}
+	n := comm.Size()
+	if shards < n || shards&(shards-1) != 0 {
+		return fmt.Errorf("trainer: %d virtual shards for %d ranks: give a power of two that is at least the number of ranks", shards, n)
+	}
+	params := l.Params()
+	dp := &DataParallel{Comm: comm, Shards: shards, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
+	for i, p := range params {
+		dp.offset[i+1] = dp.offset[i] + len(p.Data)
+	}
+	dp.bounds = optim.Partition(dp.chunks, n)
+	dp.start = make([]int, n+1)
+	for r := range n + 1 {
+		dp.start[r] = dp.flatStart(dp.bounds[r])
+	}
+	opt, err := optim.NewShard(l.Opt.Config(), dp.chunks[dp.bounds[comm.Rank()]:dp.bounds[comm.Rank()+1]])
+	if err != nil {
+		return err
+	}
+	opt.SetSteps(l.Opt.Steps())
+	dp.opt = opt
+	l.DP = dp
+	return nil
+}
+
+// flatStart is the flat offset of chunk i (the end of all when i is past
+// the last).
+func (dp *DataParallel) flatStart(i int) int {
+	if i >= len(dp.chunks) {
+		return dp.offset[len(dp.offset)-1]
+	}
+	c := dp.chunks[i]
+	return dp.offset[c.Param] + c.Lo
+}
+
+// Optimizer is this rank's share of the optimiser state.
+func (dp *DataParallel) Optimizer() *optim.Shard { return dp.opt }
+
+// owner is the rank that computes virtual shard s of v among n ranks: a
+// contiguous run of shards per rank.
+func owner(s, v, n int) int { return s * n / v }
+
+// shardSamples splits each mini-batch (samples i with i % miniBatches ==
+// mb) into v virtual shards balanced by tokens: each sample, in order,
+// goes to the shard with the fewest tokens so far (the first of equals).
+// The split depends on the samples alone, never on the group.
+func shardSamples(seqs []Sequence, miniBatches, v int) [][][]int {
+	out := make([][][]int, miniBatches)
+	for mb := range out {
+		out[mb] = make([][]int, v)
+		load := make([]int, v)
+		for i := mb; i < len(seqs); i += miniBatches {
+			best := 0
+			for s := 1; s < v; s++ {
+				if load[s] < load[best] {
+					best = s
+				}
+			}
+			out[mb][best] = append(out[mb][best], i)
+			load[best] += seqs[i].Len()
+		}
+	}
+	return out
+}
+
+// RLStepDP is RLStep as rank comm.Rank() of the group of EnableDataParallel:
+// every rank passes the same samples and cfg, computes the passes of its
+// virtual shards, and ends with the same parameters and statistics.
+func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample) (RLStats, error) {
+	dp := l.DP
+	if dp == nil {
+		return RLStats{}, errors.New("trainer: RLStepDP without EnableDataParallel")
+	}
+	seqs, err := l.rlSequences(cfg, samples)
+	if err != nil {
+		return RLStats{}, err
+	}
+	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
+	groups := shardSamples(seqs, cfg.MiniBatches, v)
+	mine := func(s int) bool { return owner(s, v, n) == rank }
+
+	// pi_old (and the reference's log-probs) of this rank's samples, each
+	// shard packed on its own, then everyone's: the loss's aggregation of
+	// a mini-batch needs the counts of every shard.
+	old := make([][]float32, len(seqs))
+	var ref [][]float32
+	rc := l.ref()
+	if rc != nil && cfg.Loss.KLCoef != 0 {
+		ref = make([][]float32, len(seqs))
+	}
+	for mb := range groups {
+		for s, order := range groups[mb] {
+			if !mine(s) {
+				continue
+			}
+			if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
+				return RLStats{}, err
+			}
+			if ref != nil {
+				if err := logProbsInto(ref, rc, seqs, order, cfg.MicroBatchTokens); err != nil {
+					return RLStats{}, err
+				}
+			}
+		}
+	}
+	ownerOf := make([]int, len(seqs))
+	for mb := range groups {
+		for s, order := range groups[mb] {
+			for _, i := range order {
+				ownerOf[i] = owner(s, v, n)
+			}
+		}
+	}
+	if err := dp.shareLogProbs(ctx, old, seqs, ownerOf); err != nil {
+		return RLStats{}, err
+	}
+	if ref != nil {
+		if err := dp.shareLogProbs(ctx, ref, seqs, ownerOf); err != nil {
+			return RLStats{}, err
+		}
+	}
+
+	st := RLStats{Metrics: map[string]float64{}, Mismatch: measureMismatch(samples, old)}
+	st.OldLogMAE = st.Mismatch.AbsMean
+	metricN := 0
+	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
+		for mb := range groups {
+			part, err := l.miniBatchDP(ctx, cfg, samples, seqs, groups[mb], old, ref)
+			if err != nil {
+				return RLStats{}, err
+			}
+			if part.micro == 0 {
+				continue
+			}
+			if st.GradNorm, err = l.stepDP(ctx); err != nil {
+				return RLStats{}, err
+			}
+			st.Loss += part.loss
+			st.Tokens += part.tokens
+			metricN += part.micro
+			for k, x := range part.metrics {
+				st.Metrics[k] += x
+			}
+			st.OptSteps++
+		}
+	}
+	if st.OptSteps == 0 {
+		return RLStats{}, errors.New("trainer: no mini-batch had a token to train")
+	}
+	st.Loss /= float64(st.OptSteps)
+	for k := range st.Metrics {
+		st.Metrics[k] /= float64(metricN)
+	}
+	return st, nil
+}
+
+// shareLogProbs fills lps[i] on every rank from the rank that computed it
+// (ownerOf[i]): an all-gather of each rank's log-probs, samples in order.
+func (dp *DataParallel) shareLogProbs(ctx context.Context, lps [][]float32, seqs []Sequence, ownerOf []int) error {
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	if n == 1 {
+		return nil
+	}
+	counts := make([]int, n)
+	var send []float32
+	for i, r := range ownerOf {
+		counts[r] += len(seqs[i].Response)
+		if r == rank {
+			send = append(send, lps[i]...)
+		}
+	}
+	pos := make([]int, n)
+	total := 0
+	for r, c := range counts {
+		pos[r] = total
+		total += c
+	}
+	recv := make([]float32, total)
+	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(recv), counts); err != nil {
+		return fmt.Errorf("trainer: sharing pi_old: %w", err)
+	}
+	for i, r := range ownerOf {
+		k := len(seqs[i].Response)
+		if r != rank {
+			lps[i] = recv[pos[r] : pos[r]+k : pos[r]+k]
+		}
+		pos[r] += k
+	}
+	return nil
+}
+
+// miniBatchPart is what one mini-batch's passes add to the statistics.
+type miniBatchPart struct {
+	loss    float64
+	tokens  int
+	micro   int
+	metrics map[string]float64
+}
+
+// miniBatchDP computes this rank's shards of one mini-batch (shards[s] is
+// shard s's samples), sums their gradients with the group's in the fixed
+// tree, and leaves the sum of this rank's chunks in dp's reduced gradient,
+// ready for stepDP. It returns the mini-batch's statistics, the same on
+// every rank.
+func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]int, old, ref [][]float32) (miniBatchPart, error) {
+	dp := l.DP
+	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
+	// Every shard's micro-batches and aggregation counts, on every rank
+	// (no model work): the denominator spans the mini-batch.
+	mbs := make([][]microBatch, v)
+	inputs := make([][]loss.Inputs, v)
+	counts := make([][]float64, v)
+	var total float64
+	names := map[string]bool{} // the metrics the loss reports, known to every rank
+	for s, order := range shards {
+		if len(order) == 0 {
+			continue
+		}
+		mbs[s] = pack(seqs, order, cfg.MicroBatchTokens)
+		inputs[s] = make([]loss.Inputs, len(mbs[s]))
+		counts[s] = make([]float64, len(mbs[s]))
+		for b, mb := range mbs[s] {
+			inputs[s][b] = buildInputs(mb, samples, old, ref)
+			out, err := loss.Compute(cfg.Loss, withLogProb(inputs[s][b], inputs[s][b].OldLogProb))
+			if err != nil {
+				return miniBatchPart{}, err
+			}
+			counts[s][b] = out.Count(cfg.Loss)
+			total += counts[s][b]
+			if counts[s][b] != 0 {
+				for k := range out.Metrics {
+					names[k] = true
+				}
+			}
+		}
+	}
+	if total == 0 {
+		return miniBatchPart{}, nil
+	}
+	c := l.policy()
+	var tree sumTree
+	parts := make([]miniBatchPart, v)
+	for s := range v {
+		if owner(s, v, n) != rank {
+			continue
+		}
+		leaf, part, err := l.shardGradient(c, cfg, mbs[s], inputs[s], counts[s], total)
+		if err != nil {
+			return miniBatchPart{}, err
+		}
+		parts[s] = part
+		tree.push(leaf)
+	}
+	if err := dp.reduce(ctx, tree.sum()); err != nil {
+		return miniBatchPart{}, err
+	}
+	return dp.gatherParts(ctx, parts, names)
+}
+
+// shardGradient runs one virtual shard's micro-batches and returns the
+// shard's gradient, flat over the parameters in order (nil for a shard
+// without a token to train: zeros), and its statistics.
+func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, inputs []loss.Inputs, counts []float64, total float64) ([]float32, miniBatchPart, error) {
+	part := miniBatchPart{metrics: map[string]float64{}}
+	busy := false
+	for _, x := range counts {
+		busy = busy || x != 0
+	}
+	if !busy {
+		return nil, part, nil
+	}
+	if err := c.ZeroGrads(); err != nil {
+		return nil, part, err
+	}
+	for b, mb := range mbs {
+		if counts[b] == 0 {
+			continue
+		}
+		w := counts[b] / total
+		out, err := runMicroBatch(c, cfg.Loss, mb, inputs[b], w)
+		if err != nil {
+			return nil, part, err
+		}
+		part.loss += w * out.Loss
+		for k, x := range out.Metrics {
+			if !math.IsNaN(x) {
+				part.metrics[k] += x
+			}
+		}
+		part.micro++
+		part.tokens += len(mb.scored)
+	}
+	flat := make([]float32, l.DP.start[len(l.DP.start)-1])
+	for i, p := range l.Params() {
+		copy(flat[l.DP.offset[i]:], p.Grad)
+	}
+	return flat, part, nil
+}
+
+// sumTree sums buffers pushed in order in a binary tree: two sums of
+// equally many leaves are added as soon as both exist (left += right), so
+// the leaves of a power-of-two run meet in a perfect tree, and a run that
+// is a subtree of a larger one sums to the same bits as that subtree
+// does there. Nil leaves are zeros.
+type sumTree struct {
+	stack []treeNode
+}
+
+type treeNode struct {
+	leaves int
+	sum    []float32
+}
+
+func (t *sumTree) push(leaf []float32) {
+	t.stack = append(t.stack, treeNode{1, leaf})
+	for len(t.stack) >= 2 {
+		a, b := t.stack[len(t.stack)-2], t.stack[len(t.stack)-1]
+		if a.leaves != b.leaves {
+			break
+		}
+		t.stack = t.stack[:len(t.stack)-2]
+		t.stack = append(t.stack, treeNode{a.leaves + b.leaves, addInto(a.sum, b.sum)})
+	}
+}
+
+// sum folds what is left from the right (runs that are not a power of
+// two) and returns the total (nil: all leaves were nil).
+func (t *sumTree) sum() []float32 {
+	for len(t.stack) >= 2 {
+		a, b := t.stack[len(t.stack)-2], t.stack[len(t.stack)-1]
+		t.stack = t.stack[:len(t.stack)-2]
+		t.stack = append(t.stack, treeNode{a.leaves + b.leaves, addInto(a.sum, b.sum)})
+	}
+	if len(t.stack) == 0 {
+		return nil
+	}
+	return t.stack[0].sum
+}
+
+// addInto returns a + b elementwise in a's storage (nil is zeros; every
+// element is added, so that -0 becomes +0 as in any sum with a zero).
+func addInto(a, b []float32) []float32 {
+	switch {
+	case a == nil && b == nil:
+		return nil
+	case a == nil:
+		a = make([]float32, len(b))
+	case b == nil:
+		b = make([]float32, len(a))
+	}
+	for i := range a {
+		a[i] += b[i]
+	}
+	return a
+}
+
+// reduce sums the ranks' partial gradients (each the tree sum of its
+// shards; nil is zeros) and keeps this rank's elements of the total in
+// dp.grad: an all-to-all sends each rank its elements of every partial,
+// and the rank adds them in rank order in the same tree.
+func (dp *DataParallel) reduce(ctx context.Context, partial []float32) error {
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	lo, hi := dp.start[rank], dp.start[rank+1]
+	if partial == nil {
+		partial = make([]float32, dp.start[n])
+	}
+	if n == 1 {
+		dp.grad = partial[lo:hi]
+		return nil
+	}
+	send, recv := make([]int, n), make([]int, n)
+	for j := range n {
+		send[j], recv[j] = dp.start[j+1]-dp.start[j], hi-lo
+	}
+	buf := make([]float32, n*(hi-lo))
+	if err := dp.Comm.AllToAll(ctx, dist.Float32s(partial), send, dist.Float32s(buf), recv); err != nil {
+		return fmt.Errorf("trainer: reducing the gradients: %w", err)
+	}
+	var t sumTree
+	for j := range n {
+		t.push(buf[j*(hi-lo) : (j+1)*(hi-lo)])
+	}
+	dp.grad = t.sum()
+	return nil
+}
+
+// stepDP applies the optimiser to this rank's chunks from the reduced
+// gradient, clipped by the global norm (from every chunk's partial sum,
+// in chunk order), and gathers every rank's new parameters. It returns
+// the norm; with a norm that is not finite nothing changes on any rank.
+func (l *Learner) stepDP(ctx context.Context) (float64, error) {
+	dp := l.DP
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	mine := dp.chunks[dp.bounds[rank]:dp.bounds[rank+1]]
+	grads := make([][]float32, len(mine))
+	partial := make([]float64, len(mine))
+	off := 0
+	for i, c := range mine {
+		grads[i] = dp.grad[off : off+c.Len()]
+		partial[i] = optim.SquaredSum(grads[i])
+		off += c.Len()
+	}
+	counts := make([]int, n)
+	for r := range n {
+		counts[r] = dp.bounds[r+1] - dp.bounds[r]
+	}
+	all, err := dp.allGatherFloat64(ctx, partial, counts)
+	if err != nil {
+		return 0, fmt.Errorf("trainer: gradient norm: %w", err)
+	}
+	norm := optim.NormOfSquares(all)
+	params := l.Params()
+	applied, err := dp.opt.Step(params, grads, norm)
+	if err != nil || !applied {
+		return norm, err
+	}
+	l.Opt.SetSteps(dp.opt.Steps())
+	return norm, dp.gatherParams(ctx, params)
+}
+
+// gatherParams gives every rank every rank's parameters.
+func (dp *DataParallel) gatherParams(ctx context.Context, params []optim.Param) error {
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	if n == 1 {
+		return nil
+	}
+	flat := make([]float32, dp.start[n])
+	for i, p := range params {
+		copy(flat[dp.offset[i]:], p.Data)
+	}
+	counts := make([]int, n)
+	for r := range n {
+		counts[r] = dp.start[r+1] - dp.start[r]
+	}
+	send := append([]float32(nil), flat[dp.start[rank]:dp.start[rank+1]]...)
+	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(flat), counts); err != nil {
+		return fmt.Errorf("trainer: gathering the updated parameters: %w", err)
+	}
+	for i, p := range params {
+		copy(p.Data, flat[dp.offset[i]:dp.offset[i+1]])
+	}
+	return nil
+}
+
+// allGatherFloat64 gathers float64 values (counts[r] from rank r) as the
+// two 32-bit halves of each, so that nothing is rounded on the way.
+func (dp *DataParallel) allGatherFloat64(ctx context.Context, mine []float64, counts []int) ([]float64, error) {
+	if dp.Comm.Size() == 1 {
+		return mine, nil
+	}
+	send := make([]float32, 2*len(mine))
+	for i, x := range mine {
+		b := math.Float64bits(x)
+		send[2*i], send[2*i+1] = math.Float32frombits(uint32(b)), math.Float32frombits(uint32(b>>32))
+	}
+	c2 := make([]int, len(counts))
+	total := 0
+	for r, c := range counts {
+		c2[r] = 2 * c
+		total += c
+	}
+	recv := make([]float32, 2*total)
+	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(recv), c2); err != nil {
+		return nil, err
+	}
+	out := make([]float64, total)
+	for i := range out {
+		out[i] = math.Float64frombits(uint64(math.Float32bits(recv[2*i])) | uint64(math.Float32bits(recv[2*i+1]))<<32)
+	}
+	return out, nil
+}
+
+// gatherParts adds up the shards' statistics of a mini-batch in shard
+// order on every rank (each rank has those of its own shards in parts).
+func (dp *DataParallel) gatherParts(ctx context.Context, parts []miniBatchPart, metrics map[string]bool) (miniBatchPart, error) {
+	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
+	// Every part as numbers: loss, tokens, micro-batches, then the
+	// metrics in name order (a metric a shard lacks is 0).
+	names := make([]string, 0, len(metrics))
+	for k := range metrics {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	width := 3 + len(names)
+	var mine []float64
+	counts := make([]int, n)
+	for s := range v {
+		counts[owner(s, v, n)] += width
+		if owner(s, v, n) != rank {
+			continue
+		}
+		p := parts[s]
+		mine = append(mine, p.loss, float64(p.tokens), float64(p.micro))
+		for _, k := range names {
+			mine = append(mine, p.metrics[k])
+		}
+	}
+	all, err := dp.allGatherFloat64(ctx, mine, counts)
+	if err != nil {
+		return miniBatchPart{}, fmt.Errorf("trainer: gathering the step's statistics: %w", err)
+	}
+	out := miniBatchPart{metrics: map[string]float64{}}
+	for s := range v {
+		row := all[s*width : (s+1)*width]
+		out.loss += row[0]
+		out.tokens += int(row[1])
+		out.micro += int(row[2])
+		for i, k := range names {
+			if row[2] > 0 {
+				out.metrics[k] += row[3+i]
+			}
+		}
+	}
+	return out, nil
+}
