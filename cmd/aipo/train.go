@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -58,16 +59,35 @@ func runTrain(args []string) error {
 	planOpts := planFlags(fs)
 	reconfigure := fs.Bool("reconfigure", false, "apply a configuration that differs from the run's run.yaml from the next step on, recording the change in <run>/config_changes.jsonl (without it such a run is refused with the changed fields)")
 	noTensorBoard := fs.Bool("no-tensorboard", false, "write no TensorBoard event files in <run>/tensorboard this time (as run.tensorboard: false)")
+	nproc := fs.Int("nproc", 0, "start this many learner processes on this machine, as torchrun --nproc-per-node does (rank 0 rolls out and writes; every rank takes part in each learner step; see docs/scaling.md)")
+	distributed := fs.Bool("distributed", false, "run as one rank of a group whose launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (or Slurm's SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID); implied when WORLD_SIZE is set")
+	distTimeout := fs.Duration("dist-timeout", 10*time.Minute, "bound of each collective of a group's learner step: a rank that does not take part within it is named in the others' errors")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [Beam flags]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [--nproc N] [Beam flags]\n\n"+
 			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
 			"checkpoint. Killed at any moment and started again with the same command, it continues\n"+
 			"and produces the same checkpoints as an uninterrupted run. It first makes the memory\n"+
-			"plan of aipo plan and refuses a run that does not fit (--ignore-plan runs it anyway).\n\nFlags:\n")
+			"plan of aipo plan and refuses a run that does not fit (--ignore-plan runs it anyway).\n"+
+			"With --nproc N (or under a launcher that sets WORLD_SIZE) the learner steps are taken by\n"+
+			"N processes, data-parallel with the optimiser state sharded (docs/scaling.md).\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	nprocSet := false
+	fs.Visit(func(f *flag.Flag) { nprocSet = nprocSet || f.Name == "nproc" })
+	if nprocSet {
+		if *nproc < 1 {
+			return usageError("--nproc %d: give the number of learner processes to start on this machine (1 or more)", *nproc)
+		}
+		if inGroup(*distributed) {
+			return usageError("--nproc %d in a process whose launcher already set WORLD_SIZE=%s: a launcher (torchrun, srun, aipo train --nproc) starts the ranks; leave --nproc out of the command it runs", *nproc, os.Getenv("WORLD_SIZE"))
+		}
+		return launchRanks(*nproc, withoutFlag(args, "nproc"))
+	}
+	if *distTimeout <= 0 {
+		return usageError("--dist-timeout %v: give a positive duration such as 10m", *distTimeout)
 	}
 	if err := initBeam(); err != nil {
 		return usageError("%s", errText(err))
@@ -77,6 +97,19 @@ func runTrain(args []string) error {
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
 	if err != nil {
 		return usageError("%s", errText(err))
+	}
+	var ranks *train.Ranks
+	if inGroup(*distributed) {
+		if ranks, err = joinGroup(ctx, *distTimeout); err != nil {
+			return err
+		}
+		defer ranks.Close()
+		if !ranks.Leader() {
+			if err := train.Follow(ctx, cfg, ranks, func(s string) { fmt.Fprintln(os.Stderr, s) }); err != nil {
+				return runError("%s", errText(err))
+			}
+			return nil
+		}
 	}
 	if cfg.InProcessPolicy() {
 		if err := inProcessWorkers(); err != nil {
@@ -92,11 +125,15 @@ func runTrain(args []string) error {
 	po := planOpts()
 	po.Init = *initCkpt
 	if err := checkPlan(ctx, cfg, po, *ignorePlan); err != nil {
+		ranks.Finish(ctx, err)
 		return err
 	}
 	p := newProgress(os.Stderr)
-	err = trainRun(ctx, cfg, lo, trainFlags{init: *initCkpt, reconfigure: *reconfigure, noTensorBoard: *noTensorBoard}, p)
+	err = trainRun(ctx, cfg, lo, trainFlags{init: *initCkpt, reconfigure: *reconfigure, noTensorBoard: *noTensorBoard, ranks: ranks}, p)
 	p.finish()
+	if ferr := ranks.Finish(ctx, err); ferr != nil && err == nil {
+		return runError("%s", errText(ferr))
+	}
 	return err
 }
 
@@ -105,6 +142,7 @@ type trainFlags struct {
 	init          string
 	reconfigure   bool
 	noTensorBoard bool
+	ranks         *train.Ranks // the group this process leads, or nil
 }
 
 // trainRun is aipo train once its flags are read and its plan made: it
@@ -135,7 +173,7 @@ func trainRun(ctx context.Context, cfg runconfig.Config, lo runlease.Options, f 
 			return runError("--init: %s", errText(err))
 		}
 	}
-	if err := train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event, Log: p.log}); err != nil {
+	if err := train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event, Log: p.log, Ranks: f.ranks}); err != nil {
 		return runError("%s", errText(err))
 	}
 	return nil

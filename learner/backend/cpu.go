@@ -97,6 +97,13 @@ func CPUCompute(m *model.Model) Compute { return cpuCompute{m} }
 
 type cpuCompute struct{ m *model.Model }
 
+// OnHost reports whether c runs its passes on the host model itself
+// (CPUCompute), whose parameters and gradients are then the host's.
+func OnHost(c Compute) bool {
+	_, ok := c.(cpuCompute)
+	return ok
+}
+
 func (c cpuCompute) Run(b model.Batch, loss LossGrad) ([]float32, error) {
 	if loss == nil {
 		lp, _, err := c.m.Score(b)

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -87,10 +88,23 @@ func (l *Learner) SetCheckpointing(on bool) { l.policy().SetCheckpointing(on) }
 
 // ReadOptimizer restores the optimiser's state from r (optimizer.bin) into
 // where the policy's passes keep it.
-func (l *Learner) ReadOptimizer(r io.Reader) error { return l.policy().ReadOptimizer(l.Opt, r) }
+// A rank of a data-parallel group keeps its share alone (ReadOptimizerDP).
+func (l *Learner) ReadOptimizer(r io.Reader) error {
+	if l.DP != nil {
+		return l.ReadOptimizerDP(r)
+	}
+	return l.policy().ReadOptimizer(l.Opt, r)
+}
 
 // WriteOptimizer streams the optimiser's state to w.
-func (l *Learner) WriteOptimizer(w io.Writer) error { return l.policy().WriteOptimizer(l.Opt, w) }
+// Every rank of a data-parallel group must call it (WriteOptimizerDP,
+// bounded by the group's operation timeout).
+func (l *Learner) WriteOptimizer(w io.Writer) error {
+	if l.DP != nil {
+		return l.WriteOptimizerDP(context.Background(), w)
+	}
+	return l.policy().WriteOptimizer(l.Opt, w)
+}
 
 func (l *Learner) policy() Compute {
 	if l.PolicyCompute != nil {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/dist"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -53,7 +54,7 @@ type DataParallel struct {
 // becomes this rank's share of l.Opt's (empty until ReadOptimizer). The
 // passes must run on the host (the CPU backend).
 func (l *Learner) EnableDataParallel(comm dist.Comm, shards int) error {
-	if l.PolicyCompute != nil {
+	if l.PolicyCompute != nil && !backend.OnHost(l.PolicyCompute) {
 		return errors.New("trainer: data-parallel training runs the passes on the host (learner.backend: cpu); the CUDA backend's group (NCCL) is not wired to the learner yet")
 	}
 	n := comm.Size()

@@ -212,6 +212,9 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 	opt := l.Opt
 	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
 	met.Groups, met.GroupsNoSignal = groupSignal(trajs, cfg.Learner.Objective)
+	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT && l.DP != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: learner.objective %s runs in one process; train it without --nproc (the data-parallel update is the RL objective's)", k, runconfig.ObjectiveRejectionSFT)
+	}
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
 		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
 		if err != nil {
@@ -249,8 +252,14 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 		return LearnMetrics{}, err
 	}
 	if len(samples) > 0 {
-		st, err := l.RLStep(trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
-			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}, samples)
+		rc := trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
+			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}
+		var st trainer.RLStats
+		if l.DP != nil {
+			st, err = l.RLStepDP(ctx, rc, samples)
+		} else {
+			st, err = l.RLStep(rc, samples)
+		}
 		if err != nil {
 			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 		}

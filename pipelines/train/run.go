@@ -39,6 +39,9 @@ type Options struct {
 	StopAfter int64
 	// Log receives one-line notices of the run; nil drops them.
 	Log func(string)
+	// Ranks, when set, is the group of learner processes this one leads
+	// (rank 0): each learner step is taken by all of them (Follow).
+	Ranks *Ranks
 }
 
 // Claim takes the lease of runDir (internal/runlease) for the command that
@@ -117,6 +120,7 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 		return fmt.Errorf("train: %w", err)
 	}
 	learner := newLearnSession(cfg, opts.Log)
+	learner.ranks = opts.Ranks
 	defer learner.Close()
 	emit := func(e Event) {
 		if opts.Progress != nil {

@@ -39,6 +39,10 @@ type trainState struct {
 	cpu      bool             // l runs on the CPU: opt holds the moments
 	synced   bool             // the host weights are l's (no step since syncParams)
 	free     func()
+	// ranks, when set, makes l a rank of a data-parallel group, whose
+	// share of the optimiser state dp keeps between steps (not opt).
+	ranks *Ranks
+	dp    *trainer.DataParallel
 }
 
 // learner returns the learner's passes for cfg (learner.backend,
@@ -73,6 +77,12 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		if !cpu {
 			l.Ref = nil
 		}
+		if st.ranks != nil {
+			if err := st.joinGroup(l, cpu); err != nil {
+				free()
+				return nil, err
+			}
+		}
 		if err := st.restoreOptimizer(ctx, l); err != nil {
 			free()
 			return nil, fmt.Errorf("optimiser state of checkpoint %d: %w", st.step, err)
@@ -87,6 +97,23 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 	st.l.SetCheckpointing(ckpt)
 	st.synced = false // a step follows
 	return st.l, nil
+}
+
+// joinGroup makes l the group's rank: with the share of the optimiser
+// state st kept from the step before, or a new one (restored next).
+func (st *trainState) joinGroup(l *trainer.Learner, cpu bool) error {
+	if !cpu {
+		return fmt.Errorf("aipo train --nproc runs the learner's passes on the CPU (learner.backend: cpu); the GPU group (NCCL) is not wired to the learner yet: train on one GPU without --nproc")
+	}
+	if st.dp != nil {
+		l.DP = st.dp
+		return nil
+	}
+	if err := l.EnableDataParallel(st.ranks.Comm, st.ranks.Shards); err != nil {
+		return err
+	}
+	st.dp = l.DP
+	return nil
 }
 
 // restoreOptimizer streams the optimiser state still to be restored into
@@ -135,6 +162,8 @@ func (st *trainState) writeOptimizer(w io.Writer) error {
 	switch {
 	case st.l != nil:
 		return st.l.WriteOptimizer(w)
+	case st.dp != nil:
+		return (&trainer.Learner{Policy: st.pol.Model, Opt: st.opt, DP: st.dp}).WriteOptimizer(w)
 	case st.optBytes != nil:
 		_, err := w.Write(st.optBytes)
 		return err
@@ -206,6 +235,9 @@ type learnSession struct {
 	cfg  runconfig.Config
 	logf func(string)
 	st   *trainState // nil: none held
+	// ranks, when set, is the data-parallel group the steps are taken
+	// in: rank 0 announces each step and writes, the others follow.
+	ranks *Ranks
 }
 
 func newLearnSession(cfg runconfig.Config, logf func(string)) *learnSession {
@@ -223,19 +255,27 @@ func (s *learnSession) log(format string, args ...any) {
 // the run's lease.
 func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error) {
 	runDir := s.cfg.Run.Dir
-	if err := runlease.Require(ctx, runDir); err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
-	}
-	if done, err := learned(ctx, runDir, k); err != nil || done {
-		if err != nil {
-			return LearnMetrics{}, err
+	leader := s.ranks.Leader()
+	if leader {
+		if err := runlease.Require(ctx, runDir); err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
 		}
-		var m LearnMetrics
-		b, err := storage.ReadFile(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k))
-		if err == nil {
-			err = json.Unmarshal(b, &m)
+		if done, err := learned(ctx, runDir, k); err != nil || done {
+			if err != nil {
+				return LearnMetrics{}, err
+			}
+			var m LearnMetrics
+			b, err := storage.ReadFile(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k))
+			if err == nil {
+				err = json.Unmarshal(b, &m)
+			}
+			return m, err
 		}
-		return m, err
+		if s.ranks != nil {
+			if err := s.ranks.announce(ctx, rankCommand{Op: "learn", Step: k}); err != nil {
+				return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+			}
+		}
 	}
 	st, err := s.stateAt(ctx, k)
 	if err != nil {
@@ -246,7 +286,11 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 	met, err := learnStep(ctx, s.cfg, k, st, s.reference)
 	if err == nil {
 		full := s.cfg.Checkpoint.FullAt(k+1, s.cfg.Run.Steps)
-		met, err = finishLearn(ctx, s.cfg, k, st, full, met)
+		if leader {
+			met, err = finishLearn(ctx, s.cfg, k, st, full, met)
+		} else {
+			err = followFinish(st, full)
+		}
 	}
 	if err == nil {
 		// Until the next step the memory is the rollout engine's.
@@ -258,10 +302,26 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 	}
 	st.step = k + 1
 	s.st = st
+	if !leader {
+		return met, nil
+	}
 	if err := applyRetention(ctx, s.cfg); err != nil {
 		return LearnMetrics{}, err
 	}
 	return met, nil
+}
+
+// followFinish is a follower's part of committing the checkpoint after a
+// step: its parameters are the group's already, and a full checkpoint's
+// optimiser state is gathered from every rank as rank 0 writes it.
+func followFinish(st *trainState, full bool) error {
+	if err := st.syncParams(); err != nil {
+		return err
+	}
+	if !full {
+		return nil
+	}
+	return st.writeOptimizer(io.Discard)
 }
 
 // Close frees what the session holds on the learner's backend.
@@ -324,7 +384,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 		return nil, err
 	}
 	// The state is streamed where the passes keep it once they are open.
-	st := &trainState{step: from, pol: pol, opt: opt, optFrom: checkpoint.Dir(runDir, from)}
+	st := &trainState{step: from, pol: pol, opt: opt, optFrom: checkpoint.Dir(runDir, from), ranks: s.ranks}
 	if from < k {
 		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
 	}

@@ -1,0 +1,175 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/dist/gloo"
+	"github.com/aipo-rl/aipo/pipelines/runconfig"
+)
+
+// Ranks is this process's place in a group of learner processes (aipo
+// train --nproc N, or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR
+// and MASTER_PORT). Rank 0 leads: it holds the run's lease, rolls out,
+// evaluates and syncs the policy servers as one process does, and
+// announces each learner step through the group's store; every rank then
+// takes part in the step (trainer.RLStepDP) and rank 0 alone writes what
+// it commits.
+type Ranks struct {
+	Group  *dist.Group
+	Comm   dist.Comm
+	Shards int // virtual shards of a mini-batch (trainer.DataParallel)
+
+	seq int64 // commands announced (rank 0) or followed (others)
+}
+
+// JoinRanks forms the group the launcher's environment describes and opens
+// its Gloo communicator.
+func JoinRanks(ctx context.Context, opts dist.Options, shards int) (*Ranks, error) {
+	env, err := dist.EnvFromOS()
+	if err != nil {
+		return nil, err
+	}
+	g, err := dist.Join(ctx, env, opts)
+	if err != nil {
+		return nil, err
+	}
+	c, err := gloo.New(ctx, g)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	return &Ranks{Group: g, Comm: c, Shards: shards}, nil
+}
+
+// Close leaves the group.
+func (r *Ranks) Close() error {
+	return errors.Join(r.Comm.Close(), r.Group.Close())
+}
+
+// Leader reports whether this is rank 0.
+func (r *Ranks) Leader() bool { return r == nil || r.Group.Rank() == 0 }
+
+// rankCommand is what rank 0 tells the others.
+type rankCommand struct {
+	Op     string `json:"op"` // "learn", "done" or "abort"
+	Step   int64  `json:"step,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func commandKey(seq int64) string { return "aipo/train/command/" + strconv.FormatInt(seq, 10) }
+
+// announce publishes rank 0's next command.
+func (r *Ranks) announce(ctx context.Context, c rankCommand) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	r.seq++
+	if err := r.Group.Store().Set(ctx, commandKey(r.seq), b); err != nil {
+		return fmt.Errorf("telling the other ranks to %s: %w", c.Op, err)
+	}
+	return nil
+}
+
+// followPoll is how long a follower waits for the next command before it
+// asks the store whether rank 0 is still alive.
+const followPoll = 5 * time.Second
+
+// next waits for rank 0's next command. Rank 0 may spend hours between
+// learner steps (rollouts, evaluations), so the wait has no overall bound;
+// it is made of bounded waits, between which the follower checks rank 0's
+// heartbeat, and it fails naming rank 0 when rank 0 is gone, its
+// heartbeat is older than the group's StaleAfter, or the store it serves
+// no longer answers.
+func (r *Ranks) next(ctx context.Context) (rankCommand, error) {
+	key := commandKey(r.seq + 1)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, followPoll)
+		b, err := r.Group.Store().Get(wctx, key)
+		cancel()
+		if err == nil {
+			r.seq++
+			var c rankCommand
+			if err := json.Unmarshal(b, &c); err != nil {
+				return c, fmt.Errorf("rank 0's command %d %q: %w", r.seq, b, err)
+			}
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return rankCommand{}, ctx.Err()
+		}
+		if !errors.Is(err, dist.ErrTimeout) {
+			return rankCommand{}, fmt.Errorf("rank 0 is gone: the group's store at %s, which it serves, does not answer (%v)", r.Group.Env().StoreAddr(), err)
+		}
+		states, err := r.Group.Health()
+		if err != nil {
+			return rankCommand{}, fmt.Errorf("rank 0 is gone: the group's store at %s, which it serves, does not answer (%v)", r.Group.Env().StoreAddr(), err)
+		}
+		for _, p := range states {
+			if p.Rank != 0 {
+				continue
+			}
+			switch {
+			case p.Gone:
+				return rankCommand{}, fmt.Errorf("rank 0 is gone (its connection to the store closed %s ago) while this rank waited for the next learner step", p.GoneFor.Round(time.Millisecond))
+			case p.Failed != "":
+				return rankCommand{}, fmt.Errorf("rank 0 failed: %s", p.Failed)
+			case p.SinceBeat > r.Group.Options().StaleAfter:
+				return rankCommand{}, fmt.Errorf("rank 0 stopped answering (last heartbeat %s ago, more than the group's %s) while this rank waited for the next learner step", p.SinceBeat.Round(time.Millisecond), r.Group.Options().StaleAfter)
+			}
+		}
+	}
+}
+
+// Finish tells the other ranks that rank 0's run ended: done when err is
+// nil, else aborted with err's text, which each of them then reports.
+func (r *Ranks) Finish(ctx context.Context, runErr error) error {
+	if r == nil || !r.Leader() {
+		return nil
+	}
+	c := rankCommand{Op: "done"}
+	if runErr != nil {
+		c = rankCommand{Op: "abort", Reason: runErr.Error()}
+	}
+	return r.announce(ctx, c)
+}
+
+// ErrLeaderFailed is in a follower's error when rank 0's run failed.
+var ErrLeaderFailed = errors.New("rank 0's run failed")
+
+// Follow is aipo train on a rank other than 0: it learns each step rank 0
+// announces, taking part in its collectives and writing nothing, until
+// rank 0 says the run is done (nil) or failed (ErrLeaderFailed with rank
+// 0's reason), or rank 0 is gone.
+func Follow(ctx context.Context, cfg runconfig.Config, r *Ranks, logf func(string)) error {
+	s := newLearnSession(cfg, logf)
+	s.ranks = r
+	defer s.Close()
+	for {
+		c, err := r.next(ctx)
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r.Group.Rank(), err)
+		}
+		switch c.Op {
+		case "done":
+			return nil
+		case "abort":
+			return fmt.Errorf("rank %d: %w: %s", r.Group.Rank(), ErrLeaderFailed, c.Reason)
+		case "learn":
+			// A step that fails here fails on rank 0 too: the same data,
+			// or a collective they share. Rank 0 decides what follows (it
+			// may roll the step out again and announce it anew, or abort).
+			if _, err := s.Learn(ctx, c.Step); err != nil && logf != nil {
+				logf(fmt.Sprintf("rank %d: %v", r.Group.Rank(), err))
+			}
+		default:
+			return fmt.Errorf("rank %d: rank 0 sent %q, which this build does not know: are all ranks the same aipo?", r.Group.Rank(), c.Op)
+		}
+	}
+}
