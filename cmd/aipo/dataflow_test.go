@@ -21,6 +21,13 @@ import (
 const childArgs = "AIPO_TEST_COMMAND_ARGS"
 
 func TestMain(m *testing.M) {
+	// Started by aipo itself (aipo train --nproc starts its ranks as
+	// os.Executable() with the command's arguments): the binary is aipo.
+	if len(os.Args) > 1 {
+		if _, ok := commands[os.Args[1]]; ok {
+			os.Exit(dispatch(os.Args[1:]))
+		}
+	}
 	if args, ok := os.LookupEnv(childArgs); ok {
 		os.Exit(dispatch(strings.Split(args, "\n")))
 	}

@@ -205,7 +205,7 @@ func joinGroup(ctx context.Context, timeout time.Duration) (*train.Ranks, error)
 	if err != nil {
 		return nil, usageError("%s", errText(err))
 	}
-	r, err := train.JoinRanks(ctx, dist.Options{OpTimeout: timeout}, groupShards(env.WorldSize))
+	r, err := train.JoinRanks(ctx, dist.Options{OpTimeout: timeout, RendezvousTimeout: timeout}, groupShards(env.WorldSize))
 	if err != nil {
 		return nil, runError("rank %d of %d: %s", env.Rank, env.WorldSize, errText(err))
 	}

@@ -61,7 +61,7 @@ func runTrain(args []string) error {
 	noTensorBoard := fs.Bool("no-tensorboard", false, "write no TensorBoard event files in <run>/tensorboard this time (as run.tensorboard: false)")
 	nproc := fs.Int("nproc", 0, "start this many learner processes on this machine, as torchrun --nproc-per-node does (rank 0 rolls out and writes; every rank takes part in each learner step; see docs/scaling.md)")
 	distributed := fs.Bool("distributed", false, "run as one rank of a group whose launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (or Slurm's SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID); implied when WORLD_SIZE is set")
-	distTimeout := fs.Duration("dist-timeout", 10*time.Minute, "bound of each collective of a group's learner step: a rank that does not take part within it is named in the others' errors")
+	distTimeout := fs.Duration("dist-timeout", 10*time.Minute, "bound of the group's rendezvous and of each collective of its learner steps: a rank that does not take part within it is named in the others' errors")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [--nproc N] [Beam flags]\n\n"+
 			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+

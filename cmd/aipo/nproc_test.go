@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/configs"
+	"github.com/aipo-rl/aipo/internal/testtools"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+)
+
+// ranksRun is a run directory of the quick configuration seeded with the
+// quick warm start (warm), whose groups disagree (rollout.interaction_cost
+// 0.1: a sample that calls the Knowledge Agent and one that does not get
+// different rewards), so that every step trains; steps is run.steps.
+func ranksRun(t *testing.T, warm string, steps int) (cfgPath, run string) {
+	t.Helper()
+	base := t.TempDir()
+	run = filepath.Join(base, "run")
+	testtools.CopyDirExcept(t, warm, checkpoint.Dir(run, 0))
+	raw, err := configs.Get("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := string(raw)
+	for _, r := range [][2]string{{"dir: runs/quick", "dir: " + run}, {"steps: 3", "steps: " + strconv.Itoa(steps)},
+		{"allow_no_signal: true", "allow_no_signal: false"}, {"  group_size: 4\n", "  group_size: 4\n  interaction_cost: 0.1\n"}} {
+		if !strings.Contains(yaml, r[0]) {
+			t.Fatalf("the quick configuration has no %q", r[0])
+		}
+		yaml = strings.Replace(yaml, r[0], r[1], 1)
+	}
+	cfgPath = filepath.Join(base, "run.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath, run
+}
+
+// finalDigest is the sha256 of checkpoint k's weights and optimiser state.
+func finalDigest(t *testing.T, run string, k int64) string {
+	t.Helper()
+	var out []string
+	for _, name := range []string{"model.safetensors", "optimizer.bin"} {
+		b, err := os.ReadFile(filepath.Join(checkpoint.Dir(run, k), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sha256.Sum256(b)
+		out = append(out, name+" "+hex.EncodeToString(s[:8]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// weightsApart is the largest difference between two runs' checkpoint k
+// weights.
+func weightsApart(t *testing.T, a, b string, k int64) float64 {
+	t.Helper()
+	ctx := context.Background()
+	x, err := checkpoint.Load(ctx, checkpoint.Dir(a, k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := checkpoint.Load(ctx, checkpoint.Dir(b, k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for i, tx := range x.Tensors {
+		ty := y.Tensors[i]
+		if tx.Name != ty.Name || len(tx.Data) != len(ty.Data) {
+			t.Fatalf("tensor %d: %s[%d] against %s[%d]", i, tx.Name, len(tx.Data), ty.Name, len(ty.Data))
+		}
+		for j := range tx.Data {
+			worst = max(worst, math.Abs(float64(tx.Data[j])-float64(ty.Data[j])))
+		}
+	}
+	return worst
+}
+
+// ranksTol bounds how far 3 ranks' weights may be from 1 rank's after the
+// 3 steps: the gradients are summed in another grouping (3 does not
+// divide the 8 virtual shards), which changes their last float32 bits;
+// the learning rate (2e-4) bounds what one step moves a weight, and 1e-6
+// is under a hundredth of that.
+const ranksTol = 1e-6
+
+// aipo train --nproc N on the quick configuration (3 steps, in-process
+// rollouts): the final checkpoint's weights and optimiser state are the
+// same bits at 1, 2 and 4 ranks, and within ranksTol at 3; a run saved by
+// 4 ranks after 2 steps and continued to 3 (run.steps raised with
+// --reconfigure) at 2 and 1 ranks ends with the bits of the uninterrupted
+// run, and at 3 within ranksTol; --nproc 0 is refused naming the flag.
+func TestTrainOnRanks(t *testing.T) {
+	warm := filepath.Join(t.TempDir(), "warm")
+	quickWarmStart(t, warm)
+	train := func(cfg string, extra ...string) string {
+		t.Helper()
+		args := append([]string{"train", "--config", cfg, "--no-tensorboard"}, extra...)
+		code, out := runAipoFor(t, 5*time.Minute, nil, args...)
+		if code != 0 {
+			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
+		}
+		return out
+	}
+	runs := map[int]string{}
+	for _, n := range []int{1, 2, 4, 3} {
+		cfg, run := ranksRun(t, warm, 3)
+		t0 := time.Now()
+		out := train(cfg, "--nproc", strconv.Itoa(n))
+		if !strings.Contains(out, "step 3/3: loss") {
+			t.Errorf("--nproc %d: no step 3 in the output:\n%s", n, out)
+		}
+		runs[n] = run
+		t.Logf("--nproc %d: %s (%s)", n, finalDigest(t, run, 3), time.Since(t0).Round(time.Millisecond))
+	}
+	want := finalDigest(t, runs[1], 3)
+	for _, n := range []int{2, 4} {
+		if got := finalDigest(t, runs[n], 3); got != want {
+			t.Errorf("--nproc %d: final checkpoint %s, --nproc 1 %s", n, got, want)
+		}
+	}
+	if d := weightsApart(t, runs[1], runs[3], 3); d > ranksTol || d == 0 {
+		t.Errorf("--nproc 3: weights %.3g from --nproc 1's (want 0 < d <= %g)", d, ranksTol)
+	} else {
+		t.Logf("--nproc 3 against 1: weights within %.3g", d)
+	}
+
+	for _, n := range []int{2, 1, 3} {
+		cfg2, run := ranksRun(t, warm, 2)
+		train(cfg2, "--nproc", "4")
+		cfg3 := filepath.Join(filepath.Dir(cfg2), "run3.yaml")
+		b, err := os.ReadFile(cfg2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfg3, []byte(strings.Replace(string(b), "steps: 2", "steps: 3", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		train(cfg3, "--nproc", strconv.Itoa(n), "--reconfigure")
+		if n == 3 {
+			if d := weightsApart(t, runs[1], run, 3); d > ranksTol {
+				t.Errorf("saved at 4 ranks, resumed at 3: weights %.3g from the uninterrupted run's", d)
+			}
+			continue
+		}
+		if got := finalDigest(t, run, 3); got != want {
+			t.Errorf("saved at 4 ranks, resumed at %d: %s, uninterrupted %s", n, got, want)
+		}
+	}
+
+	cfg, _ := ranksRun(t, warm, 3)
+	if code, out := runAipo(t, "train", "--config", cfg, "--nproc", "0"); code != 2 || !strings.Contains(out, "--nproc 0: give the number of learner processes") {
+		t.Errorf("--nproc 0: exit %d:\n%s", code, out)
+	}
+}
+
+// A rank that is SIGKILLed, or SIGSTOPped, once the group has formed:
+// rank 0 fails at the next learner step, within --dist-timeout, with an
+// error naming the rank; nothing committed is lost, and the same run
+// started again with --nproc 2 ends with the bits of an uninterrupted run.
+// A rank that never arrives fails the others' rendezvous within the bound,
+// named.
+func TestTrainRankFailures(t *testing.T) {
+	warm := filepath.Join(t.TempDir(), "warm")
+	quickWarmStart(t, warm)
+	cfg, ref := ranksRun(t, warm, 3)
+	if code, out := runAipoFor(t, 5*time.Minute, nil, "train", "--config", cfg, "--no-tensorboard", "--nproc", "1"); code != 0 {
+		t.Fatalf("the uninterrupted run exited %d:\n%s", code, out)
+	}
+	want := finalDigest(t, ref, 3)
+
+	for _, c := range []struct {
+		name string
+		sig  syscall.Signal
+		says string
+	}{
+		{"SIGKILL", syscall.SIGKILL, "rank 1"},
+		{"SIGSTOP", syscall.SIGSTOP, "rank 1 stopped answering"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, run := ranksRun(t, warm, 3)
+			port := freePort(t)
+			var outs [2]*strings.Builder
+			var cmds [2]*exec.Cmd
+			for r := range 2 {
+				env := []string{"RANK=" + strconv.Itoa(r), "LOCAL_RANK=" + strconv.Itoa(r), "WORLD_SIZE=2",
+					"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OPENBLAS_NUM_THREADS=1"}
+				cmd := exec.Command(os.Args[0], "train", "--config", cfg, "--no-tensorboard", "--dist-timeout", "5s")
+				cmd.Env = append(os.Environ(), env...)
+				outs[r] = &strings.Builder{}
+				cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds[r] = cmd
+				t.Cleanup(func() {
+					cmd.Process.Signal(syscall.SIGCONT)
+					cmd.Process.Kill()
+					cmd.Wait()
+				})
+			}
+			// The group has formed once rank 0 makes its memory plan.
+			deadline := time.Now().Add(2 * time.Minute)
+			for !strings.Contains(outs[0].String(), "memory plan") {
+				if time.Now().After(deadline) {
+					t.Fatalf("rank 0 did not start:\n%s", outs[0].String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := cmds[1].Process.Signal(c.sig); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- cmds[0].Wait() }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("rank 0 finished although rank 1 was %sed:\n%s", c.name, outs[0].String())
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("rank 0 still running 2 minutes after rank 1 was %sed:\n%s", c.name, outs[0].String())
+			}
+			took := time.Since(t0)
+			text := outs[0].String()
+			if !strings.Contains(text, c.says) {
+				t.Errorf("rank 0's error does not name %q:\n%s", c.says, text)
+			}
+			t.Logf("%s of rank 1: rank 0 failed after %s: %s", c.name, took.Round(time.Millisecond), lineWith(text, "rank 1"))
+			if ok, _ := checkpoint.Committed(context.Background(), checkpoint.Dir(run, 0)); !ok {
+				t.Fatal("checkpoint 0 is gone")
+			}
+			// The lease of the killed run goes stale with its process
+			// (rank 0 exited): the same command resumes.
+			code, out := runAipoFor(t, 5*time.Minute, nil, "train", "--config", cfg, "--no-tensorboard", "--nproc", "2")
+			if code != 0 {
+				t.Fatalf("the same run with --nproc 2 after the %s exited %d:\n%s", c.name, code, out)
+			}
+			if got := finalDigest(t, run, 3); got != want {
+				t.Errorf("after the %s and a resume: %s, uninterrupted %s", c.name, got, want)
+			}
+		})
+	}
+
+	t.Run("never arrives", func(t *testing.T) {
+		cfg, _ := ranksRun(t, warm, 3)
+		port := freePort(t)
+		cmd := exec.Command(os.Args[0], "train", "--config", cfg, "--no-tensorboard", "--dist-timeout", "3s")
+		cmd.Env = append(os.Environ(), "RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+		t0 := time.Now()
+		b, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(b), "rank 1") || time.Since(t0) > time.Minute {
+			t.Errorf("rank 0 alone of 2: %v after %s:\n%s", err, time.Since(t0).Round(time.Millisecond), b)
+		}
+		t.Logf("rank 0 alone of 2: %s", strings.TrimSpace(string(b)))
+	})
+}
+
+// freePort is a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) string {
+	_, port, err := net.SplitHostPort(freeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
