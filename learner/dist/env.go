@@ -30,7 +30,10 @@ func EnvFromOS() (Env, error) { return ParseEnv(os.Getenv) }
 // LOCAL_RANK (default 0), MASTER_ADDR and MASTER_PORT, as torchrun sets
 // them. When RANK and WORLD_SIZE are both unset, Slurm's SLURM_PROCID,
 // SLURM_NTASKS and SLURM_LOCALID stand in for them (MASTER_ADDR and
-// MASTER_PORT are still required: srun does not choose a store). Errors are
+// MASTER_PORT are still required: srun does not choose a store). The
+// store listens on MASTER_PORT, or on AIPO_STORE_PORT when set, or on
+// MASTER_PORT+1 under torchrun, whose agent holds MASTER_PORT
+// (TORCHELASTIC_USE_AGENT_STORE=True). Errors are
 // *EnvError values naming the variable and the fix.
 func ParseEnv(getenv func(string) string) (Env, error) {
 	e := Env{Source: "torchrun"}
@@ -73,6 +76,23 @@ func ParseEnv(getenv func(string) string) (Env, error) {
 	}
 	if e.MasterPort < 1 || e.MasterPort > 65535 {
 		return Env{}, &EnvError{Var: "MASTER_PORT", Value: getenv("MASTER_PORT"), Problem: "it is not a TCP port (1-65535)", Fix: "set it to a free TCP port on rank 0's machine, the same on every rank"}
+	}
+	// torchrun's agent serves its own store on MASTER_PORT and says so
+	// with TORCHELASTIC_USE_AGENT_STORE: rank 0's store then takes the
+	// next port, unless AIPO_STORE_PORT names one.
+	switch {
+	case strings.TrimSpace(getenv("AIPO_STORE_PORT")) != "":
+		if e.MasterPort, err = intVar(getenv, "AIPO_STORE_PORT", "set it to a free TCP port on rank 0's machine, the same on every rank"); err != nil {
+			return Env{}, err
+		}
+		if e.MasterPort < 1 || e.MasterPort > 65535 {
+			return Env{}, &EnvError{Var: "AIPO_STORE_PORT", Value: getenv("AIPO_STORE_PORT"), Problem: "it is not a TCP port (1-65535)", Fix: "set it to a free TCP port on rank 0's machine, the same on every rank"}
+		}
+	case strings.EqualFold(strings.TrimSpace(getenv("TORCHELASTIC_USE_AGENT_STORE")), "true"):
+		if e.MasterPort == 65535 {
+			return Env{}, &EnvError{Var: "MASTER_PORT", Value: getenv("MASTER_PORT"), Problem: "torchrun's agent holds it, and the store of aipo's ranks takes the next port, which does not exist", Fix: "give torchrun a lower --master-port, or set AIPO_STORE_PORT"}
+		}
+		e.MasterPort++
 	}
 	return e, nil
 }

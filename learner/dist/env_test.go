@@ -24,6 +24,43 @@ func TestParseEnvTorchrun(t *testing.T) {
 	}
 }
 
+// Under torchrun its agent holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE),
+// and the ranks' store takes the next port; AIPO_STORE_PORT overrides both.
+func TestParseEnvStorePort(t *testing.T) {
+	base := map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		port int
+		err  string
+	}{
+		{base, 29500, ""},
+		{with("TORCHELASTIC_USE_AGENT_STORE", "True"), 29501, ""},
+		{with("TORCHELASTIC_USE_AGENT_STORE", "False"), 29500, ""},
+		{with("TORCHELASTIC_USE_AGENT_STORE", "True", "AIPO_STORE_PORT", "40000"), 40000, ""},
+		{with("AIPO_STORE_PORT", "x"), 0, "AIPO_STORE_PORT"},
+		{with("AIPO_STORE_PORT", "70000"), 0, "AIPO_STORE_PORT"},
+		{with("TORCHELASTIC_USE_AGENT_STORE", "True", "MASTER_PORT", "65535"), 0, "lower --master-port"},
+	} {
+		e, err := ParseEnv(getenv(c.env))
+		switch {
+		case c.err == "" && (err != nil || e.MasterPort != c.port):
+			t.Errorf("%v: port %d, %v; want %d", c.env, e.MasterPort, err, c.port)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%v: %v, want an error naming %q", c.env, err, c.err)
+		}
+	}
+}
+
 func TestParseEnvSlurm(t *testing.T) {
 	e, err := ParseEnv(getenv(map[string]string{"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}))
 	if err != nil {
