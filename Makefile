@@ -88,13 +88,19 @@ staticcheck:
 
 lint: vet staticcheck
 
-# worker and beam-boot: the Flink and Spark tests' PROCESS workers.
+# worker and beam-boot: the Flink and Spark tests' PROCESS workers. The
+# tests run through testgate (internal/testgate), which prints what plain go
+# test prints, then every skipped test, and fails the run when a test skips
+# without a line of scripts/allowed-skips.txt allowing it (a missing peer or
+# data file, -short in TESTFLAGS), besides when go test fails.
+TESTGATE  := build/tools/testgate
 test: $(OVERLAY) setup-test worker beam-boot
 	$(GO) vet $(GOFLAGS_OVERLAY) ./...
 	@scripts/ptx.sh --check; rc=$$?; \
 	if [ $$rc -eq 3 ]; then echo "make test: skipping the PTX staleness check (see the line above)"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
-	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) ./...
+	@$(GO) build $(GOFLAGS_OVERLAY) -o $(TESTGATE) ./internal/testgate/cmd/testgate
+	$(TESTGATE) -allow scripts/allowed-skips.txt -- $(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) -json ./...
 	@$(MAKE) --no-print-directory race-prism
 	@$(MAKE) --no-print-directory bench-smoke
 

@@ -91,7 +91,7 @@ test)
   # node-llama-cpp bundles (10-20 minutes on 2 cores), cached after.
   apt_install cmake g++
   "$root/scripts/llama-server.sh" ||
-    echo "setup: building llama-server failed; its tests fail until it builds (AIPO_SKIP_LLAMA=1 skips them)" >&2
+    echo "setup: building llama-server failed; its tests fail until it builds (AIPO_SKIP_LLAMA=1 skips them under go test; make test fails on any skip the list scripts/allowed-skips.txt does not allow)" >&2
   if command -v go >/dev/null && [ ! -x "$root/build/tools/grpcurl" ]; then
     echo "setup: building grpcurl for the serve tests" >&2
     (cd "$root" && GOFLAGS= GOBIN="$root/build/tools" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3) ||

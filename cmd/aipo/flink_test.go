@@ -290,6 +290,9 @@ func sameSteps(t *testing.T, what string, a, b string, steps ...int64) {
 	t.Helper()
 	for _, k := range steps {
 		ra, rb := stepRows(t, a, k), stepRows(t, b, k)
+		if len(ra) == 0 {
+			t.Errorf("%s, step %d: prism's run %s committed no trajectories to compare with", what, k, a)
+		}
 		if len(ra) != len(rb) {
 			t.Errorf("%s, step %d: %d trajectories against %d", what, k, len(rb), len(ra))
 			continue
@@ -325,21 +328,26 @@ func fileHash(t *testing.T, path string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// analysisSteps reads the per-step figures of aipo analyze's report.
-func analysisSteps(t *testing.T, run string) string {
+// analysisSteps reads the per-step figures of the report aipo analyze
+// wrote into out, which must hold want steps.
+func analysisSteps(t *testing.T, out string, want int) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(run, "analysis", analytics.JSONName))
+	p := filepath.Join(out, analytics.JSONName)
+	b, err := os.ReadFile(p)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("aipo analyze exited 0 but its report is not there: %v", err)
 	}
 	var rep struct {
 		Steps []json.RawMessage `json:"steps"`
 	}
 	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", p, err)
 	}
-	out, _ := json.Marshal(rep.Steps)
-	return string(out)
+	if len(rep.Steps) != want {
+		t.Errorf("%s: %d steps, want %d", p, len(rep.Steps), want)
+	}
+	steps, _ := json.Marshal(rep.Steps)
+	return string(steps)
 }
 
 // evalFigures reads aipo eval's per-benchmark and overall figures.
@@ -624,18 +632,24 @@ func TestFlinkAndSpark(t *testing.T) {
 		t.Errorf("aipo eval's figures differ:\n  prism: %s\n  Flink: %s", figures["prism"], figures["flink"])
 	}
 
-	// aipo analyze of the prism training run, on each engine.
+	// aipo analyze of the prism training run, on each engine, each into a
+	// directory of its own that does not exist before it runs: an engine
+	// that exits 0 without writing cannot pass on another's report.
 	analyses := map[string]string{}
 	for _, on := range []struct {
 		name  string
 		flags []string
 	}{{"prism", nil}, {"flink", flink.beamFlags(root)}, {"spark", spark.beamFlags(root)}} {
+		out := filepath.Join(base, "analysis-"+on.name)
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Fatalf("%s exists before aipo analyze on %s writes it (%v)", out, on.name, err)
+		}
 		t0 := time.Now()
-		args := append([]string{"analyze", "--run", prismRun}, on.flags...)
+		args := append([]string{"analyze", "--run", prismRun, "--out", out}, on.flags...)
 		if code, text := runAipoFor(t, 6*time.Minute, nil, args...); code != 0 {
 			t.Fatalf("aipo analyze on %s exited %d:\n%s", on.name, code, text)
 		}
-		analyses[on.name] = analysisSteps(t, prismRun)
+		analyses[on.name] = analysisSteps(t, out, 3)
 		t.Logf("aipo analyze on %s: %s", on.name, time.Since(t0).Round(100*time.Millisecond))
 	}
 	for _, on := range []string{"flink", "spark"} {

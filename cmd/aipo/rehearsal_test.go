@@ -263,6 +263,12 @@ func rehearse(t *testing.T, r rehearsal) {
 		t.Errorf("held-out evaluations of checkpoints %v, want %v", evaluated, want)
 	}
 
+	// With AIPO_KEEP_RUN the run directory may hold an earlier rehearsal's
+	// analysis: removed, so that the checks below read what this aipo
+	// analyze writes.
+	if err := os.RemoveAll(filepath.Join(runDir, "analysis")); err != nil {
+		t.Fatal(err)
+	}
 	code, out = runAipo(t, "analyze", "--run", runDir)
 	if code != 0 {
 		t.Fatalf("aipo analyze exited %d:\n%s", code, out)

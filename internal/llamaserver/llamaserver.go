@@ -49,7 +49,8 @@ const ContextLength = 512
 
 // SkipEnv names the environment variable that lets tests skip when the
 // llama-server binary is absent (AIPO_SKIP_LLAMA=1); without it a missing
-// binary fails them.
+// binary fails them. make test fails on the skip all the same (it is not on
+// scripts/allowed-skips.txt): the variable serves plain go test.
 const SkipEnv = "AIPO_SKIP_LLAMA"
 
 // Binary returns build/tools/<name> (llama-server or

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
@@ -118,11 +119,16 @@ benchmarks:
 	if err := os.WriteFile(stray, []byte("partial"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The partial run wrote its report; the resumed run must write it
+	// again, so the checks below cannot pass on the first one's.
+	reports := []string{filepath.Join(out, ReportJSON), filepath.Join(out, ReportMarkdown), filepath.Join(out, ReportPNG)}
+	testtools.Stamp(t, reports...)
 	cfg.MaxChunks = 0
 	rep, plan, err = Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	testtools.CheckRewritten(t, reports...)
 	if plan.Todo != 4 || plan.Committed != 2 || plan.Left != 0 {
 		t.Fatalf("resumed plan: todo %d, committed %d, left %d; want 4, 2, 0", plan.Todo, plan.Committed, plan.Left)
 	}

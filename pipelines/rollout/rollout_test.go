@@ -15,6 +15,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/runlease"
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -247,6 +248,13 @@ func TestRolloutDemo(t *testing.T) {
 	// The same step again, with the same seed: the same rows.
 	if _, err := runUnderLease(t, context.Background(), Options{Config: c, Step: 2}); err == nil || !strings.Contains(err.Error(), "already committed") {
 		t.Errorf("rolling out a committed step again without Force: %v", err)
+	}
+	// The forced re-run must write the step again: the first run's shards
+	// are stamped (its manifest stays, so the step still reads as
+	// committed) and the rows compared below are read through the manifest
+	// the re-run commits, so a re-run that wrote nothing cannot pass.
+	for _, f := range m.Files {
+		testtools.Stamp(t, filepath.Join(schemas.StepDir(c.Run.Dir, 2), filepath.FromSlash(f.Path)))
 	}
 	again, m2 := runStep(t, c, 2, true)
 	if !reflect.DeepEqual(comparable(rows), comparable(again)) {
