@@ -35,7 +35,7 @@ func grpcurl(t *testing.T) string {
 	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("grpcurl test skipped: building grpcurl %s failed (no module proxy?): %v\n%s\nrun make setup-test", grpcurlVersion, err, out)
+		t.Fatalf("building grpcurl %s, the gRPC client these tests drive aipo serve with, failed (no module proxy?): %v\n%s\nrun make setup-test, which builds it into build/tools", grpcurlVersion, err, out)
 	}
 	return filepath.Join(dir, "grpcurl")
 }
