@@ -46,6 +46,10 @@ type DataParallel struct {
 	offset []int // flat offset of each parameter
 	opt    *optim.Shard
 	grad   []float32 // the reduced gradient of this rank's elements
+
+	// Sent counts the bytes this rank has handed the engine for the other
+	// ranks (the payload of each exchange, not the engine's own framing).
+	Sent int64
 }
 
 // EnableDataParallel makes the learner's updates those of rank
@@ -234,6 +238,7 @@ func (dp *DataParallel) shareLogProbs(ctx context.Context, lps [][]float32, seqs
 		total += c
 	}
 	recv := make([]float32, total)
+	dp.Sent += 4 * int64(len(send)) * int64(n-1)
 	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(recv), counts); err != nil {
 		return fmt.Errorf("trainer: sharing pi_old: %w", err)
 	}
@@ -431,6 +436,7 @@ func (dp *DataParallel) reduce(ctx context.Context, partial []float32) error {
 		send[j], recv[j] = dp.start[j+1]-dp.start[j], hi-lo
 	}
 	buf := make([]float32, n*(hi-lo))
+	dp.Sent += 4 * int64(len(partial)-(hi-lo))
 	if err := dp.Comm.AllToAll(ctx, dist.Float32s(partial), send, dist.Float32s(buf), recv); err != nil {
 		return fmt.Errorf("trainer: reducing the gradients: %w", err)
 	}
@@ -491,6 +497,7 @@ func (dp *DataParallel) gatherParams(ctx context.Context, params []optim.Param) 
 		counts[r] = dp.start[r+1] - dp.start[r]
 	}
 	send := append([]float32(nil), flat[dp.start[rank]:dp.start[rank+1]]...)
+	dp.Sent += 4 * int64(len(send)) * int64(n-1)
 	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(flat), counts); err != nil {
 		return fmt.Errorf("trainer: gathering the updated parameters: %w", err)
 	}
@@ -518,6 +525,7 @@ func (dp *DataParallel) allGatherFloat64(ctx context.Context, mine []float64, co
 		total += c
 	}
 	recv := make([]float32, 2*total)
+	dp.Sent += 4 * int64(len(send)) * int64(dp.Comm.Size()-1)
 	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(recv), c2); err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ import (
 // The data-parallel tests start real rank processes: the test binary
 // re-executed (disttest.Launch), which TestMain sends to programDPSteps.
 func TestMain(m *testing.M) {
-	disttest.Dispatch(map[string]func() int{"dpsteps": programDPSteps})
+	disttest.Dispatch(map[string]func() int{"dpsteps": programDPSteps, "dpbench": programDPBench})
 	os.Exit(m.Run())
 }
 
