@@ -254,7 +254,7 @@ func TestProgressLines(t *testing.T) {
 
 // aipoLine is a line of the demo's console that aipo writes (on a pipe:
 // plain lines).
-var aipoLine = regexp.MustCompile(`^(warm start|algorithm: |training|eval checkpoint|step \d+/\d+: |analytics: |report: |policy alone|checkpoint +\d+: |quick demo: )`)
+var aipoLine = regexp.MustCompile(`^(warm start|algorithm: |training|eval checkpoint|step \d+/\d+: |warning: step \d+ |analytics: |report: |policy alone|checkpoint +\d+: |quick demo: )`)
 
 // The quick demo's console is aipo's own lines only, one per step, and
 // says that --quick is a smoke test.
