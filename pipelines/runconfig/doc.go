@@ -9,6 +9,14 @@
 // result (Validate names the field at fault). Examples with comments live in
 // configs/ at the repository root.
 //
+// The commands' --set KEY=VALUE overrides any field below without editing
+// the file (Load and Parse take them; the syntax is internal/yamlset's):
+// KEY is the field's dotted path, a list entry by its index
+// (data.sources.0.path for data.sources[].path), and VALUE is YAML as
+// written after "KEY: " in the file. Each is applied to the file's YAML
+// before decoding, so it is decoded and validated as the file's field; a
+// mapping or list value replaces the file's whole.
+//
 // # Reference
 //
 // Every field, with its default. ROLE stands for verify, knowledge or
