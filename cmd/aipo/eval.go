@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/internal/yamlset"
 	"github.com/aipo-rl/aipo/pipelines/eval"
 	_ "github.com/aipo-rl/aipo/pipelines/inproc" // the inproc:// policy scheme
 )
@@ -31,8 +32,9 @@ func runEval(args []string) error {
 	policyURI := fs.String("policy", "", "policy URI (overrides the config's policy.uri)")
 	label := fs.String("label", "", "row label in reports (overrides policy.label)")
 	maxChunks := fs.Int("max-chunks", -1, "evaluate at most this many chunks, then stop (the next run resumes); -1: the config's")
+	sets := setFlag(fs, "sampling.temperature=0.6 --set 'benchmarks=[{preset: aime24}, {preset: math500}]'")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo eval --config eval.yaml [--out DIR] [--policy URI] [Beam flags]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo eval --config eval.yaml [--set KEY=VALUE ...] [--out DIR] [--policy URI] [Beam flags]\n\n"+
 			"Samples n responses per benchmark problem from the policy, verifies them (math answers,\n"+
 			"code in a sandbox), commits per-sample records to Parquet chunk by chunk, and writes\n"+
 			"report.json, report.md and report.png into the output directory. A rerun skips the\n"+
@@ -48,7 +50,7 @@ func runEval(args []string) error {
 	if err := initBeam(); err != nil {
 		return usageError("%s", errText(err))
 	}
-	cfg, err := loadEvalConfig(*config, *out, *policyURI, *label)
+	cfg, err := loadEvalConfig(*config, *out, *policyURI, *label, *sets)
 	if err != nil {
 		return err
 	}
@@ -71,11 +73,13 @@ func runEval(args []string) error {
 	return nil
 }
 
-func loadEvalConfig(path, out, uri, label string) (eval.Config, error) {
+// loadEvalConfig loads --config with the --set overrides, then applies
+// the flags that override its keys.
+func loadEvalConfig(path, out, uri, label string, sets []yamlset.Set) (eval.Config, error) {
 	if path == "" {
 		return eval.Config{}, usageError("--config is required (an eval YAML; see configs/eval.yaml)")
 	}
-	cfg, err := eval.LoadConfig(context.Background(), path)
+	cfg, err := eval.LoadConfig(context.Background(), path, sets...)
 	if err != nil {
 		return eval.Config{}, usageError("%v", err)
 	}
@@ -96,8 +100,9 @@ func runEvalReport(args []string) error {
 	config := fs.String("config", "", "eval config whose committed records to report on")
 	compare := fs.Bool("compare", false, "compare the report.json files given as arguments (the first is the baseline)")
 	out := fs.String("out", "", "output directory (with --config: overrides the config's out; with --compare: where compare.{md,json,png} go, default: print only)")
+	sets := setFlag(fs, "sampling.samples=4 (as given to aipo eval)")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage:\n  aipo eval report --config eval.yaml [--out DIR]\n  aipo eval report --compare [--out DIR] a/report.json b/report.json ...\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage:\n  aipo eval report --config eval.yaml [--set KEY=VALUE ...] [--out DIR]\n  aipo eval report --compare [--out DIR] a/report.json b/report.json ...\n\n"+
 			"The first form rewrites report.{json,md,png} from the committed records. The second sets\n"+
 			"several reports side by side in the layout of the paper's Table 1, with deltas against\n"+
 			"the first.\n\nFlags:\n")
@@ -108,8 +113,8 @@ func runEvalReport(args []string) error {
 	}
 	ctx := context.Background()
 	if *compare {
-		if fs.NArg() < 1 || *config != "" {
-			return usageError("--compare: give one or more report.json files (and no --config)")
+		if fs.NArg() < 1 || *config != "" || len(*sets) > 0 {
+			return usageError("--compare: give one or more report.json files (and no --config or --set)")
 		}
 		var reps []*eval.Report
 		for _, p := range fs.Args() {
@@ -133,7 +138,7 @@ func runEvalReport(args []string) error {
 	if fs.NArg() > 0 {
 		return usageError("unexpected arguments %v (did you mean --compare?)", fs.Args())
 	}
-	cfg, err := loadEvalConfig(*config, *out, "", "")
+	cfg, err := loadEvalConfig(*config, *out, "", "", *sets)
 	if err != nil {
 		return err
 	}

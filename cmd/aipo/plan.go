@@ -34,8 +34,9 @@ func runPlan(args []string) error {
 	run := fs.String("run", "", "run directory, local or gs:// (overrides run.dir)")
 	initDir := fs.String("init", "", "the initial model: a Hugging Face directory or a checkpoint (its config.json is enough); default the run's checkpoint 0")
 	planOpts := planFlags(fs)
+	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N]\n\n"+
 			"Prints the memory a run needs, before anything runs: for the learner step (weights,\n"+
 			"gradients, optimiser, reference, activations of the configured micro-batch and sequence\n"+
 			"lengths), the rollout engine's load and the rollout (its attention caches), on the host\n"+
@@ -48,7 +49,7 @@ func runPlan(args []string) error {
 		return err
 	}
 	ctx := context.Background()
-	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
+	cfg, err := loadRunConfig(ctx, *cfgPath, *run, *sets)
 	if err != nil {
 		return usageError("%v", err)
 	}

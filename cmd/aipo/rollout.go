@@ -30,8 +30,9 @@ func runRollout(args []string) error {
 	pol := fs.String("policy", "", "policy endpoint URI, replacing policy.endpoint (inproc:///ckpt, grpc://host:port, http://host:port/v1?model=m)")
 	force := fs.Bool("force", false, "roll out a step that is already committed again (its manifest is replaced)")
 	leaseOpts := leaseFlags(fs, "aipo rollout")
+	sets := setFlag(fs, "rollout.group_size=16 --set policy.temperature=0.6")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo rollout --config run.yaml --step K [--policy URI] [--force] [Beam flags]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo rollout --config run.yaml --step K [--set KEY=VALUE ...] [--policy URI] [--force] [Beam flags]\n\n"+
 			"Reads the step's prompts (prompt files or the demo task), samples rollout.group_size\n"+
 			"trajectories per prompt with the policy calling the collaborators, scores them,\n"+
 			"computes group advantages and commits <run.dir>/step-K/ (shards, then %s with the\n"+
@@ -51,7 +52,7 @@ func runRollout(args []string) error {
 		return usageError("--config and --step are required (see --help)")
 	}
 	ctx := context.Background()
-	cfg, err := runconfig.Load(ctx, *config)
+	cfg, err := runconfig.Load(ctx, *config, *sets...)
 	if err != nil {
 		return usageError("%s", errText(err))
 	}

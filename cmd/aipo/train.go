@@ -13,6 +13,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
+	"github.com/aipo-rl/aipo/internal/yamlset"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/pipelines/train"
 )
@@ -30,15 +31,15 @@ func init() {
 	})
 }
 
-// loadRunConfig loads --config and applies --run.
-func loadRunConfig(ctx context.Context, cfgPath, run string) (runconfig.Config, error) {
+// loadRunConfig loads --config with the --set overrides and applies --run.
+func loadRunConfig(ctx context.Context, cfgPath, run string, sets []yamlset.Set) (runconfig.Config, error) {
 	if cfgPath == "" && run != "" {
 		cfgPath = rundir.RunYAML(run)
 	}
 	if cfgPath == "" {
 		return runconfig.Config{}, fmt.Errorf("--config is required (a run YAML; see configs/*.yaml), or --run of a run that holds run.yaml")
 	}
-	cfg, err := runconfig.Load(ctx, cfgPath)
+	cfg, err := runconfig.Load(ctx, cfgPath, sets...)
 	if err != nil {
 		return runconfig.Config{}, err
 	}
@@ -59,15 +60,18 @@ func runTrain(args []string) error {
 	planOpts := planFlags(fs)
 	reconfigure := fs.Bool("reconfigure", false, "apply a configuration that differs from the run's run.yaml from the next step on, recording the change in <run>/config_changes.jsonl (without it such a run is refused with the changed fields)")
 	noTensorBoard := fs.Bool("no-tensorboard", false, "write no TensorBoard event files in <run>/tensorboard this time (as run.tensorboard: false)")
+	sets := setFlag(fs, "learner.optim.lr=2e-6 --set rollout.group_size=16")
 	nproc := fs.Int("nproc", 0, "start this many learner processes on this machine, as torchrun --nproc-per-node does (rank 0 rolls out and writes; every rank takes part in each learner step; see docs/scaling.md)")
 	distributed := fs.Bool("distributed", false, "run as one rank of a group whose launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (or Slurm's SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID); implied when WORLD_SIZE is set")
 	distTimeout := fs.Duration("dist-timeout", 10*time.Minute, "bound of the group's rendezvous and of each collective of its learner steps: a rank that does not take part within it is named in the others' errors")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--run DIR] [--init CKPT] [--nproc N] [Beam flags]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--set KEY=VALUE ...] [--run DIR] [--init CKPT] [--nproc N] [Beam flags]\n\n"+
 			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
 			"checkpoint. Killed at any moment and started again with the same command, it continues\n"+
 			"and produces the same checkpoints as an uninterrupted run. It first makes the memory\n"+
 			"plan of aipo plan and refuses a run that does not fit (--ignore-plan runs it anyway).\n"+
+			"--set overrides keys of the configuration; run.yaml records the result, and a run\n"+
+			"started before with other values is refused unless --reconfigure, as for an edited file.\n"+
 			"With --nproc N (or under a launcher that sets WORLD_SIZE) the learner steps are taken by\n"+
 			"N processes, data-parallel with the optimiser state sharded (docs/scaling.md).\n\nFlags:\n")
 		printFlags(fs)
@@ -94,7 +98,7 @@ func runTrain(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
+	cfg, err := loadRunConfig(ctx, *cfgPath, *run, *sets)
 	if err != nil {
 		return usageError("%s", errText(err))
 	}
@@ -185,8 +189,9 @@ func runLearn(args []string) error {
 	run := fs.String("run", "", "run directory, local or gs://")
 	step := fs.Int64("step", -1, "the step K whose trajectories are learned from")
 	leaseOpts := leaseFlags(fs, "aipo learn")
+	sets := setFlag(fs, "learner.optim.lr=2e-6")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo learn --run DIR --step K [--config run.yaml]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo learn --run DIR --step K [--config run.yaml] [--set KEY=VALUE ...]\n\n"+
 			"Reads step K's committed trajectories and checkpoint K, applies the configured AIPO\n"+
 			"update and commits checkpoint K+1 with one JSON line of metrics. Running it twice for\n"+
 			"the same K changes nothing.\n\nFlags:\n")
@@ -199,7 +204,7 @@ func runLearn(args []string) error {
 		return usageError("--run and --step are required")
 	}
 	ctx := context.Background()
-	cfg, err := loadRunConfig(ctx, *cfgPath, *run)
+	cfg, err := loadRunConfig(ctx, *cfgPath, *run, *sets)
 	if err != nil {
 		return usageError("%s", errText(err))
 	}

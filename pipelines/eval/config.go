@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/internal/yamlset"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 	"gopkg.in/yaml.v3"
@@ -106,6 +108,16 @@ func (s *Sampling) keys() []samplingKey {
 		{"max_tokens", &s.MaxTokens}, {"seed", &s.Seed}, {"stop", &s.StopStrings}}
 }
 
+// YAMLFields maps each YAML key to its field (internal/yamlset.Fielder):
+// --set sampling.temperature=0.6 is checked as the key in the file.
+func (s *Sampling) YAMLFields() map[string]any {
+	out := map[string]any{}
+	for _, f := range s.keys() {
+		out[f.key] = f.field
+	}
+	return out
+}
+
 // UnmarshalYAML reads the keys of keys; a key left out keeps the
 // field's value (ParseConfig starts from the default temperature), an
 // unknown key is an error that names it.
@@ -164,22 +176,48 @@ const (
 // DefaultRawTemplate is ChatML, the format of Qwen models.
 const DefaultRawTemplate = "{{if .System}}<|im_start|>system\n{{.System}}<|im_end|>\n{{end}}<|im_start|>user\n{{.User}}<|im_end|>\n<|im_start|>assistant\n"
 
-// LoadConfig reads a YAML config (local or gs://). Unknown keys are errors.
-func LoadConfig(ctx context.Context, path string) (Config, error) {
+// LoadConfig reads a YAML config (local or gs://) with sets applied (see
+// ParseConfig). Unknown keys are errors.
+func LoadConfig(ctx context.Context, path string, sets ...yamlset.Set) (Config, error) {
 	b, err := storage.ReadFile(ctx, path)
 	if err != nil {
 		return Config{}, fmt.Errorf("eval config: %w", err)
 	}
-	return ParseConfig(b, path)
+	return ParseConfig(b, path, sets...)
 }
 
-// ParseConfig parses YAML; name is used in errors.
-func ParseConfig(b []byte, name string) (Config, error) {
+// ParseConfig parses YAML; name is used in errors. sets (the command
+// line's --set, see internal/yamlset) are applied to the YAML before it is
+// decoded, so that each is decoded as the key written in the file would
+// be.
+func ParseConfig(b []byte, name string, sets ...yamlset.Set) (Config, error) {
+	withSets, _, err := yamlset.ApplyBytes(b, reflect.TypeFor[Config](), sets)
+	if err != nil {
+		return Config{}, fmt.Errorf("eval config %s: %w (see configs/eval.yaml for the keys)", name, err)
+	}
+	c, err := decodeConfig(withSets)
+	if err != nil && len(sets) > 0 {
+		// A mistake of the file itself is reported at the file's own line
+		// numbers, which the document written back with the sets lacks.
+		if _, ferr := decodeConfig(b); ferr != nil {
+			return Config{}, fmt.Errorf("eval config %s: %w", name, ferr)
+		}
+		return Config{}, fmt.Errorf("eval config %s with %s: %w", name, yamlset.Describe(sets), err)
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("eval config %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// decodeConfig decodes YAML strictly onto the defaults ParseConfig starts
+// from.
+func decodeConfig(b []byte) (Config, error) {
 	c := Config{Sampling: Sampling{Params: sampling.Params{Temperature: DefaultTemperature}}}
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("eval config %s: %w", name, err)
+		return Config{}, err
 	}
 	return c, nil
 }

@@ -9,6 +9,14 @@
 // result (Validate names the field at fault). Examples with comments live in
 // configs/ at the repository root.
 //
+// The commands' --set KEY=VALUE overrides any field below without editing
+// the file (Load and Parse take them; the syntax is internal/yamlset's):
+// KEY is the field's dotted path, a list entry by its index
+// (data.sources.0.path for data.sources[].path), and VALUE is YAML as
+// written after "KEY: " in the file. Each is applied to the file's YAML
+// before decoding, so it is decoded and validated as the file's field; a
+// mapping or list value replaces the file's whole.
+//
 // # Reference
 //
 // Every field, with its default. ROLE stands for verify, knowledge or
@@ -20,6 +28,7 @@
 //	run.steps                   training steps (200)
 //	run.async                   overlap rollout and learning: step k sampled by checkpoint k-1, rollout k+1 during learn k (false)
 //	run.tensorboard             write the per-step metrics as TensorBoard event files in <run.dir>/tensorboard (true)
+//	run.allow_no_signal         let a run none of whose steps had a learning signal (every group's rewards tied) end with success; a smoke run of the plumbing (false: it fails, saying what to change)
 //
 //	data.sources[]              where the prompts come from, entries of one kind; required (see transforms/prompts)
 //	data.sources[].kind         file (prompt files; the default) or demo (the built-in demo task: one entry, task and split)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/internal/yamlset"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/trainer"
@@ -72,39 +73,35 @@ func Default() Config {
 	return c
 }
 
+// fieldsHint ends the errors of unknown fields and values.
+const fieldsHint = "(every field is listed in the runconfig package documentation; see configs/*.yaml for examples)"
+
 // Parse decodes a YAML configuration onto Default(), so that fields left
 // out keep their defaults, rejects unknown fields, fills the derived
 // defaults (Fill) and validates the result. name labels errors (the file
 // name); relative input files are resolved against baseDir ("" leaves them
-// as written).
-func Parse(data []byte, name, baseDir string) (Config, error) {
-	c := Default()
-	// learner.loss.base chooses the defaults of every algorithm field; the
-	// fields the file writes then override them.
-	if base := peekBase(data); base != "" {
-		if err := c.ApplyBase(base); err != nil {
-			return Config{}, fmt.Errorf("runconfig: %s: %w", name, err)
+// as written). sets (the command line's --set, see internal/yamlset) are
+// applied to the file's YAML before it is decoded, so that each goes
+// through the decoder and Validate as the key written in the file would.
+func Parse(data []byte, name, baseDir string, sets ...yamlset.Set) (Config, error) {
+	file := data
+	data, doc, err := yamlset.ApplyBytes(data, reflect.TypeFor[Config](), sets)
+	if err != nil {
+		return Config{}, fmt.Errorf("runconfig: %s: %w %s", name, err, fieldsHint)
+	}
+	c, err := decode(data, doc)
+	if err != nil && len(sets) > 0 {
+		// A mistake of the file itself is reported at the file's own line
+		// numbers, which the document written back with the sets lacks.
+		if _, ferr := decode(file, nil); ferr != nil {
+			err = ferr
 		}
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		// Unknown keys are named by their dotted path, with the field meant.
-		var doc yaml.Node
-		if yaml.Unmarshal(data, &doc) == nil {
-			if unknown := unknownFields(&doc, reflect.TypeOf(c)); len(unknown) > 0 {
-				parts := make([]string, len(unknown))
-				for i, u := range unknown {
-					parts[i] = u.String()
-				}
-				return Config{}, fmt.Errorf("runconfig: %s: %s (every field is listed in the runconfig package documentation; see configs/*.yaml for examples)", name, strings.Join(parts, "; "))
-			}
-		}
-		return Config{}, fmt.Errorf("runconfig: %s: %w (every field is listed in the runconfig package documentation; see configs/*.yaml for examples)", name, err)
+	if len(sets) > 0 {
+		name += " with " + yamlset.Describe(sets)
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("runconfig: %s holds more than one YAML document; put the whole run in one", name)
+	if err != nil {
+		return Config{}, fmt.Errorf("runconfig: %s: %w", name, err)
 	}
 	c.baseDir = baseDir
 	c.resolvePaths()
@@ -115,10 +112,50 @@ func Parse(data []byte, name, baseDir string) (Config, error) {
 	return c, nil
 }
 
-// Load reads and parses the configuration file at p (local or gs://).
-// Relative input files inside a local file are resolved against its
-// directory.
-func Load(ctx context.Context, p string) (Config, error) {
+// decode decodes data strictly onto Default() and the preset its
+// learner.loss.base names. Unknown keys are named by their dotted path and
+// line in doc (data's node tree; nil: data is parsed again for it).
+func decode(data []byte, doc *yaml.Node) (Config, error) {
+	c := Default()
+	// learner.loss.base chooses the defaults of every algorithm field; the
+	// fields the file writes then override them.
+	if base := peekBase(data); base != "" {
+		if err := c.ApplyBase(base); err != nil {
+			return Config{}, err
+		}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		// Unknown keys are named by their dotted path, with the field meant.
+		if doc == nil {
+			doc = &yaml.Node{}
+			if yaml.Unmarshal(data, doc) != nil {
+				doc = nil
+			}
+		}
+		if doc != nil {
+			if unknown := unknownFields(doc, reflect.TypeOf(c)); len(unknown) > 0 {
+				parts := make([]string, len(unknown))
+				for i, u := range unknown {
+					parts[i] = u.String()
+				}
+				return Config{}, fmt.Errorf("%s %s", strings.Join(parts, "; "), fieldsHint)
+			}
+		}
+		return Config{}, fmt.Errorf("%w %s", err, fieldsHint)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("the file holds more than one YAML document; put the whole run in one")
+	}
+	return c, nil
+}
+
+// Load reads and parses the configuration file at p (local or gs://),
+// with sets applied (see Parse). Relative input files inside a local file
+// are resolved against its directory.
+func Load(ctx context.Context, p string, sets ...yamlset.Set) (Config, error) {
 	data, err := storage.ReadFile(ctx, p)
 	if err != nil {
 		return Config{}, fmt.Errorf("runconfig: reading %s: %w", p, err)
@@ -129,7 +166,7 @@ func Load(ctx context.Context, p string) (Config, error) {
 			base = abs
 		}
 	}
-	return Parse(data, p, base)
+	return Parse(data, p, base, sets...)
 }
 
 // BaseDir is the directory relative input files were resolved against.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/textdist"
+	"github.com/aipo-rl/aipo/internal/yamlset"
 	"gopkg.in/yaml.v3"
 )
 
@@ -47,7 +48,7 @@ func unknownFields(doc *yaml.Node, t reflect.Type) []unknownField {
 		switch {
 		case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
 			fields := map[string]reflect.Type{}
-			yamlFields(t, fields)
+			yamlset.Fields(t, fields)
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
 				p := k.Value
@@ -74,35 +75,6 @@ func unknownFields(doc *yaml.Node, t reflect.Type) []unknownField {
 	walk(doc, t, "")
 	sort.Slice(out, func(i, j int) bool { return out[i].line < out[j].line })
 	return out
-}
-
-// yamlFields collects the YAML keys of struct t (inline fields included).
-func yamlFields(t reflect.Type, into map[string]reflect.Type) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		tag := f.Tag.Get("yaml")
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "-" {
-			continue
-		}
-		if strings.Contains(opts, "inline") {
-			ft := f.Type
-			for ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				yamlFields(ft, into)
-			}
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		into[name] = f.Type
-	}
 }
 
 // closest is the known key nearest to k, if it is near enough to be a
