@@ -345,11 +345,7 @@ func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, input
 			return nil, part, err
 		}
 		part.loss += w * out.Loss
-		for k, x := range out.Metrics {
-			if !math.IsNaN(x) {
-				part.metrics[k] += x
-			}
-		}
+		addMetrics(part.metrics, out.Metrics)
 		part.micro++
 		part.tokens += len(mb.scored)
 	}

@@ -83,20 +83,11 @@ func programDPSteps() int {
 		return 1
 	}
 	ctx := context.Background()
-	env, err := dist.EnvFromOS()
+	comm, leave, err := joinGloo(ctx, dist.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 30 * time.Second})
 	if err != nil {
 		return fail(err)
 	}
-	g, err := dist.Join(ctx, env, dist.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 30 * time.Second})
-	if err != nil {
-		return fail(err)
-	}
-	defer g.Close()
-	comm, err := gloo.New(ctx, g)
-	if err != nil {
-		return fail(err)
-	}
-	defer comm.Close()
+	defer leave()
 	l, err := dpLearner()
 	if err != nil {
 		return fail(err)
@@ -131,7 +122,7 @@ func programDPSteps() int {
 	if err := l.WriteOptimizerDP(ctx, &opt); err != nil {
 		return fail(err)
 	}
-	if dir := os.Getenv("AIPO_DP_SAVE"); dir != "" && env.Rank == 0 {
+	if dir := os.Getenv("AIPO_DP_SAVE"); dir != "" && comm.Rank() == 0 {
 		if err := os.WriteFile(filepath.Join(dir, "params.bin"), paramBytes(l), 0o644); err != nil {
 			return fail(err)
 		}
@@ -141,6 +132,24 @@ func programDPSteps() int {
 	}
 	fmt.Println("done")
 	return 0
+}
+
+// joinGloo forms the group of the launcher's environment and opens its
+// Gloo communicator; leave closes both.
+func joinGloo(ctx context.Context, opts dist.Options) (comm dist.Comm, leave func(), err error) {
+	env, err := dist.EnvFromOS()
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := dist.Join(ctx, env, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if comm, err = gloo.New(ctx, g); err != nil {
+		g.Close()
+		return nil, nil, err
+	}
+	return comm, func() { comm.Close(); g.Close() }, nil
 }
 
 // paramBytes is every parameter, in order, as little-endian float32.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/dist"
-	"github.com/aipo-rl/aipo/learner/dist/gloo"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/internal/disttest"
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -65,20 +64,11 @@ func programDPBench() int {
 	l := &Learner{Policy: m, Opt: opt}
 	ctx := context.Background()
 	if os.Getenv("AIPO_DPB_MODE") == "dp" {
-		env, err := dist.EnvFromOS()
+		comm, leave, err := joinGloo(ctx, dist.Options{RendezvousTimeout: time.Minute})
 		if err != nil {
 			return fail(err)
 		}
-		g, err := dist.Join(ctx, env, dist.Options{RendezvousTimeout: time.Minute})
-		if err != nil {
-			return fail(err)
-		}
-		defer g.Close()
-		comm, err := gloo.New(ctx, g)
-		if err != nil {
-			return fail(err)
-		}
-		defer comm.Close()
+		defer leave()
 		if err := l.EnableDataParallel(comm, DefaultShards); err != nil {
 			return fail(err)
 		}

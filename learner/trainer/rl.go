@@ -213,11 +213,7 @@ func (l *Learner) miniBatch(cfg RLConfig, samples []RLSample, seqs []Sequence, o
 			return 0, err
 		}
 		lossSum += w * out.Loss
-		for k, v := range out.Metrics {
-			if !math.IsNaN(v) {
-				metrics[k] += v
-			}
-		}
+		addMetrics(metrics, out.Metrics)
 		*metricN++
 		*tokens += len(mb.scored)
 	}
@@ -244,6 +240,16 @@ func runMicroBatch(c Compute, cfg loss.Config, mb microBatch, in loss.Inputs, w 
 		return grad, nil
 	})
 	return out, err
+}
+
+// addMetrics adds a micro-batch's loss metrics to sums (NaNs, metrics a
+// micro-batch cannot compute, left out).
+func addMetrics(sums, m map[string]float64) {
+	for k, v := range m {
+		if !math.IsNaN(v) {
+			sums[k] += v
+		}
+	}
 }
 
 // measureMismatch compares pi_old with the behaviour log-probs of the
