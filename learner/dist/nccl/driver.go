@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/internal/libload"
 )
 
 // cudaAPI is the part of the CUDA driver the communicator needs: the
@@ -45,10 +46,7 @@ var (
 // loadCUDA loads libcuda.so.1 and calls cuInit, once per process.
 func loadCUDA() (*cudaAPI, error) {
 	cudaOnce.Do(func() {
-		cands := append(inDirs(extraDirs(), "libcuda.so.1"), "libcuda.so.1")
-		cands = append(cands, inDirs([]string{"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
-			"/usr/lib", "/usr/local/nvidia/lib64", "/usr/lib/wsl/lib"}, "libcuda.so.1")...)
-		h, path, err := openLib("libcuda.so.1", cands)
+		h, path, err := openLib("libcuda.so.1", libload.DriverCandidates())
 		if err != nil {
 			cudaErr = fmt.Errorf("dist: nccl: %w: no CUDA driver: %v (set %s to the directory holding it if it is elsewhere)", dist.ErrUnavailable, err, LibPathEnv)
 			return

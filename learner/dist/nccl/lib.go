@@ -2,20 +2,18 @@ package nccl
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 
 	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/internal/libload"
 )
 
 // LibPathEnv holds extra directories (separated by ':') searched first for
 // libnccl.so.2 and libcuda.so.1; it is the variable learner/cuda reads.
-const LibPathEnv = "AIPO_CUDA_LIB_PATH"
+const LibPathEnv = libload.PathEnv
 
 // NCCL's enums (nccl.h).
 const (
@@ -150,29 +148,9 @@ func (l *api) errString(r int32, comm uintptr) string {
 	return s
 }
 
-// openLib dlopens the first candidate that loads; the error lists every
-// candidate with the loader's reason.
+// openLib dlopens the first candidate that loads (libload.Open).
 func openLib(what string, candidates []string) (uintptr, string, error) {
-	var tried []string
-	seen := map[string]bool{}
-	for _, c := range candidates {
-		if seen[c] {
-			continue
-		}
-		seen[c] = true
-		if strings.Contains(c, "/") {
-			if _, err := os.Stat(c); err != nil {
-				tried = append(tried, c+" (absent)")
-				continue
-			}
-		}
-		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-		if err == nil {
-			return h, c, nil
-		}
-		tried = append(tried, fmt.Sprintf("%s (%v)", c, err))
-	}
-	return 0, "", fmt.Errorf("%s not found; tried %s", what, strings.Join(tried, "; "))
+	return libload.Open(what, candidates)
 }
 
 func bind(h uintptr, lib, name string, fn any) error {
@@ -184,47 +162,13 @@ func bind(h uintptr, lib, name string, fn any) error {
 	return nil
 }
 
-func extraDirs() []string {
-	var out []string
-	for _, d := range filepath.SplitList(os.Getenv(LibPathEnv)) {
-		if d != "" {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-func inDirs(dirs []string, name string) []string {
-	out := make([]string, 0, len(dirs))
-	for _, d := range dirs {
-		out = append(out, filepath.Join(d, name))
-	}
-	return out
-}
-
 // ncclCandidates: LibPathEnv, the dynamic loader, then the nvidia/nccl/lib
 // folder of the wheel under the active virtual or conda environment and
 // the usual site-packages.
 func ncclCandidates() []string {
-	c := inDirs(extraDirs(), "libnccl.so.2")
+	c := libload.InDirs(libload.ExtraDirs(), "libnccl.so.2")
 	c = append(c, "libnccl.so.2")
-	var roots []string
-	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
-		if v := os.Getenv(env); v != "" {
-			roots = append(roots, v)
-		}
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		roots = append(roots, filepath.Join(home, ".local"))
-	}
-	roots = append(roots, "/usr/local", "/usr", "/opt/conda", "/opt/venv", "/venv")
-	for _, r := range roots {
-		for _, pkgs := range []string{"site-packages", "dist-packages"} {
-			m, _ := filepath.Glob(filepath.Join(r, "lib", "python3*", pkgs, "nvidia", "nccl", "lib", "libnccl.so.2"))
-			c = append(c, m...)
-		}
-	}
-	return c
+	return append(c, libload.InDirs(libload.WheelDirs("nvidia/nccl/lib"), "libnccl.so.2")...)
 }
 
 // goString copies a NUL-terminated C string owned by a library.
