@@ -50,7 +50,7 @@ func JoinRanks(ctx context.Context, opts dist.Options, shards int) (*Ranks, erro
 // Describe is the rank's one-line account of its place in the group and
 // the addresses it uses: the store's, this rank's end of its connection to
 // it, and its end of its Gloo pair with the next rank, e.g. "rank 1 of 2:
-// store 10.0.0.1:29500 (this rank 10.0.0.2:40312), gloo 10.0.0.2:35711
+// store 10.0.0.1:29500 (connected from 10.0.0.2:40312), gloo 10.0.0.2:35711
 // (the route to MASTER_ADDR 10.0.0.1; ...)". Rank 0 serves the store.
 func (r *Ranks) Describe() string {
 	g := r.Group
@@ -58,7 +58,7 @@ func (r *Ranks) Describe() string {
 	if g.Rank() == 0 {
 		served = "served here, "
 	}
-	s := fmt.Sprintf("rank %d of %d: store %s (%sthis rank %s)", g.Rank(), g.Size(), g.Store().Addr(), served, g.Store().LocalAddr())
+	s := fmt.Sprintf("rank %d of %d: store %s (%sconnected from %s)", g.Rank(), g.Size(), g.Store().Addr(), served, g.Store().LocalAddr())
 	if a, ok := r.Comm.(interface{ Addr() string }); ok {
 		s += ", " + r.Comm.Backend() + " " + a.Addr()
 	}
