@@ -108,6 +108,7 @@ func runTrain(args []string) error {
 			return err
 		}
 		defer ranks.Close()
+		fmt.Fprintln(os.Stderr, ranks.Describe())
 		if !ranks.Leader() {
 			if err := train.Follow(ctx, cfg, ranks, func(s string) { fmt.Fprintln(os.Stderr, s) }); err != nil {
 				return runError("%s", errText(err))

@@ -96,6 +96,10 @@ func DialStore(ctx context.Context, addr string, timeout time.Duration) (*Store,
 // Addr is the store's address.
 func (s *Store) Addr() string { return s.addr }
 
+// LocalAddr is this end of the connection to the store: the address of
+// this machine the store sees.
+func (s *Store) LocalAddr() string { return s.conn.LocalAddr().String() }
+
 // Close closes the connection.
 func (s *Store) Close() error {
 	s.mu.Lock()

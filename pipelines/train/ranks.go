@@ -47,6 +47,24 @@ func JoinRanks(ctx context.Context, opts dist.Options, shards int) (*Ranks, erro
 	return &Ranks{Group: g, Comm: c, Shards: shards}, nil
 }
 
+// Describe is the rank's one-line account of its place in the group and
+// the addresses it uses: the store's, this rank's end of its connection to
+// it, and its end of its Gloo pair with the next rank, e.g. "rank 1 of 2:
+// store 10.0.0.1:29500 (connected from 10.0.0.2:40312), gloo 10.0.0.2:35711
+// (the route to MASTER_ADDR 10.0.0.1; ...)". Rank 0 serves the store.
+func (r *Ranks) Describe() string {
+	g := r.Group
+	served := ""
+	if g.Rank() == 0 {
+		served = "served here, "
+	}
+	s := fmt.Sprintf("rank %d of %d: store %s (%sconnected from %s)", g.Rank(), g.Size(), g.Store().Addr(), served, g.Store().LocalAddr())
+	if a, ok := r.Comm.(interface{ Addr() string }); ok {
+		s += ", " + r.Comm.Backend() + " " + a.Addr()
+	}
+	return s
+}
+
 // Close leaves the group.
 func (r *Ranks) Close() error {
 	return errors.Join(r.Comm.Close(), r.Group.Close())

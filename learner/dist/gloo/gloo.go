@@ -36,6 +36,8 @@ type Comm struct {
 
 	abortMu sync.Mutex
 	aborted error
+
+	addr string // this rank's end of its pairs, and why there (Addr)
 }
 
 // New connects a full mesh of Gloo TCP pairs between the group's ranks,
@@ -47,7 +49,7 @@ func New(ctx context.Context, g *dist.Group) (dist.Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dist: gloo: connect: %w", err)
 	}
-	host, iface, err := bindTarget(g.Env())
+	host, iface, why, err := bindTarget(g.Env())
 	if err != nil {
 		return nil, err
 	}
@@ -64,8 +66,29 @@ func New(ctx context.Context, g *dist.Group) (dist.Comm, error) {
 		kind, cause := takeError(e)
 		return nil, g.OpFailed("gloo", "connect", kind, time.Since(start), bound, cause)
 	}
-	return &Comm{g: g, c: out}, nil
+	return &Comm{g: g, c: out, addr: pairAddr(out, g.Rank(), g.Size(), why)}, nil
 }
+
+// pairAddr describes this rank's end of its Gloo pairs: its address in
+// the pair with the next rank, and why that address.
+func pairAddr(g *C.aipo_gloo, rank, size int, why string) string {
+	if size < 2 {
+		return "no peers (" + why + ")"
+	}
+	a := C.aipo_gloo_address(g, C.int((rank+1)%size))
+	if a == nil {
+		return "an unknown address (" + why + ")"
+	}
+	defer C.free(unsafe.Pointer(a))
+	return C.GoString(a) + " (" + why + ")"
+}
+
+// Addr is this rank's end of its TCP pair with the next rank ("IP:port",
+// as ss -tn shows it) and why that address: the interface in
+// GLOO_SOCKET_IFNAME, the address in AIPO_GLOO_ADDR, or the route to
+// MASTER_ADDR; for a rank's startup log, where a wrong interface shows
+// before any collective waits on it.
+func (c *Comm) Addr() string { return c.addr }
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 

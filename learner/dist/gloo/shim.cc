@@ -6,6 +6,9 @@
 
 #include "shim.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +27,7 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
 struct aipo_gloo {
@@ -190,6 +194,37 @@ void aipo_gloo_free(aipo_gloo *g) {
 		// Destructors close sockets; nothing is left to recover.
 	}
 	delete g;
+}
+
+char *aipo_gloo_address(aipo_gloo *g, int peer) {
+	try {
+		if (g == nullptr || !g->ctx || peer < 0 || peer >= g->ctx->size || peer == g->ctx->rank) return nullptr;
+		auto &pair = g->ctx->getPair(peer);
+		if (!pair) return nullptr;
+		// Formatted here: Gloo's Address::str() prints the port in network
+		// byte order.
+		auto *a = dynamic_cast<const gloo::transport::tcp::Address *>(&pair->address());
+		if (a == nullptr) return nullptr;
+		const struct sockaddr_storage &ss = a->getSockaddr();
+		char host[INET6_ADDRSTRLEN] = {0};
+		std::string s;
+		if (ss.ss_family == AF_INET) {
+			auto *in = reinterpret_cast<const struct sockaddr_in *>(&ss);
+			if (inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host)) == nullptr) return nullptr;
+			s = std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+		} else if (ss.ss_family == AF_INET6) {
+			auto *in6 = reinterpret_cast<const struct sockaddr_in6 *>(&ss);
+			if (inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host)) == nullptr) return nullptr;
+			s = "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+		} else {
+			return nullptr;
+		}
+		char *out = static_cast<char *>(std::malloc(s.size() + 1));
+		if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
+		return out;
+	} catch (...) {
+		return nullptr;
+	}
 }
 
 aipo_gloo_error *aipo_gloo_allreduce(aipo_gloo *g, float *buf, size_t n, uint32_t tag, int64_t ms) {

@@ -36,6 +36,10 @@ void aipo_gloo_free_error(aipo_gloo_error *e);
 aipo_gloo_error *aipo_gloo_new(int rank, int size, uintptr_t store, const char *prefix,
 		const char *hostname, const char *iface, int64_t connect_ms, int64_t op_ms, aipo_gloo **out);
 void aipo_gloo_free(aipo_gloo *g);
+// aipo_gloo_address returns, allocated with malloc, this rank's address
+// of its pair with rank peer once connected ("IP:port", "[IPv6]:port"),
+// or NULL when there is no such pair.
+char *aipo_gloo_address(aipo_gloo *g, int peer);
 
 aipo_gloo_error *aipo_gloo_allreduce(aipo_gloo *g, float *buf, size_t n, uint32_t tag, int64_t ms);
 // reduce_scatter: each rank sends counts[j] elements of send to rank j
