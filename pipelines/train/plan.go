@@ -679,6 +679,9 @@ func (p Plan) Summary() string {
 		return fmt.Sprintf("%s peak %s of %s (%s)", place, fmtBytes(need), fmtBytes(c.Bytes), c.Name)
 	}
 	s := fmt.Sprintf("%s parameters, sequences of %d tokens: %s", fmtCount(p.Params), p.SeqTokens, part("host", h, p.Host))
+	if g := p.Group; g != nil {
+		s = fmt.Sprintf("%d ranks (ZeRO-%d), ", g.Ranks, g.Zero) + s
+	}
 	if p.cuda() {
 		s += ", " + part("device", d, p.Device)
 	}
