@@ -188,16 +188,6 @@ func launchRanks(n int, args []string) error {
 // included).
 func inGroup(distributed bool) bool { return distributed || os.Getenv("WORLD_SIZE") != "" }
 
-// groupShards is the number of virtual shards of a group of n: 8 (the same
-// bits at 1, 2, 4 and 8 ranks), or the next power of two above.
-func groupShards(n int) int {
-	s := trainer.DefaultShards
-	for s < n {
-		s *= 2
-	}
-	return s
-}
-
 // joinGroup forms this rank's group from the launcher's environment, every
 // collective bounded by timeout.
 func joinGroup(ctx context.Context, timeout time.Duration) (*train.Ranks, error) {
@@ -205,7 +195,7 @@ func joinGroup(ctx context.Context, timeout time.Duration) (*train.Ranks, error)
 	if err != nil {
 		return nil, usageError("%s", errText(err))
 	}
-	r, err := train.JoinRanks(ctx, dist.Options{OpTimeout: timeout, RendezvousTimeout: timeout}, groupShards(env.WorldSize))
+	r, err := train.JoinRanks(ctx, dist.Options{OpTimeout: timeout, RendezvousTimeout: timeout}, trainer.GroupShards(env.WorldSize))
 	if err != nil {
 		return nil, runError("rank %d of %d: %s", env.Rank, env.WorldSize, errText(err))
 	}

@@ -35,17 +35,25 @@ func runPlan(args []string) error {
 	initDir := fs.String("init", "", "the initial model: a Hugging Face directory or a checkpoint (its config.json is enough); default the run's checkpoint 0")
 	planOpts := planFlags(fs)
 	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
+	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; on GPUs, the design of docs/scaling.md, not built)")
+	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded; default) or 2 (the gradients too; GPUs only, planned)")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2]]\n\n"+
 			"Prints the memory a run needs, before anything runs: for the learner step (weights,\n"+
 			"gradients, optimiser, reference, activations of the configured micro-batch and sequence\n"+
 			"lengths), the rollout engine's load and the rollout (its attention caches), on the host\n"+
 			"and on the device, the checkpoints' disk, whether it fits this machine and the GPU it\n"+
 			"finds (or the one named), and what to change if not. aipo train makes the same plan at\n"+
-			"start and refuses a run that does not fit. Exits 1 when it does not fit.\n\nFlags:\n")
+			"start and refuses a run that does not fit. With --nproc N it plans each rank of a learner\n"+
+			"on N processes: on the CPU the group aipo train --nproc N runs (ZeRO stage 1), on GPUs the\n"+
+			"design of docs/scaling.md (ZeRO stage 1 or 2), which is not built. Exits 1 when it does\n"+
+			"not fit.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkGroupFlags(fs, *nproc, *zero); err != nil {
 		return err
 	}
 	ctx := context.Background()
@@ -54,7 +62,7 @@ func runPlan(args []string) error {
 		return usageError("%v", err)
 	}
 	o := planOpts()
-	o.Init = *initDir
+	o.Init, o.Ranks, o.Zero = *initDir, *nproc, *zero
 	p, err := train.MakePlan(ctx, cfg, o)
 	if err != nil {
 		return usageError("%v", err)
@@ -62,6 +70,22 @@ func runPlan(args []string) error {
 	fmt.Print(p.String())
 	if !p.Fits() {
 		return exitCode(1)
+	}
+	return nil
+}
+
+// checkGroupFlags refuses --nproc and --zero values no plan is made for,
+// naming the flag and the fix.
+func checkGroupFlags(fs *flag.FlagSet, nproc, zero int) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case set["nproc"] && nproc < 1:
+		return usageError("--nproc %d: give the number of learner processes to plan for (1 or more), or leave --nproc out for one process", nproc)
+	case set["zero"] && !set["nproc"]:
+		return usageError("--zero %d shards the learner's state across ranks: give --nproc N too (the number of learner processes)", zero)
+	case set["zero"] && zero != 1 && zero != 2:
+		return usageError("--zero %d: give 1 (the AdamW moments sharded) or 2 (the gradients too); stage 3 (the weights sharded as well) is not planned", zero)
 	}
 	return nil
 }

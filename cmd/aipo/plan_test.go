@@ -43,3 +43,55 @@ func TestPlanAndTrainRefusal(t *testing.T) {
 		t.Errorf("the refused run wrote its directory: %v", err)
 	}
 }
+
+// aipo plan --nproc 4 --zero 2 plans each rank of the GPU design, saying
+// it is not built; --nproc and --zero values no plan is made for exit 2
+// naming the flag and the fix.
+func TestPlanGroupFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts aipo processes")
+	}
+	repo := filepath.Join("..", "..")
+	raw, err := os.ReadFile(filepath.Join(repo, "configs", "math.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// configs/math.yaml with bfloat16 GEMMs, as docs/scaling.md plans it.
+	bf16 := strings.Replace(string(raw), "\n  backend: cuda ", "\n  precision: bf16\n  backend: cuda ", 1)
+	if bf16 == string(raw) {
+		t.Fatal("configs/math.yaml has no learner.backend: cuda line")
+	}
+	cfg := filepath.Join(t.TempDir(), "math-bf16.yaml")
+	if err := os.WriteFile(cfg, []byte(bf16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	init := filepath.Join(repo, "learner", "hfconfig", "testdata", "Qwen2.5-7B-Instruct.config.json")
+	run := t.TempDir()
+	code, out := runAipo(t, "plan", "--config", cfg, "--run", run, "--init", init, "--device", "a100-80g", "--nproc", "4", "--zero", "2")
+	for _, want := range []string{"learner on 4 GPUs, ZeRO stage 2: PLANNED, NOT BUILT", "aipo train refuses --nproc with learner.backend cuda today",
+		"gradients of rank 0's share (float32, 1/4, reduce-scattered)", "AdamW moments of rank 0's share (float32 m and v, 1/4)",
+		"ranks 1-3 on the same host (each its own process and GPU)", "precision bf16", "7.62B parameters"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("aipo plan --nproc 4 --zero 2 does not say %q:\n%s", want, out)
+		}
+	}
+	// The in-process engine's attention caches do not fit an A100's 80
+	// GB at 256 in flight: exit 1, naming the rollout's fix.
+	if code != 1 || !strings.Contains(out, "rollout.max_in_flight:") {
+		t.Errorf("aipo plan --nproc 4 --zero 2 exited %d, want 1 (the rollout does not fit):\n%s", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nproc", "2", "--zero", "3"}, "--zero 3: give 1 (the AdamW moments sharded) or 2"},
+		{[]string{"--zero", "2"}, "--zero 2 shards the learner's state across ranks: give --nproc N too"},
+		{[]string{"--nproc", "0"}, "--nproc 0: give the number of learner processes"},
+	} {
+		args := append([]string{"plan", "--config", cfg, "--run", run, "--init", init, "--device", "h200"}, tc.args...)
+		code, out := runAipo(t, args...)
+		if code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("aipo plan %v exited %d, want 2 saying %q:\n%s", tc.args, code, tc.want, out)
+		}
+	}
+}

@@ -129,6 +129,15 @@ func runTrain(args []string) error {
 	// is refused before step 0.
 	po := planOpts()
 	po.Init = *initCkpt
+	if ranks != nil {
+		// Rank 0 plans the group: every rank's memory on this machine.
+		if cfg.Learner.Backend != runconfig.BackendCPU {
+			err := usageError("aipo train --nproc %d: the learner's ranks run on the CPU (learner.backend: cpu); the multi-GPU learner is planned, not built (aipo plan --nproc N --device NAME plans it, docs/scaling.md): train on one GPU without --nproc", ranks.Comm.Size())
+			ranks.Finish(ctx, err)
+			return err
+		}
+		po.Ranks = ranks.Comm.Size()
+	}
 	if err := checkPlan(ctx, cfg, po, *ignorePlan); err != nil {
 		ranks.Finish(ctx, err)
 		return err

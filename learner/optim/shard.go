@@ -25,6 +25,18 @@ func Chunks(params []Param) []Chunk {
 	return out
 }
 
+// ChunksOfSizes is Chunks of parameters of these sizes (elements), for a
+// planner that has the model's shapes but not its parameters.
+func ChunksOfSizes(sizes []int) []Chunk {
+	var out []Chunk
+	for i, n := range sizes {
+		for lo := 0; lo < n; lo += chunkSize {
+			out = append(out, Chunk{i, lo, min(lo+chunkSize, n)})
+		}
+	}
+	return out
+}
+
 // Partition gives each of n ranks a contiguous run of chunks, balanced by
 // elements: rank r owns chunks [bounds[r], bounds[r+1]). A rank may own
 // none (more ranks than chunks).

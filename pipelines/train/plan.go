@@ -92,6 +92,9 @@ type PlanOptions struct {
 	// HostBytes is the host memory to plan for (0: this machine's, unless
 	// Device names one, whose host is not known).
 	HostBytes int64
+	// Ranks is the learner's processes (aipo train --nproc N; 0: one
+	// process, no group), Zero the ZeRO stage of the group (0: 1).
+	Ranks, Zero int
 }
 
 // Line is one part of a phase's memory.
@@ -100,14 +103,17 @@ type Line struct {
 	Host, Device int64
 }
 
-// Phase is a moment of the run and what it holds then.
+// Phase is a moment of the run and what it holds then: rank 0's lines
+// and, for a group, the host memory the other ranks hold then.
 type Phase struct {
-	Name  string
-	Lines []Line
+	Name   string
+	Lines  []Line
+	Others int64
 }
 
-// Host and Device are the phase's totals.
-func (p Phase) Host() int64   { return p.sum(func(l Line) int64 { return l.Host }) }
+// Host and Device are the phase's totals: the host's of every rank, the
+// device's of rank 0 (every rank has a device of its own).
+func (p Phase) Host() int64   { return p.sum(func(l Line) int64 { return l.Host }) + p.Others }
 func (p Phase) Device() int64 { return p.sum(func(l Line) int64 { return l.Device }) }
 
 func (p Phase) sum(f func(Line) int64) int64 {
@@ -156,6 +162,9 @@ type Plan struct {
 	PromptTokens, ResponseTokens, SeqTokens, PassTokens int
 	Checkpointing                                       bool
 	Reference                                           bool
+	// Group is the learner's group (aipo plan --nproc N), nil for one
+	// process.
+	Group *Group
 	// Phases: the learner step, the rollout engine's load, the rollout.
 	Phases []Phase
 	Disk   Disk
@@ -276,6 +285,28 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 		return Plan{}, fmt.Errorf("plan: %w", err)
 	}
 	p.Checkpointing = st.Checkpointing
+	if p.Group, err = planGroup(cfg, mc, o); err != nil {
+		return Plan{}, err
+	}
+	g := p.Group
+	held := Line{What: "learner state kept between steps (float32 weights, AdamW moments)", Host: 12 * p.Params}
+	momentsLine := "AdamW moments (float32 m and v)"
+	gradsLine := "gradients (float32)"
+	if g != nil {
+		momentsLine = fmt.Sprintf("AdamW moments of rank 0's share (float32 m and v, 1/%d)", g.Ranks)
+		if g.Built() {
+			st.Host.Optimizer = g.CPU[0].Moments
+			held = Line{What: fmt.Sprintf("rank 0's state kept between steps (float32 weights, its moments, the reduced gradient's buffer of %s)", fmtBytes(g.CPU[0].Held)),
+				Host: 4*p.Params + g.heldBetweenSteps(0)}
+		} else {
+			st.Device.Optimizer = 8 * g.Share
+			if g.Zero == 2 {
+				st.Device.Grads = 4 * g.Share
+				gradsLine = fmt.Sprintf("gradients of rank 0's share (float32, 1/%d, reduce-scattered)", g.Ranks)
+			}
+			held = Line{What: "rank 0's state kept between steps (float32 weights, its share of the moments)", Host: 4*p.Params + g.heldBetweenSteps(0)}
+		}
+	}
 	b, err := backend.Lookup(cfg.Learner.Backend)
 	if err != nil {
 		return Plan{}, fmt.Errorf("plan: %w", err)
@@ -296,8 +327,11 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	}
 	add("policy weights (float32 masters)", st.Host.Weights, st.Device.Weights)
 	add("their bfloat16 copy for the GEMMs", st.Host.Compute, st.Device.Compute)
-	add("gradients (float32)", st.Host.Grads, st.Device.Grads)
-	add("AdamW moments (float32 m and v)", st.Host.Optimizer, st.Device.Optimizer)
+	add(gradsLine, st.Host.Grads, st.Device.Grads)
+	if g != nil && g.Zero == 2 {
+		add("the largest layer's whole gradient until it is reduce-scattered (float32)", 0, 4*g.LargestGroup)
+	}
+	add(momentsLine, st.Host.Optimizer, st.Device.Optimizer)
 	refLine := "reference policy (weights alone)"
 	// The CPU's copy (a device's is in its compute dtype), in bfloat16 where
 	// the backend counted 2 bytes a parameter for it (not on BLAS kernels
@@ -311,6 +345,9 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
 	add(act, st.Host.Activations, st.Device.Activations)
+	if g != nil && g.Built() {
+		add(fmt.Sprintf("the data-parallel step's gradient buffers at their peak (%s)", g.CPU[0].PeakWhen()), g.CPU[0].StepBuffers(), 0)
+	}
 	learn.Lines = append(learn.Lines, proc)
 	if cudaRun {
 		learn.Lines = append(learn.Lines, ctxLine)
@@ -318,7 +355,6 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 
 	// Between steps the learner keeps its weights and moments (on the
 	// host: parked); the engine loads checkpoint k and decodes.
-	held := Line{What: "learner state kept between steps (float32 weights, AdamW moments)", Host: 12 * P}
 	load := Phase{Name: "rollout engine load", Lines: []Line{held,
 		{What: "checkpoint k's weights decoded (float32)", Host: 4 * P},
 		{What: "the engine's model built from them (float32)", Host: 4 * P}}}
@@ -341,6 +377,11 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 	}
 	load.Lines = append(load.Lines, proc)
 	roll.Lines = append(roll.Lines, proc)
+	if g != nil {
+		learn.Others = g.othersInStep(learn.Host())
+		load.Others = g.othersBetweenSteps(P, base)
+		roll.Others = load.Others
+	}
 	p.Phases = []Phase{learn, load, roll}
 	p.Disk = planDisk(cfg, mc, P)
 	return p, nil
@@ -544,7 +585,21 @@ func (p Plan) String() string {
 		mc.VocabSize, checkpoint.ModelDType(mc).TorchName(), p.ModelFrom)
 	fmt.Fprintf(&b, "sequences of up to %d tokens (%d prompt + %d response), micro-batches of up to %d tokens; learner.backend %s, precision %s, activation checkpointing %s, reference %s\n",
 		p.SeqTokens, p.PromptTokens, p.ResponseTokens, p.PassTokens, p.Config.Learner.Backend, p.Config.Learner.Precision, onOff(p.Checkpointing), yesNo(p.Reference))
+	if p.Group != nil {
+		b.WriteString(p.Group.describe(p))
+	}
 	dev := p.cuda()
+	row := func(what string, host, device int64, dash bool) {
+		f := fmtBytes
+		if dash {
+			f = fmtOrDash
+		}
+		fmt.Fprintf(&b, "  %-76s %12s", what, f(host))
+		if dev {
+			fmt.Fprintf(&b, " %12s", f(device))
+		}
+		b.WriteString("\n")
+	}
 	for _, ph := range p.Phases {
 		fmt.Fprintf(&b, "\n%-78s %12s", ph.Name, "host")
 		if dev {
@@ -552,17 +607,19 @@ func (p Plan) String() string {
 		}
 		b.WriteString("\n")
 		for _, l := range ph.Lines {
-			fmt.Fprintf(&b, "  %-76s %12s", l.What, fmtOrDash(l.Host))
+			row(l.What, l.Host, l.Device, true)
+		}
+		if g := p.Group; g != nil {
+			row("rank 0", ph.Host()-ph.Others, ph.Device(), false)
+			others, what := g.others()+" on the same host (each its own process)", "total: this machine"
 			if dev {
-				fmt.Fprintf(&b, " %12s", fmtOrDash(l.Device))
+				others, what = g.others()+" on the same host (each its own process and GPU)", "total: the node's host, one GPU (rank 0's)"
 			}
-			b.WriteString("\n")
+			row(others, ph.Others, 0, true)
+			row(what, ph.Host(), ph.Device(), false)
+			continue
 		}
-		fmt.Fprintf(&b, "  %-76s %12s", "total", fmtBytes(ph.Host()))
-		if dev {
-			fmt.Fprintf(&b, " %12s", fmtBytes(ph.Device()))
-		}
-		b.WriteString("\n")
+		row("total", ph.Host(), ph.Device(), false)
 	}
 	h, d := p.Peaks()
 	b.WriteString("\n")
@@ -586,11 +643,7 @@ func (p Plan) String() string {
 				b.WriteString(": does not fit\n")
 			}
 		}
-		if p.cuda() {
-			b.WriteString("  or more devices, the optimiser state and gradients sharded across them (docs/scaling.md)\n")
-		} else {
-			b.WriteString("  or a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)\n")
-		}
+		b.WriteString("  or " + p.moreMemory() + "\n")
 	}
 	return b.String()
 }
@@ -626,6 +679,9 @@ func (p Plan) Summary() string {
 		return fmt.Sprintf("%s peak %s of %s (%s)", place, fmtBytes(need), fmtBytes(c.Bytes), c.Name)
 	}
 	s := fmt.Sprintf("%s parameters, sequences of %d tokens: %s", fmtCount(p.Params), p.SeqTokens, part("host", h, p.Host))
+	if g := p.Group; g != nil {
+		s = fmt.Sprintf("%d ranks (ZeRO-%d), ", g.Ranks, g.Zero) + s
+	}
 	if p.cuda() {
 		s += ", " + part("device", d, p.Device)
 	}
@@ -674,16 +730,16 @@ func (p Plan) Refusal() error {
 			parts = append(parts, l.What+" "+fmtBytes(v))
 		}
 	}
+	if worst.Others > 0 {
+		parts = append(parts, p.Group.others()+" "+fmtBytes(worst.Others))
+	}
 	var fix []string
 	for _, f := range p.Fixes {
 		if f.Fits {
 			fix = append(fix, f.Change)
 		}
 	}
-	how := "more devices, the optimiser state and gradients sharded across them (docs/scaling.md)"
-	if !p.cuda() {
-		how = "a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
-	}
+	how := p.moreMemory()
 	if len(fix) > 0 {
 		how = "set " + strings.Join(fix, ", or ")
 	}
@@ -725,4 +781,20 @@ func fmtBytes(n int64) string {
 func selfRSS() int64 {
 	n, _ := meminfo.Status(0, "VmRSS")
 	return n
+}
+
+// moreMemory is the plan's advice beyond the configuration's settings.
+func (p Plan) moreMemory() string {
+	g := p.Group
+	switch {
+	case !p.cuda() && g != nil:
+		return "a machine with more memory (the ranks of aipo train --nproc share it; more ranks shard the moments alone), or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
+	case !p.cuda():
+		return "a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
+	case g != nil && g.Zero == 1:
+		return "more GPUs (--nproc), or --zero 2 (the gradients sharded too; docs/scaling.md)"
+	case g != nil:
+		return "more GPUs (--nproc); sharding the weights too (ZeRO-3, docs/scaling.md) is not planned"
+	}
+	return "more devices, the optimiser state and gradients sharded across them (aipo plan --nproc N --zero 2 plans it; docs/scaling.md)"
 }

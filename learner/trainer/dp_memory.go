@@ -1,0 +1,119 @@
+package trainer
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
+)
+
+// The memory of one rank of a data-parallel group (DataParallel), as
+// dp.go allocates it, computed from the model's configuration alone: a
+// planner sizes a group with it before any rank starts.
+
+// GroupShards is the number of virtual shards a group of n ranks splits
+// each mini-batch into: DefaultShards (the same bits at 1, 2, 4 and 8
+// ranks), or the next power of two above n.
+func GroupShards(n int) int {
+	s := DefaultShards
+	for s < n {
+		s *= 2
+	}
+	return s
+}
+
+// RankMemory is what rank Rank of a data-parallel group holds besides the
+// policy's weights and gradients, its pass buffers and the reference, in
+// bytes (all float32).
+type RankMemory struct {
+	Rank     int
+	Elements int64 // the parameters whose optimiser state the rank owns (its chunks)
+	Shards   int   // the virtual shards of a mini-batch it computes
+	Moments  int64 // AdamW's m and v of its elements: 8 bytes each
+	// TreeBuffers is the most flat gradient copies (4P bytes each) its
+	// shard tree holds at once (sumTree: one a shard, summed pairwise).
+	TreeBuffers int
+	// Held is the buffer the reduced gradient lives in (DataParallel's
+	// grad), kept from one mini-batch's reduction to the next and between
+	// steps: the all-to-all's receive buffer, ranks x the rank's elements;
+	// with one rank the tree's sum itself, the whole gradient.
+	Held int64
+	// The step's own buffers, Held included, at each point of a
+	// mini-batch's update: while the shards' gradients are summed (the
+	// tree's copies), during the all-to-all (the sum sent, the new receive
+	// buffer and the previous one, still held), and while the updated
+	// parameters are gathered (their flat copy and the rank's part of it
+	// sent, beside the held receive buffer).
+	Tree, Reduce, Gather int64
+}
+
+// StepBuffers is the most the step's own buffers hold at once.
+func (m RankMemory) StepBuffers() int64 { return max(m.Tree, m.Reduce, m.Gather) }
+
+// PeakWhen names the point of the update at which StepBuffers is reached.
+func (m RankMemory) PeakWhen() string {
+	switch m.StepBuffers() {
+	case m.Tree:
+		return fmt.Sprintf("summing its %d shards' gradients: %d flat copies", m.Shards, m.TreeBuffers)
+	case m.Reduce:
+		return "the all-to-all of the gradient sums"
+	}
+	return "the all-gather of the updated parameters"
+}
+
+// PlanDataParallel is the memory of each rank of a group of ranks that
+// trains a model of mc (EnableDataParallel with GroupShards(ranks)
+// shards): the chunks of optim.Partition, the shards of owner.
+func PlanDataParallel(mc model.Config, ranks int) ([]RankMemory, error) {
+	if ranks < 1 {
+		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
+	}
+	if err := mc.Validate(); err != nil {
+		return nil, err
+	}
+	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
+	bounds := optim.Partition(chunks, ranks)
+	P := model.ParamCount(mc)
+	v := GroupShards(ranks)
+	out := make([]RankMemory, ranks)
+	for r := range out {
+		var elems int64
+		for _, c := range chunks[bounds[r]:bounds[r+1]] {
+			elems += int64(c.Len())
+		}
+		k := 0
+		for s := range v {
+			if owner(s, v, ranks) == r {
+				k++
+			}
+		}
+		m := RankMemory{Rank: r, Elements: elems, Shards: k, Moments: 8 * elems, TreeBuffers: treeBuffers(k)}
+		full := 4 * P
+		if ranks == 1 {
+			// reduce keeps a view of the tree's sum; nothing is sent.
+			m.Held = full
+			m.Tree = int64(m.TreeBuffers)*full + m.Held
+			m.Reduce, m.Gather = m.Held, m.Held
+		} else {
+			recv := 4 * int64(ranks) * elems
+			m.Held = recv
+			m.Tree = int64(m.TreeBuffers)*full + m.Held
+			m.Reduce = full + recv + m.Held
+			m.Gather = m.Held + full + 4*elems
+		}
+		out[r] = m
+	}
+	return out, nil
+}
+
+// treeBuffers is the most buffers a sumTree holds while k leaves are
+// pushed: before leaf j+1 the stack holds one sum for each bit set in j,
+// and the new leaf is one more.
+func treeBuffers(k int) int {
+	most := 0
+	for j := range k {
+		most = max(most, bits.OnesCount(uint(j))+1)
+	}
+	return most
+}
