@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/configs"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 )
@@ -304,4 +308,94 @@ func TestTrainUnderTorchrun(t *testing.T) {
 		t.Errorf("under torchrun: %s, --nproc 1: %s", got, want)
 	}
 	t.Logf("torchrun, 2 ranks: %s (%s)", finalDigest(t, run, 3), time.Since(t0).Round(time.Millisecond))
+}
+
+// committedFiles is the file list of checkpoint k's commit marker: each
+// file's name, size and sha256.
+func committedFiles(t *testing.T, run string, k int64) []rundir.File {
+	t.Helper()
+	var m struct {
+		Files []rundir.File `json:"files"`
+	}
+	b, err := os.ReadFile(filepath.Join(checkpoint.Dir(run, k), checkpoint.CommittedName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s of checkpoint %d: %v", checkpoint.CommittedName, k, err)
+	}
+	return m.Files
+}
+
+// withMaxShardSize sets checkpoint.max_shard_size in the run YAML at cfg.
+func withMaxShardSize(t *testing.T, cfg string, size int64) {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "  keep_last: 1\n"
+	if !strings.Contains(string(b), key) {
+		t.Fatalf("the quick configuration has no %q", key)
+	}
+	yaml := strings.Replace(string(b), key, key+"  max_shard_size: "+strconv.FormatInt(size, 10)+"\n", 1)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// aipo train --nproc 2 and --nproc 1 on the quick configuration with a
+// checkpoint.max_shard_size a quarter of the quick model's weights: the
+// final checkpoint is split into shards, rank 1 wrote its share of them
+// (rank 0 says so), and the two runs' checkpoints list the same files with
+// the same sizes and sha256, shards, index and all.
+func TestTrainShardsOnRanks(t *testing.T) {
+	warm := filepath.Join(t.TempDir(), "warm")
+	quickWarmStart(t, warm)
+	st, err := os.Stat(filepath.Join(warm, checkpoint.WeightsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := st.Size() / 4
+	runs := map[int]string{}
+	for _, n := range []int{2, 1} {
+		cfg, run := ranksRun(t, warm, 3)
+		withMaxShardSize(t, cfg, shard)
+		t0 := time.Now()
+		args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(n)}
+		code, out := runAipoFor(t, 5*time.Minute, nil, args...)
+		if code != 0 {
+			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
+		}
+		runs[n] = run
+		files := committedFiles(t, run, 3)
+		shards := 0
+		for _, f := range files {
+			if strings.HasPrefix(f.Path, "model-") && strings.HasSuffix(f.Path, ".safetensors") {
+				shards++
+			}
+		}
+		if shards < 3 {
+			t.Fatalf("--nproc %d: checkpoint 3 holds %d weight shards at checkpoint.max_shard_size %d; want at least 3: %v", n, shards, shard, files)
+		}
+		if _, err := os.Stat(filepath.Join(checkpoint.Dir(run, 3), checkpoint.WeightsIndexName)); err != nil {
+			t.Errorf("--nproc %d: no shard index: %v", n, err)
+		}
+		if n == 2 {
+			line := fmt.Sprintf("checkpoint 3: %d weight shards written in parallel by 2 ranks: %d by rank 0, %d by rank 1", shards, (shards+1)/2, shards/2)
+			if !strings.Contains(out, line) {
+				t.Errorf("--nproc 2: rank 0 did not say %q:\n%s", line, out)
+			}
+		}
+		t.Logf("--nproc %d: checkpoint 3 in %d weight shards of at most %d bytes (%s)", n, shards, shard, time.Since(t0).Round(time.Millisecond))
+	}
+	a, b := committedFiles(t, runs[2], 3), committedFiles(t, runs[1], 3)
+	if !slices.Equal(a, b) {
+		t.Fatalf("checkpoint 3's files differ:\n--nproc 2: %v\n--nproc 1: %v", a, b)
+	}
+	ck, err := checkpoint.Load(context.Background(), checkpoint.Dir(runs[2], 3))
+	if err != nil {
+		t.Fatalf("load the sharded checkpoint --nproc 2 wrote: %v", err)
+	}
+	t.Logf("--nproc 2 and 1: the same %d files, every size and sha256 equal; %d tensors load", len(a), len(ck.Tensors))
 }

@@ -99,12 +99,55 @@ func TestTransformersLoadsCheckpoints(t *testing.T) {
 					init := filepath.Join(dir, "init")
 					cfg := strings.Replace(fam.config, `"torch_dtype": "float32"`, fmt.Sprintf("%q: %q", "torch_dtype", dtype), 1)
 					writeFamilyDir(t, fam, init, cfg, warm, dtype)
-					ckpt := trainOneStep(t, dir, init, train)
+					ckpt := trainOneStep(t, dir, init, train, "")
 					checkWithTransformers(t, py, fam, ckpt, dtype)
 				})
 			}
 		})
 	}
+}
+
+// TestTransformersLoadsShardedCheckpoint: a Qwen3 bfloat16 step trained by
+// `aipo train --nproc 2` with checkpoint.max_shard_size a quarter of the
+// weights commits model-0000i-of-0000n.safetensors shards (the embedding
+// in one, the rest in others), written by both ranks, and model.safetensors.index.json, which transformers loads and
+// judges as TestTransformersLoadsCheckpoints does (keys, dtype, logits,
+// greedy tokens, chat ids).
+func TestTransformersLoadsShardedCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a tiny model on two ranks and loads it with transformers")
+	}
+	py := vllmserver.Python(t)
+	base := t.TempDir()
+	rows := sameAnswerGSM8K(t, "3", 4)
+	train := convertGSM8K(t, base, "gsm8k-answer-3", rows)
+	fam := tfFamilies(t)[1]
+	if fam.name != "qwen3" {
+		t.Fatalf("family 1 is %s, want qwen3", fam.name)
+	}
+	warm := warmStartAnswer(t, fam, rows)
+	var total int64
+	for _, ts := range warm {
+		total += int64(len(ts.Data) * 2)
+	}
+	shard := total / 4
+	dir := filepath.Join(base, "sharded")
+	init := filepath.Join(dir, "init")
+	const dtype = "bfloat16"
+	cfg := strings.Replace(fam.config, `"torch_dtype": "float32"`, fmt.Sprintf("%q: %q", "torch_dtype", dtype), 1)
+	writeFamilyDir(t, fam, init, cfg, warm, dtype)
+	ckpt := trainOneStep(t, dir, init, train, fmt.Sprintf("checkpoint:\n  max_shard_size: %d\n", shard), "--nproc", "2")
+	idx := filepath.Join(ckpt, checkpoint.WeightsIndexName)
+	if _, err := os.Stat(idx); err != nil {
+		t.Fatalf("no shard index at checkpoint.max_shard_size %d: %v", shard, err)
+	}
+	shards, err := filepath.Glob(filepath.Join(ckpt, "model-*-of-*.safetensors"))
+	// The tied embedding is most of the weights: a shard of its own.
+	if err != nil || len(shards) < 2 {
+		t.Fatalf("%d weight shards in %s (%v); want at least 2", len(shards), ckpt, err)
+	}
+	t.Logf("%s: %d shards of at most %d bytes, written by 2 ranks", ckpt, len(shards), shard)
+	checkWithTransformers(t, py, fam, ckpt, dtype)
 }
 
 // sameAnswerGSM8K returns n GSM8K training rows whose answer is answer.
@@ -211,8 +254,9 @@ func writeFamilyDir(t *testing.T, fam tfFamily, dir, cfg string, ts []checkpoint
 
 // trainOneStep runs `aipo train --init init` for one GRPO step (the policy
 // sampled in process, no collaborators) and returns the checkpoint it
-// committed, after checking that the step had a gradient.
-func trainOneStep(t *testing.T, dir, init, train string) string {
+// committed, after checking that the step had a gradient. more is added
+// to the run YAML, args to the command line.
+func trainOneStep(t *testing.T, dir, init, train, more string, args ...string) string {
 	t.Helper()
 	run := filepath.Join(dir, "run")
 	cfgPath := filepath.Join(dir, "run.yaml")
@@ -232,11 +276,11 @@ learner:
   backend: cpu
 eval:
   every: 0
-`, run, train)
+`, run, train) + more
 	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out := runAipoFor(t, 5*time.Minute, nil, "train", "--config", cfgPath, "--init", init)
+	code, out := runAipoFor(t, 5*time.Minute, nil, append([]string{"train", "--config", cfgPath, "--init", init}, args...)...)
 	if code != 0 {
 		t.Fatalf("aipo train exited %d:\n%s", code, out)
 	}

@@ -243,6 +243,47 @@ func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	return saveLocal(ctx, dir, ck, opts)
 }
 
+// WeightShards is the number of weight files SaveWith(ck, opts) writes:
+// 1 (model.safetensors) or the count of model-0000i-of-0000n.safetensors
+// shards. It depends on ck's tensors, the dtype and opts.MaxShardBytes
+// alone.
+func WeightShards(ck Checkpoint, opts SaveOptions) (int, error) {
+	if opts.DType == "" {
+		opts.DType = ck.modelDType()
+	}
+	shards, _, err := weightShards("", ck.ServedTensors(), opts)
+	return len(shards), err
+}
+
+// WriteShards is a helper's part of SaveWith(ck, opts) when opts.Helpers
+// hands it shards (see ShardHelpers): it writes into dir, the directory
+// the saving process's Start named, the weight shards i of n for which
+// mine(i, n) holds, and returns their files (name, size, sha256) for the
+// saving process's Collect. It writes nothing when the weights fit in one
+// file, which the saving process writes itself. ck must hold the tensors
+// the saving process holds, and opts its options.
+func WriteShards(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions, mine func(i, n int) bool) ([]rundir.File, error) {
+	if opts.DType == "" {
+		opts.DType = ck.modelDType()
+	}
+	shards, opts, err := weightShards(dir, ck.ServedTensors(), opts)
+	if err != nil || len(shards) == 1 {
+		return nil, err
+	}
+	var out []rundir.File
+	for i, ts := range shards {
+		if !mine(i, len(shards)) {
+			continue
+		}
+		f, err := writeShard(ctx, dir, ShardName(i+1, len(shards)), ts, opts)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
 // writeAll writes every file of ck into dir and returns the marker.
 func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) (marker, error) {
 	m := marker{Version: 1, Step: ck.Trainer.Step, CreatedAt: ck.Trainer.CreatedAt}

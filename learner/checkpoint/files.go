@@ -40,6 +40,29 @@ type SaveOptions struct {
 	// Metadata is stored in each file's __metadata__; "format": "pt" is
 	// added when absent, as transformers expects it.
 	Metadata map[string]string
+	// Helpers, when set, are other processes holding the same tensors that
+	// write some of the weight shards in parallel with this one, when the
+	// weights take more than one shard (SaveWith; ignored otherwise).
+	Helpers *ShardHelpers
+}
+
+// ShardHelpers hand some of a sharded checkpoint's weight files to other
+// processes, each of which holds the same tensors and writes its shards
+// with WriteShards into the directory the checkpoint is being written
+// into. The split into shards depends on the tensors, the dtype and
+// MaxShardBytes alone, so the files are the same whoever writes them.
+type ShardHelpers struct {
+	// Mine reports whether this process writes shard i (0-based) of n
+	// itself; the others are the helpers'.
+	Mine func(i, n int) bool
+	// Start is called with the directory the files go into and the shard
+	// count, before this process writes its own shards: it tells the
+	// helpers to write theirs.
+	Start func(ctx context.Context, dir string, n int) error
+	// Collect returns, once this process wrote its own shards, the files
+	// the helpers wrote (name, size and sha256 of every shard Mine does
+	// not claim). An error fails the save and nothing is committed.
+	Collect func(ctx context.Context) ([]rundir.File, error)
 }
 
 func (o SaveOptions) withDefaults() SaveOptions {
@@ -242,40 +265,64 @@ func SaveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 }
 
 func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOptions) ([]rundir.File, error) {
-	opts = opts.withDefaults()
-	if err := validateSet(tensors); err != nil {
-		return nil, fmt.Errorf("save weights to %s: %w", dir, err)
-	}
-	if opts.DType.Size() == 0 {
-		return nil, fmt.Errorf("save weights to %s: dtype %q not supported (use F32, BF16 or F16)", dir, opts.DType)
-	}
-	shards := planShards(tensors, opts.DType.Size(), opts.MaxShardBytes)
-	write := func(name string, ts []Tensor) (rundir.File, error) {
-		return writeFile(ctx, storage.Join(dir, name), true, func(w io.Writer) error {
-			_, err := WriteSafetensors(w, ts, opts.DType, opts.Metadata)
-			return err
-		})
+	shards, opts, err := weightShards(dir, tensors, opts)
+	if err != nil {
+		return nil, err
 	}
 	if len(shards) == 1 {
-		f, err := write(WeightsName, shards[0])
+		f, err := writeShard(ctx, dir, WeightsName, shards[0], opts)
 		if err != nil {
 			return nil, err
 		}
 		return []rundir.File{f}, nil
 	}
+	h := opts.Helpers
+	mine := func(int) bool { return true }
+	if h != nil {
+		mine = func(i int) bool { return h.Mine(i, len(shards)) }
+		if err := h.Start(ctx, dir, len(shards)); err != nil {
+			return nil, fmt.Errorf("save weights to %s: %w", dir, err)
+		}
+	}
 	idx := shardIndex{Metadata: map[string]any{}, WeightMap: map[string]string{}}
 	var total int64
 	var out []rundir.File
+	others := map[string]bool{}
 	for i, ts := range shards {
 		name := ShardName(i+1, len(shards))
-		f, err := write(name, ts)
+		for _, t := range ts {
+			idx.WeightMap[t.Name] = name
+			total += int64(len(t.Data) * opts.DType.Size())
+		}
+		if !mine(i) {
+			others[name] = true
+			continue
+		}
+		f, err := writeShard(ctx, dir, name, ts, opts)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, f)
-		for _, t := range ts {
-			idx.WeightMap[t.Name] = name
-			total += int64(len(t.Data) * opts.DType.Size())
+	}
+	if len(others) > 0 {
+		got, err := h.Collect(ctx)
+		if err != nil {
+			return out, fmt.Errorf("save weights to %s: %w", dir, err)
+		}
+		for _, f := range got {
+			if !others[f.Path] {
+				return out, fmt.Errorf("save weights to %s: a helper reported %s, which is not one of the shards left to the helpers", dir, f.Path)
+			}
+			delete(others, f.Path)
+			out = append(out, f)
+		}
+		if len(others) > 0 {
+			missing := make([]string, 0, len(others))
+			for n := range others {
+				missing = append(missing, n)
+			}
+			sort.Strings(missing)
+			return out, fmt.Errorf("save weights to %s: the helpers reported no %v", dir, missing)
 		}
 	}
 	idx.Metadata["total_size"] = total
@@ -288,6 +335,27 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 		return out, err
 	}
 	return append(out, f), nil
+}
+
+// weightShards checks tensors and opts and splits the tensors into the
+// shards saveWeights writes; it returns opts with its defaults.
+func weightShards(dir string, tensors []Tensor, opts SaveOptions) ([][]Tensor, SaveOptions, error) {
+	opts = opts.withDefaults()
+	if err := validateSet(tensors); err != nil {
+		return nil, opts, fmt.Errorf("save weights to %s: %w", dir, err)
+	}
+	if opts.DType.Size() == 0 {
+		return nil, opts, fmt.Errorf("save weights to %s: dtype %q not supported (use F32, BF16 or F16)", dir, opts.DType)
+	}
+	return planShards(tensors, opts.DType.Size(), opts.MaxShardBytes), opts, nil
+}
+
+// writeShard writes the safetensors file name of dir holding ts.
+func writeShard(ctx context.Context, dir, name string, ts []Tensor, opts SaveOptions) (rundir.File, error) {
+	return writeFile(ctx, storage.Join(dir, name), true, func(w io.Writer) error {
+		_, err := WriteSafetensors(w, ts, opts.DType, opts.Metadata)
+		return err
+	})
 }
 
 // fileSource reads the files of a model directory; a checkpoint's loader

@@ -51,11 +51,12 @@ func Bytes(ctx context.Context, dir string) (int64, error) {
 var ErrWeightsDiffer = errors.New("the weights differ from the checkpoint's")
 
 // SameWeights checks that tensors, written as Save writes them (in the
-// checkpoint's dtype, sharded as Save shards), give the very files the
+// checkpoint's dtype, split into shards of at most maxShardBytes, 0 meaning
+// DefaultMaxShardBytes, as SaveOptions.MaxShardBytes), give the very files the
 // committed checkpoint in dir lists for its model weights, by sha256. The
 // tensors are encoded into the hash, not into memory or onto disk. A
 // difference is an error wrapping ErrWeightsDiffer.
-func SameWeights(ctx context.Context, dir string, tensors []Tensor) error {
+func SameWeights(ctx context.Context, dir string, tensors []Tensor, maxShardBytes int64) error {
 	m, err := readMarker(ctx, dir)
 	if err != nil {
 		return err
@@ -72,7 +73,7 @@ func SameWeights(ctx context.Context, dir string, tensors []Tensor) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %s: %w", dir, ConfigName, err)
 	}
-	opts := SaveOptions{DType: ModelDType(c)}.withDefaults()
+	opts := SaveOptions{DType: ModelDType(c), MaxShardBytes: maxShardBytes}.withDefaults()
 	if err := validateSet(tensors); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}

@@ -93,19 +93,18 @@ func TestSameWeights(t *testing.T) {
 			t.Fatal(err)
 		}
 		if tc.shard > 0 {
-			// Save shards at DefaultMaxShardBytes: these weights, written by
-			// Save, would be one file, which this checkpoint does not list.
-			if err := SameWeights(ctx, dir, ck.Tensors); !errors.Is(err, ErrWeightsDiffer) {
+			// At DefaultMaxShardBytes these weights would be one file,
+			// which this checkpoint does not list.
+			if err := SameWeights(ctx, dir, ck.Tensors, 0); !errors.Is(err, ErrWeightsDiffer) {
 				t.Errorf("sharded at %d bytes: %v, want ErrWeightsDiffer", tc.shard, err)
 			}
-			continue
 		}
-		if err := SameWeights(ctx, dir, ck.Tensors); err != nil {
+		if err := SameWeights(ctx, dir, ck.Tensors, tc.shard); err != nil {
 			t.Errorf("%s: the saved weights: %v", tc.torch, err)
 		}
 		other := tinyCheckpoint(2).Tensors
 		other[1].Data[3] += 1
-		if err := SameWeights(ctx, dir, other); !errors.Is(err, ErrWeightsDiffer) {
+		if err := SameWeights(ctx, dir, other, tc.shard); !errors.Is(err, ErrWeightsDiffer) {
 			t.Errorf("%s: one value changed: %v, want ErrWeightsDiffer", tc.torch, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/pipelines/eval"
@@ -385,6 +386,14 @@ type Checkpoint struct {
 	// that are multiples of it (default 0: none beyond KeepLast). A kept
 	// checkpoint stays as it was written: serving weights, or full.
 	KeepEvery int64 `yaml:"keep_every"`
+	// MaxShardSize is the largest weights file a checkpoint holds, in
+	// bytes (default 5000000000, Hugging Face's 5 GB; 0 means the
+	// default): weights above it are
+	// written as model-0000i-of-0000n.safetensors shards and
+	// model.safetensors.index.json. The split depends on the tensors and
+	// this size alone; under aipo train --nproc N rank r writes the shards
+	// i with i mod N == r, in parallel.
+	MaxShardSize int64 `yaml:"max_shard_size"`
 }
 
 // FullAt reports whether checkpoint step of a run of steps steps holds the
@@ -431,6 +440,7 @@ const (
 	DefaultEvalSamples       = 4
 	DefaultSaveEvery         = 10
 	DefaultKeepLast          = 3
+	DefaultMaxShardSize      = checkpoint.DefaultMaxShardBytes
 )
 
 // TimeoutOrDefault is Timeout, or DefaultSyncTimeout when unset.

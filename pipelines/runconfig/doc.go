@@ -249,4 +249,7 @@
 //	checkpoint.keep_last        newest checkpoints kept; 0 keeps all. Always kept: step 0, the newest full state,
 //	                            the checkpoint of a step still being rolled out (3)
 //	checkpoint.keep_every       also keep the checkpoints of steps that are multiples of it, 0 none (0)
+//	checkpoint.max_shard_size   largest weights file, in bytes; above it the weights are written as
+//	                            model-0000i-of-0000n.safetensors shards and their index, the same files at
+//	                            any --nproc, rank r writing shards i with i mod N == r (5000000000)
 package runconfig

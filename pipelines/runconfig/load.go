@@ -65,7 +65,7 @@ func Default() Config {
 			Samples:     DefaultEvalSamples,
 			Temperature: 1,
 		},
-		Checkpoint: Checkpoint{SaveEvery: DefaultSaveEvery, KeepLast: DefaultKeepLast},
+		Checkpoint: Checkpoint{SaveEvery: DefaultSaveEvery, KeepLast: DefaultKeepLast, MaxShardSize: DefaultMaxShardSize},
 	}
 	if err := c.ApplyBase(loss.BaseGRPO); err != nil {
 		panic(err) // the grpo preset always exists

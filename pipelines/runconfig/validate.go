@@ -330,6 +330,8 @@ func (c Config) validateCheckpoint() error {
 		return fieldError("checkpoint.keep_last", "%d must not be negative (0 keeps every checkpoint)", ck.KeepLast)
 	case ck.KeepEvery < 0:
 		return fieldError("checkpoint.keep_every", "%d must not be negative (0 keeps none beyond checkpoint.keep_last)", ck.KeepEvery)
+	case ck.MaxShardSize < 0:
+		return fieldError("checkpoint.max_shard_size", "%d must be a number of bytes, not negative (the default, %d, is Hugging Face's 5 GB)", ck.MaxShardSize, DefaultMaxShardSize)
 	}
 	return nil
 }

@@ -332,8 +332,10 @@ func noTrainableToken(k int64, samples []trainer.RLSample, skipped int, template
 
 // finishLearn records step k's learner metrics and commits checkpoint k+1
 // from st (the state after step k): the full training state when full is
-// set, else the serving weights alone.
-func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, full bool, met LearnMetrics) (LearnMetrics, error) {
+// set, else the serving weights alone. In a group of ranks (st.ranks) the
+// other ranks write their weight shards meanwhile (see shards.go), and
+// logf, when set, says who wrote them.
+func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, full bool, met LearnMetrics, logf func(string)) (LearnMetrics, error) {
 	runDir, next := cfg.Run.Dir, checkpoint.Dir(cfg.Run.Dir, k+1)
 	if err := st.syncParams(); err != nil {
 		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
@@ -342,16 +344,32 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 	if full {
 		writeOpt = st.writeOptimizer
 	}
-	if err := writeJSON(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k), met); err != nil {
-		return LearnMetrics{}, err
+	opts := checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize}
+	var shards *shardSave
+	if st.ranks != nil && st.ranks.Group.Size() > 1 {
+		shards = st.ranks.shardHelpers()
+		opts.Helpers = shards.helpers()
 	}
-	ts := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
-		Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
-	m := st.pol.Model
-	err := checkpoint.Save(ctx, next, checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
-		WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full, WriteTiedHead: writesTiedHead(cfg)})
-	if err := existsIsDone(err); err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)
+	err := writeJSON(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k), met)
+	if err == nil {
+		ts := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
+			Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
+		m := st.pol.Model
+		err = checkpoint.SaveWith(ctx, next, checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
+			WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full, WriteTiedHead: writesTiedHead(cfg)}, opts)
+		err = existsIsDone(err)
+		if err != nil {
+			err = fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)
+		}
+	}
+	if shards != nil {
+		shards.abandon(ctx, err)
+		if line := shards.summary(k + 1); err == nil && line != "" && logf != nil {
+			logf(line)
+		}
+	}
+	if err != nil {
+		return LearnMetrics{}, err
 	}
 	return met, nil
 }

@@ -287,9 +287,9 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 	if err == nil {
 		full := s.cfg.Checkpoint.FullAt(k+1, s.cfg.Run.Steps)
 		if leader {
-			met, err = finishLearn(ctx, s.cfg, k, st, full, met)
+			met, err = finishLearn(ctx, s.cfg, k, st, full, met, s.logf)
 		} else {
-			err = followFinish(st, full)
+			err = followFinish(ctx, s.cfg, st, full)
 		}
 	}
 	if err == nil {
@@ -312,16 +312,21 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 }
 
 // followFinish is a follower's part of committing the checkpoint after a
-// step: its parameters are the group's already, and a full checkpoint's
-// optimiser state is gathered from every rank as rank 0 writes it.
-func followFinish(st *trainState, full bool) error {
+// step: its parameters are the group's already, a full checkpoint's
+// optimiser state is gathered from every rank as rank 0 writes it, and
+// the weight shards this rank owns are written by it (Ranks.writeShards).
+func followFinish(ctx context.Context, cfg runconfig.Config, st *trainState, full bool) error {
 	if err := st.syncParams(); err != nil {
 		return err
 	}
-	if !full {
-		return nil
+	if full {
+		if err := st.writeOptimizer(io.Discard); err != nil {
+			return err
+		}
 	}
-	return st.writeOptimizer(io.Discard)
+	m := st.pol.Model
+	ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(cfg)}
+	return st.ranks.writeShards(ctx, ck, checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize})
 }
 
 // Close frees what the session holds on the learner's backend.
@@ -413,7 +418,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 		}
 		m := st.pol.Model
 		served := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(s.cfg)}.ServedTensors()
-		if err := checkpoint.SameWeights(ctx, next, served); err != nil {
+		if err := checkpoint.SameWeights(ctx, next, served, c.Checkpoint.MaxShardSize); err != nil {
 			st.close()
 			return nil, fmt.Errorf("resume: replaying learner step %d from the full state of checkpoint %d did not give the weights of checkpoint %d, which the run committed (%w); the learner is not deterministic on this machine (learner.backend %s, learner.precision %s). Go on from checkpoint %d by removing the checkpoints after it (and their steps' trajectories, step-%06d onwards), or from the newest full state otherwise; set checkpoint.save_every: 1 to write the full state every step",
 				j, from, j+1, err, c.Learner.Backend, c.Learner.Precision, from, from)
