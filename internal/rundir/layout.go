@@ -30,7 +30,7 @@ func Layout() []Entry {
 	step := Step(run, k)
 	ck := Checkpoint(run, k)
 	es := []Entry{
-		{RunYAML(run), "RunYAML", "aipo train, aipo demo", "the configuration the run started with (changed only with --reconfigure)"},
+		{RunYAML(run), "RunYAML", "aipo train, aipo demo", "the configuration the run started with, `--set` overrides applied (changed only with --reconfigure)"},
 		{ConfigChanges(run), "ConfigChanges", "aipo train --reconfigure", "one JSON line per applied change: the step it applies from, the fields, the run.yaml before it"},
 		{Algorithm(run), "Algorithm", "aipo train, aipo demo", "the resolved algorithm (preset and every algorithm field)"},
 		{Lease(run), "Lease", "the command that owns the run (aipo train, learn, rollout, demo)", "the single-writer lease, renewed while the command runs"},
