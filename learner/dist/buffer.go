@@ -139,3 +139,45 @@ func (a Args) Root(root int) error {
 	}
 	return nil
 }
+
+// ReduceScatter checks a reduce-scatter's buffers against counts and
+// returns the elements summed (sum of counts).
+func (a Args) ReduceScatter(send, recv Buffer, counts []int) (int, error) {
+	total, err := a.Counts("counts", counts)
+	if err == nil {
+		err = a.Buf("send", send, total, false)
+	}
+	if err == nil {
+		err = a.Buf("recv", recv, counts[a.Rank], false)
+	}
+	return total, err
+}
+
+// AllGather checks an all-gather's buffers against counts and returns the
+// elements gathered (sum of counts).
+func (a Args) AllGather(send, recv Buffer, counts []int) (int, error) {
+	total, err := a.Counts("counts", counts)
+	if err == nil {
+		err = a.Buf("send", send, counts[a.Rank], false)
+	}
+	if err == nil {
+		err = a.Buf("recv", recv, total, false)
+	}
+	return total, err
+}
+
+// AllToAll checks an all-to-all's buffers against their counts.
+func (a Args) AllToAll(send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
+	st, err := a.Counts("sendCounts", sendCounts)
+	var rt int
+	if err == nil {
+		rt, err = a.Counts("recvCounts", recvCounts)
+	}
+	if err == nil {
+		err = a.Buf("send", send, st, false)
+	}
+	if err == nil {
+		err = a.Buf("recv", recv, rt, false)
+	}
+	return err
+}

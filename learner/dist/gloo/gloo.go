@@ -227,13 +227,7 @@ func int64s(c []int) []int64 {
 // ReduceScatter sums send across ranks and leaves rank r's segment in recv.
 func (c *Comm) ReduceScatter(ctx context.Context, send, recv dist.Buffer, counts []int) error {
 	a := c.args("reducescatter")
-	total, err := a.Counts("counts", counts)
-	if err == nil {
-		err = a.Buf("send", send, total, false)
-	}
-	if err == nil {
-		err = a.Buf("recv", recv, counts[a.Rank], false)
-	}
+	total, err := a.ReduceScatter(send, recv, counts)
 	if err != nil {
 		return c.invalid(err)
 	}
@@ -249,13 +243,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv dist.Buffer, counts
 // AllGather concatenates every rank's send into recv in rank order.
 func (c *Comm) AllGather(ctx context.Context, send, recv dist.Buffer, counts []int) error {
 	a := c.args("allgather")
-	total, err := a.Counts("counts", counts)
-	if err == nil {
-		err = a.Buf("send", send, counts[a.Rank], false)
-	}
-	if err == nil {
-		err = a.Buf("recv", recv, total, false)
-	}
+	total, err := a.AllGather(send, recv, counts)
 	if err != nil {
 		return c.invalid(err)
 	}
@@ -271,18 +259,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv dist.Buffer, counts []i
 // AllToAll exchanges segments of uneven length between every pair of ranks.
 func (c *Comm) AllToAll(ctx context.Context, send dist.Buffer, sendCounts []int, recv dist.Buffer, recvCounts []int) error {
 	a := c.args("alltoall")
-	st, err := a.Counts("sendCounts", sendCounts)
-	var rt int
-	if err == nil {
-		rt, err = a.Counts("recvCounts", recvCounts)
-	}
-	if err == nil {
-		err = a.Buf("send", send, st, false)
-	}
-	if err == nil {
-		err = a.Buf("recv", recv, rt, false)
-	}
-	if err != nil {
+	if err := a.AllToAll(send, sendCounts, recv, recvCounts); err != nil {
 		return c.invalid(err)
 	}
 	sp, rp, sc, rc := dist.HostPointer(send), dist.HostPointer(recv), int64s(sendCounts), int64s(recvCounts)

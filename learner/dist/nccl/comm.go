@@ -315,14 +315,7 @@ func (c *Comm) AllReduce(ctx context.Context, buf dist.Buffer) error {
 // ReduceScatter sums send across ranks and leaves rank r's segment in recv.
 func (c *Comm) ReduceScatter(ctx context.Context, send, recv dist.Buffer, counts []int) error {
 	a := c.args("reducescatter")
-	total, err := a.Counts("counts", counts)
-	if err == nil {
-		err = a.Buf("send", send, total, false)
-	}
-	if err == nil {
-		err = a.Buf("recv", recv, counts[a.Rank], false)
-	}
-	if err != nil {
+	if _, err := a.ReduceScatter(send, recv, counts); err != nil {
 		return c.invalid(err)
 	}
 	sp, rp, off := dist.DevicePointer(send), dist.DevicePointer(recv), prefix(counts)
@@ -349,14 +342,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv dist.Buffer, counts
 // AllGather concatenates every rank's send into recv in rank order.
 func (c *Comm) AllGather(ctx context.Context, send, recv dist.Buffer, counts []int) error {
 	a := c.args("allgather")
-	total, err := a.Counts("counts", counts)
-	if err == nil {
-		err = a.Buf("send", send, counts[a.Rank], false)
-	}
-	if err == nil {
-		err = a.Buf("recv", recv, total, false)
-	}
-	if err != nil {
+	if _, err := a.AllGather(send, recv, counts); err != nil {
 		return c.invalid(err)
 	}
 	sp, rp, off := dist.DevicePointer(send), dist.DevicePointer(recv), prefix(counts)
@@ -383,18 +369,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv dist.Buffer, counts []i
 // AllToAll exchanges segments of uneven length between every pair of ranks.
 func (c *Comm) AllToAll(ctx context.Context, send dist.Buffer, sendCounts []int, recv dist.Buffer, recvCounts []int) error {
 	a := c.args("alltoall")
-	st, err := a.Counts("sendCounts", sendCounts)
-	var rt int
-	if err == nil {
-		rt, err = a.Counts("recvCounts", recvCounts)
-	}
-	if err == nil {
-		err = a.Buf("send", send, st, false)
-	}
-	if err == nil {
-		err = a.Buf("recv", recv, rt, false)
-	}
-	if err != nil {
+	if err := a.AllToAll(send, sendCounts, recv, recvCounts); err != nil {
 		return c.invalid(err)
 	}
 	sp, rp, so, ro := dist.DevicePointer(send), dist.DevicePointer(recv), prefix(sendCounts), prefix(recvCounts)
