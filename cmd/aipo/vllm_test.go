@@ -627,11 +627,24 @@ func TestVLLMPolicyServer(t *testing.T) {
 	// and killed while step 2 is rolled out and restarted on checkpoint 2
 	// itself, the checkpoint the run is at (its answers name no version,
 	// so the learner cannot tell its weights from its startup ones: the
-	// step is rolled out again after a push).
+	// step is rolled out again after a push). The run writes its weights
+	// as Hugging Face shards (checkpoint.max_shard_size 2 MB), so vLLM
+	// reloads sharded checkpoints and starts from one (checkpoint 2).
 	t.Run("restarts", func(t *testing.T) {
 		runDir := filepath.Join(base, "restarts")
 		cfgPath := filepath.Join(base, "restarts.yaml")
 		vllmRunConfig(t, cfgPath, runDir, train, px.URL, collabAddr, 3, "4m", "&retry_budget=6m&max_retries=100000")
+		f, err := os.OpenFile(cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.WriteString("checkpoint:\n  max_shard_size: 2000000\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		var once sync.Once
 		syncRestarted := make(chan error, 1)
 		px.setRPC(func(w http.ResponseWriter, r *http.Request, path string) bool {
@@ -660,6 +673,12 @@ func TestVLLMPolicyServer(t *testing.T) {
 		}
 		t.Logf("vLLM restarted on checkpoint 2 mid-rollout: %s", lineWith(text, "rolling step 2 out again"))
 		sampledByTheirStep(t, runDir, 3)
+		for k := int64(1); k <= 3; k++ {
+			idx, err := os.ReadFile(filepath.Join(checkpoint.Dir(runDir, k), checkpoint.WeightsIndexName))
+			if err != nil || !strings.Contains(string(idx), "model-00002-of-") {
+				t.Errorf("checkpoint %d is not written in shards (max_shard_size 2 MB): %v", k, err)
+			}
+		}
 	})
 	t.Logf("vLLM tests: %s in all", time.Since(start).Round(time.Second))
 }
