@@ -40,12 +40,13 @@ type DataParallel struct {
 	Comm   dist.Comm
 	Shards int
 
-	chunks []optim.Chunk
-	bounds []int // rank r owns chunks [bounds[r], bounds[r+1])
-	start  []int // rank r owns flat elements [start[r], start[r+1])
-	offset []int // flat offset of each parameter
-	opt    *optim.Shard
-	grad   []float32 // the reduced gradient of this rank's elements
+	chunks  []optim.Chunk
+	bounds  []int // rank r owns chunks [bounds[r], bounds[r+1])
+	start   []int // rank r owns flat elements [start[r], start[r+1])
+	offset  []int // flat offset of each parameter
+	opt     *optim.Shard
+	grad    []float32 // the reduced gradient of this rank's elements
+	gradBuf []float32 // grad's own storage in a group of several ranks
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -440,7 +441,14 @@ func (dp *DataParallel) reduce(ctx context.Context, partial []float32) error {
 	for j := range n {
 		t.push(buf[j*(hi-lo) : (j+1)*(hi-lo)])
 	}
-	dp.grad = t.sum()
+	// The sum is the receive buffer's first part: copied into a buffer of
+	// the rank's share, so that the N times larger receive buffer does
+	// not live on between steps.
+	if len(dp.gradBuf) != hi-lo {
+		dp.gradBuf = make([]float32, hi-lo)
+	}
+	copy(dp.gradBuf, t.sum())
+	dp.grad = dp.gradBuf
 	return nil
 }
 

@@ -36,15 +36,15 @@ type RankMemory struct {
 	TreeBuffers int
 	// Held is the buffer the reduced gradient lives in (DataParallel's
 	// grad), kept from one mini-batch's reduction to the next and between
-	// steps: the all-to-all's receive buffer, ranks x the rank's elements;
-	// with one rank the tree's sum itself, the whole gradient.
+	// steps: the rank's elements; with one rank the tree's sum itself,
+	// the whole gradient.
 	Held int64
 	// The step's own buffers, Held included, at each point of a
 	// mini-batch's update: while the shards' gradients are summed (the
-	// tree's copies), during the all-to-all (the sum sent, the new receive
-	// buffer and the previous one, still held), and while the updated
-	// parameters are gathered (their flat copy and the rank's part of it
-	// sent, beside the held receive buffer).
+	// tree's copies), during the all-to-all (the sum sent, the receive
+	// buffer and the previous reduced gradient, still held), and while the
+	// updated parameters are gathered (their flat copy and the rank's part
+	// of it sent, beside the held gradient).
 	Tree, Reduce, Gather int64
 }
 
@@ -97,7 +97,7 @@ func PlanDataParallel(mc model.Config, ranks int) ([]RankMemory, error) {
 			m.Reduce, m.Gather = m.Held, m.Held
 		} else {
 			recv := 4 * int64(ranks) * elems
-			m.Held = recv
+			m.Held = 4 * elems
 			m.Tree = int64(m.TreeBuffers)*full + m.Held
 			m.Reduce = full + recv + m.Held
 			m.Gather = m.Held + full + 4*elems

@@ -38,8 +38,11 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 			if r.Moments != 8*r.Elements {
 				t.Errorf("%d ranks, rank %d: moments %d bytes for %d elements", n, r.Rank, r.Moments, r.Elements)
 			}
-			if n > 1 && r.Held != 4*int64(n)*r.Elements {
-				t.Errorf("%d ranks, rank %d: the all-to-all buffer is %d bytes, want ranks x its elements x 4 = %d", n, r.Rank, r.Held, 4*int64(n)*r.Elements)
+			if n > 1 && r.Held != 4*r.Elements {
+				t.Errorf("%d ranks, rank %d: the reduced gradient is %d bytes, want its elements x 4 = %d", n, r.Rank, r.Held, 4*r.Elements)
+			}
+			if n > 1 && r.Reduce != 4*P+4*int64(n)*r.Elements+r.Held {
+				t.Errorf("%d ranks, rank %d: the all-to-all phase %d, want the sum sent, the receive buffer and the held gradient", n, r.Rank, r.Reduce)
 			}
 			if want := int64(r.TreeBuffers)*4*P + r.Held; r.Tree != want {
 				t.Errorf("%d ranks, rank %d: tree phase %d, want %d", n, r.Rank, r.Tree, want)
@@ -57,14 +60,14 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 	}
 	// One rank computes all 8 shards: 4 flat copies at once, beside the
 	// previous sum it keeps; 8 ranks one shard each, and the all-to-all
-	// holds the sum sent and two receive buffers.
+	// holds the sum sent, the receive buffer and the reduced gradient.
 	one, _ := PlanDataParallel(mc, 1)
 	if one[0].TreeBuffers != 4 || one[0].StepBuffers() != 5*4*P {
 		t.Errorf("1 rank: %d tree buffers, step buffers %d, want 4 and 20P = %d", one[0].TreeBuffers, one[0].StepBuffers(), 20*P)
 	}
 	eight, _ := PlanDataParallel(mc, 8)
-	if r := eight[0]; r.TreeBuffers != 1 || r.StepBuffers() != r.Reduce || r.Reduce != 4*P+2*r.Held {
-		t.Errorf("8 ranks: %+v, want the all-to-all's peak 4P + 2 x ranks x share x 4", r)
+	if r := eight[0]; r.TreeBuffers != 1 || r.StepBuffers() != r.Reduce || r.Reduce != 4*P+9*r.Held {
+		t.Errorf("8 ranks: %+v, want the all-to-all's peak 4P + (8 + 1) x share x 4", r)
 	}
 }
 
