@@ -34,8 +34,7 @@ type Comm struct {
 	tag    uint32
 	broken error // the failure that broke it, returned by every later call
 
-	abortMu sync.Mutex
-	aborted error
+	abort dist.Aborted // Abort, recorded once
 
 	addr string // this rank's end of its pairs, and why there (Addr)
 }
@@ -148,7 +147,7 @@ func (c *Comm) run(ctx context.Context, op string, f func(g *C.aipo_gloo, tag C.
 	start := time.Now()
 	e := f(c.c, C.uint32_t(c.tag), C.int64_t(ms(bound)))
 	if e == nil {
-		if ab := c.abortErr(); ab != nil {
+		if ab := c.abort.Err(); ab != nil {
 			c.freeLocked(ab)
 			return ab
 		}
@@ -156,7 +155,7 @@ func (c *Comm) run(ctx context.Context, op string, f func(g *C.aipo_gloo, tag C.
 	}
 	kind, cause := takeError(e)
 	c.freeLocked(nil)
-	if ab := c.abortErr(); ab != nil {
+	if ab := c.abort.Err(); ab != nil {
 		c.broken = ab
 		return ab
 	}
@@ -183,12 +182,6 @@ func (c *Comm) freeLocked(broken error) {
 	if broken != nil && c.broken == nil {
 		c.broken = broken
 	}
-}
-
-func (c *Comm) abortErr() error {
-	c.abortMu.Lock()
-	defer c.abortMu.Unlock()
-	return c.aborted
 }
 
 // AllReduce sums buf across ranks in place.
@@ -299,20 +292,10 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // store. When no operation is in flight the Gloo context is freed now;
 // otherwise the operation ends at its deadline and frees it.
 func (c *Comm) Abort(reason error) {
-	if reason == nil {
-		reason = errors.New("aborted by the caller")
-	}
-	err := &dist.OpError{Backend: "gloo", Op: "abort", Rank: c.g.Rank(), Size: c.g.Size(), Kind: dist.ErrAborted, Err: reason}
-	c.abortMu.Lock()
-	first := c.aborted == nil
-	if first {
-		c.aborted = err
-	}
-	c.abortMu.Unlock()
+	err, first := c.abort.Mark(c.g, "gloo", reason)
 	if !first {
 		return
 	}
-	c.g.ReportFailure(err)
 	if c.mu.TryLock() {
 		c.freeLocked(err)
 		c.mu.Unlock()

@@ -33,8 +33,7 @@ type Comm struct {
 	comm   uintptr
 	broken error
 
-	abortMu sync.Mutex
-	aborted error
+	abort dist.Aborted // Abort, recorded once
 }
 
 // New creates the communicator: rank 0 makes NCCL's unique id and puts it in
@@ -159,12 +158,6 @@ func (c *Comm) release() {
 	}
 }
 
-func (c *Comm) abortErr() error {
-	c.abortMu.Lock()
-	defer c.abortMu.Unlock()
-	return c.aborted
-}
-
 // watch is the watchdog: it polls the communicator's asynchronous error
 // and, when stream is set, the stream, until the work is done. At the
 // deadline, on Abort, or on an error it calls ncclCommAbort and returns
@@ -199,7 +192,7 @@ func (c *Comm) watch(op string, start time.Time, bound time.Duration, stream boo
 			}
 			return c.fail(op, kind, start, bound, errors.New("nccl: "+c.nccl.errString(ae, c.comm)))
 		}
-		if ab := c.abortErr(); ab != nil {
+		if ab := c.abort.Err(); ab != nil {
 			c.abortComm()
 			c.broken = ab
 			return ab
@@ -424,20 +417,10 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // calls ncclCommAbort within a millisecond; with none in flight it is
 // called here. The other ranks learn of it through the store.
 func (c *Comm) Abort(reason error) {
-	if reason == nil {
-		reason = errors.New("aborted by the caller")
-	}
-	err := &dist.OpError{Backend: "nccl", Op: "abort", Rank: c.g.Rank(), Size: c.g.Size(), Kind: dist.ErrAborted, Err: reason}
-	c.abortMu.Lock()
-	first := c.aborted == nil
-	if first {
-		c.aborted = err
-	}
-	c.abortMu.Unlock()
+	err, first := c.abort.Mark(c.g, "nccl", reason)
 	if !first {
 		return
 	}
-	c.g.ReportFailure(err)
 	if c.mu.TryLock() {
 		c.abortComm()
 		if c.broken == nil {
