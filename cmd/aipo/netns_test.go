@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/testtools"
 )
 
 // The two network stacks of TestTrainAcrossNetworkNamespaces: one a rank,
@@ -61,29 +62,11 @@ func netnsPair(t *testing.T) [2]string {
 	return ns
 }
 
-// lockedBuffer is a process's combined output, read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // nsRank is one rank of a 2-rank aipo train started in a network namespace
 // as torchrun starts it, the store at netnsAddr0:port.
 type nsRank struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testtools.LockedBuffer
 	done chan error // the process's exit, once
 }
 
@@ -98,7 +81,7 @@ func startNsRanks(t *testing.T, ns [2]string, cfg, port string, extra ...string)
 		cmd := exec.Command("ip", args...)
 		cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "LOCAL_RANK=0", "WORLD_SIZE=2",
 			"MASTER_ADDR="+netnsAddr0, "MASTER_PORT="+port, "OPENBLAS_NUM_THREADS=1")
-		rk := &nsRank{cmd: cmd, out: &lockedBuffer{}, done: make(chan error, 1)}
+		rk := &nsRank{cmd: cmd, out: &testtools.LockedBuffer{}, done: make(chan error, 1)}
 		cmd.Stdout, cmd.Stderr = rk.out, rk.out
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("ip %s: %v", strings.Join(args, " "), err)

@@ -196,14 +196,14 @@ func TestTrainRankFailures(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, run := ranksRun(t, warm, 3)
 			port := freePort(t)
-			var outs [2]*strings.Builder
+			var outs [2]*testtools.LockedBuffer
 			var cmds [2]*exec.Cmd
 			for r := range 2 {
 				env := []string{"RANK=" + strconv.Itoa(r), "LOCAL_RANK=" + strconv.Itoa(r), "WORLD_SIZE=2",
 					"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OPENBLAS_NUM_THREADS=1"}
 				cmd := exec.Command(os.Args[0], "train", "--config", cfg, "--no-tensorboard", "--dist-timeout", "5s")
 				cmd.Env = append(os.Environ(), env...)
-				outs[r] = &strings.Builder{}
+				outs[r] = &testtools.LockedBuffer{}
 				cmd.Stdout, cmd.Stderr = outs[r], outs[r]
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)

@@ -1,32 +1,14 @@
 package serve
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/backend"
+
+	"github.com/aipo-rl/aipo/internal/testtools"
 )
-
-// lockedBuffer is a log sink the server's goroutines may write at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestDecodeModeOnTheCPUDevice checks that Options.BatchVariant (aipo serve
 // --batch-invariant=false) reaches the model that decodes, on the cpu
@@ -53,7 +35,7 @@ func TestDecodeModeOnTheCPUDevice(t *testing.T) {
 		{"cpu device", dev, false, ", batch-invariant"},
 		{"cpu device, variant", dev, true, ", batch-variant"},
 	} {
-		var log lockedBuffer
+		var log testtools.LockedBuffer
 		r := start(t, Options{Device: c.dev, BatchVariant: c.variant, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		r.stop()
 		var line string

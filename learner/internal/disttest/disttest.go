@@ -4,17 +4,17 @@
 package disttest
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/testtools"
 )
 
 // ScenarioEnv names the variable that tells a re-executed test binary which
@@ -65,27 +65,10 @@ type Ranks struct {
 type proc struct {
 	rank int
 	cmd  *exec.Cmd
-	out  syncBuffer
+	out  testtools.LockedBuffer
 	done chan struct{}
 	err  error
 	took time.Duration
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Spec says which ranks to start and with what.
