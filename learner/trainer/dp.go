@@ -96,9 +96,6 @@ func (dp *DataParallel) flatStart(i int) int {
 	return dp.offset[c.Param] + c.Lo
 }
 
-// Optimizer is this rank's share of the optimiser state.
-func (dp *DataParallel) Optimizer() *optim.Shard { return dp.opt }
-
 // owner is the rank that computes virtual shard s of v among n ranks: a
 // contiguous run of shards per rank.
 func owner(s, v, n int) int { return s * n / v }
@@ -140,7 +137,6 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 	}
 	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
 	groups := shardSamples(seqs, cfg.MiniBatches, v)
-	mine := func(s int) bool { return owner(s, v, n) == rank }
 
 	// pi_old (and the reference's log-probs) of this rank's samples, each
 	// shard packed on its own, then everyone's: the loss's aggregation of
@@ -151,9 +147,14 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 	if rc != nil && cfg.Loss.KLCoef != 0 {
 		ref = make([][]float32, len(seqs))
 	}
+	ownerOf := make([]int, len(seqs))
 	for mb := range groups {
 		for s, order := range groups[mb] {
-			if !mine(s) {
+			o := owner(s, v, n)
+			for _, i := range order {
+				ownerOf[i] = o
+			}
+			if o != rank {
 				continue
 			}
 			if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
@@ -163,14 +164,6 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 				if err := logProbsInto(ref, rc, seqs, order, cfg.MicroBatchTokens); err != nil {
 					return RLStats{}, err
 				}
-			}
-		}
-	}
-	ownerOf := make([]int, len(seqs))
-	for mb := range groups {
-		for s, order := range groups[mb] {
-			for _, i := range order {
-				ownerOf[i] = owner(s, v, n)
 			}
 		}
 	}
