@@ -95,51 +95,76 @@ func (r *Ranks) announce(ctx context.Context, c rankCommand) error {
 	return nil
 }
 
-// followPoll is how long a follower waits for the next command before it
-// asks the store whether rank 0 is still alive.
+// followPoll is how long a rank waits for another's key in the store
+// before it asks the store whether that rank is still alive (await).
 const followPoll = 5 * time.Second
 
 // next waits for rank 0's next command. Rank 0 may spend hours between
 // learner steps (rollouts, evaluations), so the wait has no overall bound;
-// it is made of bounded waits, between which the follower checks rank 0's
-// heartbeat, and it fails naming rank 0 when rank 0 is gone, its
-// heartbeat is older than the group's StaleAfter, or the store it serves
-// no longer answers.
+// await fails it naming rank 0 when rank 0 is gone, failed or stopped
+// answering, or the store it serves no longer answers.
 func (r *Ranks) next(ctx context.Context) (rankCommand, error) {
-	key := commandKey(r.seq + 1)
+	b, err := r.await(ctx, commandKey(r.seq+1), 0, "rank 0's next learner step", 0)
+	if err != nil {
+		return rankCommand{}, err
+	}
+	r.seq++
+	var c rankCommand
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("rank 0's command %d %q: %w", r.seq, b, err)
+	}
+	return c, nil
+}
+
+// await waits for key, which rank peer sets once it has done what (a noun
+// phrase: "rank 1's weight shards"), at most limit (0: as long as peer
+// lives). It is made of bounded waits of followPoll, between which it
+// asks the store about peer, and fails naming peer when peer is gone,
+// reported a failure, or its heartbeat is older than the group's
+// StaleAfter, or when the store no longer answers.
+func (r *Ranks) await(ctx context.Context, key string, peer int, what string, limit time.Duration) ([]byte, error) {
+	var deadline time.Time
+	if limit > 0 {
+		deadline = time.Now().Add(limit)
+	}
+	unreachable := func(err error) error {
+		return fmt.Errorf("waiting for %s: the group's store at %s, which rank 0 serves, does not answer (%v)", what, r.Group.Env().StoreAddr(), err)
+	}
 	for {
-		wctx, cancel := context.WithTimeout(ctx, followPoll)
+		poll := followPoll
+		if limit > 0 {
+			poll = min(poll, max(time.Until(deadline), time.Millisecond))
+		}
+		wctx, cancel := context.WithTimeout(ctx, poll)
 		b, err := r.Group.Store().Get(wctx, key)
 		cancel()
 		if err == nil {
-			r.seq++
-			var c rankCommand
-			if err := json.Unmarshal(b, &c); err != nil {
-				return c, fmt.Errorf("rank 0's command %d %q: %w", r.seq, b, err)
-			}
-			return c, nil
+			return b, nil
 		}
 		if ctx.Err() != nil {
-			return rankCommand{}, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if !errors.Is(err, dist.ErrTimeout) {
-			return rankCommand{}, fmt.Errorf("rank 0 is gone: the group's store at %s, which it serves, does not answer (%v)", r.Group.Env().StoreAddr(), err)
+			return nil, unreachable(err)
+		}
+		if limit > 0 && time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s did not come within %s", what, limit)
 		}
 		states, err := r.Group.Health()
 		if err != nil {
-			return rankCommand{}, fmt.Errorf("rank 0 is gone: the group's store at %s, which it serves, does not answer (%v)", r.Group.Env().StoreAddr(), err)
+			return nil, unreachable(err)
 		}
 		for _, p := range states {
-			if p.Rank != 0 {
+			if p.Rank != peer {
 				continue
 			}
 			switch {
 			case p.Gone:
-				return rankCommand{}, fmt.Errorf("rank 0 is gone (its connection to the store closed %s ago) while this rank waited for the next learner step", p.GoneFor.Round(time.Millisecond))
+				return nil, fmt.Errorf("rank %d is gone (its connection to the store closed %s ago) while this rank waited for %s", peer, p.GoneFor.Round(time.Millisecond), what)
 			case p.Failed != "":
-				return rankCommand{}, fmt.Errorf("rank 0 failed: %s", p.Failed)
+				return nil, fmt.Errorf("rank %d failed while this rank waited for %s: %s", peer, what, p.Failed)
 			case p.SinceBeat > r.Group.Options().StaleAfter:
-				return rankCommand{}, fmt.Errorf("rank 0 stopped answering (last heartbeat %s ago, more than the group's %s) while this rank waited for the next learner step", p.SinceBeat.Round(time.Millisecond), r.Group.Options().StaleAfter)
+				return nil, fmt.Errorf("rank %d stopped answering (last heartbeat %s ago, more than the group's %s) while this rank waited for %s", peer, p.SinceBeat.Round(time.Millisecond), r.Group.Options().StaleAfter, what)
 			}
 		}
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/dist"
 )
 
 // A checkpoint's weight shards are written by the ranks in parallel: every
@@ -23,8 +22,7 @@ import (
 // anew after a failure starts afresh.
 
 // shardWaitLimit bounds a wait for a rank's part of a checkpoint (rank 0's
-// directory, or another rank's shards): it is made of followPoll waits,
-// between which the waiting rank checks that the other is alive.
+// directory, or another rank's shards; see Ranks.await).
 const shardWaitLimit = 30 * time.Minute
 
 // shardStart is what rank 0 tells the others once the weights are being
@@ -105,7 +103,7 @@ func (s *shardSave) collect(ctx context.Context) ([]rundir.File, error) {
 		if s.by[q] == 0 {
 			continue
 		}
-		b, err := s.r.await(ctx, shardReportKey(s.seq, q), q, "its weight shards")
+		b, err := s.r.await(ctx, shardReportKey(s.seq, q), q, fmt.Sprintf("rank %d's weight shards", q), shardWaitLimit)
 		if err != nil {
 			return nil, err
 		}
@@ -159,7 +157,7 @@ func (r *Ranks) writeShards(ctx context.Context, ck checkpoint.Checkpoint, opts 
 		return err
 	}
 	seq := r.seq
-	b, err := r.await(ctx, shardStartKey(seq), 0, "the directory to write the weight shards into")
+	b, err := r.await(ctx, shardStartKey(seq), 0, "rank 0's directory to write the weight shards into", shardWaitLimit)
 	if err != nil {
 		return err
 	}
@@ -189,45 +187,4 @@ func (r *Ranks) writeShards(ctx context.Context, ck checkpoint.Checkpoint, opts 
 		return errors.Join(err, fmt.Errorf("reporting the weight shards to rank 0: %w", serr))
 	}
 	return err
-}
-
-// await waits, at most shardWaitLimit, for key, which rank peer sets once
-// it has done what; between followPoll waits it fails naming peer when
-// peer is gone, failed or stopped answering.
-func (r *Ranks) await(ctx context.Context, key string, peer int, what string) ([]byte, error) {
-	deadline := time.Now().Add(shardWaitLimit)
-	for {
-		wctx, cancel := context.WithTimeout(ctx, min(followPoll, max(time.Until(deadline), time.Millisecond)))
-		b, err := r.Group.Store().Get(wctx, key)
-		cancel()
-		if err == nil {
-			return b, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !errors.Is(err, dist.ErrTimeout) {
-			return nil, fmt.Errorf("waiting for rank %d's %s: the group's store at %s does not answer (%v)", peer, what, r.Group.Env().StoreAddr(), err)
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("rank %d did not report %s within %s", peer, what, shardWaitLimit)
-		}
-		states, err := r.Group.Health()
-		if err != nil {
-			return nil, fmt.Errorf("waiting for rank %d's %s: the group's store at %s does not answer (%v)", peer, what, r.Group.Env().StoreAddr(), err)
-		}
-		for _, p := range states {
-			if p.Rank != peer {
-				continue
-			}
-			switch {
-			case p.Gone:
-				return nil, fmt.Errorf("rank %d is gone (its connection to the store closed %s ago) before it reported %s", peer, p.GoneFor.Round(time.Millisecond), what)
-			case p.Failed != "":
-				return nil, fmt.Errorf("rank %d failed before it reported %s: %s", peer, what, p.Failed)
-			case p.SinceBeat > r.Group.Options().StaleAfter:
-				return nil, fmt.Errorf("rank %d stopped answering (last heartbeat %s ago, more than the group's %s) before it reported %s", peer, p.SinceBeat.Round(time.Millisecond), r.Group.Options().StaleAfter, what)
-			}
-		}
-	}
 }

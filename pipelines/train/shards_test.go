@@ -89,7 +89,7 @@ func TestShardsWrittenByRanks(t *testing.T) {
 			if block {
 				// A directory where rank 1's second shard goes makes its
 				// write fail.
-				b, err := rs[1].await(ctx, shardStartKey(1), 0, "the directory")
+				b, err := rs[1].await(ctx, shardStartKey(1), 0, "the directory", shardWaitLimit)
 				if err != nil {
 					follow = err
 					return
