@@ -2,12 +2,10 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
-	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -71,12 +69,10 @@ func checkSignal(ctx context.Context, cfg runconfig.Config) error {
 	}
 	groups := 0
 	for k := range steps {
-		var m LearnMetrics
-		b, err := storage.ReadFile(ctx, rundir.MetricsRecord(cfg.Run.Dir, rundir.LearnKind, k))
-		if err != nil {
-			return nil // a step without a record (an older layout): nothing to judge
-		}
-		if err := json.Unmarshal(b, &m); err != nil || m.Groups == 0 || m.GroupsNoSignal < m.Groups {
+		// A step without a readable record (an older layout) leaves
+		// nothing to judge.
+		m, err := readLearnRecord(ctx, cfg.Run.Dir, k)
+		if err != nil || m.Groups == 0 || m.GroupsNoSignal < m.Groups {
 			return nil
 		}
 		groups += m.Groups

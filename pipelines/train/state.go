@@ -264,12 +264,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 			if err != nil {
 				return LearnMetrics{}, err
 			}
-			var m LearnMetrics
-			b, err := storage.ReadFile(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k))
-			if err == nil {
-				err = json.Unmarshal(b, &m)
-			}
-			return m, err
+			return readLearnRecord(ctx, runDir, k)
 		}
 		if s.ranks != nil {
 			if err := s.ranks.announce(ctx, rankCommand{Op: "learn", Step: k}); err != nil {
@@ -333,6 +328,16 @@ func followFinish(ctx context.Context, cfg runconfig.Config, st *trainState, ful
 func (s *learnSession) Close() {
 	s.st.close()
 	s.st = nil
+}
+
+// readLearnRecord reads the learner's record of step k.
+func readLearnRecord(ctx context.Context, runDir string, k int64) (LearnMetrics, error) {
+	var m LearnMetrics
+	b, err := storage.ReadFile(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k))
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	return m, err
 }
 
 // learned reports whether step k was learned already: checkpoint k+1, or
