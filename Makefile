@@ -18,16 +18,20 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 # Tests may take long on 2 cores; keep a generous per-package timeout.
 TESTFLAGS ?= -timeout 45m
-# build/go.mod points the Beam SDK at a copy whose in-process prism job
-# server binds 127.0.0.1 (see scripts/beam-overlay.sh); every build and test
-# goes through it.
-OVERLAY   := build/go.mod
-GOFLAGS_OVERLAY := -modfile=$(CURDIR)/$(OVERLAY)
+# go.work points the Beam SDK at a copy whose in-process prism job server
+# binds 127.0.0.1, among other patches (see scripts/beam-overlay.sh); every
+# build and test, with make or without, goes through it. The stamp is written
+# once the copy is patched.
+OVERLAY   := build/make-overlay/beam-sdks/.patched
 
-.PHONY: race-prism setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
+.PHONY: overlay race-prism setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
-$(OVERLAY): go.mod go.sum scripts/beam-overlay.sh
+$(OVERLAY): go.mod go.sum go.work scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
+
+# overlay makes the patched Beam SDK copy that go.work names; a plain go
+# command on a fresh clone needs it once.
+overlay: $(OVERLAY)
 
 all: build
 
@@ -41,11 +45,11 @@ setup-test: setup
 	@scripts/setup.sh test
 
 # BUILDVCS stamps the commit into bin/aipo (aipo version) when the tree is a
-# git checkout; the go command leaves it out with -modfile otherwise.
+# git checkout, and is off elsewhere (a source archive has no .git).
 BUILDVCS := $(shell git rev-parse --git-dir >/dev/null 2>&1 && echo -buildvcs=true)
 
 build: setup $(OVERLAY)
-	$(GO) build $(GOFLAGS_OVERLAY) $(BUILDVCS) -o $(BIN) ./cmd/aipo
+	$(GO) build $(BUILDVCS) -o $(BIN) ./cmd/aipo
 
 # worker cross-compiles the binary that Dataflow and Flink start as the
 # pipelines' SDK worker (pass it with --worker_binary=bin/aipo-worker). It is
@@ -56,7 +60,7 @@ build: setup $(OVERLAY)
 # location, and stack traces keep their function names and lines.
 WORKER    := bin/aipo-worker
 worker: $(OVERLAY)
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(GOFLAGS_OVERLAY) -trimpath -ldflags='-s -w' -o $(WORKER) ./cmd/aipo
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(WORKER) ./cmd/aipo
 
 # beam-boot builds the Beam Go SDK's boot program (the entrypoint of the
 # apache/beam_go_sdk container) for Linux amd64: the command of a Flink
@@ -64,23 +68,23 @@ worker: $(OVERLAY)
 # one (see scripts/flink/README.md).
 BEAM_BOOT := bin/beam-boot
 beam-boot: $(OVERLAY)
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(GOFLAGS_OVERLAY) -trimpath -o $(BEAM_BOOT) github.com/apache/beam/sdks/v2/go/container
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o $(BEAM_BOOT) github.com/apache/beam/sdks/v2/go/container
 
 # check-dataflow translates the analyze, rollout and eval pipelines into
 # Dataflow jobs with --dry_run, offline (see scripts/dataflow/README.md).
 check-dataflow: $(OVERLAY)
-	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) -run 'Dataflow' -v ./cmd/aipo
+	$(GO) test $(TESTFLAGS) -run 'Dataflow' -v ./cmd/aipo
 
 # check-portable runs aipo analyze through a local portable job server
 # (prism, which speaks the job API of Beam's Flink job server) in a PROCESS
 # environment: the boot program starts bin/aipo-worker as the SDK worker
 # (see scripts/flink/README.md).
 check-portable: worker beam-boot
-	$(GO) build $(GOFLAGS_OVERLAY) -o build/tools/prism github.com/apache/beam/sdks/v2/go/cmd/prism
-	$(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) -run 'PortableProcessEnvironment' -v ./cmd/aipo
+	$(GO) build -o build/tools/prism github.com/apache/beam/sdks/v2/go/cmd/prism
+	$(GO) test $(TESTFLAGS) -run 'PortableProcessEnvironment' -v ./cmd/aipo
 
 vet: $(OVERLAY)
-	$(GO) vet $(GOFLAGS_OVERLAY) ./...
+	$(GO) vet ./...
 
 staticcheck:
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -95,12 +99,12 @@ lint: vet staticcheck
 # data file, -short in TESTFLAGS), besides when go test fails.
 TESTGATE  := build/tools/testgate
 test: $(OVERLAY) setup-test worker beam-boot
-	$(GO) vet $(GOFLAGS_OVERLAY) ./...
+	$(GO) vet ./...
 	@scripts/ptx.sh --check; rc=$$?; \
 	if [ $$rc -eq 3 ]; then echo "make test: skipping the PTX staleness check (see the line above)"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
-	@$(GO) build $(GOFLAGS_OVERLAY) -o $(TESTGATE) ./internal/testgate/cmd/testgate
-	$(TESTGATE) -allow scripts/allowed-skips.txt -- $(GO) test $(GOFLAGS_OVERLAY) $(TESTFLAGS) -json ./...
+	@$(GO) build -o $(TESTGATE) ./internal/testgate/cmd/testgate
+	$(TESTGATE) -allow scripts/allowed-skips.txt -- $(GO) test $(TESTFLAGS) -json ./...
 	@$(MAKE) --no-print-directory race-prism
 	@$(MAKE) --no-print-directory bench-smoke
 
@@ -111,7 +115,7 @@ test: $(OVERLAY) setup-test worker beam-boot
 # instrumented build of the Beam SDK.
 race-prism: $(OVERLAY)
 	@echo "race-prism: building the analytics pipeline with the race detector (a few minutes on 2 cores)"
-	$(GO) test $(GOFLAGS_OVERLAY) -race -count=1 -run '^TestPipelinesAtOnceInOneProcess$$' ./pipelines/analytics/
+	$(GO) test -race -count=1 -run '^TestPipelinesAtOnceInOneProcess$$' ./pipelines/analytics/
 
 # bench-smoke runs every benchmark once at its smallest size (-short picks
 # it, -benchtime 1x one iteration; each benchmark's doc comment says what it
@@ -131,15 +135,15 @@ ptx: $(OVERLAY)
 # scripts/gpu-check.sh on a GPU machine (which needs no Go): no cgo, so
 # they link no OpenBLAS and no Gloo.
 gpu-test-binary: $(OVERLAY)
-	CGO_ENABLED=0 $(GO) test $(GOFLAGS_OVERLAY) -c -o build/gpu/cuda.test ./learner/cuda
-	CGO_ENABLED=0 $(GO) test $(GOFLAGS_OVERLAY) -c -o build/gpu/nccl.test ./learner/dist/nccl
+	CGO_ENABLED=0 $(GO) test -c -o build/gpu/cuda.test ./learner/cuda
+	CGO_ENABLED=0 $(GO) test -c -o build/gpu/nccl.test ./learner/dist/nccl
 
 # rehearse runs the CPU rehearsal of the paper's recipe (cmd/aipo's
 # TestRehearsal, which make test runs at 3 steps) at 20 steps of 8 groups
 # with a 100-problem MATH500 slice every 5 steps, printing each command's
 # console and the figures it checks.
 rehearse: setup-test $(OVERLAY)
-	AIPO_REHEARSE=long $(GO) test $(GOFLAGS_OVERLAY) -count=1 -timeout 60m -run '^TestRehearsal$$' -v ./cmd/aipo
+	AIPO_REHEARSE=long $(GO) test -count=1 -timeout 60m -run '^TestRehearsal$$' -v ./cmd/aipo
 
 # setup-bench adds what only the benchmarks need: TRL's environment
 # (scripts/trl.sh), for cmd/aipo's BenchmarkGRPOVsTRL, which trains with
@@ -153,9 +157,9 @@ setup-bench: setup-test
 # after the other (about 10 minutes on 2 cores), and BenchmarkGRPOVsTRL
 # trains with aipo and TRL (about 13 minutes, almost all of it TRL's).
 bench: setup-bench $(OVERLAY)
-	$(GO) test $(GOFLAGS_OVERLAY) -timeout 60m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
+	$(GO) test -timeout 60m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
-	$(GO) test $(GOFLAGS_OVERLAY) -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
+	$(GO) test -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
 
 # bench-memory runs `aipo learn` of the tree before the memory work and of
 # this one on 25M, 100M and 300M-parameter models, side by side, and writes
@@ -179,7 +183,7 @@ reproduce: build
 # build/soak-report.md (failures injected and counted, peak RSS per minute).
 soak: setup-test $(OVERLAY)
 	AIPO_SOAK_DURATION=10m AIPO_SOAK_REPORT=$(CURDIR)/build/soak-report.md \
-		$(GO) test $(GOFLAGS_OVERLAY) -timeout 30m -count=1 -run '^TestFaultSoak$$' -v ./pipelines/train/
+		$(GO) test -timeout 30m -count=1 -run '^TestFaultSoak$$' -v ./pipelines/train/
 
 # proto regenerates the Go code of every schemas/proto/**/*.proto (needs
 # protoc: apt-get install -y protobuf-compiler; the Go plugins install

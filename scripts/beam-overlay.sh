@@ -5,22 +5,26 @@
 # and loopback submissions clean up their placeholder file (each below). The
 # SDK offers no option for these, and Go refuses overlays of module-cache
 # files, so this script copies the SDK's Go sources from the module cache
-# into build/beam-sdks (ignored by git), patches those lines there, and
-# writes build/go.mod: the project's go.mod plus a replace directive pointing
-# at that copy. The Makefile builds and tests with
-# -modfile=build/go.mod. Nothing from Beam is stored in this repository. The
-# script fails loudly when a patched line changes, so that an upgrade cannot
-# silently reopen the port or the race.
+# into build/make-overlay/beam-sdks (ignored by git) and patches those lines
+# there. The committed go.work replaces the SDK with that copy, so that make,
+# a plain go command and an editor all build the patched SDK; before this
+# script has run, every go command fails at once naming the missing
+# directory (make overlay writes it). Nothing from Beam is stored in this
+# repository. The script fails loudly when a patched line changes, so that an
+# upgrade cannot silently reopen the port or the race.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 mod=github.com/apache/beam/sdks/v2
-ver=$(go list -m -f '{{.Version}}' "$mod")
-src=$(go mod download -json "$mod@$ver" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-dst="$root/build/beam-sdks"
+# GOWORK=off: go.work names the copy this script makes, which may not exist
+# yet; the version and the pristine sources come from go.mod alone.
+ver=$(GOWORK=off go list -m -f '{{.Version}}' "$mod")
+src=$(GOWORK=off go mod download -json "$mod@$ver" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+dst="$root/build/make-overlay/beam-sdks"
 if [ ! -f "$dst/.version" ] || [ "$(cat "$dst/.version")" != "$ver" ]; then
   rm -rf "$dst"
   mkdir -p "$dst"
+  echo "beam-overlay: copying the Beam Go SDK $ver from the module cache into build/make-overlay/beam-sdks"
   cp -r "$src/go" "$src/go.mod" "$src/go.sum" "$src/LICENSE" "$dst/"
   chmod -R u+w "$dst"
   echo "$ver" > "$dst/.version"
@@ -69,5 +73,9 @@ patch "$art" 'buf, ok := s.artifacts[string(info.GetTypePayload())]' \
 patch go/pkg/beam/runners/universal/runnerlib/execute.go \
   'f, _ := os.CreateTemp(os.TempDir(), "beamloopbackworker-*")' \
   'f, err := os.CreateTemp(os.TempDir(), "beamloopbackworker-*"); if err != nil { return presult, err }; f.Close(); defer os.Remove(f.Name())'
-cp go.sum build/go.sum
-{ cat go.mod; echo; echo "replace $mod => ./build/beam-sdks"; } > build/go.mod
+# go.work must name the version go.mod requires, or the replace is ignored.
+if ! grep -qF "replace $mod $ver => ./build/make-overlay/beam-sdks" go.work; then
+  echo "beam-overlay: go.work does not replace $mod $ver with ./build/make-overlay/beam-sdks; update its replace line to the version in go.mod" >&2
+  exit 1
+fi
+touch "$dst/.patched"

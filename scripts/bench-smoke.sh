@@ -24,7 +24,7 @@ if [ $# -eq 0 ]; then
 fi
 start=$(date +%s)
 # -v prints what a skipped benchmark logs; without it a skip is silent.
-"$go" test -modfile="$root/build/go.mod" -short -v -count=1 -timeout 10m -run '^$' -bench . -benchtime 1x "$@" >"$out" 2>&1
+"$go" test -short -v -count=1 -timeout 10m -run '^$' -bench . -benchtime 1x "$@" >"$out" 2>&1
 rc=$?
 took=$(($(date +%s) - start))
 # A benchmark's log lines (indented) come before its --- SKIP or --- FAIL

@@ -15,8 +15,8 @@
 # repository root (CGO_ENABLED=0: the binaries link no OpenBLAS and need no
 # particular glibc version):
 #
-#   CGO_ENABLED=0 go test -modfile=$PWD/build/go.mod -c -o build/gpu/cuda.test ./learner/cuda
-#   CGO_ENABLED=0 go test -modfile=$PWD/build/go.mod -c -o build/gpu/nccl.test ./learner/dist/nccl
+#   CGO_ENABLED=0 go test -c -o build/gpu/cuda.test ./learner/cuda
+#   CGO_ENABLED=0 go test -c -o build/gpu/nccl.test ./learner/dist/nccl
 #
 # (make gpu-test-binary does the same). Then, on the GPU machine:
 #

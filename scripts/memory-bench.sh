@@ -23,9 +23,9 @@ sizes=${SIZES:-25M,100M,300M}
 out=${OUT:-docs/results/memory.md}
 work=build/memory
 mkdir -p "$work"
-[ -f build/go.mod ] || scripts/beam-overlay.sh
-go build -modfile="$root/build/go.mod" -o "$work/aipo-after" ./cmd/aipo
-go build -modfile="$root/build/go.mod" -o "$work/memorybench" ./learner/internal/memorybench
+[ -f build/make-overlay/beam-sdks/.patched ] || scripts/beam-overlay.sh
+go build -o "$work/aipo-after" ./cmd/aipo
+go build -o "$work/memorybench" ./learner/internal/memorybench
 rev=$(git rev-parse --verify "$base^{commit}")
 if [ "$(cat "$work/base/.rev" 2>/dev/null)" != "$rev" ]; then
   rm -rf "$work/base"
@@ -33,7 +33,9 @@ if [ "$(cat "$work/base/.rev" 2>/dev/null)" != "$rev" ]; then
   git archive "$rev" | tar -x -C "$work/base"
   echo "$rev" > "$work/base/.rev"
 fi
-(cd "$work/base" && { [ -f build/go.mod ] || scripts/beam-overlay.sh; } &&
+# The base tree predates go.work and builds with its own build/go.mod;
+# GOWORK=off keeps this tree's go.work (found above it) out of that build.
+(cd "$work/base" && export GOWORK=off && { [ -f build/go.mod ] || scripts/beam-overlay.sh; } &&
   go build -modfile="$PWD/build/go.mod" -o "$root/$work/aipo-before" ./cmd/aipo)
 "$work/memorybench" -before "$work/aipo-before" -before-label "before ($(git rev-parse --short "$base"))" \
   -after "$work/aipo-after" -work "$work/runs" -sizes "$sizes" -out "$out"

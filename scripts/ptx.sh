@@ -66,11 +66,9 @@ if ! have_nvrtc; then
   exit 3
 fi
 
-modfile=()
-[ -f "$root/build/go.mod" ] && modfile=(-modfile="$root/build/go.mod")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go run "${modfile[@]}" ./learner/cuda/internal/ptxgen -src learner/cuda/kernels -out "$tmp/ptx"
+go run ./learner/cuda/internal/ptxgen -src learner/cuda/kernels -out "$tmp/ptx"
 
 if [ $check -eq 1 ]; then
   # The compiler line of the PTX header names the NVRTC release.

@@ -18,7 +18,7 @@ func RepoRoot() string {
 }
 
 // Binary returns build/tools/<name>, or builds pkg (a main package of a
-// module in go.mod, through build/go.mod when it exists) into a temporary
+// module in go.mod, through go.work's patched Beam SDK) into a temporary
 // directory. Without a go command it skips the test, saying how to get the
 // tool.
 func Binary(t testing.TB, name, pkg string) string {
@@ -32,11 +32,7 @@ func Binary(t testing.TB, name, pkg string) string {
 		t.Skipf("%s is not in build/tools and there is no go command to build it; run make setup-test", name)
 	}
 	out := filepath.Join(t.TempDir(), name)
-	args := []string{"build", "-o", out}
-	if mf := filepath.Join(root, "build", "go.mod"); isFile(mf) {
-		args = append(args, "-modfile="+mf)
-	}
-	cmd := exec.Command(goBin, append(args, pkg)...)
+	cmd := exec.Command(goBin, "build", "-o", out, pkg)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s (%s): %v\n%s", name, pkg, err, b)
