@@ -183,7 +183,7 @@ reproduce: build
 # build/soak-report.md (failures injected and counted, peak RSS per minute).
 soak: setup-test $(OVERLAY)
 	AIPO_SOAK_DURATION=10m AIPO_SOAK_REPORT=$(CURDIR)/build/soak-report.md \
-		$(GO) test -timeout 30m -count=1 -run '^TestFaultSoak$$' -v ./pipelines/train/
+		$(GO) test -timeout 30m -count=1 -run '^TestFaultSoak$$' -v ./train/
 
 # proto regenerates the Go code of every schemas/proto/**/*.proto (needs
 # protoc: apt-get install -y protobuf-compiler; the Go plugins install

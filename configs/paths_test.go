@@ -12,7 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	_ "github.com/aipo-rl/aipo/learner/cuda" // the cuda backend math.yaml names, as aipo links it
 	"github.com/aipo-rl/aipo/pipelines/eval"
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch references for tiny random Hugging Face directories served by aipo.
 
-Writes pipelines/serve/testdata/hf_<name>_greedy.json for two tiny random
+Writes serve/testdata/hf_<name>_greedy.json for two tiny random
 models over the real vocabularies of ../shared/data/tokenizers:
 
   qwen3   Qwen3: per-head RMSNorm of q and k, head_dim (32) independent of

@@ -14,8 +14,8 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
-	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/train"
 )
 
 // runnerLine is a line of the runner's logs (prism and Beam's SDK log

@@ -10,8 +10,8 @@ import (
 	"syscall"
 
 	"github.com/aipo-rl/aipo/internal/runlease"
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/train"
 )
 
 func init() {

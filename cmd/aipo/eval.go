@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 
+	_ "github.com/aipo-rl/aipo/inproc" // the inproc:// policy scheme
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/yamlset"
 	"github.com/aipo-rl/aipo/pipelines/eval"
-	_ "github.com/aipo-rl/aipo/pipelines/inproc" // the inproc:// policy scheme
 )
 
 func init() {

@@ -27,9 +27,9 @@ import (
 	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/pipelines/serve"
+	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/serve"
 )
 
 // beamEngine is a Beam job server the tests submit to: a Flink cluster's or

@@ -18,7 +18,7 @@ import (
 
 	"github.com/aipo-rl/aipo/learner/dist"
 	"github.com/aipo-rl/aipo/learner/trainer"
-	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/train"
 )
 
 // launchGrace is how long the launcher lets the other ranks end by

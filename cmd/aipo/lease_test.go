@@ -10,14 +10,14 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/configs"
+	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/pipelines/demo"
-	"github.com/aipo-rl/aipo/pipelines/train"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/train"
 )
 
 // aipo rollout and aipo learn, one step each of the quick configuration,

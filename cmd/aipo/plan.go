@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/train"
 )
 
 func init() {

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/demotask"
-	"github.com/aipo-rl/aipo/pipelines/demo"
-	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/train"
 	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 

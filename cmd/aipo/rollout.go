@@ -8,9 +8,9 @@ import (
 	"sort"
 
 	"github.com/aipo-rl/aipo/pipelines/rollout"
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/train"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
 	"github.com/aipo-rl/aipo/transforms/trajectories"
 )

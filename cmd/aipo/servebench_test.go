@@ -263,7 +263,7 @@ func benchVLLM(b *testing.B, dir string, loads []serveLoad) []serveResult {
 //
 // Every answer must hold exactly genTokens tokens (finish_reason
 // "length"). vLLM is told to ignore end-of-sequence tokens; aipo serve
-// has no ignore_eos or min_tokens (pipelines/serve reads neither), so its
+// has no ignore_eos or min_tokens (serve reads neither), so its
 // answers could end early on one of the Qwen3 tokenizer's end tokens.
 // With the random weights and these fixed seeds none does; should a
 // change to the model or the sampler make one do so, the benchmark fails

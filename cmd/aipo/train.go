@@ -14,8 +14,8 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/yamlset"
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/pipelines/train"
+	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/train"
 )
 
 func init() {

@@ -182,20 +182,20 @@ func TestImportRules(t *testing.T) {
 func TestImportRulesSeeTheGraph(t *testing.T) {
 	im := readImports(t)
 	for _, want := range []struct{ pkg, imp string }{
-		{"cmd/aipo", "learner/cuda"}, {"learner/backend", "internal/meminfo"}, {"pipelines/train", "learner/backend"},
+		{"cmd/aipo", "learner/cuda"}, {"learner/backend", "internal/meminfo"}, {"train", "learner/backend"},
 	} {
 		if !slices.Contains(im.code[want.pkg], want.imp) {
 			t.Errorf("the graph lacks %s -> %s: %v", want.pkg, want.imp, im.code[want.pkg])
 		}
 	}
-	im.code["pipelines/train"] = append(slices.Clone(im.code["pipelines/train"]), "learner/cuda")
+	im.code["train"] = append(slices.Clone(im.code["train"]), "learner/cuda")
 	im.tests["internal/meminfo"] = append(slices.Clone(im.tests["internal/meminfo"]), "learner/model")
 	got := map[string][]string{}
 	for _, r := range rules {
 		got[r.name] = r.violations(im)
 	}
-	if v := got[rules[0].name]; !slices.Equal(v, []string{"pipelines/train -> learner/cuda"}) {
-		t.Errorf("%s: %q, want the added pipelines/train -> learner/cuda", rules[0].name, v)
+	if v := got[rules[0].name]; !slices.Equal(v, []string{"train -> learner/cuda"}) {
+		t.Errorf("%s: %q, want the added train -> learner/cuda", rules[0].name, v)
 	}
 	if v := got[rules[1].name]; !slices.Equal(v, []string{"internal/meminfo -> learner/model (test)"}) {
 		t.Errorf("%s: %q, want the added test import of internal/meminfo", rules[1].name, v)

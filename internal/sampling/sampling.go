@@ -5,7 +5,7 @@
 // Params is the one type of sampling parameters: the policy clients
 // (transforms/policy), the learner's engine (learner/engine), the
 // interaction protocol (transforms/interact) and the configurations that
-// set them (pipelines/runconfig's policy section, pipelines/demo's
+// set them (runconfig's policy section, demo's
 // evaluation) embed or name it instead of copying its fields. Its
 // distribution fields (temperature, top_p, top_k, stop) are the YAML keys
 // a configuration embeds inline; the per-request fields (MaxTokens, Seed,

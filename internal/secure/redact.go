@@ -13,7 +13,7 @@ const Mask = "xxxxx"
 // publicParams are the query parameters of aipo's endpoint URIs whose
 // values are not secret: the policy clients' (transforms/policy/httpclient
 // and grpcclient: model, and remote.Known) and the in-process engine's
-// (pipelines/inproc). token_env and token_file name where a token is, not
+// (inproc). token_env and token_file name where a token is, not
 // the token. Every other parameter's value is masked in messages.
 var publicParams = map[string]bool{
 	"model": true, "token_env": true, "token_file": true, "ca": true, "max_retries": true, "retry_budget": true,

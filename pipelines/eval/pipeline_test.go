@@ -11,12 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	_ "github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
-	_ "github.com/aipo-rl/aipo/pipelines/inproc"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )

@@ -16,16 +16,16 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
+	"github.com/aipo-rl/aipo/demo"
+	_ "github.com/aipo-rl/aipo/inproc" // inproc:// policy endpoints
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
-	"github.com/aipo-rl/aipo/pipelines/demo"
 	"github.com/aipo-rl/aipo/pipelines/eval"
-	_ "github.com/aipo-rl/aipo/pipelines/inproc" // inproc:// policy endpoints
 	"github.com/aipo-rl/aipo/pipelines/rollout"
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
 

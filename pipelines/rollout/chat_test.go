@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/runconfig"
 )
 
 // chatConfig is a run in dir whose rollout section ends with extra.

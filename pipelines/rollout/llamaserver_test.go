@@ -24,9 +24,9 @@ import (
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
-	"github.com/aipo-rl/aipo/pipelines/serve"
+	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/serve"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	_ "github.com/aipo-rl/aipo/transforms/policy/httpclient"
 )

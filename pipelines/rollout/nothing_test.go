@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/pipelines/runconfig"
+	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/trajectories"
 )

@@ -59,13 +59,13 @@ func TestStepStatsMetaAsBefore(t *testing.T) {
 	}
 }
 
-// The manifests of a run of an earlier build (pipelines/train's testdata)
+// The manifests of a run of an earlier build (train's testdata)
 // read: every statistic is written back as it was, and what the record
 // passes over are the rollout's settings.
 func TestStepStatsReadEarlierManifests(t *testing.T) {
 	settings := map[string]bool{"config_hash": true, "seed": true, "group_size": true, "max_interactions": true, "opener_by": true, "template_tokens": true,
 		"interaction_cost": true, "answer_token_budget": true, "data": true, "policy_endpoint": true, "guidance": true}
-	files, err := filepath.Glob(filepath.Join("..", "..", "pipelines", "train", "testdata", "run-*", "step-*", "_MANIFEST.json"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "train", "testdata", "run-*", "step-*", "_MANIFEST.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifest of an earlier run: %v", err)
 	}

@@ -1,0 +1,276 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/runlease"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
+)
+
+// Method is a training method of the comparison: the demo configuration
+// with one change.
+type Method struct {
+	demo.MethodInfo
+	Mutate func(*runconfig.Config)
+}
+
+// DefaultInteractionCost is the per-call cost of the "aipo-cost" method.
+const DefaultInteractionCost = 0.05
+
+// Methods returns the methods of `aipo demo --compare`, in table order:
+// the paper's Table 2 rows that fit the demo, the Expert Iteration
+// baseline, and AIPO with a per-call cost.
+func Methods() []Method {
+	ext := func(mode string) func(*runconfig.Config) {
+		return func(c *runconfig.Config) { c.Learner.Loss.External = mode }
+	}
+	return []Method{
+		{demo.MethodInfo{Name: "grpo", Label: "GRPO",
+			About: "plain RLVR: calls get no answer, the policy writes every token (rollout.unanswered)"},
+			func(c *runconfig.Config) { c.Rollout.Unanswered = true }},
+		{demo.MethodInfo{Name: "expert-iteration", Label: "Expert Iteration",
+			About: "SFT on the step's correct trajectories, collaborator tokens included (learner.objective rejection-sft; Havrilla et al. 2024)"},
+			func(c *runconfig.Config) { c.Learner.Objective = runconfig.ObjectiveRejectionSFT }},
+		{demo.MethodInfo{Name: "aipo-mask", Label: "AIPO, Mask",
+			About: "collaborator tokens left out of the loss, as veRL, TRL, Search-R1 and ReTool do (learner.loss.external mask)"},
+			ext(loss.ExternalMask)},
+		{demo.MethodInfo{Name: "aipo-wo-is", Label: "AIPO w/o IS",
+			About: "collaborator tokens weighted by the ordinary ratio pi/pi_old with the PPO clip (learner.loss.external ratio)"},
+			ext(loss.ExternalRatio)},
+		{demo.MethodInfo{Name: "aipo-wo-cs", Label: "AIPO w/o CS",
+			About: "coefficient pi on collaborator tokens without the lower bound omega (learner.loss.external plain)"},
+			ext(loss.ExternalPlain)},
+		{demo.MethodInfo{Name: "aipo", Label: "AIPO",
+			About: "amended importance sampling with lower-bound clipping, omega 0.2 (the demo's configuration)"},
+			ext(loss.ExternalAIPO)},
+		{demo.MethodInfo{Name: "luffy", Label: "LUFFY",
+			About: "off-policy guidance (Yan et al. 2025): 1 of the 8 samples of each group is the reference answer, the fact written out, trained with LUFFY's shaping pi/(pi+0.1), no clip, token-mean; calls unanswered as in GRPO (rollout.guidance, learner.loss.external luffy)"},
+			LUFFY},
+		{demo.MethodInfo{Name: "aipo-cost", Label: fmt.Sprintf("AIPO, cost %.2g/call", DefaultInteractionCost),
+			About: fmt.Sprintf("AIPO with %.2g subtracted from the reward per interaction (rollout.interaction_cost)", DefaultInteractionCost)},
+			func(c *runconfig.Config) {
+				c.Learner.Loss.External = loss.ExternalAIPO
+				c.Rollout.InteractionCost = DefaultInteractionCost
+			}},
+	}
+}
+
+// LUFFY turns a configuration into LUFFY's (arXiv 2504.14945) on the same
+// base: plain RLVR whose calls get no answer, one guidance trace per group
+// (the prompt's reference solution), its tokens trained with the policy
+// shaping pi/(pi+gamma), gamma 0.1, without clip and with the off-policy
+// model's probability taken as 1, one token-level mean over the step (the
+// 1/Z of LUFFY's objective), no KL.
+func LUFFY(c *runconfig.Config) {
+	c.Rollout.Unanswered = true
+	c.Rollout.Guidance = trajectories.Guidance{Source: trajectories.GuideSolution, Traces: 1}
+	c.Learner.Loss.External, c.Learner.Loss.Gamma = loss.ExternalLUFFY, loss.DefaultGamma
+	c.Learner.Loss.Aggregation = loss.AggTokenMean
+	c.Learner.Loss.KLCoef = 0
+}
+
+// CompareOptions choose a comparison.
+type CompareOptions struct {
+	// Dir holds the shared warm start (<Dir>/warmstart), one run per
+	// method and seed (<Dir>/<method>/seed-<s>) and the report
+	// (<Dir>/report). Default runs/compare, or runs/compare-quick.
+	Dir string
+	// Quick uses the toy-sized demo (for tests).
+	Quick bool
+	// Methods are method names (default: all of Methods()).
+	Methods []string
+	// Seeds is the number of seeds, run.seed 0..Seeds-1 (default 3).
+	Seeds int
+	// Steps, when positive, overrides run.steps of every run.
+	Steps int64
+	// Progress receives each run's training progress; WarmStartProgress
+	// the shared warm start's; Log one line per phase.
+	Progress          func(method string, seed uint64, e Event)
+	WarmStartProgress demo.WarmStartProgress
+	Log               func(string)
+	// Lease tunes the lease of each run directory (see Claim): the
+	// comparison owns its runs and claims each before it writes there.
+	Lease runlease.Options
+}
+
+func (o *CompareOptions) fill() error {
+	if o.Dir == "" {
+		o.Dir = "runs/compare"
+		if o.Quick {
+			o.Dir = "runs/compare-quick"
+		}
+	}
+	if o.Seeds == 0 {
+		o.Seeds = 3
+	}
+	if o.Seeds < 0 {
+		return fmt.Errorf("compare: %d seeds; want at least 1", o.Seeds)
+	}
+	if len(o.Methods) == 0 {
+		for _, m := range Methods() {
+			o.Methods = append(o.Methods, m.Name)
+		}
+	}
+	return nil
+}
+
+// selectMethods resolves method names, in the order given.
+func selectMethods(names []string) ([]Method, error) {
+	all := map[string]Method{}
+	var known []string
+	for _, m := range Methods() {
+		all[m.Name] = m
+		known = append(known, m.Name)
+	}
+	var out []Method
+	seen := map[string]bool{}
+	for _, n := range names {
+		m, ok := all[n]
+		if !ok {
+			return nil, fmt.Errorf("compare: unknown method %q (known: %s)", n, strings.Join(known, ", "))
+		}
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// RunCompare trains every method with every seed from one shared warm
+// start, evaluates each run alone, and writes the comparison report. Runs
+// go seed by seed (all methods of seed 0 first), so that an interrupted
+// comparison already covers every method; started again, it skips what is
+// done and continues each run where it stopped.
+func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) {
+	if err := o.fill(); err != nil {
+		return demo.Comparison{}, err
+	}
+	methods, err := selectMethods(o.Methods)
+	if err != nil {
+		return demo.Comparison{}, err
+	}
+	logf := func(format string, args ...any) {
+		if o.Log != nil {
+			o.Log(fmt.Sprintf(format, args...))
+		}
+	}
+	base, err := DemoConfig(DemoOptions{Quick: o.Quick, RunDir: storage.Join(o.Dir, "warmstart")})
+	if err != nil {
+		return demo.Comparison{}, err
+	}
+	task, err := demoTask(base)
+	if err != nil {
+		return demo.Comparison{}, err
+	}
+	ws := demo.DefaultWarmStart()
+	if o.Quick {
+		ws = QuickWarmStart()
+	}
+	warm := checkpoint.Dir(storage.Join(o.Dir, "warmstart"), 0)
+	t0 := time.Now()
+	logf("warm start shared by every run: %d SFT steps on a %d-layer, width-%d model (%s)", ws.Steps, ws.Model.Layers, ws.Model.Hidden, warm)
+	reused, err := demo.WarmStart(ctx, warm, task, ws, o.WarmStartProgress)
+	if err != nil {
+		return demo.Comparison{}, fmt.Errorf("compare: warm start: %w", err)
+	}
+	if !reused {
+		logf("warm start: done in %s", time.Since(t0).Round(time.Second))
+	}
+	cmp := demo.Comparison{Dir: o.Dir}
+	for _, m := range methods {
+		cmp.Methods = append(cmp.Methods, m.MethodInfo)
+	}
+	total := o.Seeds * len(methods)
+	for s := 0; s < o.Seeds; s++ {
+		for i, m := range methods {
+			seed := uint64(s)
+			dir := storage.Join(o.Dir, m.Name, fmt.Sprintf("seed-%d", seed))
+			logf("run %d/%d: %s, seed %d (%s)", s*len(methods)+i+1, total, m.Label, seed, dir)
+			if err := compareRun(ctx, o, m, seed, dir, warm); err != nil {
+				return cmp, err
+			}
+			r, err := demo.LoadCompareRun(ctx, m.Name, seed, dir)
+			if err != nil {
+				return cmp, err
+			}
+			cmp.Runs = append(cmp.Runs, r)
+			// The report is rewritten after every run: an interrupted
+			// comparison still has one for the runs that finished.
+			if err := cmp.Write(ctx, rundir.Report(o.Dir)); err != nil {
+				return cmp, fmt.Errorf("compare: report: %w", err)
+			}
+		}
+	}
+	logf("report: %s", storage.Join(rundir.Report(o.Dir), demo.CompareMarkdown))
+	return cmp, nil
+}
+
+// compareRun trains one method with one seed in dir, under the lease of
+// dir, taken before the shared warm start is copied in as checkpoint 0 and
+// released when the run ends.
+func compareRun(ctx context.Context, o CompareOptions, m Method, seed uint64, dir, warm string) error {
+	lo := o.Lease
+	if lo.Command == "" {
+		lo.Command = "aipo demo --compare"
+	}
+	ctx, release, err := Claim(ctx, dir, lo, o.Log)
+	if err != nil {
+		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
+	}
+	defer release()
+	if err := copyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
+		return err
+	}
+	mutate := func(c *runconfig.Config) {
+		m.Mutate(c)
+		c.Run.Seed = seed
+		c.Run.Name = fmt.Sprintf("%s-seed-%d", m.Name, seed)
+		if o.Steps > 0 {
+			c.Run.Steps = o.Steps
+		}
+	}
+	var progress func(Event)
+	if o.Progress != nil {
+		progress = func(e Event) { o.Progress(m.Name, seed, e) }
+	}
+	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: o.Quick, Mutate: mutate, Progress: progress}); err != nil {
+		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
+	}
+	return nil
+}
+
+// copyWarmStart gives a run the shared warm start as its checkpoint 0,
+// unless it has one already.
+func copyWarmStart(ctx context.Context, warm, dst string) error {
+	if ok, err := checkpoint.Committed(ctx, dst); err == nil && ok {
+		return nil
+	}
+	pol, err := LoadPolicy(ctx, warm)
+	if err != nil {
+		return fmt.Errorf("compare: warm start: %w", err)
+	}
+	copyOpt := func(w io.Writer) error {
+		r, err := pol.OpenOptimizer(ctx)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.Copy(w, r)
+		return err
+	}
+	if err := savePolicyStreaming(ctx, dst, pol.Model, copyOpt, pol.Tokenizer, pol.State); err != nil {
+		return fmt.Errorf("compare: copy the warm start to %s: %w", dst, err)
+	}
+	return nil
+}

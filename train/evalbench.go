@@ -1,0 +1,120 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/pipelines/eval"
+	"github.com/aipo-rl/aipo/runconfig"
+)
+
+// BenchmarkEvalDir is where the evaluation of checkpoint k lives.
+func BenchmarkEvalDir(runDir string, k int64) string {
+	return rundir.Eval(runDir, k)
+}
+
+// evalScheduled says whether the schedule evaluates checkpoint k.
+func evalScheduled(cfg runconfig.Config, k int64) bool {
+	return cfg.Eval.Every > 0 && (k%cfg.Eval.Every == 0 || k == cfg.Run.Steps)
+}
+
+// maybeEvalBenchmarks evaluates checkpoint k on cfg.Eval.Benchmarks with
+// the eval pipeline when the schedule says so and it has not been done:
+// the pipeline's records and report go to <run>/eval/step-NNNNNN (resumable
+// chunk by chunk), the scores to metrics/evalbench-NNNNNN.json, which
+// RebuildMetrics puts into metrics.jsonl.
+func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emit func(Event), start time.Time) error {
+	if len(cfg.Eval.Benchmarks) == 0 || !evalScheduled(cfg, k) {
+		return nil
+	}
+	p := analytics.HeldoutPath(cfg.Run.Dir, k)
+	if ok, err := storage.Exists(ctx, p); err != nil || ok {
+		return err
+	}
+	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Elapsed: time.Since(start)})
+	t0 := time.Now()
+	var rep *eval.Report
+	err := withEngine(ctx, cfg, k, "bench", func(endpoint string) error {
+		ec, err := benchmarkEvalConfig(ctx, cfg, k, endpoint)
+		if err != nil {
+			return err
+		}
+		rep, _, err = eval.Run(ctx, ec)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("train: evaluate checkpoint %d on eval.benchmarks: %w", k, err)
+	}
+	rec := analytics.BenchmarkEvalRecord{Kind: analytics.HeldoutKind, Step: k, PolicyVersion: k, Dir: BenchmarkEvalDir(cfg.Run.Dir, k),
+		Seconds: time.Since(t0).Seconds()}
+	for _, b := range rep.Benchmarks {
+		rec.Benchmarks = append(rec.Benchmarks, benchmarkPoint(b))
+	}
+	if err := writeJSON(ctx, p, rec); err != nil {
+		return err
+	}
+	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Benchmarks: &rec, Elapsed: time.Since(start)})
+	return nil
+}
+
+// benchmarkEvalConfig is the eval pipeline's configuration for checkpoint
+// k served at endpoint: the run's benchmarks, eval.samples samples at
+// eval.temperature with eval.max_response_tokens, the policy's stop
+// strings, a seed drawn from the run's, and the model's chat format when
+// the checkpoint carries a tokenizer.json (the ChatML template through the
+// policy's tokenizer otherwise).
+func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, endpoint string) (eval.Config, error) {
+	smp := cfg.EvalSampling()
+	smp.Seed = int64(cfg.Run.Seed)*7919 + 29
+	ec := eval.Config{
+		Run:        cfg.Run.Name,
+		Out:        BenchmarkEvalDir(cfg.Run.Dir, k),
+		Policy:     eval.Policy{URI: endpoint, Label: fmt.Sprintf("%s step %d", cfg.Run.Name, k)},
+		Sampling:   smp,
+		PassK:      passKs(maxSamples(cfg)),
+		MajK:       []int{cfg.Eval.Samples},
+		Benchmarks: cfg.Eval.Benchmarks,
+	}
+	tok := storage.Join(checkpoint.Dir(cfg.Run.Dir, k), checkpoint.TokenizerName)
+	if ok, err := storage.Exists(ctx, tok); err != nil {
+		return ec, err
+	} else if ok {
+		ec.Chat.Tokenizer = tok
+	}
+	return ec, nil
+}
+
+// maxSamples is the most samples per problem of any benchmark.
+func maxSamples(cfg runconfig.Config) int {
+	n := cfg.Eval.Samples
+	for _, b := range cfg.Eval.Benchmarks {
+		n = max(n, b.Samples)
+	}
+	return n
+}
+
+// passKs are the k of Pass@k reported for n samples: 1, the powers of 4
+// below n, and n.
+func passKs(n int) []int {
+	ks := []int{1}
+	for k := 4; k < n; k *= 4 {
+		ks = append(ks, k)
+	}
+	if n > 1 {
+		ks = append(ks, n)
+	}
+	return ks
+}
+
+func benchmarkPoint(b eval.BenchmarkScore) analytics.HeldoutScore {
+	pt := analytics.HeldoutScore{Name: b.Name, Problems: b.Scored, Samples: b.MaxN, Avg: b.Avg.Mean, Truncated: b.Truncated, Pass: map[string]float64{}}
+	for _, p := range b.Pass {
+		pt.Pass[fmt.Sprint(p.K)] = p.Mean
+	}
+	return pt
+}

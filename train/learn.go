@@ -1,0 +1,406 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/trajectories"
+)
+
+// LearnMetrics is the record the learner writes for one step (the one
+// type of it, analytics.LearnRecord, which aipo analyze reads back).
+type LearnMetrics = analytics.LearnRecord
+
+// Sources maps a trajectory's token sources to the loss treatment: policy
+// tokens are internal, collaborator tokens external, template tokens as the
+// configuration says.
+func Sources(ts []int8, templateTokens string) ([]loss.Source, error) {
+	out := make([]loss.Source, len(ts))
+	for i, s := range ts {
+		switch s {
+		case schemas.SourcePolicy:
+			out[i] = loss.Internal
+		case schemas.SourceVerify, schemas.SourceKnowledge, schemas.SourceReason, schemas.SourceGuide:
+			// Collaborators' answers and guidance traces: tokens the
+			// policy did not sample (learner.loss.external decides how
+			// they are trained).
+			out[i] = loss.External
+		case schemas.SourceTemplate:
+			if templateTokens == runconfig.TemplateExternal {
+				out[i] = loss.External
+			} else {
+				out[i] = loss.Untrained
+			}
+		default:
+			return nil, fmt.Errorf("token %d has unknown source %d", i, s)
+		}
+	}
+	return out, nil
+}
+
+// trainable reports whether a trajectory can be learned from: it did not
+// fail and has a prompt and a response.
+func trainable(t schemas.Trajectory) bool {
+	return t.FinishReason != schemas.FinishError && len(t.ResponseIDs) > 0 && len(t.PromptIDs) > 0
+}
+
+// Samples turns a step's trajectories into learner samples, in a fixed
+// order (prompt id, sample index) so that the update does not depend on
+// shard layout. Trajectories that failed or have no response are skipped.
+func Samples(trajs []schemas.Trajectory, templateTokens string) ([]trainer.RLSample, int, error) {
+	sort.SliceStable(trajs, func(i, j int) bool {
+		if trajs[i].PromptID != trajs[j].PromptID {
+			return trajs[i].PromptID < trajs[j].PromptID
+		}
+		return trajs[i].SampleIndex < trajs[j].SampleIndex
+	})
+	var out []trainer.RLSample
+	skipped := 0
+	for _, t := range trajs {
+		if !trainable(t) {
+			skipped++
+			continue
+		}
+		src, err := Sources(t.TokenSource, templateTokens)
+		if err != nil {
+			return nil, 0, fmt.Errorf("trajectory %s/%d: %w", t.PromptID, t.SampleIndex, err)
+		}
+		out = append(out, trainer.RLSample{
+			Sequence:  trainer.Sequence{Prompt: t.PromptIDs, Response: t.ResponseIDs},
+			Source:    src,
+			Advantage: t.Advantage,
+		})
+	}
+	return out, skipped, nil
+}
+
+// RejectionSamples turns a step's trajectories into the SFT batch of Expert
+// Iteration: the correct ones only, each distinct response once per
+// prompt, in the same fixed order as Samples. Tokens that the loss would
+// not train (template tokens under "untrained") are context only. It
+// returns the sequences and the number of trajectories left out.
+func RejectionSamples(trajs []schemas.Trajectory, templateTokens string) ([]trainer.Sequence, int, error) {
+	samples, skipped, err := Samples(trajs, templateTokens)
+	if err != nil {
+		return nil, 0, err
+	}
+	// Samples sorted trajs in place and kept the trainable ones in order.
+	var kept []schemas.Trajectory
+	for _, t := range trajs {
+		if trainable(t) {
+			kept = append(kept, t)
+		}
+	}
+	seen := map[string]bool{}
+	var out []trainer.Sequence
+	for i, s := range samples {
+		t := kept[i]
+		key := fmt.Sprint(t.PromptID, s.Sequence.Response)
+		if !t.Correct || seen[key] {
+			skipped++
+			continue
+		}
+		seen[key] = true
+		seq := s.Sequence
+		seq.Skip = make([]bool, len(seq.Response))
+		for j, src := range s.Source {
+			seq.Skip[j] = src == loss.Untrained
+		}
+		out = append(out, seq)
+	}
+	return out, skipped, nil
+}
+
+// Policy is a loaded checkpoint: the model and the files that travel with
+// it; its optimiser state stays on disk until OpenOptimizer streams it.
+type Policy struct {
+	Model     *model.Model
+	Dir       string // the checkpoint's directory
+	Tokenizer map[string][]byte
+	State     checkpoint.TrainerState
+	// ServingOnly: the checkpoint holds the serving weights alone (no
+	// optimiser state; for a model whose dtype is not float32, weights
+	// rounded to it), not a state to continue training from.
+	ServingOnly bool
+}
+
+// OpenOptimizer streams the checkpoint's optimiser state (verified as it
+// is read).
+func (p *Policy) OpenOptimizer(ctx context.Context) (io.ReadCloser, error) {
+	return checkpoint.OpenOptimizer(ctx, p.Dir)
+}
+
+// LoadPolicy loads a committed checkpoint directory: the weights decoded
+// into the model's own storage (trainer.LoadModel), the optimiser state
+// left on disk.
+func LoadPolicy(ctx context.Context, dir string) (*Policy, error) {
+	m, ck, err := trainer.LoadModel(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Policy{Model: m, Dir: dir, Tokenizer: ck.Tokenizer, State: ck.Trainer, ServingOnly: ck.ServingOnly}, nil
+}
+
+// SavePolicy commits a checkpoint. An already committed checkpoint at dir
+// is left as it is (a rerun of a finished step).
+func SavePolicy(ctx context.Context, dir string, m *model.Model, opt []byte, tok map[string][]byte, st checkpoint.TrainerState) error {
+	return existsIsDone(trainer.SaveCheckpoint(ctx, dir, m, tok, opt, st))
+}
+
+// savePolicyStreaming is SavePolicy with the optimiser state streamed
+// into the checkpoint by writeOpt.
+func savePolicyStreaming(ctx context.Context, dir string, m *model.Model, writeOpt func(io.Writer) error, tok map[string][]byte, st checkpoint.TrainerState) error {
+	return existsIsDone(trainer.SaveCheckpointWith(ctx, dir, m, tok, writeOpt, st))
+}
+
+func existsIsDone(err error) error {
+	if errors.Is(err, checkpoint.ErrExists) {
+		return nil
+	}
+	return err
+}
+
+// Learn runs the learner on step k: checkpoint k and step k's trajectories
+// in, checkpoint k+1 and the step's metrics out. When checkpoint k+1 (or a
+// later one) is already committed it does nothing and returns the metrics
+// on record, so running it twice changes nothing. Checkpoint k+1 holds the
+// full training state or the serving weights alone as checkpoint.save_every
+// says; when checkpoint k holds serving weights alone, the state is
+// rebuilt from the newest full state before it (see learnSession). ctx
+// must carry the run directory's lease (Claim): without it Learn writes
+// nothing and says so.
+func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, error) {
+	s := newLearnSession(cfg, nil)
+	defer s.Close()
+	return s.Learn(ctx, k)
+}
+
+// learnStep applies step k's update to st (the training state after k
+// steps) under cfg and returns the step's metrics; it writes nothing. The
+// reference policy, when the loss needs one, comes from ref.
+func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, ref func(context.Context) (*model.Model, error)) (LearnMetrics, error) {
+	start := time.Now()
+	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(cfg.Run.Dir, k))
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	if err := nothingToTrain(k, trajs, man.Meta); err != nil {
+		return LearnMetrics{}, err
+	}
+	if err := checkVersions(k, trajs, cfg.Staleness()); err != nil {
+		return LearnMetrics{}, err
+	}
+	l, err := st.learner(ctx, cfg, ref)
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	opt := l.Opt
+	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
+	met.Groups, met.GroupsNoSignal = groupSignal(trajs, cfg.Learner.Objective)
+	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT && l.DP != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: learner.objective %s runs in one process; train it without --nproc (the data-parallel update is the RL objective's)", k, runconfig.ObjectiveRejectionSFT)
+	}
+	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
+		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
+		if err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		}
+		met.Skipped = skipped
+		// A step without a correct trajectory leaves the policy as it is
+		// (and the optimiser state with it).
+		if len(seqs) > 0 {
+			for _, s := range seqs {
+				for _, skip := range s.Skip {
+					if !skip {
+						met.Tokens++
+					}
+				}
+			}
+			met.Loss, met.GradNorm, err = l.SFTStep(seqs, cfg.Learner.MicroBatchTokens)
+			if err != nil {
+				return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+			}
+			met.LossMetrics = map[string]float64{"sft_sequences": float64(len(seqs))}
+		}
+		met.Seconds = time.Since(start).Seconds()
+		return met, nil
+	}
+	samples, skipped, err := Samples(trajs, cfg.Rollout.TemplateTokens)
+	if err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	met.Skipped = skipped
+	if err := noTrainableToken(k, samples, skipped, cfg.Rollout.TemplateTokens); err != nil {
+		return LearnMetrics{}, err
+	}
+	if err := withBehavior(k, trajs, samples, cfg.Learner.Loss.RolloutCorrection); err != nil {
+		return LearnMetrics{}, err
+	}
+	if len(samples) > 0 {
+		rc := trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
+			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}
+		var st trainer.RLStats
+		if l.DP != nil {
+			st, err = l.RLStepDP(ctx, rc, samples)
+		} else {
+			st, err = l.RLStep(rc, samples)
+		}
+		if err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		}
+		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
+		met.Mismatch = mismatchOf(st)
+	}
+	met.Seconds = time.Since(start).Seconds()
+	return met, nil
+}
+
+// nothingToTrain says why step k, whose committed trajectories are trajs
+// and manifest meta meta, has nothing to learn from, or returns nil: no
+// trajectory (every group dropped by dynamic sampling, or none rolled out),
+// or every trajectory failed. The rollout refuses to commit such steps;
+// this guards steps committed before it did, or by other writers.
+func nothingToTrain(k int64, trajs []schemas.Trajectory, meta map[string]string) error {
+	fix := fmt.Sprintf("fix the cause, then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force) and rerun", k, k)
+	failed := len(trajs) > 0
+	for _, t := range trajs {
+		if t.FinishReason != schemas.FinishError {
+			failed = false
+			break
+		}
+	}
+	if len(trajs) > 0 && !failed {
+		return nil
+	}
+	st, err := trajectories.ReadStepStats(meta)
+	if err != nil {
+		return fmt.Errorf("learn step %d: nothing to train on, and the manifest's %w", k, err)
+	}
+	if len(trajs) == 0 {
+		if st.GroupsDropped > 0 {
+			draws := int64(1)
+			if st.Refill != nil {
+				draws = st.Refill.Draws
+			}
+			return fmt.Errorf("learn step %d: nothing to train on: all %d groups were dropped by advantage.dynamic_sampling in %d draw(s) (each group's rewards were equal, so no sample has an advantage); raise advantage.max_refill_rounds, rollout.group_size or data.batch_size, use harder or easier prompts, or turn dynamic_sampling off; checkpoint %d was not written", k, st.GroupsDropped, draws, k+1)
+		}
+		return fmt.Errorf("learn step %d: nothing to train on: the step holds no trajectory (prompts: %d); %s; checkpoint %d was not written", k, st.Prompts, fix, k+1)
+	}
+	first := st.FirstError
+	if first == "" {
+		first = "(not recorded)"
+	}
+	return fmt.Errorf("learn step %d: nothing to train on: every one of the %d trajectories failed; the first failure: %s; %s; checkpoint %d was not written",
+		k, len(trajs), first, fix, k+1)
+}
+
+// noTrainableToken fails an RL step none of whose response tokens the loss
+// trains on: no sample (all skipped: failed, or without a response), or
+// samples whose tokens are all untrained (template tokens under
+// rollout.template_tokens: untrained). Tokens with a zero advantage (a GRPO
+// group whose rewards are all equal) are trainable: the loss sees them and
+// its KL and entropy terms still apply, so such a step is a step.
+func noTrainableToken(k int64, samples []trainer.RLSample, skipped int, templateTokens string) error {
+	for _, s := range samples {
+		for _, src := range s.Source {
+			if src != loss.Untrained {
+				return nil
+			}
+		}
+	}
+	if len(samples) == 0 {
+		return fmt.Errorf("learn step %d: nothing to train on: all %d trajectories were skipped (failed, or without a prompt or response); see the step's rollout warnings for why, fix the cause and roll the step out again; checkpoint %d was not written", k, skipped, k+1)
+	}
+	return fmt.Errorf("learn step %d: nothing to train on: none of the response tokens of the %d samples is trained (all template tokens, rollout.template_tokens: %s); set rollout.template_tokens: %s or let the policy answer; checkpoint %d was not written",
+		k, len(samples), templateTokens, runconfig.TemplateExternal, k+1)
+}
+
+// finishLearn records step k's learner metrics and commits checkpoint k+1
+// from st (the state after step k): the full training state when full is
+// set, else the serving weights alone. In a group of ranks (st.ranks) the
+// other ranks write their weight shards meanwhile (see shards.go), and
+// logf, when set, says who wrote them.
+func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, full bool, met LearnMetrics, logf func(string)) (LearnMetrics, error) {
+	runDir, next := cfg.Run.Dir, checkpoint.Dir(cfg.Run.Dir, k+1)
+	if err := st.syncParams(); err != nil {
+		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	var writeOpt func(io.Writer) error
+	if full {
+		writeOpt = st.writeOptimizer
+	}
+	opts := checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize}
+	var shards *shardSave
+	if st.ranks != nil && st.ranks.Group.Size() > 1 {
+		shards = st.ranks.shardHelpers()
+		opts.Helpers = shards.helpers()
+	}
+	err := writeJSON(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k), met)
+	if err == nil {
+		ts := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
+			Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
+		m := st.pol.Model
+		err = checkpoint.SaveWith(ctx, next, checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
+			WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full, WriteTiedHead: writesTiedHead(cfg)}, opts)
+		err = existsIsDone(err)
+		if err != nil {
+			err = fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)
+		}
+	}
+	if shards != nil {
+		shards.abandon(ctx, err)
+		if line := shards.summary(k + 1); err == nil && line != "" && logf != nil {
+			logf(line)
+		}
+	}
+	if err != nil {
+		return LearnMetrics{}, err
+	}
+	return met, nil
+}
+
+func writeJSON(ctx context.Context, p string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return storage.WriteAtomic(ctx, p, append(b, '\n'))
+}
+
+// onBackend moves the learner's passes (policy and reference) to the
+// backend called name (learner.backend; cuda: GPU 0), multiplying in
+// precision, and returns the function that frees them and the device.
+func onBackend(l *trainer.Learner, name, precision string) (func(), error) {
+	b, err := backend.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	dv, err := b.Open()
+	if err != nil {
+		return nil, err
+	}
+	free, err := l.On(dv, precision)
+	if err != nil {
+		dv.Close()
+		return nil, err
+	}
+	return func() {
+		free()
+		dv.Close()
+	}, nil
+}

@@ -1,0 +1,218 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/dist/gloo"
+	"github.com/aipo-rl/aipo/runconfig"
+)
+
+// Ranks is this process's place in a group of learner processes (aipo
+// train --nproc N, or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR
+// and MASTER_PORT). Rank 0 leads: it holds the run's lease, rolls out,
+// evaluates and syncs the policy servers as one process does, and
+// announces each learner step through the group's store; every rank then
+// takes part in the step (trainer.RLStepDP) and rank 0 alone writes what
+// it commits.
+type Ranks struct {
+	Group  *dist.Group
+	Comm   dist.Comm
+	Shards int // virtual shards of a mini-batch (trainer.DataParallel)
+
+	seq int64 // commands announced (rank 0) or followed (others)
+}
+
+// JoinRanks forms the group the launcher's environment describes and opens
+// its Gloo communicator.
+func JoinRanks(ctx context.Context, opts dist.Options, shards int) (*Ranks, error) {
+	env, err := dist.EnvFromOS()
+	if err != nil {
+		return nil, err
+	}
+	g, err := dist.Join(ctx, env, opts)
+	if err != nil {
+		return nil, err
+	}
+	c, err := gloo.New(ctx, g)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	return &Ranks{Group: g, Comm: c, Shards: shards}, nil
+}
+
+// Describe is the rank's one-line account of its place in the group and
+// the addresses it uses: the store's, this rank's end of its connection to
+// it, and its end of its Gloo pair with the next rank, e.g. "rank 1 of 2:
+// store 10.0.0.1:29500 (connected from 10.0.0.2:40312), gloo 10.0.0.2:35711
+// (the route to MASTER_ADDR 10.0.0.1; ...)". Rank 0 serves the store.
+func (r *Ranks) Describe() string {
+	g := r.Group
+	served := ""
+	if g.Rank() == 0 {
+		served = "served here, "
+	}
+	s := fmt.Sprintf("rank %d of %d: store %s (%sconnected from %s)", g.Rank(), g.Size(), g.Store().Addr(), served, g.Store().LocalAddr())
+	if a, ok := r.Comm.(interface{ Addr() string }); ok {
+		s += ", " + r.Comm.Backend() + " " + a.Addr()
+	}
+	return s
+}
+
+// Close leaves the group.
+func (r *Ranks) Close() error {
+	return errors.Join(r.Comm.Close(), r.Group.Close())
+}
+
+// Leader reports whether this is rank 0.
+func (r *Ranks) Leader() bool { return r == nil || r.Group.Rank() == 0 }
+
+// rankCommand is what rank 0 tells the others.
+type rankCommand struct {
+	Op     string `json:"op"` // "learn", "done" or "abort"
+	Step   int64  `json:"step,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func commandKey(seq int64) string { return "aipo/train/command/" + strconv.FormatInt(seq, 10) }
+
+// announce publishes rank 0's next command.
+func (r *Ranks) announce(ctx context.Context, c rankCommand) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	r.seq++
+	if err := r.Group.Store().Set(ctx, commandKey(r.seq), b); err != nil {
+		return fmt.Errorf("telling the other ranks to %s: %w", c.Op, err)
+	}
+	return nil
+}
+
+// followPoll is how long a rank waits for another's key in the store
+// before it asks the store whether that rank is still alive (await).
+const followPoll = 5 * time.Second
+
+// next waits for rank 0's next command. Rank 0 may spend hours between
+// learner steps (rollouts, evaluations), so the wait has no overall bound;
+// await fails it naming rank 0 when rank 0 is gone, failed or stopped
+// answering, or the store it serves no longer answers.
+func (r *Ranks) next(ctx context.Context) (rankCommand, error) {
+	b, err := r.await(ctx, commandKey(r.seq+1), 0, "rank 0's next learner step", 0)
+	if err != nil {
+		return rankCommand{}, err
+	}
+	r.seq++
+	var c rankCommand
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("rank 0's command %d %q: %w", r.seq, b, err)
+	}
+	return c, nil
+}
+
+// await waits for key, which rank peer sets once it has done what (a noun
+// phrase: "rank 1's weight shards"), at most limit (0: as long as peer
+// lives). It is made of bounded waits of followPoll, between which it
+// asks the store about peer, and fails naming peer when peer is gone,
+// reported a failure, or its heartbeat is older than the group's
+// StaleAfter, or when the store no longer answers.
+func (r *Ranks) await(ctx context.Context, key string, peer int, what string, limit time.Duration) ([]byte, error) {
+	var deadline time.Time
+	if limit > 0 {
+		deadline = time.Now().Add(limit)
+	}
+	unreachable := func(err error) error {
+		return fmt.Errorf("waiting for %s: the group's store at %s, which rank 0 serves, does not answer (%v)", what, r.Group.Env().StoreAddr(), err)
+	}
+	for {
+		poll := followPoll
+		if limit > 0 {
+			poll = min(poll, max(time.Until(deadline), time.Millisecond))
+		}
+		wctx, cancel := context.WithTimeout(ctx, poll)
+		b, err := r.Group.Store().Get(wctx, key)
+		cancel()
+		if err == nil {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !errors.Is(err, dist.ErrTimeout) {
+			return nil, unreachable(err)
+		}
+		if limit > 0 && time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s did not come within %s", what, limit)
+		}
+		states, err := r.Group.Health()
+		if err != nil {
+			return nil, unreachable(err)
+		}
+		for _, p := range states {
+			if p.Rank != peer {
+				continue
+			}
+			switch {
+			case p.Gone:
+				return nil, fmt.Errorf("rank %d is gone (its connection to the store closed %s ago) while this rank waited for %s", peer, p.GoneFor.Round(time.Millisecond), what)
+			case p.Failed != "":
+				return nil, fmt.Errorf("rank %d failed while this rank waited for %s: %s", peer, what, p.Failed)
+			case p.SinceBeat > r.Group.Options().StaleAfter:
+				return nil, fmt.Errorf("rank %d stopped answering (last heartbeat %s ago, more than the group's %s) while this rank waited for %s", peer, p.SinceBeat.Round(time.Millisecond), r.Group.Options().StaleAfter, what)
+			}
+		}
+	}
+}
+
+// Finish tells the other ranks that rank 0's run ended: done when err is
+// nil, else aborted with err's text, which each of them then reports.
+func (r *Ranks) Finish(ctx context.Context, runErr error) error {
+	if r == nil || !r.Leader() {
+		return nil
+	}
+	c := rankCommand{Op: "done"}
+	if runErr != nil {
+		c = rankCommand{Op: "abort", Reason: runErr.Error()}
+	}
+	return r.announce(ctx, c)
+}
+
+// ErrLeaderFailed is in a follower's error when rank 0's run failed.
+var ErrLeaderFailed = errors.New("rank 0's run failed")
+
+// Follow is aipo train on a rank other than 0: it learns each step rank 0
+// announces, taking part in its collectives and writing nothing, until
+// rank 0 says the run is done (nil) or failed (ErrLeaderFailed with rank
+// 0's reason), or rank 0 is gone.
+func Follow(ctx context.Context, cfg runconfig.Config, r *Ranks, logf func(string)) error {
+	s := newLearnSession(cfg, logf)
+	s.ranks = r
+	defer s.Close()
+	for {
+		c, err := r.next(ctx)
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r.Group.Rank(), err)
+		}
+		switch c.Op {
+		case "done":
+			return nil
+		case "abort":
+			return fmt.Errorf("rank %d: %w: %s", r.Group.Rank(), ErrLeaderFailed, c.Reason)
+		case "learn":
+			// A step that fails here fails on rank 0 too: the same data,
+			// or a collective they share. Rank 0 decides what follows (it
+			// may roll the step out again and announce it anew, or abort).
+			if _, err := s.Learn(ctx, c.Step); err != nil && logf != nil {
+				logf(fmt.Sprintf("rank %d: %v", r.Group.Rank(), err))
+			}
+		default:
+			return fmt.Errorf("rank %d: rank 0 sent %q, which this build does not know: are all ranks the same aipo?", r.Group.Rank(), c.Op)
+		}
+	}
+}

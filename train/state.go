@@ -1,0 +1,621 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+
+	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/runlease"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/runconfig"
+)
+
+// trainState is a run's training state after step steps: the policy (its
+// float32 weights on the host), the optimiser and, while it trains, the
+// learner's passes on the configured backend, which hold the parameters
+// and the optimiser's moments where they compute (on a GPU, there).
+type trainState struct {
+	step int64
+	pol  *Policy
+	opt  *optim.AdamW
+	// The optimiser state still to be put where the passes keep it: the
+	// optimizer.bin of checkpoint optFrom (streamed), or optBytes (parked
+	// on the host); neither when opt or the passes hold it.
+	optFrom  string
+	optBytes []byte
+	l        *trainer.Learner // the passes, or nil
+	on       string           // the setting l runs with
+	cpu      bool             // l runs on the CPU: opt holds the moments
+	synced   bool             // the host weights are l's (no step since syncParams)
+	free     func()
+	// ranks, when set, makes l a rank of a data-parallel group, whose
+	// share of the optimiser state dp keeps between steps (not opt).
+	ranks *Ranks
+	dp    *trainer.DataParallel
+}
+
+// learner returns the learner's passes for cfg (learner.backend,
+// learner.precision, the reference when the loss has a KL term,
+// learner.activation_checkpointing), opening them, and restoring the
+// optimiser's state into them, when they are not open with that setting.
+func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref func(context.Context) (*model.Model, error)) (*trainer.Learner, error) {
+	if err := st.opt.SetConfig(cfg.Learner.Optim); err != nil {
+		return nil, err
+	}
+	kl := cfg.Learner.Loss.KLCoef != 0
+	on := fmt.Sprint(cfg.Learner.Backend, "/", cfg.Learner.Precision, "/", kl)
+	if st.l == nil || st.on != on {
+		if err := st.park(); err != nil {
+			return nil, err
+		}
+		l := &trainer.Learner{Policy: st.pol.Model, Opt: st.opt}
+		cpu := cfg.Learner.Backend == runconfig.BackendCPU
+		if kl {
+			// On the CPU the passes read the host copy; a device holds
+			// its own, and the host's goes.
+			r, err := ref(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("reference policy: %w", err)
+			}
+			l.Ref = r
+		}
+		free, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision)
+		if err != nil {
+			return nil, fmt.Errorf("learner.backend %s: %w", cfg.Learner.Backend, err)
+		}
+		if !cpu {
+			l.Ref = nil
+		}
+		if st.ranks != nil {
+			if err := st.joinGroup(l, cpu); err != nil {
+				free()
+				return nil, err
+			}
+		}
+		if err := st.restoreOptimizer(ctx, l); err != nil {
+			free()
+			return nil, fmt.Errorf("optimiser state of checkpoint %d: %w", st.step, err)
+		}
+		st.l, st.on, st.free, st.cpu = l, on, free, cpu
+	}
+	ckpt, err := trainer.UseCheckpointing(trainer.MemoryConfig{Model: st.pol.Model.Config(), Backend: cfg.Learner.Backend,
+		Precision: cfg.Learner.Precision, MicroBatchTokens: cfg.Learner.MicroBatchTokens, Checkpointing: cfg.Learner.ActivationCheckpointing})
+	if err != nil {
+		return nil, fmt.Errorf("learner.activation_checkpointing: %w", err)
+	}
+	st.l.SetCheckpointing(ckpt)
+	st.synced = false // a step follows
+	return st.l, nil
+}
+
+// joinGroup makes l the group's rank: with the share of the optimiser
+// state st kept from the step before, or a new one (restored next).
+func (st *trainState) joinGroup(l *trainer.Learner, cpu bool) error {
+	if !cpu {
+		return fmt.Errorf("aipo train --nproc runs the learner's passes on the CPU (learner.backend: cpu); the GPU group (NCCL) is not wired to the learner yet: train on one GPU without --nproc")
+	}
+	if st.dp != nil {
+		l.DP = st.dp
+		return nil
+	}
+	if err := l.EnableDataParallel(st.ranks.Comm, st.ranks.Shards); err != nil {
+		return err
+	}
+	st.dp = l.DP
+	return nil
+}
+
+// restoreOptimizer streams the optimiser state still to be restored into
+// where l's step keeps it (host memory, or the device); an empty state (a
+// checkpoint written before any step) leaves the optimiser fresh.
+func (st *trainState) restoreOptimizer(ctx context.Context, l *trainer.Learner) error {
+	var r io.Reader
+	switch {
+	case st.optBytes != nil:
+		r = bytes.NewReader(st.optBytes)
+	case st.optFrom != "":
+		rc, err := checkpoint.OpenOptimizer(ctx, st.optFrom)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		r = rc
+	default:
+		return nil
+	}
+	br := bufio.NewReaderSize(r, 1<<16)
+	if _, err := br.Peek(1); err != io.EOF {
+		if err := l.ReadOptimizer(br); err != nil {
+			return err
+		}
+	}
+	st.optFrom, st.optBytes = "", nil
+	return nil
+}
+
+// syncParams makes the host policy's weights those the passes hold.
+func (st *trainState) syncParams() error {
+	if st.l == nil || st.synced {
+		return nil
+	}
+	if err := st.l.SyncPolicy(); err != nil {
+		return err
+	}
+	st.synced = true
+	return nil
+}
+
+// writeOptimizer streams the optimiser's state, in learner/optim's
+// format, from where it is kept.
+func (st *trainState) writeOptimizer(w io.Writer) error {
+	switch {
+	case st.l != nil:
+		return st.l.WriteOptimizer(w)
+	case st.dp != nil:
+		return (&trainer.Learner{Policy: st.pol.Model, Opt: st.opt, DP: st.dp}).WriteOptimizer(w)
+	case st.optBytes != nil:
+		_, err := w.Write(st.optBytes)
+		return err
+	case st.optFrom != "":
+		r, err := checkpoint.OpenOptimizer(context.Background(), st.optFrom)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.Copy(w, r)
+		return err
+	}
+	_, err := st.opt.WriteTo(w)
+	return err
+}
+
+// park ends the step's hold on memory: it brings what the passes hold
+// back to the host and closes them. On a device the weights come back and
+// the optimiser state is kept as bytes, freeing the device for the rollout
+// engine between steps. On the CPU the optimiser keeps its moments and the
+// policy its weights alone: its gradients, its activation buffers and the
+// reference do not stay through the rollout.
+func (st *trainState) park() error {
+	if st.l == nil {
+		return nil
+	}
+	err := st.syncParams()
+	cpu := st.cpu
+	if err == nil && !cpu {
+		var b bytes.Buffer
+		if err = st.l.WriteOptimizer(&b); err == nil {
+			st.optBytes = b.Bytes()
+		}
+	}
+	st.free()
+	st.l, st.on, st.free = nil, "", nil
+	if err == nil && cpu {
+		// The policy keeps its weights; its gradients, its pass buffers
+		// and the reference are garbage now, handed back to the system
+		// at once (the rollout engine may be another process).
+		st.pol.Model.ReleaseBuffers()
+		debug.FreeOSMemory()
+	}
+	return err
+}
+
+// close frees the passes without bringing anything back.
+func (st *trainState) close() {
+	if st != nil && st.free != nil {
+		st.free()
+		st.l, st.on, st.free = nil, "", nil
+	}
+}
+
+// learnSession runs the learner steps of one run and keeps the training
+// state in memory from one step to the next, so that a run writes the full
+// state (float32 masters and optimiser) only every checkpoint.save_every
+// steps. When the state it holds is not the one a step starts from (a new
+// process, a resumed run), it loads checkpoint k when that is a full one;
+// otherwise it loads the newest full state before k and replays the
+// learner steps from there to k on their committed trajectories, each
+// under the configuration it ran with, checking every replayed step's
+// weights against the checkpoint it committed (checkpoint.SameWeights).
+// The learner is deterministic, so the replayed state is the one the
+// interrupted run held, bit for bit. Between steps (while the rollout
+// runs) it holds, on the host, the float32 weights and the optimiser's
+// moments alone: 12 bytes a parameter.
+type learnSession struct {
+	cfg  runconfig.Config
+	logf func(string)
+	st   *trainState // nil: none held
+	// ranks, when set, is the data-parallel group the steps are taken
+	// in: rank 0 announces each step and writes, the others follow.
+	ranks *Ranks
+}
+
+func newLearnSession(cfg runconfig.Config, logf func(string)) *learnSession {
+	return &learnSession{cfg: cfg, logf: logf}
+}
+
+func (s *learnSession) log(format string, args ...any) {
+	if s.logf != nil {
+		s.logf(fmt.Sprintf(format, args...))
+	}
+}
+
+// Learn runs learner step k (see the package-level Learn), then removes
+// the checkpoints the run keeps no longer (applyRetention). ctx carries
+// the run's lease.
+func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error) {
+	runDir := s.cfg.Run.Dir
+	leader := s.ranks.Leader()
+	if leader {
+		if err := runlease.Require(ctx, runDir); err != nil {
+			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		}
+		if done, err := learned(ctx, runDir, k); err != nil || done {
+			if err != nil {
+				return LearnMetrics{}, err
+			}
+			return readLearnRecord(ctx, runDir, k)
+		}
+		if s.ranks != nil {
+			if err := s.ranks.announce(ctx, rankCommand{Op: "learn", Step: k}); err != nil {
+				return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+			}
+		}
+	}
+	st, err := s.stateAt(ctx, k)
+	if err != nil {
+		return LearnMetrics{}, err
+	}
+	// Whatever fails from here on may leave st half updated.
+	s.st = nil
+	met, err := learnStep(ctx, s.cfg, k, st, s.reference)
+	if err == nil {
+		full := s.cfg.Checkpoint.FullAt(k+1, s.cfg.Run.Steps)
+		if leader {
+			met, err = finishLearn(ctx, s.cfg, k, st, full, met, s.logf)
+		} else {
+			err = followFinish(ctx, s.cfg, st, full)
+		}
+	}
+	if err == nil {
+		// Until the next step the memory is the rollout engine's.
+		err = st.park()
+	}
+	if err != nil {
+		st.close()
+		return LearnMetrics{}, err
+	}
+	st.step = k + 1
+	s.st = st
+	if !leader {
+		return met, nil
+	}
+	if err := applyRetention(ctx, s.cfg); err != nil {
+		return LearnMetrics{}, err
+	}
+	return met, nil
+}
+
+// followFinish is a follower's part of committing the checkpoint after a
+// step: its parameters are the group's already, a full checkpoint's
+// optimiser state is gathered from every rank as rank 0 writes it, and
+// the weight shards this rank owns are written by it (Ranks.writeShards).
+func followFinish(ctx context.Context, cfg runconfig.Config, st *trainState, full bool) error {
+	if err := st.syncParams(); err != nil {
+		return err
+	}
+	if full {
+		if err := st.writeOptimizer(io.Discard); err != nil {
+			return err
+		}
+	}
+	m := st.pol.Model
+	ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(cfg)}
+	return st.ranks.writeShards(ctx, ck, checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize})
+}
+
+// Close frees what the session holds on the learner's backend.
+func (s *learnSession) Close() {
+	s.st.close()
+	s.st = nil
+}
+
+// readLearnRecord reads the learner's record of step k.
+func readLearnRecord(ctx context.Context, runDir string, k int64) (LearnMetrics, error) {
+	var m LearnMetrics
+	b, err := storage.ReadFile(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k))
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	return m, err
+}
+
+// learned reports whether step k was learned already: checkpoint k+1, or
+// a later one, is committed (retention may have removed k+1 since).
+func learned(ctx context.Context, runDir string, k int64) (bool, error) {
+	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(runDir, k+1)); err != nil || ok {
+		return ok, err
+	}
+	steps, err := checkpoint.List(ctx, runDir)
+	if err != nil {
+		return false, err
+	}
+	return len(steps) > 0 && steps[len(steps)-1] > k, nil
+}
+
+// reference loads the reference policy (checkpoint 0).
+func (s *learnSession) reference(ctx context.Context) (*model.Model, error) {
+	ref, err := LoadPolicy(ctx, checkpoint.Dir(s.cfg.Run.Dir, 0))
+	if err != nil {
+		return nil, err
+	}
+	return ref.Model, nil
+}
+
+// stateAt returns the training state after k steps: the one held, the
+// full checkpoint k, or the newest full checkpoint before k with the
+// learner steps since replayed.
+func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error) {
+	if s.st != nil && s.st.step == k {
+		return s.st, nil
+	}
+	s.Close()
+	runDir := s.cfg.Run.Dir
+	full, err := checkpoint.Full(ctx, checkpoint.Dir(runDir, k))
+	if err != nil {
+		return nil, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	from := k
+	if !full {
+		if from, err = newestFull(ctx, runDir, k); err != nil {
+			return nil, err
+		}
+	}
+	c, err := configAt(ctx, s.cfg, from)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := LoadPolicy(ctx, checkpoint.Dir(runDir, from))
+	if err != nil {
+		return nil, fmt.Errorf("learn step %d: %w", k, err)
+	}
+	opt, err := optim.New(c.Learner.Optim)
+	if err != nil {
+		return nil, err
+	}
+	// The state is streamed where the passes keep it once they are open.
+	st := &trainState{step: from, pol: pol, opt: opt, optFrom: checkpoint.Dir(runDir, from), ranks: s.ranks}
+	if from < k {
+		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
+	}
+	for j := from; j < k; j++ {
+		c, err := configAt(ctx, s.cfg, j)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := learnStep(ctx, c, j, st, s.reference); err != nil {
+			st.close()
+			return nil, fmt.Errorf("resume: replay of %w", err)
+		}
+		st.step = j + 1
+		if err := st.syncParams(); err != nil {
+			st.close()
+			return nil, err
+		}
+		next := checkpoint.Dir(runDir, j+1)
+		ok, err := checkpoint.Committed(ctx, next)
+		if err != nil {
+			st.close()
+			return nil, err
+		}
+		if !ok {
+			continue // removed by retention: nothing to check against
+		}
+		m := st.pol.Model
+		served := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(s.cfg)}.ServedTensors()
+		if err := checkpoint.SameWeights(ctx, next, served, c.Checkpoint.MaxShardSize); err != nil {
+			st.close()
+			return nil, fmt.Errorf("resume: replaying learner step %d from the full state of checkpoint %d did not give the weights of checkpoint %d, which the run committed (%w); the learner is not deterministic on this machine (learner.backend %s, learner.precision %s). Go on from checkpoint %d by removing the checkpoints after it (and their steps' trajectories, step-%06d onwards), or from the newest full state otherwise; set checkpoint.save_every: 1 to write the full state every step",
+				j, from, j+1, err, c.Learner.Backend, c.Learner.Precision, from, from)
+		}
+	}
+	return st, nil
+}
+
+// newestFull is the newest committed full checkpoint of runDir before k.
+func newestFull(ctx context.Context, runDir string, k int64) (int64, error) {
+	steps, err := checkpoint.List(ctx, runDir)
+	if err != nil {
+		return 0, err
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i] >= k {
+			continue
+		}
+		full, err := checkpoint.Full(ctx, checkpoint.Dir(runDir, steps[i]))
+		if err != nil {
+			return 0, err
+		}
+		if full {
+			return steps[i], nil
+		}
+	}
+	return 0, fmt.Errorf("learn step %d: checkpoint %d holds the serving weights alone and no earlier checkpoint of %s holds the full training state to resume from (checkpoints: %v); start the run again from checkpoint 0", k, k, runDir, steps)
+}
+
+// configAt is the configuration learner step k ran with: cfg, or, when
+// config_changes.jsonl records a change from a later step, the run.yaml
+// that was in force before it. A change recorded by an earlier build
+// (without the previous run.yaml) is refused when it touched what the
+// learner computes with.
+func configAt(ctx context.Context, cfg runconfig.Config, k int64) (runconfig.Config, error) {
+	b, err := storage.ReadFile(ctx, rundir.ConfigChanges(cfg.Run.Dir))
+	if errors.Is(err, storage.ErrNotExist) {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("replay of learner step %d: read %s: %w", k, ConfigChangesName, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var ch ConfigChange
+		if err := json.Unmarshal(sc.Bytes(), &ch); err != nil {
+			return cfg, fmt.Errorf("replay of learner step %d: %s line %d: %w", k, ConfigChangesName, line, err)
+		}
+		if ch.FromStep <= k {
+			continue
+		}
+		// The earliest change after k: its Before is what step k ran with.
+		if ch.Before == "" {
+			for _, f := range ch.Changes {
+				if learnerField(f.Field) {
+					return cfg, fmt.Errorf("replay of learner step %d: %s line %d changed %s from step %d but does not record the configuration before it (written by an earlier build), so step %d cannot be replayed as it ran; set checkpoint.save_every: 1 for such runs", k, ConfigChangesName, line, f.Field, ch.FromStep, k)
+				}
+			}
+			return cfg, nil
+		}
+		was, err := runconfig.Parse([]byte(ch.Before), ConfigChangesName, cfg.BaseDir())
+		if err != nil {
+			return cfg, fmt.Errorf("replay of learner step %d: the configuration before step %d in %s: %w", k, ch.FromStep, ConfigChangesName, err)
+		}
+		out := cfg
+		out.Learner, out.Rollout.TemplateTokens, out.Run.Name, out.Run.Seed = was.Learner, was.Rollout.TemplateTokens, was.Run.Name, was.Run.Seed
+		return out, nil
+	}
+	return cfg, sc.Err()
+}
+
+// learnerField reports whether a run.yaml field changes what a learner
+// step computes.
+func learnerField(f string) bool {
+	return strings.HasPrefix(f, "learner.") || f == "rollout.template_tokens"
+}
+
+// Retained is the set of checkpoints a run keeps under policy p, of the
+// committed ones (steps, ascending): checkpoint 0 (the initial policy:
+// the warm start, the reference of the KL term, the chat template), the
+// newest p.KeepLast, those of steps that are multiples of p.KeepEvery, the
+// newest full one (what a resumed run starts from: full reports which are
+// full) and those open reports still sample a step not yet committed. With
+// p.KeepLast 0 every checkpoint is kept.
+func Retained(p runconfig.Checkpoint, steps []int64, full, open func(int64) bool) map[int64]bool {
+	keep := map[int64]bool{}
+	for i, k := range steps {
+		keep[k] = p.KeepLast == 0 || k == 0 || i >= len(steps)-p.KeepLast ||
+			(p.KeepEvery > 0 && k%p.KeepEvery == 0) || open(k)
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		if full(steps[i]) {
+			keep[steps[i]] = true
+			break
+		}
+	}
+	return keep
+}
+
+// applyRetention removes, under the run's lease, the committed checkpoints
+// that Retained does not keep, and what unfinished saves or removals left
+// below the newest committed checkpoint. Nothing the run still needs goes:
+// a resumed run starts from the newest full state and replays from the
+// committed trajectories, which are never removed.
+func applyRetention(ctx context.Context, cfg runconfig.Config) error {
+	p := cfg.Checkpoint
+	runDir := cfg.Run.Dir
+	steps, err := checkpoint.List(ctx, runDir)
+	if err != nil || len(steps) == 0 {
+		return err
+	}
+	if err := removeLeftovers(ctx, runDir, steps[len(steps)-1]); err != nil {
+		return err
+	}
+	if p.KeepLast == 0 {
+		return nil
+	}
+	var ferr error
+	full := func(k int64) bool {
+		ok, err := checkpoint.Full(ctx, checkpoint.Dir(runDir, k))
+		if err != nil && ferr == nil {
+			ferr = err
+		}
+		return ok
+	}
+	open := func(k int64) bool {
+		ok, err := stillSamples(ctx, cfg, k)
+		if err != nil && ferr == nil {
+			ferr = err
+		}
+		return ok
+	}
+	keep := Retained(p, steps, full, open)
+	if ferr != nil {
+		return fmt.Errorf("checkpoint retention in %s: %w", runDir, ferr)
+	}
+	for _, k := range steps {
+		if keep[k] {
+			continue
+		}
+		if err := checkpoint.Remove(ctx, checkpoint.Dir(runDir, k)); err != nil {
+			return fmt.Errorf("checkpoint retention in %s (checkpoint.keep_last %d, keep_every %d): %w", runDir, p.KeepLast, p.KeepEvery, err)
+		}
+	}
+	return nil
+}
+
+// stillSamples reports whether checkpoint k samples a step that is not
+// committed: step k, or in an asynchronous run step k+1 (run.async: step j
+// is sampled by checkpoint j-1). Such a checkpoint is kept whether or not
+// its rollout has begun: in an asynchronous run the rollout of step k+1
+// may be starting while learner step k commits checkpoint k+1 and prunes,
+// and a run killed then resumes by rolling step k+1 out from checkpoint k.
+func stillSamples(ctx context.Context, cfg runconfig.Config, k int64) (bool, error) {
+	j := k
+	if cfg.Run.Async {
+		j = k + 1
+	}
+	if j >= cfg.Run.Steps {
+		return false, nil
+	}
+	ok, err := storage.Exists(ctx, rundir.Manifest(rundir.Step(cfg.Run.Dir, j)))
+	return !ok, err
+}
+
+// removeLeftovers removes the uncommitted checkpoint directories below
+// step newest that hold a trainer state (a save or a removal on gs:// cut
+// short; locally such leftovers are temporaries that Claim sweeps).
+func removeLeftovers(ctx context.Context, runDir string, newest int64) error {
+	paths, err := storage.List(ctx, rundir.CheckpointFiles(runDir, checkpoint.TrainerStateName))
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		dir := storage.Dir(p)
+		k, ok := rundir.ParseStepName(storage.Base(dir))
+		if !ok || k >= newest {
+			continue
+		}
+		if ok, err := checkpoint.Committed(ctx, dir); err != nil || ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if err := checkpoint.RemoveUncommitted(ctx, dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
