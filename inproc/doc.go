@@ -22,3 +22,8 @@
 // batch) and closed when the last client closes. Linking this package
 // (import _ ".../inproc") registers the scheme.
 package inproc
+
+// TrainMaxBatch is the sequences the in-process rollout engine of aipo
+// train decodes together (train's openEngineOn; the memory plan counts its
+// attention caches for as many).
+const TrainMaxBatch = 256

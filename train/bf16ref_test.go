@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/plan"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -74,7 +75,7 @@ func TestBF16ReferenceFromAHuggingFaceDirectory(t *testing.T) {
 			t.Fatalf("token %d (%d): the bfloat16-held reference gives %v, the policy at step 0 %v", i, ids[i], got[i], want[i])
 		}
 	}
-	p, err := MakePlan(ctx, cfg, PlanOptions{Baseline: 128 << 20, HostBytes: 1 << 40})
+	p, err := plan.Make(ctx, cfg, plan.Options{Baseline: 128 << 20, HostBytes: 1 << 40})
 	if err != nil {
 		t.Fatal(err)
 	}

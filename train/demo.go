@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/aipo-rl/aipo/configs"
@@ -111,7 +112,7 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 	if o.Log != nil {
 		o.Log(alg.String())
 	}
-	task, err := demoTask(cfg)
+	task, err := DemoTask(cfg)
 	if err != nil {
 		return demo.Report{}, err
 	}
@@ -157,4 +158,29 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 func RolloutStep(ctx context.Context, cfg runconfig.Config, k int64) error {
 	_, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: k})
 	return err
+}
+
+// CopyWarmStart gives a run the shared warm start as its checkpoint 0,
+// unless it has one already.
+func CopyWarmStart(ctx context.Context, warm, dst string) error {
+	if ok, err := checkpoint.Committed(ctx, dst); err == nil && ok {
+		return nil
+	}
+	pol, err := LoadPolicy(ctx, warm)
+	if err != nil {
+		return fmt.Errorf("compare: warm start: %w", err)
+	}
+	copyOpt := func(w io.Writer) error {
+		r, err := pol.OpenOptimizer(ctx)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.Copy(w, r)
+		return err
+	}
+	if err := savePolicyStreaming(ctx, dst, pol.Model, copyOpt, pol.Tokenizer, pol.State); err != nil {
+		return fmt.Errorf("compare: copy the warm start to %s: %w", dst, err)
+	}
+	return nil
 }

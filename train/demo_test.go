@@ -20,7 +20,6 @@ import (
 
 func TestMain(m *testing.M) {
 	runChildIfAsked()
-	runPlanChildIfAsked()
 	ptest.MainWithDefault(m, "prism")
 }
 

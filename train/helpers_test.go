@@ -33,7 +33,7 @@ func startDemoServer(t testing.TB, base string) demoServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := demoTask(cfg)
+	task, err := DemoTask(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

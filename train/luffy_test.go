@@ -24,7 +24,7 @@ func TestLUFFYTrains(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/luffy"
 	mutate := func(c *runconfig.Config) {
-		LUFFY(c)
+		c.ApplyLUFFY()
 		c.Run.Steps, c.Eval.Every = 2, 0
 	}
 	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
@@ -73,7 +73,7 @@ func TestLUFFYTeacher(t *testing.T) {
 	ctx := context.Background()
 	srv := startDemoServer(t, t.TempDir())
 	cfg := srv.cfg
-	LUFFY(&cfg)
+	cfg.ApplyLUFFY()
 	cfg.Run.Dir, cfg.Data.DeadLetterDir = filepath.Join(t.TempDir(), "run"), ""
 	cfg.Rollout.Guidance = trajectories.Guidance{Source: trajectories.GuideTeacher, Traces: 1, Teacher: &collab.RoleConfig{
 		Kind: collab.KindOpenAI, Endpoint: "http://" + srv.httpAddr + "/v1", Model: "demo", MaxGenerateTokens: 24,

@@ -198,7 +198,7 @@ func openEngineOn(ctx context.Context, dir, name string) (e *engine.Engine, rele
 	if err != nil {
 		return nil, nil, err
 	}
-	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: engineMaxBatch}
+	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: inproc.TrainMaxBatch}
 	b, err := backend.Lookup(name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rollout engine: learner.backend: %w", err)

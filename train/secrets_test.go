@@ -182,7 +182,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			task, err := demoTask(cfg)
+			task, err := DemoTask(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -505,28 +505,6 @@ func learnerField(f string) bool {
 	return strings.HasPrefix(f, "learner.") || f == "rollout.template_tokens"
 }
 
-// Retained is the set of checkpoints a run keeps under policy p, of the
-// committed ones (steps, ascending): checkpoint 0 (the initial policy:
-// the warm start, the reference of the KL term, the chat template), the
-// newest p.KeepLast, those of steps that are multiples of p.KeepEvery, the
-// newest full one (what a resumed run starts from: full reports which are
-// full) and those open reports still sample a step not yet committed. With
-// p.KeepLast 0 every checkpoint is kept.
-func Retained(p runconfig.Checkpoint, steps []int64, full, open func(int64) bool) map[int64]bool {
-	keep := map[int64]bool{}
-	for i, k := range steps {
-		keep[k] = p.KeepLast == 0 || k == 0 || i >= len(steps)-p.KeepLast ||
-			(p.KeepEvery > 0 && k%p.KeepEvery == 0) || open(k)
-	}
-	for i := len(steps) - 1; i >= 0; i-- {
-		if full(steps[i]) {
-			keep[steps[i]] = true
-			break
-		}
-	}
-	return keep
-}
-
 // applyRetention removes, under the run's lease, the committed checkpoints
 // that Retained does not keep, and what unfinished saves or removals left
 // below the newest committed checkpoint. Nothing the run still needs goes:
@@ -560,7 +538,7 @@ func applyRetention(ctx context.Context, cfg runconfig.Config) error {
 		}
 		return ok
 	}
-	keep := Retained(p, steps, full, open)
+	keep := p.Retained(steps, full, open)
 	if ferr != nil {
 		return fmt.Errorf("checkpoint retention in %s: %w", runDir, ferr)
 	}

@@ -22,7 +22,7 @@ func retainedAfter(p runconfig.Checkpoint, steps int64) (final []int64, most int
 	var have []int64
 	for k := int64(0); k <= steps; k++ {
 		have = append(have, k)
-		keep := Retained(p, have, func(s int64) bool { return p.FullAt(s, steps) }, func(int64) bool { return false })
+		keep := p.Retained(have, func(s int64) bool { return p.FullAt(s, steps) }, func(int64) bool { return false })
 		have = slices.DeleteFunc(have, func(s int64) bool { return !keep[s] })
 		most = max(most, len(have))
 	}
@@ -78,7 +78,7 @@ func TestRetainedKeepsWhatTheRunNeeds(t *testing.T) {
 		if tc.open != nil {
 			open = in(tc.open)
 		}
-		keep := Retained(tc.p, steps, in(tc.full), open)
+		keep := tc.p.Retained(steps, in(tc.full), open)
 		var got []int64
 		for _, k := range steps {
 			if keep[k] {
@@ -100,7 +100,7 @@ func warmQuick(t *testing.T) func(dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := demoTask(cfg)
+	task, err := DemoTask(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func warmQuick(t *testing.T) func(dir string) {
 		t.Fatal(err)
 	}
 	return func(dir string) {
-		if err := copyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
+		if err := CopyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}

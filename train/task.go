@@ -22,9 +22,9 @@ func runTask(cfg runconfig.Config) (*demotask.Task, error) {
 	return t, nil
 }
 
-// demoTask is runTask for a run that needs a task (the demo's warm start
+// DemoTask is runTask for a run that needs a task (the demo's warm start
 // is trained on it): an error names the run's sources when they have none.
-func demoTask(cfg runconfig.Config) (*demotask.Task, error) {
+func DemoTask(cfg runconfig.Config) (*demotask.Task, error) {
 	t, err := runTask(cfg)
 	if err == nil && t == nil {
 		err = fmt.Errorf("train: run %s draws its prompts from %s, not from the demo task (data.sources: [{kind: demo}])", cfg.Run.Name, cfg.Data.Sources.Label())

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/aipo-rl/aipo/demo/comparison"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train"
@@ -139,7 +140,7 @@ const quickNote = "quick demo: a smoke test of every stage (warm start, rollouts
 
 func methodNames() string {
 	var names []string
-	for _, m := range train.Methods() {
+	for _, m := range comparison.Methods() {
 		names = append(names, m.Name)
 	}
 	return strings.Join(names, ",")
@@ -162,7 +163,7 @@ func runCompare(dir string, quick bool, methods string, seeds int, steps int64, 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p := newProgress(os.Stderr)
-	cmp, err := train.RunCompare(ctx, train.CompareOptions{
+	cmp, err := comparison.RunCompare(ctx, comparison.CompareOptions{
 		Dir: dir, Quick: quick, Methods: names, Seeds: seeds, Steps: steps,
 		Progress:          func(_ string, _ uint64, e train.Event) { p.event(e) },
 		WarmStartProgress: p.warmStart, Log: p.log, Lease: lo,

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/aipo-rl/aipo/train"
+	"github.com/aipo-rl/aipo/plan"
 )
 
 func init() {
@@ -19,12 +19,12 @@ func init() {
 }
 
 // planFlags adds the flags a memory plan takes beyond the run's own.
-func planFlags(fs *flag.FlagSet) func() train.PlanOptions {
-	device := fs.String("device", "", "plan for a named GPU instead of the one found: "+strings.Join(train.DeviceNames(), ", "))
+func planFlags(fs *flag.FlagSet) func() plan.Options {
+	device := fs.String("device", "", "plan for a named GPU instead of the one found: "+strings.Join(plan.DeviceNames(), ", "))
 	prompt := fs.Int("prompt-tokens", 0, "prompt length planned for (0: 1024; 16 for the demo task)")
 	host := fs.Float64("host-gib", 0, "the host memory to plan for, GiB (default: this machine's, unless --device names a GPU elsewhere)")
-	return func() train.PlanOptions {
-		return train.PlanOptions{Device: *device, PromptTokens: *prompt, HostBytes: int64(*host * (1 << 30))}
+	return func() plan.Options {
+		return plan.Options{Device: *device, PromptTokens: *prompt, HostBytes: int64(*host * (1 << 30))}
 	}
 }
 
@@ -63,7 +63,7 @@ func runPlan(args []string) error {
 	}
 	o := planOpts()
 	o.Init, o.Ranks, o.Zero = *initDir, *nproc, *zero
-	p, err := train.MakePlan(ctx, cfg, o)
+	p, err := plan.Make(ctx, cfg, o)
 	if err != nil {
 		return usageError("%v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/yamlset"
+	"github.com/aipo-rl/aipo/plan"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train"
 )
@@ -266,10 +267,10 @@ func inProcessWorkers() error {
 // checkPlan makes the run's memory plan and returns nil when it fits (or
 // is ignored, or the model is not known yet: Run then says what is
 // missing), else the refusal with the numbers and the fix.
-func checkPlan(ctx context.Context, cfg runconfig.Config, o train.PlanOptions, ignore bool) error {
-	p, err := train.MakePlan(ctx, cfg, o)
+func checkPlan(ctx context.Context, cfg runconfig.Config, o plan.Options, ignore bool) error {
+	p, err := plan.Make(ctx, cfg, o)
 	switch {
-	case errors.Is(err, train.ErrModelUnknown):
+	case errors.Is(err, plan.ErrModelUnknown):
 		return nil
 	case err != nil:
 		return usageError("%v", err)

@@ -1,4 +1,4 @@
-package train
+package plan
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ func (g *Group) others() string {
 
 // checkGroup refuses a group the plan cannot be made for, naming the flag
 // and the fix.
-func checkGroup(cfg runconfig.Config, o PlanOptions) error {
+func checkGroup(cfg runconfig.Config, o Options) error {
 	switch {
 	case o.Ranks < 0:
 		return fmt.Errorf("plan: --nproc %d: give the number of learner processes (1 or more)", o.Ranks)
@@ -57,7 +57,7 @@ func checkGroup(cfg runconfig.Config, o PlanOptions) error {
 }
 
 // planGroup is the group of o (nil for one process).
-func planGroup(cfg runconfig.Config, mc model.Config, o PlanOptions) (*Group, error) {
+func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error) {
 	if err := checkGroup(cfg, o); err != nil {
 		return nil, err
 	}

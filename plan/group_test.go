@@ -1,4 +1,4 @@
-package train
+package plan
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/train"
 )
 
 // line is the amount of phase ph's line whose text starts with prefix
@@ -34,8 +35,8 @@ func line(t *testing.T, ph Phase, prefix string, dev bool) int64 {
 func TestPlanGroupOnGPUs(t *testing.T) {
 	ctx := context.Background()
 	cfg := paperConfig(t)
-	o := PlanOptions{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), Device: "a100-80g", Baseline: 128 << 20}
-	one, err := MakePlan(ctx, cfg, o)
+	o := Options{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), Device: "a100-80g", Baseline: 128 << 20}
+	one, err := Make(ctx, cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 	for _, tc := range []struct{ ranks, zero int }{{1, 1}, {4, 1}, {4, 2}, {8, 1}, {8, 2}} {
 		o := o
 		o.Ranks, o.Zero = tc.ranks, tc.zero
-		p, err := MakePlan(ctx, cfg, o)
+		p, err := Make(ctx, cfg, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,12 +86,12 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 // buffers (trainer.PlanDataParallel); the machine holds every rank's.
 func TestPlanGroupOnTheCPU(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := DemoConfig(DemoOptions{RunDir: t.TempDir()})
+	cfg, err := train.DemoConfig(train.DemoOptions{RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := PlanOptions{Baseline: 128 << 20, HostBytes: 64 << 30}
-	one, err := MakePlan(ctx, cfg, o)
+	o := Options{Baseline: 128 << 20, HostBytes: 64 << 30}
+	one, err := Make(ctx, cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestPlanGroupOnTheCPU(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 4, 8} {
 		o := o
 		o.Ranks = n
-		p, err := MakePlan(ctx, cfg, o)
+		p, err := Make(ctx, cfg, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +150,7 @@ func TestPlanGroupInputs(t *testing.T) {
 		{gpu, -1, 0, "--nproc -1: give the number of learner processes"},
 		{cpu, 4, 2, "--zero 2: the CPU learner's ranks shard the AdamW moments alone"},
 	} {
-		_, err := MakePlan(ctx, tc.cfg, PlanOptions{Init: init, Device: "h200", Ranks: tc.ranks, Zero: tc.zero, Baseline: 1 << 20})
+		_, err := Make(ctx, tc.cfg, Options{Init: init, Device: "h200", Ranks: tc.ranks, Zero: tc.zero, Baseline: 1 << 20})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--nproc %d --zero %d on %s: %v, want %q", tc.ranks, tc.zero, tc.cfg.Learner.Backend, err, tc.want)
 		}

@@ -1,4 +1,4 @@
-package train
+package comparison
 
 import (
 	"context"

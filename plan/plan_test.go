@@ -1,4 +1,4 @@
-package train
+package plan
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
@@ -17,6 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/train"
 )
 
 // goldenConfig is one of learner/hfconfig's transcribed config.json files.
@@ -54,7 +56,7 @@ func paperConfig(t *testing.T) runconfig.Config {
 func TestPlanPaperSizesOnH200(t *testing.T) {
 	ctx := context.Background()
 	cfg := paperConfig(t)
-	small, err := MakePlan(ctx, cfg, PlanOptions{Init: goldenConfig(t, "DeepSeek-R1-Distill-Qwen-1.5B"), Device: "h200", Baseline: 128 << 20})
+	small, err := Make(ctx, cfg, Options{Init: goldenConfig(t, "DeepSeek-R1-Distill-Qwen-1.5B"), Device: "h200", Baseline: 128 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +64,8 @@ func TestPlanPaperSizesOnH200(t *testing.T) {
 	if !small.phaseFits(phaseLearn) || small.phaseFits(phaseRollout) || small.Fits() {
 		t.Errorf("1.5B: learn fits %v, rollout fits %v; want the step to fit and the rollout with max_in_flight %d not", small.phaseFits(phaseLearn), small.phaseFits(phaseRollout), cfg.Rollout.MaxInFlight)
 	}
-	checkFixes(t, ctx, cfg, small, PlanOptions{Init: goldenConfig(t, "DeepSeek-R1-Distill-Qwen-1.5B"), Device: "h200", Baseline: 128 << 20})
-	big, err := MakePlan(ctx, cfg, PlanOptions{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), Device: "h200", Baseline: 128 << 20})
+	checkFixes(t, ctx, cfg, small, Options{Init: goldenConfig(t, "DeepSeek-R1-Distill-Qwen-1.5B"), Device: "h200", Baseline: 128 << 20})
+	big, err := Make(ctx, cfg, Options{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), Device: "h200", Baseline: 128 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestPlanPaperSizesOnH200(t *testing.T) {
 	if !fp32NoRef {
 		t.Errorf("7B: no fix in float32 without the reference that fits: %+v", big.Fixes)
 	}
-	checkFixes(t, ctx, cfg, big, PlanOptions{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), Device: "h200", Baseline: 128 << 20})
+	checkFixes(t, ctx, cfg, big, Options{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), Device: "h200", Baseline: 128 << 20})
 	if err := big.Refusal(); !errors.Is(err, ErrDoesNotFit) || !strings.Contains(err.Error(), "GiB of device memory, NVIDIA H200 141GB has 140.40 GiB") || !strings.Contains(err.Error(), "learner.precision: fp32") {
 		t.Errorf("refusal: %v", err)
 	}
@@ -88,7 +90,7 @@ func TestPlanPaperSizesOnH200(t *testing.T) {
 
 // checkFixes replans with every largest-value fix: it fits, and one more
 // does not.
-func checkFixes(t *testing.T, ctx context.Context, cfg runconfig.Config, p Plan, o PlanOptions) {
+func checkFixes(t *testing.T, ctx context.Context, cfg runconfig.Config, p Plan, o Options) {
 	t.Helper()
 	for _, f := range p.Fixes {
 		var n int
@@ -101,7 +103,7 @@ func checkFixes(t *testing.T, ctx context.Context, cfg runconfig.Config, p Plan,
 		}{{n, true}, {n + 1, false}} {
 			c := cfg
 			c.Rollout.MaxInFlight = tc.n
-			q, err := MakePlan(ctx, c, o)
+			q, err := Make(ctx, c, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +151,7 @@ func TestPlanDiskIsWhatSaveWrites(t *testing.T) {
 			}
 		}
 	}
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
+	cfg, err := train.DemoConfig(train.DemoOptions{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,15 +172,15 @@ func TestPlanCachesBytesPerPosition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
+	cfg, err := train.DemoConfig(train.DemoOptions{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := planFor(cfg, mc, PlanOptions{PromptTokens: 100}, 1)
+	p, err := planFor(cfg, mc, Options{PromptTokens: 100}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seqs := min(engineMaxBatch, cfg.Rollout.MaxInFlight)
+	seqs := min(inproc.TrainMaxBatch, cfg.Rollout.MaxInFlight)
 	live := int64(seqs) * int64(p.SeqTokens) * int64(m.BytesPerToken())
 	want := live + min(live, sessionCacheBytes(int64(m.BytesPerToken())))
 	var got int64
@@ -197,10 +199,10 @@ func TestPlanCachesBytesPerPosition(t *testing.T) {
 func TestPlanInputs(t *testing.T) {
 	ctx := context.Background()
 	cfg := paperConfig(t)
-	if _, err := MakePlan(ctx, cfg, PlanOptions{Init: goldenConfig(t, "Qwen3-8B"), Device: "tpu-v5"}); err == nil || !strings.Contains(err.Error(), "h200, h100, a100-80g") {
+	if _, err := Make(ctx, cfg, Options{Init: goldenConfig(t, "Qwen3-8B"), Device: "tpu-v5"}); err == nil || !strings.Contains(err.Error(), "h200, h100, a100-80g") {
 		t.Errorf("an unknown device: %v", err)
 	}
-	if _, err := MakePlan(ctx, cfg, PlanOptions{}); !errors.Is(err, ErrModelUnknown) || !strings.Contains(err.Error(), "--init DIR") {
+	if _, err := Make(ctx, cfg, Options{}); !errors.Is(err, ErrModelUnknown) || !strings.Contains(err.Error(), "--init DIR") {
 		t.Errorf("no model: %v", err)
 	}
 	dir := t.TempDir()
@@ -216,7 +218,7 @@ func TestPlanInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, init := range []string{dir, filepath.Join(dir, "config.json")} {
-		p, err := MakePlan(ctx, cfg, PlanOptions{Init: init, Device: "h100"})
+		p, err := Make(ctx, cfg, Options{Init: init, Device: "h100"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,11 +227,11 @@ func TestPlanInputs(t *testing.T) {
 		}
 	}
 	// The demo's run plans its warm-start model and fits this machine.
-	demoCfg, err := DemoConfig(DemoOptions{RunDir: t.TempDir()})
+	demoCfg, err := train.DemoConfig(train.DemoOptions{RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := MakePlan(ctx, demoCfg, PlanOptions{})
+	p, err := Make(ctx, demoCfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +265,7 @@ func TestPlanReferenceInBF16OnTheCPU(t *testing.T) {
 			// the reference in float32 and the plan counts it so.
 			tc.bytes, tc.held = 4, false
 		}
-		p, err := MakePlan(ctx, cfg, PlanOptions{Init: tc.init, Baseline: 128 << 20, HostBytes: 1 << 40})
+		p, err := Make(ctx, cfg, Options{Init: tc.init, Baseline: 128 << 20, HostBytes: 1 << 40})
 		if err != nil {
 			t.Fatal(err)
 		}

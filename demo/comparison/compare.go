@@ -1,9 +1,8 @@
-package train
+package comparison
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/runconfig"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
+	"github.com/aipo-rl/aipo/train"
 )
 
 // Method is a training method of the comparison: the demo configuration
@@ -55,7 +54,7 @@ func Methods() []Method {
 			ext(loss.ExternalAIPO)},
 		{demo.MethodInfo{Name: "luffy", Label: "LUFFY",
 			About: "off-policy guidance (Yan et al. 2025): 1 of the 8 samples of each group is the reference answer, the fact written out, trained with LUFFY's shaping pi/(pi+0.1), no clip, token-mean; calls unanswered as in GRPO (rollout.guidance, learner.loss.external luffy)"},
-			LUFFY},
+			(*runconfig.Config).ApplyLUFFY},
 		{demo.MethodInfo{Name: "aipo-cost", Label: fmt.Sprintf("AIPO, cost %.2g/call", DefaultInteractionCost),
 			About: fmt.Sprintf("AIPO with %.2g subtracted from the reward per interaction (rollout.interaction_cost)", DefaultInteractionCost)},
 			func(c *runconfig.Config) {
@@ -63,20 +62,6 @@ func Methods() []Method {
 				c.Rollout.InteractionCost = DefaultInteractionCost
 			}},
 	}
-}
-
-// LUFFY turns a configuration into LUFFY's (arXiv 2504.14945) on the same
-// base: plain RLVR whose calls get no answer, one guidance trace per group
-// (the prompt's reference solution), its tokens trained with the policy
-// shaping pi/(pi+gamma), gamma 0.1, without clip and with the off-policy
-// model's probability taken as 1, one token-level mean over the step (the
-// 1/Z of LUFFY's objective), no KL.
-func LUFFY(c *runconfig.Config) {
-	c.Rollout.Unanswered = true
-	c.Rollout.Guidance = trajectories.Guidance{Source: trajectories.GuideSolution, Traces: 1}
-	c.Learner.Loss.External, c.Learner.Loss.Gamma = loss.ExternalLUFFY, loss.DefaultGamma
-	c.Learner.Loss.Aggregation = loss.AggTokenMean
-	c.Learner.Loss.KLCoef = 0
 }
 
 // CompareOptions choose a comparison.
@@ -95,10 +80,10 @@ type CompareOptions struct {
 	Steps int64
 	// Progress receives each run's training progress; WarmStartProgress
 	// the shared warm start's; Log one line per phase.
-	Progress          func(method string, seed uint64, e Event)
+	Progress          func(method string, seed uint64, e train.Event)
 	WarmStartProgress demo.WarmStartProgress
 	Log               func(string)
-	// Lease tunes the lease of each run directory (see Claim): the
+	// Lease tunes the lease of each run directory (see train.Claim): the
 	// comparison owns its runs and claims each before it writes there.
 	Lease runlease.Options
 }
@@ -165,17 +150,17 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 			o.Log(fmt.Sprintf(format, args...))
 		}
 	}
-	base, err := DemoConfig(DemoOptions{Quick: o.Quick, RunDir: storage.Join(o.Dir, "warmstart")})
+	base, err := train.DemoConfig(train.DemoOptions{Quick: o.Quick, RunDir: storage.Join(o.Dir, "warmstart")})
 	if err != nil {
 		return demo.Comparison{}, err
 	}
-	task, err := demoTask(base)
+	task, err := train.DemoTask(base)
 	if err != nil {
 		return demo.Comparison{}, err
 	}
 	ws := demo.DefaultWarmStart()
 	if o.Quick {
-		ws = QuickWarmStart()
+		ws = train.QuickWarmStart()
 	}
 	warm := checkpoint.Dir(storage.Join(o.Dir, "warmstart"), 0)
 	t0 := time.Now()
@@ -224,12 +209,12 @@ func compareRun(ctx context.Context, o CompareOptions, m Method, seed uint64, di
 	if lo.Command == "" {
 		lo.Command = "aipo demo --compare"
 	}
-	ctx, release, err := Claim(ctx, dir, lo, o.Log)
+	ctx, release, err := train.Claim(ctx, dir, lo, o.Log)
 	if err != nil {
 		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
 	}
 	defer release()
-	if err := copyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
+	if err := train.CopyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
 		return err
 	}
 	mutate := func(c *runconfig.Config) {
@@ -240,37 +225,12 @@ func compareRun(ctx context.Context, o CompareOptions, m Method, seed uint64, di
 			c.Run.Steps = o.Steps
 		}
 	}
-	var progress func(Event)
+	var progress func(train.Event)
 	if o.Progress != nil {
-		progress = func(e Event) { o.Progress(m.Name, seed, e) }
+		progress = func(e train.Event) { o.Progress(m.Name, seed, e) }
 	}
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: o.Quick, Mutate: mutate, Progress: progress}); err != nil {
+	if _, err := train.RunDemo(ctx, train.DemoOptions{RunDir: dir, Quick: o.Quick, Mutate: mutate, Progress: progress}); err != nil {
 		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
-	}
-	return nil
-}
-
-// copyWarmStart gives a run the shared warm start as its checkpoint 0,
-// unless it has one already.
-func copyWarmStart(ctx context.Context, warm, dst string) error {
-	if ok, err := checkpoint.Committed(ctx, dst); err == nil && ok {
-		return nil
-	}
-	pol, err := LoadPolicy(ctx, warm)
-	if err != nil {
-		return fmt.Errorf("compare: warm start: %w", err)
-	}
-	copyOpt := func(w io.Writer) error {
-		r, err := pol.OpenOptimizer(ctx)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		_, err = io.Copy(w, r)
-		return err
-	}
-	if err := savePolicyStreaming(ctx, dst, pol.Model, copyOpt, pol.Tokenizer, pol.State); err != nil {
-		return fmt.Errorf("compare: copy the warm start to %s: %w", dst, err)
 	}
 	return nil
 }

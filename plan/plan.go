@@ -1,4 +1,4 @@
-package train
+package plan
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
@@ -28,10 +29,6 @@ import (
 // GPUs are what the backends' Devices report (learner/backend's registry:
 // the binary links the backends it runs on). docs/scaling.md gives the
 // formulas.
-
-// engineMaxBatch is the sequences the in-process rollout engine of aipo
-// train decodes together (openEngineOn).
-const engineMaxBatch = 256
 
 // cudaReserve is device memory the allocator does not count: the CUDA
 // context, the loaded kernels and cuBLAS's workspaces. An allowance: about
@@ -73,8 +70,8 @@ func DeviceNames() []string {
 	return out
 }
 
-// PlanOptions are the inputs of a plan besides the run's configuration.
-type PlanOptions struct {
+// Options are the inputs of a plan besides the run's configuration.
+type Options struct {
 	// Init is the initial model (aipo train --init): a Hugging Face
 	// directory or a checkpoint; its config.json is all the plan reads.
 	// Empty: the run's checkpoint 0, else, for a run whose sources draw
@@ -189,8 +186,8 @@ func (p Plan) Fits() bool {
 	return (p.Host.Bytes == 0 || h <= p.Host.Bytes) && (p.Device.Bytes == 0 || d <= p.Device.Bytes)
 }
 
-// MakePlan computes the memory of cfg's run.
-func MakePlan(ctx context.Context, cfg runconfig.Config, o PlanOptions) (Plan, error) {
+// Make computes the memory of cfg's run.
+func Make(ctx context.Context, cfg runconfig.Config, o Options) (Plan, error) {
 	mc, from, err := planModel(ctx, cfg, o.Init)
 	if err != nil {
 		return Plan{}, err
@@ -260,7 +257,7 @@ func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Co
 }
 
 // planFor computes the phases and the disk of cfg with model mc.
-func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (Plan, error) {
+func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan, error) {
 	p := Plan{Config: cfg, Model: mc, Params: model.ParamCount(mc), Reference: cfg.Learner.Loss.KLCoef != 0}
 	p.PromptTokens = o.PromptTokens
 	if p.PromptTokens <= 0 {
@@ -359,7 +356,7 @@ func planFor(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64) (
 		{What: "checkpoint k's weights decoded (float32)", Host: 4 * P},
 		{What: "the engine's model built from them (float32)", Host: 4 * P}}}
 	bpt := int64(2 * 4 * mc.NumHiddenLayers * mc.NumKeyValueHeads * mc.Head())
-	seqs := min(engineMaxBatch, cfg.Rollout.MaxInFlight)
+	seqs := min(inproc.TrainMaxBatch, cfg.Rollout.MaxInFlight)
 	// A trajectory waiting for a collaborator's answer has its cache in the
 	// session cache, not in the batch: both together hold at most the
 	// trajectories in flight, and the session cache its bound.
@@ -423,7 +420,7 @@ func planDisk(cfg runconfig.Config, mc model.Config, P int64) Disk {
 		if held > d.MostHeld {
 			d.MostHeld, d.MostCount = held, len(have)
 		}
-		keep := Retained(cfg.Checkpoint, have, func(s int64) bool { return cfg.Checkpoint.FullAt(s, cfg.Run.Steps) }, func(int64) bool { return false })
+		keep := cfg.Checkpoint.Retained(have, func(s int64) bool { return cfg.Checkpoint.FullAt(s, cfg.Run.Steps) }, func(int64) bool { return false })
 		have = slices.DeleteFunc(have, func(s int64) bool { return !keep[s] })
 	}
 	d.Final = have
@@ -484,7 +481,7 @@ const (
 // learner step's (activation checkpointing, the micro-batch, the GEMM
 // precision, the reference, the response length) and the rollout's (the
 // trajectories in flight).
-func fixes(cfg runconfig.Config, mc model.Config, o PlanOptions, base int64, host, dev Capacity) []Fix {
+func fixes(cfg runconfig.Config, mc model.Config, o Options, base int64, host, dev Capacity) []Fix {
 	plan := func(c runconfig.Config) (Plan, bool) {
 		p, err := planFor(c, mc, o, base)
 		p.Host, p.Device = host, dev
@@ -665,7 +662,7 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// ErrModelUnknown is wrapped by MakePlan's error when no model is given
+// ErrModelUnknown is wrapped by Make's error when no model is given
 // and the run has none yet.
 var ErrModelUnknown = errors.New("the model is not known")
 

@@ -1,4 +1,4 @@
-package train
+package plan
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -21,6 +22,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/train"
 )
 
 // planChildEnv makes the test binary run one learner step of the run in
@@ -28,6 +30,11 @@ import (
 // the process's measured peak resident memory: peak RSS is a property of
 // a whole process, so each size gets one of its own.
 const planChildEnv = "AIPO_TRAIN_PLAN_RSS_CHILD"
+
+func TestMain(m *testing.M) {
+	runPlanChildIfAsked()
+	os.Exit(m.Run())
+}
 
 // runPlanChildIfAsked is called by TestMain: in a child it takes the step
 // and exits.
@@ -41,21 +48,21 @@ func runPlanChildIfAsked() {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(1)
 	}
-	cfg, err := runconfig.Load(ctx, filepath.Join(dir, RunYAMLName))
+	cfg, err := runconfig.Load(ctx, filepath.Join(dir, rundir.RunYAMLName))
 	if err != nil {
 		fail(err)
 	}
-	p, err := MakePlan(ctx, cfg, PlanOptions{PromptTokens: planBenchPrompt})
+	p, err := Make(ctx, cfg, Options{PromptTokens: planBenchPrompt})
 	if err != nil {
 		fail(err)
 	}
 	// The child is the command that owns the run, as aipo learn is.
-	ctx, release, err := Claim(ctx, dir, runlease.Options{Command: "aipo learn"}, nil)
+	ctx, release, err := train.Claim(ctx, dir, runlease.Options{Command: "aipo learn"}, nil)
 	if err != nil {
 		fail(err)
 	}
 	t0 := time.Now()
-	_, err = Learn(ctx, cfg, 0)
+	_, err = train.Learn(ctx, cfg, 0)
 	release() // os.Exit runs no deferred function
 	if err != nil {
 		fail(err)
@@ -105,7 +112,7 @@ func (s planBenchSize) config() model.Config {
 func planBenchRun(b *testing.B, s planBenchSize) string {
 	b.Helper()
 	ctx := context.Background()
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: filepath.Join(b.TempDir(), "run")})
+	cfg, err := train.DemoConfig(train.DemoOptions{Quick: true, RunDir: filepath.Join(b.TempDir(), "run")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -142,7 +149,7 @@ func planBenchRun(b *testing.B, s planBenchSize) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Run.Dir, RunYAMLName), y, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(cfg.Run.Dir, rundir.RunYAMLName), y, 0o644); err != nil {
 		b.Fatal(err)
 	}
 	return cfg.Run.Dir
