@@ -17,6 +17,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
 )
 
 // Files of the comparison report, inside <dir>/report.
@@ -39,14 +40,14 @@ type CompareRun struct {
 	Method string                  `json:"method"`
 	Seed   uint64                  `json:"seed"`
 	Dir    string                  `json:"dir"`
-	Evals  []EvalRecord            `json:"evals"`
+	Evals  []records.Eval          `json:"evals"`
 	Steps  []analytics.StepMetrics `json:"steps"`
 }
 
 // Final is the run's last evaluation.
-func (r CompareRun) Final() (EvalRecord, bool) {
+func (r CompareRun) Final() (records.Eval, bool) {
 	if len(r.Evals) == 0 {
-		return EvalRecord{}, false
+		return records.Eval{}, false
 	}
 	return r.Evals[len(r.Evals)-1], true
 }
@@ -127,7 +128,7 @@ func (m MeanStd) String() string {
 }
 
 // FinalScore is a method's final-checkpoint score on a split, over seeds.
-func (c Comparison) FinalScore(method string, split demotask.Split, get func(SplitScore) float64) MeanStd {
+func (c Comparison) FinalScore(method string, split demotask.Split, get func(records.SplitScore) float64) MeanStd {
 	var xs []float64
 	for _, r := range c.runs(method) {
 		if e, ok := r.Final(); ok {
@@ -205,9 +206,9 @@ func (c Comparison) Markdown() string {
 	}
 	fmt.Fprintf(&b, "| method | seeds | held-out Avg@%d | held-out Pass@%d | held-out greedy | seen Avg@%d | seen Pass@%d |\n", k, k, k, k)
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
-	avg := func(s SplitScore) float64 { return s.AvgK }
-	pass := func(s SplitScore) float64 { return s.PassK }
-	greedy := func(s SplitScore) float64 { return s.Greedy }
+	avg := func(s records.SplitScore) float64 { return s.AvgK }
+	pass := func(s records.SplitScore) float64 { return s.PassK }
+	greedy := func(s records.SplitScore) float64 { return s.Greedy }
 	for _, m := range c.Methods {
 		u := c.FinalScore(m.Name, demotask.SplitUnseen, avg)
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", m.Label, u.N, u,
@@ -384,7 +385,7 @@ func (c Comparison) Write(ctx context.Context, dir string) error {
 func (c Comparison) Summary() string {
 	lines := []string{"held-out entities, policy alone (final checkpoint, Avg@k over seeds):"}
 	for _, m := range c.Methods {
-		u := c.FinalScore(m.Name, demotask.SplitUnseen, func(s SplitScore) float64 { return s.AvgK })
+		u := c.FinalScore(m.Name, demotask.SplitUnseen, func(s records.SplitScore) float64 { return s.AvgK })
 		lines = append(lines, fmt.Sprintf("  %-22s %s", m.Label, u))
 	}
 	lines = append(lines, "report: "+storage.Join(rundir.Report(c.Dir), CompareMarkdown))

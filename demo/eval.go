@@ -9,6 +9,8 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/sampling"
+	"github.com/aipo-rl/aipo/records"
+	"github.com/aipo-rl/aipo/transforms/metrics"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -33,46 +35,14 @@ func DefaultEval() EvalConfig {
 	return EvalConfig{Samples: 8, Params: sampling.Params{Temperature: 1, TopP: 1, MaxTokens: 48, Seed: 1234}, Parallel: 64}
 }
 
-// EvalRecord is an evaluation of one checkpoint of the policy alone, as
-// stored in <run>/metrics/eval-NNNNNN.json.
-type EvalRecord struct {
-	Kind          string       `json:"kind"` // "eval"
-	Step          int64        `json:"step"` // the checkpoint evaluated
-	PolicyVersion int64        `json:"policy_version"`
-	Splits        []SplitScore `json:"splits"`
-	Seconds       float64      `json:"seconds"`
-}
-
-// Score returns the score of a split.
-func (r EvalRecord) Score(split demotask.Split) (SplitScore, bool) {
-	for _, s := range r.Splits {
-		if s.Split == string(split) {
-			return s, true
-		}
-	}
-	return SplitScore{}, false
-}
-
-// SplitScore is the accuracy of the policy alone on one split.
-type SplitScore struct {
-	Split     string  `json:"split"`
-	Questions int     `json:"questions"`
-	Greedy    float64 `json:"greedy"`    // accuracy of greedy decoding
-	AvgK      float64 `json:"avg_k"`     // mean accuracy over k samples
-	PassK     float64 `json:"pass_k"`    // unbiased Pass@k (Chen et al. 2021) with n = k
-	CallRate  float64 `json:"call_rate"` // greedy responses that write a call
-	K         int     `json:"k"`
-	StdErrAvg float64 `json:"stderr_avg"` // standard error of AvgK over questions
-}
-
 // Evaluate scores the policy on every question of the given splits.
-func Evaluate(ctx context.Context, c policy.Client, task *demotask.Task, cfg EvalConfig, splits ...demotask.Split) ([]SplitScore, error) {
+func Evaluate(ctx context.Context, c policy.Client, task *demotask.Task, cfg EvalConfig, splits ...demotask.Split) ([]records.SplitScore, error) {
 	enc := NewEncoder()
 	info, err := c.Info(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []SplitScore
+	var out []records.SplitScore
 	for _, split := range splits {
 		qs := task.AllQuestions(split)
 		type res struct {
@@ -126,7 +96,7 @@ func Evaluate(ctx context.Context, c policy.Client, task *demotask.Task, cfg Eva
 		if firstErr != nil {
 			return nil, firstErr
 		}
-		sc := SplitScore{Split: string(split), Questions: len(qs), K: cfg.Samples}
+		sc := records.SplitScore{Split: string(split), Questions: len(qs), K: cfg.Samples}
 		var accs []float64
 		for _, r := range results {
 			if r.greedy {
@@ -139,7 +109,7 @@ func Evaluate(ctx context.Context, c policy.Client, task *demotask.Task, cfg Eva
 				a := float64(r.correct) / float64(cfg.Samples)
 				accs = append(accs, a)
 				sc.AvgK += a
-				sc.PassK += PassAtK(cfg.Samples, r.correct, cfg.Samples)
+				sc.PassK += metrics.PassAtK(cfg.Samples, r.correct, cfg.Samples)
 			}
 		}
 		n := float64(len(qs))
@@ -168,18 +138,4 @@ func containsCall(text string) bool {
 		}
 	}
 	return false
-}
-
-// PassAtK is the unbiased estimator of Pass@k from n samples with c correct
-// (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"):
-// 1 - C(n-c, k) / C(n, k).
-func PassAtK(n, c, k int) float64 {
-	if n-c < k {
-		return 1
-	}
-	p := 1.0
-	for i := n - c + 1; i <= n; i++ {
-		p *= 1 - float64(k)/float64(i)
-	}
-	return 1 - p
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
 )
 
 // Files of the demo report, inside <run>/report.
@@ -29,8 +30,8 @@ const (
 // Report is the demo's summary: evaluation of the policy alone over the
 // training run.
 type Report struct {
-	Run   string       `json:"run"`
-	Evals []EvalRecord `json:"evals"`
+	Run   string         `json:"run"`
+	Evals []records.Eval `json:"evals"`
 	// Learn holds, per step, the learner's loss and the rollout's reward
 	// and interaction figures as recorded in the metrics files.
 	Learn []map[string]any `json:"learn"`
@@ -55,7 +56,7 @@ func LoadReport(ctx context.Context, runDir string) (Report, error) {
 		}
 		switch head.Kind {
 		case "eval":
-			var e EvalRecord
+			var e records.Eval
 			if err := json.Unmarshal(line, &e); err != nil {
 				return Report{}, fmt.Errorf("demo report: metrics.jsonl line %d: %w", i+1, err)
 			}
@@ -78,7 +79,7 @@ func (r Report) Summary() string {
 		return "no evaluation recorded"
 	}
 	first, last := r.Evals[0], r.Evals[len(r.Evals)-1]
-	line := func(e EvalRecord) string {
+	line := func(e records.Eval) string {
 		u, _ := e.Score(demotask.SplitUnseen)
 		s, _ := e.Score(demotask.SplitSeen)
 		return fmt.Sprintf("checkpoint %3d: held-out entities greedy %.2f  Avg@%d %.2f  Pass@%d %.2f | seen entities greedy %.2f",
@@ -130,12 +131,12 @@ func (r Report) accuracyPlot() (*plot.Plot, error) {
 	series := []struct {
 		name  string
 		split demotask.Split
-		get   func(SplitScore) float64
+		get   func(records.SplitScore) float64
 		col   color.RGBA
 	}{
-		{"held-out greedy", demotask.SplitUnseen, func(s SplitScore) float64 { return s.Greedy }, color.RGBA{R: 200, A: 255}},
-		{"held-out Avg@k", demotask.SplitUnseen, func(s SplitScore) float64 { return s.AvgK }, color.RGBA{R: 240, G: 140, A: 255}},
-		{"seen greedy", demotask.SplitSeen, func(s SplitScore) float64 { return s.Greedy }, color.RGBA{B: 200, A: 255}},
+		{"held-out greedy", demotask.SplitUnseen, func(s records.SplitScore) float64 { return s.Greedy }, color.RGBA{R: 200, A: 255}},
+		{"held-out Avg@k", demotask.SplitUnseen, func(s records.SplitScore) float64 { return s.AvgK }, color.RGBA{R: 240, G: 140, A: 255}},
+		{"seen greedy", demotask.SplitSeen, func(s records.SplitScore) float64 { return s.Greedy }, color.RGBA{B: 200, A: 255}},
 	}
 	for _, s := range series {
 		var pts plotter.XYs

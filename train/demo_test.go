@@ -13,6 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
@@ -80,7 +81,7 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 	// forward: sums in another order), so the learner finds its numbers
 	// again to within float32 noise (measured: 8e-6 at most).
 	for k := int64(0); k < cfg.Run.Steps; k++ {
-		var lm LearnMetrics
+		var lm records.Learn
 		b, err := storage.ReadFile(ctx, rundir.MetricsRecord(dir, rundir.LearnKind, k))
 		if err == nil {
 			err = json.Unmarshal(b, &lm)

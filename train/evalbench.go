@@ -8,8 +8,8 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/eval"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -32,7 +32,7 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 	if len(cfg.Eval.Benchmarks) == 0 || !evalScheduled(cfg, k) {
 		return nil
 	}
-	p := analytics.HeldoutPath(cfg.Run.Dir, k)
+	p := records.HeldoutPath(cfg.Run.Dir, k)
 	if ok, err := storage.Exists(ctx, p); err != nil || ok {
 		return err
 	}
@@ -50,7 +50,7 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 	if err != nil {
 		return fmt.Errorf("train: evaluate checkpoint %d on eval.benchmarks: %w", k, err)
 	}
-	rec := analytics.BenchmarkEvalRecord{Kind: analytics.HeldoutKind, Step: k, PolicyVersion: k, Dir: BenchmarkEvalDir(cfg.Run.Dir, k),
+	rec := records.BenchmarkEval{Kind: records.HeldoutKind, Step: k, PolicyVersion: k, Dir: BenchmarkEvalDir(cfg.Run.Dir, k),
 		Seconds: time.Since(t0).Seconds()}
 	for _, b := range rep.Benchmarks {
 		rec.Benchmarks = append(rec.Benchmarks, benchmarkPoint(b))
@@ -111,8 +111,8 @@ func passKs(n int) []int {
 	return ks
 }
 
-func benchmarkPoint(b eval.BenchmarkScore) analytics.HeldoutScore {
-	pt := analytics.HeldoutScore{Name: b.Name, Problems: b.Scored, Samples: b.MaxN, Avg: b.Avg.Mean, Truncated: b.Truncated, Pass: map[string]float64{}}
+func benchmarkPoint(b eval.BenchmarkScore) records.HeldoutScore {
+	pt := records.HeldoutScore{Name: b.Name, Problems: b.Scored, Samples: b.MaxN, Avg: b.Avg.Mean, Truncated: b.Truncated, Pass: map[string]float64{}}
 	for _, p := range b.Pass {
 		pt.Pass[fmt.Sprint(p.K)] = p.Mean
 	}

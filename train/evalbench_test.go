@@ -9,9 +9,12 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/eval"
+	"github.com/aipo-rl/aipo/records"
+	"github.com/aipo-rl/aipo/records/tensorboard/tbtest"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -48,7 +51,7 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}
-	events, _ := filepath.Glob(filepath.Join(TensorBoardDir(dir), "events.out.tfevents.*"))
+	events, _ := filepath.Glob(filepath.Join(rundir.TensorBoard(dir), "events.out.tfevents.*"))
 	if len(events) != 1 {
 		t.Fatalf("the first invocation wrote %d event files, want 1: %v", len(events), events)
 	}
@@ -65,7 +68,7 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := analytics.ReadHeldout(ctx, dir)
+	recs, err := records.ReadHeldout(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +92,8 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 		}
 	}
 	m, err := storage.ReadFile(ctx, storage.Join(dir, "metrics.jsonl"))
-	if err != nil || strings.Count(string(m), `"kind":"`+analytics.HeldoutKind+`"`) != 3 {
-		t.Errorf("metrics.jsonl holds %d held-out records, want 3 (%v)", strings.Count(string(m), analytics.HeldoutKind), err)
+	if err != nil || strings.Count(string(m), `"kind":"`+records.HeldoutKind+`"`) != 3 {
+		t.Errorf("metrics.jsonl holds %d held-out records, want 3 (%v)", strings.Count(string(m), records.HeldoutKind), err)
 	}
 	// RunDemo ran aipo analyze's pipeline: the report shows them.
 	md, err := storage.ReadFile(ctx, storage.Join(dir, "analysis", analytics.MarkdownName))
@@ -102,6 +105,6 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	}
 	// TensorBoard's own reader finds every step of both invocations once,
 	// with the records' values.
-	checkTensorBoard(t, dir, map[string]int{"train/loss": 2, "train/reward_mean": 2, "mismatch/abs_max": 2,
+	tbtest.CheckWithTensorBoard(t, dir, map[string]int{"train/loss": 2, "train/reward_mean": 2, "mismatch/abs_max": 2,
 		"interactions/knowledge": 2, "benchmark/heldout/avg": 3, "eval/unseen/greedy": 3})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/pipelines/eval"
+	"github.com/aipo-rl/aipo/records/tensorboard/tbtest"
 )
 
 // startStandaloneGCS runs fake-gcs-server as its own process on 127.0.0.1,
@@ -111,7 +112,7 @@ func TestGCSRunEndToEnd(t *testing.T) {
 	}
 	// TensorBoard's event files are on gs:// too, each step once across the
 	// killed process's file and the resumed one's.
-	checkEventsOnce(t, run, "gs:// run")
+	tbtest.CheckEventsOnce(t, run, "gs:// run")
 
 	// aipo analyze --run gs://...
 	out := "gs://aipo-e2e/analysis-again"

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/records/tensorboard/tbtest"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -116,7 +117,7 @@ func (want runDigest) check(t *testing.T, dir, what string) {
 	}
 	// TensorBoard's event files (one per process that wrote) hold every
 	// step of the records once: none lost to a kill, none repeated.
-	checkEventsOnce(t, dir, what)
+	tbtest.CheckEventsOnce(t, dir, what)
 	checkMetricsRebuilt(t, dir, what)
 	if _, err := os.Stat(filepath.Join(dir, "analysis", "analysis.json")); err != nil {
 		t.Errorf("%s: analysis missing after the resumed run: %v", what, err)

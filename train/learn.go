@@ -16,15 +16,10 @@ import (
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
-	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
-
-// LearnMetrics is the record the learner writes for one step (the one
-// type of it, analytics.LearnRecord, which aipo analyze reads back).
-type LearnMetrics = analytics.LearnRecord
 
 // Sources maps a trajectory's token sources to the loss treatment: policy
 // tokens are internal, collaborator tokens external, template tokens as the
@@ -184,7 +179,7 @@ func existsIsDone(err error) error {
 // rebuilt from the newest full state before it (see learnSession). ctx
 // must carry the run directory's lease (Claim): without it Learn writes
 // nothing and says so.
-func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, error) {
+func Learn(ctx context.Context, cfg runconfig.Config, k int64) (records.Learn, error) {
 	s := newLearnSession(cfg, nil)
 	defer s.Close()
 	return s.Learn(ctx, k)
@@ -193,32 +188,32 @@ func Learn(ctx context.Context, cfg runconfig.Config, k int64) (LearnMetrics, er
 // learnStep applies step k's update to st (the training state after k
 // steps) under cfg and returns the step's metrics; it writes nothing. The
 // reference policy, when the loss needs one, comes from ref.
-func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, ref func(context.Context) (*model.Model, error)) (LearnMetrics, error) {
+func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, ref func(context.Context) (*model.Model, error)) (records.Learn, error) {
 	start := time.Now()
 	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(cfg.Run.Dir, k))
 	if err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
 	if err := nothingToTrain(k, trajs, man.Meta); err != nil {
-		return LearnMetrics{}, err
+		return records.Learn{}, err
 	}
 	if err := checkVersions(k, trajs, cfg.Staleness()); err != nil {
-		return LearnMetrics{}, err
+		return records.Learn{}, err
 	}
 	l, err := st.learner(ctx, cfg, ref)
 	if err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
 	opt := l.Opt
-	met := LearnMetrics{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
+	met := records.Learn{Kind: "learn", Step: k, PolicyVersion: k + 1, Trajectories: len(trajs), Rollout: man.Meta, LR: opt.LR()}
 	met.Groups, met.GroupsNoSignal = groupSignal(trajs, cfg.Learner.Objective)
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT && l.DP != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: learner.objective %s runs in one process; train it without --nproc (the data-parallel update is the RL objective's)", k, runconfig.ObjectiveRejectionSFT)
+		return records.Learn{}, fmt.Errorf("learn step %d: learner.objective %s runs in one process; train it without --nproc (the data-parallel update is the RL objective's)", k, runconfig.ObjectiveRejectionSFT)
 	}
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
 		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
 		if err != nil {
-			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+			return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 		}
 		met.Skipped = skipped
 		// A step without a correct trajectory leaves the policy as it is
@@ -233,7 +228,7 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 			}
 			met.Loss, met.GradNorm, err = l.SFTStep(seqs, cfg.Learner.MicroBatchTokens)
 			if err != nil {
-				return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+				return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 			}
 			met.LossMetrics = map[string]float64{"sft_sequences": float64(len(seqs))}
 		}
@@ -242,14 +237,14 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 	}
 	samples, skipped, err := Samples(trajs, cfg.Rollout.TemplateTokens)
 	if err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
 	met.Skipped = skipped
 	if err := noTrainableToken(k, samples, skipped, cfg.Rollout.TemplateTokens); err != nil {
-		return LearnMetrics{}, err
+		return records.Learn{}, err
 	}
 	if err := withBehavior(k, trajs, samples, cfg.Learner.Loss.RolloutCorrection); err != nil {
-		return LearnMetrics{}, err
+		return records.Learn{}, err
 	}
 	if len(samples) > 0 {
 		rc := trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
@@ -261,7 +256,7 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 			st, err = l.RLStep(rc, samples)
 		}
 		if err != nil {
-			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+			return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 		}
 		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
 		met.Mismatch = mismatchOf(st)
@@ -287,7 +282,7 @@ func nothingToTrain(k int64, trajs []schemas.Trajectory, meta map[string]string)
 	if len(trajs) > 0 && !failed {
 		return nil
 	}
-	st, err := trajectories.ReadStepStats(meta)
+	st, err := records.ReadStepStats(meta)
 	if err != nil {
 		return fmt.Errorf("learn step %d: nothing to train on, and the manifest's %w", k, err)
 	}
@@ -335,10 +330,10 @@ func noTrainableToken(k int64, samples []trainer.RLSample, skipped int, template
 // set, else the serving weights alone. In a group of ranks (st.ranks) the
 // other ranks write their weight shards meanwhile (see shards.go), and
 // logf, when set, says who wrote them.
-func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, full bool, met LearnMetrics, logf func(string)) (LearnMetrics, error) {
+func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, full bool, met records.Learn, logf func(string)) (records.Learn, error) {
 	runDir, next := cfg.Run.Dir, checkpoint.Dir(cfg.Run.Dir, k+1)
 	if err := st.syncParams(); err != nil {
-		return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+		return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
 	var writeOpt func(io.Writer) error
 	if full {
@@ -369,7 +364,7 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 		}
 	}
 	if err != nil {
-		return LearnMetrics{}, err
+		return records.Learn{}, err
 	}
 	return met, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
@@ -40,8 +41,8 @@ type loop struct {
 
 	emitMu sync.Mutex
 
-	learner *learnSession // the learner steps, with the training state kept between them
-	board   *board        // TensorBoard's event files (nil: run.tensorboard off)
+	learner *learnSession      // the learner steps, with the training state kept between them
+	board   *tensorboard.Board // TensorBoard's event files (nil: run.tensorboard off)
 
 	servers *weightsync.Group // nil: nobody is told (in-process policy, or policy.sync none)
 	pushMu  sync.Mutex
@@ -271,7 +272,7 @@ func (lp *loop) learn(ctx context.Context, k int64) error {
 	if err := RebuildMetrics(ctx, lp.cfg.Run.Dir); err != nil {
 		return err
 	}
-	lp.board.sync(ctx)
+	lp.board.Sync(ctx)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
@@ -56,7 +57,7 @@ func TestLUFFYTrains(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var lm LearnMetrics
+		var lm records.Learn
 		if err := json.Unmarshal(b, &lm); err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfmodel"
-	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -75,7 +75,7 @@ func TestMathLocalRuns(t *testing.T) {
 	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg.Run.Dir, 1)); !ok {
 		t.Errorf("checkpoint 1: %v", err)
 	}
-	recs, err := analytics.ReadHeldout(ctx, cfg.Run.Dir)
+	recs, err := records.ReadHeldout(ctx, cfg.Run.Dir)
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("held-out evaluations %+v (%v); want checkpoints 0 and 1", recs, err)
 	}

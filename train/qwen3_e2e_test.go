@@ -20,6 +20,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
@@ -346,7 +347,7 @@ eval: {every: 0}
 	if err := Run(lctx, lc, Options{Rollout: RolloutStep}); err != nil {
 		t.Fatalf("aipo train on the Hugging Face directory: %v", err)
 	}
-	var lm LearnMetrics
+	var lm records.Learn
 	if b, err := os.ReadFile(filepath.Join(lc.Run.Dir, "metrics", "learn-000000.json")); err != nil {
 		t.Fatal(err)
 	} else if err := json.Unmarshal(b, &lm); err != nil {

@@ -18,7 +18,8 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
-	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
+	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
@@ -88,9 +89,9 @@ func Claim(ctx context.Context, runDir string, o runlease.Options, logf func(str
 type Event struct {
 	Step, Steps int64
 	Phase       string // "rollout", "learn", "eval", "done"
-	Learn       *LearnMetrics
-	Eval        *demo.EvalRecord
-	Benchmarks  *analytics.BenchmarkEvalRecord // eval.benchmarks' scores (evalbench.go)
+	Learn       *records.Learn
+	Eval        *records.Eval
+	Benchmarks  *records.BenchmarkEval // eval.benchmarks' scores (evalbench.go)
 	Elapsed     time.Duration
 }
 
@@ -150,8 +151,8 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	lp.learner = learner
 	// TensorBoard's files catch up with the records first (those of an
 	// earlier invocation that it did not write), then follow each step.
-	lp.board = openBoard(cfg, opts.Log)
-	lp.board.sync(ctx)
+	lp.board = tensorboard.Open(cfg, opts.Log)
+	lp.board.Sync(ctx)
 	if err := lp.run(ctx, k); err != nil {
 		return err
 	}
@@ -247,7 +248,7 @@ func maybeEval(ctx context.Context, cfg runconfig.Config, task *demotask.Task, k
 	}
 	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Elapsed: time.Since(start)})
 	t0 := time.Now()
-	var em demo.EvalRecord
+	var em records.Eval
 	err := withEngine(ctx, cfg, k, "eval", func(endpoint string) error {
 		c, err := policy.Open(ctx, endpoint)
 		if err != nil {
@@ -268,7 +269,7 @@ func maybeEval(ctx context.Context, cfg runconfig.Config, task *demotask.Task, k
 		if err != nil {
 			return err
 		}
-		em = demo.EvalRecord{Kind: "eval", Step: k, PolicyVersion: k, Splits: scores}
+		em = records.Eval{Kind: "eval", Step: k, PolicyVersion: k, Splits: scores}
 		return nil
 	})
 	if err != nil {

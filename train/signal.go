@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -42,7 +43,7 @@ func noSignalAdvice(cfg runconfig.Config) string {
 // signalWarning is the line aipo train prints after learner step k when
 // some of its groups had no learning signal ("" when every group had one,
 // or the record predates the count).
-func signalWarning(cfg runconfig.Config, m LearnMetrics) string {
+func signalWarning(cfg runconfig.Config, m records.Learn) string {
 	if m.Groups == 0 || m.GroupsNoSignal == 0 {
 		return ""
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -42,13 +43,13 @@ func TestGroupSignal(t *testing.T) {
 	var cfg runconfig.Config
 	cfg.Rollout.GroupSize = 2
 	for _, c := range []struct {
-		m    LearnMetrics
+		m    records.Learn
 		want string
 	}{
-		{LearnMetrics{Step: 4, Groups: 8, GroupsNoSignal: 0}, ""},
-		{LearnMetrics{Step: 4}, ""}, // a record from before the count
-		{LearnMetrics{Step: 4, Groups: 8, GroupsNoSignal: 2}, "warning: step 4: 2 of 8 groups (25%) had no learning signal"},
-		{LearnMetrics{Step: 4, Groups: 8, GroupsNoSignal: 8}, "warning: step 4 had no learning signal: in all 8 groups the samples' rewards tied"},
+		{records.Learn{Step: 4, Groups: 8, GroupsNoSignal: 0}, ""},
+		{records.Learn{Step: 4}, ""}, // a record from before the count
+		{records.Learn{Step: 4, Groups: 8, GroupsNoSignal: 2}, "warning: step 4: 2 of 8 groups (25%) had no learning signal"},
+		{records.Learn{Step: 4, Groups: 8, GroupsNoSignal: 8}, "warning: step 4 had no learning signal: in all 8 groups the samples' rewards tied"},
 	} {
 		got := signalWarning(cfg, c.m)
 		if (c.want == "") != (got == "") || !strings.HasPrefix(got, c.want) {

@@ -18,6 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -253,28 +254,28 @@ func (s *learnSession) log(format string, args ...any) {
 // Learn runs learner step k (see the package-level Learn), then removes
 // the checkpoints the run keeps no longer (applyRetention). ctx carries
 // the run's lease.
-func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error) {
+func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error) {
 	runDir := s.cfg.Run.Dir
 	leader := s.ranks.Leader()
 	if leader {
 		if err := runlease.Require(ctx, runDir); err != nil {
-			return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+			return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 		}
 		if done, err := learned(ctx, runDir, k); err != nil || done {
 			if err != nil {
-				return LearnMetrics{}, err
+				return records.Learn{}, err
 			}
 			return readLearnRecord(ctx, runDir, k)
 		}
 		if s.ranks != nil {
 			if err := s.ranks.announce(ctx, rankCommand{Op: "learn", Step: k}); err != nil {
-				return LearnMetrics{}, fmt.Errorf("learn step %d: %w", k, err)
+				return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 			}
 		}
 	}
 	st, err := s.stateAt(ctx, k)
 	if err != nil {
-		return LearnMetrics{}, err
+		return records.Learn{}, err
 	}
 	// Whatever fails from here on may leave st half updated.
 	s.st = nil
@@ -293,7 +294,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 	}
 	if err != nil {
 		st.close()
-		return LearnMetrics{}, err
+		return records.Learn{}, err
 	}
 	st.step = k + 1
 	s.st = st
@@ -301,7 +302,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (LearnMetrics, error)
 		return met, nil
 	}
 	if err := applyRetention(ctx, s.cfg); err != nil {
-		return LearnMetrics{}, err
+		return records.Learn{}, err
 	}
 	return met, nil
 }
@@ -331,8 +332,8 @@ func (s *learnSession) Close() {
 }
 
 // readLearnRecord reads the learner's record of step k.
-func readLearnRecord(ctx context.Context, runDir string, k int64) (LearnMetrics, error) {
-	var m LearnMetrics
+func readLearnRecord(ctx context.Context, runDir string, k int64) (records.Learn, error) {
+	var m records.Learn
 	b, err := storage.ReadFile(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k))
 	if err == nil {
 		err = json.Unmarshal(b, &m)

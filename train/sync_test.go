@@ -18,6 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -157,13 +158,13 @@ func learnerLogProbs(t *testing.T, ctx context.Context, dir string, seqs ...[2][
 }
 
 // learnRecord is learner step k's metrics on record.
-func learnRecord(t *testing.T, ctx context.Context, c runconfig.Config, k int64) LearnMetrics {
+func learnRecord(t *testing.T, ctx context.Context, c runconfig.Config, k int64) records.Learn {
 	t.Helper()
 	b, err := storage.ReadFile(ctx, rundir.MetricsRecord(c.Run.Dir, rundir.LearnKind, k))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m LearnMetrics
+	var m records.Learn
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
 )
 
 func init() {
@@ -64,7 +65,7 @@ func runAnalyze(args []string) error {
 	for _, n := range []string{analytics.JSONName, analytics.MarkdownName, analytics.DynamicsPNG, analytics.LearnerPNG} {
 		fmt.Printf("  %s\n", storage.Join(dir, n))
 	}
-	if h, err := analytics.ReadHeldout(context.Background(), *run); err == nil && len(h) > 0 {
+	if h, err := records.ReadHeldout(context.Background(), *run); err == nil && len(h) > 0 {
 		fmt.Printf("  %s (held-out benchmarks at %d checkpoints)\n", storage.Join(dir, analytics.HeldoutPNG), len(h))
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/train"
 )
@@ -214,8 +215,8 @@ func TestProgressLines(t *testing.T) {
 	p := &progress{w: &buf}
 	ev := func(step int64, elapsed time.Duration, acc, reward string) {
 		p.event(train.Event{Step: step, Steps: 10, Phase: "learn", Elapsed: elapsed,
-			Learn: &train.LearnMetrics{Loss: 0.5, GradNorm: 1, Tokens: 100, Seconds: 1,
-				Rollout: analytics.RolloutMeta{"trajectories": "16", "accuracy": acc, "reward_mean": reward, "interactions_per_trajectory": "0.613281"}}})
+			Learn: &records.Learn{Loss: 0.5, GradNorm: 1, Tokens: 100, Seconds: 1,
+				Rollout: records.RolloutMeta{"trajectories": "16", "accuracy": acc, "reward_mean": reward, "interactions_per_trajectory": "0.613281"}}})
 	}
 	// A run resumed at step 6: four steps left, each done in 10s.
 	p.event(train.Event{Step: 6, Steps: 10, Phase: "rollout"})

@@ -11,8 +11,8 @@ import (
 
 	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/train"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // progress renders training events: one self-updating status line on a
@@ -54,7 +54,7 @@ func (p *progress) event(e train.Event) {
 	}
 	if e.Learn != nil {
 		p.acc, p.reward, p.calls = "", "", ""
-		if st, err := trajectories.ReadStepStats(e.Learn.Rollout); err == nil {
+		if st, err := records.ReadStepStats(e.Learn.Rollout); err == nil {
 			if st.Scored() {
 				p.acc, p.reward = num(st.Accuracy), num(st.RewardMean)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/serve"
@@ -242,7 +243,7 @@ func rehearse(t *testing.T, r rehearsal) {
 	}
 
 	// The held-out slice, evaluated on schedule.
-	recs, err := analytics.ReadHeldout(ctx, runDir)
+	recs, err := records.ReadHeldout(ctx, runDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"sort"
 
 	"github.com/aipo-rl/aipo/pipelines/rollout"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/train"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 func init() {
@@ -88,7 +88,7 @@ func runRollout(args []string) error {
 	}
 	fmt.Printf("step %d of %s: %d trajectories in %d shards, policy version %d\n",
 		m.Step, cfg.Run.Dir, m.Rows, len(m.Files), m.PolicyVersion)
-	st, err := trajectories.ReadStepStats(m.Meta)
+	st, err := records.ReadStepStats(m.Meta)
 	if err != nil {
 		return runError("step %d of %s: %v", m.Step, cfg.Run.Dir, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/records"
 )
 
 // Mismatch is the train-inference mismatch the learner measured on a
@@ -49,7 +50,7 @@ func readMismatch(ctx context.Context, run string, k int64) (*Mismatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rec LearnRecord
+	var rec records.Learn
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("%s is not a learner record (%v): restore it from the run's metrics.jsonl, which holds the same record on one line", p, err)
 	}
@@ -92,34 +93,8 @@ type LearnerMetrics struct {
 	Metrics  map[string]float64 `json:"metrics,omitempty"`
 }
 
-// LearnRecord is the learner's record of a step: written by aipo train
-// and aipo learn to <run>/metrics/learn-NNNNNN.json (and, one a line, into
-// <run>/metrics.jsonl), read back here and by a resumed run.
-type LearnRecord struct {
-	Kind          string `json:"kind"` // rundir.LearnKind
-	Step          int64  `json:"step"`
-	PolicyVersion int64  `json:"policy_version"` // of the checkpoint written
-	Trajectories  int    `json:"trajectories"`
-	Skipped       int    `json:"skipped"` // trajectories without trainable tokens (failed rollouts)
-	// Groups is the step's groups (one per prompt), GroupsNoSignal those
-	// with no learning signal: every sample's advantage 0 (tied rewards;
-	// under rejection SFT, no correct sample). Both 0 in records written
-	// before they were counted.
-	Groups         int                `json:"groups,omitempty"`
-	GroupsNoSignal int                `json:"groups_no_signal,omitempty"`
-	Tokens         int                `json:"tokens"`
-	Loss           float64            `json:"loss"`
-	GradNorm       float64            `json:"grad_norm"`
-	LR             float64            `json:"lr"`
-	Seconds        float64            `json:"seconds"`
-	LossMetrics    map[string]float64 `json:"loss_metrics"`
-	Rollout        RolloutMeta        `json:"rollout,omitempty"` // the step manifest's metrics, numbers as numbers
-	// Mismatch compares the learner's log-probs of the policy's tokens
-	// with the sampler's (absent when the step carries none).
-	Mismatch *loss.Mismatch `json:"mismatch,omitempty"`
-}
-
-func (r LearnRecord) metrics() *LearnerMetrics {
+// learnerMetrics is the report's view of a learner record.
+func learnerMetrics(r records.Learn) *LearnerMetrics {
 	return &LearnerMetrics{Loss: r.Loss, GradNorm: r.GradNorm, LR: r.LR, Tokens: int64(r.Tokens), Metrics: r.LossMetrics}
 }
 
@@ -128,7 +103,7 @@ func (r LearnRecord) metrics() *LearnerMetrics {
 // has not trained yet has none. A record that cannot be parsed is an error
 // naming its file and line.
 func loadLearner(ctx context.Context, run string, steps []StepRef) error {
-	recs := map[int64]LearnRecord{}
+	recs := map[int64]records.Learn{}
 	p := rundir.MetricsLog(run)
 	b, err := storage.ReadFile(ctx, p)
 	switch {
@@ -140,7 +115,7 @@ func loadLearner(ctx context.Context, run string, steps []StepRef) error {
 			if len(bytes.TrimSpace(line)) == 0 || !bytes.Contains(line, []byte(`"learn"`)) {
 				continue
 			}
-			var r LearnRecord
+			var r records.Learn
 			if err := json.Unmarshal(line, &r); err != nil {
 				return fmt.Errorf("%s line %d: %w (the learner's metrics; aipo train rewrites the file from %s)", p, i+1, err, rundir.Metrics(run))
 			}
@@ -164,7 +139,7 @@ func loadLearner(ctx context.Context, run string, steps []StepRef) error {
 				return fmt.Errorf("%s: %w", f, err)
 			}
 		}
-		steps[i].Learner = r.metrics()
+		steps[i].Learner = learnerMetrics(r)
 	}
 	return nil
 }

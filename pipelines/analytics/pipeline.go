@@ -11,6 +11,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
@@ -78,8 +79,8 @@ func PerStep(s beam.Scope, trajs beam.PCollection) beam.PCollection {
 func Build(s beam.Scope, plan Plan, out string) { BuildWithHeldout(s, plan, out, nil) }
 
 // BuildWithHeldout is Build with the run's held-out evaluations (see
-// ReadHeldout) in the report.
-func BuildWithHeldout(s beam.Scope, plan Plan, out string, heldout []BenchmarkEvalRecord) {
+// records.ReadHeldout) in the report.
+func BuildWithHeldout(s beam.Scope, plan Plan, out string, heldout []records.BenchmarkEval) {
 	s = s.Scope("analytics")
 	trajs, bad := readTrajectories(s, plan.Steps)
 	perStep := PerStep(s, trajs)
@@ -100,7 +101,7 @@ func Run(ctx context.Context, o Options) (Plan, error) {
 	if err != nil {
 		return plan, err
 	}
-	heldout, err := ReadHeldout(ctx, o.Run)
+	heldout, err := records.ReadHeldout(ctx, o.Run)
 	if err != nil {
 		return plan, err
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 )
@@ -31,7 +32,7 @@ type Report struct {
 	Unreadable []UnreadableShard `json:"unreadable,omitempty"`
 	// Heldout are the run's evaluations on its held-out benchmarks
 	// (eval.benchmarks), in step order.
-	Heldout []BenchmarkEvalRecord `json:"heldout,omitempty"`
+	Heldout []records.BenchmarkEval `json:"heldout,omitempty"`
 }
 
 // File names written into the output directory.
@@ -112,7 +113,7 @@ func BuildReport(plan Plan, accs []stepAcc, bad []UnreadableShard) (Report, erro
 // writeReport writes the report of the accumulators into out.
 //
 // Input: PCollection<stepAcc>, one per step; PCollection<UnreadableShard>.
-func writeReport(s beam.Scope, plan Plan, out string, heldout []BenchmarkEvalRecord, accs, bad beam.PCollection) {
+func writeReport(s beam.Scope, plan Plan, out string, heldout []records.BenchmarkEval, accs, bad beam.PCollection) {
 	s = s.Scope("analytics.WriteReport")
 	beam.ParDo0(s, &writeReportFn{Out: out, Plan: plan, Heldout: heldout}, beam.Impulse(s), beam.SideInput{Input: accs}, beam.SideInput{Input: bad})
 }
@@ -121,9 +122,9 @@ func writeReport(s beam.Scope, plan Plan, out string, heldout []BenchmarkEvalRec
 // and the unreadable shards, and writes analysis.json, analysis.md and the
 // plots.
 type writeReportFn struct {
-	Out     string                `json:"out"`
-	Plan    Plan                  `json:"plan"`
-	Heldout []BenchmarkEvalRecord `json:"heldout"`
+	Out     string                  `json:"out"`
+	Plan    Plan                    `json:"plan"`
+	Heldout []records.BenchmarkEval `json:"heldout"`
 }
 
 func (f *writeReportFn) ProcessElement(ctx context.Context, _ []byte, iter func(*stepAcc) bool, badIter func(*UnreadableShard) bool) error {

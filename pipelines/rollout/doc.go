@@ -23,7 +23,7 @@
 //
 // # Manifest meta
 //
-// Besides the statistics of transforms/trajectories.StepStats (trajectories,
+// Besides the statistics of transforms/records.StepStats (trajectories,
 // failures by kind, interactions per agent and status, dropped groups,
 // reward and accuracy), the manifest records config_hash, seed,
 // group_size, max_interactions, opener_by, template_tokens,

@@ -16,6 +16,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/chattemplate"
@@ -194,7 +195,7 @@ func Build(s beam.Scope, o Options, spec trajectories.Spec, lease runlease.Token
 	}
 	check := trajectories.StepCheck{Step: o.Step, Sources: first.Files, DeadLetters: first.DeadLetters, MaxFailedFraction: c.Rollout.FailedFractionBound()}
 	meta := parquetio.StepMeta{Run: c.Run.Name, Step: o.Step, Meta: StaticMeta(o, spec)}
-	opts := []parquetio.WriteOption{parquetio.RequireMeta(trajectories.CheckedMeta)}
+	opts := []parquetio.WriteOption{parquetio.RequireMeta(records.CheckedMeta)}
 	if o.MaxShardRows > 0 {
 		opts = append(opts, parquetio.MaxShardRows(o.MaxShardRows))
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
@@ -26,7 +27,7 @@ type StepCheck struct {
 // Err returns why a step whose statistics are st must not be committed, or
 // nil: no prompt row (every row malformed, or no row), every sample
 // failed, or more than MaxFailedFraction of them failed.
-func (c StepCheck) Err(st StepStats) error {
+func (c StepCheck) Err(st records.StepStats) error {
 	if st.Prompts == 0 {
 		if c.Sources == "" {
 			return fmt.Errorf("rollout step %d refused: no prompt to roll out; set data.batch_size to at least 1", c.Step)
@@ -58,7 +59,7 @@ func (c StepCheck) Err(st StepStats) error {
 }
 
 // firstError is st's first failure, or "(not recorded)".
-func firstError(st StepStats) string {
+func firstError(st records.StepStats) string {
 	if st.FirstError == "" {
 		return "(not recorded)"
 	}
@@ -70,7 +71,7 @@ func firstError(st StepStats) string {
 // dynamic sampling could not fill (groups_short), from its manifest meta;
 // "" when neither happened.
 func FailureWarning(step int64, meta map[string]string) string {
-	st, err := ReadStepStats(meta)
+	st, err := records.ReadStepStats(meta)
 	if err != nil {
 		return fmt.Sprintf("warning: step %d: %v", step, err)
 	}
@@ -105,13 +106,13 @@ func Refused(err error, step int64) (refusal error, ok bool) {
 	return errors.New(text), true
 }
 
-// CheckPassed is CheckedMeta's value for a step that passed; any other
+// CheckPassed is records.CheckedMeta's value for a step that passed; any other
 // value is the refusal.
 const CheckPassed = "passed"
 
 // CheckStep merges a step's meta (DeadLettersMeta and StepMeta outputs)
-// into one StepMeta and sets its StepStats.Check to CheckPassed, or to
-// c.Err's refusal, which the commit (parquetio.RequireMeta(CheckedMeta))
+// into one StepMeta and sets its records.StepStats.Check to CheckPassed, or to
+// c.Err's refusal, which the commit (parquetio.RequireMeta(records.CheckedMeta))
 // then fails with, writing nothing.
 //
 //	PCollection<parquetio.StepMeta> -> PCollection<parquetio.StepMeta>
@@ -134,7 +135,7 @@ func (f *checkStepFn) ProcessElement(_ context.Context, _ []byte, metas func(*pa
 	// The verdict travels to the commit, which refuses with it: failing
 	// here instead would race the commit, which a runner may still run
 	// (with empty side inputs) and whose error would then be the one shown.
-	st, err := ReadStepStats(out.Meta)
+	st, err := records.ReadStepStats(out.Meta)
 	if err == nil {
 		err = f.Check.Err(st)
 	} else {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/sampling"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -53,8 +54,8 @@ func TestFirstErrorIsOrderFree(t *testing.T) {
 // wrapped report.
 func TestStepCheck(t *testing.T) {
 	c := StepCheck{Step: 3, Sources: "p.jsonl", DeadLetters: "dl/step-000003.jsonl", MaxFailedFraction: 0.5}
-	meta := func(failed, total int64) StepStats {
-		return StepStats{Prompts: 2, Trajectories: total, Finish: map[string]int64{schemas.FinishError: failed}, FirstError: "prompt x sample 0: boom"}
+	meta := func(failed, total int64) records.StepStats {
+		return records.StepStats{Prompts: 2, Trajectories: total, Finish: map[string]int64{schemas.FinishError: failed}, FirstError: "prompt x sample 0: boom"}
 	}
 	if err := c.Err(meta(2, 4)); err != nil {
 		t.Errorf("2 of 4 failed under 0.5: %v", err)
@@ -71,7 +72,7 @@ func TestStepCheck(t *testing.T) {
 		t.Errorf("all failed under 1: %v", err)
 	}
 	dead := int64(5)
-	err = c.Err(StepStats{DeadLetters: &dead})
+	err = c.Err(records.StepStats{DeadLetters: &dead})
 	if err == nil || !strings.Contains(err.Error(), "no usable prompt in data.sources p.jsonl: 5 rows read, all 5 malformed (dead-lettered to dl/step-000003.jsonl") {
 		t.Errorf("all rows malformed: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -307,7 +308,7 @@ func DecisionsMeta(all []Decision, batch int) parquetio.StepMeta {
 		st.Add(s)
 	}
 	ss := st.StepStats()
-	ss.Refill = &RefillStats{Draws: int64(len(draws)), GroupsSurplus: surplus, GroupsShort: int64(max(0, batch-len(trained)))}
+	ss.Refill = &records.RefillStats{Draws: int64(len(draws)), GroupsSurplus: surplus, GroupsShort: int64(max(0, batch-len(trained)))}
 	m := parquetio.StepMeta{Meta: ss.Meta()}
 	if st.Counts["trajectories"] > 0 {
 		m.PolicyVersion = st.VersionMax

@@ -4,15 +4,16 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
 
 // Stats are additive counts of a step (one per group, merged by StepMeta),
-// from which StepStats makes the step's statistics.
+// from which records.StepStats makes the step's statistics.
 type Stats struct {
-	// Counts holds named counts, under the names of their StepStats meta
+	// Counts holds named counts, under the names of their records.StepStats meta
 	// keys.
 	Counts map[string]int64
 	// RewardSum and LatencyMsSum sum the rewards of the trajectories that
@@ -111,7 +112,7 @@ func GroupStats(g Group, kept bool) Stats {
 	return st
 }
 
-// maxErrorMeta bounds StepStats.FirstError.
+// maxErrorMeta bounds records.StepStats.FirstError.
 const maxErrorMeta = 1000
 
 // StepMeta merges every group's Stats into one parquetio.StepMeta (the
@@ -140,7 +141,7 @@ func mergeStats(_ []byte, iter func(*Stats) bool) parquetio.StepMeta {
 
 // DeadLettersMeta turns the count of a step's malformed prompt rows
 // (prompts.WriteDeadLetters' output) into a StepMeta holding it as
-// StepStats.DeadLetters, for CheckStep to merge.
+// records.StepStats.DeadLetters, for CheckStep to merge.
 //
 //	PCollection<int> -> PCollection<parquetio.StepMeta>
 func DeadLettersMeta(s beam.Scope, counts beam.PCollection) beam.PCollection {
@@ -149,5 +150,5 @@ func DeadLettersMeta(s beam.Scope, counts beam.PCollection) beam.PCollection {
 }
 
 func deadLettersStepMeta(n int) parquetio.StepMeta {
-	return parquetio.StepMeta{Meta: deadLettersMeta(int64(n))}
+	return parquetio.StepMeta{Meta: records.DeadLettersMeta(int64(n))}
 }

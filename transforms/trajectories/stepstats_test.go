@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/sampling"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
-// StepStats writes the meta the build before it wrote for the same groups
+// records.StepStats writes the meta the build before it wrote for the same groups
 // (the maps below are that build's StatsMeta and DecisionsMeta output),
 // key for key, and reads it back to the same record: merged groups, a
 // step without groups, dynamic sampling with a surplus and short of its
@@ -49,7 +50,7 @@ func TestStepStatsMetaAsBefore(t *testing.T) {
 		if !maps.Equal(c.got, c.want) {
 			t.Errorf("%s: meta\n%v\nwant\n%v", name, c.got, c.want)
 		}
-		st, err := ReadStepStats(c.want)
+		st, err := records.ReadStepStats(c.want)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -78,7 +79,7 @@ func TestStepStatsReadEarlierManifests(t *testing.T) {
 		if err := json.Unmarshal(b, &man); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		st, err := ReadStepStats(man.Meta)
+		st, err := records.ReadStepStats(man.Meta)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -107,7 +108,7 @@ func TestStepStatsMalformed(t *testing.T) {
 	for _, meta := range []map[string]string{
 		{"prompts": "two"}, {"reward_mean": "high"}, {"finish.error": "1.5"}, {"interactions.verify.ok": ""}, {"draws": "x", "groups_surplus": "0", "groups_short": "0"},
 	} {
-		_, err := ReadStepStats(meta)
+		_, err := records.ReadStepStats(meta)
 		for k, v := range meta {
 			if v == "0" {
 				continue

@@ -1,4 +1,7 @@
-package train
+// Package tensorboard writes a run's records (the learner's, the demo
+// task's and the benchmarks' evaluations) as TensorBoard scalars under
+// <run>/tensorboard, each (step, tag) once across processes and resumes.
+package tensorboard
 
 import (
 	"context"
@@ -12,25 +15,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/tfevents"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/pipelines/analytics"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
-
-// TensorBoardDir is where aipo train writes its TensorBoard event files:
-// <run>/tensorboard.
-func TensorBoardDir(runDir string) string { return rundir.TensorBoard(runDir) }
 
 // boardFiles numbers the event files this process starts, so that two
 // runs of one process in the same second get files of their own.
 var boardFiles atomic.Int64
 
-// board writes a run's per-step metrics as TensorBoard scalars. Its
+// Board writes a run's per-step metrics as TensorBoard scalars. Its
 // source is the run's metrics/*.json (the learner's records, the demo
 // task's and the benchmarks' evaluations), so what TensorBoard shows is
 // what metrics.jsonl holds. Each process appends to an event file of its
@@ -38,7 +35,7 @@ var boardFiles atomic.Int64
 // directory holds yet: a resumed run neither repeats a step nor loses one
 // (a step whose record was committed just before a kill, but not its
 // events, is written by the next process).
-type board struct {
+type Board struct {
 	dir  string
 	run  string
 	logf func(string)
@@ -57,19 +54,19 @@ type boardKey struct {
 	tag  string
 }
 
-// openBoard is the run's board, or nil when run.tensorboard is false.
-func openBoard(cfg runconfig.Config, logf func(string)) *board {
+// Open is the run's board, or nil when run.tensorboard is false.
+func Open(cfg runconfig.Config, logf func(string)) *Board {
 	if !cfg.Run.WritesTensorBoard() {
 		return nil
 	}
-	return &board{dir: TensorBoardDir(cfg.Run.Dir), run: cfg.Run.Dir, logf: logf,
+	return &Board{dir: rundir.TensorBoard(cfg.Run.Dir), run: cfg.Run.Dir, logf: logf,
 		written: map[boardKey]bool{}, done: map[string]bool{}}
 }
 
-// sync writes the scalars of the run's metrics records that no event
+// Sync writes the scalars of the run's metrics records that no event
 // file holds yet. A failure is reported once, through logf, and does not
 // stop the run: the next sync writes what this one could not.
-func (b *board) sync(ctx context.Context) {
+func (b *Board) Sync(ctx context.Context) {
 	if b == nil {
 		return
 	}
@@ -84,7 +81,7 @@ func (b *board) sync(ctx context.Context) {
 	}
 }
 
-func (b *board) write(ctx context.Context) error {
+func (b *Board) write(ctx context.Context) error {
 	if !b.scanned {
 		if err := b.scan(ctx); err != nil {
 			return err
@@ -187,7 +184,7 @@ func (b *board) write(ctx context.Context) error {
 // append adds data to this process's event file: appended in place on a
 // local disk (so that a TensorBoard reading the file sees each step as it
 // lands), rewritten whole on gs://, whose objects cannot be appended to.
-func (b *board) append(ctx context.Context, data []byte) error {
+func (b *Board) append(ctx context.Context, data []byte) error {
 	if storage.IsRemote(b.file) {
 		all := append(append([]byte(nil), b.remote...), data...)
 		if err := storage.WriteAtomic(ctx, b.file, all); err != nil {
@@ -221,7 +218,7 @@ func (b *board) append(ctx context.Context, data []byte) error {
 // scan notes the (step, tag) pairs the directory's event files hold, up to
 // the first record of each that cannot be read (a partial record a killed
 // writer left: what follows it is written again).
-func (b *board) scan(ctx context.Context) error {
+func (b *Board) scan(ctx context.Context) error {
 	files, err := storage.List(ctx, storage.Join(b.dir, "*"+tfevents.Marker+"*"))
 	if err != nil {
 		return err
@@ -285,13 +282,13 @@ func recordScalars(raw []byte) (string, int64, []tfevents.Scalar, error) {
 	vals := map[string]float64{}
 	switch head.Kind {
 	case "learn":
-		var m LearnMetrics
+		var m records.Learn
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return "", 0, nil, err
 		}
 		learnScalars(m, vals)
 	case "eval":
-		var m demo.EvalRecord
+		var m records.Eval
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return "", 0, nil, err
 		}
@@ -300,8 +297,8 @@ func recordScalars(raw []byte) (string, int64, []tfevents.Scalar, error) {
 			vals[p+"greedy"], vals[p+"avg_k"], vals[p+"pass_k"] = s.Greedy, s.AvgK, s.PassK
 			vals[p+"call_rate"], vals[p+"stderr_avg"] = s.CallRate, s.StdErrAvg
 		}
-	case analytics.HeldoutKind:
-		var m analytics.BenchmarkEvalRecord
+	case records.HeldoutKind:
+		var m records.BenchmarkEval
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return "", 0, nil, err
 		}
@@ -330,7 +327,7 @@ var boardSettings = map[string]bool{"seed": true, "group_size": true, "max_inter
 // (0 in a step without their calls, so that each series has every step).
 var boardAgents = []string{"verify", "knowledge", "reason"}
 
-func learnScalars(m LearnMetrics, vals map[string]float64) {
+func learnScalars(m records.Learn, vals map[string]float64) {
 	vals["train/loss"], vals["train/lr"], vals["train/grad_norm"] = m.Loss, m.LR, m.GradNorm
 	vals["learner/tokens"], vals["learner/skipped"], vals["learner/seconds"] = float64(m.Tokens), float64(m.Skipped), m.Seconds
 	for k, v := range m.LossMetrics {
@@ -342,7 +339,7 @@ func learnScalars(m LearnMetrics, vals map[string]float64) {
 	}
 	num := map[string]float64{}
 	for k, s := range m.Rollout {
-		if analytics.TextMeta(k) || boardSettings[k] {
+		if records.TextMeta(k) || boardSettings[k] {
 			continue
 		}
 		if v, err := strconv.ParseFloat(s, 64); err == nil {
@@ -358,7 +355,7 @@ func learnScalars(m LearnMetrics, vals map[string]float64) {
 			vals["rollout/"+k] = v
 		}
 	}
-	st, err := trajectories.ReadStepStats(m.Rollout)
+	st, err := records.ReadStepStats(m.Rollout)
 	if err != nil {
 		return // a record whose rollout statistics do not read: its numbers above only
 	}

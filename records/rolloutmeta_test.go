@@ -1,4 +1,4 @@
-package analytics
+package records
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 // stays a string; records of earlier builds (all strings) still read.
 func TestStepMetaNumbers(t *testing.T) {
 	m := RolloutMeta{"accuracy": "0.5625", "prompts": "32", "tiny": "1e-07", "nan": "NaN", "run": "demo", "plus": "+1"}
-	b, err := json.Marshal(LearnRecord{Kind: "learn", Rollout: m})
+	b, err := json.Marshal(Learn{Kind: "learn", Rollout: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,11 +24,11 @@ func TestStepMetaNumbers(t *testing.T) {
 	if !reflect.DeepEqual(raw.Rollout, want) {
 		t.Errorf("rollout as written %v, want %v", raw.Rollout, want)
 	}
-	var back LearnRecord
+	var back Learn
 	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back.Rollout, m) {
 		t.Errorf("read back %v (%v), want %v", back.Rollout, err, m)
 	}
-	var old LearnRecord
+	var old Learn
 	if err := json.Unmarshal([]byte(`{"kind":"learn","rollout":{"accuracy":"0.5"}}`), &old); err != nil || old.Rollout["accuracy"] != "0.5" {
 		t.Errorf("an earlier build's record: %v, %v", old.Rollout, err)
 	}

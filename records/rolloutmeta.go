@@ -1,4 +1,4 @@
-package analytics
+package records
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // RolloutMeta is a step manifest's metrics as a learner record carries them:
@@ -76,7 +74,7 @@ func (m *RolloutMeta) UnmarshalJSON(data []byte) error {
 
 // textMeta are the rollout's settings among the meta keys whose values are
 // text even when they look like a number (a hash of digits only); the
-// statistics that are text, trajectories.IsStepStatText says.
+// statistics that are text, IsStepStatText says.
 var textMeta = map[string]bool{"config_hash": true, "policy_endpoint": true, "data": true, "opener_by": true, "template_tokens": true, "run": true, "guidance": true}
 
 // isJSONNumber reports whether s is a finite number written as JSON writes
@@ -91,4 +89,4 @@ func isJSONNumber(s string) bool {
 
 // TextMeta reports whether the manifest meta key k holds text even when
 // its value looks like a number (a hash of digits only).
-func TextMeta(k string) bool { return textMeta[k] || trajectories.IsStepStatText(k) }
+func TextMeta(k string) bool { return textMeta[k] || IsStepStatText(k) }

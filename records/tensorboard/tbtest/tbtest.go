@@ -1,0 +1,253 @@
+// Package tbtest checks a run's TensorBoard event files against its
+// records, for the tests of the writer and of the runs that write them.
+package tbtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/internal/testtools"
+	"github.com/aipo-rl/aipo/internal/tfevents"
+	"github.com/aipo-rl/aipo/records"
+	"github.com/aipo-rl/aipo/records/tensorboard"
+)
+
+// Key is one scalar of an event file: its step and tag.
+type Key struct {
+	Step int64
+	Tag  string
+}
+
+// EventFiles reads every event file of a run's tensorboard/ (local or
+// gs://) with the package's reader: each (step, tag) and its values, one
+// per occurrence.
+func EventFiles(t testing.TB, runDir string) (files []string, seen map[Key][]float32) {
+	t.Helper()
+	ctx := context.Background()
+	files, err := storage.List(ctx, storage.Join(rundir.TensorBoard(runDir), "events.out.tfevents.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = map[Key][]float32{}
+	for _, f := range files {
+		b, err := storage.ReadFile(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := tfevents.Read(b)
+		if err != nil && !errors.Is(err, tfevents.ErrTruncated) {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(ev) == 0 || ev[0].FileVersion != tfevents.FileVersion {
+			t.Fatalf("%s does not start with the file version event", f)
+		}
+		for _, e := range ev {
+			for _, s := range e.Scalars {
+				k := Key{e.Step, s.Tag}
+				seen[k] = append(seen[k], s.Value)
+			}
+		}
+	}
+	return files, seen
+}
+
+// ExpectedScalars is RecordScalars of every metrics file of a run.
+func ExpectedScalars(t testing.TB, runDir string) map[Key]float32 {
+	t.Helper()
+	ctx := context.Background()
+	files, err := storage.List(ctx, storage.Join(runDir, "metrics", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[Key]float32{}
+	for _, f := range files {
+		b, err := storage.ReadFile(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step, vals, err := tensorboard.RecordScalars(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, v := range vals {
+			want[Key{step, v.Tag}] = v.Value
+		}
+	}
+	return want
+}
+
+// CheckEventsOnce checks that the run's event files hold every scalar of
+// its metrics records once, and nothing else (read with tfevents.Read:
+// on gs:// too).
+func CheckEventsOnce(t testing.TB, runDir, when string) {
+	t.Helper()
+	want := ExpectedScalars(t, runDir)
+	if len(want) == 0 {
+		t.Fatalf("%s: the run has no metrics records", when)
+	}
+	_, seen := EventFiles(t, runDir)
+	for k, w := range want {
+		if g := seen[k]; len(g) != 1 || g[0] != w {
+			t.Errorf("%s: step %d %s: %v, want %v once", when, k.Step, k.Tag, g, w)
+		}
+	}
+	for k := range seen {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: step %d %s written, not in the records", when, k.Step, k.Tag)
+		}
+	}
+}
+
+// CheckWithTensorBoard reads a run's event files with TensorBoard's own reader
+// (scripts/pychecks/read_tensorboard.py in the scripts/pychecks.sh
+// environment) and checks that every scalar of every metrics record is
+// there once, at its step, equal as float32, and nothing else; and, from
+// the records read here, the headline numbers by name. Each tag of series
+// must hold steps 0 to n-1, n its value.
+func CheckWithTensorBoard(t testing.TB, runDir string, series map[string]int) {
+	t.Helper()
+	py := testtools.PyChecks(t)
+	cmd := exec.Command(py, testtools.PyCheckScript("read_tensorboard.py"), rundir.TensorBoard(runDir))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("read_tensorboard.py: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		TensorBoard string                  `json:"tensorboard"`
+		Files       []string                `json:"files"`
+		Scalars     map[string][][2]float64 `json:"scalars"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("read_tensorboard.py's output: %v\n%s", err, out)
+	}
+	t.Logf("TensorBoard %s read %d scalar series from %v", got.TensorBoard, len(got.Scalars), got.Files)
+	seen := map[Key][]float32{}
+	for tag, evs := range got.Scalars {
+		for _, e := range evs {
+			k := Key{int64(e[0]), tag}
+			seen[k] = append(seen[k], float32(e[1]))
+		}
+	}
+	want := ExpectedScalars(t, runDir)
+	if len(want) == 0 {
+		t.Fatal("the run has no metrics records")
+	}
+	for k, w := range want {
+		if g := seen[k]; len(g) != 1 || g[0] != w {
+			t.Errorf("TensorBoard: step %d %s: %v, want %v once", k.Step, k.Tag, g, w)
+		}
+	}
+	for k, g := range seen {
+		if _, ok := want[k]; !ok {
+			t.Errorf("TensorBoard: step %d %s = %v is not in the run's records", k.Step, k.Tag, g)
+		}
+	}
+	// The headline numbers, by name, from the records as the run wrote them.
+	value := func(step int64, tag string) (float32, bool) {
+		g := seen[Key{step, tag}]
+		if len(g) != 1 {
+			return 0, false
+		}
+		return g[0], true
+	}
+	expect := func(step int64, tag string, w float64) {
+		t.Helper()
+		if g, ok := value(step, tag); !ok || g != float32(w) {
+			t.Errorf("TensorBoard: step %d %s = %v (found %v), the record says %v", step, tag, g, ok, float32(w))
+		}
+	}
+	meta := func(m records.RolloutMeta, k string) float64 {
+		v, err := strconv.ParseFloat(m[k], 64)
+		if err != nil {
+			t.Fatalf("rollout meta %s = %q", k, m[k])
+		}
+		return v
+	}
+	files, _ := filepath.Glob(filepath.Join(runDir, "metrics", "*.json"))
+	kinds := map[string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch base := filepath.Base(f); {
+		case strings.HasPrefix(base, "learn-"):
+			var m records.Learn
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			kinds["learn"]++
+			expect(m.Step, "train/loss", m.Loss)
+			expect(m.Step, "train/lr", m.LR)
+			expect(m.Step, "train/reward_mean", meta(m.Rollout, "reward_mean"))
+			expect(m.Step, "train/accuracy", meta(m.Rollout, "accuracy"))
+			expect(m.Step, "train/interactions_per_trajectory", meta(m.Rollout, "interactions_per_trajectory"))
+			n := meta(m.Rollout, "trajectories")
+			for _, a := range []string{"verify", "knowledge", "reason"} {
+				c, _ := strconv.ParseFloat(m.Rollout["interactions."+a], 64)
+				expect(m.Step, "interactions/"+a, c/n)
+			}
+			ext, _ := strconv.ParseFloat(m.Rollout["tokens.external"], 64)
+			guide, _ := strconv.ParseFloat(m.Rollout["tokens.guide"], 64)
+			expect(m.Step, "train/external_token_share", (ext+guide)/meta(m.Rollout, "tokens.response"))
+			if m.Mismatch == nil {
+				t.Errorf("learner step %d has no mismatch record", m.Step)
+			} else {
+				expect(m.Step, "mismatch/abs_mean", m.Mismatch.AbsMean)
+				expect(m.Step, "mismatch/kl_k3", m.Mismatch.KLK3)
+			}
+			for name, v := range m.LossMetrics {
+				expect(m.Step, "loss/"+name, v)
+			}
+		case strings.HasPrefix(base, "evalbench-"):
+			var m records.BenchmarkEval
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			kinds["evalbench"]++
+			for _, s := range m.Benchmarks {
+				expect(m.Step, "benchmark/"+s.Name+"/avg", s.Avg)
+				for k, v := range s.Pass {
+					expect(m.Step, "benchmark/"+s.Name+"/pass@"+k, v)
+				}
+			}
+		case strings.HasPrefix(base, "eval-"):
+			var m records.Eval
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			kinds["eval"]++
+			for _, s := range m.Splits {
+				expect(m.Step, "eval/"+s.Split+"/greedy", s.Greedy)
+				expect(m.Step, "eval/"+s.Split+"/avg_k", s.AvgK)
+			}
+		}
+	}
+	t.Logf("records checked by name: %v", kinds)
+	for tag, n := range series {
+		var steps []int64
+		for _, e := range got.Scalars[tag] {
+			steps = append(steps, int64(e[0]))
+		}
+		slices.Sort(steps)
+		ok := len(steps) == n
+		for i := 0; ok && i < n; i++ {
+			ok = steps[i] == int64(i)
+		}
+		if !ok {
+			t.Errorf("TensorBoard: %s has steps %v, want 0 to %d, each once", tag, steps, n-1)
+		}
+	}
+}
