@@ -18,7 +18,7 @@ const AlgorithmName = rundir.AlgorithmName
 
 // WriteAlgorithm resolves cfg's algorithm, writes it to
 // <run>/algorithm.yaml and returns it, so that the caller prints it once.
-// ctx must carry the run's lease (Claim); call it after RememberConfig.
+// ctx must carry the run's lease (Claim); call it after runconfig.Remember.
 func WriteAlgorithm(ctx context.Context, cfg runconfig.Config) (runconfig.Algorithm, error) {
 	if err := runlease.Require(ctx, cfg.Run.Dir); err != nil {
 		return runconfig.Algorithm{}, err

@@ -38,7 +38,7 @@ type DemoOptions struct {
 	// StopAfter ends training after that many steps (for resumption tests).
 	StopAfter int64
 	// Reconfigure applies a configuration that differs from the run's
-	// run.yaml instead of refusing it (see RememberConfig).
+	// run.yaml instead of refusing it (see runconfig.Remember).
 	Reconfigure bool
 }
 
@@ -102,7 +102,7 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 	// so that `aipo train --run DIR` continues the same run; a later demo
 	// with other flags on the same directory is refused (or, with
 	// Reconfigure, recorded).
-	if err := RememberConfig(ctx, cfg, o.Reconfigure, o.Log); err != nil {
+	if err := runconfig.Remember(ctx, cfg, o.Reconfigure, o.Log); err != nil {
 		return demo.Report{}, fmt.Errorf("demo: %w", err)
 	}
 	alg, err := WriteAlgorithm(ctx, cfg)

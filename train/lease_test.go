@@ -20,6 +20,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
+	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -339,7 +340,7 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 	notHeld("rollout.Run", "rollout: ", err)
 	_, err = RunDemo(ctx, DemoOptions{RunDir: run, Quick: true})
 	notHeld("RunDemo", "demo: ", err)
-	notHeld("RememberConfig", "", RememberConfig(ctx, cfg, false, nil))
+	notHeld("runconfig.Remember", "", runconfig.Remember(ctx, cfg, false, nil))
 	_, err = WriteAlgorithm(ctx, cfg)
 	notHeld("WriteAlgorithm", "", err)
 	notHeld("SeedRunCheckpoint", "", SeedRunCheckpoint(ctx, checkpoint.Dir(run, 0), cfg))

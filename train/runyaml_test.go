@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -23,18 +24,18 @@ func TestRunRemembersItsConfig(t *testing.T) {
 	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}
-	recorded, err := os.ReadFile(filepath.Join(dir, RunYAMLName))
+	recorded, err := os.ReadFile(filepath.Join(dir, rundir.RunYAMLName))
 	if err != nil {
-		t.Fatalf("the first run wrote no %s: %v", RunYAMLName, err)
+		t.Fatalf("the first run wrote no %s: %v", rundir.RunYAMLName, err)
 	}
 	changed := func(c *runconfig.Config) {
 		c.Rollout.GroupSize *= 2
 		c.Learner.Optim.LR = 5e-3
 	}
 	_, err = RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: changed})
-	var ce *ConfigChangedError
+	var ce *runconfig.ConfigChangedError
 	if !errors.As(err, &ce) {
-		t.Fatalf("a changed configuration on the same run: %v, want a *ConfigChangedError", err)
+		t.Fatalf("a changed configuration on the same run: %v, want a *runconfig.ConfigChangedError", err)
 	}
 	msg := err.Error()
 	for _, want := range []string{"rollout.group_size", "learner.optim.lr", "-> 0.005", "--reconfigure", dir} {
@@ -45,7 +46,7 @@ func TestRunRemembersItsConfig(t *testing.T) {
 	if len(ce.Changes) != 2 {
 		t.Errorf("changes %v, want exactly group_size and lr", ce.Changes)
 	}
-	if now, _ := os.ReadFile(filepath.Join(dir, RunYAMLName)); string(now) != string(recorded) {
+	if now, _ := os.ReadFile(filepath.Join(dir, rundir.RunYAMLName)); string(now) != string(recorded) {
 		t.Error("the refused run rewrote run.yaml")
 	}
 	// The same configuration again, from its run.yaml, is accepted.
@@ -56,18 +57,18 @@ func TestRunRemembersItsConfig(t *testing.T) {
 	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: changed, Reconfigure: true}); err != nil {
 		t.Fatalf("--reconfigure: %v", err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, ConfigChangesName))
+	b, err := os.ReadFile(filepath.Join(dir, rundir.ConfigChangesName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec ConfigChange
+	var rec runconfig.ConfigChange
 	if err := json.Unmarshal(b, &rec); err != nil {
-		t.Fatalf("%s: %v", ConfigChangesName, err)
+		t.Fatalf("%s: %v", rundir.ConfigChangesName, err)
 	}
 	if rec.FromStep < 1 || len(rec.Changes) != 2 || rec.Changes[1].Field != "rollout.group_size" {
 		t.Errorf("recorded change %+v, want group_size and lr from step >= 1", rec)
 	}
-	cfg, err := runconfig.Load(ctx, filepath.Join(dir, RunYAMLName))
+	cfg, err := runconfig.Load(ctx, filepath.Join(dir, rundir.RunYAMLName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +86,10 @@ func TestRememberConfigWritesRunYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx = claimed(t, ctx, cfg.Run.Dir)
-	if err := RememberConfig(ctx, cfg, false, nil); err != nil {
+	if err := runconfig.Remember(ctx, cfg, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	back, err := runconfig.Load(ctx, filepath.Join(cfg.Run.Dir, RunYAMLName))
+	back, err := runconfig.Load(ctx, filepath.Join(cfg.Run.Dir, rundir.RunYAMLName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestRememberConfigWritesRunYAML(t *testing.T) {
 	if string(a) != string(b) {
 		t.Errorf("run.yaml does not load back to the configuration:\n%s\nvs\n%s", a, b)
 	}
-	if err := RememberConfig(ctx, back, false, nil); err != nil {
+	if err := runconfig.Remember(ctx, back, false, nil); err != nil {
 		t.Errorf("the run's own run.yaml refused: %v", err)
 	}
 }

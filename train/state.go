@@ -5,11 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
-	"strings"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -382,7 +380,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 			return nil, err
 		}
 	}
-	c, err := configAt(ctx, s.cfg, from)
+	c, err := runconfig.At(ctx, s.cfg, from)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +398,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
 	}
 	for j := from; j < k; j++ {
-		c, err := configAt(ctx, s.cfg, j)
+		c, err := runconfig.At(ctx, s.cfg, j)
 		if err != nil {
 			return nil, err
 		}
@@ -452,58 +450,6 @@ func newestFull(ctx context.Context, runDir string, k int64) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("learn step %d: checkpoint %d holds the serving weights alone and no earlier checkpoint of %s holds the full training state to resume from (checkpoints: %v); start the run again from checkpoint 0", k, k, runDir, steps)
-}
-
-// configAt is the configuration learner step k ran with: cfg, or, when
-// config_changes.jsonl records a change from a later step, the run.yaml
-// that was in force before it. A change recorded by an earlier build
-// (without the previous run.yaml) is refused when it touched what the
-// learner computes with.
-func configAt(ctx context.Context, cfg runconfig.Config, k int64) (runconfig.Config, error) {
-	b, err := storage.ReadFile(ctx, rundir.ConfigChanges(cfg.Run.Dir))
-	if errors.Is(err, storage.ErrNotExist) {
-		return cfg, nil
-	}
-	if err != nil {
-		return cfg, fmt.Errorf("replay of learner step %d: read %s: %w", k, ConfigChangesName, err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 64<<20)
-	for line := 1; sc.Scan(); line++ {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		var ch ConfigChange
-		if err := json.Unmarshal(sc.Bytes(), &ch); err != nil {
-			return cfg, fmt.Errorf("replay of learner step %d: %s line %d: %w", k, ConfigChangesName, line, err)
-		}
-		if ch.FromStep <= k {
-			continue
-		}
-		// The earliest change after k: its Before is what step k ran with.
-		if ch.Before == "" {
-			for _, f := range ch.Changes {
-				if learnerField(f.Field) {
-					return cfg, fmt.Errorf("replay of learner step %d: %s line %d changed %s from step %d but does not record the configuration before it (written by an earlier build), so step %d cannot be replayed as it ran; set checkpoint.save_every: 1 for such runs", k, ConfigChangesName, line, f.Field, ch.FromStep, k)
-				}
-			}
-			return cfg, nil
-		}
-		was, err := runconfig.Parse([]byte(ch.Before), ConfigChangesName, cfg.BaseDir())
-		if err != nil {
-			return cfg, fmt.Errorf("replay of learner step %d: the configuration before step %d in %s: %w", k, ch.FromStep, ConfigChangesName, err)
-		}
-		out := cfg
-		out.Learner, out.Rollout.TemplateTokens, out.Run.Name, out.Run.Seed = was.Learner, was.Rollout.TemplateTokens, was.Run.Name, was.Run.Seed
-		return out, nil
-	}
-	return cfg, sc.Err()
-}
-
-// learnerField reports whether a run.yaml field changes what a learner
-// step computes.
-func learnerField(f string) bool {
-	return strings.HasPrefix(f, "learner.") || f == "rollout.template_tokens"
 }
 
 // applyRetention removes, under the run's lease, the committed checkpoints

@@ -14,6 +14,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/serve"
+
 	// The grpc(s):// and http(s):// policy schemes, for every command that
 	// opens a policy endpoint.
 	_ "github.com/aipo-rl/aipo/transforms/policy/grpcclient"

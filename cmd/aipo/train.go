@@ -169,7 +169,7 @@ func trainRun(ctx context.Context, cfg runconfig.Config, lo runlease.Options, f 
 		return runError("%s", errText(err))
 	}
 	defer release()
-	if err := train.RememberConfig(ctx, cfg, f.reconfigure, p.log); err != nil {
+	if err := runconfig.Remember(ctx, cfg, f.reconfigure, p.log); err != nil {
 		return usageError("%s", errText(err))
 	}
 	// --no-tensorboard applies to this start only: run.yaml is recorded

@@ -1,6 +1,8 @@
-package train
+package runconfig
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,15 +14,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/runconfig"
 	"gopkg.in/yaml.v3"
-)
-
-// RunYAMLName is the configuration a run directory remembers, and
-// ConfigChangesName the log of the changes applied with --reconfigure.
-const (
-	RunYAMLName       = rundir.RunYAMLName
-	ConfigChangesName = rundir.ConfigChangesName
 )
 
 // ConfigChange is one line of config_changes.jsonl: the fields changed and
@@ -44,7 +38,7 @@ type FieldChange struct {
 
 func (c FieldChange) String() string { return c.Field + " " + c.Was + " -> " + c.Now }
 
-// ConfigChangedError is RememberConfig's refusal of a configuration that
+// ConfigChangedError is Remember's refusal of a configuration that
 // differs from the one the run directory recorded.
 type ConfigChangedError struct {
 	Dir     string
@@ -60,7 +54,7 @@ func (e *ConfigChangedError) Error() string {
 	return fmt.Sprintf("run directory %s was started with a different configuration (%s); changed: %s. "+
 		"Continue with the recorded one (aipo train --run %s), start a new run directory, "+
 		"or pass --reconfigure to apply the change from step %d (recorded in %s)",
-		e.Dir, RunYAMLName, strings.Join(parts, "; "), e.Dir, e.Step, ConfigChangesName)
+		e.Dir, rundir.RunYAMLName, strings.Join(parts, "; "), e.Dir, e.Step, rundir.ConfigChangesName)
 }
 
 // ignoredFields differ between two invocations of one run without
@@ -69,13 +63,13 @@ func (e *ConfigChangedError) Error() string {
 // event files, run.allow_no_signal how this invocation judges the run's end.
 var ignoredFields = map[string]bool{"run.dir": true, "data.dead_letter_dir": true, "run.tensorboard": true, "run.allow_no_signal": true}
 
-// RememberConfig makes the run directory remember cfg: a run without
+// Remember makes the run directory remember cfg: a run without
 // run.yaml gets cfg's; a run whose run.yaml differs from cfg (but for its
 // location) is refused with the changed fields, unless reconfigure is set,
 // which records the change in config_changes.jsonl with the step it applies
 // from (the next step to roll out) and makes cfg the run's configuration.
 // ctx must carry the run's lease (Claim).
-func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool, logf func(string)) error {
+func Remember(ctx context.Context, cfg Config, reconfigure bool, logf func(string)) error {
 	runDir := cfg.Run.Dir
 	if err := runlease.Require(ctx, runDir); err != nil {
 		return err
@@ -90,7 +84,7 @@ func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool,
 		return storage.WriteAtomic(ctx, p, now)
 	}
 	if err != nil {
-		return fmt.Errorf("run directory %s: read %s: %w", runDir, RunYAMLName, err)
+		return fmt.Errorf("run directory %s: read %s: %w", runDir, rundir.RunYAMLName, err)
 	}
 	changes, err := diffYAML(was, now)
 	if err != nil {
@@ -113,7 +107,7 @@ func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool,
 	lp := rundir.ConfigChanges(runDir)
 	log, err := storage.ReadFile(ctx, lp)
 	if err != nil && !errors.Is(err, storage.ErrNotExist) {
-		return fmt.Errorf("run directory %s: read %s: %w", runDir, ConfigChangesName, err)
+		return fmt.Errorf("run directory %s: read %s: %w", runDir, rundir.ConfigChangesName, err)
 	}
 	if err := storage.WriteAtomic(ctx, lp, append(append(log, line...), '\n')); err != nil {
 		return err
@@ -133,11 +127,11 @@ func RememberConfig(ctx context.Context, cfg runconfig.Config, reconfigure bool,
 
 // diffYAML lists the leaf fields that differ between two run YAMLs, by
 // dotted path, sorted, the ignored ones left out; the recorded one's data
-// shorthand is compared as Fill writes it out (runconfig.ExpandShorthand).
+// shorthand is compared as Fill writes it out (ExpandShorthand).
 func diffYAML(was, now []byte) ([]FieldChange, error) {
 	// A run.yaml of an earlier build may ask for the demo task in the
 	// shorthand (data.demo); compare it as written out.
-	was, err := runconfig.ExpandShorthand(was)
+	was, err := ExpandShorthand(was)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +148,7 @@ func diffYAML(was, now []byte) ([]FieldChange, error) {
 	// A field that the recorded file lacks (written by a build without it)
 	// and that holds its default now is not a change.
 	fd := map[string]string{}
-	if db, err := runconfig.Default().YAML(); err == nil {
+	if db, err := Default().YAML(); err == nil {
 		var d map[string]any
 		if yaml.Unmarshal(db, &d) == nil {
 			flatten("", d, fd)
@@ -209,4 +203,56 @@ func flatten(prefix string, v any, out map[string]string) {
 		}
 		out[prefix] = fmt.Sprint(v)
 	}
+}
+
+// At is the configuration learner step k ran with: cfg, or, when
+// config_changes.jsonl records a change from a later step, the run.yaml
+// that was in force before it. A change recorded by an earlier build
+// (without the previous run.yaml) is refused when it touched what the
+// learner computes with.
+func At(ctx context.Context, cfg Config, k int64) (Config, error) {
+	b, err := storage.ReadFile(ctx, rundir.ConfigChanges(cfg.Run.Dir))
+	if errors.Is(err, storage.ErrNotExist) {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("replay of learner step %d: read %s: %w", k, rundir.ConfigChangesName, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var ch ConfigChange
+		if err := json.Unmarshal(sc.Bytes(), &ch); err != nil {
+			return cfg, fmt.Errorf("replay of learner step %d: %s line %d: %w", k, rundir.ConfigChangesName, line, err)
+		}
+		if ch.FromStep <= k {
+			continue
+		}
+		// The earliest change after k: its Before is what step k ran with.
+		if ch.Before == "" {
+			for _, f := range ch.Changes {
+				if learnerField(f.Field) {
+					return cfg, fmt.Errorf("replay of learner step %d: %s line %d changed %s from step %d but does not record the configuration before it (written by an earlier build), so step %d cannot be replayed as it ran; set checkpoint.save_every: 1 for such runs", k, rundir.ConfigChangesName, line, f.Field, ch.FromStep, k)
+				}
+			}
+			return cfg, nil
+		}
+		was, err := Parse([]byte(ch.Before), rundir.ConfigChangesName, cfg.BaseDir())
+		if err != nil {
+			return cfg, fmt.Errorf("replay of learner step %d: the configuration before step %d in %s: %w", k, ch.FromStep, rundir.ConfigChangesName, err)
+		}
+		out := cfg
+		out.Learner, out.Rollout.TemplateTokens, out.Run.Name, out.Run.Seed = was.Learner, was.Rollout.TemplateTokens, was.Run.Name, was.Run.Seed
+		return out, nil
+	}
+	return cfg, sc.Err()
+}
+
+// learnerField reports whether a run.yaml field changes what a learner
+// step computes.
+func learnerField(f string) bool {
+	return strings.HasPrefix(f, "learner.") || f == "rollout.template_tokens"
 }
