@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
@@ -19,107 +18,9 @@ import (
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/train/rankgroup"
+	"github.com/aipo-rl/aipo/train/samples"
 )
-
-// Sources maps a trajectory's token sources to the loss treatment: policy
-// tokens are internal, collaborator tokens external, template tokens as the
-// configuration says.
-func Sources(ts []int8, templateTokens string) ([]loss.Source, error) {
-	out := make([]loss.Source, len(ts))
-	for i, s := range ts {
-		switch s {
-		case schemas.SourcePolicy:
-			out[i] = loss.Internal
-		case schemas.SourceVerify, schemas.SourceKnowledge, schemas.SourceReason, schemas.SourceGuide:
-			// Collaborators' answers and guidance traces: tokens the
-			// policy did not sample (learner.loss.external decides how
-			// they are trained).
-			out[i] = loss.External
-		case schemas.SourceTemplate:
-			if templateTokens == runconfig.TemplateExternal {
-				out[i] = loss.External
-			} else {
-				out[i] = loss.Untrained
-			}
-		default:
-			return nil, fmt.Errorf("token %d has unknown source %d", i, s)
-		}
-	}
-	return out, nil
-}
-
-// trainable reports whether a trajectory can be learned from: it did not
-// fail and has a prompt and a response.
-func trainable(t schemas.Trajectory) bool {
-	return t.FinishReason != schemas.FinishError && len(t.ResponseIDs) > 0 && len(t.PromptIDs) > 0
-}
-
-// Samples turns a step's trajectories into learner samples, in a fixed
-// order (prompt id, sample index) so that the update does not depend on
-// shard layout. Trajectories that failed or have no response are skipped.
-func Samples(trajs []schemas.Trajectory, templateTokens string) ([]trainer.RLSample, int, error) {
-	sort.SliceStable(trajs, func(i, j int) bool {
-		if trajs[i].PromptID != trajs[j].PromptID {
-			return trajs[i].PromptID < trajs[j].PromptID
-		}
-		return trajs[i].SampleIndex < trajs[j].SampleIndex
-	})
-	var out []trainer.RLSample
-	skipped := 0
-	for _, t := range trajs {
-		if !trainable(t) {
-			skipped++
-			continue
-		}
-		src, err := Sources(t.TokenSource, templateTokens)
-		if err != nil {
-			return nil, 0, fmt.Errorf("trajectory %s/%d: %w", t.PromptID, t.SampleIndex, err)
-		}
-		out = append(out, trainer.RLSample{
-			Sequence:  trainer.Sequence{Prompt: t.PromptIDs, Response: t.ResponseIDs},
-			Source:    src,
-			Advantage: t.Advantage,
-		})
-	}
-	return out, skipped, nil
-}
-
-// RejectionSamples turns a step's trajectories into the SFT batch of Expert
-// Iteration: the correct ones only, each distinct response once per
-// prompt, in the same fixed order as Samples. Tokens that the loss would
-// not train (template tokens under "untrained") are context only. It
-// returns the sequences and the number of trajectories left out.
-func RejectionSamples(trajs []schemas.Trajectory, templateTokens string) ([]trainer.Sequence, int, error) {
-	samples, skipped, err := Samples(trajs, templateTokens)
-	if err != nil {
-		return nil, 0, err
-	}
-	// Samples sorted trajs in place and kept the trainable ones in order.
-	var kept []schemas.Trajectory
-	for _, t := range trajs {
-		if trainable(t) {
-			kept = append(kept, t)
-		}
-	}
-	seen := map[string]bool{}
-	var out []trainer.Sequence
-	for i, s := range samples {
-		t := kept[i]
-		key := fmt.Sprint(t.PromptID, s.Sequence.Response)
-		if !t.Correct || seen[key] {
-			skipped++
-			continue
-		}
-		seen[key] = true
-		seq := s.Sequence
-		seq.Skip = make([]bool, len(seq.Response))
-		for j, src := range s.Source {
-			seq.Skip[j] = src == loss.Untrained
-		}
-		out = append(out, seq)
-	}
-	return out, skipped, nil
-}
 
 // Policy is a loaded checkpoint: the model and the files that travel with
 // it; its optimiser state stays on disk until OpenOptimizer streams it.
@@ -211,7 +112,7 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 		return records.Learn{}, fmt.Errorf("learn step %d: learner.objective %s runs in one process; train it without --nproc (the data-parallel update is the RL objective's)", k, runconfig.ObjectiveRejectionSFT)
 	}
 	if cfg.Learner.Objective == runconfig.ObjectiveRejectionSFT {
-		seqs, skipped, err := RejectionSamples(trajs, cfg.Rollout.TemplateTokens)
+		seqs, skipped, err := samples.Rejection(trajs, cfg.Rollout.TemplateTokens)
 		if err != nil {
 			return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 		}
@@ -235,31 +136,31 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 		met.Seconds = time.Since(start).Seconds()
 		return met, nil
 	}
-	samples, skipped, err := Samples(trajs, cfg.Rollout.TemplateTokens)
+	batch, skipped, err := samples.Of(trajs, cfg.Rollout.TemplateTokens)
 	if err != nil {
 		return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 	}
 	met.Skipped = skipped
-	if err := noTrainableToken(k, samples, skipped, cfg.Rollout.TemplateTokens); err != nil {
+	if err := noTrainableToken(k, batch, skipped, cfg.Rollout.TemplateTokens); err != nil {
 		return records.Learn{}, err
 	}
-	if err := withBehavior(k, trajs, samples, cfg.Learner.Loss.RolloutCorrection); err != nil {
+	if err := samples.WithBehavior(k, trajs, batch, cfg.Learner.Loss.RolloutCorrection); err != nil {
 		return records.Learn{}, err
 	}
-	if len(samples) > 0 {
+	if len(batch) > 0 {
 		rc := trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
 			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}
 		var st trainer.RLStats
 		if l.DP != nil {
-			st, err = l.RLStepDP(ctx, rc, samples)
+			st, err = l.RLStepDP(ctx, rc, batch)
 		} else {
-			st, err = l.RLStep(rc, samples)
+			st, err = l.RLStep(rc, batch)
 		}
 		if err != nil {
 			return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 		}
 		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
-		met.Mismatch = mismatchOf(st)
+		met.Mismatch = samples.MismatchOf(st)
 	}
 	met.Seconds = time.Since(start).Seconds()
 	return met, nil
@@ -340,10 +241,10 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 		writeOpt = st.writeOptimizer
 	}
 	opts := checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize}
-	var shards *shardSave
+	var shards *rankgroup.ShardSave
 	if st.ranks != nil && st.ranks.Group.Size() > 1 {
-		shards = st.ranks.shardHelpers()
-		opts.Helpers = shards.helpers()
+		shards = st.ranks.ShardSave()
+		opts.Helpers = shards.Helpers()
 	}
 	err := writeJSON(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k), met)
 	if err == nil {
@@ -358,8 +259,8 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 		}
 	}
 	if shards != nil {
-		shards.abandon(ctx, err)
-		if line := shards.summary(k + 1); err == nil && line != "" && logf != nil {
+		shards.Abandon(ctx, err)
+		if line := shards.Summary(k + 1); err == nil && line != "" && logf != nil {
 			logf(line)
 		}
 	}

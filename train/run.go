@@ -21,6 +21,7 @@ import (
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/train/rankgroup"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -42,7 +43,7 @@ type Options struct {
 	Log func(string)
 	// Ranks, when set, is the group of learner processes this one leads
 	// (rank 0): each learner step is taken by all of them (Follow).
-	Ranks *Ranks
+	Ranks *rankgroup.Ranks
 }
 
 // Claim takes the lease of runDir (internal/runlease) for the command that

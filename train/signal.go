@@ -9,6 +9,7 @@ import (
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/train/samples"
 )
 
 // groupSignal counts step trajectories' groups (one per prompt) and those
@@ -20,9 +21,9 @@ import (
 func groupSignal(trajs []schemas.Trajectory, objective string) (groups, none int) {
 	signal := map[string]bool{}
 	for _, t := range trajs {
-		has := trainable(t) && t.Advantage != 0
+		has := samples.Trainable(t) && t.Advantage != 0
 		if objective == runconfig.ObjectiveRejectionSFT {
-			has = trainable(t) && t.Correct
+			has = samples.Trainable(t) && t.Correct
 		}
 		signal[t.PromptID] = signal[t.PromptID] || has
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/train/rankgroup"
 )
 
 // trainState is a run's training state after step steps: the policy (its
@@ -40,7 +41,7 @@ type trainState struct {
 	free     func()
 	// ranks, when set, makes l a rank of a data-parallel group, whose
 	// share of the optimiser state dp keeps between steps (not opt).
-	ranks *Ranks
+	ranks *rankgroup.Ranks
 	dp    *trainer.DataParallel
 }
 
@@ -236,7 +237,7 @@ type learnSession struct {
 	st   *trainState // nil: none held
 	// ranks, when set, is the data-parallel group the steps are taken
 	// in: rank 0 announces each step and writes, the others follow.
-	ranks *Ranks
+	ranks *rankgroup.Ranks
 }
 
 func newLearnSession(cfg runconfig.Config, logf func(string)) *learnSession {
@@ -266,7 +267,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 			return readLearnRecord(ctx, runDir, k)
 		}
 		if s.ranks != nil {
-			if err := s.ranks.announce(ctx, rankCommand{Op: "learn", Step: k}); err != nil {
+			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k}); err != nil {
 				return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 			}
 		}
@@ -308,7 +309,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 // followFinish is a follower's part of committing the checkpoint after a
 // step: its parameters are the group's already, a full checkpoint's
 // optimiser state is gathered from every rank as rank 0 writes it, and
-// the weight shards this rank owns are written by it (Ranks.writeShards).
+// the weight shards this rank owns are written by it (rankgroup.Ranks.WriteShards).
 func followFinish(ctx context.Context, cfg runconfig.Config, st *trainState, full bool) error {
 	if err := st.syncParams(); err != nil {
 		return err
@@ -320,7 +321,7 @@ func followFinish(ctx context.Context, cfg runconfig.Config, st *trainState, ful
 	}
 	m := st.pol.Model
 	ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(cfg)}
-	return st.ranks.writeShards(ctx, ck, checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize})
+	return st.ranks.WriteShards(ctx, ck, checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize})
 }
 
 // Close frees what the session holds on the learner's backend.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/train/samples"
 )
 
 // checkVersions refuses step k when a trajectory the learner would train
@@ -21,7 +22,7 @@ func checkVersions(k int64, trajs []schemas.Trajectory, maxStale int64) error {
 	bad, total := 0, 0
 	newer := false
 	for _, t := range trajs {
-		if !trainable(t) {
+		if !samples.Trainable(t) {
 			continue
 		}
 		total++

@@ -18,7 +18,7 @@ import (
 
 	"github.com/aipo-rl/aipo/learner/dist"
 	"github.com/aipo-rl/aipo/learner/trainer"
-	"github.com/aipo-rl/aipo/train"
+	"github.com/aipo-rl/aipo/train/rankgroup"
 )
 
 // launchGrace is how long the launcher lets the other ranks end by
@@ -190,12 +190,12 @@ func inGroup(distributed bool) bool { return distributed || os.Getenv("WORLD_SIZ
 
 // joinGroup forms this rank's group from the launcher's environment, every
 // collective bounded by timeout.
-func joinGroup(ctx context.Context, timeout time.Duration) (*train.Ranks, error) {
+func joinGroup(ctx context.Context, timeout time.Duration) (*rankgroup.Ranks, error) {
 	env, err := dist.EnvFromOS()
 	if err != nil {
 		return nil, usageError("%s", errText(err))
 	}
-	r, err := train.JoinRanks(ctx, dist.Options{OpTimeout: timeout, RendezvousTimeout: timeout}, trainer.GroupShards(env.WorldSize))
+	r, err := rankgroup.Join(ctx, dist.Options{OpTimeout: timeout, RendezvousTimeout: timeout}, trainer.GroupShards(env.WorldSize))
 	if err != nil {
 		return nil, runError("rank %d of %d: %s", env.Rank, env.WorldSize, errText(err))
 	}

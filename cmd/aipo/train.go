@@ -17,6 +17,7 @@ import (
 	"github.com/aipo-rl/aipo/plan"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train"
+	"github.com/aipo-rl/aipo/train/rankgroup"
 )
 
 func init() {
@@ -103,7 +104,7 @@ func runTrain(args []string) error {
 	if err != nil {
 		return usageError("%s", errText(err))
 	}
-	var ranks *train.Ranks
+	var ranks *rankgroup.Ranks
 	if inGroup(*distributed) {
 		if ranks, err = joinGroup(ctx, *distTimeout); err != nil {
 			return err
@@ -157,7 +158,7 @@ type trainFlags struct {
 	init          string
 	reconfigure   bool
 	noTensorBoard bool
-	ranks         *train.Ranks // the group this process leads, or nil
+	ranks         *rankgroup.Ranks // the group this process leads, or nil
 }
 
 // trainRun is aipo train once its flags are read and its plan made: it

@@ -1,4 +1,4 @@
-package train
+package samples
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/aipo-rl/aipo/schemas"
 )
 
-// withBehavior gives each of step k's samples the behaviour log-probs its
+// WithBehavior gives each of step k's samples the behaviour log-probs its
 // trajectory recorded (behavior_logprobs: the sampler's log-probability of
 // each policy token), so that the learner measures the train-inference
 // mismatch and, when rc is on, corrects for it. trajs are the step's
@@ -21,10 +21,10 @@ import (
 // the correction on that is an error naming the step and the fix. (A single
 // policy token may legitimately have log-probability 0 in float32, when the
 // policy is certain of it; every token of a sampled step never is.)
-func withBehavior(k int64, trajs []schemas.Trajectory, samples []trainer.RLSample, rc loss.RolloutCorrection) error {
+func WithBehavior(k int64, trajs []schemas.Trajectory, samples []trainer.RLSample, rc loss.RolloutCorrection) error {
 	var kept []schemas.Trajectory
 	for _, t := range trajs {
-		if trainable(t) {
+		if Trainable(t) {
 			kept = append(kept, t)
 		}
 	}
@@ -60,9 +60,9 @@ func withBehavior(k int64, trajs []schemas.Trajectory, samples []trainer.RLSampl
 	return nil
 }
 
-// mismatchOf is the learner record's form of an update's mismatch
+// MismatchOf is the learner record's form of an update's mismatch
 // measurement: nil when nothing was compared.
-func mismatchOf(st trainer.RLStats) *loss.Mismatch {
+func MismatchOf(st trainer.RLStats) *loss.Mismatch {
 	if st.Mismatch.Tokens == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package train
+package rankgroup
 
 import (
 	"context"
@@ -53,8 +53,8 @@ func ownsShard(rank, size int) func(i, n int) bool {
 	return func(i, _ int) bool { return i%size == rank }
 }
 
-// shardSave is rank 0's side of one checkpoint's parallel shards.
-type shardSave struct {
+// ShardSave is rank 0's side of one checkpoint's parallel shards.
+type ShardSave struct {
 	r       *Ranks
 	seq     int64
 	started bool
@@ -62,14 +62,14 @@ type shardSave struct {
 	by      []int // shards written by each rank
 }
 
-// shardHelpers makes the other ranks of r write their shards of the
+// ShardSave makes the other ranks of r write their shards of the
 // checkpoint rank 0 saves for the learn command it announced last.
-func (r *Ranks) shardHelpers() *shardSave {
-	return &shardSave{r: r, seq: r.seq}
+func (r *Ranks) ShardSave() *ShardSave {
+	return &ShardSave{r: r, seq: r.seq}
 }
 
-// helpers is the checkpoint.ShardHelpers of s.
-func (s *shardSave) helpers() *checkpoint.ShardHelpers {
+// Helpers is the checkpoint.ShardHelpers of s.
+func (s *ShardSave) Helpers() *checkpoint.ShardHelpers {
 	size := s.r.Group.Size()
 	return &checkpoint.ShardHelpers{
 		Mine: ownsShard(0, size),
@@ -85,7 +85,7 @@ func (s *shardSave) helpers() *checkpoint.ShardHelpers {
 	}
 }
 
-func (s *shardSave) publish(ctx context.Context, m shardStart) error {
+func (s *ShardSave) publish(ctx context.Context, m shardStart) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -97,7 +97,7 @@ func (s *shardSave) publish(ctx context.Context, m shardStart) error {
 }
 
 // collect waits for every rank that owns shards to report them.
-func (s *shardSave) collect(ctx context.Context) ([]rundir.File, error) {
+func (s *ShardSave) collect(ctx context.Context) ([]rundir.File, error) {
 	var out []rundir.File
 	for q := 1; q < len(s.by); q++ {
 		if s.by[q] == 0 {
@@ -122,18 +122,18 @@ func (s *shardSave) collect(ctx context.Context) ([]rundir.File, error) {
 	return out, nil
 }
 
-// abandon tells the other ranks, when rank 0 failed before the weights,
+// Abandon tells the other ranks, when rank 0 failed before the weights,
 // that it writes no checkpoint, so that they stop waiting at once.
-func (s *shardSave) abandon(ctx context.Context, err error) {
+func (s *ShardSave) Abandon(ctx context.Context, err error) {
 	if s.started || err == nil {
 		return
 	}
 	s.publish(ctx, shardStart{Error: err.Error()}) // best effort: they time out otherwise
 }
 
-// summary is rank 0's line about who wrote checkpoint k's shards; empty
+// Summary is rank 0's line about who wrote checkpoint k's shards; empty
 // when the weights were one file.
-func (s *shardSave) summary(k int64) string {
+func (s *ShardSave) Summary(k int64) string {
 	if !s.started {
 		return ""
 	}
@@ -146,11 +146,11 @@ func (s *shardSave) summary(k int64) string {
 	return fmt.Sprintf("checkpoint %d: %d weight shards written in parallel by %d ranks: %s", k, s.shards, len(parts), strings.Join(parts, ", "))
 }
 
-// writeShards is a follower's part of committing the checkpoint rank 0
+// WriteShards is a follower's part of committing the checkpoint rank 0
 // saves for the learn command followed last: when the weights take more
 // than one shard and this rank owns some, it waits for rank 0's directory,
 // writes its shards there and reports them (or its failure) to rank 0.
-func (r *Ranks) writeShards(ctx context.Context, ck checkpoint.Checkpoint, opts checkpoint.SaveOptions) error {
+func (r *Ranks) WriteShards(ctx context.Context, ck checkpoint.Checkpoint, opts checkpoint.SaveOptions) error {
 	rank, size := r.Group.Rank(), r.Group.Size()
 	n, err := checkpoint.WeightShards(ck, opts)
 	if err != nil || n <= 1 || rank >= n {

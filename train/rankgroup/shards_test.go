@@ -1,4 +1,4 @@
-package train
+package rankgroup
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func TestShardsWrittenByRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	save := func(dir string, block bool) (error, error, *shardSave) {
+	save := func(dir string, block bool) (error, error, *ShardSave) {
 		rs := twoRanks(t)
 		var follow error
 		done := make(chan struct{})
@@ -101,13 +101,13 @@ func TestShardsWrittenByRanks(t *testing.T) {
 				}
 				os.MkdirAll(filepath.Join(st.Dir, checkpoint.ShardName(4, n), "x"), 0o755)
 			}
-			follow = rs[1].writeShards(ctx, ck, opts)
+			follow = rs[1].WriteShards(ctx, ck, opts)
 		}()
-		s := rs[0].shardHelpers()
+		s := rs[0].ShardSave()
 		o := opts
-		o.Helpers = s.helpers()
+		o.Helpers = s.Helpers()
 		err := checkpoint.SaveWith(ctx, dir, ck, o)
-		s.abandon(ctx, err)
+		s.Abandon(ctx, err)
 		<-done
 		return err, follow, s
 	}
@@ -118,7 +118,7 @@ func TestShardsWrittenByRanks(t *testing.T) {
 		t.Fatalf("rank 0: %v; rank 1: %v", err, follow)
 	}
 	want := "checkpoint 1: " + strconv.Itoa(n) + " weight shards written in parallel by 2 ranks: " + strconv.Itoa((n+1)/2) + " by rank 0, " + strconv.Itoa(n/2) + " by rank 1"
-	if got := s.summary(1); got != want {
+	if got := s.Summary(1); got != want {
 		t.Errorf("summary %q, want %q", got, want)
 	}
 	a, b := markerFiles(t, alone), markerFiles(t, dir)

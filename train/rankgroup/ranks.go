@@ -1,4 +1,9 @@
-package train
+// Package rankgroup is the group of learner processes of one aipo train
+// (--nproc N, or any launcher that sets the torchrun variables): joining
+// it, rank 0's commands to the others through the group's store, the
+// bounded waits for another rank, and the checkpoint weight shards the
+// ranks write in parallel.
+package rankgroup
 
 import (
 	"context"
@@ -10,7 +15,6 @@ import (
 
 	"github.com/aipo-rl/aipo/learner/dist"
 	"github.com/aipo-rl/aipo/learner/dist/gloo"
-	"github.com/aipo-rl/aipo/runconfig"
 )
 
 // Ranks is this process's place in a group of learner processes (aipo
@@ -28,9 +32,9 @@ type Ranks struct {
 	seq int64 // commands announced (rank 0) or followed (others)
 }
 
-// JoinRanks forms the group the launcher's environment describes and opens
+// Join forms the group the launcher's environment describes and opens
 // its Gloo communicator.
-func JoinRanks(ctx context.Context, opts dist.Options, shards int) (*Ranks, error) {
+func Join(ctx context.Context, opts dist.Options, shards int) (*Ranks, error) {
 	env, err := dist.EnvFromOS()
 	if err != nil {
 		return nil, err
@@ -73,8 +77,8 @@ func (r *Ranks) Close() error {
 // Leader reports whether this is rank 0.
 func (r *Ranks) Leader() bool { return r == nil || r.Group.Rank() == 0 }
 
-// rankCommand is what rank 0 tells the others.
-type rankCommand struct {
+// Command is what rank 0 tells the others.
+type Command struct {
 	Op     string `json:"op"` // "learn", "done" or "abort"
 	Step   int64  `json:"step,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -82,8 +86,8 @@ type rankCommand struct {
 
 func commandKey(seq int64) string { return "aipo/train/command/" + strconv.FormatInt(seq, 10) }
 
-// announce publishes rank 0's next command.
-func (r *Ranks) announce(ctx context.Context, c rankCommand) error {
+// Announce publishes rank 0's next command.
+func (r *Ranks) Announce(ctx context.Context, c Command) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -99,17 +103,17 @@ func (r *Ranks) announce(ctx context.Context, c rankCommand) error {
 // before it asks the store whether that rank is still alive (await).
 const followPoll = 5 * time.Second
 
-// next waits for rank 0's next command. Rank 0 may spend hours between
+// Next waits for rank 0's next command. Rank 0 may spend hours between
 // learner steps (rollouts, evaluations), so the wait has no overall bound;
 // await fails it naming rank 0 when rank 0 is gone, failed or stopped
 // answering, or the store it serves no longer answers.
-func (r *Ranks) next(ctx context.Context) (rankCommand, error) {
+func (r *Ranks) Next(ctx context.Context) (Command, error) {
 	b, err := r.await(ctx, commandKey(r.seq+1), 0, "rank 0's next learner step", 0)
 	if err != nil {
-		return rankCommand{}, err
+		return Command{}, err
 	}
 	r.seq++
-	var c rankCommand
+	var c Command
 	if err := json.Unmarshal(b, &c); err != nil {
 		return c, fmt.Errorf("rank 0's command %d %q: %w", r.seq, b, err)
 	}
@@ -176,43 +180,9 @@ func (r *Ranks) Finish(ctx context.Context, runErr error) error {
 	if r == nil || !r.Leader() {
 		return nil
 	}
-	c := rankCommand{Op: "done"}
+	c := Command{Op: "done"}
 	if runErr != nil {
-		c = rankCommand{Op: "abort", Reason: runErr.Error()}
+		c = Command{Op: "abort", Reason: runErr.Error()}
 	}
-	return r.announce(ctx, c)
-}
-
-// ErrLeaderFailed is in a follower's error when rank 0's run failed.
-var ErrLeaderFailed = errors.New("rank 0's run failed")
-
-// Follow is aipo train on a rank other than 0: it learns each step rank 0
-// announces, taking part in its collectives and writing nothing, until
-// rank 0 says the run is done (nil) or failed (ErrLeaderFailed with rank
-// 0's reason), or rank 0 is gone.
-func Follow(ctx context.Context, cfg runconfig.Config, r *Ranks, logf func(string)) error {
-	s := newLearnSession(cfg, logf)
-	s.ranks = r
-	defer s.Close()
-	for {
-		c, err := r.next(ctx)
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", r.Group.Rank(), err)
-		}
-		switch c.Op {
-		case "done":
-			return nil
-		case "abort":
-			return fmt.Errorf("rank %d: %w: %s", r.Group.Rank(), ErrLeaderFailed, c.Reason)
-		case "learn":
-			// A step that fails here fails on rank 0 too: the same data,
-			// or a collective they share. Rank 0 decides what follows (it
-			// may roll the step out again and announce it anew, or abort).
-			if _, err := s.Learn(ctx, c.Step); err != nil && logf != nil {
-				logf(fmt.Sprintf("rank %d: %v", r.Group.Rank(), err))
-			}
-		default:
-			return fmt.Errorf("rank %d: rank 0 sent %q, which this build does not know: are all ranks the same aipo?", r.Group.Rank(), c.Op)
-		}
-	}
+	return r.Announce(ctx, c)
 }
