@@ -124,7 +124,7 @@ func planBenchRun(b *testing.B, s planBenchSize) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := trainer.SaveCheckpoint(ctx, checkpoint.Dir(cfg.Run.Dir, 0), m, nil, nil, checkpoint.TrainerState{RunID: cfg.Run.Name}); err != nil {
+	if err := trainer.SaveCheckpoint(ctx, rundir.Checkpoint(cfg.Run.Dir, 0), m, nil, nil, checkpoint.TrainerState{RunID: cfg.Run.Name}); err != nil {
 		b.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(7, 8))
@@ -142,7 +142,7 @@ func planBenchRun(b *testing.B, s planBenchSize) string {
 		}
 		trajs = append(trajs, t)
 	}
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(cfg.Run.Dir, 0), [][]schemas.Trajectory{trajs}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(cfg.Run.Dir, 0), [][]schemas.Trajectory{trajs}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
 		b.Fatal(err)
 	}
 	y, err := cfg.YAML()
@@ -201,7 +201,7 @@ func BenchmarkPlanPeakRSS(b *testing.B) {
 					b.Fatalf("the child printed no PLAN line:\n%s", out)
 				}
 				// The next iteration learns step 0 again from checkpoint 0.
-				if err := os.RemoveAll(checkpoint.Dir(dir, 1)); err != nil {
+				if err := os.RemoveAll(rundir.Checkpoint(dir, 1)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/meminfo"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -242,7 +243,7 @@ func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Co
 		}
 		return c, init, nil
 	}
-	ck0 := checkpoint.Dir(cfg.Run.Dir, 0)
+	ck0 := rundir.Checkpoint(cfg.Run.Dir, 0)
 	if ok, _ := storage.Exists(ctx, storage.Join(ck0, checkpoint.ConfigName)); ok {
 		c, err := read(ck0)
 		if err != nil {

@@ -16,12 +16,6 @@ import (
 // configuration's eval.benchmarks, scored by the eval pipeline).
 const HeldoutKind = "eval_benchmarks"
 
-// HeldoutPath is the record of the evaluation of checkpoint k, beside the
-// run's other per-step metrics.
-func HeldoutPath(runDir string, k int64) string {
-	return rundir.MetricsRecord(runDir, rundir.BenchmarkKind, k)
-}
-
 // BenchmarkEval is one evaluation of checkpoint Step of a run on its
 // held-out benchmarks: the policy alone, n samples per problem.
 type BenchmarkEval struct {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/rundir"
 )
 
 // Benchmark sizes: a step of 10,000 trajectories of 2,000 response tokens
@@ -93,7 +95,7 @@ func BenchmarkTrajectoryIO(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		dir := StepDir(filepath.Join(b.TempDir(), "run"), int64(i))
+		dir := rundir.Step(filepath.Join(b.TempDir(), "run"), int64(i))
 
 		// Write: shards in parallel, then the manifest.
 		var files []ManifestFile
@@ -181,8 +183,8 @@ func writeShards(b *testing.B, ctx context.Context, dir string, shards [][]Traje
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			files[s], errs[s] = WriteShard(ctx, filepath.Join(dir, ShardsDir, ShardName(s)), shards[s])
-			files[s].Path = ShardsDir + "/" + ShardName(s)
+			files[s], errs[s] = WriteShard(ctx, filepath.Join(dir, rundir.ShardsName, ShardName(s)), shards[s])
+			files[s].Path = rundir.ShardsName + "/" + ShardName(s)
 		}()
 	}
 	wg.Wait()

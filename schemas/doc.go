@@ -74,7 +74,7 @@
 //
 // A step of a run is one directory, on local disk or gs://:
 //
-//	<run>/step-000007/                StepDir(run, 7)
+//	<run>/step-000007/                rundir.Step(run, 7)
 //	<run>/step-000007/shards/part-00000.parquet
 //	<run>/step-000007/shards/part-00001.parquet
 //	<run>/step-000007/_MANIFEST.json  written last
@@ -106,7 +106,7 @@
 // ErrNoManifest that names the directory. Files not listed in the manifest
 // (left over by a killed attempt) are ignored. Readers verify each listed
 // shard's size and sha256 before decoding it; a mismatch is a
-// *ChecksumError naming the file.
+// *rundir.ChecksumError naming the file.
 //
 // # Readers
 //

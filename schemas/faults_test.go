@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/aipo-rl/aipo/internal/rundir"
 )
 
 // TestKilledWriterLeavesNoManifest simulates a writer killed mid-step: its
@@ -14,14 +16,14 @@ import (
 // reached the manifest. Readers must refuse the step, naming the directory.
 func TestKilledWriterLeavesNoManifest(t *testing.T) {
 	ctx := context.Background()
-	dir := StepDir(filepath.Join(t.TempDir(), "run"), 3)
+	dir := rundir.Step(filepath.Join(t.TempDir(), "run"), 3)
 	rows := randomTrajectories(5, 200)
-	if _, err := WriteShard(ctx, filepath.Join(dir, ShardsDir, ShardName(0)), rows[:100]); err != nil {
+	if _, err := WriteShard(ctx, filepath.Join(dir, rundir.ShardsName, ShardName(0)), rows[:100]); err != nil {
 		t.Fatal(err)
 	}
 	// The second shard is being written when the process dies: the writer is
 	// never closed, so its footer is missing.
-	w, err := NewShardWriter[Trajectory](ctx, filepath.Join(dir, ShardsDir, ShardName(1)))
+	w, err := NewShardWriter[Trajectory](ctx, filepath.Join(dir, rundir.ShardsName, ShardName(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func TestKilledWriterLeavesNoManifest(t *testing.T) {
 
 	// A shard truncated after it was written (disk full, killed copy): still
 	// no manifest, still refused.
-	p := filepath.Join(dir, ShardsDir, ShardName(0))
+	p := filepath.Join(dir, rundir.ShardsName, ShardName(0))
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -55,10 +57,10 @@ func TestKilledWriterLeavesNoManifest(t *testing.T) {
 }
 
 // TestCorruptShard flips one byte in a committed shard, and truncates
-// another: both are reported as *ChecksumError naming the file.
+// another: both are reported as *rundir.ChecksumError naming the file.
 func TestCorruptShard(t *testing.T) {
 	ctx := context.Background()
-	dir := StepDir(filepath.Join(t.TempDir(), "run"), 4)
+	dir := rundir.Step(filepath.Join(t.TempDir(), "run"), 4)
 	rows := randomTrajectories(6, 300)
 	m, err := WriteStep(ctx, dir, splitRows(rows, 100), Manifest{})
 	if err != nil {
@@ -74,9 +76,9 @@ func TestCorruptShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err = ReadStep[Trajectory](ctx, dir)
-	var ce *ChecksumError
+	var ce *rundir.ChecksumError
 	if !errors.As(err, &ce) || ce.What != "sha256" || ce.File != flipped || !strings.Contains(err.Error(), flipped) {
-		t.Fatalf("ReadStep with a flipped byte: %v; want *ChecksumError (sha256) naming %s", err, flipped)
+		t.Fatalf("ReadStep with a flipped byte: %v; want *rundir.ChecksumError (sha256) naming %s", err, flipped)
 	}
 
 	// The other shards still read one at a time; the bad one does not.
@@ -88,7 +90,7 @@ func TestCorruptShard(t *testing.T) {
 		t.Fatalf("ReadShard(0) beside a corrupt shard: %d rows, %v; want 100 rows", len(got), err)
 	}
 	if _, err := s.ReadFile(ctx, 1); !errors.As(err, &ce) {
-		t.Fatalf("Step.ReadFile(1) of the corrupt shard: %v; want *ChecksumError", err)
+		t.Fatalf("Step.ReadFile(1) of the corrupt shard: %v; want *rundir.ChecksumError", err)
 	}
 
 	truncated := filepath.Join(dir, filepath.FromSlash(m.Files[2].Path))
@@ -97,7 +99,7 @@ func TestCorruptShard(t *testing.T) {
 	}
 	_, err = s.ReadFile(ctx, 2)
 	if !errors.As(err, &ce) || ce.What != "size" || !strings.Contains(err.Error(), truncated) {
-		t.Fatalf("Step.ReadFile of a truncated shard: %v; want *ChecksumError (size) naming %s", err, truncated)
+		t.Fatalf("Step.ReadFile of a truncated shard: %v; want *rundir.ChecksumError (size) naming %s", err, truncated)
 	}
 
 	// A shard listed in the manifest but deleted is reported by name.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -22,7 +23,7 @@ import (
 // writeInteropStep writes a step of random trajectories in three shards.
 func writeInteropStep(t *testing.T) (string, []Trajectory, Manifest) {
 	t.Helper()
-	dir := StepDir(filepath.Join(t.TempDir(), "run"), 7)
+	dir := rundir.Step(filepath.Join(t.TempDir(), "run"), 7)
 	rows := randomTrajectories(11, 700)
 	m, err := WriteStep(context.Background(), dir, splitRows(rows, 250), Manifest{Run: "interop", Step: 7})
 	if err != nil {

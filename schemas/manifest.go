@@ -15,10 +15,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 )
 
-// ManifestName is the file that commits a step (or any shard set): it is
-// written last, atomically, and readers refuse a directory without it.
-const ManifestName = rundir.ManifestName
-
 // Manifest commits a set of Parquet shards. Paths are relative to the
 // directory that holds the manifest.
 type Manifest struct {
@@ -51,15 +47,7 @@ func (f ManifestFile) File() rundir.File {
 // ErrNoManifest is returned (wrapped) when a directory has no manifest: its
 // writer has not committed it, or was killed before it could.
 // It is a rundir.ErrNotCommitted.
-var ErrNoManifest = rundir.NotCommitted("no " + ManifestName + " (the step is not committed: its writer is still running or was killed; rerun the writer)")
-
-// ChecksumError reports a committed file whose size or sha256 differs from
-// its manifest entry: the run directory's one error for it.
-type ChecksumError = rundir.ChecksumError
-
-// StepDir is the directory of step k of a run: <run>/step-<k, 6 digits>
-// (rundir.Step).
-func StepDir(runDir string, step int64) string { return rundir.Step(runDir, step) }
+var ErrNoManifest = rundir.NotCommitted("no " + rundir.ManifestName + " (the step is not committed: its writer is still running or was killed; rerun the writer)")
 
 // ParseManifest decodes and validates a manifest.
 func ParseManifest(b []byte) (Manifest, error) {
@@ -194,5 +182,5 @@ func ReadManifest(ctx context.Context, dir string) (Manifest, error) {
 // and returns its bytes (so that the caller parses what it verified). A
 // mismatch is a *ChecksumError naming the file.
 func VerifyFile(ctx context.Context, dir string, f ManifestFile) ([]byte, error) {
-	return rundir.VerifyFile(ctx, dir, f.File(), ManifestName)
+	return rundir.VerifyFile(ctx, dir, f.File(), rundir.ManifestName)
 }

@@ -14,9 +14,6 @@ import (
 	"github.com/parquet-go/parquet-go"
 )
 
-// ShardsDir is the sub-directory of a step directory that holds its shards.
-const ShardsDir = rundir.ShardsName
-
 // ShardName is the conventional name of shard i of a step:
 // part-00007.parquet. Writers that name shards otherwise (for instance after
 // a bundle) keep the part-*.parquet pattern.
@@ -31,11 +28,11 @@ func WriteStep[T Row](ctx context.Context, dir string, shards [][]T, m Manifest)
 	m.Files = make([]ManifestFile, 0, len(shards))
 	for i, rows := range shards {
 		name := ShardName(i)
-		f, err := WriteShard(ctx, storage.Join(dir, ShardsDir, name), rows)
+		f, err := WriteShard(ctx, storage.Join(dir, rundir.ShardsName, name), rows)
 		if err != nil {
 			return Manifest{}, err
 		}
-		f.Path = ShardsDir + "/" + name
+		f.Path = rundir.ShardsName + "/" + name
 		m.Files = append(m.Files, f)
 	}
 	if err := CommitManifest(ctx, dir, m); err != nil {

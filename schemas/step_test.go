@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
@@ -69,9 +70,9 @@ func TestRoundTripLocal(t *testing.T) {
 	rows := randomTrajectories(1, 600)
 	// Shards of 250 rows hold one row group of several pages per list column;
 	// the second step's single shard spans two row groups.
-	roundTrip(t, StepDir(filepath.Join(t.TempDir(), "run"), 7), rows, 250)
+	roundTrip(t, rundir.Step(filepath.Join(t.TempDir(), "run"), 7), rows, 250)
 	big := randomTrajectories(2, RowGroupRows+300)
-	roundTrip(t, StepDir(filepath.Join(t.TempDir(), "run"), 8), big, len(big))
+	roundTrip(t, rundir.Step(filepath.Join(t.TempDir(), "run"), 8), big, len(big))
 }
 
 func TestRoundTripEmptyStep(t *testing.T) {
@@ -158,16 +159,16 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func TestRoundTripGCS(t *testing.T) {
 	startFakeGCS(t, "aipo-test")
 	rows := randomTrajectories(4, 300)
-	dir := StepDir("gs://aipo-test/runs/rt", 7)
+	dir := rundir.Step("gs://aipo-test/runs/rt", 7)
 	roundTrip(t, dir, rows, 100)
 
 	ctx := context.Background()
-	shards, err := storage.List(ctx, dir+"/"+ShardsDir+"/part-*.parquet")
+	shards, err := storage.List(ctx, dir+"/"+rundir.ShardsName+"/part-*.parquet")
 	if err != nil || len(shards) != 3 {
 		t.Fatalf("list shards on gs://: %v %v, want 3 files", shards, err)
 	}
 	// A missing manifest on gs:// is ErrNoManifest, as locally.
-	_, _, err = ReadStep[Trajectory](ctx, StepDir("gs://aipo-test/runs/rt", 8))
+	_, _, err = ReadStep[Trajectory](ctx, rundir.Step("gs://aipo-test/runs/rt", 8))
 	if !errors.Is(err, ErrNoManifest) {
 		t.Fatalf("ReadStep of an uncommitted gs:// step: %v, want ErrNoManifest", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/inproc"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
@@ -67,7 +68,7 @@ func start(t *testing.T, opts Options) *running {
 func startTLS(t *testing.T, opts Options, tlsCfg *tls.Config) *running {
 	t.Helper()
 	if opts.Checkpoint == "" && opts.WatchRun == "" {
-		opts.Checkpoint = checkpoint.Dir(t.TempDir(), 3)
+		opts.Checkpoint = rundir.Checkpoint(t.TempDir(), 3)
 		saveCheckpoint(t, opts.Checkpoint, testModel(t, 5), 3)
 	}
 	if opts.Logger == nil {

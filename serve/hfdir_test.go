@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -144,7 +145,7 @@ func TestLearnerStepFromHFDirServes(t *testing.T) {
 	if err := train.SeedCheckpoint(ctx, src, run); err != nil {
 		t.Fatal(err)
 	}
-	pol, err := train.LoadPolicy(ctx, checkpoint.Dir(run, 0))
+	pol, err := train.LoadPolicy(ctx, rundir.Checkpoint(run, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestLearnerStepFromHFDirServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step1 := checkpoint.Dir(run, 1)
+	step1 := rundir.Checkpoint(run, 1)
 	if err := train.SavePolicy(ctx, step1, pol.Model, optState, pol.Tokenizer, checkpoint.TrainerState{Step: 1, PolicyVersion: 1, RunID: "hf"}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestLearnerStepFromHFDirServes(t *testing.T) {
 	if err := json.Unmarshal(fx.Config, &want); err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{checkpoint.Dir(run, 0), step1} {
+	for _, dir := range []string{rundir.Checkpoint(run, 0), step1} {
 		b, err := os.ReadFile(filepath.Join(dir, checkpoint.ConfigName))
 		if err != nil {
 			t.Fatal(err)
@@ -221,7 +222,7 @@ func TestLearnerStepFromHFDirServes(t *testing.T) {
 		t.Fatal("every master is a bfloat16 value: the step changed nothing, or the masters were not kept")
 	}
 	plain := filepath.Join(t.TempDir(), "plain")
-	testtools.CopyDirExcept(t, step1, plain, checkpoint.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
+	testtools.CopyDirExcept(t, step1, plain, rundir.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
 	a := greedyBody(t, start(t, Options{Checkpoint: step1, Name: "m"}).httpAddr, fx)
 	b := greedyBody(t, start(t, Options{Checkpoint: plain, Name: "m"}).httpAddr, fx)
 	if !slices.Equal(a.Choices[0].TokenIDs, b.Choices[0].TokenIDs) || !slices.Equal(a.Choices[0].Logprobs.TokenLogprobs, b.Choices[0].Logprobs.TokenLogprobs) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
@@ -25,7 +25,7 @@ type restartable struct {
 
 func startRestartable(t *testing.T) *restartable {
 	t.Helper()
-	dir := checkpoint.Dir(t.TempDir(), 3)
+	dir := rundir.Checkpoint(t.TempDir(), 3)
 	saveCheckpoint(t, dir, testModel(t, 5), 3)
 	r := &restartable{t: t, checkpoint: dir}
 	r.up(listen(t), listen(t))

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/schemas/aipov1"
 	"github.com/aipo-rl/aipo/transforms/policy"
@@ -25,7 +25,7 @@ import (
 func TestReloadUnderLoad(t *testing.T) {
 	r := start(t, Options{})
 	run := t.TempDir()
-	newDir := checkpoint.Dir(run, 4)
+	newDir := rundir.Checkpoint(run, 4)
 	saveCheckpoint(t, newDir, testModel(t, 99), 4)
 	ref4 := direct(t, newDir)
 	ctx := ctxT(t, 60*time.Second)
@@ -89,9 +89,9 @@ func TestReloadUnderLoad(t *testing.T) {
 // picked up, and an uncommitted one is not.
 func TestWatch(t *testing.T) {
 	run := t.TempDir()
-	saveCheckpoint(t, checkpoint.Dir(run, 3), testModel(t, 5), 3)
+	saveCheckpoint(t, rundir.Checkpoint(run, 3), testModel(t, 5), 3)
 	r := start(t, Options{WatchRun: run})
-	if r.checkpoint != checkpoint.Dir(run, 3) {
+	if r.checkpoint != rundir.Checkpoint(run, 3) {
 		t.Fatalf("started on %s, want the run's newest checkpoint", r.checkpoint)
 	}
 	ctx := ctxT(t, 30*time.Second)
@@ -100,10 +100,10 @@ func TestWatch(t *testing.T) {
 	go r.srv.Watch(wctx, 20*time.Millisecond)
 	c := openClient(t, "grpc://"+r.grpcAddr)
 	// An unfinished save (no _COMMITTED) is ignored.
-	if err := mkdirFile(checkpoint.Dir(run, 9), "config.json"); err != nil {
+	if err := mkdirFile(rundir.Checkpoint(run, 9), "config.json"); err != nil {
 		t.Fatal(err)
 	}
-	saveCheckpoint(t, checkpoint.Dir(run, 5), testModel(t, 6), 5)
+	saveCheckpoint(t, rundir.Checkpoint(run, 5), testModel(t, 6), 5)
 	for {
 		in, err := c.Info(ctx)
 		if err != nil {

@@ -124,8 +124,8 @@ func RunDemo(ctx context.Context, o DemoOptions) (demo.Report, error) {
 		ws = *o.WarmStart
 	}
 	t0 := time.Now()
-	logf("warm start: %d SFT steps of %d lines on a %d-layer, width-%d model (cached in %s)", ws.Steps, ws.Batch, ws.Model.Layers, ws.Model.Hidden, checkpoint.Dir(runDir, 0))
-	reused, err := demo.WarmStart(ctx, checkpoint.Dir(runDir, 0), task, ws, o.WarmStartProgress)
+	logf("warm start: %d SFT steps of %d lines on a %d-layer, width-%d model (cached in %s)", ws.Steps, ws.Batch, ws.Model.Layers, ws.Model.Hidden, rundir.Checkpoint(runDir, 0))
+	reused, err := demo.WarmStart(ctx, rundir.Checkpoint(runDir, 0), task, ws, o.WarmStartProgress)
 	if err != nil {
 		return demo.Report{}, fmt.Errorf("demo: warm start: %w", err)
 	}

@@ -40,7 +40,7 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := int64(0); k < cfg.Run.Steps; k++ {
-		m, err := schemas.ReadManifest(ctx, schemas.StepDir(dir, k))
+		m, err := schemas.ReadManifest(ctx, rundir.Step(dir, k))
 		if err != nil {
 			t.Fatalf("step %d: %v", k, err)
 		}
@@ -58,7 +58,7 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 		t.Errorf("checkpoints/ holds %v, want the %d committed checkpoints alone", left, len(want))
 	}
 	for _, k := range want {
-		if full, err := checkpoint.Full(ctx, checkpoint.Dir(dir, k)); !full {
+		if full, err := checkpoint.Full(ctx, rundir.Checkpoint(dir, k)); !full {
 			t.Errorf("checkpoint %d is not a full training state (%v)", k, err)
 		}
 	}

@@ -13,11 +13,6 @@ import (
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
-// BenchmarkEvalDir is where the evaluation of checkpoint k lives.
-func BenchmarkEvalDir(runDir string, k int64) string {
-	return rundir.Eval(runDir, k)
-}
-
 // evalScheduled says whether the schedule evaluates checkpoint k.
 func evalScheduled(cfg runconfig.Config, k int64) bool {
 	return cfg.Eval.Every > 0 && (k%cfg.Eval.Every == 0 || k == cfg.Run.Steps)
@@ -32,7 +27,7 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 	if len(cfg.Eval.Benchmarks) == 0 || !evalScheduled(cfg, k) {
 		return nil
 	}
-	p := records.HeldoutPath(cfg.Run.Dir, k)
+	p := rundir.MetricsRecord(cfg.Run.Dir, rundir.BenchmarkKind, k)
 	if ok, err := storage.Exists(ctx, p); err != nil || ok {
 		return err
 	}
@@ -50,7 +45,7 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 	if err != nil {
 		return fmt.Errorf("train: evaluate checkpoint %d on eval.benchmarks: %w", k, err)
 	}
-	rec := records.BenchmarkEval{Kind: records.HeldoutKind, Step: k, PolicyVersion: k, Dir: BenchmarkEvalDir(cfg.Run.Dir, k),
+	rec := records.BenchmarkEval{Kind: records.HeldoutKind, Step: k, PolicyVersion: k, Dir: rundir.Eval(cfg.Run.Dir, k),
 		Seconds: time.Since(t0).Seconds()}
 	for _, b := range rep.Benchmarks {
 		rec.Benchmarks = append(rec.Benchmarks, benchmarkPoint(b))
@@ -73,14 +68,14 @@ func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, end
 	smp.Seed = int64(cfg.Run.Seed)*7919 + 29
 	ec := eval.Config{
 		Run:        cfg.Run.Name,
-		Out:        BenchmarkEvalDir(cfg.Run.Dir, k),
+		Out:        rundir.Eval(cfg.Run.Dir, k),
 		Policy:     eval.Policy{URI: endpoint, Label: fmt.Sprintf("%s step %d", cfg.Run.Name, k)},
 		Sampling:   smp,
 		PassK:      passKs(maxSamples(cfg)),
 		MajK:       []int{cfg.Eval.Samples},
 		Benchmarks: cfg.Eval.Benchmarks,
 	}
-	tok := storage.Join(checkpoint.Dir(cfg.Run.Dir, k), checkpoint.TokenizerName)
+	tok := storage.Join(rundir.Checkpoint(cfg.Run.Dir, k), checkpoint.TokenizerName)
 	if ok, err := storage.Exists(ctx, tok); err != nil {
 		return ec, err
 	} else if ok {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -79,7 +80,7 @@ func TestGCSRunEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps := cfg.Run.Steps
-	want, err := os.ReadFile(filepath.Join(checkpoint.Dir(local, steps), checkpoint.WeightsName))
+	want, err := os.ReadFile(filepath.Join(rundir.Checkpoint(local, steps), checkpoint.WeightsName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,13 +98,13 @@ func TestGCSRunEndToEnd(t *testing.T) {
 	if finished, _ := runChild(t, run, plan); finished {
 		t.Log("the run finished before the kill landed")
 	}
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(run, steps)); ok {
+	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(run, steps)); ok {
 		t.Log("the final checkpoint was already committed after the kill")
 	}
 	if finished, _ := runChild(t, run, killPlan{}); !finished {
 		t.Fatal("the resumed run did not finish")
 	}
-	got, err := storage.ReadFile(ctx, storage.Join(checkpoint.Dir(run, steps), checkpoint.WeightsName))
+	got, err := storage.ReadFile(ctx, storage.Join(rundir.Checkpoint(run, steps), checkpoint.WeightsName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ pass_k: [1, 2]
 chunk_size: 1
 benchmarks:
   - {name: sums, path: %s, verifier: integer, template: plain}
-`, checkpoint.Dir(run, steps), probs)), "gcs-eval.yaml")
+`, rundir.Checkpoint(run, steps), probs)), "gcs-eval.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/serve"
 )
@@ -37,7 +37,7 @@ func startDemoServer(t testing.TB, base string) demoServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ckpt := checkpoint.Dir(cfg.Run.Dir, 0)
+	ckpt := rundir.Checkpoint(cfg.Run.Dir, 0)
 	if _, err := demo.WarmStart(ctx, ckpt, task, QuickWarmStart(), nil); err != nil {
 		t.Fatal(err)
 	}

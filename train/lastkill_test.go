@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/records/tensorboard/tbtest"
 	"github.com/aipo-rl/aipo/runconfig"
@@ -37,7 +38,7 @@ type reportDigest struct {
 func digestRun(t *testing.T, dir string, cfg runconfig.Config) runDigest {
 	t.Helper()
 	d := runDigest{steps: cfg.Run.Steps,
-		weights: fileSum(t, filepath.Join(checkpoint.Dir(dir, cfg.Run.Steps), checkpoint.WeightsName)),
+		weights: fileSum(t, filepath.Join(rundir.Checkpoint(dir, cfg.Run.Steps), checkpoint.WeightsName)),
 		ckpts:   checkpointSums(t, dir), eval: evalDigest(t, dir), report: readReportDigest(t, dir)}
 	for k := range cfg.Run.Steps {
 		sum, n := stepDigest(t, dir, k)
@@ -87,7 +88,7 @@ func readReportDigest(t *testing.T, dir string) reportDigest {
 // that is not the committed records, a missing analysis or report.
 func (want runDigest) check(t *testing.T, dir, what string) {
 	t.Helper()
-	if got := fileSum(t, filepath.Join(checkpoint.Dir(dir, want.steps), checkpoint.WeightsName)); got != want.weights {
+	if got := fileSum(t, filepath.Join(rundir.Checkpoint(dir, want.steps), checkpoint.WeightsName)); got != want.weights {
 		t.Errorf("%s: final weights sha256 %s, uninterrupted run %s", what, got, want.weights)
 	}
 	for k := range want.steps {

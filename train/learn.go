@@ -232,7 +232,7 @@ func noTrainableToken(k int64, samples []trainer.RLSample, skipped int, template
 // other ranks write their weight shards meanwhile (see shards.go), and
 // logf, when set, says who wrote them.
 func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainState, full bool, met records.Learn, logf func(string)) (records.Learn, error) {
-	runDir, next := cfg.Run.Dir, checkpoint.Dir(cfg.Run.Dir, k+1)
+	runDir, next := cfg.Run.Dir, rundir.Checkpoint(cfg.Run.Dir, k+1)
 	if err := st.syncParams(); err != nil {
 		return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 	}

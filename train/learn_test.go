@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -28,7 +29,7 @@ func TestLearnOnHandBuiltShard(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
 	cfg, m, prompt, call, ext, run := h.cfg, h.m, h.prompt, h.good.ResponseIDs, h.ext, h.cfg.Run.Dir
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
 	before := extLogProbs(t, m, prompt, call, ext)
@@ -40,7 +41,7 @@ func TestLearnOnHandBuiltShard(t *testing.T) {
 	if met.Trajectories != 2 || met.Tokens != len(call)+len(h.bad.ResponseIDs) {
 		t.Fatalf("learn metrics: %+v", met)
 	}
-	pol, err := LoadPolicy(ctx, checkpoint.Dir(run, 1))
+	pol, err := LoadPolicy(ctx, rundir.Checkpoint(run, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestLearnOnHandBuiltShard(t *testing.T) {
 			t.Errorf("external token %d: log-prob %.4f -> %.4f, want a rise", ext[j], before[j], after[j])
 		}
 	}
-	weights := filepath.Join(checkpoint.Dir(run, 1), checkpoint.WeightsName)
+	weights := filepath.Join(rundir.Checkpoint(run, 1), checkpoint.WeightsName)
 	b1, _ := os.ReadFile(weights)
 	again, err := Learn(ctx, cfg, 0)
 	if err != nil {
@@ -71,7 +72,7 @@ func TestLearnRejectionSFT(t *testing.T) {
 	h.cfg.Learner.Objective = runconfig.ObjectiveRejectionSFT
 	dup := h.good
 	dup.SampleIndex = 2
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}, {dup}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}, {dup}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
 	before := extLogProbs(t, h.m, h.prompt, h.good.ResponseIDs, h.ext)
@@ -87,7 +88,7 @@ func TestLearnRejectionSFT(t *testing.T) {
 	if met.Trajectories != 3 || met.Skipped != 2 || met.Tokens != want || met.LossMetrics["sft_sequences"] != 1 {
 		t.Fatalf("learn metrics %+v: want 3 trajectories, 2 left out (wrong, duplicate), %d tokens of one sequence", met, want)
 	}
-	pol, err := LoadPolicy(ctx, checkpoint.Dir(h.cfg.Run.Dir, 1))
+	pol, err := LoadPolicy(ctx, rundir.Checkpoint(h.cfg.Run.Dir, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func newHandBuilt(t *testing.T) handBuilt {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := demo.SavePolicy(ctx, checkpoint.Dir(run, 0), m, nil, checkpoint.TrainerState{}); err != nil {
+	if err := demo.SavePolicy(ctx, rundir.Checkpoint(run, 0), m, nil, checkpoint.TrainerState{}); err != nil {
 		t.Fatal(err)
 	}
 	enc := demo.NewEncoder()
@@ -187,7 +188,7 @@ func TestLearnOnGPUBackend(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
 	cfg, run := h.cfg, h.cfg.Run.Dir
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Learner.Backend = "cuda"
@@ -197,7 +198,7 @@ func TestLearnOnGPUBackend(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {
 			t.Fatalf("without a GPU: Learn = %v, want an error naming learner.backend cuda and libcuda", err)
 		}
-		if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(run, 1)); ok {
+		if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(run, 1)); ok {
 			t.Fatal("a failed GPU step committed checkpoint 1")
 		}
 		t.Logf("no GPU here, as expected: %v", err)
@@ -215,7 +216,7 @@ func TestLearnOnGPUBackend(t *testing.T) {
 	}
 	// The copy is another run: without checkpoint 1, and without the
 	// lease file of the run it was copied from, which this test holds.
-	if err := os.RemoveAll(checkpoint.Dir(cpuCfg.Run.Dir, 1)); err != nil {
+	if err := os.RemoveAll(rundir.Checkpoint(cpuCfg.Run.Dir, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(cpuCfg.Run.Dir, runlease.Name)); err != nil {
@@ -228,7 +229,7 @@ func TestLearnOnGPUBackend(t *testing.T) {
 	if math.Abs(met.Loss-want.Loss) > 1e-4*(1+math.Abs(want.Loss)) {
 		t.Errorf("loss on the GPU %.6g, on the CPU %.6g", met.Loss, want.Loss)
 	}
-	pol, err := LoadPolicy(ctx, checkpoint.Dir(run, 1))
+	pol, err := LoadPolicy(ctx, rundir.Checkpoint(run, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func TestLearnOnGPUBackend(t *testing.T) {
 func TestRolloutEngineOnGPUBackend(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
-	dir := checkpoint.Dir(h.cfg.Run.Dir, 0)
+	dir := rundir.Checkpoint(h.cfg.Run.Dir, 0)
 	e, release, err := openEngineOn(ctx, dir, "cuda")
 	if _, drvErr := cuda.Driver(); drvErr != nil {
 		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
@@ -87,7 +88,7 @@ func checkRunIntact(t *testing.T, run string) {
 		t.Fatal(err)
 	}
 	for k := range cfg.Run.Steps {
-		rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(run, k))
+		rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(run, k))
 		if err != nil {
 			t.Errorf("step %d of %s: %v", k, run, err)
 			continue
@@ -96,7 +97,7 @@ func checkRunIntact(t *testing.T, run string) {
 			t.Errorf("step %d of %s holds %d trajectories, want %d", k, run, len(rows), want)
 		}
 	}
-	if _, err := LoadPolicy(ctx, checkpoint.Dir(run, cfg.Run.Steps)); err != nil {
+	if _, err := LoadPolicy(ctx, rundir.Checkpoint(run, cfg.Run.Steps)); err != nil {
 		t.Errorf("final checkpoint of %s: %v", run, err)
 	}
 }
@@ -343,7 +344,7 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 	notHeld("runconfig.Remember", "", runconfig.Remember(ctx, cfg, false, nil))
 	_, err = WriteAlgorithm(ctx, cfg)
 	notHeld("WriteAlgorithm", "", err)
-	notHeld("SeedRunCheckpoint", "", SeedRunCheckpoint(ctx, checkpoint.Dir(run, 0), cfg))
+	notHeld("SeedRunCheckpoint", "", SeedRunCheckpoint(ctx, rundir.Checkpoint(run, 0), cfg))
 	unchanged := func(want map[string]string) {
 		t.Helper()
 		if got := tree(t, run); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -351,7 +352,7 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 		}
 	}
 	unchanged(before)
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(run, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
 	withStep := tree(t, run)
@@ -370,7 +371,7 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 	if _, err := Learn(lctx, cfg, 0); err != nil {
 		t.Fatalf("learn step 0 under the lease: %v", err)
 	}
-	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(run, 1)); !ok {
+	if ok, err := checkpoint.Committed(ctx, rundir.Checkpoint(run, 1)); !ok {
 		t.Fatalf("learn step 0 under the lease committed no checkpoint 1: %v", err)
 	}
 
@@ -381,10 +382,10 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 	if err := Run(claimed(t, ctx, cfg2.Run.Dir), cfg2, Options{Rollout: RolloutStep}); err != nil {
 		t.Fatalf("train under the lease: %v", err)
 	}
-	if _, err := schemas.ReadManifest(ctx, schemas.StepDir(cfg2.Run.Dir, 0)); err != nil {
+	if _, err := schemas.ReadManifest(ctx, rundir.Step(cfg2.Run.Dir, 0)); err != nil {
 		t.Errorf("train under the lease: step 0: %v", err)
 	}
-	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg2.Run.Dir, 1)); !ok {
+	if ok, err := checkpoint.Committed(ctx, rundir.Checkpoint(cfg2.Run.Dir, 1)); !ok {
 		t.Errorf("train under the lease committed no checkpoint 1: %v", err)
 	}
 }

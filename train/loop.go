@@ -440,7 +440,7 @@ func PushForRollout(ctx context.Context, cfg runconfig.Config, k int64, log func
 		return -1, cfg.Policy.Endpoint, nil
 	}
 	for s := k; s >= 0 && s >= k-1; s-- {
-		ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg.Run.Dir, s))
+		ok, err := checkpoint.Committed(ctx, rundir.Checkpoint(cfg.Run.Dir, s))
 		if err != nil {
 			return -1, "", err
 		}

@@ -36,7 +36,7 @@ func TestLUFFYTrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := int64(0); k < 2; k++ {
-		trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(dir, k))
+		trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(dir, k))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestLUFFYTeacher(t *testing.T) {
 	if _, err := rollout.Run(claimed(t, ctx, cfg.Run.Dir), rollout.Options{Config: cfg, Step: 0, Policy: "grpc://" + srv.grpcAddr}); err != nil {
 		t.Fatal(err)
 	}
-	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(cfg.Run.Dir, 0))
+	trajs, man, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(cfg.Run.Dir, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

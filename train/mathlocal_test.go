@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfmodel"
@@ -65,14 +66,14 @@ func TestMathLocalRuns(t *testing.T) {
 	if !errors.Is(err, ErrNoSignal) || !strings.Contains(strings.Join(logs, "\n"), "warning: step 0 had no learning signal: in all 2 groups") {
 		t.Fatalf("a random policy on math-local.yaml: %v; log:\n%s", err, strings.Join(logs, "\n"))
 	}
-	m, err := schemas.ReadManifest(ctx, schemas.StepDir(cfg.Run.Dir, 0))
+	m, err := schemas.ReadManifest(ctx, rundir.Step(cfg.Run.Dir, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Rows != 4 || m.Meta["data"] != cfg.Data.Sources[0].Path+","+cfg.Data.Sources[1].Path {
 		t.Errorf("step 0: %d rows from %q; want 2 prompts x 2 samples from the two bundled files", m.Rows, m.Meta["data"])
 	}
-	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg.Run.Dir, 1)); !ok {
+	if ok, err := checkpoint.Committed(ctx, rundir.Checkpoint(cfg.Run.Dir, 1)); !ok {
 		t.Errorf("checkpoint 1: %v", err)
 	}
 	recs, err := records.ReadHeldout(ctx, cfg.Run.Dir)

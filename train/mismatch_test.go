@@ -55,7 +55,7 @@ func TestLearnRecordsMismatch(t *testing.T) {
 	for _, shift := range []float32{0, -0.25} {
 		h := newHandBuilt(t)
 		good, bad := sampled(t, h, h.good, shift), sampled(t, h, h.bad, shift)
-		if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{good, bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
+		if _, err := schemas.WriteStep(ctx, rundir.Step(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{good, bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
 			t.Fatal(err)
 		}
 		met, err := Learn(claimed(t, ctx, h.cfg.Run.Dir), h.cfg, 0)
@@ -98,7 +98,7 @@ func TestLearnRecordsMismatch(t *testing.T) {
 func TestLearnWithoutBehaviorLogProbs(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t) // its trajectories hold behavior_logprobs 0
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
 	ctx = claimed(t, ctx, h.cfg.Run.Dir)
@@ -111,7 +111,7 @@ func TestLearnWithoutBehaviorLogProbs(t *testing.T) {
 			t.Fatalf("correction on, no behaviour log-probs: Learn = %v, want an error with %q", err, want)
 		}
 	}
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(h.cfg.Run.Dir, 1)); ok {
+	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(h.cfg.Run.Dir, 1)); ok {
 		t.Fatal("the refused step committed checkpoint 1")
 	}
 	met, err := Learn(ctx, h.cfg, 0)
@@ -132,7 +132,7 @@ func TestLearnRolloutCorrection(t *testing.T) {
 	for _, rc := range []loss.RolloutCorrection{loss.DefaultRolloutCorrection(), {Level: loss.CorrectionToken, Cap: 1.5, Mode: loss.CorrectionTruncate}} {
 		h := newHandBuilt(t)
 		good, bad := sampled(t, h, h.good, -0.5), sampled(t, h, h.bad, -0.5) // rho = e^0.5 > 1.5
-		if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{good, bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
+		if _, err := schemas.WriteStep(ctx, rundir.Step(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{good, bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
 			t.Fatal(err)
 		}
 		h.cfg.Learner.Loss.RolloutCorrection = rc

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -39,10 +40,10 @@ func TestTrainFailsOnAPromptFileWithoutUsableRows(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if _, err := schemas.ReadManifest(ctx, schemas.StepDir(cfg.Run.Dir, 0)); err == nil {
+	if _, err := schemas.ReadManifest(ctx, rundir.Step(cfg.Run.Dir, 0)); err == nil {
 		t.Errorf("step 0 was committed")
 	}
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(cfg.Run.Dir, 1)); ok {
+	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(cfg.Run.Dir, 1)); ok {
 		t.Errorf("checkpoint 1 was committed")
 	}
 }
@@ -88,7 +89,7 @@ func TestLearnRefusesNothingToTrain(t *testing.T) {
 			if rows := c.rows(h); len(rows) > 0 {
 				shards = [][]schemas.Trajectory{rows}
 			}
-			if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), shards, schemas.Manifest{Run: h.cfg.Run.Name, Meta: c.meta}); err != nil {
+			if _, err := schemas.WriteStep(ctx, rundir.Step(run, 0), shards, schemas.Manifest{Run: h.cfg.Run.Name, Meta: c.meta}); err != nil {
 				t.Fatal(err)
 			}
 			_, err := Learn(claimed(t, ctx, run), h.cfg, 0)
@@ -101,7 +102,7 @@ func TestLearnRefusesNothingToTrain(t *testing.T) {
 					t.Errorf("error %q does not say %q", err, want)
 				}
 			}
-			if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(run, 1)); ok {
+			if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(run, 1)); ok {
 				t.Errorf("checkpoint 1 was committed")
 			}
 		})
@@ -130,10 +131,10 @@ func TestTrainFailsWhenEveryPromptOverflowsTheContext(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if _, err := schemas.ReadManifest(ctx, schemas.StepDir(dir, 0)); err == nil {
+	if _, err := schemas.ReadManifest(ctx, rundir.Step(dir, 0)); err == nil {
 		t.Errorf("step 0 was committed")
 	}
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(dir, 1)); ok {
+	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(dir, 1)); ok {
 		t.Errorf("checkpoint 1 was committed")
 	}
 }
@@ -151,14 +152,14 @@ func TestTrainWarnsOncePerStepWithFailedSamples(t *testing.T) {
 	rollout := func(ctx context.Context, c runconfig.Config, k int64) error {
 		meta := map[string]string{"trajectories": "3", "finish." + schemas.FinishError: "1", "policy_errors": "1",
 			"first_error": "prompt demo/lugr+3 sample 2: policy call failed after 3 attempts: unavailable"}
-		_, err := schemas.WriteStep(ctx, schemas.StepDir(c.Run.Dir, k), [][]schemas.Trajectory{{h.good, h.bad, broken}}, schemas.Manifest{Run: c.Run.Name, Step: k, Meta: meta})
+		_, err := schemas.WriteStep(ctx, rundir.Step(c.Run.Dir, k), [][]schemas.Trajectory{{h.good, h.bad, broken}}, schemas.Manifest{Run: c.Run.Name, Step: k, Meta: meta})
 		return err
 	}
 	var logs []string
 	if err := Run(claimed(t, ctx, cfg.Run.Dir), cfg, Options{Rollout: rollout, Log: func(s string) { logs = append(logs, s) }}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(cfg.Run.Dir, 1)); !ok {
+	if ok, err := checkpoint.Committed(ctx, rundir.Checkpoint(cfg.Run.Dir, 1)); !ok {
 		t.Fatalf("checkpoint 1 not committed: %v", err)
 	}
 	var warned []string

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -57,7 +58,7 @@ func TestRunOfAnEarlierBuildResumes(t *testing.T) {
 	if got, err := checkpoint.List(ctx, dir); err != nil || !slices.Equal(got, []int64{0, cfg.Run.Steps}) {
 		t.Errorf("checkpoints after the resume: %v (%v), want [0 %d]", got, err, cfg.Run.Steps)
 	}
-	if _, err := schemas.ReadManifest(ctx, schemas.StepDir(dir, 0)); err != nil {
+	if _, err := schemas.ReadManifest(ctx, rundir.Step(dir, 0)); err != nil {
 		t.Errorf("the earlier build's manifest of step 0: %v", err)
 	}
 	checkMetricsRebuilt(t, dir, "the resumed run of "+oldRun)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/schemas"
 )
@@ -91,7 +92,7 @@ func TestRolloutRidesOutHTTPPolicyOutage(t *testing.T) {
 	if r.m.Rows != want {
 		t.Fatalf("%d trajectories, want %d", r.m.Rows, want)
 	}
-	trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(c.Run.Dir, 0))
+	trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(c.Run.Dir, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -231,7 +232,7 @@ eval: {every: 0}
 	if want := int64(len(e2eCalls) * rc.Rollout.GroupSize); mf.Rows != want {
 		t.Fatalf("%d trajectories, want %d", mf.Rows, want)
 	}
-	trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(rc.Run.Dir, 0))
+	trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(rc.Run.Dir, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,7 @@ eval: {every: 0}
 		t.Errorf("learner step: %d trajectories, %d tokens; want %d trajectories and trained tokens", lm.Trajectories, lm.Tokens, want)
 	}
 	var was, now map[string]any
-	for p, into := range map[string]*map[string]any{filepath.Join(hfDir, checkpoint.ConfigName): &was, filepath.Join(checkpoint.Dir(lc.Run.Dir, 1), checkpoint.ConfigName): &now} {
+	for p, into := range map[string]*map[string]any{filepath.Join(hfDir, checkpoint.ConfigName): &was, filepath.Join(rundir.Checkpoint(lc.Run.Dir, 1), checkpoint.ConfigName): &now} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/runconfig"
@@ -264,7 +265,7 @@ func fileSum(t *testing.T, p string) string {
 // left out. It fails on a duplicated (prompt, sample).
 func stepDigest(t *testing.T, dir string, k int64) (string, int) {
 	t.Helper()
-	rows, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), schemas.StepDir(dir, k))
+	rows, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), rundir.Step(dir, k))
 	if err != nil {
 		t.Fatalf("%s step %d: %v", dir, k, err)
 	}
@@ -400,7 +401,7 @@ func crashSuite(t *testing.T, async bool, trials int) {
 		// Step k was sampled by checkpoint k-1 (step 0 by checkpoint 0),
 		// as the versions the engine named say.
 		for k := range steps {
-			rows, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), schemas.StepDir(ref, k))
+			rows, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), rundir.Step(ref, k))
 			if err != nil {
 				t.Fatal(err)
 			}

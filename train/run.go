@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 // withEngine serves checkpoint k in this process for the duration of fn,
 // under a name of its own for each purpose ("" for rollouts).
 func withEngine(ctx context.Context, cfg runconfig.Config, k int64, purpose string, fn func(endpoint string) error) error {
-	e, release, err := openEngineOn(ctx, checkpoint.Dir(cfg.Run.Dir, k), cfg.Learner.Backend)
+	e, release, err := openEngineOn(ctx, rundir.Checkpoint(cfg.Run.Dir, k), cfg.Learner.Backend)
 	if err != nil {
 		return err
 	}

@@ -24,9 +24,9 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -217,7 +217,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 			ws := QuickWarmStart()
 			ws.Model.Context = 192
 			if warm != "" {
-				if err := os.CopyFS(checkpoint.Dir(runDir, 0), os.DirFS(warm)); err != nil {
+				if err := os.CopyFS(rundir.Checkpoint(runDir, 0), os.DirFS(warm)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -236,7 +236,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 				t.Fatalf("the run failed: %v", runErr)
 			}
 			if warm == "" {
-				warm = checkpoint.Dir(runDir, 0)
+				warm = rundir.Checkpoint(runDir, 0)
 			}
 			logs := out.text(t)
 			logs += "\nreport:\n" + rep.Summary()
@@ -252,7 +252,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 			t.Logf("the run: %d calls answered, %d failed on purpose, %d answered with the key", llm.answered.Load(), llm.failed.Load(), llm.echoed.Load())
 			failedCalls := 0
 			for k := int64(0); k < cfg.Run.Steps; k++ {
-				trajs, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), schemas.StepDir(runDir, k))
+				trajs, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), rundir.Step(runDir, k))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -385,7 +385,7 @@ func scanRun(t *testing.T, dir string, secrets []string) []string {
 			leaks = append(leaks, rel)
 		}
 		switch {
-		case d.Name() == schemas.ManifestName:
+		case d.Name() == rundir.ManifestName:
 			rows, err := decodeStep(ctx, filepath.Dir(path))
 			if err != nil {
 				return fmt.Errorf("%s: %w", rel, err)

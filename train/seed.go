@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -47,7 +48,7 @@ func writesTiedHead(cfg runconfig.Config) bool {
 }
 
 func seedCheckpoint(ctx context.Context, src, runDir string, tiedHead bool) error {
-	dst := checkpoint.Dir(runDir, 0)
+	dst := rundir.Checkpoint(runDir, 0)
 	if ok, _ := checkpoint.Committed(ctx, dst); ok {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/inproc"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
@@ -86,7 +87,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 	if err := SeedCheckpoint(ctx, src, h.cfg.Run.Dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(h.cfg.Run.Dir, 0), [][]schemas.Trajectory{{h.good, h.bad}}, schemas.Manifest{Run: h.cfg.Run.Name}); err != nil {
 		t.Fatal(err)
 	}
 	met, err := Learn(claimed(t, ctx, h.cfg.Run.Dir), h.cfg, 0)
@@ -102,7 +103,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 	}
 	want["torch_dtype"] = "bfloat16" // the init's weights are bfloat16; so are the checkpoints'
 	for step := int64(0); step <= 1; step++ {
-		dir := checkpoint.Dir(h.cfg.Run.Dir, step)
+		dir := rundir.Checkpoint(h.cfg.Run.Dir, step)
 		b, err := os.ReadFile(filepath.Join(dir, checkpoint.ConfigName))
 		if err != nil {
 			t.Fatal(err)
@@ -134,7 +135,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 			}
 		}
 		plain := filepath.Join(t.TempDir(), "plain")
-		testtools.CopyDirExcept(t, dir, plain, checkpoint.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
+		testtools.CopyDirExcept(t, dir, plain, rundir.CommittedName, checkpoint.MasterName, checkpoint.OptimizerName, checkpoint.TrainerStateName)
 		ld, err := inproc.LoadCheckpoint(ctx, plain, "")
 		if err != nil {
 			t.Fatalf("checkpoint %d as a plain Hugging Face directory: %v", step, err)
@@ -158,7 +159,7 @@ func TestLearnFromHFInitKeepsConfig(t *testing.T) {
 	if err := SeedCheckpoint(ctx, bare, run2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(checkpoint.Dir(run2, 0), checkpoint.GenerationConfigName)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(rundir.Checkpoint(run2, 0), checkpoint.GenerationConfigName)); !os.IsNotExist(err) {
 		t.Errorf("checkpoint of a directory without generation_config.json has one (%v)", err)
 	}
 }

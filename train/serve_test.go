@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/inproc"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
@@ -81,7 +82,7 @@ func TestRolloutThroughServe(t *testing.T) {
 			if m.Rows != want {
 				t.Fatalf("%d trajectories, want %d", m.Rows, want)
 			}
-			trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(c.Run.Dir, 0))
+			trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(c.Run.Dir, 0))
 			if err != nil {
 				t.Fatal(err) // ReadStep validates every row's provenance columns
 			}

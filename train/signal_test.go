@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
@@ -87,7 +88,7 @@ func TestRunWithoutSignalFails(t *testing.T) {
 			t.Errorf("the log does not say %q:\n%s", want, text)
 		}
 	}
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, 3)); !ok {
+	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(c.Run.Dir, 3)); !ok {
 		t.Error("checkpoint 3, trained, is not kept")
 	}
 	// The same run directory again, allowed: the invocation's setting.

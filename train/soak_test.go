@@ -22,6 +22,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/faultinject"
 	"github.com/aipo-rl/aipo/internal/meminfo"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -240,7 +241,7 @@ collaborators:
 			t.Fatalf("step %d: %v", k, err)
 		}
 		want := int64(cfg.Data.BatchSize * cfg.Rollout.GroupSize)
-		rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(cfg.Run.Dir, k))
+		rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(cfg.Run.Dir, k))
 		if err != nil {
 			t.Fatalf("step %d: %v", k, err)
 		}

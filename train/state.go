@@ -343,7 +343,7 @@ func readLearnRecord(ctx context.Context, runDir string, k int64) (records.Learn
 // learned reports whether step k was learned already: checkpoint k+1, or
 // a later one, is committed (retention may have removed k+1 since).
 func learned(ctx context.Context, runDir string, k int64) (bool, error) {
-	if ok, err := checkpoint.Committed(ctx, checkpoint.Dir(runDir, k+1)); err != nil || ok {
+	if ok, err := checkpoint.Committed(ctx, rundir.Checkpoint(runDir, k+1)); err != nil || ok {
 		return ok, err
 	}
 	steps, err := checkpoint.List(ctx, runDir)
@@ -355,7 +355,7 @@ func learned(ctx context.Context, runDir string, k int64) (bool, error) {
 
 // reference loads the reference policy (checkpoint 0).
 func (s *learnSession) reference(ctx context.Context) (*model.Model, error) {
-	ref, err := LoadPolicy(ctx, checkpoint.Dir(s.cfg.Run.Dir, 0))
+	ref, err := LoadPolicy(ctx, rundir.Checkpoint(s.cfg.Run.Dir, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +371,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 	}
 	s.Close()
 	runDir := s.cfg.Run.Dir
-	full, err := checkpoint.Full(ctx, checkpoint.Dir(runDir, k))
+	full, err := checkpoint.Full(ctx, rundir.Checkpoint(runDir, k))
 	if err != nil {
 		return nil, fmt.Errorf("learn step %d: %w", k, err)
 	}
@@ -385,7 +385,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 	if err != nil {
 		return nil, err
 	}
-	pol, err := LoadPolicy(ctx, checkpoint.Dir(runDir, from))
+	pol, err := LoadPolicy(ctx, rundir.Checkpoint(runDir, from))
 	if err != nil {
 		return nil, fmt.Errorf("learn step %d: %w", k, err)
 	}
@@ -394,7 +394,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 		return nil, err
 	}
 	// The state is streamed where the passes keep it once they are open.
-	st := &trainState{step: from, pol: pol, opt: opt, optFrom: checkpoint.Dir(runDir, from), ranks: s.ranks}
+	st := &trainState{step: from, pol: pol, opt: opt, optFrom: rundir.Checkpoint(runDir, from), ranks: s.ranks}
 	if from < k {
 		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
 	}
@@ -412,7 +412,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 			st.close()
 			return nil, err
 		}
-		next := checkpoint.Dir(runDir, j+1)
+		next := rundir.Checkpoint(runDir, j+1)
 		ok, err := checkpoint.Committed(ctx, next)
 		if err != nil {
 			st.close()
@@ -442,7 +442,7 @@ func newestFull(ctx context.Context, runDir string, k int64) (int64, error) {
 		if steps[i] >= k {
 			continue
 		}
-		full, err := checkpoint.Full(ctx, checkpoint.Dir(runDir, steps[i]))
+		full, err := checkpoint.Full(ctx, rundir.Checkpoint(runDir, steps[i]))
 		if err != nil {
 			return 0, err
 		}
@@ -473,7 +473,7 @@ func applyRetention(ctx context.Context, cfg runconfig.Config) error {
 	}
 	var ferr error
 	full := func(k int64) bool {
-		ok, err := checkpoint.Full(ctx, checkpoint.Dir(runDir, k))
+		ok, err := checkpoint.Full(ctx, rundir.Checkpoint(runDir, k))
 		if err != nil && ferr == nil {
 			ferr = err
 		}
@@ -494,7 +494,7 @@ func applyRetention(ctx context.Context, cfg runconfig.Config) error {
 		if keep[k] {
 			continue
 		}
-		if err := checkpoint.Remove(ctx, checkpoint.Dir(runDir, k)); err != nil {
+		if err := checkpoint.Remove(ctx, rundir.Checkpoint(runDir, k)); err != nil {
 			return fmt.Errorf("checkpoint retention in %s (checkpoint.keep_last %d, keep_every %d): %w", runDir, p.KeepLast, p.KeepEvery, err)
 		}
 	}

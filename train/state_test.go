@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
 )
@@ -104,12 +105,12 @@ func warmQuick(t *testing.T) func(dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm := checkpoint.Dir(filepath.Join(t.TempDir(), "warm"), 0)
+	warm := rundir.Checkpoint(filepath.Join(t.TempDir(), "warm"), 0)
 	if _, err := demo.WarmStart(ctx, warm, task, QuickWarmStart(), nil); err != nil {
 		t.Fatal(err)
 	}
 	return func(dir string) {
-		if err := CopyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
+		if err := CopyWarmStart(ctx, warm, rundir.Checkpoint(dir, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,11 +137,11 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 	}
 	want := checkpointSums(t, ref)
 	for k, full := range map[int64]bool{0: true, 1: false, 2: false, 3: true, 4: true} {
-		if got, err := checkpoint.Full(ctx, checkpoint.Dir(ref, k)); got != full || err != nil {
+		if got, err := checkpoint.Full(ctx, rundir.Checkpoint(ref, k)); got != full || err != nil {
 			t.Errorf("checkpoint %d: full %v (%v), want %v", k, got, err, full)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(checkpoint.Dir(ref, 1), checkpoint.OptimizerName)); err == nil {
+	if _, err := os.Stat(filepath.Join(rundir.Checkpoint(ref, 1), checkpoint.OptimizerName)); err == nil {
 		t.Errorf("serving checkpoint 1 holds %s", checkpoint.OptimizerName)
 	}
 
@@ -209,7 +210,7 @@ func TestReplayUsesTheConfigurationEachStepRanWith(t *testing.T) {
 		if got, _ := checkpoint.List(ctx, run); !slices.Equal(got, []int64{0, 4}) {
 			t.Errorf("save_every %d: checkpoints %v at the end, want [0 4]", saveEvery, got)
 		}
-		finals = append(finals, fileSum(t, filepath.Join(checkpoint.Dir(run, 4), checkpoint.WeightsName)))
+		finals = append(finals, fileSum(t, filepath.Join(rundir.Checkpoint(run, 4), checkpoint.WeightsName)))
 	}
 	if finals[0] != finals[1] {
 		t.Errorf("final weights: %s writing every state, %s replaying from checkpoint 0", finals[0], finals[1])

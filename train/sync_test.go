@@ -104,7 +104,7 @@ func syncRun(t testing.TB, ds demoServer, base, name string, mutate func(*runcon
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	testtools.CopyDirExcept(t, ds.ckpt, checkpoint.Dir(c.Run.Dir, 0))
+	testtools.CopyDirExcept(t, ds.ckpt, rundir.Checkpoint(c.Run.Dir, 0))
 	return c
 }
 
@@ -188,7 +188,7 @@ func maxDiff(a, b []float32) float64 {
 // mismatch is ~0).
 func checkStep(t *testing.T, ctx context.Context, c runconfig.Config, k, want int64) {
 	t.Helper()
-	trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(c.Run.Dir, k))
+	trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(c.Run.Dir, k))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func checkStep(t *testing.T, ctx context.Context, c runconfig.Config, k, want in
 		}
 		seqs = append(seqs, [2][]int32{tr.PromptIDs, tr.ResponseIDs})
 	}
-	lps := learnerLogProbs(t, ctx, checkpoint.Dir(c.Run.Dir, want), seqs...)
+	lps := learnerLogProbs(t, ctx, rundir.Checkpoint(c.Run.Dir, want), seqs...)
 	worst, n := 0.0, 0
 	for i, tr := range trajs {
 		for j, src := range tr.TokenSource {
@@ -251,14 +251,14 @@ func TestTrainWithPolicyServer(t *testing.T) {
 					if v != k {
 						t.Errorf("before rollout %d the server names version %d", k, v)
 					}
-					want := learnerLogProbs(t, ctx, checkpoint.Dir(c.Run.Dir, k), [2][]int32{prefix, toks})[0]
+					want := learnerLogProbs(t, ctx, rundir.Checkpoint(c.Run.Dir, k), [2][]int32{prefix, toks})[0]
 					if d := maxDiff(lps, want); d > logProbTol {
 						t.Errorf("before rollout %d the server's probe log-probs differ from checkpoint %d's by %.3g", k, k, d)
 					}
 					if prev != nil {
 						// The probe tells checkpoints apart: the check above is
 						// not passed by a server that kept older weights.
-						old := learnerLogProbs(t, ctx, checkpoint.Dir(c.Run.Dir, k-1), [2][]int32{prefix, toks})[0]
+						old := learnerLogProbs(t, ctx, rundir.Checkpoint(c.Run.Dir, k-1), [2][]int32{prefix, toks})[0]
 						if d := maxDiff(old, want); d < 100*logProbTol {
 							t.Errorf("checkpoints %d and %d give probe log-probs only %.3g apart", k-1, k, d)
 						} else {
@@ -308,7 +308,7 @@ func TestStalePolicyServer(t *testing.T) {
 
 	t.Run("never told", func(t *testing.T) {
 		c := syncRun(t, ds, base, "never-told", func(c *runconfig.Config) { c.Policy.Endpoint = endpoint })
-		srv.reload(ctx, checkpoint.Dir(c.Run.Dir, 0))
+		srv.reload(ctx, rundir.Checkpoint(c.Run.Dir, 0))
 		err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Rollout: RolloutStep})
 		for _, want := range []string{"learn step 1:", "16 of the 16 trajectories were sampled by policy versions outside the version 1 this step allows (policy.max_staleness 0)",
 			"versions found (trajectories): 0 (16)", "set policy.sync", "policy.max_staleness: 1", "--step 1 --force", "checkpoint 2 was not written"} {
@@ -316,7 +316,7 @@ func TestStalePolicyServer(t *testing.T) {
 				t.Errorf("error %v, want it to say %q", err, want)
 			}
 		}
-		if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, 2)); ok {
+		if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(c.Run.Dir, 2)); ok {
 			t.Error("checkpoint 2 was written from stale trajectories")
 		}
 		checkStep(t, ctx, c, 0, 0)
@@ -325,7 +325,7 @@ func TestStalePolicyServer(t *testing.T) {
 	// The test tells the server of checkpoint k-1 just before rollout k.
 	late := func(c runconfig.Config) Options {
 		return Options{Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
-			srv.reload(ctx, checkpoint.Dir(c.Run.Dir, max(0, k-1)))
+			srv.reload(ctx, rundir.Checkpoint(c.Run.Dir, max(0, k-1)))
 			return RolloutStep(ctx, rc, k)
 		}}
 	}
@@ -416,7 +416,7 @@ func TestRestartedPolicyServerRecovered(t *testing.T) {
 			!strings.Contains(err.Error(), "rolled step 2 out again 3 times") {
 			t.Errorf("a server back on old weights at every attempt: %v", err)
 		}
-		if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, 3)); ok {
+		if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(c.Run.Dir, 3)); ok {
 			t.Error("checkpoint 3 was written")
 		}
 	})
@@ -449,7 +449,7 @@ func TestPolicyServerBadInput(t *testing.T) {
 		if took > 10*time.Second {
 			t.Errorf("unreachable %s: failed after %v, policy.timeout is 1.5s", endpoint, took)
 		}
-		if _, err := os.Stat(schemas.StepDir(c.Run.Dir, 0)); err == nil {
+		if _, err := os.Stat(rundir.Step(c.Run.Dir, 0)); err == nil {
 			t.Errorf("unreachable %s: step 0 was written", endpoint)
 		}
 	}
@@ -474,14 +474,14 @@ func TestPolicyServerBadInput(t *testing.T) {
 	if rolled != 0 {
 		t.Errorf("%d rollouts ran after a failed push", rolled)
 	}
-	if _, err := os.Stat(schemas.StepDir(c.Run.Dir, 0)); err == nil {
+	if _, err := os.Stat(rundir.Step(c.Run.Dir, 0)); err == nil {
 		t.Error("step 0 was written after a failed push")
 	}
 	c.Policy.Sync.CheckpointDir = ""
 	if err := Run(lctx, c, opts); err != nil {
 		t.Fatalf("the run does not resume once the push works: %v", err)
 	}
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, c.Run.Steps)); !ok || rolled != int(c.Run.Steps) {
+	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(c.Run.Dir, c.Run.Steps)); !ok || rolled != int(c.Run.Steps) {
 		t.Errorf("resumed run: final checkpoint committed %v, %d rollouts", ok, rolled)
 	}
 	for k := range c.Run.Steps {
@@ -509,7 +509,7 @@ func TestAsyncTrainWithPolicyServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range c.Run.Steps {
-		trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(c.Run.Dir, k))
+		trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(c.Run.Dir, k))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -532,7 +532,7 @@ func TestAsyncTrainWithPolicyServer(t *testing.T) {
 		}
 		t.Logf("step %d: %d of %d trajectories one version behind, mismatch |delta| mean %.3g", k, lagged, len(trajs), m.Mismatch.AbsMean)
 	}
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(c.Run.Dir, c.Run.Steps)); !ok {
+	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(c.Run.Dir, c.Run.Steps)); !ok {
 		t.Error("final checkpoint not committed")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/records"
@@ -40,7 +41,7 @@ func writeRun(t *testing.T, n int) string {
 			}
 			shards = append(shards, rows)
 		}
-		if _, err := schemas.WriteStep(context.Background(), schemas.StepDir(run, int64(k)), shards, schemas.Manifest{Run: "r", Step: int64(k)}); err != nil {
+		if _, err := schemas.WriteStep(context.Background(), rundir.Step(run, int64(k)), shards, schemas.Manifest{Run: "r", Step: int64(k)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,11 +52,11 @@ func writeRun(t *testing.T, n int) string {
 // its path.
 func corrupt(t *testing.T, run string, k int64) string {
 	t.Helper()
-	m, err := schemas.ReadManifest(context.Background(), schemas.StepDir(run, k))
+	m, err := schemas.ReadManifest(context.Background(), rundir.Step(run, k))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(schemas.StepDir(run, k), m.Files[0].Path)
+	p := filepath.Join(rundir.Step(run, k), m.Files[0].Path)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -132,12 +133,12 @@ func TestPipelineFailureInOneLine(t *testing.T) {
 	}
 	run := writeRun(t, 1)
 	corrupt(t, run, 0)
-	m, err := schemas.ReadManifest(context.Background(), schemas.StepDir(run, 0))
+	m, err := schemas.ReadManifest(context.Background(), rundir.Step(run, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Both shards of the only step: nothing can be analysed.
-	p := filepath.Join(schemas.StepDir(run, 0), m.Files[1].Path)
+	p := filepath.Join(rundir.Step(run, 0), m.Files[1].Path)
 	if err := os.WriteFile(p, []byte("not parquet"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -112,7 +113,7 @@ const dryRunMark = "Dry-run: not submitting job!"
 func TestDataflowDryRunAnalyze(t *testing.T) {
 	run := t.TempDir()
 	rows := []schemas.Trajectory{{Run: "r", Step: 0, PromptID: "p0", SampleIndex: 0}}
-	if _, err := schemas.WriteStep(context.Background(), schemas.StepDir(run, 0), [][]schemas.Trajectory{rows},
+	if _, err := schemas.WriteStep(context.Background(), rundir.Step(run, 0), [][]schemas.Trajectory{rows},
 		schemas.Manifest{Run: "r", Step: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +166,10 @@ func TestDataflowDryRunRollout(t *testing.T) {
 
 	ctx := context.Background()
 	rows := []schemas.Trajectory{{Run: "r", Step: 0, PromptID: "p0", SampleIndex: 0}}
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{rows}, schemas.Manifest{Run: "r", Step: 0}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(run, 0), [][]schemas.Trajectory{rows}, schemas.Manifest{Run: "r", Step: 0}); err != nil {
 		t.Fatal(err)
 	}
-	before, err := os.ReadFile(filepath.Join(schemas.StepDir(run, 0), schemas.ManifestName))
+	before, err := os.ReadFile(filepath.Join(rundir.Step(run, 0), rundir.ManifestName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestDataflowDryRunRollout(t *testing.T) {
 	if code != 0 || !strings.Contains(out, dryRunNote) {
 		t.Fatalf("aipo rollout --force --dry_run exited %d, want 0 with the job printed; output:\n%s", code, out)
 	}
-	after, err := os.ReadFile(filepath.Join(schemas.StepDir(run, 0), schemas.ManifestName))
+	after, err := os.ReadFile(filepath.Join(rundir.Step(run, 0), rundir.ManifestName))
 	if err != nil || !bytes.Equal(after, before) {
 		t.Errorf("a dry run with --force changed the committed step's manifest (%v)", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
@@ -249,7 +250,7 @@ func comparable(tr schemas.Trajectory) schemas.Trajectory {
 func stepRows(t *testing.T, run string, step int64) []schemas.Trajectory {
 	t.Helper()
 	ctx := context.Background()
-	dir := schemas.StepDir(run, step)
+	dir := rundir.Step(run, step)
 	m, err := schemas.ReadManifest(ctx, dir)
 	if err != nil {
 		t.Fatalf("%s: %v", dir, err)
@@ -377,7 +378,7 @@ func evalFigures(t *testing.T, out string) string {
 func killTaskManagerMidStep(ctx context.Context, e beamEngine, run string, done chan<- string) {
 	report := "no kill: the run ended before step 1's rollout was seen running"
 	defer func() { done <- report }()
-	manifest := filepath.Join(schemas.StepDir(run, 0), schemas.ManifestName)
+	manifest := filepath.Join(rundir.Step(run, 0), rundir.ManifestName)
 	var committed time.Time
 	for {
 		select {
@@ -574,8 +575,8 @@ func TestFlinkAndSpark(t *testing.T) {
 	t.Logf("aipo train, 3 steps: prism %s, Flink (2 TaskManagers, one killed) %s", prismTrain.Round(time.Second), flinkTrain.Round(time.Second))
 	sameSteps(t, "aipo train on Flink", prismRun, flinkRun, 0, 1, 2)
 	for k := int64(1); k <= 3; k++ {
-		a := fileHash(t, filepath.Join(checkpoint.Dir(prismRun, k), "model.safetensors"))
-		b := fileHash(t, filepath.Join(checkpoint.Dir(flinkRun, k), "model.safetensors"))
+		a := fileHash(t, filepath.Join(rundir.Checkpoint(prismRun, k), "model.safetensors"))
+		b := fileHash(t, filepath.Join(rundir.Checkpoint(flinkRun, k), "model.safetensors"))
 		if a != b {
 			t.Errorf("checkpoint %d: prism's weights hash %s, Flink's %s", k, a[:12], b[:12])
 		}

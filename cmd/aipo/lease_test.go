@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/configs"
 	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
@@ -29,7 +30,7 @@ func TestRolloutAndLearnCommandsTakeTheLease(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	run := filepath.Join(base, "run")
-	ckpt := checkpoint.Dir(run, 0)
+	ckpt := rundir.Checkpoint(run, 0)
 	quickWarmStart(t, ckpt)
 	raw, err := configs.Get("quick")
 	if err != nil {
@@ -45,7 +46,7 @@ func TestRolloutAndLearnCommandsTakeTheLease(t *testing.T) {
 	}
 	rollout := []string{"rollout", "--config", cfgPath, "--step", "0", "--policy", "inproc://" + ckpt}
 	learn := []string{"learn", "--config", cfgPath, "--run", run, "--step", "0"}
-	step0, ckpt1 := schemas.StepDir(run, 0), checkpoint.Dir(run, 1)
+	step0, ckpt1 := rundir.Step(run, 0), rundir.Checkpoint(run, 1)
 
 	holder, _, err := runlease.Acquire(ctx, run, runlease.Options{Command: "the other writer"})
 	if err != nil {

@@ -32,7 +32,7 @@ func ranksRun(t *testing.T, warm string, steps int) (cfgPath, run string) {
 	t.Helper()
 	base := t.TempDir()
 	run = filepath.Join(base, "run")
-	testtools.CopyDirExcept(t, warm, checkpoint.Dir(run, 0))
+	testtools.CopyDirExcept(t, warm, rundir.Checkpoint(run, 0))
 	raw, err := configs.Get("quick")
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func finalDigest(t *testing.T, run string, k int64) string {
 	t.Helper()
 	var out []string
 	for _, name := range []string{"model.safetensors", "optimizer.bin"} {
-		b, err := os.ReadFile(filepath.Join(checkpoint.Dir(run, k), name))
+		b, err := os.ReadFile(filepath.Join(rundir.Checkpoint(run, k), name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,11 +72,11 @@ func finalDigest(t *testing.T, run string, k int64) string {
 func weightsApart(t *testing.T, a, b string, k int64) float64 {
 	t.Helper()
 	ctx := context.Background()
-	x, err := checkpoint.Load(ctx, checkpoint.Dir(a, k))
+	x, err := checkpoint.Load(ctx, rundir.Checkpoint(a, k))
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := checkpoint.Load(ctx, checkpoint.Dir(b, k))
+	y, err := checkpoint.Load(ctx, rundir.Checkpoint(b, k))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestTrainRankFailures(t *testing.T) {
 				t.Errorf("rank 0's error does not name %q:\n%s", c.says, text)
 			}
 			t.Logf("%s of rank 1: rank 0 failed after %s: %s", c.name, took.Round(time.Millisecond), lineWith(text, "rank 1"))
-			if ok, _ := checkpoint.Committed(context.Background(), checkpoint.Dir(run, 0)); !ok {
+			if ok, _ := checkpoint.Committed(context.Background(), rundir.Checkpoint(run, 0)); !ok {
 				t.Fatal("checkpoint 0 is gone")
 			}
 			// The lease of the killed run goes stale with its process
@@ -317,12 +317,12 @@ func committedFiles(t *testing.T, run string, k int64) []rundir.File {
 	var m struct {
 		Files []rundir.File `json:"files"`
 	}
-	b, err := os.ReadFile(filepath.Join(checkpoint.Dir(run, k), checkpoint.CommittedName))
+	b, err := os.ReadFile(filepath.Join(rundir.Checkpoint(run, k), rundir.CommittedName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s of checkpoint %d: %v", checkpoint.CommittedName, k, err)
+		t.Fatalf("%s of checkpoint %d: %v", rundir.CommittedName, k, err)
 	}
 	return m.Files
 }
@@ -378,7 +378,7 @@ func TestTrainShardsOnRanks(t *testing.T) {
 		if shards < 3 {
 			t.Fatalf("--nproc %d: checkpoint 3 holds %d weight shards at checkpoint.max_shard_size %d; want at least 3: %v", n, shards, shard, files)
 		}
-		if _, err := os.Stat(filepath.Join(checkpoint.Dir(run, 3), checkpoint.WeightsIndexName)); err != nil {
+		if _, err := os.Stat(filepath.Join(rundir.Checkpoint(run, 3), checkpoint.WeightsIndexName)); err != nil {
 			t.Errorf("--nproc %d: no shard index: %v", n, err)
 		}
 		if n == 2 {
@@ -393,7 +393,7 @@ func TestTrainShardsOnRanks(t *testing.T) {
 	if !slices.Equal(a, b) {
 		t.Fatalf("checkpoint 3's files differ:\n--nproc 2: %v\n--nproc 1: %v", a, b)
 	}
-	ck, err := checkpoint.Load(context.Background(), checkpoint.Dir(runs[2], 3))
+	ck, err := checkpoint.Load(context.Background(), rundir.Checkpoint(runs[2], 3))
 	if err != nil {
 		t.Fatalf("load the sharded checkpoint --nproc 2 wrote: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/schemas"
@@ -47,7 +48,7 @@ func TestPortableProcessEnvironment(t *testing.T) {
 		{SchemaVersion: 1, Run: "r", Step: 0, PromptID: "p0", SampleIndex: 1, FinishReason: sampling.FinishEOS,
 			ResponseIDs: []int32{7}, TokenSource: []int8{schemas.SourcePolicy}, BehaviorLogProbs: []float32{-2}},
 	}
-	if _, err := schemas.WriteStep(context.Background(), schemas.StepDir(run, 0), [][]schemas.Trajectory{rows},
+	if _, err := schemas.WriteStep(context.Background(), rundir.Step(run, 0), [][]schemas.Trajectory{rows},
 		schemas.Manifest{Run: "r", Step: 0}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
@@ -164,7 +165,7 @@ func rehearse(t *testing.T, r rehearsal) {
 
 	calls, collabTokens := 0, 0
 	for k := range r.steps {
-		dir := schemas.StepDir(runDir, k)
+		dir := rundir.Step(runDir, k)
 		m, err := schemas.ReadManifest(ctx, dir)
 		if err != nil {
 			t.Fatal(err)
@@ -228,7 +229,7 @@ func rehearse(t *testing.T, r rehearsal) {
 	if in, err := c.Info(ctx); err != nil || in.PolicyVersion != r.steps {
 		t.Errorf("after the run the policy server serves version %d (%v), want %d", in.PolicyVersion, err, r.steps)
 	}
-	final := checkpoint.Dir(runDir, r.steps)
+	final := rundir.Checkpoint(runDir, r.steps)
 	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
 		if _, err := os.Stat(filepath.Join(final, f)); err != nil {
 			t.Errorf("final checkpoint: %v", err)

@@ -7,10 +7,10 @@ import (
 	"os"
 	"sort"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
-	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/train"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
 )
@@ -36,7 +36,7 @@ func runRollout(args []string) error {
 			"Reads the step's prompts (prompt files or the demo task), samples rollout.group_size\n"+
 			"trajectories per prompt with the policy calling the collaborators, scores them,\n"+
 			"computes group advantages and commits <run.dir>/step-K/ (shards, then %s with the\n"+
-			"step's metrics). Runs on prism unless --runner says otherwise.\n\nFlags:\n", schemas.ManifestName)
+			"step's metrics). Runs on prism unless --runner says otherwise.\n\nFlags:\n", rundir.ManifestName)
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/configs"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestTrainWithoutSignalExitsNonZero(t *testing.T) {
 	base := t.TempDir()
 	run := filepath.Join(base, "run")
-	quickWarmStart(t, checkpoint.Dir(run, 0))
+	quickWarmStart(t, rundir.Checkpoint(run, 0))
 	raw, err := configs.Get("quick")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestTrainWithoutSignalExitsNonZero(t *testing.T) {
 			t.Errorf("aipo train's output does not say %q:\n%s", want, out)
 		}
 	}
-	if ok, _ := checkpoint.Committed(t.Context(), checkpoint.Dir(run, 2)); !ok {
+	if ok, _ := checkpoint.Committed(t.Context(), rundir.Checkpoint(run, 2)); !ok {
 		t.Error("the trained checkpoint 2 is not kept")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/configs"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
@@ -49,7 +50,7 @@ func TestTrainCommandSyncsPolicyServer(t *testing.T) {
 		}
 	}
 	sampledByTheirStep(t, run, 3)
-	if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(run, 3)); !ok {
+	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(run, 3)); !ok {
 		t.Error("checkpoint 3 not committed")
 	}
 	c, err := policy.Open(ctx, endpoint)

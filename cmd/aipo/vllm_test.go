@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/internal/vllmserver"
@@ -413,7 +414,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 		if code, out := runAipoFor(t, 6*time.Minute, nil, "rollout", "--config", cfgPath, "--step", "0"); code != 0 {
 			t.Fatalf("aipo rollout exited %d:\n%s", code, out)
 		}
-		trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(runDir, 0))
+		trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(runDir, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -452,7 +453,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 			}
 			hit := false
 			killed.Do(func() {
-				if ok, _ := checkpoint.Committed(ctx, checkpoint.Dir(runDir, 2)); !ok {
+				if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(runDir, 2)); !ok {
 					t.Errorf("the sync of checkpoint 2 began before it was committed")
 				}
 				cmd.Process.Kill()
@@ -504,7 +505,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 		calls, reloads := px.snapshot()
 		var prev []float32
 		for k := int64(0); k <= 3; k++ {
-			dir := checkpoint.Dir(runDir, k)
+			dir := rundir.Checkpoint(runDir, k)
 			abs, _ := filepath.Abs(dir)
 			want := scoreWith(t, loadModel(t, dir), weightsync.ProbeTokens)
 			var got []float64
@@ -597,7 +598,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 			t.Errorf("a reload that changed nothing: aipo train exited %d, want an error naming the server and the probe:\n%s", code, text)
 		}
 		t.Logf("hollow reload: %s", lineWith(text, "did not reach the model"))
-		m, err := schemas.ReadManifest(ctx, schemas.StepDir(runDir, 0))
+		m, err := schemas.ReadManifest(ctx, rundir.Step(runDir, 0))
 		if err != nil || m.Rows == 0 {
 			t.Fatalf("step 0, committed before the failed sync, is gone: %v", err)
 		}
@@ -608,7 +609,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 		// recorded as version 0), the learner refuses the step, and the
 		// same command pushes checkpoint 1 again, rolls step 1 out again
 		// and finishes.
-		ck1, _ := filepath.Abs(checkpoint.Dir(runDir, 1))
+		ck1, _ := filepath.Abs(rundir.Checkpoint(runDir, 1))
 		restarted := killOnCompletion(t, px, vs, ck1, "")
 		code, text = runAipoFor(t, 12*time.Minute, nil, args...)
 		px.setCompletion(nil)
@@ -656,7 +657,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 			}
 			return false
 		})
-		ck2, _ := filepath.Abs(checkpoint.Dir(runDir, 2))
+		ck2, _ := filepath.Abs(rundir.Checkpoint(runDir, 2))
 		rolloutRestarted := killOnCompletion(t, px, vs, ck2, ck2)
 		code, text := runAipoFor(t, 20*time.Minute, nil, "train", "--config", cfgPath, "--init", warm)
 		px.setRPC(nil)
@@ -674,7 +675,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 		t.Logf("vLLM restarted on checkpoint 2 mid-rollout: %s", lineWith(text, "rolling step 2 out again"))
 		sampledByTheirStep(t, runDir, 3)
 		for k := int64(1); k <= 3; k++ {
-			idx, err := os.ReadFile(filepath.Join(checkpoint.Dir(runDir, k), checkpoint.WeightsIndexName))
+			idx, err := os.ReadFile(filepath.Join(rundir.Checkpoint(runDir, k), checkpoint.WeightsIndexName))
 			if err != nil || !strings.Contains(string(idx), "model-00002-of-") {
 				t.Errorf("checkpoint %d is not written in shards (max_shard_size 2 MB): %v", k, err)
 			}
@@ -727,7 +728,7 @@ func sampledByTheirStep(t *testing.T, runDir string, steps int64) [][]schemas.Tr
 	t.Helper()
 	var out [][]schemas.Trajectory
 	for k := range steps {
-		trajs, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), schemas.StepDir(runDir, k))
+		trajs, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), rundir.Step(runDir, k))
 		if err != nil {
 			t.Fatal(err)
 		}

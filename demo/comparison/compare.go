@@ -10,7 +10,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train"
@@ -162,7 +161,7 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 	if o.Quick {
 		ws = train.QuickWarmStart()
 	}
-	warm := checkpoint.Dir(storage.Join(o.Dir, "warmstart"), 0)
+	warm := rundir.Checkpoint(storage.Join(o.Dir, "warmstart"), 0)
 	t0 := time.Now()
 	logf("warm start shared by every run: %d SFT steps on a %d-layer, width-%d model (%s)", ws.Steps, ws.Model.Layers, ws.Model.Hidden, warm)
 	reused, err := demo.WarmStart(ctx, warm, task, ws, o.WarmStartProgress)
@@ -214,7 +213,7 @@ func compareRun(ctx context.Context, o CompareOptions, m Method, seed uint64, di
 		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
 	}
 	defer release()
-	if err := train.CopyWarmStart(ctx, warm, checkpoint.Dir(dir, 0)); err != nil {
+	if err := train.CopyWarmStart(ctx, warm, rundir.Checkpoint(dir, 0)); err != nil {
 		return err
 	}
 	mutate := func(c *runconfig.Config) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
@@ -26,12 +27,12 @@ func TestQuickCompare(t *testing.T) {
 	if len(cmp.Runs) != 4 || len(cmp.Methods) != 2 {
 		t.Fatalf("%d runs of %d methods, want 4 of 2", len(cmp.Runs), len(cmp.Methods))
 	}
-	warm, err := os.ReadFile(filepath.Join(checkpoint.Dir(filepath.Join(dir, "warmstart"), 0), checkpoint.WeightsName))
+	warm, err := os.ReadFile(filepath.Join(rundir.Checkpoint(filepath.Join(dir, "warmstart"), 0), checkpoint.WeightsName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range cmp.Runs {
-		w, err := os.ReadFile(filepath.Join(checkpoint.Dir(r.Dir, 0), checkpoint.WeightsName))
+		w, err := os.ReadFile(filepath.Join(rundir.Checkpoint(r.Dir, 0), checkpoint.WeightsName))
 		if err != nil || string(w) != string(warm) {
 			t.Errorf("%s: checkpoint 0 is not the shared warm start (%v)", r.Dir, err)
 		}

@@ -28,15 +28,12 @@ const (
 	// serving and other tools load. One file, never sharded; same tensor
 	// names and shapes as the model weights.
 	MasterName = "master.safetensors"
-	// CommittedName is written last; a directory without it is not a
-	// checkpoint (its writer is still running or died).
-	CommittedName = rundir.CommittedName
 )
 
 // ErrNotCommitted is returned (wrapped, naming the directory) by Load for a
 // directory without a _COMMITTED marker.
 // It is a rundir.ErrNotCommitted.
-var ErrNotCommitted = rundir.NotCommitted("checkpoint is not committed (no " + CommittedName + " marker: its writer is still running or was killed; use an earlier checkpoint or rerun the step that writes it)")
+var ErrNotCommitted = rundir.NotCommitted("checkpoint is not committed (no " + rundir.CommittedName + " marker: its writer is still running or was killed; use an earlier checkpoint or rerun the step that writes it)")
 
 // ErrExists is returned (wrapped) by Save when the directory already holds a
 // committed checkpoint; checkpoints are never overwritten.
@@ -119,7 +116,7 @@ type marker struct {
 // reserved are file names a tokenizer file may not take.
 func reserved(name string) bool {
 	switch name {
-	case ConfigName, WeightsName, WeightsIndexName, MasterName, OptimizerName, TrainerStateName, CommittedName:
+	case ConfigName, WeightsName, WeightsIndexName, MasterName, OptimizerName, TrainerStateName, rundir.CommittedName:
 		return true
 	}
 	return strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/rundir"
 )
 
 func tinyConfig() Config {
@@ -61,7 +63,7 @@ func sameCheckpoint(t *testing.T, want, got Checkpoint) {
 func TestCheckpointRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	run := t.TempDir()
-	dir := Dir(run, 7)
+	dir := rundir.Checkpoint(run, 7)
 	if !strings.HasSuffix(dir, filepath.Join("checkpoints", "step-000007")) {
 		t.Fatalf("Dir = %s", dir)
 	}
@@ -69,7 +71,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := Save(ctx, dir, want); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{ConfigName, WeightsName, OptimizerName, TrainerStateName, CommittedName, "tokenizer.json", "tokenizer_config.json"} {
+	for _, f := range []string{ConfigName, WeightsName, OptimizerName, TrainerStateName, rundir.CommittedName, "tokenizer.json", "tokenizer_config.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("checkpoint lacks %s: %v", f, err)
 		}
@@ -215,11 +217,11 @@ func TestLoadVerifiesFilesItDoesNotParse(t *testing.T) {
 func TestUncommittedCheckpointRefused(t *testing.T) {
 	ctx := context.Background()
 	run := t.TempDir()
-	dir := Dir(run, 1)
+	dir := rundir.Checkpoint(run, 1)
 	if err := Save(ctx, dir, tinyCheckpoint(1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, CommittedName)); err != nil {
+	if err := os.Remove(filepath.Join(dir, rundir.CommittedName)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Load(ctx, dir)
@@ -323,23 +325,23 @@ func TestLatest(t *testing.T) {
 		t.Fatalf("empty run: %v, want ErrNoCheckpoint", err)
 	}
 	for _, k := range []int64{3, 12, 7} {
-		if err := Save(ctx, Dir(run, k), tinyCheckpoint(k)); err != nil {
+		if err := Save(ctx, rundir.Checkpoint(run, k), tinyCheckpoint(k)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Step 20 uncommitted, and a stray temporary directory.
-	if err := Save(ctx, Dir(run, 20), tinyCheckpoint(20)); err != nil {
+	if err := Save(ctx, rundir.Checkpoint(run, 20), tinyCheckpoint(20)); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(filepath.Join(Dir(run, 20), CommittedName))
-	os.MkdirAll(Dir(run, 30)+".tmp-123", 0o755)
-	os.WriteFile(filepath.Join(Dir(run, 30)+".tmp-123", CommittedName), []byte("{}"), 0o644)
+	os.Remove(filepath.Join(rundir.Checkpoint(run, 20), rundir.CommittedName))
+	os.MkdirAll(rundir.Checkpoint(run, 30)+".tmp-123", 0o755)
+	os.WriteFile(filepath.Join(rundir.Checkpoint(run, 30)+".tmp-123", rundir.CommittedName), []byte("{}"), 0o644)
 	dir, step, err := Latest(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if step != 12 || dir != Dir(run, 12) {
-		t.Fatalf("Latest = %s %d, want %s 12", dir, step, Dir(run, 12))
+	if step != 12 || dir != rundir.Checkpoint(run, 12) {
+		t.Fatalf("Latest = %s %d, want %s 12", dir, step, rundir.Checkpoint(run, 12))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 )
@@ -37,54 +38,54 @@ func TestCheckpointOnGCS(t *testing.T) {
 		t.Fatalf("empty bucket: %v, want ErrNoCheckpoint", err)
 	}
 	want := tinyCheckpoint(4)
-	if err := Save(ctx, Dir(run, 4), want); err != nil {
+	if err := Save(ctx, rundir.Checkpoint(run, 4), want); err != nil {
 		t.Fatal(err)
 	}
 	// A sharded checkpoint at a later step.
 	want9 := tinyCheckpoint(9)
-	if err := SaveWith(ctx, Dir(run, 9), want9, SaveOptions{MaxShardBytes: 256}); err != nil {
+	if err := SaveWith(ctx, rundir.Checkpoint(run, 9), want9, SaveOptions{MaxShardBytes: 256}); err != nil {
 		t.Fatal(err)
 	}
 	dir, step, err := Latest(ctx, run)
-	if err != nil || step != 9 || dir != Dir(run, 9) {
-		t.Fatalf("Latest = %s %d %v, want %s 9", dir, step, err, Dir(run, 9))
+	if err != nil || step != 9 || dir != rundir.Checkpoint(run, 9) {
+		t.Fatalf("Latest = %s %d %v, want %s 9", dir, step, err, rundir.Checkpoint(run, 9))
 	}
 	got, err := Load(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameCheckpoint(t, want9, got)
-	got, err = Load(ctx, Dir(run, 4))
+	got, err = Load(ctx, rundir.Checkpoint(run, 4))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameCheckpoint(t, want, got)
-	if err := Save(ctx, Dir(run, 4), want); !errors.Is(err, ErrExists) {
+	if err := Save(ctx, rundir.Checkpoint(run, 4), want); !errors.Is(err, ErrExists) {
 		t.Errorf("overwriting a committed gs:// checkpoint: %v, want ErrExists", err)
 	}
 
 	// Files without the marker: refused, and ignored by Latest.
-	if err := storage.Remove(ctx, storage.Join(Dir(run, 9), CommittedName)); err != nil {
+	if err := storage.Remove(ctx, storage.Join(rundir.Checkpoint(run, 9), rundir.CommittedName)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(ctx, Dir(run, 9)); !errors.Is(err, ErrNotCommitted) || !strings.Contains(err.Error(), Dir(run, 9)) {
+	if _, err := Load(ctx, rundir.Checkpoint(run, 9)); !errors.Is(err, ErrNotCommitted) || !strings.Contains(err.Error(), rundir.Checkpoint(run, 9)) {
 		t.Fatalf("uncommitted gs:// checkpoint: %v, want ErrNotCommitted naming it", err)
 	}
-	if _, _, err := LoadWeights(ctx, Dir(run, 9)); !errors.Is(err, ErrNotCommitted) {
+	if _, _, err := LoadWeights(ctx, rundir.Checkpoint(run, 9)); !errors.Is(err, ErrNotCommitted) {
 		t.Fatalf("LoadWeights of uncommitted gs:// checkpoint: %v, want ErrNotCommitted", err)
 	}
 	if _, step, err := Latest(ctx, run); err != nil || step != 4 {
 		t.Fatalf("Latest after uncommitting 9 = %d %v, want 4", step, err)
 	}
 	// Saving again over the leftover (now unsharded) removes stale shards.
-	if err := Save(ctx, Dir(run, 9), want9); err != nil {
+	if err := Save(ctx, rundir.Checkpoint(run, 9), want9); err != nil {
 		t.Fatal(err)
 	}
-	left, err := storage.List(ctx, storage.Join(Dir(run, 9), "model-*"))
+	left, err := storage.List(ctx, storage.Join(rundir.Checkpoint(run, 9), "model-*"))
 	if err != nil || len(left) != 0 {
 		t.Fatalf("stale shards after re-save: %v %v", left, err)
 	}
-	if got, err = Load(ctx, Dir(run, 9)); err != nil {
+	if got, err = Load(ctx, rundir.Checkpoint(run, 9)); err != nil {
 		t.Fatal(err)
 	}
 	sameCheckpoint(t, want9, got)
@@ -122,7 +123,7 @@ func TestSafetensorsOnGCS(t *testing.T) {
 func TestKilledSaveOnGCSIsSavedOver(t *testing.T) {
 	fakeGCS(t, "ckpt")
 	ctx := context.Background()
-	dir := Dir("gs://ckpt/runs/killed", 2)
+	dir := rundir.Checkpoint("gs://ckpt/runs/killed", 2)
 	ck := tinyCheckpoint(2)
 	ck.Optimizer = nil
 	var first []string

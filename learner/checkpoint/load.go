@@ -27,10 +27,10 @@ func readMarker(ctx context.Context, dir string) (marker, error) {
 	case errors.Is(err, rundir.ErrUnreadable):
 		return marker{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
 	case err != nil:
-		return marker{}, fmt.Errorf("load checkpoint %s: corrupt %s: %w", dir, CommittedName, err)
+		return marker{}, fmt.Errorf("load checkpoint %s: corrupt %s: %w", dir, rundir.CommittedName, err)
 	}
 	if m.Version != 1 {
-		return marker{}, fmt.Errorf("load checkpoint %s: %s version %d not supported (this build reads 1)", dir, CommittedName, m.Version)
+		return marker{}, fmt.Errorf("load checkpoint %s: %s version %d not supported (this build reads 1)", dir, rundir.CommittedName, m.Version)
 	}
 	return m, nil
 }
@@ -79,11 +79,11 @@ func OpenOptimizer(ctx context.Context, dir string) (io.ReadCloser, error) {
 		p := storage.Join(dir, f.Path)
 		r, err := storage.OpenRead(ctx, p)
 		if err != nil {
-			return nil, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
+			return nil, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, rundir.CommittedName, err)
 		}
 		return &verifiedReader{r: r, h: sha256.New(), path: p, want: f}, nil
 	}
-	return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, CommittedName, OptimizerName)
+	return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, rundir.CommittedName, OptimizerName)
 }
 
 // verifiedReader hashes what it reads and checks it against the marker's
@@ -101,10 +101,10 @@ func (v *verifiedReader) Read(p []byte) (int, error) {
 	v.h.Write(p[:n])
 	v.n += int64(n)
 	if v.n > v.want.Bytes {
-		return n, v.want.Check(v.path, v.n, "", CommittedName)
+		return n, v.want.Check(v.path, v.n, "", rundir.CommittedName)
 	}
 	if err == io.EOF {
-		if err := v.want.Check(v.path, v.n, hex.EncodeToString(v.h.Sum(nil)), CommittedName); err != nil {
+		if err := v.want.Check(v.path, v.n, hex.EncodeToString(v.h.Sum(nil)), rundir.CommittedName); err != nil {
 			return n, err
 		}
 	}
@@ -140,7 +140,7 @@ func LoadServed(ctx context.Context, dir string) (Checkpoint, error) {
 	}
 	cp := storage.Join(dir, ConfigName)
 	if ok, err := storage.Exists(ctx, cp); err == nil && !ok {
-		return Checkpoint{}, fmt.Errorf("load %s: no %s, so not a Hugging Face model directory (config.json, model.safetensors or model.safetensors.index.json with its shards, tokenizer.json), and no %s, so not a committed checkpoint either: %w", dir, ConfigName, CommittedName, ErrNotCommitted)
+		return Checkpoint{}, fmt.Errorf("load %s: no %s, so not a Hugging Face model directory (config.json, model.safetensors or model.safetensors.index.json with its shards, tokenizer.json), and no %s, so not a committed checkpoint either: %w", dir, ConfigName, rundir.CommittedName, ErrNotCommitted)
 	}
 	c, err := LoadConfig(ctx, cp)
 	if err != nil {
@@ -208,7 +208,7 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 	}()
 	for _, f := range m.Files {
 		if f.Path != filepath.Base(f.Path) || f.Path == "" || f.Path == "." || f.Path == ".." || strings.ContainsAny(f.Path, `/\`) {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s lists %q, not a file of the directory", dir, CommittedName, f.Path)
+			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s lists %q, not a file of the directory", dir, rundir.CommittedName, f.Path)
 		}
 		if f.Path == OptimizerName && opts.SkipOptimizer {
 			continue // OpenOptimizer verifies it as it streams
@@ -226,7 +226,7 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 		if keep && weights && local {
 			mf, err := openMapped(p)
 			if err != nil {
-				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
+				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, rundir.CommittedName, err)
 			}
 			mapped[f.Path] = mf
 			h := sha256.New()
@@ -237,20 +237,20 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 		} else {
 			var b []byte
 			if got, n, b, err = readHashed(ctx, p, keep); err != nil {
-				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, CommittedName, err)
+				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, rundir.CommittedName, err)
 			}
 			if keep {
 				files[f.Path] = b
 			}
 		}
-		if err := f.Check(p, n, got, CommittedName); err != nil {
+		if err := f.Check(p, n, got, rundir.CommittedName); err != nil {
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
 		}
 	}
 	need := func(name string) ([]byte, error) {
 		b, ok := files[name]
 		if !ok {
-			return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, CommittedName, name)
+			return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, rundir.CommittedName, name)
 		}
 		return b, nil
 	}
@@ -343,10 +343,6 @@ func Committed(ctx context.Context, dir string) (bool, error) {
 	return storage.Exists(ctx, rundir.Committed(dir))
 }
 
-// Dir is the directory of the checkpoint of a run at a step:
-// <run>/checkpoints/step-000007.
-func Dir(runDir string, step int64) string { return rundir.Checkpoint(runDir, step) }
-
 // Latest returns the committed checkpoint of runDir with the highest step
 // (uncommitted directories are ignored). With none it returns an error
 // wrapping ErrNoCheckpoint.
@@ -359,14 +355,14 @@ func Latest(ctx context.Context, runDir string) (dir string, step int64, err err
 		return "", 0, fmt.Errorf("%s: %w under %s", runDir, ErrNoCheckpoint, rundir.Checkpoints(runDir))
 	}
 	step = steps[len(steps)-1]
-	return Dir(runDir, step), step, nil
+	return rundir.Checkpoint(runDir, step), step, nil
 }
 
 // List returns the steps of runDir's committed checkpoints, ascending
 // (uncommitted directories and strays such as step-000007.tmp-123 are
 // left out).
 func List(ctx context.Context, runDir string) ([]int64, error) {
-	paths, err := storage.List(ctx, rundir.CheckpointFiles(runDir, CommittedName))
+	paths, err := storage.List(ctx, rundir.CheckpointFiles(runDir, rundir.CommittedName))
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints of %s: %w", runDir, err)
 	}

@@ -116,7 +116,7 @@ func Remove(ctx context.Context, dir string) error {
 		return fmt.Errorf("remove checkpoint %s: %w", dir, err)
 	}
 	if storage.IsRemote(dir) {
-		if err := storage.Remove(ctx, storage.Join(dir, CommittedName)); err != nil {
+		if err := storage.Remove(ctx, storage.Join(dir, rundir.CommittedName)); err != nil {
 			return fmt.Errorf("remove checkpoint %s: %w", dir, err)
 		}
 		return RemoveUncommitted(ctx, dir)

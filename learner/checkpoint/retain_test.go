@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 )
 
@@ -117,11 +118,11 @@ func TestRemoveCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	run := t.TempDir()
 	for _, k := range []int64{0, 1, 2} {
-		if err := Save(ctx, Dir(run, k), tinyCheckpoint(k)); err != nil {
+		if err := Save(ctx, rundir.Checkpoint(run, k), tinyCheckpoint(k)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := Remove(ctx, Dir(run, 1)); err != nil {
+	if err := Remove(ctx, rundir.Checkpoint(run, 1)); err != nil {
 		t.Fatal(err)
 	}
 	steps, err := List(ctx, run)
@@ -149,11 +150,11 @@ func TestRemoveCheckpoint(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(other, "notes.txt")); err != nil {
 		t.Errorf("a refused removal touched the directory: %v", err)
 	}
-	if err := RemoveUncommitted(ctx, Dir(run, 2)); !errors.Is(err, ErrExists) {
+	if err := RemoveUncommitted(ctx, rundir.Checkpoint(run, 2)); !errors.Is(err, ErrExists) {
 		t.Errorf("RemoveUncommitted of a committed checkpoint: %v, want ErrExists", err)
 	}
 	// An unfinished save (trainer state, no marker) goes.
-	left := Dir(run, 7)
+	left := rundir.Checkpoint(run, 7)
 	if err := os.MkdirAll(left, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +178,10 @@ func TestRemoveCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer thief.Release()
-	if err := Remove(lctx, Dir(run, 2)); err == nil {
+	if err := Remove(lctx, rundir.Checkpoint(run, 2)); err == nil {
 		t.Fatal("Remove went ahead under a lease taken over by another writer")
 	}
-	if ok, _ := Committed(ctx, Dir(run, 2)); !ok {
+	if ok, _ := Committed(ctx, rundir.Checkpoint(run, 2)); !ok {
 		t.Fatal("a removal under a lost lease deleted the checkpoint")
 	}
 }
@@ -191,21 +192,21 @@ func TestRemoveCheckpointOnGCS(t *testing.T) {
 	ctx := context.Background()
 	run := "gs://ckpt/runs/r"
 	for _, k := range []int64{3, 4} {
-		if err := SaveWith(ctx, Dir(run, k), tinyCheckpoint(k), SaveOptions{MaxShardBytes: 256}); err != nil {
+		if err := SaveWith(ctx, rundir.Checkpoint(run, k), tinyCheckpoint(k), SaveOptions{MaxShardBytes: 256}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := Remove(ctx, Dir(run, 3)); err != nil {
+	if err := Remove(ctx, rundir.Checkpoint(run, 3)); err != nil {
 		t.Fatal(err)
 	}
 	steps, err := List(ctx, run)
 	if err != nil || !slices.Equal(steps, []int64{4}) {
 		t.Fatalf("List after the removal = %v, %v; want [4]", steps, err)
 	}
-	if err := RemoveUncommitted(ctx, Dir(run, 3)); err != nil {
+	if err := RemoveUncommitted(ctx, rundir.Checkpoint(run, 3)); err != nil {
 		t.Fatalf("the removed checkpoint's place: %v", err)
 	}
-	if _, err := Load(ctx, Dir(run, 4)); err != nil {
+	if _, err := Load(ctx, rundir.Checkpoint(run, 4)); err != nil {
 		t.Fatalf("the other checkpoint: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -81,7 +82,7 @@ func traj(step int64, prompt string, sample int32, correct bool, reward float32,
 func writeStep(t *testing.T, run string, k int64, commit bool, shards ...[]schemas.Trajectory) {
 	t.Helper()
 	ctx := context.Background()
-	dir := schemas.StepDir(run, k)
+	dir := rundir.Step(run, k)
 	m := schemas.Manifest{Kind: "trajectories", Run: "toy", Step: k, PolicyVersion: k - 1}
 	for i, rows := range shards {
 		f, err := schemas.WriteShard(ctx, storage.Join(dir, "shards", "part-"+string(rune('0'+i))+".parquet"), rows)
@@ -303,7 +304,7 @@ func TestStepRange(t *testing.T) {
 func TestCorruptShardIsNamedAndItsStepSkipped(t *testing.T) {
 	run := filepath.Join(t.TempDir(), "run")
 	buildRun(t, run)
-	shard := filepath.Join(schemas.StepDir(run, 2), "shards", "part-0.parquet")
+	shard := filepath.Join(rundir.Step(run, 2), "shards", "part-0.parquet")
 	b, err := os.ReadFile(shard)
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +338,7 @@ func TestCorruptShardIsNamedAndItsStepSkipped(t *testing.T) {
 	// naming a shard.
 	run2 := filepath.Join(t.TempDir(), "run2")
 	writeStep(t, run2, 1, true, []schemas.Trajectory{traj(1, "p1", 0, true, 1, "eos", []int8{P})})
-	if err := os.WriteFile(filepath.Join(schemas.StepDir(run2, 1), "shards", "part-0.parquet"), []byte("gone"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(rundir.Step(run2, 1), "shards", "part-0.parquet"), []byte("gone"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	plan, err := Discover(context.Background(), run2, AllSteps)

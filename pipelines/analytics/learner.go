@@ -32,17 +32,12 @@ type Mismatch struct {
 	ISMaskedFrac float64 `json:"is_masked_frac"`
 }
 
-// learnerRecordPath is where the learner writes its record of step k.
-func learnerRecordPath(run string, k int64) string {
-	return rundir.MetricsRecord(run, rundir.LearnKind, k)
-}
-
 // readMismatch reads the learner's record of step k, when there is one
 // (a step that was rolled out but not yet learned from has none), and
 // returns its mismatch measurement (nil: none recorded, as for a step whose
 // trajectories carry no behaviour log-probs).
 func readMismatch(ctx context.Context, run string, k int64) (*Mismatch, error) {
-	p := learnerRecordPath(run, k)
+	p := rundir.MetricsRecord(run, rundir.LearnKind, k)
 	if ok, err := storage.Exists(ctx, p); err != nil || !ok {
 		return nil, err
 	}
@@ -127,7 +122,7 @@ func loadLearner(ctx context.Context, run string, steps []StepRef) error {
 	for i := range steps {
 		r, ok := recs[steps[i].Step]
 		if !ok {
-			f := learnerRecordPath(run, steps[i].Step)
+			f := rundir.MetricsRecord(run, rundir.LearnKind, steps[i].Step)
 			b, err := storage.ReadFile(ctx, f)
 			if errors.Is(err, storage.ErrNotExist) {
 				continue

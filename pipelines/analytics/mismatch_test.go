@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/loss"
 )
@@ -28,7 +29,7 @@ func TestAnalyzeMismatch(t *testing.T) {
 		2: `{"kind":"learn","step":2,"policy_version":3,"loss":0.2,"loss_metrics":{"loss":0.2}}`,
 	}
 	for k, r := range recs {
-		if err := storage.WriteAtomic(ctx, learnerRecordPath(run, k), []byte(r+"\n")); err != nil {
+		if err := storage.WriteAtomic(ctx, rundir.MetricsRecord(run, rundir.LearnKind, k), []byte(r+"\n")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,7 +90,7 @@ func TestAnalyzeDamagedLearnerRecord(t *testing.T) {
 	ctx := context.Background()
 	run := filepath.Join(t.TempDir(), "run")
 	buildRun(t, run)
-	p := learnerRecordPath(run, 2)
+	p := rundir.MetricsRecord(run, rundir.LearnKind, 2)
 	for _, rec := range []string{`{"kind":"learn","step":2,"mismatch":{"tokens":"many"}}`, `{"kind":"learn","step":7}`} {
 		if err := storage.WriteAtomic(ctx, p, []byte(rec)); err != nil {
 			t.Fatal(err)

@@ -136,7 +136,7 @@ func Discover(ctx context.Context, run string, r StepRange) (Plan, error) {
 		dir := dirs[k]
 		m, err := schemas.ReadManifest(ctx, dir)
 		if errors.Is(err, schemas.ErrNoManifest) {
-			plan.Skipped = append(plan.Skipped, Skipped{Step: k, Dir: dir, Reason: "no " + schemas.ManifestName + ": the step is not committed"})
+			plan.Skipped = append(plan.Skipped, Skipped{Step: k, Dir: dir, Reason: "no " + rundir.ManifestName + ": the step is not committed"})
 			continue
 		}
 		if err != nil {
@@ -147,7 +147,7 @@ func Discover(ctx context.Context, run string, r StepRange) (Plan, error) {
 			continue
 		}
 		if m.Step != k {
-			return plan, fmt.Errorf("%s: manifest says step %d but the directory is step %d (the run is damaged; rewrite the step)", storage.Join(dir, schemas.ManifestName), m.Step, k)
+			return plan, fmt.Errorf("%s: manifest says step %d but the directory is step %d (the run is damaged; rewrite the step)", storage.Join(dir, rundir.ManifestName), m.Step, k)
 		}
 		mm, err := readMismatch(ctx, run, k)
 		if err != nil {

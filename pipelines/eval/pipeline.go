@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/beamrow"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -319,16 +320,16 @@ func isStop(t int32, stops []int32) bool {
 func commitChunk(ctx context.Context, c chunk, run string, b benchSpec, rows []schemas.EvalRecord) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := storage.Join(c.Dir, schemas.ShardsDir, ".tmp-"+storage.TempOwner()+"-"+hex.EncodeToString(rnd[:])+".parquet")
+	tmp := storage.Join(c.Dir, rundir.ShardsName, ".tmp-"+storage.TempOwner()+"-"+hex.EncodeToString(rnd[:])+".parquet")
 	f, err := schemas.WriteShard(ctx, tmp, rows)
 	if err != nil {
 		return fmt.Errorf("eval %s chunk %d: %w", c.Benchmark, c.Index, err)
 	}
 	name := parquetio.ContentName(f.SHA256)
-	if err := storage.Rename(ctx, tmp, storage.Join(c.Dir, schemas.ShardsDir, name)); err != nil {
+	if err := storage.Rename(ctx, tmp, storage.Join(c.Dir, rundir.ShardsName, name)); err != nil {
 		return fmt.Errorf("eval %s chunk %d: %w", c.Benchmark, c.Index, err)
 	}
-	f.Path = schemas.ShardsDir + "/" + name
+	f.Path = rundir.ShardsName + "/" + name
 	m := schemas.Manifest{Kind: "eval", Run: run, Step: int64(c.Index), Files: []schemas.ManifestFile{f},
 		Meta: map[string]string{metaBenchmark: c.Benchmark, metaFingerprint: b.Fingerprint,
 			metaProblems: strconv.Itoa(len(c.Prompts)), metaChunk: strconv.Itoa(c.Index)}}
@@ -338,7 +339,7 @@ func commitChunk(ctx context.Context, c chunk, run string, b benchSpec, rows []s
 	if err := schemas.CommitManifest(ctx, c.Dir, m); err != nil {
 		return fmt.Errorf("eval %s chunk %d: %w", c.Benchmark, c.Index, err)
 	}
-	found, err := storage.List(ctx, storage.Join(c.Dir, schemas.ShardsDir, "*"))
+	found, err := storage.List(ctx, storage.Join(c.Dir, rundir.ShardsName, "*"))
 	if err == nil {
 		for _, p := range found {
 			if storage.Base(p) != name {

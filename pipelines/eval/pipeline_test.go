@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	_ "github.com/aipo-rl/aipo/inproc"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -56,7 +57,7 @@ func randomCheckpoint(t *testing.T) string {
 // readAll reads every committed chunk under out.
 func readAll(t *testing.T, out string) []schemas.EvalRecord {
 	t.Helper()
-	mans, _ := filepath.Glob(filepath.Join(out, "records", "*", "chunk-*", schemas.ManifestName))
+	mans, _ := filepath.Glob(filepath.Join(out, "records", "*", "chunk-*", rundir.ManifestName))
 	var all []schemas.EvalRecord
 	for _, m := range mans {
 		rows, _, err := schemas.ReadStep[schemas.EvalRecord](context.Background(), filepath.Dir(m))
@@ -112,7 +113,7 @@ benchmarks:
 	}
 	// A killed attempt leaves a partial shard in a chunk that is not
 	// committed; the resumed run must neither read nor keep it.
-	stray := filepath.Join(ChunkDir(out, "mbpp_sanitized", 1), schemas.ShardsDir, ".tmp-killed.parquet")
+	stray := filepath.Join(ChunkDir(out, "mbpp_sanitized", 1), rundir.ShardsName, ".tmp-killed.parquet")
 	if err := os.MkdirAll(filepath.Dir(stray), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/aipo-rl/aipo/demo"
 	_ "github.com/aipo-rl/aipo/inproc" // inproc:// policy endpoints
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -152,7 +153,7 @@ func TestPipelinesOnUniversalRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck := checkpoint.Dir(run, 0)
+	ck := rundir.Checkpoint(run, 0)
 	if err := demo.SavePolicy(ctx, ck, m, nil, checkpoint.TrainerState{}); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ rollout: {group_size: 2, opener_by: policy, answer_token_budget: 6, max_in_fligh
 	if err != nil {
 		t.Fatalf("rollout on the universal runner: %v", err)
 	}
-	rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(run, 0))
+	rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(run, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -30,7 +30,7 @@ rollout: {group_size: 4%s}
 
 func writeInitial(t *testing.T, runDir, config string) string {
 	t.Helper()
-	dir := checkpoint.Dir(runDir, 0)
+	dir := rundir.Checkpoint(runDir, 0)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/llamaserver"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -235,7 +236,7 @@ func rolloutStep(t *testing.T, c runconfig.Config) []schemas.Trajectory {
 	if m.Rows != want {
 		t.Fatalf("%d trajectories, want %d", m.Rows, want)
 	}
-	trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(c.Run.Dir, 0))
+	trajs, _, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(c.Run.Dir, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/trajectories"
@@ -35,7 +36,7 @@ eval: {every: 0}
 // noManifest fails t unless step k of c is uncommitted.
 func noManifest(t *testing.T, c runconfig.Config, k int64) {
 	t.Helper()
-	if m, err := schemas.ReadManifest(context.Background(), schemas.StepDir(c.Run.Dir, k)); !errors.Is(err, schemas.ErrNoManifest) {
+	if m, err := schemas.ReadManifest(context.Background(), rundir.Step(c.Run.Dir, k)); !errors.Is(err, schemas.ErrNoManifest) {
 		t.Errorf("step %d: manifest read gave %v (%+v), want none committed", k, err, m)
 	}
 }

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -130,7 +130,7 @@ func ChatTemplate(ctx context.Context, c runconfig.Config) (*chattemplate.Templa
 	case r.PromptTemplate != "":
 		return nil, nil
 	}
-	file := storage.Join(checkpoint.Dir(c.Run.Dir, 0), chattemplate.ConfigFile)
+	file := storage.Join(rundir.Checkpoint(c.Run.Dir, 0), chattemplate.ConfigFile)
 	t, err := chattemplate.Load(ctx, file)
 	switch {
 	case err == nil:
@@ -202,7 +202,7 @@ func Build(s beam.Scope, o Options, spec trajectories.Spec, lease runlease.Token
 	if !lease.IsZero() {
 		opts = append(opts, parquetio.Lease(lease))
 	}
-	dir := schemas.StepDir(c.Run.Dir, o.Step)
+	dir := rundir.Step(c.Run.Dir, o.Step)
 	return parquetio.WriteTrajectoriesMeta(s, dir, meta, trajectories.CheckStep(s, check, beam.Flatten(s, metas...)), rows, opts...), nil
 }
 
@@ -245,7 +245,7 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 	if err != nil {
 		return schemas.Manifest{}, err
 	}
-	dir := schemas.StepDir(o.Config.Run.Dir, o.Step)
+	dir := rundir.Step(o.Config.Run.Dir, o.Step)
 	if _, err := schemas.ReadManifest(ctx, dir); err == nil && !o.Force {
 		return schemas.Manifest{}, fmt.Errorf("rollout: step %d of %s is already committed (%s); pass --force to roll it out again", o.Step, o.Config.Run.Dir, dir)
 	} else if err != nil && !errors.Is(err, schemas.ErrNoManifest) {

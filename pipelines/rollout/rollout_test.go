@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
@@ -66,7 +67,7 @@ func runStep(t *testing.T, c runconfig.Config, step int64, force bool) ([]schema
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, m2, err := schemas.ReadStep[schemas.Trajectory](ctx, schemas.StepDir(c.Run.Dir, step))
+	rows, m2, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(c.Run.Dir, step))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func TestRolloutDemo(t *testing.T) {
 	// committed) and the rows compared below are read through the manifest
 	// the re-run commits, so a re-run that wrote nothing cannot pass.
 	for _, f := range m.Files {
-		testtools.Stamp(t, filepath.Join(schemas.StepDir(c.Run.Dir, 2), filepath.FromSlash(f.Path)))
+		testtools.Stamp(t, filepath.Join(rundir.Step(c.Run.Dir, 2), filepath.FromSlash(f.Path)))
 	}
 	again, m2 := runStep(t, c, 2, true)
 	if !reflect.DeepEqual(comparable(rows), comparable(again)) {

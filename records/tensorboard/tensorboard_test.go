@@ -10,7 +10,6 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/records/tensorboard"
@@ -79,7 +78,7 @@ func TestRecordScalarsOfALearnerStep(t *testing.T) {
 // checkpoint.List sees.
 func commitCheckpoint(t *testing.T, runDir string, k int64) {
 	t.Helper()
-	p := filepath.Join(checkpoint.Dir(runDir, k), checkpoint.CommittedName)
+	p := filepath.Join(rundir.Checkpoint(runDir, k), rundir.CommittedName)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,7 @@ func markerFiles(t *testing.T, dir string) []rundir.File {
 	var m struct {
 		Files []rundir.File `json:"files"`
 	}
-	b, err := os.ReadFile(filepath.Join(dir, checkpoint.CommittedName))
+	b, err := os.ReadFile(filepath.Join(dir, rundir.CommittedName))
 	if err != nil {
 		t.Fatal(err)
 	}

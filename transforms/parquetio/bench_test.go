@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -122,7 +123,7 @@ func BenchmarkSinkSource(b *testing.B) {
 				raw += rawBytes(&t)
 			})
 		}
-		plainDir := schemas.StepDir(root+"/plain", 1)
+		plainDir := rundir.Step(root+"/plain", 1)
 		if _, err := schemas.WriteStep(ctx, plainDir, shards, schemas.Manifest{Run: "bench", Step: 1}); err != nil {
 			b.Fatal(err)
 		}
@@ -136,7 +137,7 @@ func BenchmarkSinkSource(b *testing.B) {
 		plainRead := time.Since(start)
 		got, shards = nil, nil
 
-		beamDir := schemas.StepDir(root+"/beam", 1)
+		beamDir := rundir.Step(root+"/beam", 1)
 		p, s := beam.NewPipelineWithRoot()
 		seedList := make([]int, seeds)
 		for i := range seedList {

@@ -113,7 +113,7 @@ func deleteOrphans(ctx context.Context, dir string, files []schemas.ManifestFile
 	for _, f := range files {
 		keep[storage.Base(f.Path)] = true
 	}
-	found, err := storage.List(ctx, storage.Join(dir, schemas.ShardsDir, "*"))
+	found, err := storage.List(ctx, storage.Join(dir, rundir.ShardsName, "*"))
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func init() {
 func WriteTrajectoriesMeta(s beam.Scope, dir string, meta StepMeta, metas, rows beam.PCollection, opts ...WriteOption) beam.PCollection {
 	s = s.Scope("parquetio.WriteTrajectoriesMeta")
 	if dir == "" {
-		panic("parquetio: empty step directory (pass the step's path, e.g. schemas.StepDir(run, k))")
+		panic("parquetio: empty step directory (pass the step's path, e.g. rundir.Step(run, k))")
 	}
 	cfg := writeConfig{maxShardRows: DefaultMaxShardRows}
 	for _, o := range opts {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -39,8 +40,8 @@ func TestMissingManifest(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := schemas.StepDir(be.root(t), 6)
-			shard := storage.Join(dir, schemas.ShardsDir, "part-00000.parquet")
+			dir := rundir.Step(be.root(t), 6)
+			shard := storage.Join(dir, rundir.ShardsName, "part-00000.parquet")
 			if _, err := schemas.WriteShard(ctx, shard, randTrajectories(rand.New(rand.NewPCG(1, 1)), 3, 6)); err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +59,7 @@ func TestCorruptShard(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := schemas.StepDir(be.root(t), 7)
+			dir := rundir.Step(be.root(t), 7)
 			rows := randTrajectories(rand.New(rand.NewPCG(2, 2)), 20, 7)
 			m, err := schemas.WriteStep(ctx, dir, [][]schemas.Trajectory{rows[:10], rows[10:]}, schemas.Manifest{Run: "run-a", Step: 7})
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
@@ -77,7 +78,7 @@ func (fn *writeShardsFn[T]) open(ctx context.Context) error {
 	if _, err := rand.Read(r[:]); err != nil {
 		return fmt.Errorf("parquetio: temporary shard name: %w", err)
 	}
-	fn.tmp = storage.Join(fn.Dir, schemas.ShardsDir, ".tmp-"+storage.TempOwner()+"-"+hex.EncodeToString(r[:])+".parquet")
+	fn.tmp = storage.Join(fn.Dir, rundir.ShardsName, ".tmp-"+storage.TempOwner()+"-"+hex.EncodeToString(r[:])+".parquet")
 	w, err := schemas.NewShardWriter[T](ctx, fn.tmp)
 	if err != nil {
 		return fmt.Errorf("parquetio: %w", err)
@@ -113,11 +114,11 @@ func (fn *writeShardsFn[T]) finish(ctx context.Context, emit func(schemas.Manife
 		return fmt.Errorf("parquetio: %w", err)
 	}
 	name := ContentName(f.SHA256)
-	if err := storage.Rename(ctx, tmp, storage.Join(fn.Dir, schemas.ShardsDir, name)); err != nil {
+	if err := storage.Rename(ctx, tmp, storage.Join(fn.Dir, rundir.ShardsName, name)); err != nil {
 		_ = storage.Remove(ctx, tmp)
 		return fmt.Errorf("parquetio: commit shard %s: %w", name, err)
 	}
-	f.Path = schemas.ShardsDir + "/" + name
+	f.Path = rundir.ShardsName + "/" + name
 	emit(f)
 	return nil
 }

@@ -99,7 +99,7 @@ type shardSink interface {
 //	PCollection<T> -> PCollection<string>
 func writeStep(s beam.Scope, fn shardSink, kind, dir string, meta StepMeta, rows beam.PCollection, opts []WriteOption) beam.PCollection {
 	if dir == "" {
-		panic("parquetio: empty step directory (pass the step's path, e.g. schemas.StepDir(run, k))")
+		panic("parquetio: empty step directory (pass the step's path, e.g. rundir.Step(run, k))")
 	}
 	cfg := writeConfig{maxShardRows: DefaultMaxShardRows}
 	for _, o := range opts {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -20,7 +21,7 @@ func writeTrajectories(t *testing.T, dir string, meta StepMeta, rows []schemas.T
 	t.Helper()
 	p, s := beam.NewPipelineWithRoot()
 	out := WriteTrajectories(s, dir, meta, beam.CreateList(s, rows), opts...)
-	passert.Equals(s, out, storage.Join(dir, schemas.ManifestName))
+	passert.Equals(s, out, storage.Join(dir, rundir.ManifestName))
 	if err := ptest.Run(p); err != nil {
 		t.Fatalf("write pipeline for %s failed: %v", dir, err)
 	}
@@ -29,7 +30,7 @@ func writeTrajectories(t *testing.T, dir string, meta StepMeta, rows []schemas.T
 // listShards returns the base names of every file in dir/shards/.
 func listShards(t *testing.T, dir string) []string {
 	t.Helper()
-	found, err := storage.List(context.Background(), storage.Join(dir, schemas.ShardsDir, "*"))
+	found, err := storage.List(context.Background(), storage.Join(dir, rundir.ShardsName, "*"))
 	if err != nil {
 		t.Fatalf("list %s: %v", dir, err)
 	}
@@ -58,7 +59,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := schemas.StepDir(storage.Join(be.root(t), "run-a"), 1)
+			dir := rundir.Step(storage.Join(be.root(t), "run-a"), 1)
 			rows := randTrajectories(rand.New(rand.NewPCG(1, 2)), 150, 1)
 			meta := StepMeta{Run: "run-a", Step: 1, PolicyVersion: 0, Meta: map[string]string{"seed": "1"}}
 			writeTrajectories(t, dir, meta, rows, MaxShardRows(40))
@@ -79,7 +80,7 @@ func TestRoundTrip(t *testing.T) {
 				if f.Rows > 40 {
 					t.Errorf("shard %s has %d rows, more than MaxShardRows 40", f.Path, f.Rows)
 				}
-				if want := schemas.ShardsDir + "/" + ContentName(f.SHA256); f.Path != want {
+				if want := rundir.ShardsName + "/" + ContentName(f.SHA256); f.Path != want {
 					t.Errorf("shard path %s, want %s (named by its sha256)", f.Path, want)
 				}
 			}
@@ -102,7 +103,7 @@ func TestEmptyInput(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := schemas.StepDir(be.root(t), 2)
+			dir := rundir.Step(be.root(t), 2)
 			writeTrajectories(t, dir, StepMeta{Run: "r", Step: 2}, []schemas.Trajectory{})
 			got, m, err := schemas.ReadStep[schemas.Trajectory](ctx, dir)
 			if err != nil {
@@ -125,7 +126,7 @@ func TestEmptyInput(t *testing.T) {
 // names and bytes, and leaves nothing else in shards/.
 func TestSameInputSameNames(t *testing.T) {
 	ctx := context.Background()
-	dir := schemas.StepDir(t.TempDir(), 3)
+	dir := rundir.Step(t.TempDir(), 3)
 	rows := randTrajectories(rand.New(rand.NewPCG(3, 4)), 90, 3)
 	meta := StepMeta{Run: "run-a", Step: 3, PolicyVersion: 2}
 	writeTrajectories(t, dir, meta, rows, MaxShardRows(25))
@@ -153,12 +154,12 @@ func TestSameInputSameNames(t *testing.T) {
 func TestOrphansNotRead(t *testing.T) {
 	ctx := context.Background()
 	for _, keep := range []bool{false, true} {
-		dir := schemas.StepDir(t.TempDir(), 4)
-		orphan := storage.Join(dir, schemas.ShardsDir, "part-00000000000000000000000000000000.parquet")
+		dir := rundir.Step(t.TempDir(), 4)
+		orphan := storage.Join(dir, rundir.ShardsName, "part-00000000000000000000000000000000.parquet")
 		if _, err := schemas.WriteShard(ctx, orphan, randTrajectories(rand.New(rand.NewPCG(9, 9)), 5, 4)); err != nil {
 			t.Fatal(err)
 		}
-		tmp := storage.Join(dir, schemas.ShardsDir, ".tmp-0123456789abcdef.parquet")
+		tmp := storage.Join(dir, rundir.ShardsName, ".tmp-0123456789abcdef.parquet")
 		if err := storage.WriteAtomic(ctx, tmp, []byte("PAR1 half a shard")); err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func TestOrphansNotRead(t *testing.T) {
 // that several shards have identical content (and name): each copy is kept.
 func TestRepeatedShards(t *testing.T) {
 	ctx := context.Background()
-	dir := schemas.StepDir(t.TempDir(), 5)
+	dir := rundir.Step(t.TempDir(), 5)
 	base := randTrajectories(rand.New(rand.NewPCG(7, 8)), 3, 5)
 	rows := []schemas.Trajectory{base[0], base[1], base[0], base[2], base[0], base[1]}
 	writeTrajectories(t, dir, StepMeta{Run: "run-a", Step: 5}, rows, MaxShardRows(1))

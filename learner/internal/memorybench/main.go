@@ -378,7 +378,7 @@ func (b *bench) learn(bin, dir string, tokens int, mode string, after, bf16 bool
 	if bf16 {
 		from = filepath.Join(dir, bf16Checkpoint)
 	}
-	if err := linkTree(from, checkpoint.Dir(run, 0)); err != nil {
+	if err := linkTree(from, rundir.Checkpoint(run, 0)); err != nil {
 		return measurement{skipped: err.Error()}
 	}
 	ctx := context.Background()
@@ -387,7 +387,7 @@ func (b *bench) learn(bin, dir string, tokens int, mode string, after, bf16 bool
 		return measurement{skipped: err.Error()}
 	}
 	traj := trajectory(tokens, cfg.VocabSize)
-	if _, err := schemas.WriteStep(ctx, schemas.StepDir(run, 0), [][]schemas.Trajectory{{traj}}, schemas.Manifest{Run: "memorybench"}); err != nil {
+	if _, err := schemas.WriteStep(ctx, rundir.Step(run, 0), [][]schemas.Trajectory{{traj}}, schemas.Manifest{Run: "memorybench"}); err != nil {
 		return measurement{skipped: err.Error()}
 	}
 	yaml := fmt.Sprintf("run: {name: memorybench, dir: %s, steps: 1}\ndata: {demo: true}\nlearner:\n  loss: {kl_coef: 0.001}\n  micro_batch_tokens: %d\n", run, longTokens)
