@@ -1,4 +1,9 @@
-package portable
+// The rollout, eval and analytics pipelines run unchanged on Beam's portable
+// ("universal") runner, the job API that Flink's job server speaks, against
+// a standalone prism job server bound to 127.0.0.1, with the SDK harness in
+// the test process (--environment_type=LOOPBACK). The test sits with the
+// analytics pipeline, the last of the three it runs.
+package analytics_test
 
 import (
 	"bufio"
@@ -14,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
-
 	"github.com/aipo-rl/aipo/demo"
 	_ "github.com/aipo-rl/aipo/inproc" // inproc:// policy endpoints
 	"github.com/aipo-rl/aipo/internal/rundir"
@@ -29,8 +32,6 @@ import (
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 )
-
-func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
 
 func fileExists(p string) bool {
 	st, err := os.Stat(p)
