@@ -152,7 +152,9 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	lp.learner = learner
 	// TensorBoard's files catch up with the records first (those of an
 	// earlier invocation that it did not write), then follow each step.
-	lp.board = tensorboard.Open(cfg, opts.Log)
+	if cfg.Run.WritesTensorBoard() {
+		lp.board = tensorboard.Open(cfg.Run.Dir, opts.Log)
+	}
 	lp.board.Sync(ctx)
 	if err := lp.run(ctx, k); err != nil {
 		return err

@@ -102,3 +102,21 @@ func TestRememberConfigWritesRunYAML(t *testing.T) {
 		t.Errorf("the run's own run.yaml refused: %v", err)
 	}
 }
+
+// run.tensorboard false: the run writes no event file (and the metrics
+// records it would have read are there).
+func TestRunWithoutTensorBoard(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "run")
+	off := false
+	mutate := func(c *runconfig.Config) { c.Run.TensorBoard = &off }
+	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: mutate}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(rundir.MetricsRecord(dir, rundir.LearnKind, 0)); err != nil {
+		t.Fatalf("the run wrote no learner record: %v", err)
+	}
+	if _, err := os.Stat(rundir.TensorBoard(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("run.tensorboard false: %s is there (%v)", rundir.TensorBoard(dir), err)
+	}
+}

@@ -119,22 +119,48 @@ type rule struct {
 	tests     bool
 }
 
+// The module's layers, from the top: the command; the packages that run
+// a whole stage (the training loop, the inference server, the demo, the
+// memory planner); the in-process policy; the Beam graphs; the run
+// configuration; the pipelines' transforms and the learner, which do not
+// import each other; the records and schemas that cross stages; internal/.
+var (
+	// stages run a whole stage of a run; only cmd/ imports them (and each
+	// other, downwards: demo runs train, plan reads the demo's model).
+	stages = []string{"train", "serve", "demo", "plan"}
+	// above are the packages that sit above the pipelines' transforms and
+	// the learner.
+	above = append([]string{"cmd", "pipelines", "runconfig", "inproc"}, stages...)
+)
+
 var rules = []rule{
 	{name: "only cmd/aipo imports learner/cuda",
 		from:      func(p string) bool { return p != "cmd/aipo" && !under(p, "learner/cuda") },
 		forbidden: func(i string) bool { return i == "learner/cuda" }},
-	{name: "internal/ imports nothing of learner/, pipelines/, transforms/, cmd/", tests: true,
+	{name: "internal/ imports nothing of the module outside internal/", tests: true,
 		from:      func(p string) bool { return under(p, "internal") },
-		forbidden: func(i string) bool { return underAny(i, "learner", "pipelines", "transforms", "cmd") }},
-	{name: "learner/ imports nothing of pipelines/, transforms/, cmd/", tests: true,
+		forbidden: func(i string) bool { return !under(i, "internal") }},
+	{name: "learner/ imports nothing of transforms/, records/ or what sits above them", tests: true,
 		from:      func(p string) bool { return under(p, "learner") },
-		forbidden: func(i string) bool { return underAny(i, "pipelines", "transforms", "cmd") }},
-	{name: "schemas/ imports nothing of learner/, pipelines/, transforms/, cmd/", tests: true,
+		forbidden: func(i string) bool { return underAny(i, append([]string{"transforms", "records"}, above...)...) }},
+	{name: "schemas/ imports nothing of the module but internal/", tests: true,
 		from:      func(p string) bool { return under(p, "schemas") },
-		forbidden: func(i string) bool { return underAny(i, "learner", "pipelines", "transforms", "cmd") }},
-	{name: "transforms/ imports nothing of learner/, pipelines/, cmd/",
+		forbidden: func(i string) bool { return !underAny(i, "internal", "schemas") }},
+	{name: "records/ imports nothing of transforms/ or what sits above them",
+		from:      func(p string) bool { return under(p, "records") },
+		forbidden: func(i string) bool { return underAny(i, append([]string{"transforms"}, above...)...) }},
+	{name: "transforms/ imports nothing of learner/ or what sits above it",
 		from:      func(p string) bool { return under(p, "transforms") },
-		forbidden: func(i string) bool { return underAny(i, "learner", "pipelines", "cmd") }},
+		forbidden: func(i string) bool { return underAny(i, append([]string{"learner"}, above...)...) }},
+	{name: "pipelines/ imports nothing of the stages, the in-process policy or cmd/",
+		from:      func(p string) bool { return under(p, "pipelines") },
+		forbidden: func(i string) bool { return underAny(i, append([]string{"cmd", "inproc"}, stages...)...) }},
+	{name: "runconfig/ imports nothing of the stages, the in-process policy or cmd/", tests: true,
+		from:      func(p string) bool { return under(p, "runconfig") },
+		forbidden: func(i string) bool { return underAny(i, append([]string{"cmd", "inproc"}, stages...)...) }},
+	{name: "serve/ imports nothing of the other stages or the Beam graphs",
+		from:      func(p string) bool { return under(p, "serve") },
+		forbidden: func(i string) bool { return underAny(i, "train", "demo", "plan", "pipelines", "cmd") }},
 	{name: "nothing outside cmd/ imports cmd/", tests: true,
 		from:      func(p string) bool { return !under(p, "cmd") },
 		forbidden: func(i string) bool { return under(i, "cmd") }},
@@ -199,5 +225,55 @@ func TestImportRulesSeeTheGraph(t *testing.T) {
 	}
 	if v := got[rules[1].name]; !slices.Equal(v, []string{"internal/meminfo -> learner/model (test)"}) {
 		t.Errorf("%s: %q, want the added test import of internal/meminfo", rules[1].name, v)
+	}
+}
+
+// pipelines/ holds the Beam graphs and nothing else: every package under
+// it builds one (one of its non-test files imports the Beam SDK). Code
+// without a graph belongs beside the stage that runs it.
+func TestPipelinesAreBeamGraphs(t *testing.T) {
+	beamPkgs := map[string]bool{}
+	code := map[string]bool{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(filepath.Join(root, "pipelines"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		dir, _ := filepath.Rel(root, filepath.Dir(path))
+		code[dir] = true
+		for _, spec := range f.Imports {
+			if p, _ := strconv.Unquote(spec.Path.Value); strings.HasPrefix(p, "github.com/apache/beam/sdks/v2/go/pkg/beam") {
+				beamPkgs[dir] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(code) == 0 {
+		t.Fatal("no package under pipelines/")
+	}
+	for dir := range code {
+		if !beamPkgs[dir] {
+			t.Errorf("%s builds no Beam graph (no file imports the Beam SDK): move it out of pipelines/, beside the stage that uses it", dir)
+		}
+	}
+	// The walk sees the graphs it is about.
+	if !beamPkgs["pipelines/rollout"] {
+		t.Errorf("pipelines/rollout is not seen importing Beam: %v", beamPkgs)
 	}
 }

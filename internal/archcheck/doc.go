@@ -1,22 +1,33 @@
-// Package archcheck holds the test of the module's import rules. Imports
-// run one way: cmd/aipo -> pipelines/ -> (transforms/, learner/) ->
-// schemas/, with internal/ below them all; transforms/ and learner/ do
-// not import each other. In detail:
+// Package archcheck holds the tests of the module's layout. Imports run one
+// way, down these layers (docs/architecture.md draws them):
+//
+//	cmd/aipo                          the command
+//	train/, serve/, demo/, plan/      the stages a command runs
+//	inproc/                           the in-process policy
+//	pipelines/                        the Beam graphs: rollout, eval, analytics
+//	runconfig/                        the run configuration
+//	transforms/    learner/           the pipelines' parts; the learner
+//	records/, schemas/                what crosses stages
+//	internal/                         shared plumbing
+//
+// In detail:
 //
 //   - only cmd/aipo, the main package, imports learner/cuda (it registers
 //     the cuda backend; everything else reaches backends through
 //     learner/backend's registry). Test files may import it: a test binary
 //     links the backends it runs on, as the main package does;
-//   - nothing under internal/ imports learner/, pipelines/, transforms/ or
-//     cmd/, test files included;
-//   - nothing under learner/ imports pipelines/, transforms/ or cmd/, test
-//     files included;
-//   - nothing under schemas/ imports learner/, pipelines/, transforms/ or
-//     cmd/, and nothing under transforms/ imports learner/, pipelines/ or
-//     cmd/ outside its test files;
-//   - nothing outside cmd/ imports cmd/.
+//   - internal/ imports nothing of the module outside internal/, test files
+//     included; schemas/ nothing but internal/;
+//   - learner/ imports nothing of transforms/, records/ or the layers above
+//     them, test files included; transforms/ nothing of learner/ or above,
+//     records/ nothing of transforms/ or above (outside test files);
+//   - pipelines/ and runconfig/ import none of the stages, inproc/ or cmd/;
+//     serve/ none of the other stages or the Beam graphs (its tests check
+//     it against train's loading of the same directories);
+//   - nothing outside cmd/ imports cmd/;
+//   - every package under pipelines/ builds a Beam graph.
 //
-// The test reads every Go file's imports with go/parser, whatever its build
+// The tests read every Go file's imports with go/parser, whatever its build
 // constraints, so a file built only on another platform or under a tag
 // counts too.
 package archcheck

@@ -20,7 +20,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/tfevents"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/records"
-	"github.com/aipo-rl/aipo/runconfig"
 )
 
 // boardFiles numbers the event files this process starts, so that two
@@ -54,12 +53,10 @@ type boardKey struct {
 	tag  string
 }
 
-// Open is the run's board, or nil when run.tensorboard is false.
-func Open(cfg runconfig.Config, logf func(string)) *Board {
-	if !cfg.Run.WritesTensorBoard() {
-		return nil
-	}
-	return &Board{dir: rundir.TensorBoard(cfg.Run.Dir), run: cfg.Run.Dir, logf: logf,
+// Open is the board of the run in runDir. A nil *Board (a run with
+// run.tensorboard false) writes nothing.
+func Open(runDir string, logf func(string)) *Board {
+	return &Board{dir: rundir.TensorBoard(runDir), run: runDir, logf: logf,
 		written: map[boardKey]bool{}, done: map[string]bool{}}
 }
 

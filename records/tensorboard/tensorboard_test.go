@@ -14,7 +14,6 @@ import (
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/records/tensorboard/tbtest"
-	"github.com/aipo-rl/aipo/runconfig"
 )
 
 // writeRecord writes a metrics record as the run writes it.
@@ -96,14 +95,13 @@ func commitCheckpoint(t *testing.T, runDir string, k int64) {
 func TestBoardWritesEachStepOnce(t *testing.T) {
 	ctx := context.Background()
 	run := t.TempDir()
-	cfg := runconfig.Config{Run: runconfig.Run{Dir: run}}
 	commitCheckpoint(t, run, 0)
 	commitCheckpoint(t, run, 1)
 	writeRecord(t, run, "learn", 0, boardLearnRecord(0))
 	writeRecord(t, run, "eval", 0, records.Eval{Kind: "eval", Step: 0, Splits: []records.SplitScore{{Split: "unseen", Greedy: 0.25, AvgK: 0.125, PassK: 0.5}}})
 	var logs []string
 	logf := func(s string) { logs = append(logs, s) }
-	b := tensorboard.Open(cfg, logf)
+	b := tensorboard.Open(run, logf)
 	b.Sync(ctx)
 	// Learner step 1's record of an attempt killed before checkpoint 2
 	// was committed: not written; the step learned again (another
@@ -127,7 +125,7 @@ func TestBoardWritesEachStepOnce(t *testing.T) {
 	tbtest.CheckEventsOnce(t, run, "one process")
 
 	// A second process with nothing new writes no file.
-	tensorboard.Open(cfg, logf).Sync(ctx)
+	tensorboard.Open(run, logf).Sync(ctx)
 	if f, _ := tbtest.EventFiles(t, run); len(f) != 1 {
 		t.Errorf("a process with nothing to write left %d files", len(f))
 	}
@@ -140,7 +138,7 @@ func TestBoardWritesEachStepOnce(t *testing.T) {
 	if err := os.WriteFile(files[0], raw[:len(raw)-7], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tensorboard.Open(cfg, logf).Sync(ctx)
+	tensorboard.Open(run, logf).Sync(ctx)
 	if f, _ := tbtest.EventFiles(t, run); len(f) != 2 {
 		t.Errorf("after a cut record: %d files, want the cut one and the next process's", len(f))
 	}
@@ -152,14 +150,13 @@ func TestBoardWritesEachStepOnce(t *testing.T) {
 	// A write that fails (here: tensorboard/ is a file) is said once and
 	// does not stop the run; the first sync that can write catches up.
 	run2 := t.TempDir()
-	cfg2 := runconfig.Config{Run: runconfig.Run{Dir: run2}}
 	commitCheckpoint(t, run2, 1)
 	writeRecord(t, run2, "learn", 0, boardLearnRecord(0))
 	if err := os.WriteFile(rundir.TensorBoard(run2), []byte("in the way"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var notes []string
-	b2 := tensorboard.Open(cfg2, func(s string) { notes = append(notes, s) })
+	b2 := tensorboard.Open(run2, func(s string) { notes = append(notes, s) })
 	b2.Sync(ctx)
 	b2.Sync(ctx)
 	if len(notes) != 1 || !strings.Contains(notes[0], "training goes on") {
@@ -171,12 +168,8 @@ func TestBoardWritesEachStepOnce(t *testing.T) {
 	b2.Sync(ctx)
 	tbtest.CheckEventsOnce(t, run2, "after a failed write")
 
-	// Off: no board, and a sync of none does nothing.
-	off := false
-	cfg.Run.TensorBoard = &off
-	if b := tensorboard.Open(cfg, logf); b != nil {
-		t.Fatal("run.tensorboard false opened a board")
-	}
+	// Off (run.tensorboard false): no board, and a sync of none does
+	// nothing.
 	var none *tensorboard.Board
 	none.Sync(ctx)
 }
