@@ -20,16 +20,10 @@ import (
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
-// The memory plan of a run: what `aipo plan` prints and `aipo train`
-// checks before step 0. The learner step's figures are trainer.PlanStep's
-// (each backend's StepMemory, computed as its code allocates); this file
-// adds what a run holds around the step (the training state kept between
-// steps, the in-process rollout engine and its attention caches, the
-// process itself) and the checkpoints' disk, and compares the peaks with
-// the machine's memory or a named device's. The machine's memory and its
-// GPUs are what the backends' Devices report (learner/backend's registry:
-// the binary links the backends it runs on). docs/scaling.md gives the
-// formulas.
+// The learner step's figures are trainer.PlanStep's (each backend's
+// StepMemory, computed as its code allocates). The machine's memory and
+// its GPUs are what the backends' Devices report (learner/backend's
+// registry: the binary links the backends it runs on).
 
 // cudaReserve is device memory the allocator does not count: the CUDA
 // context, the loaded kernels and cuBLAS's workspaces. An allowance: about
