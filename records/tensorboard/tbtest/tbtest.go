@@ -96,25 +96,66 @@ func CheckEventsOnce(t testing.TB, runDir, when string) {
 		t.Fatalf("%s: the run has no metrics records", when)
 	}
 	_, seen := EventFiles(t, runDir)
+	checkOnce(t, when, want, seen)
+}
+
+// checkOnce reports every scalar of want that seen does not hold exactly
+// once with its value, and every one seen that want lacks.
+func checkOnce(t testing.TB, where string, want map[Key]float32, seen map[Key][]float32) {
+	t.Helper()
 	for k, w := range want {
 		if g := seen[k]; len(g) != 1 || g[0] != w {
-			t.Errorf("%s: step %d %s: %v, want %v once", when, k.Step, k.Tag, g, w)
+			t.Errorf("%s: step %d %s: %v, want %v once", where, k.Step, k.Tag, g, w)
 		}
 	}
-	for k := range seen {
+	for k, g := range seen {
 		if _, ok := want[k]; !ok {
-			t.Errorf("%s: step %d %s written, not in the records", when, k.Step, k.Tag)
+			t.Errorf("%s: step %d %s = %v is not in the run's records", where, k.Step, k.Tag, g)
 		}
 	}
 }
 
-// CheckWithTensorBoard reads a run's event files with TensorBoard's own reader
-// (scripts/pychecks/read_tensorboard.py in the scripts/pychecks.sh
+// CheckWithTensorBoard reads a run's event files with TensorBoard's own
+// reader (scripts/pychecks/read_tensorboard.py in the scripts/pychecks.sh
 // environment) and checks that every scalar of every metrics record is
 // there once, at its step, equal as float32, and nothing else; and, from
 // the records read here, the headline numbers by name. Each tag of series
 // must hold steps 0 to n-1, n its value.
 func CheckWithTensorBoard(t testing.TB, runDir string, series map[string]int) {
+	t.Helper()
+	scalars := readWithTensorBoard(t, runDir)
+	seen := map[Key][]float32{}
+	for tag, evs := range scalars {
+		for _, e := range evs {
+			k := Key{int64(e[0]), tag}
+			seen[k] = append(seen[k], float32(e[1]))
+		}
+	}
+	want := ExpectedScalars(t, runDir)
+	if len(want) == 0 {
+		t.Fatal("the run has no metrics records")
+	}
+	checkOnce(t, "TensorBoard", want, seen)
+	checkHeadlines(t, runDir, seen)
+	for tag, n := range series {
+		var steps []int64
+		for _, e := range scalars[tag] {
+			steps = append(steps, int64(e[0]))
+		}
+		slices.Sort(steps)
+		ok := len(steps) == n
+		for i := 0; ok && i < n; i++ {
+			ok = steps[i] == int64(i)
+		}
+		if !ok {
+			t.Errorf("TensorBoard: %s has steps %v, want 0 to %d, each once", tag, steps, n-1)
+		}
+	}
+}
+
+// readWithTensorBoard is what TensorBoard reads from the run's event
+// files: each tag's (step, value) pairs.
+func readWithTensorBoard(t testing.TB, runDir string) map[string][][2]float64 {
 	t.Helper()
 	py := testtools.PyChecks(t)
 	cmd := exec.Command(py, testtools.PyCheckScript("read_tensorboard.py"), rundir.TensorBoard(runDir))
@@ -133,48 +174,38 @@ func CheckWithTensorBoard(t testing.TB, runDir string, series map[string]int) {
 		t.Fatalf("read_tensorboard.py's output: %v\n%s", err, out)
 	}
 	t.Logf("TensorBoard %s read %d scalar series from %v", got.TensorBoard, len(got.Scalars), got.Files)
-	seen := map[Key][]float32{}
-	for tag, evs := range got.Scalars {
-		for _, e := range evs {
-			k := Key{int64(e[0]), tag}
-			seen[k] = append(seen[k], float32(e[1]))
-		}
+	return got.Scalars
+}
+
+// headlines checks scalars by name against the records the run wrote.
+type headlines struct {
+	t    testing.TB
+	seen map[Key][]float32
+}
+
+// expect checks that tag holds w at step, once.
+func (h headlines) expect(step int64, tag string, w float64) {
+	h.t.Helper()
+	g := h.seen[Key{step, tag}]
+	if len(g) != 1 || g[0] != float32(w) {
+		h.t.Errorf("TensorBoard: step %d %s = %v, the record says %v", step, tag, g, float32(w))
 	}
-	want := ExpectedScalars(t, runDir)
-	if len(want) == 0 {
-		t.Fatal("the run has no metrics records")
+}
+
+// meta is the rollout meta value k as a number.
+func (h headlines) meta(m records.RolloutMeta, k string) float64 {
+	v, err := strconv.ParseFloat(m[k], 64)
+	if err != nil {
+		h.t.Fatalf("rollout meta %s = %q", k, m[k])
 	}
-	for k, w := range want {
-		if g := seen[k]; len(g) != 1 || g[0] != w {
-			t.Errorf("TensorBoard: step %d %s: %v, want %v once", k.Step, k.Tag, g, w)
-		}
-	}
-	for k, g := range seen {
-		if _, ok := want[k]; !ok {
-			t.Errorf("TensorBoard: step %d %s = %v is not in the run's records", k.Step, k.Tag, g)
-		}
-	}
-	// The headline numbers, by name, from the records as the run wrote them.
-	value := func(step int64, tag string) (float32, bool) {
-		g := seen[Key{step, tag}]
-		if len(g) != 1 {
-			return 0, false
-		}
-		return g[0], true
-	}
-	expect := func(step int64, tag string, w float64) {
-		t.Helper()
-		if g, ok := value(step, tag); !ok || g != float32(w) {
-			t.Errorf("TensorBoard: step %d %s = %v (found %v), the record says %v", step, tag, g, ok, float32(w))
-		}
-	}
-	meta := func(m records.RolloutMeta, k string) float64 {
-		v, err := strconv.ParseFloat(m[k], 64)
-		if err != nil {
-			t.Fatalf("rollout meta %s = %q", k, m[k])
-		}
-		return v
-	}
+	return v
+}
+
+// checkHeadlines checks the headline numbers, by name, from the records
+// as the run wrote them.
+func checkHeadlines(t testing.TB, runDir string, seen map[Key][]float32) {
+	t.Helper()
+	h := headlines{t: t, seen: seen}
 	files, _ := filepath.Glob(filepath.Join(runDir, "metrics", "*.json"))
 	kinds := map[string]int{}
 	for _, f := range files {
@@ -182,72 +213,63 @@ func CheckWithTensorBoard(t testing.TB, runDir string, series map[string]int) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		decode := func(v any) {
+			if err := json.Unmarshal(b, v); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
 		switch base := filepath.Base(f); {
 		case strings.HasPrefix(base, "learn-"):
 			var m records.Learn
-			if err := json.Unmarshal(b, &m); err != nil {
-				t.Fatal(err)
-			}
+			decode(&m)
 			kinds["learn"]++
-			expect(m.Step, "train/loss", m.Loss)
-			expect(m.Step, "train/lr", m.LR)
-			expect(m.Step, "train/reward_mean", meta(m.Rollout, "reward_mean"))
-			expect(m.Step, "train/accuracy", meta(m.Rollout, "accuracy"))
-			expect(m.Step, "train/interactions_per_trajectory", meta(m.Rollout, "interactions_per_trajectory"))
-			n := meta(m.Rollout, "trajectories")
-			for _, a := range []string{"verify", "knowledge", "reason"} {
-				c, _ := strconv.ParseFloat(m.Rollout["interactions."+a], 64)
-				expect(m.Step, "interactions/"+a, c/n)
-			}
-			ext, _ := strconv.ParseFloat(m.Rollout["tokens.external"], 64)
-			guide, _ := strconv.ParseFloat(m.Rollout["tokens.guide"], 64)
-			expect(m.Step, "train/external_token_share", (ext+guide)/meta(m.Rollout, "tokens.response"))
-			if m.Mismatch == nil {
-				t.Errorf("learner step %d has no mismatch record", m.Step)
-			} else {
-				expect(m.Step, "mismatch/abs_mean", m.Mismatch.AbsMean)
-				expect(m.Step, "mismatch/kl_k3", m.Mismatch.KLK3)
-			}
-			for name, v := range m.LossMetrics {
-				expect(m.Step, "loss/"+name, v)
-			}
+			h.learn(m)
 		case strings.HasPrefix(base, "evalbench-"):
 			var m records.BenchmarkEval
-			if err := json.Unmarshal(b, &m); err != nil {
-				t.Fatal(err)
-			}
+			decode(&m)
 			kinds["evalbench"]++
 			for _, s := range m.Benchmarks {
-				expect(m.Step, "benchmark/"+s.Name+"/avg", s.Avg)
+				h.expect(m.Step, "benchmark/"+s.Name+"/avg", s.Avg)
 				for k, v := range s.Pass {
-					expect(m.Step, "benchmark/"+s.Name+"/pass@"+k, v)
+					h.expect(m.Step, "benchmark/"+s.Name+"/pass@"+k, v)
 				}
 			}
 		case strings.HasPrefix(base, "eval-"):
 			var m records.Eval
-			if err := json.Unmarshal(b, &m); err != nil {
-				t.Fatal(err)
-			}
+			decode(&m)
 			kinds["eval"]++
 			for _, s := range m.Splits {
-				expect(m.Step, "eval/"+s.Split+"/greedy", s.Greedy)
-				expect(m.Step, "eval/"+s.Split+"/avg_k", s.AvgK)
+				h.expect(m.Step, "eval/"+s.Split+"/greedy", s.Greedy)
+				h.expect(m.Step, "eval/"+s.Split+"/avg_k", s.AvgK)
 			}
 		}
 	}
 	t.Logf("records checked by name: %v", kinds)
-	for tag, n := range series {
-		var steps []int64
-		for _, e := range got.Scalars[tag] {
-			steps = append(steps, int64(e[0]))
-		}
-		slices.Sort(steps)
-		ok := len(steps) == n
-		for i := 0; ok && i < n; i++ {
-			ok = steps[i] == int64(i)
-		}
-		if !ok {
-			t.Errorf("TensorBoard: %s has steps %v, want 0 to %d, each once", tag, steps, n-1)
-		}
+}
+
+// learn checks a learner record's headline scalars.
+func (h headlines) learn(m records.Learn) {
+	h.t.Helper()
+	h.expect(m.Step, "train/loss", m.Loss)
+	h.expect(m.Step, "train/lr", m.LR)
+	h.expect(m.Step, "train/reward_mean", h.meta(m.Rollout, "reward_mean"))
+	h.expect(m.Step, "train/accuracy", h.meta(m.Rollout, "accuracy"))
+	h.expect(m.Step, "train/interactions_per_trajectory", h.meta(m.Rollout, "interactions_per_trajectory"))
+	n := h.meta(m.Rollout, "trajectories")
+	for _, a := range []string{"verify", "knowledge", "reason"} {
+		c, _ := strconv.ParseFloat(m.Rollout["interactions."+a], 64)
+		h.expect(m.Step, "interactions/"+a, c/n)
+	}
+	ext, _ := strconv.ParseFloat(m.Rollout["tokens.external"], 64)
+	guide, _ := strconv.ParseFloat(m.Rollout["tokens.guide"], 64)
+	h.expect(m.Step, "train/external_token_share", (ext+guide)/h.meta(m.Rollout, "tokens.response"))
+	if m.Mismatch == nil {
+		h.t.Errorf("learner step %d has no mismatch record", m.Step)
+	} else {
+		h.expect(m.Step, "mismatch/abs_mean", m.Mismatch.AbsMean)
+		h.expect(m.Step, "mismatch/kl_k3", m.Mismatch.KLK3)
+	}
+	for name, v := range m.LossMetrics {
+		h.expect(m.Step, "loss/"+name, v)
 	}
 }
