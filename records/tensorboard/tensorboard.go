@@ -78,6 +78,15 @@ func (b *Board) Sync(ctx context.Context) {
 	}
 }
 
+// pending is a metrics record's scalars that no event file holds yet.
+type pending struct {
+	file string
+	step int64
+	vals []tfevents.Scalar
+}
+
+// write appends the scalars of the run's records that no event file holds
+// to this process's event file (started when there is a first one).
 func (b *Board) write(ctx context.Context) error {
 	if !b.scanned {
 		if err := b.scan(ctx); err != nil {
@@ -85,54 +94,9 @@ func (b *Board) write(ctx context.Context) error {
 		}
 		b.scanned = true
 	}
-	files, err := storage.List(ctx, rundir.MetricsRecords(b.run, ""))
+	todo, err := b.pending(ctx)
 	if err != nil {
 		return err
-	}
-	type pending struct {
-		file string
-		step int64
-		vals []tfevents.Scalar
-	}
-	var todo []pending
-	latest := int64(-2) // the newest committed checkpoint; -2: not looked up yet
-	for _, f := range files {
-		if b.done[f] {
-			continue
-		}
-		raw, err := storage.ReadFile(ctx, f)
-		if err != nil {
-			return err
-		}
-		kind, step, vals, err := recordScalars(raw)
-		if err != nil {
-			return fmt.Errorf("metrics file %s: %w", f, err)
-		}
-		if kind == "learn" {
-			// A learner record is written just before its checkpoint is
-			// committed; one whose checkpoint is not (a killed attempt's)
-			// is written again when the step is learned again.
-			if latest == -2 {
-				steps, err := checkpoint.List(ctx, b.run)
-				if err != nil {
-					return err
-				}
-				latest = -1
-				if len(steps) > 0 {
-					latest = steps[len(steps)-1]
-				}
-			}
-			if step >= latest {
-				continue
-			}
-		}
-		var left []tfevents.Scalar
-		for _, v := range vals {
-			if !b.written[boardKey{step, v.Tag}] {
-				left = append(left, v)
-			}
-		}
-		todo = append(todo, pending{f, step, left})
 	}
 	var out []byte
 	now := time.Now()
@@ -176,6 +140,60 @@ func (b *Board) write(ctx context.Context) error {
 		b.done[p.file] = true
 	}
 	return nil
+}
+
+// pending reads the records not yet done and keeps, of each, the scalars
+// no event file holds. A learner record is written just before its
+// checkpoint is committed; one whose checkpoint is not (a killed
+// attempt's) waits: it is written again when the step is learned again.
+func (b *Board) pending(ctx context.Context) ([]pending, error) {
+	files, err := storage.List(ctx, rundir.MetricsRecords(b.run, ""))
+	if err != nil {
+		return nil, err
+	}
+	var todo []pending
+	latest := int64(-2) // the newest committed checkpoint; -2: not looked up yet
+	for _, f := range files {
+		if b.done[f] {
+			continue
+		}
+		raw, err := storage.ReadFile(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		kind, step, vals, err := recordScalars(raw)
+		if err != nil {
+			return nil, fmt.Errorf("metrics file %s: %w", f, err)
+		}
+		if kind == "learn" {
+			if latest == -2 {
+				if latest, err = newestCheckpoint(ctx, b.run); err != nil {
+					return nil, err
+				}
+			}
+			if step >= latest {
+				continue
+			}
+		}
+		var left []tfevents.Scalar
+		for _, v := range vals {
+			if !b.written[boardKey{step, v.Tag}] {
+				left = append(left, v)
+			}
+		}
+		todo = append(todo, pending{f, step, left})
+	}
+	return todo, nil
+}
+
+// newestCheckpoint is the step of the run's newest committed checkpoint,
+// -1 when it has none.
+func newestCheckpoint(ctx context.Context, run string) (int64, error) {
+	steps, err := checkpoint.List(ctx, run)
+	if err != nil || len(steps) == 0 {
+		return -1, err
+	}
+	return steps[len(steps)-1], nil
 }
 
 // append adds data to this process's event file: appended in place on a
