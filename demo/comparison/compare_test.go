@@ -12,7 +12,11 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )
+
+// The runs' rollout pipelines run on prism, in this process.
+func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
 
 // The quick comparison trains two methods with two seeds from one warm
 // start: every run starts from the same weights, records its method and
