@@ -317,61 +317,11 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 		errMu.Unlock()
 		cancel()
 	}
-	ready := make([]chan struct{}, steps+1) // closed once checkpoint j is committed
-	rolled := make([]chan struct{}, steps)  // closed once step j is committed
-	for j := range ready {
-		ready[j] = make(chan struct{})
-		if int64(j) <= k0 {
-			close(ready[j])
-		}
-	}
-	for j := range rolled {
-		rolled[j] = make(chan struct{})
-	}
-	alone := lp.resampled
-	stop := make(chan struct{}) // no new rollout after this
+	g := newGates(steps, k0)
 	launched := make(chan struct{})
 	go func() {
 		defer close(launched)
-		var inflight sync.WaitGroup
-		defer inflight.Wait()
-		for j := k0; j < steps; j++ {
-			s := lp.sampler(j)
-			select {
-			case <-ready[s]:
-			case <-stop:
-				return
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			inflight.Add(1)
-			finished := make(chan struct{})
-			go func() {
-				defer inflight.Done()
-				defer close(finished)
-				if err := lp.rollout(ctx, j, s); err != nil {
-					fail(err)
-					return
-				}
-				close(rolled[j])
-			}()
-			if !rolloutRan.Load() || (alone && j == k0) {
-				// No rollout pipeline has run in this process yet: let this
-				// one start the runner alone (see rolloutRan). A step
-				// rolled out again (resample) also runs alone: the next
-				// one's push would move the servers on under it.
-				select {
-				case <-finished:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
+		lp.launchRollouts(ctx, k0, g, fail)
 	}()
 	done := int64(0)
 	for k := k0; k < steps; k++ {
@@ -379,7 +329,7 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 			break
 		}
 		select {
-		case <-rolled[k]:
+		case <-g.rolled[k]:
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
@@ -389,10 +339,10 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 			fail(err)
 			break
 		}
-		close(ready[k+1])
+		close(g.ready[k+1])
 		done++
 	}
-	close(stop)
+	close(g.stop)
 	<-launched
 	if first != nil {
 		return first
@@ -404,6 +354,76 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 		return nil
 	}
 	return lp.finish(ctx, done)
+}
+
+// gates order the overlapped loop's rollouts and learner steps.
+type gates struct {
+	ready  []chan struct{} // ready[j] is closed once checkpoint j is committed
+	rolled []chan struct{} // rolled[j] is closed once step j is committed
+	stop   chan struct{}   // closed when no new rollout may start
+}
+
+// newGates are the gates of a run of steps resumed at k0: checkpoints up
+// to k0 are there.
+func newGates(steps, k0 int64) gates {
+	g := gates{ready: make([]chan struct{}, steps+1), rolled: make([]chan struct{}, steps), stop: make(chan struct{})}
+	for j := range g.ready {
+		g.ready[j] = make(chan struct{})
+		if int64(j) <= k0 {
+			close(g.ready[j])
+		}
+	}
+	for j := range g.rolled {
+		g.rolled[j] = make(chan struct{})
+	}
+	return g
+}
+
+// launchRollouts starts the rollout of each step from k0 once the
+// checkpoint that samples it is committed, until the last step, g.stop or
+// ctx; it returns when every rollout it started has ended. A rollout that
+// fails calls fail.
+func (lp *loop) launchRollouts(ctx context.Context, k0 int64, g gates, fail func(error)) {
+	alone := lp.resampled
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	for j := k0; j < lp.cfg.Run.Steps; j++ {
+		s := lp.sampler(j)
+		select {
+		case <-g.ready[s]:
+		case <-g.stop:
+			return
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-g.stop:
+			return
+		default:
+		}
+		inflight.Add(1)
+		finished := make(chan struct{})
+		go func() {
+			defer inflight.Done()
+			defer close(finished)
+			if err := lp.rollout(ctx, j, s); err != nil {
+				fail(err)
+				return
+			}
+			close(g.rolled[j])
+		}()
+		if !rolloutRan.Load() || (alone && j == k0) {
+			// No rollout pipeline has run in this process yet: let this
+			// one start the runner alone (see rolloutRan). A step rolled
+			// out again (resample) also runs alone: the next one's push
+			// would move the servers on under it.
+			select {
+			case <-finished:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // finish tells the servers to serve the final checkpoint, when this
