@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +31,15 @@ func init() {
 		run:     runServe,
 	})
 }
+
+// serveUsage heads aipo serve --help, above its flags.
+const serveUsage = "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n" +
+	"Serves a policy checkpoint with the built-in engine: gRPC service aipo.v1.Policy (with\n" +
+	"reflection) and OpenAI-compatible /v1/completions, /v1/chat/completions, /v1/models,\n" +
+	"/health, /tokenize, /detokenize. Rollouts reach it as grpc://HOST:PORT or\n" +
+	"http://HOST:PORT/v1?model=NAME. Reload swaps the weights without failing requests.\n" +
+	"Request bodies, slow or idle clients, connections and each client's concurrent\n" +
+	"requests are bounded (--max-body-bytes ... --max-client-requests).\n\nFlags:\n"
 
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -55,13 +67,7 @@ func runServe(args []string) error {
 	invariant := fs.Bool("batch-invariant", true, "decode every sequence bit for bit alike whatever other requests share its step, so that seeded samples repeat under any load (false: one plain product a step, faster on CPUs whose BLAS kernels compute a row by its position in the batch, such as OpenBLAS's Haswell and Zen kernels; the cpu device only)")
 	maxClient := fs.Int("max-client-requests", serve.DefaultMaxClientRequests, "generation requests in flight from one client IP, HTTP and gRPC together; further ones get 429 with Retry-After / RESOURCE_EXHAUSTED (0: no limit)")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n"+
-			"Serves a policy checkpoint with the built-in engine: gRPC service aipo.v1.Policy (with\n"+
-			"reflection) and OpenAI-compatible /v1/completions, /v1/chat/completions, /v1/models,\n"+
-			"/health, /tokenize, /detokenize. Rollouts reach it as grpc://HOST:PORT or\n"+
-			"http://HOST:PORT/v1?model=NAME. Reload swaps the weights without failing requests.\n"+
-			"Request bodies, slow or idle clients, connections and each client's concurrent\n"+
-			"requests are bounded (--max-body-bytes ... --max-client-requests).\n\nFlags:\n")
+		fmt.Fprint(os.Stderr, serveUsage)
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -86,78 +92,111 @@ func runServe(args []string) error {
 	if !*invariant && *device != backend.CPUName {
 		return usageError("--batch-invariant=false chooses how the cpu device multiplies a step; drop it for --device %s", *device)
 	}
-	if *maxBody < 0 {
-		return usageError("--max-body-bytes %d must be positive, or 0 for the default that follows the context", *maxBody)
-	}
-	// The flags take 0 for no limit; Options takes 0 for its default and a
-	// negative value for none.
-	bounds := serve.Options{MaxBodyBytes: *maxBody}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-		to   *time.Duration
-	}{{"--header-timeout", *headerTimeout, &bounds.HeaderTimeout}, {"--body-timeout", *bodyTimeout, &bounds.BodyTimeout},
-		{"--idle-timeout", *idleTimeout, &bounds.IdleTimeout}, {"--write-timeout", *writeTimeout, &bounds.WriteTimeout}} {
-		switch {
-		case d.v < 0:
-			return usageError("%s %s must not be negative (0: no limit)", d.name, d.v)
-		case d.v == 0:
-			*d.to = -1
-		default:
-			*d.to = d.v
-		}
-	}
-	for _, c := range []struct {
-		name string
-		v    int
-		to   *int
-	}{{"--max-conns", *maxConns, &bounds.MaxConns}, {"--max-client-requests", *maxClient, &bounds.MaxClientRequests}} {
-		switch {
-		case c.v < 0:
-			return usageError("%s %d must not be negative (0: no limit)", c.name, c.v)
-		case c.v == 0:
-			*c.to = -1
-		default:
-			*c.to = c.v
-		}
+	bounds, err := serveBounds(*maxBody, map[string]time.Duration{"--header-timeout": *headerTimeout, "--body-timeout": *bodyTimeout,
+		"--idle-timeout": *idleTimeout, "--write-timeout": *writeTimeout}, map[string]int{"--max-conns": *maxConns, "--max-client-requests": *maxClient})
+	if err != nil {
+		return err
 	}
 	token, tlsCfg, err := auth.load(map[string]string{"--grpc": *grpcAddr, "--http": *httpAddr})
 	if err != nil {
 		return usageError("%v", err)
 	}
+	opts := bounds
+	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token = *ckpt, *watch, *tok, *name, token
+	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
+	opts.BatchVariant = !*invariant
+	return serveRun{backend: be, device: *device, opts: opts, grpcAddr: *grpcAddr, httpAddr: *httpAddr, tls: tlsCfg,
+		every: *every, grace: *grace}.run()
+}
 
-	dev, err := be.Open()
+// serveRun is an aipo serve whose flags are checked.
+type serveRun struct {
+	backend            backend.Backend
+	device             string // --device, for errors
+	opts               serve.Options
+	grpcAddr, httpAddr string
+	tls                *tls.Config
+	every, grace       time.Duration // --watch-every, --grace
+}
+
+// run opens the device, loads the model, listens and serves until SIGINT
+// or SIGTERM, then lets requests in flight finish within the grace.
+func (r serveRun) run() error {
+	dev, err := r.backend.Open()
 	if err != nil {
-		return runError("--device %s: %v", *device, err)
+		return runError("--device %s: %v", r.device, err)
 	}
 	defer dev.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := bounds
-	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token, opts.Device = *ckpt, *watch, *tok, *name, token, dev
-	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
-	opts.BatchVariant = !*invariant
+	opts := r.opts
+	opts.Device = dev
 	srv, err := serve.New(ctx, opts)
 	if err != nil {
 		return runError("%v", err)
 	}
 	defer srv.Close()
-	var gl, hl net.Listener
-	if *grpcAddr != "" {
-		if gl, err = net.Listen("tcp", *grpcAddr); err != nil {
-			return runError("--grpc %s: %v", *grpcAddr, err)
-		}
+	gl, hl, err := listen(r.grpcAddr, r.httpAddr)
+	if err != nil {
+		return err
 	}
-	if *httpAddr != "" {
-		if hl, err = net.Listen("tcp", *httpAddr); err != nil {
-			return runError("--http %s: %v", *httpAddr, err)
-		}
+	if opts.WatchRun != "" {
+		go srv.Watch(ctx, r.every)
 	}
-	if *watch != "" {
-		go srv.Watch(ctx, *every)
-	}
-	if err := srv.Serve(ctx, gl, hl, tlsCfg, *grace); err != nil {
+	if err := srv.Serve(ctx, gl, hl, r.tls, r.grace); err != nil {
 		return runError("%v", err)
 	}
 	return nil
+}
+
+// serveBounds turns the limit flags into serve.Options: the flags take 0
+// for no limit, Options 0 for its default and a negative value for none.
+// A negative flag is a usage error naming it.
+func serveBounds(maxBody int64, timeouts map[string]time.Duration, counts map[string]int) (serve.Options, error) {
+	if maxBody < 0 {
+		return serve.Options{}, usageError("--max-body-bytes %d must be positive, or 0 for the default that follows the context", maxBody)
+	}
+	o := serve.Options{MaxBodyBytes: maxBody}
+	durations := map[string]*time.Duration{"--header-timeout": &o.HeaderTimeout, "--body-timeout": &o.BodyTimeout,
+		"--idle-timeout": &o.IdleTimeout, "--write-timeout": &o.WriteTimeout}
+	for _, name := range slices.Sorted(maps.Keys(timeouts)) {
+		switch v := timeouts[name]; {
+		case v < 0:
+			return o, usageError("%s %s must not be negative (0: no limit)", name, v)
+		case v == 0:
+			*durations[name] = -1
+		default:
+			*durations[name] = v
+		}
+	}
+	ints := map[string]*int{"--max-conns": &o.MaxConns, "--max-client-requests": &o.MaxClientRequests}
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		switch v := counts[name]; {
+		case v < 0:
+			return o, usageError("%s %d must not be negative (0: no limit)", name, v)
+		case v == 0:
+			*ints[name] = -1
+		default:
+			*ints[name] = v
+		}
+	}
+	return o, nil
+}
+
+// listen opens the gRPC and HTTP listeners (nil for an empty address).
+func listen(grpcAddr, httpAddr string) (gl, hl net.Listener, err error) {
+	if grpcAddr != "" {
+		if gl, err = net.Listen("tcp", grpcAddr); err != nil {
+			return nil, nil, runError("--grpc %s: %v", grpcAddr, err)
+		}
+	}
+	if httpAddr != "" {
+		if hl, err = net.Listen("tcp", httpAddr); err != nil {
+			if gl != nil {
+				gl.Close()
+			}
+			return nil, nil, runError("--http %s: %v", httpAddr, err)
+		}
+	}
+	return gl, hl, nil
 }
