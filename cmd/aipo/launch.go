@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,74 +65,96 @@ func launchRanks(n int, args []string) error {
 	if err != nil {
 		return runError("--nproc: %v", err)
 	}
+	env := append(os.Environ(), "WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
 	// Each rank gets its share of the cores unless the user chose.
-	threads := ""
 	if os.Getenv("OPENBLAS_NUM_THREADS") == "" {
-		threads = strconv.Itoa(max(1, runtime.NumCPU()/n))
+		env = append(env, "OPENBLAS_NUM_THREADS="+strconv.Itoa(max(1, runtime.NumCPU()/n)))
 	}
-	type rank struct {
-		cmd  *exec.Cmd
-		done chan struct{}
-		code int
-	}
-	ranks := make([]*rank, n)
-	var outMu sync.Mutex
-	relay := func(r int, src io.Reader, dst *os.File) {
-		sc := bufio.NewScanner(src)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			outMu.Lock()
-			if r == 0 {
-				fmt.Fprintln(dst, sc.Text())
-			} else {
-				fmt.Fprintf(dst, "[rank %d] %s\n", r, sc.Text())
-			}
-			outMu.Unlock()
-		}
-	}
-	var relays sync.WaitGroup
-	failed := make(chan int, n)
+	l := &launch{ranks: make([]*rankProc, n), failed: make(chan int, n)}
 	for r := range n {
-		cmd := exec.Command(self, append([]string{"train"}, args...)...)
-		cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
-		if threads != "" {
-			cmd.Env = append(cmd.Env, "OPENBLAS_NUM_THREADS="+threads)
-		}
-		cmd.Stdin = nil
-		stdout, _ := cmd.StdoutPipe()
-		stderr, _ := cmd.StderrPipe()
-		// The kernel stops a rank whose launcher dies.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-		if err := cmd.Start(); err != nil {
-			for _, p := range ranks[:r] {
+		if err := l.start(r, self, append([]string{"train"}, args...), env); err != nil {
+			for _, p := range l.ranks[:r] {
 				p.cmd.Process.Kill()
 			}
 			return runError("--nproc: starting rank %d: %v", r, err)
 		}
-		p := &rank{cmd: cmd, done: make(chan struct{})}
-		ranks[r] = p
-		relays.Add(2)
-		go func() { defer relays.Done(); relay(r, stdout, os.Stdout) }()
-		go func() { defer relays.Done(); relay(r, stderr, os.Stderr) }()
-		go func() {
-			err := cmd.Wait()
-			p.code = cmd.ProcessState.ExitCode()
-			if err != nil && p.code == 0 {
-				p.code = 1
-			}
-			close(p.done)
-			if p.code != 0 {
-				failed <- r
-			}
-		}()
 	}
+	return l.supervise()
+}
+
+// launch is aipo train --nproc's group of rank processes.
+type launch struct {
+	ranks  []*rankProc
+	failed chan int // the ranks that exited non-zero, as they do
+	outMu  sync.Mutex
+	relays sync.WaitGroup
+}
+
+// rankProc is one rank's process and, once done is closed, its exit code.
+type rankProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	code int
+}
+
+// start starts rank r: the command with env and the rank's variables, its
+// output relayed, its exit reported.
+func (l *launch) start(r int, self string, args, env []string) error {
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(slices.Clone(env), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r))
+	cmd.Stdin = nil
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	// The kernel stops a rank whose launcher dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p := &rankProc{cmd: cmd, done: make(chan struct{})}
+	l.ranks[r] = p
+	l.relays.Add(2)
+	go func() { defer l.relays.Done(); l.relay(r, stdout, os.Stdout) }()
+	go func() { defer l.relays.Done(); l.relay(r, stderr, os.Stderr) }()
+	go func() {
+		err := cmd.Wait()
+		p.code = cmd.ProcessState.ExitCode()
+		if err != nil && p.code == 0 {
+			p.code = 1
+		}
+		close(p.done)
+		if p.code != 0 {
+			l.failed <- r
+		}
+	}()
+	return nil
+}
+
+// relay copies rank r's output lines to dst: rank 0's as they are, the
+// others' prefixed with their rank.
+func (l *launch) relay(r int, src io.Reader, dst *os.File) {
+	sc := bufio.NewScanner(src)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l.outMu.Lock()
+		if r == 0 {
+			fmt.Fprintln(dst, sc.Text())
+		} else {
+			fmt.Fprintf(dst, "[rank %d] %s\n", r, sc.Text())
+		}
+		l.outMu.Unlock()
+	}
+}
+
+// supervise waits for every rank, passing SIGINT and SIGTERM on; once one
+// fails, the others get launchGrace to end, then SIGTERM, then SIGKILL.
+// It returns the first failure (rank 0's exit code when rank 0 failed).
+func (l *launch) supervise() error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	all := make(chan struct{})
 	go func() {
-		for _, p := range ranks {
+		for _, p := range l.ranks {
 			<-p.done
 		}
 		close(all)
@@ -142,25 +165,15 @@ func launchRanks(n int, args []string) error {
 	for {
 		select {
 		case <-all:
-			relays.Wait()
-			if first < 0 {
-				return nil
-			}
-			code := ranks[first].code
-			if ranks[0].code != 0 {
-				code = ranks[0].code
-			}
-			if code < 0 {
-				code = 1
-			}
-			return &cmdError{code: code, msg: fmt.Sprintf("rank %d of %d exited with code %d (its output above says why)", first, n, ranks[first].code)}
-		case r := <-failed:
+			l.relays.Wait()
+			return l.result(first)
+		case r := <-l.failed:
 			if first < 0 {
 				first = r
 				grace = time.After(launchGrace)
 			}
 		case s := <-sigs:
-			for _, p := range ranks {
+			for _, p := range l.ranks {
 				p.cmd.Process.Signal(s)
 			}
 		case <-grace:
@@ -168,7 +181,7 @@ func launchRanks(n int, args []string) error {
 			if stopped {
 				sig = syscall.SIGKILL
 			}
-			for _, p := range ranks {
+			for _, p := range l.ranks {
 				select {
 				case <-p.done:
 				default:
@@ -180,6 +193,22 @@ func launchRanks(n int, args []string) error {
 			grace = time.After(10 * time.Second)
 		}
 	}
+}
+
+// result is the group's outcome once every rank ended, first the rank
+// that failed first (-1: none).
+func (l *launch) result(first int) error {
+	if first < 0 {
+		return nil
+	}
+	code := l.ranks[first].code
+	if l.ranks[0].code != 0 {
+		code = l.ranks[0].code
+	}
+	if code < 0 {
+		code = 1
+	}
+	return &cmdError{code: code, msg: fmt.Sprintf("rank %d of %d exited with code %d (its output above says why)", first, len(l.ranks), l.ranks[first].code)}
 }
 
 // inGroup reports whether this aipo train is a rank of a group: a

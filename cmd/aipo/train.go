@@ -52,6 +52,17 @@ func loadRunConfig(ctx context.Context, cfgPath, run string, sets []yamlset.Set)
 	return cfg, cfg.Validate()
 }
 
+// trainUsage heads aipo train --help, above its flags.
+const trainUsage = "Usage: aipo train --config run.yaml [--set KEY=VALUE ...] [--run DIR] [--init CKPT] [--nproc N] [Beam flags]\n\n" +
+	"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n" +
+	"checkpoint. Killed at any moment and started again with the same command, it continues\n" +
+	"and produces the same checkpoints as an uninterrupted run. It first makes the memory\n" +
+	"plan of aipo plan and refuses a run that does not fit (--ignore-plan runs it anyway).\n" +
+	"--set overrides keys of the configuration; run.yaml records the result, and a run\n" +
+	"started before with other values is refused unless --reconfigure, as for an edited file.\n" +
+	"With --nproc N (or under a launcher that sets WORLD_SIZE) the learner steps are taken by\n" +
+	"N processes, data-parallel with the optimiser state sharded (docs/scaling.md).\n\nFlags:\n"
+
 func runTrain(args []string) error {
 	fs := flag.CommandLine
 	cfgPath := fs.String("config", "", "run configuration (YAML)")
@@ -67,23 +78,13 @@ func runTrain(args []string) error {
 	distributed := fs.Bool("distributed", false, "run as one rank of a group whose launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (or Slurm's SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID); implied when WORLD_SIZE is set")
 	distTimeout := fs.Duration("dist-timeout", 10*time.Minute, "bound of the group's rendezvous and of each collective of its learner steps: a rank that does not take part within it is named in the others' errors")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo train --config run.yaml [--set KEY=VALUE ...] [--run DIR] [--init CKPT] [--nproc N] [Beam flags]\n\n"+
-			"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n"+
-			"checkpoint. Killed at any moment and started again with the same command, it continues\n"+
-			"and produces the same checkpoints as an uninterrupted run. It first makes the memory\n"+
-			"plan of aipo plan and refuses a run that does not fit (--ignore-plan runs it anyway).\n"+
-			"--set overrides keys of the configuration; run.yaml records the result, and a run\n"+
-			"started before with other values is refused unless --reconfigure, as for an edited file.\n"+
-			"With --nproc N (or under a launcher that sets WORLD_SIZE) the learner steps are taken by\n"+
-			"N processes, data-parallel with the optimiser state sharded (docs/scaling.md).\n\nFlags:\n")
+		fmt.Fprint(os.Stderr, trainUsage)
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	nprocSet := false
-	fs.Visit(func(f *flag.Flag) { nprocSet = nprocSet || f.Name == "nproc" })
-	if nprocSet {
+	if nprocSet(fs) {
 		if *nproc < 1 {
 			return usageError("--nproc %d: give the number of learner processes to start on this machine (1 or more)", *nproc)
 		}
@@ -112,10 +113,7 @@ func runTrain(args []string) error {
 		defer ranks.Close()
 		fmt.Fprintln(os.Stderr, ranks.Describe())
 		if !ranks.Leader() {
-			if err := train.Follow(ctx, cfg, ranks, func(s string) { fmt.Fprintln(os.Stderr, s) }); err != nil {
-				return runError("%s", errText(err))
-			}
-			return nil
+			return follow(ctx, cfg, ranks)
 		}
 	}
 	if cfg.InProcessPolicy() {
@@ -131,16 +129,7 @@ func runTrain(args []string) error {
 	// is refused before step 0.
 	po := planOpts()
 	po.Init = *initCkpt
-	if ranks != nil {
-		// Rank 0 plans the group: every rank's memory on this machine.
-		if cfg.Learner.Backend != runconfig.BackendCPU {
-			err := usageError("aipo train --nproc %d: the learner's ranks run on the CPU (learner.backend: cpu); the multi-GPU learner is planned, not built (aipo plan --nproc N --device NAME plans it, docs/scaling.md): train on one GPU without --nproc", ranks.Comm.Size())
-			ranks.Finish(ctx, err)
-			return err
-		}
-		po.Ranks = ranks.Comm.Size()
-	}
-	if err := checkPlan(ctx, cfg, po, *ignorePlan); err != nil {
+	if err := checkGroupPlan(ctx, cfg, po, ranks, *ignorePlan); err != nil {
 		ranks.Finish(ctx, err)
 		return err
 	}
@@ -151,6 +140,33 @@ func runTrain(args []string) error {
 		return runError("%s", errText(ferr))
 	}
 	return err
+}
+
+// checkGroupPlan is checkPlan for this process or, on rank 0 of a group,
+// for every rank on this machine; the group's learner runs on the CPU.
+func checkGroupPlan(ctx context.Context, cfg runconfig.Config, po plan.Options, ranks *rankgroup.Ranks, ignore bool) error {
+	if ranks != nil {
+		if cfg.Learner.Backend != runconfig.BackendCPU {
+			return usageError("aipo train --nproc %d: the learner's ranks run on the CPU (learner.backend: cpu); the multi-GPU learner is planned, not built (aipo plan --nproc N --device NAME plans it, docs/scaling.md): train on one GPU without --nproc", ranks.Comm.Size())
+		}
+		po.Ranks = ranks.Comm.Size()
+	}
+	return checkPlan(ctx, cfg, po, ignore)
+}
+
+// nprocSet reports whether --nproc was given.
+func nprocSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "nproc" })
+	return set
+}
+
+// follow is aipo train on a rank other than 0 (train.Follow).
+func follow(ctx context.Context, cfg runconfig.Config, ranks *rankgroup.Ranks) error {
+	if err := train.Follow(ctx, cfg, ranks, func(s string) { fmt.Fprintln(os.Stderr, s) }); err != nil {
+		return runError("%s", errText(err))
+	}
+	return nil
 }
 
 // trainFlags are the flags of aipo train that act under the run's lease.
