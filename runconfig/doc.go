@@ -162,23 +162,24 @@
 //	                            aipo eval keeps its own, lenient extraction)
 //	reward.score_truncated      score responses the length budget cut off instead of giving them 0 (false)
 //
-//	advantage.method            grpo, drgrpo or rloo (from learner.loss.base: grpo; drgrpo for drgrpo)
+//	advantage.method            grpo, drgrpo or rloo (from learner.loss.base: grpo)
 //	advantage.epsilon           added to GRPO's std (1e-6)
 //	advantage.population_std    divide by the population std instead of the sample std (false)
 //	advantage.dynamic_sampling  DAPO: drop groups whose rewards are all equal and refill the batch from further
-//	                            prompts; the manifest counts prompts drawn, groups kept, dropped and surplus (base dapo: true)
+//	                            prompts; the manifest counts prompts drawn, groups kept, dropped and surplus (false)
 //	advantage.max_refill_rounds draws of further prompts after the first, 0 drops without refilling (8)
 //	advantage.overlong          DAPO's soft overlong penalty
-//	advantage.overlong.enabled  turn it on (base dapo: true)
+//	advantage.overlong.enabled  turn it on (false)
 //	advantage.overlong.max_length           response budget L_max in tokens (0: policy.max_response_tokens)
 //	advantage.overlong.cache    penalty zone L_cache before max_length (0 with max_length 0: a fifth of it)
 //	advantage.overlong.factor   penalty scale (1)
 //
 //	learner.loss                the objective (see learner/loss)
-//	learner.loss.base           grpo, drgrpo, dapo or gspo (grpo): a preset of every algorithm field of
-//	                            learner.loss and advantage (docs/algorithms.md); fields written override it
+//	learner.loss.base           a preset of every algorithm field of learner.loss and advantage (grpo);
+//	                            fields written override it. The defaults here are grpo's; the bases
+//	                            and what each sets: docs/algorithms.md (loss.Bases, runconfig.PresetTable)
 //	learner.loss.clip_low       eps_low (0.2)
-//	learner.loss.clip_high      eps_high, clip-higher (0.28; drgrpo: 0.2)
+//	learner.loss.clip_high      eps_high, clip-higher (0.28)
 //	learner.loss.dual_clip      dual-clip bound, 0 off (0)
 //	learner.loss.seq_clip_low   GSPO sequence clip low (3e-4)
 //	learner.loss.seq_clip_high  GSPO sequence clip high (4e-4)
@@ -186,10 +187,10 @@
 //	                            plain (w/o CS), mask, or luffy (LUFFY's shaping pi/(pi+gamma), no clip) (aipo)
 //	learner.loss.omega          AIPO lower bound (0.2)
 //	learner.loss.gamma          LUFFY's shaping constant under external luffy (0.1)
-//	learner.loss.kl_coef        k3 KL coefficient, 0 off (0.001; drgrpo and dapo: 0)
+//	learner.loss.kl_coef        k3 KL coefficient, 0 off (0.001)
 //	learner.loss.kl_external    KL on external tokens too (false)
 //	learner.loss.aggregation    eq8, token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm
-//	                            (eq8; drgrpo: seq-mean-token-sum-norm, dapo: token-mean, gspo: seq-mean-token-mean)
+//	                            (eq8)
 //	learner.loss.norm_tokens    divisor of seq-mean-token-sum-norm (16384)
 //	learner.loss.rollout_correction        truncated importance sampling on pi_old/pi_behav (docs/operators.md)
 //	learner.loss.rollout_correction.level  off, token, sequence (product) or geometric (mean) (off)

@@ -2,6 +2,7 @@ package runconfig
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -27,33 +28,95 @@ type Preset struct {
 // penalty zone: 4096 of 20480 tokens in the paper.
 const OverlongCacheShare = 5 // cache = max_length / 5
 
+// presetRow is one base's preset beside its loss side (loss.ConfigFor,
+// from the table of bases in learner/loss): the paper it follows, its
+// advantage side, and its note in docs/algorithms.md. PresetFor,
+// BaseNames, PresetTable and PresetNotes read the rows.
+type presetRow struct {
+	base  string
+	paper string
+	// advantage turns GRPO's normalisation with DefaultRefillRounds into
+	// the preset's advantage side (nil: as it is).
+	advantage func(a *advantage.Config)
+	// note is what the preset is, in a few sentences (Markdown, one
+	// paragraph: PresetNotes wraps it).
+	note string
+}
+
+// presets is one row per base of loss.Bases, in its order.
+var presets = []presetRow{
+	{
+		base:  loss.BaseGRPO,
+		paper: "GRPO: Shao et al. 2024, DeepSeekMath (arXiv:2402.03300), as the AIPO paper runs it (arXiv:2605.08401, Table 3)",
+		note: "is GRPO as the AIPO paper trains it (Table 3): the decoupled clip 0.2/0.28 and the " +
+			"k3 KL term with coefficient 0.001. Its aggregation, Eq. 8, is the mean over trajectories of " +
+			"each trajectory's token mean over its own tokens plus the mean over its collaborator tokens; " +
+			"without collaborator tokens it is GRPO's per-trajectory token mean. GRPO as first written " +
+			"clips symmetrically: set `clip_high: 0.2`.",
+	},
+	{
+		base:      loss.BaseDrGRPO,
+		paper:     "Dr. GRPO: Liu et al. 2025, Understanding R1-Zero-Like Training (arXiv:2503.20783)",
+		advantage: func(a *advantage.Config) { a.Method = advantage.DrGRPO },
+		note: "removes GRPO's two normalisations: advantages are reward minus the group mean (no " +
+			"standard deviation) and each trajectory's token sum is divided by a constant " +
+			"(`norm_tokens`, the generation budget) instead of its length. It clips symmetrically and " +
+			"trains without KL (`beta 0` in the paper's R1-Zero recipe).",
+	},
+	{
+		base:  loss.BaseDAPO,
+		paper: "DAPO: Yu et al. 2025 (arXiv:2503.14476)",
+		advantage: func(a *advantage.Config) {
+			a.DynamicSampling = true
+			a.Overlong = advantage.Overlong{Enabled: true, Factor: 1}
+		},
+		note: "takes the clip-higher range 0.2/0.28, the token-level loss (one mean over every token " +
+			"of the step), no KL, the soft overlong penalty, and dynamic sampling: a group whose rewards " +
+			"are all equal has no advantage and is dropped, and further prompts are drawn and sampled " +
+			"until the step holds `data.batch_size` kept groups (at most `advantage.max_refill_rounds` " +
+			"further draws; each draw's size is what is missing scaled by the share kept so far). The " +
+			"step's manifest and `metrics.jsonl` say how many prompts were drawn to get there " +
+			"(`prompts`), how many groups were kept, dropped, and kept beyond the batch (`groups_surplus`, " +
+			"sampled in the last draw but not trained on), and how many draws it took (`draws`). Further " +
+			"prompts come from a permutation of the dataset drawn for the step alone, so turning dynamic " +
+			"sampling on does not change which prompts each step starts from. When the dataset runs out " +
+			"or the draws do, the step trains on the groups it kept and the manifest says so " +
+			"(`groups_short`).",
+	},
+	{
+		base:  loss.BaseGSPO,
+		paper: "GSPO: Zheng et al. 2025, Group Sequence Policy Optimization (arXiv:2507.18071)",
+		note: "replaces each token's ratio by its trajectory's sequence ratio (the geometric mean of " +
+			"the token ratios) clipped to [1-3e-4, 1+4e-4], with a sequence-level aggregation.",
+	},
+}
+
 // PresetFor returns base's preset, or an error naming the bases.
 func PresetFor(base string) (Preset, error) {
 	l, err := loss.ConfigFor(base)
 	if err != nil {
 		return Preset{}, fmt.Errorf("learner.loss.base: %w", err)
 	}
-	p := Preset{Base: base, Loss: l,
+	i := slices.IndexFunc(presets, func(r presetRow) bool { return r.base == base })
+	if i < 0 {
+		return Preset{}, fmt.Errorf("learner.loss.base: %q has no preset (runconfig/presets.go): use one of %s", base, strings.Join(BaseNames(), ", "))
+	}
+	r := presets[i]
+	p := Preset{Base: base, Paper: r.paper, Loss: l,
 		Advantage: advantage.Config{Method: advantage.GRPO, MaxRefillRounds: advantage.DefaultRefillRounds}}
-	switch base {
-	case loss.BaseGRPO:
-		p.Paper = "GRPO: Shao et al. 2024, DeepSeekMath (arXiv:2402.03300), as the AIPO paper runs it (arXiv:2605.08401, Table 3)"
-	case loss.BaseDrGRPO:
-		p.Paper = "Dr. GRPO: Liu et al. 2025, Understanding R1-Zero-Like Training (arXiv:2503.20783)"
-		p.Advantage.Method = advantage.DrGRPO
-	case loss.BaseDAPO:
-		p.Paper = "DAPO: Yu et al. 2025 (arXiv:2503.14476)"
-		p.Advantage.DynamicSampling = true
-		p.Advantage.Overlong = advantage.Overlong{Enabled: true, Factor: 1}
-	case loss.BaseGSPO:
-		p.Paper = "GSPO: Zheng et al. 2025, Group Sequence Policy Optimization (arXiv:2507.18071)"
+	if r.advantage != nil {
+		r.advantage(&p.Advantage)
 	}
 	return p, nil
 }
 
 // BaseNames lists the bases with a preset, in table order.
 func BaseNames() []string {
-	return []string{loss.BaseGRPO, loss.BaseDrGRPO, loss.BaseDAPO, loss.BaseGSPO}
+	out := make([]string, len(presets))
+	for i, r := range presets {
+		out[i] = r.base
+	}
+	return out
 }
 
 // ApplyBase sets every algorithm field of c to base's preset: the whole of
@@ -183,7 +246,8 @@ func short(field string) string {
 
 // algorithmField reads one algorithm field of a configuration as text.
 // used, when set, says whether the field takes part in the configured
-// algorithm (the sequence clips only under gspo, ...).
+// algorithm (the sequence clips only under a base whose surrogate reads
+// them, ...).
 type algorithmField struct {
 	name string
 	get  func(Config) string
@@ -200,8 +264,11 @@ func (f algorithmField) show(c Config) string {
 
 func num(x float64) string { return fmt.Sprintf("%g", x) }
 
-func isGSPO(c Config) bool  { return c.Learner.Loss.Base == loss.BaseGSPO }
-func notGSPO(c Config) bool { return !isGSPO(c) }
+// readBy says whether the configured base's surrogate reads the
+// learner.loss field named field (its yaml name).
+func readBy(field string) func(Config) bool {
+	return func(c Config) bool { return loss.BaseReads(c.Learner.Loss.Base, field) }
+}
 
 // algorithmFields are the fields a preset sets, in the order they are
 // printed.
@@ -213,10 +280,10 @@ var algorithmFields = []algorithmField{
 		return c.Advantage.Method
 	}},
 	{name: "learner.loss.aggregation", get: func(c Config) string { return c.Learner.Loss.Aggregation }},
-	{name: "learner.loss.clip_low", get: func(c Config) string { return num(c.Learner.Loss.ClipLow) }, used: notGSPO},
-	{name: "learner.loss.clip_high", get: func(c Config) string { return num(c.Learner.Loss.ClipHigh) }, used: notGSPO},
-	{name: "learner.loss.seq_clip_low", get: func(c Config) string { return num(c.Learner.Loss.SeqClipLow) }, used: isGSPO},
-	{name: "learner.loss.seq_clip_high", get: func(c Config) string { return num(c.Learner.Loss.SeqClipHigh) }, used: isGSPO},
+	{name: "learner.loss.clip_low", get: func(c Config) string { return num(c.Learner.Loss.ClipLow) }, used: readBy("clip_low")},
+	{name: "learner.loss.clip_high", get: func(c Config) string { return num(c.Learner.Loss.ClipHigh) }, used: readBy("clip_high")},
+	{name: "learner.loss.seq_clip_low", get: func(c Config) string { return num(c.Learner.Loss.SeqClipLow) }, used: readBy("seq_clip_low")},
+	{name: "learner.loss.seq_clip_high", get: func(c Config) string { return num(c.Learner.Loss.SeqClipHigh) }, used: readBy("seq_clip_high")},
 	{name: "learner.loss.kl_coef", get: func(c Config) string { return num(c.Learner.Loss.KLCoef) }},
 	{name: "learner.loss.norm_tokens", get: func(c Config) string { return fmt.Sprint(c.Learner.Loss.NormTokens) },
 		used: func(c Config) bool { return c.Learner.Loss.Aggregation == loss.AggSeqMeanTokenSumNorm }},
@@ -266,10 +333,30 @@ func PresetTable() string {
 		b.WriteString("\n")
 	}
 	b.WriteString("| paper |")
-	for _, n := range BaseNames() {
-		p, _ := PresetFor(n)
-		fmt.Fprintf(&b, " %s |", p.Paper)
+	for _, r := range presets {
+		fmt.Fprintf(&b, " %s |", r.paper)
 	}
 	b.WriteString("\n")
 	return b.String()
 }
+
+// PresetNotes is the Markdown list of the presets' notes (docs/), each
+// wrapped at noteWidth columns.
+func PresetNotes() string {
+	var b strings.Builder
+	for _, r := range presets {
+		line := "-"
+		for _, w := range strings.Fields(fmt.Sprintf("**%s** %s", r.base, r.note)) {
+			if len(line)+1+len(w) > noteWidth {
+				b.WriteString(line + "\n")
+				line = " "
+			}
+			line += " " + w
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+// noteWidth is the width PresetNotes wraps at.
+const noteWidth = 96

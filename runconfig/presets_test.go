@@ -3,9 +3,11 @@ package runconfig
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 )
@@ -161,13 +163,30 @@ func TestDemoResolvesAsBefore(t *testing.T) {
 }
 
 // TestPresetTableDocumented checks that docs/algorithms.md holds the table
-// PresetTable generates.
+// PresetTable generates and the notes PresetNotes does (-update rewrites
+// them; the flag is the one Beam's Dataflow runner, which runconfig
+// imports, defines).
 func TestPresetTableDocumented(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "algorithms.md"))
-	if err != nil {
-		t.Fatal(err)
+	testtools.GeneratedSection(t, "docs/algorithms.md", "presets", PresetTable())
+	testtools.GeneratedSection(t, "docs/algorithms.md", "preset-notes", PresetNotes())
+}
+
+// TestEveryBaseHasAPreset checks that the presets are the loss's bases, in
+// its order, each with a paper, a note and a case in presetCases.
+func TestEveryBaseHasAPreset(t *testing.T) {
+	if got, want := BaseNames(), loss.Bases(); !slices.Equal(got, want) {
+		t.Errorf("presets for %v, but the bases are %v: one row per base, in the same order", got, want)
 	}
-	if !strings.Contains(string(doc), PresetTable()) {
-		t.Errorf("docs/algorithms.md does not hold the current preset table; paste this in:\n%s", PresetTable())
+	cases := map[string]bool{}
+	for _, pc := range presetCases {
+		cases[pc.base] = true
+	}
+	for _, r := range presets {
+		if r.paper == "" || r.note == "" {
+			t.Errorf("preset %s: a paper and a note are required", r.base)
+		}
+		if !cases[r.base] {
+			t.Errorf("preset %s has no case in presetCases (what its paper sets)", r.base)
+		}
 	}
 }

@@ -46,7 +46,7 @@ type run struct {
 	start, end int
 	internal   int     // Internal tokens
 	external   int     // External tokens in the loss
-	seqLR      float64 // GSPO: detached mean log-ratio over Internal tokens
+	seqLR      float64 // detached mean log-ratio over Internal tokens (surrogate.seqRatio)
 }
 
 // computeFused is the optimised form: one pass finds the trajectories'
@@ -55,6 +55,8 @@ type run struct {
 // computeLoop.
 func computeFused(cfg Config, in Inputs, detached []float32) Output {
 	n := len(in.LogProb)
+	b, _ := lookupBase(cfg.Base)
+	sur := &b.surrogate
 	ext := externalTreatments[cfg.External]
 
 	// Rollout correction: each Internal token's weight, and whether mask
@@ -65,7 +67,7 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 	if rc.on {
 		isw, kept = correctionRuns(cfg.RolloutCorrection, &in, &rc)
 	}
-	runs, counts := trajectoryRuns(cfg, in, detached, kept, ext)
+	runs, counts := trajectoryRuns(cfg, in, detached, kept, ext, sur.seqRatio)
 	weigh := aggregations[cfg.Aggregation]
 	klInt := cfg.KLCoef != 0
 	klExt := klInt && cfg.KLExternal && !ext.masked
@@ -98,7 +100,7 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 				}
 				w = wExt
 			}
-			l, g := policyTerm(&cfg, ext, src == Internal, logp, float64(detached[i]), float64(in.OldLogProb[i]), float64(in.Advantage[i]), r.seqLR, &m)
+			l, g := policyTerm(&cfg, sur, ext, src == Internal, logp, float64(detached[i]), float64(in.OldLogProb[i]), float64(in.Advantage[i]), r.seqLR, &m)
 			if rc.on && src == Internal {
 				l, g = l*isw[i], g*isw[i]
 			}
@@ -124,12 +126,11 @@ func computeFused(cfg Config, in Inputs, detached []float32) Output {
 
 // trajectoryRuns finds each trajectory's contiguous token range, counts
 // its loss tokens by source (Internal ones that mask-mode correction drops
-// left out, External ones only when ext trains them) and GSPO's detached
-// mean log-ratio over its Internal tokens; and counts the batch's loss
-// tokens and trajectories with one.
-func trajectoryRuns(cfg Config, in Inputs, detached []float32, kept []bool, ext externalTreatment) ([]run, aggCounts) {
+// left out, External ones only when ext trains them) and, when seqRatio,
+// its detached mean log-ratio over its Internal tokens; and counts the
+// batch's loss tokens and trajectories with one.
+func trajectoryRuns(cfg Config, in Inputs, detached []float32, kept []bool, ext externalTreatment, seqRatio bool) ([]run, aggCounts) {
 	n := len(in.LogProb)
-	gspo := cfg.Base == BaseGSPO
 	runs := make([]run, 0, 16)
 	counts := aggCounts{normTokens: cfg.NormTokens}
 	for i := 0; i < n; {
@@ -142,7 +143,7 @@ func trajectoryRuns(cfg Config, in Inputs, detached []float32, kept []bool, ext 
 					continue
 				}
 				r.internal++
-				if gspo {
+				if seqRatio {
 					r.seqLR += float64(detached[i]) - float64(in.OldLogProb[i])
 				}
 			case External:

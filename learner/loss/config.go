@@ -5,29 +5,6 @@ import (
 	"math"
 )
 
-// Base algorithms: they choose the surrogate applied to the policy's own
-// (Internal) tokens.
-const (
-	// BaseGRPO is the token-level clipped surrogate of GRPO/PPO with the
-	// decoupled clip range [1-ClipLow, 1+ClipHigh].
-	BaseGRPO = "grpo"
-	// BaseDrGRPO uses the same surrogate as GRPO; Dr.GRPO's differences
-	// are advantages without std normalisation (computed by the caller)
-	// and the seq-mean-token-sum-norm aggregation (see ConfigFor).
-	BaseDrGRPO = "drgrpo"
-	// BaseDAPO uses the same surrogate with clip-higher; DAPO's token-level
-	// mean is the token-mean aggregation (see ConfigFor), its dynamic
-	// sampling happens before the loss and its overlong shaping is
-	// OverlongPenalty.
-	BaseDAPO = "dapo"
-	// BaseGSPO replaces the token ratio by the sequence ratio: the
-	// geometric mean of the token ratios over a trajectory's Internal
-	// tokens, clipped to [1-SeqClipLow, 1+SeqClipHigh] (the GSPO-token
-	// form of arXiv 2507.18071, which with advantages constant per
-	// trajectory has GSPO's sequence-level gradient).
-	BaseGSPO = "gspo"
-)
-
 // External-token treatments: they choose the term applied to collaborator
 // (External) tokens. The names follow the paper's ablations (Table 2).
 const (
@@ -94,8 +71,8 @@ const (
 // Config selects the loss. Every field is part of the run configuration;
 // DefaultConfig gives the paper's setting (arXiv 2605.08401, Table 3).
 type Config struct {
-	// Base is the base algorithm: "grpo" (default), "drgrpo", "dapo" or
-	// "gspo". It selects the surrogate on Internal tokens.
+	// Base is the base algorithm, one of Bases ("grpo" by default; the
+	// table bases). It selects the surrogate on Internal tokens.
 	Base string `yaml:"base" json:"base"`
 	// ClipLow is eps_low: token ratios below 1-ClipLow stop pushing down
 	// (paper: 0.2).
@@ -110,10 +87,10 @@ type Config struct {
 	// tokens of the token-level bases, External tokens under "ratio").
 	DualClip float64 `yaml:"dual_clip" json:"dual_clip"`
 	// SeqClipLow is GSPO's lower clip on the sequence ratio (GSPO paper:
-	// 3e-4). Used only with Base "gspo".
+	// 3e-4). Read by the sequence-ratio surrogate (Base "gspo").
 	SeqClipLow float64 `yaml:"seq_clip_low" json:"seq_clip_low"`
 	// SeqClipHigh is GSPO's upper clip on the sequence ratio (GSPO paper:
-	// 4e-4). Used only with Base "gspo".
+	// 4e-4). Read by the sequence-ratio surrogate (Base "gspo").
 	SeqClipHigh float64 `yaml:"seq_clip_high" json:"seq_clip_high"`
 	// External is the treatment of collaborator tokens (and of every other
 	// token the policy did not sample, such as LUFFY's off-policy guidance
@@ -171,54 +148,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// ConfigFor returns the loss side of base's preset: DefaultConfig with
-// what the base's paper sets.
-//
-//	grpo    DefaultConfig: the AIPO paper's GRPO run (arXiv 2605.08401,
-//	        Table 3): clip 0.2/0.28, k3 KL 0.001, Eq. 8 (on trajectories
-//	        without External tokens Eq. 8 is GRPO's per-trajectory token
-//	        mean, Shao et al. 2024)
-//	drgrpo  Dr. GRPO (Liu et al. 2025, arXiv 2503.20783): no length
-//	        normalisation (seq-mean-token-sum-norm over NormTokens), PPO's
-//	        symmetric clip 0.2/0.2, no KL (beta 0, as its R1-Zero recipe)
-//	dapo    DAPO (Yu et al. 2025, arXiv 2503.14476): token-mean, clip-higher
-//	        0.2/0.28, no KL
-//	gspo    GSPO (Zheng et al. 2025, arXiv 2507.18071): the sequence ratio
-//	        clipped to [1-3e-4, 1+4e-4], a sequence-level (token-mean per
-//	        trajectory) aggregation; KL as DefaultConfig
-//
-// The advantage side of a preset (normalisation, dynamic sampling,
-// overlong shaping) belongs to the rollout's advantage configuration
-// (transforms/advantage). Set Aggregation to "eq8" afterwards to put AIPO's
-// objective on top of any base.
-func ConfigFor(base string) (Config, error) {
-	c := DefaultConfig()
-	c.Base = base
-	switch base {
-	case BaseGRPO:
-	case BaseDrGRPO:
-		c.Aggregation = AggSeqMeanTokenSumNorm
-		c.ClipHigh = 0.2
-		c.KLCoef = 0
-	case BaseDAPO:
-		c.Aggregation = AggTokenMean
-		c.ClipLow, c.ClipHigh = 0.2, 0.28
-		c.KLCoef = 0
-	case BaseGSPO:
-		c.Aggregation = AggSeqMeanTokenMean
-		c.SeqClipLow, c.SeqClipHigh = 3e-4, 4e-4
-	default:
-		return Config{}, fmt.Errorf("loss: unknown base algorithm %q: use one of grpo, drgrpo, dapo, gspo", base)
-	}
-	return c, nil
-}
-
 // Validate reports the first invalid field, naming it and the fix.
 func (c Config) Validate() error {
-	switch c.Base {
-	case BaseGRPO, BaseDrGRPO, BaseDAPO, BaseGSPO:
-	default:
-		return fmt.Errorf("loss: Config.Base %q is unknown: use one of grpo, drgrpo, dapo, gspo", c.Base)
+	b, ok := lookupBase(c.Base)
+	if !ok {
+		return fmt.Errorf("loss: Config.Base %q is unknown: use one of %s", c.Base, baseNames())
 	}
 	if _, ok := externalTreatments[c.External]; !ok {
 		return fmt.Errorf("loss: Config.External %q is unknown: use one of %s", c.External, names(externalTreatments))
@@ -238,8 +172,8 @@ func (c Config) Validate() error {
 	if err := clipRange("ClipLow", "ClipHigh", c.ClipLow, c.ClipHigh); err != nil {
 		return err
 	}
-	if c.Base == BaseGSPO {
-		if err := clipRange("SeqClipLow", "SeqClipHigh", c.SeqClipLow, c.SeqClipHigh); err != nil {
+	if check := b.surrogate.check; check != nil {
+		if err := check(c); err != nil {
 			return err
 		}
 	}

@@ -153,9 +153,9 @@ func TestPyTorchFixtures(t *testing.T) {
 		}
 	}
 	// Every supported combination must have a fixture.
-	for _, b := range []string{BaseGRPO, BaseDrGRPO, BaseDAPO, BaseGSPO} {
-		for _, e := range []string{ExternalAIPO, ExternalRatio, ExternalPlain, ExternalMask, ExternalLUFFY} {
-			for _, a := range []string{AggEq8, AggTokenMean, AggSeqMeanTokenSum, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm} {
+	for _, b := range allBases {
+		for _, e := range allExternals {
+			for _, a := range allAggs {
 				if !seen[b+"/"+e+"/"+a] {
 					t.Errorf("no PyTorch fixture for %s/%s/%s: regenerate with /usr/bin/python3 scripts/loss_fixtures.py", b, e, a)
 				}

@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	allBases     = []string{BaseGRPO, BaseDrGRPO, BaseDAPO, BaseGSPO}
+	allBases     = Bases()
 	allExternals = []string{ExternalAIPO, ExternalRatio, ExternalPlain, ExternalMask, ExternalLUFFY}
 	allAggs      = []string{AggEq8, AggTokenMean, AggSeqMeanTokenSum, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm}
 )

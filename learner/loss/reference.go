@@ -7,6 +7,7 @@ package loss
 // pass a frozen copy to differentiate the surrogate numerically.
 func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 	n := len(in.LogProb)
+	b, _ := lookupBase(cfg.Base)
 	ext := externalTreatments[cfg.External]
 	kl := cfg.KLCoef != 0
 
@@ -40,8 +41,8 @@ func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 
 	// Per-token terms.
 	for _, q := range order {
-		// GSPO's detached sequence log-ratio over this trajectory's
-		// Internal tokens.
+		// The detached sequence log-ratio over this trajectory's Internal
+		// tokens (read by surrogates with seqRatio).
 		seqLR, nInt := 0.0, 0
 		for _, i := range members[q] {
 			if in.Source[i] == Internal && !dropped(i) {
@@ -67,7 +68,7 @@ func computeLoop(cfg Config, in Inputs, detached []float32) Output {
 				continue
 			}
 			internal := in.Source[i] == Internal
-			pg[i], dpg[i] = policyTerm(&cfg, ext, internal, logp, float64(detached[i]), float64(in.OldLogProb[i]), float64(in.Advantage[i]), seqLR, m)
+			pg[i], dpg[i] = policyTerm(&cfg, &b.surrogate, ext, internal, logp, float64(detached[i]), float64(in.OldLogProb[i]), float64(in.Advantage[i]), seqLR, m)
 			if rc.on && internal {
 				pg[i], dpg[i] = pg[i]*isWeight[i], dpg[i]*isWeight[i]
 			}

@@ -8,9 +8,11 @@ import (
 )
 
 // The loss is a per-token term followed by an aggregation, each chosen by
-// name from a table below. A new External treatment or aggregation is one
-// entry (and, where it takes a parameter, its check in Config.Validate);
-// computeFused and computeLoop read the same entries.
+// name from a table: the base's surrogate on Internal tokens (bases.go),
+// the External treatment and the aggregation (below). A new External
+// treatment or aggregation is one entry (and, where it takes a parameter,
+// its check in Config.Validate); computeFused and computeLoop read the
+// same entries.
 
 // externalTreatment is what an External treatment does to a collaborator
 // token: a term of its own, the base's clipped ratio, or nothing.
@@ -18,8 +20,8 @@ type externalTreatment struct {
 	// term is the token's loss and d loss/d logp, from logp, its
 	// stop-gradient copy and the advantage (nil for ratio and mask).
 	term func(c *Config, logp, sgLogp, a float64) (loss, grad float64)
-	// ratio: the token takes the base's token-level clipped ratio, as an
-	// Internal token of a token-level base does.
+	// ratio: the token takes the token-level clipped ratio (tokenClip),
+	// whatever the base.
 	ratio bool
 	// masked: the token is left out of the loss (and of its counts).
 	masked bool
@@ -96,19 +98,17 @@ func names[V any](m map[string]V) string {
 }
 
 // policyTerm is one trained token's policy term and its derivative: the
-// base's clipped ratio for an Internal token (GSPO's sequence form when
-// the base is gspo) and for an External one under a ratio treatment, the
-// treatment's own term otherwise. Ratio tokens add to m's ratio sums.
-func policyTerm(c *Config, ext externalTreatment, internal bool, logp, sgLogp, old, a, seqLogRatio float64, m *metricSums) (loss, grad float64) {
+// base's surrogate sur for an Internal token, the token-level clipped
+// ratio for an External one under a ratio treatment, the treatment's own
+// term otherwise. Ratio tokens add to m's ratio sums.
+func policyTerm(c *Config, sur *surrogate, ext externalTreatment, internal bool, logp, sgLogp, old, a, seqLogRatio float64, m *metricSums) (loss, grad float64) {
 	if !internal && !ext.ratio {
 		return ext.term(c, logp, sgLogp, a)
 	}
-	var t ratioTerm
-	if internal && c.Base == BaseGSPO {
-		t = gspoToken(logp, sgLogp, seqLogRatio, a, c.SeqClipLow, c.SeqClipHigh)
-	} else {
-		t = ppoToken(logp, old, a, c.ClipLow, c.ClipHigh, c.DualClip)
+	if !internal {
+		sur = &tokenClip
 	}
+	t := sur.term(c, logp, sgLogp, old, a, seqLogRatio)
 	m.addRatio(t, logp, old)
 	return t.loss, t.grad
 }
