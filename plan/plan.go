@@ -254,21 +254,7 @@ func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Co
 // planFor computes the phases and the disk of cfg with model mc.
 func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan, error) {
 	p := Plan{Config: cfg, Model: mc, Params: model.ParamCount(mc), Reference: cfg.Learner.Loss.KLCoef != 0}
-	p.PromptTokens = o.PromptTokens
-	if p.PromptTokens <= 0 {
-		p.PromptTokens = cfg.Data.Sources.Defaults().PromptTokens
-	}
-	p.ResponseTokens = cfg.Policy.MaxResponseTokens
-	p.SeqTokens = p.PromptTokens + p.ResponseTokens
-	if mp := mc.MaxPositionEmbeddings; mp > 0 && p.SeqTokens > mp {
-		p.SeqTokens = mp
-	}
-	// A micro-batch packs whole sequences up to the budget; a longer one
-	// is a micro-batch of its own; none holds more than the step's tokens.
-	p.PassTokens = max(cfg.Learner.MicroBatchTokens, p.SeqTokens)
-	if step := cfg.Data.BatchSize * cfg.Rollout.GroupSize * p.SeqTokens; step > 0 {
-		p.PassTokens = min(p.PassTokens, max(step, p.SeqTokens))
-	}
+	p.sizeSequences(o.PromptTokens)
 	refBF16 := checkpoint.ModelDType(mc) == checkpoint.BF16
 	st, err := trainer.PlanStep(trainer.MemoryConfig{Model: mc, Backend: cfg.Learner.Backend, Precision: cfg.Learner.Precision,
 		MicroBatchTokens: p.PassTokens, SequenceTokens: p.SeqTokens, Checkpointing: cfg.Learner.ActivationCheckpointing, Reference: p.Reference,
@@ -280,8 +266,51 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 	if p.Group, err = planGroup(cfg, mc, o); err != nil {
 		return Plan{}, err
 	}
-	g := p.Group
-	held := Line{What: "learner state kept between steps (float32 weights, AdamW moments)", Host: 12 * p.Params}
+	b, err := backend.Lookup(cfg.Learner.Backend)
+	if err != nil {
+		return Plan{}, fmt.Errorf("plan: %w", err)
+	}
+	proc := Line{What: "the process (binary, runtime, buffers)", Host: base}
+	learn, held := p.learnPhase(st, refBF16, proc)
+	load, roll := p.enginePhases(b, held, proc)
+	if g := p.Group; g != nil {
+		learn.Others = g.othersInStep(learn.Host())
+		load.Others = g.othersBetweenSteps(p.Params, base)
+		roll.Others = load.Others
+	}
+	p.Phases = []Phase{learn, load, roll}
+	p.Disk = planDisk(cfg, mc, p.Params)
+	return p, nil
+}
+
+// sizeSequences sets the plan's sequence lengths: the prompt (prompt
+// tokens, or the sources' default), the response budget, their sum within
+// the model's positions, and the tokens of a learner pass.
+func (p *Plan) sizeSequences(promptTokens int) {
+	cfg := p.Config
+	p.PromptTokens = promptTokens
+	if p.PromptTokens <= 0 {
+		p.PromptTokens = cfg.Data.Sources.Defaults().PromptTokens
+	}
+	p.ResponseTokens = cfg.Policy.MaxResponseTokens
+	p.SeqTokens = p.PromptTokens + p.ResponseTokens
+	if mp := p.Model.MaxPositionEmbeddings; mp > 0 && p.SeqTokens > mp {
+		p.SeqTokens = mp
+	}
+	// A micro-batch packs whole sequences up to the budget; a longer one
+	// is a micro-batch of its own; none holds more than the step's tokens.
+	p.PassTokens = max(cfg.Learner.MicroBatchTokens, p.SeqTokens)
+	if step := cfg.Data.BatchSize * cfg.Rollout.GroupSize * p.SeqTokens; step > 0 {
+		p.PassTokens = min(p.PassTokens, max(step, p.SeqTokens))
+	}
+}
+
+// learnPhase is the learner step's memory from the backend's figures st
+// (rank 0's share of a group's), and the state the learner keeps between
+// steps.
+func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase, Line) {
+	g, P := p.Group, p.Params
+	held := Line{What: "learner state kept between steps (float32 weights, AdamW moments)", Host: 12 * P}
 	momentsLine := "AdamW moments (float32 m and v)"
 	gradsLine := "gradients (float32)"
 	if g != nil {
@@ -289,28 +318,16 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 		if g.Built() {
 			st.Host.Optimizer = g.CPU[0].Moments
 			held = Line{What: fmt.Sprintf("rank 0's state kept between steps (float32 weights, its moments, the reduced gradient's buffer of %s)", fmtBytes(g.CPU[0].Held)),
-				Host: 4*p.Params + g.heldBetweenSteps(0)}
+				Host: 4*P + g.heldBetweenSteps(0)}
 		} else {
 			st.Device.Optimizer = 8 * g.Share
 			if g.Zero == 2 {
 				st.Device.Grads = 4 * g.Share
 				gradsLine = fmt.Sprintf("gradients of rank 0's share (float32, 1/%d, reduce-scattered)", g.Ranks)
 			}
-			held = Line{What: "rank 0's state kept between steps (float32 weights, its share of the moments)", Host: 4*p.Params + g.heldBetweenSteps(0)}
+			held = Line{What: "rank 0's state kept between steps (float32 weights, its share of the moments)", Host: 4*P + g.heldBetweenSteps(0)}
 		}
 	}
-	b, err := backend.Lookup(cfg.Learner.Backend)
-	if err != nil {
-		return Plan{}, fmt.Errorf("plan: %w", err)
-	}
-	// The rollout engine's decoder: on the CPU the host model, on a device
-	// its upload.
-	engineHost, engineDev := b.DecoderMemory(mc)
-	P := p.Params
-	proc := Line{What: "the process (binary, runtime, buffers)", Host: base}
-	ctxLine := Line{What: "CUDA context, kernels and cuBLAS workspaces (allowance)", Device: cudaReserve}
-	cudaRun := p.cuda()
-
 	learn := Phase{Name: "learner step"}
 	add := func(what string, h, d int64) {
 		if h != 0 || d != 0 {
@@ -332,7 +349,7 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 		refLine = "reference policy (weights alone, its bfloat16 values held in bfloat16)"
 	}
 	add(refLine, st.Host.Reference, st.Device.Reference)
-	if cudaRun && p.Reference {
+	if p.cuda() && p.Reference {
 		add("the reference's host copy while it uploads", 4*P, 0)
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
@@ -341,13 +358,22 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 		add(fmt.Sprintf("the data-parallel step's gradient buffers at their peak (%s)", g.CPU[0].PeakWhen()), g.CPU[0].StepBuffers(), 0)
 	}
 	learn.Lines = append(learn.Lines, proc)
-	if cudaRun {
-		learn.Lines = append(learn.Lines, ctxLine)
+	if p.cuda() {
+		learn.Lines = append(learn.Lines, cudaContext)
 	}
+	return learn, held
+}
 
-	// Between steps the learner keeps its weights and moments (on the
-	// host: parked); the engine loads checkpoint k and decodes.
-	load := Phase{Name: "rollout engine load", Lines: []Line{held,
+// cudaContext is the device memory the allocator does not see.
+var cudaContext = Line{What: "CUDA context, kernels and cuBLAS workspaces (allowance)", Device: cudaReserve}
+
+// enginePhases are the in-process rollout engine's: loading checkpoint k
+// beside the learner's kept state held, and decoding with its attention
+// caches (on the CPU the host model, on a device its upload).
+func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phase) {
+	cfg, mc, P := p.Config, p.Model, p.Params
+	engineHost, engineDev := b.DecoderMemory(mc)
+	load = Phase{Name: "rollout engine load", Lines: []Line{held,
 		{What: "checkpoint k's weights decoded (float32)", Host: 4 * P},
 		{What: "the engine's model built from them (float32)", Host: 4 * P}}}
 	bpt := int64(2 * 4 * mc.NumHiddenLayers * mc.NumKeyValueHeads * mc.Head())
@@ -357,26 +383,19 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 	// trajectories in flight, and the session cache its bound.
 	live := int64(seqs) * int64(p.SeqTokens) * bpt
 	kv := live + min(live, sessionCacheBytes(bpt))
-	roll := Phase{Name: "rollout (in-process engine)", Lines: []Line{held}}
+	roll = Phase{Name: "rollout (in-process engine)", Lines: []Line{held}}
 	kvWhat := fmt.Sprintf("attention caches: %d sequences x %d positions x %d bytes, and the session cache", seqs, p.SeqTokens, bpt)
-	if cudaRun {
-		load.Lines = append(load.Lines, Line{What: "the engine's weights on the device (float32)", Device: engineDev}, ctxLine)
+	if p.cuda() {
+		load.Lines = append(load.Lines, Line{What: "the engine's weights on the device (float32)", Device: engineDev}, cudaContext)
 		chunk := int64(64 << 20) // the decoder's logits chunk
 		roll.Lines = append(roll.Lines, Line{What: "the engine's weights and logits chunk (float32)", Device: engineDev + chunk},
-			Line{What: kvWhat, Device: kv}, ctxLine)
+			Line{What: kvWhat, Device: kv}, cudaContext)
 	} else {
 		roll.Lines = append(roll.Lines, Line{What: "the engine's model (float32)", Host: engineHost}, Line{What: kvWhat, Host: kv})
 	}
 	load.Lines = append(load.Lines, proc)
 	roll.Lines = append(roll.Lines, proc)
-	if g != nil {
-		learn.Others = g.othersInStep(learn.Host())
-		load.Others = g.othersBetweenSteps(P, base)
-		roll.Others = load.Others
-	}
-	p.Phases = []Phase{learn, load, roll}
-	p.Disk = planDisk(cfg, mc, P)
-	return p, nil
+	return load, roll
 }
 
 func onOff(b bool) string {
