@@ -17,6 +17,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/evalconfig"
 	_ "github.com/aipo-rl/aipo/inproc" // inproc:// policy endpoints
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/testtools"
@@ -203,7 +204,7 @@ rollout: {group_size: 2, opener_by: policy, answer_token_budget: 6, max_in_fligh
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "eval")
-	ecfg, err := eval.ParseConfig([]byte(fmt.Sprintf(`
+	ecfg, err := evalconfig.Parse([]byte(fmt.Sprintf(`
 run: portable
 out: %s
 policy: {uri: "inproc://%s?max_batch=16", label: random-init}
