@@ -13,7 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 	"github.com/aipo-rl/aipo/transforms/prompts"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
+	"github.com/aipo-rl/aipo/transforms/trajectories/guidance"
 )
 
 // Config is one run's configuration: one YAML file with the sections
@@ -254,7 +254,7 @@ type Rollout struct {
 	// model's answer (source teacher) instead of the policy's samples,
 	// trained as off-policy tokens (learner.loss.external luffy for
 	// LUFFY's shaping). Default off.
-	Guidance trajectories.Guidance `yaml:"guidance,omitempty"`
+	Guidance guidance.Config `yaml:"guidance,omitempty"`
 }
 
 // FailedFractionBound is MaxFailedFraction, or its default (0.5) when
