@@ -12,7 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
-	"github.com/aipo-rl/aipo/transforms/prompts"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 	"github.com/aipo-rl/aipo/transforms/trajectories/guidance"
 )
 
@@ -78,8 +78,8 @@ func (r Run) WritesTensorBoard() bool { return r.TensorBoard == nil || *r.Tensor
 type Data struct {
 	// Sources are where the prompts come from (required): prompt files
 	// (path, format, preset, fields, data_source), or one entry of kind
-	// demo, the built-in demo task (task, split). See prompts.SourceConfig.
-	Sources prompts.Sources `yaml:"sources,omitempty"`
+	// demo, the built-in demo task (task, split). See promptsource.Config.
+	Sources promptsource.List `yaml:"sources,omitempty"`
 	// BatchSize is the number of prompts per step; its default is the
 	// sources' (256, the paper's, for files; 32 for the demo). A dataset
 	// with fewer prompts gives all of them every step.
