@@ -9,15 +9,15 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/configs"
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/storage"
 	_ "github.com/aipo-rl/aipo/learner/cuda" // the cuda backend math.yaml names, as aipo links it
-	"github.com/aipo-rl/aipo/pipelines/eval"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
 
 // shipped says how each configuration in this folder is loaded: by
-// runconfig.Load (aipo train, aipo demo) or by eval.LoadConfig (aipo eval).
+// runconfig.Load (aipo train, aipo demo) or by evalconfig.Load (aipo eval).
 // remote names the configurations allowed to name gs:// objects: the
 // paper-scale example whose comment tells the user to point them at their
 // own bucket. A configuration not listed here fails the test, so that a new
@@ -66,11 +66,11 @@ func runPaths(c runconfig.Config) []namedPath {
 	return out
 }
 
-// evalPaths lists the input files of an eval configuration. eval.LoadConfig
+// evalPaths lists the input files of an eval configuration. evalconfig.Load
 // leaves relative paths as written and aipo eval opens them from the
 // working directory, which the configurations' usage lines
 // (`aipo eval --config configs/eval.yaml ...`) place at the clone's root.
-func evalPaths(c eval.Config, root string) []namedPath {
+func evalPaths(c evalconfig.Config, root string) []namedPath {
 	abs := func(p string) string {
 		if p == "" || filepath.IsAbs(p) || strings.Contains(p, "://") {
 			return p
@@ -139,7 +139,7 @@ func TestShippedConfigsNameOnlyTheClone(t *testing.T) {
 		file := filepath.Join(root, "configs", name+".yaml")
 		var paths []namedPath
 		if kind.eval {
-			c, err := eval.LoadConfig(context.Background(), file)
+			c, err := evalconfig.Load(context.Background(), file)
 			if err != nil {
 				t.Errorf("configs/%s.yaml: %v", name, err)
 				continue

@@ -75,7 +75,7 @@ type Options struct {
 	// Device names a GPU of Devices to plan for instead of the one found.
 	Device string
 	// PromptTokens is the prompt length planned for (0: the sources' kind's,
-	// prompts.Defaults: 1024 for files, 16 for the demo task, whose
+	// promptsource.Defaults: 1024 for files, 16 for the demo task, whose
 	// questions are a few bytes).
 	PromptTokens int
 	// Baseline is the process's own memory besides the run's (0: this

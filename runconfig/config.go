@@ -3,17 +3,17 @@ package runconfig
 import (
 	"time"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
-	"github.com/aipo-rl/aipo/pipelines/eval"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
-	"github.com/aipo-rl/aipo/transforms/prompts"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
+	"github.com/aipo-rl/aipo/transforms/trajectories/guidance"
 )
 
 // Config is one run's configuration: one YAML file with the sections
@@ -78,8 +78,8 @@ func (r Run) WritesTensorBoard() bool { return r.TensorBoard == nil || *r.Tensor
 type Data struct {
 	// Sources are where the prompts come from (required): prompt files
 	// (path, format, preset, fields, data_source), or one entry of kind
-	// demo, the built-in demo task (task, split). See prompts.SourceConfig.
-	Sources prompts.Sources `yaml:"sources,omitempty"`
+	// demo, the built-in demo task (task, split). See promptsource.Config.
+	Sources promptsource.List `yaml:"sources,omitempty"`
 	// BatchSize is the number of prompts per step; its default is the
 	// sources' (256, the paper's, for files; 32 for the demo). A dataset
 	// with fewer prompts gives all of them every step.
@@ -254,7 +254,7 @@ type Rollout struct {
 	// model's answer (source teacher) instead of the policy's samples,
 	// trained as off-policy tokens (learner.loss.external luffy for
 	// LUFFY's shaping). Default off.
-	Guidance trajectories.Guidance `yaml:"guidance,omitempty"`
+	Guidance guidance.Config `yaml:"guidance,omitempty"`
 }
 
 // FailedFractionBound is MaxFailedFraction, or its default (0.5) when
@@ -342,7 +342,7 @@ type Eval struct {
 	// Their sampling is EvalSampling: the policy's sampling parameters
 	// with Samples, Temperature and MaxResponseTokens of this section,
 	// unless a benchmark sets its own samples or max_tokens.
-	Benchmarks []eval.Benchmark `yaml:"benchmarks,omitempty"`
+	Benchmarks []evalconfig.Benchmark `yaml:"benchmarks,omitempty"`
 	// Temperature of evaluation sampling, in place of the policy's
 	// (default 1.0, the paper's; 0 is greedy).
 	Temperature float32 `yaml:"temperature"`
@@ -355,10 +355,10 @@ type Eval struct {
 // the policy's sampling parameters (top_p, top_k, stop) at eval.temperature,
 // with eval.samples samples and eval.max_response_tokens as the response
 // budget; the seed is the caller's.
-func (c Config) EvalSampling() eval.Sampling {
+func (c Config) EvalSampling() evalconfig.Sampling {
 	p := c.Policy.Params
 	p.Temperature, p.MaxTokens = c.Eval.Temperature, c.Eval.MaxResponseTokens
-	return eval.Sampling{Samples: c.Eval.Samples, Params: p}
+	return evalconfig.Sampling{Samples: c.Eval.Samples, Params: p}
 }
 
 // Checkpoint is what the learner writes after each step and what the run

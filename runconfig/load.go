@@ -199,7 +199,7 @@ func (c *Config) resolvePaths() {
 // Fill sets the defaults that depend on other fields: run.name from
 // run.dir, the data section's shorthand written out as a source
 // (DemoShorthand), the sources' own defaults (the demo's task and split),
-// what the sources' kind gives a run that leaves it out (prompts.Defaults:
+// what the sources' kind gives a run that leaves it out (promptsource.Defaults:
 // data.batch_size, 256 for files and 32 for the demo; the collaborators
 // when none are configured, for the demo all three built in with the
 // Knowledge Agent wrong 20% of the time, and the task built-in agents

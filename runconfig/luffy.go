@@ -2,7 +2,7 @@ package runconfig
 
 import (
 	"github.com/aipo-rl/aipo/learner/loss"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
+	"github.com/aipo-rl/aipo/transforms/trajectories/guidance"
 )
 
 // ApplyLUFFY turns a configuration into LUFFY's (arXiv 2504.14945) on
@@ -13,7 +13,7 @@ import (
 // 1/Z of LUFFY's objective), no KL.
 func (c *Config) ApplyLUFFY() {
 	c.Rollout.Unanswered = true
-	c.Rollout.Guidance = trajectories.Guidance{Source: trajectories.GuideSolution, Traces: 1}
+	c.Rollout.Guidance = guidance.Config{Source: guidance.SourceSolution, Traces: 1}
 	c.Learner.Loss.External, c.Learner.Loss.Gamma = loss.ExternalLUFFY, loss.DefaultGamma
 	c.Learner.Loss.Aggregation = loss.AggTokenMean
 	c.Learner.Loss.KLCoef = 0

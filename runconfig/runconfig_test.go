@@ -12,8 +12,7 @@ import (
 
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/prompts"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
 // fieldPaths lists the dotted YAML paths of every field under t, with []
@@ -103,8 +102,8 @@ func TestDefaultsAndFill(t *testing.T) {
 	if len(c.Collaborators.Roles()) != 3 {
 		t.Errorf("demo collaborators not filled: %+v", c.Collaborators)
 	}
-	if c.Collaborators.Knowledge.Noise.P(0) != trajectories.DemoNoise {
-		t.Errorf("demo knowledge noise %v, want %v", c.Collaborators.Knowledge.Noise.P(0), trajectories.DemoNoise)
+	if c.Collaborators.Knowledge.Noise.P(0) != promptsource.DemoNoise {
+		t.Errorf("demo knowledge noise %v, want %v", c.Collaborators.Knowledge.Noise.P(0), promptsource.DemoNoise)
 	}
 	if !reflect.DeepEqual(c.Eval.Splits, []string{"seen", "unseen"}) || c.Eval.MaxResponseTokens != c.Policy.MaxResponseTokens {
 		t.Errorf("eval defaults: %+v", c.Eval)
@@ -219,7 +218,7 @@ func TestExampleConfigs(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 			continue
 		}
-		if c.Data.Sources.Label() == prompts.KindDemo && c.Collaborators.Knowledge != nil && c.Collaborators.Knowledge.Kind != collab.KindBuiltinDemo {
+		if c.Data.Sources.Label() == promptsource.KindDemo && c.Collaborators.Knowledge != nil && c.Collaborators.Knowledge.Kind != collab.KindBuiltinDemo {
 			t.Errorf("%s: the demo's knowledge agent is %q", f, c.Collaborators.Knowledge.Kind)
 		}
 	}

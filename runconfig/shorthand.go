@@ -7,7 +7,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/aipo-rl/aipo/internal/demotask"
-	"github.com/aipo-rl/aipo/transforms/prompts"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
 // DemoShorthand is how configurations asked for the demo task before it
@@ -62,7 +62,7 @@ func (d *Data) writeOut() {
 		return
 	}
 	if sh.Demo {
-		d.Sources = prompts.Sources{{Kind: prompts.KindDemo, Task: sh.Task, Split: sh.Split}}
+		d.Sources = promptsource.List{{Kind: promptsource.KindDemo, Task: sh.Task, Split: sh.Split}}
 	}
 	d.Shorthand = DemoShorthand{}
 }

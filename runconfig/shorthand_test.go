@@ -11,8 +11,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/prompts"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
 // The demo task is a data.sources entry of kind demo; data.demo (with
@@ -35,7 +34,7 @@ func TestDemoShorthandIsASource(t *testing.T) {
 		if strings.Contains(string(a), "demo_split") || strings.Contains(string(a), "demo: ") {
 			t.Errorf("%s is written back in the shorthand:\n%s", c.short, a)
 		}
-		if short.Data.Shorthand != (DemoShorthand{}) || len(short.Data.Sources) != 1 || short.Data.Sources[0].Kind != prompts.KindDemo {
+		if short.Data.Shorthand != (DemoShorthand{}) || len(short.Data.Sources) != 1 || short.Data.Sources[0].Kind != promptsource.KindDemo {
 			t.Errorf("%s: data %+v, want one source of kind demo and no shorthand left", c.short, short.Data)
 		}
 		// Parsed again from what it wrote, the configuration is the same.
@@ -54,7 +53,7 @@ func TestDemoShorthandIsASource(t *testing.T) {
 	if src.Task == nil || *src.Task != demotask.DefaultConfig() || src.Split != "all" {
 		t.Errorf("the demo source's defaults: task %v split %q", src.Task, src.Split)
 	}
-	if c.Data.BatchSize != trajectories.DemoBatchSize || len(c.Collaborators.Roles()) != 3 ||
+	if c.Data.BatchSize != promptsource.DemoBatchSize || len(c.Collaborators.Roles()) != 3 ||
 		c.Collaborators.DemoTask == nil || *c.Collaborators.DemoTask != *src.Task ||
 		!reflect.DeepEqual(c.Eval.Splits, []string{"seen", "unseen"}) {
 		t.Errorf("the demo's run defaults: batch %d, collaborators %+v, eval.splits %v", c.Data.BatchSize, c.Collaborators, c.Eval.Splits)
@@ -66,7 +65,7 @@ func TestDemoShorthandIsASource(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := parseText(t, "run: {dir: r}\ndata: {sources: [{path: "+file+", data_source: integer}]}\n")
-	if f.Data.BatchSize != trajectories.FileBatchSize || len(f.Collaborators.Roles()) != 0 || f.Collaborators.DemoTask != nil || len(f.Eval.Splits) != 0 {
+	if f.Data.BatchSize != promptsource.FileBatchSize || len(f.Collaborators.Roles()) != 0 || f.Collaborators.DemoTask != nil || len(f.Eval.Splits) != 0 {
 		t.Errorf("a run on files: batch %d, collaborators %+v, eval.splits %v", f.Data.BatchSize, f.Collaborators, f.Eval.Splits)
 	}
 	if b, _ := f.YAML(); strings.Contains(string(b), "kind:") || strings.Contains(string(b), "demo") {
@@ -95,7 +94,7 @@ func TestRunYAMLOfAnEarlierBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the run.yaml of an earlier build: %v", err)
 	}
-	if c.Data.Sources.Label() != prompts.KindDemo || c.Data.BatchSize != 4 {
+	if c.Data.Sources.Label() != promptsource.KindDemo || c.Data.BatchSize != 4 {
 		t.Errorf("it loads as sources %+v, batch %d", c.Data.Sources, c.Data.BatchSize)
 	}
 	expanded, err := ExpandShorthand(raw)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -63,13 +64,13 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 // strings, a seed drawn from the run's, and the model's chat format when
 // the checkpoint carries a tokenizer.json (the ChatML template through the
 // policy's tokenizer otherwise).
-func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, endpoint string) (eval.Config, error) {
+func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, endpoint string) (evalconfig.Config, error) {
 	smp := cfg.EvalSampling()
 	smp.Seed = int64(cfg.Run.Seed)*7919 + 29
-	ec := eval.Config{
+	ec := evalconfig.Config{
 		Run:        cfg.Run.Name,
 		Out:        rundir.Eval(cfg.Run.Dir, k),
-		Policy:     eval.Policy{URI: endpoint, Label: fmt.Sprintf("%s step %d", cfg.Run.Name, k)},
+		Policy:     evalconfig.Policy{URI: endpoint, Label: fmt.Sprintf("%s step %d", cfg.Run.Name, k)},
 		Sampling:   smp,
 		PassK:      passKs(maxSamples(cfg)),
 		MajK:       []int{cfg.Eval.Samples},

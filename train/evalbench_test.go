@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -42,7 +43,7 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	dir := filepath.Join(base, "run")
 	mutate := func(c *runconfig.Config) {
 		c.Run.Steps, c.Eval.Every, c.Eval.Samples = 2, 1, 2
-		c.Eval.Benchmarks = []eval.Benchmark{{Name: "heldout", Path: bench, Verifier: "demo", Template: "{{.Problem}}"}}
+		c.Eval.Benchmarks = []evalconfig.Benchmark{{Name: "heldout", Path: bench, Verifier: "demo", Template: "{{.Problem}}"}}
 	}
 	// One step, then the rest in a second invocation, as a run killed and
 	// started again: the first process's event file ends in half a record,

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
@@ -131,7 +132,7 @@ func TestGCSRunEndToEnd(t *testing.T) {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ecfg, err := eval.ParseConfig([]byte(fmt.Sprintf(`
+	ecfg, err := evalconfig.Parse([]byte(fmt.Sprintf(`
 run: quick
 out: gs://aipo-e2e/eval
 policy: {uri: "inproc:%s?max_batch=8", label: quick-final}

@@ -15,7 +15,7 @@ import (
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
+	"github.com/aipo-rl/aipo/transforms/trajectories/guidance"
 )
 
 // TestLUFFYTrains runs the quick demo as LUFFY for two steps: every group
@@ -76,7 +76,7 @@ func TestLUFFYTeacher(t *testing.T) {
 	cfg := srv.cfg
 	cfg.ApplyLUFFY()
 	cfg.Run.Dir, cfg.Data.DeadLetterDir = filepath.Join(t.TempDir(), "run"), ""
-	cfg.Rollout.Guidance = trajectories.Guidance{Source: trajectories.GuideTeacher, Traces: 1, Teacher: &collab.RoleConfig{
+	cfg.Rollout.Guidance = guidance.Config{Source: guidance.SourceTeacher, Traces: 1, Teacher: &collab.RoleConfig{
 		Kind: collab.KindOpenAI, Endpoint: "http://" + srv.httpAddr + "/v1", Model: "demo", MaxGenerateTokens: 24,
 		System: "Answer.", Prompt: "{{.Problem}}"}} // the demo model's context is 64 tokens
 	cfg.Fill()

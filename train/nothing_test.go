@@ -11,7 +11,8 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
-	"github.com/aipo-rl/aipo/transforms/prompts"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
 // Training on a prompt file whose every row is malformed fails at the
@@ -25,7 +26,7 @@ func TestTrainFailsOnAPromptFileWithoutUsableRows(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"id":"a","problem":"no answer"}`+"\n"+`{"id":"b","problem":"nor here"}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Data.Sources, cfg.Eval.Every, cfg.Eval.Splits = prompts.Sources{{Source: prompts.Source{Path: bad, DataSource: "demo"}}}, 0, nil
+	cfg.Data.Sources, cfg.Eval.Every, cfg.Eval.Splits = promptsource.List{{Source: promptfile.Source{Path: bad, DataSource: "demo"}}}, 0, nil
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // runTask generates the task the run's prompts are drawn from (the
-// sources' prompts.Defaults.Task): the training loop evaluates the policy
+// sources' promptsource.Defaults.Task): the training loop evaluates the policy
 // alone on its splits (eval.splits). It is nil for a run on prompt files.
 func runTask(cfg runconfig.Config) (*demotask.Task, error) {
 	tc := cfg.Data.Sources.Defaults().Task

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	_ "github.com/aipo-rl/aipo/inproc" // the inproc:// policy scheme
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/yamlset"
@@ -75,13 +76,13 @@ func runEval(args []string) error {
 
 // loadEvalConfig loads --config with the --set overrides, then applies
 // the flags that override its keys.
-func loadEvalConfig(path, out, uri, label string, sets []yamlset.Set) (eval.Config, error) {
+func loadEvalConfig(path, out, uri, label string, sets []yamlset.Set) (evalconfig.Config, error) {
 	if path == "" {
-		return eval.Config{}, usageError("--config is required (an eval YAML; see configs/eval.yaml)")
+		return evalconfig.Config{}, usageError("--config is required (an eval YAML; see configs/eval.yaml)")
 	}
-	cfg, err := eval.LoadConfig(context.Background(), path, sets...)
+	cfg, err := evalconfig.Load(context.Background(), path, sets...)
 	if err != nil {
-		return eval.Config{}, usageError("%v", err)
+		return evalconfig.Config{}, usageError("%v", err)
 	}
 	if out != "" {
 		cfg.Out = out

@@ -30,4 +30,11 @@
 // The tests read every Go file's imports with go/parser, whatever its build
 // constraints, so a file built only on another platform or under a tag
 // counts too.
+//
+// A second test keeps loading a configuration free of Beam: the dependency
+// closure (go list -deps) of runconfig, evalconfig and the Beam-free
+// configuration halves of transforms (promptsource, guidance) holds no
+// package of the Beam SDK but those internal/storage reaches through
+// Beam's filesystem packages, the only ones of Beam it may import. A
+// failure names the import chain that reaches Beam.
 package archcheck

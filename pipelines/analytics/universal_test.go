@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/evalconfig"
 	_ "github.com/aipo-rl/aipo/inproc" // inproc:// policy endpoints
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -205,7 +206,7 @@ rollout: {group_size: 2, opener_by: policy, answer_token_budget: 6, max_in_fligh
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "eval")
-	ecfg, err := eval.ParseConfig([]byte(fmt.Sprintf(`
+	ecfg, err := evalconfig.Parse([]byte(fmt.Sprintf(`
 run: portable
 out: %s
 policy: {uri: "inproc://%s?max_batch=16", label: random-init}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 )
 
@@ -27,15 +28,15 @@ func BenchmarkScoring(b *testing.B) {
 	}
 	rate := map[string]float64{}
 	for _, name := range []string{"math500", "gsm8k", "mbpp_sanitized", "humaneval"} {
-		r, err := resolve(Benchmark{Preset: name}, Config{}.withDefaults())
+		r, err := evalconfig.Config{}.WithDefaults().Resolve(evalconfig.Benchmark{Preset: name})
 		if err != nil {
 			b.Fatal(err)
 		}
-		ps, dead, err := r.load(context.Background())
+		ps, dead, err := load(context.Background(), r)
 		if err != nil || len(dead) > 0 {
 			b.Fatalf("%s: %v, %d rows dead-lettered", name, err, len(dead))
 		}
-		if r.code() && len(ps) > codeProblems {
+		if r.Code() && len(ps) > codeProblems {
 			ps = ps[:codeProblems]
 		}
 		sc, err := newScorer(r.Verifier, sb)

@@ -9,21 +9,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 )
 
 // loadPreset reads a preset's bundled file.
-func loadPreset(t testing.TB, name string) (resolved, []schemas.Prompt) {
+func loadPreset(t testing.TB, name string) (evalconfig.Resolved, []schemas.Prompt) {
 	t.Helper()
-	p := Presets[name]
+	p := evalconfig.Presets[name]
 	shareddata.Path(t, p.RelPath)
-	r, err := resolve(Benchmark{Preset: name}, Config{DataDir: shareddata.Dir()}.withDefaults())
+	r, err := evalconfig.Config{DataDir: shareddata.Dir()}.WithDefaults().Resolve(evalconfig.Benchmark{Preset: name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, dead, err := r.load(context.Background())
+	good, dead, err := load(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,19 +37,19 @@ func loadPreset(t testing.TB, name string) (resolved, []schemas.Prompt) {
 func TestPresetsLoadEveryRow(t *testing.T) {
 	want := map[string]int{"aime24": 30, "aime25": 30, "amc23": 40, "math500": 500, "gsm8k": 1319,
 		"mbpp": 974, "mbpp_sanitized": 427, "humaneval": 164}
-	if len(want) != len(Presets) {
-		t.Errorf("test covers %d presets, there are %d: %v", len(want), len(Presets), PresetNames())
+	if len(want) != len(evalconfig.Presets) {
+		t.Errorf("test covers %d presets, there are %d: %v", len(want), len(evalconfig.Presets), evalconfig.PresetNames())
 	}
 	for name, n := range want {
-		if Presets[name].Rows != n {
-			t.Errorf("preset %s says %d rows, want %d", name, Presets[name].Rows, n)
+		if evalconfig.Presets[name].Rows != n {
+			t.Errorf("preset %s says %d rows, want %d", name, evalconfig.Presets[name].Rows, n)
 		}
 		r, ps := loadPreset(t, name)
 		if len(ps) != n {
 			t.Errorf("%s: loaded %d problems, want %d", name, len(ps), n)
 		}
 		// Every prompt renders with the benchmark's template.
-		tm, _ := parseTemplate(r.Template)
+		tm, _ := evalconfig.ParseTemplate(r.Template)
 		for _, p := range ps {
 			u, err := renderUser(tm, p)
 			if err != nil {

@@ -3,18 +3,20 @@
 // token budget by default, verified per sample, and summarised as Avg@n,
 // Pass@k and maj@k with standard errors (transforms/metrics).
 //
-// A run is described by a Config (YAML, see configs/eval*.yaml). Run reads
-// every benchmark file in the driver (through transforms/prompts'
-// promptfile readers with the benchmark's field mapping), splits each
-// benchmark into chunks of ChunkSize problems, and runs a Beam pipeline
-// (prism unless Beam's --runner says otherwise) over the chunks not yet
-// committed. Each chunk is one element: its worker renders every prompt
-// with the benchmark's template as a chat turn (learner/tokenizer's chat
-// format, or a raw template tokenised by the policy), samples n responses
-// through any policy.Open URI (inproc://, grpc://, http:// for vLLM and
-// SGLang), scores them (transforms/verify for answers, transforms/sandbox
-// for code), writes one Parquet shard of schemas.EvalRecord rows and
-// commits the chunk's _MANIFEST.json.
+// A run is described by an evalconfig.Config (YAML, see configs/eval*.yaml;
+// the benchmarks' presets, verifiers and templates are defined there, and a
+// training run's held-out benchmarks are the same evalconfig.Benchmark). Run
+// resolves every benchmark and reads its file in the driver (through
+// transforms/prompts' promptfile readers with the benchmark's field
+// mapping), splits each benchmark into chunks of ChunkSize problems, and
+// runs a Beam pipeline (prism unless Beam's --runner says otherwise) over
+// the chunks not yet committed. Each chunk is one element: its worker
+// renders every prompt with the benchmark's template as a chat turn
+// (learner/tokenizer's chat format, or a raw template tokenised by the
+// policy), samples n responses through any policy.Open URI (inproc://,
+// grpc://, http:// for vLLM and SGLang), scores them (transforms/verify for
+// answers, transforms/sandbox for code), writes one Parquet shard of
+// schemas.EvalRecord rows and commits the chunk's _MANIFEST.json.
 //
 // Layout of the output directory:
 //

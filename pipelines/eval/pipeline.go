@@ -17,6 +17,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/beamrow"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
@@ -26,6 +27,7 @@ import (
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
@@ -74,11 +76,11 @@ func ChunkDir(out, benchmark string, i int) string {
 
 // fingerprint identifies everything that decides a benchmark's records, so
 // that a resumed run never mixes records of different settings.
-func fingerprint(c Config, r resolved) string {
+func fingerprint(c evalconfig.Config, r evalconfig.Resolved) string {
 	v := struct {
 		URI       string
-		Chat      Chat
-		Sampling  Sampling
+		Chat      evalconfig.Chat
+		Sampling  evalconfig.Sampling
 		Source    any
 		Verifier  string
 		Template  string
@@ -94,7 +96,7 @@ func fingerprint(c Config, r resolved) string {
 }
 
 func templateText(t string) string {
-	if s, ok := Templates[t]; ok {
+	if s, ok := evalconfig.Templates[t]; ok {
 		return s
 	}
 	return t
@@ -102,7 +104,7 @@ func templateText(t string) string {
 
 // evalChunkFn samples, scores and commits one chunk.
 type evalChunkFn struct {
-	Cfg     Config               `json:"cfg"`
+	Cfg     evalconfig.Config    `json:"cfg"`
 	Benches map[string]benchSpec `json:"benches"`
 	// Tokenizer is the resolved chat tokenizer path ("" for the raw template).
 	Tokenizer string `json:"tokenizer"`
@@ -138,19 +140,19 @@ func (fn *evalChunkFn) Setup(ctx context.Context) error {
 	fn.scorers = map[string]*scorer{}
 	fn.templates = map[string]*template.Template{}
 	for name, b := range fn.Benches {
-		if (b.Verifier == VerifierMBPP || b.Verifier == VerifierHumanEval) && fn.sb == nil {
+		if (b.Verifier == evalconfig.VerifierMBPP || b.Verifier == evalconfig.VerifierHumanEval) && fn.sb == nil {
 			if fn.sb, err = sandbox.New(fn.Cfg.Sandbox); err != nil {
 				return fmt.Errorf("eval: %w", err)
 			}
 		}
 		var sbx *sandbox.Sandbox
-		if b.Verifier == VerifierMBPP || b.Verifier == VerifierHumanEval {
+		if b.Verifier == evalconfig.VerifierMBPP || b.Verifier == evalconfig.VerifierHumanEval {
 			sbx = fn.sb
 		}
 		if fn.scorers[name], err = newScorer(b.Verifier, sbx); err != nil {
 			return fmt.Errorf("eval: benchmark %s: %w", name, err)
 		}
-		if fn.templates[name], err = parseTemplate(b.Template); err != nil {
+		if fn.templates[name], err = evalconfig.ParseTemplate(b.Template); err != nil {
 			return fmt.Errorf("eval: benchmark %s: %w", name, err)
 		}
 	}
@@ -373,26 +375,42 @@ type PlannedBenchmark struct {
 	Fingerprint string   `json:"fingerprint"`
 	Breakdown   []string `json:"breakdown,omitempty"`
 
-	resolved resolved
+	resolved evalconfig.Resolved
 	prompts  []schemas.Prompt
 	dirs     []string
 }
 
+// load reads a benchmark's problems (the first Limit of them) and the rows
+// that could not be read.
+func load(ctx context.Context, r evalconfig.Resolved) ([]schemas.Prompt, []promptfile.DeadLetter, error) {
+	good, dead, _, err := promptfile.ReadAll(ctx, r.Source)
+	if err != nil {
+		return nil, nil, fmt.Errorf("benchmark %s: %w", r.Name, err)
+	}
+	if r.Limit > 0 && len(good) > r.Limit {
+		good = good[:r.Limit]
+	}
+	if len(good) == 0 {
+		return nil, dead, fmt.Errorf("benchmark %s: no problems in %s (%d rows dead-lettered)", r.Name, r.Source.Path, len(dead))
+	}
+	return good, dead, nil
+}
+
 // prepare resolves the config, loads the benchmarks and finds the chunks
 // still to do.
-func prepare(ctx context.Context, cfg Config) (Config, *Plan, []chunk, error) {
-	cfg = cfg.withDefaults()
+func prepare(ctx context.Context, cfg evalconfig.Config) (evalconfig.Config, *Plan, []chunk, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, nil, err
 	}
 	plan := &Plan{}
 	var todo []chunk
 	for _, bc := range cfg.Benchmarks {
-		r, err := resolve(bc, cfg)
+		r, err := cfg.Resolve(bc)
 		if err != nil {
 			return cfg, nil, nil, err
 		}
-		ps, dead, err := r.load(ctx)
+		ps, dead, err := load(ctx, r)
 		if err != nil {
 			return cfg, nil, nil, err
 		}
@@ -436,7 +454,7 @@ func prepare(ctx context.Context, cfg Config) (Config, *Plan, []chunk, error) {
 // chatTokenizer resolves the chat tokenizer path: the configured one, else
 // the checkpoint directory of an inproc:///path URI when it holds a
 // tokenizer.json, else "" (the raw template).
-func chatTokenizer(cfg Config) string {
+func chatTokenizer(cfg evalconfig.Config) string {
 	if cfg.Chat.Raw {
 		return ""
 	}
@@ -456,7 +474,7 @@ func chatTokenizer(cfg Config) string {
 }
 
 // Build adds the evaluation of the chunks to a pipeline.
-func Build(s beam.Scope, cfg Config, plan *Plan, todo []chunk) {
+func Build(s beam.Scope, cfg evalconfig.Config, plan *Plan, todo []chunk) {
 	s = s.Scope("eval")
 	fn := &evalChunkFn{Cfg: cfg, Benches: map[string]benchSpec{}, Tokenizer: chatTokenizer(cfg)}
 	for _, b := range plan.Benchmarks {
@@ -476,7 +494,7 @@ func Build(s beam.Scope, cfg Config, plan *Plan, todo []chunk) {
 // --runner flag (prism by default), then computes the report from every
 // committed chunk and writes it to cfg.Out. With chunks left (MaxChunks),
 // the report says it is incomplete.
-func Run(ctx context.Context, cfg Config) (*Report, *Plan, error) {
+func Run(ctx context.Context, cfg evalconfig.Config) (*Report, *Plan, error) {
 	cfg, plan, todo, err := prepare(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -501,7 +519,7 @@ func Run(ctx context.Context, cfg Config) (*Report, *Plan, error) {
 
 // ReportOnly recomputes and writes the report from the chunks already
 // committed under cfg.Out, evaluating nothing.
-func ReportOnly(ctx context.Context, cfg Config) (*Report, *Plan, error) {
+func ReportOnly(ctx context.Context, cfg evalconfig.Config) (*Report, *Plan, error) {
 	cfg, plan, _, err := prepare(ctx, cfg)
 	if err != nil {
 		return nil, nil, err

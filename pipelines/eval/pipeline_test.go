@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	_ "github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/shareddata"
@@ -74,7 +75,7 @@ func readAll(t *testing.T, out string) []schemas.EvalRecord {
 // the records must cover every (problem, sample) exactly once and the
 // report must be well formed.
 func TestEvalPipelineResumes(t *testing.T) {
-	shareddata.Path(t, Presets["gsm8k"].RelPath)
+	shareddata.Path(t, evalconfig.Presets["gsm8k"].RelPath)
 	ck := randomCheckpoint(t)
 	out := t.TempDir()
 	yml := fmt.Sprintf(`
@@ -92,7 +93,7 @@ benchmarks:
   - {preset: math500, limit: 2}
   - {preset: mbpp_sanitized, limit: 3}
 `, out, shareddata.Dir(), ck)
-	cfg, err := ParseConfig([]byte(yml), "test")
+	cfg, err := evalconfig.Parse([]byte(yml), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -32,9 +33,9 @@ type Report struct {
 	// or killed); the scores then cover the committed problems only.
 	Complete bool `json:"complete"`
 	// PolicyVersions lists the versions that produced the records.
-	PolicyVersions []int64          `json:"policy_versions"`
-	Sampling       Sampling         `json:"sampling"`
-	Benchmarks     []BenchmarkScore `json:"benchmarks"`
+	PolicyVersions []int64             `json:"policy_versions"`
+	Sampling       evalconfig.Sampling `json:"sampling"`
+	Benchmarks     []BenchmarkScore    `json:"benchmarks"`
 	// Overall is the macro average over benchmarks (equal weight each).
 	Overall Overall `json:"overall"`
 }
@@ -72,7 +73,7 @@ type Overall struct {
 }
 
 // buildReport reads every committed chunk of the plan and scores it.
-func buildReport(ctx context.Context, cfg Config, plan *Plan) (*Report, error) {
+func buildReport(ctx context.Context, cfg evalconfig.Config, plan *Plan) (*Report, error) {
 	rep := &Report{Label: cfg.Policy.Label, Run: cfg.Run, PolicyURI: secure.RedactURI(cfg.Policy.URI), Created: time.Now().UTC(),
 		Complete: true, Sampling: cfg.Sampling}
 	versions := map[int64]bool{}
@@ -113,7 +114,7 @@ func buildReport(ctx context.Context, cfg Config, plan *Plan) (*Report, error) {
 // scoreBenchmark computes a benchmark's scores and breakdowns from its
 // records.
 func scoreBenchmark(pb PlannedBenchmark, recs []schemas.EvalRecord, passK, majK []int) BenchmarkScore {
-	code := pb.resolved.code()
+	code := pb.resolved.Code()
 	samples := make([]metrics.Sample, len(recs))
 	var truncated, tokens float64
 	for i, r := range recs {

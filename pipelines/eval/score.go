@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 	"github.com/aipo-rl/aipo/transforms/verify"
@@ -19,7 +20,7 @@ type verdict struct {
 
 // scorer scores responses to one benchmark's problems.
 type scorer struct {
-	kind string // a verify data source, VerifierMBPP or VerifierHumanEval
+	kind string // a verify data source, evalconfig.VerifierMBPP or VerifierHumanEval
 	v    verify.Verifier
 	sb   *sandbox.Sandbox
 }
@@ -27,7 +28,7 @@ type scorer struct {
 func newScorer(kind string, sb *sandbox.Sandbox) (*scorer, error) {
 	s := &scorer{kind: kind, sb: sb}
 	switch kind {
-	case VerifierMBPP, VerifierHumanEval:
+	case evalconfig.VerifierMBPP, evalconfig.VerifierHumanEval:
 		if sb == nil {
 			return nil, fmt.Errorf("verifier %s needs the code sandbox", kind)
 		}
@@ -49,13 +50,13 @@ func program(kind string, p schemas.Prompt, response string) (code, prog string,
 	}
 	code = sandbox.ExtractCode(response)
 	switch kind {
-	case VerifierMBPP:
+	case evalconfig.VerifierMBPP:
 		tests := stringList(extra, "test_list")
 		if len(tests) == 0 {
 			return code, "", fmt.Errorf("problem %s has no test_list", p.ID)
 		}
 		return code, sandbox.MBPPProgram(code, stringField(extra, "test_setup_code"), stringList(extra, "test_imports"), tests), nil
-	case VerifierHumanEval:
+	case evalconfig.VerifierHumanEval:
 		test := stringField(extra, "test")
 		if test == "" {
 			return code, "", fmt.Errorf("problem %s has no test field", p.ID)
@@ -97,9 +98,9 @@ func (s *scorer) score(ctx context.Context, p schemas.Prompt, response string) (
 // and the benchmark file together.
 func ReferenceResponse(kind string, p schemas.Prompt) (string, error) {
 	switch kind {
-	case VerifierMBPP:
+	case evalconfig.VerifierMBPP:
 		return "```python\n" + p.Answer + "\n```", nil
-	case VerifierHumanEval:
+	case evalconfig.VerifierHumanEval:
 		extra, err := extraOf(p)
 		if err != nil {
 			return "", err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 )
@@ -18,7 +19,7 @@ func TestHostileResponsesScoredWrong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := newScorer(VerifierMBPP, sb)
+	sc, err := newScorer(evalconfig.VerifierMBPP, sb)
 	if err != nil {
 		t.Fatal(err)
 	}

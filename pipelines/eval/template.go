@@ -8,25 +8,14 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
-// Templates are the built-in inference prompts, by name. Math asks for the
-// final answer in \boxed{} (what the math verifier extracts); the code
-// templates ask for one Python code block (what sandbox.ExtractCode takes).
-var Templates = map[string]string{
-	"plain": "{{.Problem}}",
-	"math":  "{{.Problem}}\n\nPlease reason step by step, and put your final answer within \\boxed{}.",
-	"mbpp": "You are an expert Python programmer. Solve this task:\n\n{{.Problem}}\n\n" +
-		"Your code must pass these tests:\n\n{{range .Tests}}{{.}}\n{{end}}\n" +
-		"Write the complete solution in a single ```python code block.",
-	"humaneval": "Complete the following Python function. Write the whole function, with the imports it needs, " +
-		"in a single ```python code block.\n\n```python\n{{.Problem}}```",
-}
-
-// TemplateFields are what a template sees.
+// TemplateFields are what a benchmark's template (evalconfig.ParseTemplate)
+// sees.
 type TemplateFields struct {
 	Problem string
 	ID      string
@@ -35,21 +24,6 @@ type TemplateFields struct {
 	Tests []string
 	// Extra holds the row's other fields.
 	Extra map[string]any
-}
-
-// parseTemplate resolves a built-in name or parses template text.
-func parseTemplate(t string) (*template.Template, error) {
-	text := t
-	if s, ok := Templates[t]; ok {
-		text = s
-	} else if !strings.Contains(t, "{{") {
-		return nil, fmt.Errorf("template %q is neither a built-in template (plain, math, mbpp, humaneval) nor template text with {{.Problem}}", t)
-	}
-	tm, err := template.New("prompt").Option("missingkey=zero").Parse(text)
-	if err != nil {
-		return nil, fmt.Errorf("template: %w", err)
-	}
-	return tm, nil
 }
 
 // extraOf decodes a prompt's extra fields.
@@ -110,11 +84,11 @@ type chatEncoder struct {
 	tok    tokenizer.Tokenizer // nil: raw template through the policy
 	hf     *tokenizer.HF
 	raw    *template.Template
-	chat   Chat
+	chat   evalconfig.Chat
 	client policy.Client
 }
 
-func newChatEncoder(c Chat, client policy.Client, tok *tokenizer.HF) (*chatEncoder, error) {
+func newChatEncoder(c evalconfig.Chat, client policy.Client, tok *tokenizer.HF) (*chatEncoder, error) {
 	e := &chatEncoder{chat: c, client: client}
 	if tok != nil && !c.Raw {
 		e.tok, e.hf = tok, tok

@@ -177,7 +177,7 @@ func StaticMeta(o Options, spec trajectories.Spec) map[string]string {
 func Build(s beam.Scope, o Options, spec trajectories.Spec, lease runlease.Token) (beam.PCollection, error) {
 	s = s.Scope("rollout")
 	c := o.Config
-	first, err := c.Data.Sources.Draw(s, prompts.Step{Seed: c.Run.Seed, Step: o.Step, Batch: c.Data.BatchSize, DeadLetters: c.DeadLetterPath(o.Step)})
+	first, err := prompts.Draw(s, c.Data.Sources, prompts.Step{Seed: c.Run.Seed, Step: o.Step, Batch: c.Data.BatchSize, DeadLetters: c.DeadLetterPath(o.Step)})
 	if err != nil {
 		return beam.PCollection{}, fmt.Errorf("rollout: %w", err)
 	}

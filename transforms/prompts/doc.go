@@ -5,12 +5,11 @@
 // reasons a row is dead-lettered) lives in the Beam-free subpackage
 // promptfile, whose Source and DeadLetter types this package re-exports.
 //
-// It also holds the kinds of prompt source a run's data.sources lists
-// (SourceConfig, Sources): a registry of Kinds, each of which checks its
-// entries, says what a run drawing from them defaults to (Defaults: the
-// batch size, the collaborators, the task evaluated, the prompt length of
-// the memory plan) and adds a step's draws to the rollout pipeline (Draw:
-// the first draw, and the further draws of dynamic sampling). The kinds
-// file and demo are registered by transforms/trajectories, next to the
-// selections they draw with.
+// It also adds a step's draws from a run's data.sources to the rollout
+// pipeline (Draw: the first draw, and the further draws of dynamic
+// sampling), with the draw registered for the sources' kind; the kinds
+// themselves, their settings, checks and defaults, live in the Beam-free
+// subpackage promptsource, which the run configuration reads. The draws of
+// the kinds file and demo are registered by transforms/trajectories, next
+// to the selections they draw with.
 package prompts

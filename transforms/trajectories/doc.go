@@ -11,9 +11,10 @@
 //	Advantages PCollection<Group> -> PCollection<schemas.Trajectory>, PCollection<Stats>
 //	StepMeta   PCollection<Stats> -> PCollection<parquetio.StepMeta>
 //
-// A step's prompts come from the run's sources (sources.go registers the
-// kinds of prompts.Sources): Select chooses them from prompt files,
-// DemoPrompts draws them from the demo task.
+// A step's prompts come from the run's sources (sources.go registers, with
+// prompts.RegisterDraw, how a step draws from each kind of
+// promptsource.List): Select chooses them from prompt files, DemoPrompts
+// draws them from the demo task.
 //
 // Under dynamic sampling (refill.go) Decide replaces Advantages, Refill
 // (RefillDemo for the demo task) draws further prompts after each draw,

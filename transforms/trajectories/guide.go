@@ -8,88 +8,19 @@ import (
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/trajectories/guidance"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 )
 
 // Off-policy guidance (LUFFY, Yan et al. 2025, arXiv:2504.14945): the last
-// Guidance.Traces samples of each group are not sampled from the policy
-// but written by someone else, a reference solution of the dataset or a
-// teacher model, tokenised with the policy's tokenizer and marked
+// Spec.Guidance.Traces samples of each group are not sampled from the
+// policy but written by someone else, a reference solution of the dataset
+// or a teacher model, tokenised with the policy's tokenizer and marked
 // schemas.SourceGuide token by token. They are scored and take part in the
 // group's advantages like any sample (LUFFY's mixed-policy group), and the
 // learner trains their tokens as off-policy (External) tokens, with
-// learner.loss.external luffy for LUFFY's policy shaping.
-
-// Guidance sources.
-const (
-	GuideSolution = "solution" // the prompt's reference solution
-	GuideTeacher  = "teacher"  // a teacher model's answer (Guidance.Teacher)
-)
-
-// DefaultTeacherSystem is the teacher's system prompt when its role sets
-// none.
-const DefaultTeacherSystem = "Solve the problem. Reason step by step, then put the final answer within \\boxed{}."
-
-// Guidance configures off-policy guidance traces.
-type Guidance struct {
-	// Source is "" (off), "solution" or "teacher".
-	Source string `yaml:"source" json:"source"`
-	// Traces is the number of samples of each group that are guidance
-	// traces (LUFFY: 1 of 8); the group keeps rollout.group_size samples.
-	// Default 1 when Source is set.
-	Traces int `yaml:"traces" json:"traces"`
-	// Teacher is the model that writes the traces under "teacher": a
-	// collaborator role (kind openai, endpoint, model, ...; see
-	// transforms/collab), sent the problem. Unset system and prompt: a
-	// step-by-step solution ending in \boxed{} (DefaultTeacherSystem).
-	Teacher *collab.RoleConfig `yaml:"teacher,omitempty" json:"teacher,omitempty"`
-}
-
-// On reports whether guidance traces are configured.
-func (g Guidance) On() bool { return g.Source != "" }
-
-// Validate reports the first invalid field against the group size.
-func (g Guidance) Validate(groupSize int) error {
-	switch g.Source {
-	case "":
-		if g.Teacher != nil || g.Traces != 0 {
-			return fmt.Errorf("rollout.guidance: traces and teacher are set but source is empty: set source: solution or teacher")
-		}
-		return nil
-	case GuideSolution:
-		if g.Teacher != nil {
-			return fmt.Errorf("rollout.guidance.teacher is set but source is solution: set source: teacher to use it")
-		}
-	case GuideTeacher:
-		if g.Teacher == nil {
-			return fmt.Errorf("rollout.guidance.source is teacher but no teacher is configured: set rollout.guidance.teacher (kind openai, endpoint, model)")
-		}
-		if err := (collab.Config{Reason: g.teacherRole()}).Validate(); err != nil {
-			return fmt.Errorf("rollout.guidance.teacher: %w", err)
-		}
-	default:
-		return fmt.Errorf("rollout.guidance.source %q is unknown: use solution (the dataset's reference solutions) or teacher", g.Source)
-	}
-	if g.Traces < 1 || groupSize-g.Traces < 1 {
-		return fmt.Errorf("rollout.guidance.traces %d must leave the group of %d at least one on-policy sample and be at least 1 (LUFFY: 1 of 8)", g.Traces, groupSize)
-	}
-	return nil
-}
-
-// teacherRole is the teacher's role with its defaults.
-func (g Guidance) teacherRole() *collab.RoleConfig {
-	if g.Teacher == nil {
-		return nil
-	}
-	r := *g.Teacher
-	if r.System == "" && r.SystemFile == "" && r.Prompt == "" && r.PromptFile == "" {
-		r.System, r.Prompt = DefaultTeacherSystem, "{{.Problem}}"
-	}
-	if r.Context == "" {
-		r.Context = collab.ContextProblem
-	}
-	return &r
-}
+// learner.loss.external luffy for LUFFY's policy shaping. Their
+// configuration is package guidance's.
 
 // guideText is the trace a prompt's guidance gives, or "" when it has none:
 // the reference solution, ending in the answer in the verifier's format
@@ -97,7 +28,7 @@ func (g Guidance) teacherRole() *collab.RoleConfig {
 // (its call failed: "").
 func (f *sampleFn) guideText(ctx context.Context, p schemas.Prompt, j int) (string, error) {
 	g := f.Spec.Guidance
-	if g.Source == GuideTeacher {
+	if g.Source == guidance.SourceTeacher {
 		a, err := f.w.teacher.Answer(ctx, collab.Query{Agent: collab.Reason, Text: p.Problem, Problem: p.Problem,
 			Run: f.Spec.Run, Step: f.Spec.Step, PromptID: p.ID, Sample: j,
 			Seed: collab.DeriveSeed(f.Spec.Seed, f.Spec.Step, p.ID, j, -1)})

@@ -7,6 +7,7 @@ import (
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
+	"github.com/aipo-rl/aipo/transforms/trajectories/guidance"
 )
 
 // Spec is what the rollout's DoFns need. It is serialised with them (JSON),
@@ -52,7 +53,7 @@ type Spec struct {
 	ScoreTruncated bool             `json:"score_truncated"`
 	Advantage      advantage.Config `json:"advantage"`
 	// Guidance mixes off-policy guidance traces into each group (LUFFY).
-	Guidance Guidance `json:"guidance"`
+	Guidance guidance.Config `json:"guidance"`
 }
 
 // Validate reports the first invalid field.
@@ -113,7 +114,7 @@ func (s Spec) key() string {
 		ChatFile string
 		Tokens   map[string]string
 		Thinking *bool
-		Guidance Guidance
+		Guidance guidance.Config
 	}{s.PolicyEndpoint, s.Interact, s.Collaborators, s.CollabBaseDir, s.SystemPrompt, s.PromptTemplate, s.MaxInFlight, s.ChatTemplate, s.ChatTemplateFile, s.ChatTokens, s.EnableThinking, s.Guidance})
 	if err != nil {
 		panic(fmt.Sprintf("rollout: spec does not serialise: %v", err))

@@ -11,6 +11,7 @@ import (
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
 	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/trajectories/guidance"
 )
 
 // worker holds what the sampling DoFns of one process share for one Spec:
@@ -89,8 +90,8 @@ func openWorker(ctx context.Context, spec Spec) (*worker, error) {
 		}
 	}
 	w.teacher = collab.Set{}
-	if spec.Guidance.Source == GuideTeacher {
-		cfg := collab.Config{Reason: spec.Guidance.teacherRole()}
+	if spec.Guidance.Source == guidance.SourceTeacher {
+		cfg := collab.Config{Reason: spec.Guidance.TeacherRole()}
 		if spec.CollabBaseDir != "" {
 			cfg = cfg.WithBaseDir(spec.CollabBaseDir)
 		}

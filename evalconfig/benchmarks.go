@@ -1,14 +1,12 @@
-package eval
+package evalconfig
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/aipo-rl/aipo/data/benchmarks"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
 	"github.com/aipo-rl/aipo/transforms/verify"
 )
@@ -84,7 +82,7 @@ func (b Benchmark) Check(dataDir string) error {
 			return fmt.Errorf("benchmark %s: preset %q unknown (known: %s)", b.key(), b.Preset, strings.Join(PresetNames(), ", "))
 		}
 	}
-	_, err := resolve(b, Config{DataDir: dataDir}.withDefaults())
+	_, err := Config{DataDir: dataDir}.WithDefaults().Resolve(b)
 	return err
 }
 
@@ -92,8 +90,10 @@ func (b Benchmark) Check(dataDir string) error {
 // its preset.
 func (b Benchmark) Key() string { return b.key() }
 
-// resolved is a benchmark with its preset applied and its verifier known.
-type resolved struct {
+// Resolved is a benchmark with its preset and the run's defaults applied:
+// the file to read with its mapping, and a verifier and template that
+// exist.
+type Resolved struct {
 	Name      string
 	Source    promptfile.Source
 	Verifier  string
@@ -104,12 +104,13 @@ type resolved struct {
 	Breakdown []string
 }
 
-// code reports whether the benchmark runs programs.
-func (r resolved) code() bool { return r.Verifier == VerifierMBPP || r.Verifier == VerifierHumanEval }
+// Code reports whether the benchmark runs programs (in the sandbox).
+func (r Resolved) Code() bool { return r.Verifier == VerifierMBPP || r.Verifier == VerifierHumanEval }
 
-// resolve applies the preset and the run's defaults to b.
-func resolve(b Benchmark, c Config) (resolved, error) {
-	r := resolved{Name: b.key(), Verifier: b.Verifier, Template: b.Template, Samples: b.Samples,
+// Resolve applies the preset and the run's defaults (c after WithDefaults)
+// to b. The error names what to fix.
+func (c Config) Resolve(b Benchmark) (Resolved, error) {
+	r := Resolved{Name: b.key(), Verifier: b.Verifier, Template: b.Template, Samples: b.Samples,
 		MaxTokens: b.MaxTokens, Limit: b.Limit, Breakdown: b.Breakdown}
 	src := promptfile.Source{Path: b.Path, Format: b.Format, Fields: b.Fields, DataSource: r.Name}
 	if b.Preset != "" {
@@ -163,30 +164,14 @@ func resolve(b Benchmark, c Config) (resolved, error) {
 	if r.Template == "" {
 		r.Template = "plain"
 	}
-	if !r.code() {
+	if !r.Code() {
 		if _, err := verify.ForDataSource(r.Verifier); err != nil {
 			return r, fmt.Errorf("benchmark %s: %w (or use %s / %s for code)", r.Name, err, VerifierMBPP, VerifierHumanEval)
 		}
 	}
-	if _, err := parseTemplate(r.Template); err != nil {
+	if _, err := ParseTemplate(r.Template); err != nil {
 		return r, fmt.Errorf("benchmark %s: %w", r.Name, err)
 	}
 	r.Source = src
 	return r, nil
-}
-
-// load reads the benchmark's problems (the first Limit of them) and the
-// number of rows that could not be read.
-func (r resolved) load(ctx context.Context) ([]schemas.Prompt, []promptfile.DeadLetter, error) {
-	good, dead, _, err := promptfile.ReadAll(ctx, r.Source)
-	if err != nil {
-		return nil, nil, fmt.Errorf("benchmark %s: %w", r.Name, err)
-	}
-	if r.Limit > 0 && len(good) > r.Limit {
-		good = good[:r.Limit]
-	}
-	if len(good) == 0 {
-		return nil, dead, fmt.Errorf("benchmark %s: no problems in %s (%d rows dead-lettered)", r.Name, r.Source.Path, len(dead))
-	}
-	return good, dead, nil
 }

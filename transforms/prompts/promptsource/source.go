@@ -1,4 +1,4 @@
-package prompts
+package promptsource
 
 import (
 	"fmt"
@@ -8,11 +8,10 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
 )
 
-// Kinds of prompt source (SourceConfig.Kind), registered by the package
-// that implements them (transforms/trajectories).
+// Kinds of prompt source (Config.Kind).
 const (
 	// KindFile reads a prompt file: the kind of an entry that names none.
 	KindFile = "file"
@@ -21,20 +20,20 @@ const (
 	KindDemo = "demo"
 )
 
-// SourceConfig is one entry of a run's data.sources: a kind of prompt
-// source and its settings. The settings of every kind share the entry;
-// each kind refuses the others'.
+// Config is one entry of a run's data.sources: a kind of prompt source
+// and its settings. The settings of every kind share the entry; each kind
+// refuses the others'.
 //
 //	sources:
 //	  - {path: train.jsonl, data_source: math}   # kind file (the default)
 //	  - {kind: demo, split: all}                  # the built-in demo task
-type SourceConfig struct {
+type Config struct {
 	// Kind is the kind of source, a name registered with RegisterKind:
 	// file (empty: the default) or demo.
 	Kind string `yaml:"kind,omitempty"`
 	// Source is a file source's file and field mapping (path, format,
 	// preset, fields, data_source; see promptfile.Source).
-	Source `yaml:",inline"`
+	promptfile.Source `yaml:",inline"`
 	// Task sizes a demo source's task: default demotask.DefaultConfig();
 	// when set it must be complete.
 	Task *demotask.Config `yaml:"task,omitempty"`
@@ -44,21 +43,21 @@ type SourceConfig struct {
 }
 
 // KindName is the entry's kind, KindFile when it names none.
-func (c SourceConfig) KindName() string {
+func (c Config) KindName() string {
 	if c.Kind == "" {
 		return KindFile
 	}
 	return c.Kind
 }
 
-// Sources are the entries of a run's data.sources. A run draws its prompts
-// from sources of one kind, which answers for all of them (see Kind).
-type Sources []SourceConfig
+// List is a run's data.sources. A run draws its prompts from sources of
+// one kind, which answers for all of them (see Kind).
+type List []Config
 
 // Kind is the kind of every entry, looked up in the registry. It fails
 // when there is no entry, a kind is not registered, or the entries are of
 // more than one kind.
-func (ss Sources) Kind() (Kind, error) {
+func (ss List) Kind() (Kind, error) {
 	if len(ss) == 0 {
 		return nil, fmt.Errorf("data.sources is empty: list prompt files (path, preset or fields, data_source), or the demo task ({kind: demo})")
 	}
@@ -77,7 +76,7 @@ func (ss Sources) Kind() (Kind, error) {
 
 // Fill sets the defaults of the entries (their kind's Fill); entries whose
 // kind is unknown are left as they are, for Check to report.
-func (ss Sources) Fill() {
+func (ss List) Fill() {
 	if k, err := ss.Kind(); err == nil {
 		k.Fill(ss)
 	}
@@ -85,7 +84,7 @@ func (ss Sources) Fill() {
 
 // Check reports the first invalid entry, naming it by its path in the run
 // configuration (data.sources[i].field).
-func (ss Sources) Check() error {
+func (ss List) Check() error {
 	k, err := ss.Kind()
 	if err != nil {
 		return err
@@ -95,7 +94,7 @@ func (ss Sources) Check() error {
 
 // Defaults are the run settings the sources' kind gives a run that leaves
 // them out; the zero Defaults when Kind fails.
-func (ss Sources) Defaults() Defaults {
+func (ss List) Defaults() Defaults {
 	k, err := ss.Kind()
 	if err != nil {
 		return Defaults{}
@@ -104,7 +103,7 @@ func (ss Sources) Defaults() Defaults {
 }
 
 // Label names the sources in a step's manifest (its "data" meta).
-func (ss Sources) Label() string {
+func (ss List) Label() string {
 	k, err := ss.Kind()
 	if err != nil {
 		return ""
@@ -112,31 +111,20 @@ func (ss Sources) Label() string {
 	return k.Label(ss)
 }
 
-// Draw adds the first draw of a step to the pipeline (the kind's Draw).
-func (ss Sources) Draw(s beam.Scope, st Step) (Drawn, error) {
-	k, err := ss.Kind()
-	if err != nil {
-		return Drawn{}, err
-	}
-	return k.Draw(s, ss, st)
-}
-
-// A Kind is a kind of prompt source: what its data.sources entries hold,
-// the defaults a run drawing from them takes, and how a step draws its
-// prompts from them. Its methods get every entry of the run's
-// data.sources, all of the kind.
+// A Kind is a kind of prompt source: what its data.sources entries hold
+// and the defaults a run drawing from them takes. Its methods get every
+// entry of the run's data.sources, all of the kind. How a step draws its
+// prompts from them is the rollout's (transforms/prompts' RegisterDraw).
 type Kind interface {
 	// Fill sets the defaults of the entries in place; it is idempotent.
-	Fill(ss Sources)
+	Fill(ss List)
 	// Check reports the first invalid entry (after Fill), naming the
 	// field at fault as data.sources[i].field and what to write instead.
-	Check(ss Sources) error
+	Check(ss List) error
 	// Defaults are the run settings the entries imply.
-	Defaults(ss Sources) Defaults
+	Defaults(ss List) Defaults
 	// Label names the entries in a step's manifest.
-	Label(ss Sources) string
-	// Draw adds the first draw of step st.Step to the pipeline.
-	Draw(s beam.Scope, ss Sources, st Step) (Drawn, error)
+	Label(ss List) string
 }
 
 // Defaults are what a run drawing its prompts from a kind's sources takes
@@ -161,37 +149,6 @@ type Defaults struct {
 	PromptTokens int
 }
 
-// Step is what a draw needs of the step it draws for.
-type Step struct {
-	// Seed is the run's seed, Step the step's index and Batch the prompts
-	// it takes (data.batch_size).
-	Seed  uint64
-	Step  int64
-	Batch int
-	// DeadLetters is the file the step's malformed rows go to.
-	DeadLetters string
-}
-
-// Drawn is the first draw of a step, and how the step draws more.
-type Drawn struct {
-	// Slotted is the step's prompts keyed by slot 0..Batch-1:
-	// PCollection<KV<int, schemas.Prompt>>.
-	Slotted beam.PCollection
-	// Meta are what the draw adds to the step's manifest:
-	// PCollection<parquetio.StepMeta> each (the count of dead letters).
-	Meta []beam.PCollection
-	// Files names the files the prompts were read from, and DeadLetters
-	// where their malformed rows went, for the step's check to name when
-	// no prompt was usable; both empty for sources that always give
-	// prompts.
-	Files, DeadLetters string
-	// Refill adds draw draw >= 1 of dynamic sampling, which takes prompts
-	// no earlier draw of the step took, given the earlier draws'
-	// decisions (PCollection<trajectories.Decision>), keyed by slot as
-	// Slotted.
-	Refill func(s beam.Scope, draw int, earlier beam.PCollection) beam.PCollection
-}
-
 var (
 	kindsMu sync.RWMutex
 	kinds   = map[string]Kind{}
@@ -204,10 +161,10 @@ func RegisterKind(name string, k Kind) {
 	kindsMu.Lock()
 	defer kindsMu.Unlock()
 	if name == "" || k == nil {
-		panic(fmt.Sprintf("prompts.RegisterKind(%q, %v): name and kind must be set", name, k))
+		panic(fmt.Sprintf("promptsource.RegisterKind(%q, %v): name and kind must be set", name, k))
 	}
 	if _, dup := kinds[name]; dup {
-		panic("prompts: source kind registered twice: " + name)
+		panic("promptsource: source kind registered twice: " + name)
 	}
 	kinds[name] = k
 }

@@ -1,4 +1,4 @@
-package eval
+package evalconfig
 
 import (
 	"context"
@@ -17,7 +17,8 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Config describes one evaluation run.
+// Config describes one evaluation run: the YAML file of aipo eval (see
+// configs/eval*.yaml), which pipelines/eval runs.
 type Config struct {
 	// Run names the evaluation in every record ("eval").
 	Run string `yaml:"run" json:"run"`
@@ -83,12 +84,14 @@ type Chat struct {
 // sampling parameters of every request. Its YAML keys are samples and
 // those of sampling.Params (temperature, top_p, top_k, stop) with two of
 // its per-request fields, which here configure every request: max_tokens,
-// the response budget, and seed, the base of the per-sample seeds.
+// the response budget, and seed, the base of the per-sample seeds. A
+// training run's eval section gives the sampling of its benchmark
+// evaluations in one (runconfig's EvalSampling).
 type Sampling struct {
 	// Samples is n, the responses per problem (default: the benchmark's
 	// preset, 16 for AIME and 4 otherwise, as in the paper).
 	Samples int `json:"samples"`
-	// Params: Temperature (1.0 when the key is left out, as ParseConfig
+	// Params: Temperature (1.0 when the key is left out, as Parse
 	// reads it; 0 is greedy), TopP (1.0), TopK (0, off), MaxTokens (the
 	// response budget, 16384), Seed (the base of the per-sample seeds) and
 	// StopStrings (the key stop: strings that end a response).
@@ -119,7 +122,7 @@ func (s *Sampling) YAMLFields() map[string]any {
 }
 
 // UnmarshalYAML reads the keys of keys; a key left out keeps the
-// field's value (ParseConfig starts from the default temperature), an
+// field's value (Parse starts from the default temperature), an
 // unknown key is an error that names it.
 func (s *Sampling) UnmarshalYAML(n *yaml.Node) error {
 	keys := s.keys()
@@ -176,21 +179,21 @@ const (
 // DefaultRawTemplate is ChatML, the format of Qwen models.
 const DefaultRawTemplate = "{{if .System}}<|im_start|>system\n{{.System}}<|im_end|>\n{{end}}<|im_start|>user\n{{.User}}<|im_end|>\n<|im_start|>assistant\n"
 
-// LoadConfig reads a YAML config (local or gs://) with sets applied (see
-// ParseConfig). Unknown keys are errors.
-func LoadConfig(ctx context.Context, path string, sets ...yamlset.Set) (Config, error) {
+// Load reads a YAML config (local or gs://) with sets applied (see
+// Parse). Unknown keys are errors.
+func Load(ctx context.Context, path string, sets ...yamlset.Set) (Config, error) {
 	b, err := storage.ReadFile(ctx, path)
 	if err != nil {
 		return Config{}, fmt.Errorf("eval config: %w", err)
 	}
-	return ParseConfig(b, path, sets...)
+	return Parse(b, path, sets...)
 }
 
-// ParseConfig parses YAML; name is used in errors. sets (the command
+// Parse parses YAML; name is used in errors. sets (the command
 // line's --set, see internal/yamlset) are applied to the YAML before it is
 // decoded, so that each is decoded as the key written in the file would
 // be.
-func ParseConfig(b []byte, name string, sets ...yamlset.Set) (Config, error) {
+func Parse(b []byte, name string, sets ...yamlset.Set) (Config, error) {
 	withSets, _, err := yamlset.ApplyBytes(b, reflect.TypeFor[Config](), sets)
 	if err != nil {
 		return Config{}, fmt.Errorf("eval config %s: %w (see configs/eval.yaml for the keys)", name, err)
@@ -210,7 +213,7 @@ func ParseConfig(b []byte, name string, sets ...yamlset.Set) (Config, error) {
 	return c, nil
 }
 
-// decodeConfig decodes YAML strictly onto the defaults ParseConfig starts
+// decodeConfig decodes YAML strictly onto the defaults Parse starts
 // from.
 func decodeConfig(b []byte) (Config, error) {
 	c := Config{Sampling: Sampling{Params: sampling.Params{Temperature: DefaultTemperature}}}
@@ -222,8 +225,8 @@ func decodeConfig(b []byte) (Config, error) {
 	return c, nil
 }
 
-// withDefaults fills zero fields.
-func (c Config) withDefaults() Config {
+// WithDefaults fills zero fields: what a run of c uses.
+func (c Config) WithDefaults() Config {
 	if c.Run == "" {
 		c.Run = "eval"
 	}

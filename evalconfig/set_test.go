@@ -1,4 +1,4 @@
-package eval
+package evalconfig
 
 import (
 	"strings"
@@ -18,7 +18,7 @@ func TestParseConfigWithSets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := ParseConfig([]byte(file), "e.yaml", l...)
+	c, err := Parse([]byte(file), "e.yaml", l...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestParseConfigWithSets(t *testing.T) {
 		if err := l.Set(tc.arg); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ParseConfig([]byte(file), "e.yaml", l...); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Parse([]byte(file), "e.yaml", l...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--set %s: %v, want it to say %q", tc.arg, err, tc.want)
 		}
 	}
