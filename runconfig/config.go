@@ -135,16 +135,18 @@ type Policy struct {
 // each new checkpoint. The servers read the checkpoint directory
 // themselves (shared storage, or gs:// for aipo serve).
 type Sync struct {
-	// Kind is the servers' reload protocol: "none" (default: nobody is
-	// told; the servers must load the checkpoints by themselves, as aipo
-	// serve --watch does), "aipo" (aipo serve's Reload RPC), "sglang"
-	// (SGLang's POST /update_weights_from_disk) or "vllm" (vLLM's POST
-	// /collective_rpc reload_weights, with VLLM_SERVER_DEV_MODE=1).
+	// Kind is the servers' reload protocol, a kind registered in
+	// transforms/policy/weightsync (docs/operators.md tables them):
+	// "none" (default) tells nobody, and the servers must load the
+	// checkpoints by themselves, as aipo serve --watch does; the others,
+	// such as "aipo" (aipo serve's Reload RPC), "sglang" (SGLang's POST
+	// /update_weights_from_disk) and "vllm" (vLLM's POST /collective_rpc
+	// reload_weights), push every checkpoint.
 	Kind string `yaml:"kind,omitempty"`
 	// Endpoints are the control addresses of every replica serving the
-	// run, updated together: grpc://host:port for aipo (default: the
-	// policy endpoint when it is grpc://), http://host:port for sglang and
-	// vllm (default: the policy endpoint's scheme, host and port). Query
+	// run, updated together, of a scheme of the kind's (grpc://host:port
+	// for aipo, http://host:port for sglang and vllm; default: the policy
+	// endpoint's scheme, host and port when it is one of them). Query
 	// parameters token_env, token_file and ca as in the policy endpoint.
 	Endpoints []string `yaml:"endpoints,omitempty"`
 	// Timeout bounds one push to one replica, the load of the weights and
@@ -451,5 +453,10 @@ func (s Sync) TimeoutOrDefault() time.Duration {
 	return DefaultSyncTimeout
 }
 
-// Pushes reports whether checkpoints are pushed to policy servers.
-func (s Sync) Pushes() bool { return s.Kind != "" && s.Kind != weightsync.KindNone }
+// Pushes reports whether checkpoints are pushed to policy servers (by
+// Kind's registration; a kind nobody registered, which Validate refuses,
+// counts as pushing).
+func (s Sync) Pushes() bool {
+	k, err := weightsync.Lookup(s.Kind)
+	return err != nil || k.Pushes()
+}

@@ -1,10 +1,14 @@
 package runconfig
 
 import (
+	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 )
 
 const demoRun = "run: {dir: r}\ndata: {demo: true}\n"
@@ -65,14 +69,17 @@ func TestSyncConfig(t *testing.T) {
 	}
 	for _, tc := range []struct{ yaml, want string }{
 		{demoRun + "policy: {sync: {kind: aipo}}\n", "policy.sync.kind: aipo pushes checkpoints to policy servers, but policy.endpoint is aipo train's own engine"},
-		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: triton}}\n", "policy.sync.kind: \"triton\" is unknown"},
-		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {endpoints: ['grpc://a:1']}}\n", "policy.sync.endpoints: are set but policy.sync.kind is none"},
+		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: triton}}\n", "policy.sync.kind: \"triton\" is unknown: use none (the default: nobody is told), aipo (aipo serve's Reload RPC), sglang ("},
+		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {endpoints: ['grpc://a:1']}}\n", "policy.sync.endpoints: are set but policy.sync.kind is none: name the servers' reload protocol, aipo (aipo serve's Reload RPC), sglang ("},
+		{demoRun + "policy: {endpoint: 'http://a:1/v1', sync: {kind: vllm, load_format: auto}}\n", "policy.sync.load_format: is the load_format of sglang servers, but policy.sync.kind is vllm"},
+		{demoRun + "policy: {endpoint: 'http://a:1/v1', sync: {kind: sglang, endpoints: ['grpc://a:2']}}\n", "policy.sync.endpoints[0]: \"grpc://a:2\": sglang servers are reached by http or https, not grpc"},
+		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: vllm}}\n", "policy.sync.endpoints: are needed: policy.endpoint grpc://a:1 does not say where vllm's control address is; list every replica, such as http://10.0.0.5:8000"},
 		{demoRun + "policy: {endpoint: 'http://a:1/v1', sync: {kind: aipo}}\n", "policy.sync.endpoints: are needed"},
 		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: sglang}}\n", "policy.sync.endpoints: are needed"},
 		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: aipo, endpoints: ['http://a:2']}}\n", "policy.sync.endpoints[0]: \"http://a:2\": aipo servers are reached by grpc or grpcs"},
 		{demoRun + "policy: {endpoint: 'http://a:1', sync: {kind: vllm, endpoints: ['a:2']}}\n", "policy.sync.endpoints[0]"},
 		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: aipo, timeout: -1s}}\n", "policy.sync.timeout"},
-		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: aipo, load_format: auto}}\n", "policy.sync.load_format: is SGLang's load_format, but policy.sync.kind is aipo"},
+		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: aipo, load_format: auto}}\n", "policy.sync.load_format: is the load_format of sglang servers, but policy.sync.kind is aipo"},
 		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {checkpoint_dir: /x}}\n", "policy.sync.checkpoint_dir"},
 		{demoRun + "policy: {endpoint: 'grpc://a:1', sync: {kind: aipo, timeot: 1s}}\n", "policy.sync.timeot is not a field (did you mean policy.sync.timeout?)"},
 		{demoRun + "policy: {max_staleness: -1}\n", "policy.max_staleness: -1 must not be negative"},
@@ -81,6 +88,23 @@ func TestSyncConfig(t *testing.T) {
 		_, err := Parse([]byte(tc.yaml), "t.yaml", "")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v, want an error with %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// The reference in doc.go names every registered kind of policy.sync.
+func TestSyncKindsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^//\tpolicy\.sync\.kind\s.*$`).Find(doc)
+	if line == nil {
+		t.Fatal("doc.go has no policy.sync.kind line")
+	}
+	for _, k := range weightsync.Names(nil) {
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(k) + `\b`).Match(line) {
+			t.Errorf("doc.go's %q does not name kind %s", line, k)
 		}
 	}
 }

@@ -100,81 +100,59 @@ func (c Config) validatePolicy() error {
 	return c.validateSync()
 }
 
-// validateSync checks policy.sync against the policy endpoint.
+// validateSync checks policy.sync against the policy endpoint and what
+// its kind's registration (weightsync.Kind) says.
 func (c Config) validateSync() error {
 	s := c.Policy.Sync
 	const f = "policy.sync."
-	switch s.Kind {
-	case "", weightsync.KindNone:
-		if len(s.Endpoints) > 0 {
-			return fieldError(f+"endpoints", "are set but policy.sync.kind is none: name the servers' reload protocol (aipo, sglang or vllm)")
-		}
-	case weightsync.KindAipo, weightsync.KindSGLang, weightsync.KindVLLM:
-		if c.InProcessPolicy() {
-			return fieldError(f+"kind", "%s pushes checkpoints to policy servers, but policy.endpoint is aipo train's own engine: set policy.endpoint to the servers' address, or leave policy.sync out", s.Kind)
-		}
-	default:
-		return fieldError(f+"kind", "%q is unknown: use none, aipo (aipo serve's Reload RPC), sglang (/update_weights_from_disk) or vllm (/collective_rpc reload_weights)", s.Kind)
+	k, err := weightsync.Lookup(s.Kind)
+	if err != nil {
+		return fieldError(f+"kind", "%v", err)
 	}
 	switch {
+	case !k.Pushes() && len(s.Endpoints) > 0:
+		return fieldError(f+"endpoints", "are set but policy.sync.kind is %s: name the servers' reload protocol, %s", k.Name, weightsync.Choices(weightsync.Kind.Pushes))
+	case k.Pushes() && c.InProcessPolicy():
+		return fieldError(f+"kind", "%s pushes checkpoints to policy servers, but policy.endpoint is aipo train's own engine: set policy.endpoint to the servers' address, or leave policy.sync out", k.Name)
 	case s.Timeout < 0:
 		return fieldError(f+"timeout", "%v must not be negative (0: the default, %v)", s.Timeout, DefaultSyncTimeout)
-	case s.LoadFormat != "" && s.Kind != weightsync.KindSGLang:
-		return fieldError(f+"load_format", "is SGLang's load_format, but policy.sync.kind is %s", orNone(s.Kind))
-	case s.CheckpointDir != "" && !s.Pushes():
-		return fieldError(f+"checkpoint_dir", "is set but policy.sync.kind is none")
+	case s.LoadFormat != "" && !k.LoadFormat:
+		takers := weightsync.Names(func(k weightsync.Kind) bool { return k.LoadFormat })
+		return fieldError(f+"load_format", "is the load_format of %s servers, but policy.sync.kind is %s", strings.Join(takers, " and "), k.Name)
+	case s.CheckpointDir != "" && !k.Pushes():
+		return fieldError(f+"checkpoint_dir", "is set but policy.sync.kind is %s", k.Name)
 	}
 	for i, e := range s.Endpoints {
 		u, err := url.Parse(e)
 		if err != nil || u.Host == "" {
-			return fieldError(fmt.Sprintf(f+"endpoints[%d]", i), "%q is not a URI such as %s", secure.RedactURI(e), syncExample(s.Kind))
+			return fieldError(fmt.Sprintf(f+"endpoints[%d]", i), "%q is not a URI such as %s", secure.RedactURI(e), k.Example)
 		}
-		if want := syncSchemes(s.Kind); !slices.Contains(want, u.Scheme) {
-			return fieldError(fmt.Sprintf(f+"endpoints[%d]", i), "%q: %s servers are reached by %s, not %s", secure.RedactURI(e), s.Kind, strings.Join(want, " or "), u.Scheme)
+		if !slices.Contains(k.Schemes, u.Scheme) {
+			return fieldError(fmt.Sprintf(f+"endpoints[%d]", i), "%q: %s servers are reached by %s, not %s", secure.RedactURI(e), k.Name, strings.Join(k.Schemes, " or "), u.Scheme)
 		}
 	}
-	if s.Pushes() && len(c.SyncEndpoints()) == 0 {
-		return fieldError(f+"endpoints", "are needed: policy.endpoint %s does not say where %s's control address is; list every replica, such as %s", secure.RedactURI(c.Policy.Endpoint), s.Kind, syncExample(s.Kind))
+	if k.Pushes() && len(c.SyncEndpoints()) == 0 {
+		return fieldError(f+"endpoints", "are needed: policy.endpoint %s does not say where %s's control address is; list every replica, such as %s", secure.RedactURI(c.Policy.Endpoint), k.Name, k.Example)
 	}
 	return nil
 }
 
-func orNone(kind string) string {
-	if kind == "" {
-		return weightsync.KindNone
-	}
-	return kind
-}
-
-func syncSchemes(kind string) []string {
-	if kind == weightsync.KindAipo {
-		return []string{"grpc", "grpcs"}
-	}
-	return []string{"http", "https"}
-}
-
-func syncExample(kind string) string {
-	if kind == weightsync.KindAipo {
-		return "grpc://10.0.0.5:7070"
-	}
-	return "http://10.0.0.5:8000"
-}
-
 // SyncEndpoints are the control addresses policy.sync pushes checkpoints
-// to: policy.sync.endpoints, or the one the policy endpoint implies (aipo:
-// the endpoint itself when it is grpc:// or grpcs://; sglang and vllm: its
-// scheme, host and port when it is http:// or https://, with its token and
-// CA parameters). None for policy.sync.kind none.
+// to: policy.sync.endpoints, or the one the policy endpoint implies when
+// its scheme is one of the kind's (weightsync.Kind.Schemes): its scheme,
+// host and port, with its token and CA parameters. None for a kind that
+// tells no server (none), or one nobody registered.
 func (c Config) SyncEndpoints() []string {
 	s := c.Policy.Sync
-	if !s.Pushes() {
+	k, err := weightsync.Lookup(s.Kind)
+	if err != nil || !k.Pushes() {
 		return nil
 	}
 	if len(s.Endpoints) > 0 {
 		return append([]string(nil), s.Endpoints...)
 	}
 	u, err := url.Parse(c.Policy.Endpoint)
-	if err != nil || u.Host == "" || !slices.Contains(syncSchemes(s.Kind), u.Scheme) {
+	if err != nil || u.Host == "" || !slices.Contains(k.Schemes, u.Scheme) {
 		return nil
 	}
 	q := url.Values{}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/runconfig"
-	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
 // benchLatency is what the policy server adds to every request, as a
@@ -82,7 +82,7 @@ func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration)
 				// (the synchronous one cannot use more than a step's 16).
 				c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
 				c.Policy.Endpoint = "http://" + pl.Addr().String() + "/v1?model=demo"
-				c.Policy.Sync = runconfig.Sync{Kind: weightsync.KindAipo, Endpoints: []string{"grpc://" + ds.grpcAddr}}
+				c.Policy.Sync = runconfig.Sync{Kind: servers.Aipo, Endpoints: []string{"grpc://" + ds.grpcAddr}}
 			})
 			roll := RolloutStep
 			if !async {

@@ -206,13 +206,13 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 }
 
 // endpointFor is the policy endpoint a rollout on checkpoint s uses: the
-// configured one, with policy_version=s for a vLLM that names no version
-// (one without /weight_info; the push confirmed it serves s). A vLLM that
-// names its version is left to name it, so that one restarted on its
-// startup weights is not taken for checkpoint s.
+// configured one, with policy_version=s when a server pushed names no
+// version (a vLLM without /weight_info; the push confirmed it serves s).
+// Servers that name their version are left to name it, so that one
+// restarted on its startup weights is not taken for checkpoint s.
 func (lp *loop) endpointFor(s int64) string {
 	e := lp.cfg.Policy.Endpoint
-	if lp.servers == nil || lp.servers.Kind() != weightsync.KindVLLM || lp.servers.NamesVersions() {
+	if lp.servers == nil || lp.servers.NamesVersions() {
 		return e
 	}
 	u, err := url.Parse(e)

@@ -30,7 +30,7 @@ func SeedCheckpoint(ctx context.Context, src, runDir string) error {
 
 // SeedRunCheckpoint is SeedCheckpoint into cfg's run directory, writing the
 // LM head of a model with tied embeddings explicitly when the run's
-// policy servers are vLLM (see writesTiedHead). ctx must carry the run's
+// policy servers want it (vLLM; see writesTiedHead). ctx must carry the run's
 // lease (Claim), as aipo train --init's does.
 func SeedRunCheckpoint(ctx context.Context, src string, cfg runconfig.Config) error {
 	if err := runlease.Require(ctx, cfg.Run.Dir); err != nil {
@@ -40,11 +40,12 @@ func SeedRunCheckpoint(ctx context.Context, src string, cfg runconfig.Config) er
 }
 
 // writesTiedHead says whether the run's checkpoints carry lm_head.weight
-// beside a tied embedding: when policy.sync pushes them to vLLM, whose
-// in-place reload leaves a tied head on its old values otherwise
-// (checkpoint.Checkpoint.WriteTiedHead).
+// beside a tied embedding: when policy.sync pushes them to servers whose
+// reload leaves a tied head on its old values otherwise (vLLM's in-place
+// reload; weightsync.Kind.TiedHead, checkpoint.Checkpoint.WriteTiedHead).
 func writesTiedHead(cfg runconfig.Config) bool {
-	return cfg.Policy.Sync.Kind == weightsync.KindVLLM
+	k, err := weightsync.Lookup(cfg.Policy.Sync.Kind)
+	return err == nil && k.TiedHead
 }
 
 func seedCheckpoint(ctx context.Context, src, runDir string, tiedHead bool) error {

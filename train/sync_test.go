@@ -23,7 +23,7 @@ import (
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/grpcclient"
-	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
 // logProbTol bounds |server - learner| for one token's log-prob: aipo
@@ -236,7 +236,7 @@ func TestTrainWithPolicyServer(t *testing.T) {
 			}
 			c := syncRun(t, ds, base, proto, func(c *runconfig.Config) {
 				c.Policy.Endpoint = endpoint
-				c.Policy.Sync = runconfig.Sync{Kind: weightsync.KindAipo, Endpoints: []string{"grpc://" + ds.grpcAddr}}
+				c.Policy.Sync = runconfig.Sync{Kind: servers.Aipo, Endpoints: []string{"grpc://" + ds.grpcAddr}}
 			})
 			var logs []string
 			var prev []float32
@@ -381,7 +381,7 @@ func TestRestartedPolicyServerRecovered(t *testing.T) {
 	run := func(name string, restarts int) (runconfig.Config, []string, error) {
 		c := syncRun(t, ds, base, name, func(c *runconfig.Config) {
 			c.Policy.Endpoint = "http://" + srv.httpAddr + "/v1?model=demo"
-			c.Policy.Sync = runconfig.Sync{Kind: weightsync.KindAipo, Endpoints: []string{"grpc://" + srv.grpcAddr}}
+			c.Policy.Sync = runconfig.Sync{Kind: servers.Aipo, Endpoints: []string{"grpc://" + srv.grpcAddr}}
 		})
 		var logs []string
 		done := 0
@@ -458,7 +458,7 @@ func TestPolicyServerBadInput(t *testing.T) {
 	// to load is not there (policy.sync.checkpoint_dir names another place).
 	c := syncRun(t, ds, base, "sync-error", func(c *runconfig.Config) {
 		c.Policy.Endpoint = "grpc://" + ds.grpcAddr
-		c.Policy.Sync = runconfig.Sync{Kind: weightsync.KindAipo, CheckpointDir: filepath.Join(base, "elsewhere", "checkpoints")}
+		c.Policy.Sync = runconfig.Sync{Kind: servers.Aipo, CheckpointDir: filepath.Join(base, "elsewhere", "checkpoints")}
 	})
 	rolled := 0
 	opts := Options{Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
@@ -501,7 +501,7 @@ func TestAsyncTrainWithPolicyServer(t *testing.T) {
 	c := syncRun(t, ds, base, "async", func(c *runconfig.Config) {
 		c.Run.Async = true
 		c.Policy.Endpoint = "grpc://" + ds.grpcAddr
-		c.Policy.Sync = runconfig.Sync{Kind: weightsync.KindAipo}
+		c.Policy.Sync = runconfig.Sync{Kind: servers.Aipo}
 		c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
 		c.Learner.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 2, Mode: loss.CorrectionTruncate}
 	})

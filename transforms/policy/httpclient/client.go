@@ -119,6 +119,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
 func init() {
@@ -136,7 +137,7 @@ type Client struct {
 	hc    *http.Client
 
 	mu     sync.Mutex
-	kind   string      // the server's dialect (ServerAipo ...); "" until the first Info under server=auto
+	kind   string      // the server's dialect (servers.Aipo ...); "" until the first Info under server=auto
 	info   policy.Info // first successful answer of /v1/models
 	haveIt bool
 	// pieces are llama-server's bytes of every token (llamacpp.go), read
@@ -170,11 +171,10 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 	q.Del("model")
 	kind := q.Get("server")
 	q.Del("server")
-	switch kind {
-	case "", ServerAuto:
+	switch {
+	case kind == "" || kind == ServerAuto:
 		kind = ""
-	case ServerAipo, ServerVLLM, ServerSGLang, ServerLlamaCpp:
-	default:
+	case !slices.Contains(servers.Names(), kind):
 		return nil, fmt.Errorf("httpclient: server=%q in %s is not a server this client speaks to (want %s)", kind, secure.RedactURL(u), strings.Join(Servers, ", "))
 	}
 	var version *int64
@@ -324,7 +324,7 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		return nil, false, 0, fmt.Errorf("http policy %s: the answer exceeds %d MiB", url, maxAnswer>>20)
 	}
 	if resp.StatusCode/100 != 2 {
-		se := &StatusError{URL: url, Status: resp.StatusCode, Server: serverNames[c.serverKind()]}
+		se := &StatusError{URL: url, Status: resp.StatusCode, Server: servers.Display(c.serverKind())}
 		var e struct {
 			Error struct {
 				Message string `json:"message"`
@@ -428,9 +428,9 @@ func (c *Client) Generate(ctx context.Context, req policy.Request) (policy.Resul
 	}
 	var res policy.Result
 	switch c.serverKind() {
-	case ServerSGLang:
+	case servers.SGLang:
 		res, err = c.generateSGLang(ctx, req, maxTokens)
-	case ServerLlamaCpp:
+	case servers.LlamaCpp:
 		res, err = c.generateLlamaCpp(ctx, req, maxTokens)
 	default:
 		res, err = c.generateOpenAI(ctx, req, maxTokens)
@@ -516,7 +516,7 @@ func (c *Client) Release(ctx context.Context, session string) {
 	if _, err := c.static(ctx); err != nil || session == "" {
 		return
 	}
-	if c.serverKind() != ServerAipo {
+	if c.serverKind() != servers.Aipo {
 		return
 	}
 	var out map[string]any

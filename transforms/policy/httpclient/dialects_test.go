@@ -15,6 +15,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
 // dialectServer answers /v1/models with models and every other path with
@@ -85,13 +86,13 @@ func TestServerKinds(t *testing.T) {
 		models, query, kind string
 		ctx, vocab          int
 	}{
-		{vllmModels, "", ServerVLLM, 4096, 0},
-		{sglangModels, "", ServerSGLang, 2048, 0},
-		{aipoModels, "", ServerAipo, 128, 300},
-		{llamaModels, "", ServerLlamaCpp, 512, 512},
-		{strings.Replace(llamaModels, `"n_ctx":512,`, "", 1), "", ServerLlamaCpp, 1024, 512},
-		{vllmModels, "server=sglang", ServerSGLang, 4096, 0},
-		{`{"data":[{"id":"m","owned_by":"openai","max_model_len":64}]}`, "", ServerVLLM, 64, 0},
+		{vllmModels, "", servers.VLLM, 4096, 0},
+		{sglangModels, "", servers.SGLang, 2048, 0},
+		{aipoModels, "", servers.Aipo, 128, 300},
+		{llamaModels, "", servers.LlamaCpp, 512, 512},
+		{strings.Replace(llamaModels, `"n_ctx":512,`, "", 1), "", servers.LlamaCpp, 1024, 512},
+		{vllmModels, "server=sglang", servers.SGLang, 4096, 0},
+		{`{"data":[{"id":"m","owned_by":"openai","max_model_len":64}]}`, "", servers.VLLM, 64, 0},
 	} {
 		c := openDialect(t, &dialectServer{models: tc.models}, tc.query)
 		in, err := c.Info(context.Background())

@@ -15,23 +15,17 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
-// The servers the client speaks to (URI parameter server; ServerAuto
-// tells them apart by their /v1/models answer).
-const (
-	ServerAuto     = "auto"
-	ServerAipo     = "aipo"     // aipo serve
-	ServerVLLM     = "vllm"     // vLLM, and the generic OpenAI completions dialect
-	ServerSGLang   = "sglang"   // SGLang
-	ServerLlamaCpp = "llamacpp" // llama.cpp's llama-server
-)
+// ServerAuto, the default of the URI parameter server, tells the servers
+// apart by their /v1/models answer; its other values are the servers'
+// names (package servers). vLLM's dialect is also the generic OpenAI
+// completions one, spoken to a server without a dialect of its own here.
+const ServerAuto = "auto"
 
 // Servers are the values of the server parameter.
-var Servers = []string{ServerAuto, ServerAipo, ServerVLLM, ServerSGLang, ServerLlamaCpp}
-
-// serverNames are the servers' names in messages.
-var serverNames = map[string]string{ServerAipo: "aipo serve", ServerVLLM: "vLLM", ServerSGLang: "SGLang", ServerLlamaCpp: "llama-server"}
+var Servers = append([]string{ServerAuto}, servers.Names()...)
 
 // noticeOut receives the one-line notice of a server whose kind the
 // listing does not tell (once per base URL and process).
@@ -40,19 +34,19 @@ var (
 	noticeSaid sync.Map
 )
 
-// serverKind is the dialect in use (ServerVLLM until Info decided).
+// serverKind is the dialect in use (servers.VLLM until Info decided).
 func (c *Client) serverKind() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.kind == "" {
-		return ServerVLLM
+		return servers.VLLM
 	}
 	return c.kind
 }
 
 // who names the server in errors: its base URL and kind.
 func (c *Client) who() string {
-	return "http policy " + c.base + " (" + serverNames[c.serverKind()] + ")"
+	return "http policy " + c.base + " (" + servers.Display(c.serverKind()) + ")"
 }
 
 // modelEntry is one model of a /v1/models answer, with what each server
@@ -83,13 +77,13 @@ type modelEntry struct {
 func kindOf(m modelEntry) string {
 	switch {
 	case m.PolicyVersion != nil || m.OwnedBy == "aipo":
-		return ServerAipo
+		return servers.Aipo
 	case m.OwnedBy == "vllm":
-		return ServerVLLM
+		return servers.VLLM
 	case m.OwnedBy == "sglang":
-		return ServerSGLang
+		return servers.SGLang
 	case m.OwnedBy == "llamacpp" || m.Meta != nil && m.Meta.NCtxTrain > 0:
-		return ServerLlamaCpp
+		return servers.LlamaCpp
 	}
 	return ""
 }
@@ -115,7 +109,7 @@ func (c *Client) Info(ctx context.Context) (policy.Info, error) {
 		if c.kind == "" {
 			c.kind = kindOf(m)
 			if c.kind == "" {
-				c.kind = ServerVLLM
+				c.kind = servers.VLLM
 				if _, said := noticeSaid.LoadOrStore(c.base, true); !said {
 					fmt.Fprintf(noticeOut, "http policy %s: /v1/models names no server this client knows (owned_by %q), so it speaks the OpenAI completions dialect with vLLM's extensions; set server=vllm, sglang, llamacpp or aipo in the endpoint URI to choose\n", c.base, m.OwnedBy)
 				}
@@ -125,12 +119,12 @@ func (c *Client) Info(ctx context.Context) (policy.Info, error) {
 		c.mu.Unlock()
 		in := policy.Info{Model: m.ID, MaxContext: m.MaxModelLen}
 		switch kind {
-		case ServerAipo:
+		case servers.Aipo:
 			in.VocabSize, in.EOS = m.VocabSize, m.EOS
 			if m.PolicyVersion != nil {
 				in.PolicyVersion = *m.PolicyVersion
 			}
-		case ServerLlamaCpp:
+		case servers.LlamaCpp:
 			if m.Meta == nil {
 				return policy.Info{}, fmt.Errorf("%s: /v1/models has no meta for model %q: llama-server writes none while the model loads (try again when its /health answers ok), other servers none at all (is server=llamacpp right?)", c.who(), m.ID)
 			}
@@ -140,7 +134,7 @@ func (c *Client) Info(ctx context.Context) (policy.Info, error) {
 				in.MaxContext = m.Meta.NCtxTrain
 			}
 		}
-		if kind != ServerAipo && c.version != nil {
+		if kind != servers.Aipo && c.version != nil {
 			in.PolicyVersion = *c.version
 		}
 		c.mu.Lock()
@@ -172,11 +166,11 @@ func (c *Client) Tokenize(ctx context.Context, text string, special bool) ([]int
 	kind := c.serverKind()
 	url, body := c.root+"/tokenize", map[string]any{"model": c.model, "prompt": text, "add_special_tokens": false}
 	switch kind {
-	case ServerAipo:
+	case servers.Aipo:
 		body["parse_special"] = special
-	case ServerSGLang:
+	case servers.SGLang:
 		url = c.base + "/tokenize"
-	case ServerLlamaCpp:
+	case servers.LlamaCpp:
 		body = map[string]any{"content": text, "add_special": false, "parse_special": special}
 	}
 	if _, err := c.meta(ctx, http.MethodPost, url, body, &out); err != nil {
@@ -202,10 +196,10 @@ func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
 	url, field := c.root+"/detokenize", "prompt"
 	body := map[string]any{"model": c.model, "tokens": ids}
 	switch kind {
-	case ServerSGLang:
+	case servers.SGLang:
 		url, field = c.base+"/detokenize", "text"
 		body["skip_special_tokens"] = false
-	case ServerLlamaCpp:
+	case servers.LlamaCpp:
 		field = "content"
 		body = map[string]any{"tokens": ids}
 	}
@@ -284,7 +278,7 @@ func (c *Client) generateOpenAI(ctx context.Context, req policy.Request, maxToke
 	if len(p.StopStrings) > 0 {
 		body["stop"] = p.StopStrings
 	}
-	if req.Session != "" && c.serverKind() == ServerAipo {
+	if req.Session != "" && c.serverKind() == servers.Aipo {
 		body["aipo_session"] = req.Session
 	}
 	var out completion
@@ -292,7 +286,7 @@ func (c *Client) generateOpenAI(ctx context.Context, req policy.Request, maxToke
 	if err != nil {
 		return policy.Result{}, err
 	}
-	if c.serverKind() == ServerVLLM && out.Metadata == nil {
+	if c.serverKind() == servers.VLLM && out.Metadata == nil {
 		wv, err := c.vllmWeightVersion(ctx)
 		if err != nil {
 			return policy.Result{}, err

@@ -8,14 +8,30 @@ import (
 
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/grpcclient"
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
+
+func init() {
+	Register(Kind{
+		Name:          servers.Aipo,
+		Protocol:      "aipo serve's Reload RPC",
+		Schemes:       []string{"grpc", "grpcs"},
+		Example:       "grpc://10.0.0.5:7070",
+		Sends:         "`aipo serve`'s `Reload` RPC on its gRPC address with the checkpoint directory (local or `gs://`)",
+		Checks:        "the answer's `policy_version` is the checkpoint's",
+		NamesVersions: true,
+		Open: func(ctx context.Context, endpoint string, _ Options) (Replica, error) {
+			return openAipo(ctx, endpoint)
+		},
+	})
+}
 
 // aipoReplica is aipo serve, told through its Reload RPC.
 type aipoReplica struct {
 	c *grpcclient.Client
 }
 
-func openAipo(ctx context.Context, endpoint string) (replica, error) {
+func openAipo(ctx context.Context, endpoint string) (Replica, error) {
 	if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "grpc" && u.Scheme != "grpcs") {
 		return nil, fmt.Errorf("not a gRPC endpoint (grpc://host:port or grpcs://host:port): aipo serve's Reload RPC is on its gRPC listener")
 	}
@@ -31,9 +47,9 @@ func openAipo(ctx context.Context, endpoint string) (replica, error) {
 	return aipoReplica{gc}, nil
 }
 
-// push reloads the server and checks the version it answers: the one in
+// Push reloads the server and checks the version it answers: the one in
 // the checkpoint's trainer_state.json.
-func (r aipoReplica) push(ctx context.Context, ck Checkpoint) error {
+func (r aipoReplica) Push(ctx context.Context, ck Checkpoint) error {
 	v, err := r.c.Reload(ctx, ck.Dir)
 	if err != nil {
 		return err
@@ -44,8 +60,8 @@ func (r aipoReplica) push(ctx context.Context, ck Checkpoint) error {
 	return nil
 }
 
-// serving is the policy version aipo serve's Health RPC names.
-func (r aipoReplica) serving(ctx context.Context) (string, error) {
+// Serving is the policy version aipo serve's Health RPC names.
+func (r aipoReplica) Serving(ctx context.Context) (string, error) {
 	info, err := r.c.Info(ctx)
 	if err != nil {
 		return "", err
@@ -53,4 +69,4 @@ func (r aipoReplica) serving(ctx context.Context) (string, error) {
 	return strconv.FormatInt(info.PolicyVersion, 10), nil
 }
 
-func (r aipoReplica) close() error { return r.c.Close() }
+func (r aipoReplica) Close() error { return r.c.Close() }

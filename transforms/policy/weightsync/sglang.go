@@ -7,7 +7,25 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
+
+func init() {
+	Register(Kind{
+		Name:          servers.SGLang,
+		Protocol:      "SGLang's /update_weights_from_disk",
+		Schemes:       []string{"http", "https"},
+		Example:       "http://10.0.0.5:30000",
+		Sends:         "`POST /update_weights_from_disk` `{model_path, weight_version, load_format?}`",
+		Checks:        "`success: true`, then `GET /get_model_info` reports the checkpoint as `model_path` and its version as `weight_version`",
+		LoadFormat:    true,
+		NamesVersions: true,
+		Open: func(_ context.Context, endpoint string, o Options) (Replica, error) {
+			return openSGLang(endpoint, o.LoadFormat, o.Timeout)
+		},
+	})
+}
 
 // sglangReplica is an SGLang server, told through its native API.
 //
@@ -36,7 +54,7 @@ type sglangReplica struct {
 	loadFormat string
 }
 
-func openSGLang(endpoint, loadFormat string, timeout time.Duration) (replica, error) {
+func openSGLang(endpoint, loadFormat string, timeout time.Duration) (Replica, error) {
 	s, err := openHTTP(endpoint, timeout)
 	if err != nil {
 		return nil, err
@@ -44,7 +62,7 @@ func openSGLang(endpoint, loadFormat string, timeout time.Duration) (replica, er
 	return sglangReplica{s, loadFormat}, nil
 }
 
-func (r sglangReplica) push(ctx context.Context, ck Checkpoint) error {
+func (r sglangReplica) Push(ctx context.Context, ck Checkpoint) error {
 	version := strconv.FormatInt(ck.Version, 10)
 	body := map[string]any{"model_path": ck.Dir, "weight_version": version}
 	if r.loadFormat != "" {
@@ -82,8 +100,8 @@ func (r sglangReplica) push(ctx context.Context, ck Checkpoint) error {
 	return nil
 }
 
-// serving is the weight_version GET /get_model_info reports.
-func (r sglangReplica) serving(ctx context.Context) (string, error) {
+// Serving is the weight_version GET /get_model_info reports.
+func (r sglangReplica) Serving(ctx context.Context) (string, error) {
 	status, b, err := r.s.call(ctx, http.MethodGet, "/get_model_info", nil)
 	if err != nil {
 		return "", err
@@ -97,4 +115,4 @@ func (r sglangReplica) serving(ctx context.Context) (string, error) {
 	return info.WeightVersion, nil
 }
 
-func (r sglangReplica) close() error { return r.s.close() }
+func (r sglangReplica) Close() error { return r.s.close() }

@@ -9,7 +9,26 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
+
+func init() {
+	Register(Kind{
+		Name:     servers.VLLM,
+		Protocol: "vLLM's /collective_rpc reload_weights",
+		Schemes:  []string{"http", "https"},
+		Example:  "http://10.0.0.5:8000",
+		Sends: "`POST /collective_rpc` `{\"method\": \"reload_weights\", \"kwargs\": {\"weights_path\": DIR}}`, `POST /reset_prefix_cache`, a probe, " +
+			"then `POST /update_weight_version` `{\"new_version\": \"K\"}` (start vLLM with `VLLM_SERVER_DEV_MODE=1`, which mounts all of them)",
+		Checks: "one `null` result per worker, 200 from the cache reset, the probe's log-probs moved since the previous push, " +
+			"and `GET /weight_info` then names version K",
+		TiedHead: true, // its reload keeps a tied LM head on its old values (docs/operators.md, vLLM)
+		Open: func(_ context.Context, endpoint string, o Options) (Replica, error) {
+			return openVLLM(endpoint, o.Timeout)
+		},
+	})
+}
 
 // vllmReplica is a vLLM OpenAI-compatible server started with
 // VLLM_SERVER_DEV_MODE=1, told through its development endpoints.
@@ -62,7 +81,7 @@ type vllmReplica struct {
 	lastProbe   []float64
 }
 
-func openVLLM(endpoint string, timeout time.Duration) (replica, error) {
+func openVLLM(endpoint string, timeout time.Duration) (Replica, error) {
 	s, err := openHTTP(endpoint, timeout)
 	if err != nil {
 		return nil, err
@@ -70,9 +89,9 @@ func openVLLM(endpoint string, timeout time.Duration) (replica, error) {
 	return &vllmReplica{s: s}, nil
 }
 
-// namesVersions reports whether the last push set the server's
+// NamesVersions reports whether the last push set the server's
 // weight_version, which its /weight_info then names.
-func (r *vllmReplica) namesVersions() bool {
+func (r *vllmReplica) NamesVersions() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.versioned
@@ -142,7 +161,7 @@ func (r *vllmReplica) probe(ctx context.Context) ([]float64, error) {
 	return out, nil
 }
 
-func (r *vllmReplica) push(ctx context.Context, ck Checkpoint) error {
+func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) error {
 	body := map[string]any{"method": "reload_weights", "kwargs": map[string]string{"weights_path": ck.Dir}}
 	status, b, err := r.s.call(ctx, http.MethodPost, "/collective_rpc", body)
 	if err != nil {
@@ -204,10 +223,10 @@ func (r *vllmReplica) push(ctx context.Context, ck Checkpoint) error {
 	return nil
 }
 
-// serving is /weight_info's weight_version when a push of this process
+// Serving is /weight_info's weight_version when a push of this process
 // set it (a server restarted since says "default"), else "".
-func (r *vllmReplica) serving(ctx context.Context) (string, error) {
-	if !r.namesVersions() {
+func (r *vllmReplica) Serving(ctx context.Context) (string, error) {
+	if !r.NamesVersions() {
 		return "", nil
 	}
 	return r.weightVersion(ctx)
@@ -232,4 +251,4 @@ func sameFloats(a, b []float64) bool {
 	return true
 }
 
-func (r *vllmReplica) close() error { return r.s.close() }
+func (r *vllmReplica) Close() error { return r.s.close() }

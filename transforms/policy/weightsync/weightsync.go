@@ -9,30 +9,11 @@
 // replica that did not, otherwise. Each replica's push is bounded by
 // Options.Timeout, retries included.
 //
-// Kinds and the answers checked:
-//
-//   - aipo: aipo serve's Reload RPC (schemas/proto/aipo/v1/policy.proto)
-//     at grpc://host:port; the answer's policy_version must be the
-//     checkpoint's (its trainer_state.json policy_version).
-//   - sglang: SGLang's POST /update_weights_from_disk with {model_path,
-//     weight_version, load_format?}; the answer must be 200 with
-//     {"success": true}, and GET /get_model_info must then report the
-//     checkpoint as model_path and its version as weight_version. SGLang
-//     also names weight_version in each completion's metadata, which the
-//     HTTP policy client records as the trajectory's policy version.
-//   - vllm: vLLM's POST /collective_rpc with {"method": "reload_weights",
-//     "kwargs": {"weights_path": DIR}} (the server runs with
-//     VLLM_SERVER_DEV_MODE=1); the answer must be 200 with one null result
-//     per worker, then POST /reset_prefix_cache (200) drops the KV cache
-//     of the old weights; the log-probs of a fixed probe must have moved
-//     when the server served another version before; POST
-//     /update_weight_version sets the version, which GET /weight_info
-//     then names (and the HTTP policy client reads after each
-//     completion). A vLLM without those routes names no version: the
-//     rollout's endpoint carries the pushed version (policy_version=N).
-//
-// The request and answer shapes, and the versions they were read from, are
-// given beside each client (sglang.go, vllm.go).
+// Each kind of server registers itself (Register) beside its client:
+// aipo.go (aipo serve's Reload RPC), sglang.go (SGLang's
+// /update_weights_from_disk), vllm.go (vLLM's /collective_rpc
+// reload_weights), each with the request and answer shapes it checks and
+// the versions they were read from; KindNone tells no server.
 package weightsync
 
 import (
@@ -48,15 +29,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/aipo-rl/aipo/internal/secure"
-)
-
-// Kinds of policy servers, as policy.sync.kind names them; KindNone (or
-// an empty kind) tells no server of new checkpoints.
-const (
-	KindNone   = "none"
-	KindAipo   = "aipo"
-	KindSGLang = "sglang"
-	KindVLLM   = "vllm"
 )
 
 // Checkpoint is what a push serves: its directory as the servers see it,
@@ -75,45 +47,57 @@ type Options struct {
 	LoadFormat string
 }
 
-// replica is one server of a group.
-type replica interface {
-	push(ctx context.Context, ck Checkpoint) error
-	close() error
+// Replica is one server of a group, as its kind's Open connects to it.
+type Replica interface {
+	// Push makes the server serve ck and checks that it does.
+	Push(ctx context.Context, ck Checkpoint) error
+	Close() error
+}
+
+// Serving is a Replica that can say which version it serves now.
+type Serving interface {
+	// Serving is the version the server names ("" when it names none,
+	// or cannot say).
+	Serving(ctx context.Context) (string, error)
+}
+
+// Versioned is a Replica of a kind whose servers do not always name the
+// version they serve (Kind.NamesVersions false): NamesVersions reports
+// whether this one does since its last push.
+type Versioned interface {
+	NamesVersions() bool
 }
 
 // Group is the replicas of one run.
 type Group struct {
-	kind      string
+	kind      Kind
 	endpoints []string // redacted, for messages
-	replicas  []replica
+	replicas  []Replica
 	timeout   time.Duration
 }
 
-// Open connects to every endpoint (no request is sent yet).
+// Open connects to every endpoint of a server of the kind called kind (no
+// request is sent yet).
 func Open(ctx context.Context, kind string, endpoints []string, o Options) (*Group, error) {
+	k, err := Lookup(kind)
+	if err != nil {
+		return nil, fmt.Errorf("weightsync: kind %w", err)
+	}
+	if !k.Pushes() {
+		return nil, fmt.Errorf("weightsync: kind %s tells no server of checkpoints", k.Name)
+	}
 	if len(endpoints) == 0 {
-		return nil, fmt.Errorf("weightsync: no %s endpoint to push checkpoints to", kind)
+		return nil, fmt.Errorf("weightsync: no %s endpoint to push checkpoints to", k.Name)
 	}
-	g := &Group{kind: kind, timeout: o.Timeout}
-	if g.timeout <= 0 {
-		g.timeout = 10 * time.Minute
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
 	}
+	g := &Group{kind: k, timeout: o.Timeout}
 	for _, e := range endpoints {
-		var r replica
-		var err error
-		switch kind {
-		case KindAipo:
-			r, err = openAipo(ctx, e)
-		case KindSGLang:
-			r, err = openSGLang(e, o.LoadFormat, g.timeout)
-		case KindVLLM:
-			r, err = openVLLM(e, g.timeout)
-		default:
-			err = fmt.Errorf("unknown kind %q (aipo, sglang or vllm)", kind)
-		}
+		r, err := k.Open(ctx, e, o)
 		if err != nil {
 			g.Close()
-			return nil, fmt.Errorf("weightsync: %s server %s: %w", kind, secure.RedactURI(e), err)
+			return nil, fmt.Errorf("weightsync: %s server %s: %w", k.Name, secure.RedactURI(e), err)
 		}
 		g.replicas = append(g.replicas, r)
 		g.endpoints = append(g.endpoints, secure.RedactURI(e))
@@ -121,8 +105,8 @@ func Open(ctx context.Context, kind string, endpoints []string, o Options) (*Gro
 	return g, nil
 }
 
-// Kind is the group's server kind.
-func (g *Group) Kind() string { return g.kind }
+// Kind is the name of the group's server kind.
+func (g *Group) Kind() string { return g.kind.Name }
 
 // Endpoints are the replicas' addresses, secrets redacted.
 func (g *Group) Endpoints() []string { return append([]string(nil), g.endpoints...) }
@@ -139,12 +123,12 @@ func (g *Group) Push(ctx context.Context, ck Checkpoint) error {
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, g.timeout)
 			defer cancel()
-			err := r.push(pctx, ck)
+			err := r.Push(pctx, ck)
 			if err != nil && ctx.Err() == nil && (pctx.Err() != nil || unreachable(err)) {
 				err = fmt.Errorf("no answer within policy.sync.timeout %v: %w", g.timeout, err)
 			}
 			if err != nil {
-				errs[i] = fmt.Errorf("%s server %s did not load checkpoint %s (policy version %d): %w", g.kind, g.endpoints[i], ck.Dir, ck.Version, err)
+				errs[i] = fmt.Errorf("%s server %s did not load checkpoint %s (policy version %d): %w", g.kind.Name, g.endpoints[i], ck.Dir, ck.Version, err)
 			}
 		}()
 	}
@@ -165,12 +149,16 @@ func (g *Group) Push(ctx context.Context, ck Checkpoint) error {
 }
 
 // NamesVersions reports whether every replica names the version it
-// serves in its answers (aipo serve, SGLang, and a vLLM whose last push
+// serves in its answers (a kind whose servers always do: aipo serve,
+// SGLang; else each replica since its last push: a vLLM whose last push
 // set its weight_version); when one does not, the rollout's endpoint must
 // carry the pushed version (policy_version=N).
 func (g *Group) NamesVersions() bool {
+	if g.kind.NamesVersions {
+		return true
+	}
 	for _, r := range g.replicas {
-		if v, ok := r.(interface{ namesVersions() bool }); ok && !v.namesVersions() {
+		if v, ok := r.(Versioned); !ok || !v.NamesVersions() {
 			return false
 		}
 	}
@@ -181,7 +169,7 @@ func (g *Group) NamesVersions() bool {
 func (g *Group) Close() error {
 	var errs []error
 	for _, r := range g.replicas {
-		errs = append(errs, r.close())
+		errs = append(errs, r.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -201,13 +189,6 @@ func short(b []byte) string {
 	return s
 }
 
-// server is a replica that can say which version it serves now.
-type server interface {
-	// serving is the version the server names ("" when it names none,
-	// or cannot say).
-	serving(ctx context.Context) (string, error)
-}
-
 // Stale asks every replica that names its version which one it serves,
 // and returns a description of each that does not serve version: one
 // restarted since (on its startup weights: vLLM's weight_version
@@ -220,7 +201,7 @@ func (g *Group) Stale(ctx context.Context, version int64) ([]string, error) {
 	errs := make([]error, len(g.replicas))
 	var wg sync.WaitGroup
 	for i, r := range g.replicas {
-		s, ok := r.(server)
+		s, ok := r.(Serving)
 		if !ok {
 			continue
 		}
@@ -229,12 +210,12 @@ func (g *Group) Stale(ctx context.Context, version int64) ([]string, error) {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, g.timeout)
 			defer cancel()
-			got, err := s.serving(sctx)
+			got, err := s.Serving(sctx)
 			switch {
 			case err != nil:
-				errs[i] = fmt.Errorf("%s server %s did not say which version it serves: %w", g.kind, g.endpoints[i], err)
+				errs[i] = fmt.Errorf("%s server %s did not say which version it serves: %w", g.kind.Name, g.endpoints[i], err)
 			case got != "" && got != want:
-				out[i] = fmt.Sprintf("%s server %s serves version %q, not %s", g.kind, g.endpoints[i], got, want)
+				out[i] = fmt.Sprintf("%s server %s serves version %q, not %s", g.kind.Name, g.endpoints[i], got, want)
 			}
 		}()
 	}

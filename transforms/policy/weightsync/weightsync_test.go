@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
 // SGLang does not run on these machines (its PyPI builds need CUDA; see
@@ -129,7 +131,7 @@ func TestSGLangPush(t *testing.T) {
 	sa, sb := httptest.NewServer(a.handler(t)), httptest.NewServer(b.handler(t))
 	defer sa.Close()
 	defer sb.Close()
-	g := open(t, KindSGLang, []string{sa.URL, sb.URL}, Options{Timeout: 5 * time.Second, LoadFormat: "safetensors"})
+	g := open(t, servers.SGLang, []string{sa.URL, sb.URL}, Options{Timeout: 5 * time.Second, LoadFormat: "safetensors"})
 	ck := Checkpoint{Dir: checkpointDir(t, "step-000003"), Version: 3}
 	if err := g.Push(ctx, ck); err != nil {
 		t.Fatal(err)
@@ -175,8 +177,8 @@ func TestPushBounded(t *testing.T) {
 	for _, tc := range []struct {
 		kind, endpoint string
 	}{
-		{KindSGLang, slow.URL}, {KindVLLM, slow.URL}, {KindSGLang, closed}, {KindVLLM, closed},
-		{KindAipo, "grpc://" + l.Addr().String()},
+		{servers.SGLang, slow.URL}, {servers.VLLM, slow.URL}, {servers.SGLang, closed}, {servers.VLLM, closed},
+		{servers.Aipo, "grpc://" + l.Addr().String()},
 	} {
 		g := open(t, tc.kind, []string{tc.endpoint}, Options{Timeout: 700 * time.Millisecond})
 		start := time.Now()
@@ -193,12 +195,13 @@ func TestPushBounded(t *testing.T) {
 
 func TestOpenRefuses(t *testing.T) {
 	for _, tc := range []struct{ kind, endpoint, want string }{
-		{KindSGLang, "http://127.0.0.1:1/v1", "has a path"},
-		{KindVLLM, "grpc://127.0.0.1:1", "want http://host:port"},
-		{KindVLLM, "http://127.0.0.1:1?model=x", `unknown query parameter "model"`},
-		{KindSGLang, "http://127.0.0.1:1?token_env=AIPO_SURELY_UNSET_VAR", "AIPO_SURELY_UNSET_VAR"},
-		{KindAipo, "http://127.0.0.1:1", "not a gRPC endpoint"},
-		{"triton", "http://127.0.0.1:1", "unknown kind"},
+		{servers.SGLang, "http://127.0.0.1:1/v1", "has a path"},
+		{servers.VLLM, "grpc://127.0.0.1:1", "want http://host:port"},
+		{servers.VLLM, "http://127.0.0.1:1?model=x", `unknown query parameter "model"`},
+		{servers.SGLang, "http://127.0.0.1:1?token_env=AIPO_SURELY_UNSET_VAR", "AIPO_SURELY_UNSET_VAR"},
+		{servers.Aipo, "http://127.0.0.1:1", "not a gRPC endpoint"},
+		{"triton", "http://127.0.0.1:1", `kind "triton" is unknown: use none (the default: nobody is told), aipo (aipo serve's Reload RPC), sglang`},
+		{KindNone, "http://127.0.0.1:1", "kind none tells no server"},
 	} {
 		_, err := Open(context.Background(), tc.kind, []string{tc.endpoint}, Options{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -218,7 +221,7 @@ func TestPushSendsToken(t *testing.T) {
 		fmt.Fprint(w, `{"error":"Unauthorized"}`)
 	}))
 	defer s.Close()
-	g := open(t, KindVLLM, []string{s.URL + "?token_env=AIPO_SYNC_TEST_TOKEN"}, Options{Timeout: 2 * time.Second})
+	g := open(t, servers.VLLM, []string{s.URL + "?token_env=AIPO_SYNC_TEST_TOKEN"}, Options{Timeout: 2 * time.Second})
 	err := g.Push(context.Background(), Checkpoint{Dir: "/x", Version: 1})
 	if got != "Bearer s3cret-token" {
 		t.Errorf("Authorization %q", got)
@@ -237,7 +240,7 @@ func TestStale(t *testing.T) {
 	sa, sb := httptest.NewServer(a.handler(t)), httptest.NewServer(b.handler(t))
 	defer sa.Close()
 	defer sb.Close()
-	g := open(t, KindSGLang, []string{sa.URL, sb.URL}, Options{Timeout: 5 * time.Second})
+	g := open(t, servers.SGLang, []string{sa.URL, sb.URL}, Options{Timeout: 5 * time.Second})
 	if err := g.Push(ctx, Checkpoint{Dir: checkpointDir(t, "step-000002"), Version: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +255,7 @@ func TestStale(t *testing.T) {
 		t.Errorf("replica b restarted: stale %q, %v", stale, err)
 	}
 	sb.Close()
-	gs := open(t, KindSGLang, []string{sb.URL}, Options{Timeout: time.Second})
+	gs := open(t, servers.SGLang, []string{sb.URL}, Options{Timeout: time.Second})
 	if _, err := gs.Stale(ctx, 2); err == nil || !strings.Contains(err.Error(), sb.URL) || !strings.Contains(err.Error(), "did not say which version it serves") {
 		t.Errorf("a replica that is down: %v", err)
 	}
