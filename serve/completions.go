@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -241,6 +242,7 @@ func oldest(rs []engine.Result) int64 {
 	return v
 }
 
+// completions answers POST /v1/completions.
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	if s.draining.Load() {
 		return engineError(engine.ErrClosed)
@@ -258,53 +260,15 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	switch {
-	case req.Echo:
-		return badRequest("echo", "unsupported", "echo is not supported; the prompt's token ids come back as prompt_token_ids")
-	case req.Suffix != nil && *req.Suffix != "":
-		return badRequest("suffix", "unsupported", "suffix is not supported")
-	case req.BestOf != nil && *req.BestOf != sp.n:
-		return badRequest("best_of", "unsupported", "best_of is not supported (give n)")
-	case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > MaxLogprobs):
-		return badRequest("logprobs", "invalid_logprobs", "logprobs %d must lie in [0, %d]: the sampled token's log-prob and that many alternatives per position", *req.Logprobs, MaxLogprobs)
+	if aerr := checkCompletionOptions(&req, sp.n); aerr != nil {
+		return aerr
 	}
 	if req.Logprobs != nil {
 		sp.params.TopLogprobs = *req.Logprobs
 	}
-	texts, ids, aerr := parsePrompt(req.Prompt)
+	prompts, aerr := s.completionPrompts(req.Prompt)
 	if aerr != nil {
 		return aerr
-	}
-	var prompts [][]int32
-	for i, t := range texts {
-		what := "the prompt"
-		if len(texts) > 1 {
-			what = fmt.Sprintf("prompt %d", i)
-		}
-		if err := s.checkTextFits("prompt", what, len(t), true); err != nil {
-			return err
-		}
-		enc, err := s.eng.Tokenize(t, true)
-		if err != nil {
-			return badRequest("prompt", "", "prompt %d: %v", i, err)
-		}
-		prompts = append(prompts, enc)
-	}
-	for i, one := range ids {
-		name := "prompt"
-		if len(ids) > 1 {
-			name = "prompt[" + strconv.Itoa(i) + "]"
-		}
-		enc, err := s.toIDs("prompt", name, one)
-		if err != nil {
-			return err
-		}
-		prompts = append(prompts, enc)
-	}
-	for _, p := range prompts {
-		if err := s.checkPrompt("prompt", p); err != nil {
-			return err
-		}
 	}
 	if sp.session != "" && len(prompts) > 1 {
 		return badRequest("aipo_session", "", "aipo_session needs n = 1 and one prompt (a session is one conversation)")
@@ -317,13 +281,82 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	if err != nil {
 		return engineError(err)
 	}
+	out := s.completionReply(&sp, jobs, res, prompts, req.Logprobs != nil)
+	w.Header().Set(PolicyVersionHeader, strconv.FormatInt(*out.PolicyVersion, 10))
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// checkCompletionOptions refuses the completion options this server does
+// not implement (echo, suffix, best_of other than n) and a logprobs count
+// out of range.
+func checkCompletionOptions(req *completionRequest, n int) *apiError {
+	switch {
+	case req.Echo:
+		return badRequest("echo", "unsupported", "echo is not supported; the prompt's token ids come back as prompt_token_ids")
+	case req.Suffix != nil && *req.Suffix != "":
+		return badRequest("suffix", "unsupported", "suffix is not supported")
+	case req.BestOf != nil && *req.BestOf != n:
+		return badRequest("best_of", "unsupported", "best_of is not supported (give n)")
+	case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > MaxLogprobs):
+		return badRequest("logprobs", "invalid_logprobs", "logprobs %d must lie in [0, %d]: the sampled token's log-prob and that many alternatives per position", *req.Logprobs, MaxLogprobs)
+	}
+	return nil
+}
+
+// completionPrompts turns a request's prompt field into checked token ids:
+// texts are tokenized, id lists checked against the vocabulary, and every
+// prompt must fit the context.
+func (s *Server) completionPrompts(raw json.RawMessage) ([][]int32, *apiError) {
+	texts, ids, aerr := parsePrompt(raw)
+	if aerr != nil {
+		return nil, aerr
+	}
+	var prompts [][]int32
+	for i, t := range texts {
+		what := "the prompt"
+		if len(texts) > 1 {
+			what = fmt.Sprintf("prompt %d", i)
+		}
+		if err := s.checkTextFits("prompt", what, len(t), true); err != nil {
+			return nil, err
+		}
+		enc, err := s.eng.Tokenize(t, true)
+		if err != nil {
+			return nil, badRequest("prompt", "", "prompt %d: %v", i, err)
+		}
+		prompts = append(prompts, enc)
+	}
+	for i, one := range ids {
+		name := "prompt"
+		if len(ids) > 1 {
+			name = "prompt[" + strconv.Itoa(i) + "]"
+		}
+		enc, err := s.toIDs("prompt", name, one)
+		if err != nil {
+			return nil, err
+		}
+		prompts = append(prompts, enc)
+	}
+	for _, p := range prompts {
+		if err := s.checkPrompt("prompt", p); err != nil {
+			return nil, err
+		}
+	}
+	return prompts, nil
+}
+
+// completionReply is the non-streamed reply: a choice per job, with its
+// log-probs when asked (logprobs), the token usage and the oldest policy
+// version that sampled any choice.
+func (s *Server) completionReply(sp *samplingRequest, jobs []job, res []engine.Result, prompts [][]int32, logprobs bool) completionResponse {
 	out := completionResponse{ID: newID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: s.name, Usage: &usage{}}
 	for i, j := range jobs {
 		rs := res[i]
-		c := completionChoice{Index: j.index, Text: s.render(&sp, j, rs.Tokens, &rs), FinishReason: finishReason(rs), StopReason: stopReason(j, rs),
+		c := completionChoice{Index: j.index, Text: s.render(sp, j, rs.Tokens, &rs), FinishReason: finishReason(rs), StopReason: stopReason(j, rs),
 			PromptTokenIDs: j.prefix, TokenIDs: nonNil(rs.Tokens), PolicyVersion: &rs.PolicyVersion}
-		if req.Logprobs != nil {
-			c.Logprobs = s.completionLogprobs(&sp, rs.Tokens, rs.LogProbs, rs.TopLogProbs, 0)
+		if logprobs {
+			c.Logprobs = s.completionLogprobs(sp, rs.Tokens, rs.LogProbs, rs.TopLogProbs, 0)
 		}
 		out.Choices = append(out.Choices, c)
 		out.Usage.CompletionTokens += len(rs.Tokens)
@@ -334,9 +367,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	out.Usage.TotalTokens = out.Usage.PromptTokens + out.Usage.CompletionTokens
 	v := oldest(res)
 	out.PolicyVersion = &v
-	w.Header().Set(PolicyVersionHeader, strconv.FormatInt(v, 10))
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out
 }
 
 func nonNil(ids []int32) []int32 {

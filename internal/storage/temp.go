@@ -117,55 +117,82 @@ func deadTemp(name string, mod time.Time, staleAfter time.Duration) bool {
 // sub-directories named in owned (relative to root), which only the caller
 // writes, every temporary not of this process is removed whatever its age.
 func SweepTemps(ctx context.Context, root string, staleAfter time.Duration, owned ...string) ([]string, error) {
-	inOwned := func(rel string) bool {
-		for _, o := range owned {
-			if ok, _ := filepath.Match(o, strings.SplitN(filepath.ToSlash(rel), "/", 2)[0]); ok {
-				return true
-			}
+	rule := sweepRule{staleAfter: staleAfter, owned: owned}
+	if !IsRemote(root) {
+		return sweepLocal(root, rule)
+	}
+	return sweepRemote(ctx, root, rule)
+}
+
+// sweepRule decides which temporaries a sweep removes.
+type sweepRule struct {
+	staleAfter time.Duration
+	owned      []string // patterns of root's sub-directories only the caller writes
+}
+
+// inOwned reports whether rel (relative to the sweep's root) lies in an
+// owned sub-directory.
+func (r sweepRule) inOwned(rel string) bool {
+	for _, o := range r.owned {
+		if ok, _ := filepath.Match(o, strings.SplitN(filepath.ToSlash(rel), "/", 2)[0]); ok {
+			return true
 		}
+	}
+	return false
+}
+
+// dead reports whether the file name at rel, last modified at mod, is a
+// temporary to remove: in an owned sub-directory any not of this process,
+// elsewhere one deadTemp finds dead.
+func (r sweepRule) dead(rel, name string, mod time.Time) bool {
+	if !IsTemp(name) {
 		return false
 	}
-	dead := func(rel, name string, mod time.Time) bool {
-		if !IsTemp(name) {
-			return false
-		}
-		if inOwned(rel) {
-			pid, host, ok := tempOwner(name)
-			return !(ok && host == HostTag() && pid == os.Getpid())
-		}
-		return deadTemp(name, mod, staleAfter)
+	if r.inOwned(rel) {
+		pid, host, ok := tempOwner(name)
+		return !(ok && host == HostTag() && pid == os.Getpid())
 	}
+	return deadTemp(name, mod, r.staleAfter)
+}
+
+// sweepLocal is SweepTemps on a local root: a dead temporary directory
+// goes whole, without a walk inside it.
+func sweepLocal(root string, rule sweepRule) ([]string, error) {
 	var removed []string
-	if !IsRemote(root) {
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return nil
-				}
-				return err
-			}
-			if p == root {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
-			info, err := d.Info()
-			if err != nil {
-				return nil // gone meanwhile
-			}
-			rel, _ := filepath.Rel(root, p)
-			if !dead(rel, d.Name(), info.ModTime()) {
-				return nil
-			}
-			if err := os.RemoveAll(p); err != nil {
-				return fmt.Errorf("storage: remove leftover %s: %w", p, err)
-			}
-			removed = append(removed, p)
-			if d.IsDir() {
-				return fs.SkipDir
-			}
+			return err
+		}
+		if p == root {
 			return nil
-		})
-		return removed, err
-	}
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		rel, _ := filepath.Rel(root, p)
+		if !rule.dead(rel, d.Name(), info.ModTime()) {
+			return nil
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("storage: remove leftover %s: %w", p, err)
+		}
+		removed = append(removed, p)
+		if d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	return removed, err
+}
+
+// sweepRemote is SweepTemps on an object store: it lists every object
+// under root and removes the dead ones. Where the store gives no
+// modification times, a temporary's age counts as unknown (the zero time).
+func sweepRemote(ctx context.Context, root string, rule sweepRule) ([]string, error) {
 	fsys, err := remoteFS(ctx, root)
 	if err != nil {
 		return nil, err
@@ -182,25 +209,15 @@ func SweepTemps(ctx context.Context, root string, staleAfter time.Duration, owne
 	if err != nil {
 		return nil, err
 	}
+	var removed []string
 	prefix := strings.TrimSuffix(root, "/") + "/"
 	for _, p := range all {
 		rel := strings.TrimPrefix(p, prefix)
-		name := path.Base(rel)
-		var mod time.Time
-		if lm, ok := fsys.(filesystem.LastModifiedGetter); ok {
-			err := bounded(ctx, "stat", p, func(ctx context.Context) error {
-				t, err := lm.LastModified(ctx, p)
-				if err == nil {
-					mod = t
-				}
-				return err
-			})
-			var te *TimeoutError
-			if errors.As(err, &te) {
-				return removed, err
-			}
+		mod, err := lastModified(ctx, fsys, p)
+		if err != nil {
+			return removed, err
 		}
-		if !dead(rel, name, mod) {
+		if !rule.dead(rel, path.Base(rel), mod) {
 			continue
 		}
 		if err := Remove(ctx, p); err != nil {
@@ -209,4 +226,27 @@ func SweepTemps(ctx context.Context, root string, staleAfter time.Duration, owne
 		removed = append(removed, p)
 	}
 	return removed, nil
+}
+
+// lastModified is when object p was last modified, the zero time where
+// fsys cannot tell or the look-up fails; the error is non-nil only when
+// the look-up timed out.
+func lastModified(ctx context.Context, fsys filesystem.Interface, p string) (time.Time, error) {
+	lm, ok := fsys.(filesystem.LastModifiedGetter)
+	if !ok {
+		return time.Time{}, nil
+	}
+	var mod time.Time
+	err := bounded(ctx, "stat", p, func(ctx context.Context) error {
+		t, err := lm.LastModified(ctx, p)
+		if err == nil {
+			mod = t
+		}
+		return err
+	})
+	var te *TimeoutError
+	if errors.As(err, &te) {
+		return time.Time{}, err
+	}
+	return mod, nil
 }

@@ -288,12 +288,7 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	if err != nil {
 		return m, err
 	}
-	for k, v := range ck.Trainer.Metrics {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return m, fmt.Errorf("trainer state metric %q is %g, which JSON cannot hold (drop it or record it as a string elsewhere)", k, v)
-		}
-	}
-	ts, err := json.MarshalIndent(ck.Trainer, "", "  ")
+	ts, err := trainerStateJSON(ck.Trainer)
 	if err != nil {
 		return m, err
 	}
@@ -305,17 +300,11 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		return m, err
 	}
 	m.Files = append(m.Files, wf)
-	small := []struct {
-		name string
-		data []byte
-	}{{ConfigName, cfg}}
+	small := []namedBytes{{ConfigName, cfg}}
 	switch {
 	case ck.ServingOnly:
 	case ck.WriteOptimizer == nil:
-		small = append(small, struct {
-			name string
-			data []byte
-		}{OptimizerName, ck.Optimizer})
+		small = append(small, namedBytes{OptimizerName, ck.Optimizer})
 	default:
 		if len(ck.Optimizer) > 0 {
 			return m, fmt.Errorf("the checkpoint has both optimiser state bytes and a function streaming it; give one")
@@ -326,18 +315,10 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		}
 		m.Files = append(m.Files, wf)
 	}
-	names := make([]string, 0, len(ck.Tokenizer))
-	for n := range ck.Tokenizer {
-		names = append(names, n)
+	m.TokenizerFiles = sortedNames(ck.Tokenizer)
+	for _, n := range m.TokenizerFiles {
+		small = append(small, namedBytes{n, ck.Tokenizer[n]})
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		small = append(small, struct {
-			name string
-			data []byte
-		}{n, ck.Tokenizer[n]})
-	}
-	m.TokenizerFiles = names
 	for _, f := range small {
 		wf, err := writeBytes(ctx, storage.Join(dir, f.name), f.data)
 		if err != nil {
@@ -351,11 +332,7 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	}
 	m.Files = append(m.Files, wfs...)
 	if opts.DType != F32 && !ck.ServingOnly {
-		md := opts.withDefaults().Metadata
-		wf, err := writeFile(ctx, storage.Join(dir, MasterName), true, func(w io.Writer) error {
-			_, err := WriteSafetensors(w, ck.Tensors, F32, md)
-			return err
-		})
+		wf, err := writeMasters(ctx, dir, ck.Tensors, opts.withDefaults().Metadata)
 		if err != nil {
 			return m, err
 		}
@@ -363,6 +340,42 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	return m, nil
+}
+
+// namedBytes is a small file of a checkpoint: its name and content.
+type namedBytes struct {
+	name string
+	data []byte
+}
+
+// trainerStateJSON is trainer_state.json's content (without the final
+// newline). A metric that JSON cannot hold (NaN, ±Inf) is an error.
+func trainerStateJSON(st TrainerState) ([]byte, error) {
+	for k, v := range st.Metrics {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("trainer state metric %q is %g, which JSON cannot hold (drop it or record it as a string elsewhere)", k, v)
+		}
+	}
+	return json.MarshalIndent(st, "", "  ")
+}
+
+// sortedNames are the names of files, sorted.
+func sortedNames(files map[string][]byte) []string {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// writeMasters writes the float32 master weights, master.safetensors,
+// into dir.
+func writeMasters(ctx context.Context, dir string, tensors []Tensor, md map[string]string) (rundir.File, error) {
+	return writeFile(ctx, storage.Join(dir, MasterName), true, func(w io.Writer) error {
+		_, err := WriteSafetensors(w, tensors, F32, md)
+		return err
+	})
 }
 
 // ServedTensors are the tensors Save writes into model.safetensors:

@@ -110,31 +110,62 @@ func LoadLlama2C(ctx context.Context, path string) (Config, []Tensor, error) {
 	if want := 28 + 4*h.floats(); r.Size() != want {
 		return Config{}, nil, fmt.Errorf("llama2.c checkpoint %s: file is %d bytes but header %+v implies %d (truncated, or not a legacy .bin)", path, r.Size(), h, want)
 	}
-	off := int64(28)
-	read := func(what string, n int) ([]float32, error) {
-		out := make([]float32, n)
-		raw := make([]byte, 4*n)
-		if err := readFull(r, raw, off); err != nil {
-			return nil, fmt.Errorf("llama2.c checkpoint %s: %s: %w", path, what, err)
-		}
-		decodeInto(out, raw, F32)
-		off += int64(4 * n)
-		return out, nil
-	}
-	d, hd, L, V := h.Dim, h.HiddenDim, h.NLayers, h.VocabSize
-	headSize := d / h.NHeads
-	kvDim := headSize * h.NKVHeads
-	var ts []Tensor
-	add := func(name string, shape []int, data []float32) {
-		ts = append(ts, Tensor{Name: name, Shape: shape, Data: data})
-	}
-	layer := func(l int, s string) string { return fmt.Sprintf("model.layers.%d.%s", l, s) }
-	emb, err := read("token_embedding", V*d)
+	in := &llama2cArrays{path: path, r: r, off: 28}
+	d, V := h.Dim, h.VocabSize
+	emb, err := in.read("token_embedding", V*d)
 	if err != nil {
 		return Config{}, nil, err
 	}
-	add("model.embed_tokens.weight", []int{V, d}, emb)
-	// Per-layer arrays are stored as [L, ...] blocks, one kind after another.
+	ts := []Tensor{{Name: "model.embed_tokens.weight", Shape: []int{V, d}, Data: emb}}
+	layers, err := in.layers(h)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	ts = append(ts, layers...)
+	norm, err := in.read("rms_final", d)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	ts = append(ts, Tensor{Name: "model.norm.weight", Shape: []int{d}, Data: norm})
+	in.off += int64(4 * 2 * h.SeqLen * (d / h.NHeads) / 2) // freq_cis_real, freq_cis_imag
+	if !h.SharedClassifier {
+		wcls, err := in.read("wcls", V*d)
+		if err != nil {
+			return Config{}, nil, err
+		}
+		ts = append(ts, Tensor{Name: "lm_head.weight", Shape: []int{V, d}, Data: wcls})
+	}
+	// Put the tensors in layer order, as Hugging Face checkpoints list them.
+	return h.Config(), sortHF(ts), nil
+}
+
+// llama2cArrays reads the float32 arrays of a llama2.c checkpoint one
+// after another, from offset off of r.
+type llama2cArrays struct {
+	path string
+	r    io.ReaderAt
+	off  int64
+}
+
+// read reads the next array, of n values; what names it in errors.
+func (a *llama2cArrays) read(what string, n int) ([]float32, error) {
+	out := make([]float32, n)
+	raw := make([]byte, 4*n)
+	if err := readFull(a.r, raw, a.off); err != nil {
+		return nil, fmt.Errorf("llama2.c checkpoint %s: %s: %w", a.path, what, err)
+	}
+	decodeInto(out, raw, F32)
+	a.off += int64(4 * n)
+	return out, nil
+}
+
+// layers reads the per-layer arrays, stored as [L, ...] blocks one kind
+// after another, as the layers' tensors in that order, with the q and k
+// rows permuted for RoPE.
+func (a *llama2cArrays) layers(h Llama2CHeader) ([]Tensor, error) {
+	d, hd := h.Dim, h.HiddenDim
+	headSize := d / h.NHeads
+	kvDim := headSize * h.NKVHeads
 	perLayer := []struct {
 		key      string
 		rows     int
@@ -152,37 +183,25 @@ func LoadLlama2C(ctx context.Context, path string) (Config, []Tensor, error) {
 		{"mlp.down_proj.weight", d, hd, 0, 0},
 		{"mlp.up_proj.weight", hd, d, 0, 0},
 	}
+	var ts []Tensor
 	for _, p := range perLayer {
 		n, shape := p.rows, []int{p.rows}
 		if p.cols > 0 {
 			n, shape = p.rows*p.cols, []int{p.rows, p.cols}
 		}
-		for l := 0; l < L; l++ {
-			data, err := read(layer(l, p.key), n)
+		for l := 0; l < h.NLayers; l++ {
+			name := fmt.Sprintf("model.layers.%d.%s", l, p.key)
+			data, err := a.read(name, n)
 			if err != nil {
-				return Config{}, nil, err
+				return nil, err
 			}
 			if p.permute > 0 {
 				data = PermuteRoPERows(data, p.permute, p.headSize, p.cols)
 			}
-			add(layer(l, p.key), append([]int{}, shape...), data)
+			ts = append(ts, Tensor{Name: name, Shape: append([]int{}, shape...), Data: data})
 		}
 	}
-	norm, err := read("rms_final", d)
-	if err != nil {
-		return Config{}, nil, err
-	}
-	add("model.norm.weight", []int{d}, norm)
-	off += int64(4 * 2 * h.SeqLen * headSize / 2) // freq_cis_real, freq_cis_imag
-	if !h.SharedClassifier {
-		wcls, err := read("wcls", V*d)
-		if err != nil {
-			return Config{}, nil, err
-		}
-		add("lm_head.weight", []int{V, d}, wcls)
-	}
-	// Put the tensors in layer order, as Hugging Face checkpoints list them.
-	return h.Config(), sortHF(ts), nil
+	return ts, nil
 }
 
 // ReadLlama2CHeader reads and checks the 28-byte header.

@@ -193,98 +193,17 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 	if err != nil {
 		return Checkpoint{}, err
 	}
-	hasMaster := false
+	useMaster := masters && m.lists(MasterName)
+	cf := &committedFiles{dir: dir, files: make(map[string][]byte, len(m.Files)), mapped: map[string]*mappedFile{}}
+	defer cf.close()
 	for _, f := range m.Files {
-		hasMaster = hasMaster || f.Path == MasterName
-	}
-	useMaster := masters && hasMaster
-	local := !storage.IsRemote(dir)
-	files := make(map[string][]byte, len(m.Files))
-	mapped := map[string]*mappedFile{}
-	defer func() {
-		for _, mf := range mapped {
-			mf.Close()
-		}
-	}()
-	for _, f := range m.Files {
-		if f.Path != filepath.Base(f.Path) || f.Path == "" || f.Path == "." || f.Path == ".." || strings.ContainsAny(f.Path, `/\`) {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s lists %q, not a file of the directory", dir, rundir.CommittedName, f.Path)
-		}
-		if f.Path == OptimizerName && opts.SkipOptimizer {
-			continue // OpenOptimizer verifies it as it streams
-		}
-		p := storage.Join(dir, f.Path)
-		keep, weights := true, false
-		switch {
-		case f.Path == MasterName:
-			keep, weights = useMaster, true
-		case isWeightsFile(f.Path):
-			keep, weights = !useMaster, f.Path != WeightsIndexName
-		}
-		var got string
-		var n int64
-		if keep && weights && local {
-			mf, err := openMapped(p)
-			if err != nil {
-				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, rundir.CommittedName, err)
-			}
-			mapped[f.Path] = mf
-			h := sha256.New()
-			if n, err = io.CopyBuffer(h, io.NewSectionReader(mf, 0, mf.Size()), make([]byte, 1<<20)); err != nil {
-				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, p, err)
-			}
-			got = hex.EncodeToString(h.Sum(nil))
-		} else {
-			var b []byte
-			if got, n, b, err = readHashed(ctx, p, keep); err != nil {
-				return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", dir, f.Path, rundir.CommittedName, err)
-			}
-			if keep {
-				files[f.Path] = b
-			}
-		}
-		if err := f.Check(p, n, got, rundir.CommittedName); err != nil {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
-		}
-	}
-	need := func(name string) ([]byte, error) {
-		b, ok := files[name]
-		if !ok {
-			return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, rundir.CommittedName, name)
-		}
-		return b, nil
-	}
-	var ck Checkpoint
-	b, err := need(ConfigName)
-	if err != nil {
-		return Checkpoint{}, err
-	}
-	if ck.Config, err = ParseConfig(b); err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, storage.Join(dir, ConfigName), err)
-	}
-	ck.DType = ModelDType(ck.Config)
-	if b, err = need(TrainerStateName); err != nil {
-		return Checkpoint{}, err
-	}
-	if err := json.Unmarshal(b, &ck.Trainer); err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", dir, TrainerStateName, err)
-	}
-	// A serving checkpoint lists no optimizer.bin (and no masters).
-	hasOpt := false
-	for _, f := range m.Files {
-		hasOpt = hasOpt || f.Path == OptimizerName
-	}
-	ck.ServingOnly = !hasOpt
-	if hasOpt && !opts.SkipOptimizer {
-		ck.Optimizer = files[OptimizerName]
-	}
-	if len(m.TokenizerFiles) > 0 {
-		ck.Tokenizer = map[string][]byte{}
-	}
-	for _, n := range m.TokenizerFiles {
-		if ck.Tokenizer[n], err = need(n); err != nil {
+		if err := cf.verify(ctx, f, useMaster, opts.SkipOptimizer); err != nil {
 			return Checkpoint{}, err
 		}
+	}
+	ck, err := cf.metadata(m, opts.SkipOptimizer)
+	if err != nil {
+		return Checkpoint{}, err
 	}
 	var dest TensorDest
 	if opts.Into != nil {
@@ -292,26 +211,151 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
 		}
 	}
-	source := func(_ context.Context, name string) (io.ReaderAt, int64, error) {
-		if mf, ok := mapped[name]; ok {
-			return mf, mf.Size(), nil
-		}
-		return bytesSource(files)(ctx, name)
-	}
-	if useMaster {
-		r, size, err := source(ctx, MasterName)
-		if err == nil {
-			ck.Tensors, _, err = decodeCounting(storage.Join(dir, MasterName), r, size, nil, dest)
-		}
-		if err != nil {
-			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
-		}
-		return ck, nil
-	}
-	if ck.Tensors, err = loadWeightsFrom(ctx, dir, source, dest); err != nil {
+	if ck.Tensors, err = cf.tensors(ctx, useMaster, dest); err != nil {
 		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %w", dir, err)
 	}
 	return ck, nil
+}
+
+// lists reports whether the marker lists the file name.
+func (m marker) lists(name string) bool {
+	for _, f := range m.Files {
+		if f.Path == name {
+			return true
+		}
+	}
+	return false
+}
+
+// committedFiles are the files of the committed checkpoint in dir that a
+// load keeps, verified against its marker: local weight files mapped, the
+// others read into memory.
+type committedFiles struct {
+	dir    string
+	files  map[string][]byte
+	mapped map[string]*mappedFile
+}
+
+// close unmaps the mapped files.
+func (c *committedFiles) close() {
+	for _, mf := range c.mapped {
+		mf.Close()
+	}
+}
+
+// verify checks the listed file f (its name, size and sha256), keeping it
+// when the load needs it: the weights in use (the masters under useMaster,
+// else the model weights) and every file but the other weights. Under
+// skipOptimizer optimizer.bin is left for OpenOptimizer.
+func (c *committedFiles) verify(ctx context.Context, f rundir.File, useMaster, skipOptimizer bool) error {
+	if f.Path != filepath.Base(f.Path) || f.Path == "" || f.Path == "." || f.Path == ".." || strings.ContainsAny(f.Path, `/\`) {
+		return fmt.Errorf("load checkpoint %s: %s lists %q, not a file of the directory", c.dir, rundir.CommittedName, f.Path)
+	}
+	if f.Path == OptimizerName && skipOptimizer {
+		return nil // OpenOptimizer verifies it as it streams
+	}
+	p := storage.Join(c.dir, f.Path)
+	keep, weights := true, false
+	switch {
+	case f.Path == MasterName:
+		keep, weights = useMaster, true
+	case isWeightsFile(f.Path):
+		keep, weights = !useMaster, f.Path != WeightsIndexName
+	}
+	var got string
+	var n int64
+	if keep && weights && !storage.IsRemote(c.dir) {
+		mf, err := openMapped(p)
+		if err != nil {
+			return fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", c.dir, f.Path, rundir.CommittedName, err)
+		}
+		c.mapped[f.Path] = mf
+		h := sha256.New()
+		if n, err = io.CopyBuffer(h, io.NewSectionReader(mf, 0, mf.Size()), make([]byte, 1<<20)); err != nil {
+			return fmt.Errorf("load checkpoint %s: %s: %w", c.dir, p, err)
+		}
+		got = hex.EncodeToString(h.Sum(nil))
+	} else {
+		var b []byte
+		var err error
+		if got, n, b, err = readHashed(ctx, p, keep); err != nil {
+			return fmt.Errorf("load checkpoint %s: %s, listed in %s: %w", c.dir, f.Path, rundir.CommittedName, err)
+		}
+		if keep {
+			c.files[f.Path] = b
+		}
+	}
+	if err := f.Check(p, n, got, rundir.CommittedName); err != nil {
+		return fmt.Errorf("load checkpoint %s: %w", c.dir, err)
+	}
+	return nil
+}
+
+// need is the content of the kept file name, which the marker must list.
+func (c *committedFiles) need(name string) ([]byte, error) {
+	b, ok := c.files[name]
+	if !ok {
+		return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", c.dir, rundir.CommittedName, name)
+	}
+	return b, nil
+}
+
+// metadata is the checkpoint without its tensors: config, trainer state,
+// optimizer state (unless skipOptimizer) and tokenizer files. A serving
+// checkpoint lists no optimizer.bin (and no masters).
+func (c *committedFiles) metadata(m marker, skipOptimizer bool) (Checkpoint, error) {
+	var ck Checkpoint
+	b, err := c.need(ConfigName)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if ck.Config, err = ParseConfig(b); err != nil {
+		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", c.dir, storage.Join(c.dir, ConfigName), err)
+	}
+	ck.DType = ModelDType(ck.Config)
+	if b, err = c.need(TrainerStateName); err != nil {
+		return Checkpoint{}, err
+	}
+	if err := json.Unmarshal(b, &ck.Trainer); err != nil {
+		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", c.dir, TrainerStateName, err)
+	}
+	hasOpt := m.lists(OptimizerName)
+	ck.ServingOnly = !hasOpt
+	if hasOpt && !skipOptimizer {
+		ck.Optimizer = c.files[OptimizerName]
+	}
+	if len(m.TokenizerFiles) > 0 {
+		ck.Tokenizer = map[string][]byte{}
+	}
+	for _, n := range m.TokenizerFiles {
+		if ck.Tokenizer[n], err = c.need(n); err != nil {
+			return Checkpoint{}, err
+		}
+	}
+	return ck, nil
+}
+
+// open serves the kept files as a fileSource: mapped weights from their
+// mapping, the rest from memory.
+func (c *committedFiles) open(ctx context.Context, name string) (io.ReaderAt, int64, error) {
+	if mf, ok := c.mapped[name]; ok {
+		return mf, mf.Size(), nil
+	}
+	return bytesSource(c.files)(ctx, name)
+}
+
+// tensors decodes the weights in use into dest (nil: new slices): the
+// masters under useMaster, else the model weights.
+func (c *committedFiles) tensors(ctx context.Context, useMaster bool, dest TensorDest) ([]Tensor, error) {
+	if !useMaster {
+		return loadWeightsFrom(ctx, c.dir, c.open, dest)
+	}
+	r, size, err := c.open(ctx, MasterName)
+	if err != nil {
+		return nil, err
+	}
+	ts, _, err := decodeCounting(storage.Join(c.dir, MasterName), r, size, nil, dest)
+	return ts, err
 }
 
 // readHashed reads path, returning its sha256 (hex), its size and, when

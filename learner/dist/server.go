@@ -135,94 +135,131 @@ func fail(format string, args ...any) (byte, [][]byte) {
 	return statusError, [][]byte{[]byte(fmt.Sprintf(format, args...))}
 }
 
+// handle answers one request: op with its arguments, timeout bounding a
+// get or wait. bound is the rank the connection checked in as (-1: none).
 func (s *Server) handle(op byte, timeout time.Duration, args [][]byte, bound *int) (byte, [][]byte) {
 	switch op {
 	case opSet:
-		if len(args) != 2 {
-			return fail("set takes a key and a value")
-		}
-		s.mu.Lock()
-		s.kv[string(args[0])] = args[1]
-		s.notifyLocked()
-		s.mu.Unlock()
-		return statusOK, nil
+		return s.set(args)
 	case opDelete:
-		if len(args) != 1 {
-			return fail("delete takes a key")
-		}
-		s.mu.Lock()
-		delete(s.kv, string(args[0]))
-		s.mu.Unlock()
-		return statusOK, nil
+		return s.remove(args)
 	case opGet, opWait:
-		if op == opGet && len(args) != 1 {
-			return fail("get takes a key")
-		}
-		missing := s.wait(args, timeout)
-		if len(missing) > 0 {
-			return statusTimeout, missing
-		}
-		if op == opGet {
-			s.mu.Lock()
-			v := s.kv[string(args[0])]
-			s.mu.Unlock()
-			return statusOK, [][]byte{v}
-		}
-		return statusOK, nil
+		return s.get(op, timeout, args)
 	case opAdd:
-		if len(args) != 2 {
-			return fail("add takes a key and a delta")
-		}
-		d, err := strconv.ParseInt(string(args[1]), 10, 64)
-		if err != nil {
-			return fail("add: delta %q is not an integer", args[1])
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		cur := int64(0)
-		if v, ok := s.kv[string(args[0])]; ok {
-			if cur, err = strconv.ParseInt(string(v), 10, 64); err != nil {
-				return fail("add: key %q holds %q, not an integer", args[0], v)
-			}
-		}
-		cur += d
-		v := []byte(strconv.FormatInt(cur, 10))
-		s.kv[string(args[0])] = v
-		s.notifyLocked()
-		return statusOK, [][]byte{v}
+		return s.add(args)
 	case opHello:
 		return s.hello(args, bound)
 	case opBeat, opLeave:
-		if *bound < 0 {
-			return fail("this connection has not said which rank it is")
-		}
-		s.mu.Lock()
-		if op == opBeat {
-			s.ranks[*bound].beat = time.Now()
-		} else {
-			s.ranks[*bound].left = true
-		}
-		s.mu.Unlock()
-		return statusOK, nil
+		return s.rankEvent(op, *bound)
 	case opHealth:
-		s.mu.Lock()
-		now := time.Now()
-		out := make([]healthEntry, s.size)
-		for i, ri := range s.ranks {
-			e := healthEntry{Rank: i, SinceBeat: -1, Left: ri.left, Failed: string(s.kv[failedKey(i)])}
-			if ri.hello {
-				e.SinceBeat = now.Sub(ri.beat).Milliseconds()
-			}
-			if !ri.gone.IsZero() {
-				e.Gone, e.GoneFor = true, now.Sub(ri.gone).Milliseconds()
-			}
-			out[i] = e
-		}
-		s.mu.Unlock()
-		b, _ := json.Marshal(out)
-		return statusOK, [][]byte{b}
+		return s.health()
 	}
 	return fail("unknown operation %d", op)
+}
+
+// set stores a value under a key.
+func (s *Server) set(args [][]byte) (byte, [][]byte) {
+	if len(args) != 2 {
+		return fail("set takes a key and a value")
+	}
+	s.mu.Lock()
+	s.kv[string(args[0])] = args[1]
+	s.notifyLocked()
+	s.mu.Unlock()
+	return statusOK, nil
+}
+
+// remove deletes a key.
+func (s *Server) remove(args [][]byte) (byte, [][]byte) {
+	if len(args) != 1 {
+		return fail("delete takes a key")
+	}
+	s.mu.Lock()
+	delete(s.kv, string(args[0]))
+	s.mu.Unlock()
+	return statusOK, nil
+}
+
+// get waits up to timeout for the keys in args to be set (opWait) and
+// returns the value of its one key (opGet); at the timeout it returns the
+// keys still missing.
+func (s *Server) get(op byte, timeout time.Duration, args [][]byte) (byte, [][]byte) {
+	if op == opGet && len(args) != 1 {
+		return fail("get takes a key")
+	}
+	missing := s.wait(args, timeout)
+	if len(missing) > 0 {
+		return statusTimeout, missing
+	}
+	if op == opGet {
+		s.mu.Lock()
+		v := s.kv[string(args[0])]
+		s.mu.Unlock()
+		return statusOK, [][]byte{v}
+	}
+	return statusOK, nil
+}
+
+// add adds an integer delta to a key's integer value (absent: 0) and
+// returns the sum.
+func (s *Server) add(args [][]byte) (byte, [][]byte) {
+	if len(args) != 2 {
+		return fail("add takes a key and a delta")
+	}
+	d, err := strconv.ParseInt(string(args[1]), 10, 64)
+	if err != nil {
+		return fail("add: delta %q is not an integer", args[1])
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := int64(0)
+	if v, ok := s.kv[string(args[0])]; ok {
+		if cur, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+			return fail("add: key %q holds %q, not an integer", args[0], v)
+		}
+	}
+	cur += d
+	v := []byte(strconv.FormatInt(cur, 10))
+	s.kv[string(args[0])] = v
+	s.notifyLocked()
+	return statusOK, [][]byte{v}
+}
+
+// rankEvent records a heartbeat (opBeat) or the clean exit (opLeave) of
+// the rank the connection checked in as (bound, -1: none).
+func (s *Server) rankEvent(op byte, bound int) (byte, [][]byte) {
+	if bound < 0 {
+		return fail("this connection has not said which rank it is")
+	}
+	s.mu.Lock()
+	if op == opBeat {
+		s.ranks[bound].beat = time.Now()
+	} else {
+		s.ranks[bound].left = true
+	}
+	s.mu.Unlock()
+	return statusOK, nil
+}
+
+// health reports every rank's state, as JSON healthEntry values, timed by
+// the store's clock.
+func (s *Server) health() (byte, [][]byte) {
+	s.mu.Lock()
+	now := time.Now()
+	out := make([]healthEntry, s.size)
+	for i, ri := range s.ranks {
+		e := healthEntry{Rank: i, SinceBeat: -1, Left: ri.left, Failed: string(s.kv[failedKey(i)])}
+		if ri.hello {
+			e.SinceBeat = now.Sub(ri.beat).Milliseconds()
+		}
+		if !ri.gone.IsZero() {
+			e.Gone, e.GoneFor = true, now.Sub(ri.gone).Milliseconds()
+		}
+		out[i] = e
+	}
+	s.mu.Unlock()
+	b, _ := json.Marshal(out)
+	return statusOK, [][]byte{b}
 }
 
 // hello checks in a rank: its world size must be the store's, and no other

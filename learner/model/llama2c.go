@@ -24,9 +24,44 @@ import (
 // are skipped; the model recomputes them.
 func ReadLlama2C(r io.Reader) (Config, map[string]NamedTensor, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
+	cfg, err := readLlama2CHeader(br)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	d := dimsOf(cfg)
+	in := &llama2cStream{br: br, out: map[string]NamedTensor{}}
+	if err := in.tensor("model.embed_tokens.weight", []int{d.V, d.C}, 0); err != nil {
+		return Config{}, nil, err
+	}
+	if err := in.layers(d); err != nil {
+		return Config{}, nil, err
+	}
+	if err := in.tensor("model.norm.weight", []int{d.C}, 0); err != nil {
+		return Config{}, nil, err
+	}
+	if _, err := io.CopyN(io.Discard, br, int64(4*cfg.MaxPositionEmbeddings*d.D)); err != nil {
+		return Config{}, nil, fmt.Errorf("model: llama2.c freq_cis tables end early: %w", err)
+	}
+	if !cfg.TieWordEmbeddings {
+		if err := in.tensor("lm_head.weight", []int{d.V, d.C}, 0); err != nil {
+			return Config{}, nil, err
+		}
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		return Config{}, nil, fmt.Errorf("model: llama2.c file has bytes after the weights its header describes; is it a newer (versioned) export?")
+	}
+	if err := checkFinite(in.out); err != nil {
+		return Config{}, nil, err
+	}
+	return cfg, in.out, nil
+}
+
+// readLlama2CHeader reads the seven-int32 header and returns the Llama
+// config it describes.
+func readLlama2CHeader(br io.Reader) (Config, error) {
 	var hdr [7]int32
 	if err := binary.Read(br, binary.LittleEndian, &hdr); err != nil {
-		return Config{}, nil, fmt.Errorf("model: llama2.c header: %w", err)
+		return Config{}, fmt.Errorf("model: llama2.c header: %w", err)
 	}
 	dim, hidden, layers, heads, kvHeads, vocab, seqLen := int(hdr[0]), int(hdr[1]), int(hdr[2]), int(hdr[3]), int(hdr[4]), int(hdr[5]), int(hdr[6])
 	shared := vocab > 0
@@ -37,44 +72,43 @@ func ReadLlama2C(r io.Reader) (Config, map[string]NamedTensor, error) {
 		NumAttentionHeads: heads, NumKeyValueHeads: kvHeads, VocabSize: vocab, MaxPositionEmbeddings: seqLen,
 		RMSNormEps: 1e-5, RopeTheta: 10000, TieWordEmbeddings: shared, HiddenAct: "silu"}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, nil, fmt.Errorf("model: llama2.c header %v is not a valid model (is this a version-0 llama2.c .bin?): %w", hdr, err)
+		return Config{}, fmt.Errorf("model: llama2.c header %v is not a valid model (is this a version-0 llama2.c .bin?): %w", hdr, err)
 	}
-	d := dimsOf(cfg)
-	out := map[string]NamedTensor{}
-	read := func(n int) ([]float32, error) {
-		buf := make([]float32, n)
-		if err := binary.Read(br, binary.LittleEndian, buf); err != nil {
-			return nil, fmt.Errorf("model: llama2.c weights end early (%d floats wanted): %w", n, err)
-		}
-		return buf, nil
+	return cfg, nil
+}
+
+// llama2cStream reads a llama2.c checkpoint's float32 arrays in file order
+// into Hugging Face-named tensors.
+type llama2cStream struct {
+	br  *bufio.Reader
+	out map[string]NamedTensor
+}
+
+// tensor reads the next array as the tensor name of shape, its rows
+// permuted within each of permuteHeads heads for rotate_half (0: as
+// stored).
+func (s *llama2cStream) tensor(name string, shape []int, permuteHeads int) error {
+	n := 1
+	for _, k := range shape {
+		n *= k
 	}
-	// perLayer reads an [L, rows, cols] array and stores it as L tensors.
-	perLayer := func(suffix string, rows, cols int, permuteHeads int) error {
-		for l := 0; l < d.L; l++ {
-			shape := []int{rows, cols}
-			if cols == 0 {
-				shape = []int{rows}
-			}
-			buf, err := read(rows * max(cols, 1))
-			if err != nil {
-				return err
-			}
-			if permuteHeads > 0 {
-				buf = permuteRotary(buf, permuteHeads, rows/permuteHeads, cols)
-			}
-			name := fmt.Sprintf("model.layers.%d.%s", l, suffix)
-			out[name] = NamedTensor{Name: name, Shape: shape, Data: buf}
-		}
-		return nil
+	buf := make([]float32, n)
+	if err := binary.Read(s.br, binary.LittleEndian, buf); err != nil {
+		return fmt.Errorf("model: llama2.c weights end early (%d floats wanted): %w", n, err)
 	}
-	emb, err := read(d.V * d.C)
-	if err != nil {
-		return Config{}, nil, err
+	if permuteHeads > 0 {
+		buf = permuteRotary(buf, permuteHeads, shape[0]/permuteHeads, shape[1])
 	}
-	out["model.embed_tokens.weight"] = NamedTensor{Name: "model.embed_tokens.weight", Shape: []int{d.V, d.C}, Data: emb}
-	steps := []struct {
+	s.out[name] = NamedTensor{Name: name, Shape: shape, Data: buf}
+	return nil
+}
+
+// layers reads the per-layer arrays, each stored as an [L, rows, cols]
+// block, one kind after another.
+func (s *llama2cStream) layers(d dims) error {
+	kinds := []struct {
 		suffix     string
-		rows, cols int
+		rows, cols int // cols 0: a vector
 		permute    int
 	}{
 		{"input_layernorm.weight", d.C, 0, 0},
@@ -87,37 +121,30 @@ func ReadLlama2C(r io.Reader) (Config, map[string]NamedTensor, error) {
 		{"mlp.down_proj.weight", d.C, d.F, 0},
 		{"mlp.up_proj.weight", d.F, d.C, 0},
 	}
-	for _, s := range steps {
-		if err := perLayer(s.suffix, s.rows, s.cols, s.permute); err != nil {
-			return Config{}, nil, err
-		}
-	}
-	norm, err := read(d.C)
-	if err != nil {
-		return Config{}, nil, err
-	}
-	out["model.norm.weight"] = NamedTensor{Name: "model.norm.weight", Shape: []int{d.C}, Data: norm}
-	if _, err := io.CopyN(io.Discard, br, int64(4*seqLen*d.D)); err != nil {
-		return Config{}, nil, fmt.Errorf("model: llama2.c freq_cis tables end early: %w", err)
-	}
-	if !shared {
-		head, err := read(d.V * d.C)
-		if err != nil {
-			return Config{}, nil, err
-		}
-		out["lm_head.weight"] = NamedTensor{Name: "lm_head.weight", Shape: []int{d.V, d.C}, Data: head}
-	}
-	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		return Config{}, nil, fmt.Errorf("model: llama2.c file has bytes after the weights its header describes; is it a newer (versioned) export?")
-	}
-	for name, t := range out {
-		for _, v := range t.Data {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return Config{}, nil, fmt.Errorf("model: llama2.c tensor %s holds %v", name, v)
+	for _, k := range kinds {
+		for l := 0; l < d.L; l++ {
+			shape := []int{k.rows, k.cols}
+			if k.cols == 0 {
+				shape = []int{k.rows}
+			}
+			if err := s.tensor(fmt.Sprintf("model.layers.%d.%s", l, k.suffix), shape, k.permute); err != nil {
+				return err
 			}
 		}
 	}
-	return cfg, out, nil
+	return nil
+}
+
+// checkFinite refuses tensors holding NaN or ±Inf.
+func checkFinite(tensors map[string]NamedTensor) error {
+	for name, t := range tensors {
+		for _, v := range t.Data {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("model: llama2.c tensor %s holds %v", name, v)
+			}
+		}
+	}
+	return nil
 }
 
 // LoadLlama2C reads the llama2.c checkpoint at path into a model.

@@ -211,95 +211,136 @@ func writeLearner(b *bytes.Buffer, steps []StepMetrics) {
 // table per step with every metric.
 func Markdown(rep Report) string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Training dynamics of %s\n\n", rep.Run)
-	fmt.Fprintf(&b, "%d committed steps analysed", len(rep.Steps))
+	writeSummary(&b, rep)
+	mismatchTable(&b, rep.Steps)
+	writeLearner(&b, rep.Steps)
+	for _, m := range rep.Steps {
+		writeStepTable(&b, m)
+	}
+	writeUnreadable(&b, rep.Unreadable)
+	b.WriteString(heldoutMarkdown(rep.Heldout))
+	writeSkipped(&b, rep.Skipped)
+	return b.String()
+}
+
+// writeSummary writes the report's title, what it covers, its plot and the
+// summary table: one row per step.
+func writeSummary(b *bytes.Buffer, rep Report) {
+	fmt.Fprintf(b, "# Training dynamics of %s\n\n", rep.Run)
+	fmt.Fprintf(b, "%d committed steps analysed", len(rep.Steps))
 	if len(rep.Skipped) > 0 {
-		fmt.Fprintf(&b, ", %d skipped", len(rep.Skipped))
+		fmt.Fprintf(b, ", %d skipped", len(rep.Skipped))
 	}
 	b.WriteString(". Definitions: see the analytics package documentation; ratios with an empty denominator are 0.\n\n")
 	b.WriteString("![dynamics](dynamics.png)\n\n## Summary\n\n")
 	b.WriteString("| step | trajectories | prompts | accuracy | failed tasks | solved-all tasks | interactions/traj | external tokens | response len p50/p95 | latency ms p50/p95 | error rate | noisy docs | mean reward |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, m := range rep.Steps {
-		fmt.Fprintf(&b, "| %d | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %g / %g | %.1f / %.1f | %.3f | %.3f | %.3f |\n",
+		fmt.Fprintf(b, "| %d | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %g / %g | %.1f / %.1f | %.3f | %.3f | %.3f |\n",
 			m.Step, m.Trajectories, m.Prompts, m.Accuracy, m.FailedTasks, m.SolvedAllTasks,
 			m.InteractionsPerTrajectory.Total, m.ExternalTokenShare, m.ResponseLengthP50, m.ResponseLengthP95,
 			m.LatencyMsP50, m.LatencyMsP95, m.ErrorRate, m.NoisyDocShare, m.MeanReward)
 	}
-	mismatchTable(&b, rep.Steps)
-	writeLearner(&b, rep.Steps)
-	for _, m := range rep.Steps {
-		fmt.Fprintf(&b, "\n## Step %d\n\n| metric | value |\n|---|---:|\n", m.Step)
-		row := func(name, format string, v any) { fmt.Fprintf(&b, "| %s | "+format+" |\n", name, v) }
-		row("policy version", "%d", m.PolicyVersion)
-		row("trajectories", "%d", m.Trajectories)
-		row("prompts", "%d", m.Prompts)
-		row("batch accuracy", "%.4f", m.Accuracy)
-		row("failed tasks (all samples wrong)", "%.4f", m.FailedTasks)
-		row("solved-all tasks", "%.4f", m.SolvedAllTasks)
-		row("mean reward", "%.4f", m.MeanReward)
-		row("interactions / trajectory", "%.4f", m.InteractionsPerTrajectory.Total)
-		row("verify / trajectory", "%.4f", m.InteractionsPerTrajectory.Verify)
-		row("knowledge / trajectory", "%.4f", m.InteractionsPerTrajectory.Knowledge)
-		row("reason / trajectory", "%.4f", m.InteractionsPerTrajectory.Reason)
-		if m.InteractionsPerTrajectory.Other > 0 {
-			row("other agents / trajectory", "%.4f", m.InteractionsPerTrajectory.Other)
-		}
-		row("response tokens", "%d", m.ResponseTokens)
-		row("external token share", "%.4f", m.ExternalTokenShare)
-		row("external share: verify", "%.4f", m.ExternalTokenShareByAgent.Verify)
-		row("external share: knowledge", "%.4f", m.ExternalTokenShareByAgent.Knowledge)
-		row("external share: reason", "%.4f", m.ExternalTokenShareByAgent.Reason)
-		row("template token share", "%.4f", m.TemplateTokenShare)
-		row("response length p50 (tokens)", "%g", m.ResponseLengthP50)
-		row("response length p95 (tokens)", "%g", m.ResponseLengthP95)
-		row("finished by length budget", "%.4f", m.LengthFinishShare)
-		row("collaborator calls", "%d", m.CollaboratorCalls)
-		row("latency p50 (ms)", "%.1f", m.LatencyMsP50)
-		row("latency p95 (ms)", "%.1f", m.LatencyMsP95)
-		row("error rate", "%.4f", m.ErrorRate)
-		row("status ok / error / timeout / limit / other", "%s", fmt.Sprintf("%d / %d / %d / %d / %d", m.Status.OK, m.Status.Error, m.Status.Timeout, m.Status.Limit, m.Status.Other))
-		row("knowledge answers", "%d", m.KnowledgeAnswers)
-		row("noisy document share", "%.4f", m.NoisyDocShare)
-		if mm := m.Mismatch; mm != nil {
-			row("policy tokens compared with the sampler", "%d", mm.Tokens)
-			row("train-inference |delta log p| mean", "%.3g", mm.AbsMean)
-			row("train-inference |delta log p| max", "%.3g", mm.AbsMax)
-			row("train-inference KL (k1 / k3)", "%s", fmt.Sprintf("%.3g / %.3g", mm.KL, mm.KLK3))
-			if mm.Corrected {
-				row("rollout IS weight mean", "%.4f", mm.ISWeightMean)
-				row("rollout IS above cap / below 1/cap / masked", "%s", fmt.Sprintf("%.4f / %.4f / %.4f", mm.ISFracHigh, mm.ISFracLow, mm.ISMaskedFrac))
-			}
-		}
-		if l := m.Learner; l != nil {
-			row("learner loss", "%.6g", l.Loss)
-			row("learner gradient norm", "%.6g", l.GradNorm)
-			row("learning rate", "%.6g", l.LR)
-			row("learner tokens", "%d", l.Tokens)
-			keys := make([]string, 0, len(l.Metrics))
-			for k := range l.Metrics {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				row("learner "+k, "%.6g", l.Metrics[k])
-			}
-		}
+}
+
+// metricRows writes the rows of a step's metric table.
+type metricRows struct{ b *bytes.Buffer }
+
+// row writes one metric, its value v written with format.
+func (t metricRows) row(name, format string, v any) {
+	fmt.Fprintf(t.b, "| %s | "+format+" |\n", name, v)
+}
+
+// writeStepTable writes the table of every metric of one step.
+func writeStepTable(b *bytes.Buffer, m StepMetrics) {
+	fmt.Fprintf(b, "\n## Step %d\n\n| metric | value |\n|---|---:|\n", m.Step)
+	t := metricRows{b}
+	t.row("policy version", "%d", m.PolicyVersion)
+	t.row("trajectories", "%d", m.Trajectories)
+	t.row("prompts", "%d", m.Prompts)
+	t.row("batch accuracy", "%.4f", m.Accuracy)
+	t.row("failed tasks (all samples wrong)", "%.4f", m.FailedTasks)
+	t.row("solved-all tasks", "%.4f", m.SolvedAllTasks)
+	t.row("mean reward", "%.4f", m.MeanReward)
+	t.row("interactions / trajectory", "%.4f", m.InteractionsPerTrajectory.Total)
+	t.row("verify / trajectory", "%.4f", m.InteractionsPerTrajectory.Verify)
+	t.row("knowledge / trajectory", "%.4f", m.InteractionsPerTrajectory.Knowledge)
+	t.row("reason / trajectory", "%.4f", m.InteractionsPerTrajectory.Reason)
+	if m.InteractionsPerTrajectory.Other > 0 {
+		t.row("other agents / trajectory", "%.4f", m.InteractionsPerTrajectory.Other)
 	}
-	if len(rep.Unreadable) > 0 {
-		b.WriteString("\n## Unreadable shards\n\n| step | shard | reason |\n|---:|---|---|\n")
-		for _, u := range rep.Unreadable {
-			fmt.Fprintf(&b, "| %d | %s | %s |\n", u.Step, u.Shard, strings.ReplaceAll(u.Reason, "|", "\\|"))
-		}
+	t.row("response tokens", "%d", m.ResponseTokens)
+	t.row("external token share", "%.4f", m.ExternalTokenShare)
+	t.row("external share: verify", "%.4f", m.ExternalTokenShareByAgent.Verify)
+	t.row("external share: knowledge", "%.4f", m.ExternalTokenShareByAgent.Knowledge)
+	t.row("external share: reason", "%.4f", m.ExternalTokenShareByAgent.Reason)
+	t.row("template token share", "%.4f", m.TemplateTokenShare)
+	t.row("response length p50 (tokens)", "%g", m.ResponseLengthP50)
+	t.row("response length p95 (tokens)", "%g", m.ResponseLengthP95)
+	t.row("finished by length budget", "%.4f", m.LengthFinishShare)
+	t.row("collaborator calls", "%d", m.CollaboratorCalls)
+	t.row("latency p50 (ms)", "%.1f", m.LatencyMsP50)
+	t.row("latency p95 (ms)", "%.1f", m.LatencyMsP95)
+	t.row("error rate", "%.4f", m.ErrorRate)
+	t.row("status ok / error / timeout / limit / other", "%s", fmt.Sprintf("%d / %d / %d / %d / %d", m.Status.OK, m.Status.Error, m.Status.Timeout, m.Status.Limit, m.Status.Other))
+	t.row("knowledge answers", "%d", m.KnowledgeAnswers)
+	t.row("noisy document share", "%.4f", m.NoisyDocShare)
+	if m.Mismatch != nil {
+		t.mismatch(m.Mismatch)
 	}
-	b.WriteString(heldoutMarkdown(rep.Heldout))
-	if len(rep.Skipped) > 0 {
-		b.WriteString("\n## Skipped step directories\n\n| step | directory | reason |\n|---:|---|---|\n")
-		for _, sk := range rep.Skipped {
-			fmt.Fprintf(&b, "| %d | %s | %s |\n", sk.Step, sk.Dir, sk.Reason)
-		}
+	if m.Learner != nil {
+		t.learner(m.Learner)
 	}
-	return b.String()
+}
+
+// mismatch writes a step's train-inference mismatch rows.
+func (t metricRows) mismatch(mm *Mismatch) {
+	t.row("policy tokens compared with the sampler", "%d", mm.Tokens)
+	t.row("train-inference |delta log p| mean", "%.3g", mm.AbsMean)
+	t.row("train-inference |delta log p| max", "%.3g", mm.AbsMax)
+	t.row("train-inference KL (k1 / k3)", "%s", fmt.Sprintf("%.3g / %.3g", mm.KL, mm.KLK3))
+	if mm.Corrected {
+		t.row("rollout IS weight mean", "%.4f", mm.ISWeightMean)
+		t.row("rollout IS above cap / below 1/cap / masked", "%s", fmt.Sprintf("%.4f / %.4f / %.4f", mm.ISFracHigh, mm.ISFracLow, mm.ISMaskedFrac))
+	}
+}
+
+// learner writes a step's learner rows, its metrics in name order.
+func (t metricRows) learner(l *LearnerMetrics) {
+	t.row("learner loss", "%.6g", l.Loss)
+	t.row("learner gradient norm", "%.6g", l.GradNorm)
+	t.row("learning rate", "%.6g", l.LR)
+	t.row("learner tokens", "%d", l.Tokens)
+	keys := make([]string, 0, len(l.Metrics))
+	for k := range l.Metrics {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.row("learner "+k, "%.6g", l.Metrics[k])
+	}
+}
+
+// writeUnreadable writes the table of shards that could not be read.
+func writeUnreadable(b *bytes.Buffer, unreadable []UnreadableShard) {
+	if len(unreadable) == 0 {
+		return
+	}
+	b.WriteString("\n## Unreadable shards\n\n| step | shard | reason |\n|---:|---|---|\n")
+	for _, u := range unreadable {
+		fmt.Fprintf(b, "| %d | %s | %s |\n", u.Step, u.Shard, strings.ReplaceAll(u.Reason, "|", "\\|"))
+	}
+}
+
+// writeSkipped writes the table of step directories not analysed.
+func writeSkipped(b *bytes.Buffer, skipped []Skipped) {
+	if len(skipped) == 0 {
+		return
+	}
+	b.WriteString("\n## Skipped step directories\n\n| step | directory | reason |\n|---:|---|---|\n")
+	for _, sk := range skipped {
+		fmt.Fprintf(b, "| %d | %s | %s |\n", sk.Step, sk.Dir, sk.Reason)
+	}
 }
 
 // mismatchTable writes the train-inference mismatch of the steps that have

@@ -158,7 +158,50 @@ func (r *response) add(ids []int32, src int8, lps []float32) {
 // Run samples one trajectory. The error is non-nil only when ctx ends;
 // every other failure is recorded in the outcome.
 func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
-	tr := schemas.Trajectory{
+	t := &trajectoryRun{task: task, session: task.Session(), tr: p.newTrajectory(task), budget: p.responseBudget(task)}
+	defer p.client.Release(context.WithoutCancel(ctx), t.session)
+
+	finish := ""
+	if t.budget < 1 {
+		finish = schemas.FinishError
+		t.out.Err = fmt.Errorf("prompt %s has %d tokens, which leaves no room in the policy's context of %d", task.PromptID, len(task.Prompt), p.info.MaxContext)
+	}
+	for turn := 0; finish == ""; turn++ {
+		var err error
+		if finish, err = p.turn(ctx, t, turn); err != nil {
+			return Outcome{}, err
+		}
+	}
+	if err := p.complete(ctx, t, finish); err != nil {
+		return Outcome{}, err
+	}
+	t.out.Trajectory = t.tr
+	return t.out, nil
+}
+
+// trajectoryRun is one trajectory in progress.
+type trajectoryRun struct {
+	task    Task
+	session string
+	tr      schemas.Trajectory
+	resp    response
+	out     Outcome
+	// budget bounds the response tokens: the configuration's limit, or the
+	// room the prompt leaves in the policy's context if that is less.
+	budget int
+	// segStart is the first response token the policy wrote since the last
+	// insertion.
+	segStart int
+	// sofar is the response's text before segStart (the policy's segments
+	// and the inserted answers), for the agents' interaction context.
+	sofar strings.Builder
+	// versionSet reports whether a policy call has set tr.PolicyVersion.
+	versionSet bool
+}
+
+// newTrajectory is the record of task before its first policy call.
+func (p *Protocol) newTrajectory(task Task) schemas.Trajectory {
+	return schemas.Trajectory{
 		SchemaVersion: schemas.SchemaVersion,
 		Run:           task.Run,
 		Step:          task.Step,
@@ -168,133 +211,139 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 		DataSource:    task.DataSource,
 		PromptIDs:     append([]int32(nil), task.Prompt...),
 	}
-	out := Outcome{}
-	session := task.Session()
-	defer p.client.Release(context.WithoutCancel(ctx), session)
+}
 
+// responseBudget is how many response tokens task may have: the
+// configuration's limit, or the room its prompt leaves in the policy's
+// context if that is less. It is below 1 when the prompt fills the context.
+func (p *Protocol) responseBudget(task Task) int {
 	budget := p.cfg.MaxResponseTokens
 	if p.info.MaxContext > 0 {
 		budget = min(budget, p.info.MaxContext-len(task.Prompt))
 	}
-	var resp response
-	finish := ""
-	if budget < 1 {
-		finish = schemas.FinishError
-		out.Err = fmt.Errorf("prompt %s has %d tokens, which leaves no room in the policy's context of %d", task.PromptID, len(task.Prompt), p.info.MaxContext)
+	return budget
+}
+
+// turn makes one policy call (turn counts them from 0) and acts on how it
+// ended. It returns the trajectory's finish reason, "" while it goes on;
+// the error is non-nil only when ctx ends or an agent fails.
+func (p *Protocol) turn(ctx context.Context, t *trajectoryRun, turn int) (string, error) {
+	remaining := t.budget - len(t.resp.ids)
+	if remaining <= 0 {
+		return sampling.FinishLength, nil
 	}
-	segStart := 0 // first response token the policy wrote since the last insertion
-	// sofar is the response's text before segStart (the policy's segments
-	// and the inserted answers), for the agents' interaction context.
-	var sofar strings.Builder
-	versionSet := false
-	for turn := 0; finish == ""; turn++ {
-		remaining := budget - len(resp.ids)
-		if remaining <= 0 {
-			finish = sampling.FinishLength
-			break
+	prefix := make([]int32, 0, len(t.task.Prompt)+len(t.resp.ids))
+	prefix = append(append(prefix, t.task.Prompt...), t.resp.ids...)
+	params := p.cfg.Params
+	params.MaxTokens = remaining
+	params.Seed = PolicySeed(t.task.RunSeed, t.task.Step, t.task.PromptID, t.task.Sample, turn)
+	params.StopTokenIDs, params.StopStrings = p.stopIDs, p.stopStrings
+	res, retries, err := p.generate(ctx, policy.Request{Prefix: prefix, Session: t.session, Params: params})
+	t.out.PolicyRetries += retries
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
 		}
-		prefix := make([]int32, 0, len(task.Prompt)+len(resp.ids))
-		prefix = append(append(prefix, task.Prompt...), resp.ids...)
-		params := p.cfg.Params
-		params.MaxTokens = remaining
-		params.Seed = PolicySeed(task.RunSeed, task.Step, task.PromptID, task.Sample, turn)
-		params.StopTokenIDs, params.StopStrings = p.stopIDs, p.stopStrings
-		req := policy.Request{Prefix: prefix, Session: session, Params: params}
-		res, retries, err := p.generate(ctx, req)
-		out.PolicyRetries += retries
-		if err != nil {
-			if ctx.Err() != nil {
-				return Outcome{}, ctx.Err()
-			}
-			out.Err = err
-			finish = schemas.FinishError
-			break
-		}
-		out.PolicyCalls++
-		// A trajectory sampled by several versions (weights swapped, or a
-		// server restarted, between its calls) records the oldest: the
-		// learner's staleness check then sees its worst lag.
-		if !versionSet || res.PolicyVersion < tr.PolicyVersion {
-			tr.PolicyVersion, versionSet = res.PolicyVersion, true
-		}
-		resp.add(res.Tokens, schemas.SourcePolicy, res.LogProbs)
-		switch res.FinishReason {
-		case sampling.FinishEOS:
-			finish = sampling.FinishEOS
-		case sampling.FinishLength:
-			finish = sampling.FinishLength
-		case sampling.FinishStop:
-			seg, err := p.client.Detokenize(ctx, resp.ids[segStart:])
-			if err != nil {
-				if ctx.Err() != nil {
-					return Outcome{}, ctx.Err()
-				}
-				out.Err = fmt.Errorf("detokenize: %w", err)
-				finish = schemas.FinishError
-				break
-			}
-			tag, query, ok := p.parseCall(seg)
-			if !ok {
-				finish = sampling.FinishStop // one of Config.StopStrings
-				break
-			}
-			if p.cfg.Unanswered {
-				// Nobody answers: the policy writes on, its result too.
-				sofar.WriteString(seg)
-				segStart = len(resp.ids)
-				continue
-			}
-			// The interaction context: everything before this call's
-			// opening tag.
-			before := seg
-			if i := strings.LastIndex(seg, tag.Open); i >= 0 {
-				before = seg[:i]
-			}
-			calls := len(tr.InteractionAgent)
-			inserted, err := p.interact(ctx, task, &tr, &resp, budget, tag, query, sofar.String()+before)
-			if err != nil {
-				return Outcome{}, err
-			}
-			sofar.WriteString(seg)
-			if len(tr.InteractionAgent) > calls {
-				if p.cfg.OpenerBy == OpenerSystem {
-					sofar.WriteString(ResultOpen)
-				}
-				sofar.WriteString(tr.InteractionResult[calls])
-				sofar.WriteString(ResultClose)
-			}
-			segStart = len(resp.ids)
-			if !inserted || len(resp.ids) >= budget {
-				finish = sampling.FinishLength
-			}
-		default:
-			out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s or %s)", res.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength)
-			finish = schemas.FinishError
-		}
+		t.out.Err = err
+		return schemas.FinishError, nil
 	}
-	tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = resp.ids, resp.src, resp.lp
+	t.out.PolicyCalls++
+	// A trajectory sampled by several versions (weights swapped, or a
+	// server restarted, between its calls) records the oldest: the
+	// learner's staleness check then sees its worst lag.
+	if !t.versionSet || res.PolicyVersion < t.tr.PolicyVersion {
+		t.tr.PolicyVersion, t.versionSet = res.PolicyVersion, true
+	}
+	t.resp.add(res.Tokens, schemas.SourcePolicy, res.LogProbs)
+	switch res.FinishReason {
+	case sampling.FinishEOS:
+		return sampling.FinishEOS, nil
+	case sampling.FinishLength:
+		return sampling.FinishLength, nil
+	case sampling.FinishStop:
+		return p.answerStop(ctx, t)
+	default:
+		t.out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s or %s)", res.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength)
+		return schemas.FinishError, nil
+	}
+}
+
+// answerStop acts on a policy call that ended on a stop string: a call of
+// the protocol is answered (under Config.Unanswered the policy writes on,
+// its result too), one of Config.StopStrings ends the trajectory. It
+// returns the finish reason, "" while the trajectory goes on.
+func (p *Protocol) answerStop(ctx context.Context, t *trajectoryRun) (string, error) {
+	seg, err := p.client.Detokenize(ctx, t.resp.ids[t.segStart:])
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		t.out.Err = fmt.Errorf("detokenize: %w", err)
+		return schemas.FinishError, nil
+	}
+	tag, query, ok := p.parseCall(seg)
+	if !ok {
+		return sampling.FinishStop, nil // one of Config.StopStrings
+	}
+	if p.cfg.Unanswered {
+		// Nobody answers: the policy writes on, its result too.
+		t.sofar.WriteString(seg)
+		t.segStart = len(t.resp.ids)
+		return "", nil
+	}
+	// The interaction context: everything before this call's opening tag.
+	before := seg
+	if i := strings.LastIndex(seg, tag.Open); i >= 0 {
+		before = seg[:i]
+	}
+	calls := len(t.tr.InteractionAgent)
+	inserted, err := p.interact(ctx, t.task, &t.tr, &t.resp, t.budget, tag, query, t.sofar.String()+before)
+	if err != nil {
+		return "", err
+	}
+	t.sofar.WriteString(seg)
+	if len(t.tr.InteractionAgent) > calls {
+		if p.cfg.OpenerBy == OpenerSystem {
+			t.sofar.WriteString(ResultOpen)
+		}
+		t.sofar.WriteString(t.tr.InteractionResult[calls])
+		t.sofar.WriteString(ResultClose)
+	}
+	t.segStart = len(t.resp.ids)
+	if !inserted || len(t.resp.ids) >= t.budget {
+		return sampling.FinishLength, nil
+	}
+	return "", nil
+}
+
+// complete fills the trajectory's response columns and finish reason, and
+// decodes its response text; a failed decoding makes the finish reason
+// "error". The error is non-nil only when ctx ends.
+func (p *Protocol) complete(ctx context.Context, t *trajectoryRun, finish string) error {
+	tr := &t.tr
+	tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = t.resp.ids, t.resp.src, t.resp.lp
 	if tr.ResponseIDs == nil {
 		tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = []int32{}, []int8{}, []float32{}
 	}
 	tr.FinishReason = finish
-	if len(resp.ids) > 0 {
-		text, err := p.client.Detokenize(ctx, resp.ids)
-		if err != nil {
-			if ctx.Err() != nil {
-				return Outcome{}, ctx.Err()
-			}
-			if out.Err == nil {
-				out.Err = fmt.Errorf("detokenize response: %w", err)
-			}
-			tr.FinishReason = schemas.FinishError
-		}
-		// A response may stop inside a multi-byte character (byte-level
-		// vocabularies): the text column holds valid UTF-8, as Parquet's
-		// STRING type requires; the token ids keep the exact bytes.
-		tr.ResponseText = strings.ToValidUTF8(text, "\uFFFD")
+	if len(t.resp.ids) == 0 {
+		return nil
 	}
-	out.Trajectory = tr
-	return out, nil
+	text, err := p.client.Detokenize(ctx, t.resp.ids)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if t.out.Err == nil {
+			t.out.Err = fmt.Errorf("detokenize response: %w", err)
+		}
+		tr.FinishReason = schemas.FinishError
+	}
+	// A response may stop inside a multi-byte character (byte-level
+	// vocabularies): the text column holds valid UTF-8, as Parquet's
+	// STRING type requires; the token ids keep the exact bytes.
+	tr.ResponseText = strings.ToValidUTF8(text, "\uFFFD")
+	return nil
 }
 
 // generate calls the policy with retries and checks the result's shape.

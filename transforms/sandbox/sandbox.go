@@ -265,6 +265,8 @@ func (s *Sandbox) Run(ctx context.Context, program string) Result {
 	return s.run(ctx, program, slot)
 }
 
+// run runs program in a fresh working directory as slot's process, within
+// the limits, and reports how it ended.
 func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 	lim := s.cfg.Limits
 	dir, err := os.MkdirTemp(s.root, "aipo-sandbox-*")
@@ -276,8 +278,36 @@ func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 	if err := os.WriteFile(prog, []byte(program), 0o644); err != nil {
 		return Result{Status: StatusError, Err: fmt.Sprintf("write program: %v", err)}
 	}
+	attr, nproc, err := s.isolation(dir, prog, slot)
+	if err != nil {
+		return Result{Status: StatusError, Err: err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	defer cancel()
+	cmd := s.command(dir, prog, attr, nproc)
+	stdout := &capBuffer{max: lim.OutputBytes}
+	stderr := &capBuffer{max: lim.OutputBytes}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return Result{Status: StatusError, Err: fmt.Sprintf("start %s: %v", s.python, err)}
+	}
+	werr, timedOut := waitOrKill(ctx, cmd)
+	r := Result{Duration: time.Since(start), Stdout: stdout.String(), Stderr: stderr.String()}
+	setStatus(&r, cmd, werr, lim.CPUTime)
+	if timedOut && ctx.Err() != nil {
+		r.Status = StatusTimeout
+	}
+	return r
+}
+
+// isolation is how slot's process is set apart (namespaces, and its own
+// uid where the sandbox can switch uids, which then owns dir and prog) and
+// the process limit it runs under: its own processes plus, where its uid is
+// shared, those the uid already has (0: no limit).
+func (s *Sandbox) isolation(dir, prog string, slot int) (*syscall.SysProcAttr, int, error) {
 	uid := s.cfg.UIDBase + slot
-	nproc := 1 + lim.Processes
+	nproc := 1 + s.cfg.Limits.Processes
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	iso := s.iso
 	if iso.NetNamespace {
@@ -291,7 +321,7 @@ func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
 		for _, p := range []string{dir, prog} {
 			if err := os.Chown(p, uid, uid); err != nil {
-				return Result{Status: StatusError, Err: fmt.Sprintf("hand the working directory to uid %d: %v", uid, err)}
+				return nil, 0, fmt.Errorf("hand the working directory to uid %d: %v", uid, err)
 			}
 		}
 	case iso.UserNamespace:
@@ -307,16 +337,21 @@ func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 			nproc += userProcesses(os.Getuid())
 		}
 	}
+	return attr, nproc, nil
+}
+
+// command is the interpreter running the bootstrap, which sets the limits
+// (nproc processes) and runs prog in dir with a minimal environment.
+func (s *Sandbox) command(dir, prog string, attr *syscall.SysProcAttr, nproc int) *exec.Cmd {
+	lim := s.cfg.Limits
 	args, _ := json.Marshal(limitsArg{
 		CPU:      int64((lim.CPUTime + time.Second - 1) / time.Second),
 		AS:       lim.MemoryBytes,
 		FSize:    lim.FileBytes,
 		NoFile:   lim.OpenFiles,
 		NProc:    nproc,
-		BlockNet: !iso.NetNamespace,
+		BlockNet: !s.iso.NetNamespace,
 	})
-	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
-	defer cancel()
 	flags := []string{"-I", "-B"}
 	if !s.cfg.SitePackages {
 		flags = append(flags, "-S")
@@ -326,31 +361,36 @@ func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir, "LANG=C.UTF-8",
 		"PYTHONHASHSEED=0", "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=utf-8"}
 	cmd.SysProcAttr = attr
-	stdout := &capBuffer{max: lim.OutputBytes}
-	stderr := &capBuffer{max: lim.OutputBytes}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = time.Second
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return Result{Status: StatusError, Err: fmt.Sprintf("start %s: %v", s.python, err)}
-	}
+	return cmd
+}
+
+// waitOrKill waits for the started cmd, killing its process group when ctx
+// ends first (timedOut), and kills what the program left in its group once
+// it has ended.
+func waitOrKill(ctx context.Context, cmd *exec.Cmd) (werr error, timedOut bool) {
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
-	var timedOut atomic.Bool
+	var killed atomic.Bool
 	go func() {
 		select {
 		case <-ctx.Done():
-			timedOut.Store(true)
+			killed.Store(true)
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		case <-done:
 		}
 	}()
-	werr := cmd.Wait()
+	werr = cmd.Wait()
 	close(done)
 	// Processes the program left in its group (without a PID namespace
 	// they outlive it) go too.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	r := Result{Duration: time.Since(start), Stdout: stdout.String(), Stderr: stderr.String()}
+	return werr, killed.Load()
+}
+
+// setStatus sets r's status, exit code and signal from how cmd ended (werr,
+// Wait's error); a process killed near cpuTime ran out of CPU time.
+func setStatus(r *Result, cmd *exec.Cmd, werr error, cpuTime time.Duration) {
 	var ee *exec.ExitError
 	switch {
 	case werr == nil:
@@ -364,7 +404,7 @@ func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 			// At the CPU limit the kernel sends SIGXCPU, or SIGKILL to a
 			// namespace's init, which ignores SIGXCPU.
 			used := ee.UserTime() + ee.SystemTime()
-			if ws.Signal() == syscall.SIGXCPU || (ws.Signal() == syscall.SIGKILL && used >= lim.CPUTime*9/10) {
+			if ws.Signal() == syscall.SIGXCPU || (ws.Signal() == syscall.SIGKILL && used >= cpuTime*9/10) {
 				r.Status = StatusTimeout
 			}
 		}
@@ -376,10 +416,6 @@ func (s *Sandbox) run(ctx context.Context, program string, slot int) Result {
 	default:
 		r.Status, r.Err = StatusError, werr.Error()
 	}
-	if timedOut.Load() && ctx.Err() != nil {
-		r.Status = StatusTimeout
-	}
-	return r
 }
 
 // userProcesses counts the processes owned by uid (for RLIMIT_NPROC, which

@@ -49,6 +49,10 @@ const (
 // parseAnswer parses a normalised answer.
 func parseAnswer(s string) answer { return parseAt(s, 0) }
 
+// parseAt parses s, nested depth levels inside an answer: it tries each
+// shape in turn, from the outermost structure (matrix, union, set, tuple,
+// list, \pm values, relation) to a single expression, and keeps the text
+// when none fits.
 func parseAt(s string, depth int) answer {
 	s = strings.TrimSpace(s)
 	text := answer{kind: kText, raw: s}
@@ -59,47 +63,13 @@ func parseAt(s string, depth int) answer {
 		return parseMatrix(s, m[2], depth)
 	}
 	if parts := splitTop(s, `\cup`); len(parts) > 1 {
-		if len(parts) > maxItems {
-			return text
-		}
-		u := answer{kind: kUnion, raw: s}
-		for _, p := range parts {
-			a := parseAt(p, depth+1)
-			if a.kind != kTuple && a.kind != kScalar {
-				return text
-			}
-			u.items = append(u.items, a)
-		}
-		return u
+		return parseUnion(s, parts, depth)
 	}
 	if strings.HasPrefix(s, `\{`) && strings.HasSuffix(s, `\}`) && matchGroup(s, 0) == len(s)-1 {
-		set := answer{kind: kSet, raw: s}
-		parts := splitTop(s[2:len(s)-2], ",")
-		if len(parts) > maxItems {
-			return text
-		}
-		for _, p := range parts {
-			set.items = appendFlat(set.items, parseAt(p, depth+1))
-		}
-		return set
+		return parseSet(s, depth)
 	}
 	if (s[0] == '(' || s[0] == '[') && (s[len(s)-1] == ')' || s[len(s)-1] == ']') && matchGroup(s, 0) == len(s)-1 {
-		inner := s[1 : len(s)-1]
-		parts := splitTop(inner, ",")
-		if len(parts) == 1 {
-			if s[0] == '(' && s[len(s)-1] == ')' {
-				return parseAt(inner, depth+1)
-			}
-			return text
-		}
-		if len(parts) > maxItems {
-			return text
-		}
-		t := answer{kind: kTuple, raw: s, open: s[0], close: s[len(s)-1]}
-		for _, p := range parts {
-			t.items = append(t.items, parseAt(p, depth+1))
-		}
-		return t
+		return parseBracketed(s, depth)
 	}
 	if reThousands.MatchString(s) {
 		return parseAt(strings.ReplaceAll(s, ",", ""), depth+1)
@@ -108,33 +78,120 @@ func parseAt(s string, depth int) answer {
 		s = reOrAnd.ReplaceAllString(s, ",")
 	}
 	if parts := splitTop(s, ","); len(parts) > 1 {
-		if len(parts) > maxItems {
-			return text
-		}
-		l := answer{kind: kList, raw: s}
-		for _, p := range parts {
-			if strings.TrimSpace(p) == "" {
-				continue // "2, 3, and 4" and a trailing comma leave empty parts
-			}
-			l.items = appendFlat(l.items, parseAt(p, depth+1))
-		}
-		if len(l.items) == 1 {
-			return l.items[0]
-		}
-		return l
+		return parseList(s, parts, depth, text)
 	}
 	if strings.Count(s, `\pm`)+strings.Count(s, `\mp`) > maxPlusMinus {
 		return text
 	}
+	if l, ok := expandPlusMinus(s, depth); ok {
+		return l
+	}
+	if a, ok := parseRelation(s, depth, text); ok {
+		return a
+	}
+	if reRelation.MatchString(s) || strings.Contains(s, "=") {
+		return text
+	}
+	if n, err := parseExpr(s); err == nil {
+		return answer{kind: kScalar, raw: s, expr: n}
+	}
+	return text
+}
+
+// parseUnion parses the parts of s split at top-level \cup: a union of
+// intervals (or single values), or text when a part is anything else.
+func parseUnion(s string, parts []string, depth int) answer {
+	text := answer{kind: kText, raw: s}
+	if len(parts) > maxItems {
+		return text
+	}
+	u := answer{kind: kUnion, raw: s}
+	for _, p := range parts {
+		a := parseAt(p, depth+1)
+		if a.kind != kTuple && a.kind != kScalar {
+			return text
+		}
+		u.items = append(u.items, a)
+	}
+	return u
+}
+
+// parseSet parses s, a set \{...\}.
+func parseSet(s string, depth int) answer {
+	set := answer{kind: kSet, raw: s}
+	parts := splitTop(s[2:len(s)-2], ",")
+	if len(parts) > maxItems {
+		return answer{kind: kText, raw: s}
+	}
+	for _, p := range parts {
+		set.items = appendFlat(set.items, parseAt(p, depth+1))
+	}
+	return set
+}
+
+// parseBracketed parses s, wrapped whole in brackets: a tuple or interval
+// when it holds a top-level comma, else what is inside parentheses (a
+// single value in square brackets stays text).
+func parseBracketed(s string, depth int) answer {
+	inner := s[1 : len(s)-1]
+	parts := splitTop(inner, ",")
+	if len(parts) == 1 {
+		if s[0] == '(' && s[len(s)-1] == ')' {
+			return parseAt(inner, depth+1)
+		}
+		return answer{kind: kText, raw: s}
+	}
+	if len(parts) > maxItems {
+		return answer{kind: kText, raw: s}
+	}
+	t := answer{kind: kTuple, raw: s, open: s[0], close: s[len(s)-1]}
+	for _, p := range parts {
+		t.items = append(t.items, parseAt(p, depth+1))
+	}
+	return t
+}
+
+// parseList parses the parts of s split at top-level commas: a bare list,
+// or its one value when the others are empty. text is the answer's
+// fallback (s may have had "or" and "and" replaced by commas).
+func parseList(s string, parts []string, depth int, text answer) answer {
+	if len(parts) > maxItems {
+		return text
+	}
+	l := answer{kind: kList, raw: s}
+	for _, p := range parts {
+		if strings.TrimSpace(p) == "" {
+			continue // "2, 3, and 4" and a trailing comma leave empty parts
+		}
+		l.items = appendFlat(l.items, parseAt(p, depth+1))
+	}
+	if len(l.items) == 1 {
+		return l.items[0]
+	}
+	return l
+}
+
+// expandPlusMinus parses s as the list of both values of its first \pm
+// (without one, its first \mp); the other signs expand as the values are
+// parsed. It reports false when s holds neither.
+func expandPlusMinus(s string, depth int) (answer, bool) {
 	for _, pm := range []string{`\pm`, `\mp`} {
 		if i := indexCommand(s, pm); i >= 0 {
 			rest := s[i+len(pm):]
 			l := answer{kind: kList, raw: s}
 			l.items = appendFlat(l.items, parseAt(s[:i]+"+"+rest, depth+1))
 			l.items = appendFlat(l.items, parseAt(s[:i]+"-"+rest, depth+1))
-			return l
+			return l, true
 		}
 	}
+	return answer{}, false
+}
+
+// parseRelation parses s split once at a top-level "=" or \in: "x = 5"
+// and "x \in [0, 1]" are the right-hand side (a scalar remembers its
+// variable), any other equation is both sides. It reports false when s
+// holds no such relation; text is the answer's fallback.
+func parseRelation(s string, depth int, text answer) (answer, bool) {
 	for _, rel := range []string{"=", `\in`} {
 		parts := splitTop(s, rel)
 		if len(parts) != 2 {
@@ -146,25 +203,19 @@ func parseAt(s string, depth int) answer {
 			if a.kind == kScalar {
 				a.lhsVar = lhs
 			}
-			return a
+			return a, true
 		}
 		if rel == `\in` {
-			return text
+			return text, true
 		}
 		l, errL := parseExpr(lhs)
 		r, errR := parseExpr(rhs)
 		if errL != nil || errR != nil {
-			return text
+			return text, true
 		}
-		return answer{kind: kEquation, raw: s, lhs: l, rhs: r}
+		return answer{kind: kEquation, raw: s, lhs: l, rhs: r}, true
 	}
-	if reRelation.MatchString(s) || strings.Contains(s, "=") {
-		return text
-	}
-	if n, err := parseExpr(s); err == nil {
-		return answer{kind: kScalar, raw: s, expr: n}
-	}
-	return text
+	return answer{}, false
 }
 
 // appendFlat appends a, spreading the values of a \pm list into items.

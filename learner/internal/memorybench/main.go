@@ -132,33 +132,96 @@ type measurement struct {
 	skipped string  // why it was not run
 }
 
+// build is one aipo binary measured, with the checkpoint it starts from.
+type build struct {
+	label, bin string
+	after      bool
+	bf16       bool // checkpoint 0 holds bfloat16 values, as a run seeded from a Hugging Face release
+}
+
+// point is a size's short-step peak against its parameter count.
+type point struct {
+	P     int64
+	short int64
+}
+
+// result is the working tree's long step with activation checkpointing on,
+// for the last table.
+type result struct {
+	size, init           string
+	bpp, zero, act, time float64
+	plan, measured       int64
+}
+
+// run measures the picked sizes with every build, prints the three tables
+// as it goes and writes them to out when set.
 func (b *bench) run(picked []size, beforeLabel, out string) error {
 	ctx := context.Background()
 	if err := os.MkdirAll(b.work, 0o755); err != nil {
 		return err
 	}
-	type build struct {
-		label, bin string
-		after      bool
-		bf16       bool // checkpoint 0 holds bfloat16 values, as a run seeded from a Hugging Face release
-	}
 	builds := []build{{beforeLabel, b.before, false, false}, {"after", b.after, true, false}, {bf16Label, b.after, true, true}}
 	if b.before == "" {
 		builds = builds[1:]
 	}
-	// The fixed cost of each build: the short step of a tiny model.
+	fixed, err := b.fixedCosts(ctx, builds)
+	if err != nil {
+		return err
+	}
+	b.printIntro(beforeLabel, fixed)
+	shorts := map[string][]point{}
+	var after []result
+	for _, s := range picked {
+		P := model.ParamCount(s.cfg)
+		dir, err := b.prepare(ctx, s)
+		if err != nil {
+			return err
+		}
+		for _, bd := range builds {
+			short, r, err := b.measure(s, dir, bd, fixed[bd.label])
+			if err != nil {
+				return err
+			}
+			if short.skipped == "" {
+				shorts[bd.label] = append(shorts[bd.label], point{P, short.peak})
+			}
+			if r.size != "" {
+				after = append(after, r)
+			}
+		}
+	}
+	b.printSlopes(picked, builds, fixed, shorts)
+	b.printCheckpointing(after)
+	if out != "" {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(out, []byte(b.report.String()), 0o644)
+	}
+	return nil
+}
+
+// fixedCosts is each build's fixed cost, keyed by its label: the peak of
+// the short step of the baseline model.
+func (b *bench) fixedCosts(ctx context.Context, builds []build) (map[string]int64, error) {
 	fixed := map[string]int64{}
 	base, err := b.prepare(ctx, baseline)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, bd := range builds {
 		m := b.learn(bd.bin, base, shortTokens, "", bd.after, bd.bf16)
 		if m.skipped != "" {
-			return fmt.Errorf("%s: fixed-cost step: %s", bd.label, m.skipped)
+			return nil, fmt.Errorf("%s: fixed-cost step: %s", bd.label, m.skipped)
 		}
 		fixed[bd.label] = m.peak
 	}
+	return fixed, nil
+}
+
+// printIntro prints the report's title, how it was measured and the head
+// of the first table.
+func (b *bench) printIntro(beforeLabel string, fixed map[string]int64) {
 	b.printf("# Learner step memory on the CPU: %s and after, side by side\n\n", beforeLabel)
 	b.printf("Produced by scripts/memory-bench.sh (learner/internal/memorybench) on %s; do not edit by hand.\n", time.Now().UTC().Format("2006-01-02"))
 	b.printf("One `aipo learn` step per row (a child process, its peak RSS from getrusage), the loss with a KL term so the\n")
@@ -174,71 +237,61 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	b.printf("Hugging Face release of Qwen2.5, Qwen3 or Llama 3 starts): the reference then holds its matrices in bfloat16.\n\n")
 	b.printf("| size | params | layers | hidden | build | checkpointing | short peak | long peak | host B/param (net) | host B/param at 0 tokens | act B/token/layer | 4 x hidden x 4 | long step s |\n")
 	b.printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	type point struct {
-		P     int64
-		short int64
+}
+
+// measure runs the short step and the long step (the working tree's with
+// activation checkpointing off, then on) of size s, prepared in dir, with
+// one build whose fixed cost is fixed, printing a row of the first table
+// per long step. It returns the short step and, for the working tree, the
+// checkpointing-on result (size "" when there is none).
+func (b *bench) measure(s size, dir string, bd build, fixed int64) (measurement, result, error) {
+	P := model.ParamCount(s.cfg)
+	modes := []string{""}
+	if bd.after {
+		modes = []string{"off", "on"}
 	}
-	shorts := map[string][]point{}
-	type result struct {
-		size, init           string
-		bpp, zero, act, time float64
-		plan, measured       int64
-	}
-	var after []result
-	for _, s := range picked {
-		P := model.ParamCount(s.cfg)
-		dir, err := b.prepare(ctx, s)
-		if err != nil {
-			return err
+	short := b.learn(bd.bin, dir, shortTokens, modes[0], bd.after, bd.bf16)
+	var r result
+	var seconds [2]float64
+	zero := math.NaN() // host B/param at 0 tokens, from the first mode's long step
+	for k, mode := range modes {
+		long := b.learn(bd.bin, dir, longTokens, mode, bd.after, bd.bf16)
+		label := mode
+		if mode == "" {
+			label = "(none)"
 		}
-		for _, bd := range builds {
-			modes := []string{""}
-			if bd.after {
-				modes = []string{"off", "on"}
+		if short.skipped != "" || long.skipped != "" {
+			b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | | | | | |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
+				s.cfg.HiddenSize, bd.label, label, short.show(), long.show())
+			continue
+		}
+		bpp := float64(short.peak-fixed) / float64(P)
+		act := float64(long.peak-short.peak) / float64((longTokens-shortTokens)*s.cfg.NumHiddenLayers)
+		if k == 0 {
+			perToken := float64(long.peak-short.peak) / float64(longTokens-shortTokens)
+			zero = (float64(short.peak-fixed) - perToken*shortTokens) / float64(P)
+		}
+		b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | %.1f | %.1f | %.0f | %d | %.1f |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
+			s.cfg.HiddenSize, bd.label, label, mib(short.peak), mib(long.peak), bpp, zero, act, 16*s.cfg.HiddenSize, long.seconds)
+		seconds[k] = long.seconds
+		if mode == "on" {
+			st, err := trainer.PlanStep(trainer.MemoryConfig{Model: s.cfg, MicroBatchTokens: longTokens, Checkpointing: "on", Reference: true, ReferenceBF16: bd.bf16})
+			if err != nil {
+				return short, result{}, err
 			}
-			short := b.learn(bd.bin, dir, shortTokens, modes[0], bd.after, bd.bf16)
-			if short.skipped == "" {
-				shorts[bd.label] = append(shorts[bd.label], point{P, short.peak})
-			}
-			var r result
-			var seconds [2]float64
-			zero := math.NaN() // host B/param at 0 tokens, from the first mode's long step
-			for k, mode := range modes {
-				long := b.learn(bd.bin, dir, longTokens, mode, bd.after, bd.bf16)
-				label := mode
-				if mode == "" {
-					label = "(none)"
-				}
-				if short.skipped != "" || long.skipped != "" {
-					b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | | | | | |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
-						s.cfg.HiddenSize, bd.label, label, short.show(), long.show())
-					continue
-				}
-				bpp := float64(short.peak-fixed[bd.label]) / float64(P)
-				act := float64(long.peak-short.peak) / float64((longTokens-shortTokens)*s.cfg.NumHiddenLayers)
-				if k == 0 {
-					perToken := float64(long.peak-short.peak) / float64(longTokens-shortTokens)
-					zero = (float64(short.peak-fixed[bd.label]) - perToken*shortTokens) / float64(P)
-				}
-				b.printf("| %s | %.1fM | %d | %d | %s | %s | %s | %s | %.1f | %.1f | %.0f | %d | %.1f |\n", s.name, float64(P)/1e6, s.cfg.NumHiddenLayers,
-					s.cfg.HiddenSize, bd.label, label, mib(short.peak), mib(long.peak), bpp, zero, act, 16*s.cfg.HiddenSize, long.seconds)
-				seconds[k] = long.seconds
-				if mode == "on" {
-					st, err := trainer.PlanStep(trainer.MemoryConfig{Model: s.cfg, MicroBatchTokens: longTokens, Checkpointing: "on", Reference: true, ReferenceBF16: bd.bf16})
-					if err != nil {
-						return err
-					}
-					r = result{size: s.name, init: bd.label, bpp: bpp, zero: zero, act: act, plan: st.Host.Total(), measured: long.peak - fixed[bd.label]}
-				}
-			}
-			if r.size != "" {
-				if seconds[0] > 0 {
-					r.time = seconds[1] / seconds[0]
-				}
-				after = append(after, r)
-			}
+			r = result{size: s.name, init: bd.label, bpp: bpp, zero: zero, act: act, plan: st.Host.Total(), measured: long.peak - fixed}
 		}
 	}
+	if r.size != "" && seconds[0] > 0 {
+		r.time = seconds[1] / seconds[0]
+	}
+	return short, r, nil
+}
+
+// printSlopes prints the second table: host bytes per parameter as the
+// slope of the short step's peak from each size to the next, the baseline
+// first.
+func (b *bench) printSlopes(picked []size, builds []build, fixed map[string]int64, shorts map[string][]point) {
 	b.printf("\nHost bytes per parameter as the slope of the short step's peak over the parameters, from each size to the next\n")
 	b.printf("(the fixed-cost model first): what a step holds for each parameter, the costs that do not grow with the model cancelled.\n\n")
 	b.printf("| from | to |")
@@ -250,13 +303,10 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 		b.printf("---|")
 	}
 	b.printf("\n")
-	names := append([]string{baseline.name}, func() []string {
-		var n []string
-		for _, s := range picked {
-			n = append(n, s.name)
-		}
-		return n
-	}()...)
+	names := []string{baseline.name}
+	for _, s := range picked {
+		names = append(names, s.name)
+	}
 	for i := 1; i < len(names); i++ {
 		b.printf("| %s | %s |", names[i-1], names[i])
 		for _, bd := range builds {
@@ -269,6 +319,12 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 		}
 		b.printf("\n")
 	}
+}
+
+// printCheckpointing prints the third table: the working tree's step with
+// activation checkpointing on, its time against the step without it and
+// the planner's prediction against the measured peak.
+func (b *bench) printCheckpointing(after []result) {
 	b.printf("\nAfter, with activation checkpointing on: the whole step's time against the step without it (load, scoring,\n")
 	b.printf("training pass, save; BenchmarkCheckpointing times the training pass alone), and the planner (trainer.PlanStep:\n")
 	b.printf("weights, gradients, AdamW moments, reference, one micro-batch's activations) against the long step's measured peak\n")
@@ -278,13 +334,6 @@ func (b *bench) run(picked []size, beforeLabel, out string) error {
 	for _, r := range after {
 		b.printf("| %s | %s | %.1f | %.1f | %.0f | %.2f | %s | %s | %.2f |\n", r.size, r.init, r.bpp, r.zero, r.act, r.time, mib(r.plan), mib(r.measured), float64(r.plan)/float64(r.measured))
 	}
-	if out != "" {
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(out, []byte(b.report.String()), 0o644)
-	}
-	return nil
 }
 
 func (m measurement) show() string {

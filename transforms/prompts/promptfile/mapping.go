@@ -136,68 +136,128 @@ func kindOf(v any) string {
 
 // row maps one decoded record at position index.
 func (m *mapper) row(obj map[string]any, index int64) (schemas.Prompt, *rowError) {
-	f := m.src.Fields
 	consumed := make(map[string]bool, 8)
-	var (
-		problem string
-		ok      bool
-		rerr    *rowError
-		history []any // a message list holding more than the problem
-	)
+	problem, history, rerr := m.problem(obj, consumed)
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	answer, rerr := m.answer(obj, consumed)
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	solution, _, rerr := first(obj, m.src.Fields.Solution, consumed, "solution")
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	if answer, solution, rerr = m.splitAnswer(answer, solution); rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	ds, rowDS, rerr := m.dataSource(obj, consumed)
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	id, rerr := m.id(obj, consumed, ds, index)
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	extra, rerr := m.extra(obj, consumed, history, ds, rowDS)
+	if rerr != nil {
+		return schemas.Prompt{}, rerr
+	}
+	m.seen[id] = true
+	return schemas.Prompt{
+		SchemaVersion: schemas.SchemaVersion,
+		ID:            id,
+		DataSource:    ds,
+		Problem:       problem,
+		Answer:        answer,
+		Solution:      solution,
+		Extra:         extra,
+	}, nil
+}
+
+// problem is the record's non-empty problem text, and under
+// FieldMap.Messages the message list when it holds more than the problem.
+func (m *mapper) problem(obj map[string]any, consumed map[string]bool) (problem string, history []any, rerr *rowError) {
+	f := m.src.Fields
+	var ok bool
 	if f.Messages {
 		problem, history, ok, rerr = firstMessages(obj, f.Problem, consumed)
 	} else {
 		problem, ok, rerr = first(obj, f.Problem, consumed, "problem")
 	}
 	if rerr != nil {
-		return schemas.Prompt{}, rerr
+		return "", nil, rerr
 	}
 	if !ok || strings.TrimSpace(problem) == "" {
-		return schemas.Prompt{}, &rowError{ReasonMissingProblem, fmt.Sprintf("no non-empty problem in fields %s", strings.Join(f.Problem, "|"))}
+		return "", nil, &rowError{ReasonMissingProblem, fmt.Sprintf("no non-empty problem in fields %s", strings.Join(f.Problem, "|"))}
 	}
+	return problem, history, nil
+}
+
+// answer is the record's answer field, trimmed and non-empty.
+func (m *mapper) answer(obj map[string]any, consumed map[string]bool) (string, *rowError) {
+	f := m.src.Fields
 	answer, ok, rerr := first(obj, f.Answer, consumed, "answer")
 	if rerr != nil {
-		return schemas.Prompt{}, rerr
+		return "", rerr
 	}
 	if !ok {
-		return schemas.Prompt{}, &rowError{ReasonMissingAnswer, fmt.Sprintf("no answer: fields %s are absent or null", strings.Join(f.Answer, "|"))}
+		return "", &rowError{ReasonMissingAnswer, fmt.Sprintf("no answer: fields %s are absent or null", strings.Join(f.Answer, "|"))}
 	}
 	answer = strings.TrimSpace(answer)
 	if answer == "" {
-		return schemas.Prompt{}, &rowError{ReasonMissingAnswer, "the answer is empty"}
+		return "", &rowError{ReasonMissingAnswer, "the answer is empty"}
 	}
-	solution, _, rerr := first(obj, f.Solution, consumed, "solution")
+	return answer, nil
+}
+
+// splitAnswer splits an answer field that holds a worked solution at the
+// last FieldMap.AnswerMarker: the final answer is what follows it, and the
+// text before it is the solution unless the record has one of its own.
+// Without a marker configured it returns answer and solution as they are.
+func (m *mapper) splitAnswer(answer, solution string) (string, string, *rowError) {
+	marker := m.src.Fields.AnswerMarker
+	if marker == "" {
+		return answer, solution, nil
+	}
+	i := strings.LastIndex(answer, marker)
+	if i < 0 {
+		return "", "", &rowError{ReasonMissingAnswer, fmt.Sprintf("answer has no %q marker before the final answer", marker)}
+	}
+	if solution == "" {
+		solution = strings.TrimSpace(answer[:i])
+	}
+	answer = strings.TrimSpace(answer[i+len(marker):])
+	if answer == "" {
+		return "", "", &rowError{ReasonMissingAnswer, fmt.Sprintf("nothing after the %q marker", marker)}
+	}
+	return answer, solution, nil
+}
+
+// id is the row's id, ds + "/" + the record's id field (or its position
+// index without one), unique within the file.
+func (m *mapper) id(obj map[string]any, consumed map[string]bool, ds string, index int64) (string, *rowError) {
+	rawID, ok, rerr := first(obj, m.src.Fields.ID, consumed, "id")
 	if rerr != nil {
-		return schemas.Prompt{}, rerr
-	}
-	if f.AnswerMarker != "" {
-		i := strings.LastIndex(answer, f.AnswerMarker)
-		if i < 0 {
-			return schemas.Prompt{}, &rowError{ReasonMissingAnswer, fmt.Sprintf("answer has no %q marker before the final answer", f.AnswerMarker)}
-		}
-		if solution == "" {
-			solution = strings.TrimSpace(answer[:i])
-		}
-		answer = strings.TrimSpace(answer[i+len(f.AnswerMarker):])
-		if answer == "" {
-			return schemas.Prompt{}, &rowError{ReasonMissingAnswer, fmt.Sprintf("nothing after the %q marker", f.AnswerMarker)}
-		}
-	}
-	ds, rowDS, rerr := m.dataSource(obj, consumed)
-	if rerr != nil {
-		return schemas.Prompt{}, rerr
-	}
-	rawID, ok, rerr := first(obj, f.ID, consumed, "id")
-	if rerr != nil {
-		return schemas.Prompt{}, rerr
+		return "", rerr
 	}
 	if !ok || rawID == "" {
 		rawID = strconv.FormatInt(index, 10)
 	}
 	id := ds + "/" + rawID
 	if m.seen[id] {
-		return schemas.Prompt{}, &rowError{ReasonDuplicateID, fmt.Sprintf("id %q already seen earlier in the file", id)}
+		return "", &rowError{ReasonDuplicateID, fmt.Sprintf("id %q already seen earlier in the file", id)}
 	}
+	return id, nil
+}
+
+// extra is the record's fields that no column consumed (FieldMap.Keep and
+// Drop adjust which), as a JSON object, "" when there are none. A message
+// history keeps its problem field's name; a row's own data_source that
+// differs from ds, the verifier name it matched, is kept as data_source.
+func (m *mapper) extra(obj map[string]any, consumed map[string]bool, history []any, ds, rowDS string) (string, *rowError) {
+	f := m.src.Fields
 	for _, k := range f.Keep {
 		delete(consumed, k)
 	}
@@ -228,26 +288,16 @@ func (m *mapper) row(obj map[string]any, index int64) (schemas.Prompt, *rowError
 	if rowDS != "" && rowDS != ds {
 		keepExtra("data_source", rowDS) // the row's own name, before matching it to a verifier
 	}
-	extraJSON := ""
-	if extra != nil {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(extra); err != nil {
-			return schemas.Prompt{}, &rowError{ReasonBadFieldType, fmt.Sprintf("extra fields cannot be written as JSON: %v", err)}
-		}
-		extraJSON = strings.TrimSuffix(buf.String(), "\n")
+	if extra == nil {
+		return "", nil
 	}
-	m.seen[id] = true
-	return schemas.Prompt{
-		SchemaVersion: schemas.SchemaVersion,
-		ID:            id,
-		DataSource:    ds,
-		Problem:       problem,
-		Answer:        answer,
-		Solution:      solution,
-		Extra:         extraJSON,
-	}, nil
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(extra); err != nil {
+		return "", &rowError{ReasonBadFieldType, fmt.Sprintf("extra fields cannot be written as JSON: %v", err)}
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
 
 // dataSource is the row's data_source: the Source's, or the row's own
