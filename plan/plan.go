@@ -496,95 +496,118 @@ const (
 // precision, the reference, the response length) and the rollout's (the
 // trajectories in flight).
 func fixes(cfg runconfig.Config, mc model.Config, o Options, base int64, host, dev Capacity) []Fix {
-	plan := func(c runconfig.Config) (Plan, bool) {
-		p, err := planFor(c, mc, o, base)
-		p.Host, p.Device = host, dev
-		return p, err == nil
-	}
-	p0, ok := plan(cfg)
+	fx := &fixer{mc: mc, o: o, base: base, host: host, dev: dev}
+	p0, ok := fx.plan(cfg)
 	if !ok {
 		return nil
 	}
-	var out []Fix
-	report := func(change string, c runconfig.Config, phases ...int) {
-		p, ok := plan(c)
-		if !ok {
-			return
-		}
-		f := Fix{Change: change, Fits: true, Phase: p.Phases[phases[0]].Name}
-		for _, i := range phases {
-			f.Host, f.Device = max(f.Host, p.Phases[i].Host()), max(f.Device, p.Phases[i].Device())
-			f.Fits = f.Fits && p.phaseFits(i)
-		}
-		out = append(out, f)
-	}
-	// The largest n in [lo, hi] for which set(c, n) makes the phases fit,
-	// 0 when lo does not.
-	largest := func(c0 runconfig.Config, lo, hi int, set func(*runconfig.Config, int), phases ...int) int {
-		fits := func(n int) bool {
-			c := c0
-			set(&c, n)
-			p, ok := plan(c)
-			for _, i := range phases {
-				ok = ok && p.phaseFits(i)
-			}
-			return ok
-		}
-		if hi < lo || !fits(lo) {
-			return 0
-		}
-		for lo < hi {
-			mid := lo + (hi-lo+1)/2
-			if fits(mid) {
-				lo = mid
-			} else {
-				hi = mid - 1
-			}
-		}
-		return lo
-	}
 	if !p0.phaseFits(phaseLearn) {
-		cheap := cfg
-		var names []string
-		one := func(change string, mut func(*runconfig.Config)) {
-			c := cfg
-			mut(&c)
-			report(change, c, phaseLearn)
-			mut(&cheap)
-			names = append(names, change)
-		}
-		if !p0.Checkpointing {
-			one("learner.activation_checkpointing: on", func(c *runconfig.Config) { c.Learner.ActivationCheckpointing = trainer.CheckpointingOn })
-		}
-		if p0.PassTokens > p0.SeqTokens {
-			n := p0.SeqTokens
-			one(fmt.Sprintf("learner.micro_batch_tokens: %d", n), func(c *runconfig.Config) { c.Learner.MicroBatchTokens = n })
-		}
-		if cfg.Learner.Precision == backend.BF16 {
-			one("learner.precision: fp32", func(c *runconfig.Config) { c.Learner.Precision = backend.FP32 })
-		}
-		if len(names) > 1 {
-			report(strings.Join(names, ", "), cheap, phaseLearn)
-		}
-		if cfg.Learner.Loss.KLCoef != 0 {
-			c := cheap
-			c.Learner.Loss.KLCoef = 0
-			report(strings.Join(append(slices.Clone(names), "learner.loss.kl_coef: 0"), ", "), c, phaseLearn)
-		}
-		if n := largest(cheap, 1, cfg.Policy.MaxResponseTokens-1, func(c *runconfig.Config, n int) { c.Policy.MaxResponseTokens = n }, phaseLearn); n > 0 {
-			c := cheap
-			c.Policy.MaxResponseTokens = n
-			report(strings.Join(append(slices.Clone(names), fmt.Sprintf("policy.max_response_tokens: %d", n)), ", "), c, phaseLearn)
-		}
+		fx.learnerFixes(cfg, p0)
 	}
 	if !p0.phaseFits(phaseRollout) || !p0.phaseFits(phaseLoad) {
-		if n := largest(cfg, 1, cfg.Rollout.MaxInFlight-1, func(c *runconfig.Config, n int) { c.Rollout.MaxInFlight = n }, phaseLoad, phaseRollout); n > 0 {
+		if n := fx.largest(cfg, 1, cfg.Rollout.MaxInFlight-1, func(c *runconfig.Config, n int) { c.Rollout.MaxInFlight = n }, phaseLoad, phaseRollout); n > 0 {
 			c := cfg
 			c.Rollout.MaxInFlight = n
-			report(fmt.Sprintf("rollout.max_in_flight: %d", n), c, phaseRollout, phaseLoad)
+			fx.report(fmt.Sprintf("rollout.max_in_flight: %d", n), c, phaseRollout, phaseLoad)
 		}
 	}
-	return out
+	return fx.out
+}
+
+// fixer plans changed configurations of one model on one machine and
+// collects the changes that make a phase fit.
+type fixer struct {
+	mc        model.Config
+	o         Options
+	base      int64
+	host, dev Capacity
+	out       []Fix
+}
+
+// plan is c's plan on the fixer's machine; false when c cannot be planned.
+func (fx *fixer) plan(c runconfig.Config) (Plan, bool) {
+	p, err := planFor(c, fx.mc, fx.o, fx.base)
+	p.Host, p.Device = fx.host, fx.dev
+	return p, err == nil
+}
+
+// report adds change, which turns the configuration into c, with the
+// peaks of the given phases and whether they all fit.
+func (fx *fixer) report(change string, c runconfig.Config, phases ...int) {
+	p, ok := fx.plan(c)
+	if !ok {
+		return
+	}
+	f := Fix{Change: change, Fits: true, Phase: p.Phases[phases[0]].Name}
+	for _, i := range phases {
+		f.Host, f.Device = max(f.Host, p.Phases[i].Host()), max(f.Device, p.Phases[i].Device())
+		f.Fits = f.Fits && p.phaseFits(i)
+	}
+	fx.out = append(fx.out, f)
+}
+
+// largest is the largest n in [lo, hi] for which set(c, n) makes the
+// phases fit, 0 when lo does not.
+func (fx *fixer) largest(c0 runconfig.Config, lo, hi int, set func(*runconfig.Config, int), phases ...int) int {
+	fits := func(n int) bool {
+		c := c0
+		set(&c, n)
+		p, ok := fx.plan(c)
+		for _, i := range phases {
+			ok = ok && p.phaseFits(i)
+		}
+		return ok
+	}
+	if hi < lo || !fits(lo) {
+		return 0
+	}
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// learnerFixes are the changes that shrink the learner step of cfg (plan
+// p0): each cheap one alone, then together, then with the KL term off,
+// then with the longest response budget that fits.
+func (fx *fixer) learnerFixes(cfg runconfig.Config, p0 Plan) {
+	cheap := cfg
+	var names []string
+	one := func(change string, mut func(*runconfig.Config)) {
+		c := cfg
+		mut(&c)
+		fx.report(change, c, phaseLearn)
+		mut(&cheap)
+		names = append(names, change)
+	}
+	if !p0.Checkpointing {
+		one("learner.activation_checkpointing: on", func(c *runconfig.Config) { c.Learner.ActivationCheckpointing = trainer.CheckpointingOn })
+	}
+	if p0.PassTokens > p0.SeqTokens {
+		n := p0.SeqTokens
+		one(fmt.Sprintf("learner.micro_batch_tokens: %d", n), func(c *runconfig.Config) { c.Learner.MicroBatchTokens = n })
+	}
+	if cfg.Learner.Precision == backend.BF16 {
+		one("learner.precision: fp32", func(c *runconfig.Config) { c.Learner.Precision = backend.FP32 })
+	}
+	if len(names) > 1 {
+		fx.report(strings.Join(names, ", "), cheap, phaseLearn)
+	}
+	if cfg.Learner.Loss.KLCoef != 0 {
+		c := cheap
+		c.Learner.Loss.KLCoef = 0
+		fx.report(strings.Join(append(slices.Clone(names), "learner.loss.kl_coef: 0"), ", "), c, phaseLearn)
+	}
+	if n := fx.largest(cheap, 1, cfg.Policy.MaxResponseTokens-1, func(c *runconfig.Config, n int) { c.Policy.MaxResponseTokens = n }, phaseLearn); n > 0 {
+		c := cheap
+		c.Policy.MaxResponseTokens = n
+		fx.report(strings.Join(append(slices.Clone(names), fmt.Sprintf("policy.max_response_tokens: %d", n)), ", "), c, phaseLearn)
+	}
 }
 
 // String is the plan as aipo plan prints it.
