@@ -26,7 +26,7 @@ func fieldError(field, format string, args ...any) error {
 // Validate reports the first invalid field, naming it ("rollout.group_size:
 // ...") and what to write instead. Call Fill first.
 func (c Config) Validate() error {
-	for _, check := range []func() error{c.validateRun, c.validateData, c.validatePolicy, c.validateRollout, c.validateRest} {
+	for _, check := range []func() error{c.validateRun, c.validateData, c.validatePolicy, c.validateRollout, c.validateScoring, c.validateLearner, c.validateEval, c.validateCheckpoint} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -206,7 +206,9 @@ func (c Config) validateRollout() error {
 	return nil
 }
 
-func (c Config) validateRest() error {
+// validateScoring checks what scores a trajectory: the collaborators,
+// the reward's verifier and the advantage estimator.
+func (c Config) validateScoring() error {
 	if len(c.Collaborators.Roles()) > 0 {
 		if err := c.Collaborators.Validate(); err != nil {
 			return fieldError("collaborators", "%v", err)
@@ -224,6 +226,13 @@ func (c Config) validateRest() error {
 	if err := c.Advantage.Validate(); err != nil {
 		return fieldError("advantage", "%v", err)
 	}
+	return nil
+}
+
+// validateLearner checks the learner's section: the loss, the optimiser,
+// the batch, the backend and its precision, the objective and activation
+// checkpointing.
+func (c Config) validateLearner() error {
 	if err := validateRolloutCorrection(c.Learner.Loss.RolloutCorrection); err != nil {
 		return err
 	}
@@ -261,6 +270,13 @@ func (c Config) validateRest() error {
 		return fieldError("learner.activation_checkpointing", "%q is unknown: use %s, %s or %s", l.ActivationCheckpointing,
 			trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff)
 	}
+	return nil
+}
+
+// validateEval checks the evaluations the run makes: the demo task's
+// splits and the held-out benchmarks.
+func (c Config) validateEval() error {
+	def := c.Data.Sources.Defaults()
 	e := c.Eval
 	switch {
 	case e.Every < 0:
@@ -296,7 +312,7 @@ func (c Config) validateRest() error {
 		}
 		seen[b.Key()] = true
 	}
-	return c.validateCheckpoint()
+	return nil
 }
 
 func (c Config) validateCheckpoint() error {
