@@ -191,7 +191,7 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 		}
 		return g
 	}
-	var calls, retries, guided, missing atomic.Int64
+	var n groupCounts
 	var wg sync.WaitGroup
 	firstGuide := G
 	if f.Spec.Guidance.On() {
@@ -209,60 +209,87 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 			}
 			defer func() { <-f.w.slots }()
 			if j >= firstGuide {
-				text, err := f.guideText(ctx, p, j)
-				if err != nil && ctx.Err() != nil {
-					fail(ctx.Err())
+				if done := f.guide(ctx, p, j, ids, &g, &n, fail); done {
 					return
 				}
-				if text != "" {
-					tr, kept, err := f.guideTrajectory(ctx, p, j, ids, text)
-					if err == nil {
-						g.Trajectories[j], g.PolicyTexts[j] = tr, kept
-						guided.Add(1)
-						return
-					}
-					if ctx.Err() != nil {
-						fail(ctx.Err())
-						return
-					}
-				}
-				missing.Add(1) // sampled from the policy instead
 			}
-			task := interact.Task{
-				Run: f.Spec.Run, Step: f.Spec.Step, RunSeed: f.Spec.Seed,
-				PromptID: p.ID, Sample: j, DataSource: p.DataSource, Prompt: ids, Problem: p.Problem,
-			}
-			out, err := f.w.protocol.Run(ctx, task)
-			if err != nil {
-				fail(err)
-				return
-			}
-			calls.Add(int64(out.PolicyCalls))
-			retries.Add(int64(out.PolicyRetries))
-			g.Trajectories[j] = out.Trajectory
-			if out.Err != nil {
-				g.Errors[j] = out.Err.Error()
-				return
-			}
-			text, err := f.policyText(ctx, out.Trajectory)
-			if err != nil {
-				if ctx.Err() != nil {
-					fail(ctx.Err())
-					return
-				}
-				g.Trajectories[j].FinishReason = schemas.FinishError
-				g.Errors[j] = err.Error()
-				return
-			}
-			g.PolicyTexts[j] = text
+			f.sample(ctx, p, j, ids, &g, &n, fail)
 		}()
 	}
 	wg.Wait()
-	g.PolicyCalls, g.PolicyRetries = calls.Load(), retries.Load()
-	g.Guided, g.GuideMissing = guided.Load(), missing.Load()
-	// A guidance trace carries the version of the policy that sampled its
-	// group's other samples.
-	for j := firstGuide; j < G && g.Guided > 0; j++ {
+	g.PolicyCalls, g.PolicyRetries = n.calls.Load(), n.retries.Load()
+	g.Guided, g.GuideMissing = n.guided.Load(), n.missing.Load()
+	g.versionGuides(firstGuide)
+	return g
+}
+
+// groupCounts are a group's counts, added to by its samples at once.
+type groupCounts struct {
+	calls, retries, guided, missing atomic.Int64
+}
+
+// guide makes sample j of g a guidance trace, when the prompt has one;
+// done reports that nothing is left to do for j (the trace is in, or the
+// step failed). Without a trace, j is sampled from the policy instead.
+func (f *sampleFn) guide(ctx context.Context, p schemas.Prompt, j int, ids []int32, g *Group, n *groupCounts, fail func(error)) (done bool) {
+	text, err := f.guideText(ctx, p, j)
+	if err != nil && ctx.Err() != nil {
+		fail(ctx.Err())
+		return true
+	}
+	if text != "" {
+		tr, kept, err := f.guideTrajectory(ctx, p, j, ids, text)
+		if err == nil {
+			g.Trajectories[j], g.PolicyTexts[j] = tr, kept
+			n.guided.Add(1)
+			return true
+		}
+		if ctx.Err() != nil {
+			fail(ctx.Err())
+			return true
+		}
+	}
+	n.missing.Add(1) // sampled from the policy instead
+	return false
+}
+
+// sample fills sample j of g with the policy's trajectory through the
+// interaction protocol, and its policy-written text; a trajectory that
+// failed keeps its error beside it.
+func (f *sampleFn) sample(ctx context.Context, p schemas.Prompt, j int, ids []int32, g *Group, n *groupCounts, fail func(error)) {
+	task := interact.Task{
+		Run: f.Spec.Run, Step: f.Spec.Step, RunSeed: f.Spec.Seed,
+		PromptID: p.ID, Sample: j, DataSource: p.DataSource, Prompt: ids, Problem: p.Problem,
+	}
+	out, err := f.w.protocol.Run(ctx, task)
+	if err != nil {
+		fail(err)
+		return
+	}
+	n.calls.Add(int64(out.PolicyCalls))
+	n.retries.Add(int64(out.PolicyRetries))
+	g.Trajectories[j] = out.Trajectory
+	if out.Err != nil {
+		g.Errors[j] = out.Err.Error()
+		return
+	}
+	text, err := f.policyText(ctx, out.Trajectory)
+	if err != nil {
+		if ctx.Err() != nil {
+			fail(ctx.Err())
+			return
+		}
+		g.Trajectories[j].FinishReason = schemas.FinishError
+		g.Errors[j] = err.Error()
+		return
+	}
+	g.PolicyTexts[j] = text
+}
+
+// versionGuides gives each guidance trace of g (samples from firstGuide
+// on) the version of the policy that sampled the group's other samples.
+func (g *Group) versionGuides(firstGuide int) {
+	for j := firstGuide; j < len(g.Trajectories) && g.Guided > 0; j++ {
 		if g.Trajectories[j].TokenSource != nil && len(g.Trajectories[j].TokenSource) > 0 && g.Trajectories[j].TokenSource[0] == schemas.SourceGuide {
 			for i := range firstGuide {
 				if g.Trajectories[i].FinishReason != schemas.FinishError {
@@ -272,7 +299,6 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 			}
 		}
 	}
-	return g
 }
 
 // promptTokens renders and encodes a prompt, trying the tokenizer up to
