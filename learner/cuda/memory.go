@@ -103,25 +103,19 @@ func WeightBytes(cfg model.Config, frozen, bf16 bool) (weights, compute, grads, 
 	P := model.ParamCount(cfg)
 	rope := int64(cfg.MaxPositionEmbeddings) * int64(cfg.Head()) * 4 // cos and sin, D/2 each
 	if frozen && bf16 {
-		var f32, head int64
-		C, V := int64(cfg.HiddenSize), int64(cfg.VocabSize)
-		f32 = V*C + C // embedding, final norm
-		for range cfg.NumHiddenLayers {
-			f32 += 2 * C
-			if cfg.QKNorm() {
-				f32 += 2 * int64(cfg.Head()) // q_norm, k_norm
-			}
-			if cfg.QKVBias() {
-				f32 += int64(cfg.NumAttentionHeads*cfg.Head() + 2*cfg.NumKeyValueHeads*cfg.Head())
-			}
-			if cfg.OBias() {
-				f32 += C
-			}
+		// As upload16 holds them: the projections and the head in
+		// bfloat16 (tied, the head is a bfloat16 copy of the embedding),
+		// every other tensor in float32.
+		sp := model.SpansOf(cfg)
+		half := int64(sp.Head.Len)
+		for _, ls := range sp.Layers {
+			half += int64(ls.QKV.Len + ls.O.Len + ls.GateUp.Len + ls.Down.Len)
 		}
+		f32 := P - half
 		if cfg.TieWordEmbeddings {
-			head = V * C // the head's bfloat16 copy of the embedding
+			f32 += int64(sp.Head.Len) // the embedding, counted once in P
 		}
-		return 4*f32 + rope, 2 * (P - f32 + head), 0, 0
+		return 4*f32 + rope, 2 * half, 0, 0
 	}
 	weights = 4*P + rope
 	if frozen {
