@@ -51,6 +51,9 @@ func (o *memOps) round(slot, n int) {
 	}
 }
 
+// Linear and LinearBack: with bf16, Model.linear rounds the input into
+// slot 0, Model.linearBack the output gradient into slot 0 and the input
+// into slot 1.
 func (o *memOps) Linear(out, in model.Counted, l int, w model.Weight, bias bool) {
 	o.round(0, in.Floats)
 }
@@ -60,6 +63,7 @@ func (o *memOps) LinearBack(din, dout, in model.Counted, l int, w model.Weight, 
 	o.round(1, in.Floats)
 }
 
+// AttentionBack: the attention backward pass's delta [N*H], once.
 func (o *memOps) AttentionBack(dqkv, dy model.Counted, la *model.LayerActs[model.Counted], l int) {
 	if !o.delta {
 		o.delta = true
@@ -67,6 +71,8 @@ func (o *memOps) AttentionBack(dqkv, dy model.Counted, la *model.LayerActs[model
 	}
 }
 
+// QKNormBack: the weight gradient's partial sums, once, when the layers
+// have a q/k norm (what it kept, raw, is a buffer).
 func (o *memOps) QKNormBack(dqkv, raw, rstd model.Counted, l int) {
 	if raw.Floats > 0 && !o.partial {
 		o.partial = true

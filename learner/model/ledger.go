@@ -65,9 +65,14 @@ func (o *Ledger) Put(b Counted) {
 	}
 }
 
-// Live is the bytes held now; Peak the most held at once.
+// Live is the bytes held now.
 func (o *Ledger) Live() int64 { return o.live }
+
+// Peak is the most bytes held at once.
 func (o *Ledger) Peak() int64 { return o.peak }
+
+// The ops compute nothing and take nothing; KeepHidden keeps h and Hidden
+// returns what was kept.
 
 func (o *Ledger) HeadForward(M int)                                             {}
 func (o *Ledger) HeadBackward(M int)                                            {}

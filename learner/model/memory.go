@@ -126,6 +126,8 @@ func newCPUMemOps(cfg Config, s PassShape) *cpuMemOps {
 	return o
 }
 
+// Attention: cpuOps.Attention's kept keys, values and probabilities, once
+// per slot.
 func (o *cpuMemOps) Attention(y, lse, qkv Counted, l int) {
 	if slot := min(l, len(o.att)-1); !o.att[slot] {
 		o.att[slot] = true
@@ -137,6 +139,8 @@ func (o *cpuMemOps) Attention(y, lse, qkv Counted, l int) {
 	}
 }
 
+// KeepHidden and Hidden: cpuOps's, the hidden activation handed back when
+// it is not kept and recomputed by the backward pass into one buffer.
 func (o *cpuMemOps) KeepHidden(h Counted) Counted {
 	if keepsHidden(o.N, o.d.F) {
 		return h
@@ -155,6 +159,8 @@ func (o *cpuMemOps) Hidden(la *LayerActs[Counted]) Counted {
 	return o.h
 }
 
+// HeadForward: headForward's log-sum-exps and logits, the logits handed
+// back when they are made a chunk at a time.
 func (o *cpuMemOps) HeadForward(M int) {
 	V := o.d.V
 	o.Get(M) // lse
@@ -165,6 +171,7 @@ func (o *cpuMemOps) HeadForward(M int) {
 	}
 }
 
+// HeadBackward: headBackward's chunk of logits, when they were not kept.
 func (o *cpuMemOps) HeadBackward(M int) {
 	if V := o.d.V; !keepsLogits(M, V) {
 		o.Put(o.Get(min(chunkRows(M, V, false), M) * V))
