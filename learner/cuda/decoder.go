@@ -197,7 +197,7 @@ func (d *Decoder) Extend(caches []backend.Cache, tokens [][]int32, dst []float32
 		return nil, s.err
 	}
 	o := &decodeOps{layerOps: layerOps{g: g, s: s, N: N, tokens: gt, pos: gp}, caches: kc, off: off}
-	lnf := model.DecodeLayers[*Buffer](o, model.LayerShape{N: N, L: g.L, C: C, F: g.F, H: g.H, QD: g.QD, QKV: g.QKV})
+	lnf := model.DecodeLayers[*Buffer](o, model.ShapeOf(g.cfg, N))
 	if o.err != nil {
 		return nil, fmt.Errorf("cuda: Extend: %w", o.err)
 	}

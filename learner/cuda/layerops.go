@@ -9,28 +9,18 @@ import (
 // layerOps are the model.LayerOps of a Model for one pass: the CUDA
 // kernels over device buffers, in the order learner/model's sequence
 // (model.ForwardLayers, model.BackwardLayers) gives them. The first error
-// sticks: later ops do nothing and the pass returns it.
+// sticks: later ops do nothing and the pass returns it. The buffers they
+// take beyond the sequence's are counted by memOps (memory.go), which
+// takes them where these ops do.
 type layerOps struct {
 	g                         *Model
 	s                         *scratch
 	N                         int
 	tokens, pos, gStart, gEnd *Buffer
 	delta                     *Buffer // attention backward scratch [N*H]
+	qkPartial                 *Buffer // the q/k norm's weight-gradient scratch
 	err                       error
-
-	// keep: the pass has a backward pass, so the q/k norm keeps its input
-	// and rstd per layer in qk (one slot with checkpointing: the layer in
-	// flight's, recomputed before its backward pass); qkPartial is its
-	// weight gradient's scratch.
-	keep      bool
-	qk        []qkSaved
-	qkPartial *Buffer
 }
-
-// qkSaved is what a layer's q/k norm keeps for its backward pass: the
-// query and key heads before the norm [N*(H+KV)*D] and their rstd
-// [N*(H+KV)].
-type qkSaved struct{ raw, rstd *Buffer }
 
 var _ model.LayerOps[*Buffer] = (*layerOps)(nil)
 
@@ -130,38 +120,16 @@ func (o *layerOps) half(l int, w model.Weight) *Buffer {
 }
 
 // QKNorm runs the q/k norm kernel when layer l has one (Qwen3), keeping
-// its input and rstd when the pass has a backward pass.
-func (o *layerOps) QKNorm(qkv *Buffer, l int) {
+// its input and rstd in raw and rstd when the pass has a backward pass.
+func (o *layerOps) QKNorm(qkv, raw, rstd *Buffer, l int) {
 	g := o.g
 	w := g.w.layers[l].qkNorm
 	if w == nil {
 		return
 	}
-	var sv qkSaved
-	if o.keep {
-		sv = o.saved(l)
-	}
 	o.do(l, "forward", func() error {
-		return g.dv.QKNormForward(qkv, sv.raw, sv.rstd, w, o.N, g.QKV, g.H, g.KV, g.D, g.cfg.RMSNormEps)
+		return g.dv.QKNormForward(qkv, raw, rstd, w, o.N, g.QKV, g.H, g.KV, g.D, g.cfg.RMSNormEps)
 	})
-}
-
-// saved is the slot of layer l's q/k norm, its buffers taken on first use.
-func (o *layerOps) saved(l int) qkSaved {
-	g := o.g
-	if o.qk == nil {
-		n := g.L
-		if g.checkpoint {
-			n = 1
-		}
-		o.qk = make([]qkSaved, n)
-	}
-	sv := &o.qk[min(l, len(o.qk)-1)]
-	if sv.raw == nil {
-		heads := o.N * (g.H + g.KV)
-		sv.raw, sv.rstd = o.s.get(F32, heads*g.D), o.s.get(F32, heads)
-	}
-	return *sv
 }
 
 // RoPE adds the QKV bias (the bias kernel after the projection's GEMM, as
@@ -228,18 +196,17 @@ func (o *layerOps) RoPEBack(dqkv *Buffer) {
 
 // QKNormBack runs the q/k norm's backward kernels when layer l has one,
 // adding to q_norm's and k_norm's gradients.
-func (o *layerOps) QKNormBack(dqkv *Buffer, l int) {
+func (o *layerOps) QKNormBack(dqkv, raw, rstd *Buffer, l int) {
 	g := o.g
 	w := g.w.layers[l].qkNorm
 	if w == nil {
 		return
 	}
-	sv := o.saved(l)
 	if o.qkPartial == nil {
 		o.qkPartial = o.s.get(F32, qkNormPartials(o.N, g.D))
 	}
 	o.do(l, "backward", func() error {
-		return g.dv.QKNormBackward(dqkv, g.g.layers[l].qkNorm, sv.raw, sv.rstd, w, o.qkPartial, o.N, g.QKV, g.H, g.KV, g.D)
+		return g.dv.QKNormBackward(dqkv, g.g.layers[l].qkNorm, raw, rstd, w, o.qkPartial, o.N, g.QKV, g.H, g.KV, g.D)
 	})
 }
 

@@ -72,10 +72,7 @@ func (dv *Device) NewLMHead(V, C int, chunkBytes uint64) (*LMHead, error) {
 	if V <= 0 || C <= 0 {
 		return nil, fmt.Errorf("cuda: NewLMHead: vocabulary %d and hidden size %d must be positive", V, C)
 	}
-	if chunkBytes == 0 {
-		chunkBytes = DefaultLMHeadChunkBytes
-	}
-	rows := int(chunkBytes / (4 * uint64(V)))
+	rows := lmHeadRows(V, chunkBytes)
 	if rows < 1 {
 		return nil, fmt.Errorf("cuda: NewLMHead: a chunk of %d bytes holds no row of %d logits", chunkBytes, V)
 	}
@@ -84,6 +81,15 @@ func (dv *Device) NewLMHead(V, C int, chunkBytes uint64) (*LMHead, error) {
 		return nil, fmt.Errorf("cuda: NewLMHead: logits chunk of %d rows: %w", rows, err)
 	}
 	return &LMHead{dv: dv, V: V, C: C, rows: rows, logits: logits}, nil
+}
+
+// lmHeadRows is the rows of a logits chunk of at most chunkBytes
+// (DefaultLMHeadChunkBytes if 0) for a vocabulary of V.
+func lmHeadRows(V int, chunkBytes uint64) int {
+	if chunkBytes == 0 {
+		chunkBytes = DefaultLMHeadChunkBytes
+	}
+	return int(chunkBytes / (4 * uint64(V)))
 }
 
 // ChunkRows is the number of rows whose logits exist at once.

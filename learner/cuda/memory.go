@@ -6,116 +6,99 @@ import (
 
 // The device memory of a Model, computed from a configuration alone as
 // the code allocates it (the planner's figures; the emulator tests hold
-// them to MemStats). What MemStats does not see is left out: the CUDA
-// context and cuBLAS's own workspaces.
+// them to MemStats): a pass's by walking learner/model's layer sequence
+// (model.PassMemory) over memOps, which add what this package's ops and
+// head take beyond the sequence's buffers. What MemStats does not see is
+// left out: the CUDA context and cuBLAS's own workspaces.
 
 // PassBytes is the device memory one ForwardBackward of shape s adds to a
 // model's weights: the scratch buffers of the call (each rounded up to its
-// pool size class), and what the model keeps from its first pass on (the
-// LM head's logits chunk and per-row results; with bf16 the rounded
-// operands' scratch). A pass without a backward pass is s.Score.
+// pool size class, all held until the call returns), and what the model
+// keeps from its first pass on (the LM head's logits chunk and per-row
+// results; with bf16 the rounded operands' scratch). A pass without a
+// backward pass is s.Score. It walks the pass (model.PassMemory) over
+// memOps.
 func PassBytes(cfg model.Config, s model.PassShape, bf16 bool) int64 {
-	N := 0
-	for _, n := range s.SeqLens {
-		N += n
-	}
-	M := s.Rows
-	if M < 0 || M > N {
-		M = N - len(s.SeqLens)
-	}
-	C, F, L, H := cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers, cfg.NumAttentionHeads
-	D, V := cfg.Head(), cfg.VocabSize
-	QD, KD := H*D, cfg.NumKeyValueHeads*D
-	QKV := QD + 2*KD
-	var total int64
-	get := func(dt DType, n, times int) { total += int64(times) * int64(poolSize(n)) * int64(dt.Size()) }
+	N, M := s.Tokens(), s.TargetRows()
+	o := &memOps{Ledger: model.NewLedger(func(n int) int64 { return int64(poolSize(n)) * int64(F32.Size()) }, true),
+		N: N, H: cfg.NumAttentionHeads, D: cfg.Head(), C: cfg.HiddenSize, V: cfg.VocabSize, bf16: bf16}
 	// The batch's integers: tokens, positions, segment bounds; the head's
 	// rows and targets.
-	get(I32, N, 4)
-	get(I32, M, 2)
-	// The layers' buffers, as model.ForwardLayers (and its checkpointed
-	// and scoring variants) take them.
-	layer := func(times int) {
-		get(F32, N*QKV, times)
-		get(F32, N*QD, times)
-		get(F32, N*H, times)
-		get(F32, N*C, 2*times) // mid, ln2
-		get(F32, N, times)     // rstd2
-		get(F32, N*2*F, times)
-		get(F32, N*F, 2*times) // sigmoid, hidden
+	o.ints(N, 4)
+	o.ints(M, 2)
+	peak, _ := model.PassMemory(cfg, s, o)
+	return peak
+}
+
+// memOps count the buffers of a ForwardBackward: layerOps's and the head's
+// beyond the layer sequence's, taken where those take them.
+type memOps struct {
+	model.Ledger
+	N, H, D, C, V  int
+	bf16           bool
+	delta, partial bool   // attention backward's and the q/k norm backward's scratch taken
+	cast           [2]int // the bfloat16 operand slots' elements (Model.round)
+}
+
+// ints counts times buffers of n int32s.
+func (o *memOps) ints(n, times int) { o.Take(int64(times) * int64(poolSize(n)) * int64(I32.Size())) }
+
+// round counts Model.round's slot grown to n elements.
+func (o *memOps) round(slot, n int) {
+	if o.bf16 && n > o.cast[slot] {
+		o.Take(int64(n-o.cast[slot]) * int64(BF16.Size()))
+		o.cast[slot] = n
 	}
-	get(F32, N*C, 2) // the embedding, the projection scratch
-	switch {
-	case s.Score:
-		get(F32, N, 1)
-		get(F32, N*C, 1) // input norm
-		layer(1)
-		get(F32, N*C, 1) // the other residual buffer
-	case s.Checkpointing:
-		get(F32, N, 1)
-		get(F32, N*C, 1)
-		layer(1)
-		get(F32, N*C, L) // each layer's output, kept
-	default:
-		get(F32, N, L)
-		get(F32, N*C, L) // input norms
-		layer(L)
-		get(F32, N*C, L)
+}
+
+// Linear and LinearBack: with bf16, Model.linear rounds the input into
+// slot 0, Model.linearBack the output gradient into slot 0 and the input
+// into slot 1.
+func (o *memOps) Linear(out, in model.Counted, l int, w model.Weight, bias bool) {
+	o.round(0, in.Floats)
+}
+
+func (o *memOps) LinearBack(din, dout, in model.Counted, l int, w model.Weight, bias bool) {
+	o.round(0, dout.Floats)
+	o.round(1, in.Floats)
+}
+
+// AttentionBack: the attention backward pass's delta [N*H], once.
+func (o *memOps) AttentionBack(dqkv, dy model.Counted, la *model.LayerActs[model.Counted], l int) {
+	if !o.delta {
+		o.delta = true
+		o.Get(o.N * o.H)
 	}
-	if cfg.QKNorm() && !s.Score {
-		// The q/k norm's input and rstd, kept per layer (the layer in
-		// flight's with checkpointing) for the backward pass.
-		slots := L
-		if s.Checkpointing {
-			slots = 1
-		}
-		heads := N * (H + cfg.NumKeyValueHeads)
-		get(F32, heads*D, slots)
-		get(F32, heads, slots)
+}
+
+// QKNormBack: the weight gradient's partial sums, once, when the layers
+// have a q/k norm (what it kept, raw, is a buffer).
+func (o *memOps) QKNormBack(dqkv, raw, rstd model.Counted, l int) {
+	if raw.Floats > 0 && !o.partial {
+		o.partial = true
+		o.Get(qkNormPartials(o.N, o.D))
 	}
-	get(F32, N, 1)   // the final norm's rstd
-	get(F32, N*C, 1) // and output
+}
+
+// HeadForward: the model's LMHead, made by its first pass with rows: its
+// logits chunk, its per-row results (log-prob, lse, entropy, gradient),
+// with bf16 its rounded rows and logit gradients.
+func (o *memOps) HeadForward(M int) {
+	if M == 0 {
+		return
+	}
+	rows := int64(lmHeadRows(o.V, 0))
+	o.Take(4*rows*int64(o.V) + 4*4*int64(M))
+	if o.bf16 {
+		o.Take(2 * rows * int64(o.C+o.V))
+	}
+}
+
+// HeadBackward: the rows' log-prob gradients.
+func (o *memOps) HeadBackward(M int) {
 	if M > 0 {
-		get(F32, M*C, 1) // the head's rows
+		o.Get(M)
 	}
-	if !s.Score {
-		get(F32, N*C, 1) // the final norm's output gradient
-		get(F32, M, 1)   // the rows' log-prob gradients
-		if M > 0 {
-			get(F32, M*C, 1)
-		}
-		get(F32, N*C, 1) // the residual gradient
-		get(F32, N*F, 1)
-		get(F32, N*2*F, 1)
-		get(F32, N*QD, 1)
-		get(F32, N*QKV, 1)
-		get(F32, N*H, 1) // attention backward's delta
-		if cfg.QKNorm() {
-			get(F32, qkNormPartials(N, D), 1) // the q/k norm's weight-gradient partial sums
-		}
-		if s.Checkpointing {
-			get(F32, N*C, 1) // the recomputed projection
-		}
-	}
-	// Kept by the model from its first pass: the head's logits chunk and
-	// per-row results, and the bfloat16 scratch.
-	if M > 0 {
-		rows := int64(DefaultLMHeadChunkBytes / (4 * V))
-		total += 4*rows*int64(V) + 4*4*int64(M)
-		if bf16 {
-			total += 2 * rows * int64(C+V)
-		}
-	}
-	if bf16 {
-		// Slot 0 rounds the GEMMs' left operands (and the backward
-		// pass's output gradients), slot 1 the backward pass's inputs.
-		slot0, slot1 := max(C, QD, F), 0
-		if !s.Score {
-			slot0, slot1 = max(slot0, 2*F, QKV), max(F, C, QD)
-		}
-		total += 2 * int64(N) * int64(slot0+slot1)
-	}
-	return total
 }
 
 // WeightBytes is the device memory of a model's weights: a training model
@@ -126,25 +109,19 @@ func WeightBytes(cfg model.Config, frozen, bf16 bool) (weights, compute, grads, 
 	P := model.ParamCount(cfg)
 	rope := int64(cfg.MaxPositionEmbeddings) * int64(cfg.Head()) * 4 // cos and sin, D/2 each
 	if frozen && bf16 {
-		var f32, head int64
-		C, V := int64(cfg.HiddenSize), int64(cfg.VocabSize)
-		f32 = V*C + C // embedding, final norm
-		for range cfg.NumHiddenLayers {
-			f32 += 2 * C
-			if cfg.QKNorm() {
-				f32 += 2 * int64(cfg.Head()) // q_norm, k_norm
-			}
-			if cfg.QKVBias() {
-				f32 += int64(cfg.NumAttentionHeads*cfg.Head() + 2*cfg.NumKeyValueHeads*cfg.Head())
-			}
-			if cfg.OBias() {
-				f32 += C
-			}
+		// As upload16 holds them: the projections and the head in
+		// bfloat16 (tied, the head is a bfloat16 copy of the embedding),
+		// every other tensor in float32.
+		sp := model.SpansOf(cfg)
+		half := int64(sp.Head.Len)
+		for _, ls := range sp.Layers {
+			half += int64(ls.QKV.Len + ls.O.Len + ls.GateUp.Len + ls.Down.Len)
 		}
+		f32 := P - half
 		if cfg.TieWordEmbeddings {
-			head = V * C // the head's bfloat16 copy of the embedding
+			f32 += int64(sp.Head.Len) // the embedding, counted once in P
 		}
-		return 4*f32 + rope, 2 * (P - f32 + head), 0, 0
+		return 4*f32 + rope, 2 * half, 0, 0
 	}
 	weights = 4*P + rope
 	if frozen {

@@ -12,11 +12,13 @@ import (
 // memory MemStats counts, exactly: a training model's weights, gradients,
 // bfloat16 copy and (after a step) moments, and the peak of a first
 // ForwardBackward above them, with and without checkpointing, in float32
-// and bf16, and of a pass without a backward one; for the tiny Qwen2 and
-// Qwen3 configurations (the q/k norm's kept input and scratch).
+// and bf16, of a pass without a backward one and of one whose tokens have
+// no target (no head); for the tiny Qwen2 (QKV bias, tied head), Qwen3
+// (the q/k norm's kept input and scratch) and Llama 3 (untied head)
+// configurations.
 func TestPassBytesIsTheDevicePeak(t *testing.T) {
 	dv := gpu(t, true)
-	for _, name := range []string{"tiny_qwen2", "tiny_qwen3"} {
+	for _, name := range []string{"tiny_qwen2", "tiny_qwen3", "tiny_llama3"} {
 		t.Run(name, func(t *testing.T) { passBytesIsTheDevicePeak(t, dv, fixtureModel(t, name, 15)) })
 	}
 }
@@ -36,10 +38,18 @@ func passBytesIsTheDevicePeak(t *testing.T, dv *Device, m *model.Model) {
 	}
 	lossFn := func(lp, _ []float32) ([]float32, error) { return make([]float32, len(lp)), nil }
 	for _, c := range []struct {
-		name              string
-		bf16, ckpt, score bool
-	}{{"fp32", false, false, false}, {"fp32 checkpointed", false, true, false}, {"bf16", true, false, false}, {"bf16 score", true, false, true}} {
+		name                         string
+		bf16, ckpt, score, noTargets bool
+	}{{"fp32", false, false, false, false}, {"fp32 checkpointed", false, true, false, false}, {"bf16", true, false, false, false},
+		{"bf16 score", true, false, true, false}, {"fp32 no targets", false, false, false, true}} {
 		t.Run(c.name, func(t *testing.T) {
+			b, rows := b, rows
+			if c.noTargets {
+				b.Targets, rows = make([]int32, len(b.Tokens)), 0
+				for i := range b.Targets {
+					b.Targets[i] = -1
+				}
+			}
 			must(t, dv.ReleaseScratch())
 			live0, _ := dv.MemStats()
 			g, err := dv.NewModel(m)

@@ -464,8 +464,8 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 	}
 
 	// Forward: the layers as learner/model sequences them.
-	o := &layerOps{g: g, s: s, N: N, tokens: tokens, pos: pos, gStart: gStart, gEnd: gEnd, keep: lossFn != nil}
-	shape := model.LayerShape{N: N, L: g.L, C: C, F: g.F, H: g.H, QD: g.QD, QKV: g.QKV}
+	o := &layerOps{g: g, s: s, N: N, tokens: tokens, pos: pos, gStart: gStart, gEnd: gEnd}
+	shape := model.ShapeOf(g.cfg, N)
 	var resid []*Buffer
 	var acts []model.LayerActs[*Buffer]
 	var lnf, rstdF *Buffer

@@ -94,6 +94,18 @@ func transposeKV(kvT, qkv []float32, segs []segment, N int, d dims) {
 // per score: for the benchmark's 1M model 2.6 MB a layer.
 var keepProbsFloats = 1 << 22
 
+// attentionKeeps are the floats the attention's forward pass keeps of a
+// layer for its backward pass: the keys and values transposed (kvT), and
+// the probabilities when they fit keepProbsFloats (0 otherwise).
+func attentionKeeps(segs []segment, d dims) (kvT, probs int) {
+	N := 0
+	for _, sg := range segs {
+		N += sg.n
+	}
+	_, probs = probsLayout(segs, d)
+	return 2 * N * d.KD, probs
+}
+
 // probsFloats is the size of a segment of n tokens' probabilities for one
 // head: query block i0 keeps nq × (i0+nq) values.
 func probsFloats(n int) int {

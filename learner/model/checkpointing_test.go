@@ -184,12 +184,26 @@ func TestCheckpointingBoundsActivations(t *testing.T) {
 	t.Logf("bytes per token per layer: %d without checkpointing, %d with", perLayerOff/N, perLayerOn/N)
 }
 
+// memoryConfigs are checkpointConfigs and the families' other heads: a
+// 3-layer Llama and a Qwen3 with separate embeddings.
+func memoryConfigs() map[string]Config {
+	cfgs := checkpointConfigs()
+	llama := tinyConfig()
+	llama.ModelType, llama.TieWordEmbeddings, llama.NumHiddenLayers = "llama", false, 3
+	qwen3 := cfgs["qwen3"]
+	qwen3.TieWordEmbeddings = false
+	cfgs["llama"], cfgs["qwen3-untied"] = llama, qwen3
+	return cfgs
+}
+
 // PassBytes predicts PeakActivationBytes exactly: the planner's figures
 // are the allocations of the code, for every keeping mode, with the
-// attention probabilities, hidden activations and logits kept or not.
+// attention probabilities, hidden activations and logits kept or not;
+// and what PassMemory says a forward pass keeps for its backward pass is
+// what the model holds between Forward and Backward.
 func TestPassBytesIsThePeak(t *testing.T) {
 	r := rand.New(rand.NewPCG(37, 38))
-	for name, cfg := range checkpointConfigs() {
+	for name, cfg := range memoryConfigs() {
 		for _, v := range []struct {
 			name        string
 			keep, chunk int
@@ -222,23 +236,30 @@ func TestPassBytesIsThePeak(t *testing.T) {
 							rows++
 						}
 					}
+					shape := PassShape{SeqLens: v.lens, Rows: rows, Checkpointing: mode == "checkpointed", Score: mode == "score"}
 					m.PeakActivationBytes()
+					var got int64
 					if mode == "score" {
 						if _, _, err := m.Score(b); err != nil {
 							t.Fatal(err)
 						}
+						got = m.PeakActivationBytes()
 					} else {
 						a, err := m.Forward(b)
 						if err != nil {
 							t.Fatal(err)
 						}
+						got = m.PeakActivationBytes()
+						kept := m.PeakActivationBytes() // what is held now
+						if _, want := PassMemory(cfg, shape, newCPUMemOps(cfg, shape)); kept != want {
+							t.Errorf("the forward pass keeps %d bytes, PassMemory says %d", kept, want)
+						}
 						if err := m.Backward(a, make([]float32, len(b.Tokens))); err != nil {
 							t.Fatal(err)
 						}
+						got = max(got, m.PeakActivationBytes())
 					}
-					got := m.PeakActivationBytes()
-					want := PassBytes(cfg, PassShape{SeqLens: v.lens, Rows: rows, Checkpointing: mode == "checkpointed", Score: mode == "score"})
-					if got != want {
+					if want := PassBytes(cfg, shape); got != want {
 						t.Errorf("peak %d bytes, PassBytes says %d", got, want)
 					}
 				})

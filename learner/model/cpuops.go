@@ -2,9 +2,10 @@ package model
 
 // cpuOps are the LayerOps of the CPU model for one pass over p: buffers
 // from mem, weights and gradients from the model's flat layout, and what
-// the q/k norm and attention keep in extra: one per layer, or one that
-// every layer reuses (a checkpointed pass, whose layers are in flight one
-// at a time).
+// attention keeps in extra: one per layer, or one that every layer reuses
+// (a checkpointed pass, whose layers are in flight one at a time). The
+// buffers they take beyond the sequence's are counted by cpuMemOps
+// (memory.go), which takes them where these ops do.
 type cpuOps struct {
 	m     *Model
 	p     *prepared
@@ -16,10 +17,7 @@ type cpuOps struct {
 var _ LayerOps[[]float32] = (*cpuOps)(nil)
 
 // shape is the LayerShape of a pass over N tokens.
-func (m *Model) shape(N int) LayerShape {
-	d := m.d
-	return LayerShape{N: N, L: d.L, C: d.C, F: d.F, H: d.H, QD: d.QD, QKV: d.QKV}
-}
+func (m *Model) shape(N int) LayerShape { return ShapeOf(m.cfg, N) }
 
 func (o *cpuOps) n() int { return len(o.p.tokens) }
 
@@ -95,16 +93,12 @@ func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 	linearForward(out, in, wt, b, o.n(), I, O)
 }
 
-func (o *cpuOps) QKNorm(qkv []float32, l int) {
+func (o *cpuOps) QKNorm(qkv, raw, rstd []float32, l int) {
 	lw := &o.m.w.layers[l]
 	if lw.qkNorm == nil { // all but Qwen3 (which has no q, k, v bias)
 		return
 	}
-	d, N, x := o.m.d, o.n(), o.ext(l)
-	if x.qkRaw == nil {
-		x.qkRaw, x.qkRstd = o.mem.get(N*(d.QD+d.KD)), o.mem.get(N*(d.H+d.KV))
-	}
-	qkNormForward(qkv, x.qkRaw, x.qkRstd, lw.qkNorm, N, d, o.m.cfg.RMSNormEps)
+	qkNormForward(qkv, raw, rstd, lw.qkNorm, o.n(), o.m.d, o.m.cfg.RMSNormEps)
 }
 
 func (o *cpuOps) RoPE(qkv []float32, l int) {
@@ -115,9 +109,10 @@ func (o *cpuOps) RoPE(qkv []float32, l int) {
 func (o *cpuOps) Attention(y, lse, qkv []float32, l int) {
 	d, x := o.m.d, o.ext(l)
 	if x.kvT == nil {
-		x.kvT = o.mem.get(2 * o.n() * d.KD)
-		if _, n := probsLayout(o.p.segs, d); n > 0 {
-			x.probs = o.mem.get(n)
+		kvT, probs := attentionKeeps(o.p.segs, d)
+		x.kvT = o.mem.get(kvT)
+		if probs > 0 {
+			x.probs = o.mem.get(probs)
 		}
 	}
 	attentionForward(y, lse, qkv, x.kvT, x.probs, o.p.segs, d)
@@ -126,7 +121,7 @@ func (o *cpuOps) Attention(y, lse, qkv []float32, l int) {
 func (o *cpuOps) SwiGLU(h, sig, gu []float32) { swigluForward(h, sig, gu, o.n(), o.m.d.F) }
 
 func (o *cpuOps) KeepHidden(h []float32) []float32 {
-	if o.n()*o.m.d.F <= keepHiddenFloats {
+	if keepsHidden(o.n(), o.m.d.F) {
 		return h
 	}
 	o.mem.put(h)
@@ -173,13 +168,12 @@ func (o *cpuOps) RoPEBack(dqkv []float32) {
 	ropeBackward(dqkv, d.QKV, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 }
 
-func (o *cpuOps) QKNormBack(dqkv []float32, l int) {
+func (o *cpuOps) QKNormBack(dqkv, raw, rstd []float32, l int) {
 	lw := &o.m.w.layers[l]
 	if lw.qkNorm == nil {
 		return
 	}
-	x := o.ext(l)
-	qkNormBackward(dqkv, o.m.gradsNow().layers[l].qkNorm, x.qkRaw, x.qkRstd, lw.qkNorm, o.n(), o.m.d)
+	qkNormBackward(dqkv, o.m.gradsNow().layers[l].qkNorm, raw, rstd, lw.qkNorm, o.n(), o.m.d)
 }
 
 func (o *cpuOps) EmbedBack(dx []float32) {

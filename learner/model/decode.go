@@ -442,9 +442,9 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 	w := stepPool.Get().(*stepWork)
 	defer stepPool.Put(w)
 	w.plain = m.batchVariant
-	// What DecodeLayers takes (see runLayers), the last rows and the
-	// attention tasks' scratch.
-	need := N*(7*d.C+d.QKV+d.QD+d.H+4*d.F) + 3*N + B*d.C + nw*scratchLen
+	// What DecodeLayers takes (counted by walking it: decodeFloats), the
+	// last rows and the attention tasks' scratch.
+	need := decodeFloats(m.shape(N)) + B*d.C + nw*scratchLen
 	if cap(w.buf) < need {
 		w.buf = make([]float32, need)
 	}
@@ -490,8 +490,9 @@ func LogSumExp(logits []float32) float32 {
 
 // decodeOps are the LayerOps of one Extend: the CPU ops, with buffers from
 // the step's scratch, rows multiplied as stepWork.linear does (independent
-// of the batch), the q/k norm keeping nothing, and attention that appends
-// each layer's new keys and values to the caches and attends to them.
+// of the batch), and attention that appends each layer's new keys and
+// values to the caches and attends to them (the q/k norm keeps nothing:
+// DecodeLayers gives it nowhere to).
 type decodeOps struct {
 	cpuOps
 	w       *stepWork
@@ -525,13 +526,6 @@ func (o *decodeOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 		b = nil
 	}
 	o.w.linear(out, in, wt, b, o.n(), I, O)
-}
-
-// QKNorm normalises in place: the cache keeps normalised, rotated keys.
-func (o *decodeOps) QKNorm(qkv []float32, l int) {
-	if qn := o.m.w.layers[l].qkNorm; qn != nil {
-		qkNormForward(qkv, nil, nil, qn, o.n(), o.m.d, o.m.cfg.RMSNormEps)
-	}
 }
 
 func (o *decodeOps) Attention(y, lse, qkv []float32, l int) {

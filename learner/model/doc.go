@@ -41,8 +41,9 @@
 // BackwardLayersCheckpointed), so a pass holds one layer's activations;
 // the gradients are the same bits. Score is a forward pass that keeps
 // nothing for a backward pass. PassBytes computes a pass's buffer memory
-// from a configuration, as the passes allocate it (PeakActivationBytes
-// measures it). The gradients are allocated by the first Backward: a
+// from a configuration by walking the pass over buffers that are counted,
+// not held (PassMemory; PeakActivationBytes measures it), the same walk
+// that gives the CUDA backend's figures. The gradients are allocated by the first Backward: a
 // model that is only evaluated holds its weights alone.
 //
 // Forward and Logits may run concurrently on one model; Backward adds into

@@ -28,13 +28,15 @@ type Activations struct {
 // backward pass recomputes it from the kept gate, up and sigmoid.
 var keepHiddenFloats = 1 << 22
 
-// layerExtra is what the CPU's q/k norm and attention keep of one layer
-// beyond LayerActs.
+// keepsHidden says whether a pass of N tokens keeps the hidden activation
+// of an MLP of F (KeepHidden).
+func keepsHidden(N, F int) bool { return N*F <= keepHiddenFloats }
+
+// layerExtra is what the CPU's attention keeps of one layer beyond
+// LayerActs (attentionKeeps).
 type layerExtra struct {
-	qkRaw  []float32 // [N*(QD+KD)]: query and key heads before the per-head norm, or nil
-	qkRstd []float32 // [N*(H+KV)]: their rstd, or nil
-	kvT    []float32 // [2*N*KD]: K and V transposed per segment and head
-	probs  []float32 // attention probabilities (probsLayout), or nil
+	kvT   []float32 // [2*N*KD]: K and V transposed per segment and head
+	probs []float32 // attention probabilities (probsLayout), or nil
 }
 
 // Release hands the activations' buffers back to the model for reuse by
@@ -55,7 +57,7 @@ func (a *Activations) Bytes() int {
 	}
 	for i, l := range a.layers {
 		x := a.extra[i]
-		n += len(l.Rstd1) + len(l.Ln1) + len(l.QKV) + len(x.qkRaw) + len(x.qkRstd) + len(l.Y) + len(l.LSE) + len(x.kvT) + len(x.probs) +
+		n += len(l.Rstd1) + len(l.Ln1) + len(l.QKV) + len(l.QKRaw) + len(l.QKRstd) + len(l.Y) + len(l.LSE) + len(x.kvT) + len(x.probs) +
 			len(l.Mid) + len(l.Rstd2) + len(l.Ln2) + len(l.GU) + len(l.Sig) + len(l.H)
 	}
 	return 4 * n
@@ -144,14 +146,7 @@ func (m *Model) Logits(b Batch) ([]float32, error) {
 }
 
 func (m *Model) forward(p *prepared, mode headMode, keep keepMode) *Activations {
-	d := m.d
-	nl, nr := d.L, d.L+1
-	switch keep {
-	case keepInputs:
-		nl = 1
-	case keepNone:
-		nl, nr = 1, 2
-	}
+	nl, nr := keep.slots(m.d.L)
 	a := &Activations{b: p, checkpointed: keep == keepInputs, layers: make([]LayerActs[[]float32], nl), extra: make([]layerExtra, nl),
 		resid: make([][]float32, nr), mem: arena{pool: m.pool}}
 	o := &cpuOps{m: m, p: p, mem: &a.mem, extra: a.extra}

@@ -39,11 +39,18 @@ type headActs struct {
 
 func (h headActs) floats() int { return len(h.xh) + len(h.lse) + len(h.logits) }
 
-func (m *Model) chunkRows(M int, whole bool) int {
+// keepsLogits says whether the forward pass of a head of M rows and a
+// vocabulary of V keeps the rows' probabilities for the backward pass
+// (headAuto); otherwise both passes make the logits a chunk at a time.
+func keepsLogits(M, V int) bool { return M*V <= keepLogitsFloats }
+
+// chunkRows is the rows of logits a head of M rows and a vocabulary of V
+// makes at once: all of them (whole), or a chunk of chunkFloats.
+func chunkRows(M, V int, whole bool) int {
 	if whole {
 		return max(M, 1)
 	}
-	return max(1, chunkFloats/m.d.V)
+	return max(1, chunkFloats/V)
 }
 
 // headForward fills a.LogProbs, a.Entropy and a.head.
@@ -61,11 +68,11 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 	a.mem.put(a.lnf)
 	a.lnf = nil
 	a.head = headActs{xh: xh, lse: a.mem.get(M)}
-	if mode == headAuto && M*d.V > keepLogitsFloats {
+	if mode == headAuto && !keepsLogits(M, d.V) {
 		mode = headChunk
 	}
 	whole := mode != headChunk
-	cr := m.chunkRows(M, whole)
+	cr := chunkRows(M, d.V, whole)
 	buf := a.mem.get(min(cr, M) * d.V)
 	if whole {
 		a.head.logits, a.head.probs = buf, mode == headAuto
@@ -170,12 +177,12 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 	M := len(p.rows)
 	xh := a.head.xh
 	whole := a.head.logits != nil
-	cr := m.chunkRows(M, whole)
+	cr := chunkRows(M, d.V, whole)
+	dxh := tmp.get(M * d.C)
 	buf := a.head.logits
 	if !whole {
 		buf = tmp.get(min(cr, M) * d.V)
 	}
-	dxh := tmp.get(M * d.C)
 	for r0 := 0; r0 < M; r0 += cr {
 		n := min(cr, M-r0)
 		var lg []float32

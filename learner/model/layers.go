@@ -12,7 +12,9 @@ package model
 // as it is (a residual sum fused with the norm that reads it, the QKV bias
 // added in RoPE's pass), so that the sequence reorders no floating-point
 // operation of any backend. The LM head, which each backend fuses with the
-// loss its own way, stays outside.
+// loss its own way, stays outside. The memory models walk the same
+// sequence over buffers that are counted, not held (PassMemory): what the
+// sequence takes, and keeps in LayerActs, is in every backend's figures.
 
 // Weight names one of a layer's tensors (or the final norm) for an op; the
 // backend finds it, its bias and its gradient in its own parameter layout.
@@ -30,24 +32,45 @@ const (
 
 // LayerShape is what the sequence sizes its buffers by.
 type LayerShape struct {
-	N   int // tokens (rows) of the pass
-	L   int // layers
-	C   int // hidden size
-	F   int // MLP intermediate size
-	H   int // query heads
-	QD  int // H * head_dim
-	QKV int // QD + 2 * KV * head_dim
+	N      int  // tokens (rows) of the pass
+	L      int  // layers
+	C      int  // hidden size
+	F      int  // MLP intermediate size
+	H      int  // query heads
+	KV     int  // key/value heads
+	QD     int  // H * head_dim
+	QKV    int  // QD + 2 * KV * head_dim
+	QKNorm bool // each query and key head is normalised before RoPE (Qwen3)
 }
 
-// LayerActs are what one layer's forward pass keeps for its backward pass.
+// ShapeOf is the LayerShape of a pass of N tokens through a model of cfg.
+func ShapeOf(cfg Config, N int) LayerShape {
+	d := dimsOf(cfg)
+	return LayerShape{N: N, L: d.L, C: d.C, F: d.F, H: d.H, KV: d.KV, QD: d.QD, QKV: d.QKV, QKNorm: cfg.QKNorm()}
+}
+
+// qkNormed is what the q/k norm of a layer of s keeps of a token: the
+// floats of its query and key heads, and their number (0, 0 without one).
+func (s LayerShape) qkNormed() (floats, heads int) {
+	if !s.QKNorm {
+		return 0, 0
+	}
+	heads = s.H + s.KV
+	return heads * (s.QD / s.H), heads
+}
+
+// LayerActs are what one layer's forward pass keeps for its backward pass
+// (what a backend's own ops keep beyond them, such as the CPU attention's
+// transposed keys, is the backend's, and its memory model's).
 type LayerActs[B any] struct {
-	Rstd1, Ln1 B // input norm: [N], [N*C]
-	QKV        B // [N*QKV]: rotated queries and keys, values
-	Y, LSE     B // attention output [N*QD], log-sum-exp [N*H]
-	Mid        B // [N*C]: residual after attention
-	Rstd2, Ln2 B // post-attention norm: [N], [N*C]
-	GU, Sig    B // [N*2F] gate then up; [N*F] sigmoid(gate)
-	H          B // [N*F] the MLP's hidden activation, or the zero B (LayerOps.Hidden recomputes it)
+	Rstd1, Ln1    B // input norm: [N], [N*C]
+	QKV           B // [N*QKV]: rotated queries and keys, values
+	QKRaw, QKRstd B // the q/k norm's input heads [N*(QD+KD)] and their rstd [N*(H+KV)], or the zero B
+	Y, LSE        B // attention output [N*QD], log-sum-exp [N*H]
+	Mid           B // [N*C]: residual after attention
+	Rstd2, Ln2    B // post-attention norm: [N], [N*C]
+	GU, Sig       B // [N*2F] gate then up; [N*F] sigmoid(gate)
+	H             B // [N*F] the MLP's hidden activation, or the zero B (LayerOps.Hidden recomputes it)
 }
 
 // LayerOps are the operations of the decoder-layer sequence on one
@@ -71,8 +94,10 @@ type LayerOps[B any] interface {
 	// bias is set and the layer has one.
 	Linear(out, in B, l int, w Weight, bias bool)
 	// QKNorm normalises each query and key head of qkv in place when layer
-	// l has a per-head q/k norm (Qwen3), keeping what QKNormBack needs.
-	QKNorm(qkv B, l int)
+	// l has a per-head q/k norm (Qwen3), keeping what QKNormBack needs in
+	// raw (the heads before the norm) and rstd, unless they are the zero B
+	// (a pass without a backward pass).
+	QKNorm(qkv, raw, rstd B, l int)
 	// RoPE adds layer l's QKV bias when it has one, then rotates the query
 	// and key heads of qkv in place by their positions.
 	RoPE(qkv B, l int)
@@ -102,8 +127,9 @@ type LayerOps[B any] interface {
 	// RoPEBack rotates the query and key gradients of dqkv back in place.
 	RoPEBack(dqkv B)
 	// QKNormBack replaces dqkv's normalised query and key gradients by
-	// those before layer l's q/k norm, when it has one.
-	QKNormBack(dqkv B, l int)
+	// those before layer l's q/k norm, when it has one, from what QKNorm
+	// kept in raw and rstd.
+	QKNormBack(dqkv, raw, rstd B, l int)
 	// EmbedBack adds dx to the embedding rows of the pass's tokens.
 	EmbedBack(dx B)
 }
@@ -144,6 +170,18 @@ const (
 	keepNone                   // nothing: one set of buffers, two residual buffers in turn
 )
 
+// slots are the LayerActs and residual buffers runLayers fills in mode k
+// for L layers.
+func (k keepMode) slots(L int) (acts, resid int) {
+	switch k {
+	case keepInputs:
+		return 1, L + 1
+	case keepNone:
+		return 1, 2
+	}
+	return L, L + 1
+}
+
 // runLayers is the sequence. With keepAll, layer l's activations go to
 // acts[l] and its input to resid[l]; otherwise acts[0] is reused, and
 // resid holds every layer's input (keepInputs) or two buffers, the layer's
@@ -171,9 +209,12 @@ func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []
 		la, fresh := act(l), keep || l == 0 // fresh: la needs its buffers
 		if fresh {
 			la.QKV = o.Get(N * s.QKV)
+			if qk, heads := s.qkNormed(); qk > 0 && mode != keepNone {
+				la.QKRaw, la.QKRstd = o.Get(N*qk), o.Get(N*heads)
+			}
 		}
 		o.Linear(la.QKV, la.Ln1, l, WQKV, false)
-		o.QKNorm(la.QKV, l)
+		o.QKNorm(la.QKV, la.QKRaw, la.QKRstd, l)
 		o.RoPE(la.QKV, l)
 		if fresh {
 			la.Y, la.LSE = o.Get(N*s.QD), o.Get(N*s.H)
@@ -240,7 +281,7 @@ func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []
 func recomputeLayer[B any](o LayerOps[B], la *LayerActs[B], x, tmp B, l int) {
 	o.Norm(la.Ln1, la.Rstd1, x, l, WInNorm)
 	o.Linear(la.QKV, la.Ln1, l, WQKV, false)
-	o.QKNorm(la.QKV, l)
+	o.QKNorm(la.QKV, la.QKRaw, la.QKRstd, l)
 	o.RoPE(la.QKV, l)
 	o.Attention(la.Y, la.LSE, la.QKV, l)
 	o.Linear(tmp, la.Y, l, WO, true)
@@ -297,7 +338,7 @@ func backwardLayers[B any](o LayerOps[B], s LayerShape, layer func(l int) *Layer
 		o.LinearBack(dy, dres, la.Y, l, WO, true)
 		o.AttentionBack(dqkv, dy, la, l)
 		o.RoPEBack(dqkv)
-		o.QKNormBack(dqkv, l)
+		o.QKNormBack(dqkv, la.QKRaw, la.QKRstd, l)
 		o.LinearBack(dln, dqkv, la.Ln1, l, WQKV, true)
 		o.NormBack(dres, dln, resid[l], la.Rstd1, l, WInNorm)
 	}

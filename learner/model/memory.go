@@ -3,8 +3,9 @@ package model
 import "strings"
 
 // The memory of the CPU model, computed from a configuration alone, as
-// the code above allocates it: a planner sizes a run with it before any
-// weight is loaded, and the tests hold it to PeakActivationBytes.
+// the code allocates it: a planner sizes a run with it before any weight
+// is loaded, and the tests hold it to PeakActivationBytes. A pass's
+// buffers are counted by walking the pass itself (ledger.go).
 
 // ParamCount is the number of parameters of a model of cfg (tied
 // embeddings counted once), NumParams without building the model.
@@ -46,116 +47,135 @@ func Packed(n, seqLen int, checkpointing bool) PassShape {
 	return s
 }
 
-// PassBytes is the peak memory the buffers of one pass of shape s hold on
-// the CPU (PeakActivationBytes): Forward then Backward, or Score alone.
-// The floats it counts, per token N, head row M and layer:
-//
-//   - every layer kept (no checkpointing): the input norm (C+1), q, k, v
-//     (QKV), Qwen3's q/k norm inputs and rstd, the attention output (QD)
-//     and log-sum-exp (H), keys and values transposed (2KD), the
-//     attention probabilities while one layer's fit 16 MiB, the residual
-//     after attention and its norm (2C+1), gate and up (2F), the sigmoid
-//     (F), the hidden activation (F, while one layer's fit 16 MiB), the
-//     layer's output (C);
-//   - checkpointed: each layer's output (C) and one set of the above;
-//   - the LM head: its input rows (M*C), their log-sum-exp (M) and the
-//     logits, M*V while they fit 64 MiB, else a chunk of at most 16 MiB;
-//   - the backward pass: the residual gradient (C), the gradients of the
-//     hidden state (F), of gate and up (2F), of the attention output
-//     (QD) and of q, k, v (QKV), the final norm's input gradient (C),
-//     the recomputed hidden activation (F) when it was not kept, and,
-//     checkpointed, the recomputed attention projection (C).
-//
-// Left out, being small and independent of the layers: the attention's
-// per-core scratch (64 rows of the longest sequence's scores, twice in the
-// backward pass) and the per-token results (log-probs, entropies).
-func PassBytes(cfg Config, s PassShape) int64 {
-	d := dimsOf(cfg)
+// Tokens is the tokens N of a pass of shape s.
+func (s PassShape) Tokens() int {
 	N := 0
 	for _, n := range s.SeqLens {
 		N += n
 	}
-	if N == 0 {
-		return 0
-	}
-	M := s.Rows
+	return N
+}
+
+// TargetRows is the LM head's rows M of a pass of shape s (Rows, or when
+// negative or more than the tokens, every token but each sequence's last).
+func (s PassShape) TargetRows() int {
+	N, M := s.Tokens(), s.Rows
 	if M < 0 || M > N {
 		M = N - len(s.SeqLens)
 	}
-	n, c := int64(N), int64(d.C)
-	var segs []segment
-	start := 0
-	for _, l := range s.SeqLens {
-		segs = append(segs, segment{start: start, n: l})
-		start += l
-	}
-	_, probs := probsLayout(segs, d)
-	hiddenKept := N*d.F <= keepHiddenFloats
-	// One layer's activations (LayerActs and layerExtra), its output aside.
-	layer := n*(3*c+2+int64(d.QKV+d.QD+d.H+2*d.KD+3*d.F)) + int64(probs)
-	if cfg.QKNorm() {
-		layer += n * int64(d.QD+d.KD+d.H+d.KV)
-	}
-	keep := keepAll
+	return M
+}
+
+// keep is what the layers of a pass of shape s keep.
+func (s PassShape) keep() keepMode {
 	switch {
 	case s.Score:
-		keep = keepNone
+		return keepNone
 	case s.Checkpointing:
-		keep = keepInputs
+		return keepInputs
 	}
-	// The forward pass: the embedding (resid[0]) and the projection
-	// scratch, the layers' buffers, the final norm's output and rstd.
-	L, f := int64(d.L), int64(d.F)
-	var fwd, peak int64
-	switch keep {
-	case keepAll:
-		fwd = 2*n*c + L*(layer+n*c) + n*c + n
-		if hiddenKept {
-			fwd += L * n * f
-			peak = fwd
-		} else {
-			// The last layer's hidden state, before it is handed back.
-			peak = max(fwd, fwd+n*f-2*n*c-n)
+	return keepAll
+}
+
+// PassBytes is the peak memory the buffers of one pass of shape s hold on
+// the CPU (PeakActivationBytes): Forward then Backward, or Score alone.
+// It walks the pass (PassMemory) over cpuMemOps: 4 bytes a float, buffers
+// handed back as the code hands them back, and beyond the layer sequence's
+// buffers what the CPU's own ops take:
+//
+//   - attention keeps each layer's keys and values transposed (2KD a
+//     token) and, while one layer's fit 16 MiB, its probabilities; one
+//     set for the layer in flight when the layers are not all kept;
+//   - the MLP's hidden activation is handed back after each layer when a
+//     layer's is over 16 MiB, and the backward pass recomputes it into one
+//     buffer;
+//   - the LM head: the rows' log-sum-exp (M) and their logits, M*V kept
+//     for the backward pass while they fit 64 MiB, else made in a chunk of
+//     at most 16 MiB by each pass.
+//
+// Left out, being small and independent of the layers: the attention's
+// per-core scratch (64 rows of the longest sequence's scores, twice in the
+// backward pass), the q/k norm's per-core weight-gradient sums and the
+// per-token results (log-probs, entropies).
+func PassBytes(cfg Config, s PassShape) int64 {
+	peak, _ := PassMemory(cfg, s, newCPUMemOps(cfg, s))
+	return peak
+}
+
+// cpuMemOps count the buffers of the CPU's passes: cpuOps's and the head's
+// (headForward, headBackward) beyond the layer sequence's, taken where
+// those take them.
+type cpuMemOps struct {
+	Ledger
+	d    dims
+	segs []segment
+	N    int
+	att  []bool  // the attention slots (cpuOps.ext) that hold their buffers
+	h    Counted // the backward pass's recomputed hidden activation
+}
+
+func newCPUMemOps(cfg Config, s PassShape) *cpuMemOps {
+	o := &cpuMemOps{Ledger: NewLedger(func(n int) int64 { return 4 * int64(n) }, false), d: dimsOf(cfg), N: s.Tokens()}
+	start := 0
+	for _, n := range s.SeqLens {
+		o.segs = append(o.segs, segment{start: start, n: n})
+		start += n
+	}
+	nl, _ := s.keep().slots(o.d.L)
+	o.att = make([]bool, nl)
+	return o
+}
+
+// Attention: cpuOps.Attention's kept keys, values and probabilities, once
+// per slot.
+func (o *cpuMemOps) Attention(y, lse, qkv Counted, l int) {
+	if slot := min(l, len(o.att)-1); !o.att[slot] {
+		o.att[slot] = true
+		kvT, probs := attentionKeeps(o.segs, o.d)
+		o.Get(kvT)
+		if probs > 0 {
+			o.Get(probs)
 		}
-	case keepInputs:
-		fwd = 2*n*c + layer + n*f + L*n*c + n*c + n
-		peak = fwd
-	case keepNone:
-		fwd = 2*n*c + layer + n*f + n*c + n*c + n // the other residual buffer, lnf
-		peak = fwd
 	}
-	// The head's forward pass: the final norm's output is handed back once
-	// its rows are gathered; chunked logits once they are reduced.
-	m, v := int64(M), int64(d.V)
-	whole := m*v <= int64(keepLogitsFloats)
-	logits := min(max(1, int64(chunkFloats)/v), m) * v
-	if whole {
-		logits = m * v
+}
+
+// KeepHidden and Hidden: cpuOps's, the hidden activation handed back when
+// it is not kept and recomputed by the backward pass into one buffer.
+func (o *cpuMemOps) KeepHidden(h Counted) Counted {
+	if keepsHidden(o.N, o.d.F) {
+		return h
 	}
-	peak = max(peak, fwd+m*c, fwd-n*c+m*c+m+logits)
-	afterHead := fwd - n*c + m*c + m
-	if whole {
-		afterHead += m * v
+	o.Put(h)
+	return Counted{}
+}
+
+func (o *cpuMemOps) Hidden(la *LayerActs[Counted]) Counted {
+	if la.H.Floats > 0 {
+		return la.H
 	}
-	if keep == keepNone {
-		return 4 * peak
+	if o.h.Floats == 0 {
+		o.h = o.Get(o.N * o.d.F)
 	}
-	// The head's backward pass: its chunk of logits and the gradient of its
-	// rows, then the final norm's output gradient.
-	var bchunk int64
+	return o.h
+}
+
+// HeadForward: headForward's log-sum-exps and logits, the logits handed
+// back when they are made a chunk at a time.
+func (o *cpuMemOps) HeadForward(M int) {
+	V := o.d.V
+	o.Get(M) // lse
+	whole := keepsLogits(M, V)
+	logits := o.Get(min(chunkRows(M, V, whole), M) * V)
 	if !whole {
-		bchunk = logits
+		o.Put(logits)
 	}
-	peak = max(peak, afterHead+bchunk+m*c, afterHead+m*c+n*c)
-	// The layers' backward pass.
-	bwd := afterHead + 2*n*c + n*int64(3*d.F+d.QD+d.QKV)
-	if keep == keepAll && !hiddenKept {
-		bwd += n * f
+}
+
+// HeadBackward: headBackward's chunk of logits, when they were not kept.
+func (o *cpuMemOps) HeadBackward(M int) {
+	if V := o.d.V; !keepsLogits(M, V) {
+		o.Put(o.Get(min(chunkRows(M, V, false), M) * V))
 	}
-	if keep == keepInputs {
-		bwd += n * c
-	}
-	return 4 * max(peak, bwd)
 }
 
 // ParamSizes are the elements of each parameter of a model of cfg in

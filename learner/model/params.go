@@ -424,6 +424,9 @@ func (m *Model) HasGrads() bool {
 // way).
 func (m *Model) Spans() Spans { return spansOf(m.cfg, m.specs) }
 
+// SpansOf is Spans of a model of cfg, without building the model.
+func SpansOf(cfg Config) Spans { return spansOf(cfg, layout(cfg)) }
+
 // ParamData is every parameter in one flat slice (storage order of Params),
 // for optimisers that treat the model as one vector.
 func (m *Model) ParamData() []float32 {
