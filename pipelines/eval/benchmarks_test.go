@@ -9,17 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 )
 
-// loadPreset reads a preset's bundled file.
+// loadPreset reads a preset's bundled file (the committed copy,
+// data/benchmarks).
 func loadPreset(t testing.TB, name string) (resolved, []schemas.Prompt) {
 	t.Helper()
-	p := Presets[name]
-	shareddata.Path(t, p.RelPath)
-	r, err := resolve(Benchmark{Preset: name}, Config{DataDir: shareddata.Dir()}.withDefaults())
+	r, err := resolve(Benchmark{Preset: name}, Config{DataDir: testtools.BenchmarkData()}.withDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
