@@ -1,7 +1,11 @@
 # aipo: AIPO reinforcement learning for reasoning, on Apache Beam and Go.
 #
 #   make demo   run the main job on the embedded default (sets itself up)
-#   make test   run every test (sets itself up)
+#   make check  the fast tier: go vet and the hermetic tests, -short (what a
+#               plain go test compiles: Go and committed fixtures only)
+#   make test   run every test, every peer's included (sets itself up; CI)
+#   make test-TAG  one peer's tests (installs that peer alone): TAG is one
+#               of PEER_TAGS, e.g. make test-tensorboard, make test-vllm
 #   make rehearse  the CPU rehearsal of the paper's recipe, longer than make test's
 #   make bench  run the benchmarks and print their ratios
 #   make race-prism  prism with several jobs at once, under the race detector (make test runs it)
@@ -18,13 +22,44 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 # Tests may take long on 2 cores; keep a generous per-package timeout.
 TESTFLAGS ?= -timeout 45m
+
+# The two tiers of tests. A peer test runs or needs something outside Go
+# and the committed files: a Python environment (vLLM, PyTorch and
+# transformers, veRL, TensorBoard, TRL), Java (Flink, Beam's Flink and
+# Spark job servers), llama.cpp, Node.js (DuckDB, the OpenAI SDK), grpcurl,
+# root's network namespaces, the PROCESS-environment binaries, or a file of
+# ../shared/data that is not committed. Each sits in a test file behind
+# the build tag of its peer (PEER_TAGS; what each needs: package
+# internal/peertags), so that a plain `go test ./...` compiles only the
+# hermetic tests, and internal/peertags's test fails a peer test left
+# untagged.
+#   make check     the fast tier: go vet and the hermetic tests with
+#                  CHECKFLAGS (-short: the tests that run the quick demo
+#                  or aipo commands many times, kill and restart runs, or
+#                  start servers skip, as each says). No setup, no network.
+#   make test      the whole (CI's, .ci/run): installs every peer, vets and
+#                  tests with all of PEER_TAGS through the skip gate
+#                  (internal/testgate), never -short, then race-prism and
+#                  bench-smoke.
+#   make test-TAG  one peer: scripts/setup.sh peer TAG installs what it
+#                  needs, scripts/test-peer.sh runs its tests (listed by
+#                  internal/peertags/cmd/peertests) through the gate and
+#                  its benchmarks once; test-trl runs BenchmarkGRPOVsTRL
+#                  whole, the only run of TRL's side.
+PEER_TAGS := vllm torch verl tensorboard trl flink portable llamacpp duckdb openaisdk grpcurl netns shareddata
+comma     := ,
+empty     :=
+space     := $(empty) $(empty)
+ALL_TAGS  := $(subst $(space),$(comma),$(strip $(PEER_TAGS)))
+CHECKFLAGS ?= -short -timeout 30m
+PEER_TESTS := $(addprefix test-,$(filter-out trl,$(PEER_TAGS)))
 # go.work points the Beam SDK at a copy whose in-process prism job server
 # binds 127.0.0.1, among other patches (see scripts/beam-overlay.sh); every
 # build and test, with make or without, goes through it. The stamp is written
 # once the copy is patched.
 OVERLAY   := build/make-overlay/beam-sdks/.patched
 
-.PHONY: overlay race-prism setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
+.PHONY: check test-trl $(PEER_TESTS) overlay race-prism setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 $(OVERLAY): go.mod go.sum go.work scripts/beam-overlay.sh
 	@scripts/beam-overlay.sh
@@ -81,10 +116,12 @@ check-dataflow: $(OVERLAY)
 # (see scripts/flink/README.md).
 check-portable: worker beam-boot
 	$(GO) build -o build/tools/prism github.com/apache/beam/sdks/v2/go/cmd/prism
-	$(GO) test $(TESTFLAGS) -run 'PortableProcessEnvironment' -v ./cmd/aipo
+	$(GO) test $(TESTFLAGS) -tags portable -run 'PortableProcessEnvironment' -v ./cmd/aipo
 
+# vet vets both builds: the hermetic one and the one with every peer tag.
 vet: $(OVERLAY)
 	$(GO) vet ./...
+	$(GO) vet -tags $(ALL_TAGS) ./...
 
 staticcheck:
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -100,13 +137,37 @@ lint: vet staticcheck
 TESTGATE  := build/tools/testgate
 test: $(OVERLAY) setup-test worker beam-boot
 	$(GO) vet ./...
+	$(GO) vet -tags $(ALL_TAGS) ./...
 	@scripts/ptx.sh --check; rc=$$?; \
 	if [ $$rc -eq 3 ]; then echo "make test: skipping the PTX staleness check (see the line above)"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
 	@$(GO) build -o $(TESTGATE) ./internal/testgate/cmd/testgate
-	$(TESTGATE) -allow scripts/allowed-skips.txt -- $(GO) test $(TESTFLAGS) -json ./...
+	$(TESTGATE) -allow scripts/allowed-skips.txt -- $(GO) test $(TESTFLAGS) -tags $(ALL_TAGS) -json ./...
 	@$(MAKE) --no-print-directory race-prism
 	@$(MAKE) --no-print-directory bench-smoke
+
+# check is the fast tier (see the top): no setup, no peer, no network; the
+# PTX staleness check needs NVRTC and stays in make test.
+check: $(OVERLAY)
+	$(GO) vet ./...
+	$(GO) test $(CHECKFLAGS) ./...
+
+# test-TAG for each tag of PEER_TAGS but trl: that peer's tests (see the
+# top). Flink's and the portable runner's PROCESS workers are
+# bin/aipo-worker and bin/beam-boot.
+$(PEER_TESTS): test-%: setup $(OVERLAY)
+	@scripts/setup.sh peer $*
+	@GO=$(GO) TESTFLAGS="$(TESTFLAGS)" scripts/test-peer.sh $*
+test-flink test-portable: worker beam-boot
+
+# test-trl is BenchmarkGRPOVsTRL at its full size (about 13 minutes), TRL's
+# side and the loss check included: make test's bench-smoke runs aipo's side
+# alone, TRL's environment being make setup-bench's.
+test-trl: setup $(OVERLAY)
+	@scripts/setup.sh peer trl
+	@mkdir -p build
+	@$(GO) test -tags trl -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkGRPOVsTRL$$' -benchtime 1x -v ./cmd/aipo >build/test-trl.out 2>&1; \
+	rc=$$?; scripts/bench-summary.sh <build/test-trl.out; echo "test-trl: the whole output is in build/test-trl.out"; exit $$rc
 
 # race-prism runs pipelines submitted together in one process under the race
 # detector, which sees an unguarded access to prism's shared state whether or
@@ -124,7 +185,7 @@ race-prism: $(OVERLAY)
 # skipped benchmark with its reason (BenchmarkGRPOVsTRL runs aipo's side and
 # skips TRL's, which only make setup-bench installs) and its wall time.
 bench-smoke: $(OVERLAY)
-	@GO=$(GO) scripts/bench-smoke.sh
+	@GO=$(GO) TAGS=$(ALL_TAGS) scripts/bench-smoke.sh
 
 # ptx recompiles learner/cuda/kernels/*.cu to the committed PTX (needs
 # NVRTC: scripts/ptx.sh --install sets it up on Debian).
@@ -143,7 +204,7 @@ gpu-test-binary: $(OVERLAY)
 # with a 100-problem MATH500 slice every 5 steps, printing each command's
 # console and the figures it checks.
 rehearse: setup-test $(OVERLAY)
-	AIPO_REHEARSE=long $(GO) test -count=1 -timeout 60m -run '^TestRehearsal$$' -v ./cmd/aipo
+	AIPO_REHEARSE=long $(GO) test -tags shareddata -count=1 -timeout 60m -run '^TestRehearsal$$' -v ./cmd/aipo
 
 # setup-bench adds what only the benchmarks need: TRL's environment
 # (scripts/trl.sh), for cmd/aipo's BenchmarkGRPOVsTRL, which trains with
@@ -157,7 +218,7 @@ setup-bench: setup-test
 # after the other (about 10 minutes on 2 cores), and BenchmarkGRPOVsTRL
 # trains with aipo and TRL (about 13 minutes, almost all of it TRL's).
 bench: setup-bench $(OVERLAY)
-	$(GO) test -timeout 60m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
+	$(GO) test -tags $(ALL_TAGS) -timeout 60m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
 	$(GO) test -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
 

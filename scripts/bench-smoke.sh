@@ -7,10 +7,13 @@
 # The whole output goes to build/bench-smoke.out; printed are the failures,
 # every benchmark that skipped with its reason, and the wall time.
 #
-#   scripts/bench-smoke.sh [packages]   (GO names the go command)
+#   scripts/bench-smoke.sh [packages]   (GO names the go command, TAGS the
+#                                        build tags, BENCH the -bench pattern)
 #
 # The packages default to those whose tests define a benchmark, so that no
-# other test binary is linked.
+# other test binary is linked. make test passes every peer tag (the
+# benchmarks of the peers' files run too), make test-TAG its tag and the
+# pattern of its benchmarks.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,7 +27,7 @@ if [ $# -eq 0 ]; then
 fi
 start=$(date +%s)
 # -v prints what a skipped benchmark logs; without it a skip is silent.
-"$go" test -short -v -count=1 -timeout 10m -run '^$' -bench . -benchtime 1x "$@" >"$out" 2>&1
+"$go" test -tags "${TAGS:-}" -short -v -count=1 -timeout 10m -run '^$' -bench "${BENCH:-.}" -benchtime 1x "$@" >"$out" 2>&1
 rc=$?
 took=$(($(date +%s) - start))
 # A benchmark's log lines (indented) come before its --- SKIP or --- FAIL

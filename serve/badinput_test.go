@@ -260,3 +260,27 @@ func TestServeHFDirShardedF32EqualsBF16(t *testing.T) {
 		t.Errorf("inproc:// over the shards: %v, aipo serve: %v", res.Tokens, a.Choices[0].TokenIDs)
 	}
 }
+
+// greedyAnswer is a completion's answer as the greedy checks read it.
+type greedyAnswer struct {
+	Choices []struct {
+		TokenIDs []int32 `json:"token_ids"`
+		Prompt   []int32 `json:"prompt_token_ids"`
+		Logprobs struct {
+			TokenLogprobs []float64 `json:"token_logprobs"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+	Version int64 `json:"aipo_policy_version"`
+}
+
+// greedyBody is the server's greedy answer to the fixture's prompt.
+func greedyBody(t *testing.T, addr string, fx hfmodel.Fixture) greedyAnswer {
+	t.Helper()
+	st, _, body := post(t, "http://"+addr+"/v1/completions", map[string]any{"model": "m", "prompt": fx.Prompt,
+		"max_tokens": len(fx.GreedyIDs), "temperature": 0, "logprobs": 1})
+	var out greedyAnswer
+	if st != 200 || json.Unmarshal(body, &out) != nil || len(out.Choices) != 1 {
+		t.Fatalf("completions: %d %s", st, body)
+	}
+	return out
+}

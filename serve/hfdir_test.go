@@ -1,3 +1,5 @@
+//go:build shareddata
+
 package serve
 
 import (
@@ -54,17 +56,6 @@ func hfDir(t *testing.T, name string) (string, hfmodel.Fixture) {
 		t.Fatal(err)
 	}
 	return dir, fx
-}
-
-type greedyAnswer struct {
-	Choices []struct {
-		TokenIDs []int32 `json:"token_ids"`
-		Prompt   []int32 `json:"prompt_token_ids"`
-		Logprobs struct {
-			TokenLogprobs []float64 `json:"token_logprobs"`
-		} `json:"logprobs"`
-	} `json:"choices"`
-	Version int64 `json:"aipo_policy_version"`
 }
 
 // greedyFromServer asks the server at addr for the greedy continuation of
@@ -231,18 +222,6 @@ func TestLearnerStepFromHFDirServes(t *testing.T) {
 	if a.Version != 1 || b.Version != 0 {
 		t.Errorf("policy versions %d and %d, want 1 (the checkpoint's) and 0 (a plain directory)", a.Version, b.Version)
 	}
-}
-
-// greedyBody is the server's greedy answer to the fixture's prompt.
-func greedyBody(t *testing.T, addr string, fx hfmodel.Fixture) greedyAnswer {
-	t.Helper()
-	st, _, body := post(t, "http://"+addr+"/v1/completions", map[string]any{"model": "m", "prompt": fx.Prompt,
-		"max_tokens": len(fx.GreedyIDs), "temperature": 0, "logprobs": 1})
-	var out greedyAnswer
-	if st != 200 || json.Unmarshal(body, &out) != nil || len(out.Choices) != 1 {
-		t.Fatalf("completions: %d %s", st, body)
-	}
-	return out
 }
 
 // header parses the safetensors header of path.

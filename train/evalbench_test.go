@@ -24,7 +24,8 @@ import (
 // checkpoint's records and report are in <run>/eval/step-NNNNNN, its
 // scores in metrics.jsonl, and aipo analyze shows Pass@k over the steps.
 // The run is stopped after one step and resumed; TensorBoard's reader
-// finds every step's metrics in its event files.
+// (-tags tensorboard; without it the package's) finds every step's metrics
+// in its event files.
 func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()

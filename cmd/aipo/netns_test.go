@@ -1,3 +1,5 @@
+//go:build netns
+
 package main
 
 import (

@@ -281,35 +281,6 @@ func freePort(t *testing.T) string {
 	return port
 }
 
-// torchrun (PyTorch 2.13's, from the environment scripts/vllm.sh makes)
-// launches aipo train as it launches any program (--no-python): its agent
-// holds MASTER_PORT and sets TORCHELASTIC_USE_AGENT_STORE, the ranks'
-// store takes the next port, and the run ends with --nproc 1's bits.
-func TestTrainUnderTorchrun(t *testing.T) {
-	torchrun := filepath.Join(filepath.Dir(testtools.TorchPython(t)), "torchrun")
-	warm := filepath.Join(t.TempDir(), "warm")
-	quickWarmStart(t, warm)
-	cfg, ref := ranksRun(t, warm, 3)
-	if code, out := runAipoFor(t, 5*time.Minute, nil, "train", "--config", cfg, "--no-tensorboard", "--nproc", "1"); code != 0 {
-		t.Fatalf("--nproc 1 exited %d:\n%s", code, out)
-	}
-	cfg2, run := ranksRun(t, warm, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, torchrun, "--nproc-per-node", "2", "--master-port", freePort(t), "--no-python",
-		os.Args[0], "train", "--config", cfg2, "--no-tensorboard")
-	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
-	t0 := time.Now()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("torchrun --nproc-per-node 2 --no-python aipo train: %v\n%s", err, out)
-	}
-	if got, want := finalDigest(t, run, 3), finalDigest(t, ref, 3); got != want {
-		t.Errorf("under torchrun: %s, --nproc 1: %s", got, want)
-	}
-	t.Logf("torchrun, 2 ranks: %s (%s)", finalDigest(t, run, 3), time.Since(t0).Round(time.Millisecond))
-}
-
 // committedFiles is the file list of checkpoint k's commit marker: each
 // file's name, size and sha256.
 func committedFiles(t *testing.T, run string, k int64) []rundir.File {

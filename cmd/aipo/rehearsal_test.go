@@ -1,14 +1,11 @@
+//go:build shareddata
+
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,16 +19,12 @@ import (
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
-	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
-	"github.com/aipo-rl/aipo/serve"
-	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
 	"github.com/aipo-rl/aipo/transforms/policy"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 	"gopkg.in/yaml.v3"
 )
 
@@ -303,56 +296,6 @@ func rehearse(t *testing.T, r rehearsal) {
 	t.Logf("rehearsal: %s in all", time.Since(start).Round(time.Second))
 }
 
-// gsm8kRow is a row of the bundled GSM8K training file.
-type gsm8kRow struct {
-	Question string `json:"question"`
-	Answer   string `json:"answer"`
-}
-
-// oneDigitGSM8K returns the first n rows of path whose final answer (after
-// "####") is one digit.
-func oneDigitGSM8K(t *testing.T, path string, n int) []gsm8kRow {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []gsm8kRow
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() && len(out) < n {
-		var r gsm8kRow
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		_, a, ok := strings.Cut(r.Answer, "####")
-		if a = strings.TrimSpace(a); ok && len(a) == 1 && a[0] >= '0' && a[0] <= '9' {
-			out = append(out, r)
-		}
-	}
-	if err := sc.Err(); err != nil || len(out) < n {
-		t.Fatalf("%s: %d one-digit rows (%v), want %d", path, len(out), err, n)
-	}
-	return out
-}
-
-func writeJSONL[T any](t *testing.T, path string, rows []T) {
-	t.Helper()
-	var b strings.Builder
-	for _, r := range rows {
-		line, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func readYAML(t *testing.T, path string, v any) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -362,175 +305,4 @@ func readYAML(t *testing.T, path string, v any) {
 	if err := yaml.Unmarshal(b, v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-}
-
-// warmStartQwen3 writes to dir a Hugging Face directory of a tiny Qwen3
-// (configJSON: hfmodel.TinyQwen3Config or TinyQwen3VLLMConfig) after steps of SFT on responses that call the
-// Verify Agent and answer \boxed{d} with d a random digit, over prompts
-// rendered as the run renders them; the result's tokens (random ones, as
-// the collaborators' server will write) are context only. It returns the
-// last SFT loss.
-func warmStartQwen3(t *testing.T, tok *tokenizer.HF, tokDir, dir string, cfg runconfig.Config, rows []gsm8kRow, steps int, configJSON string) float64 {
-	t.Helper()
-	render, err := trajectories.NewRenderer("", "", []collab.Agent{collab.Verify, collab.Knowledge, collab.Reason}, cfg.Interact())
-	if err != nil {
-		t.Fatal(err)
-	}
-	const eos = 151645 // <|im_end|>, the tiny config's eos_token_id
-	rng := rand.New(rand.NewPCG(1, 2))
-	seqs := make([]trainer.Sequence, 0, 32)
-	for i := range cap(seqs) {
-		row := rows[i%len(rows)]
-		text, err := render.Render(schemas.Prompt{ID: fmt.Sprint(i), Problem: row.Question})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := trainer.Sequence{Prompt: int32s(tok.EncodeSpecial(text))}
-		add := func(ids []int32, skip bool) {
-			s.Response = append(s.Response, ids...)
-			for range ids {
-				s.Skip = append(s.Skip, skip)
-			}
-		}
-		d := rng.IntN(10)
-		add(int32s(tok.Encode(fmt.Sprintf("<verify>The answer is %d.</verify>\n", d))), false)
-		add(int32s(tok.EncodeSpecial(interact.ResultOpen)), true)
-		noise := make([]int32, 1+rng.IntN(6))
-		for j := range noise {
-			noise[j] = int32(1000 + rng.IntN(100000))
-		}
-		add(noise, true)
-		add(int32s(tok.EncodeSpecial(interact.ResultClose)), true)
-		add(int32s(tok.Encode(fmt.Sprintf("So the answer is \\boxed{%d}.", rng.IntN(10)))), false)
-		add([]int32{eos}, false)
-		seqs = append(seqs, s)
-	}
-	ts, loss := sftTrain(t, configJSON, seqs, steps)
-	if err := hfmodel.WriteTensors(dir, []byte(configJSON), ts, checkpoint.F32, tokDir); err != nil {
-		t.Fatal(err)
-	}
-	return loss
-}
-
-// sftTrain trains a random model of configJSON (seed 7) by steps of SFT on
-// seqs (AdamW at 1e-2, no weight decay) and returns its weights and the
-// last loss.
-func sftTrain(t *testing.T, configJSON string, seqs []trainer.Sequence, steps int) ([]checkpoint.Tensor, float64) {
-	t.Helper()
-	l, err := hfmodel.SFTLearner([]byte(configJSON), 7, 1e-2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var loss float64
-	for range steps {
-		if loss, _, err = l.SFTStep(seqs, 1<<20); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return trainer.Tensors(l.Policy), loss
-}
-
-// convertGSM8K writes rows (the bundled GSM8K file's layout) to
-// dir/NAME.jsonl and converts them with `aipo data convert --preset
-// gsm8k_train` to veRL's Parquet layout, dir/NAME.parquet, which it returns.
-func convertGSM8K(t *testing.T, dir, name string, rows []gsm8kRow) string {
-	t.Helper()
-	raw := filepath.Join(dir, name+".jsonl")
-	writeJSONL(t, raw, rows)
-	out := filepath.Join(dir, name+".parquet")
-	if code, text := runAipo(t, "data", "convert", "--preset", "gsm8k_train", "--in", raw, "--out", out); code != 0 {
-		t.Fatalf("aipo data convert exited %d:\n%s", code, text)
-	}
-	return out
-}
-
-// freeAddr is a 127.0.0.1 address with a port free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// serveOn runs aipo serve's server on ckpt as name, over gRPC at grpcAddr
-// and HTTP at httpAddr (either may be empty), until the returned stop.
-func serveOn(t *testing.T, ckpt, name, grpcAddr, httpAddr string) (stop func()) {
-	t.Helper()
-	return serveWith(t, serve.Options{Checkpoint: ckpt, Name: name}, grpcAddr, httpAddr)
-}
-
-// serveWith is serveOn with the server's options.
-func serveWith(t *testing.T, opts serve.Options, grpcAddr, httpAddr string) (stop func()) {
-	t.Helper()
-	name := opts.Name
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := serve.New(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gl, hl net.Listener
-	for _, l := range []struct {
-		addr string
-		into *net.Listener
-	}{{grpcAddr, &gl}, {httpAddr, &hl}} {
-		if l.addr == "" {
-			continue
-		}
-		if *l.into, err = net.Listen("tcp", l.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, gl, hl, nil, time.Second) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve %s: %v", name, err)
-		}
-		srv.Close()
-	}
-}
-
-// tinyRecipe is the run configuration the end-to-end tests share: the
-// paper's recipe at a size that trains in seconds, one interaction, the
-// three collaborators behind one OpenAI-compatible endpoint.
-type tinyRecipe struct {
-	name, dir    string
-	steps        int64
-	train        string // a veRL parquet of prompts
-	batch, group int64
-	policy, sync string // policy.endpoint and policy.sync (YAML flow)
-	loss         string // learner.loss.base
-	collab       string // the collaborators' host:port
-	eval         string // an eval: section, or empty
-}
-
-func (r tinyRecipe) yaml() string {
-	return fmt.Sprintf(`run: {name: %s, dir: %q, seed: 0, steps: %d}
-data:
-  sources: [{path: %q, preset: verl}]
-  batch_size: %d
-policy:
-  endpoint: %q
-  sync: %s
-  temperature: 1.0
-  max_response_tokens: 40
-rollout:
-  group_size: %d
-  max_interactions: 1
-  opener_by: system
-  answer_token_budget: 16
-collaborators:
-  verify: &collab {kind: openai, endpoint: "http://%s/v1", model: collab, timeout: 60s, max_generate_tokens: 6}
-  knowledge: *collab
-  reason: *collab
-learner:
-  loss: {base: %s, external: aipo, omega: 0.2}
-  optim: {lr: 1.0e-4, grad_clip: 1.0}
-  backend: cpu
-%s`, r.name, r.dir, r.steps, r.train, r.batch, r.policy, r.sync, r.group, r.collab, r.loss, r.eval)
 }

@@ -1,11 +1,11 @@
+//go:build vllm
+
 package main
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -346,21 +346,6 @@ func benchPrompt(i int) []int32 {
 	return p
 }
 
-// completionAnswer is the part of a /v1/completions answer the benchmark
-// checks.
-type completionAnswer struct {
-	Choices []struct {
-		TokenIDs     []int32 `json:"token_ids"`
-		FinishReason *string `json:"finish_reason"`
-		Logprobs     *struct {
-			TokenLogprobs []*float64 `json:"token_logprobs"`
-		} `json:"logprobs"`
-	} `json:"choices"`
-	Usage *struct {
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
-}
-
 // check requires one choice of exactly n tokens, each with its log-prob,
 // that ended for length.
 func (a completionAnswer) check(n int) error {
@@ -382,34 +367,6 @@ func (a completionAnswer) check(n int) error {
 		return fmt.Errorf("usage.completion_tokens %d, want %d", a.Usage.CompletionTokens, n)
 	}
 	return nil
-}
-
-// postCompletion sends body to url's /v1/completions and decodes a 200
-// answer.
-func postCompletion(ctx context.Context, hc *http.Client, url string, body map[string]any) (completionAnswer, error) {
-	var a completionAnswer
-	buf, err := json.Marshal(body)
-	if err != nil {
-		return a, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(buf))
-	if err != nil {
-		return a, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return a, err
-	}
-	defer resp.Body.Close()
-	ans, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return a, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return a, fmt.Errorf("POST %s/v1/completions answered %d: %s", url, resp.StatusCode, ans)
-	}
-	return a, json.Unmarshal(ans, &a)
 }
 
 // benchHTTPClient keeps a connection open per concurrent request, so that

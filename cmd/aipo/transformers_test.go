@@ -1,3 +1,5 @@
+//go:build torch
+
 package main
 
 import (
@@ -15,15 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/internal/vllmserver"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
-	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/model"
-	"github.com/aipo-rl/aipo/learner/tokenizer"
-	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/transforms/chattemplate"
 )
 
@@ -46,27 +44,6 @@ const transformersLogitTol = 1e-4
 // logit tolerance), so greedy sequences are compared up to such a position
 // only.
 const greedyTieGap = 10 * transformersLogitTol
-
-// tfFamily is one model family as a user brings it from the Hub.
-type tfFamily struct {
-	name   string
-	config string // config.json, float32
-	tok    string // directory of tokenizer.json (and tokenizer_config.json)
-	tpl    string // tokenizer_config.json with the chat template, when not tok's
-	eos    int32  // the end-of-turn token the warm start teaches
-	think  bool   // the template takes enable_thinking (Qwen3): rendered off
-}
-
-func tfFamilies(t *testing.T) []tfFamily {
-	qwen := filepath.Dir(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))
-	llama := filepath.Dir(shareddata.Path(t, "tokenizers/llama3/tokenizer.json"))
-	return []tfFamily{
-		{name: "qwen2.5", config: hfmodel.TinyQwen2VLLMConfig, tok: qwen, eos: 151645,
-			tpl: filepath.Join(testtools.RepoRoot(), "transforms", "chattemplate", "testdata", "qwen2.5", "tokenizer_config.json")},
-		{name: "qwen3", config: hfmodel.TinyQwen3VLLMConfig, tok: qwen, eos: 151645, think: true},
-		{name: "llama3", config: hfmodel.TinyLlama3Config, tok: llama, eos: 128009},
-	}
-}
 
 // TestTransformersLoadsCheckpoints lets Hugging Face transformers judge
 // the checkpoints aipo writes. For Qwen2.5, Qwen3 and Llama 3.2 (tiny
@@ -148,108 +125,6 @@ func TestTransformersLoadsShardedCheckpoint(t *testing.T) {
 	}
 	t.Logf("%s: %d shards of at most %d bytes, written by 2 ranks", ckpt, len(shards), shard)
 	checkWithTransformers(t, py, fam, ckpt, dtype)
-}
-
-// sameAnswerGSM8K returns n GSM8K training rows whose answer is answer.
-func sameAnswerGSM8K(t *testing.T, answer string, n int) []gsm8kRow {
-	t.Helper()
-	var out []gsm8kRow
-	for _, r := range oneDigitGSM8K(t, shareddata.Path(t, "math/gsm8k/train.jsonl"), 400) {
-		if _, a, _ := strings.Cut(r.Answer, "####"); strings.TrimSpace(a) == answer {
-			out = append(out, r)
-		}
-	}
-	if len(out) < n {
-		t.Fatalf("%d GSM8K rows answer %s among the first 400 one-digit ones, want %d", len(out), answer, n)
-	}
-	return out[:n]
-}
-
-// warmStartAnswer teaches a random model of fam, by 80 steps of SFT, to
-// answer every prompt (rendered with the family's chat template) with
-// "So the answer is \boxed{3}." or "...\boxed{5}." and its end-of-turn
-// token, half and half: the GRPO step that follows then sees groups with
-// both rewards (the rows' answer is 3), so that it has a gradient. It
-// returns the trained weights.
-func warmStartAnswer(t *testing.T, fam tfFamily, rows []gsm8kRow) []checkpoint.Tensor {
-	t.Helper()
-	tok, tm := familyTokenizer(t, fam)
-	seqs := make([]trainer.Sequence, 0, 16)
-	for i := range cap(seqs) {
-		text, err := tm.Render([]chattemplate.Message{{Role: "user", Content: rows[i%len(rows)].Question}}, familyChatOptions(fam, true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp := int32s(tok.Encode(fmt.Sprintf("So the answer is \\boxed{%d}.", 3+2*(i%2))))
-		seqs = append(seqs, trainer.Sequence{Prompt: int32s(tok.EncodeSpecial(text)), Response: append(resp, fam.eos), Skip: make([]bool, len(resp)+1)})
-	}
-	ts, loss := sftTrain(t, fam.config, seqs, 80)
-	t.Logf("%s: warm start, 80 SFT steps, loss %.3f", fam.name, loss)
-	c, err := hfconfig.Parse([]byte(fam.config))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.ModelType == "qwen2" && !slices.ContainsFunc(ts, func(x checkpoint.Tensor) bool { return strings.HasSuffix(x.Name, "q_proj.bias") }) {
-		t.Fatal("the Qwen2 learner has no q/k/v biases")
-	}
-	return ts
-}
-
-func int32s(ids []int) []int32 {
-	o := make([]int32, len(ids))
-	for i, v := range ids {
-		o[i] = int32(v)
-	}
-	return o
-}
-
-// familyTokenizer loads fam's tokenizer and chat template as aipo does.
-func familyTokenizer(t *testing.T, fam tfFamily) (*tokenizer.HF, *chattemplate.Template) {
-	t.Helper()
-	tok, err := tokenizer.Load(fam.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl := fam.tpl
-	if tpl == "" {
-		tpl = filepath.Join(fam.tok, checkpoint.TokenizerConfigName)
-	}
-	tm, err := chattemplate.Load(context.Background(), tpl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok, tm
-}
-
-func familyChatOptions(fam tfFamily, gen bool) chattemplate.Options {
-	o := chattemplate.Options{AddGenerationPrompt: gen}
-	if fam.think {
-		off := false
-		o.EnableThinking = &off
-	}
-	return o
-}
-
-// writeFamilyDir writes a Hugging Face directory of fam with weights ts
-// and config cfg, in dtype, with the family's tokenizer and template.
-func writeFamilyDir(t *testing.T, fam tfFamily, dir, cfg string, ts []checkpoint.Tensor, dtype string) {
-	t.Helper()
-	dt := checkpoint.F32
-	if dtype == "bfloat16" {
-		dt = checkpoint.BF16
-	}
-	if err := hfmodel.WriteTensors(dir, []byte(cfg), ts, dt, fam.tok); err != nil {
-		t.Fatal(err)
-	}
-	if fam.tpl != "" {
-		b, err := os.ReadFile(fam.tpl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, checkpoint.TokenizerConfigName), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // trainOneStep runs `aipo train --init init` for one GRPO step (the policy

@@ -1,3 +1,5 @@
+//go:build trl
+
 package main
 
 import (
@@ -503,36 +505,6 @@ func clipMetrics(ms map[string]float64) map[string]float64 {
 		}
 	}
 	return o
-}
-
-func ints(v []int32) []int {
-	o := make([]int, len(v))
-	for i, x := range v {
-		o[i] = int(x)
-	}
-	return o
-}
-
-func writeJSON(b testing.TB, path string, v any) {
-	b.Helper()
-	j, err := json.Marshal(v)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(path, j, 0o644); err != nil {
-		b.Fatal(err)
-	}
-}
-
-func readJSON(b testing.TB, path string, v any) {
-	b.Helper()
-	j, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := json.Unmarshal(j, v); err != nil {
-		b.Fatalf("%s: %v", path, err)
-	}
 }
 
 // TestTRLBenchSetup prepares BenchmarkGRPOVsTRL's directory (named by

@@ -1,3 +1,5 @@
+//go:build vllm
+
 package main
 
 import (
@@ -15,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +31,6 @@ import (
 	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
-	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -235,21 +235,6 @@ func scoreWith(t *testing.T, m *model.Model, ids []int32) []float32 {
 		t.Fatal(err)
 	}
 	return lps[:len(ids)-1]
-}
-
-// loadModel is the learner's model of the weights a server loads from dir
-// (a Hugging Face directory or a committed checkpoint).
-func loadModel(t *testing.T, dir string) *model.Model {
-	t.Helper()
-	ck, err := checkpoint.LoadServed(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := trainer.ModelFromTensors(ck.Config, ck.Tensors)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // policyRuns are the maximal runs of policy tokens of a trajectory's
@@ -720,36 +705,6 @@ func waitRestarted(t *testing.T, restarted chan error) {
 	case <-time.After(5 * time.Minute):
 		t.Fatal("vLLM was never killed: the request it was to be killed at never reached the proxy")
 	}
-}
-
-// sampledByTheirStep reads the trajectories of steps 0..steps-1 of the
-// run, checking that each was sampled by its step's checkpoint.
-func sampledByTheirStep(t *testing.T, runDir string, steps int64) [][]schemas.Trajectory {
-	t.Helper()
-	var out [][]schemas.Trajectory
-	for k := range steps {
-		trajs, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), rundir.Step(runDir, k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tr := range trajs {
-			if tr.PolicyVersion != k {
-				t.Fatalf("step %d: trajectory %s/%d sampled by version %d, want checkpoint %d", k, tr.PromptID, tr.SampleIndex, tr.PolicyVersion, k)
-			}
-		}
-		out = append(out, trajs)
-	}
-	return out
-}
-
-// lineWith is the first line of text holding sub, cut to 600 bytes.
-func lineWith(text, sub string) string {
-	for _, l := range strings.Split(text, "\n") {
-		if strings.Contains(l, sub) {
-			return l[:min(len(l), 600)]
-		}
-	}
-	return "(no line holds " + strconv.Quote(sub) + ")"
 }
 
 // vllmChatTemplate checks that aipo's rendering of conversations with the

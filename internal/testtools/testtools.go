@@ -17,6 +17,13 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
+// BenchmarkData is data/benchmarks, the benchmark files committed with the
+// module (byte for byte those of ../shared/data, which the binary embeds):
+// the tests that read a benchmark file read this copy.
+func BenchmarkData() string {
+	return filepath.Join(RepoRoot(), "data", "benchmarks")
+}
+
 // Binary returns build/tools/<name>, or builds pkg (a main package of a
 // module in go.mod, through go.work's patched Beam SDK) into a temporary
 // directory. Without a go command it skips the test, saying how to get the

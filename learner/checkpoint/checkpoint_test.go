@@ -385,12 +385,6 @@ func TestLoadWeightsSources(t *testing.T) {
 		t.Fatalf("file with config beside it: %+v %v", c, err)
 	}
 
-	// llama2.c .bin.
-	c, ts, err = LoadWeights(ctx, stories260KPath(t))
-	if err != nil || c.HiddenSize != 64 || len(ts) != 1+9*5+1 {
-		t.Fatalf("stories260K via LoadWeights: hidden %d, %d tensors, err %v", c.HiddenSize, len(ts), err)
-	}
-
 	// A directory that is none of these.
 	if _, _, err := LoadWeights(ctx, filepath.Join(root, "nothing")); err == nil || !strings.Contains(err.Error(), "want a model directory") {
 		t.Fatalf("missing directory: %v", err)

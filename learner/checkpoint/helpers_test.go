@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"encoding/json"
-	"github.com/aipo-rl/aipo/internal/shareddata"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -79,11 +78,6 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
-}
-
-func stories260KPath(t testing.TB) string {
-	t.Helper()
-	return shareddata.Path(t, "models/stories260K/stories260K.bin")
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

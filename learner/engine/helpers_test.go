@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"github.com/aipo-rl/aipo/internal/shareddata"
 	"math"
 	"strings"
 	"testing"
@@ -113,16 +112,4 @@ func checkLogProbs(t testing.TB, what string, got, want []float32) {
 			t.Fatalf("%s: log-prob of token %d is %g, the learner's %g (diff %.3g > %g)", what, i, got[i], want[i], d, tolLogProb)
 		}
 	}
-}
-
-// stories260K loads the shared llama2.c model, found by walking up from the
-// package directory to shared/data, or skips.
-func stories260K(t testing.TB) *model.Model {
-	t.Helper()
-	path := shareddata.Path(t, "models/stories260K/stories260K.bin")
-	m, err := model.LoadLlama2C(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

@@ -1,3 +1,5 @@
+//go:build verl
+
 package loss
 
 import (
@@ -486,4 +488,18 @@ func checkIcePopDifference(t *testing.T, in Inputs, b verlBatch, want verlResult
 		t.Errorf("mask mode: loss %.12g times kept/all %v/%v = %.12g, veRL's IcePop %.12g", got.Loss, kept, all, scaled, want.Loss)
 	}
 	t.Logf("%-42s aipo's mask-mode loss is veRL's IcePop loss times %v/%v tokens (checked to %.1e)", "diff/icepop", all, kept, relDiff(scaled, want.Loss))
+}
+
+// Every base is compared with veRL's code: verlPairs names a pair after
+// each.
+func TestEveryBaseHasAVerlPair(t *testing.T) {
+	pairs := map[string]bool{}
+	for _, p := range verlPairs(rand.New(rand.NewPCG(1, 1))) {
+		pairs[p.name] = true
+	}
+	for _, b := range Bases() {
+		if !pairs[b] {
+			t.Errorf("base %s has no veRL pair named %q in verlPairs", b, b)
+		}
+	}
 }

@@ -80,7 +80,7 @@ func containsAdded(tok *HF, s string) bool {
 // random texts, and Encode with it where the text holds no added token.
 func TestHFReferenceEncode(t *testing.T) {
 	ref := readReference(t)
-	for _, name := range []string{"qwen3", "llama3", "builtin"} {
+	for _, name := range append(slices.Clone(sharedVocabs), "builtin") {
 		t.Run(name, func(t *testing.T) {
 			tok := referenceTokenizer(t, name)
 			count := 0
@@ -113,7 +113,7 @@ func TestHFReferenceEncode(t *testing.T) {
 // the chat template rendered from tokenizer_config.json.
 func TestHFReferenceChat(t *testing.T) {
 	ref := readReference(t)
-	for _, name := range []string{"qwen3", "llama3", "builtin"} {
+	for _, name := range append(slices.Clone(sharedVocabs), "builtin") {
 		t.Run(name, func(t *testing.T) {
 			tok := referenceTokenizer(t, name)
 			seen := 0
@@ -142,7 +142,7 @@ func TestHFReferenceChat(t *testing.T) {
 
 func TestHFReferenceDecode(t *testing.T) {
 	ref := readReference(t)
-	for _, name := range []string{"qwen3", "llama3", "builtin"} {
+	for _, name := range append(slices.Clone(sharedVocabs), "builtin") {
 		t.Run(name, func(t *testing.T) {
 			tok := referenceTokenizer(t, name)
 			for i, d := range ref.Decode {

@@ -10,17 +10,16 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/evalconfig"
-	"github.com/aipo-rl/aipo/internal/shareddata"
+	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 )
 
-// loadPreset reads a preset's bundled file.
+// loadPreset reads a preset's bundled file (the committed copy,
+// data/benchmarks).
 func loadPreset(t testing.TB, name string) (evalconfig.Resolved, []schemas.Prompt) {
 	t.Helper()
-	p := evalconfig.Presets[name]
-	shareddata.Path(t, p.RelPath)
-	r, err := evalconfig.Config{DataDir: shareddata.Dir()}.WithDefaults().Resolve(evalconfig.Benchmark{Preset: name})
+	r, err := evalconfig.Config{DataDir: testtools.BenchmarkData()}.WithDefaults().Resolve(evalconfig.Benchmark{Preset: name})
 	if err != nil {
 		t.Fatal(err)
 	}

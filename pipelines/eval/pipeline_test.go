@@ -14,7 +14,6 @@ import (
 	"github.com/aipo-rl/aipo/evalconfig"
 	_ "github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/rundir"
-	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -75,7 +74,6 @@ func readAll(t *testing.T, out string) []schemas.EvalRecord {
 // the records must cover every (problem, sample) exactly once and the
 // report must be well formed.
 func TestEvalPipelineResumes(t *testing.T) {
-	shareddata.Path(t, evalconfig.Presets["gsm8k"].RelPath)
 	ck := randomCheckpoint(t)
 	out := t.TempDir()
 	yml := fmt.Sprintf(`
@@ -92,7 +90,7 @@ benchmarks:
   - {preset: gsm8k, limit: 5}
   - {preset: math500, limit: 2}
   - {preset: mbpp_sanitized, limit: 3}
-`, out, shareddata.Dir(), ck)
+`, out, testtools.BenchmarkData(), ck)
 	cfg, err := evalconfig.Parse([]byte(yml), "test")
 	if err != nil {
 		t.Fatal(err)

@@ -1,3 +1,5 @@
+//go:build verl
+
 package advantage
 
 import (

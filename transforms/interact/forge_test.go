@@ -1,3 +1,5 @@
+//go:build shareddata
+
 package interact
 
 import (

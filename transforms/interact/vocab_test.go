@@ -1,3 +1,5 @@
+//go:build shareddata
+
 package interact
 
 // Tags on real vocabularies: a scripted policy emits the token ids of real

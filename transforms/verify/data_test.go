@@ -3,21 +3,9 @@ package verify
 import (
 	"bufio"
 	"encoding/json"
-	"github.com/aipo-rl/aipo/internal/shareddata"
 	"os"
 	"testing"
 )
-
-// sharedData returns the shared/data folder that sits beside the repository
-// root (found by walking up from the package directory), or skips the test.
-func sharedData(t testing.TB) string {
-	t.Helper()
-	d := shareddata.Dir()
-	if d == "" {
-		t.Skip("shared data folder not found (want ../shared/data beside the checkout, or set AIPO_SHARED_DATA)")
-	}
-	return d
-}
 
 // readJSONL reads every line of a JSON-lines file into maps of raw fields.
 func readJSONL(t testing.TB, path string) []map[string]json.RawMessage {

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/aipo-rl/aipo/internal/testtools"
 )
 
 // reSimpleFraction matches fraction answers written with integers:
@@ -79,7 +81,7 @@ func TestTerminatingDecimal(t *testing.T) {
 // TestMATH500ReferenceAnswers feeds every MATH500 reference answer back as a
 // model output in several surface forms; every one must score correct.
 func TestMATH500ReferenceAnswers(t *testing.T) {
-	rows := readJSONL(t, filepath.Join(sharedData(t), "math", "math500", "test.jsonl"))
+	rows := readJSONL(t, filepath.Join(testtools.BenchmarkData(), "math", "math500", "test.jsonl"))
 	if len(rows) != 500 {
 		t.Fatalf("math500 has %d rows, want 500", len(rows))
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/internal/tfevents"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/records/tensorboard"
@@ -115,32 +113,25 @@ func checkOnce(t testing.TB, where string, want map[Key]float32, seen map[Key][]
 	}
 }
 
-// CheckWithTensorBoard reads a run's event files with TensorBoard's own
-// reader (scripts/pychecks/read_tensorboard.py in the scripts/pychecks.sh
-// environment) and checks that every scalar of every metrics record is
-// there once, at its step, equal as float32, and nothing else; and, from
-// the records read here, the headline numbers by name. Each tag of series
-// must hold steps 0 to n-1, n its value.
-func CheckWithTensorBoard(t testing.TB, runDir string, series map[string]int) {
+// check checks seen, a run's scalars as a reader found them, against the
+// run's records: every scalar once, nothing else, the headline numbers by
+// name, and each tag of series holding steps 0 to n-1, n its value.
+func check(t testing.TB, runDir, reader string, seen map[Key][]float32, series map[string]int) {
 	t.Helper()
-	scalars := readWithTensorBoard(t, runDir)
-	seen := map[Key][]float32{}
-	for tag, evs := range scalars {
-		for _, e := range evs {
-			k := Key{int64(e[0]), tag}
-			seen[k] = append(seen[k], float32(e[1]))
-		}
-	}
 	want := ExpectedScalars(t, runDir)
 	if len(want) == 0 {
 		t.Fatal("the run has no metrics records")
 	}
-	checkOnce(t, "TensorBoard", want, seen)
-	checkHeadlines(t, runDir, seen)
+	checkOnce(t, reader, want, seen)
+	checkHeadlines(t, reader, runDir, seen)
 	for tag, n := range series {
 		var steps []int64
-		for _, e := range scalars[tag] {
-			steps = append(steps, int64(e[0]))
+		for k, vs := range seen {
+			if k.Tag == tag {
+				for range vs {
+					steps = append(steps, k.Step)
+				}
+			}
 		}
 		slices.Sort(steps)
 		ok := len(steps) == n
@@ -148,39 +139,16 @@ func CheckWithTensorBoard(t testing.TB, runDir string, series map[string]int) {
 			ok = steps[i] == int64(i)
 		}
 		if !ok {
-			t.Errorf("TensorBoard: %s has steps %v, want 0 to %d, each once", tag, steps, n-1)
+			t.Errorf("%s: %s has steps %v, want 0 to %d, each once", reader, tag, steps, n-1)
 		}
 	}
 }
 
-// readWithTensorBoard is what TensorBoard reads from the run's event
-// files: each tag's (step, value) pairs.
-func readWithTensorBoard(t testing.TB, runDir string) map[string][][2]float64 {
-	t.Helper()
-	py := testtools.PyChecks(t)
-	cmd := exec.Command(py, testtools.PyCheckScript("read_tensorboard.py"), rundir.TensorBoard(runDir))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("read_tensorboard.py: %v\n%s", err, stderr.String())
-	}
-	var got struct {
-		TensorBoard string                  `json:"tensorboard"`
-		Files       []string                `json:"files"`
-		Scalars     map[string][][2]float64 `json:"scalars"`
-	}
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("read_tensorboard.py's output: %v\n%s", err, out)
-	}
-	t.Logf("TensorBoard %s read %d scalar series from %v", got.TensorBoard, len(got.Scalars), got.Files)
-	return got.Scalars
-}
-
 // headlines checks scalars by name against the records the run wrote.
 type headlines struct {
-	t    testing.TB
-	seen map[Key][]float32
+	t      testing.TB
+	reader string
+	seen   map[Key][]float32
 }
 
 // expect checks that tag holds w at step, once.
@@ -188,7 +156,7 @@ func (h headlines) expect(step int64, tag string, w float64) {
 	h.t.Helper()
 	g := h.seen[Key{step, tag}]
 	if len(g) != 1 || g[0] != float32(w) {
-		h.t.Errorf("TensorBoard: step %d %s = %v, the record says %v", step, tag, g, float32(w))
+		h.t.Errorf("%s: step %d %s = %v, the record says %v", h.reader, step, tag, g, float32(w))
 	}
 }
 
@@ -203,9 +171,9 @@ func (h headlines) meta(m records.RolloutMeta, k string) float64 {
 
 // checkHeadlines checks the headline numbers, by name, from the records
 // as the run wrote them.
-func checkHeadlines(t testing.TB, runDir string, seen map[Key][]float32) {
+func checkHeadlines(t testing.TB, reader, runDir string, seen map[Key][]float32) {
 	t.Helper()
-	h := headlines{t: t, seen: seen}
+	h := headlines{t: t, reader: reader, seen: seen}
 	files, _ := filepath.Glob(filepath.Join(runDir, "metrics", "*.json"))
 	kinds := map[string]int{}
 	for _, f := range files {

@@ -1,13 +1,10 @@
 package promptfile
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/aipo-rl/aipo/internal/shareddata"
 )
 
 // veRL rows as veRL's gsm8k and math preprocessing scripts and
@@ -77,52 +74,3 @@ func TestVERLRead(t *testing.T) {
 		t.Errorf("with data_source integer: good %+v", r.good)
 	}
 }
-
-// TestVERLRoundTrip converts the bundled benchmarks to veRL's layout, in
-// Parquet and in JSONL, and reads them back with the verl preset: the same
-// problems, answers, solutions, ids and data sources as the originals.
-func TestVERLRoundTrip(t *testing.T) {
-	if shareddata.Dir() == "" {
-		t.Skip("shared data folder not found")
-	}
-	ctx := context.Background()
-	dir := t.TempDir()
-	for _, name := range []string{"gsm8k_train", "deepscaler_math", "math500", "aime24"} {
-		src, err := FromPreset(name, "", shareddata.Dir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		orig, _, _, err := ReadAll(ctx, src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows := make([]VERLRow, len(orig))
-		for i, p := range orig {
-			rows[i] = ToVERL(p, int64(i), "train", "math")
-		}
-		for _, ext := range []string{".parquet", ".jsonl"} {
-			out := filepath.Join(dir, name+ext)
-			if err := WriteVERL(ctx, out, rows); err != nil {
-				t.Fatal(err)
-			}
-			back, dead, _, err := ReadAll(ctx, Source{Path: out, Preset: "verl"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(dead) != 0 || len(back) != len(orig) {
-				t.Fatalf("%s%s: %d rows back, %d dead (%v); want %d", name, ext, len(back), len(dead), first3(dead), len(orig))
-			}
-			for i := range orig {
-				o, b := orig[i], back[i]
-				if o.ID != b.ID || o.DataSource != b.DataSource || o.Problem != b.Problem || o.Answer != b.Answer || o.Solution != b.Solution {
-					t.Fatalf("%s%s row %d: read back %+v, want %+v", name, ext, i, b, o)
-				}
-			}
-		}
-	}
-	if err := WriteVERL(ctx, filepath.Join(dir, "x.csv"), nil); err == nil {
-		t.Error("WriteVERL to .csv did not fail")
-	}
-}
-
-func first3(d []DeadLetter) []DeadLetter { return d[:min(3, len(d))] }
