@@ -27,6 +27,9 @@ import (
 // (-tags tensorboard; without it the package's) finds every step's metrics
 // in its event files.
 func TestTrainEvaluatesBenchmarks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick demo with an evaluation every step, twice")
+	}
 	ctx := context.Background()
 	base := t.TempDir()
 	task, err := demotask.New(demotask.DefaultConfig())

@@ -18,6 +18,9 @@ import (
 // dropped), metrics.jsonl says how many prompts were drawn to get there,
 // and the run directory holds the resolved algorithm.
 func TestDAPOKeepsTheBatchFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick demo")
+	}
 	ctx := context.Background()
 	dir := t.TempDir() + "/dapo"
 	mutate := func(c *runconfig.Config) {

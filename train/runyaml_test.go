@@ -18,6 +18,9 @@ import (
 // field, and nothing of the run changes; --reconfigure records the change
 // with the step it applies from and carries on.
 func TestRunRemembersItsConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick demo several times")
+	}
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "run")
 	ctx = claimed(t, ctx, dir)

@@ -28,6 +28,9 @@ import (
 // the demo verifier's verdict on what the policy wrote, and every
 // interaction's span holds exactly the collaborator's tokens.
 func TestRolloutThroughServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("rolls out through aipo serve over gRPC and over HTTP")
+	}
 	ctx := context.Background()
 	base := t.TempDir()
 	ds := startDemoServer(t, base)

@@ -122,6 +122,9 @@ func warmQuick(t *testing.T) func(dir string) {
 // checkpoints, byte for byte. Replaying under another learner setting
 // than the steps ran with is caught, naming the step.
 func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick demo several times")
+	}
 	ctx := context.Background()
 	seed := warmQuick(t)
 	base := t.TempDir()
@@ -184,6 +187,9 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 // the steps before it with the setting they ran with, and ends where a
 // run that wrote every state ends.
 func TestReplayUsesTheConfigurationEachStepRanWith(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick demo several times")
+	}
 	ctx := context.Background()
 	seed := warmQuick(t)
 	base := t.TempDir()

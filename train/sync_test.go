@@ -225,6 +225,9 @@ func checkStep(t *testing.T, ctx context.Context, c runconfig.Config, k, want in
 // the checkpoint before), every trajectory's version is the step's, and
 // the learner's log-probs of the sampled tokens equal the sampler's.
 func TestTrainWithPolicyServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick demo through aipo serve over gRPC and over HTTP")
+	}
 	ctx := context.Background()
 	base := t.TempDir()
 	ds := startDemoServer(t, base)
@@ -374,6 +377,9 @@ func TestStalePolicyServer(t *testing.T) {
 // of the run is its step's. A server that comes back on old weights at
 // every attempt fails the run after ResampleAttempts, saying so.
 func TestRestartedPolicyServerRecovered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick demo through restarted policy servers")
+	}
 	ctx := context.Background()
 	base := t.TempDir()
 	ds := startDemoServer(t, base)
@@ -427,6 +433,9 @@ func TestRestartedPolicyServerRecovered(t *testing.T) {
 // error fails before the step starts, and the same run resumes once it is
 // fixed.
 func TestPolicyServerBadInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick demo against failing policy servers")
+	}
 	ctx := context.Background()
 	base := t.TempDir()
 	ds := startDemoServer(t, base)

@@ -107,6 +107,9 @@ const ranksTol = 1e-6
 // --reconfigure) at 2 and 1 ranks ends with the bits of the uninterrupted
 // run, and at 3 within ranksTol; --nproc 0 is refused naming the flag.
 func TestTrainOnRanks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick configuration on several ranks, several times")
+	}
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
 	train := func(cfg string, extra ...string) string {
@@ -177,6 +180,9 @@ func TestTrainOnRanks(t *testing.T) {
 // A rank that never arrives fails the others' rendezvous within the bound,
 // named.
 func TestTrainRankFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick configuration on several ranks, several times")
+	}
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
 	cfg, ref := ranksRun(t, warm, 3)
@@ -321,6 +327,9 @@ func withMaxShardSize(t *testing.T, cfg string, size int64) {
 // (rank 0 says so), and the two runs' checkpoints list the same files with
 // the same sizes and sha256, shards, index and all.
 func TestTrainShardsOnRanks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick configuration on one and on two ranks")
+	}
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
 	st, err := os.Stat(filepath.Join(warm, checkpoint.WeightsName))

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
 // start: every run starts from the same weights, records its method and
 // seed in run.yaml, and the report covers all four runs.
 func TestQuickCompare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two methods with two seeds each")
+	}
 	ctx := context.Background()
 	dir := t.TempDir()
 	cmp, err := RunCompare(ctx, CompareOptions{Dir: dir, Quick: true, Methods: []string{"grpo", "aipo-mask"}, Seeds: 2, Log: func(s string) { t.Log(s) }})

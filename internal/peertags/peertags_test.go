@@ -178,7 +178,8 @@ func TestMakefileListsTheTags(t *testing.T) {
 
 // A test that reaches a declaration only the tag's files make (here, a
 // helper of a pair of files with opposite constraints) is the tag's, and
-// so are the tests of the tag's files; the others are not.
+// so are the tests of the tag's files; the others are not, a test with a
+// local variable named as one of the tag's functions among them.
 func TestTestsOfATag(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, src string) {
@@ -199,6 +200,13 @@ func TestChecksWithAPeer(t *testing.T) { check(t) }
 func TestThroughAHelper(t *testing.T) { helper(t) }
 
 func helper(t *testing.T) { check(t) }
+
+// A local variable that shares a name with the tag's declarations is not
+// one of them.
+func TestLocalNamedLikeAPeerHelper(t *testing.T) {
+	key := "x"
+	_ = key
+}
 `)
 	write("check_test.go", `//go:build tensorboard
 
@@ -207,6 +215,8 @@ package m
 import "testing"
 
 func check(t *testing.T) {}
+
+func key(ids []int32) string { return "" }
 
 func TestOnlyWithTheTag(t *testing.T) {}
 

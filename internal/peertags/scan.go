@@ -78,7 +78,7 @@ func Scan(root string) (*Module, error) {
 }
 
 func (m *Module) parse(path, rel string) (*File, error) {
-	af, err := parser.ParseFile(m.fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+	af, err := parser.ParseFile(m.fset, path, nil, parser.ParseComments)
 	if err != nil {
 		return nil, err
 	}
@@ -252,16 +252,16 @@ func newGraph(files []*File) *graph {
 				if d.Recv != nil {
 					continue
 				}
-				g.declare(d.Name.Name, only, d)
+				g.declare(d.Name.Name, only, d, f.ast.Scope)
 			case *ast.GenDecl:
 				for _, s := range d.Specs {
 					switch s := s.(type) {
 					case *ast.ValueSpec:
 						for _, n := range s.Names {
-							g.declare(n.Name, only, s)
+							g.declare(n.Name, only, s, f.ast.Scope)
 						}
 					case *ast.TypeSpec:
-						g.declare(s.Name.Name, only, s)
+						g.declare(s.Name.Name, only, s, f.ast.Scope)
 					}
 				}
 			}
@@ -294,7 +294,12 @@ func newGraph(files []*File) *graph {
 	return g
 }
 
-func (g *graph) declare(name string, tagOnly bool, n ast.Node) {
+// declare records the declaration n of name and the package-level names it
+// refers to: identifiers the parser left unresolved in the file (declared
+// in another file of the package, or not the package's) or resolved to the
+// file's own top-level declarations, not a local variable or parameter
+// that happens to share a package-level name.
+func (g *graph) declare(name string, tagOnly bool, n ast.Node, file *ast.Scope) {
 	if name == "_" {
 		return
 	}
@@ -312,18 +317,26 @@ func (g *graph) declare(name string, tagOnly bool, n ast.Node) {
 			// x.Name names a field, method or another package's
 			// declaration: only x is this package's.
 			ast.Inspect(n.X, func(n ast.Node) bool {
-				if id, ok := n.(*ast.Ident); ok {
+				if id, ok := n.(*ast.Ident); ok && packageLevel(id, file) {
 					refs[id.Name] = true
 				}
 				return true
 			})
 			return false
 		case *ast.Ident:
-			refs[n.Name] = true
+			if packageLevel(n, file) {
+				refs[n.Name] = true
+			}
 		}
 		return true
 	})
 	delete(refs, name)
+}
+
+// packageLevel says whether id may name a declaration at the package's
+// level: unresolved in its file, or resolved to the file's scope.
+func packageLevel(id *ast.Ident, file *ast.Scope) bool {
+	return id.Obj == nil || file.Lookup(id.Name) == id.Obj
 }
 
 // reaches says whether name is declared by the tag's files alone or refers,

@@ -52,6 +52,9 @@ var emulatedTests = []string{
 // register and shared-memory limits, the tensor cores' rounding) stays for
 // scripts/gpu-check.sh.
 func TestFakeDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the stand-in CUDA libraries and runs the GPU tests on them, every kernel emulated (minutes)")
+	}
 	if os.Getenv("AIPO_FAKE_CUDA_CHILD") == "1" {
 		t.Skip("inside the child process")
 	}
