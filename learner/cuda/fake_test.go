@@ -58,11 +58,6 @@ func TestFakeDriver(t *testing.T) {
 	if os.Getenv("AIPO_FAKE_CUDA_CHILD") == "1" {
 		t.Skip("inside the child process")
 	}
-	if testing.Short() {
-		// About 85 s on 2 cores: make check leaves it to make test (or
-		// go test ./learner/cuda -run TestFakeDriver).
-		t.Skip("-short: the CUDA backend against the C stand-in driver runs in make test")
-	}
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		t.Skip("no C compiler to build the stand-in libraries")
