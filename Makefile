@@ -37,7 +37,8 @@ TESTFLAGS ?= -timeout 45m
 #                  CHECKFLAGS (-short: the tests that run the quick demo
 #                  or aipo commands many times, kill and restart runs,
 #                  train on several ranks, or emulate the CUDA kernels
-#                  skip, as each says). No setup, no network. On 2 idle
+#                  skip, as each says). No peer and no network once the
+#                  build's C libraries are in (make setup). On 2 idle
 #                  cores: about 7 minutes from a fresh clone, 2 with a warm
 #                  build cache, seconds when nothing changed.
 #   make test      the whole (CI's, .ci/run): installs every peer, vets and
@@ -149,9 +150,11 @@ test: $(OVERLAY) setup-test worker beam-boot
 	@$(MAKE) --no-print-directory race-prism
 	@$(MAKE) --no-print-directory bench-smoke
 
-# check is the fast tier (see the top): no setup, no peer, no network; the
-# PTX staleness check needs NVRTC and stays in make test.
-check: $(OVERLAY)
+# check is the fast tier (see the top): no peer, and no setup beyond the
+# build's C libraries (make setup: OpenBLAS, zstd and Gloo from Debian,
+# skipped when present); the PTX staleness check needs NVRTC and stays in
+# make test.
+check: setup $(OVERLAY)
 	$(GO) vet ./...
 	$(GO) test $(CHECKFLAGS) ./...
 
