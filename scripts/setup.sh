@@ -83,7 +83,9 @@ build)
   # (its shim is compiled by cgo; libgloo0 brings libhiredis and libibverbs,
   # which libgloo.so links itself). The backend is built and tested against
   # Debian bookworm's version, pinned here.
-  apt_install pkg-config libopenblas-dev libzstd-dev libgloo-dev
+  # libdnnl-dev is oneDNN 2.6.3, whose matmul kernels (AMX, AVX512-BF16)
+  # run the decoder's bfloat16 products (learner/blas/bf16gemm.go).
+  apt_install pkg-config libopenblas-dev libzstd-dev libgloo-dev libdnnl-dev
   gloo_pinned="0.0~git20220518.5b14351-3"
   gloo_have=$(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || true)
   if [ -n "$gloo_have" ] && [ "$gloo_have" != "$gloo_pinned" ]; then

@@ -23,6 +23,16 @@
 // to repeat under any load; OpenBLAS's Haswell kernels compute a row by its
 // position among the rows, and no BLAS promises otherwise.
 //
+// BF16Matrix is a weight matrix packed in bfloat16 for oneDNN's matmul
+// kernels (Debian's libdnnl 2.6.3: AMX tiles or AVX512-BF16 dot products,
+// float32 accumulation), the products of the bfloat16 decode path. Chosen
+// by measurement over OpenBLAS, whose 0.3.21 build in Debian has no
+// sbgemm: on 2 cores of an AMX Xeon a 32-row step of Qwen3-0.6B's
+// gate-and-up projection takes a quarter of RowDots' float32 time
+// (BenchmarkDecodeProducts). Each product runs one column part a
+// goroutine, oneDNN on one thread, so that no OpenMP team spins between
+// calls.
+//
 // ExpShifted is math.Exp over a row of logits, eight at a time with
 // AVX-512 by the very operations math.Exp performs on amd64, so the same
 // bits: the token draw's probabilities, which must not change for a seed.

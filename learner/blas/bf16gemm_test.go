@@ -1,0 +1,163 @@
+package blas
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func widenBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+func randomBF16(r *rand.Rand, n int) []uint16 {
+	out := make([]uint16, n)
+	for i := range out {
+		out[i] = roundBF16(float32(r.NormFloat64()))
+	}
+	return out
+}
+
+func needBF16(t *testing.T) {
+	t.Helper()
+	if !BF16Available() {
+		t.Skipf("no native bfloat16 products on this CPU or build: %s", BF16Kernel())
+	}
+}
+
+func TestRoundBF16(t *testing.T) {
+	cases := []struct {
+		in   float32
+		want uint16
+	}{
+		{1, 0x3f80},
+		{math.Float32frombits(0x3f808000), 0x3f80}, // a tie: to the even 0x3f80
+		{math.Float32frombits(0x3f818000), 0x3f82}, // a tie: to the even 0x3f82
+		{math.Float32frombits(0x3f808001), 0x3f81}, // just above the tie
+		{math.Float32frombits(0x7f7fffff), 0x7f80}, // the largest float rounds to +Inf
+		{float32(math.Inf(-1)), 0xff80},
+		{-0.0, 0x0000},
+	}
+	src := make([]float32, len(cases))
+	for i, c := range cases {
+		src[i] = c.in
+	}
+	src = append(src, float32(math.NaN()))
+	dst := make([]uint16, len(src))
+	RoundBF16(dst, src)
+	for i, c := range cases {
+		if dst[i] != c.want {
+			t.Errorf("RoundBF16(%#x) = %#x, want %#x", math.Float32bits(c.in), dst[i], c.want)
+		}
+	}
+	if nan := widenBF16(dst[len(dst)-1]); !math.IsNaN(float64(nan)) {
+		t.Errorf("RoundBF16(NaN) = %#x, not a NaN", dst[len(dst)-1])
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	many := make([]float32, 10000)
+	for i := range many {
+		many[i] = math.Float32frombits(r.Uint32())
+	}
+	got := make([]uint16, len(many))
+	RoundBF16(got, many)
+	for i, v := range many {
+		if want := roundBF16(v); got[i] != want && !math.IsNaN(float64(v)) {
+			t.Fatalf("RoundBF16(%#x) = %#x, the reference %#x", math.Float32bits(v), got[i], want)
+		}
+	}
+}
+
+// TestBF16Mul holds the packed product to a float64 reference. A product
+// of two bfloat16 values is exact in float32 (8 significant bits each), so
+// the only error is the float32 accumulation of k terms, in whatever order
+// the kernel adds: at most about k·2⁻²⁴·Σ|x·w| (the classic bound on a
+// recursive sum); the test allows twice that.
+func TestBF16Mul(t *testing.T) {
+	needBF16(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, sh := range []struct{ n, O, I int }{
+		{1, 64, 64}, {3, 100, 48}, {17, 1000, 96}, {64, 130, 256}, {70, 257, 64}, {5, 33, 512},
+	} {
+		w, x := randomBF16(r, sh.O*sh.I), randomBF16(r, sh.n*sh.I)
+		m, err := PackBF16(w, sh.O, sh.I)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ldo := sh.O + 3
+		out := make([]float32, sh.n*ldo)
+		for i := range out {
+			out[i] = -7 // the gaps between rows must stay untouched
+		}
+		if err := m.Mul(out, ldo, x, sh.n); err != nil {
+			t.Fatal(err)
+		}
+		for i := range sh.n {
+			for j := range ldo {
+				got := out[i*ldo+j]
+				if j >= sh.O {
+					if got != -7 {
+						t.Fatalf("%v: row %d column %d past the matrix was written (%g)", sh, i, j, got)
+					}
+					continue
+				}
+				var ref, mag float64
+				for l := range sh.I {
+					p := float64(widenBF16(x[i*sh.I+l])) * float64(widenBF16(w[j*sh.I+l]))
+					ref += p
+					mag += math.Abs(p)
+				}
+				if tol := 2 * float64(sh.I) * 0x1p-24 * mag; math.Abs(float64(got)-ref) > tol {
+					t.Fatalf("%v: out[%d][%d] = %g, the float64 reference %g (tolerance %g)", sh, i, j, got, ref, tol)
+				}
+			}
+		}
+	}
+}
+
+// TestBF16MulIsBatchInvariant: a row's results are the same bits whether
+// it is multiplied alone or among others, at any position, across the row
+// blocks of long products.
+func TestBF16MulIsBatchInvariant(t *testing.T) {
+	needBF16(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	const rows = 2*bf16RowBlock + 5
+	for _, sh := range []struct{ O, I int }{{300, 192}, {130, 1024}, {64, 3072}, {1000, 64}} {
+		O, I := sh.O, sh.I
+		m, err := PackBF16(randomBF16(r, O*I), O, I)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := randomBF16(r, rows*I)
+		alone := make([]float32, rows*O)
+		for i := range rows {
+			if err := m.Mul(alone[i*O:(i+1)*O], O, x[i*I:(i+1)*I], 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range []int{2, 7, 16, 33, bf16RowBlock, rows} {
+			for _, first := range []int{0, rows - n} {
+				out := make([]float32, n*O)
+				if err := m.Mul(out, O, x[first*I:], n); err != nil {
+					t.Fatal(err)
+				}
+				for i := range out {
+					if out[i] != alone[first*O+i] {
+						t.Fatalf("%v: %d rows from row %d: output %d is %g, alone %g", sh, n, first, i, out[i], alone[first*O+i])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestBF16MulBadSizes(t *testing.T) {
+	needBF16(t)
+	m, err := PackBF16(make([]uint16, 64*64), 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mul(make([]float32, 64), 64, make([]uint16, 64), 2); err == nil {
+		t.Fatal("Mul of 2 rows into room for one: no error")
+	}
+	if _, err := PackBF16(make([]uint16, 10), 64, 64); err == nil {
+		t.Fatal("PackBF16 of 10 values as 64 x 64: no error")
+	}
+}
