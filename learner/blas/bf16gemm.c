@@ -18,7 +18,8 @@ struct bf16_packed {
 
 struct bf16_prim {
 	dnnl_primitive_t prim;
-	dnnl_memory_desc_t src, dst;
+	dnnl_memory_desc_t src, dst, scratch;
+	size_t scratch_bytes;
 	const char *impl;
 };
 
@@ -50,7 +51,8 @@ void bf16_version(char *buf, int len) {
 // matmul_pd is the primitive descriptor of [m][k] x [k][n] -> [m][n]
 // (rows ldc apart) with weights in layout w.
 static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng, int m, int k, int n, int ldc,
-                               const dnnl_memory_desc_t *w, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
+                               const dnnl_memory_desc_t *w, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst,
+                               const_dnnl_primitive_attr_t attr) {
 	dnnl_dims_t sd = {m, k}, dd = {m, n}, ds = {ldc, 1};
 	dnnl_status_t s = dnnl_memory_desc_init_by_tag(src, 2, sd, dnnl_bf16, dnnl_ab);
 	if (s != dnnl_success) return s;
@@ -59,7 +61,7 @@ static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng, int
 	dnnl_matmul_desc_t md;
 	s = dnnl_matmul_desc_init(&md, src, w, NULL, dst);
 	if (s != dnnl_success) return s;
-	return dnnl_primitive_desc_create(pd, &md, NULL, eng, NULL);
+	return dnnl_primitive_desc_create(pd, &md, attr, eng, NULL);
 }
 
 bf16_packed *bf16_pack(const uint16_t *w, int n, int k, char *err, int errlen) {
@@ -74,7 +76,7 @@ bf16_packed *bf16_pack(const uint16_t *w, int n, int k, char *err, int errlen) {
 	dnnl_memory_desc_init_by_tag(&any, 2, wd, dnnl_bf16, dnnl_format_tag_any);
 	dnnl_memory_desc_init_by_tag(&plain, 2, wd, dnnl_bf16, dnnl_ba);
 	dnnl_primitive_desc_t pd;
-	dnnl_status_t s = matmul_pd(&pd, eng, 16, k, n, n, &any, &src, &dst);
+	dnnl_status_t s = matmul_pd(&pd, eng, 16, k, n, n, &any, &src, &dst, NULL);
 	if (s != dnnl_success) {
 		say(err, errlen, "matmul primitive for bfloat16", s);
 		return NULL;
@@ -123,8 +125,15 @@ bf16_prim *bf16_prim_new(const bf16_packed *p, int m, int ldc, char *err, int er
 	err[0] = 0;
 	omp_set_num_threads(1);
 	bf16_prim *q = calloc(1, sizeof *q);
+	// The scratchpad is the caller's (bf16_run allocates one a call): the
+	// library's own is shared by every execution of a primitive, and the
+	// column parts of a matrix run the same primitive at once.
+	dnnl_primitive_attr_t attr;
+	dnnl_status_t s = dnnl_primitive_attr_create(&attr);
+	if (s == dnnl_success) s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
 	dnnl_primitive_desc_t pd;
-	dnnl_status_t s = matmul_pd(&pd, p->eng, m, p->k, p->n, ldc, &p->md, &q->src, &q->dst);
+	if (s == dnnl_success) s = matmul_pd(&pd, p->eng, m, p->k, p->n, ldc, &p->md, &q->src, &q->dst, attr);
+	dnnl_primitive_attr_destroy(attr);
 	if (s != dnnl_success) {
 		say(err, errlen, "matmul primitive for the packed bfloat16 weights", s);
 		free(q);
@@ -133,6 +142,8 @@ bf16_prim *bf16_prim_new(const bf16_packed *p, int m, int ldc, char *err, int er
 	const char *impl = "";
 	dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
 	q->impl = impl;
+	q->scratch = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	q->scratch_bytes = dnnl_memory_desc_get_size(&q->scratch);
 	s = dnnl_primitive_create(&q->prim, pd);
 	dnnl_primitive_desc_destroy(pd);
 	if (s != dnnl_success) {
@@ -149,6 +160,13 @@ void bf16_prim_free(bf16_prim *q) {
 	free(q);
 }
 
+bf16_packed *bf16_layout(const bf16_packed *p) {
+	bf16_packed *q = calloc(1, sizeof *q);
+	*q = *p;
+	q->mem = NULL;
+	return q;
+}
+
 int bf16_same_layout(const bf16_packed *a, const bf16_packed *b) {
 	return a->n == b->n && a->k == b->k && dnnl_memory_desc_equal(&a->md, &b->md);
 }
@@ -158,16 +176,24 @@ const char *bf16_impl(const bf16_prim *q) { return q->impl; }
 int bf16_run(const bf16_prim *q, const bf16_packed *p, const uint16_t *x, float *c) {
 	// One thread: the Go side splits the columns among its goroutines.
 	omp_set_num_threads(1);
-	dnnl_memory_t src = NULL, dst = NULL;
+	dnnl_memory_t src = NULL, dst = NULL, scratch = NULL;
 	dnnl_stream_t st = NULL;
+	void *buf = NULL;
+	if (q->scratch_bytes > 0 && (buf = aligned_alloc(64, (q->scratch_bytes + 63) / 64 * 64)) == NULL) {
+		return (int)dnnl_out_of_memory;
+	}
 	dnnl_status_t s;
 	if ((s = dnnl_memory_create(&src, &q->src, p->eng, (void *)x)) == dnnl_success &&
 	    (s = dnnl_memory_create(&dst, &q->dst, p->eng, c)) == dnnl_success &&
+	    (s = dnnl_memory_create(&scratch, &q->scratch, p->eng, buf)) == dnnl_success &&
 	    (s = dnnl_stream_create(&st, p->eng, dnnl_stream_default_flags)) == dnnl_success) {
-		dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p->mem}, {DNNL_ARG_DST, dst}};
-		if ((s = dnnl_primitive_execute(q->prim, st, 3, args)) == dnnl_success) s = dnnl_stream_wait(st);
+		dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p->mem}, {DNNL_ARG_DST, dst},
+		                           {DNNL_ARG_SCRATCHPAD, scratch}};
+		if ((s = dnnl_primitive_execute(q->prim, st, 4, args)) == dnnl_success) s = dnnl_stream_wait(st);
 	}
 	if (st) dnnl_stream_destroy(st);
+	if (scratch) dnnl_memory_destroy(scratch);
+	free(buf);
 	if (dst) dnnl_memory_destroy(dst);
 	if (src) dnnl_memory_destroy(src);
 	return (int)s;

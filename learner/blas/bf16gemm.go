@@ -42,7 +42,7 @@ var bf16Bufs = sync.Pool{New: func() any { return new([]float32) }}
 
 var bf16Cache struct {
 	sync.Mutex
-	layouts []*C.bf16_packed // one packed part of each layout seen, never freed
+	layouts []*C.bf16_packed // each layout seen (bf16_layout copies), never freed
 	prims   map[bf16Key]*C.bf16_prim
 }
 
@@ -109,10 +109,9 @@ func layoutOf(p *C.bf16_packed) int {
 			return i
 		}
 	}
-	// A copy of the layout that outlives p: a packed part of one element
-	// row would do, but the descriptor is all a primitive needs, and
-	// keeping p itself alive is simplest.
-	bf16Cache.layouts = append(bf16Cache.layouts, p)
+	// A copy of the layout alone, which outlives p (the primitives made
+	// for it serve every matrix packed alike).
+	bf16Cache.layouts = append(bf16Cache.layouts, C.bf16_layout(p))
 	return len(bf16Cache.layouts) - 1
 }
 

@@ -23,6 +23,9 @@ const char *bf16_impl(const bf16_prim *q);
 // bf16_run computes c[i*ldc+j] = sum_l x[i*k+l] * w[j][l] for the m rows
 // of q on the calling thread alone. 0 on success.
 int bf16_run(const bf16_prim *q, const bf16_packed *p, const uint16_t *x, float *c);
+// bf16_layout is a copy of p's layout alone (no weights), for making
+// primitives after p is freed; free it with bf16_free.
+bf16_packed *bf16_layout(const bf16_packed *p);
 // bf16_same_layout reports whether a and b are packed alike.
 int bf16_same_layout(const bf16_packed *a, const bf16_packed *b);
 // bf16_round writes the bfloat16 nearest to each of the n floats of src

@@ -98,6 +98,7 @@ func (c *KVCache) reserve(n int) {
 type stepWork struct {
 	buf, pad []float32
 	plain    bool
+	x16      []uint16 // a product's rows rounded to bfloat16 (DecodeBF16)
 }
 
 // SetBatchInvariantDecode chooses how Extend multiplies the rows of a
@@ -115,6 +116,8 @@ func (m *Model) SetBatchInvariantDecode(on bool) { m.batchVariant = !on }
 // start-up logs.
 func (m *Model) DecodeProduct() string {
 	switch {
+	case m.bf16 != nil:
+		return m.bf16.describe()
 	case m.batchVariant:
 		return "one plain product a step (" + blas.Backend() + "), batch-variant"
 	case decodeRowDots:
@@ -463,6 +466,9 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 		}
 	}
 	lnf := DecodeLayers[[]float32](o, m.shape(N))
+	if o.err != nil {
+		return nil, o.err
+	}
 	// The head on the last new row of each sequence only.
 	for i := range caches {
 		r := starts[i] + len(tokens[i]) - 1
@@ -473,7 +479,13 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 	} else {
 		dst = make([]float32, B*d.V)
 	}
-	w.linear(dst, last, m.w.head, nil, B, d.C, d.V)
+	if m.bf16 != nil {
+		if err := w.linearBF16(dst, last, m.bf16.head, nil, B, d.C); err != nil {
+			return nil, err
+		}
+	} else {
+		w.linear(dst, last, m.w.head, nil, B, d.C, d.V)
+	}
 	for i, c := range caches {
 		c.tokens = append(c.tokens, tokens[i]...)
 	}
@@ -502,6 +514,7 @@ type decodeOps struct {
 	starts  []int // each sequence's first row
 	tasks   []decodeTask
 	scratch [][]float32 // per worker
+	err     error       // the first failed bfloat16 product, which Extend returns
 }
 
 // decodeTask is one query block of one head of one sequence.
@@ -524,6 +537,12 @@ func (o *decodeOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 	wt, b, I, O := o.linear(&o.m.w, l, w)
 	if !bias {
 		b = nil
+	}
+	if bd := o.m.bf16; bd != nil {
+		if o.err == nil {
+			o.err = o.w.linearBF16(out, in, bd.matrix(l, w), b, o.n(), I)
+		}
+		return
 	}
 	o.w.linear(out, in, wt, b, o.n(), I, O)
 }

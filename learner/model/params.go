@@ -213,6 +213,9 @@ type Model struct {
 	// batchVariant makes Extend multiply a step's rows in one plain
 	// product (see SetBatchInvariantDecode).
 	batchVariant bool
+	// bf16 holds the projections and head packed in bfloat16 for Extend
+	// when DecodeBF16 turned it on.
+	bf16 *bf16Decode
 }
 
 func newModel(cfg Config) (*Model, error) {

@@ -1,0 +1,118 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/aipo-rl/aipo/learner/blas"
+)
+
+// bf16Decode is a model's projections and LM head packed in bfloat16 for
+// Extend (DecodeBF16).
+type bf16Decode struct {
+	layers []bf16Layer
+	head   *blas.BF16Matrix
+}
+
+type bf16Layer struct{ qkv, o, gateUp, down *blas.BF16Matrix }
+
+func (b *bf16Decode) matrix(l int, w Weight) *blas.BF16Matrix {
+	lw := &b.layers[l]
+	switch w {
+	case WQKV:
+		return lw.qkv
+	case WO:
+		return lw.o
+	case WGateUp:
+		return lw.gateUp
+	case WDown:
+		return lw.down
+	}
+	panic("model: a linear op was given a weight that is not a projection")
+}
+
+func (b *bf16Decode) describe() string {
+	return "bfloat16 products (" + blas.BF16Kernel() + "), weights and each product's rows rounded to bfloat16, float32 accumulation, norms, attention and KV cache; batch-invariant"
+}
+
+// BF16DecodeAvailable reports whether DecodeBF16 can turn bfloat16
+// decoding on in this process (see blas.BF16Available), and if not, why.
+func BF16DecodeAvailable() (bool, string) {
+	if blas.BF16Available() {
+		return true, blas.BF16Kernel()
+	}
+	return false, blas.BF16Kernel()
+}
+
+// DecodeBF16 chooses the precision of Extend's matrix products. On, the
+// four projections of every layer and the LM head are packed now, in
+// bfloat16, and every product rounds its input rows to bfloat16 and
+// accumulates in float32 on the CPU's bfloat16 instructions (AMX or
+// AVX512-BF16, through oneDNN): the weights a bfloat16 checkpoint holds,
+// multiplied as vLLM and PyTorch multiply them in bfloat16, in half the
+// bytes a step reads. Embeddings, norms, biases, attention, the KV cache,
+// the residual stream and the logits stay float32. Logits then differ
+// from the float32 path by the rounding of the products' inputs (about
+// 2⁻⁹ of each product's Σ|x·w|; see TestDecodeBF16Tolerance), and are the
+// same bits whatever other sequences share a step. Off (the default)
+// drops the packed copy.
+//
+// The packed copy is of the weights as they are when it is called: a
+// model whose weights change afterwards (a training step) decodes the
+// old ones until DecodeBF16 is called again. The float32 weights stay, for
+// Forward and Score. It fails where BF16DecodeAvailable is false, on a
+// model held in bfloat16 for scoring (HoldBF16), and leaves the model as
+// it was.
+func (m *Model) DecodeBF16(on bool) error {
+	if !on {
+		m.bf16 = nil
+		return nil
+	}
+	if m.narrow != nil {
+		return errNarrow
+	}
+	if ok, why := BF16DecodeAvailable(); !ok {
+		return fmt.Errorf("model: bfloat16 decoding needs native bfloat16 products: %s; decode in float32", why)
+	}
+	d := m.d
+	pack := func(w []float32, O, I int) (*blas.BF16Matrix, error) {
+		h := make([]uint16, O*I)
+		parallelFor(O, 64, func(lo, hi int) { blas.RoundBF16(h[lo*I:hi*I], w[lo*I:hi*I]) })
+		return blas.PackBF16(h, O, I)
+	}
+	b := &bf16Decode{layers: make([]bf16Layer, d.L)}
+	var err error
+	for l, lw := range m.w.layers {
+		bl := &b.layers[l]
+		for _, p := range []struct {
+			dst  **blas.BF16Matrix
+			w    []float32
+			O, I int
+		}{{&bl.qkv, lw.qkv, d.QKV, d.C}, {&bl.o, lw.o, d.C, d.QD}, {&bl.gateUp, lw.gateUp, 2 * d.F, d.C}, {&bl.down, lw.down, d.C, d.F}} {
+			if *p.dst, err = pack(p.w, p.O, p.I); err != nil {
+				return fmt.Errorf("model: packing layer %d in bfloat16: %w", l, err)
+			}
+		}
+	}
+	if b.head, err = pack(m.w.head, d.V, d.C); err != nil {
+		return fmt.Errorf("model: packing the LM head in bfloat16: %w", err)
+	}
+	m.bf16 = b
+	return nil
+}
+
+// DecodesInBF16 reports whether DecodeBF16 is on.
+func (m *Model) DecodesInBF16() bool { return m.bf16 != nil }
+
+// linearBF16 is out[N,O] = round(in)[N,I]·Wᵀ + b for the packed W.
+func (w *stepWork) linearBF16(out, in []float32, mat *blas.BF16Matrix, b []float32, N, I int) error {
+	if cap(w.x16) < N*I {
+		w.x16 = make([]uint16, N*I)
+	}
+	x := w.x16[:N*I]
+	blas.RoundBF16(x, in[:N*I])
+	if err := mat.Mul(out, mat.O, x, N); err != nil {
+		return fmt.Errorf("model: decode step: %w", err)
+	}
+	addBias(out, b, N, mat.O)
+	return nil
+}

@@ -1,0 +1,191 @@
+package model
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/learner/blas"
+)
+
+func needBF16Decode(t *testing.T) {
+	t.Helper()
+	if ok, why := BF16DecodeAvailable(); !ok {
+		t.Skipf("no native bfloat16 products here: %s", why)
+	}
+}
+
+// bf16Families are a model of each architecture the decoder runs, peaked
+// (see peakedModel) and with every weight rounded to bfloat16, as a model
+// loaded from a bfloat16 checkpoint holds them.
+func bf16Families(t *testing.T) map[string]*Model {
+	t.Helper()
+	ms := map[string]*Model{"tiny_qwen2_tied": peakedModel(t, tinyConfig(), 21)}
+	for _, name := range []string{"tiny_qwen2", "tiny_qwen3", "tiny_llama3"} {
+		cfg, err := LoadConfig("testdata/" + name + "_config.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[name] = peakedModel(t, cfg, 22)
+	}
+	for _, m := range ms {
+		for _, p := range m.Params() {
+			h := make([]uint16, len(p.Data))
+			blas.RoundBF16(h, p.Data)
+			for i, v := range h {
+				p.Data[i] = math.Float32frombits(uint32(v) << 16)
+			}
+		}
+	}
+	return ms
+}
+
+// bf16LogitBound bounds how far the bfloat16 path may move a logit from
+// the float32 path's. Rounding a product's input to bfloat16 moves each
+// element by at most 2⁻⁹ of itself, so the product's output by at most
+// 2⁻⁹·Σ|x·w| (the float32 accumulation adds ~k·2⁻²⁴ of the same, which
+// is negligible beside it). A pass has 4L+1 products in sequence, and the
+// residual stream carries each one's change on to the logits; the head's
+// Σ|x·w| is at most ‖x‖₂·‖w_j‖₂ (Cauchy-Schwarz), with ‖x‖₂ ≤
+// √C·max|g| after the final RMSNorm of weight g. The bound is (4L+1)
+// such changes of the head, times 4 for the growth through the later
+// layers' norms and attention (the test models have 2 layers).
+func bf16LogitBound(m *Model) float64 {
+	d := m.d
+	var g float64
+	for _, v := range m.w.norm {
+		g = max(g, math.Abs(float64(v)))
+	}
+	var wmax float64
+	for j := range d.V {
+		var s float64
+		for _, v := range m.w.head[j*d.C : (j+1)*d.C] {
+			s += float64(v) * float64(v)
+		}
+		wmax = max(wmax, math.Sqrt(s))
+	}
+	S := math.Sqrt(float64(d.C)) * g * wmax
+	return 4 * float64(4*d.L+1) * 0x1p-9 * S
+}
+
+// TestDecodeBF16Tolerance decodes a prompt and 40 greedy steps on every
+// family in float32 and in bfloat16 and holds the logits and the
+// log-probabilities of the chosen tokens to the derived bound (a
+// log-softmax moves by at most twice the largest change of its logits),
+// and the greedy tokens to agree wherever float32's top two are further
+// apart than twice the bound.
+func TestDecodeBF16Tolerance(t *testing.T) {
+	needBF16Decode(t)
+	for name, m := range bf16Families(t) {
+		t.Run(name, func(t *testing.T) {
+			tol := bf16LogitBound(m)
+			prompt := []int32{1, 7, 3, 9, 22, 4, 0, 5}
+			c32 := m.NewKVCache()
+			l32, err := m.Extend([]*KVCache{c32}, [][]int32{prompt}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.DecodeBF16(true); err != nil {
+				t.Fatal(err)
+			}
+			defer m.DecodeBF16(false)
+			c16 := m.NewKVCache()
+			l16, err := m.Extend([]*KVCache{c16}, [][]int32{prompt}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst, worstLP := 0.0, 0.0
+			for step := range 40 {
+				d, at := maxDiff(l16, l32)
+				if d > tol {
+					t.Fatalf("step %d: bfloat16 logit %d is %g, float32 %g: %.3g apart, beyond the bound %.3g", step, at, l16[at], l32[at], d, tol)
+				}
+				worst = max(worst, d)
+				tok := argmax(l32)
+				lp32 := float64(l32[tok] - LogSumExp(l32))
+				lp16 := float64(l16[tok] - LogSumExp(l16))
+				if e := math.Abs(lp16 - lp32); e > 2*tol {
+					t.Fatalf("step %d: log-probability of token %d is %g in bfloat16, %g in float32", step, tok, lp16, lp32)
+				} else {
+					worstLP = max(worstLP, e)
+				}
+				if got := argmax(l16); got != tok && margin(l32) > 2*tol {
+					t.Fatalf("step %d: bfloat16 picks token %d, float32 %d, whose lead is %g", step, got, tok, margin(l32))
+				}
+				m.DecodeBF16(false)
+				if l32, err = m.Extend([]*KVCache{c32}, [][]int32{{tok}}, l32); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.DecodeBF16(true); err != nil {
+					t.Fatal(err)
+				}
+				if l16, err = m.Extend([]*KVCache{c16}, [][]int32{{tok}}, l16); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("largest logit difference %.3g, log-probability %.3g; bound %.3g", worst, worstLP, tol)
+		})
+	}
+}
+
+// margin is how far the largest logit leads the second.
+func margin(row []float32) float64 {
+	a, b := math.Inf(-1), math.Inf(-1)
+	for _, v := range row {
+		if x := float64(v); x > a {
+			a, b = x, a
+		} else if x > b {
+			b = x
+		}
+	}
+	return a - b
+}
+
+// TestDecodeBF16BatchInvariant: in bfloat16 too, a sequence's logits are
+// the same bits whatever other sequences share its step.
+func TestDecodeBF16BatchInvariant(t *testing.T) {
+	needBF16Decode(t)
+	for name, m := range bf16Families(t) {
+		t.Run(name, func(t *testing.T) {
+			if err := m.DecodeBF16(true); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(m.DecodeProduct(), "bfloat16") {
+				t.Fatalf("DecodeProduct says %q", m.DecodeProduct())
+			}
+			checkExtendBitwise(t, m)
+		})
+	}
+}
+
+// TestDecodeBF16Off: turned off, Extend is the float32 path again, bit for
+// bit; a model held in bfloat16 for scoring refuses it.
+func TestDecodeBF16Off(t *testing.T) {
+	needBF16Decode(t)
+	m := peakedModel(t, tinyConfig(), 4)
+	prompt := [][]int32{{3, 1, 4, 1, 5}}
+	want, err := m.Extend([]*KVCache{m.NewKVCache()}, prompt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DecodeBF16(true); err != nil || !m.DecodesInBF16() {
+		t.Fatalf("DecodeBF16(true): %v, DecodesInBF16 %v", err, m.DecodesInBF16())
+	}
+	m.DecodeBF16(false)
+	got, err := m.Extend([]*KVCache{m.NewKVCache()}, prompt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("logit %d after DecodeBF16(false) is %g, before %g", i, got[i], want[i])
+		}
+	}
+	n := bf16Families(t)["tiny_qwen2_tied"]
+	if !n.holdBF16() {
+		t.Fatal("a bfloat16-exact model was not held in bfloat16")
+	}
+	if err := n.DecodeBF16(true); err == nil {
+		t.Fatal("DecodeBF16 on a model held in bfloat16 for scoring: no error")
+	}
+}
