@@ -39,6 +39,9 @@ type Loaded struct {
 	// Trainer is the checkpoint's trainer_state.json; its PolicyVersion
 	// names the weights (0 for a plain Hugging Face directory).
 	Trainer checkpoint.TrainerState
+	// DType is the element type the directory's weights are stored in
+	// (BF16 for the Hugging Face releases of Qwen and Llama).
+	DType checkpoint.DType
 }
 
 // LoadCheckpoint reads the model directory dir (local or gs://), one of
@@ -62,7 +65,11 @@ func LoadCheckpoint(ctx context.Context, dir, tokenizerPath string) (Loaded, err
 	if err != nil {
 		return Loaded{}, fmt.Errorf("inproc: checkpoint %s: %w", dir, err)
 	}
-	return Loaded{Model: m, Tokenizer: tok, Trainer: ck.Trainer}, nil
+	dt := ck.DType
+	if dt == "" {
+		dt = checkpoint.ModelDType(ck.Config)
+	}
+	return Loaded{Model: m, Tokenizer: tok, Trainer: ck.Trainer, DType: dt}, nil
 }
 
 // modelOf builds the model of a loaded checkpoint.

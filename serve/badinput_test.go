@@ -242,8 +242,8 @@ func TestServeHFDirShardedF32EqualsBF16(t *testing.T) {
 		t.Fatalf("wrote %v, want several shards and their index", names)
 	}
 	fx := hfmodel.Fixture{Prompt: "one two three", GreedyIDs: make([]int32, 6)}
-	a := greedyBody(t, start(t, Options{Checkpoint: one, Name: "m"}).httpAddr, fx)
-	b := greedyBody(t, start(t, Options{Checkpoint: sharded, Name: "m"}).httpAddr, fx)
+	a := greedyBody(t, start(t, Options{Checkpoint: one, Name: "m", DType: DTypeF32}).httpAddr, fx)
+	b := greedyBody(t, start(t, Options{Checkpoint: sharded, Name: "m", DType: DTypeF32}).httpAddr, fx)
 	if len(a.Choices[0].TokenIDs) != 6 || !slices.Equal(a.Choices[0].TokenIDs, b.Choices[0].TokenIDs) || !slices.Equal(a.Choices[0].Logprobs.TokenLogprobs, b.Choices[0].Logprobs.TokenLogprobs) {
 		t.Errorf("bf16 single file %+v, f32 shards %+v", a.Choices[0], b.Choices[0])
 	}

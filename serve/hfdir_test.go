@@ -19,6 +19,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/hfmodel"
+	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/train"
@@ -106,12 +107,65 @@ func TestServeHFDirMatchesPyTorch(t *testing.T) {
 	for _, name := range []string{"qwen3", "llama3"} {
 		t.Run(name, func(t *testing.T) {
 			dir, fx := hfDir(t, name)
-			r := start(t, Options{Checkpoint: dir, Name: name})
+			r := start(t, Options{Checkpoint: dir, Name: name, DType: DTypeF32})
 			worst := greedyFromServer(t, r.httpAddr, name, fx)
 			t.Logf("%s: %d greedy tokens equal PyTorch's; largest |log-prob diff| %.2g (PyTorch's smallest top-2 logit gap %.3g)", name, len(fx.GreedyIDs), worst, fx.MinTop2Gap)
 			if v := r.srv.eng.Info().PolicyVersion; v != 0 {
 				t.Errorf("policy version %d of a plain Hugging Face directory, want 0", v)
 			}
+		})
+	}
+}
+
+// bf16LogprobTol bounds |served log-prob - PyTorch's| when the server
+// decodes in bfloat16: learner/model's TestDecodeBF16Tolerance holds the
+// bfloat16 path's logits to a bound derived from the rounding of each
+// product's inputs (2⁻⁹ relative), and on these families' test models
+// the log-probabilities of the chosen tokens moved by at most 0.025 over
+// 40 steps; twice that here.
+const bf16LogprobTol = 0.05
+
+// The same directories served as `aipo serve` serves them by default on
+// a CPU with AMX or AVX512-BF16: in bfloat16 (the weights are stored so).
+// The greedy tokens equal PyTorch's float64 ones where its top two
+// logits are further apart than the rounding can move them, and the
+// log-probs are within bf16LogprobTol.
+func TestServeHFDirBF16(t *testing.T) {
+	if ok, why := model.BF16DecodeAvailable(); !ok {
+		t.Skipf("no native bfloat16 products here: %s", why)
+	}
+	for _, name := range []string{"qwen3", "llama3"} {
+		t.Run(name, func(t *testing.T) {
+			dir, fx := hfDir(t, name)
+			r := start(t, Options{Checkpoint: dir, Name: name})
+			if got := r.srv.DecodeDType(); got != DTypeBF16 {
+				t.Fatalf("auto serves a bfloat16 directory in %q", got)
+			}
+			st, _, body := post(t, "http://"+r.httpAddr+"/v1/completions", map[string]any{"model": name, "prompt": fx.Prompt,
+				"max_tokens": len(fx.GreedyIDs), "temperature": 0, "logprobs": 1})
+			if st != 200 {
+				t.Fatalf("completions: %d %s", st, body)
+			}
+			var out greedyAnswer
+			if err := json.Unmarshal(body, &out); err != nil || len(out.Choices) != 1 {
+				t.Fatalf("%v: %s", err, body)
+			}
+			c := out.Choices[0]
+			worst := 0.0
+			for i, lp := range c.Logprobs.TokenLogprobs {
+				if i >= len(fx.GreedyIDs) || c.TokenIDs[i] != fx.GreedyIDs[i] {
+					if fx.MinTop2Gap > 2*bf16LogprobTol {
+						t.Fatalf("token %d: bfloat16 chose %d, PyTorch %d, though PyTorch's smallest top-2 gap is %.3g", i, c.TokenIDs[i], fx.GreedyIDs[i], fx.MinTop2Gap)
+					}
+					break // a near tie flipped: the rest continue another text
+				}
+				d := math.Abs(lp - fx.GreedyLogprobs[i])
+				worst = max(worst, d)
+				if d > bf16LogprobTol {
+					t.Errorf("token %d (%d): bfloat16 log-prob %.5f, PyTorch's %.5f (|diff| %.2g > %g)", i, c.TokenIDs[i], lp, fx.GreedyLogprobs[i], d, bf16LogprobTol)
+				}
+			}
+			t.Logf("%s in bfloat16: largest |log-prob diff| from PyTorch's float64 %.3g", name, worst)
 		})
 	}
 }

@@ -91,6 +91,41 @@ type Options struct {
 	// among the rows, but a sequence's logits, and so a seeded sample,
 	// may then differ in the last bits with the other requests in flight.
 	BatchVariant bool
+	// DType is the precision of the CPU decoder's products: DTypeAuto
+	// (or empty), DTypeBF16 or DTypeF32 (see ResolveDType).
+	DType string
+}
+
+// The precisions Options.DType names, as vLLM's --dtype spells them.
+const (
+	DTypeAuto = "auto"
+	DTypeBF16 = "bfloat16"
+	DTypeF32  = "float32"
+)
+
+// ResolveDType is the precision the CPU decoder runs a model stored in
+// stored at, for the requested dtype: bfloat16 (model.DecodeBF16: the
+// products on AMX or AVX512-BF16, through oneDNN) when asked, or for
+// "auto" when the weights are stored in bfloat16 and this CPU multiplies
+// bfloat16 natively; float32 otherwise, the exact reference. A request for
+// bfloat16 where it cannot run is an error naming the reason.
+func ResolveDType(requested string, stored checkpoint.DType) (string, error) {
+	ok, why := model.BF16DecodeAvailable()
+	switch requested {
+	case "", DTypeAuto:
+		if ok && stored == checkpoint.BF16 {
+			return DTypeBF16, nil
+		}
+		return DTypeF32, nil
+	case DTypeF32:
+		return DTypeF32, nil
+	case DTypeBF16:
+		if !ok {
+			return "", fmt.Errorf("--dtype bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use --dtype float32", why)
+		}
+		return DTypeBF16, nil
+	}
+	return "", fmt.Errorf("--dtype %q: use auto, bfloat16 or float32", requested)
 }
 
 // Server serves one engine over gRPC and HTTP. Its methods are safe for
@@ -109,6 +144,7 @@ type Server struct {
 
 	reloadMu   sync.Mutex
 	checkpoint atomic.Pointer[string]
+	dtype      atomic.Pointer[string] // the CPU decoder's precision (DTypeBF16 or DTypeF32), "" on another device
 	draining   atomic.Bool
 	reloads    atomic.Int64
 	metrics    *serverMetrics
@@ -153,7 +189,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg := opts.Engine
 	cfg.Name = name
-	dec, err := opts.decoder(ld.Model)
+	dec, err := opts.decoder(ld)
 	if err != nil {
 		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
 	}
@@ -175,23 +211,56 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.checkpoint.Store(&dir)
 	s.metrics = newServerMetrics(s)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
+	s.dtype.Store(new(decodeDType(dec, ld)))
 	if _, host := dec.(interface{ HostModel() *model.Model }); host || opts.Device == nil {
-		s.log.Info("serve: decode steps", "product", ld.Model.DecodeProduct())
+		s.log.Info("serve: decode steps", "dtype", s.DecodeDType(), "stored", string(ld.DType), "product", ld.Model.DecodeProduct())
 	}
 	return s, nil
 }
 
 // decoder is the engine backend of m: the CPU model, or a copy on
 // Options.Device (freed once the engine and its caches no longer use it).
-func (o Options) decoder(m *model.Model) (engine.Backend, error) {
+func (o Options) decoder(ld inproc.Loaded) (engine.Backend, error) {
 	// The cpu device decodes with m itself (and with no device the engine
-	// does); elsewhere m's setting is not used.
+	// does); elsewhere m's settings are not used.
+	m := ld.Model
 	m.SetBatchInvariantDecode(!o.BatchVariant)
-	if o.Device == nil {
-		return engine.CPU(m), nil
+	var dec engine.Backend = engine.CPU(m)
+	if o.Device != nil {
+		d, err := o.Device.Decoder(m)
+		if err != nil {
+			return nil, err
+		}
+		dec = d
 	}
-	return o.Device.Decoder(m)
+	if _, host := dec.(interface{ HostModel() *model.Model }); o.Device != nil && !host {
+		return dec, nil // DType is the cpu device's (aipo serve refuses it elsewhere)
+	}
+	dt, err := ResolveDType(o.DType, ld.DType)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.DecodeBF16(dt == DTypeBF16); err != nil {
+		return nil, err
+	}
+	return dec, nil
 }
+
+// decodeDType is the precision dec decodes ld's model in: the CPU
+// decoder's, or "" on another device.
+func decodeDType(dec engine.Backend, ld inproc.Loaded) string {
+	if _, host := dec.(interface{ HostModel() *model.Model }); !host {
+		return ""
+	}
+	if ld.Model.DecodesInBF16() {
+		return DTypeBF16
+	}
+	return DTypeF32
+}
+
+// DecodeDType is the precision the CPU decoder runs the served weights in
+// (DTypeBF16 or DTypeF32; "" on another device).
+func (s *Server) DecodeDType() string { return *s.dtype.Load() }
 
 // Engine is the engine the server samples from.
 func (s *Server) Engine() *engine.Engine { return s.eng }
@@ -218,7 +287,7 @@ func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
 	if ld.Tokenizer.VocabSize() != s.tok.VocabSize() {
 		return 0, fmt.Errorf("serve: reload: checkpoint %s has a tokenizer of %d tokens, the server's has %d; serve another vocabulary with a new server", dir, ld.Tokenizer.VocabSize(), s.tok.VocabSize())
 	}
-	dec, err := s.opts.decoder(ld.Model)
+	dec, err := s.opts.decoder(ld)
 	if err != nil {
 		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
 	}
@@ -226,6 +295,7 @@ func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
 		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
 	}
 	s.checkpoint.Store(&dir)
+	s.dtype.Store(new(decodeDType(dec, ld)))
 	s.reloads.Add(1)
 	s.log.Info("serve: reloaded", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion)
 	return ld.Trainer.PolicyVersion, nil

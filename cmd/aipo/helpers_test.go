@@ -33,7 +33,9 @@ func freeAddr(t testing.TB) string {
 // and HTTP at httpAddr (either may be empty), until the returned stop.
 func serveOn(t *testing.T, ckpt, name, grpcAddr, httpAddr string) (stop func()) {
 	t.Helper()
-	return serveWith(t, serve.Options{Checkpoint: ckpt, Name: name}, grpcAddr, httpAddr)
+	// float32, the reference the tests compare peers with (a bfloat16
+	// checkpoint would otherwise be served in bfloat16 on AMX machines).
+	return serveWith(t, serve.Options{Checkpoint: ckpt, Name: name, DType: serve.DTypeF32}, grpcAddr, httpAddr)
 }
 
 // serveWith is serveOn with the server's options.

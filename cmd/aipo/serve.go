@@ -64,7 +64,8 @@ func runServe(args []string) error {
 	writeTimeout := fs.Duration("write-timeout", serve.DefaultWriteTimeout, "how long one write of a response may block on a client that does not read; a stream that is read may run longer (0: no limit)")
 	maxConns := fs.Int("max-conns", serve.DefaultMaxConns, "open connections per listener; further ones wait to be accepted until one closes (0: no limit)")
 	storageTimeout := fs.String("storage-timeout", "", storageTimeoutUsage)
-	invariant := fs.Bool("batch-invariant", true, "decode every sequence bit for bit alike whatever other requests share its step, so that seeded samples repeat under any load (false: one plain product a step, faster on CPUs whose BLAS kernels compute a row by its position in the batch, such as OpenBLAS's Haswell and Zen kernels; the cpu device only)")
+	dtype := fs.String("dtype", serve.DTypeAuto, "precision of the cpu device's products: auto (bfloat16 when the checkpoint stores bfloat16 and the CPU has AMX or AVX512-BF16, else float32), bfloat16 (weights and each product's inputs rounded to bfloat16, float32 accumulation, attention, KV cache and sampling; batch-invariant at no cost) or float32 (the exact reference)")
+	invariant := fs.Bool("batch-invariant", true, "decode every sequence bit for bit alike whatever other requests share its step, so that seeded samples repeat under any load (false: one plain product a step, faster on CPUs whose BLAS kernels compute a row by its position in the batch, such as OpenBLAS's Haswell and Zen kernels; the cpu device in float32 only: bfloat16 is batch-invariant at no cost)")
 	maxClient := fs.Int("max-client-requests", serve.DefaultMaxClientRequests, "generation requests in flight from one client IP, HTTP and gRPC together; further ones get 429 with Retry-After / RESOURCE_EXHAUSTED (0: no limit)")
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, serveUsage)
@@ -89,6 +90,18 @@ func runServe(args []string) error {
 	if err != nil {
 		return usageError("--device: %v", err)
 	}
+	switch *dtype {
+	case serve.DTypeAuto, serve.DTypeF32:
+	case serve.DTypeBF16:
+		if *device != backend.CPUName {
+			return usageError("--dtype bfloat16 chooses the cpu device's products; drop it for --device %s, which decodes in its own precision", *device)
+		}
+		if _, err := serve.ResolveDType(*dtype, ""); err != nil {
+			return usageError("%v", err)
+		}
+	default:
+		return usageError("--dtype %q: use auto, bfloat16 or float32", *dtype)
+	}
 	if !*invariant && *device != backend.CPUName {
 		return usageError("--batch-invariant=false chooses how the cpu device multiplies a step; drop it for --device %s", *device)
 	}
@@ -105,6 +118,7 @@ func runServe(args []string) error {
 	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token = *ckpt, *watch, *tok, *name, token
 	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
 	opts.BatchVariant = !*invariant
+	opts.DType = *dtype
 	return serveRun{backend: be, device: *device, opts: opts, grpcAddr: *grpcAddr, httpAddr: *httpAddr, tls: tlsCfg,
 		every: *every, grace: *grace}.run()
 }
