@@ -89,3 +89,49 @@ func tokenizerOf(ck checkpoint.Checkpoint, override string) (tokenizer.Tokenizer
 	}
 	return tokenizer.Parse(tj, ck.Tokenizer["tokenizer_config.json"])
 }
+
+// The precisions of the CPU decoder's products, as vLLM's --dtype spells
+// them: aipo serve's --dtype and policy.dtype.
+const (
+	DTypeAuto = "auto"
+	DTypeBF16 = "bfloat16"
+	DTypeF32  = "float32"
+)
+
+// ResolveDType is the precision the CPU decoder runs a model stored in
+// stored at, for the requested dtype: bfloat16 (model.DecodeBF16: the
+// products on AMX or AVX512-BF16, through oneDNN) when asked, or for
+// "auto" (or "") when the weights are stored in bfloat16 and this CPU
+// multiplies bfloat16 natively; float32 otherwise, the exact reference. A
+// request for bfloat16 where it cannot run is an error naming the reason.
+func ResolveDType(requested string, stored checkpoint.DType) (string, error) {
+	ok, why := model.BF16DecodeAvailable()
+	switch requested {
+	case "", DTypeAuto:
+		if ok && stored == checkpoint.BF16 {
+			return DTypeBF16, nil
+		}
+		return DTypeF32, nil
+	case DTypeF32:
+		return DTypeF32, nil
+	case DTypeBF16:
+		if !ok {
+			return "", fmt.Errorf("dtype bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use float32", why)
+		}
+		return DTypeBF16, nil
+	}
+	return "", fmt.Errorf("dtype %q: use auto, bfloat16 or float32", requested)
+}
+
+// DecodeIn makes l's model decode (on the CPU) in the precision that
+// ResolveDType gives for requested, and returns it.
+func (l Loaded) DecodeIn(requested string) (string, error) {
+	dt, err := ResolveDType(requested, l.DType)
+	if err != nil {
+		return "", err
+	}
+	if err := l.Model.DecodeBF16(dt == DTypeBF16); err != nil {
+		return "", err
+	}
+	return dt, nil
+}

@@ -3,6 +3,7 @@ package runconfig
 import (
 	"errors"
 	"fmt"
+	"github.com/aipo-rl/aipo/learner/model"
 	"math"
 	"net/url"
 	"slices"
@@ -67,6 +68,18 @@ func (c Config) validatePolicy() error {
 		if err != nil || u.Scheme == "" {
 			return fieldError("policy.endpoint", "%q is not a URI such as inproc:///runs/x/checkpoints/step-000001, grpc://127.0.0.1:7070 or http://127.0.0.1:8000/v1?model=name", secure.RedactURI(p.Endpoint))
 		}
+	}
+	switch p.DType {
+	case "", "auto", "float32":
+	case "bfloat16":
+		if !c.InProcessPolicy() {
+			return fieldError("policy.dtype", "bfloat16 chooses aipo train's own engine's products, but policy.endpoint %s is a server with a precision of its own (aipo serve --dtype, vLLM --dtype); leave policy.dtype out", secure.RedactURI(p.Endpoint))
+		}
+		if ok, why := model.BF16DecodeAvailable(); !ok {
+			return fieldError("policy.dtype", "bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use float32 or auto", why)
+		}
+	default:
+		return fieldError("policy.dtype", "%q: use auto, bfloat16 or float32", p.DType)
 	}
 	switch {
 	case !(p.Temperature >= 0) || math.IsInf(float64(p.Temperature), 0):

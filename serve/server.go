@@ -96,36 +96,16 @@ type Options struct {
 	DType string
 }
 
-// The precisions Options.DType names, as vLLM's --dtype spells them.
+// The precisions Options.DType names (see inproc.ResolveDType).
 const (
-	DTypeAuto = "auto"
-	DTypeBF16 = "bfloat16"
-	DTypeF32  = "float32"
+	DTypeAuto = inproc.DTypeAuto
+	DTypeBF16 = inproc.DTypeBF16
+	DTypeF32  = inproc.DTypeF32
 )
 
-// ResolveDType is the precision the CPU decoder runs a model stored in
-// stored at, for the requested dtype: bfloat16 (model.DecodeBF16: the
-// products on AMX or AVX512-BF16, through oneDNN) when asked, or for
-// "auto" when the weights are stored in bfloat16 and this CPU multiplies
-// bfloat16 natively; float32 otherwise, the exact reference. A request for
-// bfloat16 where it cannot run is an error naming the reason.
+// ResolveDType is inproc.ResolveDType, for aipo serve's --dtype.
 func ResolveDType(requested string, stored checkpoint.DType) (string, error) {
-	ok, why := model.BF16DecodeAvailable()
-	switch requested {
-	case "", DTypeAuto:
-		if ok && stored == checkpoint.BF16 {
-			return DTypeBF16, nil
-		}
-		return DTypeF32, nil
-	case DTypeF32:
-		return DTypeF32, nil
-	case DTypeBF16:
-		if !ok {
-			return "", fmt.Errorf("--dtype bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use --dtype float32", why)
-		}
-		return DTypeBF16, nil
-	}
-	return "", fmt.Errorf("--dtype %q: use auto, bfloat16 or float32", requested)
+	return inproc.ResolveDType(requested, stored)
 }
 
 // Server serves one engine over gRPC and HTTP. Its methods are safe for
@@ -236,11 +216,7 @@ func (o Options) decoder(ld inproc.Loaded) (engine.Backend, error) {
 	if _, host := dec.(interface{ HostModel() *model.Model }); o.Device != nil && !host {
 		return dec, nil // DType is the cpu device's (aipo serve refuses it elsewhere)
 	}
-	dt, err := ResolveDType(o.DType, ld.DType)
-	if err != nil {
-		return nil, err
-	}
-	if err := m.DecodeBF16(dt == DTypeBF16); err != nil {
+	if _, err := ld.DecodeIn(o.DType); err != nil {
 		return nil, err
 	}
 	return dec, nil

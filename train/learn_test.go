@@ -249,7 +249,7 @@ func TestRolloutEngineOnGPUBackend(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
 	dir := rundir.Checkpoint(h.cfg.Run.Dir, 0)
-	e, release, err := openEngineOn(ctx, dir, "cuda")
+	e, release, err := openEngineOn(ctx, dir, "cuda", "")
 	if _, drvErr := cuda.Driver(); drvErr != nil {
 		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {
 			t.Fatalf("without a GPU: openEngineOn = %v, want an error naming learner.backend cuda and libcuda", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/aipo-rl/aipo/learner/model"
 	"sort"
 	"strings"
 	"time"
@@ -171,7 +172,7 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 // withEngine serves checkpoint k in this process for the duration of fn,
 // under a name of its own for each purpose ("" for rollouts).
 func withEngine(ctx context.Context, cfg runconfig.Config, k int64, purpose string, fn func(endpoint string) error) error {
-	e, release, err := openEngineOn(ctx, rundir.Checkpoint(cfg.Run.Dir, k), cfg.Learner.Backend)
+	e, release, err := openEngineOn(ctx, rundir.Checkpoint(cfg.Run.Dir, k), cfg.Learner.Backend, cfg.Policy.DType)
 	if err != nil {
 		return err
 	}
@@ -190,14 +191,15 @@ func withEngine(ctx context.Context, cfg runconfig.Config, k int64, purpose stri
 
 // OpenEngine starts an engine over a committed checkpoint (local or gs://).
 func OpenEngine(ctx context.Context, dir string) (*engine.Engine, error) {
-	e, _, err := openEngineOn(ctx, dir, runconfig.BackendCPU)
+	e, _, err := openEngineOn(ctx, dir, runconfig.BackendCPU, inproc.DTypeF32)
 	return e, err
 }
 
 // openEngineOn is OpenEngine on the compute backend called name
-// (learner.backend, looked up in learner/backend; cuda decodes on GPU 0).
+// (learner.backend, looked up in learner/backend; cuda decodes on GPU 0),
+// the cpu decoder's products in dtype (policy.dtype, inproc.ResolveDType).
 // release frees the decoder and the device after the engine is closed.
-func openEngineOn(ctx context.Context, dir, name string) (e *engine.Engine, release func(), err error) {
+func openEngineOn(ctx context.Context, dir, name, dtype string) (e *engine.Engine, release func(), err error) {
 	l, err := inproc.LoadCheckpoint(ctx, dir, "")
 	if err != nil {
 		return nil, nil, err
@@ -215,6 +217,13 @@ func openEngineOn(ctx context.Context, dir, name string) (e *engine.Engine, rele
 	if err != nil {
 		dv.Close()
 		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s: %w", name, err)
+	}
+	if _, host := dec.(interface{ HostModel() *model.Model }); host {
+		if _, err := l.DecodeIn(dtype); err != nil {
+			dec.Close()
+			dv.Close()
+			return nil, nil, fmt.Errorf("rollout engine: policy.dtype: %w", err)
+		}
 	}
 	release = func() {
 		dec.Close()

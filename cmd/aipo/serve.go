@@ -97,7 +97,7 @@ func runServe(args []string) error {
 			return usageError("--dtype bfloat16 chooses the cpu device's products; drop it for --device %s, which decodes in its own precision", *device)
 		}
 		if _, err := serve.ResolveDType(*dtype, ""); err != nil {
-			return usageError("%v", err)
+			return usageError("--%v", err)
 		}
 	default:
 		return usageError("--dtype %q: use auto, bfloat16 or float32", *dtype)

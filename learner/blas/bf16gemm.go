@@ -259,4 +259,3 @@ func BF16Kernel() string {
 	}
 	return k
 }
-
