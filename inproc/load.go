@@ -124,13 +124,20 @@ func ResolveDType(requested string, stored checkpoint.DType) (string, error) {
 }
 
 // DecodeIn makes l's model decode (on the CPU) in the precision that
-// ResolveDType gives for requested, and returns it.
+// ResolveDType gives for requested, and returns it. In bfloat16 the model
+// keeps its bfloat16 decoding weights alone (model.DecodeBF16Only): l is
+// then for sampling only.
 func (l Loaded) DecodeIn(requested string) (string, error) {
 	dt, err := ResolveDType(requested, l.DType)
 	if err != nil {
 		return "", err
 	}
-	if err := l.Model.DecodeBF16(dt == DTypeBF16); err != nil {
+	if dt == DTypeBF16 {
+		err = l.Model.DecodeBF16Only()
+	} else {
+		err = l.Model.DecodeBF16(false)
+	}
+	if err != nil {
 		return "", err
 	}
 	return dt, nil

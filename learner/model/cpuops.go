@@ -67,6 +67,10 @@ func (o *cpuOps) Embed(x []float32) {
 		narrowEmbed(x, o.p.tokens, n.emb, o.m.d.C)
 		return
 	}
+	if b := o.m.bf16; b != nil && b.emb != nil {
+		narrowEmbed(x, o.p.tokens, b.emb, o.m.d.C)
+		return
+	}
 	embeddingForward(x, o.p.tokens, o.m.w.emb, o.m.d.C)
 }
 

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aipo-rl/aipo/learner/blas"
 )
@@ -11,7 +13,14 @@ import (
 type bf16Decode struct {
 	layers []bf16Layer
 	head   *blas.BF16Matrix
+	// emb is the embedding in bfloat16 once DecodeBF16Only dropped the
+	// float32 weights (nil before).
+	emb []uint16
 }
+
+// errDecodeOnly is the error of a pass on a model that DecodeBF16Only
+// left with its bfloat16 decoding weights alone.
+var errDecodeOnly = errors.New("model: the model keeps its bfloat16 decoding weights alone (DecodeBF16Only): only Extend runs on it")
 
 type bf16Layer struct{ qkv, o, gateUp, down *blas.BF16Matrix }
 
@@ -63,6 +72,12 @@ func BF16DecodeAvailable() (bool, string) {
 // model held in bfloat16 for scoring (HoldBF16), and leaves the model as
 // it was.
 func (m *Model) DecodeBF16(on bool) error {
+	if m.bf16 != nil && m.bf16.emb != nil {
+		if on {
+			return nil
+		}
+		return errDecodeOnly
+	}
 	if !on {
 		m.bf16 = nil
 		return nil
@@ -97,6 +112,34 @@ func (m *Model) DecodeBF16(on bool) error {
 		return fmt.Errorf("model: packing the LM head in bfloat16: %w", err)
 	}
 	m.bf16 = b
+	return nil
+}
+
+// DecodeBF16Only is DecodeBF16(true) for a model that will only decode
+// (aipo serve's, aipo train's own engine's): it then drops the float32
+// weights, keeping the norms and biases in float32 and the embedding in
+// bfloat16 (each row widened as a token is embedded), so that the model
+// holds about 2 bytes a parameter, as the bfloat16 checkpoint does,
+// instead of 6. Afterwards only Extend runs: Forward, Logits, Score,
+// Params, HoldBF16 and DecodeBF16(false) refuse, naming this.
+func (m *Model) DecodeBF16Only() error {
+	if err := m.DecodeBF16(true); err != nil {
+		return err
+	}
+	if m.bf16.emb != nil {
+		return nil
+	}
+	emb := make([]uint16, len(m.w.emb))
+	parallelFor(m.d.V, 64, func(lo, hi int) {
+		blas.RoundBF16(emb[lo*m.d.C:hi*m.d.C], m.w.emb[lo*m.d.C:hi*m.d.C])
+	})
+	kept := weights{norm: slices.Clone(m.w.norm)}
+	for _, lw := range m.w.layers {
+		kept.layers = append(kept.layers, layerWeights{inNorm: slices.Clone(lw.inNorm), postNorm: slices.Clone(lw.postNorm),
+			qkvBias: slices.Clone(lw.qkvBias), oBias: slices.Clone(lw.oBias), qkNorm: slices.Clone(lw.qkNorm)})
+	}
+	m.w, m.g = kept, weights{}
+	m.bf16.emb = emb
 	return nil
 }
 

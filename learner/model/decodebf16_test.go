@@ -189,3 +189,62 @@ func TestDecodeBF16Off(t *testing.T) {
 		t.Fatal("DecodeBF16 on a model held in bfloat16 for scoring: no error")
 	}
 }
+
+// TestDecodeBF16Only: a model that dropped its float32 weights decodes the
+// same bits as one that keeps them (the embedding of a bfloat16 model
+// widens back exactly), and refuses every other pass.
+func TestDecodeBF16Only(t *testing.T) {
+	needBF16Decode(t)
+	keep, drop := bf16Families(t), bf16Families(t)
+	for name, a := range keep {
+		t.Run(name, func(t *testing.T) {
+			b := drop[name]
+			if err := a.DecodeBF16(true); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.DecodeBF16Only(); err != nil {
+				t.Fatal(err)
+			}
+			prompt := [][]int32{{2, 7, 1, 8, 2, 8, 1}}
+			ca, cb := a.NewKVCache(), b.NewKVCache()
+			la, err := a.Extend([]*KVCache{ca}, prompt, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lb, err := b.Extend([]*KVCache{cb}, prompt, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for step := range 10 {
+				for i := range la {
+					if la[i] != lb[i] {
+						t.Fatalf("step %d: logit %d is %g with the float32 weights kept, %g without", step, i, la[i], lb[i])
+					}
+				}
+				tok := argmax(la)
+				if la, err = a.Extend([]*KVCache{ca}, [][]int32{{tok}}, la); err != nil {
+					t.Fatal(err)
+				}
+				if lb, err = b.Extend([]*KVCache{cb}, [][]int32{{tok}}, lb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			batch := Batch{Tokens: []int32{1, 2, 3}}
+			if _, err := b.Forward(batch); err == nil {
+				t.Error("Forward ran on a decode-only model")
+			}
+			if _, err := b.Logits(batch); err == nil {
+				t.Error("Logits ran on a decode-only model")
+			}
+			if _, _, err := b.Score(batch); err == nil {
+				t.Error("Score ran on a decode-only model")
+			}
+			if err := b.DecodeBF16(false); err == nil || !strings.Contains(err.Error(), "DecodeBF16Only") {
+				t.Errorf("DecodeBF16(false) on a decode-only model: %v", err)
+			}
+			if b.HoldBF16() {
+				t.Error("HoldBF16 held a decode-only model")
+			}
+		})
+	}
+}

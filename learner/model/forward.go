@@ -72,6 +72,9 @@ func (m *Model) Forward(b Batch) (*Activations, error) {
 	if m.narrow != nil {
 		return nil, errNarrow
 	}
+	if m.decodeOnly() {
+		return nil, errDecodeOnly
+	}
 	p, err := m.prepare(b, false)
 	if err != nil {
 		return nil, err
@@ -92,6 +95,9 @@ func (m *Model) trainKeep() keepMode {
 // set of buffers serving every layer, and returns the same
 // log-probabilities and entropies as Forward, bit for bit.
 func (m *Model) Score(b Batch) (logProbs, entropy []float32, err error) {
+	if m.decodeOnly() {
+		return nil, nil, errDecodeOnly
+	}
 	p, err := m.prepare(b, false)
 	if err != nil {
 		return nil, nil, err
@@ -133,6 +139,9 @@ func (m *Model) Checkpointing() bool { return m.checkpoint }
 func (m *Model) Logits(b Batch) ([]float32, error) {
 	if m.narrow != nil {
 		return nil, errNarrow
+	}
+	if m.decodeOnly() {
+		return nil, errDecodeOnly
 	}
 	p, err := m.prepare(b, true)
 	if err != nil {

@@ -79,6 +79,9 @@ func (m *Model) holdBF16() bool {
 	if m.narrow != nil {
 		return true
 	}
+	if m.decodeOnly() {
+		return false
+	}
 	if m.g.flat != nil {
 		return false // a model with gradients trains
 	}

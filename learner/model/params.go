@@ -395,7 +395,13 @@ func (m *Model) mustHoldFloat32() {
 	if m.narrow != nil {
 		panic(errNarrow)
 	}
+	if m.decodeOnly() {
+		panic(errDecodeOnly)
+	}
 }
+
+// decodeOnly reports whether DecodeBF16Only dropped the float32 weights.
+func (m *Model) decodeOnly() bool { return m.bf16 != nil && m.bf16.emb != nil }
 
 // Grads lists the gradients in the same order and shapes as Params
 // (allocating them, zero, on the first call).
