@@ -114,9 +114,9 @@ type Policy struct {
 	MaxResponseTokens int `yaml:"max_response_tokens"`
 	// DType is the precision of aipo train's own engine's products on the
 	// cpu backend, as aipo serve's --dtype: auto (the default: bfloat16
-	// when the step's checkpoint stores bfloat16 and the CPU has AMX or
-	// AVX512-BF16, float32 otherwise), bfloat16 or float32. The learner
-	// stays float32; the gap between the sampler's and the learner's
+	// when the step's checkpoint stores bfloat16, the model is at least
+	// 512 wide and the CPU has AMX or AVX512-BF16, float32 otherwise),
+	// bfloat16 or float32. The learner stays float32; the gap between the sampler's and the learner's
 	// log-probabilities is what learner.rollout_correction and the
 	// mismatch metrics of the learner record are for. A policy server's
 	// precision is its own (aipo serve --dtype, vLLM --dtype).

@@ -125,8 +125,8 @@ func TestServeHFDirMatchesPyTorch(t *testing.T) {
 // 40 steps; twice that here.
 const bf16LogprobTol = 0.05
 
-// The same directories served as `aipo serve` serves them by default on
-// a CPU with AMX or AVX512-BF16: in bfloat16 (the weights are stored so).
+// The same directories served in bfloat16 (--dtype bfloat16; by default
+// on a CPU with AMX or AVX512-BF16 for models at least 512 wide).
 // The greedy tokens equal PyTorch's float64 ones where its top two
 // logits are further apart than the rounding can move them, and the
 // log-probs are within bf16LogprobTol.
@@ -137,9 +137,9 @@ func TestServeHFDirBF16(t *testing.T) {
 	for _, name := range []string{"qwen3", "llama3"} {
 		t.Run(name, func(t *testing.T) {
 			dir, fx := hfDir(t, name)
-			r := start(t, Options{Checkpoint: dir, Name: name})
+			r := start(t, Options{Checkpoint: dir, Name: name, DType: DTypeBF16})
 			if got := r.srv.DecodeDType(); got != DTypeBF16 {
-				t.Fatalf("auto serves a bfloat16 directory in %q", got)
+				t.Fatalf("--dtype bfloat16 serves in %q", got)
 			}
 			st, _, body := post(t, "http://"+r.httpAddr+"/v1/completions", map[string]any{"model": name, "prompt": fx.Prompt,
 				"max_tokens": len(fx.GreedyIDs), "temperature": 0, "logprobs": 1})

@@ -104,8 +104,8 @@ const (
 )
 
 // ResolveDType is inproc.ResolveDType, for aipo serve's --dtype.
-func ResolveDType(requested string, stored checkpoint.DType) (string, error) {
-	return inproc.ResolveDType(requested, stored)
+func ResolveDType(requested string, stored checkpoint.DType, width int) (string, error) {
+	return inproc.ResolveDType(requested, stored, width)
 }
 
 // Server serves one engine over gRPC and HTTP. Its methods are safe for

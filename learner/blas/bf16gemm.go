@@ -40,6 +40,14 @@ type bf16Part struct {
 // columns of the output.
 var bf16Bufs = sync.Pool{New: func() any { return new([]float32) }}
 
+// bf16Rows hold the last rows of a product padded with zero rows.
+var bf16Rows = sync.Pool{New: func() any { return new([]uint16) }}
+
+// bf16PartElems is the fewest weights (1M, 2 MiB in bfloat16) a column
+// part of a BF16Matrix holds: at Qwen3-0.6B's width the projections are 2
+// to 6M and go in one part a core, a tiny model's in one part.
+const bf16PartElems = 1 << 20
+
 var bf16Cache struct {
 	sync.Mutex
 	layouts []*C.bf16_packed // each layout seen (bf16_layout copies), never freed
@@ -59,7 +67,9 @@ func PackBF16(w []uint16, O, I int) (*BF16Matrix, error) {
 		return nil, fmt.Errorf("blas: PackBF16 of %d values as %d x %d", len(w), O, I)
 	}
 	m := &BF16Matrix{O: O, I: I}
-	nparts := max(1, min(runtime.GOMAXPROCS(0), O/64))
+	// A matrix smaller than bf16PartElems a core is one part: waking a
+	// goroutine on another core costs more than such a product.
+	nparts := max(1, min(runtime.GOMAXPROCS(0), O/64, O*I/bf16PartElems))
 	// Parts a multiple of 64 columns wide (oneDNN's widest column block),
 	// the last taking the rest.
 	step := (O/nparts + 63) / 64 * 64
@@ -163,13 +173,18 @@ func (m *BF16Matrix) Mul(out []float32, ldo int, x []uint16, n int) error {
 		// rows padded with zeros).
 		var xb []uint16
 		var ob []float32
+		if n%bf16RowBlock != 0 {
+			buf := bf16Rows.Get().(*[]uint16)
+			defer bf16Rows.Put(buf)
+			if need := bf16RowBlock * m.I; cap(*buf) < need {
+				*buf = make([]uint16, need)
+			}
+			xb = (*buf)[:bf16RowBlock*m.I]
+		}
 		for r0 := 0; r0 < n; r0 += bf16RowBlock {
 			rows := min(bf16RowBlock, n-r0)
 			src, dst := x[r0*m.I:], out[r0*ldo+pt.o0:]
 			if rows < bf16RowBlock {
-				if xb == nil {
-					xb = make([]uint16, bf16RowBlock*m.I)
-				}
 				copy(xb, x[r0*m.I:(r0+rows)*m.I])
 				clear(xb[rows*m.I:])
 				src = xb

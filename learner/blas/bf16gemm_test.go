@@ -114,14 +114,14 @@ func TestBF16Mul(t *testing.T) {
 
 // TestBF16MulIsBatchInvariant: a row's results are the same bits whether
 // it is multiplied alone or among others, at any position, across the row
-// blocks of long products. The shape of 256 columns has two column parts
+// blocks of long products. The shape of 2048 columns has two column parts
 // of equal width on 2 cores, which run one primitive at once (each with a
 // scratchpad of its own: oneDNN's shared one mixed their results).
 func TestBF16MulIsBatchInvariant(t *testing.T) {
 	needBF16(t)
 	r := rand.New(rand.NewPCG(5, 6))
 	const rows = 2*bf16RowBlock + 5
-	for _, sh := range []struct{ O, I int }{{300, 192}, {130, 1024}, {64, 3072}, {1000, 64}, {256, 128}} {
+	for _, sh := range []struct{ O, I int }{{300, 192}, {130, 1024}, {64, 3072}, {1000, 64}, {2048, 1024}} {
 		O, I := sh.O, sh.I
 		m, err := PackBF16(randomBF16(r, O*I), O, I)
 		if err != nil {
