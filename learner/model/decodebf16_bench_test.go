@@ -1,0 +1,103 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/aipo-rl/aipo/learner/blas"
+)
+
+// qwen3Shape06B is Qwen3-0.6B's configuration (its config.json's shape:
+// 28 layers, width 1024, 16 query and 8 key-value heads of 128, MLP 3072,
+// vocabulary 151,936, tied head) with random weights rounded to bfloat16,
+// as the release stores them.
+var qwen3Shape06B = Config{ModelType: "qwen3", HiddenSize: 1024, IntermediateSize: 3072, NumHiddenLayers: 28,
+	NumAttentionHeads: 16, NumKeyValueHeads: 8, HeadDim: 128, VocabSize: 151936, MaxPositionEmbeddings: 40960,
+	RMSNormEps: 1e-6, RopeTheta: 1000000, TieWordEmbeddings: true, HiddenAct: "silu"}
+
+// BenchmarkDecodeDType times decode steps (one new token for each of B
+// sequences holding 64 cached positions) in float32 and in bfloat16
+// (DecodeBF16) on the same model, alternated, at B = 1 and 32, and reports
+// tokens/s of each and the ratio bfloat16/float32. The model is
+// Qwen3-0.6B's shape; with -short (make bench-smoke) 4 of its 28 layers
+// and a vocabulary of 32,000.
+func BenchmarkDecodeDType(b *testing.B) {
+	if ok, why := BF16DecodeAvailable(); !ok {
+		b.Skipf("no native bfloat16 products here: %s", why)
+	}
+	cfg := qwen3Shape06B
+	if testing.Short() {
+		cfg.NumHiddenLayers, cfg.VocabSize = 4, 32000
+	}
+	// Two models of the same bfloat16-exact weights: one decoding in
+	// float32, one in bfloat16 alone (DecodeBF16Only), each with its caches.
+	newModel := func() *Model {
+		m, err := New(cfg, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range m.Params() {
+			h := make([]uint16, len(p.Data))
+			blas.RoundBF16(h, p.Data)
+			for i, v := range h {
+				p.Data[i] = math.Float32frombits(uint32(v) << 16)
+			}
+		}
+		return m
+	}
+	m32, m16 := newModel(), newModel()
+	if err := m16.DecodeBF16Only(); err != nil {
+		b.Fatal(err)
+	}
+	prompt := make([]int32, 64)
+	for i := range prompt {
+		prompt[i] = int32(i * 7919 % cfg.VocabSize)
+	}
+	caches := map[*Model][]*KVCache{}
+	for _, m := range []*Model{m32, m16} {
+		for range 32 {
+			c := m.NewKVCache()
+			if _, err := m.Extend([]*KVCache{c}, [][]int32{prompt}, nil); err != nil {
+				b.Fatal(err)
+			}
+			caches[m] = append(caches[m], c)
+		}
+	}
+	var lg []float32
+	step := func(m *Model, B int) time.Duration {
+		toks := make([][]int32, B)
+		for i := range toks {
+			toks[i] = []int32{int32(i + 1)}
+		}
+		t0 := time.Now()
+		for range 4 {
+			var err error
+			if lg, err = m.Extend(caches[m][:B], toks, lg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d := time.Since(t0) / 4
+		for _, c := range caches[m][:B] {
+			c.Truncate(64)
+		}
+		return d
+	}
+	for _, B := range []int{1, 32} {
+		b.Run(fmt.Sprintf("batch%d", B), func(b *testing.B) {
+			step(m32, B) // warm up both paths
+			step(m16, B)
+			var t32, t16 time.Duration
+			b.ResetTimer()
+			for range b.N {
+				t32 += step(m32, B)
+				t16 += step(m16, B)
+			}
+			r32, r16 := float64(B*b.N)/t32.Seconds(), float64(B*b.N)/t16.Seconds()
+			b.ReportMetric(r32, "f32_tok/s")
+			b.ReportMetric(r16, "bf16_tok/s")
+			b.ReportMetric(r16/r32, "bf16/f32")
+		})
+	}
+}
