@@ -4,9 +4,11 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,7 +30,7 @@ func TestTrainUnderTorchrun(t *testing.T) {
 	cfg2, run := ranksRun(t, warm, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, torchrun, "--nproc-per-node", "2", "--master-port", freePort(t), "--no-python",
+	cmd := exec.CommandContext(ctx, torchrun, "--nproc-per-node", "2", "--master-port", freePortPair(t), "--no-python",
 		os.Args[0], "train", "--config", cfg2, "--no-tensorboard")
 	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
 	t0 := time.Now()
@@ -40,4 +42,26 @@ func TestTrainUnderTorchrun(t *testing.T) {
 		t.Errorf("under torchrun: %s, --nproc 1: %s", got, want)
 	}
 	t.Logf("torchrun, 2 ranks: %s (%s)", finalDigest(t, run, 3), time.Since(t0).Round(time.Millisecond))
+}
+
+// freePortPair is a port P such that P and P+1 are both free now: torchrun
+// holds P and the ranks' store listens on P+1 (a free P alone once met a
+// P+1 that another process held, and rank 0 could not serve the store).
+func freePortPair(t *testing.T) string {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		next, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
+		l.Close()
+		if err == nil {
+			next.Close()
+			return strconv.Itoa(p)
+		}
+	}
+	t.Fatal("no two consecutive free ports on 127.0.0.1 in 50 tries")
+	return ""
 }
