@@ -3,7 +3,6 @@ package model
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/aipo-rl/aipo/learner/blas"
 )
@@ -22,22 +21,9 @@ type bf16Decode struct {
 // left with its bfloat16 decoding weights alone.
 var errDecodeOnly = errors.New("model: the model keeps its bfloat16 decoding weights alone (DecodeBF16Only): only Extend runs on it")
 
-type bf16Layer struct{ qkv, o, gateUp, down *blas.BF16Matrix }
+type bf16Layer = projections[*blas.BF16Matrix]
 
-func (b *bf16Decode) matrix(l int, w Weight) *blas.BF16Matrix {
-	lw := &b.layers[l]
-	switch w {
-	case WQKV:
-		return lw.qkv
-	case WO:
-		return lw.o
-	case WGateUp:
-		return lw.gateUp
-	case WDown:
-		return lw.down
-	}
-	panic("model: a linear op was given a weight that is not a projection")
-}
+func (b *bf16Decode) matrix(l int, w Weight) *blas.BF16Matrix { return *b.layers[l].at(w) }
 
 func (b *bf16Decode) describe() string {
 	return "bfloat16 products (" + blas.BF16Kernel() + "), weights and each product's rows rounded to bfloat16, float32 accumulation, norms, attention and KV cache; batch-invariant"
@@ -90,20 +76,15 @@ func (m *Model) DecodeBF16(on bool) error {
 	}
 	d := m.d
 	pack := func(w []float32, O, I int) (*blas.BF16Matrix, error) {
-		h := make([]uint16, O*I)
-		parallelFor(O, 64, func(lo, hi int) { blas.RoundBF16(h[lo*I:hi*I], w[lo*I:hi*I]) })
-		return blas.PackBF16(h, O, I)
+		return blas.PackBF16(roundedBF16(w, I), O, I)
 	}
+	ops := &cpuOps{m: m}
 	b := &bf16Decode{layers: make([]bf16Layer, d.L)}
 	var err error
-	for l, lw := range m.w.layers {
-		bl := &b.layers[l]
-		for _, p := range []struct {
-			dst  **blas.BF16Matrix
-			w    []float32
-			O, I int
-		}{{&bl.qkv, lw.qkv, d.QKV, d.C}, {&bl.o, lw.o, d.C, d.QD}, {&bl.gateUp, lw.gateUp, 2 * d.F, d.C}, {&bl.down, lw.down, d.C, d.F}} {
-			if *p.dst, err = pack(p.w, p.O, p.I); err != nil {
+	for l := range m.w.layers {
+		for _, w := range projectionWeights {
+			wt, _, I, O := ops.linear(&m.w, l, w)
+			if *b.layers[l].at(w), err = pack(wt, O, I); err != nil {
 				return fmt.Errorf("model: packing layer %d in bfloat16: %w", l, err)
 			}
 		}
@@ -129,18 +110,17 @@ func (m *Model) DecodeBF16Only() error {
 	if m.bf16.emb != nil {
 		return nil
 	}
-	emb := make([]uint16, len(m.w.emb))
-	parallelFor(m.d.V, 64, func(lo, hi int) {
-		blas.RoundBF16(emb[lo*m.d.C:hi*m.d.C], m.w.emb[lo*m.d.C:hi*m.d.C])
-	})
-	kept := weights{norm: slices.Clone(m.w.norm)}
-	for _, lw := range m.w.layers {
-		kept.layers = append(kept.layers, layerWeights{inNorm: slices.Clone(lw.inNorm), postNorm: slices.Clone(lw.postNorm),
-			qkvBias: slices.Clone(lw.qkvBias), oBias: slices.Clone(lw.oBias), qkNorm: slices.Clone(lw.qkNorm)})
-	}
-	m.w, m.g = kept, weights{}
-	m.bf16.emb = emb
+	m.bf16.emb = roundedBF16(m.w.emb, m.d.C)
+	m.w, m.g = m.w.normsAndBiases(), weights{}
 	return nil
+}
+
+// roundedBF16 is src rounded to bfloat16 (blas.RoundBF16), rows of cols
+// values at a time across the cores.
+func roundedBF16(src []float32, cols int) []uint16 {
+	dst := make([]uint16, len(src))
+	parallelFor(len(src)/cols, 64, func(lo, hi int) { blas.RoundBF16(dst[lo*cols:hi*cols], src[lo*cols:hi*cols]) })
+	return dst
 }
 
 // DecodesInBF16 reports whether DecodeBF16 is on.

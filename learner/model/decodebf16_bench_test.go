@@ -2,11 +2,8 @@ package model
 
 import (
 	"fmt"
-	"math"
 	"testing"
 	"time"
-
-	"github.com/aipo-rl/aipo/learner/blas"
 )
 
 // qwen3Shape06B is Qwen3-0.6B's configuration (its config.json's shape:
@@ -33,21 +30,11 @@ func BenchmarkDecodeDType(b *testing.B) {
 	}
 	// Two models of the same bfloat16-exact weights: one decoding in
 	// float32, one in bfloat16 alone (DecodeBF16Only), each with its caches.
-	newModel := func() *Model {
-		m, err := New(cfg, 1)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, p := range m.Params() {
-			h := make([]uint16, len(p.Data))
-			blas.RoundBF16(h, p.Data)
-			for i, v := range h {
-				p.Data[i] = math.Float32frombits(uint32(v) << 16)
-			}
-		}
-		return m
+	m, err := New(cfg, 1)
+	if err != nil {
+		b.Fatal(err)
 	}
-	m32, m16 := newModel(), newModel()
+	m32, m16 := bf16Copy(b, m), bf16Copy(b, m)
 	if err := m16.DecodeBF16Only(); err != nil {
 		b.Fatal(err)
 	}

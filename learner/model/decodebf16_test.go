@@ -4,8 +4,6 @@ import (
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/aipo-rl/aipo/learner/blas"
 )
 
 func needBF16Decode(t *testing.T) {
@@ -28,14 +26,8 @@ func bf16Families(t *testing.T) map[string]*Model {
 		}
 		ms[name] = peakedModel(t, cfg, 22)
 	}
-	for _, m := range ms {
-		for _, p := range m.Params() {
-			h := make([]uint16, len(p.Data))
-			blas.RoundBF16(h, p.Data)
-			for i, v := range h {
-				p.Data[i] = math.Float32frombits(uint32(v) << 16)
-			}
-		}
+	for name, m := range ms {
+		ms[name] = bf16Copy(t, m)
 	}
 	return ms
 }

@@ -37,23 +37,33 @@ type narrowWeights struct {
 	layers    []narrowLayer
 }
 
-type narrowLayer struct{ qkv, o, gateUp, down []uint16 }
+type narrowLayer = projections[[]uint16]
 
-// matrix is projection w of layer l.
-func (n *narrowWeights) matrix(l int, w Weight) []uint16 {
-	lw := &n.layers[l]
+// projections are a layer's four weight matrices held in some form (the
+// bfloat16 values of a scoring model, the packed matrices of bfloat16
+// decoding).
+type projections[T any] struct{ qkv, o, gateUp, down T }
+
+// at is projection w.
+func (p *projections[T]) at(w Weight) *T {
 	switch w {
 	case WQKV:
-		return lw.qkv
+		return &p.qkv
 	case WO:
-		return lw.o
+		return &p.o
 	case WGateUp:
-		return lw.gateUp
+		return &p.gateUp
 	case WDown:
-		return lw.down
+		return &p.down
 	}
 	panic("model: a linear op was given a weight that is not a projection")
 }
+
+// projectionWeights are the Weights of a layer's projections.
+var projectionWeights = [...]Weight{WQKV, WO, WGateUp, WDown}
+
+// matrix is projection w of layer l.
+func (n *narrowWeights) matrix(l int, w Weight) []uint16 { return *n.layers[l].at(w) }
 
 // HoldBF16 makes m hold its weight matrices (embeddings, projections, LM
 // head) in bfloat16 when every value in them is exactly a bfloat16 value,
@@ -103,16 +113,23 @@ func (m *Model) holdBF16() bool {
 	if !m.cfg.TieWordEmbeddings {
 		n.head = narrowed(w.head)
 	}
-	// The float32 weights that stay (norms and biases) are copied out so
-	// that the flat buffer can go.
-	kept := weights{norm: slices.Clone(w.norm)}
 	for _, lw := range w.layers {
 		n.layers = append(n.layers, narrowLayer{qkv: narrowed(lw.qkv), o: narrowed(lw.o), gateUp: narrowed(lw.gateUp), down: narrowed(lw.down)})
+	}
+	m.w, m.narrow = w.normsAndBiases(), n
+	return true
+}
+
+// normsAndBiases is a copy of w's norms and biases alone: the float32
+// weights a model keeps once its matrices are held otherwise (HoldBF16,
+// DecodeBF16Only), copied out so that the flat buffer can go.
+func (w *weights) normsAndBiases() weights {
+	kept := weights{norm: slices.Clone(w.norm)}
+	for _, lw := range w.layers {
 		kept.layers = append(kept.layers, layerWeights{inNorm: slices.Clone(lw.inNorm), postNorm: slices.Clone(lw.postNorm),
 			qkvBias: slices.Clone(lw.qkvBias), oBias: slices.Clone(lw.oBias), qkNorm: slices.Clone(lw.qkNorm)})
 	}
-	m.w, m.narrow = kept, n
-	return true
+	return kept
 }
 
 // HeldInBF16 reports whether HoldBF16 made m hold its matrices in bfloat16.

@@ -12,7 +12,7 @@ import (
 
 // bf16Copy is a copy of m whose every parameter is rounded to bfloat16
 // (to nearest even), as a model loaded from a bfloat16 checkpoint is.
-func bf16Copy(t *testing.T, m *Model) *Model {
+func bf16Copy(t testing.TB, m *Model) *Model {
 	t.Helper()
 	ts := map[string]NamedTensor{}
 	for _, p := range m.Params() {
