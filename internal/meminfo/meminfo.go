@@ -53,6 +53,19 @@ func Status(pid int, field string) (int64, error) {
 	if pid != 0 {
 		path = fmt.Sprintf("/proc/%d/status", pid)
 	}
+	return readKB(path, field)
+}
+
+// PSS is the proportional set size of process pid in bytes (Pss of
+// /proc/PID/smaps_rollup): its private pages plus its share of the pages
+// it shares, so that the PSS of several processes sharing libraries sums
+// to the memory they hold together, each shared page counted once.
+func PSS(pid int) (int64, error) {
+	return readKB(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss")
+}
+
+// readKB returns the "field: N kB" line of the proc file at path, in bytes.
+func readKB(path, field string) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
@@ -74,35 +87,6 @@ func Status(pid int, field string) (int64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("%s has no %s", path, field)
-}
-
-// PSS is the proportional set size of process pid in bytes (Pss of
-// /proc/PID/smaps_rollup): its private pages plus its share of the pages
-// it shares, so that the PSS of several processes sharing libraries sums
-// to the memory they hold together, each shared page counted once.
-func PSS(pid int) (int64, error) {
-	path := fmt.Sprintf("/proc/%d/smaps_rollup", pid)
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || k != "Pss" {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: Pss: %w", path, err)
-		}
-		return n << 10, nil
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s has no Pss", path)
 }
 
 // Peak is the peak resident memory, in bytes, of the exited process ps
