@@ -133,11 +133,16 @@ func ResolveDType(requested string, stored checkpoint.DType, width int) (string,
 	return "", fmt.Errorf("dtype %q: use auto, bfloat16 or float32", requested)
 }
 
-// DecodeIn makes l's model decode (on the CPU) in the precision that
-// ResolveDType gives for requested, and returns it. In bfloat16 the model
-// keeps its bfloat16 decoding weights alone (model.DecodeBF16Only): l is
-// then for sampling only.
-func (l Loaded) DecodeIn(requested string) (string, error) {
+// DecodeIn makes dec, a decoder of l's model, decode in the precision
+// that ResolveDType gives for requested, and returns it. In bfloat16 the
+// model keeps its bfloat16 decoding weights alone (model.DecodeBF16Only):
+// l is then for sampling only. A decoder on another device, which
+// decodes a copy of the model in its own precision, is left as it is,
+// and the precision returned is "".
+func (l Loaded) DecodeIn(dec engine.Backend, requested string) (string, error) {
+	if h, ok := dec.(interface{ HostModel() *model.Model }); !ok || h.HostModel() != l.Model {
+		return "", nil
+	}
 	dt, err := ResolveDType(requested, l.DType, l.Model.Config().HiddenSize)
 	if err != nil {
 		return "", err

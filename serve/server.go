@@ -22,7 +22,6 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
-	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 )
 
@@ -169,7 +168,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg := opts.Engine
 	cfg.Name = name
-	dec, err := opts.decoder(ld)
+	dec, dtype, err := opts.decoder(ld)
 	if err != nil {
 		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
 	}
@@ -191,16 +190,17 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.checkpoint.Store(&dir)
 	s.metrics = newServerMetrics(s)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
-	s.dtype.Store(new(decodeDType(dec, ld)))
-	if _, host := dec.(interface{ HostModel() *model.Model }); host || opts.Device == nil {
-		s.log.Info("serve: decode steps", "dtype", s.DecodeDType(), "stored", string(ld.DType), "product", ld.Model.DecodeProduct())
+	s.dtype.Store(&dtype)
+	if dtype != "" {
+		s.log.Info("serve: decode steps", "dtype", dtype, "stored", string(ld.DType), "product", ld.Model.DecodeProduct())
 	}
 	return s, nil
 }
 
-// decoder is the engine backend of m: the CPU model, or a copy on
+// decoder is the engine backend of ld's model, and the precision it
+// decodes in (inproc.Loaded.DecodeIn): the CPU model itself, or a copy on
 // Options.Device (freed once the engine and its caches no longer use it).
-func (o Options) decoder(ld inproc.Loaded) (engine.Backend, error) {
+func (o Options) decoder(ld inproc.Loaded) (engine.Backend, string, error) {
 	// The cpu device decodes with m itself (and with no device the engine
 	// does); elsewhere m's settings are not used.
 	m := ld.Model
@@ -209,29 +209,15 @@ func (o Options) decoder(ld inproc.Loaded) (engine.Backend, error) {
 	if o.Device != nil {
 		d, err := o.Device.Decoder(m)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		dec = d
 	}
-	if _, host := dec.(interface{ HostModel() *model.Model }); o.Device != nil && !host {
-		return dec, nil // DType is the cpu device's (aipo serve refuses it elsewhere)
+	dtype, err := ld.DecodeIn(dec, o.DType)
+	if err != nil {
+		return nil, "", err
 	}
-	if _, err := ld.DecodeIn(o.DType); err != nil {
-		return nil, err
-	}
-	return dec, nil
-}
-
-// decodeDType is the precision dec decodes ld's model in: the CPU
-// decoder's, or "" on another device.
-func decodeDType(dec engine.Backend, ld inproc.Loaded) string {
-	if _, host := dec.(interface{ HostModel() *model.Model }); !host {
-		return ""
-	}
-	if ld.Model.DecodesInBF16() {
-		return DTypeBF16
-	}
-	return DTypeF32
+	return dec, dtype, nil
 }
 
 // DecodeDType is the precision the CPU decoder runs the served weights in
@@ -263,7 +249,7 @@ func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
 	if ld.Tokenizer.VocabSize() != s.tok.VocabSize() {
 		return 0, fmt.Errorf("serve: reload: checkpoint %s has a tokenizer of %d tokens, the server's has %d; serve another vocabulary with a new server", dir, ld.Tokenizer.VocabSize(), s.tok.VocabSize())
 	}
-	dec, err := s.opts.decoder(ld)
+	dec, dtype, err := s.opts.decoder(ld)
 	if err != nil {
 		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
 	}
@@ -271,7 +257,7 @@ func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
 		return 0, fmt.Errorf("serve: reload %s: %w", dir, err)
 	}
 	s.checkpoint.Store(&dir)
-	s.dtype.Store(new(decodeDType(dec, ld)))
+	s.dtype.Store(&dtype)
 	s.reloads.Add(1)
 	s.log.Info("serve: reloaded", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion)
 	return ld.Trainer.PolicyVersion, nil

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/aipo-rl/aipo/learner/model"
 	"sort"
 	"strings"
 	"time"
@@ -218,12 +217,10 @@ func openEngineOn(ctx context.Context, dir, name, dtype string) (e *engine.Engin
 		dv.Close()
 		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s: %w", name, err)
 	}
-	if _, host := dec.(interface{ HostModel() *model.Model }); host {
-		if _, err := l.DecodeIn(dtype); err != nil {
-			dec.Close()
-			dv.Close()
-			return nil, nil, fmt.Errorf("rollout engine: policy.dtype: %w", err)
-		}
+	if _, err := l.DecodeIn(dec, dtype); err != nil {
+		dec.Close()
+		dv.Close()
+		return nil, nil, fmt.Errorf("rollout engine: policy.dtype: %w", err)
 	}
 	release = func() {
 		dec.Close()

@@ -90,17 +90,11 @@ func runServe(args []string) error {
 	if err != nil {
 		return usageError("--device: %v", err)
 	}
-	switch *dtype {
-	case serve.DTypeAuto, serve.DTypeF32:
-	case serve.DTypeBF16:
-		if *device != backend.CPUName {
-			return usageError("--dtype bfloat16 chooses the cpu device's products; drop it for --device %s, which decodes in its own precision", *device)
-		}
-		if _, err := serve.ResolveDType(*dtype, "", 0); err != nil {
-			return usageError("--%v", err)
-		}
-	default:
-		return usageError("--dtype %q: use auto, bfloat16 or float32", *dtype)
+	if *dtype == serve.DTypeBF16 && *device != backend.CPUName {
+		return usageError("--dtype bfloat16 chooses the cpu device's products; drop it for --device %s, which decodes in its own precision", *device)
+	}
+	if _, err := serve.ResolveDType(*dtype, "", 0); err != nil {
+		return usageError("--%v", err)
 	}
 	if !*invariant && *device != backend.CPUName {
 		return usageError("--batch-invariant=false chooses how the cpu device multiplies a step; drop it for --device %s", *device)
