@@ -2,13 +2,9 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
-	"github.com/aipo-rl/aipo/internal/rundir"
-	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/model"
-	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -38,18 +34,8 @@ func TestTrainSampledInBF16(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := int64(0); k < 2; k++ {
-		var lm records.Learn
-		b, err := storage.ReadFile(ctx, rundir.MetricsRecord(dir, rundir.LearnKind, k))
-		if err == nil {
-			err = json.Unmarshal(b, &lm)
-		}
-		if err != nil {
-			t.Fatalf("learner record of step %d: %v", k, err)
-		}
+		lm := learnRecord(t, ctx, dir, k)
 		m := lm.Mismatch
-		if m == nil || m.Tokens == 0 {
-			t.Fatalf("step %d: no train-inference mismatch recorded: %s", k, b)
-		}
 		if m.AbsMax <= 1e-4 || m.AbsMax > 0.5 {
 			t.Errorf("step %d: mismatch %+v: |delta| at most %g, want beyond float32's 1e-4 and within bfloat16's 0.5", k, *m, m.AbsMax)
 		}

@@ -157,10 +157,11 @@ func learnerLogProbs(t *testing.T, ctx context.Context, dir string, seqs ...[2][
 	return out
 }
 
-// learnRecord is learner step k's metrics on record.
-func learnRecord(t *testing.T, ctx context.Context, c runconfig.Config, k int64) records.Learn {
+// learnRecord is learner step k's metrics on record in the run directory
+// dir, which must hold a train-inference mismatch.
+func learnRecord(t *testing.T, ctx context.Context, dir string, k int64) records.Learn {
 	t.Helper()
-	b, err := storage.ReadFile(ctx, rundir.MetricsRecord(c.Run.Dir, rundir.LearnKind, k))
+	b, err := storage.ReadFile(ctx, rundir.MetricsRecord(dir, rundir.LearnKind, k))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestTrainWithPolicyServer(t *testing.T) {
 			for k := range c.Run.Steps {
 				checkStep(t, ctx, c, k, k)
 				// The learner's own measure of the mismatch agrees: ~0.
-				if m := learnRecord(t, ctx, c, k).Mismatch; m.AbsMax > logProbTol {
+				if m := learnRecord(t, ctx, c.Run.Dir, k).Mismatch; m.AbsMax > logProbTol {
 					t.Errorf("step %d: the learner measured a train-inference mismatch up to %.3g", k, m.AbsMax)
 				}
 			}
@@ -354,7 +355,7 @@ func TestStalePolicyServer(t *testing.T) {
 		}
 		for k := range c.Run.Steps {
 			checkStep(t, ctx, c, k, max(0, k-1))
-			m := learnRecord(t, ctx, c, k)
+			m := learnRecord(t, ctx, c.Run.Dir, k)
 			w, on := m.LossMetrics["rollout_is_weight_mean"]
 			switch {
 			case !on:
@@ -532,7 +533,7 @@ func TestAsyncTrainWithPolicyServer(t *testing.T) {
 		}
 		// The learner measures the lag and weighs it by the rollout
 		// correction.
-		m := learnRecord(t, ctx, c, k)
+		m := learnRecord(t, ctx, c.Run.Dir, k)
 		if _, on := m.LossMetrics["rollout_is_weight_mean"]; !on {
 			t.Errorf("step %d: no rollout correction on record", k)
 		}
