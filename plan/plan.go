@@ -369,14 +369,25 @@ var cudaContext = Line{What: "CUDA context, kernels and cuBLAS workspaces (allow
 
 // enginePhases are the in-process rollout engine's: loading checkpoint k
 // beside the learner's kept state held, and decoding with its attention
-// caches (on the CPU the host model, on a device its upload).
+// caches (on the CPU the host model, on a device its upload). On the CPU
+// the engine decodes in the precision policy.dtype resolves to on this
+// machine (inproc.ResolveDType, as aipo train resolves it): in bfloat16
+// it packs a bfloat16 copy (2P) before it drops the float32 weights,
+// then holds that copy alone, and its caches take 2 bytes a value.
 func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phase) {
 	cfg, mc, P := p.Config, p.Model, p.Params
 	engineHost, engineDev := b.DecoderMemory(mc)
 	load = Phase{Name: "rollout engine load", Lines: []Line{held,
 		{What: "checkpoint k's weights decoded (float32)", Host: 4 * P},
 		{What: "the engine's model built from them (float32)", Host: 4 * P}}}
-	bpt := int64(2 * 4 * mc.NumHiddenLayers * mc.NumKeyValueHeads * mc.Head())
+	valueBytes, dtype := int64(4), inproc.DTypeF32
+	if !p.cuda() {
+		if dt, err := inproc.ResolveDType(cfg.Policy.DType, checkpoint.ModelDType(mc), mc.HiddenSize); err == nil && dt == inproc.DTypeBF16 {
+			valueBytes, dtype, engineHost = 2, dt, 2*P
+			load.Lines = append(load.Lines, Line{What: "its bfloat16 copy, packed before the float32 weights go (policy.dtype)", Host: 2 * P})
+		}
+	}
+	bpt := 2 * valueBytes * int64(mc.NumHiddenLayers*mc.NumKeyValueHeads*mc.Head())
 	seqs := min(inproc.TrainMaxBatch, cfg.Rollout.MaxInFlight)
 	// A trajectory waiting for a collaborator's answer has its cache in the
 	// session cache, not in the batch: both together hold at most the
@@ -391,7 +402,7 @@ func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phas
 		roll.Lines = append(roll.Lines, Line{What: "the engine's weights and logits chunk (float32)", Device: engineDev + chunk},
 			Line{What: kvWhat, Device: kv}, cudaContext)
 	} else {
-		roll.Lines = append(roll.Lines, Line{What: "the engine's model (float32)", Host: engineHost}, Line{What: kvWhat, Host: kv})
+		roll.Lines = append(roll.Lines, Line{What: "the engine's model (" + dtype + ")", Host: engineHost}, Line{What: kvWhat, Host: kv})
 	}
 	load.Lines = append(load.Lines, proc)
 	roll.Lines = append(roll.Lines, proc)

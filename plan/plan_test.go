@@ -194,6 +194,51 @@ func TestPlanCachesBytesPerPosition(t *testing.T) {
 	}
 }
 
+// With policy.dtype bfloat16 on a CPU that decodes in it, the engine's
+// caches take the bytes a position of a model decoding in bfloat16 takes,
+// half the float32 figure, and its model 2 bytes a parameter.
+func TestPlanCachesInBF16(t *testing.T) {
+	if ok, why := model.BF16DecodeAvailable(); !ok {
+		t.Skipf("no bfloat16 decoding here: %s", why)
+	}
+	mc := model.Config{ModelType: "qwen2", HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 3, NumAttentionHeads: 4,
+		NumKeyValueHeads: 2, VocabSize: 300, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e4, HiddenAct: "silu"}
+	m, err := model.New(mc, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DecodeBF16(true); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := train.DemoConfig(train.DemoOptions{Quick: true, RunDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy.DType = inproc.DTypeBF16
+	p, err := planFor(cfg, mc, Options{PromptTokens: 100}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := min(inproc.TrainMaxBatch, cfg.Rollout.MaxInFlight)
+	live := int64(seqs) * int64(p.SeqTokens) * int64(m.BytesPerToken())
+	want := live + min(live, sessionCacheBytes(int64(m.BytesPerToken())))
+	var caches, engine int64
+	for _, l := range p.Phases[phaseRollout].Lines {
+		switch {
+		case strings.HasPrefix(l.What, "attention caches"):
+			caches = l.Host
+		case strings.HasPrefix(l.What, "the engine's model"):
+			engine = l.Host
+		}
+	}
+	if caches != want {
+		t.Errorf("attention caches %d bytes, want %d (%d sequences of %d positions at %d bytes)", caches, want, seqs, p.SeqTokens, m.BytesPerToken())
+	}
+	if engine != 2*model.ParamCount(mc) {
+		t.Errorf("the engine's model %d bytes, want 2 a parameter (%d)", engine, 2*model.ParamCount(mc))
+	}
+}
+
 // Bad input: an unknown device names the known ones; without a model
 // the plan says what to pass; --init may name the config.json itself.
 func TestPlanInputs(t *testing.T) {

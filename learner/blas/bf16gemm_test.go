@@ -6,8 +6,6 @@ import (
 	"testing"
 )
 
-func widenBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
-
 func randomBF16(r *rand.Rand, n int) []uint16 {
 	out := make([]uint16, n)
 	for i := range out {

@@ -40,6 +40,32 @@ func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq 
 		blas.SgemmSerial(false, true, nq, nk, D, scale, q, ldq, k, ldkv, 0, s, nk)
 	}
 	var inv [qBlock]float32
+	softmaxRows(s, nq, nk, p0, lse, ldl, normP, &inv)
+	blas.SgemmSerial(false, false, nq, D, nk, 1, s, nk, v, ldkv, 0, y, ldy)
+	if !normP {
+		divideRows(y, ldy, nq, D, &inv)
+	}
+}
+
+// attendBlockBF16 is attendBlock (without kt and normP) over keys and
+// values held in bfloat16, a bfloat16 KV cache's: the scores and the
+// weighted sum are float32 products of the cached values, widened as they
+// are read (blas.SgemmNTBF16, blas.SgemmNNBF16).
+func attendBlockBF16(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq int, k, v []uint16, ldkv int,
+	nq, p0, D int, scale float32, s []float32) {
+	nk := p0 + nq
+	blas.SgemmNTBF16(nq, nk, D, scale, q, ldq, k, ldkv, s, nk)
+	var inv [qBlock]float32
+	softmaxRows(s, nq, nk, p0, lse, ldl, false, &inv)
+	blas.SgemmNNBF16(nq, D, nk, s, nk, v, ldkv, y, ldy)
+	divideRows(y, ldy, nq, D, &inv)
+}
+
+// softmaxRows turns the nq rows of scores s[nq, nk] (query i at position
+// p0+i sees keys 0..p0+i) into exp(score - row max), zero past the
+// diagonal, writes each row's log-sum-exp to lse[i*ldl] and its sum's
+// inverse to inv[i], and with normP divides the row by its sum.
+func softmaxRows(s []float32, nq, nk, p0 int, lse []float32, ldl int, normP bool, inv *[qBlock]float32) {
 	for i := 0; i < nq; i++ {
 		row := s[i*nk : (i+1)*nk]
 		valid := row[:p0+i+1]
@@ -55,10 +81,11 @@ func attendBlock(y []float32, ldy int, lse []float32, ldl int, q []float32, ldq 
 		clear(row[p0+i+1:])
 		lse[i*ldl] = m + float32(math.Log(float64(sum)))
 	}
-	blas.SgemmSerial(false, false, nq, D, nk, 1, s, nk, v, ldkv, 0, y, ldy)
-	if normP {
-		return
-	}
+}
+
+// divideRows scales the nq rows of y[nq, D] by inv: attention's outputs
+// divided by their probabilities' sums.
+func divideRows(y []float32, ldy, nq, D int, inv *[qBlock]float32) {
 	for i := 0; i < nq; i++ {
 		yr := y[i*ldy : i*ldy+D]
 		for j := scaleVector(yr, inv[i]); j < D; j++ {

@@ -28,16 +28,28 @@ const cacheChunk = 128
 // KVCache is the attention state of one sequence: per layer k[P, KD] and
 // v[P, KD] (key/value heads side by side in each row, keys rotated), and
 // the P tokens they were computed from. A cache belongs to the model that
-// filled it (other weights give other keys) and serves one Extend at a time.
+// filled it (other weights give other keys) and serves one Extend at a
+// time. A model that decodes in bfloat16 (DecodeBF16) makes caches that
+// hold keys and values in bfloat16 (k16, v16), rounded as they enter;
+// others hold them in float32 (k, v).
 type KVCache struct {
-	d      dims
-	tokens []int32
-	k, v   [][]float32 // [L][cap*KD]
+	d        dims
+	tokens   []int32
+	k, v     [][]float32 // [L][cap*KD]
+	k16, v16 [][]uint16  // [L][cap*KD], in place of k and v
 }
 
-// NewKVCache returns an empty cache shaped for m.
+// NewKVCache returns an empty cache shaped for m, in the precision m
+// decodes in now: bfloat16 after DecodeBF16(true), float32 otherwise. A
+// cache made in one precision is refused by Extend in the other.
 func (m *Model) NewKVCache() *KVCache {
-	return &KVCache{d: m.d, k: make([][]float32, m.d.L), v: make([][]float32, m.d.L)}
+	c := &KVCache{d: m.d}
+	if m.bf16 != nil {
+		c.k16, c.v16 = make([][]uint16, m.d.L), make([][]uint16, m.d.L)
+	} else {
+		c.k, c.v = make([][]float32, m.d.L), make([][]float32, m.d.L)
+	}
+	return c
 }
 
 // Len is the number of positions cached.
@@ -54,42 +66,70 @@ func (c *KVCache) Truncate(n int) {
 	c.tokens = c.tokens[:max(0, min(n, len(c.tokens)))]
 }
 
+// half reports whether the cache holds bfloat16 keys and values.
+func (c *KVCache) half() bool { return c.k16 != nil }
+
 // Bytes is the memory the cache holds (its capacity, not only Len).
 func (c *KVCache) Bytes() int {
 	n := 4 * cap(c.tokens)
 	for l := range c.k {
 		n += 4 * (cap(c.k[l]) + cap(c.v[l]))
 	}
+	for l := range c.k16 {
+		n += 2 * (cap(c.k16[l]) + cap(c.v16[l]))
+	}
 	return n
 }
 
 // BytesPerToken is the cache memory one position takes for m (keys and
-// values of every layer).
-func (m *Model) BytesPerToken() int { return 2 * 4 * m.d.L * m.d.KD }
+// values of every layer) in the precision m decodes in now: 4 bytes a
+// value in float32, 2 in bfloat16.
+func (m *Model) BytesPerToken() int {
+	if m.bf16 != nil {
+		return 2 * 2 * m.d.L * m.d.KD
+	}
+	return 2 * 4 * m.d.L * m.d.KD
+}
 
 // reserve grows the cache's capacity to at least n positions, by whole
 // chunks and at least by half its size, keeping the cached rows.
 func (c *KVCache) reserve(n int) {
 	KD := c.d.KD
-	if len(c.k) > 0 && cap(c.k[0]) >= n*KD {
+	have := c.capacity()
+	if have >= n {
 		return
-	}
-	have := 0
-	if len(c.k) > 0 {
-		have = cap(c.k[0]) / max(KD, 1)
 	}
 	want := max(n, have+have/2)
 	want = (want + cacheChunk - 1) / cacheChunk * cacheChunk
 	used := len(c.tokens) * KD
 	for l := range c.k {
-		k, v := make([]float32, want*KD), make([]float32, want*KD)
-		copy(k, c.k[l][:used])
-		copy(v, c.v[l][:used])
-		c.k[l], c.v[l] = k, v
+		c.k[l], c.v[l] = regrow(c.k[l], want*KD, used), regrow(c.v[l], want*KD, used)
+	}
+	for l := range c.k16 {
+		c.k16[l], c.v16[l] = regrow(c.k16[l], want*KD, used), regrow(c.v16[l], want*KD, used)
 	}
 	toks := make([]int32, len(c.tokens), want)
 	copy(toks, c.tokens)
 	c.tokens = toks
+}
+
+// capacity is the positions the cache has room for.
+func (c *KVCache) capacity() int {
+	KD := max(c.d.KD, 1)
+	switch {
+	case len(c.k) > 0:
+		return cap(c.k[0]) / KD
+	case len(c.k16) > 0:
+		return cap(c.k16[0]) / KD
+	}
+	return 0
+}
+
+// regrow is a new slice of n elements holding s's first used.
+func regrow[T float32 | uint16](s []T, n, used int) []T {
+	out := make([]T, n)
+	copy(out, s[:used])
+	return out
 }
 
 // stepWork is the scratch of one Extend, reused across calls through a
@@ -405,6 +445,9 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 		if c == nil || c.d != d {
 			return nil, fmt.Errorf("model: Extend cache %d was not made by this model's NewKVCache (or by a model of another shape)", i)
 		}
+		if c.half() != (m.bf16 != nil) {
+			return nil, fmt.Errorf("model: Extend cache %d holds keys and values in %s, but the model decodes in %s: make its caches with NewKVCache after DecodeBF16", i, c.dtype(), m.decodeDType())
+		}
 		if seen[c] {
 			return nil, fmt.Errorf("model: Extend got cache %d twice in one step", i)
 		}
@@ -554,8 +597,14 @@ func (o *decodeOps) Attention(y, lse, qkv []float32, l int) {
 		p0 := c.Len()
 		for j := range o.tokens[i] {
 			row := qkv[(o.starts[i]+j)*d.QKV:]
-			copy(c.k[l][(p0+j)*d.KD:(p0+j+1)*d.KD], row[d.QD:d.QD+d.KD])
-			copy(c.v[l][(p0+j)*d.KD:(p0+j+1)*d.KD], row[d.QD+d.KD:d.QD+2*d.KD])
+			at, end := (p0+j)*d.KD, (p0+j+1)*d.KD
+			if c.half() {
+				blas.RoundBF16(c.k16[l][at:end], row[d.QD:d.QD+d.KD])
+				blas.RoundBF16(c.v16[l][at:end], row[d.QD+d.KD:d.QD+2*d.KD])
+				continue
+			}
+			copy(c.k[l][at:end], row[d.QD:d.QD+d.KD])
+			copy(c.v[l][at:end], row[d.QD+d.KD:d.QD+2*d.KD])
 		}
 	}
 	scale := float32(1 / math.Sqrt(float64(d.D)))
@@ -566,9 +615,29 @@ func (o *decodeOps) Attention(y, lse, qkv []float32, l int) {
 		g := tk.h / group
 		nq := min(qBlock, len(o.tokens[tk.seq])-tk.i0)
 		row := o.starts[tk.seq] + tk.i0
-		attendBlock(y[row*d.QD+tk.h*d.D:], d.QD, lse[row*d.H+tk.h:], d.H,
-			qkv[row*d.QKV+tk.h*d.D:], d.QKV,
-			c.k[l][g*d.D:], c.v[l][g*d.D:], d.KD,
+		y, lse, q := y[row*d.QD+tk.h*d.D:], lse[row*d.H+tk.h:], qkv[row*d.QKV+tk.h*d.D:]
+		if c.half() {
+			attendBlockBF16(y, d.QD, lse, d.H, q, d.QKV, c.k16[l][g*d.D:], c.v16[l][g*d.D:], d.KD,
+				nq, c.Len()+tk.i0, d.D, scale, o.scratch[wk])
+			return
+		}
+		attendBlock(y, d.QD, lse, d.H, q, d.QKV, c.k[l][g*d.D:], c.v[l][g*d.D:], d.KD,
 			nil, 0, nq, c.Len()+tk.i0, d.D, scale, o.scratch[wk], false)
 	})
+}
+
+// dtype names the precision of the cache's keys and values.
+func (c *KVCache) dtype() string {
+	if c.half() {
+		return "bfloat16"
+	}
+	return "float32"
+}
+
+// decodeDType names the precision Extend multiplies in.
+func (m *Model) decodeDType() string {
+	if m.bf16 != nil {
+		return "bfloat16"
+	}
+	return "float32"
 }

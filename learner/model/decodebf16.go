@@ -26,7 +26,7 @@ type bf16Layer = projections[*blas.BF16Matrix]
 func (b *bf16Decode) matrix(l int, w Weight) *blas.BF16Matrix { return *b.layers[l].at(w) }
 
 func (b *bf16Decode) describe() string {
-	return "bfloat16 products (" + blas.BF16Kernel() + "), weights and each product's rows rounded to bfloat16, float32 accumulation, norms, attention and KV cache; batch-invariant"
+	return "bfloat16 products (" + blas.BF16Kernel() + "), weights, each product's rows and the KV cache in bfloat16, float32 accumulation, norms and attention; batch-invariant"
 }
 
 // BF16DecodeAvailable reports whether DecodeBF16 can turn bfloat16
@@ -44,12 +44,16 @@ func BF16DecodeAvailable() (bool, string) {
 // accumulates in float32 on the CPU's bfloat16 instructions (AMX or
 // AVX512-BF16, through oneDNN): the weights a bfloat16 checkpoint holds,
 // multiplied as vLLM and PyTorch multiply them in bfloat16, in half the
-// bytes a step reads. Embeddings, norms, biases, attention, the KV cache,
-// the residual stream and the logits stay float32. Logits then differ
-// from the float32 path by the rounding of the products' inputs (about
-// 2⁻⁹ of each product's Σ|x·w|; see TestDecodeBF16Tolerance), and are the
-// same bits whatever other sequences share a step. Off (the default)
-// drops the packed copy.
+// bytes a step reads. The KV caches made from then on (NewKVCache) hold
+// keys and values in bfloat16, rounded as they enter (half the bytes a
+// cached position takes, as vLLM's cache in a bfloat16 model's dtype),
+// and attention multiplies them widened, in float32. Embeddings, norms,
+// biases, the residual stream and the logits stay float32. Logits then
+// differ from the float32 path by the rounding of the products' inputs
+// and of the cached keys and values (each about 2⁻⁹ of what it rounds;
+// see TestDecodeBF16Tolerance), and are the same bits whatever other
+// sequences share a step. Off (the default) drops the packed copy; caches
+// made before a switch are refused after it.
 //
 // The packed copy is of the weights as they are when it is called: a
 // model whose weights change afterwards (a training step) decodes the

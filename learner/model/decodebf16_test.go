@@ -37,11 +37,14 @@ func bf16Families(t *testing.T) map[string]*Model {
 // element by at most 2⁻⁹ of itself, so the product's output by at most
 // 2⁻⁹·Σ|x·w| (the float32 accumulation adds ~k·2⁻²⁴ of the same, which
 // is negligible beside it). A pass has 4L+1 products in sequence, and the
-// residual stream carries each one's change on to the logits; the head's
-// Σ|x·w| is at most ‖x‖₂·‖w_j‖₂ (Cauchy-Schwarz), with ‖x‖₂ ≤
-// √C·max|g| after the final RMSNorm of weight g. The bound is (4L+1)
-// such changes of the head, times 4 for the growth through the later
-// layers' norms and attention (the test models have 2 layers).
+// KV cache rounds two more results a layer (the keys and values, each by
+// at most 2⁻⁹ of itself, which attention's products carry on as they
+// carry a rounded input): 6L+1 roundings, each one's change carried on to
+// the logits by the residual stream. The head's Σ|x·w| is at most
+// ‖x‖₂·‖w_j‖₂ (Cauchy-Schwarz), with ‖x‖₂ ≤ √C·max|g| after the final
+// RMSNorm of weight g. The bound is 6L+1 such changes of the head, times
+// 4 for the growth through the later layers' norms and attention (the
+// test models have 2 layers).
 func bf16LogitBound(m *Model) float64 {
 	d := m.d
 	var g float64
@@ -57,7 +60,7 @@ func bf16LogitBound(m *Model) float64 {
 		wmax = max(wmax, math.Sqrt(s))
 	}
 	S := math.Sqrt(float64(d.C)) * g * wmax
-	return 4 * float64(4*d.L+1) * 0x1p-9 * S
+	return 4 * float64(6*d.L+1) * 0x1p-9 * S
 }
 
 // TestDecodeBF16Tolerance decodes a prompt and 40 greedy steps on every
@@ -179,6 +182,50 @@ func TestDecodeBF16Off(t *testing.T) {
 	}
 	if err := n.DecodeBF16(true); err == nil {
 		t.Fatal("DecodeBF16 on a model held in bfloat16 for scoring: no error")
+	}
+}
+
+// TestDecodeBF16KVCache: a cache made while the model decodes in
+// bfloat16 holds its keys and values in half the bytes of a float32 one
+// (the model's BytesPerToken says so), and Extend refuses a cache of the
+// other precision with an error naming both and the fix, changing no
+// cache.
+func TestDecodeBF16KVCache(t *testing.T) {
+	needBF16Decode(t)
+	m := peakedModel(t, tinyConfig(), 6)
+	prompt := [][]int32{{3, 1, 4, 1, 5, 9, 2}}
+	c32 := m.NewKVCache()
+	if _, err := m.Extend([]*KVCache{c32}, prompt, nil); err != nil {
+		t.Fatal(err)
+	}
+	per32 := m.BytesPerToken()
+	if err := m.DecodeBF16(true); err != nil {
+		t.Fatal(err)
+	}
+	defer m.DecodeBF16(false)
+	c16 := m.NewKVCache()
+	if _, err := m.Extend([]*KVCache{c16}, prompt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.BytesPerToken(); 2*got != per32 {
+		t.Errorf("BytesPerToken in bfloat16 is %d, in float32 %d: not half", got, per32)
+	}
+	// Both caches hold the same capacity (one growth chunk); the tokens
+	// take 4 bytes a position in either.
+	toks := 4 * cap(c16.tokens)
+	if got, f32 := c16.Bytes()-toks, c32.Bytes()-toks; 2*got != f32 {
+		t.Errorf("a bfloat16 cache holds %d bytes of keys and values, a float32 one %d: not half", got, f32)
+	}
+	_, err := m.Extend([]*KVCache{c32}, [][]int32{{7}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "float32") || !strings.Contains(err.Error(), "NewKVCache") {
+		t.Fatalf("Extend of a float32 cache on a bfloat16 model: %v, want an error naming float32 and NewKVCache", err)
+	}
+	if c32.Len() != len(prompt[0]) || c16.Len() != len(prompt[0]) {
+		t.Fatalf("a refused step changed the caches: %d and %d positions, want %d", c32.Len(), c16.Len(), len(prompt[0]))
+	}
+	m.DecodeBF16(false)
+	if _, err := m.Extend([]*KVCache{c16}, [][]int32{{7}}, nil); err == nil {
+		t.Fatal("Extend of a bfloat16 cache on a float32 model: no error")
 	}
 }
 

@@ -1,0 +1,71 @@
+//go:build cgo && !purego
+
+package blas
+
+/*
+#include "bf16gemm.h"
+*/
+import "C"
+
+import "unsafe"
+
+// bf16RowsVec says whether the bfloat16-row products run AVX-512 code
+// (else portable C, one multiply-add at a time).
+var bf16RowsVec = C.bf16kv_avx512()
+
+// SgemmNTBF16 computes C = alpha·A·Bᵀ, c[i*ldc+j] = alpha·Σ_p
+// a[i*lda+p]·b[j*ldb+p] for i < m, j < n, p < k, with B's values in
+// bfloat16: the scores of queries against the keys of a bfloat16 KV
+// cache. Each B value widens exactly to float32 as it is loaded, so this
+// is a float32 product of B's values; every output is one sum in a fixed
+// order that depends on k alone. It runs on the calling goroutine and
+// panics on sizes that do not fit the slices.
+func SgemmNTBF16(m, n, k int, alpha float32, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
+	checkBF16Rows(true, m, n, k, a, lda, b, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		zeroRows(c, m, n, ldc)
+		return
+	}
+	C.bf16kv_nt(bf16RowsVec, C.int(m), C.int(n), C.int(k), C.float(alpha), (*C.float)(&a[0]), C.long(lda),
+		(*C.uint16_t)(unsafe.Pointer(&b[0])), C.long(ldb), (*C.float)(&c[0]), C.long(ldc))
+}
+
+// SgemmNNBF16 computes C = A·B, c[i*ldc+q] = Σ_p a[i*lda+p]·b[p*ldb+q]
+// for i < m, q < n, p < k, with B's values in bfloat16: attention's
+// probabilities times the values of a bfloat16 KV cache. As SgemmNTBF16,
+// exact widening, a fixed order of additions, the calling goroutine.
+func SgemmNNBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
+	checkBF16Rows(false, m, n, k, a, lda, b, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		zeroRows(c, m, n, ldc)
+		return
+	}
+	C.bf16kv_nn(bf16RowsVec, C.int(m), C.int(n), C.int(k), (*C.float)(&a[0]), C.long(lda),
+		(*C.uint16_t)(unsafe.Pointer(&b[0])), C.long(ldb), (*C.float)(&c[0]), C.long(ldc))
+}
+
+// bf16RowsKernels are the kernels of the bfloat16-row products this
+// process can run, for tests: "avx512" where the CPU has it, and "c".
+func bf16RowsKernels() []string {
+	if C.bf16kv_avx512() != 0 {
+		return []string{"avx512", "c"}
+	}
+	return []string{"c"}
+}
+
+// useBF16RowsKernel makes the bfloat16-row products run kernel (one of
+// bf16RowsKernels) until the returned function restores the CPU's.
+func useBF16RowsKernel(kernel string) (restore func()) {
+	old := bf16RowsVec
+	bf16RowsVec = 0
+	if kernel == "avx512" {
+		bf16RowsVec = 1
+	}
+	return func() { bf16RowsVec = old }
+}
