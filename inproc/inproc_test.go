@@ -235,3 +235,41 @@ func TestCheckpointErrors(t *testing.T) {
 		t.Fatalf("%d failed loads stayed cached", left)
 	}
 }
+
+// EngineDType: on the CPU ResolveDType's rule (bfloat16 for a bfloat16
+// checkpoint at least AutoBF16MinWidth wide where the CPU multiplies it
+// natively), on a device that holds bfloat16 the checkpoint's dtype for
+// auto whatever the width; an explicit request is kept where it can run,
+// and what cannot run plans as float32.
+func TestEngineDType(t *testing.T) {
+	native, _ := model.BF16DecodeAvailable()
+	cpuBF16 := DTypeF32
+	if native {
+		cpuBF16 = DTypeBF16
+	}
+	for _, c := range []struct {
+		requested string
+		stored    checkpoint.DType
+		width     int
+		cpu       bool
+		want      string
+	}{
+		{"", checkpoint.BF16, 1024, true, cpuBF16},
+		{DTypeAuto, checkpoint.BF16, 64, true, DTypeF32},
+		{DTypeAuto, checkpoint.F32, 1024, true, DTypeF32},
+		{DTypeBF16, checkpoint.F32, 64, true, cpuBF16},
+		{DTypeF32, checkpoint.BF16, 1024, true, DTypeF32},
+		{"", checkpoint.BF16, 64, false, DTypeBF16},
+		{DTypeAuto, checkpoint.F32, 1024, false, DTypeF32},
+		{DTypeBF16, checkpoint.F32, 64, false, DTypeBF16},
+		{DTypeF32, checkpoint.BF16, 1024, false, DTypeF32},
+		{"half", checkpoint.BF16, 1024, false, DTypeF32},
+	} {
+		if got := EngineDType(c.requested, c.stored, c.width, c.cpu); got != c.want {
+			t.Errorf("EngineDType(%q, %s, width %d, cpu %v) = %q, want %q", c.requested, c.stored, c.width, c.cpu, got, c.want)
+		}
+	}
+	if _, err := resolveDeviceDType("half", checkpoint.BF16); err == nil || !strings.Contains(err.Error(), "auto, bfloat16 or float32") {
+		t.Errorf("resolveDeviceDType(half): %v, want an error naming the values", err)
+	}
+}

@@ -2,11 +2,13 @@ package inproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
 
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -129,6 +131,82 @@ func ResolveDType(requested string, stored checkpoint.DType, width int) (string,
 			return "", fmt.Errorf("dtype bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use float32", why)
 		}
 		return DTypeBF16, nil
+	}
+	return "", fmt.Errorf("dtype %q: use auto, bfloat16 or float32", requested)
+}
+
+// OpenDecoder returns the engine backend that decodes l's model on dv in
+// the precision requested resolves to there, and that precision. With dv
+// nil or the cpu device it is the host model itself, its precision set by
+// DecodeIn. A device whose decoders can hold bfloat16
+// (backend.BF16Decoders: cuda) gets a copy in bfloat16 when asked, or for
+// "auto" when the checkpoint stores bfloat16 (as vLLM's --dtype auto
+// takes the model's dtype; no CPU instructions are needed, and no minimum
+// width: a GPU's tensor cores are not called per product as oneDNN is),
+// else in float32. Any other device decodes in its own precision (""),
+// and refuses a request for bfloat16.
+func (l Loaded) OpenDecoder(dv backend.Device, requested string) (engine.Backend, string, error) {
+	m := l.Model
+	if dv == nil {
+		dt, err := l.DecodeIn(engine.CPU(m), requested)
+		return engine.CPU(m), dt, err
+	}
+	if bd, ok := dv.(backend.BF16Decoders); ok {
+		dt, err := resolveDeviceDType(requested, l.DType)
+		if err != nil {
+			return nil, "", err
+		}
+		var dec backend.Decoder
+		if dt == DTypeBF16 {
+			dec, err = bd.DecoderBF16(m)
+		} else {
+			dec, err = dv.Decoder(m)
+		}
+		return dec, dt, err
+	}
+	dec, err := dv.Decoder(m)
+	if err != nil {
+		return nil, "", err
+	}
+	dt, err := l.DecodeIn(dec, requested)
+	if err == nil && dt == "" && requested == DTypeBF16 {
+		err = errors.New("dtype bfloat16: this device decodes in its own precision; use auto or float32")
+	}
+	if err != nil {
+		dec.Close()
+		return nil, "", err
+	}
+	return dec, dt, nil
+}
+
+// EngineDType is the precision an engine of a model of hidden size width
+// stored in stored decodes in for the requested dtype, on the CPU
+// (ResolveDType) or on a device that holds bfloat16 (OpenDecoder's
+// rule), without loading anything: float32 where the request cannot run,
+// which loading the engine would refuse. aipo plan sizes the engine with
+// it.
+func EngineDType(requested string, stored checkpoint.DType, width int, cpu bool) string {
+	dt, err := resolveDeviceDType(requested, stored)
+	if cpu {
+		dt, err = ResolveDType(requested, stored, width)
+	}
+	if err != nil {
+		return DTypeF32
+	}
+	return dt
+}
+
+// resolveDeviceDType is ResolveDType for a device whose decoders hold
+// bfloat16 without the CPU's instructions (see OpenDecoder).
+func resolveDeviceDType(requested string, stored checkpoint.DType) (string, error) {
+	switch requested {
+	case "", DTypeAuto:
+		if stored == checkpoint.BF16 {
+			return DTypeBF16, nil
+		}
+		return DTypeF32, nil
+	case DTypeF32, DTypeBF16:
+		return requested, nil
 	}
 	return "", fmt.Errorf("dtype %q: use auto, bfloat16 or float32", requested)
 }

@@ -369,23 +369,26 @@ var cudaContext = Line{What: "CUDA context, kernels and cuBLAS workspaces (allow
 
 // enginePhases are the in-process rollout engine's: loading checkpoint k
 // beside the learner's kept state held, and decoding with its attention
-// caches (on the CPU the host model, on a device its upload). On the CPU
-// the engine decodes in the precision policy.dtype resolves to on this
-// machine (inproc.ResolveDType, as aipo train resolves it): in bfloat16
-// it packs a bfloat16 copy (2P) before it drops the float32 weights,
-// then holds that copy alone, and its caches take 2 bytes a value.
+// caches (on the CPU the host model, on a device its upload). The engine
+// decodes in the precision policy.dtype resolves to
+// (inproc.EngineDType, as aipo train's engine resolves it): in bfloat16
+// the CPU packs a bfloat16 copy before it drops the float32 weights, then
+// holds that copy alone, a device uploads bfloat16 weights, and the
+// caches take 2 bytes a value.
 func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phase) {
 	cfg, mc, P := p.Config, p.Model, p.Params
-	engineHost, engineDev := b.DecoderMemory(mc)
+	dtype := inproc.EngineDType(cfg.Policy.DType, checkpoint.ModelDType(mc), mc.HiddenSize, !p.cuda())
+	bf16 := dtype == inproc.DTypeBF16
+	engineHost, engineDev := b.DecoderMemory(mc, bf16)
 	load = Phase{Name: "rollout engine load", Lines: []Line{held,
 		{What: "checkpoint k's weights decoded (float32)", Host: 4 * P},
 		{What: "the engine's model built from them (float32)", Host: 4 * P}}}
-	valueBytes, dtype := int64(4), inproc.DTypeF32
-	if !p.cuda() {
-		if dt, err := inproc.ResolveDType(cfg.Policy.DType, checkpoint.ModelDType(mc), mc.HiddenSize); err == nil && dt == inproc.DTypeBF16 {
-			valueBytes, dtype, engineHost = 2, dt, 2*P
-			load.Lines = append(load.Lines, Line{What: "its bfloat16 copy, packed before the float32 weights go (policy.dtype)", Host: 2 * P})
-		}
+	if bf16 && !p.cuda() {
+		load.Lines = append(load.Lines, Line{What: "its bfloat16 copy, packed before the float32 weights go (policy.dtype)", Host: engineHost})
+	}
+	valueBytes := int64(4)
+	if bf16 {
+		valueBytes = 2
 	}
 	bpt := 2 * valueBytes * int64(mc.NumHiddenLayers*mc.NumKeyValueHeads*mc.Head())
 	seqs := min(inproc.TrainMaxBatch, cfg.Rollout.MaxInFlight)
@@ -397,9 +400,9 @@ func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phas
 	roll = Phase{Name: "rollout (in-process engine)", Lines: []Line{held}}
 	kvWhat := fmt.Sprintf("attention caches: %d sequences x %d positions x %d bytes, and the session cache", seqs, p.SeqTokens, bpt)
 	if p.cuda() {
-		load.Lines = append(load.Lines, Line{What: "the engine's weights on the device (float32)", Device: engineDev}, cudaContext)
+		load.Lines = append(load.Lines, Line{What: "the engine's weights on the device (" + dtype + ")", Device: engineDev}, cudaContext)
 		chunk := int64(64 << 20) // the decoder's logits chunk
-		roll.Lines = append(roll.Lines, Line{What: "the engine's weights and logits chunk (float32)", Device: engineDev + chunk},
+		roll.Lines = append(roll.Lines, Line{What: "the engine's weights and logits chunk (" + dtype + ")", Device: engineDev + chunk},
 			Line{What: kvWhat, Device: kv}, cudaContext)
 	} else {
 		roll.Lines = append(roll.Lines, Line{What: "the engine's model (" + dtype + ")", Host: engineHost}, Line{What: kvWhat, Host: kv})

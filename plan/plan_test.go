@@ -45,7 +45,48 @@ func paperConfig(t *testing.T) runconfig.Config {
 	}
 	cfg.Run.Dir = t.TempDir()
 	cfg.Learner.Backend, cfg.Learner.Precision = "cuda", "bf16"
+	// The engine in float32, the figures of docs/scaling.md's table;
+	// TestPlanPaperSizesBF16Engine plans the default (bfloat16 for these
+	// bfloat16 releases).
+	cfg.Policy.DType = "float32"
 	return cfg
+}
+
+// The same runs with the engine's default precision for a bfloat16
+// checkpoint on cuda (bfloat16 weights and KV cache): the 1.5B model's
+// rollout fits with all 256 trajectories in flight, and the 7B model's
+// largest max_in_flight that fits is more than twice float32's.
+func TestPlanPaperSizesBF16Engine(t *testing.T) {
+	ctx := context.Background()
+	cfg := paperConfig(t)
+	f32 := cfg
+	cfg.Policy.DType = ""
+	small, err := Make(ctx, cfg, Options{Init: goldenConfig(t, "DeepSeek-R1-Distill-Qwen-1.5B"), Device: "h200", Baseline: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !small.phaseFits(phaseRollout) {
+		t.Errorf("1.5B with a bfloat16 engine: the rollout with max_in_flight %d does not fit:\n%s", cfg.Rollout.MaxInFlight, small)
+	}
+	inFlight := func(c runconfig.Config) int {
+		p, err := Make(ctx, c, Options{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), Device: "h200", Baseline: 128 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range p.Fixes {
+			var n int
+			if _, err := fmt.Sscanf(f.Change, "rollout.max_in_flight: %d", &n); err == nil {
+				return n
+			}
+		}
+		t.Fatalf("7B: no rollout.max_in_flight fix:\n%s", p)
+		return 0
+	}
+	if half, full := inFlight(cfg), inFlight(f32); half <= 2*full {
+		t.Errorf("7B: max_in_flight %d fits with a bfloat16 engine, %d with a float32 one; want more than twice", half, full)
+	} else {
+		t.Logf("7B on one H200: rollout.max_in_flight %d with the bfloat16 engine, %d in float32", half, full)
+	}
 }
 
 // The paper's setting on one H200 (16,384-token responses, 1,024-token
@@ -196,7 +237,7 @@ func TestPlanCachesBytesPerPosition(t *testing.T) {
 
 // With policy.dtype bfloat16 on a CPU that decodes in it, the engine's
 // caches take the bytes a position of a model decoding in bfloat16 takes,
-// half the float32 figure, and its model 2 bytes a parameter.
+// half the float32 figure, and its model what DecodeBF16Only keeps.
 func TestPlanCachesInBF16(t *testing.T) {
 	if ok, why := model.BF16DecodeAvailable(); !ok {
 		t.Skipf("no bfloat16 decoding here: %s", why)
@@ -234,8 +275,8 @@ func TestPlanCachesInBF16(t *testing.T) {
 	if caches != want {
 		t.Errorf("attention caches %d bytes, want %d (%d sequences of %d positions at %d bytes)", caches, want, seqs, p.SeqTokens, m.BytesPerToken())
 	}
-	if engine != 2*model.ParamCount(mc) {
-		t.Errorf("the engine's model %d bytes, want 2 a parameter (%d)", engine, 2*model.ParamCount(mc))
+	if want := model.DecodeBF16OnlyBytes(mc); engine != want {
+		t.Errorf("the engine's model %d bytes, want what DecodeBF16Only keeps (%d)", engine, want)
 	}
 }
 

@@ -112,11 +112,12 @@ type Policy struct {
 	// MaxResponseTokens bounds a response, collaborator tokens included
 	// (default 16384, the paper's).
 	MaxResponseTokens int `yaml:"max_response_tokens"`
-	// DType is the precision of aipo train's own engine's products on the
-	// cpu backend, as aipo serve's --dtype: auto (the default: bfloat16
-	// when the step's checkpoint stores bfloat16, the model is at least
-	// 512 wide and the CPU has AMX or AVX512-BF16, float32 otherwise),
-	// bfloat16 or float32. The learner stays float32; the gap between the sampler's and the learner's
+	// DType is the precision of aipo train's own engine, as aipo serve's
+	// --dtype: auto (the default: on the cpu backend bfloat16 when the
+	// step's checkpoint stores bfloat16, the model is at least 512 wide and
+	// the CPU has AMX or AVX512-BF16; on cuda bfloat16 weights and KV cache
+	// when the checkpoint stores bfloat16; float32 otherwise), bfloat16 or
+	// float32. The learner stays float32; the gap between the sampler's and the learner's
 	// log-probabilities is what learner.rollout_correction and the
 	// mismatch metrics of the learner record are for. A policy server's
 	// precision is its own (aipo serve --dtype, vLLM --dtype).
@@ -433,6 +434,14 @@ const (
 // BackendCPU is the default Learner.Backend; the others are the names
 // registered in learner/backend (backend.Names).
 const BackendCPU = backend.CPUName
+
+// learnerBackend is Learner.Backend with its default.
+func (c Config) learnerBackend() string {
+	if c.Learner.Backend == "" {
+		return BackendCPU
+	}
+	return c.Learner.Backend
+}
 
 // Precisions (Learner.Precision).
 const (

@@ -75,7 +75,7 @@
 //	policy.top_k                top-k, 0 is off (0)
 //	policy.max_response_tokens  response budget, collaborator tokens included (16384)
 //	policy.stop[]               extra stop strings ending a response with finish reason stop (none)
-//	policy.dtype                aipo train's own engine's products on the cpu backend: auto, bfloat16 or float32 (auto: bfloat16 for a bfloat16 checkpoint >= 512 wide on AMX/AVX512-BF16)
+//	policy.dtype                aipo train's own engine's precision: auto, bfloat16 or float32 (auto: bfloat16 for a bfloat16 checkpoint, on the cpu backend >= 512 wide on AMX/AVX512-BF16)
 //	policy.retries              retries of a failed policy call, same seed (3)
 //	policy.backoff_initial      first retry wait ceiling, exponential with full jitter (200ms)
 //	policy.backoff_max          largest retry wait (5s)

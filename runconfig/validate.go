@@ -75,7 +75,10 @@ func (c Config) validatePolicy() error {
 		if !c.InProcessPolicy() {
 			return fieldError("policy.dtype", "bfloat16 chooses aipo train's own engine's products, but policy.endpoint %s is a server with a precision of its own (aipo serve --dtype, vLLM --dtype); leave policy.dtype out", secure.RedactURI(p.Endpoint))
 		}
-		if ok, why := model.BF16DecodeAvailable(); !ok {
+		// On the cpu backend the engine's bfloat16 products need the
+		// CPU's instructions; a device backend decodes on the device
+		// (cuda holds bfloat16 itself; inproc.Loaded.OpenDecoder).
+		if ok, why := model.BF16DecodeAvailable(); !ok && c.learnerBackend() == BackendCPU {
 			return fieldError("policy.dtype", "bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use float32 or auto", why)
 		}
 	default:

@@ -22,6 +22,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 )
 
@@ -191,37 +192,36 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.metrics = newServerMetrics(s)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
 	s.dtype.Store(&dtype)
-	if dtype != "" {
-		s.log.Info("serve: decode steps", "dtype", dtype, "stored", string(ld.DType), "product", ld.Model.DecodeProduct())
-	}
+	s.logDType(dtype, ld, dec)
 	return s, nil
 }
 
 // decoder is the engine backend of ld's model, and the precision it
-// decodes in (inproc.Loaded.DecodeIn): the CPU model itself, or a copy on
-// Options.Device (freed once the engine and its caches no longer use it).
+// decodes in (inproc.Loaded.OpenDecoder): the CPU model itself, or a copy
+// on Options.Device (freed once the engine and its caches no longer use
+// it).
 func (o Options) decoder(ld inproc.Loaded) (engine.Backend, string, error) {
 	// The cpu device decodes with m itself (and with no device the engine
 	// does); elsewhere m's settings are not used.
-	m := ld.Model
-	m.SetBatchInvariantDecode(!o.BatchVariant)
-	var dec engine.Backend = engine.CPU(m)
-	if o.Device != nil {
-		d, err := o.Device.Decoder(m)
-		if err != nil {
-			return nil, "", err
-		}
-		dec = d
-	}
-	dtype, err := ld.DecodeIn(dec, o.DType)
-	if err != nil {
-		return nil, "", err
-	}
-	return dec, dtype, nil
+	ld.Model.SetBatchInvariantDecode(!o.BatchVariant)
+	return ld.OpenDecoder(o.Device, o.DType)
 }
 
-// DecodeDType is the precision the CPU decoder runs the served weights in
-// (DTypeBF16 or DTypeF32; "" on another device).
+// logDType logs the precision the served weights decode in, and on the
+// CPU how the products run.
+func (s *Server) logDType(dtype string, ld inproc.Loaded, dec engine.Backend) {
+	if dtype == "" {
+		return
+	}
+	if h, ok := dec.(interface{ HostModel() *model.Model }); ok && h.HostModel() == ld.Model {
+		s.log.Info("serve: decode steps", "dtype", dtype, "stored", string(ld.DType), "product", ld.Model.DecodeProduct())
+		return
+	}
+	s.log.Info("serve: decode steps", "dtype", dtype, "stored", string(ld.DType), "product", "the device's copy of the weights")
+}
+
+// DecodeDType is the precision the decoder runs the served weights in
+// (DTypeBF16 or DTypeF32; "" on a device that decodes in its own).
 func (s *Server) DecodeDType() string { return *s.dtype.Load() }
 
 // Engine is the engine the server samples from.
@@ -258,6 +258,7 @@ func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
 	}
 	s.checkpoint.Store(&dir)
 	s.dtype.Store(&dtype)
+	s.logDType(dtype, ld, dec)
 	s.reloads.Add(1)
 	s.log.Info("serve: reloaded", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion)
 	return ld.Trainer.PolicyVersion, nil

@@ -196,7 +196,7 @@ func OpenEngine(ctx context.Context, dir string) (*engine.Engine, error) {
 
 // openEngineOn is OpenEngine on the compute backend called name
 // (learner.backend, looked up in learner/backend; cuda decodes on GPU 0),
-// the cpu decoder's products in dtype (policy.dtype, inproc.ResolveDType).
+// in dtype (policy.dtype, inproc.Loaded.OpenDecoder).
 // release frees the decoder and the device after the engine is closed.
 func openEngineOn(ctx context.Context, dir, name, dtype string) (e *engine.Engine, release func(), err error) {
 	l, err := inproc.LoadCheckpoint(ctx, dir, "")
@@ -212,15 +212,10 @@ func openEngineOn(ctx context.Context, dir, name, dtype string) (e *engine.Engin
 	if err != nil {
 		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s: %w", name, err)
 	}
-	dec, err := dv.Decoder(l.Model)
+	dec, _, err := l.OpenDecoder(dv, dtype)
 	if err != nil {
 		dv.Close()
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s: %w", name, err)
-	}
-	if _, err := l.DecodeIn(dec, dtype); err != nil {
-		dec.Close()
-		dv.Close()
-		return nil, nil, fmt.Errorf("rollout engine: policy.dtype: %w", err)
+		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s, policy.dtype %q: %w", name, dtype, err)
 	}
 	release = func() {
 		dec.Close()

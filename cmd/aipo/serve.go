@@ -64,7 +64,7 @@ func runServe(args []string) error {
 	writeTimeout := fs.Duration("write-timeout", serve.DefaultWriteTimeout, "how long one write of a response may block on a client that does not read; a stream that is read may run longer (0: no limit)")
 	maxConns := fs.Int("max-conns", serve.DefaultMaxConns, "open connections per listener; further ones wait to be accepted until one closes (0: no limit)")
 	storageTimeout := fs.String("storage-timeout", "", storageTimeoutUsage)
-	dtype := fs.String("dtype", serve.DTypeAuto, "precision of the cpu device's products: auto (bfloat16 when the checkpoint stores bfloat16, the model is at least 512 wide and the CPU has AMX or AVX512-BF16, else float32), bfloat16 (weights, each product's inputs and the KV cache in bfloat16; float32 accumulation, attention arithmetic and sampling; batch-invariant at no cost) or float32 (the exact reference)")
+	dtype := fs.String("dtype", serve.DTypeAuto, "precision of the decoder: auto (bfloat16 when the checkpoint stores bfloat16 and, on the cpu device, the model is at least 512 wide and the CPU has AMX or AVX512-BF16; else float32), bfloat16 (weights, each product's inputs and the KV cache in bfloat16; float32 accumulation, attention arithmetic and sampling; on the cpu device batch-invariant at no cost) or float32 (the exact reference)")
 	invariant := fs.Bool("batch-invariant", true, "decode every sequence bit for bit alike whatever other requests share its step, so that seeded samples repeat under any load (false: one plain product a step, faster on CPUs whose BLAS kernels compute a row by its position in the batch, such as OpenBLAS's Haswell and Zen kernels; the cpu device in float32 only: bfloat16 is batch-invariant at no cost)")
 	maxClient := fs.Int("max-client-requests", serve.DefaultMaxClientRequests, "generation requests in flight from one client IP, HTTP and gRPC together; further ones get 429 with Retry-After / RESOURCE_EXHAUSTED (0: no limit)")
 	fs.Usage = func() {
@@ -90,10 +90,10 @@ func runServe(args []string) error {
 	if err != nil {
 		return usageError("--device: %v", err)
 	}
-	if *dtype == serve.DTypeBF16 && *device != backend.CPUName {
-		return usageError("--dtype bfloat16 chooses the cpu device's products; drop it for --device %s, which decodes in its own precision", *device)
-	}
-	if _, err := serve.ResolveDType(*dtype, "", 0); err != nil {
+	// ResolveDType checks the value and, for bfloat16, the CPU's
+	// instructions, which only the cpu device needs: another device says
+	// when it loads whether it holds bfloat16 (cuda does).
+	if _, err := serve.ResolveDType(*dtype, "", 0); err != nil && (*device == backend.CPUName || *dtype != serve.DTypeBF16) {
 		return usageError("--%v", err)
 	}
 	if !*invariant && *device != backend.CPUName {

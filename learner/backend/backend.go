@@ -55,8 +55,10 @@ type Backend interface {
 	StepMemory(w Workload) (host, device Memory)
 	// DecoderMemory is what the Decoder of a model of configuration c
 	// holds for its parameters, on the host and on the device (its caches
-	// are counted by Decoder.BytesPerToken).
-	DecoderMemory(c model.Config) (host, device int64)
+	// are counted by Decoder.BytesPerToken), decoding in float32 or, with
+	// bf16, in bfloat16 (the CPU's model.DecodeBF16Only, a device's
+	// BF16Decoders).
+	DecoderMemory(c model.Config, bf16 bool) (host, device int64)
 	// Devices lists the devices the backend runs on as they are now, in
 	// the order it numbers them (Open takes the first): the CPU's is this
 	// machine, cuda's every GPU the driver sees. When none can be read the
@@ -149,6 +151,16 @@ type Device interface {
 	Decoder(m *model.Model) (Decoder, error)
 	// Close releases the device.
 	Close() error
+}
+
+// BF16Decoders is a Device whose decoders can also hold the weights and
+// the attention caches in bfloat16 (cuda). The CPU's bfloat16 decoding is
+// the host model's own (model.DecodeBF16), not a Device's.
+type BF16Decoders interface {
+	// DecoderBF16 is Decoder with the projections and the LM head held
+	// and multiplied in bfloat16 (float32 accumulation) and the caches'
+	// keys and values in bfloat16.
+	DecoderBF16(m *model.Model) (Decoder, error)
 }
 
 // LossGrad turns the per-token log-probabilities and entropies of a

@@ -18,12 +18,12 @@ import (
 // as a backend without its hardware does.
 type absent struct{ reason error }
 
-func (a absent) Available() error                          { return a.reason }
-func (a absent) Precisions() []string                      { return []string{FP32, BF16} }
-func (a absent) Open() (Device, error)                     { return nil, a.reason }
-func (a absent) StepMemory(Workload) (Memory, Memory)      { return Memory{}, Memory{} }
-func (a absent) DecoderMemory(model.Config) (int64, int64) { return 0, 0 }
-func (a absent) Devices() ([]DeviceInfo, error)            { return nil, a.reason }
+func (a absent) Available() error                                { return a.reason }
+func (a absent) Precisions() []string                            { return []string{FP32, BF16} }
+func (a absent) Open() (Device, error)                           { return nil, a.reason }
+func (a absent) StepMemory(Workload) (Memory, Memory)            { return Memory{}, Memory{} }
+func (a absent) DecoderMemory(model.Config, bool) (int64, int64) { return 0, 0 }
+func (a absent) Devices() ([]DeviceInfo, error)                  { return nil, a.reason }
 
 var errAbsent = errors.New("test-absent: no device here (install one)")
 
@@ -117,7 +117,7 @@ func TestCPUDecoderMemoryIsTheModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if host, dev := b.DecoderMemory(m.Config()); host != want || dev != 0 {
+	if host, dev := b.DecoderMemory(m.Config(), false); host != want || dev != 0 {
 		t.Errorf("DecoderMemory = %d host, %d device; want %d host (the model's parameters), 0 device", host, dev, want)
 	}
 }

@@ -40,8 +40,11 @@ func (cpuBackend) StepMemory(w Workload) (host, device Memory) {
 }
 
 // DecoderMemory: the CPU's decoder is the host model itself, its float32
-// parameters.
-func (cpuBackend) DecoderMemory(c model.Config) (host, device int64) {
+// parameters, or in bfloat16 what DecodeBF16Only keeps of them.
+func (cpuBackend) DecoderMemory(c model.Config, bf16 bool) (host, device int64) {
+	if bf16 {
+		return model.DecodeBF16OnlyBytes(c), 0
+	}
 	return 4 * model.ParamCount(c), 0
 }
 

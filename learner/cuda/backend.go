@@ -61,10 +61,11 @@ func (cudaBackend) Devices() ([]backend.DeviceInfo, error) {
 
 // DecoderMemory: the decoder uploads the model's float32 parameters
 // without gradients and its rotary table (WeightBytes of a frozen float32
-// model); it keeps nothing on the host.
-func (cudaBackend) DecoderMemory(c model.Config) (host, device int64) {
-	w, _, _, _ := WeightBytes(c, true, false)
-	return 0, w
+// model), with bf16 those of a frozen bfloat16 one (NewDecoderBF16); it
+// keeps nothing on the host.
+func (cudaBackend) DecoderMemory(c model.Config, bf16 bool) (host, device int64) {
+	w, comp, _, _ := WeightBytes(c, true, bf16)
+	return 0, w + comp
 }
 
 func (cudaBackend) Precisions() []string { return []string{backend.FP32, backend.BF16} }
@@ -153,6 +154,11 @@ func (f frozen) Close() error                                 { return f.dev.Fre
 
 func (d cudaDevice) Decoder(m *model.Model) (backend.Decoder, error) {
 	return d.dv.NewDecoder(m)
+}
+
+// DecoderBF16 implements backend.BF16Decoders (NewDecoderBF16).
+func (d cudaDevice) DecoderBF16(m *model.Model) (backend.Decoder, error) {
+	return d.dv.NewDecoderBF16(m)
 }
 
 // compute runs the trainer's passes on the device copy of host.

@@ -16,10 +16,18 @@ import (
 // appends their keys and values to the caches and attends each sequence's
 // new queries to its cache (attention_cached), then returns the logits of
 // each sequence's last token to the host, where the engine samples.
+//
+// A bfloat16 decoder (NewDecoderBF16) holds the projections and the LM
+// head in bfloat16 alone and multiplies them with each product's input
+// rows rounded, as a bfloat16 training model does (UseBF16), and its
+// caches hold keys and values in bfloat16: the CPU's model.DecodeBF16 on
+// the device, about 2 bytes a parameter and half the bytes a cached
+// position.
 type Decoder struct {
-	g   *Model
-	own *decoderMem // what Free, or a cleanup once d is unreachable, frees
-	mu  sync.Mutex  // one Extend at a time
+	g    *Model
+	own  *decoderMem // what Free, or a cleanup once d is unreachable, frees
+	mu   sync.Mutex  // one Extend at a time
+	half bool        // bfloat16 weights and caches
 }
 
 // decoderMem is a Decoder's device memory: the weights, and the head that
@@ -42,17 +50,34 @@ const decoderChunkBytes = 64 << 20
 
 var _ backend.Decoder = (*Decoder)(nil)
 
-// NewDecoder uploads m's parameters for decoding (no gradients).
+// NewDecoder uploads m's parameters for decoding (no gradients), in
+// float32.
 func (dv *Device) NewDecoder(m *model.Model) (*Decoder, error) {
 	g, err := dv.newModel(m, false)
 	if err != nil {
 		return nil, err
 	}
-	d := &Decoder{g: g, own: &decoderMem{g: g}}
+	return dv.decoderOf(g, false), nil
+}
+
+// NewDecoderBF16 uploads m's parameters for decoding in bfloat16: the
+// projections and the LM head rounded to bfloat16 alone (NewFrozen's
+// bfloat16 model), the embedding, norms and biases float32, and caches
+// of bfloat16 keys and values.
+func (dv *Device) NewDecoderBF16(m *model.Model) (*Decoder, error) {
+	g, err := dv.NewFrozen(m, true)
+	if err != nil {
+		return nil, err
+	}
+	return dv.decoderOf(g, true), nil
+}
+
+func (dv *Device) decoderOf(g *Model, half bool) *Decoder {
+	d := &Decoder{g: g, own: &decoderMem{g: g}, half: half}
 	// A server that reloads drops decoders while requests may still run on
 	// them; their memory goes once nothing (engine, cache) refers to them.
 	runtime.AddCleanup(d, func(m *decoderMem) { m.free() }, d.own)
-	return d, nil
+	return d
 }
 
 // Free releases the decoder's weights now (else they are freed once the
@@ -66,8 +91,20 @@ func (d *Decoder) Close() error { return d.Free() }
 // Config is the model's configuration.
 func (d *Decoder) Config() model.Config { return d.g.cfg }
 
-// BytesPerToken is the device memory of one cached position.
-func (d *Decoder) BytesPerToken() int { return 2 * 4 * d.g.L * d.g.KD }
+// BytesPerToken is the device memory of one cached position: keys and
+// values of every layer, 4 bytes a value, 2 in a bfloat16 decoder.
+func (d *Decoder) BytesPerToken() int { return 2 * d.cacheDType().Size() * d.g.L * d.g.KD }
+
+// DecodesInBF16 reports whether d holds its weights and caches in
+// bfloat16 (NewDecoderBF16).
+func (d *Decoder) DecodesInBF16() bool { return d.half }
+
+func (d *Decoder) cacheDType() DType {
+	if d.half {
+		return BF16
+	}
+	return F32
+}
 
 // kvStore holds a cache's device buffers, apart from the cache so that a
 // cleanup can free them once the cache is unreachable.
@@ -117,7 +154,7 @@ func (c *kvCache) reserve(n int) error {
 	grown := &kvStore{k: make([]*Buffer, len(s.k)), v: make([]*Buffer, len(s.v)), cap: want}
 	for l := range s.k {
 		for _, p := range []struct{ dst, src **Buffer }{{&grown.k[l], &s.k[l]}, {&grown.v[l], &s.v[l]}} {
-			b, err := c.dev().Alloc(F32, want*c.kd())
+			b, err := c.dev().Alloc(c.dec.cacheDType(), want*c.kd())
 			if err != nil {
 				grown.free()
 				return fmt.Errorf("cuda: growing a KV cache to %d positions: %w", want, err)
@@ -213,6 +250,12 @@ func (d *Decoder) Extend(caches []backend.Cache, tokens [][]int32, dst []float32
 		h, err := dv.NewLMHead(g.V, C, decoderChunkBytes)
 		if err != nil {
 			return nil, err
+		}
+		if d.half {
+			if err := h.UseBF16(g.w16.head); err != nil {
+				h.Free()
+				return nil, err
+			}
 		}
 		d.own.head = h
 	}

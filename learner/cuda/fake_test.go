@@ -31,7 +31,7 @@ var emulatedTests = []string{
 	"TestParityDeviceOptimizer", "TestDeviceTrainingStepStaysOnTheDevice", "TestFrozenModelHoldsWeightsOnly",
 	"TestGPUCheckpointingGradientsBitIdentical", "TestPassBytesIsTheDevicePeak",
 	"TestParityQKNorm", "TestParityModelStepQwen3", "TestParityModelStepQwen3BF16",
-	"TestParityGreedyDecodeQwen3", "TestParityDecodeLogitsQwen3",
+	"TestParityGreedyDecodeQwen3", "TestParityDecodeLogitsQwen3", "TestParityDecodeBF16",
 }
 
 // TestFakeDriver runs fakeTests in a child process against host-memory

@@ -42,7 +42,8 @@ var kernelModules = map[string][]string{
 	"attention": {"attention_forward", "attention_forward_d64", "attention_forward_d128",
 		"attention_backward_delta", "attention_backward_dq", "attention_backward_dq_d64", "attention_backward_dq_d128",
 		"attention_backward_dkdv", "attention_backward_dkdv_d64", "attention_backward_dkdv_d128",
-		"attention_cached", "attention_cached_d64", "attention_cached_d128", "kv_append"},
+		"attention_cached", "attention_cached_d64", "attention_cached_d128", "kv_append",
+		"attention_cached_bf16", "attention_cached_bf16_d64", "attention_cached_bf16_d128", "kv_append_bf16"},
 }
 
 // modulePTX returns the embedded PTX of a module.
@@ -586,29 +587,50 @@ func (dv *Device) BiasGrad(db, dout *Buffer, N, O int) error {
 // AttentionCached: y[nq,H*D] for nq new query rows of qkv[nq,(H+2KV)*D]
 // at positions p0..p0+nq-1 of one sequence, against the rotated keys and
 // values of positions 0..p0+nq-1 in the rows of kc and vc ([*,KV*D], the
-// new rows already appended), as learner/model's decoding attention.
+// new rows already appended), as learner/model's decoding attention. The
+// caches are F32, or BF16 (a bfloat16 KV cache: each value widened as it
+// is read, the arithmetic float32's).
 func (dv *Device) AttentionCached(y, qkv, kc, vc *Buffer, nq, p0, H, KV, D int) error {
 	if err := attShape("AttentionCached", nq, H, KV, D); err != nil {
 		return err
 	}
 	KD := KV * D
+	kernel, dt := "attention_cached", cacheDType(kc)
+	if dt == BF16 {
+		kernel = "attention_cached_bf16"
+	}
 	if err := dv.needAll("AttentionCached", arg{"y", y, F32, nq * H * D}, arg{"qkv", qkv, F32, nq * (H*D + 2*KD)},
-		arg{"kc", kc, F32, (p0 + nq) * KD}, arg{"vc", vc, F32, (p0 + nq) * KD}); err != nil {
+		arg{"kc", kc, dt, (p0 + nq) * KD}, arg{"vc", vc, dt, (p0 + nq) * KD}); err != nil {
 		return err
 	}
 	scale := float32(1 / math.Sqrt(float64(D)))
-	return dv.launch2D(attKernel("attention_cached", D), uint32((nq+attRows-1)/attRows), uint32(H), attRows,
+	return dv.launch2D(attKernel(kernel, D), uint32((nq+attRows-1)/attRows), uint32(H), attRows,
 		y, qkv, kc, vc, nq, p0, H, KV, D, scale)
 }
 
 // KVAppend copies the key and value parts of n rows of qkv[n,QD+2KD] into
-// rows row0..row0+n-1 of kc and vc ([*,KD]).
+// rows row0..row0+n-1 of kc and vc ([*,KD]), F32 caches or BF16 ones
+// (each value rounded to bfloat16 as it enters).
 func (dv *Device) KVAppend(kc, vc, qkv *Buffer, n, row0, QD, KD int) error {
-	if err := dv.needAll("KVAppend", arg{"kc", kc, F32, (row0 + n) * KD}, arg{"vc", vc, F32, (row0 + n) * KD},
+	kernel, dt := "kv_append", cacheDType(kc)
+	if dt == BF16 {
+		kernel = "kv_append_bf16"
+	}
+	if err := dv.needAll("KVAppend", arg{"kc", kc, dt, (row0 + n) * KD}, arg{"vc", vc, dt, (row0 + n) * KD},
 		arg{"qkv", qkv, F32, n * (QD + 2*KD)}); err != nil {
 		return err
 	}
-	return dv.launch("kv_append", dv.gridFor(n*KD), blockSize, kc, vc, qkv, n, row0, QD, KD)
+	return dv.launch(kernel, dv.gridFor(n*KD), blockSize, kc, vc, qkv, n, row0, QD, KD)
+}
+
+// cacheDType is the element type of a KV cache buffer: BF16 for a
+// bfloat16 one, F32 otherwise (a nil buffer included, which the checks
+// then name).
+func cacheDType(kc *Buffer) DType {
+	if kc != nil && kc.dt == BF16 {
+		return BF16
+	}
+	return F32
 }
 
 // KLK3 writes, per token, the k3 estimate of KL(pi || pi_ref) from the

@@ -193,9 +193,14 @@ func (h *LMHead) Forward(xh, w, targets *Buffer, M int) error {
 
 // Logits writes the full logits of the M rows of xh to dst ([M, V]
 // row-major on the host), one chunk at a time: the engine's sampling
-// takes this path for the last row of each sequence.
+// takes this path for the last row of each sequence. As in Forward, w may
+// be nil when the head multiplies in bfloat16.
 func (h *LMHead) Logits(xh, w *Buffer, M int, dst []float32) error {
-	if err := h.dv.needAll("LMHead.Logits", arg{"xh", xh, F32, M * h.C}, arg{"w", w, F32, h.V * h.C}); err != nil {
+	args := []arg{{"xh", xh, F32, M * h.C}}
+	if w != nil || h.w16 == nil {
+		args = append(args, arg{"w", w, F32, h.V * h.C})
+	}
+	if err := h.dv.needAll("LMHead.Logits", args...); err != nil {
 		return err
 	}
 	if len(dst) != M*h.V {

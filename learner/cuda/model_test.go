@@ -395,6 +395,70 @@ func TestParityDecodeLogitsQwen3(t *testing.T) {
 	closeTo(t, "qwen3 decoder logits (prefill and 12 cached steps)", got, want, 0, 1e-4*maxAbs(want))
 }
 
+// TestParityDecodeBF16 compares a bfloat16 decoder (NewDecoderBF16:
+// bfloat16 projections, head and KV cache) with the CPU model in float32,
+// through a batched prefill of two prompts and 12 cached steps, on each
+// family, the model's weights rounded to bfloat16 first (as a bfloat16
+// checkpoint holds them, so that the two differ by the decoder's
+// roundings alone). Tolerance: model.BF16LogitBound, the bound every
+// bfloat16 decoder is held to (TestDecodeBF16Tolerance holds the CPU's).
+// Its caches take half the bytes a position of a float32 decoder's.
+func TestParityDecodeBF16(t *testing.T) {
+	dv := gpu(t, true)
+	for name, m := range map[string]*model.Model{"tiny_qwen2": tinyModel(t, 13), "tiny_qwen3": qwen3Model(t, 13),
+		"tiny_llama3": fixtureModel(t, "tiny_llama3", 13)} {
+		t.Run(name, func(t *testing.T) {
+			for _, p := range m.Params() {
+				for i, v := range p.Data {
+					p.Data[i] = roundToBF16(v)
+				}
+			}
+			V := m.Config().VocabSize
+			dec, err := dv.NewDecoderBF16(m)
+			must(t, err)
+			defer dec.Free()
+			f32, err := dv.NewDecoder(m)
+			must(t, err)
+			half, full := dec.BytesPerToken(), f32.BytesPerToken()
+			must(t, f32.Free())
+			if 2*half != full {
+				t.Errorf("a bfloat16 decoder's cache takes %d bytes a position, a float32 one's %d: not half", half, full)
+			}
+			cc := []*model.KVCache{m.NewKVCache(), m.NewKVCache()}
+			gc := []backend.Cache{dec.NewCache(), dec.NewCache()}
+			next := [][]int32{{1, 5, 9, 17, 3}, {2, 2, 40, 7, 11, 60, 13, 8, 90}}
+			tol, worst := model.BF16LogitBound(m), 0.0
+			for step := range 13 {
+				wl, err := m.Extend(cc, next, nil)
+				must(t, err)
+				gl, err := dec.Extend(gc, next, nil)
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				for i := range wl {
+					d := math.Abs(float64(gl[i] - wl[i]))
+					if d > tol || math.IsNaN(d) {
+						t.Fatalf("step %d: logit %d is %g in bfloat16, %g in float32: beyond the bound %.3g", step, i, gl[i], wl[i], tol)
+					}
+					worst = max(worst, d)
+				}
+				for i := range next {
+					next[i] = []int32{int32(argmax(wl[i*V : (i+1)*V]))}
+				}
+			}
+			t.Logf("%s: largest logit difference %.3g, bound %.3g", name, worst, tol)
+		})
+	}
+}
+
+// roundToBF16 is v rounded to the nearest bfloat16 (ties to even), as a
+// float32.
+func roundToBF16(v float32) float32 {
+	u := math.Float32bits(v)
+	u += 0x7fff + (u>>16)&1
+	return math.Float32frombits(u &^ 0xffff)
+}
+
 func argmax(x []float32) int {
 	best := 0
 	for i, v := range x {

@@ -69,7 +69,8 @@ func TestGPUDevices(t *testing.T) {
 	t.Logf("%+v", devs)
 }
 
-// DecoderMemory is the device memory a decoder of the model allocates.
+// DecoderMemory is the device memory a decoder of the model allocates, in
+// float32 and in bfloat16.
 func TestGPUDecoderMemory(t *testing.T) {
 	dv := gpu(t, true)
 	b, err := backend.Lookup(Name)
@@ -77,16 +78,22 @@ func TestGPUDecoderMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"tiny_qwen2", "tiny_qwen3"} {
-		m := fixtureModel(t, name, 9)
-		must(t, dv.ReleaseScratch())
-		live0, _ := dv.MemStats()
-		dec, err := dv.NewDecoder(m)
-		must(t, err)
-		live1, _ := dv.MemStats()
-		must(t, dec.Close())
-		host, dev := b.DecoderMemory(m.Config())
-		if got := int64(live1 - live0); host != 0 || dev != got {
-			t.Errorf("%s: DecoderMemory = %d host, %d device; the decoder allocated %d bytes of device memory", name, host, dev, got)
+		for _, bf16 := range []bool{false, true} {
+			m := fixtureModel(t, name, 9)
+			must(t, dv.ReleaseScratch())
+			live0, _ := dv.MemStats()
+			newDec := dv.NewDecoder
+			if bf16 {
+				newDec = dv.NewDecoderBF16
+			}
+			dec, err := newDec(m)
+			must(t, err)
+			live1, _ := dv.MemStats()
+			must(t, dec.Close())
+			host, dev := b.DecoderMemory(m.Config(), bf16)
+			if got := int64(live1 - live0); host != 0 || dev != got {
+				t.Errorf("%s (bf16 %v): DecoderMemory = %d host, %d device; the decoder allocated %d bytes of device memory", name, bf16, host, dev, got)
+			}
 		}
 	}
 }

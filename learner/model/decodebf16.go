@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/aipo-rl/aipo/learner/blas"
 )
@@ -117,6 +118,58 @@ func (m *Model) DecodeBF16Only() error {
 	m.bf16.emb = roundedBF16(m.w.emb, m.d.C)
 	m.w, m.g = m.w.normsAndBiases(), weights{}
 	return nil
+}
+
+// DecodeBF16OnlyBytes is what a model of cfg holds for its weights after
+// DecodeBF16Only: the norms and biases in float32, every other tensor in
+// bfloat16, and with tied embeddings the head's packed copy beside the
+// bfloat16 embedding (oneDNN's packing of the products' weights may pad
+// them a little beyond this).
+func DecodeBF16OnlyBytes(cfg Config) int64 {
+	sp := SpansOf(cfg)
+	f32 := int64(sp.Norm.Len)
+	for _, ls := range sp.Layers {
+		f32 += int64(ls.InNorm.Len + ls.PostNorm.Len + ls.QKVBias.Len + ls.OBias.Len + ls.QKNorm.Len)
+	}
+	half := ParamCount(cfg) - f32
+	if cfg.TieWordEmbeddings {
+		half += int64(sp.Head.Len)
+	}
+	return 4*f32 + 2*half
+}
+
+// BF16LogitBound bounds how far decoding in bfloat16 (DecodeBF16, or a
+// device's bfloat16 decoder: learner/cuda's) may move a logit of m from
+// the float32 path's, for m's weights already bfloat16 values (a model
+// loaded from a bfloat16 checkpoint): the tolerance the tests of every
+// bfloat16 decoder hold it to. Rounding a product's input to bfloat16 moves each
+// element by at most 2⁻⁹ of itself, so the product's output by at most
+// 2⁻⁹·Σ|x·w| (the float32 accumulation adds ~k·2⁻²⁴ of the same, which
+// is negligible beside it). A pass has 4L+1 products in sequence, and the
+// KV cache rounds two more results a layer (the keys and values, each by
+// at most 2⁻⁹ of itself, which attention's products carry on as they
+// carry a rounded input): 6L+1 roundings, each one's change carried on to
+// the logits by the residual stream. The head's Σ|x·w| is at most
+// ‖x‖₂·‖w_j‖₂ (Cauchy-Schwarz), with ‖x‖₂ ≤ √C·max|g| after the final
+// RMSNorm of weight g. The bound is 6L+1 such changes of the head, times
+// 4 for the growth through the later layers' norms and attention (the
+// test models have 2 layers).
+func BF16LogitBound(m *Model) float64 {
+	d := m.d
+	var g float64
+	for _, v := range m.w.norm {
+		g = max(g, math.Abs(float64(v)))
+	}
+	var wmax float64
+	for j := range d.V {
+		var s float64
+		for _, v := range m.w.head[j*d.C : (j+1)*d.C] {
+			s += float64(v) * float64(v)
+		}
+		wmax = max(wmax, math.Sqrt(s))
+	}
+	S := math.Sqrt(float64(d.C)) * g * wmax
+	return 4 * float64(6*d.L+1) * 0x1p-9 * S
 }
 
 // roundedBF16 is src rounded to bfloat16 (blas.RoundBF16), rows of cols

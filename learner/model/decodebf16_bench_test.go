@@ -88,3 +88,49 @@ func BenchmarkDecodeDType(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAttendCached times one decode step's attention for one query
+// head against P cached positions of Qwen3-0.6B's layout (head size 128,
+// 8 key-value heads side by side in a row), the keys and values in float32
+// (attendBlock) and in bfloat16 (attendBlockBF16, the bfloat16 KV
+// cache's), alternated, and reports each one's time and the ratio.
+func BenchmarkAttendCached(b *testing.B) {
+	const D, KD = 128, 1024
+	for _, P := range []int{512, 4096} {
+		b.Run(fmt.Sprintf("positions%d", P), func(b *testing.B) {
+			k32, v32 := make([]float32, P*KD), make([]float32, P*KD)
+			for i := range k32 {
+				k32[i] = float32(i%97)/97 - 0.5
+				v32[i] = float32(i%89)/89 - 0.5
+			}
+			k16, v16 := roundedBF16(k32, KD), roundedBF16(v32, KD)
+			q, y, s := make([]float32, D), make([]float32, D), make([]float32, qBlock*P)
+			for i := range q {
+				q[i] = float32(i%13) / 13
+			}
+			var lse [1]float32
+			one := func(half bool) time.Duration {
+				t0 := time.Now()
+				for range 64 {
+					if half {
+						attendBlockBF16(y, D, lse[:], 1, q, D, k16, v16, KD, 1, P-1, D, 0.088, s)
+					} else {
+						attendBlock(y, D, lse[:], 1, q, D, k32, v32, KD, nil, 0, 1, P-1, D, 0.088, s, false)
+					}
+				}
+				return time.Since(t0) / 64
+			}
+			one(false)
+			one(true)
+			var t32, t16 time.Duration
+			b.ResetTimer()
+			for range b.N {
+				t32 += one(false)
+				t16 += one(true)
+			}
+			b.ReportMetric(float64(t32.Microseconds())/float64(b.N), "f32_us")
+			b.ReportMetric(float64(t16.Microseconds())/float64(b.N), "bf16_us")
+			b.ReportMetric(t32.Seconds()/t16.Seconds(), "f32/bf16")
+		})
+	}
+}

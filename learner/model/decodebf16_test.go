@@ -32,37 +32,6 @@ func bf16Families(t *testing.T) map[string]*Model {
 	return ms
 }
 
-// bf16LogitBound bounds how far the bfloat16 path may move a logit from
-// the float32 path's. Rounding a product's input to bfloat16 moves each
-// element by at most 2⁻⁹ of itself, so the product's output by at most
-// 2⁻⁹·Σ|x·w| (the float32 accumulation adds ~k·2⁻²⁴ of the same, which
-// is negligible beside it). A pass has 4L+1 products in sequence, and the
-// KV cache rounds two more results a layer (the keys and values, each by
-// at most 2⁻⁹ of itself, which attention's products carry on as they
-// carry a rounded input): 6L+1 roundings, each one's change carried on to
-// the logits by the residual stream. The head's Σ|x·w| is at most
-// ‖x‖₂·‖w_j‖₂ (Cauchy-Schwarz), with ‖x‖₂ ≤ √C·max|g| after the final
-// RMSNorm of weight g. The bound is 6L+1 such changes of the head, times
-// 4 for the growth through the later layers' norms and attention (the
-// test models have 2 layers).
-func bf16LogitBound(m *Model) float64 {
-	d := m.d
-	var g float64
-	for _, v := range m.w.norm {
-		g = max(g, math.Abs(float64(v)))
-	}
-	var wmax float64
-	for j := range d.V {
-		var s float64
-		for _, v := range m.w.head[j*d.C : (j+1)*d.C] {
-			s += float64(v) * float64(v)
-		}
-		wmax = max(wmax, math.Sqrt(s))
-	}
-	S := math.Sqrt(float64(d.C)) * g * wmax
-	return 4 * float64(6*d.L+1) * 0x1p-9 * S
-}
-
 // TestDecodeBF16Tolerance decodes a prompt and 40 greedy steps on every
 // family in float32 and in bfloat16 and holds the logits and the
 // log-probabilities of the chosen tokens to the derived bound (a
@@ -73,7 +42,7 @@ func TestDecodeBF16Tolerance(t *testing.T) {
 	needBF16Decode(t)
 	for name, m := range bf16Families(t) {
 		t.Run(name, func(t *testing.T) {
-			tol := bf16LogitBound(m)
+			tol := BF16LogitBound(m)
 			prompt := []int32{1, 7, 3, 9, 22, 4, 0, 5}
 			c32 := m.NewKVCache()
 			l32, err := m.Extend([]*KVCache{c32}, [][]int32{prompt}, nil)

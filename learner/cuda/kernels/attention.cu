@@ -38,6 +38,17 @@ static __device__ void load_tile(float (*dst)[ATT_MAX_D], const float *src, long
   }
 }
 
+// load_tile of a bfloat16 matrix (a bfloat16 KV cache), each value
+// widened to float32 as it is copied (exact).
+static __device__ void load_tile(float (*dst)[ATT_MAX_D], const unsigned short *src, long long ld, int col,
+                                 int r0, int N, int D) {
+  for (int e = threadIdx.x; e < ATT_TILE * D; e += blockDim.x) {
+    const int r = e / D, c = e - r * D;
+    const int row = r0 + r;
+    dst[r][c] = row < N ? bf16_widen(src[(long long)row * ld + col + c]) : 0.0f;
+  }
+}
+
 // AttBlock is a block's place among n rows (queries, or keys for
 // dK/dV): its first row, this thread's row and whether it exists, the
 // block's last row, and the row widths of the packed layout.
@@ -128,9 +139,12 @@ ATT_ENTRIES(attention_forward,
 // at positions p0..p0+nq-1 of one sequence whose rotated keys and values
 // for positions 0..p0+nq-1 are the rows of kc[*,KD] and vc[*,KD] (the new
 // rows already appended), as learner/model's attendBlock with cached keys.
-// Grid: (ceil(nq/ATT_ROWS), H); block: ATT_ROWS threads.
-template <int DT>
-static __device__ void attention_cached_impl(float *y, const float *qkv, const float *kc, const float *vc, int nq,
+// Grid: (ceil(nq/ATT_ROWS), H); block: ATT_ROWS threads. KT is the
+// cache's element: float, or unsigned short for a bfloat16 cache, whose
+// values are widened into the shared tiles, so that the arithmetic is the
+// float32 cache's on the cached values.
+template <int DT, typename KT>
+static __device__ void attention_cached_impl(float *y, const float *qkv, const KT *kc, const KT *vc, int nq,
                                             int p0, int H, int KV, int D, float scale) {
   if (DT > 0) D = DT;
   __shared__ float ks[ATT_TILE][ATT_MAX_D];
@@ -160,6 +174,18 @@ ATT_ENTRIES(attention_cached,
             (float *y, const float *qkv, const float *kc, const float *vc, int nq, int p0, int H, int KV, int D, float scale),
             (y, qkv, kc, vc, nq, p0, H, KV, D, scale))
 
+// attention_cached over a bfloat16 cache.
+template <int DT>
+static __device__ void attention_cached_bf16_impl(float *y, const float *qkv, const unsigned short *kc,
+                                                 const unsigned short *vc, int nq, int p0, int H, int KV, int D,
+                                                 float scale) {
+  attention_cached_impl<DT>(y, qkv, kc, vc, nq, p0, H, KV, D, scale);
+}
+ATT_ENTRIES(attention_cached_bf16,
+            (float *y, const float *qkv, const unsigned short *kc, const unsigned short *vc, int nq, int p0, int H,
+             int KV, int D, float scale),
+            (y, qkv, kc, vc, nq, p0, H, KV, D, scale))
+
 // kv_append copies the key and value parts of n rows of qkv[n,QKV] into
 // rows row0.. of the caches kc and vc ([*,KD] each). Grid-stride over n*KD.
 extern "C" __global__ void kv_append(float *kc, float *vc, const float *qkv, int n, int row0, int QD, int KD) {
@@ -169,6 +195,19 @@ extern "C" __global__ void kv_append(float *kc, float *vc, const float *qkv, int
     const long long t = e / KD, c = e - t * KD;
     kc[(row0 + t) * KD + c] = qkv[t * QKV + QD + c];
     vc[(row0 + t) * KD + c] = qkv[t * QKV + QD + KD + c];
+  }
+}
+
+// kv_append_bf16 is kv_append into bfloat16 caches, each value rounded
+// (bf16_round) as it enters.
+extern "C" __global__ void kv_append_bf16(unsigned short *kc, unsigned short *vc, const float *qkv, int n, int row0,
+                                          int QD, int KD) {
+  const int QKV = QD + 2 * KD;
+  const long long total = (long long)n * KD;
+  for (long long e = grid_index(); e < total; e += grid_stride()) {
+    const long long t = e / KD, c = e - t * KD;
+    kc[(row0 + t) * KD + c] = bf16_round(qkv[t * QKV + QD + c]);
+    vc[(row0 + t) * KD + c] = bf16_round(qkv[t * QKV + QD + KD + c]);
   }
 }
 

@@ -37,3 +37,16 @@ static __device__ double warp_sum_f64(double v) {
 // 64-bit values so that element offsets of large tensors do not overflow.
 static __device__ long long grid_index() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 static __device__ long long grid_stride() { return (long long)gridDim.x * blockDim.x; }
+
+// bf16_round is v rounded to bfloat16, nearest with ties to even; a NaN
+// stays a quiet NaN with its sign (learner/checkpoint's Float32ToBF16,
+// learner/blas's RoundBF16).
+static __device__ unsigned short bf16_round(float v) {
+  unsigned int b = __float_as_uint(v);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (unsigned short)(b >> 16) | 0x0040u;
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return (unsigned short)(b >> 16);
+}
+
+// bf16_widen is the float32 value of the bfloat16 h (exact).
+static __device__ float bf16_widen(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }

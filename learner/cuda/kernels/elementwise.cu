@@ -12,23 +12,14 @@ extern "C" __global__ void scale_f32(float *x, int n, float s) {
   for (long long k = grid_index(); k < n; k += grid_stride()) x[k] *= s;
 }
 
-// out[n] = in[n] rounded to bfloat16, nearest with ties to even; NaN stays
-// a quiet NaN with its sign (learner/checkpoint's Float32ToBF16).
+// out[n] = in[n] rounded to bfloat16 (bf16_round).
 extern "C" __global__ void cast_f32_to_bf16(unsigned short *out, const float *in, int n) {
-  for (long long k = grid_index(); k < n; k += grid_stride()) {
-    unsigned int b = __float_as_uint(in[k]);
-    if ((b & 0x7fffffffu) > 0x7f800000u) {
-      out[k] = (unsigned short)(b >> 16) | 0x0040u;
-      continue;
-    }
-    b += 0x7fffu + ((b >> 16) & 1u);
-    out[k] = (unsigned short)(b >> 16);
-  }
+  for (long long k = grid_index(); k < n; k += grid_stride()) out[k] = bf16_round(in[k]);
 }
 
 // out[n] = in[n] widened to float32 (exact).
 extern "C" __global__ void cast_bf16_to_f32(float *out, const unsigned short *in, int n) {
-  for (long long k = grid_index(); k < n; k += grid_stride()) out[k] = __uint_as_float((unsigned int)in[k] << 16);
+  for (long long k = grid_index(); k < n; k += grid_stride()) out[k] = bf16_widen(in[k]);
 }
 
 // out[N,O] += b[O] on every row, as learner/model's linearForward bias.
