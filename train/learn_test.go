@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/sampling"
@@ -249,7 +250,7 @@ func TestRolloutEngineOnGPUBackend(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
 	dir := rundir.Checkpoint(h.cfg.Run.Dir, 0)
-	e, release, err := openEngineOn(ctx, dir, "cuda", "")
+	e, release, err := openEngineOn(ctx, dir, "cuda", inproc.DTypeF32) // the exact reference: the same greedy tokens
 	if _, drvErr := cuda.Driver(); drvErr != nil {
 		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {
 			t.Fatalf("without a GPU: openEngineOn = %v, want an error naming learner.backend cuda and libcuda", err)
