@@ -205,65 +205,28 @@ func TestPlanDiskIsWhatSaveWrites(t *testing.T) {
 	}
 }
 
-// The attention caches are sized by the decoder's own bytes a position.
-func TestPlanCachesBytesPerPosition(t *testing.T) {
+// cachePlan plans the quick configuration (policy.dtype dtype) for a
+// small Qwen2 and returns its rollout phase's attention caches and
+// engine model (host bytes), with the model, decoding in that dtype.
+func cachePlan(t *testing.T, dtype string) (caches, engine int64, m *model.Model, p Plan) {
+	t.Helper()
 	mc := model.Config{ModelType: "qwen2", HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 3, NumAttentionHeads: 4,
 		NumKeyValueHeads: 2, VocabSize: 300, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e4, HiddenAct: "silu"}
 	m, err := model.New(mc, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := train.DemoConfig(train.DemoOptions{Quick: true, RunDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := planFor(cfg, mc, Options{PromptTokens: 100}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seqs := min(inproc.TrainMaxBatch, cfg.Rollout.MaxInFlight)
-	live := int64(seqs) * int64(p.SeqTokens) * int64(m.BytesPerToken())
-	want := live + min(live, sessionCacheBytes(int64(m.BytesPerToken())))
-	var got int64
-	for _, l := range p.Phases[phaseRollout].Lines {
-		if strings.HasPrefix(l.What, "attention caches") {
-			got = l.Host
-		}
-	}
-	if got != want {
-		t.Errorf("attention caches %d bytes, want %d (%d sequences of %d positions at %d bytes)", got, want, seqs, p.SeqTokens, m.BytesPerToken())
-	}
-}
-
-// With policy.dtype bfloat16 on a CPU that decodes in it, the engine's
-// caches take the bytes a position of a model decoding in bfloat16 takes,
-// half the float32 figure, and its model what DecodeBF16Only keeps.
-func TestPlanCachesInBF16(t *testing.T) {
-	if ok, why := model.BF16DecodeAvailable(); !ok {
-		t.Skipf("no bfloat16 decoding here: %s", why)
-	}
-	mc := model.Config{ModelType: "qwen2", HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 3, NumAttentionHeads: 4,
-		NumKeyValueHeads: 2, VocabSize: 300, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e4, HiddenAct: "silu"}
-	m, err := model.New(mc, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.DecodeBF16(true); err != nil {
+	if err := m.DecodeBF16(dtype == inproc.DTypeBF16); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := train.DemoConfig(train.DemoOptions{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Policy.DType = inproc.DTypeBF16
-	p, err := planFor(cfg, mc, Options{PromptTokens: 100}, 1)
-	if err != nil {
+	cfg.Policy.DType = dtype
+	if p, err = planFor(cfg, mc, Options{PromptTokens: 100}, 1); err != nil {
 		t.Fatal(err)
 	}
-	seqs := min(inproc.TrainMaxBatch, cfg.Rollout.MaxInFlight)
-	live := int64(seqs) * int64(p.SeqTokens) * int64(m.BytesPerToken())
-	want := live + min(live, sessionCacheBytes(int64(m.BytesPerToken())))
-	var caches, engine int64
 	for _, l := range p.Phases[phaseRollout].Lines {
 		switch {
 		case strings.HasPrefix(l.What, "attention caches"):
@@ -272,11 +235,34 @@ func TestPlanCachesInBF16(t *testing.T) {
 			engine = l.Host
 		}
 	}
-	if caches != want {
-		t.Errorf("attention caches %d bytes, want %d (%d sequences of %d positions at %d bytes)", caches, want, seqs, p.SeqTokens, m.BytesPerToken())
+	return caches, engine, m, p
+}
+
+// The attention caches are sized by the decoder's own bytes a position:
+// float32, and with policy.dtype bfloat16 on a CPU that decodes in it
+// half as much, the engine's model then what DecodeBF16Only keeps.
+func TestPlanCachesBytesPerPosition(t *testing.T) {
+	dtypes := []string{inproc.DTypeF32}
+	if ok, why := model.BF16DecodeAvailable(); ok {
+		dtypes = append(dtypes, inproc.DTypeBF16)
+	} else {
+		t.Logf("bfloat16 left out: no bfloat16 decoding here: %s", why)
 	}
-	if want := model.DecodeBF16OnlyBytes(mc); engine != want {
-		t.Errorf("the engine's model %d bytes, want what DecodeBF16Only keeps (%d)", engine, want)
+	for _, dtype := range dtypes {
+		caches, engine, m, p := cachePlan(t, dtype)
+		seqs := min(inproc.TrainMaxBatch, p.Config.Rollout.MaxInFlight)
+		bpt := int64(m.BytesPerToken())
+		live := int64(seqs) * int64(p.SeqTokens) * bpt
+		if want := live + min(live, sessionCacheBytes(bpt)); caches != want {
+			t.Errorf("%s: attention caches %d bytes, want %d (%d sequences of %d positions at %d bytes)", dtype, caches, want, seqs, p.SeqTokens, bpt)
+		}
+		want := 4 * model.ParamCount(m.Config())
+		if dtype == inproc.DTypeBF16 {
+			want = model.DecodeBF16OnlyBytes(m.Config())
+		}
+		if engine != want {
+			t.Errorf("%s: the engine's model %d bytes, want %d", dtype, engine, want)
+		}
 	}
 }
 

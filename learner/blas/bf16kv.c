@@ -11,8 +11,7 @@
 #include <string.h>
 
 #include "bf16gemm.h"
-
-#define T512 __attribute__((target("avx512f")))
+#include "simd512.h"
 
 static inline float widen1(uint16_t h) {
 	uint32_t u = (uint32_t)h << 16;
@@ -34,16 +33,6 @@ static inline T512 __m512 w16tail(const uint16_t *p, int n) {
 	return w16(buf);
 }
 
-// hsum sums the 16 lanes by one fixed tree (halves, quarters, ...).
-static inline T512 float hsum(__m512 v) {
-	__m256 lo = _mm512_castps512_ps256(v);
-	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-	__m256 s8 = _mm256_add_ps(lo, hi);
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-	__m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-	return _mm_cvtss_f32(s1);
-}
 
 // dot512 is one output of the NT product: a row of a with a row of b,
 // 16 lanes at a time, the last chunk masked.
@@ -55,7 +44,7 @@ static inline T512 float dot512(int k, const float *a, const uint16_t *b) {
 		__mmask16 m = (__mmask16)((1u << (k - p)) - 1);
 		acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + p), w16tail(b + p, k - p), acc);
 	}
-	return hsum(acc);
+	return hsum512(acc);
 }
 
 static T512 void nt512(int m, int n, int k, float alpha, const float *a, long lda, const uint16_t *b, long ldb,
@@ -85,10 +74,8 @@ static T512 void nt512(int m, int n, int k, float alpha, const float *a, long ld
 				c2 = _mm512_fmadd_ps(x, w16tail(b2 + p, k - p), c2);
 				c3 = _mm512_fmadd_ps(x, w16tail(b3 + p, k - p), c3);
 			}
-			ci[j] = alpha * hsum(c0);
-			ci[j + 1] = alpha * hsum(c1);
-			ci[j + 2] = alpha * hsum(c2);
-			ci[j + 3] = alpha * hsum(c3);
+			__m128 sums = _mm_mul_ps(_mm_set1_ps(alpha), reduce4x512(c0, c1, c2, c3));
+			_mm_storeu_ps(ci + j, sums);
 		}
 		for (; j < n; j++) ci[j] = alpha * dot512(k, ai, b + (long)j * ldb);
 	}
