@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,6 +221,34 @@ func runStepProcess(b *testing.B, side string, env, argv []string) stepResult {
 	return r
 }
 
+// stepProfileEnv names a file for a CPU profile of TestStepBenchChild's
+// timed steps alone, the span that scripts/torch_step_bench.py --profile
+// covers: -test.cpuprofile would add the model's initialisation and the
+// warm-up step, whose first touch of AdamW's moments is not the step's cost.
+const stepProfileEnv = "AIPO_STEP_BENCH_CPUPROFILE"
+
+// startStepProfile starts the CPU profile that stepProfileEnv asks for, if
+// any, and stops it when the test ends.
+func startStepProfile(t *testing.T) {
+	path := os.Getenv(stepProfileEnv)
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // loadAverage is the machine's 1-minute load average (/proc/loadavg), or
 // -1 where it cannot be read.
 func loadAverage() float64 {
@@ -276,6 +305,9 @@ func TestStepBenchChild(t *testing.T) {
 	}
 	res := stepResult{Threads: runtime.GOMAXPROCS(0), Params: params, Tokens: sh.batch * sh.seq}
 	for k := range stepBenchSteps + 1 {
+		if k == 1 {
+			startStepProfile(t)
+		}
 		t0 := time.Now()
 		if _, _, err := l.SFTStep(seqs, 1<<20); err != nil {
 			t.Fatal(err)
