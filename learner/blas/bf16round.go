@@ -2,7 +2,8 @@ package blas
 
 import (
 	"fmt"
-	"math"
+
+	"github.com/aipo-rl/aipo/learner/bf16"
 )
 
 // bf16RowBlock is the rows of every bfloat16 product oneDNN runs (see
@@ -11,16 +12,10 @@ const bf16RowBlock = 32
 
 // roundBF16 is the bfloat16 nearest v (ties to even; a NaN stays a quiet
 // NaN): the reference of RoundBF16.
-func roundBF16(v float32) uint16 {
-	u := math.Float32bits(v)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
-}
+func roundBF16(v float32) uint16 { return bf16.FromFloat32(v) }
 
 // widenBF16 is the float32 value of the bfloat16 h (exact).
-func widenBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+func widenBF16(h uint16) float32 { return bf16.ToFloat32(h) }
 
 // checkBF16Rows panics, as the other products here do, on sizes that do
 // not fit the slices of SgemmNTBF16 (nt) or SgemmNNBF16: a is m×k with

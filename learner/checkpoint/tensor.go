@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"unsafe"
+
+	"github.com/aipo-rl/aipo/learner/bf16"
 )
 
 // Tensor is a named float32 array in row-major order. Shape [] is a scalar
@@ -108,23 +110,12 @@ var knownDTypes = map[string]int{
 	"I64": 8, "U64": 8, "F64": 8,
 }
 
-// BF16ToFloat32 widens a bfloat16 bit pattern; it is exact.
-func BF16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+// BF16ToFloat32 widens a bfloat16 bit pattern; it is exact (bf16.ToFloat32).
+func BF16ToFloat32(h uint16) float32 { return bf16.ToFloat32(h) }
 
-// Float32ToBF16 rounds f to the nearest bfloat16, ties to even (the rounding
-// PyTorch's .to(torch.bfloat16) uses). bfloat16 keeps float32's exponent and
-// the top 7 of its 23 mantissa bits, so the relative error is at most 2^-8.
-// Values beyond the largest finite bfloat16 round to infinity; NaN stays NaN.
-func Float32ToBF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 { // NaN: keep the sign, force a quiet payload
-		return uint16(b>>16) | 0x0040
-	}
-	// Adding 0x7fff rounds up when the low half exceeds half an ulp; the
-	// extra lsb of the kept half breaks exact ties towards an even result.
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
+// Float32ToBF16 rounds f to the nearest bfloat16, ties to even, as
+// PyTorch's .to(torch.bfloat16) does (bf16.FromFloat32).
+func Float32ToBF16(f float32) uint16 { return bf16.FromFloat32(f) }
 
 // F16ToFloat32 widens an IEEE 754 binary16 bit pattern (subnormals, infinities
 // and NaN included); it is exact.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/bf16"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -410,7 +411,7 @@ func TestParityDecodeBF16(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			for _, p := range m.Params() {
 				for i, v := range p.Data {
-					p.Data[i] = roundToBF16(v)
+					p.Data[i] = bf16.Round(v)
 				}
 			}
 			V := m.Config().VocabSize
@@ -449,14 +450,6 @@ func TestParityDecodeBF16(t *testing.T) {
 			t.Logf("%s: largest logit difference %.3g, bound %.3g", name, worst, tol)
 		})
 	}
-}
-
-// roundToBF16 is v rounded to the nearest bfloat16 (ties to even), as a
-// float32.
-func roundToBF16(v float32) float32 {
-	u := math.Float32bits(v)
-	u += 0x7fff + (u>>16)&1
-	return math.Float32frombits(u &^ 0xffff)
 }
 
 func argmax(x []float32) int {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/learner/bf16"
 	"github.com/aipo-rl/aipo/learner/blas"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -149,7 +150,7 @@ func absAll(x []float32) []float32 {
 func toBF16(x []float32) []uint16 {
 	out := make([]uint16, len(x))
 	for i, v := range x {
-		out[i] = refToBF16(v)
+		out[i] = bf16.FromFloat32(v)
 	}
 	return out
 }
@@ -157,7 +158,7 @@ func toBF16(x []float32) []uint16 {
 func fromBF16(x []uint16) []float32 {
 	out := make([]float32, len(x))
 	for i, v := range x {
-		out[i] = refFromBF16(v)
+		out[i] = bf16.ToFloat32(v)
 	}
 	return out
 }
