@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
@@ -146,6 +147,12 @@ func ResolveDType(requested string, stored checkpoint.DType, width int) (string,
 // else in float32. Any other device decodes in its own precision (""),
 // and refuses a request for bfloat16.
 func (l Loaded) OpenDecoder(dv backend.Device, requested string) (engine.Backend, string, error) {
+	// Loading left garbage as large as the model or larger (the decoded
+	// tensors, in bfloat16 the float32 weights DecodeBF16Only dropped, on a
+	// device the host copy): give it back to the OS now rather than when
+	// the runtime's scavenger gets to it, so that a server's resident
+	// memory is its model's from the first request on.
+	defer debug.FreeOSMemory()
 	m := l.Model
 	if dv == nil {
 		dt, err := l.DecodeIn(engine.CPU(m), requested)
