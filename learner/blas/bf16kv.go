@@ -21,12 +21,12 @@ var bf16RowsVec = C.bf16kv_avx512()
 // order that depends on k alone. It runs on the calling goroutine and
 // panics on sizes that do not fit the slices.
 func SgemmNTBF16(m, n, k int, alpha float32, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
-	checkBF16Rows(true, m, n, k, a, lda, b, ldb, c, ldc)
+	checkGemm(false, true, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
 	}
 	if k == 0 {
-		zeroRows(c, m, n, ldc)
+		scaleC(m, n, 0, c, ldc)
 		return
 	}
 	C.bf16kv_nt(bf16RowsVec, C.int(m), C.int(n), C.int(k), C.float(alpha), (*C.float)(&a[0]), C.long(lda),
@@ -38,12 +38,12 @@ func SgemmNTBF16(m, n, k int, alpha float32, a []float32, lda int, b []uint16, l
 // probabilities times the values of a bfloat16 KV cache. As SgemmNTBF16,
 // exact widening, a fixed order of additions, the calling goroutine.
 func SgemmNNBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
-	checkBF16Rows(false, m, n, k, a, lda, b, ldb, c, ldc)
+	checkGemm(false, false, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
 	}
 	if k == 0 {
-		zeroRows(c, m, n, ldc)
+		scaleC(m, n, 0, c, ldc)
 		return
 	}
 	C.bf16kv_nn(bf16RowsVec, C.int(m), C.int(n), C.int(k), (*C.float)(&a[0]), C.long(lda),

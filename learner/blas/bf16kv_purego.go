@@ -5,7 +5,7 @@ package blas
 // SgemmNTBF16 computes C = alpha·A·Bᵀ with B's values in bfloat16 (see
 // the cgo build's bf16kv.go); here one multiply-add at a time.
 func SgemmNTBF16(m, n, k int, alpha float32, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
-	checkBF16Rows(true, m, n, k, a, lda, b, ldb, c, ldc)
+	checkGemm(false, true, m, n, k, a, lda, b, ldb, c, ldc)
 	for i := range m {
 		for j := range n {
 			var s float32
@@ -20,7 +20,7 @@ func SgemmNTBF16(m, n, k int, alpha float32, a []float32, lda int, b []uint16, l
 // SgemmNNBF16 computes C = A·B with B's values in bfloat16 (see the cgo
 // build's bf16kv.go).
 func SgemmNNBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
-	checkBF16Rows(false, m, n, k, a, lda, b, ldb, c, ldc)
+	checkGemm(false, false, m, n, k, a, lda, b, ldb, c, ldc)
 	for i := range m {
 		for q := range n {
 			var s float32

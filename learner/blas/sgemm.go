@@ -95,7 +95,8 @@ func split(n, parts, align int) [][2]int {
 }
 
 // checkGemm panics with a message naming the first inconsistent argument.
-func checkGemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+// B's values are float32, or bfloat16 for SgemmNTBF16 and SgemmNNBF16.
+func checkGemm[B float32 | uint16](transA, transB bool, m, n, k int, a []float32, lda int, b []B, ldb int, c []float32, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("blas: negative size m=%d n=%d k=%d", m, n, k))
 	}
@@ -107,18 +108,18 @@ func checkGemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float
 	if transB {
 		rowsB, colsB = n, k
 	}
-	check := func(name string, buf []float32, rows, cols, ld int) {
+	check := func(name string, have, rows, cols, ld int) {
 		if ld < max(cols, 1) {
 			panic(fmt.Sprintf("blas: ld%s=%d is below the %d columns of %s", name, ld, cols, name))
 		}
 		if rows == 0 || cols == 0 {
 			return
 		}
-		if need := (rows-1)*ld + cols; len(buf) < need {
-			panic(fmt.Sprintf("blas: %s holds %d values, a %d×%d matrix with stride %d needs %d", name, len(buf), rows, cols, ld, need))
+		if need := (rows-1)*ld + cols; have < need {
+			panic(fmt.Sprintf("blas: %s holds %d values, a %d×%d matrix with stride %d needs %d", name, have, rows, cols, ld, need))
 		}
 	}
-	check("a", a, rowsA, colsA, lda)
-	check("b", b, rowsB, colsB, ldb)
-	check("c", c, m, n, ldc)
+	check("a", len(a), rowsA, colsA, lda)
+	check("b", len(b), rowsB, colsB, ldb)
+	check("c", len(c), m, n, ldc)
 }
