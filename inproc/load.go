@@ -155,8 +155,9 @@ func (l Loaded) OpenDecoder(dv backend.Device, requested string) (engine.Backend
 	defer debug.FreeOSMemory()
 	m := l.Model
 	if dv == nil {
-		dt, err := l.DecodeIn(engine.CPU(m), requested)
-		return engine.CPU(m), dt, err
+		dec := engine.CPU(m)
+		dt, err := l.DecodeIn(dec, requested)
+		return dec, dt, err
 	}
 	if bd, ok := dv.(backend.BF16Decoders); ok {
 		dt, err := resolveDeviceDType(requested, l.DType)

@@ -435,14 +435,6 @@ const (
 // registered in learner/backend (backend.Names).
 const BackendCPU = backend.CPUName
 
-// learnerBackend is Learner.Backend with its default.
-func (c Config) learnerBackend() string {
-	if c.Learner.Backend == "" {
-		return BackendCPU
-	}
-	return c.Learner.Backend
-}
-
 // Precisions (Learner.Precision).
 const (
 	PrecisionFP32 = backend.FP32

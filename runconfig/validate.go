@@ -78,7 +78,7 @@ func (c Config) validatePolicy() error {
 		// On the cpu backend the engine's bfloat16 products need the
 		// CPU's instructions; a device backend decodes on the device
 		// (cuda holds bfloat16 itself; inproc.Loaded.OpenDecoder).
-		if ok, why := model.BF16DecodeAvailable(); !ok && c.learnerBackend() == BackendCPU {
+		if ok, why := model.BF16DecodeAvailable(); !ok && c.Learner.Backend == BackendCPU {
 			return fieldError("policy.dtype", "bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use float32 or auto", why)
 		}
 	default:

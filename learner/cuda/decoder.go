@@ -95,10 +95,6 @@ func (d *Decoder) Config() model.Config { return d.g.cfg }
 // values of every layer, 4 bytes a value, 2 in a bfloat16 decoder.
 func (d *Decoder) BytesPerToken() int { return 2 * d.cacheDType().Size() * d.g.L * d.g.KD }
 
-// DecodesInBF16 reports whether d holds its weights and caches in
-// bfloat16 (NewDecoderBF16).
-func (d *Decoder) DecodesInBF16() bool { return d.half }
-
 func (d *Decoder) cacheDType() DType {
 	if d.half {
 		return BF16

@@ -446,7 +446,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 			return nil, fmt.Errorf("model: Extend cache %d was not made by this model's NewKVCache (or by a model of another shape)", i)
 		}
 		if c.half() != (m.bf16 != nil) {
-			return nil, fmt.Errorf("model: Extend cache %d holds keys and values in %s, but the model decodes in %s: make its caches with NewKVCache after DecodeBF16", i, c.dtype(), m.decodeDType())
+			return nil, fmt.Errorf("model: Extend cache %d holds keys and values in %s, but the model decodes in %s: make its caches with NewKVCache after DecodeBF16", i, precisionName(c.half()), precisionName(m.bf16 != nil))
 		}
 		if seen[c] {
 			return nil, fmt.Errorf("model: Extend got cache %d twice in one step", i)
@@ -626,17 +626,9 @@ func (o *decodeOps) Attention(y, lse, qkv []float32, l int) {
 	})
 }
 
-// dtype names the precision of the cache's keys and values.
-func (c *KVCache) dtype() string {
-	if c.half() {
-		return "bfloat16"
-	}
-	return "float32"
-}
-
-// decodeDType names the precision Extend multiplies in.
-func (m *Model) decodeDType() string {
-	if m.bf16 != nil {
+// precisionName names bfloat16 or float32, for errors.
+func precisionName(half bool) string {
+	if half {
 		return "bfloat16"
 	}
 	return "float32"
