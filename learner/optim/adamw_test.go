@@ -24,7 +24,7 @@ type fixtureStep struct {
 type fixtureScenario struct {
 	Name    string        `json:"name"`
 	Config  Config        `json:"config"`
-	Tensors []stateTensor `json:"tensors"`
+	Tensors []TensorState `json:"tensors"`
 	Init    [][]float32   `json:"init"`
 	Steps   []fixtureStep `json:"steps"`
 	ExpAvg  [][]float32   `json:"exp_avg"`
@@ -355,7 +355,7 @@ func TestStateStreamsInChunks(t *testing.T) {
 	for _, name := range o.order {
 		s := o.state[name]
 		flat[name] = [2][]float32{append([]float32(nil), s.m...), append([]float32(nil), s.v...)}
-		tensors = append(tensors, TensorState{name, len(s.m)})
+		tensors = append(tensors, TensorState{Name: name, Numel: len(s.m)})
 	}
 	var got bytes.Buffer
 	calls := 0

@@ -31,12 +31,8 @@ const (
 type stateHeader struct {
 	Steps   int64         `json:"steps"`
 	Config  Config        `json:"config"` // informational: the run configuration governs
-	Tensors []stateTensor `json:"tensors"`
-}
-
-type stateTensor struct {
-	Name  string `json:"name"`
-	Numel int    `json:"numel"`
+	Part    *Part         `json:"part,omitempty"`
+	Tensors []TensorState `json:"tensors"`
 }
 
 // ErrState is wrapped by every error about malformed optimiser state.
@@ -70,8 +66,11 @@ func (o *AdamW) UnmarshalState(b []byte) error {
 // TensorState names one tensor's moments in a state: Numel floats of m,
 // then as many of v.
 type TensorState struct {
-	Name  string
-	Numel int
+	Name  string `json:"name"`
+	Numel int    `json:"numel"`
+	// Offset is, in one part of a sharded state, the first element of
+	// the tensor that the slice holds (0 for a whole tensor).
+	Offset int `json:"offset,omitempty"`
 }
 
 // stateChunk is the floats one call of WriteState's fill or ReadState's
@@ -86,10 +85,13 @@ const stateChunk = 1 << 18
 // whole copy of the state is made: the moments may live anywhere (host
 // memory, a device).
 func WriteState(w io.Writer, steps int64, cfg Config, tensors []TensorState, fill func(tensor, moment, off int, vals []float32) error) (int64, error) {
-	h := stateHeader{Steps: steps, Config: cfg}
-	for _, t := range tensors {
-		h.Tensors = append(h.Tensors, stateTensor{t.Name, t.Numel})
-	}
+	return writeState(w, stateHeader{Steps: steps, Config: cfg, Tensors: tensors}, fill)
+}
+
+// writeState is WriteState with the header h (a part's, or a whole
+// state's).
+func writeState(w io.Writer, h stateHeader, fill func(tensor, moment, off int, vals []float32) error) (int64, error) {
+	tensors := h.Tensors
 	js, err := json.Marshal(h)
 	if err != nil {
 		return 0, fmt.Errorf("optim: encoding state header: %w", err)
@@ -143,76 +145,132 @@ func maxNumel(ts []TensorState) int {
 // chunk at a time, in file order (moment 0 is m, 1 is v; off as for
 // WriteState; vals is valid during the call only). The checksum covers
 // everything and is checked last: when ReadState fails, whatever put
-// received must be discarded. It returns the bytes read.
+// received must be discarded. It returns the bytes read. One part of a
+// sharded state (see Part) is refused: its tensors are slices, which only
+// ReadPart gives with their offsets.
 func ReadState(r io.Reader, begin func(steps int64, tensors []TensorState) error, put func(tensor, moment, off int, vals []float32) error) (int64, error) {
-	cr := &crcReader{r: r, crc: crc32.NewIEEE()}
+	d, err := newDecoder(r)
+	if err != nil {
+		return d.n(), err
+	}
+	if d.h.Part != nil {
+		return d.n(), fmt.Errorf("%w: this is part %d of %d of a sharded optimiser state (one rank's share): read the parts together through their index (%s)", ErrState, d.h.Part.Index, d.h.Part.Of, PartIndexFormat)
+	}
+	err = d.stream(func() error { return begin(d.h.Steps, d.tensors) }, put)
+	return d.n(), err
+}
+
+// decoder reads a state in the format above in file order: the preamble
+// and header when it is made, then the values, then the checksum.
+type decoder struct {
+	cr      *crcReader
+	h       stateHeader
+	tensors []TensorState
+	buf     []byte
+}
+
+// newDecoder reads and validates the preamble and the header from r.
+func newDecoder(r io.Reader) (*decoder, error) {
+	d := &decoder{cr: &crcReader{r: r, crc: crc32.NewIEEE()}}
 	var fixed [16]byte
-	if _, err := io.ReadFull(cr, fixed[:]); err != nil {
-		return cr.n, fmt.Errorf("%w: reading the preamble: %v", ErrState, err)
+	if _, err := io.ReadFull(d.cr, fixed[:]); err != nil {
+		return d, fmt.Errorf("%w: reading the preamble: %v", ErrState, err)
 	}
 	if string(fixed[:8]) != stateMagic {
-		return cr.n, fmt.Errorf("%w: magic %q, want %q (not an optimiser state file)", ErrState, fixed[:8], stateMagic)
+		return d, fmt.Errorf("%w: magic %q, want %q (not an optimiser state file)", ErrState, fixed[:8], stateMagic)
 	}
 	if v := binary.LittleEndian.Uint32(fixed[8:]); v != stateVersion {
-		return cr.n, fmt.Errorf("%w: version %d, this build reads version %d", ErrState, v, stateVersion)
+		return d, fmt.Errorf("%w: version %d, this build reads version %d", ErrState, v, stateVersion)
 	}
 	hlen := binary.LittleEndian.Uint32(fixed[12:])
 	if hlen > maxHeader {
-		return cr.n, fmt.Errorf("%w: header of %d bytes exceeds the %d-byte limit", ErrState, hlen, maxHeader)
+		return d, fmt.Errorf("%w: header of %d bytes exceeds the %d-byte limit", ErrState, hlen, maxHeader)
 	}
 	js := make([]byte, hlen)
-	if _, err := io.ReadFull(cr, js); err != nil {
-		return cr.n, fmt.Errorf("%w: reading the header: %v", ErrState, err)
+	if _, err := io.ReadFull(d.cr, js); err != nil {
+		return d, fmt.Errorf("%w: reading the header: %v", ErrState, err)
 	}
-	var h stateHeader
-	if err := json.Unmarshal(js, &h); err != nil {
-		return cr.n, fmt.Errorf("%w: header: %v", ErrState, err)
+	if err := json.Unmarshal(js, &d.h); err != nil {
+		return d, fmt.Errorf("%w: header: %v", ErrState, err)
 	}
-	if h.Steps < 0 {
-		return cr.n, fmt.Errorf("%w: negative step count %d", ErrState, h.Steps)
+	if d.h.Steps < 0 {
+		return d, fmt.Errorf("%w: negative step count %d", ErrState, d.h.Steps)
 	}
-	tensors := make([]TensorState, len(h.Tensors))
-	seen := make(map[string]bool, len(h.Tensors))
-	for i, t := range h.Tensors {
-		if t.Numel < 0 || t.Numel > math.MaxInt32 {
-			return cr.n, fmt.Errorf("%w: tensor %q has %d elements", ErrState, t.Name, t.Numel)
+	if p := d.h.Part; p != nil && (p.Of < 1 || p.Index < 1 || p.Index > p.Of || p.Start < 0 || p.End < p.Start) {
+		return d, fmt.Errorf("%w: part %d of %d holding elements [%d, %d) makes no sense", ErrState, p.Index, p.Of, p.Start, p.End)
+	}
+	seen := make(map[string]bool, len(d.h.Tensors))
+	for _, t := range d.h.Tensors {
+		if t.Numel < 0 || t.Numel > math.MaxInt32 || t.Offset < 0 || t.Offset > math.MaxInt32-t.Numel {
+			return d, fmt.Errorf("%w: tensor %q has %d elements from element %d", ErrState, t.Name, t.Numel, t.Offset)
 		}
 		if seen[t.Name] {
-			return cr.n, fmt.Errorf("%w: tensor %q appears twice", ErrState, t.Name)
+			return d, fmt.Errorf("%w: tensor %q appears twice", ErrState, t.Name)
 		}
 		seen[t.Name] = true
-		tensors[i] = TensorState{t.Name, t.Numel}
 	}
-	if err := begin(h.Steps, tensors); err != nil {
-		return cr.n, err
+	d.tensors = d.h.Tensors
+	return d, nil
+}
+
+// n is the bytes read so far.
+func (d *decoder) n() int64 { return d.cr.n }
+
+// read fills vals with the next values of the stream; name is the tensor
+// they belong to, for the error.
+func (d *decoder) read(vals []float32, name string) error {
+	if cap(d.buf) < 4*len(vals) {
+		d.buf = make([]byte, 4*min(stateChunk, max(len(vals), maxNumel(d.tensors))))
 	}
-	vals := make([]float32, min(stateChunk, maxNumel(tensors)))
-	buf := make([]byte, 4*len(vals))
-	for ti, t := range tensors {
+	for len(vals) > 0 {
+		part := vals[:min(len(vals), len(d.buf)/4)]
+		b := d.buf[:4*len(part)]
+		if _, err := io.ReadFull(d.cr, b); err != nil {
+			return fmt.Errorf("%w: tensor %q truncated: %v", ErrState, name, err)
+		}
+		for i := range part {
+			part[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		vals = vals[len(part):]
+	}
+	return nil
+}
+
+// finish reads the checksum and compares it with the one of everything
+// read before it.
+func (d *decoder) finish() error {
+	want := d.cr.crc.Sum32()
+	var sum [4]byte
+	if _, err := io.ReadFull(d.cr, sum[:]); err != nil {
+		return fmt.Errorf("%w: missing checksum: %v", ErrState, err)
+	}
+	if got := binary.LittleEndian.Uint32(sum[:]); got != want {
+		return fmt.Errorf("%w: checksum %08x, computed %08x (the file is corrupt)", ErrState, got, want)
+	}
+	return nil
+}
+
+// stream calls begin, then put with every tensor's m and v one chunk at a
+// time, in file order, then checks the checksum.
+func (d *decoder) stream(begin func() error, put func(tensor, moment, off int, vals []float32) error) error {
+	if err := begin(); err != nil {
+		return err
+	}
+	vals := make([]float32, min(stateChunk, maxNumel(d.tensors)))
+	for ti, t := range d.tensors {
 		for moment := 0; moment < 2; moment++ {
 			for lo := 0; lo < t.Numel; lo += stateChunk {
 				part := vals[:min(stateChunk, t.Numel-lo)]
-				if _, err := io.ReadFull(cr, buf[:4*len(part)]); err != nil {
-					return cr.n, fmt.Errorf("%w: tensor %q truncated: %v", ErrState, t.Name, err)
-				}
-				for i := range part {
-					part[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+				if err := d.read(part, t.Name); err != nil {
+					return err
 				}
 				if err := put(ti, moment, lo, part); err != nil {
-					return cr.n, err
+					return err
 				}
 			}
 		}
 	}
-	want := cr.crc.Sum32()
-	var sum [4]byte
-	if _, err := io.ReadFull(cr, sum[:]); err != nil {
-		return cr.n, fmt.Errorf("%w: missing checksum: %v", ErrState, err)
-	}
-	if got := binary.LittleEndian.Uint32(sum[:]); got != want {
-		return cr.n, fmt.Errorf("%w: checksum %08x, computed %08x (the file is corrupt)", ErrState, got, want)
-	}
-	return cr.n, nil
+	return d.finish()
 }
 
 // WriteTo writes the state to w (io.WriterTo), streaming: no copy of the
@@ -220,7 +278,7 @@ func ReadState(r io.Reader, begin func(steps int64, tensors []TensorState) error
 func (o *AdamW) WriteTo(w io.Writer) (int64, error) {
 	tensors := make([]TensorState, len(o.order))
 	for i, name := range o.order {
-		tensors[i] = TensorState{name, len(o.state[name].m)}
+		tensors[i] = TensorState{Name: name, Numel: len(o.state[name].m)}
 	}
 	return WriteState(w, o.steps, o.cfg, tensors, func(t, moment, off int, vals []float32) error {
 		s := o.state[o.order[t]]
