@@ -22,6 +22,11 @@ import (
 const (
 	OptimizerName    = "optimizer.bin"
 	TrainerStateName = "trainer_state.json"
+	// OptimizerIndexName lists the parts of an optimiser state that the
+	// ranks of a data-parallel group wrote, each its own
+	// (OptimizerPartName), in place of one optimizer.bin
+	// (learner/optim's PartIndex).
+	OptimizerIndexName = "optimizer.index.json"
 	// MasterName holds the float32 master weights, beside model.safetensors,
 	// when the model's dtype is not float32: training resumes from it bit
 	// for bit, while model.safetensors (in the model's dtype) is what
@@ -29,6 +34,12 @@ const (
 	// names and shapes as the model weights.
 	MasterName = "master.safetensors"
 )
+
+// OptimizerPartName is the name of part i (1-based) of an optimiser state
+// split into n.
+func OptimizerPartName(i, n int) string {
+	return fmt.Sprintf("optimizer-%05d-of-%05d.bin", i, n)
+}
 
 // ErrNotCommitted is returned (wrapped, naming the directory) by Load for a
 // directory without a _COMMITTED marker.
@@ -81,6 +92,14 @@ type Checkpoint struct {
 	// optimizer.bin in place of Optimizer (which must then be empty), so
 	// that no copy of it is built in memory.
 	WriteOptimizer func(io.Writer) error
+	// OptimizerParts, when above 1, has the optimiser state written as that
+	// many files, OptimizerPartName(i, OptimizerParts), listed by
+	// OptimizerIndex (written as optimizer.index.json), in place of one
+	// optimizer.bin: WriteOptimizer streams this process's part, number
+	// OptimizerPart+1, and the SaveOptions' Helpers write the others.
+	OptimizerParts int
+	OptimizerPart  int
+	OptimizerIndex []byte
 	Trainer        TrainerState
 	// WriteTiedHead, on Save, also writes lm_head.weight into
 	// model.safetensors (a copy of model.embed_tokens.weight) when the
@@ -116,10 +135,10 @@ type marker struct {
 // reserved are file names a tokenizer file may not take.
 func reserved(name string) bool {
 	switch name {
-	case ConfigName, WeightsName, WeightsIndexName, MasterName, OptimizerName, TrainerStateName, rundir.CommittedName:
+	case ConfigName, WeightsName, WeightsIndexName, MasterName, OptimizerName, OptimizerIndexName, TrainerStateName, rundir.CommittedName:
 		return true
 	}
-	return strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors")
+	return strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors") || isOptimizerPart(name)
 }
 
 // Files of a Hugging Face model directory that travel with the weights
@@ -253,26 +272,40 @@ func WeightShards(ck Checkpoint, opts SaveOptions) (int, error) {
 }
 
 // WriteShards is a helper's part of SaveWith(ck, opts) when opts.Helpers
-// hands it shards (see ShardHelpers): it writes into dir, the directory
+// hands it files (see ShardHelpers): it writes into dir, the directory
 // the saving process's Start named, the weight shards i of n for which
-// mine(i, n) holds, and returns their files (name, size, sha256) for the
-// saving process's Collect. It writes nothing when the weights fit in one
-// file, which the saving process writes itself. ck must hold the tensors
-// the saving process holds, and opts its options.
+// mine(i, n) holds (none when the weights fit in one file, which the
+// saving process writes itself) and, when ck.OptimizerParts is above 1,
+// its part of the optimiser state (ck.OptimizerPart, streamed by
+// ck.WriteOptimizer); it returns their files (name, size, sha256) for the
+// saving process's Collect. ck must hold the tensors the saving process
+// holds, and opts its options.
 func WriteShards(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions, mine func(i, n int) bool) ([]rundir.File, error) {
 	if opts.DType == "" {
 		opts.DType = ck.modelDType()
 	}
 	shards, opts, err := weightShards(dir, ck.ServedTensors(), opts)
-	if err != nil || len(shards) == 1 {
+	if err != nil {
 		return nil, err
 	}
 	var out []rundir.File
-	for i, ts := range shards {
-		if !mine(i, len(shards)) {
-			continue
+	if len(shards) > 1 {
+		for i, ts := range shards {
+			if !mine(i, len(shards)) {
+				continue
+			}
+			f, err := writeShard(ctx, dir, ShardName(i+1, len(shards)), ts, opts)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, f)
 		}
-		f, err := writeShard(ctx, dir, ShardName(i+1, len(shards)), ts, opts)
+	}
+	if ck.OptimizerParts > 1 && !ck.ServingOnly {
+		if ck.WriteOptimizer == nil {
+			return out, fmt.Errorf("optimiser part %d of %d: nothing streams it", ck.OptimizerPart+1, ck.OptimizerParts)
+		}
+		f, err := writeFile(ctx, storage.Join(dir, OptimizerPartName(ck.OptimizerPart+1, ck.OptimizerParts)), true, ck.WriteOptimizer)
 		if err != nil {
 			return out, err
 		}
@@ -281,7 +314,9 @@ func WriteShards(ctx context.Context, dir string, ck Checkpoint, opts SaveOption
 	return out, nil
 }
 
-// writeAll writes every file of ck into dir and returns the marker.
+// writeAll writes every file of ck into dir and returns the marker. Files
+// left to helpers (opts.Helpers: weight shards, other optimiser parts) are
+// written meanwhile by them and listed once Collect reports them all.
 func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) (marker, error) {
 	m := marker{Version: 1, Step: ck.Trainer.Step, CreatedAt: ck.Trainer.CreatedAt}
 	cfg, err := forWeights(ck.Config, opts.withDefaults().DType).Marshal()
@@ -289,6 +324,14 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		return m, err
 	}
 	ts, err := trainerStateJSON(ck.Trainer)
+	if err != nil {
+		return m, err
+	}
+	shards, wopts, err := weightShards(dir, ck.ServedTensors(), opts)
+	if err != nil {
+		return m, err
+	}
+	mine, helped, err := startHelpers(ctx, dir, ck, len(shards), opts.Helpers)
 	if err != nil {
 		return m, err
 	}
@@ -301,19 +344,13 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	}
 	m.Files = append(m.Files, wf)
 	small := []namedBytes{{ConfigName, cfg}}
-	switch {
-	case ck.ServingOnly:
-	case ck.WriteOptimizer == nil:
-		small = append(small, namedBytes{OptimizerName, ck.Optimizer})
-	default:
-		if len(ck.Optimizer) > 0 {
-			return m, fmt.Errorf("the checkpoint has both optimiser state bytes and a function streaming it; give one")
-		}
-		wf, err := writeFile(ctx, storage.Join(dir, OptimizerName), true, ck.WriteOptimizer)
+	if !ck.ServingOnly {
+		files, more, err := writeOptimizer(ctx, dir, ck)
 		if err != nil {
 			return m, err
 		}
-		m.Files = append(m.Files, wf)
+		m.Files = append(m.Files, files...)
+		small = append(small, more...)
 	}
 	m.TokenizerFiles = sortedNames(ck.Tokenizer)
 	for _, n := range m.TokenizerFiles {
@@ -326,9 +363,9 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		}
 		m.Files = append(m.Files, wf)
 	}
-	wfs, err := saveWeights(ctx, dir, ck.ServedTensors(), opts)
+	wfs, err := writeWeights(ctx, dir, shards, wopts, mine)
 	if err != nil {
-		return m, err
+		return m, fmt.Errorf("save weights to %s: %w", dir, err)
 	}
 	m.Files = append(m.Files, wfs...)
 	if opts.DType != F32 && !ck.ServingOnly {
@@ -338,8 +375,110 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		}
 		m.Files = append(m.Files, wf)
 	}
+	got, err := collectHelpers(ctx, dir, opts.Helpers, helped)
+	if err != nil {
+		return m, err
+	}
+	m.Files = append(m.Files, got...)
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	return m, nil
+}
+
+// writeOptimizer writes ck's optimiser state: optimizer.bin streamed, or
+// this process's part of a split state; it returns the files written and
+// the small ones still to write (optimizer.bin's bytes, the parts' index).
+func writeOptimizer(ctx context.Context, dir string, ck Checkpoint) ([]rundir.File, []namedBytes, error) {
+	switch {
+	case ck.OptimizerParts > 1:
+		if len(ck.Optimizer) > 0 || ck.WriteOptimizer == nil || len(ck.OptimizerIndex) == 0 {
+			return nil, nil, fmt.Errorf("an optimiser state split into %d parts needs this process's part streamed (WriteOptimizer) and the parts' index, and no state bytes", ck.OptimizerParts)
+		}
+		wf, err := writeFile(ctx, storage.Join(dir, OptimizerPartName(ck.OptimizerPart+1, ck.OptimizerParts)), true, ck.WriteOptimizer)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []rundir.File{wf}, []namedBytes{{OptimizerIndexName, ck.OptimizerIndex}}, nil
+	case ck.WriteOptimizer == nil:
+		return nil, []namedBytes{{OptimizerName, ck.Optimizer}}, nil
+	}
+	if len(ck.Optimizer) > 0 {
+		return nil, nil, fmt.Errorf("the checkpoint has both optimiser state bytes and a function streaming it; give one")
+	}
+	wf, err := writeFile(ctx, storage.Join(dir, OptimizerName), true, ck.WriteOptimizer)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []rundir.File{wf}, nil, nil
+}
+
+// startHelpers tells h's helpers, when there is anything for them (weight
+// shards beyond one, optimiser parts beyond this process's), to write
+// their files into dir. It returns which weight shards this process
+// writes and the names of the files left to the helpers.
+func startHelpers(ctx context.Context, dir string, ck Checkpoint, shards int, h *ShardHelpers) (func(int) bool, map[string]bool, error) {
+	all := func(int) bool { return true }
+	parts := 0
+	if !ck.ServingOnly && ck.OptimizerParts > 1 {
+		parts = ck.OptimizerParts
+		if ck.OptimizerPart < 0 || ck.OptimizerPart >= parts {
+			return nil, nil, fmt.Errorf("optimiser part %d of %d does not exist", ck.OptimizerPart+1, parts)
+		}
+	}
+	if shards <= 1 && parts == 0 {
+		return all, nil, nil
+	}
+	if h == nil {
+		if parts > 0 {
+			return nil, nil, fmt.Errorf("the optimiser state is split into %d parts and no helpers write the others", parts)
+		}
+		return all, nil, nil
+	}
+	helped := map[string]bool{}
+	mine := all
+	if shards > 1 {
+		mine = func(i int) bool { return h.Mine(i, shards) }
+		for i := range shards {
+			if !mine(i) {
+				helped[ShardName(i+1, shards)] = true
+			}
+		}
+	}
+	for i := range parts {
+		if i != ck.OptimizerPart {
+			helped[OptimizerPartName(i+1, parts)] = true
+		}
+	}
+	if err := h.Start(ctx, dir, shards); err != nil {
+		return nil, nil, fmt.Errorf("save checkpoint files to %s: %w", dir, err)
+	}
+	return mine, helped, nil
+}
+
+// collectHelpers waits for the files left to h's helpers and checks that
+// they are exactly those (helped, by name).
+func collectHelpers(ctx context.Context, dir string, h *ShardHelpers, helped map[string]bool) ([]rundir.File, error) {
+	if len(helped) == 0 {
+		return nil, nil
+	}
+	got, err := h.Collect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("save checkpoint files to %s: %w", dir, err)
+	}
+	for _, f := range got {
+		if !helped[f.Path] {
+			return nil, fmt.Errorf("save checkpoint files to %s: a helper reported %s, which is not one of the files left to the helpers", dir, f.Path)
+		}
+		delete(helped, f.Path)
+	}
+	if len(helped) > 0 {
+		missing := make([]string, 0, len(helped))
+		for n := range helped {
+			missing = append(missing, n)
+		}
+		sort.Strings(missing)
+		return nil, fmt.Errorf("save checkpoint files to %s: the helpers reported no %v", dir, missing)
+	}
+	return got, nil
 }
 
 // namedBytes is a small file of a checkpoint: its name and content.
@@ -503,4 +642,11 @@ func checkLeftover(dir string, entries []os.DirEntry) error {
 		return fmt.Errorf("save checkpoint %s: the directory exists, is not empty and holds no %s; refusing to replace what is not a checkpoint (pick an empty location)", dir, TrainerStateName)
 	}
 	return nil
+}
+
+// isOptimizerPart reports whether name has the form of OptimizerPartName.
+func isOptimizerPart(name string) bool {
+	var i, n int
+	_, err := fmt.Sscanf(name, "optimizer-%05d-of-%05d.bin", &i, &n)
+	return err == nil && name == OptimizerPartName(i, n)
 }

@@ -13,8 +13,10 @@
 //     (config.json, model.safetensors or shards in the model's dtype,
 //     tokenizer files, generation_config.json) plus master.safetensors
 //     (the float32 master weights, when the model's dtype is not float32),
-//     optimizer.bin and trainer_state.json, committed by a final _COMMITTED
-//     marker. A directory without the marker does not exist as far as Load
+//     optimizer.bin (or, written by the ranks of a data-parallel group,
+//     optimizer-0000i-of-0000n.bin, each rank's share, listed by
+//     optimizer.index.json) and trainer_state.json, committed by a final
+//     _COMMITTED marker. A directory without the marker does not exist as far as Load
 //     and Latest are concerned. A serving checkpoint
 //     (Checkpoint.ServingOnly) leaves the training state out
 //     (master.safetensors, optimizer.bin): what policy servers load, at a

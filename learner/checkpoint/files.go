@@ -42,26 +42,30 @@ type SaveOptions struct {
 	Metadata map[string]string
 	// Helpers, when set, are other processes holding the same tensors that
 	// write some of the weight shards in parallel with this one, when the
-	// weights take more than one shard (SaveWith; ignored otherwise).
+	// weights take more than one shard, and the other parts of the
+	// optimiser state, when it is split (SaveWith; ignored otherwise).
 	Helpers *ShardHelpers
 }
 
-// ShardHelpers hand some of a sharded checkpoint's weight files to other
-// processes, each of which holds the same tensors and writes its shards
-// with WriteShards into the directory the checkpoint is being written
-// into. The split into shards depends on the tensors, the dtype and
-// MaxShardBytes alone, so the files are the same whoever writes them.
+// ShardHelpers hand some of a checkpoint's files to other processes, each
+// of which holds the same tensors and writes, with WriteShards, into the
+// directory the checkpoint is being written into: weight shards, and its
+// own part of the optimiser state (Checkpoint.OptimizerParts). The split
+// into shards depends on the tensors, the dtype and MaxShardBytes alone,
+// so the weight files are the same whoever writes them.
 type ShardHelpers struct {
 	// Mine reports whether this process writes shard i (0-based) of n
 	// itself; the others are the helpers'.
 	Mine func(i, n int) bool
 	// Start is called with the directory the files go into and the shard
-	// count, before this process writes its own shards: it tells the
-	// helpers to write theirs.
+	// count (1 when the weights are one file and only the optimiser
+	// state is split), before this process writes its own files: it tells
+	// the helpers to write theirs.
 	Start func(ctx context.Context, dir string, n int) error
-	// Collect returns, once this process wrote its own shards, the files
+	// Collect returns, once this process wrote its own files, the files
 	// the helpers wrote (name, size and sha256 of every shard Mine does
-	// not claim). An error fails the save and nothing is committed.
+	// not claim and of every other optimiser part). An error fails the
+	// save and nothing is committed.
 	Collect func(ctx context.Context) ([]rundir.File, error)
 }
 
@@ -269,6 +273,14 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 	if err != nil {
 		return nil, err
 	}
+	return writeWeights(ctx, dir, shards, opts, func(int) bool { return true })
+}
+
+// writeWeights writes the weights split into shards: model.safetensors
+// when there is one, else the shards i for which mine(i) holds (the others
+// are left to helpers) and model.safetensors.index.json. opts has its
+// defaults.
+func writeWeights(ctx context.Context, dir string, shards [][]Tensor, opts SaveOptions, mine func(i int) bool) ([]rundir.File, error) {
 	if len(shards) == 1 {
 		f, err := writeShard(ctx, dir, WeightsName, shards[0], opts)
 		if err != nil {
@@ -276,18 +288,9 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 		}
 		return []rundir.File{f}, nil
 	}
-	h := opts.Helpers
-	mine := func(int) bool { return true }
-	if h != nil {
-		mine = func(i int) bool { return h.Mine(i, len(shards)) }
-		if err := h.Start(ctx, dir, len(shards)); err != nil {
-			return nil, fmt.Errorf("save weights to %s: %w", dir, err)
-		}
-	}
 	idx := shardIndex{Metadata: map[string]any{}, WeightMap: map[string]string{}}
 	var total int64
 	var out []rundir.File
-	others := map[string]bool{}
 	for i, ts := range shards {
 		name := ShardName(i+1, len(shards))
 		for _, t := range ts {
@@ -295,7 +298,6 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 			total += int64(len(t.Data) * opts.DType.Size())
 		}
 		if !mine(i) {
-			others[name] = true
 			continue
 		}
 		f, err := writeShard(ctx, dir, name, ts, opts)
@@ -303,27 +305,6 @@ func saveWeights(ctx context.Context, dir string, tensors []Tensor, opts SaveOpt
 			return out, err
 		}
 		out = append(out, f)
-	}
-	if len(others) > 0 {
-		got, err := h.Collect(ctx)
-		if err != nil {
-			return out, fmt.Errorf("save weights to %s: %w", dir, err)
-		}
-		for _, f := range got {
-			if !others[f.Path] {
-				return out, fmt.Errorf("save weights to %s: a helper reported %s, which is not one of the shards left to the helpers", dir, f.Path)
-			}
-			delete(others, f.Path)
-			out = append(out, f)
-		}
-		if len(others) > 0 {
-			missing := make([]string, 0, len(others))
-			for n := range others {
-				missing = append(missing, n)
-			}
-			sort.Strings(missing)
-			return out, fmt.Errorf("save weights to %s: the helpers reported no %v", dir, missing)
-		}
 	}
 	idx.Metadata["total_size"] = total
 	b, err := json.MarshalIndent(idx, "", "  ")

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/optim"
 )
 
 // readMarker reads dir/_COMMITTED.
@@ -63,17 +65,89 @@ func LoadWith(ctx context.Context, dir string, opts LoadOptions) (Checkpoint, er
 	return loadCommitted(ctx, dir, true, opts)
 }
 
-// OpenOptimizer streams the optimizer.bin of the committed checkpoint in
-// dir, checking its size and sha256 against the marker as it is read: a
-// mismatch is the error of the read that reaches the end (whatever was
-// read before it must be discarded).
+// OpenOptimizer streams the optimiser state of the committed checkpoint in
+// dir in learner/optim's one-process format, verified against the marker
+// as it is read: optimizer.bin, or the parts the ranks of a data-parallel
+// group wrote, joined (byte for byte the file one process writes for the
+// same state). Reading it to the end is what verifies it; Close stops it.
 func OpenOptimizer(ctx context.Context, dir string) (io.ReadCloser, error) {
 	m, err := readMarker(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
+	if m.lists(OptimizerName) {
+		return m.openVerified(ctx, dir, OptimizerName)
+	}
+	parts, err := openParts(ctx, dir, m)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := optim.JoinParts(pw, parts.Index, parts.Open)
+		if err != nil {
+			err = fmt.Errorf("load checkpoint %s: optimiser state: %w", dir, err)
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
+}
+
+// OptimizerParts is the optimiser state of a checkpoint written in parts
+// (Checkpoint.OptimizerParts): the index, and Open, which streams one
+// part, verified against the marker as it is read to the end.
+type OptimizerParts struct {
+	Index optim.PartIndex
+	Open  func(file string) (io.ReadCloser, error)
+}
+
+// OpenOptimizerParts gives the parts of the optimiser state of the
+// committed checkpoint in dir, so that a rank reads those that hold its
+// share alone (optim.ReadParts); nil when the state is one optimizer.bin
+// (OpenOptimizer streams it).
+func OpenOptimizerParts(ctx context.Context, dir string) (*OptimizerParts, error) {
+	m, err := readMarker(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	if m.lists(OptimizerName) {
+		return nil, nil
+	}
+	return openParts(ctx, dir, m)
+}
+
+// openParts reads and checks the parts' index of the checkpoint in dir,
+// whose marker is m.
+func openParts(ctx context.Context, dir string, m marker) (*OptimizerParts, error) {
+	if !m.lists(OptimizerIndexName) {
+		return nil, fmt.Errorf("load checkpoint %s: %s lists neither %s nor %s: it is a serving checkpoint, without the optimiser state", dir, rundir.CommittedName, OptimizerName, OptimizerIndexName)
+	}
+	rc, err := m.openVerified(ctx, dir, OptimizerIndexName)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint %s: %w", dir, err)
+	}
+	x, err := optim.ParsePartIndex(b)
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint %s: %s: %w", dir, OptimizerIndexName, err)
+	}
+	for _, p := range x.Parts {
+		if !isOptimizerPart(p.File) || !m.lists(p.File) {
+			return nil, fmt.Errorf("load checkpoint %s: %s names the part %q, which %s does not list as an optimiser part", dir, OptimizerIndexName, p.File, rundir.CommittedName)
+		}
+	}
+	return &OptimizerParts{Index: x, Open: func(file string) (io.ReadCloser, error) { return m.openVerified(ctx, dir, file) }}, nil
+}
+
+// openVerified streams the file name of the checkpoint in dir, whose
+// marker m must list it, checking its size and sha256 as it is read.
+func (m marker) openVerified(ctx context.Context, dir, name string) (io.ReadCloser, error) {
 	for _, f := range m.Files {
-		if f.Path != OptimizerName {
+		if f.Path != name {
 			continue
 		}
 		p := storage.Join(dir, f.Path)
@@ -83,7 +157,7 @@ func OpenOptimizer(ctx context.Context, dir string) (io.ReadCloser, error) {
 		}
 		return &verifiedReader{r: r, h: sha256.New(), path: p, want: f}, nil
 	}
-	return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, rundir.CommittedName, OptimizerName)
+	return nil, fmt.Errorf("load checkpoint %s: %s does not list %s", dir, rundir.CommittedName, name)
 }
 
 // verifiedReader hashes what it reads and checks it against the marker's
@@ -218,6 +292,17 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 }
 
 // lists reports whether the marker lists the file name.
+// full reports whether m lists the optimiser state, in one file or in
+// parts.
+func (m marker) full() bool {
+	return m.lists(OptimizerName) || m.lists(OptimizerIndexName)
+}
+
+// isOptimizerFile reports whether name is a file of the optimiser state.
+func isOptimizerFile(name string) bool {
+	return name == OptimizerName || name == OptimizerIndexName || isOptimizerPart(name)
+}
+
 func (m marker) lists(name string) bool {
 	for _, f := range m.Files {
 		if f.Path == name {
@@ -251,7 +336,7 @@ func (c *committedFiles) verify(ctx context.Context, f rundir.File, useMaster, s
 	if f.Path != filepath.Base(f.Path) || f.Path == "" || f.Path == "." || f.Path == ".." || strings.ContainsAny(f.Path, `/\`) {
 		return fmt.Errorf("load checkpoint %s: %s lists %q, not a file of the directory", c.dir, rundir.CommittedName, f.Path)
 	}
-	if f.Path == OptimizerName && skipOptimizer {
+	if skipOptimizer && isOptimizerFile(f.Path) {
 		return nil // OpenOptimizer verifies it as it streams
 	}
 	p := storage.Join(c.dir, f.Path)
@@ -291,6 +376,33 @@ func (c *committedFiles) verify(ctx context.Context, f rundir.File, useMaster, s
 	return nil
 }
 
+// optimizer is the optimiser state in learner/optim's one-process format:
+// optimizer.bin's bytes, or the parts joined.
+func (c *committedFiles) optimizer() ([]byte, error) {
+	if b, ok := c.files[OptimizerName]; ok {
+		return b, nil
+	}
+	b, err := c.need(OptimizerIndexName)
+	if err != nil {
+		return nil, err
+	}
+	x, err := optim.ParsePartIndex(b)
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint %s: %s: %w", c.dir, OptimizerIndexName, err)
+	}
+	var out bytes.Buffer
+	if _, err := optim.JoinParts(&out, x, func(file string) (io.ReadCloser, error) {
+		b, err := c.need(file)
+		if err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}); err != nil {
+		return nil, fmt.Errorf("load checkpoint %s: optimiser state: %w", c.dir, err)
+	}
+	return out.Bytes(), nil
+}
+
 // need is the content of the kept file name, which the marker must list.
 func (c *committedFiles) need(name string) ([]byte, error) {
 	b, ok := c.files[name]
@@ -319,10 +431,11 @@ func (c *committedFiles) metadata(m marker, skipOptimizer bool) (Checkpoint, err
 	if err := json.Unmarshal(b, &ck.Trainer); err != nil {
 		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", c.dir, TrainerStateName, err)
 	}
-	hasOpt := m.lists(OptimizerName)
-	ck.ServingOnly = !hasOpt
-	if hasOpt && !skipOptimizer {
-		ck.Optimizer = c.files[OptimizerName]
+	ck.ServingOnly = !m.full()
+	if !ck.ServingOnly && !skipOptimizer {
+		if ck.Optimizer, err = c.optimizer(); err != nil {
+			return Checkpoint{}, err
+		}
 	}
 	if len(m.TokenizerFiles) > 0 {
 		ck.Tokenizer = map[string][]byte{}

@@ -15,8 +15,9 @@ import (
 )
 
 // Full reports whether the committed checkpoint in dir holds the training
-// state (its marker lists optimizer.bin, and master.safetensors when the
-// model's dtype is not float32), from which a run continues bit for bit;
+// state (its marker lists optimizer.bin or the index of its parts, and
+// master.safetensors when the model's dtype is not float32), from which a
+// run continues bit for bit;
 // a serving checkpoint (Checkpoint.ServingOnly) does not. It reads the
 // marker only.
 func Full(ctx context.Context, dir string) (bool, error) {
@@ -24,12 +25,7 @@ func Full(ctx context.Context, dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for _, f := range m.Files {
-		if f.Path == OptimizerName {
-			return true, nil
-		}
-	}
-	return false, nil
+	return m.full(), nil
 }
 
 // Bytes is the total size of the files the committed checkpoint in dir

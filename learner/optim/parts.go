@@ -186,6 +186,24 @@ func openPart(x PartIndex, i int, open func(file string) (io.ReadCloser, error))
 	return d, rc, nil
 }
 
+// finishFile is finish for a decoder that reads a file of its own:
+// nothing may follow the checksum, and reading on to the end lets a
+// reader that verifies the file as a whole (its size and digest) do so.
+func (d *decoder) finishFile() error {
+	if err := d.finish(); err != nil {
+		return err
+	}
+	var one [1]byte
+	n, err := io.ReadFull(d.cr, one[:])
+	switch {
+	case n > 0:
+		return fmt.Errorf("%w: bytes after the end of the state", ErrState)
+	case err == io.EOF:
+		return nil
+	}
+	return err
+}
+
 func describePart(p *Part) string {
 	if p == nil {
 		return "a whole state"
@@ -215,7 +233,7 @@ func ReadParts(x PartIndex, lo, hi int64, open func(file string) (io.ReadCloser,
 		if err != nil {
 			return err
 		}
-		err = d.stream(func() error { return nil }, func(t, moment, off int, vals []float32) error {
+		err = d.streamFile(func(t, moment, off int, vals []float32) error {
 			s := d.tensors[t]
 			ti := index[s.Name] // checked against the index on open
 			first := offsets[ti] + int64(s.Offset+off)
@@ -268,7 +286,7 @@ func JoinParts(w io.Writer, x PartIndex, open func(file string) (io.ReadCloser, 
 				}
 				decs[next], closers[next] = d, c
 			}
-			if err := decs[next].finish(); err != nil {
+			if err := decs[next].finishFile(); err != nil {
 				return fmt.Errorf("%s: %w", x.Parts[next].File, err)
 			}
 			closers[next].Close()

@@ -157,6 +157,9 @@ func ReadState(r io.Reader, begin func(steps int64, tensors []TensorState) error
 		return d.n(), fmt.Errorf("%w: this is part %d of %d of a sharded optimiser state (one rank's share): read the parts together through their index (%s)", ErrState, d.h.Part.Index, d.h.Part.Of, PartIndexFormat)
 	}
 	err = d.stream(func() error { return begin(d.h.Steps, d.tensors) }, put)
+	if err == nil {
+		err = d.finish()
+	}
 	return d.n(), err
 }
 
@@ -250,8 +253,17 @@ func (d *decoder) finish() error {
 	return nil
 }
 
+// streamFile is stream of a file of its own (see finishFile), without a
+// begin.
+func (d *decoder) streamFile(put func(tensor, moment, off int, vals []float32) error) error {
+	if err := d.stream(func() error { return nil }, put); err != nil {
+		return err
+	}
+	return d.finishFile()
+}
+
 // stream calls begin, then put with every tensor's m and v one chunk at a
-// time, in file order, then checks the checksum.
+// time, in file order, up to the checksum (finish reads it).
 func (d *decoder) stream(begin func() error, put func(tensor, moment, off int, vals []float32) error) error {
 	if err := begin(); err != nil {
 		return err
@@ -270,7 +282,7 @@ func (d *decoder) stream(begin func() error, put func(tensor, moment, off int, v
 			}
 		}
 	}
-	return d.finish()
+	return nil
 }
 
 // WriteTo writes the state to w (io.WriterTo), streaming: no copy of the
