@@ -8,7 +8,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -99,13 +101,7 @@ func programDPSteps() int {
 		if err := loadParams(l, filepath.Join(dir, "params.bin")); err != nil {
 			return fail(err)
 		}
-		f, err := os.Open(filepath.Join(dir, "optimizer.bin"))
-		if err != nil {
-			return fail(err)
-		}
-		err = l.ReadOptimizerDP(f)
-		f.Close()
-		if err != nil {
+		if err := loadOptimizer(l, dir, os.Getenv("AIPO_DP_LOAD_PARTS") != ""); err != nil {
 			return fail(err)
 		}
 	}
@@ -122,16 +118,56 @@ func programDPSteps() int {
 	if err := l.WriteOptimizerDP(ctx, &opt); err != nil {
 		return fail(err)
 	}
-	if dir := os.Getenv("AIPO_DP_SAVE"); dir != "" && comm.Rank() == 0 {
-		if err := os.WriteFile(filepath.Join(dir, "params.bin"), paramBytes(l), 0o644); err != nil {
+	dir := os.Getenv("AIPO_DP_SAVE")
+	if dir != "" {
+		// Every rank writes its part of the state as well, with no
+		// exchange; rank 0 the index.
+		var part bytes.Buffer
+		if err := l.WriteOptimizerPart(&part); err != nil {
 			return fail(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, "optimizer.bin"), opt.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, partName(comm.Rank()+1, comm.Size())), part.Bytes(), 0o644); err != nil {
 			return fail(err)
+		}
+	}
+	if dir != "" && comm.Rank() == 0 {
+		idx, err := json.Marshal(l.OptimizerIndex(partName))
+		if err != nil {
+			return fail(err)
+		}
+		for name, b := range map[string][]byte{"params.bin": paramBytes(l), "optimizer.bin": opt.Bytes(), "optimizer.index.json": idx} {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	fmt.Println("done")
 	return 0
+}
+
+func partName(i, n int) string { return fmt.Sprintf("optimizer-%d-of-%d.bin", i, n) }
+
+// loadOptimizer restores l's share of the optimiser state saved in dir:
+// from the ranks' parts (reading those that hold it) or from the gathered
+// one-process file.
+func loadOptimizer(l *Learner, dir string, parts bool) error {
+	if !parts {
+		f, err := os.Open(filepath.Join(dir, "optimizer.bin"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return l.ReadOptimizerDP(f)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "optimizer.index.json"))
+	if err != nil {
+		return err
+	}
+	x, err := optim.ParsePartIndex(b)
+	if err != nil {
+		return err
+	}
+	return l.ReadOptimizerParts(x, func(file string) (io.ReadCloser, error) { return os.Open(filepath.Join(dir, file)) })
 }
 
 // joinGloo forms the group of the launcher's environment and opens its
@@ -184,9 +220,20 @@ func loadParams(l *Learner, path string) error {
 // and returns the directory they saved to.
 func dpRun(t *testing.T, size, first, steps int, load string) string {
 	t.Helper()
+	return dpRunFrom(t, size, first, steps, load, false)
+}
+
+// dpRunFrom is dpRun, restoring the optimiser state from the saved ranks'
+// parts when parts is set (else from the gathered file).
+func dpRunFrom(t *testing.T, size, first, steps int, load string, parts bool) string {
+	t.Helper()
 	save := t.TempDir()
+	fromParts := ""
+	if parts {
+		fromParts = "1"
+	}
 	rs := disttest.Launch(t, disttest.Spec{Program: "dpsteps", Size: size, Env: func(int) []string {
-		return []string{"AIPO_DP_LOAD=" + load, "AIPO_DP_SAVE=" + save, "AIPO_DP_FIRST=" + strconv.Itoa(first), "AIPO_DP_STEPS=" + strconv.Itoa(steps)}
+		return []string{"AIPO_DP_LOAD=" + load, "AIPO_DP_LOAD_PARTS=" + fromParts, "AIPO_DP_SAVE=" + save, "AIPO_DP_FIRST=" + strconv.Itoa(first), "AIPO_DP_STEPS=" + strconv.Itoa(steps)}
 	}})
 	for _, e := range rs.Wait(2 * time.Minute) {
 		if e.Code != 0 {
@@ -195,6 +242,25 @@ func dpRun(t *testing.T, size, first, steps int, load string) string {
 	}
 	t.Logf("%d ranks, steps %d..%d: %s", size, first, steps-1, strings.ReplaceAll(strings.TrimSpace(rs.Output(0)), "\n", "; "))
 	return save
+}
+
+// joinSavedParts is the digest (as digest's) of the one-process state that
+// the ranks' parts saved in dir join to.
+func joinSavedParts(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "optimizer.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := optim.ParsePartIndex(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := optim.JoinParts(h, x, func(file string) (io.ReadCloser, error) { return os.Open(filepath.Join(dir, file)) }); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // digest is the sha256 of a saved file.
@@ -267,15 +333,23 @@ func TestDataParallelStepIsTheSameAtEverySize(t *testing.T) {
 		t.Logf("3 ranks against 1: parameters within %.3g", d)
 	}
 
+	// Saved by 4 ranks, as the gathered file and as the ranks' own parts,
+	// which join to the same bytes; resumed from either.
 	saved := dpRun(t, 4, 0, 2, "")
-	for _, n := range []int{2, 1} {
-		dir := dpRun(t, n, 2, 3, saved)
-		if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
-			t.Errorf("saved at 4 ranks, resumed at %d: %v, uninterrupted %v", n, got, want)
-		}
+	joined := joinSavedParts(t, saved)
+	if g := digest(t, saved, "optimizer.bin"); joined != g {
+		t.Errorf("the 4 ranks' parts join to %s, the gathered state is %s", joined, g)
 	}
-	if d := maxAbsDiff(t, one, dpRun(t, 3, 2, 3, saved)); d > dpTol {
-		t.Errorf("saved at 4 ranks, resumed at 3: parameters differ by up to %.3g", d)
+	for _, parts := range []bool{false, true} {
+		for _, n := range []int{2, 1} {
+			dir := dpRunFrom(t, n, 2, 3, saved, parts)
+			if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
+				t.Errorf("saved at 4 ranks, resumed at %d (from the parts: %v): %v, uninterrupted %v", n, parts, got, want)
+			}
+		}
+		if d := maxAbsDiff(t, one, dpRunFrom(t, 3, 2, 3, saved, parts)); d > dpTol {
+			t.Errorf("saved at 4 ranks, resumed at 3 (from the parts: %v): parameters differ by up to %.3g", parts, d)
+		}
 	}
 
 	// The same update as one process's RLStep, up to the grouping of sums.
@@ -324,14 +398,11 @@ func TestReadOptimizerDPRefusesAnotherModel(t *testing.T) {
 	if err := l.EnableDataParallel(comm, DefaultShards); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(dir, "optimizer.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	err = l.ReadOptimizerDP(f)
-	if err == nil || !strings.Contains(err.Error(), "of 640 values, the policy's parameter 0 is") || !strings.Contains(err.Error(), "another model's") {
-		t.Errorf("a 20-token vocabulary's state into a 24-token model: %v", err)
+	for _, parts := range []bool{false, true} {
+		err = loadOptimizer(l, dir, parts)
+		if err == nil || !strings.Contains(err.Error(), "of 640 values, the policy's parameter 0 is") || !strings.Contains(err.Error(), "another model's") {
+			t.Errorf("a 20-token vocabulary's state into a 24-token model (from the parts: %v): %v", parts, err)
+		}
 	}
 }
 

@@ -9,45 +9,109 @@ import (
 	"github.com/aipo-rl/aipo/learner/optim"
 )
 
-// The optimiser state of a data-parallel group is written and read in the
-// format of one process's (learner/optim's), which names tensors and not
-// ranks: a checkpoint written by a group of any size resumes in a group of
-// any other, or in one process. Each rank reads the whole stream and keeps
-// the elements it owns; writing, every rank takes part in gathering each
-// piece, and only the writer's copy goes to disk.
+// A data-parallel group's optimiser state goes to disk in one of two ways,
+// neither of which names a world size a reader must have:
+//
+//   - in parts, one a rank (WriteOptimizerPart, with OptimizerIndex): each
+//     rank writes the moments it owns, with no exchange and nothing
+//     gathered anywhere; a group of any size, or one process, reads them
+//     back (ReadOptimizerParts reads only the parts that hold a rank's
+//     share; learner/optim's JoinParts gives one process's file);
+//   - as one process's file (WriteOptimizerDP, every rank taking part in
+//     gathering each piece for the writer), which every rank reads whole,
+//     keeping its elements (ReadOptimizerDP).
+
+// OptimizerTensors are the optimiser state's tensors: the policy's
+// parameters, whole, in order.
+func (l *Learner) OptimizerTensors() []optim.TensorState {
+	params := l.Params()
+	out := make([]optim.TensorState, len(params))
+	for i, p := range params {
+		out[i] = optim.TensorState{Name: p.Name, Numel: len(p.Data)}
+	}
+	return out
+}
+
+// OptimizerIndex is the index of the parts WriteOptimizerPart writes on
+// each rank of the group, part r+1 being rank r's, named by file.
+func (l *Learner) OptimizerIndex(file func(i, n int) string) optim.PartIndex {
+	dp := l.DP
+	bounds := make([]int64, len(dp.start))
+	for i, s := range dp.start {
+		bounds[i] = int64(s)
+	}
+	return optim.NewPartIndex(dp.opt.Steps(), l.OptimizerTensors(), bounds, file)
+}
+
+// WriteOptimizerPart streams this rank's part of the group's optimiser
+// state (the moments it owns) to w, without any exchange.
+func (l *Learner) WriteOptimizerPart(w io.Writer) error {
+	dp := l.DP
+	rank := dp.Comm.Rank()
+	p := optim.Part{Index: rank + 1, Of: dp.Comm.Size(), Start: int64(dp.start[rank]), End: int64(dp.start[rank+1])}
+	_, err := optim.WritePart(w, dp.opt.Steps(), dp.opt.Config(), p, l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
+		dp.getOwned(t, moment, off, vals)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: rank %d writing its part of the optimiser state: %w", rank, err)
+	}
+	return nil
+}
+
+// ReadOptimizerParts replaces this rank's share of the optimiser state by
+// its elements read from the parts of x that hold them, opened by open
+// (parts written by a group of any size). An index whose tensors are not
+// the policy's is refused, naming the first that differs.
+func (l *Learner) ReadOptimizerParts(x optim.PartIndex, open func(file string) (io.ReadCloser, error)) error {
+	dp := l.DP
+	rank := dp.Comm.Rank()
+	if err := l.checkOptimizerTensors(x.Tensors); err != nil {
+		return fmt.Errorf("trainer: rank %d reading the optimiser state: %w", rank, err)
+	}
+	err := optim.ReadParts(x, int64(dp.start[rank]), int64(dp.start[rank+1]), open, func(t, moment, off int, vals []float32) error {
+		dp.putOwned(t, moment, off, vals)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: rank %d reading the optimiser state: %w", rank, err)
+	}
+	dp.opt.SetSteps(x.Steps)
+	l.Opt.SetSteps(x.Steps)
+	return nil
+}
+
+// checkOptimizerTensors refuses a state whose tensors are not the
+// policy's parameters (names, sizes, order); an empty one is a state
+// before the first update.
+func (l *Learner) checkOptimizerTensors(ts []optim.TensorState) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	params := l.Params()
+	if len(ts) != len(params) {
+		return fmt.Errorf("the optimiser state holds %d tensors and the policy %d parameters: it is another model's", len(ts), len(params))
+	}
+	for i, t := range ts {
+		if t.Name != params[i].Name || t.Numel != len(params[i].Data) {
+			return fmt.Errorf("the optimiser state's tensor %d is %q of %d values, the policy's parameter %d is %q of %d: it is another model's", i, t.Name, t.Numel, i, params[i].Name, len(params[i].Data))
+		}
+	}
+	return nil
+}
 
 // ReadOptimizerDP replaces this rank's share of the optimiser state by its
-// elements of the state streamed from r (every rank reads the same state).
-// A state whose tensors are not the policy's (names, sizes) is refused,
-// naming the first that differs.
+// elements of the one-process state streamed from r (every rank reads the
+// same state). A state whose tensors are not the policy's (names, sizes)
+// is refused, naming the first that differs.
 func (l *Learner) ReadOptimizerDP(r io.Reader) error {
 	dp := l.DP
-	params := l.Params()
 	var steps int64
 	_, err := optim.ReadState(r, func(st int64, ts []optim.TensorState) error {
 		steps = st
-		if len(ts) == 0 {
-			return nil // a state before the first update: zero moments
-		}
-		if len(ts) != len(params) {
-			return fmt.Errorf("the optimiser state holds %d tensors and the policy %d parameters: it is another model's", len(ts), len(params))
-		}
-		for i, t := range ts {
-			if t.Name != params[i].Name || t.Numel != len(params[i].Data) {
-				return fmt.Errorf("the optimiser state's tensor %d is %q of %d values, the policy's parameter %d is %q of %d: it is another model's", i, t.Name, t.Numel, i, params[i].Name, len(params[i].Data))
-			}
-		}
-		return nil
+		return l.checkOptimizerTensors(ts)
 	}, func(t, moment, off int, vals []float32) error {
-		lo := dp.offset[t] + off
-		dp.eachOwned(lo, lo+len(vals), func(chunk, from, to int) {
-			m, v := dp.opt.Moments(chunk)
-			dst := m
-			if moment == 1 {
-				dst = v
-			}
-			copy(dst[from-dp.flatStart(dp.bounds[dp.Comm.Rank()]+chunk):], vals[from-lo:to-lo])
-		})
+		dp.putOwned(t, moment, off, vals)
 		return nil
 	})
 	if err != nil {
@@ -56,6 +120,37 @@ func (l *Learner) ReadOptimizerDP(r io.Reader) error {
 	dp.opt.SetSteps(steps)
 	l.Opt.SetSteps(steps)
 	return nil
+}
+
+// putOwned stores, of the values vals of parameter t's moment (0 for m, 1
+// for v) from element off on, those this rank owns.
+func (dp *DataParallel) putOwned(t, moment, off int, vals []float32) {
+	lo := dp.offset[t] + off
+	dp.eachOwned(lo, lo+len(vals), func(chunk, from, to int) {
+		dst := dp.moment(chunk, moment)
+		base := dp.flatStart(dp.bounds[dp.Comm.Rank()] + chunk)
+		copy(dst[from-base:to-base], vals[from-lo:to-lo])
+	})
+}
+
+// getOwned fills, of vals (parameter t's moment from element off on), the
+// values this rank owns.
+func (dp *DataParallel) getOwned(t, moment, off int, vals []float32) {
+	lo := dp.offset[t] + off
+	dp.eachOwned(lo, lo+len(vals), func(chunk, from, to int) {
+		src := dp.moment(chunk, moment)
+		base := dp.flatStart(dp.bounds[dp.Comm.Rank()] + chunk)
+		copy(vals[from-lo:to-lo], src[from-base:to-base])
+	})
+}
+
+// moment is the first (0) or second (1) moment of owned chunk i.
+func (dp *DataParallel) moment(i, moment int) []float32 {
+	m, v := dp.opt.Moments(i)
+	if moment == 1 {
+		return v
+	}
+	return m
 }
 
 // eachOwned calls f(chunk, from, to) for every owned chunk (index among
@@ -81,24 +176,21 @@ func (dp *DataParallel) eachOwned(lo, hi int, f func(chunk, from, to int)) {
 // the ranks that own it); ranks other than the writer pass io.Discard.
 func (l *Learner) WriteOptimizerDP(ctx context.Context, w io.Writer) error {
 	dp := l.DP
-	n := dp.Comm.Size()
-	params := l.Params()
-	tensors := make([]optim.TensorState, len(params))
-	for i, p := range params {
-		tensors[i] = optim.TensorState{Name: p.Name, Numel: len(p.Data)}
-	}
-	_, err := optim.WriteState(w, dp.opt.Steps(), dp.opt.Config(), tensors, func(t, moment, off int, vals []float32) error {
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	var mine []float32
+	_, err := optim.WriteState(w, dp.opt.Steps(), dp.opt.Config(), l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
 		lo, hi := dp.offset[t]+off, dp.offset[t]+off+len(vals)
-		var mine []float32
-		dp.eachOwned(lo, hi, func(chunk, from, to int) {
-			m, v := dp.opt.Moments(chunk)
-			src := m
-			if moment == 1 {
-				src = v
-			}
-			base := dp.flatStart(dp.bounds[dp.Comm.Rank()] + chunk)
-			mine = append(mine, src[from-base:to-base]...)
-		})
+		// This rank's elements of the piece are one run (its share is
+		// contiguous); they start where its share does within the piece.
+		from := max(lo, dp.start[rank])
+		k := max(0, min(hi, dp.start[rank+1])-from)
+		if cap(mine) < k {
+			mine = make([]float32, k)
+		}
+		mine = mine[:k]
+		if len(mine) > 0 {
+			dp.getOwned(t, moment, from-dp.offset[t], mine)
+		}
 		if n == 1 {
 			copy(vals, mine)
 			return nil
@@ -110,7 +202,7 @@ func (l *Learner) WriteOptimizerDP(ctx context.Context, w io.Writer) error {
 		return dp.Comm.AllGather(ctx, dist.Float32s(mine), dist.Float32s(vals), counts)
 	})
 	if err != nil {
-		return fmt.Errorf("trainer: rank %d writing the optimiser state: %w", dp.Comm.Rank(), err)
+		return fmt.Errorf("trainer: rank %d writing the optimiser state: %w", rank, err)
 	}
 	return nil
 }
