@@ -243,7 +243,7 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 	opts := checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize}
 	var shards *rankgroup.ShardSave
 	if st.ranks != nil && st.ranks.Group.Size() > 1 {
-		shards = st.ranks.ShardSave()
+		shards = st.ranks.ShardSave(full)
 		opts.Helpers = shards.Helpers()
 	}
 	err := writeJSON(ctx, rundir.MetricsRecord(runDir, rundir.LearnKind, k), met)
@@ -251,8 +251,19 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 		ts := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
 			Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
 		m := st.pol.Model
-		err = checkpoint.SaveWith(ctx, next, checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
-			WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full, WriteTiedHead: writesTiedHead(cfg)}, opts)
+		ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
+			WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full, WriteTiedHead: writesTiedHead(cfg)}
+		if full {
+			err = st.optimizerParts(&ck)
+		}
+		if err == nil {
+			err = checkpoint.SaveWith(ctx, next, ck, opts)
+		}
+		if shards != nil {
+			// Also when the checkpoint was committed already: the other
+			// ranks then stop waiting for a directory at once.
+			shards.Abandon(ctx, err)
+		}
 		err = existsIsDone(err)
 		if err != nil {
 			err = fmt.Errorf("learn step %d: save checkpoint %d: %w", k, k+1, err)

@@ -124,6 +124,21 @@ func (st *trainState) restoreOptimizer(ctx context.Context, l *trainer.Learner) 
 	switch {
 	case st.optBytes != nil:
 		r = bytes.NewReader(st.optBytes)
+	case st.optFrom != "" && l.DP != nil:
+		// A rank reads the parts that hold its share when the state was
+		// written in parts (by a group of any size).
+		parts, err := checkpoint.OpenOptimizerParts(ctx, st.optFrom)
+		if err != nil {
+			return err
+		}
+		if parts != nil {
+			if err := l.ReadOptimizerParts(parts.Index, parts.Open); err != nil {
+				return err
+			}
+			st.optFrom = ""
+			return nil
+		}
+		fallthrough
 	case st.optFrom != "":
 		rc, err := checkpoint.OpenOptimizer(ctx, st.optFrom)
 		if err != nil {
@@ -163,7 +178,7 @@ func (st *trainState) writeOptimizer(w io.Writer) error {
 	case st.l != nil:
 		return st.l.WriteOptimizer(w)
 	case st.dp != nil:
-		return (&trainer.Learner{Policy: st.pol.Model, Opt: st.opt, DP: st.dp}).WriteOptimizer(w)
+		return st.dpLearner().WriteOptimizer(w)
 	case st.optBytes != nil:
 		_, err := w.Write(st.optBytes)
 		return err
@@ -178,6 +193,33 @@ func (st *trainState) writeOptimizer(w io.Writer) error {
 	}
 	_, err := st.opt.WriteTo(w)
 	return err
+}
+
+// dpLearner is the learner whose DP is this rank's share of the group's
+// optimiser state: the passes when open, else one over the host policy.
+func (st *trainState) dpLearner() *trainer.Learner {
+	if st.l != nil {
+		return st.l
+	}
+	return &trainer.Learner{Policy: st.pol.Model, Opt: st.opt, DP: st.dp}
+}
+
+// optimizerParts makes ck's optimiser state, in a group of several ranks,
+// this rank's part of it: each rank writes the moments it owns
+// (optimizer-0000r-of-0000N.bin) and rank 0 the index, so nothing is
+// gathered; a group of any size, or one process, reads them back.
+func (st *trainState) optimizerParts(ck *checkpoint.Checkpoint) error {
+	if st.dp == nil || st.dp.Comm.Size() < 2 {
+		return nil
+	}
+	l := st.dpLearner()
+	idx, err := json.Marshal(l.OptimizerIndex(checkpoint.OptimizerPartName))
+	if err != nil {
+		return err
+	}
+	ck.OptimizerParts, ck.OptimizerPart, ck.OptimizerIndex = st.dp.Comm.Size(), st.dp.Comm.Rank(), idx
+	ck.Optimizer, ck.WriteOptimizer = nil, l.WriteOptimizerPart
+	return nil
 }
 
 // park ends the step's hold on memory: it brings what the passes hold
@@ -307,20 +349,20 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 }
 
 // followFinish is a follower's part of committing the checkpoint after a
-// step: its parameters are the group's already, a full checkpoint's
-// optimiser state is gathered from every rank as rank 0 writes it, and
-// the weight shards this rank owns are written by it (rankgroup.Ranks.WriteShards).
+// step: its parameters are the group's already; it writes the weight
+// shards it owns and, for a full checkpoint, its part of the optimiser
+// state (rankgroup.Ranks.WriteShards).
 func followFinish(ctx context.Context, cfg runconfig.Config, st *trainState, full bool) error {
 	if err := st.syncParams(); err != nil {
 		return err
 	}
+	m := st.pol.Model
+	ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(cfg), ServingOnly: !full}
 	if full {
-		if err := st.writeOptimizer(io.Discard); err != nil {
+		if err := st.optimizerParts(&ck); err != nil {
 			return err
 		}
 	}
-	m := st.pol.Model
-	ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(cfg)}
 	return st.ranks.WriteShards(ctx, ck, checkpoint.SaveOptions{MaxShardBytes: cfg.Checkpoint.MaxShardSize})
 }
 

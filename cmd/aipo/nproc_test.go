@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -52,19 +53,60 @@ func ranksRun(t *testing.T, warm string, steps int) (cfgPath, run string) {
 	return cfgPath, run
 }
 
-// finalDigest is the sha256 of checkpoint k's weights and optimiser state.
+// finalDigest is the sha256 of checkpoint k's weights and of its optimiser
+// state in the one-process format (optimizer.bin, or the ranks' parts
+// joined: checkpoint.OpenOptimizer).
 func finalDigest(t *testing.T, run string, k int64) string {
 	t.Helper()
-	var out []string
-	for _, name := range []string{"model.safetensors", "optimizer.bin"} {
-		b, err := os.ReadFile(filepath.Join(rundir.Checkpoint(run, k), name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := sha256.Sum256(b)
-		out = append(out, name+" "+hex.EncodeToString(s[:8]))
+	dir := rundir.Checkpoint(run, k)
+	b, err := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return strings.Join(out, ", ")
+	w := sha256.Sum256(b)
+	return "model.safetensors " + hex.EncodeToString(w[:8]) + ", optimiser state " + optimizerDigest(t, dir)
+}
+
+// optimizerDigest is the sha256 of the optimiser state of the checkpoint
+// in dir, in the one-process format.
+func optimizerDigest(t *testing.T, dir string) string {
+	t.Helper()
+	rc, err := checkpoint.OpenOptimizer(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, rc); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// optimizerFiles are the optimiser state's files of checkpoint k.
+func optimizerFiles(t *testing.T, run string, k int64) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(rundir.Checkpoint(run, k), "optimizer*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		names[i] = filepath.Base(n)
+	}
+	return names
+}
+
+// wantOptimizerFiles are the optimiser files n ranks write: optimizer.bin
+// for one, else each rank's part and the index.
+func wantOptimizerFiles(n int) []string {
+	if n == 1 {
+		return []string{checkpoint.OptimizerName}
+	}
+	var out []string
+	for i := 1; i <= n; i++ {
+		out = append(out, checkpoint.OptimizerPartName(i, n))
+	}
+	return append(out, checkpoint.OptimizerIndexName)
 }
 
 // weightsApart is the largest difference between two runs' checkpoint k
@@ -102,7 +144,8 @@ const ranksTol = 1e-6
 
 // aipo train --nproc N on the quick configuration (3 steps, in-process
 // rollouts): the final checkpoint's weights and optimiser state are the
-// same bits at 1, 2 and 4 ranks, and within ranksTol at 3; a run saved by
+// same bits at 1, 2 and 4 ranks, and within ranksTol at 3, each rank
+// having written its own part of the optimiser state; a run saved by
 // 4 ranks after 2 steps and continued to 3 (run.steps raised with
 // --reconfigure) at 2 and 1 ranks ends with the bits of the uninterrupted
 // run, and at 3 within ranksTol; --nproc 0 is refused naming the flag.
@@ -131,6 +174,9 @@ func TestTrainOnRanks(t *testing.T) {
 		}
 		runs[n] = run
 		t.Logf("--nproc %d: %s (%s)", n, finalDigest(t, run, 3), time.Since(t0).Round(time.Millisecond))
+		if got := optimizerFiles(t, run, 3); !slices.Equal(got, wantOptimizerFiles(n)) {
+			t.Errorf("--nproc %d: the final checkpoint's optimiser files are %v, want %v", n, got, wantOptimizerFiles(n))
+		}
 	}
 	want := finalDigest(t, runs[1], 3)
 	for _, n := range []int{2, 4} {
@@ -325,7 +371,8 @@ func withMaxShardSize(t *testing.T, cfg string, size int64) {
 // checkpoint.max_shard_size a quarter of the quick model's weights: the
 // final checkpoint is split into shards, rank 1 wrote its share of them
 // (rank 0 says so), and the two runs' checkpoints list the same files with
-// the same sizes and sha256, shards, index and all.
+// the same sizes and sha256, shards, index and all, beside the optimiser
+// state (each rank's part at 2), which holds the same bytes joined.
 func TestTrainShardsOnRanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on one and on two ranks")
@@ -369,13 +416,21 @@ func TestTrainShardsOnRanks(t *testing.T) {
 		}
 		t.Logf("--nproc %d: checkpoint 3 in %d weight shards of at most %d bytes (%s)", n, shards, shard, time.Since(t0).Round(time.Millisecond))
 	}
-	a, b := committedFiles(t, runs[2], 3), committedFiles(t, runs[1], 3)
+	// The optimiser state is each rank's part at 2 and one file at 1: its
+	// files differ, the state they hold does not.
+	notOptimizer := func(fs []rundir.File) []rundir.File {
+		return slices.DeleteFunc(fs, func(f rundir.File) bool { return strings.HasPrefix(f.Path, "optimizer") })
+	}
+	a, b := notOptimizer(committedFiles(t, runs[2], 3)), notOptimizer(committedFiles(t, runs[1], 3))
 	if !slices.Equal(a, b) {
 		t.Fatalf("checkpoint 3's files differ:\n--nproc 2: %v\n--nproc 1: %v", a, b)
+	}
+	if x, y := optimizerDigest(t, rundir.Checkpoint(runs[2], 3)), optimizerDigest(t, rundir.Checkpoint(runs[1], 3)); x != y {
+		t.Errorf("checkpoint 3's optimiser state: --nproc 2 %s, --nproc 1 %s", x, y)
 	}
 	ck, err := checkpoint.Load(context.Background(), rundir.Checkpoint(runs[2], 3))
 	if err != nil {
 		t.Fatalf("load the sharded checkpoint --nproc 2 wrote: %v", err)
 	}
-	t.Logf("--nproc 2 and 1: the same %d files, every size and sha256 equal; %d tensors load", len(a), len(ck.Tensors))
+	t.Logf("--nproc 2 and 1: the same %d files beside the optimiser's, every size and sha256 equal, the same optimiser state; %d tensors load", len(a), len(ck.Tensors))
 }

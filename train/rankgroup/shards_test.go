@@ -103,7 +103,7 @@ func TestShardsWrittenByRanks(t *testing.T) {
 			}
 			follow = rs[1].WriteShards(ctx, ck, opts)
 		}()
-		s := rs[0].ShardSave()
+		s := rs[0].ShardSave(false)
 		o := opts
 		o.Helpers = s.Helpers()
 		err := checkpoint.SaveWith(ctx, dir, ck, o)
