@@ -39,7 +39,7 @@ func Layout() []Entry {
 		{Shards(step), "Shards", "the rollout pipeline", "the step's Parquet shards (part-*.parquet)"},
 		{Manifest(step), "Manifest", "the rollout pipeline", "commits the step: every shard with rows, bytes and sha256, the step statistics in meta; written last"},
 		{Checkpoints(run), "Checkpoints", "", "the checkpoints"},
-		{ck, "Checkpoint", "aipo train / aipo learn (step 0: --init or the demo's warm start)", "the policy after NNNNNN updates (Hugging Face layout plus optimizer.bin, master.safetensors, trainer_state.json)"},
+		{ck, "Checkpoint", "aipo train / aipo learn (step 0: --init or the demo's warm start)", "the policy after NNNNNN updates (Hugging Face layout plus optimizer.bin or its parts, master.safetensors, trainer_state.json)"},
 		{CheckpointIn("<dir>", k), "CheckpointIn", "aipo train", "checkpoint NNNNNN as the policy servers see it, under policy.sync.checkpoint_dir"},
 		{CheckpointFiles(run, "<name>"), "CheckpointFiles", "", "glob of one file in every checkpoint directory"},
 		{Committed(ck), "Committed", "aipo train / aipo learn", "commits the checkpoint: every file with bytes and sha256; written last"},
