@@ -58,3 +58,50 @@ func benchGemm(b *testing.B, m, n, k int, transB bool, f func(bool, bool, int, i
 	}
 	b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
+
+// BenchmarkSgemmStepProducts times the products of the 21.7M learner
+// step (BenchmarkStepVsPyTorch's shape: 1024 tokens a micro-batch, width
+// 384, q/k/v 1152, MLP 1024 (2048 gate and up), vocabulary 32,000): each
+// layer's forward X·Wᵀ, input gradient dY·W and weight gradient dYᵀ·X, as
+// Sgemm runs them (split across the goroutines) and on one goroutine
+// (SgemmSerial), side by side. GFLOP/s of the two show how well the split
+// scales on this machine, product by product.
+func BenchmarkSgemmStepProducts(b *testing.B) {
+	// m n k transA transB
+	shapes := [][5]int{{1024, 1152, 384, 0, 1}, {1024, 384, 1152, 0, 0}, {1152, 384, 1024, 1, 0},
+		{1024, 2048, 384, 0, 1}, {1024, 384, 2048, 0, 0}, {2048, 384, 1024, 1, 0},
+		{1024, 384, 1024, 0, 1}, {1024, 1024, 384, 0, 0}, {384, 1024, 1024, 1, 0},
+		{1024, 32000, 384, 0, 1}, {1024, 384, 32000, 0, 0}, {32000, 384, 1024, 1, 0}}
+	if testing.Short() {
+		shapes = shapes[:1]
+	}
+	for _, s := range shapes {
+		m, n, k, ta, tb := s[0], s[1], s[2], s[3] == 1, s[4] == 1
+		r := rand.New(rand.NewPCG(5, 6))
+		a, bb, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+		for i := range a {
+			a[i] = float32(r.NormFloat64())
+		}
+		for i := range bb {
+			bb[i] = float32(r.NormFloat64())
+		}
+		lda, ldb := k, n
+		if ta {
+			lda = m
+		}
+		if tb {
+			ldb = k
+		}
+		for _, f := range []struct {
+			name string
+			gemm func(bool, bool, int, int, int, float32, []float32, int, []float32, int, float32, []float32, int)
+		}{{"split", Sgemm}, {"serial", SgemmSerial}} {
+			b.Run(fmt.Sprintf("%dx%dx%d_tA%v_tB%v/%s", m, n, k, ta, tb, f.name), func(b *testing.B) {
+				for range b.N {
+					f.gemm(ta, tb, m, n, k, 1, a, lda, bb, ldb, 0, c, n)
+				}
+				b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
