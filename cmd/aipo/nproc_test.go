@@ -148,7 +148,9 @@ const ranksTol = 1e-6
 // having written its own part of the optimiser state; a run saved by
 // 4 ranks after 2 steps and continued to 3 (run.steps raised with
 // --reconfigure) at 2 and 1 ranks ends with the bits of the uninterrupted
-// run, and at 3 within ranksTol; --nproc 0 is refused naming the flag.
+// run, and at 3 within ranksTol; a checkpoint that lost a part of its
+// optimiser state fails the resumed run naming the part; --nproc 0 is
+// refused naming the flag.
 func TestTrainOnRanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on several ranks, several times")
@@ -211,6 +213,26 @@ func TestTrainOnRanks(t *testing.T) {
 		if got := finalDigest(t, run, 3); got != want {
 			t.Errorf("saved at 4 ranks, resumed at %d: %s, uninterrupted %s", n, got, want)
 		}
+	}
+
+	// A part of the optimiser state missing from the checkpoint a run
+	// resumes from: the run fails naming the file.
+	cfg2, run := ranksRun(t, warm, 2)
+	train(cfg2, "--nproc", "4")
+	gone := checkpoint.OptimizerPartName(3, 4)
+	if err := os.Remove(filepath.Join(rundir.Checkpoint(run, 2), gone)); err != nil {
+		t.Fatal(err)
+	}
+	cfg3 := filepath.Join(filepath.Dir(cfg2), "run3.yaml")
+	b, err := os.ReadFile(cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg3, []byte(strings.Replace(string(b), "steps: 2", "steps: 3", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runAipoFor(t, 5*time.Minute, nil, "train", "--config", cfg3, "--no-tensorboard", "--nproc", "2", "--reconfigure"); code == 0 || !strings.Contains(out, gone) {
+		t.Errorf("resuming from a checkpoint without %s: exit %d, want a failure naming it:\n%s", gone, code, out)
 	}
 
 	cfg, _ := ranksRun(t, warm, 3)
