@@ -47,6 +47,10 @@ type DataParallel struct {
 	opt     *optim.Shard
 	grad    []float32 // the reduced gradient of this rank's elements
 	gradBuf []float32 // grad's own storage in a group of several ranks
+	// flatGrads says that the model's gradient buffer (GradData) holds
+	// the parameters' gradients in their order, so that a shard's gradient
+	// is read from it in place rather than copied out first.
+	flatGrads bool
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -70,6 +74,13 @@ func (l *Learner) EnableDataParallel(comm dist.Comm, shards int) error {
 	dp := &DataParallel{Comm: comm, Shards: shards, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
 	for i, p := range params {
 		dp.offset[i+1] = dp.offset[i] + len(p.Data)
+	}
+	if l.Policy != nil {
+		flat := l.Policy.GradData()
+		dp.flatGrads = len(flat) == dp.offset[len(params)]
+		for i, p := range backend.OptimParams(l.Policy) {
+			dp.flatGrads = dp.flatGrads && (len(p.Grad) == 0 || &p.Grad[0] == &flat[dp.offset[i]])
+		}
 	}
 	dp.bounds = optim.Partition(dp.chunks, n)
 	dp.start = make([]int, n+1)
@@ -306,7 +317,13 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 			return miniBatchPart{}, err
 		}
 		parts[s] = part
-		tree.push(leaf)
+		if dp.flatGrads {
+			// leaf is the model's buffer, which the next shard's passes
+			// overwrite: the tree copies it only when it must keep it.
+			tree.pushBorrowed(leaf)
+		} else {
+			tree.push(leaf)
+		}
 	}
 	if err := dp.reduce(ctx, tree.sum()); err != nil {
 		return miniBatchPart{}, err
@@ -316,7 +333,8 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 
 // shardGradient runs one virtual shard's micro-batches and returns the
 // shard's gradient, flat over the parameters in order (nil for a shard
-// without a token to train: zeros), and its statistics.
+// without a token to train: zeros), and its statistics. Under flatGrads
+// the gradient is the model's own buffer, valid until the next passes.
 func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, inputs []loss.Inputs, counts []float64, total float64) ([]float32, miniBatchPart, error) {
 	part := miniBatchPart{metrics: map[string]float64{}}
 	busy := false
@@ -343,6 +361,9 @@ func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, input
 		part.micro++
 		part.tokens += len(mb.scored)
 	}
+	if l.DP.flatGrads {
+		return l.Policy.GradData(), part, nil
+	}
 	flat := make([]float32, l.DP.start[len(l.DP.start)-1])
 	for i, p := range l.Params() {
 		copy(flat[l.DP.offset[i]:], p.Grad)
@@ -366,6 +387,27 @@ type treeNode struct {
 
 func (t *sumTree) push(leaf []float32) {
 	t.stack = append(t.stack, treeNode{1, leaf})
+	t.merge()
+}
+
+// pushBorrowed is push of a leaf that is valid during the call only (the
+// model's gradient buffer): when it is added into the sum on top of the
+// stack at once (an odd leaf), it is read in place; when the tree must
+// keep it, it is copied. The sums are those of push.
+func (t *sumTree) pushBorrowed(leaf []float32) {
+	if n := len(t.stack); leaf != nil && n > 0 && t.stack[n-1].leaves == 1 {
+		t.stack[n-1] = treeNode{2, addInto(t.stack[n-1].sum, leaf)}
+		t.merge()
+		return
+	}
+	if leaf != nil {
+		leaf = slices.Clone(leaf)
+	}
+	t.push(leaf)
+}
+
+// merge adds the top two sums while they hold equally many leaves.
+func (t *sumTree) merge() {
 	for len(t.stack) >= 2 {
 		a, b := t.stack[len(t.stack)-2], t.stack[len(t.stack)-1]
 		if a.leaves != b.leaves {

@@ -32,7 +32,9 @@ type RankMemory struct {
 	Shards   int   // the virtual shards of a mini-batch it computes
 	Moments  int64 // AdamW's m and v of its elements: 8 bytes each
 	// TreeBuffers is the most flat gradient copies (4P bytes each) its
-	// shard tree holds at once (sumTree: one a shard, summed pairwise).
+	// shard tree holds at once (sumTree: summed pairwise, a shard's
+	// gradient read in place from the model's buffer when it is added at
+	// once, copied when the tree keeps it).
 	TreeBuffers int
 	// Held is the buffer the reduced gradient lives in (DataParallel's
 	// grad), kept from one mini-batch's reduction to the next and between
@@ -108,12 +110,13 @@ func PlanDataParallel(mc model.Config, ranks int) ([]RankMemory, error) {
 }
 
 // treeBuffers is the most buffers a sumTree holds while k leaves are
-// pushed: before leaf j+1 the stack holds one sum for each bit set in j,
-// and the new leaf is one more.
+// pushed borrowed (pushBorrowed, the model's gradient buffer read in
+// place): before leaf j the stack holds one sum for each bit set in j; an
+// even leaf is copied onto it, an odd one is added into the sum on top.
 func treeBuffers(k int) int {
 	most := 0
 	for j := range k {
-		most = max(most, bits.OnesCount(uint(j))+1)
+		most = max(most, bits.OnesCount(uint(j))+1-j%2)
 	}
 	return most
 }

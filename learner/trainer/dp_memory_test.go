@@ -58,12 +58,13 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 			}
 		}
 	}
-	// One rank computes all 8 shards: 4 flat copies at once, beside the
-	// previous sum it keeps; 8 ranks one shard each, and the all-to-all
-	// holds the sum sent, the receive buffer and the reduced gradient.
+	// One rank computes all 8 shards: 3 flat copies at once (the eighth
+	// shard's gradient is read in place), beside the previous sum it
+	// keeps; 8 ranks one shard each, and the all-to-all holds the sum
+	// sent, the receive buffer and the reduced gradient.
 	one, _ := PlanDataParallel(mc, 1)
-	if one[0].TreeBuffers != 4 || one[0].StepBuffers() != 5*4*P {
-		t.Errorf("1 rank: %d tree buffers, step buffers %d, want 4 and 20P = %d", one[0].TreeBuffers, one[0].StepBuffers(), 20*P)
+	if one[0].TreeBuffers != 3 || one[0].StepBuffers() != 4*4*P {
+		t.Errorf("1 rank: %d tree buffers, step buffers %d, want 3 and 16P = %d", one[0].TreeBuffers, one[0].StepBuffers(), 16*P)
 	}
 	eight, _ := PlanDataParallel(mc, 8)
 	if r := eight[0]; r.TreeBuffers != 1 || r.StepBuffers() != r.Reduce || r.Reduce != 4*P+9*r.Held {
@@ -77,9 +78,19 @@ func TestTreeBuffersCountsTheSumTree(t *testing.T) {
 	for k := 1; k <= 16; k++ {
 		var tree sumTree
 		most := 0
-		for range k {
-			most = max(most, len(tree.stack)+1)
-			tree.push(make([]float32, 1))
+		model := make([]float32, 1) // the borrowed buffer: not the tree's
+		for j := range k {
+			copies := len(tree.stack)
+			if j%2 == 0 {
+				copies++ // the leaf itself, kept
+			}
+			most = max(most, copies)
+			tree.pushBorrowed(model)
+			for _, n := range tree.stack {
+				if &n.sum[0] == &model[0] {
+					t.Fatalf("%d leaves: the tree kept the borrowed buffer after leaf %d", k, j)
+				}
+			}
 		}
 		if got := treeBuffers(k); got != most {
 			t.Errorf("%d leaves: treeBuffers %d, the tree held %d", k, got, most)
