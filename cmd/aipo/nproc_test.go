@@ -109,6 +109,21 @@ func wantOptimizerFiles(n int) []string {
 	return append(out, checkpoint.OptimizerIndexName)
 }
 
+// threeSteps writes, beside the configuration cfg of ranksRun(t, warm,
+// 2), the same with run.steps 3, and returns its path.
+func threeSteps(t *testing.T, cfg string) string {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(filepath.Dir(cfg), "run3.yaml")
+	if err := os.WriteFile(out, []byte(strings.Replace(string(b), "steps: 2", "steps: 3", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // weightsApart is the largest difference between two runs' checkpoint k
 // weights.
 func weightsApart(t *testing.T, a, b string, k int64) float64 {
@@ -195,15 +210,7 @@ func TestTrainOnRanks(t *testing.T) {
 	for _, n := range []int{2, 1, 3} {
 		cfg2, run := ranksRun(t, warm, 2)
 		train(cfg2, "--nproc", "4")
-		cfg3 := filepath.Join(filepath.Dir(cfg2), "run3.yaml")
-		b, err := os.ReadFile(cfg2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(cfg3, []byte(strings.Replace(string(b), "steps: 2", "steps: 3", 1)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		train(cfg3, "--nproc", strconv.Itoa(n), "--reconfigure")
+		train(threeSteps(t, cfg2), "--nproc", strconv.Itoa(n), "--reconfigure")
 		if n == 3 {
 			if d := weightsApart(t, runs[1], run, 3); d > ranksTol {
 				t.Errorf("saved at 4 ranks, resumed at 3: weights %.3g from the uninterrupted run's", d)
@@ -223,15 +230,7 @@ func TestTrainOnRanks(t *testing.T) {
 	if err := os.Remove(filepath.Join(rundir.Checkpoint(run, 2), gone)); err != nil {
 		t.Fatal(err)
 	}
-	cfg3 := filepath.Join(filepath.Dir(cfg2), "run3.yaml")
-	b, err := os.ReadFile(cfg2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg3, []byte(strings.Replace(string(b), "steps: 2", "steps: 3", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if code, out := runAipoFor(t, 5*time.Minute, nil, "train", "--config", cfg3, "--no-tensorboard", "--nproc", "2", "--reconfigure"); code == 0 || !strings.Contains(out, gone) {
+	if code, out := runAipoFor(t, 5*time.Minute, nil, "train", "--config", threeSteps(t, cfg2), "--no-tensorboard", "--nproc", "2", "--reconfigure"); code == 0 || !strings.Contains(out, gone) {
 		t.Errorf("resuming from a checkpoint without %s: exit %d, want a failure naming it:\n%s", gone, code, out)
 	}
 

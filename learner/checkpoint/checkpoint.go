@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -471,12 +472,7 @@ func collectHelpers(ctx context.Context, dir string, h *ShardHelpers, helped map
 		delete(helped, f.Path)
 	}
 	if len(helped) > 0 {
-		missing := make([]string, 0, len(helped))
-		for n := range helped {
-			missing = append(missing, n)
-		}
-		sort.Strings(missing)
-		return nil, fmt.Errorf("save checkpoint files to %s: the helpers reported no %v", dir, missing)
+		return nil, fmt.Errorf("save checkpoint files to %s: the helpers reported no %v", dir, slices.Sorted(maps.Keys(helped)))
 	}
 	return got, nil
 }
