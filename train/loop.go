@@ -16,11 +16,11 @@ import (
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // rolloutRan is set once a rollout of this process has returned. The
@@ -259,7 +259,7 @@ func (lp *loop) learn(ctx context.Context, k int64) error {
 		return fmt.Errorf("train: %w", err)
 	}
 	if lp.opts.Log != nil {
-		for _, w := range []string{trajectories.FailureWarning(k, lm.Rollout), signalWarning(lp.cfg, lm)} {
+		for _, w := range []string{records.FailureWarning(k, lm.Rollout), signalWarning(lp.cfg, lm)} {
 			if w != "" {
 				lp.opts.Log(w)
 			}

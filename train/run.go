@@ -15,9 +15,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
@@ -169,63 +167,14 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 }
 
 // withEngine serves checkpoint k in this process for the duration of fn,
-// under a name of its own for each purpose ("" for rollouts).
+// under a name of its own for each purpose ("" for rollouts), on the run's
+// learner.backend in its policy.dtype (inproc.ServeCheckpoint).
 func withEngine(ctx context.Context, cfg runconfig.Config, k int64, purpose string, fn func(endpoint string) error) error {
-	e, release, err := openEngineOn(ctx, rundir.Checkpoint(cfg.Run.Dir, k), cfg.Learner.Backend, cfg.Policy.DType)
-	if err != nil {
-		return err
-	}
-	defer release()
-	defer e.Close()
 	name := fmt.Sprintf("train-%s-%06d", sanitize(cfg.Run.Name), k)
 	if purpose != "" {
 		name = fmt.Sprintf("train-%s-%s-%06d", sanitize(cfg.Run.Name), purpose, k)
 	}
-	if err := inproc.Serve(name, e); err != nil {
-		return err
-	}
-	defer inproc.Withdraw(name)
-	return fn(inproc.Scheme + "://" + name)
-}
-
-// OpenEngine starts an engine over a committed checkpoint (local or gs://).
-func OpenEngine(ctx context.Context, dir string) (*engine.Engine, error) {
-	e, _, err := openEngineOn(ctx, dir, runconfig.BackendCPU, inproc.DTypeF32)
-	return e, err
-}
-
-// openEngineOn is OpenEngine on the compute backend called name
-// (learner.backend, looked up in learner/backend; cuda decodes on GPU 0),
-// in dtype (policy.dtype, inproc.Loaded.OpenDecoder).
-// release frees the decoder and the device after the engine is closed.
-func openEngineOn(ctx context.Context, dir, name, dtype string) (e *engine.Engine, release func(), err error) {
-	l, err := inproc.LoadCheckpoint(ctx, dir, "")
-	if err != nil {
-		return nil, nil, err
-	}
-	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: inproc.TrainMaxBatch}
-	b, err := backend.Lookup(name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend: %w", err)
-	}
-	dv, err := b.Open()
-	if err != nil {
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s: %w", name, err)
-	}
-	dec, _, err := l.OpenDecoder(dv, dtype)
-	if err != nil {
-		dv.Close()
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s, policy.dtype %q: %w", name, dtype, err)
-	}
-	release = func() {
-		dec.Close()
-		dv.Close()
-	}
-	if e, err = engine.NewOn(dec, l.Tokenizer, l.Trainer.PolicyVersion, ecfg); err != nil {
-		release()
-		return nil, nil, err
-	}
-	return e, release, nil
+	return inproc.ServeCheckpoint(ctx, rundir.Checkpoint(cfg.Run.Dir, k), name, cfg.Learner.Backend, cfg.Policy.DType, fn)
 }
 
 func sanitize(s string) string {

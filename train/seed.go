@@ -10,7 +10,6 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
-	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 )
 
 // SeedCheckpoint commits the model at src (a Hugging Face model directory,
@@ -42,10 +41,9 @@ func SeedRunCheckpoint(ctx context.Context, src string, cfg runconfig.Config) er
 // writesTiedHead says whether the run's checkpoints carry lm_head.weight
 // beside a tied embedding: when policy.sync pushes them to servers whose
 // reload leaves a tied head on its old values otherwise (vLLM's in-place
-// reload; weightsync.Kind.TiedHead, checkpoint.Checkpoint.WriteTiedHead).
+// reload; runconfig.Sync.TiedHead, checkpoint.Checkpoint.WriteTiedHead).
 func writesTiedHead(cfg runconfig.Config) bool {
-	k, err := weightsync.Lookup(cfg.Policy.Sync.Kind)
-	return err == nil && k.TiedHead
+	return cfg.Policy.Sync.TiedHead()
 }
 
 func seedCheckpoint(ctx context.Context, src, runDir string, tiedHead bool) error {
