@@ -3,6 +3,7 @@ package inproc
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
@@ -61,4 +62,21 @@ func ServeCheckpoint(ctx context.Context, dir, name, backendName, dtype string, 
 	}
 	defer Withdraw(name)
 	return fn(Scheme + "://" + name)
+}
+
+// RunEngineName is the name aipo train serves checkpoint k of the run
+// called run under in this process, for purpose ("" for rollouts, "eval",
+// "bench"): train-<run>-<purpose>-NNNNNN, each character of run that a
+// name may not hold (Serve) turned into '-'.
+func RunEngineName(run, purpose string, k int64) string {
+	run = strings.Map(func(r rune) rune {
+		if r == '/' || r == '?' || r == '#' || r == ':' || r == '@' {
+			return '-'
+		}
+		return r
+	}, run)
+	if purpose == "" {
+		return fmt.Sprintf("train-%s-%06d", run, k)
+	}
+	return fmt.Sprintf("train-%s-%s-%06d", run, purpose, k)
 }

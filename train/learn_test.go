@@ -114,7 +114,7 @@ type handBuilt struct {
 func newHandBuilt(t *testing.T) handBuilt {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
+	cfg, err := demoConfig(demoOptions{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
