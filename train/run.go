@@ -26,7 +26,7 @@ type RolloutFunc func(ctx context.Context, cfg runconfig.Config, k int64) error
 // Options are the parts of a training run that are not configuration.
 type Options struct {
 	// Rollout runs one step's rollout (the Beam pipeline of
-	// pipelines/rollout in production).
+	// pipelines/rollout in production: rollout.RunStep).
 	Rollout RolloutFunc
 	// Progress receives every phase change; nil discards them.
 	Progress func(Event)
