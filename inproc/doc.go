@@ -24,6 +24,6 @@
 package inproc
 
 // TrainMaxBatch is the sequences the in-process rollout engine of aipo
-// train decodes together (train's openEngineOn; the memory plan counts its
+// train decodes together (OpenEngine; the memory plan counts its
 // attention caches for as many).
 const TrainMaxBatch = 256

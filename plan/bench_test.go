@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/sampling"
@@ -112,7 +113,7 @@ func (s planBenchSize) config() model.Config {
 func planBenchRun(b *testing.B, s planBenchSize) string {
 	b.Helper()
 	ctx := context.Background()
-	cfg, err := train.DemoConfig(train.DemoOptions{Quick: true, RunDir: filepath.Join(b.TempDir(), "run")})
+	cfg, err := demo.Config(demo.Options{Quick: true, RunDir: filepath.Join(b.TempDir(), "run")})
 	if err != nil {
 		b.Fatal(err)
 	}

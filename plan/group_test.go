@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
-	"github.com/aipo-rl/aipo/train"
 )
 
 // line is the amount of phase ph's line whose text starts with prefix
@@ -86,7 +86,7 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 // buffers (trainer.PlanDataParallel); the machine holds every rank's.
 func TestPlanGroupOnTheCPU(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := train.DemoConfig(train.DemoOptions{RunDir: t.TempDir()})
+	cfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,6 +87,35 @@ func (s StepStats) Failed() int64 { return s.Finish[schemas.FinishError] }
 // ok is the trajectories that did not fail.
 func (s StepStats) ok() int64 { return s.Trajectories - s.Failed() }
 
+// FirstFailure is the step's first failure, or "(not recorded)".
+func (s StepStats) FirstFailure() string {
+	if s.FirstError == "" {
+		return "(not recorded)"
+	}
+	return s.FirstError
+}
+
+// FailureWarning is the once-per-step warning for a committed step some of
+// whose samples failed (within rollout.max_failed_fraction), or that
+// dynamic sampling could not fill (groups_short), from its manifest meta;
+// "" when neither happened.
+func FailureWarning(step int64, meta map[string]string) string {
+	st, err := ReadStepStats(meta)
+	if err != nil {
+		return fmt.Sprintf("warning: step %d: %v", step, err)
+	}
+	var lines []string
+	if failed := st.Failed(); failed > 0 {
+		lines = append(lines, fmt.Sprintf("warning: step %d: %d of %d samples failed and were not trained on (within rollout.max_failed_fraction); the first failure: %s",
+			step, failed, st.Trajectories, st.FirstFailure()))
+	}
+	if r := st.Refill; r != nil && r.GroupsShort > 0 {
+		lines = append(lines, fmt.Sprintf("warning: step %d: dynamic sampling kept %d groups, %d short of data.batch_size, after %d draw(s) of %d prompts (%d dropped with all-equal rewards); the dataset or advantage.max_refill_rounds ran out",
+			step, st.GroupsKept, r.GroupsShort, r.Draws, st.Prompts, st.GroupsDropped))
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Scored reports whether RewardMean and Accuracy hold means: the step has
 // a trajectory that did not fail.
 func (s StepStats) Scored() bool { return s.ok() > 0 }

@@ -470,3 +470,12 @@ func (s Sync) Pushes() bool {
 	k, err := weightsync.Lookup(s.Kind)
 	return err != nil || k.Pushes()
 }
+
+// TiedHead reports whether the kind's servers want lm_head.weight written
+// beside a tied embedding: their reload leaves a tied head on its old values
+// otherwise (weightsync.Kind.TiedHead; vLLM's in-place reload). A kind
+// nobody registered wants none.
+func (s Sync) TiedHead() bool {
+	k, err := weightsync.Lookup(s.Kind)
+	return err == nil && k.TiedHead
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
@@ -84,17 +85,17 @@ func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration)
 				c.Policy.Endpoint = "http://" + pl.Addr().String() + "/v1?model=demo"
 				c.Policy.Sync = runconfig.Sync{Kind: servers.Aipo, Endpoints: []string{"grpc://" + ds.grpcAddr}}
 			})
-			roll := RolloutStep
+			roll := rollout.RunStep
 			if !async {
 				roll = func(ctx context.Context, c runconfig.Config, k int64) error {
 					t0 := time.Now()
 					defer func() { rolling += time.Since(t0) }()
-					return RolloutStep(ctx, c, k)
+					return rollout.RunStep(ctx, c, k)
 				}
 			}
 			lctx := claimed(b, ctx, c.Run.Dir)
 			c0, start := cpuTime(), time.Now()
-			if err := Run(lctx, c, Options{Rollout: roll}); err != nil {
+			if err := runWired(lctx, c, Options{Rollout: roll}); err != nil {
 				b.Fatalf("%s loop: %v", name, err)
 			}
 			took[m] += time.Since(start)

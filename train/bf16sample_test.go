@@ -30,7 +30,7 @@ func TestTrainSampledInBF16(t *testing.T) {
 		c.Learner.Loss.RolloutCorrection.Level = "token"
 		c.Run.Steps, c.Eval.Every = 2, 0
 	}
-	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
+	if _, err := runDemo(claimed(t, ctx, dir), demoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
 		t.Fatal(err)
 	}
 	for k := int64(0); k < 2; k++ {

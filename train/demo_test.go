@@ -31,11 +31,11 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/quick"
 	ctx = claimed(t, ctx, dir)
-	rep, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { t.Log(s) }})
+	rep, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, Log: func(s string) { t.Log(s) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true})
+	cfg, err := demoConfig(demoOptions{RunDir: dir, Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}

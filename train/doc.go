@@ -6,6 +6,12 @@
 // killed at any moment continues from where it was with the same command
 // and reaches the same checkpoints as a run that was never interrupted.
 //
+// The loop owns the order of the phases and what is committed when; the
+// parts it runs come in through Options: the rollout (the Beam pipeline of
+// pipelines/rollout), the evaluations (train/evaluate), the policy servers
+// of an external policy (train/policyservers) and TensorBoard's event
+// files. train/wire runs the loop with the house's own parts.
+//
 // Run directory layout:
 //
 //	<run>/run.yaml                       the configuration the run started with

@@ -53,7 +53,7 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	// started again: the first process's event file ends in half a record,
 	// as a writer killed inside one leaves it.
 	ctx = claimed(t, ctx, dir)
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate, StopAfter: 1}); err != nil {
+	if _, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, Mutate: mutate, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}
 	events, _ := filepath.Glob(filepath.Join(rundir.TensorBoard(dir), "events.out.tfevents.*"))
@@ -70,7 +70,7 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "analysis")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
+	if _, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := records.ReadHeldout(ctx, dir)
@@ -100,7 +100,7 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	if err != nil || strings.Count(string(m), `"kind":"`+records.HeldoutKind+`"`) != 3 {
 		t.Errorf("metrics.jsonl holds %d held-out records, want 3 (%v)", strings.Count(string(m), records.HeldoutKind), err)
 	}
-	// RunDemo ran aipo analyze's pipeline: the report shows them.
+	// demo.Run ran aipo analyze's pipeline: the report shows them.
 	md, err := storage.ReadFile(ctx, storage.Join(dir, "analysis", analytics.MarkdownName))
 	if err != nil || !strings.Contains(string(md), "## Held-out benchmarks") || !strings.Contains(string(md), "| 2 | heldout | 6 | 2 |") {
 		t.Errorf("analysis.md lacks the held-out table (%v):\n%s", err, md)

@@ -76,7 +76,7 @@ func TestGCSRunEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	local := filepath.Join(t.TempDir(), "local")
 	_, marks := runChild(t, local, killPlan{})
-	cfg, err := DemoConfig(DemoOptions{Quick: true})
+	cfg, err := demoConfig(demoOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,12 @@ import (
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
+	"github.com/aipo-rl/aipo/pipelines/rollout"
+	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/serve"
+	"github.com/aipo-rl/aipo/train/evaluate"
+	"github.com/aipo-rl/aipo/train/policyservers"
 )
 
 // demoServer is `aipo serve` over the quick demo's warm start, on
@@ -29,21 +33,81 @@ type demoServer struct {
 func startDemoServer(t testing.TB, base string) demoServer {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: base + "/warm"})
+	cfg, err := demoConfig(demoOptions{Quick: true, RunDir: base + "/warm"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := DemoTask(cfg)
+	task, err := demo.Task(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ckpt := rundir.Checkpoint(cfg.Run.Dir, 0)
-	if _, err := demo.WarmStart(ctx, ckpt, task, QuickWarmStart(), nil); err != nil {
+	if _, err := demo.WarmStart(ctx, ckpt, task, demo.QuickWarmStart(), nil); err != nil {
 		t.Fatal(err)
 	}
 	gl, hl := listen(t), listen(t)
 	t.Cleanup(serveCheckpoint(t, ckpt, "demo", gl, hl, 5*time.Second))
 	return demoServer{cfg: cfg, task: task, ckpt: ckpt, grpcAddr: gl.Addr().String(), httpAddr: hl.Addr().String()}
+}
+
+// demoOptions choose a demo run for a test: demo.Options, with the loop's
+// options that aipo demo passes on.
+type demoOptions struct {
+	RunDir            string
+	Quick             bool
+	Config            string
+	Mutate            func(*runconfig.Config)
+	WarmStart         *demo.WarmStartConfig
+	Progress          func(Event)
+	WarmStartProgress demo.WarmStartProgress
+	Log               func(string)
+	StopAfter         int64
+	Reconfigure       bool
+}
+
+func (o demoOptions) demo() demo.Options {
+	return demo.Options{RunDir: o.RunDir, Quick: o.Quick, Config: o.Config, Mutate: o.Mutate, WarmStart: o.WarmStart,
+		WarmStartProgress: o.WarmStartProgress, Log: o.Log, Reconfigure: o.Reconfigure}
+}
+
+// demoConfig is the configuration of the demo run o.
+func demoConfig(o demoOptions) (runconfig.Config, error) { return demo.Config(o.demo()) }
+
+// runDemo runs the demo as aipo demo does: demo.Run, training with the
+// house's parts (runWired).
+func runDemo(ctx context.Context, o demoOptions) (demo.Report, error) {
+	return demo.Run(ctx, o.demo(), func(ctx context.Context, cfg runconfig.Config) error {
+		return runWired(ctx, cfg, Options{Progress: o.Progress, StopAfter: o.StopAfter, Log: o.Log})
+	})
+}
+
+// runWired is Run with the house's parts for those o leaves unset, as
+// train/wire's Run gives them (which imports this package, so that its
+// tests cannot import it): the rollout pipeline, the evaluations,
+// TensorBoard and the policy servers.
+func runWired(ctx context.Context, cfg runconfig.Config, o Options) error {
+	if o.Rollout == nil {
+		o.Rollout = rollout.RunStep
+	}
+	if o.Evaluate == nil {
+		ev, err := evaluate.New(cfg)
+		if err != nil {
+			return err
+		}
+		o.Evaluate = ev.Evaluate
+	}
+	if o.Board == nil {
+		o.Board = tensorboard.Open(cfg.Run.Dir, o.Log)
+	}
+	if o.Servers == nil && !cfg.InProcessPolicy() {
+		s, err := policyservers.Open(ctx, cfg, o.Log)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		o.Servers = s
+	}
+	return Run(ctx, cfg, o)
 }
 
 // claimed is ctx carrying the lease of the run directory dir, taken with

@@ -162,7 +162,7 @@ func TestKilledAfterEveryChangeOfTheLastStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the quick demo once per change of its last step")
 	}
-	cfg, err := DemoConfig(DemoOptions{Quick: true})
+	cfg, err := demoConfig(demoOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}

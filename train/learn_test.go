@@ -114,7 +114,7 @@ type handBuilt struct {
 func newHandBuilt(t *testing.T) handBuilt {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
+	cfg, err := demoConfig(demoOptions{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,10 +250,10 @@ func TestRolloutEngineOnGPUBackend(t *testing.T) {
 	ctx := context.Background()
 	h := newHandBuilt(t)
 	dir := rundir.Checkpoint(h.cfg.Run.Dir, 0)
-	e, release, err := openEngineOn(ctx, dir, "cuda", inproc.DTypeF32) // the exact reference: the same greedy tokens
+	e, release, err := inproc.OpenEngine(ctx, dir, "cuda", inproc.DTypeF32) // the exact reference: the same greedy tokens
 	if _, drvErr := cuda.Driver(); drvErr != nil {
 		if err == nil || !strings.Contains(err.Error(), "learner.backend cuda") || !strings.Contains(err.Error(), "libcuda") {
-			t.Fatalf("without a GPU: openEngineOn = %v, want an error naming learner.backend cuda and libcuda", err)
+			t.Fatalf("without a GPU: inproc.OpenEngine = %v, want an error naming learner.backend cuda and libcuda", err)
 		}
 		return
 	}
@@ -262,7 +262,7 @@ func TestRolloutEngineOnGPUBackend(t *testing.T) {
 	}
 	defer release()
 	defer e.Close()
-	cpu, err := OpenEngine(ctx, dir)
+	cpu, _, err := inproc.OpenEngine(ctx, dir, runconfig.BackendCPU, inproc.DTypeF32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func (c *child) wait(t *testing.T, limit time.Duration) error {
 func checkRunIntact(t *testing.T, run string) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := DemoConfig(DemoOptions{Quick: true})
+	cfg, err := demoConfig(demoOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestResumeWhoseLastActIsTheFinalEvaluation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the quick demo twice")
 	}
-	cfg, err := DemoConfig(DemoOptions{Quick: true})
+	cfg, err := demoConfig(demoOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func tree(t *testing.T, dir string) map[string]string {
 }
 
 // The lease is taken by the command that owns the run (Claim) and only
-// checked below it: Run, RunDemo, Learn, the rollout pipeline and the
+// checked below it: Run, demo.Run, Learn, the rollout pipeline and the
 // writers of run.yaml, algorithm.yaml and an --init checkpoint called
 // without it fail with an error that names the run directory and the fix,
 // and write nothing; under it they run. A second claim is refused, in the
@@ -336,13 +336,13 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 		}
 	}
 	before := tree(t, run)
-	notHeld("Run", "train: ", Run(ctx, cfg, Options{Rollout: RolloutStep}))
+	notHeld("Run", "train: ", runWired(ctx, cfg, Options{}))
 	_, err := rollout.Run(ctx, rollout.Options{Config: cfg, Step: 0})
 	notHeld("rollout.Run", "rollout: ", err)
-	_, err = RunDemo(ctx, DemoOptions{RunDir: run, Quick: true})
-	notHeld("RunDemo", "demo: ", err)
+	_, err = runDemo(ctx, demoOptions{RunDir: run, Quick: true})
+	notHeld("demo.Run", "demo: ", err)
 	notHeld("runconfig.Remember", "", runconfig.Remember(ctx, cfg, false, nil))
-	_, err = WriteAlgorithm(ctx, cfg)
+	_, err = runconfig.WriteAlgorithm(ctx, cfg)
 	notHeld("WriteAlgorithm", "", err)
 	notHeld("SeedRunCheckpoint", "", SeedRunCheckpoint(ctx, rundir.Checkpoint(run, 0), cfg))
 	unchanged := func(want map[string]string) {
@@ -379,7 +379,7 @@ func TestLowerLayersRequireTheLease(t *testing.T) {
 	h2 := newHandBuilt(t)
 	cfg2 := h2.cfg
 	cfg2.Run.Steps, cfg2.Eval.Every = 1, 0
-	if err := Run(claimed(t, ctx, cfg2.Run.Dir), cfg2, Options{Rollout: RolloutStep}); err != nil {
+	if err := runWired(claimed(t, ctx, cfg2.Run.Dir), cfg2, Options{}); err != nil {
 		t.Fatalf("train under the lease: %v", err)
 	}
 	if _, err := schemas.ReadManifest(ctx, rundir.Step(cfg2.Run.Dir, 0)); err != nil {

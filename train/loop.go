@@ -3,24 +3,14 @@ package train
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
-	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/records/tensorboard"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
-	"github.com/aipo-rl/aipo/transforms/policy"
-	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // rolloutRan is set once a rollout of this process has returned. The
@@ -32,45 +22,30 @@ import (
 var rolloutRan atomic.Bool
 
 // loop is one invocation of the training loop: the steps it rolls out and
-// learns, and the policy servers it keeps on the right weights.
+// learns.
 type loop struct {
 	cfg   runconfig.Config
 	opts  Options
-	task  *demotask.Task
 	start time.Time
 
 	emitMu sync.Mutex
 
-	learner *learnSession      // the learner steps, with the training state kept between them
-	board   *tensorboard.Board // TensorBoard's event files (nil: run.tensorboard off)
-
-	servers *weightsync.Group // nil: nobody is told (in-process policy, or policy.sync none)
-	pushMu  sync.Mutex
-	pushed  int64 // the checkpoint the servers were last told to serve; -1 none yet
+	learner *learnSession // the learner steps, with the training state kept between them
+	board   Follower      // TensorBoard's event files (nil: run.tensorboard off)
 
 	// resampled: the loop was entered again at a step being rolled out
 	// again (resample.go).
 	resampled bool
 }
 
-func newLoop(ctx context.Context, cfg runconfig.Config, opts Options, task *demotask.Task, start time.Time) (*loop, error) {
-	lp := &loop{cfg: cfg, opts: opts, task: task, start: start, pushed: -1}
-	if cfg.InProcessPolicy() || !cfg.Policy.Sync.Pushes() {
-		return lp, nil
-	}
-	g, err := weightsync.Open(ctx, cfg.Policy.Sync.Kind, cfg.SyncEndpoints(),
-		weightsync.Options{Timeout: cfg.Policy.Sync.TimeoutOrDefault(), LoadFormat: cfg.Policy.Sync.LoadFormat})
-	if err != nil {
-		return nil, fmt.Errorf("train: policy.sync: %w", err)
-	}
-	lp.servers = g
-	return lp, nil
+func newLoop(cfg runconfig.Config, opts Options, start time.Time) *loop {
+	return &loop{cfg: cfg, opts: opts, start: start}
 }
 
-func (lp *loop) close() {
-	if lp.servers != nil {
-		lp.servers.Close()
-	}
+// pushes says whether the run's checkpoints are pushed to policy servers
+// (Options.Servers) before the steps they sample.
+func (lp *loop) pushes() bool {
+	return !lp.cfg.InProcessPolicy() && lp.cfg.Policy.Sync.Pushes()
 }
 
 func (lp *loop) emit(e Event) {
@@ -83,6 +58,22 @@ func (lp *loop) emit(e Event) {
 	lp.opts.Progress(e)
 }
 
+// evaluate evaluates checkpoint k (Options.Evaluate).
+func (lp *loop) evaluate(ctx context.Context, k int64) error {
+	if lp.opts.Evaluate == nil {
+		return nil
+	}
+	return lp.opts.Evaluate(ctx, lp.cfg, k, lp.emit)
+}
+
+// follow brings the board up to date with the run's records, if the run
+// has one.
+func (lp *loop) follow(ctx context.Context) {
+	if lp.board != nil {
+		lp.board.Sync(ctx)
+	}
+}
+
 // sampler is the checkpoint whose weights sample step k: k itself, or in
 // an asynchronous run the one before (checkpoint 0 samples step 0).
 func (lp *loop) sampler(k int64) int64 {
@@ -92,96 +83,11 @@ func (lp *loop) sampler(k int64) int64 {
 	return k
 }
 
-// serve tells the policy servers to serve checkpoint s before step k is
-// rolled out, unless they were told already (pushes only go forward).
-// Nothing of step k is written when it fails.
-func (lp *loop) serve(ctx context.Context, k, s int64) error {
-	if err := lp.recheck(ctx, k); err != nil {
-		return fmt.Errorf("train: step %d not started: policy.sync: %w; nothing of step %d was written: fix the server (or policy.sync), then run the same command again to resume", k, err, k)
-	}
-	if err := lp.push(ctx, s); err != nil {
-		return fmt.Errorf("train: step %d not started: policy.sync: %w; nothing of step %d was written: fix the server (or policy.sync), then run the same command again to resume", k, err, k)
-	}
-	return nil
-}
-
-// push makes the servers serve checkpoint s, unless they do already.
-func (lp *loop) push(ctx context.Context, s int64) error {
-	if lp.servers == nil {
-		return nil
-	}
-	lp.pushMu.Lock()
-	defer lp.pushMu.Unlock()
-	if lp.pushed >= s {
-		return nil
-	}
-	if err := lp.servers.Push(ctx, weightsync.Checkpoint{Dir: serverCheckpointDir(lp.cfg, s), Version: s}); err != nil {
-		return err
-	}
-	lp.pushed = s
-	if lp.opts.Log != nil {
-		lp.opts.Log(fmt.Sprintf("policy servers (%s, %d) serve checkpoint %d", lp.servers.Kind(), len(lp.servers.Endpoints()), s))
-	}
-	return nil
-}
-
-// recheck asks the servers that name their version whether they still
-// serve the checkpoint they were last told of, before step k is rolled
-// out, and pushes it again to all of them when one does not: a server
-// restarted since serves its startup weights (vLLM's weight_version
-// "default"), and a rollout on it would be refused by the learner.
-func (lp *loop) recheck(ctx context.Context, k int64) error {
-	if lp.servers == nil {
-		return nil
-	}
-	lp.pushMu.Lock()
-	defer lp.pushMu.Unlock()
-	v := lp.pushed
-	if v < 0 {
-		return nil
-	}
-	stale, err := lp.servers.Stale(ctx, v)
-	if err != nil || len(stale) == 0 {
-		return err
-	}
-	if lp.opts.Log != nil {
-		lp.opts.Log(fmt.Sprintf("policy.sync: %s (restarted since the push?): pushing checkpoint %d again before step %d is rolled out", strings.Join(stale, "; "), v, k))
-	}
-	return lp.servers.Push(ctx, weightsync.Checkpoint{Dir: serverCheckpointDir(lp.cfg, v), Version: v})
-}
-
-// forget makes the next push of any checkpoint reach the servers, as if
-// they had been told of none.
-func (lp *loop) forget() {
-	lp.pushMu.Lock()
-	lp.pushed = -1
-	lp.pushMu.Unlock()
-}
-
-// serverCheckpointDir is checkpoint k's directory as the policy servers
-// see it: under policy.sync.checkpoint_dir, else the run's own, made
-// absolute (the servers do not share the working directory).
-func serverCheckpointDir(cfg runconfig.Config, k int64) string {
-	root := cfg.Policy.Sync.CheckpointDir
-	if root == "" {
-		root = rundir.Checkpoints(cfg.Run.Dir)
-		if !storage.IsRemote(root) {
-			if abs, err := filepath.Abs(root); err == nil {
-				root = abs
-			}
-		}
-	}
-	return rundir.CheckpointIn(root, k)
-}
-
 // rollout commits step k, sampled by checkpoint s, unless it is committed.
 func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 	lp.emit(Event{Step: k, Phase: "rollout"})
 	committed, err := storage.Exists(ctx, rundir.Manifest(rundir.Step(lp.cfg.Run.Dir, k)))
 	if err != nil || committed {
-		return err
-	}
-	if err := lp.serve(ctx, k, s); err != nil {
 		return err
 	}
 	if lp.cfg.InProcessPolicy() {
@@ -192,60 +98,17 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 			return lp.opts.Rollout(ctx, c, k)
 		})
 	} else {
+		if err := lp.opts.Servers.Serve(ctx, k, s); err != nil {
+			return err
+		}
 		c := lp.cfg
-		c.Policy.Endpoint = lp.endpointFor(s)
-		if err = reachable(ctx, c, k); err == nil {
+		if c.Policy.Endpoint, err = lp.opts.Servers.Endpoint(ctx, k, s); err == nil {
 			err = lp.opts.Rollout(ctx, c, k)
 			rolloutRan.Store(true)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("train: rollout of step %d: %w", k, err)
-	}
-	return nil
-}
-
-// endpointFor is the policy endpoint a rollout on checkpoint s uses: the
-// configured one, with policy_version=s when a server pushed names no
-// version (a vLLM without /weight_info; the push confirmed it serves s).
-// Servers that name their version are left to name it, so that one
-// restarted on its startup weights is not taken for checkpoint s.
-func (lp *loop) endpointFor(s int64) string {
-	e := lp.cfg.Policy.Endpoint
-	if lp.servers == nil || lp.servers.NamesVersions() {
-		return e
-	}
-	u, err := url.Parse(e)
-	if err != nil {
-		return e
-	}
-	q := u.Query()
-	q.Set("policy_version", strconv.FormatInt(s, 10))
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// reachable checks that the policy server answers before step k is rolled
-// out, within policy.timeout, so that a server that is down fails the
-// step at once, by name, instead of every trajectory.
-func reachable(ctx context.Context, cfg runconfig.Config, k int64) error {
-	t := cfg.Policy.Timeout
-	if t <= 0 {
-		t = 10 * time.Minute
-	}
-	cctx, cancel := context.WithTimeout(ctx, t)
-	defer cancel()
-	c, err := policy.Open(cctx, cfg.Policy.Endpoint)
-	if err == nil {
-		_, err = c.Info(cctx)
-		c.Close()
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("the policy server %s did not answer within policy.timeout %v: %w; start it or fix policy.endpoint, then run the same command again (nothing of step %d was written)",
-			secure.RedactURI(cfg.Policy.Endpoint), t, secure.RedactError(err), k)
 	}
 	return nil
 }
@@ -259,20 +122,20 @@ func (lp *loop) learn(ctx context.Context, k int64) error {
 		return fmt.Errorf("train: %w", err)
 	}
 	if lp.opts.Log != nil {
-		for _, w := range []string{trajectories.FailureWarning(k, lm.Rollout), signalWarning(lp.cfg, lm)} {
+		for _, w := range []string{records.FailureWarning(k, lm.Rollout), signalWarning(lp.cfg, lm)} {
 			if w != "" {
 				lp.opts.Log(w)
 			}
 		}
 	}
 	lp.emit(Event{Step: k, Phase: "learn", Learn: &lm})
-	if err := maybeEval(ctx, lp.cfg, lp.task, k+1, lp.emit, lp.start); err != nil {
+	if err := lp.evaluate(ctx, k+1); err != nil {
 		return err
 	}
 	if err := RebuildMetrics(ctx, lp.cfg.Run.Dir); err != nil {
 		return err
 	}
-	lp.board.Sync(ctx)
+	lp.follow(ctx)
 	return nil
 }
 
@@ -432,48 +295,11 @@ func (lp *loop) finish(ctx context.Context, done int64) error {
 	if done == 0 {
 		return nil
 	}
-	if err := lp.push(ctx, lp.cfg.Run.Steps); err != nil {
+	if lp.cfg.InProcessPolicy() {
+		return nil
+	}
+	if err := lp.opts.Servers.Finish(ctx); err != nil {
 		return fmt.Errorf("train: all %d steps are trained, but policy.sync could not give the servers the final checkpoint: %w", lp.cfg.Run.Steps, err)
 	}
 	return nil
-}
-
-// PushForRollout makes the policy servers of cfg (policy.sync) serve the
-// newest committed checkpoint up to k before `aipo rollout --step k`
-// samples from them (checkpoint k, or k-1 while an asynchronous run has
-// not written k yet), as `aipo train` does before its own rollouts, and
-// returns that checkpoint and the policy endpoint the rollout uses (with
-// policy_version=N for a server that names no version). So a step the
-// learner refused because a server was restarted on older weights is
-// rolled out again, with --force, from the right weights. Without
-// policy.sync, or with an in-process policy, it pushes nothing and
-// returns -1 and the configured endpoint; so it does, saying so, when no
-// checkpoint up to k is committed (a first rollout before aipo train wrote
-// checkpoint 0).
-func PushForRollout(ctx context.Context, cfg runconfig.Config, k int64, log func(string)) (int64, string, error) {
-	lp, err := newLoop(ctx, cfg, Options{Log: log}, nil, time.Now())
-	if err != nil {
-		return -1, "", err
-	}
-	defer lp.close()
-	if lp.servers == nil {
-		return -1, cfg.Policy.Endpoint, nil
-	}
-	for s := k; s >= 0 && s >= k-1; s-- {
-		ok, err := checkpoint.Committed(ctx, rundir.Checkpoint(cfg.Run.Dir, s))
-		if err != nil {
-			return -1, "", err
-		}
-		if !ok {
-			continue
-		}
-		if err := lp.push(ctx, s); err != nil {
-			return -1, "", fmt.Errorf("policy.sync: %w; nothing of step %d was written", err, k)
-		}
-		return s, lp.endpointFor(s), nil
-	}
-	if log != nil {
-		log(fmt.Sprintf("policy.sync: no checkpoint up to %d is committed in %s, so the servers are not told of one and sample with the weights they serve", k, cfg.Run.Dir))
-	}
-	return -1, lp.cfg.Policy.Endpoint, nil
 }

@@ -28,10 +28,10 @@ func TestLUFFYTrains(t *testing.T) {
 		c.ApplyLUFFY()
 		c.Run.Steps, c.Eval.Every = 2, 0
 	}
-	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
+	if _, err := runDemo(claimed(t, ctx, dir), demoOptions{RunDir: dir, Quick: true, Mutate: mutate}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true, Mutate: mutate})
+	cfg, err := demoConfig(demoOptions{RunDir: dir, Quick: true, Mutate: mutate})
 	if err != nil {
 		t.Fatal(err)
 	}

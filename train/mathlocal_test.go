@@ -64,7 +64,7 @@ func TestMathLocalRuns(t *testing.T) {
 	// A random policy solves nothing: the step trains on no signal, says
 	// so, and the run ends with ErrNoSignal once everything else is done.
 	var logs []string
-	err = Run(ctx, cfg, Options{Rollout: RolloutStep, Log: func(s string) { logs = append(logs, s) }})
+	err = runWired(ctx, cfg, Options{Log: func(s string) { logs = append(logs, s) }})
 	if !errors.Is(err, ErrNoSignal) || !strings.Contains(strings.Join(logs, "\n"), "warning: step 0 had no learning signal: in all 2 groups") {
 		t.Fatalf("a random policy on math-local.yaml: %v; log:\n%s", err, strings.Join(logs, "\n"))
 	}

@@ -31,7 +31,7 @@ func TestTrainFailsOnAPromptFileWithoutUsableRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs []string
-	err := Run(claimed(t, ctx, cfg.Run.Dir), cfg, Options{Rollout: RolloutStep, Log: func(s string) { logs = append(logs, s) }})
+	err := runWired(claimed(t, ctx, cfg.Run.Dir), cfg, Options{Log: func(s string) { logs = append(logs, s) }})
 	if err == nil {
 		t.Fatalf("a run on a file without a usable row trained (log %q)", logs)
 	}
@@ -117,7 +117,7 @@ func TestTrainFailsWhenEveryPromptOverflowsTheContext(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/long"
 	var logs []string
-	_, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { logs = append(logs, s) },
+	_, err := runDemo(claimed(t, ctx, dir), demoOptions{RunDir: dir, Quick: true, Log: func(s string) { logs = append(logs, s) },
 		Mutate: func(c *runconfig.Config) {
 			c.Eval.Every = 0
 			c.Rollout.SystemPrompt = strings.Repeat("lugr+3=453; ", 20) // about 120 tokens, the context is 64
@@ -157,7 +157,7 @@ func TestTrainWarnsOncePerStepWithFailedSamples(t *testing.T) {
 		return err
 	}
 	var logs []string
-	if err := Run(claimed(t, ctx, cfg.Run.Dir), cfg, Options{Rollout: rollout, Log: func(s string) { logs = append(logs, s) }}); err != nil {
+	if err := runWired(claimed(t, ctx, cfg.Run.Dir), cfg, Options{Rollout: rollout, Log: func(s string) { logs = append(logs, s) }}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := checkpoint.Committed(ctx, rundir.Checkpoint(cfg.Run.Dir, 1)); !ok {

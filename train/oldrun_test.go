@@ -39,10 +39,10 @@ func TestRunOfAnEarlierBuildResumes(t *testing.T) {
 		sum, _ := stepDigest(t, oldRun, k)
 		before = append(before, sum)
 	}
-	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Log: func(s string) { t.Log(s) }}); err != nil {
+	if _, err := runDemo(claimed(t, ctx, dir), demoOptions{RunDir: dir, Quick: true, Log: func(s string) { t.Log(s) }}); err != nil {
 		t.Fatalf("resuming %s: %v", oldRun, err)
 	}
-	cfg, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true})
+	cfg, err := demoConfig(demoOptions{RunDir: dir, Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/runconfig"
 	"gopkg.in/yaml.v3"
@@ -40,10 +41,10 @@ func TestDAPOKeepsTheBatchFull(t *testing.T) {
 		c.Eval.Every = 0
 	}
 	var logs []string
-	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, Mutate: mutate, Log: func(s string) { logs = append(logs, s) }}); err != nil {
+	if _, err := runDemo(claimed(t, ctx, dir), demoOptions{RunDir: dir, Quick: true, Mutate: mutate, Log: func(s string) { logs = append(logs, s) }}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := DemoConfig(DemoOptions{RunDir: dir, Quick: true, Mutate: mutate})
+	cfg, err := demoConfig(demoOptions{RunDir: dir, Quick: true, Mutate: mutate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,13 +93,13 @@ func TestDAPOKeepsTheBatchFull(t *testing.T) {
 	if refills == 0 {
 		t.Errorf("no step dropped a group, so refill was not exercised; pick a seed that drops some")
 	}
-	ab, err := storage.ReadFile(ctx, storage.Join(dir, AlgorithmName))
+	ab, err := storage.ReadFile(ctx, storage.Join(dir, rundir.AlgorithmName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var alg runconfig.Algorithm
 	if err := yaml.Unmarshal(ab, &alg); err != nil || alg.Base != "dapo" || !strings.Contains(alg.Paper, "2503.14476") {
-		t.Errorf("%s: %+v (%v)", AlgorithmName, alg, err)
+		t.Errorf("%s: %+v (%v)", rundir.AlgorithmName, alg, err)
 	}
 	said := 0
 	for _, l := range logs {

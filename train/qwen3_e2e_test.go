@@ -347,7 +347,7 @@ eval: {every: 0}
 	if err := SeedCheckpoint(lctx, hfDir, lc.Run.Dir); err != nil {
 		t.Fatal(err)
 	}
-	if err := Run(lctx, lc, Options{Rollout: RolloutStep}); err != nil {
+	if err := runWired(lctx, lc, Options{}); err != nil {
 		t.Fatalf("aipo train on the Hugging Face directory: %v", err)
 	}
 	var lm records.Learn

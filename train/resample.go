@@ -32,7 +32,7 @@ func (lp *loop) run(ctx context.Context, k int64) error {
 			err = lp.runSync(ctx, k)
 		}
 		var ve *VersionError
-		if err == nil || lp.servers == nil || ctx.Err() != nil || !errors.As(err, &ve) || ve.Newer {
+		if err == nil || !lp.pushes() || ctx.Err() != nil || !errors.As(err, &ve) || ve.Newer {
 			return err
 		}
 		if tries[ve.Step] >= ResampleAttempts {
@@ -50,7 +50,7 @@ func (lp *loop) run(ctx context.Context, k int64) error {
 		if err := schemas.Uncommit(ctx, rundir.Step(lp.cfg.Run.Dir, ve.Step)); err != nil {
 			return fmt.Errorf("train: roll step %d out again: remove its manifest: %w", ve.Step, err)
 		}
-		lp.forget()
+		lp.opts.Servers.Forget()
 		lp.resampled = true
 		k = ve.Step
 	}

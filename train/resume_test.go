@@ -88,7 +88,7 @@ func runChildIfAsked() {
 	flag.Parse()
 	beam.Init()
 	phase := func(name string, step int64) { fmt.Fprintf(os.Stdout, "PHASE %s %d\n", name, step) }
-	o := DemoOptions{RunDir: dir, Quick: true,
+	o := demoOptions{RunDir: dir, Quick: true,
 		Progress: func(e Event) {
 			switch {
 			case e.Phase == "learn" && e.Learn != nil:
@@ -129,7 +129,7 @@ func runChildIfAsked() {
 		os.Stderr.WriteString("child: " + err.Error() + "\n")
 		os.Exit(1)
 	}
-	_, err = RunDemo(ctx, o)
+	_, err = runDemo(ctx, o)
 	release() // os.Exit runs no deferred function
 	if err != nil {
 		os.Stderr.WriteString("child: " + err.Error() + "\n")
@@ -363,7 +363,7 @@ func crashSuite(t *testing.T, async bool, trials int) {
 		env = append(env, childAsyncEnv+"=1")
 	}
 	run := func(dir string, plan killPlan) (bool, []mark) { return runChildEnv(t, dir, plan, env...) }
-	cfg, err := DemoConfig(DemoOptions{Quick: true})
+	cfg, err := demoConfig(demoOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}

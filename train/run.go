@@ -9,20 +9,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/inproc"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
-	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/records"
-	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train/rankgroup"
-	"github.com/aipo-rl/aipo/transforms/policy"
 )
 
 // RolloutFunc runs the rollout of step k with the policy at
@@ -32,7 +26,7 @@ type RolloutFunc func(ctx context.Context, cfg runconfig.Config, k int64) error
 // Options are the parts of a training run that are not configuration.
 type Options struct {
 	// Rollout runs one step's rollout (the Beam pipeline of
-	// pipelines/rollout in production).
+	// pipelines/rollout in production: rollout.RunStep).
 	Rollout RolloutFunc
 	// Progress receives every phase change; nil discards them.
 	Progress func(Event)
@@ -44,6 +38,44 @@ type Options struct {
 	// Ranks, when set, is the group of learner processes this one leads
 	// (rank 0): each learner step is taken by all of them (Follow).
 	Ranks *rankgroup.Ranks
+	// Evaluate, when set, evaluates checkpoint k as the run's eval section
+	// asks, unless that was done (train/evaluate's Evaluator.Evaluate): the
+	// loop calls it for the checkpoint it starts from and for each one it
+	// commits, before metrics.jsonl is rebuilt, and gives it the loop's
+	// progress reports to send its own to (Steps and Elapsed filled in).
+	Evaluate func(ctx context.Context, cfg runconfig.Config, k int64, emit func(Event)) error
+	// Servers reach the policy servers the rollouts sample from when the
+	// policy is not in this process (train/policyservers' Servers); such
+	// a run needs them.
+	Servers Servers
+	// Board, when set and run.tensorboard is on, follows the run's metrics
+	// records (records/tensorboard's Board): it catches up with them
+	// before the first step and after each rebuild of metrics.jsonl.
+	Board Follower
+}
+
+// Servers are the policy servers of a run whose policy is not in this
+// process (policy.endpoint), kept on the checkpoint each step samples
+// (policy.sync).
+type Servers interface {
+	// Serve makes the servers serve checkpoint s before step k is rolled
+	// out, unless they do already; its error says that nothing of step k
+	// was written.
+	Serve(ctx context.Context, k, s int64) error
+	// Endpoint is the policy endpoint the rollout of step k on checkpoint
+	// s uses, once the server there answered.
+	Endpoint(ctx context.Context, k, s int64) (string, error)
+	// Forget makes the next Serve push its checkpoint, as if the servers
+	// had been told of none (a step rolled out again).
+	Forget()
+	// Finish makes the servers serve the run's final checkpoint.
+	Finish(ctx context.Context) error
+}
+
+// A Follower keeps something up to date with the run's metrics records.
+// A failure is its own to report: the run goes on.
+type Follower interface {
+	Sync(ctx context.Context)
 }
 
 // Claim takes the lease of runDir (internal/runlease) for the command that
@@ -57,7 +89,7 @@ type Options struct {
 // timeout, --take-over, the command named in it); logf receives one line
 // when a stale lease is taken over (unless o.Log is set) or leftovers are
 // removed. The returned context carries the lease to the layers below
-// (Run, RunDemo, Learn, the rollout pipeline), which only check it;
+// (Run, demo.Run, Learn, the rollout pipeline), which only check it;
 // release it when the command ends.
 func Claim(ctx context.Context, runDir string, o runlease.Options, logf func(string)) (context.Context, func() error, error) {
 	if runlease.Held(ctx, runDir) {
@@ -86,15 +118,9 @@ func Claim(ctx context.Context, runDir string, o runlease.Options, logf func(str
 	return ctx, release, nil
 }
 
-// Event is one progress report.
-type Event struct {
-	Step, Steps int64
-	Phase       string // "rollout", "learn", "eval", "done"
-	Learn       *records.Learn
-	Eval        *records.Eval
-	Benchmarks  *records.BenchmarkEval // eval.benchmarks' scores (evalbench.go)
-	Elapsed     time.Duration
-}
+// Event is one progress report (records.Progress, so that an evaluator
+// reports without importing the loop).
+type Event = records.Progress
 
 // Run trains from the last committed checkpoint to cfg.Run.Steps. The run
 // directory must hold checkpoint 0 (the initial policy), and ctx its lease
@@ -102,6 +128,9 @@ type Event struct {
 func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	if opts.Rollout == nil {
 		return errors.New("train: no rollout function")
+	}
+	if !cfg.InProcessPolicy() && opts.Servers == nil {
+		return errors.New("train: the policy is not in this process (policy.endpoint), and no policy servers were given to reach it")
 	}
 	runDir := cfg.Run.Dir
 	if err := runlease.Require(ctx, runDir); err != nil {
@@ -124,38 +153,25 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 	learner := newLearnSession(cfg, opts.Log)
 	learner.ranks = opts.Ranks
 	defer learner.Close()
-	emit := func(e Event) {
-		if opts.Progress != nil {
-			opts.Progress(e)
-		}
-	}
 	start := time.Now()
-	task, err := runTask(cfg)
-	if err != nil {
-		return err
-	}
+	lp := newLoop(cfg, opts, start)
 	// Evaluate the starting point when the schedule asks for it, and
 	// rebuild the derived files again: on a resume of a run killed after
 	// its last checkpoint committed, this evaluation is the last thing the
 	// run does, and the loop below has no step left to rebuild them after.
-	if err := maybeEval(ctx, cfg, task, k, emit, start); err != nil {
+	if err := lp.evaluate(ctx, k); err != nil {
 		return err
 	}
 	if err := RebuildMetrics(ctx, runDir); err != nil {
 		return err
 	}
-	lp, err := newLoop(ctx, cfg, opts, task, start)
-	if err != nil {
-		return err
-	}
-	defer lp.close()
 	lp.learner = learner
 	// TensorBoard's files catch up with the records first (those of an
 	// earlier invocation that it did not write), then follow each step.
 	if cfg.Run.WritesTensorBoard() {
-		lp.board = tensorboard.Open(cfg.Run.Dir, opts.Log)
+		lp.board = opts.Board
 	}
-	lp.board.Sync(ctx)
+	lp.follow(ctx)
 	if err := lp.run(ctx, k); err != nil {
 		return err
 	}
@@ -163,128 +179,17 @@ func Run(ctx context.Context, cfg runconfig.Config, opts Options) error {
 		if err := checkSignal(ctx, cfg); err != nil {
 			return err
 		}
-		emit(Event{Step: cfg.Run.Steps, Steps: cfg.Run.Steps, Phase: "done", Elapsed: time.Since(start)})
+		lp.emit(Event{Step: cfg.Run.Steps, Phase: "done"})
 	}
 	return nil
 }
 
 // withEngine serves checkpoint k in this process for the duration of fn,
-// under a name of its own for each purpose ("" for rollouts).
+// under a name of its own for each purpose ("" for rollouts;
+// inproc.RunEngineName), on the run's learner.backend in its policy.dtype.
 func withEngine(ctx context.Context, cfg runconfig.Config, k int64, purpose string, fn func(endpoint string) error) error {
-	e, release, err := openEngineOn(ctx, rundir.Checkpoint(cfg.Run.Dir, k), cfg.Learner.Backend, cfg.Policy.DType)
-	if err != nil {
-		return err
-	}
-	defer release()
-	defer e.Close()
-	name := fmt.Sprintf("train-%s-%06d", sanitize(cfg.Run.Name), k)
-	if purpose != "" {
-		name = fmt.Sprintf("train-%s-%s-%06d", sanitize(cfg.Run.Name), purpose, k)
-	}
-	if err := inproc.Serve(name, e); err != nil {
-		return err
-	}
-	defer inproc.Withdraw(name)
-	return fn(inproc.Scheme + "://" + name)
-}
-
-// OpenEngine starts an engine over a committed checkpoint (local or gs://).
-func OpenEngine(ctx context.Context, dir string) (*engine.Engine, error) {
-	e, _, err := openEngineOn(ctx, dir, runconfig.BackendCPU, inproc.DTypeF32)
-	return e, err
-}
-
-// openEngineOn is OpenEngine on the compute backend called name
-// (learner.backend, looked up in learner/backend; cuda decodes on GPU 0),
-// in dtype (policy.dtype, inproc.Loaded.OpenDecoder).
-// release frees the decoder and the device after the engine is closed.
-func openEngineOn(ctx context.Context, dir, name, dtype string) (e *engine.Engine, release func(), err error) {
-	l, err := inproc.LoadCheckpoint(ctx, dir, "")
-	if err != nil {
-		return nil, nil, err
-	}
-	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: inproc.TrainMaxBatch}
-	b, err := backend.Lookup(name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend: %w", err)
-	}
-	dv, err := b.Open()
-	if err != nil {
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s: %w", name, err)
-	}
-	dec, _, err := l.OpenDecoder(dv, dtype)
-	if err != nil {
-		dv.Close()
-		return nil, nil, fmt.Errorf("rollout engine: learner.backend %s, policy.dtype %q: %w", name, dtype, err)
-	}
-	release = func() {
-		dec.Close()
-		dv.Close()
-	}
-	if e, err = engine.NewOn(dec, l.Tokenizer, l.Trainer.PolicyVersion, ecfg); err != nil {
-		release()
-		return nil, nil, err
-	}
-	return e, release, nil
-}
-
-func sanitize(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '/' || r == '?' || r == '#' || r == ':' || r == '@' {
-			return '-'
-		}
-		return r
-	}, s)
-}
-
-// maybeEval evaluates checkpoint k alone when the schedule says so and it
-// has not been done yet.
-func maybeEval(ctx context.Context, cfg runconfig.Config, task *demotask.Task, k int64, emit func(Event), start time.Time) error {
-	if err := maybeEvalBenchmarks(ctx, cfg, k, emit, start); err != nil {
-		return err
-	}
-	if task == nil || cfg.Eval.Every <= 0 || (k%cfg.Eval.Every != 0 && k != cfg.Run.Steps) {
-		return nil
-	}
-	p := rundir.MetricsRecord(cfg.Run.Dir, rundir.EvalKind, k)
-	if ok, err := storage.Exists(ctx, p); err != nil || ok {
-		return err
-	}
-	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Elapsed: time.Since(start)})
-	t0 := time.Now()
-	var em records.Eval
-	err := withEngine(ctx, cfg, k, "eval", func(endpoint string) error {
-		c, err := policy.Open(ctx, endpoint)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		ec := demo.DefaultEval()
-		ec.Samples, ec.Temperature = cfg.Eval.Samples, cfg.Eval.Temperature
-		if cfg.Eval.MaxResponseTokens > 0 {
-			ec.MaxTokens = cfg.Eval.MaxResponseTokens
-		}
-		ec.Seed = int64(cfg.Run.Seed)*7919 + 17
-		var splits []demotask.Split
-		for _, s := range cfg.Eval.Splits {
-			splits = append(splits, demotask.Split(s))
-		}
-		scores, err := demo.Evaluate(ctx, c, task, ec, splits...)
-		if err != nil {
-			return err
-		}
-		em = records.Eval{Kind: "eval", Step: k, PolicyVersion: k, Splits: scores}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("train: evaluate checkpoint %d: %w", k, err)
-	}
-	em.Seconds = time.Since(t0).Seconds()
-	if err := writeJSON(ctx, p, em); err != nil {
-		return err
-	}
-	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Eval: &em, Elapsed: time.Since(start)})
-	return nil
+	name := inproc.RunEngineName(cfg.Run.Name, purpose, k)
+	return inproc.ServeCheckpoint(ctx, rundir.Checkpoint(cfg.Run.Dir, k), name, cfg.Learner.Backend, cfg.Policy.DType, fn)
 }
 
 // RebuildMetrics rewrites <run>/metrics.jsonl from the per-step records,

@@ -24,7 +24,7 @@ func TestRunRemembersItsConfig(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "run")
 	ctx = claimed(t, ctx, dir)
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1}); err != nil {
+	if _, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}
 	recorded, err := os.ReadFile(filepath.Join(dir, rundir.RunYAMLName))
@@ -35,7 +35,7 @@ func TestRunRemembersItsConfig(t *testing.T) {
 		c.Rollout.GroupSize *= 2
 		c.Learner.Optim.LR = 5e-3
 	}
-	_, err = RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: changed})
+	_, err = runDemo(ctx, demoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: changed})
 	var ce *runconfig.ConfigChangedError
 	if !errors.As(err, &ce) {
 		t.Fatalf("a changed configuration on the same run: %v, want a *runconfig.ConfigChangedError", err)
@@ -53,11 +53,11 @@ func TestRunRemembersItsConfig(t *testing.T) {
 		t.Error("the refused run rewrote run.yaml")
 	}
 	// The same configuration again, from its run.yaml, is accepted.
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1}); err != nil {
+	if _, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, StopAfter: 1}); err != nil {
 		t.Fatalf("the recorded configuration again: %v", err)
 	}
 	// --reconfigure applies and records the change.
-	if _, err := RunDemo(ctx, DemoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: changed, Reconfigure: true}); err != nil {
+	if _, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: changed, Reconfigure: true}); err != nil {
 		t.Fatalf("--reconfigure: %v", err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, rundir.ConfigChangesName))
@@ -84,7 +84,7 @@ func TestRunRemembersItsConfig(t *testing.T) {
 // the run, so that `aipo learn --run DIR` and `aipo train --run DIR` find it.
 func TestRememberConfigWritesRunYAML(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: filepath.Join(t.TempDir(), "r")})
+	cfg, err := demoConfig(demoOptions{Quick: true, RunDir: filepath.Join(t.TempDir(), "r")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestRunWithoutTensorBoard(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	off := false
 	mutate := func(c *runconfig.Config) { c.Run.TensorBoard = &off }
-	if _, err := RunDemo(claimed(t, ctx, dir), DemoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: mutate}); err != nil {
+	if _, err := runDemo(claimed(t, ctx, dir), demoOptions{RunDir: dir, Quick: true, StopAfter: 1, Mutate: mutate}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(rundir.MetricsRecord(dir, rundir.LearnKind, 0)); err != nil {

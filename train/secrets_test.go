@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
@@ -178,11 +179,11 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			key := plantedKey(t)
 			runDir := filepath.Join(base, via)
-			cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: runDir})
+			cfg, err := demoConfig(demoOptions{Quick: true, RunDir: runDir})
 			if err != nil {
 				t.Fatal(err)
 			}
-			task, err := DemoTask(cfg)
+			task, err := demo.Task(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +215,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 				// quotes it would reach the trajectories if not redacted.
 				c.Policy.MaxResponseTokens, c.Rollout.AnswerTokenBudget = 128, 96
 			}
-			ws := QuickWarmStart()
+			ws := demo.QuickWarmStart()
 			ws.Model.Context = 192
 			if warm != "" {
 				if err := os.CopyFS(rundir.Checkpoint(runDir, 0), os.DirFS(warm)); err != nil {
@@ -223,7 +224,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 			}
 
 			out := startCapture(t)
-			rep, runErr := RunDemo(claimed(t, context.Background(), runDir), DemoOptions{
+			rep, runErr := runDemo(claimed(t, context.Background(), runDir), demoOptions{
 				RunDir: runDir, Quick: true, Mutate: mutate, WarmStart: &ws,
 				Log:      func(s string) { out.printf("log: %s", s) },
 				Progress: func(e Event) { out.printf("progress: %+v learn=%+v eval=%+v", e, e.Learn, e.Eval) },
@@ -564,7 +565,7 @@ func TestQuerySecretsNeverLeak(t *testing.T) {
 	expectErr("policy.Open of an unreachable server", err, "refused")
 
 	// The run configuration and the rollout's manifest.
-	cfg, err := DemoConfig(DemoOptions{Quick: true, RunDir: t.TempDir()})
+	cfg, err := demoConfig(demoOptions{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

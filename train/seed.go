@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -10,7 +11,6 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
-	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 )
 
 // SeedCheckpoint commits the model at src (a Hugging Face model directory,
@@ -42,10 +42,9 @@ func SeedRunCheckpoint(ctx context.Context, src string, cfg runconfig.Config) er
 // writesTiedHead says whether the run's checkpoints carry lm_head.weight
 // beside a tied embedding: when policy.sync pushes them to servers whose
 // reload leaves a tied head on its old values otherwise (vLLM's in-place
-// reload; weightsync.Kind.TiedHead, checkpoint.Checkpoint.WriteTiedHead).
+// reload; runconfig.Sync.TiedHead, checkpoint.Checkpoint.WriteTiedHead).
 func writesTiedHead(cfg runconfig.Config) bool {
-	k, err := weightsync.Lookup(cfg.Policy.Sync.Kind)
-	return err == nil && k.TiedHead
+	return cfg.Policy.Sync.TiedHead()
 }
 
 func seedCheckpoint(ctx context.Context, src, runDir string, tiedHead bool) error {
@@ -66,4 +65,29 @@ func seedCheckpoint(ctx context.Context, src, runDir string, tiedHead bool) erro
 	}
 	return checkpoint.Save(ctx, dst, checkpoint.Checkpoint{Config: cfg, Tensors: tensors, Tokenizer: files,
 		Trainer: checkpoint.TrainerState{RunID: storage.Base(runDir)}, WriteTiedHead: tiedHead})
+}
+
+// CopyWarmStart gives a run the shared warm start as its checkpoint 0,
+// unless it has one already.
+func CopyWarmStart(ctx context.Context, warm, dst string) error {
+	if ok, err := checkpoint.Committed(ctx, dst); err == nil && ok {
+		return nil
+	}
+	pol, err := LoadPolicy(ctx, warm)
+	if err != nil {
+		return fmt.Errorf("compare: warm start: %w", err)
+	}
+	copyOpt := func(w io.Writer) error {
+		r, err := pol.OpenOptimizer(ctx)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.Copy(w, r)
+		return err
+	}
+	if err := savePolicyStreaming(ctx, dst, pol.Model, copyOpt, pol.Tokenizer, pol.State); err != nil {
+		return fmt.Errorf("compare: copy the warm start to %s: %w", dst, err)
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
+	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	_ "github.com/aipo-rl/aipo/transforms/policy/grpcclient"
@@ -35,7 +36,7 @@ func TestRolloutThroughServe(t *testing.T) {
 	base := t.TempDir()
 	ds := startDemoServer(t, base)
 	cfg, task, ckpt := ds.cfg, ds.task, ds.ckpt
-	eng, err := OpenEngine(ctx, ckpt)
+	eng, _, err := inproc.OpenEngine(ctx, ckpt, runconfig.BackendCPU, inproc.DTypeF32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func TestRunWithoutSignalFails(t *testing.T) {
 	})
 	var logs []string
 	ctx = claimed(t, ctx, c.Run.Dir)
-	err := Run(ctx, c, Options{Rollout: RolloutStep, Log: func(s string) { logs = append(logs, s) }})
+	err := runWired(ctx, c, Options{Log: func(s string) { logs = append(logs, s) }})
 	if !errors.Is(err, ErrNoSignal) {
 		t.Fatalf("a run without a learning signal ended with %v", err)
 	}
@@ -93,7 +93,7 @@ func TestRunWithoutSignalFails(t *testing.T) {
 	}
 	// The same run directory again, allowed: the invocation's setting.
 	c.Run.AllowNoSignal = true
-	if err := Run(ctx, c, Options{Rollout: RolloutStep}); err != nil {
+	if err := runWired(ctx, c, Options{}); err != nil {
 		t.Errorf("with run.allow_no_signal: %v", err)
 	}
 }

@@ -39,7 +39,7 @@ func TestDemoRetention(t *testing.T) {
 		want  []int64
 		most  int
 	}{{false, []int64{0, 50, 100, 150, 199, 200}, 6}, {true, []int64{0, 3}, 2}} {
-		cfg, err := DemoConfig(DemoOptions{Quick: tc.quick})
+		cfg, err := demoConfig(demoOptions{Quick: tc.quick})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,16 +97,16 @@ func TestRetainedKeepsWhatTheRunNeeds(t *testing.T) {
 func warmQuick(t *testing.T) func(dir string) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := DemoConfig(DemoOptions{Quick: true})
+	cfg, err := demoConfig(demoOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := DemoTask(cfg)
+	task, err := demo.Task(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	warm := rundir.Checkpoint(filepath.Join(t.TempDir(), "warm"), 0)
-	if _, err := demo.WarmStart(ctx, warm, task, QuickWarmStart(), nil); err != nil {
+	if _, err := demo.WarmStart(ctx, warm, task, demo.QuickWarmStart(), nil); err != nil {
 		t.Fatal(err)
 	}
 	return func(dir string) {
@@ -135,7 +135,7 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 	}
 	ref := filepath.Join(base, "ref")
 	seed(ref)
-	if _, err := RunDemo(claimed(t, ctx, ref), DemoOptions{RunDir: ref, Quick: true, Mutate: mutate}); err != nil {
+	if _, err := runDemo(claimed(t, ctx, ref), demoOptions{RunDir: ref, Quick: true, Mutate: mutate}); err != nil {
 		t.Fatal(err)
 	}
 	want := checkpointSums(t, ref)
@@ -151,7 +151,7 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 	run := filepath.Join(base, "stopped")
 	seed(run)
 	lctx := claimed(t, ctx, run)
-	if _, err := RunDemo(lctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, StopAfter: 2}); err != nil {
+	if _, err := runDemo(lctx, demoOptions{RunDir: run, Quick: true, Mutate: mutate, StopAfter: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if _, k, _ := checkpoint.Latest(ctx, run); k != 2 {
@@ -159,7 +159,7 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 	}
 	// Another learning rate than the run's: the replay of step 0 gives
 	// other weights than checkpoint 1 holds.
-	cfg, err := DemoConfig(DemoOptions{RunDir: run, Quick: true, Mutate: mutate})
+	cfg, err := demoConfig(demoOptions{RunDir: run, Quick: true, Mutate: mutate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestResumeReplaysFromTheNewestFullState(t *testing.T) {
 		t.Fatalf("learn step 2 with a changed learning rate: %v, want a replay mismatch at step 0", err)
 	}
 	var logs []string
-	if _, err := RunDemo(lctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, Log: func(s string) { logs = append(logs, s) }}); err != nil {
+	if _, err := runDemo(lctx, demoOptions{RunDir: run, Quick: true, Mutate: mutate, Log: func(s string) { logs = append(logs, s) }}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(logs, func(s string) bool {
@@ -203,14 +203,14 @@ func TestReplayUsesTheConfigurationEachStepRanWith(t *testing.T) {
 			c.Checkpoint = runconfig.Checkpoint{SaveEvery: saveEvery, KeepLast: 1}
 		}
 		lctx := claimed(t, ctx, run)
-		if _, err := RunDemo(lctx, DemoOptions{RunDir: run, Quick: true, Mutate: mutate, StopAfter: 2}); err != nil {
+		if _, err := runDemo(lctx, demoOptions{RunDir: run, Quick: true, Mutate: mutate, StopAfter: 2}); err != nil {
 			t.Fatal(err)
 		}
 		changed := func(c *runconfig.Config) {
 			mutate(c)
 			c.Learner.Optim.LR *= 3
 		}
-		if _, err := RunDemo(lctx, DemoOptions{RunDir: run, Quick: true, Mutate: changed, Reconfigure: true}); err != nil {
+		if _, err := runDemo(lctx, demoOptions{RunDir: run, Quick: true, Mutate: changed, Reconfigure: true}); err != nil {
 			t.Fatalf("save_every %d: %v", saveEvery, err)
 		}
 		if got, _ := checkpoint.List(ctx, run); !slices.Equal(got, []int64{0, 4}) {

@@ -18,6 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
@@ -245,7 +246,7 @@ func TestTrainWithPolicyServer(t *testing.T) {
 			var logs []string
 			var prev []float32
 			rolled := 0
-			err := Run(claimed(t, ctx, c.Run.Dir), c, Options{
+			err := runWired(claimed(t, ctx, c.Run.Dir), c, Options{
 				Log: func(s string) { logs = append(logs, s) },
 				Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
 					if rc.Policy.Endpoint != endpoint {
@@ -271,7 +272,7 @@ func TestTrainWithPolicyServer(t *testing.T) {
 					}
 					prev = lps
 					rolled++
-					return RolloutStep(ctx, rc, k)
+					return rollout.RunStep(ctx, rc, k)
 				},
 			})
 			if err != nil {
@@ -313,7 +314,7 @@ func TestStalePolicyServer(t *testing.T) {
 	t.Run("never told", func(t *testing.T) {
 		c := syncRun(t, ds, base, "never-told", func(c *runconfig.Config) { c.Policy.Endpoint = endpoint })
 		srv.reload(ctx, rundir.Checkpoint(c.Run.Dir, 0))
-		err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Rollout: RolloutStep})
+		err := runWired(claimed(t, ctx, c.Run.Dir), c, Options{})
 		for _, want := range []string{"learn step 1:", "16 of the 16 trajectories were sampled by policy versions outside the version 1 this step allows (policy.max_staleness 0)",
 			"versions found (trajectories): 0 (16)", "set policy.sync", "policy.max_staleness: 1", "--step 1 --force", "checkpoint 2 was not written"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
@@ -330,12 +331,12 @@ func TestStalePolicyServer(t *testing.T) {
 	late := func(c runconfig.Config) Options {
 		return Options{Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
 			srv.reload(ctx, rundir.Checkpoint(c.Run.Dir, max(0, k-1)))
-			return RolloutStep(ctx, rc, k)
+			return rollout.RunStep(ctx, rc, k)
 		}}
 	}
 	t.Run("one step late", func(t *testing.T) {
 		c := syncRun(t, ds, base, "late", func(c *runconfig.Config) { c.Policy.Endpoint = endpoint })
-		err := Run(claimed(t, ctx, c.Run.Dir), c, late(c))
+		err := runWired(claimed(t, ctx, c.Run.Dir), c, late(c))
 		if err == nil || !strings.Contains(err.Error(), "learn step 1:") || !strings.Contains(err.Error(), "versions found (trajectories): 0 (16)") {
 			t.Errorf("a server one version behind, max_staleness 0: %v", err)
 		}
@@ -350,7 +351,7 @@ func TestStalePolicyServer(t *testing.T) {
 			c.Policy.MaxStaleness = &one
 			c.Learner.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 1.01, Mode: loss.CorrectionTruncate}
 		})
-		if err := Run(claimed(t, ctx, c.Run.Dir), c, late(c)); err != nil {
+		if err := runWired(claimed(t, ctx, c.Run.Dir), c, late(c)); err != nil {
 			t.Fatal(err)
 		}
 		for k := range c.Run.Steps {
@@ -392,12 +393,12 @@ func TestRestartedPolicyServerRecovered(t *testing.T) {
 		})
 		var logs []string
 		done := 0
-		err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Log: func(s string) { logs = append(logs, s) }, Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
+		err := runWired(claimed(t, ctx, c.Run.Dir), c, Options{Log: func(s string) { logs = append(logs, s) }, Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
 			if k == 2 && done < restarts {
 				done++
 				srv.restart(ds.ckpt)
 			}
-			return RolloutStep(ctx, rc, k)
+			return rollout.RunStep(ctx, rc, k)
 		}})
 		return c, logs, err
 	}
@@ -450,7 +451,7 @@ func TestPolicyServerBadInput(t *testing.T) {
 		})
 		lctx := claimed(t, ctx, c.Run.Dir)
 		start := time.Now()
-		err := Run(lctx, c, Options{Rollout: RolloutStep})
+		err := runWired(lctx, c, Options{})
 		took := time.Since(start)
 		if err == nil || !strings.Contains(err.Error(), "rollout of step 0") || !strings.Contains(err.Error(), deadAddr) ||
 			!strings.Contains(err.Error(), "did not answer within policy.timeout 1.5s") {
@@ -473,10 +474,10 @@ func TestPolicyServerBadInput(t *testing.T) {
 	rolled := 0
 	opts := Options{Rollout: func(ctx context.Context, rc runconfig.Config, k int64) error {
 		rolled++
-		return RolloutStep(ctx, rc, k)
+		return rollout.RunStep(ctx, rc, k)
 	}}
 	lctx := claimed(t, ctx, c.Run.Dir)
-	err := Run(lctx, c, opts)
+	err := runWired(lctx, c, opts)
 	if err == nil || !strings.Contains(err.Error(), "step 0 not started") || !strings.Contains(err.Error(), ds.grpcAddr) ||
 		!strings.Contains(err.Error(), filepath.Join(base, "elsewhere", "checkpoints", "step-000000")) || !strings.Contains(err.Error(), "run the same command again") {
 		t.Errorf("a push the server refuses: %v", err)
@@ -488,7 +489,7 @@ func TestPolicyServerBadInput(t *testing.T) {
 		t.Error("step 0 was written after a failed push")
 	}
 	c.Policy.Sync.CheckpointDir = ""
-	if err := Run(lctx, c, opts); err != nil {
+	if err := runWired(lctx, c, opts); err != nil {
 		t.Fatalf("the run does not resume once the push works: %v", err)
 	}
 	if ok, _ := checkpoint.Committed(ctx, rundir.Checkpoint(c.Run.Dir, c.Run.Steps)); !ok || rolled != int(c.Run.Steps) {
@@ -515,7 +516,7 @@ func TestAsyncTrainWithPolicyServer(t *testing.T) {
 		c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
 		c.Learner.Loss.RolloutCorrection = loss.RolloutCorrection{Level: loss.CorrectionToken, Cap: 2, Mode: loss.CorrectionTruncate}
 	})
-	if err := Run(claimed(t, ctx, c.Run.Dir), c, Options{Rollout: RolloutStep}); err != nil {
+	if err := runWired(claimed(t, ctx, c.Run.Dir), c, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	for k := range c.Run.Steps {

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/demo/comparison"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train"
+	"github.com/aipo-rl/aipo/train/wire"
 )
 
 func init() {
@@ -70,13 +72,13 @@ func runDemo(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p := newProgress(os.Stderr)
-	do := train.DemoOptions{
-		RunDir: dir, Quick: *quick, Progress: p.event, WarmStartProgress: p.warmStart, Log: p.log, Mutate: o.apply,
+	do := demo.Options{
+		RunDir: dir, Quick: *quick, WarmStartProgress: p.warmStart, Log: p.log, Mutate: o.apply,
 		Reconfigure: *reconfigure,
 	}
 	// The configuration is checked before the lease is taken: flags that
 	// make no valid run leave no trace in the run directory.
-	cfg, err := train.DemoConfig(do)
+	cfg, err := demo.Config(do)
 	if err != nil {
 		p.finish()
 		return runError("%s", errText(err))
@@ -87,7 +89,9 @@ func runDemo(args []string) error {
 		return runError("%s", errText(err))
 	}
 	defer release()
-	rep, err := train.RunDemo(ctx, do)
+	rep, err := demo.Run(ctx, do, func(ctx context.Context, cfg runconfig.Config) error {
+		return wire.Run(ctx, cfg, train.Options{Progress: p.event, Log: p.log})
+	})
 	p.finish()
 	if err != nil {
 		return runError("%s", errText(err))

@@ -18,7 +18,6 @@ import (
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/schemas"
-	"github.com/aipo-rl/aipo/train"
 )
 
 // aipo rollout and aipo learn, one step each of the quick configuration,
@@ -107,7 +106,7 @@ func quickWarmStart(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := demo.WarmStart(context.Background(), dir, task, train.QuickWarmStart(), nil); err != nil {
+	if _, err := demo.WarmStart(context.Background(), dir, task, demo.QuickWarmStart(), nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train"
+	"github.com/aipo-rl/aipo/train/policyservers"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
 )
 
@@ -72,7 +73,7 @@ func runRollout(args []string) error {
 	// With policy.sync, the servers are made to serve the step's
 	// checkpoint first, as aipo train does before its rollouts.
 	if *pol == "" && cfg.Policy.Sync.Pushes() && !cfg.InProcessPolicy() && !dataflowDryRun() {
-		_, endpoint, err := train.PushForRollout(ctx, cfg, *step, func(s string) { fmt.Println(s) })
+		_, endpoint, err := policyservers.PushForRollout(ctx, cfg, *step, func(s string) { fmt.Println(s) })
 		if err != nil {
 			return runError("step %d: %s", *step, errText(err))
 		}

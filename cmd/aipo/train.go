@@ -18,6 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train"
 	"github.com/aipo-rl/aipo/train/rankgroup"
+	"github.com/aipo-rl/aipo/train/wire"
 )
 
 func init() {
@@ -195,7 +196,7 @@ func trainRun(ctx context.Context, cfg runconfig.Config, lo runlease.Options, f 
 		off := false
 		cfg.Run.TensorBoard = &off
 	}
-	alg, err := train.WriteAlgorithm(ctx, cfg)
+	alg, err := runconfig.WriteAlgorithm(ctx, cfg)
 	if err != nil {
 		return runError("%v", err)
 	}
@@ -205,7 +206,7 @@ func trainRun(ctx context.Context, cfg runconfig.Config, lo runlease.Options, f 
 			return runError("--init: %s", errText(err))
 		}
 	}
-	if err := train.Run(ctx, cfg, train.Options{Rollout: train.RolloutStep, Progress: p.event, Log: p.log, Ranks: f.ranks}); err != nil {
+	if err := wire.Run(ctx, cfg, train.Options{Progress: p.event, Log: p.log, Ranks: f.ranks}); err != nil {
 		return runError("%s", errText(err))
 	}
 	return nil

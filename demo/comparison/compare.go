@@ -13,6 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/train"
+	"github.com/aipo-rl/aipo/train/wire"
 )
 
 // Method is a training method of the comparison: the demo configuration
@@ -149,17 +150,17 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 			o.Log(fmt.Sprintf(format, args...))
 		}
 	}
-	base, err := train.DemoConfig(train.DemoOptions{Quick: o.Quick, RunDir: storage.Join(o.Dir, "warmstart")})
+	base, err := demo.Config(demo.Options{Quick: o.Quick, RunDir: storage.Join(o.Dir, "warmstart")})
 	if err != nil {
 		return demo.Comparison{}, err
 	}
-	task, err := train.DemoTask(base)
+	task, err := demo.Task(base)
 	if err != nil {
 		return demo.Comparison{}, err
 	}
 	ws := demo.DefaultWarmStart()
 	if o.Quick {
-		ws = train.QuickWarmStart()
+		ws = demo.QuickWarmStart()
 	}
 	warm := rundir.Checkpoint(storage.Join(o.Dir, "warmstart"), 0)
 	t0 := time.Now()
@@ -228,7 +229,10 @@ func compareRun(ctx context.Context, o CompareOptions, m Method, seed uint64, di
 	if o.Progress != nil {
 		progress = func(e train.Event) { o.Progress(m.Name, seed, e) }
 	}
-	if _, err := train.RunDemo(ctx, train.DemoOptions{RunDir: dir, Quick: o.Quick, Mutate: mutate, Progress: progress}); err != nil {
+	trainRun := func(ctx context.Context, cfg runconfig.Config) error {
+		return wire.Run(ctx, cfg, train.Options{Progress: progress})
+	}
+	if _, err := demo.Run(ctx, demo.Options{RunDir: dir, Quick: o.Quick, Mutate: mutate}, trainRun); err != nil {
 		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
 	}
 	return nil

@@ -126,7 +126,8 @@ type rule struct {
 // import each other; the records and schemas that cross stages; internal/.
 var (
 	// stages run a whole stage of a run; only cmd/ imports them (and each
-	// other, downwards: demo runs train, plan reads the demo's model).
+	// other, downwards: train/wire and demo/comparison run train, train's
+	// evaluations score the demo task, plan reads the demo's model).
 	stages = []string{"train", "serve", "demo", "plan"}
 	// above are the packages that sit above the pipelines' transforms and
 	// the learner.
@@ -158,6 +159,11 @@ var rules = []rule{
 	{name: "runconfig/ imports nothing of the stages, the in-process policy or cmd/", tests: true,
 		from:      func(p string) bool { return under(p, "runconfig") },
 		forbidden: func(i string) bool { return underAny(i, append([]string{"cmd", "inproc"}, stages...)...) }},
+	{name: "the training loop (train itself) imports no Beam graph, no other stage, no transform and no TensorBoard writer: its rollout, evaluations, policy servers and TensorBoard come in through train.Options (train/wire gives the house's)",
+		from: func(p string) bool { return p == "train" },
+		forbidden: func(i string) bool {
+			return underAny(i, "pipelines", "demo", "serve", "plan", "transforms", "evalconfig", "configs", "records/tensorboard")
+		}},
 	{name: "serve/ imports nothing of the other stages or the Beam graphs",
 		from:      func(p string) bool { return under(p, "serve") },
 		forbidden: func(i string) bool { return underAny(i, "train", "demo", "plan", "pipelines", "cmd") }},
@@ -214,7 +220,7 @@ func TestImportRulesSeeTheGraph(t *testing.T) {
 			t.Errorf("the graph lacks %s -> %s: %v", want.pkg, want.imp, im.code[want.pkg])
 		}
 	}
-	im.code["train"] = append(slices.Clone(im.code["train"]), "learner/cuda")
+	im.code["train"] = append(slices.Clone(im.code["train"]), "learner/cuda", "pipelines/rollout")
 	im.tests["internal/meminfo"] = append(slices.Clone(im.tests["internal/meminfo"]), "learner/model")
 	got := map[string][]string{}
 	for _, r := range rules {
@@ -225,6 +231,13 @@ func TestImportRulesSeeTheGraph(t *testing.T) {
 	}
 	if v := got[rules[1].name]; !slices.Equal(v, []string{"internal/meminfo -> learner/model (test)"}) {
 		t.Errorf("%s: %q, want the added test import of internal/meminfo", rules[1].name, v)
+	}
+	i := slices.IndexFunc(rules, func(r rule) bool { return strings.HasPrefix(r.name, "the training loop") })
+	if i < 0 {
+		t.Fatal("no rule about the training loop's imports")
+	}
+	if v := got[rules[i].name]; !slices.Equal(v, []string{"train -> pipelines/rollout"}) {
+		t.Errorf("%s: %q, want the added train -> pipelines/rollout", rules[i].name, v)
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
-	"github.com/aipo-rl/aipo/transforms/trajectories"
 )
 
 // fileConfig is a rollout of the prompt file at path.
@@ -98,7 +98,7 @@ func TestRolloutFailedFraction(t *testing.T) {
 	if m.Meta["first_error"] == "" {
 		t.Errorf("meta first_error is empty with %d failures", failed)
 	}
-	w := trajectories.FailureWarning(0, m.Meta)
+	w := records.FailureWarning(0, m.Meta)
 	t.Logf("below the bound: %s", w)
 	for _, want := range []string{fmt.Sprintf("%d of %d samples failed", failed, total), m.Meta["first_error"], "rollout.max_failed_fraction"} {
 		if !strings.Contains(w, want) {

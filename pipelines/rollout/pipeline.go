@@ -230,6 +230,14 @@ func dynamicSampling(s beam.Scope, o Options, spec trajectories.Spec, first prom
 	return trajectories.Trim(s, batch, beam.Flatten(s, allRows...), decisions), trajectories.DecisionMeta(s, batch, decisions)
 }
 
+// RunStep rolls out step k of the run of cfg with the policy at
+// cfg.Policy.Endpoint and commits it (Run, its manifest dropped): the
+// rollout of aipo train's loop (train.Options.Rollout).
+func RunStep(ctx context.Context, cfg runconfig.Config, k int64) error {
+	_, err := Run(ctx, Options{Config: cfg, Step: k})
+	return err
+}
+
 // Run rolls out one step on the runner named by Beam's --runner flag
 // (prism by default) and returns the committed manifest. A step that is
 // already committed is refused unless o.Force. ctx must carry the run

@@ -46,7 +46,7 @@ func (c StepCheck) Err(st records.StepStats) error {
 	if failed == 0 {
 		return nil
 	}
-	first := firstError(st)
+	first := st.FirstFailure()
 	if failed == total {
 		return fmt.Errorf("rollout step %d refused: every sample failed (%d of %d), so there is nothing to train on; the first failure: %s; fix that cause (a prompt longer than the policy's context: shorten rollout.system_prompt or the prompts, or serve a model with a longer context) and run again; nothing was committed",
 			c.Step, failed, total, first)
@@ -56,35 +56,6 @@ func (c StepCheck) Err(st records.StepStats) error {
 			c.Step, failed, total, 100*frac, c.MaxFailedFraction, first)
 	}
 	return nil
-}
-
-// firstError is st's first failure, or "(not recorded)".
-func firstError(st records.StepStats) string {
-	if st.FirstError == "" {
-		return "(not recorded)"
-	}
-	return st.FirstError
-}
-
-// FailureWarning is the once-per-step warning for a committed step some of
-// whose samples failed (within rollout.max_failed_fraction), or that
-// dynamic sampling could not fill (groups_short), from its manifest meta;
-// "" when neither happened.
-func FailureWarning(step int64, meta map[string]string) string {
-	st, err := records.ReadStepStats(meta)
-	if err != nil {
-		return fmt.Sprintf("warning: step %d: %v", step, err)
-	}
-	var lines []string
-	if failed := st.Failed(); failed > 0 {
-		lines = append(lines, fmt.Sprintf("warning: step %d: %d of %d samples failed and were not trained on (within rollout.max_failed_fraction); the first failure: %s",
-			step, failed, st.Trajectories, firstError(st)))
-	}
-	if r := st.Refill; r != nil && r.GroupsShort > 0 {
-		lines = append(lines, fmt.Sprintf("warning: step %d: dynamic sampling kept %d groups, %d short of data.batch_size, after %d draw(s) of %d prompts (%d dropped with all-equal rewards); the dataset or advantage.max_refill_rounds ran out",
-			step, st.GroupsKept, r.GroupsShort, r.Draws, st.Prompts, st.GroupsDropped))
-	}
-	return strings.Join(lines, "\n")
 }
 
 // Refused finds StepCheck's refusal in err, the error of a pipeline run

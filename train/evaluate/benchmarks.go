@@ -1,4 +1,4 @@
-package train
+package evaluate
 
 import (
 	"context"
@@ -14,25 +14,20 @@ import (
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
-// evalScheduled says whether the schedule evaluates checkpoint k.
-func evalScheduled(cfg runconfig.Config, k int64) bool {
-	return cfg.Eval.Every > 0 && (k%cfg.Eval.Every == 0 || k == cfg.Run.Steps)
-}
-
-// maybeEvalBenchmarks evaluates checkpoint k on cfg.Eval.Benchmarks with
-// the eval pipeline when the schedule says so and it has not been done:
-// the pipeline's records and report go to <run>/eval/step-NNNNNN (resumable
+// benchmarks evaluates checkpoint k on cfg.Eval.Benchmarks with the eval
+// pipeline when the schedule says so and it has not been done: the
+// pipeline's records and report go to <run>/eval/step-NNNNNN (resumable
 // chunk by chunk), the scores to metrics/evalbench-NNNNNN.json, which
-// RebuildMetrics puts into metrics.jsonl.
-func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emit func(Event), start time.Time) error {
-	if len(cfg.Eval.Benchmarks) == 0 || !evalScheduled(cfg, k) {
+// train.RebuildMetrics puts into metrics.jsonl.
+func benchmarks(ctx context.Context, cfg runconfig.Config, k int64, emit func(records.Progress)) error {
+	if len(cfg.Eval.Benchmarks) == 0 || !scheduled(cfg, k) {
 		return nil
 	}
 	p := rundir.MetricsRecord(cfg.Run.Dir, rundir.BenchmarkKind, k)
 	if ok, err := storage.Exists(ctx, p); err != nil || ok {
 		return err
 	}
-	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Elapsed: time.Since(start)})
+	emit(records.Progress{Step: k, Phase: "eval"})
 	t0 := time.Now()
 	var rep *eval.Report
 	err := withEngine(ctx, cfg, k, "bench", func(endpoint string) error {
@@ -54,7 +49,7 @@ func maybeEvalBenchmarks(ctx context.Context, cfg runconfig.Config, k int64, emi
 	if err := writeJSON(ctx, p, rec); err != nil {
 		return err
 	}
-	emit(Event{Step: k, Steps: cfg.Run.Steps, Phase: "eval", Benchmarks: &rec, Elapsed: time.Since(start)})
+	emit(records.Progress{Step: k, Phase: "eval", Benchmarks: &rec})
 	return nil
 }
 
