@@ -152,34 +152,34 @@ func WritePart(w io.Writer, steps int64, cfg Config, p Part, tensors []TensorSta
 
 // openPart opens part i of x and checks its header against the index: the
 // part it says it is, the step count, and the slices the index implies.
-func openPart(x PartIndex, i int, open func(file string) (io.ReadCloser, error)) (*decoder, io.Closer, error) {
+func openPart(x PartIndex, i int, open func(file string) (io.ReadCloser, error)) (_ *decoder, _ io.Closer, err error) {
 	pf := x.Parts[i]
 	rc, err := open(pf.File)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer func() {
+		if err != nil {
+			rc.Close()
+		}
+	}()
 	d, err := newDecoder(rc)
 	if err != nil {
-		rc.Close()
 		return nil, nil, fmt.Errorf("%s: %w", pf.File, err)
 	}
 	want := Part{Index: i + 1, Of: len(x.Parts), Start: pf.Start, End: pf.End}
 	if d.h.Part == nil || *d.h.Part != want {
-		rc.Close()
 		return nil, nil, fmt.Errorf("%w: %s says it is %s, the index lists it as %s", ErrState, pf.File, describePart(d.h.Part), describePart(&want))
 	}
 	if d.h.Steps != x.Steps {
-		rc.Close()
 		return nil, nil, fmt.Errorf("%w: %s is the state after %d updates, the index's after %d (parts of two checkpoints mixed)", ErrState, pf.File, d.h.Steps, x.Steps)
 	}
 	ss := slicesOf(x.Tensors, pf.Start, pf.End)
 	if len(ss) != len(d.tensors) {
-		rc.Close()
 		return nil, nil, fmt.Errorf("%w: %s holds %d tensor slices, the index implies %d", ErrState, pf.File, len(d.tensors), len(ss))
 	}
 	for j, s := range ss {
 		if d.tensors[j] != s.TensorState {
-			rc.Close()
 			return nil, nil, fmt.Errorf("%w: %s's slice %d is %q [%d, +%d), the index implies %q [%d, +%d)", ErrState, pf.File, j, d.tensors[j].Name, d.tensors[j].Offset, d.tensors[j].Numel, s.Name, s.Offset, s.Numel)
 		}
 	}

@@ -125,22 +125,23 @@ func (l *Learner) ReadOptimizerDP(r io.Reader) error {
 // putOwned stores, of the values vals of parameter t's moment (0 for m, 1
 // for v) from element off on, those this rank owns.
 func (dp *DataParallel) putOwned(t, moment, off int, vals []float32) {
-	lo := dp.offset[t] + off
-	dp.eachOwned(lo, lo+len(vals), func(chunk, from, to int) {
-		dst := dp.moment(chunk, moment)
-		base := dp.flatStart(dp.bounds[dp.Comm.Rank()] + chunk)
-		copy(dst[from-base:to-base], vals[from-lo:to-lo])
-	})
+	dp.ownedRuns(t, moment, off, vals, func(mine, v []float32) { copy(mine, v) })
 }
 
 // getOwned fills, of vals (parameter t's moment from element off on), the
 // values this rank owns.
 func (dp *DataParallel) getOwned(t, moment, off int, vals []float32) {
+	dp.ownedRuns(t, moment, off, vals, func(mine, v []float32) { copy(v, mine) })
+}
+
+// ownedRuns calls f with each run of this rank's storage of moment that
+// overlaps vals (parameter t's moment from element off on), and the part
+// of vals it overlaps.
+func (dp *DataParallel) ownedRuns(t, moment, off int, vals []float32, f func(mine, v []float32)) {
 	lo := dp.offset[t] + off
 	dp.eachOwned(lo, lo+len(vals), func(chunk, from, to int) {
-		src := dp.moment(chunk, moment)
 		base := dp.flatStart(dp.bounds[dp.Comm.Rank()] + chunk)
-		copy(vals[from-lo:to-lo], src[from-base:to-base])
+		f(dp.moment(chunk, moment)[from-base:to-base], vals[from-lo:to-lo])
 	})
 }
 
