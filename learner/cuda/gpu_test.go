@@ -102,6 +102,21 @@ func gpu(t *testing.T, blas bool) *Device {
 	return dv
 }
 
+// ownGPU opens a device of the test's own, closed when it ends, for the
+// tests that compare MemStats before and after: on the shared device the
+// cleanup of a decoder or cache that an earlier test dropped may free its
+// buffers at any moment and change the live bytes between two readings.
+func ownGPU(t *testing.T) *Device {
+	t.Helper()
+	gpu(t, true) // skips without a driver
+	dv, err := Open(0)
+	if err != nil {
+		t.Fatalf("a driver is present but a second context does not open: %v", err)
+	}
+	t.Cleanup(func() { dv.Close() })
+	return dv
+}
+
 // upload, alloc and download fail the test on error; buffers are freed at
 // the end of the test.
 func upload(t *testing.T, dv *Device, x []float32) *Buffer {

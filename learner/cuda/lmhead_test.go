@@ -106,7 +106,7 @@ func TestParityLMHead(t *testing.T) {
 // beyond its inputs and outputs (the full logits would be 9.3 GiB in
 // float32). It also reports the time of one forward+backward.
 func TestGPULMHeadMemory(t *testing.T) {
-	dv := gpu(t, true)
+	dv := ownGPU(t)
 	r := rand.New(rand.NewPCG(43, 44))
 	M, C, V := 16384, 896, 151936
 	xh, w := randn(r, M*C, 1), randn(r, V*C, 0.02)

@@ -17,7 +17,7 @@ import (
 // (the q/k norm's kept input and scratch) and Llama 3 (untied head)
 // configurations.
 func TestPassBytesIsTheDevicePeak(t *testing.T) {
-	dv := gpu(t, true)
+	dv := ownGPU(t)
 	for _, name := range []string{"tiny_qwen2", "tiny_qwen3", "tiny_llama3"} {
 		t.Run(name, func(t *testing.T) { passBytesIsTheDevicePeak(t, dv, fixtureModel(t, name, 15)) })
 	}

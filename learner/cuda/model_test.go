@@ -543,7 +543,7 @@ func parityGreedyDecode(t *testing.T, dv *Device, m *model.Model) {
 // decoding step take their activations from the scratch pool: the device
 // memory held does not grow, and ReleaseScratch gives it back.
 func TestGPUScratchReuse(t *testing.T) {
-	dv := gpu(t, true)
+	dv := ownGPU(t)
 	m := tinyModel(t, 11)
 	g, err := dv.NewModel(m)
 	if err != nil {

@@ -226,7 +226,7 @@ func sameBits(a, b []float32) (int, bool) {
 // the tiny Qwen2 and Qwen3 configurations (q_norm and k_norm are float32
 // tensors of a bf16 frozen model, as the other norms).
 func TestFrozenModelHoldsWeightsOnly(t *testing.T) {
-	dv := gpu(t, true)
+	dv := ownGPU(t)
 	for _, name := range []string{"tiny_qwen2", "tiny_qwen3"} {
 		t.Run(name, func(t *testing.T) { frozenModelHoldsWeightsOnly(t, dv, fixtureModel(t, name, 9)) })
 	}

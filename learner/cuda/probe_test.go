@@ -72,7 +72,7 @@ func TestGPUDevices(t *testing.T) {
 // DecoderMemory is the device memory a decoder of the model allocates, in
 // float32 and in bfloat16.
 func TestGPUDecoderMemory(t *testing.T) {
-	dv := gpu(t, true)
+	dv := ownGPU(t)
 	b, err := backend.Lookup(Name)
 	if err != nil {
 		t.Fatal(err)

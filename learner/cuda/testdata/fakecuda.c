@@ -45,15 +45,15 @@ int cuDeviceGetAttribute(int *v, int attr, int dev) {
   return 1;
 }
 int cuDeviceGetName(char *s, int n, int dev) { snprintf(s, n, "fake CUDA device"); return 0; }
-int cuDevicePrimaryCtxRetain(void **ctx, int dev) { ctx_refs++; *ctx = (void *)0x1000; return 0; }
-int cuDevicePrimaryCtxRelease_v2(int dev) { return ctx_refs-- > 0 ? 0 : 201; }
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { __atomic_add_fetch(&ctx_refs, 1, __ATOMIC_SEQ_CST); *ctx = (void *)0x1000; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int dev) { return __atomic_fetch_sub(&ctx_refs, 1, __ATOMIC_SEQ_CST) > 0 ? 0 : 201; }
 int cuCtxSetCurrent(void *ctx) {
   if (ctx != (void *)0x1000 || ctx_refs == 0) return 201;
   ctx_current_here = 1;
   return 0;
 }
 static long live;
-long fake_live_allocations(void) { return live; }
+long fake_live_allocations(void) { return __atomic_load_n(&live, __ATOMIC_SEQ_CST); }
 int cuMemAlloc_v2(uint64_t *p, size_t n) {
   CHECK_CTX;
   if (n == 0) return 1;
@@ -61,10 +61,10 @@ int cuMemAlloc_v2(uint64_t *p, size_t n) {
   void *m = malloc(n);
   if (!m) return 2;
   *p = (uint64_t)(uintptr_t)m;
-  live++;
+  __atomic_add_fetch(&live, 1, __ATOMIC_SEQ_CST);
   return 0;
 }
-int cuMemFree_v2(uint64_t p) { CHECK_CTX; free((void *)(uintptr_t)p); live--; return 0; }
+int cuMemFree_v2(uint64_t p) { CHECK_CTX; free((void *)(uintptr_t)p); __atomic_sub_fetch(&live, 1, __ATOMIC_SEQ_CST); return 0; }
 int cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { CHECK_CTX; memcpy((void *)(uintptr_t)d, s, n); return 0; }
 int cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { CHECK_CTX; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
 int cuMemcpyDtoD_v2(uint64_t d, uint64_t s, size_t n) { CHECK_CTX; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
@@ -74,31 +74,74 @@ int cuStreamCreate(void **s, unsigned flags) { CHECK_CTX; *s = (void *)0x2000; r
 int cuStreamDestroy_v2(void *s) { CHECK_CTX; return s == (void *)0x2000 ? 0 : 400; }
 int cuStreamSynchronize(void *s) { CHECK_CTX; return s == (void *)0x2000 ? 0 : 400; }
 
-static char *modules[64];
-static int nmodules;
-static char *funcs[256];
-static int nfuncs;
+// Loaded modules and the functions taken from them, in slots that an
+// unload frees for the next load (tests open and close devices, each of
+// which loads every kernel module), under a lock: devices on two threads
+// share the tables, as contexts of one process share the real driver.
+#define MAX_MODULES 64
+#define MAX_FUNCS 256
+static pthread_mutex_t tables = PTHREAD_MUTEX_INITIALIZER;
+static char *modules[MAX_MODULES];
+static struct {
+  char *name;
+  int module; // the slot of the module it came from, plus one
+} funcs[MAX_FUNCS];
 int cuModuleLoadData(void **m, const void *image) {
   CHECK_CTX;
   const char *s = image;
   if (!strstr(s, "\n.target sm_90\n") || !strstr(s, ".visible .entry ")) return 218;
-  if (nmodules == 64) return 2;
-  modules[nmodules] = strdup(s);
-  *m = (void *)(uintptr_t)(++nmodules);
+  pthread_mutex_lock(&tables);
+  int i = 0;
+  while (i < MAX_MODULES && modules[i]) i++;
+  if (i < MAX_MODULES) modules[i] = strdup(s);
+  pthread_mutex_unlock(&tables);
+  if (i == MAX_MODULES) return 2;
+  *m = (void *)(uintptr_t)(i + 1);
   return 0;
 }
-int cuModuleUnload(void *m) { CHECK_CTX; return 0; }
+int cuModuleUnload(void *m) {
+  CHECK_CTX;
+  uintptr_t i = (uintptr_t)m;
+  int rc = 0;
+  pthread_mutex_lock(&tables);
+  if (i < 1 || i > MAX_MODULES || !modules[i - 1]) {
+    rc = 400;
+  } else {
+    free(modules[i - 1]);
+    modules[i - 1] = NULL;
+    for (int f = 0; f < MAX_FUNCS; f++)
+      if (funcs[f].module == (int)i) {
+        free(funcs[f].name);
+        funcs[f].name = NULL;
+        funcs[f].module = 0;
+      }
+  }
+  pthread_mutex_unlock(&tables);
+  return rc;
+}
 int cuModuleGetFunction(void **f, void *m, const char *name) {
   CHECK_CTX;
   uintptr_t i = (uintptr_t)m;
-  if (i < 1 || i > (uintptr_t)nmodules) return 400;
   char want[256];
   snprintf(want, sizeof want, ".visible .entry %s(", name);
-  if (!strstr(modules[i - 1], want)) return 500;
-  if (nfuncs == 256) return 2;
-  funcs[nfuncs] = strdup(name);
-  *f = (void *)(uintptr_t)(++nfuncs);
-  return 0;
+  int rc = 0, k = 0;
+  pthread_mutex_lock(&tables);
+  if (i < 1 || i > MAX_MODULES || !modules[i - 1]) {
+    rc = 400;
+  } else if (!strstr(modules[i - 1], want)) {
+    rc = 500;
+  } else {
+    while (k < MAX_FUNCS && funcs[k].name) k++;
+    if (k == MAX_FUNCS) {
+      rc = 2;
+    } else {
+      funcs[k].name = strdup(name);
+      funcs[k].module = (int)i;
+    }
+  }
+  pthread_mutex_unlock(&tables);
+  if (rc == 0) *f = (void *)(uintptr_t)(k + 1);
+  return rc;
 }
 // emu_launch is the emulator's entry (emu/cudaemu.cpp), absent when the
 // library was built without it.
@@ -107,11 +150,14 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
                    unsigned shared, void *stream, void **params, void **extra) {
   CHECK_CTX;
   uintptr_t i = (uintptr_t)f;
-  if (i < 1 || i > (uintptr_t)nfuncs || stream != (void *)0x2000 || extra != NULL) return 400;
+  if (i < 1 || i > MAX_FUNCS || stream != (void *)0x2000 || extra != NULL) return 400;
   if (gx == 0 || gy == 0 || gy > 65535 || gz != 1 || bx == 0 || bx > 1024 || bx % 32 != 0 || by != 1 || bz != 1 ||
       shared != 0)
     return 9;
-  const char *name = funcs[i - 1];
+  pthread_mutex_lock(&tables);
+  const char *name = funcs[i - 1].name;
+  pthread_mutex_unlock(&tables);
+  if (!name) return 400;
   if (emu_launch) return emu_launch(name, gx, gy, bx, params);
   if (gy != 1 || bx != 256) return 9;
   if (strcmp(name, "residual_forward") == 0) {
