@@ -251,18 +251,36 @@ func sameAnswerGSM8K(t *testing.T, answer string, n int) []gsm8kRow {
 // returns the trained weights.
 func warmStartAnswer(t *testing.T, fam tfFamily, rows []gsm8kRow) []checkpoint.Tensor {
 	t.Helper()
+	return warmStart(t, fam, rows, 80, false)
+}
+
+// warmStart is warmStartAnswer with steps SFT steps. Its 16 training
+// sequences take the rows in turn and the answers 3 and 5 in turn; with
+// eachBoth, there are two sequences per row, one with each answer, so that
+// a model large enough to learn its data by heart still samples both
+// (with 4 rows, 16 sequences teach each row one answer alone).
+func warmStart(t *testing.T, fam tfFamily, rows []gsm8kRow, steps int, eachBoth bool) []checkpoint.Tensor {
+	t.Helper()
 	tok, tm := familyTokenizer(t, fam)
-	seqs := make([]trainer.Sequence, 0, 16)
-	for i := range cap(seqs) {
+	n := 16
+	if eachBoth {
+		n = 2 * len(rows)
+	}
+	seqs := make([]trainer.Sequence, 0, n)
+	for i := range n {
 		text, err := tm.Render([]chattemplate.Message{{Role: "user", Content: rows[i%len(rows)].Question}}, familyChatOptions(fam, true))
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp := int32s(tok.Encode(fmt.Sprintf("So the answer is \\boxed{%d}.", 3+2*(i%2))))
+		five := i % 2
+		if eachBoth {
+			five = i / len(rows)
+		}
+		resp := int32s(tok.Encode(fmt.Sprintf("So the answer is \\boxed{%d}.", 3+2*five)))
 		seqs = append(seqs, trainer.Sequence{Prompt: int32s(tok.EncodeSpecial(text)), Response: append(resp, fam.eos), Skip: make([]bool, len(resp)+1)})
 	}
-	ts, loss := sftTrain(t, fam.config, seqs, 80)
-	t.Logf("%s: warm start, 80 SFT steps, loss %.3f", fam.name, loss)
+	ts, loss := sftTrain(t, fam.config, seqs, steps)
+	t.Logf("%s: warm start, %d SFT steps, loss %.3f", fam.name, steps, loss)
 	c, err := hfconfig.Parse([]byte(fam.config))
 	if err != nil {
 		t.Fatal(err)

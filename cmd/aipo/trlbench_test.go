@@ -20,6 +20,8 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/testtools"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -30,14 +32,17 @@ import (
 
 // The run both sides train: trlBenchPrompts GSM8K prompts per step (the
 // whole dataset), trlBenchGroup samples each, at most trlBenchTokens
-// response tokens at temperature 1, trlBenchSteps steps, learning rate
-// trlBenchLR; grpo's clip 0.2/0.28 and KL coefficient 0.001; aipo's AdamW
-// defaults (weight decay 0.01, gradient clip 1, constant schedule).
+// response tokens at temperature 1, 1 + trlBenchTimed steps per process
+// (the first warms up), trlBenchRounds processes per side and row,
+// learning rate trlBenchLR; grpo's clip 0.2/0.28 and KL coefficient 0.001;
+// aipo's AdamW defaults (weight decay 0.01, gradient clip 1, constant
+// schedule).
 const (
 	trlBenchPrompts = 4
 	trlBenchGroup   = 8
 	trlBenchTokens  = 24
-	trlBenchSteps   = 3
+	trlBenchTimed   = 3
+	trlBenchSteps   = 1 + trlBenchTimed
 	trlBenchLR      = 1e-3
 	trlBenchRounds  = 2
 	trlBenchAnswer  = "3" // every prompt's gold answer
@@ -49,8 +54,66 @@ const (
 )
 
 // trlBenchSetupEnv names the directory TestTRLBenchSetup prepares for
-// BenchmarkGRPOVsTRL.
-const trlBenchSetupEnv = "AIPO_TRL_BENCH_DIR"
+// BenchmarkGRPOVsTRL, trlBenchModelsEnv the models it writes there
+// (trlBenchModel names, comma-separated).
+const (
+	trlBenchSetupEnv  = "AIPO_TRL_BENCH_DIR"
+	trlBenchModelsEnv = "AIPO_TRL_BENCH_MODELS"
+)
+
+// trlBenchModel is a model both sides train: the tiny Qwen3 of
+// TestTransformersLoadsCheckpoints (two layers of width 64, 9.8M
+// parameters, 9.7M of them the embedding), or Qwen3-0.6B's width, heads,
+// q/k norm and vocabulary with 2 of its 28 layers (187M, the tied
+// embedding 155.6M of it; BenchmarkStepVsPyTorch's third shape).
+type trlBenchModel string
+
+const (
+	trlTiny    trlBenchModel = "tiny"
+	trlQwen306 trlBenchModel = "qwen3-0.6B-2layers"
+)
+
+// config is the model's config.json: the tiny Qwen3's, with the 0.6B
+// shape's sizes in place of its own.
+func (m trlBenchModel) config(t testing.TB) string {
+	t.Helper()
+	if m == trlTiny {
+		return hfmodel.TinyQwen3VLLMConfig
+	}
+	var c map[string]any
+	if err := json.Unmarshal([]byte(hfmodel.TinyQwen3VLLMConfig), &c); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 2,
+		"num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960} {
+		c[k] = v
+	}
+	j, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(j)
+}
+
+// trlBenchRow is one row of the comparison: a model, and activation
+// checkpointing on both sides or on neither (aipo's
+// learner.activation_checkpointing, TRL's gradient_checkpointing, which
+// GRPOConfig turns on by default).
+type trlBenchRow struct {
+	model trlBenchModel
+	ckpt  bool
+}
+
+func (r trlBenchRow) String() string {
+	if r.ckpt {
+		return string(r.model) + "-checkpointed"
+	}
+	return string(r.model)
+}
+
+// trlBenchRows are the rows BenchmarkGRPOVsTRL measures; the first is the
+// one -short runs (aipo's side alone) and the loss check reads.
+var trlBenchRows = []trlBenchRow{{trlTiny, false}, {trlTiny, true}, {trlQwen306, false}}
 
 // trlPython is the interpreter of TRL's environment, build/tools/trl, that
 // scripts/trl.sh installs (make bench runs it). Absent, the benchmark fails
@@ -68,86 +131,73 @@ func trlPython(b testing.TB) string {
 // BenchmarkGRPOVsTRL runs `aipo train` (learner.loss.base grpo, no
 // collaborators, the policy sampled in process, CPU) and TRL's
 // GRPOTrainer (scripts/trl/grpo.py: transformers' generate, no vLLM,
-// float32 on the CPU) on the same tiny Qwen3 directory (the qwen3 family
-// of TestTransformersLoadsCheckpoints, warm-started to answer \boxed{3} or
-// \boxed{5}, so that groups have both rewards), the same GSM8K prompts
-// (the ids aipo's rollout renders), group size, response length,
-// temperature, learning rate, optimiser, KL term and steps, each in
-// processes of its own, alternated (aipo, TRL, aipo, TRL), on GOMAXPROCS
-// threads. Reported: steps/min of each (from the end of a process's first
-// step to the end of its last, so start-up, model loading and the warm-up
-// step are left out; the best process of each side) and their ratio
-// (target >= 3), the peak RSS of each (getrusage after Wait; the largest)
-// and their ratio, and the ratio of steps/min over the processes' whole
-// wall time.
+// float32 on the CPU) on the same model directories (warm-started to
+// answer \boxed{3} or \boxed{5}, so that groups have both rewards), the
+// same GSM8K prompts (the ids aipo's rollout renders), group size,
+// response length, temperature, learning rate, optimiser, KL term and
+// steps, each in processes of its own, alternated (aipo, TRL, aipo, TRL),
+// on GOMAXPROCS threads, for each of trlBenchRows: the tiny Qwen3 with
+// activation checkpointing off on both sides, the same with it on on both
+// (TRL's default), and the Qwen3-0.6B-shaped model with it off. Each
+// process's first step warms up; the others are timed, each from the end
+// of the step before to its own end. Reported per row: each side's
+// steps/min at its median step (and at its slowest and fastest), their
+// ratio (target >= 3), the tokens each side generated per timed step
+// (the two samplers draw different completions) and the ratio of
+// generated tokens per second, the peak RSS of each (getrusage after
+// Wait; the largest process) and their ratio.
 //
 // Then the GRPO loss of one identical batch, computed by both: aipo's
-// first step (its prompts, responses, loss mask, advantages, and the
-// sampler's log-probs as old and reference log-probs) under the weights
-// of its first checkpoint, by learner/loss with the grpo preset and by
-// GRPOTrainer._compute_loss (loss_type grpo, epsilon 0.2, epsilon_high
-// 0.28, beta 0.001 without the ratio's bias correction), once without the
-// KL term and once with it. The first pair must agree within trlLossTol,
-// the second within trlLossTol once aipo's cap on k3 is counted; the
-// benchmark fails otherwise.
+// first step of the first row (its prompts, responses, loss mask,
+// advantages, and the sampler's log-probs as old and reference log-probs)
+// under the weights of its first checkpoint, by learner/loss with the
+// grpo preset and by GRPOTrainer._compute_loss (loss_type grpo, epsilon
+// 0.2, epsilon_high 0.28, beta 0.001 without the ratio's bias
+// correction), once without the KL term and once with it. The first pair
+// must agree within trlLossTol, the second within trlLossTol once aipo's
+// cap on k3 is counted; the benchmark fails otherwise.
 //
 // With -short (make bench-smoke, which make test runs) it prepares the
-// model and data, runs aipo's side once and writes TRL's prompts from its
-// first step, then skips the TRL side, saying so: TRL's environment is
-// installed by make setup-bench (make bench), not by make test.
+// tiny model and data, runs aipo's side of the first row once and writes
+// TRL's prompts from its first step, then skips the TRL side, saying so:
+// TRL's environment is installed by make setup-bench (make bench), not by
+// make test.
 func BenchmarkGRPOVsTRL(b *testing.B) {
 	if testing.Short() {
-		dir := trlBenchSetup(b)
-		run := filepath.Join(dir, "aipo-0")
-		r := runAipoTrain(b, dir, run)
+		row := trlBenchRows[0]
+		dir := trlBenchSetup(b, []trlBenchModel{row.model})
+		run := filepath.Join(dir, row.String()+"-aipo-0")
+		r := runAipoTrain(b, dir, row, run)
 		writeTRLPrompts(b, dir, run)
-		b.Skipf("aipo's side ran (%d timed steps, %.1f s); the TRL side and the loss check run in make bench: TRL's environment (scripts/trl.sh) is installed by make setup-bench, not make test", r.steps, r.wall)
+		b.Skipf("aipo's side ran (%d timed steps, median %.2f s, %.0f tokens generated per step); the TRL side and the loss check run in make bench: TRL's environment (scripts/trl.sh) is installed by make setup-bench, not make test",
+			len(r.stepSecs), median(r.stepSecs), mean(r.genTokens))
 	}
 	py := trlPython(b)
-	dir := trlBenchSetup(b)
-	var ours, theirs []benchRun
-	var firstRun string
-	for r := range trlBenchRounds {
-		run := filepath.Join(dir, fmt.Sprintf("aipo-%d", r))
-		ours = append(ours, runAipoTrain(b, dir, run))
-		if r == 0 {
-			firstRun = run
-			writeTRLPrompts(b, dir, run)
+	var models []trlBenchModel
+	for _, row := range trlBenchRows {
+		if !slices.Contains(models, row.model) {
+			models = append(models, row.model)
 		}
-		theirs = append(theirs, runTRLTrain(b, py, dir, r))
 	}
-	rate := func(rs []benchRun, wall bool) float64 {
-		best := 0.0
-		for _, r := range rs {
-			s := r.loopSeconds
-			if wall {
-				s = r.wall
+	dir := trlBenchSetup(b, models)
+	var lossRun, versions string
+	for _, row := range trlBenchRows {
+		var ours, theirs []benchRun
+		for r := range trlBenchRounds {
+			run := filepath.Join(dir, fmt.Sprintf("%s-aipo-%d", row, r))
+			ours = append(ours, runAipoTrain(b, dir, row, run))
+			if lossRun == "" {
+				lossRun = run
+				writeTRLPrompts(b, dir, run)
 			}
-			best = max(best, float64(r.steps)/s*60)
+			theirs = append(theirs, runTRLTrain(b, py, dir, row, r))
 		}
-		return best
+		versions = theirs[0].versions
+		reportTRLRow(b, row, ours, theirs)
 	}
-	peak := func(rs []benchRun) int64 {
-		var p int64
-		for _, r := range rs {
-			p = max(p, r.peak)
-		}
-		return p
-	}
-	ra, rt := rate(ours, false), rate(theirs, false)
-	wa, wt := rate(ours, true), rate(theirs, true)
-	pa, pt := peak(ours), peak(theirs)
-	b.ReportMetric(ra, "aipo-steps/min")
-	b.ReportMetric(rt, "trl-steps/min")
-	b.ReportMetric(ra/rt, "ratio-steps/min")
-	b.ReportMetric(wa/wt, "ratio-wall-steps/min")
-	b.ReportMetric(float64(pa)/(1<<20), "aipo-peak-MiB")
-	b.ReportMetric(float64(pt)/(1<<20), "trl-peak-MiB")
-	b.ReportMetric(float64(pa)/float64(pt), "ratio-peak-rss")
-	b.Logf("grpo-vs-trl (%d threads; %s): aipo %.1f steps/min (%.1f with start-up), peak %.0f MiB, step seconds %v; TRL %.1f steps/min (%.1f with start-up), peak %.0f MiB, step seconds %v",
-		runtime.GOMAXPROCS(0), theirs[0].versions, ra, wa, float64(pa)/(1<<20), stepSeconds(ours), rt, wt, float64(pt)/(1<<20), stepSeconds(theirs))
+	b.Logf("grpo-vs-trl: %d threads each side; %s", runtime.GOMAXPROCS(0), versions)
 
-	lc := lossOfFirstStep(b, py, dir, firstRun)
+	lc := lossOfFirstStep(b, py, dir, lossRun)
 	d0, dk := math.Abs(lc.aipo0-lc.trl0), math.Abs(lc.aipo-lc.trl-lc.clampKL)
 	b.ReportMetric(d0, "loss-abs-diff")
 	b.ReportMetric(dk, "loss-kl-abs-diff")
@@ -161,15 +211,76 @@ func BenchmarkGRPOVsTRL(b *testing.B) {
 	}
 }
 
-// trlBenchSetup prepares BenchmarkGRPOVsTRL's directory in a child process
-// (TestTRLBenchSetup) and returns it.
-func trlBenchSetup(b *testing.B) string {
+// reportTRLRow reports one row's metrics (named after the row) and logs
+// its step times.
+func reportTRLRow(b *testing.B, row trlBenchRow, ours, theirs []benchRun) {
+	b.Helper()
+	type side struct {
+		secs, gen []float64
+		peak      int64
+	}
+	collect := func(rs []benchRun) side {
+		var s side
+		for _, r := range rs {
+			s.secs = append(s.secs, r.stepSecs...)
+			s.gen = append(s.gen, r.genTokens...)
+			s.peak = max(s.peak, r.peak)
+		}
+		return s
+	}
+	a, t := collect(ours), collect(theirs)
+	ra, rt := 60/median(a.secs), 60/median(t.secs)
+	ga, gt := mean(a.gen), mean(t.gen)
+	m := func(name string, v float64) { b.ReportMetric(v, row.String()+"-"+name) }
+	m("aipo-steps/min", ra)
+	m("trl-steps/min", rt)
+	m("ratio-steps/min", ra/rt)
+	m("aipo-gen-tokens/step", ga)
+	m("trl-gen-tokens/step", gt)
+	m("ratio-gen-tokens/s", (ga*ra)/(gt*rt))
+	m("aipo-peak-MiB", float64(a.peak)/(1<<20))
+	m("trl-peak-MiB", float64(t.peak)/(1<<20))
+	m("ratio-peak-rss", float64(a.peak)/float64(t.peak))
+	rate := func(secs []float64) string {
+		return fmt.Sprintf("%.2f (slowest %.2f, fastest %.2f)", 60/median(secs), 60/slices.Max(secs), 60/slices.Min(secs))
+	}
+	b.Logf("grpo-vs-trl %s: aipo %s steps/min, %.1f tokens generated per step, peak %.0f MiB, step seconds %s; TRL %s steps/min, %.1f tokens generated per step, peak %.0f MiB, step seconds %s; ratio %.2f at the medians",
+		row, rate(a.secs), ga, float64(a.peak)/(1<<20), stepSeconds(ours), rate(t.secs), gt, float64(t.peak)/(1<<20), stepSeconds(theirs), ra/rt)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Sorted(slices.Values(v))
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+func mean(v []float64) float64 {
+	var sum float64
+	for _, x := range v {
+		sum += x
+	}
+	return sum / float64(len(v))
+}
+
+// trlBenchSetup prepares BenchmarkGRPOVsTRL's directory, with models, in
+// a child process (TestTRLBenchSetup) and returns it.
+func trlBenchSetup(b *testing.B, models []trlBenchModel) string {
 	b.Helper()
 	dir := b.TempDir()
+	names := make([]string, len(models))
+	for i, m := range models {
+		names[i] = string(m)
+	}
 	setup := exec.Command(os.Args[0], "-test.run", "^TestTRLBenchSetup$", "-test.count=1", "-test.v")
-	setup.Env = append(os.Environ(), trlBenchSetupEnv+"="+dir)
+	setup.Env = append(os.Environ(), trlBenchSetupEnv+"="+dir, trlBenchModelsEnv+"="+strings.Join(names, ","))
 	if out, err := setup.CombinedOutput(); err != nil {
-		b.Fatalf("preparing the model and data: %v\n%s", err, out)
+		b.Fatalf("preparing the models and data: %v\n%s", err, out)
 	}
 	return dir
 }
@@ -186,27 +297,26 @@ type lossCheck struct {
 
 // setSteps sets r's step times from the times each step ended: the
 // intervals between consecutive ends, so that the first step (which warms
-// up) and the start-up before it are left out of loopSeconds.
-func (r *benchRun) setSteps(ends []float64) {
-	r.steps = len(ends) - 1
-	r.stepSecs = nil
+// up) and the start-up before it are left out; gen holds the tokens
+// generated in each step, the first left out likewise.
+func (r *benchRun) setSteps(ends, gen []float64) {
+	r.stepSecs, r.genTokens = nil, nil
 	for i := 1; i < len(ends); i++ {
 		r.stepSecs = append(r.stepSecs, ends[i]-ends[i-1])
+		r.genTokens = append(r.genTokens, gen[i])
 	}
-	r.loopSeconds = ends[len(ends)-1] - ends[0]
 }
 
 // benchRun is one process of either side.
 type benchRun struct {
-	steps       int       // timed steps: all but the first
-	loopSeconds float64   // their time: from the first step's end to the last's
-	stepSecs    []float64 // each step's
-	wall        float64   // the whole process
-	peak        int64     // bytes, getrusage of the process
-	versions    string
+	stepSecs  []float64 // each timed step's (all but the first)
+	genTokens []float64 // the tokens each timed step generated
+	wall      float64   // the whole process
+	peak      int64     // bytes, getrusage of the process
+	versions  string
 }
 
-func stepSeconds(rs []benchRun) []string {
+func stepSeconds(rs []benchRun) string {
 	var out []string
 	for _, r := range rs {
 		var s []string
@@ -215,14 +325,20 @@ func stepSeconds(rs []benchRun) []string {
 		}
 		out = append(out, strings.Join(s, " "))
 	}
-	return out
+	return "[" + strings.Join(out, " | ") + "]"
 }
 
-// runAipoTrain runs `aipo train --init DIR/init` for trlBenchSteps steps
-// into run and reads its step times from metrics.jsonl.
-func runAipoTrain(b *testing.B, dir, run string) benchRun {
+// runAipoTrain runs `aipo train --init DIR/MODEL` for trlBenchSteps steps
+// into run with row's activation checkpointing and reads its step times
+// from the learner's records and its generated tokens from the steps'
+// trajectories.
+func runAipoTrain(b *testing.B, dir string, row trlBenchRow, run string) benchRun {
 	b.Helper()
 	cfgPath := run + ".yaml"
+	ckpt := trainer.CheckpointingOff
+	if row.ckpt {
+		ckpt = trainer.CheckpointingOn
+	}
 	text := fmt.Sprintf(`run: {name: trl-bench, dir: %q, seed: 0, steps: %d}
 data:
   sources: [{path: %q, preset: verl}]
@@ -237,16 +353,17 @@ learner:
   loss: {base: grpo}
   optim: {lr: %g}
   backend: cpu
+  activation_checkpointing: %s
 eval:
   every: 0
 checkpoint: {keep_last: 0}
-`, run, trlBenchSteps, filepath.Join(dir, "train.parquet"), trlBenchPrompts, trlBenchTokens, trlBenchGroup, trlBenchLR)
+`, run, trlBenchSteps, filepath.Join(dir, "train.parquet"), trlBenchPrompts, trlBenchTokens, trlBenchGroup, trlBenchLR, ckpt)
 	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	cmd, out := aipoCommand(ctx, b, nil, "train", "--config", cfgPath, "--init", filepath.Join(dir, "init"))
+	cmd, out := aipoCommand(ctx, b, nil, "train", "--config", cfgPath, "--init", filepath.Join(dir, string(row.model)))
 	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("aipo train: %v\n%s", err, out.String())
@@ -254,15 +371,24 @@ checkpoint: {keep_last: 0}
 	r := benchRun{wall: time.Since(t0).Seconds(), peak: meminfo.Peak(cmd.ProcessState)}
 	// A step ends when the learner writes its record (rollout and update
 	// done, the checkpoint committed).
-	var ends []float64
+	var ends, gen []float64
 	for s := range trlBenchSteps {
 		st, err := os.Stat(filepath.Join(run, "metrics", fmt.Sprintf("learn-%06d.json", s)))
 		if err != nil {
 			b.Fatalf("aipo train: %v\n%s", err, out.String())
 		}
 		ends = append(ends, float64(st.ModTime().UnixNano())/1e9)
+		rows, _, err := schemas.ReadStep[schemas.Trajectory](ctx, filepath.Join(run, fmt.Sprintf("step-%06d", s)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for _, t := range rows {
+			n += len(t.ResponseIDs)
+		}
+		gen = append(gen, float64(n))
 	}
-	r.setSteps(ends)
+	r.setSteps(ends, gen)
 	return r
 }
 
@@ -276,14 +402,15 @@ type trlPrompt struct {
 // aipo's first step sampled from (its chat template, system prompt and
 // thinking switch as rendered by its rollout), each once, with the gold
 // answer, for TRL to tokenize again. It checks that the text tokenizes to
-// the same ids.
+// the same ids. Every model here has the Qwen3 tokenizer, so one file
+// serves every row.
 func writeTRLPrompts(b *testing.B, dir, run string) {
 	b.Helper()
 	rows, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), filepath.Join(run, "step-000000"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	tok, err := tokenizer.Load(filepath.Join(dir, "init"))
+	tok, err := tokenizer.Load(filepath.Join(dir, string(trlTiny)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -315,31 +442,36 @@ func writeTRLPrompts(b *testing.B, dir, run string) {
 
 // runTRLTrain runs scripts/trl/grpo.py train with the settings of
 // runAipoTrain.
-func runTRLTrain(b *testing.B, py, dir string, round int) benchRun {
+func runTRLTrain(b *testing.B, py, dir string, row trlBenchRow, round int) benchRun {
 	b.Helper()
 	var ps []trlPrompt
 	readJSON(b, filepath.Join(dir, "prompts.json"), &ps)
 	oc := optim.DefaultConfig()
-	req := map[string]any{"model": filepath.Join(dir, "init"), "out": filepath.Join(dir, fmt.Sprintf("trl-%d", round)),
+	req := map[string]any{"model": filepath.Join(dir, string(row.model)), "out": filepath.Join(dir, fmt.Sprintf("%s-trl-%d", row, round)),
 		"prompts": ps, "batch_size": trlBenchPrompts, "group_size": trlBenchGroup, "max_tokens": trlBenchTokens,
 		"steps": trlBenchSteps, "lr": trlBenchLR, "temperature": 1.0, "seed": round, "threads": runtime.GOMAXPROCS(0),
-		"weight_decay": oc.WeightDecay, "grad_clip": oc.GradClip}
+		"weight_decay": oc.WeightDecay, "grad_clip": oc.GradClip, "gradient_checkpointing": row.ckpt}
 	for k, v := range trlLossSettings(b) {
 		req[k] = v
 	}
-	reqPath := filepath.Join(dir, fmt.Sprintf("trl-train-%d.json", round))
+	reqPath := filepath.Join(dir, fmt.Sprintf("%s-trl-train-%d.json", row, round))
 	writeJSON(b, reqPath, req)
 	var res struct {
-		Versions map[string]string `json:"versions"`
-		StepEnds []float64         `json:"step_ends"`
+		Versions  map[string]string `json:"versions"`
+		StepEnds  []float64         `json:"step_ends"`
+		GenTokens []float64         `json:"generated_tokens"`
+		GradCkpt  bool              `json:"gradient_checkpointing"`
 	}
 	t0 := time.Now()
-	cmd := runTRLScript(b, py, "train", reqPath, 15*time.Minute, &res)
+	cmd := runTRLScript(b, py, "train", reqPath, 60*time.Minute, &res)
 	r := benchRun{wall: time.Since(t0).Seconds(), peak: meminfo.Peak(cmd.ProcessState)}
-	if len(res.StepEnds) != trlBenchSteps {
-		b.Fatalf("TRL trained %d steps, want %d", len(res.StepEnds), trlBenchSteps)
+	if len(res.StepEnds) != trlBenchSteps || len(res.GenTokens) != trlBenchSteps {
+		b.Fatalf("TRL trained %d steps and logged the completions of %d, want %d", len(res.StepEnds), len(res.GenTokens), trlBenchSteps)
 	}
-	r.setSteps(res.StepEnds)
+	if res.GradCkpt != row.ckpt {
+		b.Fatalf("TRL trained with gradient_checkpointing %v, the row asks for %v", res.GradCkpt, row.ckpt)
+	}
+	r.setSteps(res.StepEnds, res.GenTokens)
 	r.versions = fmt.Sprintf("TRL %s, PyTorch %s, transformers %s", res.Versions["trl"], res.Versions["torch"], res.Versions["transformers"])
 	return r
 }
@@ -509,8 +641,9 @@ func clipMetrics(ms map[string]float64) map[string]float64 {
 
 // TestTRLBenchSetup prepares BenchmarkGRPOVsTRL's directory (named by
 // AIPO_TRL_BENCH_DIR): GSM8K prompts converted by `aipo data convert`
-// (train.parquet; every gold answer is trlBenchAnswer) and the warm-started tiny
-// Qwen3 directory (init/, float32, the real Qwen3 tokenizer); it runs only
+// (train.parquet; every gold answer is trlBenchAnswer) and, for each model
+// AIPO_TRL_BENCH_MODELS names, its directory warm-started to answer
+// \boxed{3} or \boxed{5} (float32, the real Qwen3 tokenizer); it runs only
 // when the benchmark starts it.
 func TestTRLBenchSetup(t *testing.T) {
 	dir := os.Getenv(trlBenchSetupEnv)
@@ -519,11 +652,30 @@ func TestTRLBenchSetup(t *testing.T) {
 	}
 	rows := sameAnswerGSM8K(t, trlBenchAnswer, trlBenchPrompts)
 	convertGSM8K(t, dir, "train", rows)
-	// The Qwen3 of TestTransformersLoadsCheckpoints (two layers of width
-	// 64): its warm start gives groups of both rewards under aipo's system
-	// prompt; hfmodel.TinyQwen3Config's one layer of width 32 does not, and
-	// a step without a reward difference has no policy loss to compare.
+	// The tiny Qwen3 is TestTransformersLoadsCheckpoints' (two layers of
+	// width 64): its warm start gives groups of both rewards under aipo's
+	// system prompt; hfmodel.TinyQwen3Config's one layer of width 32 does
+	// not, and a step without a reward difference has no policy loss to
+	// compare.
 	fams := tfFamilies(t)
 	fam := fams[slices.IndexFunc(fams, func(f tfFamily) bool { return f.name == "qwen3" })]
-	writeFamilyDir(t, fam, filepath.Join(dir, "init"), fam.config, warmStartAnswer(t, fam, rows), "float32")
+	for _, name := range strings.Split(os.Getenv(trlBenchModelsEnv), ",") {
+		m := trlBenchModel(name)
+		if m != trlTiny && m != trlQwen306 {
+			t.Fatalf("%s=%q: unknown model %q (known: %s, %s)", trlBenchModelsEnv, os.Getenv(trlBenchModelsEnv), name, trlTiny, trlQwen306)
+		}
+		f := fam
+		f.config = m.config(t)
+		var ts []checkpoint.Tensor
+		if m == trlQwen306 {
+			// 187M parameters learn warmStartAnswer's 16 sequences by
+			// heart, each of the 4 rows with one answer, and every group
+			// would tie: teach each row both answers (8 sequences, about
+			// 2 s a step on 2 cores).
+			ts = warmStart(t, f, rows, 60, true)
+		} else {
+			ts = warmStartAnswer(t, f, rows)
+		}
+		writeFamilyDir(t, f, filepath.Join(dir, name), f.config, ts, "float32")
+	}
 }

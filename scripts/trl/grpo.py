@@ -12,7 +12,7 @@ with their gold answers, and the settings both sides share. The reward is a
 GSM8K verifier like aipo's: the last \\boxed{...} of the completion against
 the gold answer as numbers, 1 or 0. Printed: the versions and the time
 (Unix seconds) at which each step (generation, scoring, reference pass and
-update) ended.
+update) ended and the tokens each step generated.
 
 loss: the request holds one batch (prompt ids, completion ids, the loss mask
 of each completion token, advantages, old and reference log-probs) and the
@@ -114,12 +114,22 @@ def train(req):
         num_generations=req["group_size"],
         max_completion_length=req["max_tokens"],
         max_steps=req["steps"],
+        # GRPOConfig turns it on by default; the benchmark sets it as aipo's
+        # learner.activation_checkpointing in each row.
+        gradient_checkpointing=req["gradient_checkpointing"],
     )
-    step_ends = []
+    step_ends, generated = [], []
+    completions = req["batch_size"] * req["group_size"]
 
     class Timer(TrainerCallback):
         def on_step_end(self, *a, **k):
             step_ends.append(time.time())
+
+        def on_log(self, args, state, control, logs=None, **k):
+            # logging_steps=1: one log per step, with the mean length of the
+            # step's completions (GRPOTrainer's completions/mean_length).
+            if logs and "completions/mean_length" in logs:
+                generated.append(logs["completions/mean_length"] * completions)
 
     trainer = GRPOTrainer(
         model=model, reward_funcs=boxed_reward, args=args, train_dataset=ds, processing_class=tok, callbacks=[Timer()]
@@ -127,7 +137,8 @@ def train(req):
     t0 = time.perf_counter()
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    print(json.dumps({"versions": versions(), "prompts": n, "step_ends": step_ends,
+    print(json.dumps({"versions": versions(), "prompts": n, "step_ends": step_ends, "generated_tokens": generated,
+                      "gradient_checkpointing": trainer.args.gradient_checkpointing,
                       "train_seconds": time.perf_counter() - t0, "reward": rewards}))
 
 
