@@ -170,13 +170,13 @@ $(PEER_TESTS): test-%: setup $(OVERLAY)
 	@GO=$(GO) TESTFLAGS="$(TESTFLAGS)" scripts/test-peer.sh $*
 test-flink test-portable: worker beam-boot
 
-# test-trl is BenchmarkGRPOVsTRL at its full size (about 13 minutes), TRL's
-# side and the loss check included: make test's bench-smoke runs aipo's side
+# test-trl is BenchmarkGRPOVsTRL at its full size (about 31 minutes: three
+# rows, two processes a side each), TRL's side and the loss check included: make test's bench-smoke runs aipo's side
 # alone, TRL's environment being make setup-bench's.
 test-trl: setup $(OVERLAY)
 	@scripts/setup.sh peer trl
 	@mkdir -p build
-	@$(GO) test -tags trl -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkGRPOVsTRL$$' -benchtime 1x -v ./cmd/aipo >build/test-trl.out 2>&1; \
+	@$(GO) test -tags trl -count=1 -timeout 90m -run '^$$' -bench '^BenchmarkGRPOVsTRL$$' -benchtime 1x -v ./cmd/aipo >build/test-trl.out 2>&1; \
 	rc=$$?; scripts/bench-summary.sh <build/test-trl.out; echo "test-trl: the whole output is in build/test-trl.out"; exit $$rc
 
 # race-prism runs pipelines submitted together in one process under the race
@@ -226,9 +226,9 @@ setup-bench: setup-test
 # bench's timeout is per package: cmd/aipo's BenchmarkServeVsVLLM serves a
 # tiny and a Qwen3-0.6B-shaped model with aipo serve and with vLLM, one
 # after the other (about 10 minutes on 2 cores), and BenchmarkGRPOVsTRL
-# trains with aipo and TRL (about 13 minutes, almost all of it TRL's).
+# trains with aipo and TRL (about 31 minutes, almost all of it TRL's).
 bench: setup-bench $(OVERLAY)
-	$(GO) test -tags $(ALL_TAGS) -timeout 60m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
+	$(GO) test -tags $(ALL_TAGS) -timeout 90m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
 	$(GO) test -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
 

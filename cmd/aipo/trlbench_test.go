@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,11 +55,11 @@ const (
 )
 
 // trlBenchSetupEnv names the directory TestTRLBenchSetup prepares for
-// BenchmarkGRPOVsTRL, trlBenchModelsEnv the models it writes there
-// (trlBenchModel names, comma-separated).
+// BenchmarkGRPOVsTRL, trlBenchModelEnv the model it writes there (a
+// trlBenchModel; without one, the data).
 const (
-	trlBenchSetupEnv  = "AIPO_TRL_BENCH_DIR"
-	trlBenchModelsEnv = "AIPO_TRL_BENCH_MODELS"
+	trlBenchSetupEnv = "AIPO_TRL_BENCH_DIR"
+	trlBenchModelEnv = "AIPO_TRL_BENCH_MODEL"
 )
 
 // trlBenchModel is a model both sides train: the tiny Qwen3 of
@@ -102,6 +103,7 @@ func (m trlBenchModel) config(t testing.TB) string {
 type trlBenchRow struct {
 	model trlBenchModel
 	ckpt  bool
+	lr    float64
 }
 
 func (r trlBenchRow) String() string {
@@ -113,7 +115,16 @@ func (r trlBenchRow) String() string {
 
 // trlBenchRows are the rows BenchmarkGRPOVsTRL measures; the first is the
 // one -short runs (aipo's side alone) and the loss check reads.
-var trlBenchRows = []trlBenchRow{{trlTiny, false}, {trlTiny, true}, {trlQwen306, false}}
+//
+// The 0.6B shape trains at a learning rate of 1e-6, which leaves its
+// policy where it started: at trlBenchLR, one update makes aipo's policy
+// answer every prompt in 8 tokens while TRL's (from other samples) went on
+// to 13 in one run, so the two sides' later steps generated different
+// amounts (256 and 413 tokens) and their times were not of equal work.
+// The tiny model's rows at trlBenchLR generate the same amount on both
+// sides (255 tokens a step), and its first update is large enough for the
+// loss check to see clipped tokens and the k3 cap.
+var trlBenchRows = []trlBenchRow{{trlTiny, false, trlBenchLR}, {trlTiny, true, trlBenchLR}, {trlQwen306, false, 1e-6}}
 
 // trlPython is the interpreter of TRL's environment, build/tools/trl, that
 // scripts/trl.sh installs (make bench runs it). Absent, the benchmark fails
@@ -136,68 +147,65 @@ func trlPython(b testing.TB) string {
 // same GSM8K prompts (the ids aipo's rollout renders), group size,
 // response length, temperature, learning rate, optimiser, KL term and
 // steps, each in processes of its own, alternated (aipo, TRL, aipo, TRL),
-// on GOMAXPROCS threads, for each of trlBenchRows: the tiny Qwen3 with
-// activation checkpointing off on both sides, the same with it on on both
-// (TRL's default), and the Qwen3-0.6B-shaped model with it off. Each
-// process's first step warms up; the others are timed, each from the end
-// of the step before to its own end. Reported per row: each side's
-// steps/min at its median step (and at its slowest and fastest), their
-// ratio (target >= 3), the tokens each side generated per timed step
-// (the two samplers draw different completions) and the ratio of
-// generated tokens per second, the peak RSS of each (getrusage after
-// Wait; the largest process) and their ratio.
+// on GOMAXPROCS threads. One sub-benchmark per row of trlBenchRows (the
+// tiny Qwen3 with activation checkpointing off on both sides, the same
+// with it on on both, TRL's default; the Qwen3-0.6B-shaped model with it
+// off), so that -bench 'GRPOVsTRL/qwen3' runs one. Each process's first
+// step warms up; the others are timed, each from the end of the step
+// before to its own end. Reported per row: each side's steps/min at its
+// median step (logged with the slowest and fastest), their ratio (target
+// >= 3), the tokens each side generated per timed step (the two samplers
+// draw different completions) and the ratio of generated tokens per
+// second, the peak RSS of each (getrusage after Wait; the largest
+// process) and their ratio.
 //
-// Then the GRPO loss of one identical batch, computed by both: aipo's
-// first step of the first row (its prompts, responses, loss mask,
-// advantages, and the sampler's log-probs as old and reference log-probs)
-// under the weights of its first checkpoint, by learner/loss with the
-// grpo preset and by GRPOTrainer._compute_loss (loss_type grpo, epsilon
-// 0.2, epsilon_high 0.28, beta 0.001 without the ratio's bias
-// correction), once without the KL term and once with it. The first pair
-// must agree within trlLossTol, the second within trlLossTol once aipo's
-// cap on k3 is counted; the benchmark fails otherwise.
+// In the first row, the GRPO loss of one identical batch, computed by
+// both: aipo's first step (its prompts, responses, loss mask, advantages,
+// and the sampler's log-probs as old and reference log-probs) under the
+// weights of its first checkpoint, by learner/loss with the grpo preset
+// and by GRPOTrainer._compute_loss (loss_type grpo, epsilon 0.2,
+// epsilon_high 0.28, beta 0.001 without the ratio's bias correction),
+// once without the KL term and once with it. The first pair must agree
+// within trlLossTol, the second within trlLossTol once aipo's cap on k3 is
+// counted; the benchmark fails otherwise.
 //
 // With -short (make bench-smoke, which make test runs) it prepares the
-// tiny model and data, runs aipo's side of the first row once and writes
-// TRL's prompts from its first step, then skips the TRL side, saying so:
-// TRL's environment is installed by make setup-bench (make bench), not by
-// make test.
+// data and the tiny model, runs aipo's side of the first row once and
+// writes TRL's prompts from its first step, then skips the TRL side,
+// saying so: TRL's environment is installed by make setup-bench (make
+// bench), not by make test.
 func BenchmarkGRPOVsTRL(b *testing.B) {
+	dir := trlBenchSetup(b)
 	if testing.Short() {
 		row := trlBenchRows[0]
-		dir := trlBenchSetup(b, []trlBenchModel{row.model})
-		run := filepath.Join(dir, row.String()+"-aipo-0")
-		r := runAipoTrain(b, dir, row, run)
-		writeTRLPrompts(b, dir, run)
+		trlBenchModelDir(b, dir, row.model)
+		r := runAipoTrain(b, dir, row, filepath.Join(dir, row.String()+"-aipo-0"))
 		b.Skipf("aipo's side ran (%d timed steps, median %.2f s, %.0f tokens generated per step); the TRL side and the loss check run in make bench: TRL's environment (scripts/trl.sh) is installed by make setup-bench, not make test",
 			len(r.stepSecs), median(r.stepSecs), mean(r.genTokens))
 	}
 	py := trlPython(b)
-	var models []trlBenchModel
-	for _, row := range trlBenchRows {
-		if !slices.Contains(models, row.model) {
-			models = append(models, row.model)
-		}
-	}
-	dir := trlBenchSetup(b, models)
-	var lossRun, versions string
-	for _, row := range trlBenchRows {
-		var ours, theirs []benchRun
-		for r := range trlBenchRounds {
-			run := filepath.Join(dir, fmt.Sprintf("%s-aipo-%d", row, r))
-			ours = append(ours, runAipoTrain(b, dir, row, run))
-			if lossRun == "" {
-				lossRun = run
-				writeTRLPrompts(b, dir, run)
+	for i, row := range trlBenchRows {
+		b.Run(row.String(), func(b *testing.B) {
+			trlBenchModelDir(b, dir, row.model)
+			var ours, theirs []benchRun
+			for r := range trlBenchRounds {
+				ours = append(ours, runAipoTrain(b, dir, row, filepath.Join(dir, fmt.Sprintf("%s-aipo-%d", row, r))))
+				theirs = append(theirs, runTRLTrain(b, py, dir, row, r))
 			}
-			theirs = append(theirs, runTRLTrain(b, py, dir, row, r))
-		}
-		versions = theirs[0].versions
-		reportTRLRow(b, row, ours, theirs)
+			b.Logf("grpo-vs-trl %s: %d threads each side; %s", row, runtime.GOMAXPROCS(0), theirs[0].versions)
+			reportTRLRow(b, row, ours, theirs)
+			if i == 0 {
+				checkTRLLoss(b, py, dir, filepath.Join(dir, fmt.Sprintf("%s-aipo-0", row)))
+			}
+		})
 	}
-	b.Logf("grpo-vs-trl: %d threads each side; %s", runtime.GOMAXPROCS(0), versions)
+}
 
-	lc := lossOfFirstStep(b, py, dir, lossRun)
+// checkTRLLoss compares the GRPO loss of run's first batch by both sides
+// and fails b when they differ by more than trlLossTol.
+func checkTRLLoss(b *testing.B, py, dir, run string) {
+	b.Helper()
+	lc := lossOfFirstStep(b, py, dir, run)
 	d0, dk := math.Abs(lc.aipo0-lc.trl0), math.Abs(lc.aipo-lc.trl-lc.clampKL)
 	b.ReportMetric(d0, "loss-abs-diff")
 	b.ReportMetric(dk, "loss-kl-abs-diff")
@@ -231,21 +239,21 @@ func reportTRLRow(b *testing.B, row trlBenchRow, ours, theirs []benchRun) {
 	a, t := collect(ours), collect(theirs)
 	ra, rt := 60/median(a.secs), 60/median(t.secs)
 	ga, gt := mean(a.gen), mean(t.gen)
-	m := func(name string, v float64) { b.ReportMetric(v, row.String()+"-"+name) }
-	m("aipo-steps/min", ra)
-	m("trl-steps/min", rt)
-	m("ratio-steps/min", ra/rt)
-	m("aipo-gen-tokens/step", ga)
-	m("trl-gen-tokens/step", gt)
-	m("ratio-gen-tokens/s", (ga*ra)/(gt*rt))
-	m("aipo-peak-MiB", float64(a.peak)/(1<<20))
-	m("trl-peak-MiB", float64(t.peak)/(1<<20))
-	m("ratio-peak-rss", float64(a.peak)/float64(t.peak))
+	m := b.ReportMetric
+	m(ra, "aipo-steps/min")
+	m(rt, "trl-steps/min")
+	m(ra/rt, "ratio-steps/min")
+	m(ga, "aipo-gen-tokens/step")
+	m(gt, "trl-gen-tokens/step")
+	m((ga*ra)/(gt*rt), "ratio-gen-tokens/s")
+	m(float64(a.peak)/(1<<20), "aipo-peak-MiB")
+	m(float64(t.peak)/(1<<20), "trl-peak-MiB")
+	m(float64(a.peak)/float64(t.peak), "ratio-peak-rss")
 	rate := func(secs []float64) string {
 		return fmt.Sprintf("%.2f (slowest %.2f, fastest %.2f)", 60/median(secs), 60/slices.Max(secs), 60/slices.Min(secs))
 	}
-	b.Logf("grpo-vs-trl %s: aipo %s steps/min, %.1f tokens generated per step, peak %.0f MiB, step seconds %s; TRL %s steps/min, %.1f tokens generated per step, peak %.0f MiB, step seconds %s; ratio %.2f at the medians",
-		row, rate(a.secs), ga, float64(a.peak)/(1<<20), stepSeconds(ours), rate(t.secs), gt, float64(t.peak)/(1<<20), stepSeconds(theirs), ra/rt)
+	b.Logf("grpo-vs-trl %s: aipo %s steps/min, %.1f tokens generated per step %s, peak %.0f MiB, step seconds %s; TRL %s steps/min, %.1f tokens generated per step %s, peak %.0f MiB, step seconds %s; ratio %.2f at the medians",
+		row, rate(a.secs), ga, generated(ours), float64(a.peak)/(1<<20), stepSeconds(ours), rate(t.secs), gt, generated(theirs), float64(t.peak)/(1<<20), stepSeconds(theirs), ra/rt)
 }
 
 func median(v []float64) float64 {
@@ -268,21 +276,32 @@ func mean(v []float64) float64 {
 	return sum / float64(len(v))
 }
 
-// trlBenchSetup prepares BenchmarkGRPOVsTRL's directory, with models, in
-// a child process (TestTRLBenchSetup) and returns it.
-func trlBenchSetup(b *testing.B, models []trlBenchModel) string {
+// trlBenchSetup prepares BenchmarkGRPOVsTRL's directory and its data in a
+// child process (TestTRLBenchSetup) and returns it.
+func trlBenchSetup(b *testing.B) string {
 	b.Helper()
 	dir := b.TempDir()
-	names := make([]string, len(models))
-	for i, m := range models {
-		names[i] = string(m)
-	}
-	setup := exec.Command(os.Args[0], "-test.run", "^TestTRLBenchSetup$", "-test.count=1", "-test.v")
-	setup.Env = append(os.Environ(), trlBenchSetupEnv+"="+dir, trlBenchModelsEnv+"="+strings.Join(names, ","))
-	if out, err := setup.CombinedOutput(); err != nil {
-		b.Fatalf("preparing the models and data: %v\n%s", err, out)
-	}
+	trlBenchChild(b, dir, "")
 	return dir
+}
+
+// trlBenchModelDir writes model's directory, DIR/MODEL, in a child
+// process (TestTRLBenchSetup) unless an earlier row did.
+func trlBenchModelDir(b *testing.B, dir string, model trlBenchModel) {
+	b.Helper()
+	if _, err := os.Stat(filepath.Join(dir, string(model))); err == nil {
+		return
+	}
+	trlBenchChild(b, dir, model)
+}
+
+func trlBenchChild(b *testing.B, dir string, model trlBenchModel) {
+	b.Helper()
+	setup := exec.Command(os.Args[0], "-test.run", "^TestTRLBenchSetup$", "-test.count=1", "-test.v")
+	setup.Env = append(os.Environ(), trlBenchSetupEnv+"="+dir, trlBenchModelEnv+"="+string(model))
+	if out, err := setup.CombinedOutput(); err != nil {
+		b.Fatalf("preparing %s: %v\n%s", cmp.Or(string(model), "the data"), err, out)
+	}
 }
 
 // lossCheck is what lossOfFirstStep computes.
@@ -300,7 +319,7 @@ type lossCheck struct {
 // up) and the start-up before it are left out; gen holds the tokens
 // generated in each step, the first left out likewise.
 func (r *benchRun) setSteps(ends, gen []float64) {
-	r.stepSecs, r.genTokens = nil, nil
+	r.stepSecs, r.genTokens, r.warmGen = nil, nil, gen[0]
 	for i := 1; i < len(ends); i++ {
 		r.stepSecs = append(r.stepSecs, ends[i]-ends[i-1])
 		r.genTokens = append(r.genTokens, gen[i])
@@ -311,9 +330,24 @@ func (r *benchRun) setSteps(ends, gen []float64) {
 type benchRun struct {
 	stepSecs  []float64 // each timed step's (all but the first)
 	genTokens []float64 // the tokens each timed step generated
+	warmGen   float64   // and the first step
 	wall      float64   // the whole process
 	peak      int64     // bytes, getrusage of the process
 	versions  string
+}
+
+// generated lists each process's tokens generated per step, the first
+// (warm-up) step in parentheses.
+func generated(rs []benchRun) string {
+	var out []string
+	for _, r := range rs {
+		s := []string{fmt.Sprintf("(%.0f)", r.warmGen)}
+		for _, v := range r.genTokens {
+			s = append(s, strconv.FormatFloat(v, 'f', 0, 64))
+		}
+		out = append(out, strings.Join(s, " "))
+	}
+	return "[" + strings.Join(out, " | ") + "]"
 }
 
 func stepSeconds(rs []benchRun) string {
@@ -357,7 +391,7 @@ learner:
 eval:
   every: 0
 checkpoint: {keep_last: 0}
-`, run, trlBenchSteps, filepath.Join(dir, "train.parquet"), trlBenchPrompts, trlBenchTokens, trlBenchGroup, trlBenchLR, ckpt)
+`, run, trlBenchSteps, filepath.Join(dir, "train.parquet"), trlBenchPrompts, trlBenchTokens, trlBenchGroup, row.lr, ckpt)
 	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -389,6 +423,9 @@ checkpoint: {keep_last: 0}
 		gen = append(gen, float64(n))
 	}
 	r.setSteps(ends, gen)
+	if _, err := os.Stat(filepath.Join(dir, "prompts.json")); err != nil {
+		writeTRLPrompts(b, dir, row.model, run)
+	}
 	return r
 }
 
@@ -402,15 +439,15 @@ type trlPrompt struct {
 // aipo's first step sampled from (its chat template, system prompt and
 // thinking switch as rendered by its rollout), each once, with the gold
 // answer, for TRL to tokenize again. It checks that the text tokenizes to
-// the same ids. Every model here has the Qwen3 tokenizer, so one file
-// serves every row.
-func writeTRLPrompts(b *testing.B, dir, run string) {
+// the same ids. Every model here has the Qwen3 tokenizer and the prompts
+// do not depend on the weights, so the first run's file serves every row.
+func writeTRLPrompts(b *testing.B, dir string, model trlBenchModel, run string) {
 	b.Helper()
 	rows, _, err := schemas.ReadStep[schemas.Trajectory](context.Background(), filepath.Join(run, "step-000000"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	tok, err := tokenizer.Load(filepath.Join(dir, string(trlTiny)))
+	tok, err := tokenizer.Load(filepath.Join(dir, string(model)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -449,7 +486,7 @@ func runTRLTrain(b *testing.B, py, dir string, row trlBenchRow, round int) bench
 	oc := optim.DefaultConfig()
 	req := map[string]any{"model": filepath.Join(dir, string(row.model)), "out": filepath.Join(dir, fmt.Sprintf("%s-trl-%d", row, round)),
 		"prompts": ps, "batch_size": trlBenchPrompts, "group_size": trlBenchGroup, "max_tokens": trlBenchTokens,
-		"steps": trlBenchSteps, "lr": trlBenchLR, "temperature": 1.0, "seed": round, "threads": runtime.GOMAXPROCS(0),
+		"steps": trlBenchSteps, "lr": row.lr, "temperature": 1.0, "seed": round, "threads": runtime.GOMAXPROCS(0),
 		"weight_decay": oc.WeightDecay, "grad_clip": oc.GradClip, "gradient_checkpointing": row.ckpt}
 	for k, v := range trlLossSettings(b) {
 		req[k] = v
@@ -640,42 +677,43 @@ func clipMetrics(ms map[string]float64) map[string]float64 {
 }
 
 // TestTRLBenchSetup prepares BenchmarkGRPOVsTRL's directory (named by
-// AIPO_TRL_BENCH_DIR): GSM8K prompts converted by `aipo data convert`
-// (train.parquet; every gold answer is trlBenchAnswer) and, for each model
-// AIPO_TRL_BENCH_MODELS names, its directory warm-started to answer
-// \boxed{3} or \boxed{5} (float32, the real Qwen3 tokenizer); it runs only
-// when the benchmark starts it.
+// AIPO_TRL_BENCH_DIR): with no AIPO_TRL_BENCH_MODEL, the GSM8K prompts
+// converted by `aipo data convert` (train.parquet; every gold answer is
+// trlBenchAnswer); with one, that model's directory, warm-started to
+// answer \boxed{3} or \boxed{5} (float32, the real Qwen3 tokenizer). It
+// runs only when the benchmark starts it.
 func TestTRLBenchSetup(t *testing.T) {
 	dir := os.Getenv(trlBenchSetupEnv)
 	if dir == "" {
 		t.Skip("run by BenchmarkGRPOVsTRL")
 	}
 	rows := sameAnswerGSM8K(t, trlBenchAnswer, trlBenchPrompts)
-	convertGSM8K(t, dir, "train", rows)
+	m := trlBenchModel(os.Getenv(trlBenchModelEnv))
+	switch m {
+	case "":
+		convertGSM8K(t, dir, "train", rows)
+		return
+	case trlTiny, trlQwen306:
+	default:
+		t.Fatalf("%s=%q: unknown model (known: %s, %s)", trlBenchModelEnv, m, trlTiny, trlQwen306)
+	}
 	// The tiny Qwen3 is TestTransformersLoadsCheckpoints' (two layers of
 	// width 64): its warm start gives groups of both rewards under aipo's
 	// system prompt; hfmodel.TinyQwen3Config's one layer of width 32 does
 	// not, and a step without a reward difference has no policy loss to
 	// compare.
 	fams := tfFamilies(t)
-	fam := fams[slices.IndexFunc(fams, func(f tfFamily) bool { return f.name == "qwen3" })]
-	for _, name := range strings.Split(os.Getenv(trlBenchModelsEnv), ",") {
-		m := trlBenchModel(name)
-		if m != trlTiny && m != trlQwen306 {
-			t.Fatalf("%s=%q: unknown model %q (known: %s, %s)", trlBenchModelsEnv, os.Getenv(trlBenchModelsEnv), name, trlTiny, trlQwen306)
-		}
-		f := fam
-		f.config = m.config(t)
-		var ts []checkpoint.Tensor
-		if m == trlQwen306 {
-			// 187M parameters learn warmStartAnswer's 16 sequences by
-			// heart, each of the 4 rows with one answer, and every group
-			// would tie: teach each row both answers (8 sequences, about
-			// 2 s a step on 2 cores).
-			ts = warmStart(t, f, rows, 60, true)
-		} else {
-			ts = warmStartAnswer(t, f, rows)
-		}
-		writeFamilyDir(t, f, filepath.Join(dir, name), f.config, ts, "float32")
+	f := fams[slices.IndexFunc(fams, func(f tfFamily) bool { return f.name == "qwen3" })]
+	f.config = m.config(t)
+	var ts []checkpoint.Tensor
+	if m == trlQwen306 {
+		// 187M parameters learn warmStartAnswer's 16 sequences by heart,
+		// each of the 4 rows with one answer, and every group would tie:
+		// teach each row both answers (8 sequences, about 2 s a step on 2
+		// cores).
+		ts = warmStart(t, f, rows, 60, true)
+	} else {
+		ts = warmStartAnswer(t, f, rows)
 	}
+	writeFamilyDir(t, f, filepath.Join(dir, string(m)), f.config, ts, "float32")
 }
