@@ -331,7 +331,6 @@ type benchRun struct {
 	stepSecs  []float64 // each timed step's (all but the first)
 	genTokens []float64 // the tokens each timed step generated
 	warmGen   float64   // and the first step
-	wall      float64   // the whole process
 	peak      int64     // bytes, getrusage of the process
 	versions  string
 }
@@ -339,25 +338,25 @@ type benchRun struct {
 // generated lists each process's tokens generated per step, the first
 // (warm-up) step in parentheses.
 func generated(rs []benchRun) string {
-	var out []string
-	for _, r := range rs {
-		s := []string{fmt.Sprintf("(%.0f)", r.warmGen)}
-		for _, v := range r.genTokens {
-			s = append(s, strconv.FormatFloat(v, 'f', 0, 64))
-		}
-		out = append(out, strings.Join(s, " "))
-	}
-	return "[" + strings.Join(out, " | ") + "]"
+	return perProcess(rs, func(r benchRun) (string, []float64) { return fmt.Sprintf("(%.0f) ", r.warmGen), r.genTokens }, 0)
 }
 
+// stepSeconds lists each process's timed steps' seconds.
 func stepSeconds(rs []benchRun) string {
+	return perProcess(rs, func(r benchRun) (string, []float64) { return "", r.stepSecs }, 2)
+}
+
+// perProcess formats one list of values per process, each after its
+// prefix, with prec decimals: "[a b c | d e f]".
+func perProcess(rs []benchRun, values func(benchRun) (string, []float64), prec int) string {
 	var out []string
 	for _, r := range rs {
-		var s []string
-		for _, v := range r.stepSecs {
-			s = append(s, strconv.FormatFloat(v, 'f', 2, 64))
+		prefix, vs := values(r)
+		s := make([]string, len(vs))
+		for i, v := range vs {
+			s[i] = strconv.FormatFloat(v, 'f', prec, 64)
 		}
-		out = append(out, strings.Join(s, " "))
+		out = append(out, prefix+strings.Join(s, " "))
 	}
 	return "[" + strings.Join(out, " | ") + "]"
 }
@@ -398,11 +397,10 @@ checkpoint: {keep_last: 0}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	cmd, out := aipoCommand(ctx, b, nil, "train", "--config", cfgPath, "--init", filepath.Join(dir, string(row.model)))
-	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("aipo train: %v\n%s", err, out.String())
 	}
-	r := benchRun{wall: time.Since(t0).Seconds(), peak: meminfo.Peak(cmd.ProcessState)}
+	r := benchRun{peak: meminfo.Peak(cmd.ProcessState)}
 	// A step ends when the learner writes its record (rollout and update
 	// done, the checkpoint committed).
 	var ends, gen []float64
@@ -499,9 +497,8 @@ func runTRLTrain(b *testing.B, py, dir string, row trlBenchRow, round int) bench
 		GenTokens []float64         `json:"generated_tokens"`
 		GradCkpt  bool              `json:"gradient_checkpointing"`
 	}
-	t0 := time.Now()
 	cmd := runTRLScript(b, py, "train", reqPath, 60*time.Minute, &res)
-	r := benchRun{wall: time.Since(t0).Seconds(), peak: meminfo.Peak(cmd.ProcessState)}
+	r := benchRun{peak: meminfo.Peak(cmd.ProcessState)}
 	if len(res.StepEnds) != trlBenchSteps || len(res.GenTokens) != trlBenchSteps {
 		b.Fatalf("TRL trained %d steps and logged the completions of %d, want %d", len(res.StepEnds), len(res.GenTokens), trlBenchSteps)
 	}

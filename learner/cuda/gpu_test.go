@@ -82,13 +82,7 @@ func fakeLiveAllocations() func() int64 {
 // it on first use, or skips the test when there is no driver.
 func gpu(t *testing.T, blas bool) *Device {
 	t.Helper()
-	if _, err := Driver(); err != nil {
-		if os.Getenv("AIPO_REQUIRE_GPU") == "1" {
-			t.Fatalf("AIPO_REQUIRE_GPU=1 but %v", err)
-		}
-		short, _, _ := strings.Cut(err.Error(), "; tried")
-		t.Skipf("no GPU: %s", short)
-	}
+	needDriver(t)
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if dv := sharedDevs[blas]; dv != nil {
@@ -102,13 +96,26 @@ func gpu(t *testing.T, blas bool) *Device {
 	return dv
 }
 
+// needDriver skips the test when there is no CUDA driver, or fails it
+// when AIPO_REQUIRE_GPU=1.
+func needDriver(t *testing.T) {
+	t.Helper()
+	if _, err := Driver(); err != nil {
+		if os.Getenv("AIPO_REQUIRE_GPU") == "1" {
+			t.Fatalf("AIPO_REQUIRE_GPU=1 but %v", err)
+		}
+		short, _, _ := strings.Cut(err.Error(), "; tried")
+		t.Skipf("no GPU: %s", short)
+	}
+}
+
 // ownGPU opens a device of the test's own, closed when it ends, for the
 // tests that compare MemStats before and after: on the shared device the
 // cleanup of a decoder or cache that an earlier test dropped may free its
 // buffers at any moment and change the live bytes between two readings.
 func ownGPU(t *testing.T) *Device {
 	t.Helper()
-	gpu(t, true) // skips without a driver
+	needDriver(t)
 	dv, err := Open(0)
 	if err != nil {
 		t.Fatalf("a driver is present but a second context does not open: %v", err)
