@@ -66,6 +66,11 @@ func checkFixtureVariants(t *testing.T, m *Model, ts map[string]NamedTensor) {
 		chunkFloats = 7 * m.cfg.VocabSize
 		checkAgainstFixture(t, m, ts, true, headChunk)
 	})
+	t.Run("head in tiles of vocabulary slices", func(t *testing.T) {
+		defer func(c, s int) { chunkFloats, minSliceCols = c, s }(chunkFloats, minSliceCols)
+		chunkFloats, minSliceCols = 5*sliceAlign, sliceAlign // 5 rows by 64 columns and a narrower last
+		checkAgainstFixture(t, m, ts, true, headChunk)
+	})
 }
 
 // relToScale is max |got-want| / max |want|: the measure tolerance.abs bounds.

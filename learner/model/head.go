@@ -10,16 +10,33 @@ import (
 // rows that have a target (xh gathers those rows of the final norm's
 // output), then a log-softmax read at the target. When M×V fits in
 // keepLogitsFloats the forward pass keeps the probabilities for the
-// backward pass; otherwise logits exist only chunkFloats at a time and the
-// backward pass recomputes them, so a 151k vocabulary never needs M×V floats.
+// backward pass; otherwise logits exist only one tile at a time (at most
+// chunkFloats) and the backward pass recomputes them, so a 151k vocabulary
+// never needs M×V floats.
+//
+// A tile is R rows by a slice of Vs columns of the vocabulary. The slices
+// are as wide as the budget allows with all M rows in one tile: each
+// product then multiplies every row with a slice of the head that is packed
+// once a pass, where tiles of whole rows (a few hundred rows, the whole
+// vocabulary) packed the whole head again for every tile, at a cost beside
+// the arithmetic of a few hundred rows. A row's log-sum-exp and entropy are
+// its slices' shifted sums, combined in float64 in slice order; with one
+// slice they are logSoftmax's, bit for bit. The tiling depends on M and V
+// alone, never on the number of threads.
 
 // keepLogitsFloats bounds the probabilities kept for backward (64 MiB); a
 // variable so that tests can force the chunked head.
 var keepLogitsFloats = 1 << 24
 
 // chunkFloats bounds the logits that exist at once when they are not kept
-// (16 MiB); a variable so that tests can force many chunks.
+// (16 MiB); a variable so that tests can force many tiles.
 var chunkFloats = 1 << 22
+
+// minSliceCols is the narrowest vocabulary slice of a tile (for M so large
+// that chunkFloats/M is narrower, tiles take fewer rows instead): below it
+// a product's columns are too few to run at the GEMM's full rate. A
+// variable so that tests can force many slices.
+var minSliceCols = 1024
 
 // headMode says what the forward pass leaves in headActs.logits.
 type headMode int
@@ -41,16 +58,39 @@ func (h headActs) floats() int { return len(h.xh) + len(h.lse) + len(h.logits) }
 
 // keepsLogits says whether the forward pass of a head of M rows and a
 // vocabulary of V keeps the rows' probabilities for the backward pass
-// (headAuto); otherwise both passes make the logits a chunk at a time.
+// (headAuto); otherwise both passes make the logits a tile at a time.
 func keepsLogits(M, V int) bool { return M*V <= keepLogitsFloats }
 
-// chunkRows is the rows of logits a head of M rows and a vocabulary of V
-// makes at once: all of them (whole), or a chunk of chunkFloats.
-func chunkRows(M, V int, whole bool) int {
-	if whole {
-		return max(M, 1)
+// headTile is the rows and vocabulary columns of logits that a head of M
+// rows and a vocabulary of V makes at once: all of them (whole), or a tile
+// of at most chunkFloats (or of one row by minSliceCols, when even that
+// is more). Slices narrower than the vocabulary are multiples of
+// sliceAlign, the widths whose products the bfloat16-held head computes
+// bit for bit as the float32 head's.
+func headTile(M, V int, whole bool) (rows, cols int) {
+	M = max(M, 1)
+	if whole || M*V <= chunkFloats {
+		return M, V
 	}
-	return max(1, chunkFloats/V)
+	cols = chunkFloats / M / sliceAlign * sliceAlign
+	cols = min(V, max(cols, minSliceCols, sliceAlign))
+	return min(M, max(1, chunkFloats/cols)), cols
+}
+
+// headTileFloats is the floats of headTile's tile.
+func headTileFloats(M, V int, whole bool) int {
+	r, c := headTile(M, V, whole)
+	return r * c
+}
+
+// headLogitsTile writes lg[n,cols] = xh[n,C] · head[v0:v0+cols, C]^T.
+func (m *Model) headLogitsTile(lg, xh []float32, n, v0, cols int, mem *arena) {
+	C := m.d.C
+	if nw := m.narrow; nw != nil {
+		narrowMatmul(lg, xh, nw.head[v0*C:], n, C, cols, mem)
+		return
+	}
+	blas.Sgemm(false, true, n, cols, C, 1, xh, C, m.w.head[v0*C:], C, 0, lg, cols)
 }
 
 // headForward fills a.LogProbs, a.Entropy and a.head.
@@ -71,38 +111,66 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 	if mode == headAuto && !keepsLogits(M, d.V) {
 		mode = headChunk
 	}
-	whole := mode != headChunk
-	cr := chunkRows(M, d.V, whole)
-	buf := a.mem.get(min(cr, M) * d.V)
-	if whole {
-		a.head.logits, a.head.probs = buf, mode == headAuto
-	}
-	for r0 := 0; r0 < M; r0 += cr {
-		n := min(cr, M-r0)
-		lg := buf[:n*d.V]
-		if whole {
-			lg = buf[r0*d.V : (r0+n)*d.V]
-		}
-		if nw := m.narrow; nw != nil {
-			narrowMatmul(lg, xh[r0*d.C:], nw.head, n, d.C, d.V, &a.mem)
-		} else {
-			blas.Sgemm(false, true, n, d.V, d.C, 1, xh[r0*d.C:], d.C, m.w.head, d.C, 0, lg, d.V)
-		}
-		parallelFor(n, 8, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				r := r0 + i
+	if mode != headChunk {
+		lg := a.mem.get(M * d.V)
+		a.head.logits, a.head.probs = lg, mode == headAuto
+		m.headLogitsTile(lg, xh, M, 0, d.V, &a.mem)
+		parallelFor(M, 8, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
 				t := int(p.rows[r])
-				lse, logp, ent, ok := headRowForward(lg[i*d.V:(i+1)*d.V], p.targets[t], mode == headAuto)
+				lse, logp, ent, ok := headRowForward(lg[r*d.V:(r+1)*d.V], p.targets[t], mode == headAuto)
 				a.head.lse[r] = lse
 				if ok {
 					a.LogProbs[t], a.Entropy[t] = logp, ent
 				}
 			}
 		})
+		return
 	}
-	if !whole {
-		a.mem.put(buf) // the backward pass recomputes its chunks in a buffer of its own
+	m.headForwardTiled(a, xh)
+}
+
+// headForwardTiled is headForward's chunked pass: each tile's rows get
+// their slice's shifted sums and, where the slice holds it, the target's
+// logit; each row's sums are combined once its last slice is done.
+func (m *Model) headForwardTiled(a *Activations, xh []float32) {
+	d, p := m.d, a.b
+	M := len(p.rows)
+	R, cols := headTile(M, d.V, false)
+	slices := (d.V + cols - 1) / cols
+	buf := a.mem.get(R * cols)
+	sums := make([]shiftedSums, R*slices)
+	target := make([]float32, R)
+	for r0 := 0; r0 < M; r0 += R {
+		n := min(R, M-r0)
+		for s := range slices {
+			v0 := s * cols
+			w := min(cols, d.V-v0)
+			lg := buf[:n*w]
+			m.headLogitsTile(lg, xh[r0*d.C:], n, v0, w, &a.mem)
+			parallelFor(n, 8, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					row := lg[i*w : (i+1)*w]
+					sums[i*slices+s] = sumsOf(row, false)
+					if j := int(p.targets[p.rows[r0+i]]) - v0; j >= 0 && j < w {
+						target[i] = row[j]
+					}
+				}
+			})
+		}
+		parallelFor(n, 64, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				r := r0 + i
+				t := int(p.rows[r])
+				lse, ent := combineSums(sums[i*slices : (i+1)*slices])
+				a.head.lse[r] = lse
+				if p.targets[t] >= 0 {
+					a.LogProbs[t], a.Entropy[t] = target[i]-lse, ent
+				}
+			}
+		})
 	}
+	a.mem.put(buf) // the backward pass recomputes its tiles in a buffer of its own
 }
 
 // headRowForward reduces one row of logits: its lse and, when the target
@@ -120,10 +188,11 @@ func headRowForward(row []float32, tgt int32, toProbs bool) (lse, logp, ent floa
 	return lse, target - lse, ent, true
 }
 
-// headRowBackward turns one row into d loss / d logits = g*(onehot(tgt) -
-// softmax): the row holds the probabilities (probs) or the logits, whose
-// softmax is exp(row - lse); a row without a target becomes zero.
-func headRowBackward(row []float32, tgt int32, g, lse float32, probs bool) {
+// headRowBackward turns one row, or the slice of it from column v0, into
+// d loss / d logits = g*(onehot(tgt) - softmax): the slice holds the
+// probabilities (probs) or the logits, whose softmax is exp(row - lse); a
+// row without a target becomes zero.
+func headRowBackward(row []float32, v0 int, tgt int32, g, lse float32, probs bool) {
 	if tgt < 0 {
 		clear(row)
 		return
@@ -135,16 +204,24 @@ func headRowBackward(row []float32, tgt int32, g, lse float32, probs bool) {
 	for j := scaleVector(row, ng); j < len(row); j++ {
 		row[j] *= ng
 	}
-	row[tgt] += g
+	if j := int(tgt) - v0; j >= 0 && j < len(row) {
+		row[j] += g
+	}
 }
 
-// logSoftmax returns log sum exp(x) and the entropy of softmax(x),
-// -sum p log p = lse - sum p*x; with toProbs it overwrites x with softmax(x).
-// It evaluates exp once per element.
-func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
+// shiftedSums are what a row's log-softmax needs of a slice x of it:
+// mx = max(x), s = sum exp(x-mx) and sx = sum exp(x-mx)*(x-mx).
+type shiftedSums struct {
+	mx    float32
+	s, sx float64
+}
+
+// sumsOf returns x's shiftedSums; with toProbs it overwrites x with
+// exp(x-mx). It evaluates exp once per element: float32 sums over blocks
+// of 256, float64 across blocks, accurate for a 151k vocabulary without a
+// float64 conversion per element.
+func sumsOf(x []float32, toProbs bool) shiftedSums {
 	mx := maxOf(x)
-	// float32 sums over blocks of 256, float64 across blocks: accurate for
-	// a 151k vocabulary without a float64 conversion per element.
 	var s, sx float64
 	for b0 := 0; b0 < len(x); b0 += 256 {
 		blk := x[b0:min(b0+256, len(x))]
@@ -158,50 +235,83 @@ func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
 		s += float64(bs)
 		sx += float64(bsx)
 	}
-	if toProbs {
-		inv := float32(1 / s)
-		for j := scaleVector(x, inv); j < len(x); j++ {
-			x[j] *= inv
-		}
+	return shiftedSums{mx, s, sx}
+}
+
+// combineSums returns the log-sum-exp and the entropy of a row from its
+// slices' sums, in slice order: each slice's sums shifted to the row's
+// maximum (for one slice, exactly logSoftmax's arithmetic).
+func combineSums(parts []shiftedSums) (lse, entropy float32) {
+	mx := parts[0].mx
+	for _, q := range parts[1:] {
+		mx = max(mx, q.mx)
+	}
+	var s, sx float64
+	for _, q := range parts {
+		sh := float64(q.mx - mx)
+		f := math.Exp(sh)
+		s += f * q.s
+		sx += f * (q.sx + sh*q.s)
 	}
 	l := math.Log(s)
 	return mx + float32(l), float32(l - sx/s)
 }
 
+// logSoftmax returns log sum exp(x) and the entropy of softmax(x),
+// -sum p log p = lse - sum p*x; with toProbs it overwrites x with softmax(x).
+func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
+	q := sumsOf(x, toProbs)
+	if toProbs {
+		inv := float32(1 / q.s)
+		for j := scaleVector(x, inv); j < len(x); j++ {
+			x[j] *= inv
+		}
+	}
+	return combineSums([]shiftedSums{q})
+}
+
 // headBackward turns gradLogProb[N] into dlogits = g*(onehot(target) -
-// softmax) chunk by chunk, adds dlogits^T·xh to the head's gradient and
-// returns the gradient of the final norm's output, dlnf[N,C], allocated
-// from tmp.
+// softmax) a tile at a time (the whole when the forward pass kept them),
+// adds dlogits^T·xh to the head's gradient and returns the gradient of the
+// final norm's output, dlnf[N,C], allocated from tmp. dxh sums the
+// slices' products in slice order.
 func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) []float32 {
 	d, p := m.d, a.b
 	M := len(p.rows)
 	xh := a.head.xh
 	whole := a.head.logits != nil
-	cr := chunkRows(M, d.V, whole)
+	R, cols := headTile(M, d.V, whole)
 	dxh := tmp.get(M * d.C)
 	buf := a.head.logits
 	if !whole {
-		buf = tmp.get(min(cr, M) * d.V)
+		buf = tmp.get(R * cols)
 	}
-	for r0 := 0; r0 < M; r0 += cr {
-		n := min(cr, M-r0)
-		var lg []float32
-		if whole {
-			lg = buf[r0*d.V : (r0+n)*d.V]
-		} else {
-			lg = buf[:n*d.V]
-			blas.Sgemm(false, true, n, d.V, d.C, 1, xh[r0*d.C:], d.C, m.w.head, d.C, 0, lg, d.V)
-		}
-		probs := a.head.probs
-		parallelFor(n, 8, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				r := r0 + i
-				t := int(p.rows[r])
-				headRowBackward(lg[i*d.V:(i+1)*d.V], p.targets[t], gradLogProb[t], a.head.lse[r], probs)
+	probs := a.head.probs
+	for r0 := 0; r0 < M; r0 += R {
+		n := min(R, M-r0)
+		for v0 := 0; v0 < d.V; v0 += cols {
+			w := min(cols, d.V-v0)
+			lg := buf[:n*w]
+			if !whole {
+				m.headLogitsTile(lg, xh[r0*d.C:], n, v0, w, tmp)
 			}
-		})
-		blas.Sgemm(false, false, n, d.C, d.V, 1, lg, d.V, m.w.head, d.C, 0, dxh[r0*d.C:], d.C)
-		blas.Sgemm(true, false, d.V, d.C, n, 1, lg, d.V, xh[r0*d.C:], d.C, 1, m.gradsNow().head, d.C)
+			parallelFor(n, 8, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					r := r0 + i
+					t := int(p.rows[r])
+					headRowBackward(lg[i*w:(i+1)*w], v0, p.targets[t], gradLogProb[t], a.head.lse[r], probs)
+				}
+			})
+			var beta float32
+			if v0 > 0 {
+				beta = 1
+			}
+			// The input and weight gradients' products are of equal
+			// work: each on its own core.
+			blas.SgemmPair(
+				blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: m.w.head[v0*d.C:], Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C},
+				blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: m.gradsNow().head[v0*d.C:], Ldc: d.C})
+		}
 	}
 	if !whole {
 		tmp.put(buf)

@@ -165,7 +165,7 @@ func (o *cpuMemOps) HeadForward(M int) {
 	V := o.d.V
 	o.Get(M) // lse
 	whole := keepsLogits(M, V)
-	logits := o.Get(min(chunkRows(M, V, whole), M) * V)
+	logits := o.Get(headTileFloats(M, V, whole))
 	if !whole {
 		o.Put(logits)
 	}
@@ -174,7 +174,7 @@ func (o *cpuMemOps) HeadForward(M int) {
 // HeadBackward: headBackward's chunk of logits, when they were not kept.
 func (o *cpuMemOps) HeadBackward(M int) {
 	if V := o.d.V; !keepsLogits(M, V) {
-		o.Put(o.Get(min(chunkRows(M, V, false), M) * V))
+		o.Put(o.Get(headTileFloats(M, V, false)))
 	}
 }
 

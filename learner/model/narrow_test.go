@@ -71,12 +71,17 @@ func TestHoldBF16ScoresBitIdentical(t *testing.T) {
 				{"one slice", narrowSliceFloats, keepLogitsFloats},
 				{"many slices", 64*C + 5, keepLogitsFloats},
 				{"head in chunks", 64*C + 5, 0},
+				{"head in tiles of vocabulary slices", 64*C + 5, -1},
 			} {
 				t.Run(v.name, func(t *testing.T) {
 					defer func(s, k, c int) { narrowSliceFloats, keepLogitsFloats, chunkFloats = s, k, c }(narrowSliceFloats, keepLogitsFloats, chunkFloats)
 					narrowSliceFloats, keepLogitsFloats = v.slice, v.logit
-					if v.logit == 0 {
+					switch v.logit {
+					case 0:
 						chunkFloats = 7 * got.Config().VocabSize
+					case -1:
+						defer func(s int) { minSliceCols = s }(minSliceCols)
+						keepLogitsFloats, chunkFloats, minSliceCols = 0, 5*sliceAlign, sliceAlign
 					}
 					wlp, went, err := want.Score(b)
 					if err != nil {

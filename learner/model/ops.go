@@ -119,10 +119,13 @@ func addBias(out, b []float32, N, O int) {
 // linearBackward: din[N,I] = dout[N,O]·w[O,I] (overwritten; skipped when din
 // is nil), dw[O,I] += dout^T·in, db[O] += column sums of dout.
 func linearBackward(din, dw, db, dout, in, w []float32, N, I, O int) {
+	dW := blas.Gemm{TransA: true, M: O, N: I, K: N, Alpha: 1, A: dout, Lda: O, B: in, Ldb: I, Beta: 1, C: dw, Ldc: I}
 	if din != nil {
-		blas.Sgemm(false, false, N, I, O, 1, dout, O, w, I, 0, din, I)
+		// The two products are of equal work: each on its own core.
+		blas.SgemmPair(blas.Gemm{M: N, N: I, K: O, Alpha: 1, A: dout, Lda: O, B: w, Ldb: I, C: din, Ldc: I}, dW)
+	} else {
+		blas.Sgemm(dW.TransA, dW.TransB, dW.M, dW.N, dW.K, dW.Alpha, dW.A, dW.Lda, dW.B, dW.Ldb, dW.Beta, dW.C, dW.Ldc)
 	}
-	blas.Sgemm(true, false, O, I, N, 1, dout, O, in, I, 1, dw, I)
 	if db != nil {
 		parallelFor(O, 64, func(lo, hi int) {
 			for t := 0; t < N; t++ {
