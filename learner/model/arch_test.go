@@ -64,12 +64,14 @@ func checkFixtureVariants(t *testing.T, m *Model, ts map[string]NamedTensor) {
 	t.Run("head in chunks", func(t *testing.T) {
 		defer func(c int) { chunkFloats = c }(chunkFloats)
 		chunkFloats = 7 * m.cfg.VocabSize
-		checkAgainstFixture(t, m, ts, true, headChunk)
+		checkAgainstFixture(t, m, ts, true, headChunk) // every tile recomputed
 	})
 	t.Run("head in tiles of vocabulary slices", func(t *testing.T) {
-		defer func(c, s int) { chunkFloats, minSliceCols = c, s }(chunkFloats, minSliceCols)
-		chunkFloats, minSliceCols = 5*sliceAlign, sliceAlign // 5 rows by 64 columns and a narrower last
-		checkAgainstFixture(t, m, ts, true, headChunk)
+		defer func(c, s, k int) { chunkFloats, minSliceCols, keepLogitsFloats = c, s, k }(chunkFloats, minSliceCols, keepLogitsFloats)
+		// 5 rows by 64 columns and a narrower last; the first two tiles
+		// kept, the others recomputed.
+		chunkFloats, minSliceCols, keepLogitsFloats = 5*sliceAlign, sliceAlign, 2*5*sliceAlign
+		checkAgainstFixture(t, m, ts, true, headAuto)
 	})
 }
 

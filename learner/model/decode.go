@@ -539,7 +539,7 @@ func (m *Model) Extend(caches []*KVCache, tokens [][]int32, dst []float32) ([]fl
 // pass computes it, so that logits[t] - LogSumExp(logits) is bit-for-bit
 // the log-probability arithmetic of Forward.
 func LogSumExp(logits []float32) float32 {
-	lse, _ := logSoftmax(logits, false)
+	lse, _ := logSoftmax(logits)
 	return lse
 }
 

@@ -162,7 +162,7 @@ func (m *Model) forward(p *prepared, mode headMode, keep keepMode) *Activations 
 	a.lnf, a.rstdF = runLayers[[]float32](o, m.shape(len(p.tokens)), a.layers, a.resid, keep)
 	N := len(p.tokens)
 	a.LogProbs, a.Entropy = make([]float32, N), make([]float32, N)
-	m.headForward(a, mode)
+	m.headForward(a, mode, keep)
 	return a
 }
 

@@ -8,28 +8,34 @@ import (
 
 // The language-model head: logits[M,V] = xh[M,C] · head[V,C]^T over the M
 // rows that have a target (xh gathers those rows of the final norm's
-// output), then a log-softmax read at the target. When M×V fits in
-// keepLogitsFloats the forward pass keeps the probabilities for the
-// backward pass; otherwise logits exist only one tile at a time (at most
-// chunkFloats) and the backward pass recomputes them, so a 151k vocabulary
-// never needs M×V floats.
+// output), then a log-softmax read at the target. The logits are made a
+// tile at a time: all of them when M×V fits chunkFloats, else all M rows
+// by a slice of the vocabulary (fewer rows when M is so large that the
+// slice would be narrower than minSliceCols). Each product then multiplies
+// every row with a slice of the head that is packed once a pass, where
+// tiles of a few rows by the whole vocabulary had the BLAS pack the whole
+// head again for every tile. A row's log-sum-exp and entropy are its
+// slices' shifted sums, combined in float64 in slice order (for one slice,
+// logSoftmax's arithmetic bit for bit). The tiling depends on M and V
+// alone, never on the number of threads or on what the pass keeps, so
+// that Forward, Score and checkpointed passes give the same bits.
 //
-// A tile is R rows by a slice of Vs columns of the vocabulary. The slices
-// are as wide as the budget allows with all M rows in one tile: each
-// product then multiplies every row with a slice of the head that is packed
-// once a pass, where tiles of whole rows (a few hundred rows, the whole
-// vocabulary) packed the whole head again for every tile, at a cost beside
-// the arithmetic of a few hundred rows. A row's log-sum-exp and entropy are
-// its slices' shifted sums, combined in float64 in slice order; with one
-// slice they are logSoftmax's, bit for bit. The tiling depends on M and V
-// alone, never on the number of threads.
+// A pass to be differentiated keeps, for the leading tiles that fit
+// keepLogitsFloats together (all of them at the 1,024 rows of a
+// 32,000-token vocabulary), the exponentials its sums took, exp(logit -
+// the slice's maximum); its backward pass makes the others again from
+// recomputed logits, the same values, and turns each into the softmax with
+// one multiply by exp(maximum - lse). With activation checkpointing on it
+// keeps none, as its layers keep only their inputs. So a 151k vocabulary
+// never needs M×V floats, and whether a tile was kept changes no bit.
 
-// keepLogitsFloats bounds the probabilities kept for backward (64 MiB); a
-// variable so that tests can force the chunked head.
-var keepLogitsFloats = 1 << 24
+// keepLogitsFloats bounds the logits that a pass to be differentiated
+// keeps for its backward pass (128 MiB: the 1,024 rows of a 32,000-token
+// vocabulary); a variable so that tests can force recomputed tiles.
+var keepLogitsFloats = 1 << 25
 
-// chunkFloats bounds the logits that exist at once when they are not kept
-// (16 MiB); a variable so that tests can force many tiles.
+// chunkFloats bounds a tile of logits (16 MiB); a variable so that tests
+// can force many tiles.
 var chunkFloats = 1 << 22
 
 // minSliceCols is the narrowest vocabulary slice of a tile (for M so large
@@ -38,38 +44,46 @@ var chunkFloats = 1 << 22
 // variable so that tests can force many slices.
 var minSliceCols = 1024
 
-// headMode says what the forward pass leaves in headActs.logits.
+// headMode says what the forward pass of the head keeps.
 type headMode int
 
 const (
-	headAuto   headMode = iota // probabilities when they fit, else nothing
-	headChunk                  // nothing: the backward pass recomputes
+	headAuto   headMode = iota // the leading tiles' logits when the pass keeps everything (keepAll)
+	headChunk                  // nothing: the backward pass recomputes every tile
 	headLogits                 // raw logits of every row, for Logits
 )
 
 type headActs struct {
 	xh     []float32 // [M, C]
 	lse    []float32 // [M]
-	logits []float32 // [M, V]: probabilities (headAuto) or logits (headLogits); nil when chunked
-	probs  bool
+	logits []float32 // headLogits: [M, V]
+	kept   []float32 // the kept tiles' exp(logit - shift) (headTiles), each tile's [n, w] block at its offset
+	shift  []float32 // [M, slices]: each row's maximum logit in each slice
+	budget int       // the floats the forward pass could keep (headTiles' budget)
 }
 
-func (h headActs) floats() int { return len(h.xh) + len(h.lse) + len(h.logits) }
+func (h headActs) floats() int {
+	return len(h.xh) + len(h.lse) + len(h.logits) + len(h.kept) + len(h.shift)
+}
 
-// keepsLogits says whether the forward pass of a head of M rows and a
-// vocabulary of V keeps the rows' probabilities for the backward pass
-// (headAuto); otherwise both passes make the logits a tile at a time.
-func keepsLogits(M, V int) bool { return M*V <= keepLogitsFloats }
+// keepBudget is the logits a pass in mode that keeps keep holds for its
+// backward pass.
+func keepBudget(mode headMode, keep keepMode) int {
+	if mode == headAuto && keep == keepAll {
+		return keepLogitsFloats
+	}
+	return 0
+}
 
-// headTile is the rows and vocabulary columns of logits that a head of M
-// rows and a vocabulary of V makes at once: all of them (whole), or a tile
-// of at most chunkFloats (or of one row by minSliceCols, when even that
-// is more). Slices narrower than the vocabulary are multiples of
+// headTile is the rows and vocabulary columns of a tile of the head of M
+// rows and a vocabulary of V: all of them when M×V fits chunkFloats, else
+// a tile of at most chunkFloats (or of one row by minSliceCols, when even
+// that is more). Slices narrower than the vocabulary are multiples of
 // sliceAlign, the widths whose products the bfloat16-held head computes
 // bit for bit as the float32 head's.
-func headTile(M, V int, whole bool) (rows, cols int) {
+func headTile(M, V int) (rows, cols int) {
 	M = max(M, 1)
-	if whole || M*V <= chunkFloats {
+	if M*V <= chunkFloats {
 		return M, V
 	}
 	cols = chunkFloats / M / sliceAlign * sliceAlign
@@ -77,10 +91,30 @@ func headTile(M, V int, whole bool) (rows, cols int) {
 	return min(M, max(1, chunkFloats/cols)), cols
 }
 
-// headTileFloats is the floats of headTile's tile.
-func headTileFloats(M, V int, whole bool) int {
-	r, c := headTile(M, V, whole)
-	return r * c
+// tileAt is one tile of the head: rows [r0, r0+n) by vocabulary columns
+// [v0, v0+w), its logits kept at off in headActs.kept, or recomputed by
+// the backward pass when off is -1.
+type tileAt struct{ r0, n, v0, w, off int }
+
+// headTiles lists the tiles of the head of M rows and a vocabulary of V in
+// the order both passes visit them (each row chunk's slices in turn), the
+// leading ones kept while they fit budget floats together: kept is their
+// floats, recompute whether any tile is left to recompute.
+func headTiles(M, V, budget int) (tiles []tileAt, kept int, recompute bool) {
+	R, cols := headTile(M, V)
+	for r0 := 0; r0 < M; r0 += R {
+		n := min(R, M-r0)
+		for v0 := 0; v0 < V; v0 += cols {
+			t := tileAt{r0, n, v0, min(cols, V-v0), -1}
+			if !recompute && kept+t.n*t.w <= budget {
+				t.off, kept = kept, kept+t.n*t.w
+			} else {
+				recompute = true
+			}
+			tiles = append(tiles, t)
+		}
+	}
+	return tiles, kept, recompute
 }
 
 // headLogitsTile writes lg[n,cols] = xh[n,C] · head[v0:v0+cols, C]^T.
@@ -93,8 +127,9 @@ func (m *Model) headLogitsTile(lg, xh []float32, n, v0, cols int, mem *arena) {
 	blas.Sgemm(false, true, n, cols, C, 1, xh, C, m.w.head[v0*C:], C, 0, lg, cols)
 }
 
-// headForward fills a.LogProbs, a.Entropy and a.head.
-func (m *Model) headForward(a *Activations, mode headMode) {
+// headForward fills a.LogProbs, a.Entropy and a.head, for a pass whose
+// layers keep keep.
+func (m *Model) headForward(a *Activations, mode headMode, keep keepMode) {
 	d, p := m.d, a.b
 	M := len(p.rows)
 	xh := a.mem.get(M * d.C)
@@ -107,18 +142,15 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 	// The rows are gathered: the final norm's output is not read again.
 	a.mem.put(a.lnf)
 	a.lnf = nil
-	a.head = headActs{xh: xh, lse: a.mem.get(M)}
-	if mode == headAuto && !keepsLogits(M, d.V) {
-		mode = headChunk
-	}
-	if mode != headChunk {
+	a.head = headActs{xh: xh, lse: a.mem.get(M), budget: keepBudget(mode, keep)}
+	if mode == headLogits {
 		lg := a.mem.get(M * d.V)
-		a.head.logits, a.head.probs = lg, mode == headAuto
+		a.head.logits = lg
 		m.headLogitsTile(lg, xh, M, 0, d.V, &a.mem)
 		parallelFor(M, 8, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				t := int(p.rows[r])
-				lse, logp, ent, ok := headRowForward(lg[r*d.V:(r+1)*d.V], p.targets[t], mode == headAuto)
+				lse, logp, ent, ok := headRowForward(lg[r*d.V:(r+1)*d.V], p.targets[t])
 				a.head.lse[r] = lse
 				if ok {
 					a.LogProbs[t], a.Entropy[t] = logp, ent
@@ -130,33 +162,45 @@ func (m *Model) headForward(a *Activations, mode headMode) {
 	m.headForwardTiled(a, xh)
 }
 
-// headForwardTiled is headForward's chunked pass: each tile's rows get
-// their slice's shifted sums and, where the slice holds it, the target's
-// logit; each row's sums are combined once its last slice is done.
+// headForwardTiled is headForward's pass over the tiles: each tile's rows
+// get their slice's shifted sums and, where the slice holds it, the
+// target's logit; each row's sums are combined once its row chunk's last
+// slice is done.
 func (m *Model) headForwardTiled(a *Activations, xh []float32) {
 	d, p := m.d, a.b
 	M := len(p.rows)
-	R, cols := headTile(M, d.V, false)
+	tiles, kept, recompute := headTiles(M, d.V, a.head.budget)
+	R, cols := headTile(M, d.V)
 	slices := (d.V + cols - 1) / cols
-	buf := a.mem.get(R * cols)
+	a.head.kept, a.head.shift = a.mem.get(kept), a.mem.get(M*slices)
+	var buf []float32
+	if recompute {
+		buf = a.mem.get(R * cols)
+	}
 	sums := make([]shiftedSums, R*slices)
 	target := make([]float32, R)
-	for r0 := 0; r0 < M; r0 += R {
-		n := min(R, M-r0)
-		for s := range slices {
-			v0 := s * cols
-			w := min(cols, d.V-v0)
-			lg := buf[:n*w]
-			m.headLogitsTile(lg, xh[r0*d.C:], n, v0, w, &a.mem)
-			parallelFor(n, 8, func(lo, hi int) {
-				for i := lo; i < hi; i++ {
-					row := lg[i*w : (i+1)*w]
-					sums[i*slices+s] = sumsOf(row, false)
-					if j := int(p.targets[p.rows[r0+i]]) - v0; j >= 0 && j < w {
-						target[i] = row[j]
-					}
+	for _, tl := range tiles {
+		r0, n, v0, w, s := tl.r0, tl.n, tl.v0, tl.w, tl.v0/cols
+		var lg []float32
+		if tl.off >= 0 {
+			lg = a.head.kept[tl.off : tl.off+n*w]
+		} else {
+			lg = buf[:n*w]
+		}
+		m.headLogitsTile(lg, xh[r0*d.C:], n, v0, w, &a.mem)
+		parallelFor(n, 8, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				row := lg[i*w : (i+1)*w]
+				if j := int(p.targets[p.rows[r0+i]]) - v0; j >= 0 && j < w {
+					target[i] = row[j]
 				}
-			})
+				q := sumsOf(row, tl.off >= 0)
+				sums[i*slices+s] = q
+				a.head.shift[(r0+i)*slices+s] = q.mx
+			}
+		})
+		if v0+w < d.V {
+			continue
 		}
 		parallelFor(n, 64, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
@@ -170,41 +214,57 @@ func (m *Model) headForwardTiled(a *Activations, xh []float32) {
 			}
 		})
 	}
-	a.mem.put(buf) // the backward pass recomputes its tiles in a buffer of its own
+	if recompute {
+		a.mem.put(buf) // the backward pass recomputes its tiles in a buffer of its own
+	}
 }
 
 // headRowForward reduces one row of logits: its lse and, when the target
-// is not negative (ok), the target's log-probability and the entropy. With
-// toProbs the row becomes softmax(row).
-func headRowForward(row []float32, tgt int32, toProbs bool) (lse, logp, ent float32, ok bool) {
-	var target float32
-	if tgt >= 0 {
-		target = row[tgt]
-	}
-	lse, ent = logSoftmax(row, toProbs)
+// is not negative (ok), the target's log-probability and the entropy.
+func headRowForward(row []float32, tgt int32) (lse, logp, ent float32, ok bool) {
+	lse, ent = logSoftmax(row)
 	if tgt < 0 {
 		return lse, 0, 0, false
 	}
-	return lse, target - lse, ent, true
+	return lse, row[tgt] - lse, ent, true
 }
 
-// headRowBackward turns one row, or the slice of it from column v0, into
-// d loss / d logits = g*(onehot(tgt) - softmax): the slice holds the
-// probabilities (probs) or the logits, whose softmax is exp(row - lse); a
-// row without a target becomes zero.
-func headRowBackward(row []float32, v0 int, tgt int32, g, lse float32, probs bool) {
+// headRowBackward turns one row of logits into d loss / d logits =
+// g*(onehot(tgt) - softmax), the softmax being exp(row - lse); a row
+// without a target becomes zero. (The reference's arithmetic, HeadBackward;
+// the model's passes turn a tile's slices with headSliceBackward.)
+func headRowBackward(row []float32, tgt int32, g, lse float32) {
 	if tgt < 0 {
 		clear(row)
 		return
 	}
-	if !probs {
-		expShift(row, row, lse)
+	expShift(row, row, lse)
+	scaleAddTarget(row, -g, int(tgt), g)
+}
+
+// headSliceBackward turns the slice from column v0 of a row into its part
+// of d loss / d logits = g*(onehot(tgt) - softmax): e holds exp(logit -
+// shift), or the logits themselves when exp is set, and the softmax is e
+// times exp(shift - lse); a row without a target becomes zero.
+func headSliceBackward(e []float32, exp bool, v0 int, tgt int32, g, shift, lse float32) {
+	if tgt < 0 {
+		clear(e)
+		return
 	}
-	ng := -g
-	for j := scaleVector(row, ng); j < len(row); j++ {
-		row[j] *= ng
+	if exp {
+		expShift(e, e, shift)
 	}
-	if j := int(tgt) - v0; j >= 0 && j < len(row) {
+	f := float32(math.Exp(float64(shift - lse)))
+	scaleAddTarget(e, -g*f, int(tgt)-v0, g)
+}
+
+// scaleAddTarget multiplies row by c and adds g at column j when the row
+// has it.
+func scaleAddTarget(row []float32, c float32, j int, g float32) {
+	for i := scaleVector(row, c); i < len(row); i++ {
+		row[i] *= c
+	}
+	if j >= 0 && j < len(row) {
 		row[j] += g
 	}
 }
@@ -216,11 +276,11 @@ type shiftedSums struct {
 	s, sx float64
 }
 
-// sumsOf returns x's shiftedSums; with toProbs it overwrites x with
+// sumsOf returns x's shiftedSums; with keepExp it overwrites x with
 // exp(x-mx). It evaluates exp once per element: float32 sums over blocks
 // of 256, float64 across blocks, accurate for a 151k vocabulary without a
 // float64 conversion per element.
-func sumsOf(x []float32, toProbs bool) shiftedSums {
+func sumsOf(x []float32, keepExp bool) shiftedSums {
 	mx := maxOf(x)
 	var s, sx float64
 	for b0 := 0; b0 < len(x); b0 += 256 {
@@ -229,7 +289,7 @@ func sumsOf(x []float32, toProbs bool) shiftedSums {
 		e := es[:len(blk)]
 		expShift(e, blk, mx)
 		bs, bsx := sumDotShift(e, blk, mx)
-		if toProbs {
+		if keepExp {
 			copy(blk, e)
 		}
 		s += float64(bs)
@@ -258,62 +318,55 @@ func combineSums(parts []shiftedSums) (lse, entropy float32) {
 }
 
 // logSoftmax returns log sum exp(x) and the entropy of softmax(x),
-// -sum p log p = lse - sum p*x; with toProbs it overwrites x with softmax(x).
-func logSoftmax(x []float32, toProbs bool) (lse, entropy float32) {
-	q := sumsOf(x, toProbs)
-	if toProbs {
-		inv := float32(1 / q.s)
-		for j := scaleVector(x, inv); j < len(x); j++ {
-			x[j] *= inv
-		}
-	}
-	return combineSums([]shiftedSums{q})
+// -sum p log p = lse - sum p*x.
+func logSoftmax(x []float32) (lse, entropy float32) {
+	return combineSums([]shiftedSums{sumsOf(x, false)})
 }
 
 // headBackward turns gradLogProb[N] into dlogits = g*(onehot(target) -
-// softmax) a tile at a time (the whole when the forward pass kept them),
-// adds dlogits^T·xh to the head's gradient and returns the gradient of the
-// final norm's output, dlnf[N,C], allocated from tmp. dxh sums the
-// slices' products in slice order.
+// softmax) a tile at a time (kept or recomputed), adds dlogits^T·xh to the
+// head's gradient and returns the gradient of the final norm's output,
+// dlnf[N,C], allocated from tmp. dxh sums the slices' products in slice
+// order.
 func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) []float32 {
 	d, p := m.d, a.b
 	M := len(p.rows)
 	xh := a.head.xh
-	whole := a.head.logits != nil
-	R, cols := headTile(M, d.V, whole)
 	dxh := tmp.get(M * d.C)
-	buf := a.head.logits
-	if !whole {
+	tiles, _, recompute := headTiles(M, d.V, a.head.budget)
+	R, cols := headTile(M, d.V)
+	slices := (d.V + cols - 1) / cols
+	var buf []float32
+	if recompute {
 		buf = tmp.get(R * cols)
 	}
-	probs := a.head.probs
-	for r0 := 0; r0 < M; r0 += R {
-		n := min(R, M-r0)
-		for v0 := 0; v0 < d.V; v0 += cols {
-			w := min(cols, d.V-v0)
-			lg := buf[:n*w]
-			if !whole {
-				m.headLogitsTile(lg, xh[r0*d.C:], n, v0, w, tmp)
-			}
-			parallelFor(n, 8, func(lo, hi int) {
-				for i := lo; i < hi; i++ {
-					r := r0 + i
-					t := int(p.rows[r])
-					headRowBackward(lg[i*w:(i+1)*w], v0, p.targets[t], gradLogProb[t], a.head.lse[r], probs)
-				}
-			})
-			var beta float32
-			if v0 > 0 {
-				beta = 1
-			}
-			// The input and weight gradients' products are of equal
-			// work: each on its own core.
-			blas.SgemmPair(
-				blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: m.w.head[v0*d.C:], Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C},
-				blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: m.gradsNow().head[v0*d.C:], Ldc: d.C})
+	for _, tl := range tiles {
+		r0, n, v0, w, s := tl.r0, tl.n, tl.v0, tl.w, tl.v0/cols
+		var lg []float32
+		if tl.off >= 0 {
+			lg = a.head.kept[tl.off : tl.off+n*w]
+		} else {
+			lg = buf[:n*w]
+			m.headLogitsTile(lg, xh[r0*d.C:], n, v0, w, tmp)
 		}
+		parallelFor(n, 8, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				r := r0 + i
+				t := int(p.rows[r])
+				headSliceBackward(lg[i*w:(i+1)*w], tl.off < 0, v0, p.targets[t], gradLogProb[t], a.head.shift[r*slices+s], a.head.lse[r])
+			}
+		})
+		var beta float32
+		if v0 > 0 {
+			beta = 1
+		}
+		// The input and weight gradients' products are of equal work:
+		// each on its own core.
+		blas.SgemmPair(
+			blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: m.w.head[v0*d.C:], Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C},
+			blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: m.gradsNow().head[v0*d.C:], Ldc: d.C})
 	}
-	if !whole {
+	if recompute {
 		tmp.put(buf)
 	}
 	dlnf := tmp.zeroed(len(p.tokens) * d.C)

@@ -8,7 +8,7 @@ import (
 )
 
 // The tiled head (logits a tile of rows by a slice of the vocabulary at a
-// time, recomputed by the backward pass) gives the log-probabilities,
+// time, kept or recomputed by the backward pass) gives the log-probabilities,
 // entropies and gradients of the head that keeps the whole [M,V] block,
 // within float32 rounding, and the same bits at every thread count.
 func TestHeadTilesAgreeWithWholeHead(t *testing.T) {
@@ -24,19 +24,22 @@ func TestHeadTilesAgreeWithWholeHead(t *testing.T) {
 	defer func(k, c, s int) { keepLogitsFloats, chunkFloats, minSliceCols = k, c, s }(keepLogitsFloats, chunkFloats, minSliceCols)
 	keepLogitsFloats = M * cfg.VocabSize
 	lp0, ent0, g0 := passGrads(t, cfg, b, w, false)
-	keepLogitsFloats = 0
 	for _, v := range []struct {
-		name             string
-		chunk, minSlice  int
-		wantRows, wantCo int
+		name                  string
+		chunk, minSlice, keep int
+		wantRows, wantCo      int
 	}{
-		{"slices of every row", M * 256, 64, M, 256},
-		{"rows and slices", 20 * 128, 128, 20, 128},
-		{"rows of the whole vocabulary", 7 * cfg.VocabSize, 1024, 7, cfg.VocabSize},
+		{"slices of every row", M * 256, 64, 0, M, 256},
+		{"rows and slices", 20 * 128, 128, 0, 20, 128},
+		{"rows and slices, the first three kept", 20 * 128, 128, 3 * 20 * 128, 20, 128},
+		{"rows of the whole vocabulary", 7 * cfg.VocabSize, 1024, 0, 7, cfg.VocabSize},
 	} {
 		t.Run(v.name, func(t *testing.T) {
-			chunkFloats, minSliceCols = v.chunk, v.minSlice
-			if rows, cols := headTile(M, cfg.VocabSize, false); rows != v.wantRows || cols != v.wantCo {
+			chunkFloats, minSliceCols, keepLogitsFloats = v.chunk, v.minSlice, v.keep
+			if _, kept, _ := headTiles(M, cfg.VocabSize, v.keep); kept != v.keep {
+				t.Fatalf("headTiles kept %d floats, want %d", kept, v.keep)
+			}
+			if rows, cols := headTile(M, cfg.VocabSize); rows != v.wantRows || cols != v.wantCo {
 				t.Fatalf("headTile(%d, %d) = %d rows x %d columns, want %d x %d", M, cfg.VocabSize, rows, cols, v.wantRows, v.wantCo)
 			}
 			lp, ent, g := passGrads(t, cfg, b, w, false)
@@ -89,7 +92,7 @@ func TestCombineSums(t *testing.T) {
 	for i := range x {
 		x[i] = float32(r.NormFloat64() * 4)
 	}
-	lse, ent := logSoftmax(append([]float32(nil), x...), false)
+	lse, ent := logSoftmax(append([]float32(nil), x...))
 	l1, e1 := combineSums([]shiftedSums{sumsOf(append([]float32(nil), x...), false)})
 	if math.Float32bits(l1) != math.Float32bits(lse) || math.Float32bits(e1) != math.Float32bits(ent) {
 		t.Fatalf("one slice: lse %v entropy %v, logSoftmax %v %v", l1, e1, lse, ent)

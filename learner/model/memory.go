@@ -89,9 +89,10 @@ func (s PassShape) keep() keepMode {
 //   - the MLP's hidden activation is handed back after each layer when a
 //     layer's is over 16 MiB, and the backward pass recomputes it into one
 //     buffer;
-//   - the LM head: the rows' log-sum-exp (M) and their logits, M*V kept
-//     for the backward pass while they fit 64 MiB, else made in a chunk of
-//     at most 16 MiB by each pass.
+//   - the LM head: the rows' log-sum-exp (M) and their logits, made a tile
+//     of at most 16 MiB at a time (headTile); a pass that keeps every
+//     layer's activations keeps the leading tiles that fit 128 MiB for its
+//     backward pass, which makes the others again in a tile of its own.
 //
 // Left out, being small and independent of the layers: the attention's
 // per-core scratch (64 rows of the longest sequence's scores, twice in the
@@ -110,12 +111,13 @@ type cpuMemOps struct {
 	d    dims
 	segs []segment
 	N    int
+	keep keepMode
 	att  []bool  // the attention slots (cpuOps.ext) that hold their buffers
 	h    Counted // the backward pass's recomputed hidden activation
 }
 
 func newCPUMemOps(cfg Config, s PassShape) *cpuMemOps {
-	o := &cpuMemOps{Ledger: NewLedger(func(n int) int64 { return 4 * int64(n) }, false), d: dimsOf(cfg), N: s.Tokens()}
+	o := &cpuMemOps{Ledger: NewLedger(func(n int) int64 { return 4 * int64(n) }, false), d: dimsOf(cfg), N: s.Tokens(), keep: s.keep()}
 	start := 0
 	for _, n := range s.SeqLens {
 		o.segs = append(o.segs, segment{start: start, n: n})
@@ -159,22 +161,24 @@ func (o *cpuMemOps) Hidden(la *LayerActs[Counted]) Counted {
 	return o.h
 }
 
-// HeadForward: headForward's log-sum-exps and logits, the logits handed
-// back when they are made a chunk at a time.
+// HeadForward: headForward's log-sum-exps, the kept tiles' logits, and
+// the tile buffer handed back when some tile is recomputed.
 func (o *cpuMemOps) HeadForward(M int) {
-	V := o.d.V
 	o.Get(M) // lse
-	whole := keepsLogits(M, V)
-	logits := o.Get(headTileFloats(M, V, whole))
-	if !whole {
-		o.Put(logits)
+	_, kept, recompute := headTiles(M, o.d.V, keepBudget(headAuto, o.keep))
+	R, cols := headTile(M, o.d.V)
+	o.Get(kept)
+	o.Get(M * ((o.d.V + cols - 1) / cols)) // each row's shift in each slice
+	if recompute {
+		o.Put(o.Get(R * cols))
 	}
 }
 
-// HeadBackward: headBackward's chunk of logits, when they were not kept.
+// HeadBackward: headBackward's tile buffer, when some tile is recomputed.
 func (o *cpuMemOps) HeadBackward(M int) {
-	if V := o.d.V; !keepsLogits(M, V) {
-		o.Put(o.Get(headTileFloats(M, V, false)))
+	if _, _, recompute := headTiles(M, o.d.V, keepBudget(headAuto, o.keep)); recompute {
+		R, cols := headTile(M, o.d.V)
+		o.Put(o.Get(R * cols))
 	}
 }
 

@@ -109,7 +109,7 @@ func HeadForward(logp, lse, ent, xh, w []float32, targets []int32, M, C, V int) 
 	logits := make([]float32, M*V)
 	blas.Sgemm(false, true, M, V, C, 1, xh, C, w, C, 0, logits, V)
 	for r := range M {
-		lse[r], logp[r], ent[r], _ = headRowForward(logits[r*V:(r+1)*V], targets[r], false)
+		lse[r], logp[r], ent[r], _ = headRowForward(logits[r*V:(r+1)*V], targets[r])
 	}
 }
 
@@ -120,7 +120,7 @@ func HeadBackward(dxh, dw, xh, w []float32, targets []int32, lse, g []float32, M
 	lg := make([]float32, M*V)
 	blas.Sgemm(false, true, M, V, C, 1, xh, C, w, C, 0, lg, V)
 	for r := range M {
-		headRowBackward(lg[r*V:(r+1)*V], 0, targets[r], g[r], lse[r], false)
+		headRowBackward(lg[r*V:(r+1)*V], targets[r], g[r], lse[r])
 	}
 	blas.Sgemm(false, false, M, C, V, 1, lg, V, w, C, 0, dxh, C)
 	blas.Sgemm(true, false, V, C, M, 1, lg, V, xh, C, 1, dw, C)
