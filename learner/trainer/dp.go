@@ -11,6 +11,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/dist"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/par"
 )
 
 // DefaultShards is the number of virtual shards a data-parallel update
@@ -396,7 +397,7 @@ func (t *sumTree) push(leaf []float32) {
 // keep it, it is copied. The sums are those of push.
 func (t *sumTree) pushBorrowed(leaf []float32) {
 	if n := len(t.stack); leaf != nil && n > 0 && t.stack[n-1].leaves == 1 {
-		t.stack[n-1] = treeNode{2, addInto(t.stack[n-1].sum, leaf)}
+		t.stack[n-1] = treeNode{2, addInto(t.stack[n-1].sum, leaf, false)}
 		t.merge()
 		return
 	}
@@ -414,7 +415,7 @@ func (t *sumTree) merge() {
 			break
 		}
 		t.stack = t.stack[:len(t.stack)-2]
-		t.stack = append(t.stack, treeNode{a.leaves + b.leaves, addInto(a.sum, b.sum)})
+		t.stack = append(t.stack, treeNode{a.leaves + b.leaves, addInto(a.sum, b.sum, true)})
 	}
 }
 
@@ -424,7 +425,7 @@ func (t *sumTree) sum() []float32 {
 	for len(t.stack) >= 2 {
 		a, b := t.stack[len(t.stack)-2], t.stack[len(t.stack)-1]
 		t.stack = t.stack[:len(t.stack)-2]
-		t.stack = append(t.stack, treeNode{a.leaves + b.leaves, addInto(a.sum, b.sum)})
+		t.stack = append(t.stack, treeNode{a.leaves + b.leaves, addInto(a.sum, b.sum, true)})
 	}
 	if len(t.stack) == 0 {
 		return nil
@@ -432,20 +433,33 @@ func (t *sumTree) sum() []float32 {
 	return t.stack[0].sum
 }
 
-// addInto returns a + b elementwise in a's storage (nil is zeros; every
-// element is added, so that -0 becomes +0 as in any sum with a zero).
-func addInto(a, b []float32) []float32 {
+// addInto returns a + b elementwise (nil is zeros; every element is
+// added, so that -0 becomes +0 as in any sum with a zero) in a's storage,
+// or in b's when a is nil and b is the tree's own (a sum or a kept leaf,
+// not a borrowed one). Only a nil a beside a borrowed b takes new memory:
+// a step of a large model would otherwise take a fresh 4P buffer, and the
+// page faults of its first touch, for every sum with an empty shard.
+func addInto(a, b []float32, ownB bool) []float32 {
 	switch {
 	case a == nil && b == nil:
 		return nil
+	case a == nil && ownB:
+		a, b = b, nil
 	case a == nil:
 		a = make([]float32, len(b))
-	case b == nil:
-		b = make([]float32, len(a))
 	}
-	for i := range a {
-		a[i] += b[i]
-	}
+	// Element by element across the cores: the same bits at any count.
+	par.For(len(a), 1<<16, func(lo, hi int) {
+		if b == nil {
+			for i := lo; i < hi; i++ {
+				a[i] += 0
+			}
+			return
+		}
+		for i := lo; i < hi; i++ {
+			a[i] += b[i]
+		}
+	})
 	return a
 }
 
@@ -500,9 +514,9 @@ func (l *Learner) stepDP(ctx context.Context) (float64, error) {
 	off := 0
 	for i, c := range mine {
 		grads[i] = dp.grad[off : off+c.Len()]
-		partial[i] = optim.SquaredSum(grads[i])
 		off += c.Len()
 	}
+	par.Tasks(len(mine), func(_, i int) { partial[i] = optim.SquaredSum(grads[i]) })
 	counts := make([]int, n)
 	for r := range n {
 		counts[r] = dp.bounds[r+1] - dp.bounds[r]
