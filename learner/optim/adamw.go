@@ -154,7 +154,7 @@ func (k kernel) apply(data, grad, m, v []float32) {
 		return
 	}
 	grad, m, v = grad[:n], m[:n], v[:n]
-	for i := range data {
+	for i := k.applyVector(data, grad, m, v); i < n; i++ {
 		g := grad[i] * k.scale
 		mi := m[i]*k.b1 + k.oneMinusB1*g
 		vi := v[i]*k.b2 + k.oneMinusB2*g*g
@@ -201,22 +201,20 @@ func globalNorm(params []Param, chunks []chunk) float64 {
 }
 
 // SquaredSum is the sum of the squares of g in float64, as the global
-// gradient norm sums one chunk: four running sums, added pairwise.
+// gradient norm sums one chunk: sixteen running sums, element i into sum
+// i mod 16 (the AVX2 kernel's four registers of four), added pairwise.
 func SquaredSum(g []float32) float64 {
-	var s0, s1, s2, s3 float64
-	i := 0
-	for ; i+4 <= len(g); i += 4 {
-		a, b, c, d := float64(g[i]), float64(g[i+1]), float64(g[i+2]), float64(g[i+3])
-		s0 += a * a
-		s1 += b * b
-		s2 += c * c
-		s3 += d * d
-	}
-	for ; i < len(g); i++ {
+	var acc [16]float64
+	for i := squaredSumVector(&acc, g); i < len(g); i++ {
 		a := float64(g[i])
-		s0 += a * a
+		acc[i%16] += a * a
 	}
-	return (s0 + s1) + (s2 + s3)
+	for w := 8; w >= 1; w /= 2 {
+		for j := range w {
+			acc[j] += acc[j+w]
+		}
+	}
+	return acc[0]
 }
 
 // NormOfSquares is the global norm from every chunk's SquaredSum, added
