@@ -3,9 +3,8 @@ package optim
 import (
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
-	"sync/atomic"
+
+	"github.com/aipo-rl/aipo/learner/par"
 )
 
 // Param is one named parameter tensor, flattened: Data are its values,
@@ -103,7 +102,7 @@ func (o *AdamW) Step(params []Param) (gradNorm float64) {
 		}
 	}
 	k := o.cfg.kernelAt(o.steps, gradNorm)
-	parallel(len(chunks), func(c int) {
+	par.Tasks(len(chunks), func(_, c int) {
 		ch := chunks[c]
 		p := params[ch.param]
 		s := o.state[p.Name]
@@ -193,7 +192,7 @@ func splitChunks(params []Param) []chunk {
 // in chunk order, so the result does not depend on scheduling.
 func globalNorm(params []Param, chunks []chunk) float64 {
 	partial := make([]float64, len(chunks))
-	parallel(len(chunks), func(c int) {
+	par.Tasks(len(chunks), func(_, c int) {
 		ch := chunks[c]
 		partial[c] = SquaredSum(params[ch.param].Grad[ch.lo:ch.hi])
 	})
@@ -225,31 +224,4 @@ func NormOfSquares(partial []float64) float64 {
 		sum += s
 	}
 	return math.Sqrt(sum)
-}
-
-// parallel runs f(0..n-1) on up to GOMAXPROCS goroutines.
-func parallel(n int, f func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 {
-		for i := 0; i < n; i++ {
-			f(i)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(workers)
-	for w := 0; w < workers; w++ {
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
 }

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/learner/par"
 )
 
 // BenchmarkAdamWStep times one AdamW step (norm, clip, update) over 25M
@@ -45,7 +47,7 @@ func BenchmarkAdamWStep(b *testing.B) {
 		t0 := time.Now()
 		o.Step(params)
 		t1 := time.Now()
-		parallel(len(chunks), func(c int) {
+		par.Tasks(len(chunks), func(_, c int) {
 			ch := chunks[c]
 			copy(dst[ch.param][ch.lo:ch.hi], params[ch.param].Data[ch.lo:ch.hi])
 		})

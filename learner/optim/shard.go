@@ -3,6 +3,8 @@ package optim
 import (
 	"fmt"
 	"math"
+
+	"github.com/aipo-rl/aipo/learner/par"
 )
 
 // Chunk is the elements [Lo, Hi) of parameter Param: the unit of the
@@ -129,7 +131,7 @@ func (s *Shard) Step(params []Param, grads [][]float32, gradNorm float64) (bool,
 		return false, nil
 	}
 	k := s.cfg.kernelAt(s.steps, gradNorm)
-	parallel(len(s.chunks), func(i int) {
+	par.Tasks(len(s.chunks), func(_, i int) {
 		c := s.chunks[i]
 		k.apply(params[c.Param].Data[c.Lo:c.Hi], grads[i], s.m[i], s.v[i])
 	})
