@@ -26,10 +26,7 @@ import (
 // work across GOMAXPROCS goroutines; it panics on inconsistent sizes, as
 // gonum's BLAS does, because they are programming errors.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	g := Gemm{transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}
-	g.check()
-	parts := g.parts(runtime.GOMAXPROCS(0))
-	par.Run(len(parts), func(p int) { parts[p]() })
+	Gemm{transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}.Run()
 }
 
 // Gemm is one product C = alpha*op(A)*op(B) + beta*C with Sgemm's
@@ -45,6 +42,13 @@ type Gemm struct {
 	Beta           float32
 	C              []float32
 	Ldc            int
+}
+
+// Run is Sgemm of g's arguments.
+func (g Gemm) Run() {
+	g.check()
+	parts := g.parts(runtime.GOMAXPROCS(0))
+	par.Run(len(parts), func(p int) { parts[p]() })
 }
 
 func (g *Gemm) check() {

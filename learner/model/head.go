@@ -80,15 +80,16 @@ func keepBudget(mode headMode, keep keepMode) int {
 // a tile of at most chunkFloats (or of one row by minSliceCols, when even
 // that is more). Slices narrower than the vocabulary are multiples of
 // sliceAlign, the widths whose products the bfloat16-held head computes
-// bit for bit as the float32 head's.
-func headTile(M, V int) (rows, cols int) {
+// bit for bit as the float32 head's. slices is the vocabulary's slices of
+// cols columns, the last one narrower.
+func headTile(M, V int) (rows, cols, slices int) {
 	M = max(M, 1)
 	if M*V <= chunkFloats {
-		return M, V
+		return M, V, 1
 	}
 	cols = chunkFloats / M / sliceAlign * sliceAlign
 	cols = min(V, max(cols, minSliceCols, sliceAlign))
-	return min(M, max(1, chunkFloats/cols)), cols
+	return min(M, max(1, chunkFloats/cols)), cols, (V + cols - 1) / cols
 }
 
 // tileAt is one tile of the head: rows [r0, r0+n) by vocabulary columns
@@ -101,7 +102,7 @@ type tileAt struct{ r0, n, v0, w, off int }
 // leading ones kept while they fit budget floats together: kept is their
 // floats, recompute whether any tile is left to recompute.
 func headTiles(M, V, budget int) (tiles []tileAt, kept int, recompute bool) {
-	R, cols := headTile(M, V)
+	R, cols, _ := headTile(M, V)
 	for r0 := 0; r0 < M; r0 += R {
 		n := min(R, M-r0)
 		for v0 := 0; v0 < V; v0 += cols {
@@ -170,8 +171,7 @@ func (m *Model) headForwardTiled(a *Activations, xh []float32) {
 	d, p := m.d, a.b
 	M := len(p.rows)
 	tiles, kept, recompute := headTiles(M, d.V, a.head.budget)
-	R, cols := headTile(M, d.V)
-	slices := (d.V + cols - 1) / cols
+	R, cols, slices := headTile(M, d.V)
 	a.head.kept, a.head.shift = a.mem.get(kept), a.mem.get(M*slices)
 	var buf []float32
 	if recompute {
@@ -334,8 +334,7 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 	xh := a.head.xh
 	dxh := tmp.get(M * d.C)
 	tiles, _, recompute := headTiles(M, d.V, a.head.budget)
-	R, cols := headTile(M, d.V)
-	slices := (d.V + cols - 1) / cols
+	R, cols, slices := headTile(M, d.V)
 	var buf []float32
 	if recompute {
 		buf = tmp.get(R * cols)

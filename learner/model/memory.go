@@ -166,9 +166,9 @@ func (o *cpuMemOps) Hidden(la *LayerActs[Counted]) Counted {
 func (o *cpuMemOps) HeadForward(M int) {
 	o.Get(M) // lse
 	_, kept, recompute := headTiles(M, o.d.V, keepBudget(headAuto, o.keep))
-	R, cols := headTile(M, o.d.V)
+	R, cols, slices := headTile(M, o.d.V)
 	o.Get(kept)
-	o.Get(M * ((o.d.V + cols - 1) / cols)) // each row's shift in each slice
+	o.Get(M * slices) // each row's shift in each slice
 	if recompute {
 		o.Put(o.Get(R * cols))
 	}
@@ -177,7 +177,7 @@ func (o *cpuMemOps) HeadForward(M int) {
 // HeadBackward: headBackward's tile buffer, when some tile is recomputed.
 func (o *cpuMemOps) HeadBackward(M int) {
 	if _, _, recompute := headTiles(M, o.d.V, keepBudget(headAuto, o.keep)); recompute {
-		R, cols := headTile(M, o.d.V)
+		R, cols, _ := headTile(M, o.d.V)
 		o.Put(o.Get(R * cols))
 	}
 }

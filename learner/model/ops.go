@@ -124,7 +124,7 @@ func linearBackward(din, dw, db, dout, in, w []float32, N, I, O int) {
 		// The two products are of equal work: each on its own core.
 		blas.SgemmPair(blas.Gemm{M: N, N: I, K: O, Alpha: 1, A: dout, Lda: O, B: w, Ldb: I, C: din, Ldc: I}, dW)
 	} else {
-		blas.Sgemm(dW.TransA, dW.TransB, dW.M, dW.N, dW.K, dW.Alpha, dW.A, dW.Lda, dW.B, dW.Ldb, dW.Beta, dW.C, dW.Ldc)
+		dW.Run()
 	}
 	if db != nil {
 		parallelFor(O, 64, func(lo, hi int) {
