@@ -213,3 +213,8 @@ func (o *layerOps) QKNormBack(dqkv, raw, rstd *Buffer, l int) {
 func (o *layerOps) EmbedBack(dx *Buffer) {
 	o.do(-1, "embedding backward", func() error { return o.g.dv.EmbeddingBackward(o.g.g.emb, dx, o.tokens, o.g.C) })
 }
+
+// GradsDone does nothing: the device's gradients are reduced, when they
+// are, after the backward pass (the CPU model hands each layer's on as it
+// finishes it, Model.SetGradsReady).
+func (o *layerOps) GradsDone(l int) {}

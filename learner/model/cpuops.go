@@ -183,3 +183,9 @@ func (o *cpuOps) QKNormBack(dqkv, raw, rstd []float32, l int) {
 func (o *cpuOps) EmbedBack(dx []float32) {
 	embeddingBackward(o.m.gradsNow().emb, dx, o.p.tokens, o.m.d.C)
 }
+
+func (o *cpuOps) GradsDone(l int) {
+	if f := o.m.gradsReady; f != nil {
+		f(o.m.d.L - l) // run L-l of GradRuns
+	}
+}

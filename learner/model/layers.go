@@ -132,6 +132,11 @@ type LayerOps[B any] interface {
 	QKNormBack(dqkv, raw, rstd B, l int)
 	// EmbedBack adds dx to the embedding rows of the pass's tokens.
 	EmbedBack(dx B)
+	// GradsDone says that the backward pass adds nothing more to the
+	// gradients of layer l: l = L for the final norm's (and an untied
+	// head's, whose backward pass ran before), each layer from L-1 down to
+	// 0 as its backward pass ends, -1 for the embedding's, last.
+	GradsDone(l int)
 }
 
 // ForwardLayers runs the decoder layers over the pass of o and returns the
@@ -322,6 +327,7 @@ func backwardLayers[B any](o LayerOps[B], s LayerShape, layer func(l int) *Layer
 	dres := o.Zeroed(N * C)
 	dln := dlnf
 	o.NormBack(dres, dln, resid[s.L], rstdF, s.L, WFinalNorm)
+	o.GradsDone(s.L)
 	dh := o.Get(N * s.F)
 	dgu := o.Get(N * 2 * s.F)
 	dy := o.Get(N * s.QD)
@@ -341,6 +347,8 @@ func backwardLayers[B any](o LayerOps[B], s LayerShape, layer func(l int) *Layer
 		o.QKNormBack(dqkv, la.QKRaw, la.QKRstd, l)
 		o.LinearBack(dln, dqkv, la.Ln1, l, WQKV, true)
 		o.NormBack(dres, dln, resid[l], la.Rstd1, l, WInNorm)
+		o.GradsDone(l)
 	}
 	o.EmbedBack(dres)
+	o.GradsDone(-1)
 }

@@ -93,6 +93,7 @@ func (o *Ledger) AttentionBack(dqkv, dy Counted, la *LayerActs[Counted], l int) 
 func (o *Ledger) RoPEBack(dqkv Counted)                                         {}
 func (o *Ledger) QKNormBack(dqkv, raw, rstd Counted, l int)                     {}
 func (o *Ledger) EmbedBack(dx Counted)                                          {}
+func (o *Ledger) GradsDone(l int)                                               {}
 
 // MemoryOps are a backend's memory model: the LayerOps of its pass over
 // Counted buffers, and its LM head's.

@@ -216,6 +216,8 @@ type Model struct {
 	// bf16 holds the projections and head packed in bfloat16 for Extend
 	// when DecodeBF16 turned it on.
 	bf16 *bf16Decode
+	// gradsReady is SetGradsReady's function.
+	gradsReady func(run int)
 }
 
 func newModel(cfg Config) (*Model, error) {
@@ -435,6 +437,36 @@ func (m *Model) Spans() Spans { return spansOf(m.cfg, m.specs) }
 
 // SpansOf is Spans of a model of cfg, without building the model.
 func SpansOf(cfg Config) Spans { return spansOf(cfg, layout(cfg)) }
+
+// GradRuns cuts GradData into the runs a backward pass finishes one after
+// the other: run 0 is the final norm's gradient with an untied head's
+// after it, run 1+i is layer L-1-i's (its tensors lie together), run L+1
+// the embedding's (with a tied head's). They are disjoint, cover the
+// buffer, and are the same for every model of the configuration.
+func (m *Model) GradRuns() []Span {
+	sp := m.Spans()
+	L := len(sp.Layers)
+	start := func(l int) int { // where layer l's tensors begin
+		if l == L {
+			return sp.Norm.Off
+		}
+		return sp.Layers[l].InNorm.Off
+	}
+	runs := []Span{{sp.Norm.Off, m.NumParams() - sp.Norm.Off}}
+	for l := L - 1; l >= 0; l-- {
+		runs = append(runs, Span{start(l), start(l+1) - start(l)})
+	}
+	return append(runs, Span{0, start(0)})
+}
+
+// SetGradsReady has every later Backward call f(i) as soon as run i of
+// GradRuns holds all that the pass adds to it, in the order of GradRuns,
+// from the pass's own goroutine; nil turns it off. The pass writes no
+// run after reporting it, so f may hand it to another goroutine that reads
+// it while the pass goes on (a reduction overlapped with the backward
+// pass); the caller must not let the next pass start before such readers
+// are done.
+func (m *Model) SetGradsReady(f func(run int)) { m.gradsReady = f }
 
 // ParamData is every parameter in one flat slice (storage order of Params),
 // for optimisers that treat the model as one vector.

@@ -10,6 +10,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/dist"
 	"github.com/aipo-rl/aipo/learner/loss"
+	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/par"
 )
@@ -37,9 +38,20 @@ const DefaultShards = 8
 // power of two, the tree is the same at every size and so are the bits; at
 // other sizes (3 ranks of 8 shards) the sums are grouped differently and
 // the update agrees within float32 rounding.
+//
+// At stage 2 (Zero) the rank does not wait for its last shard's backward
+// pass to end before reducing: the model reports each run of its gradient
+// buffer as it finishes it (model.Model.SetGradsReady), and a goroutine
+// folds that run of the rank's partial sum and exchanges it, in pieces of
+// at most zero2Piece floats, while the pass goes on. The sums are the
+// same elementwise operations in the same order, so the bits are stage
+// 1's; what goes is the whole partial sum's copy and the all-to-all's
+// receive buffer of 4P bytes (a piece's instead), and the exchange of all
+// but the embedding overlaps the backward pass.
 type DataParallel struct {
 	Comm   dist.Comm
 	Shards int
+	Zero   int // the ZeRO stage, 1 or 2
 
 	chunks  []optim.Chunk
 	bounds  []int // rank r owns chunks [bounds[r], bounds[r+1])
@@ -52,27 +64,52 @@ type DataParallel struct {
 	// the parameters' gradients in their order, so that a shard's gradient
 	// is read from it in place rather than copied out first.
 	flatGrads bool
+	runs      []model.Span // stage 2: the model's gradient runs (GradRuns)
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
 	Sent int64
+	// Overlapped counts the gradient runs that stage 2 began to reduce
+	// while a backward pass was still running (GradRuns' runs, all but the
+	// last of each pass when the model reports them).
+	Overlapped int64
+}
+
+// DPConfig is how a data-parallel group splits and reduces a step.
+type DPConfig struct {
+	// Shards is the virtual shards of a mini-batch: a power of two, at
+	// least the group's size (0: GroupShards of the size).
+	Shards int
+	// Zero is the ZeRO stage: 1 (0 too) shards the optimiser state; 2
+	// also reduces the gradients layer by layer as the backward pass of the
+	// rank's last shard finishes each one, overlapped with the rest of the
+	// pass, instead of whole after it (the same bits as stage 1; see
+	// DataParallel.Zero).
+	Zero int
 }
 
 // EnableDataParallel makes the learner's updates those of rank
-// comm.Rank() of a group that splits each mini-batch into shards virtual
-// shards (a power of two, at least the group's size). The optimiser state
-// becomes this rank's share of l.Opt's (empty until ReadOptimizer). The
-// passes must run on the host (the CPU backend).
-func (l *Learner) EnableDataParallel(comm dist.Comm, shards int) error {
+// comm.Rank() of a group configured by cfg. The optimiser state becomes
+// this rank's share of l.Opt's (empty until ReadOptimizer). The passes
+// must run on the host (the CPU backend).
+func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 	if l.PolicyCompute != nil && !backend.OnHost(l.PolicyCompute) {
 		return errors.New("trainer: data-parallel training runs the passes on the host (learner.backend: cpu); the CUDA backend's group (NCCL) is not wired to the learner yet")
 	}
 	n := comm.Size()
+	shards := cfg.Shards
+	if shards == 0 {
+		shards = GroupShards(n)
+	}
 	if shards < n || shards&(shards-1) != 0 {
 		return fmt.Errorf("trainer: %d virtual shards for %d ranks: give a power of two that is at least the number of ranks", shards, n)
 	}
+	zero := max(cfg.Zero, 1)
+	if zero > 2 {
+		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded) or 2 (the gradients reduced layer by layer too); stage 3 (the weights sharded) is not built", cfg.Zero)
+	}
 	params := l.Params()
-	dp := &DataParallel{Comm: comm, Shards: shards, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
+	dp := &DataParallel{Comm: comm, Shards: shards, Zero: zero, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
 	for i, p := range params {
 		dp.offset[i+1] = dp.offset[i] + len(p.Data)
 	}
@@ -82,6 +119,12 @@ func (l *Learner) EnableDataParallel(comm dist.Comm, shards int) error {
 		for i, p := range backend.OptimParams(l.Policy) {
 			dp.flatGrads = dp.flatGrads && (len(p.Grad) == 0 || &p.Grad[0] == &flat[dp.offset[i]])
 		}
+	}
+	if zero == 2 && !dp.flatGrads {
+		return errors.New("trainer: ZeRO stage 2 reduces the host model's flat gradient buffer run by run (model.Model.GradRuns); this learner's gradients are not in one: use stage 1")
+	}
+	if zero == 2 {
+		dp.runs = l.Policy.GradRuns()
 	}
 	dp.bounds = optim.Partition(dp.chunks, n)
 	dp.start = make([]int, n+1)
@@ -309,11 +352,28 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 	c := l.policy()
 	var tree sumTree
 	parts := make([]miniBatchPart, v)
+	var mine []int
+	last := -1 // stage 2: the rank's last shard with a token to train
 	for s := range v {
-		if owner(s, v, n) != rank {
-			continue
+		if owner(s, v, n) == rank {
+			mine = append(mine, s)
+			if slices.ContainsFunc(counts[s], func(x float64) bool { return x != 0 }) {
+				last = s
+			}
 		}
-		leaf, part, err := l.shardGradient(c, cfg, mbs[s], inputs[s], counts[s], total)
+	}
+	for i, s := range mine {
+		if dp.Zero == 2 && s == last {
+			// The shards after it are empty: nil leaves the runs' sums
+			// push after this shard's.
+			part, err := l.shardGradientOverlapped(ctx, c, cfg, mbs[s], inputs[s], counts[s], total, &tree, len(mine)-1-i)
+			if err != nil {
+				return miniBatchPart{}, err
+			}
+			parts[s] = part
+			return dp.gatherParts(ctx, parts, names)
+		}
+		leaf, part, err := l.shardGradient(c, cfg, mbs[s], inputs[s], counts[s], total, nil)
 		if err != nil {
 			return miniBatchPart{}, err
 		}
@@ -326,23 +386,87 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 			tree.push(leaf)
 		}
 	}
+	if dp.Zero == 2 {
+		// No shard of this rank had a token to train: its partial sum is
+		// zeros, exchanged run by run as the others' are.
+		z := dp.newRunReducer(ctx, &tree, nil, 0)
+		for i := range dp.runs {
+			z.reduceRun(i)
+		}
+		if z.err != nil {
+			return miniBatchPart{}, z.err
+		}
+		return dp.gatherParts(ctx, parts, names)
+	}
 	if err := dp.reduce(ctx, tree.sum()); err != nil {
 		return miniBatchPart{}, err
 	}
 	return dp.gatherParts(ctx, parts, names)
 }
 
+// shardGradientOverlapped is shardGradient of the rank's last shard with a
+// token to train at ZeRO stage 2: during its last micro-batch's backward
+// pass each finished run of the model's gradient buffer goes to a
+// goroutine that reduces it (runReducer) while the pass goes on; runs the
+// pass did not report (a backend without the report) are reduced after
+// it. tree holds the rank's earlier shards' sums; rest empty shards follow.
+func (l *Learner) shardGradientOverlapped(ctx context.Context, c Compute, cfg RLConfig, mbs []microBatch, inputs []loss.Inputs, counts []float64, total float64, tree *sumTree, rest int) (miniBatchPart, error) {
+	dp := l.DP
+	z := dp.newRunReducer(ctx, tree, l.Policy.GradData(), rest)
+	queue := make(chan int, len(dp.runs))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range queue {
+			z.reduceRun(i)
+		}
+	}()
+	next := 0 // the next run the pass should report
+	reported := func(run int) {
+		if run == next && next < len(dp.runs) {
+			queue <- run
+			next++
+			if next < len(dp.runs) {
+				dp.Overlapped++
+			}
+		}
+	}
+	_, part, err := l.shardGradient(c, cfg, mbs, inputs, counts, total, func(on bool) {
+		if on {
+			l.Policy.SetGradsReady(reported)
+		} else {
+			l.Policy.SetGradsReady(nil)
+		}
+	})
+	if err == nil {
+		for ; next < len(dp.runs); next++ {
+			queue <- next
+		}
+	}
+	close(queue)
+	<-done
+	if err != nil {
+		return part, err
+	}
+	return part, z.err
+}
+
 // shardGradient runs one virtual shard's micro-batches and returns the
 // shard's gradient, flat over the parameters in order (nil for a shard
 // without a token to train: zeros), and its statistics. Under flatGrads
 // the gradient is the model's own buffer, valid until the next passes.
-func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, inputs []loss.Inputs, counts []float64, total float64) ([]float32, miniBatchPart, error) {
+//
+// lastPass, when not nil, is called with true before the shard's last
+// micro-batch with a token to train and with false after it.
+func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, inputs []loss.Inputs, counts []float64, total float64, lastPass func(on bool)) ([]float32, miniBatchPart, error) {
 	part := miniBatchPart{metrics: map[string]float64{}}
-	busy := false
-	for _, x := range counts {
-		busy = busy || x != 0
+	lastBusy := -1
+	for b, x := range counts {
+		if x != 0 {
+			lastBusy = b
+		}
 	}
-	if !busy {
+	if lastBusy < 0 {
 		return nil, part, nil
 	}
 	if err := c.ZeroGrads(); err != nil {
@@ -353,7 +477,13 @@ func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, input
 			continue
 		}
 		w := counts[b] / total
+		if lastPass != nil && b == lastBusy {
+			lastPass(true)
+		}
 		out, err := runMicroBatch(c, cfg.Loss, mb, inputs[b], w)
+		if lastPass != nil && b == lastBusy {
+			lastPass(false)
+		}
 		if err != nil {
 			return nil, part, err
 		}
@@ -631,4 +761,106 @@ func (dp *DataParallel) gatherParts(ctx context.Context, parts []miniBatchPart, 
 		}
 	}
 	return out, nil
+}
+
+// zero2Piece is the most floats of the gradient one exchange of ZeRO
+// stage 2 carries (16 MiB): a run larger than it, such as the embedding,
+// goes in pieces, so that the partial sum's copy and the receive buffer of
+// an exchange stay this small. Every rank cuts the runs the same way (a
+// variable for the tests, which cut finer).
+var zero2Piece = 1 << 22
+
+// runReducer is ZeRO stage 2's reduction: it sums, run by run of the
+// model's gradient buffer, the rank's partial (the tree of its shards'
+// gradients with the last shard's read in place, then rest empty shards)
+// and exchanges it with the group, leaving the rank's elements of the
+// total in dp.grad. The elementwise sums are sumTree's and reduce's, in
+// their order, so the bits are those of stage 1's tree.sum and reduce.
+type runReducer struct {
+	dp   *DataParallel
+	ctx  context.Context
+	tree *sumTree  // the rank's earlier shards' sums (nil leaves included)
+	leaf []float32 // the last shard's gradient, nil when the rank had none
+	rest int
+	err  error // the first failure; later runs are skipped
+}
+
+func (dp *DataParallel) newRunReducer(ctx context.Context, tree *sumTree, leaf []float32, rest int) *runReducer {
+	rank := dp.Comm.Rank()
+	if k := dp.start[rank+1] - dp.start[rank]; len(dp.gradBuf) != k {
+		dp.gradBuf = make([]float32, k)
+	}
+	dp.grad = dp.gradBuf
+	return &runReducer{dp: dp, ctx: ctx, tree: tree, leaf: leaf, rest: rest}
+}
+
+// reduceRun reduces run i of the model's gradient runs, a piece at a time.
+func (z *runReducer) reduceRun(i int) {
+	r := z.dp.runs[i]
+	for lo := r.Off; lo < r.Off+r.Len && z.err == nil; lo += zero2Piece {
+		hi := min(lo+zero2Piece, r.Off+r.Len)
+		if err := z.dp.exchangePiece(z.ctx, z.partial(lo, hi), lo, hi); err != nil {
+			z.err = fmt.Errorf("trainer: reducing the gradients (elements %d to %d): %w", lo, hi, err)
+		}
+	}
+}
+
+// partial is elements [lo, hi) of the rank's partial sum (nil: zeros):
+// the tree's pushes and sum on those elements alone.
+func (z *runReducer) partial(lo, hi int) []float32 {
+	var t sumTree
+	for _, nd := range z.tree.stack {
+		if nd.sum != nil {
+			nd.sum = nd.sum[lo:hi]
+		}
+		t.stack = append(t.stack, nd)
+	}
+	if z.leaf != nil {
+		t.pushBorrowed(z.leaf[lo:hi])
+	}
+	for range z.rest {
+		t.push(nil)
+	}
+	return t.sum()
+}
+
+// exchangePiece sends every rank its elements of partial (elements [lo,
+// hi) of this rank's partial sum; nil is zeros), receives every rank's
+// partial of its own elements in [lo, hi), and adds them in rank order
+// into dp.grad, as reduce does for the whole.
+func (dp *DataParallel) exchangePiece(ctx context.Context, partial []float32, lo, hi int) error {
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	if n == 1 {
+		if partial == nil {
+			clear(dp.grad[lo:hi])
+		} else {
+			copy(dp.grad[lo:hi], partial)
+		}
+		return nil
+	}
+	overlap := func(j int) (int, int) { return max(lo, dp.start[j]), max(lo, min(hi, dp.start[j+1])) }
+	myLo, myHi := overlap(rank)
+	m := max(0, myHi-myLo)
+	send, recv := make([]int, n), make([]int, n)
+	for j := range n {
+		a, b := overlap(j)
+		send[j], recv[j] = max(0, b-a), m
+	}
+	if partial == nil {
+		partial = make([]float32, hi-lo)
+	}
+	buf := make([]float32, n*m)
+	dp.Sent += 4 * int64(hi-lo-m)
+	if err := dp.Comm.AllToAll(ctx, dist.Float32s(partial), send, dist.Float32s(buf), recv); err != nil {
+		return err
+	}
+	if m == 0 {
+		return nil
+	}
+	var t sumTree
+	for j := range n {
+		t.push(buf[j*m : (j+1)*m])
+	}
+	copy(dp.grad[myLo-dp.start[rank]:], t.sum())
+	return nil
 }

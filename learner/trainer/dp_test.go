@@ -94,7 +94,11 @@ func programDPSteps() int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := l.EnableDataParallel(comm, DefaultShards); err != nil {
+	zero, _ := strconv.Atoi(os.Getenv("AIPO_DP_ZERO"))
+	if p, _ := strconv.Atoi(os.Getenv("AIPO_DP_PIECE")); p > 0 {
+		zero2Piece = p
+	}
+	if err := l.EnableDataParallel(comm, DPConfig{Shards: DefaultShards, Zero: zero}); err != nil {
 		return fail(err)
 	}
 	if dir := os.Getenv("AIPO_DP_LOAD"); dir != "" {
@@ -107,12 +111,23 @@ func programDPSteps() int {
 	}
 	first, _ := strconv.Atoi(os.Getenv("AIPO_DP_FIRST"))
 	steps, _ := strconv.Atoi(os.Getenv("AIPO_DP_STEPS"))
+	few, _ := strconv.Atoi(os.Getenv("AIPO_DP_FEW"))
 	for k := first; k < steps; k++ {
-		st, err := l.RLStepDP(ctx, dpCfg(), dpSamples(k))
+		samples := dpSamples(k)
+		if k+1 == few {
+			// Three trajectories: most shards, and whole ranks, have none.
+			samples = samples[:3]
+		}
+		st, err := l.RLStepDP(ctx, dpCfg(), samples)
 		if err != nil {
 			return fail(fmt.Errorf("step %d: %w", k, err))
 		}
 		fmt.Printf("step %d: loss %.6f grad-norm %.6f tokens %d\n", k, st.Loss, st.GradNorm, st.Tokens)
+	}
+	if dir := os.Getenv("AIPO_DP_SAVE"); l.DP.Zero == 2 && comm.Rank() == 0 && dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "overlapped"), []byte(strconv.FormatInt(l.DP.Overlapped, 10)), 0o644); err != nil {
+			return fail(err)
+		}
 	}
 	var opt bytes.Buffer
 	if err := l.WriteOptimizerDP(ctx, &opt); err != nil {
@@ -225,7 +240,7 @@ func dpRun(t *testing.T, size, first, steps int, load string) string {
 
 // dpRunFrom is dpRun, restoring the optimiser state from the saved ranks'
 // parts when parts is set (else from the gathered file).
-func dpRunFrom(t *testing.T, size, first, steps int, load string, parts bool) string {
+func dpRunFrom(t *testing.T, size, first, steps int, load string, parts bool, extra ...string) string {
 	t.Helper()
 	save := t.TempDir()
 	fromParts := ""
@@ -233,7 +248,7 @@ func dpRunFrom(t *testing.T, size, first, steps int, load string, parts bool) st
 		fromParts = "1"
 	}
 	rs := disttest.Launch(t, disttest.Spec{Program: "dpsteps", Size: size, Env: func(int) []string {
-		return []string{"AIPO_DP_LOAD=" + load, "AIPO_DP_LOAD_PARTS=" + fromParts, "AIPO_DP_SAVE=" + save, "AIPO_DP_FIRST=" + strconv.Itoa(first), "AIPO_DP_STEPS=" + strconv.Itoa(steps)}
+		return append([]string{"AIPO_DP_LOAD=" + load, "AIPO_DP_LOAD_PARTS=" + fromParts, "AIPO_DP_SAVE=" + save, "AIPO_DP_FIRST=" + strconv.Itoa(first), "AIPO_DP_STEPS=" + strconv.Itoa(steps)}, extra...)
 	}})
 	for _, e := range rs.Wait(2 * time.Minute) {
 		if e.Code != 0 {
@@ -306,6 +321,43 @@ func maxAbsDiff(t *testing.T, a, b string) float64 {
 // lr. 1e-4 is a hundredth of one step's move (lr 1e-2) and far above the
 // measured 2e-6 to 2e-5.
 const dpTol = 1e-4
+
+// ZeRO stage 2 (each gradient run reduced as the backward pass finishes
+// it) gives stage 1's bits: at 1, 2 and 4 ranks the one-rank stage-1
+// run's parameters and optimiser state, at 3 ranks stage 1's at 3 ranks.
+// The second of the 3 steps trains on 3 trajectories, so that most
+// shards are empty: at 4 ranks rank 0's last shard of a mini-batch is
+// followed by an empty one, and ranks 1 to 3 have nothing to train and
+// send zeros. At 4 and 3 ranks the runs go in pieces of 97 floats, whose
+// ends fall anywhere in the ranks' shares. Rank 0 reports that runs were
+// reduced during its passes.
+func TestZeroStage2IsStage1(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	few := "AIPO_DP_FEW=2"
+	one := dpRunFrom(t, 1, 0, 3, "", false, few)
+	want := [2]string{digest(t, one, "params.bin"), digest(t, one, "optimizer.bin")}
+	for _, n := range []int{1, 2, 4, 3} {
+		if n == 3 {
+			three := dpRunFrom(t, 3, 0, 3, "", false, few)
+			want = [2]string{digest(t, three, "params.bin"), digest(t, three, "optimizer.bin")}
+		}
+		piece := "AIPO_DP_PIECE=0"
+		if n > 2 {
+			piece = "AIPO_DP_PIECE=97"
+		}
+		dir := dpRunFrom(t, n, 0, 3, "", false, few, "AIPO_DP_ZERO=2", piece)
+		if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
+			t.Errorf("%d ranks at stage 2: parameters and optimiser state %v, stage 1 %v", n, got, want)
+		}
+		// 6 mini-batches, each ending in a pass that reports 3 of the
+		// tiny model's 4 runs before its last.
+		if b, err := os.ReadFile(filepath.Join(dir, "overlapped")); err != nil || string(b) != "18" {
+			t.Errorf("%d ranks at stage 2: rank 0 reduced %q runs during its passes (%v), want 18", n, b, err)
+		}
+	}
+}
 
 // A data-parallel update at 1, 2 and 4 ranks gives the same parameters
 // and optimiser state, bit for bit, over 3 steps of two mini-batches; at 3
@@ -395,7 +447,7 @@ func TestReadOptimizerDPRefusesAnotherModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer comm.Close()
-	if err := l.EnableDataParallel(comm, DefaultShards); err != nil {
+	if err := l.EnableDataParallel(comm, DPConfig{Shards: DefaultShards}); err != nil {
 		t.Fatal(err)
 	}
 	for _, parts := range []bool{false, true} {

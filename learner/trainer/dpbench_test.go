@@ -69,7 +69,7 @@ func programDPBench() int {
 			return fail(err)
 		}
 		defer leave()
-		if err := l.EnableDataParallel(comm, DefaultShards); err != nil {
+		if err := l.EnableDataParallel(comm, DPConfig{Shards: DefaultShards}); err != nil {
 			return fail(err)
 		}
 	}
