@@ -10,12 +10,13 @@ import (
 
 // The memory plan of a learner on N ranks (aipo plan --nproc N --zero K,
 // and aipo train --nproc N, whose rank 0 makes it). On the CPU backend it
-// is what the built group holds (trainer.PlanDataParallel: ZeRO stage 1,
-// learner/trainer/dp.go): every rank the whole policy, its gradients, its
-// share of the AdamW moments and its step's gradient buffers, all ranks
-// in this machine's memory. On a GPU backend it is the design of
-// docs/scaling.md, not built: each rank's device holds the one-GPU step
-// with the moments (ZeRO-1), and the gradients too (ZeRO-2), sharded.
+// is what the built group holds (trainer.PlanDataParallel: ZeRO stage 1
+// or 2, learner/trainer/dp.go): every rank the whole policy, its
+// gradients, its share of the AdamW moments and its step's gradient
+// buffers, all ranks in this machine's memory. On a GPU backend it is the
+// design of docs/scaling.md, not built: each rank's device holds the
+// one-GPU step with the moments (ZeRO-1), and the gradients too (ZeRO-2),
+// sharded.
 
 // Group is the data-parallel group a plan is for.
 type Group struct {
@@ -50,8 +51,6 @@ func checkGroup(cfg runconfig.Config, o Options) error {
 		return fmt.Errorf("plan: --zero %d shards the learner's state across ranks: give --nproc N too (the number of learner processes)", o.Zero)
 	case o.Zero < 0 || o.Zero > 2:
 		return fmt.Errorf("plan: --zero %d: give 1 (the AdamW moments sharded) or 2 (the gradients too); stage 3 (the weights sharded as well) is not planned", o.Zero)
-	case o.Zero == 2 && cfg.Learner.Backend == runconfig.BackendCPU:
-		return fmt.Errorf("plan: --zero 2: the CPU learner's ranks shard the AdamW moments alone (ZeRO stage 1, learner/trainer/dp.go); use --zero 1, or plan the GPU design (not built) with learner.backend: cuda and --device NAME")
 	}
 	return nil
 }
@@ -64,9 +63,13 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	if o.Ranks == 0 {
 		return nil, nil
 	}
-	g := &Group{Ranks: o.Ranks, Zero: max(o.Zero, 1)}
+	zero := o.Zero
+	if zero == 0 {
+		zero = max(cfg.Learner.Zero, 1) // learner.zero, 1 by default
+	}
+	g := &Group{Ranks: o.Ranks, Zero: zero}
 	if cfg.Learner.Backend == runconfig.BackendCPU {
-		ranks, err := trainer.PlanDataParallel(mc, o.Ranks)
+		ranks, err := trainer.PlanDataParallel(mc, o.Ranks, zero)
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
@@ -125,10 +128,14 @@ func (g *Group) othersBetweenSteps(P, base int64) int64 {
 func (g *Group) describe(p Plan) string {
 	if g.Built() {
 		r0 := g.CPU[0]
-		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 1 as built (learner/trainer/dp.go): each rank holds the whole policy and its gradients, "+
+		how := "the gradients summed whole after the backward pass"
+		if g.Zero == 2 {
+			how = "the gradients reduced layer by layer during the last backward pass"
+		}
+		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage %d as built (learner/trainer/dp.go; learner.zero), %s: each rank holds the whole policy and its gradients, "+
 			"its share of the AdamW moments (rank 0: %s of %s parameters) and the step's gradient buffers (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
 			"rank 0 also rolls out. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
-			g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), trainer.GroupShards(g.Ranks), r0.Shards, r0.PeakWhen())
+			g.Ranks, g.Ranks, g.Zero, how, fmtCount(r0.Elements), fmtCount(p.Params), trainer.GroupShards(g.Ranks), r0.Shards, r0.PeakWhen())
 	}
 	what := "the AdamW moments"
 	if g.Zero == 2 {

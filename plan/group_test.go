@@ -2,6 +2,7 @@ package plan
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -97,14 +98,18 @@ func TestPlanGroupOnTheCPU(t *testing.T) {
 	}
 	P := one.Params
 	h1 := one.Phases[phaseLearn].Host()
-	for _, n := range []int{1, 2, 3, 4, 8} {
+	for _, g := range []struct{ n, zero int }{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {8, 1}, {2, 2}, {4, 2}, {8, 2}} {
+		n := g.n
 		o := o
-		o.Ranks = n
+		o.Ranks, o.Zero = n, g.zero
 		p, err := Make(ctx, cfg, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ranks, err := trainer.PlanDataParallel(p.Model, n)
+		if !strings.Contains(p.String(), fmt.Sprintf("ZeRO stage %d as built", g.zero)) {
+			t.Errorf("%d ranks at stage %d: the plan does not name its stage:\n%s", n, g.zero, p)
+		}
+		ranks, err := trainer.PlanDataParallel(p.Model, n, g.zero)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +153,6 @@ func TestPlanGroupInputs(t *testing.T) {
 		{gpu, 4, 3, "--zero 3: give 1"},
 		{gpu, 0, 2, "--zero 2 shards the learner's state across ranks: give --nproc N too"},
 		{gpu, -1, 0, "--nproc -1: give the number of learner processes"},
-		{cpu, 4, 2, "--zero 2: the CPU learner's ranks shard the AdamW moments alone"},
 	} {
 		_, err := Make(ctx, tc.cfg, Options{Init: init, Device: "h200", Ranks: tc.ranks, Zero: tc.zero, Baseline: 1 << 20})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

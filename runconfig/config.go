@@ -337,6 +337,12 @@ type Learner struct {
 	// activations without it would exceed 1 GiB on the backend
 	// (trainer.CheckpointingThreshold), "on" and "off" as they say.
 	ActivationCheckpointing string `yaml:"activation_checkpointing"`
+	// Zero is the ZeRO stage of a group of learner processes (aipo train
+	// --nproc, or a launcher's ranks): 1 (default) shards the AdamW moments,
+	// 2 also reduces the gradients run by run as the backward pass
+	// finishes them, overlapped with it (no 4P receive buffer; the same
+	// bits). One process ignores it.
+	Zero int `yaml:"zero"`
 }
 
 // Eval configures the evaluation without collaborators.

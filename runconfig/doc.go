@@ -215,6 +215,8 @@
 //	learner.precision           fp32, or bf16 with cuda: bfloat16 GEMM operands, float32 accumulation and state (fp32)
 //	learner.objective           rl, or rejection-sft (Expert Iteration: SFT on correct trajectories) (rl)
 //	learner.activation_checkpointing  auto, on or off: keep each layer's input only, recompute the layer in the backward pass; auto: on above 1 GiB of a micro-batch's activations (auto)
+//	learner.zero                ZeRO stage of a group of learner processes (aipo train --nproc N): 1 shards the AdamW
+//	                            moments, 2 also reduces the gradients layer by layer during the backward pass; same bits (1)
 //
 //	eval.every                  steps between evaluations, 0 off (10)
 //	eval.samples                k of Avg@k and Pass@k (4)

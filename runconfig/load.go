@@ -59,6 +59,7 @@ func Default() Config {
 			Objective:        ObjectiveRL,
 
 			ActivationCheckpointing: trainer.CheckpointingAuto,
+			Zero:                    1,
 		},
 		Eval: Eval{
 			Every:       DefaultEvalEvery,

@@ -60,8 +60,10 @@ func (e *ConfigChangedError) Error() string {
 // ignoredFields differ between two invocations of one run without
 // changing it: where the run directory is, and what follows from it;
 // run.tensorboard only says whether this invocation writes TensorBoard's
-// event files, run.allow_no_signal how this invocation judges the run's end.
-var ignoredFields = map[string]bool{"run.dir": true, "data.dead_letter_dir": true, "run.tensorboard": true, "run.allow_no_signal": true}
+// event files, run.allow_no_signal how this invocation judges the run's end,
+// learner.zero how a group of ranks reduces the same sums (the same bits).
+var ignoredFields = map[string]bool{"run.dir": true, "data.dead_letter_dir": true, "run.tensorboard": true, "run.allow_no_signal": true,
+	"learner.zero": true}
 
 // Remember makes the run directory remember cfg: a run without
 // run.yaml gets cfg's; a run whose run.yaml differs from cfg (but for its

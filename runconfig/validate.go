@@ -286,6 +286,9 @@ func (c Config) validateLearner() error {
 		return fieldError("learner.activation_checkpointing", "%q is unknown: use %s, %s or %s", l.ActivationCheckpointing,
 			trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff)
 	}
+	if l.Zero != 1 && l.Zero != 2 {
+		return fieldError("learner.zero", "%d is not a ZeRO stage the learner has: use 1 (the AdamW moments sharded across the ranks) or 2 (the gradients reduced layer by layer too)", l.Zero)
+	}
 	return nil
 }
 

@@ -31,6 +31,13 @@ func Follow(ctx context.Context, cfg runconfig.Config, r *rankgroup.Ranks, logf 
 		case "abort":
 			return fmt.Errorf("rank %d: %w: %s", r.Group.Rank(), ErrLeaderFailed, c.Reason)
 		case "learn":
+			if c.Zero != 0 && c.Zero != cfg.Learner.Zero {
+				// Reported to the store, so that rank 0, whose collective
+				// fails when this rank leaves, names it and why.
+				err := fmt.Errorf("rank %d: rank 0 takes its learner steps at ZeRO stage %d, this rank's configuration says learner.zero: %d: give every rank the same configuration", r.Group.Rank(), c.Zero, cfg.Learner.Zero)
+				r.Group.ReportFailure(err)
+				return err
+			}
 			// A step that fails here fails on rank 0 too: the same data,
 			// or a collective they share. Rank 0 decides what follows (it
 			// may roll the step out again and announce it anew, or abort).

@@ -42,6 +42,7 @@ type trainState struct {
 	// ranks, when set, makes l a rank of a data-parallel group, whose
 	// share of the optimiser state dp keeps between steps (not opt).
 	ranks *rankgroup.Ranks
+	zero  int // learner.zero: the group's ZeRO stage
 	dp    *trainer.DataParallel
 }
 
@@ -109,7 +110,7 @@ func (st *trainState) joinGroup(l *trainer.Learner, cpu bool) error {
 		l.DP = st.dp
 		return nil
 	}
-	if err := l.EnableDataParallel(st.ranks.Comm, st.ranks.Shards); err != nil {
+	if err := l.EnableDataParallel(st.ranks.Comm, trainer.DPConfig{Shards: st.ranks.Shards, Zero: st.zero}); err != nil {
 		return err
 	}
 	st.dp = l.DP
@@ -309,7 +310,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 			return readLearnRecord(ctx, runDir, k)
 		}
 		if s.ranks != nil {
-			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k}); err != nil {
+			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k, Zero: s.cfg.Learner.Zero}); err != nil {
 				return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 			}
 		}
@@ -436,7 +437,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 		return nil, err
 	}
 	// The state is streamed where the passes keep it once they are open.
-	st := &trainState{step: from, pol: pol, opt: opt, optFrom: rundir.Checkpoint(runDir, from), ranks: s.ranks}
+	st := &trainState{step: from, pol: pol, opt: opt, optFrom: rundir.Checkpoint(runDir, from), ranks: s.ranks, zero: s.cfg.Learner.Zero}
 	if from < k {
 		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
 	}

@@ -201,6 +201,12 @@ func TestTrainOnRanks(t *testing.T) {
 			t.Errorf("--nproc %d: final checkpoint %s, --nproc 1 %s", n, got, want)
 		}
 	}
+	// ZeRO stage 2 reduces the same sums run by run: the same bits.
+	cfgZ, runZ := ranksRun(t, warm, 3)
+	train(cfgZ, "--nproc", "4", "--set", "learner.zero=2")
+	if got := finalDigest(t, runZ, 3); got != want {
+		t.Errorf("--nproc 4 at learner.zero 2: final checkpoint %s, --nproc 1 %s", got, want)
+	}
 	if d := weightsApart(t, runs[1], runs[3], 3); d > ranksTol || d == 0 {
 		t.Errorf("--nproc 3: weights %.3g from --nproc 1's (want 0 < d <= %g)", d, ranksTol)
 	} else {
@@ -210,7 +216,12 @@ func TestTrainOnRanks(t *testing.T) {
 	for _, n := range []int{2, 1, 3} {
 		cfg2, run := ranksRun(t, warm, 2)
 		train(cfg2, "--nproc", "4")
-		train(threeSteps(t, cfg2), "--nproc", strconv.Itoa(n), "--reconfigure")
+		// The resume at 2 ranks also changes the ZeRO stage.
+		zero := "learner.zero=1"
+		if n == 2 {
+			zero = "learner.zero=2"
+		}
+		train(threeSteps(t, cfg2), "--nproc", strconv.Itoa(n), "--reconfigure", "--set", zero)
 		if n == 3 {
 			if d := weightsApart(t, runs[1], run, 3); d > ranksTol {
 				t.Errorf("saved at 4 ranks, resumed at 3: weights %.3g from the uninterrupted run's", d)
@@ -238,6 +249,74 @@ func TestTrainOnRanks(t *testing.T) {
 	if code, out := runAipo(t, "train", "--config", cfg, "--nproc", "0"); code != 2 || !strings.Contains(out, "--nproc 0: give the number of learner processes") {
 		t.Errorf("--nproc 0: exit %d:\n%s", code, out)
 	}
+}
+
+// startRanks starts aipo train on cfg as 2 ranks launched as torchrun
+// launches them (one thread each, --dist-timeout 5s), rank r with the
+// arguments extra(r) added (nil: none); the test's cleanup kills what is
+// left.
+func startRanks(t *testing.T, cfg string, extra func(r int) []string) ([2]*exec.Cmd, [2]*testtools.LockedBuffer) {
+	t.Helper()
+	port := freePort(t)
+	var outs [2]*testtools.LockedBuffer
+	var cmds [2]*exec.Cmd
+	for r := range 2 {
+		env := []string{"RANK=" + strconv.Itoa(r), "LOCAL_RANK=" + strconv.Itoa(r), "WORLD_SIZE=2",
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OPENBLAS_NUM_THREADS=1"}
+		args := []string{"train", "--config", cfg, "--no-tensorboard", "--dist-timeout", "5s"}
+		if extra != nil {
+			args = append(args, extra(r)...)
+		}
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), env...)
+		outs[r] = &testtools.LockedBuffer{}
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+		t.Cleanup(func() {
+			cmd.Process.Signal(syscall.SIGCONT)
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+	return cmds, outs
+}
+
+// Ranks whose configurations give different ZeRO stages: the follower
+// refuses rank 0's first learner step naming both, and rank 0 fails
+// naming rank 1, each within the bounds of their waits.
+func TestTrainRanksDisagreeOnZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick configuration on two ranks")
+	}
+	warm := filepath.Join(t.TempDir(), "warm")
+	quickWarmStart(t, warm)
+	cfg, _ := ranksRun(t, warm, 3)
+	cmds, outs := startRanks(t, cfg, func(r int) []string {
+		if r == 1 {
+			return []string{"--set", "learner.zero=2"}
+		}
+		return nil
+	})
+	for r, want := range []string{"rank 1", "rank 0 takes its learner steps at ZeRO stage 1, this rank's configuration says learner.zero: 2"} {
+		done := make(chan error, 1)
+		go func() { done <- cmds[r].Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("rank %d finished although the ranks disagree on learner.zero:\n%s", r, outs[r].String())
+			}
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("rank %d still running 3 minutes after start:\n%s", r, outs[r].String())
+		}
+		if !strings.Contains(outs[r].String(), want) {
+			t.Errorf("rank %d's error does not say %q:\n%s", r, want, outs[r].String())
+		}
+	}
+	t.Logf("rank 0: %s", lineWith(outs[0].String(), "rank 1"))
+	t.Logf("rank 1: %s", lineWith(outs[1].String(), "learner.zero"))
 }
 
 // A rank that is SIGKILLed, or SIGSTOPped, once the group has formed:
@@ -268,26 +347,7 @@ func TestTrainRankFailures(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, run := ranksRun(t, warm, 3)
-			port := freePort(t)
-			var outs [2]*testtools.LockedBuffer
-			var cmds [2]*exec.Cmd
-			for r := range 2 {
-				env := []string{"RANK=" + strconv.Itoa(r), "LOCAL_RANK=" + strconv.Itoa(r), "WORLD_SIZE=2",
-					"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OPENBLAS_NUM_THREADS=1"}
-				cmd := exec.Command(os.Args[0], "train", "--config", cfg, "--no-tensorboard", "--dist-timeout", "5s")
-				cmd.Env = append(os.Environ(), env...)
-				outs[r] = &testtools.LockedBuffer{}
-				cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				cmds[r] = cmd
-				t.Cleanup(func() {
-					cmd.Process.Signal(syscall.SIGCONT)
-					cmd.Process.Kill()
-					cmd.Wait()
-				})
-			}
+			cmds, outs := startRanks(t, cfg, nil)
 			// The group has formed once rank 0 makes its memory plan.
 			deadline := time.Now().Add(2 * time.Minute)
 			for !strings.Contains(outs[0].String(), "memory plan") {

@@ -64,7 +64,12 @@ type DataParallel struct {
 	// the parameters' gradients in their order, so that a shard's gradient
 	// is read from it in place rather than copied out first.
 	flatGrads bool
-	runs      []model.Span // stage 2: the model's gradient runs (GradRuns)
+	// paramData is the model's flat parameter buffer when the parameters
+	// lie in it in their order (flatParams): the ranks' updated shares
+	// are gathered straight into it.
+	flatParams bool
+	paramData  []float32
+	runs       []model.Span // stage 2: the model's gradient runs (GradRuns)
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -114,10 +119,15 @@ func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 		dp.offset[i+1] = dp.offset[i] + len(p.Data)
 	}
 	if l.Policy != nil {
-		flat := l.Policy.GradData()
+		flat, data := l.Policy.GradData(), l.Policy.ParamData()
 		dp.flatGrads = len(flat) == dp.offset[len(params)]
+		dp.flatParams = len(data) == dp.offset[len(params)]
 		for i, p := range backend.OptimParams(l.Policy) {
 			dp.flatGrads = dp.flatGrads && (len(p.Grad) == 0 || &p.Grad[0] == &flat[dp.offset[i]])
+			dp.flatParams = dp.flatParams && (len(p.Data) == 0 || &p.Data[0] == &data[dp.offset[i]])
+		}
+		if dp.flatParams {
+			dp.paramData = data
 		}
 	}
 	if zero == 2 && !dp.flatGrads {
@@ -671,21 +681,28 @@ func (dp *DataParallel) gatherParams(ctx context.Context, params []optim.Param) 
 	if n == 1 {
 		return nil
 	}
-	flat := make([]float32, dp.start[n])
-	for i, p := range params {
-		copy(flat[dp.offset[i]:], p.Data)
+	flat := dp.paramData
+	if !dp.flatParams {
+		flat = make([]float32, dp.start[n])
+		for i, p := range params {
+			copy(flat[dp.offset[i]:], p.Data)
+		}
 	}
 	counts := make([]int, n)
 	for r := range n {
 		counts[r] = dp.start[r+1] - dp.start[r]
 	}
-	send := append([]float32(nil), flat[dp.start[rank]:dp.start[rank+1]]...)
+	// The rank's own share is sent from a copy: the engine writes every
+	// share, this one included, into flat.
+	send := slices.Clone(flat[dp.start[rank]:dp.start[rank+1]])
 	dp.Sent += 4 * int64(len(send)) * int64(n-1)
 	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(flat), counts); err != nil {
 		return fmt.Errorf("trainer: gathering the updated parameters: %w", err)
 	}
-	for i, p := range params {
-		copy(p.Data, flat[dp.offset[i]:dp.offset[i+1]])
+	if !dp.flatParams {
+		for i, p := range params {
+			copy(p.Data, flat[dp.offset[i]:dp.offset[i+1]])
+		}
 	}
 	return nil
 }

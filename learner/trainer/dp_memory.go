@@ -41,12 +41,16 @@ type RankMemory struct {
 	// steps: the rank's elements; with one rank the tree's sum itself,
 	// the whole gradient.
 	Held int64
+	// Zero is the ZeRO stage planned (1 or 2).
+	Zero int
 	// The step's own buffers, Held included, at each point of a
 	// mini-batch's update: while the shards' gradients are summed (the
-	// tree's copies), during the all-to-all (the sum sent, the receive
-	// buffer and the previous reduced gradient, still held), and while the
-	// updated parameters are gathered (their flat copy and the rank's part
-	// of it sent, beside the held gradient).
+	// tree's copies), during the reduction (stage 1: the sum sent, the
+	// all-to-all's receive buffer and the previous reduced gradient, still
+	// held; stage 2: the tree's kept sums while the last shard's runs are
+	// exchanged a piece at a time, the piece's sum and receive buffer),
+	// and while the updated parameters are gathered (into the model's own
+	// buffer: the rank's part sent, beside the held gradient).
 	Tree, Reduce, Gather int64
 }
 
@@ -59,17 +63,24 @@ func (m RankMemory) PeakWhen() string {
 	case m.Tree:
 		return fmt.Sprintf("summing its %d shards' gradients: %d flat copies", m.Shards, m.TreeBuffers)
 	case m.Reduce:
+		if m.Zero == 2 {
+			return fmt.Sprintf("reducing its last shard's gradient runs beside %d kept sums", bits.OnesCount(uint(m.Shards-1)))
+		}
 		return "the all-to-all of the gradient sums"
 	}
 	return "the all-gather of the updated parameters"
 }
 
 // PlanDataParallel is the memory of each rank of a group of ranks that
-// trains a model of mc (EnableDataParallel with GroupShards(ranks)
-// shards): the chunks of optim.Partition, the shards of owner.
-func PlanDataParallel(mc model.Config, ranks int) ([]RankMemory, error) {
+// trains a model of mc at ZeRO stage zero (EnableDataParallel with
+// GroupShards(ranks) shards): the chunks of optim.Partition, the shards of
+// owner.
+func PlanDataParallel(mc model.Config, ranks, zero int) ([]RankMemory, error) {
 	if ranks < 1 {
 		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
+	}
+	if zero != 1 && zero != 2 {
+		return nil, fmt.Errorf("trainer: ZeRO stage %d: give 1 or 2", zero)
 	}
 	if err := mc.Validate(); err != nil {
 		return nil, err
@@ -90,8 +101,30 @@ func PlanDataParallel(mc model.Config, ranks int) ([]RankMemory, error) {
 				k++
 			}
 		}
-		m := RankMemory{Rank: r, Elements: elems, Shards: k, Moments: 8 * elems, TreeBuffers: treeBuffers(k)}
+		m := RankMemory{Rank: r, Elements: elems, Shards: k, Moments: 8 * elems, TreeBuffers: treeBuffers(k), Zero: zero}
 		full := 4 * P
+		if zero == 2 {
+			// The first k-1 shards go into the tree as at stage 1; while
+			// the last one's runs are reduced the tree keeps one sum for
+			// each bit set in k-1, and a piece's partial sum and receive
+			// buffer are alive (newRunReducer, exchangePiece).
+			kept := bits.OnesCount(uint(k - 1))
+			m.TreeBuffers = max(treeBuffers(k-1), kept)
+			m.Held = 4 * elems
+			piece := 4 * min(int64(zero2Piece), P)
+			recv := 4 * int64(ranks) * min(int64(zero2Piece), elems)
+			if ranks == 1 {
+				recv = 0
+			}
+			m.Tree = int64(treeBuffers(k-1))*full + m.Held
+			m.Reduce = int64(kept)*full + piece + recv + m.Held
+			m.Gather = m.Held
+			if ranks > 1 {
+				m.Gather += 4 * elems
+			}
+			out[r] = m
+			continue
+		}
 		if ranks == 1 {
 			// reduce keeps a view of the tree's sum; nothing is sent.
 			m.Held = full
@@ -102,7 +135,7 @@ func PlanDataParallel(mc model.Config, ranks int) ([]RankMemory, error) {
 			m.Held = 4 * elems
 			m.Tree = int64(m.TreeBuffers)*full + m.Held
 			m.Reduce = full + recv + m.Held
-			m.Gather = m.Held + full + 4*elems
+			m.Gather = m.Held + 4*elems
 		}
 		out[r] = m
 	}

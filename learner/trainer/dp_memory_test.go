@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"math/bits"
 	"slices"
 	"testing"
 
@@ -26,7 +27,7 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 	}
 	P := model.ParamCount(mc)
 	for _, n := range []int{1, 2, 3, 4, 8} {
-		ranks, err := PlanDataParallel(mc, n)
+		ranks, err := PlanDataParallel(mc, n, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,13 +63,72 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 	// shard's gradient is read in place), beside the previous sum it
 	// keeps; 8 ranks one shard each, and the all-to-all holds the sum
 	// sent, the receive buffer and the reduced gradient.
-	one, _ := PlanDataParallel(mc, 1)
+	one, _ := PlanDataParallel(mc, 1, 1)
 	if one[0].TreeBuffers != 3 || one[0].StepBuffers() != 4*4*P {
 		t.Errorf("1 rank: %d tree buffers, step buffers %d, want 3 and 16P = %d", one[0].TreeBuffers, one[0].StepBuffers(), 16*P)
 	}
-	eight, _ := PlanDataParallel(mc, 8)
+	eight, _ := PlanDataParallel(mc, 8, 1)
 	if r := eight[0]; r.TreeBuffers != 1 || r.StepBuffers() != r.Reduce || r.Reduce != 4*P+9*r.Held {
 		t.Errorf("8 ranks: %+v, want the all-to-all's peak 4P + (8 + 1) x share x 4", r)
+	}
+}
+
+// At ZeRO stage 2 the shares and moments are stage 1's; the last shard's
+// gradient is never copied whole, and the reduction holds a piece's sum and
+// receive buffer instead of the whole sum and the all-to-all's, but the
+// tree's kept sums stay alive while the last shard's runs are reduced: 8
+// ranks (one shard each) copy no gradient at all and 4 ranks (2 shards)
+// keep one sum, 4P below stage 1 but for the pieces; 2 ranks (4 shards)
+// keep two sums (3 = 0b11: shards 0-1 and shard 2), as many as stage 1's
+// tree holds, and so does one rank (7 = 0b111): no saving there.
+func TestPlanDataParallelStage2(t *testing.T) {
+	mc := qwenShaped(512, 1024, 3, 1000)
+	P := model.ParamCount(mc)
+	// Pieces much smaller than a rank's share, as they are at real sizes
+	// (16 MiB against 300 MB and more at 0.6B).
+	defer func(p int) { zero2Piece = p }(zero2Piece)
+	zero2Piece = 1 << 16
+	piece := 4 * min(int64(zero2Piece), P)
+	for _, n := range []int{1, 2, 3, 4, 8} {
+		one, err := PlanDataParallel(mc, n, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		two, err := PlanDataParallel(mc, n, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range two {
+			a, b := one[r], two[r]
+			if a.Elements != b.Elements || a.Moments != b.Moments || a.Shards != b.Shards {
+				t.Errorf("%d ranks, rank %d: stage 2 shares %+v, stage 1 %+v", n, r, b, a)
+			}
+			recv := 4 * int64(n) * min(int64(zero2Piece), b.Elements)
+			if n == 1 {
+				recv = 0
+			}
+			// Without the whole receive buffer (the share from every
+			// rank) where no more sums are kept than stage 1's tree holds.
+			saved := int64(0)
+			if b.Shards <= 2 && n > 1 {
+				saved = 4 * int64(n) * b.Elements
+			}
+			if b.StepBuffers() > a.StepBuffers()-saved+piece+recv {
+				t.Errorf("%d ranks, rank %d: stage 2's step buffers %d, stage 1's %d: want %d less but for the pieces (%d)", n, r, b.StepBuffers(), a.StepBuffers(), saved, piece+recv)
+			}
+			kept := int64(bits.OnesCount(uint(b.Shards - 1)))
+			if want := kept*4*P + piece + recv + b.Held; b.Reduce != want {
+				t.Errorf("%d ranks, rank %d: stage 2's reduction %d, want %d", n, r, b.Reduce, want)
+			}
+		}
+	}
+	eight, _ := PlanDataParallel(mc, 8, 2)
+	if r := eight[0]; r.TreeBuffers != 0 || r.Tree != r.Held {
+		t.Errorf("8 ranks at stage 2: %+v, want no gradient copy", r)
+	}
+	two, _ := PlanDataParallel(mc, 2, 2)
+	if r := two[0]; r.Reduce != 8*P+piece+4*2*min(int64(zero2Piece), r.Elements)+r.Held {
+		t.Errorf("2 ranks at stage 2: reduction %d, want two kept sums (8P = %d), the pieces and the held share", r.Reduce, 8*P)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,12 +32,14 @@ type dpBenchResult struct {
 	Params  int64     `json:"params"`
 	Seconds []float64 `json:"step_seconds"`
 	Sent    int64     `json:"sent_bytes_per_step"`
+	PeakRSS int64     `json:"peak_rss_bytes"` // rank 0's (getrusage)
 }
 
 // programDPBench is one rank of BenchmarkDataParallelStep: the RL step of
 // shape AIPO_DPB_SHAPE (BenchmarkStepVsPyTorch's shapes, its batch as RL
 // samples) taken by the group (AIPO_DPB_MODE dp: RLStepDP) or by this one
-// process alone (plain: RLStep), one warm-up then dpBenchSteps timed.
+// process alone (plain: RLStep), one warm-up then dpBenchSteps timed;
+// dp2 is dp at ZeRO stage 2.
 func programDPBench() int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "rank %s: %v\n", os.Getenv("RANK"), err)
@@ -63,13 +66,17 @@ func programDPBench() int {
 	}
 	l := &Learner{Policy: m, Opt: opt}
 	ctx := context.Background()
-	if os.Getenv("AIPO_DPB_MODE") == "dp" {
+	if mode := os.Getenv("AIPO_DPB_MODE"); mode == "dp" || mode == "dp2" {
 		comm, leave, err := joinGloo(ctx, dist.Options{RendezvousTimeout: time.Minute})
 		if err != nil {
 			return fail(err)
 		}
 		defer leave()
-		if err := l.EnableDataParallel(comm, DPConfig{Shards: DefaultShards}); err != nil {
+		zero := 1
+		if mode == "dp2" {
+			zero = 2
+		}
+		if err := l.EnableDataParallel(comm, DPConfig{Shards: DefaultShards, Zero: zero}); err != nil {
 			return fail(err)
 		}
 	}
@@ -111,6 +118,11 @@ func programDPBench() int {
 		}
 	}
 	if os.Getenv("RANK") == "0" {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			return fail(err)
+		}
+		res.PeakRSS = ru.Maxrss << 10 // kilobytes on Linux
 		b, _ := json.Marshal(res)
 		fmt.Printf("dpbench %s\n", b)
 	}
@@ -151,7 +163,8 @@ func dpBenchRun(b *testing.B, shape, mode string, size, threads int) dpBenchResu
 // other, and reports the median seconds of each, their ratio
 // (speedup-2x1-vs-1x2 = one process's over the group's) and the bytes a
 // rank hands the engine a step against ZeRO's 2P elements a rank (ring
-// factor (N-1)/N, float32: 8P(N-1)/N bytes). With -short (make
+// factor (N-1)/N, float32: 8P(N-1)/N bytes); then the 2 ranks again at
+// ZeRO stage 2, and rank 0's peak resident memory at each stage. With -short (make
 // bench-smoke) the 0.8M shape alone; otherwise 21.7M and Qwen3-0.6B's
 // width and vocabulary with 2 layers.
 func BenchmarkDataParallelStep(b *testing.B) {
@@ -170,6 +183,7 @@ func BenchmarkDataParallelStep(b *testing.B) {
 				plain := dpBenchRun(b, shape, "plain", 1, 2)
 				one := dpBenchRun(b, shape, "dp", 1, 2)
 				two := dpBenchRun(b, shape, "dp", 2, 1)
+				two2 := dpBenchRun(b, shape, "dp2", 2, 1)
 				zero := 8 * float64(two.Params) * 0.5 // 2P elements of 4 bytes, ring factor 1/2
 				b.ReportMetric(median(plain.Seconds), "s/step-1x2-plain")
 				b.ReportMetric(median(one.Seconds), "s/step-1x2-dp")
@@ -177,8 +191,14 @@ func BenchmarkDataParallelStep(b *testing.B) {
 				b.ReportMetric(median(plain.Seconds)/median(two.Seconds), "speedup-2x1-vs-1x2")
 				b.ReportMetric(float64(two.Sent), "sent-B/step")
 				b.ReportMetric(float64(two.Sent)/zero, "sent/ZeRO-2P")
-				b.Logf("%s (%d parameters): one process, 2 threads %.3f s (RLStep) and %.3f s (RLStepDP); 2 ranks of 1 thread %.3f s; rank 0 sent %.1f MB a step, %.3fx ZeRO's 2P elements (%.1f MB)",
-					shape, two.Params, median(plain.Seconds), median(one.Seconds), median(two.Seconds), float64(two.Sent)/1e6, float64(two.Sent)/zero, zero/1e6)
+				b.ReportMetric(median(two2.Seconds), "s/step-2x1-zero2")
+				b.ReportMetric(median(plain.Seconds)/median(two2.Seconds), "speedup-2x1-zero2-vs-1x2")
+				b.ReportMetric(float64(two2.Sent)/zero, "sent/ZeRO-2P-zero2")
+				b.ReportMetric(float64(two.PeakRSS)/(1<<20), "rank0-peak-MiB-zero1")
+				b.ReportMetric(float64(two2.PeakRSS)/(1<<20), "rank0-peak-MiB-zero2")
+				b.Logf("%s (%d parameters): one process, 2 threads %.3f s (RLStep) and %.3f s (RLStepDP); 2 ranks of 1 thread %.3f s at ZeRO-1, %.3f s at ZeRO-2; rank 0 sent %.1f MB a step, %.3fx ZeRO's 2P elements (%.1f MB; ZeRO-2 %.3fx); rank 0's peak %.0f MiB at ZeRO-1, %.0f MiB at ZeRO-2",
+					shape, two.Params, median(plain.Seconds), median(one.Seconds), median(two.Seconds), median(two2.Seconds), float64(two.Sent)/1e6, float64(two.Sent)/zero, zero/1e6,
+					float64(two2.Sent)/zero, float64(two.PeakRSS)/(1<<20), float64(two2.PeakRSS)/(1<<20))
 			}
 		})
 	}

@@ -82,6 +82,9 @@ type Command struct {
 	Op     string `json:"op"` // "learn", "done" or "abort"
 	Step   int64  `json:"step,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Zero is rank 0's learner.zero: ranks that reduce at different
+	// stages would exchange pieces of different sizes.
+	Zero int `json:"zero,omitempty"`
 }
 
 func commandKey(seq int64) string { return "aipo/train/command/" + strconv.FormatInt(seq, 10) }
