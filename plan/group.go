@@ -69,7 +69,7 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	}
 	g := &Group{Ranks: o.Ranks, Zero: zero}
 	if cfg.Learner.Backend == runconfig.BackendCPU {
-		ranks, err := trainer.PlanDataParallel(mc, o.Ranks, zero)
+		ranks, err := trainer.PlanDataParallel(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
@@ -135,7 +135,7 @@ func (g *Group) describe(p Plan) string {
 		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage %d as built (learner/trainer/dp.go; learner.zero), %s: each rank holds the whole policy and its gradients, "+
 			"its share of the AdamW moments (rank 0: %s of %s parameters) and the step's gradient buffers (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
 			"rank 0 also rolls out. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
-			g.Ranks, g.Ranks, g.Zero, how, fmtCount(r0.Elements), fmtCount(p.Params), trainer.GroupShards(g.Ranks), r0.Shards, r0.PeakWhen())
+			g.Ranks, g.Ranks, g.Zero, how, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen())
 	}
 	what := "the AdamW moments"
 	if g.Zero == 2 {

@@ -109,7 +109,7 @@ func TestPlanGroupOnTheCPU(t *testing.T) {
 		if !strings.Contains(p.String(), fmt.Sprintf("ZeRO stage %d as built", g.zero)) {
 			t.Errorf("%d ranks at stage %d: the plan does not name its stage:\n%s", n, g.zero, p)
 		}
-		ranks, err := trainer.PlanDataParallel(p.Model, n, g.zero)
+		ranks, err := trainer.PlanDataParallel(p.Model, n, trainer.DPConfig{Zero: g.zero})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
@@ -343,6 +344,23 @@ type Learner struct {
 	// finishes them, overlapped with it (no 4P receive buffer; the same
 	// bits). One process ignores it.
 	Zero int `yaml:"zero"`
+	// Deterministic makes a group of learner processes split each
+	// mini-batch into the same virtual shards (8, or the next power of two
+	// above the group) at every size, so that 1, 2, 4 and 8 ranks end with
+	// the same bits (default true). false gives each rank one shard, its
+	// share packed whole: faster, with bits that depend on the group's size
+	// (within float32 rounding of one process's). One process ignores it.
+	Deterministic bool `yaml:"deterministic"`
+}
+
+// DPShards is the virtual shards a group of ranks splits each mini-batch
+// into (trainer.DPConfig.Shards): trainer.GroupShards' power of two with
+// Deterministic, else one a rank.
+func (l Learner) DPShards(ranks int) int {
+	if l.Deterministic {
+		return trainer.GroupShards(ranks)
+	}
+	return ranks
 }
 
 // Eval configures the evaluation without collaborators.

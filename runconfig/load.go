@@ -60,6 +60,7 @@ func Default() Config {
 
 			ActivationCheckpointing: trainer.CheckpointingAuto,
 			Zero:                    1,
+			Deterministic:           true,
 		},
 		Eval: Eval{
 			Every:       DefaultEvalEvery,

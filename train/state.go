@@ -42,7 +42,8 @@ type trainState struct {
 	// ranks, when set, makes l a rank of a data-parallel group, whose
 	// share of the optimiser state dp keeps between steps (not opt).
 	ranks *rankgroup.Ranks
-	zero  int // learner.zero: the group's ZeRO stage
+	zero   int // learner.zero: the group's ZeRO stage
+	shards int // the virtual shards of a mini-batch (Learner.DPShards)
 	dp    *trainer.DataParallel
 }
 
@@ -110,7 +111,7 @@ func (st *trainState) joinGroup(l *trainer.Learner, cpu bool) error {
 		l.DP = st.dp
 		return nil
 	}
-	if err := l.EnableDataParallel(st.ranks.Comm, trainer.DPConfig{Shards: st.ranks.Shards, Zero: st.zero}); err != nil {
+	if err := l.EnableDataParallel(st.ranks.Comm, trainer.DPConfig{Shards: st.shards, Zero: st.zero}); err != nil {
 		return err
 	}
 	st.dp = l.DP
@@ -310,7 +311,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 			return readLearnRecord(ctx, runDir, k)
 		}
 		if s.ranks != nil {
-			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k, Zero: s.cfg.Learner.Zero}); err != nil {
+			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k, Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(s.ranks.Group.Size())}); err != nil {
 				return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 			}
 		}
@@ -438,6 +439,9 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 	}
 	// The state is streamed where the passes keep it once they are open.
 	st := &trainState{step: from, pol: pol, opt: opt, optFrom: rundir.Checkpoint(runDir, from), ranks: s.ranks, zero: s.cfg.Learner.Zero}
+	if s.ranks != nil {
+		st.shards = s.cfg.Learner.DPShards(s.ranks.Group.Size())
+	}
 	if from < k {
 		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
 	}

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/dist"
-	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/train/rankgroup"
 )
 
@@ -224,7 +223,7 @@ func joinGroup(ctx context.Context, timeout time.Duration) (*rankgroup.Ranks, er
 	if err != nil {
 		return nil, usageError("%s", errText(err))
 	}
-	r, err := rankgroup.Join(ctx, dist.Options{OpTimeout: timeout, RendezvousTimeout: timeout}, trainer.GroupShards(env.WorldSize))
+	r, err := rankgroup.Join(ctx, dist.Options{OpTimeout: timeout, RendezvousTimeout: timeout})
 	if err != nil {
 		return nil, runError("rank %d of %d: %s", env.Rank, env.WorldSize, errText(err))
 	}

@@ -152,7 +152,8 @@ func weightsApart(t *testing.T, a, b string, k int64) float64 {
 
 // ranksTol bounds how far 3 ranks' weights may be from 1 rank's after the
 // 3 steps: the gradients are summed in another grouping (3 does not
-// divide the 8 virtual shards), which changes their last float32 bits;
+// divide the 8 virtual shards; or, with learner.deterministic false, each
+// rank packs its share whole), which changes their last float32 bits;
 // the learning rate (2e-4) bounds what one step moves a weight, and 1e-6
 // is under a hundredth of that.
 const ranksTol = 1e-6
@@ -206,6 +207,15 @@ func TestTrainOnRanks(t *testing.T) {
 	train(cfgZ, "--nproc", "4", "--set", "learner.zero=2")
 	if got := finalDigest(t, runZ, 3); got != want {
 		t.Errorf("--nproc 4 at learner.zero 2: final checkpoint %s, --nproc 1 %s", got, want)
+	}
+	// Without the fixed shards each rank packs its share whole: within
+	// the tolerance of the sums grouped otherwise.
+	cfgF, runF := ranksRun(t, warm, 3)
+	train(cfgF, "--nproc", "2", "--set", "learner.deterministic=false")
+	if d := weightsApart(t, runs[1], runF, 3); d > ranksTol {
+		t.Errorf("--nproc 2, learner.deterministic false: weights %.3g from --nproc 1's (want <= %g)", d, ranksTol)
+	} else {
+		t.Logf("--nproc 2, learner.deterministic false, against --nproc 1: weights within %.3g", d)
 	}
 	if d := weightsApart(t, runs[1], runs[3], 3); d > ranksTol || d == 0 {
 		t.Errorf("--nproc 3: weights %.3g from --nproc 1's (want 0 < d <= %g)", d, ranksTol)
@@ -284,39 +294,46 @@ func startRanks(t *testing.T, cfg string, extra func(r int) []string) ([2]*exec.
 	return cmds, outs
 }
 
-// Ranks whose configurations give different ZeRO stages: the follower
-// refuses rank 0's first learner step naming both, and rank 0 fails
-// naming rank 1, each within the bounds of their waits.
-func TestTrainRanksDisagreeOnZero(t *testing.T) {
+// Ranks whose configurations disagree on how a step is reduced (the ZeRO
+// stage, the virtual shards): the follower refuses rank 0's first learner
+// step naming both settings, and rank 0 fails naming rank 1 and its
+// reason, each within the bounds of their waits.
+func TestTrainRanksDisagree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on two ranks")
 	}
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
-	cfg, _ := ranksRun(t, warm, 3)
-	cmds, outs := startRanks(t, cfg, func(r int) []string {
-		if r == 1 {
-			return []string{"--set", "learner.zero=2"}
-		}
-		return nil
-	})
-	for r, want := range []string{"rank 1", "rank 0 takes its learner steps at ZeRO stage 1, this rank's configuration says learner.zero: 2"} {
-		done := make(chan error, 1)
-		go func() { done <- cmds[r].Wait() }()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Errorf("rank %d finished although the ranks disagree on learner.zero:\n%s", r, outs[r].String())
+	for _, c := range []struct{ set, says string }{
+		{"learner.zero=2", "rank 0 takes its learner steps at ZeRO stage 1, this rank's configuration says learner.zero: 2"},
+		{"learner.deterministic=false", "rank 0 splits its mini-batches into 8 virtual shards, this rank's configuration into 2 (learner.deterministic: false)"},
+	} {
+		t.Run(c.set, func(t *testing.T) {
+			cfg, _ := ranksRun(t, warm, 3)
+			cmds, outs := startRanks(t, cfg, func(r int) []string {
+				if r == 1 {
+					return []string{"--set", c.set}
+				}
+				return nil
+			})
+			for r, want := range []string{"rank 1 reported a failure of its own: rank 1: " + c.says, c.says} {
+				done := make(chan error, 1)
+				go func() { done <- cmds[r].Wait() }()
+				select {
+				case err := <-done:
+					if err == nil {
+						t.Errorf("rank %d finished although the ranks disagree (%s on rank 1):\n%s", r, c.set, outs[r].String())
+					}
+				case <-time.After(3 * time.Minute):
+					t.Fatalf("rank %d still running 3 minutes after start:\n%s", r, outs[r].String())
+				}
+				if !strings.Contains(outs[r].String(), want) {
+					t.Errorf("rank %d's error does not say %q:\n%s", r, want, outs[r].String())
+				}
 			}
-		case <-time.After(3 * time.Minute):
-			t.Fatalf("rank %d still running 3 minutes after start:\n%s", r, outs[r].String())
-		}
-		if !strings.Contains(outs[r].String(), want) {
-			t.Errorf("rank %d's error does not say %q:\n%s", r, want, outs[r].String())
-		}
+			t.Logf("rank 0: %s", lineWith(outs[0].String(), "rank 1"))
+		})
 	}
-	t.Logf("rank 0: %s", lineWith(outs[0].String(), "rank 1"))
-	t.Logf("rank 1: %s", lineWith(outs[1].String(), "learner.zero"))
 }
 
 // A rank that is SIGKILLed, or SIGSTOPped, once the group has formed:

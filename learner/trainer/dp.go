@@ -83,7 +83,11 @@ type DataParallel struct {
 // DPConfig is how a data-parallel group splits and reduces a step.
 type DPConfig struct {
 	// Shards is the virtual shards of a mini-batch: a power of two, at
-	// least the group's size (0: GroupShards of the size).
+	// least the group's size (0: GroupShards of the size), for the same
+	// bits at every size that divides it; or the group's size, one shard
+	// a rank, each packed whole: fewer and larger products, and no shard
+	// gradient copied, but bits that depend on the size (within float32
+	// rounding of one process's).
 	Shards int
 	// Zero is the ZeRO stage: 1 (0 too) shards the optimiser state; 2
 	// also reduces the gradients layer by layer as the backward pass of the
@@ -106,8 +110,8 @@ func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 	if shards == 0 {
 		shards = GroupShards(n)
 	}
-	if shards < n || shards&(shards-1) != 0 {
-		return fmt.Errorf("trainer: %d virtual shards for %d ranks: give a power of two that is at least the number of ranks", shards, n)
+	if shards != n && (shards < n || shards&(shards-1) != 0) {
+		return fmt.Errorf("trainer: %d virtual shards for %d ranks: give a power of two that is at least the number of ranks, or the number of ranks", shards, n)
 	}
 	zero := max(cfg.Zero, 1)
 	if zero > 2 {

@@ -72,15 +72,15 @@ func (m RankMemory) PeakWhen() string {
 }
 
 // PlanDataParallel is the memory of each rank of a group of ranks that
-// trains a model of mc at ZeRO stage zero (EnableDataParallel with
-// GroupShards(ranks) shards): the chunks of optim.Partition, the shards of
-// owner.
-func PlanDataParallel(mc model.Config, ranks, zero int) ([]RankMemory, error) {
+// trains a model of mc as EnableDataParallel with cfg makes it: the chunks
+// of optim.Partition, the shards of owner.
+func PlanDataParallel(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, error) {
 	if ranks < 1 {
 		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
 	}
-	if zero != 1 && zero != 2 {
-		return nil, fmt.Errorf("trainer: ZeRO stage %d: give 1 or 2", zero)
+	zero := max(cfg.Zero, 1)
+	if zero > 2 {
+		return nil, fmt.Errorf("trainer: ZeRO stage %d: give 1 or 2", cfg.Zero)
 	}
 	if err := mc.Validate(); err != nil {
 		return nil, err
@@ -88,7 +88,10 @@ func PlanDataParallel(mc model.Config, ranks, zero int) ([]RankMemory, error) {
 	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
 	bounds := optim.Partition(chunks, ranks)
 	P := model.ParamCount(mc)
-	v := GroupShards(ranks)
+	v := cfg.Shards
+	if v == 0 {
+		v = GroupShards(ranks)
+	}
 	out := make([]RankMemory, ranks)
 	for r := range out {
 		var elems int64

@@ -27,7 +27,7 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 	}
 	P := model.ParamCount(mc)
 	for _, n := range []int{1, 2, 3, 4, 8} {
-		ranks, err := PlanDataParallel(mc, n, 1)
+		ranks, err := PlanDataParallel(mc, n, DPConfig{Zero: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,11 +63,11 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 	// shard's gradient is read in place), beside the previous sum it
 	// keeps; 8 ranks one shard each, and the all-to-all holds the sum
 	// sent, the receive buffer and the reduced gradient.
-	one, _ := PlanDataParallel(mc, 1, 1)
+	one, _ := PlanDataParallel(mc, 1, DPConfig{Zero: 1})
 	if one[0].TreeBuffers != 3 || one[0].StepBuffers() != 4*4*P {
 		t.Errorf("1 rank: %d tree buffers, step buffers %d, want 3 and 16P = %d", one[0].TreeBuffers, one[0].StepBuffers(), 16*P)
 	}
-	eight, _ := PlanDataParallel(mc, 8, 1)
+	eight, _ := PlanDataParallel(mc, 8, DPConfig{Zero: 1})
 	if r := eight[0]; r.TreeBuffers != 1 || r.StepBuffers() != r.Reduce || r.Reduce != 4*P+9*r.Held {
 		t.Errorf("8 ranks: %+v, want the all-to-all's peak 4P + (8 + 1) x share x 4", r)
 	}
@@ -90,11 +90,11 @@ func TestPlanDataParallelStage2(t *testing.T) {
 	zero2Piece = 1 << 16
 	piece := 4 * min(int64(zero2Piece), P)
 	for _, n := range []int{1, 2, 3, 4, 8} {
-		one, err := PlanDataParallel(mc, n, 1)
+		one, err := PlanDataParallel(mc, n, DPConfig{Zero: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		two, err := PlanDataParallel(mc, n, 2)
+		two, err := PlanDataParallel(mc, n, DPConfig{Zero: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,11 +122,11 @@ func TestPlanDataParallelStage2(t *testing.T) {
 			}
 		}
 	}
-	eight, _ := PlanDataParallel(mc, 8, 2)
+	eight, _ := PlanDataParallel(mc, 8, DPConfig{Zero: 2})
 	if r := eight[0]; r.TreeBuffers != 0 || r.Tree != r.Held {
 		t.Errorf("8 ranks at stage 2: %+v, want no gradient copy", r)
 	}
-	two, _ := PlanDataParallel(mc, 2, 2)
+	two, _ := PlanDataParallel(mc, 2, DPConfig{Zero: 2})
 	if r := two[0]; r.Reduce != 8*P+piece+4*2*min(int64(zero2Piece), r.Elements)+r.Held {
 		t.Errorf("2 ranks at stage 2: reduction %d, want two kept sums (8P = %d), the pieces and the held share", r.Reduce, 8*P)
 	}

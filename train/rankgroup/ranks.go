@@ -27,14 +27,13 @@ import (
 type Ranks struct {
 	Group  *dist.Group
 	Comm   dist.Comm
-	Shards int // virtual shards of a mini-batch (trainer.DataParallel)
 
 	seq int64 // commands announced (rank 0) or followed (others)
 }
 
 // Join forms the group the launcher's environment describes and opens
 // its Gloo communicator.
-func Join(ctx context.Context, opts dist.Options, shards int) (*Ranks, error) {
+func Join(ctx context.Context, opts dist.Options) (*Ranks, error) {
 	env, err := dist.EnvFromOS()
 	if err != nil {
 		return nil, err
@@ -48,7 +47,7 @@ func Join(ctx context.Context, opts dist.Options, shards int) (*Ranks, error) {
 		g.Close()
 		return nil, err
 	}
-	return &Ranks{Group: g, Comm: c, Shards: shards}, nil
+	return &Ranks{Group: g, Comm: c}, nil
 }
 
 // Describe is the rank's one-line account of its place in the group and
@@ -82,9 +81,11 @@ type Command struct {
 	Op     string `json:"op"` // "learn", "done" or "abort"
 	Step   int64  `json:"step,omitempty"`
 	Reason string `json:"reason,omitempty"`
-	// Zero is rank 0's learner.zero: ranks that reduce at different
-	// stages would exchange pieces of different sizes.
-	Zero int `json:"zero,omitempty"`
+	// Zero is rank 0's learner.zero and Shards the virtual shards of its
+	// mini-batches (learner.deterministic): ranks that disagree would
+	// exchange buffers of different sizes.
+	Zero   int `json:"zero,omitempty"`
+	Shards int `json:"shards,omitempty"`
 }
 
 func commandKey(seq int64) string { return "aipo/train/command/" + strconv.FormatInt(seq, 10) }
