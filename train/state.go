@@ -41,10 +41,10 @@ type trainState struct {
 	free     func()
 	// ranks, when set, makes l a rank of a data-parallel group, whose
 	// share of the optimiser state dp keeps between steps (not opt).
-	ranks *rankgroup.Ranks
+	ranks  *rankgroup.Ranks
 	zero   int // learner.zero: the group's ZeRO stage
 	shards int // the virtual shards of a mini-batch (Learner.DPShards)
-	dp    *trainer.DataParallel
+	dp     *trainer.DataParallel
 }
 
 // learner returns the learner's passes for cfg (learner.backend,

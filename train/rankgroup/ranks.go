@@ -25,8 +25,8 @@ import (
 // takes part in the step (trainer.RLStepDP) and rank 0 alone writes what
 // it commits.
 type Ranks struct {
-	Group  *dist.Group
-	Comm   dist.Comm
+	Group *dist.Group
+	Comm  dist.Comm
 
 	seq int64 // commands announced (rank 0) or followed (others)
 }
