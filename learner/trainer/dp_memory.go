@@ -64,7 +64,14 @@ func (m RankMemory) PeakWhen() string {
 		return fmt.Sprintf("summing its %d shards' gradients: %d flat copies", m.Shards, m.TreeBuffers)
 	case m.Reduce:
 		if m.Zero == 2 {
-			return fmt.Sprintf("reducing its last shard's gradient runs beside %d kept sums", bits.OnesCount(uint(m.Shards-1)))
+			switch k := bits.OnesCount(uint(m.Shards - 1)); k {
+			case 0:
+				return "reducing its shard's gradient runs"
+			case 1:
+				return "reducing its last shard's gradient runs beside the tree's kept sum"
+			default:
+				return fmt.Sprintf("reducing its last shard's gradient runs beside the tree's %d kept sums", k)
+			}
 		}
 		return "the all-to-all of the gradient sums"
 	}
