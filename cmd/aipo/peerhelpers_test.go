@@ -251,15 +251,17 @@ func sameAnswerGSM8K(t *testing.T, answer string, n int) []gsm8kRow {
 // returns the trained weights.
 func warmStartAnswer(t *testing.T, fam tfFamily, rows []gsm8kRow) []checkpoint.Tensor {
 	t.Helper()
-	return warmStart(t, fam, rows, 80, false)
+	return warmStart(t, fam, rows, 80, false, nil)
 }
 
 // warmStart is warmStartAnswer with steps SFT steps. Its 16 training
 // sequences take the rows in turn and the answers 3 and 5 in turn; with
 // eachBoth, there are two sequences per row, one with each answer, so that
 // a model large enough to learn its data by heart still samples both
-// (with 4 rows, 16 sequences teach each row one answer alone).
-func warmStart(t *testing.T, fam tfFamily, rows []gsm8kRow, steps int, eachBoth bool) []checkpoint.Tensor {
+// (with 4 rows, 16 sequences teach each row one answer alone). With render
+// (a run's rollout renderer), the prompts are rendered by it, system
+// prompt included, instead of by the family's chat template alone.
+func warmStart(t *testing.T, fam tfFamily, rows []gsm8kRow, steps int, eachBoth bool, render *trajectories.Renderer) []checkpoint.Tensor {
 	t.Helper()
 	tok, tm := familyTokenizer(t, fam)
 	n := 16
@@ -268,7 +270,14 @@ func warmStart(t *testing.T, fam tfFamily, rows []gsm8kRow, steps int, eachBoth 
 	}
 	seqs := make([]trainer.Sequence, 0, n)
 	for i := range n {
-		text, err := tm.Render([]chattemplate.Message{{Role: "user", Content: rows[i%len(rows)].Question}}, familyChatOptions(fam, true))
+		q := rows[i%len(rows)].Question
+		var text string
+		var err error
+		if render != nil {
+			text, err = render.Render(schemas.Prompt{ID: fmt.Sprint(i % len(rows)), Problem: q})
+		} else {
+			text, err = tm.Render([]chattemplate.Message{{Role: "user", Content: q}}, familyChatOptions(fam, true))
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
