@@ -32,11 +32,11 @@ func Follow(ctx context.Context, cfg runconfig.Config, r *rankgroup.Ranks, logf 
 			return fmt.Errorf("rank %d: %w: %s", r.Group.Rank(), ErrLeaderFailed, c.Reason)
 		case "learn":
 			var err error
-			switch shards := cfg.Learner.DPShards(r.Group.Size()); {
-			case c.Zero != 0 && c.Zero != cfg.Learner.Zero:
-				err = fmt.Errorf("rank %d: rank 0 takes its learner steps at ZeRO stage %d, this rank's configuration says learner.zero: %d: give every rank the same configuration", r.Group.Rank(), c.Zero, cfg.Learner.Zero)
-			case c.Shards != 0 && c.Shards != shards:
-				err = fmt.Errorf("rank %d: rank 0 splits its mini-batches into %d virtual shards, this rank's configuration into %d (learner.deterministic: %v): give every rank the same configuration", r.Group.Rank(), c.Shards, shards, cfg.Learner.Deterministic)
+			switch g := s.groupConfig(); {
+			case c.Zero != 0 && c.Zero != g.Zero:
+				err = fmt.Errorf("rank %d: rank 0 takes its learner steps at ZeRO stage %d, this rank's configuration says learner.zero: %d: give every rank the same configuration", r.Group.Rank(), c.Zero, g.Zero)
+			case c.Shards != 0 && c.Shards != g.Shards:
+				err = fmt.Errorf("rank %d: rank 0 splits its mini-batches into %d virtual shards, this rank's configuration into %d (learner.deterministic: %v): give every rank the same configuration", r.Group.Rank(), c.Shards, g.Shards, cfg.Learner.Deterministic)
 			}
 			if err != nil {
 				// Reported to the store, so that rank 0, whose collective

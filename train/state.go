@@ -41,10 +41,9 @@ type trainState struct {
 	free     func()
 	// ranks, when set, makes l a rank of a data-parallel group, whose
 	// share of the optimiser state dp keeps between steps (not opt).
-	ranks  *rankgroup.Ranks
-	zero   int // learner.zero: the group's ZeRO stage
-	shards int // the virtual shards of a mini-batch (Learner.DPShards)
-	dp     *trainer.DataParallel
+	ranks *rankgroup.Ranks
+	group trainer.DPConfig // how the group splits and reduces a step (learnSession.groupConfig)
+	dp    *trainer.DataParallel
 }
 
 // learner returns the learner's passes for cfg (learner.backend,
@@ -111,7 +110,7 @@ func (st *trainState) joinGroup(l *trainer.Learner, cpu bool) error {
 		l.DP = st.dp
 		return nil
 	}
-	if err := l.EnableDataParallel(st.ranks.Comm, trainer.DPConfig{Shards: st.shards, Zero: st.zero}); err != nil {
+	if err := l.EnableDataParallel(st.ranks.Comm, st.group); err != nil {
 		return err
 	}
 	st.dp = l.DP
@@ -284,6 +283,13 @@ type learnSession struct {
 	ranks *rankgroup.Ranks
 }
 
+// groupConfig is how the session's group of ranks splits and reduces a
+// step under its configuration (learner.zero, learner.deterministic): what
+// rank 0 announces with each step and every rank's DataParallel uses.
+func (s *learnSession) groupConfig() trainer.DPConfig {
+	return trainer.DPConfig{Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(s.ranks.Group.Size())}
+}
+
 func newLearnSession(cfg runconfig.Config, logf func(string)) *learnSession {
 	return &learnSession{cfg: cfg, logf: logf}
 }
@@ -311,7 +317,8 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 			return readLearnRecord(ctx, runDir, k)
 		}
 		if s.ranks != nil {
-			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k, Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(s.ranks.Group.Size())}); err != nil {
+			g := s.groupConfig()
+			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k, Zero: g.Zero, Shards: g.Shards}); err != nil {
 				return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 			}
 		}
@@ -438,9 +445,9 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 		return nil, err
 	}
 	// The state is streamed where the passes keep it once they are open.
-	st := &trainState{step: from, pol: pol, opt: opt, optFrom: rundir.Checkpoint(runDir, from), ranks: s.ranks, zero: s.cfg.Learner.Zero}
+	st := &trainState{step: from, pol: pol, opt: opt, optFrom: rundir.Checkpoint(runDir, from), ranks: s.ranks}
 	if s.ranks != nil {
-		st.shards = s.cfg.Learner.DPShards(s.ranks.Group.Size())
+		st.group = s.groupConfig()
 	}
 	if from < k {
 		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
