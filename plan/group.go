@@ -13,16 +13,23 @@ import (
 // is what the built group holds (trainer.PlanDataParallel: ZeRO stage 1
 // or 2, learner/trainer/dp.go): every rank the whole policy, its
 // gradients, its share of the AdamW moments and its step's gradient
-// buffers, all ranks in this machine's memory. On a GPU backend it is the
+// buffers, all ranks in this machine's memory. On a GPU backend at stage 1
+// it is the built group too, whose ranks reduce on the host: each GPU
+// holds the one-GPU step without its moments, and each rank's host its
+// share of the moments, the shards' gradients brought from the device and
+// the same step buffers as on the CPU. At stage 2 on GPUs it is the
 // design of docs/scaling.md, not built: each rank's device holds the
-// one-GPU step with the moments (ZeRO-1), and the gradients too (ZeRO-2),
-// sharded.
+// one-GPU step with the moments and the gradients sharded.
 
 // Group is the data-parallel group a plan is for.
 type Group struct {
 	Ranks, Zero int
-	// CPU is the built group's memory by rank (nil for the GPU design).
+	// CPU is the built group's memory by rank, what its host holds (nil
+	// for the GPU design).
 	CPU []trainer.RankMemory
+	// OnDevice says that the built group's passes run on GPUs (the
+	// reduction and the moments on the host).
+	OnDevice bool
 	// Share is the parameters of the GPU design's slice a rank (P/N,
 	// rounded up); LargestGroup the largest part of the model a backward
 	// pass finishes at once, whose full gradient a ZeRO-2 rank holds until
@@ -30,7 +37,8 @@ type Group struct {
 	Share, LargestGroup int64
 }
 
-// Built reports whether the group's learner exists (the CPU backend's).
+// Built reports whether the group's learner exists (the CPU backend's,
+// and a GPU backend's at stage 1).
 func (g *Group) Built() bool { return g.CPU != nil }
 
 // others is the list of the ranks besides rank 0, as the plan names them.
@@ -67,8 +75,8 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	if zero == 0 {
 		zero = max(cfg.Learner.Zero, 1) // learner.zero, 1 by default
 	}
-	g := &Group{Ranks: o.Ranks, Zero: zero}
-	if cfg.Learner.Backend == runconfig.BackendCPU {
+	g := &Group{Ranks: o.Ranks, Zero: zero, OnDevice: cfg.Learner.Backend != runconfig.BackendCPU}
+	if !g.OnDevice || zero == 1 {
 		ranks, err := trainer.PlanDataParallel(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
@@ -126,6 +134,13 @@ func (g *Group) othersBetweenSteps(P, base int64) int64 {
 
 // describe is the plan's paragraph on the group.
 func (g *Group) describe(p Plan) string {
+	if g.Built() && g.OnDevice {
+		r0 := g.CPU[0]
+		return fmt.Sprintf("learner on %d GPUs (aipo train --nproc %d, a GPU a rank by LOCAL_RANK), ZeRO stage 1 as built, reduced on the host (learner/trainer/dp.go, backend.HostReduced): each rank's GPU holds the whole policy, its gradients and the step's activations, but no AdamW moments; "+
+			"each rank brings its virtual shards' gradients to the host (%d a mini-batch, rank 0 computes %d), where the group sums them over Gloo and steps its share of the moments (rank 0: %s of %s parameters), and uploads the gathered parameters. "+
+			"The device figures are one GPU's (rank 0's, which also runs the rollout engine), the host figures the node's, all %d ranks on one machine\n",
+			g.Ranks, g.Ranks, p.Config.Learner.DPShards(g.Ranks), r0.Shards, fmtCount(r0.Elements), fmtCount(p.Params), g.Ranks)
+	}
 	if g.Built() {
 		r0 := g.CPU[0]
 		how := "the gradients summed whole after the backward pass"
@@ -141,7 +156,7 @@ func (g *Group) describe(p Plan) string {
 	if g.Zero == 2 {
 		what = "the gradients and the AdamW moments"
 	}
-	return fmt.Sprintf("learner on %d GPUs, ZeRO stage %d: PLANNED, NOT BUILT. These are the figures of the design in docs/scaling.md (\"Many GPUs\"); aipo train refuses --nproc with learner.backend %s today. "+
+	return fmt.Sprintf("learner on %d GPUs, ZeRO stage %d: PLANNED, NOT BUILT. These are the figures of the design in docs/scaling.md (\"Many GPUs\"); aipo train runs a group with learner.backend %s at stage 1 only, reducing on the host (aipo plan --zero 1 plans it). "+
 		"Each rank's GPU holds the one-GPU step with %s sharded (1/%d each, %s parameters); the device figures are one GPU's (rank 0's, which also runs the rollout engine), "+
 		"the host figures the node's, all %d ranks on one machine\n",
 		g.Ranks, g.Zero, p.Config.Learner.Backend, what, g.Ranks, fmtCount(g.Share), g.Ranks)

@@ -28,11 +28,14 @@ func line(t *testing.T, ph Phase, prefix string, dev bool) int64 {
 	return 0
 }
 
-// The GPU design's rank of N (not built): the moments are 1/N of one
-// GPU's (ZeRO-1), the gradients too (ZeRO-2, plus the largest layer's
-// whole gradient), and the rest is the one GPU's; its learner step on the
-// device is the one GPU's less what is sharded, and the node's host holds
-// N ranks' learner steps.
+// A group of N GPUs. At stage 1 it is the built group that reduces on the
+// host: each GPU holds the one-GPU step less its moments, and each rank's
+// host the one GPU's host part, the shards' gradients brought from the
+// device (4P), its share of the moments and the step's buffers as on the
+// CPU (trainer.PlanDataParallel). At stage 2 it is the GPU design (not
+// built): the moments and the gradients are 1/N of one GPU's (plus the
+// largest layer's whole gradient), and the rest is the one GPU's; the
+// node's host holds N ranks' learner steps.
 func TestPlanGroupOnGPUs(t *testing.T) {
 	ctx := context.Background()
 	cfg := paperConfig(t)
@@ -53,22 +56,42 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 		N := int64(tc.ranks)
 		share := (P + N - 1) / N
 		learn := p.Phases[phaseLearn]
+		s := p.String()
+		if tc.zero == 1 {
+			g := p.Group
+			if !g.Built() || !g.OnDevice || len(g.CPU) != tc.ranks {
+				t.Fatalf("%d ranks, ZeRO-1 on GPUs: group %+v, want the built group reducing on the host", tc.ranks, g)
+			}
+			moments1 := line(t, learn1, "AdamW moments", true)
+			if got := line(t, learn, "AdamW moments", true); got != 0 {
+				t.Errorf("%d ranks, ZeRO-1: moments on the device %d, want none (they are on the host)", tc.ranks, got)
+			}
+			if got := line(t, learn, "AdamW moments", false); got != g.CPU[0].Moments {
+				t.Errorf("%d ranks, ZeRO-1: moments on the host %d, want rank 0's share %d", tc.ranks, got, g.CPU[0].Moments)
+			}
+			if learn.Device() != learn1.Device()-moments1 {
+				t.Errorf("%d ranks, ZeRO-1: the step's device %d, want one GPU's less its moments %d", tc.ranks, learn.Device(), learn1.Device()-moments1)
+			}
+			if want := learn1.Host() + 4*P + g.CPU[0].Moments + g.CPU[0].StepBuffers(); learn.Host()-learn.Others != want {
+				t.Errorf("%d ranks, ZeRO-1: rank 0's host in the step %d, want one GPU's %d + the gradients 4P + its moments + the step's buffers = %d", tc.ranks, learn.Host()-learn.Others, learn1.Host(), want)
+			}
+			if !strings.Contains(s, "ZeRO stage 1 as built, reduced on the host") || strings.Contains(s, "PLANNED") {
+				t.Errorf("%d ranks: the plan does not describe the built group:\n%s", tc.ranks, s)
+			}
+			continue
+		}
 		if got := line(t, learn, "AdamW moments", true); got != 8*share || got*N < line(t, learn1, "AdamW moments", true) {
 			t.Errorf("%d ranks, ZeRO-%d: moments %d, want 8P/N = %d", tc.ranks, tc.zero, got, 8*share)
 		}
-		want := learn1.Device() - 8*P + 8*share
+		want := learn1.Device() - line(t, learn1, "AdamW moments", true) + 8*share
 		grads := line(t, learn, "gradients", true)
-		if tc.zero == 2 {
-			var largest int64
-			for _, n := range model.ParamGroups(p.Model) {
-				largest = max(largest, int64(n))
-			}
-			want += -4*P + 4*share + 4*largest
-			if grads != 4*share {
-				t.Errorf("%d ranks, ZeRO-2: gradients %d, want 4P/N = %d", tc.ranks, grads, 4*share)
-			}
-		} else if grads != 4*P {
-			t.Errorf("%d ranks, ZeRO-1: gradients %d, want 4P = %d", tc.ranks, grads, 4*P)
+		var largest int64
+		for _, n := range model.ParamGroups(p.Model) {
+			largest = max(largest, int64(n))
+		}
+		want += -4*P + 4*share + 4*largest
+		if grads != 4*share {
+			t.Errorf("%d ranks, ZeRO-2: gradients %d, want 4P/N = %d", tc.ranks, grads, 4*share)
 		}
 		if learn.Device() != want {
 			t.Errorf("%d ranks, ZeRO-%d: the step's device %d, want %d", tc.ranks, tc.zero, learn.Device(), want)
@@ -76,7 +99,7 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 		if learn.Host() != N*learn1.Host() || learn.Others != (N-1)*learn1.Host() {
 			t.Errorf("%d ranks: the node's host in the step %d (others %d), want N x one GPU's %d", tc.ranks, learn.Host(), learn.Others, learn1.Host())
 		}
-		if s := p.String(); !strings.Contains(s, "PLANNED, NOT BUILT") || !strings.Contains(s, "refuses --nproc") {
+		if !strings.Contains(s, "PLANNED, NOT BUILT") || !strings.Contains(s, "at stage 1 only, reducing on the host") {
 			t.Errorf("%d ranks: the plan does not say the design is not built:\n%s", tc.ranks, s)
 		}
 	}

@@ -317,6 +317,13 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		momentsLine = fmt.Sprintf("AdamW moments of rank 0's share (float32 m and v, 1/%d)", g.Ranks)
 		if g.Built() {
 			st.Host.Optimizer = g.CPU[0].Moments
+			if g.OnDevice {
+				// The moments live on the host, and each shard's
+				// gradients come to the host model's buffer.
+				st.Device.Optimizer = 0
+				st.Host.Grads = 4 * P
+				gradsLine = "gradients (float32; each shard's also brought to the host)"
+			}
 			held = Line{What: fmt.Sprintf("rank 0's state kept between steps (float32 weights, its moments, the reduced gradient's buffer of %s)", fmtBytes(g.CPU[0].Held)),
 				Host: 4*P + g.heldBetweenSteps(0)}
 		} else {
@@ -840,7 +847,7 @@ func (p Plan) moreMemory() string {
 	case !p.cuda():
 		return "a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case g != nil && g.Zero == 1:
-		return "more GPUs (--nproc), or --zero 2 (the gradients sharded too; docs/scaling.md)"
+		return "more GPUs (--nproc) shard only the moments, which this group keeps on the host; each GPU holds the whole weights and gradients: the device-resident ZeRO-2 (aipo plan --zero 2, docs/scaling.md) is planned, not built"
 	case g != nil:
 		return "more GPUs (--nproc); sharding the weights too (ZeRO-3, docs/scaling.md) is not planned"
 	}

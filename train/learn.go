@@ -290,15 +290,31 @@ func writeJSON(ctx context.Context, p string, v any) error {
 }
 
 // onBackend moves the learner's passes (policy and reference) to the
-// backend called name (learner.backend; cuda: GPU 0), multiplying in
-// precision, and returns the function that frees them and the device.
-func onBackend(l *trainer.Learner, name, precision string) (func(), error) {
+// backend called name (learner.backend), multiplying in precision, and
+// returns the function that frees them and the device. The device is the
+// backend's first, or for the rank whose LOCAL_RANK is local, its device
+// local modulo the devices there are (torchrun's one rank a GPU; ranks
+// beyond the GPUs share them, which a group that reduces on the host
+// allows).
+func onBackend(l *trainer.Learner, name, precision string, local int) (func(), error) {
 	b, err := backend.Lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	dv, err := b.Open()
-	if err != nil {
+	var dv backend.Device
+	if o, ok := b.(backend.DeviceOpener); ok && local > 0 {
+		devs, err := b.Devices()
+		if err != nil {
+			return nil, err
+		}
+		if len(devs) == 0 {
+			return nil, fmt.Errorf("the %s backend sees no device", name)
+		}
+		dv, err = o.OpenDevice(local % len(devs))
+		if err != nil {
+			return nil, err
+		}
+	} else if dv, err = b.Open(); err != nil {
 		return nil, err
 	}
 	free, err := l.On(dv, precision)

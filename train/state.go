@@ -71,7 +71,11 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 			}
 			l.Ref = r
 		}
-		free, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision)
+		local := 0
+		if st.ranks != nil {
+			local = st.ranks.Group.Env().LocalRank
+		}
+		free, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision, local)
 		if err != nil {
 			return nil, fmt.Errorf("learner.backend %s: %w", cfg.Learner.Backend, err)
 		}
@@ -79,7 +83,7 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 			l.Ref = nil
 		}
 		if st.ranks != nil {
-			if err := st.joinGroup(l, cpu); err != nil {
+			if err := st.joinGroup(l); err != nil {
 				free()
 				return nil, err
 			}
@@ -101,11 +105,10 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 }
 
 // joinGroup makes l the group's rank: with the share of the optimiser
-// state st kept from the step before, or a new one (restored next).
-func (st *trainState) joinGroup(l *trainer.Learner, cpu bool) error {
-	if !cpu {
-		return fmt.Errorf("aipo train --nproc runs the learner's passes on the CPU (learner.backend: cpu); the GPU group (NCCL) is not wired to the learner yet: train on one GPU without --nproc")
-	}
+// state st kept from the step before, or a new one (restored next). On a
+// device the ranks reduce the gradients on the host, where the shares
+// are kept (trainer.EnableDataParallel, backend.HostReduced).
+func (st *trainState) joinGroup(l *trainer.Learner) error {
 	if st.dp != nil {
 		l.DP = st.dp
 		return nil
@@ -235,7 +238,9 @@ func (st *trainState) park() error {
 	}
 	err := st.syncParams()
 	cpu := st.cpu
-	if err == nil && !cpu {
+	if err == nil && !cpu && st.dp == nil {
+		// (A group's rank keeps its share of the state on the host, in
+		// st.dp, whatever the passes' device.)
 		var b bytes.Buffer
 		if err = st.l.WriteOptimizer(&b); err == nil {
 			st.optBytes = b.Bytes()

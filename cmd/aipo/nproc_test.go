@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,9 +21,11 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/configs"
+	"github.com/aipo-rl/aipo/internal/fakecuda"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/cuda"
 )
 
 // ranksRun is a run directory of the quick configuration seeded with the
@@ -531,4 +534,59 @@ func TestTrainShardsOnRanks(t *testing.T) {
 		t.Fatalf("load the sharded checkpoint --nproc 2 wrote: %v", err)
 	}
 	t.Logf("--nproc 2 and 1: the same %d files beside the optimiser's, every size and sha256 equal, the same optimiser state; %d tensors load", len(a), len(ck.Tensors))
+}
+
+// aipo train --nproc N with learner.backend cuda, on the stand-in CUDA
+// driver whose kernels run on the host (internal/fakecuda; one device,
+// which the ranks share): each rank brings its shards' gradients from the
+// device to the host, the group reduces them and steps its share of the
+// moments there, and uploads the gathered weights. 2 steps of the quick
+// configuration at 2 ranks end with --nproc 1's bits, and the group's
+// final checkpoint has each rank's part of the optimiser state.
+func TestTrainOnGPURanks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
+	}
+	libs, err := fakecuda.Build(t.TempDir(), filepath.Join("..", "..", "learner", "cuda"))
+	if err != nil {
+		t.Fatalf("building the stand-in CUDA libraries: %v", err)
+	}
+	if !libs.Emulated {
+		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (scripts/setup.sh does)")
+	}
+	warm := filepath.Join(t.TempDir(), "warm")
+	quickWarmStart(t, warm)
+	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
+	runs := map[int]string{}
+	for _, n := range []int{1, 2} {
+		cfg, run := ranksRun(t, warm, 2)
+		t0 := time.Now()
+		args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(n), "--set", "learner.backend=cuda",
+			// The evaluation of the warm start decodes on the emulated
+			// device for minutes; the steps' rollouts take seconds.
+			"--set", "eval.every=0"}
+		code, out := runAipoFor(t, 10*time.Minute, env, args...)
+		if code != 0 || !strings.Contains(out, "step 2/2: loss") {
+			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
+		}
+		runs[n] = run
+		t.Logf("--nproc %d on the stand-in GPU: %s (%s)", n, finalDigest(t, run, 2), time.Since(t0).Round(time.Millisecond))
+		if got := optimizerFiles(t, run, 2); !slices.Equal(got, wantOptimizerFiles(n)) {
+			t.Errorf("--nproc %d: the final checkpoint's optimiser files are %v, want %v", n, got, wantOptimizerFiles(n))
+		}
+	}
+	if a, b := finalDigest(t, runs[1], 2), finalDigest(t, runs[2], 2); a != b {
+		t.Errorf("--nproc 2 on the device: %s, --nproc 1: %s", b, a)
+	}
+	before, err := os.ReadFile(filepath.Join(warm, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(filepath.Join(rundir.Checkpoint(runs[2], 2), "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(before, after) {
+		t.Error("--nproc 2 on the device: the weights after 2 steps are the warm start's")
+	}
 }

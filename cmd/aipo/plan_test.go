@@ -68,7 +68,7 @@ func TestPlanGroupFlags(t *testing.T) {
 	init := filepath.Join(repo, "learner", "hfconfig", "testdata", "Qwen2.5-7B-Instruct.config.json")
 	run := t.TempDir()
 	code, out := runAipo(t, "plan", "--config", cfg, "--run", run, "--init", init, "--device", "a100-80g", "--nproc", "4", "--zero", "2")
-	for _, want := range []string{"learner on 4 GPUs, ZeRO stage 2: PLANNED, NOT BUILT", "aipo train refuses --nproc with learner.backend cuda today",
+	for _, want := range []string{"learner on 4 GPUs, ZeRO stage 2: PLANNED, NOT BUILT", "aipo train runs a group with learner.backend cuda at stage 1 only, reducing on the host",
 		"gradients of rank 0's share (float32, 1/4, reduce-scattered)", "AdamW moments of rank 0's share (float32 m and v, 1/4)",
 		"ranks 1-3 on the same host (each its own process and GPU)", "precision bf16", "7.62B parameters"} {
 		if !strings.Contains(out, want) {

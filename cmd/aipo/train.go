@@ -144,12 +144,9 @@ func runTrain(args []string) error {
 }
 
 // checkGroupPlan is checkPlan for this process or, on rank 0 of a group,
-// for every rank on this machine; the group's learner runs on the CPU.
+// for every rank on this machine (on GPUs, one GPU's and the node's host).
 func checkGroupPlan(ctx context.Context, cfg runconfig.Config, po plan.Options, ranks *rankgroup.Ranks, ignore bool) error {
 	if ranks != nil {
-		if cfg.Learner.Backend != runconfig.BackendCPU {
-			return usageError("aipo train --nproc %d: the learner's ranks run on the CPU (learner.backend: cpu); the multi-GPU learner is planned, not built (aipo plan --nproc N --device NAME plans it, docs/scaling.md): train on one GPU without --nproc", ranks.Comm.Size())
-		}
 		po.Ranks = ranks.Comm.Size()
 	}
 	return checkPlan(ctx, cfg, po, ignore)

@@ -205,6 +205,30 @@ type Compute interface {
 	Close() error
 }
 
+// HostReduced is a device's Compute whose gradients a data-parallel group
+// reduces on the host, where the rank's share of the optimiser state is
+// kept and stepped (the split of ZeRO-Offload): a rank brings each
+// virtual shard's gradients to the host, the group reduces them over its
+// engine (Gloo) and updates its share there, and the gathered parameters
+// go back to the device.
+type HostReduced interface {
+	Compute
+	// GradsTo copies the gradients accumulated since ZeroGrads into dst,
+	// laid out as the host model's GradData.
+	GradsTo(dst []float32) error
+	// LoadParams makes the passes run with src, laid out as the host
+	// model's ParamData (and their bfloat16 copy, when they keep one).
+	LoadParams(src []float32) error
+}
+
+// DeviceOpener is a Backend with several devices: OpenDevice acquires the
+// one numbered ordinal in Devices' order (Open takes the first). The
+// ranks of a data-parallel group on one machine open the device of their
+// LOCAL_RANK.
+type DeviceOpener interface {
+	OpenDevice(ordinal int) (Device, error)
+}
+
 // Decoder is the model an engine samples from. Its methods are those of
 // model.Model that decoding needs.
 type Decoder interface {

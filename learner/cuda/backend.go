@@ -87,8 +87,12 @@ func (cudaBackend) StepMemory(w backend.Workload) (host, device backend.Memory) 
 	return backend.Memory{Weights: 4 * model.ParamCount(w.Model)}, device
 }
 
-func (cudaBackend) Open() (backend.Device, error) {
-	dv, err := Open(0)
+func (b cudaBackend) Open() (backend.Device, error) { return b.OpenDevice(0) }
+
+// OpenDevice opens GPU ordinal (the driver's numbering, which
+// CUDA_VISIBLE_DEVICES narrows) as a backend.Device.
+func (cudaBackend) OpenDevice(ordinal int) (backend.Device, error) {
+	dv, err := Open(ordinal)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +165,11 @@ func (d cudaDevice) DecoderBF16(m *model.Model) (backend.Decoder, error) {
 	return d.dv.NewDecoderBF16(m)
 }
 
+var (
+	_ backend.HostReduced  = (*compute)(nil)
+	_ backend.DeviceOpener = cudaBackend{}
+)
+
 // compute runs the trainer's passes on the device copy of host.
 type compute struct {
 	host *model.Model
@@ -176,6 +185,13 @@ func (c *compute) ZeroGrads() error         { return c.dev.ZeroGrads() }
 func (c *compute) SyncParams() error        { return c.dev.Params(c.host.ParamData()) }
 func (c *compute) SetCheckpointing(on bool) { c.dev.SetCheckpointing(on) }
 func (c *compute) Close() error             { return c.dev.Free() }
+
+// GradsTo brings the device's gradients to the host (backend.HostReduced).
+func (c *compute) GradsTo(dst []float32) error { return c.dev.Grads(dst) }
+
+// LoadParams uploads parameters updated on the host, and refreshes their
+// bfloat16 copy (backend.HostReduced).
+func (c *compute) LoadParams(src []float32) error { return c.dev.SetParams(src) }
 
 // Step is the device's AdamW (Model.Step): the parameters, gradients and
 // moments stay on the device.

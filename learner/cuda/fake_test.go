@@ -1,13 +1,14 @@
 package cuda
 
 import (
-	"fmt"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
+
+	"github.com/aipo-rl/aipo/internal/fakecuda"
 )
 
 // fakeTests are the GPU tests that testdata/fakecuda.c can serve alone:
@@ -32,6 +33,7 @@ var emulatedTests = []string{
 	"TestGPUCheckpointingGradientsBitIdentical", "TestPassBytesIsTheDevicePeak",
 	"TestParityQKNorm", "TestParityModelStepQwen3", "TestParityModelStepQwen3BF16",
 	"TestParityGreedyDecodeQwen3", "TestParityDecodeLogitsQwen3", "TestParityDecodeBF16",
+	"TestDeviceDataParallel",
 }
 
 // TestFakeDriver runs fakeTests in a child process against host-memory
@@ -58,36 +60,19 @@ func TestFakeDriver(t *testing.T) {
 	if os.Getenv("AIPO_FAKE_CUDA_CHILD") == "1" {
 		t.Skip("inside the child process")
 	}
-	cc, err := exec.LookPath("cc")
+	libs, err := fakecuda.Build(t.TempDir(), ".")
+	if errors.Is(err, fakecuda.ErrNoCompiler) {
+		t.Skip(err)
+	}
 	if err != nil {
-		t.Skip("no C compiler to build the stand-in libraries")
+		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	build := func(name string, args ...string) {
-		t.Helper()
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-	}
-	for _, lib := range []struct{ def, name string }{{"FAKE_CUBLAS", "libcublas.so.13"}, {"FAKE_CUBLASLT", "libcublasLt.so.13"}} {
-		build(cc, "-shared", "-fPIC", "-O2", "-D"+lib.def, "-o", filepath.Join(dir, lib.name), filepath.Join("testdata", "fakecuda.c"), "-lpthread")
-	}
+	dir := libs.Dir
 	tests := fakeTests
-	libcuda := filepath.Join(dir, "libcuda.so.1")
-	if cxx, err := exec.LookPath("c++"); err != nil {
-		t.Logf("no C++ compiler: kernels are not emulated, only %v run", fakeTests)
-		build(cc, "-shared", "-fPIC", "-O2", "-DFAKE_CUDA", "-o", libcuda, filepath.Join("testdata", "fakecuda.c"), "-lpthread")
-	} else {
-		registry := filepath.Join(dir, "registry.cpp")
-		if err := os.WriteFile(registry, []byte(emulatorRegistry(t)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		fake, emu, reg := filepath.Join(dir, "fake.o"), filepath.Join(dir, "emu.o"), filepath.Join(dir, "registry.o")
-		build(cc, "-c", "-fPIC", "-O2", "-DFAKE_CUDA", "-o", fake, filepath.Join("testdata", "fakecuda.c"))
-		build(cxx, "-c", "-fPIC", "-O1", "-std=c++17", "-o", emu, filepath.Join("testdata", "emu", "cudaemu.cpp"))
-		build(cxx, "-c", "-fPIC", "-O1", "-std=c++17", "-o", reg, registry)
-		build(cxx, "-shared", "-o", libcuda, fake, emu, reg, "-lpthread")
+	if libs.Emulated {
 		tests = append(append([]string(nil), fakeTests...), emulatedTests...)
+	} else {
+		t.Logf("no C++ compiler: kernels are not emulated, only %v run", fakeTests)
 	}
 	fakeTests := tests
 	cmd := exec.Command(os.Args[0], "-test.v", "-test.count=1", "-test.run", "^("+strings.Join(fakeTests, "|")+")$")
@@ -115,34 +100,4 @@ func TestFakeDriver(t *testing.T) {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
-}
-
-// emulatorRegistry is the C++ that includes every kernel module's source
-// after cudaemu.h and lists its kernels for emu_launch.
-func emulatorRegistry(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mods []string
-	for m := range kernelModules {
-		mods = append(mods, m)
-	}
-	sort.Strings(mods)
-	var b strings.Builder
-	fmt.Fprintf(&b, "#include %q\n", filepath.Join(root, "testdata", "emu", "cudaemu.h"))
-	n := 0
-	for _, m := range mods {
-		fmt.Fprintf(&b, "#include %q\n", filepath.Join(root, "kernels", m+".cu"))
-	}
-	b.WriteString("extern const emu_entry emu_kernels[] = {\n")
-	for _, m := range mods {
-		for _, k := range kernelModules[m] {
-			fmt.Fprintf(&b, "    {%q, emu_invoker(%s)},\n", k, k)
-			n++
-		}
-	}
-	fmt.Fprintf(&b, "};\nextern const int emu_nkernels = %d;\n", n)
-	return b.String()
 }

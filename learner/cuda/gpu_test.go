@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"github.com/aipo-rl/aipo/learner/internal/disttest"
+
 	"errors"
 	"fmt"
 	"math"
@@ -27,6 +29,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The rank processes of TestDeviceDataParallel.
+	disttest.Dispatch(map[string]func() int{"dpdevice": programDPDevice})
 	code := m.Run()
 	liveFake := fakeLiveAllocations()
 	// KV caches and decoders free their device buffers from runtime

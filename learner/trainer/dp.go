@@ -102,8 +102,8 @@ type DPConfig struct {
 // this rank's share of l.Opt's (empty until ReadOptimizer). The passes
 // must run on the host (the CPU backend).
 func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
-	if l.PolicyCompute != nil && !backend.OnHost(l.PolicyCompute) {
-		return errors.New("trainer: data-parallel training runs the passes on the host (learner.backend: cpu); the CUDA backend's group (NCCL) is not wired to the learner yet")
+	if _, err := l.hostReduced(); err != nil {
+		return err
 	}
 	n := comm.Size()
 	shards := cfg.Shards
@@ -137,6 +137,14 @@ func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 	if zero == 2 && !dp.flatGrads {
 		return errors.New("trainer: ZeRO stage 2 reduces the host model's flat gradient buffer run by run (model.Model.GradRuns); this learner's gradients are not in one: use stage 1")
 	}
+	if dev, _ := l.hostReduced(); dev != nil {
+		if !dp.flatGrads || !dp.flatParams {
+			return errors.New("trainer: a device's data-parallel group reduces through the host model's flat gradient and parameter buffers; this learner's are not flat")
+		}
+		if zero == 2 {
+			return errors.New("trainer: ZeRO stage 2 overlaps the reduction with the host model's own backward pass; on a device (learner.backend: cuda) the group reduces each shard's gradients whole on the host: set learner.zero: 1")
+		}
+	}
 	if zero == 2 {
 		dp.runs = l.Policy.GradRuns()
 	}
@@ -153,6 +161,22 @@ func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 	dp.opt = opt
 	l.DP = dp
 	return nil
+}
+
+// hostReduced is the policy's passes when they run on a device whose
+// gradients the group reduces on the host (backend.HostReduced), nil when
+// they run on the host model itself; an error for a device without it.
+// It is asked at each use: the passes are reopened between steps while
+// the DataParallel stays.
+func (l *Learner) hostReduced() (backend.HostReduced, error) {
+	if l.PolicyCompute == nil || backend.OnHost(l.PolicyCompute) {
+		return nil, nil
+	}
+	dev, ok := l.PolicyCompute.(backend.HostReduced)
+	if !ok {
+		return nil, fmt.Errorf("trainer: the passes of this device (%T) cannot bring their gradients to the host for a data-parallel group", l.PolicyCompute)
+	}
+	return dev, nil
 }
 
 // flatStart is the flat offset of chunk i (the end of all when i is past
@@ -507,7 +531,18 @@ func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, input
 		part.tokens += len(mb.scored)
 	}
 	if l.DP.flatGrads {
-		return l.Policy.GradData(), part, nil
+		flat := l.Policy.GradData()
+		if dev, err := l.hostReduced(); err != nil {
+			return nil, part, err
+		} else if dev != nil {
+			// A device's shard gradient comes to the host model's buffer,
+			// which the next shard's copy overwrites as the host passes'
+			// would.
+			if err := dev.GradsTo(flat); err != nil {
+				return nil, part, fmt.Errorf("trainer: the shard's gradients from the device: %w", err)
+			}
+		}
+		return flat, part, nil
 	}
 	flat := make([]float32, l.DP.start[len(l.DP.start)-1])
 	for i, p := range l.Params() {
@@ -676,7 +711,17 @@ func (l *Learner) stepDP(ctx context.Context) (float64, error) {
 		return norm, err
 	}
 	l.Opt.SetSteps(dp.opt.Steps())
-	return norm, dp.gatherParams(ctx, params)
+	if err := dp.gatherParams(ctx, params); err != nil {
+		return norm, err
+	}
+	if dev, err := l.hostReduced(); err != nil {
+		return norm, err
+	} else if dev != nil {
+		if err := dev.LoadParams(dp.paramData); err != nil {
+			return norm, fmt.Errorf("trainer: the updated parameters to the device: %w", err)
+		}
+	}
+	return norm, nil
 }
 
 // gatherParams gives every rank every rank's parameters.

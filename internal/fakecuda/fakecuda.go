@@ -1,0 +1,117 @@
+// Package fakecuda builds the host stand-ins for the CUDA driver and
+// cuBLAS (learner/cuda/testdata/fakecuda.c) with which the CUDA backend
+// runs in tests on a machine without a GPU: device memory is host memory,
+// the GEMMs are naive loops and, when a C++ compiler is at hand, the
+// kernels themselves run on the host (learner/cuda/testdata/emu compiles
+// kernels/*.cu as C++, one fiber per GPU thread). A process finds the
+// stand-ins when learner/cuda's library path variable (AIPO_CUDA_LIB_PATH)
+// names the directory Build filled.
+package fakecuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Libs is a directory of stand-in libraries.
+type Libs struct {
+	// Dir holds libcuda.so.1, libcublas.so.13 and libcublasLt.so.13.
+	Dir string
+	// Emulated says that the stand-in driver runs the kernels (a C++
+	// compiler was found); without it only residual_forward and scale_f32
+	// are emulated, in C.
+	Emulated bool
+}
+
+// ErrNoCompiler is returned by Build when there is no C compiler (cc).
+var ErrNoCompiler = errors.New("fakecuda: no C compiler (cc) to build the stand-in libraries")
+
+// Build compiles the stand-ins into dir from the CUDA backend's sources in
+// cudaDir (the learner/cuda directory): its testdata, and its kernels,
+// listed by the entries of the committed PTX (ptx/<module>.ptx).
+func Build(dir, cudaDir string) (Libs, error) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		return Libs{}, ErrNoCompiler
+	}
+	src := filepath.Join(cudaDir, "testdata", "fakecuda.c")
+	run := func(name string, args ...string) error {
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("fakecuda: %s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	for _, lib := range []struct{ def, name string }{{"FAKE_CUBLAS", "libcublas.so.13"}, {"FAKE_CUBLASLT", "libcublasLt.so.13"}} {
+		if err := run(cc, "-shared", "-fPIC", "-O2", "-D"+lib.def, "-o", filepath.Join(dir, lib.name), src, "-lpthread"); err != nil {
+			return Libs{}, err
+		}
+	}
+	libcuda := filepath.Join(dir, "libcuda.so.1")
+	cxx, err := exec.LookPath("c++")
+	if err != nil {
+		return Libs{Dir: dir}, run(cc, "-shared", "-fPIC", "-O2", "-DFAKE_CUDA", "-o", libcuda, src, "-lpthread")
+	}
+	registry, err := emulatorRegistry(cudaDir)
+	if err != nil {
+		return Libs{}, err
+	}
+	regSrc := filepath.Join(dir, "registry.cpp")
+	if err := os.WriteFile(regSrc, []byte(registry), 0o644); err != nil {
+		return Libs{}, err
+	}
+	fake, emu, reg := filepath.Join(dir, "fake.o"), filepath.Join(dir, "emu.o"), filepath.Join(dir, "registry.o")
+	for _, args := range [][]string{
+		{cc, "-c", "-fPIC", "-O2", "-DFAKE_CUDA", "-o", fake, src},
+		{cxx, "-c", "-fPIC", "-O1", "-std=c++17", "-o", emu, filepath.Join(cudaDir, "testdata", "emu", "cudaemu.cpp")},
+		{cxx, "-c", "-fPIC", "-O1", "-std=c++17", "-o", reg, regSrc},
+		{cxx, "-shared", "-o", libcuda, fake, emu, reg, "-lpthread"},
+	} {
+		if err := run(args[0], args[1:]...); err != nil {
+			return Libs{}, err
+		}
+	}
+	return Libs{Dir: dir, Emulated: true}, nil
+}
+
+var entry = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
+
+// emulatorRegistry is the C++ that includes every kernel module's source
+// after cudaemu.h and lists its kernels (its PTX's entries) for
+// emu_launch.
+func emulatorRegistry(cudaDir string) (string, error) {
+	root, err := filepath.Abs(cudaDir)
+	if err != nil {
+		return "", err
+	}
+	ptx, err := filepath.Glob(filepath.Join(root, "ptx", "*.ptx"))
+	if err != nil || len(ptx) == 0 {
+		return "", fmt.Errorf("fakecuda: no PTX modules in %s (%v)", filepath.Join(root, "ptx"), err)
+	}
+	sort.Strings(ptx)
+	var b strings.Builder
+	fmt.Fprintf(&b, "#include %q\n", filepath.Join(root, "testdata", "emu", "cudaemu.h"))
+	var kernels []string
+	for _, p := range ptx {
+		module := strings.TrimSuffix(filepath.Base(p), ".ptx")
+		fmt.Fprintf(&b, "#include %q\n", filepath.Join(root, "kernels", module+".cu"))
+		text, err := os.ReadFile(p)
+		if err != nil {
+			return "", err
+		}
+		for _, m := range entry.FindAllSubmatch(text, -1) {
+			kernels = append(kernels, string(m[1]))
+		}
+	}
+	b.WriteString("extern const emu_entry emu_kernels[] = {\n")
+	for _, k := range kernels {
+		fmt.Fprintf(&b, "    {%q, emu_invoker(%s)},\n", k, k)
+	}
+	fmt.Fprintf(&b, "};\nextern const int emu_nkernels = %d;\n", len(kernels))
+	return b.String(), nil
+}
