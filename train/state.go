@@ -228,8 +228,9 @@ func (st *trainState) optimizerParts(ck *checkpoint.Checkpoint) error {
 
 // park ends the step's hold on memory: it brings what the passes hold
 // back to the host and closes them. On a device the weights come back and
-// the optimiser state is kept as bytes, freeing the device for the rollout
-// engine between steps. On the CPU the optimiser keeps its moments and the
+// the optimiser state is kept as bytes (a group's rank keeps its share on
+// the host, in dp, already), freeing the device for the rollout engine
+// between steps. On the CPU the optimiser keeps its moments and the
 // policy its weights alone: its gradients, its activation buffers and the
 // reference do not stay through the rollout.
 func (st *trainState) park() error {
@@ -248,10 +249,11 @@ func (st *trainState) park() error {
 	}
 	st.free()
 	st.l, st.on, st.free = nil, "", nil
-	if err == nil && cpu {
-		// The policy keeps its weights; its gradients, its pass buffers
-		// and the reference are garbage now, handed back to the system
-		// at once (the rollout engine may be another process).
+	if err == nil && (cpu || st.dp != nil) {
+		// The policy keeps its weights; its gradients (on a device, a
+		// group rank's host copy of them), its pass buffers and the
+		// reference are garbage now, handed back to the system at once
+		// (the rollout engine may be another process).
 		st.pol.Model.ReleaseBuffers()
 		debug.FreeOSMemory()
 	}
