@@ -100,7 +100,10 @@ type DPConfig struct {
 // EnableDataParallel makes the learner's updates those of rank
 // comm.Rank() of a group configured by cfg. The optimiser state becomes
 // this rank's share of l.Opt's (empty until ReadOptimizer). The passes
-// must run on the host (the CPU backend).
+// run on the host model (the CPU backend) or on a device whose gradients
+// come to the host (backend.HostReduced: each shard's are copied into
+// the host model's buffer, and the gathered parameters go back to the
+// device after each update), at stage 1 there.
 func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 	if _, err := l.hostReduced(); err != nil {
 		return err
