@@ -315,25 +315,16 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	gradsLine := "gradients (float32)"
 	if g != nil {
 		momentsLine = fmt.Sprintf("AdamW moments of rank 0's share (float32 m and v, 1/%d)", g.Ranks)
-		if g.Built() {
-			st.Host.Optimizer = g.CPU[0].Moments
-			if g.OnDevice {
-				// The moments live on the host, and each shard's
-				// gradients come to the host model's buffer.
-				st.Device.Optimizer = 0
-				st.Host.Grads = 4 * P
-				gradsLine = "gradients (float32; each shard's also brought to the host)"
-			}
-			held = Line{What: fmt.Sprintf("rank 0's state kept between steps (float32 weights, its moments, the reduced gradient's buffer of %s)", fmtBytes(g.CPU[0].Held)),
-				Host: 4*P + g.heldBetweenSteps(0)}
-		} else {
-			st.Device.Optimizer = 8 * g.Share
-			if g.Zero == 2 {
-				st.Device.Grads = 4 * g.Share
-				gradsLine = fmt.Sprintf("gradients of rank 0's share (float32, 1/%d, reduce-scattered)", g.Ranks)
-			}
-			held = Line{What: "rank 0's state kept between steps (float32 weights, its share of the moments)", Host: 4*P + g.heldBetweenSteps(0)}
+		st.Host.Optimizer = g.Mem[0].Moments
+		if g.OnDevice {
+			// The moments live on the host, and each shard's gradients
+			// come to the host model's buffer.
+			st.Device.Optimizer = 0
+			st.Host.Grads = 4 * P
+			gradsLine = "gradients (float32; each shard's also brought to the host)"
 		}
+		held = Line{What: fmt.Sprintf("rank 0's state kept between steps (float32 weights, its moments, the reduced gradient's buffer of %s)", fmtBytes(g.Mem[0].Held)),
+			Host: 4*P + g.heldBetweenSteps(0)}
 	}
 	learn := Phase{Name: "learner step"}
 	add := func(what string, h, d int64) {
@@ -344,9 +335,6 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	add("policy weights (float32 masters)", st.Host.Weights, st.Device.Weights)
 	add("their bfloat16 copy for the GEMMs", st.Host.Compute, st.Device.Compute)
 	add(gradsLine, st.Host.Grads, st.Device.Grads)
-	if g != nil && g.Zero == 2 {
-		add("the largest layer's whole gradient until it is reduce-scattered (float32)", 0, 4*g.LargestGroup)
-	}
 	add(momentsLine, st.Host.Optimizer, st.Device.Optimizer)
 	refLine := "reference policy (weights alone)"
 	// The CPU's copy (a device's is in its compute dtype), in bfloat16 where
@@ -361,8 +349,8 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
 	add(act, st.Host.Activations, st.Device.Activations)
-	if g != nil && g.Built() {
-		add(fmt.Sprintf("the data-parallel step's gradient buffers at their peak (%s)", g.CPU[0].PeakWhen()), g.CPU[0].StepBuffers(), 0)
+	if g != nil {
+		add(fmt.Sprintf("the data-parallel step's gradient buffers at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
 	}
 	learn.Lines = append(learn.Lines, proc)
 	if p.cuda() {
@@ -846,10 +834,8 @@ func (p Plan) moreMemory() string {
 		return "a machine with more memory (the ranks of aipo train --nproc share it; more ranks shard the moments alone), or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case !p.cuda():
 		return "a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
-	case g != nil && g.Zero == 1:
-		return "more GPUs (--nproc) shard only the moments, which this group keeps on the host; each GPU holds the whole weights and gradients: the device-resident ZeRO-2 (aipo plan --zero 2, docs/scaling.md) is planned, not built"
 	case g != nil:
-		return "more GPUs (--nproc); sharding the weights too (ZeRO-3, docs/scaling.md) is not planned"
+		return "more GPUs (--nproc) shard only the moments and the host's buffers; each GPU holds the whole weights and gradients (sharding them across the GPUs, ZeRO-2 and -3 on the devices, is designed in docs/scaling.md, not built)"
 	}
-	return "more devices, the optimiser state and gradients sharded across them (aipo plan --nproc N --zero 2 plans it; docs/scaling.md)"
+	return "more devices: a group of GPUs (aipo train --nproc N) keeps the AdamW moments on the host, 8 bytes a parameter off each GPU (aipo plan --nproc N plans it; docs/scaling.md)"
 }

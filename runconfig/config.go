@@ -342,8 +342,8 @@ type Learner struct {
 	// --nproc, or a launcher's ranks): 1 (default) shards the AdamW moments,
 	// 2 also reduces the gradients run by run as the backward pass
 	// finishes them, overlapped with it (no 4P receive buffer; the same
-	// bits; the CPU backend's alone: a GPU group reduces each shard's
-	// gradients on the host whole). One process ignores it.
+	// bits; on GPUs, whose passes do not report the runs, exchanged run
+	// by run after the pass). One process ignores it.
 	Zero int `yaml:"zero"`
 	// Deterministic makes a group of learner processes split each
 	// mini-batch into the same virtual shards (8, or the next power of two

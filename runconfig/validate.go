@@ -289,9 +289,6 @@ func (c Config) validateLearner() error {
 	if l.Zero != 1 && l.Zero != 2 {
 		return fieldError("learner.zero", "%d is not a ZeRO stage the learner has: use 1 (the AdamW moments sharded across the ranks) or 2 (the gradients reduced layer by layer too)", l.Zero)
 	}
-	if l.Zero == 2 && l.Backend != BackendCPU {
-		return fieldError("learner.zero", "2 overlaps the gradients' reduction with the CPU model's backward pass; with learner.backend %s a group's ranks bring each shard's gradients to the host whole and reduce them there: use 1", l.Backend)
-	}
 	return nil
 }
 

@@ -541,8 +541,9 @@ func TestTrainShardsOnRanks(t *testing.T) {
 // which the ranks share): each rank brings its shards' gradients from the
 // device to the host, the group reduces them and steps its share of the
 // moments there, and uploads the gathered weights. 2 steps of the quick
-// configuration at 2 ranks end with --nproc 1's bits, and the group's
-// final checkpoint has each rank's part of the optimiser state.
+// configuration at 2 ranks end with --nproc 1's bits, at learner.zero 2
+// too, and the group's final checkpoint has each rank's part of the
+// optimiser state.
 func TestTrainOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
@@ -577,6 +578,15 @@ func TestTrainOnGPURanks(t *testing.T) {
 	}
 	if a, b := finalDigest(t, runs[1], 2), finalDigest(t, runs[2], 2); a != b {
 		t.Errorf("--nproc 2 on the device: %s, --nproc 1: %s", b, a)
+	}
+	// Stage 2: the same sums, exchanged a piece at a time.
+	cfg, run := ranksRun(t, warm, 2)
+	if code, out := runAipoFor(t, 10*time.Minute, env, "train", "--config", cfg, "--no-tensorboard", "--nproc", "2",
+		"--set", "learner.backend=cuda", "--set", "eval.every=0", "--set", "learner.zero=2"); code != 0 {
+		t.Fatalf("--nproc 2 on the device at learner.zero 2 exited %d:\n%s", code, out)
+	}
+	if a, b := finalDigest(t, runs[1], 2), finalDigest(t, run, 2); a != b {
+		t.Errorf("--nproc 2 on the device at learner.zero 2: %s, --nproc 1: %s", b, a)
 	}
 	before, err := os.ReadFile(filepath.Join(warm, "model.safetensors"))
 	if err != nil {

@@ -1,7 +1,5 @@
 package model
 
-import "strings"
-
 // The memory of the CPU model, computed from a configuration alone, as
 // the code allocates it: a planner sizes a run with it before any weight
 // is loaded, and the tests hold it to PeakActivationBytes. A pass's
@@ -190,27 +188,6 @@ func ParamSizes(cfg Config) []int {
 	out := make([]int, len(specs))
 	for i, s := range specs {
 		out[i] = s.size()
-	}
-	return out
-}
-
-// ParamGroups are the elements of the parts of a model of cfg that a
-// backward pass finishes one at a time, in storage order: the embedding,
-// each decoder layer, the final norm and the head when it is not tied.
-func ParamGroups(cfg Config) []int {
-	var out []int
-	last := ""
-	for _, s := range layout(cfg) {
-		g := s.name
-		if rest, ok := strings.CutPrefix(s.name, "model.layers."); ok {
-			n, _, _ := strings.Cut(rest, ".")
-			g = "model.layers." + n
-		}
-		if g != last || len(out) == 0 {
-			out = append(out, 0)
-			last = g
-		}
-		out[len(out)-1] += s.size()
 	}
 	return out
 }

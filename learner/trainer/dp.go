@@ -103,7 +103,10 @@ type DPConfig struct {
 // run on the host model (the CPU backend) or on a device whose gradients
 // come to the host (backend.HostReduced: each shard's are copied into
 // the host model's buffer, and the gathered parameters go back to the
-// device after each update), at stage 1 there.
+// device after each update). A device's backward pass does not report
+// its runs, so at stage 2 the last shard's runs are exchanged piece by
+// piece once its gradient is on the host: the same bits and buffers, no
+// overlap.
 func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 	if _, err := l.hostReduced(); err != nil {
 		return err
@@ -140,13 +143,8 @@ func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 	if zero == 2 && !dp.flatGrads {
 		return errors.New("trainer: ZeRO stage 2 reduces the host model's flat gradient buffer run by run (model.Model.GradRuns); this learner's gradients are not in one: use stage 1")
 	}
-	if dev, _ := l.hostReduced(); dev != nil {
-		if !dp.flatGrads || !dp.flatParams {
-			return errors.New("trainer: a device's data-parallel group reduces through the host model's flat gradient and parameter buffers; this learner's are not flat")
-		}
-		if zero == 2 {
-			return errors.New("trainer: ZeRO stage 2 overlaps the reduction with the host model's own backward pass; on a device (learner.backend: cuda) the group reduces each shard's gradients whole on the host: set learner.zero: 1")
-		}
+	if dev, _ := l.hostReduced(); dev != nil && (!dp.flatGrads || !dp.flatParams) {
+		return errors.New("trainer: a device's data-parallel group reduces through the host model's flat gradient and parameter buffers; this learner's are not flat")
 	}
 	if zero == 2 {
 		dp.runs = l.Policy.GradRuns()
