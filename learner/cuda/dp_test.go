@@ -165,7 +165,7 @@ func dpDeviceRun(t *testing.T, size int, backendName, precision string, zero ...
 		params[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	sum := sha256.Sum256(b)
-	t.Logf("%s %s, %d ranks: params %s; %s", backendName, precision, size, hex.EncodeToString(sum[:8]), strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(out), "\n", ";")), " "))
+	t.Logf("%s %s %s, %d ranks: params %s; %s", backendName, precision, strings.Join(zero, " "), size, hex.EncodeToString(sum[:8]), strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(out), "\n", ";")), " "))
 	return params, steps
 }
 
