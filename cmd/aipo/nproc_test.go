@@ -558,11 +558,15 @@ func TestTrainOnGPURanks(t *testing.T) {
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
 	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
-	runs := map[int]string{}
-	for _, n := range []int{1, 2} {
+	runs := map[string]string{}
+	for _, tc := range []struct {
+		nproc int
+		zero  string
+	}{{1, "1"}, {2, "1"}, {2, "2"}} {
 		cfg, run := ranksRun(t, warm, 2)
 		t0 := time.Now()
-		args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(n), "--set", "learner.backend=cuda",
+		args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(tc.nproc), "--set", "learner.backend=cuda",
+			"--set", "learner.zero=" + tc.zero,
 			// The evaluation of the warm start decodes on the emulated
 			// device for minutes; the steps' rollouts take seconds.
 			"--set", "eval.every=0"}
@@ -570,29 +574,25 @@ func TestTrainOnGPURanks(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "step 2/2: loss") {
 			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
 		}
-		runs[n] = run
-		t.Logf("--nproc %d on the stand-in GPU: %s (%s)", n, finalDigest(t, run, 2), time.Since(t0).Round(time.Millisecond))
-		if got := optimizerFiles(t, run, 2); !slices.Equal(got, wantOptimizerFiles(n)) {
-			t.Errorf("--nproc %d: the final checkpoint's optimiser files are %v, want %v", n, got, wantOptimizerFiles(n))
+		name := fmt.Sprintf("--nproc %d at learner.zero %s", tc.nproc, tc.zero)
+		runs[name] = run
+		t.Logf("%s on the stand-in GPU: %s (%s)", name, finalDigest(t, run, 2), time.Since(t0).Round(time.Millisecond))
+		if got := optimizerFiles(t, run, 2); !slices.Equal(got, wantOptimizerFiles(tc.nproc)) {
+			t.Errorf("%s: the final checkpoint's optimiser files are %v, want %v", name, got, wantOptimizerFiles(tc.nproc))
 		}
 	}
-	if a, b := finalDigest(t, runs[1], 2), finalDigest(t, runs[2], 2); a != b {
-		t.Errorf("--nproc 2 on the device: %s, --nproc 1: %s", b, a)
-	}
-	// Stage 2: the same sums, exchanged a piece at a time.
-	cfg, run := ranksRun(t, warm, 2)
-	if code, out := runAipoFor(t, 10*time.Minute, env, "train", "--config", cfg, "--no-tensorboard", "--nproc", "2",
-		"--set", "learner.backend=cuda", "--set", "eval.every=0", "--set", "learner.zero=2"); code != 0 {
-		t.Fatalf("--nproc 2 on the device at learner.zero 2 exited %d:\n%s", code, out)
-	}
-	if a, b := finalDigest(t, runs[1], 2), finalDigest(t, run, 2); a != b {
-		t.Errorf("--nproc 2 on the device at learner.zero 2: %s, --nproc 1: %s", b, a)
+	// Stage 2 gives the same sums, exchanged a piece at a time.
+	one := "--nproc 1 at learner.zero 1"
+	for name, run := range runs {
+		if a, b := finalDigest(t, runs[one], 2), finalDigest(t, run, 2); a != b {
+			t.Errorf("%s on the device: %s, %s: %s", name, b, one, a)
+		}
 	}
 	before, err := os.ReadFile(filepath.Join(warm, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := os.ReadFile(filepath.Join(rundir.Checkpoint(runs[2], 2), "model.safetensors"))
+	after, err := os.ReadFile(filepath.Join(rundir.Checkpoint(runs["--nproc 2 at learner.zero 1"], 2), "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}

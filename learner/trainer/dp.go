@@ -108,7 +108,8 @@ type DPConfig struct {
 // piece once its gradient is on the host: the same bits and buffers, no
 // overlap.
 func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
-	if _, err := l.hostReduced(); err != nil {
+	dev, err := l.hostReduced()
+	if err != nil {
 		return err
 	}
 	n := comm.Size()
@@ -143,7 +144,7 @@ func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
 	if zero == 2 && !dp.flatGrads {
 		return errors.New("trainer: ZeRO stage 2 reduces the host model's flat gradient buffer run by run (model.Model.GradRuns); this learner's gradients are not in one: use stage 1")
 	}
-	if dev, _ := l.hostReduced(); dev != nil && (!dp.flatGrads || !dp.flatParams) {
+	if dev != nil && (!dp.flatGrads || !dp.flatParams) {
 		return errors.New("trainer: a device's data-parallel group reduces through the host model's flat gradient and parameter buffers; this learner's are not flat")
 	}
 	if zero == 2 {
