@@ -207,7 +207,7 @@ ptx: $(OVERLAY)
 # they link no OpenBLAS and no Gloo.
 gpu-test-binary: $(OVERLAY)
 	CGO_ENABLED=0 $(GO) test -c -o build/gpu/cuda.test ./learner/cuda
-	CGO_ENABLED=0 $(GO) test -c -o build/gpu/nccl.test ./learner/dist/nccl
+	CGO_ENABLED=0 $(GO) test -c -o build/gpu/nccl.test ./learner/collective/nccl
 
 # rehearse runs the CPU rehearsal of the paper's recipe (cmd/aipo's
 # TestRehearsal, which make test runs at 3 steps) at 20 steps of 8 groups

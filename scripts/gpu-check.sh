@@ -7,7 +7,7 @@
 # training step at Qwen2.5-0.5B and Qwen3-0.6B shapes. The GPU machine needs no Go and no CUDA toolkit: only the driver
 # (libcuda.so.1) and cuBLAS 12 or 13 (a system install or PyTorch's wheels).
 #
-# It also runs the NCCL backend's one-rank check (learner/dist/nccl,
+# It also runs the NCCL backend's one-rank check (learner/collective/nccl,
 # TestGPUNCCLOneRank: every collective and a 64 MiB all-reduce on GPU 0,
 # NCCL from the libnccl2 package or the nvidia-nccl-cu12 wheel).
 #
@@ -16,7 +16,7 @@
 # particular glibc version):
 #
 #   CGO_ENABLED=0 go test -c -o build/gpu/cuda.test ./learner/cuda
-#   CGO_ENABLED=0 go test -c -o build/gpu/nccl.test ./learner/dist/nccl
+#   CGO_ENABLED=0 go test -c -o build/gpu/nccl.test ./learner/collective/nccl
 #
 # (make gpu-test-binary does the same). Then, on the GPU machine:
 #

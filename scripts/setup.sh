@@ -79,7 +79,7 @@ install_engines() {
 
 case "$what" in
 build)
-  # libgloo-dev is Gloo, the CPU collectives engine of learner/dist/gloo
+  # libgloo-dev is Gloo, the CPU collectives engine of learner/collective/gloo
   # (its shim is compiled by cgo; libgloo0 brings libhiredis and libibverbs,
   # which libgloo.so links itself). The backend is built and tested against
   # Debian bookworm's version, pinned here.
@@ -89,7 +89,7 @@ build)
   gloo_pinned="0.0~git20220518.5b14351-3"
   gloo_have=$(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || true)
   if [ -n "$gloo_have" ] && [ "$gloo_have" != "$gloo_pinned" ]; then
-    echo "setup: libgloo-dev is $gloo_have, but learner/dist/gloo is tested with $gloo_pinned; run its tests (go test ./learner/dist/...) before relying on it" >&2
+    echo "setup: libgloo-dev is $gloo_have, but learner/collective/gloo is tested with $gloo_pinned; run its tests (go test ./learner/collective/...) before relying on it" >&2
   fi
   ;;
 test)

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/train/rankgroup"
 )
 
@@ -219,11 +219,11 @@ func inGroup(distributed bool) bool { return distributed || os.Getenv("WORLD_SIZ
 // joinGroup forms this rank's group from the launcher's environment, every
 // collective bounded by timeout.
 func joinGroup(ctx context.Context, timeout time.Duration) (*rankgroup.Ranks, error) {
-	env, err := dist.EnvFromOS()
+	env, err := collective.EnvFromOS()
 	if err != nil {
 		return nil, usageError("%s", errText(err))
 	}
-	r, err := rankgroup.Join(ctx, dist.Options{OpTimeout: timeout, RendezvousTimeout: timeout})
+	r, err := rankgroup.Join(ctx, collective.Options{OpTimeout: timeout, RendezvousTimeout: timeout})
 	if err != nil {
 		return nil, runError("rank %d of %d: %s", env.Rank, env.WorldSize, errText(err))
 	}

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/backend"
-	"github.com/aipo-rl/aipo/learner/dist"
-	"github.com/aipo-rl/aipo/learner/dist/gloo"
+	"github.com/aipo-rl/aipo/learner/collective"
+	"github.com/aipo-rl/aipo/learner/collective/gloo"
 	"github.com/aipo-rl/aipo/learner/internal/disttest"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -41,11 +41,11 @@ func programDPDevice() int {
 		return 1
 	}
 	ctx := context.Background()
-	env, err := dist.EnvFromOS()
+	env, err := collective.EnvFromOS()
 	if err != nil {
 		return fail(err)
 	}
-	g, err := dist.Join(ctx, env, dist.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 60 * time.Second})
+	g, err := collective.Join(ctx, env, collective.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 60 * time.Second})
 	if err != nil {
 		return fail(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"github.com/aipo-rl/aipo/learner/backend"
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -49,7 +49,7 @@ const DefaultShards = 8
 // receive buffer of 4P bytes (a piece's instead), and the exchange of all
 // but the embedding overlaps the backward pass.
 type DataParallel struct {
-	Comm   dist.Comm
+	Comm   collective.Comm
 	Shards int
 	Zero   int // the ZeRO stage, 1 or 2
 
@@ -107,7 +107,7 @@ type DPConfig struct {
 // its runs, so at stage 2 the last shard's runs are exchanged piece by
 // piece once its gradient is on the host: the same bits and buffers, no
 // overlap.
-func (l *Learner) EnableDataParallel(comm dist.Comm, cfg DPConfig) error {
+func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	dev, err := l.hostReduced()
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func (dp *DataParallel) shareLogProbs(ctx context.Context, lps [][]float32, seqs
 	}
 	recv := make([]float32, total)
 	dp.Sent += 4 * int64(len(send)) * int64(n-1)
-	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(recv), counts); err != nil {
+	if err := dp.Comm.AllGather(ctx, collective.Float32s(send), collective.Float32s(recv), counts); err != nil {
 		return fmt.Errorf("trainer: sharing pi_old: %w", err)
 	}
 	for i, r := range ownerOf {
@@ -664,7 +664,7 @@ func (dp *DataParallel) reduce(ctx context.Context, partial []float32) error {
 	}
 	buf := make([]float32, n*(hi-lo))
 	dp.Sent += 4 * int64(len(partial)-(hi-lo))
-	if err := dp.Comm.AllToAll(ctx, dist.Float32s(partial), send, dist.Float32s(buf), recv); err != nil {
+	if err := dp.Comm.AllToAll(ctx, collective.Float32s(partial), send, collective.Float32s(buf), recv); err != nil {
 		return fmt.Errorf("trainer: reducing the gradients: %w", err)
 	}
 	var t sumTree
@@ -747,7 +747,7 @@ func (dp *DataParallel) gatherParams(ctx context.Context, params []optim.Param) 
 	// share, this one included, into flat.
 	send := slices.Clone(flat[dp.start[rank]:dp.start[rank+1]])
 	dp.Sent += 4 * int64(len(send)) * int64(n-1)
-	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(flat), counts); err != nil {
+	if err := dp.Comm.AllGather(ctx, collective.Float32s(send), collective.Float32s(flat), counts); err != nil {
 		return fmt.Errorf("trainer: gathering the updated parameters: %w", err)
 	}
 	if !dp.flatParams {
@@ -777,7 +777,7 @@ func (dp *DataParallel) allGatherFloat64(ctx context.Context, mine []float64, co
 	}
 	recv := make([]float32, 2*total)
 	dp.Sent += 4 * int64(len(send)) * int64(dp.Comm.Size()-1)
-	if err := dp.Comm.AllGather(ctx, dist.Float32s(send), dist.Float32s(recv), c2); err != nil {
+	if err := dp.Comm.AllGather(ctx, collective.Float32s(send), collective.Float32s(recv), c2); err != nil {
 		return nil, err
 	}
 	out := make([]float64, total)
@@ -919,7 +919,7 @@ func (dp *DataParallel) exchangePiece(ctx context.Context, partial []float32, lo
 	}
 	buf := make([]float32, n*m)
 	dp.Sent += 4 * int64(hi-lo-m)
-	if err := dp.Comm.AllToAll(ctx, dist.Float32s(partial), send, dist.Float32s(buf), recv); err != nil {
+	if err := dp.Comm.AllToAll(ctx, collective.Float32s(partial), send, collective.Float32s(buf), recv); err != nil {
 		return err
 	}
 	if m == 0 {

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
-	"github.com/aipo-rl/aipo/learner/dist/gloo"
+	"github.com/aipo-rl/aipo/learner/collective"
+	"github.com/aipo-rl/aipo/learner/collective/gloo"
 	"github.com/aipo-rl/aipo/learner/internal/disttest"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -85,7 +85,7 @@ func programDPSteps() int {
 		return 1
 	}
 	ctx := context.Background()
-	comm, leave, err := joinGloo(ctx, dist.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 30 * time.Second})
+	comm, leave, err := joinGloo(ctx, collective.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 30 * time.Second})
 	if err != nil {
 		return fail(err)
 	}
@@ -191,12 +191,12 @@ func loadOptimizer(l *Learner, dir string, parts bool) error {
 
 // joinGloo forms the group of the launcher's environment and opens its
 // Gloo communicator; leave closes both.
-func joinGloo(ctx context.Context, opts dist.Options) (comm dist.Comm, leave func(), err error) {
-	env, err := dist.EnvFromOS()
+func joinGloo(ctx context.Context, opts collective.Options) (comm collective.Comm, leave func(), err error) {
+	env, err := collective.EnvFromOS()
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := dist.Join(ctx, env, opts)
+	g, err := collective.Join(ctx, env, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -465,7 +465,7 @@ func TestReadOptimizerDPRefusesAnotherModel(t *testing.T) {
 	}
 	l := &Learner{Policy: m, Opt: mustAdamW(t)}
 	ctx := context.Background()
-	g, err := dist.Join(ctx, dist.Env{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t)}, dist.Options{})
+	g, err := collective.Join(ctx, collective.Env{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: disttest.FreePort(t)}, collective.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/internal/disttest"
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -68,7 +68,7 @@ func programDPBench() int {
 	l := &Learner{Policy: m, Opt: opt}
 	ctx := context.Background()
 	if mode := os.Getenv("AIPO_DPB_MODE"); mode == "dp" || mode == "dp2" || mode == "dp1s" {
-		comm, leave, err := joinGloo(ctx, dist.Options{RendezvousTimeout: time.Minute})
+		comm, leave, err := joinGloo(ctx, collective.Options{RendezvousTimeout: time.Minute})
 		if err != nil {
 			return fail(err)
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/optim"
 )
 
@@ -200,7 +200,7 @@ func (l *Learner) WriteOptimizerDP(ctx context.Context, w io.Writer) error {
 		for r := range n {
 			counts[r] = max(0, min(hi, dp.start[r+1])-max(lo, dp.start[r]))
 		}
-		return dp.Comm.AllGather(ctx, dist.Float32s(mine), dist.Float32s(vals), counts)
+		return dp.Comm.AllGather(ctx, collective.Float32s(mine), collective.Float32s(vals), counts)
 	})
 	if err != nil {
 		return fmt.Errorf("trainer: rank %d writing the optimiser state: %w", rank, err)

@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
-	"github.com/aipo-rl/aipo/learner/dist/gloo"
+	"github.com/aipo-rl/aipo/learner/collective"
+	"github.com/aipo-rl/aipo/learner/collective/gloo"
 )
 
 // Ranks is this process's place in a group of learner processes (aipo
@@ -25,20 +25,20 @@ import (
 // takes part in the step (trainer.RLStepDP) and rank 0 alone writes what
 // it commits.
 type Ranks struct {
-	Group *dist.Group
-	Comm  dist.Comm
+	Group *collective.Group
+	Comm  collective.Comm
 
 	seq int64 // commands announced (rank 0) or followed (others)
 }
 
 // Join forms the group the launcher's environment describes and opens
 // its Gloo communicator.
-func Join(ctx context.Context, opts dist.Options) (*Ranks, error) {
-	env, err := dist.EnvFromOS()
+func Join(ctx context.Context, opts collective.Options) (*Ranks, error) {
+	env, err := collective.EnvFromOS()
 	if err != nil {
 		return nil, err
 	}
-	g, err := dist.Join(ctx, env, opts)
+	g, err := collective.Join(ctx, env, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (r *Ranks) await(ctx context.Context, key string, peer int, what string, li
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if !errors.Is(err, dist.ErrTimeout) {
+		if !errors.Is(err, collective.ErrTimeout) {
 			return nil, unreachable(err)
 		}
 		if limit > 0 && time.Now().After(deadline) {

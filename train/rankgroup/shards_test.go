@@ -16,7 +16,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 )
@@ -38,8 +38,8 @@ func twoRanks(t *testing.T) [2]*Ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			env := dist.Env{Rank: r, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port}
-			g, err := dist.Join(context.Background(), env, dist.Options{RendezvousTimeout: 20 * time.Second})
+			env := collective.Env{Rank: r, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port}
+			g, err := collective.Join(context.Background(), env, collective.Options{RendezvousTimeout: 20 * time.Second})
 			errs[r] = err
 			if err == nil {
 				rs[r] = &Ranks{Group: g, seq: 1}

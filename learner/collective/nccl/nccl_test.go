@@ -10,7 +10,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 )
 
 func TestOpenLibNamesEveryPathTried(t *testing.T) {
@@ -30,7 +30,7 @@ func TestOpenLibNamesEveryPathTried(t *testing.T) {
 func TestLoad(t *testing.T) {
 	info, err := Load()
 	if err != nil {
-		if !errors.Is(err, dist.ErrUnavailable) || !strings.Contains(err.Error(), "install NCCL 2.23 or newer") || !strings.Contains(err.Error(), "libnccl.so.2") {
+		if !errors.Is(err, collective.ErrUnavailable) || !strings.Contains(err.Error(), "install NCCL 2.23 or newer") || !strings.Contains(err.Error(), "libnccl.so.2") {
 			t.Fatalf("error %q should match ErrUnavailable, name libnccl.so.2 and say what to install", err)
 		}
 		t.Logf("no NCCL here, as expected without a GPU stack: %v", err)
@@ -95,8 +95,8 @@ func gpuComm(t *testing.T) *Comm {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	ctx := context.Background()
-	g, err := dist.Join(ctx, dist.Env{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port},
-		dist.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 30 * time.Second, CloseTimeout: 5 * time.Second})
+	g, err := collective.Join(ctx, collective.Env{Rank: 0, WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port},
+		collective.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 30 * time.Second, CloseTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestGPUNCCLOneRank(t *testing.T) {
 	t.Logf("%s, one rank", info)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	up := func(v []float32) dist.DeviceFloat32s {
+	up := func(v []float32) collective.DeviceFloat32s {
 		b, err := c.upload(v)
 		if err != nil {
 			t.Fatal(err)
@@ -127,7 +127,7 @@ func TestGPUNCCLOneRank(t *testing.T) {
 		t.Cleanup(func() { c.free(b) })
 		return b
 	}
-	down := func(b dist.DeviceFloat32s) []float32 {
+	down := func(b collective.DeviceFloat32s) []float32 {
 		v, err := c.download(b)
 		if err != nil {
 			t.Fatal(err)
@@ -186,7 +186,7 @@ func TestGPUNCCLOneRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Host memory is refused with a clear error, and the comm still works.
-	if err := c.AllReduce(ctx, dist.Float32s{1}); !errors.Is(err, dist.ErrInvalid) || !strings.Contains(err.Error(), "takes device memory") {
+	if err := c.AllReduce(ctx, collective.Float32s{1}); !errors.Is(err, collective.ErrInvalid) || !strings.Contains(err.Error(), "takes device memory") {
 		t.Fatalf("host buffer: %v", err)
 	}
 	if err := c.Barrier(ctx); err != nil {
@@ -194,7 +194,7 @@ func TestGPUNCCLOneRank(t *testing.T) {
 	}
 	// After Abort every call fails as aborted.
 	c.Abort(errors.New("test abort"))
-	if err := c.Barrier(ctx); !errors.Is(err, dist.ErrAborted) {
+	if err := c.Barrier(ctx); !errors.Is(err, collective.ErrAborted) {
 		t.Fatalf("after Abort: %v", err)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 )
 
 // Environment variables that choose where the TCP device binds.
@@ -20,10 +20,10 @@ const (
 // local address of a route to MASTER_ADDR (a UDP "connection" sends
 // nothing; it only asks the kernel which source address it would use);
 // why says which of the three it is, for the rank's log.
-func bindTarget(env dist.Env) (hostname, iface, why string, err error) {
+func bindTarget(env collective.Env) (hostname, iface, why string, err error) {
 	if v := os.Getenv(IfnameEnv); v != "" {
 		if _, err := net.InterfaceByName(v); err != nil {
-			return "", "", "", fmt.Errorf("dist: %s=%q: %w; set it to an interface of this machine (ip -brief addr lists them) or unset it", IfnameEnv, v, err)
+			return "", "", "", fmt.Errorf("collective: %s=%q: %w; set it to an interface of this machine (ip -brief addr lists them) or unset it", IfnameEnv, v, err)
 		}
 		return "", v, fmt.Sprintf("interface %s from %s", v, IfnameEnv), nil
 	}
@@ -32,7 +32,7 @@ func bindTarget(env dist.Env) (hostname, iface, why string, err error) {
 	}
 	c, err := net.DialTimeout("udp", env.StoreAddr(), 5*time.Second)
 	if err != nil {
-		return "", "", "", fmt.Errorf("dist: no route from this machine to MASTER_ADDR %s: %w; set %s or %s to the address the other ranks can reach", env.MasterAddr, err, AddrEnv, IfnameEnv)
+		return "", "", "", fmt.Errorf("collective: no route from this machine to MASTER_ADDR %s: %w; set %s or %s to the address the other ranks can reach", env.MasterAddr, err, AddrEnv, IfnameEnv)
 	}
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), "", fmt.Sprintf("the route to MASTER_ADDR %s; %s or %s choose another", env.MasterAddr, IfnameEnv, AddrEnv), nil

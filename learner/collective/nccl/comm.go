@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 )
 
 // Options choose the GPU.
@@ -20,7 +20,7 @@ type Options struct {
 
 // Comm is an NCCL communicator over the group's ranks, one GPU per rank.
 type Comm struct {
-	g    *dist.Group
+	g    *collective.Group
 	nccl *api
 	cu   *cudaAPI
 
@@ -33,28 +33,28 @@ type Comm struct {
 	comm   uintptr
 	broken error
 
-	abort dist.Aborted // Abort, recorded once
+	abort collective.Aborted // Abort, recorded once
 }
 
 // New creates the communicator: rank 0 makes NCCL's unique id and puts it in
 // the group's store, every rank reads it and joins with a non-blocking
 // ncclCommInitRankScalable, all within ctx's deadline or the group's
 // RendezvousTimeout (the watchdog aborts the attempt at that bound).
-func New(ctx context.Context, g *dist.Group, opts Options) (*Comm, error) {
+func New(ctx context.Context, g *collective.Group, opts Options) (*Comm, error) {
 	l, err := load()
 	if err != nil {
 		return nil, err
 	}
 	if l.version < 22300 {
-		return nil, fmt.Errorf("dist: nccl: %w: %s lacks ncclCommInitRankScalable; NCCL 2.23 or newer is needed", dist.ErrUnavailable, Info{Path: l.path, Version: l.version})
+		return nil, fmt.Errorf("collective: nccl: %w: %s lacks ncclCommInitRankScalable; NCCL 2.23 or newer is needed", collective.ErrUnavailable, Info{Path: l.path, Version: l.version})
 	}
 	cu, err := loadCUDA()
 	if err != nil {
 		return nil, err
 	}
-	bound, err := dist.Timeout(ctx, g.Options().RendezvousTimeout)
+	bound, err := collective.Timeout(ctx, g.Options().RendezvousTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("dist: nccl: connect: %w", err)
+		return nil, fmt.Errorf("collective: nccl: connect: %w", err)
 	}
 	ordinal := opts.Device
 	if ordinal < 0 {
@@ -75,21 +75,21 @@ func New(ctx context.Context, g *dist.Group, opts Options) (*Comm, error) {
 	if g.Rank() == 0 {
 		if r := l.getUniqueID(unsafe.Pointer(&id[0])); r != ncclSuccess {
 			c.release()
-			return nil, fmt.Errorf("dist: nccl: ncclGetUniqueId: %s", l.errString(r, 0))
+			return nil, fmt.Errorf("collective: nccl: ncclGetUniqueId: %s", l.errString(r, 0))
 		}
 		if err := g.Store().Set(idCtx, key, id[:]); err != nil {
 			c.release()
-			return nil, fmt.Errorf("dist: nccl: publishing the unique id: %w", err)
+			return nil, fmt.Errorf("collective: nccl: publishing the unique id: %w", err)
 		}
 	} else {
 		v, err := g.Store().Get(idCtx, key)
 		if err != nil {
 			c.release()
-			return nil, g.OpFailed("nccl", "connect", dist.ErrTimeout, time.Since(start), bound, fmt.Errorf("waiting for rank 0's unique id: %w", err))
+			return nil, g.OpFailed("nccl", "connect", collective.ErrTimeout, time.Since(start), bound, fmt.Errorf("waiting for rank 0's unique id: %w", err))
 		}
 		if len(v) != ncclUniqueIDBytes {
 			c.release()
-			return nil, fmt.Errorf("dist: nccl: the unique id in the store has %d bytes, want %d", len(v), ncclUniqueIDBytes)
+			return nil, fmt.Errorf("collective: nccl: the unique id in the store has %d bytes, want %d", len(v), ncclUniqueIDBytes)
 		}
 		copy(id[:], v)
 	}
@@ -98,7 +98,7 @@ func New(ctx context.Context, g *dist.Group, opts Options) (*Comm, error) {
 	runtime.KeepAlive(&cfg)
 	if r != ncclSuccess && r != ncclInProgress {
 		c.release()
-		return nil, fmt.Errorf("dist: nccl: ncclCommInitRankScalable: %s", l.errString(r, 0))
+		return nil, fmt.Errorf("collective: nccl: ncclCommInitRankScalable: %s", l.errString(r, 0))
 	}
 	if err := c.watch("connect", start, bound, false); err != nil {
 		c.release()
@@ -112,28 +112,28 @@ func New(ctx context.Context, g *dist.Group, opts Options) (*Comm, error) {
 func (c *Comm) openDevice(ordinal int) error {
 	var n int32
 	if err := c.cu.err("cuDeviceGetCount", c.cu.cuDeviceGetCount(&n)); err != nil {
-		return fmt.Errorf("dist: nccl: %w", err)
+		return fmt.Errorf("collective: nccl: %w", err)
 	}
 	if ordinal >= int(n) {
-		return fmt.Errorf("dist: nccl: %w: device %d asked for (LOCAL_RANK or Options.Device) but this machine has %d GPUs; start at most %d ranks per machine", dist.ErrInvalid, ordinal, n, n)
+		return fmt.Errorf("collective: nccl: %w: device %d asked for (LOCAL_RANK or Options.Device) but this machine has %d GPUs; start at most %d ranks per machine", collective.ErrInvalid, ordinal, n, n)
 	}
 	c.dev = -1
 	var dev int32
 	if err := c.cu.err("cuDeviceGet", c.cu.cuDeviceGet(&dev, int32(ordinal))); err != nil {
-		return fmt.Errorf("dist: nccl: %w", err)
+		return fmt.Errorf("collective: nccl: %w", err)
 	}
 	if err := c.cu.err("cuDevicePrimaryCtxRetain", c.cu.cuDevicePrimaryCtxRetain(&c.ctx, dev)); err != nil {
-		return fmt.Errorf("dist: nccl: %w", err)
+		return fmt.Errorf("collective: nccl: %w", err)
 	}
 	c.dev = dev
 	if err := c.cu.err("cuCtxSetCurrent", c.cu.cuCtxSetCurrent(c.ctx)); err != nil {
-		return fmt.Errorf("dist: nccl: %w", err)
+		return fmt.Errorf("collective: nccl: %w", err)
 	}
 	if err := c.cu.err("cuStreamCreate", c.cu.cuStreamCreate(&c.stream, cuStreamNonBlocking)); err != nil {
-		return fmt.Errorf("dist: nccl: %w", err)
+		return fmt.Errorf("collective: nccl: %w", err)
 	}
 	if err := c.cu.err("cuMemAlloc", c.cu.cuMemAlloc(&c.scratch, 4)); err != nil {
-		return fmt.Errorf("dist: nccl: %w", err)
+		return fmt.Errorf("collective: nccl: %w", err)
 	}
 	return nil
 }
@@ -180,15 +180,15 @@ func (c *Comm) watch(op string, start time.Time, bound time.Duration, stream boo
 				return nil
 			}
 			if q != cudaErrorNotReady {
-				return c.fail(op, dist.ErrEngine, start, bound, c.cu.err("cuStreamQuery", q))
+				return c.fail(op, collective.ErrEngine, start, bound, c.cu.err("cuStreamQuery", q))
 			}
 		case ae != ncclInProgress:
-			kind := dist.ErrEngine
+			kind := collective.ErrEngine
 			switch ae {
 			case ncclRemoteError, ncclSystemError:
-				kind = dist.ErrPeerLost
+				kind = collective.ErrPeerLost
 			case ncclInvalidArgument, ncclInvalidUsage:
-				kind = dist.ErrInvalid
+				kind = collective.ErrInvalid
 			}
 			return c.fail(op, kind, start, bound, errors.New("nccl: "+c.nccl.errString(ae, c.comm)))
 		}
@@ -198,7 +198,7 @@ func (c *Comm) watch(op string, start time.Time, bound time.Duration, stream boo
 			return ab
 		}
 		if time.Now().After(deadline) {
-			return c.fail(op, dist.ErrTimeout, start, bound, fmt.Errorf("nccl: %s did not complete within %s", op, bound.Round(time.Millisecond)))
+			return c.fail(op, collective.ErrTimeout, start, bound, fmt.Errorf("nccl: %s did not complete within %s", op, bound.Round(time.Millisecond)))
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, time.Millisecond)
@@ -224,8 +224,8 @@ func (c *Comm) Rank() int       { return c.g.Rank() }
 func (c *Comm) Size() int       { return c.g.Size() }
 func (c *Comm) Backend() string { return "nccl" }
 
-func (c *Comm) args(op string) dist.Args {
-	return dist.Args{Backend: "nccl", Op: op, Rank: c.g.Rank(), Size: c.g.Size(), Device: true}
+func (c *Comm) args(op string) collective.Args {
+	return collective.Args{Backend: "nccl", Op: op, Rank: c.g.Rank(), Size: c.g.Size(), Device: true}
 }
 
 func (c *Comm) invalid(err error) error {
@@ -242,22 +242,22 @@ func (c *Comm) run(ctx context.Context, op string, enqueue func() int32) error {
 		return c.broken
 	}
 	if c.comm == 0 {
-		return fmt.Errorf("dist: nccl: %w", dist.ErrClosed)
+		return fmt.Errorf("collective: nccl: %w", collective.ErrClosed)
 	}
-	bound, err := dist.Timeout(ctx, c.g.Options().OpTimeout)
+	bound, err := collective.Timeout(ctx, c.g.Options().OpTimeout)
 	if err != nil {
-		return &dist.OpError{Backend: "nccl", Op: op, Rank: c.g.Rank(), Size: c.g.Size(), Kind: dist.ErrTimeout, Err: err}
+		return &collective.OpError{Backend: "nccl", Op: op, Rank: c.g.Rank(), Size: c.g.Size(), Kind: collective.ErrTimeout, Err: err}
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := c.cu.err("cuCtxSetCurrent", c.cu.cuCtxSetCurrent(c.ctx)); err != nil {
-		return fmt.Errorf("dist: nccl: %w", err)
+		return fmt.Errorf("collective: nccl: %w", err)
 	}
 	start := time.Now()
 	if r := enqueue(); r != ncclSuccess && r != ncclInProgress {
-		kind := dist.ErrEngine
+		kind := collective.ErrEngine
 		if r == ncclInvalidArgument || r == ncclInvalidUsage {
-			kind = dist.ErrInvalid
+			kind = collective.ErrInvalid
 		}
 		return c.fail(op, kind, start, bound, errors.New("nccl: "+c.nccl.errString(r, c.comm)))
 	}
@@ -294,24 +294,24 @@ func prefix(c []int) []int {
 }
 
 // AllReduce sums buf across ranks in place.
-func (c *Comm) AllReduce(ctx context.Context, buf dist.Buffer) error {
+func (c *Comm) AllReduce(ctx context.Context, buf collective.Buffer) error {
 	a := c.args("allreduce")
 	if err := a.Buf("buf", buf, -1, false); err != nil {
 		return c.invalid(err)
 	}
-	p, n := dist.DevicePointer(buf), uint64(buf.Len())
+	p, n := collective.DevicePointer(buf), uint64(buf.Len())
 	return c.run(ctx, a.Op, func() int32 {
 		return c.nccl.allReduce(p, p, n, ncclFloat32, ncclSum, c.comm, c.stream)
 	})
 }
 
 // ReduceScatter sums send across ranks and leaves rank r's segment in recv.
-func (c *Comm) ReduceScatter(ctx context.Context, send, recv dist.Buffer, counts []int) error {
+func (c *Comm) ReduceScatter(ctx context.Context, send, recv collective.Buffer, counts []int) error {
 	a := c.args("reducescatter")
 	if _, err := a.ReduceScatter(send, recv, counts); err != nil {
 		return c.invalid(err)
 	}
-	sp, rp, off := dist.DevicePointer(send), dist.DevicePointer(recv), prefix(counts)
+	sp, rp, off := collective.DevicePointer(send), collective.DevicePointer(recv), prefix(counts)
 	return c.run(ctx, a.Op, func() int32 {
 		if allEqual(counts) {
 			return c.nccl.reduceScatter(sp, rp, uint64(counts[0]), ncclFloat32, ncclSum, c.comm, c.stream)
@@ -333,12 +333,12 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv dist.Buffer, counts
 }
 
 // AllGather concatenates every rank's send into recv in rank order.
-func (c *Comm) AllGather(ctx context.Context, send, recv dist.Buffer, counts []int) error {
+func (c *Comm) AllGather(ctx context.Context, send, recv collective.Buffer, counts []int) error {
 	a := c.args("allgather")
 	if _, err := a.AllGather(send, recv, counts); err != nil {
 		return c.invalid(err)
 	}
-	sp, rp, off := dist.DevicePointer(send), dist.DevicePointer(recv), prefix(counts)
+	sp, rp, off := collective.DevicePointer(send), collective.DevicePointer(recv), prefix(counts)
 	return c.run(ctx, a.Op, func() int32 {
 		if allEqual(counts) {
 			return c.nccl.allGather(sp, rp, uint64(counts[0]), ncclFloat32, c.comm, c.stream)
@@ -360,12 +360,12 @@ func (c *Comm) AllGather(ctx context.Context, send, recv dist.Buffer, counts []i
 }
 
 // AllToAll exchanges segments of uneven length between every pair of ranks.
-func (c *Comm) AllToAll(ctx context.Context, send dist.Buffer, sendCounts []int, recv dist.Buffer, recvCounts []int) error {
+func (c *Comm) AllToAll(ctx context.Context, send collective.Buffer, sendCounts []int, recv collective.Buffer, recvCounts []int) error {
 	a := c.args("alltoall")
 	if err := a.AllToAll(send, sendCounts, recv, recvCounts); err != nil {
 		return c.invalid(err)
 	}
-	sp, rp, so, ro := dist.DevicePointer(send), dist.DevicePointer(recv), prefix(sendCounts), prefix(recvCounts)
+	sp, rp, so, ro := collective.DevicePointer(send), collective.DevicePointer(recv), prefix(sendCounts), prefix(recvCounts)
 	return c.run(ctx, a.Op, func() int32 {
 		return c.grouped(func() int32 {
 			for peer := 0; peer < a.Size; peer++ {
@@ -386,7 +386,7 @@ func (c *Comm) AllToAll(ctx context.Context, send dist.Buffer, sendCounts []int,
 }
 
 // Broadcast copies root's buf (float32 or bytes) to every rank.
-func (c *Comm) Broadcast(ctx context.Context, buf dist.Buffer, root int) error {
+func (c *Comm) Broadcast(ctx context.Context, buf collective.Buffer, root int) error {
 	a := c.args("broadcast")
 	err := a.Buf("buf", buf, -1, true)
 	if err == nil {
@@ -399,7 +399,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf dist.Buffer, root int) error {
 	if !buf.Float() {
 		dtype = ncclUint8
 	}
-	p, n := dist.DevicePointer(buf), uint64(buf.Len())
+	p, n := collective.DevicePointer(buf), uint64(buf.Len())
 	return c.run(ctx, a.Op, func() int32 {
 		return c.nccl.broadcast(p, p, n, dtype, int32(root), c.comm, c.stream)
 	})
@@ -456,25 +456,25 @@ func (c *Comm) Close() error {
 }
 
 // upload copies host floats to new device memory (for the tests).
-func (c *Comm) upload(v []float32) (dist.DeviceFloat32s, error) {
+func (c *Comm) upload(v []float32) (collective.DeviceFloat32s, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	c.cu.cuCtxSetCurrent(c.ctx)
 	var p uint64
 	if err := c.cu.err("cuMemAlloc", c.cu.cuMemAlloc(&p, uint64(4*max(len(v), 1)))); err != nil {
-		return dist.DeviceFloat32s{}, err
+		return collective.DeviceFloat32s{}, err
 	}
 	if len(v) > 0 {
 		if err := c.cu.err("cuMemcpyHtoD", c.cu.cuMemcpyHtoD(p, unsafe.Pointer(&v[0]), uint64(4*len(v)))); err != nil {
 			c.cu.cuMemFree(p)
-			return dist.DeviceFloat32s{}, err
+			return collective.DeviceFloat32s{}, err
 		}
 	}
-	return dist.DeviceFloat32s{Ptr: uintptr(p), N: len(v)}, nil
+	return collective.DeviceFloat32s{Ptr: uintptr(p), N: len(v)}, nil
 }
 
 // download copies device floats back (for the tests).
-func (c *Comm) download(b dist.DeviceFloat32s) ([]float32, error) {
+func (c *Comm) download(b collective.DeviceFloat32s) ([]float32, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	c.cu.cuCtxSetCurrent(c.ctx)
@@ -486,11 +486,11 @@ func (c *Comm) download(b dist.DeviceFloat32s) ([]float32, error) {
 }
 
 // free releases memory from upload.
-func (c *Comm) free(b dist.DeviceFloat32s) {
+func (c *Comm) free(b collective.DeviceFloat32s) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	c.cu.cuCtxSetCurrent(c.ctx)
 	c.cu.cuMemFree(uint64(b.Ptr))
 }
 
-var _ dist.Comm = (*Comm)(nil)
+var _ collective.Comm = (*Comm)(nil)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/internal/disttest"
 )
 
@@ -29,7 +29,7 @@ func programBenchPeer() int {
 	buf := make([]float32, benchFloats)
 	var cmd [8]byte
 	for {
-		if err := c.Broadcast(ctx, dist.Bytes(cmd[:]), 0); err != nil {
+		if err := c.Broadcast(ctx, collective.Bytes(cmd[:]), 0); err != nil {
 			return failed(err)
 		}
 		n := binary.LittleEndian.Uint64(cmd[:])
@@ -37,7 +37,7 @@ func programBenchPeer() int {
 			return 0
 		}
 		for i := uint64(0); i < n; i++ {
-			if err := c.AllReduce(ctx, dist.Float32s(buf)); err != nil {
+			if err := c.AllReduce(ctx, collective.Float32s(buf)); err != nil {
 				return failed(err)
 			}
 		}
@@ -52,7 +52,7 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 	port := disttest.FreePort(b)
 	rs := disttest.Launch(b, disttest.Spec{Program: "benchpeer", Size: 2, Ranks: []int{1}, Port: port})
 	ctx := context.Background()
-	g, err := dist.Join(ctx, dist.Env{Rank: 0, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port}, testOptions())
+	g, err := collective.Join(ctx, collective.Env{Rank: 0, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port}, testOptions())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,19 +66,19 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 	send := func(n uint64) {
 		var cmd [8]byte
 		binary.LittleEndian.PutUint64(cmd[:], n)
-		if err := c.Broadcast(ctx, dist.Bytes(cmd[:]), 0); err != nil {
+		if err := c.Broadcast(ctx, collective.Bytes(cmd[:]), 0); err != nil {
 			b.Fatal(err)
 		}
 	}
 	send(1) // warm up: connections and page faults
-	if err := c.AllReduce(ctx, dist.Float32s(buf)); err != nil {
+	if err := c.AllReduce(ctx, collective.Float32s(buf)); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	send(uint64(b.N))
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		if err := c.AllReduce(ctx, dist.Float32s(buf)); err != nil {
+		if err := c.AllReduce(ctx, collective.Float32s(buf)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 )
 
 // The store calls of shim.cc's GoStore. They run on the thread that called
@@ -29,7 +29,7 @@ func cErr(err error) *C.char {
 	return C.CString(err.Error())
 }
 
-func storeOf(h C.uintptr_t) *dist.Store { return cgo.Handle(h).Value().(*dist.Store) }
+func storeOf(h C.uintptr_t) *collective.Store { return cgo.Handle(h).Value().(*collective.Store) }
 
 func msContext(ms C.int64_t) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)

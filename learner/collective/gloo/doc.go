@@ -1,10 +1,10 @@
-// Package gloo is the CPU backend of learner/dist: Gloo's collectives over its TCP transport, on host float32 and byte buffers.
+// Package gloo is the CPU backend of learner/collective: Gloo's collectives over its TCP transport, on host float32 and byte buffers.
 //
 // Gloo is C++ (Debian's libgloo-dev, see scripts/setup.sh); shim.cc wraps it
 // behind a C interface that returns errors instead of throwing, and
 // implements gloo::rendezvous::Store by calling back into the group's Go
 // store (store.go). Built without cgo (or with -tags purego) the package
-// still compiles, and New fails with dist.ErrUnavailable saying why.
+// still compiles, and New fails with collective.ErrUnavailable saying why.
 //
 // The TCP device binds, in order of preference: the interface named by
 // GLOO_SOCKET_IFNAME, the address in AIPO_GLOO_ADDR, or the local address

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/internal/disttest"
 )
 
@@ -69,7 +69,7 @@ func programCollectives() int {
 			for i := range buf {
 				buf[i] = val(r, i)
 			}
-			if err := c.AllReduce(ctx, dist.Float32s(buf)); err != nil {
+			if err := c.AllReduce(ctx, collective.Float32s(buf)); err != nil {
 				return err
 			}
 			if err := check(fmt.Sprintf("allreduce/%d", size), buf, func(i int) float32 {
@@ -90,7 +90,7 @@ func programCollectives() int {
 				send[i] = val(r, i)
 			}
 			recv := make([]float32, counts[r])
-			if err := c.ReduceScatter(ctx, dist.Float32s(send), dist.Float32s(recv), counts); err != nil {
+			if err := c.ReduceScatter(ctx, collective.Float32s(send), collective.Float32s(recv), counts); err != nil {
 				return err
 			}
 			if err := check("reducescatter/"+name, recv, func(k int) float32 {
@@ -107,7 +107,7 @@ func programCollectives() int {
 				mine[k] = val(r, k)
 			}
 			all := make([]float32, off[n])
-			if err := c.AllGather(ctx, dist.Float32s(mine), dist.Float32s(all), counts); err != nil {
+			if err := c.AllGather(ctx, collective.Float32s(mine), collective.Float32s(all), counts); err != nil {
 				return err
 			}
 			if err := check("allgather/"+name, all, func(i int) float32 {
@@ -141,7 +141,7 @@ func programCollectives() int {
 					send[so[j]+k] = val(r*n+j, k)
 				}
 			}
-			if err := c.AllToAll(ctx, dist.Float32s(send), sc, dist.Float32s(recv), rc); err != nil {
+			if err := c.AllToAll(ctx, collective.Float32s(send), sc, collective.Float32s(recv), rc); err != nil {
 				return err
 			}
 			if err := check("alltoall/"+name, recv, func(i int) float32 {
@@ -162,7 +162,7 @@ func programCollectives() int {
 					buf[i] = val(root, i)
 				}
 			}
-			if err := c.Broadcast(ctx, dist.Float32s(buf), root); err != nil {
+			if err := c.Broadcast(ctx, collective.Float32s(buf), root); err != nil {
 				return err
 			}
 			if err := check(fmt.Sprintf("broadcast/float32/root%d", root), buf, func(i int) float32 { return val(root, i) }); err != nil {
@@ -173,14 +173,14 @@ func programCollectives() int {
 		if r == n-1 {
 			msg = []byte(fmt.Sprintf("%-77s", "from the last rank"))
 		}
-		if err := c.Broadcast(ctx, dist.Bytes(msg), n-1); err != nil {
+		if err := c.Broadcast(ctx, collective.Bytes(msg), n-1); err != nil {
 			return err
 		}
 		if want := fmt.Sprintf("%-77s", "from the last rank"); string(msg) != want {
 			return fmt.Errorf("broadcast/bytes: got %q, want %q", msg, want)
 		}
 		fmt.Println("ok broadcast/bytes")
-		if err := c.Broadcast(ctx, dist.Float32s(nil), 0); err != nil {
+		if err := c.Broadcast(ctx, collective.Float32s(nil), 0); err != nil {
 			return err
 		}
 		fmt.Println("ok broadcast/empty")
@@ -195,7 +195,7 @@ func programCollectives() int {
 				buf[i] = float32(i%1000 + r)
 			}
 			start := time.Now()
-			if err := c.AllReduce(ctx, dist.Float32s(buf)); err != nil {
+			if err := c.AllReduce(ctx, collective.Float32s(buf)); err != nil {
 				return err
 			}
 			took := time.Since(start)

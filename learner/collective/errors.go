@@ -1,4 +1,4 @@
-package dist
+package collective
 
 import (
 	"errors"
@@ -93,7 +93,7 @@ type OpError struct {
 
 func (e *OpError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dist: %s %s on rank %d of %d: %v", e.Backend, e.Op, e.Rank, e.Size, e.Kind)
+	fmt.Fprintf(&b, "collective: %s %s on rank %d of %d: %v", e.Backend, e.Op, e.Rank, e.Size, e.Kind)
 	if e.Kind == ErrTimeout {
 		fmt.Fprintf(&b, " (bound %s)", e.Timeout.Round(time.Millisecond))
 	}
@@ -151,7 +151,7 @@ type RendezvousError struct {
 
 func (e *RendezvousError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dist: rendezvous of rank %d of %d at %s", e.Rank, e.Size, e.Store)
+	fmt.Fprintf(&b, "collective: rendezvous of rank %d of %d at %s", e.Rank, e.Size, e.Store)
 	if len(e.Missing) > 0 {
 		sort.Ints(e.Missing)
 		fmt.Fprintf(&b, ": %s did not arrive within %s", rankList(e.Missing), e.Timeout)
@@ -197,10 +197,10 @@ func (e *EnvError) Error() string {
 	if e.Value != "" {
 		v = fmt.Sprintf("%q", e.Value)
 	}
-	return fmt.Sprintf("dist: %s is %s: %s; %s", e.Var, v, e.Problem, e.Fix)
+	return fmt.Sprintf("collective: %s is %s: %s; %s", e.Var, v, e.Problem, e.Fix)
 }
 
 // Invalid returns an ErrInvalid error for a bad argument of op.
 func Invalid(backend, op string, format string, args ...any) error {
-	return fmt.Errorf("dist: %s %s: %w: %s", backend, op, ErrInvalid, fmt.Sprintf(format, args...))
+	return fmt.Errorf("collective: %s %s: %w: %s", backend, op, ErrInvalid, fmt.Sprintf(format, args...))
 }

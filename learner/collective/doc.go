@@ -1,4 +1,4 @@
-// Package dist is the learner's collective-communication layer: one Comm interface over the Gloo (CPU) and NCCL (GPU) engines, with a torchrun-style rendezvous through a key-value store served by rank 0.
+// Package collective is the learner's collective-communication layer: one Comm interface over the Gloo (CPU) and NCCL (GPU) engines, with a torchrun-style rendezvous through a key-value store served by rank 0.
 //
 // A process learns its place from the launcher's environment (Env, from
 // RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, or Slurm's
@@ -12,4 +12,4 @@
 //
 // The engines move the data; the store carries only control: addresses,
 // NCCL's unique id, heartbeats and failure reports.
-package dist
+package collective

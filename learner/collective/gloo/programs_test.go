@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 )
 
 // programLoop all-reduces in a loop, each call under a 5 s deadline,
@@ -23,7 +23,7 @@ func programLoop() int {
 	buf := make([]float32, 4096)
 	for k := 0; ; k++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := c.AllReduce(ctx, dist.Float32s(buf))
+		err := c.AllReduce(ctx, collective.Float32s(buf))
 		cancel()
 		if err != nil {
 			return failed(err)
@@ -37,12 +37,12 @@ func programLoop() int {
 func programRendezvous() int {
 	opts := testOptions()
 	opts.RendezvousTimeout = 3 * time.Second
-	env, err := dist.EnvFromOS()
+	env, err := collective.EnvFromOS()
 	if err != nil {
 		return failed(err)
 	}
 	start := time.Now()
-	g, err := dist.Join(context.Background(), env, opts)
+	g, err := collective.Join(context.Background(), env, opts)
 	if err != nil {
 		fmt.Printf("after %.2fs\n", time.Since(start).Seconds())
 		return failed(err)
@@ -67,7 +67,7 @@ func programAbort() int {
 			c.Abort(errors.New("bad batch"))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := c.AllReduce(ctx, dist.Float32s(buf))
+		err := c.AllReduce(ctx, collective.Float32s(buf))
 		cancel()
 		if err != nil {
 			return failed(err)

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/internal/libload"
 )
 
@@ -48,7 +48,7 @@ func loadCUDA() (*cudaAPI, error) {
 	cudaOnce.Do(func() {
 		h, path, err := openLib("libcuda.so.1", libload.DriverCandidates())
 		if err != nil {
-			cudaErr = fmt.Errorf("dist: nccl: %w: no CUDA driver: %v (set %s to the directory holding it if it is elsewhere)", dist.ErrUnavailable, err, LibPathEnv)
+			cudaErr = fmt.Errorf("collective: nccl: %w: no CUDA driver: %v (set %s to the directory holding it if it is elsewhere)", collective.ErrUnavailable, err, LibPathEnv)
 			return
 		}
 		d := &cudaAPI{path: path}
@@ -72,12 +72,12 @@ func loadCUDA() (*cudaAPI, error) {
 			{&d.cuGetErrorName, "cuGetErrorName"},
 		} {
 			if err := bind(h, path, b.name, b.fn); err != nil {
-				cudaErr = fmt.Errorf("dist: nccl: %w: %v", dist.ErrUnavailable, err)
+				cudaErr = fmt.Errorf("collective: nccl: %w: %v", collective.ErrUnavailable, err)
 				return
 			}
 		}
 		if r := d.cuInit(0); r != cudaSuccess {
-			cudaErr = fmt.Errorf("dist: nccl: %w: the CUDA driver %s found no usable GPU: %v", dist.ErrUnavailable, path, d.err("cuInit", r))
+			cudaErr = fmt.Errorf("collective: nccl: %w: the CUDA driver %s found no usable GPU: %v", collective.ErrUnavailable, path, d.err("cuInit", r))
 			return
 		}
 		cudaLib = d

@@ -1,4 +1,4 @@
-// Package nccl is the GPU backend of learner/dist: NCCL's collectives on device memory, with libnccl and the CUDA driver loaded at run time through purego (no cgo, no CUDA toolkit at build time).
+// Package nccl is the GPU backend of learner/collective: NCCL's collectives on device memory, with libnccl and the CUDA driver loaded at run time through purego (no cgo, no CUDA toolkit at build time).
 //
 // The communicator is created non-blocking (ncclConfig_t.blocking = 0)
 // with ncclCommInitRankScalable from a unique id that rank 0 makes and

@@ -19,7 +19,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 )
 
 // Available reports whether this binary has the Gloo backend (it does).
@@ -27,14 +27,14 @@ func Available() error { return nil }
 
 // Comm is a Gloo communicator over the group's ranks.
 type Comm struct {
-	g *dist.Group
+	g *collective.Group
 
 	mu     sync.Mutex // one operation at a time; guards the fields below
 	c      *C.aipo_gloo
 	tag    uint32
 	broken error // the failure that broke it, returned by every later call
 
-	abort dist.Aborted // Abort, recorded once
+	abort collective.Aborted // Abort, recorded once
 
 	addr string // this rank's end of its pairs, and why there (Addr)
 }
@@ -42,11 +42,11 @@ type Comm struct {
 // New connects a full mesh of Gloo TCP pairs between the group's ranks,
 // exchanging addresses through the group's store, within the context's
 // deadline or the group's RendezvousTimeout.
-func New(ctx context.Context, g *dist.Group) (dist.Comm, error) {
+func New(ctx context.Context, g *collective.Group) (collective.Comm, error) {
 	opts := g.Options()
-	bound, err := dist.Timeout(ctx, opts.RendezvousTimeout)
+	bound, err := collective.Timeout(ctx, opts.RendezvousTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("dist: gloo: connect: %w", err)
+		return nil, fmt.Errorf("collective: gloo: connect: %w", err)
 	}
 	host, iface, why, err := bindTarget(g.Env())
 	if err != nil {
@@ -95,20 +95,20 @@ func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 func takeError(e *C.aipo_gloo_error) (kind error, cause error) {
 	msg := "unknown error"
 	if e == nil {
-		return dist.ErrEngine, errors.New("gloo: out of memory reporting an error")
+		return collective.ErrEngine, errors.New("gloo: out of memory reporting an error")
 	}
 	if e.msg != nil {
 		msg = C.GoString(e.msg)
 	}
 	switch e.kind {
 	case C.AIPO_GLOO_TIMEOUT:
-		kind = dist.ErrTimeout
+		kind = collective.ErrTimeout
 	case C.AIPO_GLOO_IO:
-		kind = dist.ErrPeerLost
+		kind = collective.ErrPeerLost
 	case C.AIPO_GLOO_ENFORCE:
-		kind = dist.ErrInvalid
+		kind = collective.ErrInvalid
 	default:
-		kind = dist.ErrEngine
+		kind = collective.ErrEngine
 	}
 	C.aipo_gloo_free_error(e)
 	return kind, fmt.Errorf("gloo: %s", msg)
@@ -118,8 +118,8 @@ func (c *Comm) Rank() int       { return c.g.Rank() }
 func (c *Comm) Size() int       { return c.g.Size() }
 func (c *Comm) Backend() string { return "gloo" }
 
-func (c *Comm) args(op string) dist.Args {
-	return dist.Args{Backend: "gloo", Op: op, Rank: c.g.Rank(), Size: c.g.Size()}
+func (c *Comm) args(op string) collective.Args {
+	return collective.Args{Backend: "gloo", Op: op, Rank: c.g.Rank(), Size: c.g.Size()}
 }
 
 // invalid reports a bad argument to the other ranks too (they would
@@ -139,9 +139,9 @@ func (c *Comm) run(ctx context.Context, op string, f func(g *C.aipo_gloo, tag C.
 	if err := c.usable(); err != nil {
 		return err
 	}
-	bound, err := dist.Timeout(ctx, c.g.Options().OpTimeout)
+	bound, err := collective.Timeout(ctx, c.g.Options().OpTimeout)
 	if err != nil {
-		return &dist.OpError{Backend: "gloo", Op: op, Rank: c.g.Rank(), Size: c.g.Size(), Kind: dist.ErrTimeout, Err: err}
+		return &collective.OpError{Backend: "gloo", Op: op, Rank: c.g.Rank(), Size: c.g.Size(), Kind: collective.ErrTimeout, Err: err}
 	}
 	c.tag++
 	start := time.Now()
@@ -169,7 +169,7 @@ func (c *Comm) usable() error {
 		return c.broken
 	}
 	if c.c == nil {
-		return fmt.Errorf("dist: gloo: %w", dist.ErrClosed)
+		return fmt.Errorf("collective: gloo: %w", collective.ErrClosed)
 	}
 	return nil
 }
@@ -185,12 +185,12 @@ func (c *Comm) freeLocked(broken error) {
 }
 
 // AllReduce sums buf across ranks in place.
-func (c *Comm) AllReduce(ctx context.Context, buf dist.Buffer) error {
+func (c *Comm) AllReduce(ctx context.Context, buf collective.Buffer) error {
 	a := c.args("allreduce")
 	if err := a.Buf("buf", buf, -1, false); err != nil {
 		return c.invalid(err)
 	}
-	p, n := dist.HostPointer(buf), buf.Len()
+	p, n := collective.HostPointer(buf), buf.Len()
 	if n == 0 {
 		return c.empty(ctx)
 	}
@@ -218,7 +218,7 @@ func int64s(c []int) []int64 {
 }
 
 // ReduceScatter sums send across ranks and leaves rank r's segment in recv.
-func (c *Comm) ReduceScatter(ctx context.Context, send, recv dist.Buffer, counts []int) error {
+func (c *Comm) ReduceScatter(ctx context.Context, send, recv collective.Buffer, counts []int) error {
 	a := c.args("reducescatter")
 	total, err := a.ReduceScatter(send, recv, counts)
 	if err != nil {
@@ -227,14 +227,14 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv dist.Buffer, counts
 	if total == 0 {
 		return c.empty(ctx)
 	}
-	sp, rp, cn := dist.HostPointer(send), dist.HostPointer(recv), int64s(counts)
+	sp, rp, cn := collective.HostPointer(send), collective.HostPointer(recv), int64s(counts)
 	return c.run(ctx, a.Op, func(g *C.aipo_gloo, tag C.uint32_t, ms C.int64_t) *C.aipo_gloo_error {
 		return C.aipo_gloo_reduce_scatter(g, (*C.float)(sp), (*C.float)(rp), (*C.int64_t)(unsafe.Pointer(&cn[0])), tag, ms)
 	})
 }
 
 // AllGather concatenates every rank's send into recv in rank order.
-func (c *Comm) AllGather(ctx context.Context, send, recv dist.Buffer, counts []int) error {
+func (c *Comm) AllGather(ctx context.Context, send, recv collective.Buffer, counts []int) error {
 	a := c.args("allgather")
 	total, err := a.AllGather(send, recv, counts)
 	if err != nil {
@@ -243,19 +243,19 @@ func (c *Comm) AllGather(ctx context.Context, send, recv dist.Buffer, counts []i
 	if total == 0 {
 		return c.empty(ctx)
 	}
-	sp, rp, cn := dist.HostPointer(send), dist.HostPointer(recv), int64s(counts)
+	sp, rp, cn := collective.HostPointer(send), collective.HostPointer(recv), int64s(counts)
 	return c.run(ctx, a.Op, func(g *C.aipo_gloo, tag C.uint32_t, ms C.int64_t) *C.aipo_gloo_error {
 		return C.aipo_gloo_allgatherv(g, (*C.float)(sp), (*C.float)(rp), (*C.int64_t)(unsafe.Pointer(&cn[0])), tag, ms)
 	})
 }
 
 // AllToAll exchanges segments of uneven length between every pair of ranks.
-func (c *Comm) AllToAll(ctx context.Context, send dist.Buffer, sendCounts []int, recv dist.Buffer, recvCounts []int) error {
+func (c *Comm) AllToAll(ctx context.Context, send collective.Buffer, sendCounts []int, recv collective.Buffer, recvCounts []int) error {
 	a := c.args("alltoall")
 	if err := a.AllToAll(send, sendCounts, recv, recvCounts); err != nil {
 		return c.invalid(err)
 	}
-	sp, rp, sc, rc := dist.HostPointer(send), dist.HostPointer(recv), int64s(sendCounts), int64s(recvCounts)
+	sp, rp, sc, rc := collective.HostPointer(send), collective.HostPointer(recv), int64s(sendCounts), int64s(recvCounts)
 	return c.run(ctx, a.Op, func(g *C.aipo_gloo, tag C.uint32_t, ms C.int64_t) *C.aipo_gloo_error {
 		return C.aipo_gloo_alltoallv(g, (*C.float)(sp), (*C.int64_t)(unsafe.Pointer(&sc[0])),
 			(*C.float)(rp), (*C.int64_t)(unsafe.Pointer(&rc[0])), tag, ms)
@@ -263,7 +263,7 @@ func (c *Comm) AllToAll(ctx context.Context, send dist.Buffer, sendCounts []int,
 }
 
 // Broadcast copies root's buf to every rank.
-func (c *Comm) Broadcast(ctx context.Context, buf dist.Buffer, root int) error {
+func (c *Comm) Broadcast(ctx context.Context, buf collective.Buffer, root int) error {
 	a := c.args("broadcast")
 	err := a.Buf("buf", buf, -1, true)
 	if err == nil {
@@ -272,7 +272,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf dist.Buffer, root int) error {
 	if err != nil {
 		return c.invalid(err)
 	}
-	p, n := dist.HostPointer(buf), buf.Len()*buf.ElemSize()
+	p, n := collective.HostPointer(buf), buf.Len()*buf.ElemSize()
 	if n == 0 {
 		return c.empty(ctx)
 	}

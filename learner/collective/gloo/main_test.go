@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/internal/disttest"
 )
 
@@ -29,8 +29,8 @@ func TestMain(m *testing.M) {
 
 // testOptions are the group bounds of the rank programs: short, so that
 // failures show within the test's time.
-func testOptions() dist.Options {
-	return dist.Options{
+func testOptions() collective.Options {
+	return collective.Options{
 		RendezvousTimeout: 20 * time.Second,
 		OpTimeout:         20 * time.Second,
 		Heartbeat:         250 * time.Millisecond,
@@ -41,13 +41,13 @@ func testOptions() dist.Options {
 
 // join forms the group from the launcher's environment and opens a Gloo
 // communicator on it.
-func join(opts dist.Options) (*dist.Group, dist.Comm, error) {
-	env, err := dist.EnvFromOS()
+func join(opts collective.Options) (*collective.Group, collective.Comm, error) {
+	env, err := collective.EnvFromOS()
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx := context.Background()
-	g, err := dist.Join(ctx, env, opts)
+	g, err := collective.Join(ctx, env, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,13 +59,13 @@ func join(opts dist.Options) (*dist.Group, dist.Comm, error) {
 	return g, c, nil
 }
 
-// kindOf names the dist.Err* kind an error matches.
+// kindOf names the collective.Err* kind an error matches.
 func kindOf(err error) string {
 	for _, k := range []struct {
 		err  error
 		name string
-	}{{dist.ErrTimeout, "timeout"}, {dist.ErrPeerLost, "peer-lost"}, {dist.ErrAborted, "aborted"},
-		{dist.ErrClosed, "closed"}, {dist.ErrInvalid, "invalid"}, {dist.ErrRendezvous, "rendezvous"}, {dist.ErrEngine, "engine"}} {
+	}{{collective.ErrTimeout, "timeout"}, {collective.ErrPeerLost, "peer-lost"}, {collective.ErrAborted, "aborted"},
+		{collective.ErrClosed, "closed"}, {collective.ErrInvalid, "invalid"}, {collective.ErrRendezvous, "rendezvous"}, {collective.ErrEngine, "engine"}} {
 		if errors.Is(err, k.err) {
 			return k.name
 		}
@@ -76,7 +76,7 @@ func kindOf(err error) string {
 // failed prints a rank program's failure in the form the tests read.
 func failed(err error) int {
 	fmt.Printf("FAILED kind=%s: %v\n", kindOf(err), err)
-	var oe *dist.OpError
+	var oe *collective.OpError
 	if errors.As(err, &oe) {
 		fmt.Printf("suspects=%v elapsed=%.2fs\n", oe.SuspectRanks(), oe.Elapsed.Seconds())
 	}

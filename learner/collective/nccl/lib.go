@@ -7,7 +7,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/aipo-rl/aipo/learner/dist"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/internal/libload"
 )
 
@@ -75,7 +75,7 @@ func (i Info) String() string {
 }
 
 // Load loads libnccl.so.2 once per process and reports it. Without it the
-// error matches dist.ErrUnavailable and lists every path tried.
+// error matches collective.ErrUnavailable and lists every path tried.
 func Load() (Info, error) {
 	l, err := load()
 	if err != nil {
@@ -88,7 +88,7 @@ func load() (*api, error) {
 	ncclOnce.Do(func() {
 		h, path, err := openLib("libnccl.so.2", ncclCandidates())
 		if err != nil {
-			ncclErr = fmt.Errorf("dist: nccl: %w: %v; install NCCL 2.23 or newer (the libnccl2 package, or the nvidia-nccl-cu12 wheel PyTorch uses) or set %s to the directory holding it", dist.ErrUnavailable, err, LibPathEnv)
+			ncclErr = fmt.Errorf("collective: nccl: %w: %v; install NCCL 2.23 or newer (the libnccl2 package, or the nvidia-nccl-cu12 wheel PyTorch uses) or set %s to the directory holding it", collective.ErrUnavailable, err, LibPathEnv)
 			return
 		}
 		l := &api{path: path}
@@ -116,13 +116,13 @@ func load() (*api, error) {
 			{&l.recv, "ncclRecv"},
 		} {
 			if err := bind(h, path, b.name, b.fn); err != nil {
-				ncclErr = fmt.Errorf("dist: nccl: %w: %v; NCCL 2.23 or newer is needed", dist.ErrUnavailable, err)
+				ncclErr = fmt.Errorf("collective: nccl: %w: %v; NCCL 2.23 or newer is needed", collective.ErrUnavailable, err)
 				return
 			}
 		}
 		var v int32
 		if r := l.getVersion(&v); r != ncclSuccess {
-			ncclErr = fmt.Errorf("dist: nccl: ncclGetVersion failed: %d", r)
+			ncclErr = fmt.Errorf("collective: nccl: ncclGetVersion failed: %d", r)
 			return
 		}
 		l.version = int(v)

@@ -1,4 +1,4 @@
-package dist
+package collective
 
 import (
 	"bufio"
@@ -43,7 +43,7 @@ type StoreError struct {
 }
 
 func (e *StoreError) Error() string {
-	s := fmt.Sprintf("dist: store %s: %s", e.Addr, e.Op)
+	s := fmt.Sprintf("collective: store %s: %s", e.Addr, e.Op)
 	if e.Key != "" {
 		s += " " + strconv.Quote(e.Key)
 	}
