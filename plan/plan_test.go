@@ -242,27 +242,28 @@ func cachePlan(t *testing.T, dtype string) (caches, engine int64, m *model.Model
 // float32, and with policy.dtype bfloat16 on a CPU that decodes in it
 // half as much, the engine's model then what DecodeBF16Only keeps.
 func TestPlanCachesBytesPerPosition(t *testing.T) {
-	dtypes := []string{inproc.DTypeF32}
-	if ok, why := model.BF16DecodeAvailable(); ok {
-		dtypes = append(dtypes, inproc.DTypeBF16)
-	} else {
-		t.Logf("bfloat16 left out: no bfloat16 decoding here: %s", why)
-	}
-	for _, dtype := range dtypes {
-		caches, engine, m, p := cachePlan(t, dtype)
-		seqs := min(inproc.TrainMaxBatch, p.Config.Rollout.MaxInFlight)
-		bpt := int64(m.BytesPerToken())
-		live := int64(seqs) * int64(p.SeqTokens) * bpt
-		if want := live + min(live, sessionCacheBytes(bpt)); caches != want {
-			t.Errorf("%s: attention caches %d bytes, want %d (%d sequences of %d positions at %d bytes)", dtype, caches, want, seqs, p.SeqTokens, bpt)
-		}
-		want := 4 * model.ParamCount(m.Config())
-		if dtype == inproc.DTypeBF16 {
-			want = model.DecodeBF16OnlyBytes(m.Config())
-		}
-		if engine != want {
-			t.Errorf("%s: the engine's model %d bytes, want %d", dtype, engine, want)
-		}
+	for _, dtype := range []string{inproc.DTypeF32, inproc.DTypeBF16} {
+		t.Run(dtype, func(t *testing.T) {
+			if dtype == inproc.DTypeBF16 {
+				if ok, why := model.BF16DecodeAvailable(); !ok {
+					t.Skipf("no native bfloat16 products here: %s", why)
+				}
+			}
+			caches, engine, m, p := cachePlan(t, dtype)
+			seqs := min(inproc.TrainMaxBatch, p.Config.Rollout.MaxInFlight)
+			bpt := int64(m.BytesPerToken())
+			live := int64(seqs) * int64(p.SeqTokens) * bpt
+			if want := live + min(live, sessionCacheBytes(bpt)); caches != want {
+				t.Errorf("attention caches %d bytes, want %d (%d sequences of %d positions at %d bytes)", caches, want, seqs, p.SeqTokens, bpt)
+			}
+			want := 4 * model.ParamCount(m.Config())
+			if dtype == inproc.DTypeBF16 {
+				want = model.DecodeBF16OnlyBytes(m.Config())
+			}
+			if engine != want {
+				t.Errorf("the engine's model %d bytes, want %d", engine, want)
+			}
+		})
 	}
 }
 

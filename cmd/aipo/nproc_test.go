@@ -553,7 +553,7 @@ func TestTrainOnGPURanks(t *testing.T) {
 		t.Fatalf("building the stand-in CUDA libraries: %v", err)
 	}
 	if !libs.Emulated {
-		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (scripts/setup.sh does)")
+		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (make setup-test does)")
 	}
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)

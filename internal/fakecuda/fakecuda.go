@@ -30,7 +30,7 @@ type Libs struct {
 }
 
 // ErrNoCompiler is returned by Build when there is no C compiler (cc).
-var ErrNoCompiler = errors.New("fakecuda: no C compiler (cc) to build the stand-in libraries")
+var ErrNoCompiler = errors.New("fakecuda: no C compiler (cc) to build the stand-in libraries; install gcc and g++ (make setup-test does)")
 
 // Build compiles the stand-ins into dir from the CUDA backend's sources in
 // cudaDir (the learner/cuda directory): its testdata, and its kernels,
