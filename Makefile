@@ -141,7 +141,9 @@ lint: vet staticcheck
 # tests run through testgate (internal/testgate), which prints what plain go
 # test prints, then every skipped test, and fails the run when a test skips
 # without a line of scripts/allowed-skips.txt allowing it (a missing peer or
-# data file, -short in TESTFLAGS), besides when go test fails.
+# data file, -short in TESTFLAGS), besides when go test fails. With -whole
+# it also refuses a TESTFLAGS that leaves tests out without a skip (-run,
+# -skip, -list, -short): make test is the whole suite.
 TESTGATE  := build/tools/testgate
 test: $(OVERLAY) setup-test worker beam-boot
 	$(GO) vet ./...
@@ -150,7 +152,7 @@ test: $(OVERLAY) setup-test worker beam-boot
 	if [ $$rc -eq 3 ]; then echo "make test: skipping the PTX staleness check (see the line above)"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
 	@$(GO) build -o $(TESTGATE) ./internal/testgate/cmd/testgate
-	$(TESTGATE) -allow scripts/allowed-skips.txt -- $(GO) test $(TESTFLAGS) -tags $(ALL_TAGS) -json ./...
+	$(TESTGATE) -whole -allow scripts/allowed-skips.txt -- $(GO) test $(TESTFLAGS) -tags $(ALL_TAGS) -json ./...
 	@$(MAKE) --no-print-directory race-prism
 	@$(MAKE) --no-print-directory bench-smoke
 
@@ -191,9 +193,10 @@ race-prism: $(OVERLAY)
 # bench-smoke runs every benchmark once at its smallest size (-short picks
 # it, -benchtime 1x one iteration; each benchmark's doc comment says what it
 # shrinks to) and judges no figure, so that a change that breaks a
-# benchmark fails make test rather than the next make bench. It prints each
-# skipped benchmark with its reason (BenchmarkGRPOVsTRL runs aipo's side and
-# skips TRL's, which only make setup-bench installs) and its wall time.
+# benchmark fails make test rather than the next make bench. It goes
+# through the skip gate as the tests do: a benchmark that skips fails it
+# unless scripts/allowed-skips.txt allows the skip (BenchmarkGRPOVsTRL runs
+# aipo's side and skips TRL's, which only make setup-bench installs).
 bench-smoke: $(OVERLAY)
 	@GO=$(GO) TAGS=$(ALL_TAGS) scripts/bench-smoke.sh
 

@@ -18,30 +18,25 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 go=${GO:-go}
-out=build/bench-smoke.out
-mkdir -p build
+out=build/bench-smoke.jsonl
+gate=build/tools/testgate
+mkdir -p build/tools
+"$go" build -o "$gate" ./internal/testgate/cmd/testgate || exit
 if [ $# -eq 0 ]; then
   # shellcheck disable=SC2046
   set -- $(grep -rl --include='*_test.go' --exclude-dir=build --exclude-dir=node_modules '^func Benchmark' . |
     xargs -n1 dirname | sort -u)
 fi
 start=$(date +%s)
-# -v prints what a skipped benchmark logs; without it a skip is silent.
-"$go" test -tags "${TAGS:-}" -short -v -count=1 -timeout 10m -run '^$' -bench "${BENCH:-.}" -benchtime 1x "$@" >"$out" 2>&1
-rc=$?
+# -v prints what a skipped benchmark logs, which the gate reads as the
+# skip's message.
+"$go" test -tags "${TAGS:-}" -short -v -count=1 -timeout 10m -run '^$' -bench "${BENCH:-.}" -benchtime 1x -json "$@" 2>&1 |
+  tee "$out" | "$gate" -allow scripts/allowed-skips.txt
+status=("${PIPESTATUS[@]}")
 took=$(($(date +%s) - start))
-# A benchmark's log lines (indented) come before its --- SKIP or --- FAIL
-# line: hold them from the benchmark's name line on, and print them with it.
-awk '
-  /^Benchmark[^ \t]*$/ { held = ""; next }
-  /^(    |\t)/ { held = held $0 "\n"; next }
-  /^--- SKIP/ { skipped++; print; printf "%s", held; held = ""; next }
-  /^(--- FAIL|FAIL|panic:)/ { print; printf "%s", held; held = ""; next }
-  /^Benchmark/ { ran++; held = "" }
-  END { printf "bench-smoke: %d benchmark results, %d skipped\n", ran, skipped }
-' "$out"
-echo "bench-smoke: $took s wall; the whole output is in $out"
-if [ "$rc" -ne 0 ]; then
-  echo "bench-smoke: a benchmark failed (go test exited $rc); see $out" >&2
-  exit "$rc"
+ran=$(grep -c '"Output":"Benchmark[^ ]*-[0-9]* *\\t' "$out")
+echo "bench-smoke: $ran benchmark results in $took s wall; go test's event stream is in $out"
+if [ "${status[0]}" -ne 0 ] || [ "${status[2]}" -ne 0 ]; then
+  echo "bench-smoke: failed (go test exited ${status[0]}, the skip gate ${status[2]}); see above and $out" >&2
+  exit 1
 fi

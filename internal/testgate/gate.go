@@ -35,6 +35,17 @@ type pkgState struct {
 	tests map[string]string // test -> its end action ("" while running)
 	runs  []string          // tests in the order they started
 	done  bool
+	// bench is the benchmark whose name line came last, and benchLog the
+	// indented lines printed since: a benchmark's log. test2json gives a
+	// benchmark's lines to the package or to the benchmark before it, and
+	// its --- SKIP line comes after them, so a skipped benchmark's message
+	// is read from here.
+	bench    string
+	benchLog []string
+	// benchSkips holds a skipped benchmark's log from its --- SKIP line
+	// on: test2json sends the skip event itself later, after the next
+	// benchmark's name line.
+	benchSkips map[string][]string
 }
 
 type outLine struct{ test, text string }
@@ -66,6 +77,7 @@ func (g *Gate) Line(line []byte) {
 	p := g.pkg(e.Package)
 	switch {
 	case e.Action == "output":
+		p.followBench(e.Output)
 		if _, seen := p.tests[e.Test]; e.Test != "" && !seen {
 			p.runs = append(p.runs, e.Test)
 			p.tests[e.Test] = ""
@@ -96,12 +108,42 @@ func (g *Gate) pkg(name string) *pkgState {
 	return p
 }
 
+// benchName is the line a verbose benchmark run prints as a benchmark
+// starts: its name alone (its result line has the figures after a tab).
+var benchName = regexp.MustCompile(`^(Benchmark\S*)\n$`)
+
+// followBench keeps the log of the benchmark running (pkgState.bench).
+func (p *pkgState) followBench(text string) {
+	if m := benchName.FindStringSubmatch(text); m != nil {
+		p.bench, p.benchLog = m[1], nil
+		return
+	}
+	if name, ok := strings.CutPrefix(strings.TrimSpace(text), "--- SKIP: "); ok && name == p.bench {
+		if p.benchSkips == nil {
+			p.benchSkips = map[string][]string{}
+		}
+		p.benchSkips[name] = p.benchLog
+		p.bench, p.benchLog = "", nil
+		return
+	}
+	if p.bench != "" && (strings.HasPrefix(text, "    ") || strings.HasPrefix(text, "\t")) {
+		p.benchLog = append(p.benchLog, text)
+	}
+}
+
 // fileLine is the file:line prefix testing puts before a logged line.
 var fileLine = regexp.MustCompile(`^\s*[\w.\-]+\.go:\d+: `)
 
 func (g *Gate) recordSkip(pkg, test string, p *pkgState) {
 	var msg []string
-	for _, l := range p.lines {
+	lines := p.lines
+	if log, ok := p.benchSkips[test]; ok {
+		lines = nil
+		for _, text := range log {
+			lines = append(lines, outLine{test, text})
+		}
+	}
+	for _, l := range lines {
 		if l.test != test || framing(l.text) || strings.HasPrefix(strings.TrimSpace(l.text), "--- SKIP: ") {
 			continue
 		}

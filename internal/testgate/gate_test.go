@@ -70,6 +70,12 @@ func TestRecordedStreams(t *testing.T) {
 			want: []string{"ok  \texample.com/rec/pass\t(cached)\nok  \texample.com/rec/skip\t(cached)\n?   \texample.com/rec/notests\t[no test files]\n"}},
 		{stream: "killed", unfinished: 1,
 			want: []string{"panic: test timed out", "FAIL\texample.com/rec/timeout\t(the stream ended before the package did"}},
+		// Benchmarks (-bench with -v): each skip's message is the log its
+		// benchmark printed, though test2json gives those lines to the
+		// package or to the benchmark before it.
+		{stream: "benchskip", allow: "bench | BenchmarkB | ^why\\nskipped because$ | a rule matching the whole message\n", skips: 2, disallowed: 1,
+			want:    []string{"  allowed: bench (1): BenchmarkB\n    skipped with: why\n", "  NOT ALLOWED: bench: BenchmarkC/sub\n    sub skip\n"},
+			wantNot: []string{"NOT ALLOWED: bench: BenchmarkB"}},
 		{stream: "text", ok: true, want: []string{"go: warning: \"./nothing/...\" matched no packages\nok  \texample.com/rec/pass"}},
 	} {
 		t.Run(tc.stream, func(t *testing.T) {

@@ -28,16 +28,23 @@ import (
 func main() {
 	allowFile := flag.String("allow", "", "the allowed skips `file` (none: no skip is allowed)")
 	module := flag.String("module", "", "the module `path` the list's packages are relative to (default: the module of ./go.mod)")
+	whole := flag.Bool("whole", false, "the command is the whole suite (make test's): refuse go test flags that leave tests out (-run, -skip, -list, -short)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: testgate [-allow FILE] [-module PATH] [-- go test -json ARGS...]\n(without a command it reads the stream of go test -json from stdin)\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: testgate [-allow FILE] [-module PATH] [-whole] [-- go test -json ARGS...]\n(without a command it reads the stream of go test -json from stdin)\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	os.Exit(run(*allowFile, *module, flag.Args()))
+	os.Exit(run(*allowFile, *module, *whole, flag.Args()))
 }
 
 // run returns the exit status.
-func run(allowFile, module string, cmdArgs []string) int {
+func run(allowFile, module string, whole bool, cmdArgs []string) int {
+	if whole {
+		if f := testgate.Filters(cmdArgs); len(f) > 0 {
+			fmt.Fprintf(os.Stderr, "testgate: this run is the whole suite, but go test is given %q, which leaves tests out without a skip the gate could see; remove it from TESTFLAGS (make test-TAG or go test -run runs a part)\n", f)
+			return 2
+		}
+	}
 	var allow *testgate.AllowList
 	if allowFile != "" {
 		var err error
