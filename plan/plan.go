@@ -835,7 +835,7 @@ func (p Plan) moreMemory() string {
 	case !p.cuda():
 		return "a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case g != nil:
-		return "more GPUs (--nproc) shard only the moments and the host's buffers; each GPU holds the whole weights and gradients (sharding them across the GPUs, ZeRO-2 and -3 on the devices, is designed in docs/scaling.md, not built)"
+		return "more GPUs (--nproc) shard only the moments and the host's buffers; each GPU holds the whole weights and gradients, which aipo does not yet shard across GPUs"
 	}
 	return "more devices: a group of GPUs (aipo train --nproc N) keeps the AdamW moments on the host, 8 bytes a parameter off each GPU (aipo plan --nproc N plans it; docs/scaling.md)"
 }

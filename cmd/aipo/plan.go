@@ -35,7 +35,7 @@ func runPlan(args []string) error {
 	initDir := fs.String("init", "", "the initial model: a Hugging Face directory or a checkpoint (its config.json is enough); default the run's checkpoint 0")
 	planOpts := planFlags(fs)
 	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
-	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; on GPUs, the design of docs/scaling.md, not built)")
+	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; with learner.backend cuda each GPU a whole replica, the group reducing on the host)")
 	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded) or 2 (the gradients reduced layer by layer too); default learner.zero")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2]]\n\n"+
@@ -45,8 +45,9 @@ func runPlan(args []string) error {
 			"and on the device, the checkpoints' disk, whether it fits this machine and the GPU it\n"+
 			"finds (or the one named), and what to change if not. aipo train makes the same plan at\n"+
 			"start and refuses a run that does not fit. With --nproc N it plans each rank of a learner\n"+
-			"on N processes: on the CPU the group aipo train --nproc N runs (ZeRO stage 1 or 2), on GPUs the\n"+
-			"design of docs/scaling.md (ZeRO stage 1 or 2), which is not built. Exits 1 when it does\n"+
+			"on N processes, the group aipo train --nproc N runs (ZeRO stage 1 or 2): on the CPU, and on\n"+
+			"GPUs (learner.backend cuda), where each GPU holds the whole weights and gradients and the\n"+
+			"group reduces them and steps its shares of the moments on the host. Exits 1 when it does\n"+
 			"not fit.\n\nFlags:\n")
 		printFlags(fs)
 	}

@@ -387,7 +387,7 @@ func TestDataParallelOneShardARank(t *testing.T) {
 	}
 }
 
-// A data-parallel update at 1, 2 and 4 ranks gives the same parameters
+// A data-parallel update at 1, 2, 4 and 8 ranks gives the same parameters
 // and optimiser state, bit for bit, over 3 steps of two mini-batches; at 3
 // ranks they agree within dpTol (absolute). Saved by 4 ranks after 2 steps, the
 // state resumes at 2 and 1 ranks to the same bits as the uninterrupted
@@ -400,7 +400,7 @@ func TestDataParallelStepIsTheSameAtEverySize(t *testing.T) {
 	}
 	one := dpRun(t, 1, 0, 3, "")
 	want := [2]string{digest(t, one, "params.bin"), digest(t, one, "optimizer.bin")}
-	for _, n := range []int{2, 4} {
+	for _, n := range []int{2, 4, 8} {
 		dir := dpRun(t, n, 0, 3, "")
 		if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
 			t.Errorf("%d ranks: parameters and optimiser state %v, 1 rank %v", n, got, want)
