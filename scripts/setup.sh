@@ -123,7 +123,7 @@ test)
   # NVRTC lets make test check that the committed CUDA PTX matches its
   # sources; without it (not Debian, no root) the check is skipped.
   "$root/scripts/ptx.sh" --install >/dev/null 2>&1 ||
-    echo "setup: NVRTC is unavailable; make test will skip the PTX staleness check" >&2
+    echo "setup: NVRTC is unavailable; make test will fail at the PTX staleness check unless AIPO_SKIP_PTX_CHECK=1" >&2
   # llama.cpp's llama-server is the real OpenAI-compatible server the HTTP
   # policy client is tested against: built once from the source npm's
   # node-llama-cpp bundles (10-20 minutes on 2 cores), cached after.
