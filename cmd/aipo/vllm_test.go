@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -341,7 +342,8 @@ func mismatch(t *testing.T, m *model.Model, trajs []schemas.Trajectory) float64 
 //     startup weights (ridden out by the client, caught by the version its
 //     answers then name) is recovered by the same command, which pushes
 //     the checkpoint again and rolls the step out again;
-//   - restarts: vLLM killed mid-sync, and killed mid-rollout and restarted
+//   - restarts: vLLM killed while it loads pushed weights (the reload
+//     request has reached it), and killed mid-rollout and restarted
 //     on the checkpoint the run is at, both ridden out by one aipo train,
 //     every trajectory its step's.
 func TestVLLMPolicyServer(t *testing.T) {
@@ -609,7 +611,9 @@ func TestVLLMPolicyServer(t *testing.T) {
 
 	// What a supervisor that restarts vLLM does to a run, ridden out by
 	// the same aipo train command: vLLM killed while it reloads checkpoint
-	// 1 (the sync retries until it is back, within policy.sync.timeout),
+	// 1, once the reload request has reached it (the sync retries until it
+	// is back, within policy.sync.timeout, and the restarted server is
+	// given checkpoint 1 again),
 	// and killed while step 2 is rolled out and restarted on checkpoint 2
 	// itself, the checkpoint the run is at (its answers name no version,
 	// so the learner cannot tell its weights from its startup ones: the
@@ -631,17 +635,8 @@ func TestVLLMPolicyServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var once sync.Once
-		syncRestarted := make(chan error, 1)
-		px.setRPC(func(w http.ResponseWriter, r *http.Request, path string) bool {
-			if filepath.Base(path) == "step-000001" {
-				once.Do(func() {
-					vs.Kill() // before the reload reaches it: the proxy answers 502
-					go func() { syncRestarted <- vs.Restart() }()
-				})
-			}
-			return false
-		})
+		syncRestarted, killedLoading := killWhileLoading(t, vs, "step-000001")
+		px.setRPC(killedLoading)
 		ck2, _ := filepath.Abs(rundir.Checkpoint(runDir, 2))
 		rolloutRestarted := killOnCompletion(t, px, vs, ck2, ck2)
 		code, text := runAipoFor(t, 20*time.Minute, nil, "train", "--config", cfgPath, "--init", warm)
@@ -652,11 +647,18 @@ func TestVLLMPolicyServer(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("aipo train with vLLM killed mid-sync and restarted on checkpoint 2 mid-rollout exited %d:\n%s", code, text)
 		}
+		// The restarted server got checkpoint 1 again: a reload of it was
+		// answered after the one vLLM died in.
+		ck1, _ := filepath.Abs(rundir.Checkpoint(runDir, 1))
+		if _, reloads := px.snapshot(); !slices.Contains(reloads, ck1) {
+			t.Errorf("no reload of checkpoint 1 was answered after vLLM was killed while loading it; answered reloads: %q", reloads)
+		}
 		for _, want := range []string{"policy servers (vllm, 1) serve checkpoint 1", "rolling step 2 out again (attempt 1 of 3)", "policy servers (vllm, 1) serve checkpoint 3", "step 3/3: loss"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("aipo train's output lacks %q:\n%s", want, text)
 			}
 		}
+		t.Logf("vLLM killed while loading checkpoint 1: %s", lineWith(text, "serve checkpoint 1"))
 		t.Logf("vLLM restarted on checkpoint 2 mid-rollout: %s", lineWith(text, "rolling step 2 out again"))
 		sampledByTheirStep(t, runDir, 3)
 		for k := int64(1); k <= 3; k++ {
@@ -667,6 +669,62 @@ func TestVLLMPolicyServer(t *testing.T) {
 		}
 	})
 	t.Logf("vLLM tests: %s in all", time.Since(start).Round(time.Second))
+}
+
+// killWhileLoading returns a /collective_rpc hook that passes the first
+// reload of the checkpoint named base on to vLLM itself and SIGKILLs vLLM
+// the moment the whole request has been written to its socket (the
+// reload has reached it: vLLM dies while it reads or loads the weights,
+// never before the request), then restarts it on its startup weights; the
+// channel carries the restart's outcome. The request in flight fails, and
+// the hook answers it as the proxy answers a server that is down: 502.
+// Other requests go through the proxy as usual.
+func killWhileLoading(t *testing.T, vs *vllmserver.Server, base string) (chan error, func(http.ResponseWriter, *http.Request, string) bool) {
+	var once sync.Once
+	restarted := make(chan error, 1)
+	return restarted, func(w http.ResponseWriter, r *http.Request, path string) bool {
+		if filepath.Base(path) != base {
+			return false
+		}
+		handled := false
+		once.Do(func() {
+			handled = true
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("reading the reload request: %v", err)
+				return
+			}
+			killed := make(chan struct{})
+			trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+				vs.Kill()
+				close(killed)
+			}}
+			ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(r.Context(), trace), time.Minute)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, r.Method, vs.URL+r.URL.Path, bytes.NewReader(body))
+			if err != nil {
+				t.Errorf("the reload request: %v", err)
+				return
+			}
+			req.Header = r.Header.Clone()
+			// A connection of its own, so that the kill is of this request.
+			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			resp, err := client.Do(req)
+			select {
+			case <-killed:
+			default:
+				t.Errorf("the reload of %s never reached vLLM (%v): it was to be killed while loading it", path, err)
+				close(killed)
+			}
+			go func() { restarted <- vs.Restart() }()
+			if err == nil {
+				resp.Body.Close()
+				t.Errorf("vLLM answered the reload of %s (%s) although it was killed once the request reached it", path, resp.Status)
+			}
+			http.Error(w, "vLLM was killed while loading the weights", http.StatusBadGateway)
+		})
+		return handled
+	}
 }
 
 // killOnCompletion kills vs at the first completion the proxy sees after
