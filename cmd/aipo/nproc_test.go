@@ -339,9 +339,9 @@ func TestTrainRanksDisagree(t *testing.T) {
 	}
 }
 
-// A rank that is SIGKILLed, or SIGSTOPped, once the group has formed:
-// rank 0 fails at the next learner step, within --dist-timeout, with an
-// error naming the rank; nothing committed is lost, and the same run
+// A rank that is SIGKILLed once the group has formed, or SIGSTOPped after
+// step 1 with the default --dist-timeout of 10 minutes: rank 0 fails within
+// seconds with an error naming the rank; nothing committed is lost, and the same run
 // started again with --nproc 2 ends with the bits of an uninterrupted run.
 // A rank that never arrives fails the others' rendezvous within the bound,
 // named.
@@ -358,21 +358,29 @@ func TestTrainRankFailures(t *testing.T) {
 	want := finalDigest(t, ref, 3)
 
 	for _, c := range []struct {
-		name string
-		sig  syscall.Signal
-		says string
+		name  string
+		sig   syscall.Signal
+		says  string
+		after string // the line of rank 0 at which rank 1 gets the signal
+		bound string // --dist-timeout
 	}{
-		{"SIGKILL", syscall.SIGKILL, "rank 1"},
-		{"SIGSTOP", syscall.SIGSTOP, "rank 1 stopped answering"},
+		// The group has formed once rank 0 makes its memory plan.
+		{"SIGKILL", syscall.SIGKILL, "rank 1", "memory plan", "5s"},
+		// Once rank 0's progress shows step 1 (rolling out or learning),
+		// with the default bound of 10 minutes: rank 1's heartbeat stops,
+		// and whether rank 0 then waits in a collective (interrupted once
+		// the heartbeat has been silent for the group's StallAfter, 10 s)
+		// or for rank 1 to take the step, it fails within seconds, not at
+		// the bound.
+		{"SIGSTOP", syscall.SIGSTOP, "rank 1 stopped answering", "step 1/3", "10m"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, run := ranksRun(t, warm, 3)
-			cmds, outs := startRanks(t, cfg, nil)
-			// The group has formed once rank 0 makes its memory plan.
-			deadline := time.Now().Add(2 * time.Minute)
-			for !strings.Contains(outs[0].String(), "memory plan") {
+			cmds, outs := startRanks(t, cfg, func(int) []string { return []string{"--dist-timeout", c.bound} })
+			deadline := time.Now().Add(3 * time.Minute)
+			for !strings.Contains(outs[0].String(), c.after) {
 				if time.Now().After(deadline) {
-					t.Fatalf("rank 0 did not start:\n%s", outs[0].String())
+					t.Fatalf("rank 0 did not print %q:\n%s", c.after, outs[0].String())
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -394,6 +402,9 @@ func TestTrainRankFailures(t *testing.T) {
 			text := outs[0].String()
 			if !strings.Contains(text, c.says) {
 				t.Errorf("rank 0's error does not name %q:\n%s", c.says, text)
+			}
+			if took > time.Minute {
+				t.Errorf("rank 0 failed %s after rank 1 was %sed: more than a minute, with the group's heartbeat bounds of seconds", took.Round(time.Second), c.name)
 			}
 			t.Logf("%s of rank 1: rank 0 failed after %s: %s", c.name, took.Round(time.Millisecond), lineWith(text, "rank 1"))
 			if ok, _ := checkpoint.Committed(context.Background(), rundir.Checkpoint(run, 0)); !ok {

@@ -27,6 +27,12 @@ type Options struct {
 	// StaleAfter is how old a rank's last heartbeat may be before a
 	// failed operation names it as stalled (default 5 heartbeats).
 	StaleAfter time.Duration
+	// StallAfter is how long a rank's heartbeat (or the store, served by
+	// rank 0) may be silent while this rank waits in a collective before
+	// the collective is interrupted and fails naming it, instead of
+	// waiting out its deadline (default 2 StaleAfter: 10 s). A rank that
+	// computes for long still beats; one that is stopped does not.
+	StallAfter time.Duration
 	// CloseTimeout bounds how long rank 0's Close keeps the store up for
 	// the ranks still running (default 30 s).
 	CloseTimeout time.Duration
@@ -42,6 +48,7 @@ func (o Options) withDefaults() Options {
 	def(&o.OpTimeout, 10*time.Minute)
 	def(&o.Heartbeat, time.Second)
 	def(&o.StaleAfter, 5*o.Heartbeat)
+	def(&o.StallAfter, 2*o.StaleAfter)
 	def(&o.CloseTimeout, 30*time.Second)
 	return o
 }

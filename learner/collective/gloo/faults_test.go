@@ -83,9 +83,48 @@ func TestKilledRankIsNamed(t *testing.T) {
 }
 
 // A stopped rank holds its connections open and answers nothing: the
-// others time out at their deadline and name it by its heartbeat's age.
+// others name it by its heartbeat's age, within its deadline.
 func TestStoppedRankIsNamed(t *testing.T) {
 	testVictim(t, 3, 1, syscall.SIGSTOP, "timeout", "peer-lost")
+}
+
+// A stopped rank is found by its heartbeat, not by the deadline: with each
+// call allowed a minute, the others' all-reduce is interrupted once rank
+// 1's heartbeat has been silent for StallAfter (2 s in testOptions), and
+// fails naming it and saying why, seconds after the SIGSTOP. The stopped
+// rank, resumed, ends too rather than waiting on.
+func TestStoppedRankFoundByHeartbeat(t *testing.T) {
+	const deadline = time.Minute
+	rs := disttest.Launch(t, disttest.Spec{Program: "loop", Size: 3, Env: func(int) []string {
+		return []string{loopDeadlineEnv + "=" + deadline.String()}
+	}})
+	rs.WaitOutput("iter 5\n", 30*time.Second)
+	sent := time.Now()
+	rs.Signal(1, syscall.SIGSTOP)
+	stall := testOptions().StallAfter
+	for _, e := range rs.Wait(stall+15*time.Second, 0, 2) {
+		failure := lineWith(e.Output, "FAILED")
+		took := time.Since(sent)
+		t.Logf("rank %d exited %d %.1f s after the SIGSTOP: %s", e.Rank, e.Code, took.Seconds(), failure)
+		if e.Code != 3 || !strings.Contains(failure, "kind=peer-lost") || !strings.Contains(failure, "rank 1's heartbeat stopped") || !strings.Contains(failure, "rank 1 ") {
+			t.Errorf("rank %d: exit %d, %q; want kind peer-lost naming rank 1 by its heartbeat:\n%s", e.Rank, e.Code, failure, e.Output)
+		}
+		if m := elapsedRe.FindStringSubmatch(e.Output); m == nil {
+			t.Errorf("rank %d printed no elapsed time:\n%s", e.Rank, e.Output)
+		} else if el, _ := strconv.ParseFloat(m[1], 64); el > (stall + 8*time.Second).Seconds() {
+			t.Errorf("rank %d's call failed after %.1f s: the stall bound is %s (and the call's deadline %s)", e.Rank, el, stall, deadline)
+		}
+	}
+	// Resumed, rank 1 finds its peers gone and ends rather than waiting on
+	// (by its own error, or by the SIGPIPE that Gloo's device thread, not
+	// a Go thread, takes writing to a peer that has gone).
+	rs.Signal(1, syscall.SIGCONT)
+	for _, e := range rs.Wait(deadline/2, 1) {
+		t.Logf("rank 1, resumed, exited %d after %s: %s", e.Code, e.Took.Round(time.Millisecond), lineWith(e.Output, "FAILED"))
+		if e.Code == 0 {
+			t.Errorf("rank 1, resumed, exited 0:\n%s", e.Output)
+		}
+	}
 }
 
 // A rank that never starts: the others' rendezvous fails within its bound

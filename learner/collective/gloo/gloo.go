@@ -36,7 +36,8 @@ type Comm struct {
 
 	abort collective.Aborted // Abort, recorded once
 
-	addr string // this rank's end of its pairs, and why there (Addr)
+	addr    string      // this rank's end of its pairs, and why there (Addr)
+	sockets pairSockets // which of the process's sockets are this communicator's
 }
 
 // New connects a full mesh of Gloo TCP pairs between the group's ranks,
@@ -54,7 +55,8 @@ func New(ctx context.Context, g *collective.Group) (collective.Comm, error) {
 	}
 	h := cgo.NewHandle(g.Store())
 	defer h.Delete()
-	cprefix, chost, ciface := C.CString(g.NextPrefix("gloo")), C.CString(host), C.CString(iface)
+	prefix := g.NextPrefix("gloo")
+	cprefix, chost, ciface := C.CString(prefix), C.CString(host), C.CString(iface)
 	defer C.free(unsafe.Pointer(cprefix))
 	defer C.free(unsafe.Pointer(chost))
 	defer C.free(unsafe.Pointer(ciface))
@@ -65,7 +67,14 @@ func New(ctx context.Context, g *collective.Group) (collective.Comm, error) {
 		kind, cause := takeError(e)
 		return nil, g.OpFailed("gloo", "connect", kind, time.Since(start), bound, cause)
 	}
-	return &Comm{g: g, c: out, addr: pairAddr(out, g.Rank(), g.Size(), why)}, nil
+	sctx, cancel := context.WithTimeout(ctx, max(bound-time.Since(start), time.Second))
+	defer cancel()
+	sockets, err := exchangePairEnds(sctx, g, out, prefix)
+	if err != nil {
+		C.aipo_gloo_free(out)
+		return nil, g.OpFailed("gloo", "connect", collective.ErrPeerLost, time.Since(start), bound, err)
+	}
+	return &Comm{g: g, c: out, addr: pairAddr(out, g.Rank(), g.Size(), why), sockets: sockets}, nil
 }
 
 // pairAddr describes this rank's end of its Gloo pairs: its address in
@@ -145,11 +154,23 @@ func (c *Comm) run(ctx context.Context, op string, f func(g *C.aipo_gloo, tag C.
 	}
 	c.tag++
 	start := time.Now()
+	// A stopped rank answers nothing but keeps its sockets open: its
+	// heartbeat's silence interrupts the operation (collective.Watch)
+	// rather than its deadline.
+	w := c.g.Watch(func() { _, _ = c.sockets.shutdown() })
 	e := f(c.c, C.uint32_t(c.tag), C.int64_t(ms(bound)))
+	w.Stop()
+	_, stalled := w.Stalled()
 	if e == nil {
 		if ab := c.abort.Err(); ab != nil {
 			c.freeLocked(ab)
 			return ab
+		}
+		if stalled != nil {
+			// It ended as the sockets were shut down: they are unusable.
+			oe := c.g.OpFailed("gloo", op, collective.ErrPeerLost, time.Since(start), bound, stalled)
+			c.freeLocked(oe)
+			return oe
 		}
 		return nil
 	}
@@ -158,6 +179,9 @@ func (c *Comm) run(ctx context.Context, op string, f func(g *C.aipo_gloo, tag C.
 	if ab := c.abort.Err(); ab != nil {
 		c.broken = ab
 		return ab
+	}
+	if stalled != nil {
+		kind, cause = collective.ErrPeerLost, fmt.Errorf("%w; the engine: %v", stalled, cause)
 	}
 	oe := c.g.OpFailed("gloo", op, kind, time.Since(start), bound, cause)
 	c.broken = oe

@@ -6,14 +6,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/aipo-rl/aipo/learner/collective"
 )
 
-// programLoop all-reduces in a loop, each call under a 5 s deadline,
-// printing "iter K" after each, until one fails.
+// loopDeadlineEnv sets programLoop's per-call deadline (a duration; default
+// opDeadline).
+const loopDeadlineEnv = "AIPO_GLOO_LOOP_DEADLINE"
+
+// programLoop all-reduces in a loop, each call under a 5 s deadline (or
+// loopDeadlineEnv's), printing "iter K" after each, until one fails.
 func programLoop() int {
+	deadline := opDeadline
+	if v := os.Getenv(loopDeadlineEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return failed(fmt.Errorf("%s=%q: %w", loopDeadlineEnv, v, err))
+		}
+		deadline = d
+	}
 	g, c, err := join(testOptions())
 	if err != nil {
 		return failed(err)
@@ -22,7 +35,7 @@ func programLoop() int {
 	defer c.Close()
 	buf := make([]float32, 4096)
 	for k := 0; ; k++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		err := c.AllReduce(ctx, collective.Float32s(buf))
 		cancel()
 		if err != nil {
