@@ -218,6 +218,10 @@ type Model struct {
 	bf16 *bf16Decode
 	// gradsReady is SetGradsReady's function.
 	gradsReady func(run int)
+	// shard, when set (ShardWeights), is the feed that holds the
+	// weights and takes the gradients; w and g then hold views of the
+	// units a pass has in hand alone.
+	shard *sharded
 }
 
 func newModel(cfg Config) (*Model, error) {
@@ -394,6 +398,9 @@ func (m *Model) Params() []NamedTensor {
 // mustHoldFloat32 panics on a model held in bfloat16 (HoldBF16), whose
 // float32 parameters are gone: asking for them is a programming error.
 func (m *Model) mustHoldFloat32() {
+	if m.shard != nil {
+		panic(errSharded)
+	}
 	if m.narrow != nil {
 		panic(errNarrow)
 	}
@@ -425,6 +432,9 @@ func (m *Model) gradsNow() *weights {
 // HasGrads reports whether the model's gradients are allocated (a model
 // that was never differentiated holds none).
 func (m *Model) HasGrads() bool {
+	if m.shard != nil {
+		return false
+	}
 	m.gradMu.Lock()
 	defer m.gradMu.Unlock()
 	return m.g.flat != nil
