@@ -70,6 +70,7 @@ type DataParallel struct {
 	flatParams bool
 	paramData  []float32
 	runs       []model.Span // stage 2: the model's gradient runs (GradRuns)
+	z3         *zero3       // stage 3: the rank's share of the weights, gradients and moments
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -121,8 +122,11 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 		return fmt.Errorf("trainer: %d virtual shards for %d ranks: give a power of two that is at least the number of ranks, or the number of ranks", shards, n)
 	}
 	zero := max(cfg.Zero, 1)
-	if zero > 2 {
-		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded) or 2 (the gradients reduced layer by layer too); stage 3 (the weights sharded) is not built", cfg.Zero)
+	if zero > 3 {
+		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", cfg.Zero)
+	}
+	if zero == 3 && shards%n != 0 {
+		return fmt.Errorf("trainer: ZeRO stage 3 with %d virtual shards for %d ranks: give a number of shards that the number of ranks divides", shards, n)
 	}
 	params := l.Params()
 	dp := &DataParallel{Comm: comm, Shards: shards, Zero: zero, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
@@ -149,6 +153,13 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	}
 	if zero == 2 {
 		dp.runs = l.Policy.GradRuns()
+	}
+	if zero == 3 {
+		if err := l.enableZero3(dp); err != nil {
+			return err
+		}
+		l.DP = dp
+		return nil
 	}
 	dp.bounds = optim.Partition(dp.chunks, n)
 	dp.start = make([]int, n+1)
@@ -243,16 +254,26 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		ref = make([][]float32, len(seqs))
 	}
 	ownerOf := make([]int, len(seqs))
+	if dp.z3 != nil {
+		if err := l.scoreZero3(ctx, groups, seqs, cfg.MicroBatchTokens, old); err != nil {
+			return RLStats{}, err
+		}
+	}
 	for mb := range groups {
 		for s, order := range groups[mb] {
 			o := owner(s, v, n)
+			if dp.z3 != nil {
+				o = owner3(s, n)
+			}
 			for _, i := range order {
 				ownerOf[i] = o
 			}
 			if o != rank {
 				continue
 			}
-			if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
+			if dp.z3 != nil {
+				// pi_old is scoreZero3's.
+			} else if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
 				return RLStats{}, err
 			}
 			if ref != nil {
@@ -276,14 +297,18 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 	metricN := 0
 	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
 		for mb := range groups {
-			part, err := l.miniBatchDP(ctx, cfg, samples, seqs, groups[mb], old, ref)
+			minibatch, step := l.miniBatchDP, l.stepDP
+			if dp.z3 != nil {
+				minibatch, step = l.miniBatchZero3, l.stepZero3
+			}
+			part, err := minibatch(ctx, cfg, samples, seqs, groups[mb], old, ref)
 			if err != nil {
 				return RLStats{}, err
 			}
 			if part.micro == 0 {
 				continue
 			}
-			if st.GradNorm, err = l.stepDP(ctx); err != nil {
+			if st.GradNorm, err = step(ctx); err != nil {
 				return RLStats{}, err
 			}
 			st.Loss += part.loss
@@ -790,6 +815,12 @@ func (dp *DataParallel) allGatherFloat64(ctx context.Context, mine []float64, co
 // gatherParts adds up the shards' statistics of a mini-batch in shard
 // order on every rank (each rank has those of its own shards in parts).
 func (dp *DataParallel) gatherParts(ctx context.Context, parts []miniBatchPart, metrics map[string]bool) (miniBatchPart, error) {
+	n, v := dp.Comm.Size(), dp.Shards
+	return dp.gatherPartsOf(ctx, parts, metrics, func(s int) int { return owner(s, v, n) })
+}
+
+// gatherPartsOf is gatherParts with shard s computed by rank owner(s).
+func (dp *DataParallel) gatherPartsOf(ctx context.Context, parts []miniBatchPart, metrics map[string]bool, owner func(s int) int) (miniBatchPart, error) {
 	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
 	// Every part as numbers: loss, tokens, micro-batches, then the
 	// metrics in name order (a metric a shard lacks is 0).
@@ -802,8 +833,8 @@ func (dp *DataParallel) gatherParts(ctx context.Context, parts []miniBatchPart, 
 	var mine []float64
 	counts := make([]int, n)
 	for s := range v {
-		counts[owner(s, v, n)] += width
-		if owner(s, v, n) != rank {
+		counts[owner(s)] += width
+		if owner(s) != rank {
 			continue
 		}
 		p := parts[s]
@@ -816,9 +847,16 @@ func (dp *DataParallel) gatherParts(ctx context.Context, parts []miniBatchPart, 
 	if err != nil {
 		return miniBatchPart{}, fmt.Errorf("trainer: gathering the step's statistics: %w", err)
 	}
+	// all holds rank 0's shards' rows in shard order, then rank 1's...
+	at := make([]int, n)
+	for r := 1; r < n; r++ {
+		at[r] = at[r-1] + counts[r-1]
+	}
 	out := miniBatchPart{metrics: map[string]float64{}}
 	for s := range v {
-		row := all[s*width : (s+1)*width]
+		r := owner(s)
+		row := all[at[r] : at[r]+width]
+		at[r] += width
 		out.loss += row[0]
 		out.tokens += int(row[1])
 		out.micro += int(row[2])

@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 // several, and a learning rate that moves every parameter each step.
 func dpCfg() RLConfig {
 	cfg := RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 24, PPOEpochs: 1, MiniBatches: 2}
+	if k, _ := strconv.Atoi(os.Getenv("AIPO_DP_MICRO_TOKENS")); k > 0 {
+		cfg.MicroBatchTokens = k
+	}
 	cfg.Loss.KLCoef = 0
 	return cfg
 }
@@ -62,7 +65,11 @@ func dpSamples(k int) []RLSample {
 
 // dpLearner is the tiny policy every rank starts from, and its AdamW.
 func dpLearner() (*Learner, error) {
-	m, err := model.New(tinyConfig(20), 5)
+	mc := tinyConfig(20)
+	if k, _ := strconv.Atoi(os.Getenv("AIPO_DP_LAYERS")); k > 0 {
+		mc.NumHiddenLayers = k
+	}
+	m, err := model.New(mc, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -137,24 +144,39 @@ func programDPSteps() int {
 	if err := l.WriteOptimizerDP(ctx, &opt); err != nil {
 		return fail(err)
 	}
-	dir := os.Getenv("AIPO_DP_SAVE")
-	if dir != "" {
-		// Every rank writes its part of the state as well, with no
-		// exchange; rank 0 the index.
-		var part bytes.Buffer
-		if err := l.WriteOptimizerPart(&part); err != nil {
-			return fail(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, partName(comm.Rank()+1, comm.Size())), part.Bytes(), 0o644); err != nil {
+	weights, err := l.GatherPolicy(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if dir := os.Getenv("AIPO_DP_MEMORY"); dir != "" && l.DP.z3 != nil {
+		// What the rank held at its peak, and its share.
+		m := l.DP.z3.Memory()
+		b, _ := json.Marshal(m)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("memory-%d.json", comm.Rank())), b, 0o644); err != nil {
 			return fail(err)
 		}
 	}
+	dir := os.Getenv("AIPO_DP_SAVE")
+	x := l.OptimizerIndex(partName)
+	if dir != "" {
+		// Every rank writes its parts of the state as well, with no
+		// exchange; rank 0 the index.
+		for _, i := range l.OwnedOptimizerParts() {
+			var part bytes.Buffer
+			if err := l.WriteOptimizerPartOf(i, &part); err != nil {
+				return fail(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, x.Parts[i-1].File), part.Bytes(), 0o644); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	if dir != "" && comm.Rank() == 0 {
-		idx, err := json.Marshal(l.OptimizerIndex(partName))
+		idx, err := json.Marshal(x)
 		if err != nil {
 			return fail(err)
 		}
-		for name, b := range map[string][]byte{"params.bin": paramBytes(l), "optimizer.bin": opt.Bytes(), "optimizer.index.json": idx} {
+		for name, b := range map[string][]byte{"params.bin": floatBytes(weights), "optimizer.bin": opt.Bytes(), "optimizer.index.json": idx} {
 			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 				return fail(err)
 			}
@@ -211,28 +233,35 @@ func joinGloo(ctx context.Context, opts collective.Options) (comm collective.Com
 func paramBytes(l *Learner) []byte {
 	var b []byte
 	for _, p := range l.Params() {
-		for _, x := range p.Data {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
-		}
+		b = append(b, floatBytes(p.Data)...)
 	}
 	return b
 }
 
+// floatBytes is xs as little-endian float32.
+func floatBytes(xs []float32) []byte {
+	b := make([]byte, 0, 4*len(xs))
+	for _, x := range xs {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
+}
+
+// loadParams replaces the policy's weights (this rank's share of them at
+// stage 3) by those saved at path.
 func loadParams(l *Learner, path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	for _, p := range l.Params() {
-		if len(b) < 4*len(p.Data) {
-			return fmt.Errorf("%s is short", path)
-		}
-		for i := range p.Data {
-			p.Data[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		b = b[4*len(p.Data):]
+	if len(b)%4 != 0 {
+		return fmt.Errorf("%s is not float32s", path)
 	}
-	return nil
+	flat := make([]float32, len(b)/4)
+	for i := range flat {
+		flat[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return l.LoadPolicy(flat)
 }
 
 // dpRun runs size ranks from step first to steps (loading load, when set)

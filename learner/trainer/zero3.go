@@ -1,0 +1,267 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/par"
+)
+
+// ZeRO stage 3 (full sharding). Each rank owns, of every unit of the
+// model (model.UnitsOf: the embedding, each decoder layer, the final norm
+// with an untied head), a contiguous run of its optimiser chunks
+// (optim.Partition of the unit's chunks: 1/N of the unit, to a chunk),
+// and holds the float32 weights, the reduced gradient and the AdamW
+// moments of those elements alone. The model holds no weights
+// (model.Model.ShardWeights): before a pass reads a unit the ranks
+// all-gather it, the next unit's gather running while the pass computes
+// the current one (two units' weights at most); as the backward pass
+// ends a unit's gradient the ranks exchange it, each owner receiving
+// every rank's gradient of its elements, and the unit's buffer goes.
+//
+// The update is the same bits at every group size. The mini-batch's
+// virtual shards are those of stage 1 (shardSamples). Shard s is
+// computed by rank s mod N, in time slot s div N: the N shards of a slot
+// are a contiguous run, a subtree of the fixed binary tree over the
+// shards. A shard's micro-batches with a token to train are its rounds:
+// in round j every rank runs, slot after slot, the j-th micro-batch of
+// its shard of the slot (or, without one, takes part in the slot's
+// exchanges with nothing to add); the owner sums the slot's N gradients
+// of its elements in their subtree (sumTree) and pushes the sum into the
+// round's tree over the slots; the rounds' sums are added in round order.
+// The tree is that of stage 1 whatever N is, so each round's sum is
+// stage 1's sum of the shards' j-th micro-batches; when every shard packs
+// into one micro-batch the update is stage 1's, bit for bit (stage 1
+// accumulates a shard's micro-batches inside the backward pass, which a
+// rank that holds no whole gradient cannot do). The gradient norm is
+// stage 1's: each chunk's partial sum by its owner, added in chunk order.
+// AdamW is elementwise.
+type zero3 struct {
+	n      int // the group's size
+	units  []model.Span
+	chunks []optim.Chunk // every chunk, in order
+	// own[u][r] is where rank r's run of unit u begins (flat offset);
+	// own[u][N] is the unit's end.
+	own [][]int
+	// chunkOwner[i] is the rank that owns chunk i.
+	chunkOwner []int
+	// at[u] is where this rank's run of unit u lies in master and grad.
+	at     []int
+	master []float32      // this rank's weights, unit by unit
+	grad   []float32      // the reduced gradient of master's elements (nil while a mini-batch is reduced)
+	mine   []int          // the chunks this rank owns, in order
+	local  []optim.Param  // one a chunk of mine, viewing master
+	opt    *optim.Shard   // over local
+	offset []int          // flat offset of each parameter
+	names  []string       // the parameters' names
+	mem    residentMemory // what the rank's state and passes hold
+
+	mu   sync.Mutex
+	pass *passFeed // the pass in progress, nil between passes
+}
+
+// newZero3 lays out the ownership of a model of cfg among n ranks for
+// rank, its weights taken from params (the whole flat buffer).
+func newZero3(cfg model.Config, n, rank int, params []float32, oc optim.Config) (*zero3, error) {
+	sizes := model.ParamSizes(cfg)
+	z := &zero3{n: n, units: model.UnitsOf(cfg), chunks: optim.ChunksOfSizes(sizes), offset: make([]int, len(sizes)+1), names: model.ParamNames(cfg)}
+	for i, s := range sizes {
+		z.offset[i+1] = z.offset[i] + s
+	}
+	if len(params) != z.offset[len(sizes)] {
+		return nil, fmt.Errorf("trainer: %d parameters for a model of %d", len(params), z.offset[len(sizes)])
+	}
+	z.chunkOwner = make([]int, len(z.chunks))
+	ci := 0
+	for _, u := range z.units {
+		first := ci
+		for ci < len(z.chunks) && z.flatStart(ci) < u.Off+u.Len {
+			ci++
+		}
+		bounds := optim.Partition(z.chunks[first:ci], n)
+		own := make([]int, n+1)
+		for r := range n + 1 {
+			own[r] = z.flatStart(first + bounds[r])
+			if r < n {
+				for c := first + bounds[r]; c < first+bounds[r+1]; c++ {
+					z.chunkOwner[c] = r
+				}
+			}
+		}
+		own[n] = u.Off + u.Len
+		z.own = append(z.own, own)
+	}
+	for u := range z.units {
+		z.at = append(z.at, len(z.master))
+		lo, hi := z.own[u][rank], z.own[u][rank+1]
+		z.master = append(z.master, params[lo:hi]...)
+	}
+	z.grad = make([]float32, len(z.master))
+	var lc []optim.Chunk
+	for i, c := range z.chunks {
+		if z.chunkOwner[i] != rank {
+			continue
+		}
+		at := z.local0(rank, z.flatStart(i))
+		z.mine = append(z.mine, i)
+		z.local = append(z.local, optim.Param{Name: z.names[c.Param], Data: z.master[at : at+c.Len() : at+c.Len()]})
+		lc = append(lc, optim.Chunk{Param: len(lc), Lo: 0, Hi: c.Len()})
+	}
+	opt, err := optim.NewShard(oc, lc)
+	if err != nil {
+		return nil, err
+	}
+	z.opt = opt
+	z.mem.fixed = 12 * int64(len(z.master)) // the weights and the moments
+	z.mem.reset()
+	z.mem.add(4 * int64(len(z.grad)))
+	return z, nil
+}
+
+// flatStart is the flat offset of chunk i (the end of all past the last).
+func (z *zero3) flatStart(i int) int {
+	if i >= len(z.chunks) {
+		return z.offset[len(z.offset)-1]
+	}
+	c := z.chunks[i]
+	return z.offset[c.Param] + c.Lo
+}
+
+// unitOf is the unit that holds flat element x.
+func (z *zero3) unitOf(x int) int {
+	for u, s := range z.units {
+		if x < s.Off+s.Len {
+			return u
+		}
+	}
+	return len(z.units) - 1
+}
+
+// local0 is where rank's flat element x (one it owns) lies in master.
+func (z *zero3) local0(rank, x int) int {
+	u := z.unitOf(x)
+	return z.at[u] + x - z.own[u][rank]
+}
+
+// owned calls f(lo, hi, at) for each run of flat elements [lo, hi) that
+// rank owns and that overlaps [from, to), at being where lo lies in the
+// rank's storage (its master's layout).
+func (z *zero3) owned(rank, from, to int, f func(lo, hi, at int)) {
+	at := 0
+	for u := range z.units {
+		lo, hi := z.own[u][rank], z.own[u][rank+1]
+		if a, b := max(lo, from), min(hi, to); a < b {
+			f(a, b, at+a-lo)
+		}
+		at += hi - lo
+	}
+}
+
+// ownedCount is how many flat elements of [from, to) rank owns.
+func (z *zero3) ownedCount(rank, from, to int) int {
+	k := 0
+	z.owned(rank, from, to, func(lo, hi, _ int) { k += hi - lo })
+	return k
+}
+
+// enableZero3 makes dp a stage-3 rank: the policy's weights leave the
+// model for this rank's share of them.
+func (l *Learner) enableZero3(dp *DataParallel) error {
+	if dev, err := l.hostReduced(); err != nil {
+		return err
+	} else if dev != nil {
+		return errors.New("trainer: ZeRO stage 3 runs the policy's passes on the CPU over the group's engine; a device's passes hold the whole weights: use stage 1 or 2 there")
+	}
+	if l.Policy == nil || !dp.flatParams || !dp.flatGrads {
+		return errors.New("trainer: ZeRO stage 3 shards the host model's flat parameter buffer; this learner's parameters are not in one")
+	}
+	z, err := newZero3(l.Policy.Config(), dp.Comm.Size(), dp.Comm.Rank(), l.Policy.ParamData(), l.Opt.Config())
+	if err != nil {
+		return err
+	}
+	z.opt.SetSteps(l.Opt.Steps())
+	if err := l.Policy.ShardWeights(z); err != nil {
+		return err
+	}
+	dp.z3 = z
+	dp.paramData, dp.flatParams = nil, false
+	return nil
+}
+
+// stepZero3 applies the optimiser to this rank's chunks from the reduced
+// gradient, clipped by the global norm: stepDP's arithmetic on the
+// chunks the rank owns. The weights stay where they are: the next pass
+// gathers them.
+func (l *Learner) stepZero3(ctx context.Context) (float64, error) {
+	dp := l.DP
+	z := dp.z3
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	grads := make([][]float32, len(z.mine))
+	partial := make([]float64, len(z.mine))
+	for i, c := range z.mine {
+		at := z.local0(rank, z.flatStart(c))
+		grads[i] = z.grad[at : at+z.chunks[c].Len()]
+	}
+	par.Tasks(len(z.mine), func(_, i int) { partial[i] = optim.SquaredSum(grads[i]) })
+	counts := make([]int, n)
+	for _, r := range z.chunkOwner {
+		counts[r]++
+	}
+	got, err := dp.allGatherFloat64(ctx, partial, counts)
+	if err != nil {
+		return 0, fmt.Errorf("trainer: gradient norm: %w", err)
+	}
+	// got holds rank 0's chunks' sums in chunk order, then rank 1's...:
+	// back into chunk order.
+	pos := make([]int, n)
+	for r := 1; r < n; r++ {
+		pos[r] = pos[r-1] + counts[r-1]
+	}
+	all := make([]float64, len(z.chunks))
+	for i, r := range z.chunkOwner {
+		all[i] = got[pos[r]]
+		pos[r]++
+	}
+	norm := optim.NormOfSquares(all)
+	applied, err := z.opt.Step(z.local, grads, norm)
+	if err != nil || !applied {
+		return norm, err
+	}
+	l.Opt.SetSteps(z.opt.Steps())
+	return norm, nil
+}
+
+// Zero3Memory is what a stage-3 rank holds of the training state, in
+// bytes of float32, as the rank counts its allocations.
+type Zero3Memory struct {
+	// Elements are the weights the rank owns.
+	Elements int64
+	// Share is its weights, reduced gradient and AdamW moments: 16 bytes
+	// an element.
+	Share int64
+	// Peak is the most it held at once since it joined: Share, with the
+	// gradient replaced during a mini-batch's reduction by the sums it
+	// keeps, plus the units' weights gathered for a pass, the units'
+	// gradients a pass writes or hands over, and the exchanges' buffers.
+	Peak int64
+	// Whole is one process's training state: the weights, gradients and
+	// moments of every parameter, 16 bytes each.
+	Whole int64
+	// LargestUnit is the largest unit's weights (a layer, or the
+	// embedding).
+	LargestUnit int64
+}
+
+// Memory is what this rank holds (stage 3 only).
+func (z *zero3) Memory() Zero3Memory {
+	m := Zero3Memory{Elements: int64(len(z.master)), Share: 16 * int64(len(z.master)), Peak: z.mem.peak.Load(),
+		Whole: 16 * int64(z.offset[len(z.offset)-1])}
+	for _, u := range z.units {
+		m.LargestUnit = max(m.LargestUnit, 4*int64(u.Len))
+	}
+	return m
+}

@@ -1,0 +1,246 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/aipo-rl/aipo/learner/collective"
+	"github.com/aipo-rl/aipo/learner/optim"
+)
+
+// A stage-3 rank's state goes to disk and comes back in the formats of
+// the other stages, which name no group size or stage: the weights whole
+// (GatherPolicy, every rank taking part), the optimiser state in parts,
+// one for each unit's run of each rank (a rank writes those it owns,
+// OwnedOptimizerParts), or gathered into one process's file. A group of
+// any size and stage reads either back, and a stage-3 rank reads what any
+// group wrote.
+
+// chunkAt is the index of the chunk that holds flat element x.
+func (z *zero3) chunkAt(x int) int {
+	return sort.Search(len(z.chunks), func(i int) bool { return z.flatStart(i+1) > x })
+}
+
+// eachMoment calls f for every run of this rank's moments (0: m, 1: v)
+// that overlaps the flat elements [lo, hi), with the run's flat start.
+func (z *zero3) eachMoment(rank, moment, lo, hi int, f func(x int, vals []float32)) {
+	z.owned(rank, lo, hi, func(a, b, _ int) {
+		for c := z.chunkAt(a); c < len(z.chunks) && z.flatStart(c) < b; c++ {
+			i := sort.SearchInts(z.mine, c)
+			m, v := z.opt.Moments(i)
+			vals := m
+			if moment == 1 {
+				vals = v
+			}
+			s := z.flatStart(c)
+			from, to := max(a, s), min(b, s+z.chunks[c].Len())
+			f(from, vals[from-s:to-s])
+		}
+	})
+}
+
+// optimizerBounds are the flat bounds of the stage's parts: each unit's
+// run of rank 0, 1, ..., in flat order.
+func (z *zero3) optimizerBounds() []int64 {
+	var out []int64
+	for u := range z.units {
+		for r := range z.n {
+			out = append(out, int64(z.own[u][r]))
+		}
+	}
+	return append(out, int64(z.offset[len(z.offset)-1]))
+}
+
+// OwnedOptimizerParts are the parts of the optimiser state this rank
+// writes (WriteOptimizerPartOf), 1-based, in the numbering of
+// OptimizerIndex: its one part at stages 1 and 2, its run of every unit
+// at stage 3.
+func (l *Learner) OwnedOptimizerParts() []int {
+	dp := l.DP
+	if dp.z3 == nil {
+		return []int{dp.Comm.Rank() + 1}
+	}
+	var out []int
+	for u := range dp.z3.units {
+		out = append(out, u*dp.z3.n+dp.Comm.Rank()+1)
+	}
+	return out
+}
+
+// WriteOptimizerPartOf streams part i (one of OwnedOptimizerParts) of the
+// group's optimiser state to w, without any exchange.
+func (l *Learner) WriteOptimizerPartOf(i int, w io.Writer) error {
+	dp := l.DP
+	z := dp.z3
+	if z == nil {
+		if i != dp.Comm.Rank()+1 {
+			return fmt.Errorf("trainer: rank %d writes part %d of the optimiser state, not %d", dp.Comm.Rank(), dp.Comm.Rank()+1, i)
+		}
+		return l.WriteOptimizerPart(w)
+	}
+	rank := dp.Comm.Rank()
+	bounds := z.optimizerBounds()
+	if i < 1 || i >= len(bounds) || (i-1)%z.n != rank {
+		return fmt.Errorf("trainer: part %d of the optimiser state is not rank %d's", i, rank)
+	}
+	p := optim.Part{Index: i, Of: len(bounds) - 1, Start: bounds[i-1], End: bounds[i]}
+	_, err := optim.WritePart(w, z.opt.Steps(), z.opt.Config(), p, l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
+		lo := z.offset[t] + off
+		z.eachMoment(rank, moment, lo, lo+len(vals), func(x int, src []float32) { copy(vals[x-lo:], src) })
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: rank %d writing part %d of the optimiser state: %w", rank, i, err)
+	}
+	return nil
+}
+
+// readOptimizerPartsZero3 is ReadOptimizerParts at stage 3: the parts
+// that hold each of the rank's runs.
+func (l *Learner) readOptimizerPartsZero3(x optim.PartIndex, open func(file string) (io.ReadCloser, error)) error {
+	dp := l.DP
+	z := dp.z3
+	rank := dp.Comm.Rank()
+	var err error
+	z.owned(rank, 0, z.offset[len(z.offset)-1], func(lo, hi, _ int) {
+		if err == nil {
+			err = optim.ReadParts(x, int64(lo), int64(hi), open, func(t, moment, off int, vals []float32) error {
+				z.putMoments(rank, moment, z.offset[t]+off, vals)
+				return nil
+			})
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: rank %d reading the optimiser state: %w", rank, err)
+	}
+	z.opt.SetSteps(x.Steps)
+	l.Opt.SetSteps(x.Steps)
+	return nil
+}
+
+// putMoments stores, of vals (moment values of the flat elements from
+// x on), those this rank owns.
+func (z *zero3) putMoments(rank, moment, x int, vals []float32) {
+	z.eachMoment(rank, moment, x, x+len(vals), func(at int, dst []float32) { copy(dst, vals[at-x:]) })
+}
+
+// readOptimizerZero3 is ReadOptimizerDP at stage 3.
+func (l *Learner) readOptimizerZero3(r io.Reader) error {
+	dp := l.DP
+	z := dp.z3
+	var steps int64
+	_, err := optim.ReadState(r, func(st int64, ts []optim.TensorState) error {
+		steps = st
+		return l.checkOptimizerTensors(ts)
+	}, func(t, moment, off int, vals []float32) error {
+		z.putMoments(dp.Comm.Rank(), moment, z.offset[t]+off, vals)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: rank %d reading the optimiser state: %w", dp.Comm.Rank(), err)
+	}
+	z.opt.SetSteps(steps)
+	l.Opt.SetSteps(steps)
+	return nil
+}
+
+// gatherRange fills vals with the flat elements [lo, lo+len(vals)) of a
+// sharded vector, every rank taking part: get(rank, from, to, dst) gives
+// this rank's values of each run it owns.
+func (z *zero3) gatherRange(ctx context.Context, comm collective.Comm, lo int, vals []float32, get func(from int, dst []float32)) error {
+	n, rank := comm.Size(), comm.Rank()
+	hi := lo + len(vals)
+	if n == 1 {
+		z.owned(rank, lo, hi, func(a, b, _ int) { get(a, vals[a-lo:b-lo]) })
+		return nil
+	}
+	counts := make([]int, n)
+	for r := range n {
+		counts[r] = z.ownedCount(r, lo, hi)
+	}
+	send := make([]float32, 0, counts[rank])
+	z.owned(rank, lo, hi, func(a, b, _ int) {
+		k := len(send)
+		send = send[:k+b-a]
+		get(a, send[k:])
+	})
+	recv := make([]float32, len(vals))
+	if err := comm.AllGather(ctx, collective.Float32s(send), collective.Float32s(recv), counts); err != nil {
+		return err
+	}
+	k := 0
+	for r := range n {
+		z.owned(r, lo, hi, func(a, b, _ int) {
+			copy(vals[a-lo:b-lo], recv[k:k+b-a])
+			k += b - a
+		})
+	}
+	return nil
+}
+
+// writeOptimizerZero3 is WriteOptimizerDP at stage 3.
+func (l *Learner) writeOptimizerZero3(ctx context.Context, w io.Writer) error {
+	dp := l.DP
+	z := dp.z3
+	rank := dp.Comm.Rank()
+	_, err := optim.WriteState(w, z.opt.Steps(), z.opt.Config(), l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
+		lo := z.offset[t] + off
+		return z.gatherRange(ctx, dp.Comm, lo, vals, func(from int, dst []float32) {
+			z.eachMoment(rank, moment, from, from+len(dst), func(x int, src []float32) { copy(dst[x-from:], src) })
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: rank %d writing the optimiser state: %w", rank, err)
+	}
+	return nil
+}
+
+// GatherPolicy returns the policy's weights, whole, in the flat order of
+// its parameters: at stage 3 every rank of the group must call it (each
+// unit is gathered from its owners); otherwise the host model's own
+// buffer, as it is.
+func (l *Learner) GatherPolicy(ctx context.Context) ([]float32, error) {
+	if l.DP == nil || l.DP.z3 == nil {
+		return l.Policy.ParamData(), nil
+	}
+	dp := l.DP
+	z := dp.z3
+	rank := dp.Comm.Rank()
+	out := make([]float32, z.offset[len(z.offset)-1])
+	for _, u := range z.units {
+		err := z.gatherRange(ctx, dp.Comm, u.Off, out[u.Off:u.Off+u.Len], func(from int, dst []float32) {
+			at := z.local0(rank, from)
+			copy(dst, z.master[at:at+len(dst)])
+		})
+		if err != nil {
+			return nil, fmt.Errorf("trainer: gathering the policy's weights: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// LoadPolicy replaces the policy's weights by flat (every parameter, in
+// order): at stage 3 the rank keeps the elements it owns.
+func (l *Learner) LoadPolicy(flat []float32) error {
+	if l.DP == nil || l.DP.z3 == nil {
+		data := l.Policy.ParamData()
+		if len(flat) != len(data) {
+			return fmt.Errorf("trainer: %d weights for a policy of %d", len(flat), len(data))
+		}
+		copy(data, flat)
+		return nil
+	}
+	z := l.DP.z3
+	if len(flat) != z.offset[len(z.offset)-1] {
+		return fmt.Errorf("trainer: %d weights for a policy of %d", len(flat), z.offset[len(z.offset)-1])
+	}
+	z.owned(l.DP.Comm.Rank(), 0, len(flat), func(lo, hi, at int) { copy(z.master[at:], flat[lo:hi]) })
+	return nil
+}
+
+// errZero3Part is the failure of asking a stage-3 rank for the one part
+// of the optimiser state of the other stages.
+var errZero3Part = errors.New("trainer: a ZeRO stage-3 rank writes one part of the optimiser state for each unit of the model: write each of OwnedOptimizerParts with WriteOptimizerPartOf")
