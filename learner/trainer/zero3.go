@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/aipo-rl/aipo/learner/model"
@@ -44,8 +45,10 @@ type zero3 struct {
 	n      int // the group's size
 	units  []model.Span
 	chunks []optim.Chunk // every chunk, in order
-	// own[u][r] is where rank r's run of unit u begins (flat offset);
-	// own[u][N] is the unit's end.
+	// own[u][i] is where part i of unit u begins (flat offset), own[u][N]
+	// the unit's end; rank (i+u) mod N owns part i. The rotation spreads
+	// the parts of units whose chunks do not split evenly (a small
+	// model's, whose tensors are a chunk each) over the ranks.
 	own [][]int
 	// chunkOwner[i] is the rank that owns chunk i.
 	chunkOwner []int
@@ -77,27 +80,27 @@ func newZero3(cfg model.Config, n, rank int, params []float32, oc optim.Config) 
 	}
 	z.chunkOwner = make([]int, len(z.chunks))
 	ci := 0
-	for _, u := range z.units {
+	for u, us := range z.units {
 		first := ci
-		for ci < len(z.chunks) && z.flatStart(ci) < u.Off+u.Len {
+		for ci < len(z.chunks) && z.flatStart(ci) < us.Off+us.Len {
 			ci++
 		}
 		bounds := optim.Partition(z.chunks[first:ci], n)
-		own := make([]int, n+1)
-		for r := range n + 1 {
-			own[r] = z.flatStart(first + bounds[r])
-			if r < n {
-				for c := first + bounds[r]; c < first+bounds[r+1]; c++ {
-					z.chunkOwner[c] = r
+		parts := make([]int, n+1)
+		for i := range n + 1 {
+			parts[i] = z.flatStart(first + bounds[i])
+			if i < n {
+				for c := first + bounds[i]; c < first+bounds[i+1]; c++ {
+					z.chunkOwner[c] = (i + u) % n
 				}
 			}
 		}
-		own[n] = u.Off + u.Len
-		z.own = append(z.own, own)
+		parts[n] = us.Off + us.Len
+		z.own = append(z.own, parts)
 	}
 	for u := range z.units {
 		z.at = append(z.at, len(z.master))
-		lo, hi := z.own[u][rank], z.own[u][rank+1]
+		lo, hi := z.run(u, rank)
 		z.master = append(z.master, params[lo:hi]...)
 	}
 	z.grad = make([]float32, len(z.master))
@@ -122,6 +125,33 @@ func newZero3(cfg model.Config, n, rank int, params []float32, oc optim.Config) 
 	return z, nil
 }
 
+// part is the part of unit u that rank owns.
+func (z *zero3) part(u, rank int) int { return ((rank-u)%z.n + z.n) % z.n }
+
+// run is the flat elements [lo, hi) of unit u that rank owns.
+func (z *zero3) run(u, rank int) (lo, hi int) {
+	i := z.part(u, rank)
+	return z.own[u][i], z.own[u][i+1]
+}
+
+// rankOrder rotates buf (unit u's values, in flat order) into the ranks'
+// order, rank 0's run first, as the collectives lay them out (back with
+// back set): in place, by three reversals.
+func (z *zero3) rankOrder(u int, buf []float32, back bool) {
+	// In rank order the runs start with part (-u) mod N: flat order is
+	// A B with A the parts before it, and rank order B A.
+	x := z.own[u][z.part(u, 0)] - z.units[u].Off
+	if back {
+		x = len(buf) - x
+	}
+	if x == 0 || x == len(buf) {
+		return
+	}
+	slices.Reverse(buf[:x])
+	slices.Reverse(buf[x:])
+	slices.Reverse(buf)
+}
+
 // flatStart is the flat offset of chunk i (the end of all past the last).
 func (z *zero3) flatStart(i int) int {
 	if i >= len(z.chunks) {
@@ -144,7 +174,8 @@ func (z *zero3) unitOf(x int) int {
 // local0 is where rank's flat element x (one it owns) lies in master.
 func (z *zero3) local0(rank, x int) int {
 	u := z.unitOf(x)
-	return z.at[u] + x - z.own[u][rank]
+	lo, _ := z.run(u, rank)
+	return z.at[u] + x - lo
 }
 
 // owned calls f(lo, hi, at) for each run of flat elements [lo, hi) that
@@ -153,7 +184,7 @@ func (z *zero3) local0(rank, x int) int {
 func (z *zero3) owned(rank, from, to int, f func(lo, hi, at int)) {
 	at := 0
 	for u := range z.units {
-		lo, hi := z.own[u][rank], z.own[u][rank+1]
+		lo, hi := z.run(u, rank)
 		if a, b := max(lo, from), min(hi, to); a < b {
 			f(a, b, at+a-lo)
 		}

@@ -324,14 +324,15 @@ func (z *zero3) releaseWeights(w []float32) {
 // gatherUnit all-gathers unit u's weights from their owners.
 func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]float32, error) {
 	n, rank := comm.Size(), comm.Rank()
-	own := z.own[u]
-	mine := z.master[z.at[u] : z.at[u]+own[rank+1]-own[rank]]
+	lo, hi := z.run(u, rank)
+	mine := z.master[z.at[u] : z.at[u]+hi-lo]
 	if n == 1 {
 		return mine, nil
 	}
 	counts := make([]int, n)
 	for r := range n {
-		counts[r] = own[r+1] - own[r]
+		a, b := z.run(u, r)
+		counts[r] = b - a
 	}
 	w := make([]float32, z.units[u].Len)
 	z.mem.add(4 * int64(len(w)))
@@ -339,6 +340,7 @@ func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]
 		z.mem.add(-4 * int64(len(w)))
 		return nil, err
 	}
+	z.rankOrder(u, w, true)
 	return w, nil
 }
 
@@ -350,8 +352,8 @@ func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]
 // the tree would add to it at once, elementwise, as sumTree does).
 func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g []float32, has []bool, leaf []float32, add bool) error {
 	n, rank := comm.Size(), comm.Rank()
-	own := z.own[u]
-	m := own[rank+1] - own[rank]
+	lo, hi := z.run(u, rank)
+	m := hi - lo
 	defer func() {
 		if g != nil {
 			z.mem.add(-4 * int64(len(g)))
@@ -376,7 +378,8 @@ func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g [
 	total := 0
 	for r := range n {
 		if has[rank] {
-			send[r] = own[r+1] - own[r]
+			a, b := z.run(u, r)
+			send[r] = b - a
 		}
 		if has[r] {
 			recv[r] = m
@@ -389,6 +392,7 @@ func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g [
 	var sendBuf []float32
 	if has[rank] {
 		sendBuf = g
+		z.rankOrder(u, g, false)
 	}
 	if err := comm.AllToAll(ctx, collective.Float32s(sendBuf), send, collective.Float32s(buf), recv); err != nil {
 		return err

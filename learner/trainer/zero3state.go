@@ -43,12 +43,12 @@ func (z *zero3) eachMoment(rank, moment, lo, hi int, f func(x int, vals []float3
 }
 
 // optimizerBounds are the flat bounds of the stage's parts: each unit's
-// run of rank 0, 1, ..., in flat order.
+// parts, in flat order (part u*N+i+1 is part i of unit u).
 func (z *zero3) optimizerBounds() []int64 {
 	var out []int64
 	for u := range z.units {
-		for r := range z.n {
-			out = append(out, int64(z.own[u][r]))
+		for i := range z.n {
+			out = append(out, int64(z.own[u][i]))
 		}
 	}
 	return append(out, int64(z.offset[len(z.offset)-1]))
@@ -65,7 +65,7 @@ func (l *Learner) OwnedOptimizerParts() []int {
 	}
 	var out []int
 	for u := range dp.z3.units {
-		out = append(out, u*dp.z3.n+dp.Comm.Rank()+1)
+		out = append(out, u*dp.z3.n+dp.z3.part(u, dp.Comm.Rank())+1)
 	}
 	return out
 }
@@ -83,7 +83,7 @@ func (l *Learner) WriteOptimizerPartOf(i int, w io.Writer) error {
 	}
 	rank := dp.Comm.Rank()
 	bounds := z.optimizerBounds()
-	if i < 1 || i >= len(bounds) || (i-1)%z.n != rank {
+	if i < 1 || i >= len(bounds) || (i-1)%z.n != z.part((i-1)/z.n, rank) {
 		return fmt.Errorf("trainer: part %d of the optimiser state is not rank %d's", i, rank)
 	}
 	p := optim.Part{Index: i, Of: len(bounds) - 1, Start: bounds[i-1], End: bounds[i]}
