@@ -162,7 +162,12 @@ func spansOf(cfg Config, specs []spec) Spans {
 
 func newWeights(cfg Config, specs []spec) weights {
 	last := specs[len(specs)-1]
-	w := weights{flat: make([]float32, last.off+last.size())}
+	return viewWeights(cfg, specs, make([]float32, last.off+last.size()))
+}
+
+// viewWeights is the typed views of cfg's tensors in flat.
+func viewWeights(cfg Config, specs []spec, flat []float32) weights {
+	w := weights{flat: flat}
 	view := func(s Span) []float32 {
 		if s.Len == 0 {
 			return nil

@@ -96,6 +96,9 @@ type UnitFeed interface {
 	// are there; the pass reads them until its next Use or the end of
 	// the pass (EndShardedPass), and never writes them.
 	Use(u int) ([]float32, error)
+	// NewGrad returns a zeroed buffer for unit u's gradient
+	// (Units()[u].Len floats), which the pass writes until GradDone.
+	NewGrad(u int) []float32
 	// GradDone hands over unit u's gradient (Units()[u].Len floats): the
 	// pass writes it no more, and the feed owns it from then on.
 	GradDone(u int, g []float32) error
@@ -193,7 +196,10 @@ func (m *Model) gradsFor(u int) *weights {
 		return m.gradsNow()
 	}
 	if s.grads[u] == nil {
-		s.grads[u] = make([]float32, s.units[u].Len)
+		s.grads[u] = s.feed.NewGrad(u)
+		if len(s.grads[u]) != s.units[u].Len {
+			panic(feedFailure{fmt.Errorf("model: the feed gave a gradient buffer of %d floats for unit %d of %d", len(s.grads[u]), u, s.units[u].Len)})
+		}
 		setUnitViews(&m.g, m.cfg, s.units, u, s.grads[u])
 	}
 	return &m.g
@@ -268,4 +274,23 @@ func setUnitViews(ws *weights, cfg Config, units []Span, u int, buf []float32) {
 			o: view(ls.O), oBias: view(ls.OBias), gateUp: view(ls.GateUp), down: view(ls.Down), qkNorm: view(ls.QKNorm),
 		}
 	}
+}
+
+// UnshardWeights makes a sharded model hold its whole weights again:
+// flat (every parameter, in storage order) becomes its parameter buffer,
+// which it then owns, and passes read it as a model's that was never
+// sharded. Call it between passes.
+func (m *Model) UnshardWeights(flat []float32) error {
+	if m.shard == nil {
+		return errors.New("model: UnshardWeights of a model whose weights are not sharded")
+	}
+	if len(flat) != m.NumParams() {
+		return fmt.Errorf("model: %d weights for a model of %d", len(flat), m.NumParams())
+	}
+	m.shard = nil
+	m.w = viewWeights(m.cfg, m.specs, flat)
+	m.gradMu.Lock()
+	m.g = weights{}
+	m.gradMu.Unlock()
+	return nil
 }

@@ -25,6 +25,8 @@ func (f *wholeFeed) Use(u int) ([]float32, error) {
 	return slices.Clone(f.data[s.Off : s.Off+s.Len]), nil
 }
 
+func (f *wholeFeed) NewGrad(u int) []float32 { return make([]float32, f.units[u].Len) }
+
 func (f *wholeFeed) GradDone(u int, g []float32) error {
 	f.events = append(f.events, UnitEvent{Unit: u, Grad: true})
 	s := f.units[u]
@@ -127,6 +129,17 @@ func TestShardedWeightsSameBits(t *testing.T) {
 			if want := UnitPlan(c.cfg, false); !slices.Equal(feed.events, want) {
 				t.Fatalf("Score asked %v, UnitPlan says %v", feed.events, want)
 			}
+			// Whole again, from the feed's weights: the same pass.
+			if err := shardedM.UnshardWeights(slices.Clone(feed.data)); err != nil {
+				t.Fatal(err)
+			}
+			lp, _, err = shardedM.Score(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := sameBits(lp, lpW); !ok || shardedM.Sharded() {
+				t.Fatal("the model made whole again scores otherwise")
+			}
 		})
 	}
 	m, err := New(tinyConfig(), 1)
@@ -145,3 +158,4 @@ type failingFeed struct{}
 
 func (failingFeed) Use(int) ([]float32, error)    { return nil, fmt.Errorf("the link went down") }
 func (failingFeed) GradDone(int, []float32) error { return nil }
+func (failingFeed) NewGrad(int) []float32         { return nil }

@@ -154,17 +154,19 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	if zero == 2 {
 		dp.runs = l.Policy.GradRuns()
 	}
+	dp.bounds = optim.Partition(dp.chunks, n)
+	dp.start = make([]int, n+1)
+	for r := range n + 1 {
+		dp.start[r] = dp.flatStart(dp.bounds[r])
+	}
 	if zero == 3 {
+		// (bounds and start are the parts the optimiser state is saved
+		// in, as stage 1 owns them.)
 		if err := l.enableZero3(dp); err != nil {
 			return err
 		}
 		l.DP = dp
 		return nil
-	}
-	dp.bounds = optim.Partition(dp.chunks, n)
-	dp.start = make([]int, n+1)
-	for r := range n + 1 {
-		dp.start[r] = dp.flatStart(dp.bounds[r])
 	}
 	opt, err := optim.NewShard(l.Opt.Config(), dp.chunks[dp.bounds[comm.Rank()]:dp.bounds[comm.Rank()+1]])
 	if err != nil {
@@ -240,6 +242,11 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 	seqs, err := l.rlSequences(cfg, samples)
 	if err != nil {
 		return RLStats{}, err
+	}
+	if dp.z3 != nil {
+		if err := l.reshard(); err != nil {
+			return RLStats{}, err
+		}
 	}
 	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
 	groups := shardSamples(seqs, cfg.MiniBatches, v)

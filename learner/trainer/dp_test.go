@@ -134,6 +134,13 @@ func programDPSteps() int {
 			return fail(fmt.Errorf("step %d: %w", k, err))
 		}
 		fmt.Printf("step %d: loss %.6f grad-norm %.6f tokens %d\n", k, st.Loss, st.GradNorm, st.Tokens)
+		if os.Getenv("AIPO_DP_SYNC") != "" {
+			// As a run between steps: the weights whole in the host
+			// model (gathered at stage 3), sharded again by the next step.
+			if err := l.SyncPolicy(); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	if dir := os.Getenv("AIPO_DP_SAVE"); l.DP.Zero == 2 && comm.Rank() == 0 && dir != "" {
 		if err := os.WriteFile(filepath.Join(dir, "overlapped"), []byte(strconv.FormatInt(l.DP.Overlapped, 10)), 0o644); err != nil {
@@ -159,16 +166,17 @@ func programDPSteps() int {
 	dir := os.Getenv("AIPO_DP_SAVE")
 	x := l.OptimizerIndex(partName)
 	if dir != "" {
-		// Every rank writes its parts of the state as well, with no
-		// exchange; rank 0 the index.
-		for _, i := range l.OwnedOptimizerParts() {
-			var part bytes.Buffer
-			if err := l.WriteOptimizerPartOf(i, &part); err != nil {
-				return fail(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, x.Parts[i-1].File), part.Bytes(), 0o644); err != nil {
-				return fail(err)
-			}
+		// Every rank writes its part of the state as well (at stage 3
+		// once the ranks laid the parts out); rank 0 the index.
+		if err := l.PrepareOptimizerParts(ctx); err != nil {
+			return fail(err)
+		}
+		var part bytes.Buffer
+		if err := l.WriteOptimizerPart(&part); err != nil {
+			return fail(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, partName(comm.Rank()+1, comm.Size())), part.Bytes(), 0o644); err != nil {
+			return fail(err)
 		}
 	}
 	if dir != "" && comm.Rank() == 0 {

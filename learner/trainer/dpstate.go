@@ -41,25 +41,25 @@ func (l *Learner) OptimizerTensors() []optim.TensorState {
 }
 
 // OptimizerIndex is the index of the parts WriteOptimizerPart writes on
-// each rank of the group, part r+1 being rank r's, named by file.
+// each rank of the group, part r+1 being rank r's, named by file (at
+// every stage the run of elements stage 1 gives the rank).
 func (l *Learner) OptimizerIndex(file func(i, n int) string) optim.PartIndex {
 	dp := l.DP
-	if dp.z3 != nil {
-		return optim.NewPartIndex(dp.z3.opt.Steps(), l.OptimizerTensors(), dp.z3.optimizerBounds(), file)
-	}
+	steps := dp.Steps()
 	bounds := make([]int64, len(dp.start))
 	for i, s := range dp.start {
 		bounds[i] = int64(s)
 	}
-	return optim.NewPartIndex(dp.opt.Steps(), l.OptimizerTensors(), bounds, file)
+	return optim.NewPartIndex(steps, l.OptimizerTensors(), bounds, file)
 }
 
 // WriteOptimizerPart streams this rank's part of the group's optimiser
-// state (the moments it owns) to w, without any exchange.
+// state (the moments it owns) to w, without any exchange (at ZeRO stage
+// 3 after PrepareOptimizerParts, which exchanges them).
 func (l *Learner) WriteOptimizerPart(w io.Writer) error {
 	dp := l.DP
 	if dp.z3 != nil {
-		return errZero3Part
+		return l.writeOptimizerPartZero3(w)
 	}
 	rank := dp.Comm.Rank()
 	p := optim.Part{Index: rank + 1, Of: dp.Comm.Size(), Start: int64(dp.start[rank]), End: int64(dp.start[rank+1])}
@@ -229,4 +229,12 @@ func (l *Learner) WriteOptimizerDP(ctx context.Context, w io.Writer) error {
 		return fmt.Errorf("trainer: rank %d writing the optimiser state: %w", rank, err)
 	}
 	return nil
+}
+
+// Steps is the number of updates the group's optimiser has applied.
+func (dp *DataParallel) Steps() int64 {
+	if dp.z3 != nil {
+		return dp.z3.opt.Steps()
+	}
+	return dp.opt.Steps()
 }

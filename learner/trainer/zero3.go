@@ -62,6 +62,9 @@ type zero3 struct {
 	offset []int          // flat offset of each parameter
 	names  []string       // the parameters' names
 	mem    residentMemory // what the rank's state and passes hold
+	// parted is the moments (m, v) of the rank's stage-1 run of elements,
+	// laid out for its part of a checkpoint (PrepareOptimizerParts).
+	parted [2][]float32
 
 	mu   sync.Mutex
 	pass *passFeed // the pass in progress, nil between passes

@@ -17,7 +17,10 @@ const oneMicroBatch = "AIPO_DP_MICRO_TOKENS=4096"
 // bit, at 1, 2 and 4 ranks over 3 steps of two mini-batches whose shards
 // pack several micro-batches each (the rounds of zero3), the second step
 // on 3 trajectories, so that most slots have ranks with nothing to train
-// (shadow passes); with one micro-batch a shard, stage 1's bits. Saved by
+// (shadow passes); with one micro-batch a shard, stage 1's bits, also
+// when the weights are gathered whole into the host model after each
+// step (SyncPolicy, as a run does for its checkpoints and rollouts) and
+// sharded again by the next. Saved by
 // 4 ranks at stage 3 after 2 steps, the state resumes at 2 ranks (stage
 // 3, from the ranks' parts) and at 1 rank (stage 1, from the gathered
 // file) to the uninterrupted run's bits, and the 4 ranks' parts join to
@@ -41,7 +44,7 @@ func TestZeroStage3SameBits(t *testing.T) {
 	stage1 := dpRunFrom(t, 1, 0, 3, "", false, few, oneMicroBatch)
 	want = [2]string{digest(t, stage1, "params.bin"), digest(t, stage1, "optimizer.bin")}
 	for _, n := range []int{1, 4} {
-		dir := dpRunFrom(t, n, 0, 3, "", false, few, oneMicroBatch, "AIPO_DP_ZERO=3")
+		dir := dpRunFrom(t, n, 0, 3, "", false, few, oneMicroBatch, "AIPO_DP_ZERO=3", "AIPO_DP_SYNC=1")
 		if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
 			t.Errorf("%d ranks at stage 3, one micro-batch a shard: %v, stage 1 at 1 rank %v", n, got, want)
 		}

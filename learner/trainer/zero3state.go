@@ -2,7 +2,6 @@ package trainer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -13,11 +12,11 @@ import (
 
 // A stage-3 rank's state goes to disk and comes back in the formats of
 // the other stages, which name no group size or stage: the weights whole
-// (GatherPolicy, every rank taking part), the optimiser state in parts,
-// one for each unit's run of each rank (a rank writes those it owns,
-// OwnedOptimizerParts), or gathered into one process's file. A group of
-// any size and stage reads either back, and a stage-3 rank reads what any
-// group wrote.
+// (GatherPolicy, every rank taking part), the optimiser state in the
+// parts stage 1 writes (one a rank, its contiguous run of elements, laid
+// out by PrepareOptimizerParts), or gathered into one process's file. A
+// group of any size and stage reads either back, and a stage-3 rank reads
+// what any group wrote.
 
 // chunkAt is the index of the chunk that holds flat element x.
 func (z *zero3) chunkAt(x int) int {
@@ -42,58 +41,69 @@ func (z *zero3) eachMoment(rank, moment, lo, hi int, f func(x int, vals []float3
 	})
 }
 
-// optimizerBounds are the flat bounds of the stage's parts: each unit's
-// parts, in flat order (part u*N+i+1 is part i of unit u).
-func (z *zero3) optimizerBounds() []int64 {
-	var out []int64
-	for u := range z.units {
-		for i := range z.n {
-			out = append(out, int64(z.own[u][i]))
-		}
-	}
-	return append(out, int64(z.offset[len(z.offset)-1]))
-}
-
-// OwnedOptimizerParts are the parts of the optimiser state this rank
-// writes (WriteOptimizerPartOf), 1-based, in the numbering of
-// OptimizerIndex: its one part at stages 1 and 2, its run of every unit
-// at stage 3.
-func (l *Learner) OwnedOptimizerParts() []int {
-	dp := l.DP
-	if dp.z3 == nil {
-		return []int{dp.Comm.Rank() + 1}
-	}
-	var out []int
-	for u := range dp.z3.units {
-		out = append(out, u*dp.z3.n+dp.z3.part(u, dp.Comm.Rank())+1)
-	}
-	return out
-}
-
-// WriteOptimizerPartOf streams part i (one of OwnedOptimizerParts) of the
-// group's optimiser state to w, without any exchange.
-func (l *Learner) WriteOptimizerPartOf(i int, w io.Writer) error {
+// PrepareOptimizerParts lays this rank's part of the optimiser state out
+// for WriteOptimizerPart: at stage 3 the moments of the run of elements
+// that the rank owns at stage 1 (OptimizerIndex's part), brought from
+// their owners, every rank taking part (an all-to-all of 8 bytes an
+// element, bounded by the group's timeout); at the other stages nothing
+// to do. The copy lives until the next step.
+func (l *Learner) PrepareOptimizerParts(ctx context.Context) error {
 	dp := l.DP
 	z := dp.z3
 	if z == nil {
-		if i != dp.Comm.Rank()+1 {
-			return fmt.Errorf("trainer: rank %d writes part %d of the optimiser state, not %d", dp.Comm.Rank(), dp.Comm.Rank()+1, i)
+		return nil
+	}
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	lo, hi := dp.start[rank], dp.start[rank+1]
+	for moment := range 2 {
+		out := make([]float32, hi-lo)
+		if n == 1 {
+			z.eachMoment(rank, moment, lo, hi, func(x int, vals []float32) { copy(out[x-lo:], vals) })
+			z.parted[moment] = out
+			continue
 		}
-		return l.WriteOptimizerPart(w)
+		send, recv := make([]int, n), make([]int, n)
+		var sendBuf []float32
+		for r := range n {
+			a, b := dp.start[r], dp.start[r+1]
+			send[r] = z.ownedCount(rank, a, b)
+			recv[r] = z.ownedCount(r, lo, hi)
+			z.eachMoment(rank, moment, a, b, func(_ int, vals []float32) { sendBuf = append(sendBuf, vals...) })
+		}
+		buf := make([]float32, hi-lo)
+		if err := dp.Comm.AllToAll(ctx, collective.Float32s(sendBuf), send, collective.Float32s(buf), recv); err != nil {
+			return fmt.Errorf("trainer: laying out the optimiser state's parts: %w", err)
+		}
+		k := 0
+		for r := range n {
+			z.owned(r, lo, hi, func(a, b, _ int) {
+				copy(out[a-lo:b-lo], buf[k:k+b-a])
+				k += b - a
+			})
+		}
+		z.parted[moment] = out
 	}
+	return nil
+}
+
+// writeOptimizerPartZero3 is WriteOptimizerPart at stage 3, from the
+// moments PrepareOptimizerParts laid out.
+func (l *Learner) writeOptimizerPartZero3(w io.Writer) error {
+	dp := l.DP
+	z := dp.z3
 	rank := dp.Comm.Rank()
-	bounds := z.optimizerBounds()
-	if i < 1 || i >= len(bounds) || (i-1)%z.n != z.part((i-1)/z.n, rank) {
-		return fmt.Errorf("trainer: part %d of the optimiser state is not rank %d's", i, rank)
+	lo, hi := dp.start[rank], dp.start[rank+1]
+	if len(z.parted[0]) != hi-lo || len(z.parted[1]) != hi-lo {
+		return fmt.Errorf("trainer: rank %d writing its part of the optimiser state: call PrepareOptimizerParts first (at ZeRO stage 3 every rank takes part in laying the parts out)", rank)
 	}
-	p := optim.Part{Index: i, Of: len(bounds) - 1, Start: bounds[i-1], End: bounds[i]}
+	p := optim.Part{Index: rank + 1, Of: dp.Comm.Size(), Start: int64(lo), End: int64(hi)}
 	_, err := optim.WritePart(w, z.opt.Steps(), z.opt.Config(), p, l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
-		lo := z.offset[t] + off
-		z.eachMoment(rank, moment, lo, lo+len(vals), func(x int, src []float32) { copy(vals[x-lo:], src) })
+		x := z.offset[t] + off
+		copy(vals, z.parted[moment][x-lo:])
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("trainer: rank %d writing part %d of the optimiser state: %w", rank, i, err)
+		return fmt.Errorf("trainer: rank %d writing its part of the optimiser state: %w", rank, err)
 	}
 	return nil
 }
@@ -203,7 +213,7 @@ func (l *Learner) writeOptimizerZero3(ctx context.Context, w io.Writer) error {
 // unit is gathered from its owners); otherwise the host model's own
 // buffer, as it is.
 func (l *Learner) GatherPolicy(ctx context.Context) ([]float32, error) {
-	if l.DP == nil || l.DP.z3 == nil {
+	if l.DP == nil || l.DP.z3 == nil || !l.Policy.Sharded() {
 		return l.Policy.ParamData(), nil
 	}
 	dp := l.DP
@@ -237,10 +247,42 @@ func (l *Learner) LoadPolicy(flat []float32) error {
 	if len(flat) != z.offset[len(z.offset)-1] {
 		return fmt.Errorf("trainer: %d weights for a policy of %d", len(flat), z.offset[len(z.offset)-1])
 	}
-	z.owned(l.DP.Comm.Rank(), 0, len(flat), func(lo, hi, at int) { copy(z.master[at:], flat[lo:hi]) })
+	z.takeWeights(l.DP.Comm.Rank(), flat)
+	if !l.Policy.Sharded() {
+		copy(l.Policy.ParamData(), flat)
+	}
 	return nil
 }
 
-// errZero3Part is the failure of asking a stage-3 rank for the one part
-// of the optimiser state of the other stages.
-var errZero3Part = errors.New("trainer: a ZeRO stage-3 rank writes one part of the optimiser state for each unit of the model: write each of OwnedOptimizerParts with WriteOptimizerPartOf")
+// takeWeights keeps of flat (every weight) the elements rank owns.
+func (z *zero3) takeWeights(rank int, flat []float32) {
+	z.owned(rank, 0, len(flat), func(lo, hi, at int) { copy(z.master[at:], flat[lo:hi]) })
+}
+
+// unshard gathers the policy's weights whole into the host model (every
+// rank of the group takes part), for what reads the model between steps:
+// checkpoints, the rollout engine. Nothing to do when it holds them.
+func (l *Learner) unshard(ctx context.Context) error {
+	if !l.Policy.Sharded() {
+		return nil
+	}
+	flat, err := l.GatherPolicy(ctx)
+	if err != nil {
+		return err
+	}
+	return l.Policy.UnshardWeights(flat)
+}
+
+// reshard makes the policy's weights this rank's share again after
+// unshard: the host model's whole weights, which stand for the policy
+// while it holds them (a checkpoint may have been loaded into them), go
+// to the shares and leave the model.
+func (l *Learner) reshard() error {
+	if l.Policy.Sharded() {
+		return nil
+	}
+	z := l.DP.z3
+	z.takeWeights(l.DP.Comm.Rank(), l.Policy.ParamData())
+	z.parted = [2][]float32{}
+	return l.Policy.ShardWeights(z)
+}
