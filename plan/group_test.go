@@ -152,7 +152,8 @@ func TestPlanGroupInputs(t *testing.T) {
 		ranks, zero int
 		want        string
 	}{
-		{gpu, 4, 3, "--zero 3: give 1"},
+		{gpu, 4, 4, "--zero 4: give 1"},
+		{gpu, 4, 3, "--zero 3 shards the weights of the cpu backend's passes; learner.backend cuda holds the whole weights"},
 		{gpu, 0, 2, "--zero 2 shards the learner's state across ranks: give --nproc N too"},
 		{gpu, -1, 0, "--nproc -1: give the number of learner processes"},
 	} {
@@ -160,5 +161,63 @@ func TestPlanGroupInputs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--nproc %d --zero %d on %s: %v, want %q", tc.ranks, tc.zero, tc.cfg.Learner.Backend, err, tc.want)
 		}
+	}
+}
+
+// At ZeRO stage 3 on the CPU each rank's learner step holds its share of
+// the weights (the plan's line is trainer.PlanDataParallel's Weights),
+// its moments and the step's buffers (the layers its passes gather, the
+// kept sums) in place of the whole weights, gradients and moments: the
+// machine holds every rank's, and rank 0's step holds less than at stage
+// 1 at 2, 4 and 8 ranks.
+func TestPlanGroupStage3OnTheCPU(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Baseline: 128 << 20, HostBytes: 64 << 30}
+	one, err := Make(ctx, cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	P := one.Params
+	h1 := one.Phases[phaseLearn].Host()
+	for _, n := range []int{2, 4, 8} {
+		var rank0 [4]int64
+		for _, zero := range []int{1, 3} {
+			o := o
+			o.Ranks, o.Zero = n, zero
+			p, err := Make(ctx, cfg, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			learn := p.Phases[phaseLearn]
+			rank0[zero] = learn.Host() - learn.Others
+			if zero == 1 {
+				continue
+			}
+			if !strings.Contains(p.String(), "ZeRO stage 3 as built") {
+				t.Errorf("%d ranks at stage 3: the plan does not name its stage:\n%s", n, p)
+			}
+			ranks, err := trainer.PlanDataParallel(p.Model, n, trainer.DPConfig{Zero: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := line(t, learn, "policy weights of rank 0's share", false); got != ranks[0].Weights || got > 4*P/int64(n)+4<<16 {
+				t.Errorf("%d ranks: rank 0's weights %d, want 4 x its %d elements, about 4P/N = %d", n, got, ranks[0].Elements, 4*P/int64(n))
+			}
+			var machine int64
+			for _, r := range ranks {
+				machine += h1 - 16*P + r.Weights + r.Moments + r.StepBuffers()
+			}
+			if learn.Host() != machine {
+				t.Errorf("%d ranks: the machine's host in the step %d, want %d", n, learn.Host(), machine)
+			}
+		}
+		if rank0[3] >= rank0[1] {
+			t.Errorf("%d ranks: rank 0's step holds %d at stage 3, %d at stage 1", n, rank0[3], rank0[1])
+		}
+		t.Logf("%d ranks: rank 0's learner step %s at stage 3, %s at stage 1", n, fmtBytes(rank0[3]), fmtBytes(rank0[1]))
 	}
 }

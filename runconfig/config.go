@@ -343,7 +343,12 @@ type Learner struct {
 	// 2 also reduces the gradients run by run as the backward pass
 	// finishes them, overlapped with it (no 4P receive buffer; the same
 	// bits; on GPUs, whose passes do not report the runs, exchanged run
-	// by run after the pass). One process ignores it.
+	// by run after the pass). 3 (learner.backend cpu) also shards the
+	// weights: each rank holds 1/N of every layer's float32 weights,
+	// gradient and moments; the ranks gather each layer before a pass
+	// reads it and reduce its gradient as the backward pass ends it (the
+	// same bits at 1, 2, 4 and 8 ranks; stage 1's when each virtual
+	// shard packs into one micro-batch). One process ignores it.
 	Zero int `yaml:"zero"`
 	// Deterministic makes a group of learner processes split each
 	// mini-batch into the same virtual shards (8, or the next power of two

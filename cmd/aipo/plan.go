@@ -36,9 +36,9 @@ func runPlan(args []string) error {
 	planOpts := planFlags(fs)
 	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
 	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; on GPUs, the design of docs/scaling.md, not built)")
-	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded) or 2 (the gradients reduced layer by layer too); default learner.zero")
+	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well; cpu backend); default learner.zero")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2]]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2|3]]\n\n"+
 			"Prints the memory a run needs, before anything runs: for the learner step (weights,\n"+
 			"gradients, optimiser, reference, activations of the configured micro-batch and sequence\n"+
 			"lengths), the rollout engine's load and the rollout (its attention caches), on the host\n"+
@@ -84,8 +84,8 @@ func checkGroupFlags(fs *flag.FlagSet, nproc, zero int) error {
 		return usageError("--nproc %d: give the number of learner processes to plan for (1 or more), or leave --nproc out for one process", nproc)
 	case set["zero"] && !set["nproc"]:
 		return usageError("--zero %d shards the learner's state across ranks: give --nproc N too (the number of learner processes)", zero)
-	case set["zero"] && zero != 1 && zero != 2:
-		return usageError("--zero %d: give 1 (the AdamW moments sharded) or 2 (the gradients too); stage 3 (the weights sharded as well) is not planned", zero)
+	case set["zero"] && (zero < 1 || zero > 3):
+		return usageError("--zero %d: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3 (the weights as well, on the cpu backend)", zero)
 	}
 	return nil
 }

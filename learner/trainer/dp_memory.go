@@ -41,8 +41,17 @@ type RankMemory struct {
 	// steps: the rank's elements; with one rank the tree's sum itself,
 	// the whole gradient.
 	Held int64
-	// Zero is the ZeRO stage planned (1 or 2).
+	// Zero is the ZeRO stage planned (1, 2 or 3).
 	Zero int
+	// Weights is, at stage 3, the rank's share of the float32 weights
+	// (4 bytes an owned element; the passes gather the rest a unit at a
+	// time), and Units the most the passes hold at once beyond it: two
+	// units' gathered weights (the one read and the next), two units'
+	// gradients (the one written and the one being exchanged) with a
+	// tied embedding's for the whole backward pass, and an exchange's
+	// receive buffer. 0 at stages 1 and 2 (every rank holds the whole
+	// weights).
+	Weights, Units int64
 	// The step's own buffers, Held included, at each point of a
 	// mini-batch's update: while the shards' gradients are summed (the
 	// tree's copies), during the reduction (stage 1: the sum sent, the
@@ -63,6 +72,9 @@ func (m RankMemory) PeakWhen() string {
 	case m.Tree:
 		return fmt.Sprintf("summing its %d shards' gradients: %d flat copies", m.Shards, m.TreeBuffers)
 	case m.Reduce:
+		if m.Zero == 3 {
+			return fmt.Sprintf("a backward pass: %d kept sums of its elements beside two units' weights and gradients", m.TreeBuffers)
+		}
 		if m.Zero == 2 {
 			switch k := bits.OnesCount(uint(m.Shards - 1)); k {
 			case 0:
@@ -86,11 +98,14 @@ func PlanDataParallel(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, e
 		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
 	}
 	zero := max(cfg.Zero, 1)
-	if zero > 2 {
-		return nil, fmt.Errorf("trainer: ZeRO stage %d: give 1 or 2", cfg.Zero)
+	if zero > 3 {
+		return nil, fmt.Errorf("trainer: ZeRO stage %d: give 1, 2 or 3", cfg.Zero)
 	}
 	if err := mc.Validate(); err != nil {
 		return nil, err
+	}
+	if zero == 3 {
+		return planZero3(mc, ranks, cfg)
 	}
 	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
 	bounds := optim.Partition(chunks, ranks)
@@ -162,4 +177,57 @@ func treeBuffers(k int) int {
 		most = max(most, bits.OnesCount(uint(j))+1-j%2)
 	}
 	return most
+}
+
+// planZero3 is PlanDataParallel at stage 3, from zero3's layout and the
+// buffers its step allocates (zero3step.go, zero3feed.go): each rank's
+// share of the weights, gradient and moments; during a mini-batch the
+// gradient's buffer gives way to the round's tree of slot sums (a slot
+// whose sum the tree adds at once is added in place: treeBuffers of the
+// slots) and the rounds' running sum, beside what a training pass holds
+// (Units). An upper bound on what the rank counts (Zero3Memory.Peak).
+func planZero3(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, error) {
+	v := cfg.Shards
+	if v == 0 {
+		v = GroupShards(ranks)
+	}
+	if v%ranks != 0 {
+		return nil, fmt.Errorf("trainer: ZeRO stage 3 with %d virtual shards for %d ranks: give a number of shards that the number of ranks divides", v, ranks)
+	}
+	z := zero3Layout(mc, ranks)
+	var largest, second, part int64
+	for u, s := range z.units {
+		n := int64(s.Len)
+		if n > largest {
+			largest, second = n, largest
+		} else if n > second {
+			second = n
+		}
+		for i := range ranks {
+			part = max(part, int64(z.own[u][i+1]-z.own[u][i]))
+		}
+	}
+	pass := 4 * (2*(largest+second) + int64(ranks)*part)
+	if mc.TieWordEmbeddings {
+		pass += 4 * int64(z.units[0].Len)
+	}
+	if ranks == 1 {
+		// The rank reads its own weights in place; nothing is received.
+		pass = 4 * 2 * largest
+		if mc.TieWordEmbeddings {
+			pass += 4 * int64(z.units[0].Len)
+		}
+	}
+	k := v / ranks
+	out := make([]RankMemory, ranks)
+	for r := range out {
+		e := int64(z.elements(r))
+		m := RankMemory{Rank: r, Elements: e, Shards: k, Moments: 8 * e, Held: 4 * e, Zero: 3, Weights: 4 * e, Units: pass}
+		m.TreeBuffers = treeBuffers(k) + 1 // the slots' sums and the rounds' running sum
+		m.Tree = int64(m.TreeBuffers) * 4 * e
+		m.Reduce = m.Tree + pass
+		m.Gather = m.Held + pass
+		out[r] = m
+	}
+	return out, nil
 }

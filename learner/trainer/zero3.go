@@ -73,34 +73,11 @@ type zero3 struct {
 // newZero3 lays out the ownership of a model of cfg among n ranks for
 // rank, its weights taken from params (the whole flat buffer).
 func newZero3(cfg model.Config, n, rank int, params []float32, oc optim.Config) (*zero3, error) {
-	sizes := model.ParamSizes(cfg)
-	z := &zero3{n: n, units: model.UnitsOf(cfg), chunks: optim.ChunksOfSizes(sizes), offset: make([]int, len(sizes)+1), names: model.ParamNames(cfg)}
-	for i, s := range sizes {
-		z.offset[i+1] = z.offset[i] + s
+	z := zero3Layout(cfg, n)
+	if len(params) != z.offset[len(z.offset)-1] {
+		return nil, fmt.Errorf("trainer: %d parameters for a model of %d", len(params), z.offset[len(z.offset)-1])
 	}
-	if len(params) != z.offset[len(sizes)] {
-		return nil, fmt.Errorf("trainer: %d parameters for a model of %d", len(params), z.offset[len(sizes)])
-	}
-	z.chunkOwner = make([]int, len(z.chunks))
-	ci := 0
-	for u, us := range z.units {
-		first := ci
-		for ci < len(z.chunks) && z.flatStart(ci) < us.Off+us.Len {
-			ci++
-		}
-		bounds := optim.Partition(z.chunks[first:ci], n)
-		parts := make([]int, n+1)
-		for i := range n + 1 {
-			parts[i] = z.flatStart(first + bounds[i])
-			if i < n {
-				for c := first + bounds[i]; c < first+bounds[i+1]; c++ {
-					z.chunkOwner[c] = (i + u) % n
-				}
-			}
-		}
-		parts[n] = us.Off + us.Len
-		z.own = append(z.own, parts)
-	}
+	z.master = make([]float32, 0, z.elements(rank))
 	for u := range z.units {
 		z.at = append(z.at, len(z.master))
 		lo, hi := z.run(u, rank)
@@ -126,6 +103,38 @@ func newZero3(cfg model.Config, n, rank int, params []float32, oc optim.Config) 
 	z.mem.reset()
 	z.mem.add(4 * int64(len(z.grad)))
 	return z, nil
+}
+
+// zero3Layout is the ownership of a model of cfg among n ranks, without
+// any rank's storage: each unit's chunks split by optim.Partition into
+// n parts, part i to rank (i+u) mod n.
+func zero3Layout(cfg model.Config, n int) *zero3 {
+	sizes := model.ParamSizes(cfg)
+	z := &zero3{n: n, units: model.UnitsOf(cfg), chunks: optim.ChunksOfSizes(sizes), offset: make([]int, len(sizes)+1), names: model.ParamNames(cfg)}
+	for i, s := range sizes {
+		z.offset[i+1] = z.offset[i] + s
+	}
+	z.chunkOwner = make([]int, len(z.chunks))
+	ci := 0
+	for u, us := range z.units {
+		first := ci
+		for ci < len(z.chunks) && z.flatStart(ci) < us.Off+us.Len {
+			ci++
+		}
+		bounds := optim.Partition(z.chunks[first:ci], n)
+		parts := make([]int, n+1)
+		for i := range n + 1 {
+			parts[i] = z.flatStart(first + bounds[i])
+			if i < n {
+				for c := first + bounds[i]; c < first+bounds[i+1]; c++ {
+					z.chunkOwner[c] = (i + u) % n
+				}
+			}
+		}
+		parts[n] = us.Off + us.Len
+		z.own = append(z.own, parts)
+	}
+	return z
 }
 
 // part is the part of unit u that rank owns.
@@ -193,6 +202,11 @@ func (z *zero3) owned(rank, from, to int, f func(lo, hi, at int)) {
 		}
 		at += hi - lo
 	}
+}
+
+// elements is how many weights rank owns.
+func (z *zero3) elements(rank int) int {
+	return z.ownedCount(rank, 0, z.offset[len(z.offset)-1])
 }
 
 // ownedCount is how many flat elements of [from, to) rank owns.

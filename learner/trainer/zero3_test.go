@@ -73,14 +73,21 @@ func TestZeroStage3SameBits(t *testing.T) {
 
 // At 4 ranks, stage 3, a 12-layer model: what each rank holds of the
 // weights, gradients and moments, counted as it allocates them, peaks
-// within 0.4 of one process's training state plus the largest unit's
-// weights, and its own share is a quarter of that state.
+// within the plan's figure (PlanDataParallel) and within 0.4 of one
+// process's training state plus the largest unit's weights; its own
+// share is the plan's and a quarter of that state.
 func TestZeroStage3RankMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts rank processes")
 	}
 	out := t.TempDir()
 	dpRunFrom(t, 4, 0, 2, "", false, "AIPO_DP_ZERO=3", "AIPO_DP_LAYERS=12", "AIPO_DP_MEMORY="+out)
+	mc := tinyConfig(20)
+	mc.NumHiddenLayers = 12
+	plan, err := PlanDataParallel(mc, 4, DPConfig{Zero: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for r := range 4 {
 		b, err := os.ReadFile(filepath.Join(out, "memory-"+string(rune('0'+r))+".json"))
 		if err != nil {
@@ -93,6 +100,14 @@ func TestZeroStage3RankMemory(t *testing.T) {
 		bound := 4*m.Whole/10 + m.LargestUnit
 		t.Logf("rank %d: share %d bytes (%.3f of one process's %d), peak %d (%.3f), bound 0.4x + largest unit %d = %d",
 			r, m.Share, float64(m.Share)/float64(m.Whole), m.Whole, m.Peak, float64(m.Peak)/float64(m.Whole), m.LargestUnit, bound)
+		planned := plan[r].Weights + plan[r].Moments + plan[r].StepBuffers()
+		t.Logf("rank %d: planned %d bytes (%s)", r, planned, plan[r].PeakWhen())
+		if m.Peak > planned {
+			t.Errorf("rank %d held %d bytes at its peak, more than the plan's %d", r, m.Peak, planned)
+		}
+		if m.Share != plan[r].Weights+plan[r].Moments+plan[r].Held {
+			t.Errorf("rank %d's share is %d bytes, the plan's %d", r, m.Share, plan[r].Weights+plan[r].Moments+plan[r].Held)
+		}
 		if m.Peak > bound {
 			t.Errorf("rank %d held %d bytes at its peak, more than 0.4 of %d plus %d", r, m.Peak, m.Whole, m.LargestUnit)
 		}
