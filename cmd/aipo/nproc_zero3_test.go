@@ -16,8 +16,8 @@ import (
 // each rank writes its part of the optimiser state. A run saved by 4
 // ranks at stage 3 after 2 steps and continued to 3 at 2 ranks (stage 3)
 // and 1 rank (stage 1) ends with the uninterrupted run's bits, at 3 ranks
-// (stage 1) within ranksTol. Stage 3 on 3 ranks, which do not divide the
-// 8 virtual shards, fails naming the fix.
+// (stage 1) within ranksTol; stage 3 on 3 ranks, which do not divide the
+// 8 virtual shards (the last slot holds 2), within ranksTol.
 func TestTrainOnRanksZero3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on several ranks, several times")
@@ -77,9 +77,11 @@ func TestTrainOnRanksZero3(t *testing.T) {
 		}
 	}
 
-	cfg3, _ := ranksRun(t, warm, 3)
-	code, out := runAipoFor(t, 5*time.Minute, nil, "train", "--config", cfg3, "--no-tensorboard", "--nproc", "3", "--set", "learner.zero=3")
-	if code == 0 || !strings.Contains(out, "ZeRO stage 3 with 8 virtual shards for 3 ranks: give a number of shards that the number of ranks divides") {
-		t.Errorf("--nproc 3 at learner.zero 3: exit %d, want a failure naming the shards:\n%s", code, out)
+	cfg3, run3 := ranksRun(t, warm, 3)
+	train(cfg3, "--nproc", "3", "--set", "learner.zero=3")
+	if d := weightsApart(t, run1, run3, 3); d > ranksTol {
+		t.Errorf("--nproc 3 at learner.zero 3: weights %.3g from --nproc 1's (want <= %g)", d, ranksTol)
+	} else {
+		t.Logf("--nproc 3 at learner.zero 3 against 1: weights within %.3g", d)
 	}
 }

@@ -125,9 +125,6 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	if zero > 3 {
 		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", cfg.Zero)
 	}
-	if zero == 3 && shards%n != 0 {
-		return fmt.Errorf("trainer: ZeRO stage 3 with %d virtual shards for %d ranks: give a number of shards that the number of ranks divides", shards, n)
-	}
 	params := l.Params()
 	dp := &DataParallel{Comm: comm, Shards: shards, Zero: zero, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
 	for i, p := range params {

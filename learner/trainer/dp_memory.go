@@ -191,9 +191,6 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, error) {
 	if v == 0 {
 		v = GroupShards(ranks)
 	}
-	if v%ranks != 0 {
-		return nil, fmt.Errorf("trainer: ZeRO stage 3 with %d virtual shards for %d ranks: give a number of shards that the number of ranks divides", v, ranks)
-	}
 	z := zero3Layout(mc, ranks)
 	var largest, second, part int64
 	for u, s := range z.units {
@@ -218,7 +215,7 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, error) {
 			pass += 4 * int64(z.units[0].Len)
 		}
 	}
-	k := v / ranks
+	k := (v + ranks - 1) / ranks // the slots of a round
 	out := make([]RankMemory, ranks)
 	for r := range out {
 		e := int64(z.elements(r))

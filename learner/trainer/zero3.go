@@ -24,11 +24,13 @@ import (
 // ends a unit's gradient the ranks exchange it, each owner receiving
 // every rank's gradient of its elements, and the unit's buffer goes.
 //
-// The update is the same bits at every group size. The mini-batch's
-// virtual shards are those of stage 1 (shardSamples). Shard s is
-// computed by rank s mod N, in time slot s div N: the N shards of a slot
-// are a contiguous run, a subtree of the fixed binary tree over the
-// shards. A shard's micro-batches with a token to train are its rounds:
+// The update is the same bits at every group size that divides the
+// virtual shards. The mini-batch's virtual shards are those of stage 1
+// (shardSamples). Shard s is computed by rank s mod N, in time slot s div
+// N: the N shards of a slot are a contiguous run, a subtree of the fixed
+// binary tree over the shards (when N does not divide them, the last slot
+// holds the rest, and the sums are grouped otherwise: the update agrees
+// within float32 rounding, as stage 1's does at such sizes). A shard's micro-batches with a token to train are its rounds:
 // in round j every rank runs, slot after slot, the j-th micro-batch of
 // its shard of the slot (or, without one, takes part in the slot's
 // exchanges with nothing to add); the owner sums the slot's N gradients

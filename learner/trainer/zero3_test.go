@@ -14,7 +14,7 @@ import (
 const oneMicroBatch = "AIPO_DP_MICRO_TOKENS=4096"
 
 // ZeRO stage 3 gives the same parameters and optimiser state, bit for
-// bit, at 1, 2 and 4 ranks over 3 steps of two mini-batches whose shards
+// bit, at 1, 2 and 4 ranks (at 3 within dpTol) over 3 steps of two mini-batches whose shards
 // pack several micro-batches each (the rounds of zero3), the second step
 // on 3 trajectories, so that most slots have ranks with nothing to train
 // (shadow passes); with one micro-batch a shard, stage 1's bits, also
@@ -32,12 +32,22 @@ func TestZeroStage3SameBits(t *testing.T) {
 	}
 	few := "AIPO_DP_FEW=2"
 	var want [2]string
-	for _, n := range []int{1, 2, 4} {
+	var one string
+	for _, n := range []int{1, 2, 4, 3} {
 		dir := dpRunFrom(t, n, 0, 3, "", false, few, "AIPO_DP_ZERO=3")
 		got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}
-		if n == 1 {
-			want = got
-		} else if got != want {
+		switch {
+		case n == 1:
+			want, one = got, dir
+		case n == 3:
+			// The last slot holds 2 shards: the sums are grouped
+			// otherwise.
+			if d := maxAbsDiff(t, one, dir); d > dpTol || d == 0 {
+				t.Errorf("3 ranks at stage 3: parameters %.3g from 1 rank's (want 0 < d <= %g)", d, dpTol)
+			} else {
+				t.Logf("3 ranks at stage 3 against 1: parameters within %.3g", d)
+			}
+		case got != want:
 			t.Errorf("%d ranks at stage 3: parameters and optimiser state %v, 1 rank %v", n, got, want)
 		}
 	}

@@ -67,7 +67,7 @@ type passFeed struct {
 	ctx     context.Context
 	plan    []model.UnitEvent
 	shadow  bool
-	has     []bool    // the ranks that add a gradient in this pass
+	has     []bool    // the slot's ranks (those with a shard in it) that add a gradient in this pass
 	leaf    []float32 // where the owner's slot sums of its elements go (nil: no gradient)
 	add     bool      // the sums are added into leaf (the tree's kept sum) rather than written
 	uses    []int     // the unit of each use, in order
@@ -347,7 +347,8 @@ func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]
 // reduceUnit sends every owner its elements of g (unit u's gradient of
 // this rank's shard; nil when the rank adds none, has[rank] false),
 // receives every rank's gradient of its own elements (has[r]: rank r
-// sends one), sums them in rank order in the slot's subtree and writes
+// sends one), sums the slot's shards' (the first len(has) ranks') in rank
+// order in the slot's subtree and writes
 // the sum into leaf at the unit's place, or adds it there (add: the sum
 // the tree would add to it at once, elementwise, as sumTree does).
 func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g []float32, has []bool, leaf []float32, add bool) error {
@@ -374,14 +375,17 @@ func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g [
 		put(g)
 		return nil
 	}
+	// has[r]: rank r adds a gradient (ranks past len(has) have no shard
+	// in the slot).
+	adds := func(r int) bool { return r < len(has) && has[r] }
 	send, recv := make([]int, n), make([]int, n)
 	total := 0
 	for r := range n {
-		if has[rank] {
+		if adds(rank) {
 			a, b := z.run(u, r)
 			send[r] = b - a
 		}
-		if has[r] {
+		if adds(r) {
 			recv[r] = m
 			total += m
 		}
@@ -390,7 +394,7 @@ func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g [
 	z.mem.add(4 * int64(total))
 	defer z.mem.add(-4 * int64(total))
 	var sendBuf []float32
-	if has[rank] {
+	if adds(rank) {
 		sendBuf = g
 		z.rankOrder(u, g, false)
 	}
@@ -399,7 +403,7 @@ func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g [
 	}
 	var t sumTree
 	k := 0
-	for r := range n {
+	for r := range has {
 		if !has[r] {
 			t.push(nil)
 			continue

@@ -112,22 +112,25 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 	}
 	for j := range rounds {
 		tree = sumTree{}
-		for t := range v / n {
+		for t := range (v + n - 1) / n {
+			// The slot's shards: n of them, or the rest of the v.
+			size := min(n, v-t*n)
 			has := make([]bool, n)
 			any := false
-			for r := range n {
+			for r := range size {
 				has[r] = j < len(trained[t*n+r])
 				any = any || has[r]
 			}
 			if !any {
-				tree.push(nil)
+				tree.stack = append(tree.stack, treeNode{size, nil})
+				tree.merge()
 				continue
 			}
 			// A slot whose sum the tree would add at once to the sum on
-			// top of its stack (an odd leaf) is added there unit by unit;
-			// any other gets a buffer of its own.
+			// top of its stack (a node of as many shards) is added there
+			// unit by unit; any other gets a buffer of its own.
 			top := len(tree.stack) - 1
-			add := top >= 0 && tree.stack[top].leaves == 1 && tree.stack[top].sum != nil
+			add := top >= 0 && tree.stack[top].leaves == size && tree.stack[top].sum != nil
 			var leaf []float32
 			if add {
 				leaf = tree.stack[top].sum
@@ -137,16 +140,17 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 			}
 			push := func() {
 				if add {
-					tree.stack[top].leaves = 2
+					tree.stack[top].leaves = 2 * size
 					tree.merge()
 				} else {
-					tree.push(leaf)
+					tree.stack = append(tree.stack, treeNode{size, leaf})
+					tree.merge()
 				}
 				account(0)
 			}
 			s := t*n + rank
 			if !has[rank] {
-				if err := z.beginPass(ctx, dp.Comm, mc, true, true, has, leaf, add).finish(nil); err != nil {
+				if err := z.beginPass(ctx, dp.Comm, mc, true, true, has[:size], leaf, add).finish(nil); err != nil {
 					return miniBatchPart{}, err
 				}
 				push()
@@ -154,7 +158,7 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 			}
 			b := trained[s][j]
 			w := counts[s][b] / total
-			feed := z.beginPass(ctx, dp.Comm, mc, true, false, has, leaf, add)
+			feed := z.beginPass(ctx, dp.Comm, mc, true, false, has[:size], leaf, add)
 			out, err := runMicroBatch(c, cfg.Loss, mbs[s][b], inputs[s][b], w)
 			l.Policy.EndShardedPass()
 			if err := feed.finish(err); err != nil {
