@@ -403,7 +403,7 @@ func (m *Model) Params() []NamedTensor {
 // mustHoldFloat32 panics on a model held in bfloat16 (HoldBF16), whose
 // float32 parameters are gone: asking for them is a programming error.
 func (m *Model) mustHoldFloat32() {
-	if m.shard != nil {
+	if m.Sharded() {
 		panic(errSharded)
 	}
 	if m.narrow != nil {
@@ -414,6 +414,14 @@ func (m *Model) mustHoldFloat32() {
 	}
 }
 
+// mustHoldGrads panics on a model whose gradients a feed takes unit by
+// unit (ShardWeights, ShardGrads): it holds no whole gradient buffer.
+func (m *Model) mustHoldGrads() {
+	if m.shard != nil {
+		panic(errSharded)
+	}
+}
+
 // decodeOnly reports whether DecodeBF16Only dropped the float32 weights.
 func (m *Model) decodeOnly() bool { return m.bf16 != nil && m.bf16.emb != nil }
 
@@ -421,6 +429,7 @@ func (m *Model) decodeOnly() bool { return m.bf16 != nil && m.bf16.emb != nil }
 // (allocating them, zero, on the first call).
 func (m *Model) Grads() []NamedTensor {
 	m.mustHoldFloat32()
+	m.mustHoldGrads()
 	return m.gradsNow().named(m.specs)
 }
 
@@ -494,6 +503,7 @@ func (m *Model) ParamData() []float32 {
 // (allocated, zero, on the first call).
 func (m *Model) GradData() []float32 {
 	m.mustHoldFloat32()
+	m.mustHoldGrads()
 	return m.gradsNow().flat
 }
 
@@ -513,6 +523,9 @@ func (m *Model) ZeroGrads() {
 func (m *Model) ReleaseBuffers() {
 	m.gradMu.Lock()
 	m.g = weights{}
+	if m.shard != nil {
+		m.g.layers = make([]layerWeights, m.d.L)
+	}
 	m.gradMu.Unlock()
 	m.pool = &bufPool{}
 }

@@ -104,17 +104,21 @@ type UnitFeed interface {
 	GradDone(u int, g []float32) error
 }
 
-// sharded is the state of a model whose weights a UnitFeed holds.
+// sharded is the state of a model whose weights (or gradients alone) a
+// UnitFeed holds.
 type sharded struct {
-	feed  UnitFeed
-	units []Span
-	using int         // the unit whose weights are in w's views, -1 none
-	grads [][]float32 // the gradient of each unit the pass has begun, nil for others
+	feed UnitFeed
+	// gradsOnly: the model holds its whole weights; the feed takes the
+	// gradients alone (ShardGrads).
+	gradsOnly bool
+	units     []Span
+	using     int         // the unit whose weights are in w's views, -1 none
+	grads     [][]float32 // the gradient of each unit the pass has begun, nil for others
 }
 
 // errSharded is the failure of asking a sharded model for its whole
 // weights or gradients.
-var errSharded = errors.New("model: the model's weights are sharded (ShardWeights): it holds no whole copy of them or of their gradients")
+var errSharded = errors.New("model: the model's weights or gradients are sharded (ShardWeights, ShardGrads): it holds no whole copy of them")
 
 // feedFailure carries a UnitFeed's error out of the ops of a pass (which
 // return none) to the pass's entry point.
@@ -142,8 +146,27 @@ func (m *Model) ShardWeights(f UnitFeed) error {
 	return nil
 }
 
-// Sharded reports whether ShardWeights made the model's weights sharded.
-func (m *Model) Sharded() bool { return m.shard != nil }
+// ShardGrads makes the model hand each unit's gradient to f as
+// ShardWeights does, while it holds its whole weights: no pass holds a
+// whole gradient buffer (ZeRO stage 2). The gradient buffer goes.
+func (m *Model) ShardGrads(f UnitFeed) error {
+	if f == nil {
+		return errors.New("model: ShardGrads without a feed")
+	}
+	if m.shard != nil {
+		return errors.New("model: ShardGrads of a model whose weights or gradients are sharded already")
+	}
+	m.gradMu.Lock()
+	m.g = weights{layers: make([]layerWeights, m.d.L)}
+	m.gradMu.Unlock()
+	units := m.Units()
+	m.shard = &sharded{feed: f, gradsOnly: true, units: units, using: -1, grads: make([][]float32, len(units))}
+	return nil
+}
+
+// Sharded reports whether ShardWeights made the model's weights sharded
+// (a model whose gradients alone are, ShardGrads, holds its weights).
+func (m *Model) Sharded() bool { return m.shard != nil && !m.shard.gradsOnly }
 
 // EndShardedPass ends a pass over a sharded model: the weights of the unit
 // it read last leave its views (the feed may free them), and a gradient
@@ -169,7 +192,7 @@ func (m *Model) EndShardedPass() {
 // (nothing to do for a model that holds its weights).
 func (m *Model) need(u int) {
 	s := m.shard
-	if s == nil || s.using == u {
+	if s == nil || s.gradsOnly || s.using == u {
 		return
 	}
 	if s.using >= 0 {
@@ -281,7 +304,7 @@ func setUnitViews(ws *weights, cfg Config, units []Span, u int, buf []float32) {
 // which it then owns, and passes read it as a model's that was never
 // sharded. Call it between passes.
 func (m *Model) UnshardWeights(flat []float32) error {
-	if m.shard == nil {
+	if !m.Sharded() {
 		return errors.New("model: UnshardWeights of a model whose weights are not sharded")
 	}
 	if len(flat) != m.NumParams() {

@@ -159,3 +159,60 @@ type failingFeed struct{}
 func (failingFeed) Use(int) ([]float32, error)    { return nil, fmt.Errorf("the link went down") }
 func (failingFeed) GradDone(int, []float32) error { return nil }
 func (failingFeed) NewGrad(int) []float32         { return nil }
+
+// A model whose gradients alone are sharded (ShardGrads) reads its own
+// weights, asking the feed for none, and hands over each unit's gradient
+// in UnitPlan's order, bit for bit the whole model's.
+func TestShardedGradsSameBits(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.ModelType, cfg.HeadDim = "qwen3", 8
+	whole, err := New(cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := &wholeFeed{t: t, units: m.Units(), grads: make([]float32, m.NumParams())}
+	if err := m.ShardGrads(feed); err != nil {
+		t.Fatal(err)
+	}
+	if m.Sharded() {
+		t.Fatal("a model whose gradients alone are sharded says its weights are")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	b := randomBatch(r, cfg.VocabSize, 30, 17)
+	w := make([]float32, len(b.Tokens))
+	for i := range w {
+		w[i] = float32(r.NormFloat64())
+	}
+	for _, x := range []*Model{whole, m} {
+		a, err := x.Forward(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Backward(a, w); err != nil {
+			t.Fatal(err)
+		}
+		x.EndShardedPass()
+	}
+	var want []UnitEvent
+	for _, e := range UnitPlan(cfg, true) {
+		if e.Grad {
+			want = append(want, e)
+		}
+	}
+	if !slices.Equal(feed.events, want) {
+		t.Fatalf("the pass asked %v, want the gradients of UnitPlan alone %v", feed.events, want)
+	}
+	if i, ok := sameBits(whole.GradData(), feed.grads); !ok {
+		t.Fatalf("the gradients handed over differ from the whole model's (first at element %d)", i)
+	}
+	m.ReleaseBuffers()
+	if a, err := m.Forward(b); err != nil {
+		t.Fatal(err)
+	} else if err := m.Backward(a, w); err != nil {
+		t.Fatalf("a pass after ReleaseBuffers: %v", err)
+	}
+}

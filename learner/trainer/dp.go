@@ -156,10 +156,10 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	for r := range n + 1 {
 		dp.start[r] = dp.flatStart(dp.bounds[r])
 	}
-	if zero == 3 {
+	if zero == 3 || zero == 2 && dev == nil {
 		// (bounds and start are the parts the optimiser state is saved
 		// in, as stage 1 owns them.)
-		if err := l.enableZero3(dp); err != nil {
+		if err := l.enableZero3(dp, zero == 2); err != nil {
 			return err
 		}
 		l.DP = dp

@@ -363,15 +363,15 @@ func maxAbsDiff(t *testing.T, a, b string) float64 {
 // measured 2e-6 to 2e-5.
 const dpTol = 1e-4
 
-// ZeRO stage 2 (each gradient run reduced as the backward pass finishes
-// it) gives stage 1's bits: at 1, 2 and 4 ranks the one-rank stage-1
-// run's parameters and optimiser state, at 3 ranks stage 1's at 3 ranks.
-// The second of the 3 steps trains on 3 trajectories, so that most
-// shards are empty: at 4 ranks rank 0's last shard of a mini-batch is
-// followed by an empty one, and ranks 1 to 3 have nothing to train and
-// send zeros. At 4 and 3 ranks the runs go in pieces of 97 floats, whose
-// ends fall anywhere in the ranks' shares. Rank 0 reports that runs were
-// reduced during its passes.
+// ZeRO stage 2 on the CPU (each unit's gradient exchanged as the backward
+// pass ends it, no whole gradient buffer: zero3's schedule with the
+// weights whole) gives stage 1's bits at 1, 2 and 4 ranks, and at 3 ranks
+// stage 1's at 3 ranks (both group the shards 3-3-2), on dpCfg's shards,
+// which pack into one micro-batch but for a few. The second of the 3
+// steps trains on 3 trajectories, so that most shards are empty and most
+// ranks run shadow passes. Rank 0 reports that every unit's exchange but
+// the embedding's began during its passes (3 of the tiny model's 4 a
+// pass).
 func TestZeroStage2IsStage1(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts rank processes")
@@ -384,18 +384,14 @@ func TestZeroStage2IsStage1(t *testing.T) {
 			three := dpRunFrom(t, 3, 0, 3, "", false, few)
 			want = [2]string{digest(t, three, "params.bin"), digest(t, three, "optimizer.bin")}
 		}
-		piece := "AIPO_DP_PIECE=0"
-		if n > 2 {
-			piece = "AIPO_DP_PIECE=97"
-		}
-		dir := dpRunFrom(t, n, 0, 3, "", false, few, "AIPO_DP_ZERO=2", piece)
+		dir := dpRunFrom(t, n, 0, 3, "", false, few, "AIPO_DP_ZERO=2")
 		if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
 			t.Errorf("%d ranks at stage 2: parameters and optimiser state %v, stage 1 %v", n, got, want)
 		}
-		// 6 mini-batches, each ending in a pass that reports 3 of the
-		// tiny model's 4 runs before its last.
-		if b, err := os.ReadFile(filepath.Join(dir, "overlapped")); err != nil || string(b) != "18" {
-			t.Errorf("%d ranks at stage 2: rank 0 reduced %q runs during its passes (%v), want 18", n, b, err)
+		b, err := os.ReadFile(filepath.Join(dir, "overlapped"))
+		k, _ := strconv.Atoi(string(b))
+		if err != nil || k == 0 || k%3 != 0 {
+			t.Errorf("%d ranks at stage 2: rank 0 reduced %q units during its passes (%v), want a multiple of 3 above 0", n, b, err)
 		}
 	}
 }
@@ -404,7 +400,8 @@ func TestZeroStage2IsStage1(t *testing.T) {
 // rank packs its share of a mini-batch as one shard: at 2, 3 and 4 ranks,
 // at both ZeRO stages, the update agrees with the deterministic one's
 // within dpTol (the sums grouped differently, the micro-batches packed
-// otherwise), and each stage gives the other's bits.
+// otherwise), and so do the two stages (a shard's several micro-batches
+// added otherwise).
 func TestDataParallelOneShardARank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts rank processes")
@@ -418,8 +415,13 @@ func TestDataParallelOneShardARank(t *testing.T) {
 		} else {
 			t.Logf("%d ranks, one shard each: parameters within %.3g of the deterministic update's", n, d)
 		}
-		if da, db := digest(t, a, "params.bin"), digest(t, b, "params.bin"); da != db {
-			t.Errorf("%d ranks, one shard each: stage 1 %s, stage 2 %s", n, da, db)
+		// Stage 2 adds a shard's micro-batches round by round where stage
+		// 1 accumulates them in the backward pass: within float32
+		// rounding of each other.
+		if d := maxAbsDiff(t, a, b); d > dpTol {
+			t.Errorf("%d ranks, one shard each: stage 2 %.3g from stage 1, more than %g", n, d, dpTol)
+		} else {
+			t.Logf("%d ranks, one shard each: stage 2 within %.3g of stage 1", n, d)
 		}
 	}
 }

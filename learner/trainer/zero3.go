@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/par"
@@ -44,7 +45,12 @@ import (
 // stage 1's: each chunk's partial sum by its owner, added in chunk order.
 // AdamW is elementwise.
 type zero3 struct {
-	n      int // the group's size
+	n int // the group's size
+	// whole: ZeRO stage 2 on the CPU, the same schedule with the weights
+	// whole in the model (data, its flat buffer): no gathers before the
+	// passes; the updated parts are gathered into data after each step.
+	whole  bool
+	data   []float32
 	units  []model.Span
 	chunks []optim.Chunk // every chunk, in order
 	// own[u][i] is where part i of unit u begins (flat offset), own[u][N]
@@ -219,8 +225,9 @@ func (z *zero3) ownedCount(rank, from, to int) int {
 }
 
 // enableZero3 makes dp a stage-3 rank: the policy's weights leave the
-// model for this rank's share of them.
-func (l *Learner) enableZero3(dp *DataParallel) error {
+// model for this rank's share of them; or, whole, a stage-2 rank on the
+// CPU: the model keeps its weights and hands over its gradients alone.
+func (l *Learner) enableZero3(dp *DataParallel, whole bool) error {
 	if dev, err := l.hostReduced(); err != nil {
 		return err
 	} else if dev != nil {
@@ -234,6 +241,17 @@ func (l *Learner) enableZero3(dp *DataParallel) error {
 		return err
 	}
 	z.opt.SetSteps(l.Opt.Steps())
+	if whole {
+		z.whole, z.data = true, l.Policy.ParamData()
+		z.mem.fixed += 4 * int64(len(z.data))
+		z.mem.reset()
+		z.mem.add(4 * int64(len(z.grad)))
+		if err := l.Policy.ShardGrads(z); err != nil {
+			return err
+		}
+		dp.z3 = z
+		return nil
+	}
 	if err := l.Policy.ShardWeights(z); err != nil {
 		return err
 	}
@@ -282,7 +300,37 @@ func (l *Learner) stepZero3(ctx context.Context) (float64, error) {
 		return norm, err
 	}
 	l.Opt.SetSteps(z.opt.Steps())
+	if z.whole {
+		if err := z.gatherWhole(ctx, dp.Comm); err != nil {
+			return norm, err
+		}
+	}
 	return norm, nil
+}
+
+// gatherWhole gives the model's whole weights (data) every rank's updated
+// parts, unit by unit, straight into the model's buffer.
+func (z *zero3) gatherWhole(ctx context.Context, comm collective.Comm) error {
+	n, rank := comm.Size(), comm.Rank()
+	for u, us := range z.units {
+		lo, hi := z.run(u, rank)
+		mine := z.master[z.at[u] : z.at[u]+hi-lo]
+		if n == 1 {
+			copy(z.data[lo:hi], mine)
+			continue
+		}
+		counts := make([]int, n)
+		for r := range n {
+			a, b := z.run(u, r)
+			counts[r] = b - a
+		}
+		dst := z.data[us.Off : us.Off+us.Len]
+		if err := comm.AllGather(ctx, collective.Float32s(mine), collective.Float32s(dst), counts); err != nil {
+			return fmt.Errorf("trainer: gathering the updated weights of unit %d: %w", u, err)
+		}
+		z.rankOrder(u, dst, true)
+	}
+	return nil
 }
 
 // Zero3Memory is what a stage-3 rank holds of the training state, in

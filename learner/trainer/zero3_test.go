@@ -126,3 +126,33 @@ func TestZeroStage3RankMemory(t *testing.T) {
 		}
 	}
 }
+
+// At 4 ranks, stage 2 on the CPU, the 12-layer model: beside the whole
+// weights (4P) and its share of the weights and moments (12 bytes an
+// element), a rank's gradients (the slots' sums, the units' gradients
+// and the exchanges' buffers, counted as it allocates them) never reach
+// one whole gradient buffer (4P).
+func TestZeroStage2RankMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	out := t.TempDir()
+	dpRunFrom(t, 4, 0, 2, "", false, "AIPO_DP_ZERO=2", "AIPO_DP_LAYERS=12", "AIPO_DP_MEMORY="+out)
+	for r := range 4 {
+		b, err := os.ReadFile(filepath.Join(out, "memory-"+string(rune('0'+r))+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m Zero3Memory
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		whole := m.Whole / 4 // 4P: the weights, or one whole gradient
+		grads := m.Peak - whole - 12*m.Elements
+		t.Logf("rank %d: peak %d bytes: the whole weights %d, its share of the weights and moments %d, gradients at most %d (%.3f of a whole gradient)",
+			r, m.Peak, whole, 12*m.Elements, grads, float64(grads)/float64(whole))
+		if grads >= whole {
+			t.Errorf("rank %d held %d bytes of gradients at its peak, a whole gradient is %d", r, grads, whole)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -77,6 +78,7 @@ type passFeed struct {
 	cond    *sync.Cond
 	reached int         // plan events the pass has reached
 	grads   [][]float32 // unit gradients handed over, not yet reduced
+	pending int         // how many: the pass waits while more than one is
 	err     error       // the first failure
 	next    int         // the next use the pass will ask for
 	held    []float32   // the weights of the unit the pass reads
@@ -105,6 +107,10 @@ func (z *zero3) beginPass(ctx context.Context, comm collective.Comm, cfg model.C
 	}
 	head := []feedItem{{gather: true, use: 0, after: -1}, {gather: true, use: 1, after: -1}}
 	items = append(head, items...)
+	if z.whole {
+		// The model reads its own weights: the exchanges alone.
+		items = slices.DeleteFunc(items, func(it feedItem) bool { return it.gather })
+	}
 	p.weights = make([]chan []float32, len(p.uses))
 	for i := range p.weights {
 		p.weights[i] = make(chan []float32, 1)
@@ -155,6 +161,12 @@ func (p *passFeed) run(items []feedItem) {
 		if err := p.z.reduceUnit(p.ctx, p.comm, it.unit, g, p.has, p.leaf, p.add); err != nil {
 			p.fail(fmt.Errorf("trainer: reducing the gradient of unit %d: %w", it.unit, err))
 			return
+		}
+		if g != nil {
+			p.mu.Lock()
+			p.pending--
+			p.cond.Broadcast()
+			p.mu.Unlock()
 		}
 	}
 }
@@ -240,9 +252,18 @@ func (p *passFeed) gradDone(u int, g []float32) error {
 	}
 	p.mu.Lock()
 	p.grads[u] = g
+	p.pending++
 	p.mu.Unlock()
 	p.reach(at)
-	return nil
+	// The pass goes on while one unit's gradient is being exchanged at
+	// most (besides the one it hands over now), so that the gradients
+	// it writes faster than the group exchanges them do not pile up.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.pending > 1 && p.err == nil {
+		p.cond.Wait()
+	}
+	return p.err
 }
 
 // finish waits for the pass's exchanges after the pass ended (passErr is

@@ -278,10 +278,16 @@ func (l *Learner) unshard(ctx context.Context) error {
 // while it holds them (a checkpoint may have been loaded into them), go
 // to the shares and leave the model.
 func (l *Learner) reshard() error {
+	z := l.DP.z3
+	if z.whole {
+		// The model's weights stand for the policy.
+		z.takeWeights(l.DP.Comm.Rank(), z.data)
+		z.parted = [2][]float32{}
+		return nil
+	}
 	if l.Policy.Sharded() {
 		return nil
 	}
-	z := l.DP.z3
 	z.takeWeights(l.DP.Comm.Rank(), l.Policy.ParamData())
 	z.parted = [2][]float32{}
 	return l.Policy.ShardWeights(z)

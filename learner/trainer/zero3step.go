@@ -18,6 +18,19 @@ func owner3(s, n int) int { return s % n }
 func (l *Learner) scoreZero3(ctx context.Context, groups [][][]int, seqs []Sequence, budget int, old [][]float32) error {
 	dp := l.DP
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	if dp.z3.whole {
+		// The model holds its weights: each rank scores its own.
+		for mb := range groups {
+			for s, order := range groups[mb] {
+				if owner3(s, n) == rank {
+					if err := logProbsInto(old, l.policy(), seqs, order, budget); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
 	counts := make([]int, n)
 	var mine []microBatch
 	for mb := range groups {
@@ -165,6 +178,9 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 				dp.Comm.Abort(err)
 				return miniBatchPart{}, err
 			}
+			// Every unit's exchange but the embedding's (the last)
+			// began while the backward pass went on.
+			dp.Overlapped += int64(len(z.units) - 1)
 			p := &parts[s]
 			p.loss += w * out.Loss
 			addMetrics(p.metrics, out.Metrics)
