@@ -68,11 +68,16 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	if zero == 0 {
 		zero = max(cfg.Learner.Zero, 1) // learner.zero, 1 by default
 	}
-	ranks, err := trainer.PlanDataParallel(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
+	plan := trainer.PlanDataParallel
+	onDevice := cfg.Learner.Backend != runconfig.BackendCPU
+	if onDevice {
+		plan = trainer.PlanDataParallelOnDevice
+	}
+	ranks, err := plan(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
-	return &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: cfg.Learner.Backend != runconfig.BackendCPU}, nil
+	return &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: onDevice}, nil
 }
 
 // heldBetweenSteps is what rank r keeps on the host between steps besides
@@ -110,6 +115,12 @@ func (g *Group) othersBetweenSteps(P, base int64) int64 {
 func (g *Group) describe(p Plan) string {
 	r0 := g.Mem[0]
 	how := "the gradients summed whole after the backward pass"
+	if g.Zero == 2 && !g.OnDevice {
+		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 2 as built (learner/trainer/zero3.go with the weights whole; learner.zero): each rank holds the whole policy, its share of the AdamW moments (rank 0: %s of %s parameters) and a copy of its share of the weights; "+
+			"no rank holds a whole gradient: each layer's goes to its owners as the backward pass ends it (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
+			"rank 0 also rolls out. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
+			g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen())
+	}
 	if g.Zero == 2 {
 		how = "the gradients reduced layer by layer during the last backward pass"
 		if g.OnDevice {

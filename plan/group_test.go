@@ -84,9 +84,10 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 	}
 }
 
-// The CPU group is what dp.go holds: rank r the one process's step with
-// its share of the moments in place of all of them, plus the step's
-// buffers (trainer.PlanDataParallel); the machine holds every rank's.
+// The CPU group at stage 1 is what dp.go holds: rank r the one process's
+// step with its share of the moments in place of all of them, plus the
+// step's buffers (trainer.PlanDataParallel); the machine holds every
+// rank's. (Stages 2 and 3: TestPlanGroupStage3OnTheCPU.)
 func TestPlanGroupOnTheCPU(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
@@ -100,7 +101,7 @@ func TestPlanGroupOnTheCPU(t *testing.T) {
 	}
 	P := one.Params
 	h1 := one.Phases[phaseLearn].Host()
-	for _, g := range []struct{ n, zero int }{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {8, 1}, {2, 2}, {4, 2}, {8, 2}} {
+	for _, g := range []struct{ n, zero int }{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {8, 1}} {
 		n := g.n
 		o := o
 		o.Ranks, o.Zero = n, g.zero
@@ -164,12 +165,13 @@ func TestPlanGroupInputs(t *testing.T) {
 	}
 }
 
-// At ZeRO stage 3 on the CPU each rank's learner step holds its share of
-// the weights (the plan's line is trainer.PlanDataParallel's Weights),
-// its moments and the step's buffers (the layers its passes gather, the
-// kept sums) in place of the whole weights, gradients and moments: the
-// machine holds every rank's, and rank 0's step holds less than at stage
-// 1 at 2, 4 and 8 ranks.
+// At ZeRO stages 2 and 3 on the CPU each rank's learner step holds no
+// whole gradient: at stage 3 its share of the weights (the plan's line is
+// trainer.PlanDataParallel's Weights) in place of the whole weights, at
+// stage 2 the whole weights and a copy of its share; its moments and the
+// step's buffers (the layers its passes gather, their gradients, the kept
+// sums). The machine holds every rank's, and rank 0's step holds less
+// than at stage 1 at 2, 4 and 8 ranks.
 func TestPlanGroupStage3OnTheCPU(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
@@ -185,7 +187,7 @@ func TestPlanGroupStage3OnTheCPU(t *testing.T) {
 	h1 := one.Phases[phaseLearn].Host()
 	for _, n := range []int{2, 4, 8} {
 		var rank0 [4]int64
-		for _, zero := range []int{1, 3} {
+		for _, zero := range []int{1, 2, 3} {
 			o := o
 			o.Ranks, o.Zero = n, zero
 			p, err := Make(ctx, cfg, o)
@@ -197,27 +199,34 @@ func TestPlanGroupStage3OnTheCPU(t *testing.T) {
 			if zero == 1 {
 				continue
 			}
-			if !strings.Contains(p.String(), "ZeRO stage 3 as built") {
-				t.Errorf("%d ranks at stage 3: the plan does not name its stage:\n%s", n, p)
+			if !strings.Contains(p.String(), fmt.Sprintf("ZeRO stage %d as built", zero)) {
+				t.Errorf("%d ranks at stage %d: the plan does not name its stage:\n%s", n, zero, p)
 			}
-			ranks, err := trainer.PlanDataParallel(p.Model, n, trainer.DPConfig{Zero: 3})
+			ranks, err := trainer.PlanDataParallel(p.Model, n, trainer.DPConfig{Zero: zero})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := line(t, learn, "policy weights of rank 0's share", false); got != ranks[0].Weights || got > 4*P/int64(n)+4<<16 {
-				t.Errorf("%d ranks: rank 0's weights %d, want 4 x its %d elements, about 4P/N = %d", n, got, ranks[0].Elements, 4*P/int64(n))
+			whole := int64(16) // weights, gradients, moments: what the rank does not hold whole
+			prefix := "policy weights of rank 0's share"
+			if zero == 2 {
+				whole, prefix = 12, "rank 0's copy of its share"
+			}
+			if got := line(t, learn, prefix, false); got != ranks[0].Weights || got > 4*P/int64(n)+4<<16 {
+				t.Errorf("%d ranks at stage %d: rank 0's weights %d, want 4 x its %d elements, about 4P/N = %d", n, zero, got, ranks[0].Elements, 4*P/int64(n))
 			}
 			var machine int64
 			for _, r := range ranks {
-				machine += h1 - 16*P + r.Weights + r.Moments + r.StepBuffers()
+				machine += h1 - whole*P + r.Weights + r.Moments + r.StepBuffers()
 			}
 			if learn.Host() != machine {
-				t.Errorf("%d ranks: the machine's host in the step %d, want %d", n, learn.Host(), machine)
+				t.Errorf("%d ranks at stage %d: the machine's host in the step %d, want %d", n, zero, learn.Host(), machine)
 			}
 		}
-		if rank0[3] >= rank0[1] {
-			t.Errorf("%d ranks: rank 0's step holds %d at stage 3, %d at stage 1", n, rank0[3], rank0[1])
+		for _, zero := range []int{2, 3} {
+			if rank0[zero] >= rank0[1] {
+				t.Errorf("%d ranks: rank 0's step holds %d at stage %d, %d at stage 1", n, rank0[zero], zero, rank0[1])
+			}
 		}
-		t.Logf("%d ranks: rank 0's learner step %s at stage 3, %s at stage 1", n, fmtBytes(rank0[3]), fmtBytes(rank0[1]))
+		t.Logf("%d ranks: rank 0's learner step %s at stage 3, %s at stage 2, %s at stage 1", n, fmtBytes(rank0[3]), fmtBytes(rank0[2]), fmtBytes(rank0[1]))
 	}
 }

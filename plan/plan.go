@@ -325,6 +325,11 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		}
 		held = Line{What: fmt.Sprintf("rank 0's state kept between steps (float32 weights, its moments, the reduced gradient's buffer of %s)", fmtBytes(g.Mem[0].Held)),
 			Host: 4*P + g.heldBetweenSteps(0)}
+		if g.Zero == 2 && !g.OnDevice {
+			// No whole gradient: the units' gradients and the reduced
+			// sums are in the step's buffers.
+			st.Host.Grads = 0
+		}
 		if g.Zero == 3 {
 			// The rank holds its share of the weights; its reduced
 			// gradient is in the step's buffers.
@@ -361,6 +366,9 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	add(act, st.Host.Activations, st.Device.Activations)
 	if g != nil && g.Zero == 3 {
 		add(fmt.Sprintf("the step's gathered layers, layer gradients and kept sums at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
+	} else if g != nil && g.Zero == 2 && !g.OnDevice {
+		add("rank 0's copy of its share of the weights (float32, updated, then gathered into the model)", g.Mem[0].Weights, 0)
+		add(fmt.Sprintf("the step's layer gradients and kept sums at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
 	} else if g != nil {
 		add(fmt.Sprintf("the data-parallel step's gradient buffers at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
 	}

@@ -131,13 +131,20 @@ func TestZeroStage3RankMemory(t *testing.T) {
 // weights (4P) and its share of the weights and moments (12 bytes an
 // element), a rank's gradients (the slots' sums, the units' gradients
 // and the exchanges' buffers, counted as it allocates them) never reach
-// one whole gradient buffer (4P).
+// one whole gradient buffer (4P), and its peak is within the plan's
+// figure.
 func TestZeroStage2RankMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts rank processes")
 	}
 	out := t.TempDir()
 	dpRunFrom(t, 4, 0, 2, "", false, "AIPO_DP_ZERO=2", "AIPO_DP_LAYERS=12", "AIPO_DP_MEMORY="+out)
+	mc := tinyConfig(20)
+	mc.NumHiddenLayers = 12
+	plan, err := PlanDataParallel(mc, 4, DPConfig{Zero: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for r := range 4 {
 		b, err := os.ReadFile(filepath.Join(out, "memory-"+string(rune('0'+r))+".json"))
 		if err != nil {
@@ -153,6 +160,13 @@ func TestZeroStage2RankMemory(t *testing.T) {
 			r, m.Peak, whole, 12*m.Elements, grads, float64(grads)/float64(whole))
 		if grads >= whole {
 			t.Errorf("rank %d held %d bytes of gradients at its peak, a whole gradient is %d", r, grads, whole)
+		}
+		// The plan's figure beside the whole weights of the one-process
+		// step's line.
+		if planned := whole + plan[r].Weights + plan[r].Moments + plan[r].StepBuffers(); m.Peak > planned {
+			t.Errorf("rank %d held %d bytes at its peak, more than the plan's %d", r, m.Peak, planned)
+		} else {
+			t.Logf("rank %d: planned %d bytes", r, planned)
 		}
 	}
 }
