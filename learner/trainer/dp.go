@@ -39,15 +39,22 @@ const DefaultShards = 8
 // other sizes (3 ranks of 8 shards) the sums are grouped differently and
 // the update agrees within float32 rounding.
 //
-// At stage 2 (Zero) the rank does not wait for its last shard's backward
-// pass to end before reducing: the model reports each run of its gradient
-// buffer as it finishes it (model.Model.SetGradsReady), and a goroutine
-// folds that run of the rank's partial sum and exchanges it, in pieces of
-// at most zero2Piece floats, while the pass goes on. The sums are the
-// same elementwise operations in the same order, so the bits are stage
-// 1's; what goes is the whole partial sum's copy and the all-to-all's
-// receive buffer of 4P bytes (a piece's instead), and the exchange of all
-// but the embedding overlaps the backward pass.
+// At stage 2 (Zero) on the CPU no rank holds a whole gradient: the model
+// keeps its weights and hands each unit's gradient over as the backward
+// pass ends it (model.Model.ShardGrads), and the ranks exchange it by
+// stage 3's schedule (zero3: shards computed by rank s mod N in slots,
+// a shard's micro-batches added round by round), without the gathers;
+// each rank updates its parts and the ranks gather the updated parts
+// into the model's weights. Its bits are stage 3's, and stage 1's when
+// each shard packs into one micro-batch. A device's passes (whose
+// gradients come to the host whole) keep the run-by-run stage 2: the
+// model reports each run of its gradient buffer as it finishes it
+// (model.Model.SetGradsReady), and a goroutine folds that run of the
+// rank's partial sum and exchanges it, in pieces of at most zero2Piece
+// floats; the sums are stage 1's elementwise operations in the same
+// order, so the bits are stage 1's.
+//
+// At stage 3 (zero3.go) the weights are sharded as well.
 type DataParallel struct {
 	Comm   collective.Comm
 	Shards int
@@ -91,10 +98,11 @@ type DPConfig struct {
 	// rounding of one process's).
 	Shards int
 	// Zero is the ZeRO stage: 1 (0 too) shards the optimiser state; 2
-	// also reduces the gradients layer by layer as the backward pass of the
-	// rank's last shard finishes each one, overlapped with the rest of the
-	// pass, instead of whole after it (the same bits as stage 1; see
-	// DataParallel.Zero).
+	// also the gradients, each layer's exchanged as the backward pass
+	// ends it, with no whole gradient on the CPU (on a device, whose
+	// gradients come whole to the host, the last shard's runs are
+	// exchanged piece by piece); 3 (the CPU) the weights as well (see
+	// DataParallel and zero3).
 	Zero int
 }
 
