@@ -11,9 +11,11 @@ import (
 // The memory plan of a learner on N ranks (aipo plan --nproc N --zero K,
 // and aipo train --nproc N, whose rank 0 makes it): what the built group
 // holds (trainer.PlanDataParallel: ZeRO stage 1 or 2,
-// learner/trainer/dp.go). On the CPU backend every rank holds the whole
-// policy, its gradients, its share of the AdamW moments and its step's
-// gradient buffers, all ranks in this machine's memory. On a GPU backend
+// learner/trainer/dp.go, or 3, learner/trainer/zero3.go). On the CPU
+// backend every rank holds the whole policy, its gradients, its share of
+// the AdamW moments and its step's gradient buffers (at stage 3, its share
+// of the weights and gradient instead of the whole, and the layers its
+// passes gather), all ranks in this machine's memory. On a GPU backend
 // the ranks reduce on the host: each GPU holds the one-GPU step without
 // its moments, and each rank's host its share of the moments, the
 // shards' gradients brought from the device and the same step buffers as
@@ -46,8 +48,10 @@ func checkGroup(cfg runconfig.Config, o Options) error {
 		return fmt.Errorf("plan: --nproc %d: give the number of learner processes (1 or more)", o.Ranks)
 	case o.Zero != 0 && o.Ranks == 0:
 		return fmt.Errorf("plan: --zero %d shards the learner's state across ranks: give --nproc N too (the number of learner processes)", o.Zero)
-	case o.Zero < 0 || o.Zero > 2:
-		return fmt.Errorf("plan: --zero %d: give 1 (the AdamW moments sharded) or 2 (the gradients too); stage 3 (the weights sharded as well) is not planned", o.Zero)
+	case o.Zero < 0 || o.Zero > 3:
+		return fmt.Errorf("plan: --zero %d: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3 (the weights as well, on the cpu backend)", o.Zero)
+	case o.Zero == 3 && cfg.Learner.Backend != runconfig.BackendCPU:
+		return fmt.Errorf("plan: --zero 3 shards the weights of the cpu backend's passes; learner.backend %s holds the whole weights on each device: give --zero 1 or 2, or --set learner.backend=cpu", cfg.Learner.Backend)
 	}
 	return nil
 }
@@ -64,11 +68,16 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	if zero == 0 {
 		zero = max(cfg.Learner.Zero, 1) // learner.zero, 1 by default
 	}
-	ranks, err := trainer.PlanDataParallel(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
+	plan := trainer.PlanDataParallel
+	onDevice := cfg.Learner.Backend != runconfig.BackendCPU
+	if onDevice {
+		plan = trainer.PlanDataParallelOnDevice
+	}
+	ranks, err := plan(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
-	return &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: cfg.Learner.Backend != runconfig.BackendCPU}, nil
+	return &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: onDevice}, nil
 }
 
 // heldBetweenSteps is what rank r keeps on the host between steps besides
@@ -76,8 +85,11 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 func (g *Group) heldBetweenSteps(r int) int64 { return g.Mem[r].Moments + g.Mem[r].Held }
 
 // stepExtra is the host memory of rank r's learner step that depends on
-// the rank: its moments and the step's buffers.
-func (g *Group) stepExtra(r int) int64 { return g.Mem[r].Moments + g.Mem[r].StepBuffers() }
+// the rank: its moments and the step's buffers (at stage 3 also its share
+// of the weights).
+func (g *Group) stepExtra(r int) int64 {
+	return g.Mem[r].Weights + g.Mem[r].Moments + g.Mem[r].StepBuffers()
+}
 
 // othersInStep is what ranks 1..N-1 hold on the host during the step,
 // given rank 0's learner-step host total.
@@ -103,6 +115,12 @@ func (g *Group) othersBetweenSteps(P, base int64) int64 {
 func (g *Group) describe(p Plan) string {
 	r0 := g.Mem[0]
 	how := "the gradients summed whole after the backward pass"
+	if g.Zero == 2 && !g.OnDevice {
+		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 2 as built (learner/trainer/zero3.go with the weights whole; learner.zero): each rank holds the whole policy, its share of the AdamW moments (rank 0: %s of %s parameters) and a copy of its share of the weights; "+
+			"no rank holds a whole gradient: each layer's goes to its owners as the backward pass ends it (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
+			"rank 0 also rolls out. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
+			g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen())
+	}
 	if g.Zero == 2 {
 		how = "the gradients reduced layer by layer during the last backward pass"
 		if g.OnDevice {
@@ -114,6 +132,12 @@ func (g *Group) describe(p Plan) string {
 			"each rank brings its virtual shards' gradients to the host (%d a mini-batch, rank 0 computes %d), where the group sums them over Gloo and steps its share of the moments (rank 0: %s of %s parameters), and uploads the gathered parameters. "+
 			"The device figures are one GPU's (rank 0's, which also runs the rollout engine), the host figures the node's, all %d ranks on one machine\n",
 			g.Ranks, g.Ranks, g.Zero, how, p.Config.Learner.DPShards(g.Ranks), r0.Shards, fmtCount(r0.Elements), fmtCount(p.Params), g.Ranks)
+	}
+	if g.Zero == 3 {
+		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 3 as built (learner/trainer/zero3.go; learner.zero): each rank holds 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters); "+
+			"its passes gather each layer from the ranks before reading it, the next while the current computes, and exchange each layer's gradient as the backward pass ends it (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
+			"between steps the weights are gathered whole for the rollout, which rank 0 runs. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
+			g.Ranks, g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen())
 	}
 	return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage %d as built (learner/trainer/dp.go; learner.zero), %s: each rank holds the whole policy and its gradients, "+
 		"its share of the AdamW moments (rank 0: %s of %s parameters) and the step's gradient buffers (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+

@@ -84,9 +84,10 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 	}
 }
 
-// The CPU group is what dp.go holds: rank r the one process's step with
-// its share of the moments in place of all of them, plus the step's
-// buffers (trainer.PlanDataParallel); the machine holds every rank's.
+// The CPU group at stage 1 is what dp.go holds: rank r the one process's
+// step with its share of the moments in place of all of them, plus the
+// step's buffers (trainer.PlanDataParallel); the machine holds every
+// rank's. (Stages 2 and 3: TestPlanGroupStage3OnTheCPU.)
 func TestPlanGroupOnTheCPU(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
@@ -100,7 +101,7 @@ func TestPlanGroupOnTheCPU(t *testing.T) {
 	}
 	P := one.Params
 	h1 := one.Phases[phaseLearn].Host()
-	for _, g := range []struct{ n, zero int }{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {8, 1}, {2, 2}, {4, 2}, {8, 2}} {
+	for _, g := range []struct{ n, zero int }{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {8, 1}} {
 		n := g.n
 		o := o
 		o.Ranks, o.Zero = n, g.zero
@@ -152,7 +153,8 @@ func TestPlanGroupInputs(t *testing.T) {
 		ranks, zero int
 		want        string
 	}{
-		{gpu, 4, 3, "--zero 3: give 1"},
+		{gpu, 4, 4, "--zero 4: give 1"},
+		{gpu, 4, 3, "--zero 3 shards the weights of the cpu backend's passes; learner.backend cuda holds the whole weights"},
 		{gpu, 0, 2, "--zero 2 shards the learner's state across ranks: give --nproc N too"},
 		{gpu, -1, 0, "--nproc -1: give the number of learner processes"},
 	} {
@@ -160,5 +162,71 @@ func TestPlanGroupInputs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--nproc %d --zero %d on %s: %v, want %q", tc.ranks, tc.zero, tc.cfg.Learner.Backend, err, tc.want)
 		}
+	}
+}
+
+// At ZeRO stages 2 and 3 on the CPU each rank's learner step holds no
+// whole gradient: at stage 3 its share of the weights (the plan's line is
+// trainer.PlanDataParallel's Weights) in place of the whole weights, at
+// stage 2 the whole weights and a copy of its share; its moments and the
+// step's buffers (the layers its passes gather, their gradients, the kept
+// sums). The machine holds every rank's, and rank 0's step holds less
+// than at stage 1 at 2, 4 and 8 ranks.
+func TestPlanGroupStage3OnTheCPU(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Baseline: 128 << 20, HostBytes: 64 << 30}
+	one, err := Make(ctx, cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	P := one.Params
+	h1 := one.Phases[phaseLearn].Host()
+	for _, n := range []int{2, 4, 8} {
+		var rank0 [4]int64
+		for _, zero := range []int{1, 2, 3} {
+			o := o
+			o.Ranks, o.Zero = n, zero
+			p, err := Make(ctx, cfg, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			learn := p.Phases[phaseLearn]
+			rank0[zero] = learn.Host() - learn.Others
+			if zero == 1 {
+				continue
+			}
+			if !strings.Contains(p.String(), fmt.Sprintf("ZeRO stage %d as built", zero)) {
+				t.Errorf("%d ranks at stage %d: the plan does not name its stage:\n%s", n, zero, p)
+			}
+			ranks, err := trainer.PlanDataParallel(p.Model, n, trainer.DPConfig{Zero: zero})
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole := int64(16) // weights, gradients, moments: what the rank does not hold whole
+			prefix := "policy weights of rank 0's share"
+			if zero == 2 {
+				whole, prefix = 12, "rank 0's copy of its share"
+			}
+			if got := line(t, learn, prefix, false); got != ranks[0].Weights || got > 4*P/int64(n)+4<<16 {
+				t.Errorf("%d ranks at stage %d: rank 0's weights %d, want 4 x its %d elements, about 4P/N = %d", n, zero, got, ranks[0].Elements, 4*P/int64(n))
+			}
+			var machine int64
+			for _, r := range ranks {
+				machine += h1 - whole*P + r.Weights + r.Moments + r.StepBuffers()
+			}
+			if learn.Host() != machine {
+				t.Errorf("%d ranks at stage %d: the machine's host in the step %d, want %d", n, zero, learn.Host(), machine)
+			}
+		}
+		for _, zero := range []int{2, 3} {
+			if rank0[zero] >= rank0[1] {
+				t.Errorf("%d ranks: rank 0's step holds %d at stage %d, %d at stage 1", n, rank0[zero], zero, rank0[1])
+			}
+		}
+		t.Logf("%d ranks: rank 0's learner step %s at stage 3, %s at stage 2, %s at stage 1", n, fmtBytes(rank0[3]), fmtBytes(rank0[2]), fmtBytes(rank0[1]))
 	}
 }

@@ -325,6 +325,17 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		}
 		held = Line{What: fmt.Sprintf("rank 0's state kept between steps (float32 weights, its moments, the reduced gradient's buffer of %s)", fmtBytes(g.Mem[0].Held)),
 			Host: 4*P + g.heldBetweenSteps(0)}
+		if g.Zero == 2 && !g.OnDevice {
+			// No whole gradient: the units' gradients and the reduced
+			// sums are in the step's buffers.
+			st.Host.Grads = 0
+		}
+		if g.Zero == 3 {
+			// The rank holds its share of the weights; its reduced
+			// gradient is in the step's buffers.
+			st.Host.Weights, st.Host.Grads = g.Mem[0].Weights, 0
+			held.What = fmt.Sprintf("rank 0's state kept between steps (float32 weights gathered whole for the rollout, its moments, its reduced gradient of %s)", fmtBytes(g.Mem[0].Held))
+		}
 	}
 	learn := Phase{Name: "learner step"}
 	add := func(what string, h, d int64) {
@@ -332,7 +343,11 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 			learn.Lines = append(learn.Lines, Line{what, h, d})
 		}
 	}
-	add("policy weights (float32 masters)", st.Host.Weights, st.Device.Weights)
+	weightsLine := "policy weights (float32 masters)"
+	if g != nil && g.Zero == 3 {
+		weightsLine = fmt.Sprintf("policy weights of rank 0's share (float32 masters, 1/%d of every layer)", g.Ranks)
+	}
+	add(weightsLine, st.Host.Weights, st.Device.Weights)
 	add("their bfloat16 copy for the GEMMs", st.Host.Compute, st.Device.Compute)
 	add(gradsLine, st.Host.Grads, st.Device.Grads)
 	add(momentsLine, st.Host.Optimizer, st.Device.Optimizer)
@@ -349,7 +364,12 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
 	add(act, st.Host.Activations, st.Device.Activations)
-	if g != nil {
+	if g != nil && g.Zero == 3 {
+		add(fmt.Sprintf("the step's gathered layers, layer gradients and kept sums at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
+	} else if g != nil && g.Zero == 2 && !g.OnDevice {
+		add("rank 0's copy of its share of the weights (float32, updated, then gathered into the model)", g.Mem[0].Weights, 0)
+		add(fmt.Sprintf("the step's layer gradients and kept sums at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
+	} else if g != nil {
 		add(fmt.Sprintf("the data-parallel step's gradient buffers at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
 	}
 	learn.Lines = append(learn.Lines, proc)

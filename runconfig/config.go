@@ -340,10 +340,15 @@ type Learner struct {
 	ActivationCheckpointing string `yaml:"activation_checkpointing"`
 	// Zero is the ZeRO stage of a group of learner processes (aipo train
 	// --nproc, or a launcher's ranks): 1 (default) shards the AdamW moments,
-	// 2 also reduces the gradients run by run as the backward pass
-	// finishes them, overlapped with it (no 4P receive buffer; the same
-	// bits; on GPUs, whose passes do not report the runs, exchanged run
-	// by run after the pass). One process ignores it.
+	// 2 also the gradients: on the CPU each layer's gradient goes to its
+	// owners as the backward pass ends it and no rank holds a whole one
+	// (on GPUs, whose gradients come whole to the host, the last shard's
+	// are exchanged run by run after the pass). 3 (learner.backend cpu) also shards the
+	// weights: each rank holds 1/N of every layer's float32 weights,
+	// gradient and moments; the ranks gather each layer before a pass
+	// reads it and reduce its gradient as the backward pass ends it (the
+	// same bits at 1, 2, 4 and 8 ranks; stage 1's when each virtual
+	// shard packs into one micro-batch). One process ignores it.
 	Zero int `yaml:"zero"`
 	// Deterministic makes a group of learner processes split each
 	// mini-batch into the same virtual shards (8, or the next power of two

@@ -286,8 +286,11 @@ func (c Config) validateLearner() error {
 		return fieldError("learner.activation_checkpointing", "%q is unknown: use %s, %s or %s", l.ActivationCheckpointing,
 			trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff)
 	}
-	if l.Zero != 1 && l.Zero != 2 {
-		return fieldError("learner.zero", "%d is not a ZeRO stage the learner has: use 1 (the AdamW moments sharded across the ranks) or 2 (the gradients reduced layer by layer too)", l.Zero)
+	if l.Zero < 1 || l.Zero > 3 {
+		return fieldError("learner.zero", "%d is not a ZeRO stage the learner has: use 1 (the AdamW moments sharded across the ranks), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well, on the cpu backend)", l.Zero)
+	}
+	if l.Zero == 3 && l.Backend != BackendCPU {
+		return fieldError("learner.zero", "3 shards the weights of the cpu backend's passes; learner.backend %s holds the whole weights on each device: use learner.zero 1 or 2 there, or learner.backend cpu", l.Backend)
 	}
 	return nil
 }

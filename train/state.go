@@ -217,6 +217,10 @@ func (st *trainState) optimizerParts(ck *checkpoint.Checkpoint) error {
 		return nil
 	}
 	l := st.dpLearner()
+	// (At ZeRO stage 3 the ranks lay their parts out together first.)
+	if err := l.PrepareOptimizerParts(context.Background()); err != nil {
+		return err
+	}
 	idx, err := json.Marshal(l.OptimizerIndex(checkpoint.OptimizerPartName))
 	if err != nil {
 		return err

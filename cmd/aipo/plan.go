@@ -36,19 +36,20 @@ func runPlan(args []string) error {
 	planOpts := planFlags(fs)
 	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
 	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; with learner.backend cuda each GPU a whole replica, the group reducing on the host)")
-	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded) or 2 (the gradients reduced layer by layer too); default learner.zero")
+	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well; cpu backend); default learner.zero")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2]]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2|3]]\n\n"+
 			"Prints the memory a run needs, before anything runs: for the learner step (weights,\n"+
 			"gradients, optimiser, reference, activations of the configured micro-batch and sequence\n"+
 			"lengths), the rollout engine's load and the rollout (its attention caches), on the host\n"+
 			"and on the device, the checkpoints' disk, whether it fits this machine and the GPU it\n"+
 			"finds (or the one named), and what to change if not. aipo train makes the same plan at\n"+
 			"start and refuses a run that does not fit. With --nproc N it plans each rank of a learner\n"+
-			"on N processes, the group aipo train --nproc N runs (ZeRO stage 1 or 2): on the CPU, and on\n"+
-			"GPUs (learner.backend cuda), where each GPU holds the whole weights and gradients and the\n"+
-			"group reduces them and steps its shares of the moments on the host. Exits 1 when it does\n"+
-			"not fit.\n\nFlags:\n")
+			"on N processes, the group aipo train --nproc N runs: on the CPU at ZeRO stage 1, 2 or 3\n"+
+			"(stage 3: each rank holds 1/N of the weights, gradients and moments), and on GPUs\n"+
+			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
+			"and the group reduces them and steps its shares of the moments on the host. Exits 1 when\n"+
+			"it does not fit.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -85,8 +86,8 @@ func checkGroupFlags(fs *flag.FlagSet, nproc, zero int) error {
 		return usageError("--nproc %d: give the number of learner processes to plan for (1 or more), or leave --nproc out for one process", nproc)
 	case set["zero"] && !set["nproc"]:
 		return usageError("--zero %d shards the learner's state across ranks: give --nproc N too (the number of learner processes)", zero)
-	case set["zero"] && zero != 1 && zero != 2:
-		return usageError("--zero %d: give 1 (the AdamW moments sharded) or 2 (the gradients too); stage 3 (the weights sharded as well) is not planned", zero)
+	case set["zero"] && (zero < 1 || zero > 3):
+		return usageError("--zero %d: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3 (the weights as well, on the cpu backend)", zero)
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func TestPlanGroupFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--nproc", "2", "--zero", "3"}, "--zero 3: give 1 (the AdamW moments sharded) or 2"},
+		{[]string{"--nproc", "2", "--zero", "4"}, "--zero 4: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3"},
 		{[]string{"--zero", "2"}, "--zero 2 shards the learner's state across ranks: give --nproc N too"},
 		{[]string{"--nproc", "0"}, "--nproc 0: give the number of learner processes"},
 	} {

@@ -71,20 +71,24 @@ func (o *cpuOps) Embed(x []float32) {
 		narrowEmbed(x, o.p.tokens, b.emb, o.m.d.C)
 		return
 	}
+	o.m.need(0)
 	embeddingForward(x, o.p.tokens, o.m.w.emb, o.m.d.C)
 }
 
 func (o *cpuOps) Norm(out, rstd, x []float32, l int, w Weight) {
+	o.m.need(o.m.unitOf(l, w))
 	wt := o.norm(&o.m.w, l, w)
 	rmsnormForward(out, rstd, x, wt, o.n(), o.m.d.C, o.m.cfg.RMSNormEps)
 }
 
 func (o *cpuOps) ResidualNorm(sum, out, rstd, a, b []float32, l int, w Weight) {
+	o.m.need(o.m.unitOf(l, w))
 	wt := o.norm(&o.m.w, l, w)
 	residualNorm(sum, out, rstd, a, b, wt, o.n(), o.m.d.C, o.m.cfg.RMSNormEps)
 }
 
 func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
+	o.m.need(l + 1)
 	wt, b, I, O := o.linear(&o.m.w, l, w)
 	if !bias {
 		b = nil
@@ -98,6 +102,7 @@ func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 }
 
 func (o *cpuOps) QKNorm(qkv, raw, rstd []float32, l int) {
+	o.m.need(l + 1)
 	lw := &o.m.w.layers[l]
 	if lw.qkNorm == nil { // all but Qwen3 (which has no q, k, v bias)
 		return
@@ -106,6 +111,7 @@ func (o *cpuOps) QKNorm(qkv, raw, rstd []float32, l int) {
 }
 
 func (o *cpuOps) RoPE(qkv []float32, l int) {
+	o.m.need(l + 1)
 	d, p := o.m.d, o.p
 	ropeForward(qkv, d.QKV, o.m.w.layers[l].qkvBias, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 }
@@ -133,13 +139,16 @@ func (o *cpuOps) KeepHidden(h []float32) []float32 {
 }
 
 func (o *cpuOps) NormBack(dx, dout, x, rstd []float32, l int, w Weight) {
-	wt, g := o.norm(&o.m.w, l, w), o.norm(o.m.gradsNow(), l, w)
+	u := o.m.unitOf(l, w)
+	o.m.need(u)
+	wt, g := o.norm(&o.m.w, l, w), o.norm(o.m.gradsFor(u), l, w)
 	rmsnormBackward(dx, g, dout, x, wt, rstd, o.n(), o.m.d.C)
 }
 
 func (o *cpuOps) LinearBack(din, dout, in []float32, l int, w Weight, bias bool) {
+	o.m.need(l + 1)
 	wt, _, I, O := o.linear(&o.m.w, l, w)
-	gw, gb, _, _ := o.linear(o.m.gradsNow(), l, w)
+	gw, gb, _, _ := o.linear(o.m.gradsFor(l+1), l, w)
 	if !bias {
 		gb = nil
 	}
@@ -173,18 +182,22 @@ func (o *cpuOps) RoPEBack(dqkv []float32) {
 }
 
 func (o *cpuOps) QKNormBack(dqkv, raw, rstd []float32, l int) {
+	o.m.need(l + 1)
 	lw := &o.m.w.layers[l]
 	if lw.qkNorm == nil {
 		return
 	}
-	qkNormBackward(dqkv, o.m.gradsNow().layers[l].qkNorm, raw, rstd, lw.qkNorm, o.n(), o.m.d)
+	qkNormBackward(dqkv, o.m.gradsFor(l + 1).layers[l].qkNorm, raw, rstd, lw.qkNorm, o.n(), o.m.d)
 }
 
 func (o *cpuOps) EmbedBack(dx []float32) {
-	embeddingBackward(o.m.gradsNow().emb, dx, o.p.tokens, o.m.d.C)
+	embeddingBackward(o.m.gradsFor(0).emb, dx, o.p.tokens, o.m.d.C)
 }
 
 func (o *cpuOps) GradsDone(l int) {
+	if o.m.shard != nil {
+		o.m.gradDone(l + 1)
+	}
 	if f := o.m.gradsReady; f != nil {
 		f(o.m.d.L - l) // run L-l of GradRuns
 	}

@@ -79,7 +79,7 @@ func (m *Model) Forward(b Batch) (*Activations, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.forward(p, headAuto, m.trainKeep()), nil
+	return m.forward(p, headAuto, m.trainKeep())
 }
 
 // trainKeep is what a pass to be differentiated keeps.
@@ -102,7 +102,10 @@ func (m *Model) Score(b Batch) (logProbs, entropy []float32, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	a := m.forward(p, headAuto, keepNone)
+	a, err := m.forward(p, headAuto, keepNone)
+	if err != nil {
+		return nil, nil, err
+	}
 	a.Release()
 	return a.LogProbs, a.Entropy, nil
 }
@@ -147,14 +150,22 @@ func (m *Model) Logits(b Batch) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := m.forward(p, headLogits, keepNone)
+	a, err := m.forward(p, headLogits, keepNone)
+	if err != nil {
+		return nil, err
+	}
 	logits := a.head.logits
 	a.mem.keep(logits) // the caller owns the logits
 	a.Release()
 	return logits, nil
 }
 
-func (m *Model) forward(p *prepared, mode headMode, keep keepMode) *Activations {
+func (m *Model) forward(p *prepared, mode headMode, keep keepMode) (a *Activations, err error) {
+	defer recoverFeed(&err)
+	return m.forwardPass(p, mode, keep), nil
+}
+
+func (m *Model) forwardPass(p *prepared, mode headMode, keep keepMode) *Activations {
 	nl, nr := keep.slots(m.d.L)
 	a := &Activations{b: p, checkpointed: keep == keepInputs, layers: make([]LayerActs[[]float32], nl), extra: make([]layerExtra, nl),
 		resid: make([][]float32, nr), mem: arena{pool: m.pool}}
@@ -169,7 +180,7 @@ func (m *Model) forward(p *prepared, mode headMode, keep keepMode) *Activations 
 // Backward adds to the model's gradients the gradient of
 // sum_t gradLogProb[t] * LogProbs[t] (entries at tokens without a target are
 // ignored). Entropy is not differentiated. Each Activations serves one call.
-func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
+func (m *Model) Backward(a *Activations, gradLogProb []float32) (err error) {
 	p := a.b
 	N := len(p.tokens)
 	if len(gradLogProb) != N {
@@ -182,6 +193,7 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) error {
 		return fmt.Errorf("model: Backward on activations of a pass that kept nothing for it (Score, Logits)")
 	}
 	defer a.Release()
+	defer recoverFeed(&err)
 	tmp := arena{pool: m.pool}
 	defer tmp.release()
 	dlnf := m.headBackward(a, gradLogProb, &tmp)

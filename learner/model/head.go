@@ -131,6 +131,7 @@ func (m *Model) headLogitsTile(lg, xh []float32, n, v0, cols int, mem *arena) {
 // headForward fills a.LogProbs, a.Entropy and a.head, for a pass whose
 // layers keep keep.
 func (m *Model) headForward(a *Activations, mode headMode, keep keepMode) {
+	m.need(m.headUnit())
 	d, p := m.d, a.b
 	M := len(p.rows)
 	xh := a.mem.get(M * d.C)
@@ -332,6 +333,8 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 	d, p := m.d, a.b
 	M := len(p.rows)
 	xh := a.head.xh
+	m.need(m.headUnit())
+	gHead := m.gradsFor(m.headUnit()).head
 	dxh := tmp.get(M * d.C)
 	tiles, _, recompute := headTiles(M, d.V, a.head.budget)
 	R, cols, slices := headTile(M, d.V)
@@ -363,7 +366,7 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 		// each on its own core.
 		blas.SgemmPair(
 			blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: m.w.head[v0*d.C:], Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C},
-			blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: m.gradsNow().head[v0*d.C:], Ldc: d.C})
+			blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: gHead[v0*d.C:], Ldc: d.C})
 	}
 	if recompute {
 		tmp.put(buf)

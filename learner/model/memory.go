@@ -191,3 +191,14 @@ func ParamSizes(cfg Config) []int {
 	}
 	return out
 }
+
+// ParamNames are the Hugging Face names of the parameters of a model of
+// cfg, in storage order (ParamSizes' order).
+func ParamNames(cfg Config) []string {
+	specs := layout(cfg)
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.name
+	}
+	return out
+}

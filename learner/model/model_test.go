@@ -37,7 +37,7 @@ func checkAgainstFixture(t *testing.T, m *Model, ts map[string]NamedTensor, allG
 	if err != nil {
 		t.Fatal(err)
 	}
-	acts := m.forward(p, mode, m.trainKeep())
+	acts := m.forwardPass(p, mode, m.trainKeep())
 	compare(t, "logprobs", acts.LogProbs, fixture(t, ts, "logprobs"), tolLogits)
 	compare(t, "entropy", acts.Entropy, fixture(t, ts, "entropy"), tolLogits)
 	var loss float64

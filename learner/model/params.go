@@ -162,7 +162,12 @@ func spansOf(cfg Config, specs []spec) Spans {
 
 func newWeights(cfg Config, specs []spec) weights {
 	last := specs[len(specs)-1]
-	w := weights{flat: make([]float32, last.off+last.size())}
+	return viewWeights(cfg, specs, make([]float32, last.off+last.size()))
+}
+
+// viewWeights is the typed views of cfg's tensors in flat.
+func viewWeights(cfg Config, specs []spec, flat []float32) weights {
+	w := weights{flat: flat}
 	view := func(s Span) []float32 {
 		if s.Len == 0 {
 			return nil
@@ -218,6 +223,10 @@ type Model struct {
 	bf16 *bf16Decode
 	// gradsReady is SetGradsReady's function.
 	gradsReady func(run int)
+	// shard, when set (ShardWeights), is the feed that holds the
+	// weights and takes the gradients; w and g then hold views of the
+	// units a pass has in hand alone.
+	shard *sharded
 }
 
 func newModel(cfg Config) (*Model, error) {
@@ -394,11 +403,22 @@ func (m *Model) Params() []NamedTensor {
 // mustHoldFloat32 panics on a model held in bfloat16 (HoldBF16), whose
 // float32 parameters are gone: asking for them is a programming error.
 func (m *Model) mustHoldFloat32() {
+	if m.Sharded() {
+		panic(errSharded)
+	}
 	if m.narrow != nil {
 		panic(errNarrow)
 	}
 	if m.decodeOnly() {
 		panic(errDecodeOnly)
+	}
+}
+
+// mustHoldGrads panics on a model whose gradients a feed takes unit by
+// unit (ShardWeights, ShardGrads): it holds no whole gradient buffer.
+func (m *Model) mustHoldGrads() {
+	if m.shard != nil {
+		panic(errSharded)
 	}
 }
 
@@ -409,6 +429,7 @@ func (m *Model) decodeOnly() bool { return m.bf16 != nil && m.bf16.emb != nil }
 // (allocating them, zero, on the first call).
 func (m *Model) Grads() []NamedTensor {
 	m.mustHoldFloat32()
+	m.mustHoldGrads()
 	return m.gradsNow().named(m.specs)
 }
 
@@ -425,6 +446,9 @@ func (m *Model) gradsNow() *weights {
 // HasGrads reports whether the model's gradients are allocated (a model
 // that was never differentiated holds none).
 func (m *Model) HasGrads() bool {
+	if m.shard != nil {
+		return false
+	}
 	m.gradMu.Lock()
 	defer m.gradMu.Unlock()
 	return m.g.flat != nil
@@ -479,6 +503,7 @@ func (m *Model) ParamData() []float32 {
 // (allocated, zero, on the first call).
 func (m *Model) GradData() []float32 {
 	m.mustHoldFloat32()
+	m.mustHoldGrads()
 	return m.gradsNow().flat
 }
 
@@ -498,6 +523,9 @@ func (m *Model) ZeroGrads() {
 func (m *Model) ReleaseBuffers() {
 	m.gradMu.Lock()
 	m.g = weights{}
+	if m.shard != nil {
+		m.g.layers = make([]layerWeights, m.d.L)
+	}
 	m.gradMu.Unlock()
 	m.pool = &bufPool{}
 }

@@ -75,7 +75,14 @@ func (l *Learner) optimiserStep() (float64, error) {
 // SyncPolicy makes the host policy's parameters those the passes run
 // with (a device keeps its own until asked), before a checkpoint is
 // written from them.
+//
+// At ZeRO stage 3 the policy's weights are gathered whole into the host
+// model (every rank of the group must call it; the next RLStepDP shards
+// them again).
 func (l *Learner) SyncPolicy() error {
+	if l.DP != nil && l.DP.z3 != nil {
+		return l.unshard(context.Background())
+	}
 	if err := l.policy().SyncParams(); err != nil {
 		return fmt.Errorf("trainer: parameters from the device: %w", err)
 	}

@@ -39,15 +39,22 @@ const DefaultShards = 8
 // other sizes (3 ranks of 8 shards) the sums are grouped differently and
 // the update agrees within float32 rounding.
 //
-// At stage 2 (Zero) the rank does not wait for its last shard's backward
-// pass to end before reducing: the model reports each run of its gradient
-// buffer as it finishes it (model.Model.SetGradsReady), and a goroutine
-// folds that run of the rank's partial sum and exchanges it, in pieces of
-// at most zero2Piece floats, while the pass goes on. The sums are the
-// same elementwise operations in the same order, so the bits are stage
-// 1's; what goes is the whole partial sum's copy and the all-to-all's
-// receive buffer of 4P bytes (a piece's instead), and the exchange of all
-// but the embedding overlaps the backward pass.
+// At stage 2 (Zero) on the CPU no rank holds a whole gradient: the model
+// keeps its weights and hands each unit's gradient over as the backward
+// pass ends it (model.Model.ShardGrads), and the ranks exchange it by
+// stage 3's schedule (zero3: shards computed by rank s mod N in slots,
+// a shard's micro-batches added round by round), without the gathers;
+// each rank updates its parts and the ranks gather the updated parts
+// into the model's weights. Its bits are stage 3's, and stage 1's when
+// each shard packs into one micro-batch. A device's passes (whose
+// gradients come to the host whole) keep the run-by-run stage 2: the
+// model reports each run of its gradient buffer as it finishes it
+// (model.Model.SetGradsReady), and a goroutine folds that run of the
+// rank's partial sum and exchanges it, in pieces of at most zero2Piece
+// floats; the sums are stage 1's elementwise operations in the same
+// order, so the bits are stage 1's.
+//
+// At stage 3 (zero3.go) the weights are sharded as well.
 type DataParallel struct {
 	Comm   collective.Comm
 	Shards int
@@ -70,6 +77,7 @@ type DataParallel struct {
 	flatParams bool
 	paramData  []float32
 	runs       []model.Span // stage 2: the model's gradient runs (GradRuns)
+	z3         *zero3       // stage 3: the rank's share of the weights, gradients and moments
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -90,10 +98,11 @@ type DPConfig struct {
 	// rounding of one process's).
 	Shards int
 	// Zero is the ZeRO stage: 1 (0 too) shards the optimiser state; 2
-	// also reduces the gradients layer by layer as the backward pass of the
-	// rank's last shard finishes each one, overlapped with the rest of the
-	// pass, instead of whole after it (the same bits as stage 1; see
-	// DataParallel.Zero).
+	// also the gradients, each layer's exchanged as the backward pass
+	// ends it, with no whole gradient on the CPU (on a device, whose
+	// gradients come whole to the host, the last shard's runs are
+	// exchanged piece by piece); 3 (the CPU) the weights as well (see
+	// DataParallel and zero3).
 	Zero int
 }
 
@@ -121,8 +130,8 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 		return fmt.Errorf("trainer: %d virtual shards for %d ranks: give a power of two that is at least the number of ranks, or the number of ranks", shards, n)
 	}
 	zero := max(cfg.Zero, 1)
-	if zero > 2 {
-		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded) or 2 (the gradients reduced layer by layer too); stage 3 (the weights sharded) is not built", cfg.Zero)
+	if zero > 3 {
+		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", cfg.Zero)
 	}
 	params := l.Params()
 	dp := &DataParallel{Comm: comm, Shards: shards, Zero: zero, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
@@ -154,6 +163,15 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	dp.start = make([]int, n+1)
 	for r := range n + 1 {
 		dp.start[r] = dp.flatStart(dp.bounds[r])
+	}
+	if zero == 3 || zero == 2 && dev == nil {
+		// (bounds and start are the parts the optimiser state is saved
+		// in, as stage 1 owns them.)
+		if err := l.enableZero3(dp, zero == 2); err != nil {
+			return err
+		}
+		l.DP = dp
+		return nil
 	}
 	opt, err := optim.NewShard(l.Opt.Config(), dp.chunks[dp.bounds[comm.Rank()]:dp.bounds[comm.Rank()+1]])
 	if err != nil {
@@ -230,6 +248,11 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 	if err != nil {
 		return RLStats{}, err
 	}
+	if dp.z3 != nil {
+		if err := l.reshard(); err != nil {
+			return RLStats{}, err
+		}
+	}
 	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
 	groups := shardSamples(seqs, cfg.MiniBatches, v)
 
@@ -243,16 +266,26 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		ref = make([][]float32, len(seqs))
 	}
 	ownerOf := make([]int, len(seqs))
+	if dp.z3 != nil {
+		if err := l.scoreZero3(ctx, groups, seqs, cfg.MicroBatchTokens, old); err != nil {
+			return RLStats{}, err
+		}
+	}
 	for mb := range groups {
 		for s, order := range groups[mb] {
 			o := owner(s, v, n)
+			if dp.z3 != nil {
+				o = owner3(s, n)
+			}
 			for _, i := range order {
 				ownerOf[i] = o
 			}
 			if o != rank {
 				continue
 			}
-			if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
+			if dp.z3 != nil {
+				// pi_old is scoreZero3's.
+			} else if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
 				return RLStats{}, err
 			}
 			if ref != nil {
@@ -276,14 +309,18 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 	metricN := 0
 	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
 		for mb := range groups {
-			part, err := l.miniBatchDP(ctx, cfg, samples, seqs, groups[mb], old, ref)
+			minibatch, step := l.miniBatchDP, l.stepDP
+			if dp.z3 != nil {
+				minibatch, step = l.miniBatchZero3, l.stepZero3
+			}
+			part, err := minibatch(ctx, cfg, samples, seqs, groups[mb], old, ref)
 			if err != nil {
 				return RLStats{}, err
 			}
 			if part.micro == 0 {
 				continue
 			}
-			if st.GradNorm, err = l.stepDP(ctx); err != nil {
+			if st.GradNorm, err = step(ctx); err != nil {
 				return RLStats{}, err
 			}
 			st.Loss += part.loss
@@ -790,6 +827,12 @@ func (dp *DataParallel) allGatherFloat64(ctx context.Context, mine []float64, co
 // gatherParts adds up the shards' statistics of a mini-batch in shard
 // order on every rank (each rank has those of its own shards in parts).
 func (dp *DataParallel) gatherParts(ctx context.Context, parts []miniBatchPart, metrics map[string]bool) (miniBatchPart, error) {
+	n, v := dp.Comm.Size(), dp.Shards
+	return dp.gatherPartsOf(ctx, parts, metrics, func(s int) int { return owner(s, v, n) })
+}
+
+// gatherPartsOf is gatherParts with shard s computed by rank owner(s).
+func (dp *DataParallel) gatherPartsOf(ctx context.Context, parts []miniBatchPart, metrics map[string]bool, owner func(s int) int) (miniBatchPart, error) {
 	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
 	// Every part as numbers: loss, tokens, micro-batches, then the
 	// metrics in name order (a metric a shard lacks is 0).
@@ -802,8 +845,8 @@ func (dp *DataParallel) gatherParts(ctx context.Context, parts []miniBatchPart, 
 	var mine []float64
 	counts := make([]int, n)
 	for s := range v {
-		counts[owner(s, v, n)] += width
-		if owner(s, v, n) != rank {
+		counts[owner(s)] += width
+		if owner(s) != rank {
 			continue
 		}
 		p := parts[s]
@@ -816,9 +859,16 @@ func (dp *DataParallel) gatherParts(ctx context.Context, parts []miniBatchPart, 
 	if err != nil {
 		return miniBatchPart{}, fmt.Errorf("trainer: gathering the step's statistics: %w", err)
 	}
+	// all holds rank 0's shards' rows in shard order, then rank 1's...
+	at := make([]int, n)
+	for r := 1; r < n; r++ {
+		at[r] = at[r-1] + counts[r-1]
+	}
 	out := miniBatchPart{metrics: map[string]float64{}}
 	for s := range v {
-		row := all[s*width : (s+1)*width]
+		r := owner(s)
+		row := all[at[r] : at[r]+width]
+		at[r] += width
 		out.loss += row[0]
 		out.tokens += int(row[1])
 		out.micro += int(row[2])

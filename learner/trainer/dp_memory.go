@@ -41,8 +41,17 @@ type RankMemory struct {
 	// steps: the rank's elements; with one rank the tree's sum itself,
 	// the whole gradient.
 	Held int64
-	// Zero is the ZeRO stage planned (1 or 2).
+	// Zero is the ZeRO stage planned (1, 2 or 3).
 	Zero int
+	// Weights is, at stage 3, the rank's share of the float32 weights
+	// (4 bytes an owned element; the passes gather the rest a unit at a
+	// time), at stage 2 on the CPU its copy of that share beside the
+	// model's whole weights; and Units the most the passes hold at once
+	// beyond it: two units' gathered weights (the one read and the next;
+	// stage 3), two units' gradients (the one written and the one being
+	// exchanged) with a tied embedding's for the whole backward pass, and
+	// an exchange's receive buffer. 0 at stage 1 and a device's stage 2.
+	Weights, Units int64
 	// The step's own buffers, Held included, at each point of a
 	// mini-batch's update: while the shards' gradients are summed (the
 	// tree's copies), during the reduction (stage 1: the sum sent, the
@@ -63,6 +72,12 @@ func (m RankMemory) PeakWhen() string {
 	case m.Tree:
 		return fmt.Sprintf("summing its %d shards' gradients: %d flat copies", m.Shards, m.TreeBuffers)
 	case m.Reduce:
+		if m.Weights > 0 && m.Zero == 2 {
+			return fmt.Sprintf("a backward pass: %d kept sums of its elements beside two units' gradients", m.TreeBuffers)
+		}
+		if m.Weights > 0 {
+			return fmt.Sprintf("a backward pass: %d kept sums of its elements beside two units' weights and gradients", m.TreeBuffers)
+		}
 		if m.Zero == 2 {
 			switch k := bits.OnesCount(uint(m.Shards - 1)); k {
 			case 0:
@@ -79,18 +94,36 @@ func (m RankMemory) PeakWhen() string {
 }
 
 // PlanDataParallel is the memory of each rank of a group of ranks that
-// trains a model of mc as EnableDataParallel with cfg makes it: the chunks
-// of optim.Partition, the shards of owner.
+// trains a model of mc on the CPU as EnableDataParallel with cfg makes it:
+// the chunks of optim.Partition, the shards of owner (stage 1), zero3's
+// layout and schedule (stages 2 and 3).
 func PlanDataParallel(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, error) {
+	return planDataParallel(mc, ranks, cfg, false)
+}
+
+// PlanDataParallelOnDevice is PlanDataParallel of a group whose passes
+// run on devices and whose gradients come to the host (stage 2 then
+// exchanges the last shard's runs piece by piece; stage 3 is refused).
+func PlanDataParallelOnDevice(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, error) {
+	if cfg.Zero == 3 {
+		return nil, fmt.Errorf("trainer: ZeRO stage 3 shards the weights of the CPU's passes; a device's passes hold the whole weights: give 1 or 2")
+	}
+	return planDataParallel(mc, ranks, cfg, true)
+}
+
+func planDataParallel(mc model.Config, ranks int, cfg DPConfig, device bool) ([]RankMemory, error) {
 	if ranks < 1 {
 		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
 	}
 	zero := max(cfg.Zero, 1)
-	if zero > 2 {
-		return nil, fmt.Errorf("trainer: ZeRO stage %d: give 1 or 2", cfg.Zero)
+	if zero > 3 {
+		return nil, fmt.Errorf("trainer: ZeRO stage %d: give 1, 2 or 3", cfg.Zero)
 	}
 	if err := mc.Validate(); err != nil {
 		return nil, err
+	}
+	if zero == 3 || zero == 2 && !device {
+		return planZero3(mc, ranks, cfg, zero == 2)
 	}
 	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
 	bounds := optim.Partition(chunks, ranks)
@@ -162,4 +195,64 @@ func treeBuffers(k int) int {
 		most = max(most, bits.OnesCount(uint(j))+1-j%2)
 	}
 	return most
+}
+
+// planZero3 is PlanDataParallel at stage 3, from zero3's layout and the
+// buffers its step allocates (zero3step.go, zero3feed.go): each rank's
+// share of the weights, gradient and moments; during a mini-batch the
+// gradient's buffer gives way to the round's tree of slot sums (a slot
+// whose sum the tree adds at once is added in place: treeBuffers of the
+// slots) and the rounds' running sum, beside what a training pass holds
+// (Units). An upper bound on what the rank counts (Zero3Memory.Peak).
+//
+// whole is stage 2 on the CPU: the model holds the whole weights (not
+// counted here: the one-process step's), Weights is the rank's copy of
+// its share, and the passes gather nothing.
+func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemory, error) {
+	v := cfg.Shards
+	if v == 0 {
+		v = GroupShards(ranks)
+	}
+	z := zero3Layout(mc, ranks)
+	var largest, second, part int64
+	for u, s := range z.units {
+		n := int64(s.Len)
+		if n > largest {
+			largest, second = n, largest
+		} else if n > second {
+			second = n
+		}
+		for i := range ranks {
+			part = max(part, int64(z.own[u][i+1]-z.own[u][i]))
+		}
+	}
+	// Two units' gathered weights (none when the model holds them, or
+	// the rank holds them all), two units' gradients with a tied
+	// embedding's, an exchange's receive buffer (none for one rank).
+	var pass int64
+	if !whole && ranks > 1 {
+		pass += 4 * (largest + second)
+	}
+	pass += 4 * (largest + second)
+	if mc.TieWordEmbeddings {
+		pass += 4 * int64(z.units[0].Len)
+	}
+	if ranks > 1 {
+		pass += 4 * int64(ranks) * part
+	}
+	k := (v + ranks - 1) / ranks // the slots of a round
+	out := make([]RankMemory, ranks)
+	for r := range out {
+		e := int64(z.elements(r))
+		m := RankMemory{Rank: r, Elements: e, Shards: k, Moments: 8 * e, Held: 4 * e, Zero: 3, Weights: 4 * e, Units: pass}
+		if whole {
+			m.Zero = 2
+		}
+		m.TreeBuffers = treeBuffers(k) + 1 // the slots' sums and the rounds' running sum
+		m.Tree = int64(m.TreeBuffers) * 4 * e
+		m.Reduce = m.Tree + pass
+		m.Gather = m.Held + pass
+		out[r] = m
+	}
+	return out, nil
 }

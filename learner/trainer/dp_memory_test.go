@@ -94,7 +94,7 @@ func TestPlanDataParallelStage2(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		two, err := PlanDataParallel(mc, n, DPConfig{Zero: 2})
+		two, err := PlanDataParallelOnDevice(mc, n, DPConfig{Zero: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,11 +122,11 @@ func TestPlanDataParallelStage2(t *testing.T) {
 			}
 		}
 	}
-	eight, _ := PlanDataParallel(mc, 8, DPConfig{Zero: 2})
+	eight, _ := PlanDataParallelOnDevice(mc, 8, DPConfig{Zero: 2})
 	if r := eight[0]; r.TreeBuffers != 0 || r.Tree != r.Held {
 		t.Errorf("8 ranks at stage 2: %+v, want no gradient copy", r)
 	}
-	two, _ := PlanDataParallel(mc, 2, DPConfig{Zero: 2})
+	two, _ := PlanDataParallelOnDevice(mc, 2, DPConfig{Zero: 2})
 	if r := two[0]; r.Reduce != 8*P+piece+4*2*min(int64(zero2Piece), r.Elements)+r.Held {
 		t.Errorf("2 ranks at stage 2: reduction %d, want two kept sums (8P = %d), the pieces and the held share", r.Reduce, 8*P)
 	}

@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 // several, and a learning rate that moves every parameter each step.
 func dpCfg() RLConfig {
 	cfg := RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 24, PPOEpochs: 1, MiniBatches: 2}
+	if k, _ := strconv.Atoi(os.Getenv("AIPO_DP_MICRO_TOKENS")); k > 0 {
+		cfg.MicroBatchTokens = k
+	}
 	cfg.Loss.KLCoef = 0
 	return cfg
 }
@@ -62,7 +65,11 @@ func dpSamples(k int) []RLSample {
 
 // dpLearner is the tiny policy every rank starts from, and its AdamW.
 func dpLearner() (*Learner, error) {
-	m, err := model.New(tinyConfig(20), 5)
+	mc := tinyConfig(20)
+	if k, _ := strconv.Atoi(os.Getenv("AIPO_DP_LAYERS")); k > 0 {
+		mc.NumHiddenLayers = k
+	}
+	m, err := model.New(mc, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +134,13 @@ func programDPSteps() int {
 			return fail(fmt.Errorf("step %d: %w", k, err))
 		}
 		fmt.Printf("step %d: loss %.6f grad-norm %.6f tokens %d\n", k, st.Loss, st.GradNorm, st.Tokens)
+		if os.Getenv("AIPO_DP_SYNC") != "" {
+			// As a run between steps: the weights whole in the host
+			// model (gathered at stage 3), sharded again by the next step.
+			if err := l.SyncPolicy(); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	if dir := os.Getenv("AIPO_DP_SAVE"); l.DP.Zero == 2 && comm.Rank() == 0 && dir != "" {
 		if err := os.WriteFile(filepath.Join(dir, "overlapped"), []byte(strconv.FormatInt(l.DP.Overlapped, 10)), 0o644); err != nil {
@@ -137,10 +151,26 @@ func programDPSteps() int {
 	if err := l.WriteOptimizerDP(ctx, &opt); err != nil {
 		return fail(err)
 	}
+	weights, err := l.GatherPolicy(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if dir := os.Getenv("AIPO_DP_MEMORY"); dir != "" && l.DP.z3 != nil {
+		// What the rank held at its peak, and its share.
+		m := l.DP.z3.Memory()
+		b, _ := json.Marshal(m)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("memory-%d.json", comm.Rank())), b, 0o644); err != nil {
+			return fail(err)
+		}
+	}
 	dir := os.Getenv("AIPO_DP_SAVE")
+	x := l.OptimizerIndex(partName)
 	if dir != "" {
-		// Every rank writes its part of the state as well, with no
-		// exchange; rank 0 the index.
+		// Every rank writes its part of the state as well (at stage 3
+		// once the ranks laid the parts out); rank 0 the index.
+		if err := l.PrepareOptimizerParts(ctx); err != nil {
+			return fail(err)
+		}
 		var part bytes.Buffer
 		if err := l.WriteOptimizerPart(&part); err != nil {
 			return fail(err)
@@ -150,11 +180,11 @@ func programDPSteps() int {
 		}
 	}
 	if dir != "" && comm.Rank() == 0 {
-		idx, err := json.Marshal(l.OptimizerIndex(partName))
+		idx, err := json.Marshal(x)
 		if err != nil {
 			return fail(err)
 		}
-		for name, b := range map[string][]byte{"params.bin": paramBytes(l), "optimizer.bin": opt.Bytes(), "optimizer.index.json": idx} {
+		for name, b := range map[string][]byte{"params.bin": floatBytes(weights), "optimizer.bin": opt.Bytes(), "optimizer.index.json": idx} {
 			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 				return fail(err)
 			}
@@ -211,28 +241,35 @@ func joinGloo(ctx context.Context, opts collective.Options) (comm collective.Com
 func paramBytes(l *Learner) []byte {
 	var b []byte
 	for _, p := range l.Params() {
-		for _, x := range p.Data {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
-		}
+		b = append(b, floatBytes(p.Data)...)
 	}
 	return b
 }
 
+// floatBytes is xs as little-endian float32.
+func floatBytes(xs []float32) []byte {
+	b := make([]byte, 0, 4*len(xs))
+	for _, x := range xs {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
+}
+
+// loadParams replaces the policy's weights (this rank's share of them at
+// stage 3) by those saved at path.
 func loadParams(l *Learner, path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	for _, p := range l.Params() {
-		if len(b) < 4*len(p.Data) {
-			return fmt.Errorf("%s is short", path)
-		}
-		for i := range p.Data {
-			p.Data[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		b = b[4*len(p.Data):]
+	if len(b)%4 != 0 {
+		return fmt.Errorf("%s is not float32s", path)
 	}
-	return nil
+	flat := make([]float32, len(b)/4)
+	for i := range flat {
+		flat[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return l.LoadPolicy(flat)
 }
 
 // dpRun runs size ranks from step first to steps (loading load, when set)
@@ -326,15 +363,15 @@ func maxAbsDiff(t *testing.T, a, b string) float64 {
 // measured 2e-6 to 2e-5.
 const dpTol = 1e-4
 
-// ZeRO stage 2 (each gradient run reduced as the backward pass finishes
-// it) gives stage 1's bits: at 1, 2 and 4 ranks the one-rank stage-1
-// run's parameters and optimiser state, at 3 ranks stage 1's at 3 ranks.
-// The second of the 3 steps trains on 3 trajectories, so that most
-// shards are empty: at 4 ranks rank 0's last shard of a mini-batch is
-// followed by an empty one, and ranks 1 to 3 have nothing to train and
-// send zeros. At 4 and 3 ranks the runs go in pieces of 97 floats, whose
-// ends fall anywhere in the ranks' shares. Rank 0 reports that runs were
-// reduced during its passes.
+// ZeRO stage 2 on the CPU (each unit's gradient exchanged as the backward
+// pass ends it, no whole gradient buffer: zero3's schedule with the
+// weights whole) gives stage 1's bits at 1, 2 and 4 ranks, and at 3 ranks
+// stage 1's at 3 ranks (both group the shards 3-3-2), on dpCfg's shards,
+// which pack into one micro-batch but for a few. The second of the 3
+// steps trains on 3 trajectories, so that most shards are empty and most
+// ranks run shadow passes. Rank 0 reports that every unit's exchange but
+// the embedding's began during its passes (3 of the tiny model's 4 a
+// pass).
 func TestZeroStage2IsStage1(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts rank processes")
@@ -347,18 +384,14 @@ func TestZeroStage2IsStage1(t *testing.T) {
 			three := dpRunFrom(t, 3, 0, 3, "", false, few)
 			want = [2]string{digest(t, three, "params.bin"), digest(t, three, "optimizer.bin")}
 		}
-		piece := "AIPO_DP_PIECE=0"
-		if n > 2 {
-			piece = "AIPO_DP_PIECE=97"
-		}
-		dir := dpRunFrom(t, n, 0, 3, "", false, few, "AIPO_DP_ZERO=2", piece)
+		dir := dpRunFrom(t, n, 0, 3, "", false, few, "AIPO_DP_ZERO=2")
 		if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
 			t.Errorf("%d ranks at stage 2: parameters and optimiser state %v, stage 1 %v", n, got, want)
 		}
-		// 6 mini-batches, each ending in a pass that reports 3 of the
-		// tiny model's 4 runs before its last.
-		if b, err := os.ReadFile(filepath.Join(dir, "overlapped")); err != nil || string(b) != "18" {
-			t.Errorf("%d ranks at stage 2: rank 0 reduced %q runs during its passes (%v), want 18", n, b, err)
+		b, err := os.ReadFile(filepath.Join(dir, "overlapped"))
+		k, _ := strconv.Atoi(string(b))
+		if err != nil || k == 0 || k%3 != 0 {
+			t.Errorf("%d ranks at stage 2: rank 0 reduced %q units during its passes (%v), want a multiple of 3 above 0", n, b, err)
 		}
 	}
 }
@@ -367,7 +400,8 @@ func TestZeroStage2IsStage1(t *testing.T) {
 // rank packs its share of a mini-batch as one shard: at 2, 3 and 4 ranks,
 // at both ZeRO stages, the update agrees with the deterministic one's
 // within dpTol (the sums grouped differently, the micro-batches packed
-// otherwise), and each stage gives the other's bits.
+// otherwise), and so do the two stages (a shard's several micro-batches
+// added otherwise).
 func TestDataParallelOneShardARank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts rank processes")
@@ -381,8 +415,13 @@ func TestDataParallelOneShardARank(t *testing.T) {
 		} else {
 			t.Logf("%d ranks, one shard each: parameters within %.3g of the deterministic update's", n, d)
 		}
-		if da, db := digest(t, a, "params.bin"), digest(t, b, "params.bin"); da != db {
-			t.Errorf("%d ranks, one shard each: stage 1 %s, stage 2 %s", n, da, db)
+		// Stage 2 adds a shard's micro-batches round by round where stage
+		// 1 accumulates them in the backward pass: within float32
+		// rounding of each other.
+		if d := maxAbsDiff(t, a, b); d > dpTol {
+			t.Errorf("%d ranks, one shard each: stage 2 %.3g from stage 1, more than %g", n, d, dpTol)
+		} else {
+			t.Logf("%d ranks, one shard each: stage 2 within %.3g of stage 1", n, d)
 		}
 	}
 }

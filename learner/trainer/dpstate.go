@@ -24,6 +24,14 @@ import (
 // OptimizerTensors are the optimiser state's tensors: the policy's
 // parameters, whole, in order.
 func (l *Learner) OptimizerTensors() []optim.TensorState {
+	if l.DP != nil && l.DP.z3 != nil {
+		z := l.DP.z3
+		out := make([]optim.TensorState, len(z.names))
+		for i, name := range z.names {
+			out[i] = optim.TensorState{Name: name, Numel: z.offset[i+1] - z.offset[i]}
+		}
+		return out
+	}
 	params := l.Params()
 	out := make([]optim.TensorState, len(params))
 	for i, p := range params {
@@ -33,20 +41,26 @@ func (l *Learner) OptimizerTensors() []optim.TensorState {
 }
 
 // OptimizerIndex is the index of the parts WriteOptimizerPart writes on
-// each rank of the group, part r+1 being rank r's, named by file.
+// each rank of the group, part r+1 being rank r's, named by file (at
+// every stage the run of elements stage 1 gives the rank).
 func (l *Learner) OptimizerIndex(file func(i, n int) string) optim.PartIndex {
 	dp := l.DP
+	steps := dp.Steps()
 	bounds := make([]int64, len(dp.start))
 	for i, s := range dp.start {
 		bounds[i] = int64(s)
 	}
-	return optim.NewPartIndex(dp.opt.Steps(), l.OptimizerTensors(), bounds, file)
+	return optim.NewPartIndex(steps, l.OptimizerTensors(), bounds, file)
 }
 
 // WriteOptimizerPart streams this rank's part of the group's optimiser
-// state (the moments it owns) to w, without any exchange.
+// state (the moments it owns) to w, without any exchange (at ZeRO stage
+// 3 after PrepareOptimizerParts, which exchanges them).
 func (l *Learner) WriteOptimizerPart(w io.Writer) error {
 	dp := l.DP
+	if dp.z3 != nil {
+		return l.writeOptimizerPartZero3(w)
+	}
 	rank := dp.Comm.Rank()
 	p := optim.Part{Index: rank + 1, Of: dp.Comm.Size(), Start: int64(dp.start[rank]), End: int64(dp.start[rank+1])}
 	_, err := optim.WritePart(w, dp.opt.Steps(), dp.opt.Config(), p, l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
@@ -69,6 +83,9 @@ func (l *Learner) ReadOptimizerParts(x optim.PartIndex, open func(file string) (
 	if err := l.checkOptimizerTensors(x.Tensors); err != nil {
 		return fmt.Errorf("trainer: rank %d reading the optimiser state: %w", rank, err)
 	}
+	if dp.z3 != nil {
+		return l.readOptimizerPartsZero3(x, open)
+	}
 	err := optim.ReadParts(x, int64(dp.start[rank]), int64(dp.start[rank+1]), open, func(t, moment, off int, vals []float32) error {
 		dp.putOwned(t, moment, off, vals)
 		return nil
@@ -88,13 +105,13 @@ func (l *Learner) checkOptimizerTensors(ts []optim.TensorState) error {
 	if len(ts) == 0 {
 		return nil
 	}
-	params := l.Params()
+	params := l.OptimizerTensors()
 	if len(ts) != len(params) {
 		return fmt.Errorf("the optimiser state holds %d tensors and the policy %d parameters: it is another model's", len(ts), len(params))
 	}
 	for i, t := range ts {
-		if t.Name != params[i].Name || t.Numel != len(params[i].Data) {
-			return fmt.Errorf("the optimiser state's tensor %d is %q of %d values, the policy's parameter %d is %q of %d: it is another model's", i, t.Name, t.Numel, i, params[i].Name, len(params[i].Data))
+		if t.Name != params[i].Name || t.Numel != params[i].Numel {
+			return fmt.Errorf("the optimiser state's tensor %d is %q of %d values, the policy's parameter %d is %q of %d: it is another model's", i, t.Name, t.Numel, i, params[i].Name, params[i].Numel)
 		}
 	}
 	return nil
@@ -106,6 +123,9 @@ func (l *Learner) checkOptimizerTensors(ts []optim.TensorState) error {
 // is refused, naming the first that differs.
 func (l *Learner) ReadOptimizerDP(r io.Reader) error {
 	dp := l.DP
+	if dp.z3 != nil {
+		return l.readOptimizerZero3(r)
+	}
 	var steps int64
 	_, err := optim.ReadState(r, func(st int64, ts []optim.TensorState) error {
 		steps = st
@@ -177,6 +197,9 @@ func (dp *DataParallel) eachOwned(lo, hi int, f func(chunk, from, to int)) {
 // the ranks that own it); ranks other than the writer pass io.Discard.
 func (l *Learner) WriteOptimizerDP(ctx context.Context, w io.Writer) error {
 	dp := l.DP
+	if dp.z3 != nil {
+		return l.writeOptimizerZero3(ctx, w)
+	}
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	var mine []float32
 	_, err := optim.WriteState(w, dp.opt.Steps(), dp.opt.Config(), l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
@@ -206,4 +229,12 @@ func (l *Learner) WriteOptimizerDP(ctx context.Context, w io.Writer) error {
 		return fmt.Errorf("trainer: rank %d writing the optimiser state: %w", rank, err)
 	}
 	return nil
+}
+
+// Steps is the number of updates the group's optimiser has applied.
+func (dp *DataParallel) Steps() int64 {
+	if dp.z3 != nil {
+		return dp.z3.opt.Steps()
+	}
+	return dp.opt.Steps()
 }

@@ -1,0 +1,218 @@
+package model
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// wholeFeed is a UnitFeed over weights held whole in this process: it
+// serves each unit from its copy and keeps the last gradient handed over of each unit,
+// recording what the pass asked for, in order.
+type wholeFeed struct {
+	t      *testing.T
+	data   []float32
+	units  []Span
+	grads  []float32
+	events []UnitEvent
+}
+
+func (f *wholeFeed) Use(u int) ([]float32, error) {
+	f.events = append(f.events, UnitEvent{Unit: u})
+	s := f.units[u]
+	return slices.Clone(f.data[s.Off : s.Off+s.Len]), nil
+}
+
+func (f *wholeFeed) NewGrad(u int) []float32 { return make([]float32, f.units[u].Len) }
+
+func (f *wholeFeed) GradDone(u int, g []float32) error {
+	f.events = append(f.events, UnitEvent{Unit: u, Grad: true})
+	s := f.units[u]
+	if len(g) != s.Len {
+		return fmt.Errorf("unit %d: %d gradients for %d weights", u, len(g), s.Len)
+	}
+	copy(f.grads[s.Off:], g)
+	return nil
+}
+
+// A model whose weights are sharded (ShardWeights) computes the same
+// log-probabilities, entropies and gradients, bit for bit, as one that
+// holds them whole, reading the units in UnitPlan's order, with a tied
+// and an untied head, Qwen3's q/k norm and checkpointed passes; Score
+// reads the forward part of the plan; a feed's failure is the pass's
+// error; the units cover the buffer once.
+func TestShardedWeightsSameBits(t *testing.T) {
+	untied := tinyConfig()
+	untied.TieWordEmbeddings = false
+	qwen3 := tinyConfig()
+	qwen3.ModelType, qwen3.HeadDim = "qwen3", 8
+	for _, c := range []struct {
+		name       string
+		cfg        Config
+		checkpoint bool
+	}{{"tied", tinyConfig(), false}, {"untied", untied, false}, {"qwen3-checkpointed", qwen3, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			whole, err := New(c.cfg, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole.SetCheckpointing(c.checkpoint)
+			units := whole.Units()
+			at := 0
+			for u, s := range units {
+				if s.Off != at || s.Len <= 0 {
+					t.Fatalf("unit %d is %+v, want it to start at %d", u, s, at)
+				}
+				at += s.Len
+			}
+			if at != whole.NumParams() {
+				t.Fatalf("the units cover %d of %d parameters", at, whole.NumParams())
+			}
+			shardedM, err := New(c.cfg, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shardedM.SetCheckpointing(c.checkpoint)
+			feed := &wholeFeed{t: t, data: slices.Clone(shardedM.ParamData()), units: units, grads: make([]float32, whole.NumParams())}
+			if err := shardedM.ShardWeights(feed); err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(5, 6))
+			b := randomBatch(r, c.cfg.VocabSize, 40, 23)
+			w := make([]float32, len(b.Tokens))
+			for i := range w {
+				w[i] = float32(r.NormFloat64())
+			}
+			// Two passes, each from zero gradients: a sharded model's
+			// gradients live for one pass.
+			var lpW, lpS []float32
+			for range 2 {
+				whole.ZeroGrads()
+				for _, m := range []*Model{whole, shardedM} {
+					a, err := m.Forward(b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					lp := slices.Clone(a.LogProbs)
+					if err := m.Backward(a, w); err != nil {
+						t.Fatal(err)
+					}
+					m.EndShardedPass()
+					if m == whole {
+						lpW = lp
+					} else {
+						lpS = lp
+					}
+				}
+				if _, ok := sameBits(lpW, lpS); !ok {
+					t.Fatal("the sharded model's log-probabilities differ from the whole model's")
+				}
+				if i, ok := sameBits(whole.GradData(), feed.grads); !ok {
+					t.Fatalf("the gradients handed over differ from the whole model's (first at element %d)", i)
+				}
+			}
+			plan := UnitPlan(c.cfg, true)
+			if want := append(slices.Clone(plan), plan...); !slices.Equal(feed.events, want) {
+				t.Fatalf("the passes asked %v, UnitPlan says %v (twice)", feed.events, plan)
+			}
+			feed.events = nil
+			lp, _, err := shardedM.Score(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shardedM.EndShardedPass()
+			if _, ok := sameBits(lp, lpW); !ok {
+				t.Fatal("Score of the sharded model differs from Forward's log-probabilities")
+			}
+			if want := UnitPlan(c.cfg, false); !slices.Equal(feed.events, want) {
+				t.Fatalf("Score asked %v, UnitPlan says %v", feed.events, want)
+			}
+			// Whole again, from the feed's weights: the same pass.
+			if err := shardedM.UnshardWeights(slices.Clone(feed.data)); err != nil {
+				t.Fatal(err)
+			}
+			lp, _, err = shardedM.Score(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := sameBits(lp, lpW); !ok || shardedM.Sharded() {
+				t.Fatal("the model made whole again scores otherwise")
+			}
+		})
+	}
+	m, err := New(tinyConfig(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ShardWeights(failingFeed{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Score(randomBatch(rand.New(rand.NewPCG(1, 2)), tinyConfig().VocabSize, 10, 5)); err == nil || !strings.Contains(err.Error(), "the link went down") {
+		t.Fatalf("a pass whose feed fails: %v, want the feed's error", err)
+	}
+}
+
+type failingFeed struct{}
+
+func (failingFeed) Use(int) ([]float32, error)    { return nil, fmt.Errorf("the link went down") }
+func (failingFeed) GradDone(int, []float32) error { return nil }
+func (failingFeed) NewGrad(int) []float32         { return nil }
+
+// A model whose gradients alone are sharded (ShardGrads) reads its own
+// weights, asking the feed for none, and hands over each unit's gradient
+// in UnitPlan's order, bit for bit the whole model's.
+func TestShardedGradsSameBits(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.ModelType, cfg.HeadDim = "qwen3", 8
+	whole, err := New(cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := &wholeFeed{t: t, units: m.Units(), grads: make([]float32, m.NumParams())}
+	if err := m.ShardGrads(feed); err != nil {
+		t.Fatal(err)
+	}
+	if m.Sharded() {
+		t.Fatal("a model whose gradients alone are sharded says its weights are")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	b := randomBatch(r, cfg.VocabSize, 30, 17)
+	w := make([]float32, len(b.Tokens))
+	for i := range w {
+		w[i] = float32(r.NormFloat64())
+	}
+	for _, x := range []*Model{whole, m} {
+		a, err := x.Forward(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Backward(a, w); err != nil {
+			t.Fatal(err)
+		}
+		x.EndShardedPass()
+	}
+	var want []UnitEvent
+	for _, e := range UnitPlan(cfg, true) {
+		if e.Grad {
+			want = append(want, e)
+		}
+	}
+	if !slices.Equal(feed.events, want) {
+		t.Fatalf("the pass asked %v, want the gradients of UnitPlan alone %v", feed.events, want)
+	}
+	if i, ok := sameBits(whole.GradData(), feed.grads); !ok {
+		t.Fatalf("the gradients handed over differ from the whole model's (first at element %d)", i)
+	}
+	m.ReleaseBuffers()
+	if a, err := m.Forward(b); err != nil {
+		t.Fatal(err)
+	} else if err := m.Backward(a, w); err != nil {
+		t.Fatalf("a pass after ReleaseBuffers: %v", err)
+	}
+}
