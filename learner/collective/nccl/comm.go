@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -160,11 +161,18 @@ func (c *Comm) release() {
 
 // watch is the watchdog: it polls the communicator's asynchronous error
 // and, when stream is set, the stream, until the work is done. At the
-// deadline, on Abort, or on an error it calls ncclCommAbort and returns
-// the failure, naming the ranks the store suspects.
+// deadline, on Abort, on an error, or once another rank's heartbeat has
+// been silent for the group's StallAfter (collective.Watch) it calls
+// ncclCommAbort and returns the failure, naming the ranks the store
+// suspects.
 func (c *Comm) watch(op string, start time.Time, bound time.Duration, stream bool) error {
 	deadline := start.Add(bound)
 	pause := 20 * time.Microsecond
+	// A stopped rank's heartbeat stops long before the deadline: the
+	// group's Watch flags it, and the loop aborts as at the deadline.
+	var stalled atomic.Bool
+	gw := c.g.Watch(func() { stalled.Store(true) })
+	defer gw.Stop()
 	for {
 		var ae int32
 		r := c.nccl.commGetAsyncError(c.comm, &ae)
@@ -196,6 +204,10 @@ func (c *Comm) watch(op string, start time.Time, bound time.Duration, stream boo
 			c.abortComm()
 			c.broken = ab
 			return ab
+		}
+		if stalled.Load() {
+			_, why := gw.Stalled()
+			return c.fail(op, collective.ErrPeerLost, start, bound, why)
 		}
 		if time.Now().After(deadline) {
 			return c.fail(op, collective.ErrTimeout, start, bound, fmt.Errorf("nccl: %s did not complete within %s", op, bound.Round(time.Millisecond)))
