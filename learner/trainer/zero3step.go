@@ -203,6 +203,7 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 	}
 	// total3 is counted (treeHeld) from here on as the held gradient.
 	z.grad = total3
+	dp.Sent += z.sent.Swap(0)
 	return dp.gatherPartsOf(ctx, parts, names, func(s int) int { return owner3(s, n) })
 }
 
