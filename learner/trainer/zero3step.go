@@ -60,6 +60,8 @@ func (l *Learner) scoreZero3(ctx context.Context, groups [][][]int, seqs []Seque
 		all, err := c.Run(mb.batch, nil)
 		l.Policy.EndShardedPass()
 		if err := feed.finish(err); err != nil {
+			// The others wait for this rank's gathers: tell them.
+			dp.Comm.Abort(err)
 			return fmt.Errorf("trainer: pi_old: %w", err)
 		}
 		k := 0
