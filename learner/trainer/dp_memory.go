@@ -214,32 +214,7 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemo
 		v = GroupShards(ranks)
 	}
 	z := zero3Layout(mc, ranks)
-	var largest, second, part int64
-	for u, s := range z.units {
-		n := int64(s.Len)
-		if n > largest {
-			largest, second = n, largest
-		} else if n > second {
-			second = n
-		}
-		for i := range ranks {
-			part = max(part, int64(z.own[u][i+1]-z.own[u][i]))
-		}
-	}
-	// Two units' gathered weights (none when the model holds them, or
-	// the rank holds them all), two units' gradients with a tied
-	// embedding's, an exchange's receive buffer (none for one rank).
-	var pass int64
-	if !whole && ranks > 1 {
-		pass += 4 * (largest + second)
-	}
-	pass += 4 * (largest + second)
-	if mc.TieWordEmbeddings {
-		pass += 4 * int64(z.units[0].Len)
-	}
-	if ranks > 1 {
-		pass += 4 * int64(ranks) * part
-	}
+	pass := 4 * zero3PassFloats(z, mc.TieWordEmbeddings, whole)
 	k := (v + ranks - 1) / ranks // the slots of a round
 	out := make([]RankMemory, ranks)
 	for r := range out {
@@ -255,4 +230,54 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemo
 		out[r] = m
 	}
 	return out, nil
+}
+
+// zero3PassFloats bounds the floats a training pass of zero3's schedule
+// holds at once beyond the rank's share, phase by phase: gathered units
+// (the one read and the next; none when the model holds its weights or
+// the rank all of them), the units' gradients (the one written and the
+// one being exchanged; a tied embedding's from the head's backward pass to
+// the end), and an exchange's receive buffer (N times the unit's largest
+// part).
+func zero3PassFloats(z *zero3, tied, whole bool) int64 {
+	n := z.n
+	L := len(z.units) - 2
+	size := func(u int) int64 { return int64(z.units[u].Len) }
+	gathered := func(x int64) int64 {
+		if whole || n == 1 {
+			return 0
+		}
+		return x
+	}
+	recv := func(u int) int64 {
+		if n == 1 {
+			return 0
+		}
+		var part int64
+		for i := range n {
+			part = max(part, int64(z.own[u][i+1]-z.own[u][i]))
+		}
+		return int64(n) * part
+	}
+	var layer, layerRecv int64 // the largest layer (or the final unit) and its exchange
+	for u := 1; u <= L+1; u++ {
+		layer = max(layer, size(u))
+		layerRecv = max(layerRecv, recv(u))
+	}
+	emb, last := size(0), size(L+1)
+	var tiedGrad int64
+	if tied {
+		tiedGrad = emb
+	}
+	forward := gathered(max(emb, layer) + layer)
+	if tied {
+		forward = max(forward, gathered(emb+last))
+	}
+	head := gathered(last+layer) + last
+	if tied {
+		head = gathered(emb+layer) + emb + last
+	}
+	layers := gathered(2*layer) + 2*layer + layerRecv + tiedGrad
+	end := emb + layer + recv(0)
+	return max(forward, head, layers, end)
 }

@@ -69,6 +69,10 @@ func dpLearner() (*Learner, error) {
 	if k, _ := strconv.Atoi(os.Getenv("AIPO_DP_LAYERS")); k > 0 {
 		mc.NumHiddenLayers = k
 	}
+	if os.Getenv("AIPO_DP_QWEN3") != "" {
+		// A tiny Qwen3 (its q/k norm, tied head) with Qwen3's vocabulary.
+		mc.ModelType, mc.HeadDim, mc.VocabSize = "qwen3", 8, 151936
+	}
 	m, err := model.New(mc, 5)
 	if err != nil {
 		return nil, err

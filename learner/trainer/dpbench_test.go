@@ -67,15 +67,18 @@ func programDPBench() int {
 	}
 	l := &Learner{Policy: m, Opt: opt}
 	ctx := context.Background()
-	if mode := os.Getenv("AIPO_DPB_MODE"); mode == "dp" || mode == "dp2" || mode == "dp1s" {
+	if mode := os.Getenv("AIPO_DPB_MODE"); mode == "dp" || mode == "dp2" || mode == "dp3" || mode == "dp1s" {
 		comm, leave, err := joinGloo(ctx, collective.Options{RendezvousTimeout: time.Minute})
 		if err != nil {
 			return fail(err)
 		}
 		defer leave()
 		zero := 1
-		if mode == "dp2" {
+		switch mode {
+		case "dp2":
 			zero = 2
+		case "dp3":
+			zero = 3
 		}
 		shards := DefaultShards
 		if mode == "dp1s" {
@@ -169,7 +172,7 @@ func dpBenchRun(b *testing.B, shape, mode string, size, threads int) dpBenchResu
 // (speedup-2x1-vs-1x2 = one process's over the group's) and the bytes a
 // rank hands the engine a step against ZeRO's 2P elements a rank (ring
 // factor (N-1)/N, float32: 8P(N-1)/N bytes); then the 2 ranks again at
-// ZeRO stage 2, and rank 0's peak resident memory at each stage; then
+// ZeRO stages 2 and 3, and rank 0's peak resident memory at each stage; then
 // with one virtual shard a rank (learner.deterministic false). With -short (make
 // bench-smoke) the 0.8M shape alone; otherwise 21.7M and Qwen3-0.6B's
 // width and vocabulary with 2 layers.
@@ -190,6 +193,7 @@ func BenchmarkDataParallelStep(b *testing.B) {
 				one := dpBenchRun(b, shape, "dp", 1, 2)
 				two := dpBenchRun(b, shape, "dp", 2, 1)
 				two2 := dpBenchRun(b, shape, "dp2", 2, 1)
+				two3 := dpBenchRun(b, shape, "dp3", 2, 1)
 				fast := dpBenchRun(b, shape, "dp1s", 2, 1)
 				zero := 8 * float64(two.Params) * 0.5 // 2P elements of 4 bytes, ring factor 1/2
 				b.ReportMetric(median(plain.Seconds), "s/step-1x2-plain")
@@ -205,6 +209,11 @@ func BenchmarkDataParallelStep(b *testing.B) {
 				b.ReportMetric(median(plain.Seconds)/median(fast.Seconds), "speedup-2x1-one-shard-a-rank-vs-1x2")
 				b.ReportMetric(float64(two.PeakRSS)/(1<<20), "rank0-peak-MiB-zero1")
 				b.ReportMetric(float64(two2.PeakRSS)/(1<<20), "rank0-peak-MiB-zero2")
+				b.ReportMetric(median(two3.Seconds), "s/step-2x1-zero3")
+				b.ReportMetric(float64(two3.Sent)/zero, "sent/ZeRO-2P-zero3")
+				b.ReportMetric(float64(two3.PeakRSS)/(1<<20), "rank0-peak-MiB-zero3")
+				b.Logf("%s: ZeRO-3 at 2 ranks of 1 thread %.3f s a step, rank 0 sent %.3fx ZeRO's 2P elements, peak %.0f MiB",
+					shape, median(two3.Seconds), float64(two3.Sent)/zero, float64(two3.PeakRSS)/(1<<20))
 				b.Logf("%s (%d parameters): one process, 2 threads %.3f s (RLStep) and %.3f s (RLStepDP); 2 ranks of 1 thread %.3f s at ZeRO-1, %.3f s at ZeRO-2, %.3f s with one shard a rank; rank 0 sent %.1f MB a step, %.3fx ZeRO's 2P elements (%.1f MB; ZeRO-2 %.3fx); rank 0's peak %.0f MiB at ZeRO-1, %.0f MiB at ZeRO-2",
 					shape, two.Params, median(plain.Seconds), median(one.Seconds), median(two.Seconds), median(two2.Seconds), median(fast.Seconds), float64(two.Sent)/1e6, float64(two.Sent)/zero, zero/1e6,
 					float64(two2.Sent)/zero, float64(two.PeakRSS)/(1<<20), float64(two2.PeakRSS)/(1<<20))

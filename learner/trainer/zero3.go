@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -73,6 +74,10 @@ type zero3 struct {
 	// parted is the moments (m, v) of the rank's stage-1 run of elements,
 	// laid out for its part of a checkpoint (PrepareOptimizerParts).
 	parted [2][]float32
+
+	// sent counts the bytes the passes' exchanges handed the engine for
+	// the other ranks (added to DataParallel.Sent after each mini-batch).
+	sent atomic.Int64
 
 	mu   sync.Mutex
 	pass *passFeed // the pass in progress, nil between passes
@@ -325,6 +330,7 @@ func (z *zero3) gatherWhole(ctx context.Context, comm collective.Comm) error {
 			counts[r] = b - a
 		}
 		dst := z.data[us.Off : us.Off+us.Len]
+		z.sent.Add(4 * int64(len(mine)) * int64(n-1))
 		if err := comm.AllGather(ctx, collective.Float32s(mine), collective.Float32s(dst), counts); err != nil {
 			return fmt.Errorf("trainer: gathering the updated weights of unit %d: %w", u, err)
 		}

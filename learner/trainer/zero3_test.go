@@ -170,3 +170,75 @@ func TestZeroStage2RankMemory(t *testing.T) {
 		}
 	}
 }
+
+// A tiny Qwen3 (q/k norm, tied head) with Qwen3's vocabulary of 151,936
+// tokens, whose embedding is most of its weights: 3 steps at stages 2
+// and 3 give the same sha256 at 1, 2 and 4 ranks, and, with one
+// micro-batch a shard, stage 1's at 1 rank; saved at 4 ranks at stage 3,
+// the state resumes at 2 (stage 3) and 1 (stage 1) to the same sha256, at
+// 3 within dpTol; at 4 ranks each stage-3 rank's counted peak is within
+// the plan's figure.
+func TestZeroStagesQwen3Vocabulary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	q := "AIPO_DP_QWEN3=1"
+	stage1 := dpRunFrom(t, 1, 0, 3, "", false, q, oneMicroBatch)
+	want := [2]string{digest(t, stage1, "params.bin"), digest(t, stage1, "optimizer.bin")}
+	for _, zero := range []string{"AIPO_DP_ZERO=2", "AIPO_DP_ZERO=3"} {
+		for _, n := range []int{1, 2, 4} {
+			mem := t.TempDir()
+			dir := dpRunFrom(t, n, 0, 3, "", false, q, oneMicroBatch, zero, "AIPO_DP_MEMORY="+mem)
+			if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
+				t.Errorf("%d ranks at %s: %v, stage 1 at 1 rank %v", n, zero, got, want)
+			}
+			if n != 4 || zero != "AIPO_DP_ZERO=3" {
+				continue
+			}
+			// Saved at 4 ranks at stage 3 after 2 steps, resumed at 2
+			// (stage 3, from the parts), 1 (stage 1, from the gathered
+			// file) and 3 (stage 3, from the parts: within dpTol).
+			saved := dpRunFrom(t, 4, 0, 2, "", false, q, oneMicroBatch, zero)
+			for _, c := range []struct {
+				n     int
+				parts bool
+				zero  string
+			}{{2, true, zero}, {1, false, "AIPO_DP_ZERO=1"}, {3, true, zero}} {
+				dir := dpRunFrom(t, c.n, 2, 3, saved, c.parts, q, oneMicroBatch, c.zero)
+				if c.n == 3 {
+					if d := maxAbsDiff(t, stage1, dir); d > dpTol {
+						t.Errorf("saved at 4 ranks, resumed at 3: parameters %.3g from the uninterrupted run's", d)
+					} else {
+						t.Logf("saved at 4 ranks, resumed at 3 at stage 3: parameters within %.3g", d)
+					}
+					continue
+				}
+				if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
+					t.Errorf("saved at 4 ranks at stage 3, resumed at %d (%s): %v, uninterrupted %v", c.n, c.zero, got, want)
+				}
+			}
+			mc := tinyConfig(20)
+			mc.ModelType, mc.HeadDim, mc.VocabSize = "qwen3", 8, 151936
+			plan, err := PlanDataParallel(mc, 4, DPConfig{Zero: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range 4 {
+				b, err := os.ReadFile(filepath.Join(mem, "memory-"+string(rune('0'+r))+".json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var m Zero3Memory
+				if err := json.Unmarshal(b, &m); err != nil {
+					t.Fatal(err)
+				}
+				planned := plan[r].Weights + plan[r].Moments + plan[r].StepBuffers()
+				t.Logf("rank %d: share %.3f of one process's %d bytes, peak %.3f, planned %.3f; the largest unit (the embedding) %.3f",
+					r, float64(m.Share)/float64(m.Whole), m.Whole, float64(m.Peak)/float64(m.Whole), float64(planned)/float64(m.Whole), float64(m.LargestUnit)/float64(m.Whole))
+				if m.Peak > planned {
+					t.Errorf("rank %d held %d bytes at its peak, more than the plan's %d", r, m.Peak, planned)
+				}
+			}
+		}
+	}
+}

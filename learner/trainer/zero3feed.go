@@ -23,12 +23,18 @@ import (
 // over). The pass waits only for a gather issued before the event it
 // has reached, so the two never wait for each other in a circle; at most
 // two units' weights are gathered at once (the one the pass reads and
-// the next). A rank with no micro-batch in a slot runs the same
-// exchanges without a pass (shadow), adding nothing to the gradients.
+// the next), and the pass goes on while one unit's gradient at most is
+// still being exchanged. A rank with no micro-batch in a slot runs the
+// same exchanges without a pass (shadow), adding nothing to the
+// gradients. At stage 2 on the CPU (zero3.whole) the model reads its own
+// weights and the exchanges of the gradients are all there is.
 
-// residentMemory counts the bytes a stage-3 rank holds for its weights,
-// gradients and moments: its own share (fixed, with the reduction's kept
-// sums) and what its passes gather and reduce, with the peak since reset.
+// residentMemory counts the bytes a stage-2 or stage-3 rank holds for its
+// weights, gradients and moments: what it keeps (fixed: its share of the
+// weights and moments, and at stage 2 the model's whole weights), and
+// what its steps and passes allocate (the reduced gradient or the sums
+// that stand for it, gathered units, units' gradients, the exchanges'
+// buffers), with the peak since it joined.
 type residentMemory struct {
 	fixed int64
 	held  atomic.Int64
@@ -357,6 +363,7 @@ func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]
 	}
 	w := make([]float32, z.units[u].Len)
 	z.mem.add(4 * int64(len(w)))
+	z.sent.Add(4 * int64(len(mine)) * int64(n-1))
 	if err := comm.AllGather(ctx, collective.Float32s(mine), collective.Float32s(w), counts); err != nil {
 		z.mem.add(-4 * int64(len(w)))
 		return nil, err
@@ -418,6 +425,7 @@ func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g [
 	if adds(rank) {
 		sendBuf = g
 		z.rankOrder(u, g, false)
+		z.sent.Add(4 * int64(len(g)-m))
 	}
 	if err := comm.AllToAll(ctx, collective.Float32s(sendBuf), send, collective.Float32s(buf), recv); err != nil {
 		return err

@@ -60,6 +60,8 @@ func (l *Learner) scoreZero3(ctx context.Context, groups [][][]int, seqs []Seque
 		all, err := c.Run(mb.batch, nil)
 		l.Policy.EndShardedPass()
 		if err := feed.finish(err); err != nil {
+			// The others wait for this rank's gathers: tell them.
+			dp.Comm.Abort(err)
 			return fmt.Errorf("trainer: pi_old: %w", err)
 		}
 		k := 0
@@ -203,6 +205,7 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 	}
 	// total3 is counted (treeHeld) from here on as the held gradient.
 	z.grad = total3
+	dp.Sent += z.sent.Swap(0)
 	return dp.gatherPartsOf(ctx, parts, names, func(s int) int { return owner3(s, n) })
 }
 
