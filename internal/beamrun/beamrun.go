@@ -4,15 +4,14 @@
 // internal/third_party/beam: Beam's own listens on every interface, with
 // no option), and its SDK workers run in this process (LOOPBACK). Several
 // pipelines may run at once. Every other runner is Beam's, chosen by
-// --runner as beamx.Run chooses it.
+// --runner as beamx.Run chooses it. Beam's prism is not linked (tests link
+// it through ptest, and run on this package's runner instead with
+// ptest.MainWithDefault(m, beamrun.Runner)).
 //
 // Loopback submissions, on the local runner or on a portable job server
 // (--runner=universal or portable with --environment_type=LOOPBACK), go
 // through Submit here rather than Beam's universal runner, which leaves an
 // open, empty temporary file behind per pipeline.
-//
-// Tests run their pipelines here with ptest.MainWithDefault(m,
-// beamrun.Runner).
 package beamrun
 
 import (
@@ -40,9 +39,17 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/vet"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/util/grpcx"
 
-	// The runners, file systems and runtime that beamx.Run links: Dataflow,
-	// Flink, Spark and the others stay selectable with --runner.
-	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
+	// What beamx.Run links but Beam's prism: the reflection-optimised
+	// runtime, the gs:// and local file systems, and the runners that
+	// --runner may name (universal is imported above).
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/exec/optimized"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/gcs"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/dataflow"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/direct"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/dot"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/flink"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/spark"
 )
 
 // Runner is the name this package registers its local runner under with
