@@ -18,8 +18,11 @@
 # Nothing is downloaded: the dependencies come from this machine's module
 # cache (GOPROXY is the temporary proxy, then the module cache's own
 # download directory), so they must have been downloaded once (any go build
-# here does it). The version installed is v0.0.0-clone.gCOMMIT; its files
-# in the module cache are removed at the end.
+# here does it), and checked against the checksum database then; the check
+# is off here (GOSUMDB=off), since the module served is this tree and the
+# rest is already in the cache. The version installed is
+# v0.0.0-clone.gCOMMIT; its files in the module cache are removed at the
+# end.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 run_tests=false
@@ -48,7 +51,7 @@ cleanup() {
   if [ -d "$modcache/$mod@$version" ]; then
     chmod -R u+w "$modcache/$mod@$version" && rm -rf "$modcache/$mod@$version"
   fi
-  rm -f "$modcache/cache/download/$mod/@v/$version".*
+  rm -f "$modcache/cache/download/$mod/@v/$version".* "$modcache/cache/download/$mod/@v/list"
 }
 trap cleanup EXIT
 step() { echo "fresh-clone.sh: $*"; }
@@ -59,7 +62,7 @@ git clone --quiet --no-local "$root" "$tmp/aipo"
 git -C "$tmp/aipo" checkout --quiet "$rev"
 
 export GOPROXY="file://$tmp/proxy,file://$modcache/cache/download"
-export GONOSUMDB=$mod GOFLAGS=
+export GOSUMDB=off GOFLAGS=
 t=$(date +%s)
 step "go build ./... in the clone"
 (cd "$tmp/aipo" && go build ./...)
