@@ -170,14 +170,15 @@ test-trl: setup
 	@$(GO) test -tags trl -count=1 -timeout 90m -run '^$$' -bench '^BenchmarkGRPOVsTRL$$' -benchtime 1x -v ./cmd/aipo >build/test-trl.out 2>&1; \
 	rc=$$?; scripts/bench-summary.sh <build/test-trl.out; echo "test-trl: the whole output is in build/test-trl.out"; exit $$rc
 
-# race-prism runs pipelines submitted together in one process under the race
+# race-prism runs pipelines submitted together in one process, and jobs
+# staging their artifacts at once on prism's job server, under the race
 # detector, which sees an unguarded access to prism's shared state whether or
 # not two of them happen to collide (without it, a collision is rare and kills
 # the process: see internal/third_party/beam/README.md). About 4 minutes, most
 # of it the instrumented build of the Beam SDK.
 race-prism:
 	@echo "race-prism: building the analytics pipeline with the race detector (a few minutes on 2 cores)"
-	$(GO) test -race -count=1 -run '^TestPipelinesAtOnceInOneProcess$$' ./pipelines/analytics/
+	$(GO) test -race -count=1 -run '^(TestPipelinesAtOnceInOneProcess|TestArtifactsStagedAtOnce)$$' ./pipelines/analytics/ ./internal/third_party/beam/prism/internal/jobservices/
 
 # fresh-clone clones HEAD into a temporary directory, builds it with a plain
 # go build ./... (no make), and installs cmd/aipo with go install

@@ -21,7 +21,11 @@ import (
 // race shows as the whole test binary dying, not as a failed assertion, and
 // the runtime notices it only when two writes overlap: rare (360 jobs in
 // rounds of 12 passed on the unpatched SDK). make race-prism runs this test
-// under the race detector, which reports the unguarded access every time.
+// under the race detector, and with it TestArtifactsStagedAtOnce of the
+// copy's jobservices package, which stages jobs at once on the server alone
+// and has the detector report Beam's unguarded map every time (through the
+// whole pipeline path, gRPC's own locks may order the two writes and hide
+// it from the detector).
 func TestPipelinesAtOnceInOneProcess(t *testing.T) {
 	run := filepath.Join(t.TempDir(), "run")
 	buildRun(t, run)
