@@ -43,7 +43,7 @@ note_copies() {
   local stat rest exe p
   while kill -0 "$child" 2>/dev/null; do
     for p in /proc/[0-9]*; do
-      read -r stat <"$p/stat" 2>/dev/null || continue
+      read -r stat 2>/dev/null <"$p/stat" || continue
       rest=${stat##*) }       # after the command name: state ppid pgrp ...
       set -- $rest
       [ "${3:-}" = "$child" ] || continue
