@@ -183,8 +183,8 @@ race-prism:
 # fresh-clone clones HEAD into a temporary directory, builds it with a plain
 # go build ./... (no make), and installs cmd/aipo with go install
 # MODULE@VERSION from a module proxy on disk serving that tree; the binary
-# must print its version (scripts/fresh-clone.sh; a few minutes on 2 cores,
-# nothing downloaded). scripts/fresh-clone.sh --test also runs go test
+# must print its version (scripts/fresh-clone.sh; about 10 minutes on 2
+# cores, nothing downloaded). scripts/fresh-clone.sh --test also runs go test
 # -short ./... in the clone.
 fresh-clone:
 	@scripts/fresh-clone.sh

@@ -8,10 +8,11 @@
 # replace directives and ignores go.work, so this is what a user's install
 # meets.
 #
-#   scripts/fresh-clone.sh          the build and the install (a few minutes
-#                                   on 2 cores: the module's own packages
-#                                   are compiled twice, its dependencies come
-#                                   from the build cache)
+#   scripts/fresh-clone.sh          the build and the install (9 min 52 s on
+#                                   2 cores shared with other work: the
+#                                   module's own packages are compiled twice,
+#                                   its dependencies come from the build
+#                                   cache)
 #   scripts/fresh-clone.sh --test   also `go test -short ./...` in the clone
 #                                   (many minutes more)
 #
