@@ -53,6 +53,8 @@ cleanup() {
     chmod -R u+w "$modcache/$mod@$version" && rm -rf "$modcache/$mod@$version"
   fi
   rm -f "$modcache/cache/download/$mod/@v/$version".* "$modcache/cache/download/$mod/@v/list"
+  # and the directories left empty (rmdir leaves any other version's).
+  rmdir -p "$modcache/cache/download/$mod/@v" "$(dirname "$modcache/$mod")" 2>/dev/null || true
 }
 trap cleanup EXIT
 step() { echo "fresh-clone.sh: $*"; }
