@@ -9,6 +9,8 @@
 #   make rehearse  the CPU rehearsal of the paper's recipe, longer than make test's
 #   make bench  run the benchmarks and print their ratios
 #   make race-prism  prism with several jobs at once, under the race detector (make test runs it)
+#   make fresh-clone  a clone of HEAD builds with go build ./... alone, and go install
+#               of cmd/aipo@VERSION works from a local module proxy (make test runs it)
 #   make bench-smoke  run every benchmark once at its smallest size (make test runs it)
 #   make bench-memory  measure a learner step's host memory, before and after, into docs/results/memory.md
 #   make build  build bin/aipo
@@ -61,20 +63,8 @@ space     := $(empty) $(empty)
 ALL_TAGS  := $(subst $(space),$(comma),$(strip $(PEER_TAGS)))
 CHECKFLAGS ?= -short -timeout 30m
 PEER_TESTS := $(addprefix test-,$(filter-out trl,$(PEER_TAGS)))
-# go.work points the Beam SDK at a copy whose in-process prism job server
-# binds 127.0.0.1, among other patches (see scripts/beam-overlay.sh); every
-# build and test, with make or without, goes through it. The stamp is written
-# once the copy is patched.
-OVERLAY   := build/make-overlay/beam-sdks/.patched
 
-.PHONY: check test-trl $(PEER_TESTS) overlay race-prism setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
-
-$(OVERLAY): go.mod go.sum go.work scripts/beam-overlay.sh
-	@scripts/beam-overlay.sh
-
-# overlay makes the patched Beam SDK copy that go.work names; a plain go
-# command on a fresh clone needs it once.
-overlay: $(OVERLAY)
+.PHONY: check test-trl $(PEER_TESTS) race-prism fresh-clone setup-bench bench-memory bench-smoke all build worker beam-boot check-dataflow check-portable test rehearse bench demo lint setup setup-test vet staticcheck clean proto soak reproduce ptx gpu-test-binary
 
 all: build
 
@@ -91,7 +81,7 @@ setup-test: setup
 # git checkout, and is off elsewhere (a source archive has no .git).
 BUILDVCS := $(shell git rev-parse --git-dir >/dev/null 2>&1 && echo -buildvcs=true)
 
-build: setup $(OVERLAY)
+build: setup
 	$(GO) build $(BUILDVCS) -o $(BIN) ./cmd/aipo
 
 # worker cross-compiles the binary that Dataflow and Flink start as the
@@ -102,7 +92,7 @@ build: setup $(OVERLAY)
 # are left out (-s -w): every job uploads the binary to its staging
 # location, and stack traces keep their function names and lines.
 WORKER    := bin/aipo-worker
-worker: $(OVERLAY)
+worker:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(WORKER) ./cmd/aipo
 
 # beam-boot builds the Beam Go SDK's boot program (the entrypoint of the
@@ -110,12 +100,12 @@ worker: $(OVERLAY)
 # PROCESS environment, and with --worker_pool the worker pool of an EXTERNAL
 # one (see scripts/flink/README.md).
 BEAM_BOOT := bin/beam-boot
-beam-boot: $(OVERLAY)
+beam-boot:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o $(BEAM_BOOT) github.com/apache/beam/sdks/v2/go/container
 
 # check-dataflow translates the analyze, rollout and eval pipelines into
 # Dataflow jobs with --dry_run, offline (see scripts/dataflow/README.md).
-check-dataflow: $(OVERLAY)
+check-dataflow:
 	$(GO) test $(TESTFLAGS) -run 'Dataflow' -v ./cmd/aipo
 
 # check-portable runs aipo analyze through a local portable job server
@@ -123,11 +113,11 @@ check-dataflow: $(OVERLAY)
 # environment: the boot program starts bin/aipo-worker as the SDK worker
 # (see scripts/flink/README.md).
 check-portable: worker beam-boot
-	$(GO) build -o build/tools/prism github.com/apache/beam/sdks/v2/go/cmd/prism
+	$(GO) build -o build/tools/prism ./internal/beamrun/cmd/prism
 	$(GO) test $(TESTFLAGS) -tags portable -run 'PortableProcessEnvironment' -v ./cmd/aipo
 
 # vet vets both builds: the hermetic one and the one with every peer tag.
-vet: $(OVERLAY)
+vet:
 	$(GO) vet ./...
 	$(GO) vet -tags $(ALL_TAGS) ./...
 
@@ -145,7 +135,7 @@ lint: vet staticcheck
 # it also refuses a TESTFLAGS that leaves tests out without a skip (-run,
 # -skip, -list, -short): make test is the whole suite.
 TESTGATE  := build/tools/testgate
-test: $(OVERLAY) setup-test worker beam-boot
+test: setup-test worker beam-boot
 	$(GO) vet ./...
 	$(GO) vet -tags $(ALL_TAGS) ./...
 	@scripts/ptx.sh --check; rc=$$?; \
@@ -161,14 +151,14 @@ test: $(OVERLAY) setup-test worker beam-boot
 # build's C libraries (make setup: OpenBLAS, zstd and Gloo from Debian,
 # skipped when present); the PTX staleness check needs NVRTC and stays in
 # make test.
-check: setup $(OVERLAY)
+check: setup
 	$(GO) vet ./...
 	$(GO) test $(CHECKFLAGS) ./...
 
 # test-TAG for each tag of PEER_TAGS but trl: that peer's tests (see the
 # top). Flink's and the portable runner's PROCESS workers are
 # bin/aipo-worker and bin/beam-boot.
-$(PEER_TESTS): test-%: setup $(OVERLAY)
+$(PEER_TESTS): test-%: setup
 	@scripts/setup.sh peer $*
 	@GO=$(GO) TESTFLAGS="$(TESTFLAGS)" scripts/test-peer.sh $*
 test-flink test-portable: worker beam-boot
@@ -176,20 +166,32 @@ test-flink test-portable: worker beam-boot
 # test-trl is BenchmarkGRPOVsTRL at its full size (about 31 minutes: three
 # rows, two processes a side each), TRL's side and the loss check included: make test's bench-smoke runs aipo's side
 # alone, TRL's environment being make setup-bench's.
-test-trl: setup $(OVERLAY)
+test-trl: setup
 	@scripts/setup.sh peer trl
 	@mkdir -p build
 	@$(GO) test -tags trl -count=1 -timeout 90m -run '^$$' -bench '^BenchmarkGRPOVsTRL$$' -benchtime 1x -v ./cmd/aipo >build/test-trl.out 2>&1; \
 	rc=$$?; scripts/bench-summary.sh <build/test-trl.out; echo "test-trl: the whole output is in build/test-trl.out"; exit $$rc
 
-# race-prism runs pipelines submitted together in one process under the race
+# race-prism runs pipelines submitted together in one process, and jobs
+# staging their artifacts at once on prism's job server, under the race
 # detector, which sees an unguarded access to prism's shared state whether or
 # not two of them happen to collide (without it, a collision is rare and kills
-# the process: see scripts/beam-overlay.sh). About 4 minutes, most of it the
-# instrumented build of the Beam SDK.
-race-prism: $(OVERLAY)
+# the process: see internal/third_party/beam/README.md). About 4 minutes, most
+# of it the instrumented build of the Beam SDK.
+race-prism:
 	@echo "race-prism: building the analytics pipeline with the race detector (a few minutes on 2 cores)"
-	$(GO) test -race -count=1 -run '^TestPipelinesAtOnceInOneProcess$$' ./pipelines/analytics/
+	$(GO) test -race -count=1 -run '^(TestPipelinesAtOnceInOneProcess|TestArtifactsStagedAtOnce)$$' ./pipelines/analytics/ ./internal/third_party/beam/prism/internal/jobservices/
+
+# fresh-clone clones HEAD into a temporary directory, builds it with a plain
+# go build ./... (no make), and installs cmd/aipo with go install
+# MODULE@VERSION from a module proxy on disk serving that tree; the binary
+# must print its version (scripts/fresh-clone.sh; 6 to 10 minutes on 2
+# cores, nothing downloaded). scripts/fresh-clone.sh --test also runs go test
+# -short ./... in the clone. make test leaves it out: it builds the whole
+# module again in the clone's directory, minutes that CI's bound cannot
+# spare.
+fresh-clone:
+	@scripts/fresh-clone.sh
 
 # bench-smoke runs every benchmark once at its smallest size (-short picks
 # it, -benchtime 1x one iteration; each benchmark's doc comment says what it
@@ -198,18 +200,18 @@ race-prism: $(OVERLAY)
 # through the skip gate as the tests do: a benchmark that skips fails it
 # unless scripts/allowed-skips.txt allows the skip (BenchmarkGRPOVsTRL runs
 # aipo's side and skips TRL's, which only make setup-bench installs).
-bench-smoke: $(OVERLAY)
+bench-smoke:
 	@GO=$(GO) TAGS=$(ALL_TAGS) scripts/bench-smoke.sh
 
 # ptx recompiles learner/cuda/kernels/*.cu to the committed PTX (needs
 # NVRTC: scripts/ptx.sh --install sets it up on Debian).
-ptx: $(OVERLAY)
+ptx:
 	scripts/ptx.sh
 
 # gpu-test-binary builds the CUDA tests and the NCCL backend's tests for
 # scripts/gpu-check.sh on a GPU machine (which needs no Go): no cgo, so
 # they link no OpenBLAS and no Gloo.
-gpu-test-binary: $(OVERLAY)
+gpu-test-binary:
 	CGO_ENABLED=0 $(GO) test -c -o build/gpu/cuda.test ./learner/cuda
 	CGO_ENABLED=0 $(GO) test -c -o build/gpu/nccl.test ./learner/collective/nccl
 
@@ -217,7 +219,7 @@ gpu-test-binary: $(OVERLAY)
 # TestRehearsal, which make test runs at 3 steps) at 20 steps of 8 groups
 # with a 100-problem MATH500 slice every 5 steps, printing each command's
 # console and the figures it checks.
-rehearse: setup-test $(OVERLAY)
+rehearse: setup-test
 	AIPO_REHEARSE=long $(GO) test -tags shareddata -count=1 -timeout 60m -run '^TestRehearsal$$' -v ./cmd/aipo
 
 # setup-bench adds what only the benchmarks need: TRL's environment
@@ -231,7 +233,7 @@ setup-bench: setup-test
 # tiny and a Qwen3-0.6B-shaped model with aipo serve and with vLLM, one
 # after the other (about 10 minutes on 2 cores), and BenchmarkGRPOVsTRL
 # trains with aipo and TRL (about 31 minutes, almost all of it TRL's).
-bench: setup-bench $(OVERLAY)
+bench: setup-bench
 	$(GO) test -tags $(ALL_TAGS) -timeout 90m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
 	$(GO) test -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
@@ -240,7 +242,7 @@ bench: setup-bench $(OVERLAY)
 # this one on 25M, 100M and 300M-parameter models, side by side, and writes
 # docs/results/memory.md (peak RSS: host bytes per parameter, activation
 # bytes per token per layer; checkpointing's time; the planner's figure).
-bench-memory: $(OVERLAY)
+bench-memory:
 	scripts/memory-bench.sh
 
 demo: build
@@ -256,7 +258,7 @@ reproduce: build
 # soak runs rollout steps for 10 minutes against a policy server and
 # collaborators that fail half of their requests, and writes
 # build/soak-report.md (failures injected and counted, peak RSS per minute).
-soak: setup-test $(OVERLAY)
+soak: setup-test
 	AIPO_SOAK_DURATION=10m AIPO_SOAK_REPORT=$(CURDIR)/build/soak-report.md \
 		$(GO) test -timeout 30m -count=1 -run '^TestFaultSoak$$' -v ./train/
 

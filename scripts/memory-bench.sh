@@ -23,7 +23,6 @@ sizes=${SIZES:-25M,100M,300M}
 out=${OUT:-docs/results/memory.md}
 work=build/memory
 mkdir -p "$work"
-[ -f build/make-overlay/beam-sdks/.patched ] || scripts/beam-overlay.sh
 go build -o "$work/aipo-after" ./cmd/aipo
 go build -o "$work/memorybench" ./learner/internal/memorybench
 rev=$(git rev-parse --verify "$base^{commit}")
@@ -33,8 +32,9 @@ if [ "$(cat "$work/base/.rev" 2>/dev/null)" != "$rev" ]; then
   git archive "$rev" | tar -x -C "$work/base"
   echo "$rev" > "$work/base/.rev"
 fi
-# The base tree predates go.work and builds with its own build/go.mod;
-# GOWORK=off keeps this tree's go.work (found above it) out of that build.
+# The base tree builds with its own build/go.mod and its own overlay script
+# (it predates the go.work of later trees); GOWORK=off keeps any go.work
+# above it out of that build.
 (cd "$work/base" && export GOWORK=off && { [ -f build/go.mod ] || scripts/beam-overlay.sh; } &&
   go build -modfile="$PWD/build/go.mod" -o "$root/$work/aipo-before" ./cmd/aipo)
 "$work/memorybench" -before "$work/aipo-before" -before-label "before ($(git rev-parse --short "$base"))" \

@@ -43,18 +43,18 @@ install_openai_sdk() {
 }
 
 # The portable-runner tests submit pipelines to a standalone prism job
-# server built from the Beam copy whose job server binds 127.0.0.1.
+# server bound to 127.0.0.1 (internal/beamrun/cmd/prism).
 build_prism() {
-  if command -v go >/dev/null && [ -f "$root/build/make-overlay/beam-sdks/.patched" ] && [ ! -x "$root/build/tools/prism" ]; then
+  if command -v go >/dev/null && [ ! -x "$root/build/tools/prism" ]; then
     echo "setup: building the prism job server for the portable-runner tests" >&2
-    (cd "$root" && go build -o "$root/build/tools/prism" github.com/apache/beam/sdks/v2/go/cmd/prism) ||
+    (cd "$root" && go build -o "$root/build/tools/prism" ./internal/beamrun/cmd/prism) ||
       echo "setup: building prism failed; its test builds it itself" >&2
   fi
 }
 
 # The gs:// end-to-end test runs fake-gcs-server as its own process.
 build_fake_gcs() {
-  if command -v go >/dev/null && [ -f "$root/build/make-overlay/beam-sdks/.patched" ] && [ ! -x "$root/build/tools/fake-gcs-server" ]; then
+  if command -v go >/dev/null && [ ! -x "$root/build/tools/fake-gcs-server" ]; then
     echo "setup: building fake-gcs-server for the gs:// end-to-end test" >&2
     (cd "$root" && go build -o "$root/build/tools/fake-gcs-server" github.com/fsouza/fake-gcs-server) ||
       echo "setup: building fake-gcs-server failed; its test builds it itself" >&2

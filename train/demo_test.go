@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -21,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	runChildIfAsked()
-	ptest.MainWithDefault(m, "prism")
+	ptest.MainWithDefault(m, beamrun.Runner)
 }
 
 // The quick demo runs end to end: warm start, training steps with the

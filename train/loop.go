@@ -14,11 +14,13 @@ import (
 )
 
 // rolloutRan is set once a rollout of this process has returned. The
-// first pipeline a process runs on Beam's local runner (prism) starts its
-// job service and sets Beam's global job endpoint and environment flags
-// without a lock, so the asynchronous loop starts no second rollout
-// before the first has returned; from then on pipelines only read them and
-// may run at once.
+// first pipeline a process runs on Beam's portable runners (universal,
+// Flink, Spark) may set Beam's global environment flag without a lock (its
+// default container image when --environment_config is empty), so the
+// asynchronous loop starts no second rollout before the first has
+// returned; from then on pipelines only read the flags and may run at
+// once. The local runner (internal/beamrun) starts its job server under a
+// lock and sets no flag.
 var rolloutRan atomic.Bool
 
 // loop is one invocation of the training loop: the steps it rolls out and

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/demo"
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -16,7 +17,7 @@ import (
 )
 
 // The runs' rollout pipelines run on prism, in this process.
-func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
+func TestMain(m *testing.M) { ptest.MainWithDefault(m, beamrun.Runner) }
 
 // The quick comparison trains two methods with two seeds from one warm
 // start: every run starts from the same weights, records its method and

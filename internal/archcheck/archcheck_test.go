@@ -44,7 +44,7 @@ func modulePath(t *testing.T) string {
 
 // skipDir says which directories hold no package of the module: testdata,
 // hidden and underscore directories (the go command's rule), and build/
-// (the generated module overlay and its downloads).
+// (build outputs and downloaded tools).
 func skipDir(rel, name string) bool {
 	return name == "testdata" || (rel != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_"))) || rel == "build"
 }

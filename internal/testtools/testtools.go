@@ -24,9 +24,8 @@ func BenchmarkData() string {
 	return filepath.Join(RepoRoot(), "data", "benchmarks")
 }
 
-// Binary returns build/tools/<name>, or builds pkg (a main package of a
-// module in go.mod, through go.work's patched Beam SDK) into a temporary
-// directory. Without a go command it skips the test, saying how to get the
+// Binary returns build/tools/<name>, or builds pkg (a main package of this
+// module, ./..., or of a module in go.mod) into a temporary directory. Without a go command it skips the test, saying how to get the
 // tool.
 func Binary(t testing.TB, name, pkg string) string {
 	t.Helper()

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
@@ -24,7 +25,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
+func TestMain(m *testing.M) { ptest.MainWithDefault(m, beamrun.Runner) }
 
 // call is one interaction of a hand-built trajectory.
 type call struct {

@@ -12,7 +12,8 @@ import (
 
 // After a pipeline has run on prism in this process, nothing the process
 // listens on may be open to other machines: prism's job server must be bound
-// to loopback (make test builds with the overlay of scripts/beam-overlay.sh).
+// to loopback (Beam's own prism listens on every interface; internal/beamrun
+// runs the copy of internal/third_party/beam, which does not).
 func TestPrismListensOnLoopbackOnly(t *testing.T) {
 	TestAnalyzeLocal(t) // starts prism's in-process job server
 	ls, err := netcheck.Listening()
@@ -24,15 +25,15 @@ func TestPrismListensOnLoopbackOnly(t *testing.T) {
 	}
 	for _, l := range ls {
 		if !l.Loopback() {
-			t.Errorf("this process listens on %s, which is not loopback (build with `make test`, which applies scripts/beam-overlay.sh)", l)
+			t.Errorf("this process listens on %s, which is not loopback (did a pipeline run on Beam's prism rather than through internal/beamrun?)", l)
 		}
 	}
 }
 
 // A loopback submission names an empty temporary file as the worker binary
-// it stages. The SDK left it in TMPDIR with its descriptor open, one of each
-// per pipeline: thousands over a long training run. The overlay closes and
-// removes it (scripts/beam-overlay.sh).
+// it stages. Beam's universal runner leaves it in TMPDIR with its descriptor
+// open, one of each per pipeline: thousands over a long training run.
+// internal/beamrun submits loopback jobs itself, and closes and removes it.
 func TestLoopbackLeavesNoPlaceholder(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
@@ -41,7 +42,7 @@ func TestLoopbackLeavesNoPlaceholder(t *testing.T) {
 	for i := range 3 {
 		runPipeline(t, run, filepath.Join(t.TempDir(), fmt.Sprintf("analysis-%d", i)), AllSteps)
 	}
-	left, err := filepath.Glob(filepath.Join(tmp, "beamloopbackworker-*"))
+	left, err := filepath.Glob(filepath.Join(tmp, "*loopback*worker-*"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestLoopbackLeavesNoPlaceholder(t *testing.T) {
 	}
 	for _, fd := range fds {
 		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
-		if err == nil && strings.Contains(target, "beamloopbackworker-") {
+		if err == nil && strings.HasPrefix(target, tmp) && strings.Contains(target, "worker-") {
 			t.Errorf("descriptor %s is still open on %s", fd.Name(), target)
 		}
 	}

@@ -9,13 +9,13 @@ import (
 	"strconv"
 
 	"github.com/aipo-rl/aipo/internal/beamrow"
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 )
 
 func init() {
@@ -107,7 +107,7 @@ func Run(ctx context.Context, o Options) (Plan, error) {
 	}
 	p, s := beam.NewPipelineWithRoot()
 	BuildWithHeldout(s, plan, o.OutDir(), heldout)
-	if err := beamx.Run(ctx, p); err != nil {
+	if err := beamrun.Run(ctx, p); err != nil {
 		return plan, fmt.Errorf("analyze %s: %w", o.Run, err)
 	}
 	// Steps whose shards could not be read are known once the pipeline

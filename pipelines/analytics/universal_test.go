@@ -54,7 +54,7 @@ func freePort(t *testing.T) int {
 func startJobServer(t *testing.T) string {
 	t.Helper()
 	port := freePort(t)
-	cmd := exec.Command(testtools.Binary(t, "prism", "github.com/apache/beam/sdks/v2/go/cmd/prism"), "--job_port", strconv.Itoa(port), "--serve_http=false", "--log_level=warn")
+	cmd := exec.Command(testtools.Binary(t, "prism", "./internal/beamrun/cmd/prism"), "--job_port", strconv.Itoa(port), "--serve_http=false", "--log_level=warn")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

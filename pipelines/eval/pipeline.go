@@ -19,6 +19,7 @@ import (
 
 	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/beamrow"
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
@@ -31,7 +32,6 @@ import (
 	"github.com/aipo-rl/aipo/transforms/sandbox"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 )
 
 func init() {
@@ -503,7 +503,7 @@ func Run(ctx context.Context, cfg evalconfig.Config) (*Report, *Plan, error) {
 	if len(todo) > 0 {
 		p, s := beam.NewPipelineWithRoot()
 		Build(s, cfg, plan, todo)
-		if err := beamx.Run(ctx, p); err != nil {
+		if err := beamrun.Run(ctx, p); err != nil {
 			return nil, plan, fmt.Errorf("eval pipeline: %w (committed chunks are kept; rerun to continue)", err)
 		}
 	}

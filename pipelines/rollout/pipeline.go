@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/secure"
@@ -25,7 +26,6 @@ import (
 	"github.com/aipo-rl/aipo/transforms/prompts"
 	"github.com/aipo-rl/aipo/transforms/trajectories"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 )
 
 // Options choose the step to roll out.
@@ -271,7 +271,7 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 	if _, err := Build(s, o, spec, runlease.TokenFrom(ctx)); err != nil {
 		return schemas.Manifest{}, err
 	}
-	if err := beamx.Run(ctx, p); err != nil {
+	if err := beamrun.Run(ctx, p); err != nil {
 		if refusal, ok := trajectories.Refused(err, o.Step); ok {
 			return schemas.Manifest{}, fmt.Errorf("%w (%s)", refusal, o.Config.Run.Dir)
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -26,7 +27,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )
 
-func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
+func TestMain(m *testing.M) { ptest.MainWithDefault(m, beamrun.Runner) }
 
 // demoConfig is a small demo run in dir with extra YAML appended.
 func demoConfig(t *testing.T, dir, endpoint, extra string) runconfig.Config {

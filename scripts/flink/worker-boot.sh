@@ -8,8 +8,16 @@
 # Each start gets a directory of its own for the staged files: the boot
 # program's default (/tmp/staged) is shared by every worker on the host, and
 # two TaskManager slots starting workers at once write the same file. The
-# directory, which also holds the boot program's copy of the worker binary,
-# is removed when the worker ends.
+# directory is removed when the worker ends.
+#
+# The boot program also copies the worker binary into a new directory
+# /tmp/binNNN (a fixed /tmp, not TMPDIR) to run it from there, and never
+# removes it: 183 MB per worker start, tens of GB after a few test runs.
+# While the boot program runs, this script notes the directory of every
+# process of its group that runs a /tmp/bin*/worker, and removes those
+# directories at the end (only those: other workers' copies on the host are
+# left alone). A worker that ends within the first half second of its
+# start may go unnoticed and leave its copy.
 #
 # Settings (environment variables of the TaskManager):
 #   AIPO_BEAM_BOOT   the boot program (default: bin/beam-boot beside this script's checkout)
@@ -25,16 +33,43 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/aipo-worker.XXXXXX") || exit 1
 # own (the boot program's PID), so that stopping this script stops both: the
 # runner stops the environment by signalling this script only, and a boot
 # program that exits leaves its worker running, idle, otherwise.
-# TMPDIR: the boot program copies the worker binary there (the overlay's
-# patch; Beam's own copies it under /tmp and leaves it), so that the copy
-# goes with the directory.
 TMPDIR="$dir" setsid "$boot" --semi_persist_dir="$dir" "$@" &
 child=$!
+copies="$dir/.worker-copies"
+# note_copies appends to $copies the /tmp/bin* directory of each process of
+# the boot program's group (process group $child) running a copy of the
+# worker, until the boot program has ended.
+note_copies() {
+  local stat rest exe p
+  while kill -0 "$child" 2>/dev/null; do
+    for p in /proc/[0-9]*; do
+      read -r stat 2>/dev/null <"$p/stat" || continue
+      rest=${stat##*) }       # after the command name: state ppid pgrp ...
+      set -- $rest
+      [ "${3:-}" = "$child" ] || continue
+      exe=$(readlink "$p/exe" 2>/dev/null) || continue
+      exe=${exe% (deleted)}
+      case $exe in
+        /tmp/bin*/worker) grep -qxF "${exe%/worker}" "$copies" 2>/dev/null || echo "${exe%/worker}" >>"$copies" ;;
+      esac
+    done
+    sleep 0.5
+  done
+}
+note_copies &
+noter=$!
 trap 'kill -TERM -- "-$child" 2>/dev/null' TERM INT
 wait "$child"
 rc=$?
 # wait returns early when a trapped signal arrives; wait again for the exit.
 while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done
 kill -TERM -- "-$child" 2>/dev/null
+kill "$noter" 2>/dev/null
+wait "$noter" 2>/dev/null
+if [ -f "$copies" ]; then
+  while read -r copy; do
+    case $copy in /tmp/bin*) rm -rf -- "$copy" ;; esac
+  done <"$copies"
+fi
 rm -rf "$dir"
 exit "$rc"

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 )
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 	}
 	fakeGCS.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: testBucket})
 	os.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(fakeGCS.URL(), "http://"))
-	code := ptest.MainRet(m)
+	code := ptest.MainRetWithDefault(m, beamrun.Runner)
 	fakeGCS.Stop()
 	os.Exit(code)
 }

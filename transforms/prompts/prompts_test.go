@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
@@ -17,7 +18,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 )
 
-func TestMain(m *testing.M) { ptest.MainWithDefault(m, "prism") }
+func TestMain(m *testing.M) { ptest.MainWithDefault(m, beamrun.Runner) }
 
 // files are two small prompt files with good and bad rows.
 var files = map[string]string{
