@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -26,13 +25,13 @@ type ModelSize struct {
 
 // WarmStartConfig controls the supervised warm start.
 type WarmStartConfig struct {
-	Model       ModelSize          `yaml:"model" json:"model"`
-	Steps       int                `yaml:"steps" json:"steps"`               // optimiser steps
-	Batch       int                `yaml:"batch" json:"batch"`               // lines per step
-	LR          float64            `yaml:"lr" json:"lr"`                     // peak learning rate (warmup-cosine)
-	WeightDecay float64            `yaml:"weight_decay" json:"weight_decay"` // AdamW decoupled decay
-	Seed        uint64             `yaml:"seed" json:"seed"`                 // initialisation and corpus
-	Mix         demotask.CorpusMix `yaml:"mix" json:"mix"`                   // corpus composition
+	Model       ModelSize `yaml:"model" json:"model"`
+	Steps       int       `yaml:"steps" json:"steps"`               // optimiser steps
+	Batch       int       `yaml:"batch" json:"batch"`               // lines per step
+	LR          float64   `yaml:"lr" json:"lr"`                     // peak learning rate (warmup-cosine)
+	WeightDecay float64   `yaml:"weight_decay" json:"weight_decay"` // AdamW decoupled decay
+	Seed        uint64    `yaml:"seed" json:"seed"`                 // initialisation and corpus
+	Mix         CorpusMix `yaml:"mix" json:"mix"`                   // corpus composition
 }
 
 // DefaultWarmStart is a 3-layer, width-128, 4-head model trained with AdamW
@@ -41,7 +40,7 @@ type WarmStartConfig struct {
 func DefaultWarmStart() WarmStartConfig {
 	return WarmStartConfig{
 		Model: ModelSize{Layers: 3, Hidden: 128, Heads: 4, KVHeads: 4, Intermediate: 344, Context: 64},
-		Steps: 1200, Batch: 96, LR: 2e-3, WeightDecay: 0.01, Seed: 1, Mix: demotask.DefaultMix(),
+		Steps: 1200, Batch: 96, LR: 2e-3, WeightDecay: 0.01, Seed: 1, Mix: DefaultMix(),
 	}
 }
 
@@ -88,7 +87,7 @@ type WarmStartProgress func(step, steps int, loss float64, elapsed time.Duration
 // WarmStart trains the demo policy by supervised fine-tuning on the task's
 // corpus and saves it as a checkpoint in dir. A committed checkpoint already
 // in dir is reused (the warm start is built once per run directory).
-func WarmStart(ctx context.Context, dir string, task *demotask.Task, cfg WarmStartConfig, progress WarmStartProgress) (reused bool, err error) {
+func WarmStart(ctx context.Context, dir string, task *Task, cfg WarmStartConfig, progress WarmStartProgress) (reused bool, err error) {
 	if ok, err := checkpoint.Committed(ctx, dir); err == nil && ok {
 		return true, nil
 	}
@@ -146,4 +145,13 @@ func SavePolicy(ctx context.Context, dir string, m *model.Model, optState []byte
 		return nil
 	}
 	return err
+}
+
+// QuickWarmStart is the warm start of the quick demo: a one-layer model
+// trained briefly, enough to write answers in the task's format.
+func QuickWarmStart() WarmStartConfig {
+	w := DefaultWarmStart()
+	w.Model = ModelSize{Layers: 1, Hidden: 64, Heads: 2, KVHeads: 2, Intermediate: 128, Context: 64}
+	w.Steps, w.Batch, w.LR = 150, 32, 3e-3
+	return w
 }
