@@ -4,7 +4,6 @@ import (
 	"testing"
 )
 
-
 func TestEvalTable(t *testing.T) {
 	names := func(n string) (int64, bool) { return 450, n == "lugr" }
 	cases := []struct {
