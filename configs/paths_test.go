@@ -12,6 +12,8 @@ import (
 	"github.com/aipo-rl/aipo/evalconfig"
 	"github.com/aipo-rl/aipo/internal/storage"
 	_ "github.com/aipo-rl/aipo/learner/cuda" // the cuda backend math.yaml names, as aipo links it
+	_ "github.com/aipo-rl/aipo/tasks/countdown" // the tasks the configurations draw from, as aipo links them
+	_ "github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )

@@ -4,5 +4,6 @@ package main
 // verifier, collaborators and benchmark presets in its init function
 // (package tasks describes the registrations).
 import (
+	_ "github.com/aipo-rl/aipo/tasks/countdown"
 	_ "github.com/aipo-rl/aipo/tasks/demo"
 )
