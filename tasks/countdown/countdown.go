@@ -39,10 +39,12 @@ type Config struct {
 	Test      int    `yaml:"test" json:"test"`             // held-out puzzles, none of them in the pool
 }
 
-// DefaultConfig is TinyZero's shape: three or four numbers from 1..99,
-// targets 1..99, a pool of 20,000 training puzzles and 500 held out.
+// DefaultConfig is TinyZero's shape at a size a small model learns on a
+// CPU: three or four numbers from 1..12 (TinyZero's go to 99: max_number
+// 99, max_target 99), targets 1..36, a pool of 10,000 training puzzles and
+// 200 held out.
 func DefaultConfig() Config {
-	return Config{Seed: 1, MinCount: 3, MaxCount: 4, MaxNumber: 99, MaxTarget: 99, Train: 20000, Test: 500}
+	return Config{Seed: 1, MinCount: 3, MaxCount: 4, MaxNumber: 12, MaxTarget: 36, Train: 10000, Test: 200}
 }
 
 // Validate reports the first invalid field, saying what to write instead.
