@@ -56,6 +56,7 @@ func TestCountdownLearns(t *testing.T) {
 	cfg.Run.Dir, cfg.Data.DeadLetterDir = dir, ""
 	cfg.Run.Steps = int64(*rlSteps)
 	cfg.Learner.Optim.TotalSteps = *rlSteps
+	cfg.Learner.Optim.WarmupSteps = min(cfg.Learner.Optim.WarmupSteps, *rlSteps/4)
 	cfg.Eval.Every = int64(*rlSteps)
 	cfg.Eval.Benchmarks[0].Limit = *heldout
 	cfg.Checkpoint.SaveEvery = int64(*rlSteps)
