@@ -13,6 +13,8 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	_ "github.com/aipo-rl/aipo/learner/cuda" // the cuda backend math.yaml names, as aipo links it
 	"github.com/aipo-rl/aipo/runconfig"
+	_ "github.com/aipo-rl/aipo/tasks/countdown" // the tasks the configurations draw from, as aipo links them
+	_ "github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/collab"
 )
 
@@ -27,6 +29,7 @@ var shipped = map[string]struct {
 	remote bool
 }{
 	"demo":       {},
+	"countdown":  {},
 	"quick":      {},
 	"math-local": {},
 	"math":       {remote: true},

@@ -21,7 +21,12 @@ const (
 // default the copy bundled in the binary, data/benchmarks), field
 // mapping, verifier, template, default samples and report breakdowns.
 type Preset struct {
-	RelPath   string
+	// RelPath is the file under the data folder, or under Dir's.
+	RelPath string
+	// Dir, when set, gives the folder holding RelPath instead of the data
+	// folder: a task that generates its held-out problems writes them
+	// there (data_dir does not apply).
+	Dir       func() (string, error)
 	Fields    promptfile.FieldMap
 	Verifier  string
 	Template  string
@@ -58,6 +63,20 @@ var Presets = map[string]Preset{
 	// which would cut the indentation of its first line).
 	"humaneval": {RelPath: "code/humaneval/HumanEval.jsonl.gz", Verifier: VerifierHumanEval, Template: "humaneval", Samples: 4, Rows: 164,
 		Fields: promptfile.FieldMap{Problem: names("prompt"), Answer: names("entry_point"), ID: names("task_id")}},
+}
+
+// RegisterPreset adds a task's benchmark preset under name, from the
+// task's init function (Presets is read without a lock). It panics if the
+// name is taken or the preset has no file or verifier (programming
+// errors).
+func RegisterPreset(name string, p Preset) {
+	if _, dup := Presets[name]; dup {
+		panic("evalconfig: preset registered twice: " + name)
+	}
+	if name == "" || p.RelPath == "" || p.Verifier == "" {
+		panic(fmt.Sprintf("evalconfig.RegisterPreset(%q): name, RelPath and Verifier must be set", name))
+	}
+	Presets[name] = p
 }
 
 // PresetNames lists the presets, sorted.
@@ -117,7 +136,13 @@ func (c Config) Resolve(b Benchmark) (Resolved, error) {
 		p := Presets[b.Preset]
 		if src.Path == "" {
 			dir := c.DataDir
-			if dir == "" {
+			if p.Dir != nil {
+				d, err := p.Dir()
+				if err != nil {
+					return r, fmt.Errorf("benchmark %s: preset %s: %w (or set path)", r.Name, b.Preset, err)
+				}
+				dir = d
+			} else if dir == "" {
 				// The copy bundled in the binary (data/benchmarks).
 				d, err := benchmarks.Dir()
 				if err != nil {

@@ -73,8 +73,10 @@ type Chat struct {
 	System string `yaml:"system" json:"system"`
 	// Raw forces the raw template even when a tokenizer is available.
 	Raw bool `yaml:"raw" json:"raw"`
-	// RawTemplate is a text/template over .System and .User, tokenised by
-	// the policy with special tokens on (default: ChatML).
+	// RawTemplate is a text/template over .System and .User (also named
+	// .Problem, so that a run's rollout.prompt_template renders its
+	// benchmarks as its rollouts), tokenised by the policy with special
+	// tokens on (default: ChatML).
 	RawTemplate string `yaml:"raw_template" json:"raw_template"`
 	// DisableThinking adds Qwen3's empty think block.
 	DisableThinking bool `yaml:"disable_thinking" json:"disable_thinking"`

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/sampling"
@@ -23,6 +22,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo/demorun"
 	"github.com/aipo-rl/aipo/train"
 )
 
@@ -113,7 +113,7 @@ func (s planBenchSize) config() model.Config {
 func planBenchRun(b *testing.B, s planBenchSize) string {
 	b.Helper()
 	ctx := context.Background()
-	cfg, err := demo.Config(demo.Options{Quick: true, RunDir: filepath.Join(b.TempDir(), "run")})
+	cfg, err := demorun.Config(demorun.Options{Quick: true, RunDir: filepath.Join(b.TempDir(), "run")})
 	if err != nil {
 		b.Fatal(err)
 	}

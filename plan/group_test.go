@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/tasks/demo/demorun"
 )
 
 // line is the amount of phase ph's line whose text starts with prefix
@@ -90,7 +90,7 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 // rank's. (Stages 2 and 3: TestPlanGroupStage3OnTheCPU.)
 func TestPlanGroupOnTheCPU(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
+	cfg, err := demorun.Config(demorun.Options{RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/rundir"
@@ -245,8 +244,12 @@ func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Co
 		}
 		return c, ck0, nil
 	}
-	if cfg.Data.Sources.Defaults().Task != nil {
-		return demo.DefaultWarmStart().Model.ModelConfig(), "the demo's warm-start model (aipo demo --quick trains a smaller one)", nil
+	if def := cfg.Data.Sources.Defaults(); def.InitialModel != nil {
+		c, err := model.ParseConfig(def.InitialModel)
+		if err != nil {
+			return c, "", fmt.Errorf("plan: the initial model of data.sources (%s): %w", cfg.Data.Sources.Label(), err)
+		}
+		return c, def.InitialModelNote, nil
 	}
 	return model.Config{}, "", fmt.Errorf("plan: %w: pass --init DIR (a Hugging Face model directory or a checkpoint; its config.json is enough), or plan a run whose %s exists", ErrModelUnknown, ck0)
 }

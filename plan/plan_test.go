@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -19,6 +18,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/tasks/demo/demorun"
 )
 
 // goldenConfig is one of learner/hfconfig's transcribed config.json files.
@@ -192,7 +192,7 @@ func TestPlanDiskIsWhatSaveWrites(t *testing.T) {
 			}
 		}
 	}
-	cfg, err := demo.Config(demo.Options{Quick: true, RunDir: t.TempDir()})
+	cfg, err := demorun.Config(demorun.Options{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func cachePlan(t *testing.T, dtype string) (caches, engine int64, m *model.Model
 	if err := m.DecodeBF16(dtype == inproc.DTypeBF16); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := demo.Config(demo.Options{Quick: true, RunDir: t.TempDir()})
+	cfg, err := demorun.Config(demorun.Options{Quick: true, RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestPlanInputs(t *testing.T) {
 		}
 	}
 	// The demo's run plans its warm-start model and fits this machine.
-	demoCfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
+	demoCfg, err := demorun.Config(demorun.Options{RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

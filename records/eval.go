@@ -1,7 +1,5 @@
 package records
 
-import "github.com/aipo-rl/aipo/internal/demotask"
-
 // Eval is an evaluation of one checkpoint of the policy alone, as
 // stored in <run>/metrics/eval-NNNNNN.json.
 type Eval struct {
@@ -13,9 +11,9 @@ type Eval struct {
 }
 
 // Score returns the score of a split.
-func (r Eval) Score(split demotask.Split) (SplitScore, bool) {
+func (r Eval) Score(split string) (SplitScore, bool) {
 	for _, s := range r.Splits {
-		if s.Split == string(split) {
+		if s.Split == split {
 			return s, true
 		}
 	}

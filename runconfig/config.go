@@ -282,9 +282,9 @@ func (r Rollout) FailedFractionBound() float64 {
 // Reward configures scoring.
 type Reward struct {
 	// DataSource, when set, picks the verifier for every prompt instead of
-	// each prompt's own data_source (see transforms/verify). The demo's
-	// prompts have data_source demo, whose verifier is the demo task's own
-	// rule (demotask.Score).
+	// each prompt's own data_source (see transforms/verify). A task's
+	// prompts have the data_source its verifier is registered under (the
+	// demo's: demo).
 	DataSource string `yaml:"data_source"`
 	// Strict (default true) scores training rewards in each verifier's
 	// strict form (verify.ForTraining): only the final answer the format

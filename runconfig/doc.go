@@ -31,7 +31,8 @@
 //	run.allow_no_signal         let a run none of whose steps had a learning signal (every group's rewards tied) end with success; a smoke run of the plumbing (false: it fails, saying what to change)
 //
 //	data.sources[]              where the prompts come from, entries of one kind; required (see transforms/prompts)
-//	data.sources[].kind         file (prompt files; the default) or demo (the built-in demo task: one entry, task and split)
+//	data.sources[].kind         file (prompt files; the default) or a task's kind: demo (the built-in demo task: one entry, task and split),
+//	                            countdown (generated Countdown puzzles: one entry, task and split)
 //	data.sources[].path         local path (relative to the config file) or gs:// object
 //	data.sources[].format       jsonl, json, parquet; detected when empty
 //	data.sources[].preset       a built-in mapping: aime24, aime25, amc23, math500, gsm8k, gsm8k_train, deepscaler_math,
@@ -47,24 +48,15 @@
 //	data.sources[].fields.messages       the problem field is a chat message list: its last user message (veRL's prompt)
 //	data.sources[].fields.data_source    candidate fields of a per-row data_source, matched to a verifier (veRL's)
 //	data.sources[].data_source  data_source of every row; picks its verifier (or from the preset; verl: each row's own)
-//	data.sources[].task         kind demo: the demo task's size; when given, give all of it (demotask.DefaultConfig())
-//	data.sources[].task.seed         seed generating names, values and the seen/unseen split (7)
-//	data.sources[].task.num_entities invented entities (40)
-//	data.sources[].task.seen_frac    share of entities whose facts the warm start learns (0.5)
-//	data.sources[].task.min_value    smallest entity value (100)
-//	data.sources[].task.max_value    largest entity value (999)
-//	data.sources[].task.max_n        questions add 1..max_n (9)
-//	data.sources[].split        kind demo: entities training questions come from: all, seen, unseen (all)
+//	data.sources[].task         a task's settings, which its package documents; when given, give all of them.
+//	                            kind demo: seed (7), num_entities (40), seen_frac (0.5), min_value (100),
+//	                            max_value (999), max_n (9); kind countdown: see tasks/countdown's Config
+//	data.sources[].split        a task's split: kind demo: entities training questions come from: all, seen, unseen (all);
+//	                            kind countdown: train (the held-out test split is for evaluation)
 //	data.batch_size             prompts per step (256; 32 for the demo); a smaller dataset gives all its prompts
 //	data.dead_letter_dir        where bad prompt rows go, one step-NNNNNN.jsonl per step (<run.dir>/dead_letters)
 //	data.demo                   shorthand, still read: true is data.sources: [{kind: demo}] (false)
-//	data.demo_task              shorthand: that entry's task (data.sources[].task)
-//	data.demo_task.seed         as data.sources[].task.seed
-//	data.demo_task.num_entities as data.sources[].task.num_entities
-//	data.demo_task.seen_frac    as data.sources[].task.seen_frac
-//	data.demo_task.min_value    as data.sources[].task.min_value
-//	data.demo_task.max_value    as data.sources[].task.max_value
-//	data.demo_task.max_n        as data.sources[].task.max_n
+//	data.demo_task              shorthand: that entry's task (data.sources[].task, kind demo)
 //	data.demo_split             shorthand: that entry's split (data.sources[].split)
 //
 //	policy.endpoint             policy URI for policy.Open (grpc://host:port, http://host:port/v1?model=m, inproc://name); aipo train
@@ -149,12 +141,6 @@
 //	                            response so far too); full for verify and reason, problem for knowledge,
 //	                            query for builtin-demo (see docs/operators.md)
 //	collaborators.demo_task     the task builtin-demo agents answer about (the demo source's data.sources[].task; must match it)
-//	collaborators.demo_task.seed            as data.sources[].task.seed
-//	collaborators.demo_task.num_entities    as data.sources[].task.num_entities
-//	collaborators.demo_task.seen_frac       as data.sources[].task.seen_frac
-//	collaborators.demo_task.min_value       as data.sources[].task.min_value
-//	collaborators.demo_task.max_value       as data.sources[].task.max_value
-//	collaborators.demo_task.max_n           as data.sources[].task.max_n
 //	collaborators.cache_entries answers the cache keeps over all roles (65536)
 //
 //	reward.data_source          verifier for every prompt instead of each prompt's data_source (none)
@@ -222,7 +208,7 @@
 //
 //	eval.every                  steps between evaluations, 0 off (10)
 //	eval.samples                k of Avg@k and Pass@k (4)
-//	eval.splits[]               demo splits evaluated: seen, unseen, all (seen and unseen for the demo)
+//	eval.splits[]               splits of the task the policy is evaluated alone on, by the task (kind demo: seen, unseen, all; seen and unseen)
 //	eval.benchmarks[]           held-out benchmarks evaluated with the eval pipeline every eval.every steps, results in
 //	                            <run>/eval/step-NNNNNN and metrics.jsonl, shown by aipo analyze (none)
 //	eval.benchmarks[].name      report name (default: the preset)

@@ -232,9 +232,8 @@ func (c *Config) Fill() {
 			c.Collaborators = c.Collaborators.WithBaseDir(base)
 		}
 	}
-	if c.Collaborators.DemoTask == nil && def.Collaborators.DemoTask != nil {
-		t := *def.Collaborators.DemoTask
-		c.Collaborators.DemoTask = &t
+	if c.Collaborators.Task == "" && def.Collaborators.Task != "" {
+		c.Collaborators.Task = def.Collaborators.Task
 	}
 	if len(c.Eval.Splits) == 0 {
 		c.Eval.Splits = def.EvalSplits

@@ -2,6 +2,7 @@ package runconfig
 
 import (
 	"context"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,8 +12,6 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/loss"
-	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
 // fieldPaths lists the dotted YAML paths of every field under t, with []
@@ -102,8 +101,8 @@ func TestDefaultsAndFill(t *testing.T) {
 	if len(c.Collaborators.Roles()) != 3 {
 		t.Errorf("demo collaborators not filled: %+v", c.Collaborators)
 	}
-	if c.Collaborators.Knowledge.Noise.P(0) != promptsource.DemoNoise {
-		t.Errorf("demo knowledge noise %v, want %v", c.Collaborators.Knowledge.Noise.P(0), promptsource.DemoNoise)
+	if c.Collaborators.Knowledge.Noise.P(0) != demo.Noise {
+		t.Errorf("demo knowledge noise %v, want %v", c.Collaborators.Knowledge.Noise.P(0), demo.Noise)
 	}
 	if !reflect.DeepEqual(c.Eval.Splits, []string{"seen", "unseen"}) || c.Eval.MaxResponseTokens != c.Policy.MaxResponseTokens {
 		t.Errorf("eval defaults: %+v", c.Eval)
@@ -198,7 +197,7 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\neval: {splits: [held]}\n", "eval.splits[0]"},
 		{"run: {dir: r}\ndata: {demo: true}\ncollaborators: {knowledge: {kind: openai}}\n", "collaborators"},
 		{"run: {dir: r}\ndata: {sources: [{path: /nonexistent/p.jsonl, data_source: math}]}\n", "data.sources[0].path"},
-		{"run: {dir: r}\ndata: {demo: true, demo_task: {seed: 1}}\n", "data.demo_task"},
+		{"run: {dir: r}\ndata: {demo: true, demo_task: {seed: 1}}\n", "data.sources[0].task"},
 		{"run: {dir: r}\ndata: {demo: true}\n---\nrun: {dir: s}\n", "more than one"},
 	} {
 		_, err := Parse([]byte(c.yaml), "t.yaml", "")
@@ -220,7 +219,7 @@ func TestExampleConfigs(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 			continue
 		}
-		if c.Data.Sources.Label() == promptsource.KindDemo && c.Collaborators.Knowledge != nil && c.Collaborators.Knowledge.Kind != collab.KindBuiltinDemo {
+		if c.Data.Sources.Label() == demo.Kind && c.Collaborators.Knowledge != nil && c.Collaborators.Knowledge.Kind != demo.KindCollaborators {
 			t.Errorf("%s: the demo's knowledge agent is %q", f, c.Collaborators.Knowledge.Kind)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/tasks"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
@@ -27,26 +27,29 @@ type DemoShorthand struct {
 	// Demo asks for the demo task: a data.sources entry of kind demo.
 	Demo bool `yaml:"demo,omitempty"`
 	// Task is that entry's task.
-	Task *demotask.Config `yaml:"demo_task,omitempty"`
+	Task tasks.Settings `yaml:"demo_task,omitempty"`
 	// Split is that entry's split.
 	Split string `yaml:"demo_split,omitempty"`
 }
 
+// IsZero reports whether the shorthand is unused.
+func (sh DemoShorthand) IsZero() bool { return !sh.Demo && sh.Task == "" && sh.Split == "" }
+
+// demoKind is the kind of prompt source the shorthand writes out: the
+// demo task's (tasks/demo registers it).
+const demoKind = "demo"
+
 // check reports why the shorthand cannot be written out next to sources
 // listed entries, naming the key at fault; nil when it can.
 func (sh DemoShorthand) check(sources int) error {
-	switch demotask.Split(sh.Split) {
-	case "", demotask.SplitAll, demotask.SplitSeen, demotask.SplitUnseen:
+	switch sh.Split {
+	case "", "all", "seen", "unseen":
 	default:
 		return fieldError("data.demo_split", "%q is unknown: use all, seen or unseen (or write the demo as data.sources: [{kind: demo, split: ...}])", sh.Split)
 	}
 	switch {
-	case sh.Task != nil && !sh.Demo:
+	case sh.Task != "" && !sh.Demo:
 		return fieldError("data.demo_task", "is set but data.demo is not true: write the demo as data.sources: [{kind: demo, task: {...}}], or remove demo_task")
-	case sh.Task != nil:
-		if err := sh.Task.Validate(); err != nil {
-			return fieldError("data.demo_task", "%v (give every field of the task, or leave demo_task out for the default)", err)
-		}
 	}
 	if sh.Demo && sources > 0 {
 		return fieldError("data.demo", "is true, but data.sources lists sources too: a run draws from sources of one kind; keep data.sources, or remove it for the demo task")
@@ -62,7 +65,7 @@ func (d *Data) writeOut() {
 		return
 	}
 	if sh.Demo {
-		d.Sources = promptsource.List{{Kind: promptsource.KindDemo, Task: sh.Task, Split: sh.Split}}
+		d.Sources = promptsource.List{{Kind: demoKind, Task: sh.Task, Split: sh.Split}}
 	}
 	d.Shorthand = DemoShorthand{}
 }
@@ -100,7 +103,7 @@ func ExpandShorthand(b []byte) ([]byte, error) {
 		if err := dec.Decode(&d); err != nil {
 			return nil, fmt.Errorf("data: %w", err)
 		}
-		if d.Shorthand == (DemoShorthand{}) {
+		if d.Shorthand.IsZero() {
 			return b, nil
 		}
 		d.fillSources()

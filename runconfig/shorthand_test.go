@@ -9,8 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
-	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
@@ -34,7 +33,7 @@ func TestDemoShorthandIsASource(t *testing.T) {
 		if strings.Contains(string(a), "demo_split") || strings.Contains(string(a), "demo: ") {
 			t.Errorf("%s is written back in the shorthand:\n%s", c.short, a)
 		}
-		if short.Data.Shorthand != (DemoShorthand{}) || len(short.Data.Sources) != 1 || short.Data.Sources[0].Kind != promptsource.KindDemo {
+		if !short.Data.Shorthand.IsZero() || len(short.Data.Sources) != 1 || short.Data.Sources[0].Kind != demo.Kind {
 			t.Errorf("%s: data %+v, want one source of kind demo and no shorthand left", c.short, short.Data)
 		}
 		// Parsed again from what it wrote, the configuration is the same.
@@ -50,11 +49,11 @@ func TestDemoShorthandIsASource(t *testing.T) {
 	// What the demo's kind gives a run that leaves it out.
 	c := parseText(t, "run: {dir: r}\ndata: {sources: [{kind: demo}]}\n")
 	src := c.Data.Sources[0]
-	if src.Task == nil || *src.Task != demotask.DefaultConfig() || src.Split != "all" {
+	if tc, err := demo.DecodeConfig(src.Task); err != nil || tc != demo.DefaultConfig() || src.Split != "all" {
 		t.Errorf("the demo source's defaults: task %v split %q", src.Task, src.Split)
 	}
-	if c.Data.BatchSize != promptsource.DemoBatchSize || len(c.Collaborators.Roles()) != 3 ||
-		c.Collaborators.DemoTask == nil || *c.Collaborators.DemoTask != *src.Task ||
+	if c.Data.BatchSize != demo.BatchSize || len(c.Collaborators.Roles()) != 3 ||
+		c.Collaborators.Task == "" || c.Collaborators.Task != src.Task ||
 		!reflect.DeepEqual(c.Eval.Splits, []string{"seen", "unseen"}) {
 		t.Errorf("the demo's run defaults: batch %d, collaborators %+v, eval.splits %v", c.Data.BatchSize, c.Collaborators, c.Eval.Splits)
 	}
@@ -65,7 +64,7 @@ func TestDemoShorthandIsASource(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := parseText(t, "run: {dir: r}\ndata: {sources: [{path: "+file+", data_source: integer}]}\n")
-	if f.Data.BatchSize != promptsource.FileBatchSize || len(f.Collaborators.Roles()) != 0 || f.Collaborators.DemoTask != nil || len(f.Eval.Splits) != 0 {
+	if f.Data.BatchSize != promptsource.FileBatchSize || len(f.Collaborators.Roles()) != 0 || f.Collaborators.Task != "" || len(f.Eval.Splits) != 0 {
 		t.Errorf("a run on files: batch %d, collaborators %+v, eval.splits %v", f.Data.BatchSize, f.Collaborators, f.Eval.Splits)
 	}
 	if b, _ := f.YAML(); strings.Contains(string(b), "kind:") || strings.Contains(string(b), "demo") {
@@ -94,7 +93,7 @@ func TestRunYAMLOfAnEarlierBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the run.yaml of an earlier build: %v", err)
 	}
-	if c.Data.Sources.Label() != promptsource.KindDemo || c.Data.BatchSize != 4 {
+	if c.Data.Sources.Label() != demo.Kind || c.Data.BatchSize != 4 {
 		t.Errorf("it loads as sources %+v, batch %d", c.Data.Sources, c.Data.BatchSize)
 	}
 	expanded, err := ExpandShorthand(raw)
@@ -142,14 +141,14 @@ func TestSourcesRejected(t *testing.T) {
 		{"{sources: [{kind: demo}, {kind: demo}]}", "data.sources[1]: a second demo source"},
 		{"{sources: [{kind: demo, path: " + file + "}]}", "data.sources[0]: a demo source generates its questions"},
 		{"{sources: [{kind: demo, split: held}]}", `data.sources[0].split: "held" is unknown`},
-		{"{sources: [{kind: demo, task: {seed: 1}}]}", "data.sources[0].task: demotask: num_entities 0"},
-		{"{sources: [{path: " + file + ", data_source: integer, split: seen}]}", "data.sources[0].split: is a setting of a demo source"},
-		{"{sources: [{kind: file, path: " + file + ", task: {seed: 1}}]}", "data.sources[0].task: is a setting of a demo source"},
+		{"{sources: [{kind: demo, task: {seed: 1}}]}", "data.sources[0].task: demo task: num_entities 0"},
+		{"{sources: [{path: " + file + ", data_source: integer, split: seen}]}", "data.sources[0].split: is a setting of a task's source"},
+		{"{sources: [{kind: file, path: " + file + ", task: {seed: 1}}]}", "data.sources[0].task: is a setting of a task's source"},
 		{"{sources: [{path: /nonexistent/p.jsonl, data_source: math}]}", "data.sources[0].path: /nonexistent/p.jsonl does not exist"},
 		{"{sources: [{path: " + file + "}]}", "data_source is empty"},
 		{"{demo: true, sources: [" + fileEntry + "]}", "data.demo: is true, but data.sources lists sources too"},
 		{"{demo_task: {seed: 1}, sources: [" + fileEntry + "]}", "data.demo_task: is set but data.demo is not true"},
-		{"{demo: true, demo_task: {seed: 1}}", "data.demo_task: demotask: num_entities 0"},
+		{"{demo: true, demo_task: {seed: 1}}", "data.sources[0].task: demo task: num_entities 0"},
 		{"{demo: true, demo_split: held}", `data.demo_split: "held" is unknown`},
 		{"{demo_split: held, sources: [" + fileEntry + "]}", `data.demo_split: "held" is unknown`},
 		{"{sources: [{kind: demo}], batch_size: -1}", "data.batch_size: -1"},
@@ -164,7 +163,7 @@ func TestSourcesRejected(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{"data: {sources: [{kind: demo}]}\ncollaborators: {knowledge: {kind: builtin-demo}, demo_task: {seed: 1, num_entities: 40, seen_frac: 0.5, min_value: 100, max_value: 999, max_n: 9}}\n",
 			"collaborators.demo_task: differs from the task of data.sources (kind demo)"},
-		{"data: {sources: [" + fileEntry + "]}\neval: {splits: [seen]}\n", "eval.splits: are splits of the demo task, but data.sources are prompt files"},
+		{"data: {sources: [" + fileEntry + "]}\neval: {splits: [seen]}\n", "eval.splits: are splits of a task that evaluates its own splits"},
 	} {
 		_, err := Parse([]byte("run: {dir: r}\n"+c.yaml), "t.yaml", "")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -173,10 +172,10 @@ func TestSourcesRejected(t *testing.T) {
 	}
 	// Agents configured without a task answer about the run's.
 	c := parseText(t, "run: {dir: r}\ndata: {sources: [{kind: demo, task: {seed: 2, num_entities: 20, seen_frac: 0.5, min_value: 100, max_value: 999, max_n: 9}}]}\ncollaborators: {knowledge: {kind: builtin-demo}}\n")
-	if c.Collaborators.DemoTask == nil || c.Collaborators.DemoTask.Seed != 2 || c.Collaborators.Verify != nil {
+	if tc, err := demo.DecodeConfig(c.Collaborators.Task); err != nil || tc.Seed != 2 || c.Collaborators.Verify != nil {
 		t.Errorf("configured agents: %+v, want the knowledge agent alone on the run's task", c.Collaborators)
 	}
-	if c.Collaborators.Knowledge.Kind != collab.KindBuiltinDemo {
+	if c.Collaborators.Knowledge.Kind != demo.KindCollaborators {
 		t.Errorf("knowledge agent %+v", c.Collaborators.Knowledge)
 	}
 }

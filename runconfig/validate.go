@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
@@ -231,7 +230,7 @@ func (c Config) validateScoring() error {
 		}
 	}
 	def := c.Data.Sources.Defaults()
-	if t := def.Collaborators.DemoTask; t != nil && c.Collaborators.DemoTask != nil && *c.Collaborators.DemoTask != *t {
+	if t := def.Collaborators.Task; t != "" && c.Collaborators.Task != "" && c.Collaborators.Task != t {
 		return fieldError("collaborators.demo_task", "differs from the task of data.sources (kind %s): the built-in agents must answer about the run's task (leave collaborators.demo_task out)", c.Data.Sources[0].KindName())
 	}
 	if c.Reward.DataSource != "" {
@@ -311,13 +310,11 @@ func (c Config) validateEval() error {
 		return fieldError("eval.max_response_tokens", "%d must be at least 1", e.MaxResponseTokens)
 	}
 	for i, s := range e.Splits {
-		switch demotask.Split(s) {
-		case demotask.SplitAll, demotask.SplitSeen, demotask.SplitUnseen:
-		default:
-			return fieldError(fmt.Sprintf("eval.splits[%d]", i), "%q is unknown: use all, seen or unseen", s)
+		if def.Evaluate == nil {
+			return fieldError("eval.splits", "are splits of a task that evaluates its own splits (the demo's), but data.sources (%s) have none: evaluate them with eval.benchmarks", c.Data.Sources.Label())
 		}
-		if def.Task == nil {
-			return fieldError("eval.splits", "are splits of the demo task, but data.sources are prompt files: evaluate prompt files with eval.benchmarks")
+		if !slices.Contains(def.Splits, s) {
+			return fieldError(fmt.Sprintf("eval.splits[%d]", i), "%q is unknown: use %s", s, strings.Join(def.Splits, ", "))
 		}
 	}
 	seen := map[string]bool{}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -17,6 +16,7 @@ import (
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo/demorun"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )
 
@@ -63,7 +63,7 @@ func TestQuickDemoEndToEnd(t *testing.T) {
 			t.Errorf("checkpoint %d is not a full training state (%v)", k, err)
 		}
 	}
-	for _, f := range []string{"report/" + demo.ReportMarkdown, "report/" + demo.AccuracyPNG, "analysis/analysis.md", "metrics.jsonl"} {
+	for _, f := range []string{"report/" + demorun.ReportMarkdown, "report/" + demorun.AccuracyPNG, "analysis/analysis.md", "metrics.jsonl"} {
 		if ok, _ := storage.Exists(ctx, storage.Join(dir, f)); !ok {
 			t.Errorf("%s is missing from the run directory", f)
 		}

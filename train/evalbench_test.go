@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/evalconfig"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
@@ -17,6 +16,7 @@ import (
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/records/tensorboard/tbtest"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 // TestTrainEvaluatesBenchmarks trains the quick demo for two steps with a
@@ -32,12 +32,12 @@ func TestTrainEvaluatesBenchmarks(t *testing.T) {
 	}
 	ctx := context.Background()
 	base := t.TempDir()
-	task, err := demotask.New(demotask.DefaultConfig())
+	task, err := demo.New(demo.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var lines []string
-	for i, q := range task.AllQuestions(demotask.SplitUnseen)[:6] {
+	for i, q := range task.AllQuestions(demo.SplitUnseen)[:6] {
 		lines = append(lines, fmt.Sprintf(`{"id": "h%d", "problem": %q, "answer": "%d"}`, i, q.Prompt, q.Answer))
 	}
 	bench := filepath.Join(base, "heldout.jsonl")

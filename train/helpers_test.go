@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/serve"
+	"github.com/aipo-rl/aipo/tasks/demo"
+	"github.com/aipo-rl/aipo/tasks/demo/demorun"
 	"github.com/aipo-rl/aipo/train/evaluate"
 	"github.com/aipo-rl/aipo/train/policyservers"
 )
@@ -25,7 +25,7 @@ import (
 // 127.0.0.1, until the test ends.
 type demoServer struct {
 	cfg                runconfig.Config // the quick demo's, run directory <base>/warm
-	task               *demotask.Task
+	task               *demo.Task
 	ckpt               string // the warm start's checkpoint
 	grpcAddr, httpAddr string
 }
@@ -37,7 +37,7 @@ func startDemoServer(t testing.TB, base string) demoServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := demo.Task(cfg)
+	task, err := demo.SourcesTask(cfg.Data.Sources)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func startDemoServer(t testing.TB, base string) demoServer {
 	return demoServer{cfg: cfg, task: task, ckpt: ckpt, grpcAddr: gl.Addr().String(), httpAddr: hl.Addr().String()}
 }
 
-// demoOptions choose a demo run for a test: demo.Options, with the loop's
+// demoOptions choose a demo run for a test: demorun.Options, with the loop's
 // options that aipo demo passes on.
 type demoOptions struct {
 	RunDir            string
@@ -65,18 +65,18 @@ type demoOptions struct {
 	Reconfigure       bool
 }
 
-func (o demoOptions) demo() demo.Options {
-	return demo.Options{RunDir: o.RunDir, Quick: o.Quick, Config: o.Config, Mutate: o.Mutate, WarmStart: o.WarmStart,
+func (o demoOptions) demo() demorun.Options {
+	return demorun.Options{RunDir: o.RunDir, Quick: o.Quick, Config: o.Config, Mutate: o.Mutate, WarmStart: o.WarmStart,
 		WarmStartProgress: o.WarmStartProgress, Log: o.Log, Reconfigure: o.Reconfigure}
 }
 
 // demoConfig is the configuration of the demo run o.
-func demoConfig(o demoOptions) (runconfig.Config, error) { return demo.Config(o.demo()) }
+func demoConfig(o demoOptions) (runconfig.Config, error) { return demorun.Config(o.demo()) }
 
-// runDemo runs the demo as aipo demo does: demo.Run, training with the
+// runDemo runs the demo as aipo demo does: demorun.Run, training with the
 // house's parts (runWired).
-func runDemo(ctx context.Context, o demoOptions) (demo.Report, error) {
-	return demo.Run(ctx, o.demo(), func(ctx context.Context, cfg runconfig.Config) error {
+func runDemo(ctx context.Context, o demoOptions) (demorun.Report, error) {
+	return demorun.Run(ctx, o.demo(), func(ctx context.Context, cfg runconfig.Config) error {
 		return runWired(ctx, cfg, Options{Progress: o.Progress, StopAfter: o.StopAfter, Log: o.Log})
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
@@ -21,6 +20,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 // One `aipo learn` step on a hand-built shard raises the log-probability of

@@ -23,14 +23,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/collab/guard"
 	"github.com/aipo-rl/aipo/transforms/collab/openai"
@@ -49,7 +48,7 @@ import (
 // might answer).
 type plantedLLM struct {
 	key                              string
-	task                             *demotask.Task
+	task                             *demo.Task
 	n, answered, failed, echoed, bad atomic.Int64
 }
 
@@ -183,7 +182,7 @@ func TestPlantedKeysNeverLeak(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			task, err := demo.Task(cfg)
+			task, err := demo.SourcesTask(cfg.Data.Sources)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,15 +19,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/faultinject"
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/collab/builtin"
 )
 
 // Fault kinds injected by faultInjector. "slow" answers correctly after a
@@ -94,8 +93,8 @@ func (f *faultInjector) counts() map[string]int64 {
 
 // demoChat answers the three agents' chat completions (OpenAI shape) the
 // way the built-in collaborators do: /<agent>/v1/chat/completions.
-func demoChat(task *demotask.Task) http.Handler {
-	verifier := builtin.NewVerifier(task)
+func demoChat(task *demo.Task) http.Handler {
+	verifier := demo.NewVerifier(task)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		agent, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 		var req struct {
@@ -111,12 +110,12 @@ func demoChat(task *demotask.Task) http.Handler {
 		var answer string
 		switch agent {
 		case "knowledge":
-			answer = builtin.Unknown
+			answer = demo.Unknown
 			if v, ok := task.Lookup(strings.ToLower(q)); ok {
 				answer = strconv.Itoa(v)
 			}
 		case "reason":
-			a, _ := builtin.Reasoner{}.Answer(r.Context(), collab.Query{Text: q})
+			a, _ := demo.Reasoner{}.Answer(r.Context(), collab.Query{Text: q})
 			answer = a.Text
 		case "verify":
 			answer = verifier.Check(q)

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 // retainedAfter simulates a run of steps steps under p with no failure:
@@ -101,7 +101,7 @@ func warmQuick(t *testing.T) func(dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := demo.Task(cfg)
+	task, err := demo.SourcesTask(cfg.Data.Sources)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/aipo-rl/aipo/demo"
-	"github.com/aipo-rl/aipo/demo/comparison"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/tasks/demo/comparison"
+	"github.com/aipo-rl/aipo/tasks/demo/demorun"
 	"github.com/aipo-rl/aipo/train"
 	"github.com/aipo-rl/aipo/train/wire"
 )
@@ -72,13 +72,13 @@ func runDemo(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p := newProgress(os.Stderr)
-	do := demo.Options{
+	do := demorun.Options{
 		RunDir: dir, Quick: *quick, WarmStartProgress: p.warmStart, Log: p.log, Mutate: o.apply,
 		Reconfigure: *reconfigure,
 	}
 	// The configuration is checked before the lease is taken: flags that
 	// make no valid run leave no trace in the run directory.
-	cfg, err := demo.Config(do)
+	cfg, err := demorun.Config(do)
 	if err != nil {
 		p.finish()
 		return runError("%s", errText(err))
@@ -89,7 +89,7 @@ func runDemo(args []string) error {
 		return runError("%s", errText(err))
 	}
 	defer release()
-	rep, err := demo.Run(ctx, do, func(ctx context.Context, cfg runconfig.Config) error {
+	rep, err := demorun.Run(ctx, do, func(ctx context.Context, cfg runconfig.Config) error {
 		return wire.Run(ctx, cfg, train.Options{Progress: p.event, Log: p.log})
 	})
 	p.finish()

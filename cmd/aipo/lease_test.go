@@ -10,14 +10,13 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/configs"
-	"github.com/aipo-rl/aipo/demo"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 // aipo rollout and aipo learn, one step each of the quick configuration,
@@ -102,7 +101,7 @@ func TestRolloutAndLearnCommandsTakeTheLease(t *testing.T) {
 // task, a committed checkpoint, into dir.
 func quickWarmStart(t *testing.T, dir string) {
 	t.Helper()
-	task, err := demotask.New(demotask.DefaultConfig())
+	task, err := demo.New(demo.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

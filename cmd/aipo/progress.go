@@ -9,9 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/records"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/train"
 )
 
@@ -80,8 +79,8 @@ func (p *progress) event(e train.Event) {
 		}
 	}
 	if e.Eval != nil {
-		u, _ := e.Eval.Score(demotask.SplitUnseen)
-		s, _ := e.Eval.Score(demotask.SplitSeen)
+		u, _ := e.Eval.Score("unseen")
+		s, _ := e.Eval.Score("seen")
 		p.heldout = fmt.Sprintf("%.2f", u.Greedy)
 		line := fmt.Sprintf("eval checkpoint %d (policy alone): held-out greedy %.2f Avg@%d %.2f Pass@%d %.2f, seen greedy %.2f", e.Eval.Step, u.Greedy, u.K, u.AvgK, u.K, u.PassK, s.Greedy)
 		p.println(line)

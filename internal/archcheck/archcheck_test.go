@@ -116,23 +116,44 @@ type rule struct {
 	name      string
 	from      func(pkg string) bool
 	forbidden func(imp string) bool
-	tests     bool
+	// forbiddenFrom, when set, forbids imports by the importing package
+	// too (a task's own packages may import it).
+	forbiddenFrom func(pkg, imp string) bool
+	tests         bool
 }
 
-// The module's layers, from the top: the command; the packages that run
-// a whole stage (the training loop, the inference server, the demo, the
-// memory planner); the in-process policy; the Beam graphs; the run
-// configuration; the pipelines' transforms and the learner, which do not
-// import each other; the records and schemas that cross stages; internal/.
+// The module's layers, from the top: the command; the tasks (tasks/<name>,
+// plug-ins that only the command links); the packages that run a whole
+// stage (the training loop, the inference server, the memory planner);
+// the in-process policy; the Beam graphs; the run configuration; the
+// pipelines' transforms and the learner, which do not import each other;
+// the records and schemas that cross stages; internal/. Package tasks,
+// what a task shares with the module (its settings), sits with the
+// records.
 var (
-	// stages run a whole stage of a run; only cmd/ imports them (and each
-	// other, downwards: train/wire and demo/comparison run train, train's
-	// evaluations score the demo task, plan reads the demo's model).
-	stages = []string{"train", "serve", "demo", "plan"}
+	// stages run a whole stage of a run; only cmd/ and the tasks import
+	// them (and each other, downwards: train/wire runs train).
+	stages = []string{"train", "serve", "plan"}
 	// above are the packages that sit above the pipelines' transforms and
-	// the learner.
+	// the learner: the tasks are matched by isTask.
 	above = append([]string{"cmd", "pipelines", "runconfig", "inproc"}, stages...)
 )
+
+// isTask reports whether p is a task package or below one (tasks/<name>/...);
+// package tasks itself is not.
+func isTask(p string) bool { return strings.HasPrefix(p, "tasks/") }
+
+// taskOf is the task package p is part of ("tasks/<name>"), "" when none.
+func taskOf(p string) string {
+	if !isTask(p) {
+		return ""
+	}
+	parts := strings.SplitN(p, "/", 3)
+	return parts[0] + "/" + parts[1]
+}
+
+// aboveAny reports whether i is a task or under one of the layers dirs.
+func aboveAny(i string, dirs ...string) bool { return isTask(i) || underAny(i, dirs...) }
 
 var rules = []rule{
 	{name: "only cmd/aipo imports learner/cuda",
@@ -143,30 +164,42 @@ var rules = []rule{
 		forbidden: func(i string) bool { return !under(i, "internal") }},
 	{name: "learner/ imports nothing of transforms/, records/ or what sits above them", tests: true,
 		from:      func(p string) bool { return under(p, "learner") },
-		forbidden: func(i string) bool { return underAny(i, append([]string{"transforms", "records"}, above...)...) }},
+		forbidden: func(i string) bool { return aboveAny(i, append([]string{"transforms", "records"}, above...)...) }},
 	{name: "schemas/ imports nothing of the module but internal/", tests: true,
 		from:      func(p string) bool { return under(p, "schemas") },
 		forbidden: func(i string) bool { return !underAny(i, "internal", "schemas") }},
 	{name: "records/ imports nothing of transforms/ or what sits above them",
 		from:      func(p string) bool { return under(p, "records") },
-		forbidden: func(i string) bool { return underAny(i, append([]string{"transforms"}, above...)...) }},
+		forbidden: func(i string) bool { return aboveAny(i, append([]string{"transforms"}, above...)...) }},
+	{name: "package tasks, what every task shares, imports nothing of the module but internal/ and schemas/", tests: true,
+		from:      func(p string) bool { return p == "tasks" },
+		forbidden: func(i string) bool { return !underAny(i, "internal", "schemas") }},
 	{name: "transforms/ imports nothing of learner/ or what sits above it",
 		from:      func(p string) bool { return under(p, "transforms") },
-		forbidden: func(i string) bool { return underAny(i, append([]string{"learner"}, above...)...) }},
-	{name: "pipelines/ imports nothing of the stages, the in-process policy or cmd/",
+		forbidden: func(i string) bool { return aboveAny(i, append([]string{"learner"}, above...)...) }},
+	{name: "pipelines/ imports nothing of the stages, the tasks, the in-process policy or cmd/",
 		from:      func(p string) bool { return under(p, "pipelines") },
-		forbidden: func(i string) bool { return underAny(i, append([]string{"cmd", "inproc"}, stages...)...) }},
+		forbidden: func(i string) bool { return aboveAny(i, append([]string{"cmd", "inproc"}, stages...)...) }},
 	{name: "runconfig/ imports nothing of the stages, the in-process policy or cmd/", tests: true,
 		from:      func(p string) bool { return under(p, "runconfig") },
 		forbidden: func(i string) bool { return underAny(i, append([]string{"cmd", "inproc"}, stages...)...) }},
+	{name: "a task (tasks/<name>) is imported by the command and its own packages only: the rest of the module reaches it through the registrations it makes (package tasks lists them). Test files may import one: a test binary links the tasks it runs on, as the command does",
+		from:          func(p string) bool { return !under(p, "cmd") },
+		forbiddenFrom: func(p, i string) bool { return isTask(i) && taskOf(p) != taskOf(i) },
+	},
+	{name: "a task imports no other task: what two tasks share belongs below them",
+		from:          isTask,
+		forbiddenFrom: func(p, i string) bool { return isTask(i) && taskOf(p) != taskOf(i) },
+		tests:         true,
+	},
 	{name: "the training loop (train itself) imports no Beam graph, no other stage, no transform and no TensorBoard writer: its rollout, evaluations, policy servers and TensorBoard come in through train.Options (train/wire gives the house's)",
 		from: func(p string) bool { return p == "train" },
 		forbidden: func(i string) bool {
-			return underAny(i, "pipelines", "demo", "serve", "plan", "transforms", "evalconfig", "configs", "records/tensorboard")
+			return aboveAny(i, "pipelines", "serve", "plan", "transforms", "evalconfig", "configs", "records/tensorboard")
 		}},
 	{name: "serve/ imports nothing of the other stages or the Beam graphs",
 		from:      func(p string) bool { return under(p, "serve") },
-		forbidden: func(i string) bool { return underAny(i, "train", "demo", "plan", "pipelines", "cmd") }},
+		forbidden: func(i string) bool { return aboveAny(i, "train", "plan", "pipelines", "cmd") }},
 	{name: "nothing outside cmd/ imports cmd/", tests: true,
 		from:      func(p string) bool { return !under(p, "cmd") },
 		forbidden: func(i string) bool { return under(i, "cmd") }},
@@ -182,7 +215,7 @@ func (r rule) violations(im imports) []string {
 				continue
 			}
 			for _, i := range imps {
-				if r.forbidden(i) {
+				if r.forbidden != nil && r.forbidden(i) || r.forbiddenFrom != nil && r.forbiddenFrom(pkg, i) {
 					out = append(out, pkg+" -> "+i+suffix)
 				}
 			}
@@ -215,12 +248,15 @@ func TestImportRulesSeeTheGraph(t *testing.T) {
 	im := readImports(t)
 	for _, want := range []struct{ pkg, imp string }{
 		{"cmd/aipo", "learner/cuda"}, {"learner/backend", "internal/meminfo"}, {"train", "learner/backend"},
+		{"cmd/aipo", "tasks/demo"}, {"cmd/aipo", "tasks/countdown"}, {"tasks/demo/demorun", "tasks/demo"},
 	} {
 		if !slices.Contains(im.code[want.pkg], want.imp) {
 			t.Errorf("the graph lacks %s -> %s: %v", want.pkg, want.imp, im.code[want.pkg])
 		}
 	}
 	im.code["train"] = append(slices.Clone(im.code["train"]), "learner/cuda", "pipelines/rollout")
+	im.code["train/evaluate"] = append(slices.Clone(im.code["train/evaluate"]), "tasks/demo")
+	im.tests["tasks/countdown"] = append(slices.Clone(im.tests["tasks/countdown"]), "tasks/demo/demorun")
 	im.tests["internal/meminfo"] = append(slices.Clone(im.tests["internal/meminfo"]), "learner/model")
 	got := map[string][]string{}
 	for _, r := range rules {
@@ -238,6 +274,18 @@ func TestImportRulesSeeTheGraph(t *testing.T) {
 	}
 	if v := got[rules[i].name]; !slices.Equal(v, []string{"train -> pipelines/rollout"}) {
 		t.Errorf("%s: %q, want the added train -> pipelines/rollout", rules[i].name, v)
+	}
+	for _, want := range []struct{ prefix, v string }{
+		{"a task (tasks/<name>) is imported by the command", "train/evaluate -> tasks/demo"},
+		{"a task imports no other task", "tasks/countdown -> tasks/demo/demorun (test)"},
+	} {
+		i := slices.IndexFunc(rules, func(r rule) bool { return strings.HasPrefix(r.name, want.prefix) })
+		if i < 0 {
+			t.Fatalf("no rule %q", want.prefix)
+		}
+		if v := got[rules[i].name]; !slices.Equal(v, []string{want.v}) {
+			t.Errorf("%s: %q, want the added %s", rules[i].name, v, want.v)
+		}
 	}
 }
 

@@ -2,12 +2,13 @@
 // way, down these layers (docs/architecture.md draws them):
 //
 //	cmd/aipo                          the command
-//	train/, serve/, demo/, plan/      the stages a command runs
+//	tasks/<name>                      the tasks the command links (plug-ins)
+//	train/, serve/, plan/             the stages a command runs
 //	inproc/                           the in-process policy
 //	pipelines/                        the Beam graphs: rollout, eval, analytics
 //	runconfig/                        the run configuration
 //	transforms/    learner/           the pipelines' parts; the learner
-//	records/, schemas/                what crosses stages
+//	records/, schemas/, tasks         what crosses stages; a task's settings
 //	internal/                         shared plumbing
 //
 // In detail:
@@ -24,6 +25,12 @@
 //   - pipelines/ and runconfig/ import none of the stages, inproc/ or cmd/;
 //     serve/ none of the other stages or the Beam graphs (its tests check
 //     it against train's loading of the same directories);
+//   - a task (tasks/<name>, with its subpackages) is imported by cmd/ and
+//     its own packages only, the rest of the module reaching it through
+//     the registrations it makes; test files may import one (a test
+//     binary links the tasks it runs on, as the command does); a task
+//     imports no other task; package tasks, what they share, imports
+//     nothing of the module but internal/ and schemas/;
 //   - nothing outside cmd/ imports cmd/;
 //   - every package under pipelines/ builds a Beam graph.
 //

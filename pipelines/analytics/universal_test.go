@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/evalconfig"
 	_ "github.com/aipo-rl/aipo/inproc" // inproc:// policy endpoints
 	"github.com/aipo-rl/aipo/internal/rundir"
@@ -32,6 +31,7 @@ import (
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 func fileExists(p string) bool {

@@ -121,7 +121,7 @@ func (e *chatEncoder) encode(ctx context.Context, user string) ([]int32, error) 
 		return out, nil
 	}
 	var b bytes.Buffer
-	if err := e.raw.Execute(&b, struct{ System, User string }{e.chat.System, user}); err != nil {
+	if err := e.raw.Execute(&b, struct{ System, User, Problem string }{e.chat.System, user, user}); err != nil {
 		return nil, fmt.Errorf("chat.raw_template: %w", err)
 	}
 	return e.client.Tokenize(ctx, b.String(), true)

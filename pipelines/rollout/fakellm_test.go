@@ -21,17 +21,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/faultinject"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/collab/builtin"
 )
 
 var faultKinds = []string{"500", "timeout", "reset", "malformed", "empty"}
 
 type fakeLLM struct {
 	srv      *httptest.Server
-	task     *demotask.Task
+	task     *demo.Task
 	rate     float64
 	stall    time.Duration // how long a "timeout" fault stalls
 	delay    time.Duration // added to every answer (the benchmark's simulated model time)
@@ -40,7 +39,7 @@ type fakeLLM struct {
 }
 
 func newFakeLLM(t *testing.T, rate float64, stall time.Duration) *fakeLLM {
-	task, err := demotask.New(demotask.DefaultConfig())
+	task, err := demo.New(demo.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,17 +102,17 @@ func (f *fakeLLM) handle(w http.ResponseWriter, r *http.Request) {
 		v, ok := f.task.Lookup(strings.ToLower(strings.TrimSpace(query)))
 		switch {
 		case !ok:
-			answer = builtin.Unknown
+			answer = demo.Unknown
 		case noisy:
 			answer = strconv.Itoa(100 + (v-100+1+collab.IntN(seed, 5, 898))%900)
 		default:
 			answer = strconv.Itoa(v)
 		}
 	case "reason":
-		a, _ := builtin.Reasoner{}.Answer(context.Background(), collab.Query{Text: query})
+		a, _ := demo.Reasoner{}.Answer(context.Background(), collab.Query{Text: query})
 		answer = a.Text
 	case "verify":
-		answer = builtin.NewVerifier(f.task).Check(query)
+		answer = demo.NewVerifier(f.task).Check(query)
 	default:
 		http.Error(w, `{"error":{"message":"no such model"}}`, http.StatusNotFound)
 		return

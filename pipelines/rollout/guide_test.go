@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 // TestRolloutGuidance mixes one reference-solution trace into each group
@@ -22,12 +22,12 @@ import (
 // both.
 func TestRolloutGuidance(t *testing.T) {
 	dir := t.TempDir()
-	task, _ := demotask.New(demotask.DefaultConfig())
+	task, _ := demo.New(demo.DefaultConfig())
 	var demoLines, mathLines []string
-	qs := task.AllQuestions(demotask.SplitAll)
+	qs := task.AllQuestions(demo.SplitAll)
 	for i, q := range qs[:4] {
 		v, _ := task.Lookup(q.Entity)
-		sol := fmt.Sprintf(`, "solution": %q`, demotask.Direct(v, q.N))
+		sol := fmt.Sprintf(`, "solution": %q`, demo.Direct(v, q.N))
 		if i == 3 {
 			sol = "" // no reference solution
 		}
@@ -118,7 +118,7 @@ eval: {every: 0}
 	}
 }
 
-func answerOf(t *testing.T, task *demotask.Task, qs []demotask.Question, id string) string {
+func answerOf(t *testing.T, task *demo.Task, qs []demo.Question, id string) string {
 	t.Helper()
 	var i int
 	fmt.Sscanf(strings.TrimPrefix(id, "math/m"), "%d", &i)

@@ -28,9 +28,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/policy"
 )
@@ -41,7 +41,7 @@ func init() {
 
 type player struct {
 	tok        *tokenizer.HF
-	task       *demotask.Task
+	task       *demo.Task
 	version    int64
 	fail, perm float64
 
@@ -51,7 +51,7 @@ type player struct {
 }
 
 func openPlayer(_ context.Context, u *url.URL) (policy.Client, error) {
-	task, err := demotask.New(demotask.DefaultConfig())
+	task, err := demo.New(demo.DefaultConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -150,20 +150,20 @@ func (p *player) continuation(text string, seed uint64) string {
 	switch {
 	case resp == "":
 		if collab.Uniform(seed, 9) < 0.6 {
-			return demotask.TagRetrieval + name + demotask.TagRetrievalEnd + demotask.TagResult
+			return demo.TagRetrieval + name + demo.TagRetrievalEnd + demo.TagResult
 		}
 		v, found := p.task.Lookup(name)
 		if !found || !p.seen(name) {
 			v = guess()
 		}
-		return demotask.Direct(v, n)
-	case strings.HasSuffix(resp, demotask.TagResultEnd):
-		i := strings.LastIndex(resp, demotask.TagResult)
-		v, err := strconv.Atoi(resp[i+len(demotask.TagResult) : len(resp)-len(demotask.TagResultEnd)])
+		return demo.Direct(v, n)
+	case strings.HasSuffix(resp, demo.TagResultEnd):
+		i := strings.LastIndex(resp, demo.TagResult)
+		v, err := strconv.Atoi(resp[i+len(demo.TagResult) : len(resp)-len(demo.TagResultEnd)])
 		if err != nil {
 			v = guess()
 		}
-		return demotask.Arith(v, n)
+		return demo.Arith(v, n)
 	}
 	return ""
 }

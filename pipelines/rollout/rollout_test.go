@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/aipo-rl/aipo/internal/beamrun"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	_ "github.com/aipo-rl/aipo/transforms/collab/kinds"
 	"github.com/aipo-rl/aipo/transforms/trajectories"
@@ -128,7 +128,7 @@ func checkGroups(t *testing.T, c runconfig.Config, rows []schemas.Trajectory, pr
 		_, qid, _ := strings.Cut(id, "-")
 		name, nText, _ := strings.Cut(qid, "+")
 		n, _ := strconv.Atoi(nText)
-		value, _ := demotask.New(*c.Data.Sources.Defaults().Task)
+		value, _ := demo.SourcesTask(c.Data.Sources)
 		v, _ := value.Lookup(name)
 		answer := v + n
 		var rewards []float32
@@ -137,7 +137,7 @@ func checkGroups(t *testing.T, c runconfig.Config, rows []schemas.Trajectory, pr
 			if int(r.SampleIndex) != i {
 				t.Fatalf("prompt %s: sample %d at position %d", id, r.SampleIndex, i)
 			}
-			if r.PolicyVersion != 3 || r.Run != "test" || r.DataSource != trajectories.DemoSource {
+			if r.PolicyVersion != 3 || r.Run != "test" || r.DataSource != demo.DataSource {
 				t.Errorf("prompt %s sample %d: version %d run %q source %q", id, i, r.PolicyVersion, r.Run, r.DataSource)
 			}
 			// Provenance: spans hold the answer (agent's source, or
@@ -183,7 +183,7 @@ func checkGroups(t *testing.T, c runconfig.Config, rows []schemas.Trajectory, pr
 				}
 				continue
 			}
-			correct, _ := demotask.Score(decode(own), answer)
+			correct, _ := demo.Score(decode(own), answer)
 			want := float32(0)
 			if correct {
 				want = 1
@@ -338,9 +338,9 @@ func checkDynamic(t *testing.T, m schemas.Manifest, rows []schemas.Trajectory, b
 // trains on what it kept, saying how many groups it lacks.
 func TestRolloutDynamicSamplingFiles(t *testing.T) {
 	dir := t.TempDir()
-	task, _ := demotask.New(demotask.DefaultConfig())
+	task, _ := demo.New(demo.DefaultConfig())
 	var lines, all []string
-	for i, q := range task.AllQuestions(demotask.SplitAll)[:60] {
+	for i, q := range task.AllQuestions(demo.SplitAll)[:60] {
 		lines = append(lines, fmt.Sprintf(`{"id":"p%02d","problem":%q,"answer":"%d"}`, i, q.Prompt, q.Answer))
 		all = append(all, fmt.Sprintf("demo/p%02d", i))
 	}
@@ -460,9 +460,9 @@ func faultCounts(f *fakeLLM) []int64 {
 // batch is chosen from the good rows and the bad one is dead-lettered.
 func TestRolloutPromptFiles(t *testing.T) {
 	dir := t.TempDir()
-	task, _ := demotask.New(demotask.DefaultConfig())
+	task, _ := demo.New(demo.DefaultConfig())
 	var lines []string
-	for i, q := range task.AllQuestions(demotask.SplitAll)[:30] {
+	for i, q := range task.AllQuestions(demo.SplitAll)[:30] {
 		lines = append(lines, fmt.Sprintf(`{"id":"p%02d","problem":%q,"answer":"%d"}`, i, q.Prompt, q.Answer))
 	}
 	lines = append(lines, `{"id":"bad","problem":"no answer here"}`)

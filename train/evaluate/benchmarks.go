@@ -56,8 +56,10 @@ func benchmarks(ctx context.Context, cfg runconfig.Config, k int64, emit func(re
 // benchmarkEvalConfig is the eval pipeline's configuration for checkpoint
 // k served at endpoint: the run's benchmarks, eval.samples samples at
 // eval.temperature with eval.max_response_tokens, the policy's stop
-// strings, a seed drawn from the run's, and the model's chat format when
-// the checkpoint carries a tokenizer.json (the ChatML template through the
+// strings, a seed drawn from the run's, and the prompt format of the
+// rollouts: rollout.prompt_template as is when the rollouts render it
+// without a chat template, else the model's chat format when the
+// checkpoint carries a tokenizer.json (the ChatML template through the
 // policy's tokenizer otherwise).
 func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, endpoint string) (evalconfig.Config, error) {
 	smp := cfg.EvalSampling()
@@ -70,6 +72,16 @@ func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, end
 		PassK:      passKs(maxSamples(cfg)),
 		MajK:       []int{cfg.Eval.Samples},
 		Benchmarks: cfg.Eval.Benchmarks,
+	}
+	if raw := cfg.Rollout.ChatTemplate == "none" || (cfg.Rollout.ChatTemplate == "" && cfg.Rollout.PromptTemplate != ""); raw {
+		// The rollouts render prompt_template as is: so do the benchmarks
+		// (a task's own prompt format, as the small models of the demo
+		// and Countdown learn it).
+		ec.Chat.Raw, ec.Chat.RawTemplate, ec.Chat.System = true, cfg.Rollout.PromptTemplate, cfg.Rollout.SystemPrompt
+		if ec.Chat.RawTemplate == "" {
+			ec.Chat.RawTemplate = evalconfig.DefaultRawTemplate
+		}
+		return ec, nil
 	}
 	tok := storage.Join(rundir.Checkpoint(cfg.Run.Dir, k), checkpoint.TokenizerName)
 	if ok, err := storage.Exists(ctx, tok); err != nil {

@@ -1,7 +1,8 @@
 // Package evaluate holds the evaluations the training loop runs on the
 // schedule of the run's eval section (train.Options.Evaluate): the policy
-// alone on the demo task's splits (eval.splits) and on held-out benchmarks
-// with the eval pipeline (eval.benchmarks). Each serves the checkpoint in
+// alone on the splits of the task the run's prompts are drawn from
+// (eval.splits, scored by the task's promptsource.SplitEvaluator) and on
+// held-out benchmarks with the eval pipeline (eval.benchmarks). Each serves the checkpoint in
 // this process, writes its record under metrics/ (train.RebuildMetrics
 // puts it into metrics.jsonl) and reports it as a records.Progress.
 package evaluate
@@ -12,29 +13,26 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/inproc"
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
 // Evaluator evaluates the checkpoints of one run.
 type Evaluator struct {
-	task *demotask.Task // nil: a run on prompt files, evaluated on benchmarks alone
+	splits promptsource.SplitEvaluator // nil: a run on prompt files, evaluated on benchmarks alone
 }
 
 // New is the evaluator of the run of cfg: on its benchmarks, and on the
-// splits of the task its prompts are drawn from (demo.RunTask).
+// splits of the task its prompts are drawn from (the Evaluate of its
+// sources' promptsource.Defaults).
 func New(cfg runconfig.Config) (*Evaluator, error) {
-	task, err := demo.RunTask(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Evaluator{task: task}, nil
+	return &Evaluator{splits: cfg.Data.Sources.Defaults().Evaluate}, nil
 }
 
 // Evaluate evaluates checkpoint k on eval.benchmarks, then alone on the
@@ -45,7 +43,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg runconfig.Config, k int64,
 	if err := benchmarks(ctx, cfg, k, emit); err != nil {
 		return err
 	}
-	if e.task == nil || !scheduled(cfg, k) {
+	if e.splits == nil || len(cfg.Eval.Splits) == 0 || !scheduled(cfg, k) {
 		return nil
 	}
 	p := rundir.MetricsRecord(cfg.Run.Dir, rundir.EvalKind, k)
@@ -61,17 +59,9 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg runconfig.Config, k int64,
 			return err
 		}
 		defer c.Close()
-		ec := demo.DefaultEval()
-		ec.Samples, ec.Temperature = cfg.Eval.Samples, cfg.Eval.Temperature
-		if cfg.Eval.MaxResponseTokens > 0 {
-			ec.MaxTokens = cfg.Eval.MaxResponseTokens
-		}
-		ec.Seed = int64(cfg.Run.Seed)*7919 + 17
-		var splits []demotask.Split
-		for _, s := range cfg.Eval.Splits {
-			splits = append(splits, demotask.Split(s))
-		}
-		scores, err := demo.Evaluate(ctx, c, e.task, ec, splits...)
+		se := promptsource.SplitEval{Samples: cfg.Eval.Samples, Params: sampling.Params{
+			Temperature: cfg.Eval.Temperature, MaxTokens: cfg.Eval.MaxResponseTokens, Seed: int64(cfg.Run.Seed)*7919 + 17}}
+		scores, err := e.splits(ctx, c, se, cfg.Eval.Splits)
 		if err != nil {
 			return err
 		}

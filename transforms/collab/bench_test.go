@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/collab/builtin"
 	"github.com/aipo-rl/aipo/transforms/collab/guard"
 )
 
@@ -18,12 +17,12 @@ import (
 // hits (the worst case). With -short (make bench-smoke) it makes 200 calls
 // each way instead of 20,000.
 func BenchmarkResilientOverhead(b *testing.B) {
-	task, err := demotask.New(demotask.DefaultConfig())
+	task, err := demo.New(demo.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
 	name := task.Entities()[0].Name
-	inner := builtin.NewKnowledge(task, collab.ConstantNoise(0.2))
+	inner := demo.NewKnowledge(task, collab.ConstantNoise(0.2))
 	wrapped := collab.NewResilient(collab.Knowledge, inner, guard.New(guard.Policy{Timeout: collab.DefaultTimeout}, nil, nil), collab.NewCache(1<<20))
 	ctx := context.Background()
 	calls := 20000

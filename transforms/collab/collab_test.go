@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	_ "github.com/aipo-rl/aipo/transforms/collab/builtin"
 	"github.com/aipo-rl/aipo/transforms/collab/guard"
@@ -271,13 +271,13 @@ func TestCacheBounded(t *testing.T) {
 }
 
 func TestNewSetBuiltinDemo(t *testing.T) {
-	tc := demotask.DefaultConfig()
-	set, err := collab.NewSet(context.Background(), collab.BuiltinDemo(tc, 0.2), collab.Env{})
+	tc := demo.DefaultConfig()
+	set, err := collab.NewSet(context.Background(), demo.Collaborators(tc, 0.2), collab.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer set.Close()
-	task, _ := demotask.New(tc)
+	task, _ := demo.New(tc)
 	e := task.Entities()[3]
 	ctx := context.Background()
 	noisy := 0
@@ -309,7 +309,7 @@ func TestNewSetBuiltinDemo(t *testing.T) {
 		t.Errorf("metrics = %v, want collab.knowledge.calls 200", m)
 	}
 
-	only := collab.Config{Reason: &collab.RoleConfig{Kind: collab.KindBuiltinDemo}}
+	only := collab.Config{Reason: &collab.RoleConfig{Kind: demo.KindCollaborators}}
 	s2, err := collab.NewSet(ctx, only, collab.Env{})
 	if err != nil {
 		t.Fatal(err)

@@ -12,15 +12,16 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/secure"
+	"github.com/aipo-rl/aipo/tasks"
 )
 
-// Kinds of collaborator implementations (RoleConfig.Kind).
+// Kinds of collaborator implementations (RoleConfig.Kind) that serve
+// models: tasks register kinds of their own that answer in this process
+// (RegisterInProcessKind; the demo task's builtin-demo).
 const (
-	KindBuiltinDemo = "builtin-demo"
-	KindOpenAI      = "openai"
-	KindGRPC        = "grpc"
+	KindOpenAI = "openai"
+	KindGRPC   = "grpc"
 )
 
 // Config configures the collaborators of a run or of `aipo collaborators
@@ -40,9 +41,10 @@ type Config struct {
 	Verify    *RoleConfig `yaml:"verify,omitempty"`    // the Verify Agent
 	Knowledge *RoleConfig `yaml:"knowledge,omitempty"` // the Knowledge Agent
 	Reason    *RoleConfig `yaml:"reason,omitempty"`    // the Reasoning Agent
-	// DemoTask generates the demo task that builtin-demo roles answer
-	// about; it must match the run's task. Default: demotask.DefaultConfig().
-	DemoTask *demotask.Config `yaml:"demo_task,omitempty"`
+	// Task is the settings of the task whose in-process roles (a task's
+	// own kind, as the demo's builtin-demo) answer about it; it must match
+	// the run's task. Unset: the task's default.
+	Task tasks.Settings `yaml:"demo_task,omitempty"`
 	// CacheEntries bounds the per-run answer cache (entries, over all
 	// roles); 0 means 65536. Roles turn their caching on or off with
 	// RoleConfig.Cache.
@@ -135,7 +137,7 @@ func (r RoleConfig) ContextFor(a Agent) string {
 	switch {
 	case r.Context != "":
 		return r.Context
-	case r.Kind == KindBuiltinDemo:
+	case inProcess(r.Kind):
 		return ContextQuery
 	case a == Knowledge:
 		return ContextProblem
@@ -192,18 +194,6 @@ func (c Config) Roles() map[Agent]RoleConfig {
 	return out
 }
 
-// BuiltinDemo is the configuration of the demo: all three roles built in,
-// the Knowledge Agent wrong 20% of the time.
-func BuiltinDemo(task demotask.Config, noise float64) Config {
-	n := ConstantNoise(noise)
-	return Config{
-		Verify:    &RoleConfig{Kind: KindBuiltinDemo},
-		Knowledge: &RoleConfig{Kind: KindBuiltinDemo, Noise: &n},
-		Reason:    &RoleConfig{Kind: KindBuiltinDemo},
-		DemoTask:  &task,
-	}
-}
-
 // LoadConfig reads and validates a YAML config file. Relative file names
 // inside it are resolved against its directory.
 func LoadConfig(path string) (Config, error) {
@@ -255,11 +245,6 @@ func (c Config) Validate() error {
 	if c.CacheEntries < 0 {
 		return fmt.Errorf("cache_entries %d must not be negative", c.CacheEntries)
 	}
-	if c.DemoTask != nil {
-		if err := c.DemoTask.Validate(); err != nil {
-			return fmt.Errorf("demo_task: %w", err)
-		}
-	}
 	for _, a := range Agents {
 		r, ok := roles[a]
 		if !ok {
@@ -268,24 +253,29 @@ func (c Config) Validate() error {
 		if err := r.validate(a); err != nil {
 			return fmt.Errorf("%s: %w", a, err)
 		}
+		if c.Task != "" {
+			if err := checkTask(r.Kind, c.Task); err != nil {
+				return fmt.Errorf("demo_task: %w", err)
+			}
+		}
 	}
 	return nil
 }
 
 func (r RoleConfig) validate(a Agent) error {
-	switch r.Kind {
-	case KindBuiltinDemo:
-	case KindOpenAI, KindGRPC:
+	switch {
+	case inProcess(r.Kind):
+	case r.Kind == KindOpenAI || r.Kind == KindGRPC:
 		if r.Endpoint == "" {
 			return fmt.Errorf("kind %s needs an endpoint", r.Kind)
 		}
 		if r.Kind == KindOpenAI && r.Model == "" {
 			return errors.New("kind openai needs a model (the name the server serves)")
 		}
-	case "":
-		return fmt.Errorf("kind is missing (want %s, %s or %s)", KindBuiltinDemo, KindOpenAI, KindGRPC)
+	case r.Kind == "":
+		return fmt.Errorf("kind is missing (want %s)", strings.Join(kindChoices(), ", "))
 	default:
-		return fmt.Errorf("unknown kind %q (want %s, %s or %s)", r.Kind, KindBuiltinDemo, KindOpenAI, KindGRPC)
+		return fmt.Errorf("unknown kind %q (want %s; a task's own kind needs the task linked into the program)", r.Kind, strings.Join(kindChoices(), ", "))
 	}
 	if r.APIKeyEnv != "" && r.APIKeyFile != "" {
 		return errors.New("set api_key_env or api_key_file, not both")
@@ -296,7 +286,7 @@ func (r RoleConfig) validate(a Agent) error {
 			return fmt.Errorf("tls_ca_file is for a TLS endpoint: write the endpoint as grpcs://%s", secure.RedactURI(strings.TrimPrefix(r.Endpoint, "grpc://")))
 		case r.Kind == KindOpenAI && !strings.HasPrefix(r.Endpoint, "https://"):
 			return errors.New("tls_ca_file is for a TLS endpoint: the endpoint must be an https:// URL")
-		case r.Kind == KindBuiltinDemo:
+		case inProcess(r.Kind):
 			return errors.New("tls_ca_file applies to kinds grpc and openai only")
 		}
 	}

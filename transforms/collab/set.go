@@ -8,15 +8,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/tasks"
 	"github.com/aipo-rl/aipo/transforms/collab/guard"
 )
 
 // Env holds what builders may need beyond the config.
 type Env struct {
-	// Task is the demo task builtin-demo roles answer about. When nil,
-	// NewSet generates it from Config.DemoTask (or the default task).
-	Task *demotask.Task
 	// HTTPClient is used by openai roles; nil means a client of the
 	// package's own (no overall timeout: the guard times each attempt).
 	HTTPClient *http.Client
@@ -27,9 +24,59 @@ type Env struct {
 type Builder func(ctx context.Context, agent Agent, role RoleConfig, cfg Config, env Env) (Collaborator, error)
 
 var (
-	kindsMu  sync.RWMutex
-	builders = map[string]Builder{}
+	kindsMu   sync.RWMutex
+	builders  = map[string]Builder{}
+	inProcKin = map[string]func(tasks.Settings) error{}
 )
+
+// RegisterInProcessKind makes a kind of collaborator that answers in this
+// process (a task's built-in agents) available to NewSet: its roles need
+// no endpoint, and get no concurrency limiter, circuit breaker nor retries
+// (they cannot fail transiently), but keep the timeout, counters and
+// cache. check reports what is wrong with the task settings its roles
+// answer about (Config.Task, when set), so that a configuration is
+// refused before a set is built. It panics if the kind is registered
+// twice or check is nil.
+func RegisterInProcessKind(kind string, b Builder, check func(tasks.Settings) error) {
+	if check == nil {
+		panic("collab.RegisterInProcessKind(" + kind + "): check must be set")
+	}
+	RegisterKind(kind, b)
+	kindsMu.Lock()
+	defer kindsMu.Unlock()
+	inProcKin[kind] = check
+}
+
+// inProcess reports whether kind was registered by RegisterInProcessKind.
+func inProcess(kind string) bool {
+	kindsMu.RLock()
+	defer kindsMu.RUnlock()
+	return inProcKin[kind] != nil
+}
+
+// checkTask checks the task settings for the in-process kind.
+func checkTask(kind string, s tasks.Settings) error {
+	kindsMu.RLock()
+	check := inProcKin[kind]
+	kindsMu.RUnlock()
+	if check == nil {
+		return nil
+	}
+	return check(s)
+}
+
+// kindChoices lists the kinds a role may name: the served kinds and the
+// registered in-process ones.
+func kindChoices() []string {
+	out := []string{KindOpenAI, KindGRPC}
+	kindsMu.RLock()
+	defer kindsMu.RUnlock()
+	for k := range inProcKin {
+		out = append(out, k)
+	}
+	sort.Strings(out[2:])
+	return out
+}
 
 // RegisterKind makes a kind of collaborator available to NewSet. It panics
 // if the kind is registered twice (a programming error).
@@ -65,25 +112,9 @@ func NewSet(ctx context.Context, cfg Config, env Env) (Set, error) {
 		return nil, fmt.Errorf("collab: %w", err)
 	}
 	roles := cfg.Roles()
-	if env.Task == nil {
-		for _, r := range roles {
-			if r.Kind == KindBuiltinDemo {
-				tc := demotask.DefaultConfig()
-				if cfg.DemoTask != nil {
-					tc = *cfg.DemoTask
-				}
-				t, err := demotask.New(tc)
-				if err != nil {
-					return nil, fmt.Errorf("collab: demo_task: %w", err)
-				}
-				env.Task = t
-				break
-			}
-		}
-	}
 	limits := map[string]int{}
 	for _, a := range Agents {
-		if r, ok := roles[a]; ok && r.Kind != KindBuiltinDemo {
+		if r, ok := roles[a]; ok && !inProcess(r.Kind) {
 			r = r.WithDefaults()
 			k := endpointKey(r)
 			if l, seen := limits[k]; !seen || r.MaxConcurrency < l {
@@ -119,7 +150,7 @@ func NewSet(ctx context.Context, cfg Config, env Env) (Set, error) {
 		}
 		p := guard.Policy{Timeout: r.Timeout}
 		g := guard.New(p, nil, nil)
-		if r.Kind != KindBuiltinDemo {
+		if !inProcess(r.Kind) {
 			k := endpointKey(r)
 			sh, ok := endpoints[k]
 			if !ok {

@@ -13,11 +13,11 @@
 //
 // A step's prompts come from the run's sources (sources.go registers, with
 // prompts.RegisterDraw, how a step draws from each kind of
-// promptsource.List): Select chooses them from prompt files, DemoPrompts
-// draws them from the demo task.
+// promptsource.List): Select chooses them from prompt files, Generated
+// draws them from a task that generates its prompts (RegisterGenerator).
 //
 // Under dynamic sampling (refill.go) Decide replaces Advantages, Refill
-// (RefillDemo for the demo task) draws further prompts after each draw,
+// (its generated form for a task) draws further prompts after each draw,
 // Trim keeps the batch and DecisionMeta replaces StepMeta:
 //
 //	Decide       PCollection<Group> -> PCollection<schemas.Trajectory>, PCollection<Decision>
@@ -45,8 +45,8 @@
 // verifier judges what the policy wrote: the tokens collaborators and the
 // system inserted are removed before verification, so the policy is never
 // rewarded for a final answer an agent wrote. The verifier is chosen by
-// the prompt's data_source (or Spec.RewardDataSource); the demo task is
-// scored by demotask.Score. A trajectory that ended with finish reason
+// the prompt's data_source (or Spec.RewardDataSource); a task registers
+// the verifier of its own data_source. A trajectory that ended with finish reason
 // "error" has reward 0.
 //
 // # Advantages

@@ -84,7 +84,7 @@ func TestPromptFieldsCannotInject(t *testing.T) {
 	c := &tokClient{tok: tok}
 	f := &sampleFn{w: &worker{client: c, render: r}}
 
-	innocent := schemas.Prompt{ID: "p1", Problem: "lugr+3?", DataSource: DemoSource}
+	innocent := schemas.Prompt{ID: "p1", Problem: "lugr+3?", DataSource: "demo"}
 	base, err := f.promptTokens(ctx, innocent)
 	if err != nil {
 		t.Fatal(err)

@@ -3,11 +3,8 @@ package trajectories
 import (
 	"fmt"
 	"hash/fnv"
-	"math/rand/v2"
 	"sort"
-	"sync"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
@@ -18,7 +15,7 @@ import (
 // a group whose rewards are all equal carries no advantage and is dropped;
 // further prompts are drawn and sampled until the step holds Batch kept
 // groups, and kept groups beyond Batch (the last draw's surplus) are not
-// written. Draw 0 is the step's ordinary selection (Select, or DemoPrompts);
+// written. Draw 0 is the step's ordinary selection (Select, or Generated for a task that generates its prompts);
 // draw r >= 1 takes RefillCount prompts that no earlier draw of the step
 // took, from a permutation of the dataset drawn for the step alone
 // (RefillOrder), so that turning dynamic sampling on changes no step's
@@ -180,51 +177,6 @@ func (f *refillFn) ProcessElement(_ []byte, ids func(*string) bool, earlier func
 			slot++
 		}
 	}
-}
-
-// RefillDemo is Refill for the demo task: RefillCount fresh questions of
-// split, drawn with replacement from the run seed, the step and the draw,
-// with ids "rDD.SSS-<question id>" (draw, slot; unique within the step).
-//
-//	PCollection<Decision> -> PCollection<KV<int, schemas.Prompt>>
-func RefillDemo(s beam.Scope, task demotask.Config, split demotask.Split, seed uint64, step int64, draw, batch int, earlier beam.PCollection) beam.PCollection {
-	s = s.Scope("rollout.RefillDemo")
-	return beam.ParDo(s, &refillDemoFn{Task: task, Split: string(split), Seed: seed, Step: step, Draw: draw, Batch: batch},
-		beam.Impulse(s), beam.SideInput{Input: earlier})
-}
-
-type refillDemoFn struct {
-	Task  demotask.Config `json:"task"`
-	Split string          `json:"split"`
-	Seed  uint64          `json:"seed"`
-	Step  int64           `json:"step"`
-	Draw  int             `json:"draw"`
-	Batch int             `json:"batch"`
-
-	once sync.Once
-	task *demotask.Task
-	err  error
-}
-
-func (f *refillDemoFn) ProcessElement(_ []byte, earlier func(*Decision) bool, emit func(int, schemas.Prompt)) error {
-	f.once.Do(func() { f.task, f.err = demotask.New(f.Task) })
-	if f.err != nil {
-		return fmt.Errorf("rollout: demo task: %w", f.err)
-	}
-	drawn, kept := 0, 0
-	var d Decision
-	for earlier(&d) {
-		drawn++
-		if d.Kept {
-			kept++
-		}
-	}
-	n := RefillCount(f.Batch, kept, drawn)
-	rng := rand.New(rand.NewPCG(f.Seed^0x64656d6f^refillSalt, uint64(f.Step)<<8|uint64(f.Draw)))
-	for i, q := range f.task.Sample(demotask.Split(f.Split), n, rng) {
-		emit(i, demoPrompt(f.task, fmt.Sprintf("r%02d.%03d-%s", f.Draw, i, q.ID), q))
-	}
-	return nil
 }
 
 // Trim keeps the trajectories of the groups the step trains on (Trained

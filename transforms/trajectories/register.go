@@ -32,7 +32,7 @@ func init() {
 	register.DoFn3x2[context.Context, []byte, func(*parquetio.StepMeta) bool, parquetio.StepMeta, error](&checkStepFn{})
 	register.DoFn3x1[Group, func(schemas.Trajectory), func(Decision), error](&decideFn{})
 	register.DoFn4x0[[]byte, func(*string) bool, func(*Decision) bool, func(string, int)](&refillFn{})
-	register.DoFn3x1[[]byte, func(*Decision) bool, func(int, schemas.Prompt), error](&refillDemoFn{})
+	register.DoFn3x1[[]byte, func(*Decision) bool, func(int, schemas.Prompt), error](&refillGeneratedFn{})
 	register.DoFn3x0[schemas.Trajectory, func(*Decision) bool, func(schemas.Trajectory)](&trimFn{})
 	register.DoFn2x1[[]byte, func(*Decision) bool, parquetio.StepMeta](&decisionMetaFn{})
 

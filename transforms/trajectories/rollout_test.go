@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/advantage"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
+	"github.com/aipo-rl/aipo/transforms/verify"
 )
 
 func ids(n int) []string {
@@ -98,10 +98,22 @@ func TestGroupAdvantages(t *testing.T) {
 	}
 }
 
+// endsWithAnswer is a task's verifier as a task registers it: the
+// response must end with "=<ground truth>;".
+type endsWithAnswer struct{}
+
+func (endsWithAnswer) Verify(response, truth string) verify.Result {
+	if strings.HasSuffix(response, "="+truth+";") {
+		return verify.Result{Correct: true, Score: 1, Extracted: truth}
+	}
+	return verify.Result{Reason: "no \"=" + truth + ";\" at the end"}
+}
+
 func TestScoreGroup(t *testing.T) {
+	verify.Register("ends-with-answer", endsWithAnswer{})
 	spec := Spec{InteractionCost: 0.25, RewardStrict: true}
 	g := Group{
-		Prompt: schemas.Prompt{ID: "x", Answer: "453", DataSource: DemoSource},
+		Prompt: schemas.Prompt{ID: "x", Answer: "453", DataSource: "ends-with-answer"},
 		Trajectories: []schemas.Trajectory{
 			{FinishReason: sampling.FinishStop, InteractionAgent: []string{"knowledge"}},
 			{FinishReason: sampling.FinishStop},
@@ -189,26 +201,6 @@ func TestRenderer(t *testing.T) {
 	}
 	if _, err := NewRenderer("", "{{.Nope}}", nil, cfg); err == nil {
 		t.Error("a template naming an unknown field was accepted")
-	}
-}
-
-func TestDemoPrompts(t *testing.T) {
-	task, _ := demotask.New(demotask.DefaultConfig())
-	a := DemoPrompts(task, demotask.SplitAll, 16, 3, 5)
-	b := DemoPrompts(task, demotask.SplitAll, 16, 3, 5)
-	c := DemoPrompts(task, demotask.SplitAll, 16, 3, 6)
-	if !reflect.DeepEqual(a, b) || reflect.DeepEqual(a, c) {
-		t.Error("demo prompts are not a function of (seed, step)")
-	}
-	u := map[string]bool{}
-	for _, p := range a {
-		if u[p.ID] {
-			t.Errorf("duplicate id %s", p.ID)
-		}
-		u[p.ID] = true
-		if p.DataSource != DemoSource || !strings.HasSuffix(p.Problem, "?") {
-			t.Errorf("prompt %+v", p)
-		}
 	}
 }
 

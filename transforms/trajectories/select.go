@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"math/rand/v2"
 	"sort"
-	"strconv"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -153,39 +150,8 @@ func (f *batchKeyFn) ProcessElement(slot int, p schemas.Prompt) (int, schemas.Pr
 	return slot / f.Per, p
 }
 
-// DemoSource is the data_source of demo prompts.
-const DemoSource = "demo"
-
-// DemoPrompts draws the n questions of step from the demo task's split,
-// with replacement, from the run seed and the step. Prompt ids are
-// "NNN-<question id>" (the slot and the question), unique within the step.
-func DemoPrompts(task *demotask.Task, split demotask.Split, n int, seed uint64, step int64) []schemas.Prompt {
-	rng := rand.New(rand.NewPCG(seed^0x64656d6f, uint64(step)))
-	qs := task.Sample(split, n, rng)
-	out := make([]schemas.Prompt, len(qs))
-	for i, q := range qs {
-		out[i] = demoPrompt(task, fmt.Sprintf("%03d-%s", i, q.ID), q)
-	}
-	return out
-}
-
-// demoPrompt is question q as a prompt with id id; its solution is the
-// direct answer of the warm start's format, the fact written out (what an
-// off-policy guidance trace of the demo says).
-func demoPrompt(task *demotask.Task, id string, q demotask.Question) schemas.Prompt {
-	v, _ := task.Lookup(q.Entity)
-	return schemas.Prompt{
-		SchemaVersion: schemas.SchemaVersion,
-		ID:            id,
-		DataSource:    DemoSource,
-		Problem:       q.Prompt,
-		Answer:        strconv.Itoa(q.Answer),
-		Solution:      demotask.Direct(v, q.N),
-	}
-}
-
 // Slotted keys prompts by their position: the input of Batch for prompts
-// that were chosen outside the pipeline (DemoPrompts).
+// that were chosen outside the pipeline (a task's generated prompts).
 //
 //	() -> PCollection<KV<int, schemas.Prompt>>
 func Slotted(s beam.Scope, prompts []schemas.Prompt) beam.PCollection {

@@ -1,21 +1,16 @@
 package trajectories
 
 import (
-	"fmt"
-
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/transforms/prompts"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
 
-// How a step draws its prompts from the kinds of prompt source a run's
-// data.sources may list (see package promptsource): files, whose rows are
-// read and chosen by Select and Refill, and the demo task, whose questions
-// are drawn by DemoPrompts and RefillDemo.
+// How a step draws its prompts from files, whose rows are read and chosen
+// by Select and Refill. A task that generates its prompts registers its
+// kind with RegisterGenerator (generated.go).
 func init() {
 	prompts.RegisterDraw(promptsource.KindFile, drawFiles)
-	prompts.RegisterDraw(promptsource.KindDemo, drawDemo)
 }
 
 // drawFiles reads prompt files: every entry's rows (prompts.TryRead, the
@@ -38,23 +33,6 @@ func drawFiles(s beam.Scope, ss promptsource.List, st prompts.Step) (prompts.Dra
 		DeadLetters: st.DeadLetters,
 		Refill: func(s beam.Scope, draw int, earlier beam.PCollection) beam.PCollection {
 			return Refill(s, st.Seed, st.Step, draw, st.Batch, good, earlier)
-		},
-	}, nil
-}
-
-// drawDemo draws questions from the built-in demo task, its one entry's
-// task and split: DemoPrompts draws the step's batch and RefillDemo the
-// further draws.
-func drawDemo(s beam.Scope, ss promptsource.List, st prompts.Step) (prompts.Drawn, error) {
-	tc, split := ss[0].DemoTask(), ss[0].DemoSplit()
-	task, err := demotask.New(tc)
-	if err != nil {
-		return prompts.Drawn{}, fmt.Errorf("data.sources[0].task: %w", err)
-	}
-	return prompts.Drawn{
-		Slotted: Slotted(s, DemoPrompts(task, split, st.Batch, st.Seed, st.Step)),
-		Refill: func(s beam.Scope, draw int, earlier beam.PCollection) beam.PCollection {
-			return RefillDemo(s, tc, split, st.Seed, st.Step, draw, st.Batch, earlier)
 		},
 	}, nil
 }

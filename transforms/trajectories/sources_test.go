@@ -8,10 +8,9 @@ import (
 	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 )
 
-// The draws of the file and demo kinds are registered: a second
-// registration of either panics.
+// The draw of the file kind is registered: a second registration panics.
 func TestSourceDrawsRegistered(t *testing.T) {
-	for kind, draw := range map[string]prompts.DrawFunc{promptsource.KindFile: drawFiles, promptsource.KindDemo: drawDemo} {
+	for kind, draw := range map[string]prompts.DrawFunc{promptsource.KindFile: drawFiles} {
 		func() {
 			defer func() {
 				if r := recover(); r == nil || !strings.Contains(r.(string), "registered twice") {

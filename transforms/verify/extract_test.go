@@ -152,7 +152,7 @@ func TestIntegerVerifier(t *testing.T) {
 }
 
 func TestRegistry(t *testing.T) {
-	for _, ds := range []string{"math", "aime24", "aime25", "amc23", "math500", "gsm8k", "deepscaler", "demo", "mc", "MATH500"} {
+	for _, ds := range []string{"math", "aime24", "aime25", "amc23", "math500", "gsm8k", "deepscaler", "mc", "MATH500"} {
 		if _, err := ForDataSource(ds); err != nil {
 			t.Errorf("ForDataSource(%q): %v", ds, err)
 		}

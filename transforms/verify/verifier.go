@@ -40,7 +40,6 @@ func init() {
 	}
 	registry["mc"] = ChoiceVerifier{}
 	registry["integer"] = IntegerVerifier{}
-	registry["demo"] = DemoVerifier{}
 }
 
 // aliases maps the data_source names of datasets prepared for other

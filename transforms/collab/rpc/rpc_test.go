@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/tasks/demo"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	_ "github.com/aipo-rl/aipo/transforms/collab/builtin"
 	"github.com/aipo-rl/aipo/transforms/collab/guard"
@@ -43,7 +43,7 @@ func serve(t *testing.T, set collab.Set, token string) string {
 
 func demoSet(t *testing.T) collab.Set {
 	t.Helper()
-	set, err := collab.NewSet(context.Background(), collab.BuiltinDemo(demotask.DefaultConfig(), 0.2), collab.Env{})
+	set, err := collab.NewSet(context.Background(), demo.Collaborators(demo.DefaultConfig(), 0.2), collab.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	defer remote.Close()
 
-	task, _ := demotask.New(demotask.DefaultConfig())
+	task, _ := demo.New(demo.DefaultConfig())
 	ctx := context.Background()
 	var queries []collab.Query
 	for i, e := range task.Entities()[:10] {
@@ -140,7 +140,7 @@ func TestTokenRefused(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	only := collab.Config{Reason: &collab.RoleConfig{Kind: collab.KindBuiltinDemo}}
+	only := collab.Config{Reason: &collab.RoleConfig{Kind: demo.KindCollaborators}}
 	set, err := collab.NewSet(context.Background(), only, collab.Env{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,17 @@
 package promptsource
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/internal/sampling"
+	"github.com/aipo-rl/aipo/records"
+	"github.com/aipo-rl/aipo/tasks"
 	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
 )
 
@@ -15,9 +19,6 @@ import (
 const (
 	// KindFile reads a prompt file: the kind of an entry that names none.
 	KindFile = "file"
-	// KindDemo draws questions from the built-in demo task
-	// (internal/demotask).
-	KindDemo = "demo"
 )
 
 // Config is one entry of a run's data.sources: a kind of prompt source
@@ -26,19 +27,19 @@ const (
 //
 //	sources:
 //	  - {path: train.jsonl, data_source: math}   # kind file (the default)
-//	  - {kind: demo, split: all}                  # the built-in demo task
+//	  - {kind: demo, split: all}                  # a task's kind (tasks/demo)
 type Config struct {
 	// Kind is the kind of source, a name registered with RegisterKind:
-	// file (empty: the default) or demo.
+	// file (empty: the default) or a task's (demo, countdown).
 	Kind string `yaml:"kind,omitempty"`
 	// Source is a file source's file and field mapping (path, format,
 	// preset, fields, data_source; see promptfile.Source).
 	promptfile.Source `yaml:",inline"`
-	// Task sizes a demo source's task: default demotask.DefaultConfig();
-	// when set it must be complete.
-	Task *demotask.Config `yaml:"task,omitempty"`
-	// Split is the entities a demo source's questions are about: all
-	// (default), seen or unseen.
+	// Task is a task's settings, which its kind decodes and checks (the
+	// demo's: seed, num_entities, ...); unset: the task's default.
+	Task tasks.Settings `yaml:"task,omitempty"`
+	// Split is the part of a task a source draws from (the demo's all,
+	// seen or unseen); its kind names the splits and the default.
 	Split string `yaml:"split,omitempty"`
 }
 
@@ -59,7 +60,7 @@ type List []Config
 // more than one kind.
 func (ss List) Kind() (Kind, error) {
 	if len(ss) == 0 {
-		return nil, fmt.Errorf("data.sources is empty: list prompt files (path, preset or fields, data_source), or the demo task ({kind: demo})")
+		return nil, fmt.Errorf("data.sources is empty: list prompt files (path, preset or fields, data_source), or a task ({kind: demo}; known kinds: %s)", strings.Join(KindNames(), ", "))
 	}
 	name := ss[0].KindName()
 	for i, s := range ss {
@@ -133,21 +134,44 @@ type Defaults struct {
 	// BatchSize is data.batch_size's default.
 	BatchSize int
 	// Collaborators are the agents of a run that configures none (no role:
-	// the run has none). Their DemoTask, when set, is the task built-in
+	// the run has none). Their Task, when set, is the task in-process
 	// agents answer about; a run that configures agents without one gets
 	// it, and one that sets another is refused.
 	Collaborators collab.Config
-	// Task is the generated task the prompts are drawn from; nil for
-	// prompts read from files. The training loop evaluates the policy
-	// alone on its splits (eval.splits), and the run's warm start is
-	// trained on it (aipo demo).
-	Task *demotask.Config
-	// EvalSplits is eval.splits' default: splits of Task.
+	// Task is the settings of the task the prompts are drawn from (its
+	// defaults filled in); nil for prompts read from files.
+	Task tasks.Settings
+	// Splits are the splits of the task that eval.splits may name; nil
+	// for prompt files.
+	Splits []string
+	// EvalSplits is eval.splits' default: splits the training loop
+	// evaluates the policy alone on, with Evaluate.
 	EvalSplits []string
+	// Evaluate scores the policy alone on splits of the task; nil for
+	// prompt files (evaluated with eval.benchmarks).
+	Evaluate SplitEvaluator
+	// InitialModel is the config.json (Hugging Face form) of the model a
+	// run on the task starts from when it names none (the task's warm
+	// start), with InitialModelNote saying so in a plan; nil when the
+	// run must name its own.
+	InitialModel     []byte
+	InitialModelNote string
 	// PromptTokens is the length of a prompt, in tokens, that the memory
 	// plan assumes (aipo plan --prompt-tokens overrides it).
 	PromptTokens int
 }
+
+// SplitEval sets an evaluation of the policy alone on a task's splits:
+// eval.samples samples at eval.temperature (Params; greedy decoding at
+// temperature 0 besides), each request seeded from Params.Seed.
+type SplitEval struct {
+	Samples int
+	Params  sampling.Params
+}
+
+// A SplitEvaluator scores the policy behind c alone (no collaborators) on
+// the given splits of a task: one score per split, in order.
+type SplitEvaluator func(ctx context.Context, c policy.Client, e SplitEval, splits []string) ([]records.SplitScore, error)
 
 var (
 	kindsMu sync.RWMutex

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/transforms/metrics"
@@ -36,7 +35,7 @@ func DefaultEval() EvalConfig {
 }
 
 // Evaluate scores the policy on every question of the given splits.
-func Evaluate(ctx context.Context, c policy.Client, task *demotask.Task, cfg EvalConfig, splits ...demotask.Split) ([]records.SplitScore, error) {
+func Evaluate(ctx context.Context, c policy.Client, task *Task, cfg EvalConfig, splits ...Split) ([]records.SplitScore, error) {
 	info, err := c.Info(ctx)
 	if err != nil {
 		return nil, err
@@ -63,7 +62,7 @@ type answered struct {
 // answer asks the policy every question greedily and cfg.Samples times
 // at cfg's temperature, at most cfg.Parallel requests at once, each with a
 // seed of its own, stopping at eos.
-func answer(ctx context.Context, c policy.Client, eos []int32, qs []demotask.Question, cfg EvalConfig) ([]answered, error) {
+func answer(ctx context.Context, c policy.Client, eos []int32, qs []Question, cfg EvalConfig) ([]answered, error) {
 	enc := NewEncoder()
 	results := make([]answered, len(qs))
 	sem := make(chan struct{}, max(1, cfg.Parallel))
@@ -93,7 +92,7 @@ func answer(ctx context.Context, c policy.Client, eos []int32, qs []demotask.Que
 			}
 			return
 		}
-		ok, _ := demotask.Score(text, q.Answer)
+		ok, _ := Score(text, q.Answer)
 		if sample < 0 {
 			results[qi].greedy = ok
 			results[qi].call = containsCall(text)
@@ -115,7 +114,7 @@ func answer(ctx context.Context, c policy.Client, eos []int32, qs []demotask.Que
 // score is a split's scores from its questions' results with k samples
 // each: greedy accuracy, call rate, Avg@k with its standard error over
 // questions, and the unbiased Pass@k.
-func score(split demotask.Split, results []answered, k int) records.SplitScore {
+func score(split Split, results []answered, k int) records.SplitScore {
 	sc := records.SplitScore{Split: string(split), Questions: len(results), K: k}
 	var accs []float64
 	for _, r := range results {
@@ -150,7 +149,7 @@ func score(split demotask.Split, results []answered, k int) records.SplitScore {
 }
 
 func containsCall(text string) bool {
-	for _, tag := range []string{demotask.TagRetrieval, demotask.TagReason, demotask.TagVerify} {
+	for _, tag := range []string{TagRetrieval, TagReason, TagVerify} {
 		if strings.Contains(text, tag) {
 			return true
 		}

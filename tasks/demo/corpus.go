@@ -1,4 +1,4 @@
-package demotask
+package demo
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package demotask
+package demo
 
 import (
 	"strings"

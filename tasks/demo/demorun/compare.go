@@ -1,4 +1,4 @@
-package demo
+package demorun
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/records"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 // Files of the comparison report, inside <dir>/report.
@@ -128,7 +128,7 @@ func (m MeanStd) String() string {
 }
 
 // FinalScore is a method's final-checkpoint score on a split, over seeds.
-func (c Comparison) FinalScore(method string, split demotask.Split, get func(records.SplitScore) float64) MeanStd {
+func (c Comparison) FinalScore(method string, split string, get func(records.SplitScore) float64) MeanStd {
 	var xs []float64
 	for _, r := range c.runs(method) {
 		if e, ok := r.Final(); ok {
@@ -210,10 +210,10 @@ func (c Comparison) Markdown() string {
 	pass := func(s records.SplitScore) float64 { return s.PassK }
 	greedy := func(s records.SplitScore) float64 { return s.Greedy }
 	for _, m := range c.Methods {
-		u := c.FinalScore(m.Name, demotask.SplitUnseen, avg)
+		u := c.FinalScore(m.Name, string(demo.SplitUnseen), avg)
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", m.Label, u.N, u,
-			c.FinalScore(m.Name, demotask.SplitUnseen, pass), c.FinalScore(m.Name, demotask.SplitUnseen, greedy),
-			c.FinalScore(m.Name, demotask.SplitSeen, avg), c.FinalScore(m.Name, demotask.SplitSeen, pass))
+			c.FinalScore(m.Name, string(demo.SplitUnseen), pass), c.FinalScore(m.Name, string(demo.SplitUnseen), greedy),
+			c.FinalScore(m.Name, string(demo.SplitSeen), avg), c.FinalScore(m.Name, string(demo.SplitSeen), pass))
 	}
 	b.WriteString("\n## Methods\n\n")
 	for _, m := range c.Methods {
@@ -240,8 +240,8 @@ func (c Comparison) Markdown() string {
 				fmt.Fprintf(&b, "| %s | %d | no evaluation | | | | | | `%s` |\n", m.Label, r.Seed, r.Dir)
 				continue
 			}
-			u, _ := e.Score(demotask.SplitUnseen)
-			s, _ := e.Score(demotask.SplitSeen)
+			u, _ := e.Score(string(demo.SplitUnseen))
+			s, _ := e.Score(string(demo.SplitSeen))
 			fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | `%s` |\n", m.Label, r.Seed, e.Step, u.Greedy, u.AvgK, u.PassK, s.Greedy, s.AvgK, r.Dir)
 		}
 	}
@@ -313,7 +313,7 @@ func (c Comparison) Plots() ([]byte, error) {
 		{"Held-out entities, policy alone", "Avg@k without collaborators", true, false, func(r CompareRun) map[int64]float64 {
 			out := map[int64]float64{}
 			for _, e := range r.Evals {
-				if s, ok := e.Score(demotask.SplitUnseen); ok {
+				if s, ok := e.Score(string(demo.SplitUnseen)); ok {
 					out[e.Step] = s.AvgK
 				}
 			}
@@ -385,7 +385,7 @@ func (c Comparison) Write(ctx context.Context, dir string) error {
 func (c Comparison) Summary() string {
 	lines := []string{"held-out entities, policy alone (final checkpoint, Avg@k over seeds):"}
 	for _, m := range c.Methods {
-		u := c.FinalScore(m.Name, demotask.SplitUnseen, func(s records.SplitScore) float64 { return s.AvgK })
+		u := c.FinalScore(m.Name, string(demo.SplitUnseen), func(s records.SplitScore) float64 { return s.AvgK })
 		lines = append(lines, fmt.Sprintf("  %-22s %s", m.Label, u))
 	}
 	lines = append(lines, "report: "+storage.Join(rundir.Report(c.Dir), CompareMarkdown))

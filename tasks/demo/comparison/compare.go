@@ -6,12 +6,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/tasks/demo"
+	"github.com/aipo-rl/aipo/tasks/demo/demorun"
 	"github.com/aipo-rl/aipo/train"
 	"github.com/aipo-rl/aipo/train/wire"
 )
@@ -19,7 +20,7 @@ import (
 // Method is a training method of the comparison: the demo configuration
 // with one change.
 type Method struct {
-	demo.MethodInfo
+	demorun.MethodInfo
 	Mutate func(*runconfig.Config)
 }
 
@@ -34,28 +35,28 @@ func Methods() []Method {
 		return func(c *runconfig.Config) { c.Learner.Loss.External = mode }
 	}
 	return []Method{
-		{demo.MethodInfo{Name: "grpo", Label: "GRPO",
+		{demorun.MethodInfo{Name: "grpo", Label: "GRPO",
 			About: "plain RLVR: calls get no answer, the policy writes every token (rollout.unanswered)"},
 			func(c *runconfig.Config) { c.Rollout.Unanswered = true }},
-		{demo.MethodInfo{Name: "expert-iteration", Label: "Expert Iteration",
+		{demorun.MethodInfo{Name: "expert-iteration", Label: "Expert Iteration",
 			About: "SFT on the step's correct trajectories, collaborator tokens included (learner.objective rejection-sft; Havrilla et al. 2024)"},
 			func(c *runconfig.Config) { c.Learner.Objective = runconfig.ObjectiveRejectionSFT }},
-		{demo.MethodInfo{Name: "aipo-mask", Label: "AIPO, Mask",
+		{demorun.MethodInfo{Name: "aipo-mask", Label: "AIPO, Mask",
 			About: "collaborator tokens left out of the loss, as veRL, TRL, Search-R1 and ReTool do (learner.loss.external mask)"},
 			ext(loss.ExternalMask)},
-		{demo.MethodInfo{Name: "aipo-wo-is", Label: "AIPO w/o IS",
+		{demorun.MethodInfo{Name: "aipo-wo-is", Label: "AIPO w/o IS",
 			About: "collaborator tokens weighted by the ordinary ratio pi/pi_old with the PPO clip (learner.loss.external ratio)"},
 			ext(loss.ExternalRatio)},
-		{demo.MethodInfo{Name: "aipo-wo-cs", Label: "AIPO w/o CS",
+		{demorun.MethodInfo{Name: "aipo-wo-cs", Label: "AIPO w/o CS",
 			About: "coefficient pi on collaborator tokens without the lower bound omega (learner.loss.external plain)"},
 			ext(loss.ExternalPlain)},
-		{demo.MethodInfo{Name: "aipo", Label: "AIPO",
+		{demorun.MethodInfo{Name: "aipo", Label: "AIPO",
 			About: "amended importance sampling with lower-bound clipping, omega 0.2 (the demo's configuration)"},
 			ext(loss.ExternalAIPO)},
-		{demo.MethodInfo{Name: "luffy", Label: "LUFFY",
+		{demorun.MethodInfo{Name: "luffy", Label: "LUFFY",
 			About: "off-policy guidance (Yan et al. 2025): 1 of the 8 samples of each group is the reference answer, the fact written out, trained with LUFFY's shaping pi/(pi+0.1), no clip, token-mean; calls unanswered as in GRPO (rollout.guidance, learner.loss.external luffy)"},
 			(*runconfig.Config).ApplyLUFFY},
-		{demo.MethodInfo{Name: "aipo-cost", Label: fmt.Sprintf("AIPO, cost %.2g/call", DefaultInteractionCost),
+		{demorun.MethodInfo{Name: "aipo-cost", Label: fmt.Sprintf("AIPO, cost %.2g/call", DefaultInteractionCost),
 			About: fmt.Sprintf("AIPO with %.2g subtracted from the reward per interaction (rollout.interaction_cost)", DefaultInteractionCost)},
 			func(c *runconfig.Config) {
 				c.Learner.Loss.External = loss.ExternalAIPO
@@ -137,26 +138,26 @@ func selectMethods(names []string) ([]Method, error) {
 // go seed by seed (all methods of seed 0 first), so that an interrupted
 // comparison already covers every method; started again, it skips what is
 // done and continues each run where it stopped.
-func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) {
+func RunCompare(ctx context.Context, o CompareOptions) (demorun.Comparison, error) {
 	if err := o.fill(); err != nil {
-		return demo.Comparison{}, err
+		return demorun.Comparison{}, err
 	}
 	methods, err := selectMethods(o.Methods)
 	if err != nil {
-		return demo.Comparison{}, err
+		return demorun.Comparison{}, err
 	}
 	logf := func(format string, args ...any) {
 		if o.Log != nil {
 			o.Log(fmt.Sprintf(format, args...))
 		}
 	}
-	base, err := demo.Config(demo.Options{Quick: o.Quick, RunDir: storage.Join(o.Dir, "warmstart")})
+	base, err := demorun.Config(demorun.Options{Quick: o.Quick, RunDir: storage.Join(o.Dir, "warmstart")})
 	if err != nil {
-		return demo.Comparison{}, err
+		return demorun.Comparison{}, err
 	}
-	task, err := demo.Task(base)
+	task, err := demo.SourcesTask(base.Data.Sources)
 	if err != nil {
-		return demo.Comparison{}, err
+		return demorun.Comparison{}, err
 	}
 	ws := demo.DefaultWarmStart()
 	if o.Quick {
@@ -167,12 +168,12 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 	logf("warm start shared by every run: %d SFT steps on a %d-layer, width-%d model (%s)", ws.Steps, ws.Model.Layers, ws.Model.Hidden, warm)
 	reused, err := demo.WarmStart(ctx, warm, task, ws, o.WarmStartProgress)
 	if err != nil {
-		return demo.Comparison{}, fmt.Errorf("compare: warm start: %w", err)
+		return demorun.Comparison{}, fmt.Errorf("compare: warm start: %w", err)
 	}
 	if !reused {
 		logf("warm start: done in %s", time.Since(t0).Round(time.Second))
 	}
-	cmp := demo.Comparison{Dir: o.Dir}
+	cmp := demorun.Comparison{Dir: o.Dir}
 	for _, m := range methods {
 		cmp.Methods = append(cmp.Methods, m.MethodInfo)
 	}
@@ -185,7 +186,7 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 			if err := compareRun(ctx, o, m, seed, dir, warm); err != nil {
 				return cmp, err
 			}
-			r, err := demo.LoadCompareRun(ctx, m.Name, seed, dir)
+			r, err := demorun.LoadCompareRun(ctx, m.Name, seed, dir)
 			if err != nil {
 				return cmp, err
 			}
@@ -197,7 +198,7 @@ func RunCompare(ctx context.Context, o CompareOptions) (demo.Comparison, error) 
 			}
 		}
 	}
-	logf("report: %s", storage.Join(rundir.Report(o.Dir), demo.CompareMarkdown))
+	logf("report: %s", storage.Join(rundir.Report(o.Dir), demorun.CompareMarkdown))
 	return cmp, nil
 }
 
@@ -232,7 +233,7 @@ func compareRun(ctx context.Context, o CompareOptions, m Method, seed uint64, di
 	trainRun := func(ctx context.Context, cfg runconfig.Config) error {
 		return wire.Run(ctx, cfg, train.Options{Progress: progress})
 	}
-	if _, err := demo.Run(ctx, demo.Options{RunDir: dir, Quick: o.Quick, Mutate: mutate}, trainRun); err != nil {
+	if _, err := demorun.Run(ctx, demorun.Options{RunDir: dir, Quick: o.Quick, Mutate: mutate}, trainRun); err != nil {
 		return fmt.Errorf("compare: %s seed %d: %w", m.Name, seed, err)
 	}
 	return nil

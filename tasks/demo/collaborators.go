@@ -1,4 +1,4 @@
-package builtin
+package demo
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/collab/builtin"
 )
 
 // Answers with a fixed meaning.
@@ -20,21 +20,32 @@ const (
 	No      = "no"
 )
 
-func init() {
-	collab.RegisterKind(collab.KindBuiltinDemo, build)
-}
+// KindCollaborators is the kind of the task's built-in collaborators
+// (collab.RoleConfig.Kind): deterministic agents that answer about the
+// task of the collaborators' demo_task (the default task when unset), so
+// that rollouts run with no model server.
+const KindCollaborators = "builtin-demo"
 
-func build(_ context.Context, agent collab.Agent, role collab.RoleConfig, _ collab.Config, env collab.Env) (collab.Collaborator, error) {
-	if env.Task == nil {
-		return nil, errors.New("builtin-demo needs the demo task")
+// build is the builder of kind builtin-demo.
+func build(_ context.Context, agent collab.Agent, role collab.RoleConfig, cfg collab.Config, _ collab.Env) (collab.Collaborator, error) {
+	tc := DefaultConfig()
+	if cfg.Task != "" {
+		var err error
+		if tc, err = DecodeConfig(cfg.Task); err != nil {
+			return nil, fmt.Errorf("collaborators' demo_task: %w", err)
+		}
+	}
+	task, err := New(tc)
+	if err != nil {
+		return nil, fmt.Errorf("collaborators' demo_task: %w", err)
 	}
 	switch agent {
 	case collab.Knowledge:
-		return NewKnowledge(env.Task, role.NoiseSchedule()), nil
+		return NewKnowledge(task, role.NoiseSchedule()), nil
 	case collab.Reason:
 		return Reasoner{}, nil
 	case collab.Verify:
-		return NewVerifier(env.Task), nil
+		return NewVerifier(task), nil
 	}
 	return nil, fmt.Errorf("builtin-demo has no %q agent", agent)
 }
@@ -43,12 +54,12 @@ func ok(text string) collab.Answer { return collab.Answer{Text: text, Status: sc
 
 // Knowledge answers entity names from the demo task's knowledge base.
 type Knowledge struct {
-	task  *demotask.Task
+	task  *Task
 	noise collab.Noise
 }
 
 // NewKnowledge answers from task, noisy with the schedule noise.
-func NewKnowledge(task *demotask.Task, noise collab.Noise) *Knowledge {
+func NewKnowledge(task *Task, noise collab.Noise) *Knowledge {
 	return &Knowledge{task: task, noise: noise}
 }
 
@@ -91,20 +102,20 @@ func (Reasoner) Deterministic() bool { return true }
 // '?' is ignored) and answers the value, or Invalid.
 func (Reasoner) Answer(_ context.Context, q collab.Query) (collab.Answer, error) {
 	s := strings.TrimRight(strings.TrimSpace(q.Text), "=? ")
-	v, err := Eval(s, nil)
+	v, err := builtin.Eval(s, nil)
 	if err != nil {
 		return ok(Invalid), nil
 	}
-	return ok(Format(v)), nil
+	return ok(builtin.Format(v)), nil
 }
 
 // Verifier checks claimed equations and facts.
 type Verifier struct {
-	task *demotask.Task
+	task *Task
 }
 
 // NewVerifier checks facts against task (nil: equations only).
-func NewVerifier(task *demotask.Task) *Verifier { return &Verifier{task: task} }
+func NewVerifier(task *Task) *Verifier { return &Verifier{task: task} }
 
 // Deterministic is true: the answer depends on the text only.
 func (*Verifier) Deterministic() bool { return true }
@@ -123,16 +134,16 @@ func (v *Verifier) Check(claim string) string {
 	if !found || strings.Contains(rhs, "=") {
 		return Invalid
 	}
-	var names Resolver
+	var names builtin.Resolver
 	if v.task != nil {
 		names = func(name string) (int64, bool) {
 			x, ok := v.task.Lookup(name)
 			return int64(x), ok
 		}
 	}
-	l, errL := Eval(lhs, names)
-	r, errR := Eval(rhs, names)
-	var unknown *UnknownNameError
+	l, errL := builtin.Eval(lhs, names)
+	r, errR := builtin.Eval(rhs, names)
+	var unknown *builtin.UnknownNameError
 	switch {
 	case errors.As(errL, &unknown) || errors.As(errR, &unknown):
 		if (errL == nil || errors.As(errL, &unknown)) && (errR == nil || errors.As(errR, &unknown)) {

@@ -1,4 +1,4 @@
-package demo
+package demorun
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 // Options choose a demo run.
@@ -25,9 +26,9 @@ type Options struct {
 	// Mutate, when set, adjusts the configuration before the run (ablations).
 	Mutate func(*runconfig.Config)
 	// WarmStart overrides the warm-start recipe.
-	WarmStart *WarmStartConfig
+	WarmStart *demo.WarmStartConfig
 	// WarmStartProgress receives the warm start's progress.
-	WarmStartProgress WarmStartProgress
+	WarmStartProgress demo.WarmStartProgress
 	// Log receives one line per phase of the demo ("warm start", ...).
 	Log func(string)
 	// Reconfigure applies a configuration that differs from the run's
@@ -39,15 +40,6 @@ type Options struct {
 // cfg.Run.Steps: train.Run with the rollout pipeline, the evaluations and
 // the run's other parts, as aipo demo wires them.
 type Trainer func(ctx context.Context, cfg runconfig.Config) error
-
-// QuickWarmStart is the warm start of the quick demo: a one-layer model
-// trained briefly, enough to write answers in the task's format.
-func QuickWarmStart() WarmStartConfig {
-	w := DefaultWarmStart()
-	w.Model = ModelSize{Layers: 1, Hidden: 64, Heads: 2, KVHeads: 2, Intermediate: 128, Context: 64}
-	w.Steps, w.Batch, w.LR = 150, 32, 3e-3
-	return w
-}
 
 // Config returns the configuration of a demo run.
 func Config(o Options) (runconfig.Config, error) {
@@ -110,20 +102,20 @@ func Run(ctx context.Context, o Options, train Trainer) (Report, error) {
 	if o.Log != nil {
 		o.Log(alg.String())
 	}
-	task, err := Task(cfg)
+	task, err := demo.SourcesTask(cfg.Data.Sources)
 	if err != nil {
 		return Report{}, err
 	}
-	ws := DefaultWarmStart()
+	ws := demo.DefaultWarmStart()
 	if o.Quick {
-		ws = QuickWarmStart()
+		ws = demo.QuickWarmStart()
 	}
 	if o.WarmStart != nil {
 		ws = *o.WarmStart
 	}
 	t0 := time.Now()
 	logf("warm start: %d SFT steps of %d lines on a %d-layer, width-%d model (cached in %s)", ws.Steps, ws.Batch, ws.Model.Layers, ws.Model.Hidden, rundir.Checkpoint(runDir, 0))
-	reused, err := WarmStart(ctx, rundir.Checkpoint(runDir, 0), task, ws, o.WarmStartProgress)
+	reused, err := demo.WarmStart(ctx, rundir.Checkpoint(runDir, 0), task, ws, o.WarmStartProgress)
 	if err != nil {
 		return Report{}, fmt.Errorf("demo: warm start: %w", err)
 	}

@@ -5,14 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 )
 
 // A short warm start must lower the corpus loss and leave a committed
 // checkpoint that a second call reuses.
 func TestWarmStartSavesAndReuses(t *testing.T) {
-	task, err := demotask.New(demotask.DefaultConfig())
+	task, err := New(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +45,7 @@ func TestWarmStartSavesAndReuses(t *testing.T) {
 // 128 sequences on the default model) per step. With -short (make
 // bench-smoke) the model and batch are the test's above.
 func BenchmarkWarmStartStep(b *testing.B) {
-	task, err := demotask.New(demotask.DefaultConfig())
+	task, err := New(DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}

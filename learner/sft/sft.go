@@ -1,4 +1,10 @@
-package demo
+// Package sft trains a small policy by supervised fine-tuning on lines of
+// text, the warm start of a task's run on the built-in vocabulary: a
+// Llama-shaped model from scratch, a corpus of (prompt, response) lines,
+// AdamW with a warm-up and cosine schedule, and a committed checkpoint
+// with the built-in tokenizer's files. The demo and Countdown start their
+// runs from it.
+package sft
 
 import (
 	"context"
@@ -6,7 +12,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -14,7 +19,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
-// ModelSize is the shape of the demo policy.
+// ModelSize is the shape of a small policy.
 type ModelSize struct {
 	Layers       int `yaml:"layers" json:"layers"`
 	Hidden       int `yaml:"hidden" json:"hidden"`
@@ -24,28 +29,24 @@ type ModelSize struct {
 	Context      int `yaml:"context" json:"context"`
 }
 
-// WarmStartConfig controls the supervised warm start.
-type WarmStartConfig struct {
-	Model       ModelSize          `yaml:"model" json:"model"`
-	Steps       int                `yaml:"steps" json:"steps"`               // optimiser steps
-	Batch       int                `yaml:"batch" json:"batch"`               // lines per step
-	LR          float64            `yaml:"lr" json:"lr"`                     // peak learning rate (warmup-cosine)
-	WeightDecay float64            `yaml:"weight_decay" json:"weight_decay"` // AdamW decoupled decay
-	Seed        uint64             `yaml:"seed" json:"seed"`                 // initialisation and corpus
-	Mix         demotask.CorpusMix `yaml:"mix" json:"mix"`                   // corpus composition
+// Config controls a supervised training.
+type Config struct {
+	Model       ModelSize
+	Steps       int     // optimiser steps
+	Batch       int     // lines per step
+	LR          float64 // peak learning rate (warmup-cosine)
+	WeightDecay float64 // AdamW decoupled decay
+	Seed        uint64  // initialisation
 }
 
-// DefaultWarmStart is a 3-layer, width-128, 4-head model trained with AdamW
-// 2e-3 with cosine decay and weight decay 0.01 for 1200 steps of 96 lines,
-// sized so that the whole demo fits its time budget on two cores.
-func DefaultWarmStart() WarmStartConfig {
-	return WarmStartConfig{
-		Model: ModelSize{Layers: 3, Hidden: 128, Heads: 4, KVHeads: 4, Intermediate: 344, Context: 64},
-		Steps: 1200, Batch: 96, LR: 2e-3, WeightDecay: 0.01, Seed: 1, Mix: demotask.DefaultMix(),
-	}
+// Example is one supervised line: a prompt and the response the policy
+// learns to write after it.
+type Example struct {
+	Prompt   string
+	Response string
 }
 
-// ModelConfig is the Llama configuration of the demo policy over the
+// ModelConfig is the Llama configuration of the policy over the
 // built-in tokenizer.
 func (s ModelSize) ModelConfig() model.Config {
 	return model.Config{
@@ -56,7 +57,7 @@ func (s ModelSize) ModelConfig() model.Config {
 	}
 }
 
-// Encoder turns demo text into token ids of the built-in tokenizer.
+// Encoder turns task text into token ids of the built-in tokenizer.
 type Encoder struct{ Tok *tokenizer.HF }
 
 // NewEncoder returns an encoder over the built-in tokenizer.
@@ -82,18 +83,23 @@ func toInt32(ids []int) []int32 {
 	return out
 }
 
-// WarmStartProgress reports SFT progress.
-type WarmStartProgress func(step, steps int, loss float64, elapsed time.Duration)
+// Progress receives the training's progress every 50 steps and at the
+// last.
+type Progress func(step, steps int, loss float64, elapsed time.Duration)
 
-// WarmStart trains the demo policy by supervised fine-tuning on the task's
-// corpus and saves it as a checkpoint in dir. A committed checkpoint already
-// in dir is reused (the warm start is built once per run directory).
-func WarmStart(ctx context.Context, dir string, task *demotask.Task, cfg WarmStartConfig, progress WarmStartProgress) (reused bool, err error) {
+// Train trains a policy of cfg.Model from scratch on corpus, cfg.Batch
+// lines a step in order (it needs cfg.Steps*cfg.Batch lines), and saves it
+// as a checkpoint in dir. A committed checkpoint already in dir is reused
+// (reused true, nothing trained).
+func Train(ctx context.Context, dir string, corpus []Example, cfg Config, progress Progress) (reused bool, err error) {
 	if ok, err := checkpoint.Committed(ctx, dir); err == nil && ok {
 		return true, nil
 	}
 	if cfg.Steps <= 0 || cfg.Batch <= 0 {
-		return false, fmt.Errorf("demo: warm start needs positive steps and batch (got %d, %d)", cfg.Steps, cfg.Batch)
+		return false, fmt.Errorf("sft: training needs positive steps and batch (got %d, %d)", cfg.Steps, cfg.Batch)
+	}
+	if len(corpus) < cfg.Steps*cfg.Batch {
+		return false, fmt.Errorf("sft: %d corpus lines for %d steps of %d: give steps*batch lines", len(corpus), cfg.Steps, cfg.Batch)
 	}
 	mc := cfg.Model.ModelConfig()
 	m, err := model.New(mc, cfg.Seed)
@@ -109,7 +115,6 @@ func WarmStart(ctx context.Context, dir string, task *demotask.Task, cfg WarmSta
 	}
 	l := &trainer.Learner{Policy: m, Opt: opt}
 	enc := NewEncoder()
-	corpus := task.Corpus(cfg.Steps*cfg.Batch, cfg.Mix, cfg.Seed)
 	start := time.Now()
 	seqs := make([]trainer.Sequence, cfg.Batch)
 	for step := 0; step < cfg.Steps; step++ {
@@ -120,7 +125,7 @@ func WarmStart(ctx context.Context, dir string, task *demotask.Task, cfg WarmSta
 			ex := corpus[step*cfg.Batch+i]
 			seqs[i] = trainer.Sequence{Prompt: enc.Prompt(ex.Prompt), Response: enc.Response(ex.Response)}
 			if seqs[i].Len() > cfg.Model.Context {
-				return false, fmt.Errorf("demo: corpus line %q -> %q has %d tokens, more than the model's context %d (raise model.context)", ex.Prompt, ex.Response, seqs[i].Len(), cfg.Model.Context)
+				return false, fmt.Errorf("sft: corpus line %q -> %q has %d tokens, more than the model's context %d (raise model.context)", ex.Prompt, ex.Response, seqs[i].Len(), cfg.Model.Context)
 			}
 		}
 		loss, _, err := l.SFTStep(seqs, 1<<20)
@@ -134,7 +139,7 @@ func WarmStart(ctx context.Context, dir string, task *demotask.Task, cfg WarmSta
 	return false, SavePolicy(ctx, dir, m, nil, checkpoint.TrainerState{Step: 0, PolicyVersion: 0, RunID: "warmstart", Seed: int64(cfg.Seed)})
 }
 
-// SavePolicy writes a demo policy checkpoint (built-in tokenizer files
+// SavePolicy writes a policy checkpoint (built-in tokenizer files
 // included) to dir. A committed checkpoint already there is kept.
 func SavePolicy(ctx context.Context, dir string, m *model.Model, optState []byte, st checkpoint.TrainerState) error {
 	tok, err := tokenizer.Builtin().Files()

@@ -1,15 +1,15 @@
-package verify
+package demo
 
 import (
 	"math"
 	"strconv"
 	"testing"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
+	"github.com/aipo-rl/aipo/transforms/verify"
 )
 
 // TestDemoVerifierIsTheTasksRule checks that data_source demo scores by
-// demotask.Score, in training's strict form as well, on responses where a
+// Score, in training's strict form as well, on responses where a
 // looser integer rule would differ.
 func TestDemoVerifierIsTheTasksRule(t *testing.T) {
 	for _, c := range []struct {
@@ -28,15 +28,15 @@ func TestDemoVerifierIsTheTasksRule(t *testing.T) {
 		if err != nil {
 			n = math.MinInt // no answer of the task
 		}
-		want, _ := demotask.Score(c.response, n)
+		want, _ := Score(c.response, n)
 		for _, strict := range []bool{false, true} {
-			v, err := ForTraining("demo", strict)
+			v, err := verify.ForTraining("demo", strict)
 			if err != nil {
 				t.Fatal(err)
 			}
 			r := v.Verify(c.response, c.truth)
 			if r.Correct != want || (r.Score == 1) != want {
-				t.Errorf("strict %v: Verify(%q, %q) = %+v, want correct %v (demotask.Score)", strict, c.response, c.truth, r, want)
+				t.Errorf("strict %v: Verify(%q, %q) = %+v, want correct %v (Score)", strict, c.response, c.truth, r, want)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package demo
+package demorun
 
 import (
 	"bytes"
@@ -13,11 +13,11 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/aipo-rl/aipo/internal/demotask"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/pipelines/analytics"
 	"github.com/aipo-rl/aipo/records"
+	"github.com/aipo-rl/aipo/tasks/demo"
 )
 
 // Files of the demo report, inside <run>/report.
@@ -80,8 +80,8 @@ func (r Report) Summary() string {
 	}
 	first, last := r.Evals[0], r.Evals[len(r.Evals)-1]
 	line := func(e records.Eval) string {
-		u, _ := e.Score(demotask.SplitUnseen)
-		s, _ := e.Score(demotask.SplitSeen)
+		u, _ := e.Score(string(demo.SplitUnseen))
+		s, _ := e.Score(string(demo.SplitSeen))
 		return fmt.Sprintf("checkpoint %3d: held-out entities greedy %.2f  Avg@%d %.2f  Pass@%d %.2f | seen entities greedy %.2f",
 			e.Step, u.Greedy, u.K, u.AvgK, u.K, u.PassK, s.Greedy)
 	}
@@ -101,8 +101,8 @@ func (r Report) Markdown() string {
 	b.WriteString("| checkpoint | held-out greedy | held-out Avg@k | held-out Pass@k | held-out call rate | seen greedy | seen Avg@k |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, e := range r.Evals {
-		u, _ := e.Score(demotask.SplitUnseen)
-		s, _ := e.Score(demotask.SplitSeen)
+		u, _ := e.Score(string(demo.SplitUnseen))
+		s, _ := e.Score(string(demo.SplitSeen))
 		fmt.Fprintf(&b, "| %d | %.3f | %.3f ± %.3f | %.3f | %.2f | %.3f | %.3f |\n", e.Step, u.Greedy, u.AvgK, u.StdErrAvg, u.PassK, u.CallRate, s.Greedy, s.AvgK)
 	}
 	b.WriteString("\n![held-out accuracy](" + AccuracyPNG + ")\n\n")
@@ -130,13 +130,13 @@ func (r Report) accuracyPlot() (*plot.Plot, error) {
 	p.Y.Min, p.Y.Max = 0, 1
 	series := []struct {
 		name  string
-		split demotask.Split
+		split string
 		get   func(records.SplitScore) float64
 		col   color.RGBA
 	}{
-		{"held-out greedy", demotask.SplitUnseen, func(s records.SplitScore) float64 { return s.Greedy }, color.RGBA{R: 200, A: 255}},
-		{"held-out Avg@k", demotask.SplitUnseen, func(s records.SplitScore) float64 { return s.AvgK }, color.RGBA{R: 240, G: 140, A: 255}},
-		{"seen greedy", demotask.SplitSeen, func(s records.SplitScore) float64 { return s.Greedy }, color.RGBA{B: 200, A: 255}},
+		{"held-out greedy", string(demo.SplitUnseen), func(s records.SplitScore) float64 { return s.Greedy }, color.RGBA{R: 200, A: 255}},
+		{"held-out Avg@k", string(demo.SplitUnseen), func(s records.SplitScore) float64 { return s.AvgK }, color.RGBA{R: 240, G: 140, A: 255}},
+		{"seen greedy", string(demo.SplitSeen), func(s records.SplitScore) float64 { return s.Greedy }, color.RGBA{B: 200, A: 255}},
 	}
 	for _, s := range series {
 		var pts plotter.XYs

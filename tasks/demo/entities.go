@@ -1,25 +1,4 @@
-// Package demotask generates the embedded demo task: integer questions about
-// invented entities, whose facts a small model can only learn from a
-// collaborator.
-//
-// Every entity is a made-up four-letter name with a value in 100..999 (wide
-// enough that guessing does not pay: with values in 10..99 a policy without
-// collaborators learned to guess). The entities are split: the warm-start
-// model is taught the facts of the "seen" half; the "unseen" half is known
-// only to the Knowledge Agent. A question names an entity and a small number
-// N; the answer is value+N.
-//
-// Text forms (the tags are single tokens of the built-in tokenizer):
-//
-//	prompt:  lugr+3?
-//	direct:  <result>450</result>450+3=453;
-//	calling: <retrieval>lugr</retrieval><result>450</result>450+3=453;
-//
-// In the calling form the policy writes the query and the opening <result>
-// itself; the Knowledge Agent appends only "450</result>". A response is
-// correct when the number after its last '=' is the answer and is followed
-// by the terminator ';'.
-package demotask
+package demo
 
 import (
 	"fmt"
@@ -62,13 +41,13 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.NumEntities < 2 || c.NumEntities > 2000:
-		return fmt.Errorf("demotask: num_entities %d must be in 2..2000", c.NumEntities)
+		return fmt.Errorf("demo task: num_entities %d must be in 2..2000", c.NumEntities)
 	case c.SeenFrac <= 0 || c.SeenFrac >= 1:
-		return fmt.Errorf("demotask: seen_frac %g must be in (0,1)", c.SeenFrac)
+		return fmt.Errorf("demo task: seen_frac %g must be in (0,1)", c.SeenFrac)
 	case c.MinValue < 0 || c.MaxValue-c.MinValue+1 < c.NumEntities:
-		return fmt.Errorf("demotask: values %d..%d cannot give %d distinct entities", c.MinValue, c.MaxValue, c.NumEntities)
+		return fmt.Errorf("demo task: values %d..%d cannot give %d distinct entities", c.MinValue, c.MaxValue, c.NumEntities)
 	case c.MaxN < 1:
-		return fmt.Errorf("demotask: max_n %d must be at least 1", c.MaxN)
+		return fmt.Errorf("demo task: max_n %d must be at least 1", c.MaxN)
 	}
 	return nil
 }

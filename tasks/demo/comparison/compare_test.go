@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipo-rl/aipo/demo"
 	"github.com/aipo-rl/aipo/internal/beamrun"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
+	"github.com/aipo-rl/aipo/tasks/demo/demorun"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 )
 
@@ -65,16 +65,16 @@ func TestQuickCompare(t *testing.T) {
 			}
 		}
 	}
-	md, err := os.ReadFile(filepath.Join(dir, "report", demo.CompareMarkdown))
+	md, err := os.ReadFile(filepath.Join(dir, "report", demorun.CompareMarkdown))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| GRPO | 2 |", "| AIPO, Mask | 2 |", demo.ComparePNG} {
+	for _, want := range []string{"| GRPO | 2 |", "| AIPO, Mask | 2 |", demorun.ComparePNG} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("compare.md lacks %q", want)
 		}
 	}
-	if png, err := os.ReadFile(filepath.Join(dir, "report", demo.ComparePNG)); err != nil || len(png) < 1000 {
+	if png, err := os.ReadFile(filepath.Join(dir, "report", demorun.ComparePNG)); err != nil || len(png) < 1000 {
 		t.Errorf("comparison plot missing or empty (%d bytes, %v)", len(png), err)
 	}
 	if _, err := RunCompare(ctx, CompareOptions{Dir: dir, Quick: true, Methods: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), "unknown method") {
