@@ -174,7 +174,7 @@ func TestPlanGroupInputs(t *testing.T) {
 // than at stage 1 at 2, 4 and 8 ranks.
 func TestPlanGroupStage3OnTheCPU(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := demo.Config(demo.Options{RunDir: t.TempDir()})
+	cfg, err := demorun.Config(demorun.Options{RunDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
