@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"sync"
 
@@ -94,24 +93,14 @@ func sourceOf(s promptsource.Config) (Config, Split, error) {
 type sourceKind struct{}
 
 func (sourceKind) Fill(ss promptsource.List) {
-	for i := range ss {
-		if ss[i].Task == "" {
-			ss[i].Task = tasks.MustEncode(DefaultConfig())
-		}
-		if ss[i].Split == "" {
-			ss[i].Split = string(SplitTrain)
-		}
-	}
+	promptsource.FillGenerated(ss, tasks.MustEncode(DefaultConfig()), string(SplitTrain))
 }
 
 func (sourceKind) Check(ss promptsource.List) error {
-	if len(ss) > 1 {
-		return fmt.Errorf("data.sources[1]: a second countdown source: the task is one source; list it once")
+	if err := promptsource.CheckGenerated(ss, Kind, "puzzles", ""); err != nil {
+		return err
 	}
 	s := ss[0]
-	if !reflect.ValueOf(s.Source).IsZero() {
-		return fmt.Errorf("data.sources[0]: a countdown source generates its puzzles and reads no file: remove path, format, preset, fields and data_source")
-	}
 	if _, _, err := sourceOf(s); err != nil {
 		return fmt.Errorf("data.sources[0].%w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"strconv"
 
 	"github.com/aipo-rl/aipo/records"
@@ -122,24 +121,14 @@ func Collaborators(task Config, noise float64) collab.Config {
 type sourceKind struct{}
 
 func (sourceKind) Fill(ss promptsource.List) {
-	for i := range ss {
-		if ss[i].Task == "" {
-			ss[i].Task = tasks.MustEncode(DefaultConfig())
-		}
-		if ss[i].Split == "" {
-			ss[i].Split = string(SplitAll)
-		}
-	}
+	promptsource.FillGenerated(ss, tasks.MustEncode(DefaultConfig()), string(SplitAll))
 }
 
 func (sourceKind) Check(ss promptsource.List) error {
-	if len(ss) > 1 {
-		return fmt.Errorf("data.sources[1]: a second demo source: the demo task is one source; list it once")
+	if err := promptsource.CheckGenerated(ss, Kind, "questions", "or list prompt files without kind: demo"); err != nil {
+		return err
 	}
 	s := ss[0]
-	if !reflect.ValueOf(s.Source).IsZero() {
-		return fmt.Errorf("data.sources[0]: a demo source generates its questions and reads no file: remove path, format, preset, fields and data_source (or list prompt files without kind: demo)")
-	}
 	if _, _, err := sourceOf(s); err != nil {
 		return fmt.Errorf("data.sources[0].%w", err)
 	}
