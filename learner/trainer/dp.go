@@ -386,21 +386,16 @@ type miniBatchPart struct {
 	metrics map[string]float64
 }
 
-// miniBatchDP computes this rank's shards of one mini-batch (shards[s] is
-// shard s's samples), sums their gradients with the group's in the fixed
-// tree, and leaves the sum of this rank's chunks in dp's reduced gradient,
-// ready for stepDP. It returns the mini-batch's statistics, the same on
-// every rank.
-func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]int, old, ref [][]float32) (miniBatchPart, error) {
-	dp := l.DP
-	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
-	// Every shard's micro-batches and aggregation counts, on every rank
-	// (no model work): the denominator spans the mini-batch.
+// planShards is every shard's micro-batches, loss inputs and aggregation
+// counts (on every rank, no model work: the denominator spans the
+// mini-batch), their total, and the metrics the loss reports.
+func planShards(cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]int, old, ref [][]float32) ([][]microBatch, [][]loss.Inputs, [][]float64, float64, map[string]bool, error) {
+	v := len(shards)
 	mbs := make([][]microBatch, v)
 	inputs := make([][]loss.Inputs, v)
 	counts := make([][]float64, v)
 	var total float64
-	names := map[string]bool{} // the metrics the loss reports, known to every rank
+	names := map[string]bool{}
 	for s, order := range shards {
 		if len(order) == 0 {
 			continue
@@ -412,7 +407,7 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 			inputs[s][b] = buildInputs(mb, samples, old, ref)
 			out, err := loss.Compute(cfg.Loss, withLogProb(inputs[s][b], inputs[s][b].OldLogProb))
 			if err != nil {
-				return miniBatchPart{}, err
+				return nil, nil, nil, 0, nil, err
 			}
 			counts[s][b] = out.Count(cfg.Loss)
 			total += counts[s][b]
@@ -422,6 +417,21 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 				}
 			}
 		}
+	}
+	return mbs, inputs, counts, total, names, nil
+}
+
+// miniBatchDP computes this rank's shards of one mini-batch (shards[s] is
+// shard s's samples), sums their gradients with the group's in the fixed
+// tree, and leaves the sum of this rank's chunks in dp's reduced gradient,
+// ready for stepDP. It returns the mini-batch's statistics, the same on
+// every rank.
+func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]int, old, ref [][]float32) (miniBatchPart, error) {
+	dp := l.DP
+	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
+	mbs, inputs, counts, total, names, err := planShards(cfg, samples, seqs, shards, old, ref)
+	if err != nil {
+		return miniBatchPart{}, err
 	}
 	if total == 0 {
 		return miniBatchPart{}, nil

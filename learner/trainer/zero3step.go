@@ -3,8 +3,6 @@ package trainer
 import (
 	"context"
 	"fmt"
-
-	"github.com/aipo-rl/aipo/learner/loss"
 )
 
 // owner3 is the rank that computes virtual shard s at stage 3: s mod n,
@@ -207,39 +205,4 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 	z.grad = total3
 	dp.Sent += z.sent.Swap(0)
 	return dp.gatherPartsOf(ctx, parts, names, func(s int) int { return owner3(s, n) })
-}
-
-// planShards is every shard's micro-batches, loss inputs and aggregation
-// counts (on every rank, no model work: the denominator spans the
-// mini-batch), their total, and the metrics the loss reports.
-func planShards(cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]int, old, ref [][]float32) ([][]microBatch, [][]loss.Inputs, [][]float64, float64, map[string]bool, error) {
-	v := len(shards)
-	mbs := make([][]microBatch, v)
-	inputs := make([][]loss.Inputs, v)
-	counts := make([][]float64, v)
-	var total float64
-	names := map[string]bool{}
-	for s, order := range shards {
-		if len(order) == 0 {
-			continue
-		}
-		mbs[s] = pack(seqs, order, cfg.MicroBatchTokens)
-		inputs[s] = make([]loss.Inputs, len(mbs[s]))
-		counts[s] = make([]float64, len(mbs[s]))
-		for b, mb := range mbs[s] {
-			inputs[s][b] = buildInputs(mb, samples, old, ref)
-			out, err := loss.Compute(cfg.Loss, withLogProb(inputs[s][b], inputs[s][b].OldLogProb))
-			if err != nil {
-				return nil, nil, nil, 0, nil, err
-			}
-			counts[s][b] = out.Count(cfg.Loss)
-			total += counts[s][b]
-			if counts[s][b] != 0 {
-				for k := range out.Metrics {
-					names[k] = true
-				}
-			}
-		}
-	}
-	return mbs, inputs, counts, total, names, nil
 }
