@@ -529,7 +529,14 @@ func runTRLScript(b testing.TB, py, mode, reqPath string, limit time.Duration, r
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, filepath.Join(testtools.RepoRoot(), "scripts", "trl", "grpo.py"), mode, reqPath)
-	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "PYTHONDONTWRITEBYTECODE=1")
+	// PyTorch as its CPU performance tuning guide runs it: TCMalloc and
+	// Intel OpenMP preloaded (libiomp5 of the pinned vLLM environment, the
+	// same PyTorch's; TRL's own environment does not install it).
+	pre, err := testtools.CPUPreloads(testtools.TorchPython(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "PYTHONDONTWRITEBYTECODE=1", "LD_PRELOAD="+pre)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

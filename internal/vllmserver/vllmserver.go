@@ -330,37 +330,14 @@ func (s *Server) Post(ctx context.Context, path string, body, out any) error {
 	return json.Unmarshal(ans, out)
 }
 
-// TCMallocPaths are where Debian's libtcmalloc-minimal4 (and other
-// distributions' packages) put TCMalloc, the allocator vLLM's CPU
-// installation page asks to preload.
-var TCMallocPaths = []string{
-	"/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
-	"/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
-	"/usr/lib64/libtcmalloc_minimal.so.4",
-	"/usr/lib/libtcmalloc_minimal.so.4",
-}
-
 // Preloads is LD_PRELOAD as vLLM's CPU installation page sets it:
-// TCMalloc, then Intel OpenMP (libiomp5, which the pinned environment
-// installs from PyPI's intel-openmp beside vLLM) of the environment
-// whose interpreter is py. A missing library is an error naming it and
-// how to install it.
+// TCMalloc, then Intel OpenMP from vLLM's own environment (py's).
 func Preloads(py string) (string, error) {
-	var tc string
-	for _, p := range TCMallocPaths {
-		if _, err := os.Stat(p); err == nil {
-			tc = p
-			break
-		}
+	pre, err := testtools.CPUPreloads(py)
+	if err != nil {
+		return "", fmt.Errorf("vLLM as its CPU installation page recommends: %w", err)
 	}
-	if tc == "" {
-		return "", fmt.Errorf("vLLM as its CPU installation page recommends preloads TCMalloc, which is not installed (looked in %s): apt-get install libtcmalloc-minimal4 (scripts/vllm.sh does on Debian)", strings.Join(TCMallocPaths, ", "))
-	}
-	iomp := filepath.Join(filepath.Dir(filepath.Dir(py)), "lib", "libiomp5.so")
-	if _, err := os.Stat(iomp); err != nil {
-		return "", fmt.Errorf("vLLM as its CPU installation page recommends preloads Intel OpenMP, which is not in its environment (%s): pip install intel-openmp into it (scripts/vllm/requirements.txt pins it)", iomp)
-	}
-	return tc + ":" + iomp, nil
+	return pre, nil
 }
 
 // CheckRecommendedLog reads the log of a Recommended server that answers
