@@ -27,8 +27,8 @@ type job struct {
 
 // samplingRequest is what a completions or chat request asks, validated.
 type samplingRequest struct {
-	eng          *engine.Engine // the engine of the model the request names
-	model        string         // its name, for the response
+	eng          *engine.Engine  // the engine of the model the request names
+	model        string          // its name, for the response
 	params       sampling.Params // Seed: of choice 0
 	n            int
 	includeStop  bool

@@ -131,7 +131,7 @@ type Server struct {
 	clients    *clientLimiter
 	bodyOrigin string // how MaxBodyBytes was set, for the 413 message
 
-	lora    *adapterEngine             // the adapter served beside the base (nil: none)
+	lora    *adapterEngine              // the adapter served beside the base (nil: none)
 	baseF32 atomic.Pointer[model.Model] // the base model while it holds float32 weights to merge adapters into
 
 	reloadMu   sync.Mutex
