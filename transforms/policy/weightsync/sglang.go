@@ -19,7 +19,7 @@ func init() {
 		Protocol:      "SGLang's /update_weights_from_disk",
 		Schemes:       []string{"http", "https"},
 		Example:       "http://10.0.0.5:30000",
-		Sends:         "`POST /update_weights_from_disk` `{model_path, weight_version, load_format?}`",
+		Sends:         "`POST /update_weights_from_disk` `{model_path, weight_version, load_format?}`; a LoRA run's adapters are refused, saying why (docs/lora-serving.md)",
 		Checks:        "`success: true`, then `GET /get_model_info` reports the checkpoint as `model_path` and its version as `weight_version`",
 		LoadFormat:    true,
 		NamesVersions: true,
