@@ -95,7 +95,7 @@ func BenchmarkLoRASyncVsFull(b *testing.B) {
 			}
 			b.StopTimer()
 			lb, fb := dirBytes(b, adapters[0]), dirBytes(b, merged[0])
-			lm, fm := median(lora), median(full)
+			lm, fm := syncMedian(lora), syncMedian(full)
 			fmt.Printf("lora-sync %s: LoRA %d bytes, median %.3f s (%.3f-%.3f); full %d bytes, median %.3f s (%.3f-%.3f); full/LoRA bytes %.1f, seconds %.2f (%d rounds, rank %d)\n",
 				size.name, lb, lm, slices.Min(lora), slices.Max(lora), fb, fm, slices.Min(full), slices.Max(full), float64(fb)/float64(lb), fm/lm, len(lora), size.rank)
 			b.ReportMetric(float64(fb)/float64(lb), "full/lora_bytes")
@@ -106,9 +106,9 @@ func BenchmarkLoRASyncVsFull(b *testing.B) {
 	}
 }
 
-// median is the median of xs (the mean of the middle two for an even
+// syncMedian is the median of xs (the mean of the middle two for an even
 // count).
-func median(xs []float64) float64 {
+func syncMedian(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	n := len(s)
