@@ -292,3 +292,47 @@ func TestServeLoRABadInput(t *testing.T) {
 		t.Errorf("an adapter reload on a server without one: %v", err)
 	}
 }
+
+// TestWatchLoRARun serves a LoRA run watched on its base: its newest
+// committed adapter is served under the run's name, and a newer one
+// replaces it.
+func TestWatchLoRARun(t *testing.T) {
+	tmp := t.TempDir()
+	base := filepath.Join(tmp, "base")
+	bm := testModel(t, 5)
+	saveCheckpoint(t, base, bm, 0)
+	run := filepath.Join(tmp, "lora-run")
+	commit := func(k int64, seed uint64) string {
+		dir := rundir.Checkpoint(run, k)
+		writeAdapter(t, dir, bm.Config(), seed, k)
+		if err := mkdirFile(dir, rundir.CommittedName); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	first := commit(1, 21)
+	r := start(t, Options{Checkpoint: base, WatchRun: run, Name: "base"})
+	if name, dir := r.srv.Adapter(); name != "lora-run" || dir != first {
+		t.Fatalf("watching a LoRA run serves adapter %q from %s, want lora-run from %s", name, dir, first)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go r.srv.Watch(wctx, 20*time.Millisecond)
+	next := commit(2, 22)
+	for {
+		if _, dir := r.srv.Adapter(); dir == next {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the run's adapter 2 was not loaded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := complete(t, r.httpAddr, "lora-run", []int32{1, 2}, 3); got.Version != 2 {
+		t.Fatalf("after the watched reload the adapter answers version %d, want 2", got.Version)
+	}
+	if r.srv.Checkpoint() != base {
+		t.Fatalf("the base moved to %s", r.srv.Checkpoint())
+	}
+}

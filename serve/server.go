@@ -153,7 +153,26 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("serve: no checkpoint given and none in the watched run yet: %w", err)
 		}
+		if isAdapter(d) {
+			return nil, fmt.Errorf("serve: the watched run's newest checkpoint %s is a LoRA adapter: give its base too (--checkpoint BASE)", d)
+		}
 		dir = d
+	}
+	if opts.WatchRun != "" && opts.Checkpoint != "" {
+		// A LoRA run watched on its base: its newest adapter is served
+		// beside the base, under the run's name, and each newer one
+		// replaces it.
+		if d, _, err := checkpoint.Latest(ctx, opts.WatchRun); err == nil && isAdapter(d) {
+			if opts.LoRA == "" {
+				opts.LoRA = d
+			}
+			if opts.LoRAName == "" {
+				opts.LoRAName = filepath.Base(strings.TrimSuffix(opts.WatchRun, "/"))
+				if opts.Name == "" {
+					opts.Name = filepath.Base(strings.TrimSuffix(opts.Checkpoint, "/"))
+				}
+			}
+		}
 	}
 	ld, err := inproc.LoadCheckpoint(ctx, dir, opts.Tokenizer)
 	if err != nil {
