@@ -23,8 +23,9 @@ import (
 // the version) against a full-weight run's push of the same step merged
 // into the base (/collective_rpc reload_weights, the same checks). Each
 // round pushes one of two steps both ways, the first way alternating from
-// round to round, so that neither side always follows the other. It
-// prints, per size,
+// round to round, so that neither side always follows the other, after
+// one untimed push each way (vLLM's first adapter load sets its LoRA
+// buffers up, once a run). It prints, per size,
 //
 //	lora-sync SIZE: LoRA A bytes, median X s (range); full B bytes, median Y s (range); full/LoRA bytes B/A, seconds Y/X
 //
@@ -79,6 +80,11 @@ func BenchmarkLoRASyncVsFull(b *testing.B) {
 				}
 				return time.Since(t0)
 			}
+			// One untimed push each way first: vLLM's first adapter load
+			// sets its LoRA buffers up (seconds on 2 cores), a cost a run
+			// pays once.
+			push(adapters[1])
+			push(merged[1])
 			var lora, full []float64
 			b.StartTimer()
 			for range b.N {
