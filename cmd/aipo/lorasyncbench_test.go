@@ -6,11 +6,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/benchstat"
 	"github.com/aipo-rl/aipo/internal/vllmserver"
 	"github.com/aipo-rl/aipo/learner/hfmodel"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
@@ -27,9 +27,10 @@ import (
 // one untimed push each way (vLLM's first adapter load sets its LoRA
 // buffers up, once a run). It prints, per size,
 //
-//	lora-sync SIZE: LoRA A bytes, median X s (range); full B bytes, median Y s (range); full/LoRA bytes B/A, seconds Y/X
+//	lora-sync SIZE: LoRA A bytes, X [lo-hi] s; full B bytes, Y [lo-hi] s; full/LoRA bytes B/A, seconds R [lo-hi]
 //
-// and reports the ratios as metrics. The bytes are the weight files the
+// (medians with their ranges; the seconds' ratio taken round by round,
+// internal/benchstat) and reports the ratios as metrics. The bytes are the weight files the
 // server reads (adapter_model.safetensors against model.safetensors, both
 // float32); the seconds are the whole push as the learner waits for it.
 // Sizes: the tiny Qwen3 over the real vocabulary (rank 8) and a model of
@@ -100,26 +101,15 @@ func BenchmarkLoRASyncVsFull(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			lb, fb := dirBytes(b, adapters[0]), dirBytes(b, merged[0])
-			lm, fm := syncMedian(lora), syncMedian(full)
-			fmt.Printf("lora-sync %s: LoRA %d bytes, median %.3f s (%.3f-%.3f); full %d bytes, median %.3f s (%.3f-%.3f); full/LoRA bytes %.1f, seconds %.2f (%d rounds, rank %d)\n",
-				size.name, lb, lm, slices.Min(lora), slices.Max(lora), fb, fm, slices.Min(full), slices.Max(full), float64(fb)/float64(lb), fm/lm, len(lora), size.rank)
+			lb, fb := weightBytes(b, adapters[0]), weightBytes(b, merged[0])
+			ls, fs := benchstat.Of(lora), benchstat.Of(full)
+			ratio := benchstat.Of(benchstat.Ratios(full, lora))
+			fmt.Printf("lora-sync %s: LoRA %d bytes, %s s; full %d bytes, %s s; full/LoRA bytes %.1f, seconds %s (medians [ranges] of %d rounds, rank %d)\n",
+				size.name, lb, ls.Format("%.3f"), fb, fs.Format("%.3f"), float64(fb)/float64(lb), ratio.Format("%.2f"), len(lora), size.rank)
 			b.ReportMetric(float64(fb)/float64(lb), "full/lora_bytes")
-			b.ReportMetric(fm/lm, "full/lora_seconds")
-			b.ReportMetric(lm, "lora_s_median")
-			b.ReportMetric(fm, "full_s_median")
+			b.ReportMetric(ratio.Median, "full/lora_seconds")
+			b.ReportMetric(ls.Median, "lora_s_median")
+			b.ReportMetric(fs.Median, "full_s_median")
 		})
 	}
-}
-
-// syncMedian is the median of xs (the mean of the middle two for an even
-// count).
-func syncMedian(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -109,9 +109,9 @@ func (f loraFixture) merged(t testing.TB, dir string, a *peft.Adapter) {
 	}
 }
 
-// dirBytes is the size of a directory's weight files: what a weight sync
-// has the server read.
-func dirBytes(t testing.TB, dir string) int64 {
+// weightBytes is the size of a directory's weight files: what a weight
+// sync has the server read.
+func weightBytes(t testing.TB, dir string) int64 {
 	t.Helper()
 	var n int64
 	for _, name := range []string{checkpoint.WeightsName, peft.WeightsFile} {
