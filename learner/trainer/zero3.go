@@ -131,6 +131,9 @@ func zero3Layout(cfg model.Config, n int) *zero3 {
 	ci := 0
 	for u, us := range z.units {
 		first := ci
+		if z.flatStart(first) != us.Off {
+			panic(fmt.Sprintf("trainer: unit %d begins at element %d, inside an optimiser chunk (model.UnitsOf cuts the vocabulary's blocks on chunks)", u, us.Off))
+		}
 		for ci < len(z.chunks) && z.flatStart(ci) < us.Off+us.Len {
 			ci++
 		}
