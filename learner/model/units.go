@@ -45,7 +45,7 @@ func vocabBlockRows(d dims) int {
 	}
 	step := vocabBlockAlign / gcd(vocabBlockAlign, d.C)
 	step = step / gcd(step, sliceAlign) * sliceAlign // lcm(step, sliceAlign)
-	rows := max(minVocabBlockRows, d.QKV+d.QD+3*d.F)  // a layer's weights over C
+	rows := max(minVocabBlockRows, d.QKV+d.QD+3*d.F) // a layer's weights over C
 	return (rows + step - 1) / step * step
 }
 
