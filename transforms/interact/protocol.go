@@ -141,12 +141,18 @@ type response struct {
 	ids []int32
 	src []int8
 	lp  []float32
+	ver []int64
+	// cur is the policy version the sample is on: the version of the last
+	// policy call's weights (before the first, the policy's at the start).
+	// Every token appended gets it.
+	cur int64
 }
 
 func (r *response) add(ids []int32, src int8, lps []float32) {
 	r.ids = append(r.ids, ids...)
 	for i := range ids {
 		r.src = append(r.src, src)
+		r.ver = append(r.ver, r.cur)
 		if lps != nil {
 			r.lp = append(r.lp, lps[i])
 		} else {
@@ -159,6 +165,7 @@ func (r *response) add(ids []int32, src int8, lps []float32) {
 // every other failure is recorded in the outcome.
 func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 	t := &trajectoryRun{task: task, session: task.Session(), tr: p.newTrajectory(task), budget: p.responseBudget(task)}
+	t.resp.cur = p.info.PolicyVersion
 	defer p.client.Release(context.WithoutCancel(ctx), t.session)
 
 	finish := ""
@@ -254,6 +261,7 @@ func (p *Protocol) turn(ctx context.Context, t *trajectoryRun, turn int) (string
 	if !t.versionSet || res.PolicyVersion < t.tr.PolicyVersion {
 		t.tr.PolicyVersion, t.versionSet = res.PolicyVersion, true
 	}
+	t.resp.cur = res.PolicyVersion
 	t.resp.add(res.Tokens, schemas.SourcePolicy, res.LogProbs)
 	switch res.FinishReason {
 	case sampling.FinishEOS:
@@ -321,9 +329,20 @@ func (p *Protocol) answerStop(ctx context.Context, t *trajectoryRun) (string, er
 // "error". The error is non-nil only when ctx ends.
 func (p *Protocol) complete(ctx context.Context, t *trajectoryRun, finish string) error {
 	tr := &t.tr
-	tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = t.resp.ids, t.resp.src, t.resp.lp
+	tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs, tr.TokenPolicyVersion = t.resp.ids, t.resp.src, t.resp.lp, t.resp.ver
 	if tr.ResponseIDs == nil {
-		tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = []int32{}, []int8{}, []float32{}
+		tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs, tr.TokenPolicyVersion = []int32{}, []int8{}, []float32{}, []int64{}
+	}
+	// policy_version is the oldest version that sampled a policy token (a
+	// call that returned no token sampled nothing).
+	oldest, sampled := int64(0), false
+	for i, s := range tr.TokenSource {
+		if v := tr.TokenPolicyVersion[i]; s == schemas.SourcePolicy && (!sampled || v < oldest) {
+			oldest, sampled = v, true
+		}
+	}
+	if sampled {
+		tr.PolicyVersion = oldest
 	}
 	tr.FinishReason = finish
 	if len(t.resp.ids) == 0 {
