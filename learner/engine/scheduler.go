@@ -68,9 +68,18 @@ func (e *Engine) loop() {
 		default:
 		}
 		kept := active[:0]
+		cur := e.cur.Load()
 		for _, q := range active {
 			if q.cancelled.Load() {
 				e.finish(q, fmt.Errorf("engine: request cancelled"))
+				continue
+			}
+			if e.cfg.InterruptOnReload && q.w != cur {
+				// Weights were pushed: hand back what the old ones
+				// sampled, for the caller to continue on the new.
+				q.res.FinishReason = sampling.FinishAbort
+				e.interrupted.Add(1)
+				e.finish(q, nil)
 				continue
 			}
 			kept = append(kept, q)

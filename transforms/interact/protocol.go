@@ -122,6 +122,9 @@ type Outcome struct {
 	// PolicyCalls counts Generate calls that succeeded; PolicyRetries the
 	// failed attempts that were repeated.
 	PolicyCalls, PolicyRetries int
+	// Interrupted counts policy calls the server stopped at a weight push
+	// (finish reason abort) and the trajectory continued on new weights.
+	Interrupted int
 	// Err is why the trajectory ended with finish reason "error".
 	Err error
 }
@@ -270,8 +273,15 @@ func (p *Protocol) turn(ctx context.Context, t *trajectoryRun, turn int) (string
 		return sampling.FinishLength, nil
 	case sampling.FinishStop:
 		return p.answerStop(ctx, t)
+	case sampling.FinishAbort:
+		// The server stopped the call at a weight push (partial
+		// rollouts): the tokens so far stay, with the old version's
+		// log-probs, and the next turn continues from the prompt plus
+		// them, by token ids, on the new weights.
+		t.out.Interrupted++
+		return "", nil
 	default:
-		t.out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s or %s)", res.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength)
+		t.out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s, %s or %s)", res.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength, sampling.FinishAbort)
 		return schemas.FinishError, nil
 	}
 }
@@ -380,7 +390,7 @@ func (p *Protocol) generate(ctx context.Context, req policy.Request) (policy.Res
 		if len(r.Tokens) > req.Params.MaxTokens {
 			return r, guard.Errorf(guard.KindMalformed, "policy returned %d tokens, more than max_tokens %d", len(r.Tokens), req.Params.MaxTokens)
 		}
-		if len(r.Tokens) == 0 && r.FinishReason != sampling.FinishEOS {
+		if len(r.Tokens) == 0 && r.FinishReason != sampling.FinishEOS && r.FinishReason != sampling.FinishAbort {
 			return r, guard.Errorf(guard.KindMalformed, "policy returned no tokens with finish reason %q", r.FinishReason)
 		}
 		return r, nil
