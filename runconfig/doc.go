@@ -183,7 +183,7 @@
 //	learner.loss.rollout_correction        truncated importance sampling on pi_old/pi_behav (docs/operators.md)
 //	learner.loss.rollout_correction.level  off, token, sequence (product) or geometric (mean) (off)
 //	learner.loss.rollout_correction.cap    largest weight C > 1; mask mode keeps [1/C, C] (2)
-//	learner.loss.rollout_correction.mode   truncate (min(rho, C)) or mask (drop tokens outside) (truncate)
+//	learner.loss.rollout_correction.mode   truncate (min(rho, C)), mask (drop tokens outside) or mask_high (drop tokens above C, keep w = rho below: with level token, AReaL's decoupled PPO) (truncate)
 //	learner.optim               AdamW (see learner/optim)
 //	learner.optim.lr            peak learning rate (1e-6)
 //	learner.optim.beta1         first-moment decay (0.9)

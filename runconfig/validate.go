@@ -381,8 +381,8 @@ func validateRolloutCorrection(rc loss.RolloutCorrection) error {
 	if !(rc.Cap > 1) || math.IsInf(rc.Cap, 0) {
 		return fieldError(f+"cap", "%v must be finite and > 1: it is the largest weight, and mask mode keeps ratios in [1/cap, cap] (typical: 1.5-5 at token level, 2-10 at sequence level, 1.0002-1.001 at geometric level)", rc.Cap)
 	}
-	if rc.Mode != loss.CorrectionTruncate && rc.Mode != loss.CorrectionMask {
-		return fieldError(f+"mode", "%q is unknown: use truncate (weights capped at cap) or mask (tokens outside [1/cap, cap] left out of the loss)", rc.Mode)
+	if rc.Mode != loss.CorrectionTruncate && rc.Mode != loss.CorrectionMask && rc.Mode != loss.CorrectionMaskHigh {
+		return fieldError(f+"mode", "%q is unknown: use truncate (weights capped at cap), mask (tokens outside [1/cap, cap] left out of the loss) or mask_high (tokens above cap left out, the others weighted by their ratio: with level token, AReaL's decoupled PPO)", rc.Mode)
 	}
 	return nil
 }
