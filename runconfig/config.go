@@ -275,9 +275,10 @@ type Rollout struct {
 	// from its prompt plus those tokens, by token ids, on the new weights
 	// (a collaborator call in flight finishes first; its tokens stay
 	// external). It needs run.async (pushes happen while a step is
-	// sampled) and aipo serve replicas started with --interrupt-on-reload
-	// behind policy.sync kind aipo. Default false: a generation finishes
-	// on the weights it started with.
+	// sampled), and the in-process policy (one engine for the whole run,
+	// advanced to each checkpoint) or aipo serve replicas started with
+	// --interrupt-on-reload behind policy.sync kind aipo. Default false:
+	// a generation finishes on the weights it started with.
 	Partial bool `yaml:"partial,omitempty"`
 }
 

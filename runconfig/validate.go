@@ -200,9 +200,7 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.max_in_flight", "%d must be at least 1", r.MaxInFlight)
 	case r.Partial && !c.Run.Async:
 		return fieldError("rollout.partial", "needs run.async: true (a synchronous run pushes no weights while a step is sampled, so there is nothing to continue)")
-	case r.Partial && c.InProcessPolicy():
-		return fieldError("rollout.partial", "is not built for the in-process policy yet (aipo train opens one engine per step, so no push reaches a step in flight): serve the policy with aipo serve --interrupt-on-reload and set policy.endpoint and policy.sync.kind: aipo, or turn rollout.partial off")
-	case r.Partial && c.Policy.Sync.Kind != servers.Aipo:
+	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind != servers.Aipo:
 		return fieldError("rollout.partial", "needs policy.sync.kind: aipo (aipo serve replicas started with --interrupt-on-reload); %q servers are not interrupted at a push yet (vLLM's and SGLang's abort-and-continue is not built), so turn rollout.partial off for them", c.Policy.Sync.Kind)
 	case r.MaxFailedFraction != nil && !(*r.MaxFailedFraction >= 0 && *r.MaxFailedFraction <= 1):
 		return fieldError("rollout.max_failed_fraction", "%v must be between 0 (no sample may fail) and 1 (any share may, short of all)", *r.MaxFailedFraction)

@@ -27,8 +27,8 @@ func TestWithVersions(t *testing.T) {
 	}
 	trajs := []schemas.Trajectory{
 		row("a", 4, []int8{p, p, v, p, p}, []int64{4, 4, 4, 5, 5}), // continued across a push: lags 1,1,(1),0,0
-		row("b", 5, []int8{p, p}, nil),                            // one version, schema-1 style: lag 0
-		row("c", 3, []int8{p}, []int64{3}),                        // lag 2
+		row("b", 5, []int8{p, p}, nil),                             // one version, schema-1 style: lag 0
+		row("c", 3, []int8{p}, []int64{3}),                         // lag 2
 		{SchemaVersion: schemas.SchemaVersion, PromptID: "d", FinishReason: schemas.FinishError},
 	}
 	batch, _, err := Of(trajs, "untrained")
