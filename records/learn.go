@@ -27,4 +27,7 @@ type Learn struct {
 	// Mismatch compares the learner's log-probs of the policy's tokens
 	// with the sampler's (absent when the step carries none).
 	Mismatch *loss.Mismatch `json:"mismatch,omitempty"`
+	// Staleness is the version lag of the trained tokens (absent in
+	// records written before it was measured).
+	Staleness *Staleness `json:"staleness,omitempty"`
 }

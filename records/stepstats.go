@@ -34,6 +34,11 @@ type StepStats struct {
 	// PolicyCalls and PolicyRetries count the policy's requests and their
 	// retries.
 	PolicyCalls, PolicyRetries int64
+	// PolicyInterrupted counts the policy calls a server stopped at a
+	// weight push (rollout.partial), each continued on the new weights;
+	// SamplesMixed the trajectories whose policy tokens come from more
+	// than one policy version.
+	PolicyInterrupted, SamplesMixed int64
 	// Interactions counts every collaborator call, AgentInteractions
 	// those of each agent (interactions.<agent>) and AgentStatuses those
 	// of each agent by status (interactions.<agent>.<status>).
@@ -178,6 +183,8 @@ var stepStatKeys = func() []stepStatKey {
 		i("policy_retries", func(s *StepStats) *int64 { return &s.PolicyRetries }, always),
 		// Every group counts its policy calls.
 		i("policy_calls", func(s *StepStats) *int64 { return &s.PolicyCalls }, func(s StepStats) bool { return s.Prompts > 0 }),
+		i("policy_interrupted", func(s *StepStats) *int64 { return &s.PolicyInterrupted }, nil),
+		i("samples_mixed", func(s *StepStats) *int64 { return &s.SamplesMixed }, nil),
 		i("tokens.response", func(s *StepStats) *int64 { return &s.ResponseTokens }, withTrajectories),
 		i("correct", func(s *StepStats) *int64 { return &s.Correct }, nil),
 		i("noisy", func(s *StepStats) *int64 { return &s.Noisy }, nil),

@@ -268,6 +268,18 @@ type Rollout struct {
 	// trained as off-policy tokens (learner.loss.external luffy for
 	// LUFFY's shaping). Default off.
 	Guidance guidance.Config `yaml:"guidance,omitempty"`
+	// Partial continues the samples in flight across weight pushes: at a
+	// push the policy server stops each generation running on the old
+	// weights, the tokens sampled so far stay with their behaviour
+	// log-probs and the version that sampled them, and the sample goes on
+	// from its prompt plus those tokens, by token ids, on the new weights
+	// (a collaborator call in flight finishes first; its tokens stay
+	// external). It needs run.async (pushes happen while a step is
+	// sampled), and the in-process policy (one engine for the whole run,
+	// advanced to each checkpoint) or aipo serve replicas started with
+	// --interrupt-on-reload behind policy.sync kind aipo. Default false:
+	// a generation finishes on the weights it started with.
+	Partial bool `yaml:"partial,omitempty"`
 }
 
 // FailedFractionBound is MaxFailedFraction, or its default (0.5) when

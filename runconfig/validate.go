@@ -14,6 +14,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 	"github.com/aipo-rl/aipo/transforms/verify"
 )
@@ -197,6 +198,10 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.interaction_cost", "%v must be finite and >= 0", r.InteractionCost)
 	case r.MaxInFlight < 1:
 		return fieldError("rollout.max_in_flight", "%d must be at least 1", r.MaxInFlight)
+	case r.Partial && !c.Run.Async:
+		return fieldError("rollout.partial", "needs run.async: true (a synchronous run pushes no weights while a step is sampled, so there is nothing to continue)")
+	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind != servers.Aipo:
+		return fieldError("rollout.partial", "needs policy.sync.kind: aipo (aipo serve replicas started with --interrupt-on-reload); %q servers are not interrupted at a push yet (vLLM's and SGLang's abort-and-continue is not built), so turn rollout.partial off for them", c.Policy.Sync.Kind)
 	case r.MaxFailedFraction != nil && !(*r.MaxFailedFraction >= 0 && *r.MaxFailedFraction <= 1):
 		return fieldError("rollout.max_failed_fraction", "%v must be between 0 (no sample may fail) and 1 (any share may, short of all)", *r.MaxFailedFraction)
 	case r.PromptsPerBatch < 0:
@@ -374,8 +379,8 @@ func validateRolloutCorrection(rc loss.RolloutCorrection) error {
 	if !(rc.Cap > 1) || math.IsInf(rc.Cap, 0) {
 		return fieldError(f+"cap", "%v must be finite and > 1: it is the largest weight, and mask mode keeps ratios in [1/cap, cap] (typical: 1.5-5 at token level, 2-10 at sequence level, 1.0002-1.001 at geometric level)", rc.Cap)
 	}
-	if rc.Mode != loss.CorrectionTruncate && rc.Mode != loss.CorrectionMask {
-		return fieldError(f+"mode", "%q is unknown: use truncate (weights capped at cap) or mask (tokens outside [1/cap, cap] left out of the loss)", rc.Mode)
+	if rc.Mode != loss.CorrectionTruncate && rc.Mode != loss.CorrectionMask && rc.Mode != loss.CorrectionMaskHigh {
+		return fieldError(f+"mode", "%q is unknown: use truncate (weights capped at cap), mask (tokens outside [1/cap, cap] left out of the loss) or mask_high (tokens above cap left out, the others weighted by their ratio: with level token, AReaL's decoupled PPO)", rc.Mode)
 	}
 	return nil
 }

@@ -37,6 +37,7 @@ const (
 	tcResponseIDs
 	tcTokenSource
 	tcBehaviorLogProbs
+	tcTokenPolicyVersion
 	tcResponseText
 	tcInteractionAgent
 	tcInteractionQuery
@@ -72,6 +73,7 @@ var trajColumns = [tcCount]trajColumn{
 	tcResponseIDs:          {"response_ids", parquet.Int32, true},
 	tcTokenSource:          {"token_source", parquet.Int32, true},
 	tcBehaviorLogProbs:     {"behavior_logprobs", parquet.Float, true},
+	tcTokenPolicyVersion:   {"token_policy_version", parquet.Int64, true},
 	tcResponseText:         {"response_text", parquet.ByteArray, false},
 	tcInteractionAgent:     {"interaction_agent", parquet.ByteArray, true},
 	tcInteractionQuery:     {"interaction_query", parquet.ByteArray, true},
@@ -87,8 +89,13 @@ var trajColumns = [tcCount]trajColumn{
 	tcFinishReason:         {"finish_reason", parquet.ByteArray, false},
 }
 
+// trajOptional are the columns a shard of an earlier schema version may
+// lack: they read as empty lists (see Trajectory.TokenPolicyVersion).
+var trajOptional = [tcCount]bool{tcTokenPolicyVersion: true}
+
 // leafInfo is where one expected column lives in a particular file.
 type leafInfo struct {
+	missing bool // an optional column the file does not have
 	name    string
 	index   int  // leaf column index in the file
 	list    bool // one list per row (max repetition level 1)
@@ -102,6 +109,10 @@ func trajLayout(f *parquet.File) ([tcCount]leafInfo, error) {
 	root := f.Root()
 	for i, want := range trajColumns {
 		col := root.Column(want.name)
+		if col == nil && trajOptional[i] {
+			out[i] = leafInfo{name: want.name, list: want.list, missing: true}
+			continue
+		}
 		if col == nil {
 			return out, fmt.Errorf("column %q is missing (the shard was written with another schema; rewrite it with this version of aipo)", want.name)
 		}
@@ -191,6 +202,10 @@ func decodeTrajGroup(rg parquet.RowGroup, layout *[tcCount]leafInfo, rows []Traj
 	n := len(rows)
 	for c := range trajColumns {
 		leaf := &layout[c]
+		if leaf.missing {
+			g.offs[c] = make([]int32, n+1)
+			continue
+		}
 		cc := chunks[leaf.index]
 		var err error
 		switch trajColumns[c].kind {
@@ -233,6 +248,7 @@ func decodeTrajGroup(rg parquet.RowGroup, layout *[tcCount]leafInfo, rows []Traj
 		t.ResponseIDs = sub(g.i32[tcResponseIDs], g.offs[tcResponseIDs], r)
 		t.TokenSource = sub(g.src, g.offs[tcTokenSource], r)
 		t.BehaviorLogProbs = sub(g.f32[tcBehaviorLogProbs], g.offs[tcBehaviorLogProbs], r)
+		t.TokenPolicyVersion = sub(g.i64[tcTokenPolicyVersion], g.offs[tcTokenPolicyVersion], r)
 		t.ResponseText = g.str[tcResponseText][r]
 
 		t.InteractionAgent = sub(g.str[tcInteractionAgent], g.offs[tcInteractionAgent], r)

@@ -17,7 +17,7 @@
 //	| all        | schema_version         | int32                | SchemaVersion of the writer; readers refuse versions they do not know                                           |
 //	| Trajectory | run                    | string, dict         | run name (the run directory's base name)                                                                        |
 //	| Trajectory | step                   | int64                | training step whose rollout produced the row (the step directory's number)                                      |
-//	| Trajectory | policy_version         | int64                | policy version of the weights that sampled the policy tokens, as the server named it (the oldest, if several)   |
+//	| Trajectory | policy_version         | int64                | policy version of the weights that sampled the policy tokens, as the server named it (the oldest, if several: the minimum of token_policy_version over policy tokens) |
 //	| Trajectory | prompt_id              | string               | Prompt.id of the problem                                                                                        |
 //	| Trajectory | sample_index           | int32                | index of this sample in its prompt's group, 0..group-1                                                          |
 //	| Trajectory | data_source            | string, dict         | Prompt.data_source; picks the verifier                                                                          |
@@ -25,6 +25,7 @@
 //	| Trajectory | response_ids           | list<int32>          | token ids of the response, policy and external tokens in order, policy tokenizer                                |
 //	| Trajectory | token_source           | list<int8>           | per response token: 0 policy, 1 verify, 2 knowledge, 3 reason, 4 template, 5 guide; len(response_ids)           |
 //	| Trajectory | behavior_logprobs      | list<float32>        | per response token: log-prob under the sampling policy for policy tokens, exactly 0 for all others; len = len(response_ids) |
+//	| Trajectory | token_policy_version   | list<int64>          | per response token: policy version of the weights that sampled it (policy tokens), or that the sample was on when the token was appended (others); empty: every token at policy_version (schema version 1 shards, which lack the column, read this way) |
 //	| Trajectory | response_text          | string               | detokenised response, for reading and verifiers                                                                 |
 //	| Trajectory | interaction_agent      | list<string>         | per collaborator call, in call order: verify, knowledge or reason                                               |
 //	| Trajectory | interaction_query      | list<string>         | the text the policy wrote between the agent's tags                                                              |

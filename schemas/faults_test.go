@@ -152,6 +152,7 @@ func TestValidate(t *testing.T) {
 		c := good
 		c.TokenSource = append([]int8(nil), good.TokenSource...)
 		c.BehaviorLogProbs = append([]float32(nil), good.BehaviorLogProbs...)
+		c.TokenPolicyVersion = append([]int64(nil), good.TokenPolicyVersion...)
 		c.InteractionSpanStart = append([]int32(nil), good.InteractionSpanStart...)
 		c.InteractionSpanEnd = append([]int32(nil), good.InteractionSpanEnd...)
 		c.InteractionAgent = append([]string(nil), good.InteractionAgent...)
@@ -184,6 +185,17 @@ func TestValidate(t *testing.T) {
 			c.InteractionSpanEnd[0] = c.InteractionSpanStart[0] + 1
 		}, "covers policy token"},
 		{"finish", func(c *Trajectory) { c.FinishReason = "" }, "finish_reason"},
+		{"token version length", func(c *Trajectory) { c.TokenPolicyVersion = []int64{c.PolicyVersion} }, "token_policy_version has 1 entries"},
+		{"token version negative", func(c *Trajectory) {
+			c.TokenPolicyVersion = c.TokenVersions()
+			c.TokenPolicyVersion[len(c.TokenPolicyVersion)-1] = -1
+		}, "want a policy version >= 0"},
+		{"token version oldest", func(c *Trajectory) {
+			c.TokenPolicyVersion = make([]int64, len(c.ResponseIDs))
+			for i := range c.TokenPolicyVersion {
+				c.TokenPolicyVersion[i] = c.PolicyVersion + 1
+			}
+		}, "oldest version in token_policy_version"},
 	} {
 		tr := clone()
 		c.mutate(&tr)

@@ -26,6 +26,7 @@ type foreignTrajectory struct {
 	ResponseIDs          []*int32   `parquet:"response_ids,optional,list"`
 	TokenSource          []*int8    `parquet:"token_source,optional,list"`
 	BehaviorLogProbs     []*float32 `parquet:"behavior_logprobs,optional,list"`
+	TokenPolicyVersion   []*int64   `parquet:"token_policy_version,optional,list"`
 	ResponseText         string     `parquet:"response_text,optional"`
 	InteractionAgent     []*string  `parquet:"interaction_agent,optional,list"`
 	InteractionQuery     []*string  `parquet:"interaction_query,optional,list"`
@@ -57,7 +58,7 @@ func toForeign(t Trajectory) foreignTrajectory {
 		SchemaVersion: t.SchemaVersion, Run: t.Run, Step: t.Step, PolicyVersion: t.PolicyVersion,
 		PromptID: t.PromptID, SampleIndex: t.SampleIndex, DataSource: t.DataSource,
 		PromptIDs: ptrs(t.PromptIDs), ResponseIDs: ptrs(t.ResponseIDs), TokenSource: ptrs(t.TokenSource),
-		BehaviorLogProbs: ptrs(t.BehaviorLogProbs), ResponseText: t.ResponseText,
+		BehaviorLogProbs: ptrs(t.BehaviorLogProbs), TokenPolicyVersion: ptrs(t.TokenPolicyVersion), ResponseText: t.ResponseText,
 		InteractionAgent: ptrs(t.InteractionAgent), InteractionQuery: ptrs(t.InteractionQuery),
 		InteractionResult: ptrs(t.InteractionResult), InteractionStatus: ptrs(t.InteractionStatus),
 		InteractionLatencyMs: ptrs(t.InteractionLatencyMs), InteractionSpanStart: ptrs(t.InteractionSpanStart),
@@ -120,4 +121,83 @@ func TestBulkReaderForeignLayout(t *testing.T) {
 		t.Fatalf("bulk reader on a foreign layout: %v", err)
 	}
 	checkRowsEqual(t, "bulk reader, foreign layout", rows, got)
+}
+
+// trajectoryV1 is Trajectory as schema version 1 wrote it: no
+// token_policy_version column.
+type trajectoryV1 struct {
+	SchemaVersion        int32     `parquet:"schema_version"`
+	Run                  string    `parquet:"run,dict"`
+	Step                 int64     `parquet:"step"`
+	PolicyVersion        int64     `parquet:"policy_version"`
+	PromptID             string    `parquet:"prompt_id"`
+	SampleIndex          int32     `parquet:"sample_index"`
+	DataSource           string    `parquet:"data_source,dict"`
+	PromptIDs            []int32   `parquet:"prompt_ids,list"`
+	ResponseIDs          []int32   `parquet:"response_ids,list"`
+	TokenSource          []int8    `parquet:"token_source,list"`
+	BehaviorLogProbs     []float32 `parquet:"behavior_logprobs,list"`
+	ResponseText         string    `parquet:"response_text"`
+	InteractionAgent     []string  `parquet:"interaction_agent,list"`
+	InteractionQuery     []string  `parquet:"interaction_query,list"`
+	InteractionResult    []string  `parquet:"interaction_result,list"`
+	InteractionStatus    []string  `parquet:"interaction_status,list"`
+	InteractionLatencyMs []float32 `parquet:"interaction_latency_ms,list"`
+	InteractionSpanStart []int32   `parquet:"interaction_span_start,list"`
+	InteractionSpanEnd   []int32   `parquet:"interaction_span_end,list"`
+	InteractionNoisy     []bool    `parquet:"interaction_noisy,list"`
+	Reward               float32   `parquet:"reward"`
+	Correct              bool      `parquet:"correct"`
+	Advantage            float32   `parquet:"advantage"`
+	FinishReason         string    `parquet:"finish_reason,dict"`
+}
+
+// TestReadSchemaV1Shard reads a shard written before token_policy_version
+// existed: every row reads with the column empty, validates, and
+// TokenVersions gives every token the row's policy_version.
+func TestReadSchemaV1Shard(t *testing.T) {
+	rows := randomTrajectories(5, 60)
+	old := make([]trajectoryV1, len(rows))
+	for i, r := range rows {
+		old[i] = trajectoryV1{SchemaVersion: 1, Run: r.Run, Step: r.Step, PolicyVersion: r.PolicyVersion, PromptID: r.PromptID,
+			SampleIndex: r.SampleIndex, DataSource: r.DataSource, PromptIDs: r.PromptIDs, ResponseIDs: r.ResponseIDs,
+			TokenSource: r.TokenSource, BehaviorLogProbs: r.BehaviorLogProbs, ResponseText: r.ResponseText,
+			InteractionAgent: r.InteractionAgent, InteractionQuery: r.InteractionQuery, InteractionResult: r.InteractionResult,
+			InteractionStatus: r.InteractionStatus, InteractionLatencyMs: r.InteractionLatencyMs,
+			InteractionSpanStart: r.InteractionSpanStart, InteractionSpanEnd: r.InteractionSpanEnd, InteractionNoisy: r.InteractionNoisy,
+			Reward: r.Reward, Correct: r.Correct, Advantage: r.Advantage, FinishReason: r.FinishReason}
+	}
+	var buf bytes.Buffer
+	w := parquet.NewGenericWriter[trajectoryV1](&buf)
+	if _, err := w.Write(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadTrajectoriesBulk(buf.Bytes())
+	if err != nil {
+		t.Fatalf("bulk reader on a schema-1 shard: %v", err)
+	}
+	if len(got) != len(rows) {
+		t.Fatalf("read %d rows, wrote %d", len(got), len(rows))
+	}
+	for i := range got {
+		g := &got[i]
+		if err := g.Validate(); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		if g.TokenPolicyVersion != nil {
+			t.Fatalf("row %d: token_policy_version %v, want empty for a shard without the column", i, g.TokenPolicyVersion)
+		}
+		tv := g.TokenVersions()
+		if len(tv) != len(g.ResponseIDs) {
+			t.Fatalf("row %d: TokenVersions has %d entries for %d tokens", i, len(tv), len(g.ResponseIDs))
+		}
+		for j, v := range tv {
+			if v != rows[i].PolicyVersion || g.TokenVersion(j) != v {
+				t.Fatalf("row %d token %d: version %d (TokenVersion %d), want the row's %d", i, j, v, g.TokenVersion(j), rows[i].PolicyVersion)
+			}
+		}
+	}
 }

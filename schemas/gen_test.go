@@ -101,6 +101,26 @@ func genTrajectory(rng *rand.Rand, o genOptions, idx int) Trajectory {
 		t.InteractionSpanEnd = append(t.InteractionSpanEnd, int32(end))
 		t.InteractionNoisy = append(t.InteractionNoisy, agent == SourceKnowledge && rng.IntN(2) == 0)
 	}
+	// Every other row was sampled across a weight push: its tokens from a
+	// random point on carry the next version, and policy_version is the
+	// oldest version of its policy tokens.
+	if n > 0 && idx%2 == 0 {
+		cut := rng.IntN(n + 1)
+		t.TokenPolicyVersion = make([]int64, n)
+		oldest := int64(-1)
+		for i := range n {
+			t.TokenPolicyVersion[i] = t.PolicyVersion
+			if i >= cut {
+				t.TokenPolicyVersion[i]++
+			}
+			if t.TokenSource[i] == SourcePolicy && (oldest < 0 || t.TokenPolicyVersion[i] < oldest) {
+				oldest = t.TokenPolicyVersion[i]
+			}
+		}
+		if oldest >= 0 {
+			t.PolicyVersion = oldest
+		}
+	}
 	return t
 }
 

@@ -6,22 +6,26 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 )
 
 // duckdbReport is what scripts/interop/duckdb-check.mjs prints.
 type duckdbReport struct {
-	Rows                int64            `json:"rows"`
-	Files               map[string]int64 `json:"files"`
-	TokenSourceMismatch int64            `json:"token_source_mismatch"`
-	LogprobsMismatch    int64            `json:"logprobs_mismatch"`
-	InteractionMismatch int64            `json:"interaction_mismatch"`
-	SpanOutside         int64            `json:"span_outside"`
+	Rows                 int64            `json:"rows"`
+	Files                map[string]int64 `json:"files"`
+	TokenSourceMismatch  int64            `json:"token_source_mismatch"`
+	LogprobsMismatch     int64            `json:"logprobs_mismatch"`
+	TokenVersionMismatch int64            `json:"token_version_mismatch"`
+	TokenVersions        map[string]int64 `json:"token_versions"`
+	InteractionMismatch  int64            `json:"interaction_mismatch"`
+	SpanOutside          int64            `json:"span_outside"`
 }
 
 // TestInteropDuckDB reads the shards with DuckDB through its Node API.
@@ -35,7 +39,7 @@ func TestInteropDuckDB(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(interop, "node_modules", "@duckdb", "node-api")); err != nil {
 		t.Skipf("DuckDB's Node API is not installed in %s (run `make setup-test`)", interop)
 	}
-	dir, _, m := writeInteropStep(t)
+	dir, rows, m := writeInteropStep(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -61,7 +65,17 @@ func TestInteropDuckDB(t *testing.T) {
 	if len(rep.Files) != len(m.Files) {
 		t.Errorf("duckdb: read %d files, manifest lists %d", len(rep.Files), len(m.Files))
 	}
-	if rep.TokenSourceMismatch != 0 || rep.LogprobsMismatch != 0 || rep.InteractionMismatch != 0 || rep.SpanOutside != 0 {
+	// Tokens per version as DuckDB counts them, against the rows written.
+	want := map[string]int64{}
+	for _, r := range rows {
+		for _, v := range r.TokenVersions() {
+			want[strconv.FormatInt(v, 10)]++
+		}
+	}
+	if !maps.Equal(rep.TokenVersions, want) {
+		t.Errorf("duckdb: tokens per version %v, want %v", rep.TokenVersions, want)
+	}
+	if rep.TokenSourceMismatch != 0 || rep.LogprobsMismatch != 0 || rep.TokenVersionMismatch != 0 || rep.InteractionMismatch != 0 || rep.SpanOutside != 0 {
 		t.Errorf("duckdb: rows breaking invariants: %+v", rep)
 	}
 }

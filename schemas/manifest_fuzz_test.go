@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -91,7 +92,7 @@ func TestParseManifestRejects(t *testing.T) {
 		{"digest", strings.Replace(good, strings.Repeat("ab", 32), strings.Repeat("zz", 32), 1), "not hex"},
 		{"unknown field", strings.Replace(good, `"kind"`, `"kinds"`, 1), `unknown field "kinds"`},
 		{"trailing", good + " {}", "trailing data"},
-		{"version", strings.Replace(good, `"schema_version":1`, `"schema_version":99`, 1), "schema_version 99 not supported"},
+		{"version", strings.Replace(good, fmt.Sprintf(`"schema_version":%d`, SchemaVersion), `"schema_version":99`, 1), "schema_version 99 not supported"},
 		{"duplicate", strings.Replace(good, `part-00001`, `part-00000`, 1), "listed twice"},
 	} {
 		_, err := ParseManifest([]byte(c.in))

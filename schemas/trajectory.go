@@ -4,8 +4,10 @@ import "strconv"
 
 // SchemaVersion is written into every row and every manifest. Bump it when a
 // column is added, removed or changes meaning; readers refuse versions they do
-// not know.
-const SchemaVersion = 1
+// not know. Version 2 added token_policy_version; shards of version 1 (which
+// lack the column) read with it empty, meaning one version, policy_version,
+// for every token of the row.
+const SchemaVersion = 2
 
 // Token sources: who wrote a response token. Stored as int8 per token in
 // Trajectory.TokenSource.
@@ -60,7 +62,13 @@ type Trajectory struct {
 	ResponseIDs      []int32   `parquet:"response_ids,list"`
 	TokenSource      []int8    `parquet:"token_source,list"`
 	BehaviorLogProbs []float32 `parquet:"behavior_logprobs,list"`
-	ResponseText     string    `parquet:"response_text"`
+	// TokenPolicyVersion is the policy version of each response token: for
+	// a policy token the weights that sampled it, for any other token the
+	// version the sample was on when it was appended. Empty means every
+	// token is at PolicyVersion (shards of schema version 1, and writers
+	// that sample a row with one version). See TokenVersions.
+	TokenPolicyVersion []int64 `parquet:"token_policy_version,list"`
+	ResponseText       string  `parquet:"response_text"`
 
 	InteractionAgent     []string  `parquet:"interaction_agent,list"`
 	InteractionQuery     []string  `parquet:"interaction_query,list"`
@@ -75,6 +83,28 @@ type Trajectory struct {
 	Correct      bool    `parquet:"correct"`
 	Advantage    float32 `parquet:"advantage"`
 	FinishReason string  `parquet:"finish_reason,dict"`
+}
+
+// TokenVersions returns the policy version of every response token:
+// TokenPolicyVersion, or PolicyVersion repeated when the row carries none.
+func (t *Trajectory) TokenVersions() []int64 {
+	if len(t.TokenPolicyVersion) == len(t.ResponseIDs) && len(t.ResponseIDs) > 0 {
+		return t.TokenPolicyVersion
+	}
+	out := make([]int64, len(t.ResponseIDs))
+	for i := range out {
+		out[i] = t.PolicyVersion
+	}
+	return out
+}
+
+// TokenVersion is the policy version of response token i (see
+// TokenVersions).
+func (t *Trajectory) TokenVersion(i int) int64 {
+	if len(t.TokenPolicyVersion) > 0 {
+		return t.TokenPolicyVersion[i]
+	}
+	return t.PolicyVersion
 }
 
 // Prompt is one training or evaluation problem after field mapping.

@@ -63,13 +63,14 @@ type trajLeafWriter struct {
 	s    func(*Trajectory) string
 	i32s func(*Trajectory) []int32
 	i8s  func(*Trajectory) []int8
+	i64s func(*Trajectory) []int64
 	f32s func(*Trajectory) []float32
 	bs   func(*Trajectory) []bool
 	ss   func(*Trajectory) []string
 }
 
 func (l *trajLeafWriter) list() bool {
-	return l.i32s != nil || l.i8s != nil || l.f32s != nil || l.bs != nil || l.ss != nil
+	return l.i32s != nil || l.i8s != nil || l.i64s != nil || l.f32s != nil || l.bs != nil || l.ss != nil
 }
 
 // trajLeafWriters is indexed like trajColumns (schema order).
@@ -85,6 +86,7 @@ var trajLeafWriters = [tcCount]trajLeafWriter{
 	tcResponseIDs:          {kind: vInt32, i32s: func(t *Trajectory) []int32 { return t.ResponseIDs }},
 	tcTokenSource:          {kind: vInt32, i8s: func(t *Trajectory) []int8 { return t.TokenSource }},
 	tcBehaviorLogProbs:     {kind: vFloat, f32s: func(t *Trajectory) []float32 { return t.BehaviorLogProbs }},
+	tcTokenPolicyVersion:   {kind: vInt64, i64s: func(t *Trajectory) []int64 { return t.TokenPolicyVersion }},
 	tcResponseText:         {kind: vString, s: func(t *Trajectory) string { return t.ResponseText }},
 	tcInteractionAgent:     {kind: vString, ss: func(t *Trajectory) []string { return t.InteractionAgent }},
 	tcInteractionQuery:     {kind: vString, ss: func(t *Trajectory) []string { return t.InteractionQuery }},
@@ -250,6 +252,10 @@ func (c *trajColumnWriter) addRow(t *Trajectory) {
 		for _, x := range v {
 			c.vals = binary.LittleEndian.AppendUint32(c.vals, uint32(int32(x)))
 		}
+	case l.i64s != nil:
+		v := l.i64s(t)
+		n = len(v)
+		c.vals = appendLE64(c.vals, v)
 	case l.f32s != nil:
 		v := l.f32s(t)
 		n = len(v)
@@ -667,6 +673,20 @@ func appendLE32[T int32 | float32](dst []byte, v []T) []byte {
 	}
 	for i := range v {
 		dst = binary.LittleEndian.AppendUint32(dst, *(*uint32)(unsafe.Pointer(&v[i])))
+	}
+	return dst
+}
+
+// appendLE64 appends v as little-endian 8-byte values.
+func appendLE64(dst []byte, v []int64) []byte {
+	if len(v) == 0 {
+		return dst
+	}
+	if littleEndian {
+		return append(dst, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 8*len(v))...)
+	}
+	for _, x := range v {
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(x))
 	}
 	return dst
 }

@@ -15,6 +15,8 @@ var InteractionAgents = [...]string{SourceNames[SourceVerify], SourceNames[Sourc
 // error naming the first column that breaks one:
 //   - schema_version is one this build reads;
 //   - response_ids, token_source and behavior_logprobs have equal length;
+//   - token_policy_version is empty or as long as response_ids, holds no
+//     negative version, and policy_version is its oldest policy token's;
 //   - every token source is a known one, and behavior_logprobs is 0 for every
 //     token the policy did not sample and finite for the ones it did;
 //   - the interaction_* columns have equal length;
@@ -32,6 +34,9 @@ func (t *Trajectory) Validate() error {
 	}
 	if len(t.BehaviorLogProbs) != n {
 		return fmt.Errorf("behavior_logprobs has %d entries, response_ids has %d (one log-prob per response token)", len(t.BehaviorLogProbs), n)
+	}
+	if err := t.validateTokenVersions(); err != nil {
+		return err
 	}
 	for i, s := range t.TokenSource {
 		if s < 0 || int(s) >= len(SourceNames) {
@@ -98,4 +103,29 @@ func knownAgent(a string) bool {
 		}
 	}
 	return false
+}
+
+// validateTokenVersions checks token_policy_version against response_ids
+// and policy_version (the oldest version that sampled a policy token).
+func (t *Trajectory) validateTokenVersions() error {
+	tv := t.TokenPolicyVersion
+	if len(tv) == 0 {
+		return nil
+	}
+	if len(tv) != len(t.ResponseIDs) {
+		return fmt.Errorf("token_policy_version has %d entries, response_ids has %d (one version per response token, or none for one version per row)", len(tv), len(t.ResponseIDs))
+	}
+	oldest, policy := int64(0), false
+	for i, v := range tv {
+		if v < 0 {
+			return fmt.Errorf("token_policy_version[%d] is %d, want a policy version >= 0", i, v)
+		}
+		if t.TokenSource[i] == SourcePolicy && (!policy || v < oldest) {
+			oldest, policy = v, true
+		}
+	}
+	if policy && oldest != t.PolicyVersion {
+		return fmt.Errorf("policy_version is %d, but the oldest version in token_policy_version of a policy token is %d (policy_version names the oldest weights that sampled the row)", t.PolicyVersion, oldest)
+	}
+	return nil
 }

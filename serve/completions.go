@@ -177,8 +177,11 @@ func stopReason(j job, r engine.Result) any {
 
 func finishReason(r engine.Result) *string {
 	s := "stop"
-	if r.FinishReason == sampling.FinishLength {
+	switch r.FinishReason {
+	case sampling.FinishLength:
 		s = "length"
+	case sampling.FinishAbort:
+		s = "abort"
 	}
 	return &s
 }

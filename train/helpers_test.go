@@ -11,6 +11,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
+	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/pipelines/rollout"
 	"github.com/aipo-rl/aipo/records/tensorboard"
 	"github.com/aipo-rl/aipo/runconfig"
@@ -32,6 +33,13 @@ type demoServer struct {
 
 func startDemoServer(t testing.TB, base string) demoServer {
 	t.Helper()
+	return startDemoServerWith(t, base, false)
+}
+
+// startDemoServerWith is startDemoServer; interrupt starts aipo serve with
+// --interrupt-on-reload (partial rollouts).
+func startDemoServerWith(t testing.TB, base string, interrupt bool) demoServer {
+	t.Helper()
 	ctx := context.Background()
 	cfg, err := demoConfig(demoOptions{Quick: true, RunDir: base + "/warm"})
 	if err != nil {
@@ -46,7 +54,7 @@ func startDemoServer(t testing.TB, base string) demoServer {
 		t.Fatal(err)
 	}
 	gl, hl := listen(t), listen(t)
-	t.Cleanup(serveCheckpoint(t, ckpt, "demo", gl, hl, 5*time.Second))
+	t.Cleanup(serveCheckpointWith(t, ckpt, "demo", gl, hl, 5*time.Second, interrupt))
 	return demoServer{cfg: cfg, task: task, ckpt: ckpt, grpcAddr: gl.Addr().String(), httpAddr: hl.Addr().String()}
 }
 
@@ -143,7 +151,15 @@ func listen(t testing.TB) net.Listener {
 // to finish and may be called more than once.
 func serveCheckpoint(t testing.TB, ckpt, name string, gl, hl net.Listener, drain time.Duration) (stop func()) {
 	t.Helper()
-	srv, err := serve.New(context.Background(), serve.Options{Checkpoint: ckpt, Name: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return serveCheckpointWith(t, ckpt, name, gl, hl, drain, false)
+}
+
+// serveCheckpointWith is serveCheckpoint; interrupt is aipo serve's
+// --interrupt-on-reload.
+func serveCheckpointWith(t testing.TB, ckpt, name string, gl, hl net.Listener, drain time.Duration, interrupt bool) (stop func()) {
+	t.Helper()
+	srv, err := serve.New(context.Background(), serve.Options{Checkpoint: ckpt, Name: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Engine: engine.Config{InterruptOnReload: interrupt}})
 	if err != nil {
 		t.Fatal(err)
 	}

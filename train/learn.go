@@ -147,6 +147,9 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 	if err := samples.WithBehavior(k, trajs, batch, cfg.Learner.Loss.RolloutCorrection); err != nil {
 		return records.Learn{}, err
 	}
+	if met.Staleness, err = samples.WithVersions(k, trajs, batch); err != nil {
+		return records.Learn{}, err
+	}
 	if len(batch) > 0 {
 		rc := trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
 			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}
@@ -161,6 +164,7 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 		}
 		met.Tokens, met.Loss, met.GradNorm, met.LossMetrics = st.Tokens, st.Loss, st.GradNorm, st.Metrics
 		met.Mismatch = samples.MismatchOf(st)
+		met.Staleness.MismatchByLag = samples.MismatchByLag(st)
 	}
 	met.Seconds = time.Since(start).Seconds()
 	return met, nil

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/records"
@@ -38,6 +39,13 @@ type loop struct {
 	// resampled: the loop was entered again at a step being rolled out
 	// again (resample.go).
 	resampled bool
+
+	// partialMu guards partial, the engine of the run's rollouts under
+	// rollout.partial with the in-process policy: one engine for every
+	// step, advanced to each new checkpoint, so that the samples in
+	// flight continue on it.
+	partialMu sync.Mutex
+	partial   *inproc.RunEngine
 }
 
 func newLoop(cfg runconfig.Config, opts Options, start time.Time) *loop {
@@ -92,7 +100,15 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 	if err != nil || committed {
 		return err
 	}
-	if lp.cfg.InProcessPolicy() {
+	if lp.cfg.InProcessPolicy() && lp.cfg.Rollout.Partial {
+		var endpoint string
+		if endpoint, err = lp.partialEngine(ctx, s); err == nil {
+			c := lp.cfg
+			c.Policy.Endpoint = endpoint
+			err = lp.opts.Rollout(ctx, c, k)
+			rolloutRan.Store(true)
+		}
+	} else if lp.cfg.InProcessPolicy() {
 		err = withEngine(ctx, lp.cfg, s, "", func(endpoint string) error {
 			c := lp.cfg
 			c.Policy.Endpoint = endpoint
@@ -113,6 +129,37 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 		return fmt.Errorf("train: rollout of step %d: %w", k, err)
 	}
 	return nil
+}
+
+// partialEngine makes the run's partial-rollout engine serve checkpoint s
+// (opening it on the first call; a newer checkpoint interrupts the
+// generations on the older one) and returns its endpoint.
+func (lp *loop) partialEngine(ctx context.Context, s int64) (string, error) {
+	lp.partialMu.Lock()
+	defer lp.partialMu.Unlock()
+	dir := rundir.Checkpoint(lp.cfg.Run.Dir, s)
+	if lp.partial == nil {
+		e, err := inproc.OpenRunEngine(ctx, dir, inproc.RunEngineName(lp.cfg.Run.Name, "partial", 0), lp.cfg.Learner.Backend, lp.cfg.Policy.DType)
+		if err != nil {
+			return "", err
+		}
+		lp.partial = e
+		return e.Endpoint(), nil
+	}
+	if err := lp.partial.Advance(ctx, dir, s); err != nil {
+		return "", err
+	}
+	return lp.partial.Endpoint(), nil
+}
+
+// closePartial closes the partial-rollout engine, if one was opened.
+func (lp *loop) closePartial() {
+	lp.partialMu.Lock()
+	defer lp.partialMu.Unlock()
+	if lp.partial != nil {
+		lp.partial.Close()
+		lp.partial = nil
+	}
 }
 
 // learn runs learner step k and what follows it: the evaluation of
@@ -183,6 +230,7 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 		cancel()
 	}
 	g := newGates(steps, k0)
+	defer lp.closePartial()
 	launched := make(chan struct{})
 	go func() {
 		defer close(launched)

@@ -71,6 +71,7 @@ func runServe(args []string) error {
 	maxConns := fs.Int("max-conns", serve.DefaultMaxConns, "open connections per listener; further ones wait to be accepted until one closes (0: no limit)")
 	storageTimeout := fs.String("storage-timeout", "", storageTimeoutUsage)
 	dtype := fs.String("dtype", serve.DTypeAuto, "precision of the decoder: auto (bfloat16 when the checkpoint stores bfloat16 and, on the cpu device, the model is at least 512 wide and the CPU has AMX or AVX512-BF16; else float32), bfloat16 (weights, each product's inputs and the KV cache in bfloat16; float32 accumulation, attention arithmetic and sampling; on the cpu device batch-invariant at no cost) or float32 (the exact reference)")
+	interrupt := fs.Bool("interrupt-on-reload", false, "at a weight reload, stop the generations running on the old weights: each returns the tokens sampled so far with finish reason abort, and its caller continues it from the prompt plus those tokens on the new weights (rollout.partial; default false: they finish on the weights they started with)")
 	invariant := fs.Bool("batch-invariant", true, "decode every sequence bit for bit alike whatever other requests share its step, so that seeded samples repeat under any load (false: one plain product a step, faster on CPUs whose BLAS kernels compute a row by its position in the batch, such as OpenBLAS's Haswell and Zen kernels; the cpu device in float32 only: bfloat16 is batch-invariant at no cost)")
 	maxClient := fs.Int("max-client-requests", serve.DefaultMaxClientRequests, "generation requests in flight from one client IP, HTTP and gRPC together; further ones get 429 with Retry-After / RESOURCE_EXHAUSTED (0: no limit)")
 	fs.Usage = func() {
@@ -123,7 +124,7 @@ func runServe(args []string) error {
 	}
 	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token = *ckpt, *watch, *tok, *name, token
 	opts.LoRA, opts.LoRAName = *lora, *loraName
-	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
+	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens, InterruptOnReload: *interrupt}
 	opts.BatchVariant = !*invariant
 	opts.DType = *dtype
 	return serveRun{backend: be, device: *device, opts: opts, grpcAddr: *grpcAddr, httpAddr: *httpAddr, tls: tlsCfg,

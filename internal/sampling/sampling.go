@@ -51,4 +51,10 @@ const (
 	// FinishLength: the token budget (MaxTokens, the context, or a
 	// response budget) ran out.
 	FinishLength = "length"
+	// FinishAbort: the server stopped the request before it finished, at a
+	// weight push (partial rollouts); the tokens sampled so far are
+	// returned with their log-probs under the weights that sampled them,
+	// and the caller continues from its prefix plus those tokens. Never a
+	// trajectory's finish reason. vLLM names an aborted request so too.
+	FinishAbort = "abort"
 )

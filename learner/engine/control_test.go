@@ -212,3 +212,63 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Errorf("Info names version %d after the last reload, want 4", got)
 	}
 }
+
+// TestInterruptOnReload: with Config.InterruptOnReload, a Reload stops a
+// running sequence at the next step; it returns the tokens the old weights
+// sampled (finish reason abort, their log-probs the old model's), and the
+// request continued from its prefix plus those tokens runs on the new
+// weights, whose log-probs it then carries. Without the option the
+// sequence finishes on the weights it started with.
+func TestInterruptOnReload(t *testing.T) {
+	v1, v2 := peaked(t, tinyConfig(), 21), peaked(t, tinyConfig(), 22)
+	for _, interrupt := range []bool{true, false} {
+		e, gate := paused(t, v1, Config{EOS: []int32{}, MaxBatch: 4, InterruptOnReload: interrupt})
+		ctx := testCtx(t)
+		prefix := []int32{257, 3, 9, 40}
+		done := make(chan Result, 1)
+		go func() {
+			r, err := e.Generate(ctx, Request{Prefix: prefix, Params: sampling.Params{MaxTokens: 20}, Session: "s"})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- r
+		}()
+		// Prefill, then four tokens on version 1.
+		for range 5 {
+			gate <- struct{}{}
+		}
+		waitFor(t, "four tokens", func() bool { return e.Stats().Generated >= 4 })
+		if err := e.Reload(v2, 2); err != nil {
+			t.Fatal(err)
+		}
+		close(gate)
+		first := <-done
+		if !interrupt {
+			if first.FinishReason != sampling.FinishLength || len(first.Tokens) != 20 || first.PolicyVersion != 1 {
+				t.Fatalf("without InterruptOnReload: %d tokens, finish %q, version %d; want all 20 on version 1", len(first.Tokens), first.FinishReason, first.PolicyVersion)
+			}
+			checkLogProbs(t, "uninterrupted, version 1", first.LogProbs, learnerLogProbs(t, v1, prefix, first.Tokens))
+			continue
+		}
+		if first.FinishReason != sampling.FinishAbort || first.PolicyVersion != 1 || len(first.Tokens) < 4 || len(first.Tokens) >= 20 {
+			t.Fatalf("interrupted: %d tokens, finish %q, version %d; want 4 to 19 tokens of version 1, finish %q", len(first.Tokens), first.FinishReason, first.PolicyVersion, sampling.FinishAbort)
+		}
+		if e.Stats().Interrupted != 1 {
+			t.Errorf("Stats.Interrupted = %d, want 1", e.Stats().Interrupted)
+		}
+		checkLogProbs(t, "interrupted part, version 1", first.LogProbs, learnerLogProbs(t, v1, prefix, first.Tokens))
+		// Continue by token ids: prefix plus what version 1 sampled.
+		cont := append(append([]int32(nil), prefix...), first.Tokens...)
+		rest, err := e.Generate(ctx, Request{Prefix: cont, Params: sampling.Params{MaxTokens: 20 - len(first.Tokens)}, Session: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rest.PolicyVersion != 2 || rest.FinishReason != sampling.FinishLength || len(rest.Tokens) != 20-len(first.Tokens) {
+			t.Fatalf("continuation: %d tokens, finish %q, version %d; want the remaining %d on version 2", len(rest.Tokens), rest.FinishReason, rest.PolicyVersion, 20-len(first.Tokens))
+		}
+		if rest.CachedTokens != 0 {
+			t.Errorf("continuation reused %d cached positions of version 1's cache, want none (the new weights recompute the prefix)", rest.CachedTokens)
+		}
+		checkLogProbs(t, "continuation, version 2", rest.LogProbs, learnerLogProbs(t, v2, cont, rest.Tokens))
+	}
+}

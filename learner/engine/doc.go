@@ -33,8 +33,10 @@
 // Stops: generation ends after an end-of-sequence token ("eos"), a stop
 // token id or stop string ("stop"; the matching token is part of the
 // output), MaxTokens new tokens or a full context ("length"). Stop strings
-// are matched on the decoded bytes of the output only, anywhere in the
-// bytes that the newest token completes.
+// are matched where the newest token completes them: on the decoded bytes
+// of the output, preceded by those of the prefix's last tokens, so that
+// one begun in the prefix (a call continued after an interruption) and
+// completed by the output counts, and one wholly in the prefix does not.
 //
 // Sessions: a request with a Session name keeps its sequence's cache after
 // it finishes, in a store bounded by Config.SessionTokens cached positions

@@ -35,6 +35,13 @@ type Config struct {
 	// EOS are the end-of-sequence ids (default: the tokenizer's EOS and
 	// the ids that end an assistant turn in its chat format).
 	EOS []int32
+	// InterruptOnReload stops the sequences running on older weights at
+	// the first scheduler step after a Reload: each returns the tokens it
+	// sampled so far (with their log-probs, all of the old version) with
+	// finish reason sampling.FinishAbort, for its caller to continue from
+	// its prefix plus those tokens on the new weights (partial rollouts).
+	// Default false: they finish on the weights they started with.
+	InterruptOnReload bool
 }
 
 // weights are one version of the model.
@@ -62,6 +69,7 @@ type Engine struct {
 
 	active                        atomic.Int64
 	steps, generated, fed, reused atomic.Int64
+	interrupted                   atomic.Int64
 
 	// stepHook, when set (by tests, before the scheduler starts), runs on
 	// the scheduler before every step.
@@ -317,13 +325,14 @@ type Stats struct {
 	Generated               int64 // tokens sampled
 	Fed                     int64 // tokens fed to the model (prompts, suffixes, sampled tokens)
 	Reused                  int64 // prefix tokens taken from session caches
+	Interrupted             int64 // sequences stopped by a Reload (Config.InterruptOnReload)
 	PolicyVersion           int64
 }
 
 // Stats reports the engine's counters.
 func (e *Engine) Stats() Stats {
 	s := Stats{Queued: len(e.queue), Active: int(e.active.Load()), Steps: e.steps.Load(), Generated: e.generated.Load(),
-		Fed: e.fed.Load(), Reused: e.reused.Load(), PolicyVersion: e.cur.Load().version}
+		Fed: e.fed.Load(), Reused: e.reused.Load(), Interrupted: e.interrupted.Load(), PolicyVersion: e.cur.Load().version}
 	s.Sessions, s.SessionTokens = e.sessions.stats()
 	return s
 }

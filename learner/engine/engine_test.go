@@ -311,3 +311,43 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("New with MaxContext beyond the model: %v", err)
 	}
 }
+
+// A stop string begun in the prefix and completed by the first new token
+// stops generation there (a call continued after an interruption may have
+// stopped inside one); one wholly in the prefix does not.
+func TestStopStringAcrossThePrefix(t *testing.T) {
+	tok := tokenizer.Builtin()
+	m := peaked(t, tinyConfig(), 6)
+	e := start(t, m, tok, Config{EOS: []int32{}})
+	ctx := testCtx(t)
+	p := []int32{257, 65, 66, 67}
+	base, err := e.Generate(ctx, Request{Prefix: p, Params: sampling.Params{MaxTokens: 12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	T := base.Tokens
+	bytesOf := func(ids ...int32) string {
+		var s []byte
+		for _, id := range ids {
+			s = append(s, tok.TokenBytes(int(id))...)
+		}
+		return string(s)
+	}
+	cont := append(append([]int32(nil), p...), T[:2]...)
+	across := bytesOf(T[1], T[2])
+	r, err := e.Generate(ctx, Request{Prefix: cont, Params: sampling.Params{MaxTokens: 10, StopStrings: []string{across}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FinishReason != sampling.FinishStop || len(r.Tokens) != 1 || r.Tokens[0] != T[2] {
+		t.Fatalf("stop string %q across the prefix's end: %v finish %q, want the single token %d, finish stop", across, r.Tokens, r.FinishReason, T[2])
+	}
+	inside := bytesOf(T[0], T[1])
+	r, err = e.Generate(ctx, Request{Prefix: cont, Params: sampling.Params{MaxTokens: 1, StopStrings: []string{inside}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FinishReason != sampling.FinishLength {
+		t.Fatalf("stop string %q wholly in the prefix: finish %q after %v, want length", inside, r.FinishReason, r.Tokens)
+	}
+}

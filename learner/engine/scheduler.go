@@ -30,6 +30,10 @@ type seq struct {
 	text    []byte // decoded output, for stop strings
 }
 
+// stopLookback is how many prefix tokens' bytes a request's stop-string
+// search starts with.
+const stopLookback = 16
+
 // loop is the scheduler: admit, step, repeat, until Close.
 func (e *Engine) loop() {
 	defer close(e.exited)
@@ -68,9 +72,18 @@ func (e *Engine) loop() {
 		default:
 		}
 		kept := active[:0]
+		cur := e.cur.Load()
 		for _, q := range active {
 			if q.cancelled.Load() {
 				e.finish(q, fmt.Errorf("engine: request cancelled"))
+				continue
+			}
+			if e.cfg.InterruptOnReload && q.w != cur {
+				// Weights were pushed: hand back what the old ones
+				// sampled, for the caller to continue on the new.
+				q.res.FinishReason = sampling.FinishAbort
+				e.interrupted.Add(1)
+				e.finish(q, nil)
 				continue
 			}
 			kept = append(kept, q)
@@ -115,6 +128,17 @@ func (e *Engine) admit(active []*seq, q *seq) []*seq {
 		q.cache = w.m.NewCache()
 	}
 	q.pending = prefix[q.cache.Len():]
+	if len(q.req.Params.StopStrings) > 0 && e.tok != nil {
+		// The prefix's last bytes, so that a stop string begun in the
+		// prefix and completed by the output is found: a call continued
+		// after an interruption (Config.InterruptOnReload) may have
+		// stopped inside one. Only occurrences ending in a new token's
+		// bytes stop generation (record), so one wholly in the prefix
+		// does not.
+		for _, id := range prefix[max(0, len(prefix)-stopLookback):] {
+			q.text = append(q.text, e.tok.TokenBytes(int(id))...)
+		}
+	}
 	q.res = Result{PolicyVersion: w.version, PrefixTokens: len(prefix), CachedTokens: q.cache.Len()}
 	e.reused.Add(int64(q.cache.Len()))
 	return append(active, q)

@@ -51,6 +51,15 @@ const (
 	// of the loss altogether (as if untrained: no policy term, no KL, not
 	// counted by the aggregation); the others keep w = rho.
 	CorrectionMask = "mask"
+	// CorrectionMaskHigh leaves tokens whose rho exceeds Cap out of the
+	// loss and keeps every other with w = rho, however small. At token
+	// level this is AReaL's decoupled PPO objective (arXiv 2505.24298;
+	// areal/utils/functional.py ppo_actor_loss_fn with a proximal policy
+	// and behav_imp_weight_cap): the surrogate's ratio is taken against
+	// the proximal policy, here pi_old, recomputed by the learner from the
+	// weights the step starts with, and each policy token's term is
+	// weighted by pi_prox / pi_behav, the tokens above the cap masked.
+	CorrectionMaskHigh = "mask_high"
 )
 
 // maxLogRho bounds |log rho| (token, or sequence/geometric aggregate)
@@ -70,7 +79,8 @@ type RolloutCorrection struct {
 	// recommends 1.5-5 for token, 2-10 for sequence and 1.0002-1.001 for
 	// geometric). Mask mode's lower bound is 1/C.
 	Cap float64 `yaml:"cap" json:"cap"`
-	// Mode is "truncate" (default) or "mask".
+	// Mode is "truncate" (default), "mask" or "mask_high" (with level
+	// token: decoupled PPO).
 	Mode string `yaml:"mode" json:"mode"`
 }
 
@@ -96,9 +106,9 @@ func (r RolloutCorrection) Validate() error {
 		return fmt.Errorf("loss: Config.RolloutCorrection.Cap = %v must be finite and > 1 (the weight's upper bound; e.g. 2 for token level, 1.001 for geometric)", r.Cap)
 	}
 	switch r.Mode {
-	case CorrectionTruncate, CorrectionMask:
+	case CorrectionTruncate, CorrectionMask, CorrectionMaskHigh:
 	default:
-		return fmt.Errorf("loss: Config.RolloutCorrection.Mode %q is unknown: use truncate or mask", r.Mode)
+		return fmt.Errorf("loss: Config.RolloutCorrection.Mode %q is unknown: use truncate, mask or mask_high", r.Mode)
 	}
 	return nil
 }
@@ -107,8 +117,14 @@ func (r RolloutCorrection) Validate() error {
 // token's policy term and whether the token stays in the loss.
 func correctionWeight(logRho, cap float64, mode string) (w float64, keep bool) {
 	rho := math.Exp(logRho)
-	if mode == CorrectionMask {
+	switch mode {
+	case CorrectionMask:
 		if rho < 1/cap || rho > cap {
+			return 0, false
+		}
+		return rho, true
+	case CorrectionMaskHigh:
+		if rho > cap {
 			return 0, false
 		}
 		return rho, true

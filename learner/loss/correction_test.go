@@ -3,6 +3,7 @@ package loss
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -146,4 +147,46 @@ func mustCompute(t *testing.T, cfg Config, in Inputs) Output {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// mask_high (decoupled PPO) leaves out only the tokens whose ratio is above
+// the cap: a token with rho = e^-1.5 (below 1/cap) stays, weighted by rho,
+// where mask mode drops it; a token with rho = e^0.8 (above cap 2) is
+// dropped by both.
+func TestRolloutCorrectionMaskHigh(t *testing.T) {
+	const a = 1.5
+	in := Inputs{
+		LogProb:         []float32{-1, -2},
+		OldLogProb:      []float32{-1, -2},
+		BehaviorLogProb: []float32{-1.8, -0.5},
+		Advantage:       []float32{a, a},
+		Source:          []Source{Internal, Internal},
+		Seq:             []int32{0, 0},
+	}
+	low := math.Exp(-1.5)
+	for _, c := range []struct {
+		mode   string
+		grad   [2]float64
+		masked float64
+	}{
+		{CorrectionMaskHigh, [2]float64{0, -a * low}, 0.5},
+		{CorrectionMask, [2]float64{0, 0}, 1},
+	} {
+		cfg := DefaultConfig()
+		cfg.KLCoef = 0
+		cfg.RolloutCorrection = RolloutCorrection{Level: CorrectionToken, Cap: 2, Mode: c.mode}
+		for name, out := range map[string]Output{"fused": mustCompute(t, cfg, in), "loop": computeLoop(cfg, in, in.LogProb)} {
+			for j, want := range c.grad {
+				if g := float64(out.GradLogProb[j]); math.Abs(g-want) > 1e-7*math.Abs(want)+1e-12 {
+					t.Errorf("%s (%s): GradLogProb[%d] = %.9g, want %.9g", c.mode, name, j, g, want)
+				}
+			}
+			if out.Metrics[MetricISMaskedFrac] != c.masked {
+				t.Errorf("%s (%s): masked fraction %v, want %v", c.mode, name, out.Metrics[MetricISMaskedFrac], c.masked)
+			}
+		}
+	}
+	if err := (RolloutCorrection{Level: CorrectionToken, Cap: 2, Mode: "mask_low"}).Validate(); err == nil || !strings.Contains(err.Error(), "mask_high") {
+		t.Errorf("unknown mode: %v, want an error listing mask_high", err)
+	}
 }

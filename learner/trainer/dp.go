@@ -304,7 +304,7 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		}
 	}
 
-	st := RLStats{Metrics: map[string]float64{}, Mismatch: measureMismatch(samples, old)}
+	st := RLStats{Metrics: map[string]float64{}, Mismatch: measureMismatch(samples, old), MismatchByLag: measureMismatchByLag(samples, old)}
 	st.OldLogMAE = st.Mismatch.AbsMean
 	metricN := 0
 	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {

@@ -34,6 +34,12 @@ type RLSample struct {
 	// learner's pi_old (RLStats.Mismatch) and feeds the loss's rollout
 	// correction, which needs it for every sample.
 	Behavior []float32
+	// Lag is each response token's policy version lag: how many versions
+	// the weights that sampled (or, for other tokens, preceded) it are
+	// behind the policy this update starts from; nil: 0 for every token.
+	// Only the mismatch by lag (RLStats.MismatchByLag) and the decoupled
+	// objective's proximal policy read it.
+	Lag []int32
 }
 
 // RLStats summarises an update.
@@ -47,6 +53,9 @@ type RLStats struct {
 	// Mismatch compares pi_old with the behaviour log-probs over the
 	// Internal tokens of the samples that carry them (Tokens 0: none).
 	Mismatch loss.Mismatch
+	// MismatchByLag is Mismatch over the Internal tokens of each version
+	// lag (RLSample.Lag), keyed by the lag.
+	MismatchByLag map[int32]loss.Mismatch
 }
 
 // Learner holds a policy, its frozen reference and its optimiser.
@@ -115,7 +124,7 @@ func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 			return RLStats{}, err
 		}
 	}
-	st := RLStats{Metrics: map[string]float64{}, Mismatch: measureMismatch(samples, old)}
+	st := RLStats{Metrics: map[string]float64{}, Mismatch: measureMismatch(samples, old), MismatchByLag: measureMismatchByLag(samples, old)}
 	st.OldLogMAE = st.Mismatch.AbsMean
 	metricN := 0
 	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
@@ -166,6 +175,9 @@ func (l *Learner) rlSequences(cfg RLConfig, samples []RLSample) ([]Sequence, err
 		}
 		if len(s.Source) != len(s.Response) {
 			return nil, fmt.Errorf("trainer: sample %d has %d response tokens but %d sources", i, len(s.Response), len(s.Source))
+		}
+		if s.Lag != nil && len(s.Lag) != len(s.Response) {
+			return nil, fmt.Errorf("trainer: sample %d has %d response tokens but %d version lags", i, len(s.Response), len(s.Lag))
 		}
 		if s.Behavior != nil && len(s.Behavior) != len(s.Response) {
 			return nil, fmt.Errorf("trainer: sample %d has %d response tokens but %d behaviour log-probs", i, len(s.Response), len(s.Behavior))
@@ -270,6 +282,47 @@ func measureMismatch(samples []RLSample, old [][]float32) loss.Mismatch {
 		}
 	}
 	return loss.MeasureMismatch(o, b, src, seq)
+}
+
+// measureMismatchByLag is measureMismatch over the tokens of each version
+// lag; nil when no sample carries behaviour log-probs.
+func measureMismatchByLag(samples []RLSample, old [][]float32) map[int32]loss.Mismatch {
+	type acc struct {
+		o, b []float32
+		src  []loss.Source
+		seq  []int32
+	}
+	by := map[int32]*acc{}
+	for i, s := range samples {
+		if s.Behavior == nil {
+			continue
+		}
+		for j := range s.Response {
+			lag := int32(0)
+			if s.Lag != nil {
+				lag = s.Lag[j]
+			}
+			a := by[lag]
+			if a == nil {
+				a = &acc{}
+				by[lag] = a
+			}
+			a.o, a.b = append(a.o, old[i][j]), append(a.b, s.Behavior[j])
+			a.src, a.seq = append(a.src, s.Source[j]), append(a.seq, int32(i))
+		}
+	}
+	var out map[int32]loss.Mismatch
+	for lag, a := range by {
+		m := loss.MeasureMismatch(a.o, a.b, a.src, a.seq)
+		if m.Tokens == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[int32]loss.Mismatch{}
+		}
+		out[lag] = m
+	}
+	return out
 }
 
 // withLogProb returns in with LogProb replaced.

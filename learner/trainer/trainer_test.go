@@ -297,3 +297,45 @@ func TestRLStepRolloutCorrection(t *testing.T) {
 		t.Fatalf("a sample with 1 behaviour log-prob for 3 tokens: %v", err)
 	}
 }
+
+// RLStep splits the mismatch by each token's version lag: the tokens
+// whose behaviour log-probs are shifted by 0.2 (lag 1) show that shift,
+// the others (lag 0) none, and the two parts add up to the whole.
+func TestRLStepMismatchByLag(t *testing.T) {
+	cfg := RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 4096, PPOEpochs: 1, MiniBatches: 1}
+	cfg.Loss.KLCoef = 0
+	l := newLearner(t, 1e-2, 9)
+	s := withBehavior(t, l, rlSamples(), cfg.MicroBatchTokens, 0)
+	lag1 := 0
+	for i := range s {
+		s[i].Lag = make([]int32, len(s[i].Response))
+		for j := range s[i].Response {
+			if j%2 == 1 {
+				s[i].Lag[j] = 1
+				s[i].Behavior[j] += 0.2
+				if s[i].Source[j] == loss.Internal {
+					lag1++
+				}
+			}
+		}
+	}
+	st, err := l.RLStep(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := st.MismatchByLag
+	if len(by) != 2 {
+		t.Fatalf("mismatch by lag has lags %v, want 0 and 1", by)
+	}
+	if m := by[0]; m.AbsMax != 0 || m.Tokens+by[1].Tokens != st.Mismatch.Tokens {
+		t.Errorf("lag 0: %+v, want no mismatch, and its tokens with lag 1's (%d) the whole's %d", m, by[1].Tokens, st.Mismatch.Tokens)
+	}
+	const tol = 1e-6 // float32 rounding of pi_old + 0.2
+	if m := by[1]; m.Tokens != lag1 || math.Abs(m.AbsMean-0.2) > tol || math.Abs(m.KL-0.2) > tol {
+		t.Errorf("lag 1: %+v, want %d tokens shifted by 0.2 (k1 0.2)", m, lag1)
+	}
+	s[0].Lag = s[0].Lag[1:]
+	if _, err := l.RLStep(cfg, s); err == nil || !strings.Contains(err.Error(), "version lags") {
+		t.Errorf("a sample with fewer lags than tokens: %v, want an error naming the version lags", err)
+	}
+}

@@ -78,6 +78,16 @@ func traj(step int64, prompt string, sample int32, correct bool, reward float32,
 	return t
 }
 
+// withVersions gives t's tokens the policy versions v (continued across a
+// weight push when they differ).
+func withVersions(t schemas.Trajectory, v ...int64) schemas.Trajectory {
+	t.TokenPolicyVersion = v
+	if err := t.Validate(); err != nil {
+		panic(fmt.Sprintf("test trajectory %s/%d is invalid: %v", t.PromptID, t.SampleIndex, err))
+	}
+	return t
+}
+
 // writeStep writes each group of rows as one shard of step k and commits
 // the step unless commit is false.
 func writeStep(t *testing.T, run string, k int64, commit bool, shards ...[]schemas.Trajectory) {
@@ -125,7 +135,7 @@ func buildRun(t *testing.T, run string) {
 		})
 	writeStep(t, run, 2, true, []schemas.Trajectory{
 		traj(2, "p3", 0, true, 1, "eos", []int8{P, P, P}),
-		traj(2, "p3", 1, true, 0.5, "stop", []int8{P, P, P, P, P}),
+		withVersions(traj(2, "p3", 1, true, 0.5, "stop", []int8{P, P, P, P, P}), 1, 1, 2, 2, 2),
 	})
 	writeStep(t, run, 3, false, []schemas.Trajectory{traj(3, "p4", 0, true, 1, "eos", []int8{P})})
 	writeStep(t, run, 5, true)
@@ -150,11 +160,15 @@ var want = []StepMetrics{
 		Status:           StatusCounts{OK: 3, Error: 1, Limit: 1},
 		KnowledgeAnswers: 2, NoisyDocShare: 0.5,
 		LengthFinishShare: 0.25,
+		// policy tokens 3+4+3+2, all of version 0 (no token versions: the row's).
+		PolicyVersionTokens: map[string]int64{"0": 12},
 	},
 	{
 		Step: 2, PolicyVersion: 1, Trajectories: 2, Prompts: 1,
 		Accuracy: 1, FailedTasks: 0, SolvedAllTasks: 1, MeanReward: 0.75,
 		ResponseTokens: 8, ResponseLengthP50: 3, ResponseLengthP95: 5,
+		// p3/0 at version 1; p3/1 continued on version 2 after 2 tokens.
+		PolicyVersionTokens: map[string]int64{"1": 5, "2": 3}, MixedSamples: 1,
 	},
 	{Step: 5, PolicyVersion: 4},
 }
@@ -250,7 +264,7 @@ func TestAnalyzeLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"## Step 1", "## Step 2", "## Step 5", "| failed tasks (all samples wrong) | 0.5000 |", "| 1 | 4 | 2 | 0.250 | 0.500 | 0.000 | 1.250 | 0.318 | 4 / 10 | 100.0 / 300.0 | 0.250 | 0.500 | 0.250 |", "step-000003"} {
+	for _, s := range []string{"## Step 1", "## Step 2", "## Step 5", "| failed tasks (all samples wrong) | 0.5000 |", "| policy tokens by version | 1: 5 (0.625), 2: 3 (0.375) |", "| 1 | 4 | 2 | 0.250 | 0.500 | 0.000 | 1.250 | 0.318 | 4 / 10 | 100.0 / 300.0 | 0.250 | 0.500 | 0.250 |", "step-000003"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("%s lacks %q:\n%s", MarkdownName, s, md)
 		}

@@ -30,6 +30,11 @@ type Mismatch struct {
 	ISFracHigh   float64 `json:"is_frac_high"`
 	ISFracLow    float64 `json:"is_frac_low"`
 	ISMaskedFrac float64 `json:"is_masked_frac"`
+	// ByLag is the mismatch over the policy tokens of each version lag
+	// (the learner's checkpoint minus the token's version; keys decimal),
+	// from the learner's staleness record: how the gap grows as tokens go
+	// off-policy. Absent in records without one.
+	ByLag map[string]loss.Mismatch `json:"by_lag,omitempty"`
 }
 
 // readMismatch reads the learner's record of step k, when there is one
@@ -56,6 +61,9 @@ func readMismatch(ctx context.Context, run string, k int64) (*Mismatch, error) {
 		return nil, nil
 	}
 	m := &Mismatch{Mismatch: *rec.Mismatch}
+	if rec.Staleness != nil {
+		m.ByLag = rec.Staleness.MismatchByLag
+	}
 	if w, ok := rec.LossMetrics[loss.MetricISWeightMean]; ok {
 		m.Corrected = true
 		m.ISWeightMean = w

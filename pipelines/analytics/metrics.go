@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/schemas"
@@ -29,6 +30,33 @@ type stepAcc struct {
 
 	ResponseLens []int64
 	LatenciesMs  []float64
+
+	// PolicyVersions[i] sampled PolicyVersionTokens[i] of the step's policy
+	// tokens (versions in increasing order, each once); MixedSamples is how
+	// many samples hold policy tokens of more than one version.
+	PolicyVersions, PolicyVersionTokens []int64
+	MixedSamples                        int64
+}
+
+// mergeVersions adds the version counts of b into those of a, in version
+// order, into new slices.
+func mergeVersions(av, an, bv, bn []int64) ([]int64, []int64) {
+	var v, n []int64
+	i, j := 0, 0
+	for i < len(av) || j < len(bv) {
+		switch {
+		case j == len(bv) || (i < len(av) && av[i] < bv[j]):
+			v, n = append(v, av[i]), append(n, an[i])
+			i++
+		case i == len(av) || bv[j] < av[i]:
+			v, n = append(v, bv[j]), append(n, bn[j])
+			j++
+		default:
+			v, n = append(v, av[i]), append(n, an[i]+bn[j])
+			i, j = i+1, j+1
+		}
+	}
+	return v, n
 }
 
 // merge adds b into a copy of a. Slices are copied, never shared.
@@ -64,6 +92,8 @@ func merge(a, b stepAcc) stepAcc {
 	out.KnowledgeNoisy += b.KnowledgeNoisy
 	out.ResponseLens = slices.Concat(a.ResponseLens, b.ResponseLens)
 	out.LatenciesMs = slices.Concat(a.LatenciesMs, b.LatenciesMs)
+	out.PolicyVersions, out.PolicyVersionTokens = mergeVersions(a.PolicyVersions, a.PolicyVersionTokens, b.PolicyVersions, b.PolicyVersionTokens)
+	out.MixedSamples += b.MixedSamples
 	return out
 }
 
@@ -73,6 +103,20 @@ var (
 	agentKnowledge = schemas.SourceName(schemas.SourceKnowledge)
 	agentReason    = schemas.SourceName(schemas.SourceReason)
 )
+
+// countVersion counts one policy token of version v (a's versions are
+// one trajectory's, kept in version order).
+func (a *stepAcc) countVersion(v int64) {
+	i, found := slices.BinarySearch(a.PolicyVersions, v)
+	if !found {
+		a.PolicyVersions = slices.Insert(a.PolicyVersions, i, v)
+		a.PolicyVersionTokens = slices.Insert(a.PolicyVersionTokens, i, 0)
+		if len(a.PolicyVersions) == 2 {
+			a.MixedSamples = 1
+		}
+	}
+	a.PolicyVersionTokens[i]++
+}
 
 // summarize reduces one trajectory to its contribution to its step.
 func summarize(t schemas.Trajectory) stepAcc {
@@ -84,9 +128,10 @@ func summarize(t schemas.Trajectory) stepAcc {
 		a.FinishLength = 1
 	}
 	a.Tokens = int64(len(t.TokenSource))
-	for _, s := range t.TokenSource {
+	for i, s := range t.TokenSource {
 		switch s {
 		case schemas.SourcePolicy:
+			a.countVersion(t.TokenVersion(i))
 		case schemas.SourceVerify:
 			a.TokensVerify++
 		case schemas.SourceKnowledge:
@@ -220,6 +265,14 @@ type StepMetrics struct {
 
 	LengthFinishShare float64 `json:"length_finish_share"`
 
+	// PolicyVersionTokens counts the step's policy tokens by the policy
+	// version that sampled them (token_policy_version; keys decimal): the
+	// mix of versions the step trains on. MixedSamples counts the samples
+	// whose policy tokens come from more than one version (continued
+	// across a weight push).
+	PolicyVersionTokens map[string]int64 `json:"policy_version_tokens,omitempty"`
+	MixedSamples        int64            `json:"mixed_samples"`
+
 	// Mismatch is the learner's measurement of the train-inference
 	// mismatch on this step's trajectories, from its record
 	// (metrics/learn-NNNNNN.json); absent when there is none.
@@ -281,18 +334,31 @@ func finalize(a stepAcc) StepMetrics {
 			Verify: ratio(a.TokensVerify, a.Tokens), Knowledge: ratio(a.TokensKnowledge, a.Tokens),
 			Reason: ratio(a.TokensReason, a.Tokens), Other: ratio(a.TokensUnknown, a.Tokens), Total: ratio(external, a.Tokens),
 		},
-		TemplateTokenShare: ratio(a.TokensTemplate, a.Tokens),
-		ResponseLengthP50:  percentile(lens, 50),
-		ResponseLengthP95:  percentile(lens, 95),
-		CollaboratorCalls:  made,
-		LatencyMsP50:       percentile(lat, 50),
-		LatencyMsP95:       percentile(lat, 95),
-		ErrorRate:          ratio(made-a.StatusOK, made),
-		Status:             StatusCounts{OK: a.StatusOK, Error: a.StatusError, Timeout: a.StatusTimeout, Limit: a.StatusLimit, Other: a.StatusOther},
-		KnowledgeAnswers:   a.KnowledgeOK,
-		NoisyDocShare:      ratio(a.KnowledgeNoisy, a.KnowledgeOK),
-		LengthFinishShare:  ratio(a.FinishLength, n),
+		TemplateTokenShare:  ratio(a.TokensTemplate, a.Tokens),
+		ResponseLengthP50:   percentile(lens, 50),
+		ResponseLengthP95:   percentile(lens, 95),
+		CollaboratorCalls:   made,
+		LatencyMsP50:        percentile(lat, 50),
+		LatencyMsP95:        percentile(lat, 95),
+		ErrorRate:           ratio(made-a.StatusOK, made),
+		Status:              StatusCounts{OK: a.StatusOK, Error: a.StatusError, Timeout: a.StatusTimeout, Limit: a.StatusLimit, Other: a.StatusOther},
+		KnowledgeAnswers:    a.KnowledgeOK,
+		NoisyDocShare:       ratio(a.KnowledgeNoisy, a.KnowledgeOK),
+		LengthFinishShare:   ratio(a.FinishLength, n),
+		PolicyVersionTokens: versionMap(a.PolicyVersions, a.PolicyVersionTokens),
+		MixedSamples:        a.MixedSamples,
 	}
+}
+
+func versionMap(v, n []int64) map[string]int64 {
+	if len(v) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(v))
+	for i := range v {
+		out[strconv.FormatInt(v[i], 10)] = n[i]
+	}
+	return out
 }
 
 func safeDiv(x, d float64) float64 {

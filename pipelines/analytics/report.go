@@ -285,6 +285,10 @@ func writeStepTable(b *bytes.Buffer, m StepMetrics) {
 	t.row("status ok / error / timeout / limit / other", "%s", fmt.Sprintf("%d / %d / %d / %d / %d", m.Status.OK, m.Status.Error, m.Status.Timeout, m.Status.Limit, m.Status.Other))
 	t.row("knowledge answers", "%d", m.KnowledgeAnswers)
 	t.row("noisy document share", "%.4f", m.NoisyDocShare)
+	if len(m.PolicyVersionTokens) > 0 {
+		t.row("policy tokens by version", "%s", versionMix(m.PolicyVersionTokens))
+		t.row("samples of more than one version", "%d", m.MixedSamples)
+	}
 	if m.Mismatch != nil {
 		t.mismatch(m.Mismatch)
 	}
@@ -299,6 +303,17 @@ func (t metricRows) mismatch(mm *Mismatch) {
 	t.row("train-inference |delta log p| mean", "%.3g", mm.AbsMean)
 	t.row("train-inference |delta log p| max", "%.3g", mm.AbsMax)
 	t.row("train-inference KL (k1 / k3)", "%s", fmt.Sprintf("%.3g / %.3g", mm.KL, mm.KLK3))
+	lags := make([]string, 0, len(mm.ByLag))
+	for k := range mm.ByLag {
+		lags = append(lags, k)
+	}
+	sort.Slice(lags, func(i, j int) bool {
+		return len(lags[i]) < len(lags[j]) || len(lags[i]) == len(lags[j]) && lags[i] < lags[j]
+	})
+	for _, k := range lags {
+		l := mm.ByLag[k]
+		t.row("train-inference at version lag "+k+": tokens, |delta log p| mean, KL k3", "%s", fmt.Sprintf("%d, %.3g, %.3g", l.Tokens, l.AbsMean, l.KLK3))
+	}
 	if mm.Corrected {
 		t.row("rollout IS weight mean", "%.4f", mm.ISWeightMean)
 		t.row("rollout IS above cap / below 1/cap / masked", "%s", fmt.Sprintf("%.4f / %.4f / %.4f", mm.ISFracHigh, mm.ISFracLow, mm.ISMaskedFrac))
@@ -371,4 +386,23 @@ func mismatchTable(b *bytes.Buffer, steps []StepMetrics) {
 		}
 		fmt.Fprintf(b, "| %d | %d | %.3g | %.3g | %.3g | %.3g | %s |\n", m.Step, mm.Tokens, mm.AbsMean, mm.AbsMax, mm.KL, mm.KLK3, is)
 	}
+}
+
+// versionMix writes tokens per version as "v: n (share)", in version
+// order.
+func versionMix(m map[string]int64) string {
+	keys := make([]string, 0, len(m))
+	total := int64(0)
+	for k, n := range m {
+		keys = append(keys, k)
+		total += n
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return len(keys[i]) < len(keys[j]) || len(keys[i]) == len(keys[j]) && keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s: %d (%.3f)", k, m[k], float64(m[k])/float64(total))
+	}
+	return strings.Join(parts, ", ")
 }

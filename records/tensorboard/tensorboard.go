@@ -352,6 +352,22 @@ func learnScalars(m records.Learn, vals map[string]float64) {
 		vals["mismatch/abs_mean"], vals["mismatch/abs_max"] = mm.AbsMean, mm.AbsMax
 		vals["mismatch/kl"], vals["mismatch/kl_k3"] = mm.KL, mm.KLK3
 	}
+	if sl := m.Staleness; sl != nil {
+		vals["staleness/mean_lag"], vals["staleness/max_lag"] = sl.MeanLag, float64(sl.MaxLag)
+		vals["staleness/mixed_samples"] = float64(sl.Mixed)
+		total := 0
+		for _, n := range sl.Tokens {
+			total += n
+		}
+		for lag, n := range sl.Tokens {
+			if total > 0 {
+				vals["staleness/token_share_lag_"+lag] = float64(n) / float64(total)
+			}
+		}
+		for lag, mm := range sl.MismatchByLag {
+			vals["mismatch_by_lag/"+lag+"/abs_mean"], vals["mismatch_by_lag/"+lag+"/kl_k3"] = mm.AbsMean, mm.KLK3
+		}
+	}
 	num := map[string]float64{}
 	for k, s := range m.Rollout {
 		if records.TextMeta(k) || boardSettings[k] {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/trainer"
+	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 )
 
@@ -68,4 +69,72 @@ func MismatchOf(st trainer.RLStats) *loss.Mismatch {
 	}
 	m := st.Mismatch
 	return &m
+}
+
+// WithVersions gives each of step k's samples the version lag of every
+// response token (k minus its token_policy_version; rows without the
+// column: their policy_version) and returns the step's staleness record:
+// the versions and lags of the trained policy tokens. trajs and samples
+// are as WithBehavior takes them.
+func WithVersions(k int64, trajs []schemas.Trajectory, samples []trainer.RLSample) (*records.Staleness, error) {
+	var kept []*schemas.Trajectory
+	for i := range trajs {
+		if Trainable(trajs[i]) {
+			kept = append(kept, &trajs[i])
+		}
+	}
+	if len(kept) != len(samples) {
+		return nil, fmt.Errorf("learn step %d: %d trainable trajectories for %d samples", k, len(kept), len(samples))
+	}
+	st := &records.Staleness{Versions: map[string]int{}, Tokens: map[string]int{}, Samples: map[string]int{}}
+	var lagSum float64
+	policy := 0
+	for i, t := range kept {
+		tv := t.TokenVersions()
+		lags := make([]int32, len(tv))
+		oldest, newest, seen := int64(0), int64(0), false
+		for j, v := range tv {
+			if v > k {
+				return nil, fmt.Errorf("learn step %d: trajectory %s/%d token %d was sampled by policy version %d, newer than the checkpoint %d this step updates; point policy.endpoint at this run's servers and roll step %d out again (aipo rollout --config <run.yaml> --step %d --force)",
+					k, t.PromptID, t.SampleIndex, j, v, k, k, k)
+			}
+			lags[j] = int32(k - v)
+			if t.TokenSource[j] != schemas.SourcePolicy {
+				continue
+			}
+			policy++
+			lagSum += float64(k - v)
+			st.Versions[records.LagKey(v)]++
+			st.Tokens[records.LagKey(k-v)]++
+			st.MaxLag = max(st.MaxLag, k-v)
+			if !seen {
+				oldest, newest, seen = v, v, true
+			}
+			oldest, newest = min(oldest, v), max(newest, v)
+		}
+		if seen {
+			st.Samples[records.LagKey(k-oldest)]++
+			if newest != oldest {
+				st.Mixed++
+			}
+		}
+		samples[i].Lag = lags
+	}
+	if policy > 0 {
+		st.MeanLag = lagSum / float64(policy)
+	}
+	return st, nil
+}
+
+// MismatchByLag is the learner record's form of an update's mismatch by
+// version lag: nil when nothing was compared.
+func MismatchByLag(st trainer.RLStats) map[string]loss.Mismatch {
+	if len(st.MismatchByLag) == 0 {
+		return nil
+	}
+	out := make(map[string]loss.Mismatch, len(st.MismatchByLag))
+	for lag, m := range st.MismatchByLag {
+		out[records.LagKey(int64(lag))] = m
+	}
+	return out
 }

@@ -122,6 +122,9 @@ type Outcome struct {
 	// PolicyCalls counts Generate calls that succeeded; PolicyRetries the
 	// failed attempts that were repeated.
 	PolicyCalls, PolicyRetries int
+	// Interrupted counts policy calls the server stopped at a weight push
+	// (finish reason abort) and the trajectory continued on new weights.
+	Interrupted int
 	// Err is why the trajectory ended with finish reason "error".
 	Err error
 }
@@ -141,12 +144,18 @@ type response struct {
 	ids []int32
 	src []int8
 	lp  []float32
+	ver []int64
+	// cur is the policy version the sample is on: the version of the last
+	// policy call's weights (before the first, the policy's at the start).
+	// Every token appended gets it.
+	cur int64
 }
 
 func (r *response) add(ids []int32, src int8, lps []float32) {
 	r.ids = append(r.ids, ids...)
 	for i := range ids {
 		r.src = append(r.src, src)
+		r.ver = append(r.ver, r.cur)
 		if lps != nil {
 			r.lp = append(r.lp, lps[i])
 		} else {
@@ -159,6 +168,7 @@ func (r *response) add(ids []int32, src int8, lps []float32) {
 // every other failure is recorded in the outcome.
 func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 	t := &trajectoryRun{task: task, session: task.Session(), tr: p.newTrajectory(task), budget: p.responseBudget(task)}
+	t.resp.cur = p.info.PolicyVersion
 	defer p.client.Release(context.WithoutCancel(ctx), t.session)
 
 	finish := ""
@@ -254,6 +264,7 @@ func (p *Protocol) turn(ctx context.Context, t *trajectoryRun, turn int) (string
 	if !t.versionSet || res.PolicyVersion < t.tr.PolicyVersion {
 		t.tr.PolicyVersion, t.versionSet = res.PolicyVersion, true
 	}
+	t.resp.cur = res.PolicyVersion
 	t.resp.add(res.Tokens, schemas.SourcePolicy, res.LogProbs)
 	switch res.FinishReason {
 	case sampling.FinishEOS:
@@ -262,8 +273,15 @@ func (p *Protocol) turn(ctx context.Context, t *trajectoryRun, turn int) (string
 		return sampling.FinishLength, nil
 	case sampling.FinishStop:
 		return p.answerStop(ctx, t)
+	case sampling.FinishAbort:
+		// The server stopped the call at a weight push (partial
+		// rollouts): the tokens so far stay, with the old version's
+		// log-probs, and the next turn continues from the prompt plus
+		// them, by token ids, on the new weights.
+		t.out.Interrupted++
+		return "", nil
 	default:
-		t.out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s or %s)", res.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength)
+		t.out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s, %s or %s)", res.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength, sampling.FinishAbort)
 		return schemas.FinishError, nil
 	}
 }
@@ -321,9 +339,20 @@ func (p *Protocol) answerStop(ctx context.Context, t *trajectoryRun) (string, er
 // "error". The error is non-nil only when ctx ends.
 func (p *Protocol) complete(ctx context.Context, t *trajectoryRun, finish string) error {
 	tr := &t.tr
-	tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = t.resp.ids, t.resp.src, t.resp.lp
+	tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs, tr.TokenPolicyVersion = t.resp.ids, t.resp.src, t.resp.lp, t.resp.ver
 	if tr.ResponseIDs == nil {
-		tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs = []int32{}, []int8{}, []float32{}
+		tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs, tr.TokenPolicyVersion = []int32{}, []int8{}, []float32{}, []int64{}
+	}
+	// policy_version is the oldest version that sampled a policy token (a
+	// call that returned no token sampled nothing).
+	oldest, sampled := int64(0), false
+	for i, s := range tr.TokenSource {
+		if v := tr.TokenPolicyVersion[i]; s == schemas.SourcePolicy && (!sampled || v < oldest) {
+			oldest, sampled = v, true
+		}
+	}
+	if sampled {
+		tr.PolicyVersion = oldest
 	}
 	tr.FinishReason = finish
 	if len(t.resp.ids) == 0 {
@@ -361,7 +390,7 @@ func (p *Protocol) generate(ctx context.Context, req policy.Request) (policy.Res
 		if len(r.Tokens) > req.Params.MaxTokens {
 			return r, guard.Errorf(guard.KindMalformed, "policy returned %d tokens, more than max_tokens %d", len(r.Tokens), req.Params.MaxTokens)
 		}
-		if len(r.Tokens) == 0 && r.FinishReason != sampling.FinishEOS {
+		if len(r.Tokens) == 0 && r.FinishReason != sampling.FinishEOS && r.FinishReason != sampling.FinishAbort {
 			return r, guard.Errorf(guard.KindMalformed, "policy returned no tokens with finish reason %q", r.FinishReason)
 		}
 		return r, nil

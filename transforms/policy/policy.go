@@ -43,7 +43,10 @@ type Result struct {
 	Tokens   []int32   // newly sampled tokens
 	LogProbs []float32 // log-probability of each sampled token under the sampling policy (before temperature)
 	// FinishReason is sampling.FinishEOS, sampling.FinishStop (a stop
-	// token or string) or sampling.FinishLength (MaxTokens reached).
+	// token or string), sampling.FinishLength (MaxTokens reached) or
+	// sampling.FinishAbort (the server stopped the call at a weight push;
+	// Tokens are what it sampled so far, possibly none, and the caller
+	// continues from Prefix plus Tokens).
 	FinishReason string
 	// Stop is the stop string or the decimal stop token id that ended the
 	// call, when FinishReason is sampling.FinishStop.

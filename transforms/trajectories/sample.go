@@ -28,6 +28,8 @@ type Group struct {
 	// PolicyCalls and PolicyRetries sum the trajectories' policy calls and
 	// retried attempts.
 	PolicyCalls, PolicyRetries int64
+	// PolicyInterrupted sums the policy calls stopped at a weight push.
+	PolicyInterrupted int64
 	// Guided counts the samples that are guidance traces; GuideMissing
 	// those meant to be that were sampled from the policy instead (the
 	// prompt had no solution, or the teacher failed).
@@ -217,7 +219,7 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 		}()
 	}
 	wg.Wait()
-	g.PolicyCalls, g.PolicyRetries = n.calls.Load(), n.retries.Load()
+	g.PolicyCalls, g.PolicyRetries, g.PolicyInterrupted = n.calls.Load(), n.retries.Load(), n.interrupted.Load()
 	g.Guided, g.GuideMissing = n.guided.Load(), n.missing.Load()
 	g.versionGuides(firstGuide)
 	return g
@@ -225,7 +227,7 @@ func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(er
 
 // groupCounts are a group's counts, added to by its samples at once.
 type groupCounts struct {
-	calls, retries, guided, missing atomic.Int64
+	calls, retries, interrupted, guided, missing atomic.Int64
 }
 
 // guide makes sample j of g a guidance trace, when the prompt has one;
@@ -267,6 +269,7 @@ func (f *sampleFn) sample(ctx context.Context, p schemas.Prompt, j int, ids []in
 		return
 	}
 	n.calls.Add(int64(out.PolicyCalls))
+	n.interrupted.Add(int64(out.Interrupted))
 	n.retries.Add(int64(out.PolicyRetries))
 	g.Trajectories[j] = out.Trajectory
 	if out.Err != nil {

@@ -69,6 +69,9 @@ func GroupStats(g Group, kept bool) Stats {
 	}
 	c["policy_calls"] += g.PolicyCalls
 	c["policy_retries"] += g.PolicyRetries
+	if g.PolicyInterrupted > 0 {
+		c["policy_interrupted"] += g.PolicyInterrupted
+	}
 	if g.Guided > 0 || g.GuideMissing > 0 {
 		c["guidance_traces"] += g.Guided
 		c["guidance_missing"] += g.GuideMissing
@@ -77,6 +80,9 @@ func GroupStats(g Group, kept bool) Stats {
 		c["trajectories"]++
 		c["finish."+t.FinishReason]++
 		st.VersionMin, st.VersionMax = min(st.VersionMin, t.PolicyVersion), max(st.VersionMax, t.PolicyVersion)
+		if mixedVersions(&t) {
+			c["samples_mixed"]++
+		}
 		if t.FinishReason != schemas.FinishError {
 			st.RewardSum += float64(t.Reward)
 			if t.Correct {
@@ -151,4 +157,21 @@ func DeadLettersMeta(s beam.Scope, counts beam.PCollection) beam.PCollection {
 
 func deadLettersStepMeta(n int) parquetio.StepMeta {
 	return parquetio.StepMeta{Meta: records.DeadLettersMeta(int64(n))}
+}
+
+// mixedVersions reports whether t's policy tokens come from more than one
+// policy version (it was continued across a weight push).
+func mixedVersions(t *schemas.Trajectory) bool {
+	first, seen := int64(0), false
+	for i, s := range t.TokenSource {
+		if s != schemas.SourcePolicy || len(t.TokenPolicyVersion) == 0 {
+			continue
+		}
+		v := t.TokenPolicyVersion[i]
+		if seen && v != first {
+			return true
+		}
+		first, seen = v, true
+	}
+	return false
 }

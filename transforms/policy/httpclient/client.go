@@ -483,9 +483,14 @@ func finish(who, reason string, stop json.RawMessage, p sampling.Params, res *po
 	case "length":
 		res.FinishReason = sampling.FinishLength
 		return nil
+	case "abort":
+		// Stopped at a weight push (aipo serve with
+		// --interrupt-on-reload, vLLM's aborted request).
+		res.FinishReason = sampling.FinishAbort
+		return nil
 	case "stop":
 	default:
-		return fmt.Errorf("%s: finish reason %q (want stop or length)", who, reason)
+		return fmt.Errorf("%s: finish reason %q (want stop, length or abort)", who, reason)
 	}
 	var r any
 	if len(stop) > 0 {
