@@ -125,6 +125,11 @@ func (m *Model) headLogitsTile(lg, xh []float32, n, v0, cols int, mem *arena) {
 		narrowMatmul(lg, xh, nw.head[v0*C:], n, C, cols, mem)
 		return
 	}
+	if m.computeBF16 {
+		// xh holds bfloat16 values already (headForward).
+		productRoundedWT(lg, cols, xh, m.w.head[v0*C:], n, C, cols, mem)
+		return
+	}
 	blas.Sgemm(false, true, n, cols, C, 1, xh, C, m.w.head[v0*C:], C, 0, lg, cols)
 }
 
@@ -141,6 +146,11 @@ func (m *Model) headForward(a *Activations, mode headMode, keep keepMode) {
 			copy(xh[r*d.C:(r+1)*d.C], a.lnf[t*d.C:])
 		}
 	})
+	if m.computeBF16 {
+		// The head's products read the rows in bfloat16, the logits'
+		// and the weight gradient's alike.
+		roundBF16Into(xh, xh)
+	}
 	// The rows are gathered: the final norm's output is not read again.
 	a.mem.put(a.lnf)
 	a.lnf = nil
@@ -361,6 +371,14 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 		var beta float32
 		if v0 > 0 {
 			beta = 1
+		}
+		if m.computeBF16 {
+			// The logits' gradient and the head in bfloat16 (xh is).
+			g := lg[:n*w]
+			roundBF16Into(g, g)
+			blas.Sgemm(true, false, w, d.C, n, 1, g, w, xh[r0*d.C:], d.C, 1, gHead[v0*d.C:], d.C)
+			productRoundedW(dxh[r0*d.C:], g, w, m.w.head[v0*d.C:], n, w, d.C, beta, tmp)
+			continue
 		}
 		// The input and weight gradients' products are of equal work:
 		// each on its own core.
