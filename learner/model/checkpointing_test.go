@@ -203,8 +203,10 @@ func memoryConfigs() map[string]Config {
 // and what PassMemory says a forward pass keeps for its backward pass is
 // what the model holds between Forward and Backward. So also with
 // bfloat16 products (SetComputeBF16), whose rounded operands the passes
-// hold while each product runs.
-func TestPassBytesIsThePeak(t *testing.T) {
+// hold while each product runs, on both their paths.
+func TestPassBytesIsThePeak(t *testing.T) { forBF16Paths(t, testPassBytesIsThePeak) }
+
+func testPassBytesIsThePeak(t *testing.T) {
 	r := rand.New(rand.NewPCG(37, 38))
 	for name, cfg := range memoryConfigs() {
 		for _, v := range []struct {

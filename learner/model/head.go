@@ -126,8 +126,7 @@ func (m *Model) headLogitsTile(lg, xh []float32, n, v0, cols int, mem *arena) {
 		return
 	}
 	if m.computeBF16 {
-		// xh holds bfloat16 values already (headForward).
-		productRoundedWT(lg, cols, xh, m.w.head[v0*C:], n, C, cols, mem)
+		m.headLogitsBF16(lg, xh, n, v0, cols, mem)
 		return
 	}
 	blas.Sgemm(false, true, n, cols, C, 1, xh, C, m.w.head[v0*C:], C, 0, lg, cols)
@@ -373,11 +372,7 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 			beta = 1
 		}
 		if m.computeBF16 {
-			// The logits' gradient and the head in bfloat16 (xh is).
-			g := lg[:n*w]
-			roundBF16Into(g, g)
-			blas.Sgemm(true, false, w, d.C, n, 1, g, w, xh[r0*d.C:], d.C, 1, gHead[v0*d.C:], d.C)
-			productRoundedW(dxh[r0*d.C:], g, w, m.w.head[v0*d.C:], n, w, d.C, beta, tmp)
+			m.headBackBF16(dxh[r0*d.C:], gHead[v0*d.C:], lg[:n*w], xh[r0*d.C:], m.w.head[v0*d.C:], n, w, beta, tmp)
 			continue
 		}
 		// The input and weight gradients' products are of equal work:

@@ -194,18 +194,41 @@ func (o *cpuMemOps) HeadBackward(M int) {
 	if recompute {
 		buf = o.Get(R * cols)
 	}
-	o.headSlice(M, cols)
+	o.headBackSlice(M, cols)
 	if recompute {
 		o.Put(buf)
 	}
 }
 
 // headSlice: with bf16, the rounded slice of the head a tile of cols
-// vocabulary columns takes and hands back (none without rows).
+// vocabulary columns takes and hands back (none without rows) and, on the
+// native path (bf16Native), the tile's rows in bfloat16.
 func (o *cpuMemOps) headSlice(M, cols int) {
-	if o.bf16 && M > 0 {
-		o.Put(o.Get(bf16WeightRows(o.d.C, cols) * o.d.C))
+	if !o.bf16 || M == 0 {
+		return
 	}
+	var x Counted
+	if bf16Native() {
+		R, _, _ := headTile(M, o.d.V)
+		x = o.Get(bf16Floats(R * o.d.C))
+	}
+	o.Put(o.Get(bf16Floats(bf16WeightRows(o.d.C, cols) * o.d.C)))
+	o.Put(x)
+}
+
+// headBackSlice: headBackward's with bf16: on the native path the tile's
+// rows and its logits' gradient in bfloat16 beside the head's slice.
+func (o *cpuMemOps) headBackSlice(M, cols int) {
+	if !o.bf16 || M == 0 || !bf16Native() {
+		o.headSlice(M, cols)
+		return
+	}
+	R, _, _ := headTile(M, o.d.V)
+	x := o.Get(bf16Floats(R * o.d.C))
+	g := o.Get(bf16Floats(R * cols))
+	o.Put(o.Get(bf16Floats(bf16WeightRows(o.d.C, cols) * o.d.C)))
+	o.Put(g)
+	o.Put(x)
 }
 
 // Linear: with bf16, linearForwardBF16's rounded input and weight slice.
@@ -214,8 +237,8 @@ func (o *cpuMemOps) Linear(out, in Counted, l int, w Weight, bias bool) {
 		return
 	}
 	I, O := linearDims(o.d, w)
-	x := o.Get(o.N * I)
-	o.Put(o.Get(bf16WeightRows(I, O) * I))
+	x := o.Get(bf16Floats(o.N * I))
+	o.Put(o.Get(bf16Floats(bf16WeightRows(I, O) * I)))
 	o.Put(x)
 }
 
@@ -226,9 +249,9 @@ func (o *cpuMemOps) LinearBack(din, dout, in Counted, l int, w Weight, bias bool
 		return
 	}
 	I, O := linearDims(o.d, w)
-	dy := o.Get(o.N * O)
-	o.Put(o.Get(o.N * I))
-	o.Put(o.Get(bf16WeightRows(I, O) * I))
+	dy := o.Get(bf16Floats(o.N * O))
+	o.Put(o.Get(bf16Floats(o.N * I)))
+	o.Put(o.Get(bf16Floats(bf16WeightRows(I, O) * I)))
 	o.Put(dy)
 }
 

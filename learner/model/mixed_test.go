@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/bf16"
+	"github.com/aipo-rl/aipo/learner/blas"
 )
 
 // roundBF16Into is learner/bf16's rounding (ties to even, NaN kept a
@@ -38,6 +39,28 @@ func TestRoundBF16IntoIsBF16Round(t *testing.T) {
 // allows K·2⁻²³ of Σ|terms| (the rows' sizes and weight slices cut so
 // that several slices are summed: narrowSliceFloats made small).
 func TestLinearBF16MatchesRoundedReference(t *testing.T) {
+	forBF16Paths(t, testLinearBF16MatchesRoundedReference)
+}
+
+// forBF16Paths runs test on the bfloat16 products' two paths: the CPU's
+// bfloat16 kernels (bf16Native, where the CPU has them) and the float32
+// GEMM on the rounded values.
+func forBF16Paths(t *testing.T, test func(t *testing.T)) {
+	defer func(f func() bool) { bf16Native = f }(bf16Native)
+	native := bf16Native()
+	if !native {
+		t.Logf("this CPU has no bfloat16 kernels (%s): the float32 GEMM's path alone", blas.BF16Kernel())
+	}
+	for _, on := range []bool{false, true} {
+		if on && !native {
+			continue
+		}
+		bf16Native = func() bool { return on }
+		t.Run(map[bool]string{true: "native", false: "float32 GEMM"}[on], test)
+	}
+}
+
+func testLinearBF16MatchesRoundedReference(t *testing.T) {
 	defer func(n int) { narrowSliceFloats = n }(narrowSliceFloats)
 	narrowSliceFloats = 64 * 40 // slices of 64 rows at I = 40
 	r := rand.New(rand.NewPCG(63, 64))
