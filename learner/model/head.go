@@ -121,12 +121,12 @@ func headTiles(M, V, budget int) (tiles []tileAt, kept int, recompute bool) {
 // headLogitsTile writes lg[n,cols] = xh[n,C] · head[v0:v0+cols, C]^T.
 func (m *Model) headLogitsTile(lg, xh []float32, n, v0, cols int, mem *arena) {
 	C := m.d.C
-	if nw := m.narrow; nw != nil {
-		narrowMatmul(lg, xh, nw.head[v0*C:], n, C, cols, mem)
-		return
-	}
 	if m.computeBF16 {
 		m.headLogitsBF16(lg, xh, n, v0, cols, mem)
+		return
+	}
+	if nw := m.narrow; nw != nil {
+		narrowMatmul(lg, xh, nw.head[v0*C:], n, C, cols, mem)
 		return
 	}
 	blas.Sgemm(false, true, n, cols, C, 1, xh, C, m.w.head[v0*C:], C, 0, lg, cols)

@@ -132,7 +132,7 @@ func linearForwardBF16(out, in, w []float32, narrow []uint16, b []float32, N, I,
 	xf, xh, xbuf := operand(in, N*I, mem)
 	switch {
 	case narrow != nil && xh != nil:
-		mustBF16(blas.BF16Gemm(false, true, N, O, I, xh, I, narrow, I, 0, out, O))
+		productHalvesWT(out, O, xh, narrow, N, I, O)
 	case narrow != nil:
 		narrowMatmul(out, xf, narrow, N, I, O, mem)
 	default:
@@ -162,6 +162,17 @@ func productRoundedWT(out []float32, ldo int, xf []float32, xh []uint16, w []flo
 		blas.Sgemm(false, true, N, n, I, 1, xf, I, s, I, 0, out[o0:], ldo)
 	}
 	mem.put(buf)
+}
+
+// productHalvesWT is productRoundedWT on the native path for weights held
+// in bfloat16 already (HoldBF16), in the same slices: the same products,
+// so that a model held so scores as its float32-held copy does.
+func productHalvesWT(out []float32, ldo int, xh []uint16, w []uint16, N, I, O int) {
+	rows := bf16WeightRows(I, O)
+	for o0 := 0; o0 < O; o0 += rows {
+		n := min(rows, O-o0)
+		mustBF16(blas.BF16Gemm(false, true, N, n, I, xh, I, w[o0*I:(o0+n)*I], I, 0, out[o0:], ldo))
+	}
 }
 
 // productRoundedW is dx[N,C] (beta: 0 overwrites, 1 adds) = g[N,W] (rows
@@ -223,12 +234,21 @@ func linearBackwardBF16(din, dw, db, dout, in, w []float32, N, I, O int, mem *ar
 // values already (headForward rounds it).
 func (m *Model) headLogitsBF16(lg, xh []float32, n, v0, cols int, mem *arena) {
 	C := m.d.C
+	nw := m.narrow // a head held in bfloat16 (HoldBF16)
 	if !bf16Native() {
+		if nw != nil {
+			narrowMatmul(lg, xh, nw.head[v0*C:], n, C, cols, mem)
+			return
+		}
 		productRoundedWT(lg, cols, xh, nil, m.w.head[v0*C:], n, C, cols, mem)
 		return
 	}
 	_, x16, xbuf := operand(xh, n*C, mem)
-	productRoundedWT(lg, cols, nil, x16, m.w.head[v0*C:], n, C, cols, mem)
+	if nw != nil {
+		productHalvesWT(lg, cols, x16, nw.head[v0*C:], n, C, cols)
+	} else {
+		productRoundedWT(lg, cols, nil, x16, m.w.head[v0*C:], n, C, cols, mem)
+	}
 	mem.put(xbuf)
 }
 

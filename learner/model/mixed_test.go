@@ -213,3 +213,46 @@ func TestComputeBF16OnAndOff(t *testing.T) {
 	}
 	t.Logf("bfloat16 against float32: log-probs within %.3g, gradients within %.3g of their largest %.3g", dl, dg, sg)
 }
+
+// A model held in bfloat16 for scoring (HoldBF16, the frozen reference of
+// a bfloat16 checkpoint) scores with bfloat16 products as its float32-held
+// copy does, bit for bit, on both paths, its weights cut in one slice or
+// many: the reference and the policy of step 0 give the same
+// log-probabilities in bf16 as in float32.
+func TestHoldBF16ScoresAsComputeBF16(t *testing.T) {
+	if !columnSlicesExact() {
+		t.Logf("BLAS %s slices columns inexactly: HoldBF16 declines (TestHoldBF16ScoresBitIdentical); the held path is taken whatever the kernels", blas.Backend())
+	}
+	forBF16Paths(t, func(t *testing.T) {
+		for _, name := range []string{"tiny_qwen2", "tiny_qwen3"} {
+			f32, _ := loadFixture(t, name)
+			want, got := bf16Copy(t, f32), bf16Copy(t, f32)
+			if !got.holdBF16() {
+				t.Fatal("holdBF16 refused bfloat16-exact weights")
+			}
+			want.SetComputeBF16(true)
+			got.SetComputeBF16(true)
+			C := got.Config().HiddenSize
+			b := randomBatch(rand.New(rand.NewPCG(5, 6)), got.Config().VocabSize, 37, 5, 22)
+			for _, slice := range []int{narrowSliceFloats, 64*C + 5} {
+				func() {
+					defer func(s int) { narrowSliceFloats = s }(narrowSliceFloats)
+					narrowSliceFloats = slice
+					wlp, went, err := want.Score(b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					glp, gent, err := got.Score(b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range wlp {
+						if math.Float32bits(glp[i]) != math.Float32bits(wlp[i]) || math.Float32bits(gent[i]) != math.Float32bits(went[i]) {
+							t.Fatalf("%s, slices of %d: token %d: log-prob %v entropy %v held in bfloat16, %v %v in float32", name, slice, i, glp[i], gent[i], wlp[i], went[i])
+						}
+					}
+				}()
+			}
+		}
+	})
+}
