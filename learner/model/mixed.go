@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"unsafe"
@@ -115,12 +116,13 @@ func operand(src []float32, n int, mem *arena) (f []float32, h []uint16, buf []f
 // narrowSliceFloats.
 func bf16WeightRows(cols, rows int) int { return min(narrowSliceRows(cols), rows) }
 
-// mustBF16 panics with a product's error: the kernels fail only on a
-// machine that reported them available and then could not allocate or
-// run them, which no pass can go on from.
+// mustBF16 ends the pass with a product's error (the kernels fail only
+// where they reported themselves available and then could not allocate or
+// run): the ops return no errors, so it travels out of them as a feed's
+// failure does, and the pass's entry point returns it (recoverFeed).
 func mustBF16(err error) {
 	if err != nil {
-		panic("model: bfloat16 product: " + err.Error())
+		panic(feedFailure{fmt.Errorf("model: bfloat16 product: %w", err)})
 	}
 }
 
