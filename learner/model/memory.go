@@ -95,8 +95,11 @@ func (s PassShape) keep() keepMode {
 //     layer's activations keeps the leading tiles that fit 128 MiB for its
 //     backward pass, which makes the others again in a tile of its own;
 //   - with BF16, each product's rounded operands while it runs: its input
-//     (N×I; the backward pass's also its output gradient, N×O) and a slice
-//     of at most 4 MiB of its weights (mixed.go).
+//     (N×I; the backward pass's also its output gradient, N×O; the head's,
+//     on the native path, its tile's rows and their logits' gradient) and
+//     a slice of at most 1M of its weights, in bfloat16 where the CPU's
+//     bfloat16 kernels multiply them (bf16Native), else as float32 values
+//     (mixed.go): a plan is for the machine it is made on.
 //
 // Left out, being small and independent of the layers: the attention's
 // per-core scratch (64 rows of the longest sequence's scores, twice in the
