@@ -174,8 +174,9 @@ func (o *cpuMemOps) Hidden(la *LayerActs[Counted]) Counted {
 // the slice of the head each tile's product rounds.
 func (o *cpuMemOps) HeadForward(M int) {
 	o.Get(M) // lse
-	_, kept, recompute := headTiles(M, o.d.V, keepBudget(headAuto, o.keep))
-	R, cols, slices := headTile(M, o.d.V)
+	vb := vocabBlockRows(o.d)
+	_, kept, recompute := headTiles(M, o.d.V, vb, keepBudget(headAuto, o.keep))
+	R, cols, slices := headTile(M, o.d.V, vb)
 	o.Get(kept)
 	o.Get(M * slices) // each row's shift in each slice
 	var buf Counted
@@ -191,8 +192,9 @@ func (o *cpuMemOps) HeadForward(M int) {
 // HeadBackward: headBackward's tile buffer, when some tile is recomputed;
 // with bf16, the slice of the head each tile's products round.
 func (o *cpuMemOps) HeadBackward(M int) {
-	_, _, recompute := headTiles(M, o.d.V, keepBudget(headAuto, o.keep))
-	R, cols, _ := headTile(M, o.d.V)
+	vb := vocabBlockRows(o.d)
+	_, _, recompute := headTiles(M, o.d.V, vb, keepBudget(headAuto, o.keep))
+	R, cols, _ := headTile(M, o.d.V, vb)
 	var buf Counted
 	if recompute {
 		buf = o.Get(R * cols)
@@ -212,7 +214,7 @@ func (o *cpuMemOps) headSlice(M, cols int) {
 	}
 	var x Counted
 	if bf16Native() {
-		R, _, _ := headTile(M, o.d.V)
+		R, _, _ := headTile(M, o.d.V, vocabBlockRows(o.d))
 		x = o.Get(bf16Floats(R * o.d.C))
 	}
 	o.Put(o.Get(bf16Floats(bf16WeightRows(o.d.C, cols) * o.d.C)))
@@ -226,7 +228,7 @@ func (o *cpuMemOps) headBackSlice(M, cols int) {
 		o.headSlice(M, cols)
 		return
 	}
-	R, _, _ := headTile(M, o.d.V)
+	R, _, _ := headTile(M, o.d.V, vocabBlockRows(o.d))
 	x := o.Get(bf16Floats(R * o.d.C))
 	g := o.Get(bf16Floats(R * cols))
 	o.Put(o.Get(bf16Floats(bf16WeightRows(o.d.C, cols) * o.d.C)))

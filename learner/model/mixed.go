@@ -232,44 +232,65 @@ func linearBackwardBF16(din, dw, db, dout, in, w []float32, N, I, O int, mem *ar
 }
 
 // headLogitsBF16 is headLogitsTile's product with bfloat16 operands:
-// lg[n,cols] = xh[n,C] · round(head)[cols,C]^T, xh holding bfloat16
-// values already (headForward rounds it).
-func (m *Model) headLogitsBF16(lg, xh []float32, n, v0, cols int, mem *arena) {
+// lg[n,cols] (rows ldo apart) = xh[n,C] · round(head)[cols,C]^T for the
+// head's rows hw (float32, rounded a slice at a time) or hn (held in
+// bfloat16 already: HoldBF16), xh holding bfloat16 values already
+// (headForward rounds it).
+func (m *Model) headLogitsBF16(lg []float32, ldo int, xh, hw []float32, hn []uint16, n, cols int, mem *arena) {
 	C := m.d.C
-	nw := m.narrow // a head held in bfloat16 (HoldBF16)
 	if !bf16Native() {
-		if nw != nil {
-			narrowMatmul(lg, xh, nw.head[v0*C:], n, C, cols, mem)
+		if hn != nil {
+			narrowMatmul(lg, xh, hn, n, C, cols, mem)
 			return
 		}
-		productRoundedWT(lg, cols, xh, nil, m.w.head[v0*C:], n, C, cols, mem)
+		productRoundedWT(lg, ldo, xh, nil, hw, n, C, cols, mem)
 		return
 	}
 	_, x16, xbuf := operand(xh, n*C, mem)
-	if nw != nil {
-		productHalvesWT(lg, cols, x16, nw.head[v0*C:], n, C, cols)
+	if hn != nil {
+		productHalvesWT(lg, ldo, x16, hn, n, C, cols)
 	} else {
-		productRoundedWT(lg, cols, nil, x16, m.w.head[v0*C:], n, C, cols, mem)
+		productRoundedWT(lg, ldo, nil, x16, hw, n, C, cols, mem)
 	}
 	mem.put(xbuf)
 }
 
-// headBackBF16 is headBackward's two products for one tile with bfloat16
-// operands: g[n,w], the tile's logit gradient, rounded; gHead[w,C] +=
-// round(g)^T·xh (xh bfloat16 values already) and dxh[n,C] (beta: 0
-// overwrites, 1 adds) += round(g)·round(head)[w,C].
+// headBackBF16 is headBackward's products for one tile with bfloat16
+// operands: g[n,w], the tile's logit gradient, already rounded; gHead[w,C]
+// += g^T·xh (xh bfloat16 values already; nil gHead: the weight gradient
+// is deferred, headWeightGrad) and dxh[n,C] (beta: 0 overwrites, 1 adds)
+// += g·round(head)[w,C].
 func (m *Model) headBackBF16(dxh, gHead, g, xh, head []float32, n, w int, beta float32, mem *arena) {
 	C := m.d.C
 	if !bf16Native() {
-		roundBF16Into(g, g)
-		blas.Sgemm(true, false, w, C, n, 1, g, w, xh, C, 1, gHead, C)
+		if gHead != nil {
+			blas.Sgemm(true, false, w, C, n, 1, g, w, xh, C, 1, gHead, C)
+		}
 		productRoundedW(dxh, g, nil, w, head, n, w, C, beta, mem)
 		return
 	}
 	_, x16, xbuf := operand(xh, n*C, mem)
 	_, g16, gbuf := operand(g, n*w, mem)
-	mustBF16(blas.BF16Gemm(true, false, w, C, n, g16, w, x16, C, 1, gHead, C))
+	if gHead != nil {
+		mustBF16(blas.BF16Gemm(true, false, w, C, n, g16, w, x16, C, 1, gHead, C))
+	}
 	productRoundedW(dxh, nil, g16, w, head, n, w, C, beta, mem)
+	mem.put(gbuf)
+	mem.put(xbuf)
+}
+
+// headWeightGradBF16 is headWeightGrad's product for one tile with
+// bfloat16 operands: gHead[w,C] += g^T·xh, both holding bfloat16 values
+// already.
+func (m *Model) headWeightGradBF16(gHead, g, xh []float32, n, w int, mem *arena) {
+	C := m.d.C
+	if !bf16Native() {
+		blas.Sgemm(true, false, w, C, n, 1, g, w, xh, C, 1, gHead, C)
+		return
+	}
+	_, x16, xbuf := operand(xh, n*C, mem)
+	_, g16, gbuf := operand(g, n*w, mem)
+	mustBF16(blas.BF16Gemm(true, false, w, C, n, g16, w, x16, C, 1, gHead, C))
 	mem.put(gbuf)
 	mem.put(xbuf)
 }
