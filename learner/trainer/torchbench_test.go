@@ -216,43 +216,31 @@ func BenchmarkStepVsPyTorch(b *testing.B) {
 	}
 }
 
-// median is the middle of the side's timed steps (the mean of the two
-// middle ones for an even count).
-func (s stepSide) median() float64 {
-	st := s.steps()
-	n := len(st)
-	if n%2 == 1 {
-		return st[n/2]
-	}
-	return (st[n/2-1] + st[n/2]) / 2
-}
-
-// medianRate is the side's tokens/s at its median step, and at its
-// slowest and fastest (the range).
-func (s stepSide) medianRate() (med, lo, hi float64) {
-	st, tok := s.steps(), float64(s[0].Tokens)
-	return tok / s.median(), tok / st[len(st)-1], tok / st[0]
-}
-
 // BenchmarkBF16StepVsAutocast times the CPU learner's training step with
 // learner.precision bf16 (the model's bfloat16 products, SetComputeBF16;
 // trainer.Learner.SFTStep as BenchmarkStepVsPyTorch's) against the same
 // step in PyTorch under torch.autocast("cpu", dtype=torch.bfloat16)
 // (scripts/torch_step_bench.py hf --autocast: transformers' model
 // classes, float32 parameters, gradients and AdamW(fused=True)) and
-// against our own float32 step, on the same shapes and thread count. The
-// three run in processes of their own, alternated round by round (aipo
-// bf16, aipo fp32, PyTorch autocast, then again), so that all sample the
+// against our own float32 step, on the same shapes and thread count,
+// PyTorch with TCMalloc and Intel OpenMP preloaded as
+// BenchmarkStepVsPyTorch runs it. The three run in processes of their
+// own, alternated round by round (aipo bf16, aipo fp32, PyTorch autocast,
+// then again; stepBenchRounds processes a side), so that all sample the
 // same moments of the machine. Reported per shape: each side's tokens/s
-// at its median timed step with the range of its steps (slowest to
-// fastest) logged, ratio-bf16-vs-autocast (aipo bf16 over PyTorch
-// autocast, medians; the target is 1.5) and ratio-bf16-vs-fp32 (aipo bf16
-// over aipo fp32), and each side's peak resident memory. With -short
-// (make bench-smoke) it runs the 0.8M shape alone, one round.
+// at its median timed step (stepSide.rate) with the range of its steps
+// (slowest to fastest) logged, ratio-bf16-vs-autocast (aipo bf16 over
+// PyTorch autocast, medians; the target is 1.5) and ratio-bf16-vs-fp32
+// (aipo bf16 over aipo fp32), and each side's peak resident memory. With
+// -short (make bench-smoke) it runs the 0.8M shape alone, one round.
 func BenchmarkBF16StepVsAutocast(b *testing.B) {
 	py := testtools.TorchPython(b)
+	preload, err := testtools.CPUPreloads(py)
+	if err != nil {
+		b.Fatal(err)
+	}
 	threads := runtime.GOMAXPROCS(0)
-	shapes, rounds := stepBenchShapes, stepBenchRounds+1
+	shapes, rounds := stepBenchShapes, stepBenchRounds
 	if testing.Short() {
 		shapes, rounds = shapes[:1], 1
 	}
@@ -269,7 +257,7 @@ func BenchmarkBF16StepVsAutocast(b *testing.B) {
 			for range rounds {
 				bf = append(bf, runStepProcess(b, "aipo bf16", []string{stepBenchChildEnv + "=" + sh.name, stepBenchPrecisionEnv + "=bf16"}, self))
 				fp = append(fp, runStepProcess(b, "aipo fp32", []string{stepBenchChildEnv + "=" + sh.name, stepBenchPrecisionEnv + "=fp32"}, self))
-				ac = append(ac, runStepProcess(b, "PyTorch autocast", nil, torch))
+				ac = append(ac, runStepProcess(b, "PyTorch autocast", []string{"LD_PRELOAD=" + preload}, torch))
 			}
 			if ac[0].Params != bf[0].Params {
 				b.Fatalf("aipo's model has %d parameters, PyTorch's %d: not the same shape", bf[0].Params, ac[0].Params)
@@ -278,18 +266,17 @@ func BenchmarkBF16StepVsAutocast(b *testing.B) {
 				name string
 				s    stepSide
 			}{{"aipo-bf16", bf}, {"aipo-fp32", fp}, {"torch-autocast", ac}} {
-				med, lo, hi := side.s.medianRate()
+				med := side.s.rate()
+				lo, hi := side.s.rateRange()
 				b.ReportMetric(med, side.name+"-tokens/s")
 				b.ReportMetric(float64(side.s.peak())/(1<<20), side.name+"-peak-MiB")
 				b.Logf("%s (%.1fM parameters, %d threads) %s: median %.0f tokens/s (range %.0f to %.0f), peak %.0f MiB; %s",
 					sh.name, float64(bf[0].Params)/1e6, threads, side.name, med, lo, hi, float64(side.s.peak())/(1<<20), side.s.spread())
 			}
-			mb, _, _ := bf.medianRate()
-			mf, _, _ := fp.medianRate()
-			ma, _, _ := ac.medianRate()
+			mb, mf, ma := bf.rate(), fp.rate(), ac.rate()
 			b.ReportMetric(mb/ma, "ratio-bf16-vs-autocast")
 			b.ReportMetric(mb/mf, "ratio-bf16-vs-fp32")
-			b.Logf("%s: aipo bf16 has %.2fx the tokens/s of PyTorch %s under autocast (torch %s, transformers %s; target 1.5) and %.2fx aipo fp32's (medians of %d rounds)",
+			b.Logf("%s: aipo bf16 has %.2fx the tokens/s of PyTorch %s under autocast (torch %s, transformers %s, TCMalloc and Intel OpenMP preloaded; target 1.5) and %.2fx aipo fp32's (medians of %d rounds)",
 				sh.name, mb/ma, ac[0].Variant, ac[0].Torch, ac[0].Transformers, mb/mf, rounds)
 		})
 	}
