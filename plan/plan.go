@@ -380,6 +380,9 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		add("the reference's host copy while it uploads", 4*P, 0)
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
+	if !p.cuda() && p.Config.Learner.Precision == backend.BF16 {
+		act = fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s, bfloat16 operands)", p.PassTokens, onOff(p.Checkpointing))
+	}
 	add(act, st.Host.Activations, st.Device.Activations)
 	if g != nil && g.Planned {
 		add(fmt.Sprintf("the step's gathered units, unit gradients and kept sums at their peak, on the GPU (%s)", g.Mem[0].PeakWhen()), 0, g.Mem[0].StepBuffers())

@@ -333,8 +333,9 @@ type Learner struct {
 	// cmd/aipo does).
 	Backend string `yaml:"backend"`
 	// Precision is the matrix multiplies' operand type, one the backend
-	// multiplies in: "fp32" (default) or "bf16" (cuda) (bfloat16 operands, float32
-	// accumulation, parameters and gradients float32).
+	// multiplies in: "fp32" (default) or "bf16" (cpu and cuda: bfloat16
+	// operands, float32 accumulation, parameters, gradients and the
+	// optimiser float32).
 	Precision string `yaml:"precision"`
 	// Objective is what the learner optimises: "rl" (default), the loss
 	// above on every trajectory with its advantage, or "rejection-sft",

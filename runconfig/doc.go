@@ -199,7 +199,8 @@
 //	learner.ppo_epochs          passes over a step's trajectories (1)
 //	learner.mini_batches        optimiser updates per pass (1)
 //	learner.backend             cpu, or cuda: the learner's passes and aipo train's rollout engine on GPU 0 (learner/cuda) (cpu)
-//	learner.precision           fp32, or bf16 with cuda: bfloat16 GEMM operands, float32 accumulation and state (fp32)
+//	learner.precision           fp32, or bf16: mixed precision as torch.autocast: the matrix products' operands (weights, activations, backward) in bfloat16,
+//	                            float32 accumulation, master weights, gradients, their reduction and AdamW; cpu and cuda, every learner.zero (fp32)
 //	learner.objective           rl, or rejection-sft (Expert Iteration: SFT on correct trajectories) (rl)
 //	learner.activation_checkpointing  auto, on or off: keep each layer's input only, recompute the layer in the backward pass; auto: on above 1 GiB of a micro-batch's activations (auto)
 //	learner.zero                ZeRO stage of a group of learner processes (aipo train --nproc N): 1 shards the AdamW

@@ -186,7 +186,7 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {zero: 4}\n", "learner.zero: 4 is not a ZeRO stage the learner has: use 1"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {zero: 3, backend: cuda}\n", "learner.zero: 3 shards the weights of the cpu backend's passes; learner.backend cuda holds the whole weights"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: fp8}\n", "is unknown: use fp32 or bf16"},
-		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: bf16}\n", "bf16 needs backend cuda (the cpu backend multiplies in fp32)"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: bfloat16}\n", "learner.precision: \"bfloat16\" is unknown: use fp32 or bf16"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {objective: sft}\n", "learner.objective"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {optim: {lr: -1}}\n", "learner.optim"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {level: seq}}}\n", "learner.loss.rollout_correction.level: \"seq\" is unknown: use off, token, sequence"},
@@ -205,6 +205,21 @@ func TestRejects(t *testing.T) {
 		_, err := Parse([]byte(c.yaml), "t.yaml", "")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Parse(%q) = %v, want an error naming %s", c.yaml, err, c.want)
+		}
+	}
+}
+
+// learner.precision: fp32 unless set; bf16 on the cpu backend (its
+// bfloat16 products, model.SetComputeBF16) as on cuda.
+func TestLearnerPrecision(t *testing.T) {
+	for yaml, want := range map[string]string{"{}": PrecisionFP32, "{precision: fp32}": PrecisionFP32, "{precision: bf16}": PrecisionBF16, "{precision: bf16, backend: cpu}": PrecisionBF16} {
+		c, err := Parse([]byte("run: {dir: r}\ndata: {demo: true}\nlearner: "+yaml+"\n"), "t.yaml", "")
+		if err != nil {
+			t.Errorf("learner: %s: %v", yaml, err)
+			continue
+		}
+		if c.Learner.Precision != want {
+			t.Errorf("learner: %s: precision %q, want %q", yaml, c.Learner.Precision, want)
 		}
 	}
 }

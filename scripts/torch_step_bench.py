@@ -2,7 +2,7 @@
 learner/trainer's BenchmarkStepVsPyTorch, written as PyTorch's users write
 a step, in one of three variants.
 
-Usage: torch_step_bench.py VARIANT CONFIG.json BATCH SEQ STEPS THREADS [--profile FILE]
+Usage: torch_step_bench.py VARIANT CONFIG.json BATCH SEQ STEPS THREADS [--profile FILE] [--autocast]
 
 VARIANT is one of
   hf       transformers' own class for CONFIG (Qwen2ForCausalLM,
@@ -15,7 +15,10 @@ VARIANT is one of
            the script fails with torch's error, never falls back to eager.
 
 CONFIG is a Hugging Face config.json (Qwen2 or Qwen3). Every variant runs in
-float32, randomly initialised. A step is what aipo's learner does in
+float32, randomly initialised; with --autocast the forward pass and the loss
+run under torch.autocast("cpu", dtype=torch.bfloat16) (the parameters, the
+gradients and AdamW stay float32), as the peers train in mixed precision:
+learner/trainer's BenchmarkBF16StepVsAutocast. A step is what aipo's learner does in
 trainer.Learner.SFTStep: the forward pass over BATCH sequences of SEQ random
 tokens, the mean negative log-likelihood of every token after the first,
 the backward pass, the global gradient norm clipped to 1, one AdamW step
@@ -240,6 +243,9 @@ def main(argv):
     for n in ("batch", "seq", "steps", "threads"):
         ap.add_argument(n, type=int)
     ap.add_argument("--profile", metavar="FILE")
+    ap.add_argument("--autocast", action="store_true",
+                    help="mixed precision: the loss (forward pass) under torch.autocast(\"cpu\", dtype=torch.bfloat16), "
+                         "the parameters, gradients and AdamW float32, as the peers train in bfloat16")
     a = ap.parse_args(argv[1:])
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -258,7 +264,11 @@ def main(argv):
     targets = F.pad(tokens[:, 1:], (0, 1), value=-100)
 
     def step():
-        loss = loss_of(tokens, targets)
+        if a.autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = loss_of(tokens, targets)
+        else:
+            loss = loss_of(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -290,7 +300,7 @@ def main(argv):
         with open(a.profile, "w") as f:
             f.write(profile_report(prof, a.steps, sum(times)))
     print(json.dumps({
-        "variant": a.variant, "torch": torch.__version__, "transformers": transformers.__version__,
+        "variant": a.variant + ("-autocast-bf16" if a.autocast else ""), "torch": torch.__version__, "transformers": transformers.__version__,
         "optimizer": opt_name, "threads": torch.get_num_threads(), "params": sum(p.numel() for p in params),
         "tokens_per_step": a.batch * a.seq, "warmup_seconds": warm, "step_seconds": times,
         "start_rss_bytes": start_rss,

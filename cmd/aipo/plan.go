@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/aipo-rl/aipo/plan"
+	"github.com/aipo-rl/aipo/runconfig"
 )
 
 func init() {
@@ -38,8 +39,9 @@ func runPlan(args []string) error {
 	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; with learner.backend cuda each GPU a whole replica, the group reducing on the host)")
 	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well: built on the cpu backend; on GPUs a plan of the path that is not built); default learner.zero")
 	nnodes := fs.Int("nnodes", 0, "with --nproc and a GPU backend: the machines the ranks are spread over, --nproc/--nnodes on each (default 1); the host figures are one machine's")
+	precision := fs.String("precision", "", "the learner's matrix products: fp32, or bf16 (mixed precision as torch.autocast: bfloat16 operands, float32 accumulation, master weights, gradients and AdamW; cpu and cuda); default learner.precision")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2|3] [--nnodes M]]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2|3] [--nnodes M]] [--precision fp32|bf16]\n\n"+
 			"Prints the memory a run needs, before anything runs: for the learner step (weights,\n"+
 			"gradients, optimiser, reference, activations of the configured micro-batch and sequence\n"+
 			"lengths), the rollout engine's load and the rollout (its attention caches), on the host\n"+
@@ -51,8 +53,11 @@ func runPlan(args []string) error {
 			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
 			"and the group reduces them and steps its shares of the moments on the host. --zero 3 on\n"+
 			"GPUs plans a path that is NOT BUILT (aipo train refuses it): each GPU holding what a\n"+
-			"stage-3 rank of the CPU's schedule allocates; the plan says so. Exits 1 when it does not\n"+
-			"fit.\n\nFlags:\n")
+			"stage-3 rank of the CPU's schedule allocates; the plan says so. With --precision bf16\n"+
+			"the learner multiplies in bfloat16: on the CPU its products round their operands as\n"+
+			"they read them (no bfloat16 copy of the weights is kept; the plan counts the rounded\n"+
+			"operands' buffers with the activations), on GPUs it holds a bfloat16 copy of the\n"+
+			"weights beside the float32 masters. Exits 1 when it does not fit.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -60,6 +65,15 @@ func runPlan(args []string) error {
 	}
 	if err := checkGroupFlags(fs, *nproc, *zero); err != nil {
 		return err
+	}
+	if *precision != "" {
+		if *precision != runconfig.PrecisionFP32 && *precision != runconfig.PrecisionBF16 {
+			return usageError("--precision %s: give %s or %s (the learner's matrix products in float32, or in bfloat16 with float32 accumulation and state)", *precision, runconfig.PrecisionFP32, runconfig.PrecisionBF16)
+		}
+		// As learner.precision in the file, validated with it.
+		if err := sets.Set("learner.precision=" + *precision); err != nil {
+			return usageError("--precision: %v", err)
+		}
 	}
 	ctx := context.Background()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run, *sets)

@@ -19,7 +19,7 @@ import (
 type absent struct{ reason error }
 
 func (a absent) Available() error                                { return a.reason }
-func (a absent) Precisions() []string                            { return []string{FP32, BF16} }
+func (a absent) Precisions() []string                            { return []string{FP32, BF16, "fp8"} }
 func (a absent) Open() (Device, error)                           { return nil, a.reason }
 func (a absent) StepMemory(Workload) (Memory, Memory)            { return Memory{}, Memory{} }
 func (a absent) DecoderMemory(model.Config, bool) (int64, int64) { return 0, 0 }
@@ -139,9 +139,12 @@ func TestCheckPrecision(t *testing.T) {
 	if err := CheckPrecision("test-absent", BF16); err != nil {
 		t.Errorf("test-absent, bf16: %v", err)
 	}
-	err := CheckPrecision("cpu", BF16)
-	if err == nil || !strings.Contains(err.Error(), "bf16 needs backend test-absent (the cpu backend multiplies in fp32)") {
-		t.Errorf("cpu, bf16: %v; want an error naming the backends that multiply in bf16", err)
+	if err := CheckPrecision("cpu", BF16); err != nil {
+		t.Errorf("cpu, bf16: %v", err)
+	}
+	err := CheckPrecision("cpu", "fp8")
+	if err == nil || !strings.Contains(err.Error(), "fp8 needs backend test-absent (the cpu backend multiplies in fp32, bf16)") {
+		t.Errorf("cpu, fp8: %v; want an error naming the backends that multiply in fp8", err)
 	}
 	if err := CheckPrecision("tpu", FP32); err == nil || !strings.Contains(err.Error(), "use cpu or test-absent") {
 		t.Errorf("tpu, fp32: %v; want the unknown-backend error", err)
@@ -157,8 +160,18 @@ func TestCPUBackendIsTheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dv.Close()
-	if _, err := dv.Train(tinyModel(t), BF16); err == nil || !strings.Contains(err.Error(), "the CPU multiplies in fp32") {
-		t.Errorf("Train(bf16) on the CPU = %v, want a refusal naming fp32", err)
+	if _, err := dv.Train(tinyModel(t), "fp8"); err == nil || !strings.Contains(err.Error(), "the CPU multiplies in fp32 or bf16") {
+		t.Errorf("Train(fp8) on the CPU = %v, want a refusal naming fp32 and bf16", err)
+	}
+	// bf16 is the model's own bfloat16 products, fp32 turns them off.
+	mixed := tinyModel(t)
+	for _, p := range []string{BF16, FP32, BF16, ""} {
+		if _, err := dv.Train(mixed, p); err != nil {
+			t.Fatalf("Train(%q): %v", p, err)
+		}
+		if got := mixed.ComputesInBF16(); got != (p == BF16) {
+			t.Errorf("Train(%q): the model computes in bfloat16: %v", p, got)
+		}
 	}
 	toks := []int32{1, 5, 7, 3, 9, 2}
 	batch := model.Batch{Tokens: toks}

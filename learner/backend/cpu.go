@@ -18,7 +18,7 @@ func init() { Register(CPUName, cpuBackend{}) }
 type cpuBackend struct{}
 
 func (cpuBackend) Available() error      { return nil }
-func (cpuBackend) Precisions() []string  { return []string{FP32} }
+func (cpuBackend) Precisions() []string  { return []string{FP32, BF16} }
 func (cpuBackend) Open() (Device, error) { return cpuDevice{}, nil }
 
 // StepMemory: on the CPU everything is host memory, float32: the policy's
@@ -26,10 +26,15 @@ func (cpuBackend) Open() (Device, error) { return cpuDevice{}, nil }
 // the reference's weights (4, no gradients; 2 when they are bfloat16
 // values, held in bfloat16 by Eval), and one micro-batch's passes
 // (model.PassBytes). The old and reference log-probabilities are scored
-// without keeping activations, below the training pass's peak.
+// without keeping activations, below the training pass's peak. With BF16
+// the passes keep no bfloat16 copy of the weights (Compute stays 0): each
+// product rounds its operands into buffers of the pass as it reads them,
+// which PassBytes counts.
 func (cpuBackend) StepMemory(w Workload) (host, device Memory) {
 	P := model.ParamCount(w.Model)
-	host = Memory{Weights: 4 * P, Grads: 4 * P, Optimizer: 8 * P, Activations: model.PassBytes(w.Model, w.Pass)}
+	pass := w.Pass
+	pass.BF16 = w.Precision == BF16
+	host = Memory{Weights: 4 * P, Grads: 4 * P, Optimizer: 8 * P, Activations: model.PassBytes(w.Model, pass)}
 	switch {
 	case w.Reference && w.ReferenceBF16 && model.HoldsBF16Exactly():
 		host.Reference = 2 * P
@@ -64,9 +69,17 @@ type cpuDevice struct{}
 
 func (cpuDevice) Close() error { return nil }
 
+// Train is the host model's own passes, its products in bfloat16 with
+// BF16 (model.SetComputeBF16: bfloat16 operands, float32 accumulation;
+// the weights, gradients and optimiser stay float32), else in float32.
 func (cpuDevice) Train(m *model.Model, precision string) (Compute, error) {
-	if precision != "" && precision != FP32 {
-		return nil, fmt.Errorf("backend cpu: precision %s is unknown here: the CPU multiplies in %s", precision, FP32)
+	switch precision {
+	case "", FP32:
+		m.SetComputeBF16(false)
+	case BF16:
+		m.SetComputeBF16(true)
+	default:
+		return nil, fmt.Errorf("backend cpu: precision %s is unknown here: the CPU multiplies in %s or %s", precision, FP32, BF16)
 	}
 	return CPUCompute(m), nil
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -200,8 +201,12 @@ func memoryConfigs() map[string]Config {
 // are the allocations of the code, for every keeping mode, with the
 // attention probabilities, hidden activations and logits kept or not;
 // and what PassMemory says a forward pass keeps for its backward pass is
-// what the model holds between Forward and Backward.
-func TestPassBytesIsThePeak(t *testing.T) {
+// what the model holds between Forward and Backward. So also with
+// bfloat16 products (SetComputeBF16), whose rounded operands the passes
+// hold while each product runs, on both their paths.
+func TestPassBytesIsThePeak(t *testing.T) { forBF16Paths(t, testPassBytesIsThePeak) }
+
+func testPassBytesIsThePeak(t *testing.T) {
 	r := rand.New(rand.NewPCG(37, 38))
 	for name, cfg := range memoryConfigs() {
 		for _, v := range []struct {
@@ -213,8 +218,10 @@ func TestPassBytesIsThePeak(t *testing.T) {
 			{"recomputed, chunked", 0, 3 * 50, []int{130, 1, 33}},
 			{"probabilities only", 1 << 22, 1 << 22, []int{150, 150}},
 		} {
-			for _, mode := range []string{"full", "checkpointed", "score"} {
-				t.Run(name+"/"+v.name+"/"+mode, func(t *testing.T) {
+			for _, mode := range []string{"full", "checkpointed", "score", "full bf16", "checkpointed bf16", "score bf16"} {
+				bf16 := strings.HasSuffix(mode, " bf16")
+				mode := strings.TrimSuffix(mode, " bf16")
+				t.Run(name+"/"+v.name+"/"+mode+map[bool]string{true: "/bf16"}[bf16], func(t *testing.T) {
 					defer func(c, h, k int) { keepProbsFloats, keepHiddenFloats, chunkFloats = c, h, k }(keepProbsFloats, keepHiddenFloats, chunkFloats)
 					keepProbsFloats, keepHiddenFloats, chunkFloats = v.keep, v.keep, v.chunk
 					if v.name == "probabilities only" {
@@ -225,6 +232,7 @@ func TestPassBytesIsThePeak(t *testing.T) {
 						t.Fatal(err)
 					}
 					m.SetCheckpointing(mode == "checkpointed")
+					m.SetComputeBF16(bf16)
 					b := randomBatch(r, cfg.VocabSize, v.lens...)
 					// Some tokens without a target, as a trainer's prompts.
 					b.Targets = make([]int32, len(b.Tokens))
@@ -236,7 +244,7 @@ func TestPassBytesIsThePeak(t *testing.T) {
 							rows++
 						}
 					}
-					shape := PassShape{SeqLens: v.lens, Rows: rows, Checkpointing: mode == "checkpointed", Score: mode == "score"}
+					shape := PassShape{SeqLens: v.lens, Rows: rows, Checkpointing: mode == "checkpointed", Score: mode == "score", BF16: bf16}
 					m.PeakActivationBytes()
 					var got int64
 					if mode == "score" {

@@ -46,16 +46,32 @@ func (o *cpuOps) norm(ws *weights, l int, w Weight) []float32 {
 
 // linear is projection w of layer l in ws with its bias and shape [O, I].
 func (o *cpuOps) linear(ws *weights, l int, w Weight) (wt, b []float32, I, O int) {
-	d, lw := o.m.d, &ws.layers[l]
+	lw := &ws.layers[l]
+	I, O = linearDims(o.m.d, w)
 	switch w {
 	case WQKV:
-		return lw.qkv, lw.qkvBias, d.C, d.QKV
+		return lw.qkv, lw.qkvBias, I, O
 	case WO:
-		return lw.o, lw.oBias, d.QD, d.C
+		return lw.o, lw.oBias, I, O
 	case WGateUp:
-		return lw.gateUp, nil, d.C, 2 * d.F
+		return lw.gateUp, nil, I, O
 	case WDown:
-		return lw.down, nil, d.F, d.C
+		return lw.down, nil, I, O
+	}
+	panic("model: a linear op was given a weight that is not a projection")
+}
+
+// linearDims is the input and output features of projection w.
+func linearDims(d dims, w Weight) (I, O int) {
+	switch w {
+	case WQKV:
+		return d.C, d.QKV
+	case WO:
+		return d.QD, d.C
+	case WGateUp:
+		return d.C, 2 * d.F
+	case WDown:
+		return d.F, d.C
 	}
 	panic("model: a linear op was given a weight that is not a projection")
 }
@@ -92,6 +108,14 @@ func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 	wt, b, I, O := o.linear(&o.m.w, l, w)
 	if !bias {
 		b = nil
+	}
+	if o.m.computeBF16 {
+		var nw []uint16
+		if n := o.m.narrow; n != nil {
+			nw = n.matrix(l, w)
+		}
+		linearForwardBF16(out, in, wt, nw, b, o.n(), I, O, o.mem)
+		return
 	}
 	if n := o.m.narrow; n != nil {
 		narrowMatmul(out, in, n.matrix(l, w), o.n(), I, O, o.mem)
@@ -151,6 +175,10 @@ func (o *cpuOps) LinearBack(din, dout, in []float32, l int, w Weight, bias bool)
 	gw, gb, _, _ := o.linear(o.m.gradsFor(o.m.layerUnit(l)), l, w)
 	if !bias {
 		gb = nil
+	}
+	if o.m.computeBF16 {
+		linearBackwardBF16(din, gw, gb, dout, in, wt, o.n(), I, O, o.mem)
+		return
 	}
 	linearBackward(din, gw, gb, dout, in, wt, o.n(), I, O)
 }

@@ -144,12 +144,20 @@ func headTiles(M, V, blockRows, budget int) (tiles []tileAt, kept int, recompute
 func (m *Model) headLogitsTile(lg, xh []float32, n, v0, cols int, mem *arena) {
 	C := m.d.C
 	if nw := m.narrow; nw != nil {
+		if m.computeBF16 {
+			m.headLogitsBF16(lg, cols, xh, nil, nw.head[v0*C:], n, cols, mem)
+			return
+		}
 		narrowMatmul(lg, xh, nw.head[v0*C:], n, C, cols, mem)
 		return
 	}
 	rows, _ := vocabBlocks(m.d)
 	b := v0 / rows
 	w := m.headRows(b)
+	if m.computeBF16 {
+		m.headLogitsBF16(lg, cols, xh, w[(v0-b*rows)*C:], nil, n, cols, mem)
+		return
+	}
 	blas.Sgemm(false, true, n, cols, C, 1, xh, C, w[(v0-b*rows)*C:], C, 0, lg, cols)
 }
 
@@ -165,6 +173,11 @@ func (m *Model) headForward(a *Activations, mode headMode, keep keepMode) {
 			copy(xh[r*d.C:(r+1)*d.C], a.lnf[t*d.C:])
 		}
 	})
+	if m.computeBF16 {
+		// The head's products read the rows in bfloat16, the logits'
+		// and the weight gradient's alike.
+		roundBF16Into(xh, xh)
+	}
 	// The rows are gathered: the final norm's output is not read again.
 	a.mem.put(a.lnf)
 	a.lnf = nil
@@ -174,6 +187,12 @@ func (m *Model) headForward(a *Activations, mode headMode, keep keepMode) {
 		a.head.logits = lg
 		if m.narrow != nil {
 			m.headLogitsTile(lg, xh, M, 0, d.V, &a.mem)
+		} else if m.computeBF16 {
+			_, k := vocabBlocks(d)
+			for b := range k {
+				lo, hi := m.blockRange(b)
+				m.headLogitsBF16(lg[lo:], d.V, xh, m.headRows(b), nil, M, hi-lo, &a.mem)
+			}
 		} else {
 			// Block by block, each product the columns of the
 			// whole one (Sgemm's bits: it never cuts the sum over
@@ -449,6 +468,18 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 		}
 		lo, _ := m.blockRange(tl.b)
 		hw := m.headRows(tl.b)[(v0-lo)*d.C:]
+		if m.computeBF16 {
+			// The logits' gradient in bfloat16 (a kept tile keeps it
+			// so for a deferred weight gradient), the head's rows
+			// rounded as the product reads them; xh is bfloat16.
+			roundBF16Into(lg, lg)
+			var gHead []float32
+			if !deferred {
+				gHead = m.headGradRows(tl.b)[(v0-lo)*d.C:]
+			}
+			m.headBackBF16(dxh[r0*d.C:], gHead, lg, xh[r0*d.C:], hw, n, w, beta, tmp)
+			continue
+		}
 		dx := blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: hw, Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C}
 		if deferred {
 			dx.Run()
@@ -516,6 +547,13 @@ func (m *Model) headWeightGrad(h *headGrad, b int, tmp *arena) {
 					headSliceBackward(lg[i*w:(i+1)*w], true, v0, p.targets[t], h.gradLogProb[t], a.head.shift[r*slices+s], a.head.lse[r])
 				}
 			})
+			if m.computeBF16 {
+				roundBF16Into(lg, lg) // as headBackward rounded it
+			}
+		}
+		if m.computeBF16 {
+			m.headWeightGradBF16(g[(v0-lo)*d.C:], lg, xh[r0*d.C:], n, w, tmp)
+			continue
 		}
 		blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: g[(v0-lo)*d.C:], Ldc: d.C}.Run()
 	}

@@ -28,6 +28,9 @@ type PassShape struct {
 	// Score is a pass that is not differentiated (Score): nothing is kept
 	// for a backward pass.
 	Score bool
+	// BF16 is a pass whose products take bfloat16 operands
+	// (SetComputeBF16): each rounds its operands into buffers of the pass.
+	BF16 bool
 }
 
 // Packed is the shape of n tokens packed into sequences of seqLen (the
@@ -90,7 +93,13 @@ func (s PassShape) keep() keepMode {
 //   - the LM head: the rows' log-sum-exp (M) and their logits, made a tile
 //     of at most 16 MiB at a time (headTile); a pass that keeps every
 //     layer's activations keeps the leading tiles that fit 128 MiB for its
-//     backward pass, which makes the others again in a tile of its own.
+//     backward pass, which makes the others again in a tile of its own;
+//   - with BF16, each product's rounded operands while it runs: its input
+//     (N×I; the backward pass's also its output gradient, N×O; the head's,
+//     on the native path, its tile's rows and their logits' gradient) and
+//     a slice of at most 1M of its weights, in bfloat16 where the CPU's
+//     bfloat16 kernels multiply them (bf16Native), else as float32 values
+//     (mixed.go): a plan is for the machine it is made on.
 //
 // Left out, being small and independent of the layers: the attention's
 // per-core scratch (64 rows of the longest sequence's scores, twice in the
@@ -112,10 +121,11 @@ type cpuMemOps struct {
 	keep keepMode
 	att  []bool  // the attention slots (cpuOps.ext) that hold their buffers
 	h    Counted // the backward pass's recomputed hidden activation
+	bf16 bool    // the products round their operands (PassShape.BF16)
 }
 
 func newCPUMemOps(cfg Config, s PassShape) *cpuMemOps {
-	o := &cpuMemOps{Ledger: NewLedger(func(n int) int64 { return 4 * int64(n) }, false), d: dimsOf(cfg), N: s.Tokens(), keep: s.keep()}
+	o := &cpuMemOps{Ledger: NewLedger(func(n int) int64 { return 4 * int64(n) }, false), d: dimsOf(cfg), N: s.Tokens(), keep: s.keep(), bf16: s.BF16}
 	start := 0
 	for _, n := range s.SeqLens {
 		o.segs = append(o.segs, segment{start: start, n: n})
@@ -160,7 +170,8 @@ func (o *cpuMemOps) Hidden(la *LayerActs[Counted]) Counted {
 }
 
 // HeadForward: headForward's log-sum-exps, the kept tiles' logits, and
-// the tile buffer handed back when some tile is recomputed.
+// the tile buffer handed back when some tile is recomputed; with bf16,
+// the slice of the head each tile's product rounds.
 func (o *cpuMemOps) HeadForward(M int) {
 	o.Get(M) // lse
 	vb := vocabBlockRows(o.d)
@@ -168,18 +179,85 @@ func (o *cpuMemOps) HeadForward(M int) {
 	R, cols, slices := headTile(M, o.d.V, vb)
 	o.Get(kept)
 	o.Get(M * slices) // each row's shift in each slice
+	var buf Counted
 	if recompute {
-		o.Put(o.Get(R * cols))
+		buf = o.Get(R * cols)
+	}
+	o.headSlice(M, cols)
+	if recompute {
+		o.Put(buf)
 	}
 }
 
-// HeadBackward: headBackward's tile buffer, when some tile is recomputed.
+// HeadBackward: headBackward's tile buffer, when some tile is recomputed;
+// with bf16, the slice of the head each tile's products round.
 func (o *cpuMemOps) HeadBackward(M int) {
 	vb := vocabBlockRows(o.d)
-	if _, _, recompute := headTiles(M, o.d.V, vb, keepBudget(headAuto, o.keep)); recompute {
-		R, cols, _ := headTile(M, o.d.V, vb)
-		o.Put(o.Get(R * cols))
+	_, _, recompute := headTiles(M, o.d.V, vb, keepBudget(headAuto, o.keep))
+	R, cols, _ := headTile(M, o.d.V, vb)
+	var buf Counted
+	if recompute {
+		buf = o.Get(R * cols)
 	}
+	o.headBackSlice(M, cols)
+	if recompute {
+		o.Put(buf)
+	}
+}
+
+// headSlice: with bf16, the rounded slice of the head a tile of cols
+// vocabulary columns takes and hands back (none without rows) and, on the
+// native path (bf16Native), the tile's rows in bfloat16.
+func (o *cpuMemOps) headSlice(M, cols int) {
+	if !o.bf16 || M == 0 {
+		return
+	}
+	var x Counted
+	if bf16Native() {
+		R, _, _ := headTile(M, o.d.V, vocabBlockRows(o.d))
+		x = o.Get(bf16Floats(R * o.d.C))
+	}
+	o.Put(o.Get(bf16Floats(bf16WeightRows(o.d.C, cols) * o.d.C)))
+	o.Put(x)
+}
+
+// headBackSlice: headBackward's with bf16: on the native path the tile's
+// rows and its logits' gradient in bfloat16 beside the head's slice.
+func (o *cpuMemOps) headBackSlice(M, cols int) {
+	if !o.bf16 || M == 0 || !bf16Native() {
+		o.headSlice(M, cols)
+		return
+	}
+	R, _, _ := headTile(M, o.d.V, vocabBlockRows(o.d))
+	x := o.Get(bf16Floats(R * o.d.C))
+	g := o.Get(bf16Floats(R * cols))
+	o.Put(o.Get(bf16Floats(bf16WeightRows(o.d.C, cols) * o.d.C)))
+	o.Put(g)
+	o.Put(x)
+}
+
+// Linear: with bf16, linearForwardBF16's rounded input and weight slice.
+func (o *cpuMemOps) Linear(out, in Counted, l int, w Weight, bias bool) {
+	if !o.bf16 {
+		return
+	}
+	I, O := linearDims(o.d, w)
+	x := o.Get(bf16Floats(o.N * I))
+	o.Put(o.Get(bf16Floats(bf16WeightRows(I, O) * I)))
+	o.Put(x)
+}
+
+// LinearBack: with bf16, linearBackwardBF16's rounded output gradient,
+// input and weight slice.
+func (o *cpuMemOps) LinearBack(din, dout, in Counted, l int, w Weight, bias bool) {
+	if !o.bf16 {
+		return
+	}
+	I, O := linearDims(o.d, w)
+	dy := o.Get(bf16Floats(o.N * O))
+	o.Put(o.Get(bf16Floats(o.N * I)))
+	o.Put(o.Get(bf16Floats(bf16WeightRows(I, O) * I)))
+	o.Put(dy)
 }
 
 // ParamSizes are the elements of each parameter of a model of cfg in

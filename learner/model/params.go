@@ -221,6 +221,9 @@ type Model struct {
 	// bf16 holds the projections and head packed in bfloat16 for Extend
 	// when DecodeBF16 turned it on.
 	bf16 *bf16Decode
+	// computeBF16 makes the passes' products take bfloat16 operands
+	// (SetComputeBF16).
+	computeBF16 bool
 	// gradsReady is SetGradsReady's function.
 	gradsReady func(run int)
 	// shard, when set (ShardWeights), is the feed that holds the

@@ -73,3 +73,85 @@ func TestFamiliesAgainstTransformers(t *testing.T) {
 		})
 	}
 }
+
+// TestBF16AgainstAutocast checks the bfloat16 products (SetComputeBF16)
+// against transformers' Qwen3ForCausalLM run in float32 under
+// torch.autocast("cpu", dtype=torch.bfloat16), as the peers train in
+// mixed precision (scripts/autocast_reference.py, in the pinned PyTorch
+// environment of scripts/vllm.sh), on the tiny Qwen3 fixture: its
+// log-probs, entropies and every parameter's gradient of the fixture's
+// loss. Both are held to the float64 reference the fixture holds.
+//
+// The two are not the same arithmetic: both round the matrix products'
+// operands to bfloat16 and accumulate in float32, but autocast also
+// rounds every product's result to bfloat16 (each projection's output,
+// attention's scores and weighted values, the logits) and runs attention
+// and the MLP's gating in bfloat16, where the model keeps them float32.
+// Each rounding moves a value by at most u = 2⁻⁸ of itself (8
+// significant bits, to nearest), so the two differ from the exact result
+// by their roundings' changes carried to the output. A layer of the
+// autocast pass rounds about 12 results and 14 operands (q, k, v, o,
+// gate, up, down, the attention's two products, the gating; their
+// inputs), the model's 8 operands (4 products, 2 each); with the head
+// and its input, R = 26L+3 roundings between them. Taken relative to a
+// tensor's largest value, with the factor 4 for the growth through the
+// norms and attention that BF16LogitBound takes, the bound on their
+// difference is 4·R·u: for L = 2, 220·2⁻⁸ ≈ 0.86 of the tensor's scale, a
+// worst case of every change adding with one sign. The test also holds
+// each to the float64 reference: the model, which rounds fewer values,
+// must be no further from it than autocast is (times 1.5, for the chance
+// alignments of so few rounding errors), which is the check a wrong
+// product would fail by orders of magnitude.
+func TestBF16AgainstAutocast(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs transformers")
+	}
+	py := testtools.TorchPython(t)
+	out := filepath.Join(t.TempDir(), "autocast.tns")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, filepath.Join(testtools.RepoRoot(), "scripts", "autocast_reference.py"),
+		filepath.Join("testdata", "tiny_qwen3_config.json"), filepath.Join("testdata", "tiny_qwen3.tns"), out)
+	log, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("autocast_reference.py: %v\n%s", err, log)
+	}
+	t.Logf("%s", log)
+	ac := mustTNS(t, out)
+	if fixture(t, ac, "logits_dtype_bf16")[0] != 1 {
+		t.Fatal("transformers' logits under torch.autocast were not bfloat16: autocast did not run the model's products in bfloat16")
+	}
+	m, ts := loadFixture(t, "tiny_qwen3")
+	m.SetComputeBF16(true)
+	b, w := fixtureBatch(t, ts)
+	a, err := m.Forward(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, ent := append([]float32(nil), a.LogProbs...), append([]float32(nil), a.Entropy...)
+	m.ZeroGrads()
+	if err := m.Backward(a, w); err != nil {
+		t.Fatal(err)
+	}
+	L := float64(m.Config().NumHiddenLayers)
+	bound := 4 * (26*L + 3) * 0x1p-8
+	check := func(name string, ours, theirs, exact []float32) {
+		t.Helper()
+		d, eo, ea := relToScale(ours, theirs), relToScale(ours, exact), relToScale(theirs, exact)
+		t.Logf("%s: bf16 against autocast %.3g of the scale (bound %.3g); against float64: bf16 %.3g, autocast %.3g", name, d, bound, eo, ea)
+		if d > bound {
+			t.Errorf("%s: the bfloat16 products differ from transformers under autocast by %.3g of the tensor's scale, more than %.3g", name, d, bound)
+		}
+		if eo > 1.5*ea {
+			t.Errorf("%s: the bfloat16 products are %.3g of the scale from the float64 reference, autocast %.3g: more than 1.5 times as far", name, eo, ea)
+		}
+		if eo == 0 {
+			t.Errorf("%s: the bfloat16 products are the float64 reference exactly: they did not round", name)
+		}
+	}
+	check("log-probs", lp, fixture(t, ac, "logprobs"), fixture(t, ts, "logprobs"))
+	check("entropies", ent, fixture(t, ac, "entropy"), fixture(t, ts, "entropy"))
+	for _, g := range m.Grads() {
+		check("gradient of "+g.Name, g.Data, fixture(t, ac, "grad."+g.Name), fixture(t, ts, "grad."+g.Name))
+	}
+}

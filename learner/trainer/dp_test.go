@@ -77,6 +77,8 @@ func dpLearner() (*Learner, error) {
 	if err != nil {
 		return nil, err
 	}
+	// learner.precision bf16: the passes' products in bfloat16.
+	m.SetComputeBF16(os.Getenv("AIPO_DP_BF16") != "")
 	oc := optim.DefaultConfig()
 	oc.LR, oc.WeightDecay, oc.GradClip = 1e-2, 0.1, 0.5
 	opt, err := optim.New(oc)

@@ -23,6 +23,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/benchstat"
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/testtools"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -43,8 +44,12 @@ const (
 var torchStepVariants = []string{"hf", "lean", "compile"}
 
 // stepBenchChildEnv names the shape a child process of
-// BenchmarkStepVsPyTorch runs (TestStepBenchChild).
-const stepBenchChildEnv = "AIPO_STEP_BENCH_CHILD"
+// BenchmarkStepVsPyTorch runs (TestStepBenchChild); stepBenchPrecisionEnv
+// its learner.precision (empty: fp32).
+const (
+	stepBenchChildEnv     = "AIPO_STEP_BENCH_CHILD"
+	stepBenchPrecisionEnv = "AIPO_STEP_BENCH_PRECISION"
+)
 
 // stepResult is what one process of either side reports.
 type stepResult struct {
@@ -211,6 +216,72 @@ func BenchmarkStepVsPyTorch(b *testing.B) {
 	}
 }
 
+// BenchmarkBF16StepVsAutocast times the CPU learner's training step with
+// learner.precision bf16 (the model's bfloat16 products, SetComputeBF16;
+// trainer.Learner.SFTStep as BenchmarkStepVsPyTorch's) against the same
+// step in PyTorch under torch.autocast("cpu", dtype=torch.bfloat16)
+// (scripts/torch_step_bench.py hf --autocast: transformers' model
+// classes, float32 parameters, gradients and AdamW(fused=True)) and
+// against our own float32 step, on the same shapes and thread count,
+// PyTorch with TCMalloc and Intel OpenMP preloaded as
+// BenchmarkStepVsPyTorch runs it. The three run in processes of their
+// own, alternated round by round (aipo bf16, aipo fp32, PyTorch autocast,
+// then again; stepBenchRounds processes a side), so that all sample the
+// same moments of the machine. Reported per shape: each side's tokens/s
+// at its median timed step (stepSide.rate) with the range of its steps
+// (slowest to fastest) logged, ratio-bf16-vs-autocast (aipo bf16 over
+// PyTorch autocast, medians; the target is 1.5) and ratio-bf16-vs-fp32
+// (aipo bf16 over aipo fp32), and each side's peak resident memory. With
+// -short (make bench-smoke) it runs the 0.8M shape alone, one round.
+func BenchmarkBF16StepVsAutocast(b *testing.B) {
+	py := testtools.TorchPython(b)
+	preload, err := testtools.CPUPreloads(py)
+	if err != nil {
+		b.Fatal(err)
+	}
+	threads := runtime.GOMAXPROCS(0)
+	shapes, rounds := stepBenchShapes, stepBenchRounds
+	if testing.Short() {
+		shapes, rounds = shapes[:1], 1
+	}
+	for _, sh := range shapes {
+		b.Run(sh.name, func(b *testing.B) {
+			cfgPath := filepath.Join(b.TempDir(), "config.json")
+			if err := os.WriteFile(cfgPath, []byte(sh.config), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			self := []string{os.Args[0], "-test.run", "^TestStepBenchChild$", "-test.count=1"}
+			torch := []string{py, filepath.Join(testtools.RepoRoot(), "scripts", "torch_step_bench.py"), "hf", cfgPath,
+				strconv.Itoa(sh.batch), strconv.Itoa(sh.seq), strconv.Itoa(stepBenchSteps), strconv.Itoa(threads), "--autocast"}
+			var bf, fp, ac stepSide
+			for range rounds {
+				bf = append(bf, runStepProcess(b, "aipo bf16", []string{stepBenchChildEnv + "=" + sh.name, stepBenchPrecisionEnv + "=bf16"}, self))
+				fp = append(fp, runStepProcess(b, "aipo fp32", []string{stepBenchChildEnv + "=" + sh.name, stepBenchPrecisionEnv + "=fp32"}, self))
+				ac = append(ac, runStepProcess(b, "PyTorch autocast", []string{"LD_PRELOAD=" + preload}, torch))
+			}
+			if ac[0].Params != bf[0].Params {
+				b.Fatalf("aipo's model has %d parameters, PyTorch's %d: not the same shape", bf[0].Params, ac[0].Params)
+			}
+			for _, side := range []struct {
+				name string
+				s    stepSide
+			}{{"aipo-bf16", bf}, {"aipo-fp32", fp}, {"torch-autocast", ac}} {
+				med := side.s.rate()
+				lo, hi := side.s.rateRange()
+				b.ReportMetric(med, side.name+"-tokens/s")
+				b.ReportMetric(float64(side.s.peak())/(1<<20), side.name+"-peak-MiB")
+				b.Logf("%s (%.1fM parameters, %d threads) %s: median %.0f tokens/s (range %.0f to %.0f), peak %.0f MiB; %s",
+					sh.name, float64(bf[0].Params)/1e6, threads, side.name, med, lo, hi, float64(side.s.peak())/(1<<20), side.s.spread())
+			}
+			mb, mf, ma := bf.rate(), fp.rate(), ac.rate()
+			b.ReportMetric(mb/ma, "ratio-bf16-vs-autocast")
+			b.ReportMetric(mb/mf, "ratio-bf16-vs-fp32")
+			b.Logf("%s: aipo bf16 has %.2fx the tokens/s of PyTorch %s under autocast (torch %s, transformers %s, TCMalloc and Intel OpenMP preloaded; target 1.5) and %.2fx aipo fp32's (medians of %d rounds)",
+				sh.name, mb/ma, ac[0].Variant, ac[0].Torch, ac[0].Transformers, mb/mf, rounds)
+		})
+	}
+}
+
 // warmups lists the untimed warm-up steps of each process of a side, in
 // seconds (torch.compile's first is its compilation).
 func warmups(s stepSide) string {
@@ -329,6 +400,13 @@ func TestStepBenchChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := &Learner{Policy: m, Opt: opt}
+	switch p := os.Getenv(stepBenchPrecisionEnv); p {
+	case "", backend.FP32:
+	case backend.BF16:
+		m.SetComputeBF16(true) // what the CPU backend's Train does for learner.precision bf16
+	default:
+		t.Fatalf("%s=%q: give fp32 or bf16", stepBenchPrecisionEnv, p)
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	seqs := make([]Sequence, sh.batch)
 	for s := range seqs {
