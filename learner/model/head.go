@@ -334,7 +334,10 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 	M := len(p.rows)
 	xh := a.head.xh
 	m.need(m.headUnit())
-	gHead := m.gradsFor(m.headUnit()).head
+	var gHead []float32 // nil: a frozen base's head takes no gradient
+	if !m.frozen() {
+		gHead = m.gradsFor(m.headUnit()).head
+	}
 	dxh := tmp.get(M * d.C)
 	tiles, _, recompute := headTiles(M, d.V, a.head.budget)
 	R, cols, slices := headTile(M, d.V)
@@ -364,8 +367,12 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 		}
 		// The input and weight gradients' products are of equal work:
 		// each on its own core.
-		blas.SgemmPair(
-			blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: m.w.head[v0*d.C:], Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C},
+		dx := blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: m.w.head[v0*d.C:], Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C}
+		if gHead == nil {
+			dx.Run()
+			continue
+		}
+		blas.SgemmPair(dx,
 			blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: gHead[v0*d.C:], Ldc: d.C})
 	}
 	if recompute {
