@@ -224,7 +224,6 @@ func TestLoRAAttachRefusesOtherBase(t *testing.T) {
 	}
 }
 
-
 // Without dropout the adapted projection is the base's with W + s·B A, so
 // the adapter's gradients follow from the base weight's gradient G of the
 // merged model (the base's backward pass, held against PyTorch by the
