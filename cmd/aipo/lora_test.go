@@ -105,9 +105,14 @@ func TestTrainLoRA(t *testing.T) {
 	}
 	run := runs[1]
 
-	// Every checkpoint is a PEFT adapter directory on the run's base.
+	// Every checkpoint is a PEFT adapter directory on the run's base
+	// (checkpoint.keep_last 1 of the quick configuration keeps 0 and 3).
 	base := train.LoRABase(run)
-	for k := int64(0); k <= 3; k++ {
+	kept, err := checkpoint.List(ctx, run)
+	if err != nil || !slices.Equal(kept, []int64{0, 3}) {
+		t.Fatalf("checkpoints kept: %v (%v), want 0 and 3", kept, err)
+	}
+	for _, k := range kept {
 		dir := rundir.Checkpoint(run, k)
 		for _, f := range []string{checkpoint.ConfigName, checkpoint.WeightsName, checkpoint.MasterName} {
 			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
@@ -206,10 +211,12 @@ func TestTrainLoRA(t *testing.T) {
 		t.Errorf("--nproc 2: final checkpoint %s, --nproc 1 %s", got, want)
 	}
 
-	// Stopped after 2 steps, resumed for the third.
+	// Stopped after 2 steps, resumed for the third (as one rank of a
+	// group, as the uninterrupted run: one process alone packs the
+	// mini-batch whole, not in the group's virtual shards).
 	cfg2, run2 := loraRun(t, lora, 2)
-	train1(cfg2, "--init", warm)
-	train1(threeSteps(t, cfg2), "--reconfigure")
+	train1(cfg2, "--init", warm, "--nproc", "1")
+	train1(threeSteps(t, cfg2), "--reconfigure", "--nproc", "1")
 	if got, want := loraDigest(t, run2, 3), loraDigest(t, run, 3); got != want {
 		t.Errorf("resumed after 2 steps: final checkpoint %s, uninterrupted %s", got, want)
 	}

@@ -78,3 +78,12 @@ func IsAdapterCheckpoint(ctx context.Context, dir string) (bool, error) {
 	}
 	return m.lists(AdapterConfigName), nil
 }
+
+// weightShards is weightShards of ck's served tensors: none for a LoRA
+// checkpoint, whose adapter takes the model weights' place.
+func (ck Checkpoint) weightShards(dir string, opts SaveOptions) ([][]Tensor, SaveOptions, error) {
+	if ck.Adapter != nil {
+		return nil, opts.withDefaults(), nil
+	}
+	return weightShards(dir, ck.ServedTensors(), opts)
+}

@@ -243,7 +243,7 @@ func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	if err := ck.Config.Validate(); err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
 	}
-	if len(ck.Tensors) == 0 {
+	if len(ck.Tensors) == 0 && (ck.Adapter == nil || len(ck.Adapter.Tensors) == 0) {
 		return fmt.Errorf("save checkpoint %s: no tensors", dir)
 	}
 	if opts.DType == "" {
@@ -275,7 +275,7 @@ func WeightShards(ck Checkpoint, opts SaveOptions) (int, error) {
 	if opts.DType == "" {
 		opts.DType = ck.modelDType()
 	}
-	shards, _, err := weightShards("", ck.ServedTensors(), opts)
+	shards, _, err := ck.weightShards("", opts)
 	return len(shards), err
 }
 
@@ -292,7 +292,7 @@ func WriteShards(ctx context.Context, dir string, ck Checkpoint, opts SaveOption
 	if opts.DType == "" {
 		opts.DType = ck.modelDType()
 	}
-	shards, opts, err := weightShards(dir, ck.ServedTensors(), opts)
+	shards, opts, err := ck.weightShards(dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +335,7 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	if err != nil {
 		return m, err
 	}
-	shards, wopts, err := weightShards(dir, ck.ServedTensors(), opts)
+	shards, wopts, err := ck.weightShards(dir, opts)
 	if err != nil {
 		return m, err
 	}
