@@ -207,6 +207,41 @@ func TestTrainLoRA(t *testing.T) {
 		}
 	}
 
+	// aipo lora merge: a Hugging Face directory of the base with the
+	// adapter folded in, the tokenizer beside it.
+	merged := filepath.Join(t.TempDir(), "merged")
+	if code, out := runAipo(t, "lora", "merge", "--adapter", rundir.Checkpoint(run, 3), "--out", merged); code != 0 {
+		t.Fatalf("aipo lora merge exited %d:\n%s", code, out)
+	}
+	for _, f := range []string{checkpoint.ConfigName, checkpoint.WeightsName, checkpoint.TokenizerName} {
+		if _, err := os.Stat(filepath.Join(merged, f)); err != nil {
+			t.Errorf("the merged directory: %v", err)
+		}
+	}
+	mw, err := checkpoint.LoadServed(ctx, merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := last.Merge(bw.Tensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for i, tn := range want {
+		if mw.Tensors[i].Name != tn.Name || !slices.Equal(mw.Tensors[i].Data, tn.Data) {
+			t.Fatalf("the merged directory's %s is not the base's with the adapter folded in", tn.Name)
+		}
+		if !slices.Equal(tn.Data, bw.Tensors[i].Data) {
+			changed++
+		}
+	}
+	if changed != 5 {
+		t.Errorf("the merge changed %d tensors, want the 5 adapted", changed)
+	}
+	if code, out := runAipo(t, "lora", "merge", "--adapter", rundir.Checkpoint(run, 3), "--out", merged); code != 2 || !strings.Contains(out, "holds a model already") {
+		t.Errorf("aipo lora merge into a model directory: exit %d:\n%s", code, out)
+	}
+
 	if got, want := loraDigest(t, runs[2], 3), loraDigest(t, run, 3); got != want {
 		t.Errorf("--nproc 2: final checkpoint %s, --nproc 1 %s", got, want)
 	}

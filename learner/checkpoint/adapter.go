@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
@@ -86,4 +88,36 @@ func (ck Checkpoint) weightShards(dir string, opts SaveOptions) ([][]Tensor, Sav
 		return nil, opts.withDefaults(), nil
 	}
 	return weightShards(dir, ck.ServedTensors(), opts)
+}
+
+// SaveModelDir writes a plain Hugging Face model directory into dir (not
+// a checkpoint: no marker, no trainer state): config.json, described for
+// weights of dtype (torch_dtype), the tensors in dtype (model.safetensors,
+// or shards above opts.MaxShardBytes with their index) and files (the
+// tokenizer's, copied as they are). It is what a merged LoRA adapter is
+// written as, for tools that load one model.
+func SaveModelDir(ctx context.Context, dir string, c Config, tensors []Tensor, dtype DType, files map[string][]byte, opts SaveOptions) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("save %s: %w", dir, err)
+	}
+	for name := range files {
+		if name == "" || name != filepath.Base(name) || reserved(name) {
+			return fmt.Errorf("save %s: file name %q must be a plain file name other than the model's own files", dir, name)
+		}
+	}
+	if !storage.IsRemote(dir) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("save %s: %w", dir, err)
+		}
+	}
+	opts.DType = dtype
+	if _, err := SaveWeights(ctx, dir, tensors, opts); err != nil {
+		return err
+	}
+	for _, n := range sortedNames(files) {
+		if _, err := writeBytes(ctx, storage.Join(dir, n), files[n]); err != nil {
+			return err
+		}
+	}
+	return SaveConfig(ctx, storage.Join(dir, ConfigName), forWeights(c, dtype))
 }
