@@ -714,7 +714,7 @@ func (p Plan) String() string {
 		b.WriteString(p.loraSummary())
 	} else {
 		fmt.Fprintf(&b, "checkpoints: %s of serving weights every step, %s with the full training state (every %d steps and the last); the run directory holds at most %d checkpoints, %s; at the end %v (checkpoint.keep_last %d, keep_every %d)\n",
-		fmtBytes(dk.Serving), fmtBytes(dk.Full), p.Config.Checkpoint.SaveEvery, dk.MostCount, fmtBytes(dk.MostHeld), dk.Final, p.Config.Checkpoint.KeepLast, p.Config.Checkpoint.KeepEvery)
+			fmtBytes(dk.Serving), fmtBytes(dk.Full), p.Config.Checkpoint.SaveEvery, dk.MostCount, fmtBytes(dk.MostHeld), dk.Final, p.Config.Checkpoint.KeepLast, p.Config.Checkpoint.KeepEvery)
 	}
 	if !p.Fits() {
 		b.WriteString("\ndoes not fit. What to change:\n")
