@@ -21,13 +21,10 @@ import (
 // (base_model_name_or_path) and whose run files (trainer_state.json, the
 // adapter's optimiser state, the tokenizer files) sit beside the adapter's.
 
-// LoRABaseName is the directory of a LoRA run's base under the run.
-const LoRABaseName = "lora-base"
-
 // LoRABase is the directory of the LoRA run's base under runDir, absolute
 // when local (the adapters name it, and are read from other directories).
 func LoRABase(runDir string) string {
-	dir := storage.Join(runDir, LoRABaseName)
+	dir := rundir.LoRABase(runDir)
 	if !storage.IsRemote(dir) {
 		if abs, err := filepath.Abs(dir); err == nil {
 			dir = abs
