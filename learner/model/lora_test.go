@@ -322,3 +322,23 @@ func TestLoRAGradientIsMergedGradient(t *testing.T) {
 		})
 	}
 }
+
+// Decoding with an adapter attached samples the adapted model: the cached
+// greedy decode agrees with full recomputation through the adapter, and
+// differs from the base's logits.
+func TestLoRADecodes(t *testing.T) {
+	m := loraModel(t, tinyQwen3Config(), 0.2)
+	prompt := []int32{1, 7, 3, 9, 22, 4, 0}
+	checkGreedy(t, m, prompt, 20)
+	c := m.NewKVCache()
+	on, err := m.Extend([]*KVCache{c}, [][]int32{prompt}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetAdapterOn(false)
+	base := lastLogits(t, m, prompt)
+	m.SetAdapterOn(true)
+	if d, _ := maxDiff(on, base); d == 0 {
+		t.Fatal("decoding with the adapter gives the base's logits")
+	}
+}
