@@ -230,11 +230,14 @@ setup-bench: setup-test
 	@scripts/trl.sh
 
 # bench's timeout is per package: cmd/aipo's BenchmarkServeVsVLLM serves a
-# tiny and a Qwen3-0.6B-shaped model with aipo serve and with vLLM, one
-# after the other (about 10 minutes on 2 cores), and BenchmarkGRPOVsTRL
-# trains with aipo and TRL (about 31 minutes, almost all of it TRL's).
+# tiny and a Qwen3-0.6B-shaped model with aipo serve and with vLLM, three
+# alternated rounds of two pairs, one server at a time (about an hour on 2
+# cores, estimated from one round's parts: 16 one-at-a-time requests of 64
+# tokens at 4-10 tokens a second per server and vLLM's compilation), and
+# BenchmarkGRPOVsTRL trains with aipo and TRL (about 31 minutes, almost all
+# of it TRL's).
 bench: setup-bench
-	$(GO) test -tags $(ALL_TAGS) -timeout 90m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
+	$(GO) test -tags $(ALL_TAGS) -timeout 180m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
 	$(GO) test -tags purego -run '^$$' -bench 'TrainStep/1M' -benchtime 1x ./learner/model 2>&1 | tee -a bench.out | scripts/bench-summary.sh
 

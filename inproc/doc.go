@@ -10,7 +10,10 @@
 //     query tokenizer=builtin or tokenizer=/path/to/tokenizer.json) and
 //     starts an engine whose policy version is the checkpoint's
 //     trainer_state.json policy_version (0 for a Hugging Face directory). Engine settings come from the
-//     query: max_batch, max_queue, max_context, session_tokens.
+//     query: max_batch, max_queue, max_context, session_tokens. The query
+//     lora=/path/to/adapter samples with a PEFT LoRA adapter on that base,
+//     merged into a copy of its weights (Loaded.WithAdapter); the engine's
+//     policy version is then the adapter's.
 //   - inproc:gs://bucket/path/to/checkpoint does the same for a checkpoint
 //     on remote storage (any scheme of internal/storage), same query.
 //   - inproc://name reaches an engine that this process made available

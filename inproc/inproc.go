@@ -148,12 +148,12 @@ func engineConfig(q url.Values) (engine.Config, error) {
 	fields := map[string]*int{"max_batch": &cfg.MaxBatch, "max_queue": &cfg.MaxQueue, "max_context": &cfg.MaxContext,
 		"session_tokens": &cfg.SessionTokens, "prefill_chunk": &cfg.PrefillChunk}
 	for k, vs := range q {
-		if k == "tokenizer" {
+		if k == "tokenizer" || k == "lora" {
 			continue
 		}
 		f, ok := fields[k]
 		if !ok {
-			return cfg, fmt.Errorf("inproc: unknown query parameter %q (known: max_batch, max_queue, max_context, session_tokens, prefill_chunk, tokenizer)", k)
+			return cfg, fmt.Errorf("inproc: unknown query parameter %q (known: max_batch, max_queue, max_context, session_tokens, prefill_chunk, tokenizer, lora)", k)
 		}
 		n, err := strconv.Atoi(vs[0])
 		if err != nil || n <= 0 {

@@ -27,6 +27,11 @@ func load(ctx context.Context, dir string, q url.Values) (*engine.Engine, error)
 	if err != nil {
 		return nil, err
 	}
+	if lora := q.Get("lora"); lora != "" {
+		if ld, err = ld.WithAdapter(ctx, lora); err != nil {
+			return nil, err
+		}
+	}
 	cfg.Name = filepath.Base(dir)
 	e, err := engine.New(ld.Model, ld.Tokenizer, ld.Trainer.PolicyVersion, cfg)
 	if err != nil {

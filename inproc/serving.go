@@ -8,6 +8,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/engine"
+	"github.com/aipo-rl/aipo/learner/peft"
 )
 
 // OpenEngine starts an engine over the committed checkpoint at dir (local
@@ -16,9 +17,22 @@ import (
 // (policy.dtype, Loaded.OpenDecoder), batching up to TrainMaxBatch
 // sequences. release frees the decoder and the device after the engine is
 // closed.
+//
+// A PEFT adapter directory (a checkpoint of a LoRA run) is served on its
+// base, the model directory its adapter_config.json names
+// (AdapterBase), with the adapter merged (WithAdapter).
 func OpenEngine(ctx context.Context, dir, backendName, dtype string) (e *engine.Engine, release func(), err error) {
-	l, err := LoadCheckpoint(ctx, dir, "")
-	if err != nil {
+	var l Loaded
+	if peft.IsAdapterDir(dir) {
+		base, err := AdapterBase(ctx, dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err = LoadAdapted(ctx, base, dir, "")
+		if err != nil {
+			return nil, nil, err
+		}
+	} else if l, err = LoadCheckpoint(ctx, dir, ""); err != nil {
 		return nil, nil, err
 	}
 	ecfg := engine.Config{Name: storage.Base(dir), MaxBatch: TrainMaxBatch}

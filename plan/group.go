@@ -28,16 +28,27 @@ type Group struct {
 	// one-process step (trainer.PlanDataParallel).
 	Mem []trainer.RankMemory
 	// OnDevice says that the group's passes run on GPUs (the reduction
-	// and the moments on the host).
+	// and the moments on the host; at stage 3, Planned, on the GPUs).
 	OnDevice bool
+	// Planned says that the group is not built: ZeRO stage 3 on GPUs,
+	// whose figures place on each GPU what a stage-3 rank of the CPU's
+	// schedule allocates (see describe).
+	Planned bool
+	// Nodes is the machines the ranks are spread over, Ranks/Nodes on
+	// each (1: all on one); the host figures are one node's.
+	Nodes int
 }
 
-// others is the list of the ranks besides rank 0, as the plan names them.
+// perNode is the ranks on rank 0's node.
+func (g *Group) perNode() int { return g.Ranks / max(g.Nodes, 1) }
+
+// others is the list of the ranks on rank 0's node besides rank 0, as the
+// plan names them.
 func (g *Group) others() string {
-	if g.Ranks == 2 {
+	if g.perNode() == 2 {
 		return "rank 1"
 	}
-	return fmt.Sprintf("ranks 1-%d", g.Ranks-1)
+	return fmt.Sprintf("ranks 1-%d", g.perNode()-1)
 }
 
 // checkGroup refuses a group the plan cannot be made for, naming the flag
@@ -49,9 +60,13 @@ func checkGroup(cfg runconfig.Config, o Options) error {
 	case o.Zero != 0 && o.Ranks == 0:
 		return fmt.Errorf("plan: --zero %d shards the learner's state across ranks: give --nproc N too (the number of learner processes)", o.Zero)
 	case o.Zero < 0 || o.Zero > 3:
-		return fmt.Errorf("plan: --zero %d: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3 (the weights as well, on the cpu backend)", o.Zero)
-	case o.Zero == 3 && cfg.Learner.Backend != runconfig.BackendCPU:
-		return fmt.Errorf("plan: --zero 3 shards the weights of the cpu backend's passes; learner.backend %s holds the whole weights on each device: give --zero 1 or 2, or --set learner.backend=cpu", cfg.Learner.Backend)
+		return fmt.Errorf("plan: --zero %d: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3 (the weights as well)", o.Zero)
+	case o.Nodes < 0 || o.Nodes > 0 && o.Ranks == 0:
+		return fmt.Errorf("plan: --nnodes %d: give the number of machines the --nproc ranks are spread over (1 or more), with --nproc", o.Nodes)
+	case o.Nodes > 1 && o.Ranks%o.Nodes != 0:
+		return fmt.Errorf("plan: --nproc %d over --nnodes %d: give a number of ranks that the machines share evenly", o.Ranks, o.Nodes)
+	case o.Nodes > 1 && cfg.Learner.Backend == runconfig.BackendCPU:
+		return fmt.Errorf("plan: --nnodes %d: the cpu backend's group runs on one machine (aipo train --nproc); leave --nnodes out", o.Nodes)
 	}
 	return nil
 }
@@ -70,42 +85,55 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	}
 	plan := trainer.PlanDataParallel
 	onDevice := cfg.Learner.Backend != runconfig.BackendCPU
-	if onDevice {
+	planned := onDevice && zero == 3
+	if onDevice && !planned {
 		plan = trainer.PlanDataParallelOnDevice
 	}
+	// Stage 3 on GPUs is not built: its ranks are planned with the
+	// allocations of the CPU's stage-3 schedule (PlanDataParallel).
 	ranks, err := plan(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
-	return &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: onDevice}, nil
+	return &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: onDevice, Planned: planned, Nodes: max(o.Nodes, 1)}, nil
 }
 
 // heldBetweenSteps is what rank r keeps on the host between steps besides
-// its float32 weights: its moments and the reduced gradient's buffer.
-func (g *Group) heldBetweenSteps(r int) int64 { return g.Mem[r].Moments + g.Mem[r].Held }
+// its float32 weights: its moments and the reduced gradient's buffer
+// (nothing when they stay on its GPU: Planned).
+func (g *Group) heldBetweenSteps(r int) int64 {
+	if g.Planned {
+		return 0
+	}
+	return g.Mem[r].Moments + g.Mem[r].Held
+}
 
 // stepExtra is the host memory of rank r's learner step that depends on
 // the rank: its moments and the step's buffers (at stage 3 also its share
-// of the weights).
+// of the weights; nothing when they are on its GPU: Planned).
 func (g *Group) stepExtra(r int) int64 {
+	if g.Planned {
+		return 0
+	}
 	return g.Mem[r].Weights + g.Mem[r].Moments + g.Mem[r].StepBuffers()
 }
 
-// othersInStep is what ranks 1..N-1 hold on the host during the step,
-// given rank 0's learner-step host total.
+// othersInStep is what the other ranks of rank 0's node hold on the host
+// during the step, given rank 0's learner-step host total.
 func (g *Group) othersInStep(rank0 int64) int64 {
 	var n int64
-	for r := 1; r < g.Ranks; r++ {
+	for r := 1; r < g.perNode(); r++ {
 		n += rank0 - g.stepExtra(0) + g.stepExtra(r)
 	}
 	return n
 }
 
-// othersBetweenSteps is what ranks 1..N-1 hold on the host while rank 0
-// rolls out: their weights (4P), what they keep of the step, the process.
+// othersBetweenSteps is what the other ranks of rank 0's node hold on the
+// host while rank 0 rolls out: their weights (4P, gathered whole at stage
+// 3), what they keep of the step, the process.
 func (g *Group) othersBetweenSteps(P, base int64) int64 {
 	var n int64
-	for r := 1; r < g.Ranks; r++ {
+	for r := 1; r < g.perNode(); r++ {
 		n += 4*P + g.heldBetweenSteps(r) + base
 	}
 	return n
@@ -114,6 +142,16 @@ func (g *Group) othersBetweenSteps(P, base int64) int64 {
 // describe is the plan's paragraph on the group.
 func (g *Group) describe(p Plan) string {
 	r0 := g.Mem[0]
+	if g.Planned {
+		where := fmt.Sprintf("all %d on one machine", g.Ranks)
+		if g.Nodes > 1 {
+			where = fmt.Sprintf("%d a machine on %d machines; the host figures are one machine's", g.perNode(), g.Nodes)
+		}
+		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3: NOT BUILT. aipo train refuses learner.zero 3 with learner.backend %s (stage 3 is built for learner.backend cpu alone, over Gloo: learner/trainer/zero3.go); this is the plan of the GPU path, which would run that schedule with its state on the GPUs, moved by NCCL. "+
+			"Each GPU holds what a stage-3 rank of the CPU's schedule allocates (trainer.PlanDataParallel, counted as its code allocates): 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters), the sums it keeps while a mini-batch is reduced, two gathered units (a decoder layer or a block of the vocabulary) in float32, two units' gradients and an exchange's receive buffer (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
+			"beside them the %s backend's activations and its whole reference model, as it holds them today (the reference is not sharded). The figures assume no gradient and no moment passes through the host; between steps the weights are gathered whole into each rank's host for the checkpoints. The device figures are rank 0's GPU; the ranks are %s\n",
+			g.Ranks, p.Config.Learner.Backend, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, where)
+	}
 	how := "the gradients summed whole after the backward pass"
 	if g.Zero == 2 && !g.OnDevice {
 		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 2 as built (learner/trainer/zero3.go with the weights whole; learner.zero): each rank holds the whole policy, its share of the AdamW moments (rank 0: %s of %s parameters) and a copy of its share of the weights; "+

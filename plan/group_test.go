@@ -149,16 +149,18 @@ func TestPlanGroupInputs(t *testing.T) {
 	cpu.Learner.Backend, cpu.Learner.Precision = runconfig.BackendCPU, runconfig.PrecisionFP32
 	init := goldenConfig(t, "Qwen3-8B")
 	for _, tc := range []struct {
-		cfg         runconfig.Config
-		ranks, zero int
-		want        string
+		cfg                runconfig.Config
+		ranks, zero, nodes int
+		want               string
 	}{
-		{gpu, 4, 4, "--zero 4: give 1"},
-		{gpu, 4, 3, "--zero 3 shards the weights of the cpu backend's passes; learner.backend cuda holds the whole weights"},
-		{gpu, 0, 2, "--zero 2 shards the learner's state across ranks: give --nproc N too"},
-		{gpu, -1, 0, "--nproc -1: give the number of learner processes"},
+		{gpu, 4, 4, 0, "--zero 4: give 1"},
+		{cpu, 4, 3, 2, "--nnodes 2: the cpu backend's group runs on one machine"},
+		{gpu, 6, 3, 4, "--nproc 6 over --nnodes 4: give a number of ranks that the machines share evenly"},
+		{gpu, 0, 0, 2, "--nnodes 2: give the number of machines the --nproc ranks are spread over"},
+		{gpu, 0, 2, 0, "--zero 2 shards the learner's state across ranks: give --nproc N too"},
+		{gpu, -1, 0, 0, "--nproc -1: give the number of learner processes"},
 	} {
-		_, err := Make(ctx, tc.cfg, Options{Init: init, Device: "h200", Ranks: tc.ranks, Zero: tc.zero, Baseline: 1 << 20})
+		_, err := Make(ctx, tc.cfg, Options{Init: init, Device: "h200", Ranks: tc.ranks, Zero: tc.zero, Nodes: tc.nodes, Baseline: 1 << 20})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--nproc %d --zero %d on %s: %v, want %q", tc.ranks, tc.zero, tc.cfg.Learner.Backend, err, tc.want)
 		}

@@ -86,6 +86,9 @@ type Options struct {
 	// Ranks is the learner's processes (aipo train --nproc N; 0: one
 	// process, no group), Zero the ZeRO stage of the group (0: 1).
 	Ranks, Zero int
+	// Nodes is the machines the ranks are spread over (0: one), for a
+	// group of GPUs; the host figures are then one machine's.
+	Nodes int
 }
 
 // Line is one part of a phase's memory.
@@ -349,11 +352,22 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 			// sums are in the step's buffers.
 			st.Host.Grads = 0
 		}
-		if g.Zero == 3 {
+		if g.Zero == 3 && !g.Planned {
 			// The rank holds its share of the weights; its reduced
 			// gradient is in the step's buffers.
 			st.Host.Weights, st.Host.Grads = g.Mem[0].Weights, 0
 			held.What = fmt.Sprintf("rank 0's state kept between steps (float32 weights gathered whole for the rollout, its moments, its reduced gradient of %s)", fmtBytes(g.Mem[0].Held))
+		}
+		if g.Planned {
+			// Stage 3 on GPUs (not built): the rank's share of the
+			// weights and its moments on its GPU, its reduced gradient
+			// in the step's buffers there; gathered units in float32
+			// (no whole copy for the GEMMs); on the host nothing of
+			// the step but the reference's upload.
+			st.Device.Weights, st.Device.Grads, st.Device.Optimizer, st.Device.Compute = g.Mem[0].Weights, 0, g.Mem[0].Moments, 0
+			st.Host.Weights, st.Host.Grads, st.Host.Optimizer, st.Host.Compute = 0, 0, 0, 0
+			momentsLine = fmt.Sprintf("AdamW moments of rank 0's share (float32 m and v, 1/%d), on its GPU", g.Ranks)
+			held = Line{What: "rank 0's weights gathered whole between steps for the checkpoints (float32)", Host: 4 * P}
 		}
 	}
 	learn := Phase{Name: "learner step"}
@@ -383,7 +397,9 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
 	add(act, st.Host.Activations, st.Device.Activations)
-	if g != nil && g.Zero == 3 {
+	if g != nil && g.Planned {
+		add(fmt.Sprintf("the step's gathered units, unit gradients and kept sums at their peak, on the GPU (%s)", g.Mem[0].PeakWhen()), 0, g.Mem[0].StepBuffers())
+	} else if g != nil && g.Zero == 3 {
 		add(fmt.Sprintf("the step's gathered layers, layer gradients and kept sums at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
 	} else if g != nil && g.Zero == 2 && !g.OnDevice {
 		add("rank 0's copy of its share of the weights (float32, updated, then gathered into the model)", g.Mem[0].Weights, 0)
@@ -411,6 +427,24 @@ var cudaContext = Line{What: "CUDA context, kernels and cuBLAS workspaces (allow
 // caches take 2 bytes a value.
 func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phase) {
 	cfg, mc, P := p.Config, p.Model, p.Params
+	var kept []Line
+	if g := p.Group; g != nil && g.Planned {
+		// Stage 3 on GPUs: the rank's share stays on its GPU.
+		r0 := g.Mem[0]
+		kept = []Line{{What: "rank 0's share kept on its GPU between steps (float32 weights, moments, reduced gradient)", Device: r0.Weights + r0.Moments + r0.Held}}
+	}
+	if !cfg.InProcessPolicy() {
+		// The policy is sampled from policy.endpoint: aipo train loads
+		// no engine; between steps it writes checkpoint k, whose
+		// float32 weights it encodes from the model it holds.
+		load = Phase{Name: "checkpoint k written (the policy served at policy.endpoint)", Lines: append(append([]Line{held}, kept...), proc)}
+		roll = Phase{Name: "rollout (policy.endpoint " + cfg.Policy.Endpoint + ": no engine in aipo train)", Lines: append(append([]Line{held}, kept...), proc)}
+		if p.cuda() {
+			load.Lines = append(load.Lines, cudaContext)
+			roll.Lines = append(roll.Lines, cudaContext)
+		}
+		return load, roll
+	}
 	dtype := inproc.EngineDType(cfg.Policy.DType, checkpoint.ModelDType(mc), mc.HiddenSize, !p.cuda())
 	bf16 := dtype == inproc.DTypeBF16
 	engineHost, engineDev := b.DecoderMemory(mc, bf16)

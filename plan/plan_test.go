@@ -31,9 +31,10 @@ func goldenConfig(t *testing.T, name string) string {
 	return p
 }
 
-// paperConfig is configs/math.yaml's run (256 prompts x 8 samples,
-// 16,384-token responses, the KL term) on one GPU in bf16.
-func paperConfig(t *testing.T) runconfig.Config {
+// mathConfig is configs/math.yaml's run as the file writes it (256
+// prompts x 8 samples, 16,384-token responses, the KL term, the policy
+// sampled from aipo serve at policy.endpoint).
+func mathConfig(t *testing.T) runconfig.Config {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "configs", "math.yaml"))
 	if err != nil {
@@ -44,6 +45,16 @@ func paperConfig(t *testing.T) runconfig.Config {
 		t.Fatal(err)
 	}
 	cfg.Run.Dir = t.TempDir()
+	return cfg
+}
+
+// paperConfig is configs/math.yaml's run on one GPU in bf16, sampled from
+// aipo train's own engine (policy.endpoint empty), whose load and
+// attention caches these plans count.
+func paperConfig(t *testing.T) runconfig.Config {
+	t.Helper()
+	cfg := mathConfig(t)
+	cfg.Policy.Endpoint = ""
 	cfg.Learner.Backend, cfg.Learner.Precision = "cuda", "bf16"
 	// The engine in float32, the figures of docs/scaling.md's table;
 	// TestPlanPaperSizesBF16Engine plans the default (bfloat16 for these

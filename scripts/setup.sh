@@ -128,6 +128,9 @@ test)
   # policy client is tested against: built once from the source npm's
   # node-llama-cpp bundles (10-20 minutes on 2 cores), cached after.
   apt_install cmake g++
+  # TCMalloc: vLLM's CPU installation page preloads it (with Intel OpenMP,
+  # in vLLM's environment), as make bench starts vLLM for its figures.
+  apt_install libtcmalloc-minimal4
   "$root/scripts/llama-server.sh" ||
     echo "setup: building llama-server failed; its tests fail until it builds (AIPO_SKIP_LLAMA=1 skips them under go test; make test fails on any skip the list scripts/allowed-skips.txt does not allow)" >&2
   build_grpcurl
@@ -160,7 +163,7 @@ peer)
   tag=${2:-}
   need() { command -v "$1" >/dev/null || { echo "setup: the $tag tests need $1 ($2)" >&2; exit 1; }; }
   case "$tag" in
-  vllm | torch) "$root/scripts/vllm.sh" ;;
+  vllm | torch) "$root/scripts/vllm.sh"; apt_install libtcmalloc-minimal4 ;;
   verl) "$root/scripts/verl.sh" ;;
   tensorboard) "$root/scripts/pychecks.sh" ;;
   trl) "$root/scripts/trl.sh" ;;

@@ -19,10 +19,10 @@ one JSON line:
 
   {"variant": "peft", "torch": V, "transformers": V, "peft": V,
    "optimizer": O, "threads": N, "params": P, "trainable": A,
-   "tokens_per_step": T, "start_rss": BYTES, "warmup_seconds": [S],
+   "tokens_per_step": T, "ready_rss_bytes": BYTES, "warmup_seconds": [S],
    "step_seconds": [S, ...]}
 
-start_rss is the process's resident memory once the model, the adapters
+ready_rss_bytes is the process's resident memory once the model, the adapters
 and the optimiser are built, before the first step: the caller subtracts
 it from the peak (getrusage) for the step's own memory.
 """
@@ -84,7 +84,7 @@ def main():
         "variant": "peft", "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
         "optimizer": opt_name, "threads": threads,
         "params": sum(p.numel() for p in model.parameters()), "trainable": sum(p.numel() for p in trainable),
-        "tokens_per_step": batch * seq, "start_rss": start, "warmup_seconds": warm, "step_seconds": times,
+        "tokens_per_step": batch * seq, "ready_rss_bytes": start, "warmup_seconds": warm, "step_seconds": times,
     }))
 
 

@@ -224,6 +224,15 @@ def profile_report(prof, steps, wall):
     return "\n".join(lines) + "\n"
 
 
+def vm_rss():
+    """This process's resident set size in bytes (/proc/self/status)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("variant", choices=VARIANTS)
@@ -234,6 +243,10 @@ def main(argv):
     a = ap.parse_args(argv[1:])
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    # What the process holds once started (the interpreter, torch and
+    # transformers imported), before the model: the benchmark reports the
+    # peak net of it too.
+    start_rss = vm_rss()
     with open(a.config) as f:
         cfg = json.load(f)
     model, loss_of = build(a.variant, cfg)
@@ -280,6 +293,7 @@ def main(argv):
         "variant": a.variant, "torch": torch.__version__, "transformers": transformers.__version__,
         "optimizer": opt_name, "threads": torch.get_num_threads(), "params": sum(p.numel() for p in params),
         "tokens_per_step": a.batch * a.seq, "warmup_seconds": warm, "step_seconds": times,
+        "start_rss_bytes": start_rss,
     }))
     return 0
 

@@ -27,6 +27,8 @@ type job struct {
 
 // samplingRequest is what a completions or chat request asks, validated.
 type samplingRequest struct {
+	eng          *engine.Engine  // the engine of the model the request names
+	model        string          // its name, for the response
 	params       sampling.Params // Seed: of choice 0
 	n            int
 	includeStop  bool
@@ -41,8 +43,9 @@ type samplingRequest struct {
 // defaultMax is the max_tokens when none is given (0: up to the context).
 func (s *Server) parseSampling(f *samplingFields, maxTokens *int, defaultMax int) (samplingRequest, *apiError) {
 	var sp samplingRequest
-	if err := s.checkModel(f.Model); err != nil {
-		return sp, err
+	var aerr *apiError
+	if sp.eng, sp.model, aerr = s.target(f.Model); aerr != nil {
+		return sp, aerr
 	}
 	if err := f.unsupportedFields.refuse(); err != nil {
 		return sp, err
@@ -53,7 +56,7 @@ func (s *Server) parseSampling(f *samplingFields, maxTokens *int, defaultMax int
 		if *maxTokens < 1 {
 			return sp, badRequest("max_tokens", "invalid_max_tokens", "max_tokens %d must be at least 1 (leave it out for the default)", *maxTokens)
 		}
-		if ctx := s.eng.Info().MaxContext; ctx > 0 && *maxTokens > ctx {
+		if ctx := sp.eng.Info().MaxContext; ctx > 0 && *maxTokens > ctx {
 			return sp, badRequest("max_tokens", "invalid_max_tokens", "max_tokens %d is more than this model's context of %d tokens (prompt included): ask for at most %d", *maxTokens, ctx, ctx-1)
 		}
 		p.MaxTokens = *maxTokens
@@ -216,7 +219,7 @@ func (s *Server) runAll(ctx context.Context, sp *samplingRequest, jobs []job) ([
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = s.generate(ctx, engine.Request{Prefix: j.prefix, Params: j.params, Session: sp.session}, nil)
+			out[i], errs[i] = s.generate(ctx, sp.eng, engine.Request{Prefix: j.prefix, Params: j.params, Session: sp.session}, nil)
 			if errs[i] != nil {
 				cancel()
 			}
@@ -350,7 +353,7 @@ func (s *Server) completionPrompts(raw json.RawMessage) ([][]int32, *apiError) {
 // log-probs when asked (logprobs), the token usage and the oldest policy
 // version that sampled any choice.
 func (s *Server) completionReply(sp *samplingRequest, jobs []job, res []engine.Result, prompts [][]int32, logprobs bool) completionResponse {
-	out := completionResponse{ID: newID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: s.name, Usage: &usage{}}
+	out := completionResponse{ID: newID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: sp.model, Usage: &usage{}}
 	for i, j := range jobs {
 		rs := res[i]
 		c := completionChoice{Index: j.index, Text: s.render(sp, j, rs.Tokens, &rs), FinishReason: finishReason(rs), StopReason: stopReason(j, rs),
@@ -449,7 +452,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if err != nil {
 		return engineError(err)
 	}
-	out := chatResponse{ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.name,
+	out := chatResponse{ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: sp.model,
 		Usage: &usage{PromptTokens: len(prompt)}}
 	for i, j := range jobs {
 		rs := res[i]

@@ -77,6 +77,13 @@
 // calls per connection and disconnects peers that ping more often than
 // every 20 s.
 //
+// LoRA (Options.LoRA, aipo serve --lora): a PEFT adapter is served beside
+// the base under its own name, as vLLM serves --lora-modules; GET
+// /v1/models lists it with the base as its parent, HTTP requests naming it
+// and every gRPC call sample with it, and Reload of an adapter directory
+// replaces it. It is merged into a copy of the base's weights at load
+// (docs/lora-serving.md says why).
+//
 // Security: an optional bearer token is checked on every gRPC call and
 // every HTTP endpoint except GET /health (compared in constant time, never
 // logged); TLS is optional on both listeners.

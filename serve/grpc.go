@@ -98,7 +98,7 @@ func (p *policyService) stream(req engine.Request, ss grpc.ServerStreamingServer
 		return status.Error(codes.ResourceExhausted, msg)
 	}
 	defer release()
-	res, err := p.s.generate(ss.Context(), req, func(t engine.Token) error {
+	res, err := p.s.generate(ss.Context(), p.s.rolloutEngine(), req, func(t engine.Token) error {
 		return ss.Send(&aipov1.GenerateResponse{Tokens: []int32{t.ID}, Logprobs: []float32{t.LogProb}})
 	})
 	if err != nil {
@@ -165,11 +165,17 @@ func (p *policyService) Reload(ctx context.Context, r *aipov1.ReloadRequest) (*a
 }
 
 func (p *policyService) Health(context.Context, *aipov1.PolicyHealthRequest) (*aipov1.PolicyHealthResponse, error) {
-	in, st := p.s.eng.Info(), p.s.eng.Stats()
+	// With an adapter, gRPC samples with it (rolloutEngine): its health is
+	// the adapter's.
+	eng, name, ck := p.s.eng, p.s.name, p.s.Checkpoint()
+	if a := p.s.lora; a != nil {
+		eng, name, ck = a.eng, a.name, a.Dir()
+	}
+	in, st := eng.Info(), eng.Stats()
 	state := "serving"
 	if p.s.draining.Load() {
 		state = "draining"
 	}
-	return &aipov1.PolicyHealthResponse{Status: state, Model: p.s.name, PolicyVersion: in.PolicyVersion, Checkpoint: p.s.Checkpoint(),
+	return &aipov1.PolicyHealthResponse{Status: state, Model: name, PolicyVersion: in.PolicyVersion, Checkpoint: ck,
 		VocabSize: int32(in.VocabSize), Eos: in.EOS, MaxContext: int32(in.MaxContext), Queued: int32(st.Queued), Active: int32(st.Active)}, nil
 }

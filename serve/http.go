@@ -160,13 +160,31 @@ func engineError(err error) *apiError {
 	return badRequest("", "invalid_request", "%v", err)
 }
 
-// checkModel refuses a model name other than the served one.
+// checkModel refuses a model name that is not served.
 func (s *Server) checkModel(name string) *apiError {
+	_, _, err := s.target(name)
+	return err
+}
+
+// target is the engine of the model a request names, and that model's
+// name: the adapter's under its name, the base under its name or none.
+func (s *Server) target(name string) (*engine.Engine, string, *apiError) {
+	if a := s.lora; a != nil && name == a.name {
+		return a.eng, a.name, nil
+	}
 	if name != "" && name != s.name {
-		return &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("the model %q does not exist on this server; it serves %q (see GET /v1/models)", name, s.name),
+		return nil, "", &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("the model %q does not exist on this server; it serves %s (see GET /v1/models)", name, s.servedNames()),
 			Type: "invalid_request_error", Param: strp("model"), Code: strp("model_not_found")}
 	}
-	return nil
+	return s.eng, s.name, nil
+}
+
+// servedNames lists the served model names for a message.
+func (s *Server) servedNames() string {
+	if s.lora != nil {
+		return fmt.Sprintf("%q and its LoRA adapter %q", s.name, s.lora.name)
+	}
+	return fmt.Sprintf("%q", s.name)
 }
 
 // checkIDs checks token ids against the vocabulary.
@@ -200,7 +218,11 @@ func newID(prefix string) string {
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) *apiError {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelCard()}})
+	data := []any{s.modelCard()}
+	if s.lora != nil {
+		data = append(data, s.loraCard())
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 	return nil
 }
 
@@ -208,7 +230,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) *apiError {
 func (s *Server) modelCard() map[string]any {
 	in := s.eng.Info()
 	return map[string]any{
-		"id": s.name, "object": "model", "created": time.Now().Unix(), "owned_by": "aipo", "root": s.Checkpoint(),
+		"id": s.name, "object": "model", "created": time.Now().Unix(), "owned_by": "aipo", "root": s.Checkpoint(), "parent": nil,
 		"max_model_len": in.MaxContext, "aipo_policy_version": in.PolicyVersion, "aipo_vocab_size": in.VocabSize, "aipo_eos": in.EOS,
 	}
 }
@@ -216,8 +238,12 @@ func (s *Server) modelCard() map[string]any {
 // model is GET /v1/models/{id}: the served model, or 404 for another id.
 func (s *Server) model(w http.ResponseWriter, r *http.Request) *apiError {
 	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+	if s.lora != nil && id == s.lora.name {
+		writeJSON(w, http.StatusOK, s.loraCard())
+		return nil
+	}
 	if id != s.name {
-		return &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("model %q is not served here; this server serves %q (GET /v1/models lists it)", id, s.name),
+		return &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("model %q is not served here; this server serves %s (GET /v1/models lists it)", id, s.servedNames()),
 			Type: "invalid_request_error", Param: strp("model"), Code: strp("model_not_found")}
 	}
 	writeJSON(w, http.StatusOK, s.modelCard())

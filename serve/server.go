@@ -94,6 +94,15 @@ type Options struct {
 	// DType is the precision of the CPU decoder's products: DTypeAuto
 	// (or empty), DTypeBF16 or DTypeF32 (see ResolveDType).
 	DType string
+	// LoRA, when set, is a PEFT LoRA adapter directory served beside the
+	// base, under LoRAName, as vLLM serves its --lora-modules: requests
+	// naming it sample with the adapter (merged into a copy of the base's
+	// weights), the others with the base; gRPC samples with it. A Reload
+	// of an adapter directory replaces it.
+	LoRA string
+	// LoRAName is the adapter's model name (default: the base name of
+	// LoRA); it stays the same across reloads.
+	LoRAName string
 }
 
 // The precisions Options.DType names (see inproc.ResolveDType).
@@ -122,6 +131,9 @@ type Server struct {
 	clients    *clientLimiter
 	bodyOrigin string // how MaxBodyBytes was set, for the 413 message
 
+	lora    *adapterEngine              // the adapter served beside the base (nil: none)
+	baseF32 atomic.Pointer[model.Model] // the base model while it holds float32 weights to merge adapters into
+
 	reloadMu   sync.Mutex
 	checkpoint atomic.Pointer[string]
 	dtype      atomic.Pointer[string] // the CPU decoder's precision (DTypeBF16 or DTypeF32), "" on another device
@@ -141,7 +153,26 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("serve: no checkpoint given and none in the watched run yet: %w", err)
 		}
+		if isAdapter(d) {
+			return nil, fmt.Errorf("serve: the watched run's newest checkpoint %s is a LoRA adapter: give its base too (--checkpoint BASE)", d)
+		}
 		dir = d
+	}
+	if opts.WatchRun != "" && opts.Checkpoint != "" {
+		// A LoRA run watched on its base: its newest adapter is served
+		// beside the base, under the run's name, and each newer one
+		// replaces it.
+		if d, _, err := checkpoint.Latest(ctx, opts.WatchRun); err == nil && isAdapter(d) {
+			if opts.LoRA == "" {
+				opts.LoRA = d
+			}
+			if opts.LoRAName == "" {
+				opts.LoRAName = filepath.Base(strings.TrimSuffix(opts.WatchRun, "/"))
+				if opts.Name == "" {
+					opts.Name = filepath.Base(strings.TrimSuffix(opts.Checkpoint, "/"))
+				}
+			}
+		}
 	}
 	ld, err := inproc.LoadCheckpoint(ctx, dir, opts.Tokenizer)
 	if err != nil {
@@ -169,12 +200,26 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg := opts.Engine
 	cfg.Name = name
+	// The adapter is merged while the base still holds its float32
+	// weights (its decoder may keep bfloat16 alone).
+	var lora *adapterEngine
+	if opts.LoRA != "" {
+		if lora, err = opts.newAdapter(ctx, ld, name); err != nil {
+			return nil, err
+		}
+	}
 	dec, dtype, err := opts.decoder(ld)
 	if err != nil {
+		if lora != nil {
+			lora.eng.Close()
+		}
 		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
 	}
 	e, err := engine.NewOn(dec, ld.Tokenizer, ld.Trainer.PolicyVersion, cfg)
 	if err != nil {
+		if lora != nil {
+			lora.eng.Close()
+		}
 		return nil, fmt.Errorf("serve: checkpoint %s: %w", dir, err)
 	}
 	maxContext := e.Info().MaxContext
@@ -189,8 +234,15 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s := &Server{opts: opts, name: name, eng: e, tok: ld.Tokenizer, log: opts.Logger, hist: newHistories(opts.HistoryTokens),
 		tokBytes: tokenBytes(ld.Tokenizer), clients: newClientLimiter(opts.MaxClientRequests), bodyOrigin: bodyOrigin}
 	s.checkpoint.Store(&dir)
+	s.lora = lora
+	if holdsF32(ld.Model, dec, dtype) {
+		s.baseF32.Store(ld.Model)
+	}
 	s.metrics = newServerMetrics(s)
 	s.log.Info("serve: loaded checkpoint", "checkpoint", dir, "policy_version", ld.Trainer.PolicyVersion, "model", name)
+	if lora != nil {
+		s.log.Info("serve: loaded LoRA adapter", "adapter", opts.LoRA, "model", lora.name, "parent", name, "policy_version", lora.eng.Info().PolicyVersion)
+	}
 	s.dtype.Store(&dtype)
 	s.logDType(dtype, ld, dec)
 	return s, nil
@@ -235,13 +287,22 @@ func (s *Server) Checkpoint() string { return *s.checkpoint.Load() }
 
 // Reload loads the committed checkpoint in dir and serves it to every
 // request admitted from now on; requests in flight finish on their
-// weights. It returns the new policy version.
+// weights. It returns the new policy version. A PEFT adapter directory
+// (a checkpoint of a LoRA run) replaces the served adapter (Options.LoRA)
+// and leaves the base as it is; a server that serves an adapter refuses
+// a whole model, which would leave the adapter on another base.
 func (s *Server) Reload(ctx context.Context, dir string) (int64, error) {
 	if dir == "" {
 		return 0, fmt.Errorf("serve: reload needs a checkpoint directory")
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
+	if isAdapter(dir) {
+		return s.reloadAdapter(ctx, dir)
+	}
+	if s.lora != nil {
+		return 0, fmt.Errorf("serve: reload: %s is a whole model, and this server serves the LoRA adapter %q on its base %s: reload adapter directories (adapter_config.json), or restart the server with the new --checkpoint", dir, s.lora.name, s.Checkpoint())
+	}
 	ld, err := inproc.LoadCheckpoint(ctx, dir, s.opts.Tokenizer)
 	if err != nil {
 		return 0, fmt.Errorf("serve: reload: %w", err)
@@ -288,7 +349,7 @@ func (s *Server) Watch(ctx context.Context, every time.Duration) {
 			}
 			continue
 		}
-		if dir == s.Checkpoint() || dir == failed {
+		if dir == s.served(dir) || dir == failed {
 			continue
 		}
 		if _, err := s.Reload(ctx, dir); err != nil {
@@ -300,8 +361,22 @@ func (s *Server) Watch(ctx context.Context, every time.Duration) {
 	}
 }
 
-// Close closes the engine; requests still running fail.
-func (s *Server) Close() error { return s.eng.Close() }
+// served is the directory now served of dir's kind: the adapter's for an
+// adapter directory, else the base's.
+func (s *Server) served(dir string) string {
+	if s.lora != nil && isAdapter(dir) {
+		return s.lora.Dir()
+	}
+	return s.Checkpoint()
+}
+
+// Close closes the engines; requests still running fail.
+func (s *Server) Close() error {
+	if s.lora != nil {
+		s.lora.eng.Close()
+	}
+	return s.eng.Close()
+}
 
 // Serve serves gRPC on grpcLis and HTTP on httpLis (either may be nil),
 // with tlsCfg when not nil, until ctx ends; then it stops accepting, lets
@@ -396,8 +471,8 @@ func tokenBytes(tok tokenizer.Tokenizer) [2]int {
 
 // generate runs one request on the engine and remembers a session's
 // conversation for Continue.
-func (s *Server) generate(ctx context.Context, req engine.Request, fn func(engine.Token) error) (engine.Result, error) {
-	res, err := s.eng.GenerateStream(ctx, req, fn)
+func (s *Server) generate(ctx context.Context, eng *engine.Engine, req engine.Request, fn func(engine.Token) error) (engine.Result, error) {
+	res, err := eng.GenerateStream(ctx, req, fn)
 	if err == nil && req.Session != "" {
 		conv := make([]int32, 0, len(req.Prefix)+len(res.Tokens))
 		s.hist.put(req.Session, append(append(conv, req.Prefix...), res.Tokens...))
@@ -409,4 +484,7 @@ func (s *Server) generate(ctx context.Context, req engine.Request, fn func(engin
 func (s *Server) release(session string) {
 	s.hist.drop(session)
 	s.eng.Release(session)
+	if s.lora != nil {
+		s.lora.eng.Release(session)
+	}
 }

@@ -30,8 +30,8 @@ type sse struct {
 // between, a newer one, so that it is the oldest among the choices (as on
 // the other responses) unless a reload races the admission; the final
 // chunk of each choice names the version that sampled it.
-func (s *Server) newSSE(w http.ResponseWriter) *sse {
-	return &sse{w: w, version: s.eng.Info().PolicyVersion}
+func (s *Server) newSSE(w http.ResponseWriter, sp *samplingRequest) *sse {
+	return &sse{w: w, version: sp.eng.Info().PolicyVersion}
 }
 
 func (e *sse) send(v any) error {
@@ -142,7 +142,7 @@ func (s *Server) streamJobs(ctx context.Context, sp *samplingRequest, jobs []job
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := s.generate(ctx, engine.Request{Prefix: j.prefix, Params: j.params, Session: sp.session}, func(t engine.Token) error { return token(j, t) })
+			r, err := s.generate(ctx, sp.eng, engine.Request{Prefix: j.prefix, Params: j.params, Session: sp.session}, func(t engine.Token) error { return token(j, t) })
 			if err == nil {
 				err = done(j, r)
 			}
@@ -184,10 +184,10 @@ func (s *Server) finishStream(ev *sse, err error, usageChunk func() any) *apiErr
 }
 
 func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, sp *samplingRequest, jobs []job, logprobs bool) *apiError {
-	ev := s.newSSE(w)
+	ev := s.newSSE(w, sp)
 	id, created := newID("cmpl-"), time.Now().Unix()
 	chunk := func(c completionChoice) any {
-		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.name, Choices: []completionChoice{c}}
+		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: sp.model, Choices: []completionChoice{c}}
 	}
 	streams := make([]*textStream, len(jobs))
 	for i, j := range jobs {
@@ -220,17 +220,17 @@ func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, sp *s
 	if sp.includeUsage {
 		usageChunk = func() any {
 			u.TotalTokens = u.PromptTokens + u.CompletionTokens
-			return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.name, Choices: []completionChoice{}, Usage: &u}
+			return completionResponse{ID: id, Object: "text_completion", Created: created, Model: sp.model, Choices: []completionChoice{}, Usage: &u}
 		}
 	}
 	return s.finishStream(ev, err, usageChunk)
 }
 
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sp *samplingRequest, jobs []job, logprobs bool) *apiError {
-	ev := s.newSSE(w)
+	ev := s.newSSE(w, sp)
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	chunk := func(c chatChoice) any {
-		return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.name, Choices: []chatChoice{c}}
+		return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: sp.model, Choices: []chatChoice{c}}
 	}
 	streams := make([]*textStream, len(jobs))
 	first := make([]bool, len(jobs))
@@ -268,7 +268,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sp *sampling
 	if sp.includeUsage {
 		usageChunk = func() any {
 			u.TotalTokens = u.PromptTokens + u.CompletionTokens
-			return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.name, Choices: []chatChoice{}, Usage: &u}
+			return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: sp.model, Choices: []chatChoice{}, Usage: &u}
 		}
 	}
 	return s.finishStream(ev, err, usageChunk)

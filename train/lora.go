@@ -59,7 +59,11 @@ func seedLoRA(ctx context.Context, src string, cfg runconfig.Config, tiedHead bo
 	if err != nil {
 		return fmt.Errorf("init %s: %w (the initial checkpoint must carry its tokenizer.json)", src, err)
 	}
-	ad, err := initialAdapter(ctx, src, bcfg, cfg)
+	dims, err := peft.DimsOf(bcfg)
+	if err != nil {
+		return fmt.Errorf("init %s: %w", src, err)
+	}
+	ad, err := initialAdapter(ctx, src, dims, cfg)
 	if err != nil {
 		return err
 	}
@@ -81,16 +85,16 @@ func seedLoRA(ctx context.Context, src string, cfg runconfig.Config, tiedHead bo
 		Trainer: checkpoint.TrainerState{RunID: storage.Base(runDir), Seed: int64(cfg.Run.Seed)}})
 }
 
-// initialAdapter is the adapter a LoRA run on the base at src (of
-// configuration bcfg) starts from.
-func initialAdapter(ctx context.Context, src string, bcfg checkpoint.Config, cfg runconfig.Config) (*peft.Adapter, error) {
+// initialAdapter is the adapter a LoRA run on the base at src (of sizes
+// dims) starts from.
+func initialAdapter(ctx context.Context, src string, dims peft.Dims, cfg runconfig.Config) (*peft.Adapter, error) {
 	lc := cfg.Learner.LoRA
 	if lc.Adapter == "" {
 		pc, err := lc.AdapterConfig("")
 		if err != nil {
 			return nil, fmt.Errorf("learner.lora: %w", err)
 		}
-		ad, err := peft.New(pc, peft.DimsOf(bcfg), rand.New(rand.NewPCG(cfg.Run.Seed, 0x6c6f7261)))
+		ad, err := peft.New(pc, dims, rand.New(rand.NewPCG(cfg.Run.Seed, 0x6c6f7261)))
 		if err != nil {
 			return nil, fmt.Errorf("learner.lora: %w", err)
 		}
@@ -103,7 +107,7 @@ func initialAdapter(ctx context.Context, src string, bcfg checkpoint.Config, cfg
 	if err := ad.SameBase(src); err != nil {
 		return nil, fmt.Errorf("learner.lora.adapter %s on --init %s: %w", lc.Adapter, src, err)
 	}
-	if err := ad.CheckBase(peft.DimsOf(bcfg)); err != nil {
+	if err := ad.CheckBase(dims); err != nil {
 		return nil, fmt.Errorf("learner.lora.adapter %s on --init %s: %w", lc.Adapter, src, err)
 	}
 	ad.Config.Dropout = lc.Dropout

@@ -294,7 +294,10 @@ func TestTrainLoRARefusesBadInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dims := peft.DimsOf(wc.Config)
+	dims, err := peft.DimsOf(wc.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	wide := dims
 	wide.Intermediate *= 2
 	for _, c := range []struct {

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/rundir"
+	"github.com/aipo-rl/aipo/learner/checkpoint"
+	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
 // aipo train --nproc N --set learner.zero=3 on the quick configuration (3
@@ -83,5 +90,108 @@ func TestTrainOnRanksZero3(t *testing.T) {
 		t.Errorf("--nproc 3 at learner.zero 3: weights %.3g from --nproc 1's (want <= %g)", d, ranksTol)
 	} else {
 		t.Logf("--nproc 3 at learner.zero 3 against 1: weights within %.3g", d)
+	}
+}
+
+// aipo train --nproc 2 with learner.zero 3, two steps of the quick
+// configuration: rank 1 stops itself inside an exchange of step 2's
+// passes (the test hook trainer.StopInCollectiveEnv: it announces the
+// exchange in a file, then SIGSTOPs itself before the call, the other
+// rank already waiting in it) and is SIGKILLed there, or left stopped.
+// Rank 0 fails naming rank 1 within a minute (the stopped rank found by
+// its heartbeat, with the default bound of 10 minutes on the exchange),
+// every checkpoint committed before stays committed, and the same command
+// resumes to the sha256 of an uninterrupted run.
+func TestTrainZero3FaultInCollective(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick configuration on two ranks, several times")
+	}
+	warm := filepath.Join(t.TempDir(), "warm")
+	quickWarmStart(t, warm)
+	zero3 := []string{"--set", "learner.zero=3"}
+	cfg, ref := ranksRun(t, warm, 2)
+	if code, out := runAipoFor(t, 5*time.Minute, nil, append([]string{"train", "--config", cfg, "--no-tensorboard", "--nproc", "1"}, zero3...)...); code != 0 {
+		t.Fatalf("the uninterrupted run exited %d:\n%s", code, out)
+	}
+	want := finalDigest(t, ref, 2)
+
+	for _, c := range []struct {
+		name, op string
+		kill     bool
+		says     string
+	}{
+		{"SIGKILL in a gather", "gather", true, "rank 1"},
+		{"SIGSTOP in a gradient exchange", "reduce", false, "rank 1 stopped answering"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, run := ranksRun(t, warm, 2)
+			mark := filepath.Join(t.TempDir(), "in-collective")
+			// Rank 1 alone acts on it; after one optimiser step: step 2.
+			t.Setenv(trainer.StopInCollectiveEnv, "rank=1,after=1,op="+c.op+",file="+mark)
+			cmds, outs := startRanks(t, cfg, func(int) []string { return append([]string{"--dist-timeout", "10m"}, zero3...) })
+			deadline := time.Now().Add(3 * time.Minute)
+			var in []byte
+			for {
+				var err error
+				if in, err = os.ReadFile(mark); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("rank 1 did not enter a %s of step 2 within 3 minutes:\nrank 0:\n%s\nrank 1:\n%s", c.op, outs[0].String(), outs[1].String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("%s", strings.TrimSpace(string(in)))
+			var committed []int64
+			for k := int64(0); k <= 2; k++ {
+				if ok, _ := checkpoint.Committed(context.Background(), rundir.Checkpoint(run, k)); ok {
+					committed = append(committed, k)
+				}
+			}
+			if c.kill {
+				if err := cmds[1].Process.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t0 := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- cmds[0].Wait() }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("rank 0 finished although rank 1 stopped inside a %s:\n%s", c.op, outs[0].String())
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("rank 0 still running 2 minutes after rank 1 stopped inside a %s:\n%s", c.op, outs[0].String())
+			}
+			took := time.Since(t0)
+			text := outs[0].String()
+			if !strings.Contains(text, c.says) {
+				t.Errorf("rank 0's error does not name %q:\n%s", c.says, text)
+			}
+			if took > time.Minute {
+				t.Errorf("rank 0 failed %s after rank 1 stopped: more than a minute, with the group's heartbeat bounds of seconds", took.Round(time.Second))
+			}
+			t.Logf("%s: rank 0 failed after %s: %s", c.name, took.Round(time.Millisecond), lineWith(text, "rank 1"))
+			// Rank 1 is gone (killed, or killed now) before the resume.
+			cmds[1].Process.Signal(syscall.SIGKILL)
+			cmds[1].Wait()
+			for _, k := range committed {
+				if ok, _ := checkpoint.Committed(context.Background(), rundir.Checkpoint(run, k)); !ok {
+					t.Errorf("checkpoint %d, committed before the fault, is gone", k)
+				}
+			}
+			if len(committed) == 0 {
+				t.Error("no checkpoint was committed before the fault (checkpoint 0 at least should be)")
+			}
+			os.Unsetenv(trainer.StopInCollectiveEnv)
+			code, out := runAipoFor(t, 5*time.Minute, nil, append([]string{"train", "--config", cfg, "--no-tensorboard", "--nproc", "2"}, zero3...)...)
+			if code != 0 {
+				t.Fatalf("the same command after the fault exited %d:\n%s", code, out)
+			}
+			if got := finalDigest(t, run, 2); got != want {
+				t.Errorf("after the fault and a resume: %s, uninterrupted %s", got, want)
+			}
+		})
 	}
 }

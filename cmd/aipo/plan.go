@@ -36,9 +36,10 @@ func runPlan(args []string) error {
 	planOpts := planFlags(fs)
 	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
 	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; with learner.backend cuda each GPU a whole replica, the group reducing on the host)")
-	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well; cpu backend); default learner.zero")
+	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well: built on the cpu backend; on GPUs a plan of the path that is not built); default learner.zero")
+	nnodes := fs.Int("nnodes", 0, "with --nproc and a GPU backend: the machines the ranks are spread over, --nproc/--nnodes on each (default 1); the host figures are one machine's")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2|3]]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: aipo plan --config run.yaml [--set KEY=VALUE ...] [--init DIR] [--device NAME] [--host-gib N] [--prompt-tokens N] [--nproc N [--zero 1|2|3] [--nnodes M]]\n\n"+
 			"Prints the memory a run needs, before anything runs: for the learner step (weights,\n"+
 			"gradients, optimiser, reference, activations of the configured micro-batch and sequence\n"+
 			"lengths), the rollout engine's load and the rollout (its attention caches), on the host\n"+
@@ -48,8 +49,10 @@ func runPlan(args []string) error {
 			"on N processes, the group aipo train --nproc N runs: on the CPU at ZeRO stage 1, 2 or 3\n"+
 			"(stage 3: each rank holds 1/N of the weights, gradients and moments), and on GPUs\n"+
 			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
-			"and the group reduces them and steps its shares of the moments on the host. Exits 1 when\n"+
-			"it does not fit.\n\nFlags:\n")
+			"and the group reduces them and steps its shares of the moments on the host. --zero 3 on\n"+
+			"GPUs plans a path that is NOT BUILT (aipo train refuses it): each GPU holding what a\n"+
+			"stage-3 rank of the CPU's schedule allocates; the plan says so. Exits 1 when it does not\n"+
+			"fit.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -64,7 +67,7 @@ func runPlan(args []string) error {
 		return usageError("%v", err)
 	}
 	o := planOpts()
-	o.Init, o.Ranks, o.Zero = *initDir, *nproc, *zero
+	o.Init, o.Ranks, o.Zero, o.Nodes = *initDir, *nproc, *zero, *nnodes
 	p, err := plan.Make(ctx, cfg, o)
 	if err != nil {
 		return usageError("%v", err)
@@ -87,7 +90,7 @@ func checkGroupFlags(fs *flag.FlagSet, nproc, zero int) error {
 	case set["zero"] && !set["nproc"]:
 		return usageError("--zero %d shards the learner's state across ranks: give --nproc N too (the number of learner processes)", zero)
 	case set["zero"] && (zero < 1 || zero > 3):
-		return usageError("--zero %d: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3 (the weights as well, on the cpu backend)", zero)
+		return usageError("--zero %d: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3 (the weights as well)", zero)
 	}
 	return nil
 }

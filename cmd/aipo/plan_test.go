@@ -75,10 +75,17 @@ func TestPlanGroupFlags(t *testing.T) {
 			t.Errorf("aipo plan --nproc 4 --zero 2 does not say %q:\n%s", want, out)
 		}
 	}
-	// The in-process engine's attention caches do not fit an A100's 80
-	// GB at 256 in flight: exit 1, naming the rollout's fix.
-	if code != 1 || !strings.Contains(out, "rollout.max_in_flight:") {
-		t.Errorf("aipo plan --nproc 4 --zero 2 exited %d, want 1 (the rollout does not fit):\n%s", code, out)
+	// Each GPU's learner step (the whole weights and gradients) does not
+	// fit an A100's 80 GB: exit 1, naming the learner's fixes; the
+	// policy is sampled from policy.endpoint (aipo serve): no engine in
+	// aipo train.
+	if code != 1 || !strings.Contains(out, "learner step: learner.micro_batch_tokens:") || !strings.Contains(out, "no engine in aipo train") {
+		t.Errorf("aipo plan --nproc 4 --zero 2 exited %d, want 1 (the learner step does not fit):\n%s", code, out)
+	}
+	// Stage 3 on GPUs is planned, and said to be not built.
+	code, out = runAipo(t, "plan", "--config", cfg, "--run", run, "--init", init, "--device", "a100-80g", "--nproc", "4", "--zero", "3")
+	if code != 1 || !strings.Contains(out, "learner on 4 GPUs at ZeRO stage 3: NOT BUILT") {
+		t.Errorf("aipo plan --nproc 4 --zero 3 on cuda exited %d, want 1 and the plan of the path that is not built:\n%s", code, out)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -87,6 +94,7 @@ func TestPlanGroupFlags(t *testing.T) {
 		{[]string{"--nproc", "2", "--zero", "4"}, "--zero 4: give 1 (the AdamW moments sharded), 2 (the gradients too) or 3"},
 		{[]string{"--zero", "2"}, "--zero 2 shards the learner's state across ranks: give --nproc N too"},
 		{[]string{"--nproc", "0"}, "--nproc 0: give the number of learner processes"},
+		{[]string{"--nproc", "6", "--nnodes", "4"}, "--nproc 6 over --nnodes 4: give a number of ranks that the machines share evenly"},
 	} {
 		args := append([]string{"plan", "--config", cfg, "--run", run, "--init", init, "--device", "h200"}, tc.args...)
 		code, out := runAipo(t, args...)

@@ -33,17 +33,23 @@ func init() {
 }
 
 // serveUsage heads aipo serve --help, above its flags.
-const serveUsage = "Usage: aipo serve --checkpoint DIR [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n" +
+const serveUsage = "Usage: aipo serve --checkpoint DIR [--lora ADAPTER] [--watch RUNDIR] [--grpc 127.0.0.1:7070] [--http 127.0.0.1:8000]\n\n" +
 	"Serves a policy checkpoint with the built-in engine: gRPC service aipo.v1.Policy (with\n" +
 	"reflection) and OpenAI-compatible /v1/completions, /v1/chat/completions, /v1/models,\n" +
 	"/health, /tokenize, /detokenize. Rollouts reach it as grpc://HOST:PORT or\n" +
 	"http://HOST:PORT/v1?model=NAME. Reload swaps the weights without failing requests.\n" +
 	"Request bodies, slow or idle clients, connections and each client's concurrent\n" +
-	"requests are bounded (--max-body-bytes ... --max-client-requests).\n\nFlags:\n"
+	"requests are bounded (--max-body-bytes ... --max-client-requests).\n" +
+	"With --lora, a PEFT LoRA adapter is served beside the base under its own name\n" +
+	"(--lora-name), as vLLM serves --lora-modules: /v1/models lists it with the base as\n" +
+	"its parent, requests naming it and every gRPC call sample with it, and a reload of\n" +
+	"an adapter directory (Reload, or --watch on a LoRA run) replaces it.\n\nFlags:\n"
 
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	ckpt := fs.String("checkpoint", "", "committed checkpoint or Hugging Face model directory (config.json, model.safetensors or shards, tokenizer.json) to serve (default: the newest of --watch)")
+	lora := fs.String("lora", "", "PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to serve beside the --checkpoint base, merged into a copy of its weights")
+	loraName := fs.String("lora-name", "", "model name of the --lora adapter in the HTTP API (default: the base name of --lora)")
 	watch := fs.String("watch", "", "run directory to watch: its newest committed checkpoint (checkpoints/step-N) is loaded when it appears")
 	every := fs.Duration("watch-every", 10*time.Second, "how often to look for a newer checkpoint under --watch")
 	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address (empty: no gRPC)")
@@ -109,7 +115,14 @@ func runServe(args []string) error {
 		return usageError("%v", err)
 	}
 	opts := bounds
+	if *loraName != "" && *lora == "" {
+		return usageError("--lora-name names the --lora adapter: give --lora DIR too")
+	}
+	if *lora != "" && *ckpt == "" {
+		return usageError("--lora %s needs its base: give --checkpoint BASE", *lora)
+	}
 	opts.Checkpoint, opts.WatchRun, opts.Tokenizer, opts.Name, opts.Token = *ckpt, *watch, *tok, *name, token
+	opts.LoRA, opts.LoRAName = *lora, *loraName
 	opts.Engine = engine.Config{MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxContext: *maxContext, SessionTokens: *sessionTokens}
 	opts.BatchVariant = !*invariant
 	opts.DType = *dtype

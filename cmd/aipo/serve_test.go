@@ -16,6 +16,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{"--checkpoint", "x", "--max-body-bytes", "-1"},
 		{"--checkpoint", "x", "--body-timeout", "-1s"},
 		{"--checkpoint", "x", "--max-client-requests", "-2"},
+		{"--checkpoint", "x", "--lora-name", "a"}, // an adapter name without --lora
+		{"--watch", "run", "--lora", "adapter"},   // an adapter without its base
 	} {
 		if code := report("serve", runServe(args)); code != 2 {
 			t.Errorf("aipo serve %q exited %d, want 2 (usage error)", args, code)

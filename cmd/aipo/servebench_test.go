@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/benchstat"
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/vllmserver"
@@ -76,7 +77,30 @@ type serveLoad struct {
 // serveResult is one server's figures for one load.
 type serveResult struct {
 	tokPerSec float64
-	peakMiB   float64
+	// peakMiB is the largest PSS sampled during the load; baseMiB the
+	// server's PSS after its warm-up request, before any load: what it
+	// holds once started (weights, libraries, caches), so that peakMiB -
+	// baseMiB is what serving the load added.
+	peakMiB, baseMiB float64
+}
+
+// serveBenchRounds is how many times each server of a pair is started and
+// measured, the two alternated (A B, B A, A B): the CPUs' drift between
+// runs (up to 40% seen here) falls on both sides of a round alike.
+const serveBenchRounds = 3
+
+// serveSide starts one server on a model directory, runs the loads and
+// stops it.
+type serveSide struct {
+	label string
+	run   func(b *testing.B, dir string, loads []serveLoad) []serveResult
+}
+
+// servePair is one comparison: aipo serve against vLLM started as label
+// says.
+type servePair struct {
+	name       string
+	aipo, vllm serveSide
 }
 
 // BenchmarkServeVsVLLM measures aipo serve against vLLM (0.32.0's CPU
@@ -84,37 +108,41 @@ type serveResult struct {
 // of Qwen3-0.6B's shape, each stored in bfloat16 as the Hugging Face
 // releases are: the same token-id prompts with the same seeds through
 // /v1/completions at temperature 1, each answer exactly 64 tokens with the
-// sampled token's log-prob (as a rollout asks), first one request at a
+// sampled token's log-prob (as a rollout asks), first 16 requests one at a
 // time ("batch1"), then 32 at once ("batch32"). It reports generated
 // tokens a second over the wall time of each load and the peak
-// proportional set size (PSS, shared pages counted once across a
-// server's processes) sampled during the load, and prints per size and
-// load:
+// proportional set size (PSS, shared pages counted once across a server's
+// processes) sampled during the load, raw and net of the server's PSS
+// after its warm-up.
 //
-//	serve-vs-vllm SIZE LOAD: aipo default (DTYPE) X tok/s (PSS A MiB), vLLM bfloat16 compiled Y tok/s (PSS B MiB), ratio X/Y
-//	serve-vs-vllm SIZE LOAD float32: aipo X tok/s (PSS A MiB), vLLM float32 eager Y tok/s (PSS B MiB), ratio X/Y
-//	serve-vs-vllm SIZE LOAD float32 --batch-invariant=false: aipo X tok/s (PSS A MiB), ratio X/Y
+// Two pairs, each run serveBenchRounds times with its two servers
+// alternated, one server at a time:
 //
-// The headline is each server as its users start it on these CPUs (AMX
-// and AVX512-BF16): aipo serve by default (--dtype auto: bfloat16 for a
-// bfloat16 checkpoint at least 512 wide, the 0.6B shape; float32 for the
-// tiny one) against vLLM as its CPU documentation recommends
-// (--dtype bfloat16, torch.compile on, its default thread binding); the
-// float32 rows are the tests' settings (vLLM --dtype float32
-// --enforce-eager). The servers run one after the other, never together.
-// Each is warmed up with one short request before anything is timed.
-// With -short (make bench-smoke) it serves the tiny model alone, 2
-// requests one at a time, then 8 at once ("batch8"), and leaves out the
-// compiled vLLM, whose compilation takes minutes on 2 cores.
+//   - the headline, each server at its documented best on these CPUs: aipo
+//     serve by default (--dtype auto: bfloat16 for a bfloat16 checkpoint at
+//     least 512 wide, the 0.6B shape; float32 for the tiny one) against
+//     vLLM as its CPU installation page says (vllmserver.Options.Recommended:
+//     --dtype bfloat16, torch.compile on, its thread binding, TCMalloc and
+//     Intel OpenMP preloaded, its log checked for all of them);
+//   - float32, the tests' settings: aipo serve --dtype float32 against vLLM
+//     --dtype float32 --enforce-eager.
+//
+// It prints, per size, pair and load, the median of the rounds with their
+// range (the ratio taken round by round):
+//
+//	serve-vs-vllm SIZE PAIR LOAD: aipo X [lo-hi] tok/s, vLLM Y [lo-hi] tok/s, ratio R [lo-hi] (3 rounds); PSS aipo A (net a) MiB, vLLM B (net b) MiB
+//
+// and for batch1, the weight bytes a second each side reads (the
+// checkpoint's bytes, all read once a token). With -short (make
+// bench-smoke) it serves the tiny model alone, one round, 2 requests one at
+// a time, then 8 at once ("batch8"), and leaves out the compiled vLLM,
+// whose compilation takes minutes on 2 cores.
 func BenchmarkServeVsVLLM(b *testing.B) {
 	tokDir := filepath.Dir(shareddata.Path(b, "tokenizers/qwen3/tokenizer.json"))
 	vllmserver.Python(b)
-	sizes := []struct {
-		name, config string
-		sequential   int // requests of the batch1 load
-	}{
-		{"tiny", hfmodel.TinyQwen3VLLMConfig, 8},
-		{"0.6B", qwen3Shape06B, 4},
+	sizes := []struct{ name, config string }{
+		{"tiny", hfmodel.TinyQwen3VLLMConfig},
+		{"0.6B", qwen3Shape06B},
 	}
 	for _, size := range sizes {
 		b.Run(size.name, func(b *testing.B) {
@@ -127,14 +155,16 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 			if err := hfmodel.WriteDir(dir, []byte(cfg), 1, checkpoint.BF16, tokDir); err != nil {
 				b.Fatal(err)
 			}
+			weightBytes := dirBytes(b, dir, ".safetensors")
 			// The 0.6B shape's tensors are garbage now; give the memory
 			// back before the servers need it.
 			runtime.GC()
 			debug.FreeOSMemory()
 			loads := []serveLoad{
-				{name: "batch1", concurrent: 1, requests: size.sequential, seedBase: 1000},
+				{name: "batch1", concurrent: 1, requests: 16, seedBase: 1000},
 				{name: "batch32", concurrent: 32, requests: 32, seedBase: 2000},
 			}
+			rounds := serveBenchRounds
 			if testing.Short() {
 				// make bench-smoke: both servers and both paths, at the
 				// fewest requests that exercise them.
@@ -142,39 +172,90 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 					{name: "batch1", concurrent: 1, requests: 2, seedBase: 1000},
 					{name: "batch8", concurrent: 8, requests: 8, seedBase: 2000},
 				}
+				rounds = 1
 			}
-			aipo := benchAipoServe(b, dir, loads)
-			aipo32 := benchAipoServe(b, dir, loads, "--dtype", "float32")
-			variant := benchAipoServe(b, dir, loads, "--dtype", "float32", "--batch-invariant=false")
-			var vllmRec []serveResult
-			if !testing.Short() {
-				vllmRec = benchVLLM(b, dir, loads, true)
+			pairs := []servePair{
+				{name: "default",
+					aipo: serveSide{"aipo default (" + defaultDType(size.name) + ")", func(b *testing.B, dir string, l []serveLoad) []serveResult { return benchAipoServe(b, dir, l) }},
+					vllm: serveSide{"vLLM bfloat16 compiled, preloads", func(b *testing.B, dir string, l []serveLoad) []serveResult { return benchVLLM(b, dir, l, true) }}},
+				{name: "float32",
+					aipo: serveSide{"aipo float32", func(b *testing.B, dir string, l []serveLoad) []serveResult {
+						return benchAipoServe(b, dir, l, "--dtype", "float32")
+					}},
+					vllm: serveSide{"vLLM float32 eager", func(b *testing.B, dir string, l []serveLoad) []serveResult { return benchVLLM(b, dir, l, false) }}},
 			}
-			vllm32 := benchVLLM(b, dir, loads, false)
-			for i, l := range loads {
-				a, a32, av, v32 := aipo[i], aipo32[i], variant[i], vllm32[i]
-				if vllmRec != nil {
-					v := vllmRec[i]
-					b.ReportMetric(a.tokPerSec/v.tokPerSec, "aipo/vllm_"+l.name)
-					b.ReportMetric(v.tokPerSec, "vllm_tok/s_"+l.name)
-					fmt.Printf("serve-vs-vllm %s %s: aipo default (%s) %.1f tok/s (PSS %.0f MiB), vLLM bfloat16 compiled %.1f tok/s (PSS %.0f MiB), ratio %.2f\n",
-						size.name, l.name, defaultDType(size.name), a.tokPerSec, a.peakMiB, v.tokPerSec, v.peakMiB, a.tokPerSec/v.tokPerSec)
-				} else {
-					fmt.Printf("serve-vs-vllm %s %s: aipo default %.1f tok/s (PSS %.0f MiB); vLLM's compiled bfloat16 left out under -short\n",
-						size.name, l.name, a.tokPerSec, a.peakMiB)
+			for _, pr := range pairs {
+				if testing.Short() && pr.name == "default" {
+					fmt.Printf("serve-vs-vllm %s default: vLLM's compiled bfloat16 left out under -short\n", size.name)
+					res := pr.aipo.run(b, dir, loads)
+					for i, l := range loads {
+						fmt.Printf("serve-vs-vllm %s default %s: %s %.1f tok/s, PSS %.0f (net %.0f) MiB\n", size.name, l.name, pr.aipo.label, res[i].tokPerSec, res[i].peakMiB, res[i].peakMiB-res[i].baseMiB)
+					}
+					continue
 				}
-				b.ReportMetric(a.tokPerSec, "aipo_tok/s_"+l.name)
-				b.ReportMetric(a32.tokPerSec/v32.tokPerSec, "aipo_f32/vllm_f32_"+l.name)
-				fmt.Printf("serve-vs-vllm %s %s float32: aipo %.1f tok/s (PSS %.0f MiB), vLLM float32 eager %.1f tok/s (PSS %.0f MiB), ratio %.2f\n",
-					size.name, l.name, a32.tokPerSec, a32.peakMiB, v32.tokPerSec, v32.peakMiB, a32.tokPerSec/v32.tokPerSec)
-				fmt.Printf("serve-vs-vllm %s %s float32 --batch-invariant=false: aipo %.1f tok/s (PSS %.0f MiB), ratio %.2f\n",
-					size.name, l.name, av.tokPerSec, av.peakMiB, av.tokPerSec/v32.tokPerSec)
+				// byRound[side][round][load]
+				var byRound [2][][]serveResult
+				for r := range rounds {
+					order := []int{0, 1}
+					if r%2 == 1 {
+						order = []int{1, 0}
+					}
+					for _, side := range order {
+						s := pr.aipo
+						if side == 1 {
+							s = pr.vllm
+						}
+						b.Logf("%s %s round %d: %s", size.name, pr.name, r+1, s.label)
+						byRound[side] = append(byRound[side], s.run(b, dir, loads))
+					}
+				}
+				for i, l := range loads {
+					var tok, peak, net [2][]float64
+					for side := range 2 {
+						for _, res := range byRound[side] {
+							tok[side] = append(tok[side], res[i].tokPerSec)
+							peak[side] = append(peak[side], res[i].peakMiB)
+							net[side] = append(net[side], res[i].peakMiB-res[i].baseMiB)
+						}
+					}
+					ratio := benchstat.Of(benchstat.Ratios(tok[0], tok[1]))
+					fmt.Printf("serve-vs-vllm %s %s %s: %s %s tok/s, %s %s tok/s, ratio %s (%d rounds, alternated); PSS %s %s (net %s) MiB, %s %s (net %s) MiB\n",
+						size.name, pr.name, l.name,
+						pr.aipo.label, benchstat.Of(tok[0]).Format("%.1f"), pr.vllm.label, benchstat.Of(tok[1]).Format("%.1f"), ratio.Format("%.2f"), rounds,
+						"aipo", benchstat.Of(peak[0]).Format("%.0f"), benchstat.Of(net[0]).Format("%.0f"),
+						"vLLM", benchstat.Of(peak[1]).Format("%.0f"), benchstat.Of(net[1]).Format("%.0f"))
+					if l.concurrent == 1 && pr.name == "default" {
+						// One stream decodes one token at a time, each reading
+						// every weight once: the checkpoint's bytes (bfloat16)
+						// times tokens a second is the memory bandwidth the
+						// decode reaches on weights.
+						fmt.Printf("serve-vs-vllm %s %s %s weights read: aipo %.2f GB/s, vLLM %.2f GB/s (%.0f MB of bfloat16 weights a token)\n",
+							size.name, pr.name, l.name, float64(weightBytes)*benchstat.Median(tok[0])/1e9, float64(weightBytes)*benchstat.Median(tok[1])/1e9, float64(weightBytes)/1e6)
+					}
+					b.ReportMetric(ratio.Median, "aipo/vllm_"+pr.name+"_"+l.name)
+				}
 			}
-			last := len(loads) - 1
-			b.ReportMetric(aipo[last].peakMiB, "aipo_pss_MiB")
-			b.ReportMetric(vllm32[last].peakMiB, "vllm_f32_pss_MiB")
 		})
 	}
+}
+
+// dirBytes is the size of the files in dir whose names end in suffix.
+func dirBytes(b *testing.B, dir, suffix string) int64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), suffix) {
+			fi, err := e.Info()
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += fi.Size()
+		}
+	}
+	return n
 }
 
 // defaultDType is what aipo serve's --dtype auto picks for a size's
@@ -297,6 +378,12 @@ func runLoads(b *testing.B, server string, post func(context.Context, map[string
 		b.Fatalf("%s: warm-up request: %v", server, err)
 	}
 	cancel()
+	var base int64
+	for _, pid := range pids() {
+		if n, err := meminfo.PSS(pid); err == nil {
+			base += n
+		}
+	}
 	out := make([]serveResult, len(loads))
 	for li, l := range loads {
 		var wall time.Duration
@@ -341,7 +428,7 @@ func runLoads(b *testing.B, server string, post func(context.Context, map[string
 				b.Fatal(err)
 			}
 		}
-		out[li] = serveResult{tokPerSec: float64(b.N*l.requests*genTokens) / wall.Seconds(), peakMiB: float64(stopSampling()) / (1 << 20)}
+		out[li] = serveResult{tokPerSec: float64(b.N*l.requests*genTokens) / wall.Seconds(), peakMiB: float64(stopSampling()) / (1 << 20), baseMiB: float64(base) / (1 << 20)}
 		b.Logf("%s %s: %d requests of %d tokens, %d at a time, in %s", server, l.name, l.requests, genTokens, l.concurrent, wall.Round(time.Millisecond))
 	}
 	return out

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/benchstat"
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/testtools"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -184,7 +185,7 @@ func BenchmarkGRPOVsTRL(b *testing.B) {
 		trlBenchModelDir(b, dir, row.model)
 		r := runAipoTrain(b, dir, row, filepath.Join(dir, row.String()+"-aipo-0"))
 		b.Skipf("aipo's side ran (%d timed steps, median %.2f s, %.0f tokens generated per step); the TRL side and the loss check run in make bench: TRL's environment (scripts/trl.sh) is installed by make setup-bench, not make test",
-			len(r.stepSecs), median(r.stepSecs), mean(r.genTokens))
+			len(r.stepSecs), benchstat.Median(r.stepSecs), benchstat.Mean(r.genTokens))
 	}
 	py := trlPython(b)
 	for i, row := range trlBenchRows {
@@ -251,8 +252,8 @@ func reportTRLRow(b *testing.B, row trlBenchRow, ours, theirs []benchRun) {
 		return s
 	}
 	a, t := collect(ours), collect(theirs)
-	ra, rt := 60/median(a.secs), 60/median(t.secs)
-	ga, gt := mean(a.gen), mean(t.gen)
+	ra, rt := 60/benchstat.Median(a.secs), 60/benchstat.Median(t.secs)
+	ga, gt := benchstat.Mean(a.gen), benchstat.Mean(t.gen)
 	m := b.ReportMetric
 	m(ra, "aipo-steps/min")
 	m(rt, "trl-steps/min")
@@ -264,30 +265,10 @@ func reportTRLRow(b *testing.B, row trlBenchRow, ours, theirs []benchRun) {
 	m(float64(t.peak)/(1<<20), "trl-peak-MiB")
 	m(float64(a.peak)/float64(t.peak), "ratio-peak-rss")
 	rate := func(secs []float64) string {
-		return fmt.Sprintf("%.2f (slowest %.2f, fastest %.2f)", 60/median(secs), 60/slices.Max(secs), 60/slices.Min(secs))
+		return fmt.Sprintf("%.2f (slowest %.2f, fastest %.2f)", 60/benchstat.Median(secs), 60/slices.Max(secs), 60/slices.Min(secs))
 	}
 	b.Logf("grpo-vs-trl %s: aipo %s steps/min, %.1f tokens generated per step %s, peak %.0f MiB, step seconds %s; TRL %s steps/min, %.1f tokens generated per step %s, peak %.0f MiB, step seconds %s; ratio %.2f at the medians",
 		row, rate(a.secs), ga, generated(ours), float64(a.peak)/(1<<20), stepSeconds(ours), rate(t.secs), gt, generated(theirs), float64(t.peak)/(1<<20), stepSeconds(theirs), ra/rt)
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Sorted(slices.Values(v))
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-}
-
-func mean(v []float64) float64 {
-	var sum float64
-	for _, x := range v {
-		sum += x
-	}
-	return sum / float64(len(v))
 }
 
 // trlBenchSetup prepares BenchmarkGRPOVsTRL's directory and its data in a
@@ -548,7 +529,14 @@ func runTRLScript(b testing.TB, py, mode, reqPath string, limit time.Duration, r
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, filepath.Join(testtools.RepoRoot(), "scripts", "trl", "grpo.py"), mode, reqPath)
-	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "PYTHONDONTWRITEBYTECODE=1")
+	// PyTorch as its CPU performance tuning guide runs it: TCMalloc and
+	// Intel OpenMP preloaded (libiomp5 of the pinned vLLM environment, the
+	// same PyTorch's; TRL's own environment does not install it).
+	pre, err := testtools.CPUPreloads(testtools.TorchPython(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "PYTHONDONTWRITEBYTECODE=1", "LD_PRELOAD="+pre)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -60,10 +60,12 @@ type Options struct {
 	Port int
 	// Args are appended to the command line.
 	Args []string
-	// Recommended serves as vLLM's CPU documentation recommends on a CPU
-	// with AVX512-BF16 or AMX: --dtype bfloat16 and compilation on (no
-	// --enforce-eager), its thread binding left at its default (auto),
-	// waiting up to CompiledStartupTimeout for the compilation.
+	// Recommended serves as vLLM's CPU installation page recommends on a
+	// CPU with AVX512-BF16 or AMX: --dtype bfloat16 and compilation on (no
+	// --enforce-eager), its thread binding left at its default (auto), and
+	// TCMalloc and Intel OpenMP in LD_PRELOAD (Preloads), waiting up to
+	// CompiledStartupTimeout for the compilation. Once it answers, its log
+	// is checked for each (CheckRecommendedLog).
 	Recommended bool
 }
 
@@ -168,6 +170,14 @@ func (s *Server) start() error {
 	}
 	cmd := exec.Command(py, append(args(s.model, s.opts.Name, s.opts.Port, s.opts.MaxModelLen, s.opts.Recommended), s.opts.Args...)...)
 	cmd.Env = append(os.Environ(), Env()...)
+	if s.opts.Recommended {
+		pre, err := Preloads(py)
+		if err != nil {
+			logf.Close()
+			return err
+		}
+		cmd.Env = append(cmd.Env, "LD_PRELOAD="+pre)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// vLLM runs its engine and worker in child processes: the group is
 	// stopped together.
@@ -193,6 +203,12 @@ func (s *Server) start() error {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				s.t.Logf("vLLM %s (pid %d) serves %s at %s after %s", Version, cmd.Process.Pid, filepath.Base(s.model), s.URL, time.Since(began).Round(time.Second))
+				if s.opts.Recommended {
+					if err := CheckRecommendedLog(s.Log); err != nil {
+						s.Stop()
+						return err
+					}
+				}
 				return nil
 			}
 		}
@@ -312,4 +328,39 @@ func (s *Server) Post(ctx context.Context, path string, body, out any) error {
 		return nil
 	}
 	return json.Unmarshal(ans, out)
+}
+
+// Preloads is LD_PRELOAD as vLLM's CPU installation page sets it:
+// TCMalloc, then Intel OpenMP from vLLM's own environment (py's).
+func Preloads(py string) (string, error) {
+	pre, err := testtools.CPUPreloads(py)
+	if err != nil {
+		return "", fmt.Errorf("vLLM as its CPU installation page recommends: %w", err)
+	}
+	return pre, nil
+}
+
+// CheckRecommendedLog reads the log of a Recommended server that answers
+// and fails unless vLLM said it bound its OpenMP threads, compiled the
+// model, and found both preloaded libraries (it warns "<lib> is not found
+// in LD_PRELOAD" otherwise): the settings a benchmark claims were in force.
+func CheckRecommendedLog(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	log := string(b)
+	for _, want := range []string{"OpenMP thread binding info", "enforce_eager=False", "Warming up model for the compilation"} {
+		if !strings.Contains(log, want) {
+			return fmt.Errorf("vLLM's log %s lacks %q: it did not start with its recommended CPU settings", path, want)
+		}
+	}
+	if i := strings.Index(log, "is not found in LD_PRELOAD"); i >= 0 {
+		line := log[strings.LastIndex(log[:i], "\n")+1:]
+		if j := strings.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
+		}
+		return fmt.Errorf("vLLM's log %s says a library it wants preloaded is missing: %s", path, line)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ type cpuOps struct {
 	mem   *arena
 	extra []layerExtra
 	h     []float32 // the backward pass's scratch for recomputed hidden activations
+	head  *headGrad // the backward pass's head, for a deferred head gradient (deferHeadGrad)
 	// train says the pass is to be differentiated (the adapter's dropout
 	// applies); keys are the adapter dropout's row keys (lora.go).
 	train bool
@@ -77,8 +78,7 @@ func (o *cpuOps) Embed(x []float32) {
 		narrowEmbed(x, o.p.tokens, b.emb, o.m.d.C)
 		return
 	}
-	o.m.need(0)
-	embeddingForward(x, o.p.tokens, o.m.w.emb, o.m.d.C)
+	o.m.embedForward(x, o.p.tokens)
 }
 
 func (o *cpuOps) Norm(out, rstd, x []float32, l int, w Weight) {
@@ -94,7 +94,7 @@ func (o *cpuOps) ResidualNorm(sum, out, rstd, a, b []float32, l int, w Weight) {
 }
 
 func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
-	o.m.need(l + 1)
+	o.m.need(o.m.layerUnit(l))
 	wt, b, I, O := o.linear(&o.m.w, l, w)
 	if !bias {
 		b = nil
@@ -109,7 +109,7 @@ func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 }
 
 func (o *cpuOps) QKNorm(qkv, raw, rstd []float32, l int) {
-	o.m.need(l + 1)
+	o.m.need(o.m.layerUnit(l))
 	lw := &o.m.w.layers[l]
 	if lw.qkNorm == nil { // all but Qwen3 (which has no q, k, v bias)
 		return
@@ -118,7 +118,7 @@ func (o *cpuOps) QKNorm(qkv, raw, rstd []float32, l int) {
 }
 
 func (o *cpuOps) RoPE(qkv []float32, l int) {
-	o.m.need(l + 1)
+	o.m.need(o.m.layerUnit(l))
 	d, p := o.m.d, o.p
 	ropeForward(qkv, d.QKV, o.m.w.layers[l].qkvBias, p.pos, d.H+d.KV, d.D, p.cos, p.sin)
 }
@@ -157,7 +157,7 @@ func (o *cpuOps) NormBack(dx, dout, x, rstd []float32, l int, w Weight) {
 }
 
 func (o *cpuOps) LinearBack(din, dout, in []float32, l int, w Weight, bias bool) {
-	o.m.need(l + 1)
+	o.m.need(o.m.layerUnit(l))
 	wt, _, I, O := o.linear(&o.m.w, l, w)
 	if o.m.frozen() {
 		// The base takes no gradient: din alone, then the adapter's.
@@ -165,7 +165,7 @@ func (o *cpuOps) LinearBack(din, dout, in []float32, l int, w Weight, bias bool)
 		o.adapterBackward(din, dout, in, l, w, O)
 		return
 	}
-	gw, gb, _, _ := o.linear(o.m.gradsFor(l+1), l, w)
+	gw, gb, _, _ := o.linear(o.m.gradsFor(o.m.layerUnit(l)), l, w)
 	if !bias {
 		gb = nil
 	}
@@ -199,31 +199,52 @@ func (o *cpuOps) RoPEBack(dqkv []float32) {
 }
 
 func (o *cpuOps) QKNormBack(dqkv, raw, rstd []float32, l int) {
-	o.m.need(l + 1)
+	o.m.need(o.m.layerUnit(l))
 	lw := &o.m.w.layers[l]
 	if lw.qkNorm == nil {
 		return
 	}
 	var g []float32 // nil: a frozen base takes no gradient
 	if !o.m.frozen() {
-		g = o.m.gradsFor(l + 1).layers[l].qkNorm
+		g = o.m.gradsFor(o.m.layerUnit(l)).layers[l].qkNorm
 	}
 	qkNormBackward(dqkv, g, raw, rstd, lw.qkNorm, o.n(), o.m.d)
 }
 
 func (o *cpuOps) EmbedBack(dx []float32) {
-	if o.m.frozen() {
+	m := o.m
+	if m.frozen() {
 		return
 	}
-	embeddingBackward(o.m.gradsFor(0).emb, dx, o.p.tokens, o.m.d.C)
+	if m.shard == nil {
+		embeddingBackward(m.gradsNow().emb, dx, o.p.tokens, m.d.C)
+		return
+	}
+	// Block by block, each handed over when done (a tied head's
+	// gradient made first: deferHeadGrad).
+	_, k := vocabBlocks(m.d)
+	for b := range k {
+		if m.deferHeadGrad() {
+			m.headWeightGrad(o.head, b, o.mem)
+		}
+		lo, hi := m.blockRange(b)
+		embeddingBackwardRows(m.embGradRows(b), dx, o.p.tokens, m.d.C, lo, hi)
+		m.gradDone(unitsIndex(m.cfg).emb(b))
+	}
 }
 
 func (o *cpuOps) GradsDone(l int) {
 	if o.m.frozen() {
 		return
 	}
-	if o.m.shard != nil {
-		o.m.gradDone(l + 1)
+	if o.m.shard != nil && l >= 0 {
+		// The embedding's blocks were handed over by EmbedBack.
+		x := unitsIndex(o.m.cfg)
+		if l == x.layers {
+			o.m.gradDone(x.norm())
+		} else {
+			o.m.gradDone(x.layer(l))
+		}
 	}
 	if f := o.m.gradsReady; f != nil {
 		f(o.m.d.L - l) // run L-l of GradRuns

@@ -196,8 +196,8 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) (err error) {
 	defer recoverFeed(&err)
 	tmp := arena{pool: m.pool}
 	defer tmp.release()
-	dlnf := m.headBackward(a, gradLogProb, &tmp)
-	o := &cpuOps{m: m, p: p, mem: &tmp, extra: a.extra, train: true}
+	dlnf, hg := m.headBackward(a, gradLogProb, &tmp)
+	o := &cpuOps{m: m, p: p, mem: &tmp, extra: a.extra, head: hg, train: true}
 	if a.checkpointed {
 		BackwardLayersCheckpointed[[]float32](o, m.shape(N), a.layers, a.resid, a.rstdF, dlnf)
 	} else {

@@ -80,33 +80,54 @@ func keepBudget(mode headMode, keep keepMode) int {
 // a tile of at most chunkFloats (or of one row by minSliceCols, when even
 // that is more). Slices narrower than the vocabulary are multiples of
 // sliceAlign, the widths whose products the bfloat16-held head computes
-// bit for bit as the float32 head's. slices is the vocabulary's slices of
-// cols columns, the last one narrower.
-func headTile(M, V int) (rows, cols, slices int) {
+// bit for bit as the float32 head's. slices is the number of the
+// vocabulary's slices (headSlices): cols columns each, never crossing a
+// vocabulary block of blockRows rows, each block's last one narrower.
+func headTile(M, V, blockRows int) (rows, cols, slices int) {
 	M = max(M, 1)
 	if M*V <= chunkFloats {
-		return M, V, 1
+		rows, cols = M, V
+	} else {
+		cols = chunkFloats / M / sliceAlign * sliceAlign
+		cols = min(V, max(cols, minSliceCols, sliceAlign))
+		rows = min(M, max(1, chunkFloats/cols))
 	}
-	cols = chunkFloats / M / sliceAlign * sliceAlign
-	cols = min(V, max(cols, minSliceCols, sliceAlign))
-	return min(M, max(1, chunkFloats/cols)), cols, (V + cols - 1) / cols
+	return rows, cols, len(headSlices(V, cols, blockRows))
+}
+
+// vslice is the vocabulary columns [v0, v0+w) of a slice.
+type vslice struct{ v0, w int }
+
+// headSlices cuts a vocabulary of V into slices of cols columns inside
+// each block of blockRows rows (vocabBlockRows): a pass that reads one
+// block at a time (a sharded model's) computes every slice from one
+// block's weights, and every model of the configuration slices alike.
+func headSlices(V, cols, blockRows int) []vslice {
+	var out []vslice
+	for b0 := 0; b0 < V; b0 += blockRows {
+		end := min(V, b0+blockRows)
+		for v0 := b0; v0 < end; v0 += cols {
+			out = append(out, vslice{v0, min(cols, end-v0)})
+		}
+	}
+	return out
 }
 
 // tileAt is one tile of the head: rows [r0, r0+n) by vocabulary columns
-// [v0, v0+w), its logits kept at off in headActs.kept, or recomputed by
-// the backward pass when off is -1.
-type tileAt struct{ r0, n, v0, w, off int }
+// [v0, v0+w), slice s of block b, its logits kept at off in
+// headActs.kept, or recomputed by the backward pass when off is -1.
+type tileAt struct{ r0, n, v0, w, s, b, off int }
 
 // headTiles lists the tiles of the head of M rows and a vocabulary of V in
-// the order both passes visit them (each row chunk's slices in turn), the
+// the order every pass visits them (each slice's row chunks in turn, the
+// slices in vocabulary order, so a block's tiles come together), the
 // leading ones kept while they fit budget floats together: kept is their
 // floats, recompute whether any tile is left to recompute.
-func headTiles(M, V, budget int) (tiles []tileAt, kept int, recompute bool) {
-	R, cols, _ := headTile(M, V)
-	for r0 := 0; r0 < M; r0 += R {
-		n := min(R, M-r0)
-		for v0 := 0; v0 < V; v0 += cols {
-			t := tileAt{r0, n, v0, min(cols, V-v0), -1}
+func headTiles(M, V, blockRows, budget int) (tiles []tileAt, kept int, recompute bool) {
+	R, cols, _ := headTile(M, V, blockRows)
+	for s, sl := range headSlices(V, cols, blockRows) {
+		for r0 := 0; r0 < M; r0 += R {
+			t := tileAt{r0, min(R, M-r0), sl.v0, sl.w, s, sl.v0 / blockRows, -1}
 			if !recompute && kept+t.n*t.w <= budget {
 				t.off, kept = kept, kept+t.n*t.w
 			} else {
@@ -118,20 +139,23 @@ func headTiles(M, V, budget int) (tiles []tileAt, kept int, recompute bool) {
 	return tiles, kept, recompute
 }
 
-// headLogitsTile writes lg[n,cols] = xh[n,C] · head[v0:v0+cols, C]^T.
+// headLogitsTile writes lg[n,cols] = xh[n,C] · head[v0:v0+cols, C]^T, the
+// columns inside one vocabulary block.
 func (m *Model) headLogitsTile(lg, xh []float32, n, v0, cols int, mem *arena) {
 	C := m.d.C
 	if nw := m.narrow; nw != nil {
 		narrowMatmul(lg, xh, nw.head[v0*C:], n, C, cols, mem)
 		return
 	}
-	blas.Sgemm(false, true, n, cols, C, 1, xh, C, m.w.head[v0*C:], C, 0, lg, cols)
+	rows, _ := vocabBlocks(m.d)
+	b := v0 / rows
+	w := m.headRows(b)
+	blas.Sgemm(false, true, n, cols, C, 1, xh, C, w[(v0-b*rows)*C:], C, 0, lg, cols)
 }
 
 // headForward fills a.LogProbs, a.Entropy and a.head, for a pass whose
 // layers keep keep.
 func (m *Model) headForward(a *Activations, mode headMode, keep keepMode) {
-	m.need(m.headUnit())
 	d, p := m.d, a.b
 	M := len(p.rows)
 	xh := a.mem.get(M * d.C)
@@ -148,7 +172,18 @@ func (m *Model) headForward(a *Activations, mode headMode, keep keepMode) {
 	if mode == headLogits {
 		lg := a.mem.get(M * d.V)
 		a.head.logits = lg
-		m.headLogitsTile(lg, xh, M, 0, d.V, &a.mem)
+		if m.narrow != nil {
+			m.headLogitsTile(lg, xh, M, 0, d.V, &a.mem)
+		} else {
+			// Block by block, each product the columns of the
+			// whole one (Sgemm's bits: it never cuts the sum over
+			// the hidden size).
+			_, k := vocabBlocks(d)
+			for b := range k {
+				lo, hi := m.blockRange(b)
+				blas.Sgemm(false, true, M, hi-lo, d.C, 1, xh, d.C, m.headRows(b), d.C, 0, lg[lo:], d.V)
+			}
+		}
 		parallelFor(M, 8, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				t := int(p.rows[r])
@@ -166,22 +201,27 @@ func (m *Model) headForward(a *Activations, mode headMode, keep keepMode) {
 
 // headForwardTiled is headForward's pass over the tiles: each tile's rows
 // get their slice's shifted sums and, where the slice holds it, the
-// target's logit; each row's sums are combined once its row chunk's last
-// slice is done.
+// target's logit; each row's sums are combined, in slice order, once
+// every tile is done.
 func (m *Model) headForwardTiled(a *Activations, xh []float32) {
 	d, p := m.d, a.b
 	M := len(p.rows)
-	tiles, kept, recompute := headTiles(M, d.V, a.head.budget)
-	R, cols, slices := headTile(M, d.V)
+	vb := vocabBlockRows(d)
+	tiles, kept, recompute := headTiles(M, d.V, vb, a.head.budget)
+	R, cols, slices := headTile(M, d.V, vb)
 	a.head.kept, a.head.shift = a.mem.get(kept), a.mem.get(M*slices)
 	var buf []float32
 	if recompute {
 		buf = a.mem.get(R * cols)
 	}
-	sums := make([]shiftedSums, R*slices)
-	target := make([]float32, R)
-	for _, tl := range tiles {
-		r0, n, v0, w, s := tl.r0, tl.n, tl.v0, tl.w, tl.v0/cols
+	sums := make([]shiftedSums, M*slices)
+	target := make([]float32, M)
+	_, blocks := vocabBlocks(d)
+	for i, tl := range tiles {
+		if i == 0 || tl.b != tiles[i-1].b {
+			m.readBlocks(tiles, i, blocks)
+		}
+		r0, n, v0, w, s := tl.r0, tl.n, tl.v0, tl.w, tl.s
 		var lg []float32
 		if tl.off >= 0 {
 			lg = a.head.kept[tl.off : tl.off+n*w]
@@ -193,28 +233,25 @@ func (m *Model) headForwardTiled(a *Activations, xh []float32) {
 			for i := lo; i < hi; i++ {
 				row := lg[i*w : (i+1)*w]
 				if j := int(p.targets[p.rows[r0+i]]) - v0; j >= 0 && j < w {
-					target[i] = row[j]
+					target[r0+i] = row[j]
 				}
 				q := sumsOf(row, tl.off >= 0)
-				sums[i*slices+s] = q
+				sums[(r0+i)*slices+s] = q
 				a.head.shift[(r0+i)*slices+s] = q.mx
 			}
 		})
-		if v0+w < d.V {
-			continue
-		}
-		parallelFor(n, 64, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				r := r0 + i
-				t := int(p.rows[r])
-				lse, ent := combineSums(sums[i*slices : (i+1)*slices])
-				a.head.lse[r] = lse
-				if p.targets[t] >= 0 {
-					a.LogProbs[t], a.Entropy[t] = target[i]-lse, ent
-				}
-			}
-		})
 	}
+	m.readBlocks(tiles, len(tiles), blocks)
+	parallelFor(M, 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			t := int(p.rows[r])
+			lse, ent := combineSums(sums[r*slices : (r+1)*slices])
+			a.head.lse[r] = lse
+			if p.targets[t] >= 0 {
+				a.LogProbs[t], a.Entropy[t] = target[r]-lse, ent
+			}
+		}
+	})
 	if recompute {
 		a.mem.put(buf) // the backward pass recomputes its tiles in a buffer of its own
 	}
@@ -324,29 +361,74 @@ func logSoftmax(x []float32) (lse, entropy float32) {
 	return combineSums([]shiftedSums{sumsOf(x, false)})
 }
 
+// readBlocks reads, in order, the head's blocks before tile i's (every
+// block up to the last, at i = len(tiles)) that no tile before i read:
+// a pass reads every block, as UnitPlan says, also those without a tile.
+func (m *Model) readBlocks(tiles []tileAt, i, blocks int) {
+	if !m.readsUnits() {
+		return
+	}
+	from := 0
+	if i > 0 {
+		from = tiles[i-1].b + 1
+	}
+	to := blocks
+	if i < len(tiles) {
+		to = tiles[i].b + 1
+	}
+	for b := from; b < to; b++ {
+		m.headRows(b)
+	}
+}
+
+// headGrad is what the head's backward pass leaves for a deferred
+// weight gradient (deferHeadGrad): its activations, whose kept tiles
+// then hold d loss / d logits, and the log-prob gradient.
+type headGrad struct {
+	a           *Activations
+	gradLogProb []float32
+}
+
 // headBackward turns gradLogProb[N] into dlogits = g*(onehot(target) -
 // softmax) a tile at a time (kept or recomputed), adds dlogits^T·xh to the
 // head's gradient and returns the gradient of the final norm's output,
 // dlnf[N,C], allocated from tmp. dxh sums the slices' products in slice
-// order.
-func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) []float32 {
+// order. A model whose gradients a feed takes hands an untied head's
+// gradient over block by block; with a tied head (deferHeadGrad) it adds
+// nothing to the head's gradient here: headWeightGrad makes it at the end
+// of the pass, and the returned headGrad carries what that needs.
+func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) ([]float32, *headGrad) {
 	d, p := m.d, a.b
 	M := len(p.rows)
 	xh := a.head.xh
-	m.need(m.headUnit())
-	var gHead []float32 // nil: a frozen base's head takes no gradient
-	if !m.frozen() {
-		gHead = m.gradsFor(m.headUnit()).head
-	}
+	x := unitsIndex(m.cfg)
+	deferred := m.deferHeadGrad()
 	dxh := tmp.get(M * d.C)
-	tiles, _, recompute := headTiles(M, d.V, a.head.budget)
-	R, cols, slices := headTile(M, d.V)
+	vb := vocabBlockRows(d)
+	tiles, _, recompute := headTiles(M, d.V, vb, a.head.budget)
+	R, cols, slices := headTile(M, d.V, vb)
 	var buf []float32
 	if recompute {
 		buf = tmp.get(R * cols)
 	}
+	_, blocks := vocabBlocks(d)
+	next := 0 // the next block the pass reads
+	// done ends the blocks before block b: read (an untied head's
+	// gradient of a block without a tile is handed over as zeros).
+	done := func(b int) {
+		for ; next < b; next++ {
+			if m.readsUnits() {
+				m.headRows(next)
+			}
+			if m.shard != nil && !deferred {
+				m.headGradRows(next)
+				m.gradDone(x.head(next))
+			}
+		}
+	}
 	for _, tl := range tiles {
-		r0, n, v0, w, s := tl.r0, tl.n, tl.v0, tl.w, tl.v0/cols
+		done(tl.b)
+		r0, n, v0, w, s := tl.r0, tl.n, tl.v0, tl.w, tl.s
 		var lg []float32
 		if tl.off >= 0 {
 			lg = a.head.kept[tl.off : tl.off+n*w]
@@ -362,19 +444,23 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 			}
 		})
 		var beta float32
-		if v0 > 0 {
+		if s > 0 {
 			beta = 1
 		}
-		// The input and weight gradients' products are of equal work:
-		// each on its own core.
-		dx := blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: m.w.head[v0*d.C:], Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C}
-		if gHead == nil {
+		lo, _ := m.blockRange(tl.b)
+		hw := m.headRows(tl.b)[(v0-lo)*d.C:]
+		dx := blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: hw, Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C}
+		if deferred || m.frozen() { // (a frozen base's head takes no gradient)
 			dx.Run()
 			continue
 		}
+		// The input and weight gradients' products are of equal work:
+		// each on its own core.
+		gHead := m.headGradRows(tl.b)[(v0-lo)*d.C:]
 		blas.SgemmPair(dx,
-			blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: gHead[v0*d.C:], Ldc: d.C})
+			blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: gHead, Ldc: d.C})
 	}
+	done(blocks)
 	if recompute {
 		tmp.put(buf)
 	}
@@ -386,5 +472,54 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 		}
 	})
 	tmp.put(dxh)
-	return dlnf
+	if deferred {
+		return dlnf, &headGrad{a: a, gradLogProb: gradLogProb}
+	}
+	return dlnf, nil
+}
+
+// headWeightGrad adds to block b's gradient the head's part,
+// dlogits^T·xh over the block's tiles in headBackward's order, the same
+// products: a kept tile holds dlogits since headBackward, another is
+// recomputed from the block's weights (which the pass reads here, as
+// UnitPlan says).
+func (m *Model) headWeightGrad(h *headGrad, b int, tmp *arena) {
+	a := h.a
+	d, p := m.d, a.b
+	M := len(p.rows)
+	xh := a.head.xh
+	vb := vocabBlockRows(d)
+	tiles, _, _ := headTiles(M, d.V, vb, a.head.budget)
+	R, cols, slices := headTile(M, d.V, vb)
+	m.headRows(b)
+	g := m.headGradRows(b)
+	lo, _ := m.blockRange(b)
+	var buf []float32
+	for _, tl := range tiles {
+		if tl.b != b {
+			continue
+		}
+		r0, n, v0, w, s := tl.r0, tl.n, tl.v0, tl.w, tl.s
+		var lg []float32
+		if tl.off >= 0 {
+			lg = a.head.kept[tl.off : tl.off+n*w]
+		} else {
+			if buf == nil {
+				buf = tmp.get(R * cols)
+			}
+			lg = buf[:n*w]
+			m.headLogitsTile(lg, xh[r0*d.C:], n, v0, w, tmp)
+			parallelFor(n, 8, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					r := r0 + i
+					t := int(p.rows[r])
+					headSliceBackward(lg[i*w:(i+1)*w], true, v0, p.targets[t], h.gradLogProb[t], a.head.shift[r*slices+s], a.head.lse[r])
+				}
+			})
+		}
+		blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: g[(v0-lo)*d.C:], Ldc: d.C}.Run()
+	}
+	if buf != nil {
+		tmp.put(buf)
+	}
 }

@@ -36,10 +36,10 @@ func TestHeadTilesAgreeWithWholeHead(t *testing.T) {
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			chunkFloats, minSliceCols, keepLogitsFloats = v.chunk, v.minSlice, v.keep
-			if _, kept, _ := headTiles(M, cfg.VocabSize, v.keep); kept != v.keep {
+			if _, kept, _ := headTiles(M, cfg.VocabSize, vocabBlockRows(dimsOf(cfg)), v.keep); kept != v.keep {
 				t.Fatalf("headTiles kept %d floats, want %d", kept, v.keep)
 			}
-			if rows, cols, _ := headTile(M, cfg.VocabSize); rows != v.wantRows || cols != v.wantCo {
+			if rows, cols, _ := headTile(M, cfg.VocabSize, vocabBlockRows(dimsOf(cfg))); rows != v.wantRows || cols != v.wantCo {
 				t.Fatalf("headTile(%d, %d) = %d rows x %d columns, want %d x %d", M, cfg.VocabSize, rows, cols, v.wantRows, v.wantCo)
 			}
 			lp, ent, g := passGrads(t, cfg, b, w, false)

@@ -64,7 +64,10 @@ func (a *adapter) views(buf []float32, m *loraModule) (A, B []float32) {
 }
 
 // AdapterDims are the sizes a LoRA adapter on a model of cfg follows.
-func AdapterDims(cfg Config) peft.Dims { return peft.DimsOf(cfg) }
+func AdapterDims(cfg Config) peft.Dims {
+	d := dimsOf(cfg)
+	return peft.Dims{Layers: d.L, Hidden: d.C, Intermediate: d.F, QDim: d.QD, KVDim: d.KD}
+}
 
 // targetIndex is t's index in peft.Targets.
 func targetIndex(t string) int {

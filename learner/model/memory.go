@@ -163,8 +163,9 @@ func (o *cpuMemOps) Hidden(la *LayerActs[Counted]) Counted {
 // the tile buffer handed back when some tile is recomputed.
 func (o *cpuMemOps) HeadForward(M int) {
 	o.Get(M) // lse
-	_, kept, recompute := headTiles(M, o.d.V, keepBudget(headAuto, o.keep))
-	R, cols, slices := headTile(M, o.d.V)
+	vb := vocabBlockRows(o.d)
+	_, kept, recompute := headTiles(M, o.d.V, vb, keepBudget(headAuto, o.keep))
+	R, cols, slices := headTile(M, o.d.V, vb)
 	o.Get(kept)
 	o.Get(M * slices) // each row's shift in each slice
 	if recompute {
@@ -174,8 +175,9 @@ func (o *cpuMemOps) HeadForward(M int) {
 
 // HeadBackward: headBackward's tile buffer, when some tile is recomputed.
 func (o *cpuMemOps) HeadBackward(M int) {
-	if _, _, recompute := headTiles(M, o.d.V, keepBudget(headAuto, o.keep)); recompute {
-		R, cols, _ := headTile(M, o.d.V)
+	vb := vocabBlockRows(o.d)
+	if _, _, recompute := headTiles(M, o.d.V, vb, keepBudget(headAuto, o.keep)); recompute {
+		R, cols, _ := headTile(M, o.d.V, vb)
 		o.Put(o.Get(R * cols))
 	}
 }

@@ -10,20 +10,95 @@ import (
 // every later pass takes the weights of one unit at a time from it and
 // hands each unit's gradient back to it as soon as the backward pass adds
 // nothing more to it. A unit is a run of the flat parameter buffer that
-// the passes read together: unit 0 the embedding (with a tied head), unit
-// 1+l decoder layer l, unit L+1 the final norm with an untied head. The
-// units are GradRuns in the other order: run i is unit L+1-i.
+// the passes read together: the embedding's vocabulary blocks (a tied
+// head's too), one unit each, then each decoder layer, the final norm,
+// and an untied head's vocabulary blocks (unitIndex). A block is
+// vocabBlockRows rows of the vocabulary: no pass reads more than one
+// block of the embedding or head at a time, so that a 151,936-token
+// vocabulary is never gathered, nor its gradient held, whole.
 //
 // A pass reads one unit at a time, in the order of UnitPlan: while it
 // reads unit u no other unit's weights are in its views, so a feed that
 // gathers the next unit while the pass computes holds at most two units'
 // weights at once. The arithmetic is that of a model holding its whole
-// weights: the same ops read the same values.
+// weights: the same ops read the same values (the head's slices of the
+// vocabulary never cross a block, whether the model is sharded or not).
+
+// vocabBlockAlign is what a block's floats are a multiple of: the
+// optimiser's chunk (optim's chunkSize), so that the chunks that ZeRO's
+// ranks own one by one never cross a block's end.
+const vocabBlockAlign = 1 << 16
+
+// minVocabBlockRows is the fewest rows of a vocabulary block (a decoder
+// layer's weights when they are more): enough rows that a block's
+// products run at the GEMM's full rate and a vocabulary of 151,936 tokens
+// is some 19 blocks.
+const minVocabBlockRows = 8192
+
+// vocabBlockRows is the rows of each vocabulary block of a model of d
+// (the last block holds the rest): about one decoder layer's weights, at
+// least minVocabBlockRows, a multiple of sliceAlign whose floats are a
+// multiple of vocabBlockAlign. A vocabulary of no more rows is one block.
+func vocabBlockRows(d dims) int {
+	if d.C <= 0 {
+		return max(d.V, 1)
+	}
+	step := vocabBlockAlign / gcd(vocabBlockAlign, d.C)
+	step = step / gcd(step, sliceAlign) * sliceAlign // lcm(step, sliceAlign)
+	rows := max(minVocabBlockRows, d.QKV+d.QD+3*d.F) // a layer's weights over C
+	return (rows + step - 1) / step * step
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// vocabBlocks is the rows of a vocabulary block and how many blocks the
+// vocabulary holds.
+func vocabBlocks(d dims) (rows, blocks int) {
+	rows = vocabBlockRows(d)
+	return rows, max(1, (d.V+rows-1)/rows)
+}
+
+// unitIndex numbers the units of a model: blocks units for the
+// embedding's vocabulary blocks (the tied head's), one a layer, the final
+// norm, and with an untied head its blocks.
+type unitIndex struct {
+	blocks, layers int
+	tied           bool
+}
+
+func unitsIndex(cfg Config) unitIndex {
+	d := dimsOf(cfg)
+	_, k := vocabBlocks(d)
+	return unitIndex{blocks: k, layers: d.L, tied: cfg.TieWordEmbeddings}
+}
+
+func (x unitIndex) emb(b int) int   { return b }
+func (x unitIndex) layer(l int) int { return x.blocks + l }
+func (x unitIndex) norm() int       { return x.blocks + x.layers }
+func (x unitIndex) head(b int) int {
+	if x.tied {
+		return b
+	}
+	return x.norm() + 1 + b
+}
+func (x unitIndex) count() int {
+	if x.tied {
+		return x.norm() + 1
+	}
+	return x.norm() + 1 + x.blocks
+}
 
 // UnitsOf cuts the flat parameter buffer of a model of cfg into its units,
 // in buffer order.
 func UnitsOf(cfg Config) []Span {
 	sp := SpansOf(cfg)
+	d := dimsOf(cfg)
+	rows, k := vocabBlocks(d)
 	L := len(sp.Layers)
 	start := func(l int) int {
 		if l == L {
@@ -31,11 +106,27 @@ func UnitsOf(cfg Config) []Span {
 		}
 		return sp.Layers[l].InNorm.Off
 	}
-	out := []Span{{0, start(0)}}
+	blocks := func(s Span) []Span {
+		var out []Span
+		for b := range k {
+			lo := b * rows
+			out = append(out, Span{s.Off + lo*d.C, (min(d.V, lo+rows) - lo) * d.C})
+		}
+		return out
+	}
+	out := blocks(sp.Emb)
 	for l := range L {
 		out = append(out, Span{start(l), start(l+1) - start(l)})
 	}
-	return append(out, Span{sp.Norm.Off, int(ParamCount(cfg)) - sp.Norm.Off})
+	end := int(ParamCount(cfg))
+	if !cfg.TieWordEmbeddings {
+		end = sp.Head.Off
+	}
+	out = append(out, Span{sp.Norm.Off, end - sp.Norm.Off})
+	if !cfg.TieWordEmbeddings {
+		out = append(out, blocks(sp.Head)...)
+	}
+	return out
 }
 
 // Units is UnitsOf the model's configuration.
@@ -51,19 +142,22 @@ type UnitEvent struct {
 
 // UnitPlan is the order in which a pass over a model of cfg reads its
 // units and hands over their gradients: a pass that is not
-// differentiated (Score) reads the embedding, the layers, the final norm
-// and the head; a training pass (Forward, then Backward) goes on with
-// the head's and the final norm's backward pass, then every layer's from
-// the last, and hands over each unit's gradient as it ends it (the
-// embedding's last: the tied head's gradient is added to it first). Every
-// pass of a model of cfg follows it, so ranks that run passes of the same
-// kinds in the same order agree on it without a word.
+// differentiated (Score) reads the embedding's blocks, the layers, the
+// final norm and the head's blocks; a training pass (Forward, then
+// Backward) goes on with the head's backward pass, which reads its
+// blocks again (an untied head's gradient handed over block by block),
+// the final norm's, then every layer's from the last, handing over each
+// unit's gradient as it ends it, and last the embedding's blocks'
+// gradients. A tied head's gradient is added to the embedding's, which is
+// known at the end of the pass alone: so that no pass holds the whole of
+// it, the head's backward pass then makes only its input's gradient, and
+// at the end each block is read once more, its head gradient made from
+// the logits again (those the pass kept, or recomputed) and the
+// embedding's rows added, and handed over. Every pass of a model of cfg
+// follows it, so ranks that run passes of the same kinds in the same
+// order agree on it without a word.
 func UnitPlan(cfg Config, train bool) []UnitEvent {
-	L := cfg.NumHiddenLayers
-	head := L + 1
-	if cfg.TieWordEmbeddings {
-		head = 0
-	}
+	x := unitsIndex(cfg)
 	var out []UnitEvent
 	cur := -1 // the unit the pass reads
 	use := func(u int) {
@@ -72,20 +166,39 @@ func UnitPlan(cfg Config, train bool) []UnitEvent {
 			cur = u
 		}
 	}
-	for u := 0; u <= L+1; u++ {
-		use(u)
+	grad := func(u int) { out = append(out, UnitEvent{Unit: u, Grad: true}) }
+	for b := range x.blocks {
+		use(x.emb(b))
 	}
-	use(head)
+	for l := range x.layers {
+		use(x.layer(l))
+	}
+	use(x.norm())
+	for b := range x.blocks {
+		use(x.head(b))
+	}
 	if !train {
 		return out
 	}
-	use(L + 1)
-	out = append(out, UnitEvent{Unit: L + 1, Grad: true})
-	for l := L - 1; l >= 0; l-- {
-		use(l + 1)
-		out = append(out, UnitEvent{Unit: l + 1, Grad: true})
+	for b := range x.blocks {
+		use(x.head(b))
+		if !x.tied {
+			grad(x.head(b))
+		}
 	}
-	return append(out, UnitEvent{Unit: 0, Grad: true})
+	use(x.norm())
+	grad(x.norm())
+	for l := x.layers - 1; l >= 0; l-- {
+		use(x.layer(l))
+		grad(x.layer(l))
+	}
+	for b := range x.blocks {
+		if x.tied {
+			use(x.emb(b))
+		}
+		grad(x.emb(b))
+	}
+	return out
 }
 
 // UnitFeed gives a sharded model's passes their weights a unit at a time
@@ -241,21 +354,72 @@ func (m *Model) gradDone(u int) {
 	}
 }
 
-// headUnit is the unit that holds the LM head.
-func (m *Model) headUnit() int {
-	if m.cfg.TieWordEmbeddings {
-		return 0
-	}
-	return m.d.L + 1
-}
+// layerUnit is the unit of decoder layer l.
+func (m *Model) layerUnit(l int) int { return unitsIndex(m.cfg).layer(l) }
 
 // unitOf is the unit of weight w of layer l.
 func (m *Model) unitOf(l int, w Weight) int {
+	x := unitsIndex(m.cfg)
 	if w == WFinalNorm {
-		return m.d.L + 1
+		return x.norm()
 	}
-	return l + 1
+	return x.layer(l)
 }
+
+// readsUnits reports whether the model's passes take their weights from
+// a feed (ShardWeights).
+func (m *Model) readsUnits() bool { return m.shard != nil && !m.shard.gradsOnly }
+
+// blockRange is the vocabulary rows [lo, hi) of block b.
+func (m *Model) blockRange(b int) (lo, hi int) {
+	rows, _ := vocabBlocks(m.d)
+	return b * rows, min(m.d.V, (b+1)*rows)
+}
+
+// embRows is the embedding's rows of vocabulary block b, to read (a
+// sharded model's feed gives them).
+func (m *Model) embRows(b int) []float32 {
+	if m.readsUnits() {
+		m.need(unitsIndex(m.cfg).emb(b))
+		return m.w.emb
+	}
+	lo, hi := m.blockRange(b)
+	return m.w.emb[lo*m.d.C : hi*m.d.C]
+}
+
+// headRows is the head's rows of vocabulary block b, to read.
+func (m *Model) headRows(b int) []float32 {
+	if m.readsUnits() {
+		m.need(unitsIndex(m.cfg).head(b))
+		return m.w.head
+	}
+	lo, hi := m.blockRange(b)
+	return m.w.head[lo*m.d.C : hi*m.d.C]
+}
+
+// embGradRows is the gradient of the embedding's rows of block b, to add
+// to (a model whose gradients a feed takes allocates it).
+func (m *Model) embGradRows(b int) []float32 {
+	if m.shard != nil {
+		return m.gradsFor(unitsIndex(m.cfg).emb(b)).emb
+	}
+	lo, hi := m.blockRange(b)
+	return m.gradsNow().emb[lo*m.d.C : hi*m.d.C]
+}
+
+// headGradRows is the gradient of the head's rows of block b, to add to.
+func (m *Model) headGradRows(b int) []float32 {
+	if m.shard != nil {
+		return m.gradsFor(unitsIndex(m.cfg).head(b)).head
+	}
+	lo, hi := m.blockRange(b)
+	return m.gradsNow().head[lo*m.d.C : hi*m.d.C]
+}
+
+// deferHeadGrad reports whether the head's backward pass leaves the
+// head's weight gradient to the end of the pass (a tied head whose
+// gradients a feed takes: see UnitPlan).
+func (m *Model) deferHeadGrad() bool { return m.shard != nil && m.cfg.TieWordEmbeddings }
 
 // recoverFeed turns a feed's failure inside a pass into the pass's error.
 func recoverFeed(err *error) {
@@ -268,9 +432,11 @@ func recoverFeed(err *error) {
 	}
 }
 
-// setUnitViews points the views of unit u in ws at buf (nil: clears them).
+// setUnitViews points the views of unit u in ws at buf (nil: clears them):
+// a vocabulary block's views (emb, head) hold that block's rows alone.
 func setUnitViews(ws *weights, cfg Config, units []Span, u int, buf []float32) {
 	sp := SpansOf(cfg)
+	x := unitsIndex(cfg)
 	base := units[u].Off
 	view := func(s Span) []float32 {
 		if buf == nil || s.Len == 0 {
@@ -278,21 +444,19 @@ func setUnitViews(ws *weights, cfg Config, units []Span, u int, buf []float32) {
 		}
 		return buf[s.Off-base : s.Off-base+s.Len : s.Off-base+s.Len]
 	}
-	L := len(sp.Layers)
 	switch {
-	case u == 0:
-		ws.emb = view(sp.Emb)
+	case u < x.blocks:
+		ws.emb = buf
 		if cfg.TieWordEmbeddings {
-			ws.head = ws.emb
+			ws.head = buf
 		}
-	case u == L+1:
+	case u == x.norm():
 		ws.norm = view(sp.Norm)
-		if !cfg.TieWordEmbeddings {
-			ws.head = view(sp.Head)
-		}
+	case u > x.norm():
+		ws.head = buf
 	default:
-		ls := sp.Layers[u-1]
-		ws.layers[u-1] = layerWeights{
+		ls := sp.Layers[u-x.blocks]
+		ws.layers[u-x.blocks] = layerWeights{
 			inNorm: view(ls.InNorm), postNorm: view(ls.PostNorm), qkv: view(ls.QKV), qkvBias: view(ls.QKVBias),
 			o: view(ls.O), oBias: view(ls.OBias), gateUp: view(ls.GateUp), down: view(ls.Down), qkNorm: view(ls.QKNorm),
 		}
@@ -316,4 +480,40 @@ func (m *Model) UnshardWeights(flat []float32) error {
 	m.g = weights{}
 	m.gradMu.Unlock()
 	return nil
+}
+
+// embedForward writes the embedding's rows of the pass's tokens into x: a
+// sharded model's block by block, each token's row from the block that
+// holds it.
+func (m *Model) embedForward(x []float32, tokens []int32) {
+	C := m.d.C
+	if !m.readsUnits() {
+		embeddingForward(x, tokens, m.w.emb, C)
+		return
+	}
+	_, k := vocabBlocks(m.d)
+	for b := range k {
+		w := m.embRows(b)
+		lo, hi := m.blockRange(b)
+		parallelFor(len(tokens), 256, func(a, z int) {
+			for t := a; t < z; t++ {
+				if tok := int(tokens[t]); tok >= lo && tok < hi {
+					copy(x[t*C:(t+1)*C], w[(tok-lo)*C:])
+				}
+			}
+		})
+	}
+}
+
+// embeddingBackwardRows is embeddingBackward into dEmb, the gradient of
+// the vocabulary rows [lo, hi) alone: the pass's tokens outside them are
+// skipped, and each row gets its tokens' rows in the same order.
+func embeddingBackwardRows(dEmb, dout []float32, tokens []int32, C, lo, hi int) {
+	for t, tok := range tokens {
+		if int(tok) < lo || int(tok) >= hi {
+			continue
+		}
+		row := dEmb[(int(tok)-lo)*C : (int(tok)-lo+1)*C]
+		addInto(row, row, dout[t*C:(t+1)*C])
+	}
 }

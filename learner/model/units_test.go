@@ -48,12 +48,29 @@ func TestShardedWeightsSameBits(t *testing.T) {
 	untied.TieWordEmbeddings = false
 	qwen3 := tinyConfig()
 	qwen3.ModelType, qwen3.HeadDim = "qwen3", 8
+	// Vocabularies of several blocks (vocabBlockRows), the last one
+	// short: each block a unit.
+	bigTied, bigUntied := tinyConfig(), untied
+	bigTied.VocabSize, bigUntied.VocabSize = 2*minVocabBlockRows+300, 2*minVocabBlockRows+300
 	for _, c := range []struct {
 		name       string
 		cfg        Config
 		checkpoint bool
-	}{{"tied", tinyConfig(), false}, {"untied", untied, false}, {"qwen3-checkpointed", qwen3, true}} {
+		// chunk and keep, when set, are chunkFloats and
+		// keepLogitsFloats: several slices a block, recomputed tiles.
+		chunk, keep int
+	}{{"tied", tinyConfig(), false, 0, 0}, {"untied", untied, false, 0, 0}, {"qwen3-checkpointed", qwen3, true, 0, 0},
+		{"tied-blocks", bigTied, false, 0, 0}, {"untied-blocks", bigUntied, false, 0, 0},
+		{"tied-blocks-slices-recomputed", bigTied, false, 40 * 3000, 40 * 3000 * 2},
+		{"untied-blocks-slices-recomputed", bigUntied, false, 40 * 3000, 40 * 3000 * 2}} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.chunk > 0 {
+				defer func(k, ch int) { keepLogitsFloats, chunkFloats = k, ch }(keepLogitsFloats, chunkFloats)
+				keepLogitsFloats, chunkFloats = c.keep, c.chunk
+			}
+			if _, k := vocabBlocks(dimsOf(c.cfg)); (c.cfg.VocabSize > minVocabBlockRows) != (k > 1) {
+				t.Fatalf("a vocabulary of %d is %d blocks", c.cfg.VocabSize, k)
+			}
 			whole, err := New(c.cfg, 3)
 			if err != nil {
 				t.Fatal(err)

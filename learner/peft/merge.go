@@ -50,7 +50,11 @@ func MergeDir(ctx context.Context, dir, out string, o MergeOptions) error {
 	if bck.Adapter != nil {
 		return fmt.Errorf("lora: the base %s is itself a LoRA adapter: give the model it was trained on", base)
 	}
-	if err := ad.CheckBase(DimsOf(bck.Config)); err != nil {
+	d, err := DimsOf(bck.Config)
+	if err != nil {
+		return err
+	}
+	if err := ad.CheckBase(d); err != nil {
 		return fmt.Errorf("%s on %s: %w", dir, base, err)
 	}
 	merged, err := ad.Merge(bck.Tensors)

@@ -10,15 +10,7 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/hfconfig"
 )
-
-// DimsOf are the sizes an adapter on a model of configuration c follows.
-func DimsOf(c hfconfig.Config) Dims {
-	d := c.Head()
-	return Dims{Layers: c.NumHiddenLayers, Hidden: c.HiddenSize, Intermediate: c.IntermediateSize,
-		QDim: c.NumAttentionHeads * d, KVDim: c.NumKeyValueHeads * d}
-}
 
 // ConfigJSON is adapter_config.json's content for c, as Write writes it.
 func (c Config) ConfigJSON() ([]byte, error) {
@@ -96,7 +88,11 @@ func serveMerged(ctx context.Context, dir string, ck checkpoint.Checkpoint) (che
 	if err != nil {
 		return checkpoint.Checkpoint{}, fmt.Errorf("lora: the base of %s: %w", dir, err)
 	}
-	if err := a.CheckBase(DimsOf(base.Config)); err != nil {
+	d, err := DimsOf(base.Config)
+	if err != nil {
+		return checkpoint.Checkpoint{}, err
+	}
+	if err := a.CheckBase(d); err != nil {
 		return checkpoint.Checkpoint{}, fmt.Errorf("%s on %s: %w", dir, a.Config.BaseModel, err)
 	}
 	merged, err := a.Merge(base.Tensors)

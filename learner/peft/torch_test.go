@@ -78,7 +78,7 @@ func TestPEFTLoadsAdapter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ad, err := peft.New(pc, peft.DimsOf(hc), r)
+			ad, err := peft.New(pc, model.AdapterDims(hc), r)
 			if err != nil {
 				t.Fatal(err)
 			}

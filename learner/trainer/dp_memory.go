@@ -48,8 +48,8 @@ type RankMemory struct {
 	// time), at stage 2 on the CPU its copy of that share beside the
 	// model's whole weights; and Units the most the passes hold at once
 	// beyond it: two units' gathered weights (the one read and the next;
-	// stage 3), two units' gradients (the one written and the one being
-	// exchanged) with a tied embedding's for the whole backward pass, and
+	// stage 3; the embedding and head a vocabulary block a unit), two
+	// units' gradients (the one written and the one being exchanged), and
 	// an exchange's receive buffer. 0 at stage 1 and a device's stage 2.
 	Weights, Units int64
 	// The step's own buffers, Held included, at each point of a
@@ -214,7 +214,7 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemo
 		v = GroupShards(ranks)
 	}
 	z := zero3Layout(mc, ranks)
-	pass := 4 * zero3PassFloats(z, mc.TieWordEmbeddings, whole)
+	pass := 4 * zero3PassFloats(z, mc, whole)
 	k := (v + ranks - 1) / ranks // the slots of a round
 	out := make([]RankMemory, ranks)
 	for r := range out {
@@ -233,15 +233,15 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemo
 }
 
 // zero3PassFloats bounds the floats a training pass of zero3's schedule
-// holds at once beyond the rank's share, phase by phase: gathered units
-// (the one read and the next; none when the model holds its weights or
-// the rank all of them), the units' gradients (the one written and the
-// one being exchanged; a tied embedding's from the head's backward pass to
-// the end), and an exchange's receive buffer (N times the unit's largest
-// part).
-func zero3PassFloats(z *zero3, tied, whole bool) int64 {
+// holds at once beyond the rank's share, event by event of its plan
+// (model.UnitPlan): the gathered units (the one read and the next; none
+// when the model holds its weights or the rank all of them), the
+// gradient the pass writes (the next one it hands over), and the one
+// handed over before it with its exchange's receive buffer (N times the
+// unit's largest part): the pass goes on while one gradient at most is
+// being exchanged.
+func zero3PassFloats(z *zero3, mc model.Config, whole bool) int64 {
 	n := z.n
-	L := len(z.units) - 2
 	size := func(u int) int64 { return int64(z.units[u].Len) }
 	gathered := func(x int64) int64 {
 		if whole || n == 1 {
@@ -259,25 +259,40 @@ func zero3PassFloats(z *zero3, tied, whole bool) int64 {
 		}
 		return int64(n) * part
 	}
-	var layer, layerRecv int64 // the largest layer (or the final unit) and its exchange
-	for u := 1; u <= L+1; u++ {
-		layer = max(layer, size(u))
-		layerRecv = max(layerRecv, recv(u))
+	plan := model.UnitPlan(mc, true)
+	var uses []int
+	for _, e := range plan {
+		if !e.Grad {
+			uses = append(uses, e.Unit)
+		}
 	}
-	emb, last := size(0), size(L+1)
-	var tiedGrad int64
-	if tied {
-		tiedGrad = emb
+	var most int64
+	k, last := -1, -1 // the use the pass reads, the gradient handed over last
+	for i, e := range plan {
+		if !e.Grad {
+			k++
+		}
+		var w int64
+		if k >= 0 {
+			w = size(uses[k])
+		}
+		if k+1 < len(uses) {
+			w += size(uses[k+1])
+		}
+		var g, ex int64
+		for _, f := range plan[i:] {
+			if f.Grad {
+				g = size(f.Unit)
+				break
+			}
+		}
+		if last >= 0 {
+			ex = size(last) + recv(last)
+		}
+		most = max(most, gathered(w)+g+ex)
+		if e.Grad {
+			last = e.Unit
+		}
 	}
-	forward := gathered(max(emb, layer) + layer)
-	if tied {
-		forward = max(forward, gathered(emb+last))
-	}
-	head := gathered(last+layer) + last
-	if tied {
-		head = gathered(emb+layer) + emb + last
-	}
-	layers := gathered(2*layer) + 2*layer + layerRecv + tiedGrad
-	end := emb + layer + recv(0)
-	return max(forward, head, layers, end)
+	return most
 }

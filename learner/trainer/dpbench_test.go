@@ -88,8 +88,18 @@ func programDPBench() int {
 			return fail(err)
 		}
 	}
+	// AIPO_DPB_BATCH_SCALE multiplies the shape's batch (BenchmarkWeakScaling:
+	// N ranks on N times the batch).
+	batch := sh.batch
+	if v := os.Getenv("AIPO_DPB_BATCH_SCALE"); v != "" {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 1 {
+			return fail(fmt.Errorf("AIPO_DPB_BATCH_SCALE=%q: want a positive integer", v))
+		}
+		batch *= k
+	}
 	r := rand.New(rand.NewPCG(1, 2))
-	samples := make([]RLSample, sh.batch)
+	samples := make([]RLSample, batch)
 	for s := range samples {
 		toks := make([]int32, sh.seq)
 		src := make([]loss.Source, sh.seq-1)
@@ -138,13 +148,19 @@ func programDPBench() int {
 }
 
 // dpBenchRun runs size ranks of mode on shape with threads threads each
-// and returns rank 0's result.
-func dpBenchRun(b *testing.B, shape, mode string, size, threads int) dpBenchResult {
+// and returns rank 0's result; extra are more variables for every rank.
+func dpBenchRun(b *testing.B, shape, mode string, size, threads int, extra ...string) dpBenchResult {
 	b.Helper()
-	rs := disttest.Launch(b, disttest.Spec{Program: "dpbench", Size: size, Env: func(int) []string {
+	return dpBenchLaunch(b, disttest.Spec{Program: "dpbench", Size: size, Env: func(int) []string {
 		t := strconv.Itoa(threads)
-		return []string{"AIPO_DPB_SHAPE=" + shape, "AIPO_DPB_MODE=" + mode, "GOMAXPROCS=" + t, "OPENBLAS_NUM_THREADS=" + t}
-	}})
+		return append([]string{"AIPO_DPB_SHAPE=" + shape, "AIPO_DPB_MODE=" + mode, "GOMAXPROCS=" + t, "OPENBLAS_NUM_THREADS=" + t}, extra...)
+	}}, mode, size, threads)
+}
+
+// dpBenchLaunch launches spec's ranks and returns rank 0's result.
+func dpBenchLaunch(b *testing.B, spec disttest.Spec, mode string, size, threads int) dpBenchResult {
+	b.Helper()
+	rs := disttest.Launch(b, spec)
 	for _, e := range rs.Wait(10 * time.Minute) {
 		if e.Code != 0 {
 			b.Fatalf("%s, %d x %d threads: rank %d exited %d:\n%s", mode, size, threads, e.Rank, e.Code, e.Output)

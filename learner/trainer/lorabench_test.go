@@ -52,7 +52,9 @@ type loraResult struct {
 	stepResult
 	PEFT      string `json:"peft,omitempty"`
 	Trainable int64  `json:"trainable"`
-	StartRSS  int64  `json:"start_rss"`
+	// ReadyRSS is the process's resident memory once its model, adapters
+	// and optimiser are built, before the first step.
+	ReadyRSS int64 `json:"ready_rss_bytes"`
 }
 
 // BenchmarkLoRAStepAgainstPEFT times the CPU learner's LoRA training step
@@ -130,7 +132,7 @@ func loraSide(rs []loraResult) stepSide {
 func loraStepMemory(rs []loraResult) int64 {
 	var m int64
 	for _, r := range rs {
-		m = max(m, r.peak-r.StartRSS)
+		m = max(m, r.peak-r.ReadyRSS)
 	}
 	return m
 }
@@ -144,7 +146,7 @@ func runLoRAProcess(b *testing.B, side string, env, argv []string) loraResult {
 		b.Fatalf("%s LoRA benchmark printed %q: %v", side, r.raw, err)
 	}
 	lr.stepResult = r
-	if lr.StartRSS <= 0 || lr.Trainable <= 0 {
+	if lr.ReadyRSS <= 0 || lr.Trainable <= 0 {
 		b.Fatalf("%s LoRA benchmark printed no start-up memory or trained parameters: %s", side, r.raw)
 	}
 	return lr
@@ -174,7 +176,7 @@ func TestLoRABenchChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ad, err := peft.New(pc, peft.DimsOf(c), rand.New(rand.NewPCG(3, 4)))
+	ad, err := peft.New(pc, model.AdapterDims(c), rand.New(rand.NewPCG(3, 4)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +201,7 @@ func TestLoRABenchChild(t *testing.T) {
 	}
 	res := loraResult{stepResult: stepResult{Threads: runtime.GOMAXPROCS(0), Params: model.ParamCount(c), Tokens: sh.batch * sh.seq},
 		Trainable: ad.Params()}
-	if res.StartRSS, err = meminfo.Status(0, "VmRSS"); err != nil {
+	if res.ReadyRSS, err = meminfo.Status(0, "VmRSS"); err != nil {
 		t.Fatal(err)
 	}
 	for k := range stepBenchSteps + 1 {

@@ -78,6 +78,8 @@ type zero3 struct {
 	// sent counts the bytes the passes' exchanges handed the engine for
 	// the other ranks (added to DataParallel.Sent after each mini-batch).
 	sent atomic.Int64
+	// stop is StopInCollectiveEnv's test hook, nil unless it is set.
+	stop *collectiveStop
 
 	mu   sync.Mutex
 	pass *passFeed // the pass in progress, nil between passes
@@ -131,6 +133,9 @@ func zero3Layout(cfg model.Config, n int) *zero3 {
 	ci := 0
 	for u, us := range z.units {
 		first := ci
+		if z.flatStart(first) != us.Off {
+			panic(fmt.Sprintf("trainer: unit %d begins at element %d, inside an optimiser chunk (model.UnitsOf cuts the vocabulary's blocks on chunks)", u, us.Off))
+		}
 		for ci < len(z.chunks) && z.flatStart(ci) < us.Off+us.Len {
 			ci++
 		}
@@ -246,6 +251,9 @@ func (l *Learner) enableZero3(dp *DataParallel, whole bool) error {
 		return err
 	}
 	z.opt.SetSteps(l.Opt.Steps())
+	if z.stop, err = stopInCollectiveFromEnv(); err != nil {
+		return err
+	}
 	if whole {
 		z.whole, z.data = true, l.Policy.ParamData()
 		z.mem.fixed += 4 * int64(len(z.data))

@@ -364,6 +364,9 @@ func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]
 	w := make([]float32, z.units[u].Len)
 	z.mem.add(4 * int64(len(w)))
 	z.sent.Add(4 * int64(len(mine)) * int64(n-1))
+	if z.stop != nil {
+		z.stop.enter(rank, z.opt.Steps(), "gather", u)
+	}
 	if err := comm.AllGather(ctx, collective.Float32s(mine), collective.Float32s(w), counts); err != nil {
 		z.mem.add(-4 * int64(len(w)))
 		return nil, err
@@ -426,6 +429,9 @@ func (z *zero3) reduceUnit(ctx context.Context, comm collective.Comm, u int, g [
 		sendBuf = g
 		z.rankOrder(u, g, false)
 		z.sent.Add(4 * int64(len(g)-m))
+	}
+	if z.stop != nil {
+		z.stop.enter(rank, z.opt.Steps(), "reduce", u)
 	}
 	if err := comm.AllToAll(ctx, collective.Float32s(sendBuf), send, collective.Float32s(buf), recv); err != nil {
 		return err

@@ -47,7 +47,7 @@ func Open(ctx context.Context, cfg runconfig.Config, log func(string)) (*Servers
 		return s, nil
 	}
 	g, err := weightsync.Open(ctx, cfg.Policy.Sync.Kind, cfg.SyncEndpoints(),
-		weightsync.Options{Timeout: cfg.Policy.Sync.TimeoutOrDefault(), LoadFormat: cfg.Policy.Sync.LoadFormat})
+		weightsync.Options{Timeout: cfg.Policy.Sync.TimeoutOrDefault(), LoadFormat: cfg.Policy.Sync.LoadFormat, Adapter: endpointModel(cfg.Policy.Endpoint)})
 	if err != nil {
 		return nil, fmt.Errorf("train: policy.sync: %w", err)
 	}
@@ -239,4 +239,15 @@ func PushForRollout(ctx context.Context, cfg runconfig.Config, k int64, log func
 		log(fmt.Sprintf("policy.sync: no checkpoint up to %d is committed in %s, so the servers are not told of one and sample with the weights they serve", k, cfg.Run.Dir))
 	}
 	return -1, cfg.Policy.Endpoint, nil
+}
+
+// endpointModel is the ?model= of the policy endpoint: the name a LoRA
+// run's adapters are loaded under on a server that takes them at run
+// time, as the rollouts ask for it ("" when it names none).
+func endpointModel(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("model")
 }

@@ -80,6 +80,9 @@ type Spec struct {
 	// Env adds variables for one rank (after the launcher's, so it may
 	// override them).
 	Env func(rank int) []string
+	// CPUs, when set, pins each rank to the CPUs it returns: the rank is
+	// started through taskset, so every thread it makes keeps to them.
+	CPUs func(rank int) []int
 }
 
 // Launch starts the ranks of spec. They are killed when the test ends, and
@@ -115,7 +118,15 @@ func Launch(t testing.TB, spec Spec) *Ranks {
 			env = append(env, spec.Env(r)...)
 		}
 		p := &proc{rank: r, done: make(chan struct{})}
-		p.cmd = exec.Command(os.Args[0], "-test.run=^$")
+		if spec.CPUs != nil {
+			var list []string
+			for _, c := range spec.CPUs(r) {
+				list = append(list, strconv.Itoa(c))
+			}
+			p.cmd = exec.Command("taskset", "-c", strings.Join(list, ","), os.Args[0], "-test.run=^$")
+		} else {
+			p.cmd = exec.Command(os.Args[0], "-test.run=^$")
+		}
 		p.cmd.Env = env
 		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 		// The kernel kills a rank whose test process dies first.

@@ -17,7 +17,7 @@ func init() {
 		Protocol:      "aipo serve's Reload RPC",
 		Schemes:       []string{"grpc", "grpcs"},
 		Example:       "grpc://10.0.0.5:7070",
-		Sends:         "`aipo serve`'s `Reload` RPC on its gRPC address with the checkpoint directory (local or `gs://`)",
+		Sends:         "`aipo serve`'s `Reload` RPC on its gRPC address with the checkpoint directory (local or `gs://`); a LoRA run's adapter directory replaces the adapter of `aipo serve --lora`",
 		Checks:        "the answer's `policy_version` is the checkpoint's",
 		NamesVersions: true,
 		Open: func(ctx context.Context, endpoint string, _ Options) (Replica, error) {

@@ -3,11 +3,13 @@ package weightsync
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/aipo-rl/aipo/learner/peft"
 	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
@@ -17,7 +19,7 @@ func init() {
 		Protocol:      "SGLang's /update_weights_from_disk",
 		Schemes:       []string{"http", "https"},
 		Example:       "http://10.0.0.5:30000",
-		Sends:         "`POST /update_weights_from_disk` `{model_path, weight_version, load_format?}`",
+		Sends:         "`POST /update_weights_from_disk` `{model_path, weight_version, load_format?}`; a LoRA run's adapters are refused, saying why (docs/lora-serving.md)",
 		Checks:        "`success: true`, then `GET /get_model_info` reports the checkpoint as `model_path` and its version as `weight_version`",
 		LoadFormat:    true,
 		NamesVersions: true,
@@ -62,7 +64,18 @@ func openSGLang(endpoint, loadFormat string, timeout time.Duration) (Replica, er
 	return sglangReplica{s, loadFormat}, nil
 }
 
+// ErrSGLangAdapter is why a LoRA adapter is not pushed to SGLang.
+var ErrSGLangAdapter = errors.New("SGLang is not sent LoRA adapters: its /load_lora_adapter " +
+	"(LoadLoRAAdapterReqInput: lora_name, lora_path, pinned; SGLang v0.5) loads an adapter under a name not yet loaded " +
+	"and has no in-place replacement, so each step's adapter would have to be unloaded and loaded again under the name " +
+	"the rollouts ask for, and their requests naming it in between would fail. Push merged checkpoints to SGLang " +
+	"(aipo lora merge writes them), or serve the adapter with vLLM (policy.sync.kind vllm, /v1/load_lora_adapter " +
+	"with load_inplace) or aipo serve --lora (kind aipo)")
+
 func (r sglangReplica) Push(ctx context.Context, ck Checkpoint) error {
+	if peft.IsAdapterDir(ck.Dir) {
+		return fmt.Errorf("%s is a LoRA adapter: %w", ck.Dir, ErrSGLangAdapter)
+	}
 	version := strconv.FormatInt(ck.Version, 10)
 	body := map[string]any{"model_path": ck.Dir, "weight_version": version}
 	if r.loadFormat != "" {

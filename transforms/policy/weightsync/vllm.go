@@ -7,9 +7,11 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/aipo-rl/aipo/learner/peft"
 	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
@@ -20,12 +22,15 @@ func init() {
 		Schemes:  []string{"http", "https"},
 		Example:  "http://10.0.0.5:8000",
 		Sends: "`POST /collective_rpc` `{\"method\": \"reload_weights\", \"kwargs\": {\"weights_path\": DIR}}`, `POST /reset_prefix_cache`, a probe, " +
-			"then `POST /update_weight_version` `{\"new_version\": \"K\"}` (start vLLM with `VLLM_SERVER_DEV_MODE=1`, which mounts all of them)",
+			"then `POST /update_weight_version` `{\"new_version\": \"K\"}` (start vLLM with `VLLM_SERVER_DEV_MODE=1`, which mounts all of them); " +
+			"for a LoRA adapter, `POST /v1/load_lora_adapter` `{\"lora_name\": NAME, \"lora_path\": DIR, \"load_inplace\": true}` in place of the reload " +
+			"(NAME: the policy endpoint's `?model=`; start vLLM with `--enable-lora --max-lora-rank R` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` too)",
 		Checks: "one `null` result per worker, 200 from the cache reset, the probe's log-probs moved since the previous push, " +
-			"and `GET /weight_info` then names version K",
+			"and `GET /weight_info` then names version K; for an adapter, its success answer, `GET /v1/models` listing NAME loaded from DIR, " +
+			"and the probe asked of NAME",
 		TiedHead: true, // its reload keeps a tied LM head on its old values (docs/operators.md, vLLM)
 		Open: func(_ context.Context, endpoint string, o Options) (Replica, error) {
-			return openVLLM(endpoint, o.Timeout)
+			return openVLLM(endpoint, o.Timeout, o.Adapter)
 		},
 	})
 }
@@ -71,6 +76,8 @@ func init() {
 // without a version, and the rollout's endpoint carries it instead.
 type vllmReplica struct {
 	s *httpServer
+	// adapter is the model name LoRA adapters are loaded under (Options.Adapter).
+	adapter string
 
 	mu sync.Mutex
 	// versioned: the last push set the server's weight_version.
@@ -81,12 +88,12 @@ type vllmReplica struct {
 	lastProbe   []float64
 }
 
-func openVLLM(endpoint string, timeout time.Duration) (Replica, error) {
+func openVLLM(endpoint string, timeout time.Duration, adapter string) (Replica, error) {
 	s, err := openHTTP(endpoint, timeout)
 	if err != nil {
 		return nil, err
 	}
-	return &vllmReplica{s: s}, nil
+	return &vllmReplica{s: s, adapter: adapter}, nil
 }
 
 // NamesVersions reports whether the last push set the server's
@@ -133,9 +140,13 @@ func (r *vllmReplica) weightVersion(ctx context.Context) (string, error) {
 	return *ans.WeightVersion, nil
 }
 
-// probe is the server's log-probs of ProbeTokens[1:] after their prefixes.
-func (r *vllmReplica) probe(ctx context.Context) ([]float64, error) {
+// probe is the server's log-probs of ProbeTokens[1:] after their
+// prefixes, by model (its base model when "").
+func (r *vllmReplica) probe(ctx context.Context, model string) ([]float64, error) {
 	body := map[string]any{"prompt": ProbeTokens, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
+	if model != "" {
+		body["model"] = model
+	}
 	status, b, err := r.s.call(ctx, http.MethodPost, "/v1/completions", body)
 	if err != nil {
 		return nil, fmt.Errorf("probe (%s): %w", probeName(), err)
@@ -162,6 +173,12 @@ func (r *vllmReplica) probe(ctx context.Context) ([]float64, error) {
 }
 
 func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) error {
+	if peft.IsAdapterDir(ck.Dir) {
+		if err := r.loadAdapter(ctx, ck); err != nil {
+			return err
+		}
+		return r.settle(ctx, ck, r.adapter, "the adapter was loaded")
+	}
 	body := map[string]any{"method": "reload_weights", "kwargs": map[string]string{"weights_path": ck.Dir}}
 	status, b, err := r.s.call(ctx, http.MethodPost, "/collective_rpc", body)
 	if err != nil {
@@ -184,22 +201,29 @@ func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) error {
 			return fmt.Errorf("POST /collective_rpc reload_weights: worker %d answered %s, not null", i, short(res))
 		}
 	}
-	status, b, err = r.s.call(ctx, http.MethodPost, "/reset_prefix_cache", nil)
+	return r.settle(ctx, ck, "", "the weights were reloaded")
+}
+
+// settle follows a load of ck's weights (done says which, for errors):
+// it drops the prefix cache, checks with the probe asked of model that
+// the load reached the model, and sets the server's weight version.
+func (r *vllmReplica) settle(ctx context.Context, ck Checkpoint, model, done string) error {
+	status, b, err := r.s.call(ctx, http.MethodPost, "/reset_prefix_cache", nil)
 	if err != nil {
-		return fmt.Errorf("the weights were reloaded, but POST /reset_prefix_cache failed: %w", err)
+		return fmt.Errorf("%s, but POST /reset_prefix_cache failed: %w", done, err)
 	}
 	if status != http.StatusOK {
-		return fmt.Errorf("the weights were reloaded, but POST /reset_prefix_cache answered %d %s", status, short(b))
+		return fmt.Errorf("%s, but POST /reset_prefix_cache answered %d %s", done, status, short(b))
 	}
-	now, err := r.probe(ctx)
+	now, err := r.probe(ctx, model)
 	if err != nil {
-		return fmt.Errorf("the weights were reloaded, but %w", err)
+		return fmt.Errorf("%s, but %w", done, err)
 	}
 	r.mu.Lock()
 	prev, prevProbe := r.lastVersion, r.lastProbe
 	r.mu.Unlock()
 	if prevProbe != nil && prev != ck.Version && sameFloats(prevProbe, now) {
-		return fmt.Errorf("POST /collective_rpc reload_weights answered success, but %s are those of version %d, pushed before: the reload did not reach the model (unless checkpoint %d's weights equal version %d's)", probeName(), prev, ck.Version, prev)
+		return fmt.Errorf("vLLM answered success (%s), but %s are those of version %d, pushed before: the load did not reach the model (unless checkpoint %d's weights equal version %d's)", done, probeName(), prev, ck.Version, prev)
 	}
 	r.mu.Lock()
 	r.lastVersion, r.lastProbe = ck.Version, now
@@ -207,14 +231,14 @@ func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) error {
 	version := strconv.FormatInt(ck.Version, 10)
 	status, b, err = r.s.call(ctx, http.MethodPost, "/update_weight_version", map[string]string{"new_version": version})
 	if err != nil {
-		return fmt.Errorf("the weights were reloaded, but POST /update_weight_version failed: %w", err)
+		return fmt.Errorf("%s, but POST /update_weight_version failed: %w", done, err)
 	}
 	if status == http.StatusNotFound {
 		r.setVersioned(false)
 		return nil // a vLLM without the RL routes: the endpoint carries the version
 	}
 	if status != http.StatusOK {
-		return fmt.Errorf("the weights were reloaded, but POST /update_weight_version answered %d %s", status, short(b))
+		return fmt.Errorf("%s, but POST /update_weight_version answered %d %s", done, status, short(b))
 	}
 	if got, err := r.weightVersion(ctx); err != nil || got != version {
 		return fmt.Errorf("after POST /update_weight_version %s, GET /weight_info reports %q (%v)", version, got, err)
@@ -252,3 +276,81 @@ func sameFloats(a, b []float64) bool {
 }
 
 func (r *vllmReplica) Close() error { return r.s.close() }
+
+// loadAdapter loads the LoRA adapter in ck.Dir under the replica's
+// adapter name, in place of the one loaded before under that name, and
+// checks that GET /v1/models lists it from ck.Dir.
+//
+// The contract, as vLLM 0.32.0 implements it (and the vLLM tests run it):
+//
+//	POST /v1/load_lora_adapter              (vllm/entrypoints/serve/lora/api_router.py,
+//	  {"lora_name": NAME, "lora_path": DIR,  mounted only with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)
+//	   "load_inplace": true}
+//	  200 "Success: LoRA adapter 'NAME' added successfully."
+//	  400/404/500 {"error": {"message": ...}}  (a rank above --max-lora-rank:
+//	                                          "LoRA rank R is greater than max_lora_rank M.")
+//	GET /v1/models                          the adapter as {"id": NAME, "root": DIR, "parent": BASE}
+//
+// load_inplace keeps the adapter's id, so that requests naming NAME
+// sample with the new matrices from the next step on; vLLM does not drop
+// the prefix cache blocks computed with the old ones (it warns when the
+// path is the same), so settle resets the prefix cache as after a
+// full-weight reload.
+func (r *vllmReplica) loadAdapter(ctx context.Context, ck Checkpoint) error {
+	if r.adapter == "" {
+		return fmt.Errorf("%s is a LoRA adapter, which vLLM loads under a model name, and none is set: put the name the rollouts ask for in policy.endpoint (http://HOST:PORT/v1?model=NAME)", ck.Dir)
+	}
+	body := map[string]any{"lora_name": r.adapter, "lora_path": ck.Dir, "load_inplace": true}
+	status, b, err := r.s.call(ctx, http.MethodPost, "/v1/load_lora_adapter", body)
+	if err != nil {
+		return err
+	}
+	if status == http.StatusNotFound && !strings.Contains(strings.ToLower(string(b)), "lora") {
+		return fmt.Errorf("POST /v1/load_lora_adapter answered 404: start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, which mounts it, and --enable-lora --max-lora-rank R (R at least the adapter's rank)")
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("POST /v1/load_lora_adapter %s answered %d %s%s", ck.Dir, status, short(b), r.adapterHint(ctx, ck.Dir, string(b)))
+	}
+	if !strings.HasPrefix(strings.Trim(string(b), "\" "), "Success") {
+		return fmt.Errorf("POST /v1/load_lora_adapter %s answered %s, not vLLM's \"Success: LoRA adapter ... added successfully.\"", ck.Dir, short(b))
+	}
+	status, b, err = r.s.call(ctx, http.MethodGet, "/v1/models", nil)
+	if err != nil {
+		return fmt.Errorf("the adapter was loaded, but GET /v1/models failed: %w", err)
+	}
+	var models struct {
+		Data []struct {
+			ID   string `json:"id"`
+			Root string `json:"root"`
+		} `json:"data"`
+	}
+	if status != http.StatusOK || json.Unmarshal(b, &models) != nil {
+		return fmt.Errorf("the adapter was loaded, but GET /v1/models answered %d %s", status, short(b))
+	}
+	for _, m := range models.Data {
+		if m.ID == r.adapter {
+			if m.Root != ck.Dir {
+				return fmt.Errorf("after loading %s, GET /v1/models lists the adapter %q from %s", ck.Dir, r.adapter, m.Root)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("after loading %s, GET /v1/models does not list the adapter %q", ck.Dir, r.adapter)
+}
+
+// adapterHint is the fix for vLLM's refusal msg of the adapter in dir.
+func (r *vllmReplica) adapterHint(ctx context.Context, dir, msg string) string {
+	switch {
+	case strings.Contains(msg, "max_lora_rank"):
+		rank := "its rank"
+		if a, err := peft.Read(ctx, dir); err == nil {
+			rank = fmt.Sprintf("its rank %d", a.Config.R)
+		}
+		return fmt.Sprintf(": restart vLLM with --max-lora-rank at least %s (vLLM takes 1, 8, 16, 32, 64, 128, 256, 320 or 512), or train a smaller rank (learner.lora.rank)", rank)
+	case strings.Contains(msg, "enable_lora") || strings.Contains(msg, "enable-lora") || strings.Contains(strings.ToLower(msg), "lora is not enabled"):
+		return ": start vLLM with --enable-lora"
+	case strings.Contains(msg, "conflicts with a served base model"):
+		return fmt.Sprintf(": the adapter needs a name of its own: policy.endpoint's ?model= names the base (%s)", r.adapter)
+	}
+	return ""
+}

@@ -32,7 +32,11 @@ import (
 )
 
 // Checkpoint is what a push serves: its directory as the servers see it,
-// and its policy version.
+// and its policy version. A directory that holds a PEFT LoRA adapter
+// (peft.IsAdapterDir: a checkpoint of a LoRA run) is pushed as an
+// adapter: the servers load the adapter alone, megabytes, on the base
+// they serve (vLLM's /v1/load_lora_adapter, aipo serve --lora's Reload);
+// a kind that cannot take one refuses it, saying why.
 type Checkpoint struct {
 	Dir     string
 	Version int64
@@ -45,6 +49,11 @@ type Options struct {
 	Timeout time.Duration
 	// LoadFormat is SGLang's load_format ("" leaves the server's).
 	LoadFormat string
+	// Adapter is the model name a LoRA run's adapters are loaded under on
+	// a server that takes adapters at run time (vLLM's
+	// /v1/load_lora_adapter): the name its rollouts ask for, the policy
+	// endpoint's ?model=.
+	Adapter string
 }
 
 // Replica is one server of a group, as its kind's Open connects to it.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/learner/peft"
 	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
@@ -258,5 +259,36 @@ func TestStale(t *testing.T) {
 	gs := open(t, servers.SGLang, []string{sb.URL}, Options{Timeout: time.Second})
 	if _, err := gs.Stale(ctx, 2); err == nil || !strings.Contains(err.Error(), sb.URL) || !strings.Contains(err.Error(), "did not say which version it serves") {
 		t.Errorf("a replica that is down: %v", err)
+	}
+}
+
+// TestAdapterPushRefusals checks the pushes of a LoRA adapter that fail
+// before anything is sent: to SGLang, which has no in-place adapter
+// loading, and to a vLLM with no model name to load it under.
+func TestAdapterPushRefusals(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, peft.ConfigFile), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Port 1 on loopback: nothing listens, so a push that sent anything
+	// would fail on the connection (after its retries), not with these.
+	for _, c := range []struct {
+		kind string
+		want string
+	}{
+		{servers.SGLang, "no in-place replacement"},
+		{servers.VLLM, "policy.endpoint (http://HOST:PORT/v1?model=NAME)"},
+	} {
+		g, err := Open(ctx, c.kind, []string{"http://127.0.0.1:1?max_retries=0"}, Options{Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = g.Push(ctx, Checkpoint{Dir: dir, Version: 3})
+		g.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("%s: pushing the adapter %s: %v; want it refused, saying %q", c.kind, dir, err, c.want)
+		}
 	}
 }

@@ -1,0 +1,85 @@
+package plan
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/learner/trainer"
+)
+
+// aipo plan --zero 3 on GPUs, a path that is not built, for configs/math.yaml
+// (KL on, float32 as the file says) with the paper's 7B on 4 A100s,
+// Qwen3-8B on 8 H100s, Qwen2.5-32B on 8 H200s and Qwen2.5-72B on 16
+// H200s over 2 machines: the plan says NOT BUILT; each GPU's learner step
+// is what a stage-3 rank of the CPU's schedule allocates
+// (trainer.PlanDataParallel: its share of the weights and moments, the
+// step's buffers), the cuda backend's activations and reference, the
+// CUDA allowance, and nothing else; no moment or gradient is on the host;
+// the host figures are one machine's ranks; the 7B's node holds at most
+// 256 GiB of host memory. The device figures are logged (docs/scaling.md
+// shows them, and why they do not fit the GPUs yet).
+func TestPlanZero3OnGPUs(t *testing.T) {
+	ctx := context.Background()
+	raw := mathConfig(t)
+	for _, c := range []struct {
+		model, device string
+		ranks, nodes  int
+	}{
+		{"Qwen2.5-7B-Instruct", "a100-80g", 4, 1},
+		{"Qwen3-8B", "h100", 8, 1},
+		{"Qwen2.5-32B", "h200", 8, 1},
+		{"Qwen2.5-72B-Instruct", "h200", 16, 2},
+	} {
+		o := Options{Init: goldenConfig(t, c.model), Device: c.device, Baseline: 128 << 20, Ranks: c.ranks, Zero: 3, Nodes: c.nodes}
+		p, err := Make(ctx, raw, o)
+		if err != nil {
+			t.Fatalf("%s on %d x %s: %v", c.model, c.ranks, c.device, err)
+		}
+		g := p.Group
+		if g == nil || !g.Planned || !g.OnDevice || g.Zero != 3 || g.perNode() != c.ranks/c.nodes {
+			t.Fatalf("%s: group %+v, want the planned stage-3 group of GPUs, %d a machine", c.model, g, c.ranks/c.nodes)
+		}
+		s := p.String()
+		if !strings.Contains(s, "ZeRO stage 3: NOT BUILT") || !strings.Contains(s, "learner/trainer/zero3.go") {
+			t.Errorf("%s: the plan does not say that stage 3 on GPUs is not built:\n%s", c.model, s)
+		}
+		want, err := trainer.PlanDataParallel(p.Model, c.ranks, trainer.DPConfig{Zero: 3, Shards: raw.Learner.DPShards(c.ranks)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r0 := want[0]
+		learn := p.Phases[phaseLearn]
+		if got := line(t, learn, "policy weights of rank 0's share", true); got != r0.Weights {
+			t.Errorf("%s: rank 0's weights on its GPU %d, the schedule's %d", c.model, got, r0.Weights)
+		}
+		if got := line(t, learn, "AdamW moments of rank 0's share", true); got != r0.Moments {
+			t.Errorf("%s: rank 0's moments on its GPU %d, the schedule's %d", c.model, got, r0.Moments)
+		}
+		if got := line(t, learn, "the step's gathered units", true); got != r0.StepBuffers() {
+			t.Errorf("%s: the step's buffers on the GPU %d, the schedule's %d", c.model, got, r0.StepBuffers())
+		}
+		ref := line(t, learn, "reference policy", true)
+		act := line(t, learn, "activations of a", true)
+		if sum := r0.Weights + r0.Moments + r0.StepBuffers() + ref + act + cudaReserve; learn.Device() != sum {
+			t.Errorf("%s: the GPU's learner step %d, its parts %d", c.model, learn.Device(), sum)
+		}
+		for _, l := range learn.Lines {
+			if strings.Contains(l.What, "moments") && l.Host != 0 || strings.Contains(l.What, "gradients") && l.Host != 0 {
+				t.Errorf("%s: %q on the host: %d", c.model, l.What, l.Host)
+			}
+		}
+		// One machine's ranks: rank 0 and perNode-1 others, alike.
+		if n := int64(g.perNode() - 1); learn.Others != n*(learn.Host()-learn.Others) {
+			t.Errorf("%s: the other ranks of the machine hold %d on the host, want %d times rank 0's %d", c.model, learn.Others, n, learn.Host()-learn.Others)
+		}
+		h, d := p.Peaks()
+		left := 1 - float64(d)/float64(p.Device.Bytes)
+		t.Logf("%s on %d x %s (%d machine(s)): device peak %s of %s (%.0f%% left), host peak %s a machine; learner step: share %s, step buffers %s, reference %s, activations %s",
+			c.model, c.ranks, c.device, c.nodes, fmtBytes(d), fmtBytes(p.Device.Bytes), 100*left, fmtBytes(h),
+			fmtBytes(r0.Weights+r0.Moments), fmtBytes(r0.StepBuffers()), fmtBytes(ref), fmtBytes(act))
+		if c.model == "Qwen2.5-7B-Instruct" && h > 256<<30 {
+			t.Errorf("%s on %d x %s: the node's host peak %s, more than 256 GiB", c.model, c.ranks, c.device, fmtBytes(h))
+		}
+	}
+}
