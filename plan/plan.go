@@ -907,6 +907,8 @@ func selfRSS() int64 {
 func (p Plan) moreMemory() string {
 	g := p.Group
 	switch {
+	case p.LoRA != nil:
+		return "a machine with more memory (a LoRA run trains on the cpu backend; docs/lora.md)"
 	case !p.cuda() && g != nil:
 		return "a machine with more memory (the ranks of aipo train --nproc share it; more ranks shard the moments alone), or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case !p.cuda():
