@@ -159,6 +159,9 @@ type Plan struct {
 	// Group is the learner's group (aipo plan --nproc N), nil for one
 	// process.
 	Group *Group
+	// LoRA is a LoRA run's adapters (learner.lora), nil for a run that
+	// trains every weight.
+	LoRA *LoRA
 	// Phases: the learner step, the rollout engine's load, the rollout.
 	Phases []Phase
 	Disk   Disk
@@ -259,7 +262,14 @@ func planModel(ctx context.Context, cfg runconfig.Config, init string) (model.Co
 
 // planFor computes the phases and the disk of cfg with model mc.
 func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan, error) {
-	p := Plan{Config: cfg, Model: mc, Params: model.ParamCount(mc), Reference: cfg.Learner.Loss.KLCoef != 0}
+	// (A LoRA run's reference is its frozen base: no second model.)
+	p := Plan{Config: cfg, Model: mc, Params: model.ParamCount(mc), Reference: cfg.Learner.Loss.KLCoef != 0 && !cfg.LoRAOn()}
+	if cfg.LoRAOn() {
+		var err error
+		if p.LoRA, err = planLoRA(cfg, mc); err != nil {
+			return Plan{}, err
+		}
+	}
 	p.sizeSequences(o.PromptTokens)
 	refBF16 := checkpoint.ModelDType(mc) == checkpoint.BF16
 	st, err := trainer.PlanStep(trainer.MemoryConfig{Model: mc, Backend: cfg.Learner.Backend, Precision: cfg.Learner.Precision,
@@ -278,6 +288,9 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 	}
 	proc := Line{What: "the process (binary, runtime, buffers)", Host: base}
 	learn, held := p.learnPhase(st, refBF16, proc)
+	if p.LoRA != nil {
+		learn, held = p.loraLearnPhase(st.Host.Activations, proc)
+	}
 	load, roll := p.enginePhases(b, held, proc)
 	if g := p.Group; g != nil {
 		learn.Others = g.othersInStep(learn.Host())
@@ -286,6 +299,9 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 	}
 	p.Phases = []Phase{learn, load, roll}
 	p.Disk = planDisk(cfg, mc, p.Params)
+	if p.LoRA != nil {
+		p.Disk = loraDisk(cfg, mc, p.Params, p.LoRA.Trainable)
+	}
 	return p, nil
 }
 
@@ -731,8 +747,12 @@ func (p Plan) String() string {
 		b.WriteString(verdict("device", d, p.Device))
 	}
 	dk := p.Disk
-	fmt.Fprintf(&b, "checkpoints: %s of serving weights every step, %s with the full training state (every %d steps and the last); the run directory holds at most %d checkpoints, %s; at the end %v (checkpoint.keep_last %d, keep_every %d)\n",
-		fmtBytes(dk.Serving), fmtBytes(dk.Full), p.Config.Checkpoint.SaveEvery, dk.MostCount, fmtBytes(dk.MostHeld), dk.Final, p.Config.Checkpoint.KeepLast, p.Config.Checkpoint.KeepEvery)
+	if p.LoRA != nil {
+		b.WriteString(p.loraSummary())
+	} else {
+		fmt.Fprintf(&b, "checkpoints: %s of serving weights every step, %s with the full training state (every %d steps and the last); the run directory holds at most %d checkpoints, %s; at the end %v (checkpoint.keep_last %d, keep_every %d)\n",
+			fmtBytes(dk.Serving), fmtBytes(dk.Full), p.Config.Checkpoint.SaveEvery, dk.MostCount, fmtBytes(dk.MostHeld), dk.Final, p.Config.Checkpoint.KeepLast, p.Config.Checkpoint.KeepEvery)
+	}
 	if !p.Fits() {
 		b.WriteString("\ndoes not fit. What to change:\n")
 		for _, f := range p.Fixes {
@@ -890,6 +910,8 @@ func selfRSS() int64 {
 func (p Plan) moreMemory() string {
 	g := p.Group
 	switch {
+	case p.LoRA != nil:
+		return "a machine with more memory (a LoRA run trains on the cpu backend; docs/lora.md)"
 	case !p.cuda() && g != nil:
 		return "a machine with more memory (the ranks of aipo train --nproc share it; more ranks shard the moments alone), or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case !p.cuda():

@@ -370,6 +370,9 @@ type Learner struct {
 	// share packed whole: faster, with bits that depend on the group's size
 	// (within float32 rounding of one process's). One process ignores it.
 	Deterministic bool `yaml:"deterministic"`
+	// LoRA, when set, trains a LoRA adapter on the frozen policy instead
+	// of every weight (see LoRA).
+	LoRA *LoRA `yaml:"lora,omitempty"`
 }
 
 // DPShards is the virtual shards a group of ranks splits each mini-batch

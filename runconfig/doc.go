@@ -207,6 +207,13 @@
 //	                            moments, 2 also reduces the gradients layer by layer during the backward pass; same bits (1)
 //	learner.deterministic       a group of learner processes ends with the same bits at 1, 2, 4 and 8 ranks (8 virtual
 //	                            shards a mini-batch); false: one shard a rank, faster, within float32 rounding (true)
+//	learner.lora                train a LoRA adapter on the frozen policy instead of every weight (docs/lora.md) (off)
+//	learner.lora.rank           the adapters' rank r (required with learner.lora)
+//	learner.lora.alpha          the adapters' output is scaled by alpha/rank (2 x rank)
+//	learner.lora.dropout        dropout on the adapters' input in the training passes, as PEFT's lora_dropout (0)
+//	learner.lora.targets[]      projections adapted, PEFT's names: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, or all-linear (all)
+//	learner.lora.init           a new adapter's A: default (Kaiming-uniform, PEFT's) or gaussian; B starts at zero (default)
+//	learner.lora.adapter        a PEFT adapter directory to continue from (aipo train --init-adapter) (none: a new adapter)
 //
 //	eval.every                  steps between evaluations, 0 off (10)
 //	eval.samples                k of Avg@k and Pass@k (4)

@@ -190,6 +190,9 @@ func (c *Config) resolvePaths() {
 		c.Eval.Benchmarks[i].Path = c.resolve(c.Eval.Benchmarks[i].Path)
 	}
 	c.Rollout.SystemPromptFile = c.resolve(c.Rollout.SystemPromptFile)
+	if c.Learner.LoRA != nil {
+		c.Learner.LoRA.Adapter = c.resolve(c.Learner.LoRA.Adapter)
+	}
 	if c.Rollout.ChatTemplate != ChatTemplateNone {
 		c.Rollout.ChatTemplate = c.resolve(c.Rollout.ChatTemplate)
 	}
@@ -242,6 +245,9 @@ func (c *Config) Fill() {
 		c.Eval.MaxResponseTokens = c.Policy.MaxResponseTokens
 	}
 	c.fillOverlong()
+	if c.Learner.LoRA != nil {
+		c.Learner.LoRA.fill()
+	}
 	if c.Rollout.Guidance.On() && c.Rollout.Guidance.Traces == 0 {
 		c.Rollout.Guidance.Traces = 1
 	}

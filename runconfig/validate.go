@@ -296,7 +296,7 @@ func (c Config) validateLearner() error {
 	if l.Zero == 3 && l.Backend != BackendCPU {
 		return fieldError("learner.zero", "3 shards the weights of the cpu backend's passes; learner.backend %s holds the whole weights on each device: use learner.zero 1 or 2 there, or learner.backend cpu", l.Backend)
 	}
-	return nil
+	return c.validateLoRA()
 }
 
 // validateEval checks the evaluations the run makes: the demo task's

@@ -19,4 +19,4 @@ set -euo pipefail
 # requirements were not resolved) and that vLLM picks its CPU platform.
 pyvenv_install vllm "$(dirname "$0")/vllm/requirements.txt" 11 14 \
   "vLLM 0.32.0 (CPU build) with PyTorch 2.13.0 (about 3 GB of downloads, 6 GB on disk, a few minutes)" \
-  'import vllm, torch; from vllm.platforms import current_platform as p; assert p.is_cpu(), p; print("vLLM", vllm.__version__, "on PyTorch", torch.__version__)'
+  'import vllm, torch, peft; from vllm.platforms import current_platform as p; assert p.is_cpu(), p; print("vLLM", vllm.__version__, "on PyTorch", torch.__version__, "with PEFT", peft.__version__)'

@@ -257,7 +257,8 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 		m := st.pol.Model
 		ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
 			WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full, WriteTiedHead: writesTiedHead(cfg)}
-		if full {
+		ck.Adapter, err = adapterFiles(m)
+		if err == nil && full {
 			err = st.optimizerParts(&ck)
 		}
 		if err == nil {

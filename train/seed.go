@@ -31,10 +31,14 @@ func SeedCheckpoint(ctx context.Context, src, runDir string) error {
 // SeedRunCheckpoint is SeedCheckpoint into cfg's run directory, writing the
 // LM head of a model with tied embeddings explicitly when the run's
 // policy servers want it (vLLM; see writesTiedHead). ctx must carry the run's
-// lease (Claim), as aipo train --init's does.
+// lease (Claim), as aipo train --init's does. A LoRA run (learner.lora)
+// gets src as its frozen base and an adapter as checkpoint 0 (seedLoRA).
 func SeedRunCheckpoint(ctx context.Context, src string, cfg runconfig.Config) error {
 	if err := runlease.Require(ctx, cfg.Run.Dir); err != nil {
 		return err
+	}
+	if cfg.LoRAOn() {
+		return seedLoRA(ctx, src, cfg, writesTiedHead(cfg))
 	}
 	return seedCheckpoint(ctx, src, cfg.Run.Dir, writesTiedHead(cfg))
 }

@@ -62,7 +62,11 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		}
 		l := &trainer.Learner{Policy: st.pol.Model, Opt: st.opt}
 		cpu := cfg.Learner.Backend == runconfig.BackendCPU
-		if kl {
+		if err := checkLoRAPolicy(cfg, st.step, st.pol.Model); err != nil {
+			return nil, err
+		}
+		if kl && !st.pol.Model.HasAdapter() {
+			// (A LoRA policy's reference is its base: the adapter off.)
 			// On the CPU the passes read the host copy; a device holds
 			// its own, and the host's goes.
 			r, err := ref(ctx)
@@ -342,7 +346,9 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 	s.st = nil
 	met, err := learnStep(ctx, s.cfg, k, st, s.reference)
 	if err == nil {
-		full := s.cfg.Checkpoint.FullAt(k+1, s.cfg.Run.Steps)
+		// A LoRA run's state is the adapter and its moments, a few
+		// megabytes: every checkpoint holds it whole.
+		full := s.cfg.Checkpoint.FullAt(k+1, s.cfg.Run.Steps) || s.cfg.LoRAOn()
 		if leader {
 			met, err = finishLearn(ctx, s.cfg, k, st, full, met, s.logf)
 		} else {
@@ -378,6 +384,10 @@ func followFinish(ctx context.Context, cfg runconfig.Config, st *trainState, ful
 	}
 	m := st.pol.Model
 	ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(cfg), ServingOnly: !full}
+	var err error
+	if ck.Adapter, err = adapterFiles(m); err != nil {
+		return err
+	}
 	if full {
 		if err := st.optimizerParts(&ck); err != nil {
 			return err

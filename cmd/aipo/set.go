@@ -1,8 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
+	"fmt"
+	"path/filepath"
 
+	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/internal/yamlset"
 )
 
@@ -15,4 +19,25 @@ func setFlag(fs *flag.FlagSet, example string) *yamlset.List {
 		"VALUE is YAML, as written after 'KEY:' in the file ('[a, b]', '{kind: demo}'; empty is null). "+
 		"It is decoded and validated as the file's key, and replaces the file's value whole")
 	return sets
+}
+
+// initAdapterSet is aipo train --init-adapter DIR as the --set it stands
+// for, learner.lora.adapter, DIR made absolute.
+func initAdapterSet(dir string) (yamlset.Set, error) {
+	if !storage.IsRemote(dir) {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return yamlset.Set{}, fmt.Errorf("--init-adapter %s: %w", dir, err)
+		}
+		dir = abs
+	}
+	b, err := json.Marshal(dir) // a YAML string, whatever the path holds
+	if err != nil {
+		return yamlset.Set{}, err
+	}
+	s, err := yamlset.Parse("learner.lora.adapter=" + string(b))
+	if err != nil {
+		return yamlset.Set{}, fmt.Errorf("--init-adapter %s: %w", dir, err)
+	}
+	return s, nil
 }

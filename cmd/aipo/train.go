@@ -54,7 +54,7 @@ func loadRunConfig(ctx context.Context, cfgPath, run string, sets []yamlset.Set)
 }
 
 // trainUsage heads aipo train --help, above its flags.
-const trainUsage = "Usage: aipo train --config run.yaml [--set KEY=VALUE ...] [--run DIR] [--init CKPT] [--nproc N] [Beam flags]\n\n" +
+const trainUsage = "Usage: aipo train --config run.yaml [--set KEY=VALUE ...] [--run DIR] [--init CKPT [--init-adapter DIR]] [--nproc N] [Beam flags]\n\n" +
 	"Runs rollout(k) -> learn(k) -> eval every n steps -> k+1 from the last committed\n" +
 	"checkpoint. Killed at any moment and started again with the same command, it continues\n" +
 	"and produces the same checkpoints as an uninterrupted run. It first makes the memory\n" +
@@ -68,7 +68,8 @@ func runTrain(args []string) error {
 	fs := flag.CommandLine
 	cfgPath := fs.String("config", "", "run configuration (YAML)")
 	run := fs.String("run", "", "run directory, local or gs:// (overrides run.dir)")
-	initCkpt := fs.String("init", "", "initial policy: a checkpoint directory (ours or Hugging Face layout) copied into <run>/checkpoints/step-000000 when the run has none")
+	initCkpt := fs.String("init", "", "initial policy: a checkpoint directory (ours or Hugging Face layout) copied into <run>/checkpoints/step-000000 when the run has none; with learner.lora, the frozen base (docs/lora.md)")
+	initAdapter := fs.String("init-adapter", "", "with learner.lora: a PEFT adapter directory trained on the --init base to continue training (sets learner.lora.adapter; its base is checked against --init)")
 	leaseOpts := leaseFlags(fs, "aipo train")
 	ignorePlan := fs.Bool("ignore-plan", false, "run even when the memory plan (aipo plan) says the run does not fit")
 	planOpts := planFlags(fs)
@@ -102,6 +103,13 @@ func runTrain(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *initAdapter != "" {
+		s, err := initAdapterSet(*initAdapter)
+		if err != nil {
+			return usageError("%s", errText(err))
+		}
+		*sets = append(*sets, s)
+	}
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run, *sets)
 	if err != nil {
 		return usageError("%s", errText(err))

@@ -40,6 +40,7 @@ func Layout() []Entry {
 		{Manifest(step), "Manifest", "the rollout pipeline", "commits the step: every shard with rows, bytes and sha256, the step statistics in meta; written last"},
 		{Checkpoints(run), "Checkpoints", "", "the checkpoints"},
 		{ck, "Checkpoint", "aipo train / aipo learn (step 0: --init or the demo's warm start)", "the policy after NNNNNN updates (Hugging Face layout plus optimizer.bin or its parts, master.safetensors, trainer_state.json)"},
+		{LoRABase(run), "LoRABase", "aipo train --init with learner.lora", "a LoRA run's frozen base (a serving checkpoint: config.json, the weights in their dtype, the tokenizer files), written once; the run's checkpoints are then PEFT adapter directories naming it (docs/lora.md)"},
 		{CheckpointIn("<dir>", k), "CheckpointIn", "aipo train", "checkpoint NNNNNN as the policy servers see it, under policy.sync.checkpoint_dir"},
 		{CheckpointFiles(run, "<name>"), "CheckpointFiles", "", "glob of one file in every checkpoint directory"},
 		{Committed(ck), "Committed", "aipo train / aipo learn", "commits the checkpoint: every file with bytes and sha256; written last"},

@@ -104,6 +104,11 @@ func Manifest(dir string) string { return storage.Join(dir, ManifestName) }
 // Checkpoints is the folder of run's checkpoints.
 func Checkpoints(run string) string { return storage.Join(run, CheckpointsName) }
 
+// LoRABase is the directory of a LoRA run's frozen base (learner.lora):
+// <run>/lora-base, a committed serving checkpoint that every checkpoint's
+// adapter names.
+func LoRABase(run string) string { return storage.Join(run, "lora-base") }
+
 // Checkpoint is the directory of run's checkpoint k (the policy after k
 // updates): <run>/checkpoints/step-NNNNNN.
 func Checkpoint(run string, k int64) string { return CheckpointIn(Checkpoints(run), k) }

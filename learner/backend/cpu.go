@@ -162,9 +162,17 @@ func (c cpuCompute) WriteOptimizer(opt *optim.AdamW, w io.Writer) error {
 }
 
 // OptimParams are m's parameters with their gradients in the optimiser's
-// form (the gradients allocated if they were not).
+// form (the gradients allocated if they were not): those of its LoRA
+// adapter, under PEFT's key names, when it has one (its base is frozen).
 func OptimParams(m *model.Model) []optim.Param {
-	ps, gs := m.Params(), m.Grads()
+	ps, gs := m.Params, m.Grads
+	if m.HasAdapter() {
+		ps, gs = m.AdapterParams, m.AdapterGrads
+	}
+	return optimParams(ps(), gs())
+}
+
+func optimParams(ps, gs []model.NamedTensor) []optim.Param {
 	out := make([]optim.Param, len(ps))
 	for i := range ps {
 		out[i] = optim.Param{Name: ps[i].Name, Data: ps[i].Data, Grad: gs[i].Data}

@@ -121,6 +121,12 @@ type Checkpoint struct {
 	// cannot continue from it bit for bit (a full checkpoint lists
 	// optimizer.bin in its marker; see Full).
 	ServingOnly bool
+	// Adapter, when set, makes the checkpoint a LoRA adapter's (see
+	// Adapter): Save writes its files in place of config.json and the
+	// model's weights (Config and Tensors are not written); Load sets it
+	// for such a checkpoint and leaves Config and Tensors zero (the base
+	// is named in the adapter's configuration).
+	Adapter *Adapter
 }
 
 // marker is the content of _COMMITTED: every file of the checkpoint with
@@ -136,7 +142,8 @@ type marker struct {
 // reserved are file names a tokenizer file may not take.
 func reserved(name string) bool {
 	switch name {
-	case ConfigName, WeightsName, WeightsIndexName, MasterName, OptimizerName, OptimizerIndexName, TrainerStateName, rundir.CommittedName:
+	case ConfigName, WeightsName, WeightsIndexName, MasterName, OptimizerName, OptimizerIndexName, TrainerStateName, rundir.CommittedName,
+		AdapterConfigName, AdapterWeightsName:
 		return true
 	}
 	return strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors") || isOptimizerPart(name)
@@ -236,7 +243,7 @@ func SaveWith(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	if err := ck.Config.Validate(); err != nil {
 		return fmt.Errorf("save checkpoint %s: %w", dir, err)
 	}
-	if len(ck.Tensors) == 0 {
+	if len(ck.Tensors) == 0 && (ck.Adapter == nil || len(ck.Adapter.Tensors) == 0) {
 		return fmt.Errorf("save checkpoint %s: no tensors", dir)
 	}
 	if opts.DType == "" {
@@ -268,7 +275,7 @@ func WeightShards(ck Checkpoint, opts SaveOptions) (int, error) {
 	if opts.DType == "" {
 		opts.DType = ck.modelDType()
 	}
-	shards, _, err := weightShards("", ck.ServedTensors(), opts)
+	shards, _, err := ck.weightShards("", opts)
 	return len(shards), err
 }
 
@@ -285,7 +292,7 @@ func WriteShards(ctx context.Context, dir string, ck Checkpoint, opts SaveOption
 	if opts.DType == "" {
 		opts.DType = ck.modelDType()
 	}
-	shards, opts, err := weightShards(dir, ck.ServedTensors(), opts)
+	shards, opts, err := ck.weightShards(dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +335,7 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	if err != nil {
 		return m, err
 	}
-	shards, wopts, err := weightShards(dir, ck.ServedTensors(), opts)
+	shards, wopts, err := ck.weightShards(dir, opts)
 	if err != nil {
 		return m, err
 	}
@@ -345,6 +352,14 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 	}
 	m.Files = append(m.Files, wf)
 	small := []namedBytes{{ConfigName, cfg}}
+	if ck.Adapter != nil {
+		small = nil
+		files, err := writeAdapter(ctx, dir, ck.Adapter)
+		if err != nil {
+			return m, err
+		}
+		m.Files = append(m.Files, files...)
+	}
 	if !ck.ServingOnly {
 		files, more, err := writeOptimizer(ctx, dir, ck)
 		if err != nil {
@@ -364,12 +379,14 @@ func writeAll(ctx context.Context, dir string, ck Checkpoint, opts SaveOptions) 
 		}
 		m.Files = append(m.Files, wf)
 	}
-	wfs, err := writeWeights(ctx, dir, shards, wopts, mine)
-	if err != nil {
-		return m, fmt.Errorf("save weights to %s: %w", dir, err)
+	if ck.Adapter == nil { // (the adapter's files take the model's place)
+		wfs, err := writeWeights(ctx, dir, shards, wopts, mine)
+		if err != nil {
+			return m, fmt.Errorf("save weights to %s: %w", dir, err)
+		}
+		m.Files = append(m.Files, wfs...)
 	}
-	m.Files = append(m.Files, wfs...)
-	if opts.DType != F32 && !ck.ServingOnly {
+	if opts.DType != F32 && !ck.ServingOnly && ck.Adapter == nil {
 		wf, err := writeMasters(ctx, dir, ck.Tensors, opts.withDefaults().Metadata)
 		if err != nil {
 			return m, err
@@ -516,6 +533,9 @@ func writeMasters(ctx context.Context, dir string, tensors []Tensor, md map[stri
 // ServedTensors are the tensors Save writes into model.safetensors:
 // Tensors, with lm_head.weight added as WriteTiedHead asks.
 func (ck Checkpoint) ServedTensors() []Tensor {
+	if ck.Adapter != nil {
+		return nil // a LoRA checkpoint serves its adapter (see Adapter)
+	}
 	if !ck.WriteTiedHead || !ck.Config.TieWordEmbeddings {
 		return ck.Tensors
 	}

@@ -279,6 +279,15 @@ func loadCommitted(ctx context.Context, dir string, masters bool, opts LoadOptio
 	if err != nil {
 		return Checkpoint{}, err
 	}
+	if ck.Adapter != nil {
+		if !masters {
+			if ServeAdapter == nil {
+				return Checkpoint{}, fmt.Errorf("load checkpoint %s: a LoRA adapter's, and this program cannot merge adapters (it does not link learner/peft)", dir)
+			}
+			return ServeAdapter(ctx, dir, ck)
+		}
+		return ck, nil
+	}
 	var dest TensorDest
 	if opts.Into != nil {
 		if dest, err = opts.Into(ck.Config); err != nil {
@@ -417,14 +426,21 @@ func (c *committedFiles) need(name string) ([]byte, error) {
 // checkpoint lists no optimizer.bin (and no masters).
 func (c *committedFiles) metadata(m marker, skipOptimizer bool) (Checkpoint, error) {
 	var ck Checkpoint
-	b, err := c.need(ConfigName)
-	if err != nil {
-		return Checkpoint{}, err
+	var b []byte
+	var err error
+	if m.lists(AdapterConfigName) {
+		if ck.Adapter, err = c.adapter(); err != nil {
+			return Checkpoint{}, err
+		}
+	} else {
+		if b, err = c.need(ConfigName); err != nil {
+			return Checkpoint{}, err
+		}
+		if ck.Config, err = ParseConfig(b); err != nil {
+			return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", c.dir, storage.Join(c.dir, ConfigName), err)
+		}
+		ck.DType = ModelDType(ck.Config)
 	}
-	if ck.Config, err = ParseConfig(b); err != nil {
-		return Checkpoint{}, fmt.Errorf("load checkpoint %s: %s: %w", c.dir, storage.Join(c.dir, ConfigName), err)
-	}
-	ck.DType = ModelDType(ck.Config)
 	if b, err = c.need(TrainerStateName); err != nil {
 		return Checkpoint{}, err
 	}

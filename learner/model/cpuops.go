@@ -1,5 +1,7 @@
 package model
 
+import "github.com/aipo-rl/aipo/learner/blas"
+
 // cpuOps are the LayerOps of the CPU model for one pass over p: buffers
 // from mem, weights and gradients from the model's flat layout, and what
 // attention keeps in extra: one per layer, or one that every layer reuses
@@ -13,6 +15,10 @@ type cpuOps struct {
 	extra []layerExtra
 	h     []float32 // the backward pass's scratch for recomputed hidden activations
 	head  *headGrad // the backward pass's head, for a deferred head gradient (deferHeadGrad)
+	// train says the pass is to be differentiated (the adapter's dropout
+	// applies); keys are the adapter dropout's row keys (lora.go).
+	train bool
+	keys  []uint64
 }
 
 var _ LayerOps[[]float32] = (*cpuOps)(nil)
@@ -123,6 +129,7 @@ func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 		return
 	}
 	linearForward(out, in, wt, b, o.n(), I, O)
+	o.adapterForward(out, in, l, w, O)
 }
 
 func (o *cpuOps) QKNorm(qkv, raw, rstd []float32, l int) {
@@ -165,13 +172,23 @@ func (o *cpuOps) KeepHidden(h []float32) []float32 {
 func (o *cpuOps) NormBack(dx, dout, x, rstd []float32, l int, w Weight) {
 	u := o.m.unitOf(l, w)
 	o.m.need(u)
-	wt, g := o.norm(&o.m.w, l, w), o.norm(o.m.gradsFor(u), l, w)
+	wt := o.norm(&o.m.w, l, w)
+	var g []float32 // nil: a frozen base takes no gradient
+	if !o.m.frozen() {
+		g = o.norm(o.m.gradsFor(u), l, w)
+	}
 	rmsnormBackward(dx, g, dout, x, wt, rstd, o.n(), o.m.d.C)
 }
 
 func (o *cpuOps) LinearBack(din, dout, in []float32, l int, w Weight, bias bool) {
 	o.m.need(o.m.layerUnit(l))
 	wt, _, I, O := o.linear(&o.m.w, l, w)
+	if o.m.frozen() {
+		// The base takes no gradient: din alone, then the adapter's.
+		blas.Sgemm(false, false, o.n(), I, O, 1, dout, O, wt, I, 0, din, I)
+		o.adapterBackward(din, dout, in, l, w, O)
+		return
+	}
 	gw, gb, _, _ := o.linear(o.m.gradsFor(o.m.layerUnit(l)), l, w)
 	if !bias {
 		gb = nil
@@ -215,11 +232,18 @@ func (o *cpuOps) QKNormBack(dqkv, raw, rstd []float32, l int) {
 	if lw.qkNorm == nil {
 		return
 	}
-	qkNormBackward(dqkv, o.m.gradsFor(o.m.layerUnit(l)).layers[l].qkNorm, raw, rstd, lw.qkNorm, o.n(), o.m.d)
+	var g []float32 // nil: a frozen base takes no gradient
+	if !o.m.frozen() {
+		g = o.m.gradsFor(o.m.layerUnit(l)).layers[l].qkNorm
+	}
+	qkNormBackward(dqkv, g, raw, rstd, lw.qkNorm, o.n(), o.m.d)
 }
 
 func (o *cpuOps) EmbedBack(dx []float32) {
 	m := o.m
+	if m.frozen() {
+		return
+	}
 	if m.shard == nil {
 		embeddingBackward(m.gradsNow().emb, dx, o.p.tokens, m.d.C)
 		return
@@ -238,6 +262,9 @@ func (o *cpuOps) EmbedBack(dx []float32) {
 }
 
 func (o *cpuOps) GradsDone(l int) {
+	if o.m.frozen() {
+		return
+	}
 	if o.m.shard != nil && l >= 0 {
 		// The embedding's blocks were handed over by EmbedBack.
 		x := unitsIndex(o.m.cfg)

@@ -585,9 +585,10 @@ func (o *decodeOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 		if o.err == nil {
 			o.err = o.w.linearBF16(out, in, bd.matrix(l, w), b, o.n(), I)
 		}
-		return
+	} else {
+		o.w.linear(out, in, wt, b, o.n(), I, O)
 	}
-	o.w.linear(out, in, wt, b, o.n(), I, O)
+	o.adapterForward(out, in, l, w, O) // a LoRA adapter's, when attached (lora.go)
 }
 
 func (o *decodeOps) Attention(y, lse, qkv []float32, l int) {

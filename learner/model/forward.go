@@ -169,7 +169,7 @@ func (m *Model) forwardPass(p *prepared, mode headMode, keep keepMode) *Activati
 	nl, nr := keep.slots(m.d.L)
 	a := &Activations{b: p, checkpointed: keep == keepInputs, layers: make([]LayerActs[[]float32], nl), extra: make([]layerExtra, nl),
 		resid: make([][]float32, nr), mem: arena{pool: m.pool}}
-	o := &cpuOps{m: m, p: p, mem: &a.mem, extra: a.extra}
+	o := &cpuOps{m: m, p: p, mem: &a.mem, extra: a.extra, train: keep != keepNone}
 	a.lnf, a.rstdF = runLayers[[]float32](o, m.shape(len(p.tokens)), a.layers, a.resid, keep)
 	N := len(p.tokens)
 	a.LogProbs, a.Entropy = make([]float32, N), make([]float32, N)
@@ -197,7 +197,7 @@ func (m *Model) Backward(a *Activations, gradLogProb []float32) (err error) {
 	tmp := arena{pool: m.pool}
 	defer tmp.release()
 	dlnf, hg := m.headBackward(a, gradLogProb, &tmp)
-	o := &cpuOps{m: m, p: p, mem: &tmp, extra: a.extra, head: hg}
+	o := &cpuOps{m: m, p: p, mem: &tmp, extra: a.extra, head: hg, train: true}
 	if a.checkpointed {
 		BackwardLayersCheckpointed[[]float32](o, m.shape(N), a.layers, a.resid, a.rstdF, dlnf)
 	} else {

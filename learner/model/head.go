@@ -481,7 +481,7 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 			continue
 		}
 		dx := blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: hw, Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C}
-		if deferred {
+		if deferred || m.frozen() { // (a frozen base's head takes no gradient)
 			dx.Run()
 			continue
 		}

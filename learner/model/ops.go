@@ -84,7 +84,9 @@ func rmsnormBackward(dx, dw, dout, x, w, rstd []float32, N, C int) {
 		}
 	})
 	for k := range ranges {
-		addInto(dw, dw, partial[k*C:(k+1)*C])
+		if dw != nil { // nil: a frozen base's norm takes no gradient
+			addInto(dw, dw, partial[k*C:(k+1)*C])
+		}
 	}
 }
 

@@ -226,6 +226,9 @@ type Model struct {
 	computeBF16 bool
 	// gradsReady is SetGradsReady's function.
 	gradsReady func(run int)
+	// lora is the attached LoRA adapter (AttachAdapter), nil without one:
+	// the base is then frozen.
+	lora *adapter
 	// shard, when set (ShardWeights), is the feed that holds the
 	// weights and takes the gradients; w and g then hold views of the
 	// units a pass has in hand alone.
@@ -516,6 +519,9 @@ func (m *Model) ZeroGrads() {
 	m.gradMu.Lock()
 	defer m.gradMu.Unlock()
 	clear(m.g.flat)
+	if m.lora != nil {
+		clear(m.lora.grads)
+	}
 }
 
 // ReleaseBuffers lets go of everything the model holds beyond its weights:

@@ -58,7 +58,9 @@ func qkNormBackward(dqkv, dw, raw, rstd, w []float32, N int, d dims) {
 		}
 	})
 	for k := range ranges {
-		addInto(dw, dw, partial[k*2*D:(k+1)*2*D])
+		if dw != nil { // nil: a frozen base's norm takes no gradient
+			addInto(dw, dw, partial[k*2*D:(k+1)*2*D])
+		}
 	}
 }
 

@@ -14,6 +14,11 @@
 // (alpha / √r under rank-stabilised LoRA). Merge folds s · B A into the
 // base's weights for users who serve a single model.
 //
+// A LoRA run's checkpoints carry the same files under learner/checkpoint's
+// marker (CheckpointFiles, FromCheckpoint); a committed one is served
+// merged onto the base it names (checkpoint.ServeAdapter, set here), and
+// MergeDir writes the merged Hugging Face directory (aipo lora merge).
+//
 // The package knows the decoder families the learner trains (Llama, Qwen2,
 // Qwen3): the attention projections q_proj, k_proj, v_proj, o_proj and the
 // MLP's gate_proj, up_proj, down_proj. It refuses, with the setting named,

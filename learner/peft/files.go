@@ -1,7 +1,6 @@
 package peft
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,8 +15,8 @@ import (
 
 // The files of an adapter directory, as PEFT names them.
 const (
-	ConfigFile  = "adapter_config.json"
-	WeightsFile = "adapter_model.safetensors"
+	ConfigFile  = checkpoint.AdapterConfigName
+	WeightsFile = checkpoint.AdapterWeightsName
 )
 
 // IsAdapterDir reports whether dir holds a PEFT adapter (its config file).
@@ -150,14 +149,12 @@ func Write(ctx context.Context, dir string, a *Adapter, dtype checkpoint.DType) 
 	if err := checkpoint.SaveSafetensors(ctx, filepath.Join(dir, WeightsFile), a.Tensors(), checkpoint.SaveOptions{DType: dtype}); err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(a.Config); err != nil {
-		return fmt.Errorf("lora: %w", err)
+	b, err := a.Config.ConfigJSON()
+	if err != nil {
+		return err
 	}
 	tmp := filepath.Join(dir, ConfigFile+".tmp")
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, ConfigFile)); err != nil {

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -55,6 +56,11 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 		if err != nil {
 			release()
 			return nil, err
+		}
+		if p.m.HasAdapter() && !backend.OnHost(c) {
+			c.Close()
+			release()
+			return nil, errors.New("trainer: a LoRA policy trains on the cpu backend; this backend's passes have no adapters: use learner.backend cpu")
 		}
 		held = append(held, c)
 		*p.dst = c
@@ -126,7 +132,7 @@ func (l *Learner) ref() Compute {
 		return l.RefCompute
 	}
 	if l.Ref == nil {
-		return nil
+		return l.loraBase()
 	}
 	if l.Policy != nil {
 		l.Ref.ShareBuffers(l.Policy) // the scoring pass's buffers serve the training pass after it

@@ -51,7 +51,9 @@ func CloneModel(m *model.Model) (*model.Model, error) {
 // weights decoded straight into the model's storage (local files through
 // a memory map), so that they exist once in memory; the returned
 // checkpoint carries everything else but the optimiser state, which
-// checkpoint.OpenOptimizer streams. Its Tensors alias the model.
+// checkpoint.OpenOptimizer streams. Its Tensors alias the model. A LoRA
+// checkpoint gives its base with the adapter attached
+// (LoadAdapterPolicy).
 func LoadModel(ctx context.Context, dir string) (*model.Model, checkpoint.Checkpoint, error) {
 	var ld *model.Loader
 	ck, err := checkpoint.LoadWith(ctx, dir, checkpoint.LoadOptions{SkipOptimizer: true,
@@ -65,6 +67,9 @@ func LoadModel(ctx context.Context, dir string) (*model.Model, checkpoint.Checkp
 		}})
 	if err != nil {
 		return nil, checkpoint.Checkpoint{}, err
+	}
+	if ck.Adapter != nil {
+		return LoadAdapterPolicy(ctx, dir, ck, uint64(ck.Trainer.Seed))
 	}
 	m, err := ld.Model()
 	if err != nil {

@@ -133,12 +133,15 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	if zero > 3 {
 		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", cfg.Zero)
 	}
+	if err := checkLoRAGroup(l.Policy, zero); err != nil {
+		return err
+	}
 	params := l.Params()
 	dp := &DataParallel{Comm: comm, Shards: shards, Zero: zero, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
 	for i, p := range params {
 		dp.offset[i+1] = dp.offset[i] + len(p.Data)
 	}
-	if l.Policy != nil {
+	if l.Policy != nil && !l.Policy.HasAdapter() { // (an adapter's matrices are not the model's flat buffers)
 		flat, data := l.Policy.GradData(), l.Policy.ParamData()
 		dp.flatGrads = len(flat) == dp.offset[len(params)]
 		dp.flatParams = len(data) == dp.offset[len(params)]
@@ -429,6 +432,7 @@ func planShards(cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]in
 func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]int, old, ref [][]float32) (miniBatchPart, error) {
 	dp := l.DP
 	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
+	l.keyDropout()
 	mbs, inputs, counts, total, names, err := planShards(cfg, samples, seqs, shards, old, ref)
 	if err != nil {
 		return miniBatchPart{}, err

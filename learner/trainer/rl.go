@@ -195,6 +195,7 @@ func (l *Learner) rlSequences(cfg RLConfig, samples []RLSample) ([]Sequence, err
 // aggregation over all its micro-batches, as if computed at once) and
 // returns the loss.
 func (l *Learner) miniBatch(cfg RLConfig, samples []RLSample, seqs []Sequence, order []int, old, ref [][]float32, metrics map[string]float64, metricN, tokens *int) (float64, error) {
+	l.keyDropout()
 	mbs := pack(seqs, order, cfg.MicroBatchTokens)
 	inputs := make([]loss.Inputs, len(mbs))
 	var total float64

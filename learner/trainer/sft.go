@@ -34,6 +34,7 @@ func (l *Learner) SFTStep(seqs []Sequence, microBatchTokens int) (lossVal, gradN
 	if n == 0 {
 		return 0, 0, errors.New("trainer: SFT batch has no response tokens")
 	}
+	l.keyDropout()
 	c := l.policy()
 	if err := c.ZeroGrads(); err != nil {
 		return 0, 0, err

@@ -67,6 +67,7 @@ type stepResult struct {
 	StartRSS int64   `json:"start_rss_bytes"`
 	peak     int64   // bytes, getrusage of the process
 	load     float64 // the 1-minute load average as the process ended
+	raw      []byte  // the JSON line as printed (the LoRA sides read more of it)
 }
 
 // stepSide is the processes of one side of one shape.
@@ -316,7 +317,7 @@ func runStepProcess(b *testing.B, side string, env, argv []string) stepResult {
 			if err := json.Unmarshal([]byte(line), &r); err != nil {
 				b.Fatalf("%s step benchmark printed %q: %v", side, line, err)
 			}
-			found = true
+			r.raw, found = []byte(line), true
 		}
 	}
 	if !found || len(r.Seconds) == 0 {
