@@ -6,16 +6,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/shareddata"
 	"github.com/aipo-rl/aipo/internal/vllmserver"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -348,4 +351,165 @@ func TestVLLMLoRA(t *testing.T) {
 			}
 		}
 	})
+}
+
+// vllmLoRATrain trains a LoRA adapter for 5 steps of the tiny recipe on
+// warm, every rollout sampled by the real vLLM vs (behind px, LoRA
+// enabled) with the adapter of its step's checkpoint, loaded at run time
+// by the weight sync after the run's base: every checkpoint's adapter
+// reaches vLLM, in order; every completion of the run names the adapter;
+// the sampled tokens and log-probs are vLLM's, and the learner's own
+// log-probs of them under the checkpoint that sampled them (the base with
+// its adapter merged) are within vllmLogProbTol; vLLM's weight version
+// ends at 5; the loss moves and the adapter with it; the base's bytes are
+// unchanged and the run's copy of it holds --init's tensors.
+func vllmLoRATrain(t *testing.T, vs *vllmserver.Server, px *vllmProxy, warm, trainData, collabAddr, dir string) {
+	ctx := context.Background()
+	const steps = 5
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(dir, "run")
+	cfgPath := filepath.Join(dir, "run.yaml")
+	text := tinyRecipe{name: "vllm-lora", dir: runDir, steps: steps, train: trainData, batch: 4,
+		policy: px.URL + "/v1?model=" + loraAdapterName, sync: fmt.Sprintf("{kind: vllm, endpoints: [%q], timeout: 120s}", px.URL),
+		group: 4, loss: "dapo", collab: collabAddr, eval: "eval:\n  every: 0\n"}.yaml()
+	for _, r := range [][2]string{
+		{"  backend: cpu\n", "  backend: cpu\n  lora: {rank: 8, alpha: 16, targets: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]}\n"},
+		{"lr: 1.0e-4", "lr: 1.0e-2"},
+	} {
+		if !strings.Contains(text, r[0]) {
+			t.Fatalf("the tiny recipe has no %q", r[0])
+		}
+		text = strings.Replace(text, r[0], r[1], 1)
+	}
+	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	warmWeights := filepath.Join(warm, checkpoint.WeightsName)
+	before := fileDigest(t, warmWeights)
+	calls0, _ := px.snapshot()
+	loads0 := len(px.adapterLoads())
+
+	t0 := time.Now()
+	code, out := runAipoFor(t, 15*time.Minute, nil, "train", "--config", cfgPath, "--init", warm)
+	if code != 0 {
+		t.Fatalf("aipo train with LoRA against vLLM exited %d:\n%s", code, out)
+	}
+	t.Logf("aipo train, %d LoRA steps sampled by vLLM: %s", steps, time.Since(t0).Round(time.Second))
+	for _, want := range []string{"serve the LoRA run's base", fmt.Sprintf("step %d/%d: loss", steps, steps)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("aipo train's output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Every checkpoint's adapter reached vLLM, in order, and every
+	// completion of the run (rollouts and the sync's probes) named it.
+	var want []string
+	for k := int64(0); k <= steps; k++ {
+		abs, err := filepath.Abs(rundir.Checkpoint(runDir, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, abs)
+	}
+	if got := px.adapterLoads()[loads0:]; !slices.Equal(got, want) {
+		t.Errorf("vLLM loaded the adapters %v; want checkpoints 0 to %d in order: %v", got, steps, want)
+	}
+	all, _ := px.snapshot()
+	calls := all[len(calls0):]
+	// The one completion that names no model is the probe after the
+	// base's push (the served model, before any adapter).
+	baseProbes := 0
+	for _, c := range calls {
+		switch {
+		case c.Model == loraAdapterName:
+		case c.Model == "" && c.PromptLogProbs != nil:
+			baseProbes++
+		default:
+			t.Errorf("a completion of the LoRA run asked for model %q (probe: %v), not the adapter %q", c.Model, c.PromptLogProbs != nil, loraAdapterName)
+		}
+	}
+	if baseProbes != 1 {
+		t.Errorf("%d probes of the base during the LoRA run; want 1, after the base's push", baseProbes)
+	}
+	kept, err := checkpoint.List(ctx, runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for k, trajs := range sampledByTheirStep(t, runDir, steps) {
+		checkAgainstVLLM(t, calls, trajs)
+		if !slices.Contains(kept, int64(k)) {
+			continue
+		}
+		m := loadHF(t, rundir.Checkpoint(runDir, int64(k)))
+		if d := mismatch(t, m, trajs); d > vllmLogProbTol {
+			t.Errorf("step %d: the learner's log-probs (checkpoint %d's adapter merged) of vLLM's tokens differ by up to %.3g, more than %.0e", k, k, d, vllmLogProbTol)
+		} else {
+			t.Logf("step %d: vLLM with checkpoint %d's adapter against the learner: max |delta| %.3g", k, k, d)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Errorf("no step's checkpoint was kept (%v) to score its samples with", kept)
+	}
+
+	var info struct {
+		WeightVersion string `json:"weight_version"`
+	}
+	resp, err := http.Get(vs.URL + "/weight_info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if info.WeightVersion != fmt.Sprint(steps) {
+		t.Errorf("after the LoRA run vLLM's weight_version is %q, want %d", info.WeightVersion, steps)
+	}
+
+	// The loss moved, and the adapter with it.
+	losses := map[string]bool{}
+	for _, m := range regexp.MustCompile(`step \d+/\d+: loss (\S+)`).FindAllStringSubmatch(out, -1) {
+		losses[strings.TrimRight(m[1], ",")] = true
+	}
+	if len(losses) < 2 {
+		t.Errorf("the loss took %d distinct values over %d steps: %v", len(losses), steps, losses)
+	}
+	last, err := peft.Read(ctx, rundir.Checkpoint(runDir, steps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := false
+	for _, m := range last.Modules {
+		moved = moved || slices.ContainsFunc(m.B, func(x float32) bool { return x != 0 })
+	}
+	if !moved {
+		t.Errorf("checkpoint %d's adapter still has B = 0: nothing was trained", steps)
+	}
+
+	// The base is untouched: --init's bytes, and the run's copy holds its
+	// tensors.
+	if after := fileDigest(t, warmWeights); after != before {
+		t.Errorf("--init's weights changed during the LoRA run: sha256 %s, was %s", after, before)
+	}
+	a, _, err := checkpoint.LoadSafetensors(ctx, warmWeights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := checkpoint.LoadSafetensors(ctx, filepath.Join(rundir.LoRABase(runDir), checkpoint.WeightsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run's copy may write a tied head out as lm_head.weight; every
+	// tensor of --init is in it with the same values.
+	byName := map[string][]float32{}
+	for _, x := range b {
+		byName[x.Name] = x.Data
+	}
+	for _, x := range a {
+		if got, ok := byName[x.Name]; !ok || !slices.Equal(got, x.Data) {
+			t.Errorf("the run's base's %s differs from --init's (present: %v)", x.Name, ok)
+		}
+	}
 }

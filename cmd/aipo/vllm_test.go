@@ -57,6 +57,8 @@ const vllmLogProbTol = 1e-3
 
 // vllmCall is one /v1/completions exchange the recording proxy saw.
 type vllmCall struct {
+	// Model is the request's model: the served name or a LoRA adapter's.
+	Model  string
 	Prompt []int32
 	// Reloads is how many reloads had been answered when the request came.
 	Reloads int
@@ -78,6 +80,9 @@ type vllmProxy struct {
 	mu      sync.Mutex
 	calls   []vllmCall
 	reloads []string // weights_path of each reload vLLM answered 200
+	// adapters are the lora_path of each runtime LoRA load vLLM answered
+	// 200 (/v1/load_lora_adapter).
+	adapters []string
 	// rpc, when set, sees each /collective_rpc body first; it returns
 	// true when it answered the request itself.
 	rpc func(w http.ResponseWriter, r *http.Request, weightsPath string) bool
@@ -90,6 +95,7 @@ type proxyKey struct{}
 
 type proxyReq struct {
 	path    string
+	model   string
 	prompt  []int32
 	reload  string
 	reloads int
@@ -124,8 +130,12 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 			if resp.StatusCode == http.StatusOK && in.reload != "" {
 				p.reloads = append(p.reloads, in.reload)
 			}
+		case "/v1/load_lora_adapter":
+			if resp.StatusCode == http.StatusOK {
+				p.adapters = append(p.adapters, in.reload)
+			}
 		case "/v1/completions":
-			c := vllmCall{Prompt: in.prompt, Reloads: in.reloads, Status: resp.StatusCode}
+			c := vllmCall{Model: in.model, Prompt: in.prompt, Reloads: in.reloads, Status: resp.StatusCode}
 			if resp.StatusCode == http.StatusOK {
 				var out struct {
 					Choices []struct {
@@ -157,17 +167,22 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 		return nil
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/completions" || r.URL.Path == "/collective_rpc" {
+		if r.URL.Path == "/v1/completions" || r.URL.Path == "/collective_rpc" || r.URL.Path == "/v1/load_lora_adapter" {
 			body, _ := io.ReadAll(r.Body)
 			var in struct {
+				Model          string          `json:"model"`
 				Prompt         json.RawMessage `json:"prompt"`
 				PromptLogprobs *int            `json:"prompt_logprobs"`
 				Kwargs         struct {
 					WeightsPath string `json:"weights_path"`
 				} `json:"kwargs"`
+				LoRAPath string `json:"lora_path"`
 			}
 			json.Unmarshal(body, &in)
-			pr := proxyReq{path: r.URL.Path, reload: in.Kwargs.WeightsPath, promptL: in.PromptLogprobs != nil}
+			pr := proxyReq{path: r.URL.Path, model: in.Model, reload: in.Kwargs.WeightsPath, promptL: in.PromptLogprobs != nil}
+			if in.LoRAPath != "" {
+				pr.reload = in.LoRAPath
+			}
 			json.Unmarshal(in.Prompt, &pr.prompt)
 			p.mu.Lock()
 			pr.reloads = len(p.reloads)
@@ -208,6 +223,14 @@ func (p *vllmProxy) snapshot() ([]vllmCall, []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.calls), slices.Clone(p.reloads)
+}
+
+// adapterLoads are the lora_path of every runtime LoRA load vLLM answered
+// 200, in order.
+func (p *vllmProxy) adapterLoads() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.adapters)
 }
 
 // vllmRunConfig is the rehearsal's recipe with vLLM (behind the proxy) as
@@ -380,7 +403,10 @@ func TestVLLMPolicyServer(t *testing.T) {
 	loss := warmStartQwen3(t, tok, tokDir, warm, cfg0, rows, 60, hfmodel.TinyQwen3VLLMConfig)
 	t.Logf("warm start: 60 SFT steps, loss %.3f", loss)
 
-	vs := vllmserver.Start(t, warm, vllmserver.Options{Name: "policy"})
+	// LoRA enabled with runtime loading, for the LoRA run ("lora"): the
+	// base serves the other subtests as it would without.
+	t.Setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
+	vs := vllmserver.Start(t, warm, vllmserver.Options{Name: "policy", Args: vllmLoRAArgs})
 	px := newVLLMProxy(t, vs.URL)
 	defer func() {
 		if t.Failed() {
@@ -543,6 +569,10 @@ func TestVLLMPolicyServer(t *testing.T) {
 				t.Logf("step %d: train-inference mismatch mean |delta| %.2g, max %.2g", st.Step, st.Mismatch.AbsMean, st.Mismatch.AbsMax)
 			}
 		}
+	})
+
+	t.Run("lora", func(t *testing.T) {
+		vllmLoRATrain(t, vs, px, warm, train, collabAddr, filepath.Join(base, "lora"))
 	})
 
 	t.Run("faults", func(t *testing.T) {

@@ -10,13 +10,15 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
+
+	"github.com/aipo-rl/aipo/internal/peftdir"
 )
 
 // The files of a LoRA adapter, as Hugging Face PEFT names them
 // (learner/peft reads and writes their content).
 const (
-	AdapterConfigName  = "adapter_config.json"
-	AdapterWeightsName = "adapter_model.safetensors"
+	AdapterConfigName  = peftdir.ConfigFile
+	AdapterWeightsName = peftdir.WeightsFile
 )
 
 // Adapter makes a checkpoint a LoRA adapter's on a frozen base: the

@@ -11,6 +11,8 @@ import (
 	"sort"
 
 	"github.com/aipo-rl/aipo/learner/checkpoint"
+
+	"github.com/aipo-rl/aipo/internal/peftdir"
 )
 
 // The files of an adapter directory, as PEFT names them.
@@ -20,10 +22,7 @@ const (
 )
 
 // IsAdapterDir reports whether dir holds a PEFT adapter (its config file).
-func IsAdapterDir(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, ConfigFile))
-	return err == nil
-}
+func IsAdapterDir(dir string) bool { return peftdir.IsAdapterDir(dir) }
 
 // Read loads the adapter in dir. Every error names the file and what is
 // wrong with it; a directory that is a whole model, not an adapter, is

@@ -35,6 +35,11 @@ type Servers struct {
 	group  *weightsync.Group // nil: nobody is told (in-process policy, or policy.sync none)
 	pushMu sync.Mutex
 	pushed int64 // the checkpoint the servers were last told to serve; -1 none yet
+	// base is a LoRA run's frozen base as vLLM sees it (baseDir), pushed
+	// as whole weights before the first adapter this process pushes and
+	// again to a restarted server: an adapter is pushed alone, and vLLM
+	// started on another model would apply it to that one unseen.
+	base string
 }
 
 // Open reaches the policy servers of cfg: those of policy.sync when its
@@ -52,7 +57,43 @@ func Open(ctx context.Context, cfg runconfig.Config, log func(string)) (*Servers
 		return nil, fmt.Errorf("train: policy.sync: %w", err)
 	}
 	s.group = g
+	if cfg.Learner.LoRA != nil && g.Kind() == "vllm" {
+		s.base = baseDir(cfg)
+	}
 	return s, nil
+}
+
+// baseDir is a LoRA run's base (<run>/lora-base) as the servers see it:
+// beside policy.sync.checkpoint_dir (the run's checkpoints directory as
+// they see it), else the run's own, made absolute.
+func baseDir(cfg runconfig.Config) string {
+	if root := cfg.Policy.Sync.CheckpointDir; root != "" {
+		return storage.Join(storage.Dir(root), filepath.Base(rundir.LoRABase(cfg.Run.Dir)))
+	}
+	dir := rundir.LoRABase(cfg.Run.Dir)
+	if !storage.IsRemote(dir) {
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
+		}
+	}
+	return dir
+}
+
+// pushCheckpoint pushes checkpoint cp to every server; fresh says the
+// servers may serve another base than the run's (nothing pushed by this
+// process yet, or a server restarted): a LoRA run's base goes first, under
+// cp's version (the adapter of checkpoint 0 starts at zero, so the probe
+// after it matches the base's).
+func (s *Servers) pushCheckpoint(ctx context.Context, cp int64, fresh bool) error {
+	if s.base != "" && fresh {
+		if err := s.group.Push(ctx, weightsync.Checkpoint{Dir: s.base, Version: cp}); err != nil {
+			return fmt.Errorf("the LoRA run's base %s: %w", s.base, err)
+		}
+		if s.log != nil {
+			s.log(fmt.Sprintf("policy servers (%s, %d) serve the LoRA run's base", s.group.Kind(), len(s.group.Endpoints())))
+		}
+	}
+	return s.group.Push(ctx, weightsync.Checkpoint{Dir: checkpointDir(s.cfg, cp), Version: cp})
 }
 
 // Close closes the connections to the servers.
@@ -85,7 +126,7 @@ func (s *Servers) push(ctx context.Context, cp int64) error {
 	if s.pushed >= cp {
 		return nil
 	}
-	if err := s.group.Push(ctx, weightsync.Checkpoint{Dir: checkpointDir(s.cfg, cp), Version: cp}); err != nil {
+	if err := s.pushCheckpoint(ctx, cp, s.pushed < 0); err != nil {
 		return err
 	}
 	s.pushed = cp
@@ -117,7 +158,7 @@ func (s *Servers) recheck(ctx context.Context, k int64) error {
 	if s.log != nil {
 		s.log(fmt.Sprintf("policy.sync: %s (restarted since the push?): pushing checkpoint %d again before step %d is rolled out", strings.Join(stale, "; "), v, k))
 	}
-	return s.group.Push(ctx, weightsync.Checkpoint{Dir: checkpointDir(s.cfg, v), Version: v})
+	return s.pushCheckpoint(ctx, v, true)
 }
 
 // Forget makes the next push of any checkpoint reach the servers, as if

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/peft"
+	"github.com/aipo-rl/aipo/internal/peftdir"
 	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
@@ -73,7 +73,7 @@ var ErrSGLangAdapter = errors.New("SGLang is not sent LoRA adapters: its /load_l
 	"with load_inplace) or aipo serve --lora (kind aipo)")
 
 func (r sglangReplica) Push(ctx context.Context, ck Checkpoint) error {
-	if peft.IsAdapterDir(ck.Dir) {
+	if peftdir.IsAdapterDir(ck.Dir) {
 		return fmt.Errorf("%s is a LoRA adapter: %w", ck.Dir, ErrSGLangAdapter)
 	}
 	version := strconv.FormatInt(ck.Version, 10)

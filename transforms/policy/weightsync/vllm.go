@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aipo-rl/aipo/learner/peft"
+	"github.com/aipo-rl/aipo/internal/peftdir"
 	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
@@ -173,7 +173,7 @@ func (r *vllmReplica) probe(ctx context.Context, model string) ([]float64, error
 }
 
 func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) error {
-	if peft.IsAdapterDir(ck.Dir) {
+	if peftdir.IsAdapterDir(ck.Dir) {
 		if err := r.loadAdapter(ctx, ck); err != nil {
 			return err
 		}
@@ -343,8 +343,8 @@ func (r *vllmReplica) adapterHint(ctx context.Context, dir, msg string) string {
 	switch {
 	case strings.Contains(msg, "max_lora_rank"):
 		rank := "its rank"
-		if a, err := peft.Read(ctx, dir); err == nil {
-			rank = fmt.Sprintf("its rank %d", a.Config.R)
+		if r, err := peftdir.Rank(dir); err == nil {
+			rank = fmt.Sprintf("its rank %d", r)
 		}
 		return fmt.Sprintf(": restart vLLM with --max-lora-rank at least %s (vLLM takes 1, 8, 16, 32, 64, 128, 256, 320 or 512), or train a smaller rank (learner.lora.rank)", rank)
 	case strings.Contains(msg, "enable_lora") || strings.Contains(msg, "enable-lora") || strings.Contains(strings.ToLower(msg), "lora is not enabled"):

@@ -33,7 +33,7 @@ import (
 
 // Checkpoint is what a push serves: its directory as the servers see it,
 // and its policy version. A directory that holds a PEFT LoRA adapter
-// (peft.IsAdapterDir: a checkpoint of a LoRA run) is pushed as an
+// (peftdir.IsAdapterDir: a checkpoint of a LoRA run) is pushed as an
 // adapter: the servers load the adapter alone, megabytes, on the base
 // they serve (vLLM's /v1/load_lora_adapter, aipo serve --lora's Reload);
 // a kind that cannot take one refuses it, saying why.
