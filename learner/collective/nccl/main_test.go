@@ -39,8 +39,8 @@ func testOptions() collective.Options {
 }
 
 // join forms the group from the launcher's environment and opens an NCCL
-// communicator on it, on device 0 (the stand-in driver has one device,
-// which the ranks share; real NCCL wants a GPU a rank).
+// communicator on it: on GPU LOCAL_RANK (real NCCL wants a GPU a rank),
+// or on the stand-in driver's one device, which the ranks share.
 func join() (*collective.Group, *Comm, error) {
 	env, err := collective.EnvFromOS()
 	if err != nil {
@@ -51,7 +51,11 @@ func join() (*collective.Group, *Comm, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := New(ctx, g, Options{Device: 0})
+	dev := -1
+	if isStandIn() {
+		dev = 0
+	}
+	c, err := New(ctx, g, Options{Device: dev})
 	if err != nil {
 		g.Close()
 		return nil, nil, err

@@ -58,19 +58,21 @@ func TestStandInCollectives(t *testing.T) {
 	}
 }
 
-// The one-rank GPU test (TestGPUNCCLOneRank, 64 MiB all-reduced among
-// others) over the stand-ins, as scripts/gpu-check.sh runs it on a GPU.
+// The GPU tests (TestGPUNCCLOneRank, 64 MiB all-reduced among others, and
+// TestGPUNCCLGroup, a rank a device) over the stand-ins, as
+// scripts/gpu-check.sh runs them on a GPU.
 func TestStandInOneRank(t *testing.T) {
 	if os.Getenv("AIPO_NCCL_STANDIN_CHILD") == "1" {
 		t.Skip("inside the child process")
 	}
-	cmd := exec.Command(os.Args[0], "-test.v", "-test.count=1", "-test.run", "^TestGPUNCCLOneRank$")
+	cmd := exec.Command(os.Args[0], "-test.v", "-test.count=1", "-test.run", "^(TestGPUNCCLOneRank|TestGPUNCCLGroup)$")
 	cmd.Env = append(append(os.Environ(), standIn(t)...), "AIPO_REQUIRE_GPU=1", "AIPO_NCCL_STANDIN_CHILD=1")
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestGPUNCCLOneRank") {
-		t.Fatalf("TestGPUNCCLOneRank over the stand-ins: %v\n%s", err, out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestGPUNCCLOneRank") || !strings.Contains(string(out), "--- PASS: TestGPUNCCLGroup") {
+		t.Fatalf("TestGPUNCCLOneRank and TestGPUNCCLGroup over the stand-ins: %v\n%s", err, out)
 	}
 	t.Log(lineWith(string(out), "NCCL 2."))
+	t.Log(lineWith(string(out), "collectives ok"))
 }
 
 // An NCCL older than 2.23 (no ncclCommInitRankScalable) is refused with
