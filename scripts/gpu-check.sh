@@ -7,9 +7,16 @@
 # training step at Qwen2.5-0.5B and Qwen3-0.6B shapes. The GPU machine needs no Go and no CUDA toolkit: only the driver
 # (libcuda.so.1) and cuBLAS 12 or 13 (a system install or PyTorch's wheels).
 #
-# It also runs the NCCL backend's one-rank check (learner/collective/nccl,
-# TestGPUNCCLOneRank: every collective and a 64 MiB all-reduce on GPU 0,
-# NCCL from the libnccl2 package or the nvidia-nccl-cu12 wheel).
+# It also runs the NCCL backend's GPU tests (learner/collective/nccl):
+# TestGPUNCCLOneRank (every collective and a 64 MiB all-reduce on GPU 0)
+# and TestGPUNCCLGroup (every collective with a rank a GPU, up to 4, each
+# rank a process of the test binary: one rank on a one-GPU machine, since
+# NCCL refuses two ranks on one GPU). NCCL comes from the libnccl2
+# package, the nvidia-nccl-cu12 wheel of a Python here, or a
+# libnccl.so.2 carried to the GPU machine in build/gpu/lib (that folder,
+# when it exists, is searched first for every library the tests load).
+# These tests have run only over the stand-in NCCL of make test
+# (testdata/fakenccl.c) so far.
 #
 # Build the test binaries on a development machine first, from the
 # repository root (CGO_ENABLED=0: the binaries link no OpenBLAS and need no
@@ -55,7 +62,9 @@ for py in python3 python; do
   done
   break
 done
-export AIPO_CUDA_LIB_PATH="${AIPO_CUDA_LIB_PATH:-}$extra"
+carried=""
+[ -d build/gpu/lib ] && carried="$root/build/gpu/lib:"
+export AIPO_CUDA_LIB_PATH="$carried${AIPO_CUDA_LIB_PATH:-}$extra"
 export AIPO_REQUIRE_GPU=1
 
 {
@@ -80,7 +89,7 @@ timeout 360 "$bin" -test.v -test.run 'GPU|Parity' -test.timeout 340s >>"$report"
 rc=$?
 {
   echo
-  echo "## nccl.test -test.v -test.run 'GPU|Load|Config' (one rank)"
+  echo "## nccl.test -test.v -test.run 'GPU|Load|Config' (one rank, then a rank a GPU)"
 } >>"$report"
 timeout 90 "$ncclbin" -test.v -test.run 'GPU|Load|Config' -test.timeout 80s >>"$report" 2>&1
 nrc=$?

@@ -301,34 +301,36 @@ func writeJSON(ctx context.Context, p string, v any) error {
 // local modulo the devices there are (torchrun's one rank a GPU; ranks
 // beyond the GPUs share them, which a group that reduces on the host
 // allows).
-func onBackend(l *trainer.Learner, name, precision string, local int) (func(), error) {
+func onBackend(l *trainer.Learner, name, precision string, local int) (func(), int, error) {
 	b, err := backend.Lookup(name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var dv backend.Device
+	ordinal := 0
 	if o, ok := b.(backend.DeviceOpener); ok && local > 0 {
 		devs, err := b.Devices()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if len(devs) == 0 {
-			return nil, fmt.Errorf("the %s backend sees no device", name)
+			return nil, 0, fmt.Errorf("the %s backend sees no device", name)
 		}
-		dv, err = o.OpenDevice(local % len(devs))
+		ordinal = local % len(devs)
+		dv, err = o.OpenDevice(ordinal)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	} else if dv, err = b.Open(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	free, err := l.On(dv, precision)
 	if err != nil {
 		dv.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	return func() {
 		free()
 		dv.Close()
-	}, nil
+	}, ordinal, nil
 }

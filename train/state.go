@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/runlease"
 	"github.com/aipo-rl/aipo/internal/storage"
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -79,7 +80,7 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		if st.ranks != nil {
 			local = st.ranks.Group.Env().LocalRank
 		}
-		free, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision, local)
+		free, ordinal, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision, local)
 		if err != nil {
 			return nil, fmt.Errorf("learner.backend %s: %w", cfg.Learner.Backend, err)
 		}
@@ -87,7 +88,7 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 			l.Ref = nil
 		}
 		if st.ranks != nil {
-			if err := st.joinGroup(l); err != nil {
+			if err := st.joinGroup(ctx, l, ordinal); err != nil {
 				free()
 				return nil, err
 			}
@@ -110,14 +111,24 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 
 // joinGroup makes l the group's rank: with the share of the optimiser
 // state st kept from the step before, or a new one (restored next). On a
-// device the ranks reduce the gradients on the host, where the shares
-// are kept (trainer.EnableDataParallel, backend.HostReduced).
-func (st *trainState) joinGroup(l *trainer.Learner) error {
+// device whose passes can (backend.DeviceReduced) the ranks reduce the
+// gradients and keep their shares of the moments on the devices, over the
+// group's NCCL communicator on device ordinal (rankgroup.Ranks.DeviceComm);
+// other devices bring them to the host (backend.HostReduced).
+func (st *trainState) joinGroup(ctx context.Context, l *trainer.Learner, ordinal int) error {
 	if st.dp != nil {
 		l.DP = st.dp
 		return nil
 	}
-	if err := l.EnableDataParallel(st.ranks.Comm, st.group); err != nil {
+	group := st.group
+	if _, ok := l.PolicyCompute.(backend.DeviceReduced); ok {
+		dc, err := st.ranks.DeviceComm(ctx, ordinal)
+		if err != nil {
+			return err
+		}
+		group.DeviceComm = dc
+	}
+	if err := l.EnableDataParallel(st.ranks.Comm, group); err != nil {
 		return err
 	}
 	st.dp = l.DP
@@ -246,6 +257,10 @@ func (st *trainState) park() error {
 		return nil
 	}
 	err := st.syncParams()
+	if err == nil && st.dp != nil {
+		// The rank's moments come to the host before the device goes.
+		err = st.l.ParkDevice()
+	}
 	cpu := st.cpu
 	if err == nil && !cpu && st.dp == nil {
 		// (A group's rank keeps its share of the state on the host, in
@@ -271,6 +286,11 @@ func (st *trainState) park() error {
 // close frees the passes without bringing anything back.
 func (st *trainState) close() {
 	if st != nil && st.free != nil {
+		if st.dp != nil {
+			// The group's device memory goes before the device (its
+			// moments are not needed: nothing follows).
+			st.l.ParkDevice()
+		}
 		st.free()
 		st.l, st.on, st.free = nil, "", nil
 	}

@@ -548,13 +548,15 @@ func TestTrainShardsOnRanks(t *testing.T) {
 }
 
 // aipo train --nproc N with learner.backend cuda, on the stand-in CUDA
-// driver whose kernels run on the host (internal/fakecuda; one device,
-// which the ranks share): each rank brings its shards' gradients from the
-// device to the host, the group reduces them and steps its share of the
-// moments there, and uploads the gathered weights. 2 steps of the quick
-// configuration at 2 ranks end with --nproc 1's bits, at learner.zero 2
-// too, and the group's final checkpoint has each rank's part of the
-// optimiser state.
+// driver whose kernels run on the host and the stand-in NCCL that moves
+// its memory between the ranks (internal/fakecuda; one device, which the
+// ranks share): each rank sums its shards' gradients on the device, the
+// ranks reduce them there over NCCL and step their shares of the moments
+// there, and gather the updated weights over NCCL; no gradient comes to
+// the host. 2 steps of the quick configuration at 2 ranks end with
+// --nproc 1's bits, at learner.zero 2 too, and the group's final
+// checkpoint has each rank's part of the optimiser state (the moments
+// brought from the devices).
 func TestTrainOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")

@@ -6,6 +6,12 @@
 // kernels/*.cu as C++, one fiber per GPU thread). A process finds the
 // stand-ins when learner/cuda's library path variable (AIPO_CUDA_LIB_PATH)
 // names the directory Build filled.
+//
+// The directory also holds the stand-in NCCL (libnccl.so.2, from
+// learner/collective/nccl/testdata/fakenccl.c), which runs NCCL's calls
+// between the processes of one machine over sockets, moving the stand-in
+// driver's device memory (host memory of each process): with it the
+// learner's multi-rank device paths run without a GPU.
 package fakecuda
 
 import (
@@ -21,7 +27,8 @@ import (
 
 // Libs is a directory of stand-in libraries.
 type Libs struct {
-	// Dir holds libcuda.so.1, libcublas.so.13 and libcublasLt.so.13.
+	// Dir holds libcuda.so.1, libcublas.so.13, libcublasLt.so.13 and
+	// libnccl.so.2.
 	Dir string
 	// Emulated says that the stand-in driver runs the kernels (a C++
 	// compiler was found); without it only residual_forward and scale_f32
@@ -55,7 +62,10 @@ func Build(dir, cudaDir string) (Libs, error) {
 	libcuda := filepath.Join(dir, "libcuda.so.1")
 	cxx, err := exec.LookPath("c++")
 	if err != nil {
-		return Libs{Dir: dir}, run(cc, "-shared", "-fPIC", "-O2", "-DFAKE_CUDA", "-o", libcuda, src, "-lpthread")
+		if err := run(cc, "-shared", "-fPIC", "-O2", "-DFAKE_CUDA", "-o", libcuda, src, "-lpthread", "-ldl"); err != nil {
+			return Libs{}, err
+		}
+		return Libs{Dir: dir}, BuildNCCL(dir, ncclDir(cudaDir))
 	}
 	registry, err := emulatorRegistry(cudaDir)
 	if err != nil {
@@ -70,13 +80,51 @@ func Build(dir, cudaDir string) (Libs, error) {
 		{cc, "-c", "-fPIC", "-O2", "-DFAKE_CUDA", "-o", fake, src},
 		{cxx, "-c", "-fPIC", "-O1", "-std=c++17", "-o", emu, filepath.Join(cudaDir, "testdata", "emu", "cudaemu.cpp")},
 		{cxx, "-c", "-fPIC", "-O1", "-std=c++17", "-o", reg, regSrc},
-		{cxx, "-shared", "-o", libcuda, fake, emu, reg, "-lpthread"},
+		{cxx, "-shared", "-o", libcuda, fake, emu, reg, "-lpthread", "-ldl"},
 	} {
 		if err := run(args[0], args[1:]...); err != nil {
 			return Libs{}, err
 		}
 	}
-	return Libs{Dir: dir, Emulated: true}, nil
+	return Libs{Dir: dir, Emulated: true}, BuildNCCL(dir, ncclDir(cudaDir))
+}
+
+// ncclDir is learner/collective/nccl beside learner/cuda.
+func ncclDir(cudaDir string) string { return filepath.Join(cudaDir, "..", "collective", "nccl") }
+
+// BuildDriver compiles the stand-in CUDA driver alone into dir
+// (libcuda.so.1 from cudaDir/testdata/fakecuda.c, in C, without the
+// kernel emulator): device memory, copies, streams and contexts, what
+// the communicator of learner/collective/nccl needs beside NCCL.
+func BuildDriver(dir, cudaDir string) error {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		return ErrNoCompiler
+	}
+	src := filepath.Join(cudaDir, "testdata", "fakecuda.c")
+	args := []string{"-shared", "-fPIC", "-O2", "-DFAKE_CUDA", "-o", filepath.Join(dir, "libcuda.so.1"), src, "-lpthread", "-ldl"}
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("fakecuda: %s %s: %v\n%s", cc, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// BuildNCCL compiles the stand-in NCCL (ncclDir/testdata/fakenccl.c,
+// ncclDir being learner/collective/nccl) into dir as libnccl.so.2. Its
+// reductions must add in the order the source states, so the compiler
+// may not contract or reassociate them (-ffp-contract=off, no
+// -ffast-math).
+func BuildNCCL(dir, ncclDir string) error {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		return ErrNoCompiler
+	}
+	src := filepath.Join(ncclDir, "testdata", "fakenccl.c")
+	args := []string{"-shared", "-fPIC", "-O2", "-ffp-contract=off", "-o", filepath.Join(dir, "libnccl.so.2"), src, "-lpthread"}
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("fakecuda: %s %s: %v\n%s", cc, strings.Join(args, " "), err, out)
+	}
+	return nil
 }
 
 var entry = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)

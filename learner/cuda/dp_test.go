@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/collective/gloo"
+	"github.com/aipo-rl/aipo/learner/collective/nccl"
 	"github.com/aipo-rl/aipo/learner/internal/disttest"
 	"github.com/aipo-rl/aipo/learner/loss"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -33,8 +35,10 @@ const dpLR = 1e-2
 // programDPDevice is one rank of TestDeviceDataParallel: the tiny Qwen2
 // fixture's policy with its passes on the device (AIPO_DPD_BACKEND cuda,
 // precision AIPO_DPD_PRECISION) or on the host (cpu), in a Gloo group of
-// the launcher's environment, takes 3 data-parallel steps and rank 0
-// saves the parameters the passes hold to AIPO_DPD_SAVE/params.bin.
+// the launcher's environment and, on the device, an NCCL communicator
+// over which the group reduces (unless AIPO_DPD_HOST_REDUCED=1), takes 3
+// data-parallel steps and rank 0 saves the parameters the passes hold to
+// AIPO_DPD_SAVE/params.bin.
 func programDPDevice() int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "rank %s: %v\n", os.Getenv("RANK"), err)
@@ -71,8 +75,8 @@ func programDPDevice() int {
 	}
 	l := &trainer.Learner{Policy: m, Opt: opt}
 	if os.Getenv("AIPO_DPD_BACKEND") == Name {
-		// Every rank opens GPU 0: the group reduces on the host, so
-		// ranks may share a device (the stand-in driver has one).
+		// Every rank opens GPU 0, the stand-in driver's one device,
+		// which the ranks share (real NCCL wants a GPU a rank).
 		dev, err := cudaBackend{}.OpenDevice(0)
 		if err != nil {
 			return fail(err)
@@ -85,8 +89,23 @@ func programDPDevice() int {
 		defer free()
 	}
 	zero, _ := strconv.Atoi(os.Getenv("AIPO_DPD_ZERO"))
-	if err := l.EnableDataParallel(comm, trainer.DPConfig{Zero: zero}); err != nil {
+	dc := trainer.DPConfig{Zero: zero}
+	if os.Getenv("AIPO_DPD_BACKEND") == Name && os.Getenv("AIPO_DPD_HOST_REDUCED") != "1" {
+		// The default on a device: the gradients reduced and the
+		// moments kept on the devices, over NCCL (the stand-in NCCL
+		// without a GPU), device 0 for every rank as above.
+		dcomm, err := nccl.New(ctx, g, nccl.Options{Device: 0})
+		if err != nil {
+			return fail(err)
+		}
+		defer dcomm.Close()
+		dc.DeviceComm = dcomm
+	}
+	if err := l.EnableDataParallel(comm, dc); err != nil {
 		return fail(err)
+	}
+	if l.DP.OnDevices() {
+		fmt.Println("reducing on the devices over nccl")
 	}
 	rc := trainer.RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 24, PPOEpochs: 1, MiniBatches: 2}
 	rc.Loss.KLCoef = 0
@@ -139,6 +158,7 @@ var stepLine = regexp.MustCompile(`step (\d+): loss (\S+) grad-norm (\S+)`)
 func dpDeviceRun(t *testing.T, size int, backendName, precision string, zero ...string) (params []float32, steps [][2]float64) {
 	t.Helper()
 	dir := t.TempDir()
+	onDevices := backendName == Name && !slices.Contains(zero, "AIPO_DPD_HOST_REDUCED=1")
 	rs := disttest.Launch(t, disttest.Spec{Program: "dpdevice", Size: size, Env: func(int) []string {
 		return append([]string{"AIPO_DPD_BACKEND=" + backendName, "AIPO_DPD_PRECISION=" + precision, "AIPO_DPD_SAVE=" + dir}, zero...)
 	}})
@@ -148,6 +168,9 @@ func dpDeviceRun(t *testing.T, size int, backendName, precision string, zero ...
 		}
 	}
 	out := rs.Output(0)
+	if got := strings.Contains(out, "reducing on the devices over nccl"); got != onDevices {
+		t.Fatalf("%s %s %v, %d ranks: reducing on the devices %v, want %v:\n%s", backendName, precision, zero, size, got, onDevices, out)
+	}
 	for _, m := range stepLine.FindAllStringSubmatch(out, -1) {
 		lossV, _ := strconv.ParseFloat(m[2], 64)
 		norm, _ := strconv.ParseFloat(m[3], 64)
@@ -170,13 +193,16 @@ func dpDeviceRun(t *testing.T, size int, backendName, precision string, zero ...
 }
 
 // TestDeviceDataParallel runs the learner's data-parallel group with its
-// passes on the device: each rank brings its virtual shards' gradients to
-// the host, the group reduces them and steps its share of the optimiser
-// state there (backend.HostReduced), and the gathered parameters go back
-// to the device. A step is the same bits at 1, 2 and 4 ranks, at ZeRO
-// stage 2 too, in float32 and with bfloat16 GEMM operands (whose copy of the parameters must be
-// refreshed from the uploaded masters), and agrees with the group whose
-// passes run on the host.
+// passes on the device: each rank sums its virtual shards' gradients on
+// the device, the ranks reduce them there over NCCL (the stand-in NCCL,
+// learner/collective/nccl/testdata/fakenccl.c, without a GPU) and step
+// their shares of the optimiser state on the device, and gather the
+// updated parameters over NCCL (backend.DeviceReduced); no gradient
+// comes to the host. A step is the same bits at 1, 2 and 4 ranks, at
+// ZeRO stage 2 too, in float32 and with bfloat16 GEMM operands (whose
+// copy of the parameters must be refreshed from the gathered masters),
+// and agrees with the group whose passes run on the host and with the
+// device group that reduces on the host (backend.HostReduced).
 //
 // Tolerance against the host: the passes agree as TestParityModelStep
 // measures (gradients within 1e-3 of each tensor's largest magnitude,
@@ -211,6 +237,13 @@ func TestDeviceDataParallel(t *testing.T) {
 	}
 	if d := maxDiff(bf1, one); d == 0 {
 		t.Error("bf16 steps gave float32's bits: the bfloat16 copy was not used")
+	}
+	// The device group that reduces on the host over Gloo: its AdamW is
+	// the host's, so it agrees with the device's within the bound below.
+	hr, _ := dpDeviceRun(t, 2, Name, "", "AIPO_DPD_HOST_REDUCED=1")
+	t.Logf("2 ranks reducing on the host against 1 on the devices after 3 steps: max %.3g", maxDiff(hr, one))
+	if d := maxDiff(hr, one); d > 6*dpLR {
+		t.Errorf("2 ranks reducing on the host against 1 on the devices: max %g (bound %g)", d, 6*dpLR)
 	}
 	host, hostSteps := dpDeviceRun(t, 1, "cpu", "")
 	if d := math.Abs(oneSteps[0][0]-hostSteps[0][0]) / math.Abs(hostSteps[0][0]); d > 1e-5 {

@@ -78,6 +78,7 @@ type DataParallel struct {
 	paramData  []float32
 	runs       []model.Span // stage 2: the model's gradient runs (GradRuns)
 	z3         *zero3       // stage 3: the rank's share of the weights, gradients and moments
+	dev        deviceDP     // the group on the devices (DPConfig.DeviceComm; dpdevice.go)
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -104,6 +105,14 @@ type DPConfig struct {
 	// exchanged piece by piece); 3 (the CPU) the weights as well (see
 	// DataParallel and zero3).
 	Zero int
+	// DeviceComm, when set, is the group's communicator of device memory
+	// (learner/collective/nccl): passes on a device that can
+	// (backend.DeviceReduced) then reduce the gradients and keep the
+	// rank's share of the optimiser state on the devices through it
+	// (dpdevice.go), stage 2 as stage 1; the group's communicator still
+	// carries the step's host values (log-probabilities, statistics, the
+	// norm's partial sums).
+	DeviceComm collective.Comm
 }
 
 // EnableDataParallel makes the learner's updates those of rank
@@ -182,6 +191,9 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	}
 	opt.SetSteps(l.Opt.Steps())
 	dp.opt = opt
+	if err := dp.enableDevice(dev, cfg.DeviceComm); err != nil {
+		return err
+	}
 	l.DP = dp
 	return nil
 }
@@ -315,6 +327,8 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 			minibatch, step := l.miniBatchDP, l.stepDP
 			if dp.z3 != nil {
 				minibatch, step = l.miniBatchZero3, l.stepZero3
+			} else if dp.dev.comm != nil {
+				minibatch, step = l.miniBatchDevice, l.stepDevice
 			}
 			part, err := minibatch(ctx, cfg, samples, seqs, groups[mb], old, ref)
 			if err != nil {
@@ -587,7 +601,7 @@ func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, input
 		flat := l.Policy.GradData()
 		if dev, err := l.hostReduced(); err != nil {
 			return nil, part, err
-		} else if dev != nil {
+		} else if dev != nil && l.DP.dev.comm == nil {
 			// A device's shard gradient comes to the host model's buffer,
 			// which the next shard's copy overwrites as the host passes'
 			// would.

@@ -61,6 +61,9 @@ func (l *Learner) WriteOptimizerPart(w io.Writer) error {
 	if dp.z3 != nil {
 		return l.writeOptimizerPartZero3(w)
 	}
+	if err := dp.momentsToHost(); err != nil {
+		return err
+	}
 	rank := dp.Comm.Rank()
 	p := optim.Part{Index: rank + 1, Of: dp.Comm.Size(), Start: int64(dp.start[rank]), End: int64(dp.start[rank+1])}
 	_, err := optim.WritePart(w, dp.opt.Steps(), dp.opt.Config(), p, l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
@@ -95,7 +98,7 @@ func (l *Learner) ReadOptimizerParts(x optim.PartIndex, open func(file string) (
 	}
 	dp.opt.SetSteps(x.Steps)
 	l.Opt.SetSteps(x.Steps)
-	return nil
+	return dp.momentsToDevice()
 }
 
 // checkOptimizerTensors refuses a state whose tensors are not the
@@ -139,7 +142,7 @@ func (l *Learner) ReadOptimizerDP(r io.Reader) error {
 	}
 	dp.opt.SetSteps(steps)
 	l.Opt.SetSteps(steps)
-	return nil
+	return dp.momentsToDevice()
 }
 
 // putOwned stores, of the values vals of parameter t's moment (0 for m, 1
@@ -199,6 +202,9 @@ func (l *Learner) WriteOptimizerDP(ctx context.Context, w io.Writer) error {
 	dp := l.DP
 	if dp.z3 != nil {
 		return l.writeOptimizerZero3(ctx, w)
+	}
+	if err := dp.momentsToHost(); err != nil {
+		return err
 	}
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	var mine []float32

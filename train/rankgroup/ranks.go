@@ -15,6 +15,7 @@ import (
 
 	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/collective/gloo"
+	"github.com/aipo-rl/aipo/learner/collective/nccl"
 )
 
 // Ranks is this process's place in a group of learner processes (aipo
@@ -27,6 +28,9 @@ import (
 type Ranks struct {
 	Group *collective.Group
 	Comm  collective.Comm
+	// Device is the group's NCCL communicator, opened by the first
+	// DeviceComm (nil until then).
+	Device collective.Comm
 
 	seq int64 // commands announced (rank 0) or followed (others)
 }
@@ -68,9 +72,29 @@ func (r *Ranks) Describe() string {
 	return s
 }
 
+// DeviceComm is the group's communicator of device memory: NCCL on the
+// GPU numbered ordinal, opened on first use (every rank asks at the same
+// point of the same step: its learner's first passes on a device). Without
+// NCCL the error says what to install or set.
+func (r *Ranks) DeviceComm(ctx context.Context, ordinal int) (collective.Comm, error) {
+	if r.Device != nil {
+		return r.Device, nil
+	}
+	c, err := nccl.New(ctx, r.Group, nccl.Options{Device: ordinal})
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: the group's NCCL communicator on GPU %d, which reduces the gradients on the devices: %w", r.Group.Rank(), ordinal, err)
+	}
+	r.Device = c
+	return c, nil
+}
+
 // Close leaves the group.
 func (r *Ranks) Close() error {
-	return errors.Join(r.Comm.Close(), r.Group.Close())
+	var dev error
+	if r.Device != nil {
+		dev = r.Device.Close()
+	}
+	return errors.Join(dev, r.Comm.Close(), r.Group.Close())
 }
 
 // Leader reports whether this is rank 0.

@@ -14,6 +14,7 @@
 // every kernel of learner/cuda/kernels runs from its own source; without
 // it only residual_forward and scale_f32 are emulated here and other
 // launches return CUDA_ERROR_NOT_SUPPORTED.
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,6 +74,19 @@ int cuMemGetInfo_v2(size_t *f, size_t *t) { CHECK_CTX; *f = (size_t)1 << 30; *t 
 int cuStreamCreate(void **s, unsigned flags) { CHECK_CTX; *s = (void *)0x2000; return 0; }
 int cuStreamDestroy_v2(void *s) { CHECK_CTX; return s == (void *)0x2000 ? 0 : 400; }
 int cuStreamSynchronize(void *s) { CHECK_CTX; return s == (void *)0x2000 ? 0 : 400; }
+// Kernels run as they are launched, so the stream is idle but for the
+// stand-in NCCL's work (learner/collective/nccl/testdata/fakenccl.c, when
+// the process has loaded it): its collectives run on a thread of their
+// own, and the stream is not ready until they are done, as a real stream
+// is not until NCCL's kernels end. (cuStreamSynchronize does not wait for
+// them: only the communicator, which polls cuStreamQuery, orders work
+// after its collectives.)
+int cuStreamQuery(void *s) {
+  CHECK_CTX;
+  if (s != (void *)0x2000) return 400;
+  long (*pending)(void) = (long (*)(void))dlsym(RTLD_DEFAULT, "fakenccl_pending");
+  return pending && pending() > 0 ? 600 : 0;
+}
 
 // Loaded modules and the functions taken from them, in slots that an
 // unload frees for the next load (tests open and close devices, each of
@@ -186,6 +200,7 @@ static const char *ename(int r) {
   case 218: return "CUDA_ERROR_INVALID_PTX";
   case 400: return "CUDA_ERROR_INVALID_HANDLE";
   case 500: return "CUDA_ERROR_NOT_FOUND";
+  case 600: return "CUDA_ERROR_NOT_READY";
   case 801: return "CUDA_ERROR_NOT_SUPPORTED";
   }
   return NULL;
