@@ -611,7 +611,7 @@ func TestVLLMPolicyServer(t *testing.T) {
 		})
 		code, text = runAipoFor(t, 10*time.Minute, nil, args...)
 		px.setRPC(nil)
-		if code == 0 || !strings.Contains(text, "the reload did not reach the model") || !strings.Contains(text, "token ids 10..25") || !strings.Contains(text, px.URL) {
+		if code == 0 || !strings.Contains(text, "the load did not reach the model") || !strings.Contains(text, "token ids 10..25") || !strings.Contains(text, px.URL) {
 			t.Errorf("a reload that changed nothing: aipo train exited %d, want an error naming the server and the probe:\n%s", code, text)
 		}
 		t.Logf("hollow reload: %s", lineWith(text, "did not reach the model"))
