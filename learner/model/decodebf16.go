@@ -51,7 +51,7 @@ func BF16DecodeAvailable() (bool, string) {
 // and attention multiplies them widened, in float32. Embeddings, norms,
 // biases, the residual stream and the logits stay float32. Logits then
 // differ from the float32 path by the rounding of the products' inputs
-// and of the cached keys and values (each about 2⁻⁹ of what it rounds;
+// and of the cached keys and values (each at most 2⁻⁸ of what it rounds;
 // see TestDecodeBF16Tolerance), and are the same bits whatever other
 // sequences share a step. Off (the default) drops the packed copy; caches
 // made before a switch are refused after it.
@@ -142,12 +142,13 @@ func DecodeBF16OnlyBytes(cfg Config) int64 {
 // device's bfloat16 decoder: learner/cuda's) may move a logit of m from
 // the float32 path's, for m's weights already bfloat16 values (a model
 // loaded from a bfloat16 checkpoint): the tolerance the tests of every
-// bfloat16 decoder hold it to. Rounding a product's input to bfloat16 moves each
-// element by at most 2⁻⁹ of itself, so the product's output by at most
-// 2⁻⁹·Σ|x·w| (the float32 accumulation adds ~k·2⁻²⁴ of the same, which
+// bfloat16 decoder hold it to. Rounding a product's input to bfloat16
+// (8 significant bits, to nearest: unit roundoff 2⁻⁸) moves each
+// element by at most 2⁻⁸ of itself, so the product's output by at most
+// 2⁻⁸·Σ|x·w| (the float32 accumulation adds ~k·2⁻²⁴ of the same, which
 // is negligible beside it). A pass has 4L+1 products in sequence, and the
 // KV cache rounds two more results a layer (the keys and values, each by
-// at most 2⁻⁹ of itself, which attention's products carry on as they
+// at most 2⁻⁸ of itself, which attention's products carry on as they
 // carry a rounded input): 6L+1 roundings, each one's change carried on to
 // the logits by the residual stream. The head's Σ|x·w| is at most
 // ‖x‖₂·‖w_j‖₂ (Cauchy-Schwarz), with ‖x‖₂ ≤ √C·max|g| after the final
@@ -169,7 +170,7 @@ func BF16LogitBound(m *Model) float64 {
 		wmax = max(wmax, math.Sqrt(s))
 	}
 	S := math.Sqrt(float64(d.C)) * g * wmax
-	return 4 * float64(6*d.L+1) * 0x1p-9 * S
+	return 4 * float64(6*d.L+1) * 0x1p-8 * S
 }
 
 // roundedBF16 is src rounded to bfloat16 (blas.RoundBF16), rows of cols
