@@ -12,6 +12,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/learner/engine"
 	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/tokenizer"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/collab"
 	"github.com/aipo-rl/aipo/transforms/interact"
@@ -29,12 +30,9 @@ import (
 // (scored by the learner's forward pass over the whole sequence).
 func TestPartialRolloutAcrossReload(t *testing.T) {
 	run := t.TempDir()
-	models := map[int64]*model.Model{3: testModel(t, 5)}
+	models := map[int64]*model.Model{3: partialModel(t, 5)}
 	first := rundir.Checkpoint(run, 3)
 	saveCheckpoint(t, first, models[3], 3)
-	// Loading a checkpoint takes about as long as generating the whole
-	// batch of this tiny model, so a reload lands mid-generation in some
-	// attempts only: the test tries up to attempts times.
 	r := start(t, Options{Checkpoint: first, Engine: engine.Config{EOS: []int32{}, InterruptOnReload: true}})
 	ctx := ctxT(t, 2*time.Minute)
 	uris := []string{"grpc://" + r.grpcAddr, "http://" + r.httpAddr + "/v1?model=tiny"}
@@ -45,7 +43,7 @@ func TestPartialRolloutAcrossReload(t *testing.T) {
 	mixed, interrupted := 0, 0
 	for a := range attempts {
 		v := int64(4 + a)
-		models[v] = testModel(t, uint64(50+a))
+		models[v] = partialModel(t, uint64(50+a))
 		dir := rundir.Checkpoint(run, v)
 		saveCheckpoint(t, dir, models[v], v)
 
@@ -100,6 +98,22 @@ func TestPartialRolloutAcrossReload(t *testing.T) {
 	if mixed == 0 || interrupted == 0 {
 		t.Fatalf("no generation was interrupted by %d reloads (interrupted calls %d): the weight push did not stop the calls in flight", attempts, interrupted)
 	}
+}
+
+// partialModel is testModel widened (256, 4 layers): generating the
+// samples' 100 tokens takes many times as long as loading its checkpoint,
+// so that a reload lands while they generate. With testModel's width a
+// whole batch finished in about the time a reload takes, and one run in
+// three saw no interruption.
+func partialModel(t testing.TB, seed uint64) *model.Model {
+	t.Helper()
+	m, err := model.New(model.Config{ModelType: "qwen2", HiddenSize: 256, IntermediateSize: 768, NumHiddenLayers: 4,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, VocabSize: tokenizer.BuiltinVocabSize, MaxPositionEmbeddings: 128,
+		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, HiddenAct: "silu"}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // checkVersionedLogProbs checks that tr's tokens come from versions old
