@@ -17,7 +17,6 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/testtools"
-	"github.com/aipo-rl/aipo/learner/hfconfig"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 	"github.com/aipo-rl/aipo/learner/peft"
@@ -80,16 +79,10 @@ type loraResult struct {
 func BenchmarkLoRAStepAgainstPEFT(b *testing.B) {
 	py := testtools.TorchPython(b)
 	threads := runtime.GOMAXPROCS(0)
-	shapes, rounds := loraBenchShapes, stepBenchRounds
-	if testing.Short() {
-		shapes, rounds = shapes[:1], 1
-	}
+	shapes, rounds := benchShapes(loraBenchShapes)
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
-			cfgPath := filepath.Join(b.TempDir(), "config.json")
-			if err := os.WriteFile(cfgPath, []byte(sh.config), 0o644); err != nil {
-				b.Fatal(err)
-			}
+			cfgPath := sh.configFile(b)
 			self := []string{os.Args[0], "-test.run", "^TestLoRABenchChild$", "-test.count=1"}
 			torch := []string{py, filepath.Join(testtools.RepoRoot(), "scripts", "torch_lora_bench.py"), cfgPath,
 				strconv.Itoa(sh.batch), strconv.Itoa(sh.seq), strconv.Itoa(stepBenchSteps), strconv.Itoa(threads),
@@ -155,19 +148,7 @@ func runLoRAProcess(b *testing.B, side string, env, argv []string) loraResult {
 // TestLoRABenchChild is the aipo side of one BenchmarkLoRAStepAgainstPEFT
 // process; it runs only when the benchmark starts it.
 func TestLoRABenchChild(t *testing.T) {
-	name := os.Getenv(loraBenchChildEnv)
-	if name == "" {
-		t.Skip("run by BenchmarkLoRAStepAgainstPEFT")
-	}
-	i := slices.IndexFunc(loraBenchShapes, func(s stepBenchShape) bool { return s.name == name })
-	if i < 0 {
-		t.Fatalf("%s=%q names no shape", loraBenchChildEnv, name)
-	}
-	sh := loraBenchShapes[i]
-	c, err := hfconfig.Parse([]byte(sh.config))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sh, c := benchChildShape(t, loraBenchChildEnv, "BenchmarkLoRAStepAgainstPEFT", loraBenchShapes)
 	m, err := model.New(c, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -157,16 +157,10 @@ func BenchmarkStepVsPyTorch(b *testing.B) {
 		b.Fatal(err)
 	}
 	threads := runtime.GOMAXPROCS(0)
-	shapes, rounds := stepBenchShapes, stepBenchRounds
-	if testing.Short() {
-		shapes, rounds = shapes[:1], 1
-	}
+	shapes, rounds := benchShapes(stepBenchShapes)
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
-			cfgPath := filepath.Join(b.TempDir(), "config.json")
-			if err := os.WriteFile(cfgPath, []byte(sh.config), 0o644); err != nil {
-				b.Fatal(err)
-			}
+			cfgPath := sh.configFile(b)
 			var ours stepSide
 			theirs := make([]stepSide, len(torchStepVariants))
 			self := []string{os.Args[0], "-test.run", "^TestStepBenchChild$", "-test.count=1"}
@@ -241,16 +235,10 @@ func BenchmarkBF16StepVsAutocast(b *testing.B) {
 		b.Fatal(err)
 	}
 	threads := runtime.GOMAXPROCS(0)
-	shapes, rounds := stepBenchShapes, stepBenchRounds
-	if testing.Short() {
-		shapes, rounds = shapes[:1], 1
-	}
+	shapes, rounds := benchShapes(stepBenchShapes)
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
-			cfgPath := filepath.Join(b.TempDir(), "config.json")
-			if err := os.WriteFile(cfgPath, []byte(sh.config), 0o644); err != nil {
-				b.Fatal(err)
-			}
+			cfgPath := sh.configFile(b)
 			self := []string{os.Args[0], "-test.run", "^TestStepBenchChild$", "-test.count=1"}
 			torch := []string{py, filepath.Join(testtools.RepoRoot(), "scripts", "torch_step_bench.py"), "hf", cfgPath,
 				strconv.Itoa(sh.batch), strconv.Itoa(sh.seq), strconv.Itoa(stepBenchSteps), strconv.Itoa(threads), "--autocast"}
@@ -370,26 +358,55 @@ func loadAverage() float64 {
 	return f
 }
 
+// benchShapes are the shapes and the processes a side a benchmark over
+// shapes runs: all of them, stepBenchRounds each; with -short (make
+// bench-smoke) the first alone, one process a side.
+func benchShapes(shapes []stepBenchShape) ([]stepBenchShape, int) {
+	if testing.Short() {
+		return shapes[:1], 1
+	}
+	return shapes, stepBenchRounds
+}
+
+// configFile writes the shape's config.json into a temporary directory
+// of b, for the PyTorch side, and returns its path.
+func (sh stepBenchShape) configFile(b *testing.B) string {
+	b.Helper()
+	p := filepath.Join(b.TempDir(), "config.json")
+	if err := os.WriteFile(p, []byte(sh.config), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// benchChildShape is the shape, and its parsed config, that the
+// benchmark named bench gave its child process in the variable env among
+// shapes; outside such a process the test skips ("run by BENCH").
+func benchChildShape(t *testing.T, env, bench string, shapes []stepBenchShape) (stepBenchShape, model.Config) {
+	t.Helper()
+	name := os.Getenv(env)
+	if name == "" {
+		t.Skip("run by " + bench)
+	}
+	i := slices.IndexFunc(shapes, func(s stepBenchShape) bool { return s.name == name })
+	if i < 0 {
+		t.Fatalf("%s=%q names no shape", env, name)
+	}
+	c, err := hfconfig.Parse([]byte(shapes[i].config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shapes[i], c
+}
+
 // TestStepBenchChild is the aipo side of one BenchmarkStepVsPyTorch
 // process; it runs only when the benchmark starts it.
 func TestStepBenchChild(t *testing.T) {
-	name := os.Getenv(stepBenchChildEnv)
-	if name == "" {
-		t.Skip("run by BenchmarkStepVsPyTorch")
-	}
-	i := slices.IndexFunc(stepBenchShapes, func(s stepBenchShape) bool { return s.name == name })
-	if i < 0 {
-		t.Fatalf("%s=%q names no shape", stepBenchChildEnv, name)
-	}
-	sh := stepBenchShapes[i]
 	startRSS, err := meminfo.Status(0, "VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := hfconfig.Parse([]byte(sh.config))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sh, c := benchChildShape(t, stepBenchChildEnv, "BenchmarkStepVsPyTorch", stepBenchShapes)
 	m, err := model.New(c, 1)
 	if err != nil {
 		t.Fatal(err)
