@@ -387,25 +387,7 @@ func TestTrainRankFailures(t *testing.T) {
 			if err := cmds[1].Process.Signal(c.sig); err != nil {
 				t.Fatal(err)
 			}
-			t0 := time.Now()
-			done := make(chan error, 1)
-			go func() { done <- cmds[0].Wait() }()
-			select {
-			case err := <-done:
-				if err == nil {
-					t.Fatalf("rank 0 finished although rank 1 was %sed:\n%s", c.name, outs[0].String())
-				}
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("rank 0 still running 2 minutes after rank 1 was %sed:\n%s", c.name, outs[0].String())
-			}
-			took := time.Since(t0)
-			text := outs[0].String()
-			if !strings.Contains(text, c.says) {
-				t.Errorf("rank 0's error does not name %q:\n%s", c.says, text)
-			}
-			if took > time.Minute {
-				t.Errorf("rank 0 failed %s after rank 1 was %sed: more than a minute, with the group's heartbeat bounds of seconds", took.Round(time.Second), c.name)
-			}
+			took, text := rankZeroFails(t, cmds[0], outs[0], "rank 1 was "+c.name+"ed", c.says)
 			t.Logf("%s of rank 1: rank 0 failed after %s: %s", c.name, took.Round(time.Millisecond), lineWith(text, "rank 1"))
 			if ok, _ := checkpoint.Committed(context.Background(), rundir.Checkpoint(run, 0)); !ok {
 				t.Fatal("checkpoint 0 is gone")
@@ -612,4 +594,32 @@ func TestTrainOnGPURanks(t *testing.T) {
 	if bytes.Equal(before, after) {
 		t.Error("--nproc 2 on the device: the weights after 2 steps are the warm start's")
 	}
+}
+
+// rankZeroFails waits, at most 2 minutes, for rank 0 (cmd, its output
+// out) to fail after event befell rank 1, and checks that its error names
+// says and came within a minute (the group's heartbeat bounds are
+// seconds); it returns how long rank 0 took and its output.
+func rankZeroFails(t *testing.T, cmd *exec.Cmd, out *testtools.LockedBuffer, event, says string) (time.Duration, string) {
+	t.Helper()
+	t0 := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("rank 0 finished although %s:\n%s", event, out.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("rank 0 still running 2 minutes after %s:\n%s", event, out.String())
+	}
+	took := time.Since(t0)
+	text := out.String()
+	if !strings.Contains(text, says) {
+		t.Errorf("rank 0's error does not name %q:\n%s", says, text)
+	}
+	if took > time.Minute {
+		t.Errorf("rank 0 failed %s after %s: more than a minute, with the group's heartbeat bounds of seconds", took.Round(time.Second), event)
+	}
+	return took, text
 }

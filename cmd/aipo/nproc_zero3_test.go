@@ -153,25 +153,7 @@ func TestTrainZero3FaultInCollective(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t0 := time.Now()
-			done := make(chan error, 1)
-			go func() { done <- cmds[0].Wait() }()
-			select {
-			case err := <-done:
-				if err == nil {
-					t.Fatalf("rank 0 finished although rank 1 stopped inside a %s:\n%s", c.op, outs[0].String())
-				}
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("rank 0 still running 2 minutes after rank 1 stopped inside a %s:\n%s", c.op, outs[0].String())
-			}
-			took := time.Since(t0)
-			text := outs[0].String()
-			if !strings.Contains(text, c.says) {
-				t.Errorf("rank 0's error does not name %q:\n%s", c.says, text)
-			}
-			if took > time.Minute {
-				t.Errorf("rank 0 failed %s after rank 1 stopped: more than a minute, with the group's heartbeat bounds of seconds", took.Round(time.Second))
-			}
+			took, text := rankZeroFails(t, cmds[0], outs[0], "rank 1 stopped inside a "+c.op, c.says)
 			t.Logf("%s: rank 0 failed after %s: %s", c.name, took.Round(time.Millisecond), lineWith(text, "rank 1"))
 			// Rank 1 is gone (killed, or killed now) before the resume.
 			cmds[1].Process.Signal(syscall.SIGKILL)
