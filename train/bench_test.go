@@ -2,9 +2,6 @@ package train
 
 import (
 	"context"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -49,23 +46,7 @@ func BenchmarkTrainLoop(b *testing.B) {
 
 func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration) {
 	ctx := context.Background()
-	backend, err := url.Parse("http://" + ds.httpAddr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(backend)
-	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-time.After(latency):
-		case <-r.Context().Done():
-			return
-		}
-		rp.ServeHTTP(w, r)
-	})
-	pl := listen(b)
-	proxy := &http.Server{Handler: slow, ReadHeaderTimeout: 10 * time.Second}
-	go proxy.Serve(pl)
-	defer proxy.Close()
+	proxy := slowProxy(b, ds.httpAddr, latency)
 	var took, cpu [2]time.Duration
 	var rolling time.Duration // the synchronous loop's time in its rollouts
 	steps := 6
@@ -82,7 +63,7 @@ func benchLoops(b *testing.B, ds demoServer, base string, latency time.Duration)
 				// for the two steps the asynchronous loop rolls out at once
 				// (the synchronous one cannot use more than a step's 16).
 				c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
-				c.Policy.Endpoint = "http://" + pl.Addr().String() + "/v1?model=demo"
+				c.Policy.Endpoint = "http://" + proxy + "/v1?model=demo"
 				c.Policy.Sync = runconfig.Sync{Kind: servers.Aipo, Endpoints: []string{"grpc://" + ds.grpcAddr}}
 			})
 			roll := rollout.RunStep

@@ -309,7 +309,7 @@ func (r *vllmReplica) loadAdapter(ctx context.Context, ck Checkpoint) error {
 		return fmt.Errorf("POST /v1/load_lora_adapter answered 404: start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, which mounts it, and --enable-lora --max-lora-rank R (R at least the adapter's rank)")
 	}
 	if status != http.StatusOK {
-		return fmt.Errorf("POST /v1/load_lora_adapter %s answered %d %s%s", ck.Dir, status, short(b), r.adapterHint(ctx, ck.Dir, string(b)))
+		return fmt.Errorf("POST /v1/load_lora_adapter %s answered %d %s%s", ck.Dir, status, short(b), r.adapterHint(ck.Dir, string(b)))
 	}
 	if !strings.HasPrefix(strings.Trim(string(b), "\" "), "Success") {
 		return fmt.Errorf("POST /v1/load_lora_adapter %s answered %s, not vLLM's \"Success: LoRA adapter ... added successfully.\"", ck.Dir, short(b))
@@ -339,7 +339,7 @@ func (r *vllmReplica) loadAdapter(ctx context.Context, ck Checkpoint) error {
 }
 
 // adapterHint is the fix for vLLM's refusal msg of the adapter in dir.
-func (r *vllmReplica) adapterHint(ctx context.Context, dir, msg string) string {
+func (r *vllmReplica) adapterHint(dir, msg string) string {
 	switch {
 	case strings.Contains(msg, "max_lora_rank"):
 		rank := "its rank"
