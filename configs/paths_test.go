@@ -33,6 +33,7 @@ var shipped = map[string]struct {
 	"quick":      {},
 	"math-local": {},
 	"math":       {remote: true},
+	"math-bf16":  {remote: true},
 	"eval":       {eval: true},
 	"eval-quick": {eval: true},
 }

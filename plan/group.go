@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
@@ -37,6 +38,11 @@ type Group struct {
 	// Nodes is the machines the ranks are spread over, Ranks/Nodes on
 	// each (1: all on one); the host figures are one node's.
 	Nodes int
+	// Ref is, for a Planned group with a KL term, each rank's part of
+	// the reference sharded as the policy is
+	// (trainer.PlanReferenceShards): in bfloat16 at learner.precision
+	// bf16, else float32. Nil otherwise: the reference is held whole.
+	Ref []trainer.ReferenceShard
 }
 
 // perNode is the ranks on rank 0's node.
@@ -87,7 +93,9 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	onDevice := cfg.Learner.Backend != runconfig.BackendCPU
 	planned := onDevice && zero == 3
 	if onDevice && !planned {
-		plan = trainer.PlanDataParallelOnDevice
+		// The cuda backend's group reduces on its devices over NCCL
+		// (backend.DeviceReduced), as aipo train opens it.
+		plan = trainer.PlanDataParallelOnDevices
 	}
 	// Stage 3 on GPUs is not built: its ranks are planned with the
 	// allocations of the CPU's stage-3 schedule (PlanDataParallel).
@@ -95,15 +103,33 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
-	return &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: onDevice, Planned: planned, Nodes: max(o.Nodes, 1)}, nil
+	g := &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: onDevice, Planned: planned, Nodes: max(o.Nodes, 1)}
+	if planned && cfg.Learner.Loss.KLCoef != 0 && !cfg.LoRAOn() {
+		// The GPU path's reference, sharded as the policy is and
+		// gathered a unit at a time for its scoring pass; held in
+		// bfloat16 with bfloat16 products (the Hugging Face releases'
+		// values are bfloat16: holding them so loses nothing).
+		bytes := int64(4)
+		if cfg.Learner.Precision == backend.BF16 {
+			bytes = 2
+		}
+		if g.Ref, err = trainer.PlanReferenceShards(mc, o.Ranks, bytes); err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
+	}
+	return g, nil
 }
 
 // heldBetweenSteps is what rank r keeps on the host between steps besides
 // its float32 weights: its moments and the reduced gradient's buffer
 // (nothing when they stay on its GPU: Planned).
 func (g *Group) heldBetweenSteps(r int) int64 {
-	if g.Planned {
+	switch {
+	case g.Planned:
 		return 0
+	case g.OnDevice:
+		// The moments come to the host while the passes are parked.
+		return g.Mem[r].Moments
 	}
 	return g.Mem[r].Moments + g.Mem[r].Held
 }
@@ -112,7 +138,7 @@ func (g *Group) heldBetweenSteps(r int) int64 {
 // the rank: its moments and the step's buffers (at stage 3 also its share
 // of the weights; nothing when they are on its GPU: Planned).
 func (g *Group) stepExtra(r int) int64 {
-	if g.Planned {
+	if g.Planned || g.OnDevice {
 		return 0
 	}
 	return g.Mem[r].Weights + g.Mem[r].Moments + g.Mem[r].StepBuffers()
@@ -149,8 +175,8 @@ func (g *Group) describe(p Plan) string {
 		}
 		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3: NOT BUILT. aipo train refuses learner.zero 3 with learner.backend %s (stage 3 is built for learner.backend cpu alone, over Gloo: learner/trainer/zero3.go); this is the plan of the GPU path, which would run that schedule with its state on the GPUs, moved by NCCL. "+
 			"Each GPU holds what a stage-3 rank of the CPU's schedule allocates (trainer.PlanDataParallel, counted as its code allocates): 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters), the sums it keeps while a mini-batch is reduced, two gathered units (a decoder layer or a block of the vocabulary) in float32, two units' gradients and an exchange's receive buffer (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
-			"beside them the %s backend's activations and its whole reference model, as it holds them today (the reference is not sharded). The figures assume no gradient and no moment passes through the host; between steps the weights are gathered whole into each rank's host for the checkpoints. The device figures are rank 0's GPU; the ranks are %s\n",
-			g.Ranks, p.Config.Learner.Backend, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, where)
+			"beside them the %s backend's activations (float32, as its passes allocate them) and %s. The figures assume no gradient and no moment passes through the host; between steps the weights are gathered whole into each rank's host for the checkpoints. The device figures are rank 0's GPU; the ranks are %s\n",
+			g.Ranks, p.Config.Learner.Backend, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, g.refWords(), where)
 	}
 	how := "the gradients summed whole after the backward pass"
 	if g.Zero == 2 && !g.OnDevice {
@@ -166,10 +192,14 @@ func (g *Group) describe(p Plan) string {
 		}
 	}
 	if g.OnDevice {
-		return fmt.Sprintf("learner on %d GPUs (aipo train --nproc %d, a GPU a rank by LOCAL_RANK), ZeRO stage %d as built, reduced on the host (learner/trainer/dp.go, backend.HostReduced), %s: each rank's GPU holds the whole policy, its gradients and the step's activations, but no AdamW moments; "+
-			"each rank brings its virtual shards' gradients to the host (%d a mini-batch, rank 0 computes %d), where the group sums them over Gloo and steps its share of the moments (rank 0: %s of %s parameters), and uploads the gathered parameters. "+
-			"The device figures are one GPU's (rank 0's, which also runs the rollout engine), the host figures the node's, all %d ranks on one machine\n",
-			g.Ranks, g.Ranks, g.Zero, how, p.Config.Learner.DPShards(g.Ranks), r0.Shards, fmtCount(r0.Elements), fmtCount(p.Params), g.Ranks)
+		where := fmt.Sprintf("all %d ranks on one machine", g.Ranks)
+		if g.Nodes > 1 {
+			where = fmt.Sprintf("%d ranks a machine on %d machines; the host figures are one machine's", g.perNode(), g.Nodes)
+		}
+		return fmt.Sprintf("learner on %d GPUs (aipo train --nproc %d, a GPU a rank by LOCAL_RANK), ZeRO stage %d as built, reduced on the GPUs over NCCL (learner/trainer/dpdevice.go, learner/cuda/dpgroup.go; at stage 2 as at stage 1): each rank's GPU holds the whole policy, its gradients, the step's activations and its share of the AdamW moments (rank 0: %s of %s parameters); "+
+			"it sums its virtual shards' gradients on the GPU (%d a mini-batch, rank 0 computes %d), the ranks exchange the sums' pieces over NCCL, and each steps its share and gathers the updated parameters over NCCL; no gradient comes to the host (at its peak, %s). "+
+			"Between steps the moments come to the host while the passes are parked. The device figures are one GPU's (rank 0's, which also runs the rollout engine), the host figures the node's, %s\n",
+			g.Ranks, g.Ranks, g.Zero, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), where)
 	}
 	if g.Zero == 3 {
 		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 3 as built (learner/trainer/zero3.go; learner.zero): each rank holds 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters); "+
@@ -181,4 +211,16 @@ func (g *Group) describe(p Plan) string {
 		"its share of the AdamW moments (rank 0: %s of %s parameters) and the step's gradient buffers (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
 		"rank 0 also rolls out. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
 		g.Ranks, g.Ranks, g.Zero, how, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen())
+}
+
+// refWords says how a Planned group holds the reference.
+func (g *Group) refWords() string {
+	if len(g.Ref) == 0 {
+		return "no reference (no KL term)"
+	}
+	dtype := "float32"
+	if g.Ref[0].BytesPerElement == 2 {
+		dtype = "bfloat16"
+	}
+	return fmt.Sprintf("the frozen reference sharded as the policy is, in %s (1/%d of every unit a rank, gathered a unit at a time for its scoring pass, no gradients: trainer.PlanReferenceShards)", dtype, g.Ranks)
 }

@@ -27,11 +27,14 @@ func line(t *testing.T, ph Phase, prefix string, dev bool) int64 {
 	return 0
 }
 
-// A group of N GPUs is the built group that reduces on the host, at
-// either stage: each GPU holds the one-GPU step less its moments, and each
-// rank's host the one GPU's host part, the shards' gradients brought from
-// the device (4P), its share of the moments and the step's buffers as on
-// the CPU (trainer.PlanDataParallel); the node's host holds every rank's.
+// A group of N GPUs is the built group that reduces on the GPUs over
+// NCCL (backend.DeviceReduced, as aipo train opens it for the cuda
+// backend), at either stage: each GPU holds the one-GPU step with its
+// share of the moments in place of all of them, and the device group's
+// buffers (trainer.PlanDataParallelOnDevices: the tree's full-size sums,
+// the exchange's receive buffer, the zeros of an empty shard); no
+// gradient and no moment is on the host in the step, whose host is the
+// one GPU's; the node's host holds every rank's.
 func TestPlanGroupOnGPUs(t *testing.T) {
 	ctx := context.Background()
 	cfg := paperConfig(t)
@@ -55,30 +58,39 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 		}
 		learn := p.Phases[phaseLearn]
 		g := p.Group
-		if !g.OnDevice || len(g.Mem) != tc.ranks || g.Mem[0].Zero != tc.zero {
-			t.Fatalf("%d ranks, ZeRO-%d on GPUs: group %+v, want the built group reducing on the host", tc.ranks, tc.zero, g)
+		if !g.OnDevice || g.Planned || len(g.Mem) != tc.ranks || g.Mem[0].Zero != tc.zero || !g.Mem[0].OnDevices {
+			t.Fatalf("%d ranks, ZeRO-%d on GPUs: group %+v, want the built group reducing on the GPUs", tc.ranks, tc.zero, g)
 		}
-		if got := line(t, learn, "AdamW moments", true); got != 0 {
-			t.Errorf("%d ranks, ZeRO-%d: moments on the device %d, want none (they are on the host)", tc.ranks, tc.zero, got)
+		want, err := trainer.PlanDataParallelOnDevices(p.Model, tc.ranks, trainer.DPConfig{Zero: tc.zero, Shards: cfg.Learner.DPShards(tc.ranks)})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if got := line(t, learn, "AdamW moments", false); got != g.Mem[0].Moments {
-			t.Errorf("%d ranks, ZeRO-%d: moments on the host %d, want rank 0's share %d", tc.ranks, tc.zero, got, g.Mem[0].Moments)
+		r0 := want[0]
+		if got := line(t, learn, "AdamW moments", true); got != r0.Moments || got > 8*P/int64(tc.ranks)+8<<16 {
+			t.Errorf("%d ranks, ZeRO-%d: moments on the device %d, want rank 0's share %d (about 8P/N)", tc.ranks, tc.zero, got, r0.Moments)
 		}
-		if learn.Device() != learn1.Device()-moments1 {
-			t.Errorf("%d ranks, ZeRO-%d: the step's device %d, want one GPU's less its moments %d", tc.ranks, tc.zero, learn.Device(), learn1.Device()-moments1)
+		if got := line(t, learn, "AdamW moments", false); got != 0 {
+			t.Errorf("%d ranks, ZeRO-%d: moments on the host %d in the step, want none", tc.ranks, tc.zero, got)
 		}
-		rank0 := learn1.Host() + 4*P + g.Mem[0].Moments + g.Mem[0].StepBuffers()
+		if got := line(t, learn, "the data-parallel step's gradient buffers on the GPU", true); got != r0.StepBuffers() {
+			t.Errorf("%d ranks, ZeRO-%d: the group's buffers on the GPU %d, want %d", tc.ranks, tc.zero, got, r0.StepBuffers())
+		}
+		if dev := learn1.Device() - moments1 + r0.Moments + r0.StepBuffers(); learn.Device() != dev {
+			t.Errorf("%d ranks, ZeRO-%d: the step's device %d, want one GPU's less its moments, plus its share and the group's buffers: %d", tc.ranks, tc.zero, learn.Device(), dev)
+		}
+		for _, l := range learn.Lines {
+			if strings.HasPrefix(l.What, "gradients") && l.Host != 0 {
+				t.Errorf("%d ranks, ZeRO-%d: %q on the host: %d", tc.ranks, tc.zero, l.What, l.Host)
+			}
+		}
+		rank0 := learn1.Host()
 		if learn.Host()-learn.Others != rank0 {
-			t.Errorf("%d ranks, ZeRO-%d: rank 0's host in the step %d, want one GPU's %d + the gradients 4P + its moments + the step's buffers = %d", tc.ranks, tc.zero, learn.Host()-learn.Others, learn1.Host(), rank0)
+			t.Errorf("%d ranks, ZeRO-%d: rank 0's host in the step %d, want one GPU's %d", tc.ranks, tc.zero, learn.Host()-learn.Others, rank0)
 		}
-		var others int64
-		for r := 1; r < tc.ranks; r++ {
-			others += rank0 - g.stepExtra(0) + g.stepExtra(r)
-		}
-		if learn.Others != others {
+		if others := int64(tc.ranks-1) * rank0; learn.Others != others {
 			t.Errorf("%d ranks, ZeRO-%d: the other ranks' host %d, want %d", tc.ranks, tc.zero, learn.Others, others)
 		}
-		if s := p.String(); !strings.Contains(s, fmt.Sprintf("ZeRO stage %d as built, reduced on the host", tc.zero)) || strings.Contains(s, "PLANNED") {
+		if s := p.String(); !strings.Contains(s, fmt.Sprintf("ZeRO stage %d as built, reduced on the GPUs over NCCL", tc.zero)) || strings.Contains(s, "NOT BUILT") {
 			t.Errorf("%d ranks, ZeRO-%d: the plan does not describe the built group:\n%s", tc.ranks, tc.zero, s)
 		}
 	}

@@ -338,15 +338,15 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	if g != nil {
 		momentsLine = fmt.Sprintf("AdamW moments of rank 0's share (float32 m and v, 1/%d)", g.Ranks)
 		st.Host.Optimizer = g.Mem[0].Moments
-		if g.OnDevice {
-			// The moments live on the host, and each shard's gradients
-			// come to the host model's buffer.
-			st.Device.Optimizer = 0
-			st.Host.Grads = 4 * P
-			gradsLine = "gradients (float32; each shard's also brought to the host)"
-		}
 		held = Line{What: fmt.Sprintf("rank 0's state kept between steps (float32 weights, its moments, the reduced gradient's buffer of %s)", fmtBytes(g.Mem[0].Held)),
 			Host: 4*P + g.heldBetweenSteps(0)}
+		if g.OnDevice && !g.Planned {
+			// The group reduces on the GPUs: the rank's moments are on
+			// its GPU, no gradient comes to the host.
+			st.Device.Optimizer, st.Host.Optimizer = g.Mem[0].Moments, 0
+			momentsLine = fmt.Sprintf("AdamW moments of rank 0's share (float32 m and v, 1/%d), on its GPU", g.Ranks)
+			held.What = "rank 0's state kept between steps (float32 weights; its moments, brought from its GPU while the passes are parked)"
+		}
 		if g.Zero == 2 && !g.OnDevice {
 			// No whole gradient: the units' gradients and the reduced
 			// sums are in the step's buffers.
@@ -391,6 +391,15 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	if refBF16 && st.Host.Reference > 0 && st.Host.Reference <= 2*P {
 		refLine = "reference policy (weights alone, its bfloat16 values held in bfloat16)"
 	}
+	if g != nil && len(g.Ref) > 0 {
+		r := g.Ref[0]
+		dtype := "float32"
+		if r.BytesPerElement == 2 {
+			dtype = "bfloat16"
+		}
+		st.Device.Reference = r.Total()
+		refLine = fmt.Sprintf("reference policy: rank 0's share (%s, 1/%d of every unit) and two units gathered as it scores", dtype, g.Ranks)
+	}
 	add(refLine, st.Host.Reference, st.Device.Reference)
 	if p.cuda() && p.Reference {
 		add("the reference's host copy while it uploads", 4*P, 0)
@@ -407,6 +416,8 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	} else if g != nil && g.Zero == 2 && !g.OnDevice {
 		add("rank 0's copy of its share of the weights (float32, updated, then gathered into the model)", g.Mem[0].Weights, 0)
 		add(fmt.Sprintf("the step's layer gradients and kept sums at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
+	} else if g != nil && g.OnDevice {
+		add(fmt.Sprintf("the data-parallel step's gradient buffers on the GPU at their peak (%s)", g.Mem[0].PeakWhen()), 0, g.Mem[0].StepBuffers())
 	} else if g != nil {
 		add(fmt.Sprintf("the data-parallel step's gradient buffers at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
 	}
@@ -916,8 +927,10 @@ func (p Plan) moreMemory() string {
 		return "a machine with more memory (the ranks of aipo train --nproc share it; more ranks shard the moments alone), or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case !p.cuda():
 		return "a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
+	case g != nil && g.Planned:
+		return "more GPUs (--nproc): each holds 1/N of the weights, moments and reference at stage 3 (not built on GPUs), but the whole activations of its micro-batch"
 	case g != nil:
-		return "more GPUs (--nproc) shard only the moments and the host's buffers; each GPU holds the whole weights and gradients, which aipo does not yet shard across GPUs"
+		return "more GPUs (--nproc) shard only the moments; each GPU holds the whole weights and gradients at stages 1 and 2 (stage 3, --zero 3, is not built on GPUs)"
 	}
 	return "more devices: a group of GPUs (aipo train --nproc N) keeps the AdamW moments on the host, 8 bytes a parameter off each GPU (aipo plan --nproc N plans it; docs/scaling.md)"
 }

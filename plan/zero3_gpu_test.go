@@ -14,8 +14,9 @@ import (
 // H200s over 2 machines: the plan says NOT BUILT; each GPU's learner step
 // is what a stage-3 rank of the CPU's schedule allocates
 // (trainer.PlanDataParallel: its share of the weights and moments, the
-// step's buffers), the cuda backend's activations and reference, the
-// CUDA allowance, and nothing else; no moment or gradient is on the host;
+// step's buffers), the cuda backend's activations, the reference sharded
+// as the policy is (trainer.PlanReferenceShards: float32 here, bfloat16
+// at learner.precision bf16), the CUDA allowance, and nothing else; no moment or gradient is on the host;
 // the host figures are one machine's ranks; the 7B's node holds at most
 // 256 GiB of host memory. The device figures are logged (docs/scaling.md
 // shows them, and why they do not fit the GPUs yet).
@@ -59,7 +60,30 @@ func TestPlanZero3OnGPUs(t *testing.T) {
 		if got := line(t, learn, "the step's gathered units", true); got != r0.StepBuffers() {
 			t.Errorf("%s: the step's buffers on the GPU %d, the schedule's %d", c.model, got, r0.StepBuffers())
 		}
-		ref := line(t, learn, "reference policy", true)
+		ref := line(t, learn, "reference policy: rank 0's share (float32", true)
+		for _, prec := range []struct {
+			name  string
+			bytes int64
+		}{{"fp32", 4}, {"bf16", 2}} {
+			shards, err := trainer.PlanReferenceShards(p.Model, c.ranks, prec.bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ref
+			if prec.name == "bf16" {
+				c16 := raw
+				c16.Learner.Precision = prec.name
+				p16, err := Make(ctx, c16, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = line(t, p16.Phases[phaseLearn], "reference policy: rank 0's share (bfloat16", true)
+			}
+			if got != shards[0].Total() || shards[0].Share > prec.bytes*(p.Params/int64(c.ranks)+1<<24) {
+				t.Errorf("%s at %s: rank 0's reference on its GPU %d, the sharded reference's %d (share %d of %d parameters over %d)",
+					c.model, prec.name, got, shards[0].Total(), shards[0].Share, p.Params, c.ranks)
+			}
+		}
 		act := line(t, learn, "activations of a", true)
 		if sum := r0.Weights + r0.Moments + r0.StepBuffers() + ref + act + cudaReserve; learn.Device() != sum {
 			t.Errorf("%s: the GPU's learner step %d, its parts %d", c.model, learn.Device(), sum)

@@ -36,8 +36,8 @@ func runPlan(args []string) error {
 	initDir := fs.String("init", "", "the initial model: a Hugging Face directory or a checkpoint (its config.json is enough); default the run's checkpoint 0")
 	planOpts := planFlags(fs)
 	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
-	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; with learner.backend cuda each GPU a whole replica, the group reducing on the host)")
-	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well: built on the cpu backend; on GPUs a plan of the path that is not built); default learner.zero")
+	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; with learner.backend cuda each GPU a whole replica, the group reducing on the GPUs over NCCL)")
+	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well: built on the cpu backend; on GPUs the plan of a path that is NOT BUILT, the reference sharded too); default learner.zero")
 	nnodes := fs.Int("nnodes", 0, "with --nproc and a GPU backend: the machines the ranks are spread over, --nproc/--nnodes on each (default 1); the host figures are one machine's")
 	precision := fs.String("precision", "", "the learner's matrix products: fp32, or bf16 (mixed precision as torch.autocast: bfloat16 operands, float32 accumulation, master weights, gradients and AdamW; cpu and cuda); default learner.precision")
 	fs.Usage = func() {
@@ -51,9 +51,10 @@ func runPlan(args []string) error {
 			"on N processes, the group aipo train --nproc N runs: on the CPU at ZeRO stage 1, 2 or 3\n"+
 			"(stage 3: each rank holds 1/N of the weights, gradients and moments), and on GPUs\n"+
 			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
-			"and the group reduces them and steps its shares of the moments on the host. --zero 3 on\n"+
-			"GPUs plans a path that is NOT BUILT (aipo train refuses it): each GPU holding what a\n"+
-			"stage-3 rank of the CPU's schedule allocates; the plan says so. With --precision bf16\n"+
+			"and its share of the moments, and the group reduces the gradients on the GPUs over NCCL.\n"+
+			"--zero 3 on GPUs plans a path that is NOT BUILT (aipo train refuses it): each GPU holding\n"+
+			"what a stage-3 rank of the CPU's schedule allocates, and its share of the reference\n"+
+			"(in bfloat16 with --precision bf16); the plan says so. With --precision bf16\n"+
 			"the learner multiplies in bfloat16: on the CPU its products round their operands as\n"+
 			"they read them (no bfloat16 copy of the weights is kept; the plan counts the rounded\n"+
 			"operands' buffers with the activations), on GPUs it holds a bfloat16 copy of the\n"+

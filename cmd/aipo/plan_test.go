@@ -45,7 +45,7 @@ func TestPlanAndTrainRefusal(t *testing.T) {
 }
 
 // aipo plan --nproc 4 --zero 2 plans each rank of the GPU group, which
-// reduces on the host; --nproc and --zero values no plan is made for exit 2
+// reduces on the GPUs over NCCL; --nproc and --zero values no plan is made for exit 2
 // naming the flag and the fix.
 func TestPlanGroupFlags(t *testing.T) {
 	if testing.Short() {
@@ -68,8 +68,8 @@ func TestPlanGroupFlags(t *testing.T) {
 	init := filepath.Join(repo, "learner", "hfconfig", "testdata", "Qwen2.5-7B-Instruct.config.json")
 	run := t.TempDir()
 	code, out := runAipo(t, "plan", "--config", cfg, "--run", run, "--init", init, "--device", "a100-80g", "--nproc", "4", "--zero", "2")
-	for _, want := range []string{"learner on 4 GPUs (aipo train --nproc 4, a GPU a rank by LOCAL_RANK), ZeRO stage 2 as built, reduced on the host",
-		"gradients (float32; each shard's also brought to the host)", "AdamW moments of rank 0's share (float32 m and v, 1/4)",
+	for _, want := range []string{"learner on 4 GPUs (aipo train --nproc 4, a GPU a rank by LOCAL_RANK), ZeRO stage 2 as built, reduced on the GPUs over NCCL",
+		"AdamW moments of rank 0's share (float32 m and v, 1/4), on its GPU", "the data-parallel step's gradient buffers on the GPU at their peak",
 		"ranks 1-3 on the same host (each its own process and GPU)", "precision bf16", "7.62B parameters"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("aipo plan --nproc 4 --zero 2 does not say %q:\n%s", want, out)
@@ -84,7 +84,7 @@ func TestPlanGroupFlags(t *testing.T) {
 	}
 	// Stage 3 on GPUs is planned, and said to be not built.
 	code, out = runAipo(t, "plan", "--config", cfg, "--run", run, "--init", init, "--device", "a100-80g", "--nproc", "4", "--zero", "3")
-	if code != 1 || !strings.Contains(out, "learner on 4 GPUs at ZeRO stage 3: NOT BUILT") {
+	if code != 1 || !strings.Contains(out, "learner on 4 GPUs at ZeRO stage 3: NOT BUILT") || !strings.Contains(out, "reference policy: rank 0's share (bfloat16, 1/4 of every unit)") {
 		t.Errorf("aipo plan --nproc 4 --zero 3 on cuda exited %d, want 1 and the plan of the path that is not built:\n%s", code, out)
 	}
 	for _, tc := range []struct {

@@ -61,6 +61,11 @@ type RankMemory struct {
 	// and while the updated parameters are gathered (into the model's own
 	// buffer: the rank's part sent, beside the held gradient).
 	Tree, Reduce, Gather int64
+	// OnDevices says the group reduces on its devices
+	// (PlanDataParallelOnDevices): the figures are device memory, and
+	// Zeros the full-size zeros an empty shard's sum adds.
+	OnDevices bool
+	Zeros     int64
 }
 
 // StepBuffers is the most the step's own buffers hold at once.
@@ -68,6 +73,9 @@ func (m RankMemory) StepBuffers() int64 { return max(m.Tree, m.Reduce, m.Gather)
 
 // PeakWhen names the point of the update at which StepBuffers is reached.
 func (m RankMemory) PeakWhen() string {
+	if m.OnDevices {
+		return fmt.Sprintf("the device tree's %d full-size sums of its %d shards, the exchange's receive buffer (%d times its share, kept; the reduced gradient a view of it) and the zeros an empty shard adds", m.TreeBuffers, m.Shards, m.Held/max(4*m.Elements, 1))
+	}
 	switch m.StepBuffers() {
 	case m.Tree:
 		return fmt.Sprintf("summing its %d shards' gradients: %d flat copies", m.Shards, m.TreeBuffers)
@@ -295,4 +303,117 @@ func zero3PassFloats(z *zero3, mc model.Config, whole bool) int64 {
 		}
 	}
 	return most
+}
+
+// ReferenceShard is what rank Rank of a stage-3 group holds of a frozen
+// reference model sharded as zero3 shards the policy: the same elements
+// of every unit as it owns of the policy (zero3Layout), gathered a unit
+// at a time for the scoring pass, with no gradients and no moments.
+// Share is its elements' weights, Units the most its scoring pass holds
+// gathered at once (the unit it reads and the next, model.UnitPlan of a
+// pass that is not differentiated; nothing in a group of one, which
+// reads its share in place), both at the given bytes an element.
+type ReferenceShard struct {
+	Rank            int
+	Elements        int64
+	Share, Units    int64
+	BytesPerElement int64
+}
+
+// Total is the most the rank holds of the reference at once: its share
+// and, while it scores, the gathered units.
+func (r ReferenceShard) Total() int64 { return r.Share + r.Units }
+
+// PlanReferenceShards is the memory of each rank's part of a reference
+// of mc sharded over ranks, its values held at bytes an element (4:
+// float32; 2: bfloat16, the held form of a bfloat16 reference on a GPU).
+func PlanReferenceShards(mc model.Config, ranks int, bytes int64) ([]ReferenceShard, error) {
+	if ranks < 1 {
+		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
+	}
+	if bytes != 2 && bytes != 4 {
+		return nil, fmt.Errorf("trainer: a reference held at %d bytes an element: give 4 (float32) or 2 (bfloat16)", bytes)
+	}
+	if err := mc.Validate(); err != nil {
+		return nil, err
+	}
+	z := zero3Layout(mc, ranks)
+	var units int64
+	if ranks > 1 {
+		var uses []int
+		for _, e := range model.UnitPlan(mc, false) {
+			uses = append(uses, e.Unit)
+		}
+		for k := range uses {
+			w := int64(z.units[uses[k]].Len)
+			if k+1 < len(uses) {
+				w += int64(z.units[uses[k+1]].Len)
+			}
+			units = max(units, w)
+		}
+	}
+	out := make([]ReferenceShard, ranks)
+	for r := range out {
+		e := int64(z.elements(r))
+		out[r] = ReferenceShard{Rank: r, Elements: e, Share: bytes * e, Units: bytes * units, BytesPerElement: bytes}
+	}
+	return out, nil
+}
+
+// PlanDataParallelOnDevices is the device memory of each rank of a group
+// whose passes run on devices that reduce among themselves
+// (backend.DeviceReduced: DPConfig.DeviceComm, NCCL between GPUs), as
+// learner/cuda's device group allocates it beside the one-GPU step
+// without its moments, at stage 1 and 2 alike (the device group sums the
+// rank's shards whole and exchanges the sum once): the rank's share of
+// the AdamW moments (Moments, on the device); the tree's full-size sums
+// (TreeBuffers of 4P bytes: every shard's gradient is copied into the
+// tree, the one on top added in place; the tree's pool keeps them from
+// the first mini-batch on); the exchange's receive buffer, N times the
+// rank's share, kept from the first reduction on, which the reduced
+// gradient is a view of (Held); and, when a shard of the rank has no
+// token to train, a full-size buffer of zeros (counted: the plan is an
+// upper bound). The per-chunk sums of squares (8 bytes a chunk) are
+// left out. Nothing of the step is on the host; between steps the
+// moments come to it while the passes are parked.
+func PlanDataParallelOnDevices(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, error) {
+	if cfg.Zero == 3 {
+		return nil, fmt.Errorf("trainer: ZeRO stage 3 shards the weights of the CPU's passes; a device's passes hold the whole weights: give 1 or 2")
+	}
+	if ranks < 1 {
+		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
+	}
+	if cfg.Zero > 3 {
+		return nil, fmt.Errorf("trainer: ZeRO stage %d: give 1, 2 or 3", cfg.Zero)
+	}
+	if err := mc.Validate(); err != nil {
+		return nil, err
+	}
+	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
+	bounds := optim.Partition(chunks, ranks)
+	P := model.ParamCount(mc)
+	v := cfg.Shards
+	if v == 0 {
+		v = GroupShards(ranks)
+	}
+	out := make([]RankMemory, ranks)
+	for r := range out {
+		var elems int64
+		for _, c := range chunks[bounds[r]:bounds[r+1]] {
+			elems += int64(c.Len())
+		}
+		k := 0
+		for s := range v {
+			if owner(s, v, ranks) == r {
+				k++
+			}
+		}
+		m := RankMemory{Rank: r, Elements: elems, Shards: k, Moments: 8 * elems, TreeBuffers: max(treeBuffers(k), 1), Zero: max(cfg.Zero, 1), OnDevices: true}
+		m.Held = 4 * int64(ranks) * elems
+		m.Zeros = 4 * P
+		m.Tree = int64(m.TreeBuffers)*4*P + m.Held + m.Zeros
+		m.Reduce, m.Gather = m.Tree, m.Tree
+		out[r] = m
+	}
+	return out, nil
 }

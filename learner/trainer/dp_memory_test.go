@@ -157,3 +157,82 @@ func TestTreeBuffersCountsTheSumTree(t *testing.T) {
 		}
 	}
 }
+
+// A sharded reference's part of each rank is the elements the rank owns
+// of the policy at stage 3 (the same layout), the parts add up to the
+// model, and its scoring pass holds two units gathered (none in a group
+// of one); a bfloat16 share is half a float32 one.
+func TestPlanReferenceShards(t *testing.T) {
+	mc := qwenShaped(512, 1024, 3, 1000)
+	P := model.ParamCount(mc)
+	z := zero3Layout(mc, 1)
+	var largestPair int64
+	for _, u := range z.units {
+		largestPair = max(largestPair, int64(u.Len))
+	}
+	for _, n := range []int{1, 2, 3, 4, 8} {
+		pol, err := PlanDataParallel(mc, n, DPConfig{Zero: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f32, err := PlanReferenceShards(mc, n, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b16, err := PlanReferenceShards(mc, n, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		for r := range n {
+			sum += f32[r].Elements
+			if f32[r].Elements != pol[r].Elements || f32[r].Share != 4*pol[r].Elements || b16[r].Share != 2*pol[r].Elements {
+				t.Errorf("%d ranks, rank %d: reference shares %d and %d bytes of %d elements; the policy's share is %d elements", n, r, f32[r].Share, b16[r].Share, f32[r].Elements, pol[r].Elements)
+			}
+			if n == 1 && f32[r].Units != 0 || n > 1 && (f32[r].Units < 4*largestPair || f32[r].Units > 8*largestPair || b16[r].Units*2 != f32[r].Units) {
+				t.Errorf("%d ranks: the scoring pass's gathered units %d bytes (bf16 %d), the largest unit %d floats", n, f32[r].Units, b16[r].Units, largestPair)
+			}
+		}
+		if sum != P {
+			t.Errorf("%d ranks: the reference's shares hold %d elements of %d", n, sum, P)
+		}
+	}
+	if _, err := PlanReferenceShards(mc, 2, 3); err == nil {
+		t.Error("a reference of 3 bytes an element was planned")
+	}
+}
+
+// The device group's ranks own stage 1's shares (optim.Partition of the
+// chunks), keep their moments on the device, and hold the tree's
+// full-size sums (as many as the host's tree, at least one: the device
+// copies even a lone shard), the receive buffer of N shares and the
+// zeros.
+func TestPlanDataParallelOnDevices(t *testing.T) {
+	mc := qwenShaped(512, 1024, 3, 1000)
+	P := model.ParamCount(mc)
+	for _, n := range []int{1, 2, 4, 8} {
+		host, err := PlanDataParallel(mc, n, DPConfig{Zero: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := PlanDataParallelOnDevices(mc, n, DPConfig{Zero: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range n {
+			d := dev[r]
+			if d.Elements != host[r].Elements || d.Moments != 8*d.Elements || d.Shards != host[r].Shards || !d.OnDevices {
+				t.Errorf("%d ranks, rank %d: %+v; stage 1's share %d elements, %d shards", n, r, d, host[r].Elements, host[r].Shards)
+			}
+			if want := int64(max(treeBuffers(d.Shards), 1))*4*P + 4*int64(n)*d.Elements + 4*P; d.StepBuffers() != want {
+				t.Errorf("%d ranks, rank %d: the device group's buffers %d, want %d", n, r, d.StepBuffers(), want)
+			}
+		}
+	}
+	if tb := treeBuffers(8); tb != 3 {
+		t.Errorf("the tree of 8 shards holds %d sums at once, want 3", tb)
+	}
+	if _, err := PlanDataParallelOnDevices(mc, 2, DPConfig{Zero: 3}); err == nil {
+		t.Error("stage 3 on the device group was planned")
+	}
+}
