@@ -388,8 +388,12 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	// The CPU's copy (a device's is in its compute dtype), in bfloat16 where
 	// the backend counted 2 bytes a parameter for it (not on BLAS kernels
 	// that would score it inexactly: model.HoldsBF16Exactly).
-	if refBF16 && st.Host.Reference > 0 && st.Host.Reference <= 2*P {
+	switch {
+	case st.Host.Reference == 0 || st.Host.Reference > 2*P:
+	case refBF16:
 		refLine = "reference policy (weights alone, its bfloat16 values held in bfloat16)"
+	case p.Config.Learner.Precision == backend.BF16:
+		refLine = "reference policy (weights alone, rounded to bfloat16 as its products read them)"
 	}
 	if g != nil && len(g.Ref) > 0 {
 		r := g.Ref[0]

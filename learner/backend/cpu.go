@@ -24,7 +24,7 @@ func (cpuBackend) Open() (Device, error) { return cpuDevice{}, nil }
 // StepMemory: on the CPU everything is host memory, float32: the policy's
 // weights and gradients (4 bytes a parameter each), AdamW's moments (8),
 // the reference's weights (4, no gradients; 2 when they are bfloat16
-// values, held in bfloat16 by Eval), and one micro-batch's passes
+// values or the products are, held in bfloat16 by Eval), and one micro-batch's passes
 // (model.PassBytes). The old and reference log-probabilities are scored
 // without keeping activations, below the training pass's peak. With BF16
 // the passes keep no bfloat16 copy of the weights (Compute stays 0): each
@@ -36,7 +36,7 @@ func (cpuBackend) StepMemory(w Workload) (host, device Memory) {
 	pass.BF16 = w.Precision == BF16
 	host = Memory{Weights: 4 * P, Grads: 4 * P, Optimizer: 8 * P, Activations: model.PassBytes(w.Model, pass)}
 	switch {
-	case w.Reference && w.ReferenceBF16 && model.HoldsBF16Exactly():
+	case w.Reference && (w.Precision == BF16 || w.ReferenceBF16 && model.HoldsBF16Exactly()):
 		host.Reference = 2 * P
 	case w.Reference:
 		host.Reference = 4 * P
@@ -87,15 +87,23 @@ func (cpuDevice) Train(m *model.Model, precision string) (Compute, error) {
 // Eval is the passes of a model that is only scored (the frozen
 // reference): m itself, its weight matrices held in bfloat16 when they
 // are all bfloat16 values (model.HoldBF16: half the memory, the same
-// log-probabilities bit for bit). The float32 copy it drops is handed back
-// to the system at once, before the step's gradients and optimiser state
-// are allocated, so that the two never sit in memory together.
+// log-probabilities bit for bit), and with BF16 whatever their values,
+// rounded as its bfloat16 products round them (model.HoldBF16Rounded).
+// The float32 copy it drops is handed back to the system at once, before
+// the step's gradients and optimiser state are allocated, so that the
+// two never sit in memory together.
 func (d cpuDevice) Eval(m *model.Model, precision string) (Compute, error) {
 	c, err := d.Train(m, precision)
 	if err != nil {
 		return nil, err
 	}
-	if !m.HeldInBF16() && m.HoldBF16() {
+	if m.HeldInBF16() {
+		return c, nil
+	}
+	// With bfloat16 products the matrices are rounded as every product
+	// reads them: held rounded, they score alike (the embedding's rows
+	// rounded too: model.HoldBF16Rounded).
+	if precision == BF16 && m.HoldBF16Rounded() || m.HoldBF16() {
 		debug.FreeOSMemory()
 	}
 	return c, nil

@@ -85,11 +85,34 @@ func (m *Model) HoldBF16() bool {
 }
 
 // holdBF16 is HoldBF16 whatever the kernels.
-func (m *Model) holdBF16() bool {
+func (m *Model) holdBF16() bool { return m.hold(false) }
+
+// HoldBF16Rounded makes a model that will only be scored, and whose
+// products are bfloat16 (SetComputeBF16(true): the frozen reference of a
+// learner.precision bf16 run), hold its weight matrices (embeddings,
+// projections, LM head) rounded to the nearest bfloat16 (ties to even),
+// whatever their values: half the memory. Its products read the very
+// operands they read before, since a bfloat16 product rounds its weights
+// as it reads them, in the same slices (productHalvesWT, narrowMatmul);
+// what differs is the embedding's rows, which a float32-held model looks
+// up unrounded: each value within 2^-9 of itself, relative. It reports
+// false, and leaves m as it was, for a model that trains (has gradients),
+// decodes alone, or does not multiply in bfloat16. Norms and biases stay
+// float32.
+func (m *Model) HoldBF16Rounded() bool {
+	if !m.computeBF16 {
+		return false
+	}
+	return m.hold(true)
+}
+
+// hold holds m's matrices in bfloat16: their values as they are (round
+// false: only when every one is a bfloat16 value) or rounded.
+func (m *Model) hold(round bool) bool {
 	if m.narrow != nil {
 		return true
 	}
-	if m.decodeOnly() {
+	if m.decodeOnly() || m.shard != nil {
 		return false
 	}
 	if m.g.flat != nil {
@@ -103,21 +126,35 @@ func (m *Model) holdBF16() bool {
 	for _, lw := range w.layers {
 		mats = append(mats, lw.qkv, lw.o, lw.gateUp, lw.down)
 	}
-	for _, x := range mats {
-		if !bf16Exact(x) {
-			return false
+	if !round {
+		for _, x := range mats {
+			if !bf16Exact(x) {
+				return false
+			}
 		}
 	}
-	n := &narrowWeights{emb: narrowed(w.emb)}
+	conv := narrowed
+	if round {
+		conv = rounded
+	}
+	n := &narrowWeights{emb: conv(w.emb)}
 	n.head = n.emb
 	if !m.cfg.TieWordEmbeddings {
-		n.head = narrowed(w.head)
+		n.head = conv(w.head)
 	}
 	for _, lw := range w.layers {
-		n.layers = append(n.layers, narrowLayer{qkv: narrowed(lw.qkv), o: narrowed(lw.o), gateUp: narrowed(lw.gateUp), down: narrowed(lw.down)})
+		n.layers = append(n.layers, narrowLayer{qkv: conv(lw.qkv), o: conv(lw.o), gateUp: conv(lw.gateUp), down: conv(lw.down)})
 	}
 	m.w, m.narrow = w.normsAndBiases(), n
 	return true
+}
+
+// rounded is the bfloat16 nearest each value of src (ties to even), as a
+// bfloat16 product rounds its operands.
+func rounded(src []float32) []uint16 {
+	dst := make([]uint16, len(src))
+	roundHalves(dst, src)
+	return dst
 }
 
 // normsAndBiases is a copy of w's norms and biases alone: the float32

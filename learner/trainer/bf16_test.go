@@ -171,3 +171,106 @@ func TestRLStepBF16AgainstFloat32(t *testing.T) {
 		t.Errorf("bf16 changed nothing (log-probs %g, gradients %g, weights %g apart): its products are not in the step", dlp, dg, dw)
 	}
 }
+
+// At learner.precision bf16 the CPU holds the frozen reference in
+// bfloat16 whatever its values (backend Eval: model.HoldBF16Rounded),
+// half its float32 bytes, and the KL term it gives stays within a stated
+// bound of the one a float32 reference (float32 weights, float32
+// products) gives.
+//
+// The reference's log-probs r16 differ from the float32 reference's r32
+// by what its bfloat16 products move them (TestRLStepBF16AgainstFloat32's
+// forward bound, 4·P·2u of their scale for P = 4L+1 products in
+// sequence) and by the rounding of the embedding's rows, which a
+// float32-held model looks up unrounded: one more rounding of the
+// residual stream's input, carried through the same products, counted as
+// one more product, 4·(P+1)·2u. The KL term of a token is k3(x) = eˣ - x
+// - 1 with x = r - logp (loss.K3), whose slope eˣ - 1 is monotone in x:
+// between r32 and r16 it is at most the larger of |e^(x32) - 1| and
+// |e^(x16) - 1|, so each token's k3 moves by at most that times
+// |r16 - r32| (the mean value theorem), and the mean term by at most the
+// mean of those; the test holds the measured change to it and the
+// log-probs to theirs.
+func TestReferenceHeldInBF16KL(t *testing.T) {
+	const vocab = 40
+	mc := tinyQwen3(vocab)
+	samples := bf16Samples(5, 12, vocab)
+	cfg := RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 48, PPOEpochs: 1, MiniBatches: 1}
+	cfg.Loss.KLCoef = 0 // (the sequences alone: the test scores the references itself)
+	dev, err := backend.Lookup(backend.CPUName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dev.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pol, err := model.New(mc, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Learner{Policy: pol}
+	seqs, err := l.rlSequences(cfg, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logp, err := logProbs(CPU(pol), seqs, cfg.MicroBatchTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	score := func(precision string) ([][]float32, *model.Model) {
+		ref, err := model.New(mc, 12) // random float32 weights: no bfloat16 values
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := d.Eval(ref, precision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		lp, err := logProbs(c, seqs, cfg.MicroBatchTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lp, ref
+	}
+	r32, m32 := score(backend.FP32)
+	r16, m16 := score(backend.BF16)
+	if m32.HeldInBF16() || !m16.HeldInBF16() {
+		t.Fatalf("held in bfloat16: float32 reference %v, bf16 reference %v; want false and true", m32.HeldInBF16(), m16.HeldInBF16())
+	}
+	P := float64(4*mc.NumHiddenLayers + 1)
+	bound := 4 * (P + 1) * 2 * bf16Unit
+	var dr, scale, k32, k16, dkBound float64
+	n := 0
+	for i := range r32 {
+		for j := range r32[i] {
+			p := float64(logp[i][j])
+			a, b := float64(r32[i][j]), float64(r16[i][j])
+			dr = max(dr, math.Abs(b-a))
+			scale = max(scale, math.Abs(a))
+			ka, _ := loss.K3(p, a)
+			kb, _ := loss.K3(p, b)
+			k32 += ka
+			k16 += kb
+			slope := max(math.Abs(math.Exp(a-p)-1), math.Abs(math.Exp(b-p)-1))
+			dkBound += slope * math.Abs(b-a)
+			n++
+		}
+	}
+	k32, k16, dkBound = k32/float64(n), k16/float64(n), dkBound/float64(n)
+	t.Logf("reference log-probs: bf16-held within %.3g of float32's (scale %.3g, bound %.3g of it); mean KL term %.6g against %.6g, changed by %.3g (bound %.3g)",
+		dr, scale, bound, k16, k32, math.Abs(k16-k32), dkBound)
+	if dr == 0 {
+		t.Error("the bf16-held reference scores float32's bits: its products were not bfloat16")
+	}
+	if dr > bound*scale {
+		t.Errorf("the bf16-held reference's log-probs differ from float32's by %g, more than %g (%g of their scale %g)", dr, bound*scale, bound, scale)
+	}
+	// (A float64 sum of a few hundred terms: its own rounding is far
+	// below the bound's scale.)
+	if math.Abs(k16-k32) > dkBound*(1+1e-9)+1e-12 {
+		t.Errorf("the mean KL term moved by %g with the bf16-held reference, more than the mean value theorem allows, %g", math.Abs(k16-k32), dkBound)
+	}
+}
