@@ -38,10 +38,11 @@ type Group struct {
 	// Nodes is the machines the ranks are spread over, Ranks/Nodes on
 	// each (1: all on one); the host figures are one node's.
 	Nodes int
-	// Ref is, for a Planned group with a KL term, each rank's part of
-	// the reference sharded as the policy is
-	// (trainer.PlanReferenceShards): in bfloat16 at learner.precision
-	// bf16, else float32. Nil otherwise: the reference is held whole.
+	// Ref is, at stage 3 with a KL term, each rank's part of the
+	// reference sharded as the policy is (trainer.PlanReferenceShards):
+	// on the CPU in float32, on GPUs (Planned) in bfloat16 at
+	// learner.precision bf16, else float32. Nil otherwise: the reference
+	// is held whole.
 	Ref []trainer.ReferenceShard
 }
 
@@ -104,13 +105,14 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 		return nil, fmt.Errorf("plan: %w", err)
 	}
 	g := &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: onDevice, Planned: planned, Nodes: max(o.Nodes, 1)}
-	if planned && cfg.Learner.Loss.KLCoef != 0 && !cfg.LoRAOn() {
-		// The GPU path's reference, sharded as the policy is and
-		// gathered a unit at a time for its scoring pass; held in
+	if zero == 3 && cfg.Learner.Loss.KLCoef != 0 && !cfg.LoRAOn() {
+		// The reference, sharded as the policy is and gathered a unit
+		// at a time for its scoring pass: on the CPU in float32
+		// (learner/trainer/zero3ref.go); on GPUs (planned) held in
 		// bfloat16 with bfloat16 products (the Hugging Face releases'
 		// values are bfloat16: holding them so loses nothing).
 		bytes := int64(4)
-		if cfg.Learner.Precision == backend.BF16 {
+		if planned && cfg.Learner.Precision == backend.BF16 {
 			bytes = 2
 		}
 		if g.Ref, err = trainer.PlanReferenceShards(mc, o.Ranks, bytes); err != nil {
@@ -204,8 +206,8 @@ func (g *Group) describe(p Plan) string {
 	if g.Zero == 3 {
 		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 3 as built (learner/trainer/zero3.go; learner.zero): each rank holds 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters); "+
 			"its passes gather each layer from the ranks before reading it, the next while the current computes, and exchange each layer's gradient as the backward pass ends it (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
-			"between steps the weights are gathered whole for the rollout, which rank 0 runs. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
-			g.Ranks, g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen())
+			"%s; between steps the weights are gathered whole for the rollout, which rank 0 runs. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
+			g.Ranks, g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), g.refWords())
 	}
 	return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage %d as built (learner/trainer/dp.go; learner.zero), %s: each rank holds the whole policy and its gradients, "+
 		"its share of the AdamW moments (rank 0: %s of %s parameters) and the step's gradient buffers (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+

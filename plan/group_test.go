@@ -242,5 +242,25 @@ func TestPlanGroupStage3OnTheCPU(t *testing.T) {
 			}
 		}
 		t.Logf("%d ranks: rank 0's learner step %s at stage 3, %s at stage 2, %s at stage 1", n, fmtBytes(rank0[3]), fmtBytes(rank0[2]), fmtBytes(rank0[1]))
+		// With a KL term, stage 3's reference is sharded as the policy
+		// is (learner/trainer/zero3ref.go): rank 0's share in float32
+		// and two units gathered while it scores.
+		kl := cfg
+		kl.Learner.Loss.KLCoef = 0.001
+		o := o
+		o.Ranks, o.Zero = n, 3
+		p, err := Make(ctx, kl, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := trainer.PlanReferenceShards(p.Model, n, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// (For this tiny model two gathered units, a vocabulary block
+		// each, outweigh what the sharding saves at 2 ranks.)
+		if got := line(t, p.Phases[phaseLearn], "reference policy: rank 0's share (float32, 1/", false); got != want[0].Total() {
+			t.Errorf("%d ranks at stage 3 with a KL term: rank 0's reference %d, the sharded reference's %d", n, got, want[0].Total())
+		}
 	}
 }

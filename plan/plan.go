@@ -401,7 +401,11 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		if r.BytesPerElement == 2 {
 			dtype = "bfloat16"
 		}
-		st.Device.Reference = r.Total()
+		if g.Planned {
+			st.Device.Reference = r.Total()
+		} else {
+			st.Host.Reference = r.Total()
+		}
 		refLine = fmt.Sprintf("reference policy: rank 0's share (%s, 1/%d of every unit) and two units gathered as it scores", dtype, g.Ranks)
 	}
 	add(refLine, st.Host.Reference, st.Device.Reference)

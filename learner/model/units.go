@@ -243,9 +243,14 @@ type feedFailure struct{ err error }
 // ParamData what it keeps before the call. Activation checkpointing and
 // the decoding paths are unaffected; a model held in bfloat16 or for
 // decoding alone cannot be sharded.
+//
+// A model held in bfloat16 for scoring (HoldBF16, HoldBF16Rounded) may be
+// sharded too: the caller takes its values first (UnitValues: the
+// bfloat16 values widened, exactly), and its passes then read the
+// feed's float32 units, which hold the same values.
 func (m *Model) ShardWeights(f UnitFeed) error {
-	if m.narrow != nil || m.bf16 != nil {
-		return errors.New("model: a model held in bfloat16 cannot shard its float32 weights")
+	if m.bf16 != nil {
+		return errors.New("model: a model held in bfloat16 for decoding cannot shard its float32 weights")
 	}
 	if f == nil {
 		return errors.New("model: ShardWeights without a feed")
@@ -253,9 +258,58 @@ func (m *Model) ShardWeights(f UnitFeed) error {
 	m.gradMu.Lock()
 	m.g = weights{layers: make([]layerWeights, m.d.L)}
 	m.gradMu.Unlock()
-	m.w = weights{layers: make([]layerWeights, m.d.L)}
+	m.w, m.narrow = weights{layers: make([]layerWeights, m.d.L)}, nil
 	units := m.Units()
 	m.shard = &sharded{feed: f, units: units, using: -1, grads: make([][]float32, len(units))}
+	return nil
+}
+
+// UnitValues writes unit u's weights (Units()[u].Len floats, in the flat
+// buffer's order) into dst: from the flat buffer, or, for a model held in
+// bfloat16 for scoring, its matrices' bfloat16 values widened (exact) and
+// its norms and biases as they are. A sharded model has none to give.
+func (m *Model) UnitValues(u int, dst []float32) error {
+	units := m.Units()
+	if u < 0 || u >= len(units) {
+		return fmt.Errorf("model: unit %d of %d", u, len(units))
+	}
+	us := units[u]
+	if len(dst) != us.Len {
+		return fmt.Errorf("model: %d floats for unit %d of %d", len(dst), u, us.Len)
+	}
+	if m.shard != nil && !m.shard.gradsOnly || m.decodeOnly() {
+		return errors.New("model: UnitValues of a model that does not hold its weights (sharded, or held for decoding alone)")
+	}
+	if m.narrow == nil {
+		copy(dst, m.w.flat[us.Off:us.Off+us.Len])
+		return nil
+	}
+	var to weights
+	to.layers = make([]layerWeights, m.d.L)
+	setUnitViews(&to, m.cfg, units, u, dst)
+	x, n, C := unitsIndex(m.cfg), m.narrow, m.d.C
+	switch {
+	case u < x.blocks || u > x.norm():
+		b := u
+		src := n.emb
+		if u > x.norm() {
+			b, src = u-x.norm()-1, n.head
+		}
+		lo, hi := m.blockRange(b)
+		widen(dst, src[lo*C:hi*C])
+	case u == x.norm():
+		copy(to.norm, m.w.norm)
+	default:
+		l := u - x.blocks
+		lw, tw, nl := &m.w.layers[l], &to.layers[l], &n.layers[l]
+		for _, f := range [][2][]float32{{tw.inNorm, lw.inNorm}, {tw.postNorm, lw.postNorm}, {tw.qkvBias, lw.qkvBias}, {tw.oBias, lw.oBias}, {tw.qkNorm, lw.qkNorm}} {
+			copy(f[0], f[1])
+		}
+		widen(tw.qkv, nl.qkv)
+		widen(tw.o, nl.o)
+		widen(tw.gateUp, nl.gateUp)
+		widen(tw.down, nl.down)
+	}
 	return nil
 }
 

@@ -79,6 +79,11 @@ type DataParallel struct {
 	runs       []model.Span // stage 2: the model's gradient runs (GradRuns)
 	z3         *zero3       // stage 3: the rank's share of the weights, gradients and moments
 	dev        deviceDP     // the group on the devices (DPConfig.DeviceComm; dpdevice.go)
+	// zref is, at stage 3, the rank's share of the frozen reference's
+	// weights (zero3ref.go), sharded from refOf, the reference it was
+	// made for.
+	zref  *zero3
+	refOf *model.Model
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -264,6 +269,9 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		return RLStats{}, err
 	}
 	if dp.z3 != nil {
+		if err := l.shardReference(cfg); err != nil {
+			return RLStats{}, err
+		}
 		if err := l.reshard(); err != nil {
 			return RLStats{}, err
 		}
@@ -285,6 +293,13 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		if err := l.scoreZero3(ctx, groups, seqs, cfg.MicroBatchTokens, old); err != nil {
 			return RLStats{}, err
 		}
+		if ref != nil && dp.zref != nil {
+			// The reference's shards, gathered a unit at a time.
+			if err := l.scoreSharded(ctx, dp.zref, l.Ref, rc, groups, seqs, cfg.MicroBatchTokens, ref); err != nil {
+				return RLStats{}, fmt.Errorf("trainer: the reference's log-probs: %w", err)
+			}
+			dp.Sent += dp.zref.sent.Swap(0)
+		}
 	}
 	for mb := range groups {
 		for s, order := range groups[mb] {
@@ -303,7 +318,7 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 			} else if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
 				return RLStats{}, err
 			}
-			if ref != nil {
+			if ref != nil && dp.zref == nil {
 				if err := logProbsInto(ref, rc, seqs, order, cfg.MicroBatchTokens); err != nil {
 					return RLStats{}, err
 				}

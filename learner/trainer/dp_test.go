@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -44,6 +45,11 @@ func dpCfg() RLConfig {
 		cfg.MicroBatchTokens = k
 	}
 	cfg.Loss.KLCoef = 0
+	if os.Getenv("AIPO_DP_KL") != "" {
+		// A KL term against dpLearner's reference, strong enough to
+		// move the update.
+		cfg.Loss.KLCoef = 0.5
+	}
 	return cfg
 }
 
@@ -85,7 +91,20 @@ func dpLearner() (*Learner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Learner{Policy: m, Opt: opt}, nil
+	l := &Learner{Policy: m, Opt: opt}
+	if os.Getenv("AIPO_DP_KL") != "" {
+		// A frozen reference of other weights, scored as the policy is;
+		// with bfloat16 products held in bfloat16, as backend Eval holds
+		// it.
+		if l.Ref, err = model.New(mc, 6); err != nil {
+			return nil, err
+		}
+		l.Ref.SetComputeBF16(m.ComputesInBF16())
+		if m.ComputesInBF16() && !l.Ref.HoldBF16Rounded() {
+			return nil, errors.New("the reference was not held in bfloat16")
+		}
+	}
+	return l, nil
 }
 
 // programDPSteps is one rank: it joins the group, optionally loads the
@@ -166,6 +185,11 @@ func programDPSteps() int {
 		m := l.DP.z3.Memory()
 		b, _ := json.Marshal(m)
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("memory-%d.json", comm.Rank())), b, 0o644); err != nil {
+			return fail(err)
+		}
+		share, peak := l.DP.ReferenceMemory()
+		b, _ = json.Marshal([2]int64{share, peak})
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("reference-%d.json", comm.Rank())), b, 0o644); err != nil {
 			return fail(err)
 		}
 	}

@@ -4,6 +4,7 @@ package trainer
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -276,6 +277,63 @@ func TestZeroStagesBF16SameBits(t *testing.T) {
 		dir := dpRunFrom(t, c.n, 0, 3, "", false, q, bf, oneMicroBatch, c.zero)
 		if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
 			t.Errorf("bf16, %d ranks at %s: %v, one rank at stage 1 %v", c.n, c.zero, got, want)
+		}
+	}
+}
+
+// At stage 3 the frozen reference is sharded as the policy is
+// (zero3ref.go): with a KL term, 1, 2 and 4 ranks give the same bits, and
+// those of stage 1's one process, whose reference is whole (every shard
+// one micro-batch, as TestZeroStage3SameBits compares the stages): the
+// sharded reference scores as the whole one, bit for bit. In bfloat16
+// (the reference held in bfloat16, rounded, its values gathered widened)
+// 2 ranks at stage 3 give stage 1's bits too. At 4 ranks each rank keeps
+// its share of the reference alone, the plan's (PlanReferenceShards),
+// and holds at most the plan's share and two gathered units while it
+// scores.
+func TestZeroStage3ShardedReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	const kl = "AIPO_DP_KL=1"
+	bits := func(dir string) [2]string {
+		return [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}
+	}
+	want := bits(dpRunFrom(t, 1, 0, 2, "", false, kl, oneMicroBatch))
+	if noKL := bits(dpRunFrom(t, 1, 0, 2, "", false, oneMicroBatch)); noKL == want {
+		t.Fatal("the KL term did not change the update: the test would not see the reference")
+	}
+	mem := t.TempDir()
+	for _, n := range []int{1, 2, 4} {
+		extra := []string{kl, oneMicroBatch, "AIPO_DP_ZERO=3"}
+		if n == 4 {
+			extra = append(extra, "AIPO_DP_MEMORY="+mem)
+		}
+		if got := bits(dpRunFrom(t, n, 0, 2, "", false, extra...)); got != want {
+			t.Errorf("%d ranks at stage 3 with the reference sharded: %v, stage 1 at 1 rank %v", n, got, want)
+		}
+	}
+	const bf16 = "AIPO_DP_BF16=1"
+	want16 := bits(dpRunFrom(t, 1, 0, 2, "", false, kl, bf16, oneMicroBatch))
+	if got := bits(dpRunFrom(t, 2, 0, 2, "", false, kl, bf16, oneMicroBatch, "AIPO_DP_ZERO=3")); got != want16 {
+		t.Errorf("bf16: 2 ranks at stage 3 with the bfloat16-held reference sharded: %v, stage 1 at 1 rank %v", got, want16)
+	}
+	plan, err := PlanReferenceShards(tinyConfig(20), 4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 4 {
+		b, err := os.ReadFile(filepath.Join(mem, fmt.Sprintf("reference-%d.json", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m [2]int64 // share, peak
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rank %d: reference share %d bytes, peak %d; planned %d and %d", r, m[0], m[1], plan[r].Share, plan[r].Total())
+		if m[0] != plan[r].Share || m[1] > plan[r].Total() || m[1] <= m[0] {
+			t.Errorf("rank %d: the reference's share %d bytes and peak %d; the plan's share %d and bound %d (and a peak above the share: units were gathered)", r, m[0], m[1], plan[r].Share, plan[r].Total())
 		}
 	}
 }

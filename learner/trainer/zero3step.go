@@ -3,6 +3,8 @@ package trainer
 import (
 	"context"
 	"fmt"
+
+	"github.com/aipo-rl/aipo/learner/model"
 )
 
 // owner3 is the rank that computes virtual shard s at stage 3: s mod n,
@@ -16,19 +18,31 @@ func owner3(s, n int) int { return s % n }
 func (l *Learner) scoreZero3(ctx context.Context, groups [][][]int, seqs []Sequence, budget int, old [][]float32) error {
 	dp := l.DP
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
-	if dp.z3.whole {
-		// The model holds its weights: each rank scores its own.
-		for mb := range groups {
-			for s, order := range groups[mb] {
-				if owner3(s, n) == rank {
-					if err := logProbsInto(old, l.policy(), seqs, order, budget); err != nil {
-						return err
-					}
+	if !dp.z3.whole {
+		return l.scoreSharded(ctx, dp.z3, l.Policy, l.policy(), groups, seqs, budget, old)
+	}
+	// The model holds its weights: each rank scores its own.
+	for mb := range groups {
+		for s, order := range groups[mb] {
+			if owner3(s, n) == rank {
+				if err := logProbsInto(old, l.policy(), seqs, order, budget); err != nil {
+					return err
 				}
 			}
 		}
-		return nil
 	}
+	return nil
+}
+
+// scoreSharded computes the log-probabilities under m, whose weights z
+// shards (the policy's, or the frozen reference's: zero3ref.go), of the
+// samples of this rank's shards into out, through c, m's passes: every
+// rank runs as many passes as the rank with the most micro-batches, the
+// passes it lacks as shadows (their gathers alone), so that the group's
+// gathers stay in step.
+func (l *Learner) scoreSharded(ctx context.Context, z *zero3, m *model.Model, c Compute, groups [][][]int, seqs []Sequence, budget int, out [][]float32) error {
+	dp := l.DP
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	counts := make([]int, n)
 	var mine []microBatch
 	for mb := range groups {
@@ -45,18 +59,17 @@ func (l *Learner) scoreZero3(ctx context.Context, groups [][][]int, seqs []Seque
 	for _, c := range counts {
 		most = max(most, c)
 	}
-	c := l.policy()
 	for i := range most {
 		if i >= len(mine) {
-			if err := dp.z3.beginPass(ctx, dp.Comm, l.Policy.Config(), false, true, nil, nil, false).finish(nil); err != nil {
+			if err := z.beginPass(ctx, dp.Comm, m.Config(), false, true, nil, nil, false).finish(nil); err != nil {
 				return err
 			}
 			continue
 		}
 		mb := mine[i]
-		feed := dp.z3.beginPass(ctx, dp.Comm, l.Policy.Config(), false, false, nil, nil, false)
+		feed := z.beginPass(ctx, dp.Comm, m.Config(), false, false, nil, nil, false)
 		all, err := c.Run(mb.batch, nil)
-		l.Policy.EndShardedPass()
+		m.EndShardedPass()
 		if err := feed.finish(err); err != nil {
 			// The others wait for this rank's gathers: tell them.
 			dp.Comm.Abort(err)
@@ -69,7 +82,7 @@ func (l *Learner) scoreZero3(ctx context.Context, groups [][][]int, seqs []Seque
 				lp[t] = all[mb.scored[k]]
 				k++
 			}
-			old[j] = lp
+			out[j] = lp
 		}
 	}
 	return nil

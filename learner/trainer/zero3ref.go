@@ -1,0 +1,90 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/model"
+)
+
+// The frozen reference at ZeRO stage 3: sharded as the policy is. Each
+// rank keeps, of every unit of the reference, the same elements it owns
+// of the policy (zero3Layout), in float32, and the reference's scoring
+// pass gathers each unit from the ranks before it reads it, the next
+// while it computes the current (two units at most), as the policy's
+// passes do (zero3feed.go); the pass is never differentiated, so there
+// are no gradients to exchange and no optimiser state. The values are the
+// reference's own: a reference held in bfloat16 for scoring (HoldBF16,
+// HoldBF16Rounded) gives its bfloat16 values widened, exactly, and its
+// products round the gathered units as they read them, so the scores are
+// those of the whole reference in the same precision. A device's group
+// can use the same piece: newZero3Frozen lays out any frozen model's
+// shares and zero3's feed serves its passes.
+
+// newZero3Frozen lays out the weights of the frozen model m among n
+// ranks as zero3 lays out a policy's, and keeps rank's share of them
+// (model.Model.UnitValues, one unit at a time). It holds no gradient and
+// no optimiser.
+func newZero3Frozen(m *model.Model, n, rank int) (*zero3, error) {
+	z := zero3Layout(m.Config(), n)
+	z.master = make([]float32, 0, z.elements(rank))
+	var unit []float32
+	for u, us := range z.units {
+		z.at = append(z.at, len(z.master))
+		if cap(unit) < us.Len {
+			unit = make([]float32, us.Len)
+		}
+		if err := m.UnitValues(u, unit[:us.Len]); err != nil {
+			return nil, fmt.Errorf("trainer: the reference's unit %d: %w", u, err)
+		}
+		lo, hi := z.run(u, rank)
+		z.master = append(z.master, unit[lo-us.Off:hi-us.Off]...)
+	}
+	z.mem.fixed = 4 * int64(len(z.master))
+	z.mem.reset()
+	return z, nil
+}
+
+// shardReference makes a stage-3 rank's reference sharded (DataParallel's
+// zref) before a step: the reference the learner holds now, if it is not
+// the one sharded already (aipo train loads the reference anew with its
+// passes). The whole weights go. A reference on a device, a LoRA run's
+// (its base: the policy itself) and a step without a KL term are left
+// alone.
+func (l *Learner) shardReference(cfg RLConfig) error {
+	dp := l.DP
+	if dp.z3.whole || cfg.Loss.KLCoef == 0 || l.Ref == nil || l.Ref.HasAdapter() {
+		return nil
+	}
+	if dp.refOf == l.Ref && l.Ref.Sharded() {
+		return nil
+	}
+	if l.RefCompute != nil && !backend.OnHost(l.RefCompute) {
+		return nil
+	}
+	if l.Ref.Sharded() {
+		return errors.New("trainer: the reference's weights are sharded by another group: load it anew")
+	}
+	z, err := newZero3Frozen(l.Ref, dp.Comm.Size(), dp.Comm.Rank())
+	if err != nil {
+		return err
+	}
+	if err := l.Ref.ShardWeights(z); err != nil {
+		return fmt.Errorf("trainer: sharding the reference: %w", err)
+	}
+	dp.zref, dp.refOf = z, l.Ref
+	debug.FreeOSMemory() // the whole weights, before the step's buffers
+	return nil
+}
+
+// ReferenceMemory is what this rank holds of the sharded reference
+// (stage 3 with a KL term; zero when the reference is not sharded): its
+// share and the most its scoring passes held at once, in bytes.
+func (dp *DataParallel) ReferenceMemory() (share, peak int64) {
+	if dp.zref == nil {
+		return 0, 0
+	}
+	return 4 * int64(len(dp.zref.master)), dp.zref.mem.peak.Load()
+}
