@@ -49,7 +49,7 @@ func runPlan(args []string) error {
 			"finds (or the one named), and what to change if not. aipo train makes the same plan at\n"+
 			"start and refuses a run that does not fit. With --nproc N it plans each rank of a learner\n"+
 			"on N processes, the group aipo train --nproc N runs: on the CPU at ZeRO stage 1, 2 or 3\n"+
-			"(stage 3: each rank holds 1/N of the weights, gradients and moments), and on GPUs\n"+
+			"(stage 3: each rank holds 1/N of the weights, gradients, moments and reference), and on GPUs\n"+
 			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
 			"and its share of the moments, and the group reduces the gradients on the GPUs over NCCL.\n"+
 			"--zero 3 on GPUs plans a path that is NOT BUILT (aipo train refuses it): each GPU holding\n"+
