@@ -940,5 +940,5 @@ func (p Plan) moreMemory() string {
 	case g != nil:
 		return "more GPUs (--nproc) shard only the moments; each GPU holds the whole weights and gradients at stages 1 and 2 (stage 3, --zero 3, is not built on GPUs)"
 	}
-	return "more devices: a group of GPUs (aipo train --nproc N) keeps the AdamW moments on the host, 8 bytes a parameter off each GPU (aipo plan --nproc N plans it; docs/scaling.md)"
+	return "more devices: a group of GPUs (aipo train --nproc N) shards the AdamW moments across them, each GPU keeping 8 bytes a parameter over N (aipo plan --nproc N plans it; docs/scaling.md)"
 }
