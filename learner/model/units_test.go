@@ -233,3 +233,68 @@ func TestShardedGradsSameBits(t *testing.T) {
 		t.Fatalf("a pass after ReleaseBuffers: %v", err)
 	}
 }
+
+// UnitValues gives each unit's weights as the flat buffer holds them, and
+// for a model held in bfloat16 (HoldBF16Rounded) their rounded values
+// widened, so that a bfloat16-held scoring model sharded from them
+// (ShardWeights, which it now allows) scores as it did whole, bit for bit,
+// with a tied and an untied head of several vocabulary blocks.
+func TestUnitValuesOfABF16HeldModel(t *testing.T) {
+	tied := tinyConfig()
+	tied.VocabSize = 2*minVocabBlockRows + 300
+	untied := tied
+	untied.TieWordEmbeddings = false
+	untied.ModelType, untied.HeadDim = "qwen3", 8
+	for _, cfg := range []Config{tied, untied} {
+		m, err := New(cfg, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flat := slices.Clone(m.ParamData())
+		units := m.Units()
+		for u, s := range units {
+			got := make([]float32, s.Len)
+			if err := m.UnitValues(u, got); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, flat[s.Off:s.Off+s.Len]) {
+				t.Fatalf("tied %v: unit %d's values are not the flat buffer's", cfg.TieWordEmbeddings, u)
+			}
+		}
+		m.SetComputeBF16(true)
+		if !m.HoldBF16Rounded() {
+			t.Fatal("HoldBF16Rounded declined a scoring model computing in bfloat16")
+		}
+		b := Batch{Tokens: []int32{1, 5, 9, 2, 7, 3, 11, 4}}
+		want, _, err := m.Score(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := make([]float32, len(flat))
+		for u, s := range units {
+			if err := m.UnitValues(u, data[s.Off:s.Off+s.Len]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rounded := make([]float32, len(flat))
+		roundBF16Into(rounded, flat)
+		if err := m.ShardWeights(&wholeFeed{t: t, data: data, units: units}); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := m.Score(b)
+		m.EndShardedPass()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("tied %v: the sharded bfloat16-held model scores %v, whole %v", cfg.TieWordEmbeddings, got, want)
+		}
+		// The matrices' values are the rounded ones; the norms and
+		// biases (not rounded) the flat buffer's.
+		for i := range data {
+			if data[i] != rounded[i] && data[i] != flat[i] {
+				t.Fatalf("tied %v: element %d is %v, neither its value %v nor its rounding %v", cfg.TieWordEmbeddings, i, data[i], flat[i], rounded[i])
+			}
+		}
+	}
+}
