@@ -62,8 +62,12 @@ func (g *Gemm) check() {
 // weight gradients) then run each on its own core at one core's rate,
 // where Sgemm's split of one product over two cores reaches 1.3 to 1.5
 // times it on the learner's layer shapes (BenchmarkSgemmStepProducts).
-// Each element of C is Sgemm's, bit for bit: the parts cut the rows or
-// columns of C, never the sum over k.
+// The parts cut the rows or columns of C, never the sum over k; yet an
+// element's bits may depend on the cut, as OpenBLAS may take another
+// kernel for a smaller part (its small-matrix kernels, on some CPUs: an
+// AMD EPYC's here, for parts under about a million multiply-adds): code
+// that must reproduce y's product alone computes it with
+// SgemmOfPair, which cuts it as this does.
 func SgemmPair(x, y Gemm) {
 	x.check()
 	y.check()
@@ -75,6 +79,25 @@ func SgemmPair(x, y Gemm) {
 		return
 	}
 	parts := append(x.parts((w+1)/2), y.parts(w/2)...)
+	par.Run(len(parts), func(p int) { parts[p]() })
+}
+
+// SgemmOfPair computes one product of a pair as SgemmPair computes it
+// beside any other: the first product (x) when first is set, else the
+// second (y), in the same parts, so that every element of C is the same
+// bits whatever kernels the library picks for the parts (a sharded model
+// that computes apart the two products a whole model computes in a pair).
+func SgemmOfPair(g Gemm, first bool) {
+	g.check()
+	w := runtime.GOMAXPROCS(0)
+	share := 1
+	switch {
+	case w >= 2 && first:
+		share = (w + 1) / 2
+	case w >= 2:
+		share = w / 2
+	}
+	parts := g.parts(share)
 	par.Run(len(parts), func(p int) { parts[p]() })
 }
 

@@ -481,7 +481,13 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 			continue
 		}
 		dx := blas.Gemm{M: n, N: d.C, K: w, Alpha: 1, A: lg, Lda: w, B: hw, Ldb: d.C, Beta: beta, C: dxh[r0*d.C:], Ldc: d.C}
-		if deferred || m.frozen() { // (a frozen base's head takes no gradient)
+		if deferred {
+			// The weight gradient waits (headWeightGrad): the input's
+			// product cut as the pair below cuts it, the same bits.
+			blas.SgemmOfPair(dx, true)
+			continue
+		}
+		if m.frozen() { // (a frozen base's head takes no gradient)
 			dx.Run()
 			continue
 		}
@@ -555,7 +561,9 @@ func (m *Model) headWeightGrad(h *headGrad, b int, tmp *arena) {
 			m.headWeightGradBF16(g[(v0-lo)*d.C:], lg, xh[r0*d.C:], n, w, tmp)
 			continue
 		}
-		blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: g[(v0-lo)*d.C:], Ldc: d.C}.Run()
+		// Cut as headBackward's pair cuts it in a model that is not
+		// sharded: the same bits on every CPU.
+		blas.SgemmOfPair(blas.Gemm{TransA: true, M: w, N: d.C, K: n, Alpha: 1, A: lg, Lda: w, B: xh[r0*d.C:], Ldb: d.C, Beta: 1, C: g[(v0-lo)*d.C:], Ldc: d.C}, false)
 	}
 	if buf != nil {
 		tmp.put(buf)
