@@ -51,9 +51,9 @@ func runPlan(args []string) error {
 			"on N processes, the group aipo train --nproc N runs: on the CPU at ZeRO stage 1, 2 or 3\n"+
 			"(stage 3: each rank holds 1/N of the weights, gradients and moments), and on GPUs\n"+
 			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
-			"and the group reduces them and steps its shares of the moments on the host. --zero 3 on\n"+
-			"GPUs plans a path that is NOT BUILT (aipo train refuses it): each GPU holding what a\n"+
-			"stage-3 rank of the CPU's schedule allocates; the plan says so. With --precision bf16\n"+
+			"and the group reduces them and steps its shares of the moments on the devices. --zero 3\n"+
+			"on GPUs (float32) runs the CPU's stage-3 schedule with its state on the GPUs: each GPU\n"+
+			"holds at most what a stage-3 rank of that schedule allocates. With --precision bf16\n"+
 			"the learner multiplies in bfloat16: on the CPU its products round their operands as\n"+
 			"they read them (no bfloat16 copy of the weights is kept; the plan counts the rounded\n"+
 			"operands' buffers with the activations), on GPUs it holds a bfloat16 copy of the\n"+

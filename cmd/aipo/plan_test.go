@@ -82,10 +82,10 @@ func TestPlanGroupFlags(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "learner step: learner.micro_batch_tokens:") || !strings.Contains(out, "no engine in aipo train") {
 		t.Errorf("aipo plan --nproc 4 --zero 2 exited %d, want 1 (the learner step does not fit):\n%s", code, out)
 	}
-	// Stage 3 on GPUs is planned, and said to be not built.
+	// Stage 3 on GPUs is planned as built.
 	code, out = runAipo(t, "plan", "--config", cfg, "--run", run, "--init", init, "--device", "a100-80g", "--nproc", "4", "--zero", "3")
-	if code != 1 || !strings.Contains(out, "learner on 4 GPUs at ZeRO stage 3: NOT BUILT") {
-		t.Errorf("aipo plan --nproc 4 --zero 3 on cuda exited %d, want 1 and the plan of the path that is not built:\n%s", code, out)
+	if code != 1 || !strings.Contains(out, "learner on 4 GPUs at ZeRO stage 3 as built") {
+		t.Errorf("aipo plan --nproc 4 --zero 3 on cuda exited %d, want 1 and the plan of the GPU path:\n%s", code, out)
 	}
 	for _, tc := range []struct {
 		args []string

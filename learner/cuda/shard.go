@@ -408,6 +408,9 @@ func (g *Model) forwardSharded(s *scratch, xh *Buffer, targets []int32) (*shardH
 		}
 		lses[b], ents[b] = make([]float32, M), make([]float32, M)
 		bl := make([]float32, M)
+		if M == 0 {
+			continue
+		}
 		for _, c := range []struct {
 			dst []float32
 			src *Buffer
@@ -445,8 +448,10 @@ func (g *Model) forwardSharded(s *scratch, xh *Buffer, targets []int32) (*shardH
 		ent[r] = float32(all - sx)
 		logp[r] = float32(float64(logp[r]) - all)
 	}
-	if err := h.lse.CopyFromFloat32(lse); err != nil {
-		return nil, nil, nil, err
+	if M > 0 {
+		if err := h.lse.CopyFromFloat32(lse); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	return h, logp, ent, nil
 }
@@ -477,8 +482,10 @@ func (h *shardHead) backwardSharded(gradRows []float32, dxh *Buffer) error {
 	if s.err != nil {
 		return s.err
 	}
-	if err := h.gb.CopyFromFloat32(gradRows); err != nil {
-		return err
+	if h.M > 0 {
+		if err := h.gb.CopyFromFloat32(gradRows); err != nil {
+			return err
+		}
 	}
 	for b := range g.shard.blocks {
 		u := g.shard.head(b)
