@@ -217,8 +217,10 @@ func dpDeviceRunAll(t *testing.T, size int, backendName, precision string, zero 
 	}
 	onDevices := backendName == Name && !slices.Contains(zero, "AIPO_DPD_HOST_REDUCED=1")
 	wait := 3 * time.Minute
-	if slices.Contains(zero, "AIPO_DPD_QWEN3=1") {
-		wait = 15 * time.Minute // Qwen3's vocabulary on the emulator
+	if slices.Contains(zero, "AIPO_DPD_QWEN3=1") || slices.Contains(zero, "AIPO_DPD_ZERO=3") {
+		// Qwen3's vocabulary on the emulator; stage 3's elementwise
+		// kernels, a unit at a time.
+		wait = 15 * time.Minute
 	}
 	rs := disttest.Launch(t, disttest.Spec{Program: "dpdevice", Size: size, Limit: wait, Env: func(int) []string {
 		return append([]string{"AIPO_DPD_BACKEND=" + backendName, "AIPO_DPD_PRECISION=" + precision, "AIPO_DPD_SAVE=" + dir}, zero...)

@@ -86,7 +86,7 @@ func (c *compute) ShardedGroup(comm collective.Comm, layout backend.ShardLayout,
 	z.master, z.m, z.v = alloc(F32, k), alloc(F32, k), alloc(F32, k)
 	z.sumsq = alloc(F64, 1)
 	z.gbuf = alloc(F32, most)
-	z.zeros = alloc(F32, min(max(k, most), 1<<18))
+	z.zeros = alloc(F32, min(max(k, most), 1<<16))
 	if n > 1 {
 		z.wbuf, z.xbuf, z.rbuf = alloc(F32, most), alloc(F32, most), alloc(F32, n*mostPart)
 	}
