@@ -86,12 +86,11 @@ func (c *compute) ShardedGroup(comm collective.Comm, layout backend.ShardLayout,
 	z.master, z.m, z.v = alloc(F32, k), alloc(F32, k), alloc(F32, k)
 	z.sumsq = alloc(F64, 1)
 	z.gbuf = alloc(F32, most)
-	z.zeros = alloc(F32, min(max(k, most), 1<<16))
 	if n > 1 {
 		z.wbuf, z.xbuf, z.rbuf = alloc(F32, most), alloc(F32, most), alloc(F32, n*mostPart)
 	}
 	if z.err == nil {
-		for _, b := range []*Buffer{z.m, z.v, z.zeros} {
+		for _, b := range []*Buffer{z.m, z.v} {
 			if err := b.Zero(); err != nil && z.err == nil {
 				z.err = err
 			}
@@ -129,7 +128,6 @@ type shardGroup struct {
 	gbuf         *Buffer // a unit's gradient, the pass's
 	wbuf, xbuf   *Buffer // a gathered unit's weights; the exchanges' buffer (rank order)
 	rbuf         *Buffer // the all-to-all's receive buffer
-	zeros        *Buffer // zeros, to add (-0 becomes +0)
 	owned        []*Buffer
 	err          error
 
@@ -181,13 +179,23 @@ func (z *shardGroup) give(b *Buffer) {
 }
 
 // addZeros adds zeros to x in place (-0 becomes +0, as the host's sums
-// with an empty leaf).
+// with an empty leaf), piece by piece from zeros written into the
+// exchanges' buffer (the unit gradient's at one rank), which no exchange
+// and no pass's gradient holds whenever a sum meets an empty leaf: in the
+// slot's tree after the all-to-all, in a shadow pass, between passes.
 func (z *shardGroup) addZeros(x *Buffer) error {
-	step := z.zeros.n
+	src := z.xbuf
+	if src == nil {
+		src = z.gbuf
+	}
+	step := src.n
 	for lo := 0; lo < x.n; lo += step {
 		hi := min(lo+step, x.n)
 		a, _ := x.Slice(lo, hi)
-		zs, _ := z.zeros.Slice(0, hi-lo)
+		zs, _ := src.Slice(0, hi-lo)
+		if err := zs.Zero(); err != nil {
+			return err
+		}
 		if err := z.g.dv.ResidualForward(a, a, zs); err != nil {
 			return err
 		}
