@@ -21,10 +21,10 @@ var peakLine = regexp.MustCompile(`rank (\d+) device peak (\d+)`)
 // over the stand-in NCCL, AdamW on each rank's elements on the device) on
 // a tiny Qwen3 with Qwen3's vocabulary of 151,936 tokens, so that the
 // embedding (tied to the head) is 19 vocabulary blocks, each a unit: 3
-// steps at 1, 2 and 4 ranks give the same bits. The model is otherwise
-// the tiny fixture (hidden size 48, 2 layers): the emulator computes the
-// head's 151,936 columns on the host, and a larger hidden size adds
-// nothing the blocks do not already exercise.
+// steps at 1, 2 and 4 ranks give the same bits. The model is 8 wide
+// (dpQwen3): the emulator's time goes with the rank's elements, nearly
+// all of them the vocabulary's rows, and the blocks are as many at any
+// width.
 //
 // At 4 ranks each rank's device memory, as the stand-in driver counts
 // its allocations from the group's opening on (MemStats' peak: the
