@@ -52,7 +52,6 @@
 //     Both serve Llama (Llama 3's rope_scaling included: the rotary table
 //     comes from the host), Qwen2 and Qwen3 (its per-head q/k norm before
 //     the rotation: kernels/qknorm.cu, head_dim from the config).
-//
 //   - ZeRO stage 3 (zero3.go, shard.go): a Model can be sharded, its
 //     passes taking each unit's weights (model.UnitsOf) from a feed just
 //     before they read it and handing over each unit's gradient, the
