@@ -31,9 +31,10 @@ type Group struct {
 	// OnDevice says that the group's passes run on GPUs (the reduction
 	// and the moments on the host; at stage 3, Planned, on the GPUs).
 	OnDevice bool
-	// Planned says that the group is not built: ZeRO stage 3 on GPUs,
-	// whose figures place on each GPU what a stage-3 rank of the CPU's
-	// schedule allocates (see describe).
+	// Planned says that the group is ZeRO stage 3 on GPUs, whose
+	// figures place on each GPU what a stage-3 rank of the CPU's schedule
+	// allocates (see describe), an upper bound of what the device
+	// schedule allocates (learner/cuda/zero3.go).
 	Planned bool
 	// Nodes is the machines the ranks are spread over, Ranks/Nodes on
 	// each (1: all on one); the host figures are one node's.
@@ -98,8 +99,11 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 		// (backend.DeviceReduced), as aipo train opens it.
 		plan = trainer.PlanDataParallelOnDevices
 	}
-	// Stage 3 on GPUs is not built: its ranks are planned with the
-	// allocations of the CPU's stage-3 schedule (PlanDataParallel).
+	// Stage 3 on GPUs runs the CPU's stage-3 schedule with its state on
+	// the GPUs: its ranks are planned with that schedule's allocations
+	// (PlanDataParallel), which bound the device's (learner/cuda/zero3.go:
+	// the same shares and sums, three unit buffers and a receive buffer
+	// where the host counts four units and one).
 	ranks, err := plan(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
@@ -175,9 +179,9 @@ func (g *Group) describe(p Plan) string {
 		if g.Nodes > 1 {
 			where = fmt.Sprintf("%d a machine on %d machines; the host figures are one machine's", g.perNode(), g.Nodes)
 		}
-		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3: NOT BUILT. aipo train refuses learner.zero 3 with learner.backend %s (stage 3 is built for learner.backend cpu alone, over Gloo: learner/trainer/zero3.go); this is the plan of the GPU path, which would run that schedule with its state on the GPUs, moved by NCCL. "+
-			"Each GPU holds what a stage-3 rank of the CPU's schedule allocates (trainer.PlanDataParallel, counted as its code allocates): 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters), the sums it keeps while a mini-batch is reduced, two gathered units (a decoder layer or a block of the vocabulary) in float32, two units' gradients and an exchange's receive buffer (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
-			"beside them the %s backend's activations (float32, as its passes allocate them) and %s. The figures assume no gradient and no moment passes through the host; between steps the weights are gathered whole into each rank's host for the checkpoints. The device figures are rank 0's GPU; the ranks are %s\n",
+		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 (learner.backend %s): built in float32 (learner/trainer/zero3dev.go runs the CPU's stage-3 schedule with its state on the GPUs, learner/cuda/zero3.go, moved by NCCL); NOT BUILT on GPUs yet: the reference sharded across them (each GPU holds it whole today) and bfloat16 at stage 3 (aipo train refuses learner.precision bf16 with it), both counted here as the CPU's stage 3 does them. "+
+			"Each GPU holds at most what a stage-3 rank of the CPU's schedule allocates (trainer.PlanDataParallel, counted as its code allocates): 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters), the sums it keeps while a mini-batch is reduced, two gathered units (a decoder layer or a block of the vocabulary) in float32, two units' gradients and an exchange's receive buffer (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
+			"beside them the %s backend's activations (float32, as its passes allocate them) and %s. No gradient and no moment passes through the host during a step; between steps the weights are gathered whole into each rank's host for the checkpoints. The device figures are rank 0's GPU; the ranks are %s\n",
 			g.Ranks, p.Config.Learner.Backend, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, g.refWords(), where)
 	}
 	how := "the gradients summed whole after the backward pass"

@@ -359,7 +359,7 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 			held.What = fmt.Sprintf("rank 0's state kept between steps (float32 weights gathered whole for the rollout, its moments, its reduced gradient of %s)", fmtBytes(g.Mem[0].Held))
 		}
 		if g.Planned {
-			// Stage 3 on GPUs (not built): the rank's share of the
+			// Stage 3 on GPUs: the rank's share of the
 			// weights and its moments on its GPU, its reduced gradient
 			// in the step's buffers there; gathered units in float32
 			// (no whole copy for the GEMMs); on the host nothing of

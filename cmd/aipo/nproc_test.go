@@ -549,9 +549,12 @@ func TestTrainShardsOnRanks(t *testing.T) {
 // ranks reduce them there over NCCL and step their shares of the moments
 // there, and gather the updated weights over NCCL; no gradient comes to
 // the host. 2 steps of the quick configuration at 2 ranks end with
-// --nproc 1's bits, at learner.zero 2 too, and the group's final
-// checkpoint has each rank's part of the optimiser state (the moments
-// brought from the devices).
+// --nproc 1's bits, at learner.zero 2 and 3 too (stage 3: the device
+// model sharded, learner/cuda/zero3.go; the quick model's vocabulary is
+// one block, whose sharded head computes the whole head's bits, and each
+// shard packs into one micro-batch), and the group's final checkpoint has
+// each rank's part of the optimiser state (the moments brought from the
+// devices).
 func TestTrainOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
@@ -570,7 +573,7 @@ func TestTrainOnGPURanks(t *testing.T) {
 	for _, tc := range []struct {
 		nproc int
 		zero  string
-	}{{1, "1"}, {2, "1"}, {2, "2"}} {
+	}{{1, "1"}, {2, "1"}, {2, "2"}, {2, "3"}} {
 		cfg, run := ranksRun(t, warm, 2)
 		t0 := time.Now()
 		args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(tc.nproc), "--set", "learner.backend=cuda",

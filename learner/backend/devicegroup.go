@@ -51,3 +51,72 @@ type DeviceGroup interface {
 	// Close frees what the group holds on the device.
 	Close() error
 }
+
+// DeviceSharded is a device's Compute that runs ZeRO stage 3 on the
+// devices: the model holds no whole weights or gradients there; each
+// rank keeps, on its device, the float32 weights, the reduced gradient
+// and the AdamW moments of the elements it owns, and the passes gather
+// each unit's weights over the device communicator just before they read
+// it and send each unit's gradient to its owners as they end it, in the
+// order of model.UnitPlan (learner/trainer's stage-3 schedule: the slots
+// and rounds whose sums are the host group's fixed tree).
+type DeviceSharded interface {
+	DeviceReduced
+	// ShardedGroup makes the passes' model sharded and opens rank
+	// comm.Rank()'s side of the group over layout, its owned weights
+	// taken from master (the rank's runs of every unit, in unit order).
+	ShardedGroup(comm collective.Comm, layout ShardLayout, master []float32) (ShardedGroup, error)
+}
+
+// ShardLayout is the ownership of a model's units among a group's ranks.
+type ShardLayout struct {
+	// Units are each unit's flat offset and length (model.UnitsOf).
+	Units [][2]int
+	// Parts[u][i] is where part i of unit u begins (a flat offset),
+	// Parts[u][n] its end; rank (i+u) mod n owns part i.
+	Parts [][]int
+}
+
+// ShardedGroup is a rank's part of ZeRO stage 3 on the devices. A pass of
+// the passes' Compute (Run) between a Begin call and EndPass reads its
+// weights from the group and hands it its gradients; a rank with no pass
+// in a slot runs Shadow in its place, so that the group's collective
+// calls stay in step.
+type ShardedGroup interface {
+	// BeginScore makes the next pass (or Shadow) a pass without
+	// gradients: its gathers alone.
+	BeginScore(ctx context.Context)
+	// BeginSlot begins slot size of a round of the mini-batch's
+	// reduction: has[r] says whether the slot's r-th rank adds a
+	// gradient. A slot where none does is an empty node of the sum's
+	// tree, and no pass runs (false).
+	BeginSlot(ctx context.Context, has []bool) bool
+	// Shadow runs the exchanges of a pass (a training pass's with train)
+	// without computing one, adding nothing.
+	Shadow(train bool) error
+	// EndPass ends the pass that began (passErr: its failure, returned
+	// first) and, in a slot, pushes the slot's sum into the round's tree.
+	EndPass(passErr error) error
+	// BeginMiniBatch lets the last reduced gradient go.
+	BeginMiniBatch()
+	// EndRound adds the round's tree sum to the mini-batch's.
+	EndRound() error
+	// EndMiniBatch makes the rounds' sum the reduced gradient.
+	EndMiniBatch() error
+	// SumSquares is the reduced gradient's sum of squares over each run
+	// [lo, hi) of the rank's elements (offsets in the master layout).
+	SumSquares(runs [][2]int) ([]float64, error)
+	// Step applies AdamW step number steps+1 to the rank's elements,
+	// clipped by the global norm sqrt(sumSquares) (nothing changes when
+	// it is not finite).
+	Step(cfg optim.Config, steps int64, sumSquares float64) error
+	// Master copies the rank's weights (the master layout) into vals, or
+	// with put from vals.
+	Master(vals []float32, put bool) error
+	// Moments copies the rank's moments, first (0) or second (1), into
+	// vals, or with put from vals.
+	Moments(moment int, vals []float32, put bool) error
+	// Close frees what the group holds on the device; the passes' model
+	// stays sharded and cannot run again.
+	Close() error
+}

@@ -52,6 +52,13 @@
 //     Both serve Llama (Llama 3's rope_scaling included: the rotary table
 //     comes from the host), Qwen2 and Qwen3 (its per-head q/k norm before
 //     the rotation: kernels/qknorm.cu, head_dim from the config).
+//   - ZeRO stage 3 (zero3.go, shard.go): a Model can be sharded, its
+//     passes taking each unit's weights (model.UnitsOf) from a feed just
+//     before they read it and handing over each unit's gradient, the
+//     embedding and the head a vocabulary block at a time; the feed is a
+//     rank's backend.ShardedGroup, which keeps the rank's owned weights,
+//     reduced gradient and moments on the device and moves the units over
+//     NCCL in learner/trainer's stage-3 schedule.
 //
 // What runs where: the library search, the error paths and the checks of
 // the embedded PTX are tested on every machine. TestFakeDriver runs the GPU

@@ -1,11 +1,14 @@
 package cuda
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -63,6 +66,10 @@ func programDPDevice() int {
 	if err != nil {
 		return fail(err)
 	}
+	qwen3 := os.Getenv("AIPO_DPD_QWEN3") != ""
+	if qwen3 {
+		cfg = dpQwen3(cfg)
+	}
 	m, err := model.New(cfg, 5)
 	if err != nil {
 		return fail(err)
@@ -74,6 +81,7 @@ func programDPDevice() int {
 		return fail(err)
 	}
 	l := &trainer.Learner{Policy: m, Opt: opt}
+	var dv *Device
 	if os.Getenv("AIPO_DPD_BACKEND") == Name {
 		// Every rank opens GPU 0, the stand-in driver's one device,
 		// which the ranks share (real NCCL wants a GPU a rank).
@@ -82,6 +90,7 @@ func programDPDevice() int {
 			return fail(err)
 		}
 		defer dev.Close()
+		dv = dev.(cudaDevice).dv
 		free, err := l.On(dev, os.Getenv("AIPO_DPD_PRECISION"))
 		if err != nil {
 			return fail(err)
@@ -104,22 +113,56 @@ func programDPDevice() int {
 	if err := l.EnableDataParallel(comm, dc); err != nil {
 		return fail(err)
 	}
+	if dir := os.Getenv("AIPO_DPD_LOAD"); dir != "" {
+		// A checkpoint of the group's: the whole weights and the
+		// ranks' parts of the optimiser state (written by a group of
+		// any size).
+		if err := dpLoad(l, dir); err != nil {
+			return fail(err)
+		}
+	}
 	if l.DP.OnDevices() {
 		fmt.Println("reducing on the devices over nccl")
 	}
+	if dv != nil {
+		// From here on: what the sharded group and the passes take
+		// (at stage 3 the whole weights uploaded by l.On are gone).
+		dv.ResetPeak()
+	}
 	rc := trainer.RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 24, PPOEpochs: 1, MiniBatches: 2}
 	rc.Loss.KLCoef = 0
-	for k := range 3 {
-		st, err := l.RLStepDP(ctx, rc, dpDeviceSamples(k, cfg.VocabSize))
+	samples := 16
+	if qwen3 {
+		// Each shard one micro-batch, a quarter of the samples and one
+		// mini-batch a step: the emulator runs every kernel over the
+		// vocabulary's rows one emulated thread an element.
+		rc.MicroBatchTokens, rc.MiniBatches, samples = 4096, 1, 4
+	}
+	first, steps := 0, 3
+	if s := os.Getenv("AIPO_DPD_STEPS"); s != "" {
+		first, _ = strconv.Atoi(os.Getenv("AIPO_DPD_FIRST"))
+		steps, _ = strconv.Atoi(s)
+	}
+	for k := first; k < steps; k++ {
+		st, err := l.RLStepDP(ctx, rc, dpDeviceSamples(k, cfg.VocabSize)[:samples])
 		if err != nil {
 			return fail(fmt.Errorf("step %d: %w", k, err))
 		}
 		fmt.Printf("step %d: loss %.9g grad-norm %.9g tokens %d\n", k, st.Loss, st.GradNorm, st.Tokens)
 	}
+	if dv != nil {
+		_, peak := dv.MemStats()
+		fmt.Printf("rank %d device peak %d\n", comm.Rank(), peak)
+	}
 	// The parameters the passes run with, brought back from the device:
 	// they are the group's only if each step's gathered update reached it.
 	if err := l.SyncPolicy(); err != nil {
 		return fail(err)
+	}
+	if dir := os.Getenv("AIPO_DPD_SAVE"); dir != "" && l.DP.Zero == 3 {
+		if err := dpSave(ctx, l, dir); err != nil {
+			return fail(err)
+		}
 	}
 	if dir := os.Getenv("AIPO_DPD_SAVE"); dir != "" && comm.Rank() == 0 {
 		b := make([]byte, 0, 4*len(m.ParamData()))
@@ -157,12 +200,32 @@ var stepLine = regexp.MustCompile(`step (\d+): loss (\S+) grad-norm (\S+)`)
 // and returns the saved parameters and each step's loss and gradient norm.
 func dpDeviceRun(t *testing.T, size int, backendName, precision string, zero ...string) (params []float32, steps [][2]float64) {
 	t.Helper()
-	dir := t.TempDir()
+	params, steps, _, _ = dpDeviceRunAll(t, size, backendName, precision, zero...)
+	return params, steps
+}
+
+// dpDeviceRunAll is dpDeviceRun that returns every rank's output too, and
+// the directory the ranks saved to (AIPO_DPD_SAVE among the variables, or
+// a new one).
+func dpDeviceRunAll(t *testing.T, size int, backendName, precision string, zero ...string) (params []float32, steps [][2]float64, outs []string, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	for _, v := range zero {
+		if d, ok := strings.CutPrefix(v, "AIPO_DPD_SAVE="); ok {
+			dir = d
+		}
+	}
 	onDevices := backendName == Name && !slices.Contains(zero, "AIPO_DPD_HOST_REDUCED=1")
-	rs := disttest.Launch(t, disttest.Spec{Program: "dpdevice", Size: size, Env: func(int) []string {
+	wait := 3 * time.Minute
+	if slices.Contains(zero, "AIPO_DPD_QWEN3=1") || slices.Contains(zero, "AIPO_DPD_ZERO=3") {
+		// Qwen3's vocabulary on the emulator; stage 3's elementwise
+		// kernels, a unit at a time.
+		wait = 15 * time.Minute
+	}
+	rs := disttest.Launch(t, disttest.Spec{Program: "dpdevice", Size: size, Limit: wait, Env: func(int) []string {
 		return append([]string{"AIPO_DPD_BACKEND=" + backendName, "AIPO_DPD_PRECISION=" + precision, "AIPO_DPD_SAVE=" + dir}, zero...)
 	}})
-	for _, e := range rs.Wait(3 * time.Minute) {
+	for _, e := range rs.Wait(wait) {
 		if e.Code != 0 {
 			t.Fatalf("%s %s, %d ranks: rank %d exited %d:\n%s", backendName, precision, size, e.Rank, e.Code, e.Output)
 		}
@@ -176,7 +239,7 @@ func dpDeviceRun(t *testing.T, size int, backendName, precision string, zero ...
 		norm, _ := strconv.ParseFloat(m[3], 64)
 		steps = append(steps, [2]float64{lossV, norm})
 	}
-	if len(steps) != 3 {
+	if want := dpStepsOf(zero); len(steps) != want {
 		t.Fatalf("%s, %d ranks: rank 0 reported %d steps:\n%s", backendName, size, len(steps), out)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "params.bin"))
@@ -189,7 +252,10 @@ func dpDeviceRun(t *testing.T, size int, backendName, precision string, zero ...
 	}
 	sum := sha256.Sum256(b)
 	t.Logf("%s %s %s, %d ranks: params %s; %s", backendName, precision, strings.Join(zero, " "), size, hex.EncodeToString(sum[:8]), strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(out), "\n", ";")), " "))
-	return params, steps
+	for r := range size {
+		outs = append(outs, rs.Output(r))
+	}
+	return params, steps, outs, dir
 }
 
 // TestDeviceDataParallel runs the learner's data-parallel group with its
@@ -275,4 +341,78 @@ func maxDiff(a, b []float32) float64 {
 		d = max(d, math.Abs(float64(a[i]-b[i])))
 	}
 	return d
+}
+
+// dpStepsOf is the steps a run of programDPDevice with these variables
+// reports.
+func dpStepsOf(vars []string) int {
+	first, steps := 0, 3
+	for _, v := range vars {
+		if s, ok := strings.CutPrefix(v, "AIPO_DPD_FIRST="); ok {
+			first, _ = strconv.Atoi(s)
+		}
+		if s, ok := strings.CutPrefix(v, "AIPO_DPD_STEPS="); ok {
+			steps, _ = strconv.Atoi(s)
+		}
+	}
+	return steps - first
+}
+
+func dpPartName(i, n int) string { return fmt.Sprintf("optimizer-%d-of-%d.bin", i, n) }
+
+// dpSave writes the group's optimiser state to dir as a checkpoint does:
+// every rank its part (laid out together first), rank 0 the index and the
+// gathered one-process file (optimizer.bin), every rank taking part.
+func dpSave(ctx context.Context, l *trainer.Learner, dir string) error {
+	var whole bytes.Buffer
+	if err := l.WriteOptimizerDP(ctx, &whole); err != nil {
+		return err
+	}
+	if err := l.PrepareOptimizerParts(ctx); err != nil {
+		return err
+	}
+	var part bytes.Buffer
+	if err := l.WriteOptimizerPart(&part); err != nil {
+		return err
+	}
+	rank, n := l.DP.Comm.Rank(), l.DP.Comm.Size()
+	if err := os.WriteFile(filepath.Join(dir, dpPartName(rank+1, n)), part.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if rank != 0 {
+		return nil
+	}
+	idx, err := json.Marshal(l.OptimizerIndex(dpPartName))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "optimizer.index.json"), idx, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "optimizer.bin"), whole.Bytes(), 0o644)
+}
+
+// dpLoad restores the weights (params.bin) and this rank's share of the
+// optimiser state (from the parts that hold it) saved in dir.
+func dpLoad(l *trainer.Learner, dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "params.bin"))
+	if err != nil {
+		return err
+	}
+	flat := make([]float32, len(b)/4)
+	for i := range flat {
+		flat[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	if err := l.LoadPolicy(flat); err != nil {
+		return err
+	}
+	ib, err := os.ReadFile(filepath.Join(dir, "optimizer.index.json"))
+	if err != nil {
+		return err
+	}
+	x, err := optim.ParsePartIndex(ib)
+	if err != nil {
+		return err
+	}
+	return l.ReadOptimizerParts(x, func(file string) (io.ReadCloser, error) { return os.Open(filepath.Join(dir, file)) })
 }

@@ -31,7 +31,7 @@ var emulatedTests = []string{
 	"TestGPUCheckpointingGradientsBitIdentical", "TestPassBytesIsTheDevicePeak",
 	"TestParityQKNorm", "TestParityModelStepQwen3", "TestParityModelStepQwen3BF16",
 	"TestParityGreedyDecodeQwen3", "TestParityDecodeLogitsQwen3", "TestParityDecodeBF16",
-	"TestDeviceDataParallel", "TestGPUDecoderMemory",
+	"TestDeviceDataParallel", "TestGPUDecoderMemory", "TestDeviceZero3", "TestDeviceZero3Resume",
 }
 
 // gpuOnlyTests are the GPU tests that the stand-in driver does not run,

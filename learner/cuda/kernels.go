@@ -37,7 +37,7 @@ var kernelModules = map[string][]string{
 	"embedding":   {"embedding_forward", "embedding_backward"},
 	"adamw":       {"adamw_step", "adamw_step_clip"},
 	"norm":        {"sumsq_partial", "sumsq_final"},
-	"lmhead":      {"lmhead_logprob", "lmhead_dlogits"},
+	"lmhead":      {"lmhead_logprob", "lmhead_dlogits", "lmhead_dlogits_cols"},
 	"kl":          {"kl_k3"},
 	"attention": {"attention_forward", "attention_forward_d64", "attention_forward_d128",
 		"attention_backward_delta", "attention_backward_dq", "attention_backward_dq_d64", "attention_backward_dq_d128",

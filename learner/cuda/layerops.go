@@ -20,6 +20,33 @@ type layerOps struct {
 	delta                     *Buffer // attention backward scratch [N*H]
 	qkPartial                 *Buffer // the q/k norm's weight-gradient scratch
 	err                       error
+
+	// A sharded model's (shard.go): the pass's tokens on the host, and
+	// the head's state for a tied head's deferred weight gradient.
+	host []int32
+	head *shardHead
+}
+
+// unit makes the weights of layer l's weight w those the ops read, when
+// the model is sharded (nothing to do otherwise).
+func (o *layerOps) unit(l int, w model.Weight) {
+	if o.g.shard == nil || o.err != nil {
+		return
+	}
+	if _, err := o.g.need(o.g.unitOf(l, w)); err != nil {
+		o.err = err
+	}
+}
+
+// unitGrad is unit with the unit's gradient in the views too.
+func (o *layerOps) unitGrad(l int, w model.Weight) {
+	o.unit(l, w)
+	if o.g.shard == nil || o.err != nil {
+		return
+	}
+	if _, err := o.g.gradsFor(o.g.unitOf(l, w)); err != nil {
+		o.err = err
+	}
 }
 
 var _ model.LayerOps[*Buffer] = (*layerOps)(nil)
@@ -77,16 +104,22 @@ func (o *layerOps) Get(n int) *Buffer    { return o.s.get(F32, n) }
 func (o *layerOps) Zeroed(n int) *Buffer { return o.s.zeroed(n) }
 
 func (o *layerOps) Embed(x *Buffer) {
+	if o.g.shard != nil {
+		o.embedSharded(x)
+		return
+	}
 	o.do(-1, "embedding", func() error { return o.g.dv.EmbeddingForward(x, o.tokens, o.g.w.emb, o.g.C) })
 }
 
 func (o *layerOps) Norm(out, rstd, x *Buffer, l int, w model.Weight) {
+	o.unit(l, w)
 	wt := o.norm(&o.g.w, l, w)
 	o.do(l, "forward", func() error { return o.g.dv.RMSNormForward(out, rstd, x, wt, o.N, o.g.C, o.g.cfg.RMSNormEps) })
 }
 
 // ResidualNorm is the residual kernel, then the norm kernel.
 func (o *layerOps) ResidualNorm(sum, out, rstd, a, b *Buffer, l int, w model.Weight) {
+	o.unit(l, w)
 	wt := o.norm(&o.g.w, l, w)
 	step := "forward"
 	if w == model.WInNorm {
@@ -101,6 +134,7 @@ func (o *layerOps) ResidualNorm(sum, out, rstd, a, b *Buffer, l int, w model.Wei
 }
 
 func (o *layerOps) Linear(out, in *Buffer, l int, w model.Weight, bias bool) {
+	o.unit(l, w)
 	wt, b, I, O := o.linear(&o.g.w, l, w)
 	w16 := o.half(l, w)
 	if !bias {
@@ -122,6 +156,7 @@ func (o *layerOps) half(l int, w model.Weight) *Buffer {
 // QKNorm runs the q/k norm kernel when layer l has one (Qwen3), keeping
 // its input and rstd in raw and rstd when the pass has a backward pass.
 func (o *layerOps) QKNorm(qkv, raw, rstd *Buffer, l int) {
+	o.unit(l, model.WQKV)
 	g := o.g
 	w := g.w.layers[l].qkNorm
 	if w == nil {
@@ -135,6 +170,7 @@ func (o *layerOps) QKNorm(qkv, raw, rstd *Buffer, l int) {
 // RoPE adds the QKV bias (the bias kernel after the projection's GEMM, as
 // linear does), then rotates.
 func (o *layerOps) RoPE(qkv *Buffer, l int) {
+	o.unit(l, model.WQKV)
 	g, b := o.g, o.g.w.layers[l].qkvBias
 	o.do(l, "forward", func() error {
 		if b != nil {
@@ -159,11 +195,13 @@ func (o *layerOps) SwiGLU(h, sig, gu *Buffer) {
 func (o *layerOps) KeepHidden(h *Buffer) *Buffer { return h }
 
 func (o *layerOps) NormBack(dx, dout, x, rstd *Buffer, l int, w model.Weight) {
+	o.unitGrad(l, w)
 	wt, gw := o.norm(&o.g.w, l, w), o.norm(&o.g.g, l, w)
 	o.do(l, "backward", func() error { return o.g.dv.RMSNormBackward(dx, gw, dout, x, wt, rstd, o.N, o.g.C) })
 }
 
 func (o *layerOps) LinearBack(din, dout, in *Buffer, l int, w model.Weight, bias bool) {
+	o.unitGrad(l, w)
 	wt, _, I, O := o.linear(&o.g.w, l, w)
 	gw, gb, _, _ := o.linear(&o.g.g, l, w)
 	w16 := o.half(l, w)
@@ -197,6 +235,7 @@ func (o *layerOps) RoPEBack(dqkv *Buffer) {
 // QKNormBack runs the q/k norm's backward kernels when layer l has one,
 // adding to q_norm's and k_norm's gradients.
 func (o *layerOps) QKNormBack(dqkv, raw, rstd *Buffer, l int) {
+	o.unitGrad(l, model.WQKV)
 	g := o.g
 	w := g.w.layers[l].qkNorm
 	if w == nil {
@@ -211,10 +250,25 @@ func (o *layerOps) QKNormBack(dqkv, raw, rstd *Buffer, l int) {
 }
 
 func (o *layerOps) EmbedBack(dx *Buffer) {
+	if o.g.shard != nil {
+		o.embedBackSharded(dx)
+		return
+	}
 	o.do(-1, "embedding backward", func() error { return o.g.dv.EmbeddingBackward(o.g.g.emb, dx, o.tokens, o.g.C) })
 }
 
-// GradsDone does nothing: the device's gradients are reduced, when they
-// are, after the backward pass (the CPU model hands each layer's on as it
-// finishes it, Model.SetGradsReady).
-func (o *layerOps) GradsDone(l int) {}
+// GradsDone does nothing for a model that holds its gradients: they are
+// reduced, when they are, after the backward pass (the CPU model hands
+// each layer's on as it finishes it, Model.SetGradsReady). A sharded
+// model hands the final norm's (l = L) or layer l's gradient to its feed
+// (the embedding's blocks went in EmbedBack).
+func (o *layerOps) GradsDone(l int) {
+	if o.g.shard == nil || l < 0 {
+		return
+	}
+	u := o.g.shard.layer(l)
+	if l == o.g.L {
+		u = o.g.shard.norm()
+	}
+	o.do(l, "handing over the gradient", func() error { return o.g.gradDone(u) })
+}

@@ -39,6 +39,8 @@ type Model struct {
 
 	adam       adamState // the optimiser's moments (Step)
 	checkpoint bool      // activation checkpointing (SetCheckpointing)
+
+	shard *devShard // the weights fed a unit at a time (shard.go), nil: held whole
 }
 
 type gpuWeights struct {
@@ -344,13 +346,26 @@ func (g *Model) Free() error {
 }
 
 // Grads copies the accumulated gradients into dst (model.GradData's layout).
-func (g *Model) Grads(dst []float32) error { return g.grads.CopyToFloat32(dst) }
+func (g *Model) Grads(dst []float32) error {
+	if g.shard != nil {
+		return errShardedWhole
+	}
+	return g.grads.CopyToFloat32(dst)
+}
 
 // ZeroGrads clears the gradients.
-func (g *Model) ZeroGrads() error { return g.grads.Zero() }
+func (g *Model) ZeroGrads() error {
+	if g.shard != nil {
+		return nil // a sharded pass's gradients start at zero (unitFeed.newGrad)
+	}
+	return g.grads.Zero()
+}
 
 // SetParams replaces the parameters with src (model.ParamData's layout).
 func (g *Model) SetParams(src []float32) error {
+	if g.shard != nil {
+		return errShardedWhole
+	}
 	if err := g.params.CopyFromFloat32(src); err != nil {
 		return err
 	}
@@ -359,7 +374,12 @@ func (g *Model) SetParams(src []float32) error {
 
 // Params copies the parameters (the float32 masters) into dst
 // (model.ParamData's layout).
-func (g *Model) Params(dst []float32) error { return g.params.CopyToFloat32(dst) }
+func (g *Model) Params(dst []float32) error {
+	if g.shard != nil {
+		return errShardedWhole
+	}
+	return g.params.CopyToFloat32(dst)
+}
 
 // LossFunc turns the per-token log-probabilities and entropies of a
 // forward pass into d loss / d log-prob per token (0 where there is no
@@ -429,7 +449,7 @@ func (s *scratch) free() {
 // model.Forward then model.Backward. A nil lossFn runs the forward pass
 // only. It returns the log-probabilities and entropies.
 func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entropy []float32, err error) {
-	if lossFn != nil && g.grads == nil {
+	if lossFn != nil && g.grads == nil && g.shard == nil {
 		return nil, nil, fmt.Errorf("cuda: a backward pass of a model without gradients (a frozen one)")
 	}
 	lay, err := model.Layout(g.cfg, b)
@@ -440,6 +460,9 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 	N, M, C := len(lay.Tokens), len(lay.Rows), g.C
 	s := &scratch{dv: dv}
 	defer s.free()
+	if g.shard != nil {
+		defer g.endPass()
+	}
 	segStart, segEnd := SegmentBounds(lay.SeqLens)
 	rowTargets := make([]int32, M)
 	for r, t := range lay.Rows {
@@ -465,6 +488,9 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 
 	// Forward: the layers as learner/model sequences them.
 	o := &layerOps{g: g, s: s, N: N, tokens: tokens, pos: pos, gStart: gStart, gEnd: gEnd}
+	if g.shard != nil {
+		o.host = lay.Tokens
+	}
 	shape := model.ShapeOf(g.cfg, N)
 	var resid []*Buffer
 	var acts []model.LayerActs[*Buffer]
@@ -484,7 +510,24 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 	}
 	logProbs, entropy = make([]float32, N), make([]float32, N)
 	var xh *Buffer
-	if M > 0 {
+	if g.shard != nil {
+		// The head a vocabulary block at a time (shard.go), every block
+		// read whether or not a row has a target.
+		xh = s.get(F32, M*C)
+		if M > 0 {
+			if err := run(func() error { return dv.EmbeddingForward(xh, rows, lnf, C) }); err != nil {
+				return nil, nil, fmt.Errorf("cuda: LM head forward: %w", err)
+			}
+		}
+		h, rowLP, rowEnt, err := g.forwardSharded(s, xh, rowTargets)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cuda: LM head forward: %w", err)
+		}
+		o.head = h
+		for r, t := range lay.Rows {
+			logProbs[t], entropy[t] = rowLP[r], rowEnt[r]
+		}
+	} else if M > 0 {
 		if g.head == nil {
 			if g.head, err = dv.NewLMHead(g.V, C, 0); err != nil {
 				return nil, nil, err
@@ -522,7 +565,25 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 	// Backward: the LM head's here, the layers' as learner/model sequences
 	// them.
 	dln := s.zeroed(N * C)
-	if M > 0 {
+	if g.shard != nil {
+		rowGrad := make([]float32, M)
+		for r, t := range lay.Rows {
+			rowGrad[r] = grad[t]
+		}
+		dxh := s.get(F32, M*C)
+		err := run(
+			func() error { return o.head.backwardSharded(rowGrad, dxh) },
+			func() error {
+				if M == 0 {
+					return nil
+				}
+				return dv.EmbeddingBackward(dln, dxh, rows, C)
+			},
+		)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cuda: LM head backward: %w", err)
+		}
+	} else if M > 0 {
 		rowGrad := make([]float32, M)
 		for r, t := range lay.Rows {
 			rowGrad[r] = grad[t]

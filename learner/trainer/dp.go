@@ -184,6 +184,12 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	if zero == 3 || zero == 2 && dev == nil {
 		// (bounds and start are the parts the optimiser state is saved
 		// in, as stage 1 owns them.)
+		if zero == 3 && dev != nil {
+			// On the devices: over the device communicator alone.
+			if err := dp.enableDevice(dev, cfg.DeviceComm); err != nil {
+				return err
+			}
+		}
 		if err := l.enableZero3(dp, zero == 2); err != nil {
 			return err
 		}
@@ -289,7 +295,11 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		ref = make([][]float32, len(seqs))
 	}
 	ownerOf := make([]int, len(seqs))
-	if dp.z3 != nil {
+	if dp.z3 != nil && dp.z3.devMode() {
+		if err := l.scoreZero3Device(ctx, groups, seqs, cfg.MicroBatchTokens, old); err != nil {
+			return RLStats{}, err
+		}
+	} else if dp.z3 != nil {
 		if err := l.scoreZero3(ctx, groups, seqs, cfg.MicroBatchTokens, old); err != nil {
 			return RLStats{}, err
 		}
@@ -340,7 +350,9 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
 		for mb := range groups {
 			minibatch, step := l.miniBatchDP, l.stepDP
-			if dp.z3 != nil {
+			if dp.z3 != nil && dp.z3.devMode() {
+				minibatch, step = l.miniBatchZero3Device, l.stepZero3Device
+			} else if dp.z3 != nil {
 				minibatch, step = l.miniBatchZero3, l.stepZero3
 			} else if dp.dev.comm != nil {
 				minibatch, step = l.miniBatchDevice, l.stepDevice

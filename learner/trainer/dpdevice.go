@@ -80,6 +80,9 @@ func (l *Learner) deviceGroup() (backend.DeviceGroup, error) {
 // reduces on the host.
 func (l *Learner) ParkDevice() error {
 	dp := l.DP
+	if dp != nil && dp.z3 != nil {
+		return dp.parkZero3()
+	}
 	if dp == nil || dp.dev.group == nil {
 		return nil
 	}

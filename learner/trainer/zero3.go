@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -83,12 +84,24 @@ type zero3 struct {
 
 	mu   sync.Mutex
 	pass *passFeed // the pass in progress, nil between passes
+
+	// On the devices (zero3dev.go): the device communicator, the group
+	// on the passes' device and the passes it was opened on; master and
+	// opt are then the host's copy of the rank's state.
+	self    int
+	devComm collective.Comm
+	dev     backend.ShardedGroup
+	devOf   Compute
+	// hostHolds: the host model's weights stand for the policy (after
+	// SyncPolicy, until the next step).
+	hostHolds bool
 }
 
 // newZero3 lays out the ownership of a model of cfg among n ranks for
 // rank, its weights taken from params (the whole flat buffer).
 func newZero3(cfg model.Config, n, rank int, params []float32, oc optim.Config) (*zero3, error) {
 	z := zero3Layout(cfg, n)
+	z.self = rank
 	if len(params) != z.offset[len(z.offset)-1] {
 		return nil, fmt.Errorf("trainer: %d parameters for a model of %d", len(params), z.offset[len(z.offset)-1])
 	}
@@ -240,6 +253,8 @@ func (z *zero3) ownedCount(rank, from, to int) int {
 func (l *Learner) enableZero3(dp *DataParallel, whole bool) error {
 	if dev, err := l.hostReduced(); err != nil {
 		return err
+	} else if dev != nil && !whole {
+		return l.enableZero3Device(dp)
 	} else if dev != nil {
 		return errors.New("trainer: ZeRO stage 3 runs the policy's passes on the CPU over the group's engine; a device's passes hold the whole weights: use stage 1 or 2 there")
 	}
@@ -280,7 +295,7 @@ func (l *Learner) enableZero3(dp *DataParallel, whole bool) error {
 func (l *Learner) stepZero3(ctx context.Context) (float64, error) {
 	dp := l.DP
 	z := dp.z3
-	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	rank := dp.Comm.Rank()
 	grads := make([][]float32, len(z.mine))
 	partial := make([]float64, len(z.mine))
 	for i, c := range z.mine {
@@ -288,24 +303,9 @@ func (l *Learner) stepZero3(ctx context.Context) (float64, error) {
 		grads[i] = z.grad[at : at+z.chunks[c].Len()]
 	}
 	par.Tasks(len(z.mine), func(_, i int) { partial[i] = optim.SquaredSum(grads[i]) })
-	counts := make([]int, n)
-	for _, r := range z.chunkOwner {
-		counts[r]++
-	}
-	got, err := dp.allGatherFloat64(ctx, partial, counts)
+	all, err := z.chunkSums(ctx, dp, partial)
 	if err != nil {
 		return 0, fmt.Errorf("trainer: gradient norm: %w", err)
-	}
-	// got holds rank 0's chunks' sums in chunk order, then rank 1's...:
-	// back into chunk order.
-	pos := make([]int, n)
-	for r := 1; r < n; r++ {
-		pos[r] = pos[r-1] + counts[r-1]
-	}
-	all := make([]float64, len(z.chunks))
-	for i, r := range z.chunkOwner {
-		all[i] = got[pos[r]]
-		pos[r]++
 	}
 	norm := optim.NormOfSquares(all)
 	applied, err := z.opt.Step(z.local, grads, norm)
@@ -319,6 +319,32 @@ func (l *Learner) stepZero3(ctx context.Context) (float64, error) {
 		}
 	}
 	return norm, nil
+}
+
+// chunkSums gathers every rank's chunks' sums of squares (partial: this
+// rank's, in the order of mine) into chunk order.
+func (z *zero3) chunkSums(ctx context.Context, dp *DataParallel, partial []float64) ([]float64, error) {
+	n := dp.Comm.Size()
+	counts := make([]int, n)
+	for _, r := range z.chunkOwner {
+		counts[r]++
+	}
+	got, err := dp.allGatherFloat64(ctx, partial, counts)
+	if err != nil {
+		return nil, err
+	}
+	// got holds rank 0's chunks' sums in chunk order, then rank 1's...:
+	// back into chunk order.
+	pos := make([]int, n)
+	for r := 1; r < n; r++ {
+		pos[r] = pos[r-1] + counts[r-1]
+	}
+	all := make([]float64, len(z.chunks))
+	for i, r := range z.chunkOwner {
+		all[i] = got[pos[r]]
+		pos[r]++
+	}
+	return all, nil
 }
 
 // gatherWhole gives the model's whole weights (data) every rank's updated

@@ -53,6 +53,9 @@ func (l *Learner) PrepareOptimizerParts(ctx context.Context) error {
 	if z == nil {
 		return nil
 	}
+	if err := z.fromDevice(); err != nil {
+		return err
+	}
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	lo, hi := dp.start[rank], dp.start[rank+1]
 	for moment := range 2 {
@@ -128,7 +131,7 @@ func (l *Learner) readOptimizerPartsZero3(x optim.PartIndex, open func(file stri
 	}
 	z.opt.SetSteps(x.Steps)
 	l.Opt.SetSteps(x.Steps)
-	return nil
+	return z.momentsTransfer(true)
 }
 
 // putMoments stores, of vals (moment values of the flat elements from
@@ -154,7 +157,7 @@ func (l *Learner) readOptimizerZero3(r io.Reader) error {
 	}
 	z.opt.SetSteps(steps)
 	l.Opt.SetSteps(steps)
-	return nil
+	return z.momentsTransfer(true)
 }
 
 // gatherRange fills vals with the flat elements [lo, lo+len(vals)) of a
@@ -196,6 +199,9 @@ func (l *Learner) writeOptimizerZero3(ctx context.Context, w io.Writer) error {
 	dp := l.DP
 	z := dp.z3
 	rank := dp.Comm.Rank()
+	if err := z.fromDevice(); err != nil {
+		return err
+	}
 	_, err := optim.WriteState(w, z.opt.Steps(), z.opt.Config(), l.OptimizerTensors(), func(t, moment, off int, vals []float32) error {
 		lo := z.offset[t] + off
 		return z.gatherRange(ctx, dp.Comm, lo, vals, func(from int, dst []float32) {
@@ -213,12 +219,17 @@ func (l *Learner) writeOptimizerZero3(ctx context.Context, w io.Writer) error {
 // unit is gathered from its owners); otherwise the host model's own
 // buffer, as it is.
 func (l *Learner) GatherPolicy(ctx context.Context) ([]float32, error) {
-	if l.DP == nil || l.DP.z3 == nil || !l.Policy.Sharded() {
+	if l.DP == nil || l.DP.z3 == nil || !l.Policy.Sharded() && !l.DP.z3.devMode() {
 		return l.Policy.ParamData(), nil
 	}
 	dp := l.DP
 	z := dp.z3
 	rank := dp.Comm.Rank()
+	if z.devMode() && !z.hostHolds {
+		if err := z.fromDevice(); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]float32, z.offset[len(z.offset)-1])
 	for _, u := range z.units {
 		err := z.gatherRange(ctx, dp.Comm, u.Off, out[u.Off:u.Off+u.Len], func(from int, dst []float32) {
@@ -251,7 +262,7 @@ func (l *Learner) LoadPolicy(flat []float32) error {
 	if !l.Policy.Sharded() {
 		copy(l.Policy.ParamData(), flat)
 	}
-	return nil
+	return z.masterToDevice()
 }
 
 // takeWeights keeps of flat (every weight) the elements rank owns.
@@ -263,6 +274,20 @@ func (z *zero3) takeWeights(rank int, flat []float32) {
 // rank of the group takes part), for what reads the model between steps:
 // checkpoints, the rollout engine. Nothing to do when it holds them.
 func (l *Learner) unshard(ctx context.Context) error {
+	if z := l.DP.z3; z.devMode() {
+		// The host model holds its whole weights: they are brought up
+		// to date, and stand for the policy until the next step.
+		if z.hostHolds {
+			return nil
+		}
+		flat, err := l.GatherPolicy(ctx)
+		if err != nil {
+			return err
+		}
+		copy(l.Policy.ParamData(), flat)
+		z.hostHolds = true
+		return nil
+	}
 	if !l.Policy.Sharded() {
 		return nil
 	}
@@ -279,6 +304,15 @@ func (l *Learner) unshard(ctx context.Context) error {
 // to the shares and leave the model.
 func (l *Learner) reshard() error {
 	z := l.DP.z3
+	if z.devMode() {
+		if !z.hostHolds {
+			return nil
+		}
+		z.hostHolds = false
+		z.takeWeights(l.DP.Comm.Rank(), l.Policy.ParamData())
+		z.parted = [2][]float32{}
+		return z.masterToDevice()
+	}
 	if z.whole {
 		// The model's weights stand for the policy.
 		z.takeWeights(l.DP.Comm.Rank(), z.data)

@@ -88,3 +88,25 @@ extern "C" __global__ void lmhead_dlogits(float *logits, const float *lse, const
   __syncthreads();
   if (threadIdx.x == 0) x[t] += gr;
 }
+
+// lmhead_dlogits over one vocabulary block: logits[n,V] are the block's
+// columns [lo, lo+V) of each row (a sharded head's, learner/cuda's
+// shard.go), lse each row's log-sum-exp over the whole vocabulary, and
+// the one-hot term is added where the block holds the row's target.
+// Rows whose target is negative become zero. Grid: n blocks of
+// AIPO_BLOCK threads.
+extern "C" __global__ void lmhead_dlogits_cols(float *logits, const float *lse, const int *targets, const float *g,
+                                               int n, int V, int lo) {
+  const int row = blockIdx.x;
+  if (row >= n) return;
+  float *x = logits + (long long)row * V;
+  const int t = targets[row];
+  if (t < 0) {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = 0.0f;
+    return;
+  }
+  const float l = lse[row], gr = g[row];
+  for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = -gr * expf(x[i] - l);
+  __syncthreads();
+  if (threadIdx.x == 0 && t >= lo && t - lo < V) x[t - lo] += gr;
+}

@@ -22,8 +22,12 @@ import (
 const ScenarioEnv = "AIPO_DIST_SCENARIO"
 
 // childLimit is how long a rank process may live, whatever happens to the
-// test that started it.
+// test that started it, unless its Spec gives another (Spec.Limit, passed
+// in LimitEnv).
 const childLimit = 3 * time.Minute
+
+// LimitEnv carries Spec.Limit to the rank processes.
+const LimitEnv = "AIPO_DIST_CHILD_LIMIT"
 
 // Dispatch runs the rank program named by ScenarioEnv and exits with its
 // status, when the variable is set; otherwise it returns and the tests run.
@@ -38,8 +42,12 @@ func Dispatch(programs map[string]func() int) {
 		fmt.Fprintf(os.Stderr, "disttest: no rank program %q\n", name)
 		os.Exit(2)
 	}
-	time.AfterFunc(childLimit, func() {
-		fmt.Fprintf(os.Stderr, "disttest: rank program %q still running after %s; exiting\n", name, childLimit)
+	limit := childLimit
+	if d, err := time.ParseDuration(os.Getenv(LimitEnv)); err == nil && d > 0 {
+		limit = d
+	}
+	time.AfterFunc(limit, func() {
+		fmt.Fprintf(os.Stderr, "disttest: rank program %q still running after %s; exiting\n", name, limit)
 		os.Exit(4)
 	})
 	os.Exit(f())
@@ -83,6 +91,8 @@ type Spec struct {
 	// CPUs, when set, pins each rank to the CPUs it returns: the rank is
 	// started through taskset, so every thread it makes keeps to them.
 	CPUs func(rank int) []int
+	// Limit is how long a rank process may live (0: 3 minutes).
+	Limit time.Duration
 }
 
 // Launch starts the ranks of spec. They are killed when the test ends, and
@@ -114,6 +124,9 @@ func Launch(t testing.TB, spec Spec) *Ranks {
 			"RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(spec.Size),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(spec.Port),
 			"GOMAXPROCS=1", "OPENBLAS_NUM_THREADS=1")
+		if spec.Limit > 0 {
+			env = append(env, LimitEnv+"="+spec.Limit.String())
+		}
 		if spec.Env != nil {
 			env = append(env, spec.Env(r)...)
 		}

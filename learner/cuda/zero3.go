@@ -1,0 +1,665 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/collective"
+	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/optim"
+)
+
+// ZeRO stage 3 on the devices (backend.DeviceSharded): the passes' model
+// is sharded (shard.go) and fed by a shardGroup, which keeps the rank's
+// owned elements of every unit on the device (their float32 weights, the
+// reduced gradient, the AdamW moments) and exchanges the units over the
+// device communicator (NCCL): before a pass reads a unit the ranks
+// all-gather its parts into a device buffer, and as the backward pass
+// hands a unit's gradient over every rank sends each owner its part
+// (an all-to-all), which the owner adds in rank order in the fixed tree
+// of learner/trainer's stage-3 schedule into the slot's sum, on the
+// device. learner/trainer drives the schedule (slots, rounds, the norm
+// and the checkpoints' layout) through backend.ShardedGroup.
+//
+// The gathers run just in time, on the pass's own thread: every driver
+// call of a Device runs on the one OS thread that holds its context
+// (device.go), and NCCL's stream is synchronised with it before each
+// exchange, so a gather cannot overlap the pass's kernels here. The
+// weights on the device at once are one unit's in the model's views and,
+// during a gather, the next unit's parts as they arrive (the exchange
+// buffer): two units at most.
+
+var _ backend.DeviceSharded = (*compute)(nil)
+
+// ShardedGroup implements backend.DeviceSharded.
+func (c *compute) ShardedGroup(comm collective.Comm, layout backend.ShardLayout, master []float32) (backend.ShardedGroup, error) {
+	g := c.dev
+	if g.shard != nil {
+		return nil, errors.New("cuda: the passes' model is sharded already (a ShardedGroup was opened on it)")
+	}
+	n, rank := comm.Size(), comm.Rank()
+	units := model.UnitsOf(g.cfg)
+	if len(layout.Units) != len(units) || len(layout.Parts) != len(units) {
+		return nil, fmt.Errorf("cuda: a sharded layout of %d units for a model of %d", len(layout.Units), len(units))
+	}
+	z := &shardGroup{g: g, comm: comm, n: n, rank: rank, units: units, parts: layout.Parts, at: make([]int, len(units)+1)}
+	most, mostPart := 0, 0
+	for u, s := range units {
+		if layout.Units[u] != [2]int{s.Off, s.Len} {
+			return nil, fmt.Errorf("cuda: unit %d of the layout is %v; the model's is %v", u, layout.Units[u], s)
+		}
+		p := layout.Parts[u]
+		if len(p) != n+1 || p[0] != s.Off || p[n] != s.Off+s.Len {
+			return nil, fmt.Errorf("cuda: unit %d's parts %v do not cut [%d, %d) in %d", u, p, s.Off, s.Off+s.Len, n)
+		}
+		lo, hi := z.run(u, rank)
+		z.at[u+1] = z.at[u] + hi - lo
+		most = max(most, s.Len)
+		for i := range n {
+			mostPart = max(mostPart, p[i+1]-p[i])
+		}
+	}
+	k := z.at[len(units)]
+	if k == 0 {
+		return nil, fmt.Errorf("cuda: rank %d of %d owns no element of the model", rank, n)
+	}
+	if len(master) != k {
+		return nil, fmt.Errorf("cuda: %d weights for rank %d's %d elements", len(master), rank, k)
+	}
+	dv := g.dv
+	alloc := func(dt DType, n int) *Buffer {
+		if z.err != nil {
+			return nil
+		}
+		b, err := dv.Alloc(dt, n)
+		if err != nil {
+			z.err = err
+			return nil
+		}
+		z.owned = append(z.owned, b)
+		return b
+	}
+	z.master, z.m, z.v = alloc(F32, k), alloc(F32, k), alloc(F32, k)
+	z.sumsq = alloc(F64, 1)
+	z.gbuf = alloc(F32, most)
+	if n > 1 {
+		z.wbuf, z.xbuf, z.rbuf = alloc(F32, most), alloc(F32, most), alloc(F32, n*mostPart)
+	}
+	if z.err == nil {
+		for _, b := range []*Buffer{z.m, z.v} {
+			if err := b.Zero(); err != nil && z.err == nil {
+				z.err = err
+			}
+		}
+	}
+	if z.err == nil {
+		z.err = z.master.CopyFromFloat32(master)
+	}
+	if z.err != nil {
+		err := z.err
+		z.Close()
+		return nil, fmt.Errorf("cuda: rank %d's share of the sharded model (%d elements): %w", rank, k, err)
+	}
+	if err := g.shardOn(z); err != nil {
+		z.Close()
+		return nil, err
+	}
+	return z, nil
+}
+
+// shardGroup is a rank's side of ZeRO stage 3 on the devices, and the
+// unitFeed of its sharded model.
+type shardGroup struct {
+	g       *Model
+	comm    collective.Comm
+	n, rank int
+	units   []model.Span
+	parts   [][]int // backend.ShardLayout.Parts
+	at      []int   // where the rank's run of unit u lies in master, at[len] its size
+
+	master, m, v *Buffer // the rank's elements, unit by unit
+	sumsq        *Buffer // F64 [1]
+	sums         *Buffer // F64: SumSquares's results
+	partial      *Buffer // F64: their per-block partials
+	gbuf         *Buffer // a unit's gradient, the pass's
+	wbuf, xbuf   *Buffer // a gathered unit's weights; the exchanges' buffer (rank order)
+	rbuf         *Buffer // the all-to-all's receive buffer
+	owned        []*Buffer
+	err          error
+
+	// The pass in progress.
+	ctx   context.Context
+	slot  bool    // a training pass of a slot (else a score pass)
+	has   []bool  // the slot's ranks that add a gradient
+	leaf  *Buffer // where the slot's sums of the rank's elements go
+	add   bool    // added there (the tree's kept sum) rather than written
+	size  int     // the slot's shards
+	stack []node  // the round's tree over the slots
+	total *Buffer // the rounds' sum
+	grad  *Buffer // the reduced gradient of the rank's elements
+	pool  []*Buffer
+}
+
+type node struct {
+	leaves int
+	buf    *Buffer // nil: zeros
+}
+
+// run is the flat elements [lo, hi) of unit u that rank owns.
+func (z *shardGroup) run(u, rank int) (lo, hi int) {
+	i := ((rank-u)%z.n + z.n) % z.n
+	return z.parts[u][i], z.parts[u][i+1]
+}
+
+func (z *shardGroup) elems() int { return z.at[len(z.units)] }
+
+// vec is a buffer of the rank's elements' length, from the pool.
+func (z *shardGroup) vec() (*Buffer, error) {
+	if k := len(z.pool); k > 0 {
+		b := z.pool[k-1]
+		z.pool = z.pool[:k-1]
+		return b, nil
+	}
+	b, err := z.g.dv.Alloc(F32, z.elems())
+	if err != nil {
+		return nil, fmt.Errorf("cuda: a sum of rank %d's gradient (%d bytes): %w", z.rank, 4*int64(z.elems()), err)
+	}
+	return b, nil
+}
+
+// give returns a vec to the pool.
+func (z *shardGroup) give(b *Buffer) {
+	if b != nil {
+		z.pool = append(z.pool, b)
+	}
+}
+
+// addZeros adds zeros to x in place (-0 becomes +0, as the host's sums
+// with an empty leaf), piece by piece from zeros written into the
+// exchanges' buffer (the unit gradient's at one rank), which no exchange
+// and no pass's gradient holds whenever a sum meets an empty leaf: in the
+// slot's tree after the all-to-all, in a shadow pass, between passes.
+func (z *shardGroup) addZeros(x *Buffer) error {
+	src := z.xbuf
+	if src == nil {
+		src = z.gbuf
+	}
+	step := src.n
+	for lo := 0; lo < x.n; lo += step {
+		hi := min(lo+step, x.n)
+		a, _ := x.Slice(lo, hi)
+		zs, _ := src.Slice(0, hi-lo)
+		if err := zs.Zero(); err != nil {
+			return err
+		}
+		if err := z.g.dv.ResidualForward(a, a, zs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addInto sets a to a + b elementwise (b nil: zeros).
+func (z *shardGroup) addInto(a, b *Buffer) error {
+	if b == nil {
+		return z.addZeros(a)
+	}
+	ps, err := pieces(a.n, a, b)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if err := z.g.dv.ResidualForward(p[0], p[0], p[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sumNodes is a + b (nil: zeros) in a's storage, or b's when a is nil
+// (and, with vecs, b's storage back to the pool when a kept the sum),
+// as the host tree's addInto with a sum it owns.
+func (z *shardGroup) sumNodes(a, b *Buffer, vecs bool) (*Buffer, error) {
+	switch {
+	case a == nil && b == nil:
+		return nil, nil
+	case a == nil:
+		a, b = b, nil
+	}
+	if err := z.addInto(a, b); err != nil {
+		return nil, err
+	}
+	if vecs && b != nil {
+		z.give(b)
+	}
+	return a, nil
+}
+
+// merge adds the top two nodes of st while they hold equally many leaves
+// (all: every node, from the right).
+func (z *shardGroup) merge(st []node, all, vecs bool) ([]node, error) {
+	for len(st) >= 2 {
+		a, b := st[len(st)-2], st[len(st)-1]
+		if !all && a.leaves != b.leaves {
+			break
+		}
+		s, err := z.sumNodes(a.buf, b.buf, vecs)
+		if err != nil {
+			return st, err
+		}
+		st = append(st[:len(st)-2], node{a.leaves + b.leaves, s})
+	}
+	return st, nil
+}
+
+// BeginScore implements backend.ShardedGroup.
+func (z *shardGroup) BeginScore(ctx context.Context) {
+	z.ctx, z.slot, z.has, z.leaf = ctx, false, nil, nil
+}
+
+// BeginSlot implements backend.ShardedGroup: the slot's sum is added into
+// the sum on top of the round's tree when the tree would add it there at
+// once (a node of as many shards), else written to a buffer of its own.
+func (z *shardGroup) BeginSlot(ctx context.Context, has []bool) bool {
+	z.ctx, z.slot, z.has, z.size = ctx, true, has, len(has)
+	any := false
+	for _, h := range has {
+		any = any || h
+	}
+	if !any {
+		z.stack = append(z.stack, node{len(has), nil})
+		z.stack, z.err = z.merge(z.stack, false, true)
+		z.slot = false
+		return false
+	}
+	top := len(z.stack) - 1
+	z.add = top >= 0 && z.stack[top].leaves == len(has) && z.stack[top].buf != nil
+	if z.add {
+		z.leaf = z.stack[top].buf
+	} else {
+		z.leaf, z.err = z.vec()
+	}
+	return true
+}
+
+// Shadow implements backend.ShardedGroup.
+func (z *shardGroup) Shadow(train bool) error {
+	if z.err != nil {
+		return z.err
+	}
+	for _, e := range model.UnitPlan(z.g.cfg, train) {
+		if e.Grad {
+			if err := z.reduce(e.Unit, nil); err != nil {
+				return fmt.Errorf("cuda: reducing the gradient of unit %d: %w", e.Unit, err)
+			}
+			continue
+		}
+		if _, err := z.use(e.Unit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EndPass implements backend.ShardedGroup.
+func (z *shardGroup) EndPass(passErr error) error {
+	if passErr != nil {
+		return passErr
+	}
+	if z.err != nil {
+		return z.err
+	}
+	if !z.slot {
+		return nil
+	}
+	z.slot = false
+	if z.add {
+		z.stack[len(z.stack)-1].leaves = 2 * z.size
+	} else {
+		z.stack = append(z.stack, node{z.size, z.leaf})
+	}
+	z.leaf = nil
+	var err error
+	z.stack, err = z.merge(z.stack, false, true)
+	return err
+}
+
+// BeginMiniBatch implements backend.ShardedGroup.
+func (z *shardGroup) BeginMiniBatch() {
+	z.give(z.grad)
+	z.grad = nil
+}
+
+// EndRound implements backend.ShardedGroup.
+func (z *shardGroup) EndRound() error {
+	st, err := z.merge(z.stack, true, true)
+	z.stack = nil
+	if err != nil {
+		return err
+	}
+	var sum *Buffer
+	if len(st) == 1 {
+		sum = st[0].buf
+	}
+	if z.total == nil {
+		z.total = sum
+		return nil
+	}
+	z.total, err = z.sumNodes(z.total, sum, true)
+	return err
+}
+
+// EndMiniBatch implements backend.ShardedGroup.
+func (z *shardGroup) EndMiniBatch() error {
+	z.grad, z.total = z.total, nil
+	if z.grad == nil {
+		b, err := z.vec()
+		if err != nil {
+			return err
+		}
+		z.grad = b
+		return b.Zero()
+	}
+	return nil
+}
+
+// use implements unitFeed: at one rank the unit's weights are the
+// rank's own, read in place; otherwise the ranks all-gather the unit's
+// parts (in rank order, into the exchange buffer) and they are laid out
+// in flat order in the weights' buffer.
+func (z *shardGroup) use(u int) (*Buffer, error) {
+	if z.err != nil {
+		return nil, z.err
+	}
+	us := z.units[u]
+	if z.n == 1 {
+		return z.master.Slice(z.at[u], z.at[u+1])
+	}
+	counts := make([]int, z.n)
+	for r := range z.n {
+		lo, hi := z.run(u, r)
+		counts[r] = hi - lo
+	}
+	mine, err := z.master.Slice(z.at[u], z.at[u+1])
+	if err != nil {
+		return nil, err
+	}
+	x, err := z.xbuf.Slice(0, us.Len)
+	if err != nil {
+		return nil, err
+	}
+	// The step's kernels end before NCCL's stream reads the weights.
+	if err := z.g.dv.Sync(); err != nil {
+		return nil, err
+	}
+	if err := z.comm.AllGather(z.ctx, devBuf(mine), devBuf(x), counts); err != nil {
+		return nil, fmt.Errorf("cuda: gathering the weights of unit %d on the devices: %w", u, err)
+	}
+	w, err := z.wbuf.Slice(0, us.Len)
+	if err != nil {
+		return nil, err
+	}
+	off := 0
+	for r := range z.n {
+		lo, hi := z.run(u, r)
+		src, err := x.Slice(off, off+hi-lo)
+		if err != nil {
+			return nil, err
+		}
+		dst, err := w.Slice(lo-us.Off, hi-us.Off)
+		if err != nil {
+			return nil, err
+		}
+		if hi > lo {
+			if err := dst.CopyFrom(src); err != nil {
+				return nil, err
+			}
+		}
+		off += hi - lo
+	}
+	return w, nil
+}
+
+// newGrad implements unitFeed.
+func (z *shardGroup) newGrad(u int) (*Buffer, error) {
+	b, err := z.gbuf.Slice(0, z.units[u].Len)
+	if err != nil {
+		return nil, err
+	}
+	return b, b.Zero()
+}
+
+// gradDone implements unitFeed.
+func (z *shardGroup) gradDone(u int, g *Buffer) error { return z.reduce(u, g) }
+
+// end implements unitFeed: the group's buffers are its own and stay.
+func (z *shardGroup) end() {}
+
+// reduce sends every owner its part of g (unit u's gradient of this
+// rank's shard; nil when the rank adds none), receives the slot's ranks'
+// gradients of its own part, sums them in rank order in the slot's
+// subtree and writes the sum into the slot's leaf at the unit's place, or
+// adds it there: the host schedule's reduceUnit on the device.
+func (z *shardGroup) reduce(u int, g *Buffer) error {
+	if !z.slot {
+		return fmt.Errorf("cuda: the gradient of unit %d was handed over outside a slot of the mini-batch's reduction", u)
+	}
+	lo, hi := z.run(u, z.rank)
+	m := hi - lo
+	dst, err := z.leaf.Slice(z.at[u], z.at[u+1])
+	if err != nil {
+		return err
+	}
+	put := func(s *Buffer) error {
+		switch {
+		case z.add:
+			return z.addInto(dst, s)
+		case s == nil:
+			return dst.Zero()
+		default:
+			return dst.CopyFrom(s)
+		}
+	}
+	if z.n == 1 {
+		return put(g)
+	}
+	adds := func(r int) bool { return r < len(z.has) && z.has[r] }
+	us := z.units[u]
+	send, recv := make([]int, z.n), make([]int, z.n)
+	total := 0
+	sendBuf, _ := z.xbuf.Slice(0, 0)
+	if adds(z.rank) {
+		if g == nil {
+			return fmt.Errorf("cuda: rank %d adds a gradient of unit %d but handed over none", z.rank, u)
+		}
+		// Into rank order: rank 0's part first.
+		off := 0
+		for r := range z.n {
+			a, b := z.run(u, r)
+			send[r] = b - a
+			if b > a {
+				src, err := g.Slice(a-us.Off, b-us.Off)
+				if err != nil {
+					return err
+				}
+				d, err := z.xbuf.Slice(off, off+b-a)
+				if err != nil {
+					return err
+				}
+				if err := d.CopyFrom(src); err != nil {
+					return err
+				}
+			}
+			off += b - a
+		}
+		sendBuf, _ = z.xbuf.Slice(0, us.Len)
+	}
+	for r := range z.n {
+		if adds(r) {
+			recv[r] = m
+			total += m
+		}
+	}
+	rb, err := z.rbuf.Slice(0, total)
+	if err != nil {
+		return err
+	}
+	if err := z.g.dv.Sync(); err != nil {
+		return err
+	}
+	if err := z.comm.AllToAll(z.ctx, devBuf(sendBuf), send, devBuf(rb), recv); err != nil {
+		return fmt.Errorf("cuda: exchanging the gradient of unit %d on the devices: %w", u, err)
+	}
+	var st []node
+	k := 0
+	for r := range z.has {
+		var b *Buffer
+		if z.has[r] {
+			if b, err = rb.Slice(k*m, (k+1)*m); err != nil {
+				return err
+			}
+			k++
+		}
+		st = append(st, node{1, b})
+		if st, err = z.merge(st, false, false); err != nil {
+			return err
+		}
+	}
+	if st, err = z.merge(st, true, false); err != nil {
+		return err
+	}
+	return put(st[0].buf)
+}
+
+// SumSquares implements backend.ShardedGroup: one GradSumSq a run, each
+// a function of the run's values alone.
+func (z *shardGroup) SumSquares(runs [][2]int) ([]float64, error) {
+	if z.grad == nil {
+		return nil, errors.New("cuda: SumSquares before a mini-batch's gradient was reduced")
+	}
+	dv := z.g.dv
+	most := 1
+	views := make([]*Buffer, len(runs))
+	for i, r := range runs {
+		v, err := z.grad.Slice(r[0], r[1])
+		if err != nil {
+			return nil, fmt.Errorf("cuda: the run [%d, %d) is not within the rank's elements: %w", r[0], r[1], err)
+		}
+		views[i] = v
+		most = max(most, int(dv.gridFor(v.n)))
+	}
+	if z.sums == nil || z.sums.n < len(runs) {
+		if z.sums != nil {
+			z.sums.Free()
+		}
+		var err error
+		if z.sums, err = dv.Alloc(F64, max(len(runs), 1)); err != nil {
+			return nil, err
+		}
+	}
+	if z.partial == nil || z.partial.n < most {
+		if z.partial != nil {
+			z.partial.Free()
+		}
+		var err error
+		if z.partial, err = dv.Alloc(F64, most); err != nil {
+			return nil, err
+		}
+	}
+	for i, v := range views {
+		out, _ := z.sums.Slice(i, i+1)
+		if v.n == 0 {
+			if err := out.Zero(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := dv.GradSumSq(out, z.partial, []*Buffer{v}); err != nil {
+			return nil, err
+		}
+	}
+	all := make([]float64, z.sums.n)
+	if err := z.sums.CopyToFloat64(all); err != nil {
+		return nil, err
+	}
+	return all[:len(runs)], nil
+}
+
+// Step implements backend.ShardedGroup: dpgroup.go's update on the rank's
+// elements; the next passes gather them.
+func (z *shardGroup) Step(cfg optim.Config, steps int64, sumSquares float64) error {
+	if z.grad == nil {
+		return errors.New("cuda: Step before a mini-batch's gradient was reduced")
+	}
+	if err := z.sumsq.copyIn(F64, unsafe.Pointer(&sumSquares), 1); err != nil {
+		return err
+	}
+	k := z.elems()
+	s := NewAdamWStep(cfg, steps, 1)
+	ps, err := pieces(k, z.master, z.grad, z.m, z.v)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if err := z.g.dv.AdamWClipped(p[0], p[1], p[2], p[3], z.sumsq, s, cfg.GradClip); err != nil {
+			return err
+		}
+	}
+	if norm := math.Sqrt(sumSquares); math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return nil
+	}
+	return z.g.dv.Sync()
+}
+
+// Master implements backend.ShardedGroup.
+func (z *shardGroup) Master(vals []float32, put bool) error { return z.copyState(z.master, vals, put) }
+
+// Moments implements backend.ShardedGroup.
+func (z *shardGroup) Moments(moment int, vals []float32, put bool) error {
+	b := z.m
+	if moment == 1 {
+		b = z.v
+	}
+	return z.copyState(b, vals, put)
+}
+
+func (z *shardGroup) copyState(b *Buffer, vals []float32, put bool) error {
+	if len(vals) != z.elems() {
+		return fmt.Errorf("cuda: %d values for rank %d's %d elements", len(vals), z.rank, z.elems())
+	}
+	if put {
+		return b.CopyFromFloat32(vals)
+	}
+	return b.CopyToFloat32(vals)
+}
+
+// Close implements backend.ShardedGroup.
+func (z *shardGroup) Close() error {
+	var errs []error
+	for _, b := range append(z.owned, z.sums, z.partial) {
+		if b != nil {
+			errs = append(errs, b.Free())
+		}
+	}
+	seen := map[uint64]bool{}
+	for _, b := range append(append(z.pool, z.grad, z.total, z.leaf), stackBufs(z.stack)...) {
+		if b != nil && !seen[b.ptr] {
+			seen[b.ptr] = true
+			errs = append(errs, b.Free())
+		}
+	}
+	z.owned, z.sums, z.partial, z.pool, z.grad, z.total, z.leaf, z.stack = nil, nil, nil, nil, nil, nil, nil, nil
+	return errors.Join(errs...)
+}
+
+func stackBufs(st []node) []*Buffer {
+	var out []*Buffer
+	for _, n := range st {
+		out = append(out, n.buf)
+	}
+	return out
+}

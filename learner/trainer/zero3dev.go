@@ -1,0 +1,316 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/aipo-rl/aipo/learner/backend"
+)
+
+// ZeRO stage 3 on the devices (zero3.dev): the passes' device model is
+// sharded and its group (backend.ShardedGroup) keeps the rank's owned
+// elements, their reduced gradient and AdamW moments on the device,
+// gathering each unit's weights and reducing each unit's gradient over
+// the device communicator as the passes reach them. The schedule is the
+// host stage 3's (zero3, zero3step.go): the same ownership, slots,
+// rounds and trees, so the update is the same bits at 1, 2 and 4 ranks.
+// The host keeps a copy of the rank's weights and moments (zero3.master,
+// zero3.opt) that is brought up to date only when something reads it: a
+// checkpoint, GatherPolicy, the passes being closed (ParkDevice); what is
+// loaded into it goes to the device. The host model keeps its whole
+// weights, which stand for the policy after SyncPolicy until the next
+// step (a checkpoint may be loaded into them).
+
+// devMode reports whether stage 3 runs on the devices.
+func (z *zero3) devMode() bool { return z.devComm != nil }
+
+// enableZero3Device makes dp a stage-3 rank on the devices.
+func (l *Learner) enableZero3Device(dp *DataParallel) error {
+	if dp.dev.comm == nil {
+		return errors.New("trainer: ZeRO stage 3 with the passes on a device exchanges the weights and gradients over a device communicator: give DPConfig.DeviceComm (NCCL)")
+	}
+	if _, ok := l.PolicyCompute.(backend.DeviceSharded); !ok {
+		return fmt.Errorf("trainer: the passes of this device (%T) cannot be sharded (ZeRO stage 3 on the devices): use stage 1 or 2", l.PolicyCompute)
+	}
+	if l.Policy == nil || !dp.flatParams {
+		return errors.New("trainer: ZeRO stage 3 shards the host model's flat parameter buffer; this learner's parameters are not in one")
+	}
+	z, err := newZero3(l.Policy.Config(), dp.Comm.Size(), dp.Comm.Rank(), l.Policy.ParamData(), l.Opt.Config())
+	if err != nil {
+		return err
+	}
+	z.opt.SetSteps(l.Opt.Steps())
+	z.devComm = dp.dev.comm
+	// The host's copy of the reduced gradient is never used.
+	z.grad = nil
+	dp.z3 = z
+	_, err = l.openZero3(z)
+	return err
+}
+
+// zero3Group is the stage-3 group on the passes' device, opened (with
+// the host's copy of the rank's weights and moments) for the passes
+// open now.
+func (l *Learner) zero3Group() (backend.ShardedGroup, error) { return l.openZero3(l.DP.z3) }
+
+// openZero3 is zero3Group for z.
+func (l *Learner) openZero3(z *zero3) (backend.ShardedGroup, error) {
+	if z.dev != nil && z.devOf == l.PolicyCompute {
+		return z.dev, nil
+	}
+	ds, ok := l.PolicyCompute.(backend.DeviceSharded)
+	if !ok {
+		return nil, fmt.Errorf("trainer: the passes of this device (%T) cannot be sharded (ZeRO stage 3 on the devices)", l.PolicyCompute)
+	}
+	z.dev = nil
+	lay := backend.ShardLayout{Parts: z.own}
+	for _, u := range z.units {
+		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
+	}
+	g, err := ds.ShardedGroup(z.devComm, lay, z.master)
+	if err != nil {
+		return nil, err
+	}
+	z.dev, z.devOf = g, l.PolicyCompute
+	return g, z.momentsTransfer(true)
+}
+
+// momentsTransfer copies the rank's moments between the host's optimiser
+// shard and the device (toDevice: host to device).
+func (z *zero3) momentsTransfer(toDevice bool) error {
+	if z.dev == nil {
+		return nil
+	}
+	for moment := range 2 {
+		vals := make([]float32, len(z.master))
+		if !toDevice {
+			if err := z.dev.Moments(moment, vals, false); err != nil {
+				return fmt.Errorf("trainer: the optimiser's moments from the device: %w", err)
+			}
+		}
+		for i := range z.mine {
+			at := z.mineAt(i)
+			m, v := z.opt.Moments(i)
+			dst := m
+			if moment == 1 {
+				dst = v
+			}
+			if toDevice {
+				copy(vals[at:], dst)
+			} else {
+				copy(dst, vals[at:at+len(dst)])
+			}
+		}
+		if toDevice {
+			if err := z.dev.Moments(moment, vals, true); err != nil {
+				return fmt.Errorf("trainer: the optimiser's moments to the device: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// mineAt is where the i-th chunk the rank owns lies in master.
+func (z *zero3) mineAt(i int) int { return z.local0(z.self, z.flatStart(z.mine[i])) }
+
+// fromDevice brings the rank's weights and moments to the host's copy.
+func (z *zero3) fromDevice() error {
+	if !z.devMode() || z.dev == nil {
+		return nil
+	}
+	if err := z.dev.Master(z.master, false); err != nil {
+		return fmt.Errorf("trainer: the rank's weights from the device: %w", err)
+	}
+	return z.momentsTransfer(false)
+}
+
+// masterToDevice sends the host's copy of the rank's weights to the
+// device.
+func (z *zero3) masterToDevice() error {
+	if !z.devMode() || z.dev == nil {
+		return nil
+	}
+	if err := z.dev.Master(z.master, true); err != nil {
+		return fmt.Errorf("trainer: the rank's weights to the device: %w", err)
+	}
+	return nil
+}
+
+// parkZero3 brings the rank's state to the host and closes the group
+// before the passes are closed.
+func (dp *DataParallel) parkZero3() error {
+	z := dp.z3
+	if z == nil || !z.devMode() || z.dev == nil {
+		return nil
+	}
+	err := z.fromDevice()
+	err = errors.Join(err, z.dev.Close())
+	z.dev, z.devOf = nil, nil
+	return err
+}
+
+// scoreZero3Device is scoreZero3 on the devices.
+func (l *Learner) scoreZero3Device(ctx context.Context, groups [][][]int, seqs []Sequence, budget int, old [][]float32) error {
+	dp := l.DP
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	g, err := l.zero3Group()
+	if err != nil {
+		return err
+	}
+	counts := make([]int, n)
+	var mine []microBatch
+	for mb := range groups {
+		for s, order := range groups[mb] {
+			r := owner3(s, n)
+			k := pack(seqs, order, budget)
+			counts[r] += len(k)
+			if r == rank {
+				mine = append(mine, k...)
+			}
+		}
+	}
+	most := 0
+	for _, c := range counts {
+		most = max(most, c)
+	}
+	c := l.policy()
+	for i := range most {
+		g.BeginScore(ctx)
+		if i >= len(mine) {
+			if err := g.EndPass(g.Shadow(false)); err != nil {
+				dp.Comm.Abort(err)
+				return fmt.Errorf("trainer: pi_old: %w", err)
+			}
+			continue
+		}
+		mb := mine[i]
+		all, err := c.Run(mb.batch, nil)
+		if err := g.EndPass(err); err != nil {
+			dp.Comm.Abort(err)
+			return fmt.Errorf("trainer: pi_old: %w", err)
+		}
+		k := 0
+		for _, j := range mb.seqs {
+			lp := make([]float32, len(seqs[j].Response))
+			for t := range lp {
+				lp[t] = all[mb.scored[k]]
+				k++
+			}
+			old[j] = lp
+		}
+	}
+	return nil
+}
+
+// miniBatchZero3Device is miniBatchZero3 on the devices: the same rounds
+// and slots, the sums kept on the device by the group.
+func (l *Learner) miniBatchZero3Device(ctx context.Context, cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]int, old, ref [][]float32) (miniBatchPart, error) {
+	dp := l.DP
+	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
+	mbs, inputs, counts, total, names, err := planShards(cfg, samples, seqs, shards, old, ref)
+	if err != nil || total == 0 {
+		return miniBatchPart{}, err
+	}
+	g, err := l.zero3Group()
+	if err != nil {
+		return miniBatchPart{}, err
+	}
+	trained := make([][]int, v)
+	rounds := 0
+	for s := range v {
+		for b, x := range counts[s] {
+			if x != 0 {
+				trained[s] = append(trained[s], b)
+			}
+		}
+		rounds = max(rounds, len(trained[s]))
+	}
+	parts := make([]miniBatchPart, v)
+	for s := range parts {
+		parts[s].metrics = map[string]float64{}
+	}
+	c := l.policy()
+	fail := func(err error) (miniBatchPart, error) {
+		dp.Comm.Abort(err)
+		return miniBatchPart{}, err
+	}
+	g.BeginMiniBatch()
+	for j := range rounds {
+		for t := range (v + n - 1) / n {
+			size := min(n, v-t*n)
+			has := make([]bool, size)
+			for r := range size {
+				has[r] = j < len(trained[t*n+r])
+			}
+			if !g.BeginSlot(ctx, has) {
+				continue
+			}
+			s := t*n + rank
+			if rank >= size || !has[rank] {
+				if err := g.EndPass(g.Shadow(true)); err != nil {
+					return fail(err)
+				}
+				continue
+			}
+			b := trained[s][j]
+			w := counts[s][b] / total
+			out, err := runMicroBatch(c, cfg.Loss, mbs[s][b], inputs[s][b], w)
+			if err := g.EndPass(err); err != nil {
+				return fail(err)
+			}
+			dp.Overlapped += int64(len(dp.z3.units) - 1)
+			p := &parts[s]
+			p.loss += w * out.Loss
+			addMetrics(p.metrics, out.Metrics)
+			p.micro++
+			p.tokens += len(mbs[s][b].scored)
+		}
+		if err := g.EndRound(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := g.EndMiniBatch(); err != nil {
+		return fail(err)
+	}
+	return dp.gatherPartsOf(ctx, parts, names, func(s int) int { return owner3(s, n) })
+}
+
+// stepZero3Device is stepZero3 on the devices: each owned chunk's sum of
+// squares on the device, the norm from every chunk's in chunk order, and
+// AdamW on the device.
+func (l *Learner) stepZero3Device(ctx context.Context) (float64, error) {
+	dp := l.DP
+	z := dp.z3
+	g, err := l.zero3Group()
+	if err != nil {
+		return 0, err
+	}
+	runs := make([][2]int, len(z.mine))
+	for i, c := range z.mine {
+		at := z.mineAt(i)
+		runs[i] = [2]int{at, at + z.chunks[c].Len()}
+	}
+	partial, err := g.SumSquares(runs)
+	if err != nil {
+		return 0, fmt.Errorf("trainer: gradient norm: %w", err)
+	}
+	all, err := z.chunkSums(ctx, dp, partial)
+	if err != nil {
+		return 0, fmt.Errorf("trainer: gradient norm: %w", err)
+	}
+	var sum float64
+	for _, x := range all {
+		sum += x
+	}
+	norm := math.Sqrt(sum)
+	if err := g.Step(z.opt.Config(), z.opt.Steps(), sum); err != nil {
+		return norm, err
+	}
+	if !math.IsNaN(norm) && !math.IsInf(norm, 0) {
+		z.opt.SetSteps(z.opt.Steps() + 1)
+		l.Opt.SetSteps(z.opt.Steps())
+	}
+	return norm, nil
+}
