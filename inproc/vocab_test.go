@@ -5,8 +5,10 @@ package inproc
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/shareddata"
@@ -36,6 +38,12 @@ type scriptBackend struct {
 	pieces  [][]int32
 	closing []int32
 	eos     int32
+	// peak is the scripted token's logit (40 when 0), the others' 0: two
+	// backends with other peaks give the same tokens other log-probs.
+	peak float32
+	// at, when set, sees the response position of each token the backend
+	// scripts (the logits it returns pick it), before it is sampled.
+	at func(pos int)
 }
 
 func (b *scriptBackend) Config() model.Config   { return b.cfg }
@@ -60,10 +68,17 @@ func (b *scriptBackend) Extend(caches []engine.Cache, tokens [][]int32, dst []fl
 	V := b.cfg.VocabSize
 	dst = slices.Grow(dst[:0], len(caches)*V)[:len(caches)*V]
 	clear(dst)
+	peak := b.peak
+	if peak == 0 {
+		peak = 40
+	}
 	for i, c := range caches {
 		sc := c.(*scriptCache)
 		sc.toks = append(sc.toks, tokens[i]...)
-		dst[i*V+int(b.next(sc.toks))] = 40
+		dst[i*V+int(b.next(sc.toks))] = peak
+		if b.at != nil {
+			b.at(len(sc.toks) - b.prompt)
+		}
 	}
 	return dst, nil
 }
@@ -173,4 +188,153 @@ func ints(ids []int32) []int {
 func mustEOS(tok *tokenizer.HF) string {
 	s, _ := tok.TokenString(tok.EOS())
 	return s
+}
+
+// TestPartialRolloutRealVocab interrupts a generation on the Qwen3
+// vocabulary at a chosen token and continues it on new weights, as
+// rollout.partial does at a weight push (engine.Config.InterruptOnReload):
+// the scripted backend of version 1 reloads the engine onto version 2 (the
+// same script, another logit peak, so other log-probs) while it scripts
+// the token at position cut, which is therefore the last the old weights
+// sample. The continuation goes on from the prompt plus the kept ids,
+// never from their text: Qwen3's byte-level BPE merges ">" and "\n" into
+// one token ">\n", so in "plain", interrupted just after the policy wrote
+// them as two, the kept tokens decoded and encoded again are other ids
+// (checked here: the trap is live), on which the script, and any model,
+// would go on differently; in "tag" the stop string </reason> is completed by the first
+// token of the continuation, ">\n" itself, across the interruption. Every
+// token keeps the id the script gave, the version and log-prob of the
+// weights that sampled it.
+func TestPartialRolloutRealVocab(t *testing.T) {
+	tok, err := tokenizer.Load(shareddata.Path(t, "tokenizers/qwen3/tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := func(s string) int32 {
+		ids := tok.Encode(s)
+		if len(ids) != 1 {
+			t.Fatalf("%q encodes to %v, want one Qwen3 token", s, ids)
+		}
+		return int32(ids[0])
+	}
+	gt, nl, gtnl := one(">"), one("\n"), one(">\n")
+	if got := tok.Encode(">" + "\n"); len(got) != 1 || int32(got[0]) != gtnl {
+		t.Fatalf("\">\" then \"\\n\" encode to %v, want the merged token %d", got, gtnl)
+	}
+	const (
+		oldPeak, newPeak = 40, 12
+		oldVersion       = 1
+		newVersion       = 2
+	)
+	for _, tc := range []struct {
+		name string
+		// first is the policy's first turn, as ids; cut the position of
+		// the last token the old weights sample.
+		first []int32
+		cut   int
+		// call: the first turn ends in the call tag </reason>.
+		call bool
+	}{
+		{name: "plain", first: append(append(i32(tok.Encode("x = 4")), gt, nl), i32(tok.Encode("Done."))...), cut: len(tok.Encode("x = 4")) + 1},
+		{name: "tag", first: append(i32(tok.EncodeSpecial("First <reason>1+2</reason")), gtnl), cut: len(tok.EncodeSpecial("First <reason>1+2</reason")) - 1, call: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			prompt := i32(tok.Encode("What is 1+2?"))
+			pieces := [][]int32{tc.first, i32(tok.EncodeSpecial("Then 3."))}
+			closing := i32(tok.EncodeSpecial(interact.ResultClose))
+			cfg := model.Config{VocabSize: tok.VocabSize(), MaxPositionEmbeddings: 1024}
+			oldB := &scriptBackend{cfg: cfg, prompt: len(prompt), pieces: pieces, closing: closing, eos: int32(tok.EOS()), peak: oldPeak}
+			newB := &scriptBackend{cfg: cfg, prompt: len(prompt), pieces: pieces, closing: closing, eos: int32(tok.EOS()), peak: newPeak}
+			e, err := engine.NewOn(oldB, tok, oldVersion, engine.Config{Name: "partial-vocab", InterruptOnReload: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			var once sync.Once
+			oldB.at = func(pos int) {
+				if pos == tc.cut {
+					once.Do(func() {
+						if err := e.ReloadOn(newB, newVersion); err != nil {
+							t.Error(err)
+						}
+					})
+				}
+			}
+			srv := "partial-vocab-" + tc.name
+			if err := Serve(srv, e); err != nil {
+				t.Fatal(err)
+			}
+			defer Withdraw(srv)
+			c, err := policy.Open(ctx, "inproc://"+srv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			icfg := interact.Default()
+			icfg.Temperature = 0
+			agents := collab.Set{collab.Reason: collab.Func(func(context.Context, collab.Query) (collab.Answer, error) {
+				return collab.Answer{Text: "3", Status: schemas.StatusOK}, nil
+			})}
+			p, err := interact.New(ctx, c, agents, icfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := p.Run(ctx, interact.Task{Run: "r", PromptID: "p", Prompt: prompt})
+			if err != nil || out.Err != nil {
+				t.Fatalf("run: %v %v", err, out.Err)
+			}
+			tr := out.Trajectory
+			if out.Interrupted != 1 {
+				t.Fatalf("%d policy calls interrupted, want 1 (the reload at token %d)", out.Interrupted, tc.cut)
+			}
+			var pol []int32 // the policy's tokens, in order
+			for i, src := range tr.TokenSource {
+				if src == schemas.SourcePolicy {
+					pol = append(pol, tr.ResponseIDs[i])
+				}
+			}
+			want := slices.Clone(tc.first)
+			if tc.call {
+				want = append(want, pieces[1]...) // after the answer
+			}
+			want = append(want, int32(tok.EOS()))
+			if !slices.Equal(pol, want) {
+				t.Fatalf("policy tokens %v, want the script's ids %v", pol, want)
+			}
+			if !tc.call {
+				kept := tc.first[:tc.cut+1]
+				text, err := tok.Decode(ints(kept), false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if redone := i32(tok.Encode(text)); slices.Equal(redone, kept) {
+					t.Fatalf("the kept tokens %q encode again to the same ids %v: the case does not test the merge", text, redone)
+				}
+			}
+			if tc.call {
+				if len(tr.InteractionAgent) != 1 || tr.InteractionQuery[0] != "1+2" {
+					t.Fatalf("interactions %v %q, want one reason call with 1+2, completed by the continuation's first token", tr.InteractionAgent, tr.InteractionQuery)
+				}
+			}
+			lp := func(peak float64) float64 { return peak - math.Log(math.Exp(peak)+float64(tok.VocabSize()-1)) }
+			n := 0
+			for i, src := range tr.TokenSource {
+				if src != schemas.SourcePolicy {
+					continue
+				}
+				v, wantLP := int64(newVersion), lp(newPeak)
+				if n <= tc.cut {
+					v, wantLP = oldVersion, lp(oldPeak)
+				}
+				n++
+				if got := tr.TokenVersion(i); got != v {
+					t.Fatalf("policy token %d (response position %d) has version %d, want %d (the last old one is at %d)", n-1, i, got, v, tc.cut)
+				}
+				if d := math.Abs(float64(tr.BehaviorLogProbs[i]) - wantLP); d > 1e-4 {
+					t.Fatalf("policy token %d (version %d) has log-prob %g, its weights give %g", n-1, v, tr.BehaviorLogProbs[i], wantLP)
+				}
+			}
+		})
+	}
 }
