@@ -221,6 +221,32 @@ type HostReduced interface {
 	LoadParams(src []float32) error
 }
 
+// AdapterTrainer is a device's Compute that can train a LoRA adapter: when
+// TrainsAdapter, the passes train the host model's attached adapter alone
+// on its frozen base (its gradients, parameters and optimiser state those
+// of the adapter's flat buffers, model.AdapterGradData and
+// AdapterParamData, where HostReduced moves them), and follow the host
+// model's adapter switch (SetAdapterOn: off for the KL term's reference
+// passes) and dropout step (SetAdapterStep) as the CPU's passes do.
+type AdapterTrainer interface {
+	Compute
+	TrainsAdapter() bool
+}
+
+// TrainsAdapter reports whether c trains the LoRA adapter of the model it
+// was opened on: the host model's own passes when it has one, or a
+// device's AdapterTrainer.
+func TrainsAdapter(c Compute, m *model.Model) bool {
+	if !m.HasAdapter() {
+		return false
+	}
+	if OnHost(c) {
+		return true
+	}
+	a, ok := c.(AdapterTrainer)
+	return ok && a.TrainsAdapter()
+}
+
 // DeviceOpener is a Backend with several devices: OpenDevice acquires the
 // one numbered ordinal in Devices' order (Open takes the first). The
 // ranks of a data-parallel group on one machine open the device of their

@@ -31,7 +31,7 @@ var emulatedTests = []string{
 	"TestGPUCheckpointingGradientsBitIdentical", "TestPassBytesIsTheDevicePeak",
 	"TestParityQKNorm", "TestParityModelStepQwen3", "TestParityModelStepQwen3BF16",
 	"TestParityGreedyDecodeQwen3", "TestParityDecodeLogitsQwen3", "TestParityDecodeBF16",
-	"TestDeviceDataParallel", "TestGPUDecoderMemory",
+	"TestDeviceDataParallel", "TestGPUDecoderMemory", "TestParityLoRAStep", "TestParityLoRAStepBF16",
 }
 
 // gpuOnlyTests are the GPU tests that the stand-in driver does not run,

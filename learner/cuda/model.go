@@ -39,6 +39,10 @@ type Model struct {
 
 	adam       adamState // the optimiser's moments (Step)
 	checkpoint bool      // activation checkpointing (SetCheckpointing)
+
+	// lora is the adapter of a LoRA Model (NewLoRA, lora.go), whose params
+	// and grads are the adapter's; nil for a whole model.
+	lora *gpuAdapter
 }
 
 type gpuWeights struct {
@@ -465,6 +469,7 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 
 	// Forward: the layers as learner/model sequences them.
 	o := &layerOps{g: g, s: s, N: N, tokens: tokens, pos: pos, gStart: gStart, gEnd: gEnd}
+	o.startLoRA(lay, lossFn != nil)
 	shape := model.ShapeOf(g.cfg, N)
 	var resid []*Buffer
 	var acts []model.LayerActs[*Buffer]
