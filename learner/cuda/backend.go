@@ -70,6 +70,10 @@ func (cudaBackend) DecoderMemory(c model.Config, bf16 bool) (host, device int64)
 
 func (cudaBackend) Precisions() []string { return []string{backend.FP32, backend.BF16} }
 
+// LoRAPrecisions: NewLoRA holds the frozen base in float32, or with bf16
+// its projections and head in bfloat16 (NewFrozen's upload).
+func (cudaBackend) LoRAPrecisions() []string { return []string{backend.FP32, backend.BF16} }
+
 // StepMemory: the device holds the policy's float32 masters, gradients and
 // AdamW moments (16 bytes a parameter), with bf16 its bfloat16 copy (2),
 // the reference's weights alone (NewFrozen: 4 bytes a parameter, about 2
@@ -78,6 +82,9 @@ func (cudaBackend) Precisions() []string { return []string{backend.FP32, backend
 // reference's host copy is dropped once uploaded.
 func (cudaBackend) StepMemory(w backend.Workload) (host, device backend.Memory) {
 	bf16 := w.Precision == backend.BF16
+	if w.LoRA != nil {
+		return loraStepMemory(w, bf16)
+	}
 	wt, comp, gr, opt := WeightBytes(w.Model, false, bf16)
 	device = backend.Memory{Weights: wt, Compute: comp, Grads: gr, Optimizer: opt, Activations: PassBytes(w.Model, w.Pass, bf16)}
 	if w.Reference {

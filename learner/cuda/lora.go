@@ -5,6 +5,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/peft"
 )
@@ -330,4 +331,32 @@ func (dv *Device) LoRADropoutAdd(din, dx, keys *Buffer, key, thr uint64, inv flo
 		return err
 	}
 	return dv.launch("lora_dropout_add", dv.gridFor(N*I), blockSize, din, dx, keys, key, thr, inv, N, I)
+}
+
+// loraStepMemory is StepMemory of a LoRA step (NewLoRA): on the device the
+// frozen base as NewFrozen holds it (WeightBytes of a frozen model: float32,
+// or with bf16 the projections and head in bfloat16, Compute), the
+// adapter, its gradients and its AdamW moments (float32; the moments
+// allocated by the first Step), one micro-batch's pass (PassBytes) and the
+// adapter's products in it (LoRAPassBytes); no reference model (the base
+// is the reference). The host keeps the policy's float32 model, base and
+// adapter, from which the base is uploaded and checkpoints are written.
+func loraStepMemory(w backend.Workload, bf16 bool) (host, device backend.Memory) {
+	l := w.LoRA
+	base, comp, _, _ := WeightBytes(w.Model, true, bf16)
+	device = backend.Memory{Weights: base, Compute: comp, Adapter: 4 * l.Trainable, Grads: 4 * l.Trainable, Optimizer: 8 * l.Trainable,
+		Activations: PassBytes(w.Model, w.Pass, bf16) + LoRAPassBytes(w.Pass.Tokens(), l.Rank, l.MaxIn, l.Dropout)}
+	return backend.Memory{Weights: 4 * model.ParamCount(w.Model), Adapter: 4 * l.Trainable}, device
+}
+
+// LoRAPassBytes is what a pass of N tokens of a LoRA Model takes beyond
+// the model's own pass (startLoRA's buffers, from the scratch pool): the
+// rank-r products u and du, and with dropout the rows' keys and the
+// masked input of the widest module.
+func LoRAPassBytes(N, r, maxIn int, dropout bool) int64 {
+	n := 2 * int64(poolSize(N*r)) * int64(F32.Size())
+	if dropout {
+		n += int64(poolSize(2*N))*int64(I32.Size()) + int64(poolSize(N*maxIn))*int64(F32.Size())
+	}
+	return n
 }
