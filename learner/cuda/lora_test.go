@@ -3,6 +3,7 @@ package cuda
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/loss"
@@ -50,7 +51,8 @@ func loraHost(t *testing.T, m *model.Model, p float64) *model.Model {
 // probs 1e-4, each adapter matrix's gradient 1e-3 of its largest
 // magnitude. The device holds no gradient of the base: the model's
 // gradient buffer is the adapter's size, and the base's tensors have no
-// gradient views.
+// gradient views. With activation checkpointing the device's gradients
+// are those without it, bit for bit (the recompute draws the same masks).
 func TestParityLoRAStep(t *testing.T) {
 	dv := gpu(t, true)
 	m := loraHost(t, qwen3Model(t, 7), 0.25)
@@ -65,6 +67,33 @@ func TestParityLoRAStep(t *testing.T) {
 	parityLoRA(t, g, m, 1e-4, func(name string, got, want []float32) {
 		closeTo(t, name, got, want, 1e-3, 1e-3*maxAbs(want))
 	})
+	// Activation checkpointing recomputes each layer, drawing the same
+	// masks again: the same gradients, bit for bit.
+	must(t, g.ZeroGrads())
+	g.SetCheckpointing(true)
+	lossFn := func(lp, _ []float32) ([]float32, error) {
+		out := make([]float32, len(lp))
+		for i := range out {
+			out[i] = float32(i%5) - 2
+		}
+		return out, nil
+	}
+	b := model.Batch{Tokens: []int32{3, 9, 4, 1, 7, 2, 8, 5, 6}, SeqLens: []int{5, 4}}
+	if _, _, err := g.ForwardBackward(b, lossFn); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := make([]float32, g.grads.n)
+	must(t, g.Grads(ckpt))
+	must(t, g.ZeroGrads())
+	g.SetCheckpointing(false)
+	if _, _, err := g.ForwardBackward(b, lossFn); err != nil {
+		t.Fatal(err)
+	}
+	plain := make([]float32, g.grads.n)
+	must(t, g.Grads(plain))
+	if !slices.Equal(ckpt, plain) || slices.Equal(plain, make([]float32, len(plain))) {
+		t.Errorf("the adapter's gradients with activation checkpointing differ from those without (or are zero)")
+	}
 }
 
 // TestParityLoRAStepBF16 is TestParityLoRAStep with the base held in
