@@ -53,7 +53,7 @@ func TestTrainLoRAOnGPURanks(t *testing.T) {
 			// The evaluation of the warm start decodes on the emulated
 			// device for minutes; the steps' rollouts take seconds.
 			"--set", "eval.every=0"}
-		code, out := runAipoFor(t, 10*time.Minute, env, args...)
+		code, out := runAipoFor(t, 20*time.Minute, env, args...)
 		if code != 0 || !strings.Contains(out, "step 2/2: loss") {
 			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
 		}
