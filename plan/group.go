@@ -174,6 +174,9 @@ func (g *Group) othersBetweenSteps(P, base int64) int64 {
 // describe is the plan's paragraph on the group.
 func (g *Group) describe(p Plan) string {
 	r0 := g.Mem[0]
+	if p.LoRA != nil {
+		return g.describeLoRA(p)
+	}
 	if g.Planned {
 		where := fmt.Sprintf("all %d on one machine", g.Ranks)
 		if g.Nodes > 1 {
@@ -229,4 +232,20 @@ func (g *Group) refWords() string {
 		dtype = "bfloat16"
 	}
 	return fmt.Sprintf("the frozen reference sharded as the policy is, in %s (1/%d of every unit a rank, gathered a unit at a time for its scoring pass, no gradients: trainer.PlanReferenceShards)", dtype, g.Ranks)
+}
+
+// describeLoRA is the plan's paragraph on a LoRA run's group, which
+// reduces and shards the adapters alone (stage 1).
+func (g *Group) describeLoRA(p Plan) string {
+	A := p.LoRA.Trainable
+	share := (A + int64(g.Ranks) - 1) / int64(g.Ranks)
+	if g.OnDevice {
+		return fmt.Sprintf("learner on %d GPUs (aipo train --nproc %d, a GPU a rank by LOCAL_RANK), ZeRO stage 1 over the LoRA adapters (learner/cuda/dpgroup.go): each GPU holds the whole frozen base, the whole adapters and their gradients; "+
+			"the ranks sum their virtual shards' adapter gradients on their GPUs and exchange them over NCCL, each steps its share of the adapters' AdamW moments on its GPU (about %s of %s trained parameters) and the updated adapters are gathered over NCCL; "+
+			"the frozen base is not sharded. The device figures are one GPU's (rank 0's), the host figures the node's, %d ranks a machine\n",
+			g.Ranks, g.Ranks, fmtCount(share), fmtCount(A), g.perNode())
+	}
+	return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 1 over the LoRA adapters (learner/trainer/dp.go): each rank holds the whole frozen base, the whole adapters and their gradients, "+
+		"its share of the adapters' AdamW moments (about %s of %s trained parameters) and the step's adapter gradient buffers; rank 0 also rolls out. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
+		g.Ranks, g.Ranks, fmtCount(share), fmtCount(A))
 }

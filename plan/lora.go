@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/peft"
+	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -122,4 +124,65 @@ func (p Plan) loraSummary() string {
 	return fmt.Sprintf("LoRA: rank %d on %s, %s trained parameters (%.3f%% of %s), the base frozen; checkpoints: %s each (the adapters and their moments), the base once in <run>/lora-base (%s); the run directory holds at most %d checkpoints and the base, %s; at the end %v (checkpoint.keep_last %d, keep_every %d)\n",
 		l.Rank, strings.Join(l.Targets, ", "), fmtCount(l.Trainable), 100*float64(l.Trainable)/float64(p.Params), fmtCount(p.Params),
 		fmtBytes(dk.Full), fmtBytes(base), dk.MostCount, fmtBytes(dk.MostHeld), dk.Final, p.Config.Checkpoint.KeepLast, p.Config.Checkpoint.KeepEvery)
+}
+
+// loraWork is the LoRA run's adapter as the backends plan it, nil for a
+// run that trains every weight.
+func (p *Plan) loraWork() *backend.LoRAWork {
+	l := p.LoRA
+	if l == nil {
+		return nil
+	}
+	w := &backend.LoRAWork{Rank: l.Rank, Trainable: l.Trainable, Dropout: l.Dropout > 0}
+	d := model.AdapterDims(p.Model)
+	for _, t := range l.Targets {
+		if in, _, err := d.InOut(t); err == nil {
+			w.MaxIn = max(w.MaxIn, in)
+		}
+	}
+	return w
+}
+
+// loraLearnPhaseGPU is a LoRA run's learner step on a GPU (learner.backend
+// cuda: learner/cuda's NewLoRA), from the backend's figures st: on the
+// GPU the frozen base as it holds it (float32, or with learner.precision
+// bf16 its projections and LM head in bfloat16), the adapters with their
+// gradients and AdamW moments (rank 0's share in a group, which reduces
+// and steps on the GPUs over NCCL: the device group's buffers of the
+// adapters' size), one micro-batch's pass with the adapters' products;
+// on the host the policy's float32 model (base and adapters), from which
+// the base is uploaded and the checkpoints written. Between steps the
+// host keeps that model and the moments.
+func (p *Plan) loraLearnPhaseGPU(st trainer.StepMemory, proc Line) (Phase, Line) {
+	l, d, A := p.LoRA, st.Device, p.LoRA.Trainable
+	baseLine := "frozen base weights (float32, no gradients; also the KL term's reference)"
+	if d.Compute > 0 {
+		baseLine = "frozen base's embedding, norms and biases (float32, no gradients; the base is also the KL term's reference)"
+	}
+	moments, momentsLine := d.Optimizer, "the adapters' AdamW moments (float32 m and v)"
+	learn := Phase{Name: "learner step"}
+	learn.Lines = append(learn.Lines, Line{What: baseLine, Device: d.Weights})
+	if d.Compute > 0 {
+		learn.Lines = append(learn.Lines, Line{What: "frozen base's projections and LM head (bfloat16)", Device: d.Compute})
+	}
+	if g := p.Group; g != nil {
+		moments = (8*A + int64(g.Ranks) - 1) / int64(g.Ranks)
+		momentsLine = fmt.Sprintf("the adapters' AdamW moments of rank 0's share (float32 m and v, 1/%d)", g.Ranks)
+	}
+	learn.Lines = append(learn.Lines,
+		Line{What: fmt.Sprintf("LoRA adapters (rank %d on %s: %s parameters, float32)", l.Rank, strings.Join(l.Targets, ", "), fmtCount(A)), Device: d.Adapter},
+		Line{What: "the adapters' gradients (float32)", Device: d.Grads},
+		Line{What: momentsLine, Device: moments},
+		Line{What: fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s), the adapters' products and dropout masks with them", p.PassTokens, onOff(p.Checkpointing)), Device: d.Activations},
+	)
+	if g := p.Group; g != nil {
+		// The device group's tree sum of the rank's shards and the
+		// exchange's receive buffer, each the adapters' size (dpgroup.go).
+		learn.Lines = append(learn.Lines, Line{What: "the device group's adapter gradient buffers (the shards' sum, the exchange's receive buffer)", Device: 2 * 4 * A})
+	}
+	learn.Lines = append(learn.Lines,
+		Line{What: "the policy's float32 model on the host (the base, uploaded from it, and the adapters; checkpoints are written from it)", Host: st.Host.Weights + st.Host.Adapter},
+		proc, cudaContext)
+	held := Line{What: "learner state kept between steps (the host's float32 base and adapters, the adapters' moments)", Host: st.Host.Weights + st.Host.Adapter + moments}
+	return learn, held
 }

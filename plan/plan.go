@@ -274,7 +274,7 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 	refBF16 := checkpoint.ModelDType(mc) == checkpoint.BF16
 	st, err := trainer.PlanStep(trainer.MemoryConfig{Model: mc, Backend: cfg.Learner.Backend, Precision: cfg.Learner.Precision,
 		MicroBatchTokens: p.PassTokens, SequenceTokens: p.SeqTokens, Checkpointing: cfg.Learner.ActivationCheckpointing, Reference: p.Reference,
-		ReferenceBF16: refBF16})
+		ReferenceBF16: refBF16, LoRA: p.loraWork()})
 	if err != nil {
 		return Plan{}, fmt.Errorf("plan: %w", err)
 	}
@@ -288,11 +288,21 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 	}
 	proc := Line{What: "the process (binary, runtime, buffers)", Host: base}
 	learn, held := p.learnPhase(st, refBF16, proc)
-	if p.LoRA != nil {
+	switch {
+	case p.LoRA != nil && p.cuda():
+		learn, held = p.loraLearnPhaseGPU(st, proc)
+	case p.LoRA != nil:
 		learn, held = p.loraLearnPhase(st.Host.Activations, proc)
 	}
 	load, roll := p.enginePhases(b, held, proc)
-	if g := p.Group; g != nil {
+	if g := p.Group; g != nil && p.LoRA != nil {
+		// Every rank holds what rank 0 does (its share of the adapters'
+		// moments rounded up).
+		others := int64(g.perNode() - 1)
+		learn.Others = others * learn.Host()
+		load.Others = others * (held.Host + base)
+		roll.Others = load.Others
+	} else if g != nil {
 		learn.Others = g.othersInStep(learn.Host())
 		load.Others = g.othersBetweenSteps(p.Params, base)
 		roll.Others = load.Others
@@ -930,7 +940,7 @@ func (p Plan) moreMemory() string {
 	g := p.Group
 	switch {
 	case p.LoRA != nil:
-		return "a machine with more memory (a LoRA run trains on the cpu backend; docs/lora.md)"
+		return "a machine with more memory (docs/lora.md)"
 	case !p.cuda() && g != nil:
 		return "a machine with more memory (the ranks of aipo train --nproc share it; more ranks shard the moments alone), or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case !p.cuda():

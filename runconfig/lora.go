@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/peft"
 )
 
@@ -105,9 +106,15 @@ func (c Config) validateLoRA() error {
 
 // validateLoRAPlace checks the learner settings a LoRA run needs.
 func (c Config) validateLoRAPlace() error {
-	if c.Learner.Backend != BackendCPU {
-		return fieldError("learner.lora", "trains on learner.backend cpu; the %s backend's passes have no adapters yet: set learner.backend: cpu, or train the whole model (leave learner.lora out)", c.Learner.Backend)
-	}
+	if _, err := backend.Lookup(c.Learner.Backend); err == nil {
+		if err := backend.CheckLoRA(c.Learner.Backend, c.Learner.Precision); err != nil {
+			field := "learner.lora"
+			if c.Learner.Precision == PrecisionBF16 {
+				field = "learner.precision"
+			}
+			return fieldError(field, "%v (learner.backend %s, learner.lora)", err, c.Learner.Backend)
+		}
+	} // (an unknown backend is learner.backend's error)
 	if c.Learner.Zero > 1 {
 		return fieldError("learner.zero", "%d shards the model's own gradients and weights, but a LoRA run trains the adapter alone, whose gradients and AdamW state stage 1 reduces and shards: set learner.zero: 1", c.Learner.Zero)
 	}

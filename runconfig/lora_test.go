@@ -52,7 +52,7 @@ func TestLoRAConfig(t *testing.T) {
 		}
 	}
 	for set, want := range map[string]string{
-		"backend: cuda":            "learner.lora: trains on learner.backend cpu",
+		"precision: bf16":          "learner.precision: the cpu backend holds a LoRA run's frozen base in float32 and cannot hold it in bfloat16",
 		"zero: 3":                  "learner.zero: 3 shards the model's own gradients",
 		"objective: rejection-sft": "learner.lora: trains with learner.objective rl",
 	} {

@@ -165,47 +165,7 @@ func TestTrainLoRA(t *testing.T) {
 
 	// The base: committed once, its bytes those its marker recorded when
 	// the run began, its tensors the --init model's; --init untouched.
-	if got := fileDigest(t, filepath.Join(warm, "model.safetensors")); got != warmWeights {
-		t.Error("the --init model's weights changed")
-	}
-	var mk struct {
-		Files []struct {
-			Path   string `json:"path"`
-			SHA256 string `json:"sha256"`
-		} `json:"files"`
-	}
-	b, err := os.ReadFile(rundir.Committed(base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &mk); err != nil {
-		t.Fatal(err)
-	}
-	checked := 0
-	for _, f := range mk.Files {
-		if f.Path == checkpoint.WeightsName {
-			if got := fileDigest(t, filepath.Join(base, f.Path)); got != f.SHA256 {
-				t.Errorf("the base's %s has sha256 %s, %s when the run began", f.Path, got, f.SHA256)
-			}
-			checked++
-		}
-	}
-	if checked != 1 {
-		t.Fatalf("the base's marker lists no %s: %s", checkpoint.WeightsName, b)
-	}
-	bw, err := checkpoint.LoadServed(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ww, err := checkpoint.LoadServed(ctx, warm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, tn := range ww.Tensors {
-		if bw.Tensors[i].Name != tn.Name || !slices.Equal(bw.Tensors[i].Data, tn.Data) {
-			t.Fatalf("the base's %s differs from the --init model's", tn.Name)
-		}
-	}
+	bw := checkLoRABase(t, run, warm, warmWeights)
 
 	// aipo lora merge: a Hugging Face directory of the base with the
 	// adapter folded in, the tokenizer beside it.
@@ -259,7 +219,7 @@ func TestTrainLoRA(t *testing.T) {
 
 // Bad LoRA settings are refused before anything runs, each with its
 // field and the fix: a rank of 0, an unknown target, a bad alpha or
-// dropout, a backend without adapters, a ZeRO stage that shards the
+// dropout, a bfloat16 base on a backend that holds it in float32, a ZeRO stage that shards the
 // frozen model, and adapters of another base (its sizes, its name).
 func TestTrainLoRARefusesBadInputs(t *testing.T) {
 	warm := filepath.Join(t.TempDir(), "warm")
@@ -269,7 +229,7 @@ func TestTrainLoRARefusesBadInputs(t *testing.T) {
 		{"{rank: 4, targets: [q_proj, qkv_proj]}", "", `learner.lora.targets: "qkv_proj" is not a projection`},
 		{"{rank: 4, alpha: -1}", "", "learner.lora.alpha: -1 must be a positive number"},
 		{"{rank: 4, dropout: 1}", "", "learner.lora.dropout: 1 must lie in [0, 1)"},
-		{"{rank: 4}", "learner.backend=cuda", "learner.lora: trains on learner.backend cpu"},
+		{"{rank: 4}", "learner.precision=bf16", "learner.precision: the cpu backend holds a LoRA run's frozen base in float32 and cannot hold it in bfloat16 (precision bf16); use precision fp32 (or a backend that holds the base in bfloat16: cuda)"},
 		{"{rank: 4}", "learner.zero=2", "learner.zero: 2 shards the model's own gradients"},
 		{"{rank: 4, init: pissa}", "", `learner.lora.init: "pissa" is unknown`},
 	}
@@ -329,4 +289,56 @@ func TestTrainLoRARefusesBadInputs(t *testing.T) {
 			t.Errorf("--init-adapter trained on %s: checkpoint 0 was written", c.base)
 		}
 	}
+}
+
+// checkLoRABase checks the base of the LoRA run in run, trained from the
+// --init model warm whose weights had the sha256 warmWeights: committed
+// once, its bytes those its marker recorded when the run began, its
+// tensors warm's; warm untouched. It returns the base.
+func checkLoRABase(t *testing.T, run, warm, warmWeights string) checkpoint.Checkpoint {
+	t.Helper()
+	ctx := context.Background()
+	base := train.LoRABase(run)
+	if got := fileDigest(t, filepath.Join(warm, "model.safetensors")); got != warmWeights {
+		t.Error("the --init model's weights changed")
+	}
+	var mk struct {
+		Files []struct {
+			Path   string `json:"path"`
+			SHA256 string `json:"sha256"`
+		} `json:"files"`
+	}
+	b, err := os.ReadFile(rundir.Committed(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &mk); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, f := range mk.Files {
+		if f.Path == checkpoint.WeightsName {
+			if got := fileDigest(t, filepath.Join(base, f.Path)); got != f.SHA256 {
+				t.Errorf("the base's %s has sha256 %s, %s when the run began", f.Path, got, f.SHA256)
+			}
+			checked++
+		}
+	}
+	if checked != 1 {
+		t.Fatalf("the base's marker lists no %s: %s", checkpoint.WeightsName, b)
+	}
+	bw, err := checkpoint.LoadServed(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ww, err := checkpoint.LoadServed(ctx, warm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tn := range ww.Tensors {
+		if bw.Tensors[i].Name != tn.Name || !slices.Equal(bw.Tensors[i].Data, tn.Data) {
+			t.Fatalf("the base's %s differs from the --init model's", tn.Name)
+		}
+	}
+	return bw
 }

@@ -116,6 +116,24 @@ type Workload struct {
 	// model is): the CPU then holds its matrices in bfloat16
 	// (model.HoldBF16).
 	ReferenceBF16 bool
+	// LoRA is the LoRA adapter trained on the frozen model, nil when the
+	// whole model trains. A backend that plans LoRA steps (LoRABackend)
+	// counts the frozen base as it holds it, the adapter and its
+	// gradients and moments (Memory.Adapter, Grads, Optimizer) and its
+	// products in a pass; others leave it to the caller.
+	LoRA *LoRAWork
+}
+
+// LoRAWork is what the memory of a LoRA step depends on beyond the model.
+type LoRAWork struct {
+	Rank int
+	// Trainable is the adapter's parameter count (model.AdapterParamCount),
+	// MaxIn its widest module input.
+	Trainable int64
+	MaxIn     int
+	// Dropout: the adapter's dropout is on (a pass holds its masked
+	// input).
+	Dropout bool
 }
 
 // Memory is the bytes a learner step holds in one place, by part.
@@ -126,11 +144,15 @@ type Memory struct {
 	Optimizer   int64 // AdamW's two moments
 	Reference   int64 // the reference model's weights (no gradients)
 	Activations int64 // one micro-batch's passes at their peak: activations, LM head, backward scratch
+	// Adapter is a LoRA step's adapter matrices (float32); Weights and
+	// Compute are then its frozen base's, Grads and Optimizer the
+	// adapter's.
+	Adapter int64
 }
 
 // Total is the sum of the parts.
 func (m Memory) Total() int64 {
-	return m.Weights + m.Compute + m.Grads + m.Optimizer + m.Reference + m.Activations
+	return m.Weights + m.Compute + m.Grads + m.Optimizer + m.Reference + m.Activations + m.Adapter
 }
 
 // Device is an opened backend.
@@ -219,6 +241,77 @@ type HostReduced interface {
 	// LoadParams makes the passes run with src, laid out as the host
 	// model's ParamData (and their bfloat16 copy, when they keep one).
 	LoadParams(src []float32) error
+}
+
+// AdapterTrainer is a device's Compute that can train a LoRA adapter: when
+// TrainsAdapter, the passes train the host model's attached adapter alone
+// on its frozen base (its gradients, parameters and optimiser state those
+// of the adapter's flat buffers, model.AdapterGradData and
+// AdapterParamData, where HostReduced moves them), and follow the host
+// model's adapter switch (SetAdapterOn: off for the KL term's reference
+// passes) and dropout step (SetAdapterStep) as the CPU's passes do.
+type AdapterTrainer interface {
+	Compute
+	TrainsAdapter() bool
+}
+
+// LoRABackend is a Backend that trains LoRA adapters (its Device.Train of
+// a model with an adapter attached trains the adapter alone: the host
+// model's own passes, or an AdapterTrainer). LoRAPrecisions lists the
+// precisions it trains them in, each holding the frozen base in its
+// compute dtype (cuda: with BF16 the base's projections and head in
+// bfloat16); the CPU holds the base in float32 and lists FP32 alone.
+type LoRABackend interface {
+	LoRAPrecisions() []string
+}
+
+// CheckLoRA is nil when the backend called name trains LoRA adapters in
+// precision; else the error says which backends do, and in what.
+func CheckLoRA(name, precision string) error {
+	b, err := Lookup(name)
+	if err != nil {
+		return err
+	}
+	if precision == "" {
+		precision = FP32
+	}
+	var with []string
+	for _, n := range Names() {
+		o, _ := Lookup(n)
+		if lb, ok := o.(LoRABackend); ok && slices.Contains(lb.LoRAPrecisions(), precision) {
+			with = append(with, n)
+		}
+	}
+	lb, ok := b.(LoRABackend)
+	switch {
+	case ok && slices.Contains(lb.LoRAPrecisions(), precision):
+		return nil
+	case ok && precision == BF16:
+		fix := "no backend linked in holds it so"
+		if len(with) > 0 {
+			fix = "or a backend that holds the base in bfloat16: " + strings.Join(with, " or ")
+		}
+		return fmt.Errorf("the %s backend holds a LoRA run's frozen base in float32 and cannot hold it in bfloat16 (precision %s); use precision %s (%s)", name, precision, strings.Join(lb.LoRAPrecisions(), ", "), fix)
+	case ok:
+		return fmt.Errorf("the %s backend trains LoRA adapters in %s, not %s", name, strings.Join(lb.LoRAPrecisions(), ", "), precision)
+	case len(with) == 0:
+		return fmt.Errorf("no backend linked in trains LoRA adapters")
+	}
+	return fmt.Errorf("the %s backend's passes have no LoRA adapters: use %s", name, strings.Join(with, " or "))
+}
+
+// TrainsAdapter reports whether c trains the LoRA adapter of the model it
+// was opened on: the host model's own passes when it has one, or a
+// device's AdapterTrainer.
+func TrainsAdapter(c Compute, m *model.Model) bool {
+	if !m.HasAdapter() {
+		return false
+	}
+	if OnHost(c) {
+		return true
+	}
+	a, ok := c.(AdapterTrainer)
+	return ok && a.TrainsAdapter()
 }
 
 // DeviceOpener is a Backend with several devices: OpenDevice acquires the

@@ -21,6 +21,10 @@ func (cpuBackend) Available() error      { return nil }
 func (cpuBackend) Precisions() []string  { return []string{FP32, BF16} }
 func (cpuBackend) Open() (Device, error) { return cpuDevice{}, nil }
 
+// LoRAPrecisions: the CPU holds a LoRA run's frozen base in float32 (a
+// model with an adapter cannot be held in bfloat16: model.AttachAdapter).
+func (cpuBackend) LoRAPrecisions() []string { return []string{FP32} }
+
 // StepMemory: on the CPU everything is host memory, float32: the policy's
 // weights and gradients (4 bytes a parameter each), AdamW's moments (8),
 // the reference's weights (4, no gradients; 2 when they are bfloat16

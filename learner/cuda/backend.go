@@ -70,6 +70,10 @@ func (cudaBackend) DecoderMemory(c model.Config, bf16 bool) (host, device int64)
 
 func (cudaBackend) Precisions() []string { return []string{backend.FP32, backend.BF16} }
 
+// LoRAPrecisions: NewLoRA holds the frozen base in float32, or with bf16
+// its projections and head in bfloat16 (NewFrozen's upload).
+func (cudaBackend) LoRAPrecisions() []string { return []string{backend.FP32, backend.BF16} }
+
 // StepMemory: the device holds the policy's float32 masters, gradients and
 // AdamW moments (16 bytes a parameter), with bf16 its bfloat16 copy (2),
 // the reference's weights alone (NewFrozen: 4 bytes a parameter, about 2
@@ -78,6 +82,9 @@ func (cudaBackend) Precisions() []string { return []string{backend.FP32, backend
 // reference's host copy is dropped once uploaded.
 func (cudaBackend) StepMemory(w backend.Workload) (host, device backend.Memory) {
 	bf16 := w.Precision == backend.BF16
+	if w.LoRA != nil {
+		return loraStepMemory(w, bf16)
+	}
 	wt, comp, gr, opt := WeightBytes(w.Model, false, bf16)
 	device = backend.Memory{Weights: wt, Compute: comp, Grads: gr, Optimizer: opt, Activations: PassBytes(w.Model, w.Pass, bf16)}
 	if w.Reference {
@@ -104,10 +111,19 @@ type cudaDevice struct{ dv *Device }
 func (d cudaDevice) Close() error { return d.dv.Close() }
 
 // Train uploads a float32 copy of m with its gradients; with
-// backend.BF16 the GEMMs take bfloat16 operands (Model.UseBF16).
+// backend.BF16 the GEMMs take bfloat16 operands (Model.UseBF16). A model
+// with a LoRA adapter attached trains the adapter alone on its frozen
+// base (NewLoRA: with backend.BF16 the base held in bfloat16).
 func (d cudaDevice) Train(m *model.Model, precision string) (backend.Compute, error) {
 	if precision != "" && precision != backend.FP32 && precision != backend.BF16 {
 		return nil, fmt.Errorf("cuda: precision %q is unknown: use %s or %s", precision, backend.FP32, backend.BF16)
+	}
+	if m.HasAdapter() {
+		g, err := d.dv.NewLoRA(m, precision == backend.BF16)
+		if err != nil {
+			return nil, err
+		}
+		return &compute{host: m, dev: g}, nil
 	}
 	g, err := d.dv.NewModel(m)
 	if err != nil {
@@ -166,8 +182,9 @@ func (d cudaDevice) DecoderBF16(m *model.Model) (backend.Decoder, error) {
 }
 
 var (
-	_ backend.HostReduced  = (*compute)(nil)
-	_ backend.DeviceOpener = cudaBackend{}
+	_ backend.HostReduced    = (*compute)(nil)
+	_ backend.DeviceOpener   = cudaBackend{}
+	_ backend.AdapterTrainer = (*compute)(nil)
 )
 
 // compute runs the trainer's passes on the device copy of host.
@@ -182,9 +199,22 @@ func (c *compute) Run(b model.Batch, loss backend.LossGrad) ([]float32, error) {
 }
 
 func (c *compute) ZeroGrads() error         { return c.dev.ZeroGrads() }
-func (c *compute) SyncParams() error        { return c.dev.Params(c.host.ParamData()) }
+func (c *compute) SyncParams() error        { return c.dev.Params(c.hostParams()) }
 func (c *compute) SetCheckpointing(on bool) { c.dev.SetCheckpointing(on) }
 func (c *compute) Close() error             { return c.dev.Free() }
+
+// hostParams is the host's buffer of what the device trains: the
+// adapter's matrices of a LoRA model, else the model's parameters.
+func (c *compute) hostParams() []float32 {
+	if c.host.HasAdapter() {
+		return c.host.AdapterParamData()
+	}
+	return c.host.ParamData()
+}
+
+// TrainsAdapter reports whether the passes train the host model's LoRA
+// adapter (backend.AdapterTrainer).
+func (c *compute) TrainsAdapter() bool { return c.dev.HasAdapter() }
 
 // GradsTo brings the device's gradients to the host (backend.HostReduced).
 func (c *compute) GradsTo(dst []float32) error { return c.dev.Grads(dst) }

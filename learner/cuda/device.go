@@ -283,6 +283,8 @@ func (dv *Device) launch2D(name string, gx, gy, block uint32, args ...any) error
 			slots[i] = uint64(math.Float32bits(v))
 		case float64:
 			slots[i] = math.Float64bits(v)
+		case uint64:
+			slots[i] = v
 		default:
 			return fmt.Errorf("cuda: %s: argument %d has unsupported type %T", name, i, a)
 		}

@@ -39,7 +39,11 @@
 //     operands (the masters' rounded copy, activations rounded per GEMM),
 //     gradients and their reduction stay float32. NewFrozen uploads a
 //     model that is only evaluated (the reference): its weights alone, in
-//     bfloat16 for the projections with bf16. memory.go computes what
+//     bfloat16 for the projections with bf16. NewLoRA (lora.go) uploads
+//     a model with a LoRA adapter attached the same way and trains the
+//     adapter alone: its matrices are the Model's parameters, the base's
+//     weights take no gradient, and the adapter's dropout masks are drawn
+//     by kernels/lora.cu with learner/model's hash. memory.go computes what
 //     all of it takes (WeightBytes, PassBytes) as it is allocated. The
 //     layer sequence is learner/model's own (model.ForwardLayers,
 //     BackwardLayers, their checkpointed variants, DecodeLayers) over layerOps,

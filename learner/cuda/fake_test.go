@@ -32,6 +32,7 @@ var emulatedTests = []string{
 	"TestParityQKNorm", "TestParityModelStepQwen3", "TestParityModelStepQwen3BF16",
 	"TestParityGreedyDecodeQwen3", "TestParityDecodeLogitsQwen3", "TestParityDecodeBF16",
 	"TestDeviceDataParallel", "TestGPUDecoderMemory", "TestDeviceZero3", "TestDeviceZero3Resume",
+	"TestParityLoRAStep", "TestParityLoRAStepBF16",
 }
 
 // gpuOnlyTests are the GPU tests that the stand-in driver does not run,

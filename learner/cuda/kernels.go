@@ -39,6 +39,7 @@ var kernelModules = map[string][]string{
 	"norm":        {"sumsq_partial", "sumsq_final"},
 	"lmhead":      {"lmhead_logprob", "lmhead_dlogits", "lmhead_dlogits_cols"},
 	"kl":          {"kl_k3"},
+	"lora":        {"lora_dropout", "lora_dropout_add"},
 	"attention": {"attention_forward", "attention_forward_d64", "attention_forward_d128",
 		"attention_backward_delta", "attention_backward_dq", "attention_backward_dq_d64", "attention_backward_dq_d128",
 		"attention_backward_dkdv", "attention_backward_dkdv_d64", "attention_backward_dkdv_d128",
@@ -140,14 +141,23 @@ func (dv *Device) RMSNormForward(out, rstd, x, w *Buffer, N, C int, eps float64)
 }
 
 // RMSNormBackward adds the input gradient into dx[N,C] and the weight
-// gradient into dw[C], as learner/model's rmsnormBackward.
+// gradient into dw[C] (nil: none, a frozen norm), as learner/model's
+// rmsnormBackward.
 func (dv *Device) RMSNormBackward(dx, dw, dout, x, w, rstd *Buffer, N, C int) error {
-	if err := dv.needAll("RMSNormBackward", arg{"dx", dx, F32, N * C}, arg{"dw", dw, F32, C},
+	if err := dv.needAll("RMSNormBackward", arg{"dx", dx, F32, N * C},
 		arg{"dout", dout, F32, N * C}, arg{"x", x, F32, N * C}, arg{"w", w, F32, C}, arg{"rstd", rstd, F32, N}); err != nil {
 		return err
 	}
+	if dw != nil {
+		if err := dv.need("RMSNormBackward", "dw", dw, F32, C); err != nil {
+			return err
+		}
+	}
 	if err := dv.launch("rmsnorm_backward_dx", uint32(N), blockSize, dx, dout, x, w, rstd, N, C); err != nil {
 		return err
+	}
+	if dw == nil { // a frozen norm (LoRA's base): its input's gradient alone
+		return nil
 	}
 	return dv.launch("rmsnorm_backward_dw", uint32((C+blockSize-1)/blockSize), blockSize, dw, dout, x, rstd, N, C)
 }
@@ -287,17 +297,24 @@ func (dv *Device) QKNormForward(qkv, raw, rstd, w *Buffer, N, ld, H, KV, D int, 
 
 // QKNormBackward replaces in place the gradient of the normalised heads in
 // dqkv[N,ld] by the gradient of the heads before the norm and adds the
-// weights' gradient to dw[2D] (q_norm then k_norm), given QKNormForward's
-// raw and rstd, as learner/model's qkNormBackward. partial (F32,
-// qkNormPartials(N, D)) is scratch.
+// weights' gradient to dw[2D] (q_norm then k_norm; nil: none, frozen
+// norms, and partial unused), given QKNormForward's raw and rstd, as
+// learner/model's qkNormBackward. partial (F32, qkNormPartials(N, D)) is
+// scratch.
 func (dv *Device) QKNormBackward(dqkv, dw, raw, rstd, w, partial *Buffer, N, ld, H, KV, D int) error {
 	if err := qkNormShape("QKNormBackward", N, ld, H, KV, D); err != nil {
 		return err
 	}
 	heads, P := N*(H+KV), (N+qkNormRows-1)/qkNormRows
-	if err := dv.needAll("QKNormBackward", arg{"dqkv", dqkv, F32, N * ld}, arg{"dw", dw, F32, 2 * D},
-		arg{"raw", raw, F32, heads * D}, arg{"rstd", rstd, F32, heads}, arg{"w", w, F32, 2 * D},
-		arg{"partial", partial, F32, P * 2 * D}); err != nil {
+	if err := dv.needAll("QKNormBackward", arg{"dqkv", dqkv, F32, N * ld},
+		arg{"raw", raw, F32, heads * D}, arg{"rstd", rstd, F32, heads}, arg{"w", w, F32, 2 * D}); err != nil {
+		return err
+	}
+	if dw == nil { // frozen q/k norms (LoRA's base): the input's gradient alone
+		return dv.launch("qk_norm_backward_dx", uint32((heads+blockSize/32-1)/(blockSize/32)), blockSize,
+			dqkv, raw, rstd, w, N, ld, H, KV, D)
+	}
+	if err := dv.needAll("QKNormBackward", arg{"dw", dw, F32, 2 * D}, arg{"partial", partial, F32, P * 2 * D}); err != nil {
 		return err
 	}
 	// The weights' gradient reads the incoming gradient, which the input

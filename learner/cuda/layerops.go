@@ -17,8 +17,9 @@ type layerOps struct {
 	s                         *scratch
 	N                         int
 	tokens, pos, gStart, gEnd *Buffer
-	delta                     *Buffer // attention backward scratch [N*H]
-	qkPartial                 *Buffer // the q/k norm's weight-gradient scratch
+	delta                     *Buffer   // attention backward scratch [N*H]
+	qkPartial                 *Buffer   // the q/k norm's weight-gradient scratch
+	lora                      *loraPass // the adapter's products (lora.go); nil without an adapter on
 	err                       error
 
 	// A sharded model's (shard.go): the pass's tokens on the host, and
@@ -141,6 +142,7 @@ func (o *layerOps) Linear(out, in *Buffer, l int, w model.Weight, bias bool) {
 		b = nil
 	}
 	o.do(l, "forward", func() error { return o.g.linear(out, in, wt, w16, b, o.N, I, O) })
+	o.adapterForward(out, in, l, w, O)
 }
 
 // half is the bfloat16 copy of projection w of layer l, nil when the
@@ -196,11 +198,19 @@ func (o *layerOps) KeepHidden(h *Buffer) *Buffer { return h }
 
 func (o *layerOps) NormBack(dx, dout, x, rstd *Buffer, l int, w model.Weight) {
 	o.unitGrad(l, w)
-	wt, gw := o.norm(&o.g.w, l, w), o.norm(&o.g.g, l, w)
+	wt := o.norm(&o.g.w, l, w)
+	var gw *Buffer // nil: a LoRA Model's frozen base takes no gradient
+	if !o.g.HasAdapter() {
+		gw = o.norm(&o.g.g, l, w)
+	}
 	o.do(l, "backward", func() error { return o.g.dv.RMSNormBackward(dx, gw, dout, x, wt, rstd, o.N, o.g.C) })
 }
 
 func (o *layerOps) LinearBack(din, dout, in *Buffer, l int, w model.Weight, bias bool) {
+	if o.g.HasAdapter() {
+		o.loraLinearBack(din, dout, in, l, w)
+		return
+	}
 	o.unitGrad(l, w)
 	wt, _, I, O := o.linear(&o.g.w, l, w)
 	gw, gb, _, _ := o.linear(&o.g.g, l, w)
@@ -241,15 +251,22 @@ func (o *layerOps) QKNormBack(dqkv, raw, rstd *Buffer, l int) {
 	if w == nil {
 		return
 	}
-	if o.qkPartial == nil {
-		o.qkPartial = o.s.get(F32, qkNormPartials(o.N, g.D))
+	var gw *Buffer // nil: a LoRA Model's frozen base takes no gradient
+	if !g.HasAdapter() {
+		gw = g.g.layers[l].qkNorm
+		if o.qkPartial == nil {
+			o.qkPartial = o.s.get(F32, qkNormPartials(o.N, g.D))
+		}
 	}
 	o.do(l, "backward", func() error {
-		return g.dv.QKNormBackward(dqkv, g.g.layers[l].qkNorm, raw, rstd, w, o.qkPartial, o.N, g.QKV, g.H, g.KV, g.D)
+		return g.dv.QKNormBackward(dqkv, gw, raw, rstd, w, o.qkPartial, o.N, g.QKV, g.H, g.KV, g.D)
 	})
 }
 
 func (o *layerOps) EmbedBack(dx *Buffer) {
+	if o.g.HasAdapter() {
+		return // a LoRA Model's frozen base takes no gradient
+	}
 	if o.g.shard != nil {
 		o.embedBackSharded(dx)
 		return

@@ -239,9 +239,10 @@ func (h *LMHead) download(what string, b *Buffer, dst []float32) error {
 	return v.CopyToFloat32(dst)
 }
 
-// Backward writes dxh[M,C] (overwritten) and adds to dw[V,C] the gradients
-// of a loss whose derivative with respect to each row's log-probability is
-// gradLogProb (F32, M), reusing the last Forward's log-sum-exps.
+// Backward writes dxh[M,C] (overwritten) and adds to dw[V,C] (nil: a
+// frozen head, none) the gradients of a loss whose derivative with
+// respect to each row's log-probability is gradLogProb (F32, M), reusing
+// the last Forward's log-sum-exps.
 func (h *LMHead) Backward(dxh, dw, xh, w, targets, gradLogProb *Buffer, M int) error {
 	if M != h.m {
 		return fmt.Errorf("cuda: LMHead.Backward of %d rows after a Forward of %d", M, h.m)
@@ -249,9 +250,13 @@ func (h *LMHead) Backward(dxh, dw, xh, w, targets, gradLogProb *Buffer, M int) e
 	if err := h.check("LMHead.Backward", xh, w, targets, M); err != nil {
 		return err
 	}
-	if err := h.dv.needAll("LMHead.Backward", arg{"dxh", dxh, F32, M * h.C}, arg{"dw", dw, F32, h.V * h.C},
-		arg{"gradLogProb", gradLogProb, F32, M}); err != nil {
+	if err := h.dv.needAll("LMHead.Backward", arg{"dxh", dxh, F32, M * h.C}, arg{"gradLogProb", gradLogProb, F32, M}); err != nil {
 		return err
+	}
+	if dw != nil {
+		if err := h.dv.need("LMHead.Backward", "dw", dw, F32, h.V*h.C); err != nil {
+			return err
+		}
 	}
 	for r0 := 0; r0 < M; r0 += h.rows {
 		n := min(h.rows, M-r0)
@@ -293,6 +298,9 @@ func (h *LMHead) Backward(dxh, dw, xh, w, targets, gradLogProb *Buffer, M int) e
 		}
 		if err := gemm(false, false, n, h.C, h.V, 1, dl, h.V, wt, h.C, 0, dx, h.C); err != nil {
 			return err
+		}
+		if dw == nil { // a frozen head (LoRA's base)
+			continue
 		}
 		if err := gemm(true, false, h.V, h.C, n, 1, dl, h.V, x, h.C, 1, dw, h.C); err != nil {
 			return err

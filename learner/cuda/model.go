@@ -41,6 +41,9 @@ type Model struct {
 	checkpoint bool      // activation checkpointing (SetCheckpointing)
 
 	shard *devShard // the weights fed a unit at a time (shard.go), nil: held whole
+	// lora is the adapter of a LoRA Model (NewLoRA, lora.go), whose params
+	// and grads are the adapter's; nil for a whole model.
+	lora *gpuAdapter
 }
 
 type gpuWeights struct {
@@ -491,6 +494,7 @@ func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entro
 	if g.shard != nil {
 		o.host = lay.Tokens
 	}
+	o.startLoRA(lay, lossFn != nil)
 	shape := model.ShapeOf(g.cfg, N)
 	var resid []*Buffer
 	var acts []model.LayerActs[*Buffer]

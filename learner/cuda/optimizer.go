@@ -170,7 +170,11 @@ func (g *Model) refresh16() error {
 // layout.
 func paramSpans(host *model.Model) (names []string, off, numel []int) {
 	o := 0
-	for _, p := range host.Params() {
+	ps := host.Params
+	if host.HasAdapter() { // a LoRA Model's parameters are the adapter's (NewLoRA)
+		ps = host.AdapterParams
+	}
+	for _, p := range ps() {
 		names = append(names, p.Name)
 		off = append(off, o)
 		numel = append(numel, len(p.Data))

@@ -121,6 +121,7 @@ func (o *cpuOps) Linear(out, in []float32, l int, w Weight, bias bool) {
 			nw = n.matrix(l, w)
 		}
 		linearForwardBF16(out, in, wt, nw, b, o.n(), I, O, o.mem)
+		o.adapterForward(out, in, l, w, O) // float32, on the base's bfloat16 product
 		return
 	}
 	if n := o.m.narrow; n != nil {
@@ -184,8 +185,13 @@ func (o *cpuOps) LinearBack(din, dout, in []float32, l int, w Weight, bias bool)
 	o.m.need(o.m.layerUnit(l))
 	wt, _, I, O := o.linear(&o.m.w, l, w)
 	if o.m.frozen() {
-		// The base takes no gradient: din alone, then the adapter's.
-		blas.Sgemm(false, false, o.n(), I, O, 1, dout, O, wt, I, 0, din, I)
+		// The base takes no gradient: din alone (with bfloat16 operands
+		// when the products are), then the adapter's (float32).
+		if o.m.computeBF16 {
+			linearBackwardInputBF16(din, dout, wt, o.n(), I, O, o.mem)
+		} else {
+			blas.Sgemm(false, false, o.n(), I, O, 1, dout, O, wt, I, 0, din, I)
+		}
 		o.adapterBackward(din, dout, in, l, w, O)
 		return
 	}

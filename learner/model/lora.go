@@ -221,6 +221,39 @@ func (m *Model) adapterGrads() []float32 {
 	return m.lora.grads
 }
 
+// AdapterParamData is the attached adapter's matrices as one flat buffer,
+// the one AdapterParams' tensors view, in their order (each module's A
+// then B, the modules by layer then target); nil without an adapter.
+func (m *Model) AdapterParamData() []float32 {
+	if m.lora == nil {
+		return nil
+	}
+	return m.lora.params
+}
+
+// AdapterGradData is the adapter's gradients as one flat buffer laid out
+// as AdapterParamData (allocated, zero, on the first call); nil without
+// an adapter.
+func (m *Model) AdapterGradData() []float32 {
+	if m.lora == nil {
+		return nil
+	}
+	return m.adapterGrads()
+}
+
+// AdapterOn reports whether an adapter is attached and switched on
+// (SetAdapterOn).
+func (m *Model) AdapterOn() bool { return m.active() != nil }
+
+// AdapterDropout is the attached adapter's dropout probability and the
+// seed and step (SetAdapterStep) that key its masks (DropoutModuleKey).
+func (m *Model) AdapterDropout() (p float32, seed, step uint64) {
+	if a := m.lora; a != nil {
+		return a.dropout, a.seed, a.step
+	}
+	return 0, 0, 0
+}
+
 // frozen reports whether the base takes no gradients (an adapter is
 // attached).
 func (m *Model) frozen() bool { return m.lora != nil }
@@ -239,10 +272,8 @@ func (o *cpuOps) dropoutMask(a *adapter, lm *loraModule, in int) []float32 {
 	N := o.n()
 	mask := o.scratch(N * in)
 	keys := o.rowKeys()
-	keep := 1 - a.dropout
-	inv := 1 / keep
-	thr := uint64(float64(a.dropout) * (1 << 53))
-	base := mix64(a.seed ^ mix64(a.step+0x632be59bd9b4e019) ^ mix64(uint64(lm.layer*len(peft.Targets)+lm.target)+0x9e3779b97f4a7c15))
+	thr, inv := DropoutThreshold(a.dropout)
+	base := DropoutModuleKey(a.seed, a.step, lm.layer, lm.target)
 	parallelFor(N, 16, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			k := mix64(base ^ keys[t])
@@ -265,18 +296,40 @@ func (o *cpuOps) rowKeys() []uint64 {
 	if o.keys != nil {
 		return o.keys
 	}
-	p := o.p
-	keys := make([]uint64, len(p.tokens))
+	o.keys = DropoutRowKeys(o.p.tokens, o.p.pos)
+	return o.keys
+}
+
+// DropoutRowKeys are the adapter dropout's key of each row of a pass over
+// tokens at positions pos (a pass's packing, as Layout gives it): a hash
+// of the row's position and its sequence's tokens up to it. A device
+// backend draws its masks from the same keys.
+func DropoutRowKeys(tokens, pos []int32) []uint64 {
+	keys := make([]uint64, len(tokens))
 	var h uint64
-	for t, tok := range p.tokens {
-		if p.pos[t] == 0 {
+	for t, tok := range tokens {
+		if pos[t] == 0 {
 			h = 0xcbf29ce484222325
 		}
 		h = mix64(h ^ uint64(uint32(tok)))
-		keys[t] = mix64(h ^ uint64(p.pos[t])<<32)
+		keys[t] = mix64(h ^ uint64(pos[t])<<32)
 	}
-	o.keys = keys
 	return keys
+}
+
+// DropoutModuleKey is the key of the dropout masks of the adapted module
+// of peft.Targets[target] in layer, for a run's seed at an optimiser step.
+// Feature i of row t is dropped when mix64(mix64(key ^ rowKey[t]) + i) >>
+// 11 (splitmix64's output function, 53 bits) is below DropoutThreshold's
+// thr, and kept scaled by its inv otherwise.
+func DropoutModuleKey(seed, step uint64, layer, target int) uint64 {
+	return mix64(seed ^ mix64(step+0x632be59bd9b4e019) ^ mix64(uint64(layer*len(peft.Targets)+target)+0x9e3779b97f4a7c15))
+}
+
+// DropoutThreshold is the 53-bit threshold below which a dropout of
+// probability p drops a feature, and the scale 1/(1-p) of a kept one.
+func DropoutThreshold(p float32) (thr uint64, inv float32) {
+	return uint64(float64(p) * (1 << 53)), 1 / (1 - p)
 }
 
 // mix64 is splitmix64's output function.

@@ -231,6 +231,15 @@ func linearBackwardBF16(din, dw, db, dout, in, w []float32, N, I, O int, mem *ar
 	}
 }
 
+// linearBackwardInputBF16 is linearBackwardBF16's input gradient alone,
+// din[N,I] = round(dout)·round(w) (overwritten): a frozen projection's
+// (a LoRA adapter's base).
+func linearBackwardInputBF16(din, dout, w []float32, N, I, O int, mem *arena) {
+	yf, yh, ybuf := operand(dout, N*O, mem)
+	productRoundedW(din, yf, yh, O, w, N, O, I, 0, mem)
+	mem.put(ybuf)
+}
+
 // headLogitsBF16 is headLogitsTile's product with bfloat16 operands:
 // lg[n,cols] (rows ldo apart) = xh[n,C] · round(head)[cols,C]^T for the
 // head's rows hw (float32, rounded a slice at a time) or hn (held in

@@ -57,10 +57,10 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 			release()
 			return nil, err
 		}
-		if p.m.HasAdapter() && !backend.OnHost(c) {
+		if p.m.HasAdapter() && !backend.TrainsAdapter(c, p.m) {
 			c.Close()
 			release()
-			return nil, errors.New("trainer: a LoRA policy trains on the cpu backend; this backend's passes have no adapters: use learner.backend cpu")
+			return nil, errors.New("trainer: this backend's passes have no LoRA adapters: use learner.backend cpu or cuda")
 		}
 		held = append(held, c)
 		*p.dst = c

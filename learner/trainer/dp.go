@@ -155,8 +155,8 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	for i, p := range params {
 		dp.offset[i+1] = dp.offset[i] + len(p.Data)
 	}
-	if l.Policy != nil && !l.Policy.HasAdapter() { // (an adapter's matrices are not the model's flat buffers)
-		flat, data := l.Policy.GradData(), l.Policy.ParamData()
+	if l.Policy != nil {
+		flat, data := flatBuffers(l.Policy)
 		dp.flatGrads = len(flat) == dp.offset[len(params)]
 		dp.flatParams = len(data) == dp.offset[len(params)]
 		for i, p := range backend.OptimParams(l.Policy) {
@@ -625,7 +625,7 @@ func (l *Learner) shardGradient(c Compute, cfg RLConfig, mbs []microBatch, input
 		part.tokens += len(mb.scored)
 	}
 	if l.DP.flatGrads {
-		flat := l.Policy.GradData()
+		flat, _ := flatBuffers(l.Policy)
 		if dev, err := l.hostReduced(); err != nil {
 			return nil, part, err
 		} else if dev != nil && l.DP.dev.comm == nil {

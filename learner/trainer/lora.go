@@ -22,8 +22,13 @@ import (
 // with its adapter switched off, no second model.
 
 // loraRef is the reference passes of a LoRA policy: its base, the adapter
-// off for each pass.
-type loraRef struct{ m *model.Model }
+// off for each pass, scored where the policy's passes run (c: the host
+// model's own, or a device's backend.AdapterTrainer, which follows the
+// host model's switch).
+type loraRef struct {
+	m *model.Model
+	c Compute
+}
 
 func (r loraRef) Run(b model.Batch, loss LossGrad) ([]float32, error) {
 	if loss != nil {
@@ -31,8 +36,7 @@ func (r loraRef) Run(b model.Batch, loss LossGrad) ([]float32, error) {
 	}
 	r.m.SetAdapterOn(false)
 	defer r.m.SetAdapterOn(true)
-	lp, _, err := r.m.Score(b)
-	return lp, err
+	return r.c.Run(b, nil)
 }
 
 func (loraRef) ZeroGrads() error { return nil }
@@ -57,7 +61,7 @@ func (l *Learner) loraBase() Compute {
 	if l.Policy == nil || !l.Policy.HasAdapter() {
 		return nil
 	}
-	return loraRef{l.Policy}
+	return loraRef{l.Policy, l.policy()}
 }
 
 // keyDropout keys the adapter's dropout masks of the passes that follow
@@ -66,6 +70,16 @@ func (l *Learner) keyDropout() {
 	if l.Policy != nil {
 		l.Policy.SetAdapterStep(uint64(l.Opt.Steps()))
 	}
+}
+
+// flatBuffers are the policy's gradient and parameter buffers as the
+// optimiser's parameters lie in them: the adapter's of a LoRA policy
+// (model.AdapterGradData, AdapterParamData), else the model's.
+func flatBuffers(m *model.Model) (grads, params []float32) {
+	if m.HasAdapter() {
+		return m.AdapterGradData(), m.AdapterParamData()
+	}
+	return m.GradData(), m.ParamData()
 }
 
 // checkLoRAGroup refuses the ZeRO stages that shard what a LoRA policy

@@ -47,6 +47,9 @@ type MemoryConfig struct {
 	// ReferenceBF16: the reference's weights are bfloat16 values (its
 	// checkpoint's torch_dtype is bfloat16); see backend.Workload.
 	ReferenceBF16 bool
+	// LoRA is the adapter of a LoRA step (backend.Workload.LoRA), nil when
+	// the whole model trains.
+	LoRA *backend.LoRAWork
 }
 
 // StepMemory is a step's memory at its peak, by part and place.
@@ -118,7 +121,7 @@ func workload(c MemoryConfig) (backend.Backend, backend.Workload, error) {
 		seq = c.MicroBatchTokens
 	}
 	return b, backend.Workload{Model: c.Model, Precision: c.Precision, Pass: model.Packed(c.MicroBatchTokens, seq, false),
-		Reference: c.Reference, ReferenceBF16: c.ReferenceBF16}, nil
+		Reference: c.Reference, ReferenceBF16: c.ReferenceBF16, LoRA: c.LoRA}, nil
 }
 
 func useCheckpointing(c MemoryConfig, b backend.Backend, w backend.Workload) (bool, error) {

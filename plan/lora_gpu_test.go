@@ -1,0 +1,86 @@
+package plan
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aipo-rl/aipo/runconfig"
+)
+
+// loraMath is configs/math.yaml's run (the KL term, the policy served at
+// policy.endpoint) with sequences of 8,192 tokens (1,024 prompt and 7,168
+// response) in micro-batches of 8,192, training a LoRA adapter of rank 64
+// (alpha 128) on every projection on GPUs (learner.backend cuda) with the
+// frozen base held in bfloat16 (learner.precision bf16): docs/lora.md's
+// GPU examples.
+func loraMath(t *testing.T) runconfig.Config {
+	t.Helper()
+	cfg := mathConfig(t)
+	cfg.Learner.Precision = "bf16"
+	cfg.Learner.MicroBatchTokens, cfg.Policy.MaxResponseTokens = 8192, 7168
+	cfg.Learner.LoRA = &runconfig.LoRA{Rank: 64, Alpha: 128, Targets: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, Init: "default"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// The GPU examples of docs/lora.md, held line for line: Qwen2.5-7B-Instruct
+// at rank 64 on one A100 40GB and Qwen2.5-32B on one H200 fit, the base in
+// bfloat16 (2 bytes a projection parameter) beside the adapters' 16 bytes a
+// trained parameter; Qwen2.5-72B-Instruct on 4 H200s does not: every rank
+// of the group holds the whole frozen base (stage 1 shards the adapters'
+// moments alone), 137.8 GiB of the H200's 140.4 GiB before the adapters
+// and a pass, and the plan says by how much. The model configurations are
+// the model cards' config.json files (learner/hfconfig/testdata, their
+// sources in its README).
+func TestPlanLoRAOnGPUs(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "lora.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		model, device string
+		ranks         int
+		hostGiB       int64
+		fits          bool
+	}{
+		{"Qwen2.5-7B-Instruct", "a100-40g", 0, 128, true},
+		{"Qwen2.5-32B", "h200", 0, 256, true},
+		{"Qwen2.5-72B-Instruct", "h200", 4, 2048, false},
+	} {
+		p, err := Make(context.Background(), loraMath(t), Options{Init: goldenConfig(t, c.model), Device: c.device, Ranks: c.ranks,
+			HostBytes: c.hostGiB << 30, Baseline: 128 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s on %s (ranks %d):\n%s", c.model, c.device, c.ranks, p)
+		if p.Fits() != c.fits {
+			t.Errorf("%s on %s: fits %v, want %v", c.model, c.device, p.Fits(), c.fits)
+		}
+		learn := p.Phases[phaseLearn]
+		var now strings.Builder
+		for _, l := range learn.Lines {
+			now.WriteString("| " + l.What + " | " + fmtOrDash(l.Host) + " | " + fmtOrDash(l.Device) + " |\n")
+		}
+		var missing []string
+		for _, l := range learn.Lines {
+			row := "| " + l.What + " | " + fmtOrDash(l.Host) + " | " + fmtOrDash(l.Device) + " |"
+			if !strings.HasPrefix(l.What, "the process") && !strings.Contains(string(doc), row) {
+				missing = append(missing, row)
+			}
+		}
+		for _, line := range strings.Split(p.String(), "\n") {
+			line = strings.TrimSpace(line)
+			if (strings.HasPrefix(line, "device peak") || strings.HasPrefix(line, "host peak")) && !strings.Contains(string(doc), line) {
+				missing = append(missing, line)
+			}
+		}
+		if len(missing) > 0 {
+			t.Errorf("docs/lora.md's %s example lacks\n%s\nthe learner step is now:\n%s", c.model, strings.Join(missing, "\n"), now.String())
+		}
+	}
+}
