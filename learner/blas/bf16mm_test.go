@@ -12,11 +12,14 @@ import (
 // every transpose, with beta 0 and 1, at shapes cut into several column
 // parts and not: a product of two bfloat16 values is exact in float32, so
 // the only difference is the float32 accumulation of K terms, bounded by
-// K·2⁻²³ of Σ|terms| (twice the unit roundoff of K additions). Fails
-// where the CPU has no bfloat16 kernels (BF16Available), naming them.
+// K·2⁻²³ of Σ|terms| (twice the unit roundoff of K additions). Where
+// the CPU has no bfloat16 kernels (neither AMX nor AVX512-BF16: an AVX2
+// machine) it skips naming them, a skip make test allows by that message
+// alone (scripts/allowed-skips.txt); the callers then take the float32
+// products of the rounded values, which their own tests check.
 func TestBF16GemmMatchesFloat64(t *testing.T) {
 	if !BF16Available() {
-		t.Fatalf("no native bfloat16 products here: %s", BF16Kernel())
+		t.Skipf("no native bfloat16 products on this CPU or build: %s", BF16Kernel())
 	}
 	r := rand.New(rand.NewPCG(71, 72))
 	for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
