@@ -42,7 +42,7 @@ func TestPlanZero3OnGPUs(t *testing.T) {
 			t.Fatalf("%s: group %+v, want the planned stage-3 group of GPUs, %d a machine", c.model, g, c.ranks/c.nodes)
 		}
 		s := p.String()
-		if !strings.Contains(s, "ZeRO stage 3 as built") || !strings.Contains(s, "learner/cuda/zero3.go") {
+		if !strings.Contains(s, "ZeRO stage 3 (learner.backend cuda): built in float32") || !strings.Contains(s, "learner/cuda/zero3.go") || !strings.Contains(s, "NOT BUILT on GPUs yet: the reference sharded") {
 			t.Errorf("%s: the plan does not name the GPU path of stage 3:\n%s", c.model, s)
 		}
 		want, err := trainer.PlanDataParallel(p.Model, c.ranks, trainer.DPConfig{Zero: 3, Shards: raw.Learner.DPShards(c.ranks)})
