@@ -55,7 +55,8 @@ func runPlan(args []string) error {
 			"--zero 3 on GPUs runs the CPU's stage-3 schedule with its state on the GPUs, in float32:\n"+
 			"each GPU holds at most what a stage-3 rank of that schedule allocates. Its reference\n"+
 			"sharded across the GPUs (in bfloat16 with --precision bf16), which the plan counts, is\n"+
-			"NOT BUILT there yet (each GPU holds it whole); the plan says so. With --precision bf16\n"+"the learner multiplies in bfloat16: on the CPU its products round their operands as\n"+
+			"NOT BUILT there yet (each GPU holds it whole); the plan says so. With --precision bf16\n"+
+			"the learner multiplies in bfloat16: on the CPU its products round their operands as\n"+
 			"they read them (no bfloat16 copy of the weights is kept; the plan counts the rounded\n"+
 			"operands' buffers with the activations), on GPUs it holds a bfloat16 copy of the\n"+
 			"weights beside the float32 masters. Exits 1 when it does not fit.\n\nFlags:\n")
