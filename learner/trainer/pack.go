@@ -28,6 +28,21 @@ type microBatch struct {
 	scored []int
 }
 
+// split sets out[i], for each sequence i of the micro-batch, to the
+// log-probs of its response tokens, read from all (a pass's log-prob of
+// every position of the micro-batch).
+func (mb microBatch) split(out [][]float32, seqs []Sequence, all []float32) {
+	k := 0
+	for _, i := range mb.seqs {
+		lp := make([]float32, len(seqs[i].Response))
+		for j := range lp {
+			lp[j] = all[mb.scored[k]]
+			k++
+		}
+		out[i] = lp
+	}
+}
+
 // pack groups sequences, in order, into micro-batches of at most budget
 // tokens (a longer sequence gets a micro-batch of its own).
 func pack(seqs []Sequence, order []int, budget int) []microBatch {

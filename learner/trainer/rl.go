@@ -93,15 +93,7 @@ func logProbsInto(out [][]float32, c Compute, seqs []Sequence, order []int, budg
 		if err != nil {
 			return err
 		}
-		k := 0
-		for _, i := range mb.seqs {
-			lp := make([]float32, len(seqs[i].Response))
-			for j := range lp {
-				lp[j] = all[mb.scored[k]]
-				k++
-			}
-			out[i] = lp
-		}
+		mb.split(out, seqs, all)
 	}
 	return nil
 }

@@ -191,15 +191,7 @@ func (l *Learner) scoreZero3Device(ctx context.Context, groups [][][]int, seqs [
 			dp.Comm.Abort(err)
 			return fmt.Errorf("trainer: pi_old: %w", err)
 		}
-		k := 0
-		for _, j := range mb.seqs {
-			lp := make([]float32, len(seqs[j].Response))
-			for t := range lp {
-				lp[t] = all[mb.scored[k]]
-				k++
-			}
-			old[j] = lp
-		}
+		mb.split(old, seqs, all)
 	}
 	return nil
 }

@@ -75,15 +75,7 @@ func (l *Learner) scoreSharded(ctx context.Context, z *zero3, m *model.Model, c 
 			dp.Comm.Abort(err)
 			return fmt.Errorf("trainer: pi_old: %w", err)
 		}
-		k := 0
-		for _, j := range mb.seqs {
-			lp := make([]float32, len(seqs[j].Response))
-			for t := range lp {
-				lp[t] = all[mb.scored[k]]
-				k++
-			}
-			out[j] = lp
-		}
+		mb.split(out, seqs, all)
 	}
 	return nil
 }
