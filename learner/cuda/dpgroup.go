@@ -271,52 +271,7 @@ func (d *deviceGroup) SumSquares(runs [][2]int) ([]float64, error) {
 	if d.share == nil {
 		return nil, errors.New("cuda: SumSquares before Reduce")
 	}
-	lo := d.start[d.rank]
-	most := 1
-	views := make([]*Buffer, len(runs))
-	for i, r := range runs {
-		v, err := d.share.Slice(r[0]-lo, r[1]-lo)
-		if err != nil {
-			return nil, fmt.Errorf("cuda: the run [%d, %d) is not within the rank's elements: %w", r[0], r[1], err)
-		}
-		views[i] = v
-		most = max(most, int(d.dv().gridFor(v.n)))
-	}
-	if d.sums == nil || d.sums.n < len(runs) {
-		if d.sums != nil {
-			d.sums.Free()
-		}
-		var err error
-		if d.sums, err = d.dv().Alloc(F64, max(len(runs), 1)); err != nil {
-			return nil, err
-		}
-	}
-	if d.partial == nil || d.partial.n < most {
-		if d.partial != nil {
-			d.partial.Free()
-		}
-		var err error
-		if d.partial, err = d.dv().Alloc(F64, most); err != nil {
-			return nil, err
-		}
-	}
-	for i, v := range views {
-		out, _ := d.sums.Slice(i, i+1)
-		if v.n == 0 {
-			if err := out.Zero(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err := d.dv().GradSumSq(out, d.partial, []*Buffer{v}); err != nil {
-			return nil, err
-		}
-	}
-	all := make([]float64, d.sums.n)
-	if err := d.sums.CopyToFloat64(all); err != nil {
-		return nil, err
-	}
-	return all[:len(runs)], nil
+	return runSumSquares(d.dv(), d.share, d.start[d.rank], runs, &d.sums, &d.partial)
 }
 
 // Step implements backend.DeviceGroup.
@@ -396,4 +351,55 @@ func (d *deviceGroup) Close() error {
 	}
 	d.pool = nil
 	return errors.Join(errs...)
+}
+
+// runSumSquares is one GradSumSq of each run [lo, hi) of flat elements
+// held in src from element off on, each a function of the run's values
+// alone, into *sums (one float64 a run) with *partial for the per-block
+// partials, both grown as the runs need; the sums come to the host.
+func runSumSquares(dv *Device, src *Buffer, off int, runs [][2]int, sums, partial **Buffer) ([]float64, error) {
+	most := 1
+	views := make([]*Buffer, len(runs))
+	for i, r := range runs {
+		v, err := src.Slice(r[0]-off, r[1]-off)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: the run [%d, %d) is not within the rank's elements: %w", r[0], r[1], err)
+		}
+		views[i] = v
+		most = max(most, int(dv.gridFor(v.n)))
+	}
+	grow := func(b **Buffer, n int) error {
+		if *b != nil && (*b).n >= n {
+			return nil
+		}
+		if *b != nil {
+			(*b).Free()
+		}
+		var err error
+		*b, err = dv.Alloc(F64, n)
+		return err
+	}
+	if err := grow(sums, max(len(runs), 1)); err != nil {
+		return nil, err
+	}
+	if err := grow(partial, most); err != nil {
+		return nil, err
+	}
+	for i, v := range views {
+		out, _ := (*sums).Slice(i, i+1)
+		if v.n == 0 {
+			if err := out.Zero(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := dv.GradSumSq(out, *partial, []*Buffer{v}); err != nil {
+			return nil, err
+		}
+	}
+	all := make([]float64, (*sums).n)
+	if err := (*sums).CopyToFloat64(all); err != nil {
+		return nil, err
+	}
+	return all[:len(runs)], nil
 }

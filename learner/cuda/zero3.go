@@ -541,52 +541,7 @@ func (z *shardGroup) SumSquares(runs [][2]int) ([]float64, error) {
 	if z.grad == nil {
 		return nil, errors.New("cuda: SumSquares before a mini-batch's gradient was reduced")
 	}
-	dv := z.g.dv
-	most := 1
-	views := make([]*Buffer, len(runs))
-	for i, r := range runs {
-		v, err := z.grad.Slice(r[0], r[1])
-		if err != nil {
-			return nil, fmt.Errorf("cuda: the run [%d, %d) is not within the rank's elements: %w", r[0], r[1], err)
-		}
-		views[i] = v
-		most = max(most, int(dv.gridFor(v.n)))
-	}
-	if z.sums == nil || z.sums.n < len(runs) {
-		if z.sums != nil {
-			z.sums.Free()
-		}
-		var err error
-		if z.sums, err = dv.Alloc(F64, max(len(runs), 1)); err != nil {
-			return nil, err
-		}
-	}
-	if z.partial == nil || z.partial.n < most {
-		if z.partial != nil {
-			z.partial.Free()
-		}
-		var err error
-		if z.partial, err = dv.Alloc(F64, most); err != nil {
-			return nil, err
-		}
-	}
-	for i, v := range views {
-		out, _ := z.sums.Slice(i, i+1)
-		if v.n == 0 {
-			if err := out.Zero(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err := dv.GradSumSq(out, z.partial, []*Buffer{v}); err != nil {
-			return nil, err
-		}
-	}
-	all := make([]float64, z.sums.n)
-	if err := z.sums.CopyToFloat64(all); err != nil {
-		return nil, err
-	}
-	return all[:len(runs)], nil
+	return runSumSquares(z.g.dv, z.grad, 0, runs, &z.sums, &z.partial)
 }
 
 // Step implements backend.ShardedGroup: dpgroup.go's update on the rank's
