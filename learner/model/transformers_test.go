@@ -6,6 +6,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,10 +20,24 @@ import (
 // against them as TestTiny*MatchesPyTorch checks it against the committed
 // files (the same tolerances, every variant): so the reference the model
 // is held to is transformers itself, run now, not only its committed
-// output. The fresh fixtures must also be the committed ones, to float32
-// rounding of a float64 computation that another CPU orders differently
-// (1e-6 of each tensor's scale), so that the committed files stay the
-// transformers reference they are said to be.
+// output. The fresh fixtures must also be the committed ones, so that the
+// committed files stay the transformers reference they are said to be.
+//
+// How close the two can be is set by transformers itself: it computes
+// its rotary tables in float32 whatever the model's dtype, and PyTorch's
+// float32 cos and sin are vectorized per CPU (AVX2 and AVX-512 kernels
+// round differently, each within about an ulp), so a float64 run on
+// another CPU moves by up to the tables' own rounding carried to the
+// outputs. The hand-written reference (--reference handwritten, float64
+// tables) measures that rounding here: the fresh fixture's distance from
+// it, per tensor relative to its scale. The committed file was made on
+// some CPU with its own tables, no further from the float64 truth than
+// this CPU's are within a factor, so the test allows twice this CPU's
+// distance, plus 2.4e-7 (two float32 roundings of the outputs). On an
+// AVX2-only AMD EPYC the tiny Qwen3's loss moved 1.8e-6 of its scale
+// from a fixture made on an AVX-512 CPU, where its tables alone account
+// for 1.6e-6; a wrong fixture (another seed, a changed formula) is off
+// by orders of magnitude more.
 func TestFamiliesAgainstTransformers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs transformers")
@@ -39,6 +54,12 @@ func TestFamiliesAgainstTransformers(t *testing.T) {
 		t.Fatalf("model_fixtures.py --reference transformers: %v\n%s", err, log)
 	}
 	t.Logf("%s", log)
+	hand := t.TempDir()
+	cmd = exec.CommandContext(ctx, py, filepath.Join(testtools.RepoRoot(), "scripts", "model_fixtures.py"),
+		"--reference", "handwritten", "--out", hand, "--only", strings.Join(names, ","))
+	if log, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("model_fixtures.py --reference handwritten: %v\n%s", err, log)
+	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := LoadConfig(filepath.Join(out, name+"_config.json"))
@@ -56,20 +77,27 @@ func TestFamiliesAgainstTransformers(t *testing.T) {
 			if len(committed) != len(fresh) {
 				t.Fatalf("transformers computes %d tensors, testdata/%s.tns holds %d", len(fresh), name, len(committed))
 			}
-			worst, at := 0.0, ""
+			float64Tables := mustTNS(t, filepath.Join(hand, name+".tns"))
+			worst, at, allowed := 0.0, "", 0.0
 			for k, x := range fresh {
 				c, ok := committed[k]
 				if !ok || len(c.Data) != len(x.Data) {
 					t.Fatalf("testdata/%s.tns lacks %s as transformers computes it", name, k)
 				}
-				if r := relToScale(c.Data, x.Data); r > worst {
-					worst, at = r, k
+				h, ok := float64Tables[k]
+				if !ok || len(h.Data) != len(x.Data) {
+					t.Fatalf("the hand-written reference lacks %s as transformers computes it", k)
+				}
+				r := relToScale(c.Data, x.Data)
+				tol := 2*relToScale(x.Data, h.Data) + 2.4e-7
+				if r > tol {
+					t.Errorf("testdata/%s.tns is not what transformers computes: %s differs by %.3g of its scale, where float32 rotary tables allow %.3g; regenerate it (scripts/model_fixtures.py --reference transformers)", name, k, r, tol)
+				}
+				if r > worst {
+					worst, at, allowed = r, k, tol
 				}
 			}
-			if worst > 1e-6 {
-				t.Errorf("testdata/%s.tns is not what transformers computes: %s differs by %.3g of its scale; regenerate it (scripts/model_fixtures.py --reference transformers)", name, at, worst)
-			}
-			t.Logf("committed fixture against transformers now: worst %.3g of a tensor's scale (%s)", worst, at)
+			t.Logf("committed fixture against transformers now: worst %.3g of a tensor's scale (%s; allowed %.3g)", worst, at, allowed)
 		})
 	}
 }
