@@ -27,6 +27,14 @@ type Gate struct {
 	skips      []Skip
 	failed     []string // packages that failed
 	unfinished []string // packages whose binary never reported an end
+	timed      []Timed  // top-level tests that passed or failed, with their time
+}
+
+// Timed is one top-level test's time (subtests are in their parent's).
+type Timed struct {
+	Package string // module-relative
+	Test    string
+	Seconds float64
 }
 
 // pkgState is what the gate holds of a package until it ends.
@@ -92,6 +100,8 @@ func (g *Gate) Line(line []byte) {
 		p.tests[e.Test] = e.Action
 		if e.Action == "skip" {
 			g.recordSkip(e.Package, e.Test, p)
+		} else if !strings.Contains(e.Test, "/") {
+			g.timed = append(g.timed, Timed{Package: g.rel(e.Package), Test: e.Test, Seconds: e.Elapsed})
 		}
 	case e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
 		g.endPackage(e, p)

@@ -115,3 +115,32 @@ func TestRecordedStreams(t *testing.T) {
 		})
 	}
 }
+
+// The slowest top-level tests are listed longest first, subtests, skips
+// and tests under a second left out, with their share of all the tests'
+// time.
+func TestSlowest(t *testing.T) {
+	stream := `{"Action":"run","Package":"example.com/rec/a","Test":"TestQuick"}
+{"Action":"pass","Package":"example.com/rec/a","Test":"TestQuick","Elapsed":0.5}
+{"Action":"run","Package":"example.com/rec/a","Test":"TestSlow"}
+{"Action":"pass","Package":"example.com/rec/a","Test":"TestSlow/part","Elapsed":29}
+{"Action":"pass","Package":"example.com/rec/a","Test":"TestSlow","Elapsed":30}
+{"Action":"fail","Package":"example.com/rec/a","Test":"TestBroken","Elapsed":9.5}
+{"Action":"skip","Package":"example.com/rec/a","Test":"TestSkipped","Elapsed":100}
+{"Action":"fail","Package":"example.com/rec/a","Elapsed":40}
+`
+	var out bytes.Buffer
+	g := New(&out, nil, "example.com/rec")
+	if err := g.Consume(strings.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	got := g.Slowest(2)
+	want := []Timed{{"a", "TestSlow", 30}, {"a", "TestBroken", 9.5}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("Slowest(2) = %v, want %v", got, want)
+	}
+	g.Finish("allow.txt")
+	if s := out.String(); !strings.Contains(s, "slowest tests (of 3, 40 s in all, packages side by side):\n     30.0 s  75.0%  a TestSlow\n      9.5 s  23.8%  a TestBroken\n\n") {
+		t.Errorf("the slowest tests are not listed as expected:\n%s", s)
+	}
+}

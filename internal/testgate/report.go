@@ -40,8 +40,50 @@ func (g *Gate) Finish(allowFile string) Result {
 			r.Disallowed++
 		}
 	}
+	g.printSlowest(slowestShown)
 	g.printSkips(r, allowFile)
 	return r
+}
+
+// slowestShown is how many of the slowest tests Finish lists.
+const slowestShown = 15
+
+// Slowest returns the n top-level tests that took longest, longest first
+// (ties by package and name).
+func (g *Gate) Slowest(n int) []Timed {
+	t := append([]Timed(nil), g.timed...)
+	sort.Slice(t, func(i, j int) bool {
+		if t[i].Seconds != t[j].Seconds {
+			return t[i].Seconds > t[j].Seconds
+		}
+		if t[i].Package != t[j].Package {
+			return t[i].Package < t[j].Package
+		}
+		return t[i].Test < t[j].Test
+	})
+	return t[:min(n, len(t))]
+}
+
+// printSlowest lists the n slowest tests of a second or more with their
+// seconds and their share of all tests' time, so that a run's log says
+// where its time went (packages run side by side: the tests' seconds add
+// up to more than the wall time).
+func (g *Gate) printSlowest(n int) {
+	total := 0.0
+	for _, t := range g.timed {
+		total += t.Seconds
+	}
+	header := false
+	for _, t := range g.Slowest(n) {
+		if t.Seconds < 1 {
+			break
+		}
+		if !header {
+			fmt.Fprintf(g.out, "\nslowest tests (of %d, %.0f s in all, packages side by side):\n", len(g.timed), total)
+			header = true
+		}
+		fmt.Fprintf(g.out, "  %7.1f s %5.1f%%  %s %s\n", t.Seconds, 100*t.Seconds/total, t.Package, t.Test)
+	}
 }
 
 func (g *Gate) printSkips(r Result, allowFile string) {
