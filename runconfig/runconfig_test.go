@@ -176,7 +176,8 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {max_failed_fraction: 1.5}\n", "rollout.max_failed_fraction"},
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {max_failed_fraction: -0.1}\n", "must be between 0"},
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {partial: true}\n", "rollout.partial: needs run.async: true"},
-		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m', sync: {kind: vllm}}\n", "rollout.partial: needs policy.sync.kind: aipo"},
+		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m', sync: {kind: sglang}}\n", "rollout.partial: is not built for SGLang"},
+		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m'}\n", "rollout.partial: needs policy.sync.kind: aipo"},
 		{"run: {dir: r}\ndata: {demo: true}\npolicy: {top_p: 0}\n", "policy.top_p"},
 		{"run: {dir: r}\ndata: {demo: true}\npolicy: {endpoint: 'no scheme'}\n", "policy.endpoint"},
 		{"run: {dir: r}\ndata: {demo: true}\nreward: {data_source: nosuch}\n", "reward.data_source"},
@@ -271,7 +272,7 @@ func TestRelativePaths(t *testing.T) {
 }
 
 // rollout.partial is accepted where it is built: an asynchronous run that
-// pushes every checkpoint to aipo serve, or samples in process.
+// pushes every checkpoint to aipo serve or vLLM, or samples in process.
 func TestPartialAccepted(t *testing.T) {
 	c, err := Parse([]byte("run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'grpc://127.0.0.1:7070', sync: {kind: aipo}}\n"), "t.yaml", "")
 	if err != nil {
@@ -282,5 +283,8 @@ func TestPartialAccepted(t *testing.T) {
 	}
 	if _, err := Parse([]byte("run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\n"), "t.yaml", ""); err != nil {
 		t.Errorf("rollout.partial with the in-process policy: %v", err)
+	}
+	if _, err := Parse([]byte("run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m', sync: {kind: vllm, endpoints: ['http://127.0.0.1:8000']}}\n"), "t.yaml", ""); err != nil {
+		t.Errorf("rollout.partial with policy.sync kind vllm: %v", err)
 	}
 }

@@ -200,8 +200,10 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.max_in_flight", "%d must be at least 1", r.MaxInFlight)
 	case r.Partial && !c.Run.Async:
 		return fieldError("rollout.partial", "needs run.async: true (a synchronous run pushes no weights while a step is sampled, so there is nothing to continue)")
-	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind != servers.Aipo:
-		return fieldError("rollout.partial", "needs policy.sync.kind: aipo (aipo serve replicas started with --interrupt-on-reload); %q servers are not interrupted at a push yet (vLLM's and SGLang's abort-and-continue is not built), so turn rollout.partial off for them", c.Policy.Sync.Kind)
+	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind == servers.SGLang:
+		return fieldError("rollout.partial", "is not built for SGLang: its abort-and-continue (POST /pause_generation, /continue_generation) cannot be run or tested on the CPU machines this project tests on (SGLang does not start there, docs/operators.md), so turn rollout.partial off, or use vLLM (policy.sync.kind: vllm) or aipo serve --interrupt-on-reload (kind aipo)")
+	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind != servers.Aipo && c.Policy.Sync.Kind != servers.VLLM:
+		return fieldError("rollout.partial", "needs policy.sync.kind: aipo (aipo serve replicas started with --interrupt-on-reload) or vllm (each push pauses vLLM with mode abort); without a push (kind %q) nothing stops the generations in flight, so set one or turn rollout.partial off", c.Policy.Sync.Kind)
 	case r.MaxFailedFraction != nil && !(*r.MaxFailedFraction >= 0 && *r.MaxFailedFraction <= 1):
 		return fieldError("rollout.max_failed_fraction", "%v must be between 0 (no sample may fail) and 1 (any share may, short of all)", *r.MaxFailedFraction)
 	case r.PromptsPerBatch < 0:

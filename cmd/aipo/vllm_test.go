@@ -63,7 +63,9 @@ type vllmCall struct {
 	// Reloads is how many reloads had been answered when the request came.
 	Reloads int
 	Status  int
-	Tokens  []int32
+	// Finish is the answer's finish_reason (abort: stopped at a pause).
+	Finish string
+	Tokens []int32
 	// LogProbs are logprobs.token_logprobs of the answer.
 	LogProbs []float64
 	// PromptLogProbs are prompt_logprobs[1:] of the prompt's own tokens,
@@ -89,6 +91,10 @@ type vllmProxy struct {
 	// completion, when set, sees each completion request first, with the
 	// reloads answered so far and whether it is a probe.
 	completion func(reloads []string, probe bool)
+	// edit, when set, sees each /v1/completions and /pause request before
+	// it goes on to vLLM (and may hold it there), and returns the body to
+	// send.
+	edit func(path string, body []byte) []byte
 }
 
 type proxyKey struct{}
@@ -137,28 +143,46 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 		case "/v1/completions":
 			c := vllmCall{Model: in.model, Prompt: in.prompt, Reloads: in.reloads, Status: resp.StatusCode}
 			if resp.StatusCode == http.StatusOK {
-				var out struct {
-					Choices []struct {
-						TokenIDs []int32 `json:"token_ids"`
-						Logprobs *struct {
-							TokenLogprobs []float64 `json:"token_logprobs"`
-						} `json:"logprobs"`
-						PromptLogprobs []map[string]struct {
-							Logprob float64 `json:"logprob"`
-						} `json:"prompt_logprobs"`
-					} `json:"choices"`
+				// A streamed answer (rollout.partial) is one event per
+				// "data:" line, each a completion of the tokens since
+				// the last; an unstreamed one is a single completion.
+				events := [][]byte{body}
+				if bytes.HasPrefix(bytes.TrimSpace(body), []byte("data:")) {
+					events = nil
+					for _, line := range strings.Split(string(body), "\n") {
+						if d, ok := strings.CutPrefix(strings.TrimSpace(line), "data:"); ok && strings.TrimSpace(d) != "[DONE]" {
+							events = append(events, []byte(d))
+						}
+					}
 				}
-				if err := json.Unmarshal(body, &out); err != nil || len(out.Choices) != 1 {
-					return fmt.Errorf("vLLM's completion answer %q: %v", body, err)
-				}
-				ch := out.Choices[0]
-				c.Tokens = ch.TokenIDs
-				if ch.Logprobs != nil {
-					c.LogProbs = ch.Logprobs.TokenLogprobs
-				}
-				if in.promptL && len(ch.PromptLogprobs) == len(in.prompt) {
-					for i, m := range ch.PromptLogprobs[1:] {
-						c.PromptLogProbs = append(c.PromptLogProbs, m[fmt.Sprint(in.prompt[i+1])].Logprob)
+				for _, ev := range events {
+					var out struct {
+						Choices []struct {
+							FinishReason *string `json:"finish_reason"`
+							TokenIDs     []int32 `json:"token_ids"`
+							Logprobs     *struct {
+								TokenLogprobs []float64 `json:"token_logprobs"`
+							} `json:"logprobs"`
+							PromptLogprobs []map[string]struct {
+								Logprob float64 `json:"logprob"`
+							} `json:"prompt_logprobs"`
+						} `json:"choices"`
+					}
+					if err := json.Unmarshal(ev, &out); err != nil || len(out.Choices) != 1 {
+						return fmt.Errorf("vLLM's completion answer %q: %v", ev, err)
+					}
+					ch := out.Choices[0]
+					c.Tokens = append(c.Tokens, ch.TokenIDs...)
+					if ch.Logprobs != nil {
+						c.LogProbs = append(c.LogProbs, ch.Logprobs.TokenLogprobs...)
+					}
+					if ch.FinishReason != nil {
+						c.Finish = *ch.FinishReason
+					}
+					if in.promptL && len(ch.PromptLogprobs) == len(in.prompt) {
+						for i, m := range ch.PromptLogprobs[1:] {
+							c.PromptLogProbs = append(c.PromptLogProbs, m[fmt.Sprint(in.prompt[i+1])].Logprob)
+						}
 					}
 				}
 			}
@@ -167,7 +191,7 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 		return nil
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/completions" || r.URL.Path == "/collective_rpc" || r.URL.Path == "/v1/load_lora_adapter" {
+		if r.URL.Path == "/v1/completions" || r.URL.Path == "/collective_rpc" || r.URL.Path == "/v1/load_lora_adapter" || r.URL.Path == "/pause" {
 			body, _ := io.ReadAll(r.Body)
 			var in struct {
 				Model          string          `json:"model"`
@@ -186,11 +210,16 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 			json.Unmarshal(in.Prompt, &pr.prompt)
 			p.mu.Lock()
 			pr.reloads = len(p.reloads)
-			hook, seen := p.rpc, p.completion
+			hook, seen, edit := p.rpc, p.completion, p.edit
 			reloads := slices.Clone(p.reloads)
 			p.mu.Unlock()
 			if r.URL.Path == "/v1/completions" && seen != nil {
 				seen(reloads, pr.promptL)
+			}
+			if (r.URL.Path == "/v1/completions" || r.URL.Path == "/pause") && edit != nil {
+				body = edit(r.URL.Path, body)
+				r.ContentLength = int64(len(body))
+				r.Header.Del("Content-Length")
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			if r.URL.Path == "/collective_rpc" && hook != nil && hook(w, r, pr.reload) {
@@ -203,6 +232,13 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 	t.Cleanup(srv.Close)
 	p.URL = srv.URL
 	return p
+}
+
+// setEdit installs (nil: removes) the edit hook.
+func (p *vllmProxy) setEdit(f func(path string, body []byte) []byte) {
+	p.mu.Lock()
+	p.edit = f
+	p.mu.Unlock()
 }
 
 // setCompletion installs (nil: removes) the completion hook.
@@ -365,6 +401,10 @@ func mismatch(t *testing.T, m *model.Model, trajs []schemas.Trajectory) float64 
 //     startup weights (ridden out by the client, caught by the version its
 //     answers then name) is recovered by the same command, which pushes
 //     the checkpoint again and rolls the step out again;
+//   - partial rollouts: an asynchronous aipo train with rollout.partial,
+//     in which the push of checkpoint 1 pauses vLLM with mode abort while
+//     step 1's completions generate (made certain by the proxy), and the
+//     rollout continues them on the new weights (vllmPartialTrain);
 //   - restarts: vLLM killed while it loads pushed weights (the reload
 //     request has reached it), and killed mid-rollout and restarted
 //     on the checkpoint the run is at, both ridden out by one aipo train,
@@ -569,6 +609,10 @@ func TestVLLMPolicyServer(t *testing.T) {
 				t.Logf("step %d: train-inference mismatch mean |delta| %.2g, max %.2g", st.Step, st.Mismatch.AbsMean, st.Mismatch.AbsMax)
 			}
 		}
+	})
+
+	t.Run("partial", func(t *testing.T) {
+		vllmPartialTrain(t, vs, px, warm, train, collabAddr, base)
 	})
 
 	t.Run("lora", func(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/policy/servers"
 	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 )
 
@@ -52,7 +53,8 @@ func Open(ctx context.Context, cfg runconfig.Config, log func(string)) (*Servers
 		return s, nil
 	}
 	g, err := weightsync.Open(ctx, cfg.Policy.Sync.Kind, cfg.SyncEndpoints(),
-		weightsync.Options{Timeout: cfg.Policy.Sync.TimeoutOrDefault(), LoadFormat: cfg.Policy.Sync.LoadFormat, Adapter: endpointModel(cfg.Policy.Endpoint)})
+		weightsync.Options{Timeout: cfg.Policy.Sync.TimeoutOrDefault(), LoadFormat: cfg.Policy.Sync.LoadFormat, Adapter: endpointModel(cfg.Policy.Endpoint),
+			Interrupt: cfg.Rollout.Partial && cfg.Policy.Sync.Kind == servers.VLLM})
 	if err != nil {
 		return nil, fmt.Errorf("train: policy.sync: %w", err)
 	}
@@ -201,10 +203,14 @@ func (s *Servers) Endpoint(ctx context.Context, k, cp int64) (string, error) {
 // configured one, with policy_version=cp when a server pushed names no
 // version (a vLLM without /weight_info; the push confirmed it serves cp).
 // Servers that name their version are left to name it, so that one
-// restarted on its startup weights is not taken for checkpoint cp.
+// restarted on its startup weights is not taken for checkpoint cp. Under
+// rollout.partial a vLLM's endpoint gets partial=true: its pushes stop
+// the completions in flight, and the client labels each answer by the
+// version read before and after it (transforms/policy/httpclient).
 func (s *Servers) endpointFor(cp int64) string {
 	e := s.cfg.Policy.Endpoint
-	if s.group == nil || s.group.NamesVersions() {
+	partial := s.group != nil && s.cfg.Rollout.Partial && s.group.Kind() == servers.VLLM
+	if s.group == nil || s.group.NamesVersions() && !partial {
 		return e
 	}
 	u, err := url.Parse(e)
@@ -212,7 +218,12 @@ func (s *Servers) endpointFor(cp int64) string {
 		return e
 	}
 	q := u.Query()
-	q.Set("policy_version", strconv.FormatInt(cp, 10))
+	if !s.group.NamesVersions() {
+		q.Set("policy_version", strconv.FormatInt(cp, 10))
+	}
+	if partial {
+		q.Set("partial", "true")
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -12,9 +12,9 @@
 // (which server answers: auto, aipo, vllm, sglang or llamacpp; see
 // below), token_env or token_file (the bearer token, sent as
 // "Authorization: Bearer"; never put the token itself in a URI), ca (PEM
-// CA file for https), policy_version (see below), max_retries and
-// retry_budget (the retry policy shared with the gRPC client,
-// remote.Retry; default: up to 20 retries within 30s).
+// CA file for https), policy_version (see below), partial (see below),
+// max_retries and retry_budget (the retry policy shared with the gRPC
+// client, remote.Retry; default: up to 20 retries within 30s).
 //
 // # Servers
 //
@@ -151,6 +151,10 @@ type Client struct {
 	// release before its RL routes, or one started without
 	// VLLM_SERVER_DEV_MODE): its answers name no version.
 	noWeightInfo atomic.Bool
+	// partial (partial=true): weight pushes stop the server's
+	// completions; a vLLM's answers are labelled by the version read
+	// before and after them (generateOpenAI).
+	partial bool
 }
 
 var _ policy.Client = (*Client)(nil)
@@ -186,13 +190,20 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 		version = &n
 	}
 	q.Del("policy_version")
+	partial := false
+	if v := q.Get("partial"); v != "" {
+		if partial, err = strconv.ParseBool(v); err != nil {
+			return nil, fmt.Errorf("httpclient: partial=%q in %s must be true or false", v, secure.RedactURL(u))
+		}
+	}
+	q.Del("partial")
 	if len(q) > 0 {
 		keys := make([]string, 0, len(q))
 		for k := range q {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, server, policy_version, %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
+		return nil, fmt.Errorf("httpclient: unknown query parameter %q in %s (known: model, server, policy_version, partial, %s)", keys[0], secure.RedactURL(u), strings.Join(remote.Known, ", "))
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
@@ -207,7 +218,7 @@ func open(ctx context.Context, u *url.URL) (policy.Client, error) {
 	}
 	root := u.Scheme + "://" + u.Host
 	c := &Client{base: root + path, root: root + strings.TrimSuffix(path, "/v1"), model: model, token: set.Token, retry: set.Retry,
-		hc: &http.Client{Transport: tr}, kind: kind, version: version}
+		hc: &http.Client{Transport: tr}, kind: kind, version: version, partial: partial}
 	// The first answer checks the model (or finds the only one), tells
 	// the server's kind and keeps the context length for Generate.
 	in, err := c.Info(ctx)
@@ -352,10 +363,22 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		}
 		return nil, retryStatus(resp.StatusCode), remote.RetryAfter(resp.Header.Get("Retry-After"), time.Now()), se
 	}
+	if d, ok := out.(rawDecoder); ok {
+		if err := d.decodeRaw(b); err != nil {
+			return nil, false, 0, fmt.Errorf("http policy %s: %w", url, err)
+		}
+		return resp.Header, false, 0, nil
+	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return nil, false, 0, fmt.Errorf("http policy %s: the answer is not the JSON expected: %w", url, err)
 	}
 	return resp.Header, false, 0, nil
+}
+
+// rawDecoder is an answer that is not one JSON document (a stream of
+// server-sent events): once hands it the whole body.
+type rawDecoder interface {
+	decodeRaw(body []byte) error
 }
 
 // retryStatus reports whether an answer with status may succeed when the
@@ -446,13 +469,14 @@ func (c *Client) Generate(ctx context.Context, req policy.Request) (policy.Resul
 
 // check refuses a result that cannot be trained on: no tokens although
 // some were asked for (every finish, an end of sequence included, writes
-// at least the token that ended it), more than asked for, ids without
+// at least the token that ended it; a call stopped at a weight push may
+// have sampled none), more than asked for, ids without
 // log-probs or outside the vocabulary, log-probs that are not finite and
 // <= 0 (a small positive rounding is tolerated).
 func (c *Client) check(res policy.Result, maxTokens, vocab int) error {
 	who := c.who()
 	switch {
-	case maxTokens > 0 && len(res.Tokens) == 0:
+	case maxTokens > 0 && len(res.Tokens) == 0 && res.FinishReason != sampling.FinishAbort:
 		return fmt.Errorf("%s: the completion has no tokens although max_tokens is %d (finish reason %q); the server returned an empty result", who, maxTokens, res.FinishReason)
 	case maxTokens > 0 && len(res.Tokens) > maxTokens:
 		return fmt.Errorf("%s: the completion has %d tokens, more than max_tokens %d", who, len(res.Tokens), maxTokens)

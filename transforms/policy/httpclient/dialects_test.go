@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -427,5 +428,80 @@ func TestLlamaRedraw(t *testing.T) {
 		if seeds[0] == seeds[1] || seeds[1] == seeds[2] {
 			t.Errorf("redraw seeds %v repeat", seeds)
 		}
+	}
+}
+
+// TestVLLMPartial: under partial=true the client waits while vLLM says it
+// is paused, streams the completion and gathers its events (an aborted
+// one keeps every token streamed before the abort, finish reason abort),
+// labels the answer with the weight version read before and after it,
+// and asks again for a completion during which the version changed (a
+// push began and ended while it ran). A vLLM without /weight_info is
+// refused, naming the fix.
+func TestVLLMPartial(t *testing.T) {
+	var mu sync.Mutex
+	paused := []string{"true", "false"}
+	versions := []string{"3", "4"}
+	next := func(vals *[]string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		v := (*vals)[0]
+		if len(*vals) > 1 {
+			*vals = (*vals)[1:]
+		}
+		return v
+	}
+	event := func(ids []int, lps []float64, finish string) string {
+		toks := make([]string, len(ids))
+		for i, id := range ids {
+			toks[i] = "token_id:" + strconv.Itoa(id)
+		}
+		f := "null"
+		if finish != "" {
+			f = strconv.Quote(finish)
+		}
+		b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"index": 0, "token_ids": ids,
+			"logprobs": map[string]any{"tokens": toks, "token_logprobs": lps}, "finish_reason": json.RawMessage(f), "stop_reason": nil}}})
+		return "data: " + string(b) + "\n\n"
+	}
+	stream := event([]int{5, 6}, []float64{-0.5, -1}, "") + event([]int{7}, []float64{-2}, "abort") + "data: [DONE]\n\n"
+	d := &dialectServer{models: vllmModels, answers: map[string]func(map[string]any) (int, string){
+		"/is_paused":      func(map[string]any) (int, string) { return 200, `{"is_paused": ` + next(&paused) + `}` },
+		"/weight_info":    func(map[string]any) (int, string) { return 200, `{"weight_version": "` + next(&versions) + `"}` },
+		"/v1/completions": func(map[string]any) (int, string) { return 200, stream },
+	}}
+	c := openDialect(t, d, "partial=true")
+	res, err := c.Generate(context.Background(), policy.Request{Prefix: []int32{1, 2}, Params: sampling.Params{MaxTokens: 10, Temperature: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Tokens, []int32{5, 6, 7}) || !slices.Equal(res.LogProbs, []float32{-0.5, -1, -2}) || res.FinishReason != sampling.FinishAbort || res.PolicyVersion != 4 {
+		t.Errorf("result %+v; want tokens [5 6 7], log-probs [-0.5 -1 -2], finish abort, version 4", res)
+	}
+	d.mu.Lock()
+	var got []string
+	for i, p := range d.paths {
+		got = append(got, p)
+		if p == "/v1/completions" && d.posts[i]["stream"] != true {
+			t.Errorf("completion %d not streamed: %v", i, d.posts[i])
+		}
+	}
+	d.mu.Unlock()
+	want := []string{"/is_paused", "/is_paused", "/weight_info", "/v1/completions", "/weight_info", // 3, then 4: asked again
+		"/is_paused", "/weight_info", "/v1/completions", "/weight_info"}
+	if !slices.Equal(got, want) {
+		t.Errorf("requests %v, want %v", got, want)
+	}
+
+	bare := &dialectServer{models: vllmModels, answers: map[string]func(map[string]any) (int, string){
+		"/is_paused":      func(map[string]any) (int, string) { return 200, `{"is_paused": false}` },
+		"/v1/completions": func(map[string]any) (int, string) { return 200, stream },
+	}}
+	_, err = openDialect(t, bare, "partial=true").Generate(context.Background(), policy.Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 4}})
+	if err == nil || !strings.Contains(err.Error(), "VLLM_SERVER_DEV_MODE=1") || !strings.Contains(err.Error(), "/weight_info") {
+		t.Errorf("partial=true against a vLLM without /weight_info: %v, want an error naming the route and VLLM_SERVER_DEV_MODE=1", err)
+	}
+	if _, err := open(context.Background(), &url.URL{Scheme: "http", Host: "127.0.0.1:1", Path: "/v1", RawQuery: "partial=maybe"}); err == nil || !strings.Contains(err.Error(), "partial=") {
+		t.Errorf("partial=maybe: %v, want an error naming it", err)
 	}
 }

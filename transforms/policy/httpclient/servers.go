@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aipo-rl/aipo/internal/sampling"
 	"github.com/aipo-rl/aipo/transforms/policy"
+	"github.com/aipo-rl/aipo/transforms/policy/internal/remote"
 	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
@@ -224,18 +226,21 @@ func (c *Client) Detokenize(ctx context.Context, ids []int32) (string, error) {
 // SGLang (token_ids, matched_stop) and llama-server's /v1/completions
 // (logprobs.content[{id, token, logprob}], the chat completions' shape).
 type completion struct {
-	Choices []struct {
-		FinishReason string              `json:"finish_reason"`
-		StopReason   json.RawMessage     `json:"stop_reason"`  // vLLM, aipo serve
-		MatchedStop  json.RawMessage     `json:"matched_stop"` // SGLang
-		TokenIDs     []int32             `json:"token_ids"`
-		Logprobs     *completionLogprobs `json:"logprobs"`
-	} `json:"choices"`
-	PolicyVersion *int64 `json:"aipo_policy_version"`
+	Choices       []completionChoice `json:"choices"`
+	PolicyVersion *int64             `json:"aipo_policy_version"`
 	// SGLang's OpenAI route names the weight version it was given with its
 	// last weight update (update_weights_from_disk's weight_version) in
 	// the metadata of a completion; "default" until it is given one.
 	Metadata *answerMeta `json:"metadata"`
+}
+
+// completionChoice is one choice of a completion.
+type completionChoice struct {
+	FinishReason string              `json:"finish_reason"`
+	StopReason   json.RawMessage     `json:"stop_reason"`  // vLLM, aipo serve
+	MatchedStop  json.RawMessage     `json:"matched_stop"` // SGLang
+	TokenIDs     []int32             `json:"token_ids"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
 }
 
 // completionLogprobs is a choice's log-probs, in the shapes completion
@@ -281,6 +286,10 @@ func (c *Client) generateOpenAI(ctx context.Context, req policy.Request, maxToke
 	if req.Session != "" && c.serverKind() == servers.Aipo {
 		body["aipo_session"] = req.Session
 	}
+	if c.partial && c.serverKind() == servers.VLLM {
+		body["stream"] = true
+		return c.generateVLLMPartial(ctx, body, p)
+	}
 	var out completion
 	h, err := c.do(ctx, http.MethodPost, c.base+"/completions", body, &out)
 	if err != nil {
@@ -294,6 +303,143 @@ func (c *Client) generateOpenAI(ctx context.Context, req policy.Request, maxToke
 		out.Metadata = &answerMeta{wv}
 	}
 	return c.result(&out, h, p)
+}
+
+// maxStraddled bounds how many times in a row generateVLLMPartial asks
+// again for a completion during which the weight version changed.
+const maxStraddled = 8
+
+// pausePoll is how often a client under partial=true asks a paused vLLM
+// whether it has resumed.
+const pausePoll = 50 * time.Millisecond
+
+// generateVLLMPartial is a vLLM completion under partial=true (see the
+// package documentation): once the server is not paused, the weight
+// version is read before the completion and after it, and the completion
+// is asked again while the two differ.
+func (c *Client) generateVLLMPartial(ctx context.Context, body map[string]any, p sampling.Params) (policy.Result, error) {
+	for straddled := 0; ; straddled++ {
+		if err := c.vllmAwaitResumed(ctx); err != nil {
+			return policy.Result{}, err
+		}
+		before, err := c.vllmWeightVersion(ctx)
+		if err != nil {
+			return policy.Result{}, err
+		}
+		if c.noWeightInfo.Load() {
+			return policy.Result{}, fmt.Errorf("%s: partial=true needs vLLM's GET /weight_info to tell which weights sampled an answer, and it answered 404: start vLLM with VLLM_SERVER_DEV_MODE=1 (a release before 0.32.0 may lack the route), or turn rollout.partial off", c.who())
+		}
+		var ev streamedCompletion
+		h, err := c.do(ctx, http.MethodPost, c.base+"/completions", body, &ev)
+		if err != nil {
+			return policy.Result{}, err
+		}
+		out := ev.completion
+		after, err := c.vllmWeightVersion(ctx)
+		if err != nil {
+			return policy.Result{}, err
+		}
+		if before == after {
+			out.Metadata = &answerMeta{before}
+			return c.result(&out, h, p)
+		}
+		if straddled+1 >= maxStraddled {
+			return policy.Result{}, fmt.Errorf("%s: the weight version changed during each of %d completions in a row (last %q, then %q): the weights are pushed faster than a completion runs", c.who(), maxStraddled, before, after)
+		}
+	}
+}
+
+// streamedCompletion is a completion streamed as server-sent events
+// ("data: {chunk}" lines, then "data: [DONE]"), gathered into one
+// completion: each chunk's token_ids, logprobs.tokens and
+// logprobs.token_logprobs appended in order, the finish and stop reasons
+// of the chunk that names them. vLLM streams a partial=true completion:
+// a request it aborts at a pause may answer, unstreamed, with fewer
+// tokens than it sampled (vLLM 0.32.0's CPU build, aborted after 3 s of
+// generation, answered 1 token where its streamed twin, same seed and
+// same 3 s, answered about a hundred), while the stream carries every
+// token sampled before the abort.
+type streamedCompletion struct {
+	completion
+}
+
+func (sc *streamedCompletion) decodeRaw(body []byte) error {
+	ch := completionChoice{Logprobs: &completionLogprobs{}}
+	done, chunks := false, 0
+	for _, line := range strings.Split(string(body), "\n") {
+		data, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), "data:")
+		if !ok {
+			continue
+		}
+		data = strings.TrimSpace(data)
+		if data == "[DONE]" {
+			done = true
+			break
+		}
+		var chunk completion
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			return fmt.Errorf("event %d of the streamed completion is not the JSON expected: %w", chunks, err)
+		}
+		chunks++
+		if len(chunk.Choices) != 1 {
+			return fmt.Errorf("event %d of the streamed completion has %d choices, want 1", chunks-1, len(chunk.Choices))
+		}
+		c := chunk.Choices[0]
+		if c.Logprobs == nil && len(c.TokenIDs) > 0 {
+			return fmt.Errorf("event %d of the streamed completion has token ids and no logprobs; the server must return log-probs of completions (vLLM: do not set --max-logprobs 0)", chunks-1)
+		}
+		ch.TokenIDs = append(ch.TokenIDs, c.TokenIDs...)
+		if c.Logprobs != nil {
+			ch.Logprobs.Tokens = append(ch.Logprobs.Tokens, c.Logprobs.Tokens...)
+			ch.Logprobs.TokenLogprobs = append(ch.Logprobs.TokenLogprobs, c.Logprobs.TokenLogprobs...)
+		}
+		if c.FinishReason != "" {
+			ch.FinishReason, ch.StopReason = c.FinishReason, c.StopReason
+		}
+	}
+	if !done {
+		return fmt.Errorf("the streamed completion ended after %d events without data: [DONE]", chunks)
+	}
+	if ch.FinishReason == "" {
+		return fmt.Errorf("the streamed completion's %d events name no finish reason", chunks)
+	}
+	sc.Choices = []completionChoice{ch}
+	return nil
+}
+
+// vllmAwaitResumed waits while vLLM's GET /is_paused answers true (a
+// weight push is under way), within remote.CallTimeout or ctx's deadline.
+func (c *Client) vllmAwaitResumed(ctx context.Context) error {
+	wctx, cancel := remote.Attempt(ctx)
+	defer cancel()
+	for {
+		var out struct {
+			Paused *bool `json:"is_paused"`
+		}
+		if _, err := c.meta(wctx, http.MethodGet, c.root+"/is_paused", nil, &out); err != nil {
+			if ctx.Err() == nil && wctx.Err() != nil {
+				return fmt.Errorf("%s: still paused (GET /is_paused) after %s: a weight push that never resumed the server? %w", c.who(), remote.CallTimeout, err)
+			}
+			if IsStatus(err, http.StatusNotFound) {
+				return fmt.Errorf("%s: partial=true needs vLLM's GET /is_paused, and it answered 404: start vLLM with VLLM_SERVER_DEV_MODE=1 (a release before 0.32.0 may lack the route), or turn rollout.partial off", c.who())
+			}
+			return err
+		}
+		if out.Paused == nil {
+			return fmt.Errorf("%s: GET /is_paused answered no is_paused; is the server vLLM? (set server= in the endpoint URI)", c.who())
+		}
+		if !*out.Paused {
+			return nil
+		}
+		select {
+		case <-time.After(pausePoll):
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%s: still paused (GET /is_paused) after %s: a weight push that never resumed the server?", c.who(), remote.CallTimeout)
+		}
+	}
 }
 
 // vllmWeightVersion is vLLM's GET /weight_info weight_version: the version

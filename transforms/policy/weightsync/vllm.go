@@ -30,7 +30,7 @@ func init() {
 			"and the probe asked of NAME",
 		TiedHead: true, // its reload keeps a tied LM head on its old values (docs/operators.md, vLLM)
 		Open: func(_ context.Context, endpoint string, o Options) (Replica, error) {
-			return openVLLM(endpoint, o.Timeout, o.Adapter)
+			return openVLLM(endpoint, o.Timeout, o.Adapter, o.Interrupt)
 		},
 	})
 }
@@ -78,6 +78,9 @@ type vllmReplica struct {
 	s *httpServer
 	// adapter is the model name LoRA adapters are loaded under (Options.Adapter).
 	adapter string
+	// interrupt: each push pauses the server with mode abort first
+	// (Options.Interrupt; see Push).
+	interrupt bool
 
 	mu sync.Mutex
 	// versioned: the last push set the server's weight_version.
@@ -88,12 +91,12 @@ type vllmReplica struct {
 	lastProbe   []float64
 }
 
-func openVLLM(endpoint string, timeout time.Duration, adapter string) (Replica, error) {
+func openVLLM(endpoint string, timeout time.Duration, adapter string, interrupt bool) (Replica, error) {
 	s, err := openHTTP(endpoint, timeout)
 	if err != nil {
 		return nil, err
 	}
-	return &vllmReplica{s: s, adapter: adapter}, nil
+	return &vllmReplica{s: s, adapter: adapter, interrupt: interrupt}, nil
 }
 
 // NamesVersions reports whether the last push set the server's
@@ -172,7 +175,32 @@ func (r *vllmReplica) probe(ctx context.Context, model string) ([]float64, error
 	return out, nil
 }
 
-func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) error {
+// Push loads ck's weights (or adapter) and settles them (settle). Under
+// Options.Interrupt it first pauses the server with
+//
+//	POST /pause?mode=abort                 (vllm/entrypoints/rl/online/api_router.py)
+//	  200 {"status": "paused"}
+//
+// which aborts every request in flight (each answers finish_reason
+// "abort" with the tokens and log-probs it sampled) and holds new ones
+// unscheduled until POST /resume; settle then sets the version before it
+// resumes the server, so that nothing is sampled by the new weights
+// under the old version, and probes after (a paused server samples
+// nothing). A push that fails after the pause still resumes the server.
+func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) (err error) {
+	if r.interrupt {
+		if err := r.post(ctx, "/pause?mode=abort", "the pause before the load (start vLLM with VLLM_SERVER_DEV_MODE=1, which mounts it; a release before 0.32.0 may lack it)"); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				// The version may not be set: resume all the same, so
+				// that the server is not left paused; the run stops on
+				// err.
+				r.post(ctx, "/resume", "")
+			}
+		}()
+	}
 	if peftdir.IsAdapterDir(ck.Dir) {
 		if err := r.loadAdapter(ctx, ck); err != nil {
 			return err
@@ -207,6 +235,11 @@ func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) error {
 // settle follows a load of ck's weights (done says which, for errors):
 // it drops the prefix cache, checks with the probe asked of model that
 // the load reached the model, and sets the server's weight version.
+//
+// Under Options.Interrupt (the server paused by Push) the version is set
+// first and the server resumed before the probe: a paused vLLM samples
+// nothing, the probe included. A probe that then fails fails the push
+// as before, with the server already naming the version.
 func (r *vllmReplica) settle(ctx context.Context, ck Checkpoint, model, done string) error {
 	status, b, err := r.s.call(ctx, http.MethodPost, "/reset_prefix_cache", nil)
 	if err != nil {
@@ -215,6 +248,27 @@ func (r *vllmReplica) settle(ctx context.Context, ck Checkpoint, model, done str
 	if status != http.StatusOK {
 		return fmt.Errorf("%s, but POST /reset_prefix_cache answered %d %s", done, status, short(b))
 	}
+	if r.interrupt {
+		if err := r.setVersion(ctx, ck, done); err != nil {
+			return err
+		}
+		if !r.NamesVersions() {
+			return fmt.Errorf("%s, but POST /update_weight_version answered 404: rollout.partial needs vLLM to name the version of its answers (its RL routes, mounted by VLLM_SERVER_DEV_MODE=1)", done)
+		}
+		if err := r.post(ctx, "/resume", ""); err != nil {
+			return fmt.Errorf("%s, but %w", done, err)
+		}
+		return r.checkProbe(ctx, ck, model, done)
+	}
+	if err := r.checkProbe(ctx, ck, model, done); err != nil {
+		return err
+	}
+	return r.setVersion(ctx, ck, done)
+}
+
+// checkProbe asks the probe of model and fails when it did not move
+// since the previous push of another version.
+func (r *vllmReplica) checkProbe(ctx context.Context, ck Checkpoint, model, done string) error {
 	now, err := r.probe(ctx, model)
 	if err != nil {
 		return fmt.Errorf("%s, but %w", done, err)
@@ -228,8 +282,14 @@ func (r *vllmReplica) settle(ctx context.Context, ck Checkpoint, model, done str
 	r.mu.Lock()
 	r.lastVersion, r.lastProbe = ck.Version, now
 	r.mu.Unlock()
+	return nil
+}
+
+// setVersion sets the server's weight version to ck's and checks that
+// /weight_info names it; a server without the route is left unversioned.
+func (r *vllmReplica) setVersion(ctx context.Context, ck Checkpoint, done string) error {
 	version := strconv.FormatInt(ck.Version, 10)
-	status, b, err = r.s.call(ctx, http.MethodPost, "/update_weight_version", map[string]string{"new_version": version})
+	status, b, err := r.s.call(ctx, http.MethodPost, "/update_weight_version", map[string]string{"new_version": version})
 	if err != nil {
 		return fmt.Errorf("%s, but POST /update_weight_version failed: %w", done, err)
 	}
@@ -244,6 +304,22 @@ func (r *vllmReplica) settle(ctx context.Context, ck Checkpoint, model, done str
 		return fmt.Errorf("after POST /update_weight_version %s, GET /weight_info reports %q (%v)", version, got, err)
 	}
 	r.setVersioned(true)
+	return nil
+}
+
+// post sends an empty POST to path and wants 200; what names the route
+// in the error of a 404.
+func (r *vllmReplica) post(ctx context.Context, path, what string) error {
+	status, b, err := r.s.call(ctx, http.MethodPost, path, nil)
+	if err != nil {
+		return fmt.Errorf("POST %s failed: %w", path, err)
+	}
+	if status == http.StatusNotFound && what != "" {
+		return fmt.Errorf("POST %s answered 404: %s", path, what)
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("POST %s answered %d %s", path, status, short(b))
+	}
 	return nil
 }
 

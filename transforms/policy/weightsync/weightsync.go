@@ -54,6 +54,12 @@ type Options struct {
 	// /v1/load_lora_adapter): the name its rollouts ask for, the policy
 	// endpoint's ?model=.
 	Adapter string
+	// Interrupt stops the server's generations in flight at each push
+	// (rollout.partial): vLLM is paused with POST /pause?mode=abort
+	// before the load, which ends every request with finish reason abort
+	// and the tokens sampled so far, and resumed once the new version is
+	// set. Kinds that cannot do so refuse it at Open.
+	Interrupt bool
 }
 
 // Replica is one server of a group, as its kind's Open connects to it.
