@@ -43,3 +43,33 @@ func TestSyncKindSettings(t *testing.T) {
 		s.Close()
 	}
 }
+
+// Under rollout.partial a vLLM's rollout endpoint says partial=true (its
+// pushes abort the completions in flight, and the client labels answers
+// by the versions read around them); aipo serve's does not change.
+func TestPartialEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		kind, endpoint string
+		partial        bool
+	}{
+		{servers.Aipo, "grpc://127.0.0.1:1", false},
+		{servers.VLLM, "http://127.0.0.1:1/v1?model=m", true},
+	} {
+		var cfg runconfig.Config
+		cfg.Policy.Endpoint = tc.endpoint
+		cfg.Policy.Sync = runconfig.Sync{Kind: tc.kind}
+		cfg.Run.Async, cfg.Rollout.Partial = true, true
+		s, err := Open(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatalf("kind %q: %v", tc.kind, err)
+		}
+		got := s.endpointFor(3)
+		if has := strings.Contains(got, "partial=true"); has != tc.partial || !strings.Contains(got, "127.0.0.1:1") {
+			t.Errorf("kind %q: rollout endpoint %q, want partial=true %v", tc.kind, got, tc.partial)
+		}
+		if tc.kind == servers.VLLM && !strings.Contains(got, "model=m") {
+			t.Errorf("rollout endpoint %q lost model=m", got)
+		}
+		s.Close()
+	}
+}
