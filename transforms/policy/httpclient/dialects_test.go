@@ -437,7 +437,8 @@ func TestLlamaRedraw(t *testing.T) {
 // labels the answer with the weight version read before and after it,
 // and asks again for a completion during which the version changed (a
 // push began and ended while it ran). A vLLM without /weight_info is
-// refused, naming the fix.
+// refused, naming the fix, and a stream that ends in an error event fails
+// with the server's message.
 func TestVLLMPartial(t *testing.T) {
 	var mu sync.Mutex
 	paused := []string{"true", "false"}
@@ -500,6 +501,17 @@ func TestVLLMPartial(t *testing.T) {
 	_, err = openDialect(t, bare, "partial=true").Generate(context.Background(), policy.Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 4}})
 	if err == nil || !strings.Contains(err.Error(), "VLLM_SERVER_DEV_MODE=1") || !strings.Contains(err.Error(), "/weight_info") {
 		t.Errorf("partial=true against a vLLM without /weight_info: %v, want an error naming the route and VLLM_SERVER_DEV_MODE=1", err)
+	}
+	broken := &dialectServer{models: vllmModels, answers: map[string]func(map[string]any) (int, string){
+		"/is_paused":   func(map[string]any) (int, string) { return 200, `{"is_paused": false}` },
+		"/weight_info": func(map[string]any) (int, string) { return 200, `{"weight_version": "4"}` },
+		"/v1/completions": func(map[string]any) (int, string) {
+			return 200, event([]int{5}, []float64{-0.5}, "") + `data: {"error": {"message": "engine dead"}}` + "\n\n"
+		},
+	}}
+	_, err = openDialect(t, broken, "partial=true").Generate(context.Background(), policy.Request{Prefix: []int32{1}, Params: sampling.Params{MaxTokens: 4}})
+	if err == nil || !strings.Contains(err.Error(), "engine dead") {
+		t.Errorf("a stream that ends in an error event: %v, want the server's message", err)
 	}
 	if _, err := open(context.Background(), &url.URL{Scheme: "http", Host: "127.0.0.1:1", Path: "/v1", RawQuery: "partial=maybe"}); err == nil || !strings.Contains(err.Error(), "partial=") {
 		t.Errorf("partial=maybe: %v, want an error naming it", err)

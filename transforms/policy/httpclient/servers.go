@@ -376,11 +376,22 @@ func (sc *streamedCompletion) decodeRaw(body []byte) error {
 			done = true
 			break
 		}
-		var chunk completion
+		var chunk struct {
+			completion
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
 			return fmt.Errorf("event %d of the streamed completion is not the JSON expected: %w", chunks, err)
 		}
 		chunks++
+		if chunk.Error != nil {
+			return fmt.Errorf("the server stopped the streamed completion with an error after %d events: %s", chunks-1, chunk.Error.Message)
+		}
+		if len(chunk.Choices) == 0 {
+			continue // a usage report
+		}
 		if len(chunk.Choices) != 1 {
 			return fmt.Errorf("event %d of the streamed completion has %d choices, want 1", chunks-1, len(chunk.Choices))
 		}
