@@ -23,6 +23,7 @@ import (
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/policy/weightsync"
 )
 
 // vllmPartialTrain runs aipo train against the real vLLM vs (behind the
@@ -39,20 +40,27 @@ import (
 // 0; the proxy holds them, then, when the pause arrives, lets them
 // through with vLLM's min_tokens set to their max_tokens (so that none
 // can end early), waits until vLLM reports them all running with tokens
-// sampled, and only then passes the pause on. The run must then show:
-// calls vLLM answered with finish reason abort and aipo counted as
-// interrupted, step 1 trajectories holding policy tokens of versions 0
-// and 1, every step with all its batch x group samples and none failed,
-// and every policy token's recorded log-prob within vllmLogProbTol of
-// the learner's under the checkpoint of the token's version (vLLM's
-// raw log-probs are taken before min_tokens masks the end of sequence).
+// sampled and the clients have read the weight version after their
+// first token (GET /weight_info, by which the client tells that version
+// 0 sampled them; see httpclient's generateVLLMPartial), and only then
+// passes the pause on. The run must then show: calls vLLM answered with
+// finish reason abort and aipo counted as interrupted, every token an
+// aborted call had sampled kept in a trajectory, followed there by
+// tokens of a later version, step 1 trajectories holding policy tokens
+// of versions 0 and 1, every step with all its batch x group samples and
+// none failed, and every policy token's recorded log-prob within
+// vllmLogProbTol of the learner's under the checkpoint of the token's
+// version (vLLM's raw log-probs are taken before min_tokens masks the
+// end of sequence). The loss is Dr. GRPO's, which keeps every group
+// (DAPO's dynamic sampling would leave out those whose rewards are all
+// equal, and with them, often, every sample the push interrupted).
 func vllmPartialTrain(t *testing.T, vs *vllmserver.Server, px *vllmProxy, warm, train, collabAddr, base string) {
 	ctx := context.Background()
 	runDir := filepath.Join(base, "partial")
 	cfgPath := filepath.Join(base, "partial.yaml")
 	text := tinyRecipe{name: "vllm", dir: runDir, steps: 3, train: train, batch: 4,
 		policy: px.URL + "/v1?model=policy", sync: fmt.Sprintf("{kind: vllm, endpoints: [%q], timeout: 300s}", px.URL),
-		group: 4, loss: "dapo", collab: collabAddr, eval: "eval:\n  every: 0\n"}.yaml()
+		group: 4, loss: "drgrpo", collab: collabAddr, eval: "eval:\n  every: 0\n"}.yaml()
 	for old, new := range map[string]string{"steps: 3}": "steps: 3, async: true}", "max_response_tokens: 40": "max_response_tokens: 160", "rollout:\n": "rollout:\n  partial: true\n"} {
 		if !strings.Contains(text, old) {
 			t.Fatalf("the tiny recipe has no %q to change", old)
@@ -97,12 +105,13 @@ func vllmPartialTrain(t *testing.T, vs *vllmserver.Server, px *vllmProxy, warm, 
 			if err != nil {
 				fail(err)
 			}
+			wi0 := px.weightInfoCount()
 			close(release)
 			if err := waitFor(2*time.Minute, func() bool {
 				gen, running, err := vllmGenerating(vs.URL)
-				return err == nil && running >= float64(n) && gen-gen0 >= float64(2*n)
+				return err == nil && running >= float64(n) && gen-gen0 >= float64(2*n) && px.weightInfoCount()-wi0 >= n
 			}); err != nil {
-				fail(fmt.Errorf("the %d held completions of step 1 did not all run in vLLM: %w", n, err))
+				fail(fmt.Errorf("the %d held completions of step 1 did not all run in vLLM and get their first token to the client: %w", n, err))
 			}
 			return body
 		}
@@ -143,18 +152,24 @@ func vllmPartialTrain(t *testing.T, vs *vllmserver.Server, px *vllmProxy, warm, 
 	}
 	t.Logf("aipo train, 3 steps, async with partial rollouts: %s; %d completions of step 1 held for the push of checkpoint 1", time.Since(t0).Round(time.Second), held)
 
+	if errs := px.streamErrors(); len(errs) > 0 {
+		t.Errorf("the proxy could not read %d streamed answers: %v", len(errs), errs[0])
+	}
 	calls, _ := px.snapshot()
-	aborted, abortedTokens := 0, 0
+	var abortedCalls []vllmCall
+	var kept []int
 	for _, c := range calls {
 		if c.Finish == "abort" {
-			aborted++
-			abortedTokens += len(c.Tokens)
+			abortedCalls = append(abortedCalls, c)
+			kept = append(kept, len(c.Tokens))
 		}
 	}
-	t.Logf("vLLM aborted %d completions, which had sampled %d tokens", aborted, abortedTokens)
-	if aborted == 0 {
+	t.Logf("vLLM aborted %d completions, which had sampled %v tokens", len(abortedCalls), kept)
+	if len(abortedCalls) == 0 {
 		t.Errorf("vLLM answered no completion with finish reason abort: the pushes interrupted nothing")
 	}
+	aborted := len(abortedCalls)
+	var all []schemas.Trajectory
 	models := map[int64]*model.Model{}
 	scored, worst, interrupted, mixed := 0, 0.0, int64(0), 0
 	for k := int64(0); k < 3; k++ {
@@ -166,12 +181,10 @@ func vllmPartialTrain(t *testing.T, vs *vllmserver.Server, px *vllmProxy, warm, 
 		if err != nil {
 			t.Fatal(err)
 		}
-		// DAPO's dynamic sampling leaves out the groups whose rewards
-		// are all equal; every other sample is there.
-		if st.Trajectories != 16 || st.Finish[schemas.FinishError] != 0 || m.Rows != 16-4*st.GroupsDropped || int64(len(trajs)) != m.Rows {
-			t.Errorf("step %d: %d trajectories sampled (%d failed), %d written (%d groups left out by dynamic sampling), %d read; want 16 sampled, none failed, the rest of the left-out groups written",
-				k, st.Trajectories, st.Finish[schemas.FinishError], m.Rows, st.GroupsDropped, len(trajs))
+		if st.Trajectories != 16 || st.Finish[schemas.FinishError] != 0 || m.Rows != 16 || len(trajs) != 16 {
+			t.Errorf("step %d: %d trajectories sampled (%d failed), %d written, %d read; want 16 of each, none failed", k, st.Trajectories, st.Finish[schemas.FinishError], m.Rows, len(trajs))
 		}
+		all = append(all, trajs...)
 		interrupted += st.PolicyInterrupted
 		for _, tr := range trajs {
 			name := fmt.Sprintf("step %d %s/%d", k, tr.PromptID, tr.SampleIndex)
@@ -217,6 +230,17 @@ func vllmPartialTrain(t *testing.T, vs *vllmserver.Server, px *vllmProxy, warm, 
 			}
 		}
 	}
+	// Every token an aborted completion sampled is in a trajectory, after
+	// the completion's prompt, with vLLM's log-probs, one version, and
+	// tokens of a later version after them when the sample went on.
+	for i, c := range abortedCalls {
+		if len(c.Tokens) == 0 {
+			continue
+		}
+		if !keptIn(all, c) {
+			t.Errorf("aborted completion %d (prompt of %d tokens) sampled %d tokens %v that no trajectory holds after its prompt with their log-probs and a later version after them", i, len(c.Prompt), len(c.Tokens), c.Tokens)
+		}
+	}
 	t.Logf("%d completions aborted by vLLM, %d policy calls interrupted, %d trajectories with policy tokens of two versions; %d policy tokens scored by their version's checkpoint: max |delta log-prob| %.3g",
 		aborted, interrupted, mixed, scored, worst)
 	if interrupted == 0 {
@@ -225,6 +249,73 @@ func vllmPartialTrain(t *testing.T, vs *vllmserver.Server, px *vllmProxy, warm, 
 	if mixed == 0 {
 		t.Errorf("no trajectory holds policy tokens of two versions")
 	}
+	pushLeavesNoPause(t, vs, px, runDir)
+}
+
+// pushLeavesNoPause pushes a checkpoint of runDir under rollout.partial
+// through the proxy, which holds its reload past the push's timeout and
+// never passes it on: the push has paused vLLM, fails on its timeout,
+// and must resume vLLM although its context has ended.
+func pushLeavesNoPause(t *testing.T, vs *vllmserver.Server, px *vllmProxy, runDir string) {
+	ctx := context.Background()
+	g, err := weightsync.Open(ctx, "vllm", []string{px.URL}, weightsync.Options{Timeout: 2 * time.Second, Interrupt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	px.setRPC(func(w http.ResponseWriter, r *http.Request, path string) bool {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(time.Minute):
+		}
+		http.Error(w, "held by the test past the push's timeout", http.StatusServiceUnavailable)
+		return true
+	})
+	defer px.setRPC(nil)
+	err = g.Push(ctx, weightsync.Checkpoint{Dir: rundir.Checkpoint(runDir, 1), Version: 1})
+	if err == nil || !strings.Contains(err.Error(), "policy.sync.timeout") || strings.Contains(err.Error(), "may stay paused") {
+		t.Errorf("a push whose reload outlived its timeout: %v, want a timeout error and vLLM resumed", err)
+	}
+	var st struct {
+		Paused *bool `json:"is_paused"`
+	}
+	resp, err := http.Get(vs.URL + "/is_paused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.Paused == nil || *st.Paused {
+		t.Errorf("vLLM after a push that failed on its timeout: GET /is_paused %v (%v), want is_paused false", st.Paused, err)
+	}
+}
+
+// keptIn reports whether a trajectory of trajs holds c's tokens right
+// after c's prompt, with c's log-probs (float32), all of one version, and
+// either ends with them or has its next policy token of a later version.
+func keptIn(trajs []schemas.Trajectory, c vllmCall) bool {
+	for _, tr := range trajs {
+		seq := append(slices.Clone(tr.PromptIDs), tr.ResponseIDs...)
+		at := len(c.Prompt) - len(tr.PromptIDs)
+		if at < 0 || len(seq) < len(c.Prompt)+len(c.Tokens) || !slices.Equal(seq[:len(c.Prompt)], c.Prompt) || !slices.Equal(seq[len(c.Prompt):len(c.Prompt)+len(c.Tokens)], c.Tokens) {
+			continue
+		}
+		versions := tr.TokenVersions()
+		v, ok := versions[at], true
+		for j := range c.Tokens {
+			i := at + j
+			ok = ok && tr.TokenSource[i] == schemas.SourcePolicy && versions[i] == v && tr.BehaviorLogProbs[i] == float32(c.LogProbs[j])
+		}
+		for i := at + len(c.Tokens); ok && i < len(tr.ResponseIDs); i++ {
+			if tr.TokenSource[i] == schemas.SourcePolicy {
+				ok = versions[i] > v
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }
 
 // waitFor polls cond every 100 ms until it holds, for at most limit.

@@ -95,6 +95,11 @@ type vllmProxy struct {
 	// it goes on to vLLM (and may hold it there), and returns the body to
 	// send.
 	edit func(path string, body []byte) []byte
+	// weightInfos counts the GET /weight_info requests vLLM answered.
+	weightInfos int
+	// streamErrs are the streamed answers that could not be recorded
+	// (they went on to the client as vLLM wrote them).
+	streamErrs []error
 }
 
 type proxyKey struct{}
@@ -118,9 +123,22 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 	// vLLM down (killed, restarting) is a 502 to the client, which the
 	// tests mean to cause; the proxy need not log each one.
 	rp.ErrorLog = log.New(io.Discard, "", 0)
+	// A streamed answer (rollout.partial) goes to the client event by
+	// event, as vLLM writes it, and is recorded once it has all passed.
+	rp.FlushInterval = -1
 	rp.ModifyResponse = func(resp *http.Response) error {
 		in, ok := resp.Request.Context().Value(proxyKey{}).(proxyReq)
 		if !ok {
+			return nil
+		}
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			resp.Body = &recordingBody{rc: resp.Body, done: func(body []byte) {
+				if err := p.record(in, resp.StatusCode, body); err != nil {
+					p.mu.Lock()
+					p.streamErrs = append(p.streamErrs, err)
+					p.mu.Unlock()
+				}
+			}}
 			return nil
 		}
 		body, err := io.ReadAll(resp.Body)
@@ -129,68 +147,16 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 			return err
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(body))
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		switch in.path {
-		case "/collective_rpc":
-			if resp.StatusCode == http.StatusOK && in.reload != "" {
-				p.reloads = append(p.reloads, in.reload)
-			}
-		case "/v1/load_lora_adapter":
-			if resp.StatusCode == http.StatusOK {
-				p.adapters = append(p.adapters, in.reload)
-			}
-		case "/v1/completions":
-			c := vllmCall{Model: in.model, Prompt: in.prompt, Reloads: in.reloads, Status: resp.StatusCode}
-			if resp.StatusCode == http.StatusOK {
-				// A streamed answer (rollout.partial) is one event per
-				// "data:" line, each a completion of the tokens since
-				// the last; an unstreamed one is a single completion.
-				events := [][]byte{body}
-				if bytes.HasPrefix(bytes.TrimSpace(body), []byte("data:")) {
-					events = nil
-					for _, line := range strings.Split(string(body), "\n") {
-						if d, ok := strings.CutPrefix(strings.TrimSpace(line), "data:"); ok && strings.TrimSpace(d) != "[DONE]" {
-							events = append(events, []byte(d))
-						}
-					}
-				}
-				for _, ev := range events {
-					var out struct {
-						Choices []struct {
-							FinishReason *string `json:"finish_reason"`
-							TokenIDs     []int32 `json:"token_ids"`
-							Logprobs     *struct {
-								TokenLogprobs []float64 `json:"token_logprobs"`
-							} `json:"logprobs"`
-							PromptLogprobs []map[string]struct {
-								Logprob float64 `json:"logprob"`
-							} `json:"prompt_logprobs"`
-						} `json:"choices"`
-					}
-					if err := json.Unmarshal(ev, &out); err != nil || len(out.Choices) != 1 {
-						return fmt.Errorf("vLLM's completion answer %q: %v", ev, err)
-					}
-					ch := out.Choices[0]
-					c.Tokens = append(c.Tokens, ch.TokenIDs...)
-					if ch.Logprobs != nil {
-						c.LogProbs = append(c.LogProbs, ch.Logprobs.TokenLogprobs...)
-					}
-					if ch.FinishReason != nil {
-						c.Finish = *ch.FinishReason
-					}
-					if in.promptL && len(ch.PromptLogprobs) == len(in.prompt) {
-						for i, m := range ch.PromptLogprobs[1:] {
-							c.PromptLogProbs = append(c.PromptLogProbs, m[fmt.Sprint(in.prompt[i+1])].Logprob)
-						}
-					}
-				}
-			}
-			p.calls = append(p.calls, c)
-		}
-		return nil
+		return p.record(in, resp.StatusCode, body)
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/weight_info" {
+			rp.ServeHTTP(w, r)
+			p.mu.Lock()
+			p.weightInfos++
+			p.mu.Unlock()
+			return
+		}
 		if r.URL.Path == "/v1/completions" || r.URL.Path == "/collective_rpc" || r.URL.Path == "/v1/load_lora_adapter" || r.URL.Path == "/pause" {
 			body, _ := io.ReadAll(r.Body)
 			var in struct {
@@ -232,6 +198,111 @@ func newVLLMProxy(t *testing.T, target string) *vllmProxy {
 	t.Cleanup(srv.Close)
 	p.URL = srv.URL
 	return p
+}
+
+// record keeps what vLLM answered to in.
+func (p *vllmProxy) record(in proxyReq, status int, body []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch in.path {
+	case "/collective_rpc":
+		if status == http.StatusOK && in.reload != "" {
+			p.reloads = append(p.reloads, in.reload)
+		}
+	case "/v1/load_lora_adapter":
+		if status == http.StatusOK {
+			p.adapters = append(p.adapters, in.reload)
+		}
+	case "/v1/completions":
+		c := vllmCall{Model: in.model, Prompt: in.prompt, Reloads: in.reloads, Status: status}
+		if status == http.StatusOK {
+			// A streamed answer (rollout.partial) is one event per
+			// "data:" line, each a completion of the tokens since the
+			// last; an unstreamed one is a single completion.
+			events := [][]byte{body}
+			if bytes.HasPrefix(bytes.TrimSpace(body), []byte("data:")) {
+				events = nil
+				for _, line := range strings.Split(string(body), "\n") {
+					if d, ok := strings.CutPrefix(strings.TrimSpace(line), "data:"); ok && strings.TrimSpace(d) != "[DONE]" {
+						events = append(events, []byte(d))
+					}
+				}
+			}
+			for _, ev := range events {
+				var out struct {
+					Choices []struct {
+						FinishReason *string `json:"finish_reason"`
+						TokenIDs     []int32 `json:"token_ids"`
+						Logprobs     *struct {
+							TokenLogprobs []float64 `json:"token_logprobs"`
+						} `json:"logprobs"`
+						PromptLogprobs []map[string]struct {
+							Logprob float64 `json:"logprob"`
+						} `json:"prompt_logprobs"`
+					} `json:"choices"`
+				}
+				if err := json.Unmarshal(ev, &out); err != nil {
+					return fmt.Errorf("vLLM's completion answer %q: %v", ev, err)
+				}
+				if len(out.Choices) == 0 {
+					continue // a streamed usage report
+				}
+				if len(out.Choices) != 1 {
+					return fmt.Errorf("vLLM's completion answer %q has %d choices", ev, len(out.Choices))
+				}
+				ch := out.Choices[0]
+				c.Tokens = append(c.Tokens, ch.TokenIDs...)
+				if ch.Logprobs != nil {
+					c.LogProbs = append(c.LogProbs, ch.Logprobs.TokenLogprobs...)
+				}
+				if ch.FinishReason != nil {
+					c.Finish = *ch.FinishReason
+				}
+				if in.promptL && len(ch.PromptLogprobs) == len(in.prompt) {
+					for i, m := range ch.PromptLogprobs[1:] {
+						c.PromptLogProbs = append(c.PromptLogProbs, m[fmt.Sprint(in.prompt[i+1])].Logprob)
+					}
+				}
+			}
+		}
+		p.calls = append(p.calls, c)
+	}
+	return nil
+}
+
+// recordingBody passes a streamed answer on as it is read and hands the
+// whole of it to done when it is closed.
+type recordingBody struct {
+	rc   io.ReadCloser
+	buf  bytes.Buffer
+	done func(body []byte)
+	once sync.Once
+}
+
+func (b *recordingBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.buf.Write(p[:n])
+	return n, err
+}
+
+func (b *recordingBody) Close() error {
+	err := b.rc.Close()
+	b.once.Do(func() { b.done(b.buf.Bytes()) })
+	return err
+}
+
+// weightInfoCount is how many GET /weight_info requests vLLM answered.
+func (p *vllmProxy) weightInfoCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.weightInfos
+}
+
+// streamErrors are the streamed answers the proxy could not record.
+func (p *vllmProxy) streamErrors() []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.streamErrs)
 }
 
 // setEdit installs (nil: removes) the edit hook.

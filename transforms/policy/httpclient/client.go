@@ -324,6 +324,19 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		return nil, transient(err), 0, fmt.Errorf("http policy %s: %w", url, secure.RedactError(err))
 	}
 	defer resp.Body.Close()
+	if d, ok := out.(streamDecoder); ok && resp.StatusCode/100 == 2 {
+		if err := d.decodeStream(io.LimitReader(resp.Body, maxAnswer)); err != nil {
+			if ctx.Err() != nil {
+				return nil, false, 0, ctx.Err()
+			}
+			var re streamReadError
+			if errors.As(err, &re) {
+				return nil, transient(re.err), 0, fmt.Errorf("http policy %s: reading the streamed answer: %w", url, secure.RedactError(re.err))
+			}
+			return nil, false, 0, fmt.Errorf("http policy %s: %w", url, err)
+		}
+		return resp.Header, false, 0, nil
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		if ctx.Err() != nil {
@@ -363,23 +376,27 @@ func (c *Client) once(ctx context.Context, method, url string, payload []byte, o
 		}
 		return nil, retryStatus(resp.StatusCode), remote.RetryAfter(resp.Header.Get("Retry-After"), time.Now()), se
 	}
-	if d, ok := out.(rawDecoder); ok {
-		if err := d.decodeRaw(b); err != nil {
-			return nil, false, 0, fmt.Errorf("http policy %s: %w", url, err)
-		}
-		return resp.Header, false, 0, nil
-	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return nil, false, 0, fmt.Errorf("http policy %s: the answer is not the JSON expected: %w", url, err)
 	}
 	return resp.Header, false, 0, nil
 }
 
-// rawDecoder is an answer that is not one JSON document (a stream of
-// server-sent events): once hands it the whole body.
-type rawDecoder interface {
-	decodeRaw(body []byte) error
+// streamDecoder is an answer that is not one JSON document but a stream
+// of server-sent events: once hands it the body of a 2xx answer to read
+// as it arrives (each attempt afresh), and it reports a failure to read
+// the body as a streamReadError (retried where transient says so).
+type streamDecoder interface {
+	decodeStream(body io.Reader) error
 }
+
+// streamReadError is a failure to read a streamed answer's body (the
+// connection reset or closed before its end), as against an answer that
+// is not what was expected.
+type streamReadError struct{ err error }
+
+func (e streamReadError) Error() string { return e.err.Error() }
+func (e streamReadError) Unwrap() error { return e.err }
 
 // retryStatus reports whether an answer with status may succeed when the
 // request is repeated: an overloaded (429), restarting or unreachable

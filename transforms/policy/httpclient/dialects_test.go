@@ -434,15 +434,17 @@ func TestLlamaRedraw(t *testing.T) {
 // TestVLLMPartial: under partial=true the client waits while vLLM says it
 // is paused, streams the completion and gathers its events (an aborted
 // one keeps every token streamed before the abort, finish reason abort),
-// labels the answer with the weight version read before and after it,
-// and asks again for a completion during which the version changed (a
-// push began and ended while it ran). A vLLM without /weight_info is
-// refused, naming the fix, and a stream that ends in an error event fails
-// with the server's message.
+// and labels the answer with the weight version read before it when that
+// is the version read after it or the one read once its first token came
+// (an answer aborted by a push that set the next version before the
+// stream ended is kept, with the old version); it asks again for a
+// completion during which a version was set before its first token (a
+// push ended between the request and its first token: either version may
+// have sampled it) and for one aborted before its first token. A vLLM
+// without /weight_info is refused, naming the fix, and a stream that ends
+// in an error event fails with the server's message.
 func TestVLLMPartial(t *testing.T) {
 	var mu sync.Mutex
-	paused := []string{"true", "false"}
-	versions := []string{"3", "4"}
 	next := func(vals *[]string) string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -465,34 +467,67 @@ func TestVLLMPartial(t *testing.T) {
 			"logprobs": map[string]any{"tokens": toks, "token_logprobs": lps}, "finish_reason": json.RawMessage(f), "stop_reason": nil}}})
 		return "data: " + string(b) + "\n\n"
 	}
-	stream := event([]int{5, 6}, []float64{-0.5, -1}, "") + event([]int{7}, []float64{-2}, "abort") + "data: [DONE]\n\n"
-	d := &dialectServer{models: vllmModels, answers: map[string]func(map[string]any) (int, string){
-		"/is_paused":      func(map[string]any) (int, string) { return 200, `{"is_paused": ` + next(&paused) + `}` },
-		"/weight_info":    func(map[string]any) (int, string) { return 200, `{"weight_version": "` + next(&versions) + `"}` },
-		"/v1/completions": func(map[string]any) (int, string) { return 200, stream },
-	}}
-	c := openDialect(t, d, "partial=true")
-	res, err := c.Generate(context.Background(), policy.Request{Prefix: []int32{1, 2}, Params: sampling.Params{MaxTokens: 10, Temperature: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(res.Tokens, []int32{5, 6, 7}) || !slices.Equal(res.LogProbs, []float32{-0.5, -1, -2}) || res.FinishReason != sampling.FinishAbort || res.PolicyVersion != 4 {
-		t.Errorf("result %+v; want tokens [5 6 7], log-probs [-0.5 -1 -2], finish abort, version 4", res)
-	}
-	d.mu.Lock()
-	var got []string
-	for i, p := range d.paths {
-		got = append(got, p)
-		if p == "/v1/completions" && d.posts[i]["stream"] != true {
-			t.Errorf("completion %d not streamed: %v", i, d.posts[i])
+	aborted := event([]int{5, 6}, []float64{-0.5, -1}, "") + event([]int{7}, []float64{-2}, "") + event(nil, nil, "abort") + "data: [DONE]\n\n"
+	empty := event(nil, nil, "abort") + "data: [DONE]\n\n"
+	whole := event([]int{8}, []float64{-0.25}, "") + event([]int{9}, []float64{-0.75}, "length") + "data: [DONE]\n\n"
+	for _, tc := range []struct {
+		name     string
+		paused   []string
+		versions []string // before, (first,) after, of each completion asked
+		streams  []string
+		want     []string // the requests
+		tokens   []int32
+		finish   string
+		version  int64
+	}{
+		{name: "a version set between the request and its first token: asked again",
+			paused: []string{"true", "false"}, versions: []string{"3", "4", "4", "4", "4", "4"}, streams: []string{aborted, aborted},
+			want: []string{"/is_paused", "/is_paused", "/weight_info", "/v1/completions", "/weight_info", "/weight_info",
+				"/is_paused", "/weight_info", "/v1/completions", "/weight_info", "/weight_info"},
+			tokens: []int32{5, 6, 7}, finish: sampling.FinishAbort, version: 4},
+		{name: "aborted, the next version set before the stream ended: kept with the version before",
+			paused: []string{"false"}, versions: []string{"4", "4", "5"}, streams: []string{aborted},
+			want:   []string{"/is_paused", "/weight_info", "/v1/completions", "/weight_info", "/weight_info"},
+			tokens: []int32{5, 6, 7}, finish: sampling.FinishAbort, version: 4},
+		{name: "aborted before its first token: asked again",
+			paused: []string{"false"}, versions: []string{"5", "5", "5", "5"}, streams: []string{empty, whole},
+			want: []string{"/is_paused", "/weight_info", "/v1/completions", "/weight_info",
+				"/is_paused", "/weight_info", "/v1/completions", "/weight_info", "/weight_info"},
+			tokens: []int32{8, 9}, finish: sampling.FinishLength, version: 5},
+	} {
+		paused, versions, streams := tc.paused, tc.versions, tc.streams
+		d := &dialectServer{models: vllmModels, answers: map[string]func(map[string]any) (int, string){
+			"/is_paused":      func(map[string]any) (int, string) { return 200, `{"is_paused": ` + next(&paused) + `}` },
+			"/weight_info":    func(map[string]any) (int, string) { return 200, `{"weight_version": "` + next(&versions) + `"}` },
+			"/v1/completions": func(map[string]any) (int, string) { return 200, next(&streams) },
+		}}
+		c := openDialect(t, d, "partial=true")
+		d.mu.Lock()
+		d.paths, d.posts = nil, nil // the opening's
+		d.mu.Unlock()
+		res, err := c.Generate(context.Background(), policy.Request{Prefix: []int32{1, 2}, Params: sampling.Params{MaxTokens: 10, Temperature: 1}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
 		}
+		if !slices.Equal(res.Tokens, tc.tokens) || res.FinishReason != tc.finish || res.PolicyVersion != tc.version {
+			t.Errorf("%s: result %+v; want tokens %v, finish %s, version %d", tc.name, res, tc.tokens, tc.finish, tc.version)
+		}
+		if tc.finish == sampling.FinishAbort && !slices.Equal(res.LogProbs, []float32{-0.5, -1, -2}) {
+			t.Errorf("%s: log-probs %v, want [-0.5 -1 -2]", tc.name, res.LogProbs)
+		}
+		d.mu.Lock()
+		for i, p := range d.paths {
+			if p == "/v1/completions" && d.posts[i]["stream"] != true {
+				t.Errorf("%s: completion %d not streamed: %v", tc.name, i, d.posts[i])
+			}
+		}
+		if !slices.Equal(d.paths, tc.want) {
+			t.Errorf("%s: requests %v, want %v", tc.name, d.paths, tc.want)
+		}
+		d.mu.Unlock()
 	}
-	d.mu.Unlock()
-	want := []string{"/is_paused", "/is_paused", "/weight_info", "/v1/completions", "/weight_info", // 3, then 4: asked again
-		"/is_paused", "/weight_info", "/v1/completions", "/weight_info"}
-	if !slices.Equal(got, want) {
-		t.Errorf("requests %v, want %v", got, want)
-	}
+	stream := aborted
+	var err error
 
 	bare := &dialectServer{models: vllmModels, answers: map[string]func(map[string]any) (int, string){
 		"/is_paused":      func(map[string]any) (int, string) { return 200, `{"is_paused": false}` },

@@ -1,6 +1,7 @@
 package httpclient
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -306,17 +307,35 @@ func (c *Client) generateOpenAI(ctx context.Context, req policy.Request, maxToke
 }
 
 // maxStraddled bounds how many times in a row generateVLLMPartial asks
-// again for a completion during which the weight version changed.
+// again for a completion whose weights it cannot tell (or which was
+// aborted before it sampled a token).
 const maxStraddled = 8
 
 // pausePoll is how often a client under partial=true asks a paused vLLM
 // whether it has resumed.
 const pausePoll = 50 * time.Millisecond
 
-// generateVLLMPartial is a vLLM completion under partial=true (see the
-// package documentation): once the server is not paused, the weight
-// version is read before the completion and after it, and the completion
-// is asked again while the two differ.
+// generateVLLMPartial is a vLLM completion under partial=true. Every push
+// pauses vLLM with mode abort before it loads, and sets the weight
+// version before it resumes (weightsync), so all the tokens of one
+// request are sampled by one set of weights: a pause aborts the requests
+// running, and those that come while it lasts wait for the resume. The
+// completion is streamed, so that an aborted one keeps every token it
+// sampled (an unstreamed answer may not), and its weights are told by
+// the version read (GET /weight_info) before the request (before),
+// once its first token has arrived (first), and after its end (after):
+//
+//   - before == after: no version was set while the request ran;
+//   - before == first: none was set between the request and its first
+//     token, which was sampled by before's weights, and so were the
+//     rest (the next push aborted the request before it loaded); this
+//     labels an answer aborted by a push that has set its version by the
+//     time the stream ends, whose tokens are kept;
+//   - otherwise a push ended between the request and its first token,
+//     and the answer, of either version, is asked again (as is one
+//     aborted before its first token, which has nothing to keep).
+//
+// The client waits while GET /is_paused answers true before each request.
 func (c *Client) generateVLLMPartial(ctx context.Context, body map[string]any, p sampling.Params) (policy.Result, error) {
 	for straddled := 0; ; straddled++ {
 		if err := c.vllmAwaitResumed(ctx); err != nil {
@@ -329,22 +348,26 @@ func (c *Client) generateVLLMPartial(ctx context.Context, body map[string]any, p
 		if c.noWeightInfo.Load() {
 			return policy.Result{}, fmt.Errorf("%s: partial=true needs vLLM's GET /weight_info to tell which weights sampled an answer, and it answered 404: start vLLM with VLLM_SERVER_DEV_MODE=1 (a release before 0.32.0 may lack the route), or turn rollout.partial off", c.who())
 		}
-		var ev streamedCompletion
+		ev := streamedCompletion{first: func() (string, error) { return c.vllmWeightVersion(ctx) }}
 		h, err := c.do(ctx, http.MethodPost, c.base+"/completions", body, &ev)
 		if err != nil {
 			return policy.Result{}, err
 		}
-		out := ev.completion
 		after, err := c.vllmWeightVersion(ctx)
 		if err != nil {
 			return policy.Result{}, err
 		}
-		if before == after {
+		out := ev.completion
+		ch := out.Choices[0]
+		switch {
+		case ch.FinishReason == "abort" && len(ch.TokenIDs) == 0 && (ch.Logprobs == nil || len(ch.Logprobs.Tokens) == 0):
+			// Nothing sampled: ask again once resumed.
+		case before == after || ev.hasFirst && before == ev.firstVersion:
 			out.Metadata = &answerMeta{before}
 			return c.result(&out, h, p)
 		}
 		if straddled+1 >= maxStraddled {
-			return policy.Result{}, fmt.Errorf("%s: the weight version changed during each of %d completions in a row (last %q, then %q): the weights are pushed faster than a completion runs", c.who(), maxStraddled, before, after)
+			return policy.Result{}, fmt.Errorf("%s: %d completions in a row were aborted before their first token or had a weight version set between their request and their first token (last %q, then %q, then %q): the weights are pushed faster than a completion runs", c.who(), maxStraddled, before, ev.firstVersion, after)
 		}
 	}
 }
@@ -358,16 +381,35 @@ func (c *Client) generateVLLMPartial(ctx context.Context, body map[string]any, p
 // tokens than it sampled (vLLM 0.32.0's CPU build, aborted after 3 s of
 // generation, answered 1 token where its streamed twin, same seed and
 // same 3 s, answered about a hundred), while the stream carries every
-// token sampled before the abort.
+// token sampled before the abort, and the abort ends it with a chunk of
+// no tokens and finish_reason "abort" (vLLM's engine sends an aborted
+// request's finish with no new tokens: EngineCore.pause_scheduler,
+// _send_abort_outputs).
 type streamedCompletion struct {
 	completion
+	// first, when set, is called once the first event with tokens has
+	// been read, before the rest of the stream is; what it returns is
+	// kept in firstVersion, and hasFirst says it was (each attempt
+	// afresh).
+	first        func() (string, error)
+	firstVersion string
+	hasFirst     bool
 }
 
-func (sc *streamedCompletion) decodeRaw(body []byte) error {
+func (sc *streamedCompletion) decodeStream(body io.Reader) error {
 	ch := completionChoice{Logprobs: &completionLogprobs{}}
 	done, chunks := false, 0
-	for _, line := range strings.Split(string(body), "\n") {
-		data, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), "data:")
+	sc.firstVersion, sc.hasFirst = "", false
+	rd := bufio.NewReader(body)
+	for !done {
+		line, err := rd.ReadString('\n')
+		if err != nil && (err != io.EOF || line == "") {
+			if err == io.EOF {
+				break
+			}
+			return streamReadError{err}
+		}
+		data, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data:")
 		if !ok {
 			continue
 		}
@@ -406,6 +448,13 @@ func (sc *streamedCompletion) decodeRaw(body []byte) error {
 		}
 		if c.FinishReason != "" {
 			ch.FinishReason, ch.StopReason = c.FinishReason, c.StopReason
+		}
+		if !sc.hasFirst && sc.first != nil && (len(c.TokenIDs) > 0 || c.Logprobs != nil && len(c.Logprobs.Tokens) > 0) {
+			v, err := sc.first()
+			if err != nil {
+				return err
+			}
+			sc.firstVersion, sc.hasFirst = v, true
 		}
 	}
 	if !done {

@@ -3,6 +3,7 @@ package weightsync
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -186,20 +187,29 @@ func (r *vllmReplica) probe(ctx context.Context, model string) ([]float64, error
 // unscheduled until POST /resume; settle then sets the version before it
 // resumes the server, so that nothing is sampled by the new weights
 // under the old version, and probes after (a paused server samples
-// nothing). A push that fails after the pause still resumes the server.
+// nothing). A push that fails after the pause was asked for (the pause
+// itself included: its answer may be lost after vLLM paused) still
+// resumes the server, within resumeTimeout of its own even when ctx has
+// ended (the push's timeout, a run stopped), so that vLLM is not left
+// paused, holding every request, for the next run; the error says when
+// the resume failed too. The version may then name the weights before
+// the load; the run stops on the error, and the next one pushes its
+// checkpoint before it samples.
 func (r *vllmReplica) Push(ctx context.Context, ck Checkpoint) (err error) {
 	if r.interrupt {
-		if err := r.post(ctx, "/pause?mode=abort", "the pause before the load (start vLLM with VLLM_SERVER_DEV_MODE=1, which mounts it; a release before 0.32.0 may lack it)"); err != nil {
-			return err
-		}
 		defer func() {
-			if err != nil {
-				// The version may not be set: resume all the same, so
-				// that the server is not left paused; the run stops on
-				// err.
-				r.post(ctx, "/resume", "")
+			if err == nil || errors.Is(err, errNoPauseRoute) {
+				return
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resumeTimeout)
+			defer cancel()
+			if rerr := r.post(rctx, "/resume"); rerr != nil {
+				err = fmt.Errorf("%w; and the resume after it failed too, so vLLM may stay paused (POST /resume to it by hand): %v", err, rerr)
 			}
 		}()
+		if err := r.post(ctx, "/pause?mode=abort"); err != nil {
+			return err
+		}
 	}
 	if peftdir.IsAdapterDir(ck.Dir) {
 		if err := r.loadAdapter(ctx, ck); err != nil {
@@ -255,7 +265,7 @@ func (r *vllmReplica) settle(ctx context.Context, ck Checkpoint, model, done str
 		if !r.NamesVersions() {
 			return fmt.Errorf("%s, but POST /update_weight_version answered 404: rollout.partial needs vLLM to name the version of its answers (its RL routes, mounted by VLLM_SERVER_DEV_MODE=1)", done)
 		}
-		if err := r.post(ctx, "/resume", ""); err != nil {
+		if err := r.post(ctx, "/resume"); err != nil {
 			return fmt.Errorf("%s, but %w", done, err)
 		}
 		return r.checkProbe(ctx, ck, model, done)
@@ -307,15 +317,20 @@ func (r *vllmReplica) setVersion(ctx context.Context, ck Checkpoint, done string
 	return nil
 }
 
-// post sends an empty POST to path and wants 200; what names the route
-// in the error of a 404.
-func (r *vllmReplica) post(ctx context.Context, path, what string) error {
+// resumeTimeout bounds the POST /resume that a failed push sends.
+const resumeTimeout = 30 * time.Second
+
+// errNoPauseRoute is a vLLM without POST /pause: nothing was paused.
+var errNoPauseRoute = errors.New("start vLLM with VLLM_SERVER_DEV_MODE=1, which mounts it (a release before 0.32.0 may lack it), or turn rollout.partial off")
+
+// post sends an empty POST to path and wants 200.
+func (r *vllmReplica) post(ctx context.Context, path string) error {
 	status, b, err := r.s.call(ctx, http.MethodPost, path, nil)
 	if err != nil {
 		return fmt.Errorf("POST %s failed: %w", path, err)
 	}
-	if status == http.StatusNotFound && what != "" {
-		return fmt.Errorf("POST %s answered 404: %s", path, what)
+	if status == http.StatusNotFound && strings.HasPrefix(path, "/pause") {
+		return fmt.Errorf("POST %s answered 404 (rollout.partial pauses vLLM at each push): %w", path, errNoPauseRoute)
 	}
 	if status != http.StatusOK {
 		return fmt.Errorf("POST %s answered %d %s", path, status, short(b))
