@@ -66,6 +66,14 @@
 // policy_version=N (the version its weights were confirmed to hold when
 // they were pushed), else 0.
 //
+// partial=true (added by aipo train under rollout.partial to a vLLM's
+// endpoint, whose pushes pause it with mode abort) streams each vLLM
+// completion, so that one aborted at a push keeps every token it
+// sampled (finish reason abort, for the caller to continue from), waits
+// while GET /is_paused answers true, and labels each answer by the
+// weight versions read around it and at its first token
+// (generateVLLMPartial); other servers ignore it.
+//
 // No answer is taken on trust: a completion with no tokens although
 // max_tokens > 0, with more tokens than asked for, with ids but no
 // log-probs (or a different number of each), with ids that disagree

@@ -25,7 +25,8 @@ func init() {
 		Sends: "`POST /collective_rpc` `{\"method\": \"reload_weights\", \"kwargs\": {\"weights_path\": DIR}}`, `POST /reset_prefix_cache`, a probe, " +
 			"then `POST /update_weight_version` `{\"new_version\": \"K\"}` (start vLLM with `VLLM_SERVER_DEV_MODE=1`, which mounts all of them); " +
 			"for a LoRA adapter, `POST /v1/load_lora_adapter` `{\"lora_name\": NAME, \"lora_path\": DIR, \"load_inplace\": true}` in place of the reload " +
-			"(NAME: the policy endpoint's `?model=`; start vLLM with `--enable-lora --max-lora-rank R` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` too)",
+			"(NAME: the policy endpoint's `?model=`; start vLLM with `--enable-lora --max-lora-rank R` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` too); " +
+			"under `rollout.partial`, `POST /pause?mode=abort` first and `POST /resume` once the version is set, before the probe (and after a push that failed once paused)",
 		Checks: "one `null` result per worker, 200 from the cache reset, the probe's log-probs moved since the previous push, " +
 			"and `GET /weight_info` then names version K; for an adapter, its success answer, `GET /v1/models` listing NAME loaded from DIR, " +
 			"and the probe asked of NAME",
