@@ -277,9 +277,9 @@ type Rollout struct {
 	// external). It needs run.async (pushes happen while a step is
 	// sampled), and the in-process policy (one engine for the whole run,
 	// advanced to each checkpoint), aipo serve replicas started with
-	// --interrupt-on-reload behind policy.sync kind aipo, or vLLM behind
-	// policy.sync kind vllm (each push pauses it with mode abort, and the
-	// rollouts' endpoint gets partial=true). Default false:
+	// --interrupt-on-reload behind policy.sync kind aipo, or one vLLM
+	// behind policy.sync kind vllm (each push pauses it with mode abort,
+	// and the rollouts' endpoint gets partial=true). Default false:
 	// a generation finishes on the weights it started with.
 	Partial bool `yaml:"partial,omitempty"`
 }

@@ -178,6 +178,7 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {partial: true}\n", "rollout.partial: needs run.async: true"},
 		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m', sync: {kind: sglang}}\n", "rollout.partial: is not built for SGLang"},
 		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m'}\n", "rollout.partial: needs policy.sync.kind: aipo"},
+		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m', sync: {kind: vllm, endpoints: ['http://127.0.0.1:8001', 'http://127.0.0.1:8002']}}\n", "needs one vLLM (policy.sync.endpoints has 2)"},
 		{"run: {dir: r}\ndata: {demo: true}\npolicy: {top_p: 0}\n", "policy.top_p"},
 		{"run: {dir: r}\ndata: {demo: true}\npolicy: {endpoint: 'no scheme'}\n", "policy.endpoint"},
 		{"run: {dir: r}\ndata: {demo: true}\nreward: {data_source: nosuch}\n", "reward.data_source"},

@@ -202,6 +202,8 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.partial", "needs run.async: true (a synchronous run pushes no weights while a step is sampled, so there is nothing to continue)")
 	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind == servers.SGLang:
 		return fieldError("rollout.partial", "is not built for SGLang: its abort-and-continue (POST /pause_generation, /continue_generation) cannot be run or tested on the CPU machines this project tests on (SGLang does not start there, docs/operators.md), so turn rollout.partial off, or use vLLM (policy.sync.kind: vllm) or aipo serve --interrupt-on-reload (kind aipo)")
+	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind == servers.VLLM && len(c.Policy.Sync.Endpoints) > 1:
+		return fieldError("rollout.partial", "with policy.sync.kind vllm needs one vLLM (policy.sync.endpoints has %d): the rollout client tells which weights sampled an answer by the weight version it reads through policy.endpoint around the completion, and behind a load balancer those reads may reach another replica than the completion did, whose pushes are not in step with it; use one vLLM, or turn rollout.partial off", len(c.Policy.Sync.Endpoints))
 	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind != servers.Aipo && c.Policy.Sync.Kind != servers.VLLM:
 		return fieldError("rollout.partial", "needs policy.sync.kind: aipo (aipo serve replicas started with --interrupt-on-reload) or vllm (each push pauses vLLM with mode abort); without a push (kind %q) nothing stops the generations in flight, so set one or turn rollout.partial off", c.Policy.Sync.Kind)
 	case r.MaxFailedFraction != nil && !(*r.MaxFailedFraction >= 0 && *r.MaxFailedFraction <= 1):
