@@ -297,10 +297,12 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 	load, roll := p.enginePhases(b, held, proc)
 	if g := p.Group; g != nil && p.LoRA != nil {
 		// Every rank holds what rank 0 does (its share of the adapters'
-		// moments rounded up).
-		others := int64(g.perNode() - 1)
-		learn.Others = others * learn.Host()
-		load.Others = others * (held.Host + base)
+		// moments rounded up), and at stage 3 its own share of the base.
+		learn.Others, load.Others = 0, 0
+		for r := 1; r < g.perNode(); r++ {
+			learn.Others += learn.Host() + g.baseDelta(r)
+			load.Others += held.Host + base + g.baseDelta(r)
+		}
 		roll.Others = load.Others
 	} else if g != nil {
 		learn.Others = g.othersInStep(learn.Host())
