@@ -142,11 +142,12 @@ func TestPlanLoRAGroup(t *testing.T) {
 	if got := line(t, learn, "the frozen base's units a pass holds gathered (float32", false); got != shards[0].Units {
 		t.Errorf("the base's gathered units %d bytes, the layout's %d", got, shards[0].Units)
 	}
-	if d := learn1.Host() - learn.Host(); d != 4*p3.Params-shards[0].Total() {
+	rank0, rank0At1 := learn.Host()-learn.Others, learn1.Host()-learn1.Others
+	if d := rank0At1 - rank0; d != 4*p3.Params-shards[0].Total() {
 		t.Errorf("stage 3 holds %d bytes less than stage 1 on rank 0, want the whole base less its share and units, %d", d, 4*p3.Params-shards[0].Total())
 	}
-	if learn.Others != learn.Host()+shards[1].Share-shards[0].Share {
-		t.Errorf("rank 1 holds %d bytes in the step, want rank 0's %d with its own share of the base", learn.Others, learn.Host())
+	if learn.Others != rank0+shards[1].Share-shards[0].Share {
+		t.Errorf("rank 1 holds %d bytes in the step, want rank 0's %d with its own share of the base", learn.Others, rank0)
 	}
 	if s := p3.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA as built (learner/trainer/lora.go") || strings.Contains(s, "NOT BUILT") {
 		t.Errorf("the plan does not describe the CPU's stage 3 with LoRA:\n%s", s)
