@@ -45,6 +45,23 @@ type Group struct {
 	// learner.precision bf16, else float32. Nil otherwise: the reference
 	// is held whole.
 	Ref []trainer.ReferenceShard
+	// Base is, for a LoRA run at stage 3, each rank's part of the frozen
+	// base, sharded as stage 3 shards a frozen reference
+	// (trainer.PlanReferenceShards) and gathered a unit at a time for
+	// every pass: on the CPU in float32 (learner/trainer/lora.go); on
+	// GPUs, where it is NOT BUILT yet, planned in bfloat16 at
+	// learner.precision bf16, else float32. Nil otherwise: every rank
+	// holds the whole base.
+	Base []trainer.ReferenceShard
+}
+
+// baseDelta is how much more of a LoRA run's sharded base rank r holds
+// on the host than rank 0 (nothing when the base is whole or on GPUs).
+func (g *Group) baseDelta(r int) int64 {
+	if len(g.Base) == 0 || g.OnDevice {
+		return 0
+	}
+	return g.Base[r].Share - g.Base[0].Share
 }
 
 // perNode is the ranks on rank 0's node.
@@ -109,6 +126,22 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 		return nil, fmt.Errorf("plan: %w", err)
 	}
 	g := &Group{Ranks: o.Ranks, Zero: zero, Mem: ranks, OnDevice: onDevice, Planned: planned, Nodes: max(o.Nodes, 1)}
+	if cfg.LoRAOn() {
+		switch zero {
+		case 2:
+			return nil, fmt.Errorf("plan: --zero 2 with learner.lora: stage 2 shards the gradients of the weights a run trains, but a LoRA run trains the adapters alone, whose gradients stage 1 reduces and whose moments it shards, and the frozen base has none: give --zero 1, or --zero 3 to shard the frozen base as well")
+		case 3:
+			// The frozen base, sharded as stage 3 shards a frozen
+			// reference and gathered a unit at a time for every pass.
+			bytes := int64(4)
+			if onDevice && cfg.Learner.Precision == backend.BF16 {
+				bytes = 2
+			}
+			if g.Base, err = trainer.PlanReferenceShards(mc, o.Ranks, bytes); err != nil {
+				return nil, fmt.Errorf("plan: %w", err)
+			}
+		}
+	}
 	if zero == 3 && cfg.Learner.Loss.KLCoef != 0 && !cfg.LoRAOn() {
 		// The reference, sharded as the policy is and gathered a unit
 		// at a time for its scoring pass: on the CPU in float32
@@ -239,6 +272,24 @@ func (g *Group) refWords() string {
 func (g *Group) describeLoRA(p Plan) string {
 	A := p.LoRA.Trainable
 	share := (A + int64(g.Ranks) - 1) / int64(g.Ranks)
+	if len(g.Base) > 0 {
+		b0 := g.Base[0]
+		dtype := "float32"
+		if b0.BytesPerElement == 2 {
+			dtype = "bfloat16"
+		}
+		if g.OnDevice {
+			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s): NOT BUILT on GPUs yet (aipo train refuses learner.lora with learner.zero 3 there; it is built on the cpu backend, learner/trainer/lora.go); planned as the CPU's stage 3 does it: "+
+				"each GPU holds 1/%d of the frozen base in %s (rank 0: %s of %s parameters) and the two units a pass reads gathered (a decoder layer or a block of the vocabulary, the next while the current computes; the adapters' passes and the reference's, the base with the adapters off, alike), "+
+				"the whole adapters and their gradients, rank 0's share of their AdamW moments (about %s of %s trained parameters) and the device group's adapter gradient buffers. The device figures are one GPU's (rank 0's), the host figures the node's, %d ranks a machine\n",
+				g.Ranks, p.Config.Learner.Backend, g.Ranks, dtype, fmtCount(b0.Elements), fmtCount(p.Params), fmtCount(share), fmtCount(A), g.perNode())
+		}
+		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 3 with LoRA as built (learner/trainer/lora.go; learner.zero): each rank holds 1/%d of the frozen base's float32 weights (rank 0: %s of %s parameters), "+
+			"its passes gathering the base a unit at a time (a decoder layer or a block of the vocabulary, the next while the current computes; the adapters' passes and the reference's, the base with the adapters off, alike); "+
+			"the adapters are reduced and their AdamW moments sharded as at stage 1: each rank holds the whole adapters and their gradients, its share of the moments (about %s of %s trained parameters) and the step's adapter gradient buffers; "+
+			"the base stays sharded between steps (the checkpoints and the weight sync carry the adapters alone); rank 0 also rolls out. The ranks share this machine's memory: each phase adds the other ranks' host memory to rank 0's\n",
+			g.Ranks, g.Ranks, g.Ranks, fmtCount(b0.Elements), fmtCount(p.Params), fmtCount(share), fmtCount(A))
+	}
 	if g.OnDevice {
 		return fmt.Sprintf("learner on %d GPUs (aipo train --nproc %d, a GPU a rank by LOCAL_RANK), ZeRO stage 1 over the LoRA adapters (learner/cuda/dpgroup.go): each GPU holds the whole frozen base, the whole adapters and their gradients; "+
 			"the ranks sum their virtual shards' adapter gradients on their GPUs and exchange them over NCCL, each steps its share of the adapters' AdamW moments on its GPU (about %s of %s trained parameters) and the updated adapters are gathered over NCCL; "+

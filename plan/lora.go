@@ -74,8 +74,19 @@ func (p *Plan) loraLearnPhase(activations int64, proc Line) (Phase, Line) {
 		momentsLine = fmt.Sprintf("the adapters' AdamW moments of rank 0's share (float32 m and v, 1/%d)", g.Ranks)
 	}
 	learn := Phase{Name: "learner step"}
+	base, baseWhat := 4*P, "float32 base"
+	if g := p.Group; g != nil && len(g.Base) > 0 {
+		// Stage 3: rank 0's share of the base, and the two units a
+		// pass holds gathered.
+		b0 := g.Base[0]
+		base, baseWhat = b0.Share, "share of the float32 base"
+		learn.Lines = append(learn.Lines,
+			Line{What: fmt.Sprintf("frozen base weights of rank 0's share (float32, 1/%d of every unit; no gradients; also the KL term's reference)", g.Ranks), Host: b0.Share},
+			Line{What: "the frozen base's units a pass holds gathered (float32: the one it reads and the next)", Host: b0.Units})
+	} else {
+		learn.Lines = append(learn.Lines, Line{What: "frozen base weights (float32, no gradients; also the KL term's reference)", Host: 4 * P})
+	}
 	learn.Lines = append(learn.Lines,
-		Line{What: "frozen base weights (float32, no gradients; also the KL term's reference)", Host: 4 * P},
 		Line{What: fmt.Sprintf("LoRA adapters (rank %d on %s: %s parameters, float32)", l.Rank, strings.Join(l.Targets, ", "), fmtCount(A)), Host: 4 * A},
 		Line{What: "the adapters' gradients (float32)", Host: 4 * A},
 		Line{What: momentsLine, Host: moments},
@@ -86,7 +97,7 @@ func (p *Plan) loraLearnPhase(activations int64, proc Line) (Phase, Line) {
 		learn.Lines = append(learn.Lines, Line{What: "the data-parallel step's adapter gradient buffers (the shard's, the reduced sum)", Host: 2 * 4 * A})
 	}
 	learn.Lines = append(learn.Lines, proc)
-	held := Line{What: "learner state kept between steps (float32 base, adapters and their moments)", Host: 4*P + 4*A + moments}
+	held := Line{What: fmt.Sprintf("learner state kept between steps (%s, adapters and their moments)", baseWhat), Host: base + 4*A + moments}
 	return learn, held
 }
 
@@ -161,9 +172,23 @@ func (p *Plan) loraLearnPhaseGPU(st trainer.StepMemory, proc Line) (Phase, Line)
 	}
 	moments, momentsLine := d.Optimizer, "the adapters' AdamW moments (float32 m and v)"
 	learn := Phase{Name: "learner step"}
-	learn.Lines = append(learn.Lines, Line{What: baseLine, Device: d.Weights})
-	if d.Compute > 0 {
-		learn.Lines = append(learn.Lines, Line{What: "frozen base's projections and LM head (bfloat16)", Device: d.Compute})
+	if g := p.Group; g != nil && len(g.Base) > 0 {
+		// Stage 3 (NOT BUILT on GPUs yet: describeLoRA): rank 0's share
+		// of the base, as the CPU's stage 3 shards it, and the two units
+		// a pass holds gathered.
+		b0 := g.Base[0]
+		dtype := "float32"
+		if b0.BytesPerElement == 2 {
+			dtype = "bfloat16"
+		}
+		learn.Lines = append(learn.Lines,
+			Line{What: fmt.Sprintf("frozen base weights of rank 0's share (%s, 1/%d of every unit; no gradients; also the KL term's reference)", dtype, g.Ranks), Device: b0.Share},
+			Line{What: fmt.Sprintf("the frozen base's units a pass holds gathered (%s: the one it reads and the next)", dtype), Device: b0.Units})
+	} else {
+		learn.Lines = append(learn.Lines, Line{What: baseLine, Device: d.Weights})
+		if d.Compute > 0 {
+			learn.Lines = append(learn.Lines, Line{What: "frozen base's projections and LM head (bfloat16)", Device: d.Compute})
+		}
 	}
 	if g := p.Group; g != nil {
 		moments = (8*A + int64(g.Ranks) - 1) / int64(g.Ranks)

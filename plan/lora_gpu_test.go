@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -34,7 +35,10 @@ func loraMath(t *testing.T) runconfig.Config {
 // trained parameter; Qwen2.5-72B-Instruct on 4 H200s does not: every rank
 // of the group holds the whole frozen base (stage 1 shards the adapters'
 // moments alone), 137.8 GiB of the H200's 140.4 GiB before the adapters
-// and a pass, and the plan says by how much. The model configurations are
+// and a pass, and the plan says by how much; at --zero 3 each GPU holds a
+// quarter of the base (in bfloat16, trainer.PlanReferenceShards) and two
+// gathered units and it fits, the plan saying that this is NOT BUILT on
+// GPUs yet. The model configurations are
 // the model cards' config.json files (learner/hfconfig/testdata, their
 // sources in its README).
 func TestPlanLoRAOnGPUs(t *testing.T) {
@@ -44,24 +48,40 @@ func TestPlanLoRAOnGPUs(t *testing.T) {
 	}
 	for _, c := range []struct {
 		model, device string
-		ranks         int
+		ranks, zero   int
 		hostGiB       int64
 		fits          bool
 	}{
-		{"Qwen2.5-7B-Instruct", "a100-40g", 0, 128, true},
-		{"Qwen2.5-32B", "h200", 0, 256, true},
-		{"Qwen2.5-72B-Instruct", "h200", 4, 2048, false},
+		{"Qwen2.5-7B-Instruct", "a100-40g", 0, 0, 128, true},
+		{"Qwen2.5-32B", "h200", 0, 0, 256, true},
+		{"Qwen2.5-72B-Instruct", "h200", 4, 0, 2048, false},
+		{"Qwen2.5-72B-Instruct", "h200", 4, 3, 2048, true},
 	} {
-		p, err := Make(context.Background(), loraMath(t), Options{Init: goldenConfig(t, c.model), Device: c.device, Ranks: c.ranks,
+		p, err := Make(context.Background(), loraMath(t), Options{Init: goldenConfig(t, c.model), Device: c.device, Ranks: c.ranks, Zero: c.zero,
 			HostBytes: c.hostGiB << 30, Baseline: 128 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s on %s (ranks %d):\n%s", c.model, c.device, c.ranks, p)
+		t.Logf("%s on %s (ranks %d, zero %d):\n%s", c.model, c.device, c.ranks, c.zero, p)
 		if p.Fits() != c.fits {
-			t.Errorf("%s on %s: fits %v, want %v", c.model, c.device, p.Fits(), c.fits)
+			t.Errorf("%s on %s (zero %d): fits %v, want %v", c.model, c.device, c.zero, p.Fits(), c.fits)
 		}
 		learn := p.Phases[phaseLearn]
+		if c.zero == 3 {
+			shards, err := trainer.PlanReferenceShards(p.Model, c.ranks, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := line(t, learn, "frozen base weights of rank 0's share (bfloat16", true); got != shards[0].Share {
+				t.Errorf("%s: rank 0's share of the base on its GPU %d, the layout's %d", c.model, got, shards[0].Share)
+			}
+			if got := line(t, learn, "the frozen base's units a pass holds gathered (bfloat16", true); got != shards[0].Units {
+				t.Errorf("%s: the gathered units on the GPU %d, the layout's %d", c.model, got, shards[0].Units)
+			}
+			if s := p.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA (learner.backend cuda): NOT BUILT on GPUs yet") {
+				t.Errorf("%s: the plan does not say that LoRA at stage 3 is not built on GPUs:\n%s", c.model, s)
+			}
+		}
 		var now strings.Builder
 		for _, l := range learn.Lines {
 			now.WriteString("| " + l.What + " | " + fmtOrDash(l.Host) + " | " + fmtOrDash(l.Device) + " |\n")

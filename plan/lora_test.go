@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipo-rl/aipo/learner/trainer"
 	"github.com/aipo-rl/aipo/runconfig"
 )
 
@@ -101,7 +102,10 @@ func TestPlanLoRA(t *testing.T) {
 }
 
 // Two ranks each hold half the adapters' moments; the base and the
-// adapters whole.
+// adapters whole. At --zero 3 each rank holds its share of the frozen base
+// (trainer.PlanReferenceShards: float32 on the CPU) and the two units a
+// pass holds gathered instead of the whole base, also between steps; the
+// other rank its own share; --zero 2 is refused.
 func TestPlanLoRAGroup(t *testing.T) {
 	cfg := loraQuick(t, "{rank: 8, targets: [q_proj, v_proj]}")
 	p, err := Make(context.Background(), cfg, Options{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), HostBytes: 256 << 30, Baseline: 128 << 20, Ranks: 2})
@@ -120,5 +124,35 @@ func TestPlanLoRAGroup(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no line of rank 0's half of the moments (%d bytes):\n%s", 4*A, p)
+	}
+
+	p3, err := Make(context.Background(), cfg, Options{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), HostBytes: 256 << 30, Baseline: 128 << 20, Ranks: 2, Zero: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", p3)
+	shards, err := trainer.PlanReferenceShards(p3.Model, 2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	learn, learn1 := p3.Phases[phaseLearn], p.Phases[phaseLearn]
+	if got := line(t, learn, "frozen base weights of rank 0's share (float32, 1/2 of every unit", false); got != shards[0].Share {
+		t.Errorf("rank 0's share of the base %d bytes, the layout's %d", got, shards[0].Share)
+	}
+	if got := line(t, learn, "the frozen base's units a pass holds gathered (float32", false); got != shards[0].Units {
+		t.Errorf("the base's gathered units %d bytes, the layout's %d", got, shards[0].Units)
+	}
+	rank0, rank0At1 := learn.Host()-learn.Others, learn1.Host()-learn1.Others
+	if d := rank0At1 - rank0; d != 4*p3.Params-shards[0].Total() {
+		t.Errorf("stage 3 holds %d bytes less than stage 1 on rank 0, want the whole base less its share and units, %d", d, 4*p3.Params-shards[0].Total())
+	}
+	if learn.Others != rank0+shards[1].Share-shards[0].Share {
+		t.Errorf("rank 1 holds %d bytes in the step, want rank 0's %d with its own share of the base", learn.Others, rank0)
+	}
+	if s := p3.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA as built (learner/trainer/lora.go") || strings.Contains(s, "NOT BUILT") {
+		t.Errorf("the plan does not describe the CPU's stage 3 with LoRA:\n%s", s)
+	}
+	if _, err := Make(context.Background(), cfg, Options{Init: goldenConfig(t, "Qwen2.5-7B-Instruct"), Ranks: 2, Zero: 2}); err == nil || !strings.Contains(err.Error(), "--zero 2 with learner.lora") {
+		t.Errorf("--zero 2 with learner.lora: %v, want it refused", err)
 	}
 }

@@ -297,10 +297,12 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 	load, roll := p.enginePhases(b, held, proc)
 	if g := p.Group; g != nil && p.LoRA != nil {
 		// Every rank holds what rank 0 does (its share of the adapters'
-		// moments rounded up).
-		others := int64(g.perNode() - 1)
-		learn.Others = others * learn.Host()
-		load.Others = others * (held.Host + base)
+		// moments rounded up), and at stage 3 its own share of the base.
+		rank0 := learn.Host()
+		for r := 1; r < g.perNode(); r++ {
+			learn.Others += rank0 + g.baseDelta(r)
+			load.Others += held.Host + base + g.baseDelta(r)
+		}
 		roll.Others = load.Others
 	} else if g != nil {
 		learn.Others = g.othersInStep(learn.Host())
@@ -460,8 +462,9 @@ var cudaContext = Line{What: "CUDA context, kernels and cuBLAS workspaces (allow
 func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phase) {
 	cfg, mc, P := p.Config, p.Model, p.Params
 	var kept []Line
-	if g := p.Group; g != nil && g.Planned {
-		// Stage 3 on GPUs: the rank's share stays on its GPU.
+	if g := p.Group; g != nil && g.Planned && p.LoRA == nil {
+		// Stage 3 on GPUs: the rank's share stays on its GPU (a LoRA
+		// run's passes are parked between steps, as at stage 1).
 		r0 := g.Mem[0]
 		kept = []Line{{What: "rank 0's share kept on its GPU between steps (float32 weights, moments, reduced gradient)", Device: r0.Weights + r0.Moments + r0.Held}}
 	}

@@ -363,7 +363,11 @@ type Learner struct {
 	// gradient and moments; the ranks gather each layer before a pass
 	// reads it and reduce its gradient as the backward pass ends it (the
 	// same bits at 1, 2, 4 and 8 ranks; stage 1's when each virtual
-	// shard packs into one micro-batch). One process ignores it.
+	// shard packs into one micro-batch). With learner.lora: 1, or 3
+	// (learner.backend cpu) to shard the frozen base as well, gathered a
+	// layer at a time for every pass, the adapter reduced and its
+	// moments sharded as at stage 1 (docs/lora.md); 2 is refused (it
+	// would hold nothing less than stage 1). One process ignores it.
 	Zero int `yaml:"zero"`
 	// Deterministic makes a group of learner processes split each
 	// mini-batch into the same virtual shards (8, or the next power of two

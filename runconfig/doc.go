@@ -205,7 +205,8 @@
 //	learner.activation_checkpointing  auto, on or off: keep each layer's input only, recompute the layer in the backward pass; auto: on above 1 GiB of a micro-batch's activations (auto)
 //	learner.zero                ZeRO stage of a group of learner processes (aipo train --nproc N): 1 shards the AdamW
 //	                            moments, 2 also reduces the gradients layer by layer during the backward pass, 3 also shards
-//	                            the weights (cpu; cuda in fp32); same bits (1)
+//	                            the weights (cpu; cuda in fp32); with learner.lora 1, or 3 on cpu: the frozen base
+//	                            sharded; same bits (1)
 //	learner.deterministic       a group of learner processes ends with the same bits at 1, 2, 4 and 8 ranks (8 virtual
 //	                            shards a mini-batch); false: one shard a rank, faster, within float32 rounding (true)
 //	learner.lora                train a LoRA adapter on the frozen policy instead of every weight (docs/lora.md) (off)

@@ -255,7 +255,7 @@ func finishLearn(ctx context.Context, cfg runconfig.Config, k int64, st *trainSt
 		ts := checkpoint.TrainerState{Step: k + 1, PolicyVersion: k + 1, RunID: cfg.Run.Name, Seed: int64(cfg.Run.Seed),
 			Metrics: map[string]float64{"loss": met.Loss, "grad_norm": met.GradNorm}}
 		m := st.pol.Model
-		ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), Tokenizer: st.pol.Tokenizer,
+		ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: policyTensors(m), Tokenizer: st.pol.Tokenizer,
 			WriteOptimizer: writeOpt, Trainer: ts, ServingOnly: !full, WriteTiedHead: writesTiedHead(cfg)}
 		ck.Adapter, err = adapterFiles(m)
 		if err == nil && full {

@@ -123,6 +123,17 @@ func adapterFiles(m *model.Model) (*checkpoint.Adapter, error) {
 	return m.Adapter().CheckpointFiles()
 }
 
+// policyTensors are the tensors a checkpoint of the policy m carries:
+// its weights, or none for a LoRA policy, whose checkpoint carries the
+// adapter alone (adapterFiles) and whose frozen base is not whole on a
+// rank of a group at learner.zero 3 (sharded across the ranks).
+func policyTensors(m *model.Model) []checkpoint.Tensor {
+	if m.HasAdapter() {
+		return nil
+	}
+	return trainer.Tensors(m)
+}
+
 // checkLoRAPolicy refuses a policy that does not match learner.lora: a
 // whole model's checkpoint under learner.lora (the run was not started
 // with it), or an adapter's without it.

@@ -403,7 +403,7 @@ func followFinish(ctx context.Context, cfg runconfig.Config, st *trainState, ful
 		return err
 	}
 	m := st.pol.Model
-	ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(cfg), ServingOnly: !full}
+	ck := checkpoint.Checkpoint{Config: m.Config(), Tensors: policyTensors(m), WriteTiedHead: writesTiedHead(cfg), ServingOnly: !full}
 	var err error
 	if ck.Adapter, err = adapterFiles(m); err != nil {
 		return err

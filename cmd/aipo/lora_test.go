@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -72,8 +73,9 @@ func loraDigest(t *testing.T, run string, k int64) string {
 // --init BASE with learner.lora): every checkpoint is a PEFT adapter
 // directory naming the run's copy of the base; the adapter moves and the
 // loss with it; the base's bytes are those committed when the run began
-// and its tensors the --init model's; two ranks end with the bits of one;
-// a run stopped after 2 steps and resumed ends with the bits of the
+// and its tensors the --init model's; two ranks end with the bits of one,
+// also at learner.zero 3 (the frozen base sharded across them); a run
+// stopped after 2 steps and resumed ends with the bits of the
 // uninterrupted one.
 func TestTrainLoRA(t *testing.T) {
 	if testing.Short() {
@@ -93,17 +95,21 @@ func TestTrainLoRA(t *testing.T) {
 		return out
 	}
 	const lora = "{rank: 4, alpha: 8, dropout: 0.1, targets: [q_proj, v_proj, o_proj, gate_proj, down_proj]}"
-	runs := map[int]string{}
-	for _, n := range []int{1, 2} {
+	runs := map[string]string{}
+	for _, c := range []struct {
+		n    int
+		zero string
+	}{{1, "1"}, {2, "1"}, {2, "3"}} {
 		cfg, run := loraRun(t, lora, 3)
-		out := train1(cfg, "--init", warm, "--nproc", strconv.Itoa(n))
+		out := train1(cfg, "--init", warm, "--nproc", strconv.Itoa(c.n), "--set", "learner.zero="+c.zero)
+		name := fmt.Sprintf("--nproc %d at learner.zero %s", c.n, c.zero)
 		if !strings.Contains(out, "step 3/3: loss") {
-			t.Errorf("--nproc %d: no step 3 in the output:\n%s", n, out)
+			t.Errorf("%s: no step 3 in the output:\n%s", name, out)
 		}
-		runs[n] = run
-		t.Logf("--nproc %d: %s", n, loraDigest(t, run, 3))
+		runs[name] = run
+		t.Logf("%s: %s", name, loraDigest(t, run, 3))
 	}
-	run := runs[1]
+	run := runs["--nproc 1 at learner.zero 1"]
 
 	// Every checkpoint is a PEFT adapter directory on the run's base
 	// (checkpoint.keep_last 1 of the quick configuration keeps 0 and 3).
@@ -202,9 +208,13 @@ func TestTrainLoRA(t *testing.T) {
 		t.Errorf("aipo lora merge into a model directory: exit %d:\n%s", code, out)
 	}
 
-	if got, want := loraDigest(t, runs[2], 3), loraDigest(t, run, 3); got != want {
-		t.Errorf("--nproc 2: final checkpoint %s, --nproc 1 %s", got, want)
+	for name, r := range runs {
+		if got, want := loraDigest(t, r, 3), loraDigest(t, run, 3); got != want {
+			t.Errorf("%s: final checkpoint %s, --nproc 1 %s", name, got, want)
+		}
 	}
+	// At stage 3 too the base is the one committed when the run began.
+	checkLoRABase(t, runs["--nproc 2 at learner.zero 3"], warm, warmWeights)
 
 	// Stopped after 2 steps, resumed for the third (as one rank of a
 	// group, as the uninterrupted run: one process alone packs the
@@ -219,8 +229,10 @@ func TestTrainLoRA(t *testing.T) {
 
 // Bad LoRA settings are refused before anything runs, each with its
 // field and the fix: a rank of 0, an unknown target, a bad alpha or
-// dropout, a bfloat16 base on a backend that holds it in float32, a ZeRO stage that shards the
-// frozen model, and adapters of another base (its sizes, its name).
+// dropout, a bfloat16 base on a backend that holds it in float32, ZeRO
+// stage 2 (nothing less than stage 1 for an adapter), stage 3 on GPUs
+// (not built there yet), and adapters of another base (its sizes, its
+// name).
 func TestTrainLoRARefusesBadInputs(t *testing.T) {
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
@@ -230,14 +242,15 @@ func TestTrainLoRARefusesBadInputs(t *testing.T) {
 		{"{rank: 4, alpha: -1}", "", "learner.lora.alpha: -1 must be a positive number"},
 		{"{rank: 4, dropout: 1}", "", "learner.lora.dropout: 1 must lie in [0, 1)"},
 		{"{rank: 4}", "learner.precision=bf16", "learner.precision: the cpu backend holds a LoRA run's frozen base in float32 and cannot hold it in bfloat16 (precision bf16); use precision fp32 (or a backend that holds the base in bfloat16: cuda)"},
-		{"{rank: 4}", "learner.zero=2", "learner.zero: 2 shards the model's own gradients"},
+		{"{rank: 4}", "learner.zero=2", "learner.zero: 2 shards the gradients of the weights a run trains, but a LoRA run trains the adapter alone"},
+		{"{rank: 4}", "learner.zero=3 learner.backend=cuda", "learner.zero: 3 with learner.lora shards the frozen base across the ranks on learner.backend cpu alone; it is NOT BUILT on GPUs yet"},
 		{"{rank: 4, init: pissa}", "", `learner.lora.init: "pissa" is unknown`},
 	}
 	for _, c := range cases {
 		cfg, run := loraRun(t, c.lora, 1)
 		args := []string{"train", "--config", cfg, "--init", warm, "--no-tensorboard"}
-		if c.set != "" {
-			args = append(args, "--set", c.set)
+		for _, set := range strings.Fields(c.set) {
+			args = append(args, "--set", set)
 		}
 		code, out := runAipo(t, args...)
 		if code == 0 || !strings.Contains(out, c.want) {

@@ -59,7 +59,9 @@ func runPlan(args []string) error {
 			"the learner multiplies in bfloat16: on the CPU its products round their operands as\n"+
 			"they read them (no bfloat16 copy of the weights is kept; the plan counts the rounded\n"+
 			"operands' buffers with the activations), on GPUs it holds a bfloat16 copy of the\n"+
-			"weights beside the float32 masters. Exits 1 when it does not fit.\n\nFlags:\n")
+			"weights beside the float32 masters. A LoRA run (learner.lora) plans at --zero 1, or at\n"+
+			"--zero 3 with its frozen base sharded across the ranks (built on the CPU; on GPUs NOT\n"+
+			"BUILT yet, the plan says so). Exits 1 when it does not fit.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {

@@ -439,7 +439,7 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 			if m.readsUnits() {
 				m.headRows(next)
 			}
-			if m.shard != nil && !deferred {
+			if m.shard != nil && !deferred && !m.frozen() {
 				m.headGradRows(next)
 				m.gradDone(x.head(next))
 			}
@@ -473,8 +473,8 @@ func (m *Model) headBackward(a *Activations, gradLogProb []float32, tmp *arena) 
 			// so for a deferred weight gradient), the head's rows
 			// rounded as the product reads them; xh is bfloat16.
 			roundBF16Into(lg, lg)
-			var gHead []float32
-			if !deferred {
+			var gHead []float32 // nil: a frozen base's head takes no gradient
+			if !deferred && !m.frozen() {
 				gHead = m.headGradRows(tl.b)[(v0-lo)*d.C:]
 			}
 			m.headBackBF16(dxh[r0*d.C:], gHead, lg, xh[r0*d.C:], hw, n, w, beta, tmp)

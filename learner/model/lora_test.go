@@ -342,3 +342,87 @@ func TestLoRADecodes(t *testing.T) {
 		t.Fatal("decoding with the adapter gives the base's logits")
 	}
 }
+
+// A LoRA model whose frozen base is sharded (ShardWeights after
+// AttachAdapter) computes the same log-probabilities and adapter
+// gradients, bit for bit, as one that holds its base whole, in float32
+// and with bfloat16 products, with a tied head of several vocabulary
+// blocks and an untied one, checkpointed or not: its training pass reads
+// the units in FrozenUnitPlan's order and hands over no gradient (the
+// base takes none), and its scoring pass with the adapter off (the KL
+// term's reference) reads UnitPlan's scoring order and gives the whole
+// base's scores.
+func TestLoRAShardedBaseSameBits(t *testing.T) {
+	bigTied := tinyQwen3Config()
+	bigTied.VocabSize = 2*minVocabBlockRows + 300
+	untied := tinyConfig()
+	untied.TieWordEmbeddings = false
+	for _, c := range []struct {
+		name             string
+		cfg              Config
+		bf16, checkpoint bool
+	}{{"qwen3-tied-blocks", bigTied, false, false}, {"untied-checkpointed", untied, false, true}, {"qwen3-tied-bf16", tinyQwen3Config(), true, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			whole, shardedM := loraModel(t, c.cfg, 0.1), loraModel(t, c.cfg, 0.1)
+			for _, m := range []*Model{whole, shardedM} {
+				m.SetCheckpointing(c.checkpoint)
+				m.SetComputeBF16(c.bf16)
+				m.SetAdapterStep(3)
+			}
+			feed := &wholeFeed{t: t, data: slices.Clone(shardedM.ParamData()), units: shardedM.Units()}
+			if err := shardedM.ShardWeights(feed); err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(5, 6))
+			b := randomBatch(r, c.cfg.VocabSize, 30, 17)
+			w := make([]float32, len(b.Tokens))
+			for i := range w {
+				w[i] = float32(r.NormFloat64())
+			}
+			var lps [2][]float32
+			for i, m := range []*Model{whole, shardedM} {
+				m.ZeroGrads()
+				a, err := m.Forward(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lps[i] = slices.Clone(a.LogProbs)
+				if err := m.Backward(a, w); err != nil {
+					t.Fatal(err)
+				}
+				m.EndShardedPass()
+			}
+			if _, ok := sameBits(lps[0], lps[1]); !ok {
+				t.Fatal("the LoRA model over a sharded base gives other log-probabilities than over the whole base")
+			}
+			if i, ok := sameBits(whole.AdapterGradData(), shardedM.AdapterGradData()); !ok {
+				t.Fatalf("the adapter's gradients over a sharded base differ from those over the whole base (first at element %d)", i)
+			}
+			if want := FrozenUnitPlan(c.cfg); !slices.Equal(feed.events, want) {
+				t.Fatalf("the training pass asked %v, FrozenUnitPlan says %v", feed.events, want)
+			}
+			for _, e := range feed.events {
+				if e.Grad {
+					t.Fatalf("the frozen base handed over the gradient of unit %d", e.Unit)
+				}
+			}
+			feed.events = nil
+			for i, m := range []*Model{whole, shardedM} {
+				m.SetAdapterOn(false)
+				lp, _, err := m.Score(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.EndShardedPass()
+				m.SetAdapterOn(true)
+				lps[i] = lp
+			}
+			if _, ok := sameBits(lps[0], lps[1]); !ok {
+				t.Fatal("the sharded base with the adapter off scores otherwise than the whole base")
+			}
+			if want := UnitPlan(c.cfg, false); !slices.Equal(feed.events, want) {
+				t.Fatalf("the base's scoring pass asked %v, UnitPlan says %v", feed.events, want)
+			}
+		})
+	}
+}

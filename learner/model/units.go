@@ -156,7 +156,18 @@ type UnitEvent struct {
 // embedding's rows added, and handed over. Every pass of a model of cfg
 // follows it, so ranks that run passes of the same kinds in the same
 // order agree on it without a word.
-func UnitPlan(cfg Config, train bool) []UnitEvent {
+func UnitPlan(cfg Config, train bool) []UnitEvent { return unitPlan(cfg, train, false) }
+
+// FrozenUnitPlan is the order in which a training pass over a model of
+// cfg whose base is frozen (a LoRA adapter attached: AttachAdapter) reads
+// its units: as UnitPlan's training pass reads them, up to the last
+// layer's backward pass, and handing over no gradient (the base takes
+// none; the adapter's gradients stay in the model). The embedding's blocks
+// are not read again at the end: a frozen base's head makes no weight
+// gradient to add to them.
+func FrozenUnitPlan(cfg Config) []UnitEvent { return unitPlan(cfg, true, true) }
+
+func unitPlan(cfg Config, train, frozen bool) []UnitEvent {
 	x := unitsIndex(cfg)
 	var out []UnitEvent
 	cur := -1 // the unit the pass reads
@@ -166,7 +177,11 @@ func UnitPlan(cfg Config, train bool) []UnitEvent {
 			cur = u
 		}
 	}
-	grad := func(u int) { out = append(out, UnitEvent{Unit: u, Grad: true}) }
+	grad := func(u int) {
+		if !frozen {
+			out = append(out, UnitEvent{Unit: u, Grad: true})
+		}
+	}
 	for b := range x.blocks {
 		use(x.emb(b))
 	}
@@ -191,6 +206,9 @@ func UnitPlan(cfg Config, train bool) []UnitEvent {
 	for l := x.layers - 1; l >= 0; l-- {
 		use(x.layer(l))
 		grad(x.layer(l))
+	}
+	if frozen {
+		return out
 	}
 	for b := range x.blocks {
 		if x.tied {
@@ -472,8 +490,10 @@ func (m *Model) headGradRows(b int) []float32 {
 
 // deferHeadGrad reports whether the head's backward pass leaves the
 // head's weight gradient to the end of the pass (a tied head whose
-// gradients a feed takes: see UnitPlan).
-func (m *Model) deferHeadGrad() bool { return m.shard != nil && m.cfg.TieWordEmbeddings }
+// gradients a feed takes: see UnitPlan; a frozen base's head takes none).
+func (m *Model) deferHeadGrad() bool {
+	return m.shard != nil && m.cfg.TieWordEmbeddings && !m.frozen()
+}
 
 // recoverFeed turns a feed's failure inside a pass into the pass's error.
 func recoverFeed(err *error) {

@@ -84,6 +84,13 @@ type DataParallel struct {
 	// made for.
 	zref  *zero3
 	refOf *model.Model
+	// loraZero3: a LoRA policy at stage 3, whose adapter the group
+	// reduces and shards as stage 1 does, and whose frozen base is
+	// sharded: base is the rank's share of it (lora.go), made from
+	// baseOf, the policy it was sharded from.
+	loraZero3 bool
+	base      *zero3
+	baseOf    *model.Model
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -147,9 +154,12 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	if zero > 3 {
 		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", cfg.Zero)
 	}
-	if err := checkLoRAGroup(l.Policy, zero); err != nil {
+	if err := checkLoRAGroup(l.Policy, zero, dev != nil); err != nil {
 		return err
 	}
+	// A LoRA policy's group is stage 1's over the adapter; at stage 3 its
+	// frozen base is sharded as well (lora.go: loraZero3).
+	lora := l.Policy != nil && l.Policy.HasAdapter()
 	params := l.Params()
 	dp := &DataParallel{Comm: comm, Shards: shards, Zero: zero, chunks: optim.Chunks(params), offset: make([]int, len(params)+1)}
 	for i, p := range params {
@@ -181,7 +191,7 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	for r := range n + 1 {
 		dp.start[r] = dp.flatStart(dp.bounds[r])
 	}
-	if zero == 3 || zero == 2 && dev == nil {
+	if !lora && (zero == 3 || zero == 2 && dev == nil) {
 		// (bounds and start are the parts the optimiser state is saved
 		// in, as stage 1 owns them.)
 		if zero == 3 && dev != nil {
@@ -205,6 +215,9 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	if err := dp.enableDevice(dev, cfg.DeviceComm); err != nil {
 		return err
 	}
+	// (At stage 3 the LoRA policy's base is sharded by its first step:
+	// shardBase.)
+	dp.loraZero3 = lora && zero == 3
 	l.DP = dp
 	return nil
 }
@@ -282,6 +295,11 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 			return RLStats{}, err
 		}
 	}
+	if dp.loraZero3 {
+		if err := l.shardBase(); err != nil {
+			return RLStats{}, err
+		}
+	}
 	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
 	groups := shardSamples(seqs, cfg.MiniBatches, v)
 
@@ -305,11 +323,24 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		}
 		if ref != nil && dp.zref != nil {
 			// The reference's shards, gathered a unit at a time.
-			if err := l.scoreSharded(ctx, dp.zref, l.Ref, rc, groups, seqs, cfg.MicroBatchTokens, ref); err != nil {
+			if err := l.scoreSharded(ctx, dp.zref, l.Ref, rc, groups, seqs, cfg.MicroBatchTokens, ref, ownerZero3(n)); err != nil {
 				return RLStats{}, fmt.Errorf("trainer: the reference's log-probs: %w", err)
 			}
 			dp.Sent += dp.zref.sent.Swap(0)
 		}
+	} else if dp.base != nil {
+		// A LoRA policy on its sharded base, and the base alone (the
+		// adapter off) for the reference: stage 1's shards, their
+		// passes gathering the base a unit at a time.
+		if err := l.scoreSharded(ctx, dp.base, l.Policy, l.policy(), groups, seqs, cfg.MicroBatchTokens, old, ownerStage1(v, n)); err != nil {
+			return RLStats{}, err
+		}
+		if ref != nil {
+			if err := l.scoreSharded(ctx, dp.base, l.Policy, rc, groups, seqs, cfg.MicroBatchTokens, ref, ownerStage1(v, n)); err != nil {
+				return RLStats{}, fmt.Errorf("trainer: the reference's log-probs: %w", err)
+			}
+		}
+		dp.Sent += dp.base.sent.Swap(0)
 	}
 	for mb := range groups {
 		for s, order := range groups[mb] {
@@ -323,12 +354,13 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 			if o != rank {
 				continue
 			}
-			if dp.z3 != nil {
-				// pi_old is scoreZero3's.
+			if dp.z3 != nil || dp.base != nil {
+				// pi_old (and at stage 3 with LoRA the reference's
+				// log-probs) were scored above.
 			} else if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
 				return RLStats{}, err
 			}
-			if ref != nil && dp.zref == nil {
+			if ref != nil && dp.zref == nil && dp.base == nil {
 				if err := logProbsInto(ref, rc, seqs, order, cfg.MicroBatchTokens); err != nil {
 					return RLStats{}, err
 				}
@@ -494,6 +526,12 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 			}
 		}
 	}
+	shadows := func() error { return nil }
+	if dp.base != nil {
+		// The passes read the sharded base through its feed, every
+		// rank as many as the rank with the most (basePasses).
+		c, shadows = l.basePasses(ctx, c, counts)
+	}
 	for i, s := range mine {
 		if dp.Zero == 2 && s == last {
 			// The shards after it are empty: nil leaves the runs' sums
@@ -517,6 +555,9 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 		} else {
 			tree.push(leaf)
 		}
+	}
+	if err := shadows(); err != nil {
+		return miniBatchPart{}, err
 	}
 	if dp.Zero == 2 {
 		// No shard of this rank had a token to train: its partial sum is

@@ -92,6 +92,15 @@ func dpLearner() (*Learner, error) {
 		return nil, err
 	}
 	l := &Learner{Policy: m, Opt: opt}
+	if os.Getenv("AIPO_DP_LORA") != "" {
+		// A LoRA adapter of rank 4 on every projection, with dropout,
+		// B drawn too (a new adapter's is zero); the KL term's
+		// reference is then the base.
+		if err := attachTestAdapter(m); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
 	if os.Getenv("AIPO_DP_KL") != "" {
 		// A frozen reference of other weights, scored as the policy is;
 		// with bfloat16 products held in bfloat16, as backend Eval holds
@@ -176,19 +185,30 @@ func programDPSteps() int {
 	if err := l.WriteOptimizerDP(ctx, &opt); err != nil {
 		return fail(err)
 	}
-	weights, err := l.GatherPolicy(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	if dir := os.Getenv("AIPO_DP_MEMORY"); dir != "" && l.DP.z3 != nil {
-		// What the rank held at its peak, and its share.
-		m := l.DP.z3.Memory()
-		b, _ := json.Marshal(m)
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("memory-%d.json", comm.Rank())), b, 0o644); err != nil {
+	var weights []float32
+	if l.Policy.HasAdapter() {
+		// What a LoRA run trains and saves: the adapter. The base is
+		// what it was, in this rank's share of it at stage 3.
+		weights = l.Policy.AdapterParamData()
+		if err := checkBaseUnchanged(l); err != nil {
 			return fail(err)
 		}
+	} else if weights, err = l.GatherPolicy(ctx); err != nil {
+		return fail(err)
+	}
+	if dir := os.Getenv("AIPO_DP_MEMORY"); dir != "" && (l.DP.z3 != nil || l.DP.base != nil) {
+		// What the rank held at its peak, and its share.
+		if l.DP.z3 != nil {
+			b, _ := json.Marshal(l.DP.z3.Memory())
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("memory-%d.json", comm.Rank())), b, 0o644); err != nil {
+				return fail(err)
+			}
+		}
 		share, peak := l.DP.ReferenceMemory()
-		b, _ = json.Marshal([2]int64{share, peak})
+		if l.DP.base != nil {
+			share, peak = l.DP.BaseMemory()
+		}
+		b, _ := json.Marshal([2]int64{share, peak})
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("reference-%d.json", comm.Rank())), b, 0o644); err != nil {
 			return fail(err)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
+	"slices"
 
 	"github.com/aipo-rl/aipo/learner/backend"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
@@ -82,14 +84,124 @@ func flatBuffers(m *model.Model) (grads, params []float32) {
 	return m.GradData(), m.ParamData()
 }
 
-// checkLoRAGroup refuses the ZeRO stages that shard what a LoRA policy
-// does not train: its gradients are the adapter's, reduced whole (stage
-// 1); the frozen base is held by every rank.
-func checkLoRAGroup(m *model.Model, zero int) error {
-	if m == nil || !m.HasAdapter() || zero <= 1 {
+// checkLoRAGroup refuses the ZeRO stages a LoRA policy's group does not
+// run: stage 2, which shards the gradients of what the run trains, would
+// hold nothing less than stage 1 (the adapter's gradients are reduced
+// whole, the base has none); stage 3 (the frozen base sharded) is built
+// for passes on the host model alone (onDevice: they run on a device).
+func checkLoRAGroup(m *model.Model, zero int, onDevice bool) error {
+	if m == nil || !m.HasAdapter() {
 		return nil
 	}
-	return fmt.Errorf("trainer: ZeRO stage %d shards the model's own gradients (and weights), but a LoRA run trains the adapter alone, whose gradients and AdamW state stage 1 reduces and shards; set learner.zero: 1", zero)
+	switch {
+	case zero == 2:
+		return errors.New("trainer: ZeRO stage 2 shards the gradients of the weights a run trains, but a LoRA run trains the adapter alone, whose gradients stage 1 reduces whole (a few megabytes) and whose AdamW state it shards, and the frozen base has no gradients: stage 2 would hold nothing less than stage 1; set learner.zero: 1, or 3 to shard the frozen base as well")
+	case zero == 3 && onDevice:
+		return errors.New("trainer: a LoRA run at ZeRO stage 3 (the frozen base sharded across the ranks) is built on the cpu backend alone, NOT BUILT on GPUs yet: set learner.zero: 1 on GPUs (each GPU then holds the whole base)")
+	}
+	return nil
+}
+
+// LoRA at ZeRO stage 3. The group reduces the adapter's gradients and
+// shards its AdamW state as stage 1 does (dp.go: the same shards, passes,
+// tree and bits at every group size), and the frozen base is sharded as
+// stage 3 shards a frozen reference (zero3ref.go: newZero3Frozen, 1/N of
+// every unit a rank, in float32): every pass over the policy, training or
+// scoring, with the adapter on or off (the KL term's reference), gathers
+// the base a unit at a time from the ranks, the next while it computes
+// the current, and hands over no gradient (model.FrozenUnitPlan). Stage 1
+// lets each rank run its own number of micro-batches; the gathers are
+// collective, so every rank runs as many passes as the rank with the
+// most, the passes it lacks as shadows (their gathers alone). The base
+// stays sharded between steps: nothing reads it whole (checkpoints and
+// the weight sync carry the adapter alone).
+
+// shardBase makes the LoRA policy's frozen base this rank's share, if it
+// is not already (the policy, loaded anew, holds it whole).
+func (l *Learner) shardBase() error {
+	dp := l.DP
+	if l.Policy.Sharded() {
+		if dp.baseOf != l.Policy {
+			return errors.New("trainer: the LoRA policy's base is sharded by another group: load it anew")
+		}
+		return nil
+	}
+	if dev, err := l.hostReduced(); err != nil {
+		return err
+	} else if dev != nil {
+		return checkLoRAGroup(l.Policy, 3, true)
+	}
+	z, err := newZero3Frozen(l.Policy, dp.Comm.Size(), dp.Comm.Rank())
+	if err != nil {
+		return fmt.Errorf("trainer: sharding the LoRA policy's base: %w", err)
+	}
+	if err := l.Policy.ShardWeights(z); err != nil {
+		return fmt.Errorf("trainer: sharding the LoRA policy's base: %w", err)
+	}
+	dp.base, dp.baseOf = z, l.Policy
+	debug.FreeOSMemory() // the whole base, before the step's buffers
+	return nil
+}
+
+// basePasses is c, the LoRA policy's passes, each over the sharded base
+// (fedPasses), and the function that runs, after this rank's passes of a
+// mini-batch, the shadow passes that bring it to the most passes any
+// rank runs (counts[s][b]: shard s's micro-batch b has a token to train
+// when not 0; each such one is a pass of shard s's owner).
+func (l *Learner) basePasses(ctx context.Context, c Compute, counts [][]float64) (Compute, func() error) {
+	dp := l.DP
+	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
+	passes := make([]int, n)
+	for s := range v {
+		for _, x := range counts[s] {
+			if x != 0 {
+				passes[owner(s, v, n)]++
+			}
+		}
+	}
+	most := slices.Max(passes)
+	f := fedPasses{Compute: c, ctx: ctx, dp: dp, m: l.Policy}
+	return f, func() error {
+		for range most - passes[rank] {
+			if err := dp.base.beginPass(ctx, dp.Comm, l.Policy.Config(), true, true, nil, nil, false).finish(nil); err != nil {
+				return err
+			}
+		}
+		dp.Sent += dp.base.sent.Swap(0)
+		return nil
+	}
+}
+
+// fedPasses runs the passes of a LoRA policy whose base is sharded
+// (dp.base) with the feed of each: the base's units gathered as the pass
+// reads them.
+type fedPasses struct {
+	Compute
+	ctx context.Context
+	dp  *DataParallel
+	m   *model.Model
+}
+
+func (f fedPasses) Run(b model.Batch, loss LossGrad) ([]float32, error) {
+	feed := f.dp.base.beginPass(f.ctx, f.dp.Comm, f.m.Config(), loss != nil, false, nil, nil, false)
+	out, err := f.Compute.Run(b, loss)
+	f.m.EndShardedPass()
+	if err := feed.finish(err); err != nil {
+		// The others wait for this rank's gathers: tell them.
+		f.dp.Comm.Abort(err)
+		return nil, err
+	}
+	return out, nil
+}
+
+// BaseMemory is what this rank holds of a LoRA policy's sharded base
+// (stage 3; zero otherwise): its share and the most it held at once (the
+// share and the units its passes gathered), in bytes.
+func (dp *DataParallel) BaseMemory() (share, peak int64) {
+	if dp.base == nil {
+		return 0, 0
+	}
+	return 4 * int64(len(dp.base.master)), dp.base.mem.peak.Load()
 }
 
 // LoadAdapterPolicy builds the policy of the committed LoRA checkpoint ck

@@ -48,6 +48,10 @@ import (
 // AdamW is elementwise.
 type zero3 struct {
 	n int // the group's size
+	// frozen: the weights of a frozen model (newZero3Frozen), whose
+	// training passes (a LoRA policy's over its base) hand over no
+	// gradient: they read the units in model.FrozenUnitPlan's order.
+	frozen bool
 	// whole: ZeRO stage 2 on the CPU, the same schedule with the weights
 	// whole in the model (data, its flat buffer): no gathers before the
 	// passes; the updated parts are gathered into data after each step.

@@ -94,7 +94,11 @@ type passFeed struct {
 // beginPass starts the exchanges of one pass (train: a training pass,
 // its gradients reduced into leaf; shadow: this rank runs no pass).
 func (z *zero3) beginPass(ctx context.Context, comm collective.Comm, cfg model.Config, train, shadow bool, has []bool, leaf []float32, add bool) *passFeed {
-	p := &passFeed{z: z, comm: comm, ctx: ctx, plan: model.UnitPlan(cfg, train), shadow: shadow, has: has, leaf: leaf, add: add,
+	plan := model.UnitPlan(cfg, train)
+	if train && z.frozen {
+		plan = model.FrozenUnitPlan(cfg) // (a LoRA policy's base)
+	}
+	p := &passFeed{z: z, comm: comm, ctx: ctx, plan: plan, shadow: shadow, has: has, leaf: leaf, add: add,
 		grads: make([][]float32, len(z.units)), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	var items []feedItem

@@ -29,6 +29,7 @@ import (
 // no optimiser.
 func newZero3Frozen(m *model.Model, n, rank int) (*zero3, error) {
 	z := zero3Layout(m.Config(), n)
+	z.frozen = true
 	z.master = make([]float32, 0, z.elements(rank))
 	var unit []float32
 	for u, us := range z.units {

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -219,6 +220,9 @@ func (l *Learner) writeOptimizerZero3(ctx context.Context, w io.Writer) error {
 // unit is gathered from its owners); otherwise the host model's own
 // buffer, as it is.
 func (l *Learner) GatherPolicy(ctx context.Context) ([]float32, error) {
+	if l.DP != nil && l.DP.base != nil {
+		return nil, errors.New("trainer: a LoRA policy's frozen base is sharded at ZeRO stage 3 and never gathered whole; what the run trains is the adapter (model.Model.AdapterParamData)")
+	}
 	if l.DP == nil || l.DP.z3 == nil || !l.Policy.Sharded() && !l.DP.z3.devMode() {
 		return l.Policy.ParamData(), nil
 	}

@@ -11,6 +11,12 @@ import (
 // in time slot s div n (see zero3).
 func owner3(s, n int) int { return s % n }
 
+// ownerZero3 is owner3 for a group of n.
+func ownerZero3(n int) func(s int) int { return func(s int) int { return owner3(s, n) } }
+
+// ownerStage1 is owner (stage 1's contiguous runs) for v shards among n.
+func ownerStage1(v, n int) func(s int) int { return func(s int) int { return owner(s, v, n) } }
+
 // scoreZero3 computes pi_old (the policy's log-probabilities) of the
 // samples of this rank's shards into old: every rank runs as many passes
 // as the rank with the most micro-batches, the passes it lacks as shadows
@@ -19,7 +25,7 @@ func (l *Learner) scoreZero3(ctx context.Context, groups [][][]int, seqs []Seque
 	dp := l.DP
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	if !dp.z3.whole {
-		return l.scoreSharded(ctx, dp.z3, l.Policy, l.policy(), groups, seqs, budget, old)
+		return l.scoreSharded(ctx, dp.z3, l.Policy, l.policy(), groups, seqs, budget, old, ownerZero3(n))
 	}
 	// The model holds its weights: each rank scores its own.
 	for mb := range groups {
@@ -35,19 +41,20 @@ func (l *Learner) scoreZero3(ctx context.Context, groups [][][]int, seqs []Seque
 }
 
 // scoreSharded computes the log-probabilities under m, whose weights z
-// shards (the policy's, or the frozen reference's: zero3ref.go), of the
-// samples of this rank's shards into out, through c, m's passes: every
-// rank runs as many passes as the rank with the most micro-batches, the
-// passes it lacks as shadows (their gathers alone), so that the group's
-// gathers stay in step.
-func (l *Learner) scoreSharded(ctx context.Context, z *zero3, m *model.Model, c Compute, groups [][][]int, seqs []Sequence, budget int, out [][]float32) error {
+// shards (the policy's, or the frozen reference's: zero3ref.go; a LoRA
+// policy's frozen base, lora.go), of the samples of this rank's shards
+// (ownerOf: the rank that computes each shard) into out, through c, m's
+// passes: every rank runs as many passes as the rank with the most
+// micro-batches, the passes it lacks as shadows (their gathers alone),
+// so that the group's gathers stay in step.
+func (l *Learner) scoreSharded(ctx context.Context, z *zero3, m *model.Model, c Compute, groups [][][]int, seqs []Sequence, budget int, out [][]float32, ownerOf func(s int) int) error {
 	dp := l.DP
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	counts := make([]int, n)
 	var mine []microBatch
 	for mb := range groups {
 		for s, order := range groups[mb] {
-			r := owner3(s, n)
+			r := ownerOf(s)
 			k := pack(seqs, order, budget)
 			counts[r] += len(k)
 			if r == rank {
