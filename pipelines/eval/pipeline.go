@@ -473,15 +473,21 @@ func chatTokenizer(cfg evalconfig.Config) string {
 	return ""
 }
 
-// Build adds the evaluation of the chunks to a pipeline.
-func Build(s beam.Scope, cfg evalconfig.Config, plan *Plan, todo []chunk) {
-	s = s.Scope("eval")
+// newChunkFn is the DoFn that evaluates the chunks of plan.
+func newChunkFn(cfg evalconfig.Config, plan *Plan) *evalChunkFn {
 	fn := &evalChunkFn{Cfg: cfg, Benches: map[string]benchSpec{}, Tokenizer: chatTokenizer(cfg)}
 	for _, b := range plan.Benchmarks {
 		r := b.resolved
 		fn.Benches[b.Name] = benchSpec{Name: b.Name, Verifier: r.Verifier, Template: r.Template, Samples: r.Samples,
 			MaxTokens: r.MaxTokens, Fingerprint: b.Fingerprint}
 	}
+	return fn
+}
+
+// Build adds the evaluation of the chunks to a pipeline.
+func Build(s beam.Scope, cfg evalconfig.Config, plan *Plan, todo []chunk) {
+	s = s.Scope("eval")
+	fn := newChunkFn(cfg, plan)
 	elems := make([]any, len(todo))
 	for i, c := range todo {
 		elems[i] = c
