@@ -83,16 +83,21 @@ type Chat struct {
 }
 
 // Sampling controls generation: the responses per problem and the
-// sampling parameters of every request. Its YAML keys are samples and
-// those of sampling.Params (temperature, top_p, top_k, stop) with two of
-// its per-request fields, which here configure every request: max_tokens,
-// the response budget, and seed, the base of the per-sample seeds. A
-// training run's eval section gives the sampling of its benchmark
-// evaluations in one (runconfig's EvalSampling).
+// sampling parameters of every request. Its YAML keys are samples, greedy
+// and those of sampling.Params (temperature, top_p, top_k, stop) with two
+// of its per-request fields, which here configure every request:
+// max_tokens, the response budget, and seed, the base of the per-sample
+// seeds. A training run's eval section gives the sampling of its
+// benchmark evaluations in one (runconfig's EvalSampling).
 type Sampling struct {
 	// Samples is n, the responses per problem (default: the benchmark's
 	// preset, 16 for AIME and 4 otherwise, as in the paper).
 	Samples int `json:"samples"`
+	// Greedy adds one greedy response per problem (temperature 0, sample
+	// index -1 in the records) to the n samples, scored apart from them:
+	// the report's greedy accuracy and the share of greedy responses that
+	// call a collaborator. Off by default.
+	Greedy bool `json:"greedy"`
 	// Params: Temperature (1.0 when the key is left out, as Parse
 	// reads it; 0 is greedy), TopP (1.0), TopK (0, off), MaxTokens (the
 	// response budget, 16384), Seed (the base of the per-sample seeds) and
@@ -110,7 +115,7 @@ type samplingKey struct {
 // writes them, each with its field.
 func (s *Sampling) keys() []samplingKey {
 	return []samplingKey{{"samples", &s.Samples}, {"temperature", &s.Temperature}, {"top_p", &s.TopP}, {"top_k", &s.TopK},
-		{"max_tokens", &s.MaxTokens}, {"seed", &s.Seed}, {"stop", &s.StopStrings}}
+		{"max_tokens", &s.MaxTokens}, {"seed", &s.Seed}, {"stop", &s.StopStrings}, {"greedy", &s.Greedy}}
 }
 
 // YAMLFields maps each YAML key to its field (internal/yamlset.Fielder):
@@ -152,11 +157,15 @@ func (s *Sampling) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // MarshalJSON writes the keys of keys in their order, stop as null when
-// it holds none: the layout of reports and of the settings a benchmark's
-// fingerprint hashes, so that runs of earlier builds resume.
+// it holds none and greedy only when it is on: the layout of reports and
+// of the settings a benchmark's fingerprint hashes, so that runs of
+// earlier builds resume.
 func (s Sampling) MarshalJSON() ([]byte, error) {
 	b := []byte{'{'}
 	for i, f := range s.keys() {
+		if f.key == "greedy" && !s.Greedy {
+			continue
+		}
 		v, err := json.Marshal(f.field)
 		if err != nil {
 			return nil, err

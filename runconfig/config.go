@@ -397,8 +397,13 @@ type Eval struct {
 	Every int64 `yaml:"every"`
 	// Samples is k of Avg@k and Pass@k (default 4).
 	Samples int `yaml:"samples"`
-	// Splits are the splits of the demo task evaluated, for a run whose
-	// source is the demo task (default: its kind's, seen and unseen).
+	// Splits are the splits of the task the run draws from that the
+	// policy is evaluated alone on, for a task that names a benchmark for
+	// each (the demo's; default: its kind's, seen and unseen). They go
+	// through the eval pipeline like Benchmarks, with Samples samples at
+	// Temperature, MaxResponseTokens, no stop strings and one greedy
+	// response per problem; their scores (greedy and Avg@k accuracy,
+	// Pass@k, the greedy responses' call rate) are the run's eval records.
 	Splits []string `yaml:"splits,omitempty"`
 	// Benchmarks are the held-out benchmarks `aipo train` evaluates every
 	// Every steps with the eval pipeline (pipelines/eval: a preset, or a

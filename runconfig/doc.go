@@ -219,7 +219,8 @@
 //
 //	eval.every                  steps between evaluations, 0 off (10)
 //	eval.samples                k of Avg@k and Pass@k (4)
-//	eval.splits[]               splits of the task the policy is evaluated alone on, by the task (kind demo: seen, unseen, all; seen and unseen)
+//	eval.splits[]               splits of the task the policy is evaluated alone on, with the eval pipeline (one greedy response and
+//	                            eval.samples samples a problem), results in <run>/evalsplits/step-NNNNNN (kind demo: seen, unseen, all; seen and unseen)
 //	eval.benchmarks[]           held-out benchmarks evaluated with the eval pipeline every eval.every steps, results in
 //	                            <run>/eval/step-NNNNNN and metrics.jsonl, shown by aipo analyze (none)
 //	eval.benchmarks[].name      report name (default: the preset)

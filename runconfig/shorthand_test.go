@@ -163,7 +163,7 @@ func TestSourcesRejected(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{"data: {sources: [{kind: demo}]}\ncollaborators: {knowledge: {kind: builtin-demo}, demo_task: {seed: 1, num_entities: 40, seen_frac: 0.5, min_value: 100, max_value: 999, max_n: 9}}\n",
 			"collaborators.demo_task: differs from the task of data.sources (kind demo)"},
-		{"data: {sources: [" + fileEntry + "]}\neval: {splits: [seen]}\n", "eval.splits: are splits of a task that evaluates its own splits"},
+		{"data: {sources: [" + fileEntry + "]}\neval: {splits: [seen]}\n", "eval.splits: are splits of a task that names a benchmark for each"},
 	} {
 		_, err := Parse([]byte("run: {dir: r}\n"+c.yaml), "t.yaml", "")
 		if err == nil || !strings.Contains(err.Error(), c.want) {

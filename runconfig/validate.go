@@ -319,8 +319,8 @@ func (c Config) validateEval() error {
 		return fieldError("eval.max_response_tokens", "%d must be at least 1", e.MaxResponseTokens)
 	}
 	for i, s := range e.Splits {
-		if def.Evaluate == nil {
-			return fieldError("eval.splits", "are splits of a task that evaluates its own splits (the demo's), but data.sources (%s) have none: evaluate them with eval.benchmarks", c.Data.Sources.Label())
+		if def.EvalBenchmark == nil {
+			return fieldError("eval.splits", "are splits of a task that names a benchmark for each (the demo's), but data.sources (%s) have none: evaluate them with eval.benchmarks", c.Data.Sources.Label())
 		}
 		if !slices.Contains(def.Splits, s) {
 			return fieldError(fmt.Sprintf("eval.splits[%d]", i), "%q is unknown: use %s", s, strings.Join(def.Splits, ", "))

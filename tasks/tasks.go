@@ -13,7 +13,9 @@
 //   - a kind of collaborator, when the task brings agents of its own
 //     (collab.RegisterKind);
 //   - its benchmark presets, the held-out problems the eval pipeline
-//     scores (evalconfig.RegisterPreset);
+//     scores (evalconfig.RegisterPreset): the one evaluation path, for
+//     aipo eval, eval.benchmarks and the task's own splits (eval.splits,
+//     whose presets the kind's defaults name);
 //   - its run configurations (configs.Register).
 //
 // docs/adding-a-task.md walks through the steps with tasks/countdown.

@@ -36,6 +36,9 @@ const (
 	MetricsLogName = "metrics.jsonl"
 	// EvalName holds the benchmark evaluations, one step-NNNNNN each.
 	EvalName = "eval"
+	// EvalSplitsName holds the evaluations on the task's splits
+	// (eval.splits), one step-NNNNNN each.
+	EvalSplitsName = "evalsplits"
 	// DeadLettersName holds the rows a rollout step could not use.
 	DeadLettersName = "dead_letters"
 	// TensorBoardName holds the TensorBoard event files.
@@ -58,7 +61,8 @@ const (
 const (
 	// LearnKind is the learner's record of a step.
 	LearnKind = "learn"
-	// EvalKind is the evaluation of a checkpoint on the demo task.
+	// EvalKind is the evaluation of a checkpoint on the splits of the
+	// run's task (eval.splits).
 	EvalKind = "eval"
 	// BenchmarkKind is the evaluation of a checkpoint on eval.benchmarks.
 	BenchmarkKind = "evalbench"
@@ -150,6 +154,10 @@ func MetricsLog(run string) string { return storage.Join(run, MetricsLogName) }
 // Eval is the directory of the benchmark evaluation of checkpoint k:
 // <run>/eval/step-NNNNNN.
 func Eval(run string, k int64) string { return storage.Join(run, EvalName, StepName(k)) }
+
+// EvalSplits is the directory of the evaluation of checkpoint k on the
+// splits of the run's task (eval.splits): <run>/evalsplits/step-NNNNNN.
+func EvalSplits(run string, k int64) string { return storage.Join(run, EvalSplitsName, StepName(k)) }
 
 // DeadLetters is the default folder of run's dead-letter files
 // (data.dead_letter_dir).

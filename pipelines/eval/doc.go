@@ -18,6 +18,13 @@
 // answers, transforms/sandbox for code), writes one Parquet shard of
 // schemas.EvalRecord rows and commits the chunk's _MANIFEST.json.
 //
+// With sampling.greedy, each problem also gets one greedy response
+// (temperature 0, sample index GreedySample), scored apart from its n
+// samples: the report's greedy accuracy, and the share of greedy responses
+// (and of samples) that call a collaborator by writing an agent's tag.
+// It is how a task's splits are scored during training (eval.splits: the
+// demo's seen and unseen entities), the same path as every benchmark.
+//
 // Layout of the output directory:
 //
 //	<out>/records/<benchmark>/chunk-000003/_MANIFEST.json, shards/part-*.parquet

@@ -51,6 +51,16 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, " %s%% | %.0f |\n", pct(bs.Truncated), bs.MeanResponseTokens)
 	}
+	if r.Sampling.Greedy || anyCalls(r) {
+		b.WriteString("\n## Greedy decoding and collaborator calls\n\n| benchmark | greedy | greedy responses that call | samples that call |\n|---|---|---|---|\n")
+		for _, bs := range r.Benchmarks {
+			g := "–"
+			if bs.Greedy != nil {
+				g = est(*bs.Greedy)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s%% | %s%% |\n", bs.Name, g, pct(bs.GreedyCallRate), pct(bs.CallRate))
+		}
+	}
 	for _, bs := range r.Benchmarks {
 		if len(bs.Subsets) == 0 {
 			continue
@@ -61,9 +71,24 @@ func (r *Report) Markdown() string {
 		}
 	}
 	fmt.Fprintf(&b, "\n## Run\n\n- policy: `%s`\n- policy versions: %v\n", r.PolicyURI, r.PolicyVersions)
-	fmt.Fprintf(&b, "- sampling: temperature %g, top-p %g, max tokens %d\n", r.Sampling.Temperature, r.Sampling.TopP, r.Sampling.MaxTokens)
+	fmt.Fprintf(&b, "- sampling: temperature %g, top-p %g, max tokens %d", r.Sampling.Temperature, r.Sampling.TopP, r.Sampling.MaxTokens)
+	if r.Sampling.Greedy {
+		b.WriteString(", and one greedy response per problem")
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "- created: %s\n", r.Created.Format("2006-01-02 15:04:05 UTC"))
 	return b.String()
+}
+
+// anyCalls reports whether a response of some benchmark called a
+// collaborator.
+func anyCalls(r *Report) bool {
+	for _, bs := range r.Benchmarks {
+		if bs.CallRate > 0 || bs.GreedyCallRate > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func cell(e metrics.Estimate, ok bool) string {

@@ -58,6 +58,10 @@ type benchSpec struct {
 	Fingerprint string `json:"fingerprint"`
 }
 
+// GreedySample is the sample index of a problem's greedy response
+// (sampling.greedy) in its records; its samples are 0..n-1.
+const GreedySample = -1
+
 // Manifest meta keys of a committed chunk.
 const (
 	metaBenchmark   = "benchmark"
@@ -185,7 +189,14 @@ func (fn *evalChunkFn) ProcessElement(ctx context.Context, c chunk) error {
 	}
 	tm, sc := fn.templates[c.Benchmark], fn.scorers[c.Benchmark]
 	type job struct{ p, s int }
-	rows := make([]schemas.EvalRecord, len(c.Prompts)*b.Samples)
+	// Each problem has b.Samples samples (indices 0..n-1) and, with
+	// sampling.greedy, its greedy response first (index -1).
+	first := 0
+	if fn.Cfg.Sampling.Greedy {
+		first = GreedySample
+	}
+	per := b.Samples - first
+	rows := make([]schemas.EvalRecord, len(c.Prompts)*per)
 	prefixes := make([][]int32, len(c.Prompts))
 	users := make([]string, len(c.Prompts))
 	for i, p := range c.Prompts {
@@ -220,13 +231,13 @@ func (fn *evalChunkFn) ProcessElement(ctx context.Context, c chunk) error {
 					fail(err)
 					continue
 				}
-				rows[j.p*b.Samples+j.s] = rec
+				rows[j.p*per+j.s-first] = rec
 			}
 		}()
 	}
 feed:
 	for i := range c.Prompts {
-		for s := range b.Samples {
+		for s := first; s < b.Samples; s++ {
 			select {
 			case jobs <- job{i, s}:
 			case <-ctx.Done():
@@ -245,11 +256,15 @@ feed:
 	return commitChunk(ctx, c, fn.Cfg.Run, b, rows)
 }
 
-// sample generates, scores and records one response.
+// sample generates, scores and records one response: sample s of the
+// problem, its greedy response when s is GreedySample.
 func (fn *evalChunkFn) sample(ctx context.Context, bench string, b benchSpec, sc *scorer, p schemas.Prompt, user string, prefix []int32, s int, stops []int32) (schemas.EvalRecord, error) {
 	seed := sampleSeed(fn.Cfg.Sampling.Seed, p.ID, s)
 	params := fn.Cfg.Sampling.Params
 	params.MaxTokens, params.Seed, params.StopTokenIDs = b.MaxTokens, seed, stops
+	if s == GreedySample {
+		params.Temperature = 0
+	}
 	if fn.info.MaxContext > 0 && len(prefix)+params.MaxTokens > fn.info.MaxContext {
 		params.MaxTokens = fn.info.MaxContext - len(prefix)
 		if params.MaxTokens < 1 {
@@ -473,15 +488,21 @@ func chatTokenizer(cfg evalconfig.Config) string {
 	return ""
 }
 
-// Build adds the evaluation of the chunks to a pipeline.
-func Build(s beam.Scope, cfg evalconfig.Config, plan *Plan, todo []chunk) {
-	s = s.Scope("eval")
+// newChunkFn is the DoFn that evaluates the chunks of plan.
+func newChunkFn(cfg evalconfig.Config, plan *Plan) *evalChunkFn {
 	fn := &evalChunkFn{Cfg: cfg, Benches: map[string]benchSpec{}, Tokenizer: chatTokenizer(cfg)}
 	for _, b := range plan.Benchmarks {
 		r := b.resolved
 		fn.Benches[b.Name] = benchSpec{Name: b.Name, Verifier: r.Verifier, Template: r.Template, Samples: r.Samples,
 			MaxTokens: r.MaxTokens, Fingerprint: b.Fingerprint}
 	}
+	return fn
+}
+
+// Build adds the evaluation of the chunks to a pipeline.
+func Build(s beam.Scope, cfg evalconfig.Config, plan *Plan, todo []chunk) {
+	s = s.Scope("eval")
+	fn := newChunkFn(cfg, plan)
 	elems := make([]any, len(todo))
 	for i, c := range todo {
 		elems[i] = c

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { ptest.MainWithDefault(m, beamrun.Runner) }
 
 // randomCheckpoint saves an untrained two-layer model over the built-in
 // vocabulary as a committed checkpoint of policy version 7.
-func randomCheckpoint(t *testing.T) string {
+func randomCheckpoint(t testing.TB) string {
 	t.Helper()
 	m, err := model.New(model.Config{ModelType: "qwen2", HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2,
 		NumAttentionHeads: 4, NumKeyValueHeads: 2, VocabSize: tokenizer.BuiltinVocabSize, MaxPositionEmbeddings: 2048,

@@ -13,6 +13,7 @@ import (
 	"github.com/aipo-rl/aipo/internal/secure"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/transforms/interact"
 	"github.com/aipo-rl/aipo/transforms/metrics"
 )
 
@@ -50,6 +51,16 @@ type BenchmarkScore struct {
 	Problems int `json:"problems"`
 	Scored   int `json:"scored"`
 	metrics.Score
+	// Greedy is the accuracy of the problems' greedy responses
+	// (sampling.greedy), with its standard error over problems; nil
+	// without them.
+	Greedy *metrics.Estimate `json:"greedy,omitempty"`
+	// CallRate is the share of the samples that call a collaborator (write
+	// an agent's opening tag, transforms/interact's Tags): a policy
+	// evaluated alone gets no answer, so it is what the policy would ask
+	// for. GreedyCallRate is that of the greedy responses.
+	CallRate       float64 `json:"call_rate,omitempty"`
+	GreedyCallRate float64 `json:"greedy_call_rate,omitempty"`
 	// Truncated is the share of responses cut at the token limit.
 	Truncated float64 `json:"truncated"`
 	// MeanResponseTokens is the mean response length.
@@ -112,29 +123,46 @@ func buildReport(ctx context.Context, cfg evalconfig.Config, plan *Plan) (*Repor
 }
 
 // scoreBenchmark computes a benchmark's scores and breakdowns from its
-// records.
+// records: the samples' (Avg@n, Pass@k, maj@k, truncation, length, call
+// rate) and, apart, the greedy responses'.
 func scoreBenchmark(pb PlannedBenchmark, recs []schemas.EvalRecord, passK, majK []int) BenchmarkScore {
 	code := pb.resolved.Code()
-	samples := make([]metrics.Sample, len(recs))
-	var truncated, tokens float64
-	for i, r := range recs {
-		samples[i] = metrics.Sample{Problem: r.ProblemID, Correct: r.Correct}
-		if !code {
-			samples[i].Answer = r.Extracted
+	samples := make([]metrics.Sample, 0, len(recs))
+	var greedy []float64
+	var truncated, tokens, calls, greedyCalls float64
+	for _, r := range recs {
+		call := callsCollaborator(r.Response)
+		if r.SampleIndex == GreedySample {
+			greedy = append(greedy, b2f(r.Correct))
+			greedyCalls += b2f(call)
+			continue
 		}
+		s := metrics.Sample{Problem: r.ProblemID, Correct: r.Correct}
+		if !code {
+			s.Answer = r.Extracted
+		}
+		samples = append(samples, s)
 		if r.FinishReason == sampling.FinishLength {
 			truncated++
 		}
 		tokens += float64(r.ResponseLen)
+		calls += b2f(call)
 	}
 	if code {
 		majK = nil
 	}
 	sc := metrics.Summarize(samples, passK, majK)
 	bs := BenchmarkScore{Name: pb.Name, Verifier: pb.Verifier, Code: code, Problems: pb.Problems, Scored: sc.Problems, Score: sc}
-	if len(recs) > 0 {
-		bs.Truncated = truncated / float64(len(recs))
-		bs.MeanResponseTokens = tokens / float64(len(recs))
+	if n := float64(len(samples)); n > 0 {
+		bs.Truncated = truncated / n
+		bs.MeanResponseTokens = tokens / n
+		bs.CallRate = calls / n
+	}
+	if len(greedy) > 0 {
+		g := metrics.Mean(greedy)
+		bs.Greedy = &g
+		bs.GreedyCallRate = greedyCalls / float64(len(greedy))
+		bs.Scored = max(bs.Scored, len(greedy))
 	}
 	if len(pb.Breakdown) == 0 {
 		return bs
@@ -171,6 +199,24 @@ func scoreBenchmark(pb PlannedBenchmark, recs []schemas.EvalRecord, passK, majK 
 		}
 	}
 	return bs
+}
+
+// callsCollaborator reports whether a response calls a collaborator: it
+// writes one of the agents' opening tags.
+func callsCollaborator(response string) bool {
+	for _, t := range interact.Tags {
+		if strings.Contains(response, t.Open) {
+			return true
+		}
+	}
+	return false
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Write writes report.json, report.md and report.png into dir.

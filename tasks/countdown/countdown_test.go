@@ -126,7 +126,7 @@ func TestSourceKind(t *testing.T) {
 	if err := ss.Check(); err != nil {
 		t.Fatal(err)
 	}
-	if d := ss.Defaults(); d.BatchSize != BatchSize || d.Evaluate != nil || len(d.Collaborators.Roles()) != 0 || d.Task != ss[0].Task {
+	if d := ss.Defaults(); d.BatchSize != BatchSize || d.EvalBenchmark != nil || len(d.Collaborators.Roles()) != 0 || d.Task != ss[0].Task {
 		t.Errorf("defaults %+v", d)
 	}
 	for _, c := range []struct {

@@ -2,8 +2,10 @@
 // entities, whose facts a small model can only learn from a collaborator.
 // It is a task package (package tasks): its init registers the kind of
 // prompt source demo, the draw of its questions, the verifier of
-// data_source demo and the collaborator kind builtin-demo; its splits are
-// scored by the Evaluate its kind's defaults carry. It also holds the
+// data_source demo, the collaborator kind builtin-demo and the benchmark
+// presets of its splits (demo-all, demo-seen, demo-unseen), which the eval
+// pipeline scores like any other: a run's eval.splits and aipo eval alike.
+// It also holds the
 // warm start, the supervised training of the tiny policy on the task's
 // corpus. Package demorun runs the whole demo (aipo demo).
 //

@@ -1,17 +1,14 @@
 package demo
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 
-	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/tasks"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptsource"
 	"github.com/aipo-rl/aipo/transforms/trajectories"
 	"github.com/aipo-rl/aipo/transforms/verify"
@@ -36,9 +33,10 @@ const (
 )
 
 // The task's public registrations: its kind of prompt source and how a
-// step draws from it, the verifier of its answers and its collaborators
-// (its run configurations are configs/demo.yaml and configs/quick.yaml).
-// A program links the task with a blank import (cmd/aipo does).
+// step draws from it, the verifier of its answers, its collaborators and
+// the benchmark presets of its splits (its run configurations are
+// configs/demo.yaml and configs/quick.yaml). A program links the task
+// with a blank import (cmd/aipo does).
 func init() {
 	promptsource.RegisterKind(Kind, sourceKind{})
 	trajectories.RegisterGenerator(Kind, func(ss promptsource.List) (trajectories.Generator, error) {
@@ -57,6 +55,7 @@ func init() {
 		_, err := DecodeConfig(s)
 		return err
 	})
+	registerPresets()
 }
 
 // DecodeConfig is the task configuration of settings s (a data.sources
@@ -117,7 +116,8 @@ func Collaborators(task Config, noise float64) collab.Config {
 
 // sourceKind is the task's kind of prompt source: one entry, its task and
 // split. Its runs default to the task's three built-in agents and
-// evaluate the policy alone on the seen and unseen entities.
+// evaluate the policy alone on the seen and unseen entities, the presets
+// of those splits through the eval pipeline.
 type sourceKind struct{}
 
 func (sourceKind) Fill(ss promptsource.List) {
@@ -152,7 +152,7 @@ func (sourceKind) Defaults(ss promptsource.List) promptsource.Defaults {
 		Task:             tasks.MustEncode(tc),
 		Splits:           []string{string(SplitAll), string(SplitSeen), string(SplitUnseen)},
 		EvalSplits:       []string{string(SplitSeen), string(SplitUnseen)},
-		Evaluate:         evaluator(tc),
+		EvalBenchmark:    evalBenchmark(tc),
 		PromptTokens:     PromptTokens,
 		InitialModel:     model,
 		InitialModelNote: "the demo's warm-start model (aipo demo --quick trains a smaller one)",
@@ -160,28 +160,6 @@ func (sourceKind) Defaults(ss promptsource.List) promptsource.Defaults {
 }
 
 func (sourceKind) Label(promptsource.List) string { return Kind }
-
-// evaluator scores the policy alone on splits of the task tc (Evaluate
-// with DefaultEval's settings, e's samples and sampling).
-func evaluator(tc Config) promptsource.SplitEvaluator {
-	return func(ctx context.Context, c policy.Client, e promptsource.SplitEval, splits []string) ([]records.SplitScore, error) {
-		t, err := New(tc)
-		if err != nil {
-			return nil, err
-		}
-		ec := DefaultEval()
-		ec.Samples = e.Samples
-		ec.Temperature, ec.Seed = e.Params.Temperature, e.Params.Seed
-		if e.Params.MaxTokens > 0 {
-			ec.MaxTokens = e.Params.MaxTokens
-		}
-		ss := make([]Split, len(splits))
-		for i, s := range splits {
-			ss[i] = Split(s)
-		}
-		return Evaluate(ctx, c, t, ec, ss...)
-	}
-}
 
 // generator draws the task's questions of one split.
 type generator struct {

@@ -33,7 +33,7 @@ func TestSourceKind(t *testing.T) {
 	}
 	d := ss.Defaults()
 	if ss.Label() != Kind || d.BatchSize != BatchSize || d.Task != ss[0].Task || d.PromptTokens != PromptTokens ||
-		d.Collaborators.Task != ss[0].Task || d.Collaborators.Knowledge.Noise.P(0) != Noise || d.Evaluate == nil ||
+		d.Collaborators.Task != ss[0].Task || d.Collaborators.Knowledge.Noise.P(0) != Noise || d.EvalBenchmark == nil ||
 		!slices.Equal(d.EvalSplits, []string{"seen", "unseen"}) || !slices.Equal(d.Splits, []string{"all", "seen", "unseen"}) {
 		t.Errorf("the defaults %+v", d)
 	}

@@ -57,10 +57,7 @@ func benchmarks(ctx context.Context, cfg runconfig.Config, k int64, emit func(re
 // k served at endpoint: the run's benchmarks, eval.samples samples at
 // eval.temperature with eval.max_response_tokens, the policy's stop
 // strings, a seed drawn from the run's, and the prompt format of the
-// rollouts: rollout.prompt_template as is when the rollouts render it
-// without a chat template, else the model's chat format when the
-// checkpoint carries a tokenizer.json (the ChatML template through the
-// policy's tokenizer otherwise).
+// rollouts (rolloutChat).
 func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, endpoint string) (evalconfig.Config, error) {
 	smp := cfg.EvalSampling()
 	smp.Seed = int64(cfg.Run.Seed)*7919 + 29
@@ -73,23 +70,35 @@ func benchmarkEvalConfig(ctx context.Context, cfg runconfig.Config, k int64, end
 		MajK:       []int{cfg.Eval.Samples},
 		Benchmarks: cfg.Eval.Benchmarks,
 	}
+	chat, err := rolloutChat(ctx, cfg, k)
+	ec.Chat = chat
+	return ec, err
+}
+
+// rolloutChat is the prompt format of the rollouts, for the evaluations
+// of checkpoint k: rollout.prompt_template as is when the rollouts render
+// it without a chat template, else the model's chat format when the
+// checkpoint carries a tokenizer.json (the ChatML template through the
+// policy's tokenizer otherwise).
+func rolloutChat(ctx context.Context, cfg runconfig.Config, k int64) (evalconfig.Chat, error) {
+	var chat evalconfig.Chat
 	if raw := cfg.Rollout.ChatTemplate == "none" || (cfg.Rollout.ChatTemplate == "" && cfg.Rollout.PromptTemplate != ""); raw {
 		// The rollouts render prompt_template as is: so do the benchmarks
 		// (a task's own prompt format, as the small models of the demo
 		// and Countdown learn it).
-		ec.Chat.Raw, ec.Chat.RawTemplate, ec.Chat.System = true, cfg.Rollout.PromptTemplate, cfg.Rollout.SystemPrompt
-		if ec.Chat.RawTemplate == "" {
-			ec.Chat.RawTemplate = evalconfig.DefaultRawTemplate
+		chat.Raw, chat.RawTemplate, chat.System = true, cfg.Rollout.PromptTemplate, cfg.Rollout.SystemPrompt
+		if chat.RawTemplate == "" {
+			chat.RawTemplate = evalconfig.DefaultRawTemplate
 		}
-		return ec, nil
+		return chat, nil
 	}
 	tok := storage.Join(rundir.Checkpoint(cfg.Run.Dir, k), checkpoint.TokenizerName)
 	if ok, err := storage.Exists(ctx, tok); err != nil {
-		return ec, err
+		return chat, err
 	} else if ok {
-		ec.Chat.Tokenizer = tok
+		chat.Tokenizer = tok
 	}
-	return ec, nil
+	return chat, nil
 }
 
 // maxSamples is the most samples per problem of any benchmark.

@@ -20,7 +20,7 @@ func TestSourceKinds(t *testing.T) {
 	if l := files.Label(); l != "a.jsonl,gs://b/c.jsonl" {
 		t.Errorf("the files' label %q", l)
 	}
-	if d := files.Defaults(); d.BatchSize != FileBatchSize || d.Task != "" || d.Evaluate != nil || len(d.Collaborators.Roles()) != 0 || d.PromptTokens != FilePromptTokens {
+	if d := files.Defaults(); d.BatchSize != FileBatchSize || d.Task != "" || d.EvalBenchmark != nil || len(d.Collaborators.Roles()) != 0 || d.PromptTokens != FilePromptTokens {
 		t.Errorf("the files' defaults %+v", d)
 	}
 	withTask := List{{Source: promptfile.Source{Path: "a.jsonl"}, Task: tasks.Settings(`{"seed":1}`)}}

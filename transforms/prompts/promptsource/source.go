@@ -1,17 +1,13 @@
 package promptsource
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 
-	"github.com/aipo-rl/aipo/internal/sampling"
-	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/tasks"
 	"github.com/aipo-rl/aipo/transforms/collab"
-	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/prompts/promptfile"
 )
 
@@ -145,11 +141,14 @@ type Defaults struct {
 	// for prompt files.
 	Splits []string
 	// EvalSplits is eval.splits' default: splits the training loop
-	// evaluates the policy alone on, with Evaluate.
+	// evaluates the policy alone on.
 	EvalSplits []string
-	// Evaluate scores the policy alone on splits of the task; nil for
-	// prompt files (evaluated with eval.benchmarks).
-	Evaluate SplitEvaluator
+	// EvalBenchmark is the eval pipeline's benchmark of a split: the
+	// training loop scores the policy alone on eval.splits through the
+	// eval pipeline, as on eval.benchmarks, each split read like any
+	// benchmark preset. nil for prompt files (evaluated with
+	// eval.benchmarks alone).
+	EvalBenchmark func(split string) (SplitBenchmark, error)
 	// InitialModel is the config.json (Hugging Face form) of the model a
 	// run on the task starts from when it names none (the task's warm
 	// start), with InitialModelNote saying so in a plan; nil when the
@@ -161,17 +160,16 @@ type Defaults struct {
 	PromptTokens int
 }
 
-// SplitEval sets an evaluation of the policy alone on a task's splits:
-// eval.samples samples at eval.temperature (Params; greedy decoding at
-// temperature 0 besides), each request seeded from Params.Seed.
-type SplitEval struct {
-	Samples int
-	Params  sampling.Params
+// SplitBenchmark is the benchmark of a task's split: a preset the task
+// registers with the eval pipeline (evalconfig.RegisterPreset) and, when
+// the run's task is not the one the preset was written for (other
+// settings), the file of the split of the run's task, which replaces the
+// preset's. The preset then gives the rest: the file's fields, the
+// verifier and the template.
+type SplitBenchmark struct {
+	Preset string
+	Path   string
 }
-
-// A SplitEvaluator scores the policy behind c alone (no collaborators) on
-// the given splits of a task: one score per split, in order.
-type SplitEvaluator func(ctx context.Context, c policy.Client, e SplitEval, splits []string) ([]records.SplitScore, error)
 
 var (
 	kindsMu sync.RWMutex

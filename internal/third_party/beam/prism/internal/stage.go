@@ -215,6 +215,12 @@ progress:
 				break progress // exit progress loop on close.
 			}
 		case <-dataReady:
+			// Changed in this copy: a closed channel is always ready, and
+			// a bundle without outputs starts with it closed (B.Init), so
+			// the loop spun on it at full speed until the bundle's
+			// response came, taking a core from the SDK worker for the
+			// whole bundle. It is waited for once.
+			dataReady = nil
 			dataFinished = true
 			if dataFinished && bundleFinished {
 				break progress // exit progress loop on close.
