@@ -30,4 +30,18 @@ type Learn struct {
 	// Staleness is the version lag of the trained tokens (absent in
 	// records written before it was measured).
 	Staleness *Staleness `json:"staleness,omitempty"`
+	// Group is how the step was taken (absent in records written before
+	// one process took its steps as a group of one, whose one-process
+	// steps differed from a group's in float32 rounding).
+	Group *Group `json:"group,omitempty"`
+}
+
+// Group is the data-parallel group a learner step was taken by: Ranks
+// processes (1: one process, the one rank of its own group), each
+// mini-batch split into Shards virtual shards, ZeRO stage Zero. A step's
+// update is the same bits at every Ranks that divides Shards.
+type Group struct {
+	Ranks  int `json:"ranks"`
+	Shards int `json:"shards"`
+	Zero   int `json:"zero"`
 }

@@ -153,12 +153,8 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 	if len(batch) > 0 {
 		rc := trainer.RLConfig{Loss: cfg.Learner.Loss, MicroBatchTokens: cfg.Learner.MicroBatchTokens,
 			PPOEpochs: cfg.Learner.PPOEpochs, MiniBatches: cfg.Learner.MiniBatches}
-		var st trainer.RLStats
-		if l.DP != nil {
-			st, err = l.RLStepDP(ctx, rc, batch)
-		} else {
-			st, err = l.RLStep(rc, batch)
-		}
+		st, err := l.RLStepDP(ctx, rc, batch)
+		met.Group = &records.Group{Ranks: l.DP.Comm.Size(), Shards: l.DP.Shards, Zero: l.DP.Zero}
 		if err != nil {
 			return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 		}

@@ -87,11 +87,9 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		if !cpu {
 			l.Ref = nil
 		}
-		if st.ranks != nil {
-			if err := st.joinGroup(ctx, l, ordinal); err != nil {
-				free()
-				return nil, err
-			}
+		if err := st.joinGroup(ctx, l, ordinal); err != nil {
+			free()
+			return nil, err
 		}
 		if err := st.restoreOptimizer(ctx, l); err != nil {
 			free()
@@ -115,12 +113,23 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 // gradients and keep their shares of the moments on the devices, over the
 // group's NCCL communicator on device ordinal (rankgroup.Ranks.DeviceComm);
 // other devices bring them to the host (backend.HostReduced).
+//
+// A process that takes its steps alone is the one rank of its own group
+// (trainer.Learner.EnableSingle): the same step function, and the bits of
+// any group that divides the run's virtual shards.
 func (st *trainState) joinGroup(ctx context.Context, l *trainer.Learner, ordinal int) error {
 	if st.dp != nil {
 		l.DP = st.dp
 		return nil
 	}
 	group := st.group
+	if st.ranks == nil {
+		if err := l.EnableSingle(group); err != nil {
+			return err
+		}
+		st.dp = l.DP
+		return nil
+	}
 	if _, ok := l.PolicyCompute.(backend.DeviceReduced); ok {
 		dc, err := st.ranks.DeviceComm(ctx, ordinal)
 		if err != nil {
@@ -322,7 +331,11 @@ type learnSession struct {
 // step under its configuration (learner.zero, learner.deterministic): what
 // rank 0 announces with each step and every rank's DataParallel uses.
 func (s *learnSession) groupConfig() trainer.DPConfig {
-	return trainer.DPConfig{Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(s.ranks.Group.Size())}
+	n := 1 // one process: the one rank of its own group
+	if s.ranks != nil {
+		n = s.ranks.Group.Size()
+	}
+	return trainer.DPConfig{Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(n)}
 }
 
 func newLearnSession(cfg runconfig.Config, logf func(string)) *learnSession {
@@ -487,9 +500,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 	}
 	// The state is streamed where the passes keep it once they are open.
 	st := &trainState{step: from, pol: pol, opt: opt, optFrom: rundir.Checkpoint(runDir, from), ranks: s.ranks}
-	if s.ranks != nil {
-		st.group = s.groupConfig()
-	}
+	st.group = s.groupConfig()
 	if from < k {
 		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
 	}
@@ -520,8 +531,12 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 		served := checkpoint.Checkpoint{Config: m.Config(), Tensors: trainer.Tensors(m), WriteTiedHead: writesTiedHead(s.cfg)}.ServedTensors()
 		if err := checkpoint.SameWeights(ctx, next, served, c.Checkpoint.MaxShardSize); err != nil {
 			st.close()
-			return nil, fmt.Errorf("resume: replaying learner step %d from the full state of checkpoint %d did not give the weights of checkpoint %d, which the run committed (%w); the learner is not deterministic on this machine (learner.backend %s, learner.precision %s). Go on from checkpoint %d by removing the checkpoints after it (and their steps' trajectories, step-%06d onwards), or from the newest full state otherwise; set checkpoint.save_every: 1 to write the full state every step",
-				j, from, j+1, err, c.Learner.Backend, c.Learner.Precision, from, from)
+			why := fmt.Sprintf("the learner is not deterministic on this machine (learner.backend %s, learner.precision %s)", c.Learner.Backend, c.Learner.Precision)
+			if rec, rerr := readLearnRecord(ctx, runDir, j); rerr == nil && rec.Group == nil && rec.Tokens > 0 {
+				why = fmt.Sprintf("step %d's record names no group: an aipo from before one process took its steps as a group of one wrote it, and one process's steps then differed from today's in float32 rounding, so no later aipo replays them bit for bit (finish the run with the aipo that began it, or go on as follows)", j)
+			}
+			return nil, fmt.Errorf("resume: replaying learner step %d from the full state of checkpoint %d did not give the weights of checkpoint %d, which the run committed (%w); %s. Go on from checkpoint %d by removing the checkpoints after it (and their steps' trajectories, step-%06d onwards), or from the newest full state otherwise; set checkpoint.save_every: 1 to write the full state every step",
+				j, from, j+1, err, why, from, from)
 		}
 	}
 	return st, nil

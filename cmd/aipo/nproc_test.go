@@ -167,7 +167,9 @@ const ranksTol = 1e-6
 // having written its own part of the optimiser state; a run saved by
 // 4 ranks after 2 steps and continued to 3 (run.steps raised with
 // --reconfigure) at 2 and 1 ranks ends with the bits of the uninterrupted
-// run, and at 3 within ranksTol; a checkpoint that lost a part of its
+// run, and at 3 within ranksTol; one process without --nproc is the one
+// rank of its own group and ends with --nproc 1's bits, and resumes a run
+// saved at 4 ranks to them; a checkpoint that lost a part of its
 // optimiser state fails the resumed run naming the part; --nproc 0 is
 // refused naming the flag.
 func TestTrainOnRanks(t *testing.T) {
@@ -205,6 +207,13 @@ func TestTrainOnRanks(t *testing.T) {
 			t.Errorf("--nproc %d: final checkpoint %s, --nproc 1 %s", n, got, want)
 		}
 	}
+	// One process (no --nproc) is the one rank of its own group: the same
+	// step function, the same bits.
+	cfg1, run1 := ranksRun(t, warm, 3)
+	train(cfg1)
+	if got := finalDigest(t, run1, 3); got != want {
+		t.Errorf("one process (no --nproc): final checkpoint %s, --nproc 1 %s", got, want)
+	}
 	// ZeRO stage 2 reduces the same sums run by run: the same bits.
 	cfgZ, runZ := ranksRun(t, warm, 3)
 	train(cfgZ, "--nproc", "4", "--set", "learner.zero=2")
@@ -234,7 +243,11 @@ func TestTrainOnRanks(t *testing.T) {
 		if n == 2 {
 			zero = "learner.zero=2"
 		}
-		train(threeSteps(t, cfg2), "--nproc", strconv.Itoa(n), "--reconfigure", "--set", zero)
+		ranks := []string{"--nproc", strconv.Itoa(n)}
+		if n == 1 {
+			ranks = nil // one process, no group of processes: resumes to the same bits
+		}
+		train(threeSteps(t, cfg2), append(ranks, "--reconfigure", "--set", zero)...)
 		if n == 3 {
 			if d := weightsApart(t, runs[1], run, 3); d > ranksTol {
 				t.Errorf("saved at 4 ranks, resumed at 3: weights %.3g from the uninterrupted run's", d)

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -101,51 +102,20 @@ func logProbsInto(out [][]float32, c Compute, seqs []Sequence, order []int, budg
 // RLStep applies cfg's update to the learner from samples. Old log-probs
 // are recomputed with the policy as it is on entry (pi_old), reference
 // log-probs with l.Ref.
+//
+// There is one step function: a learner that is no rank of a group
+// (EnableDataParallel) takes its steps as the one rank of its own
+// (EnableSingle with the default split: DefaultShards virtual shards, ZeRO
+// stage 1), so that one process computes the bits of every group that
+// divides the shards, and a run moves between one process and N ranks
+// without a change of arithmetic.
 func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
-	seqs, err := l.rlSequences(cfg, samples)
-	if err != nil {
-		return RLStats{}, err
-	}
-	old, err := logProbs(l.policy(), seqs, cfg.MicroBatchTokens)
-	if err != nil {
-		return RLStats{}, err
-	}
-	var ref [][]float32
-	if rc := l.ref(); rc != nil && cfg.Loss.KLCoef != 0 {
-		if ref, err = logProbs(rc, seqs, cfg.MicroBatchTokens); err != nil {
+	if l.DP == nil {
+		if err := l.EnableSingle(DPConfig{}); err != nil {
 			return RLStats{}, err
 		}
 	}
-	st := RLStats{Metrics: map[string]float64{}, Mismatch: measureMismatch(samples, old), MismatchByLag: measureMismatchByLag(samples, old)}
-	st.OldLogMAE = st.Mismatch.AbsMean
-	metricN := 0
-	for epoch := 0; epoch < cfg.PPOEpochs; epoch++ {
-		for mbi := 0; mbi < cfg.MiniBatches; mbi++ {
-			var order []int
-			for i := range seqs {
-				if i%cfg.MiniBatches == mbi {
-					order = append(order, i)
-				}
-			}
-			if len(order) == 0 {
-				continue
-			}
-			lossVal, err := l.miniBatch(cfg, samples, seqs, order, old, ref, st.Metrics, &metricN, &st.Tokens)
-			if err != nil {
-				return RLStats{}, err
-			}
-			if st.GradNorm, err = l.optimiserStep(); err != nil {
-				return RLStats{}, err
-			}
-			st.Loss += lossVal
-			st.OptSteps++
-		}
-	}
-	st.Loss /= float64(st.OptSteps)
-	for k := range st.Metrics {
-		st.Metrics[k] /= float64(metricN)
-	}
-	return st, nil
+	return l.RLStepDP(context.Background(), cfg, samples)
 }
 
 // rlSequences checks an RL update's configuration and samples and returns
@@ -181,48 +151,6 @@ func (l *Learner) rlSequences(cfg RLConfig, samples []RLSample) ([]Sequence, err
 		seqs[i].Index = i
 	}
 	return seqs, nil
-}
-
-// miniBatch accumulates the gradient of one mini-batch's loss (the
-// aggregation over all its micro-batches, as if computed at once) and
-// returns the loss.
-func (l *Learner) miniBatch(cfg RLConfig, samples []RLSample, seqs []Sequence, order []int, old, ref [][]float32, metrics map[string]float64, metricN, tokens *int) (float64, error) {
-	l.keyDropout()
-	mbs := pack(seqs, order, cfg.MicroBatchTokens)
-	inputs := make([]loss.Inputs, len(mbs))
-	var total float64
-	counts := make([]float64, len(mbs))
-	// The aggregation's denominator spans the mini-batch, so counts come
-	// first: a pass over the inputs (no model work) gives each part's share.
-	for b, mb := range mbs {
-		inputs[b] = buildInputs(mb, samples, old, ref)
-		out, err := loss.Compute(cfg.Loss, withLogProb(inputs[b], inputs[b].OldLogProb))
-		if err != nil {
-			return 0, err
-		}
-		counts[b] = out.Count(cfg.Loss)
-		total += counts[b]
-	}
-	c := l.policy()
-	if err := c.ZeroGrads(); err != nil {
-		return 0, err
-	}
-	var lossSum float64
-	for b, mb := range mbs {
-		if counts[b] == 0 {
-			continue
-		}
-		w := counts[b] / total
-		out, err := runMicroBatch(c, cfg.Loss, mb, inputs[b], w)
-		if err != nil {
-			return 0, err
-		}
-		lossSum += w * out.Loss
-		addMetrics(metrics, out.Metrics)
-		*metricN++
-		*tokens += len(mb.scored)
-	}
-	return lossSum, nil
 }
 
 // runMicroBatch runs the forward and backward passes of one micro-batch

@@ -197,10 +197,16 @@ func withBehavior(t *testing.T, l *Learner, samples []RLSample, budget int, shif
 	seqs := make([]Sequence, len(samples))
 	for i := range samples {
 		seqs[i] = samples[i].Sequence
+		seqs[i].Index = i
 	}
-	old, err := logProbs(CPU(l.Policy), seqs, budget)
-	if err != nil {
-		t.Fatal(err)
+	// pi_old as the step computes it: each of the default split's virtual
+	// shards of one mini-batch packed on its own (a sequence packed with
+	// others may round otherwise).
+	old := make([][]float32, len(seqs))
+	for _, order := range shardSamples(seqs, 1, DefaultShards)[0] {
+		if err := logProbsInto(old, CPU(l.Policy), seqs, order, budget); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out := append([]RLSample(nil), samples...)
 	for i := range out {
