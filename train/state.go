@@ -330,12 +330,18 @@ type learnSession struct {
 // groupConfig is how the session's group of ranks splits and reduces a
 // step under its configuration (learner.zero, learner.deterministic): what
 // rank 0 announces with each step and every rank's DataParallel uses.
+//
+// One process (no --nproc) is the one rank of its own group at stage 1
+// with one virtual shard (trainer.SingleShards), whatever learner.zero
+// and learner.deterministic say: its gradient summed and stepped in place,
+// no buffer beside the one-process step's (8 shards would hold three
+// full-size sums). aipo train --nproc 1 is the group of one with the
+// groups' shards, whose bits are those of every --nproc N.
 func (s *learnSession) groupConfig() trainer.DPConfig {
-	n := 1 // one process: the one rank of its own group
-	if s.ranks != nil {
-		n = s.ranks.Group.Size()
+	if s.ranks == nil {
+		return trainer.DPConfig{Zero: 1, Shards: trainer.SingleShards}
 	}
-	return trainer.DPConfig{Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(n)}
+	return trainer.DPConfig{Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(s.ranks.Group.Size())}
 }
 
 func newLearnSession(cfg runconfig.Config, logf func(string)) *learnSession {

@@ -32,7 +32,11 @@ type DeviceGroup interface {
 	// Reduce ends the rank's tree (folding what is left from the right),
 	// sends every rank its elements of the partial sum and adds the
 	// ranks' partials of this rank's elements in rank order in the same
-	// tree, on the device.
+	// tree, on the device. With nothing pushed since the last Reduce, the
+	// gradients accumulated since ZeroGrads are the partial sum, read
+	// where the passes wrote them (a rank's one shard: no copy); at one
+	// rank the reduced gradient is the partial sum itself, which Step
+	// reads before the next passes write the gradients again.
 	Reduce(ctx context.Context) error
 	// SumSquares returns the sum of squares (float64) of the reduced
 	// gradient over each run [runs[i][0], runs[i][1]) of flat elements,

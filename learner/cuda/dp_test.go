@@ -98,7 +98,8 @@ func programDPDevice() int {
 		defer free()
 	}
 	zero, _ := strconv.Atoi(os.Getenv("AIPO_DPD_ZERO"))
-	dc := trainer.DPConfig{Zero: zero}
+	shards, _ := strconv.Atoi(os.Getenv("AIPO_DPD_SHARDS"))
+	dc := trainer.DPConfig{Zero: zero, Shards: shards}
 	if os.Getenv("AIPO_DPD_BACKEND") == Name && os.Getenv("AIPO_DPD_HOST_REDUCED") != "1" {
 		// The default on a device: the gradients reduced and the
 		// moments kept on the devices, over NCCL (the stand-in NCCL
@@ -310,6 +311,19 @@ func TestDeviceDataParallel(t *testing.T) {
 	t.Logf("2 ranks reducing on the host against 1 on the devices after 3 steps: max %.3g", maxDiff(hr, one))
 	if d := maxDiff(hr, one); d > 6*dpLR {
 		t.Errorf("2 ranks reducing on the host against 1 on the devices: max %g (bound %g)", d, 6*dpLR)
+	}
+	// A rank of one shard (a group of one's default, trainer.SingleShards)
+	// reduces it where the passes wrote it, and a group of one steps from
+	// its partial sum without an exchange: the host's step of one shard
+	// within the same bounds.
+	lone, _ := dpDeviceRun(t, 1, Name, "", "AIPO_DPD_SHARDS=1")
+	loneHost, _ := dpDeviceRun(t, 1, "cpu", "", "AIPO_DPD_SHARDS=1")
+	t.Logf("one shard, device against host after 3 steps: max %.3g", maxDiff(lone, loneHost))
+	if d := maxDiff(lone, loneHost); d > 6*dpLR {
+		t.Errorf("one shard on the device against the host: max %g (bound %g)", d, 6*dpLR)
+	}
+	if maxDiff(lone, one) == 0 {
+		t.Error("one shard on the device gave 8 shards' bits: the split was not used")
 	}
 	host, hostSteps := dpDeviceRun(t, 1, "cpu", "")
 	if d := math.Abs(oneSteps[0][0]-hostSteps[0][0]) / math.Abs(hostSteps[0][0]); d > 1e-5 {

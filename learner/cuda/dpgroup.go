@@ -57,8 +57,8 @@ type deviceGroup struct {
 
 	stack []treeNode // the rank's shard sums (nil buf: zeros)
 	pool  []*Buffer  // full-size F32 buffers free for the tree
-	zeros *Buffer    // full-size zeros, made when a sum meets an empty leaf
-	recv  *Buffer    // n times the rank's share: the exchange's receive buffer
+	zeros *Buffer    // zeroPiece zeros, which an empty leaf adds piece by piece
+	recv  *Buffer    // n times the rank's share: the exchange's receive buffer (none at one rank)
 	share *Buffer    // the reduced gradient of the rank's elements (a view)
 
 	m, v    *Buffer // the rank's moments
@@ -84,12 +84,16 @@ func (d *deviceGroup) full() (*Buffer, error) {
 	return d.dv().Alloc(F32, d.g.params.n)
 }
 
+// zeroPiece is the floats of the zeros an empty leaf adds at a time (256
+// KiB): no full-size buffer of zeros.
+const zeroPiece = 1 << 16
+
 // add sets a to a + b elementwise (b nil: zeros, so that -0 becomes +0 as
-// in the host tree's sums).
+// in the host tree's sums, added a zeroPiece at a time).
 func (d *deviceGroup) add(a, b *Buffer) error {
 	if b == nil {
 		if d.zeros == nil {
-			z, err := d.dv().Alloc(F32, d.g.params.n)
+			z, err := d.dv().Alloc(F32, zeroPiece)
 			if err != nil {
 				return err
 			}
@@ -99,7 +103,15 @@ func (d *deviceGroup) add(a, b *Buffer) error {
 			}
 			d.zeros = z
 		}
-		b, _ = d.zeros.Slice(0, a.n)
+		for lo := 0; lo < a.n; lo += zeroPiece {
+			hi := min(lo+zeroPiece, a.n)
+			x, _ := a.Slice(lo, hi)
+			zs, _ := d.zeros.Slice(0, hi-lo)
+			if err := d.dv().ResidualForward(x, x, zs); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	ps, err := pieces(a.n, a, b)
 	if err != nil {
@@ -195,33 +207,38 @@ func (d *deviceGroup) Reduce(ctx context.Context) error {
 	if err := d.merge(true); err != nil {
 		return err
 	}
-	var partial *Buffer
+	// Nothing pushed: the passes' gradients are the rank's one leaf.
+	partial, kept := d.g.grads, false
 	if len(d.stack) == 1 {
-		partial = d.stack[0].buf
+		partial, kept = d.stack[0].buf, true
+		if partial == nil {
+			// No shard of this rank had a token: its partial sum is
+			// zeros, in the passes' gradients, which no sum needs any
+			// more (every leaf was copied or added into the tree).
+			partial, kept = d.g.grads, false
+			if err := partial.Zero(); err != nil {
+				return err
+			}
+		}
 	}
 	d.stack = d.stack[:0]
-	if partial == nil {
-		// No shard of this rank had a token: its partial sum is zeros.
-		var err error
-		if partial, err = d.full(); err != nil {
-			return err
-		}
-		if err := partial.Zero(); err != nil {
-			return err
-		}
+	if kept {
+		// Back to the tree's pool; at one rank the reduced gradient
+		// reads it until Step, before the next shard takes it.
+		defer func() { d.pool = append(d.pool, partial) }()
 	}
-	defer func() { d.pool = append(d.pool, partial) }()
 	lo, hi := d.start[d.rank], d.start[d.rank+1]
 	k := hi - lo
+	if d.n == 1 {
+		// A group of one: the partial sum is the total, read in place.
+		d.share = partial
+		return nil
+	}
 	if d.recv == nil {
 		var err error
 		if d.recv, err = d.dv().Alloc(F32, d.n*k); err != nil {
 			return fmt.Errorf("cuda: the gradient exchange's receive buffer (%d bytes): %w", 4*int64(d.n*k), err)
 		}
-	}
-	if d.n == 1 {
-		d.share = d.recvView(0, k)
-		return d.share.CopyFrom(partial)
 	}
 	send, recv := make([]int, d.n), make([]int, d.n)
 	for j := range d.n {
@@ -258,8 +275,7 @@ func (d *deviceGroup) Reduce(ctx context.Context) error {
 	return nil
 }
 
-// recvView is elements [lo, hi) of the receive buffer (at one rank, the
-// share's copy).
+// recvView is elements [lo, hi) of the receive buffer.
 func (d *deviceGroup) recvView(lo, hi int) *Buffer {
 	v, _ := d.recv.Slice(lo, hi)
 	return v

@@ -20,6 +20,20 @@ import (
 // 8 ranks then compute the same bits.
 const DefaultShards = 8
 
+// SingleShards is the virtual shards of a process that takes its steps
+// alone (EnableSingle's default, RLStep's and aipo train's without
+// --nproc): one, the whole mini-batch packed as one shard, its gradient
+// summed in place in the model's own buffer and stepped from there, so
+// that the group of one holds no gradient buffer beside the model's. A
+// tree of DefaultShards shards cannot be summed in place: while its last
+// shard's passes write the model's buffer, the sums of its three earlier
+// subtrees (4, 2 and 1 shards) must be kept, three full-size buffers,
+// and no two of them may be added before it ends without changing the
+// tree. One process that wants the bits of every group that divides
+// DefaultShards asks for them (EnableSingle with Shards DefaultShards,
+// aipo train --nproc 1) and pays those buffers (aipo plan counts them).
+const SingleShards = 1
+
 // DataParallel is this process's part of a data-parallel group (ZeRO
 // stage 1): every rank holds the whole policy, computes the gradients of
 // its share of each mini-batch, and updates the optimiser state of its
@@ -548,6 +562,15 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 			return miniBatchPart{}, err
 		}
 		parts[s] = part
+		if len(mine) == 1 && dp.Zero == 1 {
+			// The rank's one shard is its partial sum: read in place
+			// (the model's buffer, when leaf is), by the reduction that
+			// follows before any pass writes it again.
+			if err := dp.reduce(ctx, l.zerosIfNil(leaf)); err != nil {
+				return miniBatchPart{}, err
+			}
+			return dp.gatherParts(ctx, parts, names)
+		}
 		if dp.flatGrads {
 			// leaf is the model's buffer, which the next shard's passes
 			// overwrite: the tree copies it only when it must keep it.
@@ -571,10 +594,24 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 		}
 		return dp.gatherParts(ctx, parts, names)
 	}
-	if err := dp.reduce(ctx, tree.sum()); err != nil {
+	if err := dp.reduce(ctx, l.zerosIfNil(tree.sum())); err != nil {
 		return miniBatchPart{}, err
 	}
 	return dp.gatherParts(ctx, parts, names)
+}
+
+// zerosIfNil is partial, or when it is nil (the rank's shards had no
+// token to train) zeros in the model's flat gradient buffer, which no sum
+// needs any more once every shard of the rank has been added or copied:
+// no full-size buffer of zeros is allocated. (nil when the gradients are
+// not flat: reduce makes the zeros.)
+func (l *Learner) zerosIfNil(partial []float32) []float32 {
+	if partial != nil || !l.DP.flatGrads {
+		return partial
+	}
+	flat, _ := flatBuffers(l.Policy)
+	clear(flat)
+	return flat
 }
 
 // shardGradientOverlapped is shardGradient of the rank's last shard with a
@@ -780,7 +817,10 @@ func addInto(a, b []float32, ownB bool) []float32 {
 // reduce sums the ranks' partial gradients (each the tree sum of its
 // shards; nil is zeros) and keeps this rank's elements of the total in
 // dp.grad: an all-to-all sends each rank its elements of every partial,
-// and the rank adds them in rank order in the same tree.
+// and the rank adds them in rank order in the same tree. partial may be
+// the model's gradient buffer (a rank's one shard read in place): at one
+// rank dp.grad is then that buffer, which stepDP reads before any pass
+// writes it again.
 func (dp *DataParallel) reduce(ctx context.Context, partial []float32) error {
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	lo, hi := dp.start[rank], dp.start[rank+1]
@@ -822,6 +862,12 @@ func (dp *DataParallel) reduce(ctx context.Context, partial []float32) error {
 func (l *Learner) stepDP(ctx context.Context) (float64, error) {
 	dp := l.DP
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
+	if n == 1 {
+		// The group of one's reduced gradient is the tree's sum (or the
+		// model's buffer): let it go with the step, so that it does not
+		// live beside the next mini-batch's tree.
+		defer func() { dp.grad = nil }()
+	}
 	mine := dp.chunks[dp.bounds[rank]:dp.bounds[rank+1]]
 	grads := make([][]float32, len(mine))
 	partial := make([]float64, len(mine))

@@ -38,8 +38,9 @@ type RankMemory struct {
 	TreeBuffers int
 	// Held is the buffer the reduced gradient lives in (DataParallel's
 	// grad), kept from one mini-batch's reduction to the next and between
-	// steps: the rank's elements; with one rank the tree's sum itself,
-	// the whole gradient.
+	// steps: the rank's elements; none with one rank, whose reduced
+	// gradient is the tree's sum (or the model's buffer), let go with the
+	// step.
 	Held int64
 	// Zero is the ZeRO stage planned (1, 2 or 3).
 	Zero int
@@ -73,8 +74,17 @@ func (m RankMemory) StepBuffers() int64 { return max(m.Tree, m.Reduce, m.Gather)
 
 // PeakWhen names the point of the update at which StepBuffers is reached.
 func (m RankMemory) PeakWhen() string {
+	if m.OnDevices && m.Held == 0 {
+		if m.TreeBuffers == 0 {
+			return "its one shard's gradient summed and stepped in place, no exchange; only the 256 KiB of zeros an empty shard adds"
+		}
+		return fmt.Sprintf("the device tree's %d full-size sums of its %d shards (a group of one: no exchange, the reduced gradient the tree's sum) and the 256 KiB of zeros an empty shard adds", m.TreeBuffers, m.Shards)
+	}
 	if m.OnDevices {
-		return fmt.Sprintf("the device tree's %d full-size sums of its %d shards, the exchange's receive buffer (%d times its share, kept; the reduced gradient a view of it) and the zeros an empty shard adds", m.TreeBuffers, m.Shards, m.Held/max(4*m.Elements, 1))
+		return fmt.Sprintf("the device tree's %d full-size sums of its %d shards, the exchange's receive buffer (%d times its share, kept; the reduced gradient a view of it) and the 256 KiB of zeros an empty shard adds", m.TreeBuffers, m.Shards, m.Held/max(4*m.Elements, 1))
+	}
+	if m.StepBuffers() == 0 {
+		return "none: its one shard's gradient reduced and stepped in place in the model's buffer"
 	}
 	switch m.StepBuffers() {
 	case m.Tree:
@@ -152,7 +162,7 @@ func planDataParallel(mc model.Config, ranks int, cfg DPConfig, device bool) ([]
 				k++
 			}
 		}
-		m := RankMemory{Rank: r, Elements: elems, Shards: k, Moments: 8 * elems, TreeBuffers: treeBuffers(k), Zero: zero}
+		m := RankMemory{Rank: r, Elements: elems, Shards: k, Moments: 8 * elems, TreeBuffers: rankTreeBuffers(k), Zero: zero}
 		full := 4 * P
 		if zero == 2 {
 			// The first k-1 shards go into the tree as at stage 1; while
@@ -176,21 +186,38 @@ func planDataParallel(mc model.Config, ranks int, cfg DPConfig, device bool) ([]
 			out[r] = m
 			continue
 		}
+		// The partial sum sent: one of the tree's buffers, or the
+		// model's own (one shard read in place, or zeros written there).
+		sent := full
+		if m.TreeBuffers == 0 {
+			sent = 0
+		}
 		if ranks == 1 {
-			// reduce keeps a view of the tree's sum; nothing is sent.
-			m.Held = full
-			m.Tree = int64(m.TreeBuffers)*full + m.Held
-			m.Reduce, m.Gather = m.Held, m.Held
+			// reduce keeps a view of the tree's sum (of the model's
+			// buffer with one shard) until the step ends; nothing is
+			// sent, nothing kept between mini-batches.
+			m.Tree = int64(m.TreeBuffers) * full
+			m.Reduce, m.Gather = sent, sent
 		} else {
 			recv := 4 * int64(ranks) * elems
 			m.Held = 4 * elems
 			m.Tree = int64(m.TreeBuffers)*full + m.Held
-			m.Reduce = full + recv + m.Held
+			m.Reduce = sent + recv + m.Held
 			m.Gather = m.Held + 4*elems
 		}
 		out[r] = m
 	}
 	return out, nil
+}
+
+// rankTreeBuffers is the most full-size buffers of a rank's k shards'
+// sum at stage 1 (miniBatchDP, the device group's PushShard and Reduce):
+// a rank's one shard is read in place, none; else treeBuffers(k).
+func rankTreeBuffers(k int) int {
+	if k == 1 {
+		return 0
+	}
+	return treeBuffers(k)
 }
 
 // treeBuffers is the most buffers a sumTree holds while k leaves are
@@ -360,6 +387,10 @@ func PlanReferenceShards(mc model.Config, ranks int, bytes int64) ([]ReferenceSh
 	return out, nil
 }
 
+// deviceZeroPiece is the floats of the zeros learner/cuda's device group
+// adds an empty leaf with, a piece at a time (its zeroPiece).
+const deviceZeroPiece = 1 << 16
+
 // PlanDataParallelOnDevices is the device memory of each rank of a group
 // whose passes run on devices that reduce among themselves
 // (backend.DeviceReduced: DPConfig.DeviceComm, NCCL between GPUs), as
@@ -368,14 +399,15 @@ func PlanReferenceShards(mc model.Config, ranks int, bytes int64) ([]ReferenceSh
 // rank's shards whole and exchanges the sum once): the rank's share of
 // the AdamW moments (Moments, on the device); the tree's full-size sums
 // (TreeBuffers of 4P bytes: every shard's gradient is copied into the
-// tree, the one on top added in place; the tree's pool keeps them from
-// the first mini-batch on); the exchange's receive buffer, N times the
-// rank's share, kept from the first reduction on, which the reduced
-// gradient is a view of (Held); and, when a shard of the rank has no
-// token to train, a full-size buffer of zeros (counted: the plan is an
-// upper bound). The per-chunk sums of squares (8 bytes a chunk) are
-// left out. Nothing of the step is on the host; between steps the
-// moments come to it while the passes are parked.
+// tree, the one on top added in place, a rank's one shard read where the
+// passes wrote it; the tree's pool keeps them from the first mini-batch
+// on); the exchange's receive buffer, N times the rank's share, kept from
+// the first reduction on, which the reduced gradient is a view of (Held;
+// none at one rank, whose reduced gradient is its partial sum); and the
+// 256 KiB of zeros an empty shard's sum adds piece by piece (Zeros). The
+// per-chunk sums of squares (8 bytes a chunk) are left out. Nothing of
+// the step is on the host; between steps the moments come to it while
+// the passes are parked.
 func PlanDataParallelOnDevices(mc model.Config, ranks int, cfg DPConfig) ([]RankMemory, error) {
 	if cfg.Zero == 3 {
 		return nil, fmt.Errorf("trainer: ZeRO stage 3 shards the weights of the CPU's passes; a device's passes hold the whole weights: give 1 or 2")
@@ -408,9 +440,11 @@ func PlanDataParallelOnDevices(mc model.Config, ranks int, cfg DPConfig) ([]Rank
 				k++
 			}
 		}
-		m := RankMemory{Rank: r, Elements: elems, Shards: k, Moments: 8 * elems, TreeBuffers: max(treeBuffers(k), 1), Zero: max(cfg.Zero, 1), OnDevices: true}
-		m.Held = 4 * int64(ranks) * elems
-		m.Zeros = 4 * P
+		m := RankMemory{Rank: r, Elements: elems, Shards: k, Moments: 8 * elems, TreeBuffers: rankTreeBuffers(k), Zero: max(cfg.Zero, 1), OnDevices: true}
+		if ranks > 1 {
+			m.Held = 4 * int64(ranks) * elems
+		}
+		m.Zeros = 4 * deviceZeroPiece
 		m.Tree = int64(m.TreeBuffers)*4*P + m.Held + m.Zeros
 		m.Reduce, m.Gather = m.Tree, m.Tree
 		out[r] = m

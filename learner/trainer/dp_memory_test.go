@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"math/bits"
 	"slices"
 	"testing"
@@ -42,8 +43,15 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 			if n > 1 && r.Held != 4*r.Elements {
 				t.Errorf("%d ranks, rank %d: the reduced gradient is %d bytes, want its elements x 4 = %d", n, r.Rank, r.Held, 4*r.Elements)
 			}
-			if n > 1 && r.Reduce != 4*P+4*int64(n)*r.Elements+r.Held {
+			sent := 4 * P // the tree's sum; a lone shard is sent from the model's buffer
+			if r.Shards == 1 {
+				sent = 0
+			}
+			if n > 1 && r.Reduce != sent+4*int64(n)*r.Elements+r.Held {
 				t.Errorf("%d ranks, rank %d: the all-to-all phase %d, want the sum sent, the receive buffer and the held gradient", n, r.Rank, r.Reduce)
+			}
+			if n == 1 && r.Held != 0 {
+				t.Errorf("one rank keeps a reduced gradient of %d bytes between steps, want none", r.Held)
 			}
 			if want := int64(r.TreeBuffers)*4*P + r.Held; r.Tree != want {
 				t.Errorf("%d ranks, rank %d: tree phase %d, want %d", n, r.Rank, r.Tree, want)
@@ -60,16 +68,22 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 		}
 	}
 	// One rank computes all 8 shards: 3 flat copies at once (the eighth
-	// shard's gradient is read in place), beside the previous sum it
-	// keeps; 8 ranks one shard each, and the all-to-all holds the sum
-	// sent, the receive buffer and the reduced gradient.
+	// shard's gradient is read in place; the sum, the reduced gradient,
+	// is one of them and goes with the step); one rank of one shard (the
+	// group of one's default, SingleShards) holds nothing; 8 ranks one
+	// shard each, sent from the model's buffer: the all-to-all holds the
+	// receive buffer and the reduced gradient.
 	one, _ := PlanDataParallel(mc, 1, DPConfig{Zero: 1})
-	if one[0].TreeBuffers != 3 || one[0].StepBuffers() != 4*4*P {
-		t.Errorf("1 rank: %d tree buffers, step buffers %d, want 3 and 16P = %d", one[0].TreeBuffers, one[0].StepBuffers(), 16*P)
+	if one[0].TreeBuffers != 3 || one[0].StepBuffers() != 3*4*P {
+		t.Errorf("1 rank: %d tree buffers, step buffers %d, want 3 and 12P = %d", one[0].TreeBuffers, one[0].StepBuffers(), 12*P)
+	}
+	single, _ := PlanDataParallel(mc, 1, DPConfig{Zero: 1, Shards: SingleShards})
+	if r := single[0]; r.TreeBuffers != 0 || r.StepBuffers() != 0 || r.Held != 0 {
+		t.Errorf("1 rank of %d shard: %+v, want no buffer", SingleShards, r)
 	}
 	eight, _ := PlanDataParallel(mc, 8, DPConfig{Zero: 1})
-	if r := eight[0]; r.TreeBuffers != 1 || r.StepBuffers() != r.Reduce || r.Reduce != 4*P+9*r.Held {
-		t.Errorf("8 ranks: %+v, want the all-to-all's peak 4P + (8 + 1) x share x 4", r)
+	if r := eight[0]; r.TreeBuffers != 0 || r.StepBuffers() != r.Reduce || r.Reduce != 9*r.Held {
+		t.Errorf("8 ranks: %+v, want the all-to-all's peak (8 + 1) x share x 4", r)
 	}
 }
 
@@ -77,10 +91,13 @@ func TestPlanDataParallelIsWhatTheGroupAllocates(t *testing.T) {
 // gradient is never copied whole, and the reduction holds a piece's sum and
 // receive buffer instead of the whole sum and the all-to-all's, but the
 // tree's kept sums stay alive while the last shard's runs are reduced: 8
-// ranks (one shard each) copy no gradient at all and 4 ranks (2 shards)
-// keep one sum, 4P below stage 1 but for the pieces; 2 ranks (4 shards)
-// keep two sums (3 = 0b11: shards 0-1 and shard 2), as many as stage 1's
-// tree holds, and so does one rank (7 = 0b111): no saving there.
+// ranks (one shard each, which stage 1 sends from the model's buffer too)
+// hold a piece's exchange and a share where stage 1 holds the whole
+// receive buffer and 4 ranks (2 shards) keep one sum, 4P below stage 1
+// but for the pieces; 2 ranks (4 shards) keep two sums (3 = 0b11: shards
+// 0-1 and shard 2), as many as stage 1's tree holds, and so does one rank
+// (7 = 0b111), which also keeps its reduced gradient's copy where stage 1
+// steps from the tree's sum: no saving there.
 func TestPlanDataParallelStage2(t *testing.T) {
 	mc := qwenShaped(512, 1024, 3, 1000)
 	P := model.ParamCount(mc)
@@ -110,7 +127,12 @@ func TestPlanDataParallelStage2(t *testing.T) {
 			// Without the whole receive buffer (the share from every
 			// rank) where no more sums are kept than stage 1's tree holds.
 			saved := int64(0)
-			if b.Shards <= 2 && n > 1 {
+			switch {
+			case n == 1:
+				saved = -b.Held
+			case b.Shards == 1:
+				saved = 4*int64(n)*b.Elements - b.Held
+			case b.Shards == 2:
 				saved = 4 * int64(n) * b.Elements
 			}
 			if b.StepBuffers() > a.StepBuffers()-saved+piece+recv {
@@ -204,9 +226,9 @@ func TestPlanReferenceShards(t *testing.T) {
 
 // The device group's ranks own stage 1's shares (optim.Partition of the
 // chunks), keep their moments on the device, and hold the tree's
-// full-size sums (as many as the host's tree, at least one: the device
-// copies even a lone shard), the receive buffer of N shares and the
-// zeros.
+// full-size sums (as many as the host's tree: a lone shard is read where
+// the passes wrote it), the receive buffer of N shares (none at one rank)
+// and a piece of zeros.
 func TestPlanDataParallelOnDevices(t *testing.T) {
 	mc := qwenShaped(512, 1024, 3, 1000)
 	P := model.ParamCount(mc)
@@ -224,7 +246,11 @@ func TestPlanDataParallelOnDevices(t *testing.T) {
 			if d.Elements != host[r].Elements || d.Moments != 8*d.Elements || d.Shards != host[r].Shards || !d.OnDevices {
 				t.Errorf("%d ranks, rank %d: %+v; stage 1's share %d elements, %d shards", n, r, d, host[r].Elements, host[r].Shards)
 			}
-			if want := int64(max(treeBuffers(d.Shards), 1))*4*P + 4*int64(n)*d.Elements + 4*P; d.StepBuffers() != want {
+			recv := 4 * int64(n) * d.Elements
+			if n == 1 {
+				recv = 0
+			}
+			if want := int64(rankTreeBuffers(d.Shards))*4*P + recv + 4*deviceZeroPiece; d.StepBuffers() != want {
 				t.Errorf("%d ranks, rank %d: the device group's buffers %d, want %d", n, r, d.StepBuffers(), want)
 			}
 		}
@@ -232,7 +258,57 @@ func TestPlanDataParallelOnDevices(t *testing.T) {
 	if tb := treeBuffers(8); tb != 3 {
 		t.Errorf("the tree of 8 shards holds %d sums at once, want 3", tb)
 	}
+	// The group of one's default: one shard, summed and stepped in place.
+	one, _ := PlanDataParallelOnDevices(mc, 1, DPConfig{Shards: SingleShards})
+	if r := one[0]; r.TreeBuffers != 0 || r.Held != 0 || r.StepBuffers() != 4*deviceZeroPiece {
+		t.Errorf("a device group of one of %d shard: %+v, want the zeros' piece alone", SingleShards, r)
+	}
 	if _, err := PlanDataParallelOnDevices(mc, 2, DPConfig{Zero: 3}); err == nil {
 		t.Error("stage 3 on the device group was planned")
+	}
+}
+
+// The group of one's default (SingleShards) holds no gradient buffer of
+// its own: the reduced gradient is the model's gradient buffer, read in
+// place by the step, and nothing of it is kept after the step; with
+// DefaultShards the reduced gradient is the tree's sum, a buffer beside
+// the model's, which goes with the step too. (In process, the tiny policy
+// of the rank tests.)
+func TestSingleReducesInPlace(t *testing.T) {
+	for _, shards := range []int{0, DefaultShards} {
+		l, err := dpLearner()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.EnableSingle(DPConfig{Shards: shards}); err != nil {
+			t.Fatal(err)
+		}
+		cfg := dpCfg()
+		samples := dpSamples(0)
+		seqs, err := l.rlSequences(cfg, samples)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups := shardSamples(seqs, cfg.MiniBatches, l.DP.Shards)
+		old := make([][]float32, len(seqs))
+		for _, g := range groups[0] {
+			if err := logProbsInto(old, l.policy(), seqs, g, cfg.MicroBatchTokens); err != nil {
+				t.Fatal(err)
+			}
+		}
+		part, err := l.miniBatchDP(context.Background(), cfg, samples, seqs, groups[0], old, nil)
+		if err != nil || part.micro == 0 {
+			t.Fatalf("%d shards: the mini-batch: %v (%d micro-batches)", l.DP.Shards, err, part.micro)
+		}
+		inPlace := &l.DP.grad[0] == &l.Policy.GradData()[0]
+		if inPlace != (l.DP.Shards == 1) {
+			t.Errorf("%d shards: the reduced gradient is the model's buffer: %v", l.DP.Shards, inPlace)
+		}
+		if _, err := l.stepDP(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if l.DP.grad != nil || l.DP.gradBuf != nil {
+			t.Errorf("%d shards: a reduced gradient of %d elements (buffer %d) kept after the step", l.DP.Shards, len(l.DP.grad), len(l.DP.gradBuf))
+		}
 	}
 }

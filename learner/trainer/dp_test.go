@@ -131,9 +131,15 @@ func programDPSteps() int {
 		return fail(err)
 	}
 	// AIPO_DP_SINGLE: one process outside any group, whose RLStep makes it
-	// the one rank of its own (Learner.EnableSingle).
+	// the one rank of its own (Learner.EnableSingle), of SingleShards
+	// shards, or of AIPO_DP_SINGLE's number when it is not 1.
 	single := os.Getenv("AIPO_DP_SINGLE") != ""
 	var comm collective.Comm
+	if v, _ := strconv.Atoi(os.Getenv("AIPO_DP_SINGLE")); v > 1 {
+		if err := l.EnableSingle(DPConfig{Shards: v}); err != nil {
+			return fail(err)
+		}
+	}
 	if !single {
 		c, leave, err := joinGloo(ctx, collective.Options{RendezvousTimeout: 30 * time.Second, OpTimeout: 30 * time.Second})
 		if err != nil {
@@ -524,12 +530,22 @@ func TestDataParallelStepIsTheSameAtEverySize(t *testing.T) {
 		}
 	}
 
-	// The same update as one process's RLStep, outside any group: one step
-	// function. (In a process of the ranks' threads: the CPU's products
-	// are the same bits at one thread count, not across counts.)
-	plain := dpRunFrom(t, 1, 0, 3, "", false, "AIPO_DP_SINGLE=1")
+	// The same update as one process's RLStep of the groups' shards,
+	// outside any group: one step function. (In a process of the ranks'
+	// threads: the CPU's products are the same bits at one thread count,
+	// not across counts.)
+	plain := dpRunFrom(t, 1, 0, 3, "", false, "AIPO_DP_SINGLE="+strconv.Itoa(DefaultShards))
 	if got := [2]string{digest(t, plain, "params.bin"), digest(t, plain, "optimizer.bin")}; got != want {
-		t.Errorf("one process's RLStep: parameters and optimiser state %v, a group's %v (parameters apart by up to %.3g)", got, want, maxAbsDiff(t, one, plain))
+		t.Errorf("one process's RLStep of %d shards: parameters and optimiser state %v, a group's %v (parameters apart by up to %.3g)", DefaultShards, got, want, maxAbsDiff(t, one, plain))
+	}
+	// RLStep's default, one shard summed in place: the mini-batch packed
+	// whole, so the products and sums are grouped otherwise, within the
+	// tolerance of 3 ranks'.
+	whole := dpRunFrom(t, 1, 0, 3, "", false, "AIPO_DP_SINGLE=1")
+	if d := maxAbsDiff(t, one, whole); d > dpTol || d == 0 {
+		t.Errorf("one process's RLStep of %d shard: parameters %.3g from a group's of %d shards (want 0 < d <= %g)", SingleShards, d, DefaultShards, dpTol)
+	} else {
+		t.Logf("one process's RLStep of %d shard against a group's of %d: parameters within %.3g", SingleShards, DefaultShards, d)
 	}
 }
 

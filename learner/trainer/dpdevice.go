@@ -134,6 +134,12 @@ func (l *Learner) miniBatchDevice(ctx context.Context, cfg RLConfig, samples []R
 	}
 	c := l.policy()
 	parts := make([]miniBatchPart, v)
+	mine := 0
+	for s := range v {
+		if owner(s, v, n) == rank {
+			mine++
+		}
+	}
 	for s := range v {
 		if owner(s, v, n) != rank {
 			continue
@@ -143,6 +149,11 @@ func (l *Learner) miniBatchDevice(ctx context.Context, cfg RLConfig, samples []R
 			return miniBatchPart{}, err
 		}
 		parts[s] = part
+		if mine == 1 && leaf != nil {
+			// The rank's one shard is its partial sum: Reduce reads it
+			// where the passes wrote it (nothing pushed).
+			break
+		}
 		if err := g.PushShard(leaf == nil); err != nil {
 			return miniBatchPart{}, fmt.Errorf("trainer: the shard's gradients on the device: %w", err)
 		}

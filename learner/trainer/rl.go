@@ -105,10 +105,11 @@ func logProbsInto(out [][]float32, c Compute, seqs []Sequence, order []int, budg
 //
 // There is one step function: a learner that is no rank of a group
 // (EnableDataParallel) takes its steps as the one rank of its own
-// (EnableSingle with the default split: DefaultShards virtual shards, ZeRO
-// stage 1), so that one process computes the bits of every group that
-// divides the shards, and a run moves between one process and N ranks
-// without a change of arithmetic.
+// (EnableSingle with the default split: SingleShards, one virtual shard
+// summed in place, ZeRO stage 1: the memory of a step without a group),
+// and a run moves between one process and N ranks with its state as it
+// is. One process given DefaultShards (EnableSingle before the first
+// step) computes the bits of every group that divides them.
 func (l *Learner) RLStep(cfg RLConfig, samples []RLSample) (RLStats, error) {
 	if l.DP == nil {
 		if err := l.EnableSingle(DPConfig{}); err != nil {

@@ -10,9 +10,12 @@ import (
 
 // EnableSingle makes the learner the one rank of its own group
 // (collective.Single), split and reduced as cfg says (its DeviceComm is
-// ignored): what a process that takes its steps alone does, so that its
-// updates are those of a group of any size that divides cfg's shards
-// (RLStep enables it with the default split on its first call). Passes
+// ignored; Shards 0 is SingleShards): what a process that takes its steps
+// alone does, so that its updates are those of a group of any size that
+// divides cfg's shards (RLStep enables it with the default split on its
+// first call: one shard, summed in place in the model's gradient buffer,
+// no buffer beside it; DefaultShards gives the bits of groups of 1, 2, 4
+// and 8 ranks at the price of the shard tree's buffers). Passes
 // on a device that reduces its own gradients (backend.DeviceReduced) keep
 // the reduction and the moments on the device, as a group's ranks do. The
 // optimiser state the learner held before (l.Opt, or the passes' device
@@ -29,6 +32,9 @@ func (l *Learner) EnableSingle(cfg DPConfig) error {
 		}
 	}
 	cfg.DeviceComm = nil
+	if cfg.Shards == 0 {
+		cfg.Shards = SingleShards
+	}
 	if _, ok := l.PolicyCompute.(backend.DeviceReduced); ok && !backend.OnHost(l.PolicyCompute) {
 		// A group of one exchanges nothing: the device group copies its
 		// own buffers at one rank and never calls the engine.
