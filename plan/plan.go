@@ -440,12 +440,40 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		add(fmt.Sprintf("the data-parallel step's gradient buffers on the GPU at their peak (%s)", g.Mem[0].PeakWhen()), 0, g.Mem[0].StepBuffers())
 	} else if g != nil {
 		add(fmt.Sprintf("the data-parallel step's gradient buffers at their peak (%s)", g.Mem[0].PeakWhen()), g.Mem[0].StepBuffers(), 0)
+	} else {
+		learn.Lines = append(learn.Lines, p.singleLine())
 	}
 	learn.Lines = append(learn.Lines, proc)
 	if p.cuda() {
 		learn.Lines = append(learn.Lines, cudaContext)
 	}
 	return learn, held
+}
+
+// singleLine is what one process's group of one allocates for its step
+// beside the lines above (trainer.EnableSingle, as aipo train opens it
+// without --nproc: one virtual shard at stage 1, trainer.SingleShards),
+// from the group's own plan: its one shard's gradient reduced and stepped
+// in place, no exchange; on a GPU the 256 KiB of zeros an empty shard
+// adds. Its moments are the lines above's.
+func (p *Plan) singleLine() Line {
+	cfg := trainer.DPConfig{Zero: 1, Shards: trainer.SingleShards}
+	plan, where := trainer.PlanDataParallel, "in the model's gradient buffer"
+	if p.cuda() {
+		plan, where = trainer.PlanDataParallelOnDevices, "in the passes' gradient buffer on the GPU"
+	}
+	line := Line{What: fmt.Sprintf("the group of one's step buffers (one process is the one rank of its own group: %d virtual shard, its gradient reduced and stepped %s, nothing exchanged; 8 shards, the bits of every --nproc N, are aipo train --nproc 1's)", trainer.SingleShards, where)}
+	ranks, err := plan(p.Model, 1, cfg)
+	if err != nil {
+		// The model validated before the step was planned.
+		return line
+	}
+	if p.cuda() {
+		line.Device = ranks[0].StepBuffers()
+	} else {
+		line.Host = ranks[0].StepBuffers()
+	}
+	return line
 }
 
 // cudaContext is the device memory the allocator does not see.

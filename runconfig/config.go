@@ -374,7 +374,11 @@ type Learner struct {
 	// above the group) at every size, so that 1, 2, 4 and 8 ranks end with
 	// the same bits (default true). false gives each rank one shard, its
 	// share packed whole: faster, with bits that depend on the group's size
-	// (within float32 rounding of one process's). One process ignores it.
+	// (within float32 rounding of one process's). One process (no
+	// --nproc) ignores it: it is the one rank of its own group, of one
+	// shard summed in place, which holds no gradient buffer beside the
+	// model's (8 shards would hold three); --nproc 1 is the group of one
+	// with the groups' shards, the bits of every N.
 	Deterministic bool `yaml:"deterministic"`
 	// LoRA, when set, trains a LoRA adapter on the frozen policy instead
 	// of every weight (see LoRA).

@@ -161,6 +161,14 @@ func weightsApart(t *testing.T, a, b string, k int64) float64 {
 // is under a hundredth of that.
 const ranksTol = 1e-6
 
+// wholeTol bounds how far one process (no --nproc: one virtual shard, the
+// mini-batch packed whole, trainer.SingleShards) ends from --nproc 1 (8
+// shards): its products see other micro-batches and its sums are grouped
+// otherwise, which moves the gradients in float32 rounding and AdamW's
+// first steps by up to their size; half of one step's move at the quick
+// configuration's learning rate (2e-4).
+const wholeTol = 1e-4
+
 // aipo train --nproc N on the quick configuration (3 steps, in-process
 // rollouts): the final checkpoint's weights and optimiser state are the
 // same bits at 1, 2 and 4 ranks, and within ranksTol at 3, each rank
@@ -168,8 +176,9 @@ const ranksTol = 1e-6
 // 4 ranks after 2 steps and continued to 3 (run.steps raised with
 // --reconfigure) at 2 and 1 ranks ends with the bits of the uninterrupted
 // run, and at 3 within ranksTol; one process without --nproc is the one
-// rank of its own group and ends with --nproc 1's bits, and resumes a run
-// saved at 4 ranks to them; a checkpoint that lost a part of its
+// rank of its own group, of one shard, and ends within wholeTol of --nproc
+// 1, and resumes a run saved at 4 ranks within wholeTol of the
+// uninterrupted run; a checkpoint that lost a part of its
 // optimiser state fails the resumed run naming the part; --nproc 0 is
 // refused naming the flag.
 func TestTrainOnRanks(t *testing.T) {
@@ -207,12 +216,15 @@ func TestTrainOnRanks(t *testing.T) {
 			t.Errorf("--nproc %d: final checkpoint %s, --nproc 1 %s", n, got, want)
 		}
 	}
-	// One process (no --nproc) is the one rank of its own group: the same
-	// step function, the same bits.
+	// One process (no --nproc) is the one rank of its own group, of one
+	// shard summed in place: the same step function, the mini-batch
+	// packed whole.
 	cfg1, run1 := ranksRun(t, warm, 3)
 	train(cfg1)
-	if got := finalDigest(t, run1, 3); got != want {
-		t.Errorf("one process (no --nproc): final checkpoint %s, --nproc 1 %s", got, want)
+	if d := weightsApart(t, runs[1], run1, 3); d > wholeTol || d == 0 {
+		t.Errorf("one process (no --nproc): weights %.3g from --nproc 1's (want 0 < d <= %g)", d, wholeTol)
+	} else {
+		t.Logf("one process (one shard) against --nproc 1 (8 shards): weights within %.3g", d)
 	}
 	// ZeRO stage 2 reduces the same sums run by run: the same bits.
 	cfgZ, runZ := ranksRun(t, warm, 3)
@@ -245,12 +257,18 @@ func TestTrainOnRanks(t *testing.T) {
 		}
 		ranks := []string{"--nproc", strconv.Itoa(n)}
 		if n == 1 {
-			ranks = nil // one process, no group of processes: resumes to the same bits
+			ranks = nil // one process, no group of processes: one shard from here on
 		}
 		train(threeSteps(t, cfg2), append(ranks, "--reconfigure", "--set", zero)...)
 		if n == 3 {
 			if d := weightsApart(t, runs[1], run, 3); d > ranksTol {
 				t.Errorf("saved at 4 ranks, resumed at 3: weights %.3g from the uninterrupted run's", d)
+			}
+			continue
+		}
+		if n == 1 {
+			if d := weightsApart(t, runs[1], run, 3); d > wholeTol {
+				t.Errorf("saved at 4 ranks, resumed in one process: weights %.3g from the uninterrupted run's (want <= %g)", d, wholeTol)
 			}
 			continue
 		}

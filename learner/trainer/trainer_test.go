@@ -199,11 +199,11 @@ func withBehavior(t *testing.T, l *Learner, samples []RLSample, budget int, shif
 		seqs[i] = samples[i].Sequence
 		seqs[i].Index = i
 	}
-	// pi_old as the step computes it: each of the default split's virtual
-	// shards of one mini-batch packed on its own (a sequence packed with
-	// others may round otherwise).
+	// pi_old as the step computes it: each of RLStep's virtual shards
+	// (SingleShards: the mini-batch whole) packed on its own (a sequence
+	// packed with others may round otherwise).
 	old := make([][]float32, len(seqs))
-	for _, order := range shardSamples(seqs, 1, DefaultShards)[0] {
+	for _, order := range shardSamples(seqs, 1, SingleShards)[0] {
 		if err := logProbsInto(old, CPU(l.Policy), seqs, order, budget); err != nil {
 			t.Fatal(err)
 		}
