@@ -458,11 +458,11 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 // adds. Its moments are the lines above's.
 func (p *Plan) singleLine() Line {
 	cfg := trainer.DPConfig{Zero: 1, Shards: trainer.SingleShards}
-	plan, where := trainer.PlanDataParallel, "in the model's gradient buffer"
+	plan := trainer.PlanDataParallel
 	if p.cuda() {
-		plan, where = trainer.PlanDataParallelOnDevices, "in the passes' gradient buffer on the GPU"
+		plan = trainer.PlanDataParallelOnDevices
 	}
-	line := Line{What: fmt.Sprintf("the group of one's step buffers (one process is the one rank of its own group: %d virtual shard, its gradient reduced and stepped %s, nothing exchanged; 8 shards, the bits of every --nproc N, are aipo train --nproc 1's)", trainer.SingleShards, where)}
+	line := Line{What: fmt.Sprintf("the group of one's step buffers (%d shard, summed in place; --nproc 1: 8)", trainer.SingleShards)}
 	ranks, err := plan(p.Model, 1, cfg)
 	if err != nil {
 		// The model validated before the step was planned.
