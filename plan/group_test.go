@@ -29,8 +29,9 @@ func line(t *testing.T, ph Phase, prefix string, dev bool) int64 {
 
 // A group of N GPUs is the built group that reduces on the GPUs over
 // NCCL (backend.DeviceReduced, as aipo train opens it for the cuda
-// backend), at either stage: each GPU holds the one-GPU step with its
-// share of the moments in place of all of them, and the device group's
+// backend), at either stage: each GPU holds the one-GPU step (whose
+// group of one, one shard summed in place, holds the zeros' piece alone)
+// with its share of the moments in place of all of them, and the device group's
 // buffers (trainer.PlanDataParallelOnDevices: the tree's full-size sums,
 // the exchange's receive buffer, the zeros of an empty shard); no
 // gradient and no moment is on the host in the step, whose host is the
@@ -48,6 +49,12 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 	moments1 := line(t, learn1, "AdamW moments", true)
 	if moments1 != 8*P {
 		t.Fatalf("one GPU's moments %d, want 8P = %d", moments1, 8*P)
+	}
+	// One process is the one rank of its own group, of one shard summed
+	// in place: the device group's plan of it, the zeros' piece alone.
+	single1 := line(t, learn1, "the group of one's step buffers", true)
+	if g, err := trainer.PlanDataParallelOnDevices(one.Model, 1, trainer.DPConfig{Shards: trainer.SingleShards}); err != nil || single1 != g[0].StepBuffers() || single1 > 1<<20 {
+		t.Errorf("one GPU: the group of one's buffers %d, want the device group's plan of one shard (%v), at most 1 MiB", single1, err)
 	}
 	for _, tc := range []struct{ ranks, zero int }{{1, 1}, {4, 1}, {4, 2}, {8, 1}, {8, 2}} {
 		o := o
@@ -75,8 +82,8 @@ func TestPlanGroupOnGPUs(t *testing.T) {
 		if got := line(t, learn, "the data-parallel step's gradient buffers on the GPU", true); got != r0.StepBuffers() {
 			t.Errorf("%d ranks, ZeRO-%d: the group's buffers on the GPU %d, want %d", tc.ranks, tc.zero, got, r0.StepBuffers())
 		}
-		if dev := learn1.Device() - moments1 + r0.Moments + r0.StepBuffers(); learn.Device() != dev {
-			t.Errorf("%d ranks, ZeRO-%d: the step's device %d, want one GPU's less its moments, plus its share and the group's buffers: %d", tc.ranks, tc.zero, learn.Device(), dev)
+		if dev := learn1.Device() - moments1 - single1 + r0.Moments + r0.StepBuffers(); learn.Device() != dev {
+			t.Errorf("%d ranks, ZeRO-%d: the step's device %d, want one GPU's less its moments and its group of one's buffers, plus its share and the group's buffers: %d", tc.ranks, tc.zero, learn.Device(), dev)
 		}
 		for _, l := range learn.Lines {
 			if strings.HasPrefix(l.What, "gradients") && l.Host != 0 {
