@@ -539,7 +539,7 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 			st.close()
 			why := fmt.Sprintf("the learner is not deterministic on this machine (learner.backend %s, learner.precision %s)", c.Learner.Backend, c.Learner.Precision)
 			if rec, rerr := readLearnRecord(ctx, runDir, j); rerr == nil && rec.Group == nil && rec.Tokens > 0 {
-				why = fmt.Sprintf("step %d's record names no group: an aipo from before one process took its steps as a group of one wrote it, and one process's steps then differed from today's in float32 rounding, so no later aipo replays them bit for bit (finish the run with the aipo that began it, or go on as follows)", j)
+				why = fmt.Sprintf("step %d's record names no group: an aipo from before one process took its steps as a group of one wrote it, whose one-process steps packed and summed the mini-batch as today's need not (pi_old across mini-batches, the optimiser's own norm), so a later aipo cannot promise their bits (finish the run with the aipo that began it, or go on as follows)", j)
 			}
 			return nil, fmt.Errorf("resume: replaying learner step %d from the full state of checkpoint %d did not give the weights of checkpoint %d, which the run committed (%w); %s. Go on from checkpoint %d by removing the checkpoints after it (and their steps' trajectories, step-%06d onwards), or from the newest full state otherwise; set checkpoint.save_every: 1 to write the full state every step",
 				j, from, j+1, err, why, from, from)

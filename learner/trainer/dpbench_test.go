@@ -39,7 +39,7 @@ type dpBenchResult struct {
 // shape AIPO_DPB_SHAPE (BenchmarkStepVsPyTorch's shapes, its batch as RL
 // samples) taken by the group (AIPO_DPB_MODE dp: RLStepDP) or by this one
 // process alone as a group of one with one shard (plain: what one process
-// runs with learner.deterministic false, the whole mini-batch packed), one
+// runs by default, SingleShards, the whole mini-batch packed), one
 // warm-up then dpBenchSteps timed; dp2 is dp at ZeRO stage 2, dp1s dp with
 // one virtual shard a rank (learner.deterministic false).
 func programDPBench() int {
@@ -90,7 +90,7 @@ func programDPBench() int {
 		}
 	}
 	if os.Getenv("AIPO_DPB_MODE") == "plain" {
-		if err := l.EnableSingle(DPConfig{Shards: 1}); err != nil {
+		if err := l.EnableSingle(DPConfig{Shards: SingleShards}); err != nil {
 			return fail(err)
 		}
 	}
@@ -228,7 +228,7 @@ func BenchmarkDataParallelStep(b *testing.B) {
 				b.ReportMetric(float64(two3.PeakRSS)/(1<<20), "rank0-peak-MiB-zero3")
 				b.Logf("%s: ZeRO-3 at 2 ranks of 1 thread %.3f s a step, rank 0 sent %.3fx ZeRO's 2P elements, peak %.0f MiB",
 					shape, median(two3.Seconds), float64(two3.Sent)/zero, float64(two3.PeakRSS)/(1<<20))
-				b.Logf("%s (%d parameters): one process, 2 threads %.3f s (one shard: learner.deterministic false) and %.3f s (8 shards, the default); 2 ranks of 1 thread %.3f s at ZeRO-1, %.3f s at ZeRO-2, %.3f s with one shard a rank; rank 0 sent %.1f MB a step, %.3fx ZeRO's 2P elements (%.1f MB; ZeRO-2 %.3fx); rank 0's peak %.0f MiB at ZeRO-1, %.0f MiB at ZeRO-2",
+				b.Logf("%s (%d parameters): one process, 2 threads %.3f s (one shard, the default) and %.3f s (8 shards, as --nproc 1); 2 ranks of 1 thread %.3f s at ZeRO-1, %.3f s at ZeRO-2, %.3f s with one shard a rank; rank 0 sent %.1f MB a step, %.3fx ZeRO's 2P elements (%.1f MB; ZeRO-2 %.3fx); rank 0's peak %.0f MiB at ZeRO-1, %.0f MiB at ZeRO-2",
 					shape, two.Params, median(plain.Seconds), median(one.Seconds), median(two.Seconds), median(two2.Seconds), median(fast.Seconds), float64(two.Sent)/1e6, float64(two.Sent)/zero, zero/1e6,
 					float64(two2.Sent)/zero, float64(two.PeakRSS)/(1<<20), float64(two2.PeakRSS)/(1<<20))
 			}
