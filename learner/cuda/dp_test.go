@@ -265,7 +265,8 @@ func dpDeviceRunAll(t *testing.T, size int, backendName, precision string, zero 
 // learner/collective/nccl/testdata/fakenccl.c, without a GPU) and step
 // their shares of the optimiser state on the device, and gather the
 // updated parameters over NCCL (backend.DeviceReduced); no gradient
-// comes to the host. A step is the same bits at 1, 2 and 4 ranks, at
+// comes to the host. A step is the same bits at 1, 2 and 4 ranks (and at
+// 1 and 2 ranks of 2 shards, a rank's one shard read in place), at
 // ZeRO stage 2 too, in float32 and with bfloat16 GEMM operands (whose
 // copy of the parameters must be refreshed from the gathered masters),
 // and agrees with the group whose passes run on the host and with the
@@ -324,6 +325,13 @@ func TestDeviceDataParallel(t *testing.T) {
 	}
 	if maxDiff(lone, one) == 0 {
 		t.Error("one shard on the device gave 8 shards' bits: the split was not used")
+	}
+	// Two ranks of one shard each send their shard from where the passes
+	// wrote it: the bits of one rank's tree of the same two shards.
+	pair1, _ := dpDeviceRun(t, 1, Name, "", "AIPO_DPD_SHARDS=2")
+	pair2, _ := dpDeviceRun(t, 2, Name, "", "AIPO_DPD_SHARDS=2")
+	if d := maxDiff(pair2, pair1); d != 0 {
+		t.Errorf("2 shards: 2 ranks on the device (one shard each, read in place) differ from 1 by up to %g; want the same bits", d)
 	}
 	host, hostSteps := dpDeviceRun(t, 1, "cpu", "")
 	if d := math.Abs(oneSteps[0][0]-hostSteps[0][0]) / math.Abs(hostSteps[0][0]); d > 1e-5 {
