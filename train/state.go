@@ -87,9 +87,14 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		if !cpu {
 			l.Ref = nil
 		}
-		if err := st.joinGroup(ctx, l, ordinal); err != nil {
-			free()
-			return nil, err
+		// learner.objective rejection-sft takes SFTStep, the model's own
+		// optimiser step: one process takes it outside any group (and a
+		// group refuses it at its first step).
+		if st.ranks != nil || cfg.Learner.Objective != runconfig.ObjectiveRejectionSFT {
+			if err := st.joinGroup(ctx, l, ordinal); err != nil {
+				free()
+				return nil, err
+			}
 		}
 		if err := st.restoreOptimizer(ctx, l); err != nil {
 			free()
