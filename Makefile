@@ -208,12 +208,24 @@ bench-smoke:
 ptx:
 	scripts/ptx.sh
 
-# gpu-test-binary builds the CUDA tests and the NCCL backend's tests for
-# scripts/gpu-check.sh on a GPU machine (which needs no Go): no cgo, so
-# they link no OpenBLAS and no Gloo.
-gpu-test-binary:
+# gpu-test-binary builds what scripts/gpu-check.sh runs on a GPU machine
+# (which needs no Go): the CUDA tests, the NCCL backend's tests and the
+# aipo binary, without cgo (they link no OpenBLAS and no Gloo, and need no
+# particular glibc), and the quick demo's warm start for aipo train there.
+# build/gpu/carry holds the same xz-compressed (about a third of the size)
+# with the warm start: what to copy to a machine that takes a limited
+# upload.
+gpu-test-binary: build
 	CGO_ENABLED=0 $(GO) test -c -o build/gpu/cuda.test ./learner/cuda
 	CGO_ENABLED=0 $(GO) test -c -o build/gpu/nccl.test ./learner/collective/nccl
+	CGO_ENABLED=0 $(GO) build -ldflags='-s -w' -o build/gpu/aipo ./cmd/aipo
+	rm -rf build/gpu/warm build/gpu/demo build/gpu/carry
+	$(BIN) demo --quick --no-tensorboard --run build/gpu/demo >build/gpu/demo.log 2>&1 || { tail -20 build/gpu/demo.log; exit 1; }
+	cp -r build/gpu/demo/checkpoints/step-000000 build/gpu/warm && rm -rf build/gpu/demo
+	mkdir -p build/gpu/carry && cp -r build/gpu/warm build/gpu/carry/warm
+	@echo "compressing the three binaries for build/gpu/carry (xz, a few minutes)"
+	for b in cuda.test nccl.test aipo; do xz -T0 -6 -c build/gpu/$$b >build/gpu/carry/$$b.xz; done
+	@du -sh build/gpu/carry
 
 # rehearse runs the CPU rehearsal of the paper's recipe (cmd/aipo's
 # TestRehearsal, which make test runs at 3 steps) at 20 steps of 8 groups

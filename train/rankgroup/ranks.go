@@ -36,7 +36,12 @@ type Ranks struct {
 }
 
 // Join forms the group the launcher's environment describes and opens
-// its Gloo communicator.
+// its Gloo communicator. A group of one rank (aipo train --nproc 1) has
+// no peer to connect to: its host communicator is collective.Single,
+// whose collectives are Gloo's at one rank (the buffer itself, or a
+// copy), so the same binary runs it with or without cgo (a build without
+// Gloo, as scripts/gpu-check.sh carries to a GPU machine); the store
+// stays, for the NCCL communicator's id.
 func Join(ctx context.Context, opts collective.Options) (*Ranks, error) {
 	env, err := collective.EnvFromOS()
 	if err != nil {
@@ -45,6 +50,9 @@ func Join(ctx context.Context, opts collective.Options) (*Ranks, error) {
 	g, err := collective.Join(ctx, env, opts)
 	if err != nil {
 		return nil, err
+	}
+	if g.Size() == 1 {
+		return &Ranks{Group: g, Comm: collective.Single()}, nil
 	}
 	c, err := gloo.New(ctx, g)
 	if err != nil {
