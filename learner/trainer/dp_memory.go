@@ -318,11 +318,14 @@ type ReferenceShard struct {
 	Elements        int64
 	Share, Units    int64
 	BytesPerElement int64
+	// Rotary is the rotary table a device's reference model keeps of its
+	// own (PlanReferenceShardsOnDevices; none on the CPU).
+	Rotary int64
 }
 
 // Total is the most the rank holds of the reference at once: its share
-// and, while it scores, the gathered units.
-func (r ReferenceShard) Total() int64 { return r.Share + r.Units }
+// and, while it scores, the gathered units (and a device's rotary table).
+func (r ReferenceShard) Total() int64 { return r.Share + r.Units + r.Rotary }
 
 // PlanReferenceShards is the memory of each rank's part of a reference
 // of mc sharded over ranks, its values held at bytes an element (4:
@@ -356,6 +359,31 @@ func PlanReferenceShards(mc model.Config, ranks int, bytes int64) ([]ReferenceSh
 	for r := range out {
 		e := int64(z.elements(r))
 		out[r] = ReferenceShard{Rank: r, Elements: e, Share: bytes * e, Units: bytes * units, BytesPerElement: bytes}
+	}
+	return out, nil
+}
+
+// PlanReferenceShardsOnDevices is PlanReferenceShards for a float32
+// reference sharded on GPUs at stage 3 (backend.FrozenSharded), as
+// learner/cuda's ShardFrozen allocates it: each rank's elements of every
+// unit (Share) and, in a group of more than one, two buffers of the
+// largest unit (Units: the gathered unit the pass reads and the gather's
+// receive buffer, held as long as the group), and the reference model's
+// rotary table (Rotary: cos and sin for every position, float32).
+func PlanReferenceShardsOnDevices(mc model.Config, ranks int) ([]ReferenceShard, error) {
+	out, err := PlanReferenceShards(mc, ranks, 4)
+	if err != nil {
+		return out, err
+	}
+	var most int64
+	for _, u := range model.UnitsOf(mc) {
+		most = max(most, int64(u.Len))
+	}
+	for r := range out {
+		out[r].Rotary = 4 * int64(mc.MaxPositionEmbeddings) * int64(mc.Head())
+		if ranks > 1 {
+			out[r].Units = 2 * 4 * most
+		}
 	}
 	return out, nil
 }
