@@ -41,9 +41,10 @@ type Group struct {
 	Nodes int
 	// Ref is, at stage 3 with a KL term, each rank's part of the
 	// reference sharded as the policy is (trainer.PlanReferenceShards):
-	// on the CPU in float32, on GPUs (Planned) in bfloat16 at
-	// learner.precision bf16, else float32. Nil otherwise: the reference
-	// is held whole.
+	// on the CPU in float32, on GPUs (Planned) in float32 as learner/cuda
+	// holds it (trainer.PlanReferenceShardsOnDevices), or in bfloat16 at
+	// learner.precision bf16 (not built there). Nil otherwise: the
+	// reference is held whole.
 	Ref []trainer.ReferenceShard
 	// Base is, for a LoRA run at stage 3, each rank's part of the frozen
 	// base, sharded as stage 3 shards a frozen reference
@@ -145,14 +146,22 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	if zero == 3 && cfg.Learner.Loss.KLCoef != 0 && !cfg.LoRAOn() {
 		// The reference, sharded as the policy is and gathered a unit
 		// at a time for its scoring pass: on the CPU in float32
-		// (learner/trainer/zero3ref.go); on GPUs (planned) held in
-		// bfloat16 with bfloat16 products (the Hugging Face releases'
-		// values are bfloat16: holding them so loses nothing).
+		// (learner/trainer/zero3ref.go); on GPUs (planned) in float32 as
+		// learner/cuda's ShardFrozen holds it, and with bf16 (not built
+		// there) held in bfloat16 with bfloat16 products (the Hugging
+		// Face releases' values are bfloat16: holding them so loses
+		// nothing).
 		bytes := int64(4)
 		if planned && cfg.Learner.Precision == backend.BF16 {
 			bytes = 2
 		}
-		if g.Ref, err = trainer.PlanReferenceShards(mc, o.Ranks, bytes); err != nil {
+		if planned && bytes == 4 {
+			// In float32 as learner/cuda's ShardFrozen allocates it.
+			g.Ref, err = trainer.PlanReferenceShardsOnDevices(mc, o.Ranks)
+		} else {
+			g.Ref, err = trainer.PlanReferenceShards(mc, o.Ranks, bytes)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
 	}
@@ -215,10 +224,10 @@ func (g *Group) describe(p Plan) string {
 		if g.Nodes > 1 {
 			where = fmt.Sprintf("%d a machine on %d machines; the host figures are one machine's", g.perNode(), g.Nodes)
 		}
-		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 (learner.backend %s): built in float32 (learner/trainer/zero3dev.go runs the CPU's stage-3 schedule with its state on the GPUs, learner/cuda/zero3.go, moved by NCCL); NOT BUILT on GPUs yet: the reference sharded across them (each GPU holds it whole today) and bfloat16 at stage 3 (aipo train refuses learner.precision bf16 with it), both counted here as the CPU's stage 3 does them. "+
+		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 (learner.backend %s): built in float32 (learner/trainer/zero3dev.go runs the CPU's stage-3 schedule with its state on the GPUs, learner/cuda/zero3.go, moved by NCCL), the KL reference sharded across them as the policy is (learner/cuda/zero3.go's ShardFrozen: 1/%d of every unit on each GPU, gathered over NCCL for its scoring pass); NOT BUILT on GPUs yet: bfloat16 at stage 3 (aipo train refuses learner.precision bf16 with it; with --precision bf16 it is counted here as the CPU's stage 3 does it, the reference held in bfloat16). "+
 			"Each GPU holds at most what a stage-3 rank of the CPU's schedule allocates (trainer.PlanDataParallel, counted as its code allocates): 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters), the sums it keeps while a mini-batch is reduced, two gathered units (a decoder layer or a block of the vocabulary) in float32, two units' gradients and an exchange's receive buffer (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
 			"beside them the %s backend's activations (float32, as its passes allocate them) and %s. No gradient and no moment passes through the host during a step; between steps the weights are gathered whole into each rank's host for the checkpoints. The device figures are rank 0's GPU; the ranks are %s\n",
-			g.Ranks, p.Config.Learner.Backend, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, g.refWords(), where)
+			g.Ranks, p.Config.Learner.Backend, g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, g.refWords(), where)
 	}
 	how := "the gradients summed whole after the backward pass"
 	if g.Zero == 2 && !g.OnDevice {
@@ -264,7 +273,11 @@ func (g *Group) refWords() string {
 	if g.Ref[0].BytesPerElement == 2 {
 		dtype = "bfloat16"
 	}
-	return fmt.Sprintf("the frozen reference sharded as the policy is, in %s (1/%d of every unit a rank, gathered a unit at a time for its scoring pass, no gradients: trainer.PlanReferenceShards)", dtype, g.Ranks)
+	how := "trainer.PlanReferenceShards"
+	if g.Planned && dtype == "float32" {
+		how = "as learner/cuda's ShardFrozen allocates it, with two buffers of the largest unit: trainer.PlanReferenceShardsOnDevices"
+	}
+	return fmt.Sprintf("the frozen reference sharded as the policy is, in %s (1/%d of every unit a rank, gathered a unit at a time for its scoring pass, no gradients: %s)", dtype, g.Ranks, how)
 }
 
 // describeLoRA is the plan's paragraph on a LoRA run's group, which

@@ -419,6 +419,9 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 			st.Host.Reference = r.Total()
 		}
 		refLine = fmt.Sprintf("reference policy: rank 0's share (%s, 1/%d of every unit) and two units gathered as it scores", dtype, g.Ranks)
+		if r.Rotary > 0 {
+			refLine += " (and its rotary table)"
+		}
 	}
 	add(refLine, st.Host.Reference, st.Device.Reference)
 	if p.cuda() && p.Reference {
@@ -977,9 +980,9 @@ func (p Plan) moreMemory() string {
 	case !p.cuda():
 		return "a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case g != nil && g.Planned:
-		return "more GPUs (--nproc): each holds 1/N of the weights, moments and reference at stage 3 (not built on GPUs), but the whole activations of its micro-batch"
+		return "more GPUs (--nproc): each holds 1/N of the weights, moments and reference at stage 3 (built on GPUs in float32; bfloat16 there is not), but the whole activations of its micro-batch"
 	case g != nil:
-		return "more GPUs (--nproc) shard only the moments; each GPU holds the whole weights and gradients at stages 1 and 2 (stage 3, --zero 3, is not built on GPUs)"
+		return "more GPUs (--nproc) shard only the moments; each GPU holds the whole weights and gradients at stages 1 and 2 (stage 3, --zero 3, shards them and the reference too, in float32)"
 	}
 	return "more devices: a group of GPUs (aipo train --nproc N) shards the AdamW moments across them, each GPU keeping 8 bytes a parameter over N (aipo plan --nproc N plans it; docs/scaling.md)"
 }

@@ -42,7 +42,7 @@ func TestPlanZero3OnGPUs(t *testing.T) {
 			t.Fatalf("%s: group %+v, want the planned stage-3 group of GPUs, %d a machine", c.model, g, c.ranks/c.nodes)
 		}
 		s := p.String()
-		if !strings.Contains(s, "ZeRO stage 3 (learner.backend cuda): built in float32") || !strings.Contains(s, "learner/cuda/zero3.go") || !strings.Contains(s, "NOT BUILT on GPUs yet: the reference sharded") {
+		if !strings.Contains(s, "ZeRO stage 3 (learner.backend cuda): built in float32") || !strings.Contains(s, "learner/cuda/zero3.go") || !strings.Contains(s, "the KL reference sharded across them as the policy is") || !strings.Contains(s, "NOT BUILT on GPUs yet: bfloat16 at stage 3") {
 			t.Errorf("%s: the plan does not name the GPU path of stage 3:\n%s", c.model, s)
 		}
 		want, err := trainer.PlanDataParallel(p.Model, c.ranks, trainer.DPConfig{Zero: 3, Shards: raw.Learner.DPShards(c.ranks)})
@@ -65,7 +65,13 @@ func TestPlanZero3OnGPUs(t *testing.T) {
 			name  string
 			bytes int64
 		}{{"fp32", 4}, {"bf16", 2}} {
-			shards, err := trainer.PlanReferenceShards(p.Model, c.ranks, prec.bytes)
+			// In float32 as learner/cuda's ShardFrozen allocates it;
+			// in bfloat16 (not built on GPUs) as the CPU's stage 3
+			// would hold it.
+			shards, err := trainer.PlanReferenceShardsOnDevices(p.Model, c.ranks)
+			if prec.name == "bf16" {
+				shards, err = trainer.PlanReferenceShards(p.Model, c.ranks, prec.bytes)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

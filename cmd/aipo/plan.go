@@ -37,7 +37,7 @@ func runPlan(args []string) error {
 	planOpts := planFlags(fs)
 	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
 	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; with learner.backend cuda each GPU a whole replica, the group reducing on the GPUs over NCCL)")
-	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well: built on the cpu backend; on GPUs the plan of a path that is NOT BUILT, the reference sharded too); default learner.zero")
+	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well, and a KL reference with them: built on the cpu backend, and on GPUs in float32; bf16 at stage 3 on GPUs is NOT BUILT); default learner.zero")
 	nnodes := fs.Int("nnodes", 0, "with --nproc and a GPU backend: the machines the ranks are spread over, --nproc/--nnodes on each (default 1); the host figures are one machine's")
 	precision := fs.String("precision", "", "the learner's matrix products: fp32, or bf16 (mixed precision as torch.autocast: bfloat16 operands, float32 accumulation, master weights, gradients and AdamW; cpu and cuda); default learner.precision")
 	fs.Usage = func() {
@@ -53,9 +53,9 @@ func runPlan(args []string) error {
 			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
 			"and its share of the moments, and the group reduces the gradients on the GPUs over NCCL.\n"+
 			"--zero 3 on GPUs runs the CPU's stage-3 schedule with its state on the GPUs, in float32:\n"+
-			"each GPU holds at most what a stage-3 rank of that schedule allocates. Its reference\n"+
-			"sharded across the GPUs (in bfloat16 with --precision bf16), which the plan counts, is\n"+
-			"NOT BUILT there yet (each GPU holds it whole); the plan says so. With --precision bf16\n"+
+			"each GPU holds at most what a stage-3 rank of that schedule allocates, and its KL\n"+
+			"reference sharded across the GPUs as the policy is. Stage 3 in bfloat16 on GPUs is\n"+
+			"NOT BUILT there yet (aipo train refuses it); the plan says so. With --precision bf16\n"+
 			"the learner multiplies in bfloat16: on the CPU its products round their operands as\n"+
 			"they read them (no bfloat16 copy of the weights is kept; the plan counts the rounded\n"+
 			"operands' buffers with the activations), on GPUs it holds a bfloat16 copy of the\n"+

@@ -81,26 +81,52 @@ type ShardLayout struct {
 	Parts [][]int
 }
 
-// ShardedGroup is a rank's part of ZeRO stage 3 on the devices. A pass of
-// the passes' Compute (Run) between a Begin call and EndPass reads its
-// weights from the group and hands it its gradients; a rank with no pass
-// in a slot runs Shadow in its place, so that the group's collective
-// calls stay in step.
-type ShardedGroup interface {
+// FrozenSharded is a device's Compute of a frozen model (Device.Eval: a
+// KL reference) that ZeRO stage 3 shards as it shards the policy: each
+// rank keeps on its device its elements of every unit, in float32, and
+// the passes gather each unit over the device communicator just before
+// they read it, in the order of model.UnitPlan without gradients. There
+// is nothing to reduce and no optimiser state.
+type FrozenSharded interface {
+	Compute
+	// ShardFrozen makes the passes' model sharded and opens rank
+	// comm.Rank()'s side of it over layout, the rank's elements taken
+	// from the weights the device holds (which then go). Closing the
+	// Compute closes the group too.
+	ShardFrozen(comm collective.Comm, layout ShardLayout) (ShardedScorer, error)
+}
+
+// ShardedScorer is a rank's part of the passes without gradients of a
+// sharded model: a pass (Run with no loss) between BeginScore and
+// EndPass reads its weights from the group; a rank with no pass to run
+// runs Shadow(false) in its place, so that the group's gathers stay in
+// step.
+type ShardedScorer interface {
 	// BeginScore makes the next pass (or Shadow) a pass without
 	// gradients: its gathers alone.
 	BeginScore(ctx context.Context)
-	// BeginSlot begins slot size of a round of the mini-batch's
-	// reduction: has[r] says whether the slot's r-th rank adds a
-	// gradient. A slot where none does is an empty node of the sum's
-	// tree, and no pass runs (false).
-	BeginSlot(ctx context.Context, has []bool) bool
 	// Shadow runs the exchanges of a pass (a training pass's with train)
 	// without computing one, adding nothing.
 	Shadow(train bool) error
 	// EndPass ends the pass that began (passErr: its failure, returned
 	// first) and, in a slot, pushes the slot's sum into the round's tree.
 	EndPass(passErr error) error
+	// Close frees what the group holds on the device.
+	Close() error
+}
+
+// ShardedGroup is a rank's part of ZeRO stage 3 on the devices. A pass of
+// the passes' Compute (Run) between a Begin call and EndPass reads its
+// weights from the group and hands it its gradients; a rank with no pass
+// in a slot runs Shadow in its place, so that the group's collective
+// calls stay in step.
+type ShardedGroup interface {
+	ShardedScorer
+	// BeginSlot begins slot size of a round of the mini-batch's
+	// reduction: has[r] says whether the slot's r-th rank adds a
+	// gradient. A slot where none does is an empty node of the sum's
+	// tree, and no pass runs (false).
+	BeginSlot(ctx context.Context, has []bool) bool
 	// BeginMiniBatch lets the last reduced gradient go.
 	BeginMiniBatch()
 	// EndRound adds the round's tree sum to the mini-batch's.
@@ -120,7 +146,6 @@ type ShardedGroup interface {
 	// Moments copies the rank's moments, first (0) or second (1), into
 	// vals, or with put from vals.
 	Moments(moment int, vals []float32, put bool) error
-	// Close frees what the group holds on the device; the passes' model
-	// stays sharded and cannot run again.
-	Close() error
+	// Close (ShardedScorer's) frees what the group holds on the device;
+	// the passes' model stays sharded and cannot run again.
 }

@@ -81,6 +81,14 @@ func programDPDevice() int {
 		return fail(err)
 	}
 	l := &trainer.Learner{Policy: m, Opt: opt}
+	kl, _ := strconv.ParseFloat(os.Getenv("AIPO_DPD_KL"), 64)
+	if kl != 0 {
+		// A KL term against a reference of other weights than the
+		// policy's start, so that it counts from the first step.
+		if l.Ref, err = model.New(cfg, 6); err != nil {
+			return fail(err)
+		}
+	}
 	var dv *Device
 	if os.Getenv("AIPO_DPD_BACKEND") == Name {
 		// Every rank opens GPU 0, the stand-in driver's one device,
@@ -96,6 +104,14 @@ func programDPDevice() int {
 			return fail(err)
 		}
 		defer free()
+		// The reference's passes hold it on the device; the host's
+		// copy goes, as aipo train lets it go.
+		l.Ref = nil
+		if os.Getenv("AIPO_DPD_REF") == "whole" && l.RefCompute != nil {
+			// The reference's passes as they are without
+			// backend.FrozenSharded: held whole on each device.
+			l.RefCompute = struct{ trainer.Compute }{l.RefCompute}
+		}
 	}
 	zero, _ := strconv.Atoi(os.Getenv("AIPO_DPD_ZERO"))
 	shards, _ := strconv.Atoi(os.Getenv("AIPO_DPD_SHARDS"))
@@ -131,7 +147,7 @@ func programDPDevice() int {
 		dv.ResetPeak()
 	}
 	rc := trainer.RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 24, PPOEpochs: 1, MiniBatches: 2}
-	rc.Loss.KLCoef = 0
+	rc.Loss.KLCoef = kl
 	samples := 16
 	if qwen3 {
 		// Each shard one micro-batch, a quarter of the samples and one

@@ -41,6 +41,9 @@ type Model struct {
 	checkpoint bool      // activation checkpointing (SetCheckpointing)
 
 	shard *devShard // the weights fed a unit at a time (shard.go), nil: held whole
+	// closeFeed closes the group that feeds a sharded frozen model
+	// (ShardFrozen), which the model owns; Free calls it.
+	closeFeed func() error
 	// lora is the adapter of a LoRA Model (NewLoRA, lora.go), whose params
 	// and grads are the adapter's; nil for a whole model.
 	lora *gpuAdapter
@@ -332,8 +335,14 @@ func (g *Model) SetCheckpointing(on bool) { g.checkpoint = on }
 // Free releases the model's device memory.
 func (g *Model) Free() error {
 	var first error
+	if g.closeFeed != nil {
+		first = g.closeFeed()
+		g.closeFeed = nil
+	}
 	if g.head != nil {
-		first = g.head.Free()
+		if err := g.head.Free(); err != nil && first == nil {
+			first = err
+		}
 	}
 	if err := g.adam.free(); err != nil && first == nil {
 		first = err

@@ -38,56 +38,19 @@ var _ backend.DeviceSharded = (*compute)(nil)
 // ShardedGroup implements backend.DeviceSharded.
 func (c *compute) ShardedGroup(comm collective.Comm, layout backend.ShardLayout, master []float32) (backend.ShardedGroup, error) {
 	g := c.dev
-	if g.shard != nil {
-		return nil, errors.New("cuda: the passes' model is sharded already (a ShardedGroup was opened on it)")
+	z, err := newShardGroup(g, comm, layout)
+	if err != nil {
+		return nil, err
 	}
-	n, rank := comm.Size(), comm.Rank()
-	units := model.UnitsOf(g.cfg)
-	if len(layout.Units) != len(units) || len(layout.Parts) != len(units) {
-		return nil, fmt.Errorf("cuda: a sharded layout of %d units for a model of %d", len(layout.Units), len(units))
-	}
-	z := &shardGroup{g: g, comm: comm, n: n, rank: rank, units: units, parts: layout.Parts, at: make([]int, len(units)+1)}
-	most, mostPart := 0, 0
-	for u, s := range units {
-		if layout.Units[u] != [2]int{s.Off, s.Len} {
-			return nil, fmt.Errorf("cuda: unit %d of the layout is %v; the model's is %v", u, layout.Units[u], s)
-		}
-		p := layout.Parts[u]
-		if len(p) != n+1 || p[0] != s.Off || p[n] != s.Off+s.Len {
-			return nil, fmt.Errorf("cuda: unit %d's parts %v do not cut [%d, %d) in %d", u, p, s.Off, s.Off+s.Len, n)
-		}
-		lo, hi := z.run(u, rank)
-		z.at[u+1] = z.at[u] + hi - lo
-		most = max(most, s.Len)
-		for i := range n {
-			mostPart = max(mostPart, p[i+1]-p[i])
-		}
-	}
-	k := z.at[len(units)]
-	if k == 0 {
-		return nil, fmt.Errorf("cuda: rank %d of %d owns no element of the model", rank, n)
-	}
+	k := z.elems()
 	if len(master) != k {
-		return nil, fmt.Errorf("cuda: %d weights for rank %d's %d elements", len(master), rank, k)
+		return nil, fmt.Errorf("cuda: %d weights for rank %d's %d elements", len(master), z.rank, k)
 	}
-	dv := g.dv
-	alloc := func(dt DType, n int) *Buffer {
-		if z.err != nil {
-			return nil
-		}
-		b, err := dv.Alloc(dt, n)
-		if err != nil {
-			z.err = err
-			return nil
-		}
-		z.owned = append(z.owned, b)
-		return b
-	}
-	z.master, z.m, z.v = alloc(F32, k), alloc(F32, k), alloc(F32, k)
-	z.sumsq = alloc(F64, 1)
-	z.gbuf = alloc(F32, most)
-	if n > 1 {
-		z.wbuf, z.xbuf, z.rbuf = alloc(F32, most), alloc(F32, most), alloc(F32, n*mostPart)
+	z.master, z.m, z.v = z.alloc(F32, k), z.alloc(F32, k), z.alloc(F32, k)
+	z.sumsq = z.alloc(F64, 1)
+	z.gbuf = z.alloc(F32, z.most)
+	if z.n > 1 {
+		z.wbuf, z.xbuf, z.rbuf = z.alloc(F32, z.most), z.alloc(F32, z.most), z.alloc(F32, z.n*z.mostPart)
 	}
 	if z.err == nil {
 		for _, b := range []*Buffer{z.m, z.v} {
@@ -102,13 +65,111 @@ func (c *compute) ShardedGroup(comm collective.Comm, layout backend.ShardLayout,
 	if z.err != nil {
 		err := z.err
 		z.Close()
-		return nil, fmt.Errorf("cuda: rank %d's share of the sharded model (%d elements): %w", rank, k, err)
+		return nil, fmt.Errorf("cuda: rank %d's share of the sharded model (%d elements): %w", z.rank, k, err)
 	}
 	if err := g.shardOn(z); err != nil {
 		z.Close()
 		return nil, err
 	}
 	return z, nil
+}
+
+var _ backend.FrozenSharded = frozen{}
+
+// ShardFrozen implements backend.FrozenSharded: the rank's elements of
+// every unit are copied on the device out of the frozen model's whole
+// float32 weights, which then go; the group holds them and, at more than
+// one rank, a gathered unit and the gathers' buffer (no gradient, no
+// moments). The model's Free (the Compute's Close) closes the group.
+func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (backend.ShardedScorer, error) {
+	g := f.dev
+	if g.params == nil {
+		return nil, errors.New("cuda: the frozen model holds no whole float32 weights to shard (held in bfloat16, or sharded already): ZeRO stage 3 on the devices shards a float32 reference")
+	}
+	z, err := newShardGroup(g, comm, layout)
+	if err != nil {
+		return nil, err
+	}
+	k := z.elems()
+	z.master = z.alloc(F32, k)
+	if z.n > 1 {
+		z.wbuf, z.xbuf = z.alloc(F32, z.most), z.alloc(F32, z.most)
+	}
+	for u := range z.units {
+		lo, hi := z.run(u, z.rank)
+		if z.err != nil || hi == lo {
+			continue
+		}
+		dst, err := z.master.Slice(z.at[u], z.at[u+1])
+		if err == nil {
+			var src *Buffer
+			if src, err = g.params.Slice(lo, hi); err == nil {
+				err = dst.CopyFrom(src)
+			}
+		}
+		z.err = err
+	}
+	if z.err == nil {
+		z.err = g.dv.Sync()
+	}
+	if z.err != nil {
+		err := z.err
+		z.Close()
+		return nil, fmt.Errorf("cuda: rank %d's share of the sharded reference (%d elements): %w", z.rank, k, err)
+	}
+	if err := g.shardOn(z); err != nil {
+		z.Close()
+		return nil, err
+	}
+	g.closeFeed = z.Close
+	return z, nil
+}
+
+// newShardGroup is rank comm.Rank()'s side of g's units over layout,
+// checked against the model's units, before it holds anything.
+func newShardGroup(g *Model, comm collective.Comm, layout backend.ShardLayout) (*shardGroup, error) {
+	if g.shard != nil {
+		return nil, errors.New("cuda: the passes' model is sharded already (a ShardedGroup was opened on it)")
+	}
+	n, rank := comm.Size(), comm.Rank()
+	units := model.UnitsOf(g.cfg)
+	if len(layout.Units) != len(units) || len(layout.Parts) != len(units) {
+		return nil, fmt.Errorf("cuda: a sharded layout of %d units for a model of %d", len(layout.Units), len(units))
+	}
+	z := &shardGroup{g: g, comm: comm, n: n, rank: rank, units: units, parts: layout.Parts, at: make([]int, len(units)+1)}
+	for u, s := range units {
+		if layout.Units[u] != [2]int{s.Off, s.Len} {
+			return nil, fmt.Errorf("cuda: unit %d of the layout is %v; the model's is %v", u, layout.Units[u], s)
+		}
+		p := layout.Parts[u]
+		if len(p) != n+1 || p[0] != s.Off || p[n] != s.Off+s.Len {
+			return nil, fmt.Errorf("cuda: unit %d's parts %v do not cut [%d, %d) in %d", u, p, s.Off, s.Off+s.Len, n)
+		}
+		lo, hi := z.run(u, rank)
+		z.at[u+1] = z.at[u] + hi - lo
+		z.most = max(z.most, s.Len)
+		for i := range n {
+			z.mostPart = max(z.mostPart, p[i+1]-p[i])
+		}
+	}
+	if z.elems() == 0 {
+		return nil, fmt.Errorf("cuda: rank %d of %d owns no element of the model", rank, n)
+	}
+	return z, nil
+}
+
+// alloc is a buffer the group owns (nil once an allocation failed: z.err).
+func (z *shardGroup) alloc(dt DType, n int) *Buffer {
+	if z.err != nil {
+		return nil
+	}
+	b, err := z.g.dv.Alloc(dt, n)
+	if err != nil {
+		z.err = err
+		return nil
+	}
+	z.owned = append(z.owned, b)
+	return b
 }
 
 // shardGroup is a rank's side of ZeRO stage 3 on the devices, and the
@@ -120,6 +181,9 @@ type shardGroup struct {
 	units   []model.Span
 	parts   [][]int // backend.ShardLayout.Parts
 	at      []int   // where the rank's run of unit u lies in master, at[len] its size
+	most    int     // the largest unit
+	// mostPart is the largest part of a unit.
+	mostPart int
 
 	master, m, v *Buffer // the rank's elements, unit by unit
 	sumsq        *Buffer // F64 [1]

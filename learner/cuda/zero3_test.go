@@ -2,8 +2,10 @@ package cuda
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/aipo-rl/aipo/learner/collective/gloo"
 	"github.com/aipo-rl/aipo/learner/model"
+	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
 var peakLine = regexp.MustCompile(`rank (\d+) device peak (\d+)`)
@@ -122,4 +125,82 @@ func dpQwen3(cfg model.Config) model.Config {
 	cfg.ModelType, cfg.HeadDim, cfg.VocabSize = "qwen3", 8, 151936
 	cfg.HiddenSize, cfg.IntermediateSize = 8, 16
 	return cfg
+}
+
+// TestDeviceZero3Reference runs ZeRO stage 3 on the devices with a KL
+// term: the frozen reference is sharded as the policy is
+// (backend.FrozenSharded: each rank keeps its elements of every unit on
+// its device, and the scoring pass gathers each unit over the stand-in
+// NCCL). Its log-probabilities must be the bits of the reference held
+// whole on the device (the same kernels over the same weights, gathered),
+// so 2 steps at 1, 2 and 4 ranks give weights and an optimiser state with
+// the sha256 of the group whose reference is held whole. At 4 ranks each
+// rank's device peak is at most its peak without a KL term plus what
+// the plan counts for the reference on a GPU
+// (trainer.PlanReferenceShardsOnDevices: its share, a quarter of the
+// reference's float32 weights, two buffers of the largest unit and the
+// reference model's rotary table).
+// The tiny Qwen2 fixture (a vocabulary of 97, one block) and 2 steps keep
+// the 5 runs cheap on the emulator.
+func TestDeviceZero3Reference(t *testing.T) {
+	needDriver(t)
+	if err := gloo.Available(); err != nil {
+		t.Fatalf("the group's engine: %v", err)
+	}
+	z3, kl, steps := "AIPO_DPD_ZERO=3", "AIPO_DPD_KL=0.5", "AIPO_DPD_STEPS=2"
+	whole, _, _, wdir := dpDeviceRunAll(t, 1, Name, "", z3, kl, steps, "AIPO_DPD_REF=whole")
+	wantParams := digestOf(whole)
+	wantOpt := fileDigest(t, wdir, "optimizer.bin")
+	_, _, noKL, _ := dpDeviceRunAll(t, 4, Name, "", z3, steps)
+	cfg, err := model.LoadConfig("../model/testdata/tiny_qwen2_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := trainer.PlanReferenceShardsOnDevices(cfg, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2, 4} {
+		got, _, outs, dir := dpDeviceRunAll(t, n, Name, "", z3, kl, steps)
+		if d := digestOf(got); d != wantParams {
+			t.Errorf("the reference sharded over %d ranks: the weights' sha256 %s, with the reference whole %s (differing by up to %g)", n, d, wantParams, maxDiff(got, whole))
+		}
+		if d := fileDigest(t, dir, "optimizer.bin"); d != wantOpt {
+			t.Errorf("the reference sharded over %d ranks: the optimiser state's sha256 %s, with the reference whole %s", n, d, wantOpt)
+		}
+		if n != 4 {
+			continue
+		}
+		for r, out := range outs {
+			peak, base := devicePeak(t, r, out), devicePeak(t, r, noKL[r])
+			bound := base + ref[r].Total()
+			t.Logf("rank %d of 4 at stage 3: device peak %d bytes with the reference sharded; %d without a KL term; the reference's plan %d (share %d, units %d, rotary table %d)",
+				r, peak, base, ref[r].Total(), ref[r].Share, ref[r].Units, ref[r].Rotary)
+			if peak > bound {
+				t.Errorf("rank %d held %d bytes of device memory at its peak, more than %d without a KL term + the plan's %d for its part of the reference = %d", r, peak, base, ref[r].Total(), bound)
+			}
+		}
+	}
+}
+
+// devicePeak is the device peak rank r reported in out.
+func devicePeak(t *testing.T, r int, out string) int64 {
+	t.Helper()
+	m := peakLine.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("rank %d reported no device peak:\n%s", r, out)
+	}
+	peak, _ := strconv.ParseInt(m[2], 10, 64)
+	return peak
+}
+
+// digestOf is the sha256 of float32 values as params.bin holds them, in
+// hex.
+func digestOf(x []float32) string {
+	b := make([]byte, 0, 4*len(x))
+	for _, v := range x {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

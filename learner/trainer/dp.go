@@ -105,6 +105,11 @@ type DataParallel struct {
 	loraZero3 bool
 	base      *zero3
 	baseOf    *model.Model
+	// zrefDev is, at stage 3 on the devices, the group of the frozen
+	// reference's passes sharded on the devices (zero3ref.go), opened on
+	// refDevOf, those passes; their Close closes it.
+	zrefDev  backend.ShardedScorer
+	refDevOf Compute
 
 	// Sent counts the bytes this rank has handed the engine for the other
 	// ranks (the payload of each exchange, not the engine's own framing).
@@ -218,6 +223,11 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 			return err
 		}
 		l.DP = dp
+		if dp.z3.devMode() && l.RefCompute != nil {
+			// The reference's whole weights leave the devices as soon
+			// as the group can hold its shares, before any step's.
+			return l.shardReferenceDevice()
+		}
 		return nil
 	}
 	opt, err := optim.NewShard(l.Opt.Config(), dp.chunks[dp.bounds[comm.Rank()]:dp.bounds[comm.Rank()+1]])
@@ -331,6 +341,13 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		if err := l.scoreZero3Device(ctx, groups, seqs, cfg.MicroBatchTokens, old); err != nil {
 			return RLStats{}, err
 		}
+		if ref != nil && dp.zrefDev != nil {
+			// The reference's shards on the devices, gathered a unit
+			// at a time.
+			if err := l.scoreShardedDevice(ctx, dp.zrefDev, rc, groups, seqs, cfg.MicroBatchTokens, ref); err != nil {
+				return RLStats{}, fmt.Errorf("trainer: the reference's log-probs: %w", err)
+			}
+		}
 	} else if dp.z3 != nil {
 		if err := l.scoreZero3(ctx, groups, seqs, cfg.MicroBatchTokens, old); err != nil {
 			return RLStats{}, err
@@ -374,7 +391,7 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 			} else if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
 				return RLStats{}, err
 			}
-			if ref != nil && dp.zref == nil && dp.base == nil {
+			if ref != nil && dp.zref == nil && dp.zrefDev == nil && dp.base == nil {
 				if err := logProbsInto(ref, rc, seqs, order, cfg.MicroBatchTokens); err != nil {
 					return RLStats{}, err
 				}

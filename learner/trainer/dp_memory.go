@@ -345,11 +345,14 @@ type ReferenceShard struct {
 	Elements        int64
 	Share, Units    int64
 	BytesPerElement int64
+	// Rotary is the rotary table a device's reference model keeps of its
+	// own (PlanReferenceShardsOnDevices; none on the CPU).
+	Rotary int64
 }
 
 // Total is the most the rank holds of the reference at once: its share
-// and, while it scores, the gathered units.
-func (r ReferenceShard) Total() int64 { return r.Share + r.Units }
+// and, while it scores, the gathered units (and a device's rotary table).
+func (r ReferenceShard) Total() int64 { return r.Share + r.Units + r.Rotary }
 
 // PlanReferenceShards is the memory of each rank's part of a reference
 // of mc sharded over ranks, its values held at bytes an element (4:
@@ -390,6 +393,31 @@ func PlanReferenceShards(mc model.Config, ranks int, bytes int64) ([]ReferenceSh
 // deviceZeroPiece is the floats of the zeros learner/cuda's device group
 // adds an empty leaf with, a piece at a time (its zeroPiece).
 const deviceZeroPiece = 1 << 16
+
+// PlanReferenceShardsOnDevices is PlanReferenceShards for a float32
+// reference sharded on GPUs at stage 3 (backend.FrozenSharded), as
+// learner/cuda's ShardFrozen allocates it: each rank's elements of every
+// unit (Share) and, in a group of more than one, two buffers of the
+// largest unit (Units: the gathered unit the pass reads and the gather's
+// receive buffer, held as long as the group), and the reference model's
+// rotary table (Rotary: cos and sin for every position, float32).
+func PlanReferenceShardsOnDevices(mc model.Config, ranks int) ([]ReferenceShard, error) {
+	out, err := PlanReferenceShards(mc, ranks, 4)
+	if err != nil {
+		return out, err
+	}
+	var most int64
+	for _, u := range model.UnitsOf(mc) {
+		most = max(most, int64(u.Len))
+	}
+	for r := range out {
+		out[r].Rotary = 4 * int64(mc.MaxPositionEmbeddings) * int64(mc.Head())
+		if ranks > 1 {
+			out[r].Units = 2 * 4 * most
+		}
+	}
+	return out, nil
+}
 
 // PlanDataParallelOnDevices is the device memory of each rank of a group
 // whose passes run on devices that reduce among themselves

@@ -153,12 +153,23 @@ func (dp *DataParallel) parkZero3() error {
 
 // scoreZero3Device is scoreZero3 on the devices.
 func (l *Learner) scoreZero3Device(ctx context.Context, groups [][][]int, seqs []Sequence, budget int, old [][]float32) error {
-	dp := l.DP
-	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	g, err := l.zero3Group()
 	if err != nil {
 		return err
 	}
+	if err := l.scoreShardedDevice(ctx, g, l.policy(), groups, seqs, budget, old); err != nil {
+		return fmt.Errorf("trainer: pi_old: %w", err)
+	}
+	return nil
+}
+
+// scoreShardedDevice scores this rank's shards (owner3) with the passes c
+// of a model sharded on the devices, fed by g, into out: every rank runs
+// as many passes as the rank with the most micro-batches, a Shadow where
+// it has none left, so that the gathers stay in step.
+func (l *Learner) scoreShardedDevice(ctx context.Context, g backend.ShardedScorer, c Compute, groups [][][]int, seqs []Sequence, budget int, out [][]float32) error {
+	dp := l.DP
+	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	counts := make([]int, n)
 	var mine []microBatch
 	for mb := range groups {
@@ -175,13 +186,12 @@ func (l *Learner) scoreZero3Device(ctx context.Context, groups [][][]int, seqs [
 	for _, c := range counts {
 		most = max(most, c)
 	}
-	c := l.policy()
 	for i := range most {
 		g.BeginScore(ctx)
 		if i >= len(mine) {
 			if err := g.EndPass(g.Shadow(false)); err != nil {
 				dp.Comm.Abort(err)
-				return fmt.Errorf("trainer: pi_old: %w", err)
+				return err
 			}
 			continue
 		}
@@ -189,9 +199,9 @@ func (l *Learner) scoreZero3Device(ctx context.Context, groups [][][]int, seqs [
 		all, err := c.Run(mb.batch, nil)
 		if err := g.EndPass(err); err != nil {
 			dp.Comm.Abort(err)
-			return fmt.Errorf("trainer: pi_old: %w", err)
+			return err
 		}
-		mb.split(old, seqs, all)
+		mb.split(out, seqs, all)
 	}
 	return nil
 }

@@ -51,18 +51,21 @@ func newZero3Frozen(m *model.Model, n, rank int) (*zero3, error) {
 // shardReference makes a stage-3 rank's reference sharded (DataParallel's
 // zref) before a step: the reference the learner holds now, if it is not
 // the one sharded already (aipo train loads the reference anew with its
-// passes). The whole weights go. A reference on a device, a LoRA run's
-// (its base: the policy itself) and a step without a KL term are left
-// alone.
+// passes). The whole weights go. A reference on a device is sharded there
+// (shardReferenceDevice); a LoRA run's (its base: the policy itself) and
+// a step without a KL term are left alone.
 func (l *Learner) shardReference(cfg RLConfig) error {
 	dp := l.DP
-	if dp.z3.whole || cfg.Loss.KLCoef == 0 || l.Ref == nil || l.Ref.HasAdapter() {
-		return nil
-	}
-	if dp.refOf == l.Ref && l.Ref.Sharded() {
+	if dp.z3.whole || cfg.Loss.KLCoef == 0 {
 		return nil
 	}
 	if l.RefCompute != nil && !backend.OnHost(l.RefCompute) {
+		return l.shardReferenceDevice()
+	}
+	if l.Ref == nil || l.Ref.HasAdapter() {
+		return nil
+	}
+	if dp.refOf == l.Ref && l.Ref.Sharded() {
 		return nil
 	}
 	if l.Ref.Sharded() {
@@ -88,4 +91,36 @@ func (dp *DataParallel) ReferenceMemory() (share, peak int64) {
 		return 0, 0
 	}
 	return 4 * int64(len(dp.zref.master)), dp.zref.mem.peak.Load()
+}
+
+// shardReferenceDevice makes the reference's passes on a device sharded
+// (DataParallel's zrefDev) at stage 3 on the devices, with the policy's
+// layout, if they are not sharded already: each rank keeps its elements
+// of every unit on its device and the whole weights there go
+// (backend.FrozenSharded). A reference whose device cannot shard it
+// (another backend, or one held in bfloat16) and a group whose stage 3
+// runs on the host keep the reference whole on the device.
+func (l *Learner) shardReferenceDevice() error {
+	dp := l.DP
+	if !dp.z3.devMode() {
+		return nil
+	}
+	if dp.zrefDev != nil && dp.refDevOf == l.RefCompute {
+		return nil
+	}
+	fs, ok := l.RefCompute.(backend.FrozenSharded)
+	if !ok {
+		return nil
+	}
+	z := dp.z3
+	lay := backend.ShardLayout{Parts: z.own}
+	for _, u := range z.units {
+		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
+	}
+	g, err := fs.ShardFrozen(z.devComm, lay)
+	if err != nil {
+		return fmt.Errorf("trainer: sharding the reference on the devices: %w", err)
+	}
+	dp.zrefDev, dp.refDevOf = g, l.RefCompute
+	return nil
 }
