@@ -216,15 +216,15 @@ ptx:
 # with the warm start: what to copy to a machine that takes a limited
 # upload.
 gpu-test-binary: build
-	CGO_ENABLED=0 $(GO) test -c -o build/gpu/cuda.test ./learner/cuda
-	CGO_ENABLED=0 $(GO) test -c -o build/gpu/nccl.test ./learner/collective/nccl
+	CGO_ENABLED=0 $(GO) test -c -ldflags='-s -w' -o build/gpu/cuda.test ./learner/cuda
+	CGO_ENABLED=0 $(GO) test -c -ldflags='-s -w' -o build/gpu/nccl.test ./learner/collective/nccl
 	CGO_ENABLED=0 $(GO) build -ldflags='-s -w' -o build/gpu/aipo ./cmd/aipo
 	rm -rf build/gpu/warm build/gpu/demo build/gpu/carry
 	$(BIN) demo --quick --no-tensorboard --run build/gpu/demo >build/gpu/demo.log 2>&1 || { tail -20 build/gpu/demo.log; exit 1; }
 	cp -r build/gpu/demo/checkpoints/step-000000 build/gpu/warm && rm -rf build/gpu/demo
 	mkdir -p build/gpu/carry && cp -r build/gpu/warm build/gpu/carry/warm
 	@echo "compressing the three binaries for build/gpu/carry (xz, a few minutes)"
-	for b in cuda.test nccl.test aipo; do xz -T0 -6 -c build/gpu/$$b >build/gpu/carry/$$b.xz; done
+	for b in cuda.test nccl.test aipo; do xz -T0 -9 -c build/gpu/$$b >build/gpu/carry/$$b.xz; done
 	@du -sh build/gpu/carry
 
 # rehearse runs the CPU rehearsal of the paper's recipe (cmd/aipo's
