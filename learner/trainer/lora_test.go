@@ -3,11 +3,8 @@
 package trainer
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -91,22 +88,5 @@ func TestLoRAZeroStage3SameBits(t *testing.T) {
 			t.Errorf("%d ranks at stage 3 with LoRA: adapter and optimiser state %v, stage 1 at 1 rank %v", n, got, want)
 		}
 	}
-	plan, err := PlanReferenceShards(tinyConfig(20), 4, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for r := range 4 {
-		b, err := os.ReadFile(filepath.Join(mem, fmt.Sprintf("reference-%d.json", r)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m [2]int64 // share, peak
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("rank %d: base share %d bytes, peak %d; planned %d and %d", r, m[0], m[1], plan[r].Share, plan[r].Total())
-		if m[0] != plan[r].Share || m[1] > plan[r].Total() || m[1] <= m[0] {
-			t.Errorf("rank %d: the base's share %d bytes and peak %d; the plan's share %d and bound %d (and a peak above the share: units were gathered)", r, m[0], m[1], plan[r].Share, plan[r].Total())
-		}
-	}
+	checkFrozenShares(t, mem, "base")
 }

@@ -318,6 +318,16 @@ func TestZeroStage3ShardedReference(t *testing.T) {
 	if got := bits(dpRunFrom(t, 2, 0, 2, "", false, kl, bf16, oneMicroBatch, "AIPO_DP_ZERO=3")); got != want16 {
 		t.Errorf("bf16: 2 ranks at stage 3 with the bfloat16-held reference sharded: %v, stage 1 at 1 rank %v", got, want16)
 	}
+	checkFrozenShares(t, mem, "reference")
+}
+
+// checkFrozenShares holds each of 4 ranks' share of a frozen model
+// sharded at stage 3 (the reference, or a LoRA policy's base: what), as
+// the rank wrote it to mem (reference-R.json: share and peak, bytes), to
+// trainer.PlanReferenceShards: the share the plan's, the peak within its
+// bound and above the share (units were gathered).
+func checkFrozenShares(t *testing.T, mem, what string) {
+	t.Helper()
 	plan, err := PlanReferenceShards(tinyConfig(20), 4, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -331,9 +341,9 @@ func TestZeroStage3ShardedReference(t *testing.T) {
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("rank %d: reference share %d bytes, peak %d; planned %d and %d", r, m[0], m[1], plan[r].Share, plan[r].Total())
+		t.Logf("rank %d: %s share %d bytes, peak %d; planned %d and %d", r, what, m[0], m[1], plan[r].Share, plan[r].Total())
 		if m[0] != plan[r].Share || m[1] > plan[r].Total() || m[1] <= m[0] {
-			t.Errorf("rank %d: the reference's share %d bytes and peak %d; the plan's share %d and bound %d (and a peak above the share: units were gathered)", r, m[0], m[1], plan[r].Share, plan[r].Total())
+			t.Errorf("rank %d: the %s's share %d bytes and peak %d; the plan's share %d and bound %d (and a peak above the share: units were gathered)", r, what, m[0], m[1], plan[r].Share, plan[r].Total())
 		}
 	}
 }
