@@ -48,7 +48,7 @@ func TestFamiliesAgainstTransformers(t *testing.T) {
 	defer cancel()
 	names := []string{"tiny_qwen2", "tiny_qwen3", "tiny_llama3"}
 	cmd := exec.CommandContext(ctx, py, filepath.Join(testtools.RepoRoot(), "scripts", "model_fixtures.py"),
-		"--reference", "transformers", "--out", out, "--only", "tiny_qwen2,tiny_qwen3,tiny_llama3")
+		"--reference", "transformers", "--out", out, "--only", strings.Join(names, ","))
 	log, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("model_fixtures.py --reference transformers: %v\n%s", err, log)
