@@ -55,6 +55,13 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 	if err := st.opt.SetConfig(cfg.Learner.Optim); err != nil {
 		return nil, err
 	}
+	if st.dp != nil {
+		// The group's share of the optimiser keeps its own copy of the
+		// hyper-parameters between steps.
+		if err := st.dp.SetOptimConfig(cfg.Learner.Optim); err != nil {
+			return nil, err
+		}
+	}
 	kl := cfg.Learner.Loss.KLCoef != 0
 	on := fmt.Sprint(cfg.Learner.Backend, "/", cfg.Learner.Precision, "/", kl)
 	if st.l == nil || st.on != on {

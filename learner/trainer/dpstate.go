@@ -237,6 +237,16 @@ func (l *Learner) WriteOptimizerDP(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
+// SetOptimConfig replaces the hyper-parameters of this rank's share of
+// the optimiser (a run reconfigured between steps: the learning rate of
+// the steps after it); its moments and step count stay.
+func (dp *DataParallel) SetOptimConfig(cfg optim.Config) error {
+	if dp.z3 != nil {
+		return dp.z3.opt.SetConfig(cfg)
+	}
+	return dp.opt.SetConfig(cfg)
+}
+
 // Steps is the number of updates the group's optimiser has applied.
 func (dp *DataParallel) Steps() int64 {
 	if dp.z3 != nil {
