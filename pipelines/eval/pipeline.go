@@ -511,16 +511,42 @@ func Build(s beam.Scope, cfg evalconfig.Config, plan *Plan, todo []chunk) {
 	beam.ParDo0(s, fn, chunks)
 }
 
+// An Option changes how Run reports what it does.
+type Option func(*runOptions)
+
+type runOptions struct {
+	notice func(format string, args ...any)
+}
+
+// Notices sends Run's notices (the chunks it will evaluate) to f instead
+// of the log package; nil drops them, for a caller that reports the
+// evaluation its own way (aipo train's progress line).
+func Notices(f func(format string, args ...any)) Option {
+	return func(o *runOptions) {
+		if f == nil {
+			f = func(string, ...any) {}
+		}
+		o.notice = f
+	}
+}
+
 // Run evaluates the chunks not yet committed on the runner named by Beam's
 // --runner flag (prism by default), then computes the report from every
 // committed chunk and writes it to cfg.Out. With chunks left (MaxChunks),
 // the report says it is incomplete.
-func Run(ctx context.Context, cfg evalconfig.Config) (*Report, *Plan, error) {
+//
+// Run says how many chunks it will evaluate through the log package
+// unless an option says otherwise (Notices).
+func Run(ctx context.Context, cfg evalconfig.Config, opts ...Option) (*Report, *Plan, error) {
+	o := runOptions{notice: log.Printf}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg, plan, todo, err := prepare(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Printf("eval: %d chunks to evaluate, %d already committed, %d left for a later run", plan.Todo, plan.Committed, plan.Left)
+	o.notice("eval: %d chunks to evaluate, %d already committed, %d left for a later run", plan.Todo, plan.Committed, plan.Left)
 	if len(todo) > 0 {
 		p, s := beam.NewPipelineWithRoot()
 		Build(s, cfg, plan, todo)

@@ -35,7 +35,7 @@ func benchmarks(ctx context.Context, cfg runconfig.Config, k int64, emit func(re
 		if err != nil {
 			return err
 		}
-		rep, _, err = eval.Run(ctx, ec)
+		rep, _, err = eval.Run(ctx, ec, eval.Notices(nil)) // (the run's progress names the phase)
 		return err
 	})
 	if err != nil {

@@ -63,7 +63,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg runconfig.Config, k int64,
 		if err != nil {
 			return err
 		}
-		rep, _, err = eval.Run(ctx, ec)
+		rep, _, err = eval.Run(ctx, ec, eval.Notices(nil)) // (the run's progress names the phase)
 		return err
 	})
 	if err != nil {
