@@ -180,8 +180,11 @@ func (s *Server) start() error {
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// vLLM runs its engine and worker in child processes: the group is
-	// stopped together.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// stopped together. A test process that dies without stopping it (a
+	// go test timeout, a SIGKILL) leaves no server behind: vLLM's API
+	// process gets SIGTERM from the kernel, and its shutdown stops the
+	// engine it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
