@@ -14,7 +14,9 @@ import (
 // inproc://name, for partial rollouts: Advance loads a newer checkpoint
 // into it, and the generations running on the older weights stop at their
 // next step (engine.Config.InterruptOnReload) for their callers to
-// continue on the new ones. Its methods are safe for concurrent use.
+// continue on the new ones; or, opened for pinned calls, nothing stops and
+// each call is sampled by the version it names, of the two loaded last
+// (rollout.partial_tokens). Its methods are safe for concurrent use.
 type RunEngine struct {
 	name        string
 	backendName string
