@@ -34,7 +34,8 @@ func (c *client) Generate(ctx context.Context, req policy.Request) (policy.Resul
 	if err != nil {
 		return policy.Result{}, err
 	}
-	res, err := e.Generate(ctx, engine.Request{Prefix: req.Prefix, Session: req.Session, Params: req.Params})
+	res, err := e.Generate(ctx, engine.Request{Prefix: req.Prefix, Session: req.Session, Params: req.Params,
+		Pinned: req.Pinned, Version: req.Version})
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return policy.Result{}, err

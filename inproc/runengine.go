@@ -14,7 +14,9 @@ import (
 // inproc://name, for partial rollouts: Advance loads a newer checkpoint
 // into it, and the generations running on the older weights stop at their
 // next step (engine.Config.InterruptOnReload) for their callers to
-// continue on the new ones. Its methods are safe for concurrent use.
+// continue on the new ones; or, opened for pinned calls, nothing stops and
+// each call is sampled by the version it names, of the two loaded last
+// (rollout.partial_tokens). Its methods are safe for concurrent use.
 type RunEngine struct {
 	name        string
 	backendName string
@@ -33,7 +35,11 @@ type RunEngine struct {
 
 // OpenRunEngine starts a RunEngine on the committed checkpoint at dir
 // (backendName and dtype as OpenEngine) and serves it as inproc://name.
-func OpenRunEngine(ctx context.Context, dir, name, backendName, dtype string) (*RunEngine, error) {
+// With pinned, a request may name its version (policy.Request.Pinned):
+// the engine keeps the checkpoint before the current one for them
+// (engine.Config.KeepPrevious) and interrupts nothing at Advance;
+// otherwise Advance interrupts the generations on older weights.
+func OpenRunEngine(ctx context.Context, dir, name, backendName, dtype string, pinned bool) (*RunEngine, error) {
 	l, err := LoadCheckpoint(ctx, dir, "")
 	if err != nil {
 		return nil, err
@@ -51,7 +57,7 @@ func OpenRunEngine(ctx context.Context, dir, name, backendName, dtype string) (*
 		dv.Close()
 		return nil, fmt.Errorf("rollout engine: learner.backend %s, policy.dtype %q: %w", backendName, dtype, err)
 	}
-	cfg := engine.Config{Name: storage.Base(dir), MaxBatch: TrainMaxBatch, InterruptOnReload: true}
+	cfg := engine.Config{Name: storage.Base(dir), MaxBatch: TrainMaxBatch, InterruptOnReload: !pinned, KeepPrevious: pinned}
 	e, err := engine.NewOn(dec, l.Tokenizer, l.Trainer.PolicyVersion, cfg)
 	if err != nil {
 		dec.Close()

@@ -282,6 +282,15 @@ type Rollout struct {
 	// and the rollouts' endpoint gets partial=true). Default false:
 	// a generation finishes on the weights it started with.
 	Partial bool `yaml:"partial,omitempty"`
+	// PartialTokens, when positive, makes partial rollouts deterministic
+	// (in-process policy only): the first PartialTokens policy tokens of
+	// each sample of step k are sampled by checkpoint k-1 and the rest by
+	// checkpoint k, which the sample waits for; no push interrupts
+	// anything. Where each sample switches weights is then fixed by the
+	// configuration rather than by when a push lands, so a run killed in
+	// the middle of a partial sample resumes to the same bits as an
+	// uninterrupted one. Default 0: the push interrupts what is running.
+	PartialTokens int `yaml:"partial_tokens,omitempty"`
 }
 
 // FailedFractionBound is MaxFailedFraction, or its default (0.5) when

@@ -90,6 +90,7 @@
 //	rollout.interaction_cost    reward subtracted per interaction (0)
 //	rollout.max_in_flight       trajectories a worker runs at once (64)
 //	rollout.partial             continue samples in flight across weight pushes on the new weights, by token ids (false; needs run.async, and the in-process policy, aipo serve --interrupt-on-reload behind policy.sync kind aipo, or one vLLM behind policy.sync kind vllm)
+//	rollout.partial_tokens      split each sample of step k deterministically: its first N policy tokens from checkpoint k-1, the rest from checkpoint k, so a killed run resumes to the same bits (0: a push interrupts wherever it lands; needs rollout.partial and the in-process policy)
 //	rollout.prompts_per_batch   prompts per rollout element, 0 for 4*max_in_flight/group_size (0)
 //	rollout.max_failed_fraction share of a step's samples that may fail (error) before the step fails; all failing always fails (0.5)
 //	rollout.system_prompt       system prompt template, inline (built-in text describing the agents)

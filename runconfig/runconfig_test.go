@@ -176,6 +176,9 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {max_failed_fraction: 1.5}\n", "rollout.max_failed_fraction"},
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {max_failed_fraction: -0.1}\n", "must be between 0"},
 		{"run: {dir: r}\ndata: {demo: true}\nrollout: {partial: true}\n", "rollout.partial: needs run.async: true"},
+		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial_tokens: 4}\n", "rollout.partial_tokens: needs rollout.partial: true"},
+		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true, partial_tokens: -1}\n", "rollout.partial_tokens: -1 must not be negative"},
+		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true, partial_tokens: 4}\npolicy: {endpoint: 'grpc://127.0.0.1:7070', sync: {kind: aipo}}\n", "rollout.partial_tokens: needs the in-process policy"},
 		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m', sync: {kind: sglang}}\n", "rollout.partial: is not built for SGLang"},
 		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m'}\n", "rollout.partial: needs policy.sync.kind: aipo"},
 		{"run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m', sync: {kind: vllm, endpoints: ['http://127.0.0.1:8001', 'http://127.0.0.1:8002']}}\n", "needs one vLLM (policy.sync.endpoints has 2)"},
@@ -284,6 +287,9 @@ func TestPartialAccepted(t *testing.T) {
 	}
 	if _, err := Parse([]byte("run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\n"), "t.yaml", ""); err != nil {
 		t.Errorf("rollout.partial with the in-process policy: %v", err)
+	}
+	if c, err := Parse([]byte("run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true, partial_tokens: 4}\n"), "t.yaml", ""); err != nil || c.Rollout.PartialTokens != 4 {
+		t.Errorf("rollout.partial_tokens 4 with the in-process policy: %v (read %d)", err, c.Rollout.PartialTokens)
 	}
 	if _, err := Parse([]byte("run: {dir: r, async: true}\ndata: {demo: true}\nrollout: {partial: true}\npolicy: {endpoint: 'http://127.0.0.1:8000/v1?model=m', sync: {kind: vllm, endpoints: ['http://127.0.0.1:8000']}}\n"), "t.yaml", ""); err != nil {
 		t.Errorf("rollout.partial with policy.sync kind vllm: %v", err)

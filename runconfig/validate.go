@@ -198,6 +198,12 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.interaction_cost", "%v must be finite and >= 0", r.InteractionCost)
 	case r.MaxInFlight < 1:
 		return fieldError("rollout.max_in_flight", "%d must be at least 1", r.MaxInFlight)
+	case r.PartialTokens < 0:
+		return fieldError("rollout.partial_tokens", "%d must not be negative (0: a push interrupts the samples in flight wherever they are)", r.PartialTokens)
+	case r.PartialTokens > 0 && !r.Partial:
+		return fieldError("rollout.partial_tokens", "needs rollout.partial: true (it fixes where a partial sample moves to the next checkpoint); set it, or drop partial_tokens")
+	case r.PartialTokens > 0 && !c.InProcessPolicy():
+		return fieldError("rollout.partial_tokens", "needs the in-process policy (policy.endpoint inproc): only the in-process engine keeps two checkpoints and samples each call with the one it names; with servers leave it 0 (the push interrupts the samples in flight)")
 	case r.Partial && !c.Run.Async:
 		return fieldError("rollout.partial", "needs run.async: true (a synchronous run pushes no weights while a step is sampled, so there is nothing to continue)")
 	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind == servers.SGLang:

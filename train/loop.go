@@ -102,7 +102,7 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 	}
 	if lp.cfg.InProcessPolicy() && lp.cfg.Rollout.Partial {
 		var endpoint string
-		if endpoint, err = lp.partialEngine(ctx, s); err == nil {
+		if endpoint, err = lp.partialEngine(ctx, s, k); err == nil {
 			c := lp.cfg
 			c.Policy.Endpoint = endpoint
 			err = lp.opts.Rollout(ctx, c, k)
@@ -131,25 +131,61 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 	return nil
 }
 
+// pinned says whether the run's partial rollouts are split where the
+// configuration says (rollout.partial_tokens): each policy call names the
+// checkpoint that samples it, and the engine keeps two.
+func (lp *loop) pinned() bool {
+	return lp.cfg.InProcessPolicy() && lp.cfg.Rollout.Partial && lp.cfg.Rollout.PartialTokens > 0
+}
+
 // partialEngine makes the run's partial-rollout engine serve checkpoint s
-// (opening it on the first call; a newer checkpoint interrupts the
-// generations on the older one) and returns its endpoint.
-func (lp *loop) partialEngine(ctx context.Context, s int64) (string, error) {
+// for the rollout of step k (opening it on the first call; a newer
+// checkpoint interrupts the generations on the older one, unless the
+// calls are pinned) and returns its endpoint. With pinned calls it also
+// loads checkpoint k when it is committed (a resumed run's first
+// rollout): step k's samples continue on it, and no later rollout of
+// this process may come to load it.
+func (lp *loop) partialEngine(ctx context.Context, s, k int64) (string, error) {
 	lp.partialMu.Lock()
 	defer lp.partialMu.Unlock()
 	dir := rundir.Checkpoint(lp.cfg.Run.Dir, s)
 	if lp.partial == nil {
-		e, err := inproc.OpenRunEngine(ctx, dir, inproc.RunEngineName(lp.cfg.Run.Name, "partial", 0), lp.cfg.Learner.Backend, lp.cfg.Policy.DType)
+		e, err := inproc.OpenRunEngine(ctx, dir, inproc.RunEngineName(lp.cfg.Run.Name, "partial", 0), lp.cfg.Learner.Backend, lp.cfg.Policy.DType, lp.pinned())
 		if err != nil {
 			return "", err
 		}
 		lp.partial = e
-		return e.Endpoint(), nil
-	}
-	if err := lp.partial.Advance(ctx, dir, s); err != nil {
+	} else if err := lp.partial.Advance(ctx, dir, s); err != nil {
 		return "", err
 	}
+	if lp.pinned() && k > s {
+		next := rundir.Checkpoint(lp.cfg.Run.Dir, k)
+		committed, err := storage.Exists(ctx, rundir.Committed(next))
+		if err != nil {
+			return "", err
+		}
+		if committed {
+			if err := lp.partial.Advance(ctx, next, k); err != nil {
+				return "", err
+			}
+		}
+	}
 	return lp.partial.Endpoint(), nil
+}
+
+// advancePartial loads checkpoint k, just committed, into the run's
+// partial-rollout engine when the calls are pinned: the samples of step k
+// wait for it to continue past rollout.partial_tokens.
+func (lp *loop) advancePartial(ctx context.Context, k int64) error {
+	if !lp.pinned() || k >= lp.cfg.Run.Steps {
+		return nil
+	}
+	lp.partialMu.Lock()
+	defer lp.partialMu.Unlock()
+	if lp.partial == nil {
+		return nil // no rollout opened it yet; the one of step k will load k
+	}
+	return lp.partial.Advance(ctx, rundir.Checkpoint(lp.cfg.Run.Dir, k), k)
 }
 
 // closePartial closes the partial-rollout engine, if one was opened.
@@ -250,6 +286,10 @@ func (lp *loop) runAsync(ctx context.Context, k0 int64) error {
 		}
 		if err := lp.learn(ctx, k); err != nil {
 			fail(err)
+			break
+		}
+		if err := lp.advancePartial(ctx, k+1); err != nil {
+			fail(fmt.Errorf("train: partial rollouts: checkpoint %d: %w", k+1, err))
 			break
 		}
 		close(g.ready[k+1])

@@ -39,8 +39,15 @@ const childEnv = "AIPO_TRAIN_TEST_CHILD_RUN"
 // asynchronous (run.async).
 const childAsyncEnv = "AIPO_TRAIN_TEST_CHILD_ASYNC"
 
-// childKillAtPhaseEnv ("PHASE STEP", as Event names them) makes the
-// child kill itself with SIGKILL as that phase of that step starts.
+// childPartialEnv, set to a number N beside childEnv, makes the child's
+// run asynchronous with deterministic partial rollouts
+// (rollout.partial_tokens N).
+const childPartialEnv = "AIPO_TRAIN_TEST_CHILD_PARTIAL"
+
+// childKillAtPhaseEnv ("PHASE STEP", as the child prints them: an Event's
+// phase, or "learned" once a learner step has committed its checkpoint)
+// makes the child kill itself with SIGKILL as that phase of that step
+// starts.
 const childKillAtPhaseEnv = "AIPO_TRAIN_TEST_CHILD_KILL_AT_PHASE"
 
 // childKillAtChangeEnv (a number N) makes the child kill itself with
@@ -112,11 +119,23 @@ func runChildIfAsked() {
 	if os.Getenv(childAsyncEnv) == "1" {
 		o.Mutate = func(c *runconfig.Config) { c.Run.Async = true }
 	}
+	if n := os.Getenv(childPartialEnv); n != "" {
+		tokens, err := strconv.Atoi(n)
+		if err != nil {
+			os.Stderr.WriteString("child: " + childPartialEnv + ": " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		o.Mutate = partialSplit(tokens)
+	}
 	killAtPhase := os.Getenv(childKillAtPhaseEnv)
 	if killAtPhase != "" {
 		progress := o.Progress
 		o.Progress = func(e Event) {
-			if fmt.Sprintf("%s %d", e.Phase, e.Step) == killAtPhase {
+			name := e.Phase
+			if e.Phase == "learn" && e.Learn != nil {
+				name = "learned"
+			}
+			if fmt.Sprintf("%s %d", name, e.Step) == killAtPhase {
 				killSelf()
 			}
 			progress(e)

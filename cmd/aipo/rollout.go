@@ -57,6 +57,11 @@ func runRollout(args []string) error {
 	if err != nil {
 		return usageError("%s", errText(err))
 	}
+	if cfg.Rollout.Partial && cfg.Rollout.PartialTokens > 0 && cfg.Run.Async && *step > 0 {
+		// Step K's samples go on with checkpoint K, which only aipo
+		// train's engine loads beside checkpoint K-1.
+		return usageError("rollout.partial_tokens %d: step %d's samples continue on checkpoint %d after their first %d policy tokens, which only aipo train's engine serves beside checkpoint %d; run aipo train (it rolls out again a step it finds uncommitted), or add --set rollout.partial_tokens=0", cfg.Rollout.PartialTokens, *step, *step, cfg.Rollout.PartialTokens, *step-1)
+	}
 	// A dry run writes nothing, the lease included.
 	if !dataflowDryRun() {
 		lo := leaseOpts()

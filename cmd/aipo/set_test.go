@@ -52,6 +52,10 @@ func TestSetOnEachCommand(t *testing.T) {
 			"rollout", "--config", quick, "--step", "0", "--set", "run.dir="+dir, "--set", "policy.endpoint=inproc://"+missing)
 		aipoExpect(t, 2, []string{"rollout.group_sise is not a key of the configuration; did you mean rollout.group_size?"},
 			"rollout", "--config", quick, "--step", "0", "--set", "rollout.group_sise=16")
+		// Deterministic partial rollouts continue step 1 on checkpoint 1,
+		// which only aipo train's engine serves beside checkpoint 0.
+		aipoExpect(t, 2, []string{"rollout.partial_tokens 4: step 1's samples continue on checkpoint 1", "--set rollout.partial_tokens=0"},
+			"rollout", "--config", quick, "--step", "1", "--set", "run.dir="+dir, "--set", "run.async=true", "--set", "rollout.partial=true", "--set", "rollout.partial_tokens=4")
 	})
 	t.Run("eval", func(t *testing.T) {
 		aipoExpect(t, 1, []string{"load " + missing}, "eval", "--config", evalQuick, "--set", "out="+t.TempDir(), "--set", "policy.uri=inproc://"+missing)

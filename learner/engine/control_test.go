@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -270,5 +271,68 @@ func TestInterruptOnReload(t *testing.T) {
 			t.Errorf("continuation reused %d cached positions of version 1's cache, want none (the new weights recompute the prefix)", rest.CachedTokens)
 		}
 		checkLogProbs(t, "continuation, version 2", rest.LogProbs, learnerLogProbs(t, v2, cont, rest.Tokens))
+	}
+}
+
+// TestPinnedVersions: with Config.KeepPrevious, a request that names its
+// version (Request.Pinned) is sampled by that version's weights whatever
+// the engine serves: one for the next version waits for the Reload that
+// brings it, one for the version before the current is served by the
+// weights kept, and InterruptOnReload interrupts none of them. A version older than those kept is refused, naming
+// the versions held. Each result equals its version's greedy decoding,
+// with that version's log-probs.
+func TestPinnedVersions(t *testing.T) {
+	v1, v2, v3 := peaked(t, tinyConfig(), 31), peaked(t, tinyConfig(), 32), peaked(t, tinyConfig(), 33)
+	e := start(t, v1, nil, Config{EOS: []int32{}, MaxBatch: 4, KeepPrevious: true, InterruptOnReload: true})
+	ctx := testCtx(t)
+	prefix := []int32{257, 5, 8, 13}
+	check := func(what string, res Result, m *model.Model, version int64) {
+		t.Helper()
+		if res.PolicyVersion != version || res.FinishReason != sampling.FinishLength || len(res.Tokens) != 12 {
+			t.Fatalf("%s: %d tokens, finish %q, version %d; want 12 of version %d", what, len(res.Tokens), res.FinishReason, res.PolicyVersion, version)
+		}
+		if want := greedyRecompute(t, m, prefix, 12); sameTokens(res.Tokens, want) >= 0 {
+			t.Fatalf("%s: %v, version %d's greedy decoding is %v", what, res.Tokens, version, want)
+		}
+		checkLogProbs(t, what, res.LogProbs, learnerLogProbs(t, m, prefix, res.Tokens))
+	}
+	// A request for version 2 waits until it is loaded.
+	early := make(chan Result, 1)
+	go func() {
+		r, err := e.Generate(ctx, Request{Prefix: prefix, Params: sampling.Params{MaxTokens: 12}, Pinned: true, Version: 2})
+		if err != nil {
+			t.Error(err)
+		}
+		early <- r
+	}()
+	select {
+	case r := <-early:
+		t.Fatalf("a request pinned to version 2 returned before version 2 was loaded: version %d", r.PolicyVersion)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := e.Reload(v2, 2); err != nil {
+		t.Fatal(err)
+	}
+	check("pinned to version 2, sent before its Reload", <-early, v2, 2)
+	// Version 1 is kept beside version 2.
+	res, err := e.Generate(ctx, Request{Prefix: prefix, Params: sampling.Params{MaxTokens: 12}, Pinned: true, Version: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("pinned to version 1 after the Reload to 2", res, v1, 1)
+	if err := e.Reload(v3, 3); err != nil {
+		t.Fatal(err)
+	}
+	res, err = e.Generate(ctx, Request{Prefix: prefix, Params: sampling.Params{MaxTokens: 12}, Pinned: true, Version: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("pinned to version 2 after the Reload to 3", res, v2, 2)
+	if e.Stats().Interrupted != 0 {
+		t.Errorf("Stats.Interrupted = %d, want 0: pinned requests are never interrupted", e.Stats().Interrupted)
+	}
+	_, err = e.Generate(ctx, Request{Prefix: prefix, Params: sampling.Params{MaxTokens: 12}, Pinned: true, Version: 1})
+	if err == nil || !strings.Contains(err.Error(), "holds version 2 and 3") {
+		t.Fatalf("request pinned to version 1 with versions 2 and 3 held: %v, want an error naming them", err)
 	}
 }

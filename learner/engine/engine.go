@@ -41,7 +41,16 @@ type Config struct {
 	// finish reason sampling.FinishAbort, for its caller to continue from
 	// its prefix plus those tokens on the new weights (partial rollouts).
 	// Default false: they finish on the weights they started with.
+	// Requests that name their version (Request.Pinned) are never
+	// interrupted.
 	InterruptOnReload bool
+	// KeepPrevious keeps the weights before the current ones after a
+	// Reload (and their sessions' caches), for requests that name their
+	// version (Request.Pinned): a deterministic partial rollout samples a
+	// step's first tokens with one version and the rest with the next,
+	// whichever of the two the engine serves when each call arrives. The
+	// caller must keep the previous Backend open until the Reload after.
+	KeepPrevious bool
 }
 
 // weights are one version of the model.
@@ -60,6 +69,11 @@ type Engine struct {
 
 	cur      atomic.Pointer[weights]
 	reloadMu sync.Mutex
+	// prev are the weights before cur, under Config.KeepPrevious (nil
+	// otherwise, or before the first Reload); reloaded is closed and
+	// replaced at each Reload. Both under reloadMu.
+	prev     *weights
+	reloaded chan struct{}
 	sessions *sessionStore
 
 	queue     chan *seq
@@ -161,6 +175,7 @@ func newEngine(m Backend, tok tokenizer.Tokenizer, version int64, cfg Config) (*
 		}
 	}
 	e.cur.Store(&weights{m: m, version: version})
+	e.reloaded = make(chan struct{})
 	return e, nil
 }
 
@@ -194,6 +209,11 @@ func (e *Engine) GenerateStream(ctx context.Context, req Request, fn func(Token)
 		return Result{}, err
 	}
 	q := &seq{req: req, room: room, done: make(chan struct{})}
+	if req.Pinned {
+		if q.w, err = e.pinned(ctx, req.Version); err != nil {
+			return Result{}, err
+		}
+	}
 	if fn != nil {
 		q.stream = make(chan Token, room)
 	}
@@ -257,9 +277,48 @@ func (e *Engine) ReloadOn(m Backend, version int64) error {
 	}
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
+	old := e.cur.Load()
 	e.cur.Store(&weights{m: m, version: version})
-	e.sessions.dropOtherVersions(version)
+	if e.cfg.KeepPrevious {
+		e.prev = old
+		e.sessions.dropOtherVersions(version, old.version)
+	} else {
+		e.sessions.dropOtherVersions(version)
+	}
+	close(e.reloaded)
+	e.reloaded = make(chan struct{})
 	return nil
+}
+
+// pinned returns the weights of version (Request.Pinned): the current
+// ones or, under Config.KeepPrevious, the ones before them. A version
+// newer than the current is waited for, until a Reload brings it or ctx
+// ends; an older one than the engine holds is an error.
+func (e *Engine) pinned(ctx context.Context, version int64) (*weights, error) {
+	for {
+		e.reloadMu.Lock()
+		cur, prev, reloaded := e.cur.Load(), e.prev, e.reloaded
+		e.reloadMu.Unlock()
+		switch {
+		case cur.version == version:
+			return cur, nil
+		case prev != nil && prev.version == version:
+			return prev, nil
+		case version < cur.version:
+			held := fmt.Sprint(cur.version)
+			if prev != nil {
+				held = fmt.Sprintf("%d and %d", prev.version, cur.version)
+			}
+			return nil, fmt.Errorf("engine: request for policy version %d, but the engine holds version %s; a request names the version it is sampled by only while the engine keeps it (Config.KeepPrevious keeps one before the current)", version, held)
+		}
+		select {
+		case <-reloaded:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-e.quit:
+			return nil, ErrClosed
+		}
+	}
 }
 
 // Release drops a session's cache; requests of it still running do not

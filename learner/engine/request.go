@@ -25,6 +25,13 @@ type Request struct {
 	// request so that a later request of the same session whose Prefix
 	// extends this one's Prefix plus output feeds only the new tokens.
 	Session string
+	// Pinned makes Version's weights sample the request, whatever
+	// version the engine serves when it arrives: a version not yet
+	// loaded is waited for (until ctx ends), the one before the current
+	// is used under Config.KeepPrevious, an older one is an error. A
+	// pinned request is never interrupted by a Reload.
+	Pinned  bool
+	Version int64
 }
 
 // Result is what one request sampled.

@@ -78,7 +78,7 @@ func (e *Engine) loop() {
 				e.finish(q, fmt.Errorf("engine: request cancelled"))
 				continue
 			}
-			if e.cfg.InterruptOnReload && q.w != cur {
+			if e.cfg.InterruptOnReload && q.w != cur && !q.req.Pinned {
 				// Weights were pushed: hand back what the old ones
 				// sampled, for the caller to continue on the new.
 				q.res.FinishReason = sampling.FinishAbort
@@ -106,7 +106,10 @@ func (e *Engine) admit(active []*seq, q *seq) []*seq {
 	if q.cancelled.Load() {
 		return active // nobody waits for it
 	}
-	w := e.cur.Load()
+	w := q.w // a pinned request's, chosen by Generate
+	if w == nil {
+		w = e.cur.Load()
+	}
 	q.w = w
 	q.rng = newRNG(q.req.Params.Seed)
 	prefix := q.req.Prefix

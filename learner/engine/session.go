@@ -2,6 +2,7 @@ package engine
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 )
 
@@ -95,13 +96,14 @@ func (s *sessionStore) release(id string) {
 	}
 }
 
-// dropOtherVersions removes caches computed with weights other than version.
-func (s *sessionStore) dropOtherVersions(version int64) {
+// dropOtherVersions removes caches computed with weights of other
+// versions than those named.
+func (s *sessionStore) dropOtherVersions(versions ...int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for el := s.lru.Front(); el != nil; {
 		next := el.Next()
-		if el.Value.(*sessionEntry).version != version {
+		if !slices.Contains(versions, el.Value.(*sessionEntry).version) {
 			s.remove(el)
 		}
 		el = next

@@ -21,6 +21,7 @@ import (
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
 	"github.com/aipo-rl/aipo/transforms/chattemplate"
+	"github.com/aipo-rl/aipo/transforms/interact"
 	"github.com/aipo-rl/aipo/transforms/parquetio"
 	"github.com/aipo-rl/aipo/transforms/policy"
 	"github.com/aipo-rl/aipo/transforms/prompts"
@@ -87,6 +88,14 @@ func Spec(ctx context.Context, o Options) (trajectories.Spec, error) {
 		ScoreTruncated:   c.Reward.ScoreTruncated,
 		Advantage:        c.Advantage,
 		Guidance:         c.Rollout.Guidance,
+	}
+	if r := c.Rollout; r.Partial && r.PartialTokens > 0 && c.Run.Async {
+		// Step k's first tokens from checkpoint k-1, the rest from k
+		// (step 0's all from checkpoint 0, the only one before it).
+		spec.Interact.Split = interact.Split{Pin: true, First: max(o.Step-1, 0), Next: o.Step}
+		if o.Step > 0 {
+			spec.Interact.Split.Tokens = r.PartialTokens
+		}
 	}
 	if chat != nil {
 		spec.ChatTemplate, spec.ChatTemplateFile, spec.EnableThinking = chat.Source(), chat.File(), c.Rollout.EnableThinking

@@ -66,6 +66,24 @@ type Config struct {
 	PolicyBackoffMax     time.Duration `json:"policy_backoff_max"`
 	// PolicyTimeout bounds one policy call (0: no bound but the caller's).
 	PolicyTimeout time.Duration `json:"policy_timeout"`
+	// Split, when Pin is set, names the weights of every policy call
+	// (policy.Request.Pinned): the deterministic partial rollout.
+	Split Split `json:"split"`
+}
+
+// Split pins a trajectory's policy calls to versions: its first Tokens
+// policy tokens are sampled by version First and the rest by Next, the
+// call that reaches Tokens stopping there and the sample continuing from
+// its prompt plus every token so far, by token ids, on Next (counted as
+// an interrupted call). Which weights sample each token is then fixed by
+// the configuration, not by when a push lands, so a run with partial
+// rollouts is the same bits however often it is killed and resumed.
+// Tokens 0 samples every token with First.
+type Split struct {
+	Pin    bool  `json:"pin"`
+	Tokens int   `json:"tokens"`
+	First  int64 `json:"first"`
+	Next   int64 `json:"next"`
 }
 
 // Default returns 3 interactions, the system writing <result>, answers of
@@ -108,6 +126,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("interact: policy_retries %d must be in 0..20", c.PolicyRetries)
 	case c.PolicyBackoffInitial < 0 || c.PolicyBackoffMax < 0 || c.PolicyTimeout < 0:
 		return fmt.Errorf("interact: policy backoff (%v, %v) and timeout %v must not be negative", c.PolicyBackoffInitial, c.PolicyBackoffMax, c.PolicyTimeout)
+	case c.Split.Pin && (c.Split.Tokens < 0 || c.Split.First < 0 || c.Split.Next < c.Split.First):
+		return fmt.Errorf("interact: split tokens %d, versions %d then %d: the tokens must not be negative, and the versions not negative nor decreasing", c.Split.Tokens, c.Split.First, c.Split.Next)
 	}
 	for i, s := range c.StopStrings {
 		if s == "" {

@@ -169,6 +169,9 @@ func (r *response) add(ids []int32, src int8, lps []float32) {
 func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 	t := &trajectoryRun{task: task, session: task.Session(), tr: p.newTrajectory(task), budget: p.responseBudget(task)}
 	t.resp.cur = p.info.PolicyVersion
+	if p.cfg.Split.Pin {
+		t.resp.cur, t.tr.PolicyVersion = p.cfg.Split.First, p.cfg.Split.First
+	}
 	defer p.client.Release(context.WithoutCancel(ctx), t.session)
 
 	finish := ""
@@ -207,6 +210,10 @@ type trajectoryRun struct {
 	sofar strings.Builder
 	// versionSet reports whether a policy call has set tr.PolicyVersion.
 	versionSet bool
+	// sampled counts the policy tokens so far, and moved reports whether
+	// the calls have moved to Config.Split.Next.
+	sampled int
+	moved   bool
 }
 
 // newTrajectory is the record of task before its first policy call.
@@ -248,7 +255,17 @@ func (p *Protocol) turn(ctx context.Context, t *trajectoryRun, turn int) (string
 	params.MaxTokens = remaining
 	params.Seed = PolicySeed(t.task.RunSeed, t.task.Step, t.task.PromptID, t.task.Sample, turn)
 	params.StopTokenIDs, params.StopStrings = p.stopIDs, p.stopStrings
-	res, retries, err := p.generate(ctx, policy.Request{Prefix: prefix, Session: t.session, Params: params})
+	req := policy.Request{Prefix: prefix, Session: t.session, Params: params}
+	split := false // this call ends where the split moves the sample on
+	if sp := p.cfg.Split; sp.Pin {
+		req.Pinned, req.Version = true, sp.First
+		if t.moved || (sp.Next != sp.First && sp.Tokens > 0 && t.sampled >= sp.Tokens) {
+			t.moved, req.Version = true, sp.Next
+		} else if sp.Next != sp.First && sp.Tokens > 0 && sp.Tokens-t.sampled < req.Params.MaxTokens {
+			req.Params.MaxTokens, split = sp.Tokens-t.sampled, true
+		}
+	}
+	res, retries, err := p.generate(ctx, req)
 	t.out.PolicyRetries += retries
 	if err != nil {
 		if ctx.Err() != nil {
@@ -266,6 +283,14 @@ func (p *Protocol) turn(ctx context.Context, t *trajectoryRun, turn int) (string
 	}
 	t.resp.cur = res.PolicyVersion
 	t.resp.add(res.Tokens, schemas.SourcePolicy, res.LogProbs)
+	t.sampled += len(res.Tokens)
+	if split && res.FinishReason == sampling.FinishLength {
+		// The call reached Config.Split.Tokens: the sample goes on from
+		// the prompt plus its tokens, by token ids, on Split.Next.
+		t.out.Interrupted++
+		t.moved = true
+		return "", nil
+	}
 	switch res.FinishReason {
 	case sampling.FinishEOS:
 		return sampling.FinishEOS, nil

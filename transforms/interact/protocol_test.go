@@ -501,3 +501,57 @@ func TestTrajectoryRecordsOldestVersion(t *testing.T) {
 		}
 	}
 }
+
+// With Config.Split the calls name their version: the first Split.Tokens
+// policy tokens are asked of version First, the call that would pass them
+// is capped there (here inside a call tag), and the sample goes on from
+// its prompt plus every token so far on version Next: the tag completed
+// by the next call is answered as usual, and every later call names Next.
+// The capped call counts as interrupted; each policy token carries the
+// version that sampled it, the inserted answer the version the sample was
+// on, and the trajectory its oldest.
+func TestSplitPinsVersions(t *testing.T) {
+	c := newScripted(true, "ab<retrieval>x</retrieval>", "</retrieval>", "450;<eos>")
+	var log agentsLog
+	cfg := Default()
+	cfg.Split = Split{Pin: true, Tokens: 4, First: 3, Next: 4}
+	out := run(t, c, log.set(map[collab.Agent]collab.Answer{collab.Knowledge: ok("450")}), cfg)
+	reqs := c.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d calls, want 3", len(reqs))
+	}
+	for i, want := range []struct {
+		version   int64
+		maxTokens int
+	}{{3, 4}, {4, cfg.MaxResponseTokens - 4}} {
+		if r := reqs[i]; !r.Pinned || r.Version != want.version || r.Params.MaxTokens != want.maxTokens {
+			t.Errorf("call %d: pinned %v to version %d, max_tokens %d; want pinned to %d, max_tokens %d", i, r.Pinned, r.Version, r.Params.MaxTokens, want.version, want.maxTokens)
+		}
+	}
+	if r := reqs[2]; !r.Pinned || r.Version != 4 {
+		t.Errorf("call 2: pinned %v to version %d, want pinned to 4", r.Pinned, r.Version)
+	}
+	if got, want := reqs[1].Prefix, append(c.tok.encode("lugr+3?", true), c.tok.encode("ab<retrieval>x", true)...); !reflect.DeepEqual(got, want) {
+		t.Errorf("the call after the split continues from %v, want the prompt plus the 4 tokens sampled, %v", got, want)
+	}
+	if out.Interrupted != 1 {
+		t.Errorf("%d calls interrupted, want 1 (the one capped at the split)", out.Interrupted)
+	}
+	tr := out.Trajectory
+	if tr.PolicyVersion != 3 || tr.FinishReason != sampling.FinishEOS || len(tr.InteractionAgent) != 1 {
+		t.Fatalf("trajectory of version %d, finish %q, %d interactions; want version 3, %q, 1", tr.PolicyVersion, tr.FinishReason, len(tr.InteractionAgent), sampling.FinishEOS)
+	}
+	policyTokens := 0
+	for i, v := range tr.TokenPolicyVersion {
+		want := int64(4)
+		if tr.TokenSource[i] == schemas.SourcePolicy {
+			if policyTokens < 4 {
+				want = 3
+			}
+			policyTokens++
+		}
+		if v != want {
+			t.Fatalf("response token %d (source %d) has version %d, want %d; versions %v", i, tr.TokenSource[i], v, want, tr.TokenPolicyVersion)
+		}
+	}
+}

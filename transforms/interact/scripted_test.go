@@ -119,7 +119,8 @@ func (s *scripted) Generate(ctx context.Context, req policy.Request) (policy.Res
 	s.mu.Lock()
 	n := s.attempts[req.Session]
 	s.attempts[req.Session]++
-	s.reqs = append(s.reqs, policy.Request{Prefix: append([]int32(nil), req.Prefix...), Params: req.Params, Session: req.Session})
+	s.reqs = append(s.reqs, policy.Request{Prefix: append([]int32(nil), req.Prefix...), Params: req.Params, Session: req.Session,
+		Pinned: req.Pinned, Version: req.Version})
 	k := s.calls[req.Session]
 	s.mu.Unlock()
 	if s.fail != nil {
@@ -137,6 +138,9 @@ func (s *scripted) Generate(ctx context.Context, req policy.Request) (policy.Res
 	res := policy.Result{PolicyVersion: s.version}
 	if k < len(s.versions) {
 		res.PolicyVersion = s.versions[k]
+	}
+	if req.Pinned {
+		res.PolicyVersion = req.Version // the weights the call names
 	}
 	for i, id := range ids {
 		if len(res.Tokens) == req.Params.MaxTokens {

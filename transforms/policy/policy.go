@@ -36,6 +36,13 @@ type Request struct {
 	// keep between calls; the next call's Prefix normally extends this
 	// call's Prefix plus its output. Engines without sessions ignore it.
 	Session string
+	// Pinned asks that the weights of policy version Version sample the
+	// call, whatever version the endpoint serves when it arrives (a newer
+	// one is waited for): the deterministic split of partial rollouts
+	// (rollout.partial_tokens). Only the in-process engine serves pinned
+	// calls; the other clients refuse them.
+	Pinned  bool
+	Version int64
 }
 
 // Result is what one Generate call sampled.

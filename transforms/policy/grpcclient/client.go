@@ -133,6 +133,9 @@ func params(p sampling.Params) *aipov1.SampleParams {
 
 // Generate samples a continuation, collecting the server's stream.
 func (c *Client) Generate(ctx context.Context, req policy.Request) (policy.Result, error) {
+	if req.Pinned {
+		return policy.Result{}, fmt.Errorf("policy call pinned to version %d: only the in-process engine serves a call the version it names (rollout.partial_tokens needs the in-process policy)", req.Version)
+	}
 	in := &aipov1.GenerateRequest{Prefix: req.Prefix, Params: params(req.Params), Session: req.Session}
 	return c.call(ctx, func(ctx context.Context) (grpc.ServerStreamingClient[aipov1.GenerateResponse], error) {
 		return c.rpc.Generate(ctx, in)

@@ -463,6 +463,9 @@ const errServerClosedIdle = "http: server closed idle connection"
 
 // Generate samples a continuation in the server's dialect.
 func (c *Client) Generate(ctx context.Context, req policy.Request) (policy.Result, error) {
+	if req.Pinned {
+		return policy.Result{}, fmt.Errorf("policy call pinned to version %d: only the in-process engine serves a call the version it names (rollout.partial_tokens needs the in-process policy)", req.Version)
+	}
 	in, err := c.static(ctx)
 	if err != nil {
 		return policy.Result{}, err
