@@ -50,10 +50,10 @@ static std::vector<int> warp_live, warp_count, warp_gen;
 // next_live is the first thread after t, in round-robin order, that has
 // not ended (t itself if no other is left), or -1 if none is left.
 static int next_live(int t) {
-  for (int k = 1; k <= nthreads; k++) {
-    const int u = (t + k) % nthreads;
+  for (int u = t + 1; u < nthreads; u++)
     if (!finished[u]) return u;
-  }
+  for (int u = 0; u <= t; u++)
+    if (!finished[u]) return u;
   return -1;
 }
 
