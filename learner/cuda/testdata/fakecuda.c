@@ -240,25 +240,41 @@ static uint16_t to_bf16(float f) {
   return (uint16_t)(b >> 16);
 }
 // Column-major C = alpha*op(A)*op(B) + beta*C, as cuBLAS defines it; the
-// element types are 0 (float) or 14 (bfloat16).
+// element types are 0 (float) or 14 (bfloat16). Each element of C is the
+// float32 sum of its k products in order (p = 0, 1, ...), as a naive
+// loop adds them; the loops run a column of C at a time over op(A)
+// copied to float32, [k][m], so that the m sums of a column advance
+// together (the compiler vectorizes over them without changing any sum's
+// order).
 static int gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A, int at, int lda, const void *B, int bt,
                 int ldb, float beta, void *C, int ct, int ldc) {
   if (m < 0 || n < 0 || k < 0 || lda < (ta ? k : m) || ldb < (tb ? n : k) || ldc < m) return 7;
-  for (int j = 0; j < n; j++)
+  if (m == 0 || n == 0) return 0;
+  float *pa = malloc(((size_t)m * k + m) * sizeof(float));
+  if (!pa) return 3; // CUBLAS_STATUS_ALLOC_FAILED
+  float *s = pa + (size_t)m * k;
+  for (int p = 0; p < k; p++)
     for (int i = 0; i < m; i++) {
-      float s = 0;
-      for (int p = 0; p < k; p++) {
-        long ia = ta ? p + (long)i * lda : i + (long)p * lda;
-        long ib = tb ? j + (long)p * ldb : p + (long)j * ldb;
-        float a = at == 14 ? bf16(A, ia) : ((const float *)A)[ia];
-        float b = bt == 14 ? bf16(B, ib) : ((const float *)B)[ib];
-        s += a * b;
-      }
+      long ia = ta ? p + (long)i * lda : i + (long)p * lda;
+      pa[(size_t)p * m + i] = at == 14 ? bf16(A, ia) : ((const float *)A)[ia];
+    }
+  for (int j = 0; j < n; j++) {
+    for (int i = 0; i < m; i++) s[i] = 0;
+    for (int p = 0; p < k; p++) {
+      long ib = tb ? j + (long)p * ldb : p + (long)j * ldb;
+      const float b = bt == 14 ? bf16(B, ib) : ((const float *)B)[ib];
+      const float *restrict a = pa + (size_t)p * m;
+      float *restrict sj = s;
+      for (int i = 0; i < m; i++) sj[i] += a[i] * b;
+    }
+    for (int i = 0; i < m; i++) {
       long ic = i + (long)j * ldc;
       float c = beta == 0 ? 0 : (ct == 14 ? bf16(C, ic) : ((float *)C)[ic]);
-      float r = alpha * s + beta * c;
+      float r = alpha * s[i] + beta * c;
       if (ct == 14) ((uint16_t *)C)[ic] = to_bf16(r); else ((float *)C)[ic] = r;
     }
+  }
+  free(pa);
   return 0;
 }
 int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
