@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,8 +33,20 @@ func TestMain(m *testing.M) {
 	if args, ok := os.LookupEnv(childArgs); ok {
 		os.Exit(dispatch(strings.Split(args, "\n")))
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "aipo-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cmd/aipo tests: a directory for the test process:", err)
+		os.Exit(1)
+	}
+	testProcessDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
+
+// testProcessDir holds what the test process makes once for all its
+// tests (quickWarmStart); TestMain removes it.
+var testProcessDir string
 
 // runAipo runs one aipo command in a child process and returns its exit
 // code and combined output.
