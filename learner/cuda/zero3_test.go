@@ -17,7 +17,10 @@ import (
 	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
-var peakLine = regexp.MustCompile(`rank (\d+) device peak (\d+)`)
+var (
+	peakLine  = regexp.MustCompile(`rank (\d+) device peak (\d+)`)
+	startLine = regexp.MustCompile(`rank (\d+) start-up peak (\d+)`)
+)
 
 // TestDeviceZero3 runs ZeRO stage 3 on the devices (backend.DeviceSharded:
 // the passes' model sharded, its units gathered and its gradients reduced
@@ -139,7 +142,12 @@ func dpQwen3(cfg model.Config) model.Config {
 // the plan counts for the reference on a GPU
 // (trainer.PlanReferenceShardsOnDevices: its share, a quarter of the
 // reference's float32 weights, two buffers of the largest unit and the
-// reference model's rotary table).
+// reference model's rotary table). The start-up, as aipo train opens it
+// (trainer.Learner.OnSharded: the passes opened without weights, each
+// share placed from the host), peaks at what the plan counts for it
+// (trainer.PlanStartOnDevices: the shares and the group's buffers alone),
+// with and without the reference: before, each device held the whole
+// policy, its gradients and the whole reference there for a moment.
 // The tiny Qwen2 fixture (a vocabulary of 97, one block) and 2 steps keep
 // the 5 runs cheap on the emulator.
 func TestDeviceZero3Reference(t *testing.T) {
@@ -171,7 +179,35 @@ func TestDeviceZero3Reference(t *testing.T) {
 		if n != 4 {
 			continue
 		}
+		start, err := trainer.PlanStartOnDevices(cfg, 4, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		startNoKL, err := trainer.PlanStartOnDevices(cfg, 4, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := 4 * model.ParamCount(cfg)
 		for r, out := range outs {
+			// At start-up each rank holds its shares and the group's
+			// unit buffers alone, as the plan counts them; never the
+			// whole policy (the passes are opened without weights,
+			// Learner.OnSharded) nor the whole reference, which the
+			// plan does not count. (The tiny model's rotary tables and
+			// unit buffers outweigh a whole copy of it; a 7B's shares
+			// and units are a fraction of one: plan's
+			// TestPlanZero3OnGPUs.)
+			for _, c := range []struct {
+				what string
+				got  int64
+				plan trainer.StartOnDevice
+			}{{"with the reference", startPeak(t, r, out), start[r]}, {"without a KL term", startPeak(t, r, noKL[r]), startNoKL[r]}} {
+				t.Logf("rank %d of 4 at stage 3 %s: start-up peak %d bytes; the plan's %d (policy %d, its rotary table %d, reference %d); one whole float32 copy of the model %d",
+					r, c.what, c.got, c.plan.Total(), c.plan.Policy, c.plan.PolicyRotary, c.plan.Reference, whole)
+				if c.got > c.plan.Total() {
+					t.Errorf("rank %d %s held %d bytes of device memory at start-up, more than the plan's %d (its shares and the group's buffers; a whole float32 copy of the model is %d)", r, c.what, c.got, c.plan.Total(), whole)
+				}
+			}
 			peak, base := devicePeak(t, r, out), devicePeak(t, r, noKL[r])
 			bound := base + ref[r].Total()
 			t.Logf("rank %d of 4 at stage 3: device peak %d bytes with the reference sharded; %d without a KL term; the reference's plan %d (share %d, units %d, rotary table %d)",
@@ -181,6 +217,17 @@ func TestDeviceZero3Reference(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startPeak is the device peak of rank r's start-up, reported in out.
+func startPeak(t *testing.T, r int, out string) int64 {
+	t.Helper()
+	m := startLine.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("rank %d reported no start-up peak:\n%s", r, out)
+	}
+	peak, _ := strconv.ParseInt(m[2], 10, 64)
+	return peak
 }
 
 // devicePeak is the device peak rank r reported in out.
