@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/collective/gloo"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
@@ -250,4 +253,62 @@ func digestOf(x []float32) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// TestUnplacedPassesHoldNoWeights: the passes backend.ShardedOpener opens
+// for ZeRO stage 3 (TrainSharded, EvalSharded) upload the rotary table
+// alone, none of the model's weights or gradients, and refuse to run,
+// step or hand over weights until the group places the rank's share;
+// closing them frees the table. A one-rank group of the reference's
+// passes places its share from the host model (ShardFrozen): 4 bytes a
+// parameter then, beside the table.
+func TestUnplacedPassesHoldNoWeights(t *testing.T) {
+	dv := ownGPU(t)
+	m := fixtureModel(t, "tiny_qwen2", 4)
+	cfg := m.Config()
+	cos, sin := model.RopeTableOf(cfg, cfg.MaxPositionEmbeddings)
+	rope := uint64(4 * (len(cos) + len(sin)))
+	must(t, dv.ReleaseScratch())
+	live0, _ := dv.MemStats()
+	d := cudaDevice{dv}
+	pol, err := d.TrainSharded(m, backend.FP32)
+	must(t, err)
+	ref, err := d.EvalSharded(m, backend.FP32)
+	must(t, err)
+	if live, _ := dv.MemStats(); live-live0 != 2*rope {
+		t.Errorf("the unplaced policy and reference hold %d bytes on the device, want their two rotary tables' %d", live-live0, 2*rope)
+	}
+	b := model.Batch{Tokens: []int32{1, 2, 3}, SeqLens: []int{3}}
+	if _, err := pol.Run(b, nil); !errors.Is(err, errUnplaced) {
+		t.Errorf("a pass of the unplaced policy: %v, want %v", err, errUnplaced)
+	}
+	if _, err := ref.Run(b, nil); !errors.Is(err, errUnplaced) {
+		t.Errorf("a pass of the unplaced reference: %v, want %v", err, errUnplaced)
+	}
+	if err := pol.SyncParams(); !errors.Is(err, errUnplaced) {
+		t.Errorf("the unplaced policy's weights: %v, want %v", err, errUnplaced)
+	}
+	if _, err := pol.Step(nil); !errors.Is(err, errUnplaced) {
+		t.Errorf("a step of the unplaced policy: %v, want %v", err, errUnplaced)
+	}
+	if _, err := d.TrainSharded(m, backend.BF16); !errors.Is(err, errShardedBF16) {
+		t.Errorf("unplaced passes in bfloat16: %v, want %v", err, errShardedBF16)
+	}
+	units := model.UnitsOf(cfg)
+	lay := backend.ShardLayout{}
+	for _, u := range units {
+		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
+		lay.Parts = append(lay.Parts, []int{u.Off, u.Off + u.Len})
+	}
+	if _, err := ref.(backend.FrozenSharded).ShardFrozen(collective.Single(), lay); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := dv.MemStats(); live-live0 != 2*rope+uint64(4*len(m.ParamData())) {
+		t.Errorf("with the reference placed at one rank the device holds %d bytes, want the two rotary tables and its %d float32 weights (%d)", live-live0, len(m.ParamData()), 2*rope+uint64(4*len(m.ParamData())))
+	}
+	must(t, pol.Close())
+	must(t, ref.Close())
+	if live, _ := dv.MemStats(); live != live0 {
+		t.Errorf("closed, the passes leave %d bytes on the device (before: %d)", live, live0)
+	}
 }
