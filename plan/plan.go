@@ -310,6 +310,13 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 		roll.Others = load.Others
 	}
 	p.Phases = []Phase{learn, load, roll}
+	if g := p.Group; g != nil && g.Planned && p.LoRA == nil {
+		start, err := p.startPhase(proc)
+		if err != nil {
+			return Plan{}, err
+		}
+		p.Phases = append(p.Phases, start)
+	}
 	p.Disk = planDisk(cfg, mc, p.Params)
 	if p.LoRA != nil {
 		p.Disk = loraDisk(cfg, mc, p.Params, p.LoRA.Trainable)
@@ -451,6 +458,38 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		learn.Lines = append(learn.Lines, cudaContext)
 	}
 	return learn, held
+}
+
+// startPhase is the start-up of a group at ZeRO stage 3 on GPUs
+// (Group.Planned), as aipo train opens it (trainer.Learner.OnSharded):
+// the passes are opened with none of the models' weights on the GPU, the
+// group places rank 0's share of the policy from its host copy, then
+// (with a KL term) its share of the reference from the reference's host
+// copy, so that each GPU holds its shares and the group's unit buffers
+// alone (trainer.PlanStartOnDevices), never a whole model. On the host
+// each rank holds the policy's weights as loaded and the reference's
+// while its share is placed. (The host's copy of the rank's share,
+// learner/trainer/zero3dev.go's zero3.master and moments, is left out
+// here as in the other phases: docs/scaling.md, "ZeRO-3 on GPUs".)
+func (p *Plan) startPhase(proc Line) (Phase, error) {
+	g, P := p.Group, p.Params
+	kl := len(g.Ref) > 0
+	st, err := trainer.PlanStartOnDevices(p.Model, g.Ranks, kl)
+	if err != nil {
+		return Phase{}, fmt.Errorf("plan: %w", err)
+	}
+	s0 := st[0]
+	ph := Phase{Name: "learner start-up at ZeRO stage 3 (the passes opened without weights, each share placed from the host)", Lines: []Line{
+		{What: "policy weights as loaded (float32, on the host)", Host: 4 * P},
+		{What: fmt.Sprintf("rank 0's share of the policy placed on its GPU (float32 weights and AdamW moments, 1/%d) and the group's unit buffers", g.Ranks), Device: s0.Policy},
+		{What: "the policy passes' rotary table", Device: s0.PolicyRotary},
+	}}
+	if kl {
+		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: its host copy while rank 0's share (float32, 1/%d) is placed; the share, two unit buffers and its rotary table on the GPU", g.Ranks), Host: 4 * P, Device: s0.Reference})
+	}
+	ph.Lines = append(ph.Lines, proc, cudaContext)
+	ph.Others = int64(g.perNode()-1) * ph.Host()
+	return ph, nil
 }
 
 // singleLine is what one process's group of one allocates for its step
@@ -631,11 +670,13 @@ func (p Plan) phaseFits(i int) bool {
 	return (p.Host.Bytes == 0 || ph.Host() <= p.Host.Bytes) && (p.Device.Bytes == 0 || ph.Device() <= p.Device.Bytes)
 }
 
-// The phases, in Plan.Phases order.
+// The phases, in Plan.Phases order (phaseStart only for a group at
+// stage 3 on GPUs).
 const (
 	phaseLearn = iota
 	phaseLoad
 	phaseRollout
+	phaseStart
 )
 
 // fixes tries the changes that lower the peaks of the phases that do not

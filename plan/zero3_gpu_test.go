@@ -17,7 +17,9 @@ import (
 // step's buffers), the cuda backend's activations, the reference sharded
 // as the policy is (trainer.PlanReferenceShards: float32 here, bfloat16
 // at learner.precision bf16), the CUDA allowance, and nothing else; no moment or gradient is on the host;
-// the host figures are one machine's ranks; the 7B's node holds at most
+// the start-up holds each rank's shares and the group's buffers on its GPU
+// (trainer.PlanStartOnDevices), never a whole model, and the peaks count
+// it; the host figures are one machine's ranks; the 7B's node holds at most
 // 256 GiB of host memory. The device figures are logged (docs/scaling.md
 // shows them, and why they do not fit the GPUs yet).
 func TestPlanZero3OnGPUs(t *testing.T) {
@@ -103,7 +105,26 @@ func TestPlanZero3OnGPUs(t *testing.T) {
 		if n := int64(g.perNode() - 1); learn.Others != n*(learn.Host()-learn.Others) {
 			t.Errorf("%s: the other ranks of the machine hold %d on the host, want %d times rank 0's %d", c.model, learn.Others, n, learn.Host()-learn.Others)
 		}
+		// The start-up: the passes opened without weights, the shares
+		// placed (trainer.PlanStartOnDevices), never a whole model on a
+		// GPU; the plan's peaks count it.
+		if len(p.Phases) != phaseStart+1 {
+			t.Fatalf("%s: %d phases, want the start-up's too", c.model, len(p.Phases))
+		}
+		start := p.Phases[phaseStart]
+		st, err := trainer.PlanStartOnDevices(p.Model, c.ranks, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := st[0].Total() + cudaReserve; start.Device() != want || start.Device() >= 12*p.Params {
+			t.Errorf("%s: rank 0's GPU at start-up %d, the group's shares and buffers %d + the CUDA allowance (the whole policy, its gradients and the whole reference: %d)", c.model, start.Device(), want, 12*p.Params)
+		}
+		t.Logf("%s on %d x %s: start-up %s on rank 0's GPU (the whole policy, its gradients and the reference alone, as it held before: %s), %s on the node's host",
+			c.model, c.ranks, c.device, fmtBytes(start.Device()), fmtBytes(12*p.Params), fmtBytes(start.Host()))
 		h, d := p.Peaks()
+		if h < start.Host() || d < start.Device() {
+			t.Errorf("%s: the peaks %d, %d leave out the start-up's %d, %d", c.model, h, d, start.Host(), start.Device())
+		}
 		left := 1 - float64(d)/float64(p.Device.Bytes)
 		t.Logf("%s on %d x %s (%d machine(s)): device peak %s of %s (%.0f%% left), host peak %s a machine; learner step: share %s, step buffers %s, reference %s, activations %s",
 			c.model, c.ranks, c.device, c.nodes, fmtBytes(d), fmtBytes(p.Device.Bytes), 100*left, fmtBytes(h),

@@ -296,8 +296,9 @@ func writeJSON(ctx context.Context, p string, v any) error {
 // backend's first, or for the rank whose LOCAL_RANK is local, its device
 // local modulo the devices there are (torchrun's one rank a GPU; ranks
 // beyond the GPUs share them, which a group that reduces on the host
-// allows).
-func onBackend(l *trainer.Learner, name, precision string, local int) (func(), int, error) {
+// allows). With sharded the passes are opened for the stage-3 group that
+// takes them next (trainer.Learner.OnSharded).
+func onBackend(l *trainer.Learner, name, precision string, local int, sharded bool) (func(), int, error) {
 	b, err := backend.Lookup(name)
 	if err != nil {
 		return nil, 0, err
@@ -320,7 +321,11 @@ func onBackend(l *trainer.Learner, name, precision string, local int) (func(), i
 	} else if dv, err = b.Open(); err != nil {
 		return nil, 0, err
 	}
-	free, err := l.On(dv, precision)
+	on := l.On
+	if sharded {
+		on = l.OnSharded
+	}
+	free, err := on(dv, precision)
 	if err != nil {
 		dv.Close()
 		return nil, 0, err

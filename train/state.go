@@ -87,7 +87,14 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		if st.ranks != nil {
 			local = st.ranks.Group.Env().LocalRank
 		}
-		free, ordinal, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision, local)
+		// At stage 3 the group takes the passes before any of them
+		// runs: a device that can opens them without the models'
+		// weights, and the group places each rank's share of the
+		// policy, then of the reference, so that no device holds the
+		// whole policy and reference at start-up
+		// (trainer.Learner.OnSharded).
+		sharded := st.ranks != nil && st.group.Zero == 3 && !st.pol.Model.HasAdapter()
+		free, ordinal, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision, local, sharded)
 		if err != nil {
 			return nil, fmt.Errorf("learner.backend %s: %w", cfg.Learner.Backend, err)
 		}

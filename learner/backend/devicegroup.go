@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/aipo-rl/aipo/learner/collective"
+	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
 )
 
@@ -72,6 +73,25 @@ type DeviceSharded interface {
 	ShardedGroup(comm collective.Comm, layout ShardLayout, master []float32) (ShardedGroup, error)
 }
 
+// ShardedOpener is a Device that opens the passes of a model that ZeRO
+// stage 3 on the devices shards next without its whole weights: the
+// device holds nothing of the model but what needs no weights (its
+// rotary table) until the group places the rank's share, a unit at a
+// time (DeviceSharded.ShardedGroup from the trainer's share of the
+// policy, FrozenSharded.ShardFrozen from the frozen model's weights on
+// the host, which the passes keep until then). No device ever holds the
+// whole policy, its gradients or the whole reference, even for a moment
+// at start-up. Until their group opens, the passes refuse to run.
+type ShardedOpener interface {
+	// TrainSharded is Train for a policy that a stage-3 group shards
+	// (DeviceSharded.ShardedGroup) before any pass.
+	TrainSharded(m *model.Model, precision string) (Compute, error)
+	// EvalSharded is Eval for a frozen model that a stage-3 group
+	// shards (FrozenSharded.ShardFrozen) before any pass: m is read
+	// then, and must hold its weights until.
+	EvalSharded(m *model.Model, precision string) (Compute, error)
+}
+
 // ShardLayout is the ownership of a model's units among a group's ranks.
 type ShardLayout struct {
 	// Units are each unit's flat offset and length (model.UnitsOf).
@@ -91,8 +111,9 @@ type FrozenSharded interface {
 	Compute
 	// ShardFrozen makes the passes' model sharded and opens rank
 	// comm.Rank()'s side of it over layout, the rank's elements taken
-	// from the weights the device holds (which then go). Closing the
-	// Compute closes the group too.
+	// from the weights the device holds (which then go), or, for passes
+	// opened by ShardedOpener.EvalSharded, from the host model's a unit
+	// at a time. Closing the Compute closes the group too.
 	ShardFrozen(comm collective.Comm, layout ShardLayout) (ShardedScorer, error)
 }
 

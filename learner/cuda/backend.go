@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -136,6 +137,55 @@ func (d cudaDevice) Train(m *model.Model, precision string) (backend.Compute, er
 		}
 	}
 	return &compute{host: m, dev: g}, nil
+}
+
+var _ backend.ShardedOpener = cudaDevice{}
+
+// errShardedBF16 is the refusal of bfloat16 GEMM operands on a model that
+// ZeRO stage 3 shards (shardOn).
+var errShardedBF16 = errors.New("cuda: a model whose GEMMs take bfloat16 operands cannot be sharded (ZeRO stage 3 on the devices runs in float32)")
+
+// TrainSharded implements backend.ShardedOpener: the passes of m with
+// nothing of its weights or gradients on the device until ShardedGroup
+// places the rank's share (newUnplaced).
+func (d cudaDevice) TrainSharded(m *model.Model, precision string) (backend.Compute, error) {
+	if err := shardedPrecision(precision); err != nil {
+		return nil, err
+	}
+	if m.HasAdapter() {
+		return nil, errors.New("cuda: a LoRA policy's passes are not sharded at ZeRO stage 3 on the devices: open them with Train")
+	}
+	g, err := d.dv.newUnplaced(m, false)
+	if err != nil {
+		return nil, err
+	}
+	return &compute{host: m, dev: g}, nil
+}
+
+// EvalSharded implements backend.ShardedOpener: the passes of the frozen
+// model m with nothing of its weights on the device until ShardFrozen
+// places the rank's share, read from m (newUnplaced).
+func (d cudaDevice) EvalSharded(m *model.Model, precision string) (backend.Compute, error) {
+	if err := shardedPrecision(precision); err != nil {
+		return nil, err
+	}
+	g, err := d.dv.newUnplaced(m, true)
+	if err != nil {
+		return nil, err
+	}
+	return frozen{g}, nil
+}
+
+// shardedPrecision refuses a precision ZeRO stage 3 on the devices does
+// not run in.
+func shardedPrecision(precision string) error {
+	switch precision {
+	case "", backend.FP32:
+		return nil
+	case backend.BF16:
+		return errShardedBF16
+	}
+	return fmt.Errorf("cuda: precision %q is unknown: use %s or %s", precision, backend.FP32, backend.BF16)
 }
 
 // Eval uploads m's weights alone (NewFrozen): with backend.BF16 the

@@ -99,7 +99,13 @@ func programDPDevice() int {
 		}
 		defer dev.Close()
 		dv = dev.(cudaDevice).dv
-		free, err := l.On(dev, os.Getenv("AIPO_DPD_PRECISION"))
+		on := l.On
+		if os.Getenv("AIPO_DPD_ZERO") == "3" && os.Getenv("AIPO_DPD_REF") != "whole" && os.Getenv("AIPO_DPD_HOST_REDUCED") != "1" {
+			// As aipo train opens a stage-3 group's passes: without
+			// the models' weights, each share placed by the group.
+			on = l.OnSharded
+		}
+		free, err := on(dev, os.Getenv("AIPO_DPD_PRECISION"))
 		if err != nil {
 			return fail(err)
 		}
@@ -142,8 +148,11 @@ func programDPDevice() int {
 		fmt.Println("reducing on the devices over nccl")
 	}
 	if dv != nil {
-		// From here on: what the sharded group and the passes take
-		// (at stage 3 the whole weights uploaded by l.On are gone).
+		// The start-up's peak: the passes opened and the group's
+		// shares placed (and a checkpoint's state loaded into them).
+		_, peak := dv.MemStats()
+		fmt.Printf("rank %d start-up peak %d\n", comm.Rank(), peak)
+		// From here on: what the sharded group and the passes take.
 		dv.ResetPeak()
 	}
 	rc := trainer.RLConfig{Loss: loss.DefaultConfig(), MicroBatchTokens: 24, PPOEpochs: 1, MiniBatches: 2}

@@ -26,6 +26,9 @@ var _ backend.DeviceReduced = (*compute)(nil)
 
 // DeviceGroup implements backend.DeviceReduced.
 func (c *compute) DeviceGroup(comm collective.Comm, start []int) (backend.DeviceGroup, error) {
+	if c.dev.unplaced {
+		return nil, errUnplaced
+	}
 	n, rank := comm.Size(), comm.Rank()
 	if len(start) != n+1 || start[n] != c.dev.params.n {
 		return nil, fmt.Errorf("cuda: a device group of %d ranks over %d parameters given the shares %v", n, c.dev.params.n, start)

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/aipo-rl/aipo/learner/model"
@@ -47,6 +48,13 @@ type Model struct {
 	// lora is the adapter of a LoRA Model (NewLoRA, lora.go), whose params
 	// and grads are the adapter's; nil for a whole model.
 	lora *gpuAdapter
+
+	// unplaced says that the model was opened to be sharded (newUnplaced)
+	// and holds no weights on the device until its group places the
+	// rank's share of them (shardOn); from is then the host model a
+	// frozen one's share is taken from (ShardFrozen), nil once placed.
+	unplaced bool
+	from     *model.Model
 }
 
 type gpuWeights struct {
@@ -107,6 +115,33 @@ func (dv *Device) newModel(m *model.Model, withGrads bool) (*Model, error) {
 	}
 	return g, nil
 }
+
+// newUnplaced is a Model of m's configuration that holds none of its
+// weights on the device yet, only its rotary table: ZeRO stage 3 on the
+// devices places the rank's share of them a unit at a time (ShardedGroup
+// from the trainer's share, ShardFrozen from m's weights on the host), so
+// that no device ever holds a whole model, its gradients or a whole
+// reference beside the policy. Until then its passes refuse to run
+// (errUnplaced). A frozen model keeps m until ShardFrozen has read it.
+func (dv *Device) newUnplaced(m *model.Model, frozen bool) (*Model, error) {
+	g, err := dv.shell(m.Config())
+	if err != nil {
+		return nil, err
+	}
+	g.spans, g.unplaced = m.Spans(), true
+	if frozen {
+		g.from = m
+	}
+	if err := g.ropeTable(); err != nil {
+		g.Free()
+		return nil, err
+	}
+	return g, nil
+}
+
+// errUnplaced is the failure of running or reading a model opened to be
+// sharded (newUnplaced) before its group placed its share on the device.
+var errUnplaced = errors.New("cuda: the passes' model was opened for ZeRO stage 3 on the devices and holds no weights until its group places the rank's share of them (trainer.Learner.EnableDataParallel or EnableSingle at stage 3)")
 
 // shell is a Model of cfg without any device memory yet.
 func (dv *Device) shell(cfg model.Config) (*Model, error) {
@@ -287,6 +322,9 @@ func views(flat *Buffer, sp model.Spans) (gpuWeights, error) {
 // roughly halves the GEMMs' memory traffic and uses the tensor cores; the
 // results move by bfloat16's rounding (8 significant bits).
 func (g *Model) UseBF16() error {
+	if g.unplaced {
+		return errUnplaced
+	}
 	if g.params16 != nil {
 		return nil
 	}
@@ -359,6 +397,9 @@ func (g *Model) Free() error {
 
 // Grads copies the accumulated gradients into dst (model.GradData's layout).
 func (g *Model) Grads(dst []float32) error {
+	if g.unplaced {
+		return errUnplaced
+	}
 	if g.shard != nil {
 		return errShardedWhole
 	}
@@ -367,6 +408,9 @@ func (g *Model) Grads(dst []float32) error {
 
 // ZeroGrads clears the gradients.
 func (g *Model) ZeroGrads() error {
+	if g.unplaced {
+		return errUnplaced
+	}
 	if g.shard != nil {
 		return nil // a sharded pass's gradients start at zero (unitFeed.newGrad)
 	}
@@ -375,6 +419,9 @@ func (g *Model) ZeroGrads() error {
 
 // SetParams replaces the parameters with src (model.ParamData's layout).
 func (g *Model) SetParams(src []float32) error {
+	if g.unplaced {
+		return errUnplaced
+	}
 	if g.shard != nil {
 		return errShardedWhole
 	}
@@ -387,6 +434,9 @@ func (g *Model) SetParams(src []float32) error {
 // Params copies the parameters (the float32 masters) into dst
 // (model.ParamData's layout).
 func (g *Model) Params(dst []float32) error {
+	if g.unplaced {
+		return errUnplaced
+	}
 	if g.shard != nil {
 		return errShardedWhole
 	}
@@ -461,6 +511,9 @@ func (s *scratch) free() {
 // model.Forward then model.Backward. A nil lossFn runs the forward pass
 // only. It returns the log-probabilities and entropies.
 func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entropy []float32, err error) {
+	if g.unplaced {
+		return nil, nil, errUnplaced
+	}
 	if lossFn != nil && g.grads == nil && g.shard == nil {
 		return nil, nil, fmt.Errorf("cuda: a backward pass of a model without gradients (a frozen one)")
 	}

@@ -96,6 +96,9 @@ func (g *Model) moments() error {
 // gradients' global L2 norm before clipping, the one value it reads back.
 // When the norm is not finite nothing changes and opt's step count stays.
 func (g *Model) Step(opt *optim.AdamW) (float64, error) {
+	if g.unplaced {
+		return 0, errUnplaced
+	}
 	if g.grads == nil {
 		return 0, fmt.Errorf("cuda: Step on a model without gradients")
 	}
@@ -190,6 +193,9 @@ func paramSpans(host *model.Model) (names []string, off, numel []int) {
 // step would give them; a tensor the model does not have, or one of
 // another size, is an error.
 func (g *Model) ReadOptimizer(host *model.Model, opt *optim.AdamW, r io.Reader) error {
+	if g.unplaced {
+		return errUnplaced
+	}
 	names, offs, numels := paramSpans(host)
 	at := make(map[string]int, len(names))
 	for i, n := range names {
@@ -237,6 +243,9 @@ func (g *Model) ReadOptimizer(host *model.Model, opt *optim.AdamW, r io.Reader) 
 // a time; host gives the names. Before any step (or restore) the state
 // holds no tensor, as a fresh optim.AdamW's.
 func (g *Model) WriteOptimizer(host *model.Model, opt *optim.AdamW, w io.Writer) error {
+	if g.unplaced {
+		return errUnplaced
+	}
 	names, offs, numels := paramSpans(host)
 	var ts []optim.TensorState
 	if g.adam.valid {

@@ -81,7 +81,7 @@ func (g *Model) blockRange(b int) (lo, hi int) {
 // gradients (and the LM head's chunk) leave the device.
 func (g *Model) shardOn(f unitFeed) error {
 	if g.use16 {
-		return errors.New("cuda: a model whose GEMMs take bfloat16 operands cannot be sharded (ZeRO stage 3 on the devices runs in float32)")
+		return errShardedBF16
 	}
 	units := model.UnitsOf(g.cfg)
 	sp := g.spans
@@ -105,6 +105,7 @@ func (g *Model) shardOn(f unitFeed) error {
 		errs = append(errs, g.head.Free())
 	}
 	g.params, g.grads, g.params16, g.head = nil, nil, nil, nil
+	g.unplaced, g.from = false, nil
 	g.w = gpuWeights{layers: make([]gpuLayer, g.L)}
 	g.g = gpuWeights{layers: make([]gpuLayer, g.L)}
 	g.shard = s

@@ -78,12 +78,21 @@ var _ backend.FrozenSharded = frozen{}
 
 // ShardFrozen implements backend.FrozenSharded: the rank's elements of
 // every unit are copied on the device out of the frozen model's whole
-// float32 weights, which then go; the group holds them and, at more than
-// one rank, a gathered unit and the gathers' buffer (no gradient, no
-// moments). The model's Free (the Compute's Close) closes the group.
+// float32 weights, which then go, or, for passes opened unplaced
+// (EvalSharded), uploaded from the host model's weights a unit's run at
+// a time, so that the device never holds the whole model; the group
+// holds them and, at more than one rank, a gathered unit and the
+// gathers' buffer (no gradient, no moments). The model's Free (the
+// Compute's Close) closes the group.
 func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (backend.ShardedScorer, error) {
 	g := f.dev
-	if g.params == nil {
+	var host []float32
+	if g.from != nil {
+		host = g.from.ParamData()
+		if want := model.ParamCount(g.cfg); int64(len(host)) != want {
+			return nil, fmt.Errorf("cuda: the frozen model's host weights are %d floats, not its %d parameters (held in bfloat16 or sharded): ZeRO stage 3 on the devices shards a float32 reference", len(host), want)
+		}
+	} else if g.params == nil {
 		return nil, errors.New("cuda: the frozen model holds no whole float32 weights to shard (held in bfloat16, or sharded already): ZeRO stage 3 on the devices shards a float32 reference")
 	}
 	z, err := newShardGroup(g, comm, layout)
@@ -101,7 +110,9 @@ func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (b
 			continue
 		}
 		dst, err := z.master.Slice(z.at[u], z.at[u+1])
-		if err == nil {
+		if err == nil && host != nil {
+			err = dst.CopyFromFloat32(host[lo:hi])
+		} else if err == nil {
 			var src *Buffer
 			if src, err = g.params.Slice(lo, hi); err == nil {
 				err = dst.CopyFrom(src)

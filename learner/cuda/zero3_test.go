@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -12,12 +13,17 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/collective/gloo"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
-var peakLine = regexp.MustCompile(`rank (\d+) device peak (\d+)`)
+var (
+	peakLine  = regexp.MustCompile(`rank (\d+) device peak (\d+)`)
+	startLine = regexp.MustCompile(`rank (\d+) start-up peak (\d+)`)
+)
 
 // TestDeviceZero3 runs ZeRO stage 3 on the devices (backend.DeviceSharded:
 // the passes' model sharded, its units gathered and its gradients reduced
@@ -139,7 +145,12 @@ func dpQwen3(cfg model.Config) model.Config {
 // the plan counts for the reference on a GPU
 // (trainer.PlanReferenceShardsOnDevices: its share, a quarter of the
 // reference's float32 weights, two buffers of the largest unit and the
-// reference model's rotary table).
+// reference model's rotary table). The start-up, as aipo train opens it
+// (trainer.Learner.OnSharded: the passes opened without weights, each
+// share placed from the host), peaks at what the plan counts for it
+// (trainer.PlanStartOnDevices: the shares and the group's buffers alone),
+// with and without the reference: before, each device held the whole
+// policy, its gradients and the whole reference there for a moment.
 // The tiny Qwen2 fixture (a vocabulary of 97, one block) and 2 steps keep
 // the 5 runs cheap on the emulator.
 func TestDeviceZero3Reference(t *testing.T) {
@@ -171,7 +182,35 @@ func TestDeviceZero3Reference(t *testing.T) {
 		if n != 4 {
 			continue
 		}
+		start, err := trainer.PlanStartOnDevices(cfg, 4, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		startNoKL, err := trainer.PlanStartOnDevices(cfg, 4, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := 4 * model.ParamCount(cfg)
 		for r, out := range outs {
+			// At start-up each rank holds its shares and the group's
+			// unit buffers alone, as the plan counts them; never the
+			// whole policy (the passes are opened without weights,
+			// Learner.OnSharded) nor the whole reference, which the
+			// plan does not count. (The tiny model's rotary tables and
+			// unit buffers outweigh a whole copy of it; a 7B's shares
+			// and units are a fraction of one: plan's
+			// TestPlanZero3OnGPUs.)
+			for _, c := range []struct {
+				what string
+				got  int64
+				plan trainer.StartOnDevice
+			}{{"with the reference", startPeak(t, r, out), start[r]}, {"without a KL term", startPeak(t, r, noKL[r]), startNoKL[r]}} {
+				t.Logf("rank %d of 4 at stage 3 %s: start-up peak %d bytes; the plan's %d (policy %d, its rotary table %d, reference %d); one whole float32 copy of the model %d",
+					r, c.what, c.got, c.plan.Total(), c.plan.Policy, c.plan.PolicyRotary, c.plan.Reference, whole)
+				if c.got > c.plan.Total() {
+					t.Errorf("rank %d %s held %d bytes of device memory at start-up, more than the plan's %d (its shares and the group's buffers; a whole float32 copy of the model is %d)", r, c.what, c.got, c.plan.Total(), whole)
+				}
+			}
 			peak, base := devicePeak(t, r, out), devicePeak(t, r, noKL[r])
 			bound := base + ref[r].Total()
 			t.Logf("rank %d of 4 at stage 3: device peak %d bytes with the reference sharded; %d without a KL term; the reference's plan %d (share %d, units %d, rotary table %d)",
@@ -181,6 +220,17 @@ func TestDeviceZero3Reference(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startPeak is the device peak of rank r's start-up, reported in out.
+func startPeak(t *testing.T, r int, out string) int64 {
+	t.Helper()
+	m := startLine.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("rank %d reported no start-up peak:\n%s", r, out)
+	}
+	peak, _ := strconv.ParseInt(m[2], 10, 64)
+	return peak
 }
 
 // devicePeak is the device peak rank r reported in out.
@@ -203,4 +253,62 @@ func digestOf(x []float32) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// TestUnplacedPassesHoldNoWeights: the passes backend.ShardedOpener opens
+// for ZeRO stage 3 (TrainSharded, EvalSharded) upload the rotary table
+// alone, none of the model's weights or gradients, and refuse to run,
+// step or hand over weights until the group places the rank's share;
+// closing them frees the table. A one-rank group of the reference's
+// passes places its share from the host model (ShardFrozen): 4 bytes a
+// parameter then, beside the table.
+func TestUnplacedPassesHoldNoWeights(t *testing.T) {
+	dv := ownGPU(t)
+	m := fixtureModel(t, "tiny_qwen2", 4)
+	cfg := m.Config()
+	cos, sin := model.RopeTableOf(cfg, cfg.MaxPositionEmbeddings)
+	rope := uint64(4 * (len(cos) + len(sin)))
+	must(t, dv.ReleaseScratch())
+	live0, _ := dv.MemStats()
+	d := cudaDevice{dv}
+	pol, err := d.TrainSharded(m, backend.FP32)
+	must(t, err)
+	ref, err := d.EvalSharded(m, backend.FP32)
+	must(t, err)
+	if live, _ := dv.MemStats(); live-live0 != 2*rope {
+		t.Errorf("the unplaced policy and reference hold %d bytes on the device, want their two rotary tables' %d", live-live0, 2*rope)
+	}
+	b := model.Batch{Tokens: []int32{1, 2, 3}, SeqLens: []int{3}}
+	if _, err := pol.Run(b, nil); !errors.Is(err, errUnplaced) {
+		t.Errorf("a pass of the unplaced policy: %v, want %v", err, errUnplaced)
+	}
+	if _, err := ref.Run(b, nil); !errors.Is(err, errUnplaced) {
+		t.Errorf("a pass of the unplaced reference: %v, want %v", err, errUnplaced)
+	}
+	if err := pol.SyncParams(); !errors.Is(err, errUnplaced) {
+		t.Errorf("the unplaced policy's weights: %v, want %v", err, errUnplaced)
+	}
+	if _, err := pol.Step(nil); !errors.Is(err, errUnplaced) {
+		t.Errorf("a step of the unplaced policy: %v, want %v", err, errUnplaced)
+	}
+	if _, err := d.TrainSharded(m, backend.BF16); !errors.Is(err, errShardedBF16) {
+		t.Errorf("unplaced passes in bfloat16: %v, want %v", err, errShardedBF16)
+	}
+	units := model.UnitsOf(cfg)
+	lay := backend.ShardLayout{}
+	for _, u := range units {
+		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
+		lay.Parts = append(lay.Parts, []int{u.Off, u.Off + u.Len})
+	}
+	if _, err := ref.(backend.FrozenSharded).ShardFrozen(collective.Single(), lay); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := dv.MemStats(); live-live0 != 2*rope+uint64(4*len(m.ParamData())) {
+		t.Errorf("with the reference placed at one rank the device holds %d bytes, want the two rotary tables and its %d float32 weights (%d)", live-live0, len(m.ParamData()), 2*rope+uint64(4*len(m.ParamData())))
+	}
+	must(t, pol.Close())
+	must(t, ref.Close())
+	if live, _ := dv.MemStats(); live != live0 {
+		t.Errorf("closed, the passes leave %d bytes on the device (before: %d)", live, live0)
+	}
 }

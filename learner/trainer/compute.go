@@ -31,6 +31,30 @@ func CPU(m *model.Model) Compute { return backend.CPUCompute(m) }
 // dtype on a device). Once On returns, the reference's passes hold what
 // they need: the caller may set Ref to nil and let the host copy go.
 func (l *Learner) On(dev backend.Device, precision string) (release func(), err error) {
+	return l.on(dev, precision, false)
+}
+
+// OnSharded is On for a learner whose next step is taken at ZeRO stage 3
+// on the devices (EnableDataParallel or EnableSingle with Zero 3 and a
+// device communicator follow before any pass): where dev can
+// (backend.ShardedOpener), the passes are opened without any of the
+// models' weights on the device, and the group places each rank's share
+// of the policy (from its share of the host's weights) and then of the
+// reference (from the host model's weights) a unit at a time. So no
+// device holds the whole policy, its gradients or the whole reference at
+// start-up: each holds its shares alone (PlanStartOnDevices). The
+// reference's passes read the host model until the group shards them: the
+// caller may set Ref to nil (they keep it until then). Elsewhere it is On.
+func (l *Learner) OnSharded(dev backend.Device, precision string) (release func(), err error) {
+	return l.on(dev, precision, true)
+}
+
+// on is On, with the passes opened unplaced (OnSharded) when sharded.
+func (l *Learner) on(dev backend.Device, precision string, sharded bool) (release func(), err error) {
+	so, _ := dev.(backend.ShardedOpener)
+	if l.Policy != nil && l.Policy.HasAdapter() {
+		so = nil // a LoRA policy's passes are not sharded on the devices
+	}
 	var held []Compute
 	release = func() {
 		for _, c := range held {
@@ -47,9 +71,15 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 			continue
 		}
 		open := dev.Eval
-		if p.train {
+		switch {
+		case p.train && sharded && so != nil:
+			open = so.TrainSharded
+		case p.train:
 			open = dev.Train
-		} else if l.Policy != nil {
+		case sharded && so != nil:
+			open = so.EvalSharded
+		}
+		if !p.train && l.Policy != nil {
 			p.m.ShareBuffers(l.Policy) // on the CPU, see ref
 		}
 		c, err := open(p.m, precision)

@@ -419,6 +419,74 @@ func PlanReferenceShardsOnDevices(mc model.Config, ranks int) ([]ReferenceShard,
 	return out, nil
 }
 
+// StartOnDevice is what a rank of a stage-3 group on the devices holds on
+// its device at start-up, once the group has placed its shares and before
+// the first step allocates anything of its own: the passes are opened
+// without the models' weights (Learner.OnSharded, backend.ShardedOpener)
+// and the group places each share from the host, the policy's first, so
+// that no device ever holds a whole model.
+type StartOnDevice struct {
+	Rank int
+	// Policy is what learner/cuda's ShardedGroup allocates: the rank's
+	// elements' float32 weights and AdamW moments, the sum of squares (8
+	// bytes), a unit's gradient and, in a group of more than one, a
+	// gathered unit, the exchanges' buffer (the largest unit each) and
+	// the all-to-all's receive buffer (N times the largest part of a
+	// unit).
+	Policy int64
+	// PolicyRotary is the policy's passes' rotary table (cos and sin for
+	// every position, float32), uploaded when they are opened.
+	PolicyRotary int64
+	// Reference is, with a KL term, the rank's part of the reference as
+	// ShardFrozen places it (PlanReferenceShardsOnDevices: its share, the
+	// two unit buffers, its rotary table); zero without.
+	Reference int64
+}
+
+// Total is the most the rank's device holds at start-up.
+func (s StartOnDevice) Total() int64 { return s.Policy + s.PolicyRotary + s.Reference }
+
+// PlanStartOnDevices is the device memory of each rank of a stage-3 group
+// of ranks on GPUs at start-up, with the reference sharded too when kl, as
+// learner/cuda allocates it (StartOnDevice). Before the passes were opened
+// unplaced, each device held the whole policy, its gradients and the
+// whole reference (12 bytes a parameter) beside the shares for a moment.
+func PlanStartOnDevices(mc model.Config, ranks int, kl bool) ([]StartOnDevice, error) {
+	if ranks < 1 {
+		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
+	}
+	if err := mc.Validate(); err != nil {
+		return nil, err
+	}
+	z := zero3Layout(mc, ranks)
+	var most, part int64
+	for u, us := range z.units {
+		most = max(most, int64(us.Len))
+		for i := range ranks {
+			part = max(part, int64(z.own[u][i+1]-z.own[u][i]))
+		}
+	}
+	var ref []ReferenceShard
+	if kl {
+		var err error
+		if ref, err = PlanReferenceShardsOnDevices(mc, ranks); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]StartOnDevice, ranks)
+	for r := range out {
+		s := StartOnDevice{Rank: r, Policy: 12*int64(z.elements(r)) + 8 + 4*most, PolicyRotary: 4 * int64(mc.MaxPositionEmbeddings) * int64(mc.Head())}
+		if ranks > 1 {
+			s.Policy += 2*4*most + 4*int64(ranks)*part
+		}
+		if kl {
+			s.Reference = ref[r].Total()
+		}
+		out[r] = s
+	}
+	return out, nil
+}
+
 // PlanDataParallelOnDevices is the device memory of each rank of a group
 // whose passes run on devices that reduce among themselves
 // (backend.DeviceReduced: DPConfig.DeviceComm, NCCL between GPUs), as
