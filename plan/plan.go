@@ -310,6 +310,10 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 		roll.Others = load.Others
 	}
 	p.Phases = []Phase{learn, load, roll}
+	if open, ok := p.loraOpenPhaseGPU(st, proc); ok {
+		open.Others = load.Others
+		p.Phases = append(p.Phases, open)
+	}
 	p.Disk = planDisk(cfg, mc, p.Params)
 	if p.LoRA != nil {
 		p.Disk = loraDisk(cfg, mc, p.Params, p.LoRA.Trainable)

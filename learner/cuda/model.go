@@ -47,6 +47,10 @@ type Model struct {
 	// lora is the adapter of a LoRA Model (NewLoRA, lora.go), whose params
 	// and grads are the adapter's; nil for a whole model.
 	lora *gpuAdapter
+	// base is a LoRA Model's frozen float32 base (one of owned), which
+	// ZeRO stage 3 shards (ShardBase); nil when it is held in bfloat16
+	// or sharded.
+	base *Buffer
 }
 
 type gpuWeights struct {
@@ -359,7 +363,7 @@ func (g *Model) Free() error {
 
 // Grads copies the accumulated gradients into dst (model.GradData's layout).
 func (g *Model) Grads(dst []float32) error {
-	if g.shard != nil {
+	if g.shard != nil && g.lora == nil {
 		return errShardedWhole
 	}
 	return g.grads.CopyToFloat32(dst)
@@ -367,7 +371,7 @@ func (g *Model) Grads(dst []float32) error {
 
 // ZeroGrads clears the gradients.
 func (g *Model) ZeroGrads() error {
-	if g.shard != nil {
+	if g.shard != nil && g.lora == nil {
 		return nil // a sharded pass's gradients start at zero (unitFeed.newGrad)
 	}
 	return g.grads.Zero()
@@ -375,7 +379,7 @@ func (g *Model) ZeroGrads() error {
 
 // SetParams replaces the parameters with src (model.ParamData's layout).
 func (g *Model) SetParams(src []float32) error {
-	if g.shard != nil {
+	if g.shard != nil && g.lora == nil {
 		return errShardedWhole
 	}
 	if err := g.params.CopyFromFloat32(src); err != nil {
@@ -387,7 +391,7 @@ func (g *Model) SetParams(src []float32) error {
 // Params copies the parameters (the float32 masters) into dst
 // (model.ParamData's layout).
 func (g *Model) Params(dst []float32) error {
-	if g.shard != nil {
+	if g.shard != nil && g.lora == nil {
 		return errShardedWhole
 	}
 	return g.params.CopyToFloat32(dst)
