@@ -250,7 +250,7 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	dp.loraZero3 = lora && zero == 3
 	l.DP = dp
 	if dp.loraZero3 && dev != nil {
-		return l.shardBaseDevice()
+		return l.shardBaseDevice(dev)
 	}
 	return nil
 }

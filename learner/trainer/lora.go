@@ -144,7 +144,7 @@ func (l *Learner) shardBase() error {
 	if dev, err := l.hostReduced(); err != nil {
 		return err
 	} else if dev != nil {
-		return l.shardBaseDevice()
+		return l.shardBaseDevice(dev)
 	}
 	z, err := newZero3Frozen(l.Policy, dp.Comm.Size(), dp.Comm.Rank())
 	if err != nil {
@@ -162,15 +162,15 @@ func (l *Learner) shardBase() error {
 // (DataParallel's baseDev), if these passes are not already: each rank
 // keeps its elements of every unit of the base on its device, laid out
 // as the host's share would be (newZero3Frozen), and the whole base there
-// goes.
-func (l *Learner) shardBaseDevice() error {
+// goes. dev is the passes (l.PolicyCompute).
+func (l *Learner) shardBaseDevice(dev backend.HostReduced) error {
 	dp := l.DP
 	if dp.baseDev != nil && dp.baseDevOf == l.PolicyCompute {
 		return nil
 	}
-	bs, ok := l.PolicyCompute.(backend.BaseSharded)
+	bs, ok := dev.(backend.BaseSharded)
 	if !ok || dp.dev.comm == nil {
-		return checkLoRAGroup(l.Policy, 3, l.PolicyCompute.(backend.HostReduced), dp.dev.comm != nil)
+		return checkLoRAGroup(l.Policy, 3, dev, dp.dev.comm != nil)
 	}
 	z := zero3Layout(l.Policy.Config(), dp.Comm.Size())
 	lay := backend.ShardLayout{Parts: z.own}
