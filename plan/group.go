@@ -50,9 +50,10 @@ type Group struct {
 	// base, sharded as stage 3 shards a frozen reference
 	// (trainer.PlanReferenceShards) and gathered a unit at a time for
 	// every pass: on the CPU in float32 (learner/trainer/lora.go); on
-	// GPUs, where it is NOT BUILT yet, planned in bfloat16 at
-	// learner.precision bf16, else float32. Nil otherwise: every rank
-	// holds the whole base.
+	// GPUs in float32 as learner/cuda's ShardBase holds it
+	// (trainer.PlanReferenceShardsOnDevices), or, at learner.precision
+	// bf16 (NOT BUILT there), planned in bfloat16. Nil otherwise: every
+	// rank holds the whole base.
 	Base []trainer.ReferenceShard
 }
 
@@ -134,11 +135,19 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 		case 3:
 			// The frozen base, sharded as stage 3 shards a frozen
 			// reference and gathered a unit at a time for every pass.
-			bytes := int64(4)
-			if onDevice && cfg.Learner.Precision == backend.BF16 {
-				bytes = 2
+			// On GPUs in float32 as learner/cuda's ShardBase holds it
+			// (its share, two buffers of the largest unit, the rotary
+			// table); with bf16 (refused there: the devices' stage 3
+			// gathers float32) in bfloat16 as the CPU's layout would.
+			switch {
+			case onDevice && cfg.Learner.Precision == backend.BF16:
+				g.Base, err = trainer.PlanReferenceShards(mc, o.Ranks, 2)
+			case onDevice:
+				g.Base, err = trainer.PlanReferenceShardsOnDevices(mc, o.Ranks)
+			default:
+				g.Base, err = trainer.PlanReferenceShards(mc, o.Ranks, 4)
 			}
-			if g.Base, err = trainer.PlanReferenceShards(mc, o.Ranks, bytes); err != nil {
+			if err != nil {
 				return nil, fmt.Errorf("plan: %w", err)
 			}
 		}
@@ -291,8 +300,15 @@ func (g *Group) describeLoRA(p Plan) string {
 		if b0.BytesPerElement == 2 {
 			dtype = "bfloat16"
 		}
+		if g.OnDevice && b0.BytesPerElement == 4 {
+			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s) as built in float32 (learner/cuda/zero3.go's ShardBase, learner/trainer/lora.go): "+
+				"each GPU holds 1/%d of the frozen base's float32 weights (rank 0: %s of %s parameters) and, for as long as the group, two buffers of the largest unit (the gathered unit a pass reads and the gather's receive buffer): every pass, the adapters' and the reference's (the base with the adapters off), all-gathers the base a unit at a time over NCCL (a decoder layer or a block of the vocabulary) just before it reads it, and hands over no gradient; "+
+				"the adapters are reduced and their AdamW moments sharded by the stage-1 device group (learner/cuda/dpgroup.go): the whole adapters and their gradients, rank 0's share of their moments (about %s of %s trained parameters) and the group's adapter gradient buffers. "+
+				"The base is uploaded whole when the passes open and sharded at once, so a GPU must hold the whole float32 base for that moment. The device figures are one GPU's (rank 0's), the host figures the node's, %d ranks a machine\n",
+				g.Ranks, p.Config.Learner.Backend, g.Ranks, fmtCount(b0.Elements), fmtCount(p.Params), fmtCount(share), fmtCount(A), g.perNode())
+		}
 		if g.OnDevice {
-			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s): NOT BUILT on GPUs yet (aipo train refuses learner.lora with learner.zero 3 there; it is built on the cpu backend, learner/trainer/lora.go); planned as the CPU's stage 3 does it: "+
+			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s) in bfloat16: NOT BUILT on GPUs (aipo train refuses learner.precision bf16 with learner.lora at learner.zero 3 there: the devices' stage 3 shards and gathers the base in float32; it is built in float32, learner/cuda/zero3.go's ShardBase); planned as a bfloat16 layout of the CPU's stage 3: "+
 				"each GPU holds 1/%d of the frozen base in %s (rank 0: %s of %s parameters) and the two units a pass reads gathered (a decoder layer or a block of the vocabulary, the next while the current computes; the adapters' passes and the reference's, the base with the adapters off, alike), "+
 				"the whole adapters and their gradients, rank 0's share of their AdamW moments (about %s of %s trained parameters) and the device group's adapter gradient buffers. The device figures are one GPU's (rank 0's), the host figures the node's, %d ranks a machine\n",
 				g.Ranks, p.Config.Learner.Backend, g.Ranks, dtype, fmtCount(b0.Elements), fmtCount(p.Params), fmtCount(share), fmtCount(A), g.perNode())

@@ -173,17 +173,21 @@ func (p *Plan) loraLearnPhaseGPU(st trainer.StepMemory, proc Line) (Phase, Line)
 	moments, momentsLine := d.Optimizer, "the adapters' AdamW moments (float32 m and v)"
 	learn := Phase{Name: "learner step"}
 	if g := p.Group; g != nil && len(g.Base) > 0 {
-		// Stage 3 (NOT BUILT on GPUs yet: describeLoRA): rank 0's share
-		// of the base, as the CPU's stage 3 shards it, and the two units
-		// a pass holds gathered.
+		// Stage 3 (describeLoRA; built in float32, learner/cuda's
+		// ShardBase): rank 0's share of the base, the two unit buffers
+		// the group holds and the rotary table; in bfloat16 (not built)
+		// the CPU's layout of it.
 		b0 := g.Base[0]
-		dtype := "float32"
+		dtype, units := "float32", "the frozen base's gathered unit and the gather's receive buffer (float32, two of the largest unit, held as long as the group)"
 		if b0.BytesPerElement == 2 {
-			dtype = "bfloat16"
+			dtype, units = "bfloat16", "the frozen base's units a pass holds gathered (bfloat16: the one it reads and the next)"
 		}
 		learn.Lines = append(learn.Lines,
 			Line{What: fmt.Sprintf("frozen base weights of rank 0's share (%s, 1/%d of every unit; no gradients; also the KL term's reference)", dtype, g.Ranks), Device: b0.Share},
-			Line{What: fmt.Sprintf("the frozen base's units a pass holds gathered (%s: the one it reads and the next)", dtype), Device: b0.Units})
+			Line{What: units, Device: b0.Units})
+		if b0.Rotary > 0 {
+			learn.Lines = append(learn.Lines, Line{What: "the rotary table (float32 cos and sin for every position)", Device: b0.Rotary})
+		}
 	} else {
 		learn.Lines = append(learn.Lines, Line{What: baseLine, Device: d.Weights})
 		if d.Compute > 0 {
@@ -210,4 +214,26 @@ func (p *Plan) loraLearnPhaseGPU(st trainer.StepMemory, proc Line) (Phase, Line)
 		proc, cudaContext)
 	held := Line{What: "learner state kept between steps (the host's float32 base and adapters, the adapters' moments)", Host: st.Host.Weights + st.Host.Adapter + moments}
 	return learn, held
+}
+
+// loraOpenPhaseGPU is, for a LoRA run at ZeRO stage 3 on GPUs as built
+// (float32), the moment its passes open: learner/cuda's NewLoRA uploads
+// the whole float32 base (and its rotary table) beside the adapters, and
+// the group's ShardBase copies the rank's share out of it before the
+// whole base goes, at the first step and again whenever the passes are
+// reopened. Nothing else of the step is on the GPU then. ok is false for
+// every other run.
+func (p *Plan) loraOpenPhaseGPU(st trainer.StepMemory, proc Line) (Phase, bool) {
+	g := p.Group
+	if p.LoRA == nil || !p.cuda() || g == nil || len(g.Base) == 0 || g.Base[0].BytesPerElement != 4 {
+		return Phase{}, false
+	}
+	b0 := g.Base[0]
+	return Phase{Name: "the learner's passes open (LoRA at ZeRO stage 3 on GPUs: the base uploaded whole, then sharded)", Lines: []Line{
+		{What: "the whole frozen base and its rotary table (float32), uploaded before the rank's share is copied out of it", Device: 4*p.Params + b0.Rotary},
+		{What: "frozen base weights of rank 0's share (float32), copied out of it", Device: b0.Share},
+		{What: fmt.Sprintf("LoRA adapters and their gradients (float32, %s parameters)", fmtCount(p.LoRA.Trainable)), Device: st.Device.Adapter + st.Device.Grads},
+		{What: "the policy's float32 model on the host (the base, uploaded from it, and the adapters)", Host: st.Host.Weights + st.Host.Adapter},
+		proc, cudaContext,
+	}}, true
 }

@@ -36,9 +36,10 @@ func loraMath(t *testing.T) runconfig.Config {
 // of the group holds the whole frozen base (stage 1 shards the adapters'
 // moments alone), 137.8 GiB of the H200's 140.4 GiB before the adapters
 // and a pass, and the plan says by how much; at --zero 3 each GPU holds a
-// quarter of the base (in bfloat16, trainer.PlanReferenceShards) and two
-// gathered units and it fits, the plan saying that this is NOT BUILT on
-// GPUs yet. The model configurations are
+// quarter of the base and two unit buffers and it fits: in float32 as
+// learner/cuda's ShardBase holds them (trainer.PlanReferenceShardsOnDevices,
+// built), and in bfloat16 as the CPU's layout would (not built: the plan
+// says so). The model configurations are
 // the model cards' config.json files (learner/hfconfig/testdata, their
 // sources in its README).
 func TestPlanLoRAOnGPUs(t *testing.T) {
@@ -51,13 +52,19 @@ func TestPlanLoRAOnGPUs(t *testing.T) {
 		ranks, zero   int
 		hostGiB       int64
 		fits          bool
+		fp32          bool
 	}{
-		{"Qwen2.5-7B-Instruct", "a100-40g", 0, 0, 128, true},
-		{"Qwen2.5-32B", "h200", 0, 0, 256, true},
-		{"Qwen2.5-72B-Instruct", "h200", 4, 0, 2048, false},
-		{"Qwen2.5-72B-Instruct", "h200", 4, 3, 2048, true},
+		{"Qwen2.5-7B-Instruct", "a100-40g", 0, 0, 128, true, false},
+		{"Qwen2.5-32B", "h200", 0, 0, 256, true, false},
+		{"Qwen2.5-72B-Instruct", "h200", 4, 0, 2048, false, false},
+		{"Qwen2.5-72B-Instruct", "h200", 4, 3, 2048, true, false},
+		{"Qwen2.5-72B-Instruct", "h200", 4, 3, 2048, false, true},
 	} {
-		p, err := Make(context.Background(), loraMath(t), Options{Init: goldenConfig(t, c.model), Device: c.device, Ranks: c.ranks, Zero: c.zero,
+		cfg := loraMath(t)
+		if c.fp32 {
+			cfg.Learner.Precision = "fp32"
+		}
+		p, err := Make(context.Background(), cfg, Options{Init: goldenConfig(t, c.model), Device: c.device, Ranks: c.ranks, Zero: c.zero,
 			HostBytes: c.hostGiB << 30, Baseline: 128 << 20})
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +74,7 @@ func TestPlanLoRAOnGPUs(t *testing.T) {
 			t.Errorf("%s on %s (zero %d): fits %v, want %v", c.model, c.device, c.zero, p.Fits(), c.fits)
 		}
 		learn := p.Phases[phaseLearn]
-		if c.zero == 3 {
+		if c.zero == 3 && !c.fp32 {
 			shards, err := trainer.PlanReferenceShards(p.Model, c.ranks, 2)
 			if err != nil {
 				t.Fatal(err)
@@ -78,8 +85,25 @@ func TestPlanLoRAOnGPUs(t *testing.T) {
 			if got := line(t, learn, "the frozen base's units a pass holds gathered (bfloat16", true); got != shards[0].Units {
 				t.Errorf("%s: the gathered units on the GPU %d, the layout's %d", c.model, got, shards[0].Units)
 			}
-			if s := p.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA (learner.backend cuda): NOT BUILT on GPUs yet") {
-				t.Errorf("%s: the plan does not say that LoRA at stage 3 is not built on GPUs:\n%s", c.model, s)
+			if s := p.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA (learner.backend cuda) in bfloat16: NOT BUILT on GPUs") {
+				t.Errorf("%s: the plan does not say that LoRA at stage 3 in bfloat16 is not built on GPUs:\n%s", c.model, s)
+			}
+		}
+		if c.zero == 3 && c.fp32 {
+			// As learner/cuda's ShardBase allocates it (the figures
+			// TestDeviceLoRAZero3 holds the device's peak to).
+			shards, err := trainer.PlanReferenceShardsOnDevices(p.Model, c.ranks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := line(t, learn, "frozen base weights of rank 0's share (float32", true); got != shards[0].Share {
+				t.Errorf("%s: rank 0's share of the base on its GPU %d, the layout's %d", c.model, got, shards[0].Share)
+			}
+			if got := line(t, learn, "the frozen base's gathered unit and the gather's receive buffer", true); got != shards[0].Units {
+				t.Errorf("%s: the unit buffers on the GPU %d, ShardBase's %d", c.model, got, shards[0].Units)
+			}
+			if s := p.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA (learner.backend cuda) as built in float32") || strings.Contains(s, "NOT BUILT") {
+				t.Errorf("%s: the plan does not say that LoRA at stage 3 in float32 is built on GPUs:\n%s", c.model, s)
 			}
 		}
 		var now strings.Builder

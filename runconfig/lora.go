@@ -115,15 +115,14 @@ func (c Config) validateLoRAPlace() error {
 			return fieldError(field, "%v (learner.backend %s, learner.lora)", err, c.Learner.Backend)
 		}
 	} // (an unknown backend is learner.backend's error)
-	switch {
-	case c.Learner.Zero == 2:
+	if c.Learner.Zero == 2 {
 		// Stage 2 shards the gradients of what a run trains: a LoRA
 		// run's are the adapter's, which stage 1 reduces whole (a few
 		// megabytes), and the frozen base has none: it would hold
-		// nothing less than stage 1.
+		// nothing less than stage 1. (Stage 3 shards the frozen base,
+		// on the CPU and, in float32, on GPUs: the group's validation
+		// refuses bf16 with stage 3 there.)
 		return fieldError("learner.zero", "2 shards the gradients of the weights a run trains, but a LoRA run trains the adapter alone, whose gradients stage 1 reduces and whose AdamW state it shards, and the frozen base has no gradients: stage 2 would hold nothing less than stage 1; set learner.zero: 1, or 3 to shard the frozen base across the ranks as well")
-	case c.Learner.Zero == 3 && c.Learner.Backend != BackendCPU:
-		return fieldError("learner.zero", "3 with learner.lora shards the frozen base across the ranks on learner.backend cpu alone; it is NOT BUILT on GPUs yet (learner.backend %s): set learner.zero: 1 there (each GPU holds the whole base), or learner.backend cpu", c.Learner.Backend)
 	}
 	if c.Learner.Objective != ObjectiveRL {
 		return fieldError("learner.lora", "trains with learner.objective %s; %s trains the whole model: leave learner.lora out", ObjectiveRL, c.Learner.Objective)

@@ -35,6 +35,9 @@ func TestLoRAConfig(t *testing.T) {
 	if c, err = Parse([]byte("run: {dir: r}\ndata: {demo: true}\nlearner: {lora: {rank: 4}, zero: 3}\n"), "t.yaml", ""); err != nil || c.Learner.Zero != 3 {
 		t.Errorf("learner.lora at learner.zero 3 on the cpu backend (the frozen base sharded): %v", err)
 	}
+	if c, err = Parse([]byte("run: {dir: r}\ndata: {demo: true}\nlearner: {lora: {rank: 4}, zero: 3, backend: cuda}\n"), "t.yaml", ""); err != nil || c.Learner.Zero != 3 {
+		t.Errorf("learner.lora at learner.zero 3 on the cuda backend in float32 (the frozen base sharded on the GPUs): %v", err)
+	}
 	if c, err = Parse([]byte("run: {dir: r}\ndata: {demo: true}\n"), "t.yaml", ""); err != nil || c.LoRAOn() {
 		t.Errorf("without learner.lora: %v, on %v", err, c.LoRAOn())
 	}
@@ -55,10 +58,10 @@ func TestLoRAConfig(t *testing.T) {
 		}
 	}
 	for set, want := range map[string]string{
-		"precision: bf16":          "learner.precision: the cpu backend holds a LoRA run's frozen base in float32 and cannot hold it in bfloat16",
-		"zero: 2":                  "learner.zero: 2 shards the gradients of the weights a run trains",
-		"zero: 3, backend: cuda":   "learner.zero: 3 with learner.lora shards the frozen base across the ranks on learner.backend cpu alone; it is NOT BUILT on GPUs yet",
-		"objective: rejection-sft": "learner.lora: trains with learner.objective rl",
+		"precision: bf16": "learner.precision: the cpu backend holds a LoRA run's frozen base in float32 and cannot hold it in bfloat16",
+		"zero: 2":         "learner.zero: 2 shards the gradients of the weights a run trains",
+		"zero: 3, backend: cuda, precision: bf16": "learner.zero: 3 on learner.backend cuda runs its passes in float32",
+		"objective: rejection-sft":                "learner.lora: trains with learner.objective rl",
 	} {
 		_, err := Parse([]byte("run: {dir: r}\ndata: {demo: true}\nlearner: {lora: {rank: 4}, "+set+"}\n"), "t.yaml", "")
 		if err == nil || !strings.Contains(err.Error(), want) {

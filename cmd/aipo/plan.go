@@ -60,8 +60,8 @@ func runPlan(args []string) error {
 			"they read them (no bfloat16 copy of the weights is kept; the plan counts the rounded\n"+
 			"operands' buffers with the activations), on GPUs it holds a bfloat16 copy of the\n"+
 			"weights beside the float32 masters. A LoRA run (learner.lora) plans at --zero 1, or at\n"+
-			"--zero 3 with its frozen base sharded across the ranks (built on the CPU; on GPUs NOT\n"+
-			"BUILT yet, the plan says so). Exits 1 when it does not fit.\n\nFlags:\n")
+			"--zero 3 with its frozen base sharded across the ranks (built on the CPU, and on GPUs\n"+
+			"in float32; in bfloat16 on GPUs NOT BUILT, the plan says so). Exits 1 when it does not fit.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {

@@ -117,6 +117,24 @@ type FrozenSharded interface {
 	ShardFrozen(comm collective.Comm, layout ShardLayout) (ShardedScorer, error)
 }
 
+// BaseSharded is a device's passes of a LoRA policy (AdapterTrainer)
+// whose frozen base ZeRO stage 3 shards as FrozenSharded shards a
+// reference: each rank keeps on its device its elements of every unit of
+// the base, in float32, and every pass, training or scoring, with the
+// adapter on or off, gathers each unit over the device communicator just
+// before it reads it, in the order of model.UnitPlan's scoring pass or
+// model.FrozenUnitPlan's training pass, handing over no gradient. The
+// adapter, its gradients and its optimiser state are the stage-1 device
+// group's (DeviceReduced), whole on every device.
+type BaseSharded interface {
+	DeviceReduced
+	// ShardBase makes the passes' base sharded and opens rank
+	// comm.Rank()'s side of it over layout, the rank's elements taken
+	// from the base the device holds (which then goes). Closing the
+	// Compute closes the group too.
+	ShardBase(comm collective.Comm, layout ShardLayout) (ShardedScorer, error)
+}
+
 // ShardedScorer is a rank's part of the passes without gradients of a
 // sharded model: a pass (Run with no loss) between BeginScore and
 // EndPass reads its weights from the group; a rank with no pass to run

@@ -82,7 +82,15 @@ func programDPDevice() int {
 	}
 	l := &trainer.Learner{Policy: m, Opt: opt}
 	kl, _ := strconv.ParseFloat(os.Getenv("AIPO_DPD_KL"), 64)
-	if kl != 0 {
+	lora := os.Getenv("AIPO_DPD_LORA") != ""
+	if lora {
+		// A LoRA adapter on every projection, with dropout and B drawn
+		// (dpTestAdapter); the KL term's reference is then the base.
+		if err := dpTestAdapter(m); err != nil {
+			return fail(err)
+		}
+	}
+	if kl != 0 && !lora {
 		// A KL term against a reference of other weights than the
 		// policy's start, so that it counts from the first step.
 		if l.Ref, err = model.New(cfg, 6); err != nil {
@@ -164,6 +172,12 @@ func programDPDevice() int {
 		// vocabulary's rows one emulated thread an element.
 		rc.MicroBatchTokens, rc.MiniBatches, samples = 4096, 1, 4
 	}
+	if lora {
+		// Half the samples in one mini-batch a step: each of the eight
+		// shards a micro-batch, the emulator's time per pass being the
+		// adapter's GEMMs beside the base's.
+		rc.MiniBatches, samples = 1, 8
+	}
 	first, steps := 0, 3
 	if s := os.Getenv("AIPO_DPD_STEPS"); s != "" {
 		first, _ = strconv.Atoi(os.Getenv("AIPO_DPD_FIRST"))
@@ -185,14 +199,31 @@ func programDPDevice() int {
 	if err := l.SyncPolicy(); err != nil {
 		return fail(err)
 	}
-	if dir := os.Getenv("AIPO_DPD_SAVE"); dir != "" && l.DP.Zero == 3 {
+	if dir := os.Getenv("AIPO_DPD_SAVE"); dir != "" && l.DP.Zero == 3 && !lora {
 		if err := dpSave(ctx, l, dir); err != nil {
 			return fail(err)
 		}
 	}
+	var saved []float32
+	if !lora {
+		saved = m.ParamData()
+	} else {
+		// What a LoRA group trains: the adapter, and its optimiser
+		// state, gathered from the ranks' shares.
+		saved = m.AdapterParamData()
+		var opt bytes.Buffer
+		if err := l.WriteOptimizerDP(ctx, &opt); err != nil {
+			return fail(err)
+		}
+		if dir := os.Getenv("AIPO_DPD_SAVE"); dir != "" && comm.Rank() == 0 {
+			if err := os.WriteFile(filepath.Join(dir, "optimizer.bin"), opt.Bytes(), 0o644); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	if dir := os.Getenv("AIPO_DPD_SAVE"); dir != "" && comm.Rank() == 0 {
-		b := make([]byte, 0, 4*len(m.ParamData()))
-		for _, x := range m.ParamData() {
+		b := make([]byte, 0, 4*len(saved))
+		for _, x := range saved {
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
 		}
 		if err := os.WriteFile(filepath.Join(dir, "params.bin"), b, 0o644); err != nil {
@@ -243,9 +274,9 @@ func dpDeviceRunAll(t *testing.T, size int, backendName, precision string, zero 
 	}
 	onDevices := backendName == Name && !slices.Contains(zero, "AIPO_DPD_HOST_REDUCED=1")
 	wait := 3 * time.Minute
-	if slices.Contains(zero, "AIPO_DPD_QWEN3=1") || slices.Contains(zero, "AIPO_DPD_ZERO=3") {
+	if slices.Contains(zero, "AIPO_DPD_QWEN3=1") || slices.Contains(zero, "AIPO_DPD_ZERO=3") || slices.Contains(zero, "AIPO_DPD_LORA=1") {
 		// Qwen3's vocabulary on the emulator; stage 3's elementwise
-		// kernels, a unit at a time.
+		// kernels, a unit at a time; the adapter's GEMMs.
 		wait = 15 * time.Minute
 	}
 	rs := disttest.Launch(t, disttest.Spec{Program: "dpdevice", Size: size, Limit: wait, Env: func(int) []string {

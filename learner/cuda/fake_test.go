@@ -32,7 +32,7 @@ var emulatedTests = []string{
 	"TestGPUCheckpointingGradientsBitIdentical", "TestPassBytesIsTheDevicePeak",
 	"TestParityQKNorm", "TestParityModelStepQwen3", "TestParityModelStepQwen3BF16",
 	"TestParityGreedyDecodeQwen3", "TestParityDecodeLogitsQwen3", "TestParityDecodeBF16",
-	"TestDeviceDataParallel", "TestGPUDecoderMemory", "TestDeviceZero3", "TestDeviceZero3Resume", "TestDeviceZero3Reference",
+	"TestDeviceDataParallel", "TestGPUDecoderMemory", "TestDeviceZero3", "TestDeviceZero3Resume", "TestDeviceZero3Reference", "TestDeviceLoRAZero3",
 	"TestParityLoRAStep", "TestParityLoRAStepBF16",
 }
 

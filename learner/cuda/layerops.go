@@ -39,10 +39,11 @@ func (o *layerOps) unit(l int, w model.Weight) {
 	}
 }
 
-// unitGrad is unit with the unit's gradient in the views too.
+// unitGrad is unit with the unit's gradient in the views too (a LoRA
+// Model's frozen base has none: its weights alone).
 func (o *layerOps) unitGrad(l int, w model.Weight) {
 	o.unit(l, w)
-	if o.g.shard == nil || o.err != nil {
+	if o.g.shard == nil || o.g.lora != nil || o.err != nil {
 		return
 	}
 	if _, err := o.g.gradsFor(o.g.unitOf(l, w)); err != nil {
@@ -278,9 +279,10 @@ func (o *layerOps) EmbedBack(dx *Buffer) {
 // reduced, when they are, after the backward pass (the CPU model hands
 // each layer's on as it finishes it, Model.SetGradsReady). A sharded
 // model hands the final norm's (l = L) or layer l's gradient to its feed
-// (the embedding's blocks went in EmbedBack).
+// (the embedding's blocks went in EmbedBack); a sharded LoRA Model's
+// frozen base hands over none (model.FrozenUnitPlan).
 func (o *layerOps) GradsDone(l int) {
-	if o.g.shard == nil || l < 0 {
+	if o.g.shard == nil || o.g.lora != nil || l < 0 {
 		return
 	}
 	u := o.g.shard.layer(l)

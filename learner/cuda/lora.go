@@ -82,7 +82,7 @@ func (dv *Device) NewLoRA(m *model.Model, bf16 bool) (*Model, error) {
 func (g *Model) attachAdapter(m *model.Model) error {
 	if g.params != nil {
 		g.owned = append(g.owned, g.params)
-		g.params = nil
+		g.base, g.params = g.params, nil
 	}
 	ad := m.Adapter()
 	var err error
@@ -247,6 +247,7 @@ func (o *layerOps) adapterForward(out, in *Buffer, l int, w model.Weight, O int)
 //	din += mask ⊙ (du A).
 func (o *layerOps) loraLinearBack(din, dout, in *Buffer, l int, w model.Weight) {
 	g := o.g
+	o.unit(l, w)
 	wt, _, I, O := o.linear(&g.w, l, w)
 	w16 := o.half(l, w)
 	o.do(l, "backward", func() error { return g.linearBackInput(din, dout, wt, w16, o.N, I, O) })

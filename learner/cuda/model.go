@@ -55,6 +55,11 @@ type Model struct {
 	// frozen one's share is taken from (ShardFrozen), nil once placed.
 	unplaced bool
 	from     *model.Model
+
+	// base is a LoRA Model's frozen float32 base (one of owned), which
+	// ZeRO stage 3 shards (ShardBase); nil when it is held in bfloat16
+	// or sharded.
+	base *Buffer
 }
 
 type gpuWeights struct {
@@ -400,7 +405,7 @@ func (g *Model) Grads(dst []float32) error {
 	if g.unplaced {
 		return errUnplaced
 	}
-	if g.shard != nil {
+	if g.shard != nil && g.lora == nil {
 		return errShardedWhole
 	}
 	return g.grads.CopyToFloat32(dst)
@@ -411,7 +416,7 @@ func (g *Model) ZeroGrads() error {
 	if g.unplaced {
 		return errUnplaced
 	}
-	if g.shard != nil {
+	if g.shard != nil && g.lora == nil {
 		return nil // a sharded pass's gradients start at zero (unitFeed.newGrad)
 	}
 	return g.grads.Zero()
@@ -422,7 +427,7 @@ func (g *Model) SetParams(src []float32) error {
 	if g.unplaced {
 		return errUnplaced
 	}
-	if g.shard != nil {
+	if g.shard != nil && g.lora == nil {
 		return errShardedWhole
 	}
 	if err := g.params.CopyFromFloat32(src); err != nil {
@@ -437,7 +442,7 @@ func (g *Model) Params(dst []float32) error {
 	if g.unplaced {
 		return errUnplaced
 	}
-	if g.shard != nil {
+	if g.shard != nil && g.lora == nil {
 		return errShardedWhole
 	}
 	return g.params.CopyToFloat32(dst)

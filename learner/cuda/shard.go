@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/aipo-rl/aipo/learner/model"
 )
@@ -50,6 +51,7 @@ type devShard struct {
 	rows   int // the rows of a block (the last holds the rest)
 	tied   bool
 	using  int     // the unit whose weights are in the model's views, -1 none
+	wcur   *Buffer // its weights, as the feed gave them
 	grad   int     // the unit whose gradient is in the views, -1 none
 	gbuf   *Buffer // its buffer
 }
@@ -96,7 +98,18 @@ func (g *Model) shardOn(f unitFeed) error {
 		return fmt.Errorf("cuda: the model's %d units are not %d vocabulary blocks, %d layers and the final norm", len(units), blocks, g.L)
 	}
 	var errs []error
-	for _, b := range []*Buffer{g.params, g.grads, g.params16} {
+	whole := []*Buffer{g.params, g.grads, g.params16}
+	if g.lora != nil {
+		// A LoRA Model's params and grads are the adapter's, which stay
+		// whole on every rank: the frozen base goes.
+		if g.base == nil {
+			return errors.New("cuda: the LoRA Model holds no whole float32 base to shard (held in bfloat16, or sharded already)")
+		}
+		whole = []*Buffer{g.base}
+		g.owned = slices.DeleteFunc(g.owned, func(b *Buffer) bool { return b == g.base })
+		g.base = nil
+	}
+	for _, b := range whole {
 		if b != nil {
 			errs = append(errs, b.Free())
 		}
@@ -104,7 +117,10 @@ func (g *Model) shardOn(f unitFeed) error {
 	if g.head != nil {
 		errs = append(errs, g.head.Free())
 	}
-	g.params, g.grads, g.params16, g.head = nil, nil, nil, nil
+	if g.lora == nil {
+		g.params, g.grads, g.params16 = nil, nil, nil
+	}
+	g.head = nil
 	g.unplaced, g.from = false, nil
 	g.w = gpuWeights{layers: make([]gpuLayer, g.L)}
 	g.g = gpuWeights{layers: make([]gpuLayer, g.L)}
@@ -159,11 +175,16 @@ func (g *Model) setViews(u int, buf *Buffer, grad bool) error {
 // model that holds its weights) and returns them.
 func (g *Model) need(u int) (*Buffer, error) {
 	s := g.shard
-	if s.using >= 0 && s.using != u {
+	if s.using == u {
+		// The unit the ops read already: model.UnitPlan's one event
+		// (and one gather) for all of them.
+		return s.wcur, nil
+	}
+	if s.using >= 0 {
 		if err := g.setViews(s.using, nil, false); err != nil {
 			return nil, err
 		}
-		s.using = -1
+		s.using, s.wcur = -1, nil
 	}
 	w, err := s.feed.use(u)
 	if err == nil && w.n != s.units[u].Len {
@@ -172,7 +193,7 @@ func (g *Model) need(u int) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: the weights of unit %d: %w", u, err)
 	}
-	s.using = u
+	s.using, s.wcur = u, w
 	return w, g.setViews(u, w, false)
 }
 
@@ -222,7 +243,7 @@ func (g *Model) endPass() {
 	if s.grad >= 0 {
 		g.setViews(s.grad, nil, true)
 	}
-	s.using, s.grad, s.gbuf = -1, -1, nil
+	s.using, s.wcur, s.grad, s.gbuf = -1, nil, -1, nil
 	s.feed.end()
 }
 
@@ -495,7 +516,7 @@ func (h *shardHead) backwardSharded(gradRows []float32, dxh *Buffer) error {
 			return err
 		}
 		var gw *Buffer
-		if !g.shard.tied {
+		if !g.shard.tied && g.lora == nil { // (a LoRA Model's frozen base takes no gradient)
 			if gw, err = g.gradsFor(u); err != nil {
 				return err
 			}

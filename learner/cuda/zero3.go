@@ -95,6 +95,36 @@ func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (b
 	} else if g.params == nil {
 		return nil, errors.New("cuda: the frozen model holds no whole float32 weights to shard (held in bfloat16, or sharded already): ZeRO stage 3 on the devices shards a float32 reference")
 	}
+	return shardFrozenWeights(g, g.params, host, comm, layout, "reference")
+}
+
+var _ backend.BaseSharded = (*compute)(nil)
+
+// ShardBase implements backend.BaseSharded: a LoRA Model's frozen base is
+// sharded as ShardFrozen shards a reference (the rank's elements of every
+// unit copied out of the whole float32 base, which then goes), and its
+// passes, training or scoring, with the adapter on or off, gather it a
+// unit at a time; the adapter, its gradients and the stage-1 device
+// group's moments stay whole on every device. Closing the Compute closes
+// the group too.
+func (c *compute) ShardBase(comm collective.Comm, layout backend.ShardLayout) (backend.ShardedScorer, error) {
+	g := c.dev
+	if g.lora == nil {
+		return nil, errors.New("cuda: ShardBase: the passes train no LoRA adapter: a whole model is sharded by ShardedGroup")
+	}
+	if g.base == nil {
+		return nil, errors.New("cuda: the LoRA Model holds no whole float32 base to shard (held in bfloat16, or sharded already): ZeRO stage 3 on the devices shards a float32 base; set learner.precision fp32, or learner.zero 1")
+	}
+	return shardFrozenWeights(g, g.base, nil, comm, layout, "LoRA policy's base")
+}
+
+// shardFrozenWeights makes g's frozen weights src (its whole float32
+// weights, model.ParamData's layout), or host (the same on the host, for
+// passes opened unplaced: src is then nil), sharded over comm: the group
+// holds the rank's elements and, at more than one rank, a gathered unit
+// and the gathers' buffer; g's Free closes it. what names the weights in
+// errors.
+func shardFrozenWeights(g *Model, src *Buffer, host []float32, comm collective.Comm, layout backend.ShardLayout, what string) (backend.ShardedScorer, error) {
 	z, err := newShardGroup(g, comm, layout)
 	if err != nil {
 		return nil, err
@@ -113,9 +143,9 @@ func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (b
 		if err == nil && host != nil {
 			err = dst.CopyFromFloat32(host[lo:hi])
 		} else if err == nil {
-			var src *Buffer
-			if src, err = g.params.Slice(lo, hi); err == nil {
-				err = dst.CopyFrom(src)
+			var from *Buffer
+			if from, err = src.Slice(lo, hi); err == nil {
+				err = dst.CopyFrom(from)
 			}
 		}
 		z.err = err
@@ -126,7 +156,7 @@ func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (b
 	if z.err != nil {
 		err := z.err
 		z.Close()
-		return nil, fmt.Errorf("cuda: rank %d's share of the sharded reference (%d elements): %w", z.rank, k, err)
+		return nil, fmt.Errorf("cuda: rank %d's share of the sharded %s (%d elements): %w", z.rank, what, k, err)
 	}
 	if err := g.shardOn(z); err != nil {
 		z.Close()
@@ -366,7 +396,11 @@ func (z *shardGroup) Shadow(train bool) error {
 	if z.err != nil {
 		return z.err
 	}
-	for _, e := range model.UnitPlan(z.g.cfg, train) {
+	plan := model.UnitPlan(z.g.cfg, train)
+	if train && z.g.lora != nil {
+		plan = model.FrozenUnitPlan(z.g.cfg) // (a LoRA Model's frozen base)
+	}
+	for _, e := range plan {
 		if e.Grad {
 			if err := z.reduce(e.Unit, nil); err != nil {
 				return fmt.Errorf("cuda: reducing the gradient of unit %d: %w", e.Unit, err)

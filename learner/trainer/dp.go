@@ -105,6 +105,11 @@ type DataParallel struct {
 	loraZero3 bool
 	base      *zero3
 	baseOf    *model.Model
+	// baseDev is, with the passes on a device, the group of the LoRA
+	// policy's base sharded on the devices (lora.go: shardBaseDevice),
+	// opened on baseDevOf, those passes; their Close closes it.
+	baseDev   backend.ShardedScorer
+	baseDevOf Compute
 	// zrefDev is, at stage 3 on the devices, the group of the frozen
 	// reference's passes sharded on the devices (zero3ref.go), opened on
 	// refDevOf, those passes; their Close closes it.
@@ -173,7 +178,7 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 	if zero > 3 {
 		return fmt.Errorf("trainer: ZeRO stage %d: give 1 (the optimiser state sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", cfg.Zero)
 	}
-	if err := checkLoRAGroup(l.Policy, zero, dev != nil); err != nil {
+	if err := checkLoRAGroup(l.Policy, zero, dev, cfg.DeviceComm != nil); err != nil {
 		return err
 	}
 	// A LoRA policy's group is stage 1's over the adapter; at stage 3 its
@@ -240,9 +245,13 @@ func (l *Learner) EnableDataParallel(comm collective.Comm, cfg DPConfig) error {
 		return err
 	}
 	// (At stage 3 the LoRA policy's base is sharded by its first step:
-	// shardBase.)
+	// shardBase; on the devices at once, as the reference is, so that
+	// its whole weights leave the devices before any step's buffers.)
 	dp.loraZero3 = lora && zero == 3
 	l.DP = dp
+	if dp.loraZero3 && dev != nil {
+		return l.shardBaseDevice(dev)
+	}
 	return nil
 }
 
@@ -344,7 +353,7 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 		if ref != nil && dp.zrefDev != nil {
 			// The reference's shards on the devices, gathered a unit
 			// at a time.
-			if err := l.scoreShardedDevice(ctx, dp.zrefDev, rc, groups, seqs, cfg.MicroBatchTokens, ref); err != nil {
+			if err := l.scoreShardedDevice(ctx, dp.zrefDev, rc, groups, seqs, cfg.MicroBatchTokens, ref, ownerZero3(n)); err != nil {
 				return RLStats{}, fmt.Errorf("trainer: the reference's log-probs: %w", err)
 			}
 		}
@@ -372,6 +381,17 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 			}
 		}
 		dp.Sent += dp.base.sent.Swap(0)
+	} else if dp.baseDev != nil {
+		// The same on the devices: the base's units gathered over the
+		// device communicator.
+		if err := l.scoreShardedDevice(ctx, dp.baseDev, l.policy(), groups, seqs, cfg.MicroBatchTokens, old, ownerStage1(v, n)); err != nil {
+			return RLStats{}, fmt.Errorf("trainer: pi_old: %w", err)
+		}
+		if ref != nil {
+			if err := l.scoreShardedDevice(ctx, dp.baseDev, rc, groups, seqs, cfg.MicroBatchTokens, ref, ownerStage1(v, n)); err != nil {
+				return RLStats{}, fmt.Errorf("trainer: the reference's log-probs: %w", err)
+			}
+		}
 	}
 	for mb := range groups {
 		for s, order := range groups[mb] {
@@ -385,13 +405,13 @@ func (l *Learner) RLStepDP(ctx context.Context, cfg RLConfig, samples []RLSample
 			if o != rank {
 				continue
 			}
-			if dp.z3 != nil || dp.base != nil {
+			if dp.z3 != nil || dp.base != nil || dp.baseDev != nil {
 				// pi_old (and at stage 3 with LoRA the reference's
 				// log-probs) were scored above.
 			} else if err := logProbsInto(old, l.policy(), seqs, order, cfg.MicroBatchTokens); err != nil {
 				return RLStats{}, err
 			}
-			if ref != nil && dp.zref == nil && dp.zrefDev == nil && dp.base == nil {
+			if ref != nil && dp.zref == nil && dp.zrefDev == nil && dp.base == nil && dp.baseDev == nil {
 				if err := logProbsInto(ref, rc, seqs, order, cfg.MicroBatchTokens); err != nil {
 					return RLStats{}, err
 				}
@@ -582,7 +602,11 @@ func (l *Learner) miniBatchDP(ctx context.Context, cfg RLConfig, samples []RLSam
 		if len(mine) == 1 && dp.Zero == 1 {
 			// The rank's one shard is its partial sum: read in place
 			// (the model's buffer, when leaf is), by the reduction that
-			// follows before any pass writes it again.
+			// follows before any pass writes it again. (The shadows
+			// write no gradient.)
+			if err := shadows(); err != nil {
+				return miniBatchPart{}, err
+			}
 			if err := dp.reduce(ctx, l.zerosIfNil(leaf)); err != nil {
 				return miniBatchPart{}, err
 			}

@@ -121,6 +121,7 @@ func (dp *DataParallel) momentsToDevice() error { return dp.momentsTransfer(true
 func (l *Learner) miniBatchDevice(ctx context.Context, cfg RLConfig, samples []RLSample, seqs []Sequence, shards [][]int, old, ref [][]float32) (miniBatchPart, error) {
 	dp := l.DP
 	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
+	l.keyDropout()
 	mbs, inputs, counts, total, names, err := planShards(cfg, samples, seqs, shards, old, ref)
 	if err != nil {
 		return miniBatchPart{}, err
@@ -133,6 +134,13 @@ func (l *Learner) miniBatchDevice(ctx context.Context, cfg RLConfig, samples []R
 		return miniBatchPart{}, err
 	}
 	c := l.policy()
+	shadows := func() error { return nil }
+	if dp.baseDev != nil {
+		// A LoRA policy whose base is sharded on the devices: every
+		// pass gathers it, every rank as many as the rank with the
+		// most (basePassesDevice).
+		c, shadows = l.basePassesDevice(ctx, c, counts)
+	}
 	parts := make([]miniBatchPart, v)
 	mine := 0
 	for s := range v {
@@ -157,6 +165,9 @@ func (l *Learner) miniBatchDevice(ctx context.Context, cfg RLConfig, samples []R
 		if err := g.PushShard(leaf == nil); err != nil {
 			return miniBatchPart{}, fmt.Errorf("trainer: the shard's gradients on the device: %w", err)
 		}
+	}
+	if err := shadows(); err != nil {
+		return miniBatchPart{}, err
 	}
 	if err := g.Reduce(ctx); err != nil {
 		return miniBatchPart{}, err

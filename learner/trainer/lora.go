@@ -87,17 +87,23 @@ func flatBuffers(m *model.Model) (grads, params []float32) {
 // checkLoRAGroup refuses the ZeRO stages a LoRA policy's group does not
 // run: stage 2, which shards the gradients of what the run trains, would
 // hold nothing less than stage 1 (the adapter's gradients are reduced
-// whole, the base has none); stage 3 (the frozen base sharded) is built
-// for passes on the host model alone (onDevice: they run on a device).
-func checkLoRAGroup(m *model.Model, zero int, onDevice bool) error {
+// whole, the base has none); stage 3 with the passes on a device (dev)
+// shards the frozen base on the devices, over the device communicator
+// (devComm), which the passes must be able to do (backend.BaseSharded).
+func checkLoRAGroup(m *model.Model, zero int, dev backend.HostReduced, devComm bool) error {
 	if m == nil || !m.HasAdapter() {
 		return nil
 	}
 	switch {
 	case zero == 2:
 		return errors.New("trainer: ZeRO stage 2 shards the gradients of the weights a run trains, but a LoRA run trains the adapter alone, whose gradients stage 1 reduces whole (a few megabytes) and whose AdamW state it shards, and the frozen base has no gradients: stage 2 would hold nothing less than stage 1; set learner.zero: 1, or 3 to shard the frozen base as well")
-	case zero == 3 && onDevice:
-		return errors.New("trainer: a LoRA run at ZeRO stage 3 (the frozen base sharded across the ranks) is built on the cpu backend alone, NOT BUILT on GPUs yet: set learner.zero: 1 on GPUs (each GPU then holds the whole base)")
+	case zero == 3 && dev != nil:
+		if _, ok := dev.(backend.BaseSharded); !ok {
+			return fmt.Errorf("trainer: the passes of this device (%T) cannot shard a LoRA policy's frozen base (ZeRO stage 3 on the devices): set learner.zero: 1 (each device then holds the whole base)", dev)
+		}
+		if !devComm {
+			return errors.New("trainer: a LoRA run at ZeRO stage 3 with the passes on a device gathers its frozen base over a device communicator: give DPConfig.DeviceComm (NCCL)")
+		}
 	}
 	return nil
 }
@@ -115,6 +121,15 @@ func checkLoRAGroup(m *model.Model, zero int, onDevice bool) error {
 // most, the passes it lacks as shadows (their gathers alone). The base
 // stays sharded between steps: nothing reads it whole (checkpoints and
 // the weight sync carry the adapter alone).
+//
+// With the passes on a device (backend.BaseSharded) the base is sharded
+// there, with the same layout: each device keeps its elements of every
+// unit, the passes gather each unit over the device communicator, and
+// the adapter's gradients are reduced and its moments stepped by the
+// stage-1 device group (dpdevice.go), so the update is the device stage
+// 1's bits at every group size. Its passes are reopened between steps
+// (the whole base uploaded again): each new one is sharded before its
+// first pass.
 
 // shardBase makes the LoRA policy's frozen base this rank's share, if it
 // is not already (the policy, loaded anew, holds it whole).
@@ -129,7 +144,7 @@ func (l *Learner) shardBase() error {
 	if dev, err := l.hostReduced(); err != nil {
 		return err
 	} else if dev != nil {
-		return checkLoRAGroup(l.Policy, 3, true)
+		return l.shardBaseDevice(dev)
 	}
 	z, err := newZero3Frozen(l.Policy, dp.Comm.Size(), dp.Comm.Rank())
 	if err != nil {
@@ -143,15 +158,40 @@ func (l *Learner) shardBase() error {
 	return nil
 }
 
-// basePasses is c, the LoRA policy's passes, each over the sharded base
-// (fedPasses), and the function that runs, after this rank's passes of a
-// mini-batch, the shadow passes that bring it to the most passes any
-// rank runs (counts[s][b]: shard s's micro-batch b has a token to train
-// when not 0; each such one is a pass of shard s's owner).
-func (l *Learner) basePasses(ctx context.Context, c Compute, counts [][]float64) (Compute, func() error) {
+// shardBaseDevice makes the LoRA policy's passes on the device sharded
+// (DataParallel's baseDev), if these passes are not already: each rank
+// keeps its elements of every unit of the base on its device, laid out
+// as the host's share would be (newZero3Frozen), and the whole base there
+// goes. dev is the passes (l.PolicyCompute).
+func (l *Learner) shardBaseDevice(dev backend.HostReduced) error {
 	dp := l.DP
-	n, rank, v := dp.Comm.Size(), dp.Comm.Rank(), dp.Shards
-	passes := make([]int, n)
+	if dp.baseDev != nil && dp.baseDevOf == l.PolicyCompute {
+		return nil
+	}
+	bs, ok := dev.(backend.BaseSharded)
+	if !ok || dp.dev.comm == nil {
+		return checkLoRAGroup(l.Policy, 3, dev, dp.dev.comm != nil)
+	}
+	z := zero3Layout(l.Policy.Config(), dp.Comm.Size())
+	lay := backend.ShardLayout{Parts: z.own}
+	for _, u := range z.units {
+		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
+	}
+	g, err := bs.ShardBase(dp.dev.comm, lay)
+	if err != nil {
+		return fmt.Errorf("trainer: sharding the LoRA policy's base on the devices: %w", err)
+	}
+	dp.baseDev, dp.baseDevOf = g, l.PolicyCompute
+	return nil
+}
+
+// passCounts is, for each rank, the passes of a mini-batch its shards
+// run (counts[s][b]: shard s's micro-batch b has a token to train when
+// not 0; each such one is a pass of shard s's owner), and the most any
+// rank runs.
+func (dp *DataParallel) passCounts(counts [][]float64) (passes []int, most int) {
+	n, v := dp.Comm.Size(), dp.Shards
+	passes = make([]int, n)
 	for s := range v {
 		for _, x := range counts[s] {
 			if x != 0 {
@@ -159,7 +199,58 @@ func (l *Learner) basePasses(ctx context.Context, c Compute, counts [][]float64)
 			}
 		}
 	}
-	most := slices.Max(passes)
+	return passes, slices.Max(passes)
+}
+
+// basePassesDevice is basePasses on the devices: c's passes each between
+// the device group's BeginScore and EndPass, and the shadows (a training
+// pass's gathers, model.FrozenUnitPlan) that bring this rank to the most
+// passes any rank runs.
+func (l *Learner) basePassesDevice(ctx context.Context, c Compute, counts [][]float64) (Compute, func() error) {
+	dp := l.DP
+	passes, most := dp.passCounts(counts)
+	g := dp.baseDev
+	return devFedPasses{Compute: c, ctx: ctx, dp: dp, g: g}, func() error {
+		for range most - passes[dp.Comm.Rank()] {
+			g.BeginScore(ctx)
+			if err := g.EndPass(g.Shadow(true)); err != nil {
+				dp.Comm.Abort(err)
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// devFedPasses runs the passes of a LoRA policy whose base is sharded on
+// the devices (dp.baseDev), each pass's gathers begun and ended with it.
+type devFedPasses struct {
+	Compute
+	ctx context.Context
+	dp  *DataParallel
+	g   backend.ShardedScorer
+}
+
+func (f devFedPasses) Run(b model.Batch, loss LossGrad) ([]float32, error) {
+	f.g.BeginScore(f.ctx)
+	out, err := f.Compute.Run(b, loss)
+	if err := f.g.EndPass(err); err != nil {
+		// The others wait for this rank's gathers: tell them.
+		f.dp.Comm.Abort(err)
+		return nil, err
+	}
+	return out, nil
+}
+
+// basePasses is c, the LoRA policy's passes, each over the sharded base
+// (fedPasses), and the function that runs, after this rank's passes of a
+// mini-batch, the shadow passes that bring it to the most passes any
+// rank runs (counts[s][b]: shard s's micro-batch b has a token to train
+// when not 0; each such one is a pass of shard s's owner).
+func (l *Learner) basePasses(ctx context.Context, c Compute, counts [][]float64) (Compute, func() error) {
+	dp := l.DP
+	rank := dp.Comm.Rank()
+	passes, most := dp.passCounts(counts)
 	f := fedPasses{Compute: c, ctx: ctx, dp: dp, m: l.Policy}
 	return f, func() error {
 		for range most - passes[rank] {

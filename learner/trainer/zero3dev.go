@@ -157,24 +157,24 @@ func (l *Learner) scoreZero3Device(ctx context.Context, groups [][][]int, seqs [
 	if err != nil {
 		return err
 	}
-	if err := l.scoreShardedDevice(ctx, g, l.policy(), groups, seqs, budget, old); err != nil {
+	if err := l.scoreShardedDevice(ctx, g, l.policy(), groups, seqs, budget, old, ownerZero3(l.DP.Comm.Size())); err != nil {
 		return fmt.Errorf("trainer: pi_old: %w", err)
 	}
 	return nil
 }
 
-// scoreShardedDevice scores this rank's shards (owner3) with the passes c
-// of a model sharded on the devices, fed by g, into out: every rank runs
-// as many passes as the rank with the most micro-batches, a Shadow where
-// it has none left, so that the gathers stay in step.
-func (l *Learner) scoreShardedDevice(ctx context.Context, g backend.ShardedScorer, c Compute, groups [][][]int, seqs []Sequence, budget int, out [][]float32) error {
+// scoreShardedDevice scores this rank's shards (ownerOf) with the passes
+// c of a model sharded on the devices, fed by g, into out: every rank
+// runs as many passes as the rank with the most micro-batches, a Shadow
+// where it has none left, so that the gathers stay in step.
+func (l *Learner) scoreShardedDevice(ctx context.Context, g backend.ShardedScorer, c Compute, groups [][][]int, seqs []Sequence, budget int, out [][]float32, ownerOf func(s int) int) error {
 	dp := l.DP
 	n, rank := dp.Comm.Size(), dp.Comm.Rank()
 	counts := make([]int, n)
 	var mine []microBatch
 	for mb := range groups {
 		for s, order := range groups[mb] {
-			r := owner3(s, n)
+			r := ownerOf(s)
 			k := pack(seqs, order, budget)
 			counts[r] += len(k)
 			if r == rank {
