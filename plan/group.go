@@ -304,7 +304,7 @@ func (g *Group) describeLoRA(p Plan) string {
 			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s) as built in float32 (learner/cuda/zero3.go's ShardBase, learner/trainer/lora.go): "+
 				"each GPU holds 1/%d of the frozen base's float32 weights (rank 0: %s of %s parameters) and, for as long as the group, two buffers of the largest unit (the gathered unit a pass reads and the gather's receive buffer): every pass, the adapters' and the reference's (the base with the adapters off), all-gathers the base a unit at a time over NCCL (a decoder layer or a block of the vocabulary) just before it reads it, and hands over no gradient; "+
 				"the adapters are reduced and their AdamW moments sharded by the stage-1 device group (learner/cuda/dpgroup.go): the whole adapters and their gradients, rank 0's share of their moments (about %s of %s trained parameters) and the group's adapter gradient buffers. "+
-				"The base is uploaded whole when the passes open and sharded at once, so a GPU must hold the whole float32 base for that moment. The device figures are one GPU's (rank 0's), the host figures the node's, %d ranks a machine\n",
+				"The passes open with the adapters alone and each GPU receives its share of the base from the host a unit's run at a time (trainer.Learner.OnSharded, trainer.PlanLoRAStartOnDevices): no GPU ever holds the whole base. The device figures are one GPU's (rank 0's), the host figures the node's, %d ranks a machine\n",
 				g.Ranks, p.Config.Learner.Backend, g.Ranks, fmtCount(b0.Elements), fmtCount(p.Params), fmtCount(share), fmtCount(A), g.perNode())
 		}
 		if g.OnDevice {

@@ -215,25 +215,3 @@ func (p *Plan) loraLearnPhaseGPU(st trainer.StepMemory, proc Line) (Phase, Line)
 	held := Line{What: "learner state kept between steps (the host's float32 base and adapters, the adapters' moments)", Host: st.Host.Weights + st.Host.Adapter + moments}
 	return learn, held
 }
-
-// loraOpenPhaseGPU is, for a LoRA run at ZeRO stage 3 on GPUs as built
-// (float32), the moment its passes open: learner/cuda's NewLoRA uploads
-// the whole float32 base (and its rotary table) beside the adapters, and
-// the group's ShardBase copies the rank's share out of it before the
-// whole base goes, at the first step and again whenever the passes are
-// reopened. Nothing else of the step is on the GPU then. ok is false for
-// every other run.
-func (p *Plan) loraOpenPhaseGPU(st trainer.StepMemory, proc Line) (Phase, bool) {
-	g := p.Group
-	if p.LoRA == nil || !p.cuda() || g == nil || len(g.Base) == 0 || g.Base[0].BytesPerElement != 4 {
-		return Phase{}, false
-	}
-	b0 := g.Base[0]
-	return Phase{Name: "the learner's passes open (LoRA at ZeRO stage 3 on GPUs: the base uploaded whole, then sharded)", Lines: []Line{
-		{What: "the whole frozen base and its rotary table (float32), uploaded before the rank's share is copied out of it", Device: 4*p.Params + b0.Rotary},
-		{What: "frozen base weights of rank 0's share (float32), copied out of it", Device: b0.Share},
-		{What: fmt.Sprintf("LoRA adapters and their gradients (float32, %s parameters)", fmtCount(p.LoRA.Trainable)), Device: st.Device.Adapter + st.Device.Grads},
-		{What: "the policy's float32 model on the host (the base, uploaded from it, and the adapters)", Host: st.Host.Weights + st.Host.Adapter},
-		proc, cudaContext,
-	}}, true
-}

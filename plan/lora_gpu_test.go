@@ -38,8 +38,10 @@ func loraMath(t *testing.T) runconfig.Config {
 // and a pass, and the plan says by how much; at --zero 3 each GPU holds a
 // quarter of the base and two unit buffers and it fits: in float32 as
 // learner/cuda's ShardBase holds them (trainer.PlanReferenceShardsOnDevices,
-// built), and in bfloat16 as the CPU's layout would (not built: the plan
-// says so). The model configurations are
+// built; the passes open with the adapter alone and each share placed
+// from the host, trainer.PlanLoRAStartOnDevices, less than the step, so
+// no GPU holds the whole base), and in bfloat16 as the CPU's layout would
+// (not built: the plan says so). The model configurations are
 // the model cards' config.json files (learner/hfconfig/testdata, their
 // sources in its README).
 func TestPlanLoRAOnGPUs(t *testing.T) {
@@ -58,7 +60,7 @@ func TestPlanLoRAOnGPUs(t *testing.T) {
 		{"Qwen2.5-32B", "h200", 0, 0, 256, true, false},
 		{"Qwen2.5-72B-Instruct", "h200", 4, 0, 2048, false, false},
 		{"Qwen2.5-72B-Instruct", "h200", 4, 3, 2048, true, false},
-		{"Qwen2.5-72B-Instruct", "h200", 4, 3, 2048, false, true},
+		{"Qwen2.5-72B-Instruct", "h200", 4, 3, 2048, true, true},
 	} {
 		cfg := loraMath(t)
 		if c.fp32 {
@@ -104,6 +106,22 @@ func TestPlanLoRAOnGPUs(t *testing.T) {
 			}
 			if s := p.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA (learner.backend cuda) as built in float32") || strings.Contains(s, "NOT BUILT") {
 				t.Errorf("%s: the plan does not say that LoRA at stage 3 in float32 is built on GPUs:\n%s", c.model, s)
+			}
+			// The passes open with the adapter alone and the base's
+			// share placed from the host (TestDeviceLoRAZero3 holds the
+			// start-up peak to these figures): less than the step holds,
+			// so the plan has no phase for it.
+			start, err := trainer.PlanLoRAStartOnDevices(p.Model, c.ranks, p.LoRA.Trainable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: rank 0's GPU at start-up %s (the adapter and its gradients %s, the rotary table %s, its part of the base %s); the learner step %s",
+				c.model, fmtBytes(start[0].Total()), fmtBytes(start[0].Policy), fmtBytes(start[0].PolicyRotary), fmtBytes(start[0].Base), fmtBytes(learn.Device()))
+			if s0 := start[0].Total(); s0 >= learn.Device() {
+				t.Errorf("%s: the start-up holds %d bytes of rank 0's GPU, not less than the learner step's %d", c.model, s0, learn.Device())
+			}
+			if len(p.Phases) != phaseStart {
+				t.Errorf("%s: the plan has %d phases, want the step, the load and the rollout", c.model, len(p.Phases))
 			}
 		}
 		var now strings.Builder

@@ -317,10 +317,6 @@ func planFor(cfg runconfig.Config, mc model.Config, o Options, base int64) (Plan
 		}
 		p.Phases = append(p.Phases, start)
 	}
-	if open, ok := p.loraOpenPhaseGPU(st, proc); ok {
-		open.Others = load.Others
-		p.Phases = append(p.Phases, open)
-	}
 	p.Disk = planDisk(cfg, mc, p.Params)
 	if p.LoRA != nil {
 		p.Disk = loraDisk(cfg, mc, p.Params, p.LoRA.Trainable)
@@ -675,8 +671,9 @@ func (p Plan) phaseFits(i int) bool {
 }
 
 // The phases, in Plan.Phases order (phaseStart only for a group at
-// stage 3 on GPUs: the passes opened without weights, or, for a LoRA run,
-// opened with the whole base before it is sharded: loraOpenPhaseGPU).
+// stage 3 on GPUs: the passes opened without weights; a LoRA run's passes
+// open with the adapter alone and the base's share placed from the host,
+// less than its learner step holds, trainer.PlanLoRAStartOnDevices).
 const (
 	phaseLearn = iota
 	phaseLoad

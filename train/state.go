@@ -91,9 +91,9 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		// runs: a device that can opens them without the models'
 		// weights, and the group places each rank's share of the
 		// policy, then of the reference, so that no device holds the
-		// whole policy and reference at start-up
-		// (trainer.Learner.OnSharded).
-		sharded := st.ranks != nil && st.group.Zero == 3 && !st.pol.Model.HasAdapter()
+		// whole policy and reference at start-up, nor a LoRA policy's
+		// whole base (trainer.Learner.OnSharded).
+		sharded := st.ranks != nil && st.group.Zero == 3
 		free, ordinal, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision, local, sharded)
 		if err != nil {
 			return nil, fmt.Errorf("learner.backend %s: %w", cfg.Learner.Backend, err)

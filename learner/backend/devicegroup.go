@@ -84,7 +84,10 @@ type DeviceSharded interface {
 // at start-up. Until their group opens, the passes refuse to run.
 type ShardedOpener interface {
 	// TrainSharded is Train for a policy that a stage-3 group shards
-	// (DeviceSharded.ShardedGroup) before any pass.
+	// (DeviceSharded.ShardedGroup) before any pass; for a policy with a
+	// LoRA adapter attached, the adapter and its gradients alone are
+	// placed, and the group shards the frozen base
+	// (BaseSharded.ShardBase, from m's weights) before any pass.
 	TrainSharded(m *model.Model, precision string) (Compute, error)
 	// EvalSharded is Eval for a frozen model that a stage-3 group
 	// shards (FrozenSharded.ShardFrozen) before any pass: m is read
@@ -130,8 +133,9 @@ type BaseSharded interface {
 	DeviceReduced
 	// ShardBase makes the passes' base sharded and opens rank
 	// comm.Rank()'s side of it over layout, the rank's elements taken
-	// from the base the device holds (which then goes). Closing the
-	// Compute closes the group too.
+	// from the base the device holds (which then goes), or, for passes
+	// opened by ShardedOpener.TrainSharded, from the host model's a
+	// unit at a time. Closing the Compute closes the group too.
 	ShardBase(comm collective.Comm, layout ShardLayout) (ShardedScorer, error)
 }
 

@@ -147,13 +147,20 @@ var errShardedBF16 = errors.New("cuda: a model whose GEMMs take bfloat16 operand
 
 // TrainSharded implements backend.ShardedOpener: the passes of m with
 // nothing of its weights or gradients on the device until ShardedGroup
-// places the rank's share (newUnplaced).
+// places the rank's share (newUnplaced). For a model with a LoRA adapter
+// attached the adapter and its gradients are uploaded and nothing of the
+// frozen base until ShardBase places the rank's share of it from m
+// (newLoRAUnplaced).
 func (d cudaDevice) TrainSharded(m *model.Model, precision string) (backend.Compute, error) {
 	if err := shardedPrecision(precision); err != nil {
 		return nil, err
 	}
 	if m.HasAdapter() {
-		return nil, errors.New("cuda: a LoRA policy's passes are not sharded at ZeRO stage 3 on the devices: open them with Train")
+		g, err := d.dv.newLoRAUnplaced(m)
+		if err != nil {
+			return nil, err
+		}
+		return &compute{host: m, dev: g}, nil
 	}
 	g, err := d.dv.newUnplaced(m, false)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 var fakeTests = []string{
 	"TestGPUDeviceInfo", "TestGPUBufferRoundTrip", "TestGPUErrors", "TestGPUConcurrentUse",
 	"TestParityGemmF32", "TestParityGemmBF16", "TestParityResidual", "TestGPUProbe", "TestGPUDevices",
-	"TestUnplacedPassesHoldNoWeights",
+	"TestUnplacedPassesHoldNoWeights", "TestUnplacedLoRAHoldsNoBase",
 }
 
 // emulatedTests join fakeTests when the stand-in driver is linked with the

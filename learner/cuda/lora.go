@@ -77,6 +77,37 @@ func (dv *Device) NewLoRA(m *model.Model, bf16 bool) (*Model, error) {
 	return g, nil
 }
 
+// newLoRAUnplaced is NewLoRA for a LoRA policy whose frozen base ZeRO
+// stage 3 on the devices shards (backend.BaseSharded): the adapter's
+// matrices, their zeroed gradients and the rotary table are uploaded,
+// and nothing of the base, whose rank's share ShardBase uploads from m's
+// weights a unit's run at a time, so that no device ever holds the whole
+// base. Until then the passes refuse to run (errUnplaced); the adapter's
+// parameters, gradients and optimiser state can be read and written.
+func (dv *Device) newLoRAUnplaced(m *model.Model) (*Model, error) {
+	if !m.HasAdapter() {
+		return nil, fmt.Errorf("cuda: newLoRAUnplaced: the model has no LoRA adapter attached")
+	}
+	g, err := dv.shell(m.Config())
+	if err != nil {
+		return nil, err
+	}
+	g.spans, g.from = m.Spans(), m
+	if err := g.ropeTable(); err != nil {
+		g.Free()
+		return nil, err
+	}
+	if err := g.attachAdapter(m); err != nil {
+		g.Free()
+		return nil, fmt.Errorf("cuda: the LoRA policy's passes: %w", err)
+	}
+	return g, nil
+}
+
+// baseUnplaced reports whether g is a LoRA Model opened without its base
+// (newLoRAUnplaced) whose share ShardBase has not placed yet.
+func (g *Model) baseUnplaced() bool { return g.lora != nil && g.from != nil }
+
 // attachAdapter uploads m's adapter as the Model's parameters (the frozen
 // base's float32 buffer, when it has one, becomes an owned buffer).
 func (g *Model) attachAdapter(m *model.Model) error {

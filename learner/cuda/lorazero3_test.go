@@ -53,6 +53,11 @@ func dpTestAdapter(m *model.Model) error {
 // 2 lr a step, and the mean difference stays below 1e-4 lr (measured:
 // at most 6.3e-6, on average 7.2e-9, at lr 1e-2).
 //
+// At start-up (the passes opened, the base's share placed) each rank's
+// device peak is at most the plan's (trainer.PlanLoRAStartOnDevices: the
+// adapter, its gradients, the rotary table and the rank's part of the
+// base), never the whole base.
+//
 // At 4 ranks each rank's device peak (the stand-in driver's count from
 // the group's opening on) is at most the one rank's at stage 3, whose
 // share is the whole float32 base, with the base replaced by the plan's
@@ -84,6 +89,23 @@ func TestDeviceLoRAZero3(t *testing.T) {
 		}
 		if d := fileDigest(t, dir, "optimizer.bin"); d != wantOpt {
 			t.Errorf("LoRA at stage 3 on %d devices: the optimiser state's sha256 %s, stage 1 on one %s", n, d, wantOpt)
+		}
+		// At start-up each rank holds the adapter, its gradients, the
+		// rotary table and its part of the base alone, as the plan
+		// counts them: the passes are opened without the base
+		// (Learner.OnSharded) and ShardBase places the share from the
+		// host model, so no device holds the whole base for a moment.
+		start, err := trainer.PlanLoRAStartOnDevices(cfg, n, int64(len(want)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r, out := range outs {
+			got := startPeak(t, r, out)
+			t.Logf("rank %d of %d: start-up peak %d bytes; the plan's %d (adapter and gradients %d, rotary table %d, the base's part %d); the whole float32 base %d",
+				r, n, got, start[r].Total(), start[r].Policy, start[r].PolicyRotary, start[r].Base, whole)
+			if got > start[r].Total() {
+				t.Errorf("rank %d of %d held %d bytes of device memory at start-up, more than the plan's %d (the adapter, its gradients, the rotary table and the rank's part of the base; the whole float32 base is %d)", r, n, got, start[r].Total(), whole)
+			}
 		}
 		if n == 1 {
 			one = outs[0]

@@ -53,6 +53,9 @@ type Model struct {
 	// and holds no weights on the device until its group places the
 	// rank's share of them (shardOn); from is then the host model a
 	// frozen one's share is taken from (ShardFrozen), nil once placed.
+	// A LoRA Model opened to be sharded (newLoRAUnplaced) holds its
+	// adapter and is not unplaced, but has from, the host model its
+	// base's share is taken from (ShardBase), until that is placed.
 	unplaced bool
 	from     *model.Model
 
@@ -516,7 +519,7 @@ func (s *scratch) free() {
 // model.Forward then model.Backward. A nil lossFn runs the forward pass
 // only. It returns the log-probabilities and entropies.
 func (g *Model) ForwardBackward(b model.Batch, lossFn LossFunc) (logProbs, entropy []float32, err error) {
-	if g.unplaced {
+	if g.unplaced || g.baseUnplaced() {
 		return nil, nil, errUnplaced
 	}
 	if lossFn != nil && g.grads == nil && g.shard == nil {

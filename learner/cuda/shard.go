@@ -102,7 +102,8 @@ func (g *Model) shardOn(f unitFeed) error {
 	if g.lora != nil {
 		// A LoRA Model's params and grads are the adapter's, which stay
 		// whole on every rank: the frozen base goes.
-		if g.base == nil {
+		// (Opened without it, newLoRAUnplaced, there is none.)
+		if g.base == nil && !g.baseUnplaced() {
 			return errors.New("cuda: the LoRA Model holds no whole float32 base to shard (held in bfloat16, or sharded already)")
 		}
 		whole = []*Buffer{g.base}

@@ -102,7 +102,10 @@ var _ backend.BaseSharded = (*compute)(nil)
 
 // ShardBase implements backend.BaseSharded: a LoRA Model's frozen base is
 // sharded as ShardFrozen shards a reference (the rank's elements of every
-// unit copied out of the whole float32 base, which then goes), and its
+// unit copied out of the whole float32 base, which then goes, or, for
+// passes opened without the base (TrainSharded: newLoRAUnplaced),
+// uploaded from the host model's weights a unit's run at a time, so that
+// the device never holds the whole base), and its
 // passes, training or scoring, with the adapter on or off, gather it a
 // unit at a time; the adapter, its gradients and the stage-1 device
 // group's moments stay whole on every device. Closing the Compute closes
@@ -111,6 +114,13 @@ func (c *compute) ShardBase(comm collective.Comm, layout backend.ShardLayout) (b
 	g := c.dev
 	if g.lora == nil {
 		return nil, errors.New("cuda: ShardBase: the passes train no LoRA adapter: a whole model is sharded by ShardedGroup")
+	}
+	if g.baseUnplaced() {
+		host := g.from.ParamData()
+		if want := model.ParamCount(g.cfg); int64(len(host)) != want {
+			return nil, fmt.Errorf("cuda: the LoRA policy's host base is %d floats, not its %d parameters (held in bfloat16 or sharded): ZeRO stage 3 on the devices shards a float32 base", len(host), want)
+		}
+		return shardFrozenWeights(g, nil, host, comm, layout, "LoRA policy's base")
 	}
 	if g.base == nil {
 		return nil, errors.New("cuda: the LoRA Model holds no whole float32 base to shard (held in bfloat16, or sharded already): ZeRO stage 3 on the devices shards a float32 base; set learner.precision fp32, or learner.zero 1")

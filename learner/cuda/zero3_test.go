@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -308,6 +309,58 @@ func TestUnplacedPassesHoldNoWeights(t *testing.T) {
 	}
 	must(t, pol.Close())
 	must(t, ref.Close())
+	if live, _ := dv.MemStats(); live != live0 {
+		t.Errorf("closed, the passes leave %d bytes on the device (before: %d)", live, live0)
+	}
+}
+
+// TestUnplacedLoRAHoldsNoBase: the passes backend.ShardedOpener opens for
+// a LoRA policy at ZeRO stage 3 (TrainSharded) upload the adapter, its
+// gradients and the rotary table, nothing of the frozen base, and refuse
+// to run until ShardBase places the rank's share of the base from the
+// host model, while the adapter's weights can be read; a one-rank group
+// places all of it (4 bytes a parameter) beside them, and closing frees
+// all.
+func TestUnplacedLoRAHoldsNoBase(t *testing.T) {
+	dv := ownGPU(t)
+	m := fixtureModel(t, "tiny_qwen2", 4)
+	must(t, dpTestAdapter(m))
+	cfg := m.Config()
+	cos, sin := model.RopeTableOf(cfg, cfg.MaxPositionEmbeddings)
+	rope := uint64(4 * (len(cos) + len(sin)))
+	adapter := uint64(4 * len(m.AdapterParamData()))
+	must(t, dv.ReleaseScratch())
+	live0, _ := dv.MemStats()
+	pol, err := cudaDevice{dv}.TrainSharded(m, backend.FP32)
+	must(t, err)
+	if !backend.TrainsAdapter(pol, m) {
+		t.Fatal("the unplaced LoRA policy's passes do not train its adapter")
+	}
+	if live, _ := dv.MemStats(); live-live0 != rope+2*adapter {
+		t.Errorf("the unplaced LoRA policy holds %d bytes on the device, want its rotary table and the adapter with its gradients, %d", live-live0, rope+2*adapter)
+	}
+	b := model.Batch{Tokens: []int32{1, 2, 3}, SeqLens: []int{3}}
+	if _, err := pol.Run(b, nil); !errors.Is(err, errUnplaced) {
+		t.Errorf("a pass of the LoRA policy before its base is placed: %v, want %v", err, errUnplaced)
+	}
+	want := slices.Clone(m.AdapterParamData())
+	must(t, pol.SyncParams())
+	if !slices.Equal(m.AdapterParamData(), want) {
+		t.Error("the unplaced LoRA policy's adapter, read back, differs from the host's")
+	}
+	units := model.UnitsOf(cfg)
+	lay := backend.ShardLayout{}
+	for _, u := range units {
+		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
+		lay.Parts = append(lay.Parts, []int{u.Off, u.Off + u.Len})
+	}
+	if _, err := pol.(backend.BaseSharded).ShardBase(collective.Single(), lay); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := dv.MemStats(); live-live0 != rope+2*adapter+uint64(4*len(m.ParamData())) {
+		t.Errorf("with the base placed at one rank the device holds %d bytes, want the rotary table, the adapter with its gradients and the base's %d float32 weights (%d)", live-live0, len(m.ParamData()), rope+2*adapter+uint64(4*len(m.ParamData())))
+	}
+	must(t, pol.Close())
 	if live, _ := dv.MemStats(); live != live0 {
 		t.Errorf("closed, the passes leave %d bytes on the device (before: %d)", live, live0)
 	}

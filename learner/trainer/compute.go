@@ -42,7 +42,10 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 // of the policy (from its share of the host's weights) and then of the
 // reference (from the host model's weights) a unit at a time. So no
 // device holds the whole policy, its gradients or the whole reference at
-// start-up: each holds its shares alone (PlanStartOnDevices). The
+// start-up: each holds its shares alone (PlanStartOnDevices). A LoRA
+// policy's passes are opened with the adapter alone, and the group places
+// each rank's share of the frozen base from the host model
+// (backend.BaseSharded, PlanLoRAStartOnDevices). The
 // reference's passes read the host model until the group shards them: the
 // caller may set Ref to nil (they keep it until then). Elsewhere it is On.
 func (l *Learner) OnSharded(dev backend.Device, precision string) (release func(), err error) {
@@ -52,9 +55,6 @@ func (l *Learner) OnSharded(dev backend.Device, precision string) (release func(
 // on is On, with the passes opened unplaced (OnSharded) when sharded.
 func (l *Learner) on(dev backend.Device, precision string, sharded bool) (release func(), err error) {
 	so, _ := dev.(backend.ShardedOpener)
-	if l.Policy != nil && l.Policy.HasAdapter() {
-		so = nil // a LoRA policy's passes are not sharded on the devices
-	}
 	var held []Compute
 	release = func() {
 		for _, c := range held {

@@ -441,10 +441,41 @@ type StartOnDevice struct {
 	// ShardFrozen places it (PlanReferenceShardsOnDevices: its share, the
 	// two unit buffers, its rotary table); zero without.
 	Reference int64
+	// Base is, for a LoRA policy (PlanLoRAStartOnDevices), the rank's
+	// part of the frozen base as ShardBase places it: its share and, in
+	// a group of more than one, the two unit buffers (the rotary table
+	// is PolicyRotary); zero for a whole model.
+	Base int64
 }
 
 // Total is the most the rank's device holds at start-up.
-func (s StartOnDevice) Total() int64 { return s.Policy + s.PolicyRotary + s.Reference }
+func (s StartOnDevice) Total() int64 { return s.Policy + s.PolicyRotary + s.Reference + s.Base }
+
+// PlanLoRAStartOnDevices is PlanStartOnDevices for a LoRA policy of
+// trainable adapter parameters whose frozen base a stage-3 group of ranks
+// shards on GPUs (backend.BaseSharded), as learner/cuda allocates it: its
+// passes are opened with the adapter and its gradients (Policy: float32,
+// 8 bytes a trained parameter) and the rotary table, nothing of the base,
+// and the group places the rank's part of the base from the host model a
+// unit's run at a time (Base: PlanReferenceShardsOnDevices' share and
+// unit buffers). The adapter's moments and the device group's buffers
+// come with the first step. Before the passes were opened so, each
+// device held the whole float32 base (4 bytes a parameter) beside its
+// share for a moment.
+func PlanLoRAStartOnDevices(mc model.Config, ranks int, trainable int64) ([]StartOnDevice, error) {
+	if trainable < 1 {
+		return nil, fmt.Errorf("trainer: a LoRA adapter of %d parameters: give 1 or more", trainable)
+	}
+	base, err := PlanReferenceShardsOnDevices(mc, ranks)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StartOnDevice, ranks)
+	for r, b := range base {
+		out[r] = StartOnDevice{Rank: r, Policy: 8 * trainable, PolicyRotary: b.Rotary, Base: b.Share + b.Units}
+	}
+	return out, nil
+}
 
 // PlanStartOnDevices is the device memory of each rank of a stage-3 group
 // of ranks on GPUs at start-up, with the reference sharded too when kl, as

@@ -127,9 +127,11 @@ func checkLoRAGroup(m *model.Model, zero int, dev backend.HostReduced, devComm b
 // unit, the passes gather each unit over the device communicator, and
 // the adapter's gradients are reduced and its moments stepped by the
 // stage-1 device group (dpdevice.go), so the update is the device stage
-// 1's bits at every group size. Its passes are reopened between steps
-// (the whole base uploaded again): each new one is sharded before its
-// first pass.
+// 1's bits at every group size. Its passes are reopened between steps,
+// opened without the base (Learner.OnSharded: the adapter alone on the
+// device), and each new one has its share of the base placed from the
+// host model before its first pass (backend.BaseSharded), so that no
+// device ever holds the whole base.
 
 // shardBase makes the LoRA policy's frozen base this rank's share, if it
 // is not already (the policy, loaded anew, holds it whole).
