@@ -13,11 +13,14 @@
 # The boot program also copies the worker binary into a new directory
 # /tmp/binNNN (a fixed /tmp, not TMPDIR) to run it from there, and never
 # removes it: 183 MB per worker start, tens of GB after a few test runs.
-# While the boot program runs, this script notes the directory of every
-# process of its group that runs a /tmp/bin*/worker, and removes those
-# directories at the end (only those: other workers' copies on the host are
-# left alone). A worker that ends within the first half second of its
-# start may go unnoticed and leave its copy.
+# While the boot program runs, this script looks every half second for the
+# processes of its group that run a /tmp/bin*/worker and removes each such
+# directory as soon as its worker runs (a running program needs no file on
+# disk), so that a TaskManager stopped with SIGKILL, which kills this script
+# before its end, leaves nothing behind; what it removed is noted and
+# removed again at the end. Only those directories: other workers' copies
+# on the host are left alone. A worker that ends within the first half
+# second of its start may go unnoticed and leave its copy.
 #
 # Settings (environment variables of the TaskManager):
 #   AIPO_BEAM_BOOT   the boot program (default: bin/beam-boot beside this script's checkout)
@@ -36,9 +39,9 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/aipo-worker.XXXXXX") || exit 1
 TMPDIR="$dir" setsid "$boot" --semi_persist_dir="$dir" "$@" &
 child=$!
 copies="$dir/.worker-copies"
-# note_copies appends to $copies the /tmp/bin* directory of each process of
-# the boot program's group (process group $child) running a copy of the
-# worker, until the boot program has ended.
+# note_copies removes, and appends to $copies, the /tmp/bin* directory of
+# each process of the boot program's group (process group $child) running a
+# copy of the worker, until the boot program has ended.
 note_copies() {
   local stat rest exe p
   while kill -0 "$child" 2>/dev/null; do
@@ -50,7 +53,11 @@ note_copies() {
       exe=$(readlink "$p/exe" 2>/dev/null) || continue
       exe=${exe% (deleted)}
       case $exe in
-        /tmp/bin*/worker) grep -qxF "${exe%/worker}" "$copies" 2>/dev/null || echo "${exe%/worker}" >>"$copies" ;;
+        /tmp/bin*/worker)
+          if ! grep -qxF "${exe%/worker}" "$copies" 2>/dev/null; then
+            echo "${exe%/worker}" >>"$copies"
+            rm -rf -- "${exe%/worker}"
+          fi ;;
       esac
     done
     sleep 0.5

@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -62,5 +65,75 @@ func TestWorkerBootRemovesTheWorkerCopy(t *testing.T) {
 	if _, err := os.Stat(copyDir); err == nil {
 		os.RemoveAll(copyDir)
 		t.Errorf("worker-boot.sh left the boot program's copy of the worker in %s", copyDir)
+	}
+}
+
+// A TaskManager stopped with SIGKILL kills worker-boot.sh before its end:
+// the copy must already be gone while the worker runs.
+func TestWorkerBootRemovesTheCopyWhileTheWorkerRuns(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("worker-boot.sh finds the worker's process through Linux /proc")
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep command to stand for the worker")
+	}
+	dir := t.TempDir()
+	boot := filepath.Join(dir, "boot")
+	// The fake boot program's worker runs for 60 s: long enough to be
+	// seen running without its copy.
+	if err := os.WriteFile(boot, []byte(strings.Replace(fakeBoot, `"$d/worker" 2`, `"$d/worker" 60`, 1)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(dir, "copy-dir")
+	cmd := exec.Command("bash", "worker-boot.sh", "--id=1")
+	cmd.Env = append(os.Environ(), "AIPO_BEAM_BOOT="+boot, "TMPDIR="+t.TempDir(),
+		"AIPO_TEST_REPORT="+report, "AIPO_TEST_WORKER="+sleep)
+	// worker-boot.sh and its noter in a group of their own, killed
+	// together at the end as a TaskManager's kill would; the boot program
+	// and the worker run in a session of their own, killed by PID.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var copyDir string
+	var workers []int
+	defer func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		for _, pid := range workers {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		cmd.Wait()
+		if copyDir != "" {
+			os.RemoveAll(copyDir)
+		}
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if copyDir == "" {
+			if b, err := os.ReadFile(report); err == nil && strings.HasSuffix(string(b), "\n") {
+				copyDir = strings.TrimSpace(string(b))
+			}
+		}
+		if copyDir != "" {
+			if _, err := os.Stat(filepath.Join(copyDir, "worker")); os.IsNotExist(err) {
+				break // removed while the worker runs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after the start the boot program's copy (%q) is still there while the worker runs; output:\n%s", copyDir, out.String())
+		}
+	}
+	// The worker still runs from the removed file.
+	found, err := exec.Command("pgrep", "-f", "^"+regexp.QuoteMeta(copyDir)+"/worker").Output()
+	for _, f := range strings.Fields(string(found)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			workers = append(workers, pid)
+		}
+	}
+	if len(workers) == 0 {
+		t.Errorf("no worker runs from %s/worker once its copy is removed (pgrep: %v)", copyDir, err)
 	}
 }
