@@ -82,16 +82,21 @@ func TestPortableProcessEnvironment(t *testing.T) {
 	// directory, which it inherits from the job server.
 	js.Dir = dir
 	// The boot program copies the worker binary (about 180 MB) into a new
-	// directory under TMPDIR and leaves it there: under the test's own
-	// directory it goes when the test ends, not into /tmp for good.
+	// directory /tmp/binNNN (a fixed /tmp, whatever TMPDIR says) and leaves
+	// it there: the test removes the copies its workers run from
+	// (workerCopies) when it stops them.
 	js.Env = append(os.Environ(), "TMPDIR="+dir)
 	js.WaitDelay = 5 * time.Second
 	if err := js.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
+		copies := workerCopies(js.Process.Pid)
 		_ = syscall.Kill(-js.Process.Pid, syscall.SIGKILL)
 		_ = js.Wait()
+		for _, c := range copies {
+			os.RemoveAll(c)
+		}
 	}()
 	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -124,4 +129,32 @@ func TestPortableProcessEnvironment(t *testing.T) {
 	if len(rep.Steps) != 1 || rep.Steps[0].Trajectories != 2 || rep.Steps[0].Accuracy != 0.5 {
 		t.Fatalf("analysis.json = %s; want one step of 2 trajectories at accuracy 0.5", b)
 	}
+}
+
+// workerCopies is the /tmp/bin* directory of each process of process group
+// pgid that runs a copy of the worker binary the Go SDK's boot program made
+// there (the boot program never removes it).
+func workerCopies(pgid int) []string {
+	var dirs []string
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		stat, err := os.ReadFile(filepath.Join(p, "stat"))
+		if err != nil {
+			continue
+		}
+		// After the command name: state, ppid, pgrp, ...
+		i := strings.LastIndexByte(string(stat), ')')
+		if f := strings.Fields(string(stat[i+1:])); i < 0 || len(f) < 3 || f[2] != fmt.Sprint(pgid) {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join(p, "exe"))
+		if err != nil {
+			continue
+		}
+		exe = strings.TrimSuffix(exe, " (deleted)")
+		if d := filepath.Dir(exe); strings.HasPrefix(d, "/tmp/bin") && filepath.Base(exe) == "worker" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
