@@ -68,11 +68,7 @@ func TestDeviceZero3(t *testing.T) {
 		}
 		bound := 4*whole/10 + unit
 		for r, out := range outs {
-			m := peakLine.FindStringSubmatch(out)
-			if m == nil {
-				t.Fatalf("rank %d reported no device peak:\n%s", r, out)
-			}
-			peak, _ := strconv.ParseInt(m[2], 10, 64)
+			peak := devicePeak(t, r, out)
 			t.Logf("rank %d of 4 at stage 3: device peak %.3f of one process's training state (%d bytes); largest unit %.4f; bound %.3f",
 				r, float64(peak)/float64(whole), whole, float64(unit)/float64(whole), float64(bound)/float64(whole))
 			if peak > bound {
@@ -226,20 +222,23 @@ func TestDeviceZero3Reference(t *testing.T) {
 // startPeak is the device peak of rank r's start-up, reported in out.
 func startPeak(t *testing.T, r int, out string) int64 {
 	t.Helper()
-	m := startLine.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("rank %d reported no start-up peak:\n%s", r, out)
-	}
-	peak, _ := strconv.ParseInt(m[2], 10, 64)
-	return peak
+	return reportedPeak(t, r, out, startLine, "start-up peak")
 }
 
 // devicePeak is the device peak rank r reported in out.
 func devicePeak(t *testing.T, r int, out string) int64 {
 	t.Helper()
-	m := peakLine.FindStringSubmatch(out)
+	return reportedPeak(t, r, out, peakLine, "device peak")
+}
+
+// reportedPeak is the bytes of the line of out that line matches (the
+// rank and the bytes, its submatches); the test fails naming what when
+// rank r's out has none.
+func reportedPeak(t *testing.T, r int, out string, line *regexp.Regexp, what string) int64 {
+	t.Helper()
+	m := line.FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("rank %d reported no device peak:\n%s", r, out)
+		t.Fatalf("rank %d reported no %s:\n%s", r, what, out)
 	}
 	peak, _ := strconv.ParseInt(m[2], 10, 64)
 	return peak
