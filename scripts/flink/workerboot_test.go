@@ -4,6 +4,7 @@ package flink
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,18 +18,21 @@ import (
 )
 
 // fakeBoot does what Beam's boot program does with the worker binary: it
-// copies it into a new directory /tmp/binNNN, runs it and leaves the copy.
+// copies it into a new directory /tmp/binNNN, runs it (for
+// AIPO_TEST_WORKER_SECONDS) and leaves the copy.
 const fakeBoot = `#!/usr/bin/env bash
 set -eu
 d=$(mktemp -d /tmp/binXXXXXXXX)
 echo "$d" >"$AIPO_TEST_REPORT"
 cp "$AIPO_TEST_WORKER" "$d/worker"
-"$d/worker" 2
+"$d/worker" "$AIPO_TEST_WORKER_SECONDS"
 `
 
-// The boot program's copy of the worker binary (183 MB for aipo-worker)
-// must not outlive the worker: worker-boot.sh removes it.
-func TestWorkerBootRemovesTheWorkerCopy(t *testing.T) {
+// fakeBootEnv writes fakeBoot into a test directory and gives the
+// environment that makes worker-boot.sh run it with sleep as the worker,
+// for seconds, and the file where it writes its copy's directory.
+func fakeBootEnv(t *testing.T, seconds int) (env []string, report string) {
+	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("worker-boot.sh finds the worker's process through Linux /proc")
 	}
@@ -41,12 +45,19 @@ func TestWorkerBootRemovesTheWorkerCopy(t *testing.T) {
 	if err := os.WriteFile(boot, []byte(fakeBoot), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	report := filepath.Join(dir, "copy-dir")
+	report = filepath.Join(dir, "copy-dir")
+	return append(os.Environ(), "AIPO_BEAM_BOOT="+boot, "TMPDIR="+t.TempDir(),
+		"AIPO_TEST_REPORT="+report, "AIPO_TEST_WORKER="+sleep, fmt.Sprint("AIPO_TEST_WORKER_SECONDS=", seconds)), report
+}
+
+// The boot program's copy of the worker binary (183 MB for aipo-worker)
+// must not outlive the worker: worker-boot.sh removes it.
+func TestWorkerBootRemovesTheWorkerCopy(t *testing.T) {
+	env, report := fakeBootEnv(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "worker-boot.sh", "--id=1")
-	cmd.Env = append(os.Environ(), "AIPO_BEAM_BOOT="+boot, "TMPDIR="+t.TempDir(),
-		"AIPO_TEST_REPORT="+report, "AIPO_TEST_WORKER="+sleep)
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("worker-boot.sh did not end within 60s; output:\n%s", out)
@@ -71,24 +82,11 @@ func TestWorkerBootRemovesTheWorkerCopy(t *testing.T) {
 // A TaskManager stopped with SIGKILL kills worker-boot.sh before its end:
 // the copy must already be gone while the worker runs.
 func TestWorkerBootRemovesTheCopyWhileTheWorkerRuns(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("worker-boot.sh finds the worker's process through Linux /proc")
-	}
-	sleep, err := exec.LookPath("sleep")
-	if err != nil {
-		t.Skip("no sleep command to stand for the worker")
-	}
-	dir := t.TempDir()
-	boot := filepath.Join(dir, "boot")
 	// The fake boot program's worker runs for 60 s: long enough to be
 	// seen running without its copy.
-	if err := os.WriteFile(boot, []byte(strings.Replace(fakeBoot, `"$d/worker" 2`, `"$d/worker" 60`, 1)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	report := filepath.Join(dir, "copy-dir")
+	env, report := fakeBootEnv(t, 60)
 	cmd := exec.Command("bash", "worker-boot.sh", "--id=1")
-	cmd.Env = append(os.Environ(), "AIPO_BEAM_BOOT="+boot, "TMPDIR="+t.TempDir(),
-		"AIPO_TEST_REPORT="+report, "AIPO_TEST_WORKER="+sleep)
+	cmd.Env = env
 	// worker-boot.sh and its noter in a group of their own, killed
 	// together at the end as a TaskManager's kill would; the boot program
 	// and the worker run in a session of their own, killed by PID.
