@@ -49,7 +49,7 @@ const (
 	trlBenchTimed   = 3
 	trlBenchSteps   = 1 + trlBenchTimed
 	trlBenchLR      = 1e-3
-	trlBenchRounds  = 2
+	trlBenchRounds  = 3
 	trlBenchAnswer  = "3" // every prompt's gold answer
 	// trlLossTol bounds |aipo - TRL| on the GRPO loss of one batch: both in
 	// float32 log-probs of the same weights (transformers and aipo agree on
@@ -150,7 +150,7 @@ func trlPython(b testing.TB) string {
 // answer \boxed{3} or \boxed{5}, so that groups have both rewards), the
 // same GSM8K prompts (the ids aipo's rollout renders), group size,
 // response length, temperature, learning rate, optimiser, KL term and
-// steps, each in processes of its own, alternated (aipo, TRL, aipo, TRL),
+// steps, each in processes of its own, alternated (aipo, TRL; TRL, aipo; aipo, TRL),
 // on GOMAXPROCS threads. One sub-benchmark per row of trlBenchRows (the
 // tiny Qwen3 with activation checkpointing off on both sides, the same
 // with it on on both, TRL's default; the Qwen3-0.6B-shaped model with it
@@ -193,6 +193,11 @@ func BenchmarkGRPOVsTRL(b *testing.B) {
 			trlBenchModelDir(b, dir, row.model)
 			var ours, theirs []benchRun
 			for r := range trlBenchRounds {
+				// Odd rounds run TRL first, so that neither side always
+				// follows the other (aipo, TRL; TRL, aipo; aipo, TRL).
+				if r%2 == 1 {
+					theirs = append(theirs, runTRLTrain(b, py, dir, row, r))
+				}
 				run := filepath.Join(dir, fmt.Sprintf("%s-aipo-%d", row, r))
 				ours = append(ours, runAipoTrain(b, dir, row, run))
 				// A run's checkpoints (one a step, every one kept) are read
@@ -205,7 +210,9 @@ func BenchmarkGRPOVsTRL(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				theirs = append(theirs, runTRLTrain(b, py, dir, row, r))
+				if r%2 == 0 {
+					theirs = append(theirs, runTRLTrain(b, py, dir, row, r))
+				}
 			}
 			b.Logf("grpo-vs-trl %s: %d threads each side; %s", row, runtime.GOMAXPROCS(0), theirs[0].versions)
 			reportTRLRow(b, row, ours, theirs)
