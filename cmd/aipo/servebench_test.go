@@ -352,7 +352,7 @@ func benchVLLM(b *testing.B, dir string, loads []serveLoad, recommended bool) []
 
 // runLoads warms a server up with one short request, then runs each load
 // b.N times, timing it, with the PSS of the server's processes (pids)
-// sampled every 100 ms; its peak is the load's. extra are the fields only
+// sampled through the load (samplePSS); its peak is the load's. extra are the fields only
 // this server gets.
 //
 // Every answer must hold exactly genTokens tokens (finish_reason
@@ -505,11 +505,20 @@ func groupPIDs(pgid int) []int {
 	return pids
 }
 
-// samplePSS sums the PSS of pids() every 100 ms until the returned stop,
-// which gives the largest sum seen, in bytes.
+// samplePSS sums the PSS of pids() until the returned stop, which gives
+// the largest sum seen, in bytes. Reading a process's PSS
+// (/proc/PID/smaps_rollup) walks its page tables in the kernel: for
+// vLLM's processes (several GB mapped) one reading takes about a tenth of
+// a second of CPU, so sampling every 100 ms kept one of the machine's two
+// cores busy beside the server it measured (seen with perf: the sampler
+// at 100% CPU in smaps_account while vLLM decoded). The sampler now waits
+// at least pssSamplerIdle times as long as its last reading took (and at
+// least 100 ms) before the next, so that it takes at most 1/(1 +
+// pssSamplerIdle) of one core, whichever server it reads.
 func samplePSS(pids func() []int) (stop func() int64) {
 	var peak atomic.Int64
-	sample := func() {
+	sample := func() time.Duration {
+		began := time.Now()
 		var sum int64
 		for _, pid := range pids() {
 			if n, err := meminfo.PSS(pid); err == nil {
@@ -519,18 +528,17 @@ func samplePSS(pids func() []int) (stop func() int64) {
 		if sum > peak.Load() {
 			peak.Store(sum)
 		}
+		return time.Since(began)
 	}
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
 		for {
-			sample()
+			took := sample()
 			select {
 			case <-done:
 				return
-			case <-t.C:
+			case <-time.After(max(100*time.Millisecond, pssSamplerIdle*took)):
 			}
 		}
 	}()
@@ -541,3 +549,7 @@ func samplePSS(pids func() []int) (stop func() int64) {
 		return peak.Load()
 	}
 }
+
+// pssSamplerIdle is how many times its last reading's duration the PSS
+// sampler waits before the next: it takes at most 1/20 of a core.
+const pssSamplerIdle = 19
