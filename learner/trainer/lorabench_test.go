@@ -65,10 +65,12 @@ type loraResult struct {
 // sdpa attention wrapped by peft.get_peft_model, AdamW fused), with the
 // same rank (16), alpha (32), targets (all seven projections), dtype
 // (float32), dropout (0) and thread count, at Qwen3-0.6B's shape. Each side
-// runs in processes of its own, alternated (aipo, PEFT, aipo, PEFT), so
-// that both sample the same moments of the machine. tokens/s is the
-// fastest timed step's over a side's processes (min, median and max
-// logged with the load average); memory is each process's peak resident
+// runs in processes of its own, alternated (aipo, PEFT; PEFT, aipo; aipo,
+// PEFT), so that both sample the same moments of the machine; PEFT's with
+// TCMalloc and Intel OpenMP preloaded, as PyTorch's CPU tuning guide runs
+// it (testtools.CPUPreloads). tokens/s is at the median of a side's timed
+// steps over its processes (min, median and max logged with the load
+// average); memory is each process's peak resident
 // memory (getrusage) net of its resident memory once its model, adapters
 // and optimiser are built (start-up: the base's weights, the runtime),
 // the largest over a side's processes. Reported: aipo- and peft-tokens/s,
@@ -78,6 +80,12 @@ type loraResult struct {
 // one process a side.
 func BenchmarkLoRAStepAgainstPEFT(b *testing.B) {
 	py := testtools.TorchPython(b)
+	// PyTorch as its CPU performance tuning guide runs it, as
+	// BenchmarkStepVsPyTorch does: TCMalloc and Intel OpenMP preloaded.
+	preload, err := testtools.CPUPreloads(py)
+	if err != nil {
+		b.Fatal(err)
+	}
 	threads := runtime.GOMAXPROCS(0)
 	shapes, rounds := benchShapes(loraBenchShapes)
 	for _, sh := range shapes {
@@ -88,9 +96,18 @@ func BenchmarkLoRAStepAgainstPEFT(b *testing.B) {
 				strconv.Itoa(sh.batch), strconv.Itoa(sh.seq), strconv.Itoa(stepBenchSteps), strconv.Itoa(threads),
 				strconv.Itoa(loraBenchRank), strconv.Itoa(loraBenchAlpha), strings.Join(loraBenchTargets, ",")}
 			var ours, theirs []loraResult
-			for range rounds {
+			peft := func() {
+				theirs = append(theirs, runLoRAProcess(b, "PEFT", []string{"LD_PRELOAD=" + preload}, torch))
+			}
+			for r := range rounds {
+				// Odd rounds run PEFT first (aipo, PEFT; PEFT, aipo; ...).
+				if r%2 == 1 {
+					peft()
+				}
 				ours = append(ours, runLoRAProcess(b, "aipo", []string{loraBenchChildEnv + "=" + sh.name}, self))
-				theirs = append(theirs, runLoRAProcess(b, "PEFT", nil, torch))
+				if r%2 == 0 {
+					peft()
+				}
 			}
 			if ours[0].Trainable != theirs[0].Trainable {
 				b.Fatalf("aipo trains %d adapter parameters, PEFT %d: not the same adapters", ours[0].Trainable, theirs[0].Trainable)
@@ -105,7 +122,7 @@ func BenchmarkLoRAStepAgainstPEFT(b *testing.B) {
 			b.ReportMetric(float64(ma)/float64(mt), "ratio-step-memory")
 			b.Logf("%s (%.1fM parameters, %.2fM trained, rank %d, %d threads): aipo %.0f tokens/s, step memory %.0f MiB; %s",
 				sh.name, float64(ours[0].Params)/1e6, float64(ours[0].Trainable)/1e6, loraBenchRank, threads, ra, float64(ma)/(1<<20), loraSide(ours).spread())
-			b.Logf("%s PEFT %s (torch %s, transformers %s, %s): %.0f tokens/s, step memory %.0f MiB; %s",
+			b.Logf("%s PEFT %s (torch %s, transformers %s, %s; TCMalloc and Intel OpenMP preloaded): %.0f tokens/s, step memory %.0f MiB; %s",
 				sh.name, theirs[0].PEFT, theirs[0].Torch, theirs[0].Transformers, theirs[0].Optimizer, rt, float64(mt)/(1<<20), loraSide(theirs).spread())
 			b.Logf("%s: aipo has %.2fx PEFT's tokens/s at %.2f of its step memory (net of start-up)", sh.name, ra/rt, float64(ma)/float64(mt))
 		})
