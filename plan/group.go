@@ -282,7 +282,7 @@ func (g *Group) refWords() string {
 	switch {
 	case g.Planned && g.Ref[0].BytesPerElement == 2:
 		dtype = "bfloat16 as its bfloat16 passes read it (the projections and the head; the embedding, the norms and the biases in float32)"
-		how = "as learner/cuda's ShardFrozen allocates it, with its weights' buffer and its gathers' receive buffer: trainer.PlanReferenceShardsOnDevices"
+		how = "as learner/cuda's ShardFrozen allocates it, with its weights' buffer, a unit's float32 tensors and bfloat16 values, into which the gathers broadcast in place: trainer.PlanReferenceShardsOnDevices"
 	case g.Planned:
 		how = "as learner/cuda's ShardFrozen allocates it, with two buffers of the largest unit: trainer.PlanReferenceShardsOnDevices"
 	}
@@ -305,7 +305,7 @@ func (g *Group) describeLoRA(p Plan) string {
 			bufs := "two buffers of the largest unit (the gathered unit a pass reads and the gather's receive buffer)"
 			if dtype == "bfloat16" {
 				held = "the frozen base, in bfloat16 as its bfloat16 passes read it (the projections and the head; the embedding, the norms and the biases in float32)"
-				bufs = "its weights' buffer (a gathered unit's float32 tensors and bfloat16 values) and its gathers' receive buffer"
+				bufs = "its weights' buffer (a gathered unit's float32 tensors and bfloat16 values, into which the gathers broadcast in place)"
 			}
 			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s) as built in %s (learner/cuda/zero3.go's ShardBase, learner/trainer/lora.go): "+
 				"each GPU holds 1/%d of %s (rank 0: %s of %s parameters) and, for as long as the group, %s: every pass, the adapters' and the reference's (the base with the adapters off), all-gathers the base a unit at a time over NCCL (a decoder layer or a block of the vocabulary) just before it reads it, and hands over no gradient; "+

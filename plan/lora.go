@@ -180,7 +180,7 @@ func (p *Plan) loraLearnPhaseGPU(st trainer.StepMemory, proc Line) (Phase, Line)
 		b0 := g.Base[0]
 		dtype, units := "float32", "the frozen base's gathered unit and the gather's receive buffer (float32, two of the largest unit, held as long as the group)"
 		if b0.BytesPerElement == 2 {
-			dtype, units = "bfloat16 where its products read it so, its embedding, norms and biases float32", "the frozen base's weights' buffer (a gathered unit's float32 tensors and bfloat16 values) and its gathers' receive buffer (held as long as the group)"
+			dtype, units = "bfloat16 where its products read it so, its embedding, norms and biases float32", "the frozen base's weights' buffer (a gathered unit's float32 tensors and bfloat16 values, held as long as the group)"
 		}
 		learn.Lines = append(learn.Lines,
 			Line{What: fmt.Sprintf("frozen base weights of rank 0's share (%s, 1/%d of every unit; no gradients; also the KL term's reference)", dtype, g.Ranks), Device: b0.Share},

@@ -216,12 +216,10 @@ func (z *shardGroup) frozen32(src *Buffer, host []float32) {
 // bfloat16, from host, rounded on the host (learner/bf16, the device's
 // rounding): of each unit the passes read in bfloat16 (model.UnitReads)
 // and do not read whole in float32, the rank's run in bfloat16 (share16,
-// from at16: the run padded to an even count, so that each unit's run
-// is sent as whole float32 words); of each unit, the part of its float32
-// image the run holds, in float32 (master, from at). At more than one
-// rank the gathers' receive buffer (recvFloats) and the weights' buffer
-// (unitFloats, as at one rank where a tied embedding block is rounded
-// there) come with it.
+// from at16); of each unit, the part of its float32 image the run holds,
+// in float32 (master, from at). The weights' buffer (unitFloats: at more
+// than one rank, and at one where a tied embedding block is rounded
+// there) comes with it; no receive buffer (gather16, gather32).
 func (z *shardGroup) frozenHalf(host []float32) {
 	z.at, z.at16 = make([]int, len(z.units)+1), make([]int, len(z.units)+1)
 	for u := range z.units {
@@ -230,13 +228,10 @@ func (z *shardGroup) frozenHalf(host []float32) {
 		z.at[u+1] = z.at[u] + rd.Float32Before(hi) - rd.Float32Before(lo)
 		z.at16[u+1] = z.at16[u]
 		if z.gathered16(u) {
-			z.at16[u+1] += 2 * ((hi - lo + 1) / 2)
+			z.at16[u+1] += hi - lo
 		}
 	}
 	z.master, z.share16 = z.alloc(F32, z.elems()), z.alloc(BF16, z.at16[len(z.units)])
-	if z.n > 1 {
-		z.xbuf = z.alloc(F32, z.recvFloats())
-	}
 	if k := z.unitFloats(); k > 0 {
 		z.wbuf = z.alloc(F32, k)
 	}
@@ -261,7 +256,7 @@ func (z *shardGroup) frozenHalf(host []float32) {
 		if z.err != nil || z.at16[u+1] == z.at16[u] {
 			continue
 		}
-		h := make([]uint16, z.at16[u+1]-z.at16[u]) // (the padding a zero)
+		h := make([]uint16, z.at16[u+1]-z.at16[u])
 		for i, v := range host[lo:hi] {
 			h[i] = bf16.FromFloat32(v)
 		}
@@ -674,23 +669,24 @@ func (z *shardGroup) use32(u int) (*Buffer, error) {
 // embedding block whole). A tied embedding block, read whole in float32
 // for the embedding's rows, travels so once and is rounded where it
 // arrives for the head's products. The policy's ranks round their runs
-// of the float32 weights they own as they send them; a frozen group
-// sends the shares it holds (frozenHalf). Each rounds to the same
+// of the float32 weights they own as they place them; a frozen group
+// places the shares it holds (frozenHalf). Each rounds to the same
 // bfloat16 values the whole model's copy holds (UseBF16, NewFrozen),
 // whatever the number of ranks.
 //
 // The weights' buffer (wbuf, unitFloats) holds, for the unit the pass
-// reads, its float32 image gathered (at more than one rank; at one rank
-// the image is read in place: the policy's unit in flat order, a frozen
-// group's image from its share) and after it, at off16, the unit in
-// bfloat16 (words16 floats: its values and the word a run of odd length
-// is padded to when sent); each gather's own part is laid out at the
-// start of its region before it is sent, and the gathered values
-// overwrite it.
+// reads, its float32 image (at more than one rank; at one rank the image
+// is read in place: the policy's unit in flat order, a frozen group's
+// image from its share) and after it, at off16, the unit in bfloat16. A
+// gather places the rank's own part where it belongs there and each
+// rank's part, in rank order, is broadcast from it in place (uneven
+// parts, as NCCL's all-gather of uneven counts is grouped broadcasts):
+// no receive buffer and no copy out of one, which keeps a frozen group's
+// buffers at the one unit.
 
 // useHalf is unit u's weights for bfloat16 passes.
 func (z *shardGroup) useHalf(u int) (unitBufs, error) {
-	rd, us := z.reads[u], z.units[u]
+	rd := z.reads[u]
 	var out unitBufs
 	if z.gathered16(u) {
 		b, err := z.gather16(u)
@@ -736,15 +732,14 @@ func (z *shardGroup) off16(u int) int {
 	return z.reads[u].Float32Len()
 }
 
-// words16 is the floats the bfloat16 unit u takes in the weights' buffer:
-// none where the passes do not round it, or at one rank read it in
-// place from a frozen group's share.
+// words16 is the floats the bfloat16 unit u takes in the weights' buffer
+// (two values a float): none where the passes do not round it, or at one
+// rank read it in place from a frozen group's share.
 func (z *shardGroup) words16(u int) int {
-	rd, us := z.reads[u], z.units[u]
-	if !rd.BF16 || z.n == 1 && z.frozen && z.gathered16(u) {
+	if !z.reads[u].BF16 || z.n == 1 && z.frozen && z.gathered16(u) {
 		return 0
 	}
-	return us.Len/2 + 1
+	return (z.units[u].Len + 1) / 2
 }
 
 // unitFloats is the floats of the weights' buffer: the most a unit takes
@@ -752,37 +747,12 @@ func (z *shardGroup) words16(u int) int {
 func (z *shardGroup) unitFloats() int {
 	most := 0
 	for u := range z.units {
-		n := z.off16(u) + z.words16(u)
-		if z.n > 1 {
-			n = max(n, z.reads[u].Float32Len())
-		}
-		most = max(most, n)
+		most = max(most, z.off16(u)+z.words16(u))
 	}
 	return most
 }
 
-// recvFloats is the floats of a frozen group's receive buffer in
-// bfloat16 passes: the most a gather brings, a unit's float32 image or
-// its ranks' runs in bfloat16 padded to whole words (the policy's is
-// the exchanges' buffer of the largest unit, which holds either).
-func (z *shardGroup) recvFloats() int {
-	most := 0
-	for u := range z.units {
-		most = max(most, z.reads[u].Float32Len())
-		if z.gathered16(u) {
-			w := 0
-			for r := range z.n {
-				lo, hi := z.run(u, r)
-				w += (hi - lo + 1) / 2
-			}
-			most = max(most, w)
-		}
-	}
-	return most
-}
-
-// region16 is the words16 floats of the weights' buffer that hold unit
-// u in bfloat16, and that region seen as the unit's bfloat16 values.
+// region16 is unit u's bfloat16 values in the weights' buffer.
 func (z *shardGroup) region16(u int) (*Buffer, error) {
 	words, err := z.wbuf.Slice(z.off16(u), z.off16(u)+z.words16(u))
 	if err != nil {
@@ -793,29 +763,33 @@ func (z *shardGroup) region16(u int) (*Buffer, error) {
 
 // gather16 is unit u in bfloat16: at one rank a frozen group's share read
 // in place, or the policy's run rounded into the weights' buffer;
-// otherwise each rank's run in bfloat16, padded to whole words, is
-// all-gathered as float32 words (in rank order, into the exchange
-// buffer) and the runs are laid out in flat order in the weights'
-// buffer.
+// otherwise each rank's run in bfloat16, placed in flat order there and
+// broadcast in place in rank order.
 func (z *shardGroup) gather16(u int) (*Buffer, error) {
 	us := z.units[u]
 	if z.n == 1 && z.frozen {
-		return z.share16.Slice(z.at16[u], z.at16[u]+us.Len)
+		return z.share16.Slice(z.at16[u], z.at16[u+1])
 	}
 	w16, err := z.region16(u)
 	if err != nil {
 		return nil, err
 	}
 	lo, hi := z.run(u, z.rank)
-	if !z.frozen && hi > lo {
-		// The run rounded at the start of the unit's place.
-		mine, err := z.master.Slice(z.at[u], z.at[u+1])
+	if hi > lo {
+		dst, err := w16.Slice(lo-us.Off, hi-us.Off)
 		if err != nil {
 			return nil, err
 		}
-		dst, err := w16.Slice(0, hi-lo)
-		if err == nil {
-			err = z.g.dv.CastToBF16(dst, mine)
+		if z.frozen {
+			var src *Buffer
+			if src, err = z.share16.Slice(z.at16[u], z.at16[u+1]); err == nil {
+				err = dst.CopyFrom(src)
+			}
+		} else {
+			var mine *Buffer
+			if mine, err = z.master.Slice(z.at[u], z.at[u+1]); err == nil {
+				err = z.g.dv.CastToBF16(dst, mine)
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -824,56 +798,21 @@ func (z *shardGroup) gather16(u int) (*Buffer, error) {
 	if z.n == 1 {
 		return w16, nil
 	}
-	words := make([]int, z.n)
-	total := 0
-	for r := range z.n {
-		a, b := z.run(u, r)
-		words[r] = (b - a + 1) / 2
-		total += words[r]
-	}
-	var send *Buffer
-	if z.frozen {
-		var s *Buffer
-		if s, err = z.share16.Slice(z.at16[u], z.at16[u+1]); err == nil {
-			send, err = s.as(F32, words[z.rank])
-		}
-	} else {
-		send, err = z.wbuf.Slice(z.off16(u), z.off16(u)+words[z.rank])
-	}
-	if err != nil {
-		return nil, err
-	}
-	x, err := z.xbuf.Slice(0, total)
-	if err != nil {
-		return nil, err
-	}
 	if err := z.g.dv.Sync(); err != nil {
 		return nil, err
 	}
-	if err := z.comm.AllGather(z.ctx, devBuf(send), devBuf(x), words); err != nil {
-		return nil, fmt.Errorf("cuda: gathering the bfloat16 weights of unit %d on the devices: %w", u, err)
-	}
-	x16, err := x.as(BF16, 2*total)
-	if err != nil {
-		return nil, err
-	}
-	off := 0
 	for r := range z.n {
 		a, b := z.run(u, r)
-		if b > a {
-			src, err := x16.Slice(off, off+b-a)
-			if err != nil {
-				return nil, err
-			}
-			dst, err := w16.Slice(a-us.Off, b-us.Off)
-			if err != nil {
-				return nil, err
-			}
-			if err := dst.CopyFrom(src); err != nil {
-				return nil, err
-			}
+		if b == a {
+			continue
 		}
-		off += 2 * words[r]
+		part, err := w16.Slice(a-us.Off, b-us.Off)
+		if err != nil {
+			return nil, err
+		}
+		if err := z.comm.Broadcast(z.ctx, collective.DeviceBytes{Ptr: uintptr(part.ptr), N: 2 * part.n}, r); err != nil {
+			return nil, fmt.Errorf("cuda: gathering the bfloat16 weights of unit %d on the devices (rank %d's part): %w", u, r, err)
+		}
 	}
 	return w16, nil
 }
@@ -881,84 +820,68 @@ func (z *shardGroup) gather16(u int) (*Buffer, error) {
 // gather32 is unit u's float32 image and whether it is packed (the image
 // alone rather than the unit in flat order): at one rank the rank's own,
 // read in place (the policy's unit in flat order, a frozen group's image
-// from its share); otherwise the ranks all-gather their parts of the
-// image (in rank order, into the exchange buffer; the policy's packed
-// out of its run at the start of the weights' buffer, where the unit is
-// read whole in float32 sent from its run in place), laid out in image
-// order at the start of the weights' buffer.
+// from its share); otherwise each rank's part of the image, placed in
+// image order at the start of the weights' buffer and broadcast in place
+// in rank order.
 func (z *shardGroup) gather32(u int) (*Buffer, bool, error) {
 	rd, us := z.reads[u], z.units[u]
 	if z.n == 1 {
 		b, err := z.master.Slice(z.at[u], z.at[u+1])
 		return b, z.frozen, err
 	}
-	counts := make([]int, z.n)
-	for r := range z.n {
-		a, b := z.run(u, r)
-		counts[r] = rd.Float32Before(b) - rd.Float32Before(a)
-	}
-	lo, hi := z.run(u, z.rank)
-	var mine *Buffer
-	var err error
-	if z.frozen || rd.Whole32(us) {
-		mine, err = z.master.Slice(z.at[u], z.at[u]+counts[z.rank])
-	} else {
-		k := 0
-		for _, s := range rd.Float32 {
-			a, b := max(s.Off, lo), min(s.Off+s.Len, hi)
-			if b <= a {
-				continue
-			}
-			src, err := z.master.Slice(z.at[u]+a-lo, z.at[u]+b-lo)
-			if err != nil {
-				return nil, false, err
-			}
-			dst, err := z.wbuf.Slice(k, k+b-a)
-			if err == nil {
-				err = dst.CopyFrom(src)
-			}
-			if err != nil {
-				return nil, false, err
-			}
-			k += b - a
-		}
-		mine, err = z.wbuf.Slice(0, k)
-	}
+	w, err := z.wbuf.Slice(0, rd.Float32Len())
 	if err != nil {
 		return nil, false, err
 	}
-	x, err := z.xbuf.Slice(0, rd.Float32Len())
+	lo, hi := z.run(u, z.rank)
+	// The rank's part: its float32 tensors' elements of its run, from
+	// the policy's run of the unit or a frozen group's image part.
+	place := func(dst0, src0, n int) error {
+		if n == 0 {
+			return nil
+		}
+		dst, err := w.Slice(dst0, dst0+n)
+		if err != nil {
+			return err
+		}
+		src, err := z.master.Slice(src0, src0+n)
+		if err != nil {
+			return err
+		}
+		return dst.CopyFrom(src)
+	}
+	at := rd.Float32Before(lo)
+	switch {
+	case z.frozen:
+		err = place(at, z.at[u], z.at[u+1]-z.at[u])
+	case rd.Whole32(us):
+		err = place(lo-us.Off, z.at[u], hi-lo)
+	default:
+		for _, s := range rd.Float32 {
+			if a, b := max(s.Off, lo), min(s.Off+s.Len, hi); b > a && err == nil {
+				err = place(rd.Float32Before(a), z.at[u]+a-lo, b-a)
+			}
+		}
+	}
 	if err != nil {
 		return nil, false, err
 	}
 	if err := z.g.dv.Sync(); err != nil {
 		return nil, false, err
 	}
-	if err := z.comm.AllGather(z.ctx, devBuf(mine), devBuf(x), counts); err != nil {
-		return nil, false, fmt.Errorf("cuda: gathering the float32 weights of unit %d on the devices: %w", u, err)
-	}
-	w, err := z.wbuf.Slice(0, rd.Float32Len())
-	if err != nil {
-		return nil, false, err
-	}
-	off := 0
 	for r := range z.n {
 		a, b := z.run(u, r)
 		a, b = rd.Float32Before(a), rd.Float32Before(b)
-		if b > a {
-			src, err := x.Slice(off, off+b-a)
-			if err != nil {
-				return nil, false, err
-			}
-			dst, err := w.Slice(a, b)
-			if err == nil {
-				err = dst.CopyFrom(src)
-			}
-			if err != nil {
-				return nil, false, err
-			}
+		if b == a {
+			continue
 		}
-		off += b - a
+		part, err := w.Slice(a, b)
+		if err != nil {
+			return nil, false, err
+		}
+		if err := z.comm.Broadcast(z.ctx, devBuf(part), r); err != nil {
+			return nil, false, fmt.Errorf("cuda: gathering the float32 weights of unit %d on the devices (rank %d's part): %w", u, r, err)
+		}
 	}
 	return w, true, nil
 }

@@ -403,13 +403,13 @@ const deviceZeroPiece = 1 << 16
 // rotary table (Rotary: cos and sin for every position, float32). With
 // bf16 (passes that multiply in bfloat16) the share is held as the
 // passes read it (model.UnitReadsBF16, deviceHalf): in bfloat16 where
-// their products round it (the projections, an untied head; each unit's
-// run padded to an even count), in float32 where they read it so (the
-// embedding, norms and biases; a tied embedding, which its head's
-// products round where it arrives); Units is then the weights' buffer
+// their products round it (the projections, an untied head), in
+// float32 where they read it so (the embedding, norms and biases; a
+// tied embedding, which its head's products round where it arrives);
+// Units is then the weights' buffer
 // (a gathered unit's float32 image and its bfloat16 values, or at one
-// rank a tied embedding block's bfloat16 values alone) and, in a group
-// of more than one, the gathers' receive buffer.
+// rank a tied embedding block's bfloat16 values alone): the gathers
+// broadcast each rank's part in place there, no receive buffer.
 func PlanReferenceShardsOnDevices(mc model.Config, ranks int, bf16 bool) ([]ReferenceShard, error) {
 	bytes := int64(4)
 	if bf16 {
@@ -431,9 +431,6 @@ func PlanReferenceShardsOnDevices(mc model.Config, ranks int, bf16 bool) ([]Refe
 			h := planDeviceHalf(mc, z, r, true)
 			out[r].Share = 4*h.share32 + 2*h.share16
 			out[r].Units = 4 * h.unit
-			if ranks > 1 {
-				out[r].Units += 4 * h.recv
-			}
 		case ranks > 1:
 			out[r].Units = 2 * 4 * most
 		}
@@ -444,14 +441,13 @@ func PlanReferenceShardsOnDevices(mc model.Config, ranks int, bf16 bool) ([]Refe
 // deviceHalf is what learner/cuda's stage-3 group allocates for passes
 // that multiply in bfloat16 (learner/cuda/zero3.go's bfloat16 passes),
 // in floats: unit, its weights' buffer (unitFloats: the most a unit
-// takes there, its float32 image gathered at more than one rank and its
-// bfloat16 values after it, Len/2+1 words, where the passes round it and
-// do not read it in place from a frozen share at one rank); and of a
-// frozen group, its share's float32 images' parts (share32) and
-// bfloat16 values (share16: each unit's run padded to an even count,
-// counted in bfloat16 values), and its receive buffer (recv: the most a
-// gather brings, a float32 image or the ranks' bfloat16 runs in words).
-type deviceHalf struct{ unit, share32, share16, recv int64 }
+// takes there, its float32 image at more than one rank and its bfloat16
+// values after it, two a float, where the passes round it and do not
+// read it in place from a frozen share at one rank); and of a frozen
+// group its share's float32 images' parts (share32) and its bfloat16
+// values (share16, counted in values). The gathers broadcast each
+// rank's part in place there: no receive buffer.
+type deviceHalf struct{ unit, share32, share16 int64 }
 
 // planDeviceHalf is deviceHalf of rank of z's group for a model of mc,
 // frozen or the policy's.
@@ -461,30 +457,19 @@ func planDeviceHalf(mc model.Config, z *zero3, rank int, frozen bool) deviceHalf
 	var h deviceHalf
 	for u, us := range z.units {
 		rd := reads[u]
-		f32 := rd.Float32Len()
 		gathered16 := rd.BF16 && !rd.Whole32(us)
 		k := 0
 		if n > 1 {
-			k = f32
+			k = rd.Float32Len()
 		}
 		if rd.BF16 && !(n == 1 && frozen && gathered16) {
-			k += us.Len/2 + 1
-		}
-		if n > 1 {
-			k = max(k, f32)
+			k += (us.Len + 1) / 2
 		}
 		h.unit = max(h.unit, int64(k))
 		lo, hi := z.run(u, rank)
 		h.share32 += int64(rd.Float32Before(hi) - rd.Float32Before(lo))
-		h.recv = max(h.recv, int64(f32))
 		if gathered16 {
-			h.share16 += int64(2 * ((hi - lo + 1) / 2))
-			var words int64
-			for r := range n {
-				a, b := z.run(u, r)
-				words += int64((b - a + 1) / 2)
-			}
-			h.recv = max(h.recv, words)
+			h.share16 += int64(hi - lo)
 		}
 	}
 	return h
