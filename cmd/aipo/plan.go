@@ -53,11 +53,12 @@ func runPlan(args []string) error {
 			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
 			"and its share of the moments, and the group reduces the gradients on the GPUs over NCCL.\n"+
 			"--zero 3 on GPUs runs the CPU's stage-3 schedule with its state on the GPUs: each GPU\n"+
-			"holds at most what a stage-3 rank of that schedule allocates, and its KL reference\n"+
-			"sharded across the GPUs as the policy is. In bfloat16 there (--precision bf16) the\n"+
-			"shares of the weights, the gradients (reduced in float32) and the moments stay float32;\n"+
-			"the projections and the head are gathered over NCCL in bfloat16 for the products, the\n"+
-			"embedding, norms and biases in float32, and the reference's share is held so. With\n"+
+			"holds at most what a stage-3 rank of that schedule allocates, and its KL\n"+
+			"reference sharded across the GPUs as the policy is. In bfloat16 there (--precision\n"+
+			"bf16) the shares of the weights, the gradients (reduced in float32) and the moments\n"+
+			"stay float32; the projections and the head are\n"+
+			"gathered over NCCL in bfloat16 for the products, the embedding, norms and biases in\n"+
+			"float32, and the reference's share is held so. With\n"+
 			"--precision bf16 the learner multiplies in bfloat16: on the CPU its products round\n"+
 			"their operands as they read them (no bfloat16 copy of the weights is kept; the plan\n"+
 			"counts the rounded operands' buffers with the activations), on GPUs it holds a bfloat16\n"+

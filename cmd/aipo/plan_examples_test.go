@@ -44,7 +44,7 @@ func (e planExample) args() []string {
 // least 15% of each GPU left and at most 256 GiB of host memory for the
 // node (--host-gib 256: the plan checks it); Qwen3-8B fits 8 H100s;
 // Qwen2.5-32B on 8 H200s and Qwen2.5-72B-Instruct on 16 H200s do not fit
-// (by 2.74 and 50.60 GiB a GPU: float32 activations of one 17,408-token
+// (by 2.98 and 50.76 GiB a GPU: float32 activations of one 17,408-token
 // sequence, the page says what is missing), and the test holds that they
 // lack no more than that.
 func TestPlanPaperSizesOnGPUs(t *testing.T) {
