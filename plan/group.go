@@ -41,19 +41,20 @@ type Group struct {
 	Nodes int
 	// Ref is, at stage 3 with a KL term, each rank's part of the
 	// reference sharded as the policy is (trainer.PlanReferenceShards):
-	// on the CPU in float32, on GPUs (Planned) in float32 as learner/cuda
-	// holds it (trainer.PlanReferenceShardsOnDevices), or in bfloat16 at
-	// learner.precision bf16 (not built there). Nil otherwise: the
-	// reference is held whole.
+	// on the CPU in float32, on GPUs (Planned) as learner/cuda holds it
+	// (trainer.PlanReferenceShardsOnDevices): in float32, or at
+	// learner.precision bf16 as its bfloat16 passes read it (the
+	// projections and the head in bfloat16, the rest in float32). Nil
+	// otherwise: the reference is held whole.
 	Ref []trainer.ReferenceShard
 	// Base is, for a LoRA run at stage 3, each rank's part of the frozen
 	// base, sharded as stage 3 shards a frozen reference
 	// (trainer.PlanReferenceShards) and gathered a unit at a time for
 	// every pass: on the CPU in float32 (learner/trainer/lora.go); on
-	// GPUs in float32 as learner/cuda's ShardBase holds it
-	// (trainer.PlanReferenceShardsOnDevices), or, at learner.precision
-	// bf16 (NOT BUILT there), planned in bfloat16. Nil otherwise: every
-	// rank holds the whole base.
+	// GPUs as learner/cuda's ShardBase holds it
+	// (trainer.PlanReferenceShardsOnDevices), in float32 or, at
+	// learner.precision bf16, as the bfloat16 passes read it. Nil
+	// otherwise: every rank holds the whole base.
 	Base []trainer.ReferenceShard
 }
 
@@ -135,16 +136,12 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 		case 3:
 			// The frozen base, sharded as stage 3 shards a frozen
 			// reference and gathered a unit at a time for every pass.
-			// On GPUs in float32 as learner/cuda's ShardBase holds it
-			// (its share, two buffers of the largest unit, the rotary
-			// table); with bf16 (refused there: the devices' stage 3
-			// gathers float32) in bfloat16 as the CPU's layout would.
-			switch {
-			case onDevice && cfg.Learner.Precision == backend.BF16:
-				g.Base, err = trainer.PlanReferenceShards(mc, o.Ranks, 2)
-			case onDevice:
-				g.Base, err = trainer.PlanReferenceShardsOnDevices(mc, o.Ranks)
-			default:
+			// On GPUs as learner/cuda's ShardBase holds it (its share,
+			// its unit buffers, the rotary table): in float32, or with
+			// bf16 as the bfloat16 passes read it.
+			if onDevice {
+				g.Base, err = trainer.PlanReferenceShardsOnDevices(mc, o.Ranks, cfg.Learner.Precision == backend.BF16)
+			} else {
 				g.Base, err = trainer.PlanReferenceShards(mc, o.Ranks, 4)
 			}
 			if err != nil {
@@ -155,20 +152,15 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	if zero == 3 && cfg.Learner.Loss.KLCoef != 0 && !cfg.LoRAOn() {
 		// The reference, sharded as the policy is and gathered a unit
 		// at a time for its scoring pass: on the CPU in float32
-		// (learner/trainer/zero3ref.go); on GPUs (planned) in float32 as
-		// learner/cuda's ShardFrozen holds it, and with bf16 (not built
-		// there) held in bfloat16 with bfloat16 products (the Hugging
-		// Face releases' values are bfloat16: holding them so loses
-		// nothing).
-		bytes := int64(4)
-		if planned && cfg.Learner.Precision == backend.BF16 {
-			bytes = 2
-		}
-		if planned && bytes == 4 {
-			// In float32 as learner/cuda's ShardFrozen allocates it.
-			g.Ref, err = trainer.PlanReferenceShardsOnDevices(mc, o.Ranks)
+		// (learner/trainer/zero3ref.go); on GPUs (planned) as
+		// learner/cuda's ShardFrozen holds it, in float32, or with
+		// bf16 as the bfloat16 passes read it (the projections and the
+		// head in bfloat16; the Hugging Face releases' values are
+		// bfloat16: holding them so loses nothing).
+		if planned {
+			g.Ref, err = trainer.PlanReferenceShardsOnDevices(mc, o.Ranks, cfg.Learner.Precision == backend.BF16)
 		} else {
-			g.Ref, err = trainer.PlanReferenceShards(mc, o.Ranks, bytes)
+			g.Ref, err = trainer.PlanReferenceShards(mc, o.Ranks, 4)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
@@ -233,10 +225,10 @@ func (g *Group) describe(p Plan) string {
 		if g.Nodes > 1 {
 			where = fmt.Sprintf("%d a machine on %d machines; the host figures are one machine's", g.perNode(), g.Nodes)
 		}
-		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 (learner.backend %s): built in float32 (learner/trainer/zero3dev.go runs the CPU's stage-3 schedule with its state on the GPUs, learner/cuda/zero3.go, moved by NCCL), the KL reference sharded across them as the policy is (learner/cuda/zero3.go's ShardFrozen: 1/%d of every unit on each GPU, gathered over NCCL for its scoring pass); NOT BUILT on GPUs yet: bfloat16 at stage 3 (aipo train refuses learner.precision bf16 with it; with --precision bf16 it is counted here as the CPU's stage 3 does it, the reference held in bfloat16). "+
+		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 (learner.backend %s): built %s (learner/trainer/zero3dev.go runs the CPU's stage-3 schedule with its state on the GPUs, learner/cuda/zero3.go, moved by NCCL), the KL reference sharded across them as the policy is (learner/cuda/zero3.go's ShardFrozen: 1/%d of every unit on each GPU, gathered over NCCL for its scoring pass). "+
 			"Each GPU holds at most what a stage-3 rank of the CPU's schedule allocates (trainer.PlanDataParallel, counted as its code allocates): 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters), the sums it keeps while a mini-batch is reduced, two gathered units (a decoder layer or a block of the vocabulary) in float32, two units' gradients and an exchange's receive buffer (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
-			"beside them the %s backend's activations (float32, as its passes allocate them) and %s. No gradient and no moment passes through the host during a step; between steps the weights are gathered whole into each rank's host for the checkpoints. At start-up the passes open without weights and each GPU receives its shares from the host, the policy's and then the reference's, a unit's run at a time (trainer.Learner.OnSharded): no GPU ever holds a whole model (the start-up phase, trainer.PlanStartOnDevices). The device figures are rank 0's GPU; the ranks are %s\n",
-			g.Ranks, p.Config.Learner.Backend, g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, g.refWords(), where)
+			"beside them the %s backend's activations (as its passes allocate them) and %s. No gradient and no moment passes through the host during a step; between steps the weights are gathered whole into each rank's host for the checkpoints. At start-up the passes open without weights and each GPU receives its shares from the host, the policy's and then the reference's, a unit's run at a time (trainer.Learner.OnSharded): no GPU ever holds a whole model (the start-up phase, trainer.PlanStartOnDevices). The device figures are rank 0's GPU; the ranks are %s\n",
+			g.Ranks, p.Config.Learner.Backend, g.precisionWords(p), g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, g.refWords(), where)
 	}
 	how := "the gradients summed whole after the backward pass"
 	if g.Zero == 2 && !g.OnDevice {
@@ -273,17 +265,25 @@ func (g *Group) describe(p Plan) string {
 		g.Ranks, g.Ranks, g.Zero, how, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen())
 }
 
+// precisionWords says in what precision a Planned group's passes run.
+func (g *Group) precisionWords(p Plan) string {
+	if p.Config.Learner.Precision != backend.BF16 {
+		return "in float32"
+	}
+	return "in bfloat16 mixed precision (learner.precision bf16: the passes' products take the projections and the head in bfloat16, gathered over NCCL in bfloat16, half float32's bytes; the embedding, the norms and the biases are gathered and read in float32; the shares of the weights, the gradients, reduced in float32, and the AdamW moments stay float32)"
+}
+
 // refWords says how a Planned group holds the reference.
 func (g *Group) refWords() string {
 	if len(g.Ref) == 0 {
 		return "no reference (no KL term)"
 	}
-	dtype := "float32"
-	if g.Ref[0].BytesPerElement == 2 {
-		dtype = "bfloat16"
-	}
-	how := "trainer.PlanReferenceShards"
-	if g.Planned && dtype == "float32" {
+	dtype, how := "float32", "trainer.PlanReferenceShards"
+	switch {
+	case g.Planned && g.Ref[0].BytesPerElement == 2:
+		dtype = "bfloat16 as its bfloat16 passes read it (the projections and the head; the embedding, the norms and the biases in float32)"
+		how = "as learner/cuda's ShardFrozen allocates it, with its weights' buffer, a unit's float32 tensors and bfloat16 values, into which the gathers broadcast in place: trainer.PlanReferenceShardsOnDevices"
+	case g.Planned:
 		how = "as learner/cuda's ShardFrozen allocates it, with two buffers of the largest unit: trainer.PlanReferenceShardsOnDevices"
 	}
 	return fmt.Sprintf("the frozen reference sharded as the policy is, in %s (1/%d of every unit a rank, gathered a unit at a time for its scoring pass, no gradients: %s)", dtype, g.Ranks, how)
@@ -300,18 +300,18 @@ func (g *Group) describeLoRA(p Plan) string {
 		if b0.BytesPerElement == 2 {
 			dtype = "bfloat16"
 		}
-		if g.OnDevice && b0.BytesPerElement == 4 {
-			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s) as built in float32 (learner/cuda/zero3.go's ShardBase, learner/trainer/lora.go): "+
-				"each GPU holds 1/%d of the frozen base's float32 weights (rank 0: %s of %s parameters) and, for as long as the group, two buffers of the largest unit (the gathered unit a pass reads and the gather's receive buffer): every pass, the adapters' and the reference's (the base with the adapters off), all-gathers the base a unit at a time over NCCL (a decoder layer or a block of the vocabulary) just before it reads it, and hands over no gradient; "+
+		if g.OnDevice {
+			held := "the frozen base's float32 weights"
+			bufs := "two buffers of the largest unit (the gathered unit a pass reads and the gather's receive buffer)"
+			if dtype == "bfloat16" {
+				held = "the frozen base, in bfloat16 as its bfloat16 passes read it (the projections and the head; the embedding, the norms and the biases in float32)"
+				bufs = "its weights' buffer (a gathered unit's float32 tensors and bfloat16 values, into which the gathers broadcast in place)"
+			}
+			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s) as built in %s (learner/cuda/zero3.go's ShardBase, learner/trainer/lora.go): "+
+				"each GPU holds 1/%d of %s (rank 0: %s of %s parameters) and, for as long as the group, %s: every pass, the adapters' and the reference's (the base with the adapters off), all-gathers the base a unit at a time over NCCL (a decoder layer or a block of the vocabulary) just before it reads it, and hands over no gradient; "+
 				"the adapters are reduced and their AdamW moments sharded by the stage-1 device group (learner/cuda/dpgroup.go): the whole adapters and their gradients, rank 0's share of their moments (about %s of %s trained parameters) and the group's adapter gradient buffers. "+
 				"The passes open with the adapters alone and each GPU receives its share of the base from the host a unit's run at a time (trainer.Learner.OnSharded, trainer.PlanLoRAStartOnDevices): no GPU ever holds the whole base. The device figures are one GPU's (rank 0's), the host figures the node's, %d ranks a machine\n",
-				g.Ranks, p.Config.Learner.Backend, g.Ranks, fmtCount(b0.Elements), fmtCount(p.Params), fmtCount(share), fmtCount(A), g.perNode())
-		}
-		if g.OnDevice {
-			return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 with LoRA (learner.backend %s) in bfloat16: NOT BUILT on GPUs (aipo train refuses learner.precision bf16 with learner.lora at learner.zero 3 there: the devices' stage 3 shards and gathers the base in float32; it is built in float32, learner/cuda/zero3.go's ShardBase); planned as a bfloat16 layout of the CPU's stage 3: "+
-				"each GPU holds 1/%d of the frozen base in %s (rank 0: %s of %s parameters) and the two units a pass reads gathered (a decoder layer or a block of the vocabulary, the next while the current computes; the adapters' passes and the reference's, the base with the adapters off, alike), "+
-				"the whole adapters and their gradients, rank 0's share of their AdamW moments (about %s of %s trained parameters) and the device group's adapter gradient buffers. The device figures are one GPU's (rank 0's), the host figures the node's, %d ranks a machine\n",
-				g.Ranks, p.Config.Learner.Backend, g.Ranks, dtype, fmtCount(b0.Elements), fmtCount(p.Params), fmtCount(share), fmtCount(A), g.perNode())
+				g.Ranks, p.Config.Learner.Backend, dtype, g.Ranks, held, fmtCount(b0.Elements), fmtCount(p.Params), bufs, fmtCount(share), fmtCount(A), g.perNode())
 		}
 		return fmt.Sprintf("learner on %d ranks of this machine (aipo train --nproc %d), ZeRO stage 3 with LoRA as built (learner/trainer/lora.go; learner.zero): each rank holds 1/%d of the frozen base's float32 weights (rank 0: %s of %s parameters), "+
 			"its passes gathering the base a unit at a time (a decoder layer or a block of the vocabulary, the next while the current computes; the adapters' passes and the reference's, the base with the adapters off, alike); "+

@@ -173,14 +173,14 @@ func (p *Plan) loraLearnPhaseGPU(st trainer.StepMemory, proc Line) (Phase, Line)
 	moments, momentsLine := d.Optimizer, "the adapters' AdamW moments (float32 m and v)"
 	learn := Phase{Name: "learner step"}
 	if g := p.Group; g != nil && len(g.Base) > 0 {
-		// Stage 3 (describeLoRA; built in float32, learner/cuda's
-		// ShardBase): rank 0's share of the base, the two unit buffers
-		// the group holds and the rotary table; in bfloat16 (not built)
-		// the CPU's layout of it.
+		// Stage 3 (describeLoRA; learner/cuda's ShardBase): rank 0's
+		// share of the base, the unit buffers the group holds and the
+		// rotary table; in bfloat16 the share held as the bfloat16
+		// passes read it.
 		b0 := g.Base[0]
 		dtype, units := "float32", "the frozen base's gathered unit and the gather's receive buffer (float32, two of the largest unit, held as long as the group)"
 		if b0.BytesPerElement == 2 {
-			dtype, units = "bfloat16", "the frozen base's units a pass holds gathered (bfloat16: the one it reads and the next)"
+			dtype, units = "bfloat16 where its products read it so, its embedding, norms and biases float32", "the frozen base's weights' buffer (a gathered unit's float32 tensors and bfloat16 values, held as long as the group)"
 		}
 		learn.Lines = append(learn.Lines,
 			Line{What: fmt.Sprintf("frozen base weights of rank 0's share (%s, 1/%d of every unit; no gradients; also the KL term's reference)", dtype, g.Ranks), Device: b0.Share},

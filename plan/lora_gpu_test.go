@@ -36,12 +36,12 @@ func loraMath(t *testing.T) runconfig.Config {
 // of the group holds the whole frozen base (stage 1 shards the adapters'
 // moments alone), 137.8 GiB of the H200's 140.4 GiB before the adapters
 // and a pass, and the plan says by how much; at --zero 3 each GPU holds a
-// quarter of the base and two unit buffers and it fits: in float32 as
-// learner/cuda's ShardBase holds them (trainer.PlanReferenceShardsOnDevices,
+// quarter of the base and its unit buffers and it fits, in float32 and in
+// bfloat16, as learner/cuda's ShardBase holds them (trainer.PlanReferenceShardsOnDevices,
 // built; the passes open with the adapter alone and each share placed
 // from the host, trainer.PlanLoRAStartOnDevices, less than the step, so
-// no GPU holds the whole base), and in bfloat16 as the CPU's layout would
-// (not built: the plan says so). The model configurations are
+// no GPU holds the whole base), the plan saying that both are built.
+// The model configurations are
 // the model cards' config.json files (learner/hfconfig/testdata, their
 // sources in its README).
 func TestPlanLoRAOnGPUs(t *testing.T) {
@@ -76,42 +76,34 @@ func TestPlanLoRAOnGPUs(t *testing.T) {
 			t.Errorf("%s on %s (zero %d): fits %v, want %v", c.model, c.device, c.zero, p.Fits(), c.fits)
 		}
 		learn := p.Phases[phaseLearn]
-		if c.zero == 3 && !c.fp32 {
-			shards, err := trainer.PlanReferenceShards(p.Model, c.ranks, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := line(t, learn, "frozen base weights of rank 0's share (bfloat16", true); got != shards[0].Share {
-				t.Errorf("%s: rank 0's share of the base on its GPU %d, the layout's %d", c.model, got, shards[0].Share)
-			}
-			if got := line(t, learn, "the frozen base's units a pass holds gathered (bfloat16", true); got != shards[0].Units {
-				t.Errorf("%s: the gathered units on the GPU %d, the layout's %d", c.model, got, shards[0].Units)
-			}
-			if s := p.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA (learner.backend cuda) in bfloat16: NOT BUILT on GPUs") {
-				t.Errorf("%s: the plan does not say that LoRA at stage 3 in bfloat16 is not built on GPUs:\n%s", c.model, s)
-			}
-		}
-		if c.zero == 3 && c.fp32 {
+		if c.zero == 3 {
 			// As learner/cuda's ShardBase allocates it (the figures
-			// TestDeviceLoRAZero3 holds the device's peak to).
-			shards, err := trainer.PlanReferenceShardsOnDevices(p.Model, c.ranks)
+			// TestDeviceLoRAZero3 and TestDeviceZero3BF16 hold the
+			// device's peak to): in float32, or in bfloat16 where the
+			// products read it so.
+			bf16 := !c.fp32
+			shards, err := trainer.PlanReferenceShardsOnDevices(p.Model, c.ranks, bf16)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := line(t, learn, "frozen base weights of rank 0's share (float32", true); got != shards[0].Share {
+			share, units, built := "frozen base weights of rank 0's share (float32", "the frozen base's gathered unit and the gather's receive buffer", "ZeRO stage 3 with LoRA (learner.backend cuda) as built in float32"
+			if bf16 {
+				share, units, built = "frozen base weights of rank 0's share (bfloat16", "the frozen base's weights' buffer", "ZeRO stage 3 with LoRA (learner.backend cuda) as built in bfloat16"
+			}
+			if got := line(t, learn, share, true); got != shards[0].Share {
 				t.Errorf("%s: rank 0's share of the base on its GPU %d, the layout's %d", c.model, got, shards[0].Share)
 			}
-			if got := line(t, learn, "the frozen base's gathered unit and the gather's receive buffer", true); got != shards[0].Units {
+			if got := line(t, learn, units, true); got != shards[0].Units {
 				t.Errorf("%s: the unit buffers on the GPU %d, ShardBase's %d", c.model, got, shards[0].Units)
 			}
-			if s := p.String(); !strings.Contains(s, "ZeRO stage 3 with LoRA (learner.backend cuda) as built in float32") || strings.Contains(s, "NOT BUILT") {
-				t.Errorf("%s: the plan does not say that LoRA at stage 3 in float32 is built on GPUs:\n%s", c.model, s)
+			if s := p.String(); !strings.Contains(s, built) || strings.Contains(s, "NOT BUILT") {
+				t.Errorf("%s: the plan does not say that LoRA at stage 3 (bf16 %v) is built on GPUs:\n%s", c.model, bf16, s)
 			}
 			// The passes open with the adapter alone and the base's
 			// share placed from the host (TestDeviceLoRAZero3 holds the
 			// start-up peak to these figures): less than the step holds,
 			// so the plan has no phase for it.
-			start, err := trainer.PlanLoRAStartOnDevices(p.Model, c.ranks, p.LoRA.Trainable)
+			start, err := trainer.PlanLoRAStartOnDevices(p.Model, c.ranks, p.LoRA.Trainable, bf16)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -380,8 +380,9 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		if g.Planned {
 			// Stage 3 on GPUs: the rank's share of the
 			// weights and its moments on its GPU, its reduced gradient
-			// in the step's buffers there; gathered units in float32
-			// (no whole copy for the GEMMs); on the host nothing of
+			// in the step's buffers there; gathered units (in float32,
+			// or with bf16 partly bfloat16: no whole copy for the
+			// GEMMs); on the host nothing of
 			// the step but the reference's upload.
 			st.Device.Weights, st.Device.Grads, st.Device.Optimizer, st.Device.Compute = g.Mem[0].Weights, 0, g.Mem[0].Moments, 0
 			st.Host.Weights, st.Host.Grads, st.Host.Optimizer, st.Host.Compute = 0, 0, 0, 0
@@ -416,16 +417,21 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	}
 	if g != nil && len(g.Ref) > 0 {
 		r := g.Ref[0]
-		dtype := "float32"
+		dtype, units := "float32", "two units gathered as it scores"
 		if r.BytesPerElement == 2 {
 			dtype = "bfloat16"
 		}
 		if g.Planned {
 			st.Device.Reference = r.Total()
+			if r.BytesPerElement == 2 {
+				// learner/cuda's frozenHalf: held as its bfloat16
+				// passes read it.
+				dtype, units = "bfloat16, its embedding, norms and biases float32", "its unit buffers"
+			}
 		} else {
 			st.Host.Reference = r.Total()
 		}
-		refLine = fmt.Sprintf("reference policy: rank 0's share (%s, 1/%d of every unit) and two units gathered as it scores", dtype, g.Ranks)
+		refLine = fmt.Sprintf("reference policy: rank 0's share (%s, 1/%d of every unit) and %s", dtype, g.Ranks, units)
 		if r.Rotary > 0 {
 			refLine += " (and its rotary table)"
 		}
@@ -474,7 +480,8 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 func (p *Plan) startPhase(proc Line) (Phase, error) {
 	g, P := p.Group, p.Params
 	kl := len(g.Ref) > 0
-	st, err := trainer.PlanStartOnDevices(p.Model, g.Ranks, kl)
+	bf16 := p.Config.Learner.Precision == backend.BF16
+	st, err := trainer.PlanStartOnDevices(p.Model, g.Ranks, kl, bf16)
 	if err != nil {
 		return Phase{}, fmt.Errorf("plan: %w", err)
 	}
@@ -485,7 +492,11 @@ func (p *Plan) startPhase(proc Line) (Phase, error) {
 		{What: "the policy passes' rotary table", Device: s0.PolicyRotary},
 	}}
 	if kl {
-		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: its host copy while rank 0's share (float32, 1/%d) is placed; the share, two unit buffers and its rotary table on the GPU", g.Ranks), Host: 4 * P, Device: s0.Reference})
+		held := "float32"
+		if bf16 {
+			held = "bfloat16, its embedding, norms and biases float32"
+		}
+		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: its host copy while rank 0's share (%s, 1/%d) is placed; the share, its unit buffers and its rotary table on the GPU", held, g.Ranks), Host: 4 * P, Device: s0.Reference})
 	}
 	ph.Lines = append(ph.Lines, proc, cudaContext)
 	ph.Others = int64(g.perNode()-1) * ph.Host()

@@ -120,8 +120,8 @@ func (c Config) validateLoRAPlace() error {
 		// run's are the adapter's, which stage 1 reduces whole (a few
 		// megabytes), and the frozen base has none: it would hold
 		// nothing less than stage 1. (Stage 3 shards the frozen base,
-		// on the CPU and, in float32, on GPUs: the group's validation
-		// refuses bf16 with stage 3 there.)
+		// on the CPU and on GPUs, where with bf16 each rank holds its
+		// share in bfloat16 but for the embedding, norms and biases.)
 		return fieldError("learner.zero", "2 shards the gradients of the weights a run trains, but a LoRA run trains the adapter alone, whose gradients stage 1 reduces and whose AdamW state it shards, and the frozen base has no gradients: stage 2 would hold nothing less than stage 1; set learner.zero: 1, or 3 to shard the frozen base across the ranks as well")
 	}
 	if c.Learner.Objective != ObjectiveRL {

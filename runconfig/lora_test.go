@@ -58,14 +58,21 @@ func TestLoRAConfig(t *testing.T) {
 		}
 	}
 	for set, want := range map[string]string{
-		"precision: bf16": "learner.precision: the cpu backend holds a LoRA run's frozen base in float32 and cannot hold it in bfloat16",
-		"zero: 2":         "learner.zero: 2 shards the gradients of the weights a run trains",
-		"zero: 3, backend: cuda, precision: bf16": "learner.zero: 3 on learner.backend cuda runs its passes in float32",
-		"objective: rejection-sft":                "learner.lora: trains with learner.objective rl",
+		"precision: bf16":          "learner.precision: the cpu backend holds a LoRA run's frozen base in float32 and cannot hold it in bfloat16",
+		"zero: 2":                  "learner.zero: 2 shards the gradients of the weights a run trains",
+		"objective: rejection-sft": "learner.lora: trains with learner.objective rl",
 	} {
 		_, err := Parse([]byte("run: {dir: r}\ndata: {demo: true}\nlearner: {lora: {rank: 4}, "+set+"}\n"), "t.yaml", "")
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("learner.lora with %s: %v, want an error with %q", set, err, want)
+		}
+	}
+	// ZeRO stage 3 on the cuda backend in bfloat16, a LoRA run's or not
+	// (learner/cuda/zero3.go's bfloat16 passes: the frozen base's and the
+	// reference's shares held in bfloat16 where the products read them).
+	for _, lora := range []string{"lora: {rank: 4}, ", ""} {
+		if _, err := Parse([]byte("run: {dir: r}\ndata: {demo: true}\nlearner: {"+lora+"zero: 3, backend: cuda, precision: bf16}\n"), "t.yaml", ""); err != nil {
+			t.Errorf("learner {%szero: 3, backend: cuda, precision: bf16}: %v, want it accepted", lora, err)
 		}
 	}
 }

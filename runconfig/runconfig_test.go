@@ -189,7 +189,6 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {backend: tpu}\n", "learner.backend"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {backend: tpu}\n", "is unknown: use cpu or cuda"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {zero: 4}\n", "learner.zero: 4 is not a ZeRO stage the learner has: use 1"},
-		{"run: {dir: r}\ndata: {demo: true}\nlearner: {zero: 3, backend: cuda, precision: bf16}\n", "learner.zero: 3 on learner.backend cuda runs its passes in float32"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: fp8}\n", "is unknown: use fp32 or bf16"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: bfloat16}\n", "learner.precision: \"bfloat16\" is unknown: use fp32 or bf16"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {objective: sft}\n", "learner.objective"},

@@ -303,9 +303,6 @@ func (c Config) validateLearner() error {
 	if l.Zero < 1 || l.Zero > 3 {
 		return fieldError("learner.zero", "%d is not a ZeRO stage the learner has: use 1 (the AdamW moments sharded across the ranks), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", l.Zero)
 	}
-	if l.Zero == 3 && l.Backend != BackendCPU && l.Precision == PrecisionBF16 {
-		return fieldError("learner.zero", "3 on learner.backend %s runs its passes in float32 (the sharded model's GEMMs take no bfloat16 operands): use learner.precision fp32 there, learner.zero 1 or 2 with bf16, or learner.backend cpu", l.Backend)
-	}
 	return c.validateLoRA()
 }
 

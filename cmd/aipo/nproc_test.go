@@ -572,7 +572,8 @@ func TestTrainShardsOnRanks(t *testing.T) {
 // one block, whose sharded head computes the whole head's bits, and each
 // shard packs into one micro-batch), and the group's final checkpoint has
 // each rank's part of the optimiser state (the moments brought from the
-// devices).
+// devices). In bfloat16 (learner.precision bf16) stage 3 at 2 ranks ends
+// with one process's bfloat16 bits at stage 1, which differ from float32's.
 func TestTrainOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
@@ -587,15 +588,16 @@ func TestTrainOnGPURanks(t *testing.T) {
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
 	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
-	runs := map[string]string{}
+	runs, bf16 := map[string]string{}, map[string]string{}
 	for _, tc := range []struct {
-		nproc int
-		zero  string
-	}{{1, "1"}, {2, "1"}, {2, "2"}, {2, "3"}} {
+		nproc     int
+		zero      string
+		precision string
+	}{{1, "1", "fp32"}, {2, "1", "fp32"}, {2, "2", "fp32"}, {2, "3", "fp32"}, {1, "1", "bf16"}, {2, "3", "bf16"}} {
 		cfg, run := ranksRun(t, warm, 2)
 		t0 := time.Now()
 		args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(tc.nproc), "--set", "learner.backend=cuda",
-			"--set", "learner.zero=" + tc.zero,
+			"--set", "learner.zero=" + tc.zero, "--set", "learner.precision=" + tc.precision,
 			// The evaluation of the warm start decodes on the emulated
 			// device for minutes; the steps' rollouts take seconds.
 			"--set", "eval.every=0"}
@@ -604,18 +606,31 @@ func TestTrainOnGPURanks(t *testing.T) {
 			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
 		}
 		name := fmt.Sprintf("--nproc %d at learner.zero %s", tc.nproc, tc.zero)
-		runs[name] = run
+		if tc.precision == "bf16" {
+			bf16[name] = run
+			name += " in bf16"
+		} else {
+			runs[name] = run
+		}
 		t.Logf("%s on the stand-in GPU: %s (%s)", name, finalDigest(t, run, 2), time.Since(t0).Round(time.Millisecond))
 		if got := optimizerFiles(t, run, 2); !slices.Equal(got, wantOptimizerFiles(tc.nproc)) {
 			t.Errorf("%s: the final checkpoint's optimiser files are %v, want %v", name, got, wantOptimizerFiles(tc.nproc))
 		}
 	}
-	// Stage 2 gives the same sums, exchanged a piece at a time.
+	// Stage 2 gives the same sums, exchanged a piece at a time; stage 3
+	// in bfloat16 (the units gathered in bfloat16 where the products
+	// read them so, learner/cuda/zero3.go) one process's bfloat16 bits,
+	// its whole bfloat16 copy rounded from the same float32 weights.
 	one := "--nproc 1 at learner.zero 1"
-	for name, run := range runs {
-		if a, b := finalDigest(t, runs[one], 2), finalDigest(t, run, 2); a != b {
-			t.Errorf("%s on the device: %s, %s: %s", name, b, one, a)
+	for _, set := range []map[string]string{runs, bf16} {
+		for name, run := range set {
+			if a, b := finalDigest(t, set[one], 2), finalDigest(t, run, 2); a != b {
+				t.Errorf("%s on the device: %s, %s: %s", name, b, one, a)
+			}
 		}
+	}
+	if a, b := finalDigest(t, runs[one], 2), finalDigest(t, bf16[one], 2); a == b {
+		t.Errorf("--nproc 1 on the device in bf16 and in fp32: the same %s; the bfloat16 products were not used", a)
 	}
 	before, err := os.ReadFile(filepath.Join(warm, "model.safetensors"))
 	if err != nil {

@@ -37,7 +37,7 @@ func runPlan(args []string) error {
 	planOpts := planFlags(fs)
 	sets := setFlag(fs, "learner.micro_batch_tokens=4096 --set policy.max_response_tokens=8192")
 	nproc := fs.Int("nproc", 0, "plan each rank of a learner on this many processes (aipo train --nproc N; with learner.backend cuda each GPU a whole replica, the group reducing on the GPUs over NCCL)")
-	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well, and a KL reference with them: built on the cpu backend, and on GPUs in float32; bf16 at stage 3 on GPUs is NOT BUILT); default learner.zero")
+	zero := fs.Int("zero", 0, "with --nproc: the ZeRO stage, 1 (the AdamW moments sharded), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well, and a KL reference with them: built on the cpu backend and on GPUs, in float32 or bf16); default learner.zero")
 	nnodes := fs.Int("nnodes", 0, "with --nproc and a GPU backend: the machines the ranks are spread over, --nproc/--nnodes on each (default 1); the host figures are one machine's")
 	precision := fs.String("precision", "", "the learner's matrix products: fp32, or bf16 (mixed precision as torch.autocast: bfloat16 operands, float32 accumulation, master weights, gradients and AdamW; cpu and cuda); default learner.precision")
 	fs.Usage = func() {
@@ -52,16 +52,20 @@ func runPlan(args []string) error {
 			"(stage 3: each rank holds 1/N of the weights, gradients, moments and reference), and on GPUs\n"+
 			"(learner.backend cuda, stage 1 or 2), where each GPU holds the whole weights and gradients\n"+
 			"and its share of the moments, and the group reduces the gradients on the GPUs over NCCL.\n"+
-			"--zero 3 on GPUs runs the CPU's stage-3 schedule with its state on the GPUs, in float32:\n"+
-			"each GPU holds at most what a stage-3 rank of that schedule allocates, and its KL\n"+
-			"reference sharded across the GPUs as the policy is. Stage 3 in bfloat16 on GPUs is\n"+
-			"NOT BUILT there yet (aipo train refuses it); the plan says so. With --precision bf16\n"+
-			"the learner multiplies in bfloat16: on the CPU its products round their operands as\n"+
-			"they read them (no bfloat16 copy of the weights is kept; the plan counts the rounded\n"+
-			"operands' buffers with the activations), on GPUs it holds a bfloat16 copy of the\n"+
-			"weights beside the float32 masters. A LoRA run (learner.lora) plans at --zero 1, or at\n"+
-			"--zero 3 with its frozen base sharded across the ranks (built on the CPU, and on GPUs\n"+
-			"in float32; in bfloat16 on GPUs NOT BUILT, the plan says so). Exits 1 when it does not fit.\n\nFlags:\n")
+			"--zero 3 on GPUs runs the CPU's stage-3 schedule with its state on the GPUs: each GPU\n"+
+			"holds at most what a stage-3 rank of that schedule allocates, and its KL\n"+
+			"reference sharded across the GPUs as the policy is. In bfloat16 there (--precision\n"+
+			"bf16) the shares of the weights, the gradients (reduced in float32) and the moments\n"+
+			"stay float32; the projections and the head are\n"+
+			"gathered over NCCL in bfloat16 for the products, the embedding, norms and biases in\n"+
+			"float32, and the reference's share is held so. With\n"+
+			"--precision bf16 the learner multiplies in bfloat16: on the CPU its products round\n"+
+			"their operands as they read them (no bfloat16 copy of the weights is kept; the plan\n"+
+			"counts the rounded operands' buffers with the activations), on GPUs it holds a bfloat16\n"+
+			"copy of the weights beside the float32 masters (at --zero 3 the gathered units alone).\n"+
+			"A LoRA run (learner.lora) plans at --zero 1, or at --zero 3 with its frozen base sharded\n"+
+			"across the ranks (built on the CPU and on GPUs, in float32 or bfloat16). Exits 1 when it\n"+
+			"does not fit.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {

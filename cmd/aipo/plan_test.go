@@ -83,20 +83,22 @@ func TestPlanGroupFlags(t *testing.T) {
 		t.Errorf("aipo plan --nproc 4 --zero 2 exited %d, want 1 (the learner step does not fit):\n%s", code, out)
 	}
 	// The help says what is built: the GPU group reduces over NCCL,
-	// stage 3 runs on GPUs in float32 with its reference sharded, in
-	// bfloat16 not yet; stage 3 shards the reference with the rest on
-	// the CPU.
+	// stage 3 runs on GPUs with its reference sharded, in float32 and in
+	// bfloat16; stage 3 shards the reference with the rest on the CPU.
 	_, help := runAipo(t, "plan", "--help")
-	for _, want := range []string{"the group reduces the gradients on the GPUs over NCCL", "--zero 3 on GPUs runs the CPU's stage-3 schedule", "reference sharded across the GPUs as the policy is", "NOT BUILT there yet",
+	for _, want := range []string{"the group reduces the gradients on the GPUs over NCCL", "--zero 3 on GPUs runs the CPU's stage-3 schedule", "reference sharded across the GPUs as the policy is", "gathered over NCCL in bfloat16 for the products",
 		"1/N of the weights, gradients, moments and reference", "the group reducing on the GPUs over NCCL"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("aipo plan --help does not say %q:\n%s", want, help)
 		}
 	}
-	// Stage 3 on GPUs is planned as built with its sharded reference,
-	// bfloat16 there said to be not built.
+	if strings.Contains(help, "NOT BUILT") {
+		t.Errorf("aipo plan --help still says something is not built:\n%s", help)
+	}
+	// Stage 3 on GPUs in bfloat16 is planned as built, with its sharded
+	// reference held in bfloat16 where its products read it so.
 	code, out = runAipo(t, "plan", "--config", cfg, "--run", run, "--init", init, "--device", "a100-80g", "--nproc", "4", "--zero", "3")
-	if code != 1 || !strings.Contains(out, "learner on 4 GPUs at ZeRO stage 3 (learner.backend cuda): built in float32") || !strings.Contains(out, "the KL reference sharded across them as the policy is") || !strings.Contains(out, "NOT BUILT on GPUs yet: bfloat16 at stage 3") || !strings.Contains(out, "reference policy: rank 0's share (bfloat16, 1/4 of every unit)") {
+	if code != 1 || !strings.Contains(out, "learner on 4 GPUs at ZeRO stage 3 (learner.backend cuda): built in bfloat16 mixed precision") || !strings.Contains(out, "the KL reference sharded across them as the policy is") || strings.Contains(out, "NOT BUILT") || !strings.Contains(out, "reference policy: rank 0's share (bfloat16, its embedding, norms and biases float32, 1/4 of every unit)") {
 		t.Errorf("aipo plan --nproc 4 --zero 3 on cuda exited %d, want 1 and the plan of the GPU path:\n%s", code, out)
 	}
 	for _, tc := range []struct {

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
@@ -141,18 +140,20 @@ func (d cudaDevice) Train(m *model.Model, precision string) (backend.Compute, er
 
 var _ backend.ShardedOpener = cudaDevice{}
 
-// errShardedBF16 is the refusal of bfloat16 GEMM operands on a model that
-// ZeRO stage 3 shards (shardOn).
-var errShardedBF16 = errors.New("cuda: a model whose GEMMs take bfloat16 operands cannot be sharded (ZeRO stage 3 on the devices runs in float32)")
-
 // TrainSharded implements backend.ShardedOpener: the passes of m with
 // nothing of its weights or gradients on the device until ShardedGroup
 // places the rank's share (newUnplaced). For a model with a LoRA adapter
 // attached the adapter and its gradients are uploaded and nothing of the
 // frozen base until ShardBase places the rank's share of it from m
-// (newLoRAUnplaced).
+// (newLoRAUnplaced). With backend.BF16 the passes multiply in bfloat16
+// as Train's do (UseBF16: the projections and the head in bfloat16, the
+// rest in float32), from the units their group gathers in those forms
+// (zero3.go's bfloat16 passes); the shares the ranks keep of the policy
+// and its gradients stay float32, a frozen base's are held as the passes
+// read them.
 func (d cudaDevice) TrainSharded(m *model.Model, precision string) (backend.Compute, error) {
-	if err := shardedPrecision(precision); err != nil {
+	bf16, err := shardedPrecision(precision)
+	if err != nil {
 		return nil, err
 	}
 	if m.HasAdapter() {
@@ -160,39 +161,45 @@ func (d cudaDevice) TrainSharded(m *model.Model, precision string) (backend.Comp
 		if err != nil {
 			return nil, err
 		}
+		g.use16 = bf16
 		return &compute{host: m, dev: g}, nil
 	}
 	g, err := d.dv.newUnplaced(m, false)
 	if err != nil {
 		return nil, err
 	}
+	g.use16 = bf16
 	return &compute{host: m, dev: g}, nil
 }
 
 // EvalSharded implements backend.ShardedOpener: the passes of the frozen
 // model m with nothing of its weights on the device until ShardFrozen
-// places the rank's share, read from m (newUnplaced).
+// places the rank's share, read from m (newUnplaced); with backend.BF16
+// they multiply in bfloat16 as Eval's do, and the share is held as they
+// read it (zero3.go's frozenHalf).
 func (d cudaDevice) EvalSharded(m *model.Model, precision string) (backend.Compute, error) {
-	if err := shardedPrecision(precision); err != nil {
+	bf16, err := shardedPrecision(precision)
+	if err != nil {
 		return nil, err
 	}
 	g, err := d.dv.newUnplaced(m, true)
 	if err != nil {
 		return nil, err
 	}
+	g.use16 = bf16
 	return frozen{g}, nil
 }
 
-// shardedPrecision refuses a precision ZeRO stage 3 on the devices does
-// not run in.
-func shardedPrecision(precision string) error {
+// shardedPrecision reports whether the passes ZeRO stage 3 opens multiply
+// in bfloat16, refusing a precision they do not run in.
+func shardedPrecision(precision string) (bool, error) {
 	switch precision {
 	case "", backend.FP32:
-		return nil
+		return false, nil
 	case backend.BF16:
-		return errShardedBF16
+		return true, nil
 	}
-	return fmt.Errorf("cuda: precision %q is unknown: use %s or %s", precision, backend.FP32, backend.BF16)
+	return false, fmt.Errorf("cuda: precision %q is unknown: use %s or %s", precision, backend.FP32, backend.BF16)
 }
 
 // Eval uploads m's weights alone (NewFrozen): with backend.BF16 the

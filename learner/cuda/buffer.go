@@ -95,6 +95,20 @@ func (b *Buffer) Slice(lo, hi int) (*Buffer, error) {
 	return &Buffer{dev: b.dev, ptr: b.ptr + uint64(lo)*uint64(b.dt.Size()), n: hi - lo, dt: b.dt}, nil
 }
 
+// as returns a view of b's first bytes as n elements of dt (a pair of
+// bfloat16 values is the bytes of one float32 word): ZeRO stage 3's
+// bfloat16 units travel through the collectives, which move float32
+// words, and land in float32 buffers. The bytes must be within b's.
+func (b *Buffer) as(dt DType, n int) (*Buffer, error) {
+	if b.freed {
+		return nil, fmt.Errorf("cuda: a view of a freed buffer")
+	}
+	if n < 0 || uint64(n)*uint64(dt.Size()) > b.Bytes() {
+		return nil, fmt.Errorf("cuda: a view of %d %s in a buffer of %d %s", n, dt, b.n, b.dt)
+	}
+	return &Buffer{dev: b.dev, ptr: b.ptr, n: n, dt: dt}, nil
+}
+
 // Free releases the allocation; views cannot be freed.
 func (b *Buffer) Free() error {
 	if !b.owner {

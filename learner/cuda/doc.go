@@ -62,7 +62,10 @@
 //     embedding and the head a vocabulary block at a time; the feed is a
 //     rank's backend.ShardedGroup, which keeps the rank's owned weights,
 //     reduced gradient and moments on the device and moves the units over
-//     NCCL in learner/trainer's stage-3 schedule.
+//     NCCL in learner/trainer's stage-3 schedule. In bfloat16 the shares,
+//     gradients and moments stay float32 and the units travel as the
+//     passes read them: the projections and the head in bfloat16, the
+//     embedding, norms and biases in float32.
 //
 // What runs where: the library search, the error paths and the checks of
 // the embedded PTX are tested on every machine. TestFakeDriver runs the GPU

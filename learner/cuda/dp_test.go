@@ -37,7 +37,7 @@ const dpLR = 1e-2
 
 // programDPDevice is one rank of TestDeviceDataParallel: the tiny Qwen2
 // fixture's policy with its passes on the device (AIPO_DPD_BACKEND cuda,
-// precision AIPO_DPD_PRECISION) or on the host (cpu), in a Gloo group of
+// precision AIPO_DPD_PRECISION) or on the host (cpu, in bfloat16 too), in a Gloo group of
 // the launcher's environment and, on the device, an NCCL communicator
 // over which the group reduces (unless AIPO_DPD_HOST_REDUCED=1), takes 3
 // data-parallel steps and rank 0 saves the parameters the passes hold to
@@ -95,6 +95,15 @@ func programDPDevice() int {
 		// policy's start, so that it counts from the first step.
 		if l.Ref, err = model.New(cfg, 6); err != nil {
 			return fail(err)
+		}
+	}
+	if os.Getenv("AIPO_DPD_BACKEND") != Name && os.Getenv("AIPO_DPD_PRECISION") == backend.BF16 {
+		// The host's passes in bfloat16 (the cpu backend's
+		// model.SetComputeBF16): the policy's and the reference's
+		// products round their operands as they read them.
+		m.SetComputeBF16(true)
+		if l.Ref != nil {
+			l.Ref.SetComputeBF16(true)
 		}
 	}
 	var dv *Device

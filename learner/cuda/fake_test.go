@@ -33,6 +33,7 @@ var emulatedTests = []string{
 	"TestParityQKNorm", "TestParityModelStepQwen3", "TestParityModelStepQwen3BF16",
 	"TestParityGreedyDecodeQwen3", "TestParityDecodeLogitsQwen3", "TestParityDecodeBF16",
 	"TestDeviceDataParallel", "TestGPUDecoderMemory", "TestDeviceZero3", "TestDeviceZero3Resume", "TestDeviceZero3Reference", "TestDeviceLoRAZero3",
+	"TestDeviceZero3BF16", "TestDeviceLoRAZero3BF16",
 	"TestParityLoRAStep", "TestParityLoRAStepBF16",
 }
 

@@ -76,7 +76,7 @@ func TestDeviceLoRAZero3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := trainer.PlanReferenceShardsOnDevices(cfg, 4)
+	base, err := trainer.PlanReferenceShardsOnDevices(cfg, 4, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestDeviceLoRAZero3(t *testing.T) {
 		// counts them: the passes are opened without the base
 		// (Learner.OnSharded) and ShardBase places the share from the
 		// host model, so no device holds the whole base for a moment.
-		start, err := trainer.PlanLoRAStartOnDevices(cfg, n, int64(len(want)))
+		start, err := trainer.PlanLoRAStartOnDevices(cfg, n, int64(len(want)), false)
 		if err != nil {
 			t.Fatal(err)
 		}

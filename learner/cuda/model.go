@@ -31,7 +31,10 @@ type Model struct {
 	// them, and w16 its views; cast16 are scratch for activations rounded
 	// for a GEMM. A frozen bfloat16 model (NewFrozen) has w16 alone for
 	// its projections and head, each tensor its own buffer (owned), and in
-	// w only the float32 tensors (embedding, norms, biases).
+	// w only the float32 tensors (embedding, norms, biases). A sharded
+	// model in bfloat16 (shard.go) has in w16 the projections of the
+	// unit its feed gave in bfloat16, and in w that unit's float32
+	// tensors.
 	params16 *Buffer
 	w16      gpuWeights
 	use16    bool

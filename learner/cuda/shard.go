@@ -25,14 +25,36 @@ import (
 // and carries their gradient through the block's rows. A tied head's
 // weight gradient is made at the end of the pass, block by block with
 // the embedding's, as on the CPU.
+//
+// A sharded Model that multiplies in bfloat16 (use16) reads what the
+// whole one reads (UseBF16): its products take the projections and the
+// head's blocks in bfloat16, and everything else (the embedding's rows,
+// the norms, the biases) in float32 (model.UnitReadsBF16). Its feed gives
+// each unit in those two forms only: the unit in bfloat16 where the
+// products round it, and its float32 image (the unit's float32 tensors
+// laid one after another) where the pass reads some of it in float32.
+// The gradients stay float32, in flat order.
+
+// unitBufs is a unit's weights as a feed gives them: f32, the unit in
+// float32 (flat order), or with packed its float32 image alone (its
+// model.UnitReads' Float32 spans one after another); bf16, the unit in
+// bfloat16 (flat order), in the passes that multiply in bfloat16 alone
+// and for the units whose products read it.
+type unitBufs struct {
+	f32    *Buffer
+	packed bool
+	bf16   *Buffer
+}
 
 // unitFeed gives a sharded Model the weights of one unit at a time and
 // takes its gradients; the Model calls it from its pass, in the order of
 // model.UnitPlan.
 type unitFeed interface {
-	// use returns unit u's weights (its Len floats, flat order); the
-	// pass reads them until its next use or end, and never writes them.
-	use(u int) (*Buffer, error)
+	// use returns unit u's weights (unitBufs: its Len floats in flat
+	// order, or in bfloat16 passes its bfloat16 values and float32
+	// image); the pass reads them until its next use or end, and never
+	// writes them.
+	use(u int) (unitBufs, error)
 	// newGrad returns a zeroed buffer for unit u's gradient, which the
 	// pass writes until gradDone.
 	newGrad(u int) (*Buffer, error)
@@ -50,10 +72,37 @@ type devShard struct {
 	blocks int // the vocabulary's blocks
 	rows   int // the rows of a block (the last holds the rest)
 	tied   bool
-	using  int     // the unit whose weights are in the model's views, -1 none
-	wcur   *Buffer // its weights, as the feed gave them
-	grad   int     // the unit whose gradient is in the views, -1 none
-	gbuf   *Buffer // its buffer
+	using  int      // the unit whose weights are in the model's views, -1 none
+	wcur   unitBufs // its weights, as the feed gave them
+	grad   int      // the unit whose gradient is in the views, -1 none
+	gbuf   *Buffer  // its buffer
+	// reads is, for a model that multiplies in bfloat16, what its passes
+	// read of each unit (model.UnitReadsBF16); nil in float32.
+	reads []model.UnitReads
+}
+
+// check is the feed's weights w of unit u checked against what the
+// passes read of it.
+func (s *devShard) check(u int, w unitBufs) error {
+	us := s.units[u]
+	if s.reads == nil {
+		if w.f32 == nil || w.packed || w.f32.n != us.Len {
+			return fmt.Errorf("cuda: the feed did not give unit %d's %d float32 weights", u, us.Len)
+		}
+		return nil
+	}
+	rd := s.reads[u]
+	want := us.Len
+	if w.packed {
+		want = rd.Float32Len()
+	}
+	if rd.Float32Len() > 0 && (w.f32 == nil || w.f32.dt != F32 || w.f32.n != want) {
+		return fmt.Errorf("cuda: the feed did not give unit %d's float32 tensors (%d floats)", u, want)
+	}
+	if rd.BF16 && (w.bf16 == nil || w.bf16.dt != BF16 || w.bf16.n != us.Len) {
+		return fmt.Errorf("cuda: the feed did not give unit %d's %d weights in bfloat16", u, us.Len)
+	}
+	return nil
 }
 
 // unit indices, as model.UnitsOf numbers them.
@@ -80,11 +129,10 @@ func (g *Model) blockRange(b int) (lo, hi int) {
 }
 
 // shardOn makes g a sharded model fed by f: the whole parameters and
-// gradients (and the LM head's chunk) leave the device.
+// gradients (and the LM head's chunk, and with bfloat16 products the
+// parameters' bfloat16 copy) leave the device; a model that multiplies
+// in bfloat16 goes on doing so, from the units f gives in bfloat16.
 func (g *Model) shardOn(f unitFeed) error {
-	if g.use16 {
-		return errShardedBF16
-	}
 	units := model.UnitsOf(g.cfg)
 	sp := g.spans
 	blocks := 0
@@ -125,6 +173,10 @@ func (g *Model) shardOn(f unitFeed) error {
 	g.unplaced, g.from = false, nil
 	g.w = gpuWeights{layers: make([]gpuLayer, g.L)}
 	g.g = gpuWeights{layers: make([]gpuLayer, g.L)}
+	g.w16 = gpuWeights{layers: make([]gpuLayer, g.L)}
+	if g.use16 {
+		s.reads = model.UnitReadsBF16(g.cfg)
+	}
 	g.shard = s
 	return errors.Join(errs...)
 }
@@ -138,26 +190,40 @@ func (g *Model) Sharded() bool { return g.shard != nil }
 var errShardedWhole = errors.New("cuda: the model's weights and gradients are sharded over the group's devices (ZeRO stage 3): it holds no whole copy of them")
 
 // setViews points the views (the weights', or with grad the gradients')
-// of unit u at buf (nil: clears them). A vocabulary block's views are
-// none: the embedding and head code read the block's buffer itself.
-func (g *Model) setViews(u int, buf *Buffer, grad bool) error {
+// of unit u at w (none: clears them); the gradients are w.f32, in flat
+// order. In bfloat16 passes the weights' projections are views of
+// w.bf16 (g.w16) and their other tensors of w.f32, the unit or its
+// float32 image. A vocabulary block's views are none: the embedding and
+// head code read the block's buffers themselves.
+func (g *Model) setViews(u int, w unitBufs, grad bool) error {
 	s := g.shard
-	ws := &g.w
+	ws, ws16 := &g.w, &g.w16
+	if grad || !g.use16 {
+		ws16 = nil // the projections' views are ws's, in float32
+	}
 	if grad {
 		ws = &g.g
 	}
 	base := s.units[u].Off
 	var firstErr error
-	view := func(sp model.Span) *Buffer {
-		if buf == nil || sp.Len == 0 {
+	slice := func(b *Buffer, lo int, sp model.Span) *Buffer {
+		if b == nil || sp.Len == 0 {
 			return nil
 		}
-		v, err := buf.Slice(sp.Off-base, sp.Off-base+sp.Len)
+		v, err := b.Slice(lo, lo+sp.Len)
 		if err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("cuda: unit %d's tensor at %d+%d: %w", u, sp.Off, sp.Len, err)
 		}
 		return v
 	}
+	view := func(sp model.Span) *Buffer { // float32
+		lo := sp.Off - base
+		if w.packed {
+			lo = s.reads[u].Float32Before(sp.Off)
+		}
+		return slice(w.f32, lo, sp)
+	}
+	view16 := func(sp model.Span) *Buffer { return slice(w.bf16, sp.Off-base, sp) }
 	switch {
 	case u == s.norm():
 		ws.norm = view(g.spans.Norm)
@@ -165,8 +231,14 @@ func (g *Model) setViews(u int, buf *Buffer, grad bool) error {
 		l := u - s.blocks
 		ls := g.spans.Layers[l]
 		ws.layers[l] = gpuLayer{
-			inNorm: view(ls.InNorm), postNorm: view(ls.PostNorm), qkv: view(ls.QKV), qkvBias: view(ls.QKVBias),
-			o: view(ls.O), oBias: view(ls.OBias), gateUp: view(ls.GateUp), down: view(ls.Down), qkNorm: view(ls.QKNorm),
+			inNorm: view(ls.InNorm), postNorm: view(ls.PostNorm), qkvBias: view(ls.QKVBias),
+			oBias: view(ls.OBias), qkNorm: view(ls.QKNorm),
+		}
+		if ws16 == nil {
+			lw := &ws.layers[l]
+			lw.qkv, lw.o, lw.gateUp, lw.down = view(ls.QKV), view(ls.O), view(ls.GateUp), view(ls.Down)
+		} else {
+			ws16.layers[l] = gpuLayer{qkv: view16(ls.QKV), o: view16(ls.O), gateUp: view16(ls.GateUp), down: view16(ls.Down)}
 		}
 	}
 	return firstErr
@@ -174,7 +246,7 @@ func (g *Model) setViews(u int, buf *Buffer, grad bool) error {
 
 // need makes unit u's weights those the ops read (nothing to do for a
 // model that holds its weights) and returns them.
-func (g *Model) need(u int) (*Buffer, error) {
+func (g *Model) need(u int) (unitBufs, error) {
 	s := g.shard
 	if s.using == u {
 		// The unit the ops read already: model.UnitPlan's one event
@@ -182,17 +254,17 @@ func (g *Model) need(u int) (*Buffer, error) {
 		return s.wcur, nil
 	}
 	if s.using >= 0 {
-		if err := g.setViews(s.using, nil, false); err != nil {
-			return nil, err
+		if err := g.setViews(s.using, unitBufs{}, false); err != nil {
+			return unitBufs{}, err
 		}
-		s.using, s.wcur = -1, nil
+		s.using, s.wcur = -1, unitBufs{}
 	}
 	w, err := s.feed.use(u)
-	if err == nil && w.n != s.units[u].Len {
-		err = fmt.Errorf("cuda: the feed gave %d weights for unit %d of %d", w.n, u, s.units[u].Len)
+	if err == nil {
+		err = s.check(u, w)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cuda: the weights of unit %d: %w", u, err)
+		return unitBufs{}, fmt.Errorf("cuda: the weights of unit %d: %w", u, err)
 	}
 	s.using, s.wcur = u, w
 	return w, g.setViews(u, w, false)
@@ -214,7 +286,7 @@ func (g *Model) gradsFor(u int) (*Buffer, error) {
 		return nil, fmt.Errorf("cuda: the gradient of unit %d: %w", u, err)
 	}
 	s.grad, s.gbuf = u, b
-	return b, g.setViews(u, b, true)
+	return b, g.setViews(u, unitBufs{f32: b}, true)
 }
 
 // gradDone hands unit u's gradient to the feed (a unit the pass did not
@@ -225,7 +297,7 @@ func (g *Model) gradDone(u int) error {
 	if err != nil {
 		return err
 	}
-	if err := g.setViews(u, nil, true); err != nil {
+	if err := g.setViews(u, unitBufs{}, true); err != nil {
 		return err
 	}
 	s.grad, s.gbuf = -1, nil
@@ -239,12 +311,12 @@ func (g *Model) gradDone(u int) error {
 func (g *Model) endPass() {
 	s := g.shard
 	if s.using >= 0 {
-		g.setViews(s.using, nil, false)
+		g.setViews(s.using, unitBufs{}, false)
 	}
 	if s.grad >= 0 {
-		g.setViews(s.grad, nil, true)
+		g.setViews(s.grad, unitBufs{}, true)
 	}
-	s.using, s.wcur, s.grad, s.gbuf = -1, nil, -1, nil
+	s.using, s.wcur, s.grad, s.gbuf = -1, unitBufs{}, -1, nil
 	s.feed.end()
 }
 
@@ -296,7 +368,7 @@ func (o *layerOps) embedSharded(x *Buffer) {
 			if o.s.err != nil {
 				return o.s.err
 			}
-			if err := g.dv.EmbeddingForward(rows, toks, w, g.C); err != nil {
+			if err := g.dv.EmbeddingForward(rows, toks, w.f32, g.C); err != nil {
 				return err
 			}
 			if err := g.dv.EmbeddingBackward(x, rows, at, g.C); err != nil {
@@ -355,6 +427,10 @@ type shardHead struct {
 	gb      *Buffer // F32 [M], after the loss
 	chunk   int     // rows per logits chunk
 	lg      *Buffer // a chunk of one block's logits, reused by every block
+	// x16 is, in bfloat16 passes, the chunk's rows rounded by the last
+	// blockLogits (the model's first rounding buffer), which the
+	// weight gradient's product reads.
+	x16 *Buffer
 }
 
 // chunkRows is the rows of a chunk of one block's logits: at most
@@ -364,15 +440,33 @@ func chunkRows(M, cols int) int {
 }
 
 // blockLogits fills lg with the logits of rows [r0, r0+n) over block b's
-// columns, from the block's rows w.
-func (h *shardHead) blockLogits(lg, w *Buffer, b, r0, n int) error {
+// columns, from the block's rows w: in bfloat16 passes the product of
+// the rows rounded (x16) and the block's bfloat16 rows, as LMHead's.
+func (h *shardHead) blockLogits(lg *Buffer, w unitBufs, b, r0, n int) error {
 	g := h.g
 	lo, hi := g.blockRange(b)
 	x, err := h.xh.Slice(r0*g.C, (r0+n)*g.C)
 	if err != nil {
 		return err
 	}
-	return g.dv.Gemm(false, true, n, hi-lo, g.C, 1, x, g.C, w, g.C, 0, lg, hi-lo)
+	if !g.use16 {
+		return g.dv.Gemm(false, true, n, hi-lo, g.C, 1, x, g.C, w.f32, g.C, 0, lg, hi-lo)
+	}
+	if h.x16, err = g.round(0, x); err != nil {
+		return err
+	}
+	return g.dv.GemmBF16(false, true, n, hi-lo, g.C, 1, h.x16, g.C, w.bf16, g.C, 0, lg, hi-lo)
+}
+
+// dlogits16 is, in bfloat16 passes, the first n*V of lg (a chunk's
+// logits' gradient over a block of V columns) rounded for the backward
+// products (the model's second rounding buffer), as LMHead's.
+func (h *shardHead) dlogits16(lg *Buffer, n, V int) (*Buffer, error) {
+	v, err := lg.Slice(0, n*V)
+	if err != nil {
+		return nil, err
+	}
+	return h.g.round(1, v)
 }
 
 // forwardSharded is the head's forward pass over the vocabulary's
@@ -481,7 +575,7 @@ func (g *Model) forwardSharded(s *scratch, xh *Buffer, targets []int32) (*shardH
 
 // blockGrad makes, for rows [r0, r0+n), the logits' gradient over block
 // b's columns in lg (recomputed from the block's rows w).
-func (h *shardHead) blockGrad(lg, w *Buffer, b, r0, n int) error {
+func (h *shardHead) blockGrad(lg *Buffer, w unitBufs, b, r0, n int) error {
 	g := h.g
 	lo, hi := g.blockRange(b)
 	if err := h.blockLogits(lg, w, b, r0, n); err != nil {
@@ -497,7 +591,9 @@ func (h *shardHead) blockGrad(lg, w *Buffer, b, r0, n int) error {
 // backwardSharded is the head's backward pass: each block's logits
 // recomputed and turned into their gradient, carried into dxh (the
 // blocks' products added in block order) and, for an untied head, into
-// the block's weight gradient, handed over block by block.
+// the block's weight gradient, handed over block by block. In bfloat16
+// passes both products take the logits' gradient rounded, with the
+// block's bfloat16 rows and the chunk's rows rounded, as LMHead's.
 func (h *shardHead) backwardSharded(gradRows []float32, dxh *Buffer) error {
 	g, s := h.g, h.s
 	h.gb = s.get(F32, h.M)
@@ -537,15 +633,22 @@ func (h *shardHead) backwardSharded(gradRows []float32, dxh *Buffer) error {
 			if err != nil {
 				return err
 			}
-			if err := g.dv.Gemm(false, false, n, g.C, V, 1, lg, V, w, g.C, beta, dx, g.C); err != nil {
+			gemm, dl, wt := g.dv.Gemm, lg, w.f32
+			x, err := h.xh.Slice(r0*g.C, (r0+n)*g.C)
+			if err != nil {
+				return err
+			}
+			if g.use16 {
+				gemm, wt, x = g.dv.GemmBF16, w.bf16, h.x16
+				if dl, err = h.dlogits16(lg, n, V); err != nil {
+					return err
+				}
+			}
+			if err := gemm(false, false, n, g.C, V, 1, dl, V, wt, g.C, beta, dx, g.C); err != nil {
 				return err
 			}
 			if gw != nil {
-				x, err := h.xh.Slice(r0*g.C, (r0+n)*g.C)
-				if err != nil {
-					return err
-				}
-				if err := g.dv.Gemm(true, false, V, g.C, n, 1, lg, V, x, g.C, 1, gw, g.C); err != nil {
+				if err := gemm(true, false, V, g.C, n, 1, dl, V, x, g.C, 1, gw, g.C); err != nil {
 					return err
 				}
 			}
@@ -585,7 +688,14 @@ func (h *shardHead) weightGrad(b int) error {
 		if err != nil {
 			return err
 		}
-		if err := g.dv.Gemm(true, false, V, g.C, n, 1, lg, V, x, g.C, 1, gw, g.C); err != nil {
+		gemm, dl := g.dv.Gemm, lg
+		if g.use16 {
+			gemm, x = g.dv.GemmBF16, h.x16
+			if dl, err = h.dlogits16(lg, n, V); err != nil {
+				return err
+			}
+		}
+		if err := gemm(true, false, V, g.C, n, 1, dl, V, x, g.C, 1, gw, g.C); err != nil {
 			return err
 		}
 	}

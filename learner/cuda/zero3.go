@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/bf16"
 	"github.com/aipo-rl/aipo/learner/collective"
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
@@ -32,6 +33,16 @@ import (
 // weights on the device at once are one unit's in the model's views and,
 // during a gather, the next unit's parts as they arrive (the exchange
 // buffer): two units at most.
+//
+// In bfloat16 (passes opened with backend.BF16, or a model that
+// multiplies in bfloat16, UseBF16) the rank's share of the policy, its
+// reduced gradient and moments stay float32, and so do the gradients
+// exchanged (the mixed-precision policy of the peers: compute weights
+// in bfloat16, reduction and optimiser in float32); the units travel in
+// the forms the passes read them (see useHalf): the projections and the
+// head's blocks in bfloat16, the embedding, norms and biases in float32.
+// A frozen model's share (the KL reference, a LoRA policy's base) is
+// held in those forms too (frozenHalf).
 
 var _ backend.DeviceSharded = (*compute)(nil)
 
@@ -50,7 +61,14 @@ func (c *compute) ShardedGroup(comm collective.Comm, layout backend.ShardLayout,
 	z.sumsq = z.alloc(F64, 1)
 	z.gbuf = z.alloc(F32, z.most)
 	if z.n > 1 {
-		z.wbuf, z.xbuf, z.rbuf = z.alloc(F32, z.most), z.alloc(F32, z.most), z.alloc(F32, z.n*z.mostPart)
+		if !z.half {
+			z.wbuf = z.alloc(F32, z.most)
+		}
+		z.xbuf, z.rbuf = z.alloc(F32, z.most), z.alloc(F32, z.n*z.mostPart)
+	}
+	if z.half {
+		// The weights' buffer of bfloat16 passes (unitFloats).
+		z.wbuf = z.alloc(F32, z.unitFloats())
 	}
 	if z.err == nil {
 		for _, b := range []*Buffer{z.m, z.v} {
@@ -82,8 +100,10 @@ var _ backend.FrozenSharded = frozen{}
 // (EvalSharded), uploaded from the host model's weights a unit's run at
 // a time, so that the device never holds the whole model; the group
 // holds them and, at more than one rank, a gathered unit and the
-// gathers' buffer (no gradient, no moments). The model's Free (the
-// Compute's Close) closes the group.
+// gathers' buffer (no gradient, no moments). Passes opened unplaced in
+// bfloat16 hold the share as they read it (frozenHalf): in bfloat16
+// where their products round it, in float32 where they read it so. The
+// model's Free (the Compute's Close) closes the group.
 func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (backend.ShardedScorer, error) {
 	g := f.dev
 	var host []float32
@@ -93,7 +113,7 @@ func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (b
 			return nil, fmt.Errorf("cuda: the frozen model's host weights are %d floats, not its %d parameters (held in bfloat16 or sharded): ZeRO stage 3 on the devices shards a float32 reference", len(host), want)
 		}
 	} else if g.params == nil {
-		return nil, errors.New("cuda: the frozen model holds no whole float32 weights to shard (held in bfloat16, or sharded already): ZeRO stage 3 on the devices shards a float32 reference")
+		return nil, errors.New("cuda: the frozen model holds no whole float32 weights to shard (held in bfloat16 whole, or sharded already): ZeRO stage 3 on the devices shards a reference opened for it (EvalSharded), in float32 or bfloat16")
 	}
 	return shardFrozenWeights(g, g.params, host, comm, layout, "reference")
 }
@@ -105,7 +125,8 @@ var _ backend.BaseSharded = (*compute)(nil)
 // unit copied out of the whole float32 base, which then goes, or, for
 // passes opened without the base (TrainSharded: newLoRAUnplaced),
 // uploaded from the host model's weights a unit's run at a time, so that
-// the device never holds the whole base), and its
+// the device never holds the whole base; in bfloat16 passes held as
+// they read it, frozenHalf), and its
 // passes, training or scoring, with the adapter on or off, gather it a
 // unit at a time; the adapter, its gradients and the stage-1 device
 // group's moments stay whole on every device. Closing the Compute closes
@@ -123,7 +144,7 @@ func (c *compute) ShardBase(comm collective.Comm, layout backend.ShardLayout) (b
 		return shardFrozenWeights(g, nil, host, comm, layout, "LoRA policy's base")
 	}
 	if g.base == nil {
-		return nil, errors.New("cuda: the LoRA Model holds no whole float32 base to shard (held in bfloat16, or sharded already): ZeRO stage 3 on the devices shards a float32 base; set learner.precision fp32, or learner.zero 1")
+		return nil, errors.New("cuda: the LoRA Model holds no whole float32 base to shard (held in bfloat16 whole, or sharded already): ZeRO stage 3 on the devices shards a base whose passes were opened for it (TrainSharded, as trainer.Learner.OnSharded opens them), in float32 or bfloat16")
 	}
 	return shardFrozenWeights(g, g.base, nil, comm, layout, "LoRA policy's base")
 }
@@ -133,14 +154,43 @@ func (c *compute) ShardBase(comm collective.Comm, layout backend.ShardLayout) (b
 // passes opened unplaced: src is then nil), sharded over comm: the group
 // holds the rank's elements and, at more than one rank, a gathered unit
 // and the gathers' buffer; g's Free closes it. what names the weights in
-// errors.
+// errors. Passes that multiply in bfloat16 take theirs from host
+// (frozenHalf).
 func shardFrozenWeights(g *Model, src *Buffer, host []float32, comm collective.Comm, layout backend.ShardLayout, what string) (backend.ShardedScorer, error) {
 	z, err := newShardGroup(g, comm, layout)
 	if err != nil {
 		return nil, err
 	}
-	k := z.elems()
-	z.master = z.alloc(F32, k)
+	z.frozen = true
+	if z.half {
+		if host == nil {
+			return nil, fmt.Errorf("cuda: the %s's bfloat16 share is placed from the host model's weights: open its passes unplaced (EvalSharded, TrainSharded)", what)
+		}
+		z.frozenHalf(host)
+	} else {
+		z.frozen32(src, host)
+	}
+	if z.err == nil {
+		z.err = g.dv.Sync()
+	}
+	if z.err != nil {
+		err := z.err
+		z.Close()
+		return nil, fmt.Errorf("cuda: rank %d's share of the sharded %s (%d elements): %w", z.rank, what, z.elems(), err)
+	}
+	if err := g.shardOn(z); err != nil {
+		z.Close()
+		return nil, err
+	}
+	g.closeFeed = z.Close
+	return z, nil
+}
+
+// frozen32 places a frozen group's share in float32: the rank's elements
+// of every unit, from src or host (shardFrozenWeights), and at more than
+// one rank a gathered unit and the gathers' buffer.
+func (z *shardGroup) frozen32(src *Buffer, host []float32) {
+	z.master = z.alloc(F32, z.elems())
 	if z.n > 1 {
 		z.wbuf, z.xbuf = z.alloc(F32, z.most), z.alloc(F32, z.most)
 	}
@@ -160,20 +210,62 @@ func shardFrozenWeights(g *Model, src *Buffer, host []float32, comm collective.C
 		}
 		z.err = err
 	}
-	if z.err == nil {
-		z.err = g.dv.Sync()
+}
+
+// frozenHalf places a frozen group's share for passes that multiply in
+// bfloat16, from host, rounded on the host (learner/bf16, the device's
+// rounding): of each unit the passes read in bfloat16 (model.UnitReads)
+// and do not read whole in float32, the rank's run in bfloat16 (share16,
+// from at16); of each unit, the part of its float32 image the run holds,
+// in float32 (master, from at). The weights' buffer (unitFloats: at more
+// than one rank, and at one where a tied embedding block is rounded
+// there) comes with it; no receive buffer (gather16, gather32).
+func (z *shardGroup) frozenHalf(host []float32) {
+	z.at, z.at16 = make([]int, len(z.units)+1), make([]int, len(z.units)+1)
+	for u := range z.units {
+		lo, hi := z.run(u, z.rank)
+		rd := z.reads[u]
+		z.at[u+1] = z.at[u] + rd.Float32Before(hi) - rd.Float32Before(lo)
+		z.at16[u+1] = z.at16[u]
+		if z.gathered16(u) {
+			z.at16[u+1] += hi - lo
+		}
 	}
-	if z.err != nil {
-		err := z.err
-		z.Close()
-		return nil, fmt.Errorf("cuda: rank %d's share of the sharded %s (%d elements): %w", z.rank, what, k, err)
+	z.master, z.share16 = z.alloc(F32, z.elems()), z.alloc(BF16, z.at16[len(z.units)])
+	if k := z.unitFloats(); k > 0 {
+		z.wbuf = z.alloc(F32, k)
 	}
-	if err := g.shardOn(z); err != nil {
-		z.Close()
-		return nil, err
+	for u := range z.units {
+		if z.err != nil {
+			return
+		}
+		lo, hi := z.run(u, z.rank)
+		var part []float32
+		for _, s := range z.reads[u].Float32 {
+			if a, b := max(s.Off, lo), min(s.Off+s.Len, hi); b > a {
+				part = append(part, host[a:b]...)
+			}
+		}
+		if len(part) > 0 {
+			dst, err := z.master.Slice(z.at[u], z.at[u+1])
+			if err == nil {
+				err = dst.CopyFromFloat32(part)
+			}
+			z.err = err
+		}
+		if z.err != nil || z.at16[u+1] == z.at16[u] {
+			continue
+		}
+		h := make([]uint16, z.at16[u+1]-z.at16[u])
+		for i, v := range host[lo:hi] {
+			h[i] = bf16.FromFloat32(v)
+		}
+		dst, err := z.share16.Slice(z.at16[u], z.at16[u+1])
+		if err == nil {
+			err = dst.CopyFromUint16(h)
+		}
+		z.err = err
 	}
-	g.closeFeed = z.Close
-	return z, nil
 }
 
 // newShardGroup is rank comm.Rank()'s side of g's units over layout,
@@ -187,7 +279,10 @@ func newShardGroup(g *Model, comm collective.Comm, layout backend.ShardLayout) (
 	if len(layout.Units) != len(units) || len(layout.Parts) != len(units) {
 		return nil, fmt.Errorf("cuda: a sharded layout of %d units for a model of %d", len(layout.Units), len(units))
 	}
-	z := &shardGroup{g: g, comm: comm, n: n, rank: rank, units: units, parts: layout.Parts, at: make([]int, len(units)+1)}
+	z := &shardGroup{g: g, comm: comm, n: n, rank: rank, units: units, parts: layout.Parts, at: make([]int, len(units)+1), half: g.use16}
+	if z.half {
+		z.reads = model.UnitReadsBF16(g.cfg)
+	}
 	for u, s := range units {
 		if layout.Units[u] != [2]int{s.Off, s.Len} {
 			return nil, fmt.Errorf("cuda: unit %d of the layout is %v; the model's is %v", u, layout.Units[u], s)
@@ -245,6 +340,19 @@ type shardGroup struct {
 	rbuf         *Buffer // the all-to-all's receive buffer
 	owned        []*Buffer
 	err          error
+
+	// frozen: the group feeds a frozen model (ShardFrozen, ShardBase):
+	// no gradient, no moments.
+	frozen bool
+	// half: the passes multiply in bfloat16 (the model's use16); reads
+	// is then what they read of each unit (model.UnitReadsBF16), wbuf
+	// the weights' buffer of unitFloats, and a frozen group holds its
+	// share as frozenHalf places it: share16 (BF16) from at16, and in
+	// master (from at) the float32 images' parts.
+	half    bool
+	reads   []model.UnitReads
+	share16 *Buffer
+	at16    []int
 
 	// The pass in progress.
 	ctx   context.Context
@@ -486,14 +594,24 @@ func (z *shardGroup) EndMiniBatch() error {
 	return nil
 }
 
-// use implements unitFeed: at one rank the unit's weights are the
-// rank's own, read in place; otherwise the ranks all-gather the unit's
-// parts (in rank order, into the exchange buffer) and they are laid out
-// in flat order in the weights' buffer.
-func (z *shardGroup) use(u int) (*Buffer, error) {
+// use implements unitFeed: the unit's float32 weights (use32), or in
+// bfloat16 passes what they read of it (useHalf).
+func (z *shardGroup) use(u int) (unitBufs, error) {
 	if z.err != nil {
-		return nil, z.err
+		return unitBufs{}, z.err
 	}
+	if z.half {
+		return z.useHalf(u)
+	}
+	w, err := z.use32(u)
+	return unitBufs{f32: w}, err
+}
+
+// use32 is unit u's float32 weights: at one rank the rank's own, read in
+// place; otherwise the ranks all-gather the unit's parts (in rank order,
+// into the exchange buffer) and they are laid out in flat order in the
+// weights' buffer.
+func (z *shardGroup) use32(u int) (*Buffer, error) {
 	us := z.units[u]
 	if z.n == 1 {
 		return z.master.Slice(z.at[u], z.at[u+1])
@@ -541,6 +659,231 @@ func (z *shardGroup) use(u int) (*Buffer, error) {
 		off += hi - lo
 	}
 	return w, nil
+}
+
+// Bfloat16 passes (z.half). Each unit goes to the passes in the forms
+// they read it (model.UnitReads): the unit in bfloat16 where their
+// products round it, gathered in bfloat16 (gather16: half the bytes of
+// float32 over NCCL), and its float32 image, gathered in float32
+// (gather32: a decoder layer's norms and biases; the final norm and an
+// embedding block whole). A tied embedding block, read whole in float32
+// for the embedding's rows, travels so once and is rounded where it
+// arrives for the head's products. The policy's ranks round their runs
+// of the float32 weights they own as they place them; a frozen group
+// places the shares it holds (frozenHalf). Each rounds to the same
+// bfloat16 values the whole model's copy holds (UseBF16, NewFrozen),
+// whatever the number of ranks.
+//
+// The weights' buffer (wbuf, unitFloats) holds, for the unit the pass
+// reads, its float32 image (at more than one rank; at one rank the image
+// is read in place: the policy's unit in flat order, a frozen group's
+// image from its share) and after it, at off16, the unit in bfloat16. A
+// gather places the rank's own part where it belongs there and each
+// rank's part, in rank order, is broadcast from it in place (uneven
+// parts, as NCCL's all-gather of uneven counts is grouped broadcasts):
+// no receive buffer and no copy out of one, which keeps a frozen group's
+// buffers at the one unit.
+
+// useHalf is unit u's weights for bfloat16 passes.
+func (z *shardGroup) useHalf(u int) (unitBufs, error) {
+	rd := z.reads[u]
+	var out unitBufs
+	if z.gathered16(u) {
+		b, err := z.gather16(u)
+		if err != nil {
+			return unitBufs{}, err
+		}
+		out.bf16 = b
+	}
+	if rd.Float32Len() > 0 {
+		b, packed, err := z.gather32(u)
+		if err != nil {
+			return unitBufs{}, err
+		}
+		out.f32, out.packed = b, packed
+	}
+	if rd.BF16 && out.bf16 == nil {
+		// A tied embedding block, rounded here.
+		w16, err := z.region16(u)
+		if err == nil {
+			err = z.g.dv.CastToBF16(w16, out.f32)
+		}
+		if err != nil {
+			return unitBufs{}, err
+		}
+		out.bf16 = w16
+	}
+	return out, nil
+}
+
+// gathered16 reports whether unit u travels in bfloat16: its products
+// round it and it is not read whole in float32 (a tied embedding block).
+func (z *shardGroup) gathered16(u int) bool {
+	rd := z.reads[u]
+	return rd.BF16 && !rd.Whole32(z.units[u])
+}
+
+// off16 is where, in floats, the bfloat16 unit u lies in the weights'
+// buffer: after its float32 image, which at one rank is read in place.
+func (z *shardGroup) off16(u int) int {
+	if z.n == 1 {
+		return 0
+	}
+	return z.reads[u].Float32Len()
+}
+
+// words16 is the floats the bfloat16 unit u takes in the weights' buffer
+// (two values a float): none where the passes do not round it, or at one
+// rank read it in place from a frozen group's share.
+func (z *shardGroup) words16(u int) int {
+	if !z.reads[u].BF16 || z.n == 1 && z.frozen && z.gathered16(u) {
+		return 0
+	}
+	return (z.units[u].Len + 1) / 2
+}
+
+// unitFloats is the floats of the weights' buffer: the most a unit takes
+// there (its float32 image at more than one rank, and words16).
+func (z *shardGroup) unitFloats() int {
+	most := 0
+	for u := range z.units {
+		most = max(most, z.off16(u)+z.words16(u))
+	}
+	return most
+}
+
+// region16 is unit u's bfloat16 values in the weights' buffer.
+func (z *shardGroup) region16(u int) (*Buffer, error) {
+	words, err := z.wbuf.Slice(z.off16(u), z.off16(u)+z.words16(u))
+	if err != nil {
+		return nil, err
+	}
+	return words.as(BF16, z.units[u].Len)
+}
+
+// gather16 is unit u in bfloat16: at one rank a frozen group's share read
+// in place, or the policy's run rounded into the weights' buffer;
+// otherwise each rank's run in bfloat16, placed in flat order there and
+// broadcast in place in rank order.
+func (z *shardGroup) gather16(u int) (*Buffer, error) {
+	us := z.units[u]
+	if z.n == 1 && z.frozen {
+		return z.share16.Slice(z.at16[u], z.at16[u+1])
+	}
+	w16, err := z.region16(u)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := z.run(u, z.rank)
+	if hi > lo {
+		dst, err := w16.Slice(lo-us.Off, hi-us.Off)
+		if err != nil {
+			return nil, err
+		}
+		if z.frozen {
+			var src *Buffer
+			if src, err = z.share16.Slice(z.at16[u], z.at16[u+1]); err == nil {
+				err = dst.CopyFrom(src)
+			}
+		} else {
+			var mine *Buffer
+			if mine, err = z.master.Slice(z.at[u], z.at[u+1]); err == nil {
+				err = z.g.dv.CastToBF16(dst, mine)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if z.n == 1 {
+		return w16, nil
+	}
+	if err := z.g.dv.Sync(); err != nil {
+		return nil, err
+	}
+	for r := range z.n {
+		a, b := z.run(u, r)
+		if b == a {
+			continue
+		}
+		part, err := w16.Slice(a-us.Off, b-us.Off)
+		if err != nil {
+			return nil, err
+		}
+		if err := z.comm.Broadcast(z.ctx, collective.DeviceBytes{Ptr: uintptr(part.ptr), N: 2 * part.n}, r); err != nil {
+			return nil, fmt.Errorf("cuda: gathering the bfloat16 weights of unit %d on the devices (rank %d's part): %w", u, r, err)
+		}
+	}
+	return w16, nil
+}
+
+// gather32 is unit u's float32 image and whether it is packed (the image
+// alone rather than the unit in flat order): at one rank the rank's own,
+// read in place (the policy's unit in flat order, a frozen group's image
+// from its share); otherwise each rank's part of the image, placed in
+// image order at the start of the weights' buffer and broadcast in place
+// in rank order.
+func (z *shardGroup) gather32(u int) (*Buffer, bool, error) {
+	rd, us := z.reads[u], z.units[u]
+	if z.n == 1 {
+		b, err := z.master.Slice(z.at[u], z.at[u+1])
+		return b, z.frozen, err
+	}
+	w, err := z.wbuf.Slice(0, rd.Float32Len())
+	if err != nil {
+		return nil, false, err
+	}
+	lo, hi := z.run(u, z.rank)
+	// The rank's part: its float32 tensors' elements of its run, from
+	// the policy's run of the unit or a frozen group's image part.
+	place := func(dst0, src0, n int) error {
+		if n == 0 {
+			return nil
+		}
+		dst, err := w.Slice(dst0, dst0+n)
+		if err != nil {
+			return err
+		}
+		src, err := z.master.Slice(src0, src0+n)
+		if err != nil {
+			return err
+		}
+		return dst.CopyFrom(src)
+	}
+	at := rd.Float32Before(lo)
+	switch {
+	case z.frozen:
+		err = place(at, z.at[u], z.at[u+1]-z.at[u])
+	case rd.Whole32(us):
+		err = place(lo-us.Off, z.at[u], hi-lo)
+	default:
+		for _, s := range rd.Float32 {
+			if a, b := max(s.Off, lo), min(s.Off+s.Len, hi); b > a && err == nil {
+				err = place(rd.Float32Before(a), z.at[u]+a-lo, b-a)
+			}
+		}
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := z.g.dv.Sync(); err != nil {
+		return nil, false, err
+	}
+	for r := range z.n {
+		a, b := z.run(u, r)
+		a, b = rd.Float32Before(a), rd.Float32Before(b)
+		if b == a {
+			continue
+		}
+		part, err := w.Slice(a, b)
+		if err != nil {
+			return nil, false, err
+		}
+		if err := z.comm.Broadcast(z.ctx, devBuf(part), r); err != nil {
+			return nil, false, fmt.Errorf("cuda: gathering the float32 weights of unit %d on the devices (rank %d's part): %w", u, r, err)
+		}
+	}
+	return w, true, nil
 }
 
 // newGrad implements unitFeed.

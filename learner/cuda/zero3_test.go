@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/backend"
@@ -164,7 +165,7 @@ func TestDeviceZero3Reference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := trainer.PlanReferenceShardsOnDevices(cfg, 4)
+	ref, err := trainer.PlanReferenceShardsOnDevices(cfg, 4, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,11 +180,11 @@ func TestDeviceZero3Reference(t *testing.T) {
 		if n != 4 {
 			continue
 		}
-		start, err := trainer.PlanStartOnDevices(cfg, 4, true)
+		start, err := trainer.PlanStartOnDevices(cfg, 4, true, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		startNoKL, err := trainer.PlanStartOnDevices(cfg, 4, false)
+		startNoKL, err := trainer.PlanStartOnDevices(cfg, 4, false, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +257,8 @@ func digestOf(x []float32) string {
 }
 
 // TestUnplacedPassesHoldNoWeights: the passes backend.ShardedOpener opens
-// for ZeRO stage 3 (TrainSharded, EvalSharded) upload the rotary table
+// for ZeRO stage 3 (TrainSharded, EvalSharded; in float32 or bfloat16,
+// an unknown precision refused) upload the rotary table
 // alone, none of the model's weights or gradients, and refuse to run,
 // step or hand over weights until the group places the rank's share;
 // closing them frees the table. A one-rank group of the reference's
@@ -291,8 +293,19 @@ func TestUnplacedPassesHoldNoWeights(t *testing.T) {
 	if _, err := pol.Step(nil); !errors.Is(err, errUnplaced) {
 		t.Errorf("a step of the unplaced policy: %v, want %v", err, errUnplaced)
 	}
-	if _, err := d.TrainSharded(m, backend.BF16); !errors.Is(err, errShardedBF16) {
-		t.Errorf("unplaced passes in bfloat16: %v, want %v", err, errShardedBF16)
+	// In bfloat16 too: the rotary table alone until the group places
+	// the share.
+	pol16, err := d.TrainSharded(m, backend.BF16)
+	must(t, err)
+	if live, _ := dv.MemStats(); live-live0 != 3*rope {
+		t.Errorf("with unplaced passes in bfloat16 beside them the device holds %d bytes, want the three rotary tables' %d", live-live0, 3*rope)
+	}
+	if _, err := pol16.Run(b, nil); !errors.Is(err, errUnplaced) {
+		t.Errorf("a pass of the unplaced policy in bfloat16: %v, want %v", err, errUnplaced)
+	}
+	must(t, pol16.Close())
+	if _, err := d.TrainSharded(m, "fp8"); err == nil || !strings.Contains(err.Error(), `precision "fp8" is unknown`) {
+		t.Errorf("unplaced passes in fp8: %v, want the unknown precision named", err)
 	}
 	units := model.UnitsOf(cfg)
 	lay := backend.ShardLayout{}

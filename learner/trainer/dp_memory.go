@@ -394,15 +394,28 @@ func PlanReferenceShards(mc model.Config, ranks int, bytes int64) ([]ReferenceSh
 // adds an empty leaf with, a piece at a time (its zeroPiece).
 const deviceZeroPiece = 1 << 16
 
-// PlanReferenceShardsOnDevices is PlanReferenceShards for a float32
-// reference sharded on GPUs at stage 3 (backend.FrozenSharded), as
-// learner/cuda's ShardFrozen allocates it: each rank's elements of every
+// PlanReferenceShardsOnDevices is PlanReferenceShards for a reference
+// sharded on GPUs at stage 3 (backend.FrozenSharded), as learner/cuda's
+// ShardFrozen allocates it. In float32: each rank's elements of every
 // unit (Share) and, in a group of more than one, two buffers of the
 // largest unit (Units: the gathered unit the pass reads and the gather's
 // receive buffer, held as long as the group), and the reference model's
-// rotary table (Rotary: cos and sin for every position, float32).
-func PlanReferenceShardsOnDevices(mc model.Config, ranks int) ([]ReferenceShard, error) {
-	out, err := PlanReferenceShards(mc, ranks, 4)
+// rotary table (Rotary: cos and sin for every position, float32). With
+// bf16 (passes that multiply in bfloat16) the share is held as the
+// passes read it (model.UnitReadsBF16, deviceHalf): in bfloat16 where
+// their products round it (the projections, an untied head), in
+// float32 where they read it so (the embedding, norms and biases; a
+// tied embedding, which its head's products round where it arrives);
+// Units is then the weights' buffer
+// (a gathered unit's float32 image and its bfloat16 values, or at one
+// rank a tied embedding block's bfloat16 values alone): the gathers
+// broadcast each rank's part in place there, no receive buffer.
+func PlanReferenceShardsOnDevices(mc model.Config, ranks int, bf16 bool) ([]ReferenceShard, error) {
+	bytes := int64(4)
+	if bf16 {
+		bytes = 2
+	}
+	out, err := PlanReferenceShards(mc, ranks, bytes)
 	if err != nil {
 		return out, err
 	}
@@ -410,13 +423,56 @@ func PlanReferenceShardsOnDevices(mc model.Config, ranks int) ([]ReferenceShard,
 	for _, u := range model.UnitsOf(mc) {
 		most = max(most, int64(u.Len))
 	}
+	z := zero3Layout(mc, ranks)
 	for r := range out {
 		out[r].Rotary = 4 * int64(mc.MaxPositionEmbeddings) * int64(mc.Head())
-		if ranks > 1 {
+		switch {
+		case bf16:
+			h := planDeviceHalf(mc, z, r, true)
+			out[r].Share = 4*h.share32 + 2*h.share16
+			out[r].Units = 4 * h.unit
+		case ranks > 1:
 			out[r].Units = 2 * 4 * most
 		}
 	}
 	return out, nil
+}
+
+// deviceHalf is what learner/cuda's stage-3 group allocates for passes
+// that multiply in bfloat16 (learner/cuda/zero3.go's bfloat16 passes),
+// in floats: unit, its weights' buffer (unitFloats: the most a unit
+// takes there, its float32 image at more than one rank and its bfloat16
+// values after it, two a float, where the passes round it and do not
+// read it in place from a frozen share at one rank); and of a frozen
+// group its share's float32 images' parts (share32) and its bfloat16
+// values (share16, counted in values). The gathers broadcast each
+// rank's part in place there: no receive buffer.
+type deviceHalf struct{ unit, share32, share16 int64 }
+
+// planDeviceHalf is deviceHalf of rank of z's group for a model of mc,
+// frozen or the policy's.
+func planDeviceHalf(mc model.Config, z *zero3, rank int, frozen bool) deviceHalf {
+	reads := model.UnitReadsBF16(mc)
+	n := z.n
+	var h deviceHalf
+	for u, us := range z.units {
+		rd := reads[u]
+		gathered16 := rd.BF16 && !rd.Whole32(us)
+		k := 0
+		if n > 1 {
+			k = rd.Float32Len()
+		}
+		if rd.BF16 && !(n == 1 && frozen && gathered16) {
+			k += (us.Len + 1) / 2
+		}
+		h.unit = max(h.unit, int64(k))
+		lo, hi := z.run(u, rank)
+		h.share32 += int64(rd.Float32Before(hi) - rd.Float32Before(lo))
+		if gathered16 {
+			h.share16 += int64(hi - lo)
+		}
+	}
+	return h
 }
 
 // StartOnDevice is what a rank of a stage-3 group on the devices holds on
@@ -432,19 +488,20 @@ type StartOnDevice struct {
 	// bytes), a unit's gradient and, in a group of more than one, a
 	// gathered unit, the exchanges' buffer (the largest unit each) and
 	// the all-to-all's receive buffer (N times the largest part of a
-	// unit).
+	// unit); with bf16 the weights' buffer of bfloat16 passes
+	// (deviceHalf's unit) in place of the gathered unit.
 	Policy int64
 	// PolicyRotary is the policy's passes' rotary table (cos and sin for
 	// every position, float32), uploaded when they are opened.
 	PolicyRotary int64
 	// Reference is, with a KL term, the rank's part of the reference as
 	// ShardFrozen places it (PlanReferenceShardsOnDevices: its share, the
-	// two unit buffers, its rotary table); zero without.
+	// unit buffers, its rotary table); zero without.
 	Reference int64
 	// Base is, for a LoRA policy (PlanLoRAStartOnDevices), the rank's
-	// part of the frozen base as ShardBase places it: its share and, in
-	// a group of more than one, the two unit buffers (the rotary table
-	// is PolicyRotary); zero for a whole model.
+	// part of the frozen base as ShardBase places it: its share and its
+	// unit buffers (the rotary table is PolicyRotary); zero for a whole
+	// model.
 	Base int64
 }
 
@@ -458,15 +515,15 @@ func (s StartOnDevice) Total() int64 { return s.Policy + s.PolicyRotary + s.Refe
 // 8 bytes a trained parameter) and the rotary table, nothing of the base,
 // and the group places the rank's part of the base from the host model a
 // unit's run at a time (Base: PlanReferenceShardsOnDevices' share and
-// unit buffers). The adapter's moments and the device group's buffers
-// come with the first step. Before the passes were opened so, each
-// device held the whole float32 base (4 bytes a parameter) beside its
-// share for a moment.
-func PlanLoRAStartOnDevices(mc model.Config, ranks int, trainable int64) ([]StartOnDevice, error) {
+// unit buffers, with bf16 held as bfloat16 passes read it). The
+// adapter's moments and the device group's buffers come with the first
+// step. Before the passes were opened so, each device held the whole
+// float32 base (4 bytes a parameter) beside its share for a moment.
+func PlanLoRAStartOnDevices(mc model.Config, ranks int, trainable int64, bf16 bool) ([]StartOnDevice, error) {
 	if trainable < 1 {
 		return nil, fmt.Errorf("trainer: a LoRA adapter of %d parameters: give 1 or more", trainable)
 	}
-	base, err := PlanReferenceShardsOnDevices(mc, ranks)
+	base, err := PlanReferenceShardsOnDevices(mc, ranks, bf16)
 	if err != nil {
 		return nil, err
 	}
@@ -479,10 +536,13 @@ func PlanLoRAStartOnDevices(mc model.Config, ranks int, trainable int64) ([]Star
 
 // PlanStartOnDevices is the device memory of each rank of a stage-3 group
 // of ranks on GPUs at start-up, with the reference sharded too when kl, as
-// learner/cuda allocates it (StartOnDevice). Before the passes were opened
-// unplaced, each device held the whole policy, its gradients and the
-// whole reference (12 bytes a parameter) beside the shares for a moment.
-func PlanStartOnDevices(mc model.Config, ranks int, kl bool) ([]StartOnDevice, error) {
+// learner/cuda allocates it (StartOnDevice), its passes multiplying in
+// bfloat16 with bf16 (the policy's share, gradients and moments float32
+// all the same; the reference held as PlanReferenceShardsOnDevices says).
+// Before the passes were opened unplaced, each device held the whole
+// policy, its gradients and the whole reference (12 bytes a parameter)
+// beside the shares for a moment.
+func PlanStartOnDevices(mc model.Config, ranks int, kl, bf16 bool) ([]StartOnDevice, error) {
 	if ranks < 1 {
 		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
 	}
@@ -500,7 +560,7 @@ func PlanStartOnDevices(mc model.Config, ranks int, kl bool) ([]StartOnDevice, e
 	var ref []ReferenceShard
 	if kl {
 		var err error
-		if ref, err = PlanReferenceShardsOnDevices(mc, ranks); err != nil {
+		if ref, err = PlanReferenceShardsOnDevices(mc, ranks, bf16); err != nil {
 			return nil, err
 		}
 	}
@@ -508,7 +568,15 @@ func PlanStartOnDevices(mc model.Config, ranks int, kl bool) ([]StartOnDevice, e
 	for r := range out {
 		s := StartOnDevice{Rank: r, Policy: 12*int64(z.elements(r)) + 8 + 4*most, PolicyRotary: 4 * int64(mc.MaxPositionEmbeddings) * int64(mc.Head())}
 		if ranks > 1 {
-			s.Policy += 2*4*most + 4*int64(ranks)*part
+			// The exchanges' buffer and the all-to-all's receive
+			// buffer; in float32 the gathered unit.
+			s.Policy += 4*most + 4*int64(ranks)*part
+			if !bf16 {
+				s.Policy += 4 * most
+			}
+		}
+		if bf16 {
+			s.Policy += 4 * planDeviceHalf(mc, z, r, false).unit
 		}
 		if kl {
 			s.Reference = ref[r].Total()

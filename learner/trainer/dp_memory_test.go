@@ -312,3 +312,70 @@ func TestSingleReducesInPlace(t *testing.T) {
 		}
 	}
 }
+
+// PlanReferenceShardsOnDevices with bf16 holds, over the ranks, each
+// unit's float32 image once in float32 and each unit the products round
+// (but a tied embedding's block, which travels in float32) once in
+// bfloat16, whatever the number of ranks, with a tied head and an untied
+// one; its unit buffer is the most a unit takes there (its image and,
+// after it, its bfloat16 values), less than float32's two units at more
+// than one rank; and the policy's start-up counts the same buffer in
+// place of float32's gathered unit.
+func TestPlanReferenceShardsOnDevicesBF16(t *testing.T) {
+	for _, tied := range []bool{true, false} {
+		mc := qwenShaped(512, 1024, 3, 1000)
+		mc.TieWordEmbeddings = tied
+		var f32, b16 int64
+		for u, rd := range model.UnitReadsBF16(mc) {
+			f32 += int64(rd.Float32Len())
+			if rd.BF16 && !rd.Whole32(model.UnitsOf(mc)[u]) {
+				b16 += int64(model.UnitsOf(mc)[u].Len)
+			}
+		}
+		for _, n := range []int{1, 2, 3, 4} {
+			half, err := PlanReferenceShardsOnDevices(mc, n, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole, err := PlanReferenceShardsOnDevices(mc, n, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var share int64
+			for r := range n {
+				share += half[r].Share
+				if n > 1 && half[r].Units >= whole[r].Units {
+					t.Errorf("tied %v, %d ranks, rank %d: the bfloat16 reference's unit buffer %d bytes, float32's two units %d", tied, n, r, half[r].Units, whole[r].Units)
+				}
+				if half[r].Rotary != whole[r].Rotary || half[r].Elements != whole[r].Elements {
+					t.Errorf("tied %v, %d ranks, rank %d: rotary tables %d and %d, elements %d and %d", tied, n, r, half[r].Rotary, whole[r].Rotary, half[r].Elements, whole[r].Elements)
+				}
+			}
+			if share != 4*f32+2*b16 {
+				t.Errorf("tied %v, %d ranks: the bfloat16 shares hold %d bytes; the float32 images %d floats and the bfloat16 units %d values make %d", tied, n, share, f32, b16, 4*f32+2*b16)
+			}
+			st16, err := PlanStartOnDevices(mc, n, true, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st32, err := PlanStartOnDevices(mc, n, true, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			z := zero3Layout(mc, n)
+			for r := range n {
+				unit := 4 * planDeviceHalf(mc, z, r, false).unit
+				var gathered int64
+				if n > 1 {
+					for _, u := range z.units {
+						gathered = max(gathered, 4*int64(u.Len))
+					}
+				}
+				if st16[r].Policy-unit != st32[r].Policy-gathered || st16[r].Reference != half[r].Total() {
+					t.Errorf("tied %v, %d ranks, rank %d: the bfloat16 start-up's policy %d with a weights' buffer of %d, float32's %d with a gathered unit of %d; reference %d, its plan %d",
+						tied, n, r, st16[r].Policy, unit, st32[r].Policy, gathered, st16[r].Reference, half[r].Total())
+				}
+			}
+		}
+	}
+}
