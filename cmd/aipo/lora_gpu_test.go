@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -29,7 +30,10 @@ import (
 // stage 3, end with --nproc 1's bits (the adapter and its optimiser
 // state); every
 // checkpoint is a PEFT adapter directory on the run's base; the adapter
-// moves; the base's bytes are those committed when the run began.
+// moves; the base's bytes are those committed when the run began. In
+// bfloat16 (learner.precision bf16: the base's shares kept in bfloat16,
+// the adapter's masters, gradients and moments in float32), --nproc 2 at
+// stage 3 ends with --nproc 1's bfloat16 bits, which differ from float32's.
 func TestTrainLoRAOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration with LoRA on the emulated CUDA backend at one and two ranks (minutes)")
@@ -47,40 +51,46 @@ func TestTrainLoRAOnGPURanks(t *testing.T) {
 	warmWeights := fileDigest(t, filepath.Join(warm, "model.safetensors"))
 	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
 	const lora = "{rank: 4, alpha: 8, dropout: 0.1, targets: [q_proj, v_proj, o_proj, gate_proj, down_proj]}"
-	runs := map[int]string{}
-	// 3: --nproc 2 at learner.zero 3, the frozen base sharded across the
-	// two devices (learner/cuda's ShardBase).
-	for _, n := range []int{1, 2, 3} {
+	type variant struct {
+		nproc     int
+		zero      string
+		precision string
+	}
+	label := func(v variant) string {
+		return fmt.Sprintf("--nproc %d learner.zero=%s learner.precision=%s", v.nproc, v.zero, v.precision)
+	}
+	// At learner.zero 3 the frozen base is sharded across the two devices
+	// (learner/cuda's ShardBase).
+	variants := []variant{{1, "1", "fp32"}, {2, "1", "fp32"}, {2, "3", "fp32"}, {1, "1", "bf16"}, {2, "3", "bf16"}}
+	runs := map[variant]string{}
+	for _, v := range variants {
 		cfg, run := loraRun(t, lora, 2)
 		t0 := time.Now()
-		args := []string{"train", "--config", cfg, "--init", warm, "--no-tensorboard", "--nproc", strconv.Itoa(min(n, 2)),
-			"--set", "learner.backend=cuda",
+		args := []string{"train", "--config", cfg, "--init", warm, "--no-tensorboard", "--nproc", strconv.Itoa(v.nproc),
+			"--set", "learner.backend=cuda", "--set", "learner.zero=" + v.zero, "--set", "learner.precision=" + v.precision,
 			// The evaluation of the warm start decodes on the emulated
 			// device for minutes; the steps' rollouts take seconds.
 			"--set", "eval.every=0"}
-		if n == 3 {
-			args = append(args, "--set", "learner.zero=3")
-		}
 		code, out := runAipoFor(t, 20*time.Minute, env, args...)
 		if code != 0 || !strings.Contains(out, "step 2/2: loss") {
 			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
 		}
-		runs[n] = run
-		t.Logf("%s on the stand-in GPU: %s (%s)", strings.Join(args[6:], " "), loraDigest(t, run, 2), time.Since(t0).Round(time.Millisecond))
+		runs[v] = run
+		t.Logf("%s on the stand-in GPU: %s (%s)", label(v), loraDigest(t, run, 2), time.Since(t0).Round(time.Millisecond))
 	}
-	if a, b := loraDigest(t, runs[2], 2), loraDigest(t, runs[1], 2); a != b {
-		t.Errorf("--nproc 2 on the device: %s, --nproc 1: %s", a, b)
-	}
-	if a, b := loraDigest(t, runs[3], 2), loraDigest(t, runs[1], 2); a != b {
-		t.Errorf("--nproc 2 at learner.zero 3 on the device (the base sharded): %s, --nproc 1: %s", a, b)
-	}
-	label := func(n int) string {
-		if n == 3 {
-			return "--nproc 2 learner.zero=3"
+	for _, v := range variants[1:] {
+		one := variant{1, "1", v.precision}
+		if v == one {
+			continue
 		}
-		return "--nproc " + strconv.Itoa(n)
+		if a, b := loraDigest(t, runs[v], 2), loraDigest(t, runs[one], 2); a != b {
+			t.Errorf("%s on the device: %s, %s: %s", label(v), a, label(one), b)
+		}
 	}
-	for _, n := range []int{1, 2, 3} {
+	if a, b := loraDigest(t, runs[variants[0]], 2), loraDigest(t, runs[variant{1, "1", "bf16"}], 2); a == b {
+		t.Errorf("--nproc 1 on the device in bf16 and in fp32: the same %s; the bfloat16 products were not used", a)
+	}
+	for _, n := range variants {
 		run := runs[n]
 		base := train.LoRABase(run)
 		kept, err := checkpoint.List(ctx, run)
