@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// BenchmarkScratchWrite writes one shard of 3,000 of BenchmarkTrajectoryIO's
+// BenchmarkWriteShardSerial writes one shard of 3,000 of BenchmarkTrajectoryIO's
 // trajectories (all of them with -short) on one goroutine.
-func BenchmarkScratchWrite(b *testing.B) {
+func BenchmarkWriteShardSerial(b *testing.B) {
 	rows := benchRowsOnce()
 	rows = rows[:min(3000, len(rows))]
 	var logical int64
