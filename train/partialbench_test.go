@@ -95,8 +95,8 @@ var benchWaits = waitDist{median: 200 * time.Millisecond, sigma: 1, max: 4 * tim
 // without partial rollouts was interrupted.
 //
 // With -short (make bench-smoke) it runs one round of 6 steps
-// (longTailShort, about 15 s on 2 quiet cores); otherwise three rounds of
-// 10 steps (longTailFull).
+// (longTailShort: 21 to 31 s on 2 cores shared with other builds);
+// otherwise three rounds of 10 steps (longTailFull, about 2 minutes).
 func BenchmarkPartialRollouts(b *testing.B) {
 	shape := longTailFull
 	if testing.Short() {
