@@ -2,6 +2,9 @@ package train
 
 import (
 	"context"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -114,4 +117,27 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// slowProxy serves on 127.0.0.1 an HTTP proxy to addr that delays every
+// request by latency, until the benchmark ends; it returns its address.
+func slowProxy(b *testing.B, addr string, latency time.Duration) string {
+	backend, err := url.Parse("http://" + addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(backend)
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(latency):
+		case <-r.Context().Done():
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})
+	pl := listen(b)
+	srv := &http.Server{Handler: slow, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(pl)
+	b.Cleanup(func() { srv.Close() })
+	return pl.Addr().String()
 }

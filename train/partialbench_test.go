@@ -3,146 +3,214 @@ package train
 import (
 	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/internal/storage"
 	"github.com/aipo-rl/aipo/records"
 	"github.com/aipo-rl/aipo/runconfig"
 	"github.com/aipo-rl/aipo/schemas"
+	"github.com/aipo-rl/aipo/schemas/aipov1"
+	"github.com/aipo-rl/aipo/tasks/demo"
+	"github.com/aipo-rl/aipo/transforms/collab"
+	"github.com/aipo-rl/aipo/transforms/collab/rpc"
 	"github.com/aipo-rl/aipo/transforms/policy/servers"
 )
 
-// BenchmarkPartialRollouts compares three loops side by side on the quick
-// configuration, rounds alternated: the synchronous loop, run.async, and
-// run.async with rollout.partial. Each samples from its own aipo serve
-// (the partial one started with --interrupt-on-reload, pushed through the
-// Reload RPC) behind an HTTP proxy that delays every request by
-// benchLatency, and rolls out responses of up to 4x the quick budget
-// without its stop string, so that lengths range from a few tokens to the
-// limit. Reported per loop: steps per minute and generated (policy)
-// tokens per second, medians over rounds with their ranges
-// (NAME-steps/min, -min, -max); the ratios partial/async and
-// partial/sync of steps per minute; and the version-lag histogram of the
-// partial loop's trained policy tokens (partial-lag-N-share) with its
-// interrupted calls per step. Every loop trains the same steps of the
-// same batch, so equal steps are (up to the sampled lengths) equal
-// trained tokens; tokens/s says so where they differ. With -short (make
-// bench-smoke) it runs 2 steps, one round.
+// longTail is the shape of BenchmarkPartialRollouts' long-tailed task.
+type longTail struct {
+	// sft is the warm start's supervised steps: few enough that the
+	// policy ends its answer (the task's terminator ';', kept as the
+	// run's stop string, or EOS) anywhere from a few tokens to past the
+	// response limit.
+	sft int
+	// context is the warm-start model's context (the quick model's
+	// shape otherwise); response the run's policy.max_response_tokens.
+	context, response int
+	prompts, group    int // data.batch_size, rollout.group_size
+	steps, rounds     int
+	waits             waitDist // the collaborator calls' waits
+}
+
+// longTailFull and longTailShort are the benchmark's shapes: the full one,
+// and the one -short (make bench-smoke) runs, one round of shorter runs.
+// Only a push that lands while a step is rolled out can interrupt: the
+// push of checkpoint k starts step k+1's rollout and lands in step k's;
+// checkpoint 1's lands in step 1, which started with step 0 and is mostly
+// done by then; the last two checkpoints start no rollout. So 10 steps
+// give 8 pushes during rollouts (7 after checkpoint 1's), 6 steps 4 (3).
+var (
+	longTailFull  = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 10, rounds: 3, waits: benchWaits}
+	longTailShort = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 6, rounds: 1, waits: benchWaits}
+)
+
+// benchWaits are the collaborator waits: log-normal, median 200 ms, p90
+// 720 ms, p99 2 s, none over 4 s.
+var benchWaits = waitDist{median: 200 * time.Millisecond, sigma: 1, max: 4 * time.Second}
+
+// BenchmarkPartialRollouts compares three loops on a long-tailed task,
+// rounds alternated (round i starts with loop i mod 3, in the order sync,
+// async, partial): the synchronous loop, run.async, and run.async with
+// rollout.partial.
+//
+// The task is the demo's, from a warm start of the quick model (one layer,
+// width 64) with a context of 1024, trained for 35 steps only, so that
+// the policy writes the task's terminator ';' (the run's stop string,
+// kept) or EOS after anything from a single token to about a thousand:
+// response lengths run from a few tokens to the response limit of 768,
+// and they are what the policy samples (the limit is the run's, the same
+// in every loop). Its collaborators are the demo's three built-in agents
+// served over gRPC (transforms/collab/rpc) on 127.0.0.1, each call held before it is answered for a wait drawn from
+// benchWaits by a PCG seeded with a hash of the call's step, prompt,
+// sample, call index and agent (the same call waits as long in every loop
+// that makes it), with the run's answer cache off so that every call
+// reaches the endpoint. Each loop samples from its own aipo serve of the
+// warm start, told of every checkpoint through its Reload RPC (the partial
+// one started with --interrupt-on-reload), with no delay in front of it:
+// its decoding is the policy's time.
+//
+// Every loop trains the same steps of the same batch (the same prompts and
+// seeds), so trained tokens differ only by what the policies sampled;
+// NAME-trained-tok reports them (median over rounds). Reported per loop,
+// medians over rounds with their ranges (-min, -max): steps per minute and
+// generated (policy) tokens per second; the ratios partial/async and
+// partial/sync of both, taken round by round; the version-lag histograms
+// of the async and partial loops' trained policy tokens
+// (NAME-lag-N-share); interrupted calls per step; and, logged, the
+// response tokens (p10, p50, p90, max) and collaborator waits (p50, p90,
+// max) each loop saw. It fails when the partial loop interrupted no call,
+// since it then measured nothing of partial rollouts, and when a loop
+// without partial rollouts was interrupted.
+//
+// With -short (make bench-smoke) it runs one round of 6 steps
+// (longTailShort: 21 to 31 s on 2 cores shared with other builds);
+// otherwise three rounds of 10 steps (longTailFull, about 2 minutes).
 func BenchmarkPartialRollouts(b *testing.B) {
-	base := b.TempDir()
-	plain, interrupting := startDemoServer(b, base+"/plain"), startDemoServerWith(b, base+"/interrupting", true)
-	steps, rounds := 6, 3
+	shape := longTailFull
 	if testing.Short() {
-		steps, rounds = 2, 1
+		shape = longTailShort
 	}
+	base := b.TempDir()
+	plain, interrupting := startLongTailServers(b, base, shape)
+	collabAddr := serveDelayedCollaborators(b, plain.cfg.Collaborators, shape.waits)
 	type mode struct {
 		name           string
 		async, partial bool
 		ds             demoServer
 	}
 	modes := []mode{{"sync", false, false, plain}, {"async", true, false, plain}, {"partial", true, true, interrupting}}
-	proxies := map[string]string{}
-	for _, ds := range []demoServer{plain, interrupting} {
-		proxies[ds.httpAddr] = slowProxy(b, ds.httpAddr, benchLatency)
-	}
 	ctx := context.Background()
-	perMin := map[string][]float64{}
-	tokPerSec := map[string][]float64{}
-	lagTokens := map[string]int{}
-	var interrupted int64
+	got := map[string]*loopFigures{}
+	for _, m := range modes {
+		got[m.name] = &loopFigures{lagTokens: map[string]int{}}
+	}
 	b.ResetTimer()
-	for i := range b.N * rounds {
-		for _, m := range modes {
+	for i := range b.N * shape.rounds {
+		for r := range modes {
+			m := modes[(i+r)%len(modes)]
 			c := syncRun(b, m.ds, base, m.name+"-"+strconv.Itoa(i), func(c *runconfig.Config) {
-				c.Run.Steps, c.Run.Async, c.Rollout.Partial = int64(steps), m.async, m.partial
+				c.Run.Steps, c.Run.Async, c.Rollout.Partial = int64(shape.steps), m.async, m.partial
+				c.Data.BatchSize, c.Rollout.GroupSize = shape.prompts, shape.group
 				c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
-				c.Policy.StopStrings, c.Policy.MaxResponseTokens = nil, 4*c.Policy.MaxResponseTokens
-				c.Policy.Endpoint = "http://" + proxies[m.ds.httpAddr] + "/v1?model=demo"
+				c.Policy.MaxResponseTokens = shape.response
+				c.Policy.Endpoint = "http://" + m.ds.httpAddr + "/v1?model=demo"
 				c.Policy.Sync = runconfig.Sync{Kind: servers.Aipo, Endpoints: []string{"grpc://" + m.ds.grpcAddr}}
+				c.Collaborators = delayedRoles(c.Collaborators, collabAddr, c.Rollout.MaxInFlight)
 			})
 			lctx := claimed(b, ctx, c.Run.Dir)
 			start := time.Now()
 			if err := runWired(lctx, c, Options{}); err != nil {
-				b.Fatalf("%s loop: %v", m.name, err)
+				b.Fatalf("%s loop, round %d: %v", m.name, i, err)
 			}
-			took := time.Since(start)
-			generated, lags, intr := runTokens(b, ctx, c)
-			perMin[m.name] = append(perMin[m.name], float64(steps)/took.Minutes())
-			tokPerSec[m.name] = append(tokPerSec[m.name], float64(generated)/took.Seconds())
-			if m.partial {
-				for l, n := range lags {
-					lagTokens[l] += n
-				}
-				interrupted += intr
-			}
+			got[m.name].add(b, ctx, c, time.Since(start))
 		}
 	}
+	b.StopTimer()
+	rounds := b.N * shape.rounds
 	for _, m := range modes {
-		med, lo, hi := medianRange(perMin[m.name])
-		b.ReportMetric(med, m.name+"-steps/min")
-		b.ReportMetric(lo, m.name+"-steps/min-min")
-		b.ReportMetric(hi, m.name+"-steps/min-max")
-		b.ReportMetric(median(tokPerSec[m.name]), m.name+"-gen-tok/s")
-	}
-	b.ReportMetric(median(ratios(perMin["partial"], perMin["async"])), "partial/async")
-	b.ReportMetric(median(ratios(perMin["partial"], perMin["sync"])), "partial/sync")
-	total := 0
-	for _, n := range lagTokens {
-		total += n
-	}
-	for l, n := range lagTokens {
-		b.ReportMetric(float64(n)/float64(max(total, 1)), "partial-lag-"+l+"-share")
-	}
-	b.ReportMetric(float64(interrupted)/float64(steps*b.N*rounds), "partial-interrupted/step")
-}
-
-// slowProxy serves on 127.0.0.1 an HTTP proxy to addr that delays every
-// request by latency, until the benchmark ends; it returns its address.
-func slowProxy(b *testing.B, addr string, latency time.Duration) string {
-	backend, err := url.Parse("http://" + addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(backend)
-	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-time.After(latency):
-		case <-r.Context().Done():
-			return
+		f := got[m.name]
+		reportRange(b, f.perMin, m.name+"-steps/min")
+		reportRange(b, f.tokPerSec, m.name+"-gen-tok/s")
+		b.ReportMetric(median(f.trained), m.name+"-trained-tok")
+		b.ReportMetric(float64(f.interrupted)/float64(shape.steps*rounds), m.name+"-interrupted/step")
+		if m.async {
+			total := 0
+			for _, n := range f.lagTokens {
+				total += n
+			}
+			for l, n := range f.lagTokens {
+				b.ReportMetric(float64(n)/float64(max(total, 1)), m.name+"-lag-"+l+"-share")
+			}
 		}
-		rp.ServeHTTP(w, r)
-	})
-	pl := listen(b)
-	srv := &http.Server{Handler: slow, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(pl)
-	b.Cleanup(func() { srv.Close() })
-	return pl.Addr().String()
+		b.Logf("%-7s response tokens p10 %d p50 %d p90 %d max %d (%d responses, %d at the limit of %d); collaborator waits p50 %v p90 %v max %v (%d calls); trained policy tokens per run %v",
+			m.name, pct(f.lengths, 10), pct(f.lengths, 50), pct(f.lengths, 90), pct(f.lengths, 100), len(f.lengths), f.atLimit, shape.response,
+			time.Duration(pct(f.waits, 50))*time.Microsecond, time.Duration(pct(f.waits, 90))*time.Microsecond, time.Duration(pct(f.waits, 100))*time.Microsecond,
+			len(f.waits), f.trained)
+	}
+	p, a, s := got["partial"], got["async"], got["sync"]
+	reportRange(b, ratios(p.perMin, a.perMin), "partial/async-steps")
+	reportRange(b, ratios(p.perMin, s.perMin), "partial/sync-steps")
+	reportRange(b, ratios(p.tokPerSec, a.tokPerSec), "partial/async-tok/s")
+	reportRange(b, ratios(p.tokPerSec, s.tokPerSec), "partial/sync-tok/s")
+	if p.interrupted == 0 {
+		b.Fatalf("the partial loop interrupted no policy call in %d rounds of %d steps: every generation ended before the push after it, so it ran as run.async does and the benchmark measured nothing of partial rollouts; the task needs longer generations (fewer warm-start steps, longTail.sft, or a larger longTail.response)", rounds, shape.steps)
+	}
+	for _, n := range []string{"sync", "async"} {
+		if got[n].interrupted != 0 {
+			b.Fatalf("the %s loop had %d policy calls interrupted, without rollout.partial: its server must finish generations on the weights they started with", n, got[n].interrupted)
+		}
+	}
 }
 
-// runTokens sums a finished run's policy tokens (from its steps'
-// manifests), the trained policy tokens by version lag (from the learner's
-// records) and the calls interrupted at a push.
-func runTokens(b *testing.B, ctx context.Context, c runconfig.Config) (generated int64, lags map[string]int, interrupted int64) {
-	lags = map[string]int{}
+// loopFigures are what one loop's runs measured, run by run (per round)
+// or pooled over its runs.
+type loopFigures struct {
+	perMin, tokPerSec, trained []float64 // per run
+	lagTokens                  map[string]int
+	interrupted                int64
+	lengths, waits             []int // response tokens per trajectory; collaborator waits in µs
+	atLimit                    int   // responses that reached policy.max_response_tokens
+}
+
+// add reads the finished run of c, which took took.
+func (f *loopFigures) add(b *testing.B, ctx context.Context, c runconfig.Config, took time.Duration) {
+	b.Helper()
+	var generated, trained int64
 	for k := int64(0); k < c.Run.Steps; k++ {
-		m, err := schemas.ReadManifest(ctx, rundir.Step(c.Run.Dir, k))
+		trajs, m, err := schemas.ReadStep[schemas.Trajectory](ctx, rundir.Step(c.Run.Dir, k))
 		if err != nil {
-			b.Fatal(err)
+			b.Fatalf("%s step %d: %v", c.Run.Dir, k, err)
 		}
 		st, err := records.ReadStepStats(m.Meta)
 		if err != nil {
 			b.Fatal(err)
 		}
 		generated += st.ResponseTokens - st.ExternalTokens - st.TemplateTokens - st.GuideTokens
-		interrupted += st.PolicyInterrupted
+		f.interrupted += st.PolicyInterrupted
+		for _, tr := range trajs {
+			if tr.FinishReason == schemas.FinishError {
+				b.Fatalf("%s step %d: a trajectory failed: %s", c.Run.Dir, k, st.FirstError)
+			}
+			f.lengths = append(f.lengths, len(tr.ResponseIDs))
+			if len(tr.ResponseIDs) >= c.Policy.MaxResponseTokens {
+				f.atLimit++
+			}
+			for _, ms := range tr.InteractionLatencyMs {
+				f.waits = append(f.waits, int(ms*1000))
+			}
+		}
 		var lm records.Learn
 		raw, err := storage.ReadFile(ctx, rundir.MetricsRecord(c.Run.Dir, rundir.LearnKind, k))
 		if err == nil {
@@ -151,13 +219,128 @@ func runTokens(b *testing.B, ctx context.Context, c runconfig.Config) (generated
 		if err != nil {
 			b.Fatalf("learner record of step %d: %v", k, err)
 		}
-		if lm.Staleness != nil {
-			for l, n := range lm.Staleness.Tokens {
-				lags[l] += n
-			}
+		if lm.Staleness == nil {
+			b.Fatalf("learner record of step %d has no staleness", k)
+		}
+		for l, n := range lm.Staleness.Tokens {
+			f.lagTokens[l] += n
+			trained += int64(n)
 		}
 	}
-	return generated, lags, interrupted
+	f.perMin = append(f.perMin, float64(c.Run.Steps)/took.Minutes())
+	f.tokPerSec = append(f.tokPerSec, float64(generated)/took.Seconds())
+	f.trained = append(f.trained, float64(trained))
+}
+
+// startLongTailServers warm-starts the long-tailed task's policy once under
+// base and serves it twice with aipo serve on 127.0.0.1: plain (the
+// generations in flight at a reload finish on their weights) and
+// interrupting (--interrupt-on-reload), until the benchmark ends.
+func startLongTailServers(b *testing.B, base string, shape longTail) (plain, interrupting demoServer) {
+	b.Helper()
+	ctx := context.Background()
+	cfg, err := demoConfig(demoOptions{Quick: true, RunDir: base + "/warm"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	task, err := demo.SourcesTask(cfg.Data.Sources)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ws := demo.QuickWarmStart()
+	ws.Model.Context, ws.Steps = shape.context, shape.sft
+	ckpt := rundir.Checkpoint(cfg.Run.Dir, 0)
+	if _, err := demo.WarmStart(ctx, ckpt, task, ws, nil); err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range []*demoServer{&plain, &interrupting} {
+		gl, hl := listen(b), listen(b)
+		b.Cleanup(serveCheckpointWith(b, ckpt, "demo", gl, hl, 5*time.Second, s == &interrupting))
+		*s = demoServer{cfg: cfg, task: task, ckpt: ckpt, grpcAddr: gl.Addr().String(), httpAddr: hl.Addr().String()}
+	}
+	return plain, interrupting
+}
+
+// waitDist is a long-tailed distribution of collaborator waits:
+// log-normal with the given median and sigma (of the log), cut at max.
+type waitDist struct {
+	median time.Duration
+	sigma  float64
+	max    time.Duration
+}
+
+// draw is the wait of the call req: drawn by a PCG seeded with a hash of
+// its step, prompt, sample, call index and agent, so the same call waits
+// the same in every run.
+func (d waitDist) draw(req *aipov1.AnswerRequest) time.Duration {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d\x00%s\x00%d\x00%d\x00%s", req.GetStep(), req.GetPromptId(), req.GetSample(), req.GetCall(), req.GetAgent())
+	rng := rand.New(rand.NewPCG(h.Sum64(), 0x10a9))
+	w := time.Duration(float64(d.median) * math.Exp(d.sigma*rng.NormFloat64()))
+	return min(w, d.max)
+}
+
+// serveDelayedCollaborators serves the collaborators of cfg (built in
+// this process) over gRPC on 127.0.0.1 until the benchmark ends, holding
+// each call for waits.draw before it is answered, and returns the address.
+func serveDelayedCollaborators(b *testing.B, cfg collab.Config, waits waitDist) string {
+	b.Helper()
+	set, err := collab.NewSet(context.Background(), cfg, collab.Env{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hold := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*aipov1.AnswerRequest); ok {
+			t := time.NewTimer(waits.draw(r))
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+		}
+		return next(ctx, req)
+	}
+	g, _ := rpc.NewGRPCServer(set, "", grpc.UnaryInterceptor(hold))
+	l := listen(b)
+	var wg sync.WaitGroup
+	wg.Go(func() { g.Serve(l) })
+	b.Cleanup(func() { g.Stop(); wg.Wait() })
+	return l.Addr().String()
+}
+
+// delayedRoles are the roles of cfg asked over gRPC at addr instead, with
+// the run's answer cache off (every call reaches the endpoint and waits)
+// and room for inFlight calls at once.
+func delayedRoles(cfg collab.Config, addr string, inFlight int) collab.Config {
+	off := false
+	role := func(r *collab.RoleConfig) *collab.RoleConfig {
+		if r == nil {
+			return nil
+		}
+		return &collab.RoleConfig{Kind: collab.KindGRPC, Endpoint: "grpc://" + addr, Cache: &off, MaxConcurrency: inFlight}
+	}
+	return collab.Config{Verify: role(cfg.Verify), Knowledge: role(cfg.Knowledge), Reason: role(cfg.Reason)}
+}
+
+// pct is the p-th percentile of v (nearest rank; 100 is the largest).
+func pct(v []int, p int) int {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	sort.Ints(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// reportRange reports the median of v as name and its smallest and
+// largest values as name-min and name-max.
+func reportRange(b *testing.B, v []float64, name string) {
+	med, lo, hi := medianRange(v)
+	b.ReportMetric(med, name)
+	b.ReportMetric(lo, name+"-min")
+	b.ReportMetric(hi, name+"-max")
 }
 
 func median(v []float64) float64 { m, _, _ := medianRange(v); return m }
