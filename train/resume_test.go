@@ -263,10 +263,31 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 			}
 			return false, marks
 		case <-timeout:
+			// SIGQUIT makes the Go child print every goroutine's stack
+			// before it exits: where it waits is the first thing to know.
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-waitSeen(seen):
+			case <-time.After(15 * time.Second):
+			}
 			_ = cmd.Process.Kill()
-			t.Fatal("quick demo ran past 5 minutes")
+			_ = cmd.Wait()
+			e := stderr.Bytes()
+			t.Fatalf("quick demo in %s ran past 5 minutes; phase marks seen: %v; the end of its stderr (goroutines at SIGQUIT):\n%s", dir, marks, e[max(0, len(e)-64<<10):])
 		}
 	}
+}
+
+// waitSeen is closed once seen is drained and closed (the child's stdout
+// ended).
+func waitSeen(seen <-chan mark) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for range seen {
+		}
+		close(done)
+	}()
+	return done
 }
 
 func fileSum(t *testing.T, p string) string {
