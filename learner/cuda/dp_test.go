@@ -213,6 +213,18 @@ func programDPDevice() int {
 			return fail(err)
 		}
 	}
+	if dv != nil && l.DP.Zero == 3 && !lora && l.DP.OnDevices() {
+		// Parked as aipo train parks the passes after every step (the
+		// rank's state brought to the host, the group closed): what the
+		// rank holds on its host then, measured on its buffers
+		// (trainer.DataParallel.HostMemory), and the host model's whole
+		// weights.
+		if err := l.ParkDevice(); err != nil {
+			return fail(err)
+		}
+		h := l.DP.HostMemory()
+		fmt.Printf("rank %d host weights %d moments %d staged %d parts %d model %d\n", comm.Rank(), h.Weights, h.Moments, h.Staging, h.Parts, 4*int64(cap(m.ParamData())))
+	}
 	var saved []float32
 	if !lora {
 		saved = m.ParamData()

@@ -177,6 +177,7 @@ func TestDeviceZero3Reference(t *testing.T) {
 		if d := fileDigest(t, dir, "optimizer.bin"); d != wantOpt {
 			t.Errorf("the reference sharded over %d ranks: the optimiser state's sha256 %s, with the reference whole %s", n, d, wantOpt)
 		}
+		checkHostMemory(t, cfg, n, outs)
 		if n != 4 {
 			continue
 		}
@@ -216,6 +217,39 @@ func TestDeviceZero3Reference(t *testing.T) {
 			if peak > bound {
 				t.Errorf("rank %d held %d bytes of device memory at its peak, more than %d without a KL term + the plan's %d for its part of the reference = %d", r, peak, base, ref[r].Total(), bound)
 			}
+		}
+	}
+}
+
+var hostLine = regexp.MustCompile(`rank (\d+) host weights (\d+) moments (\d+) staged (\d+) parts (\d+) model (\d+)`)
+
+// checkHostMemory holds what each of the n ranks reported holding on its
+// host once parked after its steps and a checkpoint's optimiser parts
+// (trainer.DataParallel.HostMemory, measured on the buffers it holds) to
+// trainer.PlanHostOnDevices, the figures aipo plan counts, byte for byte:
+// the host's copy of the rank's share (its float32 weights and AdamW
+// moments), the moments' staging buffer, the optimiser's parts laid out
+// for the checkpoint; and the host model's whole float32 weights.
+func checkHostMemory(t *testing.T, cfg model.Config, n int, outs []string) {
+	t.Helper()
+	plan, err := trainer.PlanHostOnDevices(cfg, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, out := range outs {
+		m := hostLine.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("rank %d of %d reported no host memory:\n%s", r, n, out)
+		}
+		var got [5]int64
+		for i := range got {
+			got[i], _ = strconv.ParseInt(m[i+2], 10, 64)
+		}
+		p := plan[r]
+		want := [5]int64{p.Weights, p.Moments, p.Staging, p.Parts, 4 * model.ParamCount(cfg)}
+		t.Logf("rank %d of %d on its host: share's weights %d, moments %d, staged %d, optimiser parts %d, the host model %d bytes; planned %v", r, n, got[0], got[1], got[2], got[3], got[4], want)
+		if got != want {
+			t.Errorf("rank %d of %d held %v bytes on its host (the share's weights, its moments, the moments' staging, the optimiser's parts, the host model), the plan counts %v", r, n, got, want)
 		}
 	}
 }

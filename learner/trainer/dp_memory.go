@@ -646,3 +646,62 @@ func PlanDataParallelOnDevices(mc model.Config, ranks int, cfg DPConfig) ([]Rank
 	}
 	return out, nil
 }
+
+// HostOnDevices is what rank Rank of a stage-3 group on GPUs holds on
+// its host besides the host model's whole float32 weights (4 bytes a
+// parameter, kept through the step: they stand for the policy between
+// the gathers, and a checkpoint's tensors are written from them) and the
+// reference's host copy while its share is placed, in bytes
+// (zero3dev.go, as it allocates them).
+type HostOnDevices struct {
+	Rank     int
+	Elements int64
+	// Weights and Moments are the host's copy of the rank's share: its
+	// float32 weights (zero3.master, 4 bytes an owned element) and its
+	// AdamW moments (the optim.Shard's m and v, 8 bytes an owned
+	// element). They are allocated when the group is made and stay
+	// allocated from then on, through the steps: they are brought up to
+	// date when the passes are parked after every step (the GPU is the
+	// rollout's until the next), when a checkpoint is written and when
+	// the weights are gathered, and what is loaded into them goes to the
+	// device when the group opens.
+	Weights, Moments int64
+	// Staging is the most the moments' transfer between the host and
+	// the device holds beside them at once (a float32 copy of one
+	// moment of the rank's elements, as zero3dev.go's momentsTransfer
+	// lays them out), while the group opens and while it is parked.
+	Staging int64
+	// Parts is the moments of the rank's stage-1 run of elements laid
+	// out for its part of a full checkpoint's optimiser state
+	// (PrepareOptimizerParts: 8 bytes an element of the run), kept from
+	// the checkpoint's writing until the next step reshards the policy.
+	Parts int64
+}
+
+// Share is the host's copy of the rank's share: its weights and moments.
+func (h HostOnDevices) Share() int64 { return h.Weights + h.Moments }
+
+// PlanHostOnDevices is the host memory of each rank of a stage-3 group
+// of ranks on GPUs as zero3dev.go allocates it (HostOnDevices), for a
+// model of mc.
+func PlanHostOnDevices(mc model.Config, ranks int) ([]HostOnDevices, error) {
+	if ranks < 1 {
+		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
+	}
+	if err := mc.Validate(); err != nil {
+		return nil, err
+	}
+	z := zero3Layout(mc, ranks)
+	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
+	bounds := optim.Partition(chunks, ranks)
+	out := make([]HostOnDevices, ranks)
+	for r := range out {
+		e := int64(z.elements(r))
+		var run int64
+		for _, c := range chunks[bounds[r]:bounds[r+1]] {
+			run += int64(c.Len())
+		}
+		out[r] = HostOnDevices{Rank: r, Elements: e, Weights: 4 * e, Moments: 8 * e, Staging: 4 * e, Parts: 8 * run}
+	}
+	return out, nil
+}

@@ -99,6 +99,10 @@ type zero3 struct {
 	// hostHolds: the host model's weights stand for the policy (after
 	// SyncPolicy, until the next step).
 	hostHolds bool
+	// staged is the most the moments' transfers between the host and
+	// the device held beside the host's copy at once, in bytes
+	// (HostMemory).
+	staged int64
 }
 
 // newZero3 lays out the ownership of a model of cfg among n ranks for

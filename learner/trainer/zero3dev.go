@@ -85,6 +85,7 @@ func (z *zero3) momentsTransfer(toDevice bool) error {
 	}
 	for moment := range 2 {
 		vals := make([]float32, len(z.master))
+		z.staged = max(z.staged, 4*int64(cap(vals)))
 		if !toDevice {
 			if err := z.dev.Moments(moment, vals, false); err != nil {
 				return fmt.Errorf("trainer: the optimiser's moments from the device: %w", err)
@@ -110,6 +111,27 @@ func (z *zero3) momentsTransfer(toDevice bool) error {
 		}
 	}
 	return nil
+}
+
+// HostMemory is what this rank of a stage-3 group on the devices holds
+// on its host besides the host model, measured on the buffers it holds
+// now (their capacities): the host's copy of its share (weights and
+// moments), the most its moments' transfers staged beside them, and the
+// optimiser's parts laid out for a checkpoint; at other stages, or on
+// the host, zero. PlanHostOnDevices is what it plans.
+func (dp *DataParallel) HostMemory() HostOnDevices {
+	z := dp.z3
+	if z == nil || !z.devMode() {
+		return HostOnDevices{}
+	}
+	h := HostOnDevices{Rank: dp.Comm.Rank(), Elements: int64(len(z.master)), Weights: 4 * int64(cap(z.master)), Staging: z.staged}
+	for i := range z.mine {
+		m, v := z.opt.Moments(i)
+		h.Moments += 4 * int64(cap(m)+cap(v))
+	}
+	h.Weights += 4 * int64(cap(z.grad))
+	h.Parts = 4 * int64(cap(z.parted[0])+cap(z.parted[1]))
+	return h
 }
 
 // mineAt is where the i-th chunk the rank owns lies in master.
