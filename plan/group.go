@@ -58,10 +58,11 @@ type Group struct {
 	Base []trainer.ReferenceShard
 	// Host is, at stage 3 on GPUs (Planned, a run that trains every
 	// weight), what each rank holds on its host besides the host model
-	// (trainer.PlanHostOnDevices, as zero3dev.go allocates it): the
-	// host's copy of its share (its float32 weights and AdamW moments),
-	// which stays allocated through the steps, the moments' staging
-	// buffer and the optimiser's parts of a full checkpoint.
+	// (trainer.PlanHostOnDevices, as zero3dev.go and zero3ref.go
+	// allocate it): the host's copy of its share of the weights (through
+	// the step) and of its AdamW moments (kept), its part of a full
+	// checkpoint's optimiser state (while it is written) and, with a KL
+	// term, its share of the reference (kept).
 	Host []trainer.HostOnDevices
 }
 
@@ -157,7 +158,7 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 		}
 	}
 	if planned && !cfg.LoRAOn() {
-		if g.Host, err = trainer.PlanHostOnDevices(mc, o.Ranks); err != nil {
+		if g.Host, err = trainer.PlanHostOnDevices(mc, o.Ranks, cfg.Learner.Loss.KLCoef != 0); err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
 	}
@@ -183,14 +184,14 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 
 // heldBetweenSteps is what rank r keeps on the host between steps besides
 // its float32 weights: its moments and the reduced gradient's buffer; at
-// stage 3 on GPUs (Planned) the host's copy of its share (its float32
-// weights and moments, brought up to date when the passes are parked
-// after every step) and the optimiser's parts of a full checkpoint,
-// kept until the next step.
+// stage 3 on GPUs (Planned) the host's copy of its moments (brought from
+// its GPU when the passes are parked after every step) and its share of
+// the reference (the host model holds the weights whole: the share's
+// copy of them is let go).
 func (g *Group) heldBetweenSteps(r int) int64 {
 	switch {
 	case g.Planned && len(g.Host) > 0:
-		return g.Host[r].Share() + g.Host[r].Parts
+		return g.Host[r].Moments + g.Host[r].Reference
 	case g.Planned:
 		return 0
 	case g.OnDevice:
@@ -206,8 +207,12 @@ func (g *Group) heldBetweenSteps(r int) int64 {
 // share and the optimiser's parts, kept through the step; nothing on GPUs
 // at stages 1 and 2).
 func (g *Group) stepExtra(r int) int64 {
+	if g.Planned && len(g.Host) > 0 {
+		h := g.Host[r]
+		return h.Share() + h.Reference + h.PartsBeyondWeights()
+	}
 	if g.Planned {
-		return g.heldBetweenSteps(r)
+		return 0
 	}
 	if g.OnDevice {
 		return 0
@@ -249,7 +254,7 @@ func (g *Group) describe(p Plan) string {
 		}
 		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 (learner.backend %s): built %s (learner/trainer/zero3dev.go runs the CPU's stage-3 schedule with its state on the GPUs, learner/cuda/zero3.go, moved by NCCL), the KL reference sharded across them as the policy is (learner/cuda/zero3.go's ShardFrozen: 1/%d of every unit on each GPU, gathered over NCCL for its scoring pass). "+
 			"Each GPU holds at most what a stage-3 rank of the CPU's schedule allocates (trainer.PlanDataParallel, counted as its code allocates): 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters), the sums it keeps while a mini-batch is reduced, two gathered units (a decoder layer or a block of the vocabulary) in float32, two units' gradients and an exchange's receive buffer (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
-			"beside them the %s backend's activations (as its passes allocate them) and %s. No gradient and no moment passes through the host during a step; on the host each rank keeps the host model's whole float32 weights (gathered whole between steps for the checkpoints) and a copy of its share, its float32 weights and AdamW moments, allocated when the group is made and kept through the steps (learner/trainer/zero3dev.go: brought up to date when the passes are parked after every step, so that the GPU is the rollout's, and when a checkpoint is written; trainer.PlanHostOnDevices). At start-up the passes open without weights and each GPU receives its shares from the host, the policy's and then the reference's, a unit's run at a time (trainer.Learner.OnSharded): no GPU ever holds a whole model (the start-up phase, trainer.PlanStartOnDevices). The device figures are rank 0's GPU; the ranks are %s\n",
+			"beside them the %s backend's activations (as its passes allocate them) and %s. No gradient and no moment passes through the host during a step; on the host each rank keeps the host model's whole float32 weights (gathered whole into it at each step's end for the checkpoints), a copy of its AdamW moments (brought from its GPU when a checkpoint is written and when the passes are parked after every step, so that the GPU is the rollout's, and sent back when the group opens), its share of the weights from the step's start until they are gathered (the host model holds them then), and with a KL term its share of the reference, taken once before the policy is loaded and placed from there each step (trainer.PlanHostOnDevices). At start-up the passes open without weights and each GPU receives its shares from the host, the policy's and then the reference's, a unit's run at a time (trainer.Learner.OnSharded): no GPU ever holds a whole model (the start-up phase, trainer.PlanStartOnDevices). The device figures are rank 0's GPU; the ranks are %s\n",
 			g.Ranks, p.Config.Learner.Backend, g.precisionWords(p), g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, g.refWords(), where)
 	}
 	how := "the gradients summed whole after the backward pass"

@@ -387,7 +387,7 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 			st.Device.Weights, st.Device.Grads, st.Device.Optimizer, st.Device.Compute = g.Mem[0].Weights, 0, g.Mem[0].Moments, 0
 			st.Host.Weights, st.Host.Grads, st.Host.Optimizer, st.Host.Compute = 0, 0, 0, 0
 			momentsLine = fmt.Sprintf("AdamW moments of rank 0's share (float32 m and v, 1/%d), on its GPU", g.Ranks)
-			held = Line{What: fmt.Sprintf("rank 0's state on the host between steps: the weights gathered whole for the checkpoints (float32), its share's float32 weights and AdamW moments (1/%d) brought from its GPU when the passes are parked, and its part of a full checkpoint's optimiser state", g.Ranks),
+			held = Line{What: fmt.Sprintf("rank 0's state on the host between steps: the weights gathered whole for the checkpoints (float32), its AdamW moments brought from its GPU when the passes are parked (1/%d) and its share of the reference", g.Ranks),
 				Host: 4*P + g.heldBetweenSteps(0)}
 		}
 	}
@@ -409,8 +409,10 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		// host's copy of the rank's share (trainer.PlanHostOnDevices).
 		h := g.Host[0]
 		add("the host model's whole float32 weights, kept through the step", 4*P, 0)
-		add(fmt.Sprintf("the host's copy of rank 0's share (float32 weights and AdamW moments, 1/%d), allocated with the group and kept through the step", g.Ranks), h.Share(), 0)
-		add("rank 0's part of a full checkpoint's optimiser state (its stage-1 run of the moments, float32), laid out when the checkpoint is written and kept until the next step reshards", h.Parts, 0)
+		add(fmt.Sprintf("the host's copy of rank 0's share of the weights (float32, 1/%d), from the step's start until they are gathered whole at its end", g.Ranks), h.Weights, 0)
+		add(fmt.Sprintf("the host's copy of rank 0's AdamW moments (float32 m and v, 1/%d), sent to its GPU as the group opens, brought back for the checkpoints and when the passes are parked", g.Ranks), h.Moments, 0)
+		add(fmt.Sprintf("rank 0's share of the reference, kept on the host from the first step on (float32, 1/%d), from which its GPU's is placed", g.Ranks), h.Reference, 0)
+		add(fmt.Sprintf("rank 0's part of a full checkpoint's optimiser state at the step's end (its stage-1 run of the moments, float32, %s), beyond the share's weights, let go once gathered", fmtBytes(h.Parts)), h.PartsBeyondWeights(), 0)
 	}
 	add("their bfloat16 copy for the GEMMs", st.Host.Compute, st.Device.Compute)
 	add(gradsLine, st.Host.Grads, st.Device.Grads)
@@ -448,7 +450,7 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		}
 	}
 	add(refLine, st.Host.Reference, st.Device.Reference)
-	if p.cuda() && p.Reference {
+	if p.cuda() && p.Reference && (g == nil || !g.Planned) {
 		add("the reference's host copy while it uploads", 4*P, 0)
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
@@ -485,9 +487,10 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 // copy, so that each GPU holds its shares and the group's unit buffers
 // alone (trainer.PlanStartOnDevices), never a whole model. On the host
 // each rank holds the policy's weights as loaded, the host's copy of its
-// share (learner/trainer/zero3dev.go's zero3.master and moments), the
-// moments' staging buffer while they go to the GPU, and the reference's
-// weights while its share is placed (trainer.PlanHostOnDevices).
+// share (learner/trainer/zero3dev.go's zero3.master and moments) and its
+// share of the reference (trainer.PlanHostOnDevices), which it took from
+// the whole reference before the policy was loaded (the whole reference
+// beside the share alone then).
 func (p *Plan) startPhase(proc Line) (Phase, error) {
 	g, P := p.Group, p.Params
 	kl := len(g.Ref) > 0
@@ -500,7 +503,6 @@ func (p *Plan) startPhase(proc Line) (Phase, error) {
 	ph := Phase{Name: "learner start-up at ZeRO stage 3 (the passes opened without weights, each share placed from the host)", Lines: []Line{
 		{What: "policy weights as loaded (float32, on the host)", Host: 4 * P},
 		{What: fmt.Sprintf("the host's copy of rank 0's share (float32 weights and AdamW moments, 1/%d), from which its GPU's is placed", g.Ranks), Host: g.Host[0].Share()},
-		{What: fmt.Sprintf("the moments' staging buffer while they go to its GPU (float32, one moment of its share at a time, 1/%d)", g.Ranks), Host: g.Host[0].Staging},
 		{What: fmt.Sprintf("rank 0's share of the policy placed on its GPU (float32 weights and AdamW moments, 1/%d) and the group's unit buffers", g.Ranks), Device: s0.Policy},
 		{What: "the policy passes' rotary table", Device: s0.PolicyRotary},
 	}}
@@ -509,7 +511,7 @@ func (p *Plan) startPhase(proc Line) (Phase, error) {
 		if bf16 {
 			held = "bfloat16, its embedding, norms and biases float32"
 		}
-		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: its host copy while rank 0's share (%s, 1/%d) is placed; the share, its unit buffers and its rotary table on the GPU", held, g.Ranks), Host: 4 * P, Device: s0.Reference})
+		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: rank 0's share kept on the host (float32, 1/%d; taken from the whole reference before the policy is loaded), placed on its GPU (%s) with its unit buffers and its rotary table", g.Ranks, held), Host: g.Host[0].Reference, Device: s0.Reference})
 	}
 	ph.Lines = append(ph.Lines, proc, cudaContext)
 	ph.Others = int64(g.perNode()-1) * ph.Host()

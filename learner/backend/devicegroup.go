@@ -120,6 +120,18 @@ type FrozenSharded interface {
 	ShardFrozen(comm collective.Comm, layout ShardLayout) (ShardedScorer, error)
 }
 
+// FrozenShareSharded is FrozenSharded for passes opened without the
+// frozen model's weights (ShardedOpener.EvalSharded) whose rank's share
+// the caller keeps on the host: share is the rank's elements of every
+// unit (its run of each, ShardLayout.Parts), the units in order, as the
+// trainer keeps a KL reference's between steps, so that the whole
+// reference need not be on the host again each time the passes are
+// opened. The passes then hold what ShardFrozen's do.
+type FrozenShareSharded interface {
+	FrozenSharded
+	ShardFrozenShare(comm collective.Comm, layout ShardLayout, share []float32) (ShardedScorer, error)
+}
+
 // BaseSharded is a device's passes of a LoRA policy (AdapterTrainer)
 // whose frozen base ZeRO stage 3 shards as FrozenSharded shards a
 // reference: each rank keeps on its device its elements of every unit of

@@ -62,11 +62,24 @@ func (l *Learner) on(dev backend.Device, precision string, sharded bool) (releas
 		}
 		l.PolicyCompute, l.RefCompute = nil, nil
 	}
+	ref := l.Ref
+	if ref == nil && l.RefShare != nil {
+		// The reference's share is kept on the host: its passes are
+		// opened without weights on the policy's shape (the same
+		// model's), and the group places the share from RefShare.
+		if l.Policy == nil || l.Policy.HasAdapter() {
+			return nil, errors.New("trainer: a reference's share kept on the host is a whole policy's reference (a LoRA policy's reference is its own base)")
+		}
+		if !sharded || so == nil {
+			return nil, fmt.Errorf("trainer: the reference's share is placed by a stage-3 group on the devices: open the passes with OnSharded on a device that can (backend.ShardedOpener, not %T)", dev)
+		}
+		ref = l.Policy
+	}
 	for _, p := range []struct {
 		m     *model.Model
 		dst   *Compute
 		train bool
-	}{{l.Policy, &l.PolicyCompute, true}, {l.Ref, &l.RefCompute, false}} {
+	}{{l.Policy, &l.PolicyCompute, true}, {ref, &l.RefCompute, false}} {
 		if p.m == nil {
 			continue
 		}
@@ -79,7 +92,7 @@ func (l *Learner) on(dev backend.Device, precision string, sharded bool) (releas
 		case sharded && so != nil:
 			open = so.EvalSharded
 		}
-		if !p.train && l.Policy != nil {
+		if !p.train && l.Policy != nil && p.m != l.Policy {
 			p.m.ShareBuffers(l.Policy) // on the CPU, see ref
 		}
 		c, err := open(p.m, precision)

@@ -649,42 +649,53 @@ func PlanDataParallelOnDevices(mc model.Config, ranks int, cfg DPConfig) ([]Rank
 
 // HostOnDevices is what rank Rank of a stage-3 group on GPUs holds on
 // its host besides the host model's whole float32 weights (4 bytes a
-// parameter, kept through the step: they stand for the policy between
-// the gathers, and a checkpoint's tensors are written from them) and the
-// reference's host copy while its share is placed, in bytes
-// (zero3dev.go, as it allocates them).
+// parameter, kept through the steps: they stand for the policy between
+// the gathers, and a checkpoint's tensors are written from them), in
+// bytes (zero3dev.go, zero3ref.go, as they allocate them).
 type HostOnDevices struct {
 	Rank     int
 	Elements int64
-	// Weights and Moments are the host's copy of the rank's share: its
-	// float32 weights (zero3.master, 4 bytes an owned element) and its
-	// AdamW moments (the optim.Shard's m and v, 8 bytes an owned
-	// element). They are allocated when the group is made and stay
-	// allocated from then on, through the steps: they are brought up to
-	// date when the passes are parked after every step (the GPU is the
-	// rollout's until the next), when a checkpoint is written and when
-	// the weights are gathered, and what is loaded into them goes to the
-	// device when the group opens.
-	Weights, Moments int64
-	// Staging is the most the moments' transfer between the host and
-	// the device holds beside them at once (a float32 copy of one
-	// moment of the rank's elements, as zero3dev.go's momentsTransfer
-	// lays them out), while the group opens and while it is parked.
+	// Weights is the host's copy of the rank's share of the float32
+	// weights (zero3.master, 4 bytes an owned element): held from the
+	// step's start, when the host model's weights are resharded into
+	// it, until they are gathered whole into the host model at the
+	// step's end, and let go then (the host model holds them).
+	Weights int64
+	// Moments is the host's copy of the rank's AdamW moments (its
+	// optim.Shard's m and v, 8 bytes an owned element), allocated when
+	// the group is made and kept: brought up to date when a checkpoint
+	// is written and when the passes are parked after every step (the
+	// GPU is the rollout's until the next), and sent to the device when
+	// the group opens, straight from the shard's flat moments (no
+	// staging buffer).
+	Moments int64
+	// Staging is the most the moments' transfers hold beside them (none:
+	// the shard's moments lie as the device's do).
 	Staging int64
 	// Parts is the moments of the rank's stage-1 run of elements laid
 	// out for its part of a full checkpoint's optimiser state
-	// (PrepareOptimizerParts: 8 bytes an element of the run), kept from
-	// the checkpoint's writing until the next step reshards the policy.
+	// (PrepareOptimizerParts: 8 bytes an element of the run), while the
+	// checkpoint is written; they go when the passes are parked.
 	Parts int64
+	// Reference is, with a KL term, the rank's share of the reference
+	// kept on the host from the first step on (ReferenceShare, 4 bytes an
+	// element of its share), from which the group places it each step.
+	Reference int64
 }
 
 // Share is the host's copy of the rank's share: its weights and moments.
 func (h HostOnDevices) Share() int64 { return h.Weights + h.Moments }
 
+// PartsBeyondWeights is what a full checkpoint's optimiser parts add at
+// the step's end to what the step holds at its start: they are laid out
+// once the weights are gathered whole into the host model, when the
+// share's copy of the weights has gone.
+func (h HostOnDevices) PartsBeyondWeights() int64 { return max(0, h.Parts-h.Weights) }
+
 // PlanHostOnDevices is the host memory of each rank of a stage-3 group
-// of ranks on GPUs as zero3dev.go allocates it (HostOnDevices), for a
-// model of mc.
-func PlanHostOnDevices(mc model.Config, ranks int) ([]HostOnDevices, error) {
+// of ranks on GPUs as zero3dev.go and zero3ref.go allocate it
+// (HostOnDevices), for a model of mc, with the reference's share when kl.
+func PlanHostOnDevices(mc model.Config, ranks int, kl bool) ([]HostOnDevices, error) {
 	if ranks < 1 {
 		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
 	}
@@ -701,7 +712,10 @@ func PlanHostOnDevices(mc model.Config, ranks int) ([]HostOnDevices, error) {
 		for _, c := range chunks[bounds[r]:bounds[r+1]] {
 			run += int64(c.Len())
 		}
-		out[r] = HostOnDevices{Rank: r, Elements: e, Weights: 4 * e, Moments: 8 * e, Staging: 4 * e, Parts: 8 * run}
+		out[r] = HostOnDevices{Rank: r, Elements: e, Weights: 4 * e, Moments: 8 * e, Parts: 8 * run}
+		if kl {
+			out[r].Reference = 4 * e
+		}
 	}
 	return out, nil
 }

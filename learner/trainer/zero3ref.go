@@ -48,6 +48,36 @@ func newZero3Frozen(m *model.Model, n, rank int) (*zero3, error) {
 	return z, nil
 }
 
+// ReferenceShare is one rank's share of a frozen KL reference, laid out
+// as ZeRO stage 3 shards the policy among a group's ranks (zero3Layout):
+// the rank's run of every unit, the units in order, float32, 4 bytes an
+// element of its share. At stage 3 on the devices the learner keeps it on
+// the host between steps (Learner.RefShare) and the group places the
+// reference's share on the device from it each time the passes are
+// opened (backend.FrozenShareSharded), where it would otherwise take it
+// from the whole reference loaded again on the host.
+type ReferenceShare struct {
+	ranks, rank int
+	vals        []float32
+}
+
+// NewReferenceShare takes rank's share among ranks of the frozen model
+// ref's weights (model.Model.UnitValues, a unit at a time: beside the
+// share, one unit's values); ref may go once it returns.
+func NewReferenceShare(ref *model.Model, ranks, rank int) (*ReferenceShare, error) {
+	if ranks < 1 || rank < 0 || rank >= ranks {
+		return nil, fmt.Errorf("trainer: rank %d of a group of %d ranks", rank, ranks)
+	}
+	z, err := newZero3Frozen(ref, ranks, rank)
+	if err != nil {
+		return nil, err
+	}
+	return &ReferenceShare{ranks: ranks, rank: rank, vals: z.master}, nil
+}
+
+// Bytes is what the share holds on the host.
+func (s *ReferenceShare) Bytes() int64 { return 4 * int64(cap(s.vals)) }
+
 // shardReference makes a stage-3 rank's reference sharded (DataParallel's
 // zref) before a step: the reference the learner holds now, if it is not
 // the one sharded already (aipo train loads the reference anew with its
@@ -110,6 +140,9 @@ func (l *Learner) shardReferenceDevice() error {
 	}
 	fs, ok := l.RefCompute.(backend.FrozenSharded)
 	if !ok {
+		if l.RefShare != nil {
+			return fmt.Errorf("trainer: the reference's share is kept on the host, but its passes (%T) cannot place it (backend.FrozenShareSharded)", l.RefCompute)
+		}
 		return nil
 	}
 	z := dp.z3
@@ -117,7 +150,22 @@ func (l *Learner) shardReferenceDevice() error {
 	for _, u := range z.units {
 		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
 	}
-	g, err := fs.ShardFrozen(z.devComm, lay)
+	var g backend.ShardedScorer
+	var err error
+	if s := l.RefShare; s != nil {
+		// From the share kept on the host: the whole reference is not
+		// read (the passes were opened on the policy's shape).
+		ss, ok := fs.(backend.FrozenShareSharded)
+		switch {
+		case !ok:
+			return fmt.Errorf("trainer: the reference's share is kept on the host, but its passes (%T) cannot place it (backend.FrozenShareSharded)", l.RefCompute)
+		case s.ranks != dp.Comm.Size() || s.rank != dp.Comm.Rank():
+			return fmt.Errorf("trainer: the reference's share is rank %d's of %d, the group's rank is %d of %d", s.rank, s.ranks, dp.Comm.Rank(), dp.Comm.Size())
+		}
+		g, err = ss.ShardFrozenShare(z.devComm, lay, s.vals)
+	} else {
+		g, err = fs.ShardFrozen(z.devComm, lay)
+	}
 	if err != nil {
 		return fmt.Errorf("trainer: sharding the reference on the devices: %w", err)
 	}
