@@ -158,7 +158,7 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 		}
 	}
 	if planned && !cfg.LoRAOn() {
-		if g.Host, err = trainer.PlanHostOnDevices(mc, o.Ranks, cfg.Learner.Loss.KLCoef != 0); err != nil {
+		if g.Host, err = trainer.PlanHostOnDevices(mc, o.Ranks, cfg.Learner.Loss.KLCoef != 0, cfg.Learner.Precision == backend.BF16); err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
 	}
@@ -298,6 +298,15 @@ func (g *Group) precisionWords(p Plan) string {
 		return "in float32"
 	}
 	return "in bfloat16 mixed precision (learner.precision bf16: the passes' products take the projections and the head in bfloat16, gathered over NCCL in bfloat16, half float32's bytes; the embedding, the norms and the biases are gathered and read in float32; the shares of the weights, the gradients, reduced in float32, and the AdamW moments stay float32)"
+}
+
+// refHostWords says in what form a Planned group's ranks keep their
+// shares of the reference on the host: as their GPUs hold them.
+func (g *Group) refHostWords() string {
+	if len(g.Ref) > 0 && g.Ref[0].BytesPerElement == 2 {
+		return "as its GPU holds it: bfloat16, its embedding, norms and biases float32"
+	}
+	return "float32"
 }
 
 // refWords says how a Planned group holds the reference.

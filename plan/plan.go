@@ -411,7 +411,7 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		add("the host model's whole float32 weights, kept through the step", 4*P, 0)
 		add(fmt.Sprintf("the host's copy of rank 0's share of the weights (float32, 1/%d), from the step's start until they are gathered whole at its end", g.Ranks), h.Weights, 0)
 		add(fmt.Sprintf("the host's copy of rank 0's AdamW moments (float32 m and v, 1/%d), sent to its GPU as the group opens, brought back for the checkpoints and when the passes are parked", g.Ranks), h.Moments, 0)
-		add(fmt.Sprintf("rank 0's share of the reference, kept on the host from the first step on (float32, 1/%d), from which its GPU's is placed", g.Ranks), h.Reference, 0)
+		add(fmt.Sprintf("rank 0's share of the reference, kept on the host from the first step on (%s, 1/%d), from which its GPU's is placed", g.refHostWords(), g.Ranks), h.Reference, 0)
 		add(fmt.Sprintf("rank 0's part of a full checkpoint's optimiser state at the step's end (its stage-1 run of the moments, float32, %s), beyond the share's weights, let go once gathered", fmtBytes(h.Parts)), h.PartsBeyondWeights(), 0)
 	}
 	add("their bfloat16 copy for the GEMMs", st.Host.Compute, st.Device.Compute)
@@ -511,7 +511,7 @@ func (p *Plan) startPhase(proc Line) (Phase, error) {
 		if bf16 {
 			held = "bfloat16, its embedding, norms and biases float32"
 		}
-		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: rank 0's share kept on the host (float32, 1/%d; taken from the whole reference before the policy is loaded), placed on its GPU (%s) with its unit buffers and its rotary table", g.Ranks, held), Host: g.Host[0].Reference, Device: s0.Reference})
+		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: rank 0's share kept on the host (%s, 1/%d; taken from the whole reference before the policy is loaded), placed on its GPU (%s) with its unit buffers and its rotary table", g.refHostWords(), g.Ranks, held), Host: g.Host[0].Reference, Device: s0.Reference})
 	}
 	ph.Lines = append(ph.Lines, proc, cudaContext)
 	ph.Others = int64(g.perNode()-1) * ph.Host()

@@ -122,7 +122,7 @@ func TestPlanZero3OnGPUs(t *testing.T) {
 		// add at the step's end; no gradient, no staging buffer, and not
 		// the whole reference (its share is taken before the policy is
 		// loaded).
-		hp, err := trainer.PlanHostOnDevices(p.Model, c.ranks, true)
+		hp, err := trainer.PlanHostOnDevices(p.Model, c.ranks, true, false)
 		if err != nil {
 			t.Fatal(err)
 		}

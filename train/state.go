@@ -48,7 +48,7 @@ type trainState struct {
 	// refShare, when set, gives this rank's share of the reference
 	// (learnSession.referenceShare), which a stage-3 group on a device
 	// places from the host in place of the whole reference.
-	refShare func(context.Context) (*trainer.ReferenceShare, error)
+	refShare func(ctx context.Context, bf16 bool) (*trainer.ReferenceShare, error)
 }
 
 // learner returns the learner's passes for cfg (learner.backend,
@@ -89,7 +89,7 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 			// On the devices the rank's share of the reference is
 			// kept on the host from one step to the next and placed
 			// from there: the whole reference is not loaded again.
-			rs, err := st.refShare(ctx)
+			rs, err := st.refShare(ctx, cfg.Learner.Precision == backend.BF16)
 			if err != nil {
 				return nil, fmt.Errorf("reference policy: %w", err)
 			}
@@ -417,7 +417,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 		// The reference's share is taken before the policy's state is
 		// loaded (stateAt), so that the whole reference and the whole
 		// policy are never on the host together.
-		if _, err := s.referenceShare(ctx); err != nil {
+		if _, err := s.referenceShare(ctx, s.cfg.Learner.Precision == backend.BF16); err != nil {
 			return records.Learn{}, fmt.Errorf("learn step %d: reference policy: %w", k, err)
 		}
 	}
@@ -526,18 +526,21 @@ func (s *learnSession) sharesReference() bool {
 }
 
 // referenceShare is this rank's share of the reference (checkpoint 0),
-// taken once: the whole reference is loaded, the share taken a unit at a
-// time, and the whole goes before anything else is loaded, so that the
-// host holds the whole reference beside nothing but the share.
-func (s *learnSession) referenceShare(ctx context.Context) (*trainer.ReferenceShare, error) {
-	if s.refShare != nil {
+// held for passes that multiply in bfloat16 when bf16, taken once (again
+// only if learner.precision changes): the whole reference is loaded, the
+// share taken a unit at a time, and the whole goes before anything else
+// is loaded, so that the host holds the whole reference beside nothing
+// but the share.
+func (s *learnSession) referenceShare(ctx context.Context, bf16 bool) (*trainer.ReferenceShare, error) {
+	if s.refShare != nil && s.refShare.Half() == bf16 {
 		return s.refShare, nil
 	}
+	s.refShare = nil
 	ref, err := s.reference(ctx)
 	if err != nil {
 		return nil, err
 	}
-	share, err := trainer.NewReferenceShare(ref, s.ranks.Comm.Size(), s.ranks.Comm.Rank())
+	share, err := trainer.NewReferenceShare(ref, s.ranks.Comm.Size(), s.ranks.Comm.Rank(), bf16)
 	if err != nil {
 		return nil, err
 	}

@@ -121,7 +121,7 @@ func programDPDevice() int {
 			// As aipo train keeps it at stage 3 on the devices: the
 			// rank's share of the reference on the host, taken before
 			// the passes open; the whole reference goes.
-			share, err := trainer.NewReferenceShare(l.Ref, comm.Size(), comm.Rank())
+			share, err := trainer.NewReferenceShare(l.Ref, comm.Size(), comm.Rank(), os.Getenv("AIPO_DPD_PRECISION") == backend.BF16)
 			if err != nil {
 				return fail(err)
 			}

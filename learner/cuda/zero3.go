@@ -128,12 +128,21 @@ var _ backend.FrozenShareSharded = frozen{}
 // and nothing of its weights is read. The group holds what ShardFrozen's
 // does, in the same forms (frozenHalf in bfloat16), and the same values
 // reach the device as from the whole weights.
-func (f frozen) ShardFrozenShare(comm collective.Comm, layout backend.ShardLayout, share []float32) (backend.ShardedScorer, error) {
+func (f frozen) ShardFrozenShare(comm collective.Comm, layout backend.ShardLayout, share backend.FrozenShare) (backend.ShardedScorer, error) {
 	g := f.dev
 	if !g.unplaced {
 		return nil, errors.New("cuda: a reference's share is placed from the host into passes opened without its weights (EvalSharded)")
 	}
-	return shardFrozenWeights(g, nil, func(z *shardGroup) (hostWeights, error) { return shareHost(z, share) }, comm, layout, "reference")
+	if share.Half != g.use16 {
+		return nil, fmt.Errorf("cuda: a reference's share held for passes in bfloat16 %v, placed into passes in bfloat16 %v: take it for the passes' precision", share.Half, g.use16)
+	}
+	if share.Half {
+		return shardFrozenWeights(g, nil, func(z *shardGroup) (hostWeights, error) {
+			z.halfShare = &share
+			return nil, nil
+		}, comm, layout, "reference")
+	}
+	return shardFrozenWeights(g, nil, func(z *shardGroup) (hostWeights, error) { return shareHost(z, share.F32) }, comm, layout, "reference")
 }
 
 // hostWeights reads a frozen group's weights on the host: the values of
@@ -222,10 +231,11 @@ func shardFrozenWeights(g *Model, src *Buffer, from hostOf, comm collective.Comm
 		}
 	}
 	if z.half {
-		if host == nil {
+		if host == nil && z.halfShare == nil {
 			return nil, fmt.Errorf("cuda: the %s's bfloat16 share is placed from the host model's weights: open its passes unplaced (EvalSharded, TrainSharded)", what)
 		}
 		z.frozenHalf(host)
+		z.halfShare = nil
 	} else {
 		z.frozen32(src, host)
 	}
@@ -290,6 +300,11 @@ func (z *shardGroup) frozenHalf(host hostWeights) {
 			z.at16[u+1] += hi - lo
 		}
 	}
+	hs := z.halfShare
+	if hs != nil && (len(hs.F32) != z.at[len(z.units)] || len(hs.BF16) != z.at16[len(z.units)]) {
+		z.err = fmt.Errorf("a bfloat16 passes' share of %d float32 and %d bfloat16 values for rank %d's %d and %d", len(hs.F32), len(hs.BF16), z.rank, z.at[len(z.units)], z.at16[len(z.units)])
+		return
+	}
 	z.master, z.share16 = z.alloc(F32, z.elems()), z.alloc(BF16, z.at16[len(z.units)])
 	if k := z.unitFloats(); k > 0 {
 		z.wbuf = z.alloc(F32, k)
@@ -300,7 +315,14 @@ func (z *shardGroup) frozenHalf(host hostWeights) {
 		}
 		lo, hi := z.run(u, z.rank)
 		var part []float32
+		if hs != nil {
+			// Kept on the host in this form (backend.FrozenShare).
+			part = hs.F32[z.at[u]:z.at[u+1]]
+		}
 		for _, s := range z.reads[u].Float32 {
+			if hs != nil {
+				break
+			}
 			if a, b := max(s.Off, lo), min(s.Off+s.Len, hi); b > a {
 				part = append(part, host(u, a, b)...)
 			}
@@ -315,9 +337,14 @@ func (z *shardGroup) frozenHalf(host hostWeights) {
 		if z.err != nil || z.at16[u+1] == z.at16[u] {
 			continue
 		}
-		h := make([]uint16, z.at16[u+1]-z.at16[u])
-		for i, v := range host(u, lo, hi) {
-			h[i] = bf16.FromFloat32(v)
+		var h []uint16
+		if hs != nil {
+			h = hs.BF16[z.at16[u]:z.at16[u+1]]
+		} else {
+			h = make([]uint16, z.at16[u+1]-z.at16[u])
+			for i, v := range host(u, lo, hi) {
+				h[i] = bf16.FromFloat32(v)
+			}
 		}
 		dst, err := z.share16.Slice(z.at16[u], z.at16[u+1])
 		if err == nil {
@@ -389,6 +416,10 @@ type shardGroup struct {
 	most    int     // the largest unit
 	// mostPart is the largest part of a unit.
 	mostPart int
+
+	// halfShare, while a frozen group of bfloat16 passes is placed from
+	// a share kept on the host in their form (ShardFrozenShare), is it.
+	halfShare *backend.FrozenShare
 
 	master, m, v *Buffer // the rank's elements, unit by unit
 	sumsq        *Buffer // F64 [1]

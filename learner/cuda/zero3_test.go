@@ -189,7 +189,7 @@ func TestDeviceZero3Reference(t *testing.T) {
 		if d := fileDigest(t, sdir, "optimizer.bin"); d != wantOpt {
 			t.Errorf("the reference's share kept on the host, %d ranks parked after each step: the optimiser state's sha256 %s, with the reference whole %s", n, d, wantOpt)
 		}
-		checkHostMemory(t, cfg, n, true, souts)
+		checkHostMemory(t, cfg, n, true, false, souts)
 		if n != 4 {
 			continue
 		}
@@ -244,12 +244,13 @@ var hostLine = regexp.MustCompile(`rank (\d+) host (\w+) weights (\d+) moments (
 // gathered whole into the host model and a checkpoint's optimiser parts
 // laid out (the share's weights let go, the parts held), and parked as
 // aipo train parks it after every step (the parts gone); with the host
-// model's whole float32 weights throughout. No staging buffer: the
+// model's whole float32 weights throughout (with bf16, the reference's
+// share held as the bfloat16 passes read it). No staging buffer: the
 // moments go between the host and the device straight from the
 // optimiser's shard.
-func checkHostMemory(t *testing.T, cfg model.Config, n int, kl bool, outs []string) {
+func checkHostMemory(t *testing.T, cfg model.Config, n int, kl, bf16 bool, outs []string) {
 	t.Helper()
-	plan, err := trainer.PlanHostOnDevices(cfg, n, kl)
+	plan, err := trainer.PlanHostOnDevices(cfg, n, kl, bf16)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -678,8 +678,10 @@ type HostOnDevices struct {
 	// checkpoint is written; they go when the passes are parked.
 	Parts int64
 	// Reference is, with a KL term, the rank's share of the reference
-	// kept on the host from the first step on (ReferenceShare, 4 bytes an
-	// element of its share), from which the group places it each step.
+	// kept on the host from the first step on (ReferenceShare, in the
+	// form the device holds it: 4 bytes an element of its share, or for
+	// bfloat16 passes about 2), from which the group places it each
+	// step.
 	Reference int64
 }
 
@@ -694,8 +696,9 @@ func (h HostOnDevices) PartsBeyondWeights() int64 { return max(0, h.Parts-h.Weig
 
 // PlanHostOnDevices is the host memory of each rank of a stage-3 group
 // of ranks on GPUs as zero3dev.go and zero3ref.go allocate it
-// (HostOnDevices), for a model of mc, with the reference's share when kl.
-func PlanHostOnDevices(mc model.Config, ranks int, kl bool) ([]HostOnDevices, error) {
+// (HostOnDevices), for a model of mc, with the reference's share when kl
+// (held for passes that multiply in bfloat16 when bf16).
+func PlanHostOnDevices(mc model.Config, ranks int, kl, bf16 bool) ([]HostOnDevices, error) {
 	if ranks < 1 {
 		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
 	}
@@ -713,7 +716,11 @@ func PlanHostOnDevices(mc model.Config, ranks int, kl bool) ([]HostOnDevices, er
 			run += int64(c.Len())
 		}
 		out[r] = HostOnDevices{Rank: r, Elements: e, Weights: 4 * e, Moments: 8 * e, Parts: 8 * run}
-		if kl {
+		switch {
+		case kl && bf16:
+			h := planDeviceHalf(mc, z, r, true)
+			out[r].Reference = 4*h.share32 + 2*h.share16
+		case kl:
 			out[r].Reference = 4 * e
 		}
 	}
