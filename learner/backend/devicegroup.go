@@ -79,7 +79,10 @@ type DeviceSharded interface {
 // rotary table) until the group places the rank's share, a unit at a
 // time (DeviceSharded.ShardedGroup from the trainer's share of the
 // policy, FrozenSharded.ShardFrozen from the frozen model's weights on
-// the host, which the passes keep until then). No device ever holds the
+// the host, which the passes keep until then, or
+// FrozenShareSharded.ShardFrozenShare from the rank's share the caller
+// keeps on the host, the model then giving its shape alone). No device
+// ever holds the
 // whole policy, its gradients or the whole reference, even for a moment
 // at start-up. Until their group opens, the passes refuse to run.
 type ShardedOpener interface {

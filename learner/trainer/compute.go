@@ -47,7 +47,10 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 // each rank's share of the frozen base from the host model
 // (backend.BaseSharded, PlanLoRAStartOnDevices). The
 // reference's passes read the host model until the group shards them: the
-// caller may set Ref to nil (they keep it until then). Elsewhere it is On.
+// caller may set Ref to nil (they keep it until then). With RefShare in
+// place of Ref, the reference's passes are opened on the policy's shape
+// and the group places the share kept there (backend.FrozenShareSharded):
+// the whole reference need not be on the host. Elsewhere it is On.
 func (l *Learner) OnSharded(dev backend.Device, precision string) (release func(), err error) {
 	return l.on(dev, precision, true)
 }

@@ -164,7 +164,6 @@ func (dp *DataParallel) HostMemory() HostOnDevices {
 	return h
 }
 
-
 // fromDevice brings the rank's weights and moments to the host's copy
 // (the weights not while the host model holds them whole: hostHolds,
 // when the device's are theirs).
