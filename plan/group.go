@@ -56,6 +56,14 @@ type Group struct {
 	// learner.precision bf16, as the bfloat16 passes read it. Nil
 	// otherwise: every rank holds the whole base.
 	Base []trainer.ReferenceShard
+	// Host is, at stage 3 on GPUs (Planned, a run that trains every
+	// weight), what each rank holds on its host besides the host model
+	// (trainer.PlanHostOnDevices, as zero3dev.go and zero3ref.go
+	// allocate it): the host's copy of its share of the weights (through
+	// the step) and of its AdamW moments (kept), its part of a full
+	// checkpoint's optimiser state (while it is written) and, with a KL
+	// term, its share of the reference (kept).
+	Host []trainer.HostOnDevices
 }
 
 // baseDelta is how much more of a LoRA run's sharded base rank r holds
@@ -149,6 +157,11 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 			}
 		}
 	}
+	if planned && !cfg.LoRAOn() {
+		if g.Host, err = trainer.PlanHostOnDevices(mc, o.Ranks, cfg.Learner.Loss.KLCoef != 0, cfg.Learner.Precision == backend.BF16); err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
+	}
 	if zero == 3 && cfg.Learner.Loss.KLCoef != 0 && !cfg.LoRAOn() {
 		// The reference, sharded as the policy is and gathered a unit
 		// at a time for its scoring pass: on the CPU in float32
@@ -170,10 +183,15 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 }
 
 // heldBetweenSteps is what rank r keeps on the host between steps besides
-// its float32 weights: its moments and the reduced gradient's buffer
-// (nothing when they stay on its GPU: Planned).
+// its float32 weights: its moments and the reduced gradient's buffer; at
+// stage 3 on GPUs (Planned) the host's copy of its moments (brought from
+// its GPU when the passes are parked after every step) and its share of
+// the reference (the host model holds the weights whole: the share's
+// copy of them is let go).
 func (g *Group) heldBetweenSteps(r int) int64 {
 	switch {
+	case g.Planned && len(g.Host) > 0:
+		return g.Host[r].Moments + g.Host[r].Reference
 	case g.Planned:
 		return 0
 	case g.OnDevice:
@@ -185,9 +203,18 @@ func (g *Group) heldBetweenSteps(r int) int64 {
 
 // stepExtra is the host memory of rank r's learner step that depends on
 // the rank: its moments and the step's buffers (at stage 3 also its share
-// of the weights; nothing when they are on its GPU: Planned).
+// of the weights; at stage 3 on GPUs, Planned, the host's copy of its
+// share and the optimiser's parts, kept through the step; nothing on GPUs
+// at stages 1 and 2).
 func (g *Group) stepExtra(r int) int64 {
-	if g.Planned || g.OnDevice {
+	if g.Planned && len(g.Host) > 0 {
+		h := g.Host[r]
+		return h.Share() + h.Reference + h.PartsBeyondWeights()
+	}
+	if g.Planned {
+		return 0
+	}
+	if g.OnDevice {
 		return 0
 	}
 	return g.Mem[r].Weights + g.Mem[r].Moments + g.Mem[r].StepBuffers()
@@ -227,7 +254,7 @@ func (g *Group) describe(p Plan) string {
 		}
 		return fmt.Sprintf("learner on %d GPUs at ZeRO stage 3 (learner.backend %s): built %s (learner/trainer/zero3dev.go runs the CPU's stage-3 schedule with its state on the GPUs, learner/cuda/zero3.go, moved by NCCL), the KL reference sharded across them as the policy is (learner/cuda/zero3.go's ShardFrozen: 1/%d of every unit on each GPU, gathered over NCCL for its scoring pass). "+
 			"Each GPU holds at most what a stage-3 rank of the CPU's schedule allocates (trainer.PlanDataParallel, counted as its code allocates): 1/%d of every layer's float32 weights, its reduced gradient and AdamW moments (rank 0: %s of %s parameters), the sums it keeps while a mini-batch is reduced, two gathered units (a decoder layer or a block of the vocabulary) in float32, two units' gradients and an exchange's receive buffer (%d virtual shards a mini-batch, rank 0 computes %d; at its peak, %s); "+
-			"beside them the %s backend's activations (as its passes allocate them) and %s. No gradient and no moment passes through the host during a step; between steps the weights are gathered whole into each rank's host for the checkpoints. At start-up the passes open without weights and each GPU receives its shares from the host, the policy's and then the reference's, a unit's run at a time (trainer.Learner.OnSharded): no GPU ever holds a whole model (the start-up phase, trainer.PlanStartOnDevices). The device figures are rank 0's GPU; the ranks are %s\n",
+			"beside them the %s backend's activations (as its passes allocate them) and %s. No gradient and no moment passes through the host during a step; on the host each rank keeps the host model's whole float32 weights (gathered whole into it at each step's end for the checkpoints), a copy of its AdamW moments (brought from its GPU when a checkpoint is written and when the passes are parked after every step, so that the GPU is the rollout's, and sent back when the group opens), its share of the weights from the step's start until they are gathered (the host model holds them then), and with a KL term its share of the reference, taken once before the policy is loaded and placed from there each step (trainer.PlanHostOnDevices). At start-up the passes open without weights and each GPU receives its shares from the host, the policy's and then the reference's, a unit's run at a time (trainer.Learner.OnSharded): no GPU ever holds a whole model (the start-up phase, trainer.PlanStartOnDevices). The device figures are rank 0's GPU; the ranks are %s\n",
 			g.Ranks, p.Config.Learner.Backend, g.precisionWords(p), g.Ranks, g.Ranks, fmtCount(r0.Elements), fmtCount(p.Params), p.Config.Learner.DPShards(g.Ranks), r0.Shards, r0.PeakWhen(), p.Config.Learner.Backend, g.refWords(), where)
 	}
 	how := "the gradients summed whole after the backward pass"
@@ -271,6 +298,15 @@ func (g *Group) precisionWords(p Plan) string {
 		return "in float32"
 	}
 	return "in bfloat16 mixed precision (learner.precision bf16: the passes' products take the projections and the head in bfloat16, gathered over NCCL in bfloat16, half float32's bytes; the embedding, the norms and the biases are gathered and read in float32; the shares of the weights, the gradients, reduced in float32, and the AdamW moments stay float32)"
+}
+
+// refHostWords says in what form a Planned group's ranks keep their
+// shares of the reference on the host: as their GPUs hold them.
+func (g *Group) refHostWords() string {
+	if len(g.Ref) > 0 && g.Ref[0].BytesPerElement == 2 {
+		return "as its GPU holds it: bfloat16, its embedding, norms and biases float32"
+	}
+	return "float32"
 }
 
 // refWords says how a Planned group holds the reference.

@@ -387,7 +387,8 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 			st.Device.Weights, st.Device.Grads, st.Device.Optimizer, st.Device.Compute = g.Mem[0].Weights, 0, g.Mem[0].Moments, 0
 			st.Host.Weights, st.Host.Grads, st.Host.Optimizer, st.Host.Compute = 0, 0, 0, 0
 			momentsLine = fmt.Sprintf("AdamW moments of rank 0's share (float32 m and v, 1/%d), on its GPU", g.Ranks)
-			held = Line{What: "rank 0's weights gathered whole between steps for the checkpoints (float32)", Host: 4 * P}
+			held = Line{What: fmt.Sprintf("rank 0's state on the host between steps: the weights gathered whole for the checkpoints (float32), its AdamW moments brought from its GPU when the passes are parked (1/%d) and its share of the reference", g.Ranks),
+				Host: 4*P + g.heldBetweenSteps(0)}
 		}
 	}
 	learn := Phase{Name: "learner step"}
@@ -401,6 +402,18 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		weightsLine = fmt.Sprintf("policy weights of rank 0's share (float32 masters, 1/%d of every layer)", g.Ranks)
 	}
 	add(weightsLine, st.Host.Weights, st.Device.Weights)
+	if g != nil && g.Planned && len(g.Host) > 0 {
+		// What zero3dev.go keeps on the host through the step: the host
+		// model's whole weights (they stand for the policy after each
+		// gather; a checkpoint's tensors are written from them) and the
+		// host's copy of the rank's share (trainer.PlanHostOnDevices).
+		h := g.Host[0]
+		add("the host model's whole float32 weights, kept through the step", 4*P, 0)
+		add(fmt.Sprintf("the host's copy of rank 0's share of the weights (float32, 1/%d), from the step's start until they are gathered whole at its end", g.Ranks), h.Weights, 0)
+		add(fmt.Sprintf("the host's copy of rank 0's AdamW moments (float32 m and v, 1/%d), sent to its GPU as the group opens, brought back for the checkpoints and when the passes are parked", g.Ranks), h.Moments, 0)
+		add(fmt.Sprintf("rank 0's share of the reference, kept on the host from the first step on (%s, 1/%d), from which its GPU's is placed", g.refHostWords(), g.Ranks), h.Reference, 0)
+		add(fmt.Sprintf("rank 0's part of a full checkpoint's optimiser state at the step's end (its stage-1 run of the moments, float32, %s), beyond the share's weights, let go once gathered", fmtBytes(h.Parts)), h.PartsBeyondWeights(), 0)
+	}
 	add("their bfloat16 copy for the GEMMs", st.Host.Compute, st.Device.Compute)
 	add(gradsLine, st.Host.Grads, st.Device.Grads)
 	add(momentsLine, st.Host.Optimizer, st.Device.Optimizer)
@@ -437,7 +450,7 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 		}
 	}
 	add(refLine, st.Host.Reference, st.Device.Reference)
-	if p.cuda() && p.Reference {
+	if p.cuda() && p.Reference && (g == nil || !g.Planned) {
 		add("the reference's host copy while it uploads", 4*P, 0)
 	}
 	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
@@ -473,10 +486,11 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 // (with a KL term) its share of the reference from the reference's host
 // copy, so that each GPU holds its shares and the group's unit buffers
 // alone (trainer.PlanStartOnDevices), never a whole model. On the host
-// each rank holds the policy's weights as loaded and the reference's
-// while its share is placed. (The host's copy of the rank's share,
-// learner/trainer/zero3dev.go's zero3.master and moments, is left out
-// here as in the other phases: docs/scaling.md, "ZeRO-3 on GPUs".)
+// each rank holds the policy's weights as loaded, the host's copy of its
+// share (learner/trainer/zero3dev.go's zero3.master and moments) and its
+// share of the reference (trainer.PlanHostOnDevices), which it took from
+// the whole reference before the policy was loaded (the whole reference
+// beside the share alone then).
 func (p *Plan) startPhase(proc Line) (Phase, error) {
 	g, P := p.Group, p.Params
 	kl := len(g.Ref) > 0
@@ -488,6 +502,7 @@ func (p *Plan) startPhase(proc Line) (Phase, error) {
 	s0 := st[0]
 	ph := Phase{Name: "learner start-up at ZeRO stage 3 (the passes opened without weights, each share placed from the host)", Lines: []Line{
 		{What: "policy weights as loaded (float32, on the host)", Host: 4 * P},
+		{What: fmt.Sprintf("the host's copy of rank 0's share (float32 weights and AdamW moments, 1/%d), from which its GPU's is placed", g.Ranks), Host: g.Host[0].Share()},
 		{What: fmt.Sprintf("rank 0's share of the policy placed on its GPU (float32 weights and AdamW moments, 1/%d) and the group's unit buffers", g.Ranks), Device: s0.Policy},
 		{What: "the policy passes' rotary table", Device: s0.PolicyRotary},
 	}}
@@ -496,7 +511,7 @@ func (p *Plan) startPhase(proc Line) (Phase, error) {
 		if bf16 {
 			held = "bfloat16, its embedding, norms and biases float32"
 		}
-		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: its host copy while rank 0's share (%s, 1/%d) is placed; the share, its unit buffers and its rotary table on the GPU", held, g.Ranks), Host: 4 * P, Device: s0.Reference})
+		ph.Lines = append(ph.Lines, Line{What: fmt.Sprintf("reference policy: rank 0's share kept on the host (%s, 1/%d; taken from the whole reference before the policy is loaded), placed on its GPU (%s) with its unit buffers and its rotary table", g.refHostWords(), g.Ranks, held), Host: g.Host[0].Reference, Device: s0.Reference})
 	}
 	ph.Lines = append(ph.Lines, proc, cudaContext)
 	ph.Others = int64(g.perNode()-1) * ph.Host()
@@ -542,19 +557,15 @@ var cudaContext = Line{What: "CUDA context, kernels and cuBLAS workspaces (allow
 // caches take 2 bytes a value.
 func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phase) {
 	cfg, mc, P := p.Config, p.Model, p.Params
-	var kept []Line
-	if g := p.Group; g != nil && g.Planned && p.LoRA == nil {
-		// Stage 3 on GPUs: the rank's share stays on its GPU (a LoRA
-		// run's passes are parked between steps, as at stage 1).
-		r0 := g.Mem[0]
-		kept = []Line{{What: "rank 0's share kept on its GPU between steps (float32 weights, moments, reduced gradient)", Device: r0.Weights + r0.Moments + r0.Held}}
-	}
+	// (At stage 3 on GPUs nothing of the step stays on the GPU between
+	// steps: the passes are parked after every step, the rank's share
+	// brought to the host, in held.)
 	if !cfg.InProcessPolicy() {
 		// The policy is sampled from policy.endpoint: aipo train loads
 		// no engine; between steps it writes checkpoint k, whose
 		// float32 weights it encodes from the model it holds.
-		load = Phase{Name: "checkpoint k written (the policy served at policy.endpoint)", Lines: append(append([]Line{held}, kept...), proc)}
-		roll = Phase{Name: "rollout (policy.endpoint " + cfg.Policy.Endpoint + ": no engine in aipo train)", Lines: append(append([]Line{held}, kept...), proc)}
+		load = Phase{Name: "checkpoint k written (the policy served at policy.endpoint)", Lines: []Line{held, proc}}
+		roll = Phase{Name: "rollout (policy.endpoint " + cfg.Policy.Endpoint + ": no engine in aipo train)", Lines: []Line{held, proc}}
 		if p.cuda() {
 			load.Lines = append(load.Lines, cudaContext)
 			roll.Lines = append(roll.Lines, cudaContext)
@@ -1034,7 +1045,7 @@ func (p Plan) moreMemory() string {
 	case !p.cuda():
 		return "a machine with more memory, or learner.backend cuda on a GPU machine (aipo plan --device NAME plans for one)"
 	case g != nil && g.Planned:
-		return "more GPUs (--nproc): each holds 1/N of the weights, moments and reference at stage 3 (built on GPUs in float32; bfloat16 there is not), but the whole activations of its micro-batch"
+		return "more GPUs (--nproc): each holds 1/N of the weights, moments and reference at stage 3 (built on GPUs in float32 and in bfloat16), but the whole activations of its micro-batch"
 	case g != nil:
 		return "more GPUs (--nproc) shard only the moments; each GPU holds the whole weights and gradients at stages 1 and 2 (stage 3, --zero 3, shards them and the reference too, in float32)"
 	}

@@ -19,7 +19,11 @@ import (
 // at learner.precision bf16 held in bfloat16 where its products read it
 // so, less than float32's share, the plan saying that it is built and
 // its start-up counted alike), the CUDA allowance, and nothing else; no
-// moment or gradient is on the host;
+// gradient is on the host, and the host holds what zero3dev.go and
+// zero3ref.go allocate there (trainer.PlanHostOnDevices: the host's copy
+// of each rank's share of the weights and of its moments, its share of
+// the reference, a full checkpoint's optimiser parts at the step's end;
+// the host model's whole weights);
 // the start-up holds each rank's shares and the group's buffers on its GPU
 // (trainer.PlanStartOnDevices), never a whole model, and the peaks count
 // it; the host figures are one machine's ranks; the 7B's node holds at most
@@ -109,14 +113,53 @@ func TestPlanZero3OnGPUs(t *testing.T) {
 		if sum := r0.Weights + r0.Moments + r0.StepBuffers() + ref + act + cudaReserve; learn.Device() != sum {
 			t.Errorf("%s: the GPU's learner step %d, its parts %d", c.model, learn.Device(), sum)
 		}
-		for _, l := range learn.Lines {
-			if strings.Contains(l.What, "moments") && l.Host != 0 || strings.Contains(l.What, "gradients") && l.Host != 0 {
-				t.Errorf("%s: %q on the host: %d", c.model, l.What, l.Host)
+		// On the host, what zero3dev.go and zero3ref.go allocate there
+		// (trainer.PlanHostOnDevices, which learner/cuda's
+		// TestDeviceZero3Reference holds to the buffers each rank
+		// holds): the host model's whole weights, the host's copy of
+		// the rank's share of the weights and of its moments, its share
+		// of the reference, and what a full checkpoint's optimiser parts
+		// add at the step's end; no gradient, no staging buffer, and not
+		// the whole reference (its share is taken before the policy is
+		// loaded).
+		hp, err := trainer.PlanHostOnDevices(p.Model, c.ranks, true, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h0 := hp[0]
+		if h0.Weights != r0.Weights || h0.Moments != r0.Moments || h0.Reference != r0.Weights || h0.Staging != 0 {
+			t.Errorf("%s: the host's copy of rank 0's share %d + %d and reference share %d (staging %d), its share on the GPU %d + %d", c.model, h0.Weights, h0.Moments, h0.Reference, h0.Staging, r0.Weights, r0.Moments)
+		}
+		for _, w := range []struct {
+			line string
+			want int64
+		}{
+			{"the host model's whole float32 weights", 4 * p.Params},
+			{"the host's copy of rank 0's share of the weights", h0.Weights},
+			{"the host's copy of rank 0's AdamW moments", h0.Moments},
+			{"rank 0's share of the reference, kept on the host", h0.Reference},
+			{"rank 0's part of a full checkpoint's optimiser state at the step's end", h0.Parts - h0.Weights},
+		} {
+			if got := line(t, learn, w.line, false); got != w.want {
+				t.Errorf("%s: %q on the host %d, want %d", c.model, w.line, got, w.want)
 			}
 		}
-		// One machine's ranks: rank 0 and perNode-1 others, alike.
-		if n := int64(g.perNode() - 1); learn.Others != n*(learn.Host()-learn.Others) {
-			t.Errorf("%s: the other ranks of the machine hold %d on the host, want %d times rank 0's %d", c.model, learn.Others, n, learn.Host()-learn.Others)
+		if want := 4*p.Params + h0.Share() + h0.Reference + h0.PartsBeyondWeights() + o.Baseline; learn.Host()-learn.Others != want {
+			t.Errorf("%s: rank 0's host in the step %d, the counted terms %d", c.model, learn.Host()-learn.Others, want)
+		}
+		// One machine's ranks: rank 0 and perNode-1 others, alike but
+		// for their shares' host copies.
+		var others int64
+		for r := 1; r < g.perNode(); r++ {
+			others += learn.Host() - learn.Others - h0.Share() - h0.Reference - h0.PartsBeyondWeights() + hp[r].Share() + hp[r].Reference + hp[r].PartsBeyondWeights()
+		}
+		if learn.Others != others {
+			t.Errorf("%s: the other ranks of the machine hold %d on the host, want %d (rank 0's %d, each with its own share)", c.model, learn.Others, others, learn.Host()-learn.Others)
+		}
+		for _, l := range learn.Lines {
+			if strings.Contains(l.What, "gradients") && l.Host != 0 {
+				t.Errorf("%s: %q on the host: %d", c.model, l.What, l.Host)
+			}
 		}
 		// The start-up: the passes opened without weights, the shares
 		// placed (trainer.PlanStartOnDevices), never a whole model on a
@@ -142,8 +185,17 @@ func TestPlanZero3OnGPUs(t *testing.T) {
 		t.Logf("%s on %d x %s (%d machine(s)): device peak %s of %s (%.0f%% left), host peak %s a machine; learner step: share %s, step buffers %s, reference %s, activations %s",
 			c.model, c.ranks, c.device, c.nodes, fmtBytes(d), fmtBytes(p.Device.Bytes), 100*left, fmtBytes(h),
 			fmtBytes(r0.Weights+r0.Moments), fmtBytes(r0.StepBuffers()), fmtBytes(ref), fmtBytes(act))
-		if c.model == "Qwen2.5-7B-Instruct" && h > 256<<30 {
-			t.Errorf("%s on %d x %s: the node's host peak %s, more than 256 GiB", c.model, c.ranks, c.device, fmtBytes(h))
+		// The start-up's host: the policy as loaded, the host's copy
+		// of the share, the reference's share, the process.
+		if want := 4*p.Params + h0.Share() + h0.Reference + o.Baseline; start.Host()-start.Others != want {
+			t.Errorf("%s: rank 0's host at start-up %d, the counted terms %d", c.model, start.Host()-start.Others, want)
+		}
+		if c.model == "Qwen2.5-7B-Instruct" {
+			t.Logf("%s on %d x %s: the node's host holds %s at its peak (%s at start-up, %s in the step)",
+				c.model, c.ranks, c.device, fmtBytes(h), fmtBytes(start.Host()), fmtBytes(learn.Host()))
+			if h > 256<<30 {
+				t.Errorf("%s on %d x %s: the node's host peak %s, more than 256 GiB", c.model, c.ranks, c.device, fmtBytes(h))
+			}
 		}
 	}
 }

@@ -45,6 +45,10 @@ type trainState struct {
 	ranks *rankgroup.Ranks
 	group trainer.DPConfig // how the group splits and reduces a step (learnSession.groupConfig)
 	dp    *trainer.DataParallel
+	// refShare, when set, gives this rank's share of the reference
+	// (learnSession.referenceShare), which a stage-3 group on a device
+	// places from the host in place of the whole reference.
+	refShare func(ctx context.Context, bf16 bool) (*trainer.ReferenceShare, error)
 }
 
 // learner returns the learner's passes for cfg (learner.backend,
@@ -73,7 +77,24 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		if err := checkLoRAPolicy(cfg, st.step, st.pol.Model); err != nil {
 			return nil, err
 		}
-		if kl && !st.pol.Model.HasAdapter() {
+		// At stage 3 the group takes the passes before any of them
+		// runs: a device that can opens them without the models'
+		// weights, and the group places each rank's share of the
+		// policy, then of the reference, so that no device holds the
+		// whole policy and reference at start-up, nor a LoRA policy's
+		// whole base (trainer.Learner.OnSharded).
+		sharded := st.ranks != nil && st.group.Zero == 3
+		switch {
+		case kl && !st.pol.Model.HasAdapter() && sharded && !cpu && st.refShare != nil:
+			// On the devices the rank's share of the reference is
+			// kept on the host from one step to the next and placed
+			// from there: the whole reference is not loaded again.
+			rs, err := st.refShare(ctx, cfg.Learner.Precision == backend.BF16)
+			if err != nil {
+				return nil, fmt.Errorf("reference policy: %w", err)
+			}
+			l.RefShare = rs
+		case kl && !st.pol.Model.HasAdapter():
 			// (A LoRA policy's reference is its base: the adapter off.)
 			// On the CPU the passes read the host copy; a device holds
 			// its own, and the host's goes.
@@ -87,13 +108,6 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		if st.ranks != nil {
 			local = st.ranks.Group.Env().LocalRank
 		}
-		// At stage 3 the group takes the passes before any of them
-		// runs: a device that can opens them without the models'
-		// weights, and the group places each rank's share of the
-		// policy, then of the reference, so that no device holds the
-		// whole policy and reference at start-up, nor a LoRA policy's
-		// whole base (trainer.Learner.OnSharded).
-		sharded := st.ranks != nil && st.group.Zero == 3
 		free, ordinal, err := onBackend(l, cfg.Learner.Backend, cfg.Learner.Precision, local, sharded)
 		if err != nil {
 			return nil, fmt.Errorf("learner.backend %s: %w", cfg.Learner.Backend, err)
@@ -344,6 +358,9 @@ type learnSession struct {
 	// ranks, when set, is the data-parallel group the steps are taken
 	// in: rank 0 announces each step and writes, the others follow.
 	ranks *rankgroup.Ranks
+	// refShare is this rank's share of the reference, kept from the
+	// first step on at ZeRO stage 3 on a device (referenceShare).
+	refShare *trainer.ReferenceShare
 }
 
 // groupConfig is how the session's group of ranks splits and reduces a
@@ -394,6 +411,14 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k, Zero: g.Zero, Shards: g.Shards}); err != nil {
 				return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 			}
+		}
+	}
+	if s.sharesReference() && (s.st == nil || s.st.step != k) {
+		// The reference's share is taken before the policy's state is
+		// loaded (stateAt), so that the whole reference and the whole
+		// policy are never on the host together.
+		if _, err := s.referenceShare(ctx, s.cfg.Learner.Precision == backend.BF16); err != nil {
+			return records.Learn{}, fmt.Errorf("learn step %d: reference policy: %w", k, err)
 		}
 	}
 	st, err := s.stateAt(ctx, k)
@@ -492,6 +517,39 @@ func (s *learnSession) reference(ctx context.Context) (*model.Model, error) {
 	return ref.Model, nil
 }
 
+// sharesReference reports whether the session's steps keep the rank's
+// share of the reference on the host (referenceShare): a group at ZeRO
+// stage 3 on a device, with a KL term, of a policy without a LoRA adapter.
+func (s *learnSession) sharesReference() bool {
+	return s.ranks != nil && s.groupConfig().Zero == 3 && s.cfg.Learner.Backend != runconfig.BackendCPU &&
+		s.cfg.Learner.Loss.KLCoef != 0 && !s.cfg.LoRAOn()
+}
+
+// referenceShare is this rank's share of the reference (checkpoint 0),
+// held for passes that multiply in bfloat16 when bf16, taken once (again
+// only if learner.precision changes): the whole reference is loaded, the
+// share taken a unit at a time, and the whole goes before anything else
+// is loaded, so that the host holds the whole reference beside nothing
+// but the share.
+func (s *learnSession) referenceShare(ctx context.Context, bf16 bool) (*trainer.ReferenceShare, error) {
+	if s.refShare != nil && s.refShare.Half() == bf16 {
+		return s.refShare, nil
+	}
+	s.refShare = nil
+	ref, err := s.reference(ctx)
+	if err != nil {
+		return nil, err
+	}
+	share, err := trainer.NewReferenceShare(ref, s.ranks.Comm.Size(), s.ranks.Comm.Rank(), bf16)
+	if err != nil {
+		return nil, err
+	}
+	debug.FreeOSMemory() // the whole reference (ref), before the policy is loaded
+	s.refShare = share
+	s.log("reference policy: rank %d keeps its share on the host (%d bytes), placed on its device from there each step", s.ranks.Comm.Rank(), share.Bytes())
+	return share, nil
+}
+
 // stateAt returns the training state after k steps: the one held, the
 // full checkpoint k, or the newest full checkpoint before k with the
 // learner steps since replayed.
@@ -526,6 +584,9 @@ func (s *learnSession) stateAt(ctx context.Context, k int64) (*trainState, error
 	// The state is streamed where the passes keep it once they are open.
 	st := &trainState{step: from, pol: pol, opt: opt, optFrom: rundir.Checkpoint(runDir, from), ranks: s.ranks}
 	st.group = s.groupConfig()
+	if s.sharesReference() {
+		st.refShare = s.referenceShare
+	}
 	if from < k {
 		s.log("resume: checkpoint %d holds the serving weights alone; replaying learner steps %d..%d from the full training state of checkpoint %d", k, from, k-1, from)
 	}

@@ -645,6 +645,48 @@ func TestTrainOnGPURanks(t *testing.T) {
 	}
 }
 
+// TestTrainOnGPURanksKL runs aipo train at learner.zero 3 on the
+// emulated CUDA backend with a KL term, as the group of one (--nproc 1)
+// and as 2 ranks: each rank keeps its share of the reference on the host,
+// taken once before the policy is loaded, and places it on its GPU from
+// there each step (train/state.go's referenceShare), and the 2 ranks end
+// with the one rank's bits, in float32 and in bfloat16.
+func TestTrainOnGPURanksKL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
+	}
+	libs, err := fakecuda.Build(t.TempDir(), filepath.Join("..", "..", "learner", "cuda"))
+	if err != nil {
+		t.Fatalf("building the stand-in CUDA libraries: %v", err)
+	}
+	if !libs.Emulated {
+		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (make setup-test does)")
+	}
+	warm := filepath.Join(t.TempDir(), "warm")
+	quickWarmStart(t, warm)
+	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
+	for _, precision := range []string{"fp32", "bf16"} {
+		digests := map[int]string{}
+		for _, nproc := range []int{1, 2} {
+			cfg, run := ranksRun(t, warm, 2)
+			args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(nproc), "--set", "learner.backend=cuda",
+				"--set", "learner.zero=3", "--set", "learner.precision=" + precision, "--set", "learner.loss.kl_coef=0.5", "--set", "eval.every=0"}
+			code, out := runAipoFor(t, 10*time.Minute, env, args...)
+			if code != 0 || !strings.Contains(out, "step 2/2: loss") {
+				t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
+			}
+			if !strings.Contains(out, "reference policy: rank 0 keeps its share on the host") {
+				t.Errorf("aipo %s: rank 0 did not keep its share of the reference on the host:\n%s", strings.Join(args, " "), out)
+			}
+			digests[nproc] = finalDigest(t, run, 2)
+			t.Logf("--nproc %d at learner.zero 3 in %s with a KL term: %s", nproc, precision, digests[nproc])
+		}
+		if digests[1] != digests[2] {
+			t.Errorf("%s with a KL term at stage 3: --nproc 2 ends with %s, --nproc 1 with %s", precision, digests[2], digests[1])
+		}
+	}
+}
+
 // rankZeroFails waits, at most 2 minutes, for rank 0 (cmd, its output
 // out) to fail after event befell rank 1, and checks that its error names
 // says and came within a minute (the group's heartbeat bounds are

@@ -79,7 +79,10 @@ type DeviceSharded interface {
 // rotary table) until the group places the rank's share, a unit at a
 // time (DeviceSharded.ShardedGroup from the trainer's share of the
 // policy, FrozenSharded.ShardFrozen from the frozen model's weights on
-// the host, which the passes keep until then). No device ever holds the
+// the host, which the passes keep until then, or
+// FrozenShareSharded.ShardFrozenShare from the rank's share the caller
+// keeps on the host, the model then giving its shape alone). No device
+// ever holds the
 // whole policy, its gradients or the whole reference, even for a moment
 // at start-up. Until their group opens, the passes refuse to run.
 type ShardedOpener interface {
@@ -118,6 +121,32 @@ type FrozenSharded interface {
 	// opened by ShardedOpener.EvalSharded, from the host model's a unit
 	// at a time. Closing the Compute closes the group too.
 	ShardFrozen(comm collective.Comm, layout ShardLayout) (ShardedScorer, error)
+}
+
+// FrozenShareSharded is FrozenSharded for passes opened without the
+// frozen model's weights (ShardedOpener.EvalSharded) whose rank's share
+// the caller keeps on the host (FrozenShare), as the trainer keeps a KL
+// reference's between steps, so that the whole reference need not be on
+// the host again each time the passes are opened. The passes then hold
+// what ShardFrozen's do, the same values.
+type FrozenShareSharded interface {
+	FrozenSharded
+	ShardFrozenShare(comm collective.Comm, layout ShardLayout, share FrozenShare) (ShardedScorer, error)
+}
+
+// FrozenShare is a rank's share of a frozen model on the host, in the
+// form its passes hold it on the device: for passes in float32 (Half
+// false) F32 is the rank's run of every unit (ShardLayout.Parts), the
+// units in order. For passes that multiply in bfloat16 (Half), of each
+// unit in order F32 holds the values of the run that the passes read in
+// float32 (model.UnitReadsBF16's Float32 spans, in order), and BF16 the
+// run rounded to bfloat16 (learner/bf16) where the passes read the unit
+// in bfloat16 and not whole in float32: about 2 bytes an element in
+// place of 4.
+type FrozenShare struct {
+	Half bool
+	F32  []float32
+	BF16 []uint16
 }
 
 // BaseSharded is a device's passes of a LoRA policy (AdapterTrainer)

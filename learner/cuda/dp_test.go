@@ -107,6 +107,7 @@ func programDPDevice() int {
 		}
 	}
 	var dv *Device
+	free, reopen := func() {}, func() error { return nil }
 	if os.Getenv("AIPO_DPD_BACKEND") == Name {
 		// Every rank opens GPU 0, the stand-in driver's one device,
 		// which the ranks share (real NCCL wants a GPU a rank).
@@ -116,17 +117,44 @@ func programDPDevice() int {
 		}
 		defer dev.Close()
 		dv = dev.(cudaDevice).dv
+		if os.Getenv("AIPO_DPD_REF") == "share" && l.Ref != nil {
+			// As aipo train keeps it at stage 3 on the devices: the
+			// rank's share of the reference on the host, taken before
+			// the passes open; the whole reference goes.
+			share, err := trainer.NewReferenceShare(l.Ref, comm.Size(), comm.Rank(), os.Getenv("AIPO_DPD_PRECISION") == backend.BF16)
+			if err != nil {
+				return fail(err)
+			}
+			l.Ref, l.RefShare = nil, share
+		}
 		on := l.On
 		if os.Getenv("AIPO_DPD_ZERO") == "3" && os.Getenv("AIPO_DPD_REF") != "whole" && os.Getenv("AIPO_DPD_HOST_REDUCED") != "1" {
 			// As aipo train opens a stage-3 group's passes: without
 			// the models' weights, each share placed by the group.
 			on = l.OnSharded
 		}
-		free, err := on(dev, os.Getenv("AIPO_DPD_PRECISION"))
+		free, err = on(dev, os.Getenv("AIPO_DPD_PRECISION"))
 		if err != nil {
 			return fail(err)
 		}
-		defer free()
+		defer func() { free() }()
+		if os.Getenv("AIPO_DPD_PARK") == "1" {
+			// As aipo train takes its steps: the weights gathered into
+			// the host model, the rank's state brought to the host and
+			// the passes closed after each step, and opened again
+			// (OnSharded) for the next, which places the shares anew.
+			reopen = func() error {
+				if err := l.SyncPolicy(); err != nil {
+					return err
+				}
+				if err := l.ParkDevice(); err != nil {
+					return err
+				}
+				free()
+				free, err = l.OnSharded(dev, os.Getenv("AIPO_DPD_PRECISION"))
+				return err
+			}
+		}
 		// The reference's passes hold it on the device; the host's
 		// copy goes, as aipo train lets it go.
 		l.Ref = nil
@@ -198,11 +226,17 @@ func programDPDevice() int {
 			return fail(fmt.Errorf("step %d: %w", k, err))
 		}
 		fmt.Printf("step %d: loss %.9g grad-norm %.9g tokens %d\n", k, st.Loss, st.GradNorm, st.Tokens)
+		if k+1 < steps {
+			if err := reopen(); err != nil {
+				return fail(fmt.Errorf("step %d: parking and reopening the passes: %w", k, err))
+			}
+		}
 	}
 	if dv != nil {
 		_, peak := dv.MemStats()
 		fmt.Printf("rank %d device peak %d\n", comm.Rank(), peak)
 	}
+	hostReport(l, "step", comm.Rank())
 	// The parameters the passes run with, brought back from the device:
 	// they are the group's only if each step's gathered update reached it.
 	if err := l.SyncPolicy(); err != nil {
@@ -212,6 +246,14 @@ func programDPDevice() int {
 		if err := dpSave(ctx, l, dir); err != nil {
 			return fail(err)
 		}
+	}
+	if hostReport(l, "checkpoint", comm.Rank()) {
+		// Parked as aipo train parks the passes after every step (the
+		// rank's state brought to the host, the group closed).
+		if err := l.ParkDevice(); err != nil {
+			return fail(err)
+		}
+		hostReport(l, "parked", comm.Rank())
 	}
 	var saved []float32
 	if !lora {
@@ -241,6 +283,24 @@ func programDPDevice() int {
 	}
 	fmt.Println("done")
 	return 0
+}
+
+// hostReport prints what rank holds on its host at a stage-3 group on
+// the devices at the moment named when (trainer.DataParallel.HostMemory,
+// measured on the buffers it holds; the reference's share kept on the
+// host; the host model's whole weights), and reports whether it did
+// (nothing for other groups).
+func hostReport(l *trainer.Learner, when string, rank int) bool {
+	if l.DP == nil || l.DP.Zero != 3 || !l.DP.OnDevices() || l.Policy.HasAdapter() {
+		return false
+	}
+	h := l.DP.HostMemory()
+	var ref int64
+	if l.RefShare != nil {
+		ref = l.RefShare.Bytes()
+	}
+	fmt.Printf("rank %d host %s weights %d moments %d staged %d parts %d ref %d model %d\n", rank, when, h.Weights, h.Moments, h.Staging, h.Parts, ref, 4*int64(cap(l.Policy.ParamData())))
+	return true
 }
 
 // dpDeviceSamples is step k's batch: 16 trajectories of 2 to 12 response

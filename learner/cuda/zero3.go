@@ -115,7 +115,69 @@ func (f frozen) ShardFrozen(comm collective.Comm, layout backend.ShardLayout) (b
 	} else if g.params == nil {
 		return nil, errors.New("cuda: the frozen model holds no whole float32 weights to shard (held in bfloat16 whole, or sharded already): ZeRO stage 3 on the devices shards a reference opened for it (EvalSharded), in float32 or bfloat16")
 	}
-	return shardFrozenWeights(g, g.params, host, comm, layout, "reference")
+	return shardFrozenWeights(g, g.params, wholeHost(host), comm, layout, "reference")
+}
+
+var _ backend.FrozenShareSharded = frozen{}
+
+// ShardFrozenShare implements backend.FrozenShareSharded: for passes
+// opened unplaced (EvalSharded), the rank's elements of every unit are
+// uploaded from share, the rank's runs of the units in order as the
+// trainer keeps them on the host (trainer.ReferenceShare), a unit's run
+// at a time; the model the passes were opened on gave its shape alone
+// and nothing of its weights is read. The group holds what ShardFrozen's
+// does, in the same forms (frozenHalf in bfloat16), and the same values
+// reach the device as from the whole weights.
+func (f frozen) ShardFrozenShare(comm collective.Comm, layout backend.ShardLayout, share backend.FrozenShare) (backend.ShardedScorer, error) {
+	g := f.dev
+	if !g.unplaced {
+		return nil, errors.New("cuda: a reference's share is placed from the host into passes opened without its weights (EvalSharded)")
+	}
+	if share.Half != g.use16 {
+		return nil, fmt.Errorf("cuda: a reference's share held for passes in bfloat16 %v, placed into passes in bfloat16 %v: take it for the passes' precision", share.Half, g.use16)
+	}
+	if share.Half {
+		return shardFrozenWeights(g, nil, func(z *shardGroup) (hostWeights, error) {
+			z.halfShare = &share
+			return nil, nil
+		}, comm, layout, "reference")
+	}
+	return shardFrozenWeights(g, nil, func(z *shardGroup) (hostWeights, error) { return shareHost(z, share.F32) }, comm, layout, "reference")
+}
+
+// hostWeights reads a frozen group's weights on the host: the values of
+// the flat elements [a, b) of unit u, within the rank's run of it.
+type hostWeights func(u, a, b int) []float32
+
+// hostOf makes a group's hostWeights once its layout is known (nil: the
+// weights are on the device).
+type hostOf func(z *shardGroup) (hostWeights, error)
+
+// wholeHost reads the whole weights on the host (model.ParamData's
+// layout); nil for none.
+func wholeHost(host []float32) hostOf {
+	if host == nil {
+		return nil
+	}
+	return func(*shardGroup) (hostWeights, error) {
+		return func(_, a, b int) []float32 { return host[a:b] }, nil
+	}
+}
+
+// shareHost reads share, the rank's runs of z's units in unit order.
+func shareHost(z *shardGroup, share []float32) (hostWeights, error) {
+	off := make([]int, len(z.units)+1)
+	for u := range z.units {
+		lo, hi := z.run(u, z.rank)
+		off[u+1] = off[u] + hi - lo
+	}
+	if len(share) != off[len(z.units)] {
+		return nil, fmt.Errorf("cuda: a share of %d weights for rank %d's %d elements of the model", len(share), z.rank, off[len(z.units)])
+	}
+	return func(u, a, b int) []float32 {
+		lo, _ := z.run(u, z.rank)
+		return share[off[u]+a-lo : off[u]+b-lo]
+	}, nil
 }
 
 var _ backend.BaseSharded = (*compute)(nil)
@@ -141,7 +203,7 @@ func (c *compute) ShardBase(comm collective.Comm, layout backend.ShardLayout) (b
 		if want := model.ParamCount(g.cfg); int64(len(host)) != want {
 			return nil, fmt.Errorf("cuda: the LoRA policy's host base is %d floats, not its %d parameters (held in bfloat16 or sharded): ZeRO stage 3 on the devices shards a float32 base", len(host), want)
 		}
-		return shardFrozenWeights(g, nil, host, comm, layout, "LoRA policy's base")
+		return shardFrozenWeights(g, nil, wholeHost(host), comm, layout, "LoRA policy's base")
 	}
 	if g.base == nil {
 		return nil, errors.New("cuda: the LoRA Model holds no whole float32 base to shard (held in bfloat16 whole, or sharded already): ZeRO stage 3 on the devices shards a base whose passes were opened for it (TrainSharded, as trainer.Learner.OnSharded opens them), in float32 or bfloat16")
@@ -156,17 +218,24 @@ func (c *compute) ShardBase(comm collective.Comm, layout backend.ShardLayout) (b
 // and the gathers' buffer; g's Free closes it. what names the weights in
 // errors. Passes that multiply in bfloat16 take theirs from host
 // (frozenHalf).
-func shardFrozenWeights(g *Model, src *Buffer, host []float32, comm collective.Comm, layout backend.ShardLayout, what string) (backend.ShardedScorer, error) {
+func shardFrozenWeights(g *Model, src *Buffer, from hostOf, comm collective.Comm, layout backend.ShardLayout, what string) (backend.ShardedScorer, error) {
 	z, err := newShardGroup(g, comm, layout)
 	if err != nil {
 		return nil, err
 	}
 	z.frozen = true
+	var host hostWeights
+	if from != nil {
+		if host, err = from(z); err != nil {
+			return nil, err
+		}
+	}
 	if z.half {
-		if host == nil {
+		if host == nil && z.halfShare == nil {
 			return nil, fmt.Errorf("cuda: the %s's bfloat16 share is placed from the host model's weights: open its passes unplaced (EvalSharded, TrainSharded)", what)
 		}
 		z.frozenHalf(host)
+		z.halfShare = nil
 	} else {
 		z.frozen32(src, host)
 	}
@@ -189,7 +258,7 @@ func shardFrozenWeights(g *Model, src *Buffer, host []float32, comm collective.C
 // frozen32 places a frozen group's share in float32: the rank's elements
 // of every unit, from src or host (shardFrozenWeights), and at more than
 // one rank a gathered unit and the gathers' buffer.
-func (z *shardGroup) frozen32(src *Buffer, host []float32) {
+func (z *shardGroup) frozen32(src *Buffer, host hostWeights) {
 	z.master = z.alloc(F32, z.elems())
 	if z.n > 1 {
 		z.wbuf, z.xbuf = z.alloc(F32, z.most), z.alloc(F32, z.most)
@@ -201,7 +270,7 @@ func (z *shardGroup) frozen32(src *Buffer, host []float32) {
 		}
 		dst, err := z.master.Slice(z.at[u], z.at[u+1])
 		if err == nil && host != nil {
-			err = dst.CopyFromFloat32(host[lo:hi])
+			err = dst.CopyFromFloat32(host(u, lo, hi))
 		} else if err == nil {
 			var from *Buffer
 			if from, err = src.Slice(lo, hi); err == nil {
@@ -220,7 +289,7 @@ func (z *shardGroup) frozen32(src *Buffer, host []float32) {
 // in float32 (master, from at). The weights' buffer (unitFloats: at more
 // than one rank, and at one where a tied embedding block is rounded
 // there) comes with it; no receive buffer (gather16, gather32).
-func (z *shardGroup) frozenHalf(host []float32) {
+func (z *shardGroup) frozenHalf(host hostWeights) {
 	z.at, z.at16 = make([]int, len(z.units)+1), make([]int, len(z.units)+1)
 	for u := range z.units {
 		lo, hi := z.run(u, z.rank)
@@ -230,6 +299,11 @@ func (z *shardGroup) frozenHalf(host []float32) {
 		if z.gathered16(u) {
 			z.at16[u+1] += hi - lo
 		}
+	}
+	hs := z.halfShare
+	if hs != nil && (len(hs.F32) != z.at[len(z.units)] || len(hs.BF16) != z.at16[len(z.units)]) {
+		z.err = fmt.Errorf("a bfloat16 passes' share of %d float32 and %d bfloat16 values for rank %d's %d and %d", len(hs.F32), len(hs.BF16), z.rank, z.at[len(z.units)], z.at16[len(z.units)])
+		return
 	}
 	z.master, z.share16 = z.alloc(F32, z.elems()), z.alloc(BF16, z.at16[len(z.units)])
 	if k := z.unitFloats(); k > 0 {
@@ -241,9 +315,16 @@ func (z *shardGroup) frozenHalf(host []float32) {
 		}
 		lo, hi := z.run(u, z.rank)
 		var part []float32
+		if hs != nil {
+			// Kept on the host in this form (backend.FrozenShare).
+			part = hs.F32[z.at[u]:z.at[u+1]]
+		}
 		for _, s := range z.reads[u].Float32 {
+			if hs != nil {
+				break
+			}
 			if a, b := max(s.Off, lo), min(s.Off+s.Len, hi); b > a {
-				part = append(part, host[a:b]...)
+				part = append(part, host(u, a, b)...)
 			}
 		}
 		if len(part) > 0 {
@@ -256,9 +337,14 @@ func (z *shardGroup) frozenHalf(host []float32) {
 		if z.err != nil || z.at16[u+1] == z.at16[u] {
 			continue
 		}
-		h := make([]uint16, z.at16[u+1]-z.at16[u])
-		for i, v := range host[lo:hi] {
-			h[i] = bf16.FromFloat32(v)
+		var h []uint16
+		if hs != nil {
+			h = hs.BF16[z.at16[u]:z.at16[u+1]]
+		} else {
+			h = make([]uint16, z.at16[u+1]-z.at16[u])
+			for i, v := range host(u, lo, hi) {
+				h[i] = bf16.FromFloat32(v)
+			}
 		}
 		dst, err := z.share16.Slice(z.at16[u], z.at16[u+1])
 		if err == nil {
@@ -330,6 +416,10 @@ type shardGroup struct {
 	most    int     // the largest unit
 	// mostPart is the largest part of a unit.
 	mostPart int
+
+	// halfShare, while a frozen group of bfloat16 passes is placed from
+	// a share kept on the host in their form (ShardFrozenShare), is it.
+	halfShare *backend.FrozenShare
 
 	master, m, v *Buffer // the rank's elements, unit by unit
 	sumsq        *Buffer // F64 [1]

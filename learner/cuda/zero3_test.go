@@ -177,6 +177,19 @@ func TestDeviceZero3Reference(t *testing.T) {
 		if d := fileDigest(t, dir, "optimizer.bin"); d != wantOpt {
 			t.Errorf("the reference sharded over %d ranks: the optimiser state's sha256 %s, with the reference whole %s", n, d, wantOpt)
 		}
+		// As aipo train runs the steps (train/state.go): the rank's
+		// share of the reference taken on the host before the passes
+		// open, and placed from it each time they are opened again
+		// after being parked: the same bits, the host holding what the
+		// plan counts.
+		shared, _, souts, sdir := dpDeviceRunAll(t, n, Name, "", z3, kl, steps, "AIPO_DPD_REF=share", "AIPO_DPD_PARK=1")
+		if d := digestOf(shared); d != wantParams {
+			t.Errorf("the reference's share kept on the host, %d ranks parked after each step: the weights' sha256 %s, with the reference whole %s (differing by up to %g)", n, d, wantParams, maxDiff(shared, whole))
+		}
+		if d := fileDigest(t, sdir, "optimizer.bin"); d != wantOpt {
+			t.Errorf("the reference's share kept on the host, %d ranks parked after each step: the optimiser state's sha256 %s, with the reference whole %s", n, d, wantOpt)
+		}
+		checkHostMemory(t, cfg, n, true, false, souts)
 		if n != 4 {
 			continue
 		}
@@ -216,6 +229,57 @@ func TestDeviceZero3Reference(t *testing.T) {
 			if peak > bound {
 				t.Errorf("rank %d held %d bytes of device memory at its peak, more than %d without a KL term + the plan's %d for its part of the reference = %d", r, peak, base, ref[r].Total(), bound)
 			}
+		}
+	}
+}
+
+var hostLine = regexp.MustCompile(`rank (\d+) host (\w+) weights (\d+) moments (\d+) staged (\d+) parts (\d+) ref (\d+) model (\d+)`)
+
+// checkHostMemory holds what each of the n ranks reported holding on its
+// host (trainer.DataParallel.HostMemory, measured on the buffers it
+// holds, and the reference's share it keeps) to
+// trainer.PlanHostOnDevices, the figures aipo plan counts, byte for
+// byte, at three moments: after its steps (the host's copy of its share's
+// weights and its moments, the reference's share), once the weights are
+// gathered whole into the host model and a checkpoint's optimiser parts
+// laid out (the share's weights let go, the parts held), and parked as
+// aipo train parks it after every step (the parts gone); with the host
+// model's whole float32 weights throughout (with bf16, the reference's
+// share held as the bfloat16 passes read it). No staging buffer: the
+// moments go between the host and the device straight from the
+// optimiser's shard.
+func checkHostMemory(t *testing.T, cfg model.Config, n int, kl, bf16 bool, outs []string) {
+	t.Helper()
+	plan, err := trainer.PlanHostOnDevices(cfg, n, kl, bf16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := 4 * model.ParamCount(cfg)
+	for r, out := range outs {
+		p := plan[r]
+		want := map[string][6]int64{
+			"step":       {p.Weights, p.Moments, p.Staging, 0, p.Reference, whole},
+			"checkpoint": {0, p.Moments, p.Staging, p.Parts, p.Reference, whole},
+			"parked":     {0, p.Moments, p.Staging, 0, p.Reference, whole},
+		}
+		seen := 0
+		for _, m := range hostLine.FindAllStringSubmatch(out, -1) {
+			w, ok := want[m[2]]
+			if !ok {
+				continue
+			}
+			seen++
+			var got [6]int64
+			for i := range got {
+				got[i], _ = strconv.ParseInt(m[i+3], 10, 64)
+			}
+			t.Logf("rank %d of %d on its host (%s): share's weights %d, moments %d, staged %d, optimiser parts %d, the reference's share %d, the host model %d bytes; planned %v", r, n, m[2], got[0], got[1], got[2], got[3], got[4], got[5], w)
+			if got != w {
+				t.Errorf("rank %d of %d held %v bytes on its host (%s: the share's weights, its moments, the moments' staging, the optimiser's parts, the reference's share, the host model), the plan counts %v", r, n, got, m[2], w)
+			}
+		}
+		if seen != len(want) {
+			t.Errorf("rank %d of %d reported its host memory at %d of the %d moments:\n%s", r, n, seen, len(want), out)
 		}
 	}
 }

@@ -106,6 +106,20 @@ func TestDeviceZero3BF16(t *testing.T) {
 			}
 		}
 	}
+	// As aipo train runs the steps: the rank's share of the reference
+	// kept on the host as the bfloat16 passes read it (rounded there
+	// once) and placed from there each time the passes are opened again
+	// after being parked: the same bits.
+	for _, n := range []int{1, 4} {
+		shared, _, souts, sdir := dpDeviceRunAll(t, n, Name, bf, z3, kl, steps, "AIPO_DPD_REF=share", "AIPO_DPD_PARK=1")
+		if d := digestOf(shared); d != wantParams {
+			t.Errorf("bf16, the reference's share kept on the host, %d ranks parked after each step: the weights' sha256 %s, with the reference whole %s (differing by up to %g)", n, d, wantParams, maxDiff(shared, whole))
+		}
+		if d := fileDigest(t, sdir, "optimizer.bin"); d != wantOpt {
+			t.Errorf("bf16, the reference's share kept on the host, %d ranks parked after each step: the optimiser state's sha256 %s, with the reference whole %s", n, d, wantOpt)
+		}
+		checkHostMemory(t, cfg, n, true, true, souts)
+	}
 	host16, hostSteps := dpDeviceRun(t, 1, "cpu", bf, z3, kl, steps)
 	host32, _ := dpDeviceRun(t, 1, "cpu", "", z3, kl, steps)
 	if d := math.Abs(oneSteps[0][0]-hostSteps[0][0]) / math.Abs(hostSteps[0][0]); d > 1e-4 {

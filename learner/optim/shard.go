@@ -72,7 +72,10 @@ type Shard struct {
 	cfg    Config
 	steps  int64
 	chunks []Chunk
-	m, v   [][]float32 // per owned chunk
+	m, v   [][]float32 // per owned chunk, views of mAll and vAll
+	// mAll and vAll hold every owned chunk's moments, the chunks in
+	// order (Flat).
+	mAll, vAll []float32
 }
 
 // NewShard returns the state of chunks (zero moments, no step taken).
@@ -81,11 +84,23 @@ func NewShard(cfg Config, chunks []Chunk) (*Shard, error) {
 		return nil, err
 	}
 	s := &Shard{cfg: cfg, chunks: chunks, m: make([][]float32, len(chunks)), v: make([][]float32, len(chunks))}
+	total := 0
+	for _, c := range chunks {
+		total += c.Len()
+	}
+	s.mAll, s.vAll = make([]float32, total), make([]float32, total)
+	at := 0
 	for i, c := range chunks {
-		s.m[i], s.v[i] = make([]float32, c.Len()), make([]float32, c.Len())
+		n := c.Len()
+		s.m[i], s.v[i] = s.mAll[at:at+n:at+n], s.vAll[at:at+n:at+n]
+		at += n
 	}
 	return s, nil
 }
+
+// Flat is every owned chunk's first and second moments, the chunks in
+// order, one after the other (Moments' slices are views of them).
+func (s *Shard) Flat() (m, v []float32) { return s.mAll, s.vAll }
 
 // Config is the hyper-parameters.
 func (s *Shard) Config() Config { return s.cfg }

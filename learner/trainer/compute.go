@@ -47,7 +47,10 @@ func (l *Learner) On(dev backend.Device, precision string) (release func(), err 
 // each rank's share of the frozen base from the host model
 // (backend.BaseSharded, PlanLoRAStartOnDevices). The
 // reference's passes read the host model until the group shards them: the
-// caller may set Ref to nil (they keep it until then). Elsewhere it is On.
+// caller may set Ref to nil (they keep it until then). With RefShare in
+// place of Ref, the reference's passes are opened on the policy's shape
+// and the group places the share kept there (backend.FrozenShareSharded):
+// the whole reference need not be on the host. Elsewhere it is On.
 func (l *Learner) OnSharded(dev backend.Device, precision string) (release func(), err error) {
 	return l.on(dev, precision, true)
 }
@@ -62,11 +65,24 @@ func (l *Learner) on(dev backend.Device, precision string, sharded bool) (releas
 		}
 		l.PolicyCompute, l.RefCompute = nil, nil
 	}
+	ref := l.Ref
+	if ref == nil && l.RefShare != nil {
+		// The reference's share is kept on the host: its passes are
+		// opened without weights on the policy's shape (the same
+		// model's), and the group places the share from RefShare.
+		if l.Policy == nil || l.Policy.HasAdapter() {
+			return nil, errors.New("trainer: a reference's share kept on the host is a whole policy's reference (a LoRA policy's reference is its own base)")
+		}
+		if !sharded || so == nil {
+			return nil, fmt.Errorf("trainer: the reference's share is placed by a stage-3 group on the devices: open the passes with OnSharded on a device that can (backend.ShardedOpener, not %T)", dev)
+		}
+		ref = l.Policy
+	}
 	for _, p := range []struct {
 		m     *model.Model
 		dst   *Compute
 		train bool
-	}{{l.Policy, &l.PolicyCompute, true}, {l.Ref, &l.RefCompute, false}} {
+	}{{l.Policy, &l.PolicyCompute, true}, {ref, &l.RefCompute, false}} {
 		if p.m == nil {
 			continue
 		}
@@ -79,7 +95,7 @@ func (l *Learner) on(dev backend.Device, precision string, sharded bool) (releas
 		case sharded && so != nil:
 			open = so.EvalSharded
 		}
-		if !p.train && l.Policy != nil {
+		if !p.train && l.Policy != nil && p.m != l.Policy {
 			p.m.ShareBuffers(l.Policy) // on the CPU, see ref
 		}
 		c, err := open(p.m, precision)

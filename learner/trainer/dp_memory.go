@@ -646,3 +646,83 @@ func PlanDataParallelOnDevices(mc model.Config, ranks int, cfg DPConfig) ([]Rank
 	}
 	return out, nil
 }
+
+// HostOnDevices is what rank Rank of a stage-3 group on GPUs holds on
+// its host besides the host model's whole float32 weights (4 bytes a
+// parameter, kept through the steps: they stand for the policy between
+// the gathers, and a checkpoint's tensors are written from them), in
+// bytes (zero3dev.go, zero3ref.go, as they allocate them).
+type HostOnDevices struct {
+	Rank     int
+	Elements int64
+	// Weights is the host's copy of the rank's share of the float32
+	// weights (zero3.master, 4 bytes an owned element): held from the
+	// step's start, when the host model's weights are resharded into
+	// it, until they are gathered whole into the host model at the
+	// step's end, and let go then (the host model holds them).
+	Weights int64
+	// Moments is the host's copy of the rank's AdamW moments (its
+	// optim.Shard's m and v, 8 bytes an owned element), allocated when
+	// the group is made and kept: brought up to date when a checkpoint
+	// is written and when the passes are parked after every step (the
+	// GPU is the rollout's until the next), and sent to the device when
+	// the group opens, straight from the shard's flat moments (no
+	// staging buffer).
+	Moments int64
+	// Staging is the most the moments' transfers hold beside them (none:
+	// the shard's moments lie as the device's do).
+	Staging int64
+	// Parts is the moments of the rank's stage-1 run of elements laid
+	// out for its part of a full checkpoint's optimiser state
+	// (PrepareOptimizerParts: 8 bytes an element of the run), while the
+	// checkpoint is written; they go when the passes are parked.
+	Parts int64
+	// Reference is, with a KL term, the rank's share of the reference
+	// kept on the host from the first step on (ReferenceShare, in the
+	// form the device holds it: 4 bytes an element of its share, or for
+	// bfloat16 passes about 2), from which the group places it each
+	// step.
+	Reference int64
+}
+
+// Share is the host's copy of the rank's share: its weights and moments.
+func (h HostOnDevices) Share() int64 { return h.Weights + h.Moments }
+
+// PartsBeyondWeights is what a full checkpoint's optimiser parts add at
+// the step's end to what the step holds at its start: they are laid out
+// once the weights are gathered whole into the host model, when the
+// share's copy of the weights has gone.
+func (h HostOnDevices) PartsBeyondWeights() int64 { return max(0, h.Parts-h.Weights) }
+
+// PlanHostOnDevices is the host memory of each rank of a stage-3 group
+// of ranks on GPUs as zero3dev.go and zero3ref.go allocate it
+// (HostOnDevices), for a model of mc, with the reference's share when kl
+// (held for passes that multiply in bfloat16 when bf16).
+func PlanHostOnDevices(mc model.Config, ranks int, kl, bf16 bool) ([]HostOnDevices, error) {
+	if ranks < 1 {
+		return nil, fmt.Errorf("trainer: a group of %d ranks: give 1 or more", ranks)
+	}
+	if err := mc.Validate(); err != nil {
+		return nil, err
+	}
+	z := zero3Layout(mc, ranks)
+	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
+	bounds := optim.Partition(chunks, ranks)
+	out := make([]HostOnDevices, ranks)
+	for r := range out {
+		e := int64(z.elements(r))
+		var run int64
+		for _, c := range chunks[bounds[r]:bounds[r+1]] {
+			run += int64(c.Len())
+		}
+		out[r] = HostOnDevices{Rank: r, Elements: e, Weights: 4 * e, Moments: 8 * e, Parts: 8 * run}
+		switch {
+		case kl && bf16:
+			h := planDeviceHalf(mc, z, r, true)
+			out[r].Reference = 4*h.share32 + 2*h.share16
+		case kl:
+			out[r].Reference = 4 * e
+		}
+	}
+	return out, nil
+}

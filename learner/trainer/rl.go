@@ -67,6 +67,12 @@ type Learner struct {
 	// PolicyCompute and RefCompute run the passes of Policy and Ref (nil:
 	// on the CPU, CPU(Policy) and CPU(Ref)); On sets them from a backend.
 	PolicyCompute, RefCompute Compute
+	// RefShare, when set in place of Ref, is this rank's share of the KL
+	// reference for ZeRO stage 3 on the devices (NewReferenceShare):
+	// OnSharded opens the reference's passes without weights and the
+	// group places the share from it, so that the host need not hold
+	// the whole reference each time the passes are opened.
+	RefShare *ReferenceShare
 	// DP, when set (EnableDataParallel), makes the learner one rank of a
 	// data-parallel group: RLStepDP updates, and the optimiser state is
 	// this rank's share.

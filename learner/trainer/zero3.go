@@ -99,6 +99,10 @@ type zero3 struct {
 	// hostHolds: the host model's weights stand for the policy (after
 	// SyncPolicy, until the next step).
 	hostHolds bool
+	// staged is the most the moments' transfers between the host and
+	// the device held beside the host's copy at once, in bytes
+	// (HostMemory).
+	staged int64
 }
 
 // newZero3 lays out the ownership of a model of cfg among n ranks for
@@ -400,7 +404,8 @@ type Zero3Memory struct {
 
 // Memory is what this rank holds (stage 3 only).
 func (z *zero3) Memory() Zero3Memory {
-	m := Zero3Memory{Elements: int64(len(z.master)), Share: 16 * int64(len(z.master)), Peak: z.mem.peak.Load(),
+	k := int64(z.elements(z.self))
+	m := Zero3Memory{Elements: k, Share: 16 * k, Peak: z.mem.peak.Load(),
 		Whole: 16 * int64(z.offset[len(z.offset)-1])}
 	for _, u := range z.units {
 		m.LargestUnit = max(m.LargestUnit, 4*int64(u.Len))

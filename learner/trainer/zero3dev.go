@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/optim"
 )
 
 // ZeRO stage 3 on the devices (zero3.dev): the passes' device model is
@@ -69,6 +70,12 @@ func (l *Learner) openZero3(z *zero3) (backend.ShardedGroup, error) {
 	for _, u := range z.units {
 		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
 	}
+	if z.master == nil {
+		// Let go while the host model held the weights whole
+		// (dropMaster): its elements are the rank's share.
+		z.ensureMaster()
+		z.takeWeights(z.self, l.Policy.ParamData())
+	}
 	g, err := ds.ShardedGroup(z.devComm, lay, z.master)
 	if err != nil {
 		return nil, err
@@ -78,13 +85,34 @@ func (l *Learner) openZero3(z *zero3) (backend.ShardedGroup, error) {
 }
 
 // momentsTransfer copies the rank's moments between the host's optimiser
-// shard and the device (toDevice: host to device).
+// shard and the device (toDevice: host to device): straight from the
+// shard's flat moments, which lie as the rank's elements do in master
+// (its chunks in order), or, where they do not, through a staging buffer
+// of one moment of the rank's elements.
 func (z *zero3) momentsTransfer(toDevice bool) error {
 	if z.dev == nil {
 		return nil
 	}
+	flat := [2][]float32{}
+	flat[0], flat[1] = z.opt.Flat()
+	k := z.elements(z.self)
+	inOrder := len(flat[0]) == k
+	for i := range z.mine {
+		m, _ := z.opt.Moments(i)
+		inOrder = inOrder && len(m) > 0 && &m[0] == &flat[0][z.mineAt(i)]
+	}
+	var vals []float32
 	for moment := range 2 {
-		vals := make([]float32, len(z.master))
+		if inOrder {
+			if err := z.dev.Moments(moment, flat[moment], toDevice); err != nil {
+				return fmt.Errorf("trainer: the optimiser's moments between the host and the device: %w", err)
+			}
+			continue
+		}
+		if vals == nil {
+			vals = make([]float32, k)
+			z.staged = max(z.staged, 4*int64(cap(vals)))
+		}
 		if !toDevice {
 			if err := z.dev.Moments(moment, vals, false); err != nil {
 				return fmt.Errorf("trainer: the optimiser's moments from the device: %w", err)
@@ -115,15 +143,64 @@ func (z *zero3) momentsTransfer(toDevice bool) error {
 // mineAt is where the i-th chunk the rank owns lies in master.
 func (z *zero3) mineAt(i int) int { return z.local0(z.self, z.flatStart(z.mine[i])) }
 
-// fromDevice brings the rank's weights and moments to the host's copy.
+// HostMemory is what this rank of a stage-3 group on the devices holds
+// on its host besides the host model, measured on the buffers it holds
+// now (their capacities): the host's copy of its share (weights and
+// moments), the most its moments' transfers staged beside them, and the
+// optimiser's parts laid out for a checkpoint; at other stages, or on
+// the host, zero. PlanHostOnDevices is what it plans.
+func (dp *DataParallel) HostMemory() HostOnDevices {
+	z := dp.z3
+	if z == nil || !z.devMode() {
+		return HostOnDevices{}
+	}
+	h := HostOnDevices{Rank: dp.Comm.Rank(), Elements: int64(len(z.master)), Weights: 4 * int64(cap(z.master)), Staging: z.staged}
+	for i := range z.mine {
+		m, v := z.opt.Moments(i)
+		h.Moments += 4 * int64(cap(m)+cap(v))
+	}
+	h.Weights += 4 * int64(cap(z.grad))
+	h.Parts = 4 * int64(cap(z.parted[0])+cap(z.parted[1]))
+	return h
+}
+
+// fromDevice brings the rank's weights and moments to the host's copy
+// (the weights not while the host model holds them whole: hostHolds,
+// when the device's are theirs).
 func (z *zero3) fromDevice() error {
 	if !z.devMode() || z.dev == nil {
 		return nil
 	}
-	if err := z.dev.Master(z.master, false); err != nil {
-		return fmt.Errorf("trainer: the rank's weights from the device: %w", err)
+	if !z.hostHolds {
+		if err := z.dev.Master(z.master, false); err != nil {
+			return fmt.Errorf("trainer: the rank's weights from the device: %w", err)
+		}
 	}
 	return z.momentsTransfer(false)
+}
+
+// dropMaster lets the host's copy of the rank's weights go while the host
+// model holds the weights whole (hostHolds, set by unshard): its elements
+// are the rank's share of them, and come back from there (reshard,
+// openZero3), so the host does not hold them twice between steps.
+func (z *zero3) dropMaster() {
+	if z.devMode() && z.hostHolds {
+		z.master, z.local = nil, nil
+	}
+}
+
+// ensureMaster allocates the host's copy of the rank's weights again
+// after dropMaster (its optimiser's views with it); its values are the
+// caller's to fill.
+func (z *zero3) ensureMaster() {
+	if z.master != nil {
+		return
+	}
+	z.master = make([]float32, z.elements(z.self))
+	for i, c := range z.mine {
+		at, n := z.mineAt(i), z.chunks[c].Len()
+		z.local = append(z.local, optim.Param{Name: z.names[z.chunks[c].Param], Data: z.master[at : at+n : at+n]})
+	}
 }
 
 // masterToDevice sends the host's copy of the rank's weights to the
@@ -148,6 +225,9 @@ func (dp *DataParallel) parkZero3() error {
 	err := z.fromDevice()
 	err = errors.Join(err, z.dev.Close())
 	z.dev, z.devOf = nil, nil
+	// A checkpoint's optimiser parts were written before the passes
+	// are parked: their layout goes now rather than with the next step.
+	z.parted = [2][]float32{}
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 
 	"github.com/aipo-rl/aipo/learner/backend"
+	"github.com/aipo-rl/aipo/learner/bf16"
 	"github.com/aipo-rl/aipo/learner/model"
 )
 
@@ -46,6 +47,76 @@ func newZero3Frozen(m *model.Model, n, rank int) (*zero3, error) {
 	z.mem.fixed = 4 * int64(len(z.master))
 	z.mem.reset()
 	return z, nil
+}
+
+// ReferenceShare is one rank's share of a frozen KL reference, laid out
+// as ZeRO stage 3 shards the policy among a group's ranks (zero3Layout),
+// in the form the device's passes hold it (backend.FrozenShare): for
+// passes in float32 the rank's run of every unit, the units in order (4
+// bytes an element of its share); for passes that multiply in bfloat16,
+// of each unit the run's values that they read in float32 and the run
+// rounded to bfloat16 where they read it so (about 2 bytes an element:
+// PlanReferenceShardsOnDevices' share). At stage 3 on the devices the
+// learner keeps it on the host between steps (Learner.RefShare) and the
+// group places the reference's share on the device from it each time
+// the passes are opened (backend.FrozenShareSharded), where it would
+// otherwise take it from the whole reference loaded again on the host.
+type ReferenceShare struct {
+	ranks, rank int
+	share       backend.FrozenShare
+}
+
+// NewReferenceShare takes rank's share among ranks of the frozen model
+// ref's weights, for passes that multiply in bfloat16 when half
+// (model.Model.UnitValues, a unit at a time: beside the share, one unit's
+// values); ref may go once it returns.
+func NewReferenceShare(ref *model.Model, ranks, rank int, half bool) (*ReferenceShare, error) {
+	if ranks < 1 || rank < 0 || rank >= ranks {
+		return nil, fmt.Errorf("trainer: rank %d of a group of %d ranks", rank, ranks)
+	}
+	if !half {
+		z, err := newZero3Frozen(ref, ranks, rank)
+		if err != nil {
+			return nil, err
+		}
+		return &ReferenceShare{ranks: ranks, rank: rank, share: backend.FrozenShare{F32: z.master}}, nil
+	}
+	cfg := ref.Config()
+	z := zero3Layout(cfg, ranks)
+	reads := model.UnitReadsBF16(cfg)
+	h := planDeviceHalf(cfg, z, rank, true)
+	s := backend.FrozenShare{Half: true, F32: make([]float32, 0, h.share32), BF16: make([]uint16, 0, h.share16)}
+	var unit []float32
+	for u, us := range z.units {
+		if cap(unit) < us.Len {
+			unit = make([]float32, us.Len)
+		}
+		if err := ref.UnitValues(u, unit[:us.Len]); err != nil {
+			return nil, fmt.Errorf("trainer: the reference's unit %d: %w", u, err)
+		}
+		lo, hi := z.run(u, rank)
+		rd := reads[u]
+		for _, sp := range rd.Float32 {
+			if a, b := max(sp.Off, lo), min(sp.Off+sp.Len, hi); b > a {
+				s.F32 = append(s.F32, unit[a-us.Off:b-us.Off]...)
+			}
+		}
+		if rd.BF16 && !rd.Whole32(us) {
+			for _, v := range unit[lo-us.Off : hi-us.Off] {
+				s.BF16 = append(s.BF16, bf16.FromFloat32(v))
+			}
+		}
+	}
+	return &ReferenceShare{ranks: ranks, rank: rank, share: s}, nil
+}
+
+// Half reports whether the share is held for passes that multiply in
+// bfloat16.
+func (s *ReferenceShare) Half() bool { return s.share.Half }
+
+// Bytes is what the share holds on the host.
+func (s *ReferenceShare) Bytes() int64 {
+	return 4*int64(cap(s.share.F32)) + 2*int64(cap(s.share.BF16))
 }
 
 // shardReference makes a stage-3 rank's reference sharded (DataParallel's
@@ -110,6 +181,9 @@ func (l *Learner) shardReferenceDevice() error {
 	}
 	fs, ok := l.RefCompute.(backend.FrozenSharded)
 	if !ok {
+		if l.RefShare != nil {
+			return fmt.Errorf("trainer: the reference's share is kept on the host, but its passes (%T) cannot place it (backend.FrozenShareSharded)", l.RefCompute)
+		}
 		return nil
 	}
 	z := dp.z3
@@ -117,7 +191,22 @@ func (l *Learner) shardReferenceDevice() error {
 	for _, u := range z.units {
 		lay.Units = append(lay.Units, [2]int{u.Off, u.Len})
 	}
-	g, err := fs.ShardFrozen(z.devComm, lay)
+	var g backend.ShardedScorer
+	var err error
+	if s := l.RefShare; s != nil {
+		// From the share kept on the host: the whole reference is not
+		// read (the passes were opened on the policy's shape).
+		ss, ok := fs.(backend.FrozenShareSharded)
+		switch {
+		case !ok:
+			return fmt.Errorf("trainer: the reference's share is kept on the host, but its passes (%T) cannot place it (backend.FrozenShareSharded)", l.RefCompute)
+		case s.ranks != dp.Comm.Size() || s.rank != dp.Comm.Rank():
+			return fmt.Errorf("trainer: the reference's share is rank %d's of %d, the group's rank is %d of %d", s.rank, s.ranks, dp.Comm.Rank(), dp.Comm.Size())
+		}
+		g, err = ss.ShardFrozenShare(z.devComm, lay, s.share)
+	} else {
+		g, err = fs.ShardFrozen(z.devComm, lay)
+	}
 	if err != nil {
 		return fmt.Errorf("trainer: sharding the reference on the devices: %w", err)
 	}

@@ -226,25 +226,39 @@ func (l *Learner) GatherPolicy(ctx context.Context) ([]float32, error) {
 	if l.DP == nil || l.DP.z3 == nil || !l.Policy.Sharded() && !l.DP.z3.devMode() {
 		return l.Policy.ParamData(), nil
 	}
+	out := make([]float32, l.DP.z3.offset[len(l.DP.z3.offset)-1])
+	return out, l.gatherPolicyInto(ctx, out)
+}
+
+// gatherPolicyInto is GatherPolicy at stage 3, into out (every weight).
+func (l *Learner) gatherPolicyInto(ctx context.Context, out []float32) error {
 	dp := l.DP
 	z := dp.z3
 	rank := dp.Comm.Rank()
-	if z.devMode() && !z.hostHolds {
+	if len(out) != z.offset[len(z.offset)-1] {
+		return fmt.Errorf("trainer: gathering %d weights into %d", z.offset[len(z.offset)-1], len(out))
+	}
+	if z.devMode() && z.hostHolds {
+		// The host model holds them whole, up to date (its share's
+		// copy let go: dropMaster).
+		copy(out, l.Policy.ParamData())
+		return nil
+	}
+	if z.devMode() {
 		if err := z.fromDevice(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	out := make([]float32, z.offset[len(z.offset)-1])
 	for _, u := range z.units {
 		err := z.gatherRange(ctx, dp.Comm, u.Off, out[u.Off:u.Off+u.Len], func(from int, dst []float32) {
 			at := z.local0(rank, from)
 			copy(dst, z.master[at:at+len(dst)])
 		})
 		if err != nil {
-			return nil, fmt.Errorf("trainer: gathering the policy's weights: %w", err)
+			return fmt.Errorf("trainer: gathering the policy's weights: %w", err)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // LoadPolicy replaces the policy's weights by flat (every parameter, in
@@ -271,6 +285,7 @@ func (l *Learner) LoadPolicy(flat []float32) error {
 
 // takeWeights keeps of flat (every weight) the elements rank owns.
 func (z *zero3) takeWeights(rank int, flat []float32) {
+	z.ensureMaster()
 	z.owned(rank, 0, len(flat), func(lo, hi, at int) { copy(z.master[at:], flat[lo:hi]) })
 }
 
@@ -284,12 +299,13 @@ func (l *Learner) unshard(ctx context.Context) error {
 		if z.hostHolds {
 			return nil
 		}
-		flat, err := l.GatherPolicy(ctx)
-		if err != nil {
+		// Into the host model's own buffer: no second whole copy on
+		// the host.
+		if err := l.gatherPolicyInto(ctx, l.Policy.ParamData()); err != nil {
 			return err
 		}
-		copy(l.Policy.ParamData(), flat)
 		z.hostHolds = true
+		z.dropMaster()
 		return nil
 	}
 	if !l.Policy.Sharded() {
