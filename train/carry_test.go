@@ -28,14 +28,14 @@ func carryWarmStart() *demo.WarmStartConfig {
 }
 
 // carryDemo is the quick demo on carryWarmStart with rollout.carry:
-// responses up to 512 tokens, two samples at a time, and a batch that
+// responses up to 512 tokens, one sample at a time, and a batch that
 // closes once a quarter of its groups has finished.
 func carryDemo(c *runconfig.Config) {
 	c.Run.Async, c.Rollout.Partial, c.Rollout.Carry = true, true, true
-	c.Run.Steps = 5
+	c.Run.Steps = 8
 	c.Data.BatchSize = 8
 	c.Policy.MaxResponseTokens = 512
-	c.Rollout.MaxInFlight = 2 // a step's rollout outlasts the learner step beside it
+	c.Rollout.MaxInFlight = 1 // a step's rollout outlasts the learner step beside it
 	quarter := 0.25
 	c.Rollout.CarryMinFinished = &quarter
 	c.Checkpoint.KeepLast = 0 // every checkpoint, to score each token with its version
@@ -83,9 +83,6 @@ func TestQuickDemoCarry(t *testing.T) {
 		if k == cfg.Run.Steps-1 && st.GroupsCarried > 0 {
 			t.Errorf("the last step carried %d groups, which no step would train", st.GroupsCarried)
 		}
-		if st.GroupsResumed != int64(len(in)) {
-			t.Errorf("step %d counts %d groups carried into it, step %d carried %d", k, st.GroupsResumed, k-1, len(in))
-		}
 		total += len(trajs)
 		// Whole groups, each sample once: G trajectories per group, and
 		// every carried group among them.
@@ -104,10 +101,14 @@ func TestQuickDemoCarry(t *testing.T) {
 				}
 			}
 		}
+		trainedIn := int64(0) // groups carried into step k and trained there
 		for id := range in {
-			if byPrompt[id] == nil {
-				t.Fatalf("step %d does not train prompt %s, which step %d carried into it", k, id, k-1)
+			if byPrompt[id] != nil {
+				trainedIn++
 			}
+		}
+		if st.GroupsResumed != trainedIn {
+			t.Errorf("step %d counts %d groups carried into it and trained, its shards hold %d of them", k, st.GroupsResumed, trainedIn)
 		}
 		versions := map[string]int{}
 		for _, tr := range trajs {
@@ -179,6 +180,7 @@ func TestQuickDemoCarry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		prev := in
 		in = map[string]trajectories.CarriedGroup{}
 		for _, text := range texts {
 			var cg trajectories.CarriedGroup
@@ -193,6 +195,12 @@ func TestQuickDemoCarry(t *testing.T) {
 			}
 			in[cg.Prompt.ID] = cg
 		}
+		for id, cg := range prev {
+			again, ok := in[id]
+			if byPrompt[id] == nil && (!ok || again.Step != cg.Step || again.Carries != cg.Carries+1) {
+				t.Fatalf("step %d neither trains nor carries on prompt %s, which step %d carried into it", k, id, k-1)
+			}
+		}
 	}
 	if want := int(cfg.Run.Steps) * cfg.Data.BatchSize * G; total != want {
 		t.Errorf("the steps trained %d trajectories, want %d: every sample of every step's prompts once", total, want)
@@ -201,8 +209,8 @@ func TestQuickDemoCarry(t *testing.T) {
 	if carried == 0 {
 		t.Fatal("no group was carried: every step's rollout ended before the next step's push, so this run tested nothing of rollout.carry")
 	}
-	if carried != resumed {
-		t.Errorf("%d groups were carried out of steps, %d carried into them", carried, resumed)
+	if carried < resumed {
+		t.Errorf("%d groups were carried out of steps, %d trained after being carried", carried, resumed)
 	}
 	if carriedMixed == 0 {
 		t.Error("no carried trajectory holds policy tokens of two versions")
