@@ -56,11 +56,41 @@ func TestQuickDemoCarry(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/carry"
 	ctx = claimed(t, ctx, dir)
-	if _, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, Mutate: carryDemo, WarmStart: carryWarmStart(), Log: func(s string) { t.Log(s) }}); err != nil {
-		t.Fatal(err)
-	}
 	cfg, err := demoConfig(demoOptions{RunDir: dir, Quick: true, Mutate: carryDemo})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut off (its context cancelled) as soon as a learner step ends
+	// while a committed step's carried groups are being continued by a
+	// rollout not yet committed, then resumed: the resumed run must read
+	// them from the committed step and finish them.
+	cut, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cutAt := int64(-1)
+	progress := func(e Event) {
+		if e.Phase != "learn" || e.Learn == nil || cutAt >= 0 {
+			return
+		}
+		for k := int64(0); k+1 < cfg.Run.Steps; k++ {
+			m, err := schemas.ReadManifest(ctx, rundir.Step(dir, k))
+			if err != nil {
+				return
+			}
+			if st, err := records.ReadStepStats(m.Meta); err == nil && st.GroupsCarried > 0 {
+				if _, err := schemas.ReadManifest(ctx, rundir.Step(dir, k+1)); err != nil {
+					cutAt = k
+					cancel()
+					return
+				}
+			}
+		}
+	}
+	_, err = runDemo(cut, demoOptions{RunDir: dir, Quick: true, Mutate: carryDemo, WarmStart: carryWarmStart(), Progress: progress, Log: func(s string) { t.Log(s) }})
+	if cutAt < 0 {
+		t.Fatalf("the run ended (%v) before a learner step ended while carried groups were in flight: no group was carried, or each step after a carrying one committed before a learner step ended", err)
+	}
+	t.Logf("cut off while step %d's carried groups were in flight in step %d's rollout (%v); resuming", cutAt, cutAt+1, err)
+	if _, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, Mutate: carryDemo, WarmStart: carryWarmStart(), Log: func(s string) { t.Log(s) }}); err != nil {
 		t.Fatal(err)
 	}
 	G := cfg.Rollout.GroupSize
