@@ -42,6 +42,8 @@ type longTail struct {
 	prompts, group    int // data.batch_size, rollout.group_size
 	steps, rounds     int
 	waits             waitDist // the collaborator calls' waits
+	// carryMin is the carry loop's rollout.carry_min_finished.
+	carryMin float64
 }
 
 // longTailFull and longTailShort are the benchmark's shapes: the full one,
@@ -52,8 +54,8 @@ type longTail struct {
 // done by then; the last two checkpoints start no rollout. So 10 steps
 // give 8 pushes during rollouts (7 after checkpoint 1's), 6 steps 4 (3).
 var (
-	longTailFull  = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 10, rounds: 3, waits: benchWaits}
-	longTailShort = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 6, rounds: 1, waits: benchWaits}
+	longTailFull  = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 10, rounds: 3, waits: benchWaits, carryMin: 0.25}
+	longTailShort = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 6, rounds: 1, waits: benchWaits, carryMin: 0.25}
 )
 
 // benchWaits are the collaborator waits: log-normal, median 200 ms, p90
@@ -126,6 +128,11 @@ func BenchmarkPartialRollouts(b *testing.B) {
 			m := modes[(i+r)%len(modes)]
 			c := syncRun(b, m.ds, base, m.name+"-"+strconv.Itoa(i), func(c *runconfig.Config) {
 				c.Run.Steps, c.Run.Async, c.Rollout.Partial, c.Rollout.Carry = int64(shape.steps), m.async, m.partial, m.carry
+				if m.carry {
+					// One finished group of 4 closes a batch: with 8 samples
+					// a group, nearly every group holds a long one.
+					c.Rollout.CarryMinFinished = &shape.carryMin
+				}
 				c.Data.BatchSize, c.Rollout.GroupSize = shape.prompts, shape.group
 				c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
 				c.Policy.MaxResponseTokens = shape.response
@@ -179,7 +186,7 @@ func BenchmarkPartialRollouts(b *testing.B) {
 		b.Fatalf("the partial loop interrupted no policy call in %d rounds of %d steps: every generation ended before the push after it, so it ran as run.async does and the benchmark measured nothing of partial rollouts; the task needs longer generations (fewer warm-start steps, longTail.sft, or a larger longTail.response)", rounds, shape.steps)
 	}
 	if cr.carried == 0 {
-		b.Fatalf("the carry loop carried no group in %d rounds of %d steps: no push landed while a step had enough finished groups (rollout.carry_min_finished) and samples generating, so it ran as the partial loop does and the benchmark measured nothing of rollout.carry", rounds, shape.steps)
+		b.Fatalf("the carry loop carried no group in %d rounds of %d steps (%d calls interrupted): no push landed while a step had %g of its groups finished (rollout.carry_min_finished) and samples generating, so it ran as the partial loop does and the benchmark measured nothing of rollout.carry", rounds, shape.steps, cr.interrupted, shape.carryMin)
 	}
 	for _, n := range []string{"sync", "async"} {
 		if got[n].interrupted != 0 {
