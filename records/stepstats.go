@@ -39,6 +39,15 @@ type StepStats struct {
 	// SamplesMixed the trajectories whose policy tokens come from more
 	// than one policy version.
 	PolicyInterrupted, SamplesMixed int64
+	// GroupsCarried counts the groups this step's batch closed without
+	// (rollout.carry), carried into the next step; GroupsResumed the
+	// groups carried into this step and trained here, and CarrySteps the
+	// steps they waited, summed (CarrySteps/GroupsResumed is their mean
+	// hold-back; a group carried twice counts 2).
+	GroupsCarried, GroupsResumed, CarrySteps int64
+	// CarryStepsMax is the most steps one of the groups trained here was
+	// held back (the learner widens policy.max_staleness by it).
+	CarryStepsMax int64
 	// Interactions counts every collaborator call, AgentInteractions
 	// those of each agent (interactions.<agent>) and AgentStatuses those
 	// of each agent by status (interactions.<agent>.<status>).
@@ -185,6 +194,10 @@ var stepStatKeys = func() []stepStatKey {
 		i("policy_calls", func(s *StepStats) *int64 { return &s.PolicyCalls }, func(s StepStats) bool { return s.Prompts > 0 }),
 		i("policy_interrupted", func(s *StepStats) *int64 { return &s.PolicyInterrupted }, nil),
 		i("samples_mixed", func(s *StepStats) *int64 { return &s.SamplesMixed }, nil),
+		i("groups_carried", func(s *StepStats) *int64 { return &s.GroupsCarried }, nil),
+		i("groups_resumed", func(s *StepStats) *int64 { return &s.GroupsResumed }, nil),
+		i("carry_steps", func(s *StepStats) *int64 { return &s.CarrySteps }, nil),
+		i("carry_steps_max", func(s *StepStats) *int64 { return &s.CarryStepsMax }, nil),
 		i("tokens.response", func(s *StepStats) *int64 { return &s.ResponseTokens }, withTrajectories),
 		i("correct", func(s *StepStats) *int64 { return &s.Correct }, nil),
 		i("noisy", func(s *StepStats) *int64 { return &s.Noisy }, nil),

@@ -1,6 +1,7 @@
 package runconfig
 
 import (
+	"math"
 	"time"
 
 	"github.com/aipo-rl/aipo/evalconfig"
@@ -291,6 +292,37 @@ type Rollout struct {
 	// the middle of a partial sample resumes to the same bits as an
 	// uninterrupted one. Default 0: the push interrupts what is running.
 	PartialTokens int `yaml:"partial_tokens,omitempty"`
+	// Carry lets a step's batch close before all its groups finish: when
+	// the push that starts step k+1's rollout interrupts samples of step
+	// k, those samples stop there instead of going on inside step k; each
+	// group with an unfinished (or unstarted) sample is persisted whole,
+	// with the state of its unfinished samples, under step k's directory
+	// as part of step k's commit (carry/), and step k's batch is the
+	// groups that finished. Step k+1's rollout reads them and continues
+	// each unfinished sample from its prompt plus its tokens, by token
+	// ids, on the new weights; the group is scored, given its advantages
+	// and trained in step k+1 once whole (it may be carried again). It
+	// needs rollout.partial (and so run.async), without partial_tokens or
+	// advantage.dynamic_sampling. Default false.
+	Carry bool `yaml:"carry,omitempty"`
+	// CarryMinFinished is the share of a step's groups (data.batch_size)
+	// that must have finished for its batch to close at the push; below
+	// it the interrupted samples go on inside the step as rollout.partial
+	// alone would (default 0.5 when unset; 0 < x <= 1).
+	CarryMinFinished *float64 `yaml:"carry_min_finished,omitempty"`
+}
+
+// DefaultCarryMinFinished is rollout.carry_min_finished when unset.
+const DefaultCarryMinFinished = 0.5
+
+// CarryMinGroups is how many of batch groups must have finished for a
+// step's batch to close at a push under rollout.carry (at least 1).
+func (r Rollout) CarryMinGroups(batch int) int {
+	f := DefaultCarryMinFinished
+	if r.CarryMinFinished != nil {
+		f = *r.CarryMinFinished
+	}
+	return max(1, int(math.Ceil(f*float64(batch))))
 }
 
 // FailedFractionBound is MaxFailedFraction, or its default (0.5) when

@@ -212,6 +212,16 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.partial", "with policy.sync.kind vllm needs one vLLM (policy.sync.endpoints has %d): the rollout client tells which weights sampled an answer by the weight version it reads through policy.endpoint around the completion, and behind a load balancer those reads may reach another replica than the completion did, whose pushes are not in step with it; use one vLLM, or turn rollout.partial off", len(c.Policy.Sync.Endpoints))
 	case r.Partial && !c.InProcessPolicy() && c.Policy.Sync.Kind != servers.Aipo && c.Policy.Sync.Kind != servers.VLLM:
 		return fieldError("rollout.partial", "needs policy.sync.kind: aipo (aipo serve replicas started with --interrupt-on-reload) or vllm (each push pauses vLLM with mode abort); without a push (kind %q) nothing stops the generations in flight, so set one or turn rollout.partial off", c.Policy.Sync.Kind)
+	case r.Carry && !r.Partial:
+		return fieldError("rollout.carry", "needs rollout.partial: true (and run.async): only a push that interrupts the samples in flight leaves samples to carry into the next step; set both, or drop carry")
+	case r.Carry && r.PartialTokens > 0:
+		return fieldError("rollout.carry", "does not go with rollout.partial_tokens %d: the split samples every step's tokens at fixed checkpoints and no push interrupts anything, so nothing would be carried; drop one of them", r.PartialTokens)
+	case r.Carry && c.Advantage.DynamicSampling:
+		return fieldError("rollout.carry", "does not go with advantage.dynamic_sampling: its refill draws decide a step's batch from every group's rewards, which carried groups do not have yet; turn one of them off")
+	case r.CarryMinFinished != nil && !r.Carry:
+		return fieldError("rollout.carry_min_finished", "is set but rollout.carry is off; set carry: true, or drop carry_min_finished")
+	case r.CarryMinFinished != nil && !(*r.CarryMinFinished > 0 && *r.CarryMinFinished <= 1):
+		return fieldError("rollout.carry_min_finished", "%v must be above 0 and at most 1 (the share of a step's groups that must have finished for its batch to close; default 0.5)", *r.CarryMinFinished)
 	case r.MaxFailedFraction != nil && !(*r.MaxFailedFraction >= 0 && *r.MaxFailedFraction <= 1):
 		return fieldError("rollout.max_failed_fraction", "%v must be between 0 (no sample may fail) and 1 (any share may, short of all)", *r.MaxFailedFraction)
 	case r.PromptsPerBatch < 0:

@@ -98,7 +98,15 @@ func learnStep(ctx context.Context, cfg runconfig.Config, k int64, st *trainStat
 	if err := nothingToTrain(k, trajs, man.Meta); err != nil {
 		return records.Learn{}, err
 	}
-	if err := checkVersions(k, trajs, cfg.Staleness()); err != nil {
+	var carried int64 // rollout.carry: the most steps a group trained here was held back
+	if cfg.Rollout.Carry {
+		rst, err := records.ReadStepStats(man.Meta)
+		if err != nil {
+			return records.Learn{}, fmt.Errorf("learn step %d: the manifest's %w", k, err)
+		}
+		carried = rst.CarryStepsMax
+	}
+	if err := checkVersions(k, trajs, cfg.Staleness(), carried); err != nil {
 		return records.Learn{}, err
 	}
 	l, err := st.learner(ctx, cfg, ref)

@@ -94,19 +94,36 @@ func (lp *loop) sampler(k int64) int64 {
 }
 
 // rollout commits step k, sampled by checkpoint s, unless it is committed.
-func (lp *loop) rollout(ctx context.Context, k, s int64) error {
+// prev, when not nil, is closed once step k-1 is committed: under
+// rollout.carry the rollout waits for it after the push of checkpoint s
+// (which interrupts step k-1's samples, closing its batch), since it
+// continues the groups step k-1 carries.
+func (lp *loop) rollout(ctx context.Context, k, s int64, prev <-chan struct{}) error {
 	lp.emit(Event{Step: k, Phase: "rollout"})
 	committed, err := storage.Exists(ctx, rundir.Manifest(rundir.Step(lp.cfg.Run.Dir, k)))
 	if err != nil || committed {
 		return err
 	}
+	waitPrev := func() error {
+		if prev == nil {
+			return nil
+		}
+		select {
+		case <-prev:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if lp.cfg.InProcessPolicy() && lp.cfg.Rollout.Partial {
 		var endpoint string
 		if endpoint, err = lp.partialEngine(ctx, s, k); err == nil {
-			c := lp.cfg
-			c.Policy.Endpoint = endpoint
-			err = lp.opts.Rollout(ctx, c, k)
-			rolloutRan.Store(true)
+			if err = waitPrev(); err == nil {
+				c := lp.cfg
+				c.Policy.Endpoint = endpoint
+				err = lp.opts.Rollout(ctx, c, k)
+				rolloutRan.Store(true)
+			}
 		}
 	} else if lp.cfg.InProcessPolicy() {
 		err = withEngine(ctx, lp.cfg, s, "", func(endpoint string) error {
@@ -121,8 +138,10 @@ func (lp *loop) rollout(ctx context.Context, k, s int64) error {
 		}
 		c := lp.cfg
 		if c.Policy.Endpoint, err = lp.opts.Servers.Endpoint(ctx, k, s); err == nil {
-			err = lp.opts.Rollout(ctx, c, k)
-			rolloutRan.Store(true)
+			if err = waitPrev(); err == nil {
+				err = lp.opts.Rollout(ctx, c, k)
+				rolloutRan.Store(true)
+			}
 		}
 	}
 	if err != nil {
@@ -235,7 +254,7 @@ func (lp *loop) runSync(ctx context.Context, k int64) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := lp.rollout(ctx, k, k); err != nil {
+		if err := lp.rollout(ctx, k, k, nil); err != nil {
 			return err
 		}
 		if err := lp.learn(ctx, k); err != nil {
@@ -354,12 +373,16 @@ func (lp *loop) launchRollouts(ctx context.Context, k0 int64, g gates, fail func
 			return
 		default:
 		}
+		var prev <-chan struct{}
+		if lp.cfg.Rollout.Carry && j > k0 {
+			prev = g.rolled[j-1] // its carried groups (step k0-1's are committed)
+		}
 		inflight.Add(1)
 		finished := make(chan struct{})
 		go func() {
 			defer inflight.Done()
 			defer close(finished)
-			if err := lp.rollout(ctx, j, s); err != nil {
+			if err := lp.rollout(ctx, j, s, prev); err != nil {
 				fail(err)
 				return
 			}

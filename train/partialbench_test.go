@@ -42,6 +42,8 @@ type longTail struct {
 	prompts, group    int // data.batch_size, rollout.group_size
 	steps, rounds     int
 	waits             waitDist // the collaborator calls' waits
+	// carryMin is the carry loop's rollout.carry_min_finished.
+	carryMin float64
 }
 
 // longTailFull and longTailShort are the benchmark's shapes: the full one,
@@ -52,18 +54,19 @@ type longTail struct {
 // done by then; the last two checkpoints start no rollout. So 10 steps
 // give 8 pushes during rollouts (7 after checkpoint 1's), 6 steps 4 (3).
 var (
-	longTailFull  = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 10, rounds: 3, waits: benchWaits}
-	longTailShort = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 6, rounds: 1, waits: benchWaits}
+	longTailFull  = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 10, rounds: 3, waits: benchWaits, carryMin: 0.25}
+	longTailShort = longTail{sft: 35, context: 1024, response: 768, prompts: 4, group: 8, steps: 6, rounds: 1, waits: benchWaits, carryMin: 0.25}
 )
 
 // benchWaits are the collaborator waits: log-normal, median 200 ms, p90
 // 720 ms, p99 2 s, none over 4 s.
 var benchWaits = waitDist{median: 200 * time.Millisecond, sigma: 1, max: 4 * time.Second}
 
-// BenchmarkPartialRollouts compares three loops on a long-tailed task,
-// rounds alternated (round i starts with loop i mod 3, in the order sync,
-// async, partial): the synchronous loop, run.async, and run.async with
-// rollout.partial.
+// BenchmarkPartialRollouts compares four loops on a long-tailed task,
+// rounds alternated (round i starts with loop i mod 4, in the order sync,
+// async, partial, carry): the synchronous loop, run.async, run.async with
+// rollout.partial, and that with rollout.carry (a step's batch closes at
+// the next step's push, its unfinished groups carried into that step).
 //
 // The task is the demo's, from a warm start of the quick model (one layer,
 // width 64) with a context of 1024, trained for 35 steps only, so that
@@ -78,21 +81,24 @@ var benchWaits = waitDist{median: 200 * time.Millisecond, sigma: 1, max: 4 * tim
 // that makes it), with the run's answer cache off so that every call
 // reaches the endpoint. Each loop samples from its own aipo serve of the
 // warm start, told of every checkpoint through its Reload RPC (the partial
-// one started with --interrupt-on-reload), with no delay in front of it:
-// its decoding is the policy's time.
+// and carry loops' started with --interrupt-on-reload; the loops run one
+// after another), with no delay in front of it: its decoding is the
+// policy's time.
 //
 // Every loop trains the same steps of the same batch (the same prompts and
 // seeds), so trained tokens differ only by what the policies sampled;
 // NAME-trained-tok reports them (median over rounds). Reported per loop,
 // medians over rounds with their ranges (-min, -max): steps per minute and
-// generated (policy) tokens per second; the ratios partial/async and
-// partial/sync of both, taken round by round; the version-lag histograms
-// of the async and partial loops' trained policy tokens
-// (NAME-lag-N-share); interrupted calls per step; and, logged, the
-// response tokens (p10, p50, p90, max) and collaborator waits (p50, p90,
-// max) each loop saw. It fails when the partial loop interrupted no call,
-// since it then measured nothing of partial rollouts, and when a loop
-// without partial rollouts was interrupted.
+// generated (policy) tokens per second; the ratios partial/async,
+// partial/sync, carry/async (of both) and carry/partial (steps), taken
+// round by round; the version-lag histograms of the asynchronous loops'
+// trained policy tokens (NAME-lag-N-share); interrupted calls per step;
+// the carry loop's carried groups per step and the steps a carried group
+// was held (mean); and, logged, the response tokens (p10, p50, p90, max)
+// and collaborator waits (p50, p90, max) each loop saw. It fails when the
+// partial loop interrupted no call or the carry loop carried no group,
+// since it then measured nothing of them, and when a loop without partial
+// rollouts was interrupted.
 //
 // With -short (make bench-smoke) it runs one round of 6 steps
 // (longTailShort: 21 to 31 s on 2 cores shared with other builds);
@@ -106,11 +112,11 @@ func BenchmarkPartialRollouts(b *testing.B) {
 	plain, interrupting := startLongTailServers(b, base, shape)
 	collabAddr := serveDelayedCollaborators(b, plain.cfg.Collaborators, shape.waits)
 	type mode struct {
-		name           string
-		async, partial bool
-		ds             demoServer
+		name                  string
+		async, partial, carry bool
+		ds                    demoServer
 	}
-	modes := []mode{{"sync", false, false, plain}, {"async", true, false, plain}, {"partial", true, true, interrupting}}
+	modes := []mode{{"sync", false, false, false, plain}, {"async", true, false, false, plain}, {"partial", true, true, false, interrupting}, {"carry", true, true, true, interrupting}}
 	ctx := context.Background()
 	got := map[string]*loopFigures{}
 	for _, m := range modes {
@@ -121,7 +127,12 @@ func BenchmarkPartialRollouts(b *testing.B) {
 		for r := range modes {
 			m := modes[(i+r)%len(modes)]
 			c := syncRun(b, m.ds, base, m.name+"-"+strconv.Itoa(i), func(c *runconfig.Config) {
-				c.Run.Steps, c.Run.Async, c.Rollout.Partial = int64(shape.steps), m.async, m.partial
+				c.Run.Steps, c.Run.Async, c.Rollout.Partial, c.Rollout.Carry = int64(shape.steps), m.async, m.partial, m.carry
+				if m.carry {
+					// One finished group of 4 closes a batch: with 8 samples
+					// a group, nearly every group holds a long one.
+					c.Rollout.CarryMinFinished = &shape.carryMin
+				}
 				c.Data.BatchSize, c.Rollout.GroupSize = shape.prompts, shape.group
 				c.Rollout.MaxInFlight = 2 * c.Data.BatchSize * c.Rollout.GroupSize
 				c.Policy.MaxResponseTokens = shape.response
@@ -145,6 +156,10 @@ func BenchmarkPartialRollouts(b *testing.B) {
 		reportRange(b, f.tokPerSec, m.name+"-gen-tok/s")
 		b.ReportMetric(median(f.trained), m.name+"-trained-tok")
 		b.ReportMetric(float64(f.interrupted)/float64(shape.steps*rounds), m.name+"-interrupted/step")
+		if m.carry {
+			b.ReportMetric(float64(f.carried)/float64(shape.steps*rounds), m.name+"-carried-groups/step")
+			b.ReportMetric(float64(f.carrySteps)/float64(max(f.resumed, 1)), m.name+"-held-steps/group")
+		}
 		if m.async {
 			total := 0
 			for _, n := range f.lagTokens {
@@ -159,13 +174,19 @@ func BenchmarkPartialRollouts(b *testing.B) {
 			time.Duration(pct(f.waits, 50))*time.Microsecond, time.Duration(pct(f.waits, 90))*time.Microsecond, time.Duration(pct(f.waits, 100))*time.Microsecond,
 			len(f.waits), f.trained)
 	}
-	p, a, s := got["partial"], got["async"], got["sync"]
+	p, a, s, cr := got["partial"], got["async"], got["sync"], got["carry"]
+	reportRange(b, ratios(cr.perMin, a.perMin), "carry/async-steps")
+	reportRange(b, ratios(cr.tokPerSec, a.tokPerSec), "carry/async-tok/s")
+	reportRange(b, ratios(cr.perMin, p.perMin), "carry/partial-steps")
 	reportRange(b, ratios(p.perMin, a.perMin), "partial/async-steps")
 	reportRange(b, ratios(p.perMin, s.perMin), "partial/sync-steps")
 	reportRange(b, ratios(p.tokPerSec, a.tokPerSec), "partial/async-tok/s")
 	reportRange(b, ratios(p.tokPerSec, s.tokPerSec), "partial/sync-tok/s")
 	if p.interrupted == 0 {
 		b.Fatalf("the partial loop interrupted no policy call in %d rounds of %d steps: every generation ended before the push after it, so it ran as run.async does and the benchmark measured nothing of partial rollouts; the task needs longer generations (fewer warm-start steps, longTail.sft, or a larger longTail.response)", rounds, shape.steps)
+	}
+	if cr.carried == 0 {
+		b.Fatalf("the carry loop carried no group in %d rounds of %d steps (%d calls interrupted): no push landed while a step had %g of its groups finished (rollout.carry_min_finished) and samples generating, so it ran as the partial loop does and the benchmark measured nothing of rollout.carry", rounds, shape.steps, cr.interrupted, shape.carryMin)
 	}
 	for _, n := range []string{"sync", "async"} {
 		if got[n].interrupted != 0 {
@@ -180,6 +201,8 @@ type loopFigures struct {
 	perMin, tokPerSec, trained []float64 // per run
 	lagTokens                  map[string]int
 	interrupted                int64
+	carried, resumed           int64 // groups carried out of steps; carried into steps and trained
+	carrySteps                 int64 // steps the trained carried groups were held, summed
 	lengths, waits             []int // response tokens per trajectory; collaborator waits in µs
 	atLimit                    int   // responses that reached policy.max_response_tokens
 }
@@ -199,6 +222,9 @@ func (f *loopFigures) add(b *testing.B, ctx context.Context, c runconfig.Config,
 		}
 		generated += st.ResponseTokens - st.ExternalTokens - st.TemplateTokens - st.GuideTokens
 		f.interrupted += st.PolicyInterrupted
+		f.carried += st.GroupsCarried
+		f.resumed += st.GroupsResumed
+		f.carrySteps += st.CarrySteps
 		for _, tr := range trajs {
 			if tr.FinishReason == schemas.FinishError {
 				b.Fatalf("%s step %d: a trajectory failed: %s", c.Run.Dir, k, st.FirstError)

@@ -15,9 +15,13 @@ import (
 // before it. Each trajectory's version is the one the policy server named
 // in its answers (the oldest, when several did), so a server that was not
 // told about a new checkpoint, or came back from a restart with older
-// weights, shows here.
-func checkVersions(k int64, trajs []schemas.Trajectory, maxStale int64) error {
-	lo := max(0, k-maxStale)
+// weights, shows here. A step that trains groups carried into it
+// (rollout.carry) widens the bound by carried, the most steps one of them
+// was held back (its manifest's carry_steps_max): a sample is bounded
+// when it starts, as AReaL's max_head_offpolicyness is, and the steps it
+// then waits in carried groups do not count against it.
+func checkVersions(k int64, trajs []schemas.Trajectory, maxStale, carried int64) error {
+	lo := max(0, k-maxStale-carried)
 	counts := map[int64]int{}
 	bad, total := 0, 0
 	newer := false
@@ -58,9 +62,13 @@ func checkVersions(k int64, trajs []schemas.Trajectory, maxStale int64) error {
 	if newer {
 		why = fmt.Sprintf("a version newer than checkpoint %d sampled it: the policy server serves the weights of another run, or of a later checkpoint of this one; point policy.endpoint at this run's servers", k)
 	}
-	return &VersionError{Step: k, Newer: newer, Versions: versions, msg: fmt.Sprintf("learn step %d: %d of the %d trajectories were sampled by policy versions outside the %s this step allows (policy.max_staleness %d); versions found (trajectories): %s. "+
+	held := ""
+	if carried > 0 {
+		held = fmt.Sprintf(", widened by %d for the groups carried into it", carried)
+	}
+	return &VersionError{Step: k, Newer: newer, Versions: versions, msg: fmt.Sprintf("learn step %d: %d of the %d trajectories were sampled by policy versions outside the %s this step allows (policy.max_staleness %d%s); versions found (trajectories): %s. "+
 		"That is off-policy data the loss would treat as on-policy. %s; then roll step %d out again (aipo rollout --config <run.yaml> --step %d --force, which first pushes the checkpoint when policy.sync is set) and rerun; checkpoint %d was not written",
-		k, bad, total, allowed, maxStale, strings.Join(found, ", "), why, k, k, k+1)}
+		k, bad, total, allowed, maxStale, held, strings.Join(found, ", "), why, k, k, k+1)}
 }
 
 // VersionError is checkVersions' refusal of a step sampled by other

@@ -37,6 +37,7 @@ func Layout() []Entry {
 		{Steps(run), "Steps", "", "glob of the step directories"},
 		{step, "Step", "the rollout pipeline", "the trajectories sampled from checkpoint NNNNNN"},
 		{Shards(step), "Shards", "the rollout pipeline", "the step's Parquet shards (part-*.parquet)"},
+		{Carry(step), "Carry", "the rollout pipeline (rollout.carry)", "the groups the step's batch closed without, one JSON file each (a prompt, its samples' tokens, log-probs and versions so far): the next step's rollout finishes and trains them; complete once the manifest is written, which counts them (groups_carried)"},
 		{Manifest(step), "Manifest", "the rollout pipeline", "commits the step: every shard with rows, bytes and sha256, the step statistics in meta; written last"},
 		{Checkpoints(run), "Checkpoints", "", "the checkpoints"},
 		{ck, "Checkpoint", "aipo train / aipo learn (step 0: --init or the demo's warm start)", "the policy after NNNNNN updates (Hugging Face layout plus optimizer.bin or its parts, master.safetensors, trainer_state.json)"},

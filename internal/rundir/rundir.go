@@ -49,6 +49,8 @@ const (
 	AnalysisName = "analysis"
 	// ShardsName is the folder of a step's Parquet shards.
 	ShardsName = "shards"
+	// CarryName is the folder of a step's carried groups (rollout.carry).
+	CarryName = "carry"
 	// ManifestName commits a step (or any shard set), written last.
 	ManifestName = "_MANIFEST.json"
 	// CommittedName commits a checkpoint, written last.
@@ -101,6 +103,10 @@ func Steps(run string) string { return storage.Join(run, StepGlob) }
 // Shards is the folder of the Parquet shards of the step (or shard set)
 // committed in dir.
 func Shards(dir string) string { return storage.Join(dir, ShardsName) }
+
+// Carry is the folder of the groups a step carries into the next one
+// (rollout.carry).
+func Carry(dir string) string { return storage.Join(dir, CarryName) }
 
 // Manifest is the marker that commits the step (or shard set) in dir.
 func Manifest(dir string) string { return storage.Join(dir, ManifestName) }

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,10 @@ type Options struct {
 	DryRun bool
 	// MaxShardRows caps the rows per shard (0: parquetio's default).
 	MaxShardRows int
+	// Carried are the groups the step before carried into this one
+	// (rollout.carry; trajectories.CarriedGroup in JSON): Run reads them
+	// from that step's carry directory.
+	Carried []string
 }
 
 // Spec returns the rollout transforms' settings for o.
@@ -96,6 +101,13 @@ func Spec(ctx context.Context, o Options) (trajectories.Spec, error) {
 		if o.Step > 0 {
 			spec.Interact.Split.Tokens = r.PartialTokens
 		}
+	}
+	if c.Rollout.Carry && o.Step < c.Run.Steps-1 {
+		// The last step carries nothing: no step after it would train it.
+		var key [8]byte
+		_, _ = rand.Read(key[:])
+		spec.Carry = trajectories.Carry{Dir: rundir.Carry(rundir.Step(c.Run.Dir, o.Step)), MinGroups: c.Rollout.CarryMinGroups(c.Data.BatchSize),
+			Key: fmt.Sprintf("%s/%d/%x", c.Run.Dir, o.Step, key)}
 	}
 	if chat != nil {
 		spec.ChatTemplate, spec.ChatTemplateFile, spec.EnableThinking = chat.Source(), chat.File(), c.Rollout.EnableThinking
@@ -198,6 +210,9 @@ func Build(s beam.Scope, o Options, spec trajectories.Spec, lease runlease.Token
 		metas = append(metas, meta)
 	} else {
 		groups := trajectories.Sample(s, spec, trajectories.Batch(s, spec.BatchPrompts(), first.Slotted))
+		if len(o.Carried) > 0 {
+			groups = beam.Flatten(s, groups, trajectories.Resumed(s, spec, o.Carried))
+		}
 		var stats beam.PCollection
 		rows, stats = trajectories.Advantages(s, spec, trajectories.Score(s, spec, groups))
 		metas = append(metas, trajectories.StepMeta(s, stats))
@@ -276,6 +291,9 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 			return schemas.Manifest{}, fmt.Errorf("rollout: --force: remove the old manifest of %s: %w", dir, err)
 		}
 	}
+	if err := carried(ctx, &o); err != nil {
+		return schemas.Manifest{}, err
+	}
 	p, s := beam.NewPipelineWithRoot()
 	if _, err := Build(s, o, spec, runlease.TokenFrom(ctx)); err != nil {
 		return schemas.Manifest{}, err
@@ -294,4 +312,40 @@ func Run(ctx context.Context, o Options) (schemas.Manifest, error) {
 		return schemas.Manifest{}, fmt.Errorf("rollout: the pipeline finished but %w", err)
 	}
 	return m, nil
+}
+
+// carried fills o.Carried under rollout.carry with the groups step
+// o.Step-1 carried into o.Step (it must be committed: its manifest counts
+// them), and clears what an earlier attempt at o.Step may have left in
+// its own carry directory.
+func carried(ctx context.Context, o *Options) error {
+	c := o.Config
+	if !c.Rollout.Carry {
+		return nil
+	}
+	if !o.DryRun {
+		if err := trajectories.ClearCarried(ctx, rundir.Carry(rundir.Step(c.Run.Dir, o.Step))); err != nil {
+			return err
+		}
+	}
+	if o.Step == 0 {
+		return nil
+	}
+	prev := rundir.Step(c.Run.Dir, o.Step-1)
+	m, err := schemas.ReadManifest(ctx, prev)
+	if errors.Is(err, schemas.ErrNoManifest) {
+		return fmt.Errorf("rollout: step %d reads the groups step %d carried into it (rollout.carry), but step %d is not committed (%s); roll step %d out first", o.Step, o.Step-1, o.Step-1, prev, o.Step-1)
+	}
+	if err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	st, err := records.ReadStepStats(m.Meta)
+	if err != nil {
+		return fmt.Errorf("rollout: step %d's manifest: %w", o.Step-1, err)
+	}
+	if st.GroupsCarried == 0 {
+		return nil
+	}
+	o.Carried, err = trajectories.ReadCarried(ctx, rundir.Carry(prev), st.GroupsCarried)
+	return err
 }

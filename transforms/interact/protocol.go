@@ -107,7 +107,53 @@ type Task struct {
 	// Problem is the prompt's problem text, sent to agents whose context
 	// setting includes it (collab.RoleConfig.Context).
 	Problem string
+	// Carry, when set, is asked at each interruption (a policy call the
+	// server stopped at a weight push, finish reason abort) whether the
+	// sample stops there to be carried into the next step
+	// (rollout.carry): Run then returns its state in Outcome.Carried
+	// instead of continuing it.
+	Carry func() bool
+	// Closed, when set, reports whether the step's batch has closed
+	// (rollout.carry): a sample between two policy calls (back from a
+	// collaborator call) then stops before its next call, as an
+	// interrupted one does.
+	Closed func() bool
+	// Resume, when set, is the state of a carried sample: Run continues
+	// it exactly where it stopped (the same seeds, from its next call,
+	// with its tokens, log-probs, versions and interactions so far).
+	// Step, PromptID and Sample must be those it started with.
+	Resume *Resume
 }
+
+// Resume is the state of a sample stopped at an interruption under
+// rollout.carry: everything Run needs to continue it exactly.
+type Resume struct {
+	// Turn is the index of its next policy call (the seeds go on from it).
+	Turn int `json:"turn"`
+	// Trajectory holds the columns filled so far: the interactions and the
+	// oldest policy version (the response columns are in Tokens...).
+	Trajectory schemas.Trajectory `json:"trajectory"`
+	Tokens     []int32            `json:"tokens"`
+	Sources    []int8             `json:"sources"`
+	LogProbs   []float32          `json:"logprobs"`
+	Versions   []int64            `json:"versions"`
+	// Current is the version the sample was on (that of its last call).
+	Current    int64  `json:"current"`
+	SegStart   int    `json:"seg_start"`
+	SoFar      string `json:"so_far"`
+	VersionSet bool   `json:"version_set"`
+	Sampled    int    `json:"sampled"`
+	Moved      bool   `json:"moved"`
+	// PolicyCalls, PolicyRetries and Interrupted are its counts so far.
+	PolicyCalls   int `json:"policy_calls"`
+	PolicyRetries int `json:"policy_retries"`
+	Interrupted   int `json:"interrupted"`
+}
+
+// finishCarried is turn's finish reason for a sample that stops at an
+// interruption to be carried into the next step; it never reaches a
+// trajectory.
+const finishCarried = "\x00carried"
 
 // Session is the engine session name of the trajectory.
 func (t Task) Session() string {
@@ -127,6 +173,10 @@ type Outcome struct {
 	Interrupted int
 	// Err is why the trajectory ended with finish reason "error".
 	Err error
+	// Carried, when set, is the state of a sample stopped at an
+	// interruption under Task.Carry: Trajectory is not filled, and the
+	// counts above are in it as well.
+	Carried *Resume
 }
 
 // policySeedDomain separates policy seeds from collaborator seeds derived
@@ -179,10 +229,22 @@ func (p *Protocol) Run(ctx context.Context, task Task) (Outcome, error) {
 		finish = schemas.FinishError
 		t.out.Err = fmt.Errorf("prompt %s has %d tokens, which leaves no room in the policy's context of %d", task.PromptID, len(task.Prompt), p.info.MaxContext)
 	}
-	for turn := 0; finish == ""; turn++ {
+	turn := 0
+	if r := task.Resume; r != nil {
+		turn = t.restore(r)
+	}
+	for first := turn; finish == ""; turn++ {
+		if turn > first && task.Closed != nil && task.Closed() {
+			t.out.Carried = t.save(turn)
+			return t.out, nil
+		}
 		var err error
 		if finish, err = p.turn(ctx, t, turn); err != nil {
 			return Outcome{}, err
+		}
+		if finish == finishCarried {
+			t.out.Carried = t.save(turn + 1)
+			return t.out, nil
 		}
 	}
 	if err := p.complete(ctx, t, finish); err != nil {
@@ -214,6 +276,28 @@ type trajectoryRun struct {
 	// the calls have moved to Config.Split.Next.
 	sampled int
 	moved   bool
+}
+
+// save is the state of t, whose next policy call is turn.
+func (t *trajectoryRun) save(turn int) *Resume {
+	return &Resume{
+		Turn: turn, Trajectory: t.tr,
+		Tokens: t.resp.ids, Sources: t.resp.src, LogProbs: t.resp.lp, Versions: t.resp.ver, Current: t.resp.cur,
+		SegStart: t.segStart, SoFar: t.sofar.String(), VersionSet: t.versionSet, Sampled: t.sampled, Moved: t.moved,
+		PolicyCalls: t.out.PolicyCalls, PolicyRetries: t.out.PolicyRetries, Interrupted: t.out.Interrupted,
+	}
+}
+
+// restore sets t to the saved state r and returns the index of its next
+// policy call.
+func (t *trajectoryRun) restore(r *Resume) int {
+	t.tr = r.Trajectory
+	t.resp = response{ids: r.Tokens, src: r.Sources, lp: r.LogProbs, ver: r.Versions, cur: r.Current}
+	t.segStart, t.versionSet, t.sampled, t.moved = r.SegStart, r.VersionSet, r.Sampled, r.Moved
+	t.sofar.Reset()
+	t.sofar.WriteString(r.SoFar)
+	t.out.PolicyCalls, t.out.PolicyRetries, t.out.Interrupted = r.PolicyCalls, r.PolicyRetries, r.Interrupted
+	return r.Turn
 }
 
 // newTrajectory is the record of task before its first policy call.
@@ -304,6 +388,9 @@ func (p *Protocol) turn(ctx context.Context, t *trajectoryRun, turn int) (string
 		// log-probs, and the next turn continues from the prompt plus
 		// them, by token ids, on the new weights.
 		t.out.Interrupted++
+		if t.task.Carry != nil && t.task.Carry() {
+			return finishCarried, nil // rollout.carry: the next step goes on with it
+		}
 		return "", nil
 	default:
 		t.out.Err = fmt.Errorf("policy returned finish reason %q (want %s, %s, %s or %s)", res.FinishReason, sampling.FinishEOS, sampling.FinishStop, sampling.FinishLength, sampling.FinishAbort)

@@ -1,6 +1,7 @@
 package trajectories
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/aipo-rl/aipo/schemas"
@@ -21,7 +22,16 @@ type advantageFn struct {
 	Spec Spec `json:"spec"`
 }
 
-func (f *advantageFn) ProcessElement(g Group, emit func(schemas.Trajectory), stats func(Stats)) error {
+func (f *advantageFn) ProcessElement(ctx context.Context, g Group, emit func(schemas.Trajectory), stats func(Stats)) error {
+	if g.Carried != "" {
+		// rollout.carry: written under the step's carry directory before
+		// the step's manifest (which waits for every group's Stats).
+		if err := writeCarried(ctx, f.Spec.Carry.Dir, g); err != nil {
+			return err
+		}
+		stats(Stats{Counts: map[string]int64{"groups_carried": 1}})
+		return nil
+	}
 	keep, err := GroupAdvantages(f.Spec.Advantage, g.Trajectories)
 	if err != nil {
 		return fmt.Errorf("rollout: prompt %s: %w", g.Prompt.ID, err)

@@ -2,6 +2,7 @@ package trajectories
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -34,6 +35,13 @@ type Group struct {
 	// those meant to be that were sampled from the policy instead (the
 	// prompt had no solution, or the teacher failed).
 	Guided, GuideMissing int64
+	// Carried, when not empty, is the group carried into the next step
+	// (rollout.carry): a CarriedGroup in JSON, written under the step's
+	// carry directory instead of being scored and trained here.
+	Carried string
+	// CarriedSteps is how many steps' batches the group was carried past
+	// before this one (0: drawn by this step).
+	CarriedSteps int64
 }
 
 // Sample runs G trajectories for every prompt of every batch.
@@ -183,45 +191,124 @@ func (f *sampleFn) drain(ctx context.Context, emit func(Group)) error {
 // runPrompt runs the G trajectories of one prompt. It calls fail when ctx
 // ends under it.
 func (f *sampleFn) runPrompt(ctx context.Context, p schemas.Prompt, fail func(error)) Group {
-	G := f.Spec.GroupSize
-	g := Group{Prompt: p, Trajectories: make([]schemas.Trajectory, G), PolicyTexts: make([]string, G), Errors: make([]string, G)}
 	ids, err := f.promptTokens(ctx, p)
 	if err != nil {
+		G := f.Spec.GroupSize
+		g := Group{Prompt: p, Trajectories: make([]schemas.Trajectory, G), PolicyTexts: make([]string, G), Errors: make([]string, G)}
 		for j := range G {
 			g.Trajectories[j] = f.failedTrajectory(p, j, ids)
 			g.Errors[j] = err.Error()
 		}
 		return g
 	}
+	return runGroup(ctx, f.w, f.Spec, p, ids, nil, fail)
+}
+
+// runGroup runs the G trajectories of prompt p (encoded as ids), drawn by
+// spec's step, or continues those of from, a group carried into it. Under
+// rollout.carry a sample may stop at an interruption, or not start once
+// the step's batch has closed: the group is then carried whole (Carried).
+// It calls fail when ctx ends under it.
+func runGroup(ctx context.Context, w *worker, spec Spec, p schemas.Prompt, ids []int32, from *CarriedGroup, fail func(error)) Group {
+	G := spec.GroupSize
+	g := Group{Prompt: p, Trajectories: make([]schemas.Trajectory, G), PolicyTexts: make([]string, G), Errors: make([]string, G)}
+	step := spec.Step
 	var n groupCounts
+	if from != nil {
+		step, g.CarriedSteps = from.Step, from.Carries
+		n.calls.Store(from.PolicyCalls)
+		n.retries.Store(from.PolicyRetries)
+		n.interrupted.Store(from.PolicyInterrupted)
+		n.guided.Store(from.Guided)
+		n.missing.Store(from.GuideMissing)
+	}
+	gate := carryGateOf(spec.Carry)
+	left := make([]*CarriedSample, G) // the samples carried on
 	var wg sync.WaitGroup
 	firstGuide := G
-	if f.Spec.Guidance.On() {
-		firstGuide = G - f.Spec.Guidance.Traces
+	if spec.Guidance.On() {
+		firstGuide = G - spec.Guidance.Traces
 	}
 	for j := range G {
+		var resume *interact.Resume
+		if from != nil {
+			switch cs := from.Samples[j]; cs.State {
+			case SampleDone:
+				g.Trajectories[j], g.PolicyTexts[j], g.Errors[j] = *cs.Trajectory, cs.PolicyText, cs.Error
+				continue
+			case SampleStopped:
+				resume = cs.Resume
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			select {
-			case f.w.slots <- struct{}{}:
+			case w.slots <- struct{}{}:
 			case <-ctx.Done():
 				fail(ctx.Err())
 				return
 			}
-			defer func() { <-f.w.slots }()
-			if j >= firstGuide {
-				if done := f.guide(ctx, p, j, ids, &g, &n, fail); done {
+			defer func() { <-w.slots }()
+			if gate.closed() {
+				// The batch closed before the sample started: it starts
+				// in the next step, as it would have here.
+				left[j] = &CarriedSample{State: SampleUnstarted}
+				if resume != nil {
+					left[j] = &CarriedSample{State: SampleStopped, Resume: resume}
+				}
+				return
+			}
+			if j >= firstGuide && resume == nil {
+				if done := guide(ctx, w, spec, step, p, j, ids, &g, &n, fail); done {
 					return
 				}
 			}
-			f.sample(ctx, p, j, ids, &g, &n, fail)
+			if r := sample(ctx, w, spec, step, p, j, ids, resume, gate, &g, &n, fail); r != nil {
+				left[j] = &CarriedSample{State: SampleStopped, Resume: r}
+			}
 		}()
 	}
 	wg.Wait()
 	g.PolicyCalls, g.PolicyRetries, g.PolicyInterrupted = n.calls.Load(), n.retries.Load(), n.interrupted.Load()
 	g.Guided, g.GuideMissing = n.guided.Load(), n.missing.Load()
-	g.versionGuides(firstGuide)
+	carried := false
+	for _, l := range left {
+		carried = carried || l != nil
+	}
+	if !carried {
+		g.versionGuides(firstGuide)
+		if from != nil {
+			// Trained in this step: its step column is this step's (the
+			// shards' step column is their directory's), and its seeds
+			// stayed those of the step that drew it (from.Step).
+			for j := range g.Trajectories {
+				g.Trajectories[j].Step = spec.Step
+			}
+		}
+		gate.finished()
+		return g
+	}
+	if ctx.Err() != nil {
+		return g // the step fails (fail was called)
+	}
+	cg := CarriedGroup{Prompt: p, PromptIDs: ids, Step: step, Carries: g.CarriedSteps + 1,
+		PolicyCalls: g.PolicyCalls, PolicyRetries: g.PolicyRetries, PolicyInterrupted: g.PolicyInterrupted,
+		Guided: g.Guided, GuideMissing: g.GuideMissing, Samples: make([]CarriedSample, G)}
+	for j := range G {
+		if left[j] != nil {
+			cg.Samples[j] = *left[j]
+			continue
+		}
+		tr := g.Trajectories[j]
+		cg.Samples[j] = CarriedSample{State: SampleDone, Trajectory: &tr, PolicyText: g.PolicyTexts[j], Error: g.Errors[j]}
+	}
+	b, err := json.Marshal(cg)
+	if err != nil {
+		fail(fmt.Errorf("rollout: carry prompt %s: %w", p.ID, err))
+		return g
+	}
+	g.Carried = string(b)
 	return g
 }
 
@@ -233,7 +320,9 @@ type groupCounts struct {
 // guide makes sample j of g a guidance trace, when the prompt has one;
 // done reports that nothing is left to do for j (the trace is in, or the
 // step failed). Without a trace, j is sampled from the policy instead.
-func (f *sampleFn) guide(ctx context.Context, p schemas.Prompt, j int, ids []int32, g *Group, n *groupCounts, fail func(error)) (done bool) {
+func guide(ctx context.Context, w *worker, spec Spec, step int64, p schemas.Prompt, j int, ids []int32, g *Group, n *groupCounts, fail func(error)) (done bool) {
+	f := &sampleFn{Spec: spec, w: w}
+	f.Spec.Step = step
 	text, err := f.guideText(ctx, p, j)
 	if err != nil && ctx.Err() != nil {
 		fail(ctx.Err())
@@ -256,17 +345,26 @@ func (f *sampleFn) guide(ctx context.Context, p schemas.Prompt, j int, ids []int
 }
 
 // sample fills sample j of g with the policy's trajectory through the
-// interaction protocol, and its policy-written text; a trajectory that
-// failed keeps its error beside it.
-func (f *sampleFn) sample(ctx context.Context, p schemas.Prompt, j int, ids []int32, g *Group, n *groupCounts, fail func(error)) {
+// interaction protocol (continuing resume, when set), and its
+// policy-written text; a trajectory that failed keeps its error beside
+// it. Under rollout.carry a sample that stops at an interruption returns
+// its state instead, and leaves g and n as they were.
+func sample(ctx context.Context, w *worker, spec Spec, step int64, p schemas.Prompt, j int, ids []int32, resume *interact.Resume, gate *carryGate, g *Group, n *groupCounts, fail func(error)) *interact.Resume {
 	task := interact.Task{
-		Run: f.Spec.Run, Step: f.Spec.Step, RunSeed: f.Spec.Seed,
+		Run: spec.Run, Step: step, RunSeed: spec.Seed,
 		PromptID: p.ID, Sample: j, DataSource: p.DataSource, Prompt: ids, Problem: p.Problem,
+		Resume: resume,
 	}
-	out, err := f.w.protocol.Run(ctx, task)
+	if gate != nil {
+		task.Carry, task.Closed = gate.decide, gate.closed
+	}
+	out, err := w.protocol.Run(ctx, task)
 	if err != nil {
 		fail(err)
-		return
+		return nil
+	}
+	if out.Carried != nil {
+		return out.Carried
 	}
 	n.calls.Add(int64(out.PolicyCalls))
 	n.interrupted.Add(int64(out.Interrupted))
@@ -274,19 +372,20 @@ func (f *sampleFn) sample(ctx context.Context, p schemas.Prompt, j int, ids []in
 	g.Trajectories[j] = out.Trajectory
 	if out.Err != nil {
 		g.Errors[j] = out.Err.Error()
-		return
+		return nil
 	}
-	text, err := f.policyText(ctx, out.Trajectory)
+	text, err := policyText(ctx, w, out.Trajectory)
 	if err != nil {
 		if ctx.Err() != nil {
 			fail(ctx.Err())
-			return
+			return nil
 		}
 		g.Trajectories[j].FinishReason = schemas.FinishError
 		g.Errors[j] = err.Error()
-		return
+		return nil
 	}
 	g.PolicyTexts[j] = text
+	return nil
 }
 
 // versionGuides gives each guidance trace of g (samples from firstGuide
@@ -365,7 +464,7 @@ func (f *sampleFn) promptTokens(ctx context.Context, p schemas.Prompt) ([]int32,
 
 // policyText decodes the tokens the policy sampled, in order, leaving out
 // every inserted token.
-func (f *sampleFn) policyText(ctx context.Context, t schemas.Trajectory) (string, error) {
+func policyText(ctx context.Context, w *worker, t schemas.Trajectory) (string, error) {
 	own := make([]int32, 0, len(t.ResponseIDs))
 	for i, id := range t.ResponseIDs {
 		if t.TokenSource[i] == schemas.SourcePolicy {
@@ -375,7 +474,7 @@ func (f *sampleFn) policyText(ctx context.Context, t schemas.Trajectory) (string
 	if len(own) == 0 {
 		return "", nil
 	}
-	text, err := f.w.client.Detokenize(ctx, own)
+	text, err := w.client.Detokenize(ctx, own)
 	if err != nil {
 		return "", fmt.Errorf("detokenize the policy's tokens: %w", err)
 	}

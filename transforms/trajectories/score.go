@@ -23,6 +23,9 @@ type scoreFn struct {
 }
 
 func (f *scoreFn) ProcessElement(g Group) (Group, error) {
+	if g.Carried != "" {
+		return g, nil // scored in the step that finishes it
+	}
 	if err := ScoreGroup(f.Spec, &g); err != nil {
 		return Group{}, err
 	}

@@ -54,6 +54,23 @@ type Spec struct {
 	Advantage      advantage.Config `json:"advantage"`
 	// Guidance mixes off-policy guidance traces into each group (LUFFY).
 	Guidance guidance.Config `json:"guidance"`
+	// Carry lets the step's batch close at an interruption
+	// (rollout.carry); zero: off.
+	Carry Carry `json:"carry"`
+}
+
+// Carry configures rollout.carry for one step's rollout.
+type Carry struct {
+	// Dir is where the step writes its carried groups (rundir.Carry);
+	// empty: nothing is carried out of the step.
+	Dir string `json:"dir,omitempty"`
+	// MinGroups is how many of the step's groups must have finished, at
+	// its first interruption, for its batch to close; otherwise its
+	// samples go on inside the step.
+	MinGroups int `json:"min_groups,omitempty"`
+	// Key names this rollout's decision, made once per process: unique
+	// for each rollout of a step (a step rolled out again decides anew).
+	Key string `json:"key,omitempty"`
 }
 
 // Validate reports the first invalid field.

@@ -22,6 +22,9 @@ type Stats struct {
 	// VersionMin and VersionMax bound the policy versions seen (valid when
 	// Counts["trajectories"] > 0).
 	VersionMin, VersionMax int64
+	// CarryStepsMax is the most steps a group of the step was carried
+	// past before it (rollout.carry).
+	CarryStepsMax int64
 	// FirstError is the first failure of the step ("prompt <id> sample
 	// <j>: <why>"; the smallest such text when groups merge, so that it
 	// does not depend on bundle order), or "" when no sample failed.
@@ -43,6 +46,7 @@ func (s *Stats) Add(o Stats) {
 	for k, v := range o.Counts {
 		s.Counts[k] += v
 	}
+	s.CarryStepsMax = max(s.CarryStepsMax, o.CarryStepsMax)
 	s.RewardSum += o.RewardSum
 	s.LatencyMsSum += o.LatencyMsSum
 	if o.FirstError != "" && (s.FirstError == "" || o.FirstError < s.FirstError) {
@@ -69,6 +73,11 @@ func GroupStats(g Group, kept bool) Stats {
 	}
 	c["policy_calls"] += g.PolicyCalls
 	c["policy_retries"] += g.PolicyRetries
+	if g.CarriedSteps > 0 {
+		c["groups_resumed"]++
+		c["carry_steps"] += g.CarriedSteps
+		st.CarryStepsMax = g.CarriedSteps
+	}
 	if g.PolicyInterrupted > 0 {
 		c["policy_interrupted"] += g.PolicyInterrupted
 	}
