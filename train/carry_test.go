@@ -48,7 +48,8 @@ func carryDemo(c *runconfig.Config) {
 // step k. The test wants: groups carried (the manifests count them, and
 // the carry directories hold them); every sample of every step's prompts
 // trained exactly once, in its own step or a later one; carried
-// trajectories keep their drawing step in the step column and hold policy
+// trajectories carry the step that trains them in the step column (the
+// step that drew them is in the carry file) and hold policy
 // tokens of two versions or more; every policy token's behaviour log-prob
 // equal to what the checkpoint of its recorded version gives it; and the
 // learner's staleness record counting the trained tokens by version.
