@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aipo-rl/aipo/internal/fakecuda"
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
 	"github.com/aipo-rl/aipo/learner/cuda"
@@ -38,13 +37,7 @@ func TestTrainLoRAOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration with LoRA on the emulated CUDA backend at one and two ranks (minutes)")
 	}
-	libs, err := fakecuda.Build(t.TempDir(), filepath.Join("..", "..", "learner", "cuda"))
-	if err != nil {
-		t.Fatalf("building the stand-in CUDA libraries: %v", err)
-	}
-	if !libs.Emulated {
-		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (make setup-test does)")
-	}
+	libs := standInGPU(t)
 	ctx := context.Background()
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)

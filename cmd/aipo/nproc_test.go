@@ -578,13 +578,7 @@ func TestTrainOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
 	}
-	libs, err := fakecuda.Build(t.TempDir(), filepath.Join("..", "..", "learner", "cuda"))
-	if err != nil {
-		t.Fatalf("building the stand-in CUDA libraries: %v", err)
-	}
-	if !libs.Emulated {
-		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (make setup-test does)")
-	}
+	libs := standInGPU(t)
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
 	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
@@ -645,6 +639,21 @@ func TestTrainOnGPURanks(t *testing.T) {
 	}
 }
 
+// standInGPU builds the stand-in CUDA driver, cuBLAS and NCCL
+// (internal/fakecuda), whose kernels run on the host, for aipo train's
+// GPU tests; without a C++ compiler to emulate the kernels the test fails.
+func standInGPU(t *testing.T) fakecuda.Libs {
+	t.Helper()
+	libs, err := fakecuda.Build(t.TempDir(), filepath.Join("..", "..", "learner", "cuda"))
+	if err != nil {
+		t.Fatalf("building the stand-in CUDA libraries: %v", err)
+	}
+	if !libs.Emulated {
+		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (make setup-test does)")
+	}
+	return libs
+}
+
 // TestTrainOnGPURanksKL runs aipo train at learner.zero 3 on the
 // emulated CUDA backend with a KL term, as the group of one (--nproc 1)
 // and as 2 ranks: each rank keeps its share of the reference on the host,
@@ -655,13 +664,7 @@ func TestTrainOnGPURanksKL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
 	}
-	libs, err := fakecuda.Build(t.TempDir(), filepath.Join("..", "..", "learner", "cuda"))
-	if err != nil {
-		t.Fatalf("building the stand-in CUDA libraries: %v", err)
-	}
-	if !libs.Emulated {
-		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (make setup-test does)")
-	}
+	libs := standInGPU(t)
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
 	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
