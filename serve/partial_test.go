@@ -132,12 +132,11 @@ func checkVersionedLogProbs(t *testing.T, what string, tr schemas.Trajectory, mo
 		prev = v
 		lp, ok := scored[v]
 		if !ok {
-			a, err := models[v].Forward(model.Batch{Tokens: seq})
+			all, _, err := models[v].Score(model.Batch{Tokens: seq})
 			if err != nil {
 				t.Fatal(err)
 			}
-			lp = append([]float32(nil), a.LogProbs[len(tr.PromptIDs)-1:len(seq)-1]...)
-			a.Release()
+			lp = all[len(tr.PromptIDs)-1 : len(seq)-1]
 			scored[v] = lp
 		}
 		// The engine's incremental decoding against one forward pass

@@ -176,12 +176,11 @@ func TestQuickDemoCarry(t *testing.T) {
 						}
 						models[v] = p.Model
 					}
-					a, err := models[v].Forward(model.Batch{Tokens: seq})
+					all, _, err := models[v].Score(model.Batch{Tokens: seq})
 					if err != nil {
 						t.Fatal(err)
 					}
-					lp = append([]float32(nil), a.LogProbs[len(tr.PromptIDs)-1:len(seq)-1]...)
-					a.Release()
+					lp = all[len(tr.PromptIDs)-1 : len(seq)-1]
 					scored[v] = lp
 				}
 				if d := math.Abs(float64(lp[i] - tr.BehaviorLogProbs[i])); d > 5e-4 {
