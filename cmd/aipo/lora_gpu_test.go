@@ -12,7 +12,6 @@ import (
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/checkpoint"
-	"github.com/aipo-rl/aipo/learner/cuda"
 	"github.com/aipo-rl/aipo/learner/peft"
 	"github.com/aipo-rl/aipo/train"
 )
@@ -37,12 +36,11 @@ func TestTrainLoRAOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration with LoRA on the emulated CUDA backend at one and two ranks (minutes)")
 	}
-	libs := standInGPU(t)
+	env := standInGPU(t)
 	ctx := context.Background()
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
 	warmWeights := fileDigest(t, filepath.Join(warm, "model.safetensors"))
-	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
 	const lora = "{rank: 4, alpha: 8, dropout: 0.1, targets: [q_proj, v_proj, o_proj, gate_proj, down_proj]}"
 	type variant struct {
 		nproc     int

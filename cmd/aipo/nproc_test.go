@@ -578,10 +578,9 @@ func TestTrainOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
 	}
-	libs := standInGPU(t)
+	env := standInGPU(t)
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
-	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
 	runs, bf16 := map[string]string{}, map[string]string{}
 	for _, tc := range []struct {
 		nproc     int
@@ -641,8 +640,9 @@ func TestTrainOnGPURanks(t *testing.T) {
 
 // standInGPU builds the stand-in CUDA driver, cuBLAS and NCCL
 // (internal/fakecuda), whose kernels run on the host, for aipo train's
-// GPU tests; without a C++ compiler to emulate the kernels the test fails.
-func standInGPU(t *testing.T) fakecuda.Libs {
+// GPU tests, and returns the environment that points aipo at them;
+// without a C++ compiler to emulate the kernels the test fails.
+func standInGPU(t *testing.T) []string {
 	t.Helper()
 	libs, err := fakecuda.Build(t.TempDir(), filepath.Join("..", "..", "learner", "cuda"))
 	if err != nil {
@@ -651,7 +651,7 @@ func standInGPU(t *testing.T) fakecuda.Libs {
 	if !libs.Emulated {
 		t.Fatal("no C++ compiler (c++) to emulate the CUDA kernels: install g++ (make setup-test does)")
 	}
-	return libs
+	return []string{cuda.LibPathEnv + "=" + libs.Dir}
 }
 
 // TestTrainOnGPURanksKL runs aipo train at learner.zero 3 on the
@@ -664,10 +664,9 @@ func TestTrainOnGPURanksKL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
 	}
-	libs := standInGPU(t)
+	env := standInGPU(t)
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
-	env := []string{cuda.LibPathEnv + "=" + libs.Dir}
 	for _, precision := range []string{"fp32", "bf16"} {
 		digests := map[int]string{}
 		for _, nproc := range []int{1, 2} {
