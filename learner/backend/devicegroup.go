@@ -197,8 +197,12 @@ type ShardedGroup interface {
 	// BeginSlot begins slot size of a round of the mini-batch's
 	// reduction: has[r] says whether the slot's r-th rank adds a
 	// gradient. A slot where none does is an empty node of the sum's
-	// tree, and no pass runs (false).
-	BeginSlot(ctx context.Context, has []bool) bool
+	// tree, and no pass runs (false). alone says the slot is its
+	// round's only one (as many ranks as shards): its sum is the
+	// round's, and from the second round on the group adds it into the
+	// rounds' sum unit by unit as the pass hands the units over, with no
+	// buffer of its own (EndRound then adds nothing).
+	BeginSlot(ctx context.Context, has []bool, alone bool) bool
 	// BeginMiniBatch lets the last reduced gradient go.
 	BeginMiniBatch()
 	// EndRound adds the round's tree sum to the mini-batch's.

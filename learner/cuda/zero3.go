@@ -450,6 +450,7 @@ type shardGroup struct {
 	has   []bool  // the slot's ranks that add a gradient
 	leaf  *Buffer // where the slot's sums of the rank's elements go
 	add   bool    // added there (the tree's kept sum) rather than written
+	into  bool    // leaf is total: the slot is its round's only one (BeginSlot's alone)
 	size  int     // the slot's shards
 	stack []node  // the round's tree over the slots
 	total *Buffer // the rounds' sum
@@ -575,14 +576,17 @@ func (z *shardGroup) BeginScore(ctx context.Context) {
 }
 
 // BeginSlot implements backend.ShardedGroup: the slot's sum is added into
-// the sum on top of the round's tree when the tree would add it there at
-// once (a node of as many shards), else written to a buffer of its own.
-func (z *shardGroup) BeginSlot(ctx context.Context, has []bool) bool {
+// the rounds' sum when the slot is its round's only one and a round
+// before it left a sum (as the host's miniBatchZero3 does), into the sum
+// on top of the round's tree when the tree would add it there at once (a
+// node of as many shards), else written to a buffer of its own.
+func (z *shardGroup) BeginSlot(ctx context.Context, has []bool, alone bool) bool {
 	z.ctx, z.slot, z.has, z.size = ctx, true, has, len(has)
 	any := false
 	for _, h := range has {
 		any = any || h
 	}
+	z.into = false
 	if !any {
 		z.stack = append(z.stack, node{len(has), nil})
 		z.stack, z.err = z.merge(z.stack, false, true)
@@ -590,10 +594,14 @@ func (z *shardGroup) BeginSlot(ctx context.Context, has []bool) bool {
 		return false
 	}
 	top := len(z.stack) - 1
-	z.add = top >= 0 && z.stack[top].leaves == len(has) && z.stack[top].buf != nil
-	if z.add {
+	z.into = alone && z.total != nil
+	z.add = z.into || top >= 0 && z.stack[top].leaves == len(has) && z.stack[top].buf != nil
+	switch {
+	case z.into:
+		z.leaf = z.total
+	case z.add:
 		z.leaf = z.stack[top].buf
-	} else {
+	default:
 		z.leaf, z.err = z.vec()
 	}
 	return true
@@ -634,6 +642,10 @@ func (z *shardGroup) EndPass(passErr error) error {
 		return nil
 	}
 	z.slot = false
+	if z.into {
+		z.leaf = nil // the round's sum is in total
+		return nil
+	}
 	if z.add {
 		z.stack[len(z.stack)-1].leaves = 2 * z.size
 	} else {
@@ -653,6 +665,10 @@ func (z *shardGroup) BeginMiniBatch() {
 
 // EndRound implements backend.ShardedGroup.
 func (z *shardGroup) EndRound() error {
+	if z.into {
+		z.into, z.stack = false, nil // its slot added the round's sum
+		return nil
+	}
 	st, err := z.merge(z.stack, true, true)
 	z.stack = nil
 	if err != nil {

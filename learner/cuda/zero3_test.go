@@ -106,6 +106,18 @@ func TestDeviceZero3Resume(t *testing.T) {
 			t.Errorf("saved at 4 ranks, resumed at %d: the optimiser state's sha256 %s, uninterrupted %s", n, a, b)
 		}
 	}
+	// As many ranks as shards (8 GPUs at the default 8 shards): one slot a
+	// round, each round after the first added into the rounds' sum as its
+	// units are reduced (BeginSlot's alone), no round's buffer beside it;
+	// the bits of one rank's tree over the same 2 shards.
+	pair1, _, _, p1 := dpDeviceRunAll(t, 1, Name, "", z3, "AIPO_DPD_SHARDS=2")
+	pair2, _, _, p2 := dpDeviceRunAll(t, 2, Name, "", z3, "AIPO_DPD_SHARDS=2")
+	if d := maxDiff(pair2, pair1); d != 0 {
+		t.Errorf("2 shards at stage 3: 2 ranks (one slot a round) differ from 1 by up to %g; want the same bits", d)
+	}
+	if a, b := fileDigest(t, p2, "optimizer.bin"), fileDigest(t, p1, "optimizer.bin"); a != b {
+		t.Errorf("2 shards at stage 3: 2 ranks' optimiser state %s, 1 rank's %s", a, b)
+	}
 }
 
 // fileDigest is the sha256 of a saved file, in hex.

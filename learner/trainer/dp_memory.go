@@ -90,11 +90,15 @@ func (m RankMemory) PeakWhen() string {
 	case m.Tree:
 		return fmt.Sprintf("summing its %d shards' gradients: %d flat copies", m.Shards, m.TreeBuffers)
 	case m.Reduce:
-		if m.Weights > 0 && m.Zero == 2 {
-			return fmt.Sprintf("a backward pass: %d kept sums of its elements beside two units' gradients", m.TreeBuffers)
-		}
 		if m.Weights > 0 {
-			return fmt.Sprintf("a backward pass: %d kept sums of its elements beside two units' weights and gradients", m.TreeBuffers)
+			sums := fmt.Sprintf("%d kept sums of its elements", m.TreeBuffers)
+			if m.TreeBuffers == 1 {
+				sums = "the rounds' sum of its elements (one slot a round, added into it unit by unit)"
+			}
+			if m.Zero == 2 {
+				return "a backward pass: " + sums + " beside two units' gradients"
+			}
+			return "a backward pass: " + sums + " beside two units' weights and gradients"
 		}
 		if m.Zero == 2 {
 			switch k := bits.OnesCount(uint(m.Shards - 1)); k {
@@ -258,7 +262,13 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemo
 		if whole {
 			m.Zero = 2
 		}
-		m.TreeBuffers = treeBuffers(k) + 1 // the slots' sums and the rounds' running sum
+		// The slots' sums and the rounds' running sum; with one slot a
+		// round, the first round's sum is the running sum and the others
+		// are added into it unit by unit (miniBatchZero3): one buffer.
+		m.TreeBuffers = treeBuffers(k) + 1
+		if k == 1 {
+			m.TreeBuffers = 1
+		}
 		m.Tree = int64(m.TreeBuffers) * 4 * e
 		m.Reduce = m.Tree + pass
 		m.Gather = m.Held + pass

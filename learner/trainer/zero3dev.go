@@ -319,14 +319,15 @@ func (l *Learner) miniBatchZero3Device(ctx context.Context, cfg RLConfig, sample
 		return miniBatchPart{}, err
 	}
 	g.BeginMiniBatch()
+	slots := (v + n - 1) / n
 	for j := range rounds {
-		for t := range (v + n - 1) / n {
+		for t := range slots {
 			size := min(n, v-t*n)
 			has := make([]bool, size)
 			for r := range size {
 				has[r] = j < len(trained[t*n+r])
 			}
-			if !g.BeginSlot(ctx, has) {
+			if !g.BeginSlot(ctx, has, slots == 1) {
 				continue
 			}
 			s := t*n + rank

@@ -135,9 +135,16 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 		z.mem.add(4*int64(k) - treeHeld)
 		treeHeld = 4 * int64(k)
 	}
+	slots := (v + n - 1) / n
 	for j := range rounds {
 		tree = sumTree{}
-		for t := range (v + n - 1) / n {
+		// With one slot a round (as many ranks as shards, or more), the
+		// round's sum is its slot's: from the second round on the owner
+		// adds it into the rounds' sum unit by unit, the addition
+		// addInto would make of the whole sum, so no round takes a
+		// buffer of its own beside the rounds' sum.
+		into := slots == 1 && total3 != nil
+		for t := range slots {
 			// The slot's shards: n of them, or the rest of the v.
 			size := min(n, v-t*n)
 			has := make([]bool, n)
@@ -155,19 +162,25 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 			// top of its stack (a node of as many shards) is added there
 			// unit by unit; any other gets a buffer of its own.
 			top := len(tree.stack) - 1
-			add := top >= 0 && tree.stack[top].leaves == size && tree.stack[top].sum != nil
+			add := into || top >= 0 && tree.stack[top].leaves == size && tree.stack[top].sum != nil
 			var leaf []float32
-			if add {
+			switch {
+			case into:
+				leaf = total3
+			case add:
 				leaf = tree.stack[top].sum
-			} else {
+			default:
 				leaf = make([]float32, len(z.master))
 				account(1)
 			}
 			push := func() {
-				if add {
+				switch {
+				case into:
+					return
+				case add:
 					tree.stack[top].leaves = 2 * size
 					tree.merge()
-				} else {
+				default:
 					tree.stack = append(tree.stack, treeNode{size, leaf})
 					tree.merge()
 				}
@@ -199,6 +212,9 @@ func (l *Learner) miniBatchZero3(ctx context.Context, cfg RLConfig, samples []RL
 			p.micro++
 			p.tokens += len(mbs[s][b].scored)
 			push()
+		}
+		if into {
+			continue // the slot's passes added the round's sum
 		}
 		sum := tree.sum()
 		tree = sumTree{}
