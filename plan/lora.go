@@ -202,7 +202,7 @@ func (p *Plan) loraLearnPhaseGPU(st trainer.StepMemory, proc Line) (Phase, Line)
 		Line{What: fmt.Sprintf("LoRA adapters (rank %d on %s: %s parameters, float32)", l.Rank, strings.Join(l.Targets, ", "), fmtCount(A)), Device: d.Adapter},
 		Line{What: "the adapters' gradients (float32)", Device: d.Grads},
 		Line{What: momentsLine, Device: moments},
-		Line{What: fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s), the adapters' products and dropout masks with them", p.PassTokens, onOff(p.Checkpointing)), Device: d.Activations},
+		Line{What: fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s), the adapters' products and dropout masks with them", p.PassTokens, p.checkpointingWords()), Host: st.Host.Activations, Device: d.Activations},
 	)
 	if g := p.Group; g != nil {
 		// The device group's tree sum of the rank's shards and the

@@ -453,9 +453,9 @@ func (p *Plan) learnPhase(st trainer.StepMemory, refBF16 bool, proc Line) (Phase
 	if p.cuda() && p.Reference && (g == nil || !g.Planned) {
 		add("the reference's host copy while it uploads", 4*P, 0)
 	}
-	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, onOff(p.Checkpointing))
+	act := fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s)", p.PassTokens, p.checkpointingWords())
 	if !p.cuda() && p.Config.Learner.Precision == backend.BF16 {
-		act = fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s, bfloat16 operands)", p.PassTokens, onOff(p.Checkpointing))
+		act = fmt.Sprintf("activations of a %d-token micro-batch (checkpointing %s, bfloat16 operands)", p.PassTokens, p.checkpointingWords())
 	}
 	add(act, st.Host.Activations, st.Device.Activations)
 	if g != nil && g.Planned {
@@ -605,6 +605,15 @@ func (p *Plan) enginePhases(b backend.Backend, held, proc Line) (load, roll Phas
 	load.Lines = append(load.Lines, proc)
 	roll.Lines = append(roll.Lines, proc)
 	return load, roll
+}
+
+// checkpointingWords is onOff(p.Checkpointing), and where the kept
+// layer inputs go when they are offloaded.
+func (p *Plan) checkpointingWords() string {
+	if p.Checkpointing && p.Config.Learner.ActivationCheckpointing == trainer.CheckpointingOffload {
+		return "on, each layer's kept input in host memory, two of them on the GPU"
+	}
+	return onOff(p.Checkpointing)
 }
 
 func onOff(b bool) string {
@@ -801,6 +810,9 @@ func (fx *fixer) learnerFixes(cfg runconfig.Config, p0 Plan) {
 	if !p0.Checkpointing {
 		one("learner.activation_checkpointing: on", func(c *runconfig.Config) { c.Learner.ActivationCheckpointing = trainer.CheckpointingOn })
 	}
+	if p0.cuda() && cfg.Learner.ActivationCheckpointing != trainer.CheckpointingOffload {
+		one("learner.activation_checkpointing: offload", func(c *runconfig.Config) { c.Learner.ActivationCheckpointing = trainer.CheckpointingOffload })
+	}
 	if p0.PassTokens > p0.SeqTokens {
 		n := p0.SeqTokens
 		one(fmt.Sprintf("learner.micro_batch_tokens: %d", n), func(c *runconfig.Config) { c.Learner.MicroBatchTokens = n })
@@ -831,7 +843,7 @@ func (p Plan) String() string {
 		p.Config.Run.Name, mc.ModelType, fmtCount(p.Params), mc.HiddenSize, mc.NumHiddenLayers, mc.NumAttentionHeads, mc.NumKeyValueHeads,
 		mc.VocabSize, checkpoint.ModelDType(mc).TorchName(), p.ModelFrom)
 	fmt.Fprintf(&b, "sequences of up to %d tokens (%d prompt + %d response), micro-batches of up to %d tokens; learner.backend %s, precision %s, activation checkpointing %s, reference %s\n",
-		p.SeqTokens, p.PromptTokens, p.ResponseTokens, p.PassTokens, p.Config.Learner.Backend, p.Config.Learner.Precision, onOff(p.Checkpointing), yesNo(p.Reference))
+		p.SeqTokens, p.PromptTokens, p.ResponseTokens, p.PassTokens, p.Config.Learner.Backend, p.Config.Learner.Precision, p.checkpointingWords(), yesNo(p.Reference))
 	if p.Group != nil {
 		b.WriteString(p.Group.describe(p))
 	}

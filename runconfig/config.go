@@ -392,7 +392,11 @@ type Learner struct {
 	// layer's, for about one more forward pass of compute; the gradients
 	// are the same. "auto" (default) turns it on when a micro-batch's
 	// activations without it would exceed 1 GiB on the backend
-	// (trainer.CheckpointingThreshold), "on" and "off" as they say.
+	// (trainer.CheckpointingThreshold), "on" and "off" as they say;
+	// "offload" is on with each kept input in host memory instead of the
+	// GPU's (learner.backend: cuda): the GPU holds two of them instead of
+	// one a layer, each moves to the host in the forward pass and back in
+	// the backward pass, and the gradients are the same bits.
 	ActivationCheckpointing string `yaml:"activation_checkpointing"`
 	// Zero is the ZeRO stage of a group of learner processes (aipo train
 	// --nproc, or a launcher's ranks): 1 (default) shards the AdamW moments,

@@ -205,7 +205,7 @@
 //	learner.precision           fp32, or bf16: mixed precision as torch.autocast: the matrix products' operands (weights, activations, backward) in bfloat16,
 //	                            float32 accumulation, master weights, gradients, their reduction and AdamW; cpu and cuda, every learner.zero (fp32)
 //	learner.objective           rl, or rejection-sft (Expert Iteration: SFT on correct trajectories) (rl)
-//	learner.activation_checkpointing  auto, on or off: keep each layer's input only, recompute the layer in the backward pass; auto: on above 1 GiB of a micro-batch's activations (auto)
+//	learner.activation_checkpointing  auto, on, off or offload: keep each layer's input only, recompute the layer in the backward pass; auto: on above 1 GiB of a micro-batch's activations; offload: on, the inputs in host memory instead of the GPU's (cuda) (auto)
 //	learner.zero                ZeRO stage of a group of learner processes (aipo train --nproc N): 1 shards the AdamW
 //	                            moments, 2 also reduces the gradients layer by layer during the backward pass, 3 also shards
 //	                            the weights (cpu; cuda in fp32); with learner.lora 1, or 3 on cpu: the frozen base

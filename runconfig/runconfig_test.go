@@ -192,6 +192,8 @@ func TestRejects(t *testing.T) {
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: fp8}\n", "is unknown: use fp32 or bf16"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {precision: bfloat16}\n", "learner.precision: \"bfloat16\" is unknown: use fp32 or bf16"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {objective: sft}\n", "learner.objective"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {activation_checkpointing: offload}\n", "learner.activation_checkpointing: offload keeps each layer's input in host memory instead of a GPU's, which the cpu backend's passes do not use (learner.backend: cuda does): give on"},
+		{"run: {dir: r}\ndata: {demo: true}\nlearner: {activation_checkpointing: always}\n", "learner.activation_checkpointing: \"always\" is unknown: use auto, on, off or offload"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {optim: {lr: -1}}\n", "learner.optim"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {level: seq}}}\n", "learner.loss.rollout_correction.level: \"seq\" is unknown: use off, token, sequence"},
 		{"run: {dir: r}\ndata: {demo: true}\nlearner: {loss: {rollout_correction: {level: \"\"}}}\n", "learner.loss.rollout_correction.level"},

@@ -306,9 +306,15 @@ func (c Config) validateLearner() error {
 	}
 	switch l.ActivationCheckpointing {
 	case trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff:
+	case trainer.CheckpointingOffload:
+		if b, err := backend.Lookup(l.Backend); err == nil {
+			if o, ok := b.(backend.InputOffloader); !ok || !o.OffloadsInputs() {
+				return fieldError("learner.activation_checkpointing", "%s keeps each layer's input in host memory instead of a GPU's, which the %s backend's passes do not use (learner.backend: cuda does): give %s", l.ActivationCheckpointing, l.Backend, trainer.CheckpointingOn)
+			}
+		}
 	default:
-		return fieldError("learner.activation_checkpointing", "%q is unknown: use %s, %s or %s", l.ActivationCheckpointing,
-			trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff)
+		return fieldError("learner.activation_checkpointing", "%q is unknown: use %s, %s, %s or %s", l.ActivationCheckpointing,
+			trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff, trainer.CheckpointingOffload)
 	}
 	if l.Zero < 1 || l.Zero > 3 {
 		return fieldError("learner.zero", "%d is not a ZeRO stage the learner has: use 1 (the AdamW moments sharded across the ranks), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", l.Zero)

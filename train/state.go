@@ -136,6 +136,9 @@ func (st *trainState) learner(ctx context.Context, cfg runconfig.Config, ref fun
 		return nil, fmt.Errorf("learner.activation_checkpointing: %w", err)
 	}
 	st.l.SetCheckpointing(ckpt)
+	if err := st.l.SetInputStore(cfg.Learner.ActivationCheckpointing == trainer.CheckpointingOffload); err != nil {
+		return nil, fmt.Errorf("learner.activation_checkpointing: %w", err)
+	}
 	st.synced = false // a step follows
 	return st.l, nil
 }

@@ -572,8 +572,12 @@ func TestTrainShardsOnRanks(t *testing.T) {
 // one block, whose sharded head computes the whole head's bits, and each
 // shard packs into one micro-batch), and the group's final checkpoint has
 // each rank's part of the optimiser state (the moments brought from the
-// devices). In bfloat16 (learner.precision bf16) stage 3 at 2 ranks ends
-// with one process's bfloat16 bits at stage 1, which differ from float32's.
+// devices). So does stage 3 at 2 ranks with activation checkpointing
+// offloading each layer's kept input to host memory
+// (learner.activation_checkpointing: offload; the gradients are those of
+// no checkpointing). In bfloat16 (learner.precision bf16) stage 3 at 2
+// ranks ends with one process's bfloat16 bits at stage 1, which differ
+// from float32's.
 func TestTrainOnGPURanks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the quick configuration on the emulated CUDA backend (minutes)")
@@ -586,11 +590,13 @@ func TestTrainOnGPURanks(t *testing.T) {
 		nproc     int
 		zero      string
 		precision string
-	}{{1, "1", "fp32"}, {2, "1", "fp32"}, {2, "2", "fp32"}, {2, "3", "fp32"}, {1, "1", "bf16"}, {2, "3", "bf16"}} {
+		ckpt      string // learner.activation_checkpointing
+	}{{1, "1", "fp32", "auto"}, {2, "1", "fp32", "auto"}, {2, "2", "fp32", "auto"}, {2, "3", "fp32", "auto"}, {2, "3", "fp32", "offload"},
+		{1, "1", "bf16", "auto"}, {2, "3", "bf16", "auto"}} {
 		cfg, run := ranksRun(t, warm, 2)
 		t0 := time.Now()
 		args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(tc.nproc), "--set", "learner.backend=cuda",
-			"--set", "learner.zero=" + tc.zero, "--set", "learner.precision=" + tc.precision,
+			"--set", "learner.zero=" + tc.zero, "--set", "learner.precision=" + tc.precision, "--set", "learner.activation_checkpointing=" + tc.ckpt,
 			// The evaluation of the warm start decodes on the emulated
 			// device for minutes; the steps' rollouts take seconds.
 			"--set", "eval.every=0"}
@@ -599,6 +605,9 @@ func TestTrainOnGPURanks(t *testing.T) {
 			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
 		}
 		name := fmt.Sprintf("--nproc %d at learner.zero %s", tc.nproc, tc.zero)
+		if tc.ckpt == "offload" {
+			name += " with each layer's kept input in host memory"
+		}
 		if tc.precision == "bf16" {
 			bf16[name] = run
 			name += " in bf16"

@@ -137,6 +137,22 @@ type LoRAWork struct {
 }
 
 // Memory is the bytes a learner step holds in one place, by part.
+// InputOffloader is a Backend whose training passes can keep activation
+// checkpointing's layer inputs in host memory rather than on the device
+// (learner.activation_checkpointing: offload): its Computes implement
+// InputStorer, and its StepMemory counts the host memory they take for a
+// Workload whose Pass stores them (model.PassShape.StoreInputs) as the
+// host's Activations.
+type InputOffloader interface {
+	OffloadsInputs() bool
+}
+
+// InputStorer is a Compute whose checkpointed passes can keep each layer's
+// input in host memory (model.InputStore), for the same gradients.
+type InputStorer interface {
+	SetInputStore(on bool)
+}
+
 type Memory struct {
 	Weights     int64 // the policy's float32 parameters (masters)
 	Compute     int64 // their copy in the compute dtype (bfloat16)

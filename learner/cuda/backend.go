@@ -70,6 +70,10 @@ func (cudaBackend) DecoderMemory(c model.Config, bf16 bool) (host, device int64)
 
 func (cudaBackend) Precisions() []string { return []string{backend.FP32, backend.BF16} }
 
+// OffloadsInputs: the passes keep activation checkpointing's layer inputs
+// in host memory on request (Model.SetInputStore).
+func (cudaBackend) OffloadsInputs() bool { return true }
+
 // LoRAPrecisions: NewLoRA holds the frozen base in float32, or with bf16
 // its projections and head in bfloat16 (NewFrozen's upload).
 func (cudaBackend) LoRAPrecisions() []string { return []string{backend.FP32, backend.BF16} }
@@ -79,7 +83,9 @@ func (cudaBackend) LoRAPrecisions() []string { return []string{backend.FP32, bac
 // the reference's weights alone (NewFrozen: 4 bytes a parameter, about 2
 // with bf16), and one micro-batch's pass (PassBytes). The host keeps the
 // policy's float32 weights, from which checkpoints are written; the
-// reference's host copy is dropped once uploaded.
+// reference's host copy is dropped once uploaded. With the layers' inputs
+// stored in host memory (Pass.StoreInputs) the host holds them
+// (StoredInputBytes) as its Activations.
 func (cudaBackend) StepMemory(w backend.Workload) (host, device backend.Memory) {
 	bf16 := w.Precision == backend.BF16
 	if w.LoRA != nil {
@@ -91,7 +97,7 @@ func (cudaBackend) StepMemory(w backend.Workload) (host, device backend.Memory) 
 		rw, rc, _, _ := WeightBytes(w.Model, true, bf16)
 		device.Reference = rw + rc
 	}
-	return backend.Memory{Weights: 4 * model.ParamCount(w.Model)}, device
+	return backend.Memory{Weights: 4 * model.ParamCount(w.Model), Activations: StoredInputBytes(w.Model, w.Pass)}, device
 }
 
 func (b cudaBackend) Open() (backend.Device, error) { return b.OpenDevice(0) }
@@ -265,6 +271,7 @@ func (c *compute) Run(b model.Batch, loss backend.LossGrad) ([]float32, error) {
 func (c *compute) ZeroGrads() error         { return c.dev.ZeroGrads() }
 func (c *compute) SyncParams() error        { return c.dev.Params(c.hostParams()) }
 func (c *compute) SetCheckpointing(on bool) { c.dev.SetCheckpointing(on) }
+func (c *compute) SetInputStore(on bool)    { c.dev.SetInputStore(on) }
 func (c *compute) Close() error             { return c.dev.Free() }
 
 // hostParams is the host's buffer of what the device trains: the

@@ -102,6 +102,42 @@ func (o *layerOps) linear(ws *gpuWeights, l int, w model.Weight) (wt, b *Buffer,
 	panic("cuda: a linear op was given a weight that is not a projection")
 }
 
+// Storing, Store and Load implement model.InputStore: with
+// Model.SetInputStore, a checkpointed pass stores each layer's input in
+// host memory (Model.stored, kept from pass to pass at the largest size
+// a pass needed).
+func (o *layerOps) Storing() bool { return o.g.storeInputs && o.g.checkpoint }
+
+func (o *layerOps) Store(l int, x *Buffer) {
+	if o.err != nil || o.s.err != nil {
+		return
+	}
+	g := o.g
+	for len(g.stored) <= l {
+		g.stored = append(g.stored, nil)
+	}
+	if cap(g.stored[l]) < x.Len() {
+		g.stored[l] = make([]float32, x.Len())
+	}
+	g.stored[l] = g.stored[l][:x.Len()]
+	if err := x.CopyToFloat32(g.stored[l]); err != nil {
+		o.err = fmt.Errorf("cuda: storing layer %d's input in host memory: %w", l, err)
+	}
+}
+
+func (o *layerOps) Load(l int, x *Buffer) {
+	if o.err != nil || o.s.err != nil {
+		return
+	}
+	if l >= len(o.g.stored) || len(o.g.stored[l]) != x.Len() {
+		o.err = fmt.Errorf("cuda: layer %d's input was not stored by this pass's forward pass", l)
+		return
+	}
+	if err := x.CopyFromFloat32(o.g.stored[l]); err != nil {
+		o.err = fmt.Errorf("cuda: loading layer %d's input from host memory: %w", l, err)
+	}
+}
+
 func (o *layerOps) Get(n int) *Buffer    { return o.s.get(F32, n) }
 func (o *layerOps) Zeroed(n int) *Buffer { return o.s.zeroed(n) }
 

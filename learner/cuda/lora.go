@@ -378,7 +378,7 @@ func loraStepMemory(w backend.Workload, bf16 bool) (host, device backend.Memory)
 	base, comp, _, _ := WeightBytes(w.Model, true, bf16)
 	device = backend.Memory{Weights: base, Compute: comp, Adapter: 4 * l.Trainable, Grads: 4 * l.Trainable, Optimizer: 8 * l.Trainable,
 		Activations: PassBytes(w.Model, w.Pass, bf16) + LoRAPassBytes(w.Pass.Tokens(), l.Rank, l.MaxIn, l.Dropout)}
-	return backend.Memory{Weights: 4 * model.ParamCount(w.Model), Adapter: 4 * l.Trainable}, device
+	return backend.Memory{Weights: 4 * model.ParamCount(w.Model), Adapter: 4 * l.Trainable, Activations: StoredInputBytes(w.Model, w.Pass)}, device
 }
 
 // LoRAPassBytes is what a pass of N tokens of a LoRA Model takes beyond

@@ -21,7 +21,7 @@ import (
 func PassBytes(cfg model.Config, s model.PassShape, bf16 bool) int64 {
 	N, M := s.Tokens(), s.TargetRows()
 	o := &memOps{Ledger: model.NewLedger(func(n int) int64 { return int64(poolSize(n)) * int64(F32.Size()) }, true),
-		N: N, H: cfg.NumAttentionHeads, D: cfg.Head(), C: cfg.HiddenSize, V: cfg.VocabSize, bf16: bf16}
+		N: N, H: cfg.NumAttentionHeads, D: cfg.Head(), C: cfg.HiddenSize, V: cfg.VocabSize, bf16: bf16, store: s.StoreInputs && s.Checkpointing}
 	// The batch's integers: tokens, positions, segment bounds; the head's
 	// rows and targets.
 	o.ints(N, 4)
@@ -37,7 +37,25 @@ type memOps struct {
 	N, H, D, C, V  int
 	bf16           bool
 	delta, partial bool   // attention backward's and the q/k norm backward's scratch taken
+	store          bool   // the layers' inputs stored in host memory (Model.SetInputStore)
 	cast           [2]int // the bfloat16 operand slots' elements (Model.round)
+}
+
+// Storing, Store and Load: the layer inputs a pass stores in host memory
+// (Model.SetInputStore) leave their device buffers to the next layers,
+// which the sequence walks; the host's bytes are StoredInputBytes.
+func (o *memOps) Storing() bool                { return o.store }
+func (o *memOps) Store(l int, x model.Counted) {}
+func (o *memOps) Load(l int, x model.Counted)  {}
+
+// StoredInputBytes is the host memory a pass of shape s stores its layers'
+// inputs in with Model.SetInputStore: one input of N*C float32s a layer
+// (0 when s does not store them).
+func StoredInputBytes(cfg model.Config, s model.PassShape) int64 {
+	if !s.StoreInputs || !s.Checkpointing || s.Score {
+		return 0
+	}
+	return 4 * int64(cfg.NumHiddenLayers) * int64(s.Tokens()) * int64(cfg.HiddenSize)
 }
 
 // ints counts times buffers of n int32s.

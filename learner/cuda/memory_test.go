@@ -2,17 +2,20 @@ package cuda
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/aipo-rl/aipo/learner/model"
 	"github.com/aipo-rl/aipo/learner/optim"
+	"github.com/aipo-rl/aipo/learner/trainer"
 )
 
 // TestPassBytesIsTheDevicePeak: WeightBytes and PassBytes are the device
 // memory MemStats counts, exactly: a training model's weights, gradients,
 // bfloat16 copy and (after a step) moments, and the peak of a first
-// ForwardBackward above them, with and without checkpointing, in float32
-// and bf16, of a pass without a backward one and of one whose tokens have
+// ForwardBackward above them, with and without checkpointing (and with
+// the layers' inputs stored in host memory, SetInputStore: two of them on
+// the device instead of one a layer), in float32 and bf16, of a pass without a backward one and of one whose tokens have
 // no target (no head); for the tiny Qwen2 (QKV bias, tied head), Qwen3
 // (the q/k norm's kept input and scratch) and Llama 3 (untied head)
 // configurations.
@@ -38,10 +41,11 @@ func passBytesIsTheDevicePeak(t *testing.T, dv *Device, m *model.Model) {
 	}
 	lossFn := func(lp, _ []float32) ([]float32, error) { return make([]float32, len(lp)), nil }
 	for _, c := range []struct {
-		name                         string
-		bf16, ckpt, score, noTargets bool
-	}{{"fp32", false, false, false, false}, {"fp32 checkpointed", false, true, false, false}, {"bf16", true, false, false, false},
-		{"bf16 score", true, false, true, false}, {"fp32 no targets", false, false, false, true}} {
+		name                                string
+		bf16, ckpt, score, noTargets, store bool
+	}{{"fp32", false, false, false, false, false}, {"fp32 checkpointed", false, true, false, false, false}, {"bf16", true, false, false, false, false},
+		{"bf16 score", true, false, true, false, false}, {"fp32 no targets", false, false, false, true, false},
+		{"fp32 checkpointed, inputs in host memory", false, true, false, false, true}, {"bf16 checkpointed, inputs in host memory", true, true, false, false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			b, rows := b, rows
 			if c.noTargets {
@@ -59,6 +63,7 @@ func passBytesIsTheDevicePeak(t *testing.T, dv *Device, m *model.Model) {
 				must(t, g.UseBF16())
 			}
 			g.SetCheckpointing(c.ckpt)
+			g.SetInputStore(c.store)
 			w, comp, gr, opt := WeightBytes(cfg, false, c.bf16)
 			live1, _ := dv.MemStats()
 			if got, want := int64(live1-live0), w+comp+gr; got != want {
@@ -73,9 +78,24 @@ func passBytesIsTheDevicePeak(t *testing.T, dv *Device, m *model.Model) {
 				t.Fatal(err)
 			}
 			_, peak := dv.MemStats()
-			want := PassBytes(cfg, model.PassShape{SeqLens: lens, Rows: rows, Checkpointing: c.ckpt, Score: c.score}, c.bf16)
+			shape := model.PassShape{SeqLens: lens, Rows: rows, Checkpointing: c.ckpt, Score: c.score, StoreInputs: c.store}
+			want := PassBytes(cfg, shape, c.bf16)
 			if got := int64(peak - live1); got != want {
 				t.Errorf("the pass's peak is %d bytes above the weights, PassBytes says %d", got, want)
+			}
+			if got, want := g.StoredBytes(), StoredInputBytes(cfg, shape); got != want || c.store && (want == 0 || want != 4*int64(cfg.NumHiddenLayers*len(b.Tokens)*cfg.HiddenSize)) {
+				t.Errorf("the stored inputs hold %d bytes of host memory, StoredInputBytes says %d", got, want)
+			}
+			if c.store {
+				// Two kept inputs on the device where there were one a
+				// layer (L+1): L-1 of them fewer.
+				unstored := shape
+				unstored.StoreInputs = false
+				saved := PassBytes(cfg, unstored, c.bf16) - want
+				t.Logf("inputs in host memory: the pass's device peak %d bytes, %d fewer (%d layers' inputs of %d bytes)", want, saved, cfg.NumHiddenLayers-1, 4*len(b.Tokens)*cfg.HiddenSize)
+				if saved != int64(cfg.NumHiddenLayers-1)*int64(poolSize(len(b.Tokens)*cfg.HiddenSize))*4 {
+					t.Errorf("storing the inputs saves %d bytes of the device's, want %d layers' inputs", saved, cfg.NumHiddenLayers-1)
+				}
 			}
 			if c.score {
 				return
@@ -105,5 +125,51 @@ func passBytesIsTheDevicePeak(t *testing.T, dv *Device, m *model.Model) {
 			t.Errorf("bf16 %v: the frozen model holds %d bytes, WeightBytes says %d", bf16, got, w+comp)
 		}
 		must(t, g.Free())
+	}
+}
+
+// TestPlanStepStoresInputsOnTheHost: a step planned with
+// learner.activation_checkpointing: offload on the cuda backend counts the
+// layers' kept inputs on the host (StoredInputBytes, one N*C float32
+// input a layer) and two of them on the device (PassBytes of a pass that
+// stores them), for the shape of Qwen2.5-7B-Instruct at a 17,408-token
+// micro-batch; the cpu backend, whose passes are in host memory, refuses
+// it and names the setting to give instead.
+func TestPlanStepStoresInputsOnTheHost(t *testing.T) {
+	mc, err := model.LoadConfig("../hfconfig/testdata/Qwen2.5-7B-Instruct.config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tokens = 17408
+	mem := func(ckpt, name string) (trainer.StepMemory, error) {
+		return trainer.PlanStep(trainer.MemoryConfig{Model: mc, Backend: name, Precision: "bf16", MicroBatchTokens: tokens, Checkpointing: ckpt})
+	}
+	on, err := mem(trainer.CheckpointingOn, Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := mem(trainer.CheckpointingOffload, Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := model.Packed(tokens, tokens, true)
+	shape.StoreInputs = true
+	if want := int64(4 * mc.NumHiddenLayers * tokens * mc.HiddenSize); off.Host.Activations != want || StoredInputBytes(mc, shape) != want {
+		t.Errorf("offload: %d bytes of the layers' inputs on the host (StoredInputBytes %d), want %d", off.Host.Activations, StoredInputBytes(mc, shape), want)
+	}
+	if on.Host.Activations != 0 {
+		t.Errorf("checkpointing on: %d bytes of activations on the host, want none", on.Host.Activations)
+	}
+	if want := PassBytes(mc, shape, true); off.Device.Activations != want {
+		t.Errorf("offload: %d bytes of activations on the device, PassBytes %d", off.Device.Activations, want)
+	}
+	saved := on.Device.Activations - off.Device.Activations
+	t.Logf("Qwen2.5-7B-Instruct, %d tokens, bf16: the device's activations %.2f GiB with checkpointing on, %.2f with the inputs offloaded (%.2f GiB of them on the host)",
+		tokens, float64(on.Device.Activations)/(1<<30), float64(off.Device.Activations)/(1<<30), float64(off.Host.Activations)/(1<<30))
+	if want := int64(mc.NumHiddenLayers-1) * 4 * int64(poolSize(tokens*mc.HiddenSize)); saved != want {
+		t.Errorf("offload saves %d bytes of the device's, want %d (the layers' inputs but two)", saved, want)
+	}
+	if _, err := mem(trainer.CheckpointingOffload, "cpu"); err == nil || !strings.Contains(err.Error(), "give on") {
+		t.Errorf("offload on the cpu backend: %v, want a refusal naming checkpointing on", err)
 	}
 }

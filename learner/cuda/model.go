@@ -43,6 +43,10 @@ type Model struct {
 
 	adam       adamState // the optimiser's moments (Step)
 	checkpoint bool      // activation checkpointing (SetCheckpointing)
+	// storeInputs: with checkpointing, each layer's kept input is stored
+	// in host memory, stored[l] (SetInputStore; layerOps's InputStore).
+	storeInputs bool
+	stored      [][]float32
 
 	shard *devShard // the weights fed a unit at a time (shard.go), nil: held whole
 	// closeFeed closes the group that feeds a sharded frozen model
@@ -380,6 +384,30 @@ func (g *Model) round(slot int, x *Buffer) (*Buffer, error) {
 // its backward pass (model.ForwardLayersCheckpointed), so a pass holds one
 // layer's activations instead of every layer's.
 func (g *Model) SetCheckpointing(on bool) { g.checkpoint = on }
+
+// SetInputStore makes the checkpointed passes keep each layer's input in
+// host memory rather than on the device (learner.activation_checkpointing:
+// offload; model.InputStore): a pass's device memory holds two layer
+// inputs instead of one a layer, the host holds them all (StoredBytes),
+// and each moves to the host in the forward pass and back in the
+// backward pass. The values, and so the gradients, are the same bits.
+// The copies are synchronous (cuMemcpyDtoH and HtoD from pageable
+// memory, on the passes' stream): they do not overlap the kernels.
+func (g *Model) SetInputStore(on bool) {
+	g.storeInputs = on
+	if !on {
+		g.stored = nil
+	}
+}
+
+// StoredBytes is the host memory the stored layer inputs hold now.
+func (g *Model) StoredBytes() int64 {
+	var n int64
+	for _, x := range g.stored {
+		n += 4 * int64(cap(x))
+	}
+	return n
+}
 
 // Free releases the model's device memory.
 func (g *Model) Free() error {

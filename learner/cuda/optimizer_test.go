@@ -289,7 +289,8 @@ func frozenModelHoldsWeightsOnly(t *testing.T, dv *Device, m *model.Model) {
 // stand-in's GEMMs) are deterministic, so the gradients with and without
 // checkpointing are the same bits, in float32 and with bf16 GEMMs, for the
 // tiny Qwen2 and Qwen3 configurations (with checkpointing the q/k norm
-// keeps one layer's input, recomputed before its backward pass).
+// keeps one layer's input, recomputed before its backward pass), and so
+// are they with the layers' inputs stored in host memory (SetInputStore).
 func TestGPUCheckpointingGradientsBitIdentical(t *testing.T) {
 	dv := gpu(t, true)
 	t.Run("tiny_qwen2", func(t *testing.T) { checkpointingGradientsBitIdentical(t, dv, tinyModel(t, 13)) })
@@ -310,14 +311,15 @@ func checkpointingGradientsBitIdentical(t *testing.T, dv *Device, m *model.Model
 		return out, nil
 	}
 	for _, bf16 := range []bool{false, true} {
-		var grads [2][]float32
-		for k, ckpt := range []bool{false, true} {
+		var grads [3][]float32
+		for k, ckpt := range []bool{false, true, true} {
 			g, err := dv.NewModel(m)
 			must(t, err)
 			if bf16 {
 				must(t, g.UseBF16())
 			}
 			g.SetCheckpointing(ckpt)
+			g.SetInputStore(k == 2)
 			if _, _, err := g.ForwardBackward(b, lossFn); err != nil {
 				t.Fatal(err)
 			}
@@ -327,6 +329,9 @@ func checkpointingGradientsBitIdentical(t *testing.T, dv *Device, m *model.Model
 		}
 		if i, ok := sameBits(grads[0], grads[1]); !ok {
 			t.Errorf("bf16 %v: gradient %d is %v without checkpointing, %v with", bf16, i, grads[0][i], grads[1][i])
+		}
+		if i, ok := sameBits(grads[0], grads[2]); !ok {
+			t.Errorf("bf16 %v: gradient %d is %v without checkpointing, %v with the layers' inputs stored in host memory", bf16, i, grads[0][i], grads[2][i])
 		}
 		if maxAbs(grads[0]) == 0 {
 			t.Error("zero gradients: the comparison shows nothing")

@@ -157,6 +157,32 @@ func ForwardLayersCheckpointed[B any](o LayerOps[B], s LayerShape, acts []LayerA
 	return runLayers(o, s, acts[:1], resid, keepInputs)
 }
 
+// InputStore is implemented by LayerOps whose checkpointed passes can keep
+// each layer's input away from the pass's buffers (the cuda backend's, in
+// host memory: learner.activation_checkpointing: offload). When Storing
+// says so, ForwardLayersCheckpointed stores layer l's input once the
+// layer has read it for the last time and reuses its buffer for the next
+// layer's output, so that the pass holds two inputs (the last two) rather
+// than one a layer; BackwardLayersCheckpointed loads each back into the
+// buffer of the input after it, which the backward pass is done with,
+// just before it recomputes the layer. The values are the same, so are
+// the gradients, bit for bit.
+type InputStore[B any] interface {
+	// Storing says whether the pass stores its layers' inputs.
+	Storing() bool
+	// Store copies layer l's input x away; x's buffer is the pass's again
+	// once Store returns.
+	Store(l int, x B)
+	// Load copies layer l's input, as Store took it, into x.
+	Load(l int, x B)
+}
+
+// inputStore is o's InputStore when it stores its passes' inputs.
+func inputStore[B any](o LayerOps[B]) (InputStore[B], bool) {
+	st, ok := any(o).(InputStore[B])
+	return st, ok && st.Storing()
+}
+
 // DecodeLayers is ForwardLayers for a pass that is not differentiated (a
 // decoding step, or scoring without gradients): one set of buffers serves
 // every layer, and o's Attention attends to (and, decoding, extends) its
@@ -194,6 +220,14 @@ func (k keepMode) slots(L int) (acts, resid int) {
 func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B, mode keepMode) (lnf, rstdF B) {
 	N, C := s.N, s.C
 	keep := mode == keepAll
+	// With an InputStore (keepInputs), each layer's input is stored once
+	// the layer is done with it, and its buffer (spare) takes the next
+	// layer's output; the last layer's input stays, in spare, as does the
+	// final norm's.
+	st, storing := inputStore(o)
+	storing = storing && mode == keepInputs
+	var spare, none B
+	haveSpare := false
 	act := func(l int) *LayerActs[B] {
 		if keep {
 			return &acts[l]
@@ -246,6 +280,8 @@ func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []
 		}
 		var next B
 		switch {
+		case haveSpare:
+			next, haveSpare = spare, false
 		case mode != keepNone:
 			next = o.Get(N * C)
 		case l == 0 && s.L > 1:
@@ -271,6 +307,13 @@ func runLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []
 			resid[(l+1)%2] = next
 		} else {
 			resid[l+1] = next
+		}
+		if storing {
+			st.Store(l, x)
+			spare, haveSpare = x, true
+			if l+1 < s.L {
+				resid[l] = none // stored; the buffer takes the next output
+			}
 		}
 		x = next
 	}
@@ -309,11 +352,18 @@ func BackwardLayers[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], res
 // backend's ops are deterministic.
 func BackwardLayersCheckpointed[B any](o LayerOps[B], s LayerShape, acts []LayerActs[B], resid []B, rstdF, dlnf B) {
 	la := &acts[0]
-	var tmp B
+	var tmp, none B
 	have := false
+	st, storing := inputStore(o)
 	backwardLayers(o, s, func(l int) *LayerActs[B] {
 		if !have {
 			tmp, have = o.Get(s.N*s.C), true
+		}
+		if storing && l+1 < s.L {
+			// Layer l+1's backward pass is done with its input: its
+			// buffer takes layer l's, stored by the forward pass.
+			resid[l], resid[l+1] = resid[l+1], none
+			st.Load(l, resid[l])
 		}
 		recomputeLayer(o, la, resid[l], tmp, l)
 		return la

@@ -25,6 +25,10 @@ type PassShape struct {
 	Rows int
 	// Checkpointing is activation checkpointing (SetCheckpointing).
 	Checkpointing bool
+	// StoreInputs is a checkpointed pass that stores its layers' inputs
+	// away from its buffers (InputStore: the cuda backend's host memory),
+	// for a backend whose memory model stores them (the CPU's does not).
+	StoreInputs bool
 	// Score is a pass that is not differentiated (Score): nothing is kept
 	// for a backward pass.
 	Score bool

@@ -145,6 +145,21 @@ func (l *Learner) SyncPolicy() error {
 // training passes on or off.
 func (l *Learner) SetCheckpointing(on bool) { l.policy().SetCheckpointing(on) }
 
+// SetInputStore makes the policy's checkpointed passes keep each layer's
+// input in host memory (backend.InputStorer), or refuses passes that
+// cannot.
+func (l *Learner) SetInputStore(on bool) error {
+	s, ok := l.policy().(backend.InputStorer)
+	if !ok {
+		if !on {
+			return nil
+		}
+		return fmt.Errorf("trainer: the policy's passes (%T) cannot keep the layers' inputs in host memory (activation checkpointing %q): give %s", l.policy(), CheckpointingOffload, CheckpointingOn)
+	}
+	s.SetInputStore(on)
+	return nil
+}
+
 // ReadOptimizer restores the optimiser's state from r (optimizer.bin) into
 // where the policy's passes keep it.
 // A rank of a data-parallel group keeps its share alone (ReadOptimizerDP).

@@ -19,6 +19,10 @@ const (
 	CheckpointingAuto = "auto" // on when a micro-batch's activations without it exceed CheckpointingThreshold
 	CheckpointingOn   = "on"
 	CheckpointingOff  = "off"
+	// CheckpointingOffload is on, with each layer's kept input in host
+	// memory rather than on the device (a backend.InputOffloader's passes:
+	// cuda): the device holds two of them instead of one a layer.
+	CheckpointingOffload = "offload"
 )
 
 // CheckpointingThreshold is the activation memory of one micro-batch
@@ -40,7 +44,7 @@ type MemoryConfig struct {
 	// micro-batch packs; 0, or more than MicroBatchTokens, plans for one
 	// sequence of MicroBatchTokens, the most attention work and memory.
 	SequenceTokens int
-	// Checkpointing is "auto" (or ""), "on" or "off".
+	// Checkpointing is "auto" (or ""), "on", "off" or "offload".
 	Checkpointing string
 	// Reference: the loss has a KL term, so the frozen reference is held.
 	Reference bool
@@ -77,6 +81,7 @@ func PlanStep(c MemoryConfig) (StepMemory, error) {
 		return StepMemory{}, err
 	}
 	w.Pass.Checkpointing = on
+	w.Pass.StoreInputs = c.Checkpointing == CheckpointingOffload
 	host, dev := b.StepMemory(w)
 	act := host.Activations
 	if dev.Total() > 0 {
@@ -116,6 +121,11 @@ func workload(c MemoryConfig) (backend.Backend, backend.Workload, error) {
 	if err != nil {
 		return nil, backend.Workload{}, err
 	}
+	if c.Checkpointing == CheckpointingOffload {
+		if o, ok := b.(backend.InputOffloader); !ok || !o.OffloadsInputs() {
+			return nil, backend.Workload{}, fmt.Errorf("trainer: activation checkpointing %q keeps the layers' inputs in host memory instead of a device's, and the %s backend's passes run in host memory already: give %s", CheckpointingOffload, name, CheckpointingOn)
+		}
+	}
 	seq := c.SequenceTokens
 	if seq <= 0 || seq > c.MicroBatchTokens {
 		seq = c.MicroBatchTokens
@@ -126,13 +136,13 @@ func workload(c MemoryConfig) (backend.Backend, backend.Workload, error) {
 
 func useCheckpointing(c MemoryConfig, b backend.Backend, w backend.Workload) (bool, error) {
 	switch c.Checkpointing {
-	case CheckpointingOn:
+	case CheckpointingOn, CheckpointingOffload:
 		return true, nil
 	case CheckpointingOff:
 		return false, nil
 	case "", CheckpointingAuto:
 	default:
-		return false, fmt.Errorf("trainer: activation checkpointing %q is unknown: use %s, %s or %s", c.Checkpointing, CheckpointingAuto, CheckpointingOn, CheckpointingOff)
+		return false, fmt.Errorf("trainer: activation checkpointing %q is unknown: use %s, %s, %s or %s", c.Checkpointing, CheckpointingAuto, CheckpointingOn, CheckpointingOff, CheckpointingOffload)
 	}
 	w.Pass.Checkpointing = false
 	host, dev := b.StepMemory(w)
