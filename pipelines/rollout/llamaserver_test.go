@@ -315,17 +315,16 @@ func TestRolloutThroughLlamaServer(t *testing.T) {
 			}
 			// The learner's log-probs of the same tokens.
 			seq := append(append([]int32(nil), tr.PromptIDs...), tr.ResponseIDs...)
-			a, err := m.Forward(model.Batch{Tokens: seq})
+			all, _, err := m.Score(model.Batch{Tokens: seq})
 			if err != nil {
 				t.Fatal(err)
 			}
-			lps := a.LogProbs[len(tr.PromptIDs)-1 : len(seq)-1]
+			lps := all[len(tr.PromptIDs)-1 : len(seq)-1]
 			for i, lp := range tr.BehaviorLogProbs {
 				if !llamaserver.SameLogProb(lp, lps[i]) {
 					t.Errorf("%s/%d token %d (id %d): llama-server's log-prob %v, the learner's %v", tr.PromptID, tr.SampleIndex, i, tr.ResponseIDs[i], lp, lps[i])
 				}
 			}
-			a.Release()
 		}
 		refused, again, alone := rec.counts()
 		t.Logf("%d trajectories, %d ended on the stop string; %d requests: %d draws refused with 500, %d completions asked again without stop strings, %d log-probs asked for alone",
@@ -368,13 +367,12 @@ func TestRolloutThroughLlamaServer(t *testing.T) {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
 			seq := append(slices.Clip(prompt), res.Tokens...)
-			a, err := m.Forward(model.Batch{Tokens: seq})
+			all, _, err := m.Score(model.Batch{Tokens: seq})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer a.Release()
 			for i, lp := range res.LogProbs {
-				if want := a.LogProbs[len(prompt)-1+i]; !llamaserver.SameLogProb(lp, want) {
+				if want := all[len(prompt)-1+i]; !llamaserver.SameLogProb(lp, want) {
 					t.Errorf("seed %d token %d (id %d): log-prob %v, the learner's %v", seed, i, res.Tokens[i], lp, want)
 				}
 			}

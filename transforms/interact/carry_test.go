@@ -51,6 +51,11 @@ func TestCarriedSampleResumesExactly(t *testing.T) {
 	if got := len(c.requests()); got != 1 {
 		t.Fatalf("the stopped sample made %d policy calls, want 1", got)
 	}
+	if sc := stopped.Carried.Trajectory; len(sc.ResponseIDs) == 0 || len(sc.TokenSource) != len(sc.ResponseIDs) ||
+		len(sc.BehaviorLogProbs) != len(sc.ResponseIDs) || len(sc.TokenPolicyVersion) != len(sc.ResponseIDs) {
+		t.Fatalf("the saved state's response columns: %d ids, %d sources, %d log-probs, %d versions; want the first call's tokens in each",
+			len(sc.ResponseIDs), len(sc.TokenSource), len(sc.BehaviorLogProbs), len(sc.TokenPolicyVersion))
+	}
 	b, err := json.Marshal(stopped.Carried)
 	if err != nil {
 		t.Fatal(err)

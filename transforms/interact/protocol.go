@@ -130,13 +130,11 @@ type Task struct {
 type Resume struct {
 	// Turn is the index of its next policy call (the seeds go on from it).
 	Turn int `json:"turn"`
-	// Trajectory holds the columns filled so far: the interactions and the
-	// oldest policy version (the response columns are in Tokens...).
+	// Trajectory holds the columns filled so far: the interactions, the
+	// oldest policy version and the response so far (ResponseIDs,
+	// TokenSource, BehaviorLogProbs and TokenPolicyVersion, every token
+	// sampled or inserted before the interruption).
 	Trajectory schemas.Trajectory `json:"trajectory"`
-	Tokens     []int32            `json:"tokens"`
-	Sources    []int8             `json:"sources"`
-	LogProbs   []float32          `json:"logprobs"`
-	Versions   []int64            `json:"versions"`
 	// Current is the version the sample was on (that of its last call).
 	Current    int64  `json:"current"`
 	SegStart   int    `json:"seg_start"`
@@ -280,9 +278,10 @@ type trajectoryRun struct {
 
 // save is the state of t, whose next policy call is turn.
 func (t *trajectoryRun) save(turn int) *Resume {
+	tr := t.tr
+	tr.ResponseIDs, tr.TokenSource, tr.BehaviorLogProbs, tr.TokenPolicyVersion = t.resp.ids, t.resp.src, t.resp.lp, t.resp.ver
 	return &Resume{
-		Turn: turn, Trajectory: t.tr,
-		Tokens: t.resp.ids, Sources: t.resp.src, LogProbs: t.resp.lp, Versions: t.resp.ver, Current: t.resp.cur,
+		Turn: turn, Trajectory: tr, Current: t.resp.cur,
 		SegStart: t.segStart, SoFar: t.sofar.String(), VersionSet: t.versionSet, Sampled: t.sampled, Moved: t.moved,
 		PolicyCalls: t.out.PolicyCalls, PolicyRetries: t.out.PolicyRetries, Interrupted: t.out.Interrupted,
 	}
@@ -292,7 +291,9 @@ func (t *trajectoryRun) save(turn int) *Resume {
 // policy call.
 func (t *trajectoryRun) restore(r *Resume) int {
 	t.tr = r.Trajectory
-	t.resp = response{ids: r.Tokens, src: r.Sources, lp: r.LogProbs, ver: r.Versions, cur: r.Current}
+	t.resp = response{ids: t.tr.ResponseIDs, src: t.tr.TokenSource, lp: t.tr.BehaviorLogProbs, ver: t.tr.TokenPolicyVersion, cur: r.Current}
+	// The response's columns are filled from t.resp when the sample ends.
+	t.tr.ResponseIDs, t.tr.TokenSource, t.tr.BehaviorLogProbs, t.tr.TokenPolicyVersion = nil, nil, nil, nil
 	t.segStart, t.versionSet, t.sampled, t.moved = r.SegStart, r.VersionSet, r.Sampled, r.Moved
 	t.sofar.Reset()
 	t.sofar.WriteString(r.SoFar)

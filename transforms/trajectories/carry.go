@@ -34,9 +34,17 @@ const (
 	SampleUnstarted = "unstarted"
 )
 
+// CarriedFormat is the layout of the CarriedGroup files this version
+// writes and reads: 1, a stopped sample's response so far in its
+// Resume's trajectory columns. Files of another layout (an earlier aipo's)
+// are refused with the step to roll out again.
+const CarriedFormat = 1
+
 // CarriedGroup is a group carried into the next step, as it is written
 // under a step's carry directory (JSON, one file per group).
 type CarriedGroup struct {
+	// Format is CarriedFormat.
+	Format int `json:"format"`
 	Prompt schemas.Prompt `json:"prompt"`
 	// PromptIDs is the prompt's token ids, as its samples were sampled.
 	PromptIDs []int32 `json:"prompt_ids"`
@@ -81,9 +89,18 @@ type carryGate struct {
 	state atomic.Int32
 }
 
+// carryGatesKept bounds the gates a process keeps: those of the latest
+// rollouts it took part in. A rollout runs beside at most the learner's
+// step before it (run.async) and the next one, so a gate that 16 newer
+// rollouts have pushed out belongs to a rollout long over; a process that
+// runs a whole run (aipo train, a long-lived worker) keeps 16 gates, not
+// one a step.
+const carryGatesKept = 16
+
 var (
-	carryGatesMu sync.Mutex
-	carryGates   = map[string]*carryGate{}
+	carryGatesMu    sync.Mutex
+	carryGates      = map[string]*carryGate{}
+	carryGatesOrder []string // the keys, oldest first
 )
 
 // carryGateOf is the gate of c's rollout (nil when carry is off).
@@ -97,6 +114,13 @@ func carryGateOf(c Carry) *carryGate {
 	if !ok {
 		g = &carryGate{min: int64(max(c.MinGroups, 1))}
 		carryGates[c.Key] = g
+		carryGatesOrder = append(carryGatesOrder, c.Key)
+		if k := len(carryGatesOrder) - carryGatesKept; k > 0 {
+			for _, old := range carryGatesOrder[:k] {
+				delete(carryGates, old)
+			}
+			carryGatesOrder = append(carryGatesOrder[:0], carryGatesOrder[k:]...)
+		}
 	}
 	return g
 }
@@ -154,6 +178,9 @@ func ReadCarried(ctx context.Context, dir string, want int64) ([]string, error) 
 		if err := json.Unmarshal(b, &cg); err != nil {
 			return nil, fmt.Errorf("rollout: carried group %s: %w", f, err)
 		}
+		if cg.Format != CarriedFormat {
+			return nil, fmt.Errorf("rollout: carried group %s is in layout %d, and this aipo reads layout %d (an earlier version carried it): roll that step out again (aipo rollout --step <k> --force) to carry its groups anew", f, cg.Format, CarriedFormat)
+		}
 		out = append(out, string(b))
 	}
 	return out, nil
@@ -209,6 +236,9 @@ func (r *resumeFn) ProcessElement(ctx context.Context, text string, emit func(Gr
 	var cg CarriedGroup
 	if err := json.Unmarshal([]byte(text), &cg); err != nil {
 		return fmt.Errorf("rollout: carried group: %w", err)
+	}
+	if cg.Format != CarriedFormat {
+		return fmt.Errorf("rollout: carried group of prompt %s is in layout %d, and this aipo reads layout %d: roll the step that carried it out again", cg.Prompt.ID, cg.Format, CarriedFormat)
 	}
 	if len(cg.Samples) != f.Spec.GroupSize {
 		return fmt.Errorf("rollout: carried group of prompt %s has %d samples, but rollout.group_size is %d: a carried group continues with the group size it started with; set group_size back to %d until no group is carried", cg.Prompt.ID, len(cg.Samples), f.Spec.GroupSize, len(cg.Samples))

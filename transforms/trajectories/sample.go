@@ -292,7 +292,7 @@ func runGroup(ctx context.Context, w *worker, spec Spec, p schemas.Prompt, ids [
 	if ctx.Err() != nil {
 		return g // the step fails (fail was called)
 	}
-	cg := CarriedGroup{Prompt: p, PromptIDs: ids, Step: step, Carries: g.CarriedSteps + 1,
+	cg := CarriedGroup{Format: CarriedFormat, Prompt: p, PromptIDs: ids, Step: step, Carries: g.CarriedSteps + 1,
 		PolicyCalls: g.PolicyCalls, PolicyRetries: g.PolicyRetries, PolicyInterrupted: g.PolicyInterrupted,
 		Guided: g.Guided, GuideMissing: g.GuideMissing, Samples: make([]CarriedSample, G)}
 	for j := range G {
