@@ -69,7 +69,14 @@ func programDPBench() int {
 	l := &Learner{Policy: m, Opt: opt}
 	ctx := context.Background()
 	if mode := os.Getenv("AIPO_DPB_MODE"); mode == "dp" || mode == "dp2" || mode == "dp3" || mode == "dp1s" {
-		comm, leave, err := joinGloo(ctx, collective.Options{RendezvousTimeout: time.Minute})
+		// A rank of one thread pinned to one core (BenchmarkWeakScaling)
+		// answers the others' heartbeats only between the long
+		// non-preemptible stretches of its step (a 748 MB gradient copied
+		// at 187M, its pages touched for the first time on this virtual
+		// machine): the first 187M run at 2 x 1 core failed with rank 0's
+		// store silent for 11 s, past the default 10 s. A stalled rank is
+		// not what this measures; a minute is.
+		comm, leave, err := joinGloo(ctx, collective.Options{RendezvousTimeout: time.Minute, StallAfter: time.Minute})
 		if err != nil {
 			return fail(err)
 		}
