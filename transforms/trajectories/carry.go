@@ -44,7 +44,7 @@ const CarriedFormat = 1
 // under a step's carry directory (JSON, one file per group).
 type CarriedGroup struct {
 	// Format is CarriedFormat.
-	Format int `json:"format"`
+	Format int            `json:"format"`
 	Prompt schemas.Prompt `json:"prompt"`
 	// PromptIDs is the prompt's token ids, as its samples were sampled.
 	PromptIDs []int32 `json:"prompt_ids"`

@@ -16,7 +16,9 @@ import (
 // run (its decision holds), and one that newer rollouts pushed out is
 // gone.
 func TestCarryGatesAreBounded(t *testing.T) {
-	key := func(i int) Carry { return Carry{Dir: "run/carry", MinGroups: 1, Key: fmt.Sprintf("test-bounded/%d", i)} }
+	key := func(i int) Carry {
+		return Carry{Dir: "run/carry", MinGroups: 1, Key: fmt.Sprintf("test-bounded/%d", i)}
+	}
 	first := carryGateOf(key(0))
 	first.finished()
 	if !first.decide() {
