@@ -179,6 +179,47 @@ func processesIn(dir string) []string {
 	return out
 }
 
+// sweepWorkerCopies makes the test's end check that the boot programs'
+// copies of the worker binary (/tmp/binNNN/worker, 186 MB each, which
+// Beam's boot never removes) are gone once the clusters are down:
+// worker-boot.sh removes those its workers run and, at each end, those no
+// process has run for a minute; what the last minute's environments left
+// is removed by `worker-boot.sh --sweep` with no delay (what a TaskManager
+// host's operator can run too), after which none the test made may remain.
+func sweepWorkerCopies(t *testing.T, root string) {
+	t.Helper()
+	before := map[string]bool{}
+	dirs, _ := filepath.Glob("/tmp/bin*")
+	for _, d := range dirs {
+		before[d] = true
+	}
+	t.Cleanup(func() {
+		made := func() []string {
+			var out []string
+			dirs, _ := filepath.Glob("/tmp/bin*/worker")
+			for _, w := range dirs {
+				if d := filepath.Dir(w); !before[d] {
+					out = append(out, d)
+				}
+			}
+			return out
+		}
+		left := made()
+		cmd := exec.Command("bash", filepath.Join(root, "scripts", "flink", "worker-boot.sh"), "--sweep")
+		cmd.Env = append(os.Environ(), "AIPO_WORKER_COPY_STALE=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("worker-boot.sh --sweep: %v\n%s", err, out)
+		}
+		t.Logf("worker copies: %d that the run's boot programs made were still there when the clusters stopped; worker-boot.sh --sweep removed them", len(left))
+		if still := made(); len(still) > 0 {
+			t.Errorf("worker copies left after worker-boot.sh --sweep: %v", still)
+			for _, d := range still {
+				os.RemoveAll(d)
+			}
+		}
+	})
+}
+
 // portOf is the port of a host:port address.
 func portOf(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
 
@@ -501,6 +542,7 @@ func TestFlinkAndSpark(t *testing.T) {
 	base := t.TempDir()
 	rows := oneDigitGSM8K(t, gsm8k, 16)
 	train := convertGSM8K(t, base, "gsm8k-one-digit", rows)
+	sweepWorkerCopies(t, root) // (a clean-up that runs after the clusters are down)
 
 	flink := startFlink(t, root)
 	spark := startSpark(t, root)

@@ -135,3 +135,99 @@ func TestWorkerBootRemovesTheCopyWhileTheWorkerRuns(t *testing.T) {
 		t.Errorf("no worker runs from %s/worker once its copy is removed (pgrep: %v)", copyDir, err)
 	}
 }
+
+// fakeBootStopped copies the worker binary as Beam's boot does and ends
+// without running it (an environment torn down as it starts).
+const fakeBootStopped = `#!/usr/bin/env bash
+set -eu
+d=$(mktemp -d /tmp/binXXXXXXXX)
+echo "$d" >"$AIPO_TEST_REPORT"
+cp "$AIPO_TEST_WORKER" "$d/worker"
+sleep 2
+# Another boot program's copy, written just now, that nothing runs yet.
+f=$(mktemp -d /tmp/binXXXXXXXX)
+echo "$f" >"$AIPO_TEST_REPORT.fresh"
+cp "$AIPO_TEST_WORKER" "$f/worker"
+`
+
+// A copy that no process runs is removed once it is stale
+// (AIPO_WORKER_COPY_STALE), whichever boot program made it; a stale copy
+// that a process runs, and a fresh one that none runs yet, are left.
+func TestWorkerBootSweepsStaleCopies(t *testing.T) {
+	env, report := fakeBootEnv(t, 0)
+	boot := filepath.Join(t.TempDir(), "boot")
+	if err := os.WriteFile(boot, []byte(fakeBootStopped), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sleep, _ := exec.LookPath("sleep")
+	// Another boot program's copy, running for 30 s, written a minute ago
+	// (the fake boot program writes a fresh one, that nothing runs yet,
+	// just before it ends).
+	copyOf := func(age time.Duration) string {
+		d, err := os.MkdirTemp("/tmp", "bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		b, err := os.ReadFile(sleep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := filepath.Join(d, "worker")
+		if err := os.WriteFile(w, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		old := time.Now().Add(-age)
+		if err := os.Chtimes(w, old, old); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	running := copyOf(time.Minute)
+	other := exec.Command(filepath.Join(running, "worker"), "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "worker-boot.sh", "--id=1")
+	cmd.Env = append(env, "AIPO_BEAM_BOOT="+boot, "AIPO_WORKER_COPY_STALE=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("worker-boot.sh: %v; output:\n%s", err, out)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := strings.TrimSpace(string(b))
+	b, err = os.ReadFile(report + ".fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := strings.TrimSpace(string(b))
+	t.Cleanup(func() { os.RemoveAll(fresh) })
+	if _, err := os.Stat(stopped); err == nil {
+		os.RemoveAll(stopped)
+		t.Errorf("the copy of a boot program that ended without running it (%s) is left", stopped)
+	}
+	for _, d := range []string{running, fresh} {
+		if _, err := os.Stat(filepath.Join(d, "worker")); err != nil {
+			t.Errorf("%s was removed: a copy a process runs, or one written within AIPO_WORKER_COPY_STALE, must stay (%v)", d, err)
+		}
+	}
+	// --sweep with no delay takes the fresh one, and still not the
+	// running one.
+	sweep := exec.Command("bash", "worker-boot.sh", "--sweep")
+	sweep.Env = append(os.Environ(), "AIPO_WORKER_COPY_STALE=0")
+	if out, err := sweep.CombinedOutput(); err != nil {
+		t.Fatalf("worker-boot.sh --sweep: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(fresh); err == nil {
+		t.Errorf("worker-boot.sh --sweep left %s, which nothing runs", fresh)
+	}
+	if _, err := os.Stat(filepath.Join(running, "worker")); err != nil {
+		t.Errorf("worker-boot.sh --sweep removed %s, which a process runs", running)
+	}
+}
