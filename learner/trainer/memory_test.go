@@ -62,8 +62,13 @@ func TestPlanStepCPU(t *testing.T) {
 	if on, _ := UseCheckpointing(MemoryConfig{Model: tiny, MicroBatchTokens: 8192, Checkpointing: CheckpointingOn}); !on {
 		t.Error("on is not on")
 	}
-	if _, err := UseCheckpointing(MemoryConfig{Model: tiny, MicroBatchTokens: 8192, Checkpointing: "sometimes"}); err == nil || !strings.Contains(err.Error(), "use auto, on or off") {
+	if _, err := UseCheckpointing(MemoryConfig{Model: tiny, MicroBatchTokens: 8192, Checkpointing: "sometimes"}); err == nil || !strings.Contains(err.Error(), "use auto, on, off or offload") {
 		t.Errorf("an unknown mode: %v", err)
+	}
+	// The CPU's passes are in host memory already: offloading their
+	// inputs there is refused, naming what to give instead.
+	if _, err := PlanStep(MemoryConfig{Model: tiny, MicroBatchTokens: 8192, Checkpointing: CheckpointingOffload}); err == nil || !strings.Contains(err.Error(), "cpu backend's passes run in host memory already: give on") {
+		t.Errorf("offload on the cpu backend: %v", err)
 	}
 	if _, err := PlanStep(MemoryConfig{Model: tiny, MicroBatchTokens: 8192, Backend: "tpu"}); err == nil || !strings.Contains(err.Error(), `backend "tpu" is unknown`) {
 		t.Errorf("an unknown backend: %v", err)
