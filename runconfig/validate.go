@@ -307,10 +307,8 @@ func (c Config) validateLearner() error {
 	switch l.ActivationCheckpointing {
 	case trainer.CheckpointingAuto, trainer.CheckpointingOn, trainer.CheckpointingOff:
 	case trainer.CheckpointingOffload:
-		if b, err := backend.Lookup(l.Backend); err == nil {
-			if o, ok := b.(backend.InputOffloader); !ok || !o.OffloadsInputs() {
-				return fieldError("learner.activation_checkpointing", "%s keeps each layer's input in host memory instead of a GPU's, which the %s backend's passes do not use (learner.backend: cuda does): give %s", l.ActivationCheckpointing, l.Backend, trainer.CheckpointingOn)
-			}
+		if b, err := backend.Lookup(l.Backend); err == nil && !backend.OffloadsInputs(b) {
+			return fieldError("learner.activation_checkpointing", "%s keeps each layer's input in host memory instead of a GPU's, which the %s backend's passes do not use (learner.backend: cuda does): give %s", l.ActivationCheckpointing, l.Backend, trainer.CheckpointingOn)
 		}
 	default:
 		return fieldError("learner.activation_checkpointing", "%q is unknown: use %s, %s, %s or %s", l.ActivationCheckpointing,

@@ -147,6 +147,12 @@ type InputOffloader interface {
 	OffloadsInputs() bool
 }
 
+// OffloadsInputs reports whether b is an InputOffloader that offloads.
+func OffloadsInputs(b Backend) bool {
+	o, ok := b.(InputOffloader)
+	return ok && o.OffloadsInputs()
+}
+
 // InputStorer is a Compute whose checkpointed passes can keep each layer's
 // input in host memory (model.InputStore), for the same gradients.
 type InputStorer interface {

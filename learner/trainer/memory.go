@@ -122,7 +122,7 @@ func workload(c MemoryConfig) (backend.Backend, backend.Workload, error) {
 		return nil, backend.Workload{}, err
 	}
 	if c.Checkpointing == CheckpointingOffload {
-		if o, ok := b.(backend.InputOffloader); !ok || !o.OffloadsInputs() {
+		if !backend.OffloadsInputs(b) {
 			return nil, backend.Workload{}, fmt.Errorf("trainer: activation checkpointing %q keeps the layers' inputs in host memory instead of a device's, and the %s backend's passes run in host memory already: give %s", CheckpointingOffload, name, CheckpointingOn)
 		}
 	}
