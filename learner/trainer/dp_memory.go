@@ -147,8 +147,7 @@ func planDataParallel(mc model.Config, ranks int, cfg DPConfig, device bool) ([]
 	if zero == 3 || zero == 2 && !device {
 		return planZero3(mc, ranks, cfg, zero == 2)
 	}
-	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
-	bounds := optim.Partition(chunks, ranks)
+	runs := stage1Runs(mc, ranks)
 	P := model.ParamCount(mc)
 	v := cfg.Shards
 	if v == 0 {
@@ -156,10 +155,7 @@ func planDataParallel(mc model.Config, ranks int, cfg DPConfig, device bool) ([]
 	}
 	out := make([]RankMemory, ranks)
 	for r := range out {
-		var elems int64
-		for _, c := range chunks[bounds[r]:bounds[r+1]] {
-			elems += int64(c.Len())
-		}
+		elems := runs[r]
 		k := 0
 		for s := range v {
 			if owner(s, v, ranks) == r {
@@ -212,6 +208,21 @@ func planDataParallel(mc model.Config, ranks int, cfg DPConfig, device bool) ([]
 		out[r] = m
 	}
 	return out, nil
+}
+
+// stage1Runs is how many elements each of ranks owns at stage 1: its
+// contiguous run of the model's optimiser chunks (optim.Partition), whose
+// moments are also its part of a checkpoint's optimiser state.
+func stage1Runs(mc model.Config, ranks int) []int64 {
+	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
+	bounds := optim.Partition(chunks, ranks)
+	out := make([]int64, ranks)
+	for r := range out {
+		for _, c := range chunks[bounds[r]:bounds[r+1]] {
+			out[r] += int64(c.Len())
+		}
+	}
+	return out
 }
 
 // rankTreeBuffers is the most full-size buffers of a rank's k shards'
@@ -626,8 +637,7 @@ func PlanDataParallelOnDevices(mc model.Config, ranks int, cfg DPConfig) ([]Rank
 	if err := mc.Validate(); err != nil {
 		return nil, err
 	}
-	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
-	bounds := optim.Partition(chunks, ranks)
+	runs := stage1Runs(mc, ranks)
 	P := model.ParamCount(mc)
 	v := cfg.Shards
 	if v == 0 {
@@ -635,10 +645,7 @@ func PlanDataParallelOnDevices(mc model.Config, ranks int, cfg DPConfig) ([]Rank
 	}
 	out := make([]RankMemory, ranks)
 	for r := range out {
-		var elems int64
-		for _, c := range chunks[bounds[r]:bounds[r+1]] {
-			elems += int64(c.Len())
-		}
+		elems := runs[r]
 		k := 0
 		for s := range v {
 			if owner(s, v, ranks) == r {
@@ -716,16 +723,11 @@ func PlanHostOnDevices(mc model.Config, ranks int, kl, bf16 bool) ([]HostOnDevic
 		return nil, err
 	}
 	z := zero3Layout(mc, ranks)
-	chunks := optim.ChunksOfSizes(model.ParamSizes(mc))
-	bounds := optim.Partition(chunks, ranks)
+	runs := stage1Runs(mc, ranks)
 	out := make([]HostOnDevices, ranks)
 	for r := range out {
 		e := int64(z.elements(r))
-		var run int64
-		for _, c := range chunks[bounds[r]:bounds[r+1]] {
-			run += int64(c.Len())
-		}
-		out[r] = HostOnDevices{Rank: r, Elements: e, Weights: 4 * e, Moments: 8 * e, Parts: 8 * run}
+		out[r] = HostOnDevices{Rank: r, Elements: e, Weights: 4 * e, Moments: 8 * e, Parts: 8 * runs[r]}
 		switch {
 		case kl && bf16:
 			h := planDeviceHalf(mc, z, r, true)
