@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,15 +55,7 @@ func TestTrainLoRAOnGPURanks(t *testing.T) {
 	for _, v := range variants {
 		cfg, run := loraRun(t, lora, 2)
 		t0 := time.Now()
-		args := []string{"train", "--config", cfg, "--init", warm, "--no-tensorboard", "--nproc", strconv.Itoa(v.nproc),
-			"--set", "learner.backend=cuda", "--set", "learner.zero=" + v.zero, "--set", "learner.precision=" + v.precision,
-			// The evaluation of the warm start decodes on the emulated
-			// device for minutes; the steps' rollouts take seconds.
-			"--set", "eval.every=0"}
-		code, out := runAipoFor(t, 20*time.Minute, env, args...)
-		if code != 0 || !strings.Contains(out, "step 2/2: loss") {
-			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
-		}
+		trainOnStandInGPU(t, env, 20*time.Minute, cfg, v.nproc, "--init", warm, "--set", "learner.zero="+v.zero, "--set", "learner.precision="+v.precision)
 		runs[v] = run
 		t.Logf("%s on the stand-in GPU: %s (%s)", label(v), loraDigest(t, run, 2), time.Since(t0).Round(time.Millisecond))
 	}

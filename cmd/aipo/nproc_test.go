@@ -595,15 +595,8 @@ func TestTrainOnGPURanks(t *testing.T) {
 		{1, "1", "bf16", "auto"}, {2, "3", "bf16", "auto"}} {
 		cfg, run := ranksRun(t, warm, 2)
 		t0 := time.Now()
-		args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(tc.nproc), "--set", "learner.backend=cuda",
-			"--set", "learner.zero=" + tc.zero, "--set", "learner.precision=" + tc.precision, "--set", "learner.activation_checkpointing=" + tc.ckpt,
-			// The evaluation of the warm start decodes on the emulated
-			// device for minutes; the steps' rollouts take seconds.
-			"--set", "eval.every=0"}
-		code, out := runAipoFor(t, 10*time.Minute, env, args...)
-		if code != 0 || !strings.Contains(out, "step 2/2: loss") {
-			t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
-		}
+		trainOnStandInGPU(t, env, 10*time.Minute, cfg, tc.nproc, "--set", "learner.zero="+tc.zero, "--set", "learner.precision="+tc.precision,
+			"--set", "learner.activation_checkpointing="+tc.ckpt)
 		name := fmt.Sprintf("--nproc %d at learner.zero %s", tc.nproc, tc.zero)
 		if tc.ckpt == "offload" {
 			name += " with each layer's kept input in host memory"
@@ -663,6 +656,23 @@ func standInGPU(t *testing.T) []string {
 	return []string{cuda.LibPathEnv + "=" + libs.Dir}
 }
 
+// trainOnStandInGPU runs aipo train on cfg as nproc ranks with
+// learner.backend cuda on the stand-in GPU (env: standInGPU's) and the
+// evaluation off (the warm start's evaluation decodes on the emulated
+// device for minutes; the steps' rollouts take seconds), with more
+// arguments (--set KEY=VALUE, --init DIR), within limit. It fails the test
+// unless the run ends its second step, and returns aipo's output.
+func trainOnStandInGPU(t *testing.T, env []string, limit time.Duration, cfg string, nproc int, more ...string) string {
+	t.Helper()
+	args := append([]string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(nproc),
+		"--set", "learner.backend=cuda", "--set", "eval.every=0"}, more...)
+	code, out := runAipoFor(t, limit, env, args...)
+	if code != 0 || !strings.Contains(out, "step 2/2: loss") {
+		t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
+	}
+	return out
+}
+
 // TestTrainOnGPURanksKL runs aipo train at learner.zero 3 on the
 // emulated CUDA backend with a KL term, as the group of one (--nproc 1)
 // and as 2 ranks: each rank keeps its share of the reference on the host,
@@ -680,14 +690,10 @@ func TestTrainOnGPURanksKL(t *testing.T) {
 		digests := map[int]string{}
 		for _, nproc := range []int{1, 2} {
 			cfg, run := ranksRun(t, warm, 2)
-			args := []string{"train", "--config", cfg, "--no-tensorboard", "--nproc", strconv.Itoa(nproc), "--set", "learner.backend=cuda",
-				"--set", "learner.zero=3", "--set", "learner.precision=" + precision, "--set", "learner.loss.kl_coef=0.5", "--set", "eval.every=0"}
-			code, out := runAipoFor(t, 10*time.Minute, env, args...)
-			if code != 0 || !strings.Contains(out, "step 2/2: loss") {
-				t.Fatalf("aipo %s exited %d:\n%s", strings.Join(args, " "), code, out)
-			}
+			out := trainOnStandInGPU(t, env, 10*time.Minute, cfg, nproc, "--set", "learner.zero=3", "--set", "learner.precision="+precision,
+				"--set", "learner.loss.kl_coef=0.5")
 			if !strings.Contains(out, "reference policy: rank 0 keeps its share on the host") {
-				t.Errorf("aipo %s: rank 0 did not keep its share of the reference on the host:\n%s", strings.Join(args, " "), out)
+				t.Errorf("--nproc %d at learner.zero 3 in %s with a KL term: rank 0 did not keep its share of the reference on the host:\n%s", nproc, precision, out)
 			}
 			digests[nproc] = finalDigest(t, run, 2)
 			t.Logf("--nproc %d at learner.zero 3 in %s with a KL term: %s", nproc, precision, digests[nproc])
