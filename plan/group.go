@@ -132,7 +132,7 @@ func planGroup(cfg runconfig.Config, mc model.Config, o Options) (*Group, error)
 	// (PlanDataParallel), which bound the device's (learner/cuda/zero3.go:
 	// the same shares and sums, three unit buffers and a receive buffer
 	// where the host counts four units and one).
-	ranks, err := plan(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks)})
+	ranks, err := plan(mc, o.Ranks, trainer.DPConfig{Zero: zero, Shards: cfg.Learner.DPShards(o.Ranks), KeepGathered: cfg.Learner.KeepGathered()})
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}

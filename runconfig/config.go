@@ -403,17 +403,27 @@ type Learner struct {
 	// 2 also the gradients: on the CPU each layer's gradient goes to its
 	// owners as the backward pass ends it and no rank holds a whole one
 	// (on GPUs, whose gradients come whole to the host, the last shard's
-	// are exchanged run by run after the pass). 3 (learner.backend cpu) also shards the
-	// weights: each rank holds 1/N of every layer's float32 weights,
+	// are exchanged run by run after the pass). 3 also shards the
+	// weights (on GPUs over NCCL, the state on the devices): each rank holds 1/N of every layer's float32 weights,
 	// gradient and moments; the ranks gather each layer before a pass
 	// reads it and reduce its gradient as the backward pass ends it (the
 	// same bits at 1, 2, 4 and 8 ranks; stage 1's when each virtual
 	// shard packs into one micro-batch). With learner.lora: 1, or 3
-	// (learner.backend cpu) to shard the frozen base as well, gathered a
+	// to shard the frozen base as well, gathered a
 	// layer at a time for every pass, the adapter reduced and its
 	// moments sharded as at stage 1 (docs/lora.md); 2 is refused (it
 	// would hold nothing less than stage 1). One process ignores it.
 	Zero int `yaml:"zero"`
+	// KeepGatheredMiB is, at ZeRO stage 3 on the cpu backend, the most
+	// MiB of gathered float32 weights a rank keeps from one pass to the
+	// next until the optimiser's step changes them (as DeepSpeed's
+	// stage3_max_live_parameters and FSDP's reshard_after_forward=False
+	// keep gathered parameters): the units that fit, in the model's
+	// order (the embedding, the layers, the head), are gathered once a
+	// mini-batch instead of once a scoring pass and twice a training
+	// pass. The bits are the same; aipo plan counts the kept units.
+	// 0 (default) keeps none: the least memory.
+	KeepGatheredMiB int64 `yaml:"keep_gathered_mib"`
 	// Deterministic makes a group of learner processes split each
 	// mini-batch into the same virtual shards (8, or the next power of two
 	// above the group) at every size, so that 1, 2, 4 and 8 ranks end with
@@ -429,6 +439,9 @@ type Learner struct {
 	// of every weight (see LoRA).
 	LoRA *LoRA `yaml:"lora,omitempty"`
 }
+
+// KeepGathered is KeepGatheredMiB in bytes (trainer.DPConfig.KeepGathered).
+func (l Learner) KeepGathered() int64 { return l.KeepGatheredMiB << 20 }
 
 // DPShards is the virtual shards a group of ranks splits each mini-batch
 // into (trainer.DPConfig.Shards): trainer.GroupShards' power of two with

@@ -208,8 +208,10 @@
 //	learner.activation_checkpointing  auto, on, off or offload: keep each layer's input only, recompute the layer in the backward pass; auto: on above 1 GiB of a micro-batch's activations; offload: on, the inputs in host memory instead of the GPU's (cuda) (auto)
 //	learner.zero                ZeRO stage of a group of learner processes (aipo train --nproc N): 1 shards the AdamW
 //	                            moments, 2 also reduces the gradients layer by layer during the backward pass, 3 also shards
-//	                            the weights (cpu; cuda in fp32); with learner.lora 1, or 3 on cpu: the frozen base
+//	                            the weights (cpu and cuda, fp32 and bf16); with learner.lora 1, or 3: the frozen base
 //	                            sharded; same bits (1)
+//	learner.keep_gathered_mib   at learner.zero 3 on cpu, MiB of gathered weights a rank keeps between passes until the
+//	                            optimiser's step: the units that fit are gathered once a mini-batch; same bits (0: none)
 //	learner.deterministic       a group of learner processes ends with the same bits at 1, 2, 4 and 8 ranks (8 virtual
 //	                            shards a mini-batch); false: one shard a rank, faster, within float32 rounding (true)
 //	learner.lora                train a LoRA adapter on the frozen policy instead of every weight (docs/lora.md) (off)

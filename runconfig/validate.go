@@ -317,6 +317,17 @@ func (c Config) validateLearner() error {
 	if l.Zero < 1 || l.Zero > 3 {
 		return fieldError("learner.zero", "%d is not a ZeRO stage the learner has: use 1 (the AdamW moments sharded across the ranks), 2 (the gradients reduced layer by layer too) or 3 (the weights sharded as well)", l.Zero)
 	}
+	switch {
+	case l.KeepGatheredMiB < 0:
+		return fieldError("learner.keep_gathered_mib", "%d must not be negative (0 keeps no gathered weights between passes)", l.KeepGatheredMiB)
+	case l.KeepGatheredMiB == 0:
+	case l.Zero != 3:
+		return fieldError("learner.keep_gathered_mib", "%d keeps gathered weights between the passes of ZeRO stage 3; learner.zero is %d, which gathers none: give learner.zero: 3 or remove it", l.KeepGatheredMiB, l.Zero)
+	case l.Backend != BackendCPU:
+		return fieldError("learner.keep_gathered_mib", "%d is built for stage 3 on the cpu backend; on %s every pass gathers the units it reads: remove it", l.KeepGatheredMiB, l.Backend)
+	case c.LoRAOn():
+		return fieldError("learner.keep_gathered_mib", "%d keeps the policy's gathered weights; a LoRA run's stage 3 gathers its frozen base, which it does not keep: remove it", l.KeepGatheredMiB)
+	}
 	return c.validateLoRA()
 }
 

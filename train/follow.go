@@ -37,6 +37,8 @@ func Follow(ctx context.Context, cfg runconfig.Config, r *rankgroup.Ranks, logf 
 				err = fmt.Errorf("rank %d: rank 0 takes its learner steps at ZeRO stage %d, this rank's configuration says learner.zero: %d: give every rank the same configuration", r.Group.Rank(), c.Zero, g.Zero)
 			case c.Shards != 0 && c.Shards != g.Shards:
 				err = fmt.Errorf("rank %d: rank 0 splits its mini-batches into %d virtual shards, this rank's configuration into %d (learner.deterministic: %v): give every rank the same configuration", r.Group.Rank(), c.Shards, g.Shards, cfg.Learner.Deterministic)
+			case c.KeepGathered != g.KeepGathered:
+				err = fmt.Errorf("rank %d: rank 0 keeps %d MiB of gathered weights between passes, this rank's configuration %d (learner.keep_gathered_mib): give every rank the same configuration", r.Group.Rank(), c.KeepGathered>>20, g.KeepGathered>>20)
 			}
 			if err != nil {
 				// Reported to the store, so that rank 0, whose collective

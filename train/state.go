@@ -380,7 +380,7 @@ func (s *learnSession) groupConfig() trainer.DPConfig {
 	if s.ranks == nil {
 		return trainer.DPConfig{Zero: 1, Shards: trainer.SingleShards}
 	}
-	return trainer.DPConfig{Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(s.ranks.Group.Size())}
+	return trainer.DPConfig{Zero: s.cfg.Learner.Zero, Shards: s.cfg.Learner.DPShards(s.ranks.Group.Size()), KeepGathered: s.cfg.Learner.KeepGathered()}
 }
 
 func newLearnSession(cfg runconfig.Config, logf func(string)) *learnSession {
@@ -411,7 +411,7 @@ func (s *learnSession) Learn(ctx context.Context, k int64) (records.Learn, error
 		}
 		if s.ranks != nil {
 			g := s.groupConfig()
-			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k, Zero: g.Zero, Shards: g.Shards}); err != nil {
+			if err := s.ranks.Announce(ctx, rankgroup.Command{Op: "learn", Step: k, Zero: g.Zero, Shards: g.Shards, KeepGathered: g.KeepGathered}); err != nil {
 				return records.Learn{}, fmt.Errorf("learn step %d: %w", k, err)
 			}
 		}

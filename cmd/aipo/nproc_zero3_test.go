@@ -19,7 +19,9 @@ import (
 // aipo train --nproc N --set learner.zero=3 on the quick configuration (3
 // steps, in-process rollouts, each virtual shard one micro-batch): the
 // final checkpoint's weights and optimiser state are the bits of one
-// process's run at 1, 2 and 4 ranks, and so at stage 2 at 1 and 2 ranks;
+// process's run at 1, 2 and 4 ranks (at 2 also keeping the gathered
+// units that fit in 1 MiB between passes: learner.keep_gathered_mib), and
+// so at stage 2 at 1 and 2 ranks;
 // each rank writes its part of the optimiser state. A run saved by 4
 // ranks at stage 3 after 2 steps and continued to 3 at 2 ranks (stage 3)
 // and 1 rank (stage 1) ends with the uninterrupted run's bits, at 3 ranks
@@ -47,17 +49,22 @@ func TestTrainOnRanksZero3(t *testing.T) {
 	for _, c := range []struct {
 		n    int
 		zero string
-	}{{1, "3"}, {2, "3"}, {4, "3"}, {1, "2"}, {2, "2"}} {
+		keep string // learner.keep_gathered_mib
+	}{{1, "3", ""}, {2, "3", ""}, {4, "3", ""}, {2, "3", "1"}, {1, "2", ""}, {2, "2", ""}} {
 		cfg, run := ranksRun(t, warm, 3)
 		t0 := time.Now()
-		out := train(cfg, "--nproc", strconv.Itoa(c.n), "--set", "learner.zero="+c.zero)
+		args := []string{"--nproc", strconv.Itoa(c.n), "--set", "learner.zero=" + c.zero}
+		if c.keep != "" {
+			args = append(args, "--set", "learner.keep_gathered_mib="+c.keep)
+		}
+		out := train(cfg, args...)
 		if !strings.Contains(out, "step 3/3: loss") {
 			t.Errorf("--nproc %d at learner.zero %s: no step 3 in the output:\n%s", c.n, c.zero, out)
 		}
 		got := finalDigest(t, run, 3)
-		t.Logf("--nproc %d at learner.zero %s: %s (%s)", c.n, c.zero, got, time.Since(t0).Round(time.Millisecond))
+		t.Logf("--nproc %d at learner.zero %s, keep_gathered_mib %q: %s (%s)", c.n, c.zero, c.keep, got, time.Since(t0).Round(time.Millisecond))
 		if got != want {
-			t.Errorf("--nproc %d at learner.zero %s: final checkpoint %s, --nproc 1 %s", c.n, c.zero, got, want)
+			t.Errorf("--nproc %d at learner.zero %s, keep_gathered_mib %q: final checkpoint %s, --nproc 1 %s", c.n, c.zero, c.keep, got, want)
 		}
 		if files := optimizerFiles(t, run, 3); !slices.Equal(files, wantOptimizerFiles(c.n)) {
 			t.Errorf("--nproc %d at learner.zero %s: the final checkpoint's optimiser files are %v, want %v", c.n, c.zero, files, wantOptimizerFiles(c.n))

@@ -83,6 +83,13 @@ func runPlan(args []string) error {
 			return usageError("--precision: %v", err)
 		}
 	}
+	if *zero != 0 {
+		// As learner.zero in the file, validated with it (what depends
+		// on the stage, learner.keep_gathered_mib, is checked against it).
+		if err := sets.Set(fmt.Sprintf("learner.zero=%d", *zero)); err != nil {
+			return usageError("--zero: %v", err)
+		}
+	}
 	ctx := context.Background()
 	cfg, err := loadRunConfig(ctx, *cfgPath, *run, *sets)
 	if err != nil {

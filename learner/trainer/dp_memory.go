@@ -53,6 +53,12 @@ type RankMemory struct {
 	// units' gradients (the one written and the one being exchanged), and
 	// an exchange's receive buffer. 0 at stage 1 and a device's stage 2.
 	Weights, Units int64
+	// Kept is, at stage 3 with DPConfig.KeepGathered, the gathered
+	// weights of the units the rank keeps between passes (KeptUnits),
+	// held from their first gather in a mini-batch to the optimiser's
+	// step; Units then leaves them out. KeptUnits is how many units.
+	Kept      int64
+	KeptUnits int
 	// The step's own buffers, Held included, at each point of a
 	// mini-batch's update: while the shards' gradients are summed (the
 	// tree's copies), during the reduction (stage 1: the sum sent, the
@@ -97,6 +103,9 @@ func (m RankMemory) PeakWhen() string {
 			}
 			if m.Zero == 2 {
 				return "a backward pass: " + sums + " beside two units' gradients"
+			}
+			if m.KeptUnits > 0 {
+				return fmt.Sprintf("a backward pass: %s beside the %d units kept gathered until the optimiser's step (learner.keep_gathered_mib) and two units' weights and gradients", sums, m.KeptUnits)
 			}
 			return "a backward pass: " + sums + " beside two units' weights and gradients"
 		}
@@ -264,12 +273,24 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemo
 		v = GroupShards(ranks)
 	}
 	z := zero3Layout(mc, ranks)
-	pass := 4 * zero3PassFloats(z, mc, whole)
+	var keep []bool
+	if !whole && ranks > 1 {
+		keep = KeptUnits(z.units, cfg.KeepGathered)
+	}
+	pass := 4 * zero3PassFloats(z, mc, whole, keep)
+	var kept int64
+	nKept := 0
+	for u, k := range keep {
+		if k {
+			kept += 4 * int64(z.units[u].Len)
+			nKept++
+		}
+	}
 	k := (v + ranks - 1) / ranks // the slots of a round
 	out := make([]RankMemory, ranks)
 	for r := range out {
 		e := int64(z.elements(r))
-		m := RankMemory{Rank: r, Elements: e, Shards: k, Moments: 8 * e, Held: 4 * e, Zero: 3, Weights: 4 * e, Units: pass}
+		m := RankMemory{Rank: r, Elements: e, Shards: k, Moments: 8 * e, Held: 4 * e, Zero: 3, Weights: 4 * e, Units: pass, Kept: kept, KeptUnits: nKept}
 		if whole {
 			m.Zero = 2
 		}
@@ -281,8 +302,8 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemo
 			m.TreeBuffers = 1
 		}
 		m.Tree = int64(m.TreeBuffers) * 4 * e
-		m.Reduce = m.Tree + pass
-		m.Gather = m.Held + pass
+		m.Reduce = m.Tree + pass + kept
+		m.Gather = m.Held + pass + kept
 		out[r] = m
 	}
 	return out, nil
@@ -295,8 +316,10 @@ func planZero3(mc model.Config, ranks int, cfg DPConfig, whole bool) ([]RankMemo
 // gradient the pass writes (the next one it hands over), and the one
 // handed over before it with its exchange's receive buffer (N times the
 // unit's largest part): the pass goes on while one gradient at most is
-// being exchanged.
-func zero3PassFloats(z *zero3, mc model.Config, whole bool) int64 {
+// being exchanged. Units kept between passes (keep) are not counted:
+// they are held from their first gather to the optimiser's step
+// (RankMemory.Kept).
+func zero3PassFloats(z *zero3, mc model.Config, whole bool, keep []bool) int64 {
 	n := z.n
 	size := func(u int) int64 { return int64(z.units[u].Len) }
 	gathered := func(x int64) int64 {
@@ -304,6 +327,12 @@ func zero3PassFloats(z *zero3, mc model.Config, whole bool) int64 {
 			return 0
 		}
 		return x
+	}
+	read := func(u int) int64 {
+		if keep != nil && keep[u] {
+			return 0
+		}
+		return size(u)
 	}
 	recv := func(u int) int64 {
 		if n == 1 {
@@ -330,10 +359,10 @@ func zero3PassFloats(z *zero3, mc model.Config, whole bool) int64 {
 		}
 		var w int64
 		if k >= 0 {
-			w = size(uses[k])
+			w = read(uses[k])
 		}
 		if k+1 < len(uses) {
-			w += size(uses[k+1])
+			w += read(uses[k+1])
 		}
 		var g, ex int64
 		for _, f := range plan[i:] {

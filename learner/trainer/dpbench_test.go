@@ -68,7 +68,7 @@ func programDPBench() int {
 	}
 	l := &Learner{Policy: m, Opt: opt}
 	ctx := context.Background()
-	if mode := os.Getenv("AIPO_DPB_MODE"); mode == "dp" || mode == "dp2" || mode == "dp3" || mode == "dp1s" {
+	if mode := os.Getenv("AIPO_DPB_MODE"); mode == "dp" || mode == "dp2" || mode == "dp3" || mode == "dp3k" || mode == "dp1s" {
 		// A rank of one thread pinned to one core (BenchmarkWeakScaling)
 		// answers the others' heartbeats only between the long
 		// non-preemptible stretches of its step (a 748 MB gradient copied
@@ -85,14 +85,18 @@ func programDPBench() int {
 		switch mode {
 		case "dp2":
 			zero = 2
-		case "dp3":
+		case "dp3", "dp3k":
 			zero = 3
 		}
 		shards := DefaultShards
 		if mode == "dp1s" {
 			shards = comm.Size()
 		}
-		if err := l.EnableDataParallel(comm, DPConfig{Shards: shards, Zero: zero}); err != nil {
+		var keep int64
+		if mode == "dp3k" {
+			keep = 1 << 40 // every unit
+		}
+		if err := l.EnableDataParallel(comm, DPConfig{Shards: shards, Zero: zero, KeepGathered: keep}); err != nil {
 			return fail(err)
 		}
 	}

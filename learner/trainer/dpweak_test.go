@@ -4,8 +4,11 @@ package trainer
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/aipo-rl/aipo/internal/benchstat"
@@ -27,7 +30,10 @@ const weakScalingRounds = 3
 // and 2 (a reduce-scatter of the gradient and an all-gather of the
 // weights) and 3P for stage 3 (the weights gathered for the forward and
 // again for the backward, the gradient reduce-scattered), each times the
-// ring's (N-1)/N. Shapes: BenchmarkStepVsPyTorch's 21.7M and Qwen3-0.6B's
+// ring's (N-1)/N; zero3-kept is stage 3 keeping every gathered unit
+// between passes (DPConfig.KeepGathered, learner.keep_gathered_mib), which
+// gathers the weights once a mini-batch: 2P. AIPO_WEAK_STAGES=zero1,zero3
+// runs those stages alone. Shapes: BenchmarkStepVsPyTorch's 21.7M and Qwen3-0.6B's
 // width and vocabulary with 2 layers (187M); -short (make bench-smoke)
 // runs the 0.8M shape, one round. Target: efficiency at least 0.9.
 func BenchmarkWeakScaling(b *testing.B) {
@@ -41,7 +47,20 @@ func BenchmarkWeakScaling(b *testing.B) {
 	stages := []struct {
 		name, mode string
 		moved      float64 // elements a rank moves a step, in parameters
-	}{{"zero1", "dp", 2}, {"zero2", "dp2", 2}, {"zero3", "dp3", 3}}
+	}{{"zero1", "dp", 2}, {"zero2", "dp2", 2}, {"zero3", "dp3", 3}, {"zero3-kept", "dp3k", 2}}
+	if only := os.Getenv("AIPO_WEAK_STAGES"); only != "" {
+		// A rerun of some stages (a comma-separated list of names).
+		want := strings.Split(only, ",")
+		stages = slices.DeleteFunc(stages, func(st struct {
+			name, mode string
+			moved      float64
+		}) bool {
+			return !slices.Contains(want, st.name)
+		})
+		if len(stages) == 0 {
+			b.Fatalf("AIPO_WEAK_STAGES=%s names none of zero1, zero2, zero3, zero3-kept", only)
+		}
+	}
 	run := func(b *testing.B, shape, mode string, size int) dpBenchResult {
 		return dpBenchLaunch(b, disttest.Spec{Program: "dpbench", Size: size,
 			Env: func(int) []string {

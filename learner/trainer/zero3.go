@@ -88,6 +88,12 @@ type zero3 struct {
 
 	mu   sync.Mutex
 	pass *passFeed // the pass in progress, nil between passes
+	// keep[u] says unit u's gathered weights are kept from the pass that
+	// gathered them until the weights change (DPConfig.KeepGathered;
+	// nil: none is), in kept[u] (nil until gathered; under mu). Every
+	// rank keeps the same units, so every rank skips the same gathers.
+	keep []bool
+	kept [][]float32
 
 	// On the devices (zero3dev.go): the device communicator, the group
 	// on the passes' device and the passes it was opened on; master and
@@ -310,6 +316,8 @@ func (l *Learner) stepZero3(ctx context.Context) (float64, error) {
 		at := z.local0(rank, z.flatStart(c))
 		grads[i] = z.grad[at : at+z.chunks[c].Len()]
 	}
+	// The weights change: what the passes kept of them goes.
+	z.dropKept()
 	par.Tasks(len(z.mine), func(_, i int) { partial[i] = optim.SquaredSum(grads[i]) })
 	all, err := z.chunkSums(ctx, dp, partial)
 	if err != nil {

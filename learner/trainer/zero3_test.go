@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
+
+	"github.com/aipo-rl/aipo/learner/model"
 )
 
 // oneMicroBatch makes every virtual shard of dpCfg pack into one
@@ -81,6 +84,78 @@ func TestZeroStage3SameBits(t *testing.T) {
 	dir := dpRunFrom(t, 2, 2, 3, saved1, true, few, oneMicroBatch, "AIPO_DP_ZERO=3")
 	if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
 		t.Errorf("saved at 4 ranks at stage 1, resumed at 2 ranks at stage 3: %v, uninterrupted %v", got, want)
+	}
+}
+
+// Stage 3 with gathered units kept between passes (DPConfig.KeepGathered)
+// ends with the bits of one rank without them at 2 and 4 ranks, for a
+// budget that keeps every unit and one that keeps some (the units that
+// fit, in order); each rank sends fewer bytes than without a budget (a
+// kept unit is gathered once a mini-batch, not twice a training pass and
+// once a scoring pass), and its measured peak stays within the plan's
+// figure for that budget, which counts the kept units whole.
+func TestZeroStage3KeepGathered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	few := "AIPO_DP_FEW=2"
+	one := dpRunFrom(t, 1, 0, 3, "", false, few, "AIPO_DP_ZERO=3", "AIPO_DP_LAYERS=12")
+	want := [2]string{digest(t, one, "params.bin"), digest(t, one, "optimizer.bin")}
+	mc := tinyConfig(20)
+	mc.NumHiddenLayers = 12
+	units := model.UnitsOf(mc)
+	var all int64
+	for _, u := range units {
+		all += 4 * int64(u.Len)
+	}
+	for _, n := range []int{2, 4} {
+		sent := map[int64]int64{}
+		for _, keep := range []int64{0, all / 2, all} {
+			out := t.TempDir()
+			dir := dpRunFrom(t, n, 0, 3, "", false, few, "AIPO_DP_ZERO=3", "AIPO_DP_LAYERS=12", "AIPO_DP_MEMORY="+out, fmt.Sprintf("AIPO_DP_KEEP=%d", keep))
+			if got := [2]string{digest(t, dir, "params.bin"), digest(t, dir, "optimizer.bin")}; got != want {
+				t.Errorf("%d ranks at stage 3 keeping %d bytes of gathered units: %v, 1 rank %v", n, keep, got, want)
+			}
+			plan, err := PlanDataParallel(mc, n, DPConfig{Zero: 3, KeepGathered: keep})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept := 0
+			for _, k := range KeptUnits(units, keep) {
+				if k {
+					kept++
+				}
+			}
+			for r := range n {
+				b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("memory-%d.json", r)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var m Zero3Memory
+				if err := json.Unmarshal(b, &m); err != nil {
+					t.Fatal(err)
+				}
+				planned := plan[r].Weights + plan[r].Moments + plan[r].StepBuffers()
+				if m.Peak > planned {
+					t.Errorf("%d ranks keeping %d bytes (%d of %d units): rank %d held %d bytes at its peak, more than the plan's %d", n, keep, kept, len(units), r, m.Peak, planned)
+				}
+				b, err = os.ReadFile(filepath.Join(out, fmt.Sprintf("sent-%d", r)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				x, err := strconv.ParseInt(string(b), 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r == 0 {
+					sent[keep] = x
+					t.Logf("%d ranks keeping %d bytes (%d of %d units, %d kept a rank in the plan): rank 0 sent %d bytes, peak %d of the plan's %d", n, keep, kept, len(units), plan[r].Kept, x, m.Peak, planned)
+				}
+			}
+		}
+		if !(sent[all] < sent[all/2] && sent[all/2] < sent[0]) {
+			t.Errorf("%d ranks: rank 0 sent %d bytes keeping every unit, %d keeping some, %d keeping none: want fewer the more it keeps", n, sent[all], sent[all/2], sent[0])
+		}
 	}
 }
 

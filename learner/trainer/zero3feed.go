@@ -88,6 +88,7 @@ type passFeed struct {
 	err     error       // the first failure
 	next    int         // the next use the pass will ask for
 	held    []float32   // the weights of the unit the pass reads
+	heldU   int         // its unit
 	done    chan struct{}
 }
 
@@ -158,7 +159,7 @@ func (p *passFeed) run(items []feedItem) {
 				return
 			}
 			if p.shadow {
-				p.z.releaseWeights(w)
+				p.z.releaseWeights(p.uses[it.use], w)
 				continue
 			}
 			p.weights[it.use] <- w
@@ -222,12 +223,12 @@ func (p *passFeed) use(u int) ([]float32, error) {
 	p.reach(p.eventIndex(k))
 	select {
 	case w := <-p.weights[k]:
-		p.held = w
+		p.held, p.heldU = w, u
 		return w, nil
 	case <-p.done:
 		select {
 		case w := <-p.weights[k]:
-			p.held = w
+			p.held, p.heldU = w, u
 			return w, nil
 		default:
 		}
@@ -244,7 +245,7 @@ func (p *passFeed) use(u int) ([]float32, error) {
 // drop lets go of the weights the pass read last.
 func (p *passFeed) drop() {
 	if p.held != nil {
-		p.z.releaseWeights(p.held)
+		p.z.releaseWeights(p.heldU, p.held)
 		p.held = nil
 	}
 }
@@ -286,10 +287,10 @@ func (p *passFeed) finish(passErr error) error {
 		p.reach(len(p.plan) - 1)
 	}
 	<-p.done
-	for _, ch := range p.weights {
+	for k, ch := range p.weights {
 		select {
 		case w := <-ch:
-			p.z.releaseWeights(w)
+			p.z.releaseWeights(p.uses[k], w)
 		default:
 		}
 	}
@@ -344,21 +345,65 @@ func (z *zero3) GradDone(u int, g []float32) error {
 	return p.gradDone(u, g)
 }
 
-// releaseWeights accounts for gathered weights the pass let go (a group
-// of one reads its own share in place: nothing was gathered).
-func (z *zero3) releaseWeights(w []float32) {
-	if z.n > 1 {
+// releaseWeights accounts for unit u's gathered weights w, which the pass
+// let go (a group of one reads its own share in place: nothing was
+// gathered; a kept unit's stay until dropKept).
+func (z *zero3) releaseWeights(u int, w []float32) {
+	if z.n > 1 && !z.keeps(u) {
 		z.mem.add(-4 * int64(len(w)))
 	}
 }
 
-// gatherUnit all-gathers unit u's weights from their owners.
+// keeps says unit u's gathered weights are kept between passes.
+func (z *zero3) keeps(u int) bool { return z.keep != nil && z.keep[u] }
+
+// dropKept lets go of the gathered weights the passes kept: the weights
+// change (the optimiser's step, new weights taken).
+func (z *zero3) dropKept() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for u, w := range z.kept {
+		if w != nil {
+			z.mem.add(-4 * int64(len(w)))
+			z.kept[u] = nil
+		}
+	}
+}
+
+// KeptUnits is the units of units whose gathered weights a stage-3 rank
+// keeps between passes within budget bytes (DPConfig.KeepGathered): in
+// the model's order, each whose float32 weights fit in what the units
+// before it left of the budget. Nil for a budget of 0.
+func KeptUnits(units []model.Span, budget int64) []bool {
+	if budget <= 0 {
+		return nil
+	}
+	keep := make([]bool, len(units))
+	for u, s := range units {
+		if b := 4 * int64(s.Len); b <= budget {
+			keep[u] = true
+			budget -= b
+		}
+	}
+	return keep
+}
+
+// gatherUnit all-gathers unit u's weights from their owners (a kept
+// unit's once, until dropKept).
 func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]float32, error) {
 	n, rank := comm.Size(), comm.Rank()
 	lo, hi := z.run(u, rank)
 	mine := z.master[z.at[u] : z.at[u]+hi-lo]
 	if n == 1 {
 		return mine, nil
+	}
+	if z.keeps(u) {
+		z.mu.Lock()
+		w := z.kept[u]
+		z.mu.Unlock()
+		if w != nil {
+			return w, nil
+		}
 	}
 	counts := make([]int, n)
 	for r := range n {
@@ -376,6 +421,11 @@ func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]
 		return nil, err
 	}
 	z.rankOrder(u, w, true)
+	if z.keeps(u) {
+		z.mu.Lock()
+		z.kept[u] = w
+		z.mu.Unlock()
+	}
 	return w, nil
 }
 

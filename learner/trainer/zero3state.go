@@ -285,6 +285,7 @@ func (l *Learner) LoadPolicy(flat []float32) error {
 
 // takeWeights keeps of flat (every weight) the elements rank owns.
 func (z *zero3) takeWeights(rank int, flat []float32) {
+	z.dropKept()
 	z.ensureMaster()
 	z.owned(rank, 0, len(flat), func(lo, hi, at int) { copy(z.master[at:], flat[lo:hi]) })
 }

@@ -118,6 +118,9 @@ type Command struct {
 	// exchange buffers of different sizes.
 	Zero   int `json:"zero,omitempty"`
 	Shards int `json:"shards,omitempty"`
+	// KeepGathered is rank 0's learner.keep_gathered_mib in bytes: ranks
+	// that disagree would skip different gathers.
+	KeepGathered int64 `json:"keep_gathered,omitempty"`
 }
 
 func commandKey(seq int64) string { return "aipo/train/command/" + strconv.FormatInt(seq, 10) }
