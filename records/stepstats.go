@@ -48,6 +48,10 @@ type StepStats struct {
 	// CarryStepsMax is the most steps one of the groups trained here was
 	// held back (the learner widens policy.max_staleness by it).
 	CarryStepsMax int64
+	// GroupsCarryBound counts the groups carried into this step as often
+	// as rollout.carry_max_steps allows, which the step finished whatever
+	// the pushes did (the step waited for them).
+	GroupsCarryBound int64
 	// Interactions counts every collaborator call, AgentInteractions
 	// those of each agent (interactions.<agent>) and AgentStatuses those
 	// of each agent by status (interactions.<agent>.<status>).
@@ -198,6 +202,7 @@ var stepStatKeys = func() []stepStatKey {
 		i("groups_resumed", func(s *StepStats) *int64 { return &s.GroupsResumed }, nil),
 		i("carry_steps", func(s *StepStats) *int64 { return &s.CarrySteps }, nil),
 		i("carry_steps_max", func(s *StepStats) *int64 { return &s.CarryStepsMax }, nil),
+		i("groups_carry_bound", func(s *StepStats) *int64 { return &s.GroupsCarryBound }, nil),
 		i("tokens.response", func(s *StepStats) *int64 { return &s.ResponseTokens }, withTrajectories),
 		i("correct", func(s *StepStats) *int64 { return &s.Correct }, nil),
 		i("noisy", func(s *StepStats) *int64 { return &s.Noisy }, nil),

@@ -310,6 +310,25 @@ type Rollout struct {
 	// it the interrupted samples go on inside the step as rollout.partial
 	// alone would (default 0.5 when unset; 0 < x <= 1).
 	CarryMinFinished *float64 `yaml:"carry_min_finished,omitempty"`
+	// CarryMaxSteps bounds how many steps a group may be carried: a group
+	// carried into a step that many times is finished inside that step,
+	// its samples going on across the next push as under rollout.partial
+	// alone (the step waits for it), so that its oldest tokens lag at
+	// most policy.max_staleness + CarryMaxSteps behind the checkpoint
+	// that trains them (default 2 when unset; 0: bounded by the run's
+	// steps alone, since the last step carries nothing).
+	CarryMaxSteps *int64 `yaml:"carry_max_steps,omitempty"`
+}
+
+// DefaultCarryMaxSteps is rollout.carry_max_steps when unset.
+const DefaultCarryMaxSteps = 2
+
+// CarryBound is CarryMaxSteps with its default (0: no bound).
+func (r Rollout) CarryBound() int64 {
+	if r.CarryMaxSteps != nil {
+		return *r.CarryMaxSteps
+	}
+	return DefaultCarryMaxSteps
 }
 
 // DefaultCarryMinFinished is rollout.carry_min_finished when unset.

@@ -93,6 +93,7 @@
 //	rollout.partial_tokens      split each sample of step k deterministically: its first N policy tokens from checkpoint k-1, the rest from checkpoint k, so a killed run resumes to the same bits (0: a push interrupts wherever it lands; needs rollout.partial and the in-process policy)
 //	rollout.carry               close a step's batch at the push that starts the next step's rollout: groups with unfinished samples are persisted under the step (carry/) and finished and trained in the next step, so the learner never waits for a step's slowest samples (false; needs rollout.partial, not with partial_tokens or advantage.dynamic_sampling)
 //	rollout.carry_min_finished  share of a step's groups that must have finished for its batch to close; below it the samples go on inside the step (0.5; needs rollout.carry)
+//	rollout.carry_max_steps     the most steps a group may be carried: one carried that often is finished inside the step it is carried into, across the next push (2; 0: the run's steps; needs rollout.carry)
 //	rollout.prompts_per_batch   prompts per rollout element, 0 for 4*max_in_flight/group_size (0)
 //	rollout.max_failed_fraction share of a step's samples that may fail (error) before the step fails; all failing always fails (0.5)
 //	rollout.system_prompt       system prompt template, inline (built-in text describing the agents)

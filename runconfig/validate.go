@@ -222,6 +222,10 @@ func (c Config) validateRollout() error {
 		return fieldError("rollout.carry_min_finished", "is set but rollout.carry is off; set carry: true, or drop carry_min_finished")
 	case r.CarryMinFinished != nil && !(*r.CarryMinFinished > 0 && *r.CarryMinFinished <= 1):
 		return fieldError("rollout.carry_min_finished", "%v must be above 0 and at most 1 (the share of a step's groups that must have finished for its batch to close; default 0.5)", *r.CarryMinFinished)
+	case r.CarryMaxSteps != nil && !r.Carry:
+		return fieldError("rollout.carry_max_steps", "is set but rollout.carry is off; set carry: true, or drop carry_max_steps")
+	case r.CarryMaxSteps != nil && *r.CarryMaxSteps < 0:
+		return fieldError("rollout.carry_max_steps", "%d must not be negative (the most steps a group may be carried; 0: no bound but the run's steps; default %d)", *r.CarryMaxSteps, DefaultCarryMaxSteps)
 	case r.MaxFailedFraction != nil && !(*r.MaxFailedFraction >= 0 && *r.MaxFailedFraction <= 1):
 		return fieldError("rollout.max_failed_fraction", "%v must be between 0 (no sample may fail) and 1 (any share may, short of all)", *r.MaxFailedFraction)
 	case r.PromptsPerBatch < 0:

@@ -28,8 +28,10 @@ func carryWarmStart() *demo.WarmStartConfig {
 }
 
 // carryDemo is the quick demo on carryWarmStart with rollout.carry:
-// responses up to 512 tokens, one sample at a time, and a batch that
-// closes once a quarter of its groups has finished.
+// responses up to 512 tokens, one sample at a time, a batch that closes
+// once a quarter of its groups has finished, and a group carried at most
+// once (rollout.carry_max_steps 1: every group carried into a step is
+// finished there).
 func carryDemo(c *runconfig.Config) {
 	c.Run.Async, c.Rollout.Partial, c.Rollout.Carry = true, true, true
 	c.Run.Steps = 8
@@ -38,6 +40,8 @@ func carryDemo(c *runconfig.Config) {
 	c.Rollout.MaxInFlight = 1 // a step's rollout outlasts the learner step beside it
 	quarter := 0.25
 	c.Rollout.CarryMinFinished = &quarter
+	once := int64(1)
+	c.Rollout.CarryMaxSteps = &once
 	c.Checkpoint.KeepLast = 0 // every checkpoint, to score each token with its version
 	c.Eval.Every = 0
 }
@@ -52,7 +56,9 @@ func carryDemo(c *runconfig.Config) {
 // step that drew them is in the carry file) and hold policy
 // tokens of two versions or more; every policy token's behaviour log-prob
 // equal to what the checkpoint of its recorded version gives it; and the
-// learner's staleness record counting the trained tokens by version.
+// learner's staleness record counting the trained tokens by version;
+// with rollout.carry_max_steps 1, every group carried into a step trained
+// in it, counted as finished at the bound (groups_carry_bound).
 func TestQuickDemoCarry(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/carry"
@@ -110,7 +116,7 @@ func TestQuickDemoCarry(t *testing.T) {
 		}
 		carried += st.GroupsCarried
 		resumed += st.GroupsResumed
-		t.Logf("step %d: %d trajectories, %d groups carried out, %d carried in (%d steps held, at most %d), %d calls interrupted, %d mixed", k, len(trajs), st.GroupsCarried, st.GroupsResumed, st.CarrySteps, st.CarryStepsMax, st.PolicyInterrupted, st.SamplesMixed)
+		t.Logf("step %d: %d trajectories, %d groups carried out, %d carried in (%d steps held, at most %d; %d at the bound), %d calls interrupted, %d mixed", k, len(trajs), st.GroupsCarried, st.GroupsResumed, st.CarrySteps, st.CarryStepsMax, st.GroupsCarryBound, st.PolicyInterrupted, st.SamplesMixed)
 		if k == cfg.Run.Steps-1 && st.GroupsCarried > 0 {
 			t.Errorf("the last step carried %d groups, which no step would train", st.GroupsCarried)
 		}
@@ -140,6 +146,9 @@ func TestQuickDemoCarry(t *testing.T) {
 		}
 		if st.GroupsResumed != trainedIn {
 			t.Errorf("step %d counts %d groups carried into it and trained, its shards hold %d of them", k, st.GroupsResumed, trainedIn)
+		}
+		if trainedIn != int64(len(in)) || st.GroupsCarryBound != trainedIn || st.CarryStepsMax > 1 {
+			t.Errorf("step %d trains %d of the %d groups carried into it, counts %d finished at rollout.carry_max_steps 1, held one back %d steps at most: want all, all and 1", k, trainedIn, len(in), st.GroupsCarryBound, st.CarryStepsMax)
 		}
 		versions := map[string]int{}
 		for _, tr := range trajs {
@@ -267,6 +276,11 @@ func TestCarryRefusals(t *testing.T) {
 			x := 0.0
 			c.Run.Async, c.Rollout.Partial, c.Rollout.Carry, c.Rollout.CarryMinFinished = true, true, true, &x
 		}, "rollout.carry_min_finished: 0 must be above 0 and at most 1"},
+		{"bound without carry", func(c *runconfig.Config) { x := int64(1); c.Rollout.CarryMaxSteps = &x }, "rollout.carry_max_steps: is set but rollout.carry is off"},
+		{"negative bound", func(c *runconfig.Config) {
+			x := int64(-1)
+			c.Run.Async, c.Rollout.Partial, c.Rollout.Carry, c.Rollout.CarryMaxSteps = true, true, true, &x
+		}, "rollout.carry_max_steps: -1 must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := demoConfig(demoOptions{RunDir: t.TempDir(), Quick: true, Mutate: tc.mutate})

@@ -106,7 +106,7 @@ func Spec(ctx context.Context, o Options) (trajectories.Spec, error) {
 		// The last step carries nothing: no step after it would train it.
 		var key [8]byte
 		_, _ = rand.Read(key[:])
-		spec.Carry = trajectories.Carry{Dir: rundir.Carry(rundir.Step(c.Run.Dir, o.Step)), MinGroups: c.Rollout.CarryMinGroups(c.Data.BatchSize),
+		spec.Carry = trajectories.Carry{Dir: rundir.Carry(rundir.Step(c.Run.Dir, o.Step)), MinGroups: c.Rollout.CarryMinGroups(c.Data.BatchSize), MaxSteps: c.Rollout.CarryBound(),
 			Key: fmt.Sprintf("%s/%d/%x", c.Run.Dir, o.Step, key)}
 	}
 	if chat != nil {

@@ -42,6 +42,9 @@ type Group struct {
 	// CarriedSteps is how many steps' batches the group was carried past
 	// before this one (0: drawn by this step).
 	CarriedSteps int64
+	// AtCarryBound says the group was carried Carry.MaxSteps times and
+	// finished in this step whatever the pushes did.
+	AtCarryBound bool
 }
 
 // Sample runs G trajectories for every prompt of every batch.
@@ -223,6 +226,13 @@ func runGroup(ctx context.Context, w *worker, spec Spec, p schemas.Prompt, ids [
 		n.missing.Store(from.GuideMissing)
 	}
 	gate := carryGateOf(spec.Carry)
+	// stops is the gate that may stop the group's samples: none for a
+	// group carried as often as rollout.carry_max_steps allows, which
+	// finishes here (counted towards the batch all the same).
+	stops := gate
+	if from != nil && spec.Carry.MaxSteps > 0 && from.Carries >= spec.Carry.MaxSteps {
+		stops, g.AtCarryBound = nil, true
+	}
 	left := make([]*CarriedSample, G) // the samples carried on
 	var wg sync.WaitGroup
 	firstGuide := G
@@ -250,7 +260,7 @@ func runGroup(ctx context.Context, w *worker, spec Spec, p schemas.Prompt, ids [
 				return
 			}
 			defer func() { <-w.slots }()
-			if gate.closed() {
+			if stops.closed() {
 				// The batch closed before the sample started: it starts
 				// in the next step, as it would have here.
 				left[j] = &CarriedSample{State: SampleUnstarted}
@@ -264,7 +274,7 @@ func runGroup(ctx context.Context, w *worker, spec Spec, p schemas.Prompt, ids [
 					return
 				}
 			}
-			if r := sample(ctx, w, spec, step, p, j, ids, resume, gate, &g, &n, fail); r != nil {
+			if r := sample(ctx, w, spec, step, p, j, ids, resume, stops, &g, &n, fail); r != nil {
 				left[j] = &CarriedSample{State: SampleStopped, Resume: r}
 			}
 		}()

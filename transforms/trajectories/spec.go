@@ -68,6 +68,11 @@ type Carry struct {
 	// its first interruption, for its batch to close; otherwise its
 	// samples go on inside the step.
 	MinGroups int `json:"min_groups,omitempty"`
+	// MaxSteps bounds how many steps a group is carried
+	// (rollout.carry_max_steps): a group carried into the step that many
+	// times already is finished inside it, its samples going on across
+	// the next push as under rollout.partial alone; 0: no bound.
+	MaxSteps int64 `json:"max_steps,omitempty"`
 	// Key names this rollout's decision, made once per process: unique
 	// for each rollout of a step (a step rolled out again decides anew).
 	Key string `json:"key,omitempty"`

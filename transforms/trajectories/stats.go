@@ -78,6 +78,9 @@ func GroupStats(g Group, kept bool) Stats {
 		c["carry_steps"] += g.CarriedSteps
 		st.CarryStepsMax = g.CarriedSteps
 	}
+	if g.AtCarryBound {
+		c["groups_carry_bound"]++
+	}
 	if g.PolicyInterrupted > 0 {
 		c["policy_interrupted"] += g.PolicyInterrupted
 	}

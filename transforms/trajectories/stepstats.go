@@ -17,7 +17,7 @@ func (s Stats) StepStats() records.StepStats {
 		GroupsKept: c["groups_kept"], GroupsDropped: c["groups_dropped"], Correct: c["correct"],
 		PolicyCalls: c["policy_calls"], PolicyRetries: c["policy_retries"], Interactions: c["interactions"],
 		PolicyInterrupted: c["policy_interrupted"], SamplesMixed: c["samples_mixed"],
-		GroupsCarried: c["groups_carried"], GroupsResumed: c["groups_resumed"], CarrySteps: c["carry_steps"], CarryStepsMax: s.CarryStepsMax,
+		GroupsCarried: c["groups_carried"], GroupsResumed: c["groups_resumed"], CarrySteps: c["carry_steps"], CarryStepsMax: s.CarryStepsMax, GroupsCarryBound: c["groups_carry_bound"],
 		CollabFailures: c["collab_failures"], Noisy: c["noisy"],
 		ResponseTokens: c["tokens.response"], ExternalTokens: c["tokens.external"], TemplateTokens: c["tokens.template"], GuideTokens: c["tokens.guide"],
 		GuidanceTraces: c["guidance_traces"], GuidanceMissing: c["guidance_missing"],
