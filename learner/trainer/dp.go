@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 
 	"github.com/aipo-rl/aipo/learner/backend"
@@ -304,49 +303,26 @@ func owner(s, v, n int) int { return s * n / v }
 
 // shardSamples splits each mini-batch (samples i with i % miniBatches ==
 // mb) into v virtual shards balanced by tokens: each sample, in order,
-// goes to the shard with the fewest tokens so far, the first of equals in
-// fillOrder(v). The split depends on the samples alone, never on the
-// group.
+// goes to the shard with the fewest tokens so far (the first of equals).
+// The split depends on the samples alone, never on the group. (A
+// mini-batch of fewer samples than shards fills shards 0, 1, ...: whole
+// slots of stages 2 and 3, where rank r computes shards r, r+N, ...;
+// stage 1's contiguous runs then leave the last ranks idle. No order
+// serves both: docs/scaling.md, "Weak scaling".)
 func shardSamples(seqs []Sequence, miniBatches, v int) [][][]int {
-	order := fillOrder(v)
 	out := make([][][]int, miniBatches)
 	for mb := range out {
 		out[mb] = make([][]int, v)
 		load := make([]int, v)
 		for i := mb; i < len(seqs); i += miniBatches {
-			best := order[0]
-			for _, s := range order[1:] {
+			best := 0
+			for s := 1; s < v; s++ {
 				if load[s] < load[best] {
 					best = s
 				}
 			}
 			out[mb][best] = append(out[mb][best], i)
 			load[best] += seqs[i].Len()
-		}
-	}
-	return out
-}
-
-// fillOrder is the order in which shardSamples fills v virtual shards
-// that are equally loaded (all of them, at a mini-batch's start). For v
-// a power of two it spreads a mini-batch of fewer samples than shards
-// over every rank of a group of any power-of-two size n under both
-// ownerships: each aligned run of n shards in the order holds one shard
-// of every rank, whether rank r computes shards r, r+n, ... (stages 2 and
-// 3: owner3) or the r-th contiguous run (stage 1: owner). Shard k of the
-// order is k with its high bits flipped by its low bits reversed (at 8
-// shards 0, 5, 2, 7, 4, 1, 6, 3), so that the first n in the order take
-// every value of the low log2(n) bits and every value of the high
-// log2(n) bits once. 0, 1, ..., v-1 for other v.
-func fillOrder(v int) []int {
-	out := make([]int, v)
-	m := bits.Len(uint(v)) - 1
-	pow2 := v > 0 && v&(v-1) == 0
-	high := (1<<m - 1) &^ (1<<((m+1)/2) - 1)
-	for k := range out {
-		out[k] = k
-		if pow2 {
-			out[k] = k ^ int(bits.Reverse(uint(k))>>(bits.UintSize-m))&high
 		}
 	}
 	return out

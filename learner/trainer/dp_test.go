@@ -16,7 +16,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -594,66 +593,4 @@ func mustAdamW(t *testing.T) *optim.AdamW {
 		t.Fatal(err)
 	}
 	return o
-}
-
-// A mini-batch of fewer samples than virtual shards is spread over every
-// rank of a power-of-two group under both ownerships (stage 1's
-// contiguous runs, stages 2 and 3's shard s on rank s mod n), so that no
-// rank computes every pass of a small batch while the others wait.
-func TestShardSamplesSpreadSmallBatches(t *testing.T) {
-	for _, v := range []int{1, 2, 4, 8, 16, 32, 64} {
-		order := fillOrder(v)
-		if got := slices.Sorted(slices.Values(order)); !slices.Equal(got, seqInts(v)) {
-			t.Fatalf("fillOrder(%d) = %v: not a permutation of the shards", v, order)
-		}
-		for n := 1; n <= v; n *= 2 {
-			for start := 0; start < v; start += n {
-				block := order[start : start+n]
-				mod, run := map[int]bool{}, map[int]bool{}
-				for _, s := range block {
-					mod[owner3(s, n)] = true
-					run[owner(s, v, n)] = true
-				}
-				if len(mod) != n || len(run) != n {
-					t.Fatalf("fillOrder(%d)[%d:%d] = %v: ranks of %d under stages 2 and 3 %v, under stage 1 %v; want every rank once", v, start, start+n, block, n, mod, run)
-				}
-			}
-		}
-	}
-	if got, want := fillOrder(8), []int{0, 5, 2, 7, 4, 1, 6, 3}; !slices.Equal(got, want) {
-		t.Fatalf("fillOrder(8) = %v, want %v", got, want)
-	}
-	if got := fillOrder(6); !slices.Equal(got, seqInts(6)) {
-		t.Fatalf("fillOrder(6) = %v, want the shards in order", got)
-	}
-	// Four equal sequences at 8 shards and 2 ranks: two passes a rank
-	// at every stage.
-	seqs := make([]Sequence, 4)
-	for i := range seqs {
-		seqs[i] = Sequence{Prompt: make([]int32, 8), Response: make([]int32, 8)}
-	}
-	shards := shardSamples(seqs, 1, 8)[0]
-	passes := map[string][2]int{}
-	for s, idx := range shards {
-		if len(idx) == 0 {
-			continue
-		}
-		a, b := passes["stage 1"], passes["stages 2 and 3"]
-		a[owner(s, 8, 2)]++
-		b[owner3(s, 2)]++
-		passes["stage 1"], passes["stages 2 and 3"] = a, b
-	}
-	for stage, p := range passes {
-		if p != [2]int{2, 2} {
-			t.Errorf("%s: passes a rank %v, want [2 2] (shards %v)", stage, p, shards)
-		}
-	}
-}
-
-func seqInts(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }
