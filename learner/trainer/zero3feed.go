@@ -221,6 +221,14 @@ func (p *passFeed) use(u int) ([]float32, error) {
 	p.next++
 	p.drop()
 	p.reach(p.eventIndex(k))
+	if w := p.z.keptWeights(u); w != nil {
+		// Kept from an earlier gather: the pass does not wait behind the
+		// exchanges queued before this use's item (a gradient's
+		// reduction, which waits for the slowest rank), as it need not
+		// for weights it holds. The item sends them too; finish drains it.
+		p.held, p.heldU = w, u
+		return w, nil
+	}
 	select {
 	case w := <-p.weights[k]:
 		p.held, p.heldU = w, u
@@ -354,6 +362,19 @@ func (z *zero3) releaseWeights(u int, w []float32) {
 	}
 }
 
+// keptWeights is unit u's gathered weights when they are kept and have
+// been gathered (nil otherwise). Only the feed's goroutine sets them, in
+// the order of its items, and they go only between passes (dropKept), so
+// whether an item gathers does not depend on when the pass asks.
+func (z *zero3) keptWeights(u int) []float32 {
+	if !z.keeps(u) {
+		return nil
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.kept[u]
+}
+
 // keeps says unit u's gathered weights are kept between passes.
 func (z *zero3) keeps(u int) bool { return z.keep != nil && z.keep[u] }
 
@@ -397,13 +418,8 @@ func (z *zero3) gatherUnit(ctx context.Context, comm collective.Comm, u int) ([]
 	if n == 1 {
 		return mine, nil
 	}
-	if z.keeps(u) {
-		z.mu.Lock()
-		w := z.kept[u]
-		z.mu.Unlock()
-		if w != nil {
-			return w, nil
-		}
+	if w := z.keptWeights(u); w != nil {
+		return w, nil
 	}
 	counts := make([]int, n)
 	for r := range n {
