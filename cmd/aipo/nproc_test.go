@@ -329,7 +329,7 @@ func startRanks(t *testing.T, cfg string, extra func(r int) []string) ([2]*exec.
 }
 
 // Ranks whose configurations disagree on how a step is reduced (the ZeRO
-// stage, the virtual shards): the follower refuses rank 0's first learner
+// stage, the virtual shards, the gathered units kept at stage 3): the follower refuses rank 0's first learner
 // step naming both settings, and rank 0 fails naming rank 1 and its
 // reason, each within the bounds of their waits.
 func TestTrainRanksDisagree(t *testing.T) {
@@ -338,17 +338,22 @@ func TestTrainRanksDisagree(t *testing.T) {
 	}
 	warm := filepath.Join(t.TempDir(), "warm")
 	quickWarmStart(t, warm)
-	for _, c := range []struct{ set, says string }{
-		{"learner.zero=2", "rank 0 takes its learner steps at ZeRO stage 1, this rank's configuration says learner.zero: 2"},
-		{"learner.deterministic=false", "rank 0 splits its mini-batches into 8 virtual shards, this rank's configuration into 2 (learner.deterministic: false)"},
+	for _, c := range []struct{ both, set, says string }{
+		{"", "learner.zero=2", "rank 0 takes its learner steps at ZeRO stage 1, this rank's configuration says learner.zero: 2"},
+		{"", "learner.deterministic=false", "rank 0 splits its mini-batches into 8 virtual shards, this rank's configuration into 2 (learner.deterministic: false)"},
+		{"learner.zero=3", "learner.keep_gathered_mib=1", "rank 0 keeps 0 MiB of gathered weights between passes, this rank's configuration 1 (learner.keep_gathered_mib)"},
 	} {
 		t.Run(c.set, func(t *testing.T) {
 			cfg, _ := ranksRun(t, warm, 3)
 			cmds, outs := startRanks(t, cfg, func(r int) []string {
-				if r == 1 {
-					return []string{"--set", c.set}
+				var args []string
+				if c.both != "" {
+					args = append(args, "--set", c.both)
 				}
-				return nil
+				if r == 1 {
+					args = append(args, "--set", c.set)
+				}
+				return args
 			})
 			for r, want := range []string{"rank 1 reported a failure of its own: rank 1: " + c.says, c.says} {
 				done := make(chan error, 1)
