@@ -127,19 +127,12 @@ func TestZeroStage3KeepGathered(t *testing.T) {
 				}
 			}
 			for r := range n {
-				b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("memory-%d.json", r)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var m Zero3Memory
-				if err := json.Unmarshal(b, &m); err != nil {
-					t.Fatal(err)
-				}
+				m := readRankMemory(t, out, r)
 				planned := plan[r].Weights + plan[r].Moments + plan[r].StepBuffers()
 				if m.Peak > planned {
 					t.Errorf("%d ranks keeping %d bytes (%d of %d units): rank %d held %d bytes at its peak, more than the plan's %d", n, keep, kept, len(units), r, m.Peak, planned)
 				}
-				b, err = os.ReadFile(filepath.Join(out, fmt.Sprintf("sent-%d", r)))
+				b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("sent-%d", r)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -184,14 +177,7 @@ func testZeroStage3RankMemory(t *testing.T, n int) {
 		t.Fatal(err)
 	}
 	for r := range n {
-		b, err := os.ReadFile(filepath.Join(out, "memory-"+string(rune('0'+r))+".json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m Zero3Memory
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := readRankMemory(t, out, r)
 		bound := 4*m.Whole/10 + m.LargestUnit
 		t.Logf("rank %d: share %d bytes (%.3f of one process's %d), peak %d (%.3f), bound 0.4x + largest unit %d = %d",
 			r, m.Share, float64(m.Share)/float64(m.Whole), m.Whole, m.Peak, float64(m.Peak)/float64(m.Whole), m.LargestUnit, bound)
@@ -231,14 +217,7 @@ func TestZeroStage2RankMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for r := range 4 {
-		b, err := os.ReadFile(filepath.Join(out, "memory-"+string(rune('0'+r))+".json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m Zero3Memory
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := readRankMemory(t, out, r)
 		whole := m.Whole / 4 // 4P: the weights, or one whole gradient
 		grads := m.Peak - whole - 12*m.Elements
 		t.Logf("rank %d: peak %d bytes: the whole weights %d, its share of the weights and moments %d, gradients at most %d (%.3f of a whole gradient)",
@@ -311,14 +290,7 @@ func TestZeroStagesQwen3Vocabulary(t *testing.T) {
 				t.Fatal(err)
 			}
 			for r := range 4 {
-				b, err := os.ReadFile(filepath.Join(mem, "memory-"+string(rune('0'+r))+".json"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var m Zero3Memory
-				if err := json.Unmarshal(b, &m); err != nil {
-					t.Fatal(err)
-				}
+				m := readRankMemory(t, mem, r)
 				planned := plan[r].Weights + plan[r].Moments + plan[r].StepBuffers()
 				bound := 4*m.Whole/10 + m.LargestUnit
 				t.Logf("rank %d: share %.3f of one process's %d bytes, peak %.3f, planned %.3f; the largest unit (a block of the vocabulary) %.4f, bound %.3f",
@@ -430,4 +402,19 @@ func checkFrozenShares(t *testing.T, mem, what string) {
 			t.Errorf("rank %d: the %s's share %d bytes and peak %d; the plan's share %d and bound %d (and a peak above the share: units were gathered)", r, what, m[0], m[1], plan[r].Share, plan[r].Total())
 		}
 	}
+}
+
+// readRankMemory reads what rank r of a dpsteps run reported it held
+// (AIPO_DP_MEMORY=dir).
+func readRankMemory(t *testing.T, dir string, r int) Zero3Memory {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("memory-%d.json", r)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m Zero3Memory
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
