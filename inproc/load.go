@@ -117,10 +117,11 @@ const AutoBF16MinWidth = 512
 
 // ResolveDType is the precision the CPU decoder runs a model of hidden
 // size width stored in stored at, for the requested dtype: bfloat16
-// (model.DecodeBF16: the products on AMX or AVX512-BF16, through oneDNN)
+// (model.DecodeBF16: the products on AMX or AVX512-BF16 through oneDNN,
+// or on AVX2 and FMA by aipo's own kernels)
 // when asked, or for "auto" (or "") when the weights are stored in
 // bfloat16, the model is at least AutoBF16MinWidth wide and this CPU
-// multiplies bfloat16 natively; float32 otherwise, the exact reference. A
+// multiplies bfloat16 (model.BF16DecodeAvailable); float32 otherwise, the exact reference. A
 // request for bfloat16 where it cannot run is an error naming the reason.
 func ResolveDType(requested string, stored checkpoint.DType, width int) (string, error) {
 	ok, why := model.BF16DecodeAvailable()
@@ -134,7 +135,7 @@ func ResolveDType(requested string, stored checkpoint.DType, width int) (string,
 		return DTypeF32, nil
 	case DTypeBF16:
 		if !ok {
-			return "", fmt.Errorf("dtype bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use float32", why)
+			return "", fmt.Errorf("dtype bfloat16 needs bfloat16 products (oneDNN's AMX or AVX512-BF16 kernels, or aipo's own on AVX2 and FMA), and this process has none: %s; use float32", why)
 		}
 		return DTypeBF16, nil
 	}

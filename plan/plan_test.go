@@ -257,7 +257,7 @@ func TestPlanCachesBytesPerPosition(t *testing.T) {
 		t.Run(dtype, func(t *testing.T) {
 			if dtype == inproc.DTypeBF16 {
 				if ok, why := model.BF16DecodeAvailable(); !ok {
-					t.Skipf("no native bfloat16 products here: %s", why)
+					t.Skipf("no bfloat16 products here: %s", why)
 				}
 			}
 			caches, engine, m, p := cachePlan(t, dtype)

@@ -79,7 +79,7 @@ func (c Config) validatePolicy() error {
 		// CPU's instructions; a device backend decodes on the device
 		// (cuda holds bfloat16 itself; inproc.Loaded.OpenDecoder).
 		if ok, why := model.BF16DecodeAvailable(); !ok && c.Learner.Backend == BackendCPU {
-			return fieldError("policy.dtype", "bfloat16 needs native bfloat16 products (AMX or AVX512-BF16 through oneDNN), and this process has none: %s; use float32 or auto", why)
+			return fieldError("policy.dtype", "bfloat16 needs bfloat16 products (oneDNN's AMX or AVX512-BF16 kernels, or aipo's own on AVX2 and FMA), and this process has none: %s; use float32 or auto", why)
 		}
 	default:
 		return fieldError("policy.dtype", "%q: use auto, bfloat16 or float32", p.DType)

@@ -132,7 +132,7 @@ const bf16LogprobTol = 0.05
 // log-probs are within bf16LogprobTol.
 func TestServeHFDirBF16(t *testing.T) {
 	if ok, why := model.BF16DecodeAvailable(); !ok {
-		t.Skipf("no native bfloat16 products here: %s", why)
+		t.Skipf("no bfloat16 products here: %s", why)
 	}
 	for _, name := range []string{"qwen3", "llama3"} {
 		t.Run(name, func(t *testing.T) {

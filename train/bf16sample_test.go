@@ -18,7 +18,7 @@ import (
 // with the truncated importance-sampling correction on it.
 func TestTrainSampledInBF16(t *testing.T) {
 	if ok, why := model.BF16DecodeAvailable(); !ok {
-		t.Skipf("no native bfloat16 products here: %s", why)
+		t.Skipf("no bfloat16 products here: %s", why)
 	}
 	if testing.Short() {
 		t.Skip("-short: a two-step training run; make test runs it")

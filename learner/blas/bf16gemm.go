@@ -25,9 +25,17 @@ import (
 // apart, so that a product runs one part a goroutine with oneDNN on one
 // thread: the process keeps one pool of workers, the Go scheduler's (see
 // the package doc), and no OpenMP threads spin between calls.
+//
+// On a CPU without bfloat16 instructions (BF16Available false) but with
+// AVX2 and FMA or AVX-512 (RowDotsAvailable), the matrix keeps W's rows as
+// given and Mul multiplies through RowDotsBF16 instead, each weight
+// widened exactly to float32 as it is loaded: the same products (a
+// bfloat16 times a bfloat16 is exact in float32), accumulated in float32 in
+// RowDots' fixed order, reading the same bytes of weights.
 type BF16Matrix struct {
 	O, I  int
 	parts []bf16Part
+	rows  []uint16 // W's rows, where the products run by RowDotsBF16
 }
 
 type bf16Part struct {
@@ -59,12 +67,19 @@ type bf16Key struct{ layout, n int }
 // PackBF16 packs W [O][I], given as bfloat16 values (the high halves of
 // float32 values, as RoundBF16 writes them), for BF16Matrix.Mul. It fails
 // where BF16Available is false.
+//
+// Without native bfloat16 products the matrix keeps w itself (the caller
+// must not change it afterwards) for RowDotsBF16; it fails where neither
+// runs (BF16MatrixAvailable).
 func PackBF16(w []uint16, O, I int) (*BF16Matrix, error) {
-	if !BF16Available() {
-		return nil, errors.New("blas: bfloat16 products need oneDNN with AMX or AVX512-BF16 kernels, which this CPU lacks (" + BF16Kernel() + ")")
+	if !BF16MatrixAvailable() {
+		return nil, errors.New("blas: bfloat16 products need oneDNN with AMX or AVX512-BF16 kernels, or AVX2 and FMA for aipo's own, which this CPU lacks (" + BF16Kernel() + ")")
 	}
 	if O <= 0 || I <= 0 || len(w) < O*I {
 		return nil, fmt.Errorf("blas: PackBF16 of %d values as %d x %d", len(w), O, I)
+	}
+	if !BF16Available() {
+		return &BF16Matrix{O: O, I: I, rows: w[: O*I : O*I]}, nil
 	}
 	m := &BF16Matrix{O: O, I: I}
 	// A matrix smaller than bf16PartElems a core is one part: waking a
@@ -162,6 +177,10 @@ func (m *BF16Matrix) Mul(out []float32, ldo int, x []uint16, n int) error {
 	if ldo < m.O || len(x) < n*m.I || len(out) < (n-1)*ldo+m.O {
 		return fmt.Errorf("blas: BF16Matrix.Mul of %d rows: %d inputs for width %d, %d outputs with stride %d for %d columns", n, len(x), m.I, len(out), ldo, m.O)
 	}
+	if m.rows != nil {
+		m.mulRows(out, ldo, x, n)
+		return nil
+	}
 	run := func(pt bf16Part) error {
 		q, err := prim(pt.layout, pt.n)
 		if err != nil {
@@ -225,6 +244,41 @@ func (m *BF16Matrix) Mul(out []float32, ldo int, x []uint16, n int) error {
 	return errors.Join(errs...)
 }
 
+// bf16Wide holds the rows of a product widened to float32 (mulRows).
+var bf16Wide = sync.Pool{New: func() any { return new([]float32) }}
+
+// mulRows is Mul by RowDotsBF16: x's rows widened (exactly) once, the
+// columns cut into as many slices as the process has cores, each a
+// multiple of 12 columns (whole tiles of RowDots' widths, 6 and 4), one
+// goroutine a slice. Every output is computed by the same operations in
+// any slice and beside any rows, so a row's results do not depend on n or
+// on its position.
+func (m *BF16Matrix) mulRows(out []float32, ldo int, x []uint16, n int) {
+	buf := bf16Wide.Get().(*[]float32)
+	defer bf16Wide.Put(buf)
+	need := n * m.I
+	if cap(*buf) < need {
+		*buf = make([]float32, need)
+	}
+	xw := (*buf)[:need]
+	for i, h := range x[:need] {
+		xw[i] = widenBF16(h)
+	}
+	const tile = 12
+	parts := max(1, min(runtime.GOMAXPROCS(0), m.O/tile, m.O*m.I/bf16PartElems))
+	step := (m.O/parts + tile - 1) / tile * tile
+	run := func(o0 int) {
+		o1 := min(o0+step, m.O)
+		RowDotsBF16(n, o1-o0, m.I, xw, m.I, m.rows[o0*m.I:], m.I, out[o0:], ldo)
+	}
+	var wg sync.WaitGroup
+	for o0 := step; o0 < m.O; o0 += step {
+		wg.Go(func() { run(o0) })
+	}
+	run(0)
+	wg.Wait()
+}
+
 // RoundBF16 writes the bfloat16 nearest each value of src to dst (ties to
 // even), as PyTorch's .to(torch.bfloat16) rounds.
 func RoundBF16(dst []uint16, src []float32) {
@@ -263,6 +317,21 @@ var bf16Probe = sync.OnceValues(func() (string, error) {
 func BF16Available() bool {
 	k, err := bf16Probe()
 	return err == nil && (strings.Contains(k, "amx_bf16") || strings.Contains(k, "avx512_core_bf16"))
+}
+
+// BF16MatrixAvailable reports whether BF16Matrix products run here:
+// natively (BF16Available), or by RowDotsBF16 on a CPU with AVX2 and FMA
+// or AVX-512 but no bfloat16 instructions.
+func BF16MatrixAvailable() bool { return BF16Available() || RowDotsAvailable() }
+
+// BF16MatrixKernel names what multiplies a BF16Matrix here, for start-up
+// logs: oneDNN's kernel, or RowDotsBF16 at its vector width with the
+// reason oneDNN's is not used.
+func BF16MatrixKernel() string {
+	if BF16Available() || !RowDotsAvailable() {
+		return BF16Kernel()
+	}
+	return "aipo's " + RowDotsKernel() + " products of bfloat16 weights widened to float32 (" + BF16Kernel() + ": no AMX or AVX512-BF16 kernel)"
 }
 
 // BF16Kernel names oneDNN's version and the kernel of bfloat16 products

@@ -31,9 +31,10 @@ int bf16_same_layout(const bf16_packed *a, const bf16_packed *b);
 // bf16_round writes the bfloat16 nearest to each of the n floats of src
 // (ties to even; NaN stays NaN).
 void bf16_round(uint16_t *dst, const float *src, long n);
-// bf16kv_avx512 reports whether the CPU has AVX-512F (bf16kv_nt and
-// bf16kv_nn then take vec = 1).
-int bf16kv_avx512(void);
+// bf16kv_level is the widest kernel of bf16kv_nt and bf16kv_nn this CPU
+// runs (their vec): AVX-512F, AVX2 with FMA, or portable C.
+enum { BF16KV_C = 0, BF16KV_AVX2 = 1, BF16KV_AVX512 = 2 };
+int bf16kv_level(void);
 // bf16kv_nt computes c[i*ldc+j] = alpha * sum_p a[i*lda+p] * b[j*ldb+p]
 // (b bfloat16, widened), i < m, j < n, p < k.
 void bf16kv_nt(int vec, int m, int n, int k, float alpha, const float *a, long lda, const uint16_t *b, long ldb,

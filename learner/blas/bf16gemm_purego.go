@@ -19,6 +19,12 @@ func (m *BF16Matrix) Mul(out []float32, ldo int, x []uint16, n int) error { retu
 // BF16Available is false in a build without cgo.
 func BF16Available() bool { return false }
 
+// BF16MatrixAvailable is false in a build without cgo.
+func BF16MatrixAvailable() bool { return false }
+
+// BF16MatrixKernel says why there are no BF16Matrix products.
+func BF16MatrixKernel() string { return BF16Kernel() }
+
 // BF16Kernel says why there are no bfloat16 products.
 func BF16Kernel() string { return "none: a build without cgo" }
 

@@ -16,8 +16,8 @@ func randomBF16(r *rand.Rand, n int) []uint16 {
 
 func needBF16(t *testing.T) {
 	t.Helper()
-	if !BF16Available() {
-		t.Skipf("no native bfloat16 products on this CPU or build: %s", BF16Kernel())
+	if !BF16MatrixAvailable() {
+		t.Skipf("no native bfloat16 products on this CPU or build: %s", BF16MatrixKernel())
 	}
 }
 
@@ -55,12 +55,18 @@ func TestRoundBF16(t *testing.T) {
 // recursive sum); the test allows twice that.
 func TestBF16Mul(t *testing.T) {
 	needBF16(t)
+	for _, kind := range bf16MatrixKinds() {
+		t.Run(kind, func(t *testing.T) { testBF16Mul(t, kind) })
+	}
+}
+
+func testBF16Mul(t *testing.T, kind string) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, sh := range []struct{ n, O, I int }{
-		{1, 64, 64}, {3, 100, 48}, {17, 1000, 96}, {64, 130, 256}, {70, 257, 64}, {5, 33, 512},
+		{1, 64, 64}, {3, 100, 48}, {17, 1000, 96}, {64, 130, 256}, {70, 257, 64}, {5, 33, 512}, {2, 2048, 1024},
 	} {
 		w, x := randomBF16(r, sh.O*sh.I), randomBF16(r, sh.n*sh.I)
-		m, err := PackBF16(w, sh.O, sh.I)
+		m, err := packKind(kind, w, sh.O, sh.I)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,11 +108,17 @@ func TestBF16Mul(t *testing.T) {
 // scratchpad of its own: oneDNN's shared one mixed their results).
 func TestBF16MulIsBatchInvariant(t *testing.T) {
 	needBF16(t)
+	for _, kind := range bf16MatrixKinds() {
+		t.Run(kind, func(t *testing.T) { testBF16MulIsBatchInvariant(t, kind) })
+	}
+}
+
+func testBF16MulIsBatchInvariant(t *testing.T, kind string) {
 	r := rand.New(rand.NewPCG(5, 6))
 	const rows = 2*bf16RowBlock + 5
 	for _, sh := range []struct{ O, I int }{{300, 192}, {130, 1024}, {64, 3072}, {1000, 64}, {2048, 1024}} {
 		O, I := sh.O, sh.I
-		m, err := PackBF16(randomBF16(r, O*I), O, I)
+		m, err := packKind(kind, randomBF16(r, O*I), O, I)
 		if err != nil {
 			t.Fatal(err)
 		}

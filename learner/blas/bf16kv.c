@@ -20,20 +20,6 @@ static inline float widen1(uint16_t h) {
 	return f;
 }
 
-// w16 widens the 16 bfloat16 values at p.
-static inline T512 __m512 w16(const uint16_t *p) {
-	__m256i h = _mm256_loadu_si256((const __m256i *)p);
-	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-// w16tail widens the first n < 16 bfloat16 values at p, zeros after.
-static inline T512 __m512 w16tail(const uint16_t *p, int n) {
-	uint16_t buf[16] = {0};
-	memcpy(buf, p, (size_t)n * 2);
-	return w16(buf);
-}
-
-
 // dot512 is one output of the NT product: a row of a with a row of b,
 // 16 lanes at a time, the last chunk masked.
 static inline T512 float dot512(int k, const float *a, const uint16_t *b) {
@@ -108,6 +94,105 @@ static T512 void nn512(int m, int n, int k, const float *a, long lda, const uint
 	}
 }
 
+// The AVX2 kernels: nt512 and nn512 with 8 lanes (widen8, rowdots.c's
+// helpers repeated here as w8 and w8tail: each C file is compiled alone).
+#define T256 __attribute__((target("avx2,fma")))
+
+static inline T256 __m256 w8(const uint16_t *p) {
+	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline T256 __m256 w8tail(const uint16_t *p, int n) {
+	uint16_t buf[8] = {0};
+	memcpy(buf, p, (size_t)n * 2);
+	return w8(buf);
+}
+
+static inline T256 __m256 a8tail(const float *p, int n) {
+	float buf[8] = {0};
+	memcpy(buf, p, (size_t)n * 4);
+	return _mm256_loadu_ps(buf);
+}
+
+// hsum8 sums the 8 lanes of v by one fixed tree (l with l+4, then l+2,
+// then l+1).
+static inline T256 float hsum8(__m256 v) {
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	__m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+	return _mm_cvtss_f32(s1);
+}
+
+// nt256 is nt512 on 8 lanes: four keys at a time share a's chunk, each
+// output its own accumulator and the same tree.
+static T256 void nt256(int m, int n, int k, float alpha, const float *a, long lda, const uint16_t *b, long ldb,
+		       float *c, long ldc) {
+	for (int i = 0; i < m; i++) {
+		const float *ai = a + (long)i * lda;
+		float *ci = c + (long)i * ldc;
+		int j = 0;
+		for (; j + 4 <= n; j += 4) {
+			const uint16_t *b0 = b + (long)j * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
+			__m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+			int p = 0;
+			for (; p + 8 <= k; p += 8) {
+				__m256 x = _mm256_loadu_ps(ai + p);
+				c0 = _mm256_fmadd_ps(x, w8(b0 + p), c0);
+				c1 = _mm256_fmadd_ps(x, w8(b1 + p), c1);
+				c2 = _mm256_fmadd_ps(x, w8(b2 + p), c2);
+				c3 = _mm256_fmadd_ps(x, w8(b3 + p), c3);
+			}
+			if (p < k) {
+				__m256 x = a8tail(ai + p, k - p);
+				c0 = _mm256_fmadd_ps(x, w8tail(b0 + p, k - p), c0);
+				c1 = _mm256_fmadd_ps(x, w8tail(b1 + p, k - p), c1);
+				c2 = _mm256_fmadd_ps(x, w8tail(b2 + p, k - p), c2);
+				c3 = _mm256_fmadd_ps(x, w8tail(b3 + p, k - p), c3);
+			}
+			ci[j] = alpha * hsum8(c0);
+			ci[j + 1] = alpha * hsum8(c1);
+			ci[j + 2] = alpha * hsum8(c2);
+			ci[j + 3] = alpha * hsum8(c3);
+		}
+		for (; j < n; j++) {
+			const uint16_t *bj = b + (long)j * ldb;
+			__m256 acc = _mm256_setzero_ps();
+			int p = 0;
+			for (; p + 8 <= k; p += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(ai + p), w8(bj + p), acc);
+			if (p < k) acc = _mm256_fmadd_ps(a8tail(ai + p, k - p), w8tail(bj + p, k - p), acc);
+			ci[j] = alpha * hsum8(acc);
+		}
+	}
+}
+
+// nn256 is nn512 on 8 lanes: 32 columns of an output row in four
+// accumulators down the k rows of b, the columns past the last whole 8
+// one at a time in the same order.
+static T256 void nn256(int m, int n, int k, const float *a, long lda, const uint16_t *b, long ldb, float *c,
+		       long ldc) {
+	int nv = n & ~7;
+	for (int i = 0; i < m; i++) {
+		const float *ai = a + (long)i * lda;
+		float *ci = c + (long)i * ldc;
+		for (int q = 0; q < nv; q += 32) {
+			int w = nv - q < 32 ? (nv - q) / 8 : 4;
+			__m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+			for (int p = 0; p < k; p++) {
+				__m256 s = _mm256_set1_ps(ai[p]);
+				const uint16_t *bp = b + (long)p * ldb + q;
+				for (int v = 0; v < w; v++) acc[v] = _mm256_fmadd_ps(s, w8(bp + 8 * v), acc[v]);
+			}
+			for (int v = 0; v < w; v++) _mm256_storeu_ps(ci + q + 8 * v, acc[v]);
+		}
+		for (int q = nv; q < n; q++) {
+			float s = 0;
+			for (int p = 0; p < k; p++) s += ai[p] * widen1(b[(long)p * ldb + q]);
+			ci[q] = s;
+		}
+	}
+}
+
 static void nt_scalar(int m, int n, int k, float alpha, const float *a, long lda, const uint16_t *b, long ldb,
 		      float *c, long ldc) {
 	for (int i = 0; i < m; i++)
@@ -128,15 +213,20 @@ static void nn_scalar(int m, int n, int k, const float *a, long lda, const uint1
 		}
 }
 
-int bf16kv_avx512(void) {
+int bf16kv_level(void) {
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f");
+	if (__builtin_cpu_supports("avx512f")) return BF16KV_AVX512;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BF16KV_AVX2;
+	return BF16KV_C;
 }
 
 void bf16kv_nt(int vec, int m, int n, int k, float alpha, const float *a, long lda, const uint16_t *b, long ldb,
 	       float *c, long ldc) {
-	if (vec) {
-		nt512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+	if (vec == BF16KV_AVX512 || vec == BF16KV_AVX2) {
+		if (vec == BF16KV_AVX512)
+			nt512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+		else
+			nt256(m, n, k, alpha, a, lda, b, ldb, c, ldc);
 		// Go's scalar float code is SSE encoded: leave no dirty upper halves.
 		__asm__ volatile("vzeroupper");
 	} else {
@@ -146,8 +236,11 @@ void bf16kv_nt(int vec, int m, int n, int k, float alpha, const float *a, long l
 
 void bf16kv_nn(int vec, int m, int n, int k, const float *a, long lda, const uint16_t *b, long ldb, float *c,
 	       long ldc) {
-	if (vec) {
-		nn512(m, n, k, a, lda, b, ldb, c, ldc);
+	if (vec == BF16KV_AVX512 || vec == BF16KV_AVX2) {
+		if (vec == BF16KV_AVX512)
+			nn512(m, n, k, a, lda, b, ldb, c, ldc);
+		else
+			nn256(m, n, k, a, lda, b, ldb, c, ldc);
 		__asm__ volatile("vzeroupper");
 	} else {
 		nn_scalar(m, n, k, a, lda, b, ldb, c, ldc);

@@ -9,9 +9,9 @@ import "C"
 
 import "unsafe"
 
-// bf16RowsVec says whether the bfloat16-row products run AVX-512 code
-// (else portable C, one multiply-add at a time).
-var bf16RowsVec = C.bf16kv_avx512()
+// bf16RowsVec is the kernel the bfloat16-row products run: AVX-512, AVX2
+// or portable C (one multiply-add at a time), bf16kv_level's.
+var bf16RowsVec = C.bf16kv_level()
 
 // SgemmNTBF16 computes C = alpha·A·Bᵀ, c[i*ldc+j] = alpha·Σ_p
 // a[i*lda+p]·b[j*ldb+p] for i < m, j < n, p < k, with B's values in
@@ -51,10 +51,14 @@ func SgemmNNBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []flo
 }
 
 // bf16RowsKernels are the kernels of the bfloat16-row products this
-// process can run, for tests: "avx512" where the CPU has it, and "c".
+// process can run, for tests: "avx512" and "avx2" where the CPU has them,
+// and "c".
 func bf16RowsKernels() []string {
-	if C.bf16kv_avx512() != 0 {
-		return []string{"avx512", "c"}
+	switch C.bf16kv_level() {
+	case C.BF16KV_AVX512:
+		return []string{"avx512", "avx2", "c"}
+	case C.BF16KV_AVX2:
+		return []string{"avx2", "c"}
 	}
 	return []string{"c"}
 }
@@ -63,9 +67,6 @@ func bf16RowsKernels() []string {
 // bf16RowsKernels) until the returned function restores the CPU's.
 func useBF16RowsKernel(kernel string) (restore func()) {
 	old := bf16RowsVec
-	bf16RowsVec = 0
-	if kernel == "avx512" {
-		bf16RowsVec = 1
-	}
+	bf16RowsVec = map[string]C.int{"avx512": C.BF16KV_AVX512, "avx2": C.BF16KV_AVX2, "c": C.BF16KV_C}[kernel]
 	return func() { bf16RowsVec = old }
 }

@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "rowdots.h"
 #include "simd512.h"
@@ -95,6 +96,89 @@ static inline T256 float hsum256(__m256 v) {
 			c[i * ldc + j] = hsum256(acc[i][j]);                                \
 	}
 
+// widen8 widens the 8 bfloat16 values at p to float32 (exactly: a
+// bfloat16 value is the high half of a float32).
+static inline T256 __m256 widen8(const uint16_t *p) {
+	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// widen8tail widens the first n < 8 bfloat16 values at p, zeros after.
+static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
+	uint16_t buf[8] = {0};
+	memcpy(buf, p, (size_t)n * 2);
+	return widen8(buf);
+}
+
+// TILE512_BF16 is TILE512 with the rows of w in bfloat16, each chunk
+// widened exactly as it is loaded: the same operations on the same
+// float32 values as TILE512 on w's widened rows, so an output's bits are
+// those RowDots gives for the widened weights.
+#define TILE512_BF16(NAME, MR, NR)                                                     \
+	static T512 void NAME(int k, const float *x, int ldx, const uint16_t *w, int ldw,   \
+			      float *c, int ldc) {                                          \
+		__m512 acc[NR][MR];                                                         \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
+			acc[i][j] = _mm512_setzero_ps();                                    \
+		int p = 0;                                                                  \
+		for (; p + 16 <= k; p += 16) {                                              \
+			__m512 wv[MR];                                                      \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = w16(w + j * ldw + p); \
+			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
+				__m512 xv = _mm512_loadu_ps(x + i * ldx + p);               \
+				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
+					acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);  \
+			}                                                                   \
+		}                                                                           \
+		if (p < k) {                                                                \
+			__mmask16 mk = (__mmask16)((1u << (k - p)) - 1u);                   \
+			__m512 wv[MR];                                                      \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = w16tail(w + j * ldw + p, k - p); \
+			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
+				__m512 xv = _mm512_maskz_loadu_ps(mk, x + i * ldx + p);     \
+				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
+					acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);  \
+			}                                                                   \
+		}                                                                           \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                                \
+			int j = 0;                                                          \
+			PRAGMA_UNROLL for (; j + 4 <= MR; j += 4)                           \
+				_mm_storeu_ps(c + i * ldc + j, reduce4x512(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3])); \
+			PRAGMA_UNROLL for (; j < MR; j++) c[i * ldc + j] = hsum512(acc[i][j]); \
+		}                                                                           \
+	}
+
+// TILE256_BF16 is TILE256 with the rows of w in bfloat16, widened as
+// loaded (see TILE512_BF16).
+#define TILE256_BF16(NAME, MR, NR)                                                     \
+	static T256 void NAME(int k, const float *x, int ldx, const uint16_t *w, int ldw,   \
+			      float *c, int ldc, __m256i tailmask) {                        \
+		__m256 acc[NR][MR];                                                         \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
+			acc[i][j] = _mm256_setzero_ps();                                    \
+		int p = 0;                                                                  \
+		for (; p + 8 <= k; p += 8) {                                                \
+			__m256 wv[MR];                                                      \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = widen8(w + j * ldw + p); \
+			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
+				__m256 xv = _mm256_loadu_ps(x + i * ldx + p);               \
+				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
+					acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);  \
+			}                                                                   \
+		}                                                                           \
+		if (p < k) {                                                                \
+			__m256 wv[MR];                                                      \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = widen8tail(w + j * ldw + p, k - p); \
+			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
+				__m256 xv = _mm256_maskload_ps(x + i * ldx + p, tailmask);  \
+				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
+					acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);  \
+			}                                                                   \
+		}                                                                           \
+		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
+			c[i * ldc + j] = hsum256(acc[i][j]);                                \
+	}
+
 // AVX-512: 6x4 tiles hold 24 accumulators, the 6 chunks of w and one of x
 // in 31 of the 32 vector registers; 4-row and single tiles take the rows
 // of w left over.
@@ -110,48 +194,69 @@ TILE256(tile256_4x2, 4, 2)
 TILE256(tile256_4x1, 4, 1)
 TILE256(tile256_1x1, 1, 1)
 
-// The w rows are the outer loop: a tile of 6 (or 4) of them stays in the first
-// level cache while every row of x passes, so w, the large operand of a
-// decode step, is read from memory once.
-static T512 void rowdots512(int n, int m, int k, const float *x, int ldx, const float *w, int ldw,
-			    float *c, int ldc) {
-	int j = 0;
-	for (; j + 6 <= m; j += 6) {
-		int i = 0;
-		for (; i + 4 <= n; i += 4)
-			tile512_6x4(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
-		for (; i < n; i++)
-			tile512_6x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
-	}
-	for (; j + 4 <= m; j += 4) {
-		int i = 0;
-		for (; i + 4 <= n; i += 4)
-			tile512_4x4(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
-		for (; i < n; i++)
-			tile512_4x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
-	}
-	for (; j < m; j++)
-		for (int i = 0; i < n; i++)
-			tile512_1x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc);
-}
+TILE512_BF16(tile512w16_6x4, 6, 4)
+TILE512_BF16(tile512w16_6x1, 6, 1)
+TILE512_BF16(tile512w16_4x4, 4, 4)
+TILE512_BF16(tile512w16_4x1, 4, 1)
+TILE512_BF16(tile512w16_1x1, 1, 1)
+// AVX2 with bfloat16 weights: 3x4 tiles, 12 accumulators, 3 widened
+// chunks of w and one of x in the 16 registers; each widening serves 4
+// rows of x (the float32 4x2 tile's would serve 2).
+TILE256_BF16(tile256w16_3x4, 3, 4)
+TILE256_BF16(tile256w16_3x1, 3, 1)
+TILE256_BF16(tile256w16_1x1, 1, 1)
 
-static T256 void rowdots256(int n, int m, int k, const float *x, int ldx, const float *w, int ldw,
-			    float *c, int ldc) {
-	int32_t lanes[8];
-	for (int l = 0; l < 8; l++) lanes[l] = l < (k % 8) ? -1 : 0;
-	__m256i tail = _mm256_loadu_si256((const __m256i *)lanes);
-	int j = 0;
-	for (; j + 4 <= m; j += 4) {
-		int i = 0;
-		for (; i + 2 <= n; i += 2)
-			tile256_4x2(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail);
-		for (; i < n; i++)
-			tile256_4x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail);
+// ROWDOTS512 and ROWDOTS256 define the drivers, for weights of type WT
+// and the tiles named PREFIX_MRxNR.
+#define ROWDOTS512(NAME, WT, T6x4, T6x1, T4x4, T4x1, T1x1)                                  \
+	static T512 void NAME(int n, int m, int k, const float *x, int ldx, const WT *w, int ldw, \
+			      float *c, int ldc) {                                          \
+		int j = 0;                                                                  \
+		for (; j + 6 <= m; j += 6) {                                                \
+			int i = 0;                                                          \
+			for (; i + 4 <= n; i += 4)                                          \
+				T6x4(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc); \
+			for (; i < n; i++)                                                  \
+				T6x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc); \
+		}                                                                           \
+		for (; j + 4 <= m; j += 4) {                                                \
+			int i = 0;                                                          \
+			for (; i + 4 <= n; i += 4)                                          \
+				T4x4(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc); \
+			for (; i < n; i++)                                                  \
+				T4x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc); \
+		}                                                                           \
+		for (; j < m; j++)                                                          \
+			for (int i = 0; i < n; i++)                                         \
+				T1x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc); \
 	}
-	for (; j < m; j++)
-		for (int i = 0; i < n; i++)
-			tile256_1x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail);
-}
+
+#define ROWDOTS256(NAME, WT, MR, NR, TMxN, TMx1, T1x1)                                      \
+	static T256 void NAME(int n, int m, int k, const float *x, int ldx, const WT *w, int ldw, \
+			      float *c, int ldc) {                                          \
+		int32_t lanes[8];                                                           \
+		for (int l = 0; l < 8; l++) lanes[l] = l < (k % 8) ? -1 : 0;               \
+		__m256i tail = _mm256_loadu_si256((const __m256i *)lanes);                 \
+		int j = 0;                                                                  \
+		for (; j + MR <= m; j += MR) {                                              \
+			int i = 0;                                                          \
+			for (; i + NR <= n; i += NR)                                        \
+				TMxN(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
+			for (; i < n; i++)                                                  \
+				TMx1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
+		}                                                                           \
+		for (; j < m; j++)                                                          \
+			for (int i = 0; i < n; i++)                                         \
+				T1x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
+	}
+
+// The w rows are the outer loop: a tile of 6 (or 4) of them stays in the
+// first level cache while every row of x passes, so w, the large operand of
+// a decode step, is read from memory once.
+ROWDOTS512(rowdots512, float, tile512_6x4, tile512_6x1, tile512_4x4, tile512_4x1, tile512_1x1)
+ROWDOTS512(rowdots512w16, uint16_t, tile512w16_6x4, tile512w16_6x1, tile512w16_4x4, tile512w16_4x1, tile512w16_1x1)
+ROWDOTS256(rowdots256, float, 4, 2, tile256_4x2, tile256_4x1, tile256_1x1)
+ROWDOTS256(rowdots256w16, uint16_t, 3, 4, tile256w16_3x4, tile256w16_3x1, tile256w16_1x1)
 
 int rowdots_level(void) {
 	__builtin_cpu_init();
@@ -167,5 +272,14 @@ void rowdots(int level, int n, int m, int k, const float *x, int ldx, const floa
 	else
 		rowdots256(n, m, k, x, ldx, w, ldw, c, ldc);
 	// Go's scalar float code is SSE encoded: leave no dirty upper halves.
+	__asm__ volatile("vzeroupper");
+}
+
+void rowdots_bf16(int level, int n, int m, int k, const float *x, int ldx, const uint16_t *w, int ldw, float *c,
+		  int ldc) {
+	if (level == ROWDOTS_AVX512)
+		rowdots512w16(n, m, k, x, ldx, w, ldw, c, ldc);
+	else
+		rowdots256w16(n, m, k, x, ldx, w, ldw, c, ldc);
 	__asm__ volatile("vzeroupper");
 }

@@ -7,7 +7,10 @@ package blas
 */
 import "C"
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 var rowDotsLevel = int(C.rowdots_level())
 
@@ -60,6 +63,33 @@ func rowDotsAt(level, n, m, k int, x []float32, ldx int, w []float32, ldw int, c
 		(*C.float)(&w[0]), C.int(ldw), (*C.float)(&c[0]), C.int(ldc))
 }
 
+// RowDotsBF16 is RowDots with w's rows in bfloat16 (the high halves of
+// float32 values, as RoundBF16 writes them), each widened exactly to
+// float32 as it is loaded: an output has the bits RowDots gives for the
+// widened rows, and reads half the bytes of weights. It panics where
+// RowDotsAvailable is false, and on slices too short for the sizes.
+func RowDotsBF16(n, m, k int, x []float32, ldx int, w []uint16, ldw int, c []float32, ldc int) {
+	rowDotsBF16At(rowDotsLevel, n, m, k, x, ldx, w, ldw, c, ldc)
+}
+
+func rowDotsBF16At(level, n, m, k int, x []float32, ldx int, w []uint16, ldw int, c []float32, ldc int) {
+	if level == C.ROWDOTS_NONE {
+		panic("blas: RowDotsBF16 needs AVX2 and FMA or AVX-512, which this CPU lacks (see RowDotsAvailable)")
+	}
+	checkRowDots(n, m, k, x, ldx, w, ldw, c, ldc)
+	if n == 0 || m == 0 {
+		return
+	}
+	if k == 0 {
+		for i := range n {
+			clear(c[i*ldc : i*ldc+m])
+		}
+		return
+	}
+	C.rowdots_bf16(C.int(level), C.int(n), C.int(m), C.int(k), (*C.float)(&x[0]), C.int(ldx),
+		(*C.uint16_t)(unsafe.Pointer(&w[0])), C.int(ldw), (*C.float)(&c[0]), C.int(ldc))
+}
+
 // rowDotsLevels lists the kernels this CPU can run, widest first, for
 // tests that hold each of them to the reference.
 func rowDotsLevels() []int {
@@ -72,7 +102,7 @@ func rowDotsLevels() []int {
 	return ls
 }
 
-func checkRowDots(n, m, k int, x []float32, ldx int, w []float32, ldw int, c []float32, ldc int) {
+func checkRowDots[W float32 | uint16](n, m, k int, x []float32, ldx int, w []W, ldw int, c []float32, ldc int) {
 	if n < 0 || m < 0 || k < 0 || ldx < k || ldw < k || ldc < m {
 		panic(fmt.Sprintf("blas: RowDots sizes n=%d m=%d k=%d ldx=%d ldw=%d ldc=%d", n, m, k, ldx, ldw, ldc))
 	}

@@ -13,3 +13,9 @@ func RowDotsKernel() string { return "" }
 func RowDots(n, m, k int, x []float32, ldx int, w []float32, ldw int, c []float32, ldc int) {
 	panic("blas: RowDots needs a cgo build (RowDotsAvailable is false)")
 }
+
+// RowDotsBF16 is the cgo build's product with bfloat16 weight rows; see
+// rowdots.go.
+func RowDotsBF16(n, m, k int, x []float32, ldx int, w []uint16, ldw int, c []float32, ldc int) {
+	panic("blas: RowDotsBF16 needs a cgo build (RowDotsAvailable is false)")
+}

@@ -111,9 +111,72 @@ func TestRowDotsIndependentOfShape(t *testing.T) {
 	}
 }
 
+// bf16MatrixKinds are the ways this CPU multiplies a BF16Matrix, for
+// tests: "onednn" where BF16Available, "rowdots" (RowDotsBF16) where
+// RowDotsAvailable; PackBF16 picks the first.
+func bf16MatrixKinds() []string {
+	var ks []string
+	if BF16Available() {
+		ks = append(ks, "onednn")
+	}
+	if RowDotsAvailable() {
+		ks = append(ks, "rowdots")
+	}
+	return ks
+}
+
+// packKind is PackBF16 made to multiply the way kind says.
+func packKind(kind string, w []uint16, O, I int) (*BF16Matrix, error) {
+	if kind == "rowdots" {
+		return &BF16Matrix{O: O, I: I, rows: w[:O*I]}, nil
+	}
+	return PackBF16(w, O, I)
+}
+
+// TestRowDotsBF16IsRowDotsOfTheWidened: RowDotsBF16 on bfloat16 weight
+// rows gives, bit for bit, what RowDots gives on the same rows widened to
+// float32 (the same operations on the same values), on every kernel this
+// CPU runs, on sizes around each tile and vector width (the tails load
+// bfloat16 through a zero-padded copy, RowDots through a masked load),
+// with strides wider than the rows.
+func TestRowDotsBF16IsRowDotsOfTheWidened(t *testing.T) {
+	if !RowDotsAvailable() {
+		t.Fatal("RowDots is not available on this CPU")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, level := range rowDotsLevels() {
+		for _, n := range []int{1, 2, 3, 4, 5, 9} {
+			for _, m := range []int{1, 3, 4, 5, 6, 8, 13, 25} {
+				for _, k := range []int{1, 7, 8, 9, 15, 16, 17, 33, 100, 1024} {
+					ldx, ldw, ldc := k+3, k+1, m+2
+					x := randRows(r, n, ldx)
+					w16 := make([]uint16, m*ldw)
+					w := make([]float32, m*ldw)
+					for i := range w16 {
+						w16[i] = roundBF16(r.Float32()*2 - 1)
+						w[i] = widenBF16(w16[i])
+					}
+					got, want := make([]float32, n*ldc), make([]float32, n*ldc)
+					for i := range got {
+						got[i], want[i] = guard, guard
+					}
+					rowDotsBF16At(level, n, m, k, x, ldx, w16, ldw, got, ldc)
+					rowDotsAt(level, n, m, k, x, ldx, w, ldw, want, ldc)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s n=%d m=%d k=%d: c[%d][%d] = %v with bfloat16 rows, %v with them widened", rowDotsName(level), n, m, k, i/ldc, i%ldc, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkRowDots compares RowDots with OpenBLAS's Sgemm on the products
 // of a decode step of a Qwen3-0.6B-shaped model (width 1024, MLP 3072), one
-// goroutine each, at 1 and 32 rows: GFLOP/s side by side.
+// goroutine each, at 1 and 32 rows, and RowDotsBF16 on the same weights
+// in bfloat16: GFLOP/s side by side.
 func BenchmarkRowDots(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, sh := range []struct{ n, m, k int }{{1, 3072, 1024}, {32, 3072, 1024}, {32, 1024, 3072}, {32, 151936, 64}, {32, 172, 64}} {
@@ -124,6 +187,14 @@ func BenchmarkRowDots(b *testing.B) {
 		b.Run(name+"/rowdots-"+RowDotsKernel(), func(b *testing.B) {
 			for b.Loop() {
 				RowDots(sh.n, sh.m, sh.k, x, sh.k, w, sh.k, c, sh.m)
+			}
+			b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		w16 := make([]uint16, len(w))
+		RoundBF16(w16, w)
+		b.Run(name+"/rowdots-bf16-"+RowDotsKernel(), func(b *testing.B) {
+			for b.Loop() {
+				RowDotsBF16(sh.n, sh.m, sh.k, x, sh.k, w16, sh.k, c, sh.m)
 			}
 			b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})

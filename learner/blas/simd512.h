@@ -2,6 +2,8 @@
 #ifndef AIPO_SIMD512_H
 #define AIPO_SIMD512_H
 #include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
 
 #define T512 __attribute__((target("avx512f")))
 
@@ -33,5 +35,18 @@ static inline T512 __m128 reduce4x512(__m512 a, __m512 b, __m512 c, __m512 d) {
 	q = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(2, 3, 0, 1)));
 	const __m512i lane0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
 	return _mm512_castps512_ps128(_mm512_permutexvar_ps(lane0, q));
+}
+
+// w16 widens the 16 bfloat16 values at p.
+static inline T512 __m512 w16(const uint16_t *p) {
+	__m256i h = _mm256_loadu_si256((const __m256i *)p);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// w16tail widens the first n < 16 bfloat16 values at p, zeros after.
+static inline T512 __m512 w16tail(const uint16_t *p, int n) {
+	uint16_t buf[16] = {0};
+	memcpy(buf, p, (size_t)n * 2);
+	return w16(buf);
 }
 #endif

@@ -27,23 +27,23 @@ type bf16Layer = projections[*blas.BF16Matrix]
 func (b *bf16Decode) matrix(l int, w Weight) *blas.BF16Matrix { return *b.layers[l].at(w) }
 
 func (b *bf16Decode) describe() string {
-	return "bfloat16 products (" + blas.BF16Kernel() + "), weights, each product's rows and the KV cache in bfloat16, float32 accumulation, norms and attention; batch-invariant"
+	return "bfloat16 products (" + blas.BF16MatrixKernel() + "), weights, each product's rows and the KV cache in bfloat16, float32 accumulation, norms and attention; batch-invariant"
 }
 
 // BF16DecodeAvailable reports whether DecodeBF16 can turn bfloat16
-// decoding on in this process (see blas.BF16Available), and if not, why.
+// decoding on in this process (see blas.BF16MatrixAvailable), and if not,
+// why; where it can, the string names the kernel.
 func BF16DecodeAvailable() (bool, string) {
-	if blas.BF16Available() {
-		return true, blas.BF16Kernel()
-	}
-	return false, blas.BF16Kernel()
+	return blas.BF16MatrixAvailable(), blas.BF16MatrixKernel()
 }
 
 // DecodeBF16 chooses the precision of Extend's matrix products. On, the
 // four projections of every layer and the LM head are packed now, in
 // bfloat16, and every product rounds its input rows to bfloat16 and
 // accumulates in float32 on the CPU's bfloat16 instructions (AMX or
-// AVX512-BF16, through oneDNN): the weights a bfloat16 checkpoint holds,
+// AVX512-BF16, through oneDNN), or, on a CPU without them, by
+// blas.RowDotsBF16 (AVX2 and FMA, or AVX-512), each weight widened exactly
+// as it is loaded: the weights a bfloat16 checkpoint holds,
 // multiplied as vLLM and PyTorch multiply them in bfloat16, in half the
 // bytes a step reads. The KV caches made from then on (NewKVCache) hold
 // keys and values in bfloat16, rounded as they enter (half the bytes a
@@ -77,7 +77,7 @@ func (m *Model) DecodeBF16(on bool) error {
 		return errNarrow
 	}
 	if ok, why := BF16DecodeAvailable(); !ok {
-		return fmt.Errorf("model: bfloat16 decoding needs native bfloat16 products: %s; decode in float32", why)
+		return fmt.Errorf("model: bfloat16 decoding needs bfloat16 products (oneDNN's AMX or AVX512-BF16 kernels, or AVX2 and FMA): %s; decode in float32", why)
 	}
 	d := m.d
 	pack := func(w []float32, O, I int) (*blas.BF16Matrix, error) {

@@ -22,7 +22,7 @@ var qwen3Shape06B = Config{ModelType: "qwen3", HiddenSize: 1024, IntermediateSiz
 // and a vocabulary of 32,000.
 func BenchmarkDecodeDType(b *testing.B) {
 	if ok, why := BF16DecodeAvailable(); !ok {
-		b.Skipf("no native bfloat16 products here: %s", why)
+		b.Skipf("no bfloat16 products here: %s", why)
 	}
 	cfg := qwen3Shape06B
 	if testing.Short() {

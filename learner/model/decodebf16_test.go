@@ -9,7 +9,7 @@ import (
 func needBF16Decode(t *testing.T) {
 	t.Helper()
 	if ok, why := BF16DecodeAvailable(); !ok {
-		t.Skipf("no native bfloat16 products here: %s", why)
+		t.Skipf("no bfloat16 products here: %s", why)
 	}
 }
 
