@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aipo-rl/aipo/internal/rundir"
 	"github.com/aipo-rl/aipo/learner/model"
@@ -47,7 +48,8 @@ func carryDemo(c *runconfig.Config) {
 }
 
 // The quick demo, asynchronous with partial rollouts and rollout.carry on
-// the in-process engine: at the push that starts step k+1's rollout, step
+// the in-process engine, killed while carried groups are in flight and
+// resumed: at the push that starts step k+1's rollout, step
 // k's unfinished groups are carried into step k+1 instead of finishing in
 // step k. The test wants: groups carried (the manifests count them, and
 // the carry directories hold them); every sample of every step's prompts
@@ -62,43 +64,30 @@ func carryDemo(c *runconfig.Config) {
 func TestQuickDemoCarry(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/carry"
-	ctx = claimed(t, ctx, dir)
 	cfg, err := demoConfig(demoOptions{RunDir: dir, Quick: true, Mutate: carryDemo})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Cut off (its context cancelled) as soon as a learner step ends
-	// while a committed step's carried groups are being continued by a
-	// rollout not yet committed, then resumed: the resumed run must read
-	// them from the committed step and finish them.
-	cut, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// Killed with SIGKILL (the child kills itself: nothing flushed or
+	// cleaned up) as soon as a learner step ends while a committed step's
+	// carried groups are being continued by a rollout not yet committed,
+	// then run again: the resumed run must read them from the committed
+	// step and finish them.
+	env := []string{childCarryEnv + "=1"}
+	plan := killPlan{limit: 15 * time.Minute}
+	finished, marks := runChildEnv(t, dir, plan, append(env, childKillAtPhaseEnv+"="+killCarrying)...)
 	cutAt := int64(-1)
-	progress := func(e Event) {
-		if e.Phase != "learn" || e.Learn == nil || cutAt >= 0 {
-			return
-		}
-		for k := int64(0); k+1 < cfg.Run.Steps; k++ {
-			m, err := schemas.ReadManifest(ctx, rundir.Step(dir, k))
-			if err != nil {
-				return
-			}
-			if st, err := records.ReadStepStats(m.Meta); err == nil && st.GroupsCarried > 0 {
-				if _, err := schemas.ReadManifest(ctx, rundir.Step(dir, k+1)); err != nil {
-					cutAt = k
-					cancel()
-					return
-				}
-			}
+	for _, m := range marks {
+		if m.phase == killCarrying {
+			cutAt = m.step
 		}
 	}
-	_, err = runDemo(cut, demoOptions{RunDir: dir, Quick: true, Mutate: carryDemo, WarmStart: carryWarmStart(), Progress: progress, Log: func(s string) { t.Log(s) }})
-	if cutAt < 0 {
-		t.Fatalf("the run ended (%v) before a learner step ended while carried groups were in flight: no group was carried, or each step after a carrying one committed before a learner step ended", err)
+	if finished || cutAt < 0 {
+		t.Fatalf("the run ended (finished %v) before a learner step ended while carried groups were in flight: no group was carried, or each step after a carrying one committed before a learner step ended", finished)
 	}
-	t.Logf("cut off while step %d's carried groups were in flight in step %d's rollout (%v); resuming", cutAt, cutAt+1, err)
-	if _, err := runDemo(ctx, demoOptions{RunDir: dir, Quick: true, Mutate: carryDemo, WarmStart: carryWarmStart(), Log: func(s string) { t.Log(s) }}); err != nil {
-		t.Fatal(err)
+	t.Logf("killed while step %d's carried groups were in flight in step %d's rollout; resuming", cutAt, cutAt+1)
+	if finished, _ := runChildEnv(t, dir, plan, env...); !finished {
+		t.Fatal("the resumed run did not finish")
 	}
 	G := cfg.Rollout.GroupSize
 	models := map[int64]*model.Model{}
@@ -253,6 +242,22 @@ func TestQuickDemoCarry(t *testing.T) {
 	}
 	if carriedMixed == 0 {
 		t.Error("no carried trajectory holds policy tokens of two versions")
+	}
+}
+
+// carriedInFlight reports whether a committed step of the run in dir
+// carried groups into a step not yet committed, and which.
+func carriedInFlight(ctx context.Context, dir string) (int64, bool) {
+	for k := int64(0); ; k++ {
+		m, err := schemas.ReadManifest(ctx, rundir.Step(dir, k))
+		if err != nil {
+			return 0, false
+		}
+		if st, err := records.ReadStepStats(m.Meta); err == nil && st.GroupsCarried > 0 {
+			if _, err := schemas.ReadManifest(ctx, rundir.Step(dir, k+1)); err != nil {
+				return k, true
+			}
+		}
 	}
 }
 

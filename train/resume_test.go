@@ -3,6 +3,7 @@ package train
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -44,11 +45,23 @@ const childAsyncEnv = "AIPO_TRAIN_TEST_CHILD_ASYNC"
 // (rollout.partial_tokens N).
 const childPartialEnv = "AIPO_TRAIN_TEST_CHILD_PARTIAL"
 
+// childCarryEnv, set to 1 beside childEnv, makes the child's run the
+// quick demo under rollout.carry of TestQuickDemoCarry (carryDemo on
+// carryWarmStart).
+const childCarryEnv = "AIPO_TRAIN_TEST_CHILD_CARRY"
+
 // childKillAtPhaseEnv ("PHASE STEP", as the child prints them: an Event's
 // phase, or "learned" once a learner step has committed its checkpoint)
 // makes the child kill itself with SIGKILL as that phase of that step
-// starts.
+// starts. The value killCarrying kills it instead as the first learner
+// step ends while a committed step's carried groups are being continued
+// by a rollout not yet committed (printing "PHASE carrying K", K the step
+// that carried them).
 const childKillAtPhaseEnv = "AIPO_TRAIN_TEST_CHILD_KILL_AT_PHASE"
+
+// killCarrying is childKillAtPhaseEnv's value for a kill while carried
+// groups are in flight.
+const killCarrying = "carrying"
 
 // childKillAtChangeEnv (a number N) makes the child kill itself with
 // SIGKILL right after the N-th change it makes to files (storage's
@@ -119,6 +132,9 @@ func runChildIfAsked() {
 	if os.Getenv(childAsyncEnv) == "1" {
 		o.Mutate = func(c *runconfig.Config) { c.Run.Async = true }
 	}
+	if os.Getenv(childCarryEnv) == "1" {
+		o.Mutate, o.WarmStart = carryDemo, carryWarmStart()
+	}
 	if n := os.Getenv(childPartialEnv); n != "" {
 		tokens, err := strconv.Atoi(n)
 		if err != nil {
@@ -137,6 +153,12 @@ func runChildIfAsked() {
 			}
 			if fmt.Sprintf("%s %d", name, e.Step) == killAtPhase {
 				killSelf()
+			}
+			if killAtPhase == killCarrying && name == "learned" {
+				if k, ok := carriedInFlight(context.Background(), dir); ok {
+					phase(killCarrying, k)
+					killSelf()
+				}
 			}
 			progress(e)
 		}
@@ -177,11 +199,13 @@ func killedBySIGKILL(err error) bool {
 }
 
 // killPlan kills the child once the mark (phase, step) has been seen and
-// then delay has passed; a zero plan lets the child finish.
+// then delay has passed; a zero plan lets the child finish. A child that
+// runs past limit (5 minutes when zero) fails the test.
 type killPlan struct {
 	phase string
 	step  int64
 	delay time.Duration
+	limit time.Duration
 }
 
 // runChild runs the quick demo in dir, killing it (SIGKILL: no chance to
@@ -232,7 +256,8 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 		}
 	}()
 	var kill <-chan time.Time
-	timeout := time.After(5 * time.Minute)
+	limit := cmp.Or(plan.limit, 5*time.Minute)
+	timeout := time.After(limit)
 	for {
 		select {
 		case m, ok := <-seen:
@@ -273,7 +298,7 @@ func runChildEnv(t *testing.T, dir string, plan killPlan, env ...string) (finish
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			e := stderr.Bytes()
-			t.Fatalf("quick demo in %s ran past 5 minutes; phase marks seen: %v; the end of its stderr (goroutines at SIGQUIT):\n%s", dir, marks, e[max(0, len(e)-64<<10):])
+			t.Fatalf("quick demo in %s ran past %v; phase marks seen: %v; the end of its stderr (goroutines at SIGQUIT):\n%s", dir, limit, marks, e[max(0, len(e)-64<<10):])
 		}
 	}
 }

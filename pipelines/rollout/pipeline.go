@@ -102,8 +102,14 @@ func Spec(ctx context.Context, o Options) (trajectories.Spec, error) {
 			spec.Interact.Split.Tokens = r.PartialTokens
 		}
 	}
+	if c.Rollout.Carry && o.Step == c.Run.Steps-1 {
+		// The last step carries nothing out (no step after it would train
+		// it): no directory, no gate. The groups carried into it finish
+		// here, and those carried as often as the bound allows count as
+		// finished at it.
+		spec.Carry = trajectories.Carry{MaxSteps: c.Rollout.CarryBound()}
+	}
 	if c.Rollout.Carry && o.Step < c.Run.Steps-1 {
-		// The last step carries nothing: no step after it would train it.
 		var key [8]byte
 		_, _ = rand.Read(key[:])
 		spec.Carry = trajectories.Carry{Dir: rundir.Carry(rundir.Step(c.Run.Dir, o.Step)), MinGroups: c.Rollout.CarryMinGroups(c.Data.BatchSize), MaxSteps: c.Rollout.CarryBound(),
