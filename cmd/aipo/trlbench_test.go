@@ -156,12 +156,16 @@ func trlPython(b testing.TB) string {
 // with it on on both, TRL's default; the Qwen3-0.6B-shaped model with it
 // off), so that -bench 'GRPOVsTRL/qwen3' runs one. Each process's first
 // step warms up; the others are timed, each from the end of the step
-// before to its own end. Reported per row: each side's steps/min at its
-// median step (logged with the slowest and fastest), their ratio (target
-// >= 3), the tokens each side generated per timed step (the two samplers
-// draw different completions) and the ratio of generated tokens per
-// second, the peak RSS of each (getrusage after Wait; the largest
-// process) and their ratio.
+// before to its own end. Reported per row, as the median of the rounds
+// (each round's aipo and TRL processes ran back to back, so ratios are
+// taken round by round; the log gives the range): each side's steps/min
+// at its process's median step (the log adds every step's median, slowest
+// and fastest), their ratio (target >= 3), the tokens each side generated
+// per timed step (the two samplers draw different completions) and the
+// ratio of generated tokens per second; each process's peak RSS
+// (getrusage after Wait) and the same net of start-up, less its RSS with
+// its libraries loaded and no model read (benchRun.libs), and their
+// ratios.
 //
 // In the first row, the GRPO loss of one identical batch, computed by
 // both: aipo's first step (its prompts, responses, loss mask, advantages,
@@ -242,41 +246,78 @@ func checkTRLLoss(b *testing.B, py, dir, run string) {
 }
 
 // reportTRLRow reports one row's metrics (named after the row) and logs
-// its step times.
+// its step times. Rounds pair ours[r] with theirs[r] (run back to back):
+// the ratios are taken round by round and their median reported, with the
+// smallest and largest round beside it in the log.
 func reportTRLRow(b *testing.B, row trlBenchRow, ours, theirs []benchRun) {
 	b.Helper()
 	type side struct {
-		secs, gen []float64
-		peak      int64
+		secs, gen  []float64
+		rate       []float64 // each round's steps/min at its median step
+		peak, net  []float64 // each round's MiB
+		libs, load []float64 // MiB before the model is read; with it built (TRL only)
 	}
 	collect := func(rs []benchRun) side {
 		var s side
 		for _, r := range rs {
 			s.secs = append(s.secs, r.stepSecs...)
 			s.gen = append(s.gen, r.genTokens...)
-			s.peak = max(s.peak, r.peak)
+			s.rate = append(s.rate, 60/benchstat.Median(r.stepSecs))
+			s.peak = append(s.peak, mib(r.peak))
+			s.net = append(s.net, mib(r.peak-r.libs))
+			s.libs = append(s.libs, mib(r.libs))
+			if r.loaded > 0 {
+				s.load = append(s.load, mib(r.loaded))
+			}
 		}
 		return s
 	}
 	a, t := collect(ours), collect(theirs)
-	ra, rt := 60/benchstat.Median(a.secs), 60/benchstat.Median(t.secs)
+	ratio := benchstat.Of(benchstat.Ratios(a.rate, t.rate))
+	gen := benchstat.Of(benchstat.Ratios(tokenRates(ours), tokenRates(theirs)))
+	peak, net := benchstat.Of(benchstat.Ratios(a.peak, t.peak)), benchstat.Of(benchstat.Ratios(a.net, t.net))
 	ga, gt := benchstat.Mean(a.gen), benchstat.Mean(t.gen)
 	m := b.ReportMetric
-	m(ra, "aipo-steps/min")
-	m(rt, "trl-steps/min")
-	m(ra/rt, "ratio-steps/min")
+	m(benchstat.Median(a.rate), "aipo-steps/min")
+	m(benchstat.Median(t.rate), "trl-steps/min")
+	m(ratio.Median, "ratio-steps/min")
 	m(ga, "aipo-gen-tokens/step")
 	m(gt, "trl-gen-tokens/step")
-	m((ga*ra)/(gt*rt), "ratio-gen-tokens/s")
-	m(float64(a.peak)/(1<<20), "aipo-peak-MiB")
-	m(float64(t.peak)/(1<<20), "trl-peak-MiB")
-	m(float64(a.peak)/float64(t.peak), "ratio-peak-rss")
-	rate := func(secs []float64) string {
-		return fmt.Sprintf("%.2f (slowest %.2f, fastest %.2f)", 60/benchstat.Median(secs), 60/slices.Max(secs), 60/slices.Min(secs))
+	m(gen.Median, "ratio-gen-tokens/s")
+	m(benchstat.Median(a.peak), "aipo-peak-MiB")
+	m(benchstat.Median(t.peak), "trl-peak-MiB")
+	m(peak.Median, "ratio-peak-rss")
+	m(benchstat.Median(a.net), "aipo-net-MiB")
+	m(benchstat.Median(t.net), "trl-net-MiB")
+	m(net.Median, "ratio-net-rss")
+	rate := func(s side) string {
+		return fmt.Sprintf("%s (all steps: median %.2f, slowest %.2f, fastest %.2f)", benchstat.Of(s.rate).Format("%.2f"), 60/benchstat.Median(s.secs), 60/slices.Max(s.secs), 60/slices.Min(s.secs))
 	}
-	b.Logf("grpo-vs-trl %s: aipo %s steps/min, %.1f tokens generated per step %s, peak %.0f MiB, step seconds %s; TRL %s steps/min, %.1f tokens generated per step %s, peak %.0f MiB, step seconds %s; ratio %.2f at the medians",
-		row, rate(a.secs), ga, generated(ours), float64(a.peak)/(1<<20), stepSeconds(ours), rate(t.secs), gt, generated(theirs), float64(t.peak)/(1<<20), stepSeconds(theirs), ra/rt)
+	b.Logf("grpo-vs-trl %s: aipo %s steps/min, %.1f tokens generated per step %s, step seconds %s; TRL %s steps/min, %.1f tokens generated per step %s, step seconds %s",
+		row, rate(a), ga, generated(ours), stepSeconds(ours), rate(t), gt, generated(theirs), stepSeconds(theirs))
+	b.Logf("grpo-vs-trl %s: aipo/TRL steps/min %s round by round (%d rounds), generated tokens/s %s",
+		row, ratio.Format("%.2f"), ratio.N, gen.Format("%.2f"))
+	b.Logf("grpo-vs-trl %s memory (MiB, median [range] of the rounds): peak RSS aipo %s, TRL %s, ratio %s; net of start-up (less the RSS with the libraries loaded and no model read: aipo %s, TRL %s) aipo %s, TRL %s, ratio %s; TRL's RSS once its model, reference model and trainer are built %s",
+		row, benchstat.Of(a.peak).Format("%.0f"), benchstat.Of(t.peak).Format("%.0f"), peak.Format("%.2f"),
+		benchstat.Of(a.libs).Format("%.0f"), benchstat.Of(t.libs).Format("%.0f"),
+		benchstat.Of(a.net).Format("%.0f"), benchstat.Of(t.net).Format("%.0f"), net.Format("%.2f"), benchstat.Of(t.load).Format("%.0f"))
 }
+
+// tokenRates are each run's generated tokens a second over its timed
+// steps.
+func tokenRates(rs []benchRun) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		var toks, secs float64
+		for j, s := range r.stepSecs {
+			toks, secs = toks+r.genTokens[j], secs+s
+		}
+		out[i] = toks / secs
+	}
+	return out
+}
+
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 
 // trlBenchSetup prepares BenchmarkGRPOVsTRL's directory and its data in a
 // child process (TestTRLBenchSetup) and returns it.
@@ -334,7 +375,14 @@ type benchRun struct {
 	genTokens []float64 // the tokens each timed step generated
 	warmGen   float64   // and the first step
 	peak      int64     // bytes, getrusage of the process
-	versions  string
+	// libs is the process's resident memory with its libraries loaded,
+	// before it reads the model: for TRL, VmRSS once torch, transformers,
+	// trl and datasets are imported; for aipo, the peak of `aipo version`
+	// (every package's initialisation run, the same binary and libraries).
+	// The peak less libs is the memory net of start-up.
+	libs     int64
+	loaded   int64 // TRL: VmRSS with the model, reference model and trainer built
+	versions string
 }
 
 // generated lists each process's tokens generated per step, the first
@@ -407,7 +455,7 @@ func runAipoTrain(b *testing.B, dir string, row trlBenchRow, run string) benchRu
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("aipo train: %v\n%s", err, out.String())
 	}
-	r := benchRun{peak: meminfo.Peak(cmd.ProcessState)}
+	r := benchRun{peak: meminfo.Peak(cmd.ProcessState), libs: aipoLibsRSS(b)}
 	// A step ends when the learner writes its record (rollout and update
 	// done, the checkpoint committed).
 	var ends, gen []float64
@@ -432,6 +480,20 @@ func runAipoTrain(b *testing.B, dir string, row trlBenchRow, run string) benchRu
 		writeTRLPrompts(b, dir, row.model, run)
 	}
 	return r
+}
+
+// aipoLibsRSS is the peak resident memory of `aipo version`: the binary
+// runAipoTrain runs, its libraries loaded and every package initialised,
+// nothing read.
+func aipoLibsRSS(b *testing.B) int64 {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, out := aipoCommand(ctx, b, nil, "version")
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("aipo version: %v\n%s", err, out.String())
+	}
+	return meminfo.Peak(cmd.ProcessState)
 }
 
 // trlPrompt is one row of TRL's dataset.
@@ -503,9 +565,14 @@ func runTRLTrain(b *testing.B, py, dir string, row trlBenchRow, round int) bench
 		StepEnds  []float64         `json:"step_ends"`
 		GenTokens []float64         `json:"generated_tokens"`
 		GradCkpt  bool              `json:"gradient_checkpointing"`
+		LibsRSS   int64             `json:"libs_rss"`
+		LoadedRSS int64             `json:"loaded_rss"`
 	}
 	cmd := runTRLScript(b, py, "train", reqPath, 60*time.Minute, &res)
-	r := benchRun{peak: meminfo.Peak(cmd.ProcessState)}
+	r := benchRun{peak: meminfo.Peak(cmd.ProcessState), libs: res.LibsRSS, loaded: res.LoadedRSS}
+	if res.LibsRSS <= 0 || res.LoadedRSS < res.LibsRSS {
+		b.Fatalf("scripts/trl/grpo.py reported its memory with the libraries loaded as %d bytes and with the model built as %d", res.LibsRSS, res.LoadedRSS)
+	}
 	if len(res.StepEnds) != trlBenchSteps || len(res.GenTokens) != trlBenchSteps {
 		b.Fatalf("TRL trained %d steps and logged the completions of %d, want %d", len(res.StepEnds), len(res.GenTokens), trlBenchSteps)
 	}

@@ -10,9 +10,11 @@ train: the request names the model directory, the prompts (text already
 rendered by aipo's chat template, so both sides sample from the same ids)
 with their gold answers, and the settings both sides share. The reward is a
 GSM8K verifier like aipo's: the last \\boxed{...} of the completion against
-the gold answer as numbers, 1 or 0. Printed: the versions and the time
+the gold answer as numbers, 1 or 0. Printed: the versions, the time
 (Unix seconds) at which each step (generation, scoring, reference pass and
-update) ended and the tokens each step generated.
+update) ended, the tokens each step generated, and the resident memory
+(VmRSS) with the libraries imported, before the model is read, and again
+once the model, its reference copy and the trainer are built.
 
 loss: the request holds one batch (prompt ids, completion ids, the loss mask
 of each completion token, advantages, old and reference log-probs) and the
@@ -96,12 +98,24 @@ def config(req, out_dir, **kw):
     )
 
 
+def vmrss():
+    """This process's resident memory in bytes (VmRSS of /proc/self/status)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/self/status has no VmRSS")
+
+
 def versions():
     return {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def train(req):
     torch.set_num_threads(req["threads"])
+    # torch, transformers, trl and datasets imported, nothing read: what
+    # the benchmark takes off the peak for the memory net of start-up.
+    libs_rss = vmrss()
     tok = AutoTokenizer.from_pretrained(req["model"])
     model = AutoModelForCausalLM.from_pretrained(req["model"], dtype=torch.float32)
     n = len(req["prompts"])
@@ -134,12 +148,14 @@ def train(req):
     trainer = GRPOTrainer(
         model=model, reward_funcs=boxed_reward, args=args, train_dataset=ds, processing_class=tok, callbacks=[Timer()]
     )
+    loaded_rss = vmrss()
     t0 = time.perf_counter()
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     print(json.dumps({"versions": versions(), "prompts": n, "step_ends": step_ends, "generated_tokens": generated,
                       "gradient_checkpointing": trainer.args.gradient_checkpointing,
-                      "train_seconds": time.perf_counter() - t0, "reward": rewards}))
+                      "train_seconds": time.perf_counter() - t0, "reward": rewards,
+                      "libs_rss": libs_rss, "loaded_rss": loaded_rss}))
 
 
 def loss(req):
