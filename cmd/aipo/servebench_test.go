@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipo-rl/aipo/inproc"
 	"github.com/aipo-rl/aipo/internal/benchstat"
 	"github.com/aipo-rl/aipo/internal/meminfo"
 	"github.com/aipo-rl/aipo/internal/shareddata"
@@ -156,6 +158,13 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 				b.Fatal(err)
 			}
 			weightBytes := dirBytes(b, dir, ".safetensors")
+			dtype := defaultDType(b, cfg)
+			// The weights aipo's default reads a token: the checkpoint's
+			// bfloat16 bytes, twice them when it decodes in float32.
+			aipoBytes := weightBytes
+			if dtype == inproc.DTypeF32 {
+				aipoBytes *= 2
+			}
 			// The 0.6B shape's tensors are garbage now; give the memory
 			// back before the servers need it.
 			runtime.GC()
@@ -176,7 +185,7 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 			}
 			pairs := []servePair{
 				{name: "default",
-					aipo: serveSide{"aipo default (" + defaultDType(size.name) + ")", func(b *testing.B, dir string, l []serveLoad) []serveResult { return benchAipoServe(b, dir, l) }},
+					aipo: serveSide{"aipo default (" + dtype + ")", func(b *testing.B, dir string, l []serveLoad) []serveResult { return benchAipoServe(b, dir, l) }},
 					vllm: serveSide{"vLLM bfloat16 compiled, preloads", func(b *testing.B, dir string, l []serveLoad) []serveResult { return benchVLLM(b, dir, l, true) }}},
 				{name: "float32",
 					aipo: serveSide{"aipo float32", func(b *testing.B, dir string, l []serveLoad) []serveResult {
@@ -226,11 +235,11 @@ func BenchmarkServeVsVLLM(b *testing.B) {
 						"vLLM", benchstat.Of(peak[1]).Format("%.0f"), benchstat.Of(net[1]).Format("%.0f"))
 					if l.concurrent == 1 && pr.name == "default" {
 						// One stream decodes one token at a time, each reading
-						// every weight once: the checkpoint's bytes (bfloat16)
-						// times tokens a second is the memory bandwidth the
-						// decode reaches on weights.
-						fmt.Printf("serve-vs-vllm %s %s %s weights read: aipo %.2f GB/s, vLLM %.2f GB/s (%.0f MB of bfloat16 weights a token)\n",
-							size.name, pr.name, l.name, float64(weightBytes)*benchstat.Median(tok[0])/1e9, float64(weightBytes)*benchstat.Median(tok[1])/1e9, float64(weightBytes)/1e6)
+						// every weight once: the bytes of the weights as each
+						// server holds them times tokens a second is the memory
+						// bandwidth the decode reaches on weights.
+						fmt.Printf("serve-vs-vllm %s %s %s weights read: aipo %.2f GB/s (%.0f MB of %s weights a token), vLLM %.2f GB/s (%.0f MB of bfloat16 weights a token)\n",
+							size.name, pr.name, l.name, float64(aipoBytes)*benchstat.Median(tok[0])/1e9, float64(aipoBytes)/1e6, dtype, float64(weightBytes)*benchstat.Median(tok[1])/1e9, float64(weightBytes)/1e6)
 					}
 					b.ReportMetric(ratio.Median, "aipo/vllm_"+pr.name+"_"+l.name)
 				}
@@ -258,13 +267,22 @@ func dirBytes(b *testing.B, dir, suffix string) int64 {
 	return n
 }
 
-// defaultDType is what aipo serve's --dtype auto picks for a size's
-// bfloat16 directory on a CPU with bfloat16 products.
-func defaultDType(size string) string {
-	if size == "tiny" {
-		return "float32"
+// defaultDType is what aipo serve's --dtype auto picks on this CPU for a
+// bfloat16 directory of the model config cfg describes
+// (inproc.ResolveDType, the rule the server applies).
+func defaultDType(b *testing.B, cfg string) string {
+	b.Helper()
+	var c struct {
+		Hidden int `json:"hidden_size"`
 	}
-	return "bfloat16"
+	if err := json.Unmarshal([]byte(cfg), &c); err != nil || c.Hidden <= 0 {
+		b.Fatalf("the model config has no hidden_size (%v)", err)
+	}
+	d, err := inproc.ResolveDType(inproc.DTypeAuto, checkpoint.BF16, c.Hidden)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
 }
 
 // benchAipoServe runs aipo serve on dir, with flags after the bench's
