@@ -31,70 +31,14 @@ static inline T256 float hsum256(__m256 v) {
 	return _mm_cvtss_f32(s1);
 }
 
-// TILE512 defines a kernel of MR rows of w by NR rows of x.
-#define TILE512(NAME, MR, NR)                                                          \
-	static T512 void NAME(int k, const float *x, int ldx, const float *w, int ldw,      \
-			      float *c, int ldc) {                                          \
-		__m512 acc[NR][MR];                                                         \
-		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
-			acc[i][j] = _mm512_setzero_ps();                                    \
-		int p = 0;                                                                  \
-		for (; p + 16 <= k; p += 16) {                                              \
-			__m512 wv[MR];                                                      \
-			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = _mm512_loadu_ps(w + j * ldw + p); \
-			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
-				__m512 xv = _mm512_loadu_ps(x + i * ldx + p);               \
-				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
-					acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);  \
-			}                                                                   \
-		}                                                                           \
-		if (p < k) {                                                                \
-			__mmask16 mk = (__mmask16)((1u << (k - p)) - 1u);                   \
-			__m512 wv[MR];                                                      \
-			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = _mm512_maskz_loadu_ps(mk, w + j * ldw + p); \
-			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
-				__m512 xv = _mm512_maskz_loadu_ps(mk, x + i * ldx + p);     \
-				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
-					acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);  \
-			}                                                                   \
-		}                                                                           \
-		PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                                \
-			int j = 0;                                                          \
-			PRAGMA_UNROLL for (; j + 4 <= MR; j += 4)                           \
-				_mm_storeu_ps(c + i * ldc + j, reduce4x512(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3])); \
-			PRAGMA_UNROLL for (; j < MR; j++) c[i * ldc + j] = hsum512(acc[i][j]); \
-		}                                                                           \
-	}
-
-// TILE256 is TILE512 with AVX2 vectors of 8 floats.
-#define TILE256(NAME, MR, NR)                                                          \
-	static T256 void NAME(int k, const float *x, int ldx, const float *w, int ldw,      \
-			      float *c, int ldc, __m256i tailmask) {                        \
-		__m256 acc[NR][MR];                                                         \
-		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
-			acc[i][j] = _mm256_setzero_ps();                                    \
-		int p = 0;                                                                  \
-		for (; p + 8 <= k; p += 8) {                                                \
-			__m256 wv[MR];                                                      \
-			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = _mm256_loadu_ps(w + j * ldw + p); \
-			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
-				__m256 xv = _mm256_loadu_ps(x + i * ldx + p);               \
-				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
-					acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);  \
-			}                                                                   \
-		}                                                                           \
-		if (p < k) {                                                                \
-			__m256 wv[MR];                                                      \
-			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = _mm256_maskload_ps(w + j * ldw + p, tailmask); \
-			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
-				__m256 xv = _mm256_maskload_ps(x + i * ldx + p, tailmask);  \
-				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
-					acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);  \
-			}                                                                   \
-		}                                                                           \
-		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
-			c[i * ldc + j] = hsum256(acc[i][j]);                                \
-	}
+// The loads of a chunk of w, whole and as the tail (n < the lane count
+// values, zeros after): float32 rows load directly (masked for the tail),
+// bfloat16 rows widen exactly as they load (the tail through a
+// zero-padded copy).
+static inline T512 __m512 ldw512_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline T512 __m512 tlw512_f32(const float *p, int n, __mmask16 mk) { return _mm512_maskz_loadu_ps(mk, p); }
+static inline T512 __m512 ldw512_bf16(const uint16_t *p) { return w16(p); }
+static inline T512 __m512 tlw512_bf16(const uint16_t *p, int n, __mmask16 mk) { return w16tail(p, n); }
 
 // widen8 widens the 8 bfloat16 values at p to float32 (exactly: a
 // bfloat16 value is the high half of a float32).
@@ -110,12 +54,17 @@ static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
 	return widen8(buf);
 }
 
-// TILE512_BF16 is TILE512 with the rows of w in bfloat16, each chunk
-// widened exactly as it is loaded: the same operations on the same
-// float32 values as TILE512 on w's widened rows, so an output's bits are
-// those RowDots gives for the widened weights.
-#define TILE512_BF16(NAME, MR, NR)                                                     \
-	static T512 void NAME(int k, const float *x, int ldx, const uint16_t *w, int ldw,   \
+static inline T256 __m256 ldw256_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline T256 __m256 tlw256_f32(const float *p, int n, __m256i mask) { return _mm256_maskload_ps(p, mask); }
+static inline T256 __m256 ldw256_bf16(const uint16_t *p) { return widen8(p); }
+static inline T256 __m256 tlw256_bf16(const uint16_t *p, int n, __m256i mask) { return widen8tail(p, n); }
+
+// TILE512 defines a kernel of MR rows of w (of type WT, loaded by
+// ldw512_W and tlw512_W) by NR rows of x. Whatever WT, an output takes the
+// same operations on the same float32 values: a bfloat16 row's kernel
+// gives the bits of the float32 kernel on the widened row.
+#define TILE512(NAME, MR, NR, WT, W)                                                   \
+	static T512 void NAME(int k, const float *x, int ldx, const WT *w, int ldw,         \
 			      float *c, int ldc) {                                          \
 		__m512 acc[NR][MR];                                                         \
 		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
@@ -123,7 +72,7 @@ static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
 		int p = 0;                                                                  \
 		for (; p + 16 <= k; p += 16) {                                              \
 			__m512 wv[MR];                                                      \
-			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = w16(w + j * ldw + p); \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = ldw512_##W(w + j * ldw + p); \
 			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
 				__m512 xv = _mm512_loadu_ps(x + i * ldx + p);               \
 				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
@@ -133,7 +82,7 @@ static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
 		if (p < k) {                                                                \
 			__mmask16 mk = (__mmask16)((1u << (k - p)) - 1u);                   \
 			__m512 wv[MR];                                                      \
-			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = w16tail(w + j * ldw + p, k - p); \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = tlw512_##W(w + j * ldw + p, k - p, mk); \
 			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
 				__m512 xv = _mm512_maskz_loadu_ps(mk, x + i * ldx + p);     \
 				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
@@ -148,10 +97,9 @@ static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
 		}                                                                           \
 	}
 
-// TILE256_BF16 is TILE256 with the rows of w in bfloat16, widened as
-// loaded (see TILE512_BF16).
-#define TILE256_BF16(NAME, MR, NR)                                                     \
-	static T256 void NAME(int k, const float *x, int ldx, const uint16_t *w, int ldw,   \
+// TILE256 is TILE512 with AVX2 vectors of 8 floats.
+#define TILE256(NAME, MR, NR, WT, W)                                                   \
+	static T256 void NAME(int k, const float *x, int ldx, const WT *w, int ldw,         \
 			      float *c, int ldc, __m256i tailmask) {                        \
 		__m256 acc[NR][MR];                                                         \
 		PRAGMA_UNROLL for (int i = 0; i < NR; i++) PRAGMA_UNROLL for (int j = 0; j < MR; j++) \
@@ -159,7 +107,7 @@ static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
 		int p = 0;                                                                  \
 		for (; p + 8 <= k; p += 8) {                                                \
 			__m256 wv[MR];                                                      \
-			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = widen8(w + j * ldw + p); \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = ldw256_##W(w + j * ldw + p); \
 			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
 				__m256 xv = _mm256_loadu_ps(x + i * ldx + p);               \
 				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
@@ -168,7 +116,7 @@ static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
 		}                                                                           \
 		if (p < k) {                                                                \
 			__m256 wv[MR];                                                      \
-			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = widen8tail(w + j * ldw + p, k - p); \
+			PRAGMA_UNROLL for (int j = 0; j < MR; j++) wv[j] = tlw256_##W(w + j * ldw + p, k - p, tailmask); \
 			PRAGMA_UNROLL for (int i = 0; i < NR; i++) {                        \
 				__m256 xv = _mm256_maskload_ps(x + i * ldx + p, tailmask);  \
 				PRAGMA_UNROLL for (int j = 0; j < MR; j++)                  \
@@ -182,29 +130,29 @@ static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
 // AVX-512: 6x4 tiles hold 24 accumulators, the 6 chunks of w and one of x
 // in 31 of the 32 vector registers; 4-row and single tiles take the rows
 // of w left over.
-TILE512(tile512_6x4, 6, 4)
-TILE512(tile512_6x1, 6, 1)
-TILE512(tile512_4x4, 4, 4)
-TILE512(tile512_4x1, 4, 1)
-TILE512(tile512_1x1, 1, 1)
+TILE512(tile512_6x4, 6, 4, float, f32)
+TILE512(tile512_6x1, 6, 1, float, f32)
+TILE512(tile512_4x4, 4, 4, float, f32)
+TILE512(tile512_4x1, 4, 1, float, f32)
+TILE512(tile512_1x1, 1, 1, float, f32)
 
 // AVX2: 16 vector registers; 4x2 tiles use 8 accumulators, 4 chunks of w
 // and one of x.
-TILE256(tile256_4x2, 4, 2)
-TILE256(tile256_4x1, 4, 1)
-TILE256(tile256_1x1, 1, 1)
+TILE256(tile256_4x2, 4, 2, float, f32)
+TILE256(tile256_4x1, 4, 1, float, f32)
+TILE256(tile256_1x1, 1, 1, float, f32)
 
-TILE512_BF16(tile512w16_6x4, 6, 4)
-TILE512_BF16(tile512w16_6x1, 6, 1)
-TILE512_BF16(tile512w16_4x4, 4, 4)
-TILE512_BF16(tile512w16_4x1, 4, 1)
-TILE512_BF16(tile512w16_1x1, 1, 1)
+TILE512(tile512w16_6x4, 6, 4, uint16_t, bf16)
+TILE512(tile512w16_6x1, 6, 1, uint16_t, bf16)
+TILE512(tile512w16_4x4, 4, 4, uint16_t, bf16)
+TILE512(tile512w16_4x1, 4, 1, uint16_t, bf16)
+TILE512(tile512w16_1x1, 1, 1, uint16_t, bf16)
 // AVX2 with bfloat16 weights: 3x4 tiles, 12 accumulators, 3 widened
 // chunks of w and one of x in the 16 registers; each widening serves 4
 // rows of x (the float32 4x2 tile's would serve 2).
-TILE256_BF16(tile256w16_3x4, 3, 4)
-TILE256_BF16(tile256w16_3x1, 3, 1)
-TILE256_BF16(tile256w16_1x1, 1, 1)
+TILE256(tile256w16_3x4, 3, 4, uint16_t, bf16)
+TILE256(tile256w16_3x1, 3, 1, uint16_t, bf16)
+TILE256(tile256w16_1x1, 1, 1, uint16_t, bf16)
 
 // ROWDOTS512 and ROWDOTS256 define the drivers, for weights of type WT
 // and the tiles named PREFIX_MRxNR.

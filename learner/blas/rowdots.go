@@ -46,21 +46,31 @@ func RowDots(n, m, k int, x []float32, ldx int, w []float32, ldw int, c []float3
 }
 
 func rowDotsAt(level, n, m, k int, x []float32, ldx int, w []float32, ldw int, c []float32, ldc int) {
+	if rowDotsTrivial("RowDots", level, n, m, k, x, ldx, w, ldw, c, ldc) {
+		return
+	}
+	C.rowdots(C.int(level), C.int(n), C.int(m), C.int(k), (*C.float)(&x[0]), C.int(ldx),
+		(*C.float)(&w[0]), C.int(ldw), (*C.float)(&c[0]), C.int(ldc))
+}
+
+// rowDotsTrivial checks a product's sizes and does the products with no
+// sums (n or m zero, or k zero: zeros), reporting whether it did; it
+// panics where level runs no kernel.
+func rowDotsTrivial[W float32 | uint16](name string, level, n, m, k int, x []float32, ldx int, w []W, ldw int, c []float32, ldc int) bool {
 	if level == C.ROWDOTS_NONE {
-		panic("blas: RowDots needs AVX2 and FMA or AVX-512, which this CPU lacks (see RowDotsAvailable)")
+		panic("blas: " + name + " needs AVX2 and FMA or AVX-512, which this CPU lacks (see RowDotsAvailable)")
 	}
 	checkRowDots(n, m, k, x, ldx, w, ldw, c, ldc)
 	if n == 0 || m == 0 {
-		return
+		return true
 	}
 	if k == 0 {
 		for i := range n {
 			clear(c[i*ldc : i*ldc+m])
 		}
-		return
+		return true
 	}
-	C.rowdots(C.int(level), C.int(n), C.int(m), C.int(k), (*C.float)(&x[0]), C.int(ldx),
-		(*C.float)(&w[0]), C.int(ldw), (*C.float)(&c[0]), C.int(ldc))
+	return false
 }
 
 // RowDotsBF16 is RowDots with w's rows in bfloat16 (the high halves of
@@ -73,17 +83,7 @@ func RowDotsBF16(n, m, k int, x []float32, ldx int, w []uint16, ldw int, c []flo
 }
 
 func rowDotsBF16At(level, n, m, k int, x []float32, ldx int, w []uint16, ldw int, c []float32, ldc int) {
-	if level == C.ROWDOTS_NONE {
-		panic("blas: RowDotsBF16 needs AVX2 and FMA or AVX-512, which this CPU lacks (see RowDotsAvailable)")
-	}
-	checkRowDots(n, m, k, x, ldx, w, ldw, c, ldc)
-	if n == 0 || m == 0 {
-		return
-	}
-	if k == 0 {
-		for i := range n {
-			clear(c[i*ldc : i*ldc+m])
-		}
+	if rowDotsTrivial("RowDotsBF16", level, n, m, k, x, ldx, w, ldw, c, ldc) {
 		return
 	}
 	C.rowdots_bf16(C.int(level), C.int(n), C.int(m), C.int(k), (*C.float)(&x[0]), C.int(ldx),
