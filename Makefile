@@ -163,8 +163,8 @@ $(PEER_TESTS): test-%: setup
 	@GO=$(GO) TESTFLAGS="$(TESTFLAGS)" scripts/test-peer.sh $*
 test-flink test-portable: worker beam-boot
 
-# test-trl is BenchmarkGRPOVsTRL at its full size (about 31 minutes: three
-# rows, two processes a side each), TRL's side and the loss check included: make test's bench-smoke runs aipo's side
+# test-trl is BenchmarkGRPOVsTRL at its full size (about 50 minutes on 2
+# cores: three rows, three alternated processes a side each), TRL's side and the loss check included: make test's bench-smoke runs aipo's side
 # alone, TRL's environment being make setup-bench's.
 test-trl: setup
 	@scripts/setup.sh peer trl
@@ -243,11 +243,11 @@ setup-bench: setup-test
 
 # bench's timeout is per package: cmd/aipo's BenchmarkServeVsVLLM serves a
 # tiny and a Qwen3-0.6B-shaped model with aipo serve and with vLLM, three
-# alternated rounds of two pairs, one server at a time (about an hour on 2
-# cores, estimated from one round's parts: 16 one-at-a-time requests of 64
-# tokens at 4-10 tokens a second per server and vLLM's compilation), and
-# BenchmarkGRPOVsTRL trains with aipo and TRL (about 31 minutes, almost all
-# of it TRL's).
+# alternated rounds of two pairs, one server at a time (77 minutes on 2
+# cores on 2026-12-07, most of it vLLM's: its bfloat16 server compiles for
+# 5 minutes at each start), and
+# BenchmarkGRPOVsTRL trains with aipo and TRL (about 50 minutes, most of it
+# TRL's).
 bench: setup-bench
 	$(GO) test -tags $(ALL_TAGS) -timeout 180m -run '^$$' -bench . -benchtime 1x ./... 2>&1 | tee bench.out | scripts/bench-summary.sh
 	@echo "training step with the pure-Go matrix multiply (-tags purego; the 25M model takes minutes and is left out):"
