@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bf16gemm.h"
+#include "simd256.h"
 #include "simd512.h"
 
 static inline float widen1(uint16_t h) {
@@ -94,34 +95,11 @@ static T512 void nn512(int m, int n, int k, const float *a, long lda, const uint
 	}
 }
 
-// The AVX2 kernels: nt512 and nn512 with 8 lanes (widen8, rowdots.c's
-// helpers repeated here as w8 and w8tail: each C file is compiled alone).
-#define T256 __attribute__((target("avx2,fma")))
-
-static inline T256 __m256 w8(const uint16_t *p) {
-	__m128i h = _mm_loadu_si128((const __m128i *)p);
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-static inline T256 __m256 w8tail(const uint16_t *p, int n) {
-	uint16_t buf[8] = {0};
-	memcpy(buf, p, (size_t)n * 2);
-	return w8(buf);
-}
-
+// The AVX2 kernels: nt512 and nn512 with 8 lanes.
 static inline T256 __m256 a8tail(const float *p, int n) {
 	float buf[8] = {0};
 	memcpy(buf, p, (size_t)n * 4);
 	return _mm256_loadu_ps(buf);
-}
-
-// hsum8 sums the 8 lanes of v by one fixed tree (l with l+4, then l+2,
-// then l+1).
-static inline T256 float hsum8(__m256 v) {
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-	__m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-	return _mm_cvtss_f32(s1);
 }
 
 // nt256 is nt512 on 8 lanes: four keys at a time share a's chunk, each
@@ -138,30 +116,30 @@ static T256 void nt256(int m, int n, int k, float alpha, const float *a, long ld
 			int p = 0;
 			for (; p + 8 <= k; p += 8) {
 				__m256 x = _mm256_loadu_ps(ai + p);
-				c0 = _mm256_fmadd_ps(x, w8(b0 + p), c0);
-				c1 = _mm256_fmadd_ps(x, w8(b1 + p), c1);
-				c2 = _mm256_fmadd_ps(x, w8(b2 + p), c2);
-				c3 = _mm256_fmadd_ps(x, w8(b3 + p), c3);
+				c0 = _mm256_fmadd_ps(x, widen8(b0 + p), c0);
+				c1 = _mm256_fmadd_ps(x, widen8(b1 + p), c1);
+				c2 = _mm256_fmadd_ps(x, widen8(b2 + p), c2);
+				c3 = _mm256_fmadd_ps(x, widen8(b3 + p), c3);
 			}
 			if (p < k) {
 				__m256 x = a8tail(ai + p, k - p);
-				c0 = _mm256_fmadd_ps(x, w8tail(b0 + p, k - p), c0);
-				c1 = _mm256_fmadd_ps(x, w8tail(b1 + p, k - p), c1);
-				c2 = _mm256_fmadd_ps(x, w8tail(b2 + p, k - p), c2);
-				c3 = _mm256_fmadd_ps(x, w8tail(b3 + p, k - p), c3);
+				c0 = _mm256_fmadd_ps(x, widen8tail(b0 + p, k - p), c0);
+				c1 = _mm256_fmadd_ps(x, widen8tail(b1 + p, k - p), c1);
+				c2 = _mm256_fmadd_ps(x, widen8tail(b2 + p, k - p), c2);
+				c3 = _mm256_fmadd_ps(x, widen8tail(b3 + p, k - p), c3);
 			}
-			ci[j] = alpha * hsum8(c0);
-			ci[j + 1] = alpha * hsum8(c1);
-			ci[j + 2] = alpha * hsum8(c2);
-			ci[j + 3] = alpha * hsum8(c3);
+			ci[j] = alpha * hsum256(c0);
+			ci[j + 1] = alpha * hsum256(c1);
+			ci[j + 2] = alpha * hsum256(c2);
+			ci[j + 3] = alpha * hsum256(c3);
 		}
 		for (; j < n; j++) {
 			const uint16_t *bj = b + (long)j * ldb;
 			__m256 acc = _mm256_setzero_ps();
 			int p = 0;
-			for (; p + 8 <= k; p += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(ai + p), w8(bj + p), acc);
-			if (p < k) acc = _mm256_fmadd_ps(a8tail(ai + p, k - p), w8tail(bj + p, k - p), acc);
-			ci[j] = alpha * hsum8(acc);
+			for (; p + 8 <= k; p += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(ai + p), widen8(bj + p), acc);
+			if (p < k) acc = _mm256_fmadd_ps(a8tail(ai + p, k - p), widen8tail(bj + p, k - p), acc);
+			ci[j] = alpha * hsum256(acc);
 		}
 	}
 }
@@ -181,7 +159,7 @@ static T256 void nn256(int m, int n, int k, const float *a, long lda, const uint
 			for (int p = 0; p < k; p++) {
 				__m256 s = _mm256_set1_ps(ai[p]);
 				const uint16_t *bp = b + (long)p * ldb + q;
-				for (int v = 0; v < w; v++) acc[v] = _mm256_fmadd_ps(s, w8(bp + 8 * v), acc[v]);
+				for (int v = 0; v < w; v++) acc[v] = _mm256_fmadd_ps(s, widen8(bp + 8 * v), acc[v]);
 			}
 			for (int v = 0; v < w; v++) _mm256_storeu_ps(ci + q + 8 * v, acc[v]);
 		}

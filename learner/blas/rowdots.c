@@ -17,19 +17,11 @@
 #include <string.h>
 
 #include "rowdots.h"
+#include "simd256.h"
 #include "simd512.h"
-
-#define T256 __attribute__((target("avx2,fma")))
 
 #define PRAGMA_UNROLL _Pragma("GCC unroll 16")
 
-
-static inline T256 float hsum256(__m256 v) {
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-	__m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-	return _mm_cvtss_f32(s1);
-}
 
 // The loads of a chunk of w, whole and as the tail (n < the lane count
 // values, zeros after): float32 rows load directly (masked for the tail),
@@ -39,20 +31,6 @@ static inline T512 __m512 ldw512_f32(const float *p) { return _mm512_loadu_ps(p)
 static inline T512 __m512 tlw512_f32(const float *p, int n, __mmask16 mk) { return _mm512_maskz_loadu_ps(mk, p); }
 static inline T512 __m512 ldw512_bf16(const uint16_t *p) { return w16(p); }
 static inline T512 __m512 tlw512_bf16(const uint16_t *p, int n, __mmask16 mk) { return w16tail(p, n); }
-
-// widen8 widens the 8 bfloat16 values at p to float32 (exactly: a
-// bfloat16 value is the high half of a float32).
-static inline T256 __m256 widen8(const uint16_t *p) {
-	__m128i h = _mm_loadu_si128((const __m128i *)p);
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-// widen8tail widens the first n < 8 bfloat16 values at p, zeros after.
-static inline T256 __m256 widen8tail(const uint16_t *p, int n) {
-	uint16_t buf[8] = {0};
-	memcpy(buf, p, (size_t)n * 2);
-	return widen8(buf);
-}
 
 static inline T256 __m256 ldw256_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline T256 __m256 tlw256_f32(const float *p, int n, __m256i mask) { return _mm256_maskload_ps(p, mask); }
