@@ -249,8 +249,8 @@ var bf16Wide = sync.Pool{New: func() any { return new([]float32) }}
 
 // mulRows is Mul by RowDotsBF16: x's rows widened (exactly) once, the
 // columns cut into as many slices as the process has cores, each a
-// multiple of 12 columns (whole tiles of RowDots' widths, 6 and 4), one
-// goroutine a slice. Every output is computed by the same operations in
+// multiple of 12 columns (whole tiles of RowDots' widths: 6 and 4 with
+// AVX-512, 3 and 4 with AVX2), one goroutine a slice. Every output is computed by the same operations in
 // any slice and beside any rows, so a row's results do not depend on n or
 // on its position.
 func (m *BF16Matrix) mulRows(out []float32, ldo int, x []uint16, n int) {

@@ -17,7 +17,7 @@ func randomBF16(r *rand.Rand, n int) []uint16 {
 func needBF16(t *testing.T) {
 	t.Helper()
 	if !BF16MatrixAvailable() {
-		t.Skipf("no native bfloat16 products on this CPU or build: %s", BF16MatrixKernel())
+		t.Skipf("no bfloat16 products on this CPU or build: %s", BF16MatrixKernel())
 	}
 }
 

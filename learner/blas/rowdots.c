@@ -14,7 +14,6 @@
 
 #include <immintrin.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "rowdots.h"
 #include "simd256.h"
@@ -115,9 +114,11 @@ TILE512(tile512_4x1, 4, 1, float, f32)
 TILE512(tile512_1x1, 1, 1, float, f32)
 
 // AVX2: 16 vector registers; 3x4 tiles use 12 accumulators, 3 chunks of w
-// and one of x (each chunk of w serves 4 rows of x); 4x1 tiles take the
-// rows of x left over, four weight streams for one row.
+// and one of x (each chunk of w serves 4 rows of x); 3x1 tiles take the
+// rows of x left over beside them, 4x1 tiles the rows of a product of
+// fewer than 4 (ROWDOTS256).
 TILE256(tile256_3x4, 3, 4, float, f32)
+TILE256(tile256_3x1, 3, 1, float, f32)
 TILE256(tile256_4x1, 4, 1, float, f32)
 TILE256(tile256_1x1, 1, 1, float, f32)
 
@@ -129,6 +130,7 @@ TILE512(tile512w16_1x1, 1, 1, uint16_t, bf16)
 // AVX2 with bfloat16 weights: the same tiles, each widening serving 4 rows
 // of x.
 TILE256(tile256w16_3x4, 3, 4, uint16_t, bf16)
+TILE256(tile256w16_3x1, 3, 1, uint16_t, bf16)
 TILE256(tile256w16_4x1, 4, 1, uint16_t, bf16)
 TILE256(tile256w16_1x1, 1, 1, uint16_t, bf16)
 
@@ -158,32 +160,33 @@ TILE256(tile256w16_1x1, 1, 1, uint16_t, bf16)
 	}
 
 // ROWDOTS256's rows of x go four at a time through tiles of MR rows of w
-// by 4 (TMx4), and the rows left over (fewer than 4: every row at batch 1)
-// through tiles of 4 rows of w by 1 (T4x1), whose four weight streams suit
-// a single row better; each output takes the same operations in either.
-#define ROWDOTS256(NAME, WT, MR, TMx4, T4x1, T1x1)                                          \
+// by 4 (TMx4), the rows left over beside them through tiles of MR by 1
+// (TMx1), so that w is read once; with fewer than 4 rows in all (every
+// step at batch 1) the rows go through tiles of 4 rows of w by 1 (T4x1),
+// whose four weight streams suit a lone row better. Each output takes the
+// same operations in any of them.
+#define ROWDOTS256(NAME, WT, MR, TMx4, TMx1, T4x1, T1x1)                                    \
 	static T256 void NAME(int n, int m, int k, const float *x, int ldx, const WT *w, int ldw, \
 			      float *c, int ldc) {                                          \
 		int32_t lanes[8];                                                           \
 		for (int l = 0; l < 8; l++) lanes[l] = l < (k % 8) ? -1 : 0;               \
 		__m256i tail = _mm256_loadu_si256((const __m256i *)lanes);                 \
-		int n4 = n / 4 * 4;                                                         \
 		int j = 0;                                                                  \
-		if (n4 > 0) {                                                               \
-			for (; j + MR <= m; j += MR)                                        \
-				for (int i = 0; i < n4; i += 4)                             \
+		if (n >= 4) {                                                               \
+			for (; j + MR <= m; j += MR) {                                      \
+				int i = 0;                                                  \
+				for (; i + 4 <= n; i += 4)                                  \
 					TMx4(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
-			for (; j < m; j++)                                                  \
-				for (int i = 0; i < n4; i++)                                \
-					T1x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
+				for (; i < n; i++)                                          \
+					TMx1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
+			}                                                                   \
+		} else {                                                                    \
+			for (; j + 4 <= m; j += 4)                                          \
+				for (int i = 0; i < n; i++)                                 \
+					T4x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
 		}                                                                           \
-		if (n4 == n) return;                                                        \
-		j = 0;                                                                      \
-		for (; j + 4 <= m; j += 4)                                                  \
-			for (int i = n4; i < n; i++)                                        \
-				T4x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
 		for (; j < m; j++)                                                          \
-			for (int i = n4; i < n; i++)                                        \
+			for (int i = 0; i < n; i++)                                         \
 				T1x1(k, x + (int64_t)i * ldx, ldx, w + (int64_t)j * ldw, ldw, c + (int64_t)i * ldc + j, ldc, tail); \
 	}
 
@@ -192,8 +195,8 @@ TILE256(tile256w16_1x1, 1, 1, uint16_t, bf16)
 // a decode step, is read from memory once.
 ROWDOTS512(rowdots512, float, tile512_6x4, tile512_6x1, tile512_4x4, tile512_4x1, tile512_1x1)
 ROWDOTS512(rowdots512w16, uint16_t, tile512w16_6x4, tile512w16_6x1, tile512w16_4x4, tile512w16_4x1, tile512w16_1x1)
-ROWDOTS256(rowdots256, float, 3, tile256_3x4, tile256_4x1, tile256_1x1)
-ROWDOTS256(rowdots256w16, uint16_t, 3, tile256w16_3x4, tile256w16_4x1, tile256w16_1x1)
+ROWDOTS256(rowdots256, float, 3, tile256_3x4, tile256_3x1, tile256_4x1, tile256_1x1)
+ROWDOTS256(rowdots256w16, uint16_t, 3, tile256w16_3x4, tile256w16_3x1, tile256w16_4x1, tile256w16_1x1)
 
 int rowdots_level(void) {
 	__builtin_cpu_init();

@@ -102,18 +102,18 @@ func Spec(ctx context.Context, o Options) (trajectories.Spec, error) {
 			spec.Interact.Split.Tokens = r.PartialTokens
 		}
 	}
-	if c.Rollout.Carry && o.Step == c.Run.Steps-1 {
-		// The last step carries nothing out (no step after it would train
-		// it): no directory, no gate. The groups carried into it finish
-		// here, and those carried as often as the bound allows count as
-		// finished at it.
+	if c.Rollout.Carry {
+		// The groups carried into a step as often as the bound allows
+		// finish in it and count as finished at the bound.
 		spec.Carry = trajectories.Carry{MaxSteps: c.Rollout.CarryBound()}
-	}
-	if c.Rollout.Carry && o.Step < c.Run.Steps-1 {
-		var key [8]byte
-		_, _ = rand.Read(key[:])
-		spec.Carry = trajectories.Carry{Dir: rundir.Carry(rundir.Step(c.Run.Dir, o.Step)), MinGroups: c.Rollout.CarryMinGroups(c.Data.BatchSize), MaxSteps: c.Rollout.CarryBound(),
-			Key: fmt.Sprintf("%s/%d/%x", c.Run.Dir, o.Step, key)}
+		if o.Step < c.Run.Steps-1 {
+			// The last step carries nothing out (no step after it would
+			// train it): no directory, no gate.
+			var key [8]byte
+			_, _ = rand.Read(key[:])
+			spec.Carry.Dir, spec.Carry.MinGroups = rundir.Carry(rundir.Step(c.Run.Dir, o.Step)), c.Rollout.CarryMinGroups(c.Data.BatchSize)
+			spec.Carry.Key = fmt.Sprintf("%s/%d/%x", c.Run.Dir, o.Step, key)
+		}
 	}
 	if chat != nil {
 		spec.ChatTemplate, spec.ChatTemplateFile, spec.EnableThinking = chat.Source(), chat.File(), c.Rollout.EnableThinking
