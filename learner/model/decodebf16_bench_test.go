@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/aipo-rl/aipo/internal/benchstat"
 )
 
 // qwen3Shape06B is Qwen3-0.6B's configuration (its config.json's shape:
@@ -17,7 +19,8 @@ var qwen3Shape06B = Config{ModelType: "qwen3", HiddenSize: 1024, IntermediateSiz
 // BenchmarkDecodeDType times decode steps (one new token for each of B
 // sequences holding 64 cached positions) in float32 and in bfloat16
 // (DecodeBF16) on the same model, alternated, at B = 1 and 32, and reports
-// tokens/s of each and the ratio bfloat16/float32. The model is
+// tokens/s of each and the ratio bfloat16/float32, each the median of the
+// rounds (one a b.N iteration), the ratio taken round by round. The model is
 // Qwen3-0.6B's shape; with -short (make bench-smoke) 4 of its 28 layers
 // and a vocabulary of 32,000.
 func BenchmarkDecodeDType(b *testing.B) {
@@ -75,16 +78,21 @@ func BenchmarkDecodeDType(b *testing.B) {
 		b.Run(fmt.Sprintf("batch%d", B), func(b *testing.B) {
 			step(m32, B) // warm up both paths
 			step(m16, B)
-			var t32, t16 time.Duration
+			// Each iteration is a round: a float32 step, then a bfloat16
+			// one; every figure is the median of the rounds, the ratio
+			// taken round by round (the log gives the ranges).
+			var r32, r16 []float64
 			b.ResetTimer()
 			for range b.N {
-				t32 += step(m32, B)
-				t16 += step(m16, B)
+				r32 = append(r32, float64(B)/step(m32, B).Seconds())
+				r16 = append(r16, float64(B)/step(m16, B).Seconds())
 			}
-			r32, r16 := float64(B*b.N)/t32.Seconds(), float64(B*b.N)/t16.Seconds()
-			b.ReportMetric(r32, "f32_tok/s")
-			b.ReportMetric(r16, "bf16_tok/s")
-			b.ReportMetric(r16/r32, "bf16/f32")
+			ratio := benchstat.Of(benchstat.Ratios(r16, r32))
+			b.ReportMetric(benchstat.Median(r32), "f32_tok/s")
+			b.ReportMetric(benchstat.Median(r16), "bf16_tok/s")
+			b.ReportMetric(ratio.Median, "bf16/f32")
+			b.Logf("batch %d, %d rounds: float32 %s tok/s, bfloat16 %s, bfloat16/float32 %s", B, b.N,
+				benchstat.Of(r32).Format("%.2f"), benchstat.Of(r16).Format("%.2f"), ratio.Format("%.2f"))
 		})
 	}
 }
